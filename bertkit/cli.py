@@ -261,7 +261,7 @@ def _show_length_report(tokenizer: Any, cfg: TokensConfig, json_output: bool, qu
     ]}
     if cfg.out:
         run_dir = runs.prepare_run_dir(cfg.out)
-        runs.write_run_config(run_dir, "tokens", vars(cfg), data_fingerprints={r.split: s.fingerprint for r, (_, s) in zip(reports, [n for n in named if n[1] is not None])})
+        runs.write_run_config(run_dir, "tokens", vars(cfg), data_fingerprints={name: ds.fingerprint for name, ds in named if ds is not None})
         runs.write_json_atomic(run_dir / "tokens.json", summary)
         png = plots.length_histogram({r.split: r.lengths for r in reports}, cfg.max_length, run_dir / "token_lengths.png", f"Token lengths ({cfg.model})")
         summary["outputs"] = {"report": str(run_dir / "tokens.json"), "histogram": str(png)}
