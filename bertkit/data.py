@@ -374,20 +374,23 @@ def _dataset_from_frame(
     pair_col = None
     if opts.text_pair_column is not None:
         pair_col = resolve_column(frame, opts.text_pair_column, "--text-pair-column", source)
-    label_col = None
+    lines = None if first_line is None else [first_line + i for i in range(len(frame))]
+    texts = _text_cells(frame[text_col].tolist(), source, "--text-column", lines)
+    pairs = _text_cells(frame[pair_col].tolist(), source, "--text-pair-column", lines) if pair_col is not None else None
+    labels = None
     if opts.label_column is not None:
         label_col = resolve_column(frame, opts.label_column, "--label-column", source)
-    elif need_labels:
+        labels = _label_cells(frame[label_col].tolist(), source, lines)
+    else:
         label_col = _default_column(frame, ("label", "labels"))
-        if label_col is None:
+        if label_col is None and need_labels:
             raise UserError(
                 f"No label column in {source}: pass --label-column (columns are: "
                 f"{', '.join(map(str, frame.columns))}, or 0-based indexes)."
             )
-    lines = None if first_line is None else [first_line + i for i in range(len(frame))]
-    texts = _text_cells(frame[text_col].tolist(), source, "--text-column", lines)
-    pairs = _text_cells(frame[pair_col].tolist(), source, "--text-pair-column", lines) if pair_col is not None else None
-    labels = _label_cells(frame[label_col].tolist(), source, lines) if label_col is not None else None
+        if label_col is not None and (need_labels or not any(_is_missing(v) for v in frame[label_col])):
+            # An auto-detected label column is used when complete; when labels are optional, gaps just drop it.
+            labels = _label_cells(frame[label_col].tolist(), source, lines)
     return TextDataset(texts, pairs, labels, source, fingerprint, lines)
 
 

@@ -1,0 +1,88 @@
+"""cli.py: help, version, the tokens command on a sentence and a file, error exit codes (CliRunner + subprocess)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from typer.testing import CliRunner
+
+from bertkit import __version__
+from bertkit.cli import app
+
+runner = CliRunner()
+
+
+def invoke(*args: str):
+    return runner.invoke(app, list(args), catch_exceptions=False)
+
+
+def test_help_and_version():
+    result = invoke("--help")
+    assert result.exit_code == 0 and "tokens" in result.output
+    result = invoke("--version")
+    assert result.exit_code == 0 and __version__ in result.output
+
+
+def test_tokens_sentence(tiny_bert_dir):
+    result = invoke("tokens", "--model", str(tiny_bert_dir), "--text", "Hello world", "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["tokens"] == ["[CLS]", "hello", "world", "[SEP]"]
+    assert report["special_positions"]["cls"] == [0] and report["special_positions"]["sep"] == [3]
+    assert report["attention_mask"] == [1, 1, 1, 1]
+
+
+def test_tokens_sentence_pair_table(tiny_bert_dir):
+    result = invoke("tokens", "--model", str(tiny_bert_dir), "--text", "a b", "--text-pair", "c")
+    assert result.exit_code == 0
+    assert "[SEP]" in result.stdout and "SEP at [3, 5]" in result.stdout
+
+
+def test_tokens_dataset_report_and_outputs(tiny_bert_dir, write_tsv, toy_rows, tmp_path):
+    path = write_tsv("t.tsv", toy_rows, header=("text", "label"))
+    out = tmp_path / "run"
+    result = invoke("tokens", "--model", str(tiny_bert_dir), "--data", str(path), "--max-length", "8",
+                    "--out", str(out), "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    train = report["splits"][0]
+    assert train["rows"] == 40 and train["truncated"] > 0 and train["label_counts"] == {"neg": 20, "pos": 20}
+    assert train["waste_dynamic_sorted"] <= train["waste_dynamic_random"] <= train["waste_static"]
+    assert (out / "token_lengths.png").stat().st_size > 1000 and (out / "config.json").exists()
+
+
+def test_tokens_sst2_report(shared_data):
+    result = invoke("tokens", "--data", str(shared_data / "sst2" / "train.tsv"), "--text-column", "0",
+                    "--label-column", "1", "--quiet")
+    assert result.exit_code == 0, result.output
+    assert "6,920" in result.stdout and "suggest" in result.stdout and "0=3310" in result.stdout
+
+
+def test_user_error_exit_2_without_traceback(tmp_path):
+    result = runner.invoke(app, ["tokens", "--data", str(tmp_path / "missing.tsv")])
+    assert result.exit_code == 2
+    assert "does not exist" in result.output and "Traceback" not in result.output
+
+
+def test_bad_option_value_exit_2():
+    result = runner.invoke(app, ["tokens", "--text", "x", "--max-length", "0"])
+    assert result.exit_code == 2 and "--max-length must be a positive number" in result.output
+
+
+def test_recipe_flag_with_override(tiny_bert_dir, tmp_path):
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(f'[tokens]\nmodel = "{tiny_bert_dir}"\ntext = "from recipe"\n')
+    result = invoke("tokens", "--recipe", str(recipe), "--text", "from cli", "--json")
+    assert result.exit_code == 0 and json.loads(result.stdout)["text"] == "from cli"
+
+
+def test_subprocess_exit_codes(tmp_path):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    ok = subprocess.run([sys.executable, "-m", "bertkit", "--version"], capture_output=True, text=True, env=env)
+    assert ok.returncode == 0 and __version__ in ok.stdout
+    bad = subprocess.run([sys.executable, "-m", "bertkit", "tokens", "--model", "no-such-org/no-model-x", "--text", "a"],
+                         capture_output=True, text=True, env=env)
+    assert bad.returncode == 2 and "bertkit[offline]" in bad.stderr and "Traceback" not in bad.stderr

@@ -1,0 +1,110 @@
+"""modeling.py: local BERT/DistilBERT folders, safetensors-only loading, dtype/device choice, offline errors."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+
+from bertkit import modeling
+from bertkit.errors import UserError
+
+
+@pytest.mark.parametrize("fixture", ["tiny_bert_dir", "tiny_distilbert_dir"])
+def test_local_folder_loads_encoder_tokenizer_classifier(request, fixture):
+    path = str(request.getfixturevalue(fixture))
+    tok = modeling.load_tokenizer(path)
+    assert tok.is_fast and tok.cls_token == "[CLS]"
+    enc = modeling.load_encoder(path)
+    assert not enc.training
+    clf = modeling.load_classifier(path, id2label={0: "neg", 1: "pos"})
+    assert clf.config.id2label == {0: "neg", 1: "pos"} and clf.config.label2id == {"neg": 0, "pos": 1}
+    assert clf.num_labels == 2
+
+
+def test_bert_checkpoint_gives_bert_for_sequence_classification(tiny_bert_dir):
+    clf = modeling.load_classifier(str(tiny_bert_dir), id2label={0: "a", 1: "b", 2: "c"})
+    assert type(clf).__name__ == "BertForSequenceClassification" and clf.num_labels == 3
+
+
+def test_random_init_keeps_architecture(tiny_bert_dir):
+    trained = modeling.load_encoder(str(tiny_bert_dir))
+    fresh = modeling.load_encoder(str(tiny_bert_dir), random_init=True)
+    assert modeling.parameter_count(trained) == modeling.parameter_count(fresh)
+    assert not torch.equal(trained.embeddings.word_embeddings.weight, fresh.embeddings.word_embeddings.weight)
+
+
+def test_offline_name_resolves_to_packaged_folder():
+    path = modeling.resolve_model_name("minilm-offline")
+    assert path.endswith("model") and (modeling.offline_model_dir() / "model.safetensors").exists()
+
+
+def test_unknown_hub_name_gives_offline_hint():
+    with pytest.raises(UserError) as err:
+        modeling.load_tokenizer("no-such-org/no-such-model-bertkit")
+    assert "local model folder" in str(err.value) and "bertkit[offline]" in str(err.value)
+
+
+def test_missing_folder_and_folder_without_config(tmp_path):
+    with pytest.raises(UserError, match="does not exist"):
+        modeling.resolve_model_name(str(tmp_path / "missing"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UserError, match="no config.json"):
+        modeling.resolve_model_name(str(tmp_path / "empty"))
+
+
+def test_folder_without_weights(tiny_bert_dir, tmp_path):
+    target = tmp_path / "noweights"
+    shutil.copytree(tiny_bert_dir, target)
+    (target / "model.safetensors").unlink()
+    with pytest.raises(UserError, match="no weights"):
+        modeling.load_encoder(str(target))
+
+
+def test_pickle_only_checkpoint_is_refused_not_unpickled(tiny_bert_dir, tmp_path):
+    target = tmp_path / "pickled"
+    shutil.copytree(tiny_bert_dir, target)
+    (target / "model.safetensors").unlink()
+    # A file that would execute code if unpickled: loading must refuse before reading it.
+    (target / "pytorch_model.bin").write_bytes(b"\x80\x04cbuiltins\nexec\n")
+    with pytest.raises(UserError, match="pickle weights.*safetensors only"):
+        modeling.load_classifier(str(target), id2label={0: "a", 1: "b"})
+
+
+def test_max_length_over_model_limit(tiny_bert_dir):
+    tok, cfg = modeling.load_tokenizer(str(tiny_bert_dir)), modeling.load_config(str(tiny_bert_dir))
+    assert modeling.model_max_length(tok, cfg) == 128
+    modeling.check_max_length(128, tok, cfg, "tiny")
+    with pytest.raises(UserError, match="--max-length 512 is more than.*128"):
+        modeling.check_max_length(512, tok, cfg, "tiny")
+
+
+def test_dtype_choice(monkeypatch):
+    cpu = torch.device("cpu")
+    assert modeling.choose_dtype("fp32", cpu) == torch.float32
+    assert modeling.choose_dtype("bf16", cpu) == torch.bfloat16
+    with pytest.raises(UserError, match="fp16 is a GPU precision"):
+        modeling.choose_dtype("fp16", cpu)
+    with pytest.raises(UserError, match="Unknown dtype"):
+        modeling.choose_dtype("int4", cpu)
+    modeling.cpu_supports_bf16.cache_clear()
+    monkeypatch.setenv("BERTKIT_ASSUME_BF16", "1")
+    assert modeling.choose_dtype("auto", cpu) == torch.bfloat16
+    modeling.cpu_supports_bf16.cache_clear()
+    monkeypatch.setenv("BERTKIT_ASSUME_BF16", "0")
+    assert modeling.choose_dtype("auto", cpu) == torch.float32
+    modeling.cpu_supports_bf16.cache_clear()
+
+
+def test_device_choice_and_autocast():
+    assert modeling.choose_device("cpu").type == "cpu"
+    assert modeling.choose_device().type in {"cpu", "cuda", "mps"}
+    with modeling.autocast(torch.device("cpu"), torch.bfloat16):
+        out = torch.nn.Linear(4, 4)(torch.ones(1, 4))
+    assert out.dtype == torch.bfloat16
+
+
+def test_model_revision_is_stable(tiny_bert_dir):
+    assert modeling.model_revision(str(tiny_bert_dir)) == modeling.model_revision(str(tiny_bert_dir))
+    assert modeling.model_revision(str(tiny_bert_dir)).startswith("local-sha256:")
