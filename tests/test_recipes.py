@@ -1,0 +1,53 @@
+"""Every recipe validates against its command: its keys are that command's CLI options and load into its config."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from bertkit import config
+from bertkit.cli import app
+
+RECIPES = config.list_recipes()
+
+
+def command_options(command: str) -> set[str]:
+    """Parameter names of a CLI command (as config field names)."""
+    click_group = typer.main.get_command(app)
+    return {p.name for p in click_group.commands[command].params}
+
+
+def test_there_are_recipes():
+    assert len(RECIPES) >= 1
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=[r.name for r in RECIPES])
+def test_recipe_keys_are_command_options(recipe):
+    assert recipe.summary, f"{recipe.path} needs a header comment saying what it does"
+    for command in recipe.commands:
+        cls = config.config_for_command(command)
+        values = config.load_recipe(str(recipe.path), command, cls)  # unknown keys raise
+        assert set(values) <= command_options(command)
+
+
+@pytest.mark.parametrize("command", config.recipe_commands())
+def test_every_config_field_is_a_cli_option(command):
+    """litgpt-style: the typed config and the command's signature describe the same options."""
+    fields = {f.name for f in dataclasses.fields(config.config_for_command(command))}
+    assert fields <= command_options(command), fields - command_options(command)
+
+
+def test_recipes_list_and_show_cli():
+    runner = CliRunner()
+    listed = runner.invoke(app, ["recipes", "list", "--json"])
+    assert listed.exit_code == 0
+    names = {r["name"] for r in json.loads(listed.stdout)}
+    assert {r.name for r in RECIPES} == names
+    shown = runner.invoke(app, ["recipes", "show", RECIPES[0].name])
+    assert shown.exit_code == 0 and f"[{RECIPES[0].commands[0]}]" in shown.stdout
+    missing = runner.invoke(app, ["recipes", "show", "no-such-recipe"])
+    assert missing.exit_code == 2 and "Known recipes" in missing.output
