@@ -339,7 +339,7 @@ def _is_missing(value: Any) -> bool:
 def _where(rows: list[int], line_numbers: list[int] | None, unit: str = "line") -> str:
     shown = [line_numbers[r] if line_numbers else r for r in rows[:MAX_LISTED]]
     more = f" (+{len(rows) - MAX_LISTED} more)" if len(rows) > MAX_LISTED else ""
-    return f"{unit}s {', '.join(map(str, shown))}{more}"
+    return f"{unit}{'s' if len(rows) > 1 else ''} {', '.join(map(str, shown))}{more}"
 
 
 # ---------------------------------------------------------------- loading one split
@@ -420,6 +420,12 @@ def _label_cells(values: list[Any], source: str, lines: list[int] | None) -> lis
 
 def _load_named(opts: DataOptions, source: str, need_labels: bool) -> TextDataset:
     """A --dev/--test value: a local file, or a split name of the hub dataset given by --data."""
+    if opts.data is not None and is_local_source(opts.data) and not is_local_source(source) and "/" not in source:
+        # e.g. a hub recipe (`dev = "validation"`) run with `--data train.tsv`: a split name needs a hub --data.
+        raise UserError(
+            f"--dev/--test {source!r} looks like a split name of a hub dataset, but --data {opts.data} is a local "
+            f"file. Pass --dev/--test with local files of the same layout (e.g. --dev dev.tsv)."
+        )
     if is_local_source(source) or opts.data is None or is_local_source(opts.data):
         return load_dataset_split(opts, source, need_labels=need_labels)
     return load_dataset_split(opts, opts.data, split=source, need_labels=need_labels)

@@ -78,6 +78,12 @@ def _check_weights(path: str) -> None:
 
 def _load_error(name: str, exc: Exception) -> UserError:
     first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+    if "trust_remote_code" in str(exc) or "contains custom code" in str(exc):
+        return UserError(
+            f"Model {name} needs custom code from its repository (auto_map in config.json), and bertkit does not run "
+            "downloaded code by default. Pass --trust-remote-code only if you have read and trust that code, or use "
+            f"a standard BERT-family model. {OFFLINE_HINT}"
+        )
     if Path(name).exists():
         return UserError(f"Could not load model folder {name}: {first}. {OFFLINE_HINT}")
     return UserError(
@@ -95,6 +101,14 @@ def _loading(name: str):
         raise
     except (OSError, ValueError, KeyError, RuntimeError, ImportError) as exc:
         raise _load_error(name, exc) from None
+    except Exception as exc:
+        if type(exc).__name__ != "SafetensorError":  # a damaged/truncated weights file; anything else is a bug
+            raise
+        raise UserError(
+            f"The weights in model folder {name} are damaged ({str(exc).splitlines()[0][:200]}); the "
+            "*.safetensors file is probably truncated by an interrupted copy or download. Copy or download the "
+            "folder again, or re-save it with save_pretrained; then pass it with --model."
+        ) from None
 
 
 # ---------------------------------------------------------------- loading
@@ -137,6 +151,17 @@ def load_encoder(name: str, trust_remote_code: bool = False, random_init: bool =
             path, use_safetensors=True, trust_remote_code=trust_remote_code, **config_overrides
         )
     return model.eval()
+
+
+def build_encoder(config: Any) -> Any:
+    """A bare encoder with fresh random weights from a transformers config object (no weights read, no network).
+
+    Used for exact-shape speed/size comparisons (e.g. `BertConfig()` vs `DistilBertConfig()`); label such
+    results as random-init: their quality means nothing.
+    """
+    from transformers import AutoModel
+
+    return AutoModel.from_config(config).eval()
 
 
 def load_classifier(

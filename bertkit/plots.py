@@ -33,3 +33,204 @@ def length_histogram(lengths_by_split: dict[str, Sequence[int]], max_length: int
     ax.set_title(title)
     ax.legend()
     return _save(fig, path)
+
+
+def training_curves(history: Sequence[dict], metric: str, path: Path, title: str) -> Path:
+    """Fine-tuning curves per evaluation: train/dev loss (left axis) and dev metrics (right axis) by step."""
+    fig, ax = plt.subplots(figsize=(7, 4))
+    steps = [h["step"] for h in history]
+    ax.plot(steps, [h["train_loss"] for h in history], marker="o", label="train loss")
+    ax.plot(steps, [h["dev_loss"] for h in history], marker="o", label="dev loss")
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("loss")
+    right = ax.twinx()
+    for color, name in enumerate(dict.fromkeys(["accuracy", "mcc", metric]), start=2):
+        key = f"dev_{name}"
+        if name != "loss" and all(key in h for h in history):
+            right.plot(steps, [h[key] for h in history], marker="s", linestyle="--", color=f"C{color}", label=f"dev {name}")
+    right.set_ylabel("dev metric")
+    lines = ax.get_legend_handles_labels()
+    more = right.get_legend_handles_labels()
+    ax.legend(lines[0] + more[0], lines[1] + more[1], loc="center right")
+    ax.set_title(title)
+    return _save(fig, path)
+
+
+def confusion_matrix(matrix: Sequence[Sequence[int]], labels: Sequence[str], path: Path, title: str) -> Path:
+    """Confusion matrix heat map (rows = true label, columns = predicted), counts in the cells."""
+    import numpy as np
+
+    values = np.asarray(matrix)
+    size = max(3.5, 0.6 * len(labels) + 2)
+    fig, ax = plt.subplots(figsize=(size, size))
+    ax.imshow(values, cmap="Blues")
+    ax.set_xticks(range(len(labels)), labels, rotation=45, ha="right")
+    ax.set_yticks(range(len(labels)), labels)
+    ax.set_xlabel("predicted")
+    ax.set_ylabel("true")
+    top = values.max() if values.size else 0
+    for i in range(values.shape[0]):
+        for j in range(values.shape[1]):
+            ax.text(j, i, str(values[i, j]), ha="center", va="center", color="white" if values[i, j] > top / 2 else "black")
+    ax.set_title(title)
+    return _save(fig, path)
+
+
+def probe_layer_curve(rows: Sequence[dict], baselines: dict[str, float], path: Path, title: str,
+                      metric: str = "accuracy") -> Path:
+    """Probe score per layer, one line per pooling (with 95% bootstrap bands when rows carry them), the best
+    cell starred, and baselines as horizontal dashed lines."""
+    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    pools = list(dict.fromkeys(r["pool"] for r in rows))
+    names = list(dict.fromkeys(r["layer_name"] for r in rows))
+    x_of = {name: i for i, name in enumerate(names)}
+    for pool in pools:
+        mine = [r for r in rows if r["pool"] == pool]
+        xs = [x_of[r["layer_name"]] for r in mine]
+        ax.plot(xs, [r[metric] for r in mine], marker="o", label=f"{pool} pooling")
+        if metric == "accuracy" and all(r.get("accuracy_ci95") for r in mine):
+            ax.fill_between(xs, [r["accuracy_ci95"][0] for r in mine], [r["accuracy_ci95"][1] for r in mine], alpha=0.15)
+    best = next((r for r in rows if r.get("best")), None)
+    if best is not None:
+        ax.plot([x_of[best["layer_name"]]], [best[metric]], marker="*", markersize=18, color="crimson", linestyle="none",
+                label=f"best: {best['pool']} {best['layer_name']} ({best[metric]:.3f})")
+    for (name, score), style in zip(baselines.items(), ["--", ":", "-."] * 3, strict=False):
+        ax.axhline(score, color="gray", linestyle=style, linewidth=1, label=f"{name} ({score:.3f})")
+    ax.set_xticks(range(len(names)), names, rotation=30 if len(names) > 6 else 0)
+    ax.set_xlabel("hidden state (layer)")
+    ax.set_ylabel(f"dev {metric}")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    return _save(fig, path)
+
+
+def bench_bars(report: dict, path: Path) -> Path:
+    """`bertkit bench` figure: one bar panel per metric (size, latency, throughput, training, memory), per model."""
+    import numpy as np
+
+    models = report["models"]
+    labels = [Path(m["label"].replace(" (random init)", "")).name + ("\n(random init)" if m.get("random_init") else "")
+              for m in models]
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    paper = report.get("protocol") == "paper"
+    panels = ["params", "size", "paper"] if paper else ["params", "size", "latency", "throughput", "train", "memory"]
+    cols = 3
+    fig, axes = plt.subplots((len(panels) + cols - 1) // cols, cols, figsize=(5.2 * cols, 4.2 * ((len(panels) + 2) // cols)),
+                             squeeze=False)
+    x = np.arange(len(models))
+
+    def bars(ax, values, title, unit, bottom=None, hatch=None, label=None, offset=0.0, width=0.6):
+        vals = [np.nan if v is None else v for v in values]
+        drawn = ax.bar(x + offset, vals, width, bottom=bottom, color=colors[: len(models)], hatch=hatch, label=label,
+                       edgecolor="black", linewidth=0.5)
+        ax.set_title(title, fontsize=10)
+        ax.set_ylabel(unit)
+        ax.set_xticks(x, labels, fontsize=8)
+        ax.grid(axis="y", alpha=0.3)
+        return drawn
+
+    def annotate(ax, drawn, fmt):
+        for rect in drawn:
+            h = rect.get_y() + rect.get_height()
+            if np.isfinite(h):
+                ax.annotate(fmt.format(h), (rect.get_x() + rect.get_width() / 2, h), ha="center", va="bottom", fontsize=8)
+
+    def get(m, *keys):
+        node = m
+        for k in keys:
+            node = node.get(k) if isinstance(node, dict) else None
+        return node
+
+    for ax, panel in zip(axes.flat, panels, strict=False):
+        if panel == "params":
+            annotate(ax, bars(ax, [m["parameters"] / 1e6 for m in models], "Parameters", "millions"), "{:.1f}M")
+        elif panel == "size":
+            annotate(ax, bars(ax, [m["size_mb_fp32"] for m in models], "Size on disk (safetensors)", "MB",
+                              offset=-0.2, width=0.4, label="fp32"), "{:.0f}")
+            annotate(ax, bars(ax, [m["size_mb_fp16"] for m in models], "Size on disk (safetensors)", "MB",
+                              offset=0.2, width=0.4, hatch="//", label="fp16"), "{:.0f}")
+            _hatch_legend(ax, {"fp32": "", "fp16": "//"})
+        elif panel == "paper":
+            model_s = [get(m, "paper_protocol", "model_seconds") for m in models]
+            tok_s = [get(m, "paper_protocol", "tokenize_seconds") for m in models]
+            title = f"Full pass over {report.get('data', {}).get('rows', '?')} sentences, batch 1 (paper protocol)"
+            bars(ax, model_s, title, "seconds", label="model")
+            annotate(ax, bars(ax, tok_s, title, "seconds", bottom=model_s, hatch="..",
+                              label="tokenization"), "{:.1f}s")
+            _hatch_legend(ax, {"model": "", "tokenization": ".."})
+        elif panel == "latency":
+            model_ms = [get(m, "latency", "model_ms", "mean") for m in models]
+            tok_ms = [get(m, "latency", "tokenize_ms", "mean") for m in models]
+            bars(ax, model_ms, "Batch-1 latency (mean)", "ms", label="model")
+            annotate(ax, bars(ax, tok_ms, "Batch-1 latency (mean)", "ms", bottom=model_ms, hatch="..",
+                              label="tokenization"), "{:.0f} ms")
+            _hatch_legend(ax, {"model": "", "tokenization (stacked)": ".."})
+        elif panel == "throughput":
+            _throughput_panel(ax, models, colors)
+        elif panel == "train":
+            steps = [get(m, "train_step", "step_ms", "mean") for m in models]
+            bs = next((get(m, "train_step", "batch_size") for m in models if get(m, "train_step")), "?")
+            annotate(ax, bars(ax, [None if s is None else s / 1000 for s in steps],
+                              f"Training step, batch {bs} (fwd+bwd+AdamW)", "seconds"), "{:.2f}s")
+        elif panel == "memory":
+            peaks = [max([v for v in [get(m, "latency", "memory", "delta_mb"), get(m, "train_step", "memory", "delta_mb")]
+                          + [get(r, "memory", "delta_mb") for r in m.get("throughput", [])] if v is not None] or [np.nan])
+                     for m in models]
+            annotate(ax, bars(ax, peaks, "Peak memory above start (max over runs)", "MB"), "{:.0f}")
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    env = report.get("environment", {})
+    note = " — random-init shapes (speed/size only)" if any(m.get("random_init") for m in models) else ""
+    load = env.get("loadavg") or []
+    fig.suptitle(f"bertkit bench{note}\n{env.get('machine', {}).get('cpu', '')}, {env.get('device', '')}, "
+                 f"{env.get('dtype', '')}, {env.get('torch_threads', '?')} threads"
+                 + (f", load average {load[0]:.1f}" if load else "") + _claims_line(report.get("claims", {})),
+                 fontsize=11)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def _throughput_panel(ax, models: list, colors: list) -> None:
+    """Rows/s per batch size: one bar per model, dynamic padding solid, static padding hatched."""
+    import numpy as np
+
+    sizes = sorted({r["batch_size"] for m in models for r in m.get("throughput", [])})
+    groups = [(b, p) for b in sizes for p in ("dynamic", "static")]
+    width = 0.8 / max(1, len(models))
+    for i, m in enumerate(models):
+        lookup = {(r["batch_size"], r["padding"]): r["rows_per_s"] for r in m.get("throughput", [])}
+        xs = np.arange(len(groups)) + (i - (len(models) - 1) / 2) * width
+        ax.bar(xs, [lookup.get(g, np.nan) for g in groups], width, color=colors[i % len(colors)],
+               hatch=["" if p == "dynamic" else "//" for _, p in groups], edgecolor="black", linewidth=0.5,
+               label=Path(m["label"].replace(" (random init)", "")).name)
+    ax.set_xticks(np.arange(len(groups)), [f"b{b}\n{'dyn' if p == 'dynamic' else 'static'}" for b, p in groups],
+                  fontsize=8)
+    ax.set_title("Throughput (dynamic = length-sorted, static = padded to --max-length)", fontsize=9)
+    ax.set_ylabel("rows / s")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=7)
+
+
+def _hatch_legend(ax, hatches: dict) -> None:
+    """A legend of fill patterns (colours stand for models, patterns for the parts of a bar)."""
+    from matplotlib.patches import Patch
+
+    ax.legend(handles=[Patch(facecolor="white", edgecolor="black", hatch=h, label=name) for name, h in hatches.items()],
+              fontsize=8)
+
+
+def _claims_line(claims: dict) -> str:
+    """'candidate vs baseline: -39.4% parameters (paper 40%), 2.24x at batch 1 (paper 1.63x)' for the title."""
+    if "candidate" not in claims:
+        return ""
+    parts = []
+    reduction = (claims.get("parameter_reduction_pct") or {}).get("measured")
+    if reduction is not None:
+        parts.append(f"{reduction:.1f}% fewer parameters (paper 40%)")
+    for key, what in (("speedup_batch1_x", "at batch 1"), ("speedup_best_batch_x", "at best batch"),
+                      ("speedup_paper_protocol_x", "full pass, batch 1")):
+        claim = claims.get(key) or {}
+        if claim.get("measured") is not None:
+            parts.append(f"{claim['measured']:.2f}x {what} (paper {claim['paper']:.2f}x)")
+    return "\n" + "; ".join(parts) if parts else ""

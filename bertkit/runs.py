@@ -46,10 +46,22 @@ def to_json(obj: Any, indent: int | None = 2) -> str:
 def atomic_path(path: Path) -> Iterator[Path]:
     """Yield a temp path next to `path`; on success it is fsynced and renamed over `path`, else removed."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    if path.is_dir():
+        raise UserError(f"Cannot write {path}: it is an existing directory. Pass a file path (check --out).")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        blocker = next((p for p in path.parents if p.exists()), None)
+        reason = f"{blocker} is a file, not a directory" if blocker and not blocker.is_dir() else exc.strerror or exc
+        raise UserError(
+            f"Cannot write {path} ({reason}). Choose an output path (--out) in a directory you can write to."
+        ) from None
     os.close(fd)
     tmp = Path(tmp_name)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; results should get the usual permissions
     try:
         yield tmp
         with open(tmp, "rb+") as handle:

@@ -233,3 +233,9 @@ def test_pad_batch_dynamic_and_static(tiny_bert_dir):
     dyn = data.pad_batch(enc, [0, 1], tok.pad_token_id)
     assert dyn["input_ids"].shape == (2, 5) and dyn["attention_mask"].sum().item() == 8
     assert data.pad_batch(enc, [1], tok.pad_token_id, pad_to=12)["input_ids"].shape == (1, 12)
+
+
+def test_split_name_with_local_data_is_explained(write_tsv, toy_rows):
+    path = write_tsv("t.tsv", toy_rows, header=("text", "label"))
+    with pytest.raises(UserError, match="looks like a split name.*--dev dev.tsv"):
+        data.load_splits(opts(data=str(path), dev="validation"))

@@ -1,0 +1,273 @@
+"""Feature-extraction throughput: the seed notebook's way vs sentence-transformers vs the transformers pipeline
+vs `bertkit embed` (fp32, bf16), plus model FLOPs utilisation against a measured matmul peak.
+
+Same run, same data, alternatives side by side (ratios are what to read: the machine is shared, so absolute
+numbers move with the load; `os.getloadavg()` is recorded before and after each measurement).
+
+- MiniLM-L6 (the packaged real encoder) on SST-2 train (6,920 sentences; --quick: 400).
+- BERT-base / DistilBERT-base shapes (BertConfig() / DistilBertConfig(), random init, labelled as such) on a
+  slice (--rows-base, default 300; --quick: 64): seed way, sentence-transformers, bertkit fp32.
+- bf16 (MiniLM only) on a small slice (--rows-bf16, default 64; --quick: 16), next to fp32 and
+  sentence-transformers on the same slice: on CPUs without AVX512-BF16/AMX, bf16 autocast is emulated and
+  several times slower than fp32.
+
+    python bench/bench_embed.py [--quick] [--out bench/results/embed.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+SST2 = ROOT.parent / "shared" / "data" / "sst2" / "train.tsv"
+
+from transformers.utils import logging as hf_logging  # noqa: E402
+
+from bertkit import modeling  # noqa: E402
+
+hf_logging.set_verbosity_error()
+hf_logging.disable_progress_bar()
+from bertkit.runs import machine_info, package_versions, write_json_atomic  # noqa: E402
+
+# ---------------------------------------------------------------- measuring
+
+
+def timed(fn: Callable[[], Any], repeats: int = 1) -> dict[str, Any]:
+    """Best wall time of `repeats` calls, with the load average around the measurement."""
+    load_before = os.getloadavg()[0]
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return {"seconds": best, "load_before": round(load_before, 2), "load_after": round(os.getloadavg()[0], 2)}
+
+
+def matmul_peak(dtype: torch.dtype, n: int, repeats: int = 5) -> float:
+    """Measured matmul GFLOP/s on this machine for `dtype` (best of `repeats`)."""
+    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+    torch.mm(a, b)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        torch.mm(a, b)
+        best = min(best, time.perf_counter() - start)
+    return 2 * n**3 / best / 1e9
+
+
+def measure_peaks() -> dict[str, float]:
+    """fp32 and bf16 matmul GFLOP/s (bf16 on a small matrix: emulated bf16 is slow on this kind of CPU)."""
+    return {"fp32": matmul_peak(torch.float32, 1024), "bf16": matmul_peak(torch.bfloat16, 256, repeats=3)}
+
+
+def encoder_flops(config: Any, lengths: np.ndarray) -> float:
+    """Forward FLOPs of the encoder layers on unpadded sequences (matmuls: projections, FFN, attention)."""
+    h, layers = config.hidden_size, config.num_hidden_layers
+    ffn = getattr(config, "intermediate_size", None) or getattr(config, "hidden_dim", 4 * h)
+    s = lengths.astype(np.float64)
+    per_layer = 8 * s * h * h + 4 * s * h * ffn + 4 * s * s * h
+    return float(layers * per_layer.sum())
+
+
+# ---------------------------------------------------------------- the alternatives
+
+
+def seed_way(model: Any, tokenizer: Any, texts: list[str], chunk: int = 256) -> np.ndarray:
+    """The seed notebook: encode each sentence, pad all to the global max, run, slice [:, 0, :].
+
+    (The notebook runs every row in one batch; here the padded matrix is fed in chunks of 256 rows so memory
+    stays bounded. Padding to the global max, no sorting, no inference_mode: as in the notebook.)
+    """
+    tokenized = [tokenizer.encode(t, add_special_tokens=True) for t in texts]
+    width = max(len(t) for t in tokenized)
+    padded = np.array([t + [0] * (width - len(t)) for t in tokenized])
+    mask = np.where(padded != 0, 1, 0)
+    out = []
+    for start in range(0, len(texts), chunk):
+        ids = torch.tensor(padded[start : start + chunk])
+        with torch.no_grad():
+            last_hidden_states = model(ids, attention_mask=torch.tensor(mask[start : start + chunk]))
+        out.append(last_hidden_states[0][:, 0, :].numpy())
+    return np.concatenate(out)
+
+
+def st_encode(st_model: Any, texts: list[str]) -> np.ndarray:
+    return st_model.encode(texts, batch_size=32, convert_to_numpy=True, show_progress_bar=False)
+
+
+def pipeline_way(pipe: Any, texts: list[str]) -> np.ndarray:
+    """transformers feature-extraction pipeline, batch 32, tensors returned (cheaper than nested lists)."""
+    outs = pipe(texts, batch_size=32, truncation=True, max_length=128, return_tensors=True)
+    return np.stack([o[0, 0].numpy() for o in outs])
+
+
+def bertkit_way(model: str, data: Path, limit: int, dtype: str, out: Path, batch_size: str = "auto") -> dict[str, Any]:
+    """`bertkit embed` end to end, in process: read the data, load the model, encode, write the store."""
+    from bertkit.config import EmbedConfig
+    from bertkit.embed import embed_to_store
+
+    shutil.rmtree(out, ignore_errors=True)
+    cfg = EmbedConfig(model=model, data=str(data), text_column="0", label_column="1", limit=limit, dtype=dtype,
+                      out=str(out), batch_size=batch_size)
+    return embed_to_store(cfg, progress=False)
+
+
+# ---------------------------------------------------------------- one model
+
+
+def base_shape_folder(kind: str, workdir: Path) -> Path:
+    """A random-init BERT-base / DistilBERT-base (exact shapes) saved with the bert-base-uncased vocabulary."""
+    from transformers import BertConfig, BertModel, DistilBertConfig, DistilBertModel
+
+    torch.manual_seed(0)
+    folder = workdir / kind
+    model = BertModel(BertConfig()) if kind == "bert-base" else DistilBertModel(DistilBertConfig())
+    model.save_pretrained(folder, safe_serialization=True)
+    modeling.load_tokenizer("minilm-offline").save_pretrained(folder)
+    return folder
+
+
+def bench_model(label: str, model_name: str, texts: list[str], data: Path, workdir: Path, peaks: dict[str, float],
+                bf16_rows: int, with_pipeline: bool) -> dict[str, Any]:
+    from sentence_transformers import SentenceTransformer
+
+    encoder = modeling.load_encoder(model_name)
+    tokenizer = modeling.load_tokenizer(model_name)
+    lengths = np.array([len(x) for x in tokenizer(texts)["input_ids"]])
+    st_model = SentenceTransformer(modeling.resolve_model_name(model_name), device="cpu")
+    n, tokens = len(texts), int(lengths.sum())
+    flops = encoder_flops(encoder.config, lengths)
+    runs: dict[str, dict[str, Any]] = {}
+
+    def record(name: str, measured: dict[str, Any], rows: int, n_tokens: int, n_flops: float, peak: float) -> None:
+        s = measured["seconds"]
+        runs[name] = {**measured, "rows": rows, "tokens": n_tokens, "rows_per_s": rows / s, "tokens_per_s": n_tokens / s,
+                      "gflops_per_s": n_flops / s / 1e9, "mfu": n_flops / s / 1e9 / peak}
+
+    print(f"[{label}] {n} rows, {tokens} tokens", file=sys.stderr, flush=True)
+    record("seed_notebook", timed(lambda: seed_way(encoder, tokenizer, texts)), n, tokens, flops, peaks["fp32"])
+    record("sentence_transformers", timed(lambda: st_encode(st_model, texts)), n, tokens, flops, peaks["fp32"])
+    if with_pipeline:
+        from transformers import pipeline
+
+        pipe = pipeline("feature-extraction", model=encoder, tokenizer=tokenizer, device="cpu")
+        record("transformers_pipeline", timed(lambda: pipeline_way(pipe, texts)), n, tokens, flops, peaks["fp32"])
+    out = workdir / f"store-{label}"
+    record("bertkit_fp32", timed(lambda: bertkit_way(model_name, data, n, "fp32", out)), n, tokens, flops, peaks["fp32"])
+    if bf16_rows:
+        _bf16_block(record, model_name, data, out, st_model, texts, lengths, encoder.config, bf16_rows, peaks)
+    st_rate, seed_rate = runs["sentence_transformers"]["rows_per_s"], runs["seed_notebook"]["rows_per_s"]
+    st_small = runs.get("sentence_transformers_small", {}).get("rows_per_s")
+    for name, r in runs.items():
+        base = st_small if name.endswith("_small") else st_rate
+        r["vs_sentence_transformers"] = r["rows_per_s"] / base
+        r["vs_seed"] = r["rows_per_s"] / seed_rate if not name.endswith("_small") else None
+    return {"model": label, "model_name": model_name, "rows": n, "tokens": tokens, "bf16_rows": bf16_rows,
+            "params": modeling.parameter_count(encoder), "runs": runs}
+
+
+def _bf16_block(record: Callable[..., None], model_name: str, data: Path, out: Path, st_model: Any, texts: list[str],
+                lengths: np.ndarray, config: Any, bf16_rows: int, peaks: dict[str, float]) -> None:
+    """bf16 vs fp32 (and sentence-transformers) on the same small slice: bf16 is emulated, i.e. slow, on CPUs
+    without AVX512-BF16/AMX, so it is measured on a few rows only."""
+    small = lengths[:bf16_rows]
+    small_flops = encoder_flops(config, small)
+    record("bertkit_fp32_small", timed(lambda: bertkit_way(model_name, data, bf16_rows, "fp32", out)), bf16_rows,
+           int(small.sum()), small_flops, peaks["fp32"])
+    record("bertkit_bf16_small", timed(lambda: bertkit_way(model_name, data, bf16_rows, "bf16", out)), bf16_rows,
+           int(small.sum()), small_flops, peaks["bf16"])
+    record("sentence_transformers_small", timed(lambda: st_encode(st_model, texts[:bf16_rows])), bf16_rows,
+           int(small.sum()), small_flops, peaks["fp32"])
+
+
+# ---------------------------------------------------------------- main
+
+
+def print_table(results: dict[str, Any]) -> None:
+    print(f"{'model':<16}{'method':<30}{'rows':>6}{'rows/s':>9}{'tok/s':>9}{'vs ST':>7}{'vs seed':>8}{'MFU':>7}")
+    for block in results["models"]:
+        for name, r in block["runs"].items():
+            seed = f"{r['vs_seed']:.2f}" if r["vs_seed"] is not None else "-"
+            print(f"{block['model']:<16}{name:<30}{r['rows']:>6}{r['rows_per_s']:>9.1f}{r['tokens_per_s']:>9.0f}"
+                  f"{r['vs_sentence_transformers']:>7.2f}{seed:>8}{r['mfu']:>7.1%}")
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smoke run: a few hundred rows")
+    parser.add_argument("--rows", type=int, default=None, help="MiniLM rows (default: all of SST-2 train)")
+    parser.add_argument("--rows-base", type=int, default=None, help="rows for the BERT-/DistilBERT-base shapes")
+    parser.add_argument("--rows-bf16", type=int, default=None, help="rows for the bf16 vs fp32 comparison")
+    parser.add_argument("--skip-base", action="store_true", help="MiniLM only")
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "embed.json"))
+    args = parser.parse_args(argv)
+    if not SST2.is_file():
+        raise SystemExit(f"{SST2} not found: the benchmark needs ../shared/data/sst2/train.tsv")
+    texts_all = [line.split("\t")[0] for line in SST2.read_text(encoding="utf-8").splitlines() if line.strip()]
+    n_minilm = args.rows or (400 if args.quick else len(texts_all))
+    n_base = args.rows_base or (64 if args.quick else 300)
+    n_bf16 = args.rows_bf16 or (16 if args.quick else 64)
+    started = time.perf_counter()
+    peaks = measure_peaks()
+    print(f"matmul peak: fp32 {peaks['fp32']:.1f} GFLOP/s, bf16 {peaks['bf16']:.2f} GFLOP/s", file=sys.stderr)
+    results: dict[str, Any] = {
+        "benchmark": "embed", "quick": args.quick, "args": vars(args), "data": str(SST2), "machine": machine_info(),
+        "versions": package_versions(), "cpu_supports_bf16": modeling.cpu_supports_bf16(),
+        "matmul_peak_gflops": peaks, "loadavg_start": os.getloadavg(), "models": [],
+        "notes": [
+            "Ratios compare methods measured in the same run; the machine is shared, see load_before/load_after.",
+            "bertkit_* times are end to end: read the TSV, load the model, tokenize, encode, write the store.",
+            "bf16 is measured on a small slice only (*_small rows), next to fp32 and sentence-transformers on the "
+            "same slice: this CPU has no AVX512-BF16/AMX, so bf16 autocast is emulated and slower than fp32.",
+            "bert-base/distilbert-base are BertConfig()/DistilBertConfig() with random weights (shapes only); "
+            "no bf16 run for them (emulated bf16 on these shapes takes minutes for a handful of rows).",
+            "MFU = encoder matmul FLOPs on unpadded tokens / time / measured matmul peak of the same dtype.",
+        ],
+    }
+    with tempfile.TemporaryDirectory(prefix="bench-embed-") as tmp:
+        workdir = Path(tmp)
+        data = workdir / "sst2-train.tsv"
+        shutil.copyfile(SST2, data)
+        results["models"].append(bench_model("minilm-l6", "minilm-offline", texts_all[:n_minilm], data, workdir, peaks,
+                                             n_bf16, with_pipeline=True))
+        if not args.skip_base:
+            for kind in ("distilbert-base", "bert-base"):
+                folder = base_shape_folder(kind, workdir)
+                results["models"].append(bench_model(kind, str(folder), texts_all[:n_base], data, workdir, peaks,
+                                                     0, with_pipeline=False))
+                shutil.rmtree(folder, ignore_errors=True)
+    results["loadavg_end"] = os.getloadavg()
+    # The peak is the best of a measurement before and after (a busy machine lowers both); MFU is recomputed
+    # against it, so it is never flattered by a peak measured in a bad moment.
+    end_peaks = measure_peaks()
+    results["matmul_peak_gflops"] = {k: max(peaks[k], end_peaks[k]) for k in peaks}
+    results["matmul_peak_samples"] = {"start": peaks, "end": end_peaks}
+    for block in results["models"]:
+        for name, r in block["runs"].items():
+            peak = results["matmul_peak_gflops"]["bf16" if "bf16" in name else "fp32"]
+            r["mfu"] = r["gflops_per_s"] / peak
+    results["seconds"] = time.perf_counter() - started
+    out = Path(args.out)
+    write_json_atomic(out, results)
+    print_table(results)
+    print(f"wrote {out} ({results['seconds']:.0f} s)")
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,568 @@
+"""Pooled encoder features: `[CLS]`/mean/max over one layer, several layers, or all of them.
+
+`extract_features` is the in-memory core (rows in, an array out, rows in the input order). `embed_to_store`
+runs it shard by shard into a resumable store (see `bertkit.store`), also across several processes.
+
+Speed: rows are tokenized once per shard with the fast tokenizer, sorted by length and batched with dynamic
+padding (a padded-token budget for `--batch-size auto`), run under `torch.inference_mode()` and, for
+`--dtype bf16/fp16`, autocast. Output rows are put back in the input order. Only the layers the features need
+are run, and with `--pool cls` the highest requested layer is computed for the [CLS] position alone (keys and
+values still come from every token), which is the same result for less work (see `PRUNE_LAYERS`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import logging
+import math
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from bertkit import modeling
+from bertkit.config import EmbedConfig, parse_layers
+from bertkit.data import (
+    Encoded,
+    LabelMap,
+    TextDataset,
+    encode_dataset,
+    pad_batch,
+    restore_order,
+    sorted_batches,
+    token_budget_batches,
+)
+from bertkit.errors import UserError
+
+log = logging.getLogger(__name__)
+
+
+# ---------------------------------------------------------------- what to pool
+
+
+@dataclass(frozen=True)
+class FeatureSpec:
+    """Which hidden states to pool, how, and how to combine them."""
+
+    pool: str = "cls"
+    layers: tuple[int, ...] | None = (-1,)
+    """Indices into hidden_states (0 = embeddings ... L = last layer; negatives from the end); None = all."""
+    combine: str = "concat"
+    normalize: bool = False
+
+    @classmethod
+    def from_options(cls, pool: str, layers: str | int, combine: str, normalize: bool) -> FeatureSpec:
+        try:
+            parsed = parse_layers(layers)
+        except ValueError:
+            raise UserError(f"--layers must be -1, a comma list like -4,-3,-2,-1, or all; got {layers!r}.") from None
+        if pool not in ("cls", "mean", "max"):
+            raise UserError(f"--pool must be one of cls, mean, max; got {pool!r}.")
+        if combine not in ("concat", "mean", "sum"):
+            raise UserError(f"--combine must be one of concat, mean, sum; got {combine!r}.")
+        return cls(pool, None if parsed is None else tuple(parsed), combine, normalize)
+
+    def resolve(self, n_layers: int) -> list[int]:
+        """Positive hidden-state indices for a model with `n_layers` encoder layers (n_layers + 1 states)."""
+        if self.layers is None:
+            return list(range(n_layers + 1))
+        resolved = []
+        for index in self.layers:
+            positive = index + n_layers + 1 if index < 0 else index
+            if not 0 <= positive <= n_layers:
+                raise UserError(
+                    f"--layers {index} is out of range: the model has {n_layers} layers, so valid indices are "
+                    f"0 (embeddings) to {n_layers}, or -1 to -{n_layers + 1}. Pass --layers with indices in that range."
+                )
+            resolved.append(positive)
+        return resolved
+
+    def row_shape(self, n_layers: int, hidden: int) -> tuple[int, ...]:
+        """Shape of one row's features: (dim,), or (layers, dim) for `all` with concat."""
+        k = len(self.resolve(n_layers))
+        if self.combine != "concat" or k == 1:
+            return (hidden,)
+        if self.layers is None:
+            return (k, hidden)
+        return (k * hidden,)
+
+    def layer_names(self, n_layers: int) -> list[str]:
+        return ["embeddings" if i == 0 else f"layer {i}" for i in self.resolve(n_layers)]
+
+
+def encoder_shape(encoder: Any) -> tuple[int, int]:
+    """(number of encoder layers, hidden size) from the model config (BERT and DistilBERT names)."""
+    config = encoder.config
+    return int(config.num_hidden_layers), int(config.hidden_size)
+
+
+def accepted_inputs(encoder: Any) -> set[str]:
+    """Input names the model's forward takes by name (DistilBERT has no token_type_ids)."""
+    params = inspect.signature(encoder.forward).parameters
+    return {name for name in ("input_ids", "attention_mask", "token_type_ids") if name in params}
+
+
+# ---------------------------------------------------------------- pooling
+
+
+def pool_tokens(hidden: torch.Tensor, mask: torch.Tensor, pool: str) -> torch.Tensor:
+    """(batch, seq, dim) -> (batch, dim) in fp32; mean and max look only at positions where mask == 1."""
+    if pool == "cls":
+        return hidden[:, 0].float()
+    hidden = hidden.float()
+    keep = mask.unsqueeze(-1).bool()
+    if pool == "mean":
+        summed = hidden.masked_fill(~keep, 0.0).sum(dim=1)
+        return summed / keep.sum(dim=1).clamp(min=1)
+    return hidden.masked_fill(~keep, float("-inf")).max(dim=1).values
+
+
+PRUNE_LAYERS = True
+"""Compute only what the requested features need (layers above the highest requested one are skipped; with
+`--pool cls` that top layer runs for the [CLS] position only). Set False to always run the full model."""
+
+
+def _layer_owner(encoder: Any) -> Any:
+    """The module holding the encoder's `layer` ModuleList (BERT: .encoder, DistilBERT: .transformer), or None."""
+    for name in ("encoder", "transformer"):
+        owner = getattr(encoder, name, None)
+        if isinstance(getattr(owner, "layer", None), torch.nn.ModuleList):
+            return owner
+    return None
+
+
+@contextlib.contextmanager
+def _first_layers(encoder: Any, keep: int | None) -> Iterator[None]:
+    """Run the encoder with only its first `keep` layers (None: all of them)."""
+    owner = _layer_owner(encoder)
+    if keep is None or owner is None or keep == len(owner.layer):
+        yield
+        return
+    full = owner.layer
+    owner.layer = torch.nn.ModuleList(list(full)[:keep])
+    try:
+        yield
+    finally:
+        owner.layer = full
+
+
+def _cls_layer_parts(layer: Any) -> tuple[Any, ...] | None:
+    """(attention, q, k, v, out projection, norm 1, feed-forward, norm 2) of a BERT/DistilBERT layer, else None."""
+    attention = getattr(layer, "attention", None)
+    if hasattr(attention, "self") and hasattr(layer, "intermediate"):  # BertLayer
+        sa = attention.self
+        if getattr(sa, "is_decoder", False) or not hasattr(sa, "scaling"):
+            return None
+        return (sa, sa.query, sa.key, sa.value, attention.output.dense, attention.output.LayerNorm,
+                lambda x: layer.output.dense(layer.intermediate(x)), layer.output.LayerNorm)
+    if hasattr(attention, "q_lin") and hasattr(layer, "ffn"):  # DistilBERT TransformerBlock
+        return (attention, attention.q_lin, attention.k_lin, attention.v_lin, attention.out_lin,
+                layer.sa_layer_norm, layer.ffn, layer.output_layer_norm)
+    return None
+
+
+def cls_only_layer(layer: Any, hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """One encoder layer's output at position 0 only: keys/values from every token, the query, attention
+    output and feed-forward for [CLS] alone (about 1/seq of the layer's FFN work). (batch, dim), fp32."""
+    sa, q_lin, k_lin, v_lin, out_proj, norm1, ffn, norm2 = _cls_layer_parts(layer)  # type: ignore[misc]
+    batch, seq, _ = hidden.shape
+    head = sa.attention_head_size
+    first = hidden[:, :1]
+    q = q_lin(first).view(batch, 1, -1, head).transpose(1, 2)
+    k = k_lin(hidden).view(batch, seq, -1, head).transpose(1, 2)
+    v = v_lin(hidden).view(batch, seq, -1, head).transpose(1, 2)
+    keep = mask[:, None, None, :].bool()
+    context = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=keep, scale=sa.scaling)
+    attended = norm1(out_proj(context.transpose(1, 2).reshape(batch, 1, -1)) + first)
+    return norm2(ffn(attended) + attended)[:, 0].float()
+
+
+def forward_features(encoder: Any, batch: dict[str, torch.Tensor], spec: FeatureSpec, indices: list[int],
+                     n_layers: int) -> torch.Tensor:
+    """One batch through the encoder -> pooled, combined (and optionally normalised) fp32 features."""
+    top, owner = max(indices), _layer_owner(encoder)
+    prune = PRUNE_LAYERS and owner is not None
+    fast_cls = prune and spec.pool == "cls" and top >= 1 and _cls_layer_parts(owner.layer[top - 1]) is not None
+    run = (top - 1 if fast_cls else top) if prune else n_layers
+    need_hidden = any(i < run for i in indices)
+    with _first_layers(encoder, run if prune else None):
+        output = encoder(**batch, output_hidden_states=need_hidden, return_dict=True)
+    mask = batch["attention_mask"]
+    pooled = []
+    for i in indices:
+        if fast_cls and i == top:
+            pooled.append(cls_only_layer(owner.layer[top - 1], output.last_hidden_state, mask))
+        else:
+            state = output.last_hidden_state if i == run else output.hidden_states[i]
+            pooled.append(pool_tokens(state, mask, spec.pool))
+    if len(pooled) == 1:
+        features = pooled[0]
+    elif spec.combine == "mean":
+        features = torch.stack(pooled, dim=1).mean(dim=1)
+    elif spec.combine == "sum":
+        features = torch.stack(pooled, dim=1).sum(dim=1)
+    elif spec.layers is None:
+        features = torch.stack(pooled, dim=1)
+    else:
+        features = torch.cat(pooled, dim=-1)
+    if spec.normalize:
+        features = torch.nn.functional.normalize(features, p=2.0, dim=-1)
+    return features
+
+
+# ---------------------------------------------------------------- batching
+
+
+def auto_token_budget(encoder: Any, device: torch.device) -> tuple[int, int]:
+    """`--batch-size auto`: (padded tokens per batch, max rows per batch) from the model size.
+
+    Rule: the budget keeps the largest activation (tokens x FFN width x 4 bytes) near 32 MiB on a CPU
+    (256 MiB on a GPU), rounded down to a power of two and kept within [512, 65536] tokens; at most 256 rows
+    (1024 on a GPU). MiniLM-L6 (FFN 1536) -> 4096 tokens; BERT-base (FFN 3072) -> 2048 tokens.
+    """
+    config = encoder.config
+    ffn = int(getattr(config, "intermediate_size", None) or getattr(config, "hidden_dim", 0) or 4 * config.hidden_size)
+    target = (256 if device.type == "cuda" else 32) * 2**20
+    tokens = 2 ** int(math.floor(math.log2(max(1, target // (4 * ffn)))))
+    return int(min(65536, max(512, tokens))), 1024 if device.type == "cuda" else 256
+
+
+def plan_batches(lengths: np.ndarray, batch_size: int | None, budget: tuple[int, int]) -> list[np.ndarray]:
+    """Length-sorted batches: `batch_size` rows each, or by padded-token budget when it is None (auto)."""
+    if batch_size is not None:
+        return sorted_batches(lengths, batch_size)
+    return token_budget_batches(lengths, budget[0], budget[1])
+
+
+# ---------------------------------------------------------------- extraction
+
+
+@dataclass
+class EncodeStats:
+    rows: int = 0
+    tokens: int = 0
+    padded_tokens: int = 0
+    n_truncated: int = 0
+    seconds: float = 0.0
+
+
+def encode_features(encoder: Any, tokenizer: Any, dataset: TextDataset, spec: FeatureSpec, *, max_length: int,
+                    batch_size: int | None, device: torch.device, dtype: torch.dtype,
+                    bar: Any = None) -> tuple[np.ndarray, EncodeStats]:
+    """Features for every row of `dataset` (input order) and what it took."""
+    start = time.perf_counter()
+    n_layers, _ = encoder_shape(encoder)
+    indices = spec.resolve(n_layers)
+    encoded: Encoded = encode_dataset(tokenizer, dataset, max_length)
+    batches = plan_batches(encoded.lengths, batch_size, auto_token_budget(encoder, device))
+    names = accepted_inputs(encoder)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    outputs, padded = [], 0
+    with torch.inference_mode(), modeling.autocast(device, dtype):
+        for idx in batches:
+            batch = {k: v.to(device) for k, v in pad_batch(encoded, idx, pad_id).items() if k in names}
+            padded += int(batch["input_ids"].numel())
+            outputs.append(forward_features(encoder, batch, spec, indices, n_layers).cpu().numpy())
+            if bar is not None:
+                bar.update(len(idx))
+    empty = np.zeros((0, *spec.row_shape(n_layers, encoder_shape(encoder)[1])), np.float32)
+    features = restore_order(batches, outputs) if outputs else empty
+    stats = EncodeStats(len(dataset), int(encoded.lengths.sum()), padded, encoded.n_truncated,
+                        time.perf_counter() - start)
+    return features, stats
+
+
+def extract_features(encoder: Any, tokenizer: Any, dataset: TextDataset, *, pool: str = "cls", layers: str = "-1",
+                     combine: str = "concat", max_length: int = 128, batch_size: int | str = 64,
+                     dtype: torch.dtype = torch.float32, device: torch.device | str | None = None,
+                     normalize: bool = False, progress: bool = False) -> np.ndarray:
+    """Pooled features of every row, in the dataset's order: (n, dim), or (n, layers, dim) for layers="all".
+
+    `batch_size` is rows per batch or "auto" (a padded-token budget from the model size).
+    """
+    spec = FeatureSpec.from_options(pool, layers, combine, normalize)
+    device = torch.device(device) if device is not None else next(encoder.parameters()).device
+    rows = None if str(batch_size) == "auto" else int(batch_size)
+    bar = _progress_bar(len(dataset), "embed", progress)
+    try:
+        features, _ = encode_features(encoder, tokenizer, dataset, spec, max_length=max_length, batch_size=rows,
+                                      device=device, dtype=dtype, bar=bar)
+    finally:
+        if bar is not None:
+            bar.close()
+    return features
+
+
+def _progress_bar(total: int, desc: str, enabled: bool) -> Any:
+    if not enabled:
+        return None
+    import sys
+
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit="rows", file=sys.stderr, dynamic_ncols=True, smoothing=0.1)
+
+
+# ---------------------------------------------------------------- processes
+
+
+@dataclass
+class Dist:
+    """Rank and world size under torchrun/accelerate (1 process otherwise), with a barrier."""
+
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+    started_group: bool = False
+
+    @classmethod
+    def from_env(cls) -> Dist:
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        if world <= 1:
+            return cls()
+        dist = cls(int(os.environ.get("RANK", "0")), world, int(os.environ.get("LOCAL_RANK", "0")))
+        import torch.distributed as tdist
+
+        if tdist.is_available() and not tdist.is_initialized() and "MASTER_ADDR" in os.environ:
+            from datetime import timedelta
+
+            # gloo is only used for barriers; a long timeout because a rank may encode for hours.
+            tdist.init_process_group("gloo", timeout=timedelta(hours=24))
+            dist.started_group = True
+        return dist
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    def barrier(self, wait_for: Any = None) -> None:
+        """Wait for every process; without a process group, poll `wait_for()` until it is true."""
+        if self.world <= 1:
+            return
+        import torch.distributed as tdist
+
+        if tdist.is_available() and tdist.is_initialized():
+            tdist.barrier()
+        elif wait_for is not None:
+            while not wait_for():
+                time.sleep(0.5)
+
+    def close(self) -> None:
+        if self.started_group:
+            import torch.distributed as tdist
+
+            tdist.destroy_process_group()
+
+
+# ---------------------------------------------------------------- to a store
+
+
+@dataclass
+class SplitResult:
+    """What `embed_to_store` did for one split."""
+
+    split: str
+    path: str
+    status: str
+    """'complete' (store was already complete), 'resumed', or 'new'."""
+    rows: int
+    shape: list[int]
+    rows_encoded: int = 0
+    tokens_encoded: int = 0
+    seconds: float = 0.0
+    tokens_total: int = 0
+    n_truncated: int = 0
+    shards_total: int = 0
+    shards_skipped: int = 0
+    size_bytes: int = 0
+
+
+def load_embed_data(cfg: EmbedConfig) -> tuple[list[tuple[str, TextDataset]], LabelMap | None]:
+    """The splits to embed (train from --data, plus --dev/--test when given) and the label map from train.
+
+    Labels are optional: they are stored when --label-column is given or the data has a `label(s)` column.
+    """
+    from bertkit.data import _load_named, load_dataset_split
+
+    def load(source: str, first: bool) -> TextDataset:
+        loader = (lambda need: load_dataset_split(cfg, source, need_labels=need)) if first else (
+            lambda need: _load_named(cfg, source, need))
+        try:
+            return loader(True)
+        except UserError as exc:
+            if cfg.label_column is None and str(exc).startswith("No label column"):
+                return loader(False)
+            raise
+
+    assert cfg.data is not None
+    named = [("train", load(cfg.data, True))]
+    named += [(name, load(src, False)) for name, src in (("dev", cfg.dev), ("test", cfg.test)) if src]
+    train = named[0][1]
+    label_map = LabelMap.build(train.labels) if train.labels is not None else None
+    if label_map is not None:
+        for name, ds in named[1:]:
+            if ds.labels is not None:
+                label_map.encode(ds.labels, f"The {name} data {ds.source}")
+    return named, label_map
+
+
+def store_identity(cfg: EmbedConfig, split: str, ds: TextDataset, revision: str, dtype: torch.dtype) -> dict[str, Any]:
+    """The settings that change a store's content; a re-run must match them to resume or to count as done.
+
+    The data is identified by its fingerprint (content hash), not its path, so `./x.tsv` and `/abs/x.tsv` match.
+    """
+    return {
+        "model": cfg.model, "revision": revision, "pool": cfg.pool, "layers": str(cfg.layers),
+        "combine": cfg.combine, "max_length": cfg.max_length, "normalize": cfg.normalize,
+        "dtype": modeling.dtype_name(dtype), "store_dtype": cfg.store_dtype, "split": split,
+        "data_fingerprint": ds.fingerprint, "rows": len(ds), "limit": cfg.limit,
+        "text_column": cfg.text_column, "text_pair_column": cfg.text_pair_column,
+        "label_column": cfg.label_column, "shard_size": cfg.shard_size,
+    }
+
+
+def embed_to_store(cfg: EmbedConfig, progress: bool = True) -> dict[str, Any]:
+    """Run `bertkit embed`: every split to its store under cfg.out; returns a summary (see `SplitResult`)."""
+    from pathlib import Path
+
+    from bertkit import __version__, store
+    from bertkit.runs import package_versions
+
+    dist = Dist.from_env()
+    try:
+        device = modeling.choose_device(cfg.device)
+        if device.type == "cuda" and dist.world > 1:
+            device = torch.device("cuda", dist.local_rank)
+        dtype = modeling.choose_dtype(cfg.dtype, device)
+        root = Path(cfg.out or "").expanduser()
+        named, label_map = load_embed_data(cfg)
+        split_layout = len(named) > 1
+        if dist.main:
+            _check_layout(root, split_layout, cfg.overwrite)
+        tokenizer = modeling.load_tokenizer(cfg.model, cfg.trust_remote_code)
+        model_config = modeling.load_config(cfg.model, cfg.trust_remote_code)
+        modeling.check_max_length(cfg.max_length, tokenizer, model_config, cfg.model)
+        encoder = modeling.load_encoder(cfg.model, cfg.trust_remote_code).to(device)
+        spec = FeatureSpec.from_options(cfg.pool, cfg.layers, cfg.combine, cfg.normalize)
+        n_layers, hidden = encoder_shape(encoder)
+        spec.resolve(n_layers)
+        revision = modeling.model_revision(cfg.model)
+        common = {
+            "bertkit_version": __version__, "model": cfg.model, "revision": revision,
+            "tokenizer": getattr(tokenizer, "name_or_path", cfg.model), "tokenizer_class": type(tokenizer).__name__,
+            "architecture": type(encoder).__name__, "n_layers": n_layers, "hidden_size": hidden,
+            "pool": cfg.pool, "layers": str(cfg.layers), "combine": cfg.combine, "layer_indices": spec.resolve(n_layers),
+            "layer_names": spec.layer_names(n_layers), "max_length": cfg.max_length, "normalize": cfg.normalize,
+            "dtype": modeling.dtype_name(dtype), "label_map": label_map.to_json() if label_map else None,
+            "versions": {k: v for k, v in package_versions().items() if k in ("bertkit", "torch", "transformers")},
+        }
+        results = []
+        for split, ds in named:
+            path = root / split if split_layout else root
+            identity = store_identity(cfg, split, ds, revision, dtype)
+            writer = store.StoreWriter(path, identity, len(ds), cfg.shard_size, spec.row_shape(n_layers, hidden),
+                                       cfg.store_dtype)
+            results.append(_embed_split(cfg, dist, writer, split, ds, encoder, tokenizer, spec, device, dtype,
+                                        label_map, common, progress))
+        if split_layout and dist.main:
+            store.write_splits_index(root, [name for name, _ in named])
+        dist.barrier()
+    finally:
+        dist.close()
+    return _summary(cfg, root, results, dtype, device, dist)
+
+
+def _check_layout(root: Any, split_layout: bool, overwrite: bool) -> None:
+    """A single store and a split store (train/dev/test) must not be mixed in one --out directory."""
+    from bertkit import store
+
+    store.check_out_dir(root, overwrite)
+    single = (root / store.MANIFEST).is_file() or (root / store.IDENTITY).is_file()
+    split = any((root / n).is_dir() for n in store.SPLIT_NAMES)
+    if (split_layout and single) or (not split_layout and split):
+        if overwrite:
+            store.check_out_dir(root, overwrite)
+            store.remove_store_files(root)
+            return
+        have, want = ("a single store", "one store per split") if single else ("one store per split", "a single store")
+        raise UserError(
+            f"--out {root} holds {have}, but this command writes {want} (--dev/--test decide). "
+            f"Use another --out directory or pass --overwrite to replace it."
+        )
+
+
+def _embed_split(cfg: EmbedConfig, dist: Dist, writer: Any, split: str, ds: TextDataset, encoder: Any,
+                 tokenizer: Any, spec: FeatureSpec, device: torch.device, dtype: torch.dtype,
+                 label_map: LabelMap | None, common: dict[str, Any], progress: bool) -> SplitResult:
+    """Encode the missing shards of one split (this rank's share) and, on rank 0, finalize the store."""
+    from bertkit import store
+
+    started = time.perf_counter()
+    status = writer.prepare(cfg.overwrite, create=True) if dist.main else None
+    dist.barrier(wait_for=lambda: (writer.path / store.IDENTITY).is_file() or (writer.path / store.MANIFEST).is_file())
+    status = status or writer.status()
+    result = SplitResult(split, str(writer.path), status, len(ds), [len(ds), *writer.row_shape],
+                         shards_total=len(writer.ranges))
+    if status != "complete":
+        pending_all = writer.pending_shards()
+        result.shards_skipped = len(writer.ranges) - len(pending_all)
+        mine = [k for k in pending_all if k % dist.world == dist.rank]
+        todo_rows = sum(writer.ranges[k][1] - writer.ranges[k][0] for k in mine)
+        bar = _progress_bar(todo_rows, f"embed {split}", progress and dist.main)
+        try:
+            for k in mine:
+                start, end = writer.ranges[k]
+                features, stats = encode_features(encoder, tokenizer, ds.subset(range(start, end)), spec,
+                                                  max_length=cfg.max_length, batch_size=cfg.rows_per_batch,
+                                                  device=device, dtype=dtype, bar=bar)
+                writer.write_shard(k, features, {"tokens": stats.tokens, "padded_tokens": stats.padded_tokens,
+                                                 "n_truncated": stats.n_truncated})
+        finally:
+            if bar is not None:
+                bar.close()
+        dist.barrier(wait_for=writer.all_shards_done)
+        result.rows_encoded = sum(writer.ranges[k][1] - writer.ranges[k][0] for k in pending_all)
+        if dist.main:  # only rank 0 reads the shards: finalize removes them
+            metas = writer.shard_metas()
+            result.tokens_encoded = sum(metas[k]["tokens"] for k in pending_all)
+            labels = label_map.encode(ds.labels, f"{split} data") if (label_map and ds.labels is not None) else None
+            manifest = {**common, "split": split, "data": ds.source, "data_fingerprint": ds.fingerprint,
+                        "rows": len(ds), "limit": cfg.limit, "text_column": cfg.text_column,
+                        "text_pair_column": cfg.text_pair_column, "label_column": cfg.label_column,
+                        "tokens": sum(m["tokens"] for m in metas),
+                        "n_truncated": sum(m["n_truncated"] for m in metas),
+                        "shard_size": cfg.shard_size, "n_shards": len(writer.ranges)}
+            writer.finalize(manifest, labels)
+        if status == "partial":
+            result.status = "resumed"
+        dist.barrier(wait_for=lambda: (writer.path / store.MANIFEST).is_file())
+    final = store.open(writer.path)
+    result.tokens_total = int(final.manifest.get("tokens", 0))
+    result.n_truncated = int(final.manifest.get("n_truncated", 0))
+    result.size_bytes = store.store_size_bytes(writer.path)
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _summary(cfg: EmbedConfig, root: Any, results: list[SplitResult], dtype: torch.dtype, device: torch.device,
+             dist: Dist) -> dict[str, Any]:
+    rows = sum(r.rows_encoded for r in results)
+    tokens = sum(r.tokens_encoded for r in results)
+    seconds = sum(r.seconds for r in results)
+    return {
+        "out": str(root), "model": cfg.model, "device": str(device), "dtype": modeling.dtype_name(dtype),
+        "processes": dist.world, "main_process": dist.main,
+        "complete_already": all(r.status == "complete" for r in results),
+        "rows": sum(r.rows for r in results), "rows_encoded": rows, "tokens_encoded": tokens,
+        "seconds": round(seconds, 3),
+        "rows_per_s": round(rows / seconds, 1) if seconds and rows else None,
+        "tokens_per_s": round(tokens / seconds, 1) if seconds and rows else None,
+        "n_truncated": sum(r.n_truncated for r in results), "max_length": cfg.max_length,
+        "size_bytes": sum(r.size_bytes for r in results),
+        "splits": [vars(r) for r in results],
+    }

@@ -1,0 +1,383 @@
+"""Embedding stores on disk: shards while writing, one memory-mappable array when done, plus a manifest.
+
+Layout of a complete store (a directory)::
+
+    manifest.json    provenance + identity + shapes; written last, so its presence means "complete"
+    features.npy     float32/float16, shape (n, dim) or (n, layers, dim); plain .npy, `numpy.load(mmap_mode="r")`
+    labels.npy       int64 label ids (only when the data had labels; the mapping is in the manifest)
+
+While a run is in progress the directory holds ``identity.json`` (what the store is being made from) and
+``shards/shard-NNNNN.npy`` + ``shard-NNNNN.json``: shard k holds rows ``[k*S, (k+1)*S)`` of the input in the
+original order. Every file is written atomically (temp file + fsync + rename), a shard only once it is
+complete, so a process killed at any point leaves only whole shards behind; a re-run skips them. When every
+shard exists the shards are streamed into ``features.npy`` (bounded memory), the manifest is written, and the
+shards are removed. The result is byte-identical whether or not the run was interrupted.
+
+With ``--dev``/``--test``, ``bertkit embed`` writes one complete store per split (``OUT/train``, ``OUT/dev``,
+``OUT/test``) and an ``OUT/splits.json`` index; `open_splits` reads either shape.
+
+Test hook: the environment variable ``BERTKIT_FAIL_AFTER_SHARDS=k`` makes `StoreWriter.write_shard` raise a
+RuntimeError after k shards were written by this process (used by the tests and the fault-injection suite to
+interrupt a run deterministically; with ``BERTKIT_FAIL_SIGNAL=KILL`` the process SIGKILLs itself instead). Neither
+is set in normal use.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bertkit.data import LabelMap
+from bertkit.errors import UserError
+from bertkit.runs import atomic_path, to_json, write_json_atomic
+
+log = logging.getLogger(__name__)
+
+FORMAT = "bertkit-store/1"
+MANIFEST = "manifest.json"
+IDENTITY = "identity.json"
+FEATURES = "features.npy"
+LABELS = "labels.npy"
+SHARDS = "shards"
+SPLITS_INDEX = "splits.json"
+SPLIT_NAMES = ("train", "dev", "test")
+STORE_DTYPES = ("float32", "float16")
+FAIL_HOOK_ENV = "BERTKIT_FAIL_AFTER_SHARDS"
+FAIL_SIGNAL_ENV = "BERTKIT_FAIL_SIGNAL"
+
+
+# ---------------------------------------------------------------- reading
+
+
+@dataclass
+class Store:
+    """A complete store opened for reading; `features` is memory-mapped (nothing is loaded until indexed)."""
+
+    path: Path
+    features: np.ndarray
+    labels: np.ndarray | None
+    label_map: LabelMap | None
+    manifest: dict[str, Any]
+
+    def __len__(self) -> int:
+        return int(self.features.shape[0])
+
+    @property
+    def dim(self) -> int:
+        return int(self.features.shape[-1])
+
+    @property
+    def layer_names(self) -> list[str] | None:
+        """For `--layers all` stores: names of the layer axis (`embeddings`, `layer 1`, ...)."""
+        return self.manifest.get("layer_names")
+
+
+def is_store(path: str | Path) -> bool:
+    """A complete store directory (has a manifest)."""
+    return (Path(path) / MANIFEST).is_file()
+
+
+def open(path: str | Path) -> Store:  # noqa: A001 - `bertkit.store.open` reads like `numpy.load`
+    """Open a complete store; a split store (OUT with train/dev/test) opens its `train` part."""
+    root = Path(path).expanduser()
+    if not (root / MANIFEST).is_file() and (root / "train" / MANIFEST).is_file():
+        root = root / "train"
+    manifest = _read_manifest(root)
+    try:
+        features = np.load(root / FEATURES, mmap_mode="r")
+        labels = np.load(root / LABELS) if (root / LABELS).is_file() else None
+    except (ValueError, OSError, EOFError) as exc:  # truncated or overwritten array files
+        raise UserError(
+            f"Store {root} is damaged: {FEATURES}/{LABELS} cannot be read ({exc}). "
+            f"Re-run `bertkit embed` with --overwrite to rebuild it."
+        ) from None
+    expected = tuple(manifest["shape"])
+    if features.shape != expected:
+        raise UserError(
+            f"Store {root} is damaged: {FEATURES} has shape {features.shape} but the manifest says {expected}. "
+            f"Re-run `bertkit embed` with --overwrite to rebuild it."
+        )
+    label_map = LabelMap.from_json(manifest["label_map"]) if manifest.get("label_map") else None
+    return Store(root, features, labels, label_map, manifest)
+
+
+def open_splits(path: str | Path) -> dict[str, Store]:
+    """{split name: Store}: the sub-stores of a split store, or {"train": store} for a single store."""
+    root = Path(path).expanduser()
+    if (root / MANIFEST).is_file():
+        return {"train": open(root)}
+    names = [n for n in SPLIT_NAMES if (root / n / MANIFEST).is_file()]
+    index = root / SPLITS_INDEX
+    if index.is_file():
+        names = json.loads(index.read_text(encoding="utf-8"))["splits"]
+    if not names:
+        raise UserError(_not_a_store_message(root))
+    return {name: open(root / name) for name in names}
+
+
+def _not_a_store_message(root: Path) -> str:
+    if (root / IDENTITY).is_file() or any((root / n / IDENTITY).is_file() for n in SPLIT_NAMES):
+        return (
+            f"{root} is an unfinished embedding store (a run was interrupted). Re-run the same `bertkit embed` "
+            f"command to finish it."
+        )
+    return (
+        f"{root} is not a bertkit embedding store (no {MANIFEST}). Pass the --out directory of a finished "
+        f"`bertkit embed` run."
+    )
+
+
+def _read_manifest(root: Path) -> dict[str, Any]:
+    if not (root / MANIFEST).is_file():
+        raise UserError(_not_a_store_message(root))
+    try:
+        manifest = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UserError(f"{root / MANIFEST} is not valid JSON ({exc}). Rebuild the store with --overwrite.") from None
+    if manifest.get("format") != FORMAT:
+        raise UserError(
+            f"{root} has format {manifest.get('format')!r}; this bertkit reads {FORMAT!r}. Rebuild it with --overwrite."
+        )
+    return manifest
+
+
+# ---------------------------------------------------------------- writing
+
+
+def shard_ranges(n_rows: int, shard_size: int) -> list[tuple[int, int]]:
+    """Shard k covers rows [k*S, min((k+1)*S, n)) of the input, in the original order."""
+    return [(start, min(start + shard_size, n_rows)) for start in range(0, n_rows, shard_size)]
+
+
+def identity_mismatch(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """The settings that differ between two identities, as `key: old -> new` lines."""
+    keys = sorted(set(old) | set(new))
+    return [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys if old.get(k) != new.get(k)]
+
+
+class StoreWriter:
+    """Writes one store: `prepare` (identity check, resume), `write_shard` per shard, `finalize` at the end.
+
+    Several processes may write disjoint shards of the same store (multi-process runs); only one of them
+    (rank 0) calls `prepare(..., create=True)` and `finalize`.
+    """
+
+    def __init__(self, path: str | Path, identity: dict[str, Any], n_rows: int, shard_size: int,
+                 row_shape: tuple[int, ...], store_dtype: str):
+        if store_dtype not in STORE_DTYPES:
+            raise UserError(f"--store-dtype must be one of {', '.join(STORE_DTYPES)}; got {store_dtype!r}.")
+        self.path = Path(path).expanduser()
+        self.identity = identity
+        self.n_rows = n_rows
+        self.shard_size = shard_size
+        self.row_shape = tuple(row_shape)
+        self.dtype = np.dtype(store_dtype)
+        self.ranges = shard_ranges(n_rows, shard_size)
+        self.written_here = 0
+
+    # -- state of the directory
+
+    def status(self) -> str:
+        """'complete' (same identity, finished), 'partial' (same identity, unfinished) or 'new' (empty dir)."""
+        if (self.path / MANIFEST).is_file():
+            manifest = _read_manifest(self.path)
+            self._check_identity(manifest.get("identity", {}), finished=True)
+            self._remove_work_files()  # a run killed right after its manifest left them behind
+            return "complete"
+        if (self.path / IDENTITY).is_file():
+            try:
+                old = json.loads((self.path / IDENTITY).read_text(encoding="utf-8"))
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                old = {"unreadable": True}
+            self._check_identity(old, finished=False)
+            return "partial"
+        return "new"
+
+    def _check_identity(self, old: dict[str, Any], finished: bool) -> None:
+        diff = identity_mismatch(old, self.identity)
+        if diff:
+            what = "an embedding store" if finished else "an unfinished embedding store"
+            raise UserError(
+                f"--out {self.path} already holds {what} made with different settings:\n  "
+                + "\n  ".join(diff)
+                + "\nUse a new --out directory, re-run with the store's settings, or pass --overwrite to replace it."
+            )
+
+    def prepare(self, overwrite: bool = False, create: bool = True) -> str:
+        """Check the directory and start or resume; returns the status before this call ('new'/'partial'/'complete')."""
+        check_out_dir(self.path, overwrite)
+        if overwrite and create:
+            remove_store_files(self.path)
+        status = self.status()
+        if status == "partial" and create:
+            for stale in [*self.path.glob(".*.tmp"), *(self.path / SHARDS).glob(".*.tmp")]:
+                stale.unlink(missing_ok=True)  # temp files of a killed run (a SIGKILL skips their cleanup)
+        if status != "complete" and create:
+            try:
+                (self.path / SHARDS).mkdir(parents=True, exist_ok=True)
+                if status == "new":
+                    write_json_atomic(self.path / IDENTITY, self.identity)
+            except OSError as exc:
+                raise UserError(
+                    f"Cannot write to --out {self.path} ({exc.strerror or exc}). Choose a directory you can write to."
+                ) from None
+        return status
+
+    def shard_file(self, k: int) -> Path:
+        return self.path / SHARDS / f"shard-{k:05d}.npy"
+
+    def shard_meta_file(self, k: int) -> Path:
+        return self.path / SHARDS / f"shard-{k:05d}.json"
+
+    def shard_done(self, k: int) -> bool:
+        """A shard is complete when its metadata and its array exist and the array has the expected shape."""
+        meta, array = self.shard_meta_file(k), self.shard_file(k)
+        if not (meta.is_file() and array.is_file()):
+            return False
+        start, end = self.ranges[k]
+        try:
+            found = np.load(array, mmap_mode="r")
+            json.loads(meta.read_text(encoding="utf-8"))
+        except (ValueError, OSError, json.JSONDecodeError):
+            return False
+        return found.shape == (end - start, *self.row_shape) and found.dtype == self.dtype
+
+    def pending_shards(self, rank: int = 0, world: int = 1) -> list[int]:
+        """Shards this process (rank of world) still has to write."""
+        return [k for k in range(len(self.ranges)) if k % world == rank and not self.shard_done(k)]
+
+    def write_shard(self, k: int, features: np.ndarray, meta: dict[str, Any]) -> None:
+        """Write shard k atomically (metadata first, the array last: the array's presence commits the shard)."""
+        start, end = self.ranges[k]
+        expected = (end - start, *self.row_shape)
+        if features.shape != expected:
+            raise ValueError(f"shard {k}: features shape {features.shape}, expected {expected}")
+        write_json_atomic(self.shard_meta_file(k), {"shard": k, "rows": [start, end], **meta})
+        with atomic_path(self.shard_file(k)) as tmp:
+            with tmp.open("wb") as handle:
+                np.save(handle, np.ascontiguousarray(features, dtype=self.dtype))
+            _kill_point("embed.shard.before_rename")
+        self.written_here += 1
+        _maybe_fail(self.written_here)
+
+    def all_shards_done(self) -> bool:
+        return all(self.shard_done(k) for k in range(len(self.ranges)))
+
+    def shard_metas(self) -> list[dict[str, Any]]:
+        return [json.loads(self.shard_meta_file(k).read_text(encoding="utf-8")) for k in range(len(self.ranges))]
+
+    def finalize(self, manifest: dict[str, Any], labels: np.ndarray | None) -> Store:
+        """Merge the shards into features.npy, write labels and the manifest (last), remove the shards."""
+        missing = [k for k in range(len(self.ranges)) if not self.shard_done(k)]
+        if missing:
+            raise RuntimeError(f"cannot finalize {self.path}: shards {missing[:10]} are missing")
+        shape = (self.n_rows, *self.row_shape)
+        with atomic_path(self.path / FEATURES) as tmp:
+            merged = np.lib.format.open_memmap(tmp, mode="w+", dtype=self.dtype, shape=shape)
+            for k, (start, end) in enumerate(self.ranges):
+                merged[start:end] = np.load(self.shard_file(k), mmap_mode="r")
+            merged.flush()
+            del merged
+        if labels is not None:
+            with atomic_path(self.path / LABELS) as tmp:
+                with tmp.open("wb") as handle:
+                    np.save(handle, np.asarray(labels, dtype=np.int64))
+        full = {"format": FORMAT, **manifest, "identity": self.identity, "shape": list(shape),
+                "store_dtype": str(self.dtype), "files": {"features": FEATURES, "labels": LABELS if labels is not None else None}}
+        _kill_point("embed.finalize.before_manifest")
+        write_json_atomic(self.path / MANIFEST, full)
+        self._remove_work_files()
+        return open(self.path)
+
+    def _remove_work_files(self) -> None:
+        """Shards, identity and the temp files of writes that a killed run never renamed (can be store-sized)."""
+        shutil.rmtree(self.path / SHARDS, ignore_errors=True)
+        (self.path / IDENTITY).unlink(missing_ok=True)
+        for tmp in self.path.glob(".*.tmp"):
+            tmp.unlink(missing_ok=True)
+
+
+def _kill_point(name: str) -> None:
+    """A named SIGKILL point for the fault-injection suite (`bertkit.faults`, env BERTKIT_KILL_AT); no-op otherwise."""
+    if os.environ.get("BERTKIT_KILL_AT"):
+        from bertkit import faults
+
+        faults.maybe_kill(name)
+
+
+def _maybe_fail(written: int) -> None:
+    """Test hook (see module docstring): fail after `BERTKIT_FAIL_AFTER_SHARDS` shards were written.
+
+    With `BERTKIT_FAIL_SIGNAL=KILL` the process SIGKILLs itself instead (a real, uncatchable kill).
+    """
+    value = os.environ.get(FAIL_HOOK_ENV)
+    if value and value.isdigit() and written >= int(value):
+        if os.environ.get(FAIL_SIGNAL_ENV, "").upper() == "KILL":
+            import signal
+
+            os.kill(os.getpid(), signal.SIGKILL)
+        raise RuntimeError(f"{FAIL_HOOK_ENV}={value}: injected failure after {written} shard(s) (test hook)")
+
+
+STORE_FILES = (MANIFEST, IDENTITY, FEATURES, LABELS, SPLITS_INDEX)
+
+
+def check_out_dir(path: Path, overwrite: bool) -> None:
+    """--out must be a directory we can write, and either empty, a bertkit store, or a split store."""
+    if path.exists() and not path.is_dir():
+        raise UserError(f"--out {path} is an existing file, not a directory. Pass a directory path for --out.")
+    if path.is_dir():
+        foreign = [p.name for p in path.iterdir() if not _is_store_entry(p)]
+        if foreign:
+            shown = ", ".join(sorted(foreign)[:5])
+            raise UserError(
+                f"--out {path} exists and holds files that are not part of an embedding store ({shown}). "
+                f"Choose an empty or new directory for --out (--overwrite only replaces embedding stores)."
+            )
+    target = path if path.exists() else next((p for p in path.parents if p.exists()), Path("/"))
+    if not target.is_dir():
+        raise UserError(f"Cannot create --out {path}: {target} is a file, not a directory. Choose another --out path.")
+    if not os.access(target, os.W_OK | os.X_OK):
+        raise UserError(f"Cannot write to --out {path} (no write permission on {target}). Choose a directory you can write to.")
+
+
+def _is_store_entry(p: Path) -> bool:
+    if p.name in STORE_FILES or p.name == SHARDS or p.name.startswith("."):
+        return True
+    return p.is_dir() and p.name in SPLIT_NAMES and all(_is_store_entry(c) for c in p.iterdir())
+
+
+def remove_store_files(path: Path) -> None:
+    """Delete what a previous embed run wrote in `path` (only store files; anything else stays)."""
+    if not path.is_dir():
+        return
+    for name in SPLIT_NAMES:
+        if (path / name).is_dir():
+            remove_store_files(path / name)
+            if not any((path / name).iterdir()):
+                (path / name).rmdir()
+    shutil.rmtree(path / SHARDS, ignore_errors=True)
+    for name in STORE_FILES:
+        (path / name).unlink(missing_ok=True)
+    for tmp in path.glob(".*.tmp"):
+        tmp.unlink(missing_ok=True)
+
+
+def write_splits_index(root: Path, splits: list[str]) -> None:
+    write_json_atomic(root / SPLITS_INDEX, {"format": FORMAT, "splits": splits})
+
+
+def store_size_bytes(path: Path) -> int:
+    """Bytes on disk under `path` (a store or a split store)."""
+    return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
+
+
+def manifest_text(manifest: dict[str, Any]) -> str:
+    return to_json(manifest)

@@ -1,0 +1,194 @@
+"""extract_features against plain transformers: [CLS], mean/max with padding, layer choice, order, bf16."""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import pytest
+import torch
+
+from bertkit import modeling
+from bertkit.data import TextDataset
+from bertkit.embed import FeatureSpec, auto_token_budget, extract_features, plan_batches
+from bertkit.errors import UserError
+
+TEXTS = [
+    "a",
+    "the movie was long , slow and in the end rather pointless for everyone involved in it",
+    "great fun",
+    "an honest , moving and beautifully acted story about growing up",
+    "no",
+    "it is what it is",
+    "the plot makes no sense , but the songs are good and the cast seems to enjoy itself",
+    "boring",
+    "i laughed , i cried , i asked for my money back",
+    "subtle",
+    "one of the best films of the year , and one of the strangest",
+    "meh .",
+]
+
+
+@pytest.fixture(scope="module")
+def bert(tiny_bert_dir):
+    return modeling.load_encoder(str(tiny_bert_dir)), modeling.load_tokenizer(str(tiny_bert_dir))
+
+
+@pytest.fixture(scope="module")
+def distilbert(tiny_distilbert_dir):
+    return modeling.load_encoder(str(tiny_distilbert_dir)), modeling.load_tokenizer(str(tiny_distilbert_dir))
+
+
+def reference_states(encoder, tokenizer, text: str, pair: str | None = None) -> tuple[torch.Tensor, ...]:
+    """Hidden states of one unpadded row, from plain transformers."""
+    enc = tokenizer(text, pair, return_tensors="pt")
+    if "token_type_ids" not in inspect.signature(encoder.forward).parameters:
+        enc.pop("token_type_ids", None)
+    with torch.no_grad():
+        out = encoder(**enc, output_hidden_states=True)
+    return out.hidden_states
+
+
+@pytest.mark.parametrize("which", ["bert", "distilbert"])
+def test_cls_equals_plain_transformers_last_hidden_state(which, request):
+    encoder, tokenizer = request.getfixturevalue(which)
+    ds = TextDataset(TEXTS)
+    got = extract_features(encoder, tokenizer, ds, batch_size=5)
+    enc = tokenizer(TEXTS, padding=True, return_tensors="pt")
+    if which == "distilbert":
+        enc.pop("token_type_ids", None)
+    with torch.no_grad():
+        want = encoder(**enc).last_hidden_state[:, 0].numpy()
+    assert got.shape == (len(TEXTS), 32) and got.dtype == np.float32
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+
+
+def test_sentence_pairs_use_token_type_ids(bert):
+    encoder, tokenizer = bert
+    firsts, seconds = TEXTS[:6], TEXTS[6:]
+    got = extract_features(encoder, tokenizer, TextDataset(firsts, pairs=seconds), batch_size=4)
+    for i, (a, b) in enumerate(zip(firsts, seconds, strict=True)):
+        want = reference_states(encoder, tokenizer, a, b)[-1][0, 0].numpy()
+        np.testing.assert_allclose(got[i], want, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("which", ["bert", "distilbert"])
+def test_mean_and_max_ignore_padding(which, request):
+    encoder, tokenizer = request.getfixturevalue(which)
+    ds = TextDataset(TEXTS)
+    # batch_size 12: one batch, so every short row carries a lot of padding
+    mean = extract_features(encoder, tokenizer, ds, pool="mean", batch_size=12)
+    maxed = extract_features(encoder, tokenizer, ds, pool="max", batch_size=12)
+    for i, text in enumerate(TEXTS):
+        states = reference_states(encoder, tokenizer, text)[-1][0]  # unpadded (seq, dim)
+        np.testing.assert_allclose(mean[i], states.mean(0).numpy(), atol=1e-5, rtol=0)
+        np.testing.assert_allclose(maxed[i], states.max(0).values.numpy(), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("which", ["bert", "distilbert"])
+def test_layers_all_matches_output_hidden_states(which, request):
+    encoder, tokenizer = request.getfixturevalue(which)
+    got = extract_features(encoder, tokenizer, TextDataset(TEXTS), layers="all", batch_size=3)
+    assert got.shape == (len(TEXTS), 3, 32)  # embeddings + 2 layers
+    for i, text in enumerate(TEXTS):
+        states = reference_states(encoder, tokenizer, text)
+        want = np.stack([h[0, 0].numpy() for h in states])
+        np.testing.assert_allclose(got[i], want, atol=1e-5, rtol=0)
+
+
+def test_layer_lists_concat_mean_sum(bert):
+    encoder, tokenizer = bert
+    ds = TextDataset(TEXTS)
+    every = extract_features(encoder, tokenizer, ds, layers="all", batch_size=4)
+    concat = extract_features(encoder, tokenizer, ds, layers="-2,-1", batch_size=4)
+    np.testing.assert_allclose(concat, np.concatenate([every[:, 1], every[:, 2]], axis=1), atol=1e-6)
+    mean = extract_features(encoder, tokenizer, ds, layers="-2,-1", combine="mean", batch_size=4)
+    np.testing.assert_allclose(mean, every[:, 1:].mean(axis=1), atol=1e-6)
+    total = extract_features(encoder, tokenizer, ds, layers="0,2", combine="sum", batch_size=4)
+    np.testing.assert_allclose(total, every[:, 0] + every[:, 2], atol=1e-5)
+    all_mean = extract_features(encoder, tokenizer, ds, layers="all", combine="mean", batch_size=4)
+    assert all_mean.shape == (len(TEXTS), 32)
+
+
+def test_order_is_preserved_under_length_sorting(bert):
+    encoder, tokenizer = bert
+    one_by_one = np.stack([extract_features(encoder, tokenizer, TextDataset([t]), batch_size=1)[0] for t in TEXTS])
+    batched = extract_features(encoder, tokenizer, TextDataset(TEXTS), batch_size=4)
+    auto = extract_features(encoder, tokenizer, TextDataset(TEXTS), batch_size="auto")
+    np.testing.assert_allclose(batched, one_by_one, atol=1e-5)
+    np.testing.assert_allclose(auto, one_by_one, atol=1e-5)
+    perm = np.random.default_rng(0).permutation(len(TEXTS))
+    shuffled = extract_features(encoder, tokenizer, TextDataset([TEXTS[i] for i in perm]), batch_size=4)
+    np.testing.assert_allclose(shuffled, one_by_one[perm], atol=1e-5)
+
+
+def test_normalize_gives_unit_vectors(bert):
+    encoder, tokenizer = bert
+    flat = extract_features(encoder, tokenizer, TextDataset(TEXTS), pool="mean", normalize=True)
+    np.testing.assert_allclose(np.linalg.norm(flat, axis=-1), 1.0, atol=1e-5)
+    stacked = extract_features(encoder, tokenizer, TextDataset(TEXTS), layers="all", normalize=True)
+    np.testing.assert_allclose(np.linalg.norm(stacked, axis=-1), 1.0, atol=1e-5)
+
+
+def test_bf16_close_to_fp32(bert):
+    encoder, tokenizer = bert
+    ds = TextDataset(TEXTS[:4])  # bf16 is emulated (slow) on CPUs without AVX512-BF16: keep it tiny
+    fp32 = extract_features(encoder, tokenizer, ds, pool="mean", batch_size=4)
+    bf16 = extract_features(encoder, tokenizer, ds, pool="mean", batch_size=4, dtype=torch.bfloat16)
+    assert bf16.dtype == np.float32
+    cosine = (fp32 * bf16).sum(1) / (np.linalg.norm(fp32, axis=1) * np.linalg.norm(bf16, axis=1))
+    assert cosine.min() >= 0.99
+    assert not np.array_equal(fp32, bf16)  # autocast really ran in bf16
+
+
+def test_bad_layer_index_is_a_user_error(bert):
+    encoder, tokenizer = bert
+    with pytest.raises(UserError, match="out of range"):
+        extract_features(encoder, tokenizer, TextDataset(TEXTS[:2]), layers="-4")
+    with pytest.raises(UserError, match="--layers"):
+        extract_features(encoder, tokenizer, TextDataset(TEXTS[:2]), layers="last")
+    with pytest.raises(UserError, match="--pool"):
+        extract_features(encoder, tokenizer, TextDataset(TEXTS[:2]), pool="first")
+
+
+def test_feature_spec_shapes():
+    assert FeatureSpec.from_options("cls", "-1", "concat", False).row_shape(6, 384) == (384,)
+    assert FeatureSpec.from_options("cls", "-4,-3,-2,-1", "concat", False).row_shape(6, 384) == (4 * 384,)
+    assert FeatureSpec.from_options("cls", "-4,-3,-2,-1", "mean", False).row_shape(6, 384) == (384,)
+    assert FeatureSpec.from_options("cls", "all", "concat", False).row_shape(6, 384) == (7, 384)
+    assert FeatureSpec.from_options("cls", "all", "concat", False).layer_names(2) == ["embeddings", "layer 1", "layer 2"]
+    assert FeatureSpec.from_options("cls", "0,-1", "concat", False).resolve(6) == [0, 6]
+
+
+def test_auto_budget_scales_with_model_size():
+    from transformers import BertConfig, BertModel, DistilBertConfig, DistilBertModel
+
+    small = BertModel(BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=1536,
+                                 vocab_size=100))
+    big = BertModel(BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=3072,
+                               vocab_size=100))
+    distil = DistilBertModel(DistilBertConfig(dim=32, n_layers=1, n_heads=2, hidden_dim=3072, vocab_size=100))
+    cpu = torch.device("cpu")
+    assert auto_token_budget(small, cpu) == (4096, 256)
+    assert auto_token_budget(big, cpu) == (2048, 256)
+    assert auto_token_budget(distil, cpu) == (2048, 256)
+    lengths = np.array([5, 100, 7, 60, 3] * 20)
+    batches = plan_batches(lengths, None, (400, 256))
+    assert sorted(np.concatenate(batches).tolist()) == list(range(100))  # every row exactly once
+    assert all(len(b) * lengths[b].max() <= 400 for b in batches)
+
+
+@pytest.mark.parametrize("which", ["bert", "distilbert"])
+@pytest.mark.parametrize("pool,layers", [("cls", "-1"), ("cls", "0"), ("cls", "1"), ("cls", "0,1"), ("mean", "1"),
+                                         ("cls", "all"), ("max", "-2,-1")])
+def test_pruned_forward_equals_full_model(which, pool, layers, request, monkeypatch):
+    """Skipping unused top layers and the [CLS]-only top layer give what the full model gives."""
+    import bertkit.embed as embed_module
+
+    encoder, tokenizer = request.getfixturevalue(which)
+    ds = TextDataset(TEXTS)
+    fast = extract_features(encoder, tokenizer, ds, pool=pool, layers=layers, batch_size=5)
+    monkeypatch.setattr(embed_module, "PRUNE_LAYERS", False)
+    full = extract_features(encoder, tokenizer, ds, pool=pool, layers=layers, batch_size=5)
+    np.testing.assert_allclose(fast, full, atol=1e-5, rtol=0)
+    assert len(encoder.encoder.layer if which == "bert" else encoder.transformer.layer) == 2  # restored
