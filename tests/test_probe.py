@@ -1,0 +1,334 @@
+"""bertkit probe: the probe core on arrays, the layer sweep, saved probes, the CLI and its errors (tiny models)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from bertkit import plots, probe
+from bertkit.cli import app
+from bertkit.config import ProbeConfig
+from bertkit.data import LabelMap, TextDataset
+from bertkit.errors import UserError
+
+runner = CliRunner()
+
+
+def blobs(n: int, d: int, classes: int = 2, seed: int = 0, gap: float = 4.0) -> tuple[np.ndarray, np.ndarray]:
+    """Gaussian blobs, one per class, `gap` apart along the first axes: linearly separable for a big gap."""
+    rng = np.random.default_rng(seed)
+    y = np.arange(n) % classes
+    X = rng.normal(size=(n, d)).astype(np.float32)
+    X[np.arange(n), y % d] += gap
+    return X, y
+
+
+# ---------------------------------------------------------------- core on arrays
+
+
+def test_separable_features_score_one():
+    X, y = blobs(200, 16, gap=12.0)
+    fit = probe.fit_probe(X, y, seed=0)
+    result = probe.score_probe(fit, X, y, ["neg", "pos"])
+    assert result["accuracy"] == 1.0
+    assert result["mcc"] == 1.0
+    assert result["confusion_matrix"] == [[100, 0], [0, 100]]
+
+
+def test_shuffled_labels_score_near_chance():
+    X, y = blobs(1200, 16, gap=12.0)
+    shuffled = np.random.default_rng(1).permutation(y)
+    fit = probe.fit_probe(X[:800], shuffled[:800], seed=0)
+    accuracy = probe.score_probe(fit, X[800:], shuffled[800:])["accuracy"]
+    assert 0.40 <= accuracy <= 0.60
+
+
+def test_multiclass_probe_and_class_weight():
+    X, y = blobs(300, 8, classes=3, gap=10.0)
+    fit = probe.fit_probe(X, y, class_weight="balanced", seed=0)
+    result = probe.score_probe(fit, X, y, ["a", "b", "c"])
+    assert result["accuracy"] > 0.95
+    assert len(result["confusion_matrix"]) == 3
+    assert fit.classifier.class_weight == "balanced"
+
+
+def test_cv_path_matches_grid_search_on_the_same_folds():
+    """The warm-started path gives the same fold scores as GridSearchCV over a scaler+LR pipeline."""
+    from sklearn.model_selection import GridSearchCV
+
+    X, y = blobs(240, 10, gap=1.0, seed=3)
+    grid = [0.001, 0.01, 0.1, 1.0, 10.0]
+    fit = probe.fit_probe(X, y, cv=4, C_grid=grid, seed=0)
+    search = GridSearchCV(probe.make_pipeline(1.0, None, 0), {"lr__C": grid}, cv=probe.cv_folds(y, 4)).fit(X, y)
+    ours = [r["mean"] for r in fit.cv_results or []]
+    assert np.allclose(ours, search.cv_results_["mean_test_score"], atol=1e-9)
+    assert fit.C == search.best_params_["lr__C"]
+
+
+def test_cv_with_too_few_rows_per_class_is_a_user_error():
+    X, y = blobs(6, 4)
+    with pytest.raises(UserError, match="--cv 5"):
+        probe.fit_probe(X, y, cv=5)
+
+
+def test_repeats_and_bootstrap_interval():
+    X, y = blobs(300, 8, gap=1.5)
+    rep = probe.repeat_probe(X[:200], y[:200], X[200:], y[200:], repeats=4, seed=0)
+    assert rep["repeats"] == 4 and len(rep["accuracy"]["values"]) == 4
+    assert rep["accuracy"]["std"] > 0  # different subsets, different probes
+    pred = np.where(np.arange(100) < 70, y[200:], 1 - y[200:])  # 70% right
+    low, high = probe.bootstrap_ci(y[200:], pred, seed=0)
+    assert 0.55 < low < 0.70 < high < 0.85
+
+
+def test_majority_and_tfidf_baselines():
+    y_train, y_dev = np.array([0, 0, 0, 1]), np.array([0, 1, 1, 1])
+    assert probe.majority_baseline(y_train, y_dev)["accuracy"] == 0.25
+    texts = ["good film", "great movie", "bad film", "awful movie"] * 5
+    labels = np.array([1, 1, 0, 0] * 5)
+    result = probe.tfidf_baseline(texts, labels, ["good movie", "awful film"], np.array([1, 0]))
+    assert result["accuracy"] == 1.0
+
+
+# ---------------------------------------------------------------- layer sweep and plot
+
+
+def test_sweep_gives_one_row_per_layer_and_pool_and_a_plot(tmp_path):
+    X, y = blobs(160, 6, gap=3.0)
+    rng = np.random.default_rng(0)
+    noise = rng.normal(size=(160, 3, 6)).astype(np.float32)
+    layered = np.stack([noise[:, 0], X, noise[:, 2]], axis=1)  # only "layer 1" carries the label
+    by_pool = {"cls": layered, "mean": noise}
+    sweep = probe.sweep_layers({p: a[:120] for p, a in by_pool.items()}, y[:120], {p: a[120:] for p, a in by_pool.items()},
+                               y[120:], layer_names=["embeddings", "layer 1", "layer 2"], seed=0)
+    rows = sweep.rows()
+    assert [(r["pool"], r["layer"]) for r in rows] == [(p, i) for p in ("cls", "mean") for i in range(3)]
+    assert sum(r["best"] for r in rows) == 1
+    assert (sweep.best.pool, sweep.best.layer_name) == ("cls", "layer 1")
+    png = plots.probe_layer_curve(rows, {"majority class": 0.5}, tmp_path / "curve.png", "test")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# ---------------------------------------------------------------- saved probe
+
+
+@pytest.mark.parametrize("classes", [2, 3])
+def test_saved_probe_reloads_and_predicts_the_same(tmp_path, classes):
+    X, y = blobs(150, 12, classes=classes, gap=1.5)
+    fit = probe.fit_probe(X, y, seed=0)
+    label_map = LabelMap.build([f"c{i}" for i in range(classes)])
+    probe.save_probe(tmp_path, fit, label_map, {"model": "m", "pool": "cls", "layers": "-1"})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["probe.json", "probe.safetensors"]
+    saved = probe.load_probe(tmp_path)
+    assert np.array_equal(saved.predict(X), fit.predict(X))
+    assert np.allclose(saved.predict_proba(X), fit.predict_proba(X), atol=1e-6)
+    assert saved.label_map == label_map and saved.meta["pool"] == "cls"
+
+
+def test_load_probe_of_a_folder_without_probe_is_a_user_error(tmp_path):
+    with pytest.raises(UserError, match="not a saved probe"):
+        probe.load_probe(tmp_path)
+
+
+# ---------------------------------------------------------------- config
+
+
+def test_config_validation_names_the_flags():
+    with pytest.raises(UserError, match="--C fixes"):
+        ProbeConfig(data="x.tsv", C=1.0, cv=5)
+    with pytest.raises(UserError, match="--C-grid"):
+        ProbeConfig(data="x.tsv", C_grid="0.1,1")
+    with pytest.raises(UserError, match="--pool"):
+        ProbeConfig(data="x.tsv", pool="cls,avg")
+    with pytest.raises(UserError, match="exactly one of --features"):
+        ProbeConfig()
+    assert ProbeConfig(data="x.tsv", cv=5, C_grid="alammar").c_values[-1] == pytest.approx(100.0)
+
+
+# ---------------------------------------------------------------- CLI (tiny BERT)
+
+
+@pytest.fixture
+def toy_files(write_tsv, toy_rows):
+    train = write_tsv("train.tsv", toy_rows[:30], header=("sentence", "label"))
+    dev = write_tsv("dev.tsv", toy_rows[30:], header=("sentence", "label"))
+    return train, dev
+
+
+def invoke(*args: str):
+    return runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
+
+
+def test_cli_probe_sweep_writes_run_dir_and_reuses_cached_features(tiny_bert_dir, toy_files, tmp_path):
+    train, dev = toy_files
+    out = tmp_path / "run"
+    args = ["probe", "--model", tiny_bert_dir, "--data", train, "--dev", dev, "--layers", "all", "--pool", "cls,mean",
+            "--repeats", "2", "--out", out, "--quiet", "--json"]
+    result = invoke(*args)
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert [(r["pool"], r["layer_name"]) for r in report["sweep"]] == [
+        (p, n) for p in ("cls", "mean") for n in ("embeddings", "layer 1", "layer 2")]
+    assert set(report["baselines"]) == {"majority", "tfidf", "random_encoder"}
+    assert report["repeats"]["repeats"] == 2
+    for name in ("config.json", "metrics.json", "probe_layers.png", "confusion_matrix.png", "probe/probe.safetensors",
+                 "probe/probe.json", "features/train-cls-all.npy", "features/dev-mean-all.npy"):
+        assert (out / name).is_file(), name
+    config = json.loads((out / "config.json").read_text())
+    assert config["command"] == "probe" and config["config"]["pool"] == "cls,mean"
+    cached = out / "features" / "train-cls-all.npy"
+    before = cached.stat().st_mtime_ns
+    again = invoke(*args)
+    assert again.exit_code == 0
+    assert cached.stat().st_mtime_ns == before  # reused, not re-extracted
+    assert json.loads(again.stdout)["sweep"] == report["sweep"]
+
+
+def test_cli_table_marks_best_and_lists_baselines(tiny_bert_dir, toy_files, tmp_path):
+    train, dev = toy_files
+    result = invoke("probe", "--model", tiny_bert_dir, "--data", train, "--dev", dev, "--quiet", "--cv", "2",
+                    "--C-grid", "0.1,1")
+    assert result.exit_code == 0, result.output
+    assert "layer 2 *" in result.stdout
+    for text in ("majority class", "TF-IDF + LR", "random-init encoder", "best: cls layer 2"):
+        assert text in result.stdout
+
+
+def test_saved_probe_predicts_like_the_sweep_and_predict_command_uses_it(tiny_bert_dir, toy_files, tmp_path):
+    from bertkit.config import DataOptions
+    from bertkit.data import load_dataset_split
+
+    train, dev = toy_files
+    out = tmp_path / "run"
+    result = invoke("probe", "--model", tiny_bert_dir, "--data", train, "--dev", dev, "--pool", "mean",
+                    "--no-baselines", "--out", out, "--quiet", "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    saved = probe.load_probe(out / "probe")
+    dev_ds = load_dataset_split(DataOptions(), str(dev))
+    ids, proba = probe.predict_with_probe(saved, dev_ds)
+    confusion = np.zeros((2, 2), dtype=int)
+    truth = saved.label_map.encode(dev_ds.labels or [], "dev")
+    np.add.at(confusion, (truth, ids), 1)
+    assert confusion.tolist() == report["best"]["dev"]["confusion_matrix"]
+    assert np.allclose(proba.sum(axis=1), 1.0)
+
+    predicted = invoke("predict", "--probe", out, "--text", "a wonderful film , truly great", "--text", "an awful movie",
+                       "--json", "--quiet")
+    assert predicted.exit_code == 0, predicted.output
+    rows = json.loads(predicted.stdout)["predictions"]
+    assert len(rows) == 2 and {r["label"] for r in rows} <= {"neg", "pos"}
+    new = TextDataset(["a wonderful film , truly great", "an awful movie"])
+    expected = saved.label_map.decode(probe.predict_with_probe(saved, new)[0])
+    assert [r["label"] for r in rows] == expected
+
+
+def embed_store(model: Path, train: Path, dev: Path | None, out: Path, *extra: str) -> Path:
+    args = ["embed", "--model", model, "--data", train, "--layers", "all", "--out", out, "--quiet", *extra]
+    if dev is not None:
+        args += ["--dev", dev]
+    result = invoke(*args)
+    assert result.exit_code == 0, result.output
+    return out
+
+
+@pytest.fixture(scope="module")
+def toy_store(tiny_bert_dir, tmp_path_factory):
+    """A `--layers all` train/dev store of the toy rows made by the tiny BERT (shared by the store tests)."""
+    good, bad = ["great", "wonderful", "lovely", "superb", "delightful"], ["awful", "terrible", "boring", "dreadful", "horrible"]
+    rows = [row for i in range(20) for row in ((f"a {good[i % 5]} film , truly {good[(i + 2) % 5]}", "pos"),
+                                               (f"an {bad[i % 5]} movie , really {bad[(i + 1) % 5]}", "neg"))]
+    root = tmp_path_factory.mktemp("toy-store")
+    for name, part in (("train.tsv", rows[:30]), ("dev.tsv", rows[30:])):
+        (root / name).write_text("sentence\tlabel\n" + "".join(f"{t}\t{lab}\n" for t, lab in part), encoding="utf-8")
+    return embed_store(tiny_bert_dir, root / "train.tsv", root / "dev.tsv", root / "store")
+
+
+def test_probe_on_a_store_as_a_subprocess(toy_store):
+    store_dir = toy_store
+    proc = subprocess.run([sys.executable, "-m", "bertkit", "probe", "--features", str(store_dir), "--layers", "1,2",
+                           "--no-baselines", "--json", "--quiet"], capture_output=True, text=True,
+                          env={"HF_HUB_OFFLINE": "1", "PATH": ""})
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert [r["layer_name"] for r in report["sweep"]] == ["layer 1", "layer 2"]
+    assert report["source"] == "store" and report["rows"] == {"train": 30, "dev": 10}
+    assert "baselines" not in report
+
+
+def test_probe_on_a_store_rereads_text_for_baselines(toy_store):
+    result = invoke("probe", "--features", toy_store, "--layers", "-1", "--json", "--quiet")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert set(report["baselines"]) == {"majority", "tfidf", "random_encoder"}  # text from the store's data file
+    assert report["baselines"]["random_encoder"]["layer"] == "layer 2"
+
+
+def test_store_without_labels_is_a_clear_error(tiny_bert_dir, write_tsv, tmp_path):
+    texts = write_tsv("texts.tsv", [(f"sentence number {i}",) for i in range(12)], header=("sentence",))
+    store_dir = embed_store(tiny_bert_dir, texts, None, tmp_path / "store")
+    result = invoke("probe", "--features", store_dir)
+    assert result.exit_code == 2
+    assert "has no labels" in result.output and "--label-column" in result.output
+
+
+def test_store_from_another_model_is_a_clear_error(tiny_distilbert_dir, toy_store):
+    result = invoke("probe", "--features", toy_store, "--model", tiny_distilbert_dir)
+    assert result.exit_code == 2
+    assert "was made by model" in result.output and "Drop --model" in result.output
+
+
+def test_dev_labels_unseen_in_train_is_a_clear_error(tiny_bert_dir, write_tsv, toy_rows):
+    train = write_tsv("train.tsv", toy_rows[:20], header=("sentence", "label"))
+    dev = write_tsv("dev.tsv", [("a so-so film", "meh"), *toy_rows[20:24]], header=("sentence", "label"))
+    result = invoke("probe", "--model", tiny_bert_dir, "--data", train, "--dev", dev)
+    assert result.exit_code == 2
+    assert "not seen in the training data" in result.output and "'meh'" in result.output
+
+
+def test_missing_store_and_wrong_pool_are_clear_errors(toy_store, tmp_path):
+    result = invoke("probe", "--features", tmp_path / "nowhere")
+    assert result.exit_code == 2 and "does not exist" in result.output
+    store_dir = toy_store
+    result = invoke("probe", "--features", store_dir, "--pool", "mean")
+    assert result.exit_code == 2 and "holds 'cls' features only" in result.output
+    result = invoke("probe", "--features", store_dir, "--layers", "7")
+    assert result.exit_code == 2 and "has no layer 7" in result.output
+
+
+def test_one_pass_pooling_equals_extract_features(tiny_bert_dir):
+    import torch
+
+    from bertkit import modeling
+    from bertkit.embed import extract_features
+
+    tokenizer, encoder = modeling.load_tokenizer(str(tiny_bert_dir)), modeling.load_encoder(str(tiny_bert_dir))
+    ds = TextDataset(["a short one", "a somewhat longer sentence with more words in it", "mid length text here"])
+    both = probe.extract_pooled(encoder, tokenizer, ds, pools=["cls", "mean"], layers=[0, 2], max_length=32,
+                                batch_size=2, dtype=torch.float32)
+    for pool in ("cls", "mean"):
+        assert both[pool].shape == (3, 2, 32)
+        for position, layer in enumerate([0, 2]):
+            single = extract_features(encoder, tokenizer, ds, pool=pool, layers=str(layer), max_length=32, batch_size=2)
+            assert np.allclose(both[pool][:, position], single, atol=1e-5)
+
+
+def test_config_fields_are_probe_options_and_recipes_load():
+    import dataclasses
+    import inspect
+
+    from bertkit import cli
+    from bertkit.config import load_recipe
+
+    params = set(inspect.signature(cli.probe).parameters)
+    assert {f.name for f in dataclasses.fields(ProbeConfig)} <= params
+    for name in ("alammar-sst2-probe", "alammar-sst2-probe-offline"):
+        cfg = ProbeConfig(**load_recipe(name, "probe", ProbeConfig))
+        assert cfg.data and cfg.dev and cfg.text_column == "0"
+    assert ProbeConfig(**load_recipe("alammar-sst2-probe", "probe", ProbeConfig)).cv == 5
