@@ -1,0 +1,369 @@
+"""`bertkit bench`: timing discipline (stub models on a fake clock), claims arithmetic, report structure, CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from bertkit import bench, data, modeling
+from bertkit.cli import app
+from bertkit.errors import UserError
+
+runner = CliRunner()
+FAST = ["--min-iters", "1", "--min-seconds", "0", "--warmup", "0", "--rounds", "2", "--batch-sizes", "2",
+        "--train-batch-size", "2", "--limit", "6", "--max-length", "16"]
+
+
+# ---------------------------------------------------------------- stubs with a known cost
+
+
+class FakeClock:
+    """A clock that only moves when the stubs say their work happened."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class StubModel(torch.nn.Module):
+    """forward costs `per_call + per_token * padded tokens` on the fake clock and logs who ran."""
+
+    def __init__(self, clock: FakeClock, name: str, log: list[str], per_call: float, per_token: float = 0.0):
+        super().__init__()
+        self.clock, self.name, self.log = clock, name, log
+        self.per_call, self.per_token = per_call, per_token
+        self.calls = 0
+        self.config = SimpleNamespace(model_type="stub", hidden_size=4)
+
+    def forward(self, input_ids, attention_mask=None):
+        self.calls += 1
+        self.log.append(self.name)
+        self.clock.advance(self.per_call + self.per_token * input_ids.numel())
+        return SimpleNamespace(last_hidden_state=torch.zeros(input_ids.shape[0], input_ids.shape[1], 4))
+
+
+class StubTokenizer:
+    """Tokenization costs `cost` on the fake clock; 3 tokens per sentence."""
+
+    pad_token_id = 0
+
+    def __init__(self, clock: FakeClock, cost: float):
+        self.clock, self.cost, self.calls = clock, cost, 0
+
+    def __call__(self, text, truncation=True, max_length=None, return_tensors=None):
+        self.calls += 1
+        self.clock.advance(self.cost)
+        return {"input_ids": torch.ones(1, 3, dtype=torch.long), "attention_mask": torch.ones(1, 3, dtype=torch.long),
+                "token_type_ids": torch.zeros(1, 3, dtype=torch.long)}
+
+
+def _contender(clock, name, log, per_call, per_token=0.0, tok_cost=1000.0):
+    model = StubModel(clock, name, log, per_call, per_token)
+    return bench.Contender(name, name, True, model, StubTokenizer(clock, tok_cost), 0.0)
+
+
+# ---------------------------------------------------------------- timing discipline
+
+
+def test_latency_times_exactly_the_model_and_tokenization_separately():
+    clock, log = FakeClock(), []
+    a = _contender(clock, "A", log, per_call=7.0)
+    b = _contender(clock, "B", log, per_call=3.0)
+    settings = bench.BenchSettings(budget=bench.Budget(warmup=2, min_iters=4, min_seconds=0.0, rounds=2, clock=clock))
+    result = bench.measure_latency([a, b], ["one", "two", "three"], settings, None, torch.float32)
+    for c, cost in ((a, 7.0), (b, 3.0)):
+        lat = result[c.label]
+        assert lat["model_ms"]["n"] == 4  # warm-up calls are not samples
+        assert c.model.calls == 2 + 4
+        assert lat["model_ms"]["mean"] == pytest.approx(cost * 1000)  # tokenization (1000 s) is not in model time
+        assert lat["model_ms"]["p99"] == pytest.approx(cost * 1000)
+        assert lat["tokenize_ms"]["mean"] == pytest.approx(1000 * 1000)  # and the model is not in tokenization
+        assert lat["end_to_end_ms"]["mean"] == pytest.approx((1000 + cost) * 1000)
+    # warm-up A A B B, then interleaved chunks of 2: A A B B A A B B
+    assert log == ["A", "A", "B", "B", "A", "A", "B", "B", "A", "A", "B", "B"]
+
+
+def test_repeat_needs_both_min_iters_and_min_seconds():
+    durations = iter([0.5] * 100)
+    samples = bench.repeat(lambda: (next(durations),), warmup=3, min_iters=2, min_seconds=2.2)
+    assert len(samples) == 5  # 2 iterations are not enough seconds: 5 x 0.5 >= 2.2
+    samples = bench.repeat(lambda: (10.0,), warmup=0, min_iters=4, min_seconds=1.0)
+    assert len(samples) == 4  # enough seconds after one, but 4 iterations are required
+
+
+def _encoded(lengths):
+    ids = [[101] + [7] * (n - 2) + [102] for n in lengths]
+    return data.Encoded(ids, None, np.asarray(lengths), np.asarray(lengths), max_length=16)
+
+
+def test_throughput_counts_rows_and_tokens_over_exactly_the_timed_forwards():
+    clock, log = FakeClock(), []
+    a = _contender(clock, "A", log, per_call=0.0, per_token=0.001)
+    settings = bench.BenchSettings(batch_sizes=(2,), max_length=16, seed=0,
+                                   budget=bench.Budget(warmup=1, min_iters=3, min_seconds=0.0, rounds=1, clock=clock))
+    encoded = _encoded([4, 4, 8, 8])  # two length-sorted batches: 2x8 and 2x4 padded tokens
+    records = bench.measure_throughput([a], encoded, 0, settings, None, torch.float32)["A"]
+    dynamic, static = records
+    assert dynamic["padding"] == "dynamic" and static["padding"] == "static"
+    assert dynamic["iterations"] == 3 and dynamic["rows"] == 6
+    # cost per batch = padded tokens * 0.001 s, so padded tokens/s is exactly 1000 whatever the batch mix
+    assert dynamic["padded_tokens_per_s"] == pytest.approx(1000.0)
+    assert dynamic["tokens_per_s"] == pytest.approx(1000.0)  # sorted batches of equal lengths: no padding
+    assert static["padded_tokens_per_s"] == pytest.approx(1000.0)
+    assert static["rows_per_s"] == pytest.approx(6 / (3 * 2 * 16 * 0.001))
+    assert static["padding_share"] == pytest.approx(1 - static["tokens_per_s"] / static["padded_tokens_per_s"])
+    assert 0.5 < static["padding_share"] < 1.0  # 4- and 8-token rows padded to 16
+
+
+def test_train_step_runs_forward_backward_optimizer_and_restores_eval(tiny_bert_dir):
+    torch.manual_seed(0)
+    model = modeling.load_encoder(str(tiny_bert_dir))
+    tokenizer = modeling.load_tokenizer(str(tiny_bert_dir))
+    c = bench.Contender("tiny", str(tiny_bert_dir), False, model, tokenizer, 0.0)
+    before = next(model.parameters()).detach().clone()
+    encoded = data.encode_dataset(tokenizer, data.TextDataset(["a good film", "bad", "an awful , awful movie"] * 2), 16)
+    settings = bench.BenchSettings(train_batch_size=2, budget=bench.Budget(warmup=1, min_iters=2, min_seconds=0.0, rounds=1))
+    result = bench.measure_train_step([c], encoded, tokenizer.pad_token_id, settings, torch.device("cpu"), torch.float32)
+    assert result["tiny"]["step_ms"]["n"] == 2 and result["tiny"]["batch_size"] == 2
+    assert result["tiny"]["rows_per_s"] > 0 and "delta_mb" in result["tiny"]["memory"]
+    assert not torch.equal(before, next(model.parameters()).detach())  # the optimizer really stepped
+    assert not model.training and all(p.grad is None for p in model.parameters())
+
+
+# ---------------------------------------------------------------- sizes, parameters, claims
+
+
+def test_preset_builds_exact_default_shapes_offline():
+    contenders = bench.load_contenders([], "distilbert-vs-bert", False)
+    counts = {c.label: modeling.parameter_count(c.model) for c in contenders}
+    assert counts == {"distilbert-base-uncased (random init)": 66_362_880, "bert-base-uncased (random init)": 109_482_240}
+    assert all(c.random_init for c in contenders)
+    assert contenders[0].tokenizer.vocab_size == 30522  # bert-base-uncased vocabulary
+    assert "token_type_ids" not in contenders[0].input_names and "token_type_ids" in contenders[1].input_names
+
+
+def test_sizes_and_load_time_from_saved_safetensors(tiny_bert_dir, tmp_path):
+    model = modeling.load_encoder(str(tiny_bert_dir))
+    c = bench.Contender("tiny", str(tiny_bert_dir), False, model, modeling.load_tokenizer(str(tiny_bert_dir)), 0.1)
+    sizes = bench.measure_sizes([c], tmp_path, bench.Budget(rounds=2))["tiny"]
+    params = modeling.parameter_count(model)
+    assert sizes["parameters"] == params
+    assert sizes["size_mb_fp32"] == pytest.approx(params * 4 / 1e6, rel=0.02)
+    assert sizes["size_mb_fp16"] == pytest.approx(params * 2 / 1e6, rel=0.02)
+    assert len(sizes["load_seconds_all"]) == 2 and sizes["load_seconds"] > 0
+
+
+def _model_record(label, params, latency_ms, rows_per_s, quality=None, paper_s=None):
+    record = {"label": label, "parameters": params, "latency": {"model_ms": {"mean": latency_ms},
+                                                                "end_to_end_ms": {"mean": latency_ms + 1}},
+              "throughput": [{"batch_size": b, "padding": p, "rows_per_s": r} for b, p, r in rows_per_s]}
+    if quality is not None:
+        record["quality"] = {"probe": {"status": "ok", "score": quality}}
+    if paper_s is not None:
+        record["paper_protocol"] = {"total_seconds": paper_s}
+    return record
+
+
+def test_claims_from_known_numbers():
+    distil = _model_record("distil", 66_362_880, 410.0, [(1, "dynamic", 10.0), (32, "dynamic", 40.0)], 0.873, 410.0)
+    bert = _model_record("bert", 109_482_240, 668.0, [(1, "dynamic", 6.0), (32, "dynamic", 20.0), (8, "static", 25.0)],
+                         0.9, 668.0)
+    claims = bench.compute_claims([distil, bert])  # order does not matter: fewest parameters = candidate
+    assert claims["candidate"] == "distil" and claims["baseline"] == "bert"
+    assert claims["parameter_reduction_pct"]["measured"] == pytest.approx(100 * (1 - 66_362_880 / 109_482_240))
+    assert claims["parameter_reduction_pct"]["measured"] == pytest.approx(39.38, abs=0.01)
+    assert claims["parameter_reduction_pct"]["paper"] == 40.0
+    assert claims["speedup_batch1_x"]["measured"] == pytest.approx(668 / 410)
+    assert claims["speedup_batch1_x"]["paper"] == pytest.approx(1.63)
+    assert claims["speedup_batch1_end_to_end_x"]["measured"] == pytest.approx(669 / 411)
+    best = claims["speedup_best_batch_x"]
+    assert best["measured"] == pytest.approx(40.0 / 25.0)
+    assert best["candidate_at"] == "batch 32, dynamic" and best["baseline_at"] == "batch 8, static"
+    assert best["per_batch_size"]["32/dynamic"] == pytest.approx(2.0)
+    assert claims["speedup_paper_protocol_x"]["measured"] == pytest.approx(668 / 410)
+    assert claims["quality_retained_pct"]["probe"]["measured"] == pytest.approx(97.0)
+    assert claims["quality_retained_pct"]["finetune"]["measured"] is None
+    lines = "\n".join(bench.claim_lines(claims))
+    assert "39.4%" in lines and "1.63x" in lines and "97.0%" in lines and "668 s / 410 s" in lines
+
+
+def test_claims_need_two_models():
+    assert "note" in bench.compute_claims([_model_record("a", 10, 1.0, [])])
+
+
+# ---------------------------------------------------------------- quality through the CLI
+
+
+def test_find_score_prefers_dev_accuracy():
+    result = {"train": {"accuracy": 1.0}, "dev": {"accuracy": 0.85, "f1": 0.8}, "test": {"accuracy": 0.8}}
+    assert bench.find_score(result) == ("dev.accuracy", 0.85)
+    assert bench.find_score({"loss": 0.3}) is None
+
+
+def test_quality_degrades_gracefully_and_parses_json():
+    calls = []
+
+    def missing(command, **kwargs):
+        calls.append(command)
+        return SimpleNamespace(returncode=2, stdout="", stderr="No such command 'probe'.")
+
+    result = bench.measure_quality("probe", {"m": "model-a"}, ["--data", "x.tsv"], [], runner=missing)
+    assert result["m"]["status"] == "unavailable" and "not available" in result["m"]["message"]
+    assert len(calls) == 1  # only the --help check; no model run
+
+    def works(command, **kwargs):
+        calls.append(command)
+        out = {"dev": {"accuracy": 0.9}} if "model-a" in command else {"dev": {"accuracy": 0.8}}
+        return SimpleNamespace(returncode=0, stdout=json.dumps(out), stderr="")
+
+    result = bench.measure_quality("probe", {"a": "model-a", "b": "model-b"}, ["--data", "x.tsv"], ["--C", "1"], runner=works)
+    assert result["a"]["score"] == 0.9 and result["b"]["score"] == 0.8 and result["a"]["status"] == "ok"
+    assert calls[-1][-6:] == ["--data", "x.tsv", "--C", "1", "--json", "--quiet"]  # same settings for each model
+
+
+# ---------------------------------------------------------------- the command
+
+
+def _bench_json(args, tmp_path):
+    result = runner.invoke(app, ["bench", *args, "--out", str(tmp_path / "out"), "--json", "--quiet"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_cli_report_structure_and_files(tiny_bert_dir, tiny_distilbert_dir, tmp_path, demo_dir):
+    models = f"{tiny_distilbert_dir},{tiny_bert_dir}"
+    report = _bench_json(["--models", models, "--data", str(demo_dir / "dev.tsv"), *FAST], tmp_path)
+    assert {"protocol", "data", "models", "claims", "environment", "notes", "outputs"} <= set(report)
+    env = report["environment"]
+    assert env["dtype"] == "fp32" and env["device"] == "cpu" and "torch" in env["versions"] and "cpu" in env["machine"]
+    assert report["data"]["rows"] == 6
+    for m in report["models"]:
+        assert {"parameters", "size_mb_fp32", "size_mb_fp16", "load_seconds", "latency", "throughput", "train_step"} <= set(m)
+        assert {"mean", "p50", "p90", "p99"} <= set(m["latency"]["model_ms"]) and "mean" in m["latency"]["tokenize_ms"]
+        assert [(r["batch_size"], r["padding"]) for r in m["throughput"]] == [(2, "dynamic"), (2, "static")]
+        assert "folder" not in m and m["random_init"] is False and "quality" not in m  # quality is opt-in
+    assert report["claims"]["candidate"] == str(tiny_distilbert_dir)
+    out = tmp_path / "out"
+    assert json.loads((out / "bench.json").read_text())["models"][0]["label"] == str(tiny_distilbert_dir)
+    md = (out / "bench.md").read_text()
+    assert "## Claims vs the paper" in md and "| model |" in md and "bench.png" in md
+    assert (out / "bench.png").read_bytes()[:4] == b"\x89PNG"
+    assert (out / "config.json").exists()
+
+
+def test_cli_paper_protocol_and_random_init(tiny_bert_dir, tiny_distilbert_dir, tmp_path, demo_dir):
+    models = f"{tiny_distilbert_dir},{tiny_bert_dir}"
+    report = _bench_json(["--models", models, "--random-init", "--protocol", "paper", "--data",
+                          str(demo_dir / "dev.tsv"), *FAST], tmp_path)
+    assert report["protocol"] == "paper"
+    for m in report["models"]:
+        assert m["label"].endswith("(random init)") and m["random_init"]
+        assert m["paper_protocol"]["rows"] == 6 and m["paper_protocol"]["total_seconds"] > 0
+        assert "throughput" not in m and "latency" not in m
+    assert any("Random-init" in n for n in report["notes"])
+    assert report["claims"]["speedup_paper_protocol_x"]["measured"] > 0
+
+
+def test_cli_table_and_claims_in_terminal(tiny_bert_dir, tiny_distilbert_dir, tmp_path, demo_dir):
+    result = runner.invoke(app, ["bench", "--models", f"{tiny_distilbert_dir},{tiny_bert_dir}", "--data",
+                                 str(demo_dir / "dev.tsv"), *FAST, "--train-batch-size", "0", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "Claims vs the DistilBERT paper" in result.stdout and "parameter reduction" in result.stdout
+    assert "best rows/s" in result.stdout and "668 s / 410 s" in result.stdout
+    assert "train_step" not in json.loads((tmp_path / "bench.json").read_text())["models"][0]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--models", "a,b", "--preset", "distilbert-vs-bert"], "exactly one of --models"),
+    ([], "exactly one of --models"),
+    (["--preset", "distilbert-vs-bert", "--batch-sizes", "1,x"], "--batch-sizes"),
+    (["--preset", "nope"], "Unknown --preset"),
+    (["--preset", "distilbert-vs-bert", "--quality", "vibes"], "--quality"),
+])
+def test_cli_rejects_bad_options(args, message, tmp_path):
+    result = runner.invoke(app, ["bench", *args, "--out", str(tmp_path)])
+    assert result.exit_code == 2
+    assert message in result.output
+
+
+def test_hub_name_offline_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    result = runner.invoke(app, ["bench", "--models", "distilbert-base-uncased,bert-base-uncased", "--out", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "distilbert-base-uncased" in result.output and "minilm-offline" in result.output
+
+
+def test_report_markdown_from_a_synthetic_report():
+    distil = _model_record("distil", 66_362_880, 4.0, [(1, "dynamic", 10.0)])
+    bert = _model_record("bert", 109_482_240, 8.0, [(1, "dynamic", 5.0)])
+    for m in (distil, bert):
+        m.update(size_mb_fp32=m["parameters"] * 4e-6, size_mb_fp16=m["parameters"] * 2e-6, load_seconds=0.5)
+        m["latency"].update(tokenize_ms={"mean": 0.2})
+        m["latency"]["model_ms"]["p90"] = 9.0
+        m["throughput"][0].update(tokens_per_s=100.0, padding_share=0.1, batch_ms={"p50": 1.0}, iterations=3)
+    report = {"protocol": "standard", "data": {"rows": 2, "mean_tokens": 5.0, "max_tokens": 9}, "models": [distil, bert],
+              "notes": ["a note"], "environment": {}}
+    report["claims"] = bench.compute_claims(report["models"])
+    md = bench.report_markdown(report)
+    assert "| distil | 66.36 |" in md and "2.00x" in md and "- a note" in md and "## Throughput" in md
+
+
+def test_subprocess_json(tiny_bert_dir, tiny_distilbert_dir, tmp_path, demo_dir):
+    command = [sys.executable, "-m", "bertkit", "bench", "--models", f"{tiny_distilbert_dir},{tiny_bert_dir}",
+               "--data", str(demo_dir / "dev.tsv"), *FAST, "--train-batch-size", "0", "--out", str(tmp_path),
+               "--json", "--quiet"]
+    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+                          timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert [m["label"] for m in report["models"]] == [str(tiny_distilbert_dir), str(tiny_bert_dir)]
+    assert Path(report["outputs"]["bench.png"]).exists()
+
+
+def test_memory_meter_reports_peak_above_start():
+    with bench.peak_memory(torch.device("cpu")) as meter:
+        block = torch.ones(64 * 2**20 // 4)  # 64 MB: above glibc's mmap threshold, so fresh pages, not reused ones
+        block += 1
+    result = meter.as_dict()
+    assert meter.kind.startswith("rss") and result["peak_mb"] > 0
+    if meter.kind == "rss":
+        assert result["delta_mb"] >= 60.0
+
+
+def test_quality_needs_labelled_data():
+    with pytest.raises(UserError, match="--quality needs labelled --data"):
+        from bertkit.config import BenchConfig
+
+        BenchConfig(preset="distilbert-vs-bert", quality="probe")
+
+
+def test_recipe_loads_into_bench_config():
+    from bertkit.config import BenchConfig, load_recipe
+
+    cfg = BenchConfig(**load_recipe("distilbert-vs-bert", "bench", BenchConfig))
+    assert cfg.preset == "distilbert-vs-bert" and cfg.batch_size_list == (1, 8) and cfg.text_column == "0"
+
+
+@pytest.mark.slow
+def test_quality_probe_through_the_real_cli(tiny_bert_dir, tiny_distilbert_dir, tmp_path, demo_dir):
+    report = _bench_json(["--models", f"{tiny_distilbert_dir},{tiny_bert_dir}", "--data", str(demo_dir / "train.tsv"),
+                          "--dev", str(demo_dir / "dev.tsv"), "--quality", "probe", *FAST, "--train-batch-size", "0"],
+                         tmp_path)
+    for m in report["models"]:
+        assert m["quality"]["probe"]["status"] == "ok", m["quality"]
+        assert 0.0 <= m["quality"]["probe"]["score"] <= 1.0
+    assert report["claims"]["quality_retained_pct"]["probe"]["measured"] is not None
