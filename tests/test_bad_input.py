@@ -1,0 +1,528 @@
+"""Malformed input, command by command: every case exits 2 with a message that names the problem and the fix,
+prints no traceback, and leaves every file that existed before byte-for-byte untouched.
+
+The corpus is one table (`CASES`): (id, command, argv builder, problem regex, fix regex). Each argv builder gets a
+fresh workspace (`Workspace`) that makes the bad files on demand; outputs the case may touch (--out) are
+pre-populated with a real previous result where that makes sense, so "untouched" is checked on real outputs.
+A few cases also run as separate processes. Cases for commands that are not registered yet are skipped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from bertkit.cli import app
+
+runner = CliRunner()
+REGISTERED = set(typer.main.get_command(app).commands)  # type: ignore[attr-defined]
+
+
+def _rows(n: int = 40) -> list[tuple[str, str]]:
+    good = ["great", "wonderful", "lovely", "superb", "delightful"]
+    bad = ["awful", "terrible", "boring", "dreadful", "horrible"]
+    rows = []
+    for i in range(n // 2):
+        rows.append((f"a {good[i % 5]} film , truly {good[(i + 2) % 5]}", "pos"))
+        rows.append((f"an {bad[i % 5]} movie , really {bad[(i + 1) % 5]}", "neg"))
+    return rows
+
+
+def _tsv(rows: list[tuple[str, ...]], header: tuple[str, ...] | None = ("sentence", "label")) -> str:
+    lines = (["\t".join(header)] if header else []) + ["\t".join(r) for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+GOOD_TSV = _tsv(_rows())
+BIG_LINE = "word " * 210_000  # ~1 MB of text on one line
+
+
+# ---------------------------------------------------------------- premade real outputs (built once per session)
+
+
+def _invoke_ok(argv: list[str]) -> None:
+    result = runner.invoke(app, argv, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+
+
+@pytest.fixture(scope="session")
+def premade(tmp_path_factory, tiny_bert_dir, tiny_distilbert_dir) -> dict[str, Path]:
+    """Real outputs to copy into a case's workspace: an embed store, a finished finetune run, a classifier folder."""
+    root = tmp_path_factory.mktemp("premade")
+    data = root / "train.tsv"
+    data.write_text(GOOD_TSV, encoding="utf-8")
+    made: dict[str, Path] = {"data": data}
+    if "embed" in REGISTERED:
+        made["store"] = root / "store"
+        _invoke_ok(["embed", "--model", str(tiny_bert_dir), "--data", str(data), "--out", str(made["store"]),
+                    "--shard-size", "16", "--quiet"])
+    if "finetune" in REGISTERED:
+        made["run"] = root / "run"
+        _invoke_ok(["finetune", "--model", str(tiny_bert_dir), "--data", str(data), "--out", str(made["run"]),
+                    "--epochs", "1", "--batch-size", "8", "--save-every", "2", "--lr", "1e-3", "--quiet"])
+        made["clf"] = made["run"] / "best"
+    return made
+
+
+# ---------------------------------------------------------------- a workspace per case
+
+
+class Workspace:
+    """The files one case needs, made on demand under `root` (everything under root is snapshotted)."""
+
+    def __init__(self, root: Path, tiny: Path, distil: Path, premade: dict[str, Path]):
+        self.root, self.tiny_dir, self.distil_dir, self.premade = root, tiny, distil, premade
+
+    @property
+    def tiny(self) -> str:
+        return str(self.tiny_dir)
+
+    @property
+    def distil(self) -> str:
+        return str(self.distil_dir)
+
+    def file(self, name: str, content: str | bytes) -> str:
+        path = self.root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content, encoding="utf-8")
+        return str(path)
+
+    def good(self, name: str = "train.tsv") -> str:
+        return self.file(name, GOOD_TSV)
+
+    def path(self, name: str) -> str:
+        return str(self.root / name)
+
+    def a_file(self) -> str:
+        """An existing regular file (an --out that is a file)."""
+        return self.file("existing.txt", "keep me\n")
+
+    def under_a_file(self, name: str = "sub") -> str:
+        """A path below a regular file: mkdir/open fail with a real OS error even for root."""
+        return str(Path(self.a_file()) / name)
+
+    def foreign_dir(self) -> str:
+        self.file("mine/notes.txt", "my own notes\n")
+        return self.path("mine")
+
+    def copy(self, key: str, name: str | None = None) -> str:
+        if key not in self.premade:
+            pytest.skip(f"premade {key} needs a command that is not registered yet")
+        target = self.root / (name or key)
+        shutil.copytree(self.premade[key], target)
+        return str(target)
+
+    def model_variant(self, kind: str) -> str:
+        """The tiny model, damaged in one way: noweights, pickle, truncated, customcode."""
+        target = self.root / f"model-{kind}"
+        if target.exists():
+            return str(target)
+        shutil.copytree(self.tiny_dir, target)
+        weights = target / "model.safetensors"
+        if kind == "noweights":
+            weights.unlink()
+        elif kind == "pickle":
+            weights.unlink()
+            (target / "pytorch_model.bin").write_bytes(b"\x80\x04K\x01.")  # a valid pickle of the int 1
+        elif kind == "truncated":
+            data = weights.read_bytes()
+            weights.write_bytes(data[: len(data) // 3])
+        elif kind == "customcode":
+            cfg = json.loads((target / "config.json").read_text())
+            cfg.update(model_type="bertkit-custom", auto_map={"AutoConfig": "custom.C", "AutoModel": "custom.M"})
+            (target / "config.json").write_text(json.dumps(cfg))
+            (target / "custom.py").write_text("raise SystemExit('custom code ran')\n")
+        return str(target)
+
+    def premade_data(self) -> str:
+        """The exact data file the premade run was trained on (a resume must see the same data)."""
+        return str(self.premade["data"])
+
+    def unfinished_store(self) -> str:
+        """What a killed first `bertkit embed` leaves: identity.json and some shards, no manifest."""
+        store = Path(self.copy("store", "unfinished-store"))
+        manifest = json.loads((store / "manifest.json").read_text())
+        for name in ("manifest.json", "features.npy", "labels.npy"):
+            (store / name).unlink(missing_ok=True)
+        (store / "identity.json").write_text(json.dumps(manifest["identity"]))
+        return str(store)
+
+    def damaged_store(self) -> str:
+        store = Path(self.copy("store"))
+        features = store / "features.npy"
+        features.write_bytes(features.read_bytes()[:200])
+        return str(store)
+
+    def unfinished_run_with_truncated_checkpoint(self) -> str:
+        run = Path(self.copy("run"))
+        (run / "metrics.json").unlink()  # not finished: a re-run resumes from the newest checkpoint
+        newest = max((run / "checkpoints").glob("step-*"), key=lambda p: int(p.name.split("-")[1]))
+        for weights in newest.glob("*.safetensors"):
+            weights.write_bytes(weights.read_bytes()[:100])
+        return str(run)
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    command: str
+    argv: Callable[[Workspace], list[str]]
+    problem: str
+    """Regex: the message names what is wrong."""
+    fix: str
+    """Regex: the message names the fix (a flag, a file, a command)."""
+
+
+def tokens(w: Workspace, *extra: str) -> list[str]:
+    return ["tokens", "--model", w.tiny, *extra]
+
+
+def embed(w: Workspace, *extra: str, out: str | None = None, model: str | None = None) -> list[str]:
+    return ["embed", "--model", model or w.tiny, "--out", out or w.copy("store"), "--quiet", "--shard-size", "16",
+            *extra]
+
+
+def finetune(w: Workspace, *extra: str, out: str | None = None, model: str | None = None) -> list[str]:
+    return ["finetune", "--model", model or w.tiny, "--out", out or w.copy("run"), "--epochs", "1",
+            "--batch-size", "8", "--save-every", "2", "--lr", "1e-3", "--quiet", *extra]
+
+
+UNSEEN_DEV = _tsv([("a great film", "pos"), ("so so", "meh"), ("awful", "neg")])
+ONE_CLASS = _tsv([(f"row {i}", "pos") for i in range(20)])
+NO_LABELS = _tsv([(f"row {i}",) for i in range(20)], header=("sentence",))
+CSV_IN_TSV = "sentence,label\n" + "\n".join(f"{t},{lab}" for t, lab in _rows(10)) + "\n"
+EMPTY_CELLS = _tsv([("a great film", "pos"), ("", "neg"), ("   ", "pos"), ("awful", "neg")])
+BLANK_LABELS = _tsv([("a great film", "pos"), ("bad", ""), ("awful", "neg"), ("fine", "pos")])
+NAN_LABELS = _tsv([("a great film", "pos"), ("bad", "NaN"), ("awful", "neg"), ("fine", "nan")])
+LATIN1 = ("sentence\tlabel\n" + "un film tr\xe8s r\xe9ussi\tpos\n" + "nul\tneg\n").encode("latin-1")
+BIG_LINE_BAD_LABEL = _tsv([("a great film", "pos"), (BIG_LINE, ""), ("awful", "neg")])
+
+CASES = [
+    # ------------------------------------------------ data files (through `tokens`, the cheapest reader)
+    Case("missing-file", "tokens", lambda w: tokens(w, "--data", w.path("nope.tsv")), r"nope\.tsv does not exist", r"--data"),
+    Case("empty-file", "tokens", lambda w: tokens(w, "--data", w.file("e.tsv", "")), r"is empty \(0 bytes\)", r"--data"),
+    Case("whitespace-only", "tokens", lambda w: tokens(w, "--data", w.file("w.tsv", "\n \n\t\n")), r"only whitespace", r"--data"),
+    Case("header-only", "tokens", lambda w: tokens(w, "--data", w.file("h.tsv", "sentence\tlabel\n")),
+         r"header but no data rows", r"--header no"),
+    Case("wrong-delimiter", "tokens",
+         lambda w: tokens(w, "--data", w.file("c.tsv", CSV_IN_TSV), "--text-column", "sentence"),
+         r"single column.*delimiter", r"--text-column"),
+    Case("unknown-text-column", "tokens", lambda w: tokens(w, "--data", w.good(), "--text-column", "review"),
+         r"Column 'review'.*not found.*columns are: sentence, label", r"Pass --text-column"),
+    Case("unknown-label-column", "tokens", lambda w: tokens(w, "--data", w.good(), "--label-column", "stars"),
+         r"Column 'stars'.*not found", r"Pass --label-column"),
+    Case("column-index-out-of-range", "tokens", lambda w: tokens(w, "--data", w.good(), "--text-column", "7"),
+         r"Column '7'.*0-based indexes 0\.\.1", r"--text-column"),
+    Case("missing-pair-column", "tokens", lambda w: tokens(w, "--data", w.good(), "--text-pair-column", "sentence2"),
+         r"Column 'sentence2'.*not found", r"Pass --text-pair-column"),
+    Case("empty-text-cells", "tokens", lambda w: tokens(w, "--data", w.file("t.tsv", EMPTY_CELLS)),
+         r"2 empty text cell\(s\).*lines 3, 4", r"Remove those rows or fill them in"),
+    Case("blank-labels", "tokens", lambda w: tokens(w, "--data", w.file("b.tsv", BLANK_LABELS), "--label-column", "label"),
+         r"1 missing/blank label\(s\).*line 3\b", r"Fill them in or drop those rows"),
+    Case("nan-labels", "tokens", lambda w: tokens(w, "--data", w.file("n.tsv", NAN_LABELS), "--label-column", "label"),
+         r"2 missing/blank label\(s\).*lines 3, 5", r"Fill them in"),
+    Case("non-utf8-bytes", "tokens", lambda w: tokens(w, "--data", w.file("l.tsv", LATIN1)),
+         r"not valid utf-8: byte 0xe8 at line 2", r"--encoding latin-1"),
+    Case("unknown-encoding", "tokens", lambda w: tokens(w, "--data", w.good(), "--encoding", "klingon"),
+         r"Unknown --encoding 'klingon'", r"utf-8 or latin-1"),
+    Case("unsupported-file-type", "tokens", lambda w: tokens(w, "--data", w.file("d.xlsx", "x")),
+         r"unsupported file type \.xlsx", r"Supported: .*\.tsv"),
+    Case("data-is-directory", "tokens", lambda w: tokens(w, "--data", str(w.root)), r"is a directory", r"--data"),
+    Case("broken-jsonl", "tokens", lambda w: tokens(w, "--data", w.file("j.jsonl", '{"text": "ok", "label": 1}\n{"text": \n')),
+         r"not valid JSON Lines", r"Fix the file"),
+    Case("1mb-line-with-blank-label", "tokens",
+         lambda w: tokens(w, "--data", w.file("big.tsv", BIG_LINE_BAD_LABEL), "--label-column", "label"),
+         r"missing/blank label\(s\).*line 3\b", r"Fill them in"),
+    Case("unreachable-hub-dataset", "tokens",
+         lambda w: tokens(w, "--data", "no-such-org/no-such-dataset-bertkit", "--text-column", "text"),
+         r"Could not load hub dataset 'no-such-org/no-such-dataset-bertkit'", r"--data train\.tsv"),
+    Case("limit-zero", "tokens", lambda w: tokens(w, "--data", w.good(), "--limit", "0"),
+         r"--limit must be a positive number, got 0", r"--limit"),
+    # ------------------------------------------------ models
+    Case("unreachable-hub-model", "tokens", lambda w: ["tokens", "--model", "no-such-org/no-such-model-bertkit", "--text", "hi"],
+         r"Could not load model 'no-such-org/no-such-model-bertkit'", r"local model folder|minilm-offline"),
+    Case("model-folder-missing", "tokens", lambda w: ["tokens", "--model", w.path("no-model"), "--text", "hi"],
+         r"Model folder .*no-model does not exist", r"minilm-offline"),
+    Case("model-is-a-file", "tokens", lambda w: ["tokens", "--model", w.a_file(), "--text", "hi"],
+         r"is a file; it must be a model folder", r"minilm-offline"),
+    Case("max-length-over-model-limit", "tokens", lambda w: tokens(w, "--data", w.good(), "--max-length", "512"),
+         r"--max-length 512 is more than model .* accepts \(128 tokens\)", r"Pass --max-length 128 or less"),
+    # ------------------------------------------------ options and outputs
+    Case("batch-size-zero", "tokens", lambda w: tokens(w, "--data", w.good(), "--batch-size", "0"),
+         r"--batch-size must be a positive number, got 0", r"--batch-size"),
+    Case("batch-size-negative", "tokens", lambda w: tokens(w, "--data", w.good(), "--batch-size", "-4"),
+         r"--batch-size must be a positive number, got -4", r"--batch-size"),
+    Case("out-is-a-file", "tokens", lambda w: tokens(w, "--data", w.good(), "--out", w.a_file()),
+         r"--out .*existing\.txt is an existing file", r"Pass a directory path for --out"),
+    Case("out-unwritable", "tokens", lambda w: tokens(w, "--data", w.good(), "--out", w.under_a_file()),
+         r"Cannot write to --out .*existing\.txt/sub", r"Choose a directory you can write to"),
+    Case("out-in-proc", "tokens", lambda w: tokens(w, "--data", w.good(), "--out", "/proc/bertkit-no/run"),
+         r"Cannot write to --out /proc/bertkit-no/run", r"Choose a directory you can write to"),
+    Case("recipe-missing", "tokens", lambda w: tokens(w, "--text", "hi", "--recipe", w.path("nope.toml")),
+         r"Recipe '.*nope\.toml' not found", r"Pass --recipe"),
+    Case("recipe-unknown-key", "tokens",
+         lambda w: tokens(w, "--text", "hi", "--recipe", w.file("r.toml", "[tokens]\nmax-lenght = 64\n")),
+         r"unknown keys: max_lenght", r"Valid keys .*max-length"),
+    Case("recipe-not-toml", "tokens", lambda w: tokens(w, "--text", "hi", "--recipe", w.file("r.toml", "[tokens\n")),
+         r"is not valid TOML", r"Fix the file"),
+    # ------------------------------------------------ embed
+    Case("embed-missing-file", "embed", lambda w: embed(w, "--data", w.path("nope.tsv")), r"does not exist", r"--data"),
+    Case("embed-header-only", "embed", lambda w: embed(w, "--data", w.file("h.tsv", "sentence\tlabel\n")),
+         r"header but no data rows", r"--header no"),
+    Case("embed-non-utf8", "embed", lambda w: embed(w, "--data", w.file("l.tsv", LATIN1)), r"not valid utf-8", r"--encoding"),
+    Case("embed-unseen-dev-labels", "embed",
+         lambda w: embed(w, "--data", w.good(), "--dev", w.file("dev.tsv", UNSEEN_DEV), out=w.path("split-store")),
+         r"dev data .* has labels not seen in the training data: 'meh'", r"Fix the labels"),
+    Case("embed-batch-size-zero", "embed", lambda w: embed(w, "--data", w.good(), "--batch-size", "0"),
+         r"--batch-size must be a positive integer or auto; got '0'", r"--batch-size"),
+    Case("embed-batch-size-negative", "embed", lambda w: embed(w, "--data", w.good(), "--batch-size", "-8"),
+         r"--batch-size must be a positive integer or auto; got '-8'", r"--batch-size"),
+    Case("embed-max-length-over-limit", "embed", lambda w: embed(w, "--data", w.good(), "--max-length", "1024"),
+         r"--max-length 1024 is more than model", r"--max-length 128 or less"),
+    Case("embed-layer-out-of-range", "embed", lambda w: embed(w, "--data", w.good(), "--layers", "5"),
+         r"--layers 5 is out of range: the model has 2 layers", r"Pass --layers"),
+    Case("embed-out-is-a-file", "embed", lambda w: embed(w, "--data", w.good(), out=w.a_file()),
+         r"existing\.txt is an existing file", r"directory path for --out"),
+    Case("embed-out-unwritable", "embed", lambda w: embed(w, "--data", w.good(), out=w.under_a_file()),
+         r"Cannot (write to|create) --out .*existing\.txt/sub", r"Choose (a directory you can write to|another --out)"),
+    Case("embed-out-holds-other-files", "embed", lambda w: embed(w, "--data", w.good(), out=w.foreign_dir()),
+         r"holds files that are not part of an embedding store \(notes\.txt\)", r"empty or new directory for --out"),
+    Case("embed-store-from-another-model", "embed", lambda w: embed(w, "--data", w.good(), model=w.distil),
+         r"already holds an embedding store made with different settings:.*model:", r"--overwrite"),
+    Case("embed-damaged-store", "embed", lambda w: embed(w, "--data", w.premade_data(), out=w.damaged_store()),
+         r"store .* is (damaged|corrupt)", r"--overwrite"),
+    Case("embed-model-without-weights", "embed", lambda w: embed(w, "--data", w.good(), model=w.model_variant("noweights")),
+         r"has no weights \(no \*\.safetensors", r"model\.safetensors"),
+    Case("embed-pickle-only-checkpoint", "embed", lambda w: embed(w, "--data", w.good(), model=w.model_variant("pickle")),
+         r"only pickle weights \(pytorch_model\.bin\)", r"save_pretrained.*safe_serialization=True"),
+    Case("embed-truncated-weights", "embed", lambda w: embed(w, "--data", w.good(), model=w.model_variant("truncated")),
+         r"weights in model folder .* are damaged", r"--model"),
+    Case("embed-custom-code-model", "embed", lambda w: embed(w, "--data", w.good(), model=w.model_variant("customcode")),
+         r"needs custom code", r"--trust-remote-code"),
+    Case("embed-unreachable-hub-model", "embed", lambda w: embed(w, "--data", w.good(), model="no-such-org/nothing-bertkit"),
+         r"Could not load model 'no-such-org/nothing-bertkit'", r"minilm-offline"),
+    # ------------------------------------------------ finetune
+    Case("finetune-single-class", "finetune", lambda w: finetune(w, "--data", w.file("one.tsv", ONE_CLASS)),
+         r"single class \('pos'\)", r"label column"),
+    Case("finetune-unseen-dev-labels", "finetune", lambda w: finetune(w, "--data", w.good(), "--dev", w.file("dev.tsv", UNSEEN_DEV)),
+         r"dev data .* has labels not seen in the training data: 'meh'", r"Fix the labels"),
+    Case("finetune-no-label-column", "finetune", lambda w: finetune(w, "--data", w.file("nl.tsv", NO_LABELS)),
+         r"No label column in .*nl\.tsv", r"pass --label-column"),
+    Case("finetune-blank-labels", "finetune", lambda w: finetune(w, "--data", w.file("b.tsv", BLANK_LABELS)),
+         r"missing/blank label", r"Fill them in"),
+    Case("finetune-batch-size-zero", "finetune", lambda w: finetune(w, "--data", w.good(), "--batch-size", "0"),
+         r"--batch-size must be a positive number, got 0", r"--batch-size"),
+    Case("finetune-batch-size-negative", "finetune", lambda w: finetune(w, "--data", w.good(), "--batch-size", "-2"),
+         r"--batch-size must be a positive number, got -2", r"--batch-size"),
+    Case("finetune-dev-fraction", "finetune", lambda w: finetune(w, "--data", w.good(), "--dev-fraction", "1.5"),
+         r"--dev-fraction must be between 0 and 1", r"--dev-fraction"),
+    Case("finetune-max-length-over-limit", "finetune",
+         lambda w: finetune(w, "--data", w.good(), "--max-length", "600", out=w.path("fresh")),
+         r"--max-length 600 is more than model", r"--max-length 128 or less"),
+    Case("finetune-out-is-a-file", "finetune", lambda w: finetune(w, "--data", w.good(), out=w.a_file()),
+         r"existing\.txt is an existing file|not a directory", r"--out"),
+    Case("finetune-out-unwritable", "finetune", lambda w: finetune(w, "--data", w.good(), out=w.under_a_file()),
+         r"Cannot write to --out", r"--out|directory you can write to"),
+    Case("finetune-out-holds-other-files", "finetune", lambda w: finetune(w, "--data", w.good(), out=w.foreign_dir()),
+         r"is not a bertkit finetune run", r"--overwrite"),
+    Case("finetune-out-holds-other-run", "finetune", lambda w: finetune(w, "--data", w.premade_data(), "--epochs", "2"),
+         r"holds a run with a different configuration \(--epochs differ\)", r"--overwrite"),
+    Case("finetune-pickle-only-checkpoint", "finetune",
+         lambda w: finetune(w, "--data", w.good(), model=w.model_variant("pickle"), out=w.path("fresh")),
+         r"only pickle weights", r"safetensors"),
+    Case("finetune-model-without-weights", "finetune",
+         lambda w: finetune(w, "--data", w.good(), model=w.model_variant("noweights"), out=w.path("fresh")),
+         r"has no weights", r"model\.safetensors"),
+    Case("finetune-truncated-checkpoint", "finetune",
+         lambda w: finetune(w, "--data", w.premade_data(), out=w.unfinished_run_with_truncated_checkpoint()),
+         r"checkpoint.*(damaged|corrupt|truncated|incomplete)", r"--overwrite|delete|remove"),
+    # ------------------------------------------------ probe (features from a store)
+    Case("probe-store-from-another-model", "probe",
+         lambda w: ["probe", "--features", w.copy("store"), "--model", w.distil, "--out", w.path("probe-run")],
+         r"feature store .* was made by model .*not by --model", r"Drop --model|bertkit embed --model"),
+    Case("probe-store-missing", "probe", lambda w: ["probe", "--features", w.path("no-store"), "--out", w.path("probe-run")],
+         r"--features .*no-store does not exist", r"--out directory of a `bertkit embed` run"),
+    Case("probe-not-a-store", "probe", lambda w: ["probe", "--features", w.foreign_dir(), "--out", w.path("probe-run")],
+         r"is not a bertkit embedding store", r"--out directory of a finished\s+`bertkit embed`"),
+    Case("probe-unfinished-store", "probe",
+         lambda w: ["probe", "--features", w.unfinished_store(), "--out", w.path("probe-run")],
+         r"unfinished embedding store", r"Re-run the same `bertkit embed`"),
+    Case("probe-damaged-store", "probe", lambda w: ["probe", "--features", w.damaged_store(), "--out", w.path("probe-run")],
+         r"store .* is (damaged|corrupt)", r"--overwrite|bertkit embed"),
+    Case("probe-features-and-data", "probe",
+         lambda w: ["probe", "--features", w.copy("store"), "--data", w.good(), "--out", w.path("probe-run")],
+         r"Give exactly one of --features .* or --data", r"--features"),
+    Case("probe-cv-one-fold", "probe", lambda w: ["probe", "--features", w.copy("store"), "--cv", "1"],
+         r"--cv must be at least 2", r"--cv"),
+    Case("predict-probe-missing", "predict", lambda w: ["predict", "--probe", w.path("no-probe"), "--text", "hi"],
+         r"no-probe", r"bertkit probe"),
+    # ------------------------------------------------ bench
+    Case("bench-batch-sizes-zero", "bench", lambda w: ["bench", "--models", w.tiny, "--batch-sizes", "0", "--quiet"],
+         r"--batch-sizes must be comma-separated positive integers.*got '0'", r"e\.g\. 1,8,32"),
+    Case("bench-pickle-only-checkpoint", "bench", lambda w: ["bench", "--models", w.model_variant("pickle"), "--quiet"],
+         r"only pickle weights", r"safetensors"),
+    Case("bench-out-unwritable", "bench", lambda w: ["bench", "--models", w.tiny, "--out", w.under_a_file(), "--quiet"],
+         r"Cannot write to --out", r"Choose a directory you can write to"),
+    Case("bench-max-length-over-limit", "bench", lambda w: ["bench", "--models", w.tiny, "--max-length", "4096", "--quiet"],
+         r"--max-length 4096 is more than model", r"--max-length 128 or less"),
+    # ------------------------------------------------ predict / evaluate
+    Case("predict-neither-model-nor-probe", "predict", lambda w: ["predict", "--text", "hi"],
+         r"Give exactly one of --model .* or --probe", r"--model"),
+    Case("predict-missing-file", "predict", lambda w: ["predict", "--model", w.copy("clf"), "--data", w.path("nope.tsv")],
+         r"does not exist", r"--data"),
+    Case("predict-model-without-weights", "predict", lambda w: ["predict", "--model", w.model_variant("noweights"), "--text", "hi"],
+         r"has no weights", r"model\.safetensors"),
+    Case("predict-batch-size-zero", "predict", lambda w: ["predict", "--model", w.copy("clf"), "--text", "hi", "--batch-size", "0"],
+         r"--batch-size must be a positive number, got 0", r"--batch-size"),
+    Case("predict-out-unwritable", "predict",
+         lambda w: ["predict", "--model", w.copy("clf"), "--text", "hi", "--out", w.under_a_file("p.csv"), "--quiet"],
+         r"Cannot write .*existing\.txt/p\.csv \(.*existing\.txt is a file, not a directory\)", r"--out"),
+    Case("predict-out-is-a-directory", "predict",
+         lambda w: ["predict", "--model", w.copy("clf"), "--text", "hi", "--out", w.foreign_dir(), "--quiet"],
+         r"Cannot write .*mine: it is an existing directory", r"--out"),
+    Case("evaluate-unseen-labels", "evaluate",
+         lambda w: ["evaluate", "--model", w.copy("clf"), "--data", w.file("dev.tsv", UNSEEN_DEV), "--quiet"],
+         r"has labels not seen in the training data: 'meh'", r"Fix the labels"),
+    Case("evaluate-no-label-column", "evaluate",
+         lambda w: ["evaluate", "--model", w.copy("clf"), "--data", w.file("nl.tsv", NO_LABELS), "--quiet"],
+         r"No label column", r"--label-column"),
+    Case("evaluate-out-is-a-file", "evaluate",
+         lambda w: ["evaluate", "--model", w.copy("clf"), "--data", w.good(), "--out", w.a_file(), "--quiet"],
+         r"is an existing file", r"--out"),
+    Case("evaluate-pickle-only-checkpoint", "evaluate",
+         lambda w: ["evaluate", "--model", w.model_variant("pickle"), "--data", w.good(), "--quiet"],
+         r"only pickle weights", r"safetensors"),
+]
+"""The malformed-input corpus (the README states its size: count the entries)."""
+
+
+# ---------------------------------------------------------------- running a case
+
+
+def snapshot(root: Path) -> dict[str, tuple[int, int, str]]:
+    """{relative path: (size, mtime_ns, sha256)} of every file under root."""
+    found = {}
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and not path.is_symlink():
+            stat = path.stat()
+            found[str(path.relative_to(root))] = (stat.st_size, stat.st_mtime_ns, hashlib.sha256(path.read_bytes()).hexdigest())
+    return found
+
+
+def check_result(case: Case, code: int, output: str, before: dict, root: Path) -> None:
+    assert code == 2, f"{case.id}: exit {code}\n{output}"
+    assert "Traceback" not in output, f"{case.id}: traceback in output\n{output}"
+    output = output.replace(str(root), "WS")  # the tmp path holds the test id: it must not satisfy a regex
+    assert re.search(case.problem, output, re.S | re.I), f"{case.id}: problem /{case.problem}/ not named in:\n{output}"
+    assert re.search(case.fix, output, re.S), f"{case.id}: fix /{case.fix}/ not named in:\n{output}"
+    after = snapshot(root)
+    changed = [p for p, sig in before.items() if after.get(p) != sig]
+    assert not changed, f"{case.id}: existing files changed or removed: {changed}"
+    stray = [p for p in after if p not in before and p.endswith(".tmp")]
+    assert not stray, f"{case.id}: temp files left behind: {stray}"
+
+
+@pytest.fixture
+def workspace(tmp_path, tiny_bert_dir, tiny_distilbert_dir, premade) -> Workspace:
+    return Workspace(tmp_path, tiny_bert_dir, tiny_distilbert_dir, premade)
+
+
+def test_corpus_size():
+    assert len(CASES) >= 30
+    assert len({c.id for c in CASES}) == len(CASES)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_input(case: Case, workspace: Workspace):
+    if case.command not in REGISTERED:
+        pytest.skip(f"`bertkit {case.command}` is not registered yet")
+    argv = case.argv(workspace)
+    before = snapshot(workspace.root)
+    result = runner.invoke(app, argv, catch_exceptions=False)
+    check_result(case, result.exit_code, result.output, before, workspace.root)
+
+
+SUBPROCESS_CASES = ["non-utf8-bytes", "embed-out-unwritable", "predict-neither-model-nor-probe"]
+
+
+def test_bad_input_as_subprocesses(workspace: Workspace):
+    """The same guarantees from a real `python -m bertkit` process (exit status, stderr), run side by side."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    cases = [c for c in CASES if c.id in SUBPROCESS_CASES and c.command in REGISTERED]
+    assert cases
+    started = []
+    for case in cases:
+        argv = case.argv(workspace)
+        started.append((case, subprocess.Popen([sys.executable, "-m", "bertkit", *argv], stdout=subprocess.PIPE,
+                                                stderr=subprocess.PIPE, text=True, env=env)))
+    before = snapshot(workspace.root)
+    for case, proc in started:
+        out, err = proc.communicate(timeout=600)
+        check_result(case, proc.returncode, out + err, before, workspace.root)
+        assert case.problem and re.search(case.problem, err, re.S | re.I), "the message goes to stderr"
+
+
+# ---------------------------------------------------------------- a failed start loses nothing and blocks nothing
+
+
+def test_failed_start_leaves_out_reusable(workspace: Workspace):
+    """A run refused before any work (bad --model) must not leave an --out that refuses the corrected command."""
+    for command in ("embed", "finetune"):
+        if command not in REGISTERED:
+            continue
+        build = embed if command == "embed" else finetune
+        out = workspace.path(f"{command}-out")
+        bad = runner.invoke(app, build(workspace, "--data", workspace.good(), model=workspace.model_variant("pickle"),
+                                       out=out), catch_exceptions=False)
+        assert bad.exit_code == 2, bad.output
+        fixed = runner.invoke(app, build(workspace, "--data", workspace.good(), out=out), catch_exceptions=False)
+        assert fixed.exit_code == 0, f"`bertkit {command}` with the corrected --model was refused:\n{fixed.output}"
+
+
+# ---------------------------------------------------------------- a 1 MB line is truncated and counted, not an error
+
+
+def test_one_megabyte_line_is_truncated_and_counted(workspace: Workspace):
+    data = workspace.file("big.tsv", _tsv([*_rows(10), (BIG_LINE, "pos")]))
+    result = runner.invoke(app, tokens(workspace, "--data", data, "--json"), catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)["splits"][0]
+    assert report["rows"] == 11 and report["truncated"] == 1 and report["max"] > 200_000
+    if "embed" in REGISTERED:
+        out = workspace.path("big-store")
+        result = runner.invoke(app, ["embed", "--model", workspace.tiny, "--data", data, "--out", out, "--json", "--quiet"],
+                               catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        summary = json.loads(result.stdout)
+        assert summary["n_truncated"] == 1 and summary["splits"][0]["shape"] == [11, 32]
+        from bertkit import store
+
+        opened = store.open(out)
+        assert opened.features.shape == (11, 32) and opened.manifest["n_truncated"] == 1
+
+
+@pytest.mark.slow
+def test_one_megabyte_line_finetune_and_predict(workspace: Workspace):
+    data = workspace.file("big.tsv", _tsv([*_rows(20), (BIG_LINE, "pos")]))
+    out = workspace.path("ft-big")
+    result = runner.invoke(app, finetune(workspace, "--data", data, "--json", out=out), catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(app, ["predict", "--model", f"{out}/best", "--text", BIG_LINE, "--json", "--quiet"],
+                           catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert len(json.loads(result.stdout)["predictions"]) == 1
