@@ -264,12 +264,23 @@ def evaluate_dev(
     batch_size: int,
 ) -> tuple[dict[str, Any], np.ndarray]:
     """Exact dev metrics in any number of processes: each evaluates a share of the length-sorted batches,
-    `gather_for_metrics` collects (rows, logits) from all, every row counted once."""
+    `gather_object` collects (rows, logits) from all, every row counted once.
+
+    The forward runs on the *unwrapped* model: a DDP-wrapped forward is itself a collective (it broadcasts
+    buffers from rank 0 before every call), so ranks with different numbers of dev batches - e.g. 20 dev rows in
+    one batch over 2 processes: rank 0 has one, rank 1 none - would deadlock against the gather below. The
+    weights are identical on all ranks, so no sync is needed. The one collective here (`gather_object`) is called
+    exactly once by every rank, whatever its share; no padding rows are added, so nothing is counted twice."""
+    from accelerate.utils import gather_object
+
     model.eval()
     batches = data.sorted_batches(encoded.lengths, batch_size)
     mine = batches[accelerator.process_index :: accelerator.num_processes]
-    logits = forward_logits(model, encoded, mine, pad_id, accelerator.device, accelerator.autocast)
-    gathered = accelerator.gather_for_metrics(list(zip(mine, logits, strict=True)), use_gather_object=True)
+    local = accelerator.unwrap_model(model)
+    logits = forward_logits(local, encoded, mine, pad_id, accelerator.device, accelerator.autocast)
+    gathered = list(zip(mine, logits, strict=True))
+    if accelerator.num_processes > 1:
+        gathered = gather_object(gathered)
     model.train()
     all_logits = data.restore_order([b for b, _ in gathered], [lg for _, lg in gathered])
     proba = softmax(all_logits)
@@ -304,8 +315,15 @@ def finetune(cfg: FinetuneConfig, *, progress: bool = True) -> FinetuneResult:
     label_map, label_names = splits.label_map, [str(x) for x in splits.label_map.labels]
     fingerprints = {"train": splits.train.fingerprint, "dev": splits.dev.fingerprint}
     key = resume_key(cfg, fingerprints)
-    status = check_out_dir(out, key, cfg.overwrite) if accelerator.is_main_process else None
+    status = None
+    if accelerator.is_main_process:
+        try:
+            status = check_out_dir(out, key, cfg.overwrite)
+        except UserError as exc:  # the other ranks wait in the broadcast: send them the error, not a hang
+            status = ("error", str(exc))
     status = _broadcast(accelerator, status)
+    if isinstance(status, tuple):
+        raise UserError(status[1])
     if status == "finished":
         done = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
         return FinetuneResult(out, done, done.get("epoch_table", []), None, True, accelerator.is_main_process)
