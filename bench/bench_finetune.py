@@ -76,8 +76,10 @@ def run_trainer(train, dev, *, static: bool, bf16: bool, out: str) -> dict:
     trainer = Trainer(model=model, args=args, train_dataset=encode(train),
                       data_collator=None if static else DataCollatorWithPadding(tokenizer))
     stats = trainer.train().metrics
-    logits = trainer.predict(encode(dev)).predictions
-    accuracy = float((np.asarray(logits).argmax(-1) == np.asarray([int(y) for y in dev.labels])).mean())
+    # Score against the label_ids returned with the predictions: with train_sampling_strategy="group_by_length"
+    # the Trainer may also order evaluation rows by length, so file order is not prediction order.
+    output = trainer.predict(encode(dev))
+    accuracy = float((np.asarray(output.predictions).argmax(-1) == np.asarray(output.label_ids)).mean())
     return {"train_samples_per_second": round(stats["train_samples_per_second"], 2),
             "train_seconds": round(stats["train_runtime"], 1), "dev_accuracy": round(accuracy, 4)}
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import typer
@@ -51,3 +52,30 @@ def test_recipes_list_and_show_cli():
     assert shown.exit_code == 0 and f"[{RECIPES[0].commands[0]}]" in shown.stdout
     missing = runner.invoke(app, ["recipes", "show", "no-such-recipe"])
     assert missing.exit_code == 2 and "Known recipes" in missing.output
+
+
+def test_smoke_recipe_end_to_end(tmp_path, monkeypatch):
+    """The `smoke` recipe, table by table, as CI's end-to-end run: real MiniLM weights, 64 demo rows."""
+    monkeypatch.chdir(Path(__file__).resolve().parent.parent)  # recipe paths are relative to the project root
+    runner = CliRunner()
+
+    def run(*args: str) -> dict:
+        result = runner.invoke(app, [*args, "--recipe", "smoke", "--json", "--quiet"], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)
+
+    tokens = run("tokens")
+    assert tokens["splits"][0]["rows"] == 64
+    run("embed", "--out", str(tmp_path / "features"))
+    from bertkit import store
+
+    stores = store.open_splits(tmp_path / "features")
+    assert stores["train"].features.shape == (64, 7, 384) and len(stores["dev"]) == 64
+    probe = run("probe", "--out", str(tmp_path / "probe"))
+    assert (tmp_path / "probe" / "probe" / "probe.safetensors").exists()
+    assert "baselines" in json.dumps(probe)
+    run("finetune", "--out", str(tmp_path / "ft"))
+    assert (tmp_path / "ft" / "best" / "model.safetensors").exists()
+    predicted = runner.invoke(app, ["predict", "--model", str(tmp_path / "ft" / "best"), "--text", "A delight.", "--json"])
+    assert predicted.exit_code == 0, predicted.output
+    assert json.loads(predicted.stdout)
