@@ -330,5 +330,9 @@ def test_config_fields_are_probe_options_and_recipes_load():
     assert {f.name for f in dataclasses.fields(ProbeConfig)} <= params
     for name in ("alammar-sst2-probe", "alammar-sst2-probe-offline"):
         cfg = ProbeConfig(**load_recipe(name, "probe", ProbeConfig))
-        assert cfg.data and cfg.dev and cfg.text_column == "0"
+        assert cfg.data and cfg.text_column == "0"
+        if name == "alammar-sst2-probe":  # the notebook: first 2,000 rows, 25% held out
+            assert (cfg.limit, cfg.dev_fraction, cfg.dev) == (2000, 0.25, None)
+        else:
+            assert cfg.dev
     assert ProbeConfig(**load_recipe("alammar-sst2-probe", "probe", ProbeConfig)).cv == 5
