@@ -29,7 +29,7 @@ step "4/7 finetune: MiniLM + classification head, 4 epochs"
 
 step "5/7 predict: new sentences and a file"
 "$BK" predict --model "$OUT/finetune/best" --text "An absolute delight from start to finish." \
-  --text "I want those two hours of my life back." --quiet
+  --text "A tedious, joyless slog that I regret paying for." --quiet
 "$BK" predict --model "$OUT/finetune/best" --data $DEMO/dev.tsv --out "$OUT/predictions.csv" --quiet
 
 step "6/7 evaluate: the fine-tuned model on the dev set"
