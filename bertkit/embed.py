@@ -288,7 +288,7 @@ def extract_features(encoder: Any, tokenizer: Any, dataset: TextDataset, *, pool
     spec = FeatureSpec.from_options(pool, layers, combine, normalize)
     device = torch.device(device) if device is not None else next(encoder.parameters()).device
     rows = None if str(batch_size) == "auto" else int(batch_size)
-    bar = _progress_bar(len(dataset), "embed", progress)
+    bar = progress_bar(len(dataset), "embed", progress)
     try:
         features, _ = encode_features(encoder, tokenizer, dataset, spec, max_length=max_length, batch_size=rows,
                                       device=device, dtype=dtype, bar=bar)
@@ -298,7 +298,7 @@ def extract_features(encoder: Any, tokenizer: Any, dataset: TextDataset, *, pool
     return features
 
 
-def _progress_bar(total: int, desc: str, enabled: bool) -> Any:
+def progress_bar(total: int, desc: str, enabled: bool) -> Any:
     if not enabled:
         return None
     import sys
@@ -513,7 +513,7 @@ def _embed_split(cfg: EmbedConfig, dist: Dist, writer: Any, split: str, ds: Text
         result.shards_skipped = len(writer.ranges) - len(pending_all)
         mine = [k for k in pending_all if k % dist.world == dist.rank]
         todo_rows = sum(writer.ranges[k][1] - writer.ranges[k][0] for k in mine)
-        bar = _progress_bar(todo_rows, f"embed {split}", progress and dist.main)
+        bar = progress_bar(todo_rows, f"embed {split}", progress and dist.main)
         try:
             for k in mine:
                 start, end = writer.ranges[k]

@@ -473,7 +473,7 @@ def extract_pooled(
     names = embed.accepted_inputs(encoder)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     outputs: dict[str, list[np.ndarray]] = {p: [] for p in pools}
-    bar = embed._progress_bar(len(dataset), "features", progress)
+    bar = embed.progress_bar(len(dataset), "features", progress)
     try:
         with torch.inference_mode(), modeling.autocast(device, dtype):
             for idx in batches:
