@@ -9,6 +9,8 @@ Variants (pick with --variants; default: all but the bf16 one, which runs on its
                        fp32 (this CPU has no native bf16: bf16 autocast is ~6x slower, see trainer_dynamic_bf16).
   trainer_dynamic_bf16 the issue's best-effort setting (bf16=True); measured on a --bf16-rows slice only.
   bertkit              `bertkit finetune --precision auto` (fp32 here), the library call the CLI makes.
+  bertkit_hf_forward   the same with --no-fast-forward (the model's own transformers forward): isolates what the
+                       [CLS]-only last layer and the CPU dropout masks bring.
 
 Writes bench/results/finetune.json (or finetune-quick.json with --quick): train samples/s and dev accuracy per
 variant, ratios to the Trainer variants, load average and machine. `--quick` uses a slice of train (--rows).
@@ -35,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 DATA = ROOT.parent / "shared" / "data" / "sst2"
 RESULTS = ROOT / "bench" / "results"
 HPARAMS = {"epochs": 1, "batch_size": 32, "lr": 5e-5, "warmup_ratio": 0.1, "max_length": 128, "seed": 42}
-ALL = ("trainer_static", "trainer_dynamic", "trainer_dynamic_bf16", "bertkit")
+ALL = ("trainer_static", "trainer_dynamic", "trainer_dynamic_bf16", "bertkit", "bertkit_hf_forward")
 
 
 def load_sst2(rows: int | None):
@@ -90,14 +92,16 @@ def _head(path: Path, rows: int, out: Path) -> Path:
     return out
 
 
-def run_bertkit(train_path: Path, dev_path: Path, rows: int | None, out: str, dev_rows: int | None = None) -> dict:
+def run_bertkit(
+    train_path: Path, dev_path: Path, rows: int | None, out: str, dev_rows: int | None = None, fast_forward: bool = True,
+) -> dict:
     from bertkit.config import FinetuneConfig
     from bertkit.finetune import finetune
 
     cfg = FinetuneConfig(model="minilm-offline", data=str(train_path), dev=str(dev_path), text_column="0",
                          label_column="1", limit=None, epochs=HPARAMS["epochs"], batch_size=HPARAMS["batch_size"],
                          lr=HPARAMS["lr"], warmup_ratio=HPARAMS["warmup_ratio"], max_length=HPARAMS["max_length"],
-                         seed=HPARAMS["seed"], precision="auto", save_every=None, out=out)
+                         seed=HPARAMS["seed"], precision="auto", save_every=None, out=out, fast_forward=fast_forward)
     if rows is not None:  # the same first rows as the Trainer variants
         cfg = FinetuneConfig(**{**cfg.__dict__, "data": str(_head(train_path, rows, Path(out).parent / "train-slice.tsv"))})
     if dev_rows is not None:
@@ -106,7 +110,8 @@ def run_bertkit(train_path: Path, dev_path: Path, rows: int | None, out: str, de
     metrics = finetune(cfg, progress=False).metrics
     return {"train_samples_per_second": metrics["train_samples_per_second"],
             "train_seconds": metrics["train_seconds"], "wall_seconds_incl_eval_and_saving": round(time.perf_counter() - started, 1),
-            "dev_accuracy": round(metrics["best_dev"]["accuracy"], 4), "mixed_precision": metrics["mixed_precision"]}
+            "dev_accuracy": round(metrics["best_dev"]["accuracy"], 4), "mixed_precision": metrics["mixed_precision"],
+            "forward": metrics["forward"]}
 
 
 def _reset_accelerate() -> None:
@@ -141,9 +146,9 @@ def main(argv: list[str] | None = None) -> dict:
         for name in variants:
             _reset_accelerate()  # each variant picks its own mixed precision
             started = time.perf_counter()
-            if name == "bertkit":
-                result = run_bertkit(DATA / "train.tsv", DATA / "dev.tsv", rows, f"{tmp}/bertkit",
-                                     args.dev_rows if args.quick else None)
+            if name.startswith("bertkit"):
+                result = run_bertkit(DATA / "train.tsv", DATA / "dev.tsv", rows, f"{tmp}/{name}",
+                                     args.dev_rows if args.quick else None, fast_forward=name == "bertkit")
                 result["train_rows"] = len(train)
             else:
                 bf16 = name.endswith("bf16")
@@ -163,6 +168,8 @@ def main(argv: list[str] | None = None) -> dict:
         for name in ("trainer_static", "trainer_dynamic", "trainer_dynamic_bf16"):
             if name in speed:
                 ratios[f"bertkit_vs_{name}"] = round(speed["bertkit"] / speed[name], 2)
+        if "bertkit_hf_forward" in speed:
+            ratios["bertkit_vs_bertkit_hf_forward"] = round(speed["bertkit"] / speed["bertkit_hf_forward"], 2)
     record = {
         "benchmark": "finetune", "quick": args.quick, "hparams": HPARAMS, "train_rows": len(train), "dev_rows": len(dev),
         "quick_note": "--quick: a slice of train/dev; dev accuracy after so few steps is not meaningful, speed is" if args.quick else None,

@@ -245,6 +245,9 @@ class FinetuneConfig(DataOptions):
     """`balanced` weighs the loss by inverse class frequency (imbalanced data)."""
     freeze_encoder: bool = False
     """Train only the classification head (the encoder stays frozen)."""
+    fast_forward: bool = True
+    """BERT/DistilBERT classifiers: compute the last layer only where the logits need it ([CLS]); same logits
+    and gradients, ~14% fewer FLOPs on a 6-layer encoder. Off: the model's own `transformers` forward."""
     save_every: int | None = 100
     """Checkpoint every N optimizer steps (and at the end of every epoch) for resuming."""
     overwrite: bool = False

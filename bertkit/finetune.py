@@ -37,6 +37,7 @@ import torch
 from bertkit import data, metrics, modeling, runs
 from bertkit.config import FinetuneConfig, config_dict
 from bertkit.errors import UserError
+from bertkit.fastforward import SequenceClassifier, unsupported_reason
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +89,7 @@ def micro_batches(batch: np.ndarray, n_processes: int, grad_accum: int, process_
     return pieces[process_index * grad_accum : (process_index + 1) * grad_accum]
 
 
-def model_inputs(model: Any, encoded: data.Encoded, indices: np.ndarray, pad_id: int, use_types: bool) -> dict[str, Any]:
+def model_inputs(encoded: data.Encoded, indices: np.ndarray, pad_id: int, use_types: bool) -> dict[str, Any]:
     batch = data.pad_batch(encoded, indices, pad_id)
     if not use_types:
         batch.pop("token_type_ids", None)
@@ -105,18 +106,18 @@ def accepts_token_types(model: Any) -> bool:
 
 @torch.inference_mode()
 def forward_logits(
-    model: Any, encoded: data.Encoded, batches: list[np.ndarray], pad_id: int, device: torch.device,
-    autocast: Any = None, progress: bool = False,
+    classifier: SequenceClassifier, encoded: data.Encoded, batches: list[np.ndarray], pad_id: int,
+    device: torch.device, autocast: Any = None, progress: bool = False,
 ) -> list[np.ndarray]:
     """Logits (float32 numpy) for each batch of row indices, in batch order."""
     from tqdm.auto import tqdm
 
-    use_types = accepts_token_types(model)
+    use_types = accepts_token_types(classifier.model)
     outputs = []
     for idx in tqdm(batches, desc="predict", unit="batch", disable=not progress, leave=False):
-        batch = {k: v.to(device) for k, v in model_inputs(model, encoded, idx, pad_id, use_types).items()}
+        batch = {k: v.to(device) for k, v in model_inputs(encoded, idx, pad_id, use_types).items()}
         with autocast() if autocast is not None else _null():
-            logits = model(**batch).logits
+            logits = classifier(**batch)
         outputs.append(logits.float().cpu().numpy())
     return outputs
 
@@ -145,7 +146,7 @@ def predict_proba(
     model.eval()
     encoded = data.encode_dataset(tokenizer, dataset, max_length)
     batches = data.sorted_batches(encoded.lengths, batch_size)
-    logits = forward_logits(model, encoded, batches, tokenizer.pad_token_id or 0, device,
+    logits = forward_logits(SequenceClassifier(model), encoded, batches, tokenizer.pad_token_id or 0, device,
                             lambda: modeling.autocast(device, dtype), progress)
     return softmax(data.restore_order(batches, logits))
 
@@ -236,15 +237,15 @@ def save_checkpoint(accelerator: Any, out: Path, state: dict[str, Any]) -> Path:
     return final
 
 
-def save_model_folder(accelerator: Any, model: Any, tokenizer: Any, path: Path, extra: dict[str, Any]) -> None:
-    """save_pretrained (safetensors) + tokenizer into a temp folder, then swap it in for `path`."""
+def save_model_folder(accelerator: Any, net: Any, tokenizer: Any, path: Path, extra: dict[str, Any]) -> None:
+    """save_pretrained (safetensors) of the wrapped `transformers` model + tokenizer into a temp folder, then swap
+    it in for `path`."""
     accelerator.wait_for_everyone()
-    state_dict = accelerator.get_state_dict(model)
+    state_dict = {k.removeprefix("model."): v for k, v in accelerator.get_state_dict(net).items()}
     if accelerator.is_main_process:
         tmp = path.with_name(f".tmp-{path.name}")
         shutil.rmtree(tmp, ignore_errors=True)
-        unwrapped = accelerator.unwrap_model(model)
-        unwrapped.save_pretrained(tmp, safe_serialization=True, state_dict=state_dict)
+        accelerator.unwrap_model(net).model.save_pretrained(tmp, safe_serialization=True, state_dict=state_dict)
         tokenizer.save_pretrained(tmp)
         runs.write_json_atomic(tmp / "bertkit_model.json", extra)
         old = path.with_name(f".old-{path.name}")
@@ -260,7 +261,7 @@ def save_model_folder(accelerator: Any, model: Any, tokenizer: Any, path: Path, 
 
 
 def evaluate_dev(
-    accelerator: Any, model: Any, encoded: data.Encoded, y: np.ndarray, label_names: list[str], pad_id: int,
+    accelerator: Any, net: Any, encoded: data.Encoded, y: np.ndarray, label_names: list[str], pad_id: int,
     batch_size: int,
 ) -> tuple[dict[str, Any], np.ndarray]:
     """Exact dev metrics in any number of processes: each evaluates a share of the length-sorted batches,
@@ -273,15 +274,15 @@ def evaluate_dev(
     exactly once by every rank, whatever its share; no padding rows are added, so nothing is counted twice."""
     from accelerate.utils import gather_object
 
-    model.eval()
+    net.eval()
     batches = data.sorted_batches(encoded.lengths, batch_size)
     mine = batches[accelerator.process_index :: accelerator.num_processes]
-    local = accelerator.unwrap_model(model)
+    local = accelerator.unwrap_model(net)
     logits = forward_logits(local, encoded, mine, pad_id, accelerator.device, accelerator.autocast)
     gathered = list(zip(mine, logits, strict=True))
     if accelerator.num_processes > 1:
         gathered = gather_object(gathered)
-    model.train()
+    net.train()
     all_logits = data.restore_order([b for b, _ in gathered], [lg for _, lg in gathered])
     proba = softmax(all_logits)
     result = metrics.classification_metrics(y, proba.argmax(axis=1), proba, label_names)
@@ -349,6 +350,9 @@ def finetune(cfg: FinetuneConfig, *, progress: bool = True) -> FinetuneResult:
         _freeze_encoder(model)
     use_types = accepts_token_types(model) and train_enc.token_type_ids is not None
     optimizer = _adamw(model, cfg.lr, cfg.weight_decay, accelerator.device)
+    net = SequenceClassifier(model, fast=cfg.fast_forward)  # trains `model`'s parameters; logits only
+    if cfg.fast_forward and not net.fast:
+        log.info("--fast-forward does not apply (%s): using the model's own forward", unsupported_reason(model))
     min_rows = accelerator.num_processes * cfg.grad_accum
     steps_per_epoch = len(global_batches(train_enc.lengths, cfg.batch_size * min_rows, cfg.seed, 0, min_rows))
     if steps_per_epoch == 0:
@@ -357,7 +361,7 @@ def finetune(cfg: FinetuneConfig, *, progress: bool = True) -> FinetuneResult:
     total_steps = steps_per_epoch * cfg.epochs
     warmup = math.ceil(cfg.warmup_ratio * total_steps)
     scheduler = get_linear_schedule_with_warmup(optimizer, warmup, total_steps)
-    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    net, optimizer, scheduler = accelerator.prepare(net, optimizer, scheduler)
     class_weight = _class_weights(y_train, len(label_map), accelerator.device) if cfg.class_weight == "balanced" else None
     eval_every = None if cfg.eval_every == "epoch" else int(cfg.eval_every)
     eval_bs = max(cfg.batch_size * 2, 32)
@@ -389,7 +393,7 @@ def finetune(cfg: FinetuneConfig, *, progress: bool = True) -> FinetuneResult:
     fail_after = int(os.environ.get(FAIL_HOOK_ENV, "0") or 0)
 
     # -- train epochs
-    model.train()
+    net.train()
     bar = tqdm(total=total_steps, initial=state["global_step"], desc="finetune", unit="step",
                disable=not (progress and accelerator.is_main_process), dynamic_ncols=True)
     while state["epoch"] < cfg.epochs and not state["stopped_early"]:
@@ -400,16 +404,16 @@ def finetune(cfg: FinetuneConfig, *, progress: bool = True) -> FinetuneResult:
         for batch in batches[state["step_in_epoch"]:]:
             accelerator.step = 0  # each global batch is exactly one accumulation group
             for idx in micro_batches(batch, accelerator.num_processes, cfg.grad_accum, accelerator.process_index):
-                inputs = {k: v.to(accelerator.device) for k, v in model_inputs(model, train_enc, idx, pad_id, use_types).items()}
+                inputs = {k: v.to(accelerator.device) for k, v in model_inputs(train_enc, idx, pad_id, use_types).items()}
                 labels = torch.as_tensor(y_train[idx], device=accelerator.device)
-                with accelerator.accumulate(model):
-                    logits = model(**inputs).logits
+                with accelerator.accumulate(net):
+                    logits = net(**inputs)
                     loss = torch.nn.functional.cross_entropy(logits.float(), labels, weight=class_weight)
                     # scale so the summed gradient is the mean over the whole global batch
                     accelerator.backward(loss * (len(idx) * min_rows / len(batch)))
                     if accelerator.sync_gradients:
                         if cfg.max_grad_norm > 0:
-                            accelerator.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+                            accelerator.clip_grad_norm_(net.parameters(), cfg.max_grad_norm)
                         optimizer.step()
                         scheduler.step()
                         optimizer.zero_grad(set_to_none=True)
@@ -426,7 +430,7 @@ def finetune(cfg: FinetuneConfig, *, progress: bool = True) -> FinetuneResult:
                 state["train_seconds"] += time.perf_counter() - started
                 train_loss = _mean_across(accelerator, loss_sum, loss_rows)
                 loss_sum, loss_rows = 0.0, 0
-                _evaluate_and_keep_best(accelerator, model, tokenizer, cfg, state, dev_enc, y_dev, label_names,
+                _evaluate_and_keep_best(accelerator, net, tokenizer, cfg, state, dev_enc, y_dev, label_names,
                                         pad_id, eval_bs, train_loss, out, label_map)
                 started = time.perf_counter()
                 if end_of_epoch:
@@ -445,18 +449,19 @@ def finetune(cfg: FinetuneConfig, *, progress: bool = True) -> FinetuneResult:
     bar.close()
 
     # -- save: final model, metrics, table, plots, dev errors
-    save_model_folder(accelerator, model, tokenizer, out / "final", {"step": state["global_step"]})
-    summary = _finish(accelerator, cfg, state, out, splits.dev, y_dev, label_names, steps_per_epoch, restored)
+    save_model_folder(accelerator, net, tokenizer, out / "final", {"step": state["global_step"]})
+    summary = _finish(accelerator, cfg, state, out, splits.dev, y_dev, label_names, steps_per_epoch, restored,
+                      forward="fast" if accelerator.unwrap_model(net).fast else "transformers")
     return FinetuneResult(out, summary, state["epoch_table"], restored, False, accelerator.is_main_process, splits.notes)
 
 
 def _evaluate_and_keep_best(
-    accelerator: Any, model: Any, tokenizer: Any, cfg: FinetuneConfig, state: dict[str, Any], dev_enc: data.Encoded,
+    accelerator: Any, net: Any, tokenizer: Any, cfg: FinetuneConfig, state: dict[str, Any], dev_enc: data.Encoded,
     y_dev: np.ndarray, label_names: list[str], pad_id: int, eval_bs: int, train_loss: float, out: Path,
     label_map: data.LabelMap,
 ) -> None:
     started = time.perf_counter()
-    result, proba = evaluate_dev(accelerator, model, dev_enc, y_dev, label_names, pad_id, eval_bs)
+    result, proba = evaluate_dev(accelerator, net, dev_enc, y_dev, label_names, pad_id, eval_bs)
     value = result.get(cfg.metric_for_best)
     if value is None:
         raise UserError(f"--metric-for-best {cfg.metric_for_best} is not available for this data "
@@ -470,7 +475,7 @@ def _evaluate_and_keep_best(
     if improved:
         state["best_metric"], state["best_step"], state["evals_since_best"] = value, state["global_step"], 0
         state["best_dev"] = {k: v for k, v in result.items() if k != "per_class"}
-        save_model_folder(accelerator, model, tokenizer, out / "best",
+        save_model_folder(accelerator, net, tokenizer, out / "best",
                           {"step": state["global_step"], "metric": cfg.metric_for_best, "value": value,
                            "labels": label_map.to_json()["labels"]})
         if accelerator.is_main_process:
@@ -494,7 +499,7 @@ def _epoch_row(state: dict[str, Any], epoch: int, train_loss: float) -> dict[str
 
 def _finish(
     accelerator: Any, cfg: FinetuneConfig, state: dict[str, Any], out: Path, dev: data.TextDataset,
-    y_dev: np.ndarray, label_names: list[str], steps_per_epoch: int, restored: dict[str, Any] | None,
+    y_dev: np.ndarray, label_names: list[str], steps_per_epoch: int, restored: dict[str, Any] | None, forward: str,
 ) -> dict[str, Any]:
     """metrics.json, the epoch table, curves, confusion matrix and dev_errors.csv (main process)."""
     summary = {
@@ -504,7 +509,7 @@ def _finish(
         "steps_per_epoch": steps_per_epoch, "epochs_run": state["epoch"], "stopped_early": state["stopped_early"],
         "train_rows_seen": state["train_rows"], "train_seconds": round(state["train_seconds"], 2),
         "train_samples_per_second": round(state["train_rows"] / max(state["train_seconds"], 1e-9), 2),
-        "processes": accelerator.num_processes, "mixed_precision": accelerator.mixed_precision,
+        "processes": accelerator.num_processes, "mixed_precision": accelerator.mixed_precision, "forward": forward,
         "history": state["history"], "epoch_table": state["epoch_table"], "resumed_from": restored,
         "outputs": {name: str(out / name) for name in
                     ("best", "final", "metrics.jsonl", "training_table.csv", "curves.png", "confusion_matrix.png",

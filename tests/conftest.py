@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -51,6 +53,18 @@ def tiny_bert_dir(tmp_path_factory) -> Path:
 def tiny_distilbert_dir(tmp_path_factory) -> Path:
     """Folder of a tiny random DistilBERT (2 layers, dim 32, max 128 positions)."""
     return _save_tiny("distilbert", tmp_path_factory.mktemp("tiny-distilbert"))
+
+
+@pytest.fixture(scope="session")
+def no_dropout_bert(tiny_bert_dir, tmp_path_factory) -> Path:
+    """The tiny BERT with dropout off: runs are then deterministic functions of the batches."""
+    path = tmp_path_factory.mktemp("tiny-bert-nodrop")
+    for item in tiny_bert_dir.iterdir():
+        shutil.copy(item, path / item.name)
+    config = json.loads((path / "config.json").read_text())
+    config.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, classifier_dropout=0.0)
+    (path / "config.json").write_text(json.dumps(config))
+    return path
 
 
 @pytest.fixture(scope="session")

@@ -42,18 +42,6 @@ def one_thread():
     torch.set_num_threads(before)
 
 
-@pytest.fixture(scope="session")
-def no_dropout_bert(tiny_bert_dir, tmp_path_factory) -> Path:
-    """The tiny BERT with dropout off: runs are then deterministic functions of the batches."""
-    path = tmp_path_factory.mktemp("tiny-bert-nodrop")
-    for item in tiny_bert_dir.iterdir():
-        shutil.copy(item, path / item.name)
-    config = json.loads((path / "config.json").read_text())
-    config.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, classifier_dropout=0.0)
-    (path / "config.json").write_text(json.dumps(config))
-    return path
-
-
 @pytest.fixture
 def toy_files(write_tsv, toy_rows):
     header = ("sentence", "label")

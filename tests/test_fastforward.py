@@ -1,0 +1,139 @@
+"""The fast classifier forward computes what the `transformers` forward computes (logits and gradients)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from safetensors.numpy import load_file
+from transformers import (
+    BertConfig,
+    BertForSequenceClassification,
+    DistilBertConfig,
+    DistilBertForSequenceClassification,
+    RobertaConfig,
+    RobertaForSequenceClassification,
+)
+
+from bertkit.config import FinetuneConfig
+from bertkit.fastforward import SequenceClassifier, dropout, unsupported_reason
+from bertkit.finetune import finetune
+
+
+def tiny_bert(**overrides) -> BertForSequenceClassification:
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
+                        intermediate_size=64, num_labels=3, **overrides)
+    return BertForSequenceClassification(config)
+
+
+def tiny_distilbert() -> DistilBertForSequenceClassification:
+    torch.manual_seed(0)
+    return DistilBertForSequenceClassification(
+        DistilBertConfig(vocab_size=100, dim=32, n_layers=3, n_heads=4, hidden_dim=64, num_labels=3))
+
+
+def padded_batch(pairs: bool) -> dict[str, torch.Tensor]:
+    """Four rows of different lengths (padding on the right), optionally with segment B ids."""
+    generator = torch.Generator().manual_seed(1)
+    input_ids = torch.randint(5, 100, (4, 11), generator=generator)
+    mask = torch.ones_like(input_ids)
+    for row, length in enumerate((11, 7, 3, 9)):
+        mask[row, length:] = 0
+        input_ids[row, length:] = 0
+    batch = {"input_ids": input_ids, "attention_mask": mask}
+    if pairs:
+        batch["token_type_ids"] = ((torch.arange(11) >= 5).long().expand(4, 11) * mask).contiguous()
+    return batch
+
+
+def logits_and_grads(forward, model, batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    model.zero_grad()
+    logits = forward(batch)
+    (logits * torch.arange(1.0, 4.0)).sum().backward()  # weights the classes differently: every logit matters
+    return logits.detach(), {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("make, pairs", [(tiny_bert, False), (tiny_bert, True), (tiny_distilbert, False)])
+def test_same_logits_and_gradients_as_transformers(make, pairs):
+    model = make().eval()  # eval: no dropout, so both forwards are deterministic
+    batch = padded_batch(pairs)
+    fast = SequenceClassifier(model)
+    assert fast.fast
+    ref_logits, ref_grads = logits_and_grads(lambda b: model(**b).logits, model, batch)
+    got_logits, got_grads = logits_and_grads(lambda b: fast(**b), model, batch)
+    torch.testing.assert_close(got_logits, ref_logits, rtol=1e-5, atol=1e-6)
+    assert got_grads.keys() == ref_grads.keys()  # every parameter gets its gradient, none is skipped
+    for name in ref_grads:
+        torch.testing.assert_close(got_grads[name], ref_grads[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_padding_does_not_change_a_rows_logits():
+    model = tiny_bert().eval()
+    batch = padded_batch(pairs=False)
+    fast = SequenceClassifier(model)
+    with torch.inference_mode():
+        together = fast(**batch)
+        alone = fast(input_ids=batch["input_ids"][2:3, :3], attention_mask=batch["attention_mask"][2:3, :3])
+    torch.testing.assert_close(together[2:3], alone, rtol=1e-5, atol=1e-6)
+
+
+def test_other_architectures_and_opt_out_use_the_models_own_forward():
+    torch.manual_seed(0)
+    roberta = RobertaForSequenceClassification(RobertaConfig(
+        vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)).eval()
+    assert "RobertaForSequenceClassification" in unsupported_reason(roberta)
+    batch = padded_batch(pairs=False)
+    batch["input_ids"] = batch["input_ids"].clamp(min=3)  # RoBERTa's padding id is 1
+    wrapped = SequenceClassifier(roberta)
+    assert not wrapped.fast
+    torch.testing.assert_close(wrapped(**batch), roberta(**batch).logits)
+    bert = tiny_bert().eval()
+    assert not SequenceClassifier(bert, fast=False).fast
+    assert unsupported_reason(tiny_bert(is_decoder=True)) == "BERT configured as a decoder"
+
+
+def test_training_mode_follows_the_wrapped_model():
+    model = tiny_bert(hidden_dropout_prob=0.3, attention_probs_dropout_prob=0.3)
+    batch = padded_batch(pairs=False)
+    fast = SequenceClassifier(model.eval())
+    with torch.no_grad():
+        assert torch.equal(fast(**batch), fast(**batch))  # eval: deterministic
+        model.train()
+        torch.manual_seed(3)
+        first = fast(**batch)
+        torch.manual_seed(3)
+        again = fast(**batch)
+        other = fast(**batch)
+    assert torch.equal(first, again)  # dropout follows the global RNG: seeding reproduces it
+    assert not torch.equal(first, other)
+
+
+def test_cpu_dropout_keeps_1_minus_p_and_rescales():
+    torch.manual_seed(0)
+    x = torch.ones(200_000)
+    y = dropout(x, 0.1, training=True)
+    kept = y != 0
+    assert abs(kept.float().mean().item() - 0.9) < 0.005
+    assert torch.allclose(y[kept], torch.full_like(y[kept], 1 / 0.9))
+    assert abs(y.mean().item() - 1.0) < 0.01  # unbiased: same expectation as no dropout
+    assert dropout(x, 0.1, training=False) is x
+
+
+def test_finetune_fast_and_transformers_forward_train_the_same_weights(no_dropout_bert, write_tsv, toy_rows, tmp_path):
+    """Without dropout the two forwards are the same function: a whole fine-tuning run ends with the same weights."""
+    model_dir = no_dropout_bert
+    train = write_tsv("train.tsv", toy_rows, ("sentence", "label"))
+    dev = write_tsv("dev.tsv", toy_rows[:20], ("sentence", "label"))
+    runs = {}
+    for fast in (True, False):
+        cfg = FinetuneConfig(model=str(model_dir), data=str(train), dev=str(dev), out=str(tmp_path / f"run-{fast}"),
+                             epochs=2, lr=5e-3, batch_size=8, save_every=None, fast_forward=fast)
+        result = finetune(cfg, progress=False)
+        assert result.metrics["forward"] == ("fast" if fast else "transformers")
+        runs[fast] = (result.metrics, load_file(str(tmp_path / f"run-{fast}" / "final" / "model.safetensors")))
+    (fast_metrics, fast_weights), (hf_metrics, hf_weights) = runs[True], runs[False]
+    assert fast_weights.keys() == hf_weights.keys()
+    for name in hf_weights:
+        np.testing.assert_allclose(fast_weights[name], hf_weights[name], rtol=1e-3, atol=1e-5, err_msg=name)
+    assert fast_metrics["history"][-1]["train_loss"] == pytest.approx(hf_metrics["history"][-1]["train_loss"], rel=1e-4)
