@@ -240,11 +240,14 @@ def save_checkpoint(accelerator: Any, out: Path, state: dict[str, Any]) -> Path:
 def save_model_folder(accelerator: Any, net: Any, tokenizer: Any, path: Path, extra: dict[str, Any]) -> None:
     """save_pretrained (safetensors) of the wrapped `transformers` model + tokenizer into a temp folder, then swap
     it in for `path`."""
+    from transformers.utils import logging as hf_logging
+
     accelerator.wait_for_everyone()
     state_dict = {k.removeprefix("model."): v for k, v in accelerator.get_state_dict(net).items()}
     if accelerator.is_main_process:
         tmp = path.with_name(f".tmp-{path.name}")
         shutil.rmtree(tmp, ignore_errors=True)
+        hf_logging.disable_progress_bar()  # loading turns transformers' bars back on; a one-file save needs none
         accelerator.unwrap_model(net).model.save_pretrained(tmp, safe_serialization=True, state_dict=state_dict)
         tokenizer.save_pretrained(tmp)
         runs.write_json_atomic(tmp / "bertkit_model.json", extra)

@@ -284,3 +284,13 @@ def test_loop_equals_a_hand_written_pytorch_loop(no_dropout_bert, toy_files, tmp
     ours = weights(tmp_path / "run" / "final")
     for name, value in model.state_dict().items():
         np.testing.assert_allclose(ours[name], value.numpy(), rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+def test_library_run_prints_no_transformers_save_bars(tiny_bert_dir, toy_files, tmp_path, capsys):
+    """progress=False means quiet: the saves of best/ and final/ do not show transformers' "Writing model shards"."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.enable_progress_bar()  # as after any from_pretrained outside the CLI
+    train, dev = toy_files
+    finetune(make_cfg(tiny_bert_dir, train, dev, tmp_path / "run", epochs=1), progress=False)
+    assert "Writing model shards" not in capsys.readouterr().err
