@@ -38,6 +38,7 @@ from bertkit.data import (
     token_budget_batches,
 )
 from bertkit.errors import UserError
+from bertkit.fastforward import cls_output, layer_block
 
 log = logging.getLogger(__name__)
 
@@ -151,43 +152,13 @@ def _first_layers(encoder: Any, keep: int | None) -> Iterator[None]:
         owner.layer = full
 
 
-def _cls_layer_parts(layer: Any) -> tuple[Any, ...] | None:
-    """(attention, q, k, v, out projection, norm 1, feed-forward, norm 2) of a BERT/DistilBERT layer, else None."""
-    attention = getattr(layer, "attention", None)
-    if hasattr(attention, "self") and hasattr(layer, "intermediate"):  # BertLayer
-        sa = attention.self
-        if getattr(sa, "is_decoder", False) or not hasattr(sa, "scaling"):
-            return None
-        return (sa, sa.query, sa.key, sa.value, attention.output.dense, attention.output.LayerNorm,
-                lambda x: layer.output.dense(layer.intermediate(x)), layer.output.LayerNorm)
-    if hasattr(attention, "q_lin") and hasattr(layer, "ffn"):  # DistilBERT TransformerBlock
-        return (attention, attention.q_lin, attention.k_lin, attention.v_lin, attention.out_lin,
-                layer.sa_layer_norm, layer.ffn, layer.output_layer_norm)
-    return None
-
-
-def cls_only_layer(layer: Any, hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """One encoder layer's output at position 0 only: keys/values from every token, the query, attention
-    output and feed-forward for [CLS] alone (about 1/seq of the layer's FFN work). (batch, dim), fp32."""
-    sa, q_lin, k_lin, v_lin, out_proj, norm1, ffn, norm2 = _cls_layer_parts(layer)  # type: ignore[misc]
-    batch, seq, _ = hidden.shape
-    head = sa.attention_head_size
-    first = hidden[:, :1]
-    q = q_lin(first).view(batch, 1, -1, head).transpose(1, 2)
-    k = k_lin(hidden).view(batch, seq, -1, head).transpose(1, 2)
-    v = v_lin(hidden).view(batch, seq, -1, head).transpose(1, 2)
-    keep = mask[:, None, None, :].bool()
-    context = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=keep, scale=sa.scaling)
-    attended = norm1(out_proj(context.transpose(1, 2).reshape(batch, 1, -1)) + first)
-    return norm2(ffn(attended) + attended)[:, 0].float()
-
-
 def forward_features(encoder: Any, batch: dict[str, torch.Tensor], spec: FeatureSpec, indices: list[int],
                      n_layers: int) -> torch.Tensor:
     """One batch through the encoder -> pooled, combined (and optionally normalised) fp32 features."""
     top, owner = max(indices), _layer_owner(encoder)
     prune = PRUNE_LAYERS and owner is not None
-    fast_cls = prune and spec.pool == "cls" and top >= 1 and _cls_layer_parts(owner.layer[top - 1]) is not None
+    top_block = layer_block(owner.layer[top - 1]) if prune and spec.pool == "cls" and top >= 1 else None
+    fast_cls = top_block is not None
     run = (top - 1 if fast_cls else top) if prune else n_layers
     need_hidden = any(i < run for i in indices)
     with _first_layers(encoder, run if prune else None):
@@ -196,7 +167,7 @@ def forward_features(encoder: Any, batch: dict[str, torch.Tensor], spec: Feature
     pooled = []
     for i in indices:
         if fast_cls and i == top:
-            pooled.append(cls_only_layer(owner.layer[top - 1], output.last_hidden_state, mask))
+            pooled.append(cls_output(top_block, output.last_hidden_state, mask).float())  # type: ignore[arg-type]
         else:
             state = output.last_hidden_state if i == run else output.hidden_states[i]
             pooled.append(pool_tokens(state, mask, spec.pool))

@@ -9,6 +9,8 @@ position 0. That is the same arithmetic for the logits - and so for the gradient
 `bernoulli_`, which is about twice as fast there; the masks follow the same distribution (keep with 1 - p, scale
 by 1 / (1 - p)) and the global RNG, so seeding and checkpointed RNG states still make runs reproducible.
 
+`embed` uses the same layer code (`layer_block`, `cls_output`) for `--pool cls` of its top layer.
+
 `SequenceClassifier` wraps a `transformers` model: its `forward` returns logits through the fast path when
 the model is a plain BERT/DistilBERT sequence classifier, and through the model's own forward otherwise (or
 when `fast=False`). The wrapped model is untouched: its weights are the parameters being trained and it is
@@ -60,6 +62,8 @@ def unsupported_reason(model: Any) -> str | None:
             return f"position_embedding_type={config.position_embedding_type}"
         if model.bert.pooler is None:
             return "BERT without a pooler"
+    if any(layer_block(layer) is None for layer in _layers(model)):
+        return "a layer of an unknown type"
     return None
 
 
@@ -97,18 +101,32 @@ def encode_cls(hidden: torch.Tensor, attention_mask: torch.Tensor, blocks: list[
     computes keys/values for all tokens and everything else for position 0 only."""
     keep_key = attention_mask[:, None, None, :].bool()  # (batch, 1, 1, keys): padding is never attended to
     for index, block in enumerate(blocks):
-        last = index == len(blocks) - 1
-        keys, values = _split_heads(block.key(hidden), block.heads), _split_heads(block.value(hidden), block.heads)
-        if last:
-            hidden = hidden[:, :1]
-        queries = _split_heads(block.query(hidden), block.heads)
-        p = block.attention_dropout if training else 0.0
-        context = _merge_heads(attention(queries, keys, values, keep_key, p))
-        attended = dropout(block.attention_out(context), block.attention_out_dropout, training)
-        hidden = block.attention_norm(attended + hidden)
-        fed = dropout(block.ffn_out(block.activation(block.ffn_in(hidden))), block.ffn_dropout, training)
-        hidden = block.ffn_norm(fed + hidden)
+        hidden = block_forward(block, hidden, keep_key, training, cls_only=index == len(blocks) - 1)
     return hidden[:, 0]
+
+
+def cls_output(block: Block, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """One layer's output at position 0 only (inference), shape (batch, hidden): what `embed` needs for
+    `--pool cls` of its top layer."""
+    keep_key = attention_mask[:, None, None, :].bool()
+    return block_forward(block, hidden, keep_key, training=False, cls_only=True)[:, 0]
+
+
+def block_forward(
+    block: Block, hidden: torch.Tensor, keep_key: torch.Tensor, training: bool, cls_only: bool = False,
+) -> torch.Tensor:
+    """One transformer layer. With `cls_only`, keys and values still come from every token but the query,
+    attention output and feed-forward run for position 0 alone: the result is (batch, 1, hidden)."""
+    keys, values = _split_heads(block.key(hidden), block.heads), _split_heads(block.value(hidden), block.heads)
+    if cls_only:
+        hidden = hidden[:, :1]
+    queries = _split_heads(block.query(hidden), block.heads)
+    p = block.attention_dropout if training else 0.0
+    context = _merge_heads(attention(queries, keys, values, keep_key, p))
+    attended = dropout(block.attention_out(context), block.attention_out_dropout, training)
+    hidden = block.attention_norm(attended + hidden)
+    fed = dropout(block.ffn_out(block.activation(block.ffn_in(hidden))), block.ffn_dropout, training)
+    return block.ffn_norm(fed + hidden)
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keep_key: torch.Tensor, p: float) -> torch.Tensor:
@@ -155,23 +173,32 @@ def _distilbert_embeddings(model: Any, input_ids: torch.Tensor, training: bool) 
     return dropout(emb.LayerNorm(summed), emb.dropout.p, training)
 
 
-def _blocks(model: Any) -> list[Block]:
+def layer_block(layer: Any) -> Block | None:
+    """The parts of a BERT (`BertLayer`) or DistilBERT (`TransformerBlock`) layer; None for any other layer."""
+    attention = getattr(layer, "attention", None)
+    if hasattr(attention, "self") and hasattr(layer, "intermediate"):  # BertLayer
+        sa = attention.self
+        if getattr(sa, "is_decoder", False):
+            return None
+        return Block(query=sa.query, key=sa.key, value=sa.value, attention_dropout=sa.dropout.p,
+                     attention_out=attention.output.dense, attention_out_dropout=attention.output.dropout.p,
+                     attention_norm=attention.output.LayerNorm, ffn_in=layer.intermediate.dense,
+                     activation=layer.intermediate.intermediate_act_fn, ffn_out=layer.output.dense,
+                     ffn_dropout=layer.output.dropout.p, ffn_norm=layer.output.LayerNorm, heads=sa.num_attention_heads)
+    if hasattr(attention, "q_lin") and hasattr(layer, "ffn"):  # DistilBERT: no dropout after the attention output
+        return Block(query=attention.q_lin, key=attention.k_lin, value=attention.v_lin,
+                     attention_dropout=attention.dropout.p, attention_out=attention.out_lin, attention_out_dropout=0.0,
+                     attention_norm=layer.sa_layer_norm, ffn_in=layer.ffn.lin1, activation=layer.ffn.activation,
+                     ffn_out=layer.ffn.lin2, ffn_dropout=layer.ffn.dropout.p, ffn_norm=layer.output_layer_norm,
+                     heads=attention.n_heads)
+    return None
+
+
+def _layers(model: Any) -> list[Any]:
     if type(model).__name__ == "BertForSequenceClassification":
-        return [
-            Block(query=layer.attention.self.query, key=layer.attention.self.key, value=layer.attention.self.value,
-                  attention_dropout=layer.attention.self.dropout.p, attention_out=layer.attention.output.dense,
-                  attention_out_dropout=layer.attention.output.dropout.p, attention_norm=layer.attention.output.LayerNorm,
-                  ffn_in=layer.intermediate.dense, activation=layer.intermediate.intermediate_act_fn,
-                  ffn_out=layer.output.dense, ffn_dropout=layer.output.dropout.p, ffn_norm=layer.output.LayerNorm,
-                  heads=layer.attention.self.num_attention_heads)
-            for layer in model.bert.encoder.layer
-        ]
-    # DistilBERT: no dropout on the attention output projection (as in its own forward)
-    return [
-        Block(query=layer.attention.q_lin, key=layer.attention.k_lin, value=layer.attention.v_lin,
-              attention_dropout=layer.attention.dropout.p, attention_out=layer.attention.out_lin,
-              attention_out_dropout=0.0, attention_norm=layer.sa_layer_norm, ffn_in=layer.ffn.lin1,
-              activation=layer.ffn.activation, ffn_out=layer.ffn.lin2, ffn_dropout=layer.ffn.dropout.p,
-              ffn_norm=layer.output_layer_norm, heads=layer.attention.n_heads)
-        for layer in model.distilbert.transformer.layer
-    ]
+        return list(model.bert.encoder.layer)
+    return list(model.distilbert.transformer.layer)
+
+
+def _blocks(model: Any) -> list[Block]:
+    return [block for block in map(layer_block, _layers(model)) if block is not None]
