@@ -144,8 +144,9 @@ def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
         return x
     if x.device.type != "cpu":
         return F.dropout(x, p, True)
-    keep = torch.rand(x.shape, device=x.device) >= p
-    return x * keep * (1.0 / (1.0 - p))
+    # one float mask (0 or 1/(1-p)) made in place: one multiply forward, one backward
+    mask = torch.rand(x.shape, device=x.device).ge_(p).mul_(1.0 / (1.0 - p))
+    return x * mask.to(x.dtype)
 
 
 def _split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
