@@ -166,8 +166,8 @@ def forward_features(encoder: Any, batch: dict[str, torch.Tensor], spec: Feature
     mask = batch["attention_mask"]
     pooled = []
     for i in indices:
-        if fast_cls and i == top:
-            pooled.append(cls_output(top_block, output.last_hidden_state, mask).float())  # type: ignore[arg-type]
+        if top_block is not None and i == top:
+            pooled.append(cls_output(top_block, output.last_hidden_state, mask).float())
         else:
             state = output.last_hidden_state if i == run else output.hidden_states[i]
             pooled.append(pool_tokens(state, mask, spec.pool))

@@ -74,7 +74,9 @@ class SequenceClassifier(nn.Module):
         super().__init__()
         self.model = model
         self.train(model.training)
-        self.fast = fast and unsupported_reason(model) is None
+        self.unsupported = unsupported_reason(model)
+        """Why the fast path cannot run this model (None when it can)."""
+        self.fast = fast and self.unsupported is None
         self.kind = type(model).__name__
         self.blocks = _blocks(model) if self.fast else []
 

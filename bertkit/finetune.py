@@ -37,7 +37,7 @@ import torch
 from bertkit import data, metrics, modeling, runs
 from bertkit.config import FinetuneConfig, config_dict
 from bertkit.errors import UserError
-from bertkit.fastforward import SequenceClassifier, unsupported_reason
+from bertkit.fastforward import SequenceClassifier
 
 log = logging.getLogger(__name__)
 
@@ -355,7 +355,7 @@ def finetune(cfg: FinetuneConfig, *, progress: bool = True) -> FinetuneResult:
     optimizer = _adamw(model, cfg.lr, cfg.weight_decay, accelerator.device)
     net = SequenceClassifier(model, fast=cfg.fast_forward)  # trains `model`'s parameters; logits only
     if cfg.fast_forward and not net.fast:
-        log.info("--fast-forward does not apply (%s): using the model's own forward", unsupported_reason(model))
+        log.info("--fast-forward does not apply (%s): using the model's own forward", net.unsupported)
     min_rows = accelerator.num_processes * cfg.grad_accum
     steps_per_epoch = len(global_batches(train_enc.lengths, cfg.batch_size * min_rows, cfg.seed, 0, min_rows))
     if steps_per_epoch == 0:
