@@ -311,6 +311,7 @@ def finetune(cfg: FinetuneConfig, *, progress: bool = True) -> FinetuneResult:
 
     # -- setup: processes, data, run directory, model, optimizer, schedule
     precision = _mixed_precision(cfg.precision)
+    _release_single_process_state(precision)
     accelerator = Accelerator(mixed_precision=precision, step_scheduler_with_optimizer=False,
                               gradient_accumulation_steps=cfg.grad_accum, cpu=_force_cpu())
     out = Path(cfg.out)
@@ -576,6 +577,21 @@ def _mixed_precision(requested: str) -> str:
     device = torch.device("cpu") if _force_cpu() else modeling.choose_device()
     dtype = modeling.choose_dtype(requested, device)
     return {torch.float32: "no", torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
+
+
+def _release_single_process_state(precision: str) -> None:
+    """Let a second run in the same single process use another precision.
+
+    Accelerate keeps one process-wide `AcceleratorState` and refuses a new `mixed_precision` once it exists
+    (library users, notebooks and the test suite call `finetune` several times per process). With one process
+    there is nothing to keep - no process group - so the state is reset; launched multi-process runs are left alone.
+    """
+    from accelerate.state import AcceleratorState
+
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 or not AcceleratorState._shared_state:
+        return
+    if AcceleratorState().mixed_precision != precision:
+        AcceleratorState._reset_state(reset_partial_state=True)
 
 
 def _force_cpu() -> bool:

@@ -82,6 +82,19 @@ def shared_data() -> Path:
 
 
 @pytest.fixture(scope="session")
+def auto_dtype() -> str:
+    """What `--dtype/--precision auto` resolves to on this CPU ("bf16" with native bf16, else "fp32").
+
+    Tests that run a command with its default precision assert against this, never a constant: the suite must
+    pass on CPUs with and without native bf16 (and under BERTKIT_ASSUME_BF16=0/1)."""
+    import torch
+
+    from bertkit import modeling
+
+    return modeling.dtype_name(modeling.choose_dtype("auto", torch.device("cpu")))
+
+
+@pytest.fixture(scope="session")
 def demo_dir() -> Path:
     return DEMO_DIR
 

@@ -244,12 +244,12 @@ def _bench_json(args, tmp_path):
     return json.loads(result.stdout)
 
 
-def test_cli_report_structure_and_files(tiny_bert_dir, tiny_distilbert_dir, tmp_path, demo_dir):
+def test_cli_report_structure_and_files(tiny_bert_dir, tiny_distilbert_dir, tmp_path, demo_dir, auto_dtype):
     models = f"{tiny_distilbert_dir},{tiny_bert_dir}"
     report = _bench_json(["--models", models, "--data", str(demo_dir / "dev.tsv"), *FAST], tmp_path)
     assert {"protocol", "data", "models", "claims", "environment", "notes", "outputs"} <= set(report)
     env = report["environment"]
-    assert env["dtype"] == "fp32" and env["device"] == "cpu" and "torch" in env["versions"] and "cpu" in env["machine"]
+    assert env["dtype"] == auto_dtype and env["device"] == "cpu" and "torch" in env["versions"] and "cpu" in env["machine"]
     assert report["data"]["rows"] == 6
     for m in report["models"]:
         assert {"parameters", "size_mb_fp32", "size_mb_fp16", "load_seconds", "latency", "throughput", "train_step"} <= set(m)

@@ -49,8 +49,10 @@ def toy_files(write_tsv, toy_rows):
 
 
 def make_cfg(model: Path, train: Path, dev: Path, out: Path, **overrides) -> FinetuneConfig:
+    """A tiny run pinned to fp32: the tests below compare numbers exactly, and `auto` would be bf16 on a CPU
+    with native bf16 (tests of bf16 and of `auto` itself pass precision explicitly)."""
     values = dict(model=str(model), data=str(train), dev=str(dev), out=str(out), epochs=2, lr=5e-3, batch_size=8,
-                  warmup_ratio=0.1, save_every=None)
+                  warmup_ratio=0.1, save_every=None, precision="fp32")
     values.update(overrides)
     return FinetuneConfig(**values)
 
@@ -294,3 +296,16 @@ def test_library_run_prints_no_transformers_save_bars(tiny_bert_dir, toy_files, 
     train, dev = toy_files
     finetune(make_cfg(tiny_bert_dir, train, dev, tmp_path / "run", epochs=1), progress=False)
     assert "Writing model shards" not in capsys.readouterr().err
+
+
+def test_bf16_and_auto_precision_train_in_the_same_process(tiny_bert_dir, toy_files, tmp_path, auto_dtype):
+    """bf16 runs on every CPU (emulated where not native: the model is tiny), and `auto` resolves per machine;
+    runs of different precisions follow each other in one process (Accelerate's state is released in between)."""
+    train, dev = toy_files
+    bf16 = finetune(make_cfg(tiny_bert_dir, train, dev, tmp_path / "bf16", epochs=1, precision="bf16"), progress=False)
+    assert bf16.metrics["mixed_precision"] == "bf16"
+    assert all(np.isfinite(h["train_loss"]) and np.isfinite(h["dev_loss"]) for h in bf16.metrics["history"])
+    auto = finetune(make_cfg(tiny_bert_dir, train, dev, tmp_path / "auto", epochs=1, precision="auto"), progress=False)
+    assert auto.metrics["mixed_precision"] == {"bf16": "bf16", "fp32": "no"}[auto_dtype]
+    fp32 = finetune(make_cfg(tiny_bert_dir, train, dev, tmp_path / "fp32", epochs=1), progress=False)
+    assert fp32.metrics["mixed_precision"] == "no"

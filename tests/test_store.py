@@ -35,8 +35,9 @@ def store_bytes(path: Path) -> dict[str, bytes]:
 
 
 def test_store_readable_by_numpy_and_open(tiny_bert_dir, toy_tsv, toy_rows, tmp_path):
-    out = tmp_path / "store"
-    result = embed("--model", str(tiny_bert_dir), "--data", str(toy_tsv), "--out", str(out), "--shard-size", "16")
+    out = tmp_path / "store"  # fp32 pinned: the store is compared with the in-memory fp32 API below
+    result = embed("--model", str(tiny_bert_dir), "--data", str(toy_tsv), "--out", str(out), "--shard-size", "16",
+                   "--dtype", "fp32")
     assert result.exit_code == 0, result.output
     assert "40 rows" in result.output and "rows/s" in result.output
     assert sorted(p.name for p in out.iterdir()) == ["features.npy", "labels.npy", "manifest.json"]
@@ -77,6 +78,14 @@ def test_changed_setting_refused_unless_overwrite(tiny_bert_dir, tiny_distilbert
     replaced = embed("--model", str(tiny_bert_dir), "--data", str(toy_tsv), "--out", out, "--pool", "mean", "--overwrite")
     assert replaced.exit_code == 0, replaced.output
     assert store.open(out).manifest["pool"] == "mean"
+
+
+def test_default_dtype_is_what_auto_resolves_to_here(tiny_bert_dir, toy_tsv, tmp_path, auto_dtype):
+    out = tmp_path / "store"
+    result = embed("--model", str(tiny_bert_dir), "--data", str(toy_tsv), "--out", str(out), "--limit", "8")
+    assert result.exit_code == 0, result.output
+    manifest = store.open(out).manifest
+    assert manifest["dtype"] == auto_dtype and np.isfinite(store.open(out).features).all()
 
 
 @pytest.mark.parametrize("extra", [[], ["--layers", "all", "--store-dtype", "float16", "--normalize"]])
