@@ -98,7 +98,7 @@ class FeatureSpec:
 
 
 def check_distinct_layers(asked: Sequence[int], resolved: Sequence[int], n_layers: int) -> None:
-    """--layers must name each hidden state once once negatives are resolved (-1 and 6 are one state of 6 layers)."""
+    """--layers must name each hidden state once after resolving negatives (-1 and 6 are one state of 6 layers)."""
     seen: dict[int, int] = {}
     for index, state in zip(asked, resolved, strict=True):
         if state in seen:
