@@ -8,6 +8,9 @@ every problem and raises once, naming the flag.
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import math
+import shlex
 import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -44,6 +47,102 @@ def check_choice(problems: list[str], value: str, name: str, choices: tuple[str,
         problems.append(f"{flag(name)} must be one of {', '.join(choices)}; got {value!r}.")
 
 
+def check_device(problems: list[str], value: str, *, check_available: bool = True) -> None:
+    """Record a problem unless --device names a device (cpu, cuda, cuda:N, mps, auto) that this machine has."""
+    if value in ("auto", "cpu"):
+        return
+    from bertkit.modeling import device_problem  # imports torch: only for a device other than auto/cpu
+
+    problem = device_problem(value, check_available=check_available)
+    if problem:
+        problems.append(problem)
+
+
+# ---------------------------------------------------------------- value types (recipes now, CLI values later)
+
+SEED_MAX = 2**32 - 1
+"""numpy's (and sklearn's random_state's) largest seed."""
+_TYPE_WORDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string", tuple: "a list of strings"}
+_EXAMPLES = {bool: "true", int: "3", float: "0.5", str: '"text"', tuple: '["first", "second"]'}
+
+
+def field_type(field: dataclasses.Field) -> tuple[type, bool]:
+    """(base type, None allowed) of a config field typed str, int, float, bool or tuple[str, ...] (or `X | None`)."""
+    annotation = field.type if isinstance(field.type, str) else getattr(field.type, "__name__", str(field.type))
+    parts = [part.strip() for part in str(annotation).split("|")]
+    optional = "None" in parts
+    names = [part for part in parts if part != "None"]
+    bases = {"str": str, "int": int, "float": float, "bool": bool}
+    if len(names) == 1 and names[0] in bases:
+        return bases[names[0]], optional
+    if len(names) == 1 and names[0].replace(" ", "") == "tuple[str,...]":
+        return tuple, optional
+    raise TypeError(f"config field {field.name} has a type check_value does not know: {annotation}")
+
+
+def _kind_of(value: Any) -> str:
+    words = {bool: "a boolean", int: "an integer", float: "a float", str: "a string", list: "a list", dict: "a table"}
+    return next((word for kind, word in words.items() if type(value) is kind), type(value).__name__)
+
+
+def check_value(field: dataclasses.Field, value: Any) -> Any:
+    """`value` for config `field`, converted where lossless (int -> float, int -> str, one string -> a 1-tuple).
+
+    Raises TypeError whose message says what the field takes and what it got (the caller names the key or flag).
+    ints are accepted for float fields (and for str fields: a column index); bools are never ints.
+    """
+    base, optional = field_type(field)
+    if value is None and optional:
+        return None
+    is_int = isinstance(value, int) and not isinstance(value, bool)
+    if base is bool and isinstance(value, bool):
+        return value
+    if base is int and is_int:
+        return value
+    if base is float and (is_int or isinstance(value, float)):
+        return float(value)
+    if base is str and (isinstance(value, str) or is_int):
+        return str(value)
+    if base is tuple:
+        items = [value] if isinstance(value, str) else value
+        if isinstance(items, (list, tuple)) and all(isinstance(item, str) for item in items):
+            return tuple(items)
+    default = field.default if field.default not in (None, dataclasses.MISSING, ()) else None
+    example = repr(default).lower() if isinstance(default, bool) else (
+        f'"{default}"' if isinstance(default, str) else str(default) if default is not None else _EXAMPLES[base])
+    raise TypeError(f"must be {_TYPE_WORDS[base]} (e.g. {example}), not {value!r} ({_kind_of(value)})")
+
+
+def check_values(config_cls: type, values: dict[str, Any], where: str) -> dict[str, Any]:
+    """Every value type-checked against `config_cls` (see `check_value`); all problems in one UserError."""
+    by_name = {f.name: f for f in fields(config_cls)}
+    checked, problems = {}, []
+    for name, value in values.items():
+        try:
+            checked[name] = check_value(by_name[name], value)
+        except TypeError as exc:
+            problems.append(f"{flag(name)[2:]} {exc}")
+    if problems:
+        raise UserError(f"{where}: {'; '.join(problems)}. Fix the value{'s' if len(problems) > 1 else ''} "
+                        f"(a command-line flag overrides a recipe value).")
+    return checked
+
+
+def number_problems(config: Any) -> list[str]:
+    """Every float option must be finite (`--lr inf`, `--C nan`); --seed must be a seed numpy accepts."""
+    problems = []
+    for f in fields(config):
+        value = getattr(config, f.name)
+        if field_type(f)[0] is float and isinstance(value, float) and not math.isfinite(value):
+            problems.append(f"{flag(f.name)} must be a finite number; got {value}. Pass a real number "
+                            f"(e.g. {flag(f.name)} {f.default if f.default is not None else 1.0}).")
+    seed = getattr(config, "seed", 0)
+    if isinstance(seed, int) and not 0 <= seed <= SEED_MAX:
+        problems.append(f"--seed must be between 0 and {SEED_MAX} (the seeds numpy accepts); got {seed}. "
+                        f"Pass e.g. --seed 42.")
+    return problems
+
+
 @dataclass(frozen=True)
 class DataOptions:
     """Where the data comes from and which columns to use; shared by every command that reads a dataset."""
@@ -76,10 +175,10 @@ class DataOptions:
     """Random seed for splits, sampling and initialisation."""
 
     def data_problems(self) -> list[str]:
-        problems: list[str] = []
+        problems = number_problems(self)
         check_choice(problems, self.header, "header", HEADER_MODES)
         check_positive(problems, self.limit, "limit")
-        if not 0.0 < self.dev_fraction < 1.0:
+        if math.isfinite(self.dev_fraction) and not 0.0 < self.dev_fraction < 1.0:
             problems.append(f"--dev-fraction must be between 0 and 1 (exclusive); got {self.dev_fraction}.")
         return problems
 
@@ -195,6 +294,7 @@ class EmbedConfig(DataOptions):
             problems.append(f"--batch-size must be a positive integer or auto; got {self.batch_size!r}.")
         check_positive(problems, self.max_length, "max_length", allow_none=False)
         check_positive(problems, self.shard_size, "shard_size", allow_none=False)
+        check_device(problems, self.device)
         raise_if_problems(problems)
 
     @property
@@ -263,7 +363,7 @@ class FinetuneConfig(DataOptions):
             problems.append("--out is required: the run directory (re-running with the same --out resumes).")
         for name in ("epochs", "lr", "batch_size", "grad_accum", "max_length", "save_every", "early_stopping_patience"):
             check_positive(problems, getattr(self, name), name, allow_none=name in {"save_every", "early_stopping_patience"})
-        if not 0.0 <= self.warmup_ratio < 1.0:
+        if math.isfinite(self.warmup_ratio) and not 0.0 <= self.warmup_ratio < 1.0:
             problems.append(f"--warmup-ratio must be in [0, 1); got {self.warmup_ratio}.")
         if self.weight_decay < 0 or self.max_grad_norm < 0:
             problems.append("--weight-decay and --max-grad-norm must be >= 0 (0 turns them off).")
@@ -304,10 +404,22 @@ class PredictConfig(DataOptions):
             problems.append("Give exactly one of --model (a fine-tuned folder) or --probe (a saved probe).")
         if bool(self.text) == (self.data is not None):
             problems.append("Give exactly one of --text (repeatable) or --data (a file to label).")
+        problems += _blank_text_problems(self.text)
         check_positive(problems, self.batch_size, "batch_size", allow_none=False)
         check_positive(problems, self.max_length, "max_length", allow_none=False)
         check_choice(problems, self.precision, "precision", DTYPES)
         raise_if_problems(problems)
+
+
+def _blank_text_problems(texts: tuple[str, ...]) -> list[str]:
+    """--text values that are empty or only invisible characters, refused as the --data path refuses empty cells."""
+    from bertkit.data import is_blank_text  # data.py owns what counts as an empty text
+
+    blank = [str(i) for i, text in enumerate(texts, start=1) if is_blank_text(text)]
+    if not blank:
+        return []
+    return [f"--text number {', '.join(blank)} (of {len(texts)}) is empty or only whitespace/invisible characters; "
+            f"a model cannot classify an empty text. Drop it or pass a sentence."]
 
 
 @dataclass(frozen=True)
@@ -403,7 +515,8 @@ class ProbeConfig(DataOptions):
             try:
                 _ = self.c_values
             except ValueError:
-                problems.append(f"--C-grid must be positive numbers separated by commas, or alammar; got {self.C_grid!r}.")
+                problems.append(f"--C-grid must be positive finite numbers separated by commas (e.g. 0.01,0.1,1), or "
+                                f"alammar; got {self.C_grid!r}.")
         check_choice(problems, self.class_weight, "class_weight", CLASS_WEIGHTS)
         check_choice(problems, self.dtype, "dtype", DTYPES)
         if self.repeats < 0:
@@ -423,7 +536,7 @@ class ProbeConfig(DataOptions):
         if self.C_grid.strip().lower() == "alammar":
             return [0.0001 + i * (100 - 0.0001) / 19 for i in range(20)]
         values = [float(v) for v in self.C_grid.split(",") if v.strip()]
-        if not values or any(v <= 0 for v in values):
+        if not values or any(not math.isfinite(v) or v <= 0 for v in values):
             raise ValueError(self.C_grid)
         return values
 
@@ -496,6 +609,8 @@ class BenchConfig(DataOptions):
             problems.append("--min-seconds, --warmup and --train-batch-size must be >= 0.")
         if self.quality_kinds and self.data is None:
             problems.append("--quality needs labelled --data (and usually --dev); pass them, or drop --quality.")
+        check_device(problems, self.device, check_available=self.protocol != "paper")  # paper runs on the CPU
+        problems += quality_args_problems([k for k in self.quality_kinds if k in QUALITY_COMMANDS], self.quality_args)
         raise_if_problems(problems)
 
     @property
@@ -511,6 +626,75 @@ class BenchConfig(DataOptions):
         order = ("probe", "finetune")
         asked = {q.strip() for q in str(self.quality).split(",") if q.strip() and q.strip() != "none"}
         return [q for q in order if q in asked] + sorted(asked - set(order))
+
+
+QUALITY_COMMANDS = ("probe", "finetune")
+CLI_ONLY_FLAGS = {"--quiet": False, "-q": False, "--json": False, "--recipe": True}
+"""Options every command has that are not config fields -> whether they take a value."""
+SET_BY_BENCH = ("--model", "--out", "--features", "--data", "--dev", "--test")
+"""Quality-command options `bertkit bench` sets itself, per model (a --quality-args copy would override them)."""
+
+
+def command_flags(config_cls: type) -> dict[str, bool]:
+    """Every option of the command configured by `config_cls` -> whether it takes a value.
+
+    Derived from the config (a field per option; a bool that defaults to true also has --no-NAME) plus
+    CLI_ONLY_FLAGS; tests check this against the real Typer command.
+    """
+    result = dict(CLI_ONLY_FLAGS)
+    option_names = option_fields(config_cls)
+    for f in fields(config_cls):
+        if f.name not in option_names:
+            continue
+        is_bool = field_type(f)[0] is bool
+        result[flag(f.name)] = not is_bool
+        if is_bool and f.default is True:
+            result["--no-" + flag(f.name)[2:]] = False
+    return result
+
+
+def quality_args_problems(kinds: list[str], quality_args: str | None) -> list[str]:
+    """Problems of `bench --quality-args` for the quality commands `kinds`, found before any benchmark runs."""
+    if quality_args is None:
+        return []
+    if not kinds:
+        return ["--quality-args is passed to the --quality commands, but --quality is none, so it would be ignored. "
+                "Add --quality probe (or finetune), or drop --quality-args."]
+    try:
+        args = shlex.split(quality_args)
+    except ValueError as exc:
+        return [f"--quality-args {quality_args!r} cannot be split into arguments ({exc}). Balance the quotes, e.g. "
+                f"--quality-args \"--epochs 1 --lr 3e-5\"."]
+    problems: list[str] = []
+    for kind in kinds:
+        problems += _command_args_problems(kind, args)
+    return problems
+
+
+def _command_args_problems(kind: str, args: list[str]) -> list[str]:
+    options = command_flags(config_for_command(kind))
+    problems, unknown, i = [], [], 0
+    while i < len(args):
+        token = args[i]
+        name = token.split("=", 1)[0]
+        if name not in options:
+            close = difflib.get_close_matches(name, options, n=1)
+            unknown.append(f"{token!r}" + (f" (did you mean {close[0]}?)" if close else ""))
+            if token.startswith("-") and "=" not in token and i + 1 < len(args) and not args[i + 1].startswith("-"):
+                i += 1  # an unknown option's value is not a second problem
+        elif name in SET_BY_BENCH:
+            problems.append(f"--quality-args: {name} is set by `bertkit bench` itself for each model; pass the "
+                            f"data options to bench directly and drop {name} from --quality-args.")
+        elif options[name] and "=" not in token:
+            if i + 1 >= len(args):
+                problems.append(f"--quality-args: {name} needs a value (e.g. {name} 1).")
+            i += 1
+        i += 1
+    if unknown:
+        listed = ", ".join(sorted(o for o in options if o.startswith("--")))
+        problems.insert(0, f"--quality-args: `bertkit {kind}` has no option {', '.join(unknown)} (the arguments go "
+                           f"to every --quality command). Its options: {listed}.")
+    return problems
 
 
 # ---------------------------------------------------------------- recipes
@@ -552,7 +736,7 @@ def load_recipe(name_or_path: str, command: str, config_cls: type) -> dict[str, 
             f"Recipe {path} [{command}] has unknown keys: {', '.join(unknown)}. "
             f"Valid keys are the options of `bertkit {command}`: {', '.join(sorted(flag(v)[2:] for v in valid))}."
         )
-    return values
+    return check_values(config_cls, values, f"Recipe {path} [{command}] has a value of the wrong type")
 
 
 def merge_config(config_cls: type, defaults: dict[str, Any], explicit: dict[str, Any], recipe: dict[str, Any]):

@@ -7,10 +7,19 @@ so a test can hand in 20 rows.
 
 from __future__ import annotations
 
+import codecs
+import csv
+import errno
 import hashlib
 import io
 import json
 import logging
+import math
+import os
+import re
+import stat
+import sys
+import unicodedata
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -21,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from bertkit.config import DataOptions
-from bertkit.errors import UserError
+from bertkit.errors import UserError, raise_if_problems
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +80,8 @@ class LabelMap:
     @classmethod
     def build(cls, labels: Sequence[Any]) -> LabelMap:
         distinct = set(labels)
-        ordered = sorted(distinct) if all(isinstance(x, int) for x in distinct) else sorted(distinct, key=str)
+        numeric = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in distinct)
+        ordered = sorted(distinct) if numeric else sorted(distinct, key=str)
         return cls(tuple(ordered))
 
     @property
@@ -87,16 +97,18 @@ class LabelMap:
         return len(self.labels)
 
     def encode(self, labels: Sequence[Any], where: str) -> np.ndarray:
-        """Label ids for `labels`; labels absent from the mapping are an error that lists them."""
-        mapping = self.label2id
-        unseen = sorted({label for label in labels if label not in mapping}, key=str)
+        """Label ids for `labels`, matched by `label_key` (1, 1.0 and "1" are one label); labels absent from the
+        mapping are an error that lists them."""
+        mapping = {label_key(label): i for i, label in enumerate(self.labels)}
+        keys = [label_key(label) for label in labels]
+        unseen = sorted({label for label, key in zip(labels, keys, strict=True) if key not in mapping}, key=str)
         if unseen:
             shown = ", ".join(repr(x) for x in unseen[:MAX_LISTED])
             raise UserError(
                 f"{where} has labels not seen in the training data: {shown}. Known labels: "
                 f"{', '.join(repr(x) for x in self.labels)}. Fix the labels, or train on data that contains them."
             )
-        return np.asarray([mapping[label] for label in labels], dtype=np.int64)
+        return np.asarray([mapping[key] for key in keys], dtype=np.int64)
 
     def decode(self, ids: Sequence[int]) -> list[Any]:
         return [self.labels[int(i)] for i in ids]
@@ -112,7 +124,8 @@ class LabelMap:
     def from_id2label(cls, id2label: dict[Any, str]) -> LabelMap:
         """Rebuild from a transformers config's id2label (keys may be strings in JSON)."""
         names = [id2label[k] for k in sorted(id2label, key=int)]
-        return cls(tuple(int(n) if _is_int_text(n) else n for n in names))
+        labels = _normalise_labels(names)  # the same canonical labels the training data had
+        return cls(tuple(labels if len(set(labels)) == len(labels) else names))
 
 
 @dataclass
@@ -144,16 +157,81 @@ def fingerprint_file(path: Path) -> str:
     return "sha256:" + digest.hexdigest()
 
 
-def _decode_text(raw: bytes, path: Path, encoding: str) -> str:
+BYTE_ORDER_MARKS = (
+    (codecs.BOM_UTF32_LE, "UTF-32", "utf-32"), (codecs.BOM_UTF32_BE, "UTF-32", "utf-32"),
+    (codecs.BOM_UTF16_LE, "UTF-16", "utf-16"), (codecs.BOM_UTF16_BE, "UTF-16", "utf-16"),
+)
+
+
+def _read_file_bytes(path: Path) -> bytes:
+    """The bytes of a local data file; every way a path can fail to be a readable, non-empty regular file of a
+    supported type is a UserError that says which."""
     try:
-        return raw.decode(encoding)
+        info = path.stat()
+    except OSError as exc:
+        raise _access_error(path, exc) from None
+    if stat.S_ISDIR(info.st_mode):
+        raise UserError(f"{path} is a directory; --data/--dev/--test take a file (.csv, .tsv, .json, .jsonl, .parquet).")
+    suffix = path.suffix.lower()
+    if suffix not in LOCAL_SUFFIXES:
+        raise UserError(
+            f"{path}: unsupported file type {suffix or '(none)'}. Supported: {', '.join(sorted(LOCAL_SUFFIXES))}."
+        )
+    if not stat.S_ISREG(info.st_mode):
+        kind = "a FIFO (named pipe)" if stat.S_ISFIFO(info.st_mode) else "a socket" if stat.S_ISSOCK(info.st_mode) else "a device"
+        raise UserError(f"{path} is not a regular file but {kind}; bertkit reads data files whole. "
+                        f"Save the data to a file and pass that to --data/--dev/--test.")
+    if info.st_size == 0:
+        raise UserError(f"{path} is empty (0 bytes). Point --data at a file with rows.")
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise _access_error(path, exc) from None
+
+
+def _access_error(path: Path, exc: OSError) -> UserError:
+    """A UserError for an OSError met while looking at or reading `path`, with the OS's reason."""
+    if exc.errno == errno.ELOOP:
+        return UserError(f"{path} is a symlink loop (it leads back to itself through symlinks), so there is no file "
+                         f"to read. Point --data/--dev/--test at the real file, or fix the link.")
+    if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+        if path.is_symlink():
+            return UserError(f"{path} is a symlink to {os.readlink(path)}, which does not exist. "
+                             f"Check the path given to --data/--dev/--test, or fix the link.")
+        return UserError(f"Data file {path} does not exist. Check the path given to --data/--dev/--test.")
+    reason = exc.strerror or str(exc)
+    fix = ("Make it readable (e.g. chmod u+r), or copy it somewhere you can read it"
+           if exc.errno in (errno.EACCES, errno.EPERM) else "Check the file and the disk, or copy it somewhere readable")
+    return UserError(f"Cannot read data file {path}: {reason} (OS error {exc.errno}). {fix}, and pass that to --data/--dev/--test.")
+
+
+def _check_raw_bytes(raw: bytes, path: Path, encoding: str) -> None:
+    """Refuse bytes that no --encoding of a text table explains: gzip data, or UTF-16/32 read as something else."""
+    if raw[:2] == b"\x1f\x8b":
+        raise UserError(f"{path} is gzip-compressed (it starts with the gzip magic bytes 1f 8b). "
+                        f"Decompress it first (gunzip -k {path.name}) and pass the uncompressed file.")
+    try:
+        codec = codecs.lookup(encoding).name
+    except LookupError:
+        raise UserError(f"Unknown --encoding {encoding!r}. Use a Python codec name such as utf-8 or latin-1.") from None
+    for bom, name, option in BYTE_ORDER_MARKS:
+        if raw.startswith(bom) and not codec.startswith(option):
+            raise UserError(f"{path} is {name}-encoded (it starts with a {name} byte-order mark), not {encoding}. "
+                            f"Pass --encoding {option}, or re-save the file as UTF-8.")
+
+
+def _decode_text(raw: bytes, path: Path, encoding: str) -> str:
+    """The file's text; a leading byte-order mark (UTF-8 with BOM, UTF-16 with --encoding utf-16-le) is dropped."""
+    _check_raw_bytes(raw, path, encoding)
+    try:
+        return raw.decode(encoding).removeprefix("\ufeff")
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
         raise UserError(
             f"{path} is not valid {encoding}: byte 0x{raw[exc.start]:02x} at line {line} cannot be decoded. "
             f"Pass --encoding with the file's real encoding (e.g. --encoding latin-1), or re-save it as UTF-8."
         ) from None
-    except LookupError:
+    except LookupError:  # a codec that is not a text encoding (e.g. base64)
         raise UserError(f"Unknown --encoding {encoding!r}. Use a Python codec name such as utf-8 or latin-1.") from None
 
 
@@ -174,50 +252,61 @@ def _looks_like_header(first: list[str], rest: pd.DataFrame, label_index: int | 
 
 
 def read_local_table(path: Path, encoding: str, header: str, by_index: bool, label_index: int | None) -> pd.DataFrame:
-    """A local file as a DataFrame of strings (csv/tsv/txt) or native values (json/jsonl/parquet)."""
-    if not path.exists():
-        raise UserError(f"Data file {path} does not exist. Check the path given to --data/--dev/--test.")
-    if path.is_dir():
-        raise UserError(f"{path} is a directory; --data/--dev/--test take a file (.csv, .tsv, .json, .jsonl, .parquet).")
+    """A local file as a DataFrame of strings (csv/tsv/txt) or native values (json/jsonl/parquet).
+
+    `frame.attrs` carries `fingerprint` (sha256 of the bytes read) and, for csv/tsv/jsonl, `line_numbers`: the
+    1-based file line where each row's record starts (quoted fields may span lines; blank lines are skipped).
+    """
+    raw = _read_file_bytes(path)
+    fingerprint = "sha256:" + hashlib.sha256(raw).hexdigest()
     suffix = path.suffix.lower()
-    if suffix not in LOCAL_SUFFIXES:
-        raise UserError(
-            f"{path}: unsupported file type {suffix or '(none)'}. Supported: {', '.join(sorted(LOCAL_SUFFIXES))}."
-        )
-    if path.stat().st_size == 0:
-        raise UserError(f"{path} is empty (0 bytes). Point --data at a file with rows.")
     if suffix == ".parquet":
+        if raw[:2] == b"\x1f\x8b":
+            _check_raw_bytes(raw, path, "utf-8")
         try:
-            return pd.read_parquet(path)
+            frame = pd.read_parquet(io.BytesIO(raw))
         except Exception as exc:  # pyarrow raises many types for a bad file
             raise UserError(f"{path} is not a readable parquet file ({exc}). Re-export it.") from None
-    text = _decode_text(path.read_bytes(), path, encoding)
+        frame.attrs["fingerprint"] = fingerprint
+        return frame
+    text = _decode_text(raw, path, encoding)
     if not text.strip():
         raise UserError(f"{path} contains only whitespace. Point --data at a file with rows.")
     if suffix in {".json", ".jsonl"}:
-        return _read_json_text(text, path, lines=suffix == ".jsonl")
-    return _read_delimited_text(text, path, "," if suffix == ".csv" else "\t", header, by_index, label_index)
+        frame = _read_json_text(text, path, lines=suffix == ".jsonl")
+    else:
+        frame = _read_delimited_text(text, path, "," if suffix == ".csv" else "\t", header, by_index, label_index)
+    frame.attrs["fingerprint"] = fingerprint
+    return frame
 
 
 def _read_json_text(text: str, path: Path, lines: bool) -> pd.DataFrame:
+    numbers = None
     try:
         if lines:
-            records = [json.loads(line) for line in text.splitlines() if line.strip()]
+            numbered = [(i, line) for i, line in enumerate(text.split("\n"), start=1) if line.strip()]
+            records = [json.loads(line) for _, line in numbered]
+            numbers = [i for i, _ in numbered]
         else:
             loaded = json.loads(text)
             records = loaded if isinstance(loaded, list) else pd.DataFrame(loaded).to_dict("records")
     except (json.JSONDecodeError, ValueError) as exc:
         raise UserError(f"{path} is not valid {'JSON Lines' if lines else 'JSON'}: {exc}. Fix the file.") from None
+    except RecursionError:
+        raise UserError(f"{path} is nested too deeply to read (lists/objects inside each other thousands of levels "
+                        f"deep). A data file holds a list of flat objects, one per row, e.g. "
+                        f"{{\"text\": ..., \"label\": ...}}; fix or re-export the file.") from None
     if not records or not all(isinstance(r, dict) for r in records):
         raise UserError(f"{path} must hold a list of objects (one per row), e.g. {{\"text\": ..., \"label\": ...}}.")
-    return pd.DataFrame.from_records(records)
+    frame = pd.DataFrame.from_records(records)
+    if numbers is not None:
+        frame.attrs["line_numbers"] = numbers
+    return frame
 
 
 def _read_delimited_text(
     text: str, path: Path, sep: str, header: str, by_index: bool, label_index: int | None
 ) -> pd.DataFrame:
-    import csv
-
     # TSV (GLUE style) has no quoting: quotes are literal characters in sentences.
     quoting = csv.QUOTE_NONE if sep == "\t" else csv.QUOTE_MINIMAL
     read_kw: dict[str, Any] = dict(sep=sep, quoting=quoting, dtype=str, keep_default_na=False, engine="c")
@@ -228,6 +317,9 @@ def _read_delimited_text(
             f"{path} could not be parsed as {'TSV' if sep == chr(9) else 'CSV'}: {exc}. Check the delimiter "
             f"(.tsv files are tab-separated, .csv comma-separated) and that every row has the same number of fields."
         ) from None
+    lines = record_lines(text, sep, quoting)
+    if lines is None or len(lines) != len(frame):  # a layout the two parsers see differently: number rows plainly
+        lines = list(range(1, len(frame) + 1))
     has_header = header == "yes" or (
         header == "auto" and (not by_index or _looks_like_header(list(frame.iloc[0]), frame.iloc[1:200], label_index))
     )
@@ -235,12 +327,29 @@ def _read_delimited_text(
         names = [str(c) for c in frame.iloc[0]]
         frame = frame.iloc[1:].reset_index(drop=True)
         frame.columns = _unique_names(names)
-        frame.attrs["first_data_line"] = 2
-    else:
-        frame.attrs["first_data_line"] = 1
+        lines = lines[1:]
+    frame.attrs["line_numbers"] = lines
     if frame.empty:
         raise UserError(f"{path} has a header but no data rows. Add rows, or use --header no if that row is data.")
     return frame
+
+
+def record_lines(text: str, sep: str, quoting: int) -> list[int] | None:
+    """The 1-based line on which each record of a delimited text starts, as pandas splits records: a quoted field
+    may span lines, and lines of only spaces/tabs are skipped. None when Python's csv module cannot read it."""
+    previous_limit = csv.field_size_limit(sys.maxsize)  # a 1 MB line is a valid (if long) record
+    try:
+        reader = csv.reader(io.StringIO(text, newline=""), delimiter=sep, quoting=quoting)
+        starts, last = [], 0
+        for row in reader:
+            if row and not (len(row) == 1 and row[0] and not row[0].strip(" \t")):
+                starts.append(last + 1)
+            last = reader.line_num
+        return starts
+    except csv.Error:
+        return None
+    finally:
+        csv.field_size_limit(previous_limit)
 
 
 def _unique_names(names: list[str]) -> list[str]:
@@ -309,23 +418,54 @@ def _is_number_text(value: str) -> bool:
         return False
 
 
-def _normalise_labels(values: list[Any]) -> list[Any]:
-    """Integers stay integers (also when read as text: '1' -> 1); everything else becomes a string."""
-    def as_int(v: Any) -> int | None:
-        if isinstance(v, bool):
-            return None
-        if isinstance(v, (int, np.integer)):
-            return int(v)
-        if isinstance(v, float) and v.is_integer():
-            return int(v)
-        if isinstance(v, str) and _is_int_text(v):
-            return int(v)
-        return None
+_NUMBER_TEXT = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+_INVISIBLE = frozenset("\u115f\u1160\u2800\u3164\uffa0")  # Hangul fillers and the blank braille cell
+_INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf", "Zs", "Zl", "Zp"})  # controls, zero-width/format marks, spaces
 
-    ints = [as_int(v) for v in values]
-    if all(i is not None for i in ints):
-        return ints
-    return [str(v).strip() for v in values]
+
+def label_number(value: Any) -> int | float | None:
+    """The number a label stands for, canonical (integral -> int, else float: 1, 1.0, "1.0", "1e0" -> 1; "0.50" ->
+    0.5), or None when it is not a finite number (text, booleans, nan, inf)."""
+    if isinstance(value, (bool, np.bool_)):
+        return None
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, str):
+        text = value.strip()
+        if not _NUMBER_TEXT.fullmatch(text):
+            return None
+        if text.lstrip("+-").isdigit():
+            return int(text)  # exact, however many digits
+        value = float(text)
+    if not isinstance(value, (float, np.floating)) or not math.isfinite(value):
+        return None
+    number = float(value)
+    return int(number) if number.is_integer() else number
+
+
+def _normalise_labels(values: list[Any]) -> list[Any]:
+    """Labels that are equal as numbers are one label: a column of numbers (or number texts) becomes canonical
+    numbers (1, 1.0, "1.0" -> 1; "0.50" -> 0.5); any other column becomes strings, its number-like cells written
+    canonically ("1.0" -> "1") so they still meet."""
+    numbers = [label_number(v) for v in values]
+    if all(n is not None for n in numbers):
+        return numbers
+    return [str(n) if n is not None else str(v).strip() for v, n in zip(values, numbers, strict=True)]
+
+
+def label_key(label: Any) -> Any:
+    """What decides whether two labels are the same class: the canonical number, else the stripped text."""
+    number = label_number(label)
+    return number if number is not None else str(label).strip()
+
+
+def is_blank_text(text: str) -> bool:
+    """True when a text shows nothing: empty, whitespace, or only invisible characters (zero-width spaces and
+    joiners, BOMs, soft hyphens, control characters), which a BERT tokenizer turns into no tokens at all."""
+    for char in text:  # returns at the first visible character: cheap for real text
+        if not (char.isspace() or char in _INVISIBLE or unicodedata.category(char) in _INVISIBLE_CATEGORIES):
+            return False
+    return True
 
 
 def _is_missing(value: Any) -> bool:
@@ -334,6 +474,11 @@ def _is_missing(value: Any) -> bool:
     if isinstance(value, float) and np.isnan(value):
         return True
     return isinstance(value, str) and value.strip() in {"", "nan", "NaN", "None", "null"}
+
+
+def _is_nested(value: Any) -> bool:
+    """A list, tuple, set, dict or array inside one cell (JSON arrays/objects, parquet list columns)."""
+    return isinstance(value, (list, tuple, set, dict, np.ndarray))
 
 
 def _where(rows: list[int], line_numbers: list[int] | None, unit: str = "line") -> str:
@@ -352,67 +497,133 @@ def load_dataset_split(opts: DataOptions, source: str, *, split: str | None = No
         path = Path(source).expanduser()
         label_index = int(opts.label_column) if _is_int_text(opts.label_column) else None
         frame = read_local_table(path, opts.encoding, opts.header, by_index and opts.text_column is not None, label_index)
-        fingerprint, first_line = fingerprint_file(path), frame.attrs.get("first_data_line", 1)
+        fingerprint = frame.attrs["fingerprint"]
+        lines: list[int] | None = list(frame.attrs.get("line_numbers") or range(1, len(frame) + 1))
     else:
         hub_split = split or opts.train_split
         frame = read_hub_split(source, opts.data_config, hub_split)
-        fingerprint, first_line = f"hub:{source}/{opts.data_config or ''}/{hub_split}", None
+        fingerprint, lines = f"hub:{source}/{opts.data_config or ''}/{hub_split}", None
         source = f"{source}[{hub_split}]"
     if opts.limit is not None:
         frame = frame.iloc[: opts.limit]
-    return _dataset_from_frame(frame, opts, source, fingerprint, first_line, need_labels)
+        lines = None if lines is None else lines[: opts.limit]
+    return _dataset_from_frame(frame, opts, source, fingerprint, lines, need_labels)
+
+
+@dataclass(frozen=True)
+class _Columns:
+    text: Any
+    pair: Any
+    label: Any
+    label_option: str
+    """How the label column was chosen, for messages: `--label-column` or `the label column found by default`."""
 
 
 def _dataset_from_frame(
-    frame: pd.DataFrame, opts: DataOptions, source: str, fingerprint: str, first_line: int | None, need_labels: bool
+    frame: pd.DataFrame, opts: DataOptions, source: str, fingerprint: str, lines: list[int] | None, need_labels: bool
 ) -> TextDataset:
-    text_col = (
+    """Validated texts/pairs/labels of a table; every cell problem of the file is reported in one error."""
+    cols = _choose_columns(frame, opts, source, need_labels)
+    problems: list[str] = []
+    texts = _text_cells(frame[cols.text].tolist(), source, "--text-column", cols.text, lines, problems)
+    pairs = None
+    if cols.pair is not None:
+        pairs = _text_cells(frame[cols.pair].tolist(), source, "--text-pair-column", cols.pair, lines, problems)
+    labels = None
+    if cols.label is not None:
+        labels = _label_cells(frame[cols.label].tolist(), source, cols, lines, problems)
+    raise_if_problems(problems, f"Problems in the data {source}")
+    return TextDataset(texts, pairs, labels, source, fingerprint, lines)
+
+
+def _choose_columns(frame: pd.DataFrame, opts: DataOptions, source: str, need_labels: bool) -> _Columns:
+    """The text, pair and label columns (by flag or by default); one column in two roles is an error."""
+    default_text = opts.text_column is None
+    text_col = (_default_column(frame, DEFAULT_TEXT_COLUMNS) or frame.columns[0]) if default_text else \
         resolve_column(frame, opts.text_column, "--text-column", source)
-        if opts.text_column is not None
-        else (_default_column(frame, DEFAULT_TEXT_COLUMNS) or frame.columns[0])
-    )
     pair_col = None
     if opts.text_pair_column is not None:
         pair_col = resolve_column(frame, opts.text_pair_column, "--text-pair-column", source)
-    lines = None if first_line is None else [first_line + i for i in range(len(frame))]
-    texts = _text_cells(frame[text_col].tolist(), source, "--text-column", lines)
-    pairs = _text_cells(frame[pair_col].tolist(), source, "--text-pair-column", lines) if pair_col is not None else None
-    labels = None
+    label_option = "--label-column"
     if opts.label_column is not None:
         label_col = resolve_column(frame, opts.label_column, "--label-column", source)
-        labels = _label_cells(frame[label_col].tolist(), source, lines)
     else:
+        label_option = "the label column found by default"
         label_col = _default_column(frame, ("label", "labels"))
         if label_col is None and need_labels:
             raise UserError(
                 f"No label column in {source}: pass --label-column (columns are: "
                 f"{', '.join(map(str, frame.columns))}, or 0-based indexes)."
             )
-        if label_col is not None and (need_labels or not any(_is_missing(v) for v in frame[label_col])):
-            # An auto-detected label column is used when complete; when labels are optional, gaps just drop it.
-            labels = _label_cells(frame[label_col].tolist(), source, lines)
-    return TextDataset(texts, pairs, labels, source, fingerprint, lines)
+        if label_col is not None and not need_labels and (
+            label_col in (text_col, pair_col) or any(_is_missing(v) for v in frame[label_col])
+        ):
+            label_col = None  # optional labels: an auto-detected column is used only when complete and not a text
+    roles = [("--text-column" if not default_text else "the text column chosen by default", text_col),
+             ("--text-pair-column", pair_col), (label_option, label_col)]
+    _check_distinct_columns(roles, frame, source)
+    return _Columns(text_col, pair_col, label_col, label_option)
 
 
-def _text_cells(values: list[Any], source: str, option: str, lines: list[int] | None) -> list[str]:
-    texts = ["" if _is_missing(v) else str(v) for v in values]
-    empty = [i for i, t in enumerate(texts) if not t.strip()]
+_ROLE_FLAGS = {"the text column chosen by default": "--text-column", "the label column found by default": "--label-column"}
+
+
+def _check_distinct_columns(roles: list[tuple[str, Any]], frame: pd.DataFrame, source: str) -> None:
+    chosen = [(role, column) for role, column in roles if column is not None]
+    for i, (role_a, col_a) in enumerate(chosen):
+        for role_b, col_b in chosen[i + 1:]:
+            if col_a == col_b:
+                flags = " and ".join(_ROLE_FLAGS.get(role, role) for role in (role_a, role_b))
+                raise UserError(
+                    f"{role_a} and {role_b} both select column {col_a!r} of {source}; one column cannot play "
+                    f"two roles. Columns are: {', '.join(map(str, frame.columns))} (or 0-based indexes). "
+                    f"Pass {flags} with different columns."
+                )
+
+
+def _nested_problem(nested: list[int], values: list[Any], column: Any, option: str, source: str,
+                    lines: list[int] | None, what: str) -> str:
+    example = repr(values[nested[0]])
+    example = example if len(example) <= 60 else example[:57] + "..."
+    return (f"{len(nested)} cell(s) of column {column!r} ({option}) in {source} hold a list or an object instead of "
+            f"a single value, at {_where(nested, lines, 'line' if lines else 'row')} (e.g. {example}). {what}")
+
+
+def _text_cells(values: list[Any], source: str, option: str, column: Any, lines: list[int] | None,
+                problems: list[str]) -> list[str]:
+    nested = [i for i, v in enumerate(values) if _is_nested(v)]
+    if nested:
+        problems.append(_nested_problem(nested, values, column, option, source, lines,
+                                        "Text cells must be strings: join the pieces into one string per row."))
+    texts = ["" if _is_missing(v) or _is_nested(v) else str(v) for v in values]
+    skip = set(nested)
+    empty = [i for i, t in enumerate(texts) if i not in skip and is_blank_text(t)]
     if empty:
-        raise UserError(
-            f"{len(empty)} empty text cell(s) in {source} ({option}) at {_where(empty, lines, 'line' if lines else 'row')}. "
+        problems.append(
+            f"{len(empty)} empty text cell(s) in {source} ({option}) at {_where(empty, lines, 'line' if lines else 'row')} "
+            f"(blank, or only invisible characters such as zero-width spaces). "
             f"Remove those rows or fill them in; a model cannot learn from or embed an empty text."
         )
     return texts
 
 
-def _label_cells(values: list[Any], source: str, lines: list[int] | None) -> list[Any]:
-    missing = [i for i, v in enumerate(values) if _is_missing(v)]
+def _label_cells(values: list[Any], source: str, cols: _Columns, lines: list[int] | None,
+                 problems: list[str]) -> list[Any]:
+    option = cols.label_option if cols.label_option.startswith("--") else "--label-column"
+    nested = [i for i, v in enumerate(values) if _is_nested(v)]
+    if nested:
+        problems.append(_nested_problem(
+            nested, values, cols.label, option, source, lines,
+            "Labels must be single values (one class per row); multi-label data is not supported yet. "
+            "Keep one label per row, or pick another --label-column."))
+    skip = set(nested)
+    missing = [i for i, v in enumerate(values) if i not in skip and _is_missing(v)]
     if missing:
-        raise UserError(
+        problems.append(
             f"{len(missing)} missing/blank label(s) in {source} (--label-column) at "
             f"{_where(missing, lines, 'line' if lines else 'row')}. Fill them in or drop those rows."
         )
-    return _normalise_labels(values)
+    return [] if nested or missing else _normalise_labels(values)
 
 
 # ---------------------------------------------------------------- train/dev/test
@@ -431,15 +642,43 @@ def _load_named(opts: DataOptions, source: str, need_labels: bool) -> TextDatase
     return load_dataset_split(opts, opts.data, split=source, need_labels=need_labels)
 
 
+def hold_out_size(n_rows: int, n_classes: int, fraction: float) -> int:
+    """Rows held out as dev: ceil(fraction * rows), but at least one per class (a stratified split needs that)."""
+    return max(math.ceil(fraction * n_rows), n_classes)
+
+
 def stratified_split(labels: Sequence[Any], fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Indices (train, held_out): stratified by label, deterministic for a seed; plain random if a class is tiny."""
+    """Indices (train, held_out), deterministic for a seed: `hold_out_size` rows, stratified by label; rows of a
+    class with a single row stay in training. Every class keeps a training row, or this is a UserError."""
     from sklearn.model_selection import train_test_split
 
-    indices = np.arange(len(labels))
+    labels = list(labels)
     counts = Counter(labels)
-    stratify = list(labels) if min(counts.values()) >= 2 else None
-    train_idx, held_idx = train_test_split(indices, test_size=fraction, random_state=seed, stratify=stratify)
+    n_held = hold_out_size(len(labels), len(counts), fraction)
+    if len(labels) - n_held < len(counts):
+        raise UserError(
+            f"Too little data to hold out a dev set: {len(labels)} rows of {len(counts)} classes, and the hold-out "
+            f"needs {n_held} rows (--dev-fraction {fraction}, at least one per class) while training keeps at least "
+            f"one row per class, so at least {n_held + len(counts)} rows are needed. Pass --dev with a dev file, "
+            f"or use more data (a larger --limit)."
+        )
+    indices = np.arange(len(labels))
+    single = np.asarray([counts[label] == 1 for label in labels])
+    pool, rest = indices[~single], [label for label, one in zip(labels, single, strict=True) if not one]
+    train_idx, held_idx = train_test_split(pool, test_size=n_held, random_state=seed, stratify=rest)
+    train_idx = np.concatenate([train_idx, indices[single]])
+    _check_every_class_trains(labels, train_idx, n_held, fraction)
     return np.sort(train_idx), np.sort(held_idx)
+
+
+def _check_every_class_trains(labels: list[Any], train_idx: np.ndarray, n_held: int, fraction: float) -> None:
+    lost = sorted(set(labels) - {labels[i] for i in train_idx}, key=str)
+    if lost:
+        raise UserError(
+            f"Holding out {n_held} of {len(labels)} rows (--dev-fraction {fraction}) leaves no training row for "
+            f"class(es) {', '.join(repr(x) for x in lost[:MAX_LISTED])}. Pass --dev with a dev file, a smaller "
+            f"--dev-fraction, or more data."
+        )
 
 
 def load_splits(opts: DataOptions, *, need_labels: bool = True, need_dev: bool = True) -> Splits:
@@ -459,11 +698,16 @@ def load_splits(opts: DataOptions, *, need_labels: bool = True, need_dev: bool =
                 f"a classifier needs at least two. Check the label column, or the data file."
             )
         if dev is None and need_dev:
+            n_rows = len(train)
             train_idx, dev_idx = stratified_split(train.labels, opts.dev_fraction, opts.seed)
             train, dev = train.subset(train_idx), train.subset(dev_idx)
+            raised = math.ceil(opts.dev_fraction * n_rows) < len(dev)
             notes.append(
-                f"No --dev given: held out {len(dev)} of {len(train) + len(dev)} training rows as dev "
-                f"(stratified, --dev-fraction {opts.dev_fraction}, seed {opts.seed})."
+                f"No --dev given: held out {len(dev)} of {n_rows} training rows as dev "
+                f"(stratified, --dev-fraction {opts.dev_fraction}, seed {opts.seed})"
+                + (f"; raised from {math.ceil(opts.dev_fraction * n_rows)} to one row per class "
+                   f"({len(label_map)} classes): a dev set this small says little, pass --dev for a real one."
+                   if raised else ".")
             )
         for name, split in (("dev", dev), ("test", test)):
             if split is not None and split.labels is not None:

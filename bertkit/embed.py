@@ -18,7 +18,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,6 +81,7 @@ class FeatureSpec:
                     f"0 (embeddings) to {n_layers}, or -1 to -{n_layers + 1}. Pass --layers with indices in that range."
                 )
             resolved.append(positive)
+        check_distinct_layers(self.layers, resolved, n_layers)
         return resolved
 
     def row_shape(self, n_layers: int, hidden: int) -> tuple[int, ...]:
@@ -94,6 +95,19 @@ class FeatureSpec:
 
     def layer_names(self, n_layers: int) -> list[str]:
         return ["embeddings" if i == 0 else f"layer {i}" for i in self.resolve(n_layers)]
+
+
+def check_distinct_layers(asked: Sequence[int], resolved: Sequence[int], n_layers: int) -> None:
+    """--layers must name each hidden state once after resolving negatives (-1 and 6 are one state of 6 layers)."""
+    seen: dict[int, int] = {}
+    for index, state in zip(asked, resolved, strict=True):
+        if state in seen:
+            raise UserError(
+                f"--layers {','.join(map(str, asked))} names hidden state {state} twice ({seen[state]} and {index}: "
+                f"negative indices count from the last layer, and this model has {n_layers} layers, so -1 is "
+                f"{n_layers}). Pass each layer once, e.g. --layers {','.join(map(str, dict.fromkeys(resolved)))}."
+            )
+        seen[state] = index
 
 
 def encoder_shape(encoder: Any) -> tuple[int, int]:

@@ -10,6 +10,7 @@ import contextlib
 import functools
 import logging
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -230,15 +231,56 @@ def model_revision(name: str) -> str:
 # ---------------------------------------------------------------- device and precision
 
 
+DEVICE_NAMES = "cpu, cuda, cuda:N (N = GPU index), mps, or auto"
+
+
 def choose_device(requested: str | None = None) -> torch.device:
-    """cuda if available, else mps, else cpu (or the explicitly requested device)."""
-    if requested and requested != "auto":
-        return torch.device(requested)
+    """cuda if available, else mps, else cpu; or the explicitly requested device, which must exist here."""
+    if requested and requested.strip().lower() != "auto":
+        problem = device_problem(requested)
+        if problem:
+            raise UserError(problem)
+        return torch.device(requested.strip().lower())
     if torch.cuda.is_available():
         return torch.device("cuda")
-    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+    if _mps_available():
         return torch.device("mps")
     return torch.device("cpu")
+
+
+def device_problem(requested: str, check_available: bool = True) -> str | None:
+    """Why --device `requested` cannot be used (not a device name, or not on this machine); None when it can."""
+    name = requested.strip().lower()
+    if name in ("auto", "cpu"):
+        return None
+    match = re.fullmatch(r"(cuda|mps)(?::(\d+))?", name)
+    if match is None or (match[1] == "mps" and match[2] not in (None, "0")):
+        hint = " (for an NVIDIA GPU: --device cuda)" if name.startswith(("gpu", "nvidia")) else ""
+        return (f"--device {requested!r} is not a device name{hint}. Valid: {DEVICE_NAMES}. "
+                f"Pass --device auto (the best device found here) or --device cpu.")
+    if not check_available:
+        return None
+    if match[1] == "mps":
+        return None if _mps_available() else (
+            f"--device {requested}: Apple's MPS backend is not available on this machine. "
+            f"Pass --device cpu, or --device auto (uses {_auto_name()} here).")
+    if not torch.cuda.is_available():
+        why = "this torch build has no CUDA support" if torch.version.cuda is None else "no CUDA GPU is visible"
+        return (f"--device {requested}: CUDA is not available on this machine ({why}). "
+                f"Pass --device cpu, or --device auto (uses {_auto_name()} here).")
+    count = torch.cuda.device_count()
+    if match[2] is not None and int(match[2]) >= count:
+        return (f"--device {requested}: this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}. "
+                f"Pass one of those, or --device cuda (the first).")
+    return None
+
+
+def _mps_available() -> bool:
+    return getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
+
+
+def _auto_name() -> str:
+    return "cuda" if torch.cuda.is_available() else "mps" if _mps_available() else "cpu"
 
 
 @functools.cache

@@ -587,11 +587,14 @@ def _layer_axis(features: np.ndarray) -> np.ndarray:
 def _store_layers(cfg: Any, train: Any) -> tuple[list[int], list[int | None], list[str]]:
     """(positions on the store's layer axis, their hidden-state indices, names) selected by --layers."""
     from bertkit.config import parse_layers
+    from bertkit.embed import check_distinct_layers
 
     manifest = train.manifest
     stored = list(manifest.get("layer_indices") or [])
     names = list(manifest.get("layer_names") or [])
     if train.features.ndim == 2:
+        if cfg.layers is not None:
+            _check_vector_store_layers(cfg.layers, manifest, stored)
         if len(stored) > 1:  # several layers combined into one vector
             label = f"layers {manifest.get('layers')} ({manifest.get('combine')})"
             return [0], [None], [label]
@@ -601,6 +604,7 @@ def _store_layers(cfg: Any, train: Any) -> tuple[list[int], list[int | None], li
     if wanted is None:
         return list(range(len(stored))), stored, names
     resolved = [w + n_layers + 1 if w < 0 else w for w in wanted]
+    check_distinct_layers(wanted, resolved, n_layers)
     missing = [w for w, r in zip(wanted, resolved, strict=True) if r not in stored]
     if missing:
         raise UserError(
@@ -609,6 +613,27 @@ def _store_layers(cfg: Any, train: Any) -> tuple[list[int], list[int | None], li
         )
     positions = [stored.index(r) for r in resolved]
     return positions, resolved, [names[p] for p in positions]
+
+
+def _check_vector_store_layers(layers: str, manifest: dict[str, Any], stored: list[int]) -> None:
+    """A store with one vector per row (one layer, or layers combined) answers --layers only with what it holds."""
+    from bertkit.config import parse_layers
+    from bertkit.embed import check_distinct_layers
+
+    wanted = parse_layers(layers)
+    n_layers = int(manifest.get("n_layers", max(stored, default=0)))
+    if wanted is None:
+        same = manifest.get("layers") == "all"
+    else:
+        resolved = [w + n_layers + 1 if w < 0 else w for w in wanted]
+        check_distinct_layers(wanted, resolved, n_layers)
+        same = resolved == stored
+    if not same:
+        raise UserError(
+            f"--layers {layers}: the store holds one feature vector per row, made from hidden state(s) "
+            f"{', '.join(map(str, stored))} (--layers {manifest.get('layers')}, --combine {manifest.get('combine')}); "
+            f"it cannot be split into other layers. Drop --layers, or re-embed with `bertkit embed --layers all`."
+        )
 
 
 def _store_labels(split_store: Any, label_map: Any, name: str) -> np.ndarray:

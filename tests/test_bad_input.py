@@ -9,6 +9,7 @@ A few cases also run as separate processes. Cases for commands that are not regi
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import os
@@ -409,6 +410,137 @@ CASES = [
          r"only pickle weights", r"safetensors"),
 ]
 """The malformed-input corpus (the README states its size: count the entries)."""
+
+
+# ------------------------------------------------ issue 13: data and options (helpers, then the cases)
+
+
+def _fifo(w: Workspace) -> str:
+    path = w.root / "pipe.tsv"
+    os.mkfifo(path)
+    return str(path)
+
+
+def _symlink_loop(w: Workspace) -> str:
+    path = w.root / "loop.tsv"
+    os.symlink(path.name, path)
+    return str(path)
+
+
+def _without_cuda() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: --device cuda is valid here")
+
+
+def _all_layers_store(w: Workspace) -> str:
+    out = w.path("all-layers-store")
+    _invoke_ok(["embed", "--model", w.tiny, "--data", w.good(), "--layers", "all", "--out", out, "--quiet"])
+    return out
+
+
+def _recipe(w: Workspace, command: str, body: str) -> str:
+    return w.file(f"{command}.toml", f"[{command}]\n{body}\n")
+
+
+def _bench(w: Workspace, *extra: str) -> list[str]:
+    return ["bench", "--models", w.tiny, "--data", w.good(), "--out", w.path("bench-out"), "--quiet", *extra]
+
+
+MULTILINE_CSV = 'sentence,label\n"a long\nreview over\nthree lines",pos\nfine,neg\n"",pos\nok,neg\n'
+TEXT_AND_LABEL = _tsv([("a great film", "pos"), ("", "neg"), ("fine", ""), ("awful", "neg")])
+ZERO_WIDTH = _tsv([("a great film", "pos"), ("\u200b\u200b", "neg"), ("\u2060\ufeff", "pos"), ("awful", "neg")])
+LIST_TEXTS = json.dumps([{"text": "fine", "label": "pos"}, {"text": ["two", "parts"], "label": "neg"}])
+LIST_LABELS = "\n".join(json.dumps(r) for r in [{"text": "fine", "label": "pos"}, {"text": "bad", "label": ["neg", "pos"]}])
+
+CASES += [  # issue 13: data and options
+    Case("hold-out-needs-more-rows", "finetune", lambda w: finetune(w, "--data", w.good(), "--limit", "3", out=w.path("fresh")),
+         r"hold-out\s+needs 2 rows.*at least 4 rows are needed", r"Pass --dev"),
+    Case("finetune-lr-inf", "finetune", lambda w: finetune(w, "--data", w.good(), "--lr", "inf"),
+         r"--lr must be a finite number; got inf", r"--lr 5e-05"),
+    Case("finetune-lr-nan", "finetune", lambda w: finetune(w, "--data", w.good(), "--lr", "nan"),
+         r"--lr must be a finite number; got nan", r"--lr"),
+    Case("finetune-warmup-nan", "finetune", lambda w: finetune(w, "--data", w.good(), "--warmup-ratio", "nan"),
+         r"--warmup-ratio must be a finite number", r"--warmup-ratio"),
+    Case("finetune-seed-negative", "finetune", lambda w: finetune(w, "--data", w.good(), "--seed", "-1"),
+         r"--seed must be between 0 and 4294967295.*got -1", r"--seed 42"),
+    Case("finetune-seed-too-big", "finetune", lambda w: finetune(w, "--data", w.good(), "--seed", "99999999999"),
+         r"--seed must be between 0 and 4294967295.*got 99999999999", r"--seed 42"),
+    Case("probe-C-nan", "probe", lambda w: ["probe", "--features", w.copy("store"), "--C", "nan"],
+         r"--C must be a finite number; got nan", r"--C"),
+    Case("probe-C-grid-nan", "probe", lambda w: ["probe", "--features", w.copy("store"), "--cv", "3", "--C-grid", "nan,1"],
+         r"--C-grid must be positive finite numbers.*got 'nan,1'", r"e\.g\. 0\.01,0\.1,1"),
+    Case("bench-min-seconds-inf", "bench", lambda w: _bench(w, "--min-seconds", "inf"),
+         r"--min-seconds must be a finite number; got inf", r"--min-seconds"),
+    Case("embed-device-gpu", "embed", lambda w: embed(w, "--data", w.good(), "--device", "gpu"),
+         r"--device 'gpu' is not a device name", r"--device cuda|--device cpu"),
+    Case("embed-device-cuda-without-cuda", "embed",
+         lambda w: (_without_cuda(), embed(w, "--data", w.good(), "--device", "cuda"))[1],
+         r"--device cuda: CUDA is not available on this machine", r"Pass --device cpu, or --device auto"),
+    Case("bench-device-cuda-without-cuda", "bench", lambda w: (_without_cuda(), _bench(w, "--device", "cuda"))[1],
+         r"--device cuda: CUDA is not available on this machine", r"Pass --device cpu"),
+    Case("finetune-has-no-device-option", "finetune", lambda w: finetune(w, "--data", w.good(), "--device", "cuda"),
+         r"No such option: --device", r"--help"),
+    Case("data-fifo", "tokens", lambda w: tokens(w, "--data", _fifo(w)),
+         r"pipe\.tsv is not a regular file but a FIFO", r"pass that to --data"),
+    Case("data-symlink-loop", "tokens", lambda w: tokens(w, "--data", _symlink_loop(w)),
+         r"loop\.tsv is a symlink loop", r"Point --data/--dev/--test at the real file"),
+    Case("data-gzip", "tokens", lambda w: tokens(w, "--data", w.file("g.tsv", gzip.compress(GOOD_TSV.encode()))),
+         r"g\.tsv is gzip-compressed", r"gunzip -k g\.tsv"),
+    Case("data-utf16", "tokens", lambda w: tokens(w, "--data", w.file("u.tsv", GOOD_TSV.encode("utf-16"))),
+         r"u\.tsv is UTF-16-encoded", r"--encoding utf-16, or re-save the file as UTF-8"),
+    Case("data-deeply-nested-json", "tokens", lambda w: tokens(w, "--data", w.file("deep.json", "[" * 100_000 + "]" * 100_000)),
+         r"deep\.json is nested too deeply", r"fix or re-export the file"),
+    Case("multiline-csv-line-numbers", "tokens", lambda w: tokens(w, "--data", w.file("m.csv", MULTILINE_CSV)),
+         r"1 empty text cell\(s\).*at line 6\b", r"Remove those rows"),
+    Case("text-and-label-problems-together", "tokens",
+         lambda w: tokens(w, "--data", w.file("tl.tsv", TEXT_AND_LABEL), "--label-column", "label"),
+         r"1 empty text cell\(s\).*line 3\b.*1 missing/blank label\(s\).*line 4\b", r"Fill them in"),
+    Case("recipe-limit-float", "tokens", lambda w: tokens(w, "--data", w.good(), "--recipe", _recipe(w, "tokens", "limit = 20.5")),
+         r"wrong type: limit must be an integer.*not 20\.5", r"Fix the value"),
+    Case("recipe-batch-size-float", "finetune",
+         lambda w: finetune(w, "--data", w.good(), "--recipe", _recipe(w, "finetune", "batch-size = 2.5")),
+         r"batch-size must be an integer.*not 2\.5", r"Fix the value"),
+    Case("recipe-epochs-string", "finetune",
+         lambda w: ["finetune", "--data", w.good(), "--out", w.path("fresh"), "--recipe", _recipe(w, "finetune", 'epochs = "three"')],
+         r"epochs must be an integer \(e\.g\. 3\), not 'three'", r"Fix the value"),
+    Case("recipe-epochs-fraction", "finetune",
+         lambda w: ["finetune", "--data", w.good(), "--out", w.path("fresh"), "--recipe", _recipe(w, "finetune", "epochs = 1.5")],
+         r"epochs must be an integer \(e\.g\. 3\), not 1\.5", r"Fix the value"),
+    Case("bench-quality-args-unbalanced", "bench", lambda w: _bench(w, "--quality", "probe", "--quality-args", "--C '1"),
+         r"--quality-args .* cannot be split into arguments", r"Balance the quotes"),
+    Case("bench-quality-args-unknown-option", "bench", lambda w: _bench(w, "--quality", "finetune", "--quality-args", "--epoch 1"),
+         r"`bertkit finetune` has no option '--epoch'", r"did you mean --epochs"),
+    Case("json-list-text-cells", "tokens", lambda w: tokens(w, "--data", w.file("l.json", LIST_TEXTS)),
+         r"1 cell\(s\) of column 'text' \(--text-column\).*hold a list", r"join the pieces into one string"),
+    Case("jsonl-list-labels", "tokens", lambda w: tokens(w, "--data", w.file("l.jsonl", LIST_LABELS), "--label-column", "label"),
+         r"column 'label' \(--label-column\).*line 2\b", r"Labels must be single values.*multi-label"),
+    Case("same-column-twice-by-index", "tokens",
+         lambda w: tokens(w, "--data", w.good(), "--text-column", "0", "--label-column", "0"),
+         r"--text-column and --label-column both select column 'sentence'", r"with different columns"),
+    Case("same-column-text-and-pair", "tokens",
+         lambda w: tokens(w, "--data", w.good(), "--text-column", "sentence", "--text-pair-column", "0"),
+         r"--text-column and --text-pair-column both select column 'sentence'", r"with different columns"),
+    Case("embed-layers-same-state-twice", "embed", lambda w: embed(w, "--data", w.good(), "--layers", "-1,2"),
+         r"--layers -1,2 names hidden state 2 twice", r"Pass each layer once, e.g. --layers 2"),
+    Case("probe-layers-same-state-twice", "probe",
+         lambda w: ["probe", "--model", w.tiny, "--data", w.good(), "--layers", "2,-1", "--out", w.path("probe-run")],
+         r"--layers 2,-1 names hidden state 2 twice", r"Pass each layer once"),
+    Case("probe-store-layers-same-state-twice", "probe",
+         lambda w: ["probe", "--features", _all_layers_store(w), "--layers", "0,-3", "--out", w.path("probe-run")],
+         r"--layers 0,-3 names hidden state 0 twice", r"Pass each layer once"),
+    Case("probe-one-layer-store-other-layer", "probe",
+         lambda w: ["probe", "--features", w.copy("store"), "--layers", "0", "--out", w.path("probe-run")],
+         r"--layers 0: the store holds one feature vector per row, made from hidden state\(s\) 2", r"Drop --layers"),
+    Case("zero-width-texts", "tokens", lambda w: tokens(w, "--data", w.file("z.tsv", ZERO_WIDTH)),
+         r"2 empty text cell\(s\).*lines 3, 4.*invisible characters", r"Remove those rows"),
+    Case("predict-empty-text", "predict", lambda w: ["predict", "--model", w.copy("clf"), "--text", ""],
+         r"--text number 1 \(of 1\) is empty", r"Drop it or pass a sentence"),
+    Case("predict-invisible-text", "predict",
+         lambda w: ["predict", "--model", w.copy("clf"), "--text", "fine", "--text", "\u200b"],
+         r"--text number 2 \(of 2\) is empty or only whitespace/invisible", r"Drop it or pass a sentence"),
+]
 
 
 # ---------------------------------------------------------------- running a case

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from bertkit import config
@@ -49,3 +51,149 @@ def test_recipe_wrong_table_and_bad_toml(tmp_path):
         config.load_recipe(str(bad), "tokens", config.TokensConfig)
     with pytest.raises(UserError, match="not found"):
         config.recipe_path("no-such-recipe")
+
+
+# ---------------------------------------------------------------- issue 13: value types, numbers, devices, quality args
+
+
+FIELDS = {f.name: f for f in dataclasses.fields(config.FinetuneConfig)}
+
+
+def test_check_value_accepts_the_field_types():
+    assert config.check_value(FIELDS["epochs"], 2) == 2
+    assert config.check_value(FIELDS["lr"], 1) == 1.0 and isinstance(config.check_value(FIELDS["lr"], 1), float)
+    assert config.check_value(FIELDS["text_column"], 0) == "0"
+    assert config.check_value(FIELDS["text_column"], None) is None
+    assert config.check_value(FIELDS["freeze_encoder"], True) is True
+    text = {f.name: f for f in dataclasses.fields(config.PredictConfig)}["text"]
+    assert config.check_value(text, ["a", "b"]) == ("a", "b") and config.check_value(text, "one") == ("one",)
+
+
+@pytest.mark.parametrize(("name", "value", "message"), [
+    ("epochs", 1.5, r"must be an integer \(e\.g\. 3\), not 1\.5 \(a float\)"),
+    ("epochs", "three", r"must be an integer.*not 'three' \(a string\)"),
+    ("epochs", True, r"must be an integer.*\(a boolean\)"),
+    ("limit", 20.5, r"must be an integer"),
+    ("lr", "fast", r"must be a number"),
+    ("freeze_encoder", 1, r"must be true or false"),
+    ("text_column", 1.5, r"must be a string"),
+    ("model", None, r"must be a string"),
+])
+def test_check_value_refuses_wrong_types(name, value, message):
+    with pytest.raises(TypeError, match=message):
+        config.check_value(FIELDS[name], value)
+
+
+def test_every_config_field_has_a_checkable_type():
+    for command in config.recipe_commands():
+        for f in dataclasses.fields(config.config_for_command(command)):
+            config.field_type(f)  # raises for a type check_value does not know
+
+
+def test_recipe_values_of_the_wrong_type_name_the_key(tmp_path):
+    path = tmp_path / "r.toml"
+    path.write_text('[finetune]\nepochs = 1.5\nbatch-size = 2.5\nlr = 1\ndata = "x.tsv"\n')
+    with pytest.raises(UserError, match=r"wrong type: epochs must be an integer.*; batch-size must be an integer") as err:
+        config.load_recipe(str(path), "finetune", config.FinetuneConfig)
+    assert "lr must" not in str(err.value)  # an int is a valid float
+    path.write_text('[finetune]\nlr = 1\nepochs = 2\n')
+    assert config.load_recipe(str(path), "finetune", config.FinetuneConfig) == {"lr": 1.0, "epochs": 2}
+
+
+@pytest.mark.parametrize(("kw", "message"), [
+    ({"lr": float("inf")}, r"--lr must be a finite number; got inf"),
+    ({"lr": float("nan")}, r"--lr must be a finite number; got nan"),
+    ({"weight_decay": float("nan")}, r"--weight-decay must be a finite number"),
+    ({"warmup_ratio": float("nan")}, r"^--warmup-ratio must be a finite number"),
+    ({"dev_fraction": float("nan")}, r"^--dev-fraction must be a finite number"),
+    ({"seed": -1}, r"--seed must be between 0 and 4294967295.*got -1"),
+    ({"seed": 99999999999}, r"--seed must be between 0 and 4294967295.*got 99999999999"),
+])
+def test_numbers_must_be_finite_and_seeds_in_range(kw, message):
+    with pytest.raises(UserError, match=message):
+        config.FinetuneConfig(data="x.tsv", out="o", **kw)
+
+
+def test_seed_bounds_are_accepted():
+    assert config.FinetuneConfig(data="x.tsv", out="o", seed=0).seed == 0
+    assert config.FinetuneConfig(data="x.tsv", out="o", seed=2**32 - 1).seed == 2**32 - 1
+
+
+def test_probe_c_and_grid_must_be_finite():
+    with pytest.raises(UserError, match="--C must be a finite number"):
+        config.ProbeConfig(data="x.tsv", C=float("nan"))
+    with pytest.raises(UserError, match="--C-grid must be positive finite numbers"):
+        config.ProbeConfig(data="x.tsv", cv=3, C_grid="nan,1")
+    with pytest.raises(UserError, match="--min-seconds must be a finite number"):
+        config.BenchConfig(preset="distilbert-vs-bert", min_seconds=float("inf"))
+
+
+@pytest.mark.parametrize(("device", "message"), [
+    ("gpu", r"--device 'gpu' is not a device name \(for an NVIDIA GPU: --device cuda\)"),
+    ("cuda:x", r"not a device name. Valid: cpu, cuda, cuda:N"),
+    ("mps:1", r"not a device name"),
+])
+def test_device_names_are_checked(device, message):
+    with pytest.raises(UserError, match=message):
+        config.EmbedConfig(data="x.tsv", out="o", device=device)
+
+
+def test_device_availability_is_checked(monkeypatch):
+    import torch
+
+    from bertkit import modeling
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(UserError, match=r"--device cuda: CUDA is not available.*--device cpu"):
+        config.EmbedConfig(data="x.tsv", out="o", device="cuda")
+    with pytest.raises(UserError, match=r"CUDA is not available"):
+        modeling.choose_device("cuda")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(UserError, match=r"--device cuda:1: this machine has 1 CUDA device\(s\), cuda:0 to cuda:0"):
+        config.BenchConfig(preset="distilbert-vs-bert", device="cuda:1")
+    assert modeling.device_problem("cuda:0") is None and modeling.device_problem("CPU") is None
+    assert modeling.choose_device("cpu").type == "cpu"
+    # the paper protocol runs on the CPU whatever --device says: only the name is checked there
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert config.BenchConfig(preset="distilbert-vs-bert", device="cuda", protocol="paper").device == "cuda"
+
+
+def test_command_flags_match_the_real_commands():
+    import typer
+
+    from bertkit.cli import app
+
+    group = typer.main.get_command(app)
+    for kind in config.QUALITY_COMMANDS:
+        params = [p for p in group.commands[kind].params if p.param_type_name == "option"]
+        real = {name: not p.is_flag for p in params for name in [*p.opts, *p.secondary_opts]}
+        assert config.command_flags(config.config_for_command(kind)) == real, kind
+
+
+@pytest.mark.parametrize(("quality", "args", "message"), [
+    ("probe", "--C '1", r"cannot be split into arguments \(No closing quotation\)"),
+    ("probe", "--epochs 1", r"`bertkit probe` has no option '--epochs'"),
+    ("finetune", "--epoch 1", r"`bertkit finetune` has no option '--epoch' \(did you mean --epochs\?\)"),
+    ("finetune", "--lr", r"--lr needs a value"),
+    ("finetune", "1", r"`bertkit finetune` has no option '1'"),
+    ("probe", "--model other", r"--model is set by `bertkit bench` itself"),
+    ("none", "--epochs 1", r"--quality is none, so it would be ignored"),
+])
+def test_quality_args_are_checked_before_the_benchmark(quality, args, message):
+    with pytest.raises(UserError, match=message):
+        config.BenchConfig(preset="distilbert-vs-bert", data="x.tsv", quality=quality, quality_args=args)
+
+
+def test_valid_quality_args_pass():
+    cfg = config.BenchConfig(preset="distilbert-vs-bert", data="x.tsv", quality="probe,finetune",
+                             quality_args="--batch-size 8 --class-weight=balanced -q --max-length 64")
+    assert cfg.quality_args
+    cfg = config.BenchConfig(preset="distilbert-vs-bert", data="x.tsv", quality="probe",
+                             quality_args="--layers -1 --no-baselines --C 0.5")
+    assert cfg.quality_kinds == ["probe"]
+
+
+def test_predict_refuses_empty_texts():
+    with pytest.raises(UserError, match=r"--text number 2, 3 \(of 3\) is empty"):
+        config.PredictConfig(model="m", text=("fine", "", "\u200b"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -239,3 +240,203 @@ def test_split_name_with_local_data_is_explained(write_tsv, toy_rows):
     path = write_tsv("t.tsv", toy_rows, header=("text", "label"))
     with pytest.raises(UserError, match="looks like a split name.*--dev dev.tsv"):
         data.load_splits(opts(data=str(path), dev="validation"))
+
+
+# ---------------------------------------------------------------- issue 13: small data, files, cells, labels
+
+
+def _labels_file(tmp_path, rows, name="t.tsv"):
+    path = tmp_path / name
+    path.write_text("text\tlabel\n" + "".join(f"{t}\t{lab}\n" for t, lab in rows), encoding="utf-8")
+    return str(path)
+
+
+def test_hold_out_is_at_least_one_row_per_class(write_tsv, toy_rows):
+    path = write_tsv("t.tsv", toy_rows[:10], header=("text", "label"))
+    splits = data.load_splits(opts(data=str(path), dev_fraction=0.01))
+    assert len(splits.dev) == 2 and sorted(splits.dev.labels) == ["neg", "pos"] and len(splits.train) == 8
+    assert "held out 2 of 10" in splits.notes[0] and "raised from 1 to one row per class" in splits.notes[0]
+    assert data.hold_out_size(10, 2, 0.01) == 2 and data.hold_out_size(40, 2, 0.25) == 10
+
+
+def test_hold_out_size_unchanged_where_sklearn_worked(toy_rows):
+    labels = [lab for _, lab in toy_rows]
+    from sklearn.model_selection import train_test_split
+
+    want_train, want_dev = train_test_split(np.arange(40), test_size=0.25, random_state=3, stratify=labels)
+    got_train, got_dev = data.stratified_split(labels, 0.25, 3)
+    assert got_dev.tolist() == sorted(want_dev.tolist()) and got_train.tolist() == sorted(want_train.tolist())
+
+
+def test_hold_out_too_small_data_is_a_user_error():
+    with pytest.raises(UserError, match=r"hold-out\s+needs 2 rows.*at least 4 rows are needed.*--dev"):
+        data.stratified_split(["a", "b", "a"], 0.1, 0)
+
+
+def test_single_row_classes_stay_in_training():
+    labels = ["a"] * 6 + ["b"] * 6 + ["rare"]
+    for seed in range(10):
+        train, held = data.stratified_split(labels, 0.3, seed)
+        assert 12 in train.tolist() and len(held) == 4
+
+
+def test_hold_out_that_starves_a_class_is_refused():
+    with pytest.raises(UserError, match=r"leaves no training row for class\(es\) 'a'"):
+        data.stratified_split(["a", "a"] + ["b"] * 18, 0.9, 0)
+
+
+def test_read_error_names_the_os_reason(tmp_path, monkeypatch):
+    path = _labels_file(tmp_path, [("fine", "pos"), ("bad", "neg")])
+    real = data.Path.read_bytes
+
+    def denied(self):
+        if str(self) == path:
+            raise PermissionError(13, "Permission denied", path)
+        return real(self)
+
+    monkeypatch.setattr(data.Path, "read_bytes", denied)
+    with pytest.raises(UserError, match=r"Cannot read data file .*t\.tsv: Permission denied.*chmod u\+r"):
+        data.load_dataset_split(opts(), path)
+
+
+def test_other_os_errors_on_read(tmp_path, monkeypatch):
+    path = _labels_file(tmp_path, [("fine", "pos"), ("bad", "neg")])
+    monkeypatch.setattr(data.Path, "read_bytes", lambda self: (_ for _ in ()).throw(OSError(5, "Input/output error")))
+    with pytest.raises(UserError, match=r"Input/output error \(OS error 5\)"):
+        data.load_dataset_split(opts(), path)
+
+
+def test_utf8_bom_just_works(tmp_path):
+    path = tmp_path / "bom.tsv"
+    path.write_bytes(b"\xef\xbb\xbf" + b"sentence\tlabel\nfine\tpos\nbad\tneg\n")
+    ds = data.load_dataset_split(opts(label_column="label"), str(path))
+    assert ds.texts == ["fine", "bad"] and ds.labels == ["pos", "neg"]
+    (tmp_path / "bom.json").write_bytes(b"\xef\xbb\xbf" + json.dumps([{"text": "a", "label": 1}]).encode())
+    assert data.load_dataset_split(opts(), str(tmp_path / "bom.json"), need_labels=False).texts == ["a"]
+
+
+def test_utf16_reads_with_its_encoding(tmp_path):
+    path = tmp_path / "u16.tsv"
+    path.write_bytes("sentence\tlabel\nfine\tpos\nbad\tneg\n".encode("utf-16"))
+    with pytest.raises(UserError, match=r"UTF-16-encoded.*--encoding utf-16"):
+        data.load_dataset_split(opts(), str(path))
+    assert data.load_dataset_split(opts(encoding="utf-16"), str(path)).texts == ["fine", "bad"]
+
+
+def test_multiline_csv_fields_give_real_line_numbers(tmp_path):
+    path = tmp_path / "m.csv"
+    path.write_text('text,label\n"one\ntwo\nthree",pos\n\nok,neg\n" ",pos\n"a\r\nb",\nfine,neg\n')
+    with pytest.raises(UserError) as err:
+        data.load_dataset_split(opts(), str(path))
+    message = str(err.value)
+    assert re.search(r"1 empty text cell\(s\).*at line 7\b", message, re.S), message
+    assert re.search(r"1 missing/blank label\(s\).*at line 8\b", message, re.S), message
+
+
+def test_line_numbers_follow_blank_lines_and_limit(tmp_path):
+    path = tmp_path / "b.tsv"
+    path.write_text("text\tlabel\nx\tpos\n\n   \ny\tneg\nz\tpos\n")
+    ds = data.load_dataset_split(opts(limit=2), str(path))
+    assert ds.line_numbers == [2, 5]
+    jsonl = tmp_path / "b.jsonl"
+    jsonl.write_text('{"text": "a", "label": 1}\n\n{"text": "b", "label": 0}\n')
+    assert data.load_dataset_split(opts(), str(jsonl)).line_numbers == [1, 3]
+
+
+def test_record_lines_matches_pandas_on_odd_layouts():
+    assert data.record_lines('a,b\n"x\n\ny",1\n\nz,2\n', ",", 0) == [1, 2, 6]
+    assert data.record_lines("a\tb\rx\t1\r\ry\t2", "\t", 3) == [1, 2, 4]
+
+
+def test_text_and_label_problems_in_one_message(tmp_path):
+    path = _labels_file(tmp_path, [("fine", "pos"), ("", "neg"), ("ok", ""), ("\u200b\u2060", "pos")])
+    with pytest.raises(UserError) as err:
+        data.load_dataset_split(opts(), path)
+    message = str(err.value)
+    assert "2 empty text cell(s)" in message and "lines 3, 5" in message
+    assert "1 missing/blank label(s)" in message and "line 4" in message
+
+
+@pytest.mark.parametrize("text", ["\u200b", "\u200b\u200c\u200d", "\ufeff \u00ad", "\u2060\t", "\u3164"])
+def test_invisible_only_texts_are_blank(text):
+    assert data.is_blank_text(text)
+    assert not data.is_blank_text(text + "a") and not data.is_blank_text("\u0301")
+
+
+def test_equal_numeric_labels_are_one_label(tmp_path):
+    path = _labels_file(tmp_path, [("a", "1"), ("b", "1.0"), ("c", "0"), ("d", "0.0"), ("e", "1e0")])
+    ds = data.load_dataset_split(opts(), path)
+    assert ds.labels == [1, 1, 0, 0, 1] and data.LabelMap.build(ds.labels).labels == (0, 1)
+    assert data._normalise_labels(["0.5", "1.50", 2]) == [0.5, 1.5, 2]
+    assert data._normalise_labels(["1", "1.0", "x", 2.0]) == ["1", "1", "x", "2"]
+    assert data._normalise_labels([True, 1]) == ["True", "1"]
+
+
+def test_dev_label_1_0_meets_train_label_1(tmp_path, toy_rows):
+    train = _labels_file(tmp_path, [(t, "1" if lab == "pos" else "0") for t, lab in toy_rows], "tr.tsv")
+    dev = _labels_file(tmp_path, [("good", "1.0"), ("bad", "0.0")], "dev.tsv")
+    splits = data.load_splits(opts(data=train, dev=dev))
+    assert splits.label_map.labels == (0, 1)
+    assert splits.label_map.encode(splits.dev.labels, "dev").tolist() == [1, 0]
+    assert splits.label_map.encode(["1", 1.0, "0.0"], "x").tolist() == [1, 1, 0]
+    assert data.LabelMap.from_id2label({"0": "0.5", "1": "1.5"}).labels == (0.5, 1.5)
+
+
+def test_list_cells_are_refused_with_column_and_rows(tmp_path):
+    path = tmp_path / "l.json"
+    path.write_text(json.dumps([{"text": "ok", "label": "a"}, {"text": ["x", "y"], "label": ["a", "b"]},
+                                {"text": {"k": 1}, "label": "b"}]))
+    with pytest.raises(UserError) as err:
+        data.load_dataset_split(opts(), str(path))
+    message = str(err.value)
+    assert "2 cell(s) of column 'text' (--text-column)" in message and "lines 2, 3" in message
+    assert "1 cell(s) of column 'label'" in message and "multi-label data is not supported" in message
+
+
+def test_parquet_list_column_is_refused(tmp_path):
+    path = tmp_path / "l.parquet"
+    pd.DataFrame({"text": ["a", "b"], "label": [[1, 2], [0]]}).to_parquet(path)
+    with pytest.raises(UserError, match=r"column 'label' \(--label-column\).*single value"):
+        data.load_dataset_split(opts(), str(path))
+
+
+@pytest.mark.parametrize(("kw", "roles"), [
+    ({"text_column": "0", "label_column": "0"}, "--text-column and --label-column"),
+    ({"text_column": "sentence", "label_column": "0"}, "--text-column and --label-column"),
+    ({"text_column": "sentence", "text_pair_column": "0"}, "--text-column and --text-pair-column"),
+    ({"label_column": "sentence"}, "the text column chosen by default and --label-column"),
+    ({"text_column": "label"}, "--text-column and the label column found by default"),
+])
+def test_one_column_in_two_roles_is_refused(write_tsv, toy_rows, kw, roles):
+    path = write_tsv("t.tsv", toy_rows, header=("sentence", "label"))
+    with pytest.raises(UserError, match=f"{roles} both select column"):
+        data.load_dataset_split(opts(**kw), str(path))
+
+
+def test_optional_labels_never_reuse_the_text_column(write_tsv, toy_rows):
+    path = write_tsv("t.tsv", toy_rows, header=("sentence", "label"))
+    ds = data.load_dataset_split(opts(text_column="label"), str(path), need_labels=False)
+    assert ds.labels is None and ds.texts[0] == "pos"
+
+
+def test_small_data_without_dev_runs_through_the_cli(tmp_path, tiny_bert_dir, toy_rows):
+    """`probe --limit 10`, `finetune --limit 10` and `--dev-fraction 0.01` used to crash in sklearn."""
+    from typer.testing import CliRunner
+
+    from bertkit.cli import app
+
+    path = tmp_path / "t.tsv"
+    path.write_text("text\tlabel\n" + "".join(f"{t}\t{lab}\n" for t, lab in toy_rows), encoding="utf-8")
+    runner = CliRunner()
+    runs = [
+        ["probe", "--model", str(tiny_bert_dir), "--data", str(path), "--limit", "10", "--no-baselines", "--json"],
+        ["probe", "--model", str(tiny_bert_dir), "--data", str(path), "--dev-fraction", "0.01", "--no-baselines", "--json"],
+        ["finetune", "--model", str(tiny_bert_dir), "--data", str(path), "--limit", "10", "--epochs", "1",
+         "--batch-size", "4", "--out", str(tmp_path / "ft"), "--json", "--quiet"],
+    ]
+    for argv in runs:
+        result = runner.invoke(app, argv, catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.stdout)
+    probe = json.loads(runner.invoke(app, runs[0], catch_exceptions=False).stdout)
+    assert probe["rows"] == {"train": 8, "dev": 2} and "raised from 1 to one row per class" in probe["notes"][0]
