@@ -516,7 +516,7 @@ def check_predictions_out(out: str | Path, inputs: dict[str, str | None]) -> Pat
 
     `inputs` maps flags (--data, --model, --probe, --recipe) to the paths given."""
     path = Path(out).expanduser()
-    suggestion = path.with_name(f"{path.stem or 'predictions'}.predictions.csv")
+    suggestion = Path(f"{path.stem or 'predictions'}.predictions.csv")  # in the current directory: outside any input
     if path.is_dir():
         raise UserError(f"Cannot write {path}: it is an existing directory. Pass a file path for --out, "
                         f"e.g. --out predictions.csv.")
