@@ -410,6 +410,30 @@ CASES = [
 ]
 """The malformed-input corpus (the README states its size: count the entries)."""
 
+CASES += [  # issue 13: output directories
+    Case("tokens-out-holds-other-files-overwrite", "tokens",
+         lambda w: tokens(w, "--data", w.good(), "--out", w.foreign_dir(), "--overwrite"),
+         r"holds files bertkit did not write \(notes\.txt\)", r"Choose another --out"),
+    Case("embed-out-holds-someones-manifest", "embed",
+         lambda w: embed(w, "--data", w.good(), "--overwrite", out=str(Path(w.file("theirs/manifest.json", '{"format": 1}')).parent)),
+         r"holds files bertkit did not write \(manifest\.json\)", r"Choose another --out"),
+    Case("finetune-overwrite-then-max-length-over-limit", "finetune",
+         lambda w: finetune(w, "--data", w.premade_data(), "--overwrite", "--max-length", "100000"),
+         r"--max-length 100000 is more than model", r"--max-length 128 or less"),
+    Case("probe-out-is-its-feature-store", "probe",
+         lambda w: (lambda s: ["probe", "--features", s, "--out", s, "--overwrite"])(w.copy("store")),
+         r"holds a `bertkit embed` run; `bertkit probe` never writes into another command's run", r"Choose another --out"),
+    Case("evaluate-out-is-a-finetune-run", "evaluate",
+         lambda w: ["evaluate", "--model", w.copy("clf"), "--data", w.good(), "--out", w.copy("run"), "--quiet"],
+         r"holds a `bertkit finetune` run", r"Choose another --out"),
+    Case("bench-out-is-a-finetune-run", "bench",
+         lambda w: ["bench", "--models", w.tiny, "--out", w.copy("run"), "--overwrite", "--quiet"],
+         r"holds a `bertkit finetune` run", r"Choose another --out"),
+    Case("predict-out-is-the-data", "predict",
+         lambda w: (lambda d: ["predict", "--model", w.copy("clf"), "--data", d, "--out", d, "--quiet"])(w.good()),
+         r"--out .*train\.tsv is the --data", r"Choose another --out"),
+]
+
 
 # ---------------------------------------------------------------- running a case
 
