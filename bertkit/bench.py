@@ -952,10 +952,12 @@ def quality_data_args(cfg: Any) -> list[str]:
     return args
 
 
-def benchmark(cfg: Any, clock: Clock = time.perf_counter, quality_dir: Path | None = None) -> dict[str, Any]:
+def benchmark(cfg: Any, clock: Clock = time.perf_counter,
+              quality_dir: Path | Callable[[], Path] | None = None) -> dict[str, Any]:
     """The whole `bertkit bench` run for a BenchConfig: models, texts, measurements, quality, claims.
 
-    `quality_dir` holds the run directories of the quality commands (probe/finetune), one per model.
+    `quality_dir` holds the run directories of the quality commands (probe/finetune), one per model; a callable
+    is called only when quality is measured, after the models loaded and were timed (it may claim --out).
     """
     import torch
 
@@ -986,10 +988,13 @@ def benchmark(cfg: Any, clock: Clock = time.perf_counter, quality_dir: Path | No
     timed_texts = texts if cfg.protocol == "paper" else [texts[i] for i in order]
     with tempfile.TemporaryDirectory(prefix="bertkit-bench-") as tmp:
         report = run_bench(contenders, timed_texts, settings, device, dtype, Path(tmp), keep_folders=True)
+        if cfg.quality_kinds and callable(quality_dir):
+            quality_dir = quality_dir()
         for kind in cfg.quality_kinds:
             folders = {m["label"]: (m["folder"] if m["random_init"] else m["source"]) for m in report["models"]}
             for label, result in measure_quality(kind, folders, quality_data_args(cfg),
-                                                 shlex.split(cfg.quality_args or ""), out_dir=quality_dir).items():
+                                                 shlex.split(cfg.quality_args or ""),
+                                                 out_dir=quality_dir if isinstance(quality_dir, Path) else None).items():
                 record = next(m for m in report["models"] if m["label"] == label)
                 record.setdefault("quality", {})[kind] = result
         if cfg.quality_kinds and any(c.random_init for c in contenders):

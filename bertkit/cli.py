@@ -58,6 +58,7 @@ ModelOpt = Annotated[str, typer.Option("--model", help="Hub id, local model fold
 MaxLenOpt = Annotated[int, typer.Option("--max-length", help="Truncate inputs to this many tokens.", rich_help_panel=MODEL)]
 TrustOpt = Annotated[bool, typer.Option("--trust-remote-code", help="Allow custom code from the model repo (runs arbitrary code).", rich_help_panel=MODEL)]
 OutOpt = Annotated[str | None, typer.Option("--out", help="Run directory for outputs.", rich_help_panel=OUTPUT)]
+OverwriteOpt = Annotated[bool, typer.Option("--overwrite", help="Replace an --out that holds this command's run made with other options (the old output stays until the new one is complete).", rich_help_panel=OUTPUT)]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars; only the final summary.", rich_help_panel=OUTPUT)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the results as JSON on stdout.", rich_help_panel=OUTPUT)]
 RecipeOpt = Annotated[str | None, typer.Option("--recipe", help="TOML recipe (path or name in recipes/); CLI flags override it.", rich_help_panel=RUN)]
@@ -213,6 +214,7 @@ def tokens(
     batch_size: Annotated[int, typer.Option("--batch-size", help="Batch size for the padding-waste estimate.", rich_help_panel=RUN)] = 32,
     trust_remote_code: TrustOpt = False,
     out: OutOpt = None,
+    overwrite: OverwriteOpt = False,
     quiet: QuietOpt = False,
     json_output: JsonOpt = False,
     recipe: RecipeOpt = None,
@@ -252,6 +254,8 @@ def _show_length_report(tokenizer: Any, cfg: TokensConfig, json_output: bool, qu
     from bertkit import data, modeling, plots, runs
     from bertkit.tokens import length_report
 
+    plan = runs.inspect_run_dir(cfg.out, "tokens", overwrite=cfg.overwrite,
+                                compare=runs.config_compare(vars(cfg))) if cfg.out else None  # read-only, early
     model_config = modeling.load_config(cfg.model, cfg.trust_remote_code)
     limit = modeling.model_max_length(tokenizer, model_config)
     modeling.check_max_length(cfg.max_length, tokenizer, model_config, cfg.model)
@@ -265,12 +269,13 @@ def _show_length_report(tokenizer: Any, cfg: TokensConfig, json_output: bool, qu
     summary = {"model": cfg.model, "max_length": cfg.max_length, "model_limit": limit, "splits": [
         {k: v for k, v in vars(r).items() if k != "lengths"} for r in reports
     ]}
-    if cfg.out:
-        run_dir = runs.prepare_run_dir(cfg.out)
-        runs.write_run_config(run_dir, "tokens", vars(cfg), data_fingerprints={name: ds.fingerprint for name, ds in named if ds is not None})
-        runs.write_json_atomic(run_dir / "tokens.json", summary)
-        png = plots.length_histogram({r.split: r.lengths for r in reports}, cfg.max_length, run_dir / "token_lengths.png", f"Token lengths ({cfg.model})")
-        summary["outputs"] = {"report": str(run_dir / "tokens.json"), "histogram": str(png)}
+    if plan is not None:
+        run = plan.claim()
+        runs.write_run_config(run.path, "tokens", vars(cfg), data_fingerprints={name: ds.fingerprint for name, ds in named if ds is not None})
+        runs.write_json_atomic(run.path / "tokens.json", summary)
+        plots.length_histogram({r.split: r.lengths for r in reports}, cfg.max_length, run.path / "token_lengths.png", f"Token lengths ({cfg.model})")
+        run.commit()
+        summary["outputs"] = {"report": str(run.out / "tokens.json"), "histogram": str(run.out / "token_lengths.png")}
     if json_output:
         emit_json(summary)
         return
@@ -401,6 +406,7 @@ def probe(
     seed: SeedOpt = 42,
     trust_remote_code: TrustOpt = False,
     out: Annotated[str | None, typer.Option("--out", help="Run directory: config, metrics, plots, saved probe, cached features.", rich_help_panel=OUTPUT)] = None,
+    overwrite: OverwriteOpt = False,
     quiet: QuietOpt = False,
     json_output: JsonOpt = False,
     recipe: RecipeOpt = None,
@@ -606,6 +612,12 @@ def predict(
     from bertkit.data import TextDataset, load_dataset_split
 
     cfg: PredictConfig = build_config(ctx, PredictConfig, "predict", locals(), recipe)
+    if cfg.out:  # before any work: never over an input, never over a file bertkit did not write
+        from bertkit.config import recipe_path
+        from bertkit.runs import check_predictions_out
+
+        check_predictions_out(cfg.out, {"--data": cfg.data, "--model": cfg.model, "--probe": cfg.probe,
+                                        "--recipe": str(recipe_path(recipe)) if recipe else None})
     if cfg.text:
         dataset = TextDataset(list(cfg.text), source="--text")
     else:
@@ -666,6 +678,7 @@ def evaluate(
     max_length: MaxLenOpt = 128,
     precision: InferPrecisionOpt = "fp32",
     out: OutOpt = None,
+    overwrite: OverwriteOpt = False,
     quiet: QuietOpt = False,
     json_output: JsonOpt = False,
     recipe: RecipeOpt = None,
@@ -678,6 +691,8 @@ def evaluate(
     from bertkit.finetune import load_for_inference, predict_proba, write_predictions_csv
 
     cfg: EvaluateConfig = build_config(ctx, EvaluateConfig, "evaluate", locals(), recipe)
+    plan = runs.inspect_run_dir(cfg.out, "evaluate", overwrite=cfg.overwrite,
+                                compare=runs.config_compare(config_dict(cfg))) if cfg.out else None  # read-only, early
     dataset = load_dataset_split(cfg, cfg.data or "", need_labels=True)
     model_obj, tokenizer, label_map = load_for_inference(cfg.model or "")
     y = label_map.encode(dataset.labels or [], f"The data {dataset.source}")
@@ -686,14 +701,15 @@ def evaluate(
     names = [str(x) for x in label_map.labels]
     result = metrics.classification_metrics(y, proba.argmax(axis=1), proba, names)
     result.update(model=cfg.model, data=dataset.source, data_fingerprint=dataset.fingerprint)
-    if cfg.out:
+    if plan is not None:
         from bertkit import plots
 
-        run_dir = runs.prepare_run_dir(cfg.out)
-        runs.write_run_config(run_dir, "evaluate", config_dict(cfg), data_fingerprint=dataset.fingerprint)
-        runs.write_json_atomic(run_dir / "metrics.json", result)
-        write_predictions_csv(run_dir / "predictions.csv", dataset, proba, names, y_true=y)
-        plots.confusion_matrix(result["confusion_matrix"], names, run_dir / "confusion_matrix.png", f"{cfg.model} on {dataset.source}")
+        run = plan.claim()
+        runs.write_run_config(run.path, "evaluate", config_dict(cfg), data_fingerprint=dataset.fingerprint)
+        runs.write_json_atomic(run.path / "metrics.json", result)
+        write_predictions_csv(run.path / "predictions.csv", dataset, proba, names, y_true=y)
+        plots.confusion_matrix(result["confusion_matrix"], names, run.path / "confusion_matrix.png", f"{cfg.model} on {dataset.source}")
+        run.commit()
     if json_output:
         emit_json(result)
         return
@@ -747,6 +763,7 @@ def bench(
     quality_args: Annotated[str | None, typer.Option("--quality-args", help="Extra flags for every quality command, e.g. \"--epochs 1\".", rich_help_panel=BENCH)] = None,
     trust_remote_code: TrustOpt = False,
     out: Annotated[str | None, typer.Option("--out", help="Directory for bench.json, bench.md, bench.png (default runs/bench).", rich_help_panel=OUTPUT)] = None,
+    overwrite: OverwriteOpt = False,
     quiet: QuietOpt = False,
     json_output: JsonOpt = False,
     recipe: RecipeOpt = None,
@@ -759,13 +776,16 @@ def bench(
     from bertkit import bench as bench_core
     from bertkit import plots, runs
 
-    run_dir = runs.prepare_run_dir(cfg.out or "runs/bench")
-    report = bench_core.benchmark(cfg, quality_dir=run_dir / "quality")
-    runs.write_run_config(run_dir, "bench", vars(cfg), data_fingerprint=report["data_source"]["fingerprint"])
-    report["outputs"] = {name: str(run_dir / name) for name in ("bench.json", "bench.md", "bench.png")}
-    plots.bench_bars(report, run_dir / "bench.png")
-    runs.write_json_atomic(run_dir / "bench.json", report)
-    runs.write_text_atomic(run_dir / "bench.md", bench_core.report_markdown(report))
+    plan = runs.inspect_run_dir(cfg.out or "runs/bench", "bench", overwrite=cfg.overwrite,
+                                compare=runs.config_compare(vars(cfg)))  # read-only; claimed once models are measured
+    report = bench_core.benchmark(cfg, quality_dir=lambda: plan.claim().path / "quality")
+    run = plan.claim()
+    runs.write_run_config(run.path, "bench", vars(cfg), data_fingerprint=report["data_source"]["fingerprint"])
+    report["outputs"] = {name: str(run.out / name) for name in ("bench.json", "bench.md", "bench.png")}
+    plots.bench_bars(report, run.path / "bench.png")
+    runs.write_json_atomic(run.path / "bench.json", report)
+    runs.write_text_atomic(run.path / "bench.md", bench_core.report_markdown(report))
+    run.commit()
     if json_output:
         emit_json(report)
         return

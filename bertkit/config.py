@@ -199,6 +199,8 @@ class TokensConfig(DataOptions):
     """Batch size used to compute dynamic-padding waste."""
     out: str | None = None
     """Run directory for the report JSON and the histogram PNG."""
+    overwrite: bool = False
+    """Replace an --out that holds a tokens run with other options (swapped in once the new report is complete)."""
     trust_remote_code: bool = False
     """Allow custom code from the model repository (off by default: it runs arbitrary code)."""
 
@@ -433,6 +435,8 @@ class EvaluateConfig(DataOptions):
     """Fine-tuned model folder (e.g. runs/sst2/best)."""
     out: str | None = None
     """Run directory for metrics.json, predictions.csv and the confusion-matrix PNG."""
+    overwrite: bool = False
+    """Replace an --out that holds an evaluate run with other options (swapped in once the new one is complete)."""
     batch_size: int = 64
     """Rows per inference batch."""
     max_length: int = 128
@@ -487,6 +491,8 @@ class ProbeConfig(DataOptions):
     """Also score majority class, TF-IDF + LR on the raw text, and the same encoder with random weights."""
     out: str | None = None
     """Run directory: config.json, metrics.json, plots, the saved probe and the cached features."""
+    overwrite: bool = False
+    """Replace an --out that holds a probe run with other options (swapped in once the new one is complete)."""
     trust_remote_code: bool = False
     """Allow custom code from the model repository."""
 
@@ -583,6 +589,8 @@ class BenchConfig(DataOptions):
     """Extra arguments passed unchanged to every quality command, e.g. "--epochs 1"."""
     out: str | None = None
     """Output directory for bench.json, bench.md and bench.png."""
+    overwrite: bool = False
+    """Replace an --out that holds a bench run with other options (swapped in once the new one is complete)."""
     trust_remote_code: bool = False
     """Allow custom code from the model repository (off by default: it runs arbitrary code)."""
 

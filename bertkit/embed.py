@@ -415,7 +415,7 @@ def embed_to_store(cfg: EmbedConfig, progress: bool = True) -> dict[str, Any]:
     """Run `bertkit embed`: every split to its store under cfg.out; returns a summary (see `SplitResult`)."""
     from pathlib import Path
 
-    from bertkit import __version__, store
+    from bertkit import __version__, runs, store
     from bertkit.runs import package_versions
 
     dist = Dist.from_env()
@@ -425,10 +425,9 @@ def embed_to_store(cfg: EmbedConfig, progress: bool = True) -> dict[str, Any]:
             device = torch.device("cuda", dist.local_rank)
         dtype = modeling.choose_dtype(cfg.dtype, device)
         root = Path(cfg.out or "").expanduser()
+        runs.inspect_run_dir(root, "embed", overwrite=cfg.overwrite)  # read-only: refusals end every rank here
         named, label_map = load_embed_data(cfg)
         split_layout = len(named) > 1
-        if dist.main:
-            _check_layout(root, split_layout, cfg.overwrite)
         tokenizer = modeling.load_tokenizer(cfg.model, cfg.trust_remote_code)
         model_config = modeling.load_config(cfg.model, cfg.trust_remote_code)
         modeling.check_max_length(cfg.max_length, tokenizer, model_config, cfg.model)
@@ -446,39 +445,36 @@ def embed_to_store(cfg: EmbedConfig, progress: bool = True) -> dict[str, Any]:
             "dtype": modeling.dtype_name(dtype), "label_map": label_map.to_json() if label_map else None,
             "versions": {k: v for k, v in package_versions().items() if k in ("bertkit", "torch", "transformers")},
         }
+        identities = {split: store_identity(cfg, split, ds, revision, dtype) for split, ds in named}
+        run = _claim_store_dir(cfg, dist, root, identities, split_layout)
         results = []
         for split, ds in named:
-            path = root / split if split_layout else root
-            identity = store_identity(cfg, split, ds, revision, dtype)
-            writer = store.StoreWriter(path, identity, len(ds), cfg.shard_size, spec.row_shape(n_layers, hidden),
-                                       cfg.store_dtype)
+            writer = store.StoreWriter(run.path / split if split_layout else run.path, identities[split], len(ds),
+                                       cfg.shard_size, spec.row_shape(n_layers, hidden), cfg.store_dtype)
             results.append(_embed_split(cfg, dist, writer, split, ds, encoder, tokenizer, spec, device, dtype,
                                         label_map, common, progress))
         if split_layout and dist.main:
-            store.write_splits_index(root, [name for name, _ in named])
+            store.write_splits_index(run.path, [name for name, _ in named])
         dist.barrier()
+        if dist.main:
+            run.commit()  # with --overwrite: the new stores replace the previous ones only now
+        dist.barrier()
+        for result in results:  # where the stores are now (not the staging folder they were built in)
+            result.path = str(root / result.split if split_layout else root)
     finally:
         dist.close()
     return _summary(cfg, root, results, dtype, device, dist)
 
 
-def _check_layout(root: Any, split_layout: bool, overwrite: bool) -> None:
-    """A single store and a split store (train/dev/test) must not be mixed in one --out directory."""
-    from bertkit import store
+def _claim_store_dir(cfg: EmbedConfig, dist: Dist, root: Any, identities: dict[str, dict[str, Any]],
+                     split_layout: bool) -> Any:
+    """Rank 0 claims --out (everything is validated by now); every rank gets the directory to write into."""
+    from bertkit import runs, store
 
-    store.check_out_dir(root, overwrite)
-    single = (root / store.MANIFEST).is_file() or (root / store.IDENTITY).is_file()
-    split = any((root / n).is_dir() for n in store.SPLIT_NAMES)
-    if (split_layout and single) or (not split_layout and split):
-        if overwrite:
-            store.check_out_dir(root, overwrite)
-            store.remove_store_files(root)
-            return
-        have, want = ("a single store", "one store per split") if single else ("one store per split", "a single store")
-        raise UserError(
-            f"--out {root} holds {have}, but this command writes {want} (--dev/--test decide). "
-            f"Use another --out directory or pass --overwrite to replace it."
-        )
+    run = runs.claim_run_dir(root, "embed", overwrite=cfg.overwrite,
+                             compare=lambda path: store.run_differences(path, identities, split_layout)) if dist.main else None
+    dist.barrier(wait_for=lambda: (root / runs.MARKER).is_file())
+    return run or runs.RunDir(root, "embed", cfg.overwrite, path=runs.write_path(root, cfg.overwrite))
 
 
 def _embed_split(cfg: EmbedConfig, dist: Dist, writer: Any, split: str, ds: TextDataset, encoder: Any,
@@ -488,7 +484,7 @@ def _embed_split(cfg: EmbedConfig, dist: Dist, writer: Any, split: str, ds: Text
     from bertkit import store
 
     started = time.perf_counter()
-    status = writer.prepare(cfg.overwrite, create=True) if dist.main else None
+    status = writer.prepare(create=True) if dist.main else None
     dist.barrier(wait_for=lambda: (writer.path / store.IDENTITY).is_file() or (writer.path / store.MANIFEST).is_file())
     status = status or writer.status()
     result = SplitResult(split, str(writer.path), status, len(ds), [len(ds), *writer.row_shape],

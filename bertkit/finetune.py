@@ -19,6 +19,7 @@ Library code: returns values and logs; `cli.py` prints.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 import logging
@@ -169,39 +170,31 @@ def resume_key(cfg: FinetuneConfig, fingerprints: dict[str, str]) -> dict[str, A
     return {"config": values, "data": fingerprints}
 
 
-def check_out_dir(out: Path, key: dict[str, Any], overwrite: bool) -> str:
-    """'new', 'resume' or 'finished' for --out; a different config on a used --out is refused."""
-    config_file = out / "config.json"
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--out {out} is an existing file, not a directory. Pass a directory path for --out.")
-    if not out.exists() or not any(out.iterdir()):
+def resume_differences(run_path: Path, key: dict[str, Any]) -> list[str]:
+    """What differs between the run in `run_path` and a run with resume key `key` (empty: the same run)."""
+    record = runs.read_run_config(run_path)
+    if record is None:  # claimed, but stopped before its config was written: nothing to differ from
+        return []
+    return _changed_keys(record.get("resume_key") or {}, json.loads(runs.to_json(key)))
+
+
+def run_status(run: runs.RunDir) -> str:
+    """'new', 'resume' or 'finished' for the directory a run writes into."""
+    if not run.existing or not (run.path / "config.json").is_file():
         return "new"
-    if overwrite:
-        shutil.rmtree(out)
-        return "new"
-    if not config_file.exists():
-        raise UserError(
-            f"--out {out} exists and is not a bertkit finetune run (no config.json). "
-            "Choose a new --out, or pass --overwrite to replace its contents."
-        )
-    previous = json.loads(config_file.read_text(encoding="utf-8")).get("resume_key")
-    if previous != json.loads(runs.to_json(key)):
-        changed = _changed_keys(previous or {}, json.loads(runs.to_json(key)))
-        raise UserError(
-            f"--out {out} holds a run with a different configuration ({', '.join(changed) or 'unknown'} differ). "
-            "Re-run with the same options to resume it, choose a new --out, or pass --overwrite to start over there."
-        )
-    metrics_file = out / "metrics.json"
-    if metrics_file.exists() and json.loads(metrics_file.read_text(encoding="utf-8")).get("finished"):
-        return "finished"
-    return "resume"
+    try:
+        finished = json.loads((run.path / "metrics.json").read_text(encoding="utf-8")).get("finished")
+    except (OSError, ValueError, AttributeError):  # none yet (or not readable): the checkpoints decide
+        finished = False
+    return "finished" if finished else "resume"
 
 
 def _changed_keys(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     changed = []
     for section in ("config", "data"):
         a, b = old.get(section, {}), new.get(section, {})
-        changed += [f"--{k.replace('_', '-')}" if section == "config" else f"data {k}"
+        changed += [f"--{k.replace('_', '-')}: {a.get(k)!r} -> {b.get(k)!r}" if section == "config"
+                    else f"{k} data: {a.get(k)} -> {b.get(k)}"
                     for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
     return changed
 
@@ -314,27 +307,14 @@ def finetune(cfg: FinetuneConfig, *, progress: bool = True) -> FinetuneResult:
     _release_single_process_state(precision)
     accelerator = Accelerator(mixed_precision=precision, step_scheduler_with_optimizer=False,
                               gradient_accumulation_steps=cfg.grad_accum, cpu=_force_cpu())
-    out = Path(cfg.out)
+    out = Path(cfg.out or "").expanduser()
     splits = data.load_splits(cfg, need_labels=True, need_dev=True)
     assert splits.label_map is not None and splits.dev is not None
     label_map, label_names = splits.label_map, [str(x) for x in splits.label_map.labels]
     fingerprints = {"train": splits.train.fingerprint, "dev": splits.dev.fingerprint}
     key = resume_key(cfg, fingerprints)
-    status = None
-    if accelerator.is_main_process:
-        try:
-            status = check_out_dir(out, key, cfg.overwrite)
-        except UserError as exc:  # the other ranks wait in the broadcast: send them the error, not a hang
-            status = ("error", str(exc))
-    status = _broadcast(accelerator, status)
-    if isinstance(status, tuple):
-        raise UserError(status[1])
-    if status == "finished":
-        done = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
-        return FinetuneResult(out, done, done.get("epoch_table", []), None, True, accelerator.is_main_process)
-    if accelerator.is_main_process:
-        runs.prepare_run_dir(out)
-    accelerator.wait_for_everyone()
+    if _on_main(accelerator, lambda: _finished_already(cfg, key)):  # read-only: a refused --out also ends here
+        return _finished_result(out, accelerator)
 
     tokenizer = modeling.load_tokenizer(cfg.model, cfg.trust_remote_code)
     modeling.check_max_length(cfg.max_length, tokenizer, modeling.load_config(cfg.model, cfg.trust_remote_code), cfg.model)
@@ -346,10 +326,6 @@ def finetune(cfg: FinetuneConfig, *, progress: bool = True) -> FinetuneResult:
 
     set_seed(cfg.seed)  # before the head is initialised
     model = modeling.load_classifier(cfg.model, label_map.id2label, cfg.trust_remote_code)
-    if accelerator.is_main_process and status == "new":  # only now: a start refused above leaves --out reusable
-        runs.write_run_config(out, "finetune", config_dict(cfg), resume_key=key, data_fingerprints=fingerprints,
-                              model_revision=modeling.model_revision(cfg.model), processes=accelerator.num_processes,
-                              mixed_precision=precision, device=str(accelerator.device))
     if cfg.freeze_encoder:
         _freeze_encoder(model)
     use_types = accepts_token_types(model) and train_enc.token_type_ids is not None
@@ -362,6 +338,11 @@ def finetune(cfg: FinetuneConfig, *, progress: bool = True) -> FinetuneResult:
     if steps_per_epoch == 0:
         raise UserError(f"Training data has {len(y_train)} rows: too few for one batch of "
                         f"{min_rows} micro-batches. Add data or lower --grad-accum.")
+    # -- run directory: claimed only now, so a start refused above leaves --out as it was
+    run, status = _on_main(accelerator, lambda: _claim_out(cfg, key, fingerprints, precision, accelerator))
+    if status == "finished":  # an --overwrite run killed after its last save: its swap was finished just now
+        return _finished_result(out, accelerator)
+    out = run.path  # --out itself, or its staging folder when this run replaces another
     total_steps = steps_per_epoch * cfg.epochs
     warmup = math.ceil(cfg.warmup_ratio * total_steps)
     scheduler = get_linear_schedule_with_warmup(optimizer, warmup, total_steps)
@@ -456,7 +437,38 @@ def finetune(cfg: FinetuneConfig, *, progress: bool = True) -> FinetuneResult:
     save_model_folder(accelerator, net, tokenizer, out / "final", {"step": state["global_step"]})
     summary = _finish(accelerator, cfg, state, out, splits.dev, y_dev, label_names, steps_per_epoch, restored,
                       forward="fast" if accelerator.unwrap_model(net).fast else "transformers")
-    return FinetuneResult(out, summary, state["epoch_table"], restored, False, accelerator.is_main_process, splits.notes)
+    if accelerator.is_main_process:
+        run.commit()  # an --overwrite run: the new output replaces the previous one only now
+    accelerator.wait_for_everyone()
+    return FinetuneResult(run.out, summary, state["epoch_table"], restored, False, accelerator.is_main_process,
+                          splits.notes)
+
+
+def _finished_already(cfg: FinetuneConfig, key: dict[str, Any]) -> bool:
+    """A read-only look at --out before any work (its refusals end the run here): does it hold this run, finished?"""
+    plan = runs.inspect_run_dir(cfg.out or "", "finetune", overwrite=cfg.overwrite,
+                                compare=lambda path: resume_differences(path, key))
+    return not plan.replacing and not plan.pending_swap and run_status(plan) == "finished"
+
+
+def _finished_result(out: Path, accelerator: Any) -> FinetuneResult:
+    done = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
+    return FinetuneResult(out, done, done.get("epoch_table", []), None, True, accelerator.is_main_process)
+
+
+def _claim_out(cfg: FinetuneConfig, key: dict[str, Any], fingerprints: dict[str, str], precision: str,
+               accelerator: Any) -> tuple[runs.RunDir, str]:
+    """Claim --out (main process): the run directory to write into and its status; a new run's config.json."""
+    run = runs.claim_run_dir(cfg.out or "", "finetune", overwrite=cfg.overwrite,
+                             compare=lambda path: resume_differences(path, key))
+    status = run_status(run)
+    if status == "finished":
+        run.commit()
+    elif status == "new":
+        runs.write_run_config(run.path, "finetune", config_dict(cfg), resume_key=key, data_fingerprints=fingerprints,
+                              model_revision=modeling.model_revision(cfg.model), processes=accelerator.num_processes,
+                              mixed_precision=precision, device=str(accelerator.device))
+    return dataclasses.replace(run, compare=None), status  # sent to every process: no closures
 
 
 def _evaluate_and_keep_best(
@@ -515,7 +527,7 @@ def _finish(
         "train_samples_per_second": round(state["train_rows"] / max(state["train_seconds"], 1e-9), 2),
         "processes": accelerator.num_processes, "mixed_precision": accelerator.mixed_precision, "forward": forward,
         "history": state["history"], "epoch_table": state["epoch_table"], "resumed_from": restored,
-        "outputs": {name: str(out / name) for name in
+        "outputs": {name: str(Path(cfg.out or out) / name) for name in
                     ("best", "final", "metrics.jsonl", "training_table.csv", "curves.png", "confusion_matrix.png",
                      "dev_errors.csv")},
     }
@@ -598,6 +610,20 @@ def _force_cpu() -> bool:
     """cpu=True for Accelerate when there is no GPU: under torchrun it then starts MULTI_CPU (gloo); without it,
     every process would run alone. BERTKIT_DEVICE=cpu forces the CPU on a GPU machine."""
     return os.environ.get("BERTKIT_DEVICE", "") == "cpu" or modeling.choose_device().type == "cpu"
+
+
+def _on_main(accelerator: Any, fn: Any) -> Any:
+    """fn() on the main process; its (picklable) result, or its UserError, on every process - never a hang."""
+    result: tuple[bool, Any] = (True, None)
+    if accelerator.is_main_process:
+        try:
+            result = (True, fn())
+        except UserError as exc:
+            result = (False, str(exc))
+    ok, value = _broadcast(accelerator, result)
+    if not ok:
+        raise UserError(value)
+    return value
 
 
 def _broadcast(accelerator: Any, value: Any) -> Any:

@@ -675,9 +675,11 @@ def _store_texts(splits: dict[str, Any], notes: list[str]) -> dict[str, Any]:
     return texts
 
 
-def load_text_inputs(cfg: Any, cache_dir: Path | None, progress: bool = False) -> ProbeInputs:
+def load_text_inputs(cfg: Any, cache_dir: Path | Callable[[], Path] | None, progress: bool = False) -> ProbeInputs:
     """Read --data/--dev/--test and extract features for every --pool and --layers in one pass per split,
-    cached as `cache_dir/<split>-<pool>-<layers>.npy` (reused by a re-run with the same model and data)."""
+    cached as `cache_dir/<split>-<pool>-<layers>.npy` (reused by a re-run with the same model and data).
+
+    A callable `cache_dir` is called once the data and the model are validated (it may claim the run directory)."""
     from bertkit import data, embed, modeling
     from bertkit.config import parse_layers
 
@@ -686,6 +688,7 @@ def load_text_inputs(cfg: Any, cache_dir: Path | None, progress: bool = False) -
     tokenizer = modeling.load_tokenizer(model, cfg.trust_remote_code)
     modeling.check_max_length(cfg.max_length, tokenizer, modeling.load_config(model, cfg.trust_remote_code), model)
     encoder = modeling.load_encoder(model, cfg.trust_remote_code)
+    cache_dir = cache_dir() if callable(cache_dir) else cache_dir
     n_layers, _ = embed.encoder_shape(encoder)
     spec = embed.FeatureSpec(layers=None if parse_layers(cfg.layers or "-1") is None else tuple(parse_layers(cfg.layers or "-1")))
     indices = spec.resolve(n_layers)
@@ -750,10 +753,15 @@ def run_probe(cfg: Any, progress: bool = False) -> dict[str, Any]:
     """`bertkit probe`: inputs -> per-layer sweep -> baselines -> variance -> test -> run directory. Returns the
     results (what metrics.json holds)."""
     from bertkit import runs
+    from bertkit.config import config_dict
 
-    run_dir = runs.prepare_run_dir(cfg.out) if cfg.out else None
-    cache = run_dir / "features" if run_dir else None
+    # --out is looked at now (read-only) and claimed once the data and model are validated
+    plan = runs.inspect_run_dir(cfg.out, "probe", overwrite=cfg.overwrite,
+                                compare=runs.config_compare(config_dict(cfg))) if cfg.out else None
+    cache = (lambda: plan.claim().path / "features") if plan is not None else None
     inputs = load_store_inputs(cfg) if cfg.features else load_text_inputs(cfg, cache, progress)
+    run_dir = plan.claim() if plan is not None else None
+    cache = run_dir.path / "features" if run_dir is not None else None
     names = [str(x) for x in inputs.label_map.labels]
     kwargs = fit_kwargs_from(cfg)
     say = (lambda msg: log.info(msg)) if progress else None
@@ -779,7 +787,8 @@ def run_probe(cfg: Any, progress: bool = False) -> dict[str, Any]:
     if inputs.test is not None and inputs.y_test is not None:
         result["best"]["test"] = score_probe(best.fit, inputs.test[best.pool][:, best.layer], inputs.y_test, names)
     if run_dir is not None:
-        result["outputs"] = write_probe_run(run_dir, cfg, inputs, sweep, result)
+        result["outputs"] = write_probe_run(run_dir.path, cfg, inputs, sweep, result, final_dir=run_dir.out)
+        run_dir.commit()  # with --overwrite: the new run replaces the previous one only now
     return result
 
 
@@ -834,8 +843,10 @@ def random_encoder_features(cfg: Any, inputs: ProbeInputs, pool: str, index: int
     }
 
 
-def write_probe_run(run_dir: Path, cfg: Any, inputs: ProbeInputs, sweep: Sweep, result: dict[str, Any]) -> dict[str, str]:
-    """config.json, metrics.json, the layer-curve and confusion-matrix PNGs and the saved probe (probe/)."""
+def write_probe_run(run_dir: Path, cfg: Any, inputs: ProbeInputs, sweep: Sweep, result: dict[str, Any],
+                    final_dir: Path | None = None) -> dict[str, str]:
+    """config.json, metrics.json, the layer-curve and confusion-matrix PNGs and the saved probe (probe/), written
+    into `run_dir`; the paths reported are those in `final_dir` (where a staged run ends up)."""
     from bertkit import plots, runs
     from bertkit.config import config_dict
 
@@ -854,8 +865,10 @@ def write_probe_run(run_dir: Path, cfg: Any, inputs: ProbeInputs, sweep: Sweep, 
     index = inputs.layer_indices[best.layer]
     meta = {**inputs.feature_meta, "pool": best.pool, "layers": str(index) if index is not None else inputs.feature_meta["layers"],
             "layer_name": best.layer_name, "dev_accuracy": best.metrics["accuracy"]}
-    probe_dir = save_probe(run_dir / "probe", best.fit, inputs.label_map, meta)
-    outputs = {"config": str(run_dir / "config.json"), "metrics": str(run_dir / "metrics.json"),
-               "layer_curve": str(curve), "confusion_matrix": str(confusion), "probe": str(probe_dir)}
+    save_probe(run_dir / "probe", best.fit, inputs.label_map, meta)
+    final = final_dir or run_dir
+    outputs = {"config": str(final / "config.json"), "metrics": str(final / "metrics.json"),
+               "layer_curve": str(final / curve.name), "confusion_matrix": str(final / confusion.name),
+               "probe": str(final / "probe")}
     runs.write_json_atomic(run_dir / "metrics.json", {**result, "outputs": outputs})
     return outputs

@@ -4,23 +4,34 @@ A run directory holds `config.json` (the resolved config, package versions, seed
 `metrics.json` / `metrics.jsonl`, and the command's plots and tables. Every write goes to a temp file in the
 same directory and is renamed into place, so a killed process never leaves a partial file where a complete
 one should be.
+
+Ownership (see `inspect_run_dir` / `RunDir`): bertkit writes only into a new or empty directory or one of its
+own runs, marked by `.bertkit-run.json` (which command owns it). It deletes or replaces only the names its
+command writes (`RUN_ENTRIES`), never a folder holding anything else, never the current directory, the home
+directory or `/`. `--overwrite` builds the new output in `OUT/.bertkit-next/` and swaps it in only once the
+command succeeded (`RunDir.commit`), so a failed or killed run leaves the previous output as it was.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import platform
+import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from bertkit.errors import UserError
+
+log = logging.getLogger(__name__)
 
 
 def _json_default(value: Any) -> Any:
@@ -123,25 +134,6 @@ def machine_info() -> dict[str, Any]:
     return info
 
 
-def prepare_run_dir(out: str | Path, *, allow_existing: bool = True) -> Path:
-    """Create (or reuse) a run directory, with a clear error if the path is a file or not writable."""
-    path = Path(out).expanduser()
-    if path.exists() and not path.is_dir():
-        raise UserError(f"--out {path} is an existing file, not a directory. Pass a directory path for --out.")
-    if path.exists() and not allow_existing and any(path.iterdir()):
-        raise UserError(f"--out {path} already exists and is not empty. Choose a new directory or pass --overwrite.")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / f".write-test-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as exc:
-        raise UserError(
-            f"Cannot write to --out {path} ({exc.strerror or exc}). Choose a directory you can write to."
-        ) from None
-    return path
-
-
 def write_run_config(run_dir: Path, command: str, config: dict[str, Any], **extra: Any) -> Path:
     """config.json: the resolved config plus versions, machine and time, so every number traces back."""
     record = {
@@ -155,3 +147,409 @@ def write_run_config(run_dir: Path, command: str, config: dict[str, Any], **extr
     path = run_dir / "config.json"
     write_json_atomic(path, record)
     return path
+
+
+# ---------------------------------------------------------------- run directories: ownership, claiming, replacing
+
+MARKER = ".bertkit-run.json"
+"""Written first into every run directory bertkit creates or adopts: which command owns it."""
+MARKER_FORMAT = "bertkit-run/1"
+STAGING = ".bertkit-next"
+"""Where an --overwrite run builds its output (a run directory of its own) until `RunDir.commit` swaps it in."""
+OLD = ".bertkit-old"
+"""Where `RunDir.commit` puts the previous output while it swaps; removed at the end."""
+COMPLETE = ".bertkit-complete"
+"""In STAGING: the new output is whole; a swap interrupted after this is finished (rolled forward) by the next run."""
+STORE_FORMAT = "bertkit-store/1"  # = store.FORMAT (store imports this module, not the other way round)
+SPLIT_NAMES = ("train", "dev", "test")
+
+RUN_ENTRIES: dict[str, frozenset[str]] = {
+    "tokens": frozenset({"config.json", "tokens.json", "token_lengths.png"}),
+    "embed": frozenset({"manifest.json", "identity.json", "features.npy", "labels.npy", "shards", "splits.json",
+                        *SPLIT_NAMES}),
+    "probe": frozenset({"config.json", "metrics.json", "probe_layers.png", "confusion_matrix.png", "probe", "features"}),
+    "finetune": frozenset({"config.json", "metrics.json", "metrics.jsonl", "training_table.csv", "curves.png",
+                           "confusion_matrix.png", "dev_errors.csv", "best_dev_proba.npy", "best", "final",
+                           "checkpoints"}),
+    "evaluate": frozenset({"config.json", "metrics.json", "predictions.csv", "confusion_matrix.png"}),
+    "bench": frozenset({"config.json", "bench.json", "bench.md", "bench.png", "quality"}),
+}
+"""The top-level names each command writes into its run directory: the only names it ever replaces or deletes."""
+NOT_COMPARED = frozenset({"out", "overwrite", "quiet", "json_output"})
+"""Config fields that do not change a run's results: a re-run may change them and still be the same run."""
+
+Compare = Callable[[Path], list[str]]
+"""A command's check of a run of its own in a directory: the settings that differ (empty: the same run)."""
+
+
+def is_bertkit_temp(name: str) -> bool:
+    """bertkit's own hidden names: marker, staging, temp files of atomic writes, temp/old model folders."""
+    return (name in (MARKER, STAGING, OLD, COMPLETE) or name.startswith((".tmp-", ".old-", ".write-test-"))
+            or (name.startswith(".") and name.endswith(".tmp")))
+
+
+@dataclass
+class RunDir:
+    """An --out directory as seen by one command: `inspect_run_dir` (read-only) says what a run would do there,
+    `claim` makes it so, `commit` swaps a staged output in. Commands write only below `path`."""
+
+    out: Path
+    """The directory the user named."""
+    command: str
+    overwrite: bool = False
+    compare: Compare | None = None
+    path: Path = field(default=Path())
+    """Where the command writes: `out`, or `out/.bertkit-next` when it replaces a previous run."""
+    existing: bool = False
+    """`path` already holds this same run: resume it, report it finished, or recompute it in place."""
+    replacing: bool = False
+    """`path` is the staging folder: `commit` swaps it in for the previous output once the command succeeded."""
+    pending_swap: bool = False
+    """An earlier `commit` was interrupted; `claim` finishes (or undoes) it before anything else."""
+    claimed: bool = False
+
+    def claim(self) -> RunDir:
+        """Create/adopt the directory (marker first), finish an interrupted swap, prepare staging. Idempotent."""
+        if self.claimed:
+            return self
+        try:
+            self.out.mkdir(parents=True, exist_ok=True)
+            if self.pending_swap:
+                _finish_swap(self.out)
+            fresh = inspect_run_dir(self.out, self.command, overwrite=self.overwrite, compare=self.compare)
+            _write_marker(self.out, self.command)
+            staging = self.out / STAGING
+            if not fresh.replacing:
+                _remove_tree(staging)  # an interrupted --overwrite run's output: this run keeps the previous one
+            elif not fresh.existing:
+                _remove_tree(staging)
+                staging.mkdir()
+                _write_marker(staging, self.command)
+        except OSError as exc:
+            raise UserError(
+                f"Cannot write to --out {self.out} ({exc.strerror or exc}). Choose a directory you can write to."
+            ) from None
+        self.path, self.existing, self.replacing = fresh.path, fresh.existing, fresh.replacing
+        self.pending_swap, self.claimed = False, True
+        return self
+
+    def commit(self) -> None:
+        """Swap the staged output in for the previous one (nothing to do for a run written in place).
+
+        Old owned entries go aside into OLD, staging is marked COMPLETE, its entries move up, OLD and staging
+        are removed. A kill before COMPLETE leaves the previous output (restored by the next run); after it,
+        the next run finishes the swap."""
+        if not self.replacing:
+            return
+        out, staging, old = self.out, self.out / STAGING, self.out / OLD
+        old.mkdir(exist_ok=True)
+        for name in _owned_names(out, self.command):
+            os.replace(out / name, old / name)
+        _kill_point("runs.commit.old-aside")
+        write_json_atomic(staging / COMPLETE, {"complete": True, "command": self.command})
+        _kill_point("runs.commit.complete")
+        _move_entries(staging, out)
+        _kill_point("runs.commit.moved")
+        _remove_tree(old)
+        _remove_tree(staging)
+        self.path, self.replacing, self.existing = out, False, True
+
+
+def inspect_run_dir(out: str | Path, command: str, *, overwrite: bool = False,
+                    compare: Compare | None = None) -> RunDir:
+    """What `command` may do in --out, without changing anything; a UserError when it must not write there.
+
+    Refused whatever --overwrite says: a file, the current/home/root directory, a directory holding anything
+    bertkit did not write, another command's run, an unreadable marker. Refused without --overwrite: a run of
+    this command with other settings (`compare` lists them)."""
+    out = Path(out).expanduser()
+    run = RunDir(out, command, overwrite, compare, path=out)
+    _check_location(out, command)
+    if not out.is_dir():
+        return run
+    names = sorted(p.name for p in out.iterdir())
+    content = [n for n in names if not is_bertkit_temp(n)]
+    owner = _read_marker(out) or (_legacy_owner(out) if content else None)
+    if owner is None:
+        if names:
+            raise UserError(_foreign_message(out, command, names))
+        return run
+    run.pending_swap = (out / OLD).is_dir() or (out / STAGING / COMPLETE).is_file()
+    if not content and not run.pending_swap:
+        return run  # only bertkit's marker or temp files: as good as empty
+    if owner != command:
+        raise UserError(
+            f"--out {out} holds a `bertkit {owner}` run; `bertkit {command}` never writes into another command's "
+            f"run (not even with --overwrite). Choose another --out, e.g. --out {_suggest(out, command)}."
+        )
+    foreign = [n for n in content if n not in RUN_ENTRIES.get(command, ())]
+    if foreign:
+        raise UserError(_foreign_message(out, command, foreign))
+    if run.pending_swap:
+        return run  # `claim` finishes the interrupted swap, then looks again
+    if overwrite:
+        run.path, run.replacing = out / STAGING, True
+        run.existing = _resumable(out / STAGING, command, compare)
+        return run
+    differences = compare(out) if compare is not None else []
+    if differences:
+        raise UserError(
+            f"--out {out} holds a `bertkit {command}` run made with different settings:\n  "
+            + "\n  ".join(differences)
+            + "\nRe-run with that run's settings to reuse it, choose another --out, or pass --overwrite to replace "
+            "it (the previous output stays until the new one is complete)."
+        )
+    run.existing = True
+    return run
+
+
+def claim_run_dir(out: str | Path, command: str, *, overwrite: bool = False, compare: Compare | None = None) -> RunDir:
+    """`inspect_run_dir` + `RunDir.claim`: the directory to write into, ready."""
+    return inspect_run_dir(out, command, overwrite=overwrite, compare=compare).claim()
+
+
+def write_path(out: str | Path, overwrite: bool) -> Path:
+    """Where a run claimed by another process writes (multi-process runs: rank 0 claims, all ranks write)."""
+    out = Path(out).expanduser()
+    staging = out / STAGING
+    return staging if overwrite and (staging / MARKER).is_file() else out
+
+
+def config_compare(config: dict[str, Any]) -> Compare:
+    """`compare` for commands that recompute: the same run is the same resolved config (less NOT_COMPARED)."""
+
+    def compare(path: Path) -> list[str]:
+        record = read_run_config(path)
+        return [] if record is None else config_differences(record["config"], config)
+
+    return compare
+
+
+def config_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """`--flag: old -> new` for every compared option that differs."""
+    new = json.loads(to_json(new))
+    keys = sorted((set(old) | set(new)) - NOT_COMPARED)
+    return [f"--{k.replace('_', '-')}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys if old.get(k) != new.get(k)]
+
+
+def read_run_config(path: Path) -> dict[str, Any] | None:
+    """A run's config.json (None when there is none yet); a UserError when it is not what bertkit writes."""
+    file = Path(path) / "config.json"
+    if not file.is_file():
+        return None
+    try:
+        record = json.loads(file.read_text(encoding="utf-8"))
+        reason = None if isinstance(record, dict) and isinstance(record.get("config"), dict) else "no `config` table"
+    except (OSError, ValueError) as exc:
+        reason = str(exc) or type(exc).__name__
+    if reason is not None:
+        raise UserError(
+            f"{file} is not the config.json bertkit writes ({reason}), so bertkit cannot tell which run "
+            f"{path} holds. Choose another --out, or pass --overwrite to replace that run."
+        )
+    return record
+
+
+def _check_location(out: Path, command: str) -> None:
+    """Not a file, not the current/home/root directory, and under a directory we may write to."""
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} is an existing file, not a directory. Pass a directory path for --out.")
+    resolved = out.resolve()
+    for name, place in (("the current directory", _cwd()), ("your home directory", Path.home().resolve()),
+                        ("the filesystem root", Path(resolved.anchor))):
+        if resolved == place:
+            raise UserError(
+                f"--out {out} is {name}. bertkit writes each run into a directory of its own, never into the "
+                f"current directory, your home directory or /. Choose a new directory, e.g. --out runs/{command}."
+            )
+    existing = next((p for p in (out, *out.parents) if p.exists()), Path("."))
+    if not existing.is_dir():
+        raise UserError(f"Cannot write to --out {out} ({existing} is a file, not a directory). "
+                        "Choose a directory you can write to.")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"Cannot write to --out {out} (no write permission on {existing}). "
+                        "Choose a directory you can write to.")
+
+
+def _cwd() -> Path | None:
+    try:
+        return Path.cwd().resolve()
+    except OSError:
+        return None
+
+
+def _suggest(out: Path, command: str) -> Path:
+    return out.with_name(f"{out.name}-{command}") if out.name else Path("runs") / command
+
+
+def _foreign_message(out: Path, command: str, names: list[str]) -> str:
+    shown = [n + ("/" if (out / n).is_dir() else "") for n in names[:5]]
+    more = f", and {len(names) - 5} more" if len(names) > 5 else ""
+    return (
+        f"--out {out} holds files bertkit did not write ({', '.join(shown)}{more}); bertkit only writes into a new "
+        f"or empty directory or one of its own runs, and never deletes what it did not write (not even with "
+        f"--overwrite). Choose another --out, e.g. --out {_suggest(out, command)}."
+    )
+
+
+def _read_marker(path: Path) -> str | None:
+    """The command named by the marker in `path` (None: no marker); a UserError for an unreadable one."""
+    file = path / MARKER
+    if not file.exists():
+        return None
+    try:
+        record = json.loads(file.read_text(encoding="utf-8"))
+        ok = isinstance(record, dict) and record.get("format") == MARKER_FORMAT and isinstance(record.get("command"), str)
+        reason = None if ok else f"not a {MARKER_FORMAT} record"
+    except (OSError, ValueError) as exc:
+        reason = str(exc) or type(exc).__name__
+    if reason is not None:
+        raise UserError(
+            f"--out {path} has a {MARKER} that bertkit did not write ({reason}), so bertkit cannot tell which "
+            f"command owns {path} and leaves it alone. Choose another --out, e.g. --out {_suggest(path, 'run')}."
+        )
+    return str(record["command"])
+
+
+def _json_or_none(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    except (OSError, ValueError):
+        return None
+
+
+def _legacy_owner(path: Path) -> str | None:
+    """The command that wrote a run directory made before markers existed (its config.json or store files)."""
+    record = _json_or_none(path / "config.json")
+    if isinstance(record, dict) and isinstance(record.get("config"), dict) and record.get("command") in RUN_ENTRIES:
+        return str(record["command"])
+    for base in (path, *(path / n for n in SPLIT_NAMES)):
+        for name in ("manifest.json", "splits.json"):
+            found = _json_or_none(base / name)
+            if isinstance(found, dict) and found.get("format") == STORE_FORMAT:
+                return "embed"
+        identity = _json_or_none(base / "identity.json")  # an unfinished store
+        if isinstance(identity, dict) and {"model", "shard_size", "data_fingerprint"} <= set(identity):
+            return "embed"
+    return None
+
+
+def _resumable(staging: Path, command: str, compare: Compare | None) -> bool:
+    """An interrupted --overwrite run of the same command and settings left its output in `staging`."""
+    if not staging.is_dir() or (staging / COMPLETE).exists():
+        return False
+    try:
+        if _read_marker(staging) != command:
+            return False
+        if not [p for p in staging.iterdir() if not is_bertkit_temp(p.name)]:
+            return False
+        return not (compare(staging) if compare is not None else [])
+    except UserError:
+        return False
+
+
+def _write_marker(path: Path, command: str) -> None:
+    """The marker, unless `path` already carries this command's (a re-run changes no byte of its run)."""
+    record = _json_or_none(path / MARKER)
+    if isinstance(record, dict) and record.get("format") == MARKER_FORMAT and record.get("command") == command:
+        return
+    from bertkit import __version__
+
+    write_json_atomic(path / MARKER, {"format": MARKER_FORMAT, "command": command,
+                                      "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "bertkit": __version__})
+
+
+def _owned_names(path: Path, command: str) -> list[str]:
+    """The entries of `path` that `command` wrote (its outputs and its temp leftovers), never anything else."""
+    return sorted(p.name for p in path.iterdir()
+                  if p.name in RUN_ENTRIES[command]
+                  or (is_bertkit_temp(p.name) and p.name not in (MARKER, STAGING, OLD)))
+
+
+def _move_entries(source: Path, target: Path) -> None:
+    """Move the outputs in `source` up into `target` (bertkit's hidden names stay behind)."""
+    for entry in sorted(source.iterdir()):
+        if is_bertkit_temp(entry.name):
+            continue
+        if (target / entry.name).exists():  # an old entry not yet set aside (an interrupted swap)
+            (target / OLD).mkdir(exist_ok=True)
+            os.replace(target / entry.name, target / OLD / entry.name)
+        os.replace(entry, target / entry.name)
+
+
+def _finish_swap(out: Path) -> None:
+    """Complete an interrupted `commit`: roll forward when staging was complete, else put the old output back."""
+    staging, old = out / STAGING, out / OLD
+    if (staging / COMPLETE).is_file():
+        log.info("finishing the interrupted replacement of %s", out)
+        _move_entries(staging, out)
+        _remove_tree(staging)
+    elif old.is_dir():
+        log.info("restoring the previous output of %s (its replacement was interrupted)", out)
+        for entry in sorted(old.iterdir()):
+            if not (out / entry.name).exists():
+                os.replace(entry, out / entry.name)
+    _remove_tree(old)
+
+
+def _remove_tree(path: Path) -> None:
+    """Remove one of bertkit's own folders (staging, OLD)."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+
+
+def _kill_point(name: str) -> None:
+    """A named SIGKILL point for the fault-injection tests (`bertkit.faults`, env BERTKIT_KILL_AT); no-op otherwise."""
+    if os.environ.get("BERTKIT_KILL_AT"):
+        from bertkit import faults
+
+        faults.maybe_kill(name)
+
+
+# ---------------------------------------------------------------- `bertkit predict --out FILE`
+
+
+def check_predictions_out(out: str | Path, inputs: dict[str, str | None]) -> Path:
+    """--out of `bertkit predict`: not any of its inputs (nor inside one), and not a file bertkit did not write.
+
+    `inputs` maps flags (--data, --model, --probe, --recipe) to the paths given."""
+    path = Path(out).expanduser()
+    suggestion = Path(f"{path.stem or 'predictions'}.predictions.csv")  # in the current directory: outside any input
+    if path.is_dir():
+        raise UserError(f"Cannot write {path}: it is an existing directory. Pass a file path for --out, "
+                        f"e.g. --out predictions.csv.")
+    target = path.resolve()
+    for flag, value in inputs.items():
+        source = Path(value).expanduser() if value else None
+        if source is None or not source.exists():
+            continue
+        inside = source.resolve() in target.parents
+        if inside or target == source.resolve() or (path.exists() and os.path.samefile(path, source)):
+            raise UserError(
+                f"--out {out} is {'inside ' if inside else ''}the {flag} {value}: predict never writes over its "
+                f"inputs. Choose another --out, e.g. --out {suggestion}."
+            )
+    if path.exists() and not is_predictions_csv(path):
+        raise UserError(
+            f"--out {out} exists and is not a predictions file bertkit wrote (its header is not row, ..., predicted, "
+            f"confidence, p_<label>); predict only replaces its own predictions. Choose another --out, e.g. --out "
+            f"{suggestion}, or move {out} away."
+        )
+    return path
+
+
+def is_predictions_csv(path: Path) -> bool:
+    """The header bertkit writes: `row`, ..., `predicted`, `confidence`, then one `p_<label>` per label."""
+    import csv
+
+    try:
+        with open(path, encoding="utf-8", newline="") as handle:
+            header = next(csv.reader([handle.readline(1 << 16)]), [])
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return False
+    if not header or header[0] != "row" or "predicted" not in header:
+        return False
+    rest = header[header.index("predicted") + 1:]
+    return len(rest) >= 2 and rest[0] == "confidence" and all(c.startswith("p_") for c in rest[1:])

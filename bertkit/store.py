@@ -210,11 +210,9 @@ class StoreWriter:
                 + "\nUse a new --out directory, re-run with the store's settings, or pass --overwrite to replace it."
             )
 
-    def prepare(self, overwrite: bool = False, create: bool = True) -> str:
-        """Check the directory and start or resume; returns the status before this call ('new'/'partial'/'complete')."""
-        check_out_dir(self.path, overwrite)
-        if overwrite and create:
-            remove_store_files(self.path)
+    def prepare(self, create: bool = True) -> str:
+        """Start or resume in a claimed run directory (`runs.claim_run_dir`); returns the status before this call
+        ('new'/'partial'/'complete')."""
         status = self.status()
         if status == "partial" and create:
             for stale in [*self.path.glob(".*.tmp"), *(self.path / SHARDS).glob(".*.tmp")]:
@@ -326,48 +324,36 @@ def _maybe_fail(written: int) -> None:
         raise RuntimeError(f"{FAIL_HOOK_ENV}={value}: injected failure after {written} shard(s) (test hook)")
 
 
-STORE_FILES = (MANIFEST, IDENTITY, FEATURES, LABELS, SPLITS_INDEX)
+def run_differences(root: Path, identities: dict[str, dict[str, Any]], split_layout: bool) -> list[str]:
+    """What differs between the store(s) in `root` and the stores a run would write (empty: the same run).
+
+    `identities` maps each split to its identity; with `split_layout` each split is a store in `root/<split>`."""
+    single = (root / MANIFEST).is_file() or (root / IDENTITY).is_file()
+    split = [n for n in SPLIT_NAMES if (root / n).is_dir()]
+    if (split_layout and single) or (not split_layout and split):
+        have, want = ("a single store", "one store per split") if single else ("one store per split", "a single store")
+        return [f"layout: {have} -> {want} (--dev/--test decide)"]
+    extra = [n for n in split if n not in identities]
+    differences = [f"splits: {split} -> {list(identities)}"] if extra else []
+    for name, identity in identities.items():
+        path = root / name if split_layout else root
+        old = _stored_identity(path)
+        if old is not None:
+            prefix = f"{name} " if split_layout else ""
+            differences += [prefix + line for line in identity_mismatch(old, identity)]
+    return differences
 
 
-def check_out_dir(path: Path, overwrite: bool) -> None:
-    """--out must be a directory we can write, and either empty, a bertkit store, or a split store."""
-    if path.exists() and not path.is_dir():
-        raise UserError(f"--out {path} is an existing file, not a directory. Pass a directory path for --out.")
-    if path.is_dir():
-        foreign = [p.name for p in path.iterdir() if not _is_store_entry(p)]
-        if foreign:
-            shown = ", ".join(sorted(foreign)[:5])
-            raise UserError(
-                f"--out {path} exists and holds files that are not part of an embedding store ({shown}). "
-                f"Choose an empty or new directory for --out (--overwrite only replaces embedding stores)."
-            )
-    target = path if path.exists() else next((p for p in path.parents if p.exists()), Path("/"))
-    if not target.is_dir():
-        raise UserError(f"Cannot create --out {path}: {target} is a file, not a directory. Choose another --out path.")
-    if not os.access(target, os.W_OK | os.X_OK):
-        raise UserError(f"Cannot write to --out {path} (no write permission on {target}). Choose a directory you can write to.")
-
-
-def _is_store_entry(p: Path) -> bool:
-    if p.name in STORE_FILES or p.name == SHARDS or p.name.startswith("."):
-        return True
-    return p.is_dir() and p.name in SPLIT_NAMES and all(_is_store_entry(c) for c in p.iterdir())
-
-
-def remove_store_files(path: Path) -> None:
-    """Delete what a previous embed run wrote in `path` (only store files; anything else stays)."""
-    if not path.is_dir():
-        return
-    for name in SPLIT_NAMES:
-        if (path / name).is_dir():
-            remove_store_files(path / name)
-            if not any((path / name).iterdir()):
-                (path / name).rmdir()
-    shutil.rmtree(path / SHARDS, ignore_errors=True)
-    for name in STORE_FILES:
-        (path / name).unlink(missing_ok=True)
-    for tmp in path.glob(".*.tmp"):
-        tmp.unlink(missing_ok=True)
+def _stored_identity(path: Path) -> dict[str, Any] | None:
+    """The identity a (complete or unfinished) store in `path` was made with; None when there is none."""
+    if (path / MANIFEST).is_file():
+        return dict(_read_manifest(path).get("identity", {}))
+    if (path / IDENTITY).is_file():
+        try:
+            return dict(json.loads((path / IDENTITY).read_text(encoding="utf-8")))
+        except (json.JSONDecodeError, UnicodeDecodeError, TypeError, ValueError):
+            return {"unreadable": True}
+    return None
 
 
 def write_splits_index(root: Path, splits: list[str]) -> None:

@@ -302,9 +302,9 @@ CASES = [
     Case("embed-out-unwritable", "embed", lambda w: embed(w, "--data", w.good(), out=w.under_a_file()),
          r"Cannot (write to|create) --out .*existing\.txt/sub", r"Choose (a directory you can write to|another --out)"),
     Case("embed-out-holds-other-files", "embed", lambda w: embed(w, "--data", w.good(), out=w.foreign_dir()),
-         r"holds files that are not part of an embedding store \(notes\.txt\)", r"empty or new directory for --out"),
+         r"holds files bertkit did not write \(notes\.txt\)", r"Choose another --out"),
     Case("embed-store-from-another-model", "embed", lambda w: embed(w, "--data", w.good(), model=w.distil),
-         r"already holds an embedding store made with different settings:.*model:", r"--overwrite"),
+         r"holds a `bertkit embed` run made with different settings:.*model:", r"--overwrite"),
     Case("embed-damaged-store", "embed", lambda w: embed(w, "--data", w.premade_data(), out=w.damaged_store()),
          r"store .* is (damaged|corrupt)", r"--overwrite"),
     Case("embed-model-without-weights", "embed", lambda w: embed(w, "--data", w.good(), model=w.model_variant("noweights")),
@@ -340,9 +340,9 @@ CASES = [
     Case("finetune-out-unwritable", "finetune", lambda w: finetune(w, "--data", w.good(), out=w.under_a_file()),
          r"Cannot write to --out", r"--out|directory you can write to"),
     Case("finetune-out-holds-other-files", "finetune", lambda w: finetune(w, "--data", w.good(), out=w.foreign_dir()),
-         r"is not a bertkit finetune run", r"--overwrite"),
+         r"holds files bertkit did not write \(notes\.txt\)", r"Choose another --out"),
     Case("finetune-out-holds-other-run", "finetune", lambda w: finetune(w, "--data", w.premade_data(), "--epochs", "2"),
-         r"holds a run with a different configuration \(--epochs differ\)", r"--overwrite"),
+         r"holds a `bertkit finetune` run made with different settings:.*--epochs: 1 -> 2", r"--overwrite"),
     Case("finetune-pickle-only-checkpoint", "finetune",
          lambda w: finetune(w, "--data", w.good(), model=w.model_variant("pickle"), out=w.path("fresh")),
          r"only pickle weights", r"safetensors"),
@@ -410,6 +410,30 @@ CASES = [
          r"only pickle weights", r"safetensors"),
 ]
 """The malformed-input corpus (the README states its size: count the entries)."""
+
+CASES += [  # issue 13: output directories
+    Case("tokens-out-holds-other-files-overwrite", "tokens",
+         lambda w: tokens(w, "--data", w.good(), "--out", w.foreign_dir(), "--overwrite"),
+         r"holds files bertkit did not write \(notes\.txt\)", r"Choose another --out"),
+    Case("embed-out-holds-someones-manifest", "embed",
+         lambda w: embed(w, "--data", w.good(), "--overwrite", out=str(Path(w.file("theirs/manifest.json", '{"format": 1}')).parent)),
+         r"holds files bertkit did not write \(manifest\.json\)", r"Choose another --out"),
+    Case("finetune-overwrite-then-max-length-over-limit", "finetune",
+         lambda w: finetune(w, "--data", w.premade_data(), "--overwrite", "--max-length", "100000"),
+         r"--max-length 100000 is more than model", r"--max-length 128 or less"),
+    Case("probe-out-is-its-feature-store", "probe",
+         lambda w: (lambda s: ["probe", "--features", s, "--out", s, "--overwrite"])(w.copy("store")),
+         r"holds a `bertkit embed` run; `bertkit probe` never writes into another command's run", r"Choose another --out"),
+    Case("evaluate-out-is-a-finetune-run", "evaluate",
+         lambda w: ["evaluate", "--model", w.copy("clf"), "--data", w.good(), "--out", w.copy("run"), "--quiet"],
+         r"holds a `bertkit finetune` run", r"Choose another --out"),
+    Case("bench-out-is-a-finetune-run", "bench",
+         lambda w: ["bench", "--models", w.tiny, "--out", w.copy("run"), "--overwrite", "--quiet"],
+         r"holds a `bertkit finetune` run", r"Choose another --out"),
+    Case("predict-out-is-the-data", "predict",
+         lambda w: (lambda d: ["predict", "--model", w.copy("clf"), "--data", d, "--out", d, "--quiet"])(w.good()),
+         r"--out .*train\.tsv is the --data", r"Choose another --out"),
+]
 
 
 # ------------------------------------------------ issue 13: data and options (helpers, then the cases)

@@ -34,13 +34,22 @@ def store_bytes(path: Path) -> dict[str, bytes]:
     return {p.relative_to(path).as_posix(): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
 
 
+def store_content(path: Path) -> dict[str, bytes]:
+    """`store_bytes` for comparing two runs: the run marker's only varying field, its creation time, left out."""
+    found = store_bytes(path)
+    marker = json.loads(found.pop(".bertkit-run.json"))
+    assert marker.pop("created") and marker["command"] == "embed"
+    return {**found, ".bertkit-run.json": json.dumps(marker).encode()}
+
+
 def test_store_readable_by_numpy_and_open(tiny_bert_dir, toy_tsv, toy_rows, tmp_path):
     out = tmp_path / "store"  # fp32 pinned: the store is compared with the in-memory fp32 API below
     result = embed("--model", str(tiny_bert_dir), "--data", str(toy_tsv), "--out", str(out), "--shard-size", "16",
                    "--dtype", "fp32")
     assert result.exit_code == 0, result.output
     assert "40 rows" in result.output and "rows/s" in result.output
-    assert sorted(p.name for p in out.iterdir()) == ["features.npy", "labels.npy", "manifest.json"]
+    assert sorted(p.name for p in out.iterdir()) == [".bertkit-run.json", "features.npy", "labels.npy", "manifest.json"]
+    assert json.loads((out / ".bertkit-run.json").read_text())["command"] == "embed"  # the run directory's owner
     plain = np.load(out / "features.npy")  # no bertkit needed
     st = store.open(out)
     assert isinstance(st.features, np.memmap) and st.features.shape == (40, 32) and len(st) == 40
@@ -106,7 +115,7 @@ def test_resume_after_injected_failure_is_byte_identical(tiny_bert_dir, toy_tsv,
     resumed = embed(*common, "--out", str(broken))
     assert resumed.exit_code == 0, resumed.output
     assert "resumed: 2 of 5 shards were already done" in resumed.output
-    assert store_bytes(broken) == store_bytes(clean)
+    assert store_content(broken) == store_content(clean)
     if extra:
         st = store.open(broken)
         assert st.features.shape == (40, 3, 32) and st.features.dtype == np.float16
@@ -130,7 +139,7 @@ def test_sigkill_then_rerun_is_byte_identical(tiny_bert_dir, toy_tsv, tmp_path):
     assert summary["rows"] == 40 and summary["rows_encoded"] == 16 and summary["splits"][0]["status"] == "resumed"
     clean = subprocess.run([*common, "--out", str(tmp_path / "c")], cwd=ROOT, capture_output=True, text=True, env=env)
     assert clean.returncode == 0, clean.stderr
-    assert store_bytes(tmp_path / "k") == store_bytes(tmp_path / "c")
+    assert store_content(tmp_path / "k") == store_content(tmp_path / "c")
 
 
 def test_kill_while_merging_shards_then_rerun_is_byte_identical(tiny_bert_dir, toy_tsv, tmp_path):
@@ -144,7 +153,7 @@ def test_kill_while_merging_shards_then_rerun_is_byte_identical(tiny_bert_dir, t
     assert list((tmp_path / "k").glob(".features.npy.*.tmp")) and not (tmp_path / "k" / "manifest.json").exists()
     assert embed(*args, "--out", str(tmp_path / "k")).exit_code == 0
     assert embed(*args, "--out", str(tmp_path / "c")).exit_code == 0
-    assert store_bytes(tmp_path / "k") == store_bytes(tmp_path / "c")
+    assert store_content(tmp_path / "k") == store_content(tmp_path / "c")
 
 
 def test_dev_and_test_give_one_store_per_split(tiny_bert_dir, write_tsv, toy_rows, tmp_path):
@@ -194,7 +203,7 @@ def test_bad_out_and_bad_input_are_user_errors(tiny_bert_dir, toy_tsv, write_tsv
     foreign.mkdir()
     (foreign / "notes.md").write_text("mine")
     refused = embed(*model, "--data", str(toy_tsv), "--out", str(foreign), "--overwrite")
-    assert refused.exit_code == 2 and "not part of an embedding store" in refused.output
+    assert refused.exit_code == 2 and "holds files bertkit did not write (notes.md)" in refused.output
     assert (foreign / "notes.md").read_text() == "mine"
     empty_rows = write_tsv("empty.tsv", [("fine text", "a"), ("  ", "b")], header=("sentence", "label"))
     empty = embed(*model, "--data", str(empty_rows), "--out", str(tmp_path / "e"))
