@@ -126,7 +126,7 @@ def bertkit_way(model: str, data: Path, limit: int, dtype: str, out: Path, batch
     from bertkit.embed import embed_to_store
 
     shutil.rmtree(out, ignore_errors=True)
-    cfg = EmbedConfig(model=model, data=str(data), text_column="0", label_column="1", limit=limit, dtype=dtype,
+    cfg = EmbedConfig(model=model, data=str(data), text_column="0", label_column="1", limit=limit, precision=dtype,
                       out=str(out), batch_size=batch_size)
     return embed_to_store(cfg, progress=False)
 

@@ -967,10 +967,10 @@ def benchmark(cfg: Any, clock: Clock = time.perf_counter,
     device = modeling.choose_device("cpu" if cfg.protocol == "paper" else cfg.device)
     if cfg.protocol == "paper" and cfg.device not in ("auto", "cpu"):
         notes.append(f"--protocol paper runs on the CPU (as the paper did); --device {cfg.device} ignored.")
-    dtype = modeling.choose_dtype(cfg.dtype, device)
+    dtype = modeling.choose_dtype(cfg.precision, device)
     if device.type == "cpu" and dtype == torch.bfloat16 and not modeling.cpu_supports_bf16():
         notes.append("bf16 on this CPU is emulated (no AVX512-BF16/AMX): expect it to be several times slower "
-                     "than fp32. Use --dtype fp32 (what auto picks here) for representative numbers.")
+                     "than fp32. Use --precision fp32 (what auto picks here) for representative numbers.")
     texts, source = benchmark_texts(cfg)
     order = np.random.default_rng(cfg.seed).permutation(len(texts))
     torch.manual_seed(cfg.seed)
@@ -1016,3 +1016,20 @@ def _sync_for(device: Any) -> Callable[[], None]:
     if device.type == "mps":
         return torch.mps.synchronize
     return _no_sync
+
+
+def run_command(cfg: Any) -> dict[str, Any]:
+    """`bertkit bench`: measure, then write bench.json, bench.md and bench.png into --out (default runs/bench)."""
+    from bertkit import plots
+
+    plan = runs.inspect_run_dir(cfg.out or "runs/bench", "bench", overwrite=cfg.overwrite,
+                                compare=runs.config_compare(vars(cfg)))  # read-only; claimed once models are measured
+    report = benchmark(cfg, quality_dir=lambda: plan.claim().path / "quality")
+    run = plan.claim()
+    runs.write_run_config(run.path, "bench", vars(cfg), data_fingerprint=report["data_source"]["fingerprint"])
+    report["outputs"] = {name: str(run.out / name) for name in ("bench.json", "bench.md", "bench.png")}
+    plots.bench_bars(report, run.path / "bench.png")
+    runs.write_json_atomic(run.path / "bench.json", report)
+    runs.write_text_atomic(run.path / "bench.md", report_markdown(report))
+    run.commit()
+    return report

@@ -1,16 +1,22 @@
 """The `bertkit` command line (Typer). The only module that prints and sets exit codes.
 
-Each command: options -> typed config (CLI flag > --recipe value > default) -> one core call -> summary.
-A `UserError` anywhere below becomes a one-paragraph message on stderr and exit code 2, never a traceback.
+Every command is `@config_command(SomeConfig)`: its options are generated from the config dataclass's fields
+(flag, type, default, help and panel all come from `options.option` declarations in config.py), `--recipe`
+feeds a recipe's values in as defaults through the same option types (precedence: flag > recipe > default),
+and the command body is parse -> one core call -> print. A `UserError` anywhere below becomes a one-paragraph
+message on stderr and exit code 2, never a traceback; Ctrl-C exits 130.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import inspect
 import logging
 import os
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 import typer
@@ -18,8 +24,18 @@ from rich.console import Console
 from rich.table import Table
 
 from bertkit import __version__
-from bertkit.config import TokensConfig, load_recipe, merge_config
+from bertkit.config import (
+    BenchConfig,
+    EmbedConfig,
+    EvaluateConfig,
+    FinetuneConfig,
+    PredictConfig,
+    ProbeConfig,
+    TokensConfig,
+    load_recipe,
+)
 from bertkit.errors import UserError
+from bertkit.options import OUTPUT, RUN, field_type, flag_names, help_text, option_fields
 
 app = typer.Typer(
     name="bertkit",
@@ -34,34 +50,7 @@ out_console = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 200
 err_console = Console(stderr=True, soft_wrap=True, width=None if sys.stderr.isatty() else 200)
 log = logging.getLogger("bertkit")
 
-DATA = "Data"
-MODEL = "Model"
-OUTPUT = "Output"
-RUN = "Run"
-
-# ---------------------------------------------------------------- shared options (one definition each)
-
-DataOpt = Annotated[str | None, typer.Option("--data", help="Train/main data: .csv/.tsv/.json/.jsonl/.parquet file or hub dataset name.", rich_help_panel=DATA)]
-DevOpt = Annotated[str | None, typer.Option("--dev", help="Dev data: a file, or a split name of the hub dataset. Default: stratified hold-out of --data.", rich_help_panel=DATA)]
-TestOpt = Annotated[str | None, typer.Option("--test", help="Test data: a file, or a split name of the hub dataset.", rich_help_panel=DATA)]
-DataConfigOpt = Annotated[str | None, typer.Option("--data-config", help="Hub dataset configuration (e.g. sst2 for nyu-mll/glue).", rich_help_panel=DATA)]
-TrainSplitOpt = Annotated[str, typer.Option("--train-split", help="Hub split used as training data.", rich_help_panel=DATA)]
-TextColOpt = Annotated[str | None, typer.Option("--text-column", help="Text column: name, or 0-based index for headerless files.", rich_help_panel=DATA)]
-PairColOpt = Annotated[str | None, typer.Option("--text-pair-column", help="Second text column (sentence pairs, encoded as a true pair).", rich_help_panel=DATA)]
-LabelColOpt = Annotated[str | None, typer.Option("--label-column", help="Label column: name or 0-based index; integer or string labels.", rich_help_panel=DATA)]
-EncodingOpt = Annotated[str, typer.Option("--encoding", help="Text encoding of local files.", rich_help_panel=DATA)]
-HeaderOpt = Annotated[str, typer.Option("--header", help="Header row in CSV/TSV files: auto, yes, no.", rich_help_panel=DATA)]
-DevFractionOpt = Annotated[float, typer.Option("--dev-fraction", help="Share of --data held out as dev when --dev is not given.", rich_help_panel=DATA)]
-LimitOpt = Annotated[int | None, typer.Option("--limit", help="Use only the first N rows of each split.", rich_help_panel=DATA)]
-SeedOpt = Annotated[int, typer.Option("--seed", help="Random seed (splits, sampling, initialisation).", rich_help_panel=RUN)]
-ModelOpt = Annotated[str, typer.Option("--model", help="Hub id, local model folder, or `minilm-offline` (packaged, works offline).", rich_help_panel=MODEL)]
-MaxLenOpt = Annotated[int, typer.Option("--max-length", help="Truncate inputs to this many tokens.", rich_help_panel=MODEL)]
-TrustOpt = Annotated[bool, typer.Option("--trust-remote-code", help="Allow custom code from the model repo (runs arbitrary code).", rich_help_panel=MODEL)]
-OutOpt = Annotated[str | None, typer.Option("--out", help="Run directory for outputs.", rich_help_panel=OUTPUT)]
-OverwriteOpt = Annotated[bool, typer.Option("--overwrite", help="Replace an --out that holds this command's run made with other options (the old output stays until the new one is complete).", rich_help_panel=OUTPUT)]
-QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars; only the final summary.", rich_help_panel=OUTPUT)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the results as JSON on stdout.", rich_help_panel=OUTPUT)]
-RecipeOpt = Annotated[str | None, typer.Option("--recipe", help="TOML recipe (path or name in recipes/); CLI flags override it.", rich_help_panel=RUN)]
 
 
 # ---------------------------------------------------------------- plumbing
@@ -114,26 +103,78 @@ def _escape(text: str) -> str:
     return escape(text)
 
 
-EXPLICIT_SOURCES = {"COMMANDLINE", "ENVIRONMENT", "PROMPT"}
+@dataclass(frozen=True)
+class View:
+    """How the results are shown (the options every command has that are not part of what it computes)."""
+
+    quiet: bool = False
+    json: bool = False
+    recipe: str | None = None
+
+    @property
+    def progress(self) -> bool:
+        return not self.quiet and not self.json
 
 
-def build_config(ctx: typer.Context, config_cls: type, command: str, params: dict[str, Any], recipe: str | None) -> Any:
-    """The command's typed config: explicit CLI flags > recipe values > defaults (Typer's defaults).
+CLI_ONLY = {
+    "quiet": (bool, typer.Option("--quiet", "-q", help="No progress bars; only the final summary.", rich_help_panel=OUTPUT), False),
+    "json_output": (bool, typer.Option("--json", help="Print the results as JSON on stdout.", rich_help_panel=OUTPUT), False),
+}
 
-    `params` are the command's locals; only names that are fields of `config_cls` are used.
-    """
-    names = set(config_cls.__dataclass_fields__)
-    explicit, defaults = {}, {}
-    for name, value in params.items():
-        if name not in names:
-            continue
-        source = ctx.get_parameter_source(name)
-        if source is not None and source.name in EXPLICIT_SOURCES:
-            explicit[name] = value
-        else:
-            defaults[name] = value
-    recipe_values = load_recipe(recipe, command, config_cls) if recipe else {}
-    return merge_config(config_cls, defaults, explicit, recipe_values)
+
+def _typer_parameter(config_cls: type, f: dataclasses.Field) -> inspect.Parameter:
+    """The Typer option of one config field: flag(s), type, default, help and panel from its declaration."""
+    base, optional = field_type(f)
+    names = flag_names(f)
+    annotation: Any = base | None if optional else base
+    default = f.default
+    if base is tuple:  # a repeatable option
+        annotation, default = list[str] | None, None
+    elif base is bool and f.default is True:
+        names = [f"{names[0]}/--no-{names[0][2:]}", *names[1:]]
+    option = typer.Option(*names, help=help_text(config_cls, f), rich_help_panel=f.metadata.get("panel", RUN))
+    return inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=Annotated[annotation, option])
+
+
+def _recipe_parameter(config_cls: type, command: str) -> inspect.Parameter:
+    """--recipe: read before the other options, its values become their defaults (typed like the flags)."""
+
+    def use_recipe(ctx: typer.Context, value: str | None) -> str | None:
+        if value:
+            try:
+                values = load_recipe(value, command, config_cls)
+            except UserError as exc:
+                fail(_escape(str(exc)))
+            ctx.default_map = {**(ctx.default_map or {}),
+                               **{k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}}
+        return value
+
+    option = typer.Option("--recipe", help="TOML recipe (path or name in recipes/); CLI flags override it.",
+                          rich_help_panel=RUN, is_eager=True, callback=use_recipe)
+    return inspect.Parameter("recipe", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Annotated[str | None, option])
+
+
+def config_command(config_cls: type, name: str | None = None) -> Callable[[Callable[..., Any]], Any]:
+    """Register `fn(cfg, view)` as a command whose options are generated from `config_cls`'s fields."""
+
+    def register(fn: Callable[..., Any]) -> Any:
+        command = name or fn.__name__
+        params = [_typer_parameter(config_cls, f) for f in option_fields(config_cls)]
+        params += [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, default=d, annotation=Annotated[t, o])
+                   for k, (t, o, d) in CLI_ONLY.items()]
+        params.append(_recipe_parameter(config_cls, command))
+
+        def run(**values: Any) -> Any:
+            view = View(values.pop("quiet"), values.pop("json_output"), values.pop("recipe"))
+            _setup_logging(view.quiet or view.json)
+            return fn(config_cls(**values), view)
+
+        run.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+        run.__doc__ = fn.__doc__
+        run.__name__ = command
+        return app.command(command)(user_errors(run))
+
+    return register
 
 
 def emit_json(obj: Any) -> None:
@@ -170,6 +211,14 @@ def _cell(value: Any) -> str:
     return "" if value is None else str(value)
 
 
+def _size(n_bytes: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n_bytes < 1024 or unit == "GiB":
+            return f"{n_bytes:.0f} {unit}" if unit == "B" else f"{n_bytes:.1f} {unit}"
+        n_bytes /= 1024
+    return str(n_bytes)
+
+
 def _version_callback(value: bool) -> None:
     if value:
         out_console.print(f"bertkit {__version__}")
@@ -190,52 +239,20 @@ def main(
 # ---------------------------------------------------------------- tokens
 
 
-@app.command()
-@user_errors
-def tokens(
-    ctx: typer.Context,
-    model: ModelOpt = "minilm-offline",
-    text: Annotated[str | None, typer.Option("--text", help="A sentence to show token by token.", rich_help_panel=DATA)] = None,
-    text_pair: Annotated[str | None, typer.Option("--text-pair", help="Second sentence, encoded as a pair with --text.", rich_help_panel=DATA)] = None,
-    data: DataOpt = None,
-    dev: DevOpt = None,
-    test: TestOpt = None,
-    data_config: DataConfigOpt = None,
-    train_split: TrainSplitOpt = "train",
-    text_column: TextColOpt = None,
-    text_pair_column: PairColOpt = None,
-    label_column: LabelColOpt = None,
-    encoding: EncodingOpt = "utf-8",
-    header: HeaderOpt = "auto",
-    dev_fraction: DevFractionOpt = 0.1,
-    limit: LimitOpt = None,
-    seed: SeedOpt = 42,
-    max_length: MaxLenOpt = 128,
-    batch_size: Annotated[int, typer.Option("--batch-size", help="Batch size for the padding-waste estimate.", rich_help_panel=RUN)] = 32,
-    trust_remote_code: TrustOpt = False,
-    out: OutOpt = None,
-    overwrite: OverwriteOpt = False,
-    quiet: QuietOpt = False,
-    json_output: JsonOpt = False,
-    recipe: RecipeOpt = None,
-) -> None:
+@config_command(TokensConfig)
+def tokens(cfg: TokensConfig, view: View) -> None:
     """How the tokenizer sees a sentence ([CLS]/[SEP], ids, mask), or a dataset's token-length report."""
-    _setup_logging(quiet)
-    cfg: TokensConfig = build_config(ctx, TokensConfig, "tokens", locals(), recipe)
-    from bertkit import modeling
+    from bertkit.tokens import run_tokens
 
-    tokenizer = modeling.load_tokenizer(cfg.model, cfg.trust_remote_code)
-    if cfg.text is not None:
-        _show_sentence(tokenizer, cfg, json_output)
-        return
-    _show_length_report(tokenizer, cfg, json_output, quiet)
+    result = run_tokens(cfg)
+    if "sentence" in result:
+        _show_sentence(result["sentence"], view)
+    else:
+        _show_length_report(result, cfg, view)
 
 
-def _show_sentence(tokenizer: Any, cfg: TokensConfig, json_output: bool) -> None:
-    from bertkit.tokens import explain_sentence
-
-    result = explain_sentence(tokenizer, cfg.text or "", cfg.text_pair)
-    if json_output:
+def _show_sentence(result: dict[str, Any], view: View) -> None:
+    if view.json:
         emit_json(result)
         return
     columns = ["position", "token", "id", "attention_mask"] + (["token_type_id"] if result["token_type_ids"] else [])
@@ -250,96 +267,38 @@ def _show_sentence(tokenizer: Any, cfg: TokensConfig, json_output: bool) -> None
     out_console.print(f"special tokens: {specials}", highlight=False)
 
 
-def _show_length_report(tokenizer: Any, cfg: TokensConfig, json_output: bool, quiet: bool) -> None:
-    from bertkit import data, modeling, plots, runs
-    from bertkit.tokens import length_report
-
-    plan = runs.inspect_run_dir(cfg.out, "tokens", overwrite=cfg.overwrite,
-                                compare=runs.config_compare(vars(cfg))) if cfg.out else None  # read-only, early
-    model_config = modeling.load_config(cfg.model, cfg.trust_remote_code)
-    limit = modeling.model_max_length(tokenizer, model_config)
-    modeling.check_max_length(cfg.max_length, tokenizer, model_config, cfg.model)
-    splits = data.load_splits(cfg, need_labels=cfg.label_column is not None, need_dev=False)
-    named = [("train", splits.train), ("dev", splits.dev), ("test", splits.test)]
-    reports = [
-        length_report(tokenizer, ds, name, cfg.max_length, cfg.batch_size, limit, cfg.seed)
-        for name, ds in named
-        if ds is not None
-    ]
-    summary = {"model": cfg.model, "max_length": cfg.max_length, "model_limit": limit, "splits": [
-        {k: v for k, v in vars(r).items() if k != "lengths"} for r in reports
-    ]}
-    if plan is not None:
-        run = plan.claim()
-        runs.write_run_config(run.path, "tokens", vars(cfg), data_fingerprints={name: ds.fingerprint for name, ds in named if ds is not None})
-        runs.write_json_atomic(run.path / "tokens.json", summary)
-        plots.length_histogram({r.split: r.lengths for r in reports}, cfg.max_length, run.path / "token_lengths.png", f"Token lengths ({cfg.model})")
-        run.commit()
-        summary["outputs"] = {"report": str(run.out / "tokens.json"), "histogram": str(run.out / "token_lengths.png")}
-    if json_output:
-        emit_json(summary)
+def _show_length_report(result: dict[str, Any], cfg: TokensConfig, view: View) -> None:
+    reports, notes = result.pop("reports"), result.pop("notes")
+    if view.json:
+        emit_json(result)
         return
     rows = [[r.split, r.rows, r.min, r.p50, r.p95, r.p99, r.max, f"{r.truncated} ({r.truncated_share:.1%})",
              r.suggested_max_length, f"{r.waste_static:.0%}", f"{r.waste_dynamic_random:.0%}", f"{r.waste_dynamic_sorted:.0%}"]
             for r in reports]
     columns = ["split", "rows", "min", "p50", "p95", "p99", "max", f"cut@{cfg.max_length}", "suggest",
                "waste static", "dynamic", "sorted"]
-    out_console.print(table(f"Token lengths — {cfg.model} (model limit {limit})", columns, rows))
+    out_console.print(table(f"Token lengths — {cfg.model} (model limit {result['model_limit']})", columns, rows))
     for r in reports:
         if r.label_counts:
             out_console.print(f"{r.split} labels: " + ", ".join(f"{k}={v}" for k, v in r.label_counts.items()), highlight=False)
-    for note in splits.notes:
-        info(note, quiet)
-    if "outputs" in summary:
-        info(f"wrote {summary['outputs']['report']} and {summary['outputs']['histogram']}", quiet)
+    for note in notes:
+        info(note, view.quiet)
+    if "outputs" in result:
+        info(f"wrote {result['outputs']['report']} and {result['outputs']['histogram']}", view.quiet)
 
 
 # ---------------------------------------------------------------- embed
 
 
-@app.command()
-@user_errors
-def embed(
-    ctx: typer.Context,
-    model: ModelOpt = "minilm-offline",
-    data: DataOpt = None,
-    dev: Annotated[str | None, typer.Option("--dev", help="Dev data (file or hub split), embedded into OUT/dev; no hold-out is made.", rich_help_panel=DATA)] = None,
-    test: Annotated[str | None, typer.Option("--test", help="Test data (file or hub split), embedded into OUT/test.", rich_help_panel=DATA)] = None,
-    data_config: DataConfigOpt = None,
-    train_split: TrainSplitOpt = "train",
-    text_column: TextColOpt = None,
-    text_pair_column: PairColOpt = None,
-    label_column: LabelColOpt = None,
-    encoding: EncodingOpt = "utf-8",
-    header: HeaderOpt = "auto",
-    limit: LimitOpt = None,
-    pool: Annotated[str, typer.Option("--pool", help="Token pooling: cls, mean or max (mean/max ignore padding).", rich_help_panel=MODEL)] = "cls",
-    layers: Annotated[str, typer.Option("--layers", help="-1 (last), a list like -4,-3,-2,-1 (0 = embeddings), or all.", rich_help_panel=MODEL)] = "-1",
-    combine: Annotated[str, typer.Option("--combine", help="Several layers: concat, mean or sum (all + concat keeps a layer axis).", rich_help_panel=MODEL)] = "concat",
-    max_length: MaxLenOpt = 128,
-    batch_size: Annotated[str, typer.Option("--batch-size", help="Rows per batch, or auto (padded-token budget from the model size).", rich_help_panel=RUN)] = "auto",
-    dtype: Annotated[str, typer.Option("--dtype", help="Compute precision: auto, fp32, bf16, fp16 (GPU). auto = bf16 only where it is fast.", rich_help_panel=RUN)] = "auto",
-    store_dtype: Annotated[str, typer.Option("--store-dtype", help="Stored precision: float32 or float16.", rich_help_panel=OUTPUT)] = "float32",
-    normalize: Annotated[bool, typer.Option("--normalize", help="L2-normalise every feature vector.", rich_help_panel=OUTPUT)] = False,
-    shard_size: Annotated[int, typer.Option("--shard-size", help="Rows per shard (unit of streaming and resume).", rich_help_panel=OUTPUT)] = 2048,
-    device: Annotated[str, typer.Option("--device", help="cpu, cuda, cuda:N, mps or auto.", rich_help_panel=RUN)] = "auto",
-    trust_remote_code: TrustOpt = False,
-    out: Annotated[str | None, typer.Option("--out", help="Store directory (with --dev/--test: OUT/train, OUT/dev, OUT/test).", rich_help_panel=OUTPUT)] = None,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace a store made with other settings.", rich_help_panel=OUTPUT)] = False,
-    quiet: QuietOpt = False,
-    json_output: JsonOpt = False,
-    recipe: RecipeOpt = None,
-) -> None:
+@config_command(EmbedConfig)
+def embed(cfg: EmbedConfig, view: View) -> None:
     """Pooled features ([CLS]/mean/max, any layers) for every row, into a resumable on-disk store."""
-    _setup_logging(quiet)
-    from bertkit.config import EmbedConfig
     from bertkit.embed import embed_to_store
 
-    cfg: EmbedConfig = build_config(ctx, EmbedConfig, "embed", locals(), recipe)
-    summary = embed_to_store(cfg, progress=not quiet and not json_output)
+    summary = embed_to_store(cfg, progress=view.progress)
     if not summary["main_process"]:
         return
-    if json_output:
+    if view.json:
         emit_json(summary)
         return
     for split in summary["splits"]:
@@ -362,72 +321,25 @@ def embed(
         )
 
 
-def _size(n_bytes: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n_bytes < 1024 or unit == "GiB":
-            return f"{n_bytes:.0f} {unit}" if unit == "B" else f"{n_bytes:.1f} {unit}"
-        n_bytes /= 1024  # type: ignore[assignment]
-    return str(n_bytes)
-
-
 # ---------------------------------------------------------------- probe
 
 
-@app.command()
-@user_errors
-def probe(
-    ctx: typer.Context,
-    features: Annotated[str | None, typer.Option("--features", help="A `bertkit embed` store (its --out directory) instead of --data.", rich_help_panel=DATA)] = None,
-    model: Annotated[str | None, typer.Option("--model", help="Encoder for on-the-fly features (default minilm-offline); with --features it must match the store.", rich_help_panel=MODEL)] = None,
-    data: DataOpt = None,
-    dev: DevOpt = None,
-    test: TestOpt = None,
-    data_config: DataConfigOpt = None,
-    train_split: TrainSplitOpt = "train",
-    text_column: TextColOpt = None,
-    text_pair_column: PairColOpt = None,
-    label_column: LabelColOpt = None,
-    encoding: EncodingOpt = "utf-8",
-    header: HeaderOpt = "auto",
-    dev_fraction: DevFractionOpt = 0.1,
-    limit: LimitOpt = None,
-    pool: Annotated[str | None, typer.Option("--pool", help="Poolings to compare: cls, mean, max, comma-separated (default cls, or the store's).", rich_help_panel=MODEL)] = None,
-    layers: Annotated[str | None, typer.Option("--layers", help="Layers probed one by one: -1, a list like 0,3,6 (0 = embeddings), or all.", rich_help_panel=MODEL)] = None,
-    max_length: MaxLenOpt = 128,
-    batch_size: Annotated[int, typer.Option("--batch-size", help="Rows per batch for feature extraction.", rich_help_panel=RUN)] = 64,
-    dtype: Annotated[str, typer.Option("--dtype", help="Extraction precision: auto, fp32, bf16, fp16 (GPU).", rich_help_panel=RUN)] = "auto",
-    normalize: Annotated[bool, typer.Option("--normalize", help="L2-normalise features before the probe.", rich_help_panel=MODEL)] = False,
-    C: Annotated[float | None, typer.Option("--C", help="Inverse regularisation strength (default 1.0 without --cv).", rich_help_panel="Probe")] = None,
-    cv: Annotated[int | None, typer.Option("--cv", help="Choose C by K-fold cross-validation (stratified, data order).", rich_help_panel="Probe")] = None,
-    C_grid: Annotated[str | None, typer.Option("--C-grid", help="C values for --cv, comma-separated, or `alammar` (linspace(0.0001, 100, 20)).", rich_help_panel="Probe")] = None,
-    class_weight: Annotated[str, typer.Option("--class-weight", help="none or balanced (inverse class frequency).", rich_help_panel="Probe")] = "none",
-    repeats: Annotated[int, typer.Option("--repeats", help="Refit the best cell N times on random 80% train subsets (mean ± std).", rich_help_panel="Probe")] = 0,
-    baselines: Annotated[bool, typer.Option("--baselines/--no-baselines", help="Majority class, TF-IDF + LR and a random-weights encoder.", rich_help_panel="Probe")] = True,
-    seed: SeedOpt = 42,
-    trust_remote_code: TrustOpt = False,
-    out: Annotated[str | None, typer.Option("--out", help="Run directory: config, metrics, plots, saved probe, cached features.", rich_help_panel=OUTPUT)] = None,
-    overwrite: OverwriteOpt = False,
-    quiet: QuietOpt = False,
-    json_output: JsonOpt = False,
-    recipe: RecipeOpt = None,
-) -> None:
+@config_command(ProbeConfig)
+def probe(cfg: ProbeConfig, view: View) -> None:
     """Logistic-regression probes on frozen features, per layer and pooling, with baselines and a saved probe."""
-    _setup_logging(quiet or json_output)
-    from bertkit.config import ProbeConfig
     from bertkit.probe import run_probe
 
-    cfg: ProbeConfig = build_config(ctx, ProbeConfig, "probe", locals(), recipe)
-    result = run_probe(cfg, progress=not quiet and not json_output)
-    if json_output:
+    result = run_probe(cfg, progress=view.progress)
+    if view.json:
         emit_json(result)
         return
     _print_probe_report(result)
     for note in result["notes"]:
-        info(note, quiet)
+        info(note, view.quiet)
     if "outputs" in result:
         outputs = result["outputs"]
         info(f"wrote {outputs['metrics']}, {outputs['layer_curve']}, {outputs['confusion_matrix']}; "
-             f"saved probe: {outputs['probe']} (use: bertkit predict --probe {outputs['probe']} --text ...)", quiet)
+             f"saved probe: {outputs['probe']} (use: bertkit predict --probe {outputs['probe']} --text ...)", view.quiet)
 
 
 def _print_probe_report(result: dict[str, Any]) -> None:
@@ -492,63 +404,21 @@ def recipes_show(name: Annotated[str, typer.Argument(help="Recipe name (or path 
 # ---------------------------------------------------------------- finetune / predict / evaluate
 
 
-@app.command()
-@user_errors
-def finetune(
-    ctx: typer.Context,
-    model: ModelOpt = "minilm-offline",
-    data: DataOpt = None,
-    dev: DevOpt = None,
-    test: TestOpt = None,
-    data_config: DataConfigOpt = None,
-    train_split: TrainSplitOpt = "train",
-    text_column: TextColOpt = None,
-    text_pair_column: PairColOpt = None,
-    label_column: LabelColOpt = None,
-    encoding: EncodingOpt = "utf-8",
-    header: HeaderOpt = "auto",
-    dev_fraction: DevFractionOpt = 0.1,
-    limit: LimitOpt = None,
-    seed: SeedOpt = 42,
-    epochs: Annotated[int, typer.Option("--epochs", help="Passes over the training data (BERT paper: 2-4).", rich_help_panel=RUN)] = 3,
-    lr: Annotated[float, typer.Option("--lr", help="Peak AdamW learning rate (BERT paper: 5e-5, 3e-5, 2e-5).", rich_help_panel=RUN)] = 5e-5,
-    batch_size: Annotated[int, typer.Option("--batch-size", help="Rows per forward pass per process (BERT paper: 16, 32); a step sees batch x grad-accum x processes.", rich_help_panel=RUN)] = 32,
-    grad_accum: Annotated[int, typer.Option("--grad-accum", help="Batches accumulated per optimizer step.", rich_help_panel=RUN)] = 1,
-    warmup_ratio: Annotated[float, typer.Option("--warmup-ratio", help="Share of steps with linear LR warmup.", rich_help_panel=RUN)] = 0.1,
-    weight_decay: Annotated[float, typer.Option("--weight-decay", help="AdamW weight decay (not on bias/LayerNorm).", rich_help_panel=RUN)] = 0.01,
-    max_grad_norm: Annotated[float, typer.Option("--max-grad-norm", help="Gradient clipping norm (0: off).", rich_help_panel=RUN)] = 1.0,
-    max_length: MaxLenOpt = 128,
-    precision: Annotated[str, typer.Option("--precision", help="auto (bf16 only where fast), fp32, bf16, fp16.", rich_help_panel=RUN)] = "auto",
-    eval_every: Annotated[str, typer.Option("--eval-every", help="Evaluate every N steps, or `epoch`.", rich_help_panel=RUN)] = "epoch",
-    early_stopping_patience: Annotated[int | None, typer.Option("--early-stopping-patience", help="Stop after N evaluations without improvement.", rich_help_panel=RUN)] = None,
-    metric_for_best: Annotated[str, typer.Option("--metric-for-best", help="accuracy, f1, mcc, precision, recall, roc_auc or loss.", rich_help_panel=RUN)] = "accuracy",
-    class_weight: Annotated[str, typer.Option("--class-weight", help="none or balanced (inverse class frequency).", rich_help_panel=RUN)] = "none",
-    freeze_encoder: Annotated[bool, typer.Option("--freeze-encoder", help="Train only the classification head.", rich_help_panel=MODEL)] = False,
-    fast_forward: Annotated[bool, typer.Option("--fast-forward/--no-fast-forward", help="BERT/DistilBERT: skip the last layer's work the logits do not use (same results, faster); off: the model's own forward.", rich_help_panel=MODEL)] = True,
-    save_every: Annotated[int | None, typer.Option("--save-every", help="Checkpoint every N steps (and every epoch end).", rich_help_panel=OUTPUT)] = 100,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an --out that holds a different run.", rich_help_panel=OUTPUT)] = False,
-    trust_remote_code: TrustOpt = False,
-    out: OutOpt = None,
-    quiet: QuietOpt = False,
-    json_output: JsonOpt = False,
-    recipe: RecipeOpt = None,
-) -> None:
+@config_command(FinetuneConfig)
+def finetune(cfg: FinetuneConfig, view: View) -> None:
     """Fine-tune a BERT-style model for classification (Accelerate; resumable; runs under torchrun/accelerate launch)."""
-    _setup_logging(quiet)
-    from bertkit.config import FinetuneConfig
     from bertkit.finetune import finetune as run_finetune
 
-    cfg: FinetuneConfig = build_config(ctx, FinetuneConfig, "finetune", locals(), recipe)
-    result = run_finetune(cfg, progress=not quiet)
+    result = run_finetune(cfg, progress=not view.quiet)
     if not result.is_main_process:
         return
     summary = result.metrics
-    if json_output:
+    if view.json:
         emit_json({**summary, "out": str(result.out), "already_finished": result.already_finished,
                    "restored": result.restored})
         return
     for note in result.notes:
-        info(note, quiet)
+        info(note, view.quiet)
     if result.already_finished:
         out_console.print(f"{result.out} holds a finished run (step {summary['global_step']}); nothing to do. "
                           "Use a new --out, or --overwrite to train again.", highlight=False)
@@ -577,61 +447,15 @@ def _print_epoch_table(rows: list[dict[str, Any]]) -> None:
     out_console.print(table("Training", columns, [[row.get(k) for k in keys] for row in rows]))
 
 
-TextsOpt = Annotated[list[str] | None, typer.Option("--text", help="A sentence to classify (repeatable).", rich_help_panel=DATA)]
-InferBatchOpt = Annotated[int, typer.Option("--batch-size", help="Rows per inference batch (sorted by length).", rich_help_panel=RUN)]
-InferPrecisionOpt = Annotated[str, typer.Option("--precision", help="fp32, bf16, fp16 (GPU) or auto.", rich_help_panel=RUN)]
-
-
-@app.command()
-@user_errors
-def predict(
-    ctx: typer.Context,
-    model: Annotated[str | None, typer.Option("--model", help="Fine-tuned model folder (e.g. runs/sst2/best).", rich_help_panel=MODEL)] = None,
-    probe: Annotated[str | None, typer.Option("--probe", help="A probe saved by `bertkit probe` (instead of --model).", rich_help_panel=MODEL)] = None,
-    text: TextsOpt = None,
-    data: DataOpt = None,
-    data_config: DataConfigOpt = None,
-    train_split: TrainSplitOpt = "train",
-    text_column: TextColOpt = None,
-    text_pair_column: PairColOpt = None,
-    label_column: LabelColOpt = None,
-    encoding: EncodingOpt = "utf-8",
-    header: HeaderOpt = "auto",
-    limit: LimitOpt = None,
-    batch_size: InferBatchOpt = 64,
-    max_length: MaxLenOpt = 128,
-    precision: InferPrecisionOpt = "fp32",
-    out: Annotated[str | None, typer.Option("--out", help="CSV file for the predictions.", rich_help_panel=OUTPUT)] = None,
-    quiet: QuietOpt = False,
-    json_output: JsonOpt = False,
-    recipe: RecipeOpt = None,
-) -> None:
+@config_command(PredictConfig)
+def predict(cfg: PredictConfig, view: View) -> None:
     """Label sentences (--text) or a file (--data) with a fine-tuned model or a saved probe: labels + probabilities."""
-    _setup_logging(quiet)
-    from bertkit.config import PredictConfig
-    from bertkit.data import TextDataset, load_dataset_split
+    from bertkit.predict import run_predict
 
-    cfg: PredictConfig = build_config(ctx, PredictConfig, "predict", locals(), recipe)
-    if cfg.out:  # before any work: never over an input, never over a file bertkit did not write
-        from bertkit.config import recipe_path
-        from bertkit.runs import check_predictions_out
-
-        check_predictions_out(cfg.out, {"--data": cfg.data, "--model": cfg.model, "--probe": cfg.probe,
-                                        "--recipe": str(recipe_path(recipe)) if recipe else None})
-    if cfg.text:
-        dataset = TextDataset(list(cfg.text), source="--text")
-    else:
-        dataset = load_dataset_split(cfg, cfg.data or "", need_labels=False)
-    label_names, proba = _predict(cfg, dataset, quiet)
-    from bertkit.finetune import write_predictions_csv
-
-    if cfg.out:
-        from pathlib import Path
-
-        write_predictions_csv(Path(cfg.out), dataset, proba, label_names)
-    labels = [label_names[i] for i in proba.argmax(axis=1)]
-    if json_output:
-        emit_json({"predictions": [{"text": t, "label": lab, "probabilities": dict(zip(label_names, p.tolist(), strict=True))}
+    result = run_predict(cfg, recipe=view.recipe, progress=not view.quiet)
+    dataset, labels, proba, names = result["dataset"], result["labels"], result["proba"], result["label_names"]
+    if view.json:
+        emit_json({"predictions": [{"text": t, "label": lab, "probabilities": dict(zip(names, p.tolist(), strict=True))}
                                    for t, lab, p in zip(dataset.texts, labels, proba, strict=True)],
                    "out": cfg.out})
         return
@@ -641,160 +465,40 @@ def predict(
     out_console.print(table(f"{len(dataset)} prediction(s)" + (f" (first {shown})" if shown < len(dataset) else ""),
                             ["text", "label", "probability"], rows))
     if cfg.out:
-        info(f"wrote {cfg.out} ({len(dataset)} rows, columns: predicted, confidence, p_<label>)", quiet)
+        info(f"wrote {cfg.out} ({len(dataset)} rows, columns: predicted, confidence, p_<label>)", view.quiet)
 
 
-def _predict(cfg: Any, dataset: Any, quiet: bool) -> tuple[list[str], Any]:
-    """(label names, probabilities in input order) from a fine-tuned folder or a saved probe."""
-    if cfg.probe is not None:
-        from bertkit.probe import load_probe, predict_with_probe
-
-        saved = load_probe(cfg.probe)
-        _, proba = predict_with_probe(saved, dataset, batch_size=cfg.batch_size, dtype=None, progress=not quiet)
-        return [str(x) for x in saved.label_map.labels], proba
-    from bertkit.finetune import load_for_inference, predict_proba
-
-    model, tokenizer, label_map = load_for_inference(cfg.model)
-    proba = predict_proba(model, tokenizer, dataset, max_length=cfg.max_length, batch_size=cfg.batch_size,
-                          precision=cfg.precision, progress=not quiet)
-    return [str(x) for x in label_map.labels], proba
-
-
-@app.command()
-@user_errors
-def evaluate(
-    ctx: typer.Context,
-    model: Annotated[str | None, typer.Option("--model", help="Fine-tuned model folder (e.g. runs/sst2/best).", rich_help_panel=MODEL)] = None,
-    data: DataOpt = None,
-    data_config: DataConfigOpt = None,
-    train_split: TrainSplitOpt = "train",
-    text_column: TextColOpt = None,
-    text_pair_column: PairColOpt = None,
-    label_column: LabelColOpt = None,
-    encoding: EncodingOpt = "utf-8",
-    header: HeaderOpt = "auto",
-    limit: LimitOpt = None,
-    batch_size: InferBatchOpt = 64,
-    max_length: MaxLenOpt = 128,
-    precision: InferPrecisionOpt = "fp32",
-    out: OutOpt = None,
-    overwrite: OverwriteOpt = False,
-    quiet: QuietOpt = False,
-    json_output: JsonOpt = False,
-    recipe: RecipeOpt = None,
-) -> None:
+@config_command(EvaluateConfig)
+def evaluate(cfg: EvaluateConfig, view: View) -> None:
     """Metrics of a fine-tuned model on labelled data: accuracy, macro-F1, MCC, precision/recall, ROC-AUC."""
-    _setup_logging(quiet)
-    from bertkit import metrics, runs
-    from bertkit.config import EvaluateConfig, config_dict
-    from bertkit.data import load_dataset_split
-    from bertkit.finetune import load_for_inference, predict_proba, write_predictions_csv
+    from bertkit import metrics
+    from bertkit.predict import run_evaluate
 
-    cfg: EvaluateConfig = build_config(ctx, EvaluateConfig, "evaluate", locals(), recipe)
-    plan = runs.inspect_run_dir(cfg.out, "evaluate", overwrite=cfg.overwrite,
-                                compare=runs.config_compare(config_dict(cfg))) if cfg.out else None  # read-only, early
-    dataset = load_dataset_split(cfg, cfg.data or "", need_labels=True)
-    model_obj, tokenizer, label_map = load_for_inference(cfg.model or "")
-    y = label_map.encode(dataset.labels or [], f"The data {dataset.source}")
-    proba = predict_proba(model_obj, tokenizer, dataset, max_length=cfg.max_length, batch_size=cfg.batch_size,
-                          precision=cfg.precision, progress=not quiet)
-    names = [str(x) for x in label_map.labels]
-    result = metrics.classification_metrics(y, proba.argmax(axis=1), proba, names)
-    result.update(model=cfg.model, data=dataset.source, data_fingerprint=dataset.fingerprint)
-    if plan is not None:
-        from bertkit import plots
-
-        run = plan.claim()
-        runs.write_run_config(run.path, "evaluate", config_dict(cfg), data_fingerprint=dataset.fingerprint)
-        runs.write_json_atomic(run.path / "metrics.json", result)
-        write_predictions_csv(run.path / "predictions.csv", dataset, proba, names, y_true=y)
-        plots.confusion_matrix(result["confusion_matrix"], names, run.path / "confusion_matrix.png", f"{cfg.model} on {dataset.source}")
-        run.commit()
-    if json_output:
+    result = run_evaluate(cfg, progress=not view.quiet)
+    if view.json:
         emit_json(result)
         return
-    scores = metrics.headline(result)
-    out_console.print(table(f"{cfg.model} on {dataset.source} ({result['n']} rows)", ["metric", "value"],
-                            [[k, v] for k, v in scores.items()]))
-    matrix = result["confusion_matrix"]
+    names = result["labels"]
+    out_console.print(table(f"{cfg.model} on {result['data']} ({result['n']} rows)", ["metric", "value"],
+                            [[k, v] for k, v in metrics.headline(result).items()]))
     out_console.print(table("confusion matrix (rows = true)", ["true \\ predicted", *names],
-                            [[names[i], *row] for i, row in enumerate(matrix)]))
+                            [[names[i], *row] for i, row in enumerate(result["confusion_matrix"])]))
     if cfg.out:
-        info(f"wrote {cfg.out}/metrics.json, predictions.csv, confusion_matrix.png", quiet)
+        info(f"wrote {cfg.out}/metrics.json, predictions.csv, confusion_matrix.png", view.quiet)
 
 
 # ---------------------------------------------------------------- bench
 
-BENCH = "Benchmark"
 
-
-@app.command()
-@user_errors
-def bench(
-    ctx: typer.Context,
-    models: Annotated[str | None, typer.Option("--models", help="Comma-separated hub ids or folders, e.g. distilbert-base-uncased,bert-base-uncased.", rich_help_panel=MODEL)] = None,
-    preset: Annotated[str | None, typer.Option("--preset", help="distilbert-vs-bert: exact DistilBertConfig() vs BertConfig() shapes, random init, works offline.", rich_help_panel=MODEL)] = None,
-    random_init: Annotated[bool, typer.Option("--random-init", help="Build --models from their configs with random weights (speed/size only).", rich_help_panel=MODEL)] = False,
-    data: DataOpt = None,
-    dev: DevOpt = None,
-    test: TestOpt = None,
-    data_config: DataConfigOpt = None,
-    train_split: TrainSplitOpt = "train",
-    text_column: TextColOpt = None,
-    text_pair_column: PairColOpt = None,
-    label_column: LabelColOpt = None,
-    encoding: EncodingOpt = "utf-8",
-    header: HeaderOpt = "auto",
-    dev_fraction: DevFractionOpt = 0.1,
-    limit: LimitOpt = None,
-    seed: SeedOpt = 42,
-    max_length: Annotated[int, typer.Option("--max-length", help="Truncation length, and the width of static padding.", rich_help_panel=MODEL)] = 128,
-    protocol: Annotated[str, typer.Option("--protocol", help="standard (latency, throughput, training step) or paper (CPU, batch 1, one full pass over the data).", rich_help_panel=BENCH)] = "standard",
-    batch_sizes: Annotated[str, typer.Option("--batch-sizes", help="Throughput batch sizes, comma-separated.", rich_help_panel=BENCH)] = "1,8,32",
-    train_batch_size: Annotated[int, typer.Option("--train-batch-size", help="Batch size of the timed training step (0 skips it).", rich_help_panel=BENCH)] = 32,
-    warmup: Annotated[int, typer.Option("--warmup", help="Untimed warm-up iterations per model and measurement.", rich_help_panel=BENCH)] = 1,
-    min_iters: Annotated[int, typer.Option("--min-iters", help="Minimum timed iterations per measurement and model.", rich_help_panel=BENCH)] = 3,
-    min_seconds: Annotated[float, typer.Option("--min-seconds", help="Minimum timed seconds per measurement and model.", rich_help_panel=BENCH)] = 2.0,
-    rounds: Annotated[int, typer.Option("--rounds", help="Chunks per measurement, alternating models (A B A B) so drift hits both.", rich_help_panel=BENCH)] = 2,
-    dtype: Annotated[str, typer.Option("--dtype", help="auto (fp32 on CPUs without native bf16), fp32, bf16, fp16 (GPU).", rich_help_panel=BENCH)] = "auto",
-    device: Annotated[str, typer.Option("--device", help="cpu, cuda, mps or auto.", rich_help_panel=BENCH)] = "auto",
-    threads: Annotated[int | None, typer.Option("--threads", help="torch intra-op threads (default: torch's choice).", rich_help_panel=BENCH)] = None,
-    quality: Annotated[str, typer.Option("--quality", help="none, probe, finetune or probe,finetune: score each model through those commands, same settings.", rich_help_panel=BENCH)] = "none",
-    quality_args: Annotated[str | None, typer.Option("--quality-args", help="Extra flags for every quality command, e.g. \"--epochs 1\".", rich_help_panel=BENCH)] = None,
-    trust_remote_code: TrustOpt = False,
-    out: Annotated[str | None, typer.Option("--out", help="Directory for bench.json, bench.md, bench.png (default runs/bench).", rich_help_panel=OUTPUT)] = None,
-    overwrite: OverwriteOpt = False,
-    quiet: QuietOpt = False,
-    json_output: JsonOpt = False,
-    recipe: RecipeOpt = None,
-) -> None:
+@config_command(BenchConfig)
+def bench(cfg: BenchConfig, view: View) -> None:
     """DistilBERT vs BERT (or any encoders) on your hardware and data: size, latency, throughput, memory, claims."""
-    _setup_logging(quiet)
-    from bertkit.config import BenchConfig
-
-    cfg: BenchConfig = build_config(ctx, BenchConfig, "bench", locals(), recipe)
     from bertkit import bench as bench_core
-    from bertkit import plots, runs
 
-    plan = runs.inspect_run_dir(cfg.out or "runs/bench", "bench", overwrite=cfg.overwrite,
-                                compare=runs.config_compare(vars(cfg)))  # read-only; claimed once models are measured
-    report = bench_core.benchmark(cfg, quality_dir=lambda: plan.claim().path / "quality")
-    run = plan.claim()
-    runs.write_run_config(run.path, "bench", vars(cfg), data_fingerprint=report["data_source"]["fingerprint"])
-    report["outputs"] = {name: str(run.out / name) for name in ("bench.json", "bench.md", "bench.png")}
-    plots.bench_bars(report, run.path / "bench.png")
-    runs.write_json_atomic(run.path / "bench.json", report)
-    runs.write_text_atomic(run.path / "bench.md", bench_core.report_markdown(report))
-    run.commit()
-    if json_output:
+    report = bench_core.run_command(cfg)
+    if view.json:
         emit_json(report)
         return
-    _print_bench(report, quiet)
-
-
-def _print_bench(report: dict[str, Any], quiet: bool) -> None:
-    from bertkit import bench as bench_core
-
     env = report["environment"]
     title = (f"bertkit bench ({report['protocol']}) — {env['machine']['cpu']}, {env['device']}, {env['dtype']}, "
              f"{env['torch_threads']} threads")
@@ -806,8 +510,8 @@ def _print_bench(report: dict[str, Any], quiet: bool) -> None:
     for line in bench_core.claim_lines(report["claims"]):
         out_console.print(f"  {_escape(line)}", highlight=False)
     for note in report["notes"]:
-        info(f"note: {_escape(note)}", quiet)
-    info(f"wrote {', '.join(report['outputs'].values())}", quiet)
+        info(f"note: {_escape(note)}", view.quiet)
+    info(f"wrote {', '.join(report['outputs'].values())}", view.quiet)
 
 
 if __name__ == "__main__":  # `python -m bertkit.cli` (used by accelerate launch / torchrun)

@@ -5,7 +5,7 @@ runs it shard by shard into a resumable store (see `bertkit.store`), also across
 
 Speed: rows are tokenized once per shard with the fast tokenizer, sorted by length and batched with dynamic
 padding (a padded-token budget for `--batch-size auto`), run under `torch.inference_mode()` and, for
-`--dtype bf16/fp16`, autocast. Output rows are put back in the input order. Only the layers the features need
+`--precision bf16/fp16`, autocast. Output rows are put back in the input order. Only the layers the features need
 are run, and with `--pool cls` the highest requested layer is computed for the [CLS] position alone (keys and
 values still come from every token), which is the same result for less work (see `PRUNE_LAYERS`).
 """
@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from bertkit import modeling
-from bertkit.config import EmbedConfig, parse_layers
+from bertkit.config import COMBINES, POOLS, EmbedConfig, layers_problem, parse_layers
 from bertkit.data import (
     Encoded,
     LabelMap,
@@ -37,7 +37,7 @@ from bertkit.data import (
     sorted_batches,
     token_budget_batches,
 )
-from bertkit.errors import UserError
+from bertkit.errors import UserError, raise_if_problems
 from bertkit.fastforward import cls_output, layer_block
 
 log = logging.getLogger(__name__)
@@ -58,14 +58,12 @@ class FeatureSpec:
 
     @classmethod
     def from_options(cls, pool: str, layers: str | int, combine: str, normalize: bool) -> FeatureSpec:
-        try:
-            parsed = parse_layers(layers)
-        except ValueError:
-            raise UserError(f"--layers must be -1, a comma list like -4,-3,-2,-1, or all; got {layers!r}.") from None
-        if pool not in ("cls", "mean", "max"):
-            raise UserError(f"--pool must be one of cls, mean, max; got {pool!r}.")
-        if combine not in ("concat", "mean", "sum"):
-            raise UserError(f"--combine must be one of concat, mean, sum; got {combine!r}.")
+        """The spec for these option values (the library path: the same rules as the CLI's, from config.py)."""
+        problems = layers_problem(str(layers))
+        problems += [f"--pool must be one of {', '.join(POOLS)}; got {pool!r}."] if pool not in POOLS else []
+        problems += [f"--combine must be one of {', '.join(COMBINES)}; got {combine!r}."] if combine not in COMBINES else []
+        raise_if_problems(problems)
+        parsed = parse_layers(layers)
         return cls(pool, None if parsed is None else tuple(parsed), combine, normalize)
 
     def resolve(self, n_layers: int) -> list[int]:
@@ -423,7 +421,7 @@ def embed_to_store(cfg: EmbedConfig, progress: bool = True) -> dict[str, Any]:
         device = modeling.choose_device(cfg.device)
         if device.type == "cuda" and dist.world > 1:
             device = torch.device("cuda", dist.local_rank)
-        dtype = modeling.choose_dtype(cfg.dtype, device)
+        dtype = modeling.choose_dtype(cfg.precision, device)
         root = Path(cfg.out or "").expanduser()
         runs.inspect_run_dir(root, "embed", overwrite=cfg.overwrite)  # read-only: refusals end every rank here
         named, label_map = load_embed_data(cfg)

@@ -306,12 +306,12 @@ def _cpu_flags_have_bf16() -> bool:
 
 
 def choose_dtype(requested: str, device: torch.device) -> torch.dtype:
-    """The compute dtype for `--dtype/--precision`: `auto` is bf16 where the hardware runs it fast, else fp32."""
+    """The compute dtype for `--precision`: `auto` is bf16 where the hardware runs it fast, else fp32."""
     if requested != "auto":
         if requested not in DTYPE_NAMES:
             raise UserError(f"Unknown dtype {requested!r}; use one of auto, fp32, bf16, fp16.")
         if requested == "fp16" and device.type == "cpu":
-            raise UserError("fp16 is a GPU precision; on the CPU use --dtype bf16 (or fp32).")
+            raise UserError("fp16 is a GPU precision; on the CPU use --precision bf16 (or fp32).")
         return DTYPE_NAMES[requested]
     if device.type == "cuda":
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16

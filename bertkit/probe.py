@@ -144,7 +144,7 @@ def _check_xy(X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if X.ndim != 2 or len(X) != len(y):
         raise ValueError(f"features must be (n, d) with n == len(labels); got {X.shape} and {len(y)} labels")
     if not np.isfinite(X).all():
-        raise UserError("The features contain NaN or infinite values; re-extract them (e.g. with --dtype fp32).")
+        raise UserError("The features contain NaN or infinite values; re-extract them (e.g. with --precision fp32).")
     if len(np.unique(y)) < 2:
         raise UserError("The training labels hold a single class; a probe needs at least two. Check --label-column.")
     return X, y
@@ -692,7 +692,7 @@ def load_text_inputs(cfg: Any, cache_dir: Path | Callable[[], Path] | None, prog
     n_layers, _ = embed.encoder_shape(encoder)
     spec = embed.FeatureSpec(layers=None if parse_layers(cfg.layers or "-1") is None else tuple(parse_layers(cfg.layers or "-1")))
     indices = spec.resolve(n_layers)
-    dtype = modeling.choose_dtype(cfg.dtype, next(encoder.parameters()).device)
+    dtype = modeling.choose_dtype(cfg.precision, next(encoder.parameters()).device)
     meta = {"model": model, "revision": modeling.model_revision(model), "max_length": cfg.max_length,
             "normalize": cfg.normalize, "combine": "concat", "layers": cfg.layers or "-1",
             "architecture": type(encoder).__name__, "dtype": modeling.dtype_name(dtype),

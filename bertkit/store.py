@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from bertkit.config import STORE_DTYPES
 from bertkit.data import LabelMap
 from bertkit.errors import UserError
 from bertkit.runs import atomic_path, to_json, write_json_atomic
@@ -48,7 +49,6 @@ LABELS = "labels.npy"
 SHARDS = "shards"
 SPLITS_INDEX = "splits.json"
 SPLIT_NAMES = ("train", "dev", "test")
-STORE_DTYPES = ("float32", "float16")
 FAIL_HOOK_ENV = "BERTKIT_FAIL_AFTER_SHARDS"
 FAIL_SIGNAL_ENV = "BERTKIT_FAIL_SIGNAL"
 

@@ -110,3 +110,42 @@ def length_report(
         label_counts=labels,
         lengths=full.tolist(),
     )
+
+
+# ---------------------------------------------------------------- the `bertkit tokens` command
+
+
+def run_tokens(cfg: Any) -> dict[str, Any]:
+    """`bertkit tokens`: {"sentence": explain_sentence(...)} for --text, else the length report of every split
+    (written to --out as tokens.json + token_lengths.png when given)."""
+    from bertkit import modeling
+
+    tokenizer = modeling.load_tokenizer(cfg.model, cfg.trust_remote_code)
+    if cfg.text is not None:
+        return {"sentence": explain_sentence(tokenizer, cfg.text, cfg.text_pair)}
+    return length_reports(tokenizer, cfg)
+
+
+def length_reports(tokenizer: Any, cfg: Any) -> dict[str, Any]:
+    """The token-length report of --data/--dev/--test; `reports` (LengthReport objects) for the caller's table."""
+    from bertkit import data, modeling, plots, runs
+
+    plan = runs.inspect_run_dir(cfg.out, "tokens", overwrite=cfg.overwrite,
+                                compare=runs.config_compare(vars(cfg))) if cfg.out else None  # read-only, early
+    model_config = modeling.load_config(cfg.model, cfg.trust_remote_code)
+    limit = modeling.model_max_length(tokenizer, model_config)
+    modeling.check_max_length(cfg.max_length, tokenizer, model_config, cfg.model)
+    splits = data.load_splits(cfg, need_labels=cfg.label_column is not None, need_dev=False)
+    named = [(name, ds) for name, ds in (("train", splits.train), ("dev", splits.dev), ("test", splits.test)) if ds]
+    reports = [length_report(tokenizer, ds, name, cfg.max_length, cfg.batch_size, limit, cfg.seed) for name, ds in named]
+    summary: dict[str, Any] = {"model": cfg.model, "max_length": cfg.max_length, "model_limit": limit,
+                               "splits": [{k: v for k, v in vars(r).items() if k != "lengths"} for r in reports]}
+    if plan is not None:
+        run = plan.claim()
+        runs.write_run_config(run.path, "tokens", vars(cfg), data_fingerprints={name: ds.fingerprint for name, ds in named})
+        runs.write_json_atomic(run.path / "tokens.json", summary)
+        plots.length_histogram({r.split: r.lengths for r in reports}, cfg.max_length, run.path / "token_lengths.png",
+                               f"Token lengths ({cfg.model})")
+        run.commit()
+        summary["outputs"] = {"report": str(run.out / "tokens.json"), "histogram": str(run.out / "token_lengths.png")}
+    return {**summary, "reports": reports, "notes": list(splits.notes)}

@@ -86,3 +86,74 @@ def test_subprocess_exit_codes(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "bertkit", "tokens", "--model", "no-such-org/no-model-x", "--text", "a"],
                          capture_output=True, text=True, env=env)
     assert bad.returncode == 2 and "bertkit[offline]" in bad.stderr and "Traceback" not in bad.stderr
+
+
+# ---------------------------------------------------------------- every option is defined once, in the config
+
+
+import dataclasses  # noqa: E402
+
+import pytest  # noqa: E402
+import typer  # noqa: E402
+
+from bertkit import config, options  # noqa: E402
+
+CLI_ONLY = {"quiet", "json_output", "recipe"}
+
+
+def _click_command(name: str):
+    return typer.main.get_command(app).commands[name]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("command", config.recipe_commands())
+def test_every_cli_option_default_and_help_comes_from_the_config(command):
+    """The command's options are exactly its config's option fields (plus --quiet/--json/--recipe), with the
+    field's flag(s), default, help and panel: cli.py declares none of them by hand."""
+    cls = config.config_for_command(command)
+    params = {p.name: p for p in _click_command(command).params}
+    fields = {f.name: f for f in options.option_fields(cls)}
+    assert set(params) == set(fields) | CLI_ONLY
+    for name, f in fields.items():
+        param = params[name]
+        assert param.help == options.help_text(cls, f), name
+        assert param.rich_help_panel == f.metadata["panel"], name
+        assert set(options.flag_names(f)) <= set(param.opts), name
+        expected = None if f.default == () else f.default  # a repeatable option's empty default
+        assert param.default == expected, name
+        if options.field_type(f)[0] is bool and f.default is True:
+            assert param.secondary_opts == ["--no-" + options.flag(name)[2:]], name
+
+
+def test_shared_data_options_have_one_definition():
+    """--data, --label-column, ... are the DataOptions fields: every command's option has that field's help."""
+    shared = {f.name: f for f in dataclasses.fields(config.DataOptions)}
+    for command in config.recipe_commands():
+        cls = config.config_for_command(command)
+        for param in _click_command(command).params:
+            if param.name in shared and param.name not in getattr(cls, "HELP_OVERRIDES", {}):
+                assert param.help == options.help_text(cls, shared[param.name]), (command, param.name)
+
+
+def test_recipe_values_go_through_the_option_types_and_flags_win(tiny_bert_dir, tmp_path, demo_dir):
+    recipe = tmp_path / "r.toml"
+    recipe.write_text('[tokens]\nmax-length = 32\nlimit = 5\ndtype = "fp32"\n', encoding="utf-8")
+    result = invoke("tokens", "--model", str(tiny_bert_dir), "--data", str(demo_dir / "dev.tsv"), "--recipe",
+                    str(recipe), "--max-length", "64", "--json")
+    assert result.exit_code == 2 and "unknown keys: dtype" in result.output  # tokens has no precision option
+    recipe.write_text('[tokens]\nmax-length = 32\nlimit = 5\n', encoding="utf-8")
+    result = invoke("tokens", "--model", str(tiny_bert_dir), "--data", str(demo_dir / "dev.tsv"), "--recipe",
+                    str(recipe), "--max-length", "64", "--json")
+    report = json.loads(result.stdout)
+    assert report["max_length"] == 64 and report["splits"][0]["rows"] == 5  # flag > recipe > default
+    recipe.write_text('[tokens]\nlimit = 2.5\n', encoding="utf-8")
+    bad = runner.invoke(app, ["tokens", "--model", str(tiny_bert_dir), "--data", str(demo_dir / "dev.tsv"),
+                              "--recipe", str(recipe)])
+    assert bad.exit_code == 2 and "limit must be an integer" in bad.output and "Traceback" not in bad.output
+
+
+def test_old_option_name_dtype_still_works(tiny_bert_dir, demo_dir, tmp_path):
+    """--precision is the one name for compute precision; --dtype (its old name in embed/probe/bench) is an alias."""
+    result = invoke("embed", "--model", str(tiny_bert_dir), "--data", str(demo_dir / "dev.tsv"), "--limit", "4",
+                    "--out", str(tmp_path / "s"), "--dtype", "fp32", "--json", "--quiet")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["dtype"] == "fp32"

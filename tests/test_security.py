@@ -55,6 +55,13 @@ def _is_const(node: ast.expr | None, value: object) -> bool:
     return isinstance(node, ast.Constant) and node.value is value
 
 
+def _is_false_default(node: ast.expr) -> bool:
+    """A field default of False: the constant, or `option(False, ...)` (an option declaration, see bertkit.options)."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "option" and node.args:
+        return _is_const(node.args[0], False)
+    return _is_const(node, False)
+
+
 def scan_source(source: str, filename: str) -> list[str]:
     """Every security problem in one module's source, as `file:line: what` strings."""
     tree = ast.parse(source, filename=filename)
@@ -77,7 +84,7 @@ def scan_source(source: str, filename: str) -> list[str]:
                 if arg.arg == "trust_remote_code" and default is not None and not _is_const(default, False):
                     report(node, f"parameter trust_remote_code of {node.name}() defaults to {ast.unparse(default)}")
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            if node.target.id == "trust_remote_code" and node.value is not None and not _is_const(node.value, False):
+            if node.target.id == "trust_remote_code" and node.value is not None and not _is_false_default(node.value):
                 report(node, f"field trust_remote_code defaults to {ast.unparse(node.value)}")
         if not isinstance(node, ast.Call):
             continue
@@ -130,6 +137,7 @@ def package_modules() -> list[Path]:
         ("def load(name, trust_remote_code=True):\n    pass", "defaults to True"),
         ("def load(name, *, trust_remote_code: bool = True):\n    pass", "defaults to True"),
         ("class C:\n    trust_remote_code: bool = True", "field trust_remote_code"),
+        ("class C:\n    trust_remote_code: bool = option(True, 'help')", "field trust_remote_code"),
         ("model.save_pretrained(p, safe_serialization=False)", "safe_serialization=False"),
         ("AutoModel.from_pretrained(p)", "outside bertkit/modeling.py"),
     ],

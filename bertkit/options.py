@@ -1,0 +1,178 @@
+"""How an option is declared once and checked everywhere.
+
+An option is a field of a command's config dataclass, declared with `option(default, help, ...)`. The field is the
+single definition: the CLI flag (`text_column` -> `--text-column`), its default, its help text and panel, its
+choices and bounds all come from it. `cli.py` turns the fields into Typer options, `config.load_recipe` checks
+recipe values against the same fields, and `field_problems` validates a built config the same way whether its
+values came from the command line, a recipe, or Python code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterator
+from dataclasses import field, fields
+from typing import Any
+
+DATA, MODEL, RUN, OUTPUT, PROBE, BENCH = "Data", "Model", "Run", "Output", "Probe", "Benchmark"
+"""Help panels (`bertkit COMMAND --help` groups options under these titles)."""
+SEED_MAX = 2**32 - 1
+"""numpy's (and sklearn's random_state's) largest seed."""
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+
+
+def option(default: Any, help: str, *, panel: str = RUN, choices: tuple[str, ...] | None = None,
+           minimum: float | None = None, above: float | None = None, aliases: tuple[str, ...] = (),
+           short: str | None = None) -> Any:
+    """A config field that is a CLI option (and a recipe key).
+
+    `choices`: the allowed values. `minimum`/`above`: inclusive/exclusive lower bound for numbers (None values
+    pass: they mean "not set"). `aliases`: other accepted flags, e.g. an older name. `short`: a one-letter flag.
+    """
+    meta = {"help": help, "panel": panel, "choices": choices, "minimum": minimum, "above": above,
+            "aliases": aliases, "short": short}
+    return field(default=default, metadata=meta)
+
+
+def flag(field_name: str) -> str:
+    """The CLI flag for a config field: `text_column` -> `--text-column`."""
+    return "--" + field_name.replace("_", "-")
+
+
+def option_fields(config_cls: type) -> list[dataclasses.Field]:
+    """The fields of `config_cls` that are options of its command (all but the class's NOT_OPTIONS)."""
+    excluded = set(getattr(config_cls, "NOT_OPTIONS", ()))
+    return [f for f in fields(config_cls) if f.name not in excluded]
+
+
+def help_text(config_cls: type, f: dataclasses.Field) -> str:
+    """The option's help: the field's, or the command's own wording of a shared option (HELP_OVERRIDES)."""
+    text = getattr(config_cls, "HELP_OVERRIDES", {}).get(f.name, f.metadata.get("help", ""))
+    choices = f.metadata.get("choices")
+    return f"{text} One of: {', '.join(choices)}." if choices and "One of" not in text else text
+
+
+def flag_names(f: dataclasses.Field) -> list[str]:
+    """Every flag of an option: the main one, its aliases and its short form."""
+    names = [flag(f.name), *f.metadata.get("aliases", ())]
+    return names + ([f.metadata["short"]] if f.metadata.get("short") else [])
+
+
+def alias_map(config_cls: type) -> dict[str, str]:
+    """Alias flag names (without dashes, as recipe keys) -> field names, e.g. `dtype` -> `precision`."""
+    return {alias.lstrip("-").replace("-", "_"): f.name for f in option_fields(config_cls)
+            for alias in f.metadata.get("aliases", ())}
+
+
+# ---------------------------------------------------------------- types
+
+
+_TYPE_WORDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string", tuple: "a list of strings"}
+_EXAMPLES = {bool: "true", int: "3", float: "0.5", str: '"text"', tuple: '["first", "second"]'}
+
+
+def field_type(f: dataclasses.Field) -> tuple[type, bool]:
+    """(base type, None allowed) of a config field typed str, int, float, bool or tuple[str, ...] (or `X | None`)."""
+    annotation = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+    parts = [part.strip() for part in str(annotation).split("|")]
+    optional = "None" in parts
+    names = [part for part in parts if part != "None"]
+    bases = {"str": str, "int": int, "float": float, "bool": bool}
+    if len(names) == 1 and names[0] in bases:
+        return bases[names[0]], optional
+    if len(names) == 1 and names[0].replace(" ", "") == "tuple[str,...]":
+        return tuple, optional
+    raise TypeError(f"config field {f.name} has a type check_value does not know: {annotation}")
+
+
+def _kind_of(value: Any) -> str:
+    words = {bool: "a boolean", int: "an integer", float: "a float", str: "a string", list: "a list", dict: "a table"}
+    return next((word for kind, word in words.items() if type(value) is kind), type(value).__name__)
+
+
+def check_value(f: dataclasses.Field, value: Any) -> Any:
+    """`value` for config field `f`, converted where lossless (int -> float, int -> str, one string -> a 1-tuple).
+
+    Raises TypeError whose message says what the field takes and what it got (the caller names the key or flag).
+    ints are accepted for float fields (and for str fields: a column index); bools are never ints.
+    """
+    base, optional = field_type(f)
+    if value is None and optional:
+        return None
+    is_int = isinstance(value, int) and not isinstance(value, bool)
+    if base is bool and isinstance(value, bool):
+        return value
+    if base is int and is_int:
+        return value
+    if base is float and (is_int or isinstance(value, float)):
+        return float(value)
+    if base is str and (isinstance(value, str) or is_int):
+        return str(value)
+    if base is tuple:
+        items = [value] if isinstance(value, str) else value
+        if isinstance(items, (list, tuple)) and all(isinstance(item, str) for item in items):
+            return tuple(items)
+    default = f.default if f.default not in (None, dataclasses.MISSING, ()) else None
+    example = repr(default).lower() if isinstance(default, bool) else (
+        f'"{default}"' if isinstance(default, str) else str(default) if default is not None else _EXAMPLES[base])
+    raise TypeError(f"must be {_TYPE_WORDS[base]} (e.g. {example}), not {value!r} ({_kind_of(value)})")
+
+
+# ---------------------------------------------------------------- validation from the declarations
+
+
+def field_problems(config: Any) -> list[str]:
+    """Every problem the option declarations alone can find: types, finite numbers, choices, bounds, seed range.
+
+    Values are normalised in place where `check_value` converts them (a list of texts -> a tuple, 3 -> 3.0),
+    so a config built from Python code gets exactly what the CLI and recipes get.
+    """
+    problems = []
+    for f in fields(config):
+        value = getattr(config, f.name)
+        try:
+            value = check_value(f, value)
+        except TypeError as exc:
+            problems.append(f"{flag(f.name)} {exc}.")
+            continue
+        object.__setattr__(config, f.name, value)
+        problems += _value_problems(f, value)
+    seed = getattr(config, "seed", 0)
+    if isinstance(seed, int) and not 0 <= seed <= SEED_MAX:
+        problems.append(f"--seed must be between 0 and {SEED_MAX} (the seeds numpy accepts); got {seed}. "
+                        f"Pass e.g. --seed 42.")
+    return problems
+
+
+def _value_problems(f: dataclasses.Field, value: Any) -> Iterator[str]:
+    name, meta = flag(f.name), f.metadata
+    if isinstance(value, float) and not math.isfinite(value):
+        example = f.default if isinstance(f.default, float) else 1.0
+        yield f"{name} must be a finite number; got {value}. Pass a real number (e.g. {name} {example})."
+        return
+    choices = meta.get("choices")
+    if choices and value is not None and value not in choices:
+        yield f"{name} must be one of {', '.join(choices)}; got {value!r}."
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return
+    if meta.get("above") is not None and not value > meta["above"]:
+        yield (f"{name} must be a positive number, got {value!r}." if meta["above"] == 0
+               else f"{name} must be more than {meta['above']}; got {value!r}.")
+    if meta.get("minimum") is not None and value < meta["minimum"]:
+        yield f"{name} must be at least {meta['minimum']:g}; got {value!r}."
+
+
+def command_flags(config_cls: type, cli_only: dict[str, bool]) -> dict[str, bool]:
+    """Every flag of the command configured by `config_cls` -> whether it takes a value.
+
+    A bool option that defaults to true also has --no-NAME; `cli_only` adds the flags that are not config fields.
+    """
+    result = dict(cli_only)
+    for f in option_fields(config_cls):
+        is_bool = field_type(f)[0] is bool
+        for name in flag_names(f):
+            result[name] = not is_bool
+        if is_bool and f.default is True:
+            result["--no-" + flag(f.name)[2:]] = False
+    return result
