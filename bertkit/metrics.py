@@ -1,14 +1,23 @@
-"""Classification metrics from scikit-learn (works offline; the `evaluate` library fetches metric scripts)."""
+"""Metrics: built-in ones from scikit-learn/scipy (always offline) for every problem shape, plus any `evaluate`
+module (`load_metric`): a local metric script always, a hub module when the hub or the local evaluate cache
+has it."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from sklearn import metrics as skm
 
+from bertkit.errors import UserError
+
 METRIC_NAMES = ("accuracy", "f1", "mcc", "precision", "recall", "roc_auc")
+REGRESSION_METRICS = ("pearson", "spearman", "mse", "mae")
+MULTILABEL_METRICS = ("micro_f1", "macro_f1", "subset_accuracy", "hamming_loss")
+LOWER_IS_BETTER = {"loss", "mse", "mae", "hamming_loss"}
 
 
 def classification_metrics(
@@ -39,5 +48,104 @@ def classification_metrics(
 
 
 def headline(metrics: dict[str, Any]) -> dict[str, float]:
-    """Just the scalar scores (for tables and comparisons)."""
-    return {k: metrics[k] for k in METRIC_NAMES if k in metrics}
+    """Just the scalar scores (for tables and comparisons): the built-in ones, then any external metric's."""
+    names = (*METRIC_NAMES, *REGRESSION_METRICS, *MULTILABEL_METRICS)
+    scores = {k: metrics[k] for k in names if k in metrics}
+    scores.update({k: v for k, v in metrics.get("external", {}).items() if isinstance(v, (int, float))})
+    return scores
+
+
+def regression_metrics(y_true: Sequence[float], y_pred: Sequence[float]) -> dict[str, Any]:
+    """Pearson and Spearman correlation, mean squared and mean absolute error (GLUE STS-B reports the first two)."""
+    from scipy import stats
+
+    y_true, y_pred = np.asarray(y_true, dtype=np.float64), np.asarray(y_pred, dtype=np.float64)
+    constant = np.ptp(y_true) == 0 or np.ptp(y_pred) == 0  # a correlation with a constant is undefined
+    return {
+        "n": int(len(y_true)),
+        "pearson": 0.0 if constant else float(stats.pearsonr(y_true, y_pred)[0]),
+        "spearman": 0.0 if constant else float(stats.spearmanr(y_true, y_pred)[0]),
+        "mse": float(skm.mean_squared_error(y_true, y_pred)),
+        "mae": float(skm.mean_absolute_error(y_true, y_pred)),
+    }
+
+
+def multilabel_metrics(y_true: np.ndarray, y_pred: np.ndarray, label_names: Sequence[str]) -> dict[str, Any]:
+    """Micro/macro F1, subset accuracy (every label right), Hamming loss and a per-label table, for 0/1 matrices
+    of shape (rows, labels)."""
+    y_true, y_pred = np.asarray(y_true, dtype=int), np.asarray(y_pred, dtype=int)
+    per_label = {
+        str(name): {"f1": float(skm.f1_score(y_true[:, j], y_pred[:, j], zero_division=0)),
+                    "precision": float(skm.precision_score(y_true[:, j], y_pred[:, j], zero_division=0)),
+                    "recall": float(skm.recall_score(y_true[:, j], y_pred[:, j], zero_division=0)),
+                    "support": int(y_true[:, j].sum())}
+        for j, name in enumerate(label_names)
+    }
+    return {
+        "n": int(len(y_true)),
+        "micro_f1": float(skm.f1_score(y_true, y_pred, average="micro", zero_division=0)),
+        "macro_f1": float(skm.f1_score(y_true, y_pred, average="macro", zero_division=0)),
+        "subset_accuracy": float(skm.accuracy_score(y_true, y_pred)),
+        "hamming_loss": float(skm.hamming_loss(y_true, y_pred)),
+        "per_label": per_label,
+        "labels": [str(n) for n in label_names],
+    }
+
+
+def is_better(value: float, best: float | None, metric: str) -> bool:
+    """Whether `value` of `metric` beats `best` (losses and errors: lower is better)."""
+    if best is None:
+        return True
+    return value < best if metric in LOWER_IS_BETTER else value > best
+
+
+# ---------------------------------------------------------------- metrics from the `evaluate` library
+
+
+@dataclass
+class ExternalMetric:
+    """An `evaluate` module: `compute(predictions, references)` -> its scores (flattened to numbers)."""
+
+    spec: str
+    module: Any
+
+    def compute(self, predictions: Sequence[Any], references: Sequence[Any]) -> dict[str, float]:
+        result = self.module.compute(predictions=list(predictions), references=list(references))
+        return {f"{self.name}/{k}" if k in (*METRIC_NAMES, *REGRESSION_METRICS) else k: float(v)
+                for k, v in (result or {}).items() if isinstance(v, (int, float, np.number))}
+
+    @property
+    def name(self) -> str:
+        return Path(self.spec.split(":")[0]).name
+
+
+def load_metric(spec: str, *, trust_remote_code: bool = False) -> ExternalMetric:
+    """An `evaluate` module from `spec`: a local metric script (a .py file or a folder holding NAME.py), or a hub
+    name `NAME` / `NAME:CONFIG` (e.g. `matthews_correlation`, `glue:mrpc`), loaded from the hub or the local
+    evaluate cache.
+
+    Local scripts are the user's own code and run as given. Hub modules of the official evaluate collection load
+    by name; any other hub namespace (`user/metric`) is downloaded code and needs --trust-remote-code.
+    """
+    name, _, config = spec.partition(":")
+    local = Path(name).expanduser()
+    if not local.exists() and "/" in name and not trust_remote_code:
+        raise UserError(
+            f"--metric {spec}: {name} is a metric script from a user namespace on the hub, i.e. downloaded code. "
+            f"Pass --trust-remote-code if you have read and trust it, or use a local copy of the script "
+            f"(--metric path/to/{name.split('/')[-1]}) or a built-in metric."
+        )
+    try:
+        import evaluate
+    except ImportError:
+        raise UserError(f"--metric {spec} needs the `evaluate` package: pip install evaluate.") from None
+    try:
+        module = evaluate.load(str(local) if local.exists() else name, config or None)
+    except Exception as exc:  # offline, unknown name, broken script: many exception types
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300].rstrip(".")
+        raise UserError(
+            f"Could not load the evaluate metric {spec!r}: {reason}. Offline, a hub metric loads only when it is in "
+            f"the local evaluate cache: run once where the hub is reachable, or pass a local metric script "
+            f"(--metric path/to/metric.py or its folder), or use a built-in metric ({', '.join(METRIC_NAMES)})."
+        ) from None
+    return ExternalMetric(spec, module)
