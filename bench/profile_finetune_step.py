@@ -76,7 +76,7 @@ def main() -> dict:
     encoded = data.encode_dataset(tokenizer, train, 128)
     labels = np.asarray([int(y) for y in train.labels])
     batches = data.grouped_batches(encoded.lengths, 32, 42, 0)[: args.steps + 2]
-    optimizer = _adamw(model, 5e-5, 0.01, torch.device("cpu"))
+    optimizer = _adamw(model, 5e-5, 0.01)
 
     def step(idx):
         batch = data.pad_batch(encoded, idx, tokenizer.pad_token_id)

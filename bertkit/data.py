@@ -808,12 +808,16 @@ def grouped_batches(lengths: np.ndarray, batch_size: int, seed: int, epoch: int,
     return batches
 
 
-def pad_batch(encoded: Encoded, indices: Sequence[int], pad_id: int, pad_to: int | None = None) -> dict[str, Any]:
-    """Tensors for the rows at `indices`, padded to the longest of them (dynamic) or to `pad_to` (static)."""
+def pad_batch(encoded: Encoded, indices: Sequence[int], pad_id: int, pad_to: int | None = None,
+              multiple_of: int | None = None) -> dict[str, Any]:
+    """Tensors for the rows at `indices`, padded to the longest of them (dynamic) or to `pad_to` (static);
+    `multiple_of` rounds the dynamic width up (8 suits GPU tensor cores)."""
     import torch
 
     rows = [encoded.input_ids[i] for i in indices]
     width = pad_to or max(len(r) for r in rows)
+    if multiple_of and not pad_to:
+        width = -(-width // multiple_of) * multiple_of
     input_ids = np.full((len(rows), width), pad_id, dtype=np.int64)
     mask = np.zeros((len(rows), width), dtype=np.int64)
     for j, row in enumerate(rows):

@@ -166,11 +166,14 @@ def build_encoder(config: Any) -> Any:
 
 
 def load_classifier(
-    name: str, id2label: dict[int, str] | None = None, trust_remote_code: bool = False, **overrides: Any
+    name: str, id2label: dict[int, str] | None = None, trust_remote_code: bool = False, *, require_head: bool = False,
+    **overrides: Any,
 ) -> Any:
     """`AutoModelForSequenceClassification` (BertForSequenceClassification for BERT checkpoints).
 
     With `id2label`, the head is sized and named for those labels (a new head if the checkpoint's differs).
+    `require_head` (predict, evaluate): the folder must hold a trained classification head; a base encoder would
+    get a random one and give random labels, so it is refused.
     """
     from transformers import AutoModelForSequenceClassification
 
@@ -185,9 +188,21 @@ def load_classifier(
             ignore_mismatched_sizes=True,
         )
     with _loading(path):
-        return AutoModelForSequenceClassification.from_pretrained(
-            path, use_safetensors=True, trust_remote_code=trust_remote_code, **kwargs
+        model, info = AutoModelForSequenceClassification.from_pretrained(
+            path, use_safetensors=True, trust_remote_code=trust_remote_code, output_loading_info=True, **kwargs
         )
+    untrained = sorted(k for k in info.get("missing_keys", ()) if k.split(".")[0] in HEAD_MODULES)
+    if require_head and untrained:
+        raise UserError(
+            f"No fine-tuned classification head found in {name}: its weights lack {', '.join(untrained[:4])}, so "
+            f"the head would be random and so would the labels. Fine-tune it first with `bertkit finetune --model "
+            f"{name} ...` and pass its best/ folder, or use a saved probe with --probe."
+        )
+    return model
+
+
+HEAD_MODULES = {"classifier", "pre_classifier", "score"}
+"""Top-level names of sequence-classification heads (BERT: classifier; DistilBERT: pre_classifier + classifier)."""
 
 
 def model_max_length(tokenizer: Any, config: Any) -> int:

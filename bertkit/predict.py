@@ -8,8 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from bertkit import data, metrics, runs
+from bertkit import data, infer, metrics, modeling, runs
 from bertkit.config import EvaluateConfig, PredictConfig, config_dict, recipe_path
+from bertkit.objectives import softmax
 
 
 def run_predict(cfg: PredictConfig, *, recipe: str | None = None, progress: bool = False) -> dict[str, Any]:
@@ -26,8 +27,6 @@ def run_predict(cfg: PredictConfig, *, recipe: str | None = None, progress: bool
         dataset = data.load_dataset_split(cfg, cfg.data or "", need_labels=False)
     label_names, proba = probabilities(cfg, dataset, progress)
     if cfg.out:
-        from bertkit.finetune import write_predictions_csv
-
         write_predictions_csv(Path(cfg.out), dataset, proba, label_names)
     labels = [label_names[i] for i in proba.argmax(axis=1)]
     return {"dataset": dataset, "labels": labels, "proba": proba, "label_names": label_names, "out": cfg.out}
@@ -39,10 +38,9 @@ def probabilities(cfg: Any, dataset: data.TextDataset, progress: bool) -> tuple[
         from bertkit.probe import load_probe, predict_with_probe
 
         saved = load_probe(cfg.probe)
-        _, proba = predict_with_probe(saved, dataset, batch_size=cfg.batch_size, dtype=None, progress=progress)
+        _, proba = predict_with_probe(saved, dataset, batch_size=cfg.batch_size, precision=cfg.precision,
+                                      max_length=cfg.max_length, progress=progress)
         return [str(x) for x in saved.label_map.labels], proba
-    from bertkit.finetune import load_for_inference, predict_proba
-
     model, tokenizer, label_map = load_for_inference(cfg.model)
     proba = predict_proba(model, tokenizer, dataset, max_length=cfg.max_length, batch_size=cfg.batch_size,
                           precision=cfg.precision, progress=progress)
@@ -52,8 +50,6 @@ def probabilities(cfg: Any, dataset: data.TextDataset, progress: bool) -> tuple[
 def run_evaluate(cfg: EvaluateConfig, *, progress: bool = False) -> dict[str, Any]:
     """Metrics of a fine-tuned model on labelled --data; metrics.json, predictions.csv and the confusion matrix
     in --out when given."""
-    from bertkit.finetune import load_for_inference, predict_proba, write_predictions_csv
-
     plan = runs.inspect_run_dir(cfg.out, "evaluate", overwrite=cfg.overwrite,
                                 compare=runs.config_compare(config_dict(cfg))) if cfg.out else None  # read-only, early
     dataset = data.load_dataset_split(cfg, cfg.data or "", need_labels=True)
@@ -75,3 +71,49 @@ def run_evaluate(cfg: EvaluateConfig, *, progress: bool = False) -> dict[str, An
                                f"{cfg.model} on {dataset.source}")
         run.commit()
     return result
+
+
+# ---------------------------------------------------------------- fine-tuned folders
+
+
+def load_for_inference(model_dir: str) -> tuple[Any, Any, data.LabelMap]:
+    """A fine-tuned folder: classifier (eval mode, on the best device), tokenizer, and its label mapping."""
+    model = modeling.load_classifier(model_dir, require_head=True)
+    tokenizer = modeling.load_tokenizer(model_dir)
+    id2label = getattr(model.config, "id2label", None) or {i: str(i) for i in range(model.config.num_labels)}
+    model.to(modeling.choose_device()).eval()
+    return model, tokenizer, data.LabelMap.from_id2label(id2label)
+
+
+def predict_proba(model: Any, tokenizer: Any, dataset: data.TextDataset, *, max_length: int = 128,
+                  batch_size: int = 64, precision: str = "fp32", progress: bool = False) -> np.ndarray:
+    """Class probabilities for every row of `dataset`, batched longest-first, returned in the original order."""
+    return softmax(infer.classifier_logits(model, tokenizer, dataset, max_length=max_length, batch_size=batch_size,
+                                           precision=precision, progress=progress))
+
+
+def write_predictions_csv(
+    path: Path, dataset: data.TextDataset, proba: np.ndarray, label_names: list[str], *,
+    y_true: np.ndarray | None = None, only_errors: bool = False,
+) -> int:
+    """Rows with predicted label and per-class probabilities (original order; errors most confident first)."""
+    import pandas as pd
+
+    predicted = proba.argmax(axis=1)
+    frame = pd.DataFrame({"row": np.arange(len(dataset))})
+    if dataset.line_numbers is not None:
+        frame["line"] = dataset.line_numbers
+    frame["text"] = dataset.texts
+    if dataset.pairs is not None:
+        frame["text_pair"] = dataset.pairs
+    if y_true is not None:
+        frame["label"] = [label_names[i] for i in y_true]
+    frame["predicted"] = [label_names[i] for i in predicted]
+    frame["confidence"] = proba.max(axis=1)
+    for j, name in enumerate(label_names):
+        frame[f"p_{name}"] = proba[:, j]
+    if only_errors and y_true is not None:
+        frame = frame[predicted != y_true].sort_values("confidence", ascending=False)
+    with runs.atomic_path(path) as tmp:
+        frame.to_csv(tmp, index=False)
+    return len(frame)

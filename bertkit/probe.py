@@ -400,11 +400,10 @@ def save_probe(directory: str | Path, fit: ProbeFit, label_map: Any, meta: dict[
 
 
 def load_probe(path: str | Path) -> SavedProbe:
-    """A saved probe from its directory (`OUT/probe`), or from a run directory that contains `probe/`."""
-    from safetensors.numpy import load_file
+    """A saved probe from its directory (`OUT/probe`), or from a run directory that contains `probe/`.
 
-    from bertkit.data import LabelMap
-
+    Both files are checked before anything uses them, so a damaged one is named as such (never blamed on an
+    option the user did not pass)."""
     root = Path(path).expanduser()
     if not (root / PROBE_META).is_file() and (root / "probe" / PROBE_META).is_file():
         root = root / "probe"
@@ -413,20 +412,74 @@ def load_probe(path: str | Path) -> SavedProbe:
             f"{path} is not a saved probe (no {PROBE_META} + {PROBE_WEIGHTS}). Pass --probe with the run directory "
             f"of a `bertkit probe --out DIR` run (or its probe/ folder)."
         )
-    try:
-        meta = json.loads((root / PROBE_META).read_text(encoding="utf-8"))
-        arrays = load_file(str(root / PROBE_WEIGHTS))
-    except (json.JSONDecodeError, UnicodeDecodeError, OSError, ValueError) as exc:
-        raise UserError(f"Saved probe {root} is damaged ({exc}). Re-run `bertkit probe --out DIR` to write it again.") from None
+    meta, arrays = _read_probe_meta(root), _read_probe_arrays(root)
+    from bertkit.data import LabelMap
+
     return SavedProbe(arrays["scaler_mean"], arrays["scaler_scale"], arrays["coef"], arrays["intercept"],
                       arrays["classes"], LabelMap.from_json(meta["label_map"]), meta, root)
 
 
+PROBE_META_KEYS = ("label_map", "model", "pool", "layers", "max_length")
+PROBE_ARRAYS = ("scaler_mean", "scaler_scale", "coef", "intercept", "classes")
+
+
+def _damaged_probe(file: Path, reason: str) -> UserError:
+    return UserError(f"The saved probe file {file} is damaged ({reason}). Re-run `bertkit probe --out DIR` to write "
+                     f"the probe again, then pass --probe DIR.")
+
+
+def _read_probe_meta(root: Path) -> dict[str, Any]:
+    """probe.json, with every key prediction needs present and valid."""
+    from bertkit.config import POOLS, layers_problem
+
+    file = root / PROBE_META
+    try:
+        meta = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise _damaged_probe(file, f"not valid JSON: {exc}") from None
+    if not isinstance(meta, dict):
+        raise _damaged_probe(file, "not a JSON object")
+    missing = [k for k in PROBE_META_KEYS if k not in meta]
+    if missing:
+        raise _damaged_probe(file, f"missing {', '.join(missing)}")
+    problems = [] if meta["pool"] in POOLS else [f"pool {meta['pool']!r} is not one of {', '.join(POOLS)}"]
+    problems += [f"layers {meta['layers']!r} is not a layer list" for _ in layers_problem(str(meta["layers"]))]
+    if not isinstance(meta["max_length"], int) or meta["max_length"] <= 0:
+        problems.append(f"max_length {meta['max_length']!r} is not a positive integer")
+    if not isinstance(meta["label_map"], dict) or not isinstance(meta["label_map"].get("labels"), list):
+        problems.append("label_map has no list of labels")
+    if problems:
+        raise _damaged_probe(file, "; ".join(problems))
+    return meta
+
+
+def _read_probe_arrays(root: Path) -> dict[str, np.ndarray]:
+    """probe.safetensors: every array present, with consistent shapes."""
+    from safetensors.numpy import load_file
+
+    file = root / PROBE_WEIGHTS
+    try:
+        arrays = load_file(str(file))
+    except Exception as exc:  # SafetensorError (truncated header or data), OSError, ValueError
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        raise _damaged_probe(file, reason) from None
+    missing = [k for k in PROBE_ARRAYS if k not in arrays]
+    if missing:
+        raise _damaged_probe(file, f"missing arrays {', '.join(missing)}")
+    dim = arrays["coef"].shape[-1]
+    if arrays["scaler_mean"].shape != (dim,) or arrays["scaler_scale"].shape != (dim,):
+        raise _damaged_probe(file, "the scaler and coefficient shapes do not match")
+    return arrays
+
+
 def predict_with_probe(
-    saved: SavedProbe, dataset: Any, *, batch_size: int = 64, dtype: Any = None, progress: bool = False
+    saved: SavedProbe, dataset: Any, *, batch_size: int = 64, dtype: Any = None, max_length: int | None = None,
+    precision: str | None = None, progress: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Label ids and probabilities for `dataset` (a data.TextDataset): re-extracts features exactly as the
-    probe was trained (model, pooling, layer, max length, normalization), then applies the saved probe."""
+    """Label ids and probabilities for `dataset` (a data.TextDataset): re-extracts features as the probe was
+    trained (model, pooling, layer, normalization; max length unless `max_length` is given), then applies the
+    saved probe. The extraction precision is `dtype`, or `precision` (auto/fp32/bf16/fp16) resolved for the
+    encoder's device, or fp32."""
     import torch
 
     from bertkit import embed, modeling
@@ -438,9 +491,11 @@ def predict_with_probe(
                     "predictions may be off.", meta["model"], revision, meta["revision"])
     tokenizer = modeling.load_tokenizer(meta["model"], meta.get("trust_remote_code", False))
     encoder = modeling.load_encoder(meta["model"], meta.get("trust_remote_code", False))
+    if dtype is None and precision is not None:
+        dtype = modeling.choose_dtype(precision, next(encoder.parameters()).device)
     features = embed.extract_features(
         encoder, tokenizer, dataset, pool=meta["pool"], layers=str(meta["layers"]), combine=meta.get("combine", "concat"),
-        max_length=int(meta["max_length"]), batch_size=batch_size, dtype=dtype or torch.float32,
+        max_length=int(max_length or meta["max_length"]), batch_size=batch_size, dtype=dtype or torch.float32,
         normalize=bool(meta.get("normalize", False)), progress=progress,
     )
     features = np.asarray(features, dtype=np.float32).reshape(len(dataset), -1)

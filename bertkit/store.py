@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from bertkit import disk, faults
 from bertkit.config import STORE_DTYPES
 from bertkit.data import LabelMap
 from bertkit.errors import UserError
@@ -49,8 +50,8 @@ LABELS = "labels.npy"
 SHARDS = "shards"
 SPLITS_INDEX = "splits.json"
 SPLIT_NAMES = ("train", "dev", "test")
-FAIL_HOOK_ENV = "BERTKIT_FAIL_AFTER_SHARDS"
-FAIL_SIGNAL_ENV = "BERTKIT_FAIL_SIGNAL"
+FAIL_HOOK_ENV = faults.FAIL_AFTER_SHARDS_ENV  # the test suites' names for the counted fault point "embed.shard"
+FAIL_SIGNAL_ENV = faults.FAIL_SIGNAL_ENV
 
 
 # ---------------------------------------------------------------- reading
@@ -257,13 +258,15 @@ class StoreWriter:
         expected = (end - start, *self.row_shape)
         if features.shape != expected:
             raise ValueError(f"shard {k}: features shape {features.shape}, expected {expected}")
-        write_json_atomic(self.shard_meta_file(k), {"shard": k, "rows": [start, end], **meta})
-        with atomic_path(self.shard_file(k)) as tmp:
-            with tmp.open("wb") as handle:
-                np.save(handle, np.ascontiguousarray(features, dtype=self.dtype))
-            _kill_point("embed.shard.before_rename")
+        array = np.ascontiguousarray(features, dtype=self.dtype)
+        with disk.writing(self.path / SHARDS, disk.with_margin(array.nbytes)):
+            write_json_atomic(self.shard_meta_file(k), {"shard": k, "rows": [start, end], **meta})
+            with atomic_path(self.shard_file(k)) as tmp:
+                with tmp.open("wb") as handle:
+                    np.save(handle, array)
+                _kill_point("embed.shard.before_rename")
         self.written_here += 1
-        _maybe_fail(self.written_here)
+        faults.fail_point("embed.shard", self.written_here)
 
     def all_shards_done(self) -> bool:
         return all(self.shard_done(k) for k in range(len(self.ranges)))
@@ -277,16 +280,19 @@ class StoreWriter:
         if missing:
             raise RuntimeError(f"cannot finalize {self.path}: shards {missing[:10]} are missing")
         shape = (self.n_rows, *self.row_shape)
-        with atomic_path(self.path / FEATURES) as tmp:
-            merged = np.lib.format.open_memmap(tmp, mode="w+", dtype=self.dtype, shape=shape)
-            for k, (start, end) in enumerate(self.ranges):
-                merged[start:end] = np.load(self.shard_file(k), mmap_mode="r")
-            merged.flush()
-            del merged
-        if labels is not None:
-            with atomic_path(self.path / LABELS) as tmp:
-                with tmp.open("wb") as handle:
-                    np.save(handle, np.asarray(labels, dtype=np.int64))
+        need = disk.with_margin(int(np.prod(shape)) * self.dtype.itemsize + 8 * self.n_rows)
+        with disk.writing(self.path, need):
+            with atomic_path(self.path / FEATURES) as tmp:
+                merged = np.lib.format.open_memmap(tmp, mode="w+", dtype=self.dtype, shape=shape)
+                disk.preallocate(tmp)  # a full disk is ENOSPC now, not SIGBUS while the shards are copied in
+                for k, (start, end) in enumerate(self.ranges):
+                    merged[start:end] = np.load(self.shard_file(k), mmap_mode="r")
+                merged.flush()
+                del merged
+            if labels is not None:
+                with atomic_path(self.path / LABELS) as tmp:
+                    with tmp.open("wb") as handle:
+                        np.save(handle, np.asarray(labels, dtype=np.int64))
         full = {"format": FORMAT, **manifest, "identity": self.identity, "shape": list(shape),
                 "store_dtype": str(self.dtype), "files": {"features": FEATURES, "labels": LABELS if labels is not None else None}}
         _kill_point("embed.finalize.before_manifest")
@@ -308,20 +314,6 @@ def _kill_point(name: str) -> None:
         from bertkit import faults
 
         faults.maybe_kill(name)
-
-
-def _maybe_fail(written: int) -> None:
-    """Test hook (see module docstring): fail after `BERTKIT_FAIL_AFTER_SHARDS` shards were written.
-
-    With `BERTKIT_FAIL_SIGNAL=KILL` the process SIGKILLs itself instead (a real, uncatchable kill).
-    """
-    value = os.environ.get(FAIL_HOOK_ENV)
-    if value and value.isdigit() and written >= int(value):
-        if os.environ.get(FAIL_SIGNAL_ENV, "").upper() == "KILL":
-            import signal
-
-            os.kill(os.getpid(), signal.SIGKILL)
-        raise RuntimeError(f"{FAIL_HOOK_ENV}={value}: injected failure after {written} shard(s) (test hook)")
 
 
 def run_differences(root: Path, identities: dict[str, dict[str, Any]], split_layout: bool) -> list[str]:
