@@ -257,7 +257,10 @@ def train_epoch(session: Session, state: TrainState, bar: Any) -> None:
         bar.set_postfix(loss=f"{state.running_loss[0] / max(state.running_loss[1], 1):.4f}",
                         lr=f"{session.scheduler.get_last_lr()[0]:.2e}")
         end_of_epoch = state.step_in_epoch == len(batches)
-        if end_of_epoch or (eval_every and state.global_step % eval_every == 0):
+        evaluating = end_of_epoch or (eval_every and state.global_step % eval_every == 0)
+        if evaluating or (cfg.save_every and state.global_step % cfg.save_every == 0):
+            _stop_if_weights_not_finite(session, state)  # nothing diverged is evaluated or saved
+        if evaluating:
             state.train_seconds += time.perf_counter() - started
             evaluate(session, state, end_of_epoch)
             started = time.perf_counter()
@@ -347,7 +350,7 @@ def dev_scores(session: Session) -> Any:
     local.train()
     all_logits = data.restore_order([b for b, _ in gathered], [lg for _, lg in gathered])
     if not np.isfinite(all_logits).all():
-        raise UserError(_not_finite_message(session, "the dev logits", None))
+        raise UserError(_not_finite_message(session, "the dev logits", None, None))
     return session.objective.score(all_logits)
 
 
@@ -547,12 +550,22 @@ def _stop_if_not_finite(session: Session, state: TrainState, loss_sum: float) ->
     if session.accelerator.num_processes > 1:
         bad = session.accelerator.reduce(bad, reduction="sum")
     if bad.item() > 0:
-        raise UserError(_not_finite_message(session, "the training loss", state))
+        raise UserError(_not_finite_message(session, "the training loss", state.global_step + 1, state.epoch))
 
 
-def _not_finite_message(session: Session, what: str, state: TrainState | None) -> str:
+def _stop_if_weights_not_finite(session: Session, state: TrainState) -> None:
+    """A step whose loss was still finite can leave NaN/inf weights (an update that overflows, e.g. --lr 3e38):
+    checked before every evaluation and checkpoint, so the checkpoint named "last good" holds finite weights.
+    The weights are the same on every process, so every process stops together."""
+    params = [p.detach() for p in session.accelerator.unwrap_model(session.net).parameters()]
+    if not torch.stack([torch.isfinite(p).all() for p in params]).all().item():
+        raise UserError(_not_finite_message(session, "the model weights", state.global_step, state.epoch))
+
+
+def _not_finite_message(session: Session, what: str, step: int | None, epoch: int | None) -> str:
+    """`step`: the optimizer step (1-based) after which `what` was found NaN/inf; `epoch`: 0-based."""
     cfg = session.cfg
-    where = f" at step {state.global_step + 1} (epoch {state.epoch + 1})" if state is not None else ""
+    where = f" at step {step} (epoch {(epoch or 0) + 1})" if step is not None else ""
     last = checkpoints.latest_checkpoint(session.out)
     kept = f"The last good checkpoint, {last}, is kept." if last else "No checkpoint was saved before it."
     fp16 = " or fp16 overflow (use --precision bf16 or fp32)" if cfg.precision == "fp16" else ""

@@ -309,3 +309,20 @@ def test_bf16_and_auto_precision_train_in_the_same_process(tiny_bert_dir, toy_fi
     assert auto.metrics["mixed_precision"] == {"bf16": "bf16", "fp32": "no"}[auto_dtype]
     fp32 = finetune(make_cfg(tiny_bert_dir, train, dev, tmp_path / "fp32", epochs=1), progress=False)
     assert fp32.metrics["mixed_precision"] == "no"
+
+
+@pytest.mark.parametrize("max_grad_norm", [1.0, 0.0])
+def test_an_update_that_overflows_the_weights_is_never_saved(tiny_bert_dir, toy_files, tmp_path, max_grad_norm):
+    """--lr 3e38: step 1's loss is finite but its update leaves inf/NaN weights. The run stops at that step, before
+    the checkpoint it would save, and the checkpoint it calls the last good one holds finite weights."""
+    train, dev = toy_files
+    out = tmp_path / "run"
+    cfg = make_cfg(tiny_bert_dir, train, dev, out, lr=3e38, batch_size=4, save_every=1, max_grad_norm=max_grad_norm)
+    with pytest.raises(UserError, match=r"The model weights became NaN/inf at step \d+ \(epoch 1\).*--lr 3e\+38 is too high") as err:
+        finetune(cfg, progress=False)
+    saved = sorted((out / "checkpoints").glob("step-*"))
+    assert saved, "the steps before the overflow were checkpointed"
+    for folder in saved:
+        assert all(np.isfinite(v).all() for v in weights(folder).values()), folder
+    assert f"The last good checkpoint, {latest_checkpoint(out)}, is kept" in str(err.value)
+    assert not (out / "best").exists() or all(np.isfinite(v).all() for v in weights(out / "best").values())
