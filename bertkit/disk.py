@@ -70,6 +70,14 @@ def writing(folder: str | Path, need: int) -> Iterator[None]:
     """A write of about `need` bytes into `folder`: refused up front when the disk cannot hold it, and a write that
     runs out of space anyway becomes the one disk-full message (the writer's own cleanup runs first)."""
     check_free(folder, need)
+    with reported(folder, need):
+        yield
+
+
+@contextmanager
+def reported(folder: str | Path, need: int) -> Iterator[None]:
+    """Any write below that runs out of space becomes the one disk-full message; `need` is what the work still
+    needs (for a whole run: its next checkpoint). Other errors pass through unchanged."""
     try:
         yield
     except Exception as exc:

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from bertkit import checkpoints, data, faults, infer, metrics, modeling, runs
+from bertkit import checkpoints, data, disk, faults, infer, metrics, modeling, runs
 from bertkit.config import FinetuneConfig, config_dict
 from bertkit.errors import UserError
 from bertkit.fastforward import SequenceClassifier
@@ -171,12 +171,13 @@ def finetune(cfg: FinetuneConfig, *, progress: bool = True) -> FinetuneResult:
     session = setup(cfg, accelerator, splits, key)
     if session is None:  # an --overwrite run killed after its last save: its swap was finished just now
         return _finished_result(Path(cfg.out or "").expanduser(), accelerator)
-    state, restored = restore(session)
-    bar = _progress(session, state, progress)
-    while state.epoch < cfg.epochs and not state.stopped_early:
-        train_epoch(session, state, bar)
-    bar.close()
-    return finish(session, state, restored, splits.notes)
+    with disk.reported(session.out, session.checkpoint_bytes):  # metrics, reports, best_dev_proba: a full disk
+        state, restored = restore(session)                       # there too is one message, and a re-run resumes
+        bar = _progress(session, state, progress)
+        while state.epoch < cfg.epochs and not state.stopped_early:
+            train_epoch(session, state, bar)
+        bar.close()
+        return finish(session, state, restored, splits.notes)
 
 
 def setup(cfg: FinetuneConfig, accelerator: Any, splits: data.Splits, key: dict[str, Any]) -> Session | None:
@@ -587,8 +588,6 @@ def _mean_across(accelerator: Any, loss_sum: float, rows: int) -> float:
 
 def _checkpoint_bytes(model: Any) -> int:
     """Disk one checkpoint needs: fp32 weights + AdamW's two moments, plus 5% and 16 MB of margin."""
-    from bertkit import disk
-
     return disk.with_margin(3 * sum(p.numel() * 4 for p in model.parameters()))
 
 

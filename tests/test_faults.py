@@ -241,3 +241,32 @@ def test_finetune_killed_and_resumed_equals_uninterrupted(points, tiny_bert_dir,
     assert_same_training(out, reference)
     assert checkpoints(out) and not list((out / "checkpoints").glob(".tmp-*")), "temp checkpoint folders left behind"
     assert not [p for p in out.iterdir() if p.name.startswith((".tmp-", ".old-"))], "temp model folders left behind"
+
+
+# ---------------------------------------------------------------- a full disk (enospc:GLOB) in the small writes
+
+
+def run_disk_full(argv: list[str], point: str) -> subprocess.CompletedProcess:
+    """Run `python -m bertkit ARGV` with BERTKIT_KILL_AT=enospc:...; it must end with the one disk-full message."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", faults.ENV: point}
+    proc = subprocess.run([sys.executable, "-m", "bertkit", *argv], capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, f"{point}: exit {proc.returncode}\n{proc.stderr[-3000:]}"
+    assert "disk full at" in proc.stderr and "re-run the same command to resume" in proc.stderr, proc.stderr
+    return proc
+
+
+def test_finetune_full_disk_in_small_writes_then_same_command_finishes_exactly(tiny_bert_dir, data, tmp_path):
+    """Not only checkpoints and model folders: the run's small files hit a full disk too - the best model's dev
+    probabilities, then (re-run) the metrics log, then (re-run) metrics.json at the very end. Each is the disk-full
+    message (exit 2, no traceback) and leaves no temp file; the same command then finishes with the uninterrupted
+    run's weights and log."""
+    reference = tmp_path / "reference"
+    run_ok(finetune_argv(tiny_bert_dir, data, reference))
+    out = tmp_path / "run"
+    argv = finetune_argv(tiny_bert_dir, data, out)
+    for point in ("enospc:.best_dev_proba.npy.*", "enospc:metrics.jsonl@2", "enospc:.metrics.json.*"):
+        run_disk_full(argv, point)
+        assert not [p for p in out.rglob("*") if p.name.endswith(".tmp") or p.name.startswith(".tmp-")], point
+        assert not (out / "metrics.json").exists()
+    run_ok(argv)
+    assert_same_training(out, reference)
