@@ -224,10 +224,16 @@ class StoreWriter:
                 if status == "new":
                     write_json_atomic(self.path / IDENTITY, self.identity)
             except OSError as exc:
+                if disk.is_disk_full(exc):
+                    raise disk.full_error(self.path, disk.with_margin(self.features_bytes())) from None
                 raise UserError(
                     f"Cannot write to --out {self.path} ({exc.strerror or exc}). Choose a directory you can write to."
                 ) from None
         return status
+
+    def features_bytes(self) -> int:
+        """Size of the finished features.npy (the shards hold as much again until the merge removes them)."""
+        return int(np.prod((self.n_rows, *self.row_shape))) * self.dtype.itemsize
 
     def shard_file(self, k: int) -> Path:
         return self.path / SHARDS / f"shard-{k:05d}.npy"
@@ -280,8 +286,8 @@ class StoreWriter:
         if missing:
             raise RuntimeError(f"cannot finalize {self.path}: shards {missing[:10]} are missing")
         shape = (self.n_rows, *self.row_shape)
-        need = disk.with_margin(int(np.prod(shape)) * self.dtype.itemsize + 8 * self.n_rows)
-        with disk.writing(self.path, need):
+        need = disk.with_margin(self.features_bytes() + 8 * self.n_rows)
+        with disk.writing(self.path, need):  # features, labels and the manifest
             with atomic_path(self.path / FEATURES) as tmp:
                 merged = np.lib.format.open_memmap(tmp, mode="w+", dtype=self.dtype, shape=shape)
                 disk.preallocate(tmp)  # a full disk is ENOSPC now, not SIGBUS while the shards are copied in
@@ -293,10 +299,10 @@ class StoreWriter:
                 with atomic_path(self.path / LABELS) as tmp:
                     with tmp.open("wb") as handle:
                         np.save(handle, np.asarray(labels, dtype=np.int64))
-        full = {"format": FORMAT, **manifest, "identity": self.identity, "shape": list(shape),
-                "store_dtype": str(self.dtype), "files": {"features": FEATURES, "labels": LABELS if labels is not None else None}}
-        _kill_point("embed.finalize.before_manifest")
-        write_json_atomic(self.path / MANIFEST, full)
+            full = {"format": FORMAT, **manifest, "identity": self.identity, "shape": list(shape), "store_dtype":
+                    str(self.dtype), "files": {"features": FEATURES, "labels": LABELS if labels is not None else None}}
+            _kill_point("embed.finalize.before_manifest")
+            write_json_atomic(self.path / MANIFEST, full)
         self._remove_work_files()
         return open(self.path)
 
@@ -349,7 +355,8 @@ def _stored_identity(path: Path) -> dict[str, Any] | None:
 
 
 def write_splits_index(root: Path, splits: list[str]) -> None:
-    write_json_atomic(root / SPLITS_INDEX, {"format": FORMAT, "splits": splits})
+    with disk.reported(root, disk.MARGIN_BYTES):
+        write_json_atomic(root / SPLITS_INDEX, {"format": FORMAT, "splits": splits})
 
 
 def store_size_bytes(path: Path) -> int:

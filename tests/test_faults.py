@@ -270,3 +270,22 @@ def test_finetune_full_disk_in_small_writes_then_same_command_finishes_exactly(t
         assert not (out / "metrics.json").exists()
     run_ok(argv)
     assert_same_training(out, reference)
+
+
+def test_embed_full_disk_at_start_and_at_the_manifest_then_same_command_is_byte_identical(tiny_bert_dir, data, tmp_path):
+    """The store's first file (identity.json) and its last (manifest.json, after the merge) hit a full disk: each
+    is the disk-full message, not a traceback or "choose a directory you can write to"; the re-run finishes the
+    store byte-identical to an uninterrupted run, with no work files left."""
+    reference = tmp_path / "reference"
+    run_ok(embed_argv(tiny_bert_dir, data, reference))
+    out = tmp_path / "store"
+    argv = embed_argv(tiny_bert_dir, data, out)
+    for point in ("enospc:.identity.json.*", "enospc:.manifest.json.*"):
+        run_disk_full(argv, point)
+        assert_no_partial_files(out)
+        assert not [p for p in out.rglob("*.tmp")] and not (out / "manifest.json").exists(), point
+    run_ok(argv)
+    assert_same_store(out, reference)
+    from bertkit import store
+
+    assert not [p for p in out.rglob("*") if p.name.endswith(".tmp") or p.name in (store.SHARDS, store.IDENTITY)]
