@@ -413,6 +413,10 @@ def load_probe(path: str | Path) -> SavedProbe:
             f"of a `bertkit probe --out DIR` run (or its probe/ folder)."
         )
     meta, arrays = _read_probe_meta(root), _read_probe_arrays(root)
+    n_labels, classes = len(meta["label_map"]["labels"]), arrays["classes"].tolist()
+    if min(classes) < 0 or max(classes) >= n_labels:
+        raise _damaged_probe(root / PROBE_META, f"its label_map has {n_labels} label(s) but {PROBE_WEIGHTS} "
+                                                f"predicts class ids {classes}")
     from bertkit.data import LabelMap
 
     return SavedProbe(arrays["scaler_mean"], arrays["scaler_scale"], arrays["coef"], arrays["intercept"],
@@ -464,12 +468,28 @@ def _read_probe_arrays(root: Path) -> dict[str, np.ndarray]:
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         raise _damaged_probe(file, reason) from None
     missing = [k for k in PROBE_ARRAYS if k not in arrays]
-    if missing:
-        raise _damaged_probe(file, f"missing arrays {', '.join(missing)}")
-    dim = arrays["coef"].shape[-1]
-    if arrays["scaler_mean"].shape != (dim,) or arrays["scaler_scale"].shape != (dim,):
-        raise _damaged_probe(file, "the scaler and coefficient shapes do not match")
+    problem = f"missing arrays {', '.join(missing)}" if missing else _probe_arrays_problem(arrays)
+    if problem:
+        raise _damaged_probe(file, problem)
     return arrays
+
+
+def _probe_arrays_problem(arrays: dict[str, np.ndarray]) -> str | None:
+    """Why the probe's arrays cannot be a fitted logistic regression (None: they can). Shapes that broadcast anyway
+    or NaN/zero scales would otherwise give silently wrong probabilities, bad class ids a traceback."""
+    coef, intercept, classes = arrays["coef"], arrays["intercept"], arrays["classes"]
+    if coef.ndim != 2:
+        return f"coef has shape {coef.shape}, not (classes, features)"
+    k, dim = coef.shape
+    if arrays["scaler_mean"].shape != (dim,) or arrays["scaler_scale"].shape != (dim,) or intercept.shape != (k,):
+        return "the scaler, coefficient and intercept shapes do not match"
+    expected = 2 if k == 1 else k  # binary: one weight row for two classes
+    if classes.shape != (expected,) or classes.dtype.kind not in "iu" or len(set(classes.tolist())) != expected:
+        return f"classes {classes.tolist()} are not {expected} distinct class ids for {k} coefficient row(s)"
+    numbers = [arrays[name] for name in ("scaler_mean", "scaler_scale", "coef", "intercept")]
+    if not all(np.isfinite(a).all() for a in numbers) or not (arrays["scaler_scale"] > 0).all():
+        return "it holds NaN/inf values or non-positive scales"
+    return None
 
 
 def predict_with_probe(
