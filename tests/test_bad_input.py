@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 import typer
 from typer.testing import CliRunner
@@ -564,6 +565,85 @@ CASES += [  # issue 13: data and options
     Case("predict-invisible-text", "predict",
          lambda w: ["predict", "--model", w.copy("clf"), "--text", "fine", "--text", "\u200b"],
          r"--text number 2 \(of 2\) is empty or only whitespace/invisible", r"Drop it or pass a sentence"),
+]
+
+
+# ------------------------------------------------ issue 13: integrity and disk (helpers, then the cases)
+
+
+def _saved_probe(w: Workspace) -> Path:
+    """A real saved probe of the tiny model, made once per session next to the premade outputs."""
+    run = Path(w.premade["data"]).parent / "probe-run"
+    if not (run / "probe" / "probe.safetensors").is_file():
+        _invoke_ok(["probe", "--model", w.tiny, "--data", str(w.premade["data"]), "--out", str(run), "--no-baselines",
+                    "--quiet"])
+    return run / "probe"
+
+
+def _damaged_probe(w: Workspace, kind: str) -> str:
+    """The saved probe with one kind of damage: truncated, nan-coef, intercept-shape, class-ids, layers-bad."""
+    from safetensors.numpy import load_file, save_file
+
+    target = w.root / f"probe-{kind}"
+    shutil.copytree(_saved_probe(w), target)
+    weights, meta_file = target / "probe.safetensors", target / "probe.json"
+    arrays, meta = load_file(str(weights)), json.loads(meta_file.read_text())
+    if kind == "truncated":
+        weights.write_bytes(weights.read_bytes()[:-16])
+    elif kind == "layers-bad":
+        meta_file.write_text(json.dumps({**meta, "layers": "last"}))
+    else:
+        arrays["coef"] = arrays["coef"] * float("nan") if kind == "nan-coef" else arrays["coef"]
+        arrays["intercept"] = np.zeros(3) if kind == "intercept-shape" else arrays["intercept"]
+        arrays["classes"] = np.array([0, 7]) if kind == "class-ids" else arrays["classes"]
+        save_file(arrays, str(weights))
+    return str(target)
+
+
+def _run_with_damaged_checkpoint_file(w: Workspace, name: str) -> str:
+    """The premade run, unfinished, with one file of its newest checkpoint changed after it was saved (accelerate
+    itself would skip a damaged random_states_0.pkl and resume inexactly)."""
+    run = Path(w.copy("run"))
+    (run / "metrics.json").unlink()
+    newest = max((run / "checkpoints").glob("step-*"), key=lambda p: int(p.name.split("-")[1]))
+    target = newest / name
+    target.write_bytes(target.read_bytes()[:-8] + b"damaged!")
+    return str(run)
+
+
+CASES += [  # issue 13: integrity and disk
+    Case("predict-probe-truncated-weights", "predict",
+         lambda w: ["predict", "--probe", _damaged_probe(w, "truncated"), "--text", "a great film"],
+         r"saved probe file .*probe\.safetensors is damaged", r"Re-run `bertkit probe"),
+    Case("predict-probe-nan-coefficients", "predict",
+         lambda w: ["predict", "--probe", _damaged_probe(w, "nan-coef"), "--text", "a great film"],
+         r"probe\.safetensors is damaged \(it holds NaN/inf values", r"Re-run `bertkit probe"),
+    Case("predict-probe-intercept-shape", "predict",
+         lambda w: ["predict", "--probe", _damaged_probe(w, "intercept-shape"), "--text", "a great film"],
+         r"probe\.safetensors is damaged \(the scaler, coefficient and intercept shapes do not match", r"Re-run `bertkit probe"),
+    Case("predict-probe-class-ids-beyond-labels", "predict",
+         lambda w: ["predict", "--probe", _damaged_probe(w, "class-ids"), "--text", "a great film"],
+         r"probe\.json is damaged \(its label_map has 2 label\(s\) but probe\.safetensors predicts class ids \[0, 7\]",
+         r"Re-run `bertkit probe"),
+    Case("predict-probe-json-bad-layers", "predict",
+         lambda w: ["predict", "--probe", _damaged_probe(w, "layers-bad"), "--text", "a great film"],
+         r"probe\.json is damaged \(layers 'last' is not a layer list", r"Re-run `bertkit probe"),
+    Case("predict-base-encoder-without-head", "predict", lambda w: ["predict", "--model", w.tiny, "--text", "a great film"],
+         r"No fine-tuned classification head found in .*: its weights lack classifier", r"bertkit finetune.*--probe"),
+    Case("evaluate-base-encoder-without-head", "evaluate",
+         lambda w: ["evaluate", "--model", w.distil, "--data", w.good(), "--quiet"],
+         r"No fine-tuned classification head found in .*: its weights lack (pre_)?classifier", r"bertkit finetune.*--probe"),
+    Case("finetune-resume-damaged-rng-state", "finetune",
+         lambda w: finetune(w, "--data", w.premade_data(), out=_run_with_damaged_checkpoint_file(w, "random_states_0.pkl")),
+         r"Checkpoint .*step-\d+ is damaged \(random_states_0\.pkl changed since it was saved",
+         r"delete .*step-\d+ to resume from it, or pass --overwrite"),
+    Case("finetune-resume-damaged-trainer-state", "finetune",
+         lambda w: finetune(w, "--data", w.premade_data(), out=_run_with_damaged_checkpoint_file(w, "trainer_state.json")),
+         r"Checkpoint .*step-\d+ is damaged \(trainer_state\.json changed", r"--overwrite"),
+    Case("finetune-diverging-lr", "finetune",
+         lambda w: finetune(w, "--data", w.good(), "--lr", "5e5", "--save-every", "1", out=w.path("diverging")),
+         r"became NaN/inf at step \d+ \(epoch 1\): the run diverged, most likely because --lr 500000 is too high",
+         r"Re-run with a smaller --lr"),
 ]
 
 
