@@ -228,9 +228,12 @@ def restore(session: Session) -> tuple[TrainState, dict[str, Any] | None]:
         checkpoints.load(accelerator, found)
         state = TrainState.from_json(found.state)
         session.notes.extend(found.notes)
+        for note in found.notes:
+            log.warning("%s", note)
         restored = {"checkpoint": str(found.path), "epoch": state.epoch + 1, "step": state.global_step,
                     "batch_in_epoch": state.step_in_epoch, "steps_per_epoch": session.steps_per_epoch,
-                    "lr": session.scheduler.get_last_lr()[0], "best_metric": state.best_metric}
+                    "lr": session.scheduler.get_last_lr()[0], "best_metric": state.best_metric,
+                    "verified": (found.path / checkpoints.MANIFEST).is_file()}  # False: saved before checksums
         log.info("resumed from %s: epoch %d, step %d (batch %d/%d of the epoch), lr %.3e, best %s so far %s",
                  found.path, restored["epoch"], restored["step"], restored["batch_in_epoch"],
                  session.steps_per_epoch, restored["lr"], session.cfg.metric_for_best, state.best_metric)

@@ -137,6 +137,7 @@ def test_interrupted_and_resumed_run_matches_an_uninterrupted_one(tiny_bert_dir,
     resumed = finetune(cfg, progress=False)
     assert resumed.restored["step"] == 3 and resumed.restored["epoch"] == 1 and resumed.restored["batch_in_epoch"] == 3
     assert resumed.restored["lr"] > 0
+    assert resumed.restored["verified"] is True and resumed.notes == []  # every file matched its checksum
     assert resumed.metrics["global_step"] == whole.metrics["global_step"] == 10
     assert resumed.metrics["best_metric"] == pytest.approx(whole.metrics["best_metric"])
     assert [h["train_loss"] for h in resumed.metrics["history"]] == pytest.approx([h["train_loss"] for h in whole.metrics["history"]], rel=1e-5)
@@ -326,3 +327,22 @@ def test_an_update_that_overflows_the_weights_is_never_saved(tiny_bert_dir, toy_
         assert all(np.isfinite(v).all() for v in weights(folder).values()), folder
     assert f"The last good checkpoint, {latest_checkpoint(out)}, is kept" in str(err.value)
     assert not (out / "best").exists() or all(np.isfinite(v).all() for v in weights(out / "best").values())
+
+
+def test_a_checkpoint_saved_before_checksums_still_resumes_and_says_so(tiny_bert_dir, toy_files, tmp_path, monkeypatch):
+    """A checkpoint without bertkit_checkpoint.json (written by an older bertkit) is loaded as before; the run's
+    result and metrics.json record that it was not verified."""
+    from bertkit import checkpoints
+
+    train, dev = toy_files
+    cfg = make_cfg(tiny_bert_dir, train, dev, tmp_path / "cut", save_every=3, epochs=1)
+    monkeypatch.setenv(FAIL_HOOK_ENV, "4")
+    with pytest.raises(SimulatedFailure):
+        finetune(cfg, progress=False)
+    monkeypatch.delenv(FAIL_HOOK_ENV)
+    (latest_checkpoint(tmp_path / "cut") / checkpoints.MANIFEST).unlink()
+    resumed = finetune(cfg, progress=False)
+    assert resumed.restored["step"] == 3 and resumed.restored["verified"] is False
+    assert any("saved before checkpoints carried checksums" in note for note in resumed.notes)
+    saved = json.loads((tmp_path / "cut" / "metrics.json").read_text())
+    assert saved["resumed_from"]["verified"] is False and saved["global_step"] == 5
