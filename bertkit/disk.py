@@ -21,7 +21,9 @@ from bertkit.errors import UserError
 MB = 1 << 20
 MARGIN_BYTES = 16 * MB
 """Added to every estimate: metadata, tokenizer files, JSON, filesystem slack."""
-FULL_MARKERS = ("no space left", "enforce fail", "file write failed", "disk quota exceeded")
+FULL_MARKERS = ("no space left", "inline_container.cc", "file write failed", "disk quota exceeded")
+"""Texts of write errors that mean a full disk. torch's zip writer says "[enforce fail at inline_container.cc:...]";
+"enforce fail" alone is not enough: torch's CPU allocator says it too when memory runs out."""
 
 
 def with_margin(n_bytes: int) -> int:

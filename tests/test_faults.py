@@ -289,3 +289,19 @@ def test_embed_full_disk_at_start_and_at_the_manifest_then_same_command_is_byte_
     from bertkit import store
 
     assert not [p for p in out.rglob("*") if p.name.endswith(".tmp") or p.name in (store.SHARDS, store.IDENTITY)]
+
+
+def test_disk_full_is_recognised_in_its_shapes_and_out_of_memory_is_not():
+    import errno
+
+    from bertkit import disk
+
+    full = [OSError(errno.ENOSPC, "No space left on device"), OSError(errno.EDQUOT, "Disk quota exceeded"),
+            RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 4480 vs 4352"),
+            RuntimeError("PytorchStreamWriter failed writing file data/0: file write failed"),
+            type("SafetensorError", (Exception,), {})("Error while serializing: I/O error: No space left on device")]
+    other = [RuntimeError("[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: not enough memory: you "
+                          "tried to allocate 1073741824 bytes."), OSError(errno.EACCES, "Permission denied"),
+             ValueError("no space left for a joke")]
+    assert [disk.is_disk_full(e) for e in full] == [True] * len(full)
+    assert [disk.is_disk_full(e) for e in other] == [False] * len(other)
