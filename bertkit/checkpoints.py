@@ -37,6 +37,7 @@ MANIFEST_FORMAT = "bertkit-checkpoint/1"
 KEEP = 2
 """Complete checkpoints kept: the newest, and one to fall back on if the newest is found damaged."""
 STEP_FOLDER = re.compile(r"step-(\d+)")
+TMP_FOLDER = re.compile(r"\.tmp-step-(\d+)")
 
 
 @dataclass
@@ -56,6 +57,18 @@ def step_folders(out: Path) -> list[Path]:
         return []
     found = [(int(m.group(1)), p) for p in folder.iterdir() if p.is_dir() and (m := STEP_FOLDER.fullmatch(p.name))]
     return [p for _, p in sorted(found)]
+
+
+def remove_unfinished_saves(out: Path) -> list[str]:
+    """Remove the `.tmp-step-N` folders of checkpoint saves that never completed (a kill mid-save); their names.
+
+    They can be as large as a checkpoint and would keep a nearly full disk full. Only that exact name is removed:
+    `save_checkpoint` alone makes such folders, inside the checkpoints/ of a run directory bertkit owns."""
+    folder = out / "checkpoints"
+    found = [p for p in folder.iterdir() if p.is_dir() and TMP_FOLDER.fullmatch(p.name)] if folder.is_dir() else []
+    for tmp in found:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return sorted(p.name for p in found)
 
 
 def latest_checkpoint(out: Path) -> Path | None:

@@ -222,7 +222,7 @@ def restore(session: Session) -> tuple[TrainState, dict[str, Any] | None]:
     """The state to continue from: the newest checkpoint's, verified (model, optimizer, scheduler and RNG restored
     too), or a fresh one."""
     accelerator, out = session.accelerator, session.out
-    found = _on_main(accelerator, lambda: checkpoints.choose_checkpoint(out)) if session.run.existing else None
+    found = _on_main(accelerator, lambda: _choose_checkpoint(out)) if session.run.existing else None
     state, restored = TrainState(), None
     if found is not None:
         checkpoints.load(accelerator, found)
@@ -240,6 +240,14 @@ def restore(session: Session) -> tuple[TrainState, dict[str, Any] | None]:
     if accelerator.is_main_process:  # evaluations after the checkpoint will be redone: keep the log consistent
         runs.write_text_atomic(out / "metrics.jsonl", "".join(runs.to_json(r, indent=None) + "\n" for r in state.history))
     return state, restored
+
+
+def _choose_checkpoint(out: Path) -> checkpoints.Restored | None:
+    """The verified checkpoint to resume from (main process), after removing what interrupted saves left."""
+    removed = checkpoints.remove_unfinished_saves(out)
+    if removed:
+        log.info("removed the unfinished checkpoint save(s) of the interrupted run: %s", ", ".join(removed))
+    return checkpoints.choose_checkpoint(out)
 
 
 def train_epoch(session: Session, state: TrainState, bar: Any) -> None:

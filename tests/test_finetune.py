@@ -346,3 +346,24 @@ def test_a_checkpoint_saved_before_checksums_still_resumes_and_says_so(tiny_bert
     assert any("saved before checkpoints carried checksums" in note for note in resumed.notes)
     saved = json.loads((tmp_path / "cut" / "metrics.json").read_text())
     assert saved["resumed_from"]["verified"] is False and saved["global_step"] == 5
+
+
+def test_a_resumed_run_removes_unfinished_checkpoint_saves_and_nothing_else(tiny_bert_dir, toy_files, tmp_path, monkeypatch):
+    """A kill mid-save leaves checkpoints/.tmp-step-N (checkpoint-sized). A re-run with another --save-every never
+    saves step N again, so resuming removes it; folders bertkit did not write stay."""
+    train, dev = toy_files
+    out = tmp_path / "cut"
+    monkeypatch.setenv(FAIL_HOOK_ENV, "4")
+    with pytest.raises(SimulatedFailure):
+        finetune(make_cfg(tiny_bert_dir, train, dev, out, save_every=3, epochs=1), progress=False)
+    monkeypatch.delenv(FAIL_HOOK_ENV)
+    killed_save = out / "checkpoints" / ".tmp-step-4"  # what SIGKILL during save_state of step 4 leaves
+    killed_save.mkdir()
+    (killed_save / "optimizer.bin").write_bytes(b"half a file")
+    mine = [out / "checkpoints" / ".tmp-step-4.keep", out / "checkpoints" / ".tmp-notes"]
+    for folder in mine:
+        folder.mkdir()
+        (folder / "notes.txt").write_text("mine\n")
+    resumed = finetune(make_cfg(tiny_bert_dir, train, dev, out, save_every=2, epochs=1), progress=False)
+    assert resumed.restored["step"] == 3 and not killed_save.exists()
+    assert all((folder / "notes.txt").read_text() == "mine\n" for folder in mine)
