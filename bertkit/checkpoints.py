@@ -98,8 +98,8 @@ def save_checkpoint(accelerator: Any, out: Path, state: dict[str, Any], need_byt
         _kill_point("finetune.checkpoint.before_rename")
         shutil.rmtree(final, ignore_errors=True)  # only a step-N folder of ours: a re-save of the same step
         os.replace(tmp, final)
-        for stale in [p for p in step_folders(out) if p != final][: -(KEEP - 1) or None]:
-            shutil.rmtree(stale, ignore_errors=True)  # older step-N folders of this run beyond KEEP
+        for stale in _stale(step_folders(out), final):
+            shutil.rmtree(stale, ignore_errors=True)  # step-N folders of this run only (see _stale)
     accelerator.wait_for_everyone()
     return final
 
@@ -127,6 +127,18 @@ def save_model_folder(accelerator: Any, net: Any, tokenizer: Any, path: Path, ex
         os.replace(tmp, path)
         shutil.rmtree(old, ignore_errors=True)
     accelerator.wait_for_everyone()
+
+
+def _stale(folders: list[Path], final: Path) -> list[Path]:
+    """The step-N folders to remove once `final` is saved: older ones beyond KEEP, and any numbered after it - a
+    run resumes from its newest complete checkpoint, so those are saves that never finished (no trainer state)."""
+    older = [p for p in folders if _step(p) < _step(final)]
+    newer = [p for p in folders if _step(p) > _step(final)]
+    return older[: -(KEEP - 1) or None] + newer
+
+
+def _step(folder: Path) -> int:
+    return int(folder.name.split("-")[1])
 
 
 def file_digests(folder: Path) -> dict[str, dict[str, Any]]:
@@ -200,16 +212,22 @@ def choose_checkpoint(out: Path) -> Restored | None:
     """The newest checkpoint, verified (main process); None when the run has none yet.
 
     A damaged newest checkpoint is refused, never skipped silently and never deleted: the message names the newest
-    intact one and how to resume from it (delete the damaged folder), or to start over.
+    intact one and how to resume from it (delete the damaged folder), or to start over. A newer step folder without
+    its trainer_state.json is a save that never finished (bertkit renames a checkpoint into place only with it): it
+    holds no position to resume from, so it is passed over, with a note, as before checksums existed.
     """
-    candidates = [p for p in step_folders(out) if (p / STATE_FILE).exists() or (p / MANIFEST).exists()]
+    folders = step_folders(out)
+    candidates = [p for p in folders if (p / STATE_FILE).exists()]
     if not candidates:
         return None
     newest = candidates[-1]
     problem, state = _check(newest)
     if problem is None:
-        notes = [] if (newest / MANIFEST).is_file() else [
-            f"{newest} was saved before checkpoints carried checksums: loaded without verifying it."]
+        unfinished = [p for p in folders if p not in candidates and _step(p) > _step(newest)]
+        notes = [f"{p} has no {STATE_FILE} (a save that never finished): resumed from {newest} instead."
+                 for p in unfinished]
+        if not (newest / MANIFEST).is_file():
+            notes.append(f"{newest} was saved before checkpoints carried checksums: loaded without verifying it.")
         return Restored(newest, state, notes)
     intact = next((p for p in reversed(candidates[:-1]) if _check(p)[0] is None), None)
     fallback = (f"The previous checkpoint {intact} is intact: delete {newest} to resume from it, or "

@@ -350,7 +350,8 @@ def test_a_checkpoint_saved_before_checksums_still_resumes_and_says_so(tiny_bert
 
 def test_a_resumed_run_removes_unfinished_checkpoint_saves_and_nothing_else(tiny_bert_dir, toy_files, tmp_path, monkeypatch):
     """A kill mid-save leaves checkpoints/.tmp-step-N (checkpoint-sized). A re-run with another --save-every never
-    saves step N again, so resuming removes it; folders bertkit did not write stay."""
+    saves step N again, so resuming removes it; a newer step folder without trainer state is passed over (noted) and
+    removed with the next save, so two real checkpoints are kept; folders bertkit did not write stay."""
     train, dev = toy_files
     out = tmp_path / "cut"
     monkeypatch.setenv(FAIL_HOOK_ENV, "4")
@@ -360,10 +361,15 @@ def test_a_resumed_run_removes_unfinished_checkpoint_saves_and_nothing_else(tiny
     killed_save = out / "checkpoints" / ".tmp-step-4"  # what SIGKILL during save_state of step 4 leaves
     killed_save.mkdir()
     (killed_save / "optimizer.bin").write_bytes(b"half a file")
-    mine = [out / "checkpoints" / ".tmp-step-4.keep", out / "checkpoints" / ".tmp-notes"]
+    unfinished = out / "checkpoints" / "step-9"  # a step folder without its trainer state: a save that never finished
+    shutil.copytree(out / "checkpoints" / "step-3", unfinished)
+    (unfinished / "trainer_state.json").unlink()
+    mine = [out / "checkpoints" / ".tmp-step-4.keep", out / "checkpoints" / ".tmp-notes", out / "checkpoints" / "step-9.bak"]
     for folder in mine:
         folder.mkdir()
         (folder / "notes.txt").write_text("mine\n")
     resumed = finetune(make_cfg(tiny_bert_dir, train, dev, out, save_every=2, epochs=1), progress=False)
     assert resumed.restored["step"] == 3 and not killed_save.exists()
+    assert any(f"{unfinished} has no trainer_state.json" in note for note in resumed.notes)
+    assert sorted(p.name for p in (out / "checkpoints").glob("step-*") if p.name[5:].isdigit()) == ["step-4", "step-5"]
     assert all((folder / "notes.txt").read_text() == "mine\n" for folder in mine)
