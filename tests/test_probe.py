@@ -123,7 +123,7 @@ def test_saved_probe_reloads_and_predicts_the_same(tmp_path, classes):
     X, y = blobs(150, 12, classes=classes, gap=1.5)
     fit = probe.fit_probe(X, y, seed=0)
     label_map = LabelMap.build([f"c{i}" for i in range(classes)])
-    probe.save_probe(tmp_path, fit, label_map, {"model": "m", "pool": "cls", "layers": "-1"})
+    probe.save_probe(tmp_path, fit, label_map, {"model": "m", "pool": "cls", "layers": "-1", "max_length": 128})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["probe.json", "probe.safetensors"]
     saved = probe.load_probe(tmp_path)
     assert np.array_equal(saved.predict(X), fit.predict(X))
