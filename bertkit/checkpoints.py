@@ -189,7 +189,9 @@ def choose_checkpoint(out: Path) -> Restored | None:
     A damaged newest checkpoint is refused, never skipped silently and never deleted: the message names the newest
     intact one and how to resume from it (delete the damaged folder), or to start over.
     """
-    candidates = [p for p in step_folders(out) if (p / STATE_FILE).exists() or (p / MANIFEST).exists()]
+    # A folder without its trainer state is a save that never completed (the state is written last but for the
+    # manifest): not a checkpoint.
+    candidates = [p for p in step_folders(out) if (p / STATE_FILE).exists()]
     if not candidates:
         return None
     newest = candidates[-1]

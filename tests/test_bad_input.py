@@ -567,6 +567,33 @@ CASES += [  # issue 13: data and options
 ]
 
 
+
+def _run_with_damaged_checkpoint_file(w: Workspace, name: str) -> str:
+    """The premade run, unfinished, with one file of its newest checkpoint changed after it was saved."""
+    run = Path(w.copy("run", f"run-damaged-{name}"))
+    (run / "metrics.json").unlink()
+    newest = max((run / "checkpoints").glob("step-*"), key=lambda p: int(p.name.split("-")[1]))
+    target = newest / name
+    target.write_bytes(target.read_bytes()[:-4] + b"\x00bad")
+    return str(run)
+
+
+CASES += [  # issue 13: integrity (see tests/test_integrity.py for resumes, full disks and diverging runs)
+    Case("finetune-damaged-rng-state", "finetune",
+         lambda w: finetune(w, "--data", w.premade_data(), out=_run_with_damaged_checkpoint_file(w, "random_states_0.pkl")),
+         r"Checkpoint .*step-\d+ is damaged \(random_states_0\.pkl changed since it was saved", r"--overwrite"),
+    Case("finetune-damaged-trainer-state", "finetune",
+         lambda w: finetune(w, "--data", w.premade_data(), out=_run_with_damaged_checkpoint_file(w, "trainer_state.json")),
+         r"Checkpoint .*step-\d+ is damaged \(trainer_state\.json changed", r"delete .*step-\d+ to resume|--overwrite"),
+    Case("finetune-diverging-lr", "finetune",
+         lambda w: finetune(w, "--data", w.good(), "--lr", "5e5", "--max-grad-norm", "0", out=w.path("diverge")),
+         r"became NaN/inf at step \d+ \(epoch 1\)", r"smaller --lr"),
+    Case("predict-base-encoder", "predict", lambda w: ["predict", "--model", w.tiny, "--text", "a film", "--quiet"],
+         r"No fine-tuned classification head found", r"bertkit finetune|--probe"),
+    Case("evaluate-base-encoder", "evaluate", lambda w: ["evaluate", "--model", w.tiny, "--data", w.good(), "--quiet"],
+         r"No fine-tuned classification head found", r"bertkit finetune|--probe"),
+]
+
 # ---------------------------------------------------------------- running a case
 
 
