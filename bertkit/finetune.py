@@ -146,6 +146,10 @@ class Task:
 
     command = "finetune"
 
+    def label_map(self, cfg: FinetuneConfig, splits: data.Splits) -> data.LabelMap:
+        """The label <-> id mapping the model's outputs follow: the training labels' (distillation: the teacher's)."""
+        return splits.label_map
+
     def build_model(self, cfg: FinetuneConfig, label_map: data.LabelMap) -> tuple[Any, Any]:
         """(model, tokenizer), after the seed is set: the pretrained encoder with a new classification head."""
         model = modeling.load_classifier(cfg.model, label_map.id2label, cfg.trust_remote_code)
@@ -191,6 +195,7 @@ def finetune(cfg: FinetuneConfig, *, progress: bool = True, task: Task | None = 
     accelerator = _accelerator(cfg)
     splits = data.load_splits(cfg, need_labels=True, need_dev=True)
     assert splits.label_map is not None and splits.dev is not None
+    splits.label_map = task.label_map(cfg, splits)
     key = resume_key(cfg, {"train": splits.train.fingerprint, "dev": splits.dev.fingerprint})
     if _on_main(accelerator, lambda: _finished_already(cfg, key, task.command)):  # read-only; refusals end here
         return _finished_result(Path(cfg.out or "").expanduser(), accelerator)
