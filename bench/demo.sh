@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make demo`: bertkit's main job end to end, offline, on the bundled demo data (400 original sentences) with
 # the packaged MiniLM encoder: tokens report -> embed -> probe (baselines, layer curve) -> short fine-tune ->
-# predict -> evaluate -> bench. A few minutes on 2 CPU cores. Outputs go to runs/demo/ (override with DEMO_OUT).
+# predict -> evaluate -> bench -> distill. A few minutes on 2 CPU cores. Outputs go to runs/demo/ (override with DEMO_OUT).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BK="${BERTKIT:-.venv/bin/bertkit}"
@@ -12,34 +12,38 @@ rm -rf "$OUT"
 mkdir -p "$OUT"
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
-step "1/7 tokens: how BERT's tokenizer sees the demo data"
+step "1/8 tokens: how BERT's tokenizer sees the demo data"
 "$BK" tokens --model minilm-offline --data $DEMO/train.tsv --dev $DEMO/dev.tsv --max-length 64 --out "$OUT/tokens" --quiet
 "$BK" tokens --model minilm-offline --text "A gorgeous, witty, seductive movie." --quiet
 
-step "2/7 embed: [CLS] features of every layer into a resumable store"
+step "2/8 embed: [CLS] features of every layer into a resumable store"
 "$BK" embed --model minilm-offline --data $DEMO/train.tsv --dev $DEMO/dev.tsv --layers all --pool cls \
   --max-length 64 --out "$OUT/features" --quiet
 
-step "3/7 probe: logistic regression per layer on the stored features, with baselines"
+step "3/8 probe: logistic regression per layer on the stored features, with baselines"
 "$BK" probe --features "$OUT/features" --layers all --out "$OUT/probe" --quiet
 
-step "4/7 finetune: MiniLM + classification head, 4 epochs"
+step "4/8 finetune: MiniLM + classification head, 4 epochs"
 "$BK" finetune --model minilm-offline --data $DEMO/train.tsv --dev $DEMO/dev.tsv --epochs 4 --batch-size 16 \
   --lr 1e-4 --warmup-ratio 0.1 --max-length 64 --out "$OUT/finetune" --quiet
 
-step "5/7 predict: new sentences and a file"
+step "5/8 predict: new sentences and a file"
 "$BK" predict --model "$OUT/finetune/best" --text "An absolute delight from start to finish." \
   --text "A tedious, joyless slog that I regret paying for." --quiet
 "$BK" predict --model "$OUT/finetune/best" --data $DEMO/dev.tsv --out "$OUT/predictions.csv" --quiet
 
-step "6/7 evaluate: the fine-tuned model on the dev set"
+step "6/8 evaluate: the fine-tuned model on the dev set"
 "$BK" evaluate --model "$OUT/finetune/best" --data $DEMO/dev.tsv --quiet
 
-step "7/7 bench: speed and size of the encoder"
+step "7/8 bench: speed and size of the encoder"
 "$BK" bench --models minilm-offline --data $DEMO/dev.tsv --batch-sizes 1,32 --min-seconds 1 --out "$OUT/bench" --quiet
+
+step "8/8 distill: a 3-layer student of the fine-tuned model, and DistilBERT's claims measured on it"
+"$BK" distill --teacher "$OUT/finetune/best" --data $DEMO/train.tsv --dev $DEMO/dev.tsv --student-layers 3 \
+  --epochs 4 --batch-size 16 --lr 1e-4 --max-length 64 --out "$OUT/distill" --quiet
 
 step "done — outputs"
 for path in "$OUT/tokens/token_lengths.png" "$OUT/features" "$OUT/probe" "$OUT/finetune/best" \
-            "$OUT/finetune/metrics.json" "$OUT/predictions.csv" "$OUT/bench/bench.md"; do
+            "$OUT/finetune/metrics.json" "$OUT/predictions.csv" "$OUT/bench/bench.md" "$OUT/distill/distill_report.md"; do
   printf '  %s\n' "$path"
 done

@@ -26,6 +26,7 @@ from rich.table import Table
 from bertkit import __version__
 from bertkit.config import (
     BenchConfig,
+    DistillConfig,
     EmbedConfig,
     EvaluateConfig,
     FinetuneConfig,
@@ -485,6 +486,34 @@ def evaluate(cfg: EvaluateConfig, view: View) -> None:
                             [[names[i], *row] for i, row in enumerate(result["confusion_matrix"])]))
     if cfg.out:
         info(f"wrote {cfg.out}/metrics.json, predictions.csv, confusion_matrix.png", view.quiet)
+
+
+# ---------------------------------------------------------------- distill
+
+
+@config_command(DistillConfig)
+def distill(cfg: DistillConfig, view: View) -> None:
+    """Distil a fine-tuned model into a smaller student (DistilBERT's way), and check the 40/60/97 claims on it."""
+    from bertkit import distill as distill_core
+
+    result = distill_core.distill(cfg, progress=not view.quiet)
+    training, report = result["training"], result["report"]
+    if not training.is_main_process:
+        return
+    if view.json:
+        emit_json({"training": {**training.metrics, "out": str(training.out),
+                                "already_finished": training.already_finished}, "report": report})
+        return
+    for note in training.notes:
+        info(note, view.quiet)
+    _print_epoch_table(training.epoch_table)
+    if report is not None:
+        out_console.print(table("Teacher vs student (dev data)", distill_core.MODEL_COLUMNS,
+                                distill_core.model_rows(report)))
+        out_console.print(table("DistilBERT's claims, measured", distill_core.CLAIM_COLUMNS,
+                                distill_core.claim_rows(report)))
+    out_console.print(f"saved {training.out}/best, {training.out}/final, metrics.json"
+                      + (", distill_report.json/.md/.png" if report is not None else ""), highlight=False)
 
 
 # ---------------------------------------------------------------- bench

@@ -283,6 +283,42 @@ class FinetuneConfig(DataOptions):
         raise_if_problems(problems)
 
 
+@dataclass(frozen=True)
+class DistillConfig(FinetuneConfig):
+    """`bertkit distill`: a smaller student trained on a fine-tuned teacher's soft targets (DistilBERT's recipe), with
+    the fine-tuning loop's options, checkpoints and exact resume, and a teacher-vs-student report."""
+
+    NOT_OPTIONS = ("model",)  # the student comes from --teacher (or --student)
+
+    teacher: str | None = option(None, "The fine-tuned teacher: a `bertkit finetune` best/ or final/ folder (any "
+                                 "folder with a trained sequence-classification head).", panel=MODEL)
+    student_layers: int = option(3, "Student depth: this many evenly spaced layers copied from the teacher (same "
+                                 "width, embeddings and head), the DistilBERT way.", panel=MODEL, above=0)
+    student: str | None = option(None, "A smaller pretrained encoder as the student instead of copied layers (hub "
+                                 "id or folder; --student-layers is then not used).", panel=MODEL)
+    temperature: float = option(2.0, "Softmax temperature of the soft targets (higher: softer).", above=0)
+    alpha: float = option(0.5, "Weight of the soft-target loss (KL to the teacher); 1 - alpha weighs the hard "
+                          "labels. In [0, 1].", minimum=0)
+    cos_weight: float = option(0.0, "Weight of a cosine loss between student and teacher [CLS] vectors (DistilBERT "
+                               "used one; needs the same hidden size).", minimum=0)
+    report: bool = option(True, "After training, measure teacher vs student (size, batch-1 latency, throughput, "
+                          "dev quality) and check the DistilBERT claims.", panel=OUTPUT)
+
+    def __post_init__(self) -> None:
+        if self.teacher is not None:  # messages and records name the teacher where a command names its model
+            object.__setattr__(self, "model", self.student or self.teacher)
+        problems: list[str] = []
+        try:
+            super().__post_init__()
+        except UserError as exc:
+            problems.append(str(exc))
+        if self.teacher is None:
+            problems.append("--teacher is required: the fine-tuned model to distil (e.g. runs/sst2/best).")
+        if isinstance(self.alpha, float) and not 0.0 <= self.alpha <= 1.0:
+            problems.append(f"--alpha must be in [0, 1] (the share of the soft-target loss); got {self.alpha}.")
+        raise_if_problems(problems)
+
+
 def _blank_text_problems(texts: tuple[str, ...]) -> list[str]:
     """--text values that are empty or only invisible characters, refused as the --data path refuses empty cells."""
     from bertkit.data import is_blank_text  # data.py owns what counts as an empty text

@@ -116,7 +116,8 @@ class Session:
     net: Any
     optimizer: Any
     scheduler: Any
-    objective: SingleLabel
+    objective: Any
+    """What is optimised and scored (objectives.py): `loss(logits, rows)`, `score(logits)`, `label_names`."""
     train_enc: data.Encoded
     dev_enc: data.Encoded
     dev: data.TextDataset
@@ -137,6 +138,32 @@ class Session:
     @property
     def model_bytes(self) -> int:
         return self.checkpoint_bytes // 3
+
+
+class Task:
+    """Where a run's model and objective come from: fine-tuning's (this class), or distillation's (distill.py),
+    which reuses everything else - the loop, checkpoints, exact resume, processes - unchanged."""
+
+    command = "finetune"
+
+    def label_map(self, cfg: FinetuneConfig, splits: data.Splits) -> data.LabelMap:
+        """The label <-> id mapping the model's outputs follow: the training labels' (distillation: the teacher's)."""
+        return splits.label_map
+
+    def build_model(self, cfg: FinetuneConfig, label_map: data.LabelMap) -> tuple[Any, Any]:
+        """(model, tokenizer), after the seed is set: the pretrained encoder with a new classification head."""
+        model = modeling.load_classifier(cfg.model, label_map.id2label, cfg.trust_remote_code)
+        return model, modeling.load_tokenizer(cfg.model, cfg.trust_remote_code)
+
+    def objective(self, cfg: FinetuneConfig, splits: data.Splits, out: Path, accelerator: Any) -> Any:
+        """The loss and dev scores, built once the run directory is claimed (`out` may hold caches)."""
+        label_map = splits.label_map
+        return SingleLabel(label_map.encode(splits.train.labels or [], f"The training data {splits.train.source}"),
+                           label_map.encode(splits.dev.labels or [], f"The dev data {splits.dev.source}"),
+                           [str(x) for x in label_map.labels], cfg.class_weight).to(accelerator.device)
+
+    def model_revision(self, cfg: FinetuneConfig) -> str:
+        return modeling.model_revision(cfg.model)
 
 
 # ---------------------------------------------------------------- batching
@@ -160,15 +187,19 @@ def micro_batches(batch: np.ndarray, n_processes: int, grad_accum: int, process_
 # ---------------------------------------------------------------- the run
 
 
-def finetune(cfg: FinetuneConfig, *, progress: bool = True) -> FinetuneResult:
-    """Fine-tune `cfg.model` on the data in `cfg`, writing everything into `cfg.out` (see module docstring)."""
+def finetune(cfg: FinetuneConfig, *, progress: bool = True, task: Task | None = None) -> FinetuneResult:
+    """Fine-tune `cfg.model` on the data in `cfg`, writing everything into `cfg.out` (see module docstring).
+
+    `task` supplies the model and the objective (default: fine-tuning's; distill.py passes its own)."""
+    task = task or Task()
     accelerator = _accelerator(cfg)
     splits = data.load_splits(cfg, need_labels=True, need_dev=True)
     assert splits.label_map is not None and splits.dev is not None
+    splits.label_map = task.label_map(cfg, splits)
     key = resume_key(cfg, {"train": splits.train.fingerprint, "dev": splits.dev.fingerprint})
-    if _on_main(accelerator, lambda: _finished_already(cfg, key)):  # read-only: a refused --out also ends here
+    if _on_main(accelerator, lambda: _finished_already(cfg, key, task.command)):  # read-only; refusals end here
         return _finished_result(Path(cfg.out or "").expanduser(), accelerator)
-    session = setup(cfg, accelerator, splits, key)
+    session = setup(cfg, accelerator, splits, key, task)
     if session is None:  # an --overwrite run killed after its last save: its swap was finished just now
         return _finished_result(Path(cfg.out or "").expanduser(), accelerator)
     with disk.reported(session.out, session.checkpoint_bytes):  # metrics, reports, best_dev_proba: a full disk
@@ -180,22 +211,19 @@ def finetune(cfg: FinetuneConfig, *, progress: bool = True) -> FinetuneResult:
         return finish(session, state, restored, splits.notes)
 
 
-def setup(cfg: FinetuneConfig, accelerator: Any, splits: data.Splits, key: dict[str, Any]) -> Session | None:
+def setup(cfg: FinetuneConfig, accelerator: Any, splits: data.Splits, key: dict[str, Any],
+          task: Task) -> Session | None:
     """Tokens, model, optimizer, schedule and the claimed run directory (claimed only after everything that can
     be refused was checked, so a refused start leaves --out as it was). None: the run turned out finished."""
     from accelerate.utils import set_seed
     from transformers import get_linear_schedule_with_warmup
 
     label_map = splits.label_map
-    tokenizer = modeling.load_tokenizer(cfg.model, cfg.trust_remote_code)
-    modeling.check_max_length(cfg.max_length, tokenizer, modeling.load_config(cfg.model, cfg.trust_remote_code), cfg.model)
+    set_seed(cfg.seed)  # before the head is initialised
+    model, tokenizer = task.build_model(cfg, label_map)
+    modeling.check_max_length(cfg.max_length, tokenizer, model.config, getattr(cfg, "model", "the model"))
     train_enc = data.encode_dataset(tokenizer, splits.train, cfg.max_length)
     dev_enc = data.encode_dataset(tokenizer, splits.dev, cfg.max_length)
-    objective = SingleLabel(label_map.encode(splits.train.labels or [], f"The training data {splits.train.source}"),
-                            label_map.encode(splits.dev.labels or [], f"The dev data {splits.dev.source}"),
-                            [str(x) for x in label_map.labels], cfg.class_weight).to(accelerator.device)
-    set_seed(cfg.seed)  # before the head is initialised
-    model = modeling.load_classifier(cfg.model, label_map.id2label, cfg.trust_remote_code)
     if cfg.freeze_encoder:
         _freeze_encoder(model)
     optimizer = _adamw(model, cfg.lr, cfg.weight_decay)
@@ -207,10 +235,10 @@ def setup(cfg: FinetuneConfig, accelerator: Any, splits: data.Splits, key: dict[
     if steps_per_epoch == 0:
         raise UserError(f"Training data has {len(splits.train)} rows: too few for one batch of "
                         f"{min_rows} micro-batches. Add data or lower --grad-accum.")
-    fingerprints = key["data"]
-    run, status = _on_main(accelerator, lambda: _claim_out(cfg, key, fingerprints, accelerator))
+    run, status = _on_main(accelerator, lambda: _claim_out(cfg, key, accelerator, task))
     if status == "finished":
         return None
+    objective = task.objective(cfg, splits, run.path, accelerator)
     total_steps = steps_per_epoch * cfg.epochs
     scheduler = get_linear_schedule_with_warmup(optimizer, math.ceil(cfg.warmup_ratio * total_steps), total_steps)
     net, optimizer, scheduler = accelerator.prepare(net, optimizer, scheduler)
@@ -420,9 +448,9 @@ def _changed_keys(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return changed
 
 
-def _finished_already(cfg: FinetuneConfig, key: dict[str, Any]) -> bool:
+def _finished_already(cfg: FinetuneConfig, key: dict[str, Any], command: str) -> bool:
     """A read-only look at --out before any work (its refusals end the run here): does it hold this run, finished?"""
-    plan = runs.inspect_run_dir(cfg.out or "", "finetune", overwrite=cfg.overwrite,
+    plan = runs.inspect_run_dir(cfg.out or "", command, overwrite=cfg.overwrite,
                                 compare=lambda path: resume_differences(path, key))
     return not plan.replacing and not plan.pending_swap and run_status(plan) == "finished"
 
@@ -432,17 +460,16 @@ def _finished_result(out: Path, accelerator: Any) -> FinetuneResult:
     return FinetuneResult(out, done, done.get("epoch_table", []), None, True, accelerator.is_main_process)
 
 
-def _claim_out(cfg: FinetuneConfig, key: dict[str, Any], fingerprints: dict[str, str],
-               accelerator: Any) -> tuple[runs.RunDir, str]:
+def _claim_out(cfg: FinetuneConfig, key: dict[str, Any], accelerator: Any, task: Task) -> tuple[runs.RunDir, str]:
     """Claim --out (main process): the run directory to write into and its status; a new run's config.json."""
-    run = runs.claim_run_dir(cfg.out or "", "finetune", overwrite=cfg.overwrite,
+    run = runs.claim_run_dir(cfg.out or "", task.command, overwrite=cfg.overwrite,
                              compare=lambda path: resume_differences(path, key))
     status = run_status(run)
     if status == "finished":
         run.commit()
     elif status == "new":
-        runs.write_run_config(run.path, "finetune", config_dict(cfg), resume_key=key, data_fingerprints=fingerprints,
-                              model_revision=modeling.model_revision(cfg.model), processes=accelerator.num_processes,
+        runs.write_run_config(run.path, task.command, config_dict(cfg), resume_key=key, data_fingerprints=key["data"],
+                              model_revision=task.model_revision(cfg), processes=accelerator.num_processes,
                               mixed_precision=accelerator.mixed_precision, device=str(accelerator.device))
     return dataclasses.replace(run, compare=None), status  # sent to every process: no closures
 
@@ -500,7 +527,8 @@ def _write_reports(session: Session, state: TrainState) -> None:
         pd.DataFrame(state.epoch_table).to_csv(tmp, index=False)
     write_predictions_csv(out / "dev_errors.csv", session.dev, proba, names, y_true=session.objective.y_dev,
                           only_errors=True)
-    plots.training_curves(state.history, session.cfg.metric_for_best, out / "curves.png", f"finetune {session.cfg.model}")
+    plots.training_curves(state.history, session.cfg.metric_for_best, out / "curves.png",
+                          f"{session.run.command} {getattr(session.cfg, 'model', '')}")
     matrix = (state.best_dev or {}).get("confusion_matrix")
     if matrix is not None:
         plots.confusion_matrix(matrix, names, out / "confusion_matrix.png",

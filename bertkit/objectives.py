@@ -70,3 +70,42 @@ class SingleLabel:
         result = metrics.classification_metrics(y, proba.argmax(axis=1), proba, self.label_names)
         result["loss"] = float(-np.mean(np.log(np.clip(proba[np.arange(len(y)), y], 1e-12, None))))
         return Scored(result, proba)
+
+
+class Distillation:
+    """A student learning from a teacher (Hinton et al. 2015; DistilBERT): temperature-scaled KL to the teacher's
+    soft targets, mixed with the hard-label loss, optionally a cosine loss pulling the student's [CLS] vector to
+    the teacher's. Scored on the hard dev labels, like fine-tuning.
+
+    `teacher_logits` (and `teacher_cls`) hold one row per training row, computed once before training. `cls_of`
+    returns the student's [CLS] vectors of the batch just run (captured by a hook), for the cosine term.
+    """
+
+    def __init__(self, hard: SingleLabel, teacher_logits: np.ndarray, temperature: float, alpha: float,
+                 cos_weight: float = 0.0, teacher_cls: np.ndarray | None = None, cls_of: Any = None):
+        self.hard, self.temperature, self.alpha, self.cos_weight = hard, temperature, alpha, cos_weight
+        self.teacher_logits, self.teacher_cls, self.cls_of = teacher_logits, teacher_cls, cls_of
+        self.label_names, self.y_dev = hard.label_names, hard.y_dev
+
+    def to(self, device: torch.device) -> Distillation:
+        self.hard.to(device)
+        return self
+
+    def loss(self, logits: torch.Tensor, rows: np.ndarray) -> torch.Tensor:
+        """alpha x T^2 x KL(teacher || student at temperature T) + (1 - alpha) x CE(hard labels) [+ cosine term].
+
+        T^2 keeps the soft term's gradients on the scale of the hard term's as T grows (Hinton et al.)."""
+        t = self.temperature
+        teacher = torch.as_tensor(self.teacher_logits[rows], device=logits.device, dtype=torch.float32)
+        student = logits.float()
+        soft = torch.nn.functional.kl_div(torch.log_softmax(student / t, dim=-1), torch.log_softmax(teacher / t, dim=-1),
+                                          reduction="batchmean", log_target=True) * t * t
+        loss = self.alpha * soft + (1.0 - self.alpha) * self.hard.loss(logits, rows)
+        if self.cos_weight > 0 and self.teacher_cls is not None and self.cls_of is not None:
+            target = torch.as_tensor(self.teacher_cls[rows], device=logits.device, dtype=torch.float32)
+            cosine = torch.nn.functional.cosine_similarity(self.cls_of().float(), target, dim=-1)
+            loss = loss + self.cos_weight * (1.0 - cosine).mean()
+        return loss
+
+    def score(self, logits: np.ndarray) -> Scored:
+        return self.hard.score(logits)

@@ -234,3 +234,23 @@ def _claims_line(claims: dict) -> str:
         if claim.get("measured") is not None:
             parts.append(f"{claim['measured']:.2f}x {what} (paper {claim['paper']:.2f}x)")
     return "\n" + "; ".join(parts) if parts else ""
+
+
+def distill_bars(report: dict, path: Path) -> Path:
+    """Teacher vs student: parameters, batch-1 latency, best-batch throughput and dev quality, one panel each,
+    with the DistilBERT claims' verdicts in the title."""
+    models = report["models"]
+    names = list(models)
+    panels = [("parameters (M)", [models[n]["parameters"] / 1e6 for n in names]),
+              ("batch-1 latency (ms)", [models[n]["latency_b1_ms"] for n in names]),
+              ("best throughput (rows/s)", [models[n]["best_rows_per_s"] for n in names]),
+              (f"dev {report['metric']}", [models[n]["dev"].get(report["metric"]) or 0.0 for n in names])]
+    fig, axes = plt.subplots(1, len(panels), figsize=(12, 3.4))
+    for ax, (title, values) in zip(axes, panels, strict=True):
+        bars = ax.bar(names, values, color=["#4c72b0", "#dd8452"])
+        ax.bar_label(bars, fmt="%.3g")
+        ax.set_title(title, fontsize=10)
+    verdicts = ", ".join(f"{k.split('_')[0]} {'pass' if c['pass'] else 'FAIL'}" for k, c in report["claims"].items())
+    fig.suptitle(f"distilled student vs teacher — DistilBERT claims: {verdicts}", fontsize=10)
+    fig.tight_layout()
+    return _save(fig, path)

@@ -423,7 +423,7 @@ def load_probe(path: str | Path) -> SavedProbe:
                       arrays["classes"], LabelMap.from_json(meta["label_map"]), meta, root)
 
 
-PROBE_META_KEYS = ("label_map", "model", "pool", "layers", "max_length")
+PROBE_META_KEYS = ("label_map", "model", "pool", "layers")
 PROBE_ARRAYS = ("scaler_mean", "scaler_scale", "coef", "intercept", "classes")
 
 
@@ -448,7 +448,7 @@ def _read_probe_meta(root: Path) -> dict[str, Any]:
         raise _damaged_probe(file, f"missing {', '.join(missing)}")
     problems = [] if meta["pool"] in POOLS else [f"pool {meta['pool']!r} is not one of {', '.join(POOLS)}"]
     problems += [f"layers {meta['layers']!r} is not a layer list" for _ in layers_problem(str(meta["layers"]))]
-    if not isinstance(meta["max_length"], int) or meta["max_length"] <= 0:
+    if "max_length" in meta and (not isinstance(meta["max_length"], int) or meta["max_length"] <= 0):
         problems.append(f"max_length {meta['max_length']!r} is not a positive integer")
     if not isinstance(meta["label_map"], dict) or not isinstance(meta["label_map"].get("labels"), list):
         problems.append("label_map has no list of labels")
@@ -515,7 +515,7 @@ def predict_with_probe(
         dtype = modeling.choose_dtype(precision, next(encoder.parameters()).device)
     features = embed.extract_features(
         encoder, tokenizer, dataset, pool=meta["pool"], layers=str(meta["layers"]), combine=meta.get("combine", "concat"),
-        max_length=int(max_length or meta["max_length"]), batch_size=batch_size, dtype=dtype or torch.float32,
+        max_length=int(max_length or meta.get("max_length") or 128), batch_size=batch_size, dtype=dtype or torch.float32,
         normalize=bool(meta.get("normalize", False)), progress=progress,
     )
     features = np.asarray(features, dtype=np.float32).reshape(len(dataset), -1)

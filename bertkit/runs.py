@@ -171,6 +171,10 @@ RUN_ENTRIES: dict[str, frozenset[str]] = {
     "finetune": frozenset({"config.json", "metrics.json", "metrics.jsonl", "training_table.csv", "curves.png",
                            "confusion_matrix.png", "dev_errors.csv", "best_dev_proba.npy", "best", "final",
                            "checkpoints"}),
+    "distill": frozenset({"config.json", "metrics.json", "metrics.jsonl", "training_table.csv", "curves.png",
+                          "confusion_matrix.png", "dev_errors.csv", "best_dev_proba.npy", "best", "final",
+                          "checkpoints", "teacher_logits.npy", "teacher_logits.json", "distill_report.json",
+                          "distill_report.md", "distill_report.png"}),
     "evaluate": frozenset({"config.json", "metrics.json", "predictions.csv", "confusion_matrix.png"}),
     "bench": frozenset({"config.json", "bench.json", "bench.md", "bench.png", "quality"}),
 }

@@ -16,10 +16,9 @@ shards are removed. The result is byte-identical whether or not the run was inte
 With ``--dev``/``--test``, ``bertkit embed`` writes one complete store per split (``OUT/train``, ``OUT/dev``,
 ``OUT/test``) and an ``OUT/splits.json`` index; `open_splits` reads either shape.
 
-Test hook: the environment variable ``BERTKIT_FAIL_AFTER_SHARDS=k`` makes `StoreWriter.write_shard` raise a
-RuntimeError after k shards were written by this process (used by the tests and the fault-injection suite to
-interrupt a run deterministically; with ``BERTKIT_FAIL_SIGNAL=KILL`` the process SIGKILLs itself instead). Neither
-is set in normal use.
+Fault points for the reliability tests (bertkit/faults.py): "embed.shard" counts shards written by this process
+(`BERTKIT_FAIL_AFTER_SHARDS=k` fails after k of them; `BERTKIT_FAIL_SIGNAL=KILL` SIGKILLs instead), plus the named
+kill points `embed.shard.before_rename` and `embed.finalize.before_manifest`. None is active in normal use.
 """
 
 from __future__ import annotations

@@ -568,7 +568,35 @@ CASES += [  # issue 13: data and options
 ]
 
 
-# ------------------------------------------------ issue 13: integrity and disk (helpers, then the cases)
+
+def _run_with_damaged_checkpoint_file(w: Workspace, name: str) -> str:
+    """The premade run, unfinished, with one file of its newest checkpoint changed after it was saved."""
+    run = Path(w.copy("run", f"run-damaged-{name}"))
+    (run / "metrics.json").unlink()
+    newest = max((run / "checkpoints").glob("step-*"), key=lambda p: int(p.name.split("-")[1]))
+    target = newest / name
+    target.write_bytes(target.read_bytes()[:-4] + b"\x00bad")
+    return str(run)
+
+
+CASES += [  # issue 13: integrity (see tests/test_integrity.py for resumes, full disks and diverging runs)
+    Case("finetune-damaged-rng-state", "finetune",
+         lambda w: finetune(w, "--data", w.premade_data(), out=_run_with_damaged_checkpoint_file(w, "random_states_0.pkl")),
+         r"Checkpoint .*step-\d+ is damaged \(random_states_0\.pkl changed since it was saved", r"--overwrite"),
+    Case("finetune-damaged-trainer-state", "finetune",
+         lambda w: finetune(w, "--data", w.premade_data(), out=_run_with_damaged_checkpoint_file(w, "trainer_state.json")),
+         r"Checkpoint .*step-\d+ is damaged \(trainer_state\.json changed", r"delete .*step-\d+ to resume|--overwrite"),
+    Case("finetune-diverging-lr", "finetune",
+         lambda w: finetune(w, "--data", w.good(), "--lr", "5e5", "--max-grad-norm", "0", out=w.path("diverge")),
+         r"became NaN/inf at step \d+ \(epoch 1\)", r"smaller --lr"),
+    Case("predict-base-encoder", "predict", lambda w: ["predict", "--model", w.tiny, "--text", "a film", "--quiet"],
+         r"No fine-tuned classification head found", r"bertkit finetune|--probe"),
+    Case("evaluate-base-encoder", "evaluate", lambda w: ["evaluate", "--model", w.tiny, "--data", w.good(), "--quiet"],
+         r"No fine-tuned classification head found", r"bertkit finetune|--probe"),
+]
+
+
+# ------------------------------------------------ issue 13: integrity and disk - damaged probes (helpers, then the cases)
 
 
 def _saved_probe(w: Workspace) -> Path:
@@ -600,17 +628,6 @@ def _damaged_probe(w: Workspace, kind: str) -> str:
     return str(target)
 
 
-def _run_with_damaged_checkpoint_file(w: Workspace, name: str) -> str:
-    """The premade run, unfinished, with one file of its newest checkpoint changed after it was saved (accelerate
-    itself would skip a damaged random_states_0.pkl and resume inexactly)."""
-    run = Path(w.copy("run"))
-    (run / "metrics.json").unlink()
-    newest = max((run / "checkpoints").glob("step-*"), key=lambda p: int(p.name.split("-")[1]))
-    target = newest / name
-    target.write_bytes(target.read_bytes()[:-8] + b"damaged!")
-    return str(run)
-
-
 CASES += [  # issue 13: integrity and disk
     Case("predict-probe-truncated-weights", "predict",
          lambda w: ["predict", "--probe", _damaged_probe(w, "truncated"), "--text", "a great film"],
@@ -628,22 +645,9 @@ CASES += [  # issue 13: integrity and disk
     Case("predict-probe-json-bad-layers", "predict",
          lambda w: ["predict", "--probe", _damaged_probe(w, "layers-bad"), "--text", "a great film"],
          r"probe\.json is damaged \(layers 'last' is not a layer list", r"Re-run `bertkit probe"),
-    Case("predict-base-encoder-without-head", "predict", lambda w: ["predict", "--model", w.tiny, "--text", "a great film"],
-         r"No fine-tuned classification head found in .*: its weights lack classifier", r"bertkit finetune.*--probe"),
-    Case("evaluate-base-encoder-without-head", "evaluate",
+    Case("evaluate-distilbert-base-encoder-without-head", "evaluate",
          lambda w: ["evaluate", "--model", w.distil, "--data", w.good(), "--quiet"],
          r"No fine-tuned classification head found in .*: its weights lack (pre_)?classifier", r"bertkit finetune.*--probe"),
-    Case("finetune-resume-damaged-rng-state", "finetune",
-         lambda w: finetune(w, "--data", w.premade_data(), out=_run_with_damaged_checkpoint_file(w, "random_states_0.pkl")),
-         r"Checkpoint .*step-\d+ is damaged \(random_states_0\.pkl changed since it was saved",
-         r"delete .*step-\d+ to resume from it, or pass --overwrite"),
-    Case("finetune-resume-damaged-trainer-state", "finetune",
-         lambda w: finetune(w, "--data", w.premade_data(), out=_run_with_damaged_checkpoint_file(w, "trainer_state.json")),
-         r"Checkpoint .*step-\d+ is damaged \(trainer_state\.json changed", r"--overwrite"),
-    Case("finetune-diverging-lr", "finetune",
-         lambda w: finetune(w, "--data", w.good(), "--lr", "5e5", "--save-every", "1", out=w.path("diverging")),
-         r"became NaN/inf at step \d+ \(epoch 1\): the run diverged, most likely because --lr 500000 is too high",
-         r"Re-run with a smaller --lr"),
 ]
 
 

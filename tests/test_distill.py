@@ -1,0 +1,170 @@
+"""bertkit distill: the student built from the teacher, the loss, the teacher-logit cache, exact resume, the
+report. Correctness only: the speed and quality claims are measured in bench/bench_distill.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.numpy import load_file
+from typer.testing import CliRunner
+
+from bertkit import distill, faults, modeling
+from bertkit.cli import app
+from bertkit.config import DistillConfig
+from bertkit.errors import UserError
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("distill-data")
+    good = ["great", "wonderful", "lovely", "superb", "delightful"]
+    bad = ["awful", "terrible", "boring", "dreadful", "horrible"]
+    rows = []
+    for i in range(30):
+        rows.append(f"a {good[i % 5]} film , truly {good[(i + 2) % 5]}\tpos")
+        rows.append(f"an {bad[i % 5]} movie , really {bad[(i + 1) % 5]}\tneg")
+    train, dev = root / "train.tsv", root / "dev.tsv"
+    train.write_text("sentence\tlabel\n" + "\n".join(rows) + "\n", encoding="utf-8")
+    dev.write_text("sentence\tlabel\n" + "\n".join(rows[:16]) + "\n", encoding="utf-8")
+    return train, dev
+
+
+@pytest.fixture(scope="module")
+def teacher(toy, tiny_bert_dir, tmp_path_factory) -> Path:
+    """A 2-layer tiny BERT fine-tuned on the toy data: the teacher."""
+    train, dev = toy
+    out = tmp_path_factory.mktemp("teacher") / "run"
+    result = runner.invoke(app, ["finetune", "--model", str(tiny_bert_dir), "--data", str(train), "--dev", str(dev),
+                                 "--out", str(out), "--epochs", "3", "--batch-size", "8", "--lr", "5e-3",
+                                 "--precision", "fp32", "--quiet"])
+    assert result.exit_code == 0, result.output
+    return out / "best"
+
+
+def argv(teacher: Path, toy: tuple[Path, Path], out: Path, *extra: str) -> list[str]:
+    return ["distill", "--teacher", str(teacher), "--data", str(toy[0]), "--dev", str(toy[1]), "--out", str(out),
+            "--student-layers", "1", "--epochs", "2", "--batch-size", "8", "--lr", "5e-3", "--save-every", "3",
+            "--precision", "fp32", "--quiet", *extra]
+
+
+def test_copied_layers_are_evenly_spaced():
+    assert distill.copied_layers(12, 6) == [0, 2, 4, 6, 8, 10]  # every other layer, as DistilBERT
+    assert distill.copied_layers(6, 3) == [0, 2, 4]
+    assert distill.copied_layers(6, 4) == [0, 2, 3, 5]
+    assert distill.copied_layers(2, 1) == [0]
+    with pytest.raises(UserError, match="more than the teacher's 6 layers"):
+        distill.copied_layers(6, 7)
+
+
+@pytest.mark.parametrize("kind", ["bert", "distilbert"])
+def test_student_copies_the_teachers_layers_embeddings_and_head(kind, tiny_bert_dir, tiny_distilbert_dir):
+    folder = tiny_bert_dir if kind == "bert" else tiny_distilbert_dir
+    teacher = modeling.load_classifier(str(folder), {0: "neg", 1: "pos"})
+    student, kept = distill.student_from_teacher(teacher, 1)
+    assert kept == [0] and student.config.num_hidden_layers == 1 and type(student) is type(teacher)
+    t, s = teacher.state_dict(), student.state_dict()
+    assert len(s) < len(t)
+    for name, value in s.items():
+        source = name.replace(".layer.0.", f".layer.{kept[0]}.")
+        assert torch.equal(value, t[source]), name  # every student tensor is the teacher's
+    assert modeling.parameter_count(student) < modeling.parameter_count(teacher)
+
+
+def test_distillation_loss_is_the_mix_of_soft_and_hard_terms():
+    from bertkit.objectives import Distillation, SingleLabel
+
+    y = np.array([0, 1, 1])
+    teacher = np.array([[2.0, -1.0], [0.5, 0.7], [-3.0, 3.0]])
+    student = torch.tensor([[0.1, 0.2], [1.0, -1.0], [0.0, 2.0]])
+    hard = SingleLabel(y, y, ["a", "b"])
+    rows = np.arange(3)
+    t = 2.0
+    loss = Distillation(hard, teacher, t, 0.3).loss(student, rows)
+    p_t = torch.softmax(torch.tensor(teacher) / t, -1)
+    kl = (p_t * (torch.log(p_t) - torch.log_softmax(student / t, -1))).sum(-1).mean() * t * t
+    ce = torch.nn.functional.cross_entropy(student, torch.tensor(y))
+    assert loss.item() == pytest.approx((0.3 * kl + 0.7 * ce).item(), rel=1e-5)
+    assert Distillation(hard, teacher, t, 0.0).loss(student, rows).item() == pytest.approx(ce.item(), rel=1e-6)
+
+
+def test_distill_trains_a_smaller_student_caches_the_teacher_and_reports(teacher, toy, tmp_path, monkeypatch):
+    computed = []
+    real = distill._compute_teacher_outputs
+    monkeypatch.setattr(distill, "_compute_teacher_outputs", lambda *a, **k: computed.append(1) or real(*a, **k))
+    out = tmp_path / "student"
+    result = runner.invoke(app, [*argv(teacher, toy, out), "--json"])
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.stdout)
+    history = payload["training"]["history"]
+    losses = [h["train_loss"] for h in history]
+    assert all(np.isfinite(losses)) and losses[-1] < losses[0]  # finite and falling
+    assert computed == [1] and (out / "teacher_logits.npy").is_file()  # once, before training
+    student = load_file(str(out / "best" / "model.safetensors"))
+    assert not any(".layer.1." in k for k in student) and any(".layer.0." in k for k in student)
+    report = payload["report"]
+    assert set(report["claims"]) == {"parameter_reduction_pct", "speedup_batch1_x", "speedup_best_batch_x",
+                                     "quality_retained_pct"}
+    assert report["models"]["student"]["parameters"] < report["models"]["teacher"]["parameters"]
+    assert all(isinstance(c["pass"], bool) for c in report["claims"].values())
+    for ext in ("json", "md", "png"):
+        assert (out / f"distill_report.{ext}").is_file()
+    # the saved student is a normal transformers folder
+    from transformers import AutoModelForSequenceClassification
+
+    loaded = AutoModelForSequenceClassification.from_pretrained(str(out / "best"))
+    assert loaded.config.num_hidden_layers == 1 and loaded.config.id2label == {0: "neg", 1: "pos"}
+
+
+def test_resumed_distillation_equals_an_uninterrupted_one_and_reuses_the_cache(teacher, toy, tmp_path, monkeypatch):
+    whole = tmp_path / "whole"
+    assert runner.invoke(app, argv(teacher, toy, whole, "--no-report")).exit_code == 0
+    cut = tmp_path / "cut"
+    monkeypatch.setenv(faults.FAIL_AFTER_STEPS_ENV, "4")
+    with pytest.raises(faults.SimulatedFailure):
+        runner.invoke(app, argv(teacher, toy, cut, "--no-report"), catch_exceptions=False)
+    monkeypatch.delenv(faults.FAIL_AFTER_STEPS_ENV)
+    computed = []
+    real = distill._compute_teacher_outputs
+    monkeypatch.setattr(distill, "_compute_teacher_outputs", lambda *a, **k: computed.append(1) or real(*a, **k))
+    resumed = runner.invoke(app, [*argv(teacher, toy, cut, "--no-report"), "--json"])
+    assert resumed.exit_code == 0, resumed.output
+    assert json.loads(resumed.stdout)["training"]["resumed_from"]["step"] == 3
+    assert computed == []  # the teacher's logits came from the cache
+    a, b = load_file(str(whole / "final" / "model.safetensors")), load_file(str(cut / "final" / "model.safetensors"))
+    for name in a:
+        np.testing.assert_allclose(a[name], b[name], rtol=1e-6, atol=1e-7, err_msg=name)
+
+
+def test_cosine_term_and_a_student_encoder(teacher, toy, tmp_path, tiny_bert_dir):
+    out = tmp_path / "cos"
+    result = runner.invoke(app, [*argv(teacher, toy, out, "--cos-weight", "1.0", "--no-report"), "--json"])
+    assert result.exit_code == 0, result.output
+    assert all(np.isfinite(h["train_loss"]) for h in json.loads(result.stdout)["training"]["history"])
+    other = tmp_path / "other"
+    result = runner.invoke(app, [*argv(teacher, toy, other, "--student", str(tiny_bert_dir), "--no-report"), "--json"])
+    assert result.exit_code == 0, result.output
+
+
+def test_bad_distill_input(teacher, toy, tmp_path, tiny_bert_dir, write_tsv):
+    cases = [
+        (argv(teacher, toy, tmp_path / "a", "--student-layers", "5"), r"more than the teacher's 2 layers"),
+        (argv(tiny_bert_dir, toy, tmp_path / "b"), r"No fine-tuned classification head"),
+        (argv(teacher, toy, tmp_path / "c", "--alpha", "1.5"), r"--alpha must be in \[0, 1\]"),
+        (["distill", "--data", str(toy[0]), "--out", str(tmp_path / "d")], r"--teacher is required"),
+    ]
+    other = write_tsv("other.tsv", [(f"row {i}", ("meh", "pos", "neg")[i % 3]) for i in range(30)], ("sentence", "label"))
+    cases.append(([*argv(teacher, (other, toy[1]), tmp_path / "e")], r"labels the teacher .* was not trained on: meh"))
+    for args, message in cases:
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+        import re
+
+        assert re.search(message, result.output, re.S), (message, result.output)
+    with pytest.raises(UserError, match="--teacher is required"):
+        DistillConfig(data="x", out="y")
