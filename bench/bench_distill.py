@@ -3,7 +3,7 @@ and beat the same student fine-tuned without a teacher?
 
 For each dataset (the bundled demo data, and full SST-2 from ../shared/data/sst2 when present):
   teacher    `bertkit finetune` of the packaged MiniLM-L6 (6 layers)
-  distilled  `bertkit distill --student-layers 3`: teacher layers 0, 2, 4 + embeddings + head, trained on the
+  distilled  `bertkit distill --student-layers 3`: teacher layers 0, 3, 5 + embeddings + head, trained on the
              teacher's soft targets (KL at temperature 2) mixed with the hard labels (alpha 0.5)
   direct     the same student (same initialisation, same epochs, same data) trained on the hard labels only
              (`bertkit distill --alpha 0`: the distillation loop with no teacher signal)

@@ -44,15 +44,17 @@ CACHE, CACHE_KEY, REPORT = "teacher_logits.npy", "teacher_logits.json", "distill
 
 
 def copied_layers(teacher_layers: int, student_layers: int) -> list[int]:
-    """Which teacher layers the student starts from: every k-th one when it divides (DistilBERT: every other),
-    else evenly spaced from the first to the last."""
+    """Which teacher layers the student starts from: evenly spaced from the first to the last, both kept.
+
+    The last layer stays because the teacher's pooler and head were trained on its output (a 3-of-6 student that
+    keeps it starts far closer to the teacher than one that stops at layer 4); the first, because it reads the
+    embeddings. 12 -> 6 gives 0, 2, 4, 7, 9, 11: the layers transformers' DistilBERT extraction script copies.
+    """
     if student_layers > teacher_layers:
         raise UserError(f"--student-layers {student_layers} is more than the teacher's {teacher_layers} layers; a "
                         f"student is smaller. Pass --student-layers 1 to {teacher_layers - 1}.")
-    if teacher_layers % student_layers == 0:
-        step = teacher_layers // student_layers
-        return list(range(0, teacher_layers, step))
-    return [int(round(x)) for x in np.linspace(0, teacher_layers - 1, student_layers)]
+    spaced = np.linspace(0, teacher_layers - 1, student_layers)
+    return [int(np.floor(x + 0.5)) for x in spaced]  # halves round up (np.round would round 2.5 to 2)
 
 
 def student_from_teacher(teacher: Any, n_layers: int) -> tuple[Any, list[int]]:

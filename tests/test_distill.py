@@ -54,8 +54,8 @@ def argv(teacher: Path, toy: tuple[Path, Path], out: Path, *extra: str) -> list[
 
 
 def test_copied_layers_are_evenly_spaced():
-    assert distill.copied_layers(12, 6) == [0, 2, 4, 6, 8, 10]  # every other layer, as DistilBERT
-    assert distill.copied_layers(6, 3) == [0, 2, 4]
+    assert distill.copied_layers(12, 6) == [0, 2, 4, 7, 9, 11]  # transformers' extract_distilbert.py choice
+    assert distill.copied_layers(6, 3) == [0, 3, 5]  # first and last kept; 2.5 rounds up
     assert distill.copied_layers(6, 4) == [0, 2, 3, 5]
     assert distill.copied_layers(2, 1) == [0]
     with pytest.raises(UserError, match="more than the teacher's 6 layers"):
