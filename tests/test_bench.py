@@ -14,7 +14,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from bertkit import bench, data, modeling
+from bertkit import bench, bench_quality, bench_report, data, modeling, timing
 from bertkit.cli import app
 from bertkit.errors import UserError
 
@@ -83,7 +83,7 @@ def test_latency_times_exactly_the_model_and_tokenization_separately():
     clock, log = FakeClock(), []
     a = _contender(clock, "A", log, per_call=7.0)
     b = _contender(clock, "B", log, per_call=3.0)
-    settings = bench.BenchSettings(budget=bench.Budget(warmup=2, min_iters=4, min_seconds=0.0, rounds=2, clock=clock))
+    settings = bench.BenchSettings(budget=timing.Budget(warmup=2, min_iters=4, min_seconds=0.0, rounds=2, clock=clock))
     result = bench.measure_latency([a, b], ["one", "two", "three"], settings, None, torch.float32)
     for c, cost in ((a, 7.0), (b, 3.0)):
         lat = result[c.label]
@@ -99,9 +99,9 @@ def test_latency_times_exactly_the_model_and_tokenization_separately():
 
 def test_repeat_needs_both_min_iters_and_min_seconds():
     durations = iter([0.5] * 100)
-    samples = bench.repeat(lambda: (next(durations),), warmup=3, min_iters=2, min_seconds=2.2)
+    samples = timing.repeat(lambda: (next(durations),), warmup=3, min_iters=2, min_seconds=2.2)
     assert len(samples) == 5  # 2 iterations are not enough seconds: 5 x 0.5 >= 2.2
-    samples = bench.repeat(lambda: (10.0,), warmup=0, min_iters=4, min_seconds=1.0)
+    samples = timing.repeat(lambda: (10.0,), warmup=0, min_iters=4, min_seconds=1.0)
     assert len(samples) == 4  # enough seconds after one, but 4 iterations are required
 
 
@@ -114,7 +114,7 @@ def test_throughput_counts_rows_and_tokens_over_exactly_the_timed_forwards():
     clock, log = FakeClock(), []
     a = _contender(clock, "A", log, per_call=0.0, per_token=0.001)
     settings = bench.BenchSettings(batch_sizes=(2,), max_length=16, seed=0,
-                                   budget=bench.Budget(warmup=1, min_iters=3, min_seconds=0.0, rounds=1, clock=clock))
+                                   budget=timing.Budget(warmup=1, min_iters=3, min_seconds=0.0, rounds=1, clock=clock))
     encoded = _encoded([4, 4, 8, 8])  # two length-sorted batches: 2x8 and 2x4 padded tokens
     records = bench.measure_throughput([a], encoded, 0, settings, None, torch.float32)["A"]
     dynamic, static = records
@@ -136,7 +136,7 @@ def test_train_step_runs_forward_backward_optimizer_and_restores_eval(tiny_bert_
     c = bench.Contender("tiny", str(tiny_bert_dir), False, model, tokenizer, 0.0)
     before = next(model.parameters()).detach().clone()
     encoded = data.encode_dataset(tokenizer, data.TextDataset(["a good film", "bad", "an awful , awful movie"] * 2), 16)
-    settings = bench.BenchSettings(train_batch_size=2, budget=bench.Budget(warmup=1, min_iters=2, min_seconds=0.0, rounds=1))
+    settings = bench.BenchSettings(train_batch_size=2, budget=timing.Budget(warmup=1, min_iters=2, min_seconds=0.0, rounds=1))
     result = bench.measure_train_step([c], encoded, tokenizer.pad_token_id, settings, torch.device("cpu"), torch.float32)
     assert result["tiny"]["step_ms"]["n"] == 2 and result["tiny"]["batch_size"] == 2
     assert result["tiny"]["rows_per_s"] > 0 and "delta_mb" in result["tiny"]["memory"]
@@ -159,7 +159,7 @@ def test_preset_builds_exact_default_shapes_offline():
 def test_sizes_and_load_time_from_saved_safetensors(tiny_bert_dir, tmp_path):
     model = modeling.load_encoder(str(tiny_bert_dir))
     c = bench.Contender("tiny", str(tiny_bert_dir), False, model, modeling.load_tokenizer(str(tiny_bert_dir)), 0.1)
-    sizes = bench.measure_sizes([c], tmp_path, bench.Budget(rounds=2))["tiny"]
+    sizes = bench.measure_sizes([c], tmp_path, timing.Budget(rounds=2))["tiny"]
     params = modeling.parameter_count(model)
     assert sizes["parameters"] == params
     assert sizes["size_mb_fp32"] == pytest.approx(params * 4 / 1e6, rel=0.02)
@@ -182,7 +182,7 @@ def test_claims_from_known_numbers():
     distil = _model_record("distil", 66_362_880, 410.0, [(1, "dynamic", 10.0), (32, "dynamic", 40.0)], 0.873, 410.0)
     bert = _model_record("bert", 109_482_240, 668.0, [(1, "dynamic", 6.0), (32, "dynamic", 20.0), (8, "static", 25.0)],
                          0.9, 668.0)
-    claims = bench.compute_claims([distil, bert])  # order does not matter: fewest parameters = candidate
+    claims = bench_report.compute_claims([distil, bert])  # order does not matter: fewest parameters = candidate
     assert claims["candidate"] == "distil" and claims["baseline"] == "bert"
     assert claims["parameter_reduction_pct"]["measured"] == pytest.approx(100 * (1 - 66_362_880 / 109_482_240))
     assert claims["parameter_reduction_pct"]["measured"] == pytest.approx(39.38, abs=0.01)
@@ -197,12 +197,12 @@ def test_claims_from_known_numbers():
     assert claims["speedup_paper_protocol_x"]["measured"] == pytest.approx(668 / 410)
     assert claims["quality_retained_pct"]["probe"]["measured"] == pytest.approx(97.0)
     assert claims["quality_retained_pct"]["finetune"]["measured"] is None
-    lines = "\n".join(bench.claim_lines(claims))
+    lines = "\n".join(bench_report.claim_lines(claims))
     assert "39.4%" in lines and "1.63x" in lines and "97.0%" in lines and "668 s / 410 s" in lines
 
 
 def test_claims_need_two_models():
-    assert "note" in bench.compute_claims([_model_record("a", 10, 1.0, [])])
+    assert "note" in bench_report.compute_claims([_model_record("a", 10, 1.0, [])])
 
 
 # ---------------------------------------------------------------- quality through the CLI
@@ -210,8 +210,8 @@ def test_claims_need_two_models():
 
 def test_find_score_prefers_dev_accuracy():
     result = {"train": {"accuracy": 1.0}, "dev": {"accuracy": 0.85, "f1": 0.8}, "test": {"accuracy": 0.8}}
-    assert bench.find_score(result) == ("dev.accuracy", 0.85)
-    assert bench.find_score({"loss": 0.3}) is None
+    assert bench_quality.find_score(result) == ("dev.accuracy", 0.85)
+    assert bench_quality.find_score({"loss": 0.3}) is None
 
 
 def test_quality_degrades_gracefully_and_parses_json():
@@ -221,7 +221,7 @@ def test_quality_degrades_gracefully_and_parses_json():
         calls.append(command)
         return SimpleNamespace(returncode=2, stdout="", stderr="No such command 'probe'.")
 
-    result = bench.measure_quality("probe", {"m": "model-a"}, ["--data", "x.tsv"], [], runner=missing)
+    result = bench_quality.measure_quality("probe", {"m": "model-a"}, ["--data", "x.tsv"], [], runner=missing)
     assert result["m"]["status"] == "unavailable" and "not available" in result["m"]["message"]
     assert len(calls) == 1  # only the --help check; no model run
 
@@ -230,7 +230,7 @@ def test_quality_degrades_gracefully_and_parses_json():
         out = {"dev": {"accuracy": 0.9}} if "model-a" in command else {"dev": {"accuracy": 0.8}}
         return SimpleNamespace(returncode=0, stdout=json.dumps(out), stderr="")
 
-    result = bench.measure_quality("probe", {"a": "model-a", "b": "model-b"}, ["--data", "x.tsv"], ["--C", "1"], runner=works)
+    result = bench_quality.measure_quality("probe", {"a": "model-a", "b": "model-b"}, ["--data", "x.tsv"], ["--C", "1"], runner=works)
     assert result["a"]["score"] == 0.9 and result["b"]["score"] == 0.8 and result["a"]["status"] == "ok"
     assert calls[-1][-6:] == ["--data", "x.tsv", "--C", "1", "--json", "--quiet"]  # same settings for each model
 
@@ -317,8 +317,8 @@ def test_report_markdown_from_a_synthetic_report():
         m["throughput"][0].update(tokens_per_s=100.0, padding_share=0.1, batch_ms={"p50": 1.0}, iterations=3)
     report = {"protocol": "standard", "data": {"rows": 2, "mean_tokens": 5.0, "max_tokens": 9}, "models": [distil, bert],
               "notes": ["a note"], "environment": {}}
-    report["claims"] = bench.compute_claims(report["models"])
-    md = bench.report_markdown(report)
+    report["claims"] = bench_report.compute_claims(report["models"])
+    md = bench_report.report_markdown(report)
     assert "| distil | 66.36 |" in md and "2.00x" in md and "- a note" in md and "## Throughput" in md
 
 
@@ -335,7 +335,7 @@ def test_subprocess_json(tiny_bert_dir, tiny_distilbert_dir, tmp_path, demo_dir)
 
 
 def test_memory_meter_reports_peak_above_start():
-    with bench.peak_memory(torch.device("cpu")) as meter:
+    with timing.peak_memory(torch.device("cpu")) as meter:
         block = torch.ones(64 * 2**20 // 4)  # 64 MB: above glibc's mmap threshold, so fresh pages, not reused ones
         block += 1
     result = meter.as_dict()
