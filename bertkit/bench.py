@@ -5,7 +5,7 @@ the user's machine and data: parameter count, safetensors size (fp32/fp16), load
 sentences (tokenization timed apart from the model), throughput per batch size (length-sorted dynamic padding vs
 static padding to --max-length), peak memory, a training step, or the paper's protocol (one full pass at batch
 size 1 on the CPU). How each measurement is timed is `timing.py`'s job; the claims and tables are
-`bench_report.py`'s; the quality scores `bench_quality.py`'s. `run_command` is the CLI's one call.
+`bench_report.py`'s; the quality runs `bench_quality.py`'s. `run_command` is the CLI's one call.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import inspect
 import itertools
 import logging
 import os
-import shlex
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -25,8 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from bertkit import data, modeling, runs
-from bertkit.bench_quality import measure_quality, quality_data_args
+from bertkit import bench_quality, data, modeling, runs
 from bertkit.bench_report import compute_claims, report_markdown
 from bertkit.errors import UserError
 from bertkit.timing import Budget, Clock, Step, interleaved, summarize, sync_for
@@ -490,30 +488,21 @@ def benchmark(cfg: Any, clock: Clock = time.perf_counter,
               quality_dir: Path | Callable[[], Path] | None = None) -> dict[str, Any]:
     """The whole `bertkit bench` run for a BenchConfig: models, texts, measurements, quality, claims.
 
-    `quality_dir` holds the run directories of the quality commands (probe/finetune), one per model; a callable
-    is called only when quality is measured, after the models loaded and were timed (it may claim --out).
+    `quality_dir` holds the run directories of the quality runs (probe/finetune), one per model; a callable is
+    called only when quality is measured, after the models loaded and were timed (it may claim --out). Without
+    it they go into the benchmark's temporary folder.
     """
     import torch
 
-    notes: list[str] = []
+    quality = bench_quality.plan_quality(cfg)  # every --quality-args value is checked before anything is measured
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    device = modeling.choose_device("cpu" if cfg.protocol == "paper" else cfg.device)
-    if cfg.protocol == "paper" and cfg.device not in ("auto", "cpu"):
-        notes.append(f"--protocol paper runs on the CPU (as the paper did); --device {cfg.device} ignored.")
-    dtype = modeling.choose_dtype(cfg.precision, device)
-    if device.type == "cpu" and dtype == torch.bfloat16 and not modeling.cpu_supports_bf16():
-        notes.append("bf16 on this CPU is emulated (no AVX512-BF16/AMX): expect it to be several times slower "
-                     "than fp32. Use --precision fp32 (what auto picks here) for representative numbers.")
+    device, dtype, notes = device_and_dtype(cfg)
     texts, source = benchmark_texts(cfg)
     order = np.random.default_rng(cfg.seed).permutation(len(texts))
     torch.manual_seed(cfg.seed)
     contenders = load_contenders(cfg.model_list, cfg.preset, cfg.random_init, cfg.trust_remote_code, clock)
-    if any(c.random_init for c in contenders):
-        notes.append(RANDOM_INIT_NOTE)
-    if cfg.preset:
-        notes.append(f"--preset {cfg.preset}: transformers' default configs (the published base shapes), "
-                     f"tokenizer = bert-base-uncased vocabulary from the packaged `{PRESET_TOKENIZER}` folder.")
+    notes += contender_notes(cfg, contenders)
     settings = BenchSettings(
         batch_sizes=cfg.batch_size_list, max_length=cfg.max_length, train_batch_size=cfg.train_batch_size,
         protocol=cfg.protocol, seed=cfg.seed,
@@ -522,17 +511,9 @@ def benchmark(cfg: Any, clock: Clock = time.perf_counter,
     timed_texts = texts if cfg.protocol == "paper" else [texts[i] for i in order]
     with tempfile.TemporaryDirectory(prefix="bertkit-bench-") as tmp:
         report = run_bench(contenders, timed_texts, settings, device, dtype, Path(tmp), keep_folders=True)
-        if cfg.quality_kinds and callable(quality_dir):
-            quality_dir = quality_dir()
-        for kind in cfg.quality_kinds:
-            folders = {m["label"]: (m["folder"] if m["random_init"] else m["source"]) for m in report["models"]}
-            for label, result in measure_quality(kind, folders, quality_data_args(cfg),
-                                                 shlex.split(cfg.quality_args or ""),
-                                                 out_dir=quality_dir if isinstance(quality_dir, Path) else None).items():
-                record = next(m for m in report["models"] if m["label"] == label)
-                record.setdefault("quality", {})[kind] = result
-        if cfg.quality_kinds and any(c.random_init for c in contenders):
-            notes.append("Quality of random-init models was measured because --quality was given; it is meaningless.")
+        if quality:
+            where = quality_dir() if callable(quality_dir) else quality_dir or Path(tmp) / "quality"
+            add_quality(report, quality, where)
     for record in report["models"]:
         record.pop("folder", None)
     report["claims"] = compute_claims(report["models"])
@@ -540,6 +521,44 @@ def benchmark(cfg: Any, clock: Clock = time.perf_counter,
     report["data_source"] = source
     report["environment"] = environment(device, dtype)
     return report
+
+
+def device_and_dtype(cfg: Any) -> tuple[Any, Any, list[str]]:
+    """The device and dtype the benchmark runs in, and notes on choices the user should know about."""
+    import torch
+
+    notes: list[str] = []
+    device = modeling.choose_device("cpu" if cfg.protocol == "paper" else cfg.device)
+    if cfg.protocol == "paper" and cfg.device not in ("auto", "cpu"):
+        notes.append(f"--protocol paper runs on the CPU (as the paper did); --device {cfg.device} ignored.")
+    dtype = modeling.choose_dtype(cfg.precision, device)
+    if device.type == "cpu" and dtype == torch.bfloat16 and not modeling.cpu_supports_bf16():
+        notes.append("bf16 on this CPU is emulated (no AVX512-BF16/AMX): expect it to be several times slower "
+                     "than fp32. Use --precision fp32 (what auto picks here) for representative numbers.")
+    return device, dtype, notes
+
+
+def contender_notes(cfg: Any, contenders: Sequence[Contender]) -> list[str]:
+    """What the report must say about where the models came from (random weights, the preset's shapes)."""
+    notes = []
+    if any(c.random_init for c in contenders):
+        notes.append(RANDOM_INIT_NOTE)
+    if cfg.preset:
+        notes.append(f"--preset {cfg.preset}: transformers' default configs (the published base shapes), "
+                     f"tokenizer = bert-base-uncased vocabulary from the packaged `{PRESET_TOKENIZER}` folder.")
+    if cfg.quality_kinds and any(c.random_init for c in contenders):
+        notes.append("Quality of random-init models was measured because --quality was given; it is meaningless.")
+    return notes
+
+
+def add_quality(report: dict[str, Any], plans: Sequence[bench_quality.QualityPlan], out_dir: Path) -> None:
+    """Each model record's `quality` section: one result per --quality command (random-init models: their saved
+    copy, so the quality run starts from the very weights that were timed)."""
+    folders = {m["label"]: (m["folder"] if m["random_init"] else m["source"]) for m in report["models"]}
+    for plan in plans:
+        for label, result in bench_quality.measure_quality(plan, folders, out_dir).items():
+            record = next(m for m in report["models"] if m["label"] == label)
+            record.setdefault("quality", {})[plan.kind] = result
 
 
 def run_command(cfg: Any) -> dict[str, Any]:

@@ -205,34 +205,70 @@ def test_claims_need_two_models():
     assert "note" in bench_report.compute_claims([_model_record("a", 10, 1.0, [])])
 
 
-# ---------------------------------------------------------------- quality through the CLI
+# ---------------------------------------------------------------- quality, in process
 
 
-def test_find_score_prefers_dev_accuracy():
-    result = {"train": {"accuracy": 1.0}, "dev": {"accuracy": 0.85, "f1": 0.8}, "test": {"accuracy": 0.8}}
-    assert bench_quality.find_score(result) == ("dev.accuracy", 0.85)
-    assert bench_quality.find_score({"loss": 0.3}) is None
+def _quality_cfg(demo_dir, models="a,b", **kw):
+    from bertkit.config import BenchConfig
+
+    return BenchConfig(models=models, data=str(demo_dir / "train.tsv"), dev=str(demo_dir / "dev.tsv"), **kw)
 
 
-def test_quality_degrades_gracefully_and_parses_json():
-    calls = []
+def test_quality_args_are_typed_by_the_command_options(demo_dir):
+    cfg = _quality_cfg(demo_dir, quality="probe", max_length=64, limit=30,
+                       quality_args="--C 0.5 --no-baselines --layers -1 --max-length=32 -q")
+    (plan,) = bench_quality.plan_quality(cfg)
+    probe_cfg = plan.config
+    assert plan.kind == "probe" and probe_cfg.C == 0.5 and probe_cfg.baselines is False and probe_cfg.layers == "-1"
+    assert probe_cfg.max_length == 32  # --quality-args override bench's own settings, as flags given later did
+    assert probe_cfg.data == cfg.data and probe_cfg.dev == cfg.dev and probe_cfg.limit == 30 and probe_cfg.seed == 42
+    cfg = _quality_cfg(demo_dir, quality="finetune", dev_fraction=0.2, max_length=64,
+                       quality_args="--epochs 2 --lr=3e-5 --metric-for-best f1")
+    (plan,) = bench_quality.plan_quality(cfg)
+    assert (plan.config.epochs, plan.config.lr, plan.config.metric_for_best) == (2, 3e-5, "f1")
+    assert plan.config.max_length == 64 and plan.config.dev_fraction == 0.2  # bench's data settings reach it
 
-    def missing(command, **kwargs):
-        calls.append(command)
-        return SimpleNamespace(returncode=2, stdout="", stderr="No such command 'probe'.")
 
-    result = bench_quality.measure_quality("probe", {"m": "model-a"}, ["--data", "x.tsv"], [], runner=missing)
-    assert result["m"]["status"] == "unavailable" and "not available" in result["m"]["message"]
-    assert len(calls) == 1  # only the --help check; no model run
+@pytest.mark.parametrize("kind, args, message", [
+    ("probe", "--C -1", "--C must be a positive number"),
+    ("finetune", "--epochs x", "--epochs takes an integer"),
+    ("finetune", "--warmup-ratio 1.5", "--warmup-ratio must be in [0, 1)"),
+    ("finetune", "--metric-for-best loss", "higher is better"),
+])
+def test_quality_arg_values_are_refused_before_the_benchmark(kind, args, message, demo_dir, tmp_path):
+    # --models a,b do not exist: had the benchmark started, the error would be about them
+    result = runner.invoke(app, ["bench", "--models", "a,b", "--data", str(demo_dir / "train.tsv"), "--quality", kind,
+                                 "--quality-args", args, "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2, result.output
+    assert message in result.output and "--quality-args" in result.output
+    assert not (tmp_path / "out").exists()
 
-    def works(command, **kwargs):
-        calls.append(command)
-        out = {"dev": {"accuracy": 0.9}} if "model-a" in command else {"dev": {"accuracy": 0.8}}
-        return SimpleNamespace(returncode=0, stdout=json.dumps(out), stderr="")
 
-    result = bench_quality.measure_quality("probe", {"a": "model-a", "b": "model-b"}, ["--data", "x.tsv"], ["--C", "1"], runner=works)
-    assert result["a"]["score"] == 0.9 and result["b"]["score"] == 0.8 and result["a"]["status"] == "ok"
-    assert calls[-1][-6:] == ["--data", "x.tsv", "--C", "1", "--json", "--quiet"]  # same settings for each model
+def test_quality_probe_runs_in_process(tiny_bert_dir, tiny_distilbert_dir, demo_dir, tmp_path):
+    cfg = _quality_cfg(demo_dir, limit=40, max_length=16, quality="probe", quality_args="--no-baselines")
+    (plan,) = bench_quality.plan_quality(cfg)
+    models = {"distil": str(tiny_distilbert_dir), "bert": str(tiny_bert_dir), "missing": str(tmp_path / "nope")}
+    result = bench_quality.measure_quality(plan, models, tmp_path / "quality")
+    for i, label in enumerate(("distil", "bert")):
+        record = result[label]
+        assert record["status"] == "ok" and record["metric"] == "best.dev.accuracy", record
+        written = json.loads((tmp_path / "quality" / f"probe-{i}" / "metrics.json").read_text())
+        assert record["score"] == written["best"]["dev"]["accuracy"]  # the probe's own best cell, in its own run dir
+        assert f"--model {models[label]}" in record["command"] and "--no-baselines" in record["command"]
+    assert result["missing"]["status"] == "failed" and "nope" in result["missing"]["message"]
+
+
+def test_quality_finetune_runs_in_process(tiny_bert_dir, tiny_distilbert_dir, demo_dir, tmp_path):
+    cfg = _quality_cfg(demo_dir, limit=16, max_length=16, quality="finetune",
+                       quality_args="--epochs 1 --batch-size 8 --metric-for-best f1 --precision fp32")
+    (plan,) = bench_quality.plan_quality(cfg)
+    models = {"distil": str(tiny_distilbert_dir), "bert": str(tiny_bert_dir)}  # two runs in one process
+    result = bench_quality.measure_quality(plan, models, tmp_path / "quality")
+    for i, label in enumerate(models):
+        record = result[label]
+        assert record["status"] == "ok" and record["metric"] == "best_dev.f1", record  # the declared metric
+        written = json.loads((tmp_path / "quality" / f"finetune-{i}" / "metrics.json").read_text())
+        assert record["score"] == written["best_dev"]["f1"] and written["epochs_run"] == 1
 
 
 # ---------------------------------------------------------------- the command
