@@ -10,7 +10,6 @@ size 1 on the CPU). How each measurement is timed is `timing.py`'s job; the clai
 
 from __future__ import annotations
 
-import inspect
 import itertools
 import logging
 import os
@@ -24,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from bertkit import bench_quality, data, modeling, runs
+from bertkit import bench_quality, data, infer, modeling, runs
 from bertkit.bench_report import compute_claims, report_markdown
 from bertkit.errors import UserError
 from bertkit.timing import Budget, Clock, Step, interleaved, summarize, sync_for
@@ -59,8 +58,8 @@ class Contender:
 
     @property
     def input_names(self) -> frozenset[str]:
-        """Arguments the model's forward accepts (DistilBERT takes no token_type_ids)."""
-        return frozenset(inspect.signature(self.model.forward).parameters)
+        """The inputs the model's forward takes (DistilBERT: no token_type_ids), asked the way inference asks."""
+        return infer.accepted_inputs(self.model)
 
 
 def preset_configs(name: str) -> list[tuple[str, Any]]:
@@ -104,7 +103,11 @@ def load_contenders(
 
 
 def model_inputs(batch: dict[str, Any], accepted: frozenset[str], device: Any = None) -> dict[str, Any]:
-    """The batch tensors the model accepts, on `device`."""
+    """The batch tensors the model accepts, on `device`.
+
+    `infer.batch_inputs` pads token ids and then selects and moves; here the batch is already padded (one batch
+    serves every model) or is the tokenizer's output, so only the selection and the move are left.
+    """
     return {k: (v.to(device) if device is not None else v) for k, v in batch.items() if k in accepted}
 
 
@@ -190,6 +193,7 @@ def train_step(c: Contender, batches: Sequence[PreparedBatch], device: Any, dtyp
 
 
 def _hidden_size(model: Any) -> int:
+    """Width of the encoder's output (BERT's config calls it hidden_size, DistilBERT's dim)."""
     config = model.config
     return int(getattr(config, "hidden_size", None) or config.dim)
 
@@ -200,6 +204,10 @@ def prepare_batches(
     """Length-sorted batches of every row (dynamic padding, or static to `pad_to`), in a seeded shuffled order.
 
     Sorting keeps padding low; shuffling the batch order makes any prefix of the list a fair sample of lengths.
+    The rows of a batch are those inference groups for a fixed batch size (`data.sorted_batches`, what
+    `infer.plan_batches` calls); the padding is `data.pad_batch`'s, not `infer.batch_inputs`': that one has no
+    static padding, and on a GPU it rounds the width up to a multiple of 8, which would change what "dynamic"
+    measured there.
     """
     import torch
 
@@ -412,7 +420,7 @@ def run_bench(
         c.model.to(device)
     tokenizer = contenders[0].tokenizer
     encoded = data.encode_dataset(tokenizer, data.TextDataset(list(texts)), settings.max_length)
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    pad_id = infer.pad_id_of(tokenizer)
     report: dict[str, Any] = {"protocol": settings.protocol, "data": token_stats(encoded), "notes": [],
                               "loadavg_start": list(os.getloadavg())}
     records = {c.label: {"label": c.label, "source": c.source, "random_init": c.random_init,
