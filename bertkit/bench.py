@@ -399,6 +399,7 @@ def measure_paper_protocol(
 
 
 def token_stats(encoded: data.Encoded) -> dict[str, Any]:
+    """Rows, mean/median/max tokens and truncated rows of the timed sentences (the report's `data`)."""
     lengths = encoded.lengths
     return {"rows": int(len(lengths)), "mean_tokens": float(lengths.mean()), "p50_tokens": float(np.median(lengths)),
             "max_tokens": int(lengths.max()), "truncated": encoded.n_truncated}

@@ -154,6 +154,7 @@ def peak_memory_mb(model: dict[str, Any]) -> float | None:
 
 
 def throughput_rows(report: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
+    """One row per model, batch size and padding: rows/s, tokens/s, padding share, batch time."""
     columns = ["model", "batch", "padding", "rows/s", "tokens/s", "padding share", "batch p50 ms", "iters"]
     rows = [[m["label"], r["batch_size"], r["padding"], r["rows_per_s"], r["tokens_per_s"],
              f"{r['padding_share']:.0%}", r["batch_ms"].get("p50"), r["iterations"]]

@@ -262,7 +262,8 @@ def _hatch_legend(ax, hatches: dict) -> None:
 
 
 def _claims_line(claims: dict) -> str:
-    """'candidate vs baseline: -39.4% parameters (paper 40%), 2.24x at batch 1 (paper 1.63x)' for the title."""
+    """The measured claims next to the paper's, one line for the title: 'R% fewer parameters (paper 40%); Sx at
+    batch 1 (paper 1.63x); ...' (empty without a candidate and a baseline)."""
     if "candidate" not in claims:
         return ""
     parts = []

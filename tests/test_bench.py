@@ -380,6 +380,24 @@ def test_memory_meter_reports_peak_above_start():
         assert result["delta_mb"] >= 60.0
 
 
+def test_memory_meter_start_level_holds_no_uncollected_garbage():
+    import gc
+
+    gc.disable()  # the cycle below stays uncollected until someone collects
+    try:
+        cycle = [torch.ones(64 * 2**20 // 4)]
+        cycle.append(cycle)  # 64 MB only the garbage collector frees
+        del cycle
+        with timing.peak_memory(torch.device("cpu")) as meter:
+            gc.collect()  # garbage freed inside the block: its memory comes back for the block's own allocation
+            block = torch.ones(64 * 2**20 // 4)
+            block += 1
+    finally:
+        gc.enable()
+    if meter.kind == "rss":
+        assert meter.as_dict()["delta_mb"] >= 60.0  # the block's 64 MB, not hidden by the garbage's
+
+
 def test_quality_needs_labelled_data():
     with pytest.raises(UserError, match="--quality needs labelled --data"):
         from bertkit.config import BenchConfig
