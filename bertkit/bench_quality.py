@@ -53,7 +53,8 @@ def quality_config(kind: str, cfg: Any, extra: tuple[str, ...]) -> Any:
     """`kind`'s config: a --recipe in --quality-args < bench's data settings < the other --quality-args."""
     config_cls = QUALITY_CONFIGS[kind]
     recipe, values = parse_quality_args(kind, extra)
-    shared = {name: getattr(cfg, name) for name in SHARED_FIELDS}
+    # unset (None) bench options leave a recipe's value alone, as omitted flags did on the command line
+    shared = {name: getattr(cfg, name) for name in SHARED_FIELDS if getattr(cfg, name) is not None}
     try:
         config = config_cls(**{**recipe, **shared, "model": EACH_MODEL, "out": EACH_MODEL, **values})
     except UserError as exc:
