@@ -523,6 +523,7 @@ def distill(cfg: DistillConfig, view: View) -> None:
 def bench(cfg: BenchConfig, view: View) -> None:
     """DistilBERT vs BERT (or any encoders) on your hardware and data: size, latency, throughput, memory, claims."""
     from bertkit import bench as bench_core
+    from bertkit import bench_report
 
     report = bench_core.run_command(cfg)
     if view.json:
@@ -531,12 +532,12 @@ def bench(cfg: BenchConfig, view: View) -> None:
     env = report["environment"]
     title = (f"bertkit bench ({report['protocol']}) — {env['machine']['cpu']}, {env['device']}, {env['dtype']}, "
              f"{env['torch_threads']} threads")
-    out_console.print(table(title, *bench_core.summary_rows(report)))
-    columns, rows = bench_core.throughput_rows(report)
+    out_console.print(table(title, *bench_report.summary_rows(report)))
+    columns, rows = bench_report.throughput_rows(report)
     if rows:
         out_console.print(table("Throughput (dynamic = length-sorted batches; static = padded to --max-length)", columns, rows))
     out_console.print("[bold]Claims vs the DistilBERT paper[/]")
-    for line in bench_core.claim_lines(report["claims"]):
+    for line in bench_report.claim_lines(report["claims"]):
         out_console.print(f"  {_escape(line)}", highlight=False)
     for note in report["notes"]:
         info(f"note: {_escape(note)}", view.quiet)

@@ -230,7 +230,7 @@ def measure(cfg: DistillConfig, task: DistillTask, result: FinetuneResult) -> di
     """Parameters, disk size, batch-1 latency, best-batch throughput and dev quality of teacher and student."""
     import torch
 
-    from bertkit import bench
+    from bertkit import bench, timing
 
     student_dir = result.out / "best"
     student = modeling.load_classifier(str(student_dir), require_head=True).eval()
@@ -243,7 +243,7 @@ def measure(cfg: DistillConfig, task: DistillTask, result: FinetuneResult) -> di
                   bench.Contender("student", str(student_dir), False, student.to(device),
                                   modeling.load_tokenizer(str(student_dir)), 0.0)]
     settings = bench.BenchSettings(batch_sizes=(1, 32), max_length=cfg.max_length, train_batch_size=0, seed=cfg.seed,
-                                   budget=bench.Budget(warmup=2, min_iters=10, min_seconds=2.0, rounds=2))
+                                   budget=timing.Budget(warmup=2, min_iters=10, min_seconds=2.0, rounds=2))
     latency = bench.measure_latency(contenders, texts, settings, device, dtype)
     encoded = data.encode_dataset(task.teacher_tokenizer, splits.dev, cfg.max_length)
     throughput = bench.measure_throughput(contenders, encoded, infer.pad_id_of(task.teacher_tokenizer), settings,

@@ -107,88 +107,120 @@ def probe_layer_curve(rows: Sequence[dict], baselines: dict[str, float], path: P
 
 def bench_bars(report: dict, path: Path) -> Path:
     """`bertkit bench` figure: one bar panel per metric (size, latency, throughput, training, memory), per model."""
-    import numpy as np
-
-    models = report["models"]
-    labels = [Path(m["label"].replace(" (random init)", "")).name + ("\n(random init)" if m.get("random_init") else "")
-              for m in models]
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     paper = report.get("protocol") == "paper"
     panels = ["params", "size", "paper"] if paper else ["params", "size", "latency", "throughput", "train", "memory"]
     cols = 3
     fig, axes = plt.subplots((len(panels) + cols - 1) // cols, cols, figsize=(5.2 * cols, 4.2 * ((len(panels) + 2) // cols)),
                              squeeze=False)
-    x = np.arange(len(models))
+    chart = _ModelBars(report["models"])
+    for ax, panel in zip(axes.flat, panels, strict=False):
+        BENCH_PANELS[panel](ax, chart, report)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    fig.suptitle(_bench_title(report), fontsize=11)
+    fig.tight_layout()
+    return _save(fig, path)
 
-    def bars(ax, values, title, unit, bottom=None, hatch=None, label=None, offset=0.0, width=0.6):
+
+class _ModelBars:
+    """One bar per model, in the models' colours, labelled by their folder or hub name."""
+
+    def __init__(self, models: list) -> None:
+        import numpy as np
+
+        self.models = models
+        self.labels = [Path(m["label"].replace(" (random init)", "")).name
+                       + ("\n(random init)" if m.get("random_init") else "") for m in models]
+        self.colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+        self.x = np.arange(len(models))
+
+    def bars(self, ax, values, title, unit, bottom=None, hatch=None, label=None, offset=0.0, width=0.6):
+        """Draw one bar per model (None: no bar) and return the bars."""
+        import numpy as np
+
         vals = [np.nan if v is None else v for v in values]
-        drawn = ax.bar(x + offset, vals, width, bottom=bottom, color=colors[: len(models)], hatch=hatch, label=label,
-                       edgecolor="black", linewidth=0.5)
+        drawn = ax.bar(self.x + offset, vals, width, bottom=bottom, color=self.colors[: len(self.models)], hatch=hatch,
+                       label=label, edgecolor="black", linewidth=0.5)
         ax.set_title(title, fontsize=10)
         ax.set_ylabel(unit)
-        ax.set_xticks(x, labels, fontsize=8)
+        ax.set_xticks(self.x, self.labels, fontsize=8)
         ax.grid(axis="y", alpha=0.3)
         return drawn
 
-    def annotate(ax, drawn, fmt):
-        for rect in drawn:
-            h = rect.get_y() + rect.get_height()
-            if np.isfinite(h):
-                ax.annotate(fmt.format(h), (rect.get_x() + rect.get_width() / 2, h), ha="center", va="bottom", fontsize=8)
+    def values(self, *keys) -> list:
+        """The value at `keys` in each model's record (None where it is missing)."""
+        found = []
+        for m in self.models:
+            node = m
+            for k in keys:
+                node = node.get(k) if isinstance(node, dict) else None
+            found.append(node)
+        return found
 
-    def get(m, *keys):
-        node = m
-        for k in keys:
-            node = node.get(k) if isinstance(node, dict) else None
-        return node
 
-    for ax, panel in zip(axes.flat, panels, strict=False):
-        if panel == "params":
-            annotate(ax, bars(ax, [m["parameters"] / 1e6 for m in models], "Parameters", "millions"), "{:.1f}M")
-        elif panel == "size":
-            annotate(ax, bars(ax, [m["size_mb_fp32"] for m in models], "Size on disk (safetensors)", "MB",
-                              offset=-0.2, width=0.4, label="fp32"), "{:.0f}")
-            annotate(ax, bars(ax, [m["size_mb_fp16"] for m in models], "Size on disk (safetensors)", "MB",
-                              offset=0.2, width=0.4, hatch="//", label="fp16"), "{:.0f}")
-            _hatch_legend(ax, {"fp32": "", "fp16": "//"})
-        elif panel == "paper":
-            model_s = [get(m, "paper_protocol", "model_seconds") for m in models]
-            tok_s = [get(m, "paper_protocol", "tokenize_seconds") for m in models]
-            title = f"Full pass over {report.get('data', {}).get('rows', '?')} sentences, batch 1 (paper protocol)"
-            bars(ax, model_s, title, "seconds", label="model")
-            annotate(ax, bars(ax, tok_s, title, "seconds", bottom=model_s, hatch="..",
-                              label="tokenization"), "{:.1f}s")
-            _hatch_legend(ax, {"model": "", "tokenization": ".."})
-        elif panel == "latency":
-            model_ms = [get(m, "latency", "model_ms", "mean") for m in models]
-            tok_ms = [get(m, "latency", "tokenize_ms", "mean") for m in models]
-            bars(ax, model_ms, "Batch-1 latency (mean)", "ms", label="model")
-            annotate(ax, bars(ax, tok_ms, "Batch-1 latency (mean)", "ms", bottom=model_ms, hatch="..",
-                              label="tokenization"), "{:.0f} ms")
-            _hatch_legend(ax, {"model": "", "tokenization (stacked)": ".."})
-        elif panel == "throughput":
-            _throughput_panel(ax, models, colors)
-        elif panel == "train":
-            steps = [get(m, "train_step", "step_ms", "mean") for m in models]
-            bs = next((get(m, "train_step", "batch_size") for m in models if get(m, "train_step")), "?")
-            annotate(ax, bars(ax, [None if s is None else s / 1000 for s in steps],
-                              f"Training step, batch {bs} (fwd+bwd+AdamW)", "seconds"), "{:.2f}s")
-        elif panel == "memory":
-            peaks = [max([v for v in [get(m, "latency", "memory", "delta_mb"), get(m, "train_step", "memory", "delta_mb")]
-                          + [get(r, "memory", "delta_mb") for r in m.get("throughput", [])] if v is not None] or [np.nan])
-                     for m in models]
-            annotate(ax, bars(ax, peaks, "Peak memory above start (max over runs)", "MB"), "{:.0f}")
-    for ax in list(axes.flat)[len(panels):]:
-        ax.axis("off")
+def _annotate(ax, drawn, fmt: str) -> None:
+    """Write each bar's top value (of a stacked bar: the total) above it."""
+    import numpy as np
+
+    for rect in drawn:
+        h = rect.get_y() + rect.get_height()
+        if np.isfinite(h):
+            ax.annotate(fmt.format(h), (rect.get_x() + rect.get_width() / 2, h), ha="center", va="bottom", fontsize=8)
+
+
+def _params_panel(ax, chart: _ModelBars, report: dict) -> None:
+    _annotate(ax, chart.bars(ax, [m["parameters"] / 1e6 for m in chart.models], "Parameters", "millions"), "{:.1f}M")
+
+
+def _size_panel(ax, chart: _ModelBars, report: dict) -> None:
+    title = "Size on disk (safetensors)"
+    _annotate(ax, chart.bars(ax, chart.values("size_mb_fp32"), title, "MB", offset=-0.2, width=0.4, label="fp32"),
+              "{:.0f}")
+    _annotate(ax, chart.bars(ax, chart.values("size_mb_fp16"), title, "MB", offset=0.2, width=0.4, hatch="//",
+                             label="fp16"), "{:.0f}")
+    _hatch_legend(ax, {"fp32": "", "fp16": "//"})
+
+
+def _paper_panel(ax, chart: _ModelBars, report: dict) -> None:
+    model_s = chart.values("paper_protocol", "model_seconds")
+    title = f"Full pass over {report.get('data', {}).get('rows', '?')} sentences, batch 1 (paper protocol)"
+    chart.bars(ax, model_s, title, "seconds", label="model")
+    _annotate(ax, chart.bars(ax, chart.values("paper_protocol", "tokenize_seconds"), title, "seconds", bottom=model_s,
+                             hatch="..", label="tokenization"), "{:.1f}s")
+    _hatch_legend(ax, {"model": "", "tokenization": ".."})
+
+
+def _latency_panel(ax, chart: _ModelBars, report: dict) -> None:
+    model_ms = chart.values("latency", "model_ms", "mean")
+    title = "Batch-1 latency (mean)"
+    chart.bars(ax, model_ms, title, "ms", label="model")
+    _annotate(ax, chart.bars(ax, chart.values("latency", "tokenize_ms", "mean"), title, "ms", bottom=model_ms,
+                             hatch="..", label="tokenization"), "{:.0f} ms")
+    _hatch_legend(ax, {"model": "", "tokenization (stacked)": ".."})
+
+
+def _train_panel(ax, chart: _ModelBars, report: dict) -> None:
+    steps = chart.values("train_step", "step_ms", "mean")
+    batch = next((b for b in chart.values("train_step", "batch_size") if b is not None), "?")
+    _annotate(ax, chart.bars(ax, [None if s is None else s / 1000 for s in steps],
+                             f"Training step, batch {batch} (fwd+bwd+AdamW)", "seconds"), "{:.2f}s")
+
+
+def _memory_panel(ax, chart: _ModelBars, report: dict) -> None:
+    from bertkit.bench_report import peak_memory_mb
+
+    peaks = [peak_memory_mb(m) for m in chart.models]
+    _annotate(ax, chart.bars(ax, peaks, "Peak memory above start (max over runs)", "MB"), "{:.0f}")
+
+
+def _bench_title(report: dict) -> str:
+    """Machine, device, precision, threads, load, and the claims in a line."""
     env = report.get("environment", {})
-    note = " — random-init shapes (speed/size only)" if any(m.get("random_init") for m in models) else ""
+    note = " — random-init shapes (speed/size only)" if any(m.get("random_init") for m in report["models"]) else ""
     load = env.get("loadavg") or []
-    fig.suptitle(f"bertkit bench{note}\n{env.get('machine', {}).get('cpu', '')}, {env.get('device', '')}, "
-                 f"{env.get('dtype', '')}, {env.get('torch_threads', '?')} threads"
-                 + (f", load average {load[0]:.1f}" if load else "") + _claims_line(report.get("claims", {})),
-                 fontsize=11)
-    fig.tight_layout()
-    return _save(fig, path)
+    return (f"bertkit bench{note}\n{env.get('machine', {}).get('cpu', '')}, {env.get('device', '')}, "
+            f"{env.get('dtype', '')}, {env.get('torch_threads', '?')} threads"
+            + (f", load average {load[0]:.1f}" if load else "") + _claims_line(report.get("claims", {})))
 
 
 def _throughput_panel(ax, models: list, colors: list) -> None:
@@ -212,6 +244,15 @@ def _throughput_panel(ax, models: list, colors: list) -> None:
     ax.legend(fontsize=7)
 
 
+def _throughput_bars(ax, chart: _ModelBars, report: dict) -> None:
+    _throughput_panel(ax, chart.models, chart.colors)
+
+
+BENCH_PANELS = {"params": _params_panel, "size": _size_panel, "paper": _paper_panel, "latency": _latency_panel,
+                "throughput": _throughput_bars, "train": _train_panel, "memory": _memory_panel}
+"""`bench_bars`' panels by name: each draws one metric for every model on its axes."""
+
+
 def _hatch_legend(ax, hatches: dict) -> None:
     """A legend of fill patterns (colours stand for models, patterns for the parts of a bar)."""
     from matplotlib.patches import Patch
@@ -221,7 +262,8 @@ def _hatch_legend(ax, hatches: dict) -> None:
 
 
 def _claims_line(claims: dict) -> str:
-    """'candidate vs baseline: -39.4% parameters (paper 40%), 2.24x at batch 1 (paper 1.63x)' for the title."""
+    """The measured claims next to the paper's, one line for the title: 'R% fewer parameters (paper 40%); Sx at
+    batch 1 (paper 1.63x); ...' (empty without a candidate and a baseline)."""
     if "candidate" not in claims:
         return ""
     parts = []

@@ -14,7 +14,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from bertkit import bench, data, modeling
+from bertkit import bench, bench_quality, bench_report, data, modeling, timing
 from bertkit.cli import app
 from bertkit.errors import UserError
 
@@ -83,7 +83,7 @@ def test_latency_times_exactly_the_model_and_tokenization_separately():
     clock, log = FakeClock(), []
     a = _contender(clock, "A", log, per_call=7.0)
     b = _contender(clock, "B", log, per_call=3.0)
-    settings = bench.BenchSettings(budget=bench.Budget(warmup=2, min_iters=4, min_seconds=0.0, rounds=2, clock=clock))
+    settings = bench.BenchSettings(budget=timing.Budget(warmup=2, min_iters=4, min_seconds=0.0, rounds=2, clock=clock))
     result = bench.measure_latency([a, b], ["one", "two", "three"], settings, None, torch.float32)
     for c, cost in ((a, 7.0), (b, 3.0)):
         lat = result[c.label]
@@ -99,9 +99,9 @@ def test_latency_times_exactly_the_model_and_tokenization_separately():
 
 def test_repeat_needs_both_min_iters_and_min_seconds():
     durations = iter([0.5] * 100)
-    samples = bench.repeat(lambda: (next(durations),), warmup=3, min_iters=2, min_seconds=2.2)
+    samples = timing.repeat(lambda: (next(durations),), warmup=3, min_iters=2, min_seconds=2.2)
     assert len(samples) == 5  # 2 iterations are not enough seconds: 5 x 0.5 >= 2.2
-    samples = bench.repeat(lambda: (10.0,), warmup=0, min_iters=4, min_seconds=1.0)
+    samples = timing.repeat(lambda: (10.0,), warmup=0, min_iters=4, min_seconds=1.0)
     assert len(samples) == 4  # enough seconds after one, but 4 iterations are required
 
 
@@ -114,7 +114,7 @@ def test_throughput_counts_rows_and_tokens_over_exactly_the_timed_forwards():
     clock, log = FakeClock(), []
     a = _contender(clock, "A", log, per_call=0.0, per_token=0.001)
     settings = bench.BenchSettings(batch_sizes=(2,), max_length=16, seed=0,
-                                   budget=bench.Budget(warmup=1, min_iters=3, min_seconds=0.0, rounds=1, clock=clock))
+                                   budget=timing.Budget(warmup=1, min_iters=3, min_seconds=0.0, rounds=1, clock=clock))
     encoded = _encoded([4, 4, 8, 8])  # two length-sorted batches: 2x8 and 2x4 padded tokens
     records = bench.measure_throughput([a], encoded, 0, settings, None, torch.float32)["A"]
     dynamic, static = records
@@ -136,7 +136,7 @@ def test_train_step_runs_forward_backward_optimizer_and_restores_eval(tiny_bert_
     c = bench.Contender("tiny", str(tiny_bert_dir), False, model, tokenizer, 0.0)
     before = next(model.parameters()).detach().clone()
     encoded = data.encode_dataset(tokenizer, data.TextDataset(["a good film", "bad", "an awful , awful movie"] * 2), 16)
-    settings = bench.BenchSettings(train_batch_size=2, budget=bench.Budget(warmup=1, min_iters=2, min_seconds=0.0, rounds=1))
+    settings = bench.BenchSettings(train_batch_size=2, budget=timing.Budget(warmup=1, min_iters=2, min_seconds=0.0, rounds=1))
     result = bench.measure_train_step([c], encoded, tokenizer.pad_token_id, settings, torch.device("cpu"), torch.float32)
     assert result["tiny"]["step_ms"]["n"] == 2 and result["tiny"]["batch_size"] == 2
     assert result["tiny"]["rows_per_s"] > 0 and "delta_mb" in result["tiny"]["memory"]
@@ -159,7 +159,7 @@ def test_preset_builds_exact_default_shapes_offline():
 def test_sizes_and_load_time_from_saved_safetensors(tiny_bert_dir, tmp_path):
     model = modeling.load_encoder(str(tiny_bert_dir))
     c = bench.Contender("tiny", str(tiny_bert_dir), False, model, modeling.load_tokenizer(str(tiny_bert_dir)), 0.1)
-    sizes = bench.measure_sizes([c], tmp_path, bench.Budget(rounds=2))["tiny"]
+    sizes = bench.measure_sizes([c], tmp_path, timing.Budget(rounds=2))["tiny"]
     params = modeling.parameter_count(model)
     assert sizes["parameters"] == params
     assert sizes["size_mb_fp32"] == pytest.approx(params * 4 / 1e6, rel=0.02)
@@ -182,7 +182,7 @@ def test_claims_from_known_numbers():
     distil = _model_record("distil", 66_362_880, 410.0, [(1, "dynamic", 10.0), (32, "dynamic", 40.0)], 0.873, 410.0)
     bert = _model_record("bert", 109_482_240, 668.0, [(1, "dynamic", 6.0), (32, "dynamic", 20.0), (8, "static", 25.0)],
                          0.9, 668.0)
-    claims = bench.compute_claims([distil, bert])  # order does not matter: fewest parameters = candidate
+    claims = bench_report.compute_claims([distil, bert])  # order does not matter: fewest parameters = candidate
     assert claims["candidate"] == "distil" and claims["baseline"] == "bert"
     assert claims["parameter_reduction_pct"]["measured"] == pytest.approx(100 * (1 - 66_362_880 / 109_482_240))
     assert claims["parameter_reduction_pct"]["measured"] == pytest.approx(39.38, abs=0.01)
@@ -197,42 +197,82 @@ def test_claims_from_known_numbers():
     assert claims["speedup_paper_protocol_x"]["measured"] == pytest.approx(668 / 410)
     assert claims["quality_retained_pct"]["probe"]["measured"] == pytest.approx(97.0)
     assert claims["quality_retained_pct"]["finetune"]["measured"] is None
-    lines = "\n".join(bench.claim_lines(claims))
+    lines = "\n".join(bench_report.claim_lines(claims))
     assert "39.4%" in lines and "1.63x" in lines and "97.0%" in lines and "668 s / 410 s" in lines
 
 
 def test_claims_need_two_models():
-    assert "note" in bench.compute_claims([_model_record("a", 10, 1.0, [])])
+    assert "note" in bench_report.compute_claims([_model_record("a", 10, 1.0, [])])
 
 
-# ---------------------------------------------------------------- quality through the CLI
+# ---------------------------------------------------------------- quality, in process
 
 
-def test_find_score_prefers_dev_accuracy():
-    result = {"train": {"accuracy": 1.0}, "dev": {"accuracy": 0.85, "f1": 0.8}, "test": {"accuracy": 0.8}}
-    assert bench.find_score(result) == ("dev.accuracy", 0.85)
-    assert bench.find_score({"loss": 0.3}) is None
+def _quality_cfg(demo_dir, models="a,b", **kw):
+    from bertkit.config import BenchConfig
+
+    return BenchConfig(models=models, data=str(demo_dir / "train.tsv"), dev=str(demo_dir / "dev.tsv"), **kw)
 
 
-def test_quality_degrades_gracefully_and_parses_json():
-    calls = []
+def test_quality_args_are_typed_by_the_command_options(demo_dir):
+    cfg = _quality_cfg(demo_dir, quality="probe", max_length=64, limit=30,
+                       quality_args="--C 0.5 --no-baselines --layers -1 --max-length=32 -q")
+    (plan,) = bench_quality.plan_quality(cfg)
+    probe_cfg = plan.config
+    assert plan.kind == "probe" and probe_cfg.C == 0.5 and probe_cfg.baselines is False and probe_cfg.layers == "-1"
+    assert probe_cfg.max_length == 32  # --quality-args override bench's own settings, as flags given later did
+    assert probe_cfg.data == cfg.data and probe_cfg.dev == cfg.dev and probe_cfg.limit == 30 and probe_cfg.seed == 42
+    cfg = _quality_cfg(demo_dir, quality="finetune", dev_fraction=0.2, max_length=64,
+                       quality_args="--epochs 2 --lr=3e-5 --metric-for-best f1")
+    (plan,) = bench_quality.plan_quality(cfg)
+    assert (plan.config.epochs, plan.config.lr, plan.config.metric_for_best) == (2, 3e-5, "f1")
+    assert plan.config.max_length == 64 and plan.config.dev_fraction == 0.2  # bench's data settings reach it
+    cfg = _quality_cfg(demo_dir, quality="probe", quality_args="--recipe alammar-sst2-probe-offline --C 2")
+    (plan,) = bench_quality.plan_quality(cfg)  # recipe < bench's data settings < the other --quality-args
+    assert (plan.config.pool, plan.config.layers, plan.config.text_column) == ("cls,mean", "all", "0")
+    assert plan.config.data == cfg.data and plan.config.C == 2.0
 
-    def missing(command, **kwargs):
-        calls.append(command)
-        return SimpleNamespace(returncode=2, stdout="", stderr="No such command 'probe'.")
 
-    result = bench.measure_quality("probe", {"m": "model-a"}, ["--data", "x.tsv"], [], runner=missing)
-    assert result["m"]["status"] == "unavailable" and "not available" in result["m"]["message"]
-    assert len(calls) == 1  # only the --help check; no model run
+@pytest.mark.parametrize("kind, args, message", [
+    ("probe", "--C -1", "--C must be a positive number"),
+    ("finetune", "--epochs x", "--epochs takes an integer"),
+    ("finetune", "--warmup-ratio 1.5", "--warmup-ratio must be in [0, 1)"),
+    ("finetune", "--metric-for-best loss", "higher is better"),
+])
+def test_quality_arg_values_are_refused_before_the_benchmark(kind, args, message, demo_dir, tmp_path):
+    # --models a,b do not exist: had the benchmark started, the error would be about them
+    result = runner.invoke(app, ["bench", "--models", "a,b", "--data", str(demo_dir / "train.tsv"), "--quality", kind,
+                                 "--quality-args", args, "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2, result.output
+    assert message in result.output and "--quality-args" in result.output
+    assert not (tmp_path / "out").exists()
 
-    def works(command, **kwargs):
-        calls.append(command)
-        out = {"dev": {"accuracy": 0.9}} if "model-a" in command else {"dev": {"accuracy": 0.8}}
-        return SimpleNamespace(returncode=0, stdout=json.dumps(out), stderr="")
 
-    result = bench.measure_quality("probe", {"a": "model-a", "b": "model-b"}, ["--data", "x.tsv"], ["--C", "1"], runner=works)
-    assert result["a"]["score"] == 0.9 and result["b"]["score"] == 0.8 and result["a"]["status"] == "ok"
-    assert calls[-1][-6:] == ["--data", "x.tsv", "--C", "1", "--json", "--quiet"]  # same settings for each model
+def test_quality_probe_runs_in_process(tiny_bert_dir, tiny_distilbert_dir, demo_dir, tmp_path):
+    cfg = _quality_cfg(demo_dir, limit=40, max_length=16, quality="probe", quality_args="--no-baselines")
+    (plan,) = bench_quality.plan_quality(cfg)
+    models = {"distil": str(tiny_distilbert_dir), "bert": str(tiny_bert_dir), "missing": str(tmp_path / "nope")}
+    result = bench_quality.measure_quality(plan, models, tmp_path / "quality")
+    for i, label in enumerate(("distil", "bert")):
+        record = result[label]
+        assert record["status"] == "ok" and record["metric"] == "best.dev.accuracy", record
+        written = json.loads((tmp_path / "quality" / f"probe-{i}" / "metrics.json").read_text())
+        assert record["score"] == written["best"]["dev"]["accuracy"]  # the probe's own best cell, in its own run dir
+        assert f"--model {models[label]}" in record["command"] and "--no-baselines" in record["command"]
+    assert result["missing"]["status"] == "failed" and "nope" in result["missing"]["message"]
+
+
+def test_quality_finetune_runs_in_process(tiny_bert_dir, tiny_distilbert_dir, demo_dir, tmp_path):
+    cfg = _quality_cfg(demo_dir, limit=16, max_length=16, quality="finetune",
+                       quality_args="--epochs 1 --batch-size 8 --metric-for-best f1 --precision fp32")
+    (plan,) = bench_quality.plan_quality(cfg)
+    models = {"distil": str(tiny_distilbert_dir), "bert": str(tiny_bert_dir)}  # two runs in one process
+    result = bench_quality.measure_quality(plan, models, tmp_path / "quality")
+    for i, label in enumerate(models):
+        record = result[label]
+        assert record["status"] == "ok" and record["metric"] == "best_dev.f1", record  # the declared metric
+        written = json.loads((tmp_path / "quality" / f"finetune-{i}" / "metrics.json").read_text())
+        assert record["score"] == written["best_dev"]["f1"] and written["epochs_run"] == 1
 
 
 # ---------------------------------------------------------------- the command
@@ -317,8 +357,8 @@ def test_report_markdown_from_a_synthetic_report():
         m["throughput"][0].update(tokens_per_s=100.0, padding_share=0.1, batch_ms={"p50": 1.0}, iterations=3)
     report = {"protocol": "standard", "data": {"rows": 2, "mean_tokens": 5.0, "max_tokens": 9}, "models": [distil, bert],
               "notes": ["a note"], "environment": {}}
-    report["claims"] = bench.compute_claims(report["models"])
-    md = bench.report_markdown(report)
+    report["claims"] = bench_report.compute_claims(report["models"])
+    md = bench_report.report_markdown(report)
     assert "| distil | 66.36 |" in md and "2.00x" in md and "- a note" in md and "## Throughput" in md
 
 
@@ -335,13 +375,31 @@ def test_subprocess_json(tiny_bert_dir, tiny_distilbert_dir, tmp_path, demo_dir)
 
 
 def test_memory_meter_reports_peak_above_start():
-    with bench.peak_memory(torch.device("cpu")) as meter:
+    with timing.peak_memory(torch.device("cpu")) as meter:
         block = torch.ones(64 * 2**20 // 4)  # 64 MB: above glibc's mmap threshold, so fresh pages, not reused ones
         block += 1
     result = meter.as_dict()
     assert meter.kind.startswith("rss") and result["peak_mb"] > 0
     if meter.kind == "rss":
         assert result["delta_mb"] >= 60.0
+
+
+def test_memory_meter_start_level_holds_no_uncollected_garbage():
+    import gc
+
+    gc.disable()  # the cycle below stays uncollected until someone collects
+    try:
+        cycle = [torch.ones(64 * 2**20 // 4)]
+        cycle.append(cycle)  # 64 MB only the garbage collector frees
+        del cycle
+        with timing.peak_memory(torch.device("cpu")) as meter:
+            gc.collect()  # garbage freed inside the block: its memory comes back for the block's own allocation
+            block = torch.ones(64 * 2**20 // 4)
+            block += 1
+    finally:
+        gc.enable()
+    if meter.kind == "rss":
+        assert meter.as_dict()["delta_mb"] >= 60.0  # the block's 64 MB, not hidden by the garbage's
 
 
 def test_quality_needs_labelled_data():
