@@ -179,6 +179,10 @@ def load_metric(spec: str, *, trust_remote_code: bool = False) -> ExternalMetric
     """
     name, _, config = spec.partition(":")
     local = Path(name).expanduser()
+    if not local.exists() and (name.endswith(".py") or name.startswith((".", "/", "~")) or name.count("/") > 1):
+        raise UserError(f"--metric {spec}: there is no metric script at {local}. Pass a local evaluate metric script "
+                        f"(a .py file, or the folder NAME holding NAME.py), a built-in metric "
+                        f"({', '.join(METRIC_NAMES)}), or a hub metric name.")
     if not local.exists() and "/" in name and not trust_remote_code:
         raise UserError(
             f"--metric {spec}: {name} is a metric script from a user namespace on the hub, i.e. downloaded code. "
