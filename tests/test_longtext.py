@@ -124,7 +124,7 @@ def test_window_spans_cover_every_token_with_the_stride(n, size, stride):
         assert 0 <= start < end <= n and end - start <= size
         covered[start:end] += 1
     assert covered.min() >= 1 and spans[0][0] == 0 and spans[-1][1] == n
-    for (s0, e0), (s1, _) in zip(spans[:-2], spans[1:-1], strict=True):
+    for (_, e0), (s1, _) in zip(spans[:-2], spans[1:-1], strict=True):
         assert e0 - s1 == stride  # neighbours (all but the last, aligned to the end) share exactly `stride`
 
 
