@@ -345,7 +345,7 @@ def evaluate(session: Session, state: TrainState, end_of_epoch: bool) -> None:
     state.running_loss = (0.0, 0)
     scored = dev_scores(session)
     metrics.add_requested(scored.metrics, cfg.metric_list, metrics.load_metrics(tuple(cfg.external_metrics)),
-                          scored.outputs.argmax(axis=1), session.objective.y_dev)  # --metric: evaluate modules
+                          metrics.predicted(scored.outputs), session.objective.y_dev)  # --metric: evaluate modules
     value = metrics.best_value(scored.metrics, cfg.metric_for_best)
     if value is None:
         raise UserError(f"--metric-for-best {cfg.metric_for_best} is not available for this data "

@@ -73,6 +73,13 @@ def add_requested(result: dict[str, Any], names: Sequence[str], external: Sequen
     return result
 
 
+def predicted(outputs: np.ndarray) -> np.ndarray:
+    """What an evaluate module compares with the references: class ids from per-class outputs (argmax), the
+    scores themselves from a one-column (regression) output."""
+    outputs = np.asarray(outputs)
+    return outputs.argmax(axis=1) if outputs.ndim == 2 and outputs.shape[1] > 1 else outputs.reshape(-1)
+
+
 def best_value(result: dict[str, Any], name: str) -> float | None:
     """The score --metric-for-best `name` names in `result`: a built-in metric, an external score
     (`glue/f1`), or an evaluate module (`glue:mrpc`, `path/to/my_metric.py`: its first score); None if absent."""

@@ -165,3 +165,8 @@ def test_finetune_stops_before_work_on_a_module_it_cannot_load(tiny_bert_dir, tm
     with pytest.raises(UserError, match="no metric script at .*missing_metric.py"):
         finetune(cfg, progress=False)
     assert not (tmp_path / "run").exists()
+
+
+def test_modules_compare_class_ids_or_regression_scores():
+    np.testing.assert_array_equal(metrics.predicted(np.array([[0.1, 0.9], [0.8, 0.2]])), [1, 0])
+    np.testing.assert_allclose(metrics.predicted(np.array([[2.5], [0.5]])), [2.5, 0.5])
