@@ -5,6 +5,7 @@ has it."""
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -204,6 +205,9 @@ def load_metric(spec: str, *, trust_remote_code: bool = False) -> ExternalMetric
         module = evaluate.load(str(local) if local.exists() else name, config or None)
     except Exception as exc:  # offline, unknown name, broken script: many exception types
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300].rstrip(".")
+        offline = [v for v in ("HF_HUB_OFFLINE", "HF_EVALUATE_OFFLINE") if os.environ.get(v, "0") not in ("", "0")]
+        if offline and not local.exists():  # evaluate's own message then blames the hub for not having it
+            reason = f"{offline[0]}=1 keeps the hub off, and {name!r} is not in the local evaluate cache"
         raise UserError(
             f"Could not load the evaluate metric {spec!r}: {reason}. Offline, a hub metric loads only when it is in "
             f"the local evaluate cache: run once where the hub is reachable, or pass a local metric script "
