@@ -248,3 +248,26 @@ def test_tokens_report_suggests_chunking_when_many_rows_are_cut(tiny_bert_dir, t
     few.write_text("text\n" + long_text(300, seed=1) + "\n" + "\n".join(["a short one"] * 30) + "\n", encoding="utf-8")
     report = tokens.run_tokens(TokensConfig(model=str(tiny_bert_dir), data=str(few), max_length=64))
     assert report["splits"][0]["truncated"] == 1 and not any("--long-text" in note for note in report["notes"])
+
+
+def test_finetune_reads_head_plus_tail_of_2000_token_texts(tiny_bert_dir, tmp_path, monkeypatch):
+    """finetune cuts its training and dev rows through encode_dataset with --truncation (whose exact cut the tests
+    above check), trains on 2,000-token texts and records the choice in the run."""
+    import torch
+
+    from bertkit import finetune as finetune_module
+    from bertkit.config import FinetuneConfig
+
+    torch.set_num_threads(1)
+    rows = [(long_text(2000, seed=i) + (" great" if i % 2 else " awful"), "pos" if i % 2 else "neg") for i in range(8)]
+    path = tmp_path / "long.tsv"
+    path.write_text("text\tlabel\n" + "\n".join(f"{t}\t{y}" for t, y in rows) + "\n", encoding="utf-8")
+    seen = []
+    encode = data.encode_dataset
+    monkeypatch.setattr(data, "encode_dataset", lambda *a, **kw: seen.append(kw["truncation"]) or encode(*a, **kw))
+    cfg = FinetuneConfig(model=str(tiny_bert_dir), data=str(path), dev=str(path), out=str(tmp_path / "run"),
+                         epochs=1, batch_size=4, max_length=64, truncation="head+tail", save_every=None)
+    result = finetune_module.finetune(cfg, progress=False)
+    assert seen == ["head+tail", "head+tail"] and result.metrics["global_step"] == 2
+    record = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert "head+tail" in json.dumps(record)
