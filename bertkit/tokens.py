@@ -122,7 +122,7 @@ def long_text_note(report: LengthReport, max_length: int, model_limit: int) -> s
     if report.rows == 0 or report.truncated_share < CUT_SHARE_TO_SUGGEST:
         return None
     cut = (f"{report.split}: {report.truncated:,} of {report.rows:,} rows ({report.truncated_share:.1%}) are longer "
-           f"than --max-length {max_length} and lose their end.")
+           f"than --max-length {max_length} and get cut.")
     if report.suggested_max_length > max_length and report.p99 <= model_limit:
         return f"{cut} --max-length {report.suggested_max_length} covers 99% of them (model limit {model_limit})."
     return (f"{cut} They are longer than the model reads at once ({model_limit} tokens): keep every token with "
