@@ -45,7 +45,11 @@ HEADER_MODES = ("auto", "yes", "no")
 POOLS = ("cls", "mean", "max")
 COMBINES = ("concat", "mean", "sum")
 STORE_DTYPES = ("float32", "float16")
-BEST_METRICS = ("accuracy", "f1", "mcc", "precision", "recall", "roc_auc", "loss")
+BEST_METRICS = ("accuracy", "f1", "binary_f1", "mcc", "precision", "recall", "roc_auc", "loss", "pearson", "spearman",
+                "mse", "mae", "micro_f1", "macro_f1", "subset_accuracy", "hamming_loss")
+"""The built-in metrics (scikit-learn/scipy, offline; `bertkit.metrics`); any other --metric is an evaluate module."""
+TRUNCATIONS = ("head", "tail", "head+tail")
+LONG_TEXT_MODES = ("cut", "chunk")
 CLASS_WEIGHTS = ("none", "balanced")
 BENCH_PROTOCOLS = ("standard", "paper")
 BENCH_QUALITY = ("none", "probe", "finetune", "probe,finetune")
@@ -147,14 +151,78 @@ class DataOptions:
                                  panel=DATA)
     limit: int | None = option(None, "Use only the first N rows of each split (quick runs).", panel=DATA, above=0)
     seed: int = option(42, "Random seed (splits, sampling, initialisation).", panel=RUN)
+    task_preset: str | None = option(None, "A GLUE task: glue/cola, sst2, mrpc, qqp, stsb, mnli, qnli, rte or wnli. "
+                                     "Fills the columns (hub data or the GLUE TSV files), problem type and official "
+                                     "metrics that no flag or recipe sets.", panel=DATA)
 
     def data_problems(self) -> list[str]:
-        """The option-level problems plus the data options' own rules."""
-        problems = field_problems(self)
+        """The option-level problems plus the data options' own rules (a --task-preset fills unset options first)."""
+        from bertkit.presets import apply_preset
+
+        for f in fields(self):  # a repeatable option not given arrives from the CLI as None
+            if getattr(self, f.name) is None and f.default == () and field_type(f)[0] is tuple:
+                object.__setattr__(self, f.name, ())
+        problems = apply_preset(self)
+        problems += field_problems(self)
         fraction = self.dev_fraction
         if isinstance(fraction, float) and math.isfinite(fraction) and not 0.0 < fraction < 1.0:
             problems.append(f"--dev-fraction must be between 0 and 1 (exclusive); got {fraction}.")
         return problems
+
+
+@dataclass(frozen=True)
+class TruncationOption:
+    """Which tokens of an over-long text are kept: every command that runs a model on text."""
+
+    truncation: str = option("head", "Which tokens a text longer than --max-length keeps: head (the first), tail (the "
+                             "last), head+tail (the first quarter and the last three quarters of the budget; Sun et "
+                             "al. 2019).", panel=MODEL, choices=TRUNCATIONS)
+
+
+@dataclass(frozen=True)
+class LongTextOptions(TruncationOption):
+    """Texts longer than the window: cut them (--truncation), or run every window and pool (embed/predict/evaluate)."""
+
+    long_text: str = option("cut", "Texts longer than --max-length: cut (see --truncation) or chunk (overlapping "
+                            "windows of --max-length tokens, pooled: features by mean, logits by max; nothing is "
+                            "cut).", panel=MODEL, choices=LONG_TEXT_MODES)
+    stride: int | None = option(None, "Tokens neighbouring windows share with --long-text chunk (default: a quarter "
+                                "of --max-length).", panel=MODEL, minimum=0)
+
+    def long_text_problems(self) -> list[str]:
+        """--stride only with chunking, and smaller than the text part of a window (it would never move on)."""
+        if self.stride is None:
+            return []
+        if self.long_text != "chunk":
+            return [f"--stride is the overlap of --long-text chunk windows, but --long-text is {self.long_text}. "
+                    f"Add --long-text chunk, or drop --stride."]
+        window = getattr(self, "max_length", 0)
+        if isinstance(self.stride, int) and isinstance(window, int) and self.stride >= window - 2:
+            return [f"--stride {self.stride} must be smaller than the window: --max-length {window} leaves {window - 2} "
+                    f"text tokens next to [CLS] and [SEP], and windows sharing {self.stride} of them never move on. "
+                    f"Pass a smaller --stride (e.g. --stride {max(window // 4, 0)}) or a larger --max-length."]
+        return []
+
+
+@dataclass(frozen=True)
+class MetricOptions:
+    """Extra metrics: built-in names, or `evaluate` modules (hub names, cached or online; local metric scripts)."""
+
+    metric: tuple[str, ...] = option((), "A metric to report (repeatable, or a comma list): a built-in name, or an "
+                                     "evaluate module: a hub name (matthews_correlation, glue:mrpc) from the hub or "
+                                     "the local evaluate cache, or a local metric script (.py or its folder).",
+                                     panel=RUN)
+
+    @property
+    def metric_list(self) -> list[str]:
+        """--metric values, comma lists split, in order, without repeats."""
+        names = [part.strip() for value in self.metric for part in str(value).split(",") if part.strip()]
+        return list(dict.fromkeys(names))
+
+    @property
+    def external_metrics(self) -> list[str]:
+        """The --metric values that are evaluate modules (not built-in names)."""
+        return [name for name in self.metric_list if name not in BEST_METRICS]
 
 
 @dataclass(frozen=True)
@@ -182,7 +250,7 @@ class TokensConfig(DataOptions):
 
 
 @dataclass(frozen=True)
-class EmbedConfig(DataOptions):
+class EmbedConfig(LongTextOptions, DataOptions):
     """`bertkit embed`: pooled encoder features for every row, written to a sharded, resumable store."""
 
     # embed writes every row of every split it is given and makes no hold-out split, so these
@@ -220,6 +288,7 @@ class EmbedConfig(DataOptions):
         if not self.out:
             problems.append("--out is required: the directory the feature store is written to.")
         problems += layers_problem(self.layers)
+        problems += self.long_text_problems()
         if str(self.batch_size) != "auto" and (not str(self.batch_size).isdigit() or int(self.batch_size) <= 0):
             problems.append(f"--batch-size must be a positive integer or auto; got {self.batch_size!r}.")
         check_device(problems, self.device)
@@ -232,7 +301,7 @@ class EmbedConfig(DataOptions):
 
 
 @dataclass(frozen=True)
-class FinetuneConfig(DataOptions):
+class FinetuneConfig(TruncationOption, MetricOptions, DataOptions):
     """`bertkit finetune`: full fine-tuning (BERT paper grid defaults: lr 5e-5, batch 32, 3 epochs, warmup 0.1)."""
 
     model: str = option("minilm-offline", "Pretrained encoder to fine-tune: hub id, local folder, or `minilm-offline`.",
@@ -257,7 +326,10 @@ class FinetuneConfig(DataOptions):
                              "always evaluated).")
     early_stopping_patience: int | None = option(None, "Stop after N evaluations without improvement of "
                                                  "--metric-for-best.", above=0)
-    metric_for_best: str = option("accuracy", "Dev metric that picks the best checkpoint.", choices=BEST_METRICS)
+    metric_for_best: str | None = option(None, "Dev metric that picks the best checkpoint: a built-in one (accuracy, "
+                                         "f1, binary_f1, mcc, precision, recall, roc_auc, loss), or a --metric evaluate "
+                                         "module or one of its scores. Default: accuracy, or the --task-preset's "
+                                         "official metric.")
     class_weight: str = option("none", "balanced weighs the loss by inverse class frequency (imbalanced data).",
                                choices=CLASS_WEIGHTS)
     freeze_encoder: bool = option(False, "Train only the classification head (the encoder stays frozen).",
@@ -280,6 +352,9 @@ class FinetuneConfig(DataOptions):
             problems.append(f"--warmup-ratio must be in [0, 1); got {self.warmup_ratio}.")
         if self.eval_every != "epoch" and not (str(self.eval_every).isdigit() and int(self.eval_every) > 0):
             problems.append(f"--eval-every must be a positive number of steps or `epoch`; got {self.eval_every!r}.")
+        if self.metric_for_best is None:
+            object.__setattr__(self, "metric_for_best", "accuracy")
+        problems += metric_for_best_problems(self.metric_for_best, self.external_metrics)
         raise_if_problems(problems)
 
 
@@ -288,7 +363,8 @@ class DistillConfig(FinetuneConfig):
     """`bertkit distill`: a smaller student trained on a fine-tuned teacher's soft targets (DistilBERT's recipe), with
     the fine-tuning loop's options, checkpoints and exact resume, and a teacher-vs-student report."""
 
-    NOT_OPTIONS = ("model",)  # the student comes from --teacher (or --student)
+    # the student comes from --teacher (or --student); the teacher's soft targets are computed on head-cut texts
+    NOT_OPTIONS = ("model", "truncation")
 
     teacher: str | None = option(None, "The fine-tuned teacher: a `bertkit finetune` best/ or final/ folder (any "
                                  "folder with a trained sequence-classification head).", panel=MODEL)
@@ -319,6 +395,21 @@ class DistillConfig(FinetuneConfig):
         raise_if_problems(problems)
 
 
+def metric_for_best_problems(name: str, external: list[str]) -> list[str]:
+    """--metric-for-best must be a built-in metric, or name a --metric evaluate module (or one of its scores,
+    `NAME/score`): a module is loaded before training starts, so a missing one stops the run at once."""
+    if name in BEST_METRICS or name in external:
+        return []
+    stems = {Path(spec.partition(":")[0]).stem: spec for spec in external}
+    if name in stems or name.partition("/")[0] in stems:
+        return []
+    close = difflib.get_close_matches(name, BEST_METRICS, n=1)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    return [f"--metric-for-best {name!r} is not a built-in metric{hint} ({', '.join(BEST_METRICS)}) nor one of the "
+            f"--metric evaluate modules ({', '.join(external) or 'none given'}). To pick the best checkpoint by an "
+            f"evaluate module, also pass it: --metric {name} --metric-for-best {name}."]
+
+
 def _blank_text_problems(texts: tuple[str, ...]) -> list[str]:
     """--text values that are empty or only invisible characters, refused as the --data path refuses empty cells."""
     from bertkit.data import is_blank_text  # data.py owns what counts as an empty text
@@ -331,11 +422,12 @@ def _blank_text_problems(texts: tuple[str, ...]) -> list[str]:
 
 
 @dataclass(frozen=True)
-class PredictConfig(DataOptions):
+class PredictConfig(LongTextOptions, DataOptions):
     """`bertkit predict`: labels and probabilities from a fine-tuned model (or a saved probe)."""
 
     # reads one --data file (or --text) and makes no split: these DataOptions fields are not its options.
     NOT_OPTIONS = ("dev", "test", "dev_fraction", "seed")
+    NO_PRESET = ("label_column",)  # data to label need not have labels (GLUE's test files have none)
 
     model: str | None = option(None, "Fine-tuned model folder (e.g. runs/sst2/best).", panel=MODEL)
     probe: str | None = option(None, "A probe saved by `bertkit probe` (instead of --model).", panel=MODEL)
@@ -356,11 +448,15 @@ class PredictConfig(DataOptions):
         if bool(self.text) == (self.data is not None):
             problems.append("Give exactly one of --text (repeatable) or --data (a file to label).")
         problems += _blank_text_problems(self.text)
+        problems += self.long_text_problems()
+        if self.probe is not None and (self.long_text != "cut" or self.truncation != "head"):
+            problems.append("--long-text chunk and --truncation tail/head+tail work with --model; a saved --probe "
+                            "reads texts as its features were extracted (head). Drop them, or use a fine-tuned --model.")
         raise_if_problems(problems)
 
 
 @dataclass(frozen=True)
-class EvaluateConfig(DataOptions):
+class EvaluateConfig(LongTextOptions, MetricOptions, DataOptions):
     """`bertkit evaluate`: metrics of a fine-tuned model on labelled data."""
 
     # reads one --data file and makes no split: these DataOptions fields are not its options.
@@ -382,11 +478,12 @@ class EvaluateConfig(DataOptions):
             problems.append("--model is required: a fine-tuned model folder (e.g. runs/sst2/best).")
         if self.data is None:
             problems.append("--data is required: a labelled file (pass --label-column if it is not `label`).")
+        problems += self.long_text_problems()
         raise_if_problems(problems)
 
 
 @dataclass(frozen=True)
-class ProbeConfig(DataOptions):
+class ProbeConfig(TruncationOption, DataOptions):
     """`bertkit probe`: logistic-regression probes on frozen features, per pooling and layer, with baselines."""
 
     features: str | None = option(None, "A `bertkit embed` store (its --out directory) instead of --data.",

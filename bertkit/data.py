@@ -8,6 +8,7 @@ so a test can hand in 20 rows.
 from __future__ import annotations
 
 import codecs
+import contextlib
 import csv
 import errno
 import hashlib
@@ -21,7 +22,7 @@ import stat
 import sys
 import unicodedata
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -734,25 +735,37 @@ class Encoded:
         return int((self.full_lengths > self.max_length).sum())
 
 
-def encode_dataset(tokenizer: Any, dataset: TextDataset, max_length: int, chunk: int = 4096) -> Encoded:
+@contextlib.contextmanager
+def quiet_length_warnings() -> Iterator[None]:
+    """Silence transformers' "longer than the maximum" warning: bertkit counts and reports cut rows per dataset."""
+    quiet = logging.getLogger("transformers.tokenization_utils_base")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        quiet.setLevel(level)
+
+
+def encode_dataset(tokenizer: Any, dataset: TextDataset, max_length: int, chunk: int = 4096, *,
+                   truncation: str = "head") -> Encoded:
     """Tokenize every row (pairs as true pairs) with truncation to `max_length`; no padding.
 
-    Rows are first tokenized untruncated to count truncation; only over-long rows are tokenized again.
+    Rows are first tokenized untruncated to count truncation; only over-long rows are cut. `truncation` says
+    which tokens an over-long row keeps (`--truncation`): head (the tokenizer's own truncation, as always), tail,
+    or head+tail (see `longtext.kept_positions`); special tokens are kept either way.
     """
     want_types = "token_type_ids" in getattr(tokenizer, "model_input_names", [])
     ids: list[list[int]] = []
     types: list[list[int]] | None = [] if want_types else None
     full: list[int] = []
-    quiet = logging.getLogger("transformers.tokenization_utils_base")
-    level = quiet.level
-    quiet.setLevel(logging.ERROR)  # the "longer than the maximum" warning is reported by us, per dataset
-    try:
+    with quiet_length_warnings():
         for start in range(0, len(dataset), chunk):
             part = dataset.subset(range(start, min(start + chunk, len(dataset))))
             enc = tokenizer(part.texts, part.pairs, truncation=False, return_token_type_ids=want_types)
             long_rows = [i for i, row in enumerate(enc["input_ids"]) if len(row) > max_length]
             full.extend(len(row) for row in enc["input_ids"])
-            if long_rows:
+            if long_rows and truncation == "head":
                 cut = tokenizer(
                     [part.texts[i] for i in long_rows],
                     None if part.pairs is None else [part.pairs[i] for i in long_rows],
@@ -762,11 +775,18 @@ def encode_dataset(tokenizer: Any, dataset: TextDataset, max_length: int, chunk:
                     enc["input_ids"][i] = cut["input_ids"][j]
                     if want_types:
                         enc["token_type_ids"][i] = cut["token_type_ids"][j]
+            elif long_rows:
+                from bertkit.longtext import truncate_row
+
+                for i in long_rows:
+                    row_types = enc["token_type_ids"][i] if want_types else None
+                    enc["input_ids"][i], kept_types = truncate_row(enc["input_ids"][i], row_types, enc.sequence_ids(i),
+                                                                   max_length, truncation)
+                    if want_types:
+                        enc["token_type_ids"][i] = kept_types
             ids.extend(enc["input_ids"])
             if types is not None:
                 types.extend(enc["token_type_ids"])
-    finally:
-        quiet.setLevel(level)
     lengths = np.fromiter((len(r) for r in ids), dtype=np.int64, count=len(ids))
     return Encoded(ids, types, lengths, np.asarray(full, dtype=np.int64), max_length)
 

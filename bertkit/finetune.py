@@ -192,6 +192,7 @@ def finetune(cfg: FinetuneConfig, *, progress: bool = True, task: Task | None = 
 
     `task` supplies the model and the objective (default: fine-tuning's; distill.py passes its own)."""
     task = task or Task()
+    metrics.load_metrics(tuple(cfg.external_metrics))  # a --metric that cannot be loaded stops the run before work
     accelerator = _accelerator(cfg)
     splits = data.load_splits(cfg, need_labels=True, need_dev=True)
     assert splits.label_map is not None and splits.dev is not None
@@ -222,8 +223,8 @@ def setup(cfg: FinetuneConfig, accelerator: Any, splits: data.Splits, key: dict[
     set_seed(cfg.seed)  # before the head is initialised
     model, tokenizer = task.build_model(cfg, label_map)
     modeling.check_max_length(cfg.max_length, tokenizer, model.config, getattr(cfg, "model", "the model"))
-    train_enc = data.encode_dataset(tokenizer, splits.train, cfg.max_length)
-    dev_enc = data.encode_dataset(tokenizer, splits.dev, cfg.max_length)
+    train_enc = data.encode_dataset(tokenizer, splits.train, cfg.max_length, truncation=cfg.truncation)
+    dev_enc = data.encode_dataset(tokenizer, splits.dev, cfg.max_length, truncation=cfg.truncation)
     if cfg.freeze_encoder:
         _freeze_encoder(model)
     optimizer = _adamw(model, cfg.lr, cfg.weight_decay)
@@ -343,7 +344,9 @@ def evaluate(session: Session, state: TrainState, end_of_epoch: bool) -> None:
     train_loss = _mean_across(accelerator, *state.running_loss)
     state.running_loss = (0.0, 0)
     scored = dev_scores(session)
-    value = scored.metrics.get(cfg.metric_for_best)
+    metrics.add_requested(scored.metrics, cfg.metric_list, metrics.load_metrics(tuple(cfg.external_metrics)),
+                          metrics.predicted(scored.outputs), session.objective.y_dev)  # --metric: evaluate modules
+    value = metrics.best_value(scored.metrics, cfg.metric_for_best)
     if value is None:
         raise UserError(f"--metric-for-best {cfg.metric_for_best} is not available for this data "
                         f"(roc_auc needs two classes). Use accuracy, f1 or mcc.")

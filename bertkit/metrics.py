@@ -4,6 +4,8 @@ has it."""
 
 from __future__ import annotations
 
+import functools
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +16,7 @@ from sklearn import metrics as skm
 
 from bertkit.errors import UserError
 
-METRIC_NAMES = ("accuracy", "f1", "mcc", "precision", "recall", "roc_auc")
+METRIC_NAMES = ("accuracy", "f1", "binary_f1", "mcc", "precision", "recall", "roc_auc")
 REGRESSION_METRICS = ("pearson", "spearman", "mse", "mae")
 MULTILABEL_METRICS = ("micro_f1", "macro_f1", "subset_accuracy", "hamming_loss")
 LOWER_IS_BETTER = {"loss", "mse", "mae", "hamming_loss"}
@@ -24,7 +26,8 @@ def classification_metrics(
     y_true: Sequence[int], y_pred: Sequence[int], proba: np.ndarray | None = None, label_names: Sequence[str] | None = None
 ) -> dict[str, Any]:
     """accuracy, macro-F1, MCC, macro precision/recall, ROC-AUC (binary, with probabilities), per-class report
-    and confusion matrix (rows = true, columns = predicted)."""
+    and confusion matrix (rows = true, columns = predicted). Two classes also get binary_f1, the F1 of the second
+    label (id 1: the positive class of 0/1 labels), which is what GLUE reports as F1 for MRPC and QQP."""
     y_true, y_pred = np.asarray(y_true), np.asarray(y_pred)
     n_labels = len(label_names) if label_names is not None else int(max(y_true.max(), y_pred.max())) + 1
     labels = list(range(n_labels))
@@ -37,6 +40,8 @@ def classification_metrics(
         "precision": float(skm.precision_score(y_true, y_pred, average="macro", labels=labels, zero_division=0)),
         "recall": float(skm.recall_score(y_true, y_pred, average="macro", labels=labels, zero_division=0)),
     }
+    if n_labels == 2:
+        result["binary_f1"] = float(skm.f1_score(y_true, y_pred, pos_label=1, average="binary", zero_division=0))
     if proba is not None and n_labels == 2 and len(np.unique(y_true)) == 2:
         result["roc_auc"] = float(skm.roc_auc_score(y_true, np.asarray(proba)[:, 1]))
     result["per_class"] = skm.classification_report(
@@ -48,11 +53,45 @@ def classification_metrics(
 
 
 def headline(metrics: dict[str, Any]) -> dict[str, float]:
-    """Just the scalar scores (for tables and comparisons): the built-in ones, then any external metric's."""
+    """Just the scalar scores (for tables and comparisons): the --metric names asked for first (`requested`), then
+    the other built-in ones, then any external metric's."""
     names = (*METRIC_NAMES, *REGRESSION_METRICS, *MULTILABEL_METRICS)
-    scores = {k: metrics[k] for k in names if k in metrics}
+    asked = [k for k in metrics.get("requested", ()) if k in names and k in metrics]
+    scores = {k: metrics[k] for k in [*asked, *names] if k in metrics}
     scores.update({k: v for k, v in metrics.get("external", {}).items() if isinstance(v, (int, float))})
     return scores
+
+
+def add_requested(result: dict[str, Any], names: Sequence[str], external: Sequence[ExternalMetric],
+                  predictions: Sequence[Any], references: Sequence[Any]) -> dict[str, Any]:
+    """`result` with the --metric scores: each evaluate module's under `external`, and the names asked for under
+    `requested` (the headline shows them first). `predictions` and `references` are what the modules compare
+    (label ids for classification)."""
+    for metric in external:
+        result.setdefault("external", {}).update(metric.compute(predictions, references))
+    if names:
+        result["requested"] = list(names)
+    return result
+
+
+def predicted(outputs: np.ndarray) -> np.ndarray:
+    """What an evaluate module compares with the references: class ids from per-class outputs (argmax), the
+    scores themselves from a one-column (regression) output."""
+    outputs = np.asarray(outputs)
+    return outputs.argmax(axis=1) if outputs.ndim == 2 and outputs.shape[1] > 1 else outputs.reshape(-1)
+
+
+def best_value(result: dict[str, Any], name: str) -> float | None:
+    """The score --metric-for-best `name` names in `result`: a built-in metric, an external score
+    (`glue/f1`), or an evaluate module (`glue:mrpc`, `path/to/my_metric.py`: its first score); None if absent."""
+    value = result.get(name)
+    if isinstance(value, (int, float)):
+        return float(value)
+    external = result.get("external", {})
+    if name in external:
+        return float(external[name])
+    stem = metric_name(name)
+    return next((float(v) for k, v in external.items() if k == stem or k.startswith(f"{stem}/")), None)
 
 
 def regression_metrics(y_true: Sequence[float], y_pred: Sequence[float]) -> dict[str, Any]:
@@ -110,13 +149,32 @@ class ExternalMetric:
     module: Any
 
     def compute(self, predictions: Sequence[Any], references: Sequence[Any]) -> dict[str, float]:
-        result = self.module.compute(predictions=list(predictions), references=list(references))
-        return {f"{self.name}/{k}" if k in (*METRIC_NAMES, *REGRESSION_METRICS) else k: float(v)
-                for k, v in (result or {}).items() if isinstance(v, (int, float, np.number))}
+        """The module's numeric scores, keyed `NAME` for a score named like the module (matthews_correlation),
+        else `NAME/score` (glue:mrpc -> glue/accuracy, glue/f1), so they never clash with the built-in names."""
+        result = self.module.compute(predictions=[_plain(p) for p in predictions],
+                                     references=[_plain(r) for r in references])
+        return {k if k == self.name else f"{self.name}/{k}": float(v)
+                for k, v in (result or {}).items() if isinstance(v, (int, float, np.number)) and not isinstance(v, bool)}
 
     @property
     def name(self) -> str:
-        return Path(self.spec.split(":")[0]).name
+        return metric_name(self.spec)
+
+
+def metric_name(spec: str) -> str:
+    """The short name of a --metric spec: `glue:mrpc` -> glue, `metrics/my_acc.py` -> my_acc, `user/m` -> m."""
+    return Path(spec.partition(":")[0].rstrip("/")).stem
+
+
+def _plain(value: Any) -> Any:
+    """A numpy scalar as the Python number evaluate's features expect."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
+@functools.lru_cache(maxsize=16)
+def load_metrics(specs: tuple[str, ...]) -> tuple[ExternalMetric, ...]:
+    """The evaluate modules of `specs`, each loaded once per process (finetune scores every evaluation)."""
+    return tuple(load_metric(spec) for spec in specs)
 
 
 def load_metric(spec: str, *, trust_remote_code: bool = False) -> ExternalMetric:
@@ -129,6 +187,10 @@ def load_metric(spec: str, *, trust_remote_code: bool = False) -> ExternalMetric
     """
     name, _, config = spec.partition(":")
     local = Path(name).expanduser()
+    if not local.exists() and (name.endswith(".py") or name.startswith((".", "/", "~")) or name.count("/") > 1):
+        raise UserError(f"--metric {spec}: there is no metric script at {local}. Pass a local evaluate metric script "
+                        f"(a .py file, or the folder NAME holding NAME.py), a built-in metric "
+                        f"({', '.join(METRIC_NAMES)}), or a hub metric name.")
     if not local.exists() and "/" in name and not trust_remote_code:
         raise UserError(
             f"--metric {spec}: {name} is a metric script from a user namespace on the hub, i.e. downloaded code. "
@@ -143,6 +205,9 @@ def load_metric(spec: str, *, trust_remote_code: bool = False) -> ExternalMetric
         module = evaluate.load(str(local) if local.exists() else name, config or None)
     except Exception as exc:  # offline, unknown name, broken script: many exception types
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300].rstrip(".")
+        offline = [v for v in ("HF_HUB_OFFLINE", "HF_EVALUATE_OFFLINE") if os.environ.get(v, "0") not in ("", "0")]
+        if offline and not local.exists():  # evaluate's own message then blames the hub for not having it
+            reason = f"{offline[0]}=1 keeps the hub off, and {name!r} is not in the local evaluate cache"
         raise UserError(
             f"Could not load the evaluate metric {spec!r}: {reason}. Offline, a hub metric loads only when it is in "
             f"the local evaluate cache: run once where the hub is reachable, or pass a local metric script "

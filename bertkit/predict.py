@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from bertkit import data, infer, metrics, modeling, runs
+from bertkit import data, infer, longtext, metrics, modeling, runs
 from bertkit.config import EvaluateConfig, PredictConfig, config_dict, recipe_path
 from bertkit.objectives import softmax
 
@@ -42,8 +42,7 @@ def probabilities(cfg: Any, dataset: data.TextDataset, progress: bool) -> tuple[
                                       max_length=cfg.max_length, progress=progress)
         return [str(x) for x in saved.label_map.labels], proba
     model, tokenizer, label_map = load_for_inference(cfg.model)
-    proba = predict_proba(model, tokenizer, dataset, max_length=cfg.max_length, batch_size=cfg.batch_size,
-                          precision=cfg.precision, progress=progress)
+    proba = predict_proba(model, tokenizer, dataset, progress=progress, **reading(cfg))
     return [str(x) for x in label_map.labels], proba
 
 
@@ -52,14 +51,16 @@ def run_evaluate(cfg: EvaluateConfig, *, progress: bool = False) -> dict[str, An
     in --out when given."""
     plan = runs.inspect_run_dir(cfg.out, "evaluate", overwrite=cfg.overwrite,
                                 compare=runs.config_compare(config_dict(cfg))) if cfg.out else None  # read-only, early
+    external = [metrics.load_metric(spec) for spec in cfg.external_metrics]  # before any work: a missing one stops here
     dataset = data.load_dataset_split(cfg, cfg.data or "", need_labels=True)
     model, tokenizer, label_map = load_for_inference(cfg.model or "")
     y = label_map.encode(dataset.labels or [], f"The data {dataset.source}")
-    proba = predict_proba(model, tokenizer, dataset, max_length=cfg.max_length, batch_size=cfg.batch_size,
-                          precision=cfg.precision, progress=progress)
+    proba = predict_proba(model, tokenizer, dataset, progress=progress, **reading(cfg))
     names = [str(x) for x in label_map.labels]
     result = metrics.classification_metrics(y, proba.argmax(axis=1), proba, names)
-    result.update(model=cfg.model, data=dataset.source, data_fingerprint=dataset.fingerprint)
+    metrics.add_requested(result, cfg.metric_list, external, proba.argmax(axis=1), y)
+    result.update(model=cfg.model, data=dataset.source, data_fingerprint=dataset.fingerprint,
+                  long_text=cfg.long_text, truncation=cfg.truncation)
     if plan is not None:
         from bertkit import plots
 
@@ -85,11 +86,25 @@ def load_for_inference(model_dir: str) -> tuple[Any, Any, data.LabelMap]:
     return model, tokenizer, data.LabelMap.from_id2label(id2label)
 
 
+def reading(cfg: Any) -> dict[str, Any]:
+    """How predict/evaluate run the model over the texts: window, batch, precision, and long texts (cut or chunk)."""
+    return {"max_length": cfg.max_length, "batch_size": cfg.batch_size, "precision": cfg.precision,
+            "truncation": cfg.truncation, "long_text": cfg.long_text, "stride": cfg.stride}
+
+
 def predict_proba(model: Any, tokenizer: Any, dataset: data.TextDataset, *, max_length: int = 128,
-                  batch_size: int = 64, precision: str = "fp32", progress: bool = False) -> np.ndarray:
-    """Class probabilities for every row of `dataset`, batched longest-first, returned in the original order."""
-    return softmax(infer.classifier_logits(model, tokenizer, dataset, max_length=max_length, batch_size=batch_size,
-                                           precision=precision, progress=progress))
+                  batch_size: int = 64, precision: str = "fp32", progress: bool = False, truncation: str = "head",
+                  long_text: str = "cut", stride: int | None = None) -> np.ndarray:
+    """Class probabilities for every row of `dataset`, batched longest-first, returned in the original order.
+
+    Texts longer than `max_length` are cut (`truncation`), or with `long_text="chunk"` read whole in overlapping
+    windows whose logits are max-pooled (see `bertkit.longtext`)."""
+    if long_text == "cut" and truncation == "head":  # the shared inference path, as always
+        return softmax(infer.classifier_logits(model, tokenizer, dataset, max_length=max_length,
+                                               batch_size=batch_size, precision=precision, progress=progress))
+    return softmax(longtext.classifier_logits(model, tokenizer, dataset, max_length=max_length, batch_size=batch_size,
+                                              precision=precision, truncation=truncation, long_text=long_text,
+                                              stride=stride, progress=progress))
 
 
 def write_predictions_csv(

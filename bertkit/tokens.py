@@ -112,6 +112,24 @@ def length_report(
     )
 
 
+CUT_SHARE_TO_SUGGEST = 0.05
+"""From this share of cut rows on, the report suggests a way to keep the cut tokens."""
+
+
+def long_text_note(report: LengthReport, max_length: int, model_limit: int) -> str | None:
+    """A suggestion when many rows of a split are cut: a larger --max-length where the model allows one that
+    covers them, else reading whole texts in windows (--long-text chunk) or keeping both ends (--truncation)."""
+    if report.rows == 0 or report.truncated_share < CUT_SHARE_TO_SUGGEST:
+        return None
+    cut = (f"{report.split}: {report.truncated:,} of {report.rows:,} rows ({report.truncated_share:.1%}) are longer "
+           f"than --max-length {max_length} and get cut.")
+    if report.suggested_max_length > max_length and report.p99 <= model_limit:
+        return f"{cut} --max-length {report.suggested_max_length} covers 99% of them (model limit {model_limit})."
+    return (f"{cut} They are longer than the model reads at once ({model_limit} tokens): keep every token with "
+            f"`--long-text chunk --stride {max(max_length // 4, 0)}` (embed, predict, evaluate: overlapping windows, "
+            f"pooled), or keep both ends with `--truncation head+tail`.")
+
+
 # ---------------------------------------------------------------- the `bertkit tokens` command
 
 
@@ -148,4 +166,5 @@ def length_reports(tokenizer: Any, cfg: Any) -> dict[str, Any]:
                                f"Token lengths ({cfg.model})")
         run.commit()
         summary["outputs"] = {"report": str(run.out / "tokens.json"), "histogram": str(run.out / "token_lengths.png")}
-    return {**summary, "reports": reports, "notes": list(splits.notes)}
+    suggestions = [note for r in reports if (note := long_text_note(r, cfg.max_length, limit))]
+    return {**summary, "reports": reports, "notes": [*splits.notes, *suggestions]}

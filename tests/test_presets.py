@@ -1,0 +1,124 @@
+"""--task-preset glue/<task>: columns, problem type and official metrics for the hub data and the GLUE TSV files;
+explicit flags and recipes win over the preset."""
+
+from __future__ import annotations
+
+import pytest
+
+from bertkit import config, data, presets
+from bertkit.config import EvaluateConfig, FinetuneConfig, PredictConfig, ProbeConfig
+from bertkit.errors import UserError
+
+HUB = {  # task: (text, pair, label) in nyu-mll/glue
+    "cola": ("sentence", None, "label"), "sst2": ("sentence", None, "label"),
+    "mrpc": ("sentence1", "sentence2", "label"), "qqp": ("question1", "question2", "label"),
+    "stsb": ("sentence1", "sentence2", "label"), "mnli": ("premise", "hypothesis", "label"),
+    "qnli": ("question", "sentence", "label"), "rte": ("sentence1", "sentence2", "label"),
+    "wnli": ("sentence1", "sentence2", "label"),
+}
+TSV = {  # task: (text, pair, label) in the GLUE download's TSV files
+    "cola": ("3", None, "1"), "sst2": ("sentence", None, "label"), "mrpc": ("#1 String", "#2 String", "Quality"),
+    "qqp": ("question1", "question2", "is_duplicate"), "stsb": ("sentence1", "sentence2", "score"),
+    "mnli": ("sentence1", "sentence2", "gold_label"), "qnli": ("question", "sentence", "label"),
+    "rte": ("sentence1", "sentence2", "label"), "wnli": ("sentence1", "sentence2", "label"),
+}
+OFFICIAL = {"cola": ("mcc",), "sst2": ("accuracy",), "mrpc": ("binary_f1", "accuracy"),
+            "qqp": ("binary_f1", "accuracy"), "stsb": ("pearson", "spearman"), "mnli": ("accuracy",),
+            "qnli": ("accuracy",), "rte": ("accuracy",), "wnli": ("accuracy",)}
+
+
+def columns(cfg) -> tuple:
+    return cfg.text_column, cfg.text_pair_column, cfg.label_column
+
+
+@pytest.mark.parametrize("task", list(HUB))
+def test_hub_preset_fills_columns_splits_and_metrics(task):
+    cfg = FinetuneConfig(task_preset=f"glue/{task}", out="o")
+    assert (cfg.data, cfg.data_config) == ("nyu-mll/glue", task)
+    assert columns(cfg) == HUB[task]
+    assert cfg.dev == ("validation_matched" if task == "mnli" else "validation")
+    assert cfg.test == ("validation_mismatched" if task == "mnli" else None)
+    assert cfg.metric == OFFICIAL[task] and cfg.metric_for_best == OFFICIAL[task][0]
+    evaluate = EvaluateConfig(task_preset=f"glue/{task}", model="m", data="nyu-mll/glue", train_split="validation")
+    assert evaluate.data_config == task and columns(evaluate) == HUB[task] and evaluate.metric == OFFICIAL[task]
+
+
+@pytest.mark.parametrize("task", list(TSV))
+def test_tsv_preset_fills_the_download_column_names(task):
+    cfg = ProbeConfig(task_preset=f"glue/{task}", data=f"glue_data/{task}/train.tsv")
+    assert columns(cfg) == TSV[task] and cfg.data_config is None and cfg.dev is None
+    assert cfg.header == ("no" if task == "cola" else "auto")
+
+
+def test_problem_type_is_recorded_and_passed_where_the_command_has_it():
+    assert presets.find_preset("glue/stsb").problem == "regression"
+    assert {p.problem for name, p in presets.PRESETS.items() if name != "stsb"} == {"single_label"}
+    values = presets.preset_values(presets.find_preset("stsb"), None)
+    assert values["task"] == "regression"
+    cfg = FinetuneConfig(task_preset="glue/stsb", out="o")
+    assert getattr(cfg, "task", "regression") == "regression"  # set when the command has a --task option
+
+
+def test_explicit_values_win_over_the_preset():
+    cfg = FinetuneConfig(task_preset="glue/mrpc", data="my/train.tsv", out="o", text_column="a", label_column="y",
+                         metric_for_best="accuracy", header="yes")
+    assert columns(cfg) == ("a", "#2 String", "y") and cfg.metric_for_best == "accuracy" and cfg.header == "yes"
+    assert FinetuneConfig(task_preset="glue/cola", out="o", dev="my_dev.tsv").dev == "my_dev.tsv"
+    assert FinetuneConfig(out="o", data="x.tsv").metric_for_best == "accuracy"  # no preset: the default
+
+
+def test_recipe_values_win_over_the_preset_and_flags_over_both(tmp_path):
+    recipe = tmp_path / "r.toml"
+    recipe.write_text('[finetune]\ntask-preset = "glue/cola"\nout = "o"\nmetric-for-best = "accuracy"\n'
+                      'text-column = "2"\n', encoding="utf-8")
+    values = config.load_recipe(str(recipe), "finetune", FinetuneConfig)
+    cfg = FinetuneConfig(**{**values, "data": "cola/train.tsv"})
+    assert (cfg.text_column, cfg.label_column, cfg.metric_for_best) == ("2", "1", "accuracy")
+    flags = FinetuneConfig(**{**values, "data": "cola/train.tsv", "text_column": "3", "metric_for_best": "f1"})
+    assert (flags.text_column, flags.metric_for_best) == ("3", "f1")
+
+
+def test_predict_uses_the_text_columns_but_needs_no_labels():
+    cfg = PredictConfig(task_preset="glue/rte", model="m", data="RTE/test.tsv")
+    assert columns(cfg) == ("sentence1", "sentence2", None)
+    assert PredictConfig(task_preset="glue/sst2", model="m", text=("a fine film",)).data is None
+
+
+def test_an_unknown_preset_lists_the_valid_ones():
+    with pytest.raises(UserError) as err:
+        FinetuneConfig(task_preset="glue/squad", out="o")
+    message = str(err.value)
+    assert "--task-preset" in message and "glue/cola" in message and "glue/wnli" in message
+    assert presets.find_preset("RTE") is presets.find_preset("glue/rte")
+
+
+def test_rte_tsv_reads_with_the_preset_alone(shared_data):
+    cfg = ProbeConfig(task_preset="glue/rte", data=str(shared_data / "rte" / "train.tsv"),
+                      dev=str(shared_data / "rte" / "dev.tsv"), limit=20)
+    splits = data.load_splits(cfg)
+    assert len(splits.train) == 20 and splits.train.pairs is not None
+    assert set(splits.label_map.labels) == {"entailment", "not_entailment"}
+
+
+def test_glue_download_layouts_read_with_the_preset(tmp_path):
+    cola = tmp_path / "cola.tsv"  # headerless: source, label, original mark, sentence
+    cola.write_text("gj04\t1\t\tThe cat sat on the mat.\ngj04\t0\t*\tCat the mat on sat.\n"
+                    "gj04\t1\t\tShe left early.\ngj04\t0\t*\tLeft she early the.\n", encoding="utf-8")
+    rows = data.load_dataset_split(FinetuneConfig(task_preset="glue/cola", data=str(cola), out="o"), str(cola))
+    assert rows.texts[0] == "The cat sat on the mat." and rows.labels == [1, 0, 1, 0]
+    mrpc = tmp_path / "mrpc.tsv"
+    mrpc.write_text("Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n1\t1\t2\tHe said hi.\tHe greeted.\n"
+                    "0\t3\t4\tIt rained.\tThe sun shone.\n", encoding="utf-8")
+    rows = data.load_dataset_split(FinetuneConfig(task_preset="glue/mrpc", data=str(mrpc), out="o"), str(mrpc))
+    assert rows.texts == ["He said hi.", "It rained."] and rows.pairs == ["He greeted.", "The sun shone."]
+    assert rows.labels == [1, 0]
+
+
+@pytest.mark.parametrize("task", list(HUB))
+def test_glue_recipes_load_for_finetune_and_evaluate(task):
+    for command, cls in (("finetune", FinetuneConfig), ("evaluate", EvaluateConfig)):
+        values = config.load_recipe(f"glue-{task}", command, cls)
+        cfg = cls(**values)
+        assert cfg.task_preset == f"glue/{task}" and cfg.data_config == task and columns(cfg) == HUB[task]
+    assert EvaluateConfig(**config.load_recipe("glue-mnli", "evaluate", EvaluateConfig)).train_split == \
+        "validation_mismatched"
