@@ -13,9 +13,7 @@ values still come from every token), which is the same result for less work (see
 from __future__ import annotations
 
 import contextlib
-import inspect
 import logging
-import math
 import os
 import time
 from collections.abc import Iterator, Sequence
@@ -25,18 +23,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from bertkit import modeling
+from bertkit import infer, modeling
 from bertkit.config import COMBINES, POOLS, EmbedConfig, layers_problem, parse_layers
-from bertkit.data import (
-    Encoded,
-    LabelMap,
-    TextDataset,
-    encode_dataset,
-    pad_batch,
-    restore_order,
-    sorted_batches,
-    token_budget_batches,
-)
+from bertkit.data import Encoded, LabelMap, TextDataset, encode_dataset
 from bertkit.errors import UserError, raise_if_problems
 from bertkit.fastforward import cls_output, layer_block
 
@@ -113,11 +102,6 @@ def encoder_shape(encoder: Any) -> tuple[int, int]:
     config = encoder.config
     return int(config.num_hidden_layers), int(config.hidden_size)
 
-
-def accepted_inputs(encoder: Any) -> set[str]:
-    """Input names the model's forward takes by name (DistilBERT has no token_type_ids)."""
-    params = inspect.signature(encoder.forward).parameters
-    return {name for name in ("input_ids", "attention_mask", "token_type_ids") if name in params}
 
 
 # ---------------------------------------------------------------- pooling
@@ -198,30 +182,6 @@ def forward_features(encoder: Any, batch: dict[str, torch.Tensor], spec: Feature
     return features
 
 
-# ---------------------------------------------------------------- batching
-
-
-def auto_token_budget(encoder: Any, device: torch.device) -> tuple[int, int]:
-    """`--batch-size auto`: (padded tokens per batch, max rows per batch) from the model size.
-
-    Rule: the budget keeps the largest activation (tokens x FFN width x 4 bytes) near 32 MiB on a CPU
-    (256 MiB on a GPU), rounded down to a power of two and kept within [512, 65536] tokens; at most 256 rows
-    (1024 on a GPU). MiniLM-L6 (FFN 1536) -> 4096 tokens; BERT-base (FFN 3072) -> 2048 tokens.
-    """
-    config = encoder.config
-    ffn = int(getattr(config, "intermediate_size", None) or getattr(config, "hidden_dim", 0) or 4 * config.hidden_size)
-    target = (256 if device.type == "cuda" else 32) * 2**20
-    tokens = 2 ** int(math.floor(math.log2(max(1, target // (4 * ffn)))))
-    return int(min(65536, max(512, tokens))), 1024 if device.type == "cuda" else 256
-
-
-def plan_batches(lengths: np.ndarray, batch_size: int | None, budget: tuple[int, int]) -> list[np.ndarray]:
-    """Length-sorted batches: `batch_size` rows each, or by padded-token budget when it is None (auto)."""
-    if batch_size is not None:
-        return sorted_batches(lengths, batch_size)
-    return token_budget_batches(lengths, budget[0], budget[1])
-
-
 # ---------------------------------------------------------------- extraction
 
 
@@ -237,24 +197,22 @@ class EncodeStats:
 def encode_features(encoder: Any, tokenizer: Any, dataset: TextDataset, spec: FeatureSpec, *, max_length: int,
                     batch_size: int | None, device: torch.device, dtype: torch.dtype,
                     bar: Any = None) -> tuple[np.ndarray, EncodeStats]:
-    """Features for every row of `dataset` (input order) and what it took."""
+    """Features for every row of `dataset` (input order) and what it took (`infer.run_batches` does the loop)."""
     start = time.perf_counter()
-    n_layers, _ = encoder_shape(encoder)
+    n_layers, hidden = encoder_shape(encoder)
     indices = spec.resolve(n_layers)
     encoded: Encoded = encode_dataset(tokenizer, dataset, max_length)
-    batches = plan_batches(encoded.lengths, batch_size, auto_token_budget(encoder, device))
-    names = accepted_inputs(encoder)
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    outputs, padded = [], 0
-    with torch.inference_mode(), modeling.autocast(device, dtype):
-        for idx in batches:
-            batch = {k: v.to(device) for k, v in pad_batch(encoded, idx, pad_id).items() if k in names}
-            padded += int(batch["input_ids"].numel())
-            outputs.append(forward_features(encoder, batch, spec, indices, n_layers).cpu().numpy())
-            if bar is not None:
-                bar.update(len(idx))
-    empty = np.zeros((0, *spec.row_shape(n_layers, encoder_shape(encoder)[1])), np.float32)
-    features = restore_order(batches, outputs) if outputs else empty
+    batches = infer.plan_batches(encoded.lengths, batch_size, infer.auto_token_budget(encoder, device))
+    padded = 0
+
+    def features_of(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        nonlocal padded
+        padded += int(batch["input_ids"].numel())
+        return forward_features(encoder, batch, spec, indices, n_layers)
+
+    outputs = infer.run_batches(features_of, encoded, batches, model=encoder, pad_id=infer.pad_id_of(tokenizer),
+                                device=device, dtype=dtype, bar=bar)
+    features = infer.in_input_order(batches, outputs, spec.row_shape(n_layers, hidden))
     stats = EncodeStats(len(dataset), int(encoded.lengths.sum()), padded, encoded.n_truncated,
                         time.perf_counter() - start)
     return features, stats
@@ -271,24 +229,35 @@ def extract_features(encoder: Any, tokenizer: Any, dataset: TextDataset, *, pool
     spec = FeatureSpec.from_options(pool, layers, combine, normalize)
     device = torch.device(device) if device is not None else next(encoder.parameters()).device
     rows = None if str(batch_size) == "auto" else int(batch_size)
-    bar = progress_bar(len(dataset), "embed", progress)
-    try:
+    with infer.closing(infer.progress_bar(len(dataset), "embed", progress)) as bar:
         features, _ = encode_features(encoder, tokenizer, dataset, spec, max_length=max_length, batch_size=rows,
                                       device=device, dtype=dtype, bar=bar)
-    finally:
-        if bar is not None:
-            bar.close()
     return features
 
 
-def progress_bar(total: int, desc: str, enabled: bool) -> Any:
-    if not enabled:
-        return None
-    import sys
+def extract_pooled(encoder: Any, tokenizer: Any, dataset: TextDataset, *, pools: Sequence[str], layers: Sequence[int],
+                   max_length: int, batch_size: int | None, dtype: torch.dtype, normalize: bool = False,
+                   progress: bool = False) -> dict[str, np.ndarray]:
+    """{pool: (n, len(layers), d)} from ONE forward pass per batch (`layers` are hidden-state indices,
+    0 = embeddings). Pooling is `pool_tokens`, so each slice equals `extract_features` with that pool and layer:
+    comparing cls and mean costs one extraction, not two (`bertkit probe`)."""
+    device = next(encoder.parameters()).device
+    encoded = encode_dataset(tokenizer, dataset, max_length)
+    batches = infer.plan_batches(encoded.lengths, batch_size, infer.auto_token_budget(encoder, device))
 
-    from tqdm.auto import tqdm
+    def pooled_of(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """(batch, pools, layers, d)"""
+        hidden = encoder(**batch, output_hidden_states=True, return_dict=True).hidden_states
+        stacked = torch.stack([torch.stack([pool_tokens(hidden[i], batch["attention_mask"], pool) for i in layers], 1)
+                               for pool in pools], 1)
+        return torch.nn.functional.normalize(stacked, p=2.0, dim=-1) if normalize else stacked
 
-    return tqdm(total=total, desc=desc, unit="rows", file=sys.stderr, dynamic_ncols=True, smoothing=0.1)
+    with infer.closing(infer.progress_bar(len(dataset), "features", progress)) as bar:
+        outputs = infer.run_batches(pooled_of, encoded, batches, model=encoder, pad_id=infer.pad_id_of(tokenizer),
+                                    device=device, dtype=dtype, bar=bar)
+    hidden_size = encoder_shape(encoder)[1]
+    stacked = infer.in_input_order(batches, outputs, (len(pools), len(layers), hidden_size))
+    return {pool: np.ascontiguousarray(stacked[:, p]) for p, pool in enumerate(pools)}
 
 
 # ---------------------------------------------------------------- processes
@@ -492,8 +461,7 @@ def _embed_split(cfg: EmbedConfig, dist: Dist, writer: Any, split: str, ds: Text
         result.shards_skipped = len(writer.ranges) - len(pending_all)
         mine = [k for k in pending_all if k % dist.world == dist.rank]
         todo_rows = sum(writer.ranges[k][1] - writer.ranges[k][0] for k in mine)
-        bar = progress_bar(todo_rows, f"embed {split}", progress and dist.main)
-        try:
+        with infer.closing(infer.progress_bar(todo_rows, f"embed {split}", progress and dist.main)) as bar:
             for k in mine:
                 start, end = writer.ranges[k]
                 features, stats = encode_features(encoder, tokenizer, ds.subset(range(start, end)), spec,
@@ -501,9 +469,6 @@ def _embed_split(cfg: EmbedConfig, dist: Dist, writer: Any, split: str, ds: Text
                                                   device=device, dtype=dtype, bar=bar)
                 writer.write_shard(k, features, {"tokens": stats.tokens, "padded_tokens": stats.padded_tokens,
                                                  "n_truncated": stats.n_truncated})
-        finally:
-            if bar is not None:
-                bar.close()
         dist.barrier(wait_for=writer.all_shards_done)
         result.rows_encoded = sum(writer.ranges[k][1] - writer.ranges[k][0] for k in pending_all)
         if dist.main:  # only rank 0 reads the shards: finalize removes them

@@ -528,45 +528,6 @@ def predict_with_probe(
     return proba.argmax(axis=1).astype(np.int64), proba
 
 
-# ---------------------------------------------------------------- features for several poolings in one pass
-
-
-def extract_pooled(
-    encoder: Any, tokenizer: Any, dataset: Any, *, pools: Sequence[str], layers: Sequence[int], max_length: int,
-    batch_size: int, dtype: Any, normalize: bool = False, progress: bool = False,
-) -> dict[str, np.ndarray]:
-    """{pool: (n, len(layers), d)} from ONE forward pass per batch (`layers` are hidden-state indices,
-    0 = embeddings). Pooling is `embed.pool_tokens`, so each slice equals `embed.extract_features` with that
-    pool and layer; comparing cls and mean costs one extraction, not two."""
-    import torch
-
-    from bertkit import data, embed, modeling
-
-    device = next(encoder.parameters()).device
-    encoded = data.encode_dataset(tokenizer, dataset, max_length)
-    batches = data.sorted_batches(encoded.lengths, batch_size)
-    names = embed.accepted_inputs(encoder)
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    outputs: dict[str, list[np.ndarray]] = {p: [] for p in pools}
-    bar = embed.progress_bar(len(dataset), "features", progress)
-    try:
-        with torch.inference_mode(), modeling.autocast(device, dtype):
-            for idx in batches:
-                batch = {k: v.to(device) for k, v in data.pad_batch(encoded, idx, pad_id).items() if k in names}
-                hidden = encoder(**batch, output_hidden_states=True, return_dict=True).hidden_states
-                for pool in pools:
-                    stacked = torch.stack([embed.pool_tokens(hidden[i], batch["attention_mask"], pool) for i in layers], 1)
-                    if normalize:
-                        stacked = torch.nn.functional.normalize(stacked, p=2.0, dim=-1)
-                    outputs[pool].append(stacked.cpu().numpy())
-                if bar is not None:
-                    bar.update(len(idx))
-    finally:
-        if bar is not None:
-            bar.close()
-    return {pool: data.restore_order(batches, outs).astype(np.float32) for pool, outs in outputs.items()}
-
-
 # ---------------------------------------------------------------- inputs: a store, or text extracted on the fly
 
 
@@ -775,7 +736,7 @@ def load_text_inputs(cfg: Any, cache_dir: Path | Callable[[], Path] | None, prog
     named = {"train": splits.train, "dev": splits.dev, **({"test": splits.test} if splits.test is not None else {})}
     features = {
         name: cached_features(cache_dir, name, ds, meta, cfg.pools, indices,
-                              lambda ds=ds, pools=cfg.pools: extract_pooled(
+                              lambda ds=ds, pools=cfg.pools: embed.extract_pooled(
                                   encoder, tokenizer, ds, pools=pools, layers=indices, max_length=cfg.max_length,
                                   batch_size=cfg.batch_size, dtype=dtype, normalize=cfg.normalize, progress=progress))
         for name, ds in named.items()
@@ -894,7 +855,7 @@ def random_encoder_features(cfg: Any, inputs: ProbeInputs, pool: str, index: int
     """Train/dev features of the same architecture with freshly initialised weights (seeded), one pool, one layer."""
     import torch
 
-    from bertkit import modeling
+    from bertkit import embed, modeling
 
     meta = dict(inputs.feature_meta)
     model = str(meta["model"])
@@ -906,7 +867,7 @@ def random_encoder_features(cfg: Any, inputs: ProbeInputs, pool: str, index: int
             state["encoder"] = modeling.load_encoder(model, bool(meta.get("trust_remote_code")), random_init=True)
             state["tokenizer"] = modeling.load_tokenizer(model, bool(meta.get("trust_remote_code")))
         dtype = modeling.DTYPE_NAMES.get(str(meta.get("dtype")), torch.float32)
-        return extract_pooled(state["encoder"], state["tokenizer"], ds, pools=[pool], layers=[index],
+        return embed.extract_pooled(state["encoder"], state["tokenizer"], ds, pools=[pool], layers=[index],
                               max_length=int(meta["max_length"]), batch_size=cfg.batch_size, dtype=dtype,
                               normalize=bool(meta.get("normalize")), progress=progress)
 

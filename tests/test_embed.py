@@ -10,8 +10,9 @@ import torch
 
 from bertkit import modeling
 from bertkit.data import TextDataset
-from bertkit.embed import FeatureSpec, auto_token_budget, extract_features, plan_batches
+from bertkit.embed import FeatureSpec, extract_features
 from bertkit.errors import UserError
+from bertkit.infer import auto_token_budget, plan_batches
 
 TEXTS = [
     "a",
