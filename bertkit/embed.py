@@ -5,9 +5,11 @@ runs it shard by shard into a resumable store (see `bertkit.store`), also across
 
 Speed: rows are tokenized once per shard with the fast tokenizer, sorted by length and batched with dynamic
 padding (a padded-token budget for `--batch-size auto`), run under `torch.inference_mode()` and, for
-`--precision bf16/fp16`, autocast. Output rows are put back in the input order. Only the layers the features need
-are run, and with `--pool cls` the highest requested layer is computed for the [CLS] position alone (keys and
-values still come from every token), which is the same result for less work (see `PRUNE_LAYERS`).
+`--precision bf16/fp16`, autocast (the loop is `infer.run_batches`). Output rows are put back in the input order.
+For the architectures `fastforward` allowlists, only the layers the features need are run, and with `--pool cls`
+the highest requested layer is computed for the [CLS] position alone (keys and values still come from every
+token); the first batch checks that this gives the full model's features, else the full model is used (see
+`PRUNE_LAYERS`). Other architectures always run the model's own forward.
 """
 
 from __future__ import annotations
@@ -16,18 +18,18 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Iterator, Sequence
+import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from bertkit import infer, modeling
+from bertkit import fastforward, infer, modeling
 from bertkit.config import COMBINES, POOLS, EmbedConfig, layers_problem, parse_layers
 from bertkit.data import Encoded, LabelMap, TextDataset, encode_dataset
 from bertkit.errors import UserError, raise_if_problems
-from bertkit.fastforward import cls_output, layer_block
 
 log = logging.getLogger(__name__)
 
@@ -120,53 +122,61 @@ def pool_tokens(hidden: torch.Tensor, mask: torch.Tensor, pool: str) -> torch.Te
 
 
 PRUNE_LAYERS = True
-"""Compute only what the requested features need (layers above the highest requested one are skipped; with
-`--pool cls` that top layer runs for the [CLS] position only). Set False to always run the full model."""
+"""Compute only what the requested features need, for the architectures `fastforward` allowlists: layers above
+the highest requested one are skipped and, with `--pool cls`, that top layer runs for the [CLS] position only.
+Set False to always run the full model."""
+
+_PRUNE_CHECKED: weakref.WeakKeyDictionary[Any, dict[tuple[FeatureSpec, tuple[int, ...]], bool]] = (
+    weakref.WeakKeyDictionary())
+"""encoder -> {(spec, hidden-state indices): whether its pruned features equal its own} (checked once each)."""
 
 
-def _layer_owner(encoder: Any) -> Any:
-    """The module holding the encoder's `layer` ModuleList (BERT: .encoder, DistilBERT: .transformer), or None."""
-    for name in ("encoder", "transformer"):
-        owner = getattr(encoder, name, None)
-        if isinstance(getattr(owner, "layer", None), torch.nn.ModuleList):
-            return owner
-    return None
-
-
-@contextlib.contextmanager
-def _first_layers(encoder: Any, keep: int | None) -> Iterator[None]:
-    """Run the encoder with only its first `keep` layers (None: all of them)."""
-    owner = _layer_owner(encoder)
-    if keep is None or owner is None or keep == len(owner.layer):
-        yield
-        return
-    full = owner.layer
-    owner.layer = torch.nn.ModuleList(list(full)[:keep])
-    try:
-        yield
-    finally:
-        owner.layer = full
+def prune_applies(encoder: Any, batch: dict[str, torch.Tensor], spec: FeatureSpec, indices: list[int],
+                  n_layers: int) -> bool:
+    """Whether the pruned path runs for this encoder and spec: PRUNE_LAYERS on, the architecture allowlisted
+    (`fastforward.unsupported_reason`), and - checked on the first batch, once per encoder and spec - its
+    features equal to the full model's; a disagreement is logged and the full model is used."""
+    if not PRUNE_LAYERS or fastforward.unsupported_reason(encoder) is not None:
+        return False
+    checked = _PRUNE_CHECKED.setdefault(encoder, {})
+    key = (spec, tuple(indices))
+    if key not in checked:
+        checked[key] = fastforward.agreement(
+            fast=lambda: forward_features(encoder, batch, spec, indices, n_layers, prune=True),
+            own=lambda: forward_features(encoder, batch, spec, indices, n_layers, prune=False),
+            model=encoder, what="embed's pruned layers")
+    return checked[key]
 
 
 def forward_features(encoder: Any, batch: dict[str, torch.Tensor], spec: FeatureSpec, indices: list[int],
-                     n_layers: int) -> torch.Tensor:
-    """One batch through the encoder -> pooled, combined (and optionally normalised) fp32 features."""
-    top, owner = max(indices), _layer_owner(encoder)
-    prune = PRUNE_LAYERS and owner is not None
-    top_block = layer_block(owner.layer[top - 1]) if prune and spec.pool == "cls" and top >= 1 else None
-    fast_cls = top_block is not None
+                     n_layers: int, prune: bool = False) -> torch.Tensor:
+    """One batch through the encoder -> pooled, combined (and optionally normalised) fp32 features.
+
+    Without `prune`, the model's own forward and its `output_hidden_states`. With `prune` (allowlisted models
+    only, see `prune_applies`), the encoder runs up to the highest requested layer, or one below it for `cls`,
+    whose [CLS] output `fastforward.cls_output` then computes alone."""
+    top = max(indices)
+    fast_cls = prune and spec.pool == "cls" and top >= 1
     run = (top - 1 if fast_cls else top) if prune else n_layers
-    need_hidden = any(i < run for i in indices)
-    with _first_layers(encoder, run if prune else None):
+    need_hidden = not prune or any(i < run for i in indices)  # a pruned run of 0 layers records no hidden states
+    with fastforward.first_layers(encoder, run) if prune else contextlib.nullcontext():
         output = encoder(**batch, output_hidden_states=need_hidden, return_dict=True)
     mask = batch["attention_mask"]
     pooled = []
     for i in indices:
-        if top_block is not None and i == top:
-            pooled.append(cls_output(top_block, output.last_hidden_state, mask).float())
+        below = run if fast_cls and i == top else i  # the [CLS]-only top layer reads the output of `run` layers
+        state = output.last_hidden_state if prune and below == run else output.hidden_states[below]
+        if fast_cls and i == top:
+            block = fastforward.layer_block(fastforward.encoder_layers(encoder)[top - 1])
+            pooled.append(fastforward.cls_output(block, state, mask).float())
         else:
-            state = output.last_hidden_state if i == run else output.hidden_states[i]
             pooled.append(pool_tokens(state, mask, spec.pool))
+    return combine_pooled(pooled, spec)
+
+
+def combine_pooled(pooled: list[torch.Tensor], spec: FeatureSpec) -> torch.Tensor:
+    """Per-layer (batch, dim) features -> one row per input: concatenated, stacked (`all`), averaged or summed,
+    then L2-normalised if asked."""
     if len(pooled) == 1:
         features = pooled[0]
     elif spec.combine == "mean":
@@ -203,12 +213,14 @@ def encode_features(encoder: Any, tokenizer: Any, dataset: TextDataset, spec: Fe
     indices = spec.resolve(n_layers)
     encoded: Encoded = encode_dataset(tokenizer, dataset, max_length)
     batches = infer.plan_batches(encoded.lengths, batch_size, infer.auto_token_budget(encoder, device))
-    padded = 0
+    padded, prune = 0, None
 
     def features_of(batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        nonlocal padded
+        nonlocal padded, prune
         padded += int(batch["input_ids"].numel())
-        return forward_features(encoder, batch, spec, indices, n_layers)
+        if prune is None:
+            prune = prune_applies(encoder, batch, spec, indices, n_layers)
+        return forward_features(encoder, batch, spec, indices, n_layers, prune)
 
     outputs = infer.run_batches(features_of, encoded, batches, model=encoder, pad_id=infer.pad_id_of(tokenizer),
                                 device=device, dtype=dtype, bar=bar)
