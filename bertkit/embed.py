@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -275,52 +274,24 @@ def extract_pooled(encoder: Any, tokenizer: Any, dataset: TextDataset, *, pools:
 # ---------------------------------------------------------------- processes
 
 
-@dataclass
-class Dist:
-    """Rank and world size under torchrun/accelerate (1 process otherwise), with a barrier."""
+@contextlib.contextmanager
+def process_state(device: torch.device) -> Iterator[Any]:
+    """accelerate's `PartialState` for this run: rank, world size and barriers under torchrun/accelerate launch
+    (one process otherwise). A process group it starts (gloo on the CPU) is destroyed when the run ends."""
+    from datetime import timedelta
 
-    rank: int = 0
-    world: int = 1
-    local_rank: int = 0
-    started_group: bool = False
+    import torch.distributed as tdist
+    from accelerate import PartialState
 
-    @classmethod
-    def from_env(cls) -> Dist:
-        world = int(os.environ.get("WORLD_SIZE", "1"))
-        if world <= 1:
-            return cls()
-        dist = cls(int(os.environ.get("RANK", "0")), world, int(os.environ.get("LOCAL_RANK", "0")))
-        import torch.distributed as tdist
-
-        if tdist.is_available() and not tdist.is_initialized() and "MASTER_ADDR" in os.environ:
-            from datetime import timedelta
-
-            # gloo is only used for barriers; a long timeout because a rank may encode for hours.
-            tdist.init_process_group("gloo", timeout=timedelta(hours=24))
-            dist.started_group = True
-        return dist
-
-    @property
-    def main(self) -> bool:
-        return self.rank == 0
-
-    def barrier(self, wait_for: Any = None) -> None:
-        """Wait for every process; without a process group, poll `wait_for()` until it is true."""
-        if self.world <= 1:
-            return
-        import torch.distributed as tdist
-
-        if tdist.is_available() and tdist.is_initialized():
-            tdist.barrier()
-        elif wait_for is not None:
-            while not wait_for():
-                time.sleep(0.5)
-
-    def close(self) -> None:
-        if self.started_group:
-            import torch.distributed as tdist
-
-            tdist.destroy_process_group()
+    had_group = tdist.is_available() and tdist.is_initialized()
+    # a long timeout: a rank may encode its shards for hours while the others wait at the next barrier
+    state = PartialState(cpu=device.type == "cpu", timeout=timedelta(hours=24))
+    try:
+        yield state
+    finally:
+        if state.num_processes > 1 and not had_group:
+            state.destroy_process_group()
+            PartialState._reset_state()
 
 
 # ---------------------------------------------------------------- to a store
@@ -394,14 +365,12 @@ def embed_to_store(cfg: EmbedConfig, progress: bool = True) -> dict[str, Any]:
     """Run `bertkit embed`: every split to its store under cfg.out; returns a summary (see `SplitResult`)."""
     from pathlib import Path
 
-    from bertkit import __version__, runs, store
-    from bertkit.runs import package_versions
+    from bertkit import runs, store
 
-    dist = Dist.from_env()
-    try:
-        device = modeling.choose_device(cfg.device)
-        if device.type == "cuda" and dist.world > 1:
-            device = torch.device("cuda", dist.local_rank)
+    device = modeling.choose_device(cfg.device)
+    with process_state(device) as dist:
+        if device.type == "cuda" and dist.num_processes > 1:
+            device = dist.device  # this process's GPU
         dtype = modeling.choose_dtype(cfg.precision, device)
         root = Path(cfg.out or "").expanduser()
         runs.inspect_run_dir(root, "embed", overwrite=cfg.overwrite)  # read-only: refusals end every rank here
@@ -415,15 +384,7 @@ def embed_to_store(cfg: EmbedConfig, progress: bool = True) -> dict[str, Any]:
         n_layers, hidden = encoder_shape(encoder)
         spec.resolve(n_layers)
         revision = modeling.model_revision(cfg.model)
-        common = {
-            "bertkit_version": __version__, "model": cfg.model, "revision": revision,
-            "tokenizer": getattr(tokenizer, "name_or_path", cfg.model), "tokenizer_class": type(tokenizer).__name__,
-            "architecture": type(encoder).__name__, "n_layers": n_layers, "hidden_size": hidden,
-            "pool": cfg.pool, "layers": str(cfg.layers), "combine": cfg.combine, "layer_indices": spec.resolve(n_layers),
-            "layer_names": spec.layer_names(n_layers), "max_length": cfg.max_length, "normalize": cfg.normalize,
-            "dtype": modeling.dtype_name(dtype), "label_map": label_map.to_json() if label_map else None,
-            "versions": {k: v for k, v in package_versions().items() if k in ("bertkit", "torch", "transformers")},
-        }
+        common = _manifest_common(cfg, tokenizer, encoder, spec, revision, dtype, label_map)
         identities = {split: store_identity(cfg, split, ds, revision, dtype) for split, ds in named}
         run = _claim_store_dir(cfg, dist, root, identities, split_layout)
         results = []
@@ -432,48 +393,64 @@ def embed_to_store(cfg: EmbedConfig, progress: bool = True) -> dict[str, Any]:
                                        cfg.shard_size, spec.row_shape(n_layers, hidden), cfg.store_dtype)
             results.append(_embed_split(cfg, dist, writer, split, ds, encoder, tokenizer, spec, device, dtype,
                                         label_map, common, progress))
-        if split_layout and dist.main:
+        if split_layout and dist.is_main_process:
             store.write_splits_index(run.path, [name for name, _ in named])
-        dist.barrier()
-        if dist.main:
+        dist.wait_for_everyone()
+        if dist.is_main_process:
             run.commit()  # with --overwrite: the new stores replace the previous ones only now
-        dist.barrier()
+        dist.wait_for_everyone()
         for result in results:  # where the stores are now (not the staging folder they were built in)
             result.path = str(root / result.split if split_layout else root)
-    finally:
-        dist.close()
-    return _summary(cfg, root, results, dtype, device, dist)
+        return _summary(cfg, root, results, dtype, device, dist)
 
 
-def _claim_store_dir(cfg: EmbedConfig, dist: Dist, root: Any, identities: dict[str, dict[str, Any]],
+def _manifest_common(cfg: EmbedConfig, tokenizer: Any, encoder: Any, spec: FeatureSpec, revision: str,
+                     dtype: torch.dtype, label_map: LabelMap | None) -> dict[str, Any]:
+    """What every split's manifest records about the model and the features."""
+    from bertkit import __version__
+    from bertkit.runs import package_versions
+
+    n_layers, hidden = encoder_shape(encoder)
+    return {
+        "bertkit_version": __version__, "model": cfg.model, "revision": revision,
+        "tokenizer": getattr(tokenizer, "name_or_path", cfg.model), "tokenizer_class": type(tokenizer).__name__,
+        "architecture": type(encoder).__name__, "n_layers": n_layers, "hidden_size": hidden,
+        "pool": cfg.pool, "layers": str(cfg.layers), "combine": cfg.combine, "layer_indices": spec.resolve(n_layers),
+        "layer_names": spec.layer_names(n_layers), "max_length": cfg.max_length, "normalize": cfg.normalize,
+        "dtype": modeling.dtype_name(dtype), "label_map": label_map.to_json() if label_map else None,
+        "versions": {k: v for k, v in package_versions().items() if k in ("bertkit", "torch", "transformers")},
+    }
+
+
+def _claim_store_dir(cfg: EmbedConfig, dist: Any, root: Any, identities: dict[str, dict[str, Any]],
                      split_layout: bool) -> Any:
     """Rank 0 claims --out (everything is validated by now); every rank gets the directory to write into."""
     from bertkit import runs, store
 
-    run = runs.claim_run_dir(root, "embed", overwrite=cfg.overwrite,
-                             compare=lambda path: store.run_differences(path, identities, split_layout)) if dist.main else None
-    dist.barrier(wait_for=lambda: (root / runs.MARKER).is_file())
+    run = runs.claim_run_dir(root, "embed", overwrite=cfg.overwrite, compare=lambda path: store.run_differences(
+        path, identities, split_layout)) if dist.is_main_process else None
+    dist.wait_for_everyone()
     return run or runs.RunDir(root, "embed", cfg.overwrite, path=runs.write_path(root, cfg.overwrite))
 
 
-def _embed_split(cfg: EmbedConfig, dist: Dist, writer: Any, split: str, ds: TextDataset, encoder: Any,
+def _embed_split(cfg: EmbedConfig, dist: Any, writer: Any, split: str, ds: TextDataset, encoder: Any,
                  tokenizer: Any, spec: FeatureSpec, device: torch.device, dtype: torch.dtype,
                  label_map: LabelMap | None, common: dict[str, Any], progress: bool) -> SplitResult:
     """Encode the missing shards of one split (this rank's share) and, on rank 0, finalize the store."""
     from bertkit import store
 
     started = time.perf_counter()
-    status = writer.prepare(create=True) if dist.main else None
-    dist.barrier(wait_for=lambda: (writer.path / store.IDENTITY).is_file() or (writer.path / store.MANIFEST).is_file())
+    status = writer.prepare(create=True) if dist.is_main_process else None
+    dist.wait_for_everyone()
     status = status or writer.status()
     result = SplitResult(split, str(writer.path), status, len(ds), [len(ds), *writer.row_shape],
                          shards_total=len(writer.ranges))
     if status != "complete":
         pending_all = writer.pending_shards()
         result.shards_skipped = len(writer.ranges) - len(pending_all)
-        mine = [k for k in pending_all if k % dist.world == dist.rank]
+        mine = [k for k in pending_all if k % dist.num_processes == dist.process_index]
         todo_rows = sum(writer.ranges[k][1] - writer.ranges[k][0] for k in mine)
-        with infer.closing(infer.progress_bar(todo_rows, f"embed {split}", progress and dist.main)) as bar:
+        with infer.closing(infer.progress_bar(todo_rows, f"embed {split}", progress and dist.is_main_process)) as bar:
             for k in mine:
                 start, end = writer.ranges[k]
                 features, stats = encode_features(encoder, tokenizer, ds.subset(range(start, end)), spec,
@@ -481,9 +458,9 @@ def _embed_split(cfg: EmbedConfig, dist: Dist, writer: Any, split: str, ds: Text
                                                   device=device, dtype=dtype, bar=bar)
                 writer.write_shard(k, features, {"tokens": stats.tokens, "padded_tokens": stats.padded_tokens,
                                                  "n_truncated": stats.n_truncated})
-        dist.barrier(wait_for=writer.all_shards_done)
+        dist.wait_for_everyone()
         result.rows_encoded = sum(writer.ranges[k][1] - writer.ranges[k][0] for k in pending_all)
-        if dist.main:  # only rank 0 reads the shards: finalize removes them
+        if dist.is_main_process:  # only rank 0 reads the shards: finalize removes them
             metas = writer.shard_metas()
             result.tokens_encoded = sum(metas[k]["tokens"] for k in pending_all)
             labels = label_map.encode(ds.labels, f"{split} data") if (label_map and ds.labels is not None) else None
@@ -496,7 +473,7 @@ def _embed_split(cfg: EmbedConfig, dist: Dist, writer: Any, split: str, ds: Text
             writer.finalize(manifest, labels)
         if status == "partial":
             result.status = "resumed"
-        dist.barrier(wait_for=lambda: (writer.path / store.MANIFEST).is_file())
+        dist.wait_for_everyone()
     final = store.open(writer.path)
     result.tokens_total = int(final.manifest.get("tokens", 0))
     result.n_truncated = int(final.manifest.get("n_truncated", 0))
@@ -506,13 +483,13 @@ def _embed_split(cfg: EmbedConfig, dist: Dist, writer: Any, split: str, ds: Text
 
 
 def _summary(cfg: EmbedConfig, root: Any, results: list[SplitResult], dtype: torch.dtype, device: torch.device,
-             dist: Dist) -> dict[str, Any]:
+             dist: Any) -> dict[str, Any]:
     rows = sum(r.rows_encoded for r in results)
     tokens = sum(r.tokens_encoded for r in results)
     seconds = sum(r.seconds for r in results)
     return {
         "out": str(root), "model": cfg.model, "device": str(device), "dtype": modeling.dtype_name(dtype),
-        "processes": dist.world, "main_process": dist.main,
+        "processes": dist.num_processes, "main_process": dist.is_main_process,
         "complete_already": all(r.status == "complete" for r in results),
         "rows": sum(r.rows for r in results), "rows_encoded": rows, "tokens_encoded": tokens,
         "seconds": round(seconds, 3),
