@@ -1,7 +1,9 @@
 """Pooled encoder features: `[CLS]`/mean/max over one layer, several layers, or all of them.
 
-`extract_features` is the in-memory core (rows in, an array out, rows in the input order). `embed_to_store`
-runs it shard by shard into a resumable store (see `bertkit.store`), also across several processes.
+`encode_features` is the in-memory core (rows in, an array out, rows in the input order) and `extract_features`
+its library entry point; `extract_pooled` gives several poolings from one forward pass (`bertkit probe`).
+`embed_to_store` runs `encode_features` shard by shard into a resumable store (see `bertkit.store`), also across
+several processes (accelerate's `PartialState`: rank, world size, barriers).
 
 Speed: rows are tokenized once per shard with the fast tokenizer, sorted by length and batched with dynamic
 padding (a padded-token budget for `--batch-size auto`), run under `torch.inference_mode()` and, for

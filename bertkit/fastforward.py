@@ -150,7 +150,8 @@ def relative_difference(fast: torch.Tensor, own: torch.Tensor) -> float:
 
 def agreement(fast: Callable[[], torch.Tensor], own: Callable[[], torch.Tensor], model: Any, what: str) -> bool:
     """Whether `fast()` equals `own()` (the model's own computation) within `TOLERANCE`, both run once in eval
-    mode without autocast; a disagreement is logged as a warning naming `what` falls back."""
+    mode without autocast (the model's mode is restored after). A disagreement is logged as a warning naming
+    `what`; the caller then uses the model's own forward."""
     device = next(model.parameters()).device
     training = model.training
     model.eval()

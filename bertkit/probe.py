@@ -1,10 +1,12 @@
-"""Logistic-regression probes on frozen features: fit, score, per-layer sweep, baselines, variance, saving.
+"""Logistic-regression probes on frozen features: fit, score, per-layer sweep, bootstrap intervals, repeated
+fits, baselines (majority class, TF-IDF, random-weights encoder), and the whole `bertkit probe` run.
 
-Everything here works on arrays (features `X`, label ids `y`) and returns values; reading stores, extracting
-features and writing run directories happen in `cli.py`/`store.py`/`runs.py`. A probe is
-`StandardScaler` + `LogisticRegression(lbfgs)`: standardizing makes lbfgs converge in a few dozen iterations
-instead of hitting its iteration cap on raw BERT features, which is most of the speed-up over fitting on raw
-features (see bench/bench_probe.py).
+The fitting and scoring functions work on arrays (features `X`, label ids `y`) and return values. `run_probe`
+ties the run together: its inputs come from `probe_inputs` (a store, or features extracted from text), the best
+probe is saved in the `probe_io` format, and the run directory (config, metrics, figures) is written through
+`runs`/`plots`. A probe is `StandardScaler` + `LogisticRegression(lbfgs)`: standardizing makes lbfgs converge in
+a few dozen iterations instead of running into its iteration cap on raw BERT features (bench/bench_probe.py
+measures the difference).
 """
 
 from __future__ import annotations
@@ -94,8 +96,8 @@ def fit_probe(
     scaler is refit inside every fold, no leakage; ties go to the earlier grid value, as in GridSearchCV),
     then the pipeline is refit on all of `X` with that C. Otherwise `C` (default 1.0) is used directly.
 
-    BLAS runs single-threaded here: for a d of a few hundred, multi-threaded OpenBLAS only adds overhead, and
-    on a busy machine its spinning threads made a fit 14x slower (25.6 s vs 1.8 s, measured on 2 shared cores).
+    BLAS runs single-threaded here: for a d of a few hundred, multi-threaded OpenBLAS only adds overhead, and on
+    a busy machine its spinning threads slow a fit down many times over.
     """
     from threadpoolctl import threadpool_limits
 
