@@ -1,23 +1,25 @@
 """Pooled encoder features: `[CLS]`/mean/max over one layer, several layers, or all of them.
 
-`extract_features` is the in-memory core (rows in, an array out, rows in the input order). `embed_to_store`
-runs it shard by shard into a resumable store (see `bertkit.store`), also across several processes.
+`encode_features` is the in-memory core (rows in, an array out, rows in the input order) and `extract_features`
+its library entry point; `extract_pooled` gives several poolings from one forward pass (`bertkit probe`).
+`embed_to_store` runs `encode_features` shard by shard into a resumable store (see `bertkit.store`), also across
+several processes (accelerate's `PartialState`: rank, world size, barriers).
 
 Speed: rows are tokenized once per shard with the fast tokenizer, sorted by length and batched with dynamic
 padding (a padded-token budget for `--batch-size auto`), run under `torch.inference_mode()` and, for
-`--precision bf16/fp16`, autocast. Output rows are put back in the input order. Only the layers the features need
-are run, and with `--pool cls` the highest requested layer is computed for the [CLS] position alone (keys and
-values still come from every token), which is the same result for less work (see `PRUNE_LAYERS`).
+`--precision bf16/fp16`, autocast (the loop is `infer.run_batches`). Output rows are put back in the input order.
+For the architectures `fastforward` allowlists, only the layers the features need are run, and with `--pool cls`
+the highest requested layer is computed for the [CLS] position alone (keys and values still come from every
+token); the first batch checks that this gives the full model's features, else the full model is used (see
+`PRUNE_LAYERS`). Other architectures always run the model's own forward.
 """
 
 from __future__ import annotations
 
 import contextlib
-import inspect
 import logging
-import math
-import os
 import time
+import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,20 +27,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from bertkit import modeling
+from bertkit import fastforward, infer, modeling
 from bertkit.config import COMBINES, POOLS, EmbedConfig, layers_problem, parse_layers
-from bertkit.data import (
-    Encoded,
-    LabelMap,
-    TextDataset,
-    encode_dataset,
-    pad_batch,
-    restore_order,
-    sorted_batches,
-    token_budget_batches,
-)
+from bertkit.data import Encoded, LabelMap, TextDataset, encode_dataset
 from bertkit.errors import UserError, raise_if_problems
-from bertkit.fastforward import cls_output, layer_block
 
 log = logging.getLogger(__name__)
 
@@ -114,11 +106,6 @@ def encoder_shape(encoder: Any) -> tuple[int, int]:
     return int(config.num_hidden_layers), int(config.hidden_size)
 
 
-def accepted_inputs(encoder: Any) -> set[str]:
-    """Input names the model's forward takes by name (DistilBERT has no token_type_ids)."""
-    params = inspect.signature(encoder.forward).parameters
-    return {name for name in ("input_ids", "attention_mask", "token_type_ids") if name in params}
-
 
 # ---------------------------------------------------------------- pooling
 
@@ -136,53 +123,61 @@ def pool_tokens(hidden: torch.Tensor, mask: torch.Tensor, pool: str) -> torch.Te
 
 
 PRUNE_LAYERS = True
-"""Compute only what the requested features need (layers above the highest requested one are skipped; with
-`--pool cls` that top layer runs for the [CLS] position only). Set False to always run the full model."""
+"""Compute only what the requested features need, for the architectures `fastforward` allowlists: layers above
+the highest requested one are skipped and, with `--pool cls`, that top layer runs for the [CLS] position only.
+Set False to always run the full model."""
+
+_PRUNE_CHECKED: weakref.WeakKeyDictionary[Any, dict[tuple[FeatureSpec, tuple[int, ...]], bool]] = (
+    weakref.WeakKeyDictionary())
+"""encoder -> {(spec, hidden-state indices): whether its pruned features equal its own} (checked once each)."""
 
 
-def _layer_owner(encoder: Any) -> Any:
-    """The module holding the encoder's `layer` ModuleList (BERT: .encoder, DistilBERT: .transformer), or None."""
-    for name in ("encoder", "transformer"):
-        owner = getattr(encoder, name, None)
-        if isinstance(getattr(owner, "layer", None), torch.nn.ModuleList):
-            return owner
-    return None
-
-
-@contextlib.contextmanager
-def _first_layers(encoder: Any, keep: int | None) -> Iterator[None]:
-    """Run the encoder with only its first `keep` layers (None: all of them)."""
-    owner = _layer_owner(encoder)
-    if keep is None or owner is None or keep == len(owner.layer):
-        yield
-        return
-    full = owner.layer
-    owner.layer = torch.nn.ModuleList(list(full)[:keep])
-    try:
-        yield
-    finally:
-        owner.layer = full
+def prune_applies(encoder: Any, batch: dict[str, torch.Tensor], spec: FeatureSpec, indices: list[int],
+                  n_layers: int) -> bool:
+    """Whether the pruned path runs for this encoder and spec: PRUNE_LAYERS on, the architecture allowlisted
+    (`fastforward.unsupported_reason`), and - checked on the first batch, once per encoder and spec - its
+    features equal to the full model's; a disagreement is logged and the full model is used."""
+    if not PRUNE_LAYERS or fastforward.unsupported_reason(encoder) is not None:
+        return False
+    checked = _PRUNE_CHECKED.setdefault(encoder, {})
+    key = (spec, tuple(indices))
+    if key not in checked:
+        checked[key] = fastforward.agreement(
+            fast=lambda: forward_features(encoder, batch, spec, indices, n_layers, prune=True),
+            own=lambda: forward_features(encoder, batch, spec, indices, n_layers, prune=False),
+            model=encoder, what="embed's pruned layers")
+    return checked[key]
 
 
 def forward_features(encoder: Any, batch: dict[str, torch.Tensor], spec: FeatureSpec, indices: list[int],
-                     n_layers: int) -> torch.Tensor:
-    """One batch through the encoder -> pooled, combined (and optionally normalised) fp32 features."""
-    top, owner = max(indices), _layer_owner(encoder)
-    prune = PRUNE_LAYERS and owner is not None
-    top_block = layer_block(owner.layer[top - 1]) if prune and spec.pool == "cls" and top >= 1 else None
-    fast_cls = top_block is not None
+                     n_layers: int, prune: bool = False) -> torch.Tensor:
+    """One batch through the encoder -> pooled, combined (and optionally normalised) fp32 features.
+
+    Without `prune`, the model's own forward and its `output_hidden_states`. With `prune` (allowlisted models
+    only, see `prune_applies`), the encoder runs up to the highest requested layer, or one below it for `cls`,
+    whose [CLS] output `fastforward.cls_output` then computes alone."""
+    top = max(indices)
+    fast_cls = prune and spec.pool == "cls" and top >= 1
     run = (top - 1 if fast_cls else top) if prune else n_layers
-    need_hidden = any(i < run for i in indices)
-    with _first_layers(encoder, run if prune else None):
+    need_hidden = not prune or any(i < run for i in indices)  # a pruned run of 0 layers records no hidden states
+    with fastforward.first_layers(encoder, run) if prune else contextlib.nullcontext():
         output = encoder(**batch, output_hidden_states=need_hidden, return_dict=True)
     mask = batch["attention_mask"]
     pooled = []
     for i in indices:
-        if top_block is not None and i == top:
-            pooled.append(cls_output(top_block, output.last_hidden_state, mask).float())
+        below = run if fast_cls and i == top else i  # the [CLS]-only top layer reads the output of `run` layers
+        state = output.last_hidden_state if prune and below == run else output.hidden_states[below]
+        if fast_cls and i == top:
+            block = fastforward.layer_block(fastforward.encoder_layers(encoder)[top - 1])
+            pooled.append(fastforward.cls_output(block, state, mask).float())
         else:
-            state = output.last_hidden_state if i == run else output.hidden_states[i]
             pooled.append(pool_tokens(state, mask, spec.pool))
+    return combine_pooled(pooled, spec)
+
+
+def combine_pooled(pooled: list[torch.Tensor], spec: FeatureSpec) -> torch.Tensor:
+    """Per-layer (batch, dim) features -> one row per input: concatenated, stacked (`all`), averaged or summed,
+    then L2-normalised if asked."""
     if len(pooled) == 1:
         features = pooled[0]
     elif spec.combine == "mean":
@@ -196,30 +191,6 @@ def forward_features(encoder: Any, batch: dict[str, torch.Tensor], spec: Feature
     if spec.normalize:
         features = torch.nn.functional.normalize(features, p=2.0, dim=-1)
     return features
-
-
-# ---------------------------------------------------------------- batching
-
-
-def auto_token_budget(encoder: Any, device: torch.device) -> tuple[int, int]:
-    """`--batch-size auto`: (padded tokens per batch, max rows per batch) from the model size.
-
-    Rule: the budget keeps the largest activation (tokens x FFN width x 4 bytes) near 32 MiB on a CPU
-    (256 MiB on a GPU), rounded down to a power of two and kept within [512, 65536] tokens; at most 256 rows
-    (1024 on a GPU). MiniLM-L6 (FFN 1536) -> 4096 tokens; BERT-base (FFN 3072) -> 2048 tokens.
-    """
-    config = encoder.config
-    ffn = int(getattr(config, "intermediate_size", None) or getattr(config, "hidden_dim", 0) or 4 * config.hidden_size)
-    target = (256 if device.type == "cuda" else 32) * 2**20
-    tokens = 2 ** int(math.floor(math.log2(max(1, target // (4 * ffn)))))
-    return int(min(65536, max(512, tokens))), 1024 if device.type == "cuda" else 256
-
-
-def plan_batches(lengths: np.ndarray, batch_size: int | None, budget: tuple[int, int]) -> list[np.ndarray]:
-    """Length-sorted batches: `batch_size` rows each, or by padded-token budget when it is None (auto)."""
-    if batch_size is not None:
-        return sorted_batches(lengths, batch_size)
-    return token_budget_batches(lengths, budget[0], budget[1])
 
 
 # ---------------------------------------------------------------- extraction
@@ -237,24 +208,24 @@ class EncodeStats:
 def encode_features(encoder: Any, tokenizer: Any, dataset: TextDataset, spec: FeatureSpec, *, max_length: int,
                     batch_size: int | None, device: torch.device, dtype: torch.dtype,
                     bar: Any = None) -> tuple[np.ndarray, EncodeStats]:
-    """Features for every row of `dataset` (input order) and what it took."""
+    """Features for every row of `dataset` (input order) and what it took (`infer.run_batches` does the loop)."""
     start = time.perf_counter()
-    n_layers, _ = encoder_shape(encoder)
+    n_layers, hidden = encoder_shape(encoder)
     indices = spec.resolve(n_layers)
     encoded: Encoded = encode_dataset(tokenizer, dataset, max_length)
-    batches = plan_batches(encoded.lengths, batch_size, auto_token_budget(encoder, device))
-    names = accepted_inputs(encoder)
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    outputs, padded = [], 0
-    with torch.inference_mode(), modeling.autocast(device, dtype):
-        for idx in batches:
-            batch = {k: v.to(device) for k, v in pad_batch(encoded, idx, pad_id).items() if k in names}
-            padded += int(batch["input_ids"].numel())
-            outputs.append(forward_features(encoder, batch, spec, indices, n_layers).cpu().numpy())
-            if bar is not None:
-                bar.update(len(idx))
-    empty = np.zeros((0, *spec.row_shape(n_layers, encoder_shape(encoder)[1])), np.float32)
-    features = restore_order(batches, outputs) if outputs else empty
+    batches = infer.plan_batches(encoded.lengths, batch_size, infer.auto_token_budget(encoder, device))
+    padded, prune = 0, None
+
+    def features_of(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        nonlocal padded, prune
+        padded += int(batch["input_ids"].numel())
+        if prune is None:
+            prune = prune_applies(encoder, batch, spec, indices, n_layers)
+        return forward_features(encoder, batch, spec, indices, n_layers, prune)
+
+    outputs = infer.run_batches(features_of, encoded, batches, model=encoder, pad_id=infer.pad_id_of(tokenizer),
+                                device=device, dtype=dtype, bar=bar)
+    features = infer.in_input_order(batches, outputs, spec.row_shape(n_layers, hidden))
     stats = EncodeStats(len(dataset), int(encoded.lengths.sum()), padded, encoded.n_truncated,
                         time.perf_counter() - start)
     return features, stats
@@ -271,75 +242,58 @@ def extract_features(encoder: Any, tokenizer: Any, dataset: TextDataset, *, pool
     spec = FeatureSpec.from_options(pool, layers, combine, normalize)
     device = torch.device(device) if device is not None else next(encoder.parameters()).device
     rows = None if str(batch_size) == "auto" else int(batch_size)
-    bar = progress_bar(len(dataset), "embed", progress)
-    try:
+    with infer.closing(infer.progress_bar(len(dataset), "embed", progress)) as bar:
         features, _ = encode_features(encoder, tokenizer, dataset, spec, max_length=max_length, batch_size=rows,
                                       device=device, dtype=dtype, bar=bar)
-    finally:
-        if bar is not None:
-            bar.close()
     return features
 
 
-def progress_bar(total: int, desc: str, enabled: bool) -> Any:
-    if not enabled:
-        return None
-    import sys
+def extract_pooled(encoder: Any, tokenizer: Any, dataset: TextDataset, *, pools: Sequence[str], layers: Sequence[int],
+                   max_length: int, batch_size: int | None, dtype: torch.dtype, normalize: bool = False,
+                   progress: bool = False) -> dict[str, np.ndarray]:
+    """{pool: (n, len(layers), d)} from ONE forward pass per batch (`layers` are hidden-state indices,
+    0 = embeddings). Pooling is `pool_tokens`, so each slice equals `extract_features` with that pool and layer:
+    comparing cls and mean costs one extraction, not two (`bertkit probe`)."""
+    device = next(encoder.parameters()).device
+    encoded = encode_dataset(tokenizer, dataset, max_length)
+    batches = infer.plan_batches(encoded.lengths, batch_size, infer.auto_token_budget(encoder, device))
 
-    from tqdm.auto import tqdm
+    def pooled_of(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """(batch, pools, layers, d)"""
+        hidden = encoder(**batch, output_hidden_states=True, return_dict=True).hidden_states
+        stacked = torch.stack([torch.stack([pool_tokens(hidden[i], batch["attention_mask"], pool) for i in layers], 1)
+                               for pool in pools], 1)
+        return torch.nn.functional.normalize(stacked, p=2.0, dim=-1) if normalize else stacked
 
-    return tqdm(total=total, desc=desc, unit="rows", file=sys.stderr, dynamic_ncols=True, smoothing=0.1)
+    with infer.closing(infer.progress_bar(len(dataset), "features", progress)) as bar:
+        outputs = infer.run_batches(pooled_of, encoded, batches, model=encoder, pad_id=infer.pad_id_of(tokenizer),
+                                    device=device, dtype=dtype, bar=bar)
+    hidden_size = encoder_shape(encoder)[1]
+    stacked = infer.in_input_order(batches, outputs, (len(pools), len(layers), hidden_size))
+    return {pool: np.ascontiguousarray(stacked[:, p]) for p, pool in enumerate(pools)}
 
 
 # ---------------------------------------------------------------- processes
 
 
-@dataclass
-class Dist:
-    """Rank and world size under torchrun/accelerate (1 process otherwise), with a barrier."""
+@contextlib.contextmanager
+def process_state(device: torch.device) -> Iterator[Any]:
+    """accelerate's `PartialState` for this run: rank, world size and barriers under torchrun/accelerate launch
+    (one process otherwise). A process group it starts (gloo on the CPU) is destroyed when the run ends."""
+    from datetime import timedelta
 
-    rank: int = 0
-    world: int = 1
-    local_rank: int = 0
-    started_group: bool = False
+    import torch.distributed as tdist
+    from accelerate import PartialState
 
-    @classmethod
-    def from_env(cls) -> Dist:
-        world = int(os.environ.get("WORLD_SIZE", "1"))
-        if world <= 1:
-            return cls()
-        dist = cls(int(os.environ.get("RANK", "0")), world, int(os.environ.get("LOCAL_RANK", "0")))
-        import torch.distributed as tdist
-
-        if tdist.is_available() and not tdist.is_initialized() and "MASTER_ADDR" in os.environ:
-            from datetime import timedelta
-
-            # gloo is only used for barriers; a long timeout because a rank may encode for hours.
-            tdist.init_process_group("gloo", timeout=timedelta(hours=24))
-            dist.started_group = True
-        return dist
-
-    @property
-    def main(self) -> bool:
-        return self.rank == 0
-
-    def barrier(self, wait_for: Any = None) -> None:
-        """Wait for every process; without a process group, poll `wait_for()` until it is true."""
-        if self.world <= 1:
-            return
-        import torch.distributed as tdist
-
-        if tdist.is_available() and tdist.is_initialized():
-            tdist.barrier()
-        elif wait_for is not None:
-            while not wait_for():
-                time.sleep(0.5)
-
-    def close(self) -> None:
-        if self.started_group:
-            import torch.distributed as tdist
-
-            tdist.destroy_process_group()
+    had_group = tdist.is_available() and tdist.is_initialized()
+    # a long timeout: a rank may encode its shards for hours while the others wait at the next barrier
+    state = PartialState(cpu=device.type == "cpu", timeout=timedelta(hours=24))
+    try:
+        yield state
+    finally:
+        if state.num_processes > 1 and not had_group:
+            state.destroy_process_group()
+            PartialState._reset_state()
 
 
 # ---------------------------------------------------------------- to a store
@@ -413,14 +367,12 @@ def embed_to_store(cfg: EmbedConfig, progress: bool = True) -> dict[str, Any]:
     """Run `bertkit embed`: every split to its store under cfg.out; returns a summary (see `SplitResult`)."""
     from pathlib import Path
 
-    from bertkit import __version__, runs, store
-    from bertkit.runs import package_versions
+    from bertkit import runs, store
 
-    dist = Dist.from_env()
-    try:
-        device = modeling.choose_device(cfg.device)
-        if device.type == "cuda" and dist.world > 1:
-            device = torch.device("cuda", dist.local_rank)
+    device = modeling.choose_device(cfg.device)
+    with process_state(device) as dist:
+        if device.type == "cuda" and dist.num_processes > 1:
+            device = dist.device  # this process's GPU
         dtype = modeling.choose_dtype(cfg.precision, device)
         root = Path(cfg.out or "").expanduser()
         runs.inspect_run_dir(root, "embed", overwrite=cfg.overwrite)  # read-only: refusals end every rank here
@@ -434,15 +386,7 @@ def embed_to_store(cfg: EmbedConfig, progress: bool = True) -> dict[str, Any]:
         n_layers, hidden = encoder_shape(encoder)
         spec.resolve(n_layers)
         revision = modeling.model_revision(cfg.model)
-        common = {
-            "bertkit_version": __version__, "model": cfg.model, "revision": revision,
-            "tokenizer": getattr(tokenizer, "name_or_path", cfg.model), "tokenizer_class": type(tokenizer).__name__,
-            "architecture": type(encoder).__name__, "n_layers": n_layers, "hidden_size": hidden,
-            "pool": cfg.pool, "layers": str(cfg.layers), "combine": cfg.combine, "layer_indices": spec.resolve(n_layers),
-            "layer_names": spec.layer_names(n_layers), "max_length": cfg.max_length, "normalize": cfg.normalize,
-            "dtype": modeling.dtype_name(dtype), "label_map": label_map.to_json() if label_map else None,
-            "versions": {k: v for k, v in package_versions().items() if k in ("bertkit", "torch", "transformers")},
-        }
+        common = _manifest_common(cfg, tokenizer, encoder, spec, revision, dtype, label_map)
         identities = {split: store_identity(cfg, split, ds, revision, dtype) for split, ds in named}
         run = _claim_store_dir(cfg, dist, root, identities, split_layout)
         results = []
@@ -451,49 +395,64 @@ def embed_to_store(cfg: EmbedConfig, progress: bool = True) -> dict[str, Any]:
                                        cfg.shard_size, spec.row_shape(n_layers, hidden), cfg.store_dtype)
             results.append(_embed_split(cfg, dist, writer, split, ds, encoder, tokenizer, spec, device, dtype,
                                         label_map, common, progress))
-        if split_layout and dist.main:
+        if split_layout and dist.is_main_process:
             store.write_splits_index(run.path, [name for name, _ in named])
-        dist.barrier()
-        if dist.main:
+        dist.wait_for_everyone()
+        if dist.is_main_process:
             run.commit()  # with --overwrite: the new stores replace the previous ones only now
-        dist.barrier()
+        dist.wait_for_everyone()
         for result in results:  # where the stores are now (not the staging folder they were built in)
             result.path = str(root / result.split if split_layout else root)
-    finally:
-        dist.close()
-    return _summary(cfg, root, results, dtype, device, dist)
+        return _summary(cfg, root, results, dtype, device, dist)
 
 
-def _claim_store_dir(cfg: EmbedConfig, dist: Dist, root: Any, identities: dict[str, dict[str, Any]],
+def _manifest_common(cfg: EmbedConfig, tokenizer: Any, encoder: Any, spec: FeatureSpec, revision: str,
+                     dtype: torch.dtype, label_map: LabelMap | None) -> dict[str, Any]:
+    """What every split's manifest records about the model and the features."""
+    from bertkit import __version__
+    from bertkit.runs import package_versions
+
+    n_layers, hidden = encoder_shape(encoder)
+    return {
+        "bertkit_version": __version__, "model": cfg.model, "revision": revision,
+        "tokenizer": getattr(tokenizer, "name_or_path", cfg.model), "tokenizer_class": type(tokenizer).__name__,
+        "architecture": type(encoder).__name__, "n_layers": n_layers, "hidden_size": hidden,
+        "pool": cfg.pool, "layers": str(cfg.layers), "combine": cfg.combine, "layer_indices": spec.resolve(n_layers),
+        "layer_names": spec.layer_names(n_layers), "max_length": cfg.max_length, "normalize": cfg.normalize,
+        "dtype": modeling.dtype_name(dtype), "label_map": label_map.to_json() if label_map else None,
+        "versions": {k: v for k, v in package_versions().items() if k in ("bertkit", "torch", "transformers")},
+    }
+
+
+def _claim_store_dir(cfg: EmbedConfig, dist: Any, root: Any, identities: dict[str, dict[str, Any]],
                      split_layout: bool) -> Any:
     """Rank 0 claims --out (everything is validated by now); every rank gets the directory to write into."""
     from bertkit import runs, store
 
-    run = runs.claim_run_dir(root, "embed", overwrite=cfg.overwrite,
-                             compare=lambda path: store.run_differences(path, identities, split_layout)) if dist.main else None
-    dist.barrier(wait_for=lambda: (root / runs.MARKER).is_file())
+    run = runs.claim_run_dir(root, "embed", overwrite=cfg.overwrite, compare=lambda path: store.run_differences(
+        path, identities, split_layout)) if dist.is_main_process else None
+    dist.wait_for_everyone()
     return run or runs.RunDir(root, "embed", cfg.overwrite, path=runs.write_path(root, cfg.overwrite))
 
 
-def _embed_split(cfg: EmbedConfig, dist: Dist, writer: Any, split: str, ds: TextDataset, encoder: Any,
+def _embed_split(cfg: EmbedConfig, dist: Any, writer: Any, split: str, ds: TextDataset, encoder: Any,
                  tokenizer: Any, spec: FeatureSpec, device: torch.device, dtype: torch.dtype,
                  label_map: LabelMap | None, common: dict[str, Any], progress: bool) -> SplitResult:
     """Encode the missing shards of one split (this rank's share) and, on rank 0, finalize the store."""
     from bertkit import store
 
     started = time.perf_counter()
-    status = writer.prepare(create=True) if dist.main else None
-    dist.barrier(wait_for=lambda: (writer.path / store.IDENTITY).is_file() or (writer.path / store.MANIFEST).is_file())
+    status = writer.prepare(create=True) if dist.is_main_process else None
+    dist.wait_for_everyone()
     status = status or writer.status()
     result = SplitResult(split, str(writer.path), status, len(ds), [len(ds), *writer.row_shape],
                          shards_total=len(writer.ranges))
     if status != "complete":
         pending_all = writer.pending_shards()
         result.shards_skipped = len(writer.ranges) - len(pending_all)
-        mine = [k for k in pending_all if k % dist.world == dist.rank]
+        mine = [k for k in pending_all if k % dist.num_processes == dist.process_index]
         todo_rows = sum(writer.ranges[k][1] - writer.ranges[k][0] for k in mine)
-        bar = progress_bar(todo_rows, f"embed {split}", progress and dist.main)
-        try:
+        with infer.closing(infer.progress_bar(todo_rows, f"embed {split}", progress and dist.is_main_process)) as bar:
             for k in mine:
                 start, end = writer.ranges[k]
                 features, stats = encode_features(encoder, tokenizer, ds.subset(range(start, end)), spec,
@@ -501,12 +460,9 @@ def _embed_split(cfg: EmbedConfig, dist: Dist, writer: Any, split: str, ds: Text
                                                   device=device, dtype=dtype, bar=bar)
                 writer.write_shard(k, features, {"tokens": stats.tokens, "padded_tokens": stats.padded_tokens,
                                                  "n_truncated": stats.n_truncated})
-        finally:
-            if bar is not None:
-                bar.close()
-        dist.barrier(wait_for=writer.all_shards_done)
+        dist.wait_for_everyone()
         result.rows_encoded = sum(writer.ranges[k][1] - writer.ranges[k][0] for k in pending_all)
-        if dist.main:  # only rank 0 reads the shards: finalize removes them
+        if dist.is_main_process:  # only rank 0 reads the shards: finalize removes them
             metas = writer.shard_metas()
             result.tokens_encoded = sum(metas[k]["tokens"] for k in pending_all)
             labels = label_map.encode(ds.labels, f"{split} data") if (label_map and ds.labels is not None) else None
@@ -519,7 +475,7 @@ def _embed_split(cfg: EmbedConfig, dist: Dist, writer: Any, split: str, ds: Text
             writer.finalize(manifest, labels)
         if status == "partial":
             result.status = "resumed"
-        dist.barrier(wait_for=lambda: (writer.path / store.MANIFEST).is_file())
+        dist.wait_for_everyone()
     final = store.open(writer.path)
     result.tokens_total = int(final.manifest.get("tokens", 0))
     result.n_truncated = int(final.manifest.get("n_truncated", 0))
@@ -529,13 +485,13 @@ def _embed_split(cfg: EmbedConfig, dist: Dist, writer: Any, split: str, ds: Text
 
 
 def _summary(cfg: EmbedConfig, root: Any, results: list[SplitResult], dtype: torch.dtype, device: torch.device,
-             dist: Dist) -> dict[str, Any]:
+             dist: Any) -> dict[str, Any]:
     rows = sum(r.rows_encoded for r in results)
     tokens = sum(r.tokens_encoded for r in results)
     seconds = sum(r.seconds for r in results)
     return {
         "out": str(root), "model": cfg.model, "device": str(device), "dtype": modeling.dtype_name(dtype),
-        "processes": dist.world, "main_process": dist.main,
+        "processes": dist.num_processes, "main_process": dist.is_main_process,
         "complete_already": all(r.status == "complete" for r in results),
         "rows": sum(r.rows for r in results), "rows_encoded": rows, "tokens_encoded": tokens,
         "seconds": round(seconds, 3),

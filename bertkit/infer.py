@@ -2,8 +2,8 @@
 a model call under `torch.inference_mode()` in the chosen precision -> numpy outputs back in the input order.
 
 embed and probe (pooled features), predict and evaluate (class probabilities), finetune's dev evaluation and
-bench's quality runs all go through `run_batches`; what differs is only the per-batch function. Which inputs a
-model takes (DistilBERT has no token_type_ids) is asked in one place, `accepted_inputs`.
+distill's teacher logits all go through `run_batches`; what differs is only the per-batch function. Which inputs
+a model takes (DistilBERT has no token_type_ids) is asked in one place, `accepted_inputs`.
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ def run_predict(cfg: PredictConfig, *, recipe: str | None = None, progress: bool
 def probabilities(cfg: Any, dataset: data.TextDataset, progress: bool) -> tuple[list[str], np.ndarray]:
     """(label names, probabilities in input order) from a fine-tuned folder (--model) or a saved probe (--probe)."""
     if getattr(cfg, "probe", None) is not None:
-        from bertkit.probe import load_probe, predict_with_probe
+        from bertkit.probe_io import load_probe, predict_with_probe
 
         saved = load_probe(cfg.probe)
         _, proba = predict_with_probe(saved, dataset, batch_size=cfg.batch_size, precision=cfg.precision,

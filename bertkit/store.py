@@ -37,7 +37,7 @@ from bertkit import disk, faults
 from bertkit.config import STORE_DTYPES
 from bertkit.data import LabelMap
 from bertkit.errors import UserError
-from bertkit.runs import atomic_path, to_json, write_json_atomic
+from bertkit.runs import atomic_path, write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -77,11 +77,6 @@ class Store:
     def layer_names(self) -> list[str] | None:
         """For `--layers all` stores: names of the layer axis (`embeddings`, `layer 1`, ...)."""
         return self.manifest.get("layer_names")
-
-
-def is_store(path: str | Path) -> bool:
-    """A complete store directory (has a manifest)."""
-    return (Path(path) / MANIFEST).is_file()
 
 
 def open(path: str | Path) -> Store:  # noqa: A001 - `bertkit.store.open` reads like `numpy.load`
@@ -361,7 +356,3 @@ def write_splits_index(root: Path, splits: list[str]) -> None:
 def store_size_bytes(path: Path) -> int:
     """Bytes on disk under `path` (a store or a split store)."""
     return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
-
-
-def manifest_text(manifest: dict[str, Any]) -> str:
-    return to_json(manifest)

@@ -10,8 +10,9 @@ import torch
 
 from bertkit import modeling
 from bertkit.data import TextDataset
-from bertkit.embed import FeatureSpec, auto_token_budget, extract_features, plan_batches
+from bertkit.embed import FeatureSpec, extract_features
 from bertkit.errors import UserError
+from bertkit.infer import auto_token_budget, plan_batches
 
 TEXTS = [
     "a",
@@ -192,3 +193,53 @@ def test_pruned_forward_equals_full_model(which, pool, layers, request, monkeypa
     full = extract_features(encoder, tokenizer, ds, pool=pool, layers=layers, batch_size=5)
     np.testing.assert_allclose(fast, full, atol=1e-5, rtol=0)
     assert len(encoder.encoder.layer if which == "bert" else encoder.transformer.layer) == 2  # restored
+
+
+@pytest.fixture(scope="module")
+def megatron(bert):
+    """A tiny MegatronBERT: BERT-like attribute names, but its encoder ends in a LayerNorm of its own."""
+    from transformers import MegatronBertConfig, MegatronBertModel
+
+    _, tokenizer = bert
+    torch.manual_seed(0)
+    config = MegatronBertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=3,
+                                num_attention_heads=4, intermediate_size=64, max_position_embeddings=128)
+    return MegatronBertModel(config).eval(), tokenizer
+
+
+@pytest.mark.parametrize("pool", ["cls", "mean", "max"])
+@pytest.mark.parametrize("layers", ["-1", "1,-1", "0,2", "all"])
+def test_megatron_features_are_its_own_hidden_states_pooled(megatron, pool, layers):
+    """Not allowlisted: no pruning and no [CLS]-only layer, so every layer equals the model's own hidden state."""
+    from bertkit import fastforward
+
+    encoder, tokenizer = megatron
+    assert "MegatronBertModel" in fastforward.unsupported_reason(encoder)
+    got = extract_features(encoder, tokenizer, TextDataset(TEXTS), pool=pool, layers=layers, batch_size=5)
+    indices = [0, 1, 2, 3] if layers == "all" else [int(x) % 4 for x in layers.split(",")]
+    pools = {"cls": lambda h: h[0], "mean": lambda h: h.mean(0), "max": lambda h: h.max(0).values}
+    for row, text in enumerate(TEXTS):
+        states = reference_states(encoder, tokenizer, text)
+        want = np.stack([pools[pool](states[i][0]).numpy() for i in indices])
+        np.testing.assert_allclose(got[row].reshape(want.shape), want, atol=1e-5, rtol=0)
+    assert len(encoder.encoder.layer) == 3
+
+
+def test_pruned_path_that_disagrees_falls_back_to_the_full_model(bert, monkeypatch, caplog):
+    """The first batch compares the pruned features with the full model's; a difference is logged and the
+    full model's features are returned."""
+    from transformers import BertModel
+
+    from bertkit import fastforward
+
+    trained, tokenizer = bert
+    encoder = BertModel(trained.config).eval()  # a fresh encoder: not yet checked
+    encoder.load_state_dict(trained.state_dict())
+    ds = TextDataset(TEXTS)
+    full = extract_features(encoder, tokenizer, ds, pool="cls", layers="0,-1", batch_size=5)  # checked, agrees
+    real = fastforward.cls_output
+    monkeypatch.setattr(fastforward, "cls_output", lambda *args, **kw: real(*args, **kw) + 0.5)
+    with caplog.at_level("WARNING", logger="bertkit.fastforward"):
+        got = extract_features(encoder, tokenizer, ds, pool="cls", layers="-1", batch_size=5)
+    assert "embed's pruned layers" in caplog.text and "model's own forward" in caplog.text
+    np.testing.assert_allclose(got, full[:, 32:], atol=1e-5, rtol=0)

@@ -137,3 +137,47 @@ def test_finetune_fast_and_transformers_forward_train_the_same_weights(no_dropou
     for name in hf_weights:
         np.testing.assert_allclose(fast_weights[name], hf_weights[name], rtol=1e-3, atol=1e-5, err_msg=name)
     assert fast_metrics["history"][-1]["train_loss"] == pytest.approx(hf_metrics["history"][-1]["train_loss"], rel=1e-4)
+
+
+def test_megatron_bert_is_not_allowlisted_and_gives_its_own_logits():
+    """MegatronBERT's layers look like BERT's, but its encoder ends in a LayerNorm: the allowlist keeps it out."""
+    from transformers import MegatronBertConfig, MegatronBertForSequenceClassification
+
+    torch.manual_seed(0)
+    model = MegatronBertForSequenceClassification(MegatronBertConfig(
+        vocab_size=100, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=64,
+        num_labels=3)).eval()
+    assert "MegatronBertForSequenceClassification" in unsupported_reason(model)
+    wrapped = SequenceClassifier(model)
+    assert not wrapped.fast
+    for pairs in (False, True):
+        batch = padded_batch(pairs)
+        with torch.no_grad():
+            torch.testing.assert_close(wrapped(**batch), model(**batch).logits, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("make", [tiny_bert, tiny_distilbert])
+def test_a_fast_path_that_disagrees_at_wrap_time_falls_back_and_says_so(make, monkeypatch, caplog):
+    import bertkit.fastforward as fastforward
+
+    model = make()  # training mode: the check runs in eval mode and leaves the mode as it was
+    real = fastforward.cls_output
+    monkeypatch.setattr(fastforward, "cls_output", lambda *args, **kw: real(*args, **kw) * 1.01)
+    with caplog.at_level("WARNING", logger="bertkit.fastforward"):
+        wrapped = SequenceClassifier(model)
+    assert not wrapped.fast and "differed" in wrapped.unsupported
+    assert "[CLS]-only last layer" in caplog.text and "model's own forward" in caplog.text
+    assert model.training and wrapped.training
+    model.eval()
+    batch = padded_batch(pairs=False)
+    with torch.no_grad():
+        torch.testing.assert_close(wrapped(**batch), model(**batch).logits, rtol=0, atol=0)
+
+
+def test_the_wrap_time_check_leaves_the_global_rng_alone():
+    model = tiny_bert()
+    torch.manual_seed(5)
+    expected = torch.rand(3)
+    torch.manual_seed(5)
+    assert SequenceClassifier(model).fast
+    assert torch.equal(torch.rand(3), expected)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from bertkit import plots, probe
+from bertkit import plots, probe, probe_io
 from bertkit.cli import app
 from bertkit.config import ProbeConfig
 from bertkit.data import LabelMap, TextDataset
@@ -123,9 +123,9 @@ def test_saved_probe_reloads_and_predicts_the_same(tmp_path, classes):
     X, y = blobs(150, 12, classes=classes, gap=1.5)
     fit = probe.fit_probe(X, y, seed=0)
     label_map = LabelMap.build([f"c{i}" for i in range(classes)])
-    probe.save_probe(tmp_path, fit, label_map, {"model": "m", "pool": "cls", "layers": "-1", "max_length": 128})
+    probe_io.save_probe(tmp_path, fit, label_map, {"model": "m", "pool": "cls", "layers": "-1", "max_length": 128})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["probe.json", "probe.safetensors"]
-    saved = probe.load_probe(tmp_path)
+    saved = probe_io.load_probe(tmp_path)
     assert np.array_equal(saved.predict(X), fit.predict(X))
     assert np.allclose(saved.predict_proba(X), fit.predict_proba(X), atol=1e-6)
     assert saved.label_map == label_map and saved.meta["pool"] == "cls"
@@ -133,7 +133,7 @@ def test_saved_probe_reloads_and_predicts_the_same(tmp_path, classes):
 
 def test_load_probe_of_a_folder_without_probe_is_a_user_error(tmp_path):
     with pytest.raises(UserError, match="not a saved probe"):
-        probe.load_probe(tmp_path)
+        probe_io.load_probe(tmp_path)
 
 
 # ---------------------------------------------------------------- config
@@ -210,9 +210,9 @@ def test_saved_probe_predicts_like_the_sweep_and_predict_command_uses_it(tiny_be
                     "--no-baselines", "--out", out, "--quiet", "--json")
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
-    saved = probe.load_probe(out / "probe")
+    saved = probe_io.load_probe(out / "probe")
     dev_ds = load_dataset_split(DataOptions(), str(dev))
-    ids, proba = probe.predict_with_probe(saved, dev_ds)
+    ids, proba = probe_io.predict_with_probe(saved, dev_ds)
     confusion = np.zeros((2, 2), dtype=int)
     truth = saved.label_map.encode(dev_ds.labels or [], "dev")
     np.add.at(confusion, (truth, ids), 1)
@@ -225,7 +225,7 @@ def test_saved_probe_predicts_like_the_sweep_and_predict_command_uses_it(tiny_be
     rows = json.loads(predicted.stdout)["predictions"]
     assert len(rows) == 2 and {r["label"] for r in rows} <= {"neg", "pos"}
     new = TextDataset(["a wonderful film , truly great", "an awful movie"])
-    expected = saved.label_map.decode(probe.predict_with_probe(saved, new)[0])
+    expected = saved.label_map.decode(probe_io.predict_with_probe(saved, new)[0])
     assert [r["label"] for r in rows] == expected
 
 
@@ -305,12 +305,12 @@ def test_missing_store_and_wrong_pool_are_clear_errors(toy_store, tmp_path):
 def test_one_pass_pooling_equals_extract_features(tiny_bert_dir):
     import torch
 
-    from bertkit import modeling
+    from bertkit import embed, modeling
     from bertkit.embed import extract_features
 
     tokenizer, encoder = modeling.load_tokenizer(str(tiny_bert_dir)), modeling.load_encoder(str(tiny_bert_dir))
     ds = TextDataset(["a short one", "a somewhat longer sentence with more words in it", "mid length text here"])
-    both = probe.extract_pooled(encoder, tokenizer, ds, pools=["cls", "mean"], layers=[0, 2], max_length=32,
+    both = embed.extract_pooled(encoder, tokenizer, ds, pools=["cls", "mean"], layers=[0, 2], max_length=32,
                                 batch_size=2, dtype=torch.float32)
     for pool in ("cls", "mean"):
         assert both[pool].shape == (3, 2, 32)

@@ -1,0 +1,216 @@
+"""The saved-probe format: `probe.safetensors` (scaler statistics, coefficients, intercept, class ids; no
+pickle) and `probe.json` (label map and the feature recipe: model, revision, pooling, layers, max length,
+normalization). Saving, loading with every file checked (a damaged one is named as such), and prediction on new
+text by re-extracting the probe's features (`predict --probe`)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from bertkit.errors import UserError
+
+if TYPE_CHECKING:
+    from bertkit.probe import ProbeFit
+
+log = logging.getLogger(__name__)
+
+PROBE_WEIGHTS = "probe.safetensors"
+PROBE_META = "probe.json"
+
+
+@dataclass
+class SavedProbe:
+    """A probe as plain arrays: scaler statistics, coefficients, intercept, plus how to make its features."""
+
+    mean: np.ndarray
+    scale: np.ndarray
+    coef: np.ndarray
+    intercept: np.ndarray
+    classes: np.ndarray
+    label_map: Any
+    meta: dict[str, Any]
+    path: Path | None = None
+
+    def decision_function(self, X: np.ndarray) -> np.ndarray:
+        Z = (np.asarray(X, dtype=np.float64) - self.mean) / self.scale
+        return Z @ self.coef.T + self.intercept
+
+    def predict_proba(self, X: np.ndarray) -> np.ndarray:
+        """Probabilities, one column per label id of the label map (as LogisticRegression computes them)."""
+        scores = self.decision_function(X)
+        if self.coef.shape[0] == 1:  # binary: one weight vector for the second class
+            p1 = 1.0 / (1.0 + np.exp(-scores[:, 0]))
+            proba = np.stack([1.0 - p1, p1], axis=1)
+        else:
+            scores = scores - scores.max(axis=1, keepdims=True)
+            proba = np.exp(scores)
+            proba /= proba.sum(axis=1, keepdims=True)
+        full = np.zeros((len(proba), len(self.label_map)), dtype=np.float64)
+        full[:, self.classes] = proba
+        return full
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        return self.predict_proba(X).argmax(axis=1).astype(np.int64)
+
+
+def probe_arrays(fit: ProbeFit) -> dict[str, np.ndarray]:
+    """The fitted probe's parameters as named float arrays (what probe.safetensors holds)."""
+    scaler, lr = fit.scaler, fit.classifier
+    scale = scaler.scale_ if scaler.scale_ is not None else np.ones_like(scaler.mean_)
+    # C-contiguous copies: safetensors writes the raw buffer, and lbfgs leaves `coef_` as a transposed view.
+    return {
+        "scaler_mean": np.ascontiguousarray(scaler.mean_, dtype=np.float64),
+        "scaler_scale": np.ascontiguousarray(scale, dtype=np.float64),
+        "coef": np.ascontiguousarray(lr.coef_, dtype=np.float64),
+        "intercept": np.ascontiguousarray(lr.intercept_, dtype=np.float64),
+        "classes": np.ascontiguousarray(lr.classes_, dtype=np.int64),
+    }
+
+
+def save_probe(directory: str | Path, fit: ProbeFit, label_map: Any, meta: dict[str, Any]) -> Path:
+    """Write `probe.safetensors` (arrays) and `probe.json` (label map + feature recipe) into `directory`."""
+    from safetensors.numpy import save_file
+
+    from bertkit.runs import atomic_path, write_json_atomic
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    arrays = probe_arrays(fit)
+    with atomic_path(directory / PROBE_WEIGHTS) as tmp:
+        save_file(arrays, str(tmp), metadata={"format": "bertkit-probe/1"})
+    record = {"format": "bertkit-probe/1", "label_map": label_map.to_json(), "C": fit.C,
+              "n_features": int(arrays["coef"].shape[1]), **meta}
+    write_json_atomic(directory / PROBE_META, record)
+    return directory
+
+
+def load_probe(path: str | Path) -> SavedProbe:
+    """A saved probe from its directory (`OUT/probe`), or from a run directory that contains `probe/`.
+
+    Both files are checked before anything uses them, so a damaged one is named as such (never blamed on an
+    option the user did not pass)."""
+    root = Path(path).expanduser()
+    if not (root / PROBE_META).is_file() and (root / "probe" / PROBE_META).is_file():
+        root = root / "probe"
+    if not (root / PROBE_META).is_file() or not (root / PROBE_WEIGHTS).is_file():
+        raise UserError(
+            f"{path} is not a saved probe (no {PROBE_META} + {PROBE_WEIGHTS}). Pass --probe with the run directory "
+            f"of a `bertkit probe --out DIR` run (or its probe/ folder)."
+        )
+    meta, arrays = _read_probe_meta(root), _read_probe_arrays(root)
+    n_labels, classes = len(meta["label_map"]["labels"]), arrays["classes"].tolist()
+    if min(classes) < 0 or max(classes) >= n_labels:
+        raise _damaged_probe(root / PROBE_META, f"its label_map has {n_labels} label(s) but {PROBE_WEIGHTS} "
+                                                f"predicts class ids {classes}")
+    from bertkit.data import LabelMap
+
+    return SavedProbe(arrays["scaler_mean"], arrays["scaler_scale"], arrays["coef"], arrays["intercept"],
+                      arrays["classes"], LabelMap.from_json(meta["label_map"]), meta, root)
+
+
+PROBE_META_KEYS = ("label_map", "model", "pool", "layers")
+PROBE_ARRAYS = ("scaler_mean", "scaler_scale", "coef", "intercept", "classes")
+
+
+def _damaged_probe(file: Path, reason: str) -> UserError:
+    return UserError(f"The saved probe file {file} is damaged ({reason}). Re-run `bertkit probe --out DIR` to write "
+                     f"the probe again, then pass --probe DIR.")
+
+
+def _read_probe_meta(root: Path) -> dict[str, Any]:
+    """probe.json, with every key prediction needs present and valid."""
+    from bertkit.config import POOLS, layers_problem
+
+    file = root / PROBE_META
+    try:
+        meta = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise _damaged_probe(file, f"not valid JSON: {exc}") from None
+    if not isinstance(meta, dict):
+        raise _damaged_probe(file, "not a JSON object")
+    missing = [k for k in PROBE_META_KEYS if k not in meta]
+    if missing:
+        raise _damaged_probe(file, f"missing {', '.join(missing)}")
+    problems = [] if meta["pool"] in POOLS else [f"pool {meta['pool']!r} is not one of {', '.join(POOLS)}"]
+    problems += [f"layers {meta['layers']!r} is not a layer list" for _ in layers_problem(str(meta["layers"]))]
+    if "max_length" in meta and (not isinstance(meta["max_length"], int) or meta["max_length"] <= 0):
+        problems.append(f"max_length {meta['max_length']!r} is not a positive integer")
+    if not isinstance(meta["label_map"], dict) or not isinstance(meta["label_map"].get("labels"), list):
+        problems.append("label_map has no list of labels")
+    if problems:
+        raise _damaged_probe(file, "; ".join(problems))
+    return meta
+
+
+def _read_probe_arrays(root: Path) -> dict[str, np.ndarray]:
+    """probe.safetensors: every array present, with consistent shapes."""
+    from safetensors.numpy import load_file
+
+    file = root / PROBE_WEIGHTS
+    try:
+        arrays = load_file(str(file))
+    except Exception as exc:  # SafetensorError (truncated header or data), OSError, ValueError
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        raise _damaged_probe(file, reason) from None
+    missing = [k for k in PROBE_ARRAYS if k not in arrays]
+    problem = f"missing arrays {', '.join(missing)}" if missing else _probe_arrays_problem(arrays)
+    if problem:
+        raise _damaged_probe(file, problem)
+    return arrays
+
+
+def _probe_arrays_problem(arrays: dict[str, np.ndarray]) -> str | None:
+    """Why the probe's arrays cannot be a fitted logistic regression (None: they can). Shapes that broadcast anyway
+    or NaN/zero scales would otherwise give silently wrong probabilities, bad class ids a traceback."""
+    coef, intercept, classes = arrays["coef"], arrays["intercept"], arrays["classes"]
+    if coef.ndim != 2:
+        return f"coef has shape {coef.shape}, not (classes, features)"
+    k, dim = coef.shape
+    if arrays["scaler_mean"].shape != (dim,) or arrays["scaler_scale"].shape != (dim,) or intercept.shape != (k,):
+        return "the scaler, coefficient and intercept shapes do not match"
+    expected = 2 if k == 1 else k  # binary: one weight row for two classes
+    if classes.shape != (expected,) or classes.dtype.kind not in "iu" or len(set(classes.tolist())) != expected:
+        return f"classes {classes.tolist()} are not {expected} distinct class ids for {k} coefficient row(s)"
+    numbers = [arrays[name] for name in ("scaler_mean", "scaler_scale", "coef", "intercept")]
+    if not all(np.isfinite(a).all() for a in numbers) or not (arrays["scaler_scale"] > 0).all():
+        return "it holds NaN/inf values or non-positive scales"
+    return None
+
+
+def predict_with_probe(
+    saved: SavedProbe, dataset: Any, *, batch_size: int = 64, max_length: int | None = None,
+    precision: str = "fp32", progress: bool = False,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Label ids and probabilities for `dataset` (a data.TextDataset): re-extracts features as the probe was
+    trained (model, pooling, layer, normalization; max length unless `max_length` is given), then applies the
+    saved probe. The extraction precision is `precision` (auto/fp32/bf16/fp16) resolved for the encoder's
+    device."""
+    from bertkit import embed, modeling
+
+    meta = saved.meta
+    revision = modeling.model_revision(meta["model"])
+    if meta.get("revision") and revision != meta["revision"]:
+        log.warning("Model %s has changed since the probe was trained (revision %s, probe trained on %s); "
+                    "predictions may be off.", meta["model"], revision, meta["revision"])
+    tokenizer = modeling.load_tokenizer(meta["model"], meta.get("trust_remote_code", False))
+    encoder = modeling.load_encoder(meta["model"], meta.get("trust_remote_code", False))
+    dtype = modeling.choose_dtype(precision, next(encoder.parameters()).device)
+    features = embed.extract_features(
+        encoder, tokenizer, dataset, pool=meta["pool"], layers=str(meta["layers"]), combine=meta.get("combine", "concat"),
+        max_length=int(max_length or meta.get("max_length") or 128), batch_size=batch_size, dtype=dtype,
+        normalize=bool(meta.get("normalize", False)), progress=progress,
+    )
+    features = np.asarray(features, dtype=np.float32).reshape(len(dataset), -1)
+    if features.shape[1] != saved.coef.shape[1]:
+        raise UserError(
+            f"The probe in {saved.path} expects {saved.coef.shape[1]} features but model {meta['model']} gives "
+            f"{features.shape[1]}. The model folder changed; re-run `bertkit probe` with it."
+        )
+    proba = saved.predict_proba(features)
+    return proba.argmax(axis=1).astype(np.int64), proba
