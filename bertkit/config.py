@@ -45,7 +45,10 @@ HEADER_MODES = ("auto", "yes", "no")
 POOLS = ("cls", "mean", "max")
 COMBINES = ("concat", "mean", "sum")
 STORE_DTYPES = ("float32", "float16")
-BEST_METRICS = ("accuracy", "f1", "mcc", "precision", "recall", "roc_auc", "loss")
+BEST_METRICS = ("accuracy", "f1", "mcc", "precision", "recall", "roc_auc", "loss",
+                "pearson", "spearman", "mse", "mae", "micro_f1", "macro_f1", "subset_accuracy", "hamming_loss")
+TASKS = ("auto", "single_label", "multi_label", "regression")
+THRESHOLD_MODES = ("tune", "tune-per-label")
 CLASS_WEIGHTS = ("none", "balanced")
 BENCH_PROTOCOLS = ("standard", "paper")
 BENCH_QUALITY = ("none", "probe", "finetune", "probe,finetune")
@@ -158,6 +161,35 @@ class DataOptions:
 
 
 @dataclass(frozen=True)
+class LabelOptions(DataOptions):
+    """How labels are read where their shape matters (fine-tuning, evaluation): tag lists as well as single labels."""
+
+    label_sep: str | None = option(None, "Multi-label data: the separator of the tags in one label cell (e.g. \"|\"). "
+                                   "JSON/parquet list cells and several 0/1 columns (--label-column a,b,c) need none.",
+                                   panel=DATA)
+
+    def data_problems(self) -> list[str]:
+        problems = super().data_problems()
+        if isinstance(self.label_sep, str) and not self.label_sep.strip():
+            problems.append(f"--label-sep must be a visible separator such as \"|\" or \";\"; got {self.label_sep!r}.")
+        return problems
+
+
+def threshold_problems(value: str) -> list[str]:
+    """--threshold: tune, tune-per-label, or a number strictly between 0 and 1."""
+    if value in THRESHOLD_MODES:
+        return []
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    if 0.0 < number < 1.0:
+        return []
+    return [f"--threshold must be a probability strictly between 0 and 1 (e.g. 0.5), tune (one threshold chosen on "
+            f"dev) or tune-per-label; got {value!r}."]
+
+
+@dataclass(frozen=True)
 class TokensConfig(DataOptions):
     """`bertkit tokens`: how a tokenizer sees a sentence, or the token-length profile of a dataset."""
 
@@ -232,7 +264,7 @@ class EmbedConfig(DataOptions):
 
 
 @dataclass(frozen=True)
-class FinetuneConfig(DataOptions):
+class FinetuneConfig(LabelOptions):
     """`bertkit finetune`: full fine-tuning (BERT paper grid defaults: lr 5e-5, batch 32, 3 epochs, warmup 0.1)."""
 
     model: str = option("minilm-offline", "Pretrained encoder to fine-tune: hub id, local folder, or `minilm-offline`.",
@@ -257,7 +289,13 @@ class FinetuneConfig(DataOptions):
                              "always evaluated).")
     early_stopping_patience: int | None = option(None, "Stop after N evaluations without improvement of "
                                                  "--metric-for-best.", above=0)
-    metric_for_best: str = option("accuracy", "Dev metric that picks the best checkpoint.", choices=BEST_METRICS)
+    metric_for_best: str = option("accuracy", "Dev metric that picks the best checkpoint. Regression: pearson, "
+                                  "spearman, mse, mae; multi-label: micro_f1, macro_f1, subset_accuracy, hamming_loss "
+                                  "(the default, accuracy, means pearson / micro_f1 there).", choices=BEST_METRICS)
+    task: str = option("auto", "Problem shape. auto: tag lists, --label-sep or several label columns -> multi_label; "
+                       "numbers with fractions -> regression; else single_label.", panel=DATA, choices=TASKS)
+    threshold: str = option("tune", "Multi-label decision threshold on each sigmoid: a probability in (0, 1), tune "
+                            "(one threshold, best dev micro-F1) or tune-per-label (one per label, best dev F1).")
     class_weight: str = option("none", "balanced weighs the loss by inverse class frequency (imbalanced data).",
                                choices=CLASS_WEIGHTS)
     freeze_encoder: bool = option(False, "Train only the classification head (the encoder stays frozen).",
@@ -280,6 +318,10 @@ class FinetuneConfig(DataOptions):
             problems.append(f"--warmup-ratio must be in [0, 1); got {self.warmup_ratio}.")
         if self.eval_every != "epoch" and not (str(self.eval_every).isdigit() and int(self.eval_every) > 0):
             problems.append(f"--eval-every must be a positive number of steps or `epoch`; got {self.eval_every!r}.")
+        problems += threshold_problems(self.threshold)
+        if self.label_sep is not None and self.task in ("single_label", "regression"):
+            problems.append(f"--label-sep splits tag lists (multi-label data); it does not apply to --task {self.task}. "
+                            f"Drop --label-sep, or pass --task multi_label (or auto).")
         raise_if_problems(problems)
 
 
@@ -360,7 +402,7 @@ class PredictConfig(DataOptions):
 
 
 @dataclass(frozen=True)
-class EvaluateConfig(DataOptions):
+class EvaluateConfig(LabelOptions):
     """`bertkit evaluate`: metrics of a fine-tuned model on labelled data."""
 
     # reads one --data file and makes no split: these DataOptions fields are not its options.
