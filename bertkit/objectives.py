@@ -208,7 +208,7 @@ class Distillation:
     returns the student's [CLS] vectors of the batch just run (captured by a hook), for the cosine term.
     """
 
-    def __init__(self, hard: SingleLabel, teacher_logits: np.ndarray, temperature: float, alpha: float,
+    def __init__(self, hard: Any, teacher_logits: np.ndarray, temperature: float, alpha: float,
                  cos_weight: float = 0.0, teacher_cls: np.ndarray | None = None, cls_of: Any = None):
         self.hard, self.temperature, self.alpha, self.cos_weight = hard, temperature, alpha, cos_weight
         self.teacher_logits, self.teacher_cls, self.cls_of = teacher_logits, teacher_cls, cls_of
@@ -222,17 +222,26 @@ class Distillation:
         """alpha x T^2 x KL(teacher || student at temperature T) + (1 - alpha) x CE(hard labels) [+ cosine term].
 
         T^2 keeps the soft term's gradients on the scale of the hard term's as T grows (Hinton et al.)."""
-        t = self.temperature
         teacher = torch.as_tensor(self.teacher_logits[rows], device=logits.device, dtype=torch.float32)
-        student = logits.float()
-        soft = torch.nn.functional.kl_div(torch.log_softmax(student / t, dim=-1), torch.log_softmax(teacher / t, dim=-1),
-                                          reduction="batchmean", log_target=True) * t * t
+        soft = self.soft_loss(logits.float(), teacher)
         loss = self.alpha * soft + (1.0 - self.alpha) * self.hard.loss(logits, rows)
         if self.cos_weight > 0 and self.teacher_cls is not None and self.cls_of is not None:
             target = torch.as_tensor(self.teacher_cls[rows], device=logits.device, dtype=torch.float32)
             cosine = torch.nn.functional.cosine_similarity(self.cls_of().float(), target, dim=-1)
             loss = loss + self.cos_weight * (1.0 - cosine).mean()
         return loss
+
+    def soft_loss(self, student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
+        """The student's distance to the teacher's outputs, per problem shape: KL between the temperature-softened
+        softmaxes (one label), binary cross-entropy to the softened sigmoids (tags: each tag its own two-class
+        softmax), squared error to the teacher's numbers (regression: no temperature). x T^2 as in Hinton et al."""
+        t = self.temperature
+        if isinstance(self.hard, Regression):
+            return torch.nn.functional.mse_loss(student, teacher)
+        if isinstance(self.hard, MultiLabel):
+            return torch.nn.functional.binary_cross_entropy_with_logits(student / t, torch.sigmoid(teacher / t)) * t * t
+        return torch.nn.functional.kl_div(torch.log_softmax(student / t, dim=-1), torch.log_softmax(teacher / t, dim=-1),
+                                          reduction="batchmean", log_target=True) * t * t
 
     def score(self, logits: np.ndarray) -> Scored:
         return self.hard.score(logits)

@@ -7,6 +7,7 @@ models: they load in plain `transformers` (AutoModelForSequenceClassification, p
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from pathlib import Path
@@ -328,6 +329,35 @@ def test_predict_and_evaluate_cli_for_tags_and_scores(shaped_runs, tmp_path):
     assert scored["task"] == "regression" and 0 <= scored["mae"] and (tmp_path / "reg" / "scatter.png").is_file()
     frame = pd.read_csv(tmp_path / "reg" / "predictions.csv")
     assert np.allclose(frame["abs_error"], (frame["predicted"] - frame["label"]).abs())
+
+
+@pytest.mark.parametrize("shape", ["regression", "multi_label"])
+def test_distilling_a_regression_or_multilabel_teacher_keeps_its_shape(shaped_runs, shape, tmp_path):
+    from bertkit import distill
+    from bertkit.config import DistillConfig
+
+    cfg = DistillConfig(teacher=str(shaped_runs[shape] / "best"), data=str(shaped_runs[f"{shape}_data"]),
+                        out=str(tmp_path / "student"), student_layers=1, epochs=1, batch_size=8, lr=5e-3,
+                        save_every=None, report=False, dev_fraction=0.25)
+    result = distill.distill(cfg, progress=False)["training"]
+    student = json.loads((result.out / "best" / "config.json").read_text())
+    assert student["num_hidden_layers"] == 1
+    assert student["problem_type"] == {"regression": "regression", "multi_label": "multi_label_classification"}[shape]
+    assert result.metrics["best_metric_name"] == {"regression": "pearson", "multi_label": "micro_f1"}[shape]
+    assert np.isfinite(result.metrics["best_dev"]["loss"])
+    with pytest.raises(UserError, match=rf"--task single_label: the teacher .* is a {shape} model"):
+        distill.distill(dataclasses.replace(cfg, task="single_label", out=str(tmp_path / "other")), progress=False)
+
+
+def test_soft_losses_per_shape():
+    student, teacher = torch.tensor([[0.5, -1.0]]), torch.tensor([[2.0, 0.0]])
+    y = np.array([[1, 0]])
+    tags = objectives.Distillation(objectives.MultiLabel(y, y, ["a", "b"]), teacher.numpy(), 2.0, 1.0)
+    expected = torch.nn.functional.binary_cross_entropy(torch.sigmoid(student / 2), torch.sigmoid(teacher / 2)) * 4
+    assert tags.loss(student, np.array([0])).item() == pytest.approx(expected.item(), rel=1e-5)
+    numbers = objectives.Distillation(objectives.Regression(np.array([1.0]), np.array([1.0]), ["s"]),
+                                      np.array([[3.0]]), 2.0, 1.0)
+    assert numbers.loss(torch.tensor([[1.0]]), np.array([0])).item() == pytest.approx(4.0)
 
 
 # ---------------------------------------------------------------- learning (real MiniLM; slow)
