@@ -262,6 +262,8 @@ def setup(cfg: FinetuneConfig, accelerator: Any, splits: data.Splits, key: dict[
     if status == "finished":
         return None
     objective = task.objective(cfg, splits, run.path, accelerator)
+    if hasattr(objective, "init_head"):  # before any checkpoint is restored over it
+        objective.init_head(model)
     total_steps = steps_per_epoch * cfg.epochs
     scheduler = get_linear_schedule_with_warmup(optimizer, math.ceil(cfg.warmup_ratio * total_steps), total_steps)
     net, optimizer, scheduler = accelerator.prepare(net, optimizer, scheduler)
@@ -536,7 +538,8 @@ def _summary(session: Session, state: TrainState, restored: dict[str, Any] | Non
     cfg, accelerator = session.cfg, session.accelerator
     forward = "fast" if accelerator.unwrap_model(session.net).fast else "transformers"
     return {
-        "finished": True, "best_metric_name": cfg.metric_for_best, "best_metric": state.best_metric,
+        "finished": True, "task": session.label_map.task, "best_metric_name": cfg.metric_for_best,
+        "best_metric": state.best_metric,
         "best_step": state.best_step, "best_dev": state.best_dev,
         "final_dev": state.history[-1] if state.history else None, "global_step": state.global_step,
         "steps_per_epoch": session.steps_per_epoch, "epochs_run": state.epoch, "stopped_early": state.stopped_early,

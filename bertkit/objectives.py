@@ -97,6 +97,17 @@ class Regression:
     def to(self, device: torch.device) -> Regression:
         return self
 
+    def init_head(self, model: Any) -> None:
+        """Start the output at the training targets' mean (the output layer's bias; its weights start near 0): the
+        first steps then learn the differences between rows instead of spending themselves - and, with targets far
+        from 0 such as ratings 1-5, huge MSE gradients through the encoder - on moving the output to the targets'
+        level. A plain transformers model still (its bias is an ordinary parameter)."""
+        head = getattr(model, "classifier", None) or getattr(model, "score", None)
+        head = getattr(head, "out_proj", head)  # RoBERTa-style heads: dense -> out_proj
+        if isinstance(head, torch.nn.Linear) and head.out_features == 1 and head.bias is not None:
+            with torch.no_grad():
+                head.bias.fill_(float(np.mean(self.y_train)))
+
     def loss(self, logits: torch.Tensor, rows: np.ndarray) -> torch.Tensor:
         """Mean squared error of the one output against the targets of `rows`, in fp32."""
         target = torch.as_tensor(self.y_train[rows], device=logits.device, dtype=torch.float32)

@@ -215,6 +215,14 @@ def test_regression_objective_is_mse_and_scores_the_first_output():
     assert scored.outputs.shape == (3, 1)
 
 
+def test_regression_head_starts_at_the_target_mean(tiny_bert_dir):
+    from bertkit import modeling
+
+    model = modeling.load_classifier(str(tiny_bert_dir), {0: "score"}, problem_type="regression")
+    objectives.Regression(np.array([2.0, 4.0, 6.0]), np.array([1.0]), ["score"]).init_head(model)
+    assert model.classifier.bias.item() == pytest.approx(4.0)
+
+
 def test_multilabel_objective_is_bce_and_tunes_its_threshold():
     y_dev = np.array([[1, 0], [1, 0], [0, 1], [0, 0]])
     logits = np.log(np.array([[0.32, 0.1], [0.36, 0.2], [0.1, 0.8], [0.2, 0.1]]) /
@@ -262,7 +270,7 @@ def shaped_runs(tiny_bert_dir, tmp_path_factory) -> dict[str, Path]:
 def test_regression_run_saves_a_transformers_regression_model(shaped_runs):
     run = shaped_runs["regression"]
     summary = json.loads((run / "metrics.json").read_text())
-    assert summary["best_metric_name"] == "pearson" and {"pearson", "spearman", "mse", "mae"} <= set(summary["best_dev"])
+    assert summary["task"] == "regression" and summary["best_metric_name"] == "pearson" and {"pearson", "spearman", "mse", "mae"} <= set(summary["best_dev"])
     assert json.loads((run / "config.json").read_text())["config"]["metric_for_best"] == "pearson"
     config = json.loads((run / "best" / "config.json").read_text())
     assert config["problem_type"] == "regression" and config["id2label"] == {"0": "label"}
