@@ -626,7 +626,7 @@ def _choose_columns(frame: pd.DataFrame, opts: DataOptions, source: str, need_la
         pair_col = resolve_column(frame, opts.text_pair_column, "--text-pair-column", source)
     label_option, tag_cols = "--label-column", ()
     selectors = _label_selectors(opts)
-    if len(selectors) > 1:  # several 0/1 columns, one per tag
+    if len(selectors) > 1 and opts.label_column not in frame.columns:  # several 0/1 columns, one per tag
         tag_cols = tuple(resolve_column(frame, sel, "--label-column", source) for sel in selectors)
         label_col = tag_cols[0]
     elif opts.label_column is not None:
@@ -756,8 +756,8 @@ class _LabelReader:
         option = self.cols.label_option if self.cols.label_option.startswith("--") else "--label-column"
         nested = [i for i, v in enumerate(values) if _is_nested(v)]
         if nested:
-            how = ("Labels must be single values under --task single_label; pass --task multi_label (or auto) to "
-                   "read tag lists" if self.reads_tags else
+            how = ("Labels must be single values for single-label data (--task single_label, or a single-label "
+                   "model); `bertkit finetune --task auto` (or multi_label) reads tag lists" if self.reads_tags else
                    "Labels must be single values (one class per row); multi-label data is not supported by this "
                    "command (`bertkit finetune` and `evaluate` read tag lists)")
             self.problems.append(_nested_problem(nested, values, self.cols.label, option, self.source, self.lines,

@@ -226,6 +226,9 @@ def _with_best_metric(cfg: FinetuneConfig, splits: data.Splits) -> FinetuneConfi
     becomes pearson / micro_f1, recorded as such in the run's config); a metric the shape lacks is refused here,
     before any training."""
     assert splits.label_map is not None
+    if cfg.class_weight != "none" and splits.label_map.task != "single_label":
+        raise UserError(f"--class-weight {cfg.class_weight} weighs classes of single-label data; this is "
+                        f"{splits.label_map.task} data. Drop --class-weight.")
     metric = objectives.best_metric(splits.label_map.task, cfg.metric_for_best)
     if metric == cfg.metric_for_best:
         return cfg

@@ -97,6 +97,13 @@ def test_three_ways_to_give_tags_read_the_same(tmp_path):
         assert label_map.encode(ds.labels, "here").tolist() == [[1, 1], [0, 1]]
 
 
+def test_a_column_whose_name_has_a_comma_is_one_label_column(tmp_path):
+    path = tmp_path / "c.jsonl"
+    write_jsonl(path, [{"text": "a", "x,y": "p"}, {"text": "b", "x,y": "q"}])
+    ds = read(path, label_column="x,y")
+    assert ds.task == "single_label" and ds.labels == ["p", "q"]
+
+
 def test_zero_one_columns_keep_their_order_and_allow_rows_without_tags(tmp_path):
     path = tmp_path / "c.csv"
     path.write_text("text,toxic,insult\na,0,0\nb,1,0\nc,true,false\n", encoding="utf-8")
@@ -235,6 +242,14 @@ def test_multilabel_objective_is_bce_and_tunes_its_threshold():
     assert len(per_label.metrics["threshold"]) == 2 and per_label.metrics["per_label"]["a"]["f1"] == 1.0
     loss = objectives.MultiLabel(y_dev, y_dev, ["a", "b"]).loss(torch.zeros(2, 2), np.array([0, 2]))
     assert loss.item() == pytest.approx(np.log(2))
+
+
+def test_class_weight_is_refused_for_numbers_and_tags(tmp_path):
+    train = write_jsonl(tmp_path / "r.jsonl", rating_rows(20, 0))
+    with pytest.raises(UserError, match=r"--class-weight balanced weighs classes of single-label data; this is "
+                                        r"regression data\. Drop --class-weight"):
+        finetune(FinetuneConfig(data=str(train), out=str(tmp_path / "o"), class_weight="balanced"), progress=False)
+    assert not (tmp_path / "o").exists()
 
 
 def test_best_metric_follows_the_shape():
