@@ -28,8 +28,8 @@ import numpy as np
 from bertkit import data, infer, modeling, runs
 from bertkit.config import DistillConfig
 from bertkit.errors import UserError
-from bertkit.metrics import LOWER_IS_BETTER
 from bertkit.finetune import FinetuneResult, Task, finetune
+from bertkit.metrics import LOWER_IS_BETTER
 from bertkit.objectives import Distillation, MultiLabel, Regression, SingleLabel
 
 log = logging.getLogger(__name__)

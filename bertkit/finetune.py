@@ -205,7 +205,7 @@ def finetune(cfg: FinetuneConfig, *, progress: bool = True, task: Task | None = 
     splits = data.load_splits(cfg, need_labels=True, need_dev=True)
     assert splits.label_map is not None and splits.dev is not None
     splits.label_map = task.label_map(cfg, splits)
-    cfg = _with_best_metric(cfg, splits)
+    cfg = _for_the_shape(cfg, splits)
     key = resume_key(cfg, {"train": splits.train.fingerprint, "dev": splits.dev.fingerprint})
     if _on_main(accelerator, lambda: _finished_already(cfg, key, task.command)):  # read-only; refusals end here
         return _finished_result(Path(cfg.out or "").expanduser(), accelerator)
@@ -221,10 +221,10 @@ def finetune(cfg: FinetuneConfig, *, progress: bool = True, task: Task | None = 
         return finish(session, state, restored, splits.notes)
 
 
-def _with_best_metric(cfg: FinetuneConfig, splits: data.Splits) -> FinetuneConfig:
-    """`cfg` with the --metric-for-best this problem shape scores (regression / multi-label: the default, accuracy,
-    becomes pearson / micro_f1, recorded as such in the run's config); a metric the shape lacks is refused here,
-    before any training."""
+def _for_the_shape(cfg: FinetuneConfig, splits: data.Splits) -> FinetuneConfig:
+    """`cfg` fitted to the data's problem shape, before any training: the --metric-for-best the shape scores
+    (regression / multi-label: the default, accuracy, becomes pearson / micro_f1, recorded as such in the run's
+    config); a metric the shape lacks, or --class-weight for numbers or tags, is refused."""
     assert splits.label_map is not None
     if cfg.class_weight != "none" and splits.label_map.task != "single_label":
         raise UserError(f"--class-weight {cfg.class_weight} weighs classes of single-label data; this is "
