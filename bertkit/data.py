@@ -773,8 +773,8 @@ class _LabelReader:
             self.problems.append(
                 f"--task regression needs a number in every label cell, but column {self.cols.label!r} of "
                 f"{self.source} mixes numbers and names: {len(bad)} cell(s) are not numbers, at "
-                f"{_where(bad, self.lines, self._unit)} (e.g. {shown}). Fix those cells, or use --task "
-                f"single_label (or auto) to classify the labels as names."
+                f"{_where(bad, self.lines, self._unit)} (e.g. {shown}). Fix those cells, or, to classify the labels "
+                f"as names, fine-tune with --task single_label (or auto)."
             )
         return [] if missing or bad else [float(label_number(v)) for v in values]  # type: ignore[arg-type]
 

@@ -580,7 +580,7 @@ CASES += [
     Case("regression-labels-mix-numbers-and-names", "finetune",
          lambda w: finetune(w, "--data", w.file("m.tsv", MIXED_SCORES), "--task", "regression", out=w.path("fresh")),
          r"--task regression needs a number.*mixes numbers and names: 2 cell\(s\).*lines 3, 6.*'neg'",
-         r"Fix those cells, or use --task single_label"),
+         r"Fix those cells, or, to classify the labels as names, fine-tune with --task single_label"),
     Case("multilabel-empty-tag-list", "finetune",
          lambda w: finetune(w, "--data", w.file("e.jsonl", EMPTY_TAGS), out=w.path("fresh")),
          r"1 empty tag list\(s\) .* at line 2: every row needs at least one tag",
