@@ -17,6 +17,7 @@ import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -430,21 +431,32 @@ def finetune(cfg: FinetuneConfig, view: View) -> None:
              f"best {cfg.metric_for_best} so far {r['best_metric']}")
     _print_epoch_table(result.epoch_table)
     best = summary.get("best_dev") or {}
+    shown = [k for k in ("accuracy", "f1", "mcc") if k in best] or \
+        [k for k in ("pearson", "spearman", "mae", "micro_f1", "macro_f1", "subset_accuracy") if k in best]
+    threshold = f", threshold {best['threshold']}" if "threshold" in best else ""
     out_console.print(
         f"best {summary['best_metric_name']} {summary['best_metric']:.4f} at step {summary['best_step']} "
-        f"(accuracy {best.get('accuracy', float('nan')):.4f}, f1 {best.get('f1', float('nan')):.4f}, "
-        f"mcc {best.get('mcc', float('nan')):.4f}); {summary['train_samples_per_second']:.1f} train samples/s",
+        f"({', '.join(f'{k} {best[k]:.4f}' for k in shown)}{threshold}); "
+        f"{summary['train_samples_per_second']:.1f} train samples/s",
         highlight=False,
     )
-    out_console.print(f"saved {result.out}/best, {result.out}/final, metrics.json, training_table.csv, "
-                      "curves.png, confusion_matrix.png, dev_errors.csv", highlight=False)
+    saved = [Path(p).name for k, p in summary["outputs"].items() if k not in ("best", "final", "metrics.jsonl")]
+    out_console.print(f"saved {result.out}/best, {result.out}/final, metrics.json, {', '.join(saved)}",
+                      highlight=False)
+
+
+EPOCH_COLUMNS = {"dev_accuracy": "dev acc", "dev_f1": "dev F1", "dev_mcc": "dev MCC", "dev_pearson": "dev Pearson",
+                 "dev_spearman": "dev Spearman", "dev_mae": "dev MAE", "dev_micro_f1": "dev micro-F1",
+                 "dev_macro_f1": "dev macro-F1", "dev_subset_accuracy": "dev subset acc"}
 
 
 def _print_epoch_table(rows: list[dict[str, Any]]) -> None:
     if not rows:
         return
-    columns = ["epoch", "train loss", "dev loss", "dev acc", "dev F1", "dev MCC", "train time (s)", "samples/s"]
-    keys = ["epoch", "train_loss", "dev_loss", "dev_accuracy", "dev_f1", "dev_mcc", "train_seconds", "samples_per_second"]
+    keys = ["epoch", "train_loss", "dev_loss", *(k for k in rows[0] if k in EPOCH_COLUMNS), "train_seconds",
+            "samples_per_second"]
+    columns = ["epoch", "train loss", "dev loss", *(EPOCH_COLUMNS[k] for k in keys[3:-2]), "train time (s)",
+               "samples/s"]
     out_console.print(table("Training", columns, [[row.get(k) for k in keys] for row in rows]))
 
 
@@ -455,18 +467,44 @@ def predict(cfg: PredictConfig, view: View) -> None:
 
     result = run_predict(cfg, recipe=view.recipe, progress=not view.quiet)
     dataset, labels, proba, names = result["dataset"], result["labels"], result["proba"], result["label_names"]
+    task = result["task"]
     if view.json:
-        emit_json({"predictions": [{"text": t, "label": lab, "probabilities": dict(zip(names, p.tolist(), strict=True))}
+        emit_json({"predictions": [_prediction_json(task, t, lab, p, names)
                                    for t, lab, p in zip(dataset.texts, labels, proba, strict=True)],
+                   "task": task, **({"threshold": result["threshold"]} if task == "multi_label" else {}),
                    "out": cfg.out})
         return
     shown = min(len(dataset), 20 if cfg.out else 200)
-    rows = [[t if len(t) <= 80 else t[:77] + "...", lab, float(p.max())]
-            for t, lab, p in zip(dataset.texts[:shown], labels[:shown], proba[:shown], strict=True)]
+    header, rows = _prediction_rows(task, dataset.texts[:shown], labels[:shown], proba[:shown], names)
     out_console.print(table(f"{len(dataset)} prediction(s)" + (f" (first {shown})" if shown < len(dataset) else ""),
-                            ["text", "label", "probability"], rows))
+                            header, rows))
     if cfg.out:
-        info(f"wrote {cfg.out} ({len(dataset)} rows, columns: predicted, confidence, p_<label>)", view.quiet)
+        columns = {"regression": "predicted", "multi_label": "predicted (tags joined by |), p_<tag>"}.get(
+            task, "predicted, confidence, p_<label>")
+        info(f"wrote {cfg.out} ({len(dataset)} rows, columns: {columns})", view.quiet)
+
+
+def _prediction_json(task: str, text: str, label: Any, p: Any, names: list[str]) -> dict[str, Any]:
+    if task == "regression":
+        return {"text": text, "score": label}
+    if task == "multi_label":
+        return {"text": text, "labels": list(label), "probabilities": dict(zip(names, p.tolist(), strict=True))}
+    return {"text": text, "label": label, "probabilities": dict(zip(names, p.tolist(), strict=True))}
+
+
+def _prediction_rows(task: str, texts: list[str], labels: list[Any], proba: Any,
+                     names: list[str]) -> tuple[list[str], list[list[Any]]]:
+    """(header, rows) of the predictions table: label + probability, score, or tags with their probabilities."""
+    short = [t if len(t) <= 80 else t[:77] + "..." for t in texts]
+    if task == "regression":
+        return ["text", names[0]], [[t, float(lab)] for t, lab in zip(short, labels, strict=True)]
+    if task == "multi_label":
+        index = {n: j for j, n in enumerate(names)}
+        return ["text", "labels (probability)"], [
+            [t, ", ".join(f"{tag} ({p[index[tag]]:.2f})" for tag in lab) or "(none)"]
+            for t, lab, p in zip(short, labels, proba, strict=True)]
+    return ["text", "label", "probability"], [[t, lab, float(p.max())]
+                                              for t, lab, p in zip(short, labels, proba, strict=True)]
 
 
 @config_command(EvaluateConfig)
@@ -479,13 +517,20 @@ def evaluate(cfg: EvaluateConfig, view: View) -> None:
     if view.json:
         emit_json(result)
         return
-    names = result["labels"]
     out_console.print(table(f"{cfg.model} on {result['data']} ({result['n']} rows)", ["metric", "value"],
                             [[k, v] for k, v in metrics.headline(result).items()]))
-    out_console.print(table("confusion matrix (rows = true)", ["true \\ predicted", *names],
-                            [[names[i], *row] for i, row in enumerate(result["confusion_matrix"])]))
+    plot = {"regression": "scatter.png", "multi_label": "per_label_f1.png"}.get(result["task"], "confusion_matrix.png")
+    if result["task"] == "multi_label":
+        out_console.print(table(f"per tag (threshold {result['threshold']})", ["tag", "F1", "precision", "recall",
+                                                                             "support"],
+                                [[tag, r["f1"], r["precision"], r["recall"], r["support"]]
+                                 for tag, r in result["per_label"].items()]))
+    elif result["task"] == "single_label":
+        names = result["labels"]
+        out_console.print(table("confusion matrix (rows = true)", ["true \\ predicted", *names],
+                                [[names[i], *row] for i, row in enumerate(result["confusion_matrix"])]))
     if cfg.out:
-        info(f"wrote {cfg.out}/metrics.json, predictions.csv, confusion_matrix.png", view.quiet)
+        info(f"wrote {cfg.out}/metrics.json, predictions.csv, {plot}", view.quiet)
 
 
 # ---------------------------------------------------------------- distill

@@ -50,6 +50,8 @@ BEST_METRICS = ("accuracy", "f1", "binary_f1", "mcc", "precision", "recall", "ro
 """The built-in metrics (scikit-learn/scipy, offline; `bertkit.metrics`); any other --metric is an evaluate module."""
 TRUNCATIONS = ("head", "tail", "head+tail")
 LONG_TEXT_MODES = ("cut", "chunk")
+TASKS = ("auto", "single_label", "multi_label", "regression")
+THRESHOLD_MODES = ("tune", "tune-per-label")
 CLASS_WEIGHTS = ("none", "balanced")
 BENCH_PROTOCOLS = ("standard", "paper")
 BENCH_QUALITY = ("none", "probe", "finetune", "probe,finetune")
@@ -226,6 +228,35 @@ class MetricOptions:
 
 
 @dataclass(frozen=True)
+class LabelOptions(DataOptions):
+    """How labels are read where their shape matters (fine-tuning, evaluation): tag lists as well as single labels."""
+
+    label_sep: str | None = option(None, "Multi-label data: the separator of the tags in one label cell (e.g. \"|\"). "
+                                   "JSON/parquet list cells and several 0/1 columns (--label-column a,b,c) need none.",
+                                   panel=DATA)
+
+    def data_problems(self) -> list[str]:
+        problems = super().data_problems()
+        if isinstance(self.label_sep, str) and not self.label_sep.strip():
+            problems.append(f"--label-sep must be a visible separator such as \"|\" or \";\"; got {self.label_sep!r}.")
+        return problems
+
+
+def threshold_problems(value: str) -> list[str]:
+    """--threshold: tune, tune-per-label, or a number strictly between 0 and 1."""
+    if value in THRESHOLD_MODES:
+        return []
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    if 0.0 < number < 1.0:
+        return []
+    return [f"--threshold must be a probability strictly between 0 and 1 (e.g. 0.5), tune (one threshold chosen on "
+            f"dev) or tune-per-label; got {value!r}."]
+
+
+@dataclass(frozen=True)
 class TokensConfig(DataOptions):
     """`bertkit tokens`: how a tokenizer sees a sentence, or the token-length profile of a dataset."""
 
@@ -301,7 +332,7 @@ class EmbedConfig(LongTextOptions, DataOptions):
 
 
 @dataclass(frozen=True)
-class FinetuneConfig(TruncationOption, MetricOptions, DataOptions):
+class FinetuneConfig(TruncationOption, MetricOptions, LabelOptions):
     """`bertkit finetune`: full fine-tuning (BERT paper grid defaults: lr 5e-5, batch 32, 3 epochs, warmup 0.1)."""
 
     model: str = option("minilm-offline", "Pretrained encoder to fine-tune: hub id, local folder, or `minilm-offline`.",
@@ -328,8 +359,13 @@ class FinetuneConfig(TruncationOption, MetricOptions, DataOptions):
                                                  "--metric-for-best.", above=0)
     metric_for_best: str | None = option(None, "Dev metric that picks the best checkpoint: a built-in one (accuracy, "
                                          "f1, binary_f1, mcc, precision, recall, roc_auc, loss), or a --metric evaluate "
-                                         "module or one of its scores. Default: accuracy, or the --task-preset's "
-                                         "official metric.")
+                                         "module or one of its scores. Regression: pearson, spearman, mse, mae; multi-label: "
+                                         "micro_f1, macro_f1, subset_accuracy, hamming_loss. Default: accuracy (pearson / "
+                                         "micro_f1 for those shapes), or the --task-preset's official metric.")
+    task: str = option("auto", "Problem shape. auto: tag lists, --label-sep or several label columns -> multi_label; "
+                       "numbers with fractions -> regression; else single_label.", panel=DATA, choices=TASKS)
+    threshold: str = option("tune", "Multi-label decision threshold on each sigmoid: a probability in (0, 1), tune "
+                            "(one threshold, best dev micro-F1) or tune-per-label (one per label, best dev F1).")
     class_weight: str = option("none", "balanced weighs the loss by inverse class frequency (imbalanced data).",
                                choices=CLASS_WEIGHTS)
     freeze_encoder: bool = option(False, "Train only the classification head (the encoder stays frozen).",
@@ -355,6 +391,10 @@ class FinetuneConfig(TruncationOption, MetricOptions, DataOptions):
         if self.metric_for_best is None:
             object.__setattr__(self, "metric_for_best", "accuracy")
         problems += metric_for_best_problems(self.metric_for_best, self.external_metrics)
+        problems += threshold_problems(self.threshold)
+        if self.label_sep is not None and self.task in ("single_label", "regression"):
+            problems.append(f"--label-sep splits tag lists (multi-label data); it does not apply to --task {self.task}. "
+                            f"Drop --label-sep, or pass --task multi_label (or auto).")
         raise_if_problems(problems)
 
 
@@ -456,7 +496,7 @@ class PredictConfig(LongTextOptions, DataOptions):
 
 
 @dataclass(frozen=True)
-class EvaluateConfig(LongTextOptions, MetricOptions, DataOptions):
+class EvaluateConfig(LongTextOptions, MetricOptions, LabelOptions):
     """`bertkit evaluate`: metrics of a fine-tuned model on labelled data."""
 
     # reads one --data file and makes no split: these DataOptions fields are not its options.

@@ -55,6 +55,11 @@ class TextDataset:
     fingerprint: str = ""
     line_numbers: list[int] | None = None
     """1-based line in the source file for each row (for error messages); None for hub data."""
+    task: str = "single_label"
+    """The labels' shape (TASKS): one class per row (labels are values), a tag set per row (labels are tuples of
+    tag names) or a number per row (labels are floats)."""
+    label_columns: tuple[str, ...] | None = None
+    """The column(s) the labels were read from: a regression's output is named after it, 0/1 columns are the tags."""
 
     def __len__(self) -> int:
         return len(self.texts)
@@ -69,21 +74,37 @@ class TextDataset:
             source=self.source,
             fingerprint=self.fingerprint,
             line_numbers=None if self.line_numbers is None else [self.line_numbers[i] for i in pick],
+            task=self.task,
+            label_columns=self.label_columns,
         )
 
 
 @dataclass(frozen=True)
 class LabelMap:
-    """Deterministic label <-> id mapping: the distinct labels sorted (numbers numerically, strings as text)."""
+    """What a model's outputs mean: for single-label data the deterministic label <-> id mapping (the distinct labels
+    sorted, numbers numerically, strings as text); for multi-label data the tags, one sigmoid each; for regression
+    the one output, named after the label column."""
 
     labels: tuple[Any, ...]
+    task: str = "single_label"
 
     @classmethod
-    def build(cls, labels: Sequence[Any]) -> LabelMap:
+    def build(cls, labels: Sequence[Any], task: str = "single_label",
+              columns: tuple[str, ...] | None = None) -> LabelMap:
+        if task == "regression":
+            return cls((columns[0] if columns else "score",), task)
+        if task == "multi_label":  # 0/1 columns keep their order; tags from lists are sorted
+            tags = columns if columns and len(columns) > 1 else sorted({t for row in labels for t in row})
+            return cls(tuple(tags), task)
         distinct = set(labels)
         numeric = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in distinct)
         ordered = sorted(distinct) if numeric else sorted(distinct, key=str)
         return cls(tuple(ordered))
+
+    @property
+    def problem_type(self) -> str | None:
+        """transformers' `config.problem_type` for this shape (None for single-label: left as it always was)."""
+        return {"regression": "regression", "multi_label": "multi_label_classification"}.get(self.task)
 
     @property
     def label2id(self) -> dict[Any, int]:
@@ -98,8 +119,13 @@ class LabelMap:
         return len(self.labels)
 
     def encode(self, labels: Sequence[Any], where: str) -> np.ndarray:
-        """Label ids for `labels`, matched by `label_key` (1, 1.0 and "1" are one label); labels absent from the
-        mapping are an error that lists them."""
+        """Training targets for `labels`: label ids (single-label; matched by `label_key`, so 1, 1.0 and "1" are one
+        label), a (rows, tags) 0/1 matrix (multi-label) or floats (regression). Labels absent from the mapping are
+        an error that lists them."""
+        if self.task == "regression":
+            return np.asarray(labels, dtype=np.float64)
+        if self.task == "multi_label":
+            return self._encode_tags(labels, where)
         mapping = {label_key(label): i for i, label in enumerate(self.labels)}
         keys = [label_key(label) for label in labels]
         unseen = sorted({label for label, key in zip(labels, keys, strict=True) if key not in mapping}, key=str)
@@ -114,19 +140,50 @@ class LabelMap:
     def decode(self, ids: Sequence[int]) -> list[Any]:
         return [self.labels[int(i)] for i in ids]
 
+    def _encode_tags(self, labels: Sequence[Any], where: str) -> np.ndarray:
+        index = {str(tag): j for j, tag in enumerate(self.labels)}
+        unseen = sorted({str(t) for row in labels for t in row} - set(index))
+        if unseen:
+            raise UserError(
+                f"{where} has tags not seen in the training data: {', '.join(repr(x) for x in unseen[:MAX_LISTED])}. "
+                f"Known tags: {', '.join(repr(x) for x in self.labels)}. Fix the tags, or train on data that has them."
+            )
+        matrix = np.zeros((len(labels), len(self.labels)), dtype=np.int64)
+        for i, row in enumerate(labels):
+            matrix[i, [index[str(t)] for t in row]] = 1
+        return matrix
+
     def to_json(self) -> dict[str, Any]:
-        return {"labels": list(self.labels)}
+        return {"labels": list(self.labels)} if self.task == "single_label" else \
+            {"labels": list(self.labels), "task": self.task}
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> LabelMap:
-        return cls(tuple(obj["labels"]))
+        return cls(tuple(obj["labels"]), obj.get("task", "single_label"))
 
     @classmethod
-    def from_id2label(cls, id2label: dict[Any, str]) -> LabelMap:
-        """Rebuild from a transformers config's id2label (keys may be strings in JSON)."""
+    def from_id2label(cls, id2label: dict[Any, str], problem_type: str | None = None) -> LabelMap:
+        """Rebuild from a transformers config's id2label (keys may be strings in JSON) and problem_type (a one-output
+        model without one is a regression, as in transformers)."""
         names = [id2label[k] for k in sorted(id2label, key=int)]
+        task = task_of_problem_type(problem_type, len(names))
+        if task != "single_label":
+            return cls(tuple(str(n) for n in names), task)
         labels = _normalise_labels(names)  # the same canonical labels the training data had
         return cls(tuple(labels if len(set(labels)) == len(labels) else names))
+
+
+TASKS = ("single_label", "multi_label", "regression")
+"""Problem shapes (--task without auto)."""
+
+
+def task_of_problem_type(problem_type: str | None, num_labels: int) -> str:
+    """The TASKS name of a transformers config's problem_type (unset: regression for one output, else single)."""
+    if problem_type == "multi_label_classification":
+        return "multi_label"
+    if problem_type == "regression" or (problem_type is None and num_labels == 1):
+        return "regression"
+    return "single_label"
 
 
 @dataclass
@@ -491,12 +548,17 @@ def _where(rows: list[int], line_numbers: list[int] | None, unit: str = "line") 
 # ---------------------------------------------------------------- loading one split
 
 
-def load_dataset_split(opts: DataOptions, source: str, *, split: str | None = None, need_labels: bool = True) -> TextDataset:
-    """Read one split (a local file, or `split` of the hub dataset `source`) into a validated TextDataset."""
-    by_index = all(s is None or _is_int_text(s) for s in (opts.text_column, opts.text_pair_column, opts.label_column))
+def load_dataset_split(opts: DataOptions, source: str, *, split: str | None = None, need_labels: bool = True,
+                       task: str | None = None) -> TextDataset:
+    """Read one split (a local file, or `split` of the hub dataset `source`) into a validated TextDataset.
+
+    `task` (TASKS or auto) is the labels' shape; None: the command's --task (auto), or single_label for commands
+    that read one class per row."""
+    label_parts = _label_selectors(opts) or [None]
+    by_index = all(s is None or _is_int_text(s) for s in (opts.text_column, opts.text_pair_column, *label_parts))
     if is_local_source(source):
         path = Path(source).expanduser()
-        label_index = int(opts.label_column) if _is_int_text(opts.label_column) else None
+        label_index = int(label_parts[0]) if _is_int_text(label_parts[0]) else None
         frame = read_local_table(path, opts.encoding, opts.header, by_index and opts.text_column is not None, label_index)
         fingerprint = frame.attrs["fingerprint"]
         lines: list[int] | None = list(frame.attrs.get("line_numbers") or range(1, len(frame) + 1))
@@ -508,7 +570,21 @@ def load_dataset_split(opts: DataOptions, source: str, *, split: str | None = No
     if opts.limit is not None:
         frame = frame.iloc[: opts.limit]
         lines = None if lines is None else lines[: opts.limit]
-    return _dataset_from_frame(frame, opts, source, fingerprint, lines, need_labels)
+    wanted = task or getattr(opts, "task", None) or ("auto" if _reads_tags(opts) else "single_label")
+    return _dataset_from_frame(frame, opts, source, fingerprint, lines, need_labels, wanted)
+
+
+def _reads_tags(opts: DataOptions) -> bool:
+    """Whether the command reads labels of every shape (its options have --label-sep), not one class per row."""
+    return hasattr(opts, "label_sep")
+
+
+def _label_selectors(opts: DataOptions) -> list[str]:
+    """--label-column as a list: several comma-separated 0/1 columns where the command reads tags, else one."""
+    if opts.label_column is None:
+        return []
+    parts = [p.strip() for p in str(opts.label_column).split(",")]
+    return parts if _reads_tags(opts) and len(parts) > 1 and all(parts) else [opts.label_column]
 
 
 @dataclass(frozen=True)
@@ -518,11 +594,12 @@ class _Columns:
     label: Any
     label_option: str
     """How the label column was chosen, for messages: `--label-column` or `the label column found by default`."""
+    tag_columns: tuple[Any, ...] = ()
+    """Several 0/1 label columns (multi-label data, one column per tag); `label` is then the first."""
 
 
-def _dataset_from_frame(
-    frame: pd.DataFrame, opts: DataOptions, source: str, fingerprint: str, lines: list[int] | None, need_labels: bool
-) -> TextDataset:
+def _dataset_from_frame(frame: pd.DataFrame, opts: DataOptions, source: str, fingerprint: str,
+                        lines: list[int] | None, need_labels: bool, task: str) -> TextDataset:
     """Validated texts/pairs/labels of a table; every cell problem of the file is reported in one error."""
     cols = _choose_columns(frame, opts, source, need_labels)
     problems: list[str] = []
@@ -530,11 +607,14 @@ def _dataset_from_frame(
     pairs = None
     if cols.pair is not None:
         pairs = _text_cells(frame[cols.pair].tolist(), source, "--text-pair-column", cols.pair, lines, problems)
-    labels = None
+    labels, columns = None, None
     if cols.label is not None:
-        labels = _label_cells(frame[cols.label].tolist(), source, cols, lines, problems)
+        reader = _LabelReader(source, cols, lines, problems, getattr(opts, "label_sep", None), _reads_tags(opts))
+        task, labels = reader.read(frame, task)
+        columns = tuple(str(c) for c in (cols.tag_columns or (cols.label,)))
     raise_if_problems(problems, f"Problems in the data {source}")
-    return TextDataset(texts, pairs, labels, source, fingerprint, lines)
+    return TextDataset(texts, pairs, labels, source, fingerprint, lines,
+                       task="single_label" if task == "auto" else task, label_columns=columns)
 
 
 def _choose_columns(frame: pd.DataFrame, opts: DataOptions, source: str, need_labels: bool) -> _Columns:
@@ -545,8 +625,12 @@ def _choose_columns(frame: pd.DataFrame, opts: DataOptions, source: str, need_la
     pair_col = None
     if opts.text_pair_column is not None:
         pair_col = resolve_column(frame, opts.text_pair_column, "--text-pair-column", source)
-    label_option = "--label-column"
-    if opts.label_column is not None:
+    label_option, tag_cols = "--label-column", ()
+    selectors = _label_selectors(opts)
+    if len(selectors) > 1 and opts.label_column not in frame.columns:  # several 0/1 columns, one per tag
+        tag_cols = tuple(resolve_column(frame, sel, "--label-column", source) for sel in selectors)
+        label_col = tag_cols[0]
+    elif opts.label_column is not None:
         label_col = resolve_column(frame, opts.label_column, "--label-column", source)
     else:
         label_option = "the label column found by default"
@@ -557,13 +641,13 @@ def _choose_columns(frame: pd.DataFrame, opts: DataOptions, source: str, need_la
                 f"{', '.join(map(str, frame.columns))}, or 0-based indexes)."
             )
         if label_col is not None and not need_labels and (
-            label_col in (text_col, pair_col) or any(_is_missing(v) for v in frame[label_col])
+            label_col in (text_col, pair_col) or any(_is_missing(v) or _is_nested(v) for v in frame[label_col])
         ):
-            label_col = None  # optional labels: an auto-detected column is used only when complete and not a text
+            label_col = None  # optional labels: an auto-detected column is used only when complete, single and not a text
     roles = [("--text-column" if not default_text else "the text column chosen by default", text_col),
-             ("--text-pair-column", pair_col), (label_option, label_col)]
+             ("--text-pair-column", pair_col), *((label_option, c) for c in (tag_cols or (label_col,)))]
     _check_distinct_columns(roles, frame, source)
-    return _Columns(text_col, pair_col, label_col, label_option)
+    return _Columns(text_col, pair_col, label_col, label_option, tag_cols)
 
 
 _ROLE_FLAGS = {"the text column chosen by default": "--text-column", "the label column found by default": "--label-column"}
@@ -608,29 +692,144 @@ def _text_cells(values: list[Any], source: str, option: str, column: Any, lines:
     return texts
 
 
-def _label_cells(values: list[Any], source: str, cols: _Columns, lines: list[int] | None,
-                 problems: list[str]) -> list[Any]:
-    option = cols.label_option if cols.label_option.startswith("--") else "--label-column"
-    nested = [i for i, v in enumerate(values) if _is_nested(v)]
-    if nested:
-        problems.append(_nested_problem(
-            nested, values, cols.label, option, source, lines,
-            "Labels must be single values (one class per row); multi-label data is not supported yet. "
-            "Keep one label per row, or pick another --label-column."))
-    skip = set(nested)
-    missing = [i for i, v in enumerate(values) if i not in skip and _is_missing(v)]
-    if missing:
-        problems.append(
-            f"{len(missing)} missing/blank label(s) in {source} (--label-column) at "
-            f"{_where(missing, lines, 'line' if lines else 'row')}. Fill them in or drop those rows."
-        )
-    return [] if nested or missing else _normalise_labels(values)
+def _zero_one(value: Any) -> int | float | None:
+    """A 0/1 label cell as 0 or 1 (true/false, in any case, too); anything else as its number or None."""
+    if isinstance(value, (bool, np.bool_)):
+        return int(value)
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return int(value.strip().lower() == "true")
+    return label_number(value)
+
+
+def detect_task(values: list[Any], label_sep: str | None, several_columns: bool) -> str:
+    """--task auto: tag lists, a --label-sep or several 0/1 columns -> multi_label; a column of numbers with a
+    fractional value -> regression; anything else -> single_label (integers stay classes: force --task regression
+    for ratings like 1-5)."""
+    if several_columns or label_sep is not None or any(_is_nested(v) for v in values):
+        return "multi_label"
+    numbers = [label_number(v) for v in values if not _is_missing(v)]
+    if numbers and all(n is not None for n in numbers) and any(isinstance(n, float) for n in numbers):
+        return "regression"
+    return "single_label"
+
+
+@dataclass
+class _LabelReader:
+    """The labels of one table, read as its task says; every problem is added to `problems`."""
+
+    source: str
+    cols: _Columns
+    lines: list[int] | None
+    problems: list[str]
+    label_sep: str | None
+    reads_tags: bool
+
+    def read(self, frame: pd.DataFrame, task: str) -> tuple[str, list[Any]]:
+        """(the task, resolved from auto; the labels, [] when they have problems)."""
+        values = frame[self.cols.label].tolist()
+        if task == "auto":
+            task = detect_task(values, self.label_sep, bool(self.cols.tag_columns))
+        if self.cols.tag_columns and task != "multi_label":
+            self.problems.append(f"Several label columns ({', '.join(map(str, self.cols.tag_columns))}) are 0/1 "
+                                 f"columns of multi-label data; --task {task} reads one label column. Pass one "
+                                 f"--label-column, or --task multi_label.")
+            return task, []
+        if task == "multi_label":
+            return task, (self._tag_columns(frame) if self.cols.tag_columns else self._tag_lists(values))
+        if task == "regression":
+            return task, self._numbers(values)
+        return task, self._single(values)
+
+    @property
+    def _unit(self) -> str:
+        return "line" if self.lines else "row"
+
+    def _missing(self, values: list[Any], skip: set[int]) -> bool:
+        missing = [i for i, v in enumerate(values) if i not in skip and _is_missing(v)]
+        if missing:
+            self.problems.append(
+                f"{len(missing)} missing/blank label(s) in {self.source} (--label-column) at "
+                f"{_where(missing, self.lines, self._unit)}. Fill them in or drop those rows."
+            )
+        return bool(missing)
+
+    def _single(self, values: list[Any]) -> list[Any]:
+        option = self.cols.label_option if self.cols.label_option.startswith("--") else "--label-column"
+        nested = [i for i, v in enumerate(values) if _is_nested(v)]
+        if nested:
+            how = ("Labels must be single values for single-label data (--task single_label, or a single-label "
+                   "model); `bertkit finetune --task auto` (or multi_label) reads tag lists" if self.reads_tags else
+                   "Labels must be single values (one class per row); multi-label data is not supported by this "
+                   "command (`bertkit finetune` and `evaluate` read tag lists)")
+            self.problems.append(_nested_problem(nested, values, self.cols.label, option, self.source, self.lines,
+                                                 f"{how}. Keep one label per row, or pick another --label-column."))
+        missing = self._missing(values, set(nested))
+        return [] if nested or missing else _normalise_labels(values)
+
+    def _numbers(self, values: list[Any]) -> list[Any]:
+        missing = self._missing(values, set())
+        bad = [i for i, v in enumerate(values) if not _is_missing(v) and label_number(v) is None]
+        if bad:
+            shown = ", ".join(repr(values[i]) for i in bad[:5])
+            self.problems.append(
+                f"--task regression needs a number in every label cell, but column {self.cols.label!r} of "
+                f"{self.source} mixes numbers and names: {len(bad)} cell(s) are not numbers, at "
+                f"{_where(bad, self.lines, self._unit)} (e.g. {shown}). Fix those cells, or, to classify the labels "
+                f"as names, fine-tune with --task single_label (or auto)."
+            )
+        return [] if missing or bad else [float(label_number(v)) for v in values]  # type: ignore[arg-type]
+
+    def _tag_lists(self, values: list[Any]) -> list[Any]:
+        """Tag sets from list cells, cells split at --label-sep, or single values (one tag)."""
+        missing = self._missing(values, {i for i, v in enumerate(values) if _is_nested(v)})
+        rows, empty, nested = [], [], []
+        for i, value in enumerate(values):
+            items = list(value) if _is_nested(value) and not isinstance(value, dict) else \
+                [value] if self.label_sep is None or _is_nested(value) else str(value).split(self.label_sep)
+            if any(_is_nested(t) for t in items):
+                nested.append(i)
+            tags = [str(label_key(t)) for t in items if not _is_missing(t) and not _is_nested(t)]
+            rows.append(tuple(dict.fromkeys(tags)))  # each tag once, in the order given
+            if not tags and not _is_missing(value):
+                empty.append(i)
+        if nested:
+            self.problems.append(_nested_problem(nested, values, self.cols.label, "--label-column", self.source,
+                                                 self.lines, "A tag list holds tag names, not lists or objects."))
+        if empty:
+            self.problems.append(
+                f"{len(empty)} empty tag list(s) in {self.source} (--label-column {self.cols.label}) at "
+                f"{_where(empty, self.lines, self._unit)}: every row needs at least one tag. Drop those rows, or give "
+                f"them an explicit tag (e.g. \"none\"); with 0/1 columns (--label-column a,b,c) a row of zeros is fine."
+            )
+        return [] if missing or empty or nested else rows
+
+    def _tag_columns(self, frame: pd.DataFrame) -> list[Any]:
+        """Tag sets from several 0/1 columns: a row's tags are the columns holding 1 (a row of zeros has none)."""
+        names = [str(c) for c in self.cols.tag_columns]
+        bits = np.zeros((len(frame), len(names)), dtype=bool)
+        bad: list[tuple[int, Any, Any]] = []
+        for j, column in enumerate(self.cols.tag_columns):
+            for i, value in enumerate(frame[column].tolist()):
+                number = _zero_one(value)
+                if number not in (0, 1):
+                    bad.append((i, column, value))
+                bits[i, j] = number == 1
+        if bad:
+            rows = sorted({i for i, _, _ in bad})
+            shown = ", ".join(f"{c}={v!r}" for _, c, v in bad[:5])
+            self.problems.append(
+                f"Multi-label 0/1 columns must hold 0 or 1 (or true/false); {len(bad)} cell(s) of {self.source} do "
+                f"not, at {_where(rows, self.lines, self._unit)} (e.g. {shown}). Fix them, or list the tags in one "
+                f"column with --label-sep."
+            )
+            return []
+        return [tuple(n for n, on in zip(names, row, strict=True) if on) for row in bits]
 
 
 # ---------------------------------------------------------------- train/dev/test
 
 
-def _load_named(opts: DataOptions, source: str, need_labels: bool) -> TextDataset:
+def _load_named(opts: DataOptions, source: str, need_labels: bool, task: str | None = None) -> TextDataset:
     """A --dev/--test value: a local file, or a split name of the hub dataset given by --data."""
     if opts.data is not None and is_local_source(opts.data) and not is_local_source(source) and "/" not in source:
         # e.g. a hub recipe (`dev = "validation"`) run with `--data train.tsv`: a split name needs a hub --data.
@@ -639,8 +838,8 @@ def _load_named(opts: DataOptions, source: str, need_labels: bool) -> TextDatase
             f"file. Pass --dev/--test with local files of the same layout (e.g. --dev dev.tsv)."
         )
     if is_local_source(source) or opts.data is None or is_local_source(opts.data):
-        return load_dataset_split(opts, source, need_labels=need_labels)
-    return load_dataset_split(opts, opts.data, split=source, need_labels=need_labels)
+        return load_dataset_split(opts, source, need_labels=need_labels, task=task)
+    return load_dataset_split(opts, opts.data, split=source, need_labels=need_labels, task=task)
 
 
 def hold_out_size(n_rows: int, n_classes: int, fraction: float) -> int:
@@ -683,37 +882,73 @@ def _check_every_class_trains(labels: list[Any], train_idx: np.ndarray, n_held: 
 
 
 def load_splits(opts: DataOptions, *, need_labels: bool = True, need_dev: bool = True) -> Splits:
-    """Train (from --data), dev (--dev, or a stratified hold-out of train) and test (--test), with the label map."""
+    """Train (from --data), dev (--dev, or a stratified hold-out of train) and test (--test), with the label map.
+
+    The labels' shape (--task, auto-detected on the training data) holds for dev and test too."""
     if opts.data is None:
         raise UserError("No data given: pass --data with a file (.tsv/.csv/.json/.jsonl/.parquet) or a hub dataset name.")
     train = load_dataset_split(opts, opts.data, need_labels=need_labels)
+    task = train.task if train.labels is not None else None
     notes: list[str] = []
-    dev = _load_named(opts, opts.dev, need_labels) if opts.dev else None
-    test = _load_named(opts, opts.test, need_labels) if opts.test else None
+    dev = _load_named(opts, opts.dev, need_labels, task) if opts.dev else None
+    test = _load_named(opts, opts.test, need_labels, task) if opts.test else None
     label_map = None
     if need_labels and train.labels is not None:
-        label_map = LabelMap.build(train.labels)
-        if len(label_map) < 2:
-            raise UserError(
-                f"Training data {train.source} has a single class ({label_map.labels[0]!r}) in --label-column; "
-                f"a classifier needs at least two. Check the label column, or the data file."
-            )
+        label_map = LabelMap.build(train.labels, train.task, train.label_columns)
+        _check_trainable(label_map, train)
         if dev is None and need_dev:
-            n_rows = len(train)
-            train_idx, dev_idx = stratified_split(train.labels, opts.dev_fraction, opts.seed)
-            train, dev = train.subset(train_idx), train.subset(dev_idx)
-            raised = math.ceil(opts.dev_fraction * n_rows) < len(dev)
-            notes.append(
-                f"No --dev given: held out {len(dev)} of {n_rows} training rows as dev "
-                f"(stratified, --dev-fraction {opts.dev_fraction}, seed {opts.seed})"
-                + (f"; raised from {math.ceil(opts.dev_fraction * n_rows)} to one row per class "
-                   f"({len(label_map)} classes): a dev set this small says little, pass --dev for a real one."
-                   if raised else ".")
-            )
+            train, dev, note = _hold_out_dev(train, label_map, opts)
+            notes.append(note)
         for name, split in (("dev", dev), ("test", test)):
             if split is not None and split.labels is not None:
                 label_map.encode(split.labels, f"The {name} data {split.source}")
     return Splits(train, dev, test, label_map, notes)
+
+
+def _check_trainable(label_map: LabelMap, train: TextDataset) -> None:
+    """A model needs two classes, one tag, or a target that varies."""
+    if label_map.task == "single_label" and len(label_map) < 2:
+        raise UserError(
+            f"Training data {train.source} has a single class ({label_map.labels[0]!r}) in --label-column; "
+            f"a classifier needs at least two. Check the label column, or the data file."
+        )
+    if label_map.task == "multi_label" and len(label_map) == 0:
+        raise UserError(f"Training data {train.source} has no tags: every 0/1 label column is all zeros. Check "
+                        f"--label-column, or the data file.")
+    if label_map.task == "regression" and len(set(train.labels or [])) < 2:
+        raise UserError(f"Training data {train.source} has the same target value in every row; a regression needs "
+                        f"targets that vary. Check --label-column, or the data file.")
+
+
+def _hold_out_dev(train: TextDataset, label_map: LabelMap, opts: DataOptions) -> tuple[TextDataset, TextDataset, str]:
+    """(train, dev, note): a stratified hold-out for single-label data, a random one for tags and numbers."""
+    n_rows = len(train)
+    if label_map.task != "single_label":
+        train_idx, dev_idx = random_split(n_rows, opts.dev_fraction, opts.seed)
+        note = (f"No --dev given: held out {len(dev_idx)} of {n_rows} training rows as dev (random, "
+                f"--dev-fraction {opts.dev_fraction}, seed {opts.seed}).")
+        return train.subset(train_idx), train.subset(dev_idx), note
+    train_idx, dev_idx = stratified_split(train.labels or [], opts.dev_fraction, opts.seed)
+    raised = math.ceil(opts.dev_fraction * n_rows) < len(dev_idx)
+    note = (
+        f"No --dev given: held out {len(dev_idx)} of {n_rows} training rows as dev "
+        f"(stratified, --dev-fraction {opts.dev_fraction}, seed {opts.seed})"
+        + (f"; raised from {math.ceil(opts.dev_fraction * n_rows)} to one row per class "
+           f"({len(label_map)} classes): a dev set this small says little, pass --dev for a real one."
+           if raised else ".")
+    )
+    return train.subset(train_idx), train.subset(dev_idx), note
+
+
+def random_split(n_rows: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Indices (train, held_out), deterministic for a seed: ceil(fraction * rows) random rows held out (at least one;
+    at least one left to train on, or a UserError)."""
+    n_held = max(math.ceil(fraction * n_rows), 1)
+    if n_rows - n_held < 1:
+        raise UserError(f"Too little data to hold out a dev set: {n_rows} row(s). Pass --dev with a dev file, or use "
+                        f"more data.")
+    order = np.random.default_rng(seed).permutation(n_rows)
+    return np.sort(order[n_held:]), np.sort(order[:n_held])
 
 
 # ---------------------------------------------------------------- tokenization and batching

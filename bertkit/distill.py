@@ -16,6 +16,7 @@ dev quality, and the DistilBERT paper's three claims as ratios with pass/fail.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import logging
 import re
@@ -28,7 +29,8 @@ from bertkit import data, infer, modeling, runs
 from bertkit.config import DistillConfig
 from bertkit.errors import UserError
 from bertkit.finetune import FinetuneResult, Task, finetune
-from bertkit.objectives import Distillation, SingleLabel
+from bertkit.metrics import LOWER_IS_BETTER
+from bertkit.objectives import Distillation, MultiLabel, Regression, SingleLabel
 
 log = logging.getLogger(__name__)
 
@@ -102,14 +104,19 @@ class DistillTask(Task):
         self.cfg = cfg
         self.teacher = modeling.load_classifier(cfg.teacher or "", require_head=True)
         self.teacher_tokenizer = modeling.load_tokenizer(cfg.teacher or "")
-        self.teacher_labels = data.LabelMap.from_id2label(self.teacher.config.id2label)
+        self.teacher_labels = data.LabelMap.from_id2label(self.teacher.config.id2label,
+                                                          getattr(self.teacher.config, "problem_type", None))
         self.kept_layers: list[int] | None = None
         self.cls_of: Any = None
 
     def label_map(self, cfg: DistillConfig, splits: data.Splits) -> data.LabelMap:
         """The teacher's mapping: the student predicts the teacher's labels; the data may not bring new ones."""
         for name, split in (("training", splits.train), ("dev", splits.dev)):
-            unknown = sorted({str(x) for x in split.labels or []} - {str(x) for x in self.teacher_labels.labels})
+            if self.teacher_labels.task == "regression":
+                continue  # numbers: nothing the teacher could not know
+            seen = {str(t) for row in split.labels or [] for t in row} if self.teacher_labels.task == "multi_label" \
+                else {str(x) for x in split.labels or []}
+            unknown = sorted(seen - {str(x) for x in self.teacher_labels.labels})
             if unknown:
                 raise UserError(
                     f"The {name} data {split.source} has labels the teacher {cfg.teacher} was not trained on: "
@@ -199,6 +206,7 @@ def _compute_teacher_outputs(task: DistillTask, train: data.TextDataset,
 def distill(cfg: DistillConfig, *, progress: bool = True) -> dict[str, Any]:
     """Train the student (resumable, like finetune), then the teacher-vs-student report (main process)."""
     task = DistillTask(cfg)
+    cfg = _in_the_teachers_shape(cfg, task.teacher_labels.task)
     result = finetune(cfg, progress=progress, task=task)
     out: dict[str, Any] = {"training": result, "report": None}
     if result.is_main_process and cfg.report:
@@ -208,6 +216,16 @@ def distill(cfg: DistillConfig, *, progress: bool = True) -> dict[str, Any]:
         else:  # a new run, or a finished one killed before its report
             out["report"] = write_report(cfg, task, result)
     return out
+
+
+def _in_the_teachers_shape(cfg: DistillConfig, shape: str) -> DistillConfig:
+    """`cfg` reading the data in the teacher's problem shape (--task auto); another --task is refused."""
+    if cfg.task == shape:
+        return cfg
+    if cfg.task != "auto":
+        raise UserError(f"--task {cfg.task}: the teacher {cfg.teacher} is a {shape} model, and the student learns its "
+                        f"outputs. Drop --task (the teacher's shape is used), or distil a {cfg.task} teacher.")
+    return dataclasses.replace(cfg, task=shape)
 
 
 # ---------------------------------------------------------------- the report
@@ -250,21 +268,24 @@ def measure(cfg: DistillConfig, task: DistillTask, result: FinetuneResult) -> di
                                           device, dtype)
     quality = _dev_quality(cfg, task, result, splits)
     models = {c.label: _model_record(c, latency[c.label], throughput[c.label], quality[c.label]) for c in contenders}
+    metric = result.metrics.get("best_metric_name") or cfg.metric_for_best  # the shape's (regression: pearson)
     return {"teacher": cfg.teacher, "student": str(student_dir), "student_layers": task.kept_layers,
-            "metric": cfg.metric_for_best, "dev_rows": len(texts), "device": str(device),
+            "metric": metric, "dev_rows": len(texts), "device": str(device),
             "precision": modeling.dtype_name(dtype), "machine": runs.machine_info(), "models": models,
-            "claims": claims(models, cfg.metric_for_best)}
+            "claims": claims(models, metric)}
 
 
 def _dev_quality(cfg: DistillConfig, task: DistillTask, result: FinetuneResult, splits: data.Splits) -> dict[str, Any]:
     """Dev metrics of the teacher (computed now, on the same dev rows) and of the student's best checkpoint."""
-    from bertkit.predict import predict_proba
-
-    y_dev = task.teacher_labels.encode(splits.dev.labels or [], f"The dev data {splits.dev.source}")
-    proba = predict_proba(task.teacher, task.teacher_tokenizer, splits.dev, max_length=cfg.max_length,
-                          batch_size=64, precision=cfg.precision)
-    hard = SingleLabel(y_dev, y_dev, [str(x) for x in task.teacher_labels.labels])
-    teacher = hard.score(np.log(np.clip(proba, 1e-12, None))).metrics
+    labels = task.teacher_labels
+    y_dev = labels.encode(splits.dev.labels or [], f"The dev data {splits.dev.source}")
+    logits = infer.classifier_logits(task.teacher, task.teacher_tokenizer, splits.dev, max_length=cfg.max_length,
+                                     batch_size=64, precision=cfg.precision)
+    names = [str(x) for x in labels.labels]
+    hard = (Regression(y_dev, y_dev, names) if labels.task == "regression" else
+            MultiLabel(y_dev, y_dev, names, cfg.threshold) if labels.task == "multi_label" else
+            SingleLabel(y_dev, y_dev, names))
+    teacher = hard.score(logits).metrics
     return {"teacher": teacher, "student": result.metrics.get("best_dev") or {}}
 
 
@@ -291,6 +312,8 @@ def claims(models: dict[str, dict[str, Any]], metric: str) -> dict[str, Any]:
     speedup = t["latency_b1_ms"] / s["latency_b1_ms"]
     throughput = s["best_rows_per_s"] / t["best_rows_per_s"]
     t_q, s_q = t["dev"].get(metric), s["dev"].get(metric)
+    if metric in LOWER_IS_BETTER:  # an error or loss: the teacher's as a share of the student's
+        t_q, s_q = s_q, t_q
     retained = 100.0 * s_q / t_q if t_q and s_q is not None else None
     return {
         "parameter_reduction_pct": {"measured": reduction, "paper": CLAIMS["parameter_reduction_pct"],

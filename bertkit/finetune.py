@@ -37,11 +37,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from bertkit import checkpoints, data, disk, faults, infer, metrics, modeling, runs
+from bertkit import checkpoints, data, disk, faults, infer, metrics, modeling, objectives, runs
 from bertkit.config import FinetuneConfig, config_dict
 from bertkit.errors import UserError
 from bertkit.fastforward import SequenceClassifier
-from bertkit.objectives import SingleLabel, softmax
+from bertkit.objectives import MultiLabel, Regression, SingleLabel, softmax
 from bertkit.predict import load_for_inference, predict_proba, write_predictions_csv
 
 __all__ = ["FAIL_HOOK_ENV", "FAIL_MODE_ENV", "SimulatedFailure", "finetune", "global_batches", "latest_checkpoint",
@@ -91,6 +91,8 @@ class TrainState:
     best_dev: dict[str, Any] | None = None
     running_loss: tuple[float, int] = (0.0, 0)
     """Loss sum and rows since the last evaluation: restored mid-epoch, so the reported mean stays exact."""
+    model_info: dict[str, Any] = field(default_factory=dict)
+    """What using the model of the last evaluation needs besides its weights (multi-label: the tuned threshold)."""
 
     @classmethod
     def from_json(cls, saved: dict[str, Any]) -> TrainState:
@@ -151,16 +153,23 @@ class Task:
         return splits.label_map
 
     def build_model(self, cfg: FinetuneConfig, label_map: data.LabelMap) -> tuple[Any, Any]:
-        """(model, tokenizer), after the seed is set: the pretrained encoder with a new classification head."""
-        model = modeling.load_classifier(cfg.model, label_map.id2label, cfg.trust_remote_code)
+        """(model, tokenizer), after the seed is set: the pretrained encoder with a new head, one output per class
+        or tag (one for a regression); its config's problem_type says which, as transformers reads it."""
+        shape = {"problem_type": label_map.problem_type} if label_map.problem_type else {}
+        model = modeling.load_classifier(cfg.model, label_map.id2label, cfg.trust_remote_code, **shape)
         return model, modeling.load_tokenizer(cfg.model, cfg.trust_remote_code)
 
     def objective(self, cfg: FinetuneConfig, splits: data.Splits, out: Path, accelerator: Any) -> Any:
         """The loss and dev scores, built once the run directory is claimed (`out` may hold caches)."""
         label_map = splits.label_map
-        return SingleLabel(label_map.encode(splits.train.labels or [], f"The training data {splits.train.source}"),
-                           label_map.encode(splits.dev.labels or [], f"The dev data {splits.dev.source}"),
-                           [str(x) for x in label_map.labels], cfg.class_weight).to(accelerator.device)
+        y_train = label_map.encode(splits.train.labels or [], f"The training data {splits.train.source}")
+        y_dev = label_map.encode(splits.dev.labels or [], f"The dev data {splits.dev.source}")
+        names = [str(x) for x in label_map.labels]
+        if label_map.task == "regression":
+            return Regression(y_train, y_dev, names)
+        if label_map.task == "multi_label":
+            return MultiLabel(y_train, y_dev, names, cfg.threshold)
+        return SingleLabel(y_train, y_dev, names, cfg.class_weight).to(accelerator.device)
 
     def model_revision(self, cfg: FinetuneConfig) -> str:
         return modeling.model_revision(cfg.model)
@@ -197,6 +206,7 @@ def finetune(cfg: FinetuneConfig, *, progress: bool = True, task: Task | None = 
     splits = data.load_splits(cfg, need_labels=True, need_dev=True)
     assert splits.label_map is not None and splits.dev is not None
     splits.label_map = task.label_map(cfg, splits)
+    cfg = _for_the_shape(cfg, splits)
     key = resume_key(cfg, {"train": splits.train.fingerprint, "dev": splits.dev.fingerprint})
     if _on_main(accelerator, lambda: _finished_already(cfg, key, task.command)):  # read-only; refusals end here
         return _finished_result(Path(cfg.out or "").expanduser(), accelerator)
@@ -210,6 +220,22 @@ def finetune(cfg: FinetuneConfig, *, progress: bool = True, task: Task | None = 
             train_epoch(session, state, bar)
         bar.close()
         return finish(session, state, restored, splits.notes)
+
+
+def _for_the_shape(cfg: FinetuneConfig, splits: data.Splits) -> FinetuneConfig:
+    """`cfg` fitted to the data's problem shape, before any training: the --metric-for-best the shape scores
+    (regression / multi-label: the default, accuracy, becomes pearson / micro_f1, recorded as such in the run's
+    config); a metric the shape lacks, or --class-weight for numbers or tags, is refused."""
+    assert splits.label_map is not None
+    if cfg.class_weight != "none" and splits.label_map.task != "single_label":
+        raise UserError(f"--class-weight {cfg.class_weight} weighs classes of single-label data; this is "
+                        f"{splits.label_map.task} data. Drop --class-weight.")
+    metric = objectives.best_metric(splits.label_map.task, cfg.metric_for_best)
+    if metric == cfg.metric_for_best:
+        return cfg
+    splits.notes.append(f"{splits.label_map.task} data: the best checkpoint is picked by dev {metric} "
+                        f"(pass --metric-for-best to choose another).")
+    return dataclasses.replace(cfg, metric_for_best=metric)
 
 
 def setup(cfg: FinetuneConfig, accelerator: Any, splits: data.Splits, key: dict[str, Any],
@@ -240,6 +266,8 @@ def setup(cfg: FinetuneConfig, accelerator: Any, splits: data.Splits, key: dict[
     if status == "finished":
         return None
     objective = task.objective(cfg, splits, run.path, accelerator)
+    if hasattr(objective, "init_head"):  # before any checkpoint is restored over it
+        objective.init_head(model)
     total_steps = steps_per_epoch * cfg.epochs
     scheduler = get_linear_schedule_with_warmup(optimizer, math.ceil(cfg.warmup_ratio * total_steps), total_steps)
     net, optimizer, scheduler = accelerator.prepare(net, optimizer, scheduler)
@@ -345,7 +373,8 @@ def evaluate(session: Session, state: TrainState, end_of_epoch: bool) -> None:
     state.running_loss = (0.0, 0)
     scored = dev_scores(session)
     metrics.add_requested(scored.metrics, cfg.metric_list, metrics.load_metrics(tuple(cfg.external_metrics)),
-                          metrics.predicted(scored.outputs), session.objective.y_dev)  # --metric: evaluate modules
+                          metrics.predicted(scored.outputs) if scored.decisions is None else scored.decisions,
+                          session.objective.y_dev)  # --metric: evaluate modules
     value = metrics.best_value(scored.metrics, cfg.metric_for_best)
     if value is None:
         raise UserError(f"--metric-for-best {cfg.metric_for_best} is not available for this data "
@@ -355,6 +384,7 @@ def evaluate(session: Session, state: TrainState, end_of_epoch: bool) -> None:
               **{f"dev_{k}": v for k, v in metrics.headline(scored.metrics).items()}, "dev_loss": scored.metrics["loss"]}
     record["best"] = metrics.is_better(value, state.best_metric, cfg.metric_for_best)
     state.history.append(record)
+    state.model_info = _model_info(session, scored.metrics)
     if record["best"]:
         _keep_best(session, state, scored, value)
     else:
@@ -364,7 +394,7 @@ def evaluate(session: Session, state: TrainState, end_of_epoch: bool) -> None:
     if accelerator.is_main_process:
         runs.append_jsonl(session.out / "metrics.jsonl", record)
     if end_of_epoch:
-        state.epoch_table.append(_epoch_row(state, train_loss))
+        state.epoch_table.append(_epoch_row(state, train_loss, session.objective.table_metrics))
         state.epoch, state.step_in_epoch = state.epoch + 1, 0
 
 
@@ -402,7 +432,7 @@ def finish(session: Session, state: TrainState, restored: dict[str, Any] | None,
     --overwrite run's output replaces the previous one."""
     accelerator = session.accelerator
     checkpoints.save_model_folder(accelerator, session.net, session.tokenizer, session.out / "final",
-                                  {"step": state.global_step}, session.model_bytes)
+                                  {"step": state.global_step, **state.model_info}, session.model_bytes)
     summary = _summary(session, state, restored)
     if accelerator.is_main_process:
         _write_reports(session, state)
@@ -486,16 +516,27 @@ def _keep_best(session: Session, state: TrainState, scored: Any, value: float) -
     state.best_dev = {k: v for k, v in scored.metrics.items() if k != "per_class"}
     checkpoints.save_model_folder(session.accelerator, session.net, session.tokenizer, session.out / "best",
                                   {"step": state.global_step, "metric": session.cfg.metric_for_best, "value": value,
-                                   "labels": session.label_map.to_json()["labels"]}, session.model_bytes)
+                                   "labels": session.label_map.to_json()["labels"], **state.model_info},
+                                  session.model_bytes)
     if session.accelerator.is_main_process:
         with runs.atomic_path(session.out / "best_dev_proba.npy") as tmp, open(tmp, "wb") as handle:
             np.save(handle, scored.outputs)
 
 
-def _epoch_row(state: TrainState, train_loss: float) -> dict[str, Any]:
+def _model_info(session: Session, scored: dict[str, Any]) -> dict[str, Any]:
+    """What a model saved now needs besides its weights (bertkit_model.json): for tags and numbers the task, and
+    the multi-label decision threshold (`bertkit predict` applies it). Single-label models need nothing."""
+    task = session.label_map.task
+    if task == "single_label":
+        return {}
+    return {"task": task, **({"threshold": scored["threshold"]} if "threshold" in scored else {})}
+
+
+def _epoch_row(state: TrainState, train_loss: float, names: tuple[str, ...]) -> dict[str, Any]:
+    """One row of the training table: losses, the objective's table metrics (single-label: accuracy, F1, MCC)."""
     last = state.history[-1]
     return {"epoch": state.epoch + 1, "train_loss": train_loss, "dev_loss": last["dev_loss"],
-            "dev_accuracy": last.get("dev_accuracy"), "dev_f1": last.get("dev_f1"), "dev_mcc": last.get("dev_mcc"),
+            **{f"dev_{name}": last.get(f"dev_{name}") for name in names},
             "train_seconds": round(state.train_seconds, 1),
             "samples_per_second": round(state.train_rows / max(state.train_seconds, 1e-9), 1)}
 
@@ -504,7 +545,8 @@ def _summary(session: Session, state: TrainState, restored: dict[str, Any] | Non
     cfg, accelerator = session.cfg, session.accelerator
     forward = "fast" if accelerator.unwrap_model(session.net).fast else "transformers"
     return {
-        "finished": True, "best_metric_name": cfg.metric_for_best, "best_metric": state.best_metric,
+        "finished": True, "task": session.label_map.task, "best_metric_name": cfg.metric_for_best,
+        "best_metric": state.best_metric,
         "best_step": state.best_step, "best_dev": state.best_dev,
         "final_dev": state.history[-1] if state.history else None, "global_step": state.global_step,
         "steps_per_epoch": session.steps_per_epoch, "epochs_run": state.epoch, "stopped_early": state.stopped_early,
@@ -513,9 +555,14 @@ def _summary(session: Session, state: TrainState, restored: dict[str, Any] | Non
         "processes": accelerator.num_processes, "mixed_precision": accelerator.mixed_precision, "forward": forward,
         "history": state.history, "epoch_table": state.epoch_table, "resumed_from": restored,
         "outputs": {name: str(Path(cfg.out or session.out) / name) for name in
-                    ("best", "final", "metrics.jsonl", "training_table.csv", "curves.png", "confusion_matrix.png",
-                     "dev_errors.csv")},
+                    ("best", "final", "metrics.jsonl", "training_table.csv", "curves.png",
+                     *REPORT_PLOTS[session.label_map.task], "dev_errors.csv")},
     }
+
+
+REPORT_PLOTS = {"single_label": ("confusion_matrix.png",), "regression": ("dev_scatter.png",), "multi_label": ()}
+"""The plot of the best model's dev predictions, per problem shape (multi-label: the per-tag table is in
+metrics.json)."""
 
 
 def _write_reports(session: Session, state: TrainState) -> None:
@@ -524,14 +571,17 @@ def _write_reports(session: Session, state: TrainState) -> None:
 
     from bertkit import plots
 
-    out, names = session.out, session.objective.label_names
+    out, names, task = session.out, session.objective.label_names, session.label_map.task
     proba = np.load(out / "best_dev_proba.npy")
     with runs.atomic_path(out / "training_table.csv") as tmp:
         pd.DataFrame(state.epoch_table).to_csv(tmp, index=False)
     write_predictions_csv(out / "dev_errors.csv", session.dev, proba, names, y_true=session.objective.y_dev,
-                          only_errors=True)
+                          only_errors=True, task=task, threshold=(state.best_dev or {}).get("threshold", 0.5))
     plots.training_curves(state.history, session.cfg.metric_for_best, out / "curves.png",
                           f"{session.run.command} {getattr(session.cfg, 'model', '')}")
+    if task == "regression":
+        plots.regression_scatter(session.objective.y_dev, proba[:, 0], out / "dev_scatter.png",
+                                 f"dev: true vs predicted {names[0]} (best, step {state.best_step})")
     matrix = (state.best_dev or {}).get("confusion_matrix")
     if matrix is not None:
         plots.confusion_matrix(matrix, names, out / "confusion_matrix.png",

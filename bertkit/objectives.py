@@ -29,12 +29,16 @@ class Scored:
 
     metrics: dict[str, Any]
     outputs: np.ndarray
+    decisions: np.ndarray | None = None
+    """What --metric evaluate modules compare with the references when it is not `metrics.predicted(outputs)` (class
+    ids or numbers): the 0/1 tag matrix at the threshold used, for multi-label."""
 
 
 class SingleLabel:
     """One label per row: cross-entropy (optionally class-weighted) and the classification metrics."""
 
     problem_type = "single_label_classification"
+    table_metrics = ("accuracy", "f1", "mcc")
 
     def __init__(self, y_train: np.ndarray, y_dev: np.ndarray, label_names: list[str], class_weight: str = "none"):
         self.y_train, self.y_dev, self.label_names = y_train, y_dev, label_names
@@ -72,6 +76,143 @@ class SingleLabel:
         return Scored(result, proba)
 
 
+def sigmoid(logits: np.ndarray) -> np.ndarray:
+    """Element-wise logistic function, stable for large |logits|."""
+    return 0.5 * (1.0 + np.tanh(0.5 * np.asarray(logits, dtype=np.float64)))
+
+
+class Regression:
+    """One number per row: one output, mean squared error (transformers' problem_type="regression"), scored by
+    Pearson, Spearman, MSE and MAE."""
+
+    problem_type = "regression"
+    metric_names = ("pearson", "spearman", "mse", "mae", "loss")
+    table_metrics = ("pearson", "spearman", "mae")
+    default_metric = "pearson"
+
+    def __init__(self, y_train: np.ndarray, y_dev: np.ndarray, label_names: list[str]):
+        self.y_train, self.y_dev, self.label_names = y_train, y_dev, label_names
+
+    @property
+    def num_outputs(self) -> int:
+        return 1
+
+    def to(self, device: torch.device) -> Regression:
+        return self
+
+    def init_head(self, model: Any) -> None:
+        """Start the output at the training targets' mean (the output layer's bias; its weights start near 0): the
+        first steps then learn the differences between rows instead of spending themselves - and, with targets far
+        from 0 such as ratings 1-5, huge MSE gradients through the encoder - on moving the output to the targets'
+        level. A plain transformers model still (its bias is an ordinary parameter)."""
+        head = getattr(model, "classifier", None) or getattr(model, "score", None)
+        head = getattr(head, "out_proj", head)  # RoBERTa-style heads: dense -> out_proj
+        if isinstance(head, torch.nn.Linear) and head.out_features == 1 and head.bias is not None:
+            with torch.no_grad():
+                head.bias.fill_(float(np.mean(self.y_train)))
+
+    def loss(self, logits: torch.Tensor, rows: np.ndarray) -> torch.Tensor:
+        """Mean squared error of the one output against the targets of `rows`, in fp32."""
+        target = torch.as_tensor(self.y_train[rows], device=logits.device, dtype=torch.float32)
+        return torch.nn.functional.mse_loss(logits.float().squeeze(-1), target)
+
+    def score(self, logits: np.ndarray) -> Scored:
+        predicted = np.asarray(logits, dtype=np.float64)[:, 0]
+        result = metrics.regression_metrics(self.y_dev, predicted)
+        result["loss"] = result["mse"]
+        return Scored(result, predicted[:, None])
+
+
+class MultiLabel:
+    """A set of tags per row: one sigmoid per tag, binary cross-entropy with logits (transformers'
+    problem_type="multi_label_classification"). A tag is predicted when its probability reaches the threshold:
+    fixed, or tuned on dev at every evaluation - one for all tags (best micro-F1) or one per tag (best F1 of that
+    tag) - and saved with the model."""
+
+    problem_type = "multi_label_classification"
+    metric_names = ("micro_f1", "macro_f1", "subset_accuracy", "hamming_loss", "loss")
+    table_metrics = ("micro_f1", "macro_f1", "subset_accuracy")
+    default_metric = "micro_f1"
+    GRID = np.round(np.arange(0.05, 0.951, 0.025), 3)
+    """Thresholds tried when tuning."""
+
+    def __init__(self, y_train: np.ndarray, y_dev: np.ndarray, label_names: list[str], threshold: str = "tune"):
+        self.y_train, self.y_dev, self.label_names, self.threshold = y_train, y_dev, label_names, threshold
+
+    @property
+    def num_outputs(self) -> int:
+        return len(self.label_names)
+
+    def to(self, device: torch.device) -> MultiLabel:
+        return self
+
+    def loss(self, logits: torch.Tensor, rows: np.ndarray) -> torch.Tensor:
+        """Mean binary cross-entropy over every (row, tag) of `rows`, in fp32."""
+        target = torch.as_tensor(self.y_train[rows], device=logits.device, dtype=torch.float32)
+        return torch.nn.functional.binary_cross_entropy_with_logits(logits.float(), target)
+
+    def score(self, logits: np.ndarray) -> Scored:
+        """Multi-label metrics of dev logits at the (tuned) threshold; `metrics["threshold"]` is the one used (a
+        number, or a list with one per tag)."""
+        proba = sigmoid(logits)
+        threshold = self.tuned_threshold(proba)
+        result = metrics.multilabel_metrics(self.y_dev, proba >= threshold, self.label_names)
+        result["threshold"] = threshold.tolist() if isinstance(threshold, np.ndarray) else threshold
+        p = np.clip(proba, 1e-12, 1 - 1e-12)
+        result["loss"] = float(-np.mean(self.y_dev * np.log(p) + (1 - self.y_dev) * np.log(1 - p)))
+        return Scored(result, proba, (proba >= threshold).astype(int))
+
+    def tuned_threshold(self, proba: np.ndarray) -> float | np.ndarray:
+        """The --threshold to use on these dev probabilities: the fixed one, or the best on the grid (ties: the
+        threshold nearest 0.5, the untuned default)."""
+        if self.threshold not in ("tune", "tune-per-label"):
+            return float(self.threshold)
+        from sklearn.metrics import f1_score
+
+        by_nearness = sorted(self.GRID, key=lambda t: abs(t - 0.5))
+        if self.threshold == "tune":
+            return float(max(by_nearness, key=lambda t: f1_score(self.y_dev, proba >= t, average="micro",
+                                                                 zero_division=0)))
+        return np.asarray([max(by_nearness, key=lambda t: f1_score(self.y_dev[:, j], proba[:, j] >= t,
+                                                                   zero_division=0))
+                           for j in range(proba.shape[1])])
+
+
+def model_outputs(task: str, logits: np.ndarray) -> np.ndarray:
+    """What a saved model's logits mean to a user: class probabilities (softmax), tag probabilities (sigmoid) or
+    the predicted numbers (the logits themselves) - transformers pipeline's function_to_apply softmax/sigmoid/none."""
+    if task == "multi_label":
+        return sigmoid(logits)
+    if task == "regression":
+        return np.asarray(logits, dtype=np.float64)
+    return softmax(logits)
+
+
+def predicted_labels(task: str, label_names: list[str], outputs: np.ndarray,
+                     threshold: float | list[float] = 0.5) -> list[Any]:
+    """Per row: the most probable class name, the tuple of tags at or above the threshold, or the number."""
+    if task == "regression":
+        return [float(x) for x in outputs[:, 0]]
+    if task == "multi_label":
+        on = outputs >= np.asarray(threshold)
+        return [tuple(name for name, hit in zip(label_names, row, strict=True) if hit) for row in on]
+    return [label_names[i] for i in outputs.argmax(axis=1)]
+
+
+def best_metric(task: str, requested: str) -> str:
+    """The dev metric that picks the best checkpoint for this problem shape: --metric-for-best, where the shape
+    has it; the shape's own default for the option's default (accuracy); otherwise a UserError."""
+    shape = {"regression": Regression, "multi_label": MultiLabel}.get(task)
+    if shape is None or requested in shape.metric_names:
+        return requested
+    if requested == "accuracy":
+        return shape.default_metric
+    from bertkit.errors import UserError
+
+    raise UserError(f"--metric-for-best {requested} is a single-label metric; this is {task} data. Pass "
+                    f"--metric-for-best {' / '.join(shape.metric_names)}.")
+
+
 class Distillation:
     """A student learning from a teacher (Hinton et al. 2015; DistilBERT): temperature-scaled KL to the teacher's
     soft targets, mixed with the hard-label loss, optionally a cosine loss pulling the student's [CLS] vector to
@@ -81,11 +222,11 @@ class Distillation:
     returns the student's [CLS] vectors of the batch just run (captured by a hook), for the cosine term.
     """
 
-    def __init__(self, hard: SingleLabel, teacher_logits: np.ndarray, temperature: float, alpha: float,
+    def __init__(self, hard: Any, teacher_logits: np.ndarray, temperature: float, alpha: float,
                  cos_weight: float = 0.0, teacher_cls: np.ndarray | None = None, cls_of: Any = None):
         self.hard, self.temperature, self.alpha, self.cos_weight = hard, temperature, alpha, cos_weight
         self.teacher_logits, self.teacher_cls, self.cls_of = teacher_logits, teacher_cls, cls_of
-        self.label_names, self.y_dev = hard.label_names, hard.y_dev
+        self.label_names, self.y_dev, self.table_metrics = hard.label_names, hard.y_dev, hard.table_metrics
 
     def to(self, device: torch.device) -> Distillation:
         self.hard.to(device)
@@ -95,17 +236,26 @@ class Distillation:
         """alpha x T^2 x KL(teacher || student at temperature T) + (1 - alpha) x CE(hard labels) [+ cosine term].
 
         T^2 keeps the soft term's gradients on the scale of the hard term's as T grows (Hinton et al.)."""
-        t = self.temperature
         teacher = torch.as_tensor(self.teacher_logits[rows], device=logits.device, dtype=torch.float32)
-        student = logits.float()
-        soft = torch.nn.functional.kl_div(torch.log_softmax(student / t, dim=-1), torch.log_softmax(teacher / t, dim=-1),
-                                          reduction="batchmean", log_target=True) * t * t
+        soft = self.soft_loss(logits.float(), teacher)
         loss = self.alpha * soft + (1.0 - self.alpha) * self.hard.loss(logits, rows)
         if self.cos_weight > 0 and self.teacher_cls is not None and self.cls_of is not None:
             target = torch.as_tensor(self.teacher_cls[rows], device=logits.device, dtype=torch.float32)
             cosine = torch.nn.functional.cosine_similarity(self.cls_of().float(), target, dim=-1)
             loss = loss + self.cos_weight * (1.0 - cosine).mean()
         return loss
+
+    def soft_loss(self, student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
+        """The student's distance to the teacher's outputs, per problem shape: KL between the temperature-softened
+        softmaxes (one label), binary cross-entropy to the softened sigmoids (tags: each tag its own two-class
+        softmax), squared error to the teacher's numbers (regression: no temperature). x T^2 as in Hinton et al."""
+        t = self.temperature
+        if isinstance(self.hard, Regression):
+            return torch.nn.functional.mse_loss(student, teacher)
+        if isinstance(self.hard, MultiLabel):
+            return torch.nn.functional.binary_cross_entropy_with_logits(student / t, torch.sigmoid(teacher / t)) * t * t
+        return torch.nn.functional.kl_div(torch.log_softmax(student / t, dim=-1), torch.log_softmax(teacher / t, dim=-1),
+                                          reduction="batchmean", log_target=True) * t * t
 
     def score(self, logits: np.ndarray) -> Scored:
         return self.hard.score(logits)

@@ -76,6 +76,35 @@ def confusion_matrix(matrix: Sequence[Sequence[int]], labels: Sequence[str], pat
     return _save(fig, path)
 
 
+def regression_scatter(y_true: Sequence[float], y_pred: Sequence[float], path: Path, title: str) -> Path:
+    """True vs predicted values, one dot per row, with the y = x line a perfect model would sit on."""
+    import numpy as np
+
+    true, pred = np.asarray(y_true, dtype=float), np.asarray(y_pred, dtype=float)
+    fig, ax = plt.subplots(figsize=(5, 5))
+    ax.scatter(true, pred, s=12, alpha=0.6)
+    low, high = float(min(true.min(), pred.min())), float(max(true.max(), pred.max()))
+    ax.plot([low, high], [low, high], color="crimson", linestyle="--", label="predicted = true")
+    ax.set_xlabel("true")
+    ax.set_ylabel("predicted")
+    ax.legend(loc="upper left")
+    ax.set_title(title)
+    return _save(fig, path)
+
+
+def per_label_f1(per_label: dict[str, dict], path: Path, title: str) -> Path:
+    """Horizontal bars of each tag's F1 (multi-label), support in the tick labels."""
+    names = list(per_label)
+    fig, ax = plt.subplots(figsize=(6, max(2.5, 0.35 * len(names) + 1)))
+    ax.barh(range(len(names)), [per_label[n]["f1"] for n in names])
+    ax.set_yticks(range(len(names)), [f"{n} ({per_label[n]['support']})" for n in names])
+    ax.invert_yaxis()
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("F1 (tag support in brackets)")
+    ax.set_title(title)
+    return _save(fig, path)
+
+
 def probe_layer_curve(rows: Sequence[dict], baselines: dict[str, float], path: Path, title: str,
                       metric: str = "accuracy") -> Path:
     """Probe score per layer, one line per pooling (with 95% bootstrap bands when rows carry them), the best

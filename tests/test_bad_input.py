@@ -569,6 +569,34 @@ CASES += [  # issue 13: data and options
 
 
 
+# ---------------------------------------------------------------- problem shapes (regression, multi-label; issue 15)
+
+MIXED_SCORES = _tsv([("a great film", "4.5"), ("bad", "neg"), ("awful", "0.5"), ("fine", "3.2"), ("meh", "pos")])
+EMPTY_TAGS = "".join(json.dumps(r) + "\n" for r in [{"text": "a", "labels": ["x"]}, {"text": "b", "labels": []},
+                                                    {"text": "c", "labels": ["x", "y"]}])
+SCORES = _tsv([(f"row {i}", f"{i / 7:.2f}") for i in range(20)])
+
+CASES += [
+    Case("regression-labels-mix-numbers-and-names", "finetune",
+         lambda w: finetune(w, "--data", w.file("m.tsv", MIXED_SCORES), "--task", "regression", out=w.path("fresh")),
+         r"--task regression needs a number.*mixes numbers and names: 2 cell\(s\).*lines 3, 6.*'neg'",
+         r"Fix those cells, or, to classify the labels as names, fine-tune with --task single_label"),
+    Case("multilabel-empty-tag-list", "finetune",
+         lambda w: finetune(w, "--data", w.file("e.jsonl", EMPTY_TAGS), out=w.path("fresh")),
+         r"1 empty tag list\(s\) .* at line 2: every row needs at least one tag",
+         r"Drop those rows, or give them an explicit tag"),
+    Case("threshold-above-one", "finetune", lambda w: finetune(w, "--data", w.good(), "--threshold", "1.5"),
+         r"--threshold must be a probability strictly between 0 and 1.*got '1\.5'", r"e\.g\. 0\.5\), tune"),
+    Case("threshold-zero", "finetune", lambda w: finetune(w, "--data", w.good(), "--threshold", "0"),
+         r"--threshold must be a probability strictly between 0 and 1.*got '0'", r"tune-per-label"),
+    Case("label-sep-with-regression", "finetune",
+         lambda w: finetune(w, "--data", w.good(), "--label-sep", "|", "--task", "regression"),
+         r"--label-sep splits tag lists .* does not apply to --task regression", r"Drop --label-sep"),
+    Case("classification-metric-for-regression", "finetune",
+         lambda w: finetune(w, "--data", w.file("s.tsv", SCORES), "--metric-for-best", "mcc", out=w.path("fresh")),
+         r"--metric-for-best mcc is a single-label metric; this is regression data", r"Pass --metric-for-best pearson"),
+]
+
 def _run_with_damaged_checkpoint_file(w: Workspace, name: str) -> str:
     """The premade run, unfinished, with one file of its newest checkpoint changed after it was saved."""
     run = Path(w.copy("run", f"run-damaged-{name}"))
