@@ -365,7 +365,8 @@ class FinetuneConfig(TruncationOption, MetricOptions, LabelOptions):
     task: str = option("auto", "Problem shape. auto: tag lists, --label-sep or several label columns -> multi_label; "
                        "numbers with fractions -> regression; else single_label.", panel=DATA, choices=TASKS)
     threshold: str = option("tune", "Multi-label decision threshold on each sigmoid: a probability in (0, 1), tune "
-                            "(one threshold, best dev micro-F1) or tune-per-label (one per label, best dev F1).")
+                            "(one threshold, best dev micro-F1) or tune-per-label (one per label, best dev F1).",
+                            numbers=True)
     class_weight: str = option("none", "balanced weighs the loss by inverse class frequency (imbalanced data).",
                                choices=CLASS_WEIGHTS)
     freeze_encoder: bool = option(False, "Train only the classification head (the encoder stays frozen).",

@@ -24,14 +24,15 @@ PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 
 def option(default: Any, help: str, *, panel: str = RUN, choices: tuple[str, ...] | None = None,
            minimum: float | None = None, above: float | None = None, aliases: tuple[str, ...] = (),
-           short: str | None = None) -> Any:
+           short: str | None = None, numbers: bool = False) -> Any:
     """A config field that is a CLI option (and a recipe key).
 
+    `numbers`: a text option whose values may also be numbers (a recipe's `threshold = 0.4` means "0.4").
     `choices`: the allowed values. `minimum`/`above`: inclusive/exclusive lower bound for numbers (None values
     pass: they mean "not set"). `aliases`: other accepted flags, e.g. an older name. `short`: a one-letter flag.
     """
     meta = {"help": help, "panel": panel, "choices": choices, "minimum": minimum, "above": above,
-            "aliases": aliases, "short": short}
+            "aliases": aliases, "short": short, "numbers": numbers}
     return field(default=default, metadata=meta)
 
 
@@ -109,6 +110,8 @@ def check_value(f: dataclasses.Field, value: Any) -> Any:
         return float(value)
     if base is str and (isinstance(value, str) or is_int):
         return str(value)
+    if base is str and isinstance(value, float) and f.metadata.get("numbers"):
+        return repr(value)
     if base is tuple:
         items = [value] if isinstance(value, str) else value
         if isinstance(items, (list, tuple)) and all(isinstance(item, str) for item in items):

@@ -197,3 +197,14 @@ def test_valid_quality_args_pass():
 def test_predict_refuses_empty_texts():
     with pytest.raises(UserError, match=r"--text number 2, 3 \(of 3\) is empty"):
         config.PredictConfig(model="m", text=("fine", "", "\u200b"))
+
+
+def test_a_recipe_threshold_may_be_a_number(tmp_path):
+    """`threshold = 0.4` in a recipe is the text option --threshold 0.4 (the field is text: tune is also allowed)."""
+    from bertkit.config import FinetuneConfig, load_recipe
+
+    recipe = tmp_path / "r.toml"
+    recipe.write_text('[finetune]\ndata = "x.tsv"\nout = "o"\nthreshold = 0.4\n')
+    values = load_recipe(str(recipe), "finetune", FinetuneConfig)
+    assert values["threshold"] == "0.4"
+    assert FinetuneConfig(**values).threshold == "0.4"
