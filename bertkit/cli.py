@@ -359,6 +359,12 @@ def _print_probe_report(result: dict[str, Any]) -> None:
              f"(* = best dev accuracy)")
     out_console.print(table(title, ["pool", "layer", "dev acc", "95% CI", "macro-F1", "MCC", "C"], rows))
     best = result["best"]
+    asked = {**{k: best["dev"][k] for k in best["dev"].get("requested", ()) if isinstance(best["dev"].get(k), float)},
+             **best["dev"].get("external", {})}
+    if asked:  # --metric: the scores asked for, of the best cell's dev predictions
+        out_console.print(table(f"--metric on dev — best cell ({best['pool']} {best['layer']})", ["metric", "value"],
+                                [[k, v] for k, v in asked.items()]))
+    best = result["best"]
     line = f"best: {best['pool']} {best['layer']}, dev accuracy {best['dev']['accuracy']:.3f}"
     if "repeats" in result:
         rep = result["repeats"]

@@ -483,7 +483,7 @@ class EvaluateConfig(LongTextOptions, MetricOptions, DataOptions):
 
 
 @dataclass(frozen=True)
-class ProbeConfig(TruncationOption, DataOptions):
+class ProbeConfig(LongTextOptions, MetricOptions, DataOptions):
     """`bertkit probe`: logistic-regression probes on frozen features, per pooling and layer, with baselines."""
 
     features: str | None = option(None, "A `bertkit embed` store (its --out directory) instead of --data.",
@@ -521,6 +521,7 @@ class ProbeConfig(TruncationOption, DataOptions):
         problems = self.data_problems()
         if (self.features is None) == (self.data is None):
             problems.append("Give exactly one of --features (a `bertkit embed` store) or --data (text to extract from).")
+        problems += self.long_text_problems()
         problems += [f"--pool must be one of {', '.join(POOLS)}; got {pool!r}." for pool in self.pools
                      if pool not in POOLS]
         if len(set(self.pools)) != len(self.pools) or not self.pools:
