@@ -181,7 +181,8 @@ class TruncationOption:
 
 @dataclass(frozen=True)
 class LongTextOptions(TruncationOption):
-    """Texts longer than the window: cut them (--truncation), or run every window and pool (embed/predict/evaluate)."""
+    """Texts longer than the window: cut them (--truncation), or run every window and pool (embed/probe/predict/
+    evaluate)."""
 
     long_text: str = option("cut", "Texts longer than --max-length: cut (see --truncation) or chunk (overlapping "
                             "windows of --max-length tokens, pooled: features by mean, logits by max; nothing is "
@@ -451,7 +452,8 @@ class PredictConfig(LongTextOptions, DataOptions):
         problems += self.long_text_problems()
         if self.probe is not None and (self.long_text != "cut" or self.truncation != "head"):
             problems.append("--long-text chunk and --truncation tail/head+tail work with --model; a saved --probe "
-                            "reads texts as its features were extracted (head). Drop them, or use a fine-tuned --model.")
+                            "reads texts as its features were extracted (the settings saved with it). Drop them, or "
+                            "use a fine-tuned --model.")
         raise_if_problems(problems)
 
 
