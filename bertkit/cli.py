@@ -314,8 +314,9 @@ def embed(cfg: EmbedConfig, view: View) -> None:
         )
     if not summary["complete_already"]:
         rate = f"{summary['rows_per_s']:,.1f} rows/s, {summary['tokens_per_s']:,.0f} tokens/s" if summary["rows_per_s"] else "-"
+        windows = f" (the store's texts as {summary['windows']:,} windows)" if summary["long_text"] == "chunk" else ""
         out_console.print(
-            f"embedded {summary['rows_encoded']:,} rows, {summary['tokens_encoded']:,} tokens in {summary['seconds']:.1f} s "
+            f"embedded {summary['rows_encoded']:,} rows{windows}, {summary['tokens_encoded']:,} tokens in {summary['seconds']:.1f} s "
             f"({rate}; {summary['dtype']} on {summary['device']}); store {_size(summary['size_bytes'])}; "
             f"{summary['n_truncated']:,} rows truncated at --max-length {summary['max_length']}",
             highlight=False,

@@ -376,6 +376,8 @@ class SplitResult:
     shards_total: int = 0
     shards_skipped: int = 0
     size_bytes: int = 0
+    windows: int = 0
+    """Model inputs the store was made from: its rows, or more with --long-text chunk."""
 
 
 def load_embed_data(cfg: EmbedConfig) -> tuple[list[tuple[str, TextDataset]], LabelMap | None]:
@@ -543,6 +545,7 @@ def _embed_split(cfg: EmbedConfig, dist: Any, writer: Any, split: str, ds: TextD
     final = store.open(writer.path)
     result.tokens_total = int(final.manifest.get("tokens", 0))
     result.n_truncated = int(final.manifest.get("n_truncated", 0))
+    result.windows = int(final.manifest.get("windows") or len(ds))
     result.size_bytes = store.store_size_bytes(writer.path)
     result.seconds = time.perf_counter() - started
     return result
@@ -562,6 +565,7 @@ def _summary(cfg: EmbedConfig, root: Any, results: list[SplitResult], dtype: tor
         "rows_per_s": round(rows / seconds, 1) if seconds and rows else None,
         "tokens_per_s": round(tokens / seconds, 1) if seconds and rows else None,
         "n_truncated": sum(r.n_truncated for r in results), "max_length": cfg.max_length,
+        "long_text": cfg.long_text, "windows": sum(r.windows for r in results),
         "size_bytes": sum(r.size_bytes for r in results),
         "splits": [vars(r) for r in results],
     }

@@ -356,6 +356,7 @@ def test_embed_cli_chunk_and_truncation_are_part_of_the_stores_identity(tiny_ber
     m = chunked.manifest
     assert (m["long_text"], m["stride"], m["truncation"], m["n_truncated"]) == ("chunk", 16, "head", 0)
     assert m["windows"] > 4 * 30 and chunked.features.shape == (4, 32)  # one row per text, not per window
+    assert f"as {m['windows']:,} windows" in result.output
     ds = data.load_dataset_split(EmbedConfig(data=str(path), out="x"), str(path), need_labels=False)
     direct = extract_features(encoder, tokenizer, ds, pool="mean", max_length=64, long_text="chunk", stride=16)
     np.testing.assert_allclose(chunked.features, direct, atol=1e-5)
