@@ -69,7 +69,7 @@ def load_store_inputs(cfg: Any) -> ProbeInputs:
             f"Drop --model to probe the store as it is, or re-embed with `bertkit embed --model {cfg.model}`."
         )
     notes: list[str] = []
-    _check_store_long_text(cfg, manifest)
+    _check_store_long_text(cfg, manifest, train.path)
     pools = _store_pools(cfg, manifest)
     positions, indices, names = _store_layers(cfg, train)
     X_train = _layer_axis(train.features)[:, positions]
@@ -181,7 +181,7 @@ def _store_meta(manifest: dict[str, Any]) -> dict[str, Any]:
     return meta
 
 
-def _check_store_long_text(cfg: Any, manifest: dict[str, Any]) -> None:
+def _check_store_long_text(cfg: Any, manifest: dict[str, Any], path: Any) -> None:
     """With --features the store's reading of long texts is used; a --truncation/--long-text/--stride that asks
     for another one (a value other than the default) is refused rather than silently ignored."""
     stored = _store_meta(manifest)
@@ -191,7 +191,7 @@ def _check_store_long_text(cfg: Any, manifest: dict[str, Any]) -> None:
                if v != default and v != stored[k]]
     if clashes:
         raise UserError(
-            f"The feature store {manifest.get('data', '')} was embedded with other long-text settings than "
+            f"The feature store {path} was embedded with other long-text settings than "
             f"{', '.join(clashes)}; a probe on a store reads its features as they are. Drop those flags, or re-embed "
             f"with them (`bertkit embed ... --overwrite`), or probe with --data to extract on the fly."
         )
