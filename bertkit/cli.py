@@ -315,8 +315,9 @@ def embed(cfg: EmbedConfig, view: View) -> None:
         )
     if not summary["complete_already"]:
         rate = f"{summary['rows_per_s']:,.1f} rows/s, {summary['tokens_per_s']:,.0f} tokens/s" if summary["rows_per_s"] else "-"
+        windows = f" (the store's texts as {summary['windows']:,} windows)" if summary["long_text"] == "chunk" else ""
         out_console.print(
-            f"embedded {summary['rows_encoded']:,} rows, {summary['tokens_encoded']:,} tokens in {summary['seconds']:.1f} s "
+            f"embedded {summary['rows_encoded']:,} rows{windows}, {summary['tokens_encoded']:,} tokens in {summary['seconds']:.1f} s "
             f"({rate}; {summary['dtype']} on {summary['device']}); store {_size(summary['size_bytes'])}; "
             f"{summary['n_truncated']:,} rows truncated at --max-length {summary['max_length']}",
             highlight=False,
@@ -359,6 +360,12 @@ def _print_probe_report(result: dict[str, Any]) -> None:
     title = (f"Linear probe — {result['model']} — train {sizes['train']:,} rows, dev {sizes['dev']:,} rows "
              f"(* = best dev accuracy)")
     out_console.print(table(title, ["pool", "layer", "dev acc", "95% CI", "macro-F1", "MCC", "C"], rows))
+    best = result["best"]
+    asked = {**{k: best["dev"][k] for k in best["dev"].get("requested", ()) if isinstance(best["dev"].get(k), float)},
+             **best["dev"].get("external", {})}
+    if asked:  # --metric: the scores asked for, of the best cell's dev predictions
+        out_console.print(table(f"--metric on dev — best cell ({best['pool']} {best['layer']})", ["metric", "value"],
+                                [[k, v] for k, v in asked.items()]))
     best = result["best"]
     line = f"best: {best['pool']} {best['layer']}, dev accuracy {best['dev']['accuracy']:.3f}"
     if "repeats" in result:

@@ -183,7 +183,8 @@ class TruncationOption:
 
 @dataclass(frozen=True)
 class LongTextOptions(TruncationOption):
-    """Texts longer than the window: cut them (--truncation), or run every window and pool (embed/predict/evaluate)."""
+    """Texts longer than the window: cut them (--truncation), or run every window and pool (embed/probe/predict/
+    evaluate)."""
 
     long_text: str = option("cut", "Texts longer than --max-length: cut (see --truncation) or chunk (overlapping "
                             "windows of --max-length tokens, pooled: features by mean, logits by max; nothing is "
@@ -492,7 +493,8 @@ class PredictConfig(LongTextOptions, DataOptions):
         problems += self.long_text_problems()
         if self.probe is not None and (self.long_text != "cut" or self.truncation != "head"):
             problems.append("--long-text chunk and --truncation tail/head+tail work with --model; a saved --probe "
-                            "reads texts as its features were extracted (head). Drop them, or use a fine-tuned --model.")
+                            "reads texts as its features were extracted (the settings saved with it). Drop them, or "
+                            "use a fine-tuned --model.")
         raise_if_problems(problems)
 
 
@@ -524,7 +526,7 @@ class EvaluateConfig(LongTextOptions, MetricOptions, LabelOptions):
 
 
 @dataclass(frozen=True)
-class ProbeConfig(TruncationOption, DataOptions):
+class ProbeConfig(LongTextOptions, MetricOptions, DataOptions):
     """`bertkit probe`: logistic-regression probes on frozen features, per pooling and layer, with baselines."""
 
     features: str | None = option(None, "A `bertkit embed` store (its --out directory) instead of --data.",
@@ -562,6 +564,7 @@ class ProbeConfig(TruncationOption, DataOptions):
         problems = self.data_problems()
         if (self.features is None) == (self.data is None):
             problems.append("Give exactly one of --features (a `bertkit embed` store) or --data (text to extract from).")
+        problems += self.long_text_problems()
         problems += [f"--pool must be one of {', '.join(POOLS)}; got {pool!r}." for pool in self.pools
                      if pool not in POOLS]
         if len(set(self.pools)) != len(self.pools) or not self.pools:

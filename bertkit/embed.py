@@ -27,9 +27,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from bertkit import fastforward, infer, modeling
+from bertkit import fastforward, infer, longtext, modeling
 from bertkit.config import COMBINES, POOLS, EmbedConfig, layers_problem, parse_layers
-from bertkit.data import Encoded, LabelMap, TextDataset, encode_dataset
+from bertkit.data import Encoded, LabelMap, TextDataset
 from bertkit.errors import UserError, raise_if_problems
 
 log = logging.getLogger(__name__)
@@ -203,16 +203,60 @@ class EncodeStats:
     padded_tokens: int = 0
     n_truncated: int = 0
     seconds: float = 0.0
+    windows: int = 0
+    """Model inputs run: one per row, or more for texts read in overlapping windows (`--long-text chunk`)."""
+
+
+@dataclass(frozen=True)
+class LongText:
+    """How texts longer than --max-length are read (see `bertkit.longtext`): cut (`truncation` says which tokens
+    stay) or, with `mode="chunk"`, overlapping windows sharing `stride` tokens, whose features are averaged."""
+
+    truncation: str = "head"
+    mode: str = "cut"
+    stride: int | None = None
+
+    @classmethod
+    def of(cls, cfg: Any) -> LongText:
+        """The settings of a config with --truncation (and --long-text/--stride where the command has them)."""
+        return cls(getattr(cfg, "truncation", "head"), getattr(cfg, "long_text", "cut"), getattr(cfg, "stride", None))
+
+
+def pooled_over_windows(windows: Any, per_window: np.ndarray, normalize: bool) -> np.ndarray:
+    """One feature row per text from one per window (input order): the mean of its windows, L2-normalised again
+    when the features are (a mean of unit vectors is shorter than 1). A cut run (one window per text) is
+    returned as it is."""
+    if len(windows.owner) == windows.n_rows:
+        return per_window
+    pooled = windows.pool(per_window, "mean")
+    if normalize:
+        pooled = pooled / np.maximum(np.linalg.norm(pooled, axis=-1, keepdims=True), 1e-12)
+    return np.ascontiguousarray(pooled, dtype=np.float32)
+
+
+def count_windows(bar: Any, windows: Any) -> None:
+    """A bar made with one step per row counts windows from here on: its total grows by the extra windows."""
+    extra = len(windows.owner) - windows.n_rows
+    if bar is not None and extra > 0:
+        bar.total = (bar.total or 0) + extra
+        bar.refresh()
 
 
 def encode_features(encoder: Any, tokenizer: Any, dataset: TextDataset, spec: FeatureSpec, *, max_length: int,
-                    batch_size: int | None, device: torch.device, dtype: torch.dtype,
-                    bar: Any = None) -> tuple[np.ndarray, EncodeStats]:
-    """Features for every row of `dataset` (input order) and what it took (`infer.run_batches` does the loop)."""
+                    batch_size: int | None, device: torch.device, dtype: torch.dtype, bar: Any = None,
+                    long_text: LongText | None = None) -> tuple[np.ndarray, EncodeStats]:
+    """Features for every row of `dataset` (input order) and what it took (`infer.run_batches` does the loop).
+
+    Over-long texts are cut as `long_text.truncation` says, or read as windows whose features are averaged per
+    text (`long_text.mode == "chunk"`); a `bar` then counts windows (see `count_windows`)."""
     start = time.perf_counter()
     n_layers, hidden = encoder_shape(encoder)
     indices = spec.resolve(n_layers)
-    encoded: Encoded = encode_dataset(tokenizer, dataset, max_length)
+    long_text = long_text or LongText()
+    windows = longtext.encode_for(tokenizer, dataset, max_length, truncation=long_text.truncation,
+                                  long_text=long_text.mode, stride=long_text.stride)
+    encoded: Encoded = windows.encoded
+    count_windows(bar, windows)
     batches = infer.plan_batches(encoded.lengths, batch_size, infer.auto_token_budget(encoder, device))
     padded, prune = 0, None
 
@@ -225,38 +269,51 @@ def encode_features(encoder: Any, tokenizer: Any, dataset: TextDataset, spec: Fe
 
     outputs = infer.run_batches(features_of, encoded, batches, model=encoder, pad_id=infer.pad_id_of(tokenizer),
                                 device=device, dtype=dtype, bar=bar)
-    features = infer.in_input_order(batches, outputs, spec.row_shape(n_layers, hidden))
+    per_window = infer.in_input_order(batches, outputs, spec.row_shape(n_layers, hidden))
+    features = pooled_over_windows(windows, per_window, spec.normalize)
     stats = EncodeStats(len(dataset), int(encoded.lengths.sum()), padded, encoded.n_truncated,
-                        time.perf_counter() - start)
+                        time.perf_counter() - start, len(windows.owner))
     return features, stats
 
 
 def extract_features(encoder: Any, tokenizer: Any, dataset: TextDataset, *, pool: str = "cls", layers: str = "-1",
                      combine: str = "concat", max_length: int = 128, batch_size: int | str = 64,
                      dtype: torch.dtype = torch.float32, device: torch.device | str | None = None,
-                     normalize: bool = False, progress: bool = False) -> np.ndarray:
+                     normalize: bool = False, progress: bool = False, truncation: str = "head",
+                     long_text: str = "cut", stride: int | None = None) -> np.ndarray:
     """Pooled features of every row, in the dataset's order: (n, dim), or (n, layers, dim) for layers="all".
 
-    `batch_size` is rows per batch or "auto" (a padded-token budget from the model size).
+    `batch_size` is rows per batch or "auto" (a padded-token budget from the model size). Texts longer than
+    `max_length` are cut (`truncation`: head, tail, head+tail), or with `long_text="chunk"` read in overlapping
+    windows sharing `stride` tokens whose features are averaged (one row per text either way).
     """
     spec = FeatureSpec.from_options(pool, layers, combine, normalize)
     device = torch.device(device) if device is not None else next(encoder.parameters()).device
     rows = None if str(batch_size) == "auto" else int(batch_size)
-    with infer.closing(infer.progress_bar(len(dataset), "embed", progress)) as bar:
+    with infer.closing(infer.progress_bar(len(dataset), "embed", progress, unit_of(long_text))) as bar:
         features, _ = encode_features(encoder, tokenizer, dataset, spec, max_length=max_length, batch_size=rows,
-                                      device=device, dtype=dtype, bar=bar)
+                                      device=device, dtype=dtype, bar=bar,
+                                      long_text=LongText(truncation, long_text, stride))
     return features
+
+
+def unit_of(long_text: str) -> str:
+    """What a progress bar counts: rows, or windows when texts are read in windows."""
+    return "windows" if long_text == "chunk" else "rows"
 
 
 def extract_pooled(encoder: Any, tokenizer: Any, dataset: TextDataset, *, pools: Sequence[str], layers: Sequence[int],
                    max_length: int, batch_size: int | None, dtype: torch.dtype, normalize: bool = False,
-                   progress: bool = False) -> dict[str, np.ndarray]:
+                   progress: bool = False, long_text: LongText | None = None) -> dict[str, np.ndarray]:
     """{pool: (n, len(layers), d)} from ONE forward pass per batch (`layers` are hidden-state indices,
     0 = embeddings). Pooling is `pool_tokens`, so each slice equals `extract_features` with that pool and layer:
-    comparing cls and mean costs one extraction, not two (`bertkit probe`)."""
+    comparing cls and mean costs one extraction, not two (`bertkit probe`). Over-long texts as `long_text` says
+    (windows are averaged per text, as in `encode_features`)."""
     device = next(encoder.parameters()).device
-    encoded = encode_dataset(tokenizer, dataset, max_length)
-    batches = infer.plan_batches(encoded.lengths, batch_size, infer.auto_token_budget(encoder, device))
+    long_text = long_text or LongText()
+    windows = longtext.encode_for(tokenizer, dataset, max_length, truncation=long_text.truncation,
+                                  long_text=long_text.mode, stride=long_text.stride)
+    batches = infer.plan_batches(windows.encoded.lengths, batch_size, infer.auto_token_budget(encoder, device))
 
     def pooled_of(batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """(batch, pools, layers, d)"""
@@ -265,11 +322,13 @@ def extract_pooled(encoder: Any, tokenizer: Any, dataset: TextDataset, *, pools:
                                for pool in pools], 1)
         return torch.nn.functional.normalize(stacked, p=2.0, dim=-1) if normalize else stacked
 
-    with infer.closing(infer.progress_bar(len(dataset), "features", progress)) as bar:
-        outputs = infer.run_batches(pooled_of, encoded, batches, model=encoder, pad_id=infer.pad_id_of(tokenizer),
-                                    device=device, dtype=dtype, bar=bar)
+    with infer.closing(infer.progress_bar(len(dataset), "features", progress, unit_of(long_text.mode))) as bar:
+        count_windows(bar, windows)
+        outputs = infer.run_batches(pooled_of, windows.encoded, batches, model=encoder,
+                                    pad_id=infer.pad_id_of(tokenizer), device=device, dtype=dtype, bar=bar)
     hidden_size = encoder_shape(encoder)[1]
-    stacked = infer.in_input_order(batches, outputs, (len(pools), len(layers), hidden_size))
+    per_window = infer.in_input_order(batches, outputs, (len(pools), len(layers), hidden_size))
+    stacked = pooled_over_windows(windows, per_window, normalize)
     return {pool: np.ascontiguousarray(stacked[:, p]) for p, pool in enumerate(pools)}
 
 
@@ -317,6 +376,8 @@ class SplitResult:
     shards_total: int = 0
     shards_skipped: int = 0
     size_bytes: int = 0
+    windows: int = 0
+    """Model inputs the store was made from: its rows, or more with --long-text chunk."""
 
 
 def load_embed_data(cfg: EmbedConfig) -> tuple[list[tuple[str, TextDataset]], LabelMap | None]:
@@ -360,6 +421,7 @@ def store_identity(cfg: EmbedConfig, split: str, ds: TextDataset, revision: str,
         "data_fingerprint": ds.fingerprint, "rows": len(ds), "limit": cfg.limit,
         "text_column": cfg.text_column, "text_pair_column": cfg.text_pair_column,
         "label_column": cfg.label_column, "shard_size": cfg.shard_size,
+        "truncation": cfg.truncation, "long_text": cfg.long_text, "stride": cfg.stride,
     }
 
 
@@ -419,6 +481,7 @@ def _manifest_common(cfg: EmbedConfig, tokenizer: Any, encoder: Any, spec: Featu
         "architecture": type(encoder).__name__, "n_layers": n_layers, "hidden_size": hidden,
         "pool": cfg.pool, "layers": str(cfg.layers), "combine": cfg.combine, "layer_indices": spec.resolve(n_layers),
         "layer_names": spec.layer_names(n_layers), "max_length": cfg.max_length, "normalize": cfg.normalize,
+        "truncation": cfg.truncation, "long_text": cfg.long_text, "stride": cfg.stride,
         "dtype": modeling.dtype_name(dtype), "label_map": label_map.to_json() if label_map else None,
         "versions": {k: v for k, v in package_versions().items() if k in ("bertkit", "torch", "transformers")},
     }
@@ -452,14 +515,16 @@ def _embed_split(cfg: EmbedConfig, dist: Any, writer: Any, split: str, ds: TextD
         result.shards_skipped = len(writer.ranges) - len(pending_all)
         mine = [k for k in pending_all if k % dist.num_processes == dist.process_index]
         todo_rows = sum(writer.ranges[k][1] - writer.ranges[k][0] for k in mine)
-        with infer.closing(infer.progress_bar(todo_rows, f"embed {split}", progress and dist.is_main_process)) as bar:
+        # with --long-text chunk the bar counts windows; its total grows as each shard's texts are tokenized
+        with infer.closing(infer.progress_bar(todo_rows, f"embed {split}", progress and dist.is_main_process,
+                                              unit_of(cfg.long_text))) as bar:
             for k in mine:
                 start, end = writer.ranges[k]
                 features, stats = encode_features(encoder, tokenizer, ds.subset(range(start, end)), spec,
                                                   max_length=cfg.max_length, batch_size=cfg.rows_per_batch,
-                                                  device=device, dtype=dtype, bar=bar)
+                                                  device=device, dtype=dtype, bar=bar, long_text=LongText.of(cfg))
                 writer.write_shard(k, features, {"tokens": stats.tokens, "padded_tokens": stats.padded_tokens,
-                                                 "n_truncated": stats.n_truncated})
+                                                 "n_truncated": stats.n_truncated, "windows": stats.windows})
         dist.wait_for_everyone()
         result.rows_encoded = sum(writer.ranges[k][1] - writer.ranges[k][0] for k in pending_all)
         if dist.is_main_process:  # only rank 0 reads the shards: finalize removes them
@@ -471,6 +536,7 @@ def _embed_split(cfg: EmbedConfig, dist: Any, writer: Any, split: str, ds: TextD
                         "text_pair_column": cfg.text_pair_column, "label_column": cfg.label_column,
                         "tokens": sum(m["tokens"] for m in metas),
                         "n_truncated": sum(m["n_truncated"] for m in metas),
+                        "windows": sum(m.get("windows", 0) for m in metas),
                         "shard_size": cfg.shard_size, "n_shards": len(writer.ranges)}
             writer.finalize(manifest, labels)
         if status == "partial":
@@ -479,6 +545,7 @@ def _embed_split(cfg: EmbedConfig, dist: Any, writer: Any, split: str, ds: TextD
     final = store.open(writer.path)
     result.tokens_total = int(final.manifest.get("tokens", 0))
     result.n_truncated = int(final.manifest.get("n_truncated", 0))
+    result.windows = int(final.manifest.get("windows") or len(ds))
     result.size_bytes = store.store_size_bytes(writer.path)
     result.seconds = time.perf_counter() - started
     return result
@@ -498,6 +565,7 @@ def _summary(cfg: EmbedConfig, root: Any, results: list[SplitResult], dtype: tor
         "rows_per_s": round(rows / seconds, 1) if seconds and rows else None,
         "tokens_per_s": round(tokens / seconds, 1) if seconds and rows else None,
         "n_truncated": sum(r.n_truncated for r in results), "max_length": cfg.max_length,
+        "long_text": cfg.long_text, "windows": sum(r.windows for r in results),
         "size_bytes": sum(r.size_bytes for r in results),
         "splits": [vars(r) for r in results],
     }

@@ -85,13 +85,14 @@ def pad_id_of(tokenizer: Any) -> int:
     return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
 
 
-def progress_bar(total: int, desc: str, enabled: bool) -> Any:
-    """A tqdm bar on stderr counting rows, or None (`--quiet`, --json, or not the main process)."""
+def progress_bar(total: int, desc: str, enabled: bool, unit: str = "rows") -> Any:
+    """A tqdm bar on stderr counting rows (or `unit`: windows of long texts), or None (`--quiet`, --json, or not
+    the main process)."""
     if not enabled:
         return None
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, desc=desc, unit="rows", file=sys.stderr, dynamic_ncols=True, smoothing=0.1)
+    return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, dynamic_ncols=True, smoothing=0.1)
 
 
 @contextlib.contextmanager

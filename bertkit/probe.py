@@ -344,10 +344,12 @@ def run_probe(cfg: Any, progress: bool = False) -> dict[str, Any]:
     results (what metrics.json holds)."""
     from bertkit import runs
     from bertkit.config import config_dict
+    from bertkit.metrics import load_metrics
 
     # --out is looked at now (read-only) and claimed once the data and model are validated
     plan = runs.inspect_run_dir(cfg.out, "probe", overwrite=cfg.overwrite,
                                 compare=runs.config_compare(config_dict(cfg))) if cfg.out else None
+    external = load_metrics(tuple(cfg.external_metrics))  # a --metric that cannot load stops before any work
     cache = (lambda: plan.claim().path / "features") if plan is not None else None
     inputs = load_store_inputs(cfg) if cfg.features else load_text_inputs(cfg, cache, progress)
     run_dir = plan.claim() if plan is not None else None
@@ -376,10 +378,25 @@ def run_probe(cfg: Any, progress: bool = False) -> dict[str, Any]:
                                          inputs.dev[best.pool][:, best.layer], inputs.y_dev, repeats=cfg.repeats, **kwargs)
     if inputs.test is not None and inputs.y_test is not None:
         result["best"]["test"] = score_probe(best.fit, inputs.test[best.pool][:, best.layer], inputs.y_test, names)
+    add_requested_metrics(cfg, result["best"], best, inputs, external)
     if run_dir is not None:
         result["outputs"] = write_probe_run(run_dir.path, cfg, inputs, sweep, result, final_dir=run_dir.out)
         run_dir.commit()  # with --overwrite: the new run replaces the previous one only now
     return result
+
+
+def add_requested_metrics(cfg: Any, best_result: dict[str, Any], best: Cell, inputs: ProbeInputs,
+                          external: Sequence[Any]) -> None:
+    """The --metric scores of the best cell: each evaluate module on its dev (and test) predictions, as label ids
+    against the true ids (as `bertkit evaluate` passes them), and the names asked for under `requested`."""
+    from bertkit.metrics import add_requested
+
+    if not cfg.metric_list:
+        return
+    add_requested(best_result["dev"], cfg.metric_list, external, best.pred, inputs.y_dev)
+    if "test" in best_result and inputs.test is not None and inputs.y_test is not None:
+        test_pred = _predicted_ids(best.fit, inputs.test[best.pool][:, best.layer])
+        add_requested(best_result["test"], cfg.metric_list, external, test_pred, inputs.y_test)
 
 
 def run_baselines(cfg: Any, inputs: ProbeInputs, best: Cell, names: list[str], cache: Path | None,
@@ -423,7 +440,9 @@ def random_encoder_features(cfg: Any, inputs: ProbeInputs, pool: str, index: int
         dtype = modeling.DTYPE_NAMES.get(str(meta.get("dtype")), torch.float32)
         return embed.extract_pooled(state["encoder"], state["tokenizer"], ds, pools=[pool], layers=[index],
                               max_length=int(meta["max_length"]), batch_size=cfg.batch_size, dtype=dtype,
-                              normalize=bool(meta.get("normalize")), progress=progress)
+                              normalize=bool(meta.get("normalize")), progress=progress,
+                              long_text=embed.LongText(meta.get("truncation", "head"), meta.get("long_text", "cut"),
+                                                        meta.get("stride")))
 
     key = {**meta, "revision": f"random-init(seed={cfg.seed})/{meta.get('revision')}", "layers": str(index)}
     return {

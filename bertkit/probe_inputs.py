@@ -69,6 +69,7 @@ def load_store_inputs(cfg: Any) -> ProbeInputs:
             f"Drop --model to probe the store as it is, or re-embed with `bertkit embed --model {cfg.model}`."
         )
     notes: list[str] = []
+    _check_store_long_text(cfg, manifest, train.path)
     pools = _store_pools(cfg, manifest)
     positions, indices, names = _store_layers(cfg, train)
     X_train = _layer_axis(train.features)[:, positions]
@@ -174,7 +175,26 @@ def _store_meta(manifest: dict[str, Any]) -> dict[str, Any]:
     keys = ("model", "revision", "max_length", "normalize", "combine", "layers", "architecture", "dtype")
     meta = {k: manifest.get(k) for k in keys}
     meta["trust_remote_code"] = False
+    # stores made before embed recorded how it read long texts were head-cut
+    meta.update(truncation=manifest.get("truncation", "head"), long_text=manifest.get("long_text", "cut"),
+                stride=manifest.get("stride"))
     return meta
+
+
+def _check_store_long_text(cfg: Any, manifest: dict[str, Any], path: Any) -> None:
+    """With --features the store's reading of long texts is used; a --truncation/--long-text/--stride that asks
+    for another one (a value other than the default) is refused rather than silently ignored."""
+    stored = _store_meta(manifest)
+    asked = {"truncation": (getattr(cfg, "truncation", "head"), "head"),
+             "long_text": (getattr(cfg, "long_text", "cut"), "cut"), "stride": (getattr(cfg, "stride", None), None)}
+    clashes = [f"--{k.replace('_', '-')} {v} (the store: {stored[k]})" for k, (v, default) in asked.items()
+               if v != default and v != stored[k]]
+    if clashes:
+        raise UserError(
+            f"The feature store {path} was embedded with other long-text settings than "
+            f"{', '.join(clashes)}; a probe on a store reads its features as they are. Drop those flags, or re-embed "
+            f"with them (`bertkit embed ... --overwrite`), or probe with --data to extract on the fly."
+        )
 
 
 def _store_texts(splits: dict[str, Any], notes: list[str]) -> dict[str, Any]:
@@ -220,13 +240,15 @@ def load_text_inputs(cfg: Any, cache_dir: Path | Callable[[], Path] | None, prog
     meta = {"model": model, "revision": modeling.model_revision(model), "max_length": cfg.max_length,
             "normalize": cfg.normalize, "combine": "concat", "layers": cfg.layers or "-1",
             "architecture": type(encoder).__name__, "dtype": modeling.dtype_name(dtype),
-            "trust_remote_code": cfg.trust_remote_code}
+            "trust_remote_code": cfg.trust_remote_code, "truncation": cfg.truncation, "long_text": cfg.long_text,
+            "stride": cfg.stride}
     named = {"train": splits.train, "dev": splits.dev, **({"test": splits.test} if splits.test is not None else {})}
     features = {
         name: cached_features(cache_dir, name, ds, meta, cfg.pools, indices,
                               lambda ds=ds, pools=cfg.pools: embed.extract_pooled(
                                   encoder, tokenizer, ds, pools=pools, layers=indices, max_length=cfg.max_length,
-                                  batch_size=cfg.batch_size, dtype=dtype, normalize=cfg.normalize, progress=progress))
+                                  batch_size=cfg.batch_size, dtype=dtype, normalize=cfg.normalize, progress=progress,
+                                  long_text=embed.LongText.of(cfg)))
         for name, ds in named.items()
     }
     lm = splits.label_map
@@ -249,6 +271,8 @@ def cached_features(
 
     layers = "all" if meta.get("layers") == "all" else "_".join(map(str, indices))
     key = {k: meta.get(k) for k in ("model", "revision", "max_length", "normalize", "dtype")}
+    key.update(truncation=meta.get("truncation", "head"), long_text=meta.get("long_text", "cut"),
+               stride=meta.get("stride"))
     key.update(data=dataset.fingerprint, rows=len(dataset), source=dataset.source, layers=list(indices))
     files = {p: cache_dir / f"{prefix}{split}-{p}-{layers}.npy" for p in pools} if cache_dir else {}
     if files and all(f.is_file() and f.with_suffix(".json").is_file() for f in files.values()):

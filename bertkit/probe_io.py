@@ -125,7 +125,7 @@ def _damaged_probe(file: Path, reason: str) -> UserError:
 
 def _read_probe_meta(root: Path) -> dict[str, Any]:
     """probe.json, with every key prediction needs present and valid."""
-    from bertkit.config import POOLS, layers_problem
+    from bertkit.config import LONG_TEXT_MODES, POOLS, TRUNCATIONS, layers_problem
 
     file = root / PROBE_META
     try:
@@ -141,6 +141,9 @@ def _read_probe_meta(root: Path) -> dict[str, Any]:
     problems += [f"layers {meta['layers']!r} is not a layer list" for _ in layers_problem(str(meta["layers"]))]
     if "max_length" in meta and (not isinstance(meta["max_length"], int) or meta["max_length"] <= 0):
         problems.append(f"max_length {meta['max_length']!r} is not a positive integer")
+    if meta.get("truncation", "head") not in TRUNCATIONS or meta.get("long_text", "cut") not in LONG_TEXT_MODES:
+        problems.append(f"truncation {meta.get('truncation')!r} / long_text {meta.get('long_text')!r} are not "
+                        f"{'/'.join(TRUNCATIONS)} / {'/'.join(LONG_TEXT_MODES)}")
     if not isinstance(meta["label_map"], dict) or not isinstance(meta["label_map"].get("labels"), list):
         problems.append("label_map has no list of labels")
     if problems:
@@ -188,7 +191,8 @@ def predict_with_probe(
     precision: str = "fp32", progress: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Label ids and probabilities for `dataset` (a data.TextDataset): re-extracts features as the probe was
-    trained (model, pooling, layer, normalization; max length unless `max_length` is given), then applies the
+    trained (model, pooling, layer, normalization, truncation or windows of long texts; max length unless
+    `max_length` is given), then applies the
     saved probe. The extraction precision is `precision` (auto/fp32/bf16/fp16) resolved for the encoder's
     device."""
     from bertkit import embed, modeling
@@ -205,6 +209,8 @@ def predict_with_probe(
         encoder, tokenizer, dataset, pool=meta["pool"], layers=str(meta["layers"]), combine=meta.get("combine", "concat"),
         max_length=int(max_length or meta.get("max_length") or 128), batch_size=batch_size, dtype=dtype,
         normalize=bool(meta.get("normalize", False)), progress=progress,
+        # probes saved before these settings were recorded read texts head-cut
+        truncation=meta.get("truncation", "head"), long_text=meta.get("long_text", "cut"), stride=meta.get("stride"),
     )
     features = np.asarray(features, dtype=np.float32).reshape(len(dataset), -1)
     if features.shape[1] != saved.coef.shape[1]:

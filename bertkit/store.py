@@ -151,8 +151,14 @@ def shard_ranges(n_rows: int, shard_size: int) -> list[tuple[int, int]]:
     return [(start, min(start + shard_size, n_rows)) for start in range(0, n_rows, shard_size)]
 
 
+IDENTITY_DEFAULTS = {"truncation": "head", "long_text": "cut", "stride": None}
+"""Identity keys added after stores were first written, with the value every store made before had: such a store
+still resumes (and counts as complete) under the same settings."""
+
+
 def identity_mismatch(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """The settings that differ between two identities, as `key: old -> new` lines."""
+    old = {**IDENTITY_DEFAULTS, **old} if old else old
     keys = sorted(set(old) | set(new))
     return [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys if old.get(k) != new.get(k)]
 

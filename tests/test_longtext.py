@@ -271,3 +271,173 @@ def test_finetune_reads_head_plus_tail_of_2000_token_texts(tiny_bert_dir, tmp_pa
     assert seen == ["head+tail", "head+tail"] and result.metrics["global_step"] == 2
     record = json.loads((tmp_path / "run" / "config.json").read_text())
     assert "head+tail" in json.dumps(record)
+
+
+# ---------------------------------------------------------------- embed and probe over windows
+
+
+def window_features_by_hand(encoder, tokenizer, windows) -> np.ndarray:
+    """Mean-pooled last-layer features of every window, one unpadded window at a time in plain transformers."""
+    import torch
+
+    rows = []
+    with torch.inference_mode():
+        for ids, types in zip(windows.encoded.input_ids, windows.encoded.token_type_ids, strict=True):
+            out = encoder(input_ids=torch.tensor([ids]), token_type_ids=torch.tensor([types]))
+            rows.append(out.last_hidden_state[0].mean(dim=0).numpy())
+    return np.stack(rows)
+
+
+@pytest.fixture(scope="module")
+def encoder(tiny_bert_dir):
+    from bertkit.modeling import load_encoder
+
+    return load_encoder(str(tiny_bert_dir))
+
+
+def test_chunked_embed_is_the_mean_of_each_texts_window_features(encoder, tokenizer):
+    from bertkit.embed import extract_features
+
+    texts = [long_text(2100, seed=21), "a short review", long_text(700, seed=22)]
+    ds = TextDataset(texts)
+    windows = longtext.encode_windows(tokenizer, ds, max_length=64, stride=16)
+    assert len(content_ids(tokenizer, texts[0])) >= 2000 and windows.counts[0] > 30 and windows.counts[1] == 1
+    by_hand = window_features_by_hand(encoder, tokenizer, windows)
+    expected = np.stack([by_hand[windows.owner == row].mean(axis=0) for row in range(3)])
+    chunked = extract_features(encoder, tokenizer, ds, pool="mean", max_length=64, batch_size=8, long_text="chunk",
+                               stride=16)
+    assert chunked.shape == (3, 32)
+    np.testing.assert_allclose(chunked, expected, atol=1e-4)
+    # --normalize: the mean of the windows' unit vectors, made a unit vector again
+    unit = by_hand / np.linalg.norm(by_hand, axis=1, keepdims=True)
+    mean_unit = np.stack([unit[windows.owner == row].mean(axis=0) for row in range(3)])
+    normalized = extract_features(encoder, tokenizer, ds, pool="mean", max_length=64, batch_size=8, long_text="chunk",
+                                  stride=16, normalize=True)
+    np.testing.assert_allclose(np.linalg.norm(normalized, axis=1), 1.0, atol=1e-5)
+    np.testing.assert_allclose(normalized, mean_unit / np.linalg.norm(mean_unit, axis=1, keepdims=True), atol=1e-4)
+
+
+@pytest.mark.parametrize("truncation", ["tail", "head+tail"])
+def test_embed_truncation_reads_the_tokens_it_keeps(encoder, tokenizer, truncation):
+    import torch
+
+    from bertkit.embed import extract_features
+
+    ds = TextDataset([long_text(2000, seed=31), "a good film"])
+    cut = data.encode_dataset(tokenizer, ds, 64, truncation=truncation)  # its exact cut is checked above
+    with torch.inference_mode():
+        expected = np.stack([encoder(input_ids=torch.tensor([ids]), token_type_ids=torch.tensor([types]))
+                             .last_hidden_state[0, 0].numpy()
+                             for ids, types in zip(cut.input_ids, cut.token_type_ids, strict=True)])
+    features = extract_features(encoder, tokenizer, ds, max_length=64, batch_size=8, truncation=truncation)
+    np.testing.assert_allclose(features, expected, atol=1e-4)
+    head = extract_features(encoder, tokenizer, ds, max_length=64, batch_size=8)
+    assert not np.allclose(features[0], head[0], atol=1e-3) and np.allclose(features[1], head[1], atol=1e-5)
+
+
+def write_long_tsv(path, n: int = 8, words: int = 2000):
+    rows = [(long_text(words, seed=100 + i) + (" great" if i % 2 else " awful"), "pos" if i % 2 else "neg")
+            for i in range(n)]
+    path.write_text("text\tlabel\n" + "\n".join(f"{t}\t{y}" for t, y in rows) + "\n", encoding="utf-8")
+    return path
+
+
+def test_embed_cli_chunk_and_truncation_are_part_of_the_stores_identity(tiny_bert_dir, encoder, tokenizer, tmp_path):
+    from bertkit import store
+    from bertkit.embed import extract_features
+
+    path = write_long_tsv(tmp_path / "long.tsv", n=4)
+    out = tmp_path / "store"
+    base = ["embed", "--quiet", "--model", str(tiny_bert_dir), "--data", str(path), "--out", str(out),
+            "--max-length", "64", "--precision", "fp32", "--shard-size", "3"]
+    result = runner.invoke(app, [*base, "--long-text", "chunk", "--stride", "16", "--pool", "mean"])
+    assert result.exit_code == 0, result.output
+    chunked = store.open(out)
+    m = chunked.manifest
+    assert (m["long_text"], m["stride"], m["truncation"], m["n_truncated"]) == ("chunk", 16, "head", 0)
+    assert m["windows"] > 4 * 30 and chunked.features.shape == (4, 32)  # one row per text, not per window
+    assert f"as {m['windows']:,} windows" in result.output
+    ds = data.load_dataset_split(EmbedConfig(data=str(path), out="x"), str(path), need_labels=False)
+    direct = extract_features(encoder, tokenizer, ds, pool="mean", max_length=64, long_text="chunk", stride=16)
+    np.testing.assert_allclose(chunked.features, direct, atol=1e-5)
+
+    out2 = tmp_path / "cut"
+    base[base.index(str(out))] = str(out2)
+    assert runner.invoke(app, [*base, "--truncation", "head+tail"]).exit_code == 0
+    assert store.open(out2).manifest["identity"]["truncation"] == "head+tail"
+    other = runner.invoke(app, [*base, "--truncation", "tail"])
+    assert other.exit_code == 2 and "truncation: 'head+tail' -> 'tail'" in other.output and "--overwrite" in other.output
+    again = runner.invoke(app, [*base, "--truncation", "tail", "--overwrite"])
+    assert again.exit_code == 0, again.output
+    tail = store.open(out2)
+    assert tail.manifest["truncation"] == "tail"
+    np.testing.assert_allclose(tail.features, extract_features(encoder, tokenizer, ds, max_length=64, truncation="tail"),
+                               atol=1e-5)
+
+
+def test_stores_made_before_long_text_settings_were_recorded_still_match_their_defaults():
+    from bertkit.store import identity_mismatch
+
+    new = {"model": "m", "truncation": "head", "long_text": "cut", "stride": None}
+    assert identity_mismatch({"model": "m"}, new) == []
+    assert identity_mismatch({"model": "m"}, {**new, "truncation": "tail"}) == ["truncation: 'head' -> 'tail'"]
+
+
+def test_probe_reads_long_texts_as_asked_and_its_saved_probe_does_too(tiny_bert_dir, encoder, tokenizer, tmp_path):
+    from bertkit import probe_io
+    from bertkit.embed import extract_features
+
+    train, dev = write_long_tsv(tmp_path / "train.tsv", n=8), write_long_tsv(tmp_path / "dev.tsv", n=4, words=1500)
+    out = tmp_path / "probe"
+    result = runner.invoke(app, ["probe", "--model", str(tiny_bert_dir), "--data", str(train), "--dev", str(dev),
+                                 "--max-length", "64", "--long-text", "chunk", "--stride", "16", "--pool", "mean",
+                                 "--no-baselines", "--precision", "fp32", "--out", str(out), "--quiet", "--json"])
+    assert result.exit_code == 0, result.output
+    ds = data.load_dataset_split(EmbedConfig(data=str(dev), out="x"), str(dev), need_labels=False)
+    cached = np.load(out / "features" / "dev-mean-2.npy")
+    direct = extract_features(encoder, tokenizer, ds, pool="mean", max_length=64, long_text="chunk", stride=16)
+    np.testing.assert_allclose(cached[:, 0], direct, atol=1e-5)
+    key = json.loads((out / "features" / "dev-mean-2.json").read_text())
+    assert (key["long_text"], key["stride"], key["truncation"]) == ("chunk", 16, "head")
+    saved = probe_io.load_probe(out / "probe")
+    assert saved.meta["long_text"] == "chunk" and saved.meta["stride"] == 16
+    ids, _ = probe_io.predict_with_probe(saved, ds)  # re-reads the texts in windows, as the probe was trained
+    np.testing.assert_array_equal(ids, saved.predict(direct))
+
+    tail = runner.invoke(app, ["probe", "--model", str(tiny_bert_dir), "--data", str(train), "--dev", str(dev),
+                               "--max-length", "64", "--truncation", "tail", "--no-baselines", "--precision", "fp32",
+                               "--out", str(tmp_path / "tail"), "--quiet", "--json"])
+    assert tail.exit_code == 0, tail.output
+    np.testing.assert_allclose(np.load(tmp_path / "tail" / "features" / "dev-cls-2.npy")[:, 0],
+                               extract_features(encoder, tokenizer, ds, max_length=64, truncation="tail"), atol=1e-5)
+
+
+def test_probe_feature_cache_is_keyed_by_how_long_texts_are_read(tmp_path):
+    from bertkit.probe_inputs import cached_features
+
+    ds = TextDataset(["a", "b"], source="x.tsv")
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return {"cls": np.full((2, 1, 3), len(calls), np.float32)}
+
+    meta = {"model": "m", "revision": "r", "max_length": 64, "normalize": False, "dtype": "fp32"}
+    first = cached_features(tmp_path, "train", ds, {**meta, "truncation": "head"}, ["cls"], [2], compute)
+    same = cached_features(tmp_path, "train", ds, {**meta, "truncation": "head"}, ["cls"], [2], compute)
+    other = cached_features(tmp_path, "train", ds, {**meta, "truncation": "tail"}, ["cls"], [2], compute)
+    assert len(calls) == 2 and same["cls"][0, 0, 0] == first["cls"][0, 0, 0] == 1 and other["cls"][0, 0, 0] == 2
+
+
+def test_probe_on_a_store_uses_its_long_text_settings_and_refuses_others(tiny_bert_dir, tmp_path):
+    path = write_long_tsv(tmp_path / "long.tsv", n=8, words=300)
+    out = tmp_path / "store"
+    embedded = runner.invoke(app, ["embed", "--quiet", "--model", str(tiny_bert_dir), "--data", str(path), "--out",
+                                   str(out), "--max-length", "64", "--truncation", "tail", "--label-column", "label"])
+    assert embedded.exit_code == 0, embedded.output
+    result = runner.invoke(app, ["probe", "--features", str(out), "--no-baselines", "--dev-fraction", "0.5",
+                                 "--out", str(tmp_path / "p"), "--quiet"])
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "p" / "probe" / "probe.json").read_text())["truncation"] == "tail"
+    clash = runner.invoke(app, ["probe", "--features", str(out), "--truncation", "head+tail", "--quiet"])
+    assert clash.exit_code == 2 and "--truncation head+tail (the store: tail)" in clash.output

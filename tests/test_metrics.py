@@ -170,3 +170,32 @@ def test_finetune_stops_before_work_on_a_module_it_cannot_load(tiny_bert_dir, tm
 def test_modules_compare_class_ids_or_regression_scores():
     np.testing.assert_array_equal(metrics.predicted(np.array([[0.1, 0.9], [0.8, 0.2]])), [1, 0])
     np.testing.assert_allclose(metrics.predicted(np.array([[2.5], [0.5]])), [2.5, 0.5])
+
+
+def test_probe_reports_a_local_module_for_the_best_cell(tiny_bert_dir, metric_dir, tmp_path, toy_rows):
+    train, dev = tmp_path / "train.tsv", tmp_path / "dev.tsv"
+    train.write_text("sentence\tlabel\n" + "\n".join(f"{t}\t{y}" for t, y in toy_rows[:30]) + "\n", encoding="utf-8")
+    dev.write_text("sentence\tlabel\n" + "\n".join(f"{t}\t{y}" for t, y in toy_rows[30:]) + "\n", encoding="utf-8")
+    args = ["probe", "--model", str(tiny_bert_dir), "--data", str(train), "--dev", str(dev), "--test", str(dev),
+            "--layers", "all", "--no-baselines", "--metric", f"mcc,{metric_dir}"]
+    result = runner.invoke(app, [*args, "--out", str(tmp_path / "run"), "--quiet", "--json"])
+    assert result.exit_code == 0, result.output
+    best = json.loads(result.stdout)["best"]
+    for split in ("dev", "test"):
+        assert best[split]["external"]["my_scores/accuracy"] == pytest.approx(best[split]["accuracy"])
+        assert best[split]["external"]["my_scores/f1"] == pytest.approx(best[split]["f1"])
+        assert best[split]["requested"] == ["mcc", str(metric_dir)]
+    saved = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert saved["best"]["dev"]["external"] == best["dev"]["external"]
+    table = runner.invoke(app, [*args, "--quiet"])
+    assert table.exit_code == 0, table.output
+    assert "my_scores/accuracy" in table.output and "--metric on dev" in table.output
+
+
+def test_probe_stops_before_work_on_a_module_it_cannot_load(tiny_bert_dir, tmp_path, toy_rows):
+    train = tmp_path / "train.tsv"
+    train.write_text("sentence\tlabel\n" + "\n".join(f"{t}\t{y}" for t, y in toy_rows) + "\n", encoding="utf-8")
+    result = runner.invoke(app, ["probe", "--model", str(tiny_bert_dir), "--data", str(train), "--out",
+                                 str(tmp_path / "run"), "--metric", str(tmp_path / "missing_metric.py")])
+    assert result.exit_code == 2 and "missing_metric.py" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "run").exists()
