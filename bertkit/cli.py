@@ -390,17 +390,18 @@ def _print_shaped_probe_report(result: dict[str, Any]) -> None:
     for r in result["sweep"]:
         ci = r[f"{metric}_ci95"]
         rows.append([r["pool"], r["layer_name"] + (" *" if r["best"] else ""), r[metric], f"{ci[0]:.3f}-{ci[1]:.3f}",
-                     *[r[k] for k in keys[1:]], f"{r['C']:g}"])
+                     *[r[k] for k in keys[1:]], _penalty(task, r["C"])])
     tfidf = "TF-IDF + ridge (text)" if task == "regression" else "TF-IDF + OvR LR (text)"
     for key, b in result.get("baselines", {}).items():
         where = f" ({b['pool']} {b['layer']})" if key == "random_encoder" else ""
         name = tfidf if key == "tfidf" else PROBE_BASELINE_NAMES.get(key, key)
         rows.append(["baseline", name + where, b[metric], "", *[b[k] for k in keys[1:]],
-                     f"{b['C']:g}" if "C" in b else ""])
+                     _penalty(task, b["C"]) if "C" in b else ""])
     sizes = result["rows"]
     title = (f"Linear probe ({task.replace('_', '-')}) — {result['model']} — train {sizes['train']:,} rows, dev "
              f"{sizes['dev']:,} rows (* = best dev {header[0]})")
-    out_console.print(table(title, ["pool", "layer", f"dev {header[0]}", "95% CI", *header[1:], "C"], rows))
+    penalty = "ridge alpha" if task == "regression" else "C"
+    out_console.print(table(title, ["pool", "layer", f"dev {header[0]}", "95% CI", *header[1:], penalty], rows))
     best = result["best"]
     line = f"best: {best['pool']} {best['layer']}, dev {header[0]} {best['dev'][metric]:.3f}"
     line += f" (ridge alpha {best['alpha']:g})" if task == "regression" else f" (threshold {best['threshold']})"
@@ -411,6 +412,11 @@ def _print_shaped_probe_report(result: dict[str, Any]) -> None:
     if "test" in best:
         line += f"; test {header[0]} {best['test'][metric]:.3f} (n={best['test']['n']})"
     out_console.print(line, highlight=False)
+
+
+def _penalty(task: str, C: float) -> str:
+    """The regularisation shown in the probe table: ridge alpha (= 1/C) for regression, else C."""
+    return f"{1.0 / C:g}" if task == "regression" else f"{C:g}"
 
 
 # ---------------------------------------------------------------- recipes

@@ -9,7 +9,9 @@ the classifier: larger C, weaker penalty); the tag probe uses C = 1 unless --cv 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -51,24 +53,31 @@ def fit_shaped(X: np.ndarray, y: np.ndarray, task: str, *, C: float | None = Non
     order - mean squared error for numbers, micro-F1 for tags - with the scaler refit inside every fold."""
     from threadpoolctl import threadpool_limits
 
-    from bertkit.probe import DEFAULT_C, ProbeFit
+    from bertkit.probe import DEFAULT_C, DEFAULT_C_GRID, ProbeFit
 
     X, y = _check_shaped(X, y, task)
     if task == "regression" and C is None and cv is None:
         cv = DEFAULT_CV
-    with threadpool_limits(limits=1, user_api="blas"):
+    default_grid = [1.0 / a for a in ALPHA_GRID] if task == "regression" else list(DEFAULT_C_GRID)
+    with threadpool_limits(limits=1, user_api="blas"), constant_tags_allowed():
         results = None
         if cv is not None:
-            grid = [float(c) for c in C_grid] if C_grid else \
-                ([1.0 / a for a in ALPHA_GRID] if task == "regression" else None)
-            from bertkit.probe import DEFAULT_C_GRID
-
-            results = cross_validate_shaped(X, y, task, grid or list(DEFAULT_C_GRID), cv, seed)
+            grid = [float(c) for c in C_grid] if C_grid else default_grid
+            results = cross_validate_shaped(X, y, task, grid, cv, seed)
             best = max(range(len(results)), key=lambda i: (round(results[i]["mean"], 12), -i))  # ties: earlier C
             C = results[best]["C"]
         C = DEFAULT_C if C is None else float(C)
         model = make_shaped_pipeline(task, C, seed).fit(X, y)
     return ProbeFit(model, C, results, task=task)
+
+
+@contextmanager
+def constant_tags_allowed() -> Iterator[None]:
+    """Silence sklearn's warning about a tag on in every (or no) training row: one-vs-rest then predicts it as a
+    constant, which is right, and the saved probe keeps it as such (`shaped_arrays`)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Label .* is present in all training examples")
+        yield
 
 
 def cross_validate_shaped(X: np.ndarray, y: np.ndarray, task: str, grid: Sequence[float], cv: int,
@@ -189,7 +198,8 @@ def tfidf_shaped_baseline(task: str, train_texts: Sequence[str], y_train: np.nda
     X_train, X_dev = vectorizer.fit_transform(train_texts), vectorizer.transform(dev_texts)
     if task == "regression":
         return metrics.regression_metrics(y_dev, Ridge(alpha=1.0).fit(X_train, y_train).predict(X_dev))
-    ovr = OneVsRestClassifier(LogisticRegression(C=10.0, max_iter=MAX_ITER, random_state=seed)).fit(X_train, y_train)
+    with constant_tags_allowed():
+        ovr = OneVsRestClassifier(LogisticRegression(C=10.0, max_iter=MAX_ITER, random_state=seed)).fit(X_train, y_train)
     return metrics.multilabel_metrics(y_dev, ovr.predict_proba(X_dev) >= 0.5, label_names)
 
 
