@@ -328,7 +328,8 @@ def embed(cfg: EmbedConfig, view: View) -> None:
 
 @config_command(ProbeConfig)
 def probe(cfg: ProbeConfig, view: View) -> None:
-    """Logistic-regression probes on frozen features, per layer and pooling, with baselines and a saved probe."""
+    """Linear probes on frozen features, per layer and pooling, with baselines and a saved probe (logistic regression;
+    ridge for numbers, one-vs-rest for tags)."""
     from bertkit.probe import run_probe
 
     result = run_probe(cfg, progress=view.progress)
