@@ -329,7 +329,8 @@ def embed(cfg: EmbedConfig, view: View) -> None:
 
 @config_command(ProbeConfig)
 def probe(cfg: ProbeConfig, view: View) -> None:
-    """Logistic-regression probes on frozen features, per layer and pooling, with baselines and a saved probe."""
+    """Linear probes on frozen features, per layer and pooling, with baselines and a saved probe (logistic regression;
+    ridge for numbers, one-vs-rest for tags)."""
     from bertkit.probe import run_probe
 
     result = run_probe(cfg, progress=view.progress)
@@ -341,11 +342,15 @@ def probe(cfg: ProbeConfig, view: View) -> None:
         info(note, view.quiet)
     if "outputs" in result:
         outputs = result["outputs"]
-        info(f"wrote {outputs['metrics']}, {outputs['layer_curve']}, {outputs['confusion_matrix']}; "
+        figure = next(outputs[k] for k in ("confusion_matrix", "scatter", "per_label_f1") if k in outputs)
+        info(f"wrote {outputs['metrics']}, {outputs['layer_curve']}, {figure}; "
              f"saved probe: {outputs['probe']} (use: bertkit predict --probe {outputs['probe']} --text ...)", view.quiet)
 
 
 def _print_probe_report(result: dict[str, Any]) -> None:
+    if "task" in result:  # regression or tags: their own metrics
+        _print_shaped_probe_report(result)
+        return
     rows = []
     for r in result["sweep"]:
         ci = r["accuracy_ci95"]
@@ -375,6 +380,51 @@ def _print_probe_report(result: dict[str, Any]) -> None:
     if "test" in best:
         line += f"; test accuracy {best['test']['accuracy']:.3f} (n={best['test']['n']})"
     out_console.print(line, highlight=False)
+
+
+PROBE_SHAPE_COLUMNS = {
+    "regression": ("pearson", ["Pearson", "Spearman", "MSE", "MAE"], ("pearson", "spearman", "mse", "mae")),
+    "multi_label": ("micro_f1", ["micro-F1", "macro-F1", "subset acc", "Hamming"],
+                    ("micro_f1", "macro_f1", "subset_accuracy", "hamming_loss")),
+}
+PROBE_BASELINE_NAMES = {"mean": "mean predictor", "majority": "per-label majority", "random_encoder": "random-init encoder"}
+
+
+def _print_shaped_probe_report(result: dict[str, Any]) -> None:
+    """The probe table of a regression or tag probe: the shape's metrics per cell, its baselines, the best cell."""
+    task = result["task"]
+    metric, header, keys = PROBE_SHAPE_COLUMNS[task]
+    rows = []
+    for r in result["sweep"]:
+        ci = r[f"{metric}_ci95"]
+        rows.append([r["pool"], r["layer_name"] + (" *" if r["best"] else ""), r[metric], f"{ci[0]:.3f}-{ci[1]:.3f}",
+                     *[r[k] for k in keys[1:]], _penalty(task, r["C"])])
+    tfidf = "TF-IDF + ridge (text)" if task == "regression" else "TF-IDF + OvR LR (text)"
+    for key, b in result.get("baselines", {}).items():
+        where = f" ({b['pool']} {b['layer']})" if key == "random_encoder" else ""
+        name = tfidf if key == "tfidf" else PROBE_BASELINE_NAMES.get(key, key)
+        rows.append(["baseline", name + where, b[metric], "", *[b[k] for k in keys[1:]],
+                     _penalty(task, b["C"]) if "C" in b else ""])
+    sizes = result["rows"]
+    title = (f"Linear probe ({task.replace('_', '-')}) — {result['model']} — train {sizes['train']:,} rows, dev "
+             f"{sizes['dev']:,} rows (* = best dev {header[0]})")
+    penalty = "ridge alpha" if task == "regression" else "C"
+    out_console.print(table(title, ["pool", "layer", f"dev {header[0]}", "95% CI", *header[1:], penalty], rows))
+    best = result["best"]
+    line = f"best: {best['pool']} {best['layer']}, dev {header[0]} {best['dev'][metric]:.3f}"
+    line += f" (ridge alpha {best['alpha']:g})" if task == "regression" else f" (threshold {best['threshold']})"
+    if "repeats" in result:
+        rep = result["repeats"]
+        line += (f"; {rep['repeats']} refits on {rep['fraction']:.0%} subsets: {rep[metric]['mean']:.3f} "
+                 f"± {rep[metric]['std']:.3f}")
+    if "test" in best:
+        line += f"; test {header[0]} {best['test'][metric]:.3f} (n={best['test']['n']})"
+    out_console.print(line, highlight=False)
+
+
+def _penalty(task: str, C: float) -> str:
+    """The regularisation shown in the probe table: ridge alpha (= 1/C) for regression, else C."""
+    return f"{1.0 / C:g}" if task == "regression" else f"{C:g}"
 
 
 # ---------------------------------------------------------------- recipes

@@ -258,6 +258,26 @@ def threshold_problems(value: str) -> list[str]:
 
 
 @dataclass(frozen=True)
+class TaskOptions(LabelOptions):
+    """The problem shape of labelled data and the multi-label decision threshold: commands that learn from labels of
+    every shape (finetune, probe)."""
+
+    task: str = option("auto", "Problem shape. auto: tag lists, --label-sep or several label columns -> multi_label; "
+                       "numbers with fractions -> regression; else single_label.", panel=DATA, choices=TASKS)
+    threshold: str = option("tune", "Multi-label decision threshold on each sigmoid: a probability in (0, 1), tune "
+                            "(one threshold, best dev micro-F1) or tune-per-label (one per label, best dev F1).",
+                            numbers=True)
+
+    def task_problems(self) -> list[str]:
+        """--threshold in (0, 1) or a tuning mode; --label-sep only where tags are read."""
+        problems = threshold_problems(self.threshold)
+        if self.label_sep is not None and self.task in ("single_label", "regression"):
+            problems.append(f"--label-sep splits tag lists (multi-label data); it does not apply to --task {self.task}. "
+                            f"Drop --label-sep, or pass --task multi_label (or auto).")
+        return problems
+
+
+@dataclass(frozen=True)
 class TokensConfig(DataOptions):
     """`bertkit tokens`: how a tokenizer sees a sentence, or the token-length profile of a dataset."""
 
@@ -333,7 +353,7 @@ class EmbedConfig(LongTextOptions, DataOptions):
 
 
 @dataclass(frozen=True)
-class FinetuneConfig(TruncationOption, MetricOptions, LabelOptions):
+class FinetuneConfig(TruncationOption, MetricOptions, TaskOptions):
     """`bertkit finetune`: full fine-tuning (BERT paper grid defaults: lr 5e-5, batch 32, 3 epochs, warmup 0.1)."""
 
     model: str = option("minilm-offline", "Pretrained encoder to fine-tune: hub id, local folder, or `minilm-offline`.",
@@ -363,11 +383,6 @@ class FinetuneConfig(TruncationOption, MetricOptions, LabelOptions):
                                          "module or one of its scores. Regression: pearson, spearman, mse, mae; multi-label: "
                                          "micro_f1, macro_f1, subset_accuracy, hamming_loss. Default: accuracy (pearson / "
                                          "micro_f1 for those shapes), or the --task-preset's official metric.")
-    task: str = option("auto", "Problem shape. auto: tag lists, --label-sep or several label columns -> multi_label; "
-                       "numbers with fractions -> regression; else single_label.", panel=DATA, choices=TASKS)
-    threshold: str = option("tune", "Multi-label decision threshold on each sigmoid: a probability in (0, 1), tune "
-                            "(one threshold, best dev micro-F1) or tune-per-label (one per label, best dev F1).",
-                            numbers=True)
     class_weight: str = option("none", "balanced weighs the loss by inverse class frequency (imbalanced data).",
                                choices=CLASS_WEIGHTS)
     freeze_encoder: bool = option(False, "Train only the classification head (the encoder stays frozen).",
@@ -393,10 +408,7 @@ class FinetuneConfig(TruncationOption, MetricOptions, LabelOptions):
         if self.metric_for_best is None:
             object.__setattr__(self, "metric_for_best", "accuracy")
         problems += metric_for_best_problems(self.metric_for_best, self.external_metrics)
-        problems += threshold_problems(self.threshold)
-        if self.label_sep is not None and self.task in ("single_label", "regression"):
-            problems.append(f"--label-sep splits tag lists (multi-label data); it does not apply to --task {self.task}. "
-                            f"Drop --label-sep, or pass --task multi_label (or auto).")
+        problems += self.task_problems()
         raise_if_problems(problems)
 
 
@@ -526,8 +538,9 @@ class EvaluateConfig(LongTextOptions, MetricOptions, LabelOptions):
 
 
 @dataclass(frozen=True)
-class ProbeConfig(LongTextOptions, MetricOptions, DataOptions):
-    """`bertkit probe`: logistic-regression probes on frozen features, per pooling and layer, with baselines."""
+class ProbeConfig(LongTextOptions, MetricOptions, TaskOptions):
+    """`bertkit probe`: linear probes on frozen features, per pooling and layer, with baselines: logistic regression
+    (one label), one-vs-rest logistic regression (tags) or ridge regression (numbers)."""
 
     features: str | None = option(None, "A `bertkit embed` store (its --out directory) instead of --data.",
                                   panel=DATA)
@@ -542,9 +555,11 @@ class ProbeConfig(LongTextOptions, MetricOptions, DataOptions):
     batch_size: int = option(64, "Rows per batch for feature extraction.", above=0)
     precision: str = option("auto", PRECISION_HELP, choices=PRECISIONS, aliases=("--dtype",))
     normalize: bool = option(False, "L2-normalise features before the probe (extraction option).", panel=MODEL)
-    C: float | None = option(None, "Inverse regularisation strength (default 1.0 without --cv).", panel=PROBE,
+    C: float | None = option(None, "Inverse regularisation strength (default 1.0 without --cv; regression: ridge "
+                             "alpha = 1/C, chosen by --cv 5 unless given).", panel=PROBE,
                              above=0)
-    cv: int | None = option(None, "Choose C by K-fold cross-validation (stratified, data order).", panel=PROBE,
+    cv: int | None = option(None, "Choose C by K-fold cross-validation (data order; stratified for one label per "
+                            "row).", panel=PROBE,
                             minimum=2)
     C_grid: str | None = option(None, "C values for --cv, comma-separated, or `alammar` (linspace(0.0001, 100, 20)). "
                                 "Default: 0.001..10.", panel=PROBE)
@@ -570,6 +585,10 @@ class ProbeConfig(LongTextOptions, MetricOptions, DataOptions):
         if len(set(self.pools)) != len(self.pools) or not self.pools:
             problems.append(f"--pool must list distinct poolings (cls, mean, max), e.g. cls,mean; got {self.pool!r}.")
         problems += layers_problem(self.layers)
+        problems += self.task_problems()
+        if self.features is not None and (self.task in ("multi_label", "regression") or self.label_sep is not None):
+            problems.append("--features stores hold one class per row; probe tags or numbers from the text with --data "
+                            "(and --task / --label-sep).")
         if self.C is not None and self.cv is not None:
             problems.append("--C fixes the regularisation and --cv searches for it; give one of them.")
         if self.C_grid is not None:

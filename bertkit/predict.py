@@ -74,6 +74,9 @@ def probabilities(cfg: Any, dataset: data.TextDataset, progress: bool) -> Output
         saved = load_probe(cfg.probe)
         _, proba = predict_with_probe(saved, dataset, batch_size=cfg.batch_size, precision=cfg.precision,
                                       max_length=cfg.max_length, progress=progress)
+        if saved.task != "single_label":  # numbers or tags: shown as a fine-tuned model of that shape shows them
+            return Outputs(data.LabelMap(tuple(str(x) for x in saved.label_map.labels), saved.task), proba,
+                           saved.threshold)
         return Outputs(data.LabelMap(tuple(str(x) for x in saved.label_map.labels)), proba)
     model, tokenizer, label_map = load_for_inference(cfg.model)
     proba = predict_proba(model, tokenizer, dataset, progress=progress, **reading(cfg))

@@ -41,6 +41,10 @@ class ProbeFit:
     model: Any
     C: float
     cv_results: list[dict[str, float]] | None = None
+    task: str = "single_label"
+    """single_label (logistic regression), regression (ridge) or multi_label (one-vs-rest; see probe_shapes)."""
+    threshold: float | list[float] | None = None
+    """multi_label: the decision threshold on each tag's probability (set on dev by the sweep)."""
 
     @property
     def scaler(self) -> Any:
@@ -48,7 +52,7 @@ class ProbeFit:
 
     @property
     def classifier(self) -> Any:
-        return self.model.named_steps["lr"]
+        return self.model.steps[-1][1]
 
     def predict(self, X: np.ndarray) -> np.ndarray:
         return self.model.predict(X)
@@ -89,8 +93,10 @@ def fit_probe(
     C_grid: Sequence[float] | None = None,
     class_weight: str | None = None,
     seed: int = 42,
+    task: str = "single_label",
 ) -> ProbeFit:
-    """Standardize + logistic regression on `X` (n, d) with label ids `y`.
+    """Standardize + logistic regression on `X` (n, d) with label ids `y` (another `task`: ridge on numbers or
+    one-vs-rest logistic regression on a 0/1 tag matrix, see `probe_shapes.fit_shaped`).
 
     With `cv`, C is chosen by K-fold cross-validated accuracy over `C_grid` (default `DEFAULT_C_GRID`; the
     scaler is refit inside every fold, no leakage; ties go to the earlier grid value, as in GridSearchCV),
@@ -101,6 +107,10 @@ def fit_probe(
     """
     from threadpoolctl import threadpool_limits
 
+    if task != "single_label":
+        from bertkit.probe_shapes import fit_shaped
+
+        return fit_shaped(X, y, task, C=C, cv=cv, C_grid=C_grid, seed=seed)
     X, y = _check_xy(X, y)
     with threadpool_limits(limits=1, user_api="blas"):
         results = None
@@ -151,8 +161,14 @@ def _check_xy(X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def score_probe(fit: ProbeFit, X: np.ndarray, y: np.ndarray, label_names: Sequence[str] | None = None) -> dict[str, Any]:
-    """Full classification metrics (accuracy, macro-F1, MCC, per class, confusion matrix) of `fit` on (X, y)."""
+    """Full classification metrics (accuracy, macro-F1, MCC, per class, confusion matrix) of `fit` on (X, y); the
+    regression or multi-label metrics for probes of those shapes."""
     from bertkit.metrics import classification_metrics
+
+    if fit.task != "single_label":
+        from bertkit.probe_shapes import score_shaped
+
+        return score_shaped(fit, X, y, label_names or [])
 
     X = np.asarray(X, dtype=np.float32)
     proba = fit.predict_proba(X)
@@ -202,6 +218,14 @@ class Cell:
     ci: tuple[float, float]
 
     def row(self) -> dict[str, Any]:
+        if self.fit.task != "single_label":
+            from bertkit.probe_shapes import HEADLINE
+            from bertkit.probe_shapes import SCORE_KEYS as SHAPE_KEYS
+
+            extra = {"alpha": 1.0 / self.fit.C} if self.fit.task == "regression" else {"threshold": self.fit.threshold}
+            return {"pool": self.pool, "layer": self.layer, "layer_name": self.layer_name,
+                    **{k: self.metrics[k] for k in SHAPE_KEYS[self.fit.task]},
+                    f"{HEADLINE[self.fit.task]}_ci95": list(self.ci), "C": self.fit.C, **extra, "cv": self.fit.cv_results}
         return {"pool": self.pool, "layer": self.layer, "layer_name": self.layer_name,
                 **{k: self.metrics[k] for k in SCORE_KEYS}, "accuracy_ci95": list(self.ci), "C": self.fit.C,
                 "cv": self.fit.cv_results}
@@ -238,12 +262,14 @@ def sweep_layers(
     label_names: Sequence[str] | None = None,
     metric: str = "accuracy",
     progress: Callable[[str], None] | None = None,
+    threshold: str = "tune",
     **fit_kwargs: Any,
 ) -> Sweep:
     """Fit one probe per (pooling, layer) on `(n, L, d)` train features and score it on dev.
 
     `layers` are the indexes of the layer axis to probe (default: all of them); `layer_names` label that
-    axis (e.g. `embeddings`, `layer 1`, ...). `fit_kwargs` go to `fit_probe` (C, cv, C_grid, class_weight, seed).
+    axis (e.g. `embeddings`, `layer 1`, ...). `fit_kwargs` go to `fit_probe` (C, cv, C_grid, class_weight, seed,
+    task). Tag probes decide at `threshold` (--threshold: a number, or tuned on dev per cell).
     """
     cells = []
     for pool, train in train_by_pool.items():
@@ -255,11 +281,29 @@ def sweep_layers(
             if progress:
                 progress(f"probing {pool} {name}")
             fit = fit_probe(np.asarray(train[:, layer]), y_train, **fit_kwargs)
+            if fit.task != "single_label":
+                cells.append(_shaped_cell(fit, pool, int(layer), name, np.asarray(dev[:, layer]), y_dev,
+                                          label_names or [], threshold, fit_kwargs.get("seed", 42)))
+                continue
             metrics = score_probe(fit, np.asarray(dev[:, layer]), y_dev, label_names)
             pred = _predicted_ids(fit, np.asarray(dev[:, layer]))
             ci = bootstrap_ci(y_dev, pred, seed=fit_kwargs.get("seed", 42))
             cells.append(Cell(pool, int(layer), name, fit, metrics, pred, ci))
     return Sweep(cells, metric)
+
+
+def _shaped_cell(fit: ProbeFit, pool: str, layer: int, name: str, X_dev: np.ndarray, y_dev: np.ndarray,
+                 label_names: Sequence[str], threshold: str, seed: int) -> Cell:
+    """A regression or tag probe's cell: its threshold set on dev (tags), its dev scores and the 95% interval of
+    the shape's headline metric; `pred` holds the dev numbers or the 0/1 tag matrix."""
+    from bertkit import probe_shapes
+
+    if fit.task == "multi_label":
+        probe_shapes.tune_threshold(fit, X_dev, y_dev, label_names, threshold)
+    metrics = probe_shapes.score_shaped(fit, X_dev, y_dev, label_names)
+    pred = probe_shapes.decisions(fit, probe_shapes.shaped_outputs(fit, X_dev))
+    ci = probe_shapes.bootstrap_shaped_ci(fit.task, y_dev, pred, seed=seed)
+    return Cell(pool, layer, name, fit, metrics, pred, ci)
 
 
 def _predicted_ids(fit: ProbeFit, X: np.ndarray) -> np.ndarray:
@@ -268,13 +312,18 @@ def _predicted_ids(fit: ProbeFit, X: np.ndarray) -> np.ndarray:
 
 def repeat_probe(
     X_train: np.ndarray, y_train: np.ndarray, X_dev: np.ndarray, y_dev: np.ndarray, *, repeats: int,
-    fraction: float = 0.8, seed: int = 42, **fit_kwargs: Any,
+    fraction: float = 0.8, seed: int = 42, label_names: Sequence[str] | None = None, threshold: str = "tune",
+    **fit_kwargs: Any,
 ) -> dict[str, Any]:
     """Refit `repeats` times, each on a random `fraction` of the training rows (without replacement, every
-    class kept), and report mean ± std of the dev scores."""
+    class kept), and report mean ± std of the dev scores (of the shape's metrics for regression and tag probes)."""
     rng = np.random.default_rng(seed)
     n = len(y_train)
     size = max(2, int(round(fraction * n)))
+    if fit_kwargs.get("task", "single_label") != "single_label":
+        subsets = [np.sort(rng.choice(n, size=size, replace=False)) for _ in range(repeats)]
+        return _repeat_shaped(X_train, y_train, X_dev, y_dev, subsets, fraction, label_names or [], threshold,
+                              seed=seed, **fit_kwargs)
     scores: dict[str, list[float]] = {k: [] for k in SCORE_KEYS}
     for _ in range(repeats):
         idx = np.sort(rng.choice(n, size=size, replace=False))
@@ -288,6 +337,25 @@ def repeat_probe(
         for k in SCORE_KEYS:
             scores[k].append(m[k])
     return {"repeats": repeats, "fraction": fraction,
+            **{k: {"mean": float(np.mean(v)), "std": float(np.std(v, ddof=1)) if len(v) > 1 else 0.0, "values": v}
+               for k, v in scores.items()}}
+
+
+def _repeat_shaped(X_train: np.ndarray, y_train: np.ndarray, X_dev: np.ndarray, y_dev: np.ndarray,
+                   subsets: list[np.ndarray], fraction: float, label_names: Sequence[str], threshold: str,
+                   **fit_kwargs: Any) -> dict[str, Any]:
+    """repeat_probe for regression and tag probes: one refit per subset of training rows, scored as the sweep
+    scores (tag thresholds set on dev each time)."""
+    from bertkit.probe_shapes import SCORE_KEYS as SHAPE_KEYS
+
+    keys = SHAPE_KEYS[fit_kwargs["task"]]
+    scores: dict[str, list[float]] = {k: [] for k in keys}
+    for idx in subsets:
+        fit = fit_probe(np.asarray(X_train)[idx], np.asarray(y_train)[idx], **fit_kwargs)
+        cell = _shaped_cell(fit, "", 0, "", np.asarray(X_dev), y_dev, label_names, threshold, fit_kwargs["seed"])
+        for k in keys:
+            scores[k].append(cell.metrics[k])
+    return {"repeats": len(subsets), "fraction": fraction,
             **{k: {"mean": float(np.mean(v)), "std": float(np.std(v, ddof=1)) if len(v) > 1 else 0.0, "values": v}
                for k, v in scores.items()}}
 
@@ -339,6 +407,20 @@ def fit_kwargs_from(cfg: Any) -> dict[str, Any]:
             "class_weight": None if cfg.class_weight == "none" else cfg.class_weight}
 
 
+def shape_kwargs(cfg: Any, task: str) -> tuple[dict[str, Any], str]:
+    """(fit_probe keyword arguments, the dev metric that picks the best cell) for labels of `task`; single-label
+    runs keep their arguments as they were (no `task` key)."""
+    from bertkit.probe_shapes import HEADLINE
+
+    kwargs = fit_kwargs_from(cfg)
+    if task == "single_label":
+        return kwargs, "accuracy"
+    if cfg.class_weight != "none":
+        raise UserError(f"--class-weight {cfg.class_weight} weighs classes of single-label data; this is {task} data. "
+                        f"Drop --class-weight.")
+    return {**kwargs, "task": task}, HEADLINE[task]
+
+
 def run_probe(cfg: Any, progress: bool = False) -> dict[str, Any]:
     """`bertkit probe`: inputs -> per-layer sweep -> baselines -> variance -> test -> run directory. Returns the
     results (what metrics.json holds)."""
@@ -355,10 +437,10 @@ def run_probe(cfg: Any, progress: bool = False) -> dict[str, Any]:
     run_dir = plan.claim() if plan is not None else None
     cache = run_dir.path / "features" if run_dir is not None else None
     names = [str(x) for x in inputs.label_map.labels]
-    kwargs = fit_kwargs_from(cfg)
+    kwargs, metric = shape_kwargs(cfg, inputs.label_map.task)
     say = (lambda msg: log.info(msg)) if progress else None
     sweep = sweep_layers(inputs.train, inputs.y_train, inputs.dev, inputs.y_dev, layer_names=inputs.layer_names,
-                         label_names=names, progress=say, **kwargs)
+                         label_names=names, progress=say, metric=metric, threshold=cfg.threshold, **kwargs)
     best = sweep.best
     result: dict[str, Any] = {
         "model": inputs.feature_meta.get("model"), "revision": inputs.feature_meta.get("revision"),
@@ -371,11 +453,16 @@ def run_probe(cfg: Any, progress: bool = False) -> dict[str, Any]:
                  "C": best.fit.C, "dev": best.metrics, "accuracy_ci95": list(best.ci)},
         "notes": inputs.notes,
     }
+    if "task" in kwargs:  # regression / tags: the shape, its interval, ridge alpha or tag threshold
+        result["task"] = kwargs["task"]
+        result["best"].update({f"{metric}_ci95": result["best"].pop("accuracy_ci95")},
+                              **{k: v for k, v in best.row().items() if k in ("alpha", "threshold")})
     if cfg.baselines:
         result["baselines"] = run_baselines(cfg, inputs, best, names, cache, progress)
     if cfg.repeats:
         result["repeats"] = repeat_probe(inputs.train[best.pool][:, best.layer], inputs.y_train,
-                                         inputs.dev[best.pool][:, best.layer], inputs.y_dev, repeats=cfg.repeats, **kwargs)
+                                         inputs.dev[best.pool][:, best.layer], inputs.y_dev, repeats=cfg.repeats,
+                                         label_names=names, threshold=cfg.threshold, **kwargs)
     if inputs.test is not None and inputs.y_test is not None:
         result["best"]["test"] = score_probe(best.fit, inputs.test[best.pool][:, best.layer], inputs.y_test, names)
     add_requested_metrics(cfg, result["best"], best, inputs, external)
@@ -401,21 +488,38 @@ def add_requested_metrics(cfg: Any, best_result: dict[str, Any], best: Cell, inp
 
 def run_baselines(cfg: Any, inputs: ProbeInputs, best: Cell, names: list[str], cache: Path | None,
                   progress: bool) -> dict[str, Any]:
-    """Majority class, TF-IDF + LR on the raw text, and the random-weights encoder at the best cell."""
-    baselines: dict[str, Any] = {"majority": majority_baseline(inputs.y_train, inputs.y_dev, names)}
+    """Majority class, TF-IDF + LR on the raw text, and the random-weights encoder at the best cell (numbers: the
+    training mean, TF-IDF + ridge; tags: each tag's majority value, TF-IDF + one-vs-rest LR)."""
+    from bertkit import probe_shapes
+
+    task = best.fit.task
+    if task == "single_label":
+        baselines: dict[str, Any] = {"majority": majority_baseline(inputs.y_train, inputs.y_dev, names)}
+    else:
+        key = "mean" if task == "regression" else "majority"
+        baselines = {key: probe_shapes.trivial_baseline(task, inputs.y_train, inputs.y_dev, names)}
     train_ds, dev_ds = inputs.datasets.get("train"), inputs.datasets.get("dev")
     if train_ds is None or dev_ds is None:
         return baselines
-    baselines["tfidf"] = tfidf_baseline(
-        joined_texts(train_ds.texts, train_ds.pairs), inputs.y_train, joined_texts(dev_ds.texts, dev_ds.pairs),
-        inputs.y_dev, label_names=names, class_weight=fit_kwargs_from(cfg)["class_weight"], seed=cfg.seed)
+    texts = joined_texts(train_ds.texts, train_ds.pairs), joined_texts(dev_ds.texts, dev_ds.pairs)
+    if task == "single_label":
+        baselines["tfidf"] = tfidf_baseline(
+            texts[0], inputs.y_train, texts[1], inputs.y_dev, label_names=names,
+            class_weight=fit_kwargs_from(cfg)["class_weight"], seed=cfg.seed)
+    else:
+        baselines["tfidf"] = probe_shapes.tfidf_shaped_baseline(task, texts[0], inputs.y_train, texts[1],
+                                                                 inputs.y_dev, names, seed=cfg.seed)
     index = inputs.layer_indices[best.layer]
     if index is None or not inputs.feature_meta.get("model"):
         inputs.notes.append("Random-encoder baseline skipped: the best features combine several layers.")
         return baselines
     X = random_encoder_features(cfg, inputs, best.pool, index, cache, progress)
-    fit = fit_probe(X["train"], inputs.y_train, **fit_kwargs_from(cfg))
-    random = score_probe(fit, X["dev"], inputs.y_dev, names)
+    fit = fit_probe(X["train"], inputs.y_train, **shape_kwargs(cfg, task)[0])
+    if task == "single_label":
+        random = score_probe(fit, X["dev"], inputs.y_dev, names)
+    else:
+        random = _shaped_cell(fit, best.pool, best.layer, best.layer_name, X["dev"], inputs.y_dev, names,
+                              cfg.threshold, cfg.seed).metrics
     random.update(pool=best.pool, layer=best.layer_name, C=fit.C)
     baselines["random_encoder"] = random
     return baselines
@@ -463,21 +567,43 @@ def write_probe_run(run_dir: Path, cfg: Any, inputs: ProbeInputs, sweep: Sweep, 
     fingerprints = {name: ds.fingerprint for name, ds in inputs.datasets.items()}
     runs.write_run_config(run_dir, "probe", config_dict(cfg), data_fingerprints=fingerprints,
                           features=inputs.feature_meta)
-    baselines = {name: b["accuracy"] for name, b in result.get("baselines", {}).items()}
-    label = {"majority": "majority class", "tfidf": "TF-IDF + LR", "random_encoder": "random-init encoder"}
+    baselines = {name: b[sweep.metric] for name, b in result.get("baselines", {}).items()}
+    label = BASELINE_NAMES.get(best.fit.task, BASELINE_NAMES["single_label"])
     model = Path(str(inputs.feature_meta.get("model"))).name
     curve = plots.probe_layer_curve(sweep.rows(), {label.get(k, k): v for k, v in baselines.items()},
-                                    run_dir / "probe_layers.png", f"Linear probe per layer — {model}")
-    confusion = plots.confusion_matrix(best.metrics["confusion_matrix"], best.metrics["labels"],
-                                       run_dir / "confusion_matrix.png",
-                                       f"Dev confusion — {best.pool} {best.layer_name}")
+                                    run_dir / "probe_layers.png", f"Linear probe per layer — {model}",
+                                    metric=sweep.metric)
+    figure_key, figure = best_cell_figure(run_dir, best, inputs.y_dev)
     index = inputs.layer_indices[best.layer]
     meta = {**inputs.feature_meta, "pool": best.pool, "layers": str(index) if index is not None else inputs.feature_meta["layers"],
-            "layer_name": best.layer_name, "dev_accuracy": best.metrics["accuracy"]}
+            "layer_name": best.layer_name, f"dev_{sweep.metric}": best.metrics[sweep.metric]}
     save_probe(run_dir / "probe", best.fit, inputs.label_map, meta)
     final = final_dir or run_dir
     outputs = {"config": str(final / "config.json"), "metrics": str(final / "metrics.json"),
-               "layer_curve": str(final / curve.name), "confusion_matrix": str(final / confusion.name),
+               "layer_curve": str(final / curve.name), figure_key: str(final / figure.name),
                "probe": str(final / "probe")}
     runs.write_json_atomic(run_dir / "metrics.json", {**result, "outputs": outputs})
     return outputs
+
+
+BASELINE_NAMES = {
+    "single_label": {"majority": "majority class", "tfidf": "TF-IDF + LR", "random_encoder": "random-init encoder"},
+    "regression": {"mean": "mean predictor", "tfidf": "TF-IDF + ridge", "random_encoder": "random-init encoder"},
+    "multi_label": {"majority": "per-label majority", "tfidf": "TF-IDF + OvR LR", "random_encoder": "random-init encoder"},
+}
+"""How the baselines are named in the layer-curve legend, per problem shape."""
+
+
+def best_cell_figure(run_dir: Path, best: Cell, y_dev: np.ndarray) -> tuple[str, Path]:
+    """(outputs key, path) of the best cell's dev figure: confusion matrix, true-vs-predicted scatter (numbers) or
+    per-tag F1 bars (tags)."""
+    from bertkit import plots
+
+    title = f"{best.pool} {best.layer_name}"
+    if best.fit.task == "regression":
+        return "scatter", plots.regression_scatter(y_dev, best.pred, run_dir / "scatter.png", f"Dev — {title}")
+    if best.fit.task == "multi_label":
+        return "per_label_f1", plots.per_label_f1(best.metrics["per_label"], run_dir / "per_label_f1.png",
+                                                  f"Dev per-tag F1 — {title}")
+    return "confusion_matrix", plots.confusion_matrix(best.metrics["confusion_matrix"], best.metrics["labels"],
+                                                      run_dir / "confusion_matrix.png", f"Dev confusion — {title}")

@@ -1,6 +1,8 @@
 """The saved-probe format: `probe.safetensors` (scaler statistics, coefficients, intercept, class ids; no
 pickle) and `probe.json` (label map and the feature recipe: model, revision, pooling, layers, max length,
-normalization). Saving, loading with every file checked (a damaged one is named as such), and prediction on new
+normalization). Regression and tag probes keep the same arrays (one coefficient row per output: the ridge, or one
+logistic regression per tag) and record their shape in the label map (`task`) and, for tags, the decision
+`threshold`. Saving, loading with every file checked (a damaged one is named as such), and prediction on new
 text by re-extracting the probe's features (`predict --probe`)."""
 
 from __future__ import annotations
@@ -56,20 +58,52 @@ class SavedProbe:
         return full
 
     def predict(self, X: np.ndarray) -> np.ndarray:
+        """Label ids; for the other shapes the predicted numbers, or the 0/1 tag matrix at the saved threshold."""
+        if self.task == "regression":
+            return self.outputs(X)[:, 0]
+        if self.task == "multi_label":
+            return (self.outputs(X) >= np.asarray(self.threshold)).astype(np.int64)
         return self.predict_proba(X).argmax(axis=1).astype(np.int64)
+
+    @property
+    def task(self) -> str:
+        return str(self.label_map.task)
+
+    @property
+    def threshold(self) -> float | list[float]:
+        """A tag probe's decision threshold (0.5 where none was saved)."""
+        return self.meta.get("threshold", 0.5)
+
+    def outputs(self, X: np.ndarray) -> np.ndarray:
+        """What `predict --probe` shows, as `predict --model` does for a model of the same shape: class
+        probabilities, tag probabilities (one sigmoid per tag) or the predicted number (one column)."""
+        if self.task == "regression":
+            return self.decision_function(X)
+        if self.task == "multi_label":
+            from bertkit.objectives import sigmoid
+
+            return sigmoid(self.decision_function(X))
+        return self.predict_proba(X)
 
 
 def probe_arrays(fit: ProbeFit) -> dict[str, np.ndarray]:
     """The fitted probe's parameters as named float arrays (what probe.safetensors holds)."""
     scaler, lr = fit.scaler, fit.classifier
     scale = scaler.scale_ if scaler.scale_ is not None else np.ones_like(scaler.mean_)
+    if fit.task != "single_label":  # ridge or one-vs-rest: one row per output, "classes" numbering the outputs
+        from bertkit.probe_shapes import shaped_arrays
+
+        coef, intercept = shaped_arrays(fit)
+        classes = np.arange(len(coef))
+    else:
+        coef, intercept, classes = lr.coef_, lr.intercept_, lr.classes_
     # C-contiguous copies: safetensors writes the raw buffer, and lbfgs leaves `coef_` as a transposed view.
     return {
         "scaler_mean": np.ascontiguousarray(scaler.mean_, dtype=np.float64),
         "scaler_scale": np.ascontiguousarray(scale, dtype=np.float64),
-        "coef": np.ascontiguousarray(lr.coef_, dtype=np.float64),
-        "intercept": np.ascontiguousarray(lr.intercept_, dtype=np.float64),
-        "classes": np.ascontiguousarray(lr.classes_, dtype=np.int64),
+        "coef": np.ascontiguousarray(coef, dtype=np.float64),
+        "intercept": np.ascontiguousarray(intercept, dtype=np.float64),
+        "classes": np.ascontiguousarray(classes, dtype=np.int64),
     }
 
 
@@ -86,6 +120,8 @@ def save_probe(directory: str | Path, fit: ProbeFit, label_map: Any, meta: dict[
         save_file(arrays, str(tmp), metadata={"format": "bertkit-probe/1"})
     record = {"format": "bertkit-probe/1", "label_map": label_map.to_json(), "C": fit.C,
               "n_features": int(arrays["coef"].shape[1]), **meta}
+    if fit.task == "multi_label":
+        record["threshold"] = 0.5 if fit.threshold is None else fit.threshold
     write_json_atomic(directory / PROBE_META, record)
     return directory
 
@@ -103,7 +139,8 @@ def load_probe(path: str | Path) -> SavedProbe:
             f"{path} is not a saved probe (no {PROBE_META} + {PROBE_WEIGHTS}). Pass --probe with the run directory "
             f"of a `bertkit probe --out DIR` run (or its probe/ folder)."
         )
-    meta, arrays = _read_probe_meta(root), _read_probe_arrays(root)
+    meta = _read_probe_meta(root)
+    arrays = _read_probe_arrays(root, meta["label_map"].get("task", "single_label"))
     n_labels, classes = len(meta["label_map"]["labels"]), arrays["classes"].tolist()
     if min(classes) < 0 or max(classes) >= n_labels:
         raise _damaged_probe(root / PROBE_META, f"its label_map has {n_labels} label(s) but {PROBE_WEIGHTS} "
@@ -146,12 +183,34 @@ def _read_probe_meta(root: Path) -> dict[str, Any]:
                         f"{'/'.join(TRUNCATIONS)} / {'/'.join(LONG_TEXT_MODES)}")
     if not isinstance(meta["label_map"], dict) or not isinstance(meta["label_map"].get("labels"), list):
         problems.append("label_map has no list of labels")
+    else:
+        problems += _shape_problems(meta)
     if problems:
         raise _damaged_probe(file, "; ".join(problems))
     return meta
 
 
-def _read_probe_arrays(root: Path) -> dict[str, np.ndarray]:
+def _shape_problems(meta: dict[str, Any]) -> list[str]:
+    """A regression or tag probe's record: a known task, one output for regression, a threshold in (0, 1) (or one
+    per tag) for tags."""
+    from bertkit.data import TASKS
+
+    task, n_labels = meta["label_map"].get("task", "single_label"), len(meta["label_map"]["labels"])
+    if task not in TASKS:
+        return [f"label_map task {task!r} is not one of {', '.join(TASKS)}"]
+    if task == "regression" and n_labels != 1:
+        return [f"a regression probe has one output, but label_map names {n_labels}"]
+    if task != "multi_label":
+        return []
+    threshold = meta.get("threshold", 0.5)
+    values = threshold if isinstance(threshold, list) else [threshold]
+    ok = all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < 1 for v in values)
+    if not ok or (isinstance(threshold, list) and len(threshold) != n_labels):
+        return [f"threshold {threshold!r} is not a probability in (0, 1) (or one per tag)"]
+    return []
+
+
+def _read_probe_arrays(root: Path, task: str = "single_label") -> dict[str, np.ndarray]:
     """probe.safetensors: every array present, with consistent shapes."""
     from safetensors.numpy import load_file
 
@@ -162,13 +221,13 @@ def _read_probe_arrays(root: Path) -> dict[str, np.ndarray]:
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         raise _damaged_probe(file, reason) from None
     missing = [k for k in PROBE_ARRAYS if k not in arrays]
-    problem = f"missing arrays {', '.join(missing)}" if missing else _probe_arrays_problem(arrays)
+    problem = f"missing arrays {', '.join(missing)}" if missing else _probe_arrays_problem(arrays, task)
     if problem:
         raise _damaged_probe(file, problem)
     return arrays
 
 
-def _probe_arrays_problem(arrays: dict[str, np.ndarray]) -> str | None:
+def _probe_arrays_problem(arrays: dict[str, np.ndarray], task: str = "single_label") -> str | None:
     """Why the probe's arrays cannot be a fitted logistic regression (None: they can). Shapes that broadcast anyway
     or NaN/zero scales would otherwise give silently wrong probabilities, bad class ids a traceback."""
     coef, intercept, classes = arrays["coef"], arrays["intercept"], arrays["classes"]
@@ -177,7 +236,7 @@ def _probe_arrays_problem(arrays: dict[str, np.ndarray]) -> str | None:
     k, dim = coef.shape
     if arrays["scaler_mean"].shape != (dim,) or arrays["scaler_scale"].shape != (dim,) or intercept.shape != (k,):
         return "the scaler, coefficient and intercept shapes do not match"
-    expected = 2 if k == 1 else k  # binary: one weight row for two classes
+    expected = 2 if k == 1 and task == "single_label" else k  # binary: one weight row for two classes
     if classes.shape != (expected,) or classes.dtype.kind not in "iu" or len(set(classes.tolist())) != expected:
         return f"classes {classes.tolist()} are not {expected} distinct class ids for {k} coefficient row(s)"
     numbers = [arrays[name] for name in ("scaler_mean", "scaler_scale", "coef", "intercept")]
@@ -190,9 +249,10 @@ def predict_with_probe(
     saved: SavedProbe, dataset: Any, *, batch_size: int = 64, max_length: int | None = None,
     precision: str = "fp32", progress: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Label ids and probabilities for `dataset` (a data.TextDataset): re-extracts features as the probe was
-    trained (model, pooling, layer, normalization, truncation or windows of long texts; max length unless
-    `max_length` is given), then applies the
+    """Label ids and probabilities for `dataset` (a data.TextDataset; a regression probe: the numbers twice, a tag
+    probe: the 0/1 tag matrix and the tag probabilities): re-extracts features as the probe was trained (model,
+    pooling, layer, normalization, truncation or windows of long texts; max length unless `max_length` is given),
+    then applies the
     saved probe. The extraction precision is `precision` (auto/fp32/bf16/fp16) resolved for the encoder's
     device."""
     from bertkit import embed, modeling
@@ -218,5 +278,7 @@ def predict_with_probe(
             f"The probe in {saved.path} expects {saved.coef.shape[1]} features but model {meta['model']} gives "
             f"{features.shape[1]}. The model folder changed; re-run `bertkit probe` with it."
         )
+    if saved.task != "single_label":  # numbers (one column) or tag probabilities, and their decisions
+        return saved.predict(features), saved.outputs(features)
     proba = saved.predict_proba(features)
     return proba.argmax(axis=1).astype(np.int64), proba
