@@ -252,8 +252,7 @@ def predict_with_probe(
     """Label ids and probabilities for `dataset` (a data.TextDataset; a regression probe: the numbers twice, a tag
     probe: the 0/1 tag matrix and the tag probabilities): re-extracts features as the probe was trained (model,
     pooling, layer, normalization, truncation or windows of long texts; max length unless `max_length` is given),
-    then applies the
-    saved probe. The extraction precision is `precision` (auto/fp32/bf16/fp16) resolved for the encoder's
+    then applies the saved probe. The extraction precision is `precision` (auto/fp32/bf16/fp16) resolved for the encoder's
     device."""
     from bertkit import embed, modeling
 
