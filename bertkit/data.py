@@ -37,7 +37,6 @@ log = logging.getLogger(__name__)
 
 LOCAL_SUFFIXES = {".csv", ".tsv", ".txt", ".json", ".jsonl", ".parquet"}
 DEFAULT_TEXT_COLUMNS = ("sentence", "text", "sentence1", "question", "premise")
-DEFAULT_PAIR_COLUMNS = ("sentence2", "hypothesis")
 MAX_LISTED = 10
 
 
@@ -419,12 +418,13 @@ def _unique_names(names: list[str]) -> list[str]:
     return out
 
 
-def read_hub_split(name: str, config: str | None, split: str) -> pd.DataFrame:
-    """One split of a hub dataset as a DataFrame (needs network unless it is cached)."""
+def read_hub_split(name: str, config: str | None, split: str, limit: int | None = None) -> pd.DataFrame:
+    """One split of a hub dataset as a DataFrame (needs network unless it is cached); with `limit`, only its first
+    rows, asked for by split slicing (`train[:N]`) so the rest is never turned into a DataFrame."""
     try:
         import datasets
 
-        dataset = datasets.load_dataset(name, config, split=split)
+        dataset = datasets.load_dataset(name, config, split=split if limit is None else f"{split}[:{limit}]")
     except Exception as exc:  # connection, missing dataset, missing config, missing split all land here
         reason = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
         raise UserError(
@@ -564,7 +564,7 @@ def load_dataset_split(opts: DataOptions, source: str, *, split: str | None = No
         lines: list[int] | None = list(frame.attrs.get("line_numbers") or range(1, len(frame) + 1))
     else:
         hub_split = split or opts.train_split
-        frame = read_hub_split(source, opts.data_config, hub_split)
+        frame = read_hub_split(source, opts.data_config, hub_split, opts.limit)
         fingerprint, lines = f"hub:{source}/{opts.data_config or ''}/{hub_split}", None
         source = f"{source}[{hub_split}]"
     if opts.limit is not None:

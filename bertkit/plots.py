@@ -57,21 +57,17 @@ def training_curves(history: Sequence[dict], metric: str, path: Path, title: str
 
 
 def confusion_matrix(matrix: Sequence[Sequence[int]], labels: Sequence[str], path: Path, title: str) -> Path:
-    """Confusion matrix heat map (rows = true label, columns = predicted), counts in the cells."""
+    """Confusion matrix heat map (rows = true label, columns = predicted), counts in the cells: scikit-learn's
+    ConfusionMatrixDisplay of the matrix the metrics computed."""
     import numpy as np
+    from sklearn.metrics import ConfusionMatrixDisplay
 
-    values = np.asarray(matrix)
     size = max(3.5, 0.6 * len(labels) + 2)
     fig, ax = plt.subplots(figsize=(size, size))
-    ax.imshow(values, cmap="Blues")
-    ax.set_xticks(range(len(labels)), labels, rotation=45, ha="right")
-    ax.set_yticks(range(len(labels)), labels)
+    display = ConfusionMatrixDisplay(np.asarray(matrix), display_labels=list(labels))
+    display.plot(ax=ax, cmap="Blues", colorbar=False, xticks_rotation=45, values_format="d")
     ax.set_xlabel("predicted")
     ax.set_ylabel("true")
-    top = values.max() if values.size else 0
-    for i in range(values.shape[0]):
-        for j in range(values.shape[1]):
-            ax.text(j, i, str(values[i, j]), ha="center", va="center", color="white" if values[i, j] > top / 2 else "black")
     ax.set_title(title)
     return _save(fig, path)
 

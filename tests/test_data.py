@@ -440,3 +440,31 @@ def test_small_data_without_dev_runs_through_the_cli(tmp_path, tiny_bert_dir, to
         assert json.loads(result.stdout)
     probe = json.loads(runner.invoke(app, runs[0], catch_exceptions=False).stdout)
     assert probe["rows"] == {"train": 8, "dev": 2} and "raised from 1 to one row per class" in probe["notes"][0]
+
+
+def test_hub_limit_asks_for_a_split_slice(monkeypatch):
+    """--limit N on a hub dataset loads `split[:N]`: the rest of the split is never read into a DataFrame."""
+    import datasets
+
+    from bertkit.config import DataOptions
+    from bertkit.data import load_dataset_split
+
+    asked = []
+
+    def fake_load_dataset(name, config, split):
+        asked.append(split)
+        return datasets.Dataset.from_dict({"sentence": ["good", "bad", "fine"][:3], "label": [1, 0, 1]})
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
+    ds = load_dataset_split(DataOptions(data="someone/glue-like", limit=2), "someone/glue-like")
+    assert asked == ["train[:2]"]
+    assert len(ds) == 2
+    load_dataset_split(DataOptions(data="someone/glue-like"), "someone/glue-like", split="validation")
+    assert asked[-1] == "validation"
+
+
+def test_confusion_matrix_plot_is_written(tmp_path):
+    from bertkit import plots
+
+    path = plots.confusion_matrix([[3, 1], [0, 4]], ["neg", "pos"], tmp_path / "cm.png", "t")
+    assert path.is_file() and path.stat().st_size > 1000
