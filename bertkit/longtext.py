@@ -12,7 +12,8 @@ Pooling across a text's windows:
   the features in the space a probe trained on single windows expects.
 - logits (predict/evaluate): the **max** over windows, per class. The evidence for a label is usually local (one
   paragraph decides a review or a topic); averaging logits lets many neutral windows drown one decisive window,
-  the max keeps it. Probabilities are the softmax of the pooled logits.
+  the max keeps it. Probabilities are the softmax of the pooled logits. A regression model's output is a number,
+  not evidence for a class: its windows' predictions are **averaged** (the max would bias every long text upward).
 """
 
 from __future__ import annotations
@@ -229,8 +230,8 @@ def default_stride(max_length: int) -> int:
 def classifier_logits(classifier: Any, tokenizer: Any, dataset: Any, *, max_length: int, batch_size: int,
                       precision: str, truncation: str = "head", long_text: str = "cut", stride: int | None = None,
                       progress: bool = False) -> np.ndarray:
-    """Logits of a sequence classifier for every row of `dataset` (its order): over the cut rows, or the max over
-    each text's windows (see the module docstring)."""
+    """Logits of a sequence classifier for every row of `dataset` (its order): over the cut rows, or pooled over
+    each text's windows: the max per class, the mean of a regression model's numbers (see the module docstring)."""
     from bertkit import data, infer, modeling
     from bertkit.fastforward import SequenceClassifier
 
@@ -245,4 +246,4 @@ def classifier_logits(classifier: Any, tokenizer: Any, dataset: Any, *, max_leng
         outputs = infer.run_batches(lambda batch: net(**batch), windows.encoded, batches, model=model,
                                     pad_id=infer.pad_id_of(tokenizer), device=device, dtype=dtype, bar=bar)
     per_window = infer.in_input_order(batches, outputs, (model.config.num_labels,))
-    return windows.pool(per_window, "max")
+    return windows.pool(per_window, "mean" if getattr(model.config, "problem_type", None) == "regression" else "max")
