@@ -222,28 +222,3 @@ def encode_for(tokenizer: Any, dataset: Any, max_length: int, *, truncation: str
 def default_stride(max_length: int) -> int:
     """--stride when not given: a quarter of the window, so each window's edges are seen in a neighbour's middle."""
     return max(max_length // 4, 0)
-
-
-# ---------------------------------------------------------------- models over windows
-
-
-def classifier_logits(classifier: Any, tokenizer: Any, dataset: Any, *, max_length: int, batch_size: int,
-                      precision: str, truncation: str = "head", long_text: str = "cut", stride: int | None = None,
-                      progress: bool = False) -> np.ndarray:
-    """Logits of a sequence classifier for every row of `dataset` (its order): over the cut rows, or pooled over
-    each text's windows: the max per class, the mean of a regression model's numbers (see the module docstring)."""
-    from bertkit import data, infer, modeling
-    from bertkit.fastforward import SequenceClassifier
-
-    model = classifier.model if isinstance(classifier, SequenceClassifier) else classifier
-    device = next(model.parameters()).device
-    dtype = modeling.choose_dtype(precision, device)
-    model.eval()
-    net = classifier if isinstance(classifier, SequenceClassifier) else SequenceClassifier(model)
-    windows = encode_for(tokenizer, dataset, max_length, truncation=truncation, long_text=long_text, stride=stride)
-    batches = data.sorted_batches(windows.encoded.lengths, batch_size)
-    with infer.closing(infer.progress_bar(len(windows.owner), "predict", progress)) as bar:
-        outputs = infer.run_batches(lambda batch: net(**batch), windows.encoded, batches, model=model,
-                                    pad_id=infer.pad_id_of(tokenizer), device=device, dtype=dtype, bar=bar)
-    per_window = infer.in_input_order(batches, outputs, (model.config.num_labels,))
-    return windows.pool(per_window, "mean" if getattr(model.config, "problem_type", None) == "regression" else "max")

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from bertkit import data, longtext
+from bertkit import data, infer, longtext
 from bertkit.cli import app
 from bertkit.config import EmbedConfig, EvaluateConfig, PredictConfig
 from bertkit.data import TextDataset
@@ -183,7 +183,7 @@ def test_chunked_logits_are_the_max_over_each_texts_windows(classifier_dir):
 
     model, tokenizer, _ = load_for_inference(str(classifier_dir))
     texts = [long_text(2050, seed=11), "a good film", long_text(300, seed=12)]
-    logits = longtext.classifier_logits(model, tokenizer, TextDataset(texts), max_length=64, batch_size=8,
+    logits = infer.classifier_logits(model, tokenizer, TextDataset(texts), max_length=64, batch_size=8,
                                         precision="fp32", long_text="chunk", stride=16)
     windows = longtext.encode_windows(tokenizer, TextDataset(texts), 64, 16)
     assert len(windows.owner) > 40
@@ -193,7 +193,7 @@ def test_chunked_logits_are_the_max_over_each_texts_windows(classifier_dir):
                                                       strict=True)])
     expected = np.stack([one_by_one[windows.owner == row].max(axis=0) for row in range(3)])
     np.testing.assert_allclose(logits, expected, atol=1e-4)
-    cut = longtext.classifier_logits(model, tokenizer, TextDataset(texts[1:2]), max_length=64, batch_size=8,
+    cut = infer.classifier_logits(model, tokenizer, TextDataset(texts[1:2]), max_length=64, batch_size=8,
                                      precision="fp32")
     np.testing.assert_allclose(logits[1], cut[0], atol=1e-5)  # a text that fits is read exactly as before
 
@@ -454,7 +454,7 @@ def test_a_regression_models_windows_are_averaged(tiny_bert_dir, tmp_path):
 
     tokenizer = load_tokenizer(str(tiny_bert_dir))
     texts = [long_text(600, seed=21), "a good film"]
-    scores = longtext.classifier_logits(model, tokenizer, TextDataset(texts), max_length=64, batch_size=8,
+    scores = infer.classifier_logits(model, tokenizer, TextDataset(texts), max_length=64, batch_size=8,
                                         precision="fp32", long_text="chunk", stride=16)
     windows = longtext.encode_windows(tokenizer, TextDataset(texts), 64, 16)
     with torch.inference_mode():
