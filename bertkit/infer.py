@@ -109,8 +109,14 @@ def closing(bar: Any):
 
 
 def classifier_logits(classifier: Any, tokenizer: Any, dataset: data.TextDataset, *, max_length: int, batch_size: int,
-                      precision: str, progress: bool = False) -> np.ndarray:
-    """Logits of a sequence classifier for every row of `dataset`, in its order (predict, evaluate, distill)."""
+                      precision: str, progress: bool = False, truncation: str = "head", long_text: str = "cut",
+                      stride: int | None = None) -> np.ndarray:
+    """Logits of a sequence classifier for every row of `dataset`, in its order (predict, evaluate, distill).
+
+    Texts longer than `max_length` are cut (`truncation`), or with `long_text="chunk"` read whole in overlapping
+    windows pooled back to one row per text: the max per class, the mean of a regression model's numbers (why:
+    `bertkit.longtext`)."""
+    from bertkit import longtext
     from bertkit.fastforward import SequenceClassifier
 
     model = classifier.model if isinstance(classifier, SequenceClassifier) else classifier
@@ -118,9 +124,11 @@ def classifier_logits(classifier: Any, tokenizer: Any, dataset: data.TextDataset
     dtype = modeling.choose_dtype(precision, device)
     model.eval()
     net = classifier if isinstance(classifier, SequenceClassifier) else SequenceClassifier(model)
-    encoded = data.encode_dataset(tokenizer, dataset, max_length)
-    batches = data.sorted_batches(encoded.lengths, batch_size)
-    with closing(progress_bar(len(dataset), "predict", progress)) as bar:
-        outputs = run_batches(lambda batch: net(**batch), encoded, batches, model=model, pad_id=pad_id_of(tokenizer),
-                              device=device, dtype=dtype, bar=bar)
-    return in_input_order(batches, outputs, (model.config.num_labels,))
+    windows = longtext.encode_for(tokenizer, dataset, max_length, truncation=truncation, long_text=long_text,
+                                  stride=stride)
+    batches = data.sorted_batches(windows.encoded.lengths, batch_size)
+    with closing(progress_bar(len(windows.owner), "predict", progress)) as bar:
+        outputs = run_batches(lambda batch: net(**batch), windows.encoded, batches, model=model,
+                              pad_id=pad_id_of(tokenizer), device=device, dtype=dtype, bar=bar)
+    per_window = in_input_order(batches, outputs, (model.config.num_labels,))
+    return windows.pool(per_window, "mean" if getattr(model.config, "problem_type", None) == "regression" else "max")

@@ -12,7 +12,8 @@ Pooling across a text's windows:
   the features in the space a probe trained on single windows expects.
 - logits (predict/evaluate): the **max** over windows, per class. The evidence for a label is usually local (one
   paragraph decides a review or a topic); averaging logits lets many neutral windows drown one decisive window,
-  the max keeps it. Probabilities are the softmax of the pooled logits.
+  the max keeps it. Probabilities are the softmax of the pooled logits. A regression model's output is a number,
+  not evidence for a class: its windows' predictions are **averaged** (the max would bias every long text upward).
 """
 
 from __future__ import annotations
@@ -221,28 +222,3 @@ def encode_for(tokenizer: Any, dataset: Any, max_length: int, *, truncation: str
 def default_stride(max_length: int) -> int:
     """--stride when not given: a quarter of the window, so each window's edges are seen in a neighbour's middle."""
     return max(max_length // 4, 0)
-
-
-# ---------------------------------------------------------------- models over windows
-
-
-def classifier_logits(classifier: Any, tokenizer: Any, dataset: Any, *, max_length: int, batch_size: int,
-                      precision: str, truncation: str = "head", long_text: str = "cut", stride: int | None = None,
-                      progress: bool = False) -> np.ndarray:
-    """Logits of a sequence classifier for every row of `dataset` (its order): over the cut rows, or the max over
-    each text's windows (see the module docstring)."""
-    from bertkit import data, infer, modeling
-    from bertkit.fastforward import SequenceClassifier
-
-    model = classifier.model if isinstance(classifier, SequenceClassifier) else classifier
-    device = next(model.parameters()).device
-    dtype = modeling.choose_dtype(precision, device)
-    model.eval()
-    net = classifier if isinstance(classifier, SequenceClassifier) else SequenceClassifier(model)
-    windows = encode_for(tokenizer, dataset, max_length, truncation=truncation, long_text=long_text, stride=stride)
-    batches = data.sorted_batches(windows.encoded.lengths, batch_size)
-    with infer.closing(infer.progress_bar(len(windows.owner), "predict", progress)) as bar:
-        outputs = infer.run_batches(lambda batch: net(**batch), windows.encoded, batches, model=model,
-                                    pad_id=infer.pad_id_of(tokenizer), device=device, dtype=dtype, bar=bar)
-    per_window = infer.in_input_order(batches, outputs, (model.config.num_labels,))
-    return windows.pool(per_window, "max")

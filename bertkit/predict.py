@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from bertkit import data, infer, longtext, metrics, modeling, runs
+from bertkit import data, infer, metrics, modeling, runs
 from bertkit.config import EvaluateConfig, PredictConfig, config_dict, recipe_path
 from bertkit.objectives import model_outputs, predicted_labels
 
@@ -170,14 +170,10 @@ def predict_proba(model: Any, tokenizer: Any, dataset: data.TextDataset, *, max_
     class probabilities, tag probabilities (multi-label) or predicted numbers (regression), as its problem_type says.
 
     Texts longer than `max_length` are cut (`truncation`), or with `long_text="chunk"` read whole in overlapping
-    windows whose logits are max-pooled (see `bertkit.longtext`)."""
-    if long_text == "cut" and truncation == "head":  # the shared inference path, as always
-        logits = infer.classifier_logits(model, tokenizer, dataset, max_length=max_length, batch_size=batch_size,
-                                         precision=precision, progress=progress)
-    else:
-        logits = longtext.classifier_logits(model, tokenizer, dataset, max_length=max_length, batch_size=batch_size,
-                                            precision=precision, truncation=truncation, long_text=long_text,
-                                            stride=stride, progress=progress)
+    windows whose outputs are pooled (see `bertkit.infer.classifier_logits`)."""
+    logits = infer.classifier_logits(model, tokenizer, dataset, max_length=max_length, batch_size=batch_size,
+                                     precision=precision, progress=progress, truncation=truncation,
+                                     long_text=long_text, stride=stride)
     config = model.config
     return model_outputs(data.task_of_problem_type(getattr(config, "problem_type", None), config.num_labels), logits)
 

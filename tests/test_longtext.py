@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from bertkit import data, longtext
+from bertkit import data, infer, longtext
 from bertkit.cli import app
 from bertkit.config import EmbedConfig, EvaluateConfig, PredictConfig
 from bertkit.data import TextDataset
@@ -183,7 +183,7 @@ def test_chunked_logits_are_the_max_over_each_texts_windows(classifier_dir):
 
     model, tokenizer, _ = load_for_inference(str(classifier_dir))
     texts = [long_text(2050, seed=11), "a good film", long_text(300, seed=12)]
-    logits = longtext.classifier_logits(model, tokenizer, TextDataset(texts), max_length=64, batch_size=8,
+    logits = infer.classifier_logits(model, tokenizer, TextDataset(texts), max_length=64, batch_size=8,
                                         precision="fp32", long_text="chunk", stride=16)
     windows = longtext.encode_windows(tokenizer, TextDataset(texts), 64, 16)
     assert len(windows.owner) > 40
@@ -193,7 +193,7 @@ def test_chunked_logits_are_the_max_over_each_texts_windows(classifier_dir):
                                                       strict=True)])
     expected = np.stack([one_by_one[windows.owner == row].max(axis=0) for row in range(3)])
     np.testing.assert_allclose(logits, expected, atol=1e-4)
-    cut = longtext.classifier_logits(model, tokenizer, TextDataset(texts[1:2]), max_length=64, batch_size=8,
+    cut = infer.classifier_logits(model, tokenizer, TextDataset(texts[1:2]), max_length=64, batch_size=8,
                                      precision="fp32")
     np.testing.assert_allclose(logits[1], cut[0], atol=1e-5)  # a text that fits is read exactly as before
 
@@ -441,3 +441,25 @@ def test_probe_on_a_store_uses_its_long_text_settings_and_refuses_others(tiny_be
     assert json.loads((tmp_path / "p" / "probe" / "probe.json").read_text())["truncation"] == "tail"
     clash = runner.invoke(app, ["probe", "--features", str(out), "--truncation", "head+tail", "--quiet"])
     assert clash.exit_code == 2 and "--truncation head+tail (the store: tail)" in clash.output
+
+
+def test_a_regression_models_windows_are_averaged(tiny_bert_dir, tmp_path):
+    """A number is not evidence for a class: a regression model's chunked prediction is the mean of its windows'."""
+    import torch
+    from transformers import BertForSequenceClassification
+
+    model = BertForSequenceClassification.from_pretrained(tiny_bert_dir, num_labels=1, problem_type="regression",
+                                                          use_safetensors=True).eval()
+    from bertkit.modeling import load_tokenizer
+
+    tokenizer = load_tokenizer(str(tiny_bert_dir))
+    texts = [long_text(600, seed=21), "a good film"]
+    scores = infer.classifier_logits(model, tokenizer, TextDataset(texts), max_length=64, batch_size=8,
+                                        precision="fp32", long_text="chunk", stride=16)
+    windows = longtext.encode_windows(tokenizer, TextDataset(texts), 64, 16)
+    with torch.inference_mode():
+        per_window = np.vstack([model(input_ids=torch.tensor([ids]), token_type_ids=torch.tensor([types])).logits.numpy()
+                                for ids, types in zip(windows.encoded.input_ids, windows.encoded.token_type_ids,
+                                                      strict=True)])
+    expected = np.stack([per_window[windows.owner == row].mean(axis=0) for row in range(2)])
+    np.testing.assert_allclose(scores, expected, atol=1e-4)
