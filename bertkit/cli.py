@@ -371,15 +371,20 @@ def _print_probe_report(result: dict[str, Any]) -> None:
     if asked:  # --metric: the scores asked for, of the best cell's dev predictions
         out_console.print(table(f"--metric on dev — best cell ({best['pool']} {best['layer']})", ["metric", "value"],
                                 [[k, v] for k, v in asked.items()]))
-    best = result["best"]
     line = f"best: {best['pool']} {best['layer']}, dev accuracy {best['dev']['accuracy']:.3f}"
+    out_console.print(line + _repeats_and_test(result, "accuracy", "accuracy"), highlight=False)
+
+
+def _repeats_and_test(result: dict[str, Any], metric: str, name: str) -> str:
+    """The probe summary's tail: the spread of the refits on subsets, and the test score, where the run has them."""
+    best, tail = result["best"], ""
     if "repeats" in result:
         rep = result["repeats"]
-        line += (f"; {rep['repeats']} refits on {rep['fraction']:.0%} subsets: {rep['accuracy']['mean']:.3f} "
-                 f"± {rep['accuracy']['std']:.3f}")
+        tail += (f"; {rep['repeats']} refits on {rep['fraction']:.0%} subsets: {rep[metric]['mean']:.3f} "
+                 f"± {rep[metric]['std']:.3f}")
     if "test" in best:
-        line += f"; test accuracy {best['test']['accuracy']:.3f} (n={best['test']['n']})"
-    out_console.print(line, highlight=False)
+        tail += f"; test {name} {best['test'][metric]:.3f} (n={best['test']['n']})"
+    return tail
 
 
 PROBE_SHAPE_COLUMNS = {
@@ -413,13 +418,7 @@ def _print_shaped_probe_report(result: dict[str, Any]) -> None:
     best = result["best"]
     line = f"best: {best['pool']} {best['layer']}, dev {header[0]} {best['dev'][metric]:.3f}"
     line += f" (ridge alpha {best['alpha']:g})" if task == "regression" else f" (threshold {best['threshold']})"
-    if "repeats" in result:
-        rep = result["repeats"]
-        line += (f"; {rep['repeats']} refits on {rep['fraction']:.0%} subsets: {rep[metric]['mean']:.3f} "
-                 f"± {rep[metric]['std']:.3f}")
-    if "test" in best:
-        line += f"; test {header[0]} {best['test'][metric]:.3f} (n={best['test']['n']})"
-    out_console.print(line, highlight=False)
+    out_console.print(line + _repeats_and_test(result, metric, header[0]), highlight=False)
 
 
 def _penalty(task: str, C: float) -> str:
