@@ -4,7 +4,8 @@ and beat the same student fine-tuned without a teacher?
 For each dataset (the bundled demo data, and full SST-2 from ../shared/data/sst2 when present):
   teacher    `bertkit finetune` of the packaged MiniLM-L6 (6 layers)
   distilled  `bertkit distill --student-layers 3`: teacher layers 0, 3, 5 + embeddings + head, trained on the
-             teacher's soft targets (KL at temperature 2) mixed with the hard labels (alpha 0.5)
+             teacher's soft targets (KL at temperature 2, weight alpha 0.9) mixed with the hard labels (0.1), plus
+             DistilBERT's cosine loss between student and teacher [CLS] vectors (--cos-weight 1)
   direct     the same student (same initialisation, same epochs, same data) trained on the hard labels only
              (`bertkit distill --alpha 0`: the distillation loop with no teacher signal)
 The distill report measures teacher vs distilled student side by side in one process (parameters, disk size,
@@ -42,6 +43,11 @@ DATASETS = {
              "student": {"epochs": 2, "batch_size": 32, "lr": 1e-4, "max_length": 128}},
 }
 
+ALPHA, COS_WEIGHT = 0.9, 1.0
+"""DistilBERT-style weights: mostly the teacher's soft targets, plus the [CLS] cosine loss. On the demo data over
+seeds 42, 1, 2 they gave 0.838 / 0.850 / 0.825 dev accuracy against 0.813 / 0.850 / 0.825 for alpha 0.5 without the
+cosine term and 0.800 / 0.838 / 0.800 direct (teacher 0.863)."""
+
 
 def teacher_run(spec: dict, out: Path) -> dict:
     from bertkit.config import FinetuneConfig
@@ -55,12 +61,12 @@ def teacher_run(spec: dict, out: Path) -> dict:
             metrics["train_samples_per_second"], "seconds": round(time.perf_counter() - started, 1)}
 
 
-def student_run(spec: dict, teacher: Path, out: Path, alpha: float, report: bool) -> dict:
+def student_run(spec: dict, teacher: Path, out: Path, alpha: float, cos_weight: float, report: bool) -> dict:
     from bertkit.config import DistillConfig
     from bertkit.distill import distill
 
     cfg = DistillConfig(teacher=str(teacher), data=str(spec["train"]), dev=str(spec["dev"]), out=str(out),
-                        student_layers=3, temperature=2.0, alpha=alpha, save_every=None, seed=42, report=report,
+                        student_layers=3, temperature=2.0, alpha=alpha, cos_weight=cos_weight, save_every=None, seed=42, report=report,
                         **spec["columns"], **spec["student"])
     started = time.perf_counter()
     result = distill(cfg, progress=False)
@@ -74,16 +80,17 @@ def bench_dataset(name: str, spec: dict, workdir: Path) -> dict:
     print(f"[{name}] teacher", flush=True)
     teacher = teacher_run(spec, workdir / f"{name}-teacher")
     print(f"[{name}] distilled student", flush=True)
-    distilled = student_run(spec, workdir / f"{name}-teacher" / "best", workdir / f"{name}-distilled", 0.5, True)
+    distilled = student_run(spec, workdir / f"{name}-teacher" / "best", workdir / f"{name}-distilled", ALPHA, COS_WEIGHT, True)
     print(f"[{name}] direct student (no teacher signal)", flush=True)
-    direct = student_run(spec, workdir / f"{name}-teacher" / "best", workdir / f"{name}-direct", 0.0, False)
+    direct = student_run(spec, workdir / f"{name}-teacher" / "best", workdir / f"{name}-direct", 0.0, 0.0, False)
     report = distilled.pop("report")
     direct.pop("report")
     claims = {k: {"measured": round(c["measured"], 3) if c["measured"] is not None else None, "paper": c["paper"],
                   "pass": c["pass"]} for k, c in report["claims"].items()}
     return {
         "dataset": name, "hparams": {"teacher": spec["teacher"], "student": spec["student"],
-                                     "distill": {"student_layers": 3, "temperature": 2.0, "alpha": 0.5}},
+                                     "distill": {"student_layers": 3, "temperature": 2.0, "alpha": ALPHA,
+                                                 "cos_weight": COS_WEIGHT}},
         "teacher": teacher, "distilled": distilled, "direct": direct,
         "distillation_beats_direct": distilled["dev_accuracy"] > direct["dev_accuracy"],
         "distilled_minus_direct": round(distilled["dev_accuracy"] - direct["dev_accuracy"], 4),

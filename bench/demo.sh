@@ -40,7 +40,7 @@ step "7/8 bench: speed and size of the encoder"
 
 step "8/8 distill: a 3-layer student of the fine-tuned model, and DistilBERT's claims measured on it"
 "$BK" distill --teacher "$OUT/finetune/best" --data $DEMO/train.tsv --dev $DEMO/dev.tsv --student-layers 3 \
-  --epochs 4 --batch-size 16 --lr 1e-4 --max-length 64 --out "$OUT/distill" --quiet
+  --alpha 0.9 --cos-weight 1 --epochs 4 --batch-size 16 --lr 1e-4 --max-length 64 --out "$OUT/distill" --quiet
 
 step "done — outputs"
 for path in "$OUT/tokens/token_lengths.png" "$OUT/features" "$OUT/probe" "$OUT/finetune/best" \
