@@ -176,25 +176,30 @@ def test_pooling_mean_for_features_max_for_logits():
 # ---------------------------------------------------------------- predict / evaluate over windows
 
 
-def test_chunked_logits_are_the_max_over_each_texts_windows(classifier_dir):
+def window_logits_one_by_one(model, windows) -> np.ndarray:
+    """The plain model's logits of every window, one forward call each (the reference the pooled logits must equal)."""
     import torch
+
+    with torch.inference_mode():
+        return np.vstack([model(input_ids=torch.tensor([ids]), token_type_ids=torch.tensor([types])).logits.numpy()
+                          for ids, types in zip(windows.encoded.input_ids, windows.encoded.token_type_ids, strict=True)])
+
+
+def test_chunked_logits_are_the_max_over_each_texts_windows(classifier_dir):
 
     from bertkit.predict import load_for_inference
 
     model, tokenizer, _ = load_for_inference(str(classifier_dir))
     texts = [long_text(2050, seed=11), "a good film", long_text(300, seed=12)]
     logits = infer.classifier_logits(model, tokenizer, TextDataset(texts), max_length=64, batch_size=8,
-                                        precision="fp32", long_text="chunk", stride=16)
+                                     precision="fp32", long_text="chunk", stride=16)
     windows = longtext.encode_windows(tokenizer, TextDataset(texts), 64, 16)
     assert len(windows.owner) > 40
-    with torch.inference_mode():
-        one_by_one = np.vstack([model(input_ids=torch.tensor([ids]), token_type_ids=torch.tensor([types])).logits.numpy()
-                                for ids, types in zip(windows.encoded.input_ids, windows.encoded.token_type_ids,
-                                                      strict=True)])
+    one_by_one = window_logits_one_by_one(model, windows)
     expected = np.stack([one_by_one[windows.owner == row].max(axis=0) for row in range(3)])
     np.testing.assert_allclose(logits, expected, atol=1e-4)
     cut = infer.classifier_logits(model, tokenizer, TextDataset(texts[1:2]), max_length=64, batch_size=8,
-                                     precision="fp32")
+                                  precision="fp32")
     np.testing.assert_allclose(logits[1], cut[0], atol=1e-5)  # a text that fits is read exactly as before
 
 
@@ -445,7 +450,6 @@ def test_probe_on_a_store_uses_its_long_text_settings_and_refuses_others(tiny_be
 
 def test_a_regression_models_windows_are_averaged(tiny_bert_dir, tmp_path):
     """A number is not evidence for a class: a regression model's chunked prediction is the mean of its windows'."""
-    import torch
     from transformers import BertForSequenceClassification
 
     model = BertForSequenceClassification.from_pretrained(tiny_bert_dir, num_labels=1, problem_type="regression",
@@ -455,11 +459,8 @@ def test_a_regression_models_windows_are_averaged(tiny_bert_dir, tmp_path):
     tokenizer = load_tokenizer(str(tiny_bert_dir))
     texts = [long_text(600, seed=21), "a good film"]
     scores = infer.classifier_logits(model, tokenizer, TextDataset(texts), max_length=64, batch_size=8,
-                                        precision="fp32", long_text="chunk", stride=16)
+                                     precision="fp32", long_text="chunk", stride=16)
     windows = longtext.encode_windows(tokenizer, TextDataset(texts), 64, 16)
-    with torch.inference_mode():
-        per_window = np.vstack([model(input_ids=torch.tensor([ids]), token_type_ids=torch.tensor([types])).logits.numpy()
-                                for ids, types in zip(windows.encoded.input_ids, windows.encoded.token_type_ids,
-                                                      strict=True)])
+    per_window = window_logits_one_by_one(model, windows)
     expected = np.stack([per_window[windows.owner == row].mean(axis=0) for row in range(2)])
     np.testing.assert_allclose(scores, expected, atol=1e-4)
