@@ -54,7 +54,8 @@ def copied_layers(teacher_layers: int, student_layers: int) -> list[int]:
     """
     if student_layers >= teacher_layers:
         what = "is more than" if student_layers > teacher_layers else "is as many as"
-        fix = (f"Pass --student-layers 1 to {teacher_layers - 1}" if teacher_layers > 1 else
+        valid = "1" if teacher_layers == 2 else f"1 to {teacher_layers - 1}"
+        fix = (f"Pass --student-layers {valid}" if teacher_layers > 1 else
                "The teacher has a single layer, so no smaller student can be copied from it: pass --student MODEL "
                "(a smaller pretrained encoder)")
         raise UserError(f"--student-layers {student_layers} {what} the teacher's {teacher_layers} layers; a student "
@@ -253,6 +254,10 @@ def distill(cfg: DistillConfig, *, progress: bool = True) -> dict[str, Any]:
     """Train the student (resumable, like finetune), then the teacher-vs-student report (main process)."""
     task = DistillTask(cfg)
     cfg = _in_the_teachers_shape(cfg, task.teacher_labels.task)
+    default_layers = next(f.default for f in dataclasses.fields(cfg) if f.name == "student_layers")
+    if cfg.student and cfg.student_layers != default_layers:
+        log.warning("--student-layers %d copies layers of the teacher; with --student %s the student is that encoder, "
+                    "so it is ignored. Drop --student-layers.", cfg.student_layers, cfg.student)
     result = finetune(cfg, progress=progress, task=task)
     out: dict[str, Any] = {"training": result, "report": None}
     if result.is_main_process and cfg.report:

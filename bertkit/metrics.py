@@ -68,7 +68,8 @@ def add_requested(result: dict[str, Any], names: Sequence[str], external: Sequen
     `requested` (the headline shows them first). `predictions` and `references` are what the modules compare
     (label ids for classification)."""
     for metric in external:
-        result.setdefault("external", {}).update(metric.compute(predictions, references))
+        scores = metric.compute(predictions, references)  # MetricFailed leaves `result` as it was
+        result.setdefault("external", {}).update(scores)
     if names:
         result["requested"] = list(names)
     return result
