@@ -11,6 +11,7 @@ measures the difference).
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -433,12 +434,14 @@ def run_probe(cfg: Any, progress: bool = False) -> dict[str, Any]:
                                 compare=runs.config_compare(config_dict(cfg))) if cfg.out else None
     external = load_metrics(tuple(cfg.external_metrics))  # a --metric that cannot load stops before any work
     cache = (lambda: plan.claim().path / "features") if plan is not None else None
-    inputs = load_store_inputs(cfg) if cfg.features else load_text_inputs(cfg, cache, progress)
+    check = functools.partial(check_shape_options, cfg, external)
+    inputs = load_store_inputs(cfg) if cfg.features else load_text_inputs(cfg, cache, progress, on_labels=check)
+    if cfg.features:  # a store's features are made already: checked once its labels are read
+        check(inputs.label_map)
     run_dir = plan.claim() if plan is not None else None
     cache = run_dir.path / "features" if run_dir is not None else None
     names = [str(x) for x in inputs.label_map.labels]
     kwargs, metric = shape_kwargs(cfg, inputs.label_map.task)
-    check_shape_options(cfg, inputs.label_map.task, len(names), external)
     say = (lambda msg: log.info(msg)) if progress else None
     sweep = sweep_layers(inputs.train, inputs.y_train, inputs.dev, inputs.y_dev, layer_names=inputs.layer_names,
                          label_names=names, progress=say, metric=metric, threshold=cfg.threshold, **kwargs)
@@ -478,15 +481,16 @@ def run_probe(cfg: Any, progress: bool = False) -> dict[str, Any]:
     return result
 
 
-def check_shape_options(cfg: Any, task: str, n_labels: int, external: Sequence[Any]) -> None:
-    """Before the sweep: warnings for options this problem shape ignores (a built-in --metric it lacks,
-    --threshold), and every --metric module tried on a synthetic input of the shape (a failure stops here)."""
+def check_shape_options(cfg: Any, external: Sequence[Any], labels: Any) -> None:
+    """Once the labels (`data.LabelMap`: the problem shape) are read, before any model work: warnings for options
+    the shape ignores (a built-in --metric it lacks, --threshold), and every --metric module tried on a synthetic
+    input of the shape (a failure stops here)."""
     from bertkit.metrics import check_external
     from bertkit.objectives import inapplicable_options
 
-    for note in inapplicable_options(task, n_labels, cfg.metric_list, cfg.threshold):
+    for note in inapplicable_options(labels.task, len(labels.labels), cfg.metric_list, cfg.threshold):
         log.warning("%s", note)
-    check_external(external, task, n_labels)
+    check_external(external, labels.task, len(labels.labels))
 
 
 def requested_metrics_or_failure(cfg: Any, result: dict[str, Any], best: Cell, inputs: ProbeInputs,

@@ -326,8 +326,10 @@ def test_probe_checks_modules_first_and_saves_its_run_before_a_late_failure(tiny
     train.write_text("sentence\tlabel\n" + "\n".join(f"{t}\t{y}" for t, y in toy_rows[:30]) + "\n", encoding="utf-8")
     dev.write_text("sentence\tlabel\n" + "\n".join(f"{t}\t{y}" for t, y in toy_rows[30:]) + "\n", encoding="utf-8")
     args = ["probe", "--model", str(tiny_bert_dir), "--data", str(train), "--dev", str(dev), "--no-baselines", "--quiet"]
-    early = runner.invoke(app, [*args, "--threshold", "0.4", "--metric", str(bad_metrics["listing"])])
+    early = runner.invoke(app, [*args, "--threshold", "0.4", "--out", str(tmp_path / "early"),
+                                "--metric", str(bad_metrics["listing"])])
     assert early.exit_code == 2 and "returned a list" in early.output and "Traceback" not in early.output
+    assert not (tmp_path / "early").exists()  # refused before any model work or run directory
     assert "--threshold 0.4 is the decision threshold of multi-label (tag) data" in " ".join(early.output.split())
     late = runner.invoke(app, [*args, "--out", str(tmp_path / "run"), "--metric", str(write_metric(tmp_path, "late", LATE_BODY))])
     assert late.exit_code == 2 and "Traceback" not in late.output, late.output
