@@ -484,7 +484,7 @@ def finetune(cfg: FinetuneConfig, view: View) -> None:
         r = result.restored
         info(f"resumed from {r['checkpoint']}: epoch {r['epoch']}, step {r['step']} "
              f"(batch {r['batch_in_epoch']}/{r['steps_per_epoch']} of the epoch), lr {r['lr']:.3e}, "
-             f"best {cfg.metric_for_best} so far {r['best_metric']}")
+             f"best {summary['best_metric_name']} so far {r['best_metric']}")
     _print_epoch_table(result.epoch_table)
     best = summary.get("best_dev") or {}
     shown = [k for k in ("accuracy", "f1", "mcc") if k in best] or \

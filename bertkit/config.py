@@ -405,8 +405,7 @@ class FinetuneConfig(TruncationOption, MetricOptions, TaskOptions):
             problems.append(f"--warmup-ratio must be in [0, 1); got {self.warmup_ratio}.")
         if self.eval_every != "epoch" and not (str(self.eval_every).isdigit() and int(self.eval_every) > 0):
             problems.append(f"--eval-every must be a positive number of steps or `epoch`; got {self.eval_every!r}.")
-        if self.metric_for_best is None:
-            object.__setattr__(self, "metric_for_best", "accuracy")
+        # None (no flag, recipe or preset): the problem shape's headline metric, chosen once the data is read
         problems += metric_for_best_problems(self.metric_for_best, self.external_metrics)
         problems += self.task_problems()
         raise_if_problems(problems)
@@ -449,10 +448,11 @@ class DistillConfig(FinetuneConfig):
         raise_if_problems(problems)
 
 
-def metric_for_best_problems(name: str, external: list[str]) -> list[str]:
+def metric_for_best_problems(name: str | None, external: list[str]) -> list[str]:
     """--metric-for-best must be a built-in metric, or name a --metric evaluate module (or one of its scores,
-    `NAME/score`): a module is loaded before training starts, so a missing one stops the run at once."""
-    if name in BEST_METRICS or name in external:
+    `NAME/score`): a module is loaded before training starts, so a missing one stops the run at once. (Whether the
+    data's problem shape has it is checked once the data is read, before training: `objectives.best_metric`.)"""
+    if name is None or name in BEST_METRICS or name in external:
         return []
     stems = {Path(spec.partition(":")[0]).stem: spec for spec in external}
     if name in stems or name.partition("/")[0] in stems:

@@ -32,6 +32,7 @@ import pandas as pd
 
 from bertkit.config import DataOptions
 from bertkit.errors import UserError, raise_if_problems
+from bertkit.presets import preset_origin
 
 log = logging.getLogger(__name__)
 
@@ -438,8 +439,10 @@ def read_hub_split(name: str, config: str | None, split: str, limit: int | None 
 # ---------------------------------------------------------------- columns
 
 
-def resolve_column(frame: pd.DataFrame, selector: str | None, option: str, source: str) -> Any:
-    """The DataFrame column a --*-column selector names: a column name, or a 0-based index."""
+def resolve_column(frame: pd.DataFrame, selector: str | None, option: str, source: str,
+                   preset: str | None = None) -> Any:
+    """The DataFrame column a --*-column selector names: a column name, or a 0-based index. `preset`: the
+    --task-preset that chose the selector (the message then says so, and how to override it)."""
     columns = list(frame.columns)
     if selector in columns:
         return selector
@@ -451,9 +454,11 @@ def resolve_column(frame: pd.DataFrame, selector: str | None, option: str, sourc
     hint = ""
     if len(columns) == 1:
         hint = " The file parsed into a single column: is the delimiter right (.tsv = tab, .csv = comma)?"
+    origin = f"set by --task-preset {preset}, which expects the GLUE files' columns" if preset else f"from {option}"
+    override = " to override the preset" if preset else ""
     raise UserError(
-        f"Column {selector!r} (from {option}) not found in {source}; columns are: {shown} "
-        f"(or 0-based indexes 0..{len(columns) - 1}).{hint} Pass {option} with one of them."
+        f"Column {selector!r} ({origin}) not found in {source}; columns are: {shown} "
+        f"(or 0-based indexes 0..{len(columns) - 1}).{hint} Pass {option} with one of them{override}."
     )
 
 
@@ -621,17 +626,19 @@ def _choose_columns(frame: pd.DataFrame, opts: DataOptions, source: str, need_la
     """The text, pair and label columns (by flag or by default); one column in two roles is an error."""
     default_text = opts.text_column is None
     text_col = (_default_column(frame, DEFAULT_TEXT_COLUMNS) or frame.columns[0]) if default_text else \
-        resolve_column(frame, opts.text_column, "--text-column", source)
+        resolve_column(frame, opts.text_column, "--text-column", source, preset_origin(opts, "text_column"))
     pair_col = None
     if opts.text_pair_column is not None:
-        pair_col = resolve_column(frame, opts.text_pair_column, "--text-pair-column", source)
+        pair_col = resolve_column(frame, opts.text_pair_column, "--text-pair-column", source,
+                                  preset_origin(opts, "text_pair_column"))
     label_option, tag_cols = "--label-column", ()
     selectors = _label_selectors(opts)
     if len(selectors) > 1 and opts.label_column not in frame.columns:  # several 0/1 columns, one per tag
         tag_cols = tuple(resolve_column(frame, sel, "--label-column", source) for sel in selectors)
         label_col = tag_cols[0]
     elif opts.label_column is not None:
-        label_col = resolve_column(frame, opts.label_column, "--label-column", source)
+        label_col = resolve_column(frame, opts.label_column, "--label-column", source,
+                                   preset_origin(opts, "label_column"))
     else:
         label_option = "the label column found by default"
         label_col = _default_column(frame, ("label", "labels"))

@@ -52,9 +52,14 @@ def copied_layers(teacher_layers: int, student_layers: int) -> list[int]:
     keeps it starts far closer to the teacher than one that stops at layer 4); the first, because it reads the
     embeddings. 12 -> 6 gives 0, 2, 4, 7, 9, 11: the layers transformers' DistilBERT extraction script copies.
     """
-    if student_layers > teacher_layers:
-        raise UserError(f"--student-layers {student_layers} is more than the teacher's {teacher_layers} layers; a "
-                        f"student is smaller. Pass --student-layers 1 to {teacher_layers - 1}.")
+    if student_layers >= teacher_layers:
+        what = "is more than" if student_layers > teacher_layers else "is as many as"
+        valid = "1" if teacher_layers == 2 else f"1 to {teacher_layers - 1}"
+        fix = (f"Pass --student-layers {valid}" if teacher_layers > 1 else
+               "The teacher has a single layer, so no smaller student can be copied from it: pass --student MODEL "
+               "(a smaller pretrained encoder)")
+        raise UserError(f"--student-layers {student_layers} {what} the teacher's {teacher_layers} layers; a student "
+                        f"has fewer layers than its teacher (as many is a copy, not a distillation). {fix}.")
     spaced = np.linspace(0, teacher_layers - 1, student_layers)
     return [int(np.floor(x + 0.5)) for x in spaced]  # halves round up (np.round would round 2.5 to 2)
 
@@ -102,7 +107,10 @@ class DistillTask(Task):
 
     def __init__(self, cfg: DistillConfig):
         self.cfg = cfg
-        self.teacher = modeling.load_classifier(cfg.teacher or "", require_head=True)
+        self.teacher = modeling.load_classifier(
+            cfg.teacher or "", require_head=True,
+            head_fix=f"A teacher is a fine-tuned model: fine-tune it first with `bertkit finetune --model {cfg.teacher} "
+                     f"...`, then pass that run's best/ folder as --teacher.")
         self.teacher_tokenizer = modeling.load_tokenizer(cfg.teacher or "")
         self.teacher_labels = data.LabelMap.from_id2label(self.teacher.config.id2label,
                                                           getattr(self.teacher.config, "problem_type", None))
@@ -152,25 +160,64 @@ class DistillTask(Task):
 def teacher_outputs(task: DistillTask, train: data.TextDataset, out: Path, accelerator: Any,
                     with_cls: bool) -> tuple[np.ndarray, np.ndarray | None]:
     """The teacher's logits (and [CLS] vectors) for every training row: read from the run's cache when it was made
-    for the same teacher, data and settings, else computed once (main process) and cached atomically."""
+    for the same teacher, data and settings and is intact, else computed once (main process) and cached atomically,
+    its sha256 in the cache's manifest (teacher_logits.json)."""
     cfg = task.cfg
     key = {"teacher": modeling.model_revision(cfg.teacher or ""), "data": train.fingerprint, "rows": len(train),
            "max_length": cfg.max_length, "precision": cfg.precision, "with_cls": with_cls}
-    if accelerator.is_main_process and not _cache_matches(out, key):
+    if accelerator.is_main_process and not _cache_usable(out, key, int(task.teacher.config.num_labels)):
         logits, cls = _compute_teacher_outputs(task, train, with_cls)
         with runs.atomic_path(out / CACHE) as tmp, open(tmp, "wb") as handle:
             np.savez(handle, logits=logits, **({"cls": cls} if cls is not None else {}))
-        runs.write_json_atomic(out / CACHE_KEY, key)
+        runs.write_json_atomic(out / CACHE_KEY, {**key, "sha256": _sha256(out / CACHE)})
     accelerator.wait_for_everyone()
     with np.load(out / CACHE) as cached:
         return cached["logits"], (cached["cls"] if with_cls else None)
 
 
-def _cache_matches(out: Path, key: dict[str, Any]) -> bool:
+def _cache_usable(out: Path, key: dict[str, Any], width: int) -> bool:
+    """Whether the run's teacher-logit cache was made for `key` and is intact. A damaged one (its checksum differs
+    from the manifest's; a cache written before there were checksums: unreadable or of the wrong shape) is reported
+    with a warning and recomputed."""
     try:
-        return json.loads((out / CACHE_KEY).read_text(encoding="utf-8")) == key and (out / CACHE).is_file()
+        saved = json.loads((out / CACHE_KEY).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
+    if not isinstance(saved, dict) or {k: v for k, v in saved.items() if k != "sha256"} != key:
+        return False  # none yet, or made for another teacher, data or settings
+    problem = _cache_problem(out / CACHE, saved.get("sha256"), (key["rows"], width), key["with_cls"])
+    if problem is not None:
+        log.warning("The teacher-logit cache %s is damaged (%s): recomputing the teacher's logits (one pass over the "
+                    "training data); the run continues as if it had never been damaged.", out / CACHE, problem)
+    return problem is None
+
+
+def _cache_problem(path: Path, sha256: str | None, shape: tuple[int, int], with_cls: bool) -> str | None:
+    """What is wrong with the cache file at `path` (None: nothing): missing, another checksum, unreadable, or logits
+    of another shape."""
+    if not path.is_file():
+        return "the file is missing"
+    if sha256 is not None and _sha256(path) != sha256:
+        return f"its sha256 is not the one recorded in {CACHE_KEY}"
+    try:
+        with np.load(path) as cached:
+            logits = np.asarray(cached["logits"])
+            has_cls = not with_cls or "cls" in cached.files
+    except Exception as exc:  # a damaged file fails in numpy's or zipfile's own ways
+        return f"it cannot be read: {type(exc).__name__}"
+    if logits.shape != shape or not has_cls:
+        return f"it holds logits of shape {logits.shape}, not {shape}" if logits.shape != shape else "no [CLS] vectors"
+    return None
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _compute_teacher_outputs(task: DistillTask, train: data.TextDataset,
@@ -207,6 +254,10 @@ def distill(cfg: DistillConfig, *, progress: bool = True) -> dict[str, Any]:
     """Train the student (resumable, like finetune), then the teacher-vs-student report (main process)."""
     task = DistillTask(cfg)
     cfg = _in_the_teachers_shape(cfg, task.teacher_labels.task)
+    default_layers = next(f.default for f in dataclasses.fields(cfg) if f.name == "student_layers")
+    if cfg.student and cfg.student_layers != default_layers:
+        log.warning("--student-layers %d copies layers of the teacher; with --student %s the student is that encoder, "
+                    "so it is ignored. Drop --student-layers.", cfg.student_layers, cfg.student)
     result = finetune(cfg, progress=progress, task=task)
     out: dict[str, Any] = {"training": result, "report": None}
     if result.is_main_process and cfg.report:

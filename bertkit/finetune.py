@@ -206,7 +206,7 @@ def finetune(cfg: FinetuneConfig, *, progress: bool = True, task: Task | None = 
     splits = data.load_splits(cfg, need_labels=True, need_dev=True)
     assert splits.label_map is not None and splits.dev is not None
     splits.label_map = task.label_map(cfg, splits)
-    cfg = _for_the_shape(cfg, splits)
+    cfg = _for_the_shape(cfg, splits, accelerator.is_main_process)
     key = resume_key(cfg, {"train": splits.train.fingerprint, "dev": splits.dev.fingerprint})
     if _on_main(accelerator, lambda: _finished_already(cfg, key, task.command)):  # read-only; refusals end here
         return _finished_result(Path(cfg.out or "").expanduser(), accelerator)
@@ -222,20 +222,43 @@ def finetune(cfg: FinetuneConfig, *, progress: bool = True, task: Task | None = 
         return finish(session, state, restored, splits.notes)
 
 
-def _for_the_shape(cfg: FinetuneConfig, splits: data.Splits) -> FinetuneConfig:
-    """`cfg` fitted to the data's problem shape, before any training: the --metric-for-best the shape scores
-    (regression / multi-label: the default, accuracy, becomes pearson / micro_f1, recorded as such in the run's
-    config); a metric the shape lacks, or --class-weight for numbers or tags, is refused."""
+def _for_the_shape(cfg: FinetuneConfig, splits: data.Splits, warn: bool = True) -> FinetuneConfig:
+    """`cfg` fitted to the data's problem shape, before any training: the --metric-for-best the shape scores (none
+    given: accuracy / pearson / micro_f1, recorded as such in the run's config); a metric the shape lacks, a --metric
+    module that fails on a synthetic input of the shape, or --class-weight for numbers or tags, is refused; options
+    the shape ignores (a built-in --metric it lacks, --threshold) are warned about (`warn`: this process logs)."""
     assert splits.label_map is not None
-    if cfg.class_weight != "none" and splits.label_map.task != "single_label":
+    task, n_labels = splits.label_map.task, len(splits.label_map.labels)
+    if cfg.class_weight != "none" and task != "single_label":
         raise UserError(f"--class-weight {cfg.class_weight} weighs classes of single-label data; this is "
-                        f"{splits.label_map.task} data. Drop --class-weight.")
-    metric = objectives.best_metric(splits.label_map.task, cfg.metric_for_best)
+                        f"{task} data. Drop --class-weight.")
+    for note in objectives.inapplicable_options(task, n_labels, cfg.metric_list, cfg.threshold) if warn else ():
+        log.warning("%s", note)
+    scores = metrics.check_external(metrics.load_metrics(tuple(cfg.external_metrics)), task, n_labels)
+    metric = objectives.best_metric(task, cfg.metric_for_best, n_labels)
+    _check_best_is_scored(metric, scores, task, n_labels, splits.dev)
     if metric == cfg.metric_for_best:
         return cfg
-    splits.notes.append(f"{splits.label_map.task} data: the best checkpoint is picked by dev {metric} "
-                        f"(pass --metric-for-best to choose another).")
+    if task != "single_label":
+        splits.notes.append(f"{task} data: the best checkpoint is picked by dev {metric} "
+                            f"(pass --metric-for-best to choose another).")
     return dataclasses.replace(cfg, metric_for_best=metric)
+
+
+def _check_best_is_scored(metric: str, scores: dict[str, float], task: str, n_labels: int,
+                          dev: data.TextDataset | None) -> None:
+    """Before training: --metric-for-best names a score the dev evaluation will have: roc_auc needs both classes in
+    the dev data; a module's score must be one the module returned on the synthetic input (`scores`)."""
+    valid = " / ".join(objectives.shape_metrics(task, n_labels))
+    if metric == "roc_auc" and dev is not None and len({str(y) for y in dev.labels or []}) < 2:
+        raise UserError(f"--metric-for-best roc_auc needs both classes in the dev data; {dev.source} has only "
+                        f"{', '.join(sorted({str(y) for y in dev.labels or []})) or 'no labels'}. Pass --metric-for-best "
+                        f"{valid.replace(' / roc_auc', '')}, or dev data with both classes (--dev).")
+    if metric in objectives.BUILT_IN or metric == "loss" or metrics.best_value({"external": scores}, metric) is not None:
+        return
+    raise UserError(f"--metric-for-best {metric} is not a score the --metric modules return: on a synthetic input of "
+                    f"this data's shape they return {', '.join(scores) or 'no scores'}. Pass --metric-for-best with one "
+                    f"of those, or a built-in metric ({valid}).")
 
 
 def setup(cfg: FinetuneConfig, accelerator: Any, splits: data.Splits, key: dict[str, Any],
@@ -372,19 +395,17 @@ def evaluate(session: Session, state: TrainState, end_of_epoch: bool) -> None:
     train_loss = _mean_across(accelerator, *state.running_loss)
     state.running_loss = (0.0, 0)
     scored = dev_scores(session)
-    metrics.add_requested(scored.metrics, cfg.metric_list, metrics.load_metrics(tuple(cfg.external_metrics)),
-                          metrics.predicted(scored.outputs) if scored.decisions is None else scored.decisions,
-                          session.objective.y_dev)  # --metric: evaluate modules
+    state.model_info = _model_info(session, scored.metrics)
+    _add_requested(session, state, scored)  # --metric: evaluate modules
     value = metrics.best_value(scored.metrics, cfg.metric_for_best)
-    if value is None:
-        raise UserError(f"--metric-for-best {cfg.metric_for_best} is not available for this data "
-                        f"(roc_auc needs two classes). Use accuracy, f1 or mcc.")
+    if value is None:  # checked before training; a module may still leave a score out on the real predictions
+        raise UserError(_scoring_failed(session, state, scored, f"--metric-for-best {cfg.metric_for_best} has no "
+                                        f"value in the dev scores ({', '.join(metrics.headline(scored.metrics))})"))
     record = {"epoch": state.epoch + 1, "step": state.global_step, "train_loss": train_loss,
               "samples_seen": state.train_rows, "eval_seconds": round(time.perf_counter() - started, 3),
               **{f"dev_{k}": v for k, v in metrics.headline(scored.metrics).items()}, "dev_loss": scored.metrics["loss"]}
     record["best"] = metrics.is_better(value, state.best_metric, cfg.metric_for_best)
     state.history.append(record)
-    state.model_info = _model_info(session, scored.metrics)
     if record["best"]:
         _keep_best(session, state, scored, value)
     else:
@@ -396,6 +417,34 @@ def evaluate(session: Session, state: TrainState, end_of_epoch: bool) -> None:
     if end_of_epoch:
         state.epoch_table.append(_epoch_row(state, train_loss, session.objective.table_metrics))
         state.epoch, state.step_in_epoch = state.epoch + 1, 0
+
+
+def _add_requested(session: Session, state: TrainState, scored: Any) -> None:
+    """The --metric scores of the dev predictions. A module that fails on them (it passed the synthetic check before
+    training) stops the run only after the model trained so far is saved (`_scoring_failed`)."""
+    cfg = session.cfg
+    try:
+        metrics.add_requested(scored.metrics, cfg.metric_list, metrics.load_metrics(tuple(cfg.external_metrics)),
+                              metrics.predicted(scored.outputs) if scored.decisions is None else scored.decisions,
+                              session.objective.y_dev)
+    except metrics.MetricFailed as exc:
+        raise UserError(_scoring_failed(session, state, scored, f"--metric {exc.spec} failed on the dev "
+                                        f"predictions: {exc.reason}", exc.spec)) from None
+
+
+def _scoring_failed(session: Session, state: TrainState, scored: Any, problem: str, spec: str | None = None) -> str:
+    """Save the model trained so far into final/ (with what using it needs), then the message: the problem, where
+    the model is, and how to score it once the metric is fixed."""
+    cfg, folder = session.cfg, session.out / "final"
+    checkpoints.save_model_folder(session.accelerator, session.net, session.tokenizer, folder,
+                                  {"step": state.global_step, **state.model_info}, session.model_bytes)
+    shown = ", ".join(f"{k} {scored.metrics[k]:.4f}" for k in session.objective.table_metrics if k in scored.metrics)
+    fix = (f"Fix the metric script, then score that model with `bertkit evaluate --model {folder} --data "
+           f"{cfg.dev or 'DEV_DATA'} --metric {spec}`, or re-run this command (it resumes from the last checkpoint, "
+           f"if any)." if spec else
+           "Pass --metric-for-best with one of those and --overwrite (or a new --out) to train again.")
+    return (f"{problem}, at step {state.global_step} (epoch {state.epoch + 1} of {cfg.epochs}). The model trained so "
+            f"far is saved, not lost: {folder} (dev {shown}). {fix}")
 
 
 def dev_scores(session: Session) -> Any:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,7 +68,8 @@ def add_requested(result: dict[str, Any], names: Sequence[str], external: Sequen
     `requested` (the headline shows them first). `predictions` and `references` are what the modules compare
     (label ids for classification)."""
     for metric in external:
-        result.setdefault("external", {}).update(metric.compute(predictions, references))
+        scores = metric.compute(predictions, references)  # MetricFailed leaves `result` as it was
+        result.setdefault("external", {}).update(scores)
     if names:
         result["requested"] = list(names)
     return result
@@ -150,15 +151,95 @@ class ExternalMetric:
 
     def compute(self, predictions: Sequence[Any], references: Sequence[Any]) -> dict[str, float]:
         """The module's numeric scores, keyed `NAME` for a score named like the module (matthews_correlation),
-        else `NAME/score` (glue:mrpc -> glue/accuracy, glue/f1), so they never clash with the built-in names."""
-        result = self.module.compute(predictions=[_plain(p) for p in predictions],
-                                     references=[_plain(r) for r in references])
-        return {k if k == self.name else f"{self.name}/{k}": float(v)
-                for k, v in (result or {}).items() if isinstance(v, (int, float, np.number)) and not isinstance(v, bool)}
+        else `NAME/score` (glue:mrpc -> glue/accuracy, glue/f1), so they never clash with the built-in names.
+
+        Other values in its dict (lists, texts) are left out; a module that raises, returns something other than a
+        dict, or a dict without one number raises `MetricFailed` (a UserError: the module is the user's code)."""
+        try:
+            result = self.module.compute(predictions=[_plain(p) for p in predictions],
+                                         references=[_plain(r) for r in references])
+        except Exception as exc:  # the user's script, or evaluate refusing the inputs: any exception type
+            raise MetricFailed(self.spec, f"it raised {type(exc).__name__}: {_first_words(exc)}") from None
+        if not isinstance(result, Mapping):
+            raise MetricFailed(self.spec, f"it returned {_kind(result)} instead of a dict of scores")
+        scores = {k if k == self.name else f"{self.name}/{k}": float(v)
+                  for k, v in result.items() if isinstance(v, (int, float, np.number)) and not isinstance(v, bool)}
+        if not scores:
+            raise MetricFailed(self.spec, f"its dict holds no number (got {_preview(result)})")
+        return scores
 
     @property
     def name(self) -> str:
         return metric_name(self.spec)
+
+
+class MetricFailed(UserError):
+    """An evaluate module (--metric) that raised, or returned no scores, on the predictions it was given."""
+
+    def __init__(self, spec: str, reason: str):
+        super().__init__(f"--metric {spec} failed: {reason}. Fix the metric script (it must return a dict of "
+                         f"numbers), or drop --metric {spec}.")
+        self.spec, self.reason = spec, reason
+
+
+SHAPE_INPUTS = {"single_label": "class ids, one int per row, 0..{last}",
+                "multi_label": "0/1 tag rows, one list of {n} ints per row",
+                "regression": "numbers, one float per row"}
+"""What --metric modules compare per problem shape (predictions and references alike)."""
+
+
+def synthetic_input(task: str, n_labels: int) -> tuple[np.ndarray, np.ndarray]:
+    """(predictions, references): 8 rows of the kind real ones have for `task`, in the same numpy types, with some
+    predictions wrong and every class / tag value present, so a metric module can be tried before any work."""
+    rows = np.arange(8)
+    if task == "regression":
+        references = np.linspace(0.5, 4.0, len(rows))
+        return references[::-1] * 0.5 + 1.0, references
+    if task == "multi_label":
+        references = (np.add.outer(rows, np.arange(max(n_labels, 1))) % 2).astype(np.int64)
+        predictions = references.copy()
+        predictions[::3] = 1 - predictions[::3]
+        return predictions, references
+    k = max(n_labels, 2)
+    references = (rows % k).astype(np.int64)
+    return ((references + (rows % 3 == 0)) % k).astype(np.int64), references
+
+
+def check_external(external: Sequence[ExternalMetric], task: str, n_labels: int) -> dict[str, float]:
+    """Every --metric module tried on a tiny synthetic input of the data's shape (`synthetic_input`), before any
+    work: a module that fails on it is a UserError naming what it was given. Returns the scores it produced (for
+    checking a --metric-for-best that names one of them)."""
+    predictions, references = synthetic_input(task, n_labels)
+    scores: dict[str, float] = {}
+    for metric in external:
+        try:
+            scores.update(metric.compute(predictions, references))
+        except MetricFailed as exc:
+            kind = SHAPE_INPUTS.get(task, SHAPE_INPUTS["single_label"]).format(last=max(n_labels, 2) - 1, n=n_labels)
+            raise UserError(
+                f"--metric {metric.spec} does not work on {task.replace('_', '-')} data: tried on 8 synthetic rows "
+                f"of that shape before any work (predictions and references: {kind}), {exc.reason}. Fix the metric "
+                f"script so that it takes {kind.split(',')[0]} and returns a dict of numbers, or drop "
+                f"--metric {metric.spec}."
+            ) from None
+    return scores
+
+
+def _first_words(exc: BaseException) -> str:
+    """An exception's message on one line, at most 300 characters (evaluate's format errors span lines)."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def _kind(value: Any) -> str:
+    """`a list`, `None`, `a str` ... for a message about what a module returned."""
+    return "None" if value is None else f"{'an' if type(value).__name__[0] in 'aeiou' else 'a'} {type(value).__name__}" \
+        f" ({_preview(value)})"
+
+
+def _preview(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def metric_name(spec: str) -> str:

@@ -167,13 +167,14 @@ def build_encoder(config: Any) -> Any:
 
 def load_classifier(
     name: str, id2label: dict[int, str] | None = None, trust_remote_code: bool = False, *, require_head: bool = False,
-    **overrides: Any,
+    head_fix: str | None = None, **overrides: Any,
 ) -> Any:
     """`AutoModelForSequenceClassification` (BertForSequenceClassification for BERT checkpoints).
 
     With `id2label`, the head is sized and named for those labels (a new head if the checkpoint's differs).
-    `require_head` (predict, evaluate): the folder must hold a trained classification head; a base encoder would
-    get a random one and give random labels, so it is refused.
+    `require_head` (predict, evaluate, distill's teacher): the folder must hold a trained classification head; a base
+    encoder would get a random one and give random labels, so it is refused. `head_fix`: the end of that message,
+    naming the calling command's own options (default: predict's and evaluate's, --model or --probe).
     """
     from transformers import AutoModelForSequenceClassification
 
@@ -195,8 +196,9 @@ def load_classifier(
     if require_head and untrained:
         raise UserError(
             f"No fine-tuned classification head found in {name}: its weights lack {', '.join(untrained[:4])}, so "
-            f"the head would be random and so would the labels. Fine-tune it first with `bertkit finetune --model "
-            f"{name} ...` and pass its best/ folder, or use a saved probe with --probe."
+            f"the head would be random and so would the labels. "
+            + (head_fix or f"Fine-tune it first with `bertkit finetune --model {name} ...` and pass its best/ folder, "
+                           f"or use a saved probe with --probe.")
         )
     return model
 

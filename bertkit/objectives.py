@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from bertkit import metrics
+from bertkit.errors import UserError
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
@@ -38,7 +39,11 @@ class SingleLabel:
     """One label per row: cross-entropy (optionally class-weighted) and the classification metrics."""
 
     problem_type = "single_label_classification"
+    metric_names = ("accuracy", "f1", "binary_f1", "mcc", "precision", "recall", "roc_auc", "loss")
+    two_class_metrics = ("binary_f1", "roc_auc")
+    """Defined for two classes only (binary_f1: the second label's F1; roc_auc: needs the positive probability)."""
     table_metrics = ("accuracy", "f1", "mcc")
+    default_metric = "accuracy"
 
     def __init__(self, y_train: np.ndarray, y_dev: np.ndarray, label_names: list[str], class_weight: str = "none"):
         self.y_train, self.y_dev, self.label_names = y_train, y_dev, label_names
@@ -199,18 +204,52 @@ def predicted_labels(task: str, label_names: list[str], outputs: np.ndarray,
     return [label_names[i] for i in outputs.argmax(axis=1)]
 
 
-def best_metric(task: str, requested: str) -> str:
-    """The dev metric that picks the best checkpoint for this problem shape: --metric-for-best, where the shape
-    has it; the shape's own default for the option's default (accuracy); otherwise a UserError."""
-    shape = {"regression": Regression, "multi_label": MultiLabel}.get(task)
-    if shape is None or requested in shape.metric_names:
-        return requested
-    if requested == "accuracy":
-        return shape.default_metric
-    from bertkit.errors import UserError
+SHAPES: dict[str, Any] = {"single_label": SingleLabel, "regression": Regression, "multi_label": MultiLabel}
+"""The objective of each problem shape: its metric names, headline (default) metric and table metrics."""
+BUILT_IN_BY_SHAPE = {"single_label": metrics.METRIC_NAMES, "regression": metrics.REGRESSION_METRICS,
+                     "multi_label": metrics.MULTILABEL_METRICS}
+BUILT_IN = tuple(name for names in BUILT_IN_BY_SHAPE.values() for name in names)
+"""The built-in metric names (`bertkit.metrics`); `loss` is every shape's."""
 
-    raise UserError(f"--metric-for-best {requested} is a single-label metric; this is {task} data. Pass "
-                    f"--metric-for-best {' / '.join(shape.metric_names)}.")
+
+def shape_metrics(task: str, n_labels: int = 2) -> tuple[str, ...]:
+    """The built-in dev metrics of this problem shape (single-label with other than two classes: no binary_f1 and no
+    roc_auc)."""
+    shape = SHAPES.get(task, SingleLabel)
+    return tuple(m for m in shape.metric_names if n_labels == 2 or m not in getattr(shape, "two_class_metrics", ()))
+
+
+def best_metric(task: str, requested: str | None, n_labels: int = 2) -> str:
+    """The dev metric that picks the best checkpoint for this problem shape: --metric-for-best where the shape has
+    it, the shape's headline metric when none is given; a built-in metric of another shape (or a two-class metric
+    for more classes) is a UserError listing the shape's. Other names (evaluate modules) are returned as given."""
+    shape = SHAPES.get(task, SingleLabel)
+    if requested is None:
+        return shape.default_metric
+    valid = shape_metrics(task, n_labels)
+    if requested in valid or requested not in BUILT_IN:
+        return requested
+    owner = next(t for t, names in BUILT_IN_BY_SHAPE.items() if requested in names)
+    what = (f"needs two classes; this single-label data has {n_labels}" if owner == task
+            else f"is a {owner.replace('_', '-')} metric; this is {task.replace('_', '-')} data")
+    raise UserError(f"--metric-for-best {requested} {what}. Pass --metric-for-best {' / '.join(valid)} (or drop it: "
+                    f"{shape.default_metric}).")
+
+
+def inapplicable_options(task: str, n_labels: int, requested: list[str], threshold: str | None = None) -> list[str]:
+    """One-line warnings for options this problem shape ignores: built-in --metric names it does not compute, and a
+    --threshold (a multi-label setting) given for single-label or regression data. (An explicit --metric-for-best the
+    shape lacks is an error instead: `best_metric`.)"""
+    shape_name = task.replace("_", "-")
+    valid = shape_metrics(task, n_labels)
+    data = f"{shape_name} data" + (f" with {n_labels} classes" if task == "single_label" and n_labels != 2 else "")
+    notes = [f"--metric {name} is not computed for {data} (its metrics: "
+             f"{', '.join(m for m in valid if m != 'loss')}); ignored. Drop it or pass one of those."
+             for name in requested if name in BUILT_IN and name not in valid]
+    if threshold is not None and threshold != "tune" and task != "multi_label":
+        notes.append(f"--threshold {threshold} is the decision threshold of multi-label (tag) data; this is "
+                     f"{shape_name} data, so it is ignored. Drop --threshold.")
+    return notes
 
 
 class Distillation:

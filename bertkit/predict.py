@@ -4,6 +4,7 @@ saved probe. Returns values; `cli.py` prints them."""
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,9 @@ import numpy as np
 
 from bertkit import data, infer, metrics, modeling, runs
 from bertkit.config import EvaluateConfig, PredictConfig, config_dict, recipe_path
-from bertkit.objectives import model_outputs, predicted_labels
+from bertkit.objectives import inapplicable_options, model_outputs, predicted_labels
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -91,6 +94,9 @@ def run_evaluate(cfg: EvaluateConfig, *, progress: bool = False) -> dict[str, An
                                 compare=runs.config_compare(config_dict(cfg))) if cfg.out else None  # read-only, early
     external = [metrics.load_metric(spec) for spec in cfg.external_metrics]  # before any work: a missing one stops here
     model, tokenizer, label_map = load_for_inference(cfg.model or "")
+    for note in inapplicable_options(label_map.task, len(label_map.labels), cfg.metric_list):
+        log.warning("%s", note)
+    metrics.check_external(external, label_map.task, len(label_map.labels))  # a module that fails on the shape
     dataset = data.load_dataset_split(cfg, cfg.data or "", need_labels=True, task=label_map.task)
     y = label_map.encode(dataset.labels or [], f"The data {dataset.source}")
     proba = predict_proba(model, tokenizer, dataset, progress=progress, **reading(cfg))

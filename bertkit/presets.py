@@ -77,6 +77,17 @@ def preset_values(preset: Preset, data: str | None, *, text_given: bool = False)
     return values
 
 
+def preset_origin(config: Any, key: str) -> str | None:
+    """`glue/<task>` when option `key` of `config` holds the value its --task-preset gives (for messages: a column
+    the preset chose is not one the user typed), else None."""
+    preset = find_preset(getattr(config, "task_preset", None) or "")
+    if preset is None:
+        return None
+    values = preset_values(preset, getattr(config, "data", None), text_given=bool(getattr(config, "text", None)))
+    given = getattr(config, key, None)
+    return f"glue/{preset.task}" if given is not None and key in values and str(values[key]) == str(given) else None
+
+
 def is_unset(value: Any) -> bool:
     """Whether an option value leaves the choice open (a preset may fill it): None, `auto`, or an empty list."""
     return value is None or value == "auto" or value == ()

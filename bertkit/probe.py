@@ -11,6 +11,7 @@ measures the difference).
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -433,7 +434,10 @@ def run_probe(cfg: Any, progress: bool = False) -> dict[str, Any]:
                                 compare=runs.config_compare(config_dict(cfg))) if cfg.out else None
     external = load_metrics(tuple(cfg.external_metrics))  # a --metric that cannot load stops before any work
     cache = (lambda: plan.claim().path / "features") if plan is not None else None
-    inputs = load_store_inputs(cfg) if cfg.features else load_text_inputs(cfg, cache, progress)
+    check = functools.partial(check_shape_options, cfg, external)
+    inputs = load_store_inputs(cfg) if cfg.features else load_text_inputs(cfg, cache, progress, on_labels=check)
+    if cfg.features:  # a store's features are made already: checked once its labels are read
+        check(inputs.label_map)
     run_dir = plan.claim() if plan is not None else None
     cache = run_dir.path / "features" if run_dir is not None else None
     names = [str(x) for x in inputs.label_map.labels]
@@ -465,11 +469,42 @@ def run_probe(cfg: Any, progress: bool = False) -> dict[str, Any]:
                                          label_names=names, threshold=cfg.threshold, **kwargs)
     if inputs.test is not None and inputs.y_test is not None:
         result["best"]["test"] = score_probe(best.fit, inputs.test[best.pool][:, best.layer], inputs.y_test, names)
-    add_requested_metrics(cfg, result["best"], best, inputs, external)
-    if run_dir is not None:
+    failed = requested_metrics_or_failure(cfg, result, best, inputs, external)
+    if run_dir is not None:  # a --metric that failed on the real predictions: the rest is saved first
         result["outputs"] = write_probe_run(run_dir.path, cfg, inputs, sweep, result, final_dir=run_dir.out)
         run_dir.commit()  # with --overwrite: the new run replaces the previous one only now
+    if failed is not None:
+        saved = (f"The probe run is saved, not lost, without those scores: {run_dir.out} (saved probe "
+                 f"{result['outputs']['probe']}). " if run_dir is not None else "")
+        raise UserError(f"--metric {failed.spec} failed on the best probe's predictions: {failed.reason}. {saved}Fix "
+                        f"the metric script and re-run this command, or drop --metric {failed.spec}.")
     return result
+
+
+def check_shape_options(cfg: Any, external: Sequence[Any], labels: Any) -> None:
+    """Once the labels (`data.LabelMap`: the problem shape) are read, before any model work: warnings for options
+    the shape ignores (a built-in --metric it lacks, --threshold), and every --metric module tried on a synthetic
+    input of the shape (a failure stops here)."""
+    from bertkit.metrics import check_external
+    from bertkit.objectives import inapplicable_options
+
+    for note in inapplicable_options(labels.task, len(labels.labels), cfg.metric_list, cfg.threshold):
+        log.warning("%s", note)
+    check_external(external, labels.task, len(labels.labels))
+
+
+def requested_metrics_or_failure(cfg: Any, result: dict[str, Any], best: Cell, inputs: ProbeInputs,
+                                 external: Sequence[Any]) -> Any:
+    """`add_requested_metrics`; a module that fails on the real predictions is returned (and noted in the result)
+    instead of raised, so the run can be saved before the failure is reported. None: every module scored."""
+    from bertkit.metrics import MetricFailed
+
+    try:
+        add_requested_metrics(cfg, result["best"], best, inputs, external)
+    except MetricFailed as exc:
+        result["notes"].append(f"--metric {exc.spec} failed on the best probe's predictions: {exc.reason}.")
+        return exc
+    return None
 
 
 def add_requested_metrics(cfg: Any, best_result: dict[str, Any], best: Cell, inputs: ProbeInputs,

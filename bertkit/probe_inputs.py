@@ -219,15 +219,19 @@ def _store_texts(splits: dict[str, Any], notes: list[str]) -> dict[str, Any]:
     return texts
 
 
-def load_text_inputs(cfg: Any, cache_dir: Path | Callable[[], Path] | None, progress: bool = False) -> ProbeInputs:
+def load_text_inputs(cfg: Any, cache_dir: Path | Callable[[], Path] | None, progress: bool = False,
+                     on_labels: Callable[[Any], None] | None = None) -> ProbeInputs:
     """Read --data/--dev/--test and extract features for every --pool and --layers in one pass per split,
     cached as `cache_dir/<split>-<pool>-<layers>.npy` (reused by a re-run with the same model and data).
 
-    A callable `cache_dir` is called once the data and the model are validated (it may claim the run directory)."""
+    A callable `cache_dir` is called once the data and the model are validated (it may claim the run directory).
+    `on_labels` gets the label map (the problem shape) as soon as the data is read, before any model work."""
     from bertkit import data, embed, modeling
     from bertkit.config import parse_layers
 
     splits = data.load_splits(cfg, need_labels=True, need_dev=True)
+    if on_labels is not None:
+        on_labels(splits.label_map)
     model = cfg.model or modeling.OFFLINE_NAME
     tokenizer = modeling.load_tokenizer(model, cfg.trust_remote_code)
     modeling.check_max_length(cfg.max_length, tokenizer, modeling.load_config(model, cfg.trust_remote_code), model)

@@ -710,6 +710,84 @@ def workspace(tmp_path, tiny_bert_dir, tiny_distilbert_dir, premade) -> Workspac
     return Workspace(tmp_path, tiny_bert_dir, tiny_distilbert_dir, premade)
 
 
+METRIC_SCRIPT = """
+import datasets
+import evaluate
+
+
+class {name}(evaluate.Metric):
+    def _info(self):
+        return evaluate.MetricInfo(description="", citation="", inputs_description="", features=datasets.Features(
+            {{"predictions": datasets.Value("int64"), "references": datasets.Value("int64")}}))
+
+    def _compute(self, predictions, references):
+        {body}
+"""
+
+
+def _metric_script(w: Workspace, name: str, body: str) -> str:
+    """A local evaluate metric script `metrics/NAME.py` whose _compute runs `body`."""
+    return w.file(f"metrics/{name}.py", METRIC_SCRIPT.format(name=name.capitalize(), body=body))
+
+
+def _distill(w: Workspace, *extra: str, teacher: str | None = None) -> list[str]:
+    return ["distill", "--teacher", teacher or w.copy("clf"), "--data", w.good(), "--out", w.path("student"),
+            "--epochs", "1", "--batch-size", "8", "--quiet", *extra]
+
+
+RAISES = 'raise ZeroDivisionError("boom")'
+HITS = 'return {"hits": float(sum(p == r for p, r in zip(predictions, references)))}'
+THREE_CLASSES = _tsv([(f"row {i}", "abc"[i % 3]) for i in range(30)])
+
+CASES += [  # issue 20: metrics, distill and option messages
+    Case("finetune-metric-script-raises", "finetune",
+         lambda w: finetune(w, "--data", w.good(), "--metric", _metric_script(w, "raising", RAISES), out=w.path("fresh")),
+         r"--metric .*raising\.py does not work on single-label data: tried on 8 synthetic rows.*raised "
+         r"ZeroDivisionError: boom", r"Fix the metric script .*drop --metric"),
+    Case("finetune-metric-script-returns-list", "finetune",
+         lambda w: finetune(w, "--data", w.good(), "--metric", _metric_script(w, "listing", "return [0.5]"),
+                            out=w.path("fresh")),
+         r"returned a list \(\[0\.5\]\) instead of a dict of scores", r"returns a dict of numbers, or drop --metric"),
+    Case("evaluate-metric-script-returns-list", "evaluate",
+         lambda w: ["evaluate", "--model", w.copy("clf"), "--data", w.good(), "--quiet", "--out", w.path("eval"),
+                    "--metric", _metric_script(w, "listing", "return [0.5]")],
+         r"does not work on single-label data.*returned a list", r"drop --metric"),
+    Case("evaluate-metric-script-string-value", "evaluate",
+         lambda w: ["evaluate", "--model", w.copy("clf"), "--data", w.good(), "--quiet",
+                    "--metric", _metric_script(w, "wordy", 'return {"score": "high"}')],
+         r"its dict holds no number \(got \{'score': 'high'\}\)", r"returns a dict of numbers, or drop --metric"),
+    Case("probe-metric-script-raises", "probe",
+         lambda w: ["probe", "--model", w.tiny, "--data", w.good(), "--no-baselines", "--quiet",
+                    "--metric", _metric_script(w, "raising", RAISES)],
+         r"does not work on single-label data.*raised ZeroDivisionError", r"drop --metric"),
+    Case("metric-for-best-regression-metric-on-single-label", "finetune",
+         lambda w: finetune(w, "--data", w.good(), "--metric-for-best", "pearson", out=w.path("fresh")),
+         r"--metric-for-best pearson is a regression metric; this is single-label data",
+         r"Pass --metric-for-best accuracy / f1"),
+    Case("metric-for-best-accuracy-on-regression", "finetune",
+         lambda w: finetune(w, "--data", w.file("s.tsv", SCORES), "--metric-for-best", "accuracy", out=w.path("fresh")),
+         r"--metric-for-best accuracy is a single-label metric; this is regression data", r"Pass --metric-for-best pearson"),
+    Case("metric-for-best-roc-auc-three-classes", "finetune",
+         lambda w: finetune(w, "--data", w.file("3.tsv", THREE_CLASSES), "--metric-for-best", "roc_auc",
+                            out=w.path("fresh")),
+         r"--metric-for-best roc_auc needs two classes; this single-label data has 3", r"Pass --metric-for-best accuracy"),
+    Case("metric-for-best-not-a-module-score", "finetune",
+         lambda w: finetune(w, "--data", w.good(), "--metric", _metric_script(w, "counting", HITS),
+                            "--metric-for-best", "counting/bleu", out=w.path("fresh")),
+         r"--metric-for-best counting/bleu is not a score the --metric modules return.*they return counting/hits",
+         r"Pass --metric-for-best with one of those"),
+    Case("distill-student-as-deep-as-teacher", "distill", lambda w: _distill(w, "--student-layers", "2"),
+         r"--student-layers 2 is as many as the teacher's 2 layers.*not a distillation", r"Pass --student-layers 1\b"),
+    Case("distill-student-deeper-than-teacher", "distill", lambda w: _distill(w, "--student-layers", "3"),
+         r"--student-layers 3 is more than the teacher's 2 layers", r"Pass --student-layers 1\b"),
+    Case("distill-teacher-without-head", "distill", lambda w: _distill(w, teacher=w.tiny),
+         r"No fine-tuned classification head found", r"pass that run's best/ folder as --teacher"),
+    Case("preset-column-missing-from-file", "tokens", lambda w: tokens(w, "--data", w.good(), "--task-preset", "glue/rte"),
+         r"Column 'sentence1' \(set by --task-preset glue/rte, which expects the GLUE files' columns\) not found",
+         r"Pass --text-column with one of them to override the preset"),
+]
+
+
 def test_corpus_size():
     assert len(CASES) >= 30
     assert len({c.id for c in CASES}) == len(CASES)

@@ -208,3 +208,19 @@ def test_a_recipe_threshold_may_be_a_number(tmp_path):
     values = load_recipe(str(recipe), "finetune", FinetuneConfig)
     assert values["threshold"] == "0.4"
     assert FinetuneConfig(**values).threshold == "0.4"
+
+
+def test_metric_for_best_is_left_to_the_shape_unless_given():
+    """Issue 20: no --metric-for-best (nor recipe, nor preset) stays None until the data's shape is known, so an
+    explicit `accuracy` on regression data can be refused while the default becomes pearson."""
+    from bertkit import objectives
+
+    assert config.FinetuneConfig(data="x.tsv", out="o").metric_for_best is None
+    assert config.DistillConfig(data="x.tsv", out="o", teacher="t").metric_for_best is None
+    assert config.metric_for_best_problems(None, []) == []
+    assert [objectives.best_metric(task, None) for task in ("single_label", "regression", "multi_label")] == \
+        ["accuracy", "pearson", "micro_f1"]
+    with pytest.raises(UserError, match="accuracy is a single-label metric; this is regression data"):
+        objectives.best_metric("regression", "accuracy")
+    assert objectives.best_metric("single_label", "my_module/score") == "my_module/score"  # modules: checked later
+    assert objectives.shape_metrics("single_label", 3) == ("accuracy", "f1", "mcc", "precision", "recall", "loss")

@@ -168,3 +168,106 @@ def test_bad_distill_input(teacher, toy, tmp_path, tiny_bert_dir, write_tsv):
         assert re.search(message, result.output, re.S), (message, result.output)
     with pytest.raises(UserError, match="--teacher is required"):
         DistillConfig(data="x", out="y")
+
+
+# ---------------------------------------------------------------- a damaged teacher-logit cache; messages (issue 20)
+
+
+@pytest.fixture(scope="module")
+def whole_and_cut(teacher, toy, tmp_path_factory):
+    """An uninterrupted distillation, and the same run killed after 4 steps (its teacher-logit cache written)."""
+    root = tmp_path_factory.mktemp("distill-cache")
+    whole, cut = root / "whole", root / "cut"
+    assert runner.invoke(app, argv(teacher, toy, whole, "--no-report")).exit_code == 0
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(faults.FAIL_AFTER_STEPS_ENV, "4")
+        with pytest.raises(faults.SimulatedFailure):
+            runner.invoke(app, argv(teacher, toy, cut, "--no-report"), catch_exceptions=False)
+    assert json.loads((cut / distill.CACHE_KEY).read_text())["sha256"]
+    return whole, cut
+
+
+def _resume_copy(teacher, toy, whole_and_cut, tmp_path, monkeypatch, damage):
+    """Resume a copy of the cut run after `damage(run)`: (CLI result, how often the teacher ran, final weights equal)."""
+    import shutil
+
+    whole, cut = whole_and_cut
+    run = tmp_path / "run"
+    shutil.copytree(cut, run)
+    damage(run)
+    computed = []
+    real = distill._compute_teacher_outputs
+    monkeypatch.setattr(distill, "_compute_teacher_outputs", lambda *a, **k: computed.append(1) or real(*a, **k))
+    result = runner.invoke(app, argv(teacher, toy, run, "--no-report"))
+    assert result.exit_code == 0 and "Traceback" not in result.output, result.output
+    a, b = load_file(str(whole / "final" / "model.safetensors")), load_file(str(run / "final" / "model.safetensors"))
+    for name in a:
+        np.testing.assert_allclose(a[name], b[name], rtol=1e-6, atol=1e-7, err_msg=name)
+    return " ".join(result.output.split()), computed
+
+
+def test_a_damaged_teacher_logit_cache_is_recomputed_and_said_so(teacher, toy, whole_and_cut, tmp_path, monkeypatch):
+    def replace_bytes(run):
+        (run / distill.CACHE).write_bytes(b"these are not the teacher's logits" * 10)
+
+    output, computed = _resume_copy(teacher, toy, whole_and_cut, tmp_path, monkeypatch, replace_bytes)
+    assert computed == [1]  # recomputed once; the results equal an undamaged run's (checked above)
+    assert "teacher-logit cache" in output and "is damaged (its sha256 is not the one recorded in" in output
+    assert "recomputing" in output
+
+
+def test_a_cache_changed_in_place_keeps_its_size_but_not_its_checksum(teacher, toy, whole_and_cut, tmp_path,
+                                                                     monkeypatch):
+    def flip_a_byte(run):
+        raw = bytearray((run / distill.CACHE).read_bytes())
+        raw[len(raw) // 2] ^= 0xFF
+        (run / distill.CACHE).write_bytes(bytes(raw))
+
+    output, computed = _resume_copy(teacher, toy, whole_and_cut, tmp_path, monkeypatch, flip_a_byte)
+    assert computed == [1] and "is damaged" in output
+
+
+def test_a_cache_from_before_checksums_is_still_read_or_recomputed(teacher, toy, whole_and_cut, tmp_path, monkeypatch):
+    def drop_checksum(run):
+        manifest = json.loads((run / distill.CACHE_KEY).read_text())
+        manifest.pop("sha256")
+        (run / distill.CACHE_KEY).write_text(json.dumps(manifest))
+
+    output, computed = _resume_copy(teacher, toy, whole_and_cut, tmp_path / "old", monkeypatch, drop_checksum)
+    assert computed == [] and "damaged" not in output  # read as before
+
+    def drop_checksum_and_damage(run):
+        drop_checksum(run)
+        (run / distill.CACHE).write_bytes(b"garbage")
+
+    output, computed = _resume_copy(teacher, toy, whole_and_cut, tmp_path / "old-damaged", monkeypatch,
+                                    drop_checksum_and_damage)
+    assert computed == [1] and "is damaged (it cannot be read" in output
+
+
+def test_a_student_as_deep_as_its_teacher_is_refused(teacher, toy, tmp_path):
+    with pytest.raises(UserError, match=r"--student-layers 6 is as many as the teacher's 6 layers.*1 to 5"):
+        distill.copied_layers(6, 6)
+    result = runner.invoke(app, argv(teacher, toy, tmp_path / "deep", "--student-layers", "2"))
+    flat = " ".join(result.output.split())
+    assert result.exit_code == 2 and "--student-layers 2 is as many as the teacher's 2 layers" in flat
+    assert "not a distillation" in flat and "Pass --student-layers 1." in flat and not (tmp_path / "deep").exists()
+    with pytest.raises(UserError, match="single layer.*--student MODEL"):
+        distill.copied_layers(1, 1)
+
+
+def test_a_teacher_without_a_head_names_distills_own_options(toy, tmp_path, tiny_bert_dir):
+    result = runner.invoke(app, argv(tiny_bert_dir, toy, tmp_path / "s"))
+    flat = " ".join(result.output.split())
+    assert result.exit_code == 2 and "No fine-tuned classification head" in flat
+    assert "best/ folder as --teacher" in flat and "--probe" not in flat
+
+
+def test_student_layers_with_a_student_encoder_is_warned_about(teacher, toy, tmp_path, tiny_bert_dir, monkeypatch):
+    def stop(*args, **kwargs):
+        raise UserError("stop here")
+
+    monkeypatch.setattr(distill, "finetune", stop)  # the warning comes before any training
+    result = runner.invoke(app, argv(teacher, toy, tmp_path / "s", "--student", str(tiny_bert_dir)))
+    assert result.exit_code == 2 and "stop here" in result.output
+    assert "--student-layers 1 copies layers of the teacher; with --student" in " ".join(result.output.split())

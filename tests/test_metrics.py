@@ -4,6 +4,8 @@ network), in `bertkit evaluate` and `finetune --metric-for-best`."""
 from __future__ import annotations
 
 import json
+import logging
+import re
 import textwrap
 
 import numpy as np
@@ -125,7 +127,7 @@ def test_metric_options_split_comma_lists_and_keep_built_ins_offline():
 
 
 def test_metric_for_best_must_be_built_in_or_a_given_module():
-    assert FinetuneConfig(data="x.tsv", out="o").metric_for_best == "accuracy"
+    assert FinetuneConfig(data="x.tsv", out="o").metric_for_best is None  # the shape's headline, once data is read
     with pytest.raises(UserError) as err:
         FinetuneConfig(data="x.tsv", out="o", metric_for_best="acuracy")
     assert "--metric-for-best" in str(err.value) and "did you mean accuracy" in str(err.value)
@@ -199,3 +201,215 @@ def test_probe_stops_before_work_on_a_module_it_cannot_load(tiny_bert_dir, tmp_p
                                  str(tmp_path / "run"), "--metric", str(tmp_path / "missing_metric.py")])
     assert result.exit_code == 2 and "missing_metric.py" in result.output and "Traceback" not in result.output
     assert not (tmp_path / "run").exists()
+
+
+# ---------------------------------------------------------------- metric modules that fail (issue 20)
+
+BAD_METRIC_TEMPLATE = '''
+import datasets
+import evaluate
+
+
+class {name}(evaluate.Metric):
+    def _info(self):
+        return evaluate.MetricInfo(
+            description="a broken metric", citation="", inputs_description="predictions, references: ids",
+            features=datasets.Features({{"predictions": datasets.Value("int64"),
+                                        "references": datasets.Value("int64")}}),
+        )
+
+    def _compute(self, predictions, references):
+        {body}
+'''
+BAD_BODIES = {
+    "raising": ('raise ZeroDivisionError("division by zero")', r"raised ZeroDivisionError: division by zero"),
+    "listing": ("return [0.5, 0.7]", r"returned a list \(\[0\.5, 0\.7\]\) instead of a dict of scores"),
+    "wordy": ('return {"score": "high"}', r"its dict holds no number \(got \{'score': 'high'\}\)"),
+}
+LATE_BODY = ('if len(predictions) > 8:\n            raise RuntimeError("too many rows for me")\n'
+             '        return {"hits": float(sum(p == r for p, r in zip(predictions, references)))}')
+"""Passes the 8-row synthetic check, fails on the real (larger) dev predictions."""
+
+
+def write_metric(folder, name: str, body: str):
+    """A local metric script `folder/name.py` whose _compute runs `body`."""
+    path = folder / f"{name}.py"
+    path.write_text(BAD_METRIC_TEMPLATE.format(name=name.capitalize(), body=body), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def bad_metrics(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("bad-metrics")
+    return {kind: write_metric(folder, kind, body) for kind, (body, _) in BAD_BODIES.items()}
+
+
+@pytest.fixture
+def toy_tsv(tmp_path, toy_rows):
+    path = tmp_path / "train.tsv"
+    path.write_text("sentence\tlabel\n" + "\n".join(f"{t}\t{y}" for t, y in toy_rows) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_BODIES))
+def test_a_failing_module_is_a_user_error_on_every_shape(bad_metrics, kind):
+    module = metrics.load_metric(str(bad_metrics[kind]))
+    with pytest.raises(metrics.MetricFailed, match=BAD_BODIES[kind][1]):
+        module.compute(np.array([0, 1]), np.array([1, 1]))
+    for task, n_labels, kind_words in (("single_label", 3, "class ids"), ("regression", 1, "numbers"),
+                                       ("multi_label", 4, "0/1 tag rows")):
+        with pytest.raises(UserError) as err:
+            metrics.check_external([module], task, n_labels)
+        message = str(err.value)
+        assert f"does not work on {task.replace('_', '-')} data" in message and kind_words in message
+        assert f"drop --metric {bad_metrics[kind]}" in message and "before any work" in message
+
+
+def test_synthetic_inputs_have_the_shape_and_types_of_real_ones():
+    pred, ref = metrics.synthetic_input("single_label", 3)
+    assert pred.dtype == ref.dtype == np.int64 and set(ref) == {0, 1, 2} and (pred != ref).any()
+    pred, ref = metrics.synthetic_input("multi_label", 4)
+    assert pred.shape == ref.shape == (8, 4) and set(np.unique(ref)) == {0, 1} and (ref.min(axis=0) == 0).all()
+    pred, ref = metrics.synthetic_input("regression", 1)
+    assert pred.dtype == ref.dtype == np.float64 and pred.ndim == 1 and np.ptp(ref) > 0
+
+
+def test_a_good_module_passes_the_check_and_reports_its_scores(metric_dir):
+    scores = metrics.check_external([metrics.load_metric(str(metric_dir))], "single_label", 2)
+    assert set(scores) == {"my_scores/accuracy", "my_scores/f1"}
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_BODIES))
+def test_evaluate_exits_2_on_a_failing_module_and_writes_nothing(classifier_dir, bad_metrics, kind, toy_tsv, tmp_path):
+    out = tmp_path / "eval"
+    result = runner.invoke(app, ["evaluate", "--model", str(classifier_dir), "--data", str(toy_tsv), "--quiet",
+                                 "--out", str(out), "--metric", str(bad_metrics[kind])])
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert re.search(BAD_BODIES[kind][1], result.output) and "does not work on single-label data" in result.output
+    assert not (out / "metrics.json").exists()
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_BODIES))
+def test_finetune_exits_2_before_training_on_a_failing_module(tiny_bert_dir, bad_metrics, kind, toy_tsv, tmp_path,
+                                                               monkeypatch):
+    from bertkit import finetune as finetune_module
+
+    monkeypatch.setattr(finetune_module, "train_step", lambda *a, **k: pytest.fail("training started"))
+    result = runner.invoke(app, ["finetune", "--model", str(tiny_bert_dir), "--data", str(toy_tsv), "--out",
+                                 str(tmp_path / "run"), "--epochs", "1", "--quiet", "--metric", str(bad_metrics[kind])])
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert re.search(BAD_BODIES[kind][1], result.output) and "before any work" in result.output
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_module_failing_on_the_real_dev_predictions_loses_no_trained_model(tiny_bert_dir, toy_tsv, tmp_path):
+    late = write_metric(tmp_path, "late", LATE_BODY)
+    run = tmp_path / "run"
+    result = runner.invoke(app, ["finetune", "--model", str(tiny_bert_dir), "--data", str(toy_tsv), "--dev",
+                                 str(toy_tsv), "--out", str(run), "--epochs", "1", "--batch-size", "8", "--lr", "5e-3",
+                                 "--save-every", "1000", "--quiet", "--metric", str(late)])
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    flat = " ".join(result.output.split())
+    assert "failed on the dev predictions: it raised RuntimeError: too many rows for me" in flat
+    assert f"saved, not lost: {run / 'final'}" in flat and "bertkit evaluate --model" in flat
+    assert (run / "final" / "model.safetensors").is_file()
+    saved = runner.invoke(app, ["evaluate", "--model", str(run / "final"), "--data", str(toy_tsv), "--json", "--quiet"])
+    assert saved.exit_code == 0, saved.output
+    reported = float(re.search(r"\(dev accuracy ([0-9.]+)", flat).group(1))
+    assert json.loads(saved.stdout)["accuracy"] == pytest.approx(reported, abs=1e-4)  # the model that was scored
+    assert json.loads((run / "final" / "bertkit_model.json").read_text())["step"] == 5  # 40 rows / batch 8
+
+
+def test_probe_checks_modules_first_and_saves_its_run_before_a_late_failure(tiny_bert_dir, bad_metrics, toy_rows,
+                                                                            tmp_path):
+    train, dev = tmp_path / "train.tsv", tmp_path / "dev.tsv"
+    train.write_text("sentence\tlabel\n" + "\n".join(f"{t}\t{y}" for t, y in toy_rows[:30]) + "\n", encoding="utf-8")
+    dev.write_text("sentence\tlabel\n" + "\n".join(f"{t}\t{y}" for t, y in toy_rows[30:]) + "\n", encoding="utf-8")
+    args = ["probe", "--model", str(tiny_bert_dir), "--data", str(train), "--dev", str(dev), "--no-baselines", "--quiet"]
+    early = runner.invoke(app, [*args, "--threshold", "0.4", "--out", str(tmp_path / "early"),
+                                "--metric", str(bad_metrics["listing"])])
+    assert early.exit_code == 2 and "returned a list" in early.output and "Traceback" not in early.output
+    assert not (tmp_path / "early").exists()  # refused before any model work or run directory
+    assert "--threshold 0.4 is the decision threshold of multi-label (tag) data" in " ".join(early.output.split())
+    late = runner.invoke(app, [*args, "--out", str(tmp_path / "run"), "--metric", str(write_metric(tmp_path, "late", LATE_BODY))])
+    assert late.exit_code == 2 and "Traceback" not in late.output, late.output
+    flat = " ".join(late.output.split())
+    assert "failed on the best probe's predictions: it raised RuntimeError" in flat and "saved, not lost" in flat
+    saved = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert "external" not in saved["best"]["dev"] and (tmp_path / "run" / "probe").is_dir()
+
+
+# ---------------------------------------------------------------- --metric-for-best and options the shape lacks
+
+
+def _finetune_argv(model, data, out, *extra):
+    return ["finetune", "--model", str(model), "--data", str(data), "--out", str(out), "--epochs", "1", "--quiet",
+            *extra]
+
+
+@pytest.mark.parametrize(("extra", "problem", "fix"), [
+    (("--metric-for-best", "pearson"), "--metric-for-best pearson is a regression metric; this is single-label data",
+     "Pass --metric-for-best accuracy / f1 / binary_f1 / mcc"),
+    (("--metric-for-best", "hamming_loss"), "is a multi-label metric; this is single-label data", "accuracy"),
+])
+def test_a_metric_for_best_the_shape_lacks_exits_2_before_training(tiny_bert_dir, toy_tsv, tmp_path, extra, problem,
+                                                                    fix):
+    result = runner.invoke(app, _finetune_argv(tiny_bert_dir, toy_tsv, tmp_path / "run", *extra))
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    flat = " ".join(result.output.split())
+    assert problem in flat and fix in flat and "roc_auc needs two classes" not in flat
+    assert not (tmp_path / "run").exists()
+
+
+def test_two_class_metrics_need_two_classes_and_both_in_dev(tiny_bert_dir, tmp_path):
+    three = tmp_path / "three.tsv"
+    three.write_text("sentence\tlabel\n" + "".join(f"row {i}\t{'abc'[i % 3]}\n" for i in range(30)), encoding="utf-8")
+    result = runner.invoke(app, _finetune_argv(tiny_bert_dir, three, tmp_path / "a", "--metric-for-best", "roc_auc"))
+    assert result.exit_code == 2 and "roc_auc needs two classes; this single-label data has 3" in result.output
+    train, dev = tmp_path / "train.tsv", tmp_path / "dev.tsv"
+    train.write_text("sentence\tlabel\n" + "".join(f"row {i}\t{'ab'[i % 2]}\n" for i in range(20)), encoding="utf-8")
+    dev.write_text("sentence\tlabel\n" + "".join(f"row {i}\ta\n" for i in range(6)), encoding="utf-8")
+    result = runner.invoke(app, _finetune_argv(tiny_bert_dir, train, tmp_path / "b", "--dev", str(dev),
+                                               "--metric-for-best", "roc_auc"))
+    flat = " ".join(result.output.split())
+    assert result.exit_code == 2 and "roc_auc needs both classes in the dev data" in flat and "--dev" in flat
+
+
+def test_metric_for_best_must_be_a_score_the_module_returns(tiny_bert_dir, metric_dir, toy_tsv, tmp_path):
+    result = runner.invoke(app, _finetune_argv(tiny_bert_dir, toy_tsv, tmp_path / "run", "--metric", str(metric_dir),
+                                               "--metric-for-best", "my_scores/bleu"))
+    flat = " ".join(result.output.split())
+    assert result.exit_code == 2 and "--metric-for-best my_scores/bleu is not a score the --metric modules return" in flat
+    assert "my_scores/accuracy, my_scores/f1" in flat and not (tmp_path / "run").exists()
+
+
+def test_explicit_accuracy_on_regression_exits_2_and_the_default_becomes_pearson(tiny_bert_dir, tmp_path):
+    scores = tmp_path / "scores.tsv"
+    scores.write_text("sentence\tlabel\n" + "".join(f"row {i}\t{i / 7:.2f}\n" for i in range(20)), encoding="utf-8")
+    result = runner.invoke(app, _finetune_argv(tiny_bert_dir, scores, tmp_path / "a", "--metric-for-best", "accuracy"))
+    flat = " ".join(result.output.split())
+    assert result.exit_code == 2 and "--metric-for-best accuracy is a single-label metric; this is regression" in flat
+    from bertkit import data
+    from bertkit.finetune import _for_the_shape
+
+    cfg = FinetuneConfig(data=str(scores), out=str(tmp_path / "b"))
+    splits = data.load_splits(cfg, need_labels=True, need_dev=True)
+    assert _for_the_shape(cfg, splits).metric_for_best == "pearson"
+
+
+def test_options_the_shape_ignores_are_warned_about(classifier_dir, toy_tsv, tmp_path, caplog, monkeypatch):
+    from bertkit import data
+    from bertkit.finetune import _for_the_shape
+
+    cfg = FinetuneConfig(data=str(toy_tsv), out=str(tmp_path / "run"), threshold="0.3", metric=("mcc", "pearson"))
+    monkeypatch.setattr(logging.getLogger("bertkit"), "propagate", True)  # the CLI turns it off; caplog is at the root
+    with caplog.at_level("WARNING", logger="bertkit"):
+        resolved = _for_the_shape(cfg, data.load_splits(cfg, need_labels=True, need_dev=True))
+    warned = " ".join(r.getMessage() for r in caplog.records)
+    assert "--threshold 0.3 is the decision threshold of multi-label (tag) data; this is single-label data" in warned
+    assert "--metric pearson is not computed for single-label data" in warned and "--metric mcc" not in warned
+    assert resolved.metric_for_best == "accuracy"
+    result = runner.invoke(app, ["evaluate", "--model", str(classifier_dir), "--data", str(toy_tsv), "--quiet",
+                                 "--metric", "spearman,mcc"])
+    assert result.exit_code == 0, result.output
+    assert "--metric spearman is not computed for single-label data" in " ".join(result.output.split())

@@ -64,7 +64,7 @@ def test_explicit_values_win_over_the_preset():
                          metric_for_best="accuracy", header="yes")
     assert columns(cfg) == ("a", "#2 String", "y") and cfg.metric_for_best == "accuracy" and cfg.header == "yes"
     assert FinetuneConfig(task_preset="glue/cola", out="o", dev="my_dev.tsv").dev == "my_dev.tsv"
-    assert FinetuneConfig(out="o", data="x.tsv").metric_for_best == "accuracy"  # no preset: the default
+    assert FinetuneConfig(out="o", data="x.tsv").metric_for_best is None  # no preset: the shape's, once data is read
 
 
 def test_recipe_values_win_over_the_preset_and_flags_over_both(tmp_path):
@@ -122,3 +122,28 @@ def test_glue_recipes_load_for_finetune_and_evaluate(task):
         assert cfg.task_preset == f"glue/{task}" and cfg.data_config == task and columns(cfg) == HUB[task]
     assert EvaluateConfig(**config.load_recipe("glue-mnli", "evaluate", EvaluateConfig)).train_split == \
         "validation_mismatched"
+
+
+def test_a_column_the_preset_chose_is_named_as_the_presets_with_the_override(tmp_path):
+    """Issue 20: a missing column that came from --task-preset says so, and which flag overrides the preset."""
+    from typer.testing import CliRunner
+
+    from bertkit.cli import app
+
+    path = tmp_path / "train.tsv"
+    path.write_text("review\tstars\n" + "".join(f"row {i}\t{i % 2}\n" for i in range(10)), encoding="utf-8")
+    for preset, column, flag in (("glue/rte", "sentence1", "--text-column"), ("glue/cola", "3", "--text-column")):
+        with pytest.raises(UserError) as err:
+            data.load_dataset_split(FinetuneConfig(task_preset=preset, data=str(path), out="o"), str(path))
+        message = str(err.value)
+        assert f"Column '{column}' (set by --task-preset {preset}, which expects the GLUE files' columns)" in message
+        assert f"Pass {flag} with one of them to override the preset." in message
+    with pytest.raises(UserError, match=r"Column 'stars_given' \(from --label-column\).*Pass --label-column with one "
+                                        r"of them\.$"):
+        data.load_dataset_split(FinetuneConfig(task_preset="glue/sst2", data=str(path), out="o",
+                                               text_column="review", label_column="stars_given"), str(path))
+    with pytest.raises(UserError, match=r"Column 'label' \(set by --task-preset glue/sst2.*Pass --label-column"):
+        data.load_dataset_split(FinetuneConfig(task_preset="glue/sst2", data=str(path), out="o",
+                                               text_column="review"), str(path))
+    result = CliRunner().invoke(app, ["tokens", "--data", str(path), "--task-preset", "glue/mrpc"])
+    assert result.exit_code == 2 and "set by --task-preset glue/mrpc" in " ".join(result.output.split())

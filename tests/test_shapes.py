@@ -253,9 +253,11 @@ def test_class_weight_is_refused_for_numbers_and_tags(tmp_path):
 
 
 def test_best_metric_follows_the_shape():
-    assert objectives.best_metric("regression", "accuracy") == "pearson"
+    assert objectives.best_metric("regression", None) == "pearson"  # none given: the shape's headline
     assert objectives.best_metric("regression", "mae") == "mae"
-    assert objectives.best_metric("multi_label", "accuracy") == "micro_f1"
+    assert objectives.best_metric("multi_label", None) == "micro_f1"
+    with pytest.raises(UserError, match=r"--metric-for-best accuracy is a single-label metric; this is multi-label"):
+        objectives.best_metric("multi_label", "accuracy")  # given explicitly: refused, not silently replaced
     assert objectives.best_metric("single_label", "mcc") == "mcc"
     with pytest.raises(UserError, match=r"--metric-for-best f1 is a single-label metric; this is regression data"):
         objectives.best_metric("regression", "f1")
