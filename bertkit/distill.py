@@ -126,8 +126,11 @@ class DistillTask(Task):
         return self.teacher_labels
 
     def build_model(self, cfg: DistillConfig, label_map: data.LabelMap) -> tuple[Any, Any]:
+        modeling.check_max_length(cfg.max_length, self.teacher_tokenizer, self.teacher.config, cfg.teacher or "",
+                                  pair=cfg.text_pair_column is not None)  # the teacher reads the training rows too
         if cfg.student:
-            student = modeling.load_classifier(cfg.student, label_map.id2label, cfg.trust_remote_code)
+            student = modeling.load_classifier(cfg.student, label_map.id2label, cfg.trust_remote_code,
+                                               problem_type=label_map.problem_type)
             tokenizer = modeling.load_tokenizer(cfg.student, cfg.trust_remote_code)
         else:
             student, self.kept_layers = student_from_teacher(self.teacher, cfg.student_layers)

@@ -248,7 +248,8 @@ def setup(cfg: FinetuneConfig, accelerator: Any, splits: data.Splits, key: dict[
     label_map = splits.label_map
     set_seed(cfg.seed)  # before the head is initialised
     model, tokenizer = task.build_model(cfg, label_map)
-    modeling.check_max_length(cfg.max_length, tokenizer, model.config, getattr(cfg, "model", "the model"))
+    modeling.check_max_length(cfg.max_length, tokenizer, model.config, getattr(cfg, "model", "the model"),
+                              pair=cfg.text_pair_column is not None)
     train_enc = data.encode_dataset(tokenizer, splits.train, cfg.max_length, truncation=cfg.truncation)
     dev_enc = data.encode_dataset(tokenizer, splits.dev, cfg.max_length, truncation=cfg.truncation)
     if cfg.freeze_encoder:

@@ -230,7 +230,8 @@ def load_text_inputs(cfg: Any, cache_dir: Path | Callable[[], Path] | None, prog
     splits = data.load_splits(cfg, need_labels=True, need_dev=True)
     model = cfg.model or modeling.OFFLINE_NAME
     tokenizer = modeling.load_tokenizer(model, cfg.trust_remote_code)
-    modeling.check_max_length(cfg.max_length, tokenizer, modeling.load_config(model, cfg.trust_remote_code), model)
+    modeling.check_max_length(cfg.max_length, tokenizer, modeling.load_config(model, cfg.trust_remote_code), model,
+                              pair=cfg.text_pair_column is not None)
     encoder = modeling.load_encoder(model, cfg.trust_remote_code)
     cache_dir = cache_dir() if callable(cache_dir) else cache_dir
     n_layers, _ = embed.encoder_shape(encoder)
