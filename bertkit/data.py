@@ -101,9 +101,11 @@ class LabelMap:
         return cls(tuple(ordered))
 
     @property
-    def problem_type(self) -> str | None:
-        """transformers' `config.problem_type` for this shape (None for single-label: left as it always was)."""
-        return {"regression": "regression", "multi_label": "multi_label_classification"}.get(self.task)
+    def problem_type(self) -> str:
+        """transformers' `config.problem_type` for this shape: always set on a model bertkit builds, so a head trained
+        for one class per row never keeps the regression or multi-label problem_type of the folder it started from."""
+        return {"regression": "regression", "multi_label": "multi_label_classification"}.get(
+            self.task, "single_label_classification")
 
     @property
     def label2id(self) -> dict[Any, int]:
@@ -170,6 +172,25 @@ class LabelMap:
             return cls(tuple(str(n) for n in names), task)
         labels = _normalise_labels(names)  # the same canonical labels the training data had
         return cls(tuple(labels if len(set(labels)) == len(labels) else names))
+
+
+def check_tag_columns(label_map: LabelMap, dataset: TextDataset, whose: str) -> None:
+    """0/1 label columns (one per tag) read for a multi-label model must be exactly its tags: a tag left out would
+    read as never on, and a column the model does not know would be ignored."""
+    columns, known = dataset.label_columns or (), [str(t) for t in label_map.labels]
+    if label_map.task != "multi_label" or not (len(columns) > 1 or (columns and columns[0] in known)):
+        return
+    missing = [t for t in known if t not in columns]
+    extra = [c for c in columns if c not in known]
+    if not missing and not extra:
+        return
+    wrong = ([f"no column for its tag(s) {', '.join(map(repr, missing))} (each would read as never on)"] if missing
+             else []) + ([f"column(s) {', '.join(map(repr, extra))} that are not its tags"] if extra else [])
+    raise UserError(
+        f"--label-column {','.join(columns)} does not match the tags of {whose}: {' and '.join(wrong)}. Its tags are "
+        f"{', '.join(known)}. Pass --label-column {','.join(known)} (one 0/1 column per tag; add the missing columns "
+        f"to {dataset.source} if it has none)."
+    )
 
 
 TASKS = ("single_label", "multi_label", "regression")

@@ -112,6 +112,7 @@ class DistillTask(Task):
     def label_map(self, cfg: DistillConfig, splits: data.Splits) -> data.LabelMap:
         """The teacher's mapping: the student predicts the teacher's labels; the data may not bring new ones."""
         for name, split in (("training", splits.train), ("dev", splits.dev)):
+            data.check_tag_columns(self.teacher_labels, split, f"the teacher {cfg.teacher}")
             if self.teacher_labels.task == "regression":
                 continue  # numbers: nothing the teacher could not know
             seen = {str(t) for row in split.labels or [] for t in row} if self.teacher_labels.task == "multi_label" \

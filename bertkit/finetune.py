@@ -154,9 +154,10 @@ class Task:
 
     def build_model(self, cfg: FinetuneConfig, label_map: data.LabelMap) -> tuple[Any, Any]:
         """(model, tokenizer), after the seed is set: the pretrained encoder with a new head, one output per class
-        or tag (one for a regression); its config's problem_type says which, as transformers reads it."""
-        shape = {"problem_type": label_map.problem_type} if label_map.problem_type else {}
-        model = modeling.load_classifier(cfg.model, label_map.id2label, cfg.trust_remote_code, **shape)
+        or tag (one for a regression); its config's problem_type says which, as transformers reads it (set whatever
+        the starting folder's was: a single-label head started from a regression best/ is saved as single-label)."""
+        model = modeling.load_classifier(cfg.model, label_map.id2label, cfg.trust_remote_code,
+                                         problem_type=label_map.problem_type)
         return model, modeling.load_tokenizer(cfg.model, cfg.trust_remote_code)
 
     def objective(self, cfg: FinetuneConfig, splits: data.Splits, out: Path, accelerator: Any) -> Any:

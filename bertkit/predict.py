@@ -95,6 +95,7 @@ def run_evaluate(cfg: EvaluateConfig, *, progress: bool = False) -> dict[str, An
     modeling.check_max_length(cfg.max_length, tokenizer, model.config, cfg.model or "",
                               pair=cfg.text_pair_column is not None)
     dataset = data.load_dataset_split(cfg, cfg.data or "", need_labels=True, task=label_map.task)
+    data.check_tag_columns(label_map, dataset, f"model {cfg.model}")
     y = label_map.encode(dataset.labels or [], f"The data {dataset.source}")
     proba = predict_proba(model, tokenizer, dataset, progress=progress, **reading(cfg))
     outputs = Outputs(label_map, proba, saved_threshold(cfg.model or ""))
