@@ -79,7 +79,9 @@ def test_auto_keeps_integers_and_names_single_label(tmp_path):
     rows = [{"text": f"t{i}", "label": i % 3} for i in range(9)]
     assert read(write_jsonl(tmp_path / "i.jsonl", rows)).task == "single_label"
     rows = [{"text": f"t{i}", "label": "1.5" if i else "pos"} for i in range(9)]
-    assert read(write_jsonl(tmp_path / "s.jsonl", rows)).task == "single_label"
+    assert read(write_jsonl(tmp_path / "s.jsonl", rows), task="single_label").task == "single_label"
+    names = [{"text": f"t{i}", "label": "2" if i == 0 else ("pos", "neg")[i % 2]} for i in range(9)]
+    assert read(write_jsonl(tmp_path / "n.jsonl", names)).task == "single_label"  # names with a few numbers
     assert read(write_jsonl(tmp_path / "f.jsonl", rows[1:] + [{"text": "x", "label": 2}]),
                 task="regression").labels[-1] == 2.0
 
@@ -120,6 +122,60 @@ def test_regression_refuses_names_among_numbers(tmp_path):
     message = str(err.value)
     assert "mixes numbers and names: 2 cell(s) are not numbers, at lines 3, 5" in message
     assert "'pos'" in message and "--task single_label" in message
+
+
+def write_scores(path: Path, labels: list[str]) -> Path:
+    """A TSV with a header and one row per label (line 2 holds the first)."""
+    path.write_text("text\tlabel\n" + "".join(f"text {i}\t{y}\n" for i, y in enumerate(labels)), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("odd", ["n/a", "-", "?", "inf", "\u200b x"])
+def test_auto_refuses_a_number_column_with_a_few_other_cells_naming_them(tmp_path, odd):
+    labels = [f"{0.1 * i:.2f}" for i in range(1, 24)]
+    labels[6] = odd  # line 8
+    with pytest.raises(UserError) as err:
+        read(write_scores(tmp_path / "s.tsv", labels))
+    message = str(err.value)
+    assert "holds numbers in 22 of 23 label cells" in message and f"line 8 ({odd!r})" in message
+    assert "does not guess its shape" in message and "--task single_label" in message
+    assert ("not finite numbers" if odd == "inf" else "not numbers") in message
+    forced = read(write_scores(tmp_path / "s.tsv", labels), task="single_label")  # --task chooses: classes
+    assert forced.task == "single_label" and len(set(forced.labels)) == 23
+
+
+def test_auto_refuses_integer_classes_with_a_stray_cell_too(tmp_path):
+    with pytest.raises(UserError, match=r"holds numbers in 8 of 9 label cells, but 1 cell\(s\) are not numbers: "
+                                        r"line 6 \('n/a'\)"):
+        read(write_scores(tmp_path / "i.tsv", ["0", "1", "2", "1", "n/a", "0", "2", "1", "0"]))
+
+
+def test_a_label_of_only_invisible_characters_is_a_missing_label(tmp_path):
+    with pytest.raises(UserError, match=r"1 missing/blank label\(s\) .* at line 3"):
+        read(write_scores(tmp_path / "z.tsv", ["0.5", "\u200b", "1.5", "2.5"]))
+
+
+def test_auto_does_not_guess_from_huge_numbers_but_plain_integer_ids_stay_classes(tmp_path):
+    with pytest.raises(UserError) as err:
+        read(write_scores(tmp_path / "h.tsv", ["1e30", "2e30", "1e30", "3e30"]))
+    message = str(err.value)
+    assert "beyond +-1e+06 that are not plain integers: line 2 ('1e30')" in message
+    assert "--task single_label" in message and "scale the targets" in message and "--task regression" in message
+    assert len(set(read(write_scores(tmp_path / "h.tsv", ["1e30", "2e30"]), task="single_label").labels)) == 2
+    ids = read(write_scores(tmp_path / "d.tsv", ["20230101", "20230102", "20230101"]))
+    assert ids.task == "single_label" and ids.labels[0] == 20230101
+
+
+def test_regression_targets_must_be_finite_naming_the_rows(tmp_path):
+    with pytest.raises(UserError) as err:
+        read(write_scores(tmp_path / "f.tsv", ["0.5", "inf", "1.5", "-Infinity"]), task="regression")
+    assert "must be finite numbers" in str(err.value) and "line 3 ('inf'), line 5 ('-Infinity')" in str(err.value)
+    with pytest.raises(UserError, match=r"1 missing/blank label\(s\) .* at line 3"):
+        read(write_scores(tmp_path / "n.tsv", ["0.5", "nan", "1.5"]), task="regression")
+    infinite = tmp_path / "j.jsonl"
+    infinite.write_text('{"text": "a", "label": 0.5}\n{"text": "b", "label": Infinity}\n', encoding="utf-8")
+    with pytest.raises(UserError, match=r"must be finite numbers.*line 2 \(inf\)"):
+        read(infinite, task="regression")
 
 
 def test_empty_tag_lists_and_bad_zero_one_cells_are_refused(tmp_path):
