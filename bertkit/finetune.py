@@ -226,17 +226,45 @@ def finetune(cfg: FinetuneConfig, *, progress: bool = True, task: Task | None = 
 def _for_the_shape(cfg: FinetuneConfig, splits: data.Splits) -> FinetuneConfig:
     """`cfg` fitted to the data's problem shape, before any training: the --metric-for-best the shape scores
     (regression / multi-label: the default, accuracy, becomes pearson / micro_f1, recorded as such in the run's
-    config); a metric the shape lacks, or --class-weight for numbers or tags, is refused."""
+    config); a metric the shape lacks, or --class-weight for numbers or tags, is refused. Regression targets too
+    large to train on are refused, and a constant dev target (its correlations are undefined) picks by dev mse."""
     assert splits.label_map is not None
     if cfg.class_weight != "none" and splits.label_map.task != "single_label":
         raise UserError(f"--class-weight {cfg.class_weight} weighs classes of single-label data; this is "
                         f"{splits.label_map.task} data. Drop --class-weight.")
     metric = objectives.best_metric(splits.label_map.task, cfg.metric_for_best)
+    note = f"the best checkpoint is picked by dev {metric} (pass --metric-for-best to choose another)."
+    if splits.label_map.task == "regression":
+        for split in (splits.train, splits.dev):
+            _check_target_scale(split)
+        if metric in objectives.Regression.correlations and len(set(splits.dev.labels or [])) == 1:
+            metric = "mse"
+            note = (f"the dev targets are all {splits.dev.labels[0]:g}, so Pearson and Spearman are undefined on dev "  # type: ignore[index]
+                    f"(reported as null): the best checkpoint is picked by dev mse. Pass --dev with varied targets "
+                    f"for correlations.")
     if metric == cfg.metric_for_best:
         return cfg
-    splits.notes.append(f"{splits.label_map.task} data: the best checkpoint is picked by dev {metric} "
-                        f"(pass --metric-for-best to choose another).")
+    splits.notes.append(f"{splits.label_map.task} data: {note}")
     return dataclasses.replace(cfg, metric_for_best=metric)
+
+
+def _check_target_scale(split: data.TextDataset | None) -> None:
+    """Regression targets beyond +-MAX_TARGET overflow the squared-error loss (or swamp it) whatever the --lr:
+    refused before training, naming the file, column and row."""
+    if split is None or not split.labels:
+        return
+    targets = np.abs(np.asarray(split.labels, dtype=np.float64))
+    row = int(np.argmax(targets))
+    if targets[row] <= data.MAX_TARGET:
+        return
+    where = f"line {split.line_numbers[row]}" if split.line_numbers else f"row {row}"
+    divisor = 10.0 ** math.ceil(math.log10(targets[row] / 1000.0))
+    raise UserError(
+        f"Regression targets in column {(split.label_columns or ('label',))[0]!r} of {split.source} reach "
+        f"{split.labels[row]:g} ({where}); targets beyond +-{data.MAX_TARGET:g} make the squared-error loss "
+        f"overflow or swamp training, whatever the --lr. Scale the targets in the file to within about +-1000 "
+        f"(e.g. divide them by {divisor:g}, or take their log) and re-run."
+    )
 
 
 def setup(cfg: FinetuneConfig, accelerator: Any, splits: data.Splits, key: dict[str, Any],
@@ -663,9 +691,12 @@ def _not_finite_message(session: Session, what: str, step: int | None, epoch: in
     where = f" at step {step} (epoch {(epoch or 0) + 1})" if step is not None else ""
     last = checkpoints.latest_checkpoint(session.out)
     kept = f"The last good checkpoint, {last}, is kept." if last else "No checkpoint was saved before it."
-    fp16 = " or fp16 overflow (use --precision bf16 or fp32)" if cfg.precision == "fp16" else ""
+    causes = " or fp16 overflow (use --precision bf16 or fp32)" if cfg.precision == "fp16" else ""
+    if session.label_map.task == "regression":  # huge targets are refused before training; say what these span
+        y = np.asarray(getattr(getattr(session.objective, "hard", session.objective), "y_train", []), np.float64)
+        causes += f" (the regression targets span {y.min():g} to {y.max():g}: if that is wide, scale them)" if y.size else ""
     return (f"{what[0].upper() + what[1:]} became NaN/inf{where}: the run diverged, most likely because --lr {cfg.lr:g} "
-            f"is too high{fp16}. {kept} Re-run with a smaller --lr (the BERT paper uses 2e-5 to 5e-5) and "
+            f"is too high{causes}. {kept} Re-run with a smaller --lr (the BERT paper uses 2e-5 to 5e-5) and "
             f"--overwrite, or a new --out.")
 
 
