@@ -237,9 +237,10 @@ def _for_the_shape(cfg: FinetuneConfig, splits: data.Splits) -> FinetuneConfig:
     if splits.label_map.task == "regression":
         for split in (splits.train, splits.dev):
             _check_target_scale(split)
-        if metric in objectives.Regression.correlations and len(set(splits.dev.labels or [])) == 1:
+        dev_targets = set((splits.dev.labels if splits.dev is not None else None) or [])
+        if metric in objectives.Regression.correlations and len(dev_targets) == 1:
             metric = "mse"
-            note = (f"the dev targets are all {splits.dev.labels[0]:g}, so Pearson and Spearman are undefined on dev "  # type: ignore[index]
+            note = (f"the dev targets are all {dev_targets.pop():g}, so Pearson and Spearman are undefined on dev "
                     f"(reported as null): the best checkpoint is picked by dev mse. Pass --dev with varied targets "
                     f"for correlations.")
     if metric == cfg.metric_for_best:

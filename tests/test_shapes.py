@@ -518,6 +518,16 @@ def test_huge_regression_targets_are_refused_before_training_naming_the_file(tmp
     assert not (tmp_path / "o").exists()
 
 
+def test_a_diverging_regression_names_the_span_of_its_targets_next_to_the_lr(tiny_bert_dir, tmp_path):
+    rows = [{"text": r["text"], "label": r["label"] * 1000} for r in rating_rows(24, 0)]
+    train = write_jsonl(tmp_path / "wide.jsonl", rows)
+    cfg = FinetuneConfig(model=str(tiny_bert_dir), data=str(train), out=str(tmp_path / "o"), task="regression", lr=5e5,
+                         max_grad_norm=0, epochs=1, batch_size=8, save_every=None)
+    with pytest.raises(UserError, match=r"became NaN/inf.*--lr 500000 is too high \(the regression targets span "
+                                        r"\d+ to \d+: if that is wide, scale them\)"):
+        finetune(cfg, progress=False)
+
+
 def test_a_constant_dev_target_reports_undefined_correlations_and_picks_by_mse(tiny_bert_dir, tmp_path):
     train = write_jsonl(tmp_path / "train.jsonl", rating_rows(24, 0))
     dev = write_jsonl(tmp_path / "dev.jsonl", [{"text": r["text"], "label": 2.5} for r in rating_rows(6, 1)])
