@@ -213,6 +213,11 @@ def _cell(value: Any) -> str:
     return "" if value is None else str(value)
 
 
+def _score(value: float | None, spec: str = ".4f") -> str:
+    """A metric for a summary line: formatted, or "undefined" (None: e.g. Pearson of constant targets)."""
+    return "undefined" if value is None else format(value, spec)
+
+
 def _size(n_bytes: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n_bytes < 1024 or unit == "GiB":
@@ -383,7 +388,7 @@ def _repeats_and_test(result: dict[str, Any], metric: str, name: str) -> str:
         tail += (f"; {rep['repeats']} refits on {rep['fraction']:.0%} subsets: {rep[metric]['mean']:.3f} "
                  f"± {rep[metric]['std']:.3f}")
     if "test" in best:
-        tail += f"; test {name} {best['test'][metric]:.3f} (n={best['test']['n']})"
+        tail += f"; test {name} {_score(best['test'][metric], '.3f')} (n={best['test']['n']})"
     return tail
 
 
@@ -491,8 +496,8 @@ def finetune(cfg: FinetuneConfig, view: View) -> None:
         [k for k in ("pearson", "spearman", "mae", "micro_f1", "macro_f1", "subset_accuracy") if k in best]
     threshold = f", threshold {best['threshold']}" if "threshold" in best else ""
     out_console.print(
-        f"best {summary['best_metric_name']} {summary['best_metric']:.4f} at step {summary['best_step']} "
-        f"({', '.join(f'{k} {best[k]:.4f}' for k in shown)}{threshold}); "
+        f"best {summary['best_metric_name']} {_score(summary['best_metric'])} at step {summary['best_step']} "
+        f"({', '.join(f'{k} {_score(best[k])}' for k in shown)}{threshold}); "
         f"{summary['train_samples_per_second']:.1f} train samples/s",
         highlight=False,
     )
@@ -574,7 +579,9 @@ def evaluate(cfg: EvaluateConfig, view: View) -> None:
         emit_json(result)
         return
     out_console.print(table(f"{cfg.model} on {result['data']} ({result['n']} rows)", ["metric", "value"],
-                            [[k, v] for k, v in metrics.headline(result).items()]))
+                            [[k, "undefined" if v is None else v] for k, v in metrics.headline(result).items()]))
+    if result.get("note"):
+        info(f"note: {result['note']}", view.quiet)
     plot = {"regression": "scatter.png", "multi_label": "per_label_f1.png"}.get(result["task"], "confusion_matrix.png")
     if result["task"] == "multi_label":
         out_console.print(table(f"per tag (threshold {result['threshold']})", ["tag", "F1", "precision", "recall",

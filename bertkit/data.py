@@ -102,9 +102,11 @@ class LabelMap:
         return cls(tuple(ordered))
 
     @property
-    def problem_type(self) -> str | None:
-        """transformers' `config.problem_type` for this shape (None for single-label: left as it always was)."""
-        return {"regression": "regression", "multi_label": "multi_label_classification"}.get(self.task)
+    def problem_type(self) -> str:
+        """transformers' `config.problem_type` for this shape: always set on a model bertkit builds, so a head trained
+        for one class per row never keeps the regression or multi-label problem_type of the folder it started from."""
+        return {"regression": "regression", "multi_label": "multi_label_classification"}.get(
+            self.task, "single_label_classification")
 
     @property
     def label2id(self) -> dict[Any, int]:
@@ -171,6 +173,25 @@ class LabelMap:
             return cls(tuple(str(n) for n in names), task)
         labels = _normalise_labels(names)  # the same canonical labels the training data had
         return cls(tuple(labels if len(set(labels)) == len(labels) else names))
+
+
+def check_tag_columns(label_map: LabelMap, dataset: TextDataset, whose: str) -> None:
+    """0/1 label columns (one per tag) read for a multi-label model must be exactly its tags: a tag left out would
+    read as never on, and a column the model does not know would be ignored."""
+    columns, known = dataset.label_columns or (), [str(t) for t in label_map.labels]
+    if label_map.task != "multi_label" or not (len(columns) > 1 or (columns and columns[0] in known)):
+        return
+    missing = [t for t in known if t not in columns]
+    extra = [c for c in columns if c not in known]
+    if not missing and not extra:
+        return
+    wrong = ([f"no column for its tag(s) {', '.join(map(repr, missing))} (each would read as never on)"] if missing
+             else []) + ([f"column(s) {', '.join(map(repr, extra))} that are not its tags"] if extra else [])
+    raise UserError(
+        f"--label-column {','.join(columns)} does not match the tags of {whose}: {' and '.join(wrong)}. Its tags are "
+        f"{', '.join(known)}. Pass --label-column {','.join(known)} (one 0/1 column per tag; add the missing columns "
+        f"to {dataset.source} if it has none)."
+    )
 
 
 TASKS = ("single_label", "multi_label", "regression")
@@ -536,7 +557,7 @@ def _is_missing(value: Any) -> bool:
         return True
     if isinstance(value, float) and np.isnan(value):
         return True
-    return isinstance(value, str) and value.strip() in {"", "nan", "NaN", "None", "null"}
+    return isinstance(value, str) and (value.strip() in {"", "nan", "NaN", "None", "null"} or is_blank_text(value))
 
 
 def _is_nested(value: Any) -> bool:
@@ -720,6 +741,32 @@ def detect_task(values: list[Any], label_sep: str | None, several_columns: bool)
     return "single_label"
 
 
+MAX_TARGET = 1e6
+"""Largest |number| bertkit reads without asking: beyond it, auto-detection does not guess a shape (as class names
+the values are odd, as regression targets they need scaling) and fine-tuning refuses regression targets."""
+
+
+def is_plain_integer(value: Any) -> bool:
+    """A cell written as an integer (an int, or digits without a point or exponent): how class ids are written."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+        return True
+    return isinstance(value, str) and value.strip().lstrip("+-").isdigit()
+
+
+def _not_finite_number(value: Any) -> bool:
+    """A cell that reads as infinity or NaN (`inf`, `-Infinity`, `1e999`, a float nan/inf)."""
+    try:
+        return not math.isfinite(float(value))
+    except (TypeError, ValueError, OverflowError):
+        return False
+
+
+def _shown_cells(rows: list[int], values: list[Any], lines: list[int] | None, unit: str, limit: int = 5) -> str:
+    """`line 7 ('n/a'), line 12 ('-')`: where the cells are and what they hold (the first `limit`, then a count)."""
+    shown = [f"{unit} {lines[i] if lines else i} ({values[i]!r})" for i in rows[:limit]]
+    return ", ".join(shown) + (f" (+{len(rows) - limit} more)" if len(rows) > limit else "")
+
+
 @dataclass
 class _LabelReader:
     """The labels of one table, read as its task says; every problem is added to `problems`."""
@@ -736,6 +783,8 @@ class _LabelReader:
         values = frame[self.cols.label].tolist()
         if task == "auto":
             task = detect_task(values, self.label_sep, bool(self.cols.tag_columns))
+            if task != "multi_label" and not self._auto_shape_is_clear(values):
+                return task, []
         if self.cols.tag_columns and task != "multi_label":
             self.problems.append(f"Several label columns ({', '.join(map(str, self.cols.tag_columns))}) are 0/1 "
                                  f"columns of multi-label data; --task {task} reads one label column. Pass one "
@@ -750,6 +799,34 @@ class _LabelReader:
     @property
     def _unit(self) -> str:
         return "line" if self.lines else "row"
+
+    def _auto_shape_is_clear(self, values: list[Any]) -> bool:
+        """--task auto guesses no shape from a column of numbers with a few other cells (a data error, almost
+        always: `n/a`, `-`, `inf` among scores), nor from huge numbers not written as plain integers (`1e30`): it
+        says which cells, and that --task chooses. False when it added that problem."""
+        cells = [i for i, v in enumerate(values) if not _is_missing(v)]
+        numbers = [i for i in cells if label_number(values[i]) is not None]
+        others = [i for i in cells if label_number(values[i]) is None]
+        if others and len(others) < len(numbers):
+            odd = "not finite numbers" if all(_not_finite_number(values[i]) for i in others) else "not numbers"
+            self.problems.append(
+                f"Column {self.cols.label!r} of {self.source} holds numbers in {len(numbers)} of {len(cells)} label "
+                f"cells, but {len(others)} cell(s) are {odd}: {_shown_cells(others, values, self.lines, self._unit)}. "
+                f"A number column with a few other cells is almost always a data error, so --task auto does not "
+                f"guess its shape. Fix or drop those rows, or pass --task single_label to read every value, these "
+                f"included, as a class name.")
+            return False
+        huge = [i for i in numbers if abs(label_number(values[i])) > MAX_TARGET and  # type: ignore[arg-type]
+                not (is_plain_integer(values[i]) and abs(label_number(values[i])) < 2**53)]  # type: ignore[arg-type]
+        if huge and not others:
+            self.problems.append(
+                f"Column {self.cols.label!r} of {self.source} holds numbers beyond +-{MAX_TARGET:g} that are not "
+                f"plain integers: {_shown_cells(huge, values, self.lines, self._unit)}. As class names they are "
+                f"unusual and as regression targets they need scaling, so --task auto does not guess. Pass --task "
+                f"single_label to read each value as a class name, or scale the targets to within about +-1000 "
+                f"(e.g. divide them by a power of 10) and pass --task regression.")
+            return False
+        return True
 
     def _missing(self, values: list[Any], skip: set[int]) -> bool:
         missing = [i for i, v in enumerate(values) if i not in skip and _is_missing(v)]
@@ -776,7 +853,12 @@ class _LabelReader:
     def _numbers(self, values: list[Any]) -> list[Any]:
         missing = self._missing(values, set())
         bad = [i for i, v in enumerate(values) if not _is_missing(v) and label_number(v) is None]
-        if bad:
+        if bad and all(_not_finite_number(values[i]) for i in bad):
+            self.problems.append(
+                f"Regression targets must be finite numbers, but {len(bad)} cell(s) of column {self.cols.label!r} "
+                f"of {self.source} are not finite (inf or nan): {_shown_cells(bad, values, self.lines, self._unit)}. Fix those "
+                f"cells, or drop those rows.")
+        elif bad:
             shown = ", ".join(repr(values[i]) for i in bad[:5])
             self.problems.append(
                 f"--task regression needs a number in every label cell, but column {self.cols.label!r} of "

@@ -120,6 +120,7 @@ class DistillTask(Task):
     def label_map(self, cfg: DistillConfig, splits: data.Splits) -> data.LabelMap:
         """The teacher's mapping: the student predicts the teacher's labels; the data may not bring new ones."""
         for name, split in (("training", splits.train), ("dev", splits.dev)):
+            data.check_tag_columns(self.teacher_labels, split, f"the teacher {cfg.teacher}")
             if self.teacher_labels.task == "regression":
                 continue  # numbers: nothing the teacher could not know
             seen = {str(t) for row in split.labels or [] for t in row} if self.teacher_labels.task == "multi_label" \
@@ -134,8 +135,11 @@ class DistillTask(Task):
         return self.teacher_labels
 
     def build_model(self, cfg: DistillConfig, label_map: data.LabelMap) -> tuple[Any, Any]:
+        modeling.check_max_length(cfg.max_length, self.teacher_tokenizer, self.teacher.config, cfg.teacher or "",
+                                  pair=cfg.text_pair_column is not None)  # the teacher reads the training rows too
         if cfg.student:
-            student = modeling.load_classifier(cfg.student, label_map.id2label, cfg.trust_remote_code)
+            student = modeling.load_classifier(cfg.student, label_map.id2label, cfg.trust_remote_code,
+                                               problem_type=label_map.problem_type)
             tokenizer = modeling.load_tokenizer(cfg.student, cfg.trust_remote_code)
         else:
             student, self.kept_layers = student_from_teacher(self.teacher, cfg.student_layers)

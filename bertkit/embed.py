@@ -442,7 +442,8 @@ def embed_to_store(cfg: EmbedConfig, progress: bool = True) -> dict[str, Any]:
         split_layout = len(named) > 1
         tokenizer = modeling.load_tokenizer(cfg.model, cfg.trust_remote_code)
         model_config = modeling.load_config(cfg.model, cfg.trust_remote_code)
-        modeling.check_max_length(cfg.max_length, tokenizer, model_config, cfg.model)
+        modeling.check_max_length(cfg.max_length, tokenizer, model_config, cfg.model,
+                                  pair=cfg.text_pair_column is not None)
         encoder = modeling.load_encoder(cfg.model, cfg.trust_remote_code).to(device)
         spec = FeatureSpec.from_options(cfg.pool, cfg.layers, cfg.combine, cfg.normalize)
         n_layers, hidden = encoder_shape(encoder)

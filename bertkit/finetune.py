@@ -154,9 +154,10 @@ class Task:
 
     def build_model(self, cfg: FinetuneConfig, label_map: data.LabelMap) -> tuple[Any, Any]:
         """(model, tokenizer), after the seed is set: the pretrained encoder with a new head, one output per class
-        or tag (one for a regression); its config's problem_type says which, as transformers reads it."""
-        shape = {"problem_type": label_map.problem_type} if label_map.problem_type else {}
-        model = modeling.load_classifier(cfg.model, label_map.id2label, cfg.trust_remote_code, **shape)
+        or tag (one for a regression); its config's problem_type says which, as transformers reads it (set whatever
+        the starting folder's was: a single-label head started from a regression best/ is saved as single-label)."""
+        model = modeling.load_classifier(cfg.model, label_map.id2label, cfg.trust_remote_code,
+                                         problem_type=label_map.problem_type)
         return model, modeling.load_tokenizer(cfg.model, cfg.trust_remote_code)
 
     def objective(self, cfg: FinetuneConfig, splits: data.Splits, out: Path, accelerator: Any) -> Any:
@@ -226,7 +227,9 @@ def _for_the_shape(cfg: FinetuneConfig, splits: data.Splits, warn: bool = True) 
     """`cfg` fitted to the data's problem shape, before any training: the --metric-for-best the shape scores (none
     given: accuracy / pearson / micro_f1, recorded as such in the run's config); a metric the shape lacks, a --metric
     module that fails on a synthetic input of the shape, or --class-weight for numbers or tags, is refused; options
-    the shape ignores (a built-in --metric it lacks, --threshold) are warned about (`warn`: this process logs)."""
+    the shape ignores (a built-in --metric it lacks, --threshold) are warned about (`warn`: this process logs).
+    Regression targets too large to train on are refused, and a constant dev target (its correlations are
+    undefined) picks by dev mse."""
     assert splits.label_map is not None
     task, n_labels = splits.label_map.task, len(splits.label_map.labels)
     if cfg.class_weight != "none" and task != "single_label":
@@ -237,11 +240,20 @@ def _for_the_shape(cfg: FinetuneConfig, splits: data.Splits, warn: bool = True) 
     scores = metrics.check_external(metrics.load_metrics(tuple(cfg.external_metrics)), task, n_labels)
     metric = objectives.best_metric(task, cfg.metric_for_best, n_labels)
     _check_best_is_scored(metric, scores, task, n_labels, splits.dev)
+    note = f"the best checkpoint is picked by dev {metric} (pass --metric-for-best to choose another)."
+    if task == "regression":
+        for split in (splits.train, splits.dev):
+            _check_target_scale(split)
+        dev_targets = set((splits.dev.labels if splits.dev is not None else None) or [])
+        if metric in objectives.Regression.correlations and len(dev_targets) == 1:
+            metric = "mse"
+            note = (f"the dev targets are all {dev_targets.pop():g}, so Pearson and Spearman are undefined on dev "
+                    f"(reported as null): the best checkpoint is picked by dev mse. Pass --dev with varied targets "
+                    f"for correlations.")
     if metric == cfg.metric_for_best:
         return cfg
     if task != "single_label":
-        splits.notes.append(f"{task} data: the best checkpoint is picked by dev {metric} "
-                            f"(pass --metric-for-best to choose another).")
+        splits.notes.append(f"{task} data: {note}")
     return dataclasses.replace(cfg, metric_for_best=metric)
 
 
@@ -261,6 +273,25 @@ def _check_best_is_scored(metric: str, scores: dict[str, float], task: str, n_la
                     f"of those, or a built-in metric ({valid}).")
 
 
+def _check_target_scale(split: data.TextDataset | None) -> None:
+    """Regression targets beyond +-MAX_TARGET overflow the squared-error loss (or swamp it) whatever the --lr:
+    refused before training, naming the file, column and row."""
+    if split is None or not split.labels:
+        return
+    targets = np.abs(np.asarray(split.labels, dtype=np.float64))
+    row = int(np.argmax(targets))
+    if targets[row] <= data.MAX_TARGET:
+        return
+    where = f"line {split.line_numbers[row]}" if split.line_numbers else f"row {row}"
+    divisor = 10.0 ** math.ceil(math.log10(targets[row] / 1000.0))
+    raise UserError(
+        f"Regression targets in column {(split.label_columns or ('label',))[0]!r} of {split.source} reach "
+        f"{split.labels[row]:g} ({where}); targets beyond +-{data.MAX_TARGET:g} make the squared-error loss "
+        f"overflow or swamp training, whatever the --lr. Scale the targets in the file to within about +-1000 "
+        f"(e.g. divide them by {divisor:g}, or take their log) and re-run."
+    )
+
+
 def setup(cfg: FinetuneConfig, accelerator: Any, splits: data.Splits, key: dict[str, Any],
           task: Task) -> Session | None:
     """Tokens, model, optimizer, schedule and the claimed run directory (claimed only after everything that can
@@ -271,7 +302,8 @@ def setup(cfg: FinetuneConfig, accelerator: Any, splits: data.Splits, key: dict[
     label_map = splits.label_map
     set_seed(cfg.seed)  # before the head is initialised
     model, tokenizer = task.build_model(cfg, label_map)
-    modeling.check_max_length(cfg.max_length, tokenizer, model.config, getattr(cfg, "model", "the model"))
+    modeling.check_max_length(cfg.max_length, tokenizer, model.config, getattr(cfg, "model", "the model"),
+                              pair=cfg.text_pair_column is not None)
     train_enc = data.encode_dataset(tokenizer, splits.train, cfg.max_length, truncation=cfg.truncation)
     dev_enc = data.encode_dataset(tokenizer, splits.dev, cfg.max_length, truncation=cfg.truncation)
     if cfg.freeze_encoder:
@@ -710,9 +742,12 @@ def _not_finite_message(session: Session, what: str, step: int | None, epoch: in
     where = f" at step {step} (epoch {(epoch or 0) + 1})" if step is not None else ""
     last = checkpoints.latest_checkpoint(session.out)
     kept = f"The last good checkpoint, {last}, is kept." if last else "No checkpoint was saved before it."
-    fp16 = " or fp16 overflow (use --precision bf16 or fp32)" if cfg.precision == "fp16" else ""
+    causes = " or fp16 overflow (use --precision bf16 or fp32)" if cfg.precision == "fp16" else ""
+    if session.label_map.task == "regression":  # huge targets are refused before training; say what these span
+        y = np.asarray(getattr(getattr(session.objective, "hard", session.objective), "y_train", []), np.float64)
+        causes += f" (the regression targets span {y.min():g} to {y.max():g}: if that is wide, scale them)" if y.size else ""
     return (f"{what[0].upper() + what[1:]} became NaN/inf{where}: the run diverged, most likely because --lr {cfg.lr:g} "
-            f"is too high{fp16}. {kept} Re-run with a smaller --lr (the BERT paper uses 2e-5 to 5e-5) and "
+            f"is too high{causes}. {kept} Re-run with a smaller --lr (the BERT paper uses 2e-5 to 5e-5) and "
             f"--overwrite, or a new --out.")
 
 

@@ -96,18 +96,26 @@ def best_value(result: dict[str, Any], name: str) -> float | None:
 
 
 def regression_metrics(y_true: Sequence[float], y_pred: Sequence[float]) -> dict[str, Any]:
-    """Pearson and Spearman correlation, mean squared and mean absolute error (GLUE STS-B reports the first two)."""
+    """Pearson and Spearman correlation, mean squared and mean absolute error (GLUE STS-B reports the first two).
+
+    Constant targets leave the correlations undefined: None (null in JSON), with a `note` saying why. Constant
+    predictions of varied targets score 0 (no relation found), so a model that learnt nothing still ranks last."""
     from scipy import stats
 
     y_true, y_pred = np.asarray(y_true, dtype=np.float64), np.asarray(y_pred, dtype=np.float64)
-    constant = np.ptp(y_true) == 0 or np.ptp(y_pred) == 0  # a correlation with a constant is undefined
-    return {
+    undefined = bool(np.ptp(y_true) == 0)
+    constant = undefined or np.ptp(y_pred) == 0  # a correlation with a constant is undefined
+    result: dict[str, Any] = {
         "n": int(len(y_true)),
-        "pearson": 0.0 if constant else float(stats.pearsonr(y_true, y_pred)[0]),
-        "spearman": 0.0 if constant else float(stats.spearmanr(y_true, y_pred)[0]),
+        "pearson": None if undefined else 0.0 if constant else float(stats.pearsonr(y_true, y_pred)[0]),
+        "spearman": None if undefined else 0.0 if constant else float(stats.spearmanr(y_true, y_pred)[0]),
         "mse": float(skm.mean_squared_error(y_true, y_pred)),
         "mae": float(skm.mean_absolute_error(y_true, y_pred)),
     }
+    if undefined:
+        result["note"] = (f"pearson and spearman are undefined (null): every target is {y_true[0]:g}, and a "
+                          f"correlation needs targets that vary.")
+    return result
 
 
 def multilabel_metrics(y_true: np.ndarray, y_pred: np.ndarray, label_names: Sequence[str]) -> dict[str, Any]:

@@ -216,8 +216,24 @@ def model_max_length(tokenizer: Any, config: Any) -> int:
     return int(limit)
 
 
-def check_max_length(max_length: int, tokenizer: Any, config: Any, model_name: str) -> None:
-    """--max-length above what the model's position embeddings allow is an error, not a crash mid-run."""
+def min_max_length(tokenizer: Any, pair: bool = False) -> int:
+    """The smallest --max-length that holds the tokenizer's special tokens plus one token of each text (BERT: 3 for
+    one text, [CLS] x [SEP]; 5 for a pair, [CLS] a [SEP] b [SEP])."""
+    return int(tokenizer.num_special_tokens_to_add(pair=pair)) + (2 if pair else 1)
+
+
+def check_max_length(max_length: int, tokenizer: Any, config: Any, model_name: str, *, pair: bool = False) -> None:
+    """--max-length above what the model's position embeddings allow is an error, not a crash mid-run; one too
+    small to hold the special tokens and a token of each text is an error, not rows that all read the same."""
+    smallest = min_max_length(tokenizer, pair)
+    if max_length < smallest:
+        what = "a sentence pair" if pair else "a text"
+        raise UserError(
+            f"--max-length {max_length} cannot hold {what}: model {model_name}'s tokenizer adds "
+            f"{smallest - (2 if pair else 1)} special tokens to {what}, which leaves no room for "
+            f"{'a token of each text' if pair else 'a single token of the text'}, so every row would read the same. "
+            f"The smallest valid value is {smallest}; pass --max-length {smallest} or more (128 is typical)."
+        )
     limit = model_max_length(tokenizer, config)
     if max_length > limit:
         raise UserError(

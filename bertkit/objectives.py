@@ -94,6 +94,8 @@ class Regression:
     metric_names = ("pearson", "spearman", "mse", "mae", "loss")
     table_metrics = ("pearson", "spearman", "mae")
     default_metric = "pearson"
+    correlations = ("pearson", "spearman")
+    """Undefined (null) when the targets are constant."""
 
     def __init__(self, y_train: np.ndarray, y_dev: np.ndarray, label_names: list[str]):
         self.y_train, self.y_dev, self.label_names = y_train, y_dev, label_names

@@ -82,6 +82,7 @@ def probabilities(cfg: Any, dataset: data.TextDataset, progress: bool) -> Output
                            saved.threshold)
         return Outputs(data.LabelMap(tuple(str(x) for x in saved.label_map.labels)), proba)
     model, tokenizer, label_map = load_for_inference(cfg.model)
+    modeling.check_max_length(cfg.max_length, tokenizer, model.config, cfg.model, pair=dataset.pairs is not None)
     proba = predict_proba(model, tokenizer, dataset, progress=progress, **reading(cfg))
     return Outputs(label_map, proba, saved_threshold(cfg.model))
 
@@ -94,10 +95,13 @@ def run_evaluate(cfg: EvaluateConfig, *, progress: bool = False) -> dict[str, An
                                 compare=runs.config_compare(config_dict(cfg))) if cfg.out else None  # read-only, early
     external = [metrics.load_metric(spec) for spec in cfg.external_metrics]  # before any work: a missing one stops here
     model, tokenizer, label_map = load_for_inference(cfg.model or "")
+    modeling.check_max_length(cfg.max_length, tokenizer, model.config, cfg.model or "",
+                              pair=cfg.text_pair_column is not None)
     for note in inapplicable_options(label_map.task, len(label_map.labels), cfg.metric_list):
         log.warning("%s", note)
     metrics.check_external(external, label_map.task, len(label_map.labels))  # a module that fails on the shape
     dataset = data.load_dataset_split(cfg, cfg.data or "", need_labels=True, task=label_map.task)
+    data.check_tag_columns(label_map, dataset, f"model {cfg.model}")
     y = label_map.encode(dataset.labels or [], f"The data {dataset.source}")
     proba = predict_proba(model, tokenizer, dataset, progress=progress, **reading(cfg))
     outputs = Outputs(label_map, proba, saved_threshold(cfg.model or ""))

@@ -219,6 +219,15 @@ def _store_texts(splits: dict[str, Any], notes: list[str]) -> dict[str, Any]:
     return texts
 
 
+def _check_dev_targets_vary(splits: Any) -> None:
+    """Dev Pearson picks a regression probe's best layer: undefined (so refused) when every dev target is the same."""
+    dev = splits.dev
+    if splits.label_map.task == "regression" and dev is not None and len(set(dev.labels or [])) == 1:
+        raise UserError(f"Every dev target in {dev.source} is {dev.labels[0]:g}: dev Pearson, which picks the probe's "
+                        f"best layer, is undefined for a constant target. Pass --dev with targets that vary (or more "
+                        f"data, for a larger --dev-fraction hold-out).")
+
+
 def load_text_inputs(cfg: Any, cache_dir: Path | Callable[[], Path] | None, progress: bool = False,
                      on_labels: Callable[[Any], None] | None = None) -> ProbeInputs:
     """Read --data/--dev/--test and extract features for every --pool and --layers in one pass per split,
@@ -232,9 +241,11 @@ def load_text_inputs(cfg: Any, cache_dir: Path | Callable[[], Path] | None, prog
     splits = data.load_splits(cfg, need_labels=True, need_dev=True)
     if on_labels is not None:
         on_labels(splits.label_map)
+    _check_dev_targets_vary(splits)
     model = cfg.model or modeling.OFFLINE_NAME
     tokenizer = modeling.load_tokenizer(model, cfg.trust_remote_code)
-    modeling.check_max_length(cfg.max_length, tokenizer, modeling.load_config(model, cfg.trust_remote_code), model)
+    modeling.check_max_length(cfg.max_length, tokenizer, modeling.load_config(model, cfg.trust_remote_code), model,
+                              pair=cfg.text_pair_column is not None)
     encoder = modeling.load_encoder(model, cfg.trust_remote_code)
     cache_dir = cache_dir() if callable(cache_dir) else cache_dir
     n_layers, _ = embed.encoder_shape(encoder)

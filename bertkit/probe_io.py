@@ -264,9 +264,11 @@ def predict_with_probe(
     tokenizer = modeling.load_tokenizer(meta["model"], meta.get("trust_remote_code", False))
     encoder = modeling.load_encoder(meta["model"], meta.get("trust_remote_code", False))
     dtype = modeling.choose_dtype(precision, next(encoder.parameters()).device)
+    window = int(max_length or meta.get("max_length") or 128)
+    modeling.check_max_length(window, tokenizer, encoder.config, meta["model"], pair=dataset.pairs is not None)
     features = embed.extract_features(
         encoder, tokenizer, dataset, pool=meta["pool"], layers=str(meta["layers"]), combine=meta.get("combine", "concat"),
-        max_length=int(max_length or meta.get("max_length") or 128), batch_size=batch_size, dtype=dtype,
+        max_length=window, batch_size=batch_size, dtype=dtype,
         normalize=bool(meta.get("normalize", False)), progress=progress,
         # probes saved before these settings were recorded read texts head-cut
         truncation=meta.get("truncation", "head"), long_text=meta.get("long_text", "cut"), stride=meta.get("stride"),

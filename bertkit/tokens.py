@@ -152,7 +152,7 @@ def length_reports(tokenizer: Any, cfg: Any) -> dict[str, Any]:
                                 compare=runs.config_compare(vars(cfg))) if cfg.out else None  # read-only, early
     model_config = modeling.load_config(cfg.model, cfg.trust_remote_code)
     limit = modeling.model_max_length(tokenizer, model_config)
-    modeling.check_max_length(cfg.max_length, tokenizer, model_config, cfg.model)
+    modeling.check_max_length(cfg.max_length, tokenizer, model_config, cfg.model, pair=cfg.text_pair_column is not None)
     splits = data.load_splits(cfg, need_labels=cfg.label_column is not None, need_dev=False)
     named = [(name, ds) for name, ds in (("train", splits.train), ("dev", splits.dev), ("test", splits.test)) if ds]
     reports = [length_report(tokenizer, ds, name, cfg.max_length, cfg.batch_size, limit, cfg.seed) for name, ds in named]

@@ -788,6 +788,107 @@ CASES += [  # issue 20: metrics, distill and option messages
 ]
 
 
+# ------------------------------------------------ issue 20: problem shapes and lengths (helpers, then the cases)
+
+
+FRACTIONS = [f"{0.1 * (i + 1):.1f}" for i in range(24)]
+
+
+def _scores(labels: list[str]) -> str:
+    """sentence/label rows with these labels (the first on line 2)."""
+    return _tsv([(f"review number {i} was {'good' if i % 2 else 'bad'}", y) for i, y in enumerate(labels)])
+
+
+def _pairs() -> str:
+    return _tsv([(f"the cat sat {i}", f"a dog ran {i}", "ab"[i % 2]) for i in range(16)], ("sentence1", "sentence2", "label"))
+
+
+def _tag_model(w: Workspace) -> str:
+    """A tiny multi-label model with the tags a, b, c (0/1 columns), made once per session next to the premade outputs."""
+    run = Path(w.premade["data"]).parent / "tag-run"
+    if not (run / "best" / "config.json").is_file():
+        rows = [f"text {i},{i % 2},{(i // 2) % 2},{int(i % 3 == 0)}" for i in range(24)]
+        data = Path(w.premade["data"]).parent / "tags.csv"
+        data.write_text("text,a,b,c\n" + "\n".join(rows) + "\n", encoding="utf-8")
+        _invoke_ok(["finetune", "--model", w.tiny, "--data", str(data), "--label-column", "a,b,c", "--out", str(run),
+                    "--epochs", "1", "--batch-size", "8", "--quiet"])
+    return str(run / "best")
+
+
+def _tag_columns(w: Workspace) -> str:
+    return w.file("tags.csv", "text,a,b,c,d\n" + "\n".join(f"text {i},{i % 2},0,1,0" for i in range(6)) + "\n")
+
+
+CASES += [  # issue 20: problem shapes and lengths
+    Case("finetune-auto-scores-with-an-na-cell", "finetune",
+         lambda w: finetune(w, "--data", w.file("s.tsv", _scores(FRACTIONS[:7] + ["n/a"] + FRACTIONS[8:])), out=w.path("fresh")),
+         r"holds numbers in 23 of 24 label cells, but 1 cell\(s\) are not numbers: line 9 \('n/a'\)", r"--task single_label"),
+    Case("finetune-auto-scores-with-dashes", "finetune",
+         lambda w: finetune(w, "--data", w.file("s.tsv", _scores(["-" if i in (3, 10) else y for i, y in enumerate(FRACTIONS)])),
+                            out=w.path("fresh")),
+         r"2 cell\(s\) are not numbers: line 5 \('-'\), line 12 \('-'\)", r"--task single_label"),
+    Case("finetune-auto-scores-with-inf", "finetune",
+         lambda w: finetune(w, "--data", w.file("s.tsv", _scores(FRACTIONS[:-1] + ["inf"])), out=w.path("fresh")),
+         r"are not finite numbers: line 25 \('inf'\)", r"--task single_label"),
+    Case("finetune-auto-huge-numbers", "finetune",
+         lambda w: finetune(w, "--data", w.file("h.tsv", _scores(["1e30", "2e30"] * 10)), out=w.path("fresh")),
+         r"numbers beyond \+-1e\+06 that are not plain integers: line 2 \('1e30'\)", r"--task single_label.*--task regression"),
+    Case("finetune-regression-inf-target", "finetune",
+         lambda w: finetune(w, "--data", w.file("s.tsv", _scores(FRACTIONS[:2] + ["inf"] + FRACTIONS[3:])), "--task", "regression",
+                            out=w.path("fresh")),
+         r"Regression targets must be finite numbers.*line 4 \('inf'\)", r"Fix those cells, or drop those rows"),
+    Case("finetune-regression-huge-targets", "finetune",
+         lambda w: finetune(w, "--data", w.file("h.tsv", _scores([f"{y}e30" for y in FRACTIONS])), "--task", "regression",
+                            out=w.path("fresh")),
+         r"Regression targets in column 'label' of .*h\.tsv reach 2\.4e\+30 \(line 25\)", r"Scale the targets"),
+    Case("probe-constant-dev-target", "probe",
+         lambda w: ["probe", "--model", w.tiny, "--data", w.file("s.tsv", _scores(FRACTIONS)), "--task", "regression",
+                    "--dev", w.file("d.tsv", _scores(["2.5"] * 6)), "--out", w.path("probe-run")],
+         r"Every dev target in .*d\.tsv is 2\.5: dev Pearson.* is undefined", r"Pass --dev with targets that vary"),
+    Case("evaluate-tag-columns-leave-out-a-tag", "evaluate",
+         lambda w: ["evaluate", "--model", _tag_model(w), "--data", _tag_columns(w), "--label-column", "a,b", "--quiet"],
+         r"does not match the tags of model .*: no column for its tag\(s\) 'c'", r"Pass --label-column a,b,c"),
+    Case("evaluate-tag-columns-add-a-tag", "evaluate",
+         lambda w: ["evaluate", "--model", _tag_model(w), "--data", _tag_columns(w), "--label-column", "a,b,c,d", "--quiet"],
+         r"column\(s\) 'd' that are not its tags", r"Pass --label-column a,b,c"),
+    Case("tokens-max-length-below-special-tokens", "tokens", lambda w: tokens(w, "--data", w.good(), "--max-length", "2"),
+         r"--max-length 2 cannot hold a text", r"pass --max-length 3 or more"),
+    Case("tokens-pair-max-length-below-special-tokens", "tokens",
+         lambda w: tokens(w, "--data", w.file("p.tsv", _pairs()), "--text-column", "sentence1", "--text-pair-column",
+                          "sentence2", "--max-length", "4"),
+         r"--max-length 4 cannot hold a sentence pair", r"pass --max-length 5 or more"),
+    Case("embed-max-length-1", "embed", lambda w: embed(w, "--data", w.good(), "--max-length", "1"),
+         r"--max-length 1 cannot hold a text", r"pass --max-length 3 or more"),
+    Case("probe-max-length-2", "probe",
+         lambda w: ["probe", "--model", w.tiny, "--data", w.good(), "--max-length", "2", "--out", w.path("probe-run")],
+         r"--max-length 2 cannot hold a text", r"pass --max-length 3 or more"),
+    Case("finetune-max-length-2", "finetune", lambda w: finetune(w, "--data", w.good(), "--max-length", "2", out=w.path("fresh")),
+         r"--max-length 2 cannot hold a text", r"pass --max-length 3 or more"),
+    Case("finetune-pair-max-length-4", "finetune",
+         lambda w: finetune(w, "--data", w.file("p.tsv", _pairs()), "--text-column", "sentence1", "--text-pair-column",
+                            "sentence2", "--max-length", "4", out=w.path("fresh")),
+         r"--max-length 4 cannot hold a sentence pair", r"pass --max-length 5 or more"),
+    Case("predict-max-length-1", "predict",
+         lambda w: ["predict", "--model", w.copy("clf"), "--text", "word " * 300, "--max-length", "1", "--quiet"],
+         r"--max-length 1 cannot hold a text", r"pass --max-length 3 or more"),
+    Case("predict-max-length-over-model-limit", "predict",
+         lambda w: ["predict", "--model", w.copy("clf"), "--text", "word " * 300, "--max-length", "100000", "--quiet"],
+         r"--max-length 100000 is more than model .* accepts \(128 tokens\)", r"Pass --max-length 128 or less"),
+    Case("evaluate-max-length-2", "evaluate",
+         lambda w: ["evaluate", "--model", w.copy("clf"), "--data", w.good(), "--max-length", "2", "--quiet"],
+         r"--max-length 2 cannot hold a text", r"pass --max-length 3 or more"),
+    Case("evaluate-max-length-over-model-limit", "evaluate",
+         lambda w: ["evaluate", "--model", w.copy("clf"), "--data", w.good(), "--max-length", "100000", "--quiet"],
+         r"--max-length 100000 is more than model", r"Pass --max-length 128 or less"),
+    Case("distill-max-length-2", "distill",
+         lambda w: ["distill", "--teacher", w.copy("clf"), "--data", w.good(), "--out", w.path("student"),
+                    "--max-length", "2", "--quiet"],
+         r"--max-length 2 cannot hold a text", r"pass --max-length 3 or more"),
+    Case("bench-max-length-2", "bench", lambda w: ["bench", "--models", w.tiny, "--max-length", "2", "--quiet"],
+         r"--max-length 2 cannot hold a text", r"pass --max-length 3 or more"),
+]
+
+
 def test_corpus_size():
     assert len(CASES) >= 30
     assert len({c.id for c in CASES}) == len(CASES)

@@ -468,3 +468,19 @@ def test_confusion_matrix_plot_is_written(tmp_path):
 
     path = plots.confusion_matrix([[3, 1], [0, 4]], ["neg", "pos"], tmp_path / "cm.png", "t")
     assert path.is_file() and path.stat().st_size > 1000
+
+
+def test_zero_one_columns_must_be_exactly_the_models_tags():
+    tags = data.LabelMap(("a", "b", "c"), "multi_label")
+    read = data.TextDataset(["x", "y"], labels=[("a",), ()], source="t.csv", task="multi_label", label_columns=("a", "b"))
+    with pytest.raises(UserError) as err:
+        data.check_tag_columns(tags, read, "model m")
+    assert "no column for its tag(s) 'c'" in str(err.value) and "Pass --label-column a,b,c" in str(err.value)
+    read.label_columns = ("a", "b", "c", "d")
+    with pytest.raises(UserError, match=r"column\(s\) 'd' that are not its tags"):
+        data.check_tag_columns(tags, read, "model m")
+    read.label_columns = ("c", "a", "b")  # the order of the columns does not matter
+    data.check_tag_columns(tags, read, "model m")
+    read.label_columns = ("labels",)  # one column of tag lists: its tags are checked when encoded
+    data.check_tag_columns(tags, read, "model m")
+    data.check_tag_columns(data.LabelMap(("a", "b")), read, "model m")  # single-label: nothing to check

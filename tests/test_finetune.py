@@ -113,6 +113,19 @@ def test_sentence_pairs_use_token_type_ids_where_the_model_has_them(tiny_bert_di
         assert "text_pair" in errors
 
 
+@pytest.mark.parametrize(("pair", "too_small", "smallest"), [(False, 2, 3), (True, 4, 5)])
+def test_a_max_length_without_room_for_the_text_is_refused_before_the_run(tiny_bert_dir, write_tsv, tmp_path, pair,
+                                                                        too_small, smallest):
+    rows = [(f"the cat sat {i}", f"a dog ran {i}", "ab"[i % 2]) for i in range(16)]
+    train = write_tsv("pairs.tsv", rows, ("sentence1", "sentence2", "label"))
+    cfg = make_cfg(tiny_bert_dir, train, train, tmp_path / "run", max_length=too_small,
+                   text_pair_column="sentence2" if pair else None)
+    with pytest.raises(UserError, match=rf"--max-length {too_small} cannot hold a {'sentence pair' if pair else 'text'}"
+                                        rf".*pass --max-length {smallest} or more"):
+        finetune(cfg, progress=False)
+    assert not (tmp_path / "run").exists()
+
+
 def test_grad_accumulation_equals_a_larger_batch(no_dropout_bert, toy_files, tmp_path):
     train, dev = toy_files
     big = finetune(make_cfg(no_dropout_bert, train, dev, tmp_path / "big", batch_size=8, eval_every="1"), progress=False)

@@ -80,6 +80,19 @@ def test_max_length_over_model_limit(tiny_bert_dir):
         modeling.check_max_length(512, tok, cfg, "tiny")
 
 
+def test_max_length_must_hold_the_special_tokens_and_a_token_of_each_text(tiny_bert_dir):
+    tok, cfg = modeling.load_tokenizer(str(tiny_bert_dir)), modeling.load_config(str(tiny_bert_dir))
+    assert modeling.min_max_length(tok) == 3 and modeling.min_max_length(tok, pair=True) == 5
+    modeling.check_max_length(3, tok, cfg, "tiny")
+    modeling.check_max_length(5, tok, cfg, "tiny", pair=True)
+    for too_small in (1, 2):
+        with pytest.raises(UserError, match=rf"--max-length {too_small} cannot hold a text: .* adds 2 special tokens.*"
+                                            r"smallest valid value is 3; pass --max-length 3 or more"):
+            modeling.check_max_length(too_small, tok, cfg, "tiny")
+    with pytest.raises(UserError, match=r"--max-length 4 cannot hold a sentence pair: .* adds 3 special tokens"):
+        modeling.check_max_length(4, tok, cfg, "tiny", pair=True)
+
+
 def test_dtype_choice(monkeypatch):
     cpu = torch.device("cpu")
     assert modeling.choose_dtype("fp32", cpu) == torch.float32

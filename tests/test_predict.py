@@ -124,3 +124,32 @@ def test_predict_config_needs_exactly_one_model_and_one_input():
     with pytest.raises(UserError):
         PredictConfig(model="m", probe="p", text=("x",))
     assert PredictConfig(model="m", text=["a", "b"]).text == ("a", "b")
+
+
+@pytest.mark.parametrize("max_length", ["1", "2"])
+def test_predict_and_evaluate_refuse_a_max_length_below_the_special_tokens(trained, write_tsv, max_length):
+    long_text = "word " * 300
+    result = runner.invoke(app, ["predict", "--model", str(trained), "--text", long_text, "--text", "a lovely film",
+                                 "--max-length", max_length])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert f"--max-length {max_length} cannot hold a text" in result.output
+    assert "The smallest valid value is 3; pass --max-length 3 or more" in result.output
+    pairs = write_tsv("pairs.tsv", [("a film", "a movie", "pos"), ("awful", "bad", "neg")], ("a", "b", "label"))
+    for too_small in (max_length, "4"):  # [CLS] a [SEP] b [SEP]: three special tokens and a token of each text
+        result = runner.invoke(app, ["evaluate", "--model", str(trained), "--data", str(pairs), "--text-column", "a",
+                                     "--text-pair-column", "b", "--max-length", too_small])
+        assert result.exit_code == 2, result.output
+        assert "cannot hold a sentence pair" in result.output and "pass --max-length 5 or more" in result.output
+    result = runner.invoke(app, ["predict", "--model", str(trained), "--text", "a lovely film", "--max-length", "3",
+                                 "--json"])
+    assert result.exit_code == 0, result.output  # the smallest valid value works
+
+
+def test_predict_and_evaluate_refuse_a_max_length_beyond_the_model(trained, write_tsv):
+    long_text = "word " * 300  # longer than the tiny model's 128 positions: a crash in the forward before
+    result = runner.invoke(app, ["predict", "--model", str(trained), "--text", long_text, "--max-length", "100000"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "--max-length 100000 is more than model" in result.output and "--max-length 128 or less" in result.output
+    data = write_tsv("long.tsv", [(long_text, "pos"), ("awful", "neg")], ("sentence", "label"))
+    result = runner.invoke(app, ["evaluate", "--model", str(trained), "--data", str(data), "--max-length", "100000"])
+    assert result.exit_code == 2 and "--max-length 128 or less" in result.output

@@ -79,7 +79,9 @@ def test_auto_keeps_integers_and_names_single_label(tmp_path):
     rows = [{"text": f"t{i}", "label": i % 3} for i in range(9)]
     assert read(write_jsonl(tmp_path / "i.jsonl", rows)).task == "single_label"
     rows = [{"text": f"t{i}", "label": "1.5" if i else "pos"} for i in range(9)]
-    assert read(write_jsonl(tmp_path / "s.jsonl", rows)).task == "single_label"
+    assert read(write_jsonl(tmp_path / "s.jsonl", rows), task="single_label").task == "single_label"
+    names = [{"text": f"t{i}", "label": "2" if i == 0 else ("pos", "neg")[i % 2]} for i in range(9)]
+    assert read(write_jsonl(tmp_path / "n.jsonl", names)).task == "single_label"  # names with a few numbers
     assert read(write_jsonl(tmp_path / "f.jsonl", rows[1:] + [{"text": "x", "label": 2}]),
                 task="regression").labels[-1] == 2.0
 
@@ -120,6 +122,60 @@ def test_regression_refuses_names_among_numbers(tmp_path):
     message = str(err.value)
     assert "mixes numbers and names: 2 cell(s) are not numbers, at lines 3, 5" in message
     assert "'pos'" in message and "--task single_label" in message
+
+
+def write_scores(path: Path, labels: list[str]) -> Path:
+    """A TSV with a header and one row per label (line 2 holds the first)."""
+    path.write_text("text\tlabel\n" + "".join(f"text {i}\t{y}\n" for i, y in enumerate(labels)), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("odd", ["n/a", "-", "?", "inf", "\u200b x"])
+def test_auto_refuses_a_number_column_with_a_few_other_cells_naming_them(tmp_path, odd):
+    labels = [f"{0.1 * i:.2f}" for i in range(1, 24)]
+    labels[6] = odd  # line 8
+    with pytest.raises(UserError) as err:
+        read(write_scores(tmp_path / "s.tsv", labels))
+    message = str(err.value)
+    assert "holds numbers in 22 of 23 label cells" in message and f"line 8 ({odd!r})" in message
+    assert "does not guess its shape" in message and "--task single_label" in message
+    assert ("not finite numbers" if odd == "inf" else "not numbers") in message
+    forced = read(write_scores(tmp_path / "s.tsv", labels), task="single_label")  # --task chooses: classes
+    assert forced.task == "single_label" and len(set(forced.labels)) == 23
+
+
+def test_auto_refuses_integer_classes_with_a_stray_cell_too(tmp_path):
+    with pytest.raises(UserError, match=r"holds numbers in 8 of 9 label cells, but 1 cell\(s\) are not numbers: "
+                                        r"line 6 \('n/a'\)"):
+        read(write_scores(tmp_path / "i.tsv", ["0", "1", "2", "1", "n/a", "0", "2", "1", "0"]))
+
+
+def test_a_label_of_only_invisible_characters_is_a_missing_label(tmp_path):
+    with pytest.raises(UserError, match=r"1 missing/blank label\(s\) .* at line 3"):
+        read(write_scores(tmp_path / "z.tsv", ["0.5", "\u200b", "1.5", "2.5"]))
+
+
+def test_auto_does_not_guess_from_huge_numbers_but_plain_integer_ids_stay_classes(tmp_path):
+    with pytest.raises(UserError) as err:
+        read(write_scores(tmp_path / "h.tsv", ["1e30", "2e30", "1e30", "3e30"]))
+    message = str(err.value)
+    assert "beyond +-1e+06 that are not plain integers: line 2 ('1e30')" in message
+    assert "--task single_label" in message and "scale the targets" in message and "--task regression" in message
+    assert len(set(read(write_scores(tmp_path / "h.tsv", ["1e30", "2e30"]), task="single_label").labels)) == 2
+    ids = read(write_scores(tmp_path / "d.tsv", ["20230101", "20230102", "20230101"]))
+    assert ids.task == "single_label" and ids.labels[0] == 20230101
+
+
+def test_regression_targets_must_be_finite_naming_the_rows(tmp_path):
+    with pytest.raises(UserError) as err:
+        read(write_scores(tmp_path / "f.tsv", ["0.5", "inf", "1.5", "-Infinity"]), task="regression")
+    assert "must be finite numbers" in str(err.value) and "line 3 ('inf'), line 5 ('-Infinity')" in str(err.value)
+    with pytest.raises(UserError, match=r"1 missing/blank label\(s\) .* at line 3"):
+        read(write_scores(tmp_path / "n.tsv", ["0.5", "nan", "1.5"]), task="regression")
+    infinite = tmp_path / "j.jsonl"
+    infinite.write_text('{"text": "a", "label": 0.5}\n{"text": "b", "label": Infinity}\n', encoding="utf-8")
+    with pytest.raises(UserError, match=r"must be finite numbers.*line 2 \(inf\)"):
+        read(infinite, task="regression")
 
 
 def test_empty_tag_lists_and_bad_zero_one_cells_are_refused(tmp_path):
@@ -192,7 +248,10 @@ def test_regression_metrics_match_their_definitions():
     assert result["mse"] == pytest.approx(0.25) and result["mae"] == pytest.approx(0.5)
     assert result["pearson"] == pytest.approx(np.corrcoef(y, p)[0, 1])
     assert result["spearman"] == pytest.approx(0.9486832980505138)  # ranks 1,2,3,4 vs 1.5,1.5,3,4
-    assert metrics.regression_metrics(y, np.ones(4))["pearson"] == 0.0  # undefined for a constant: 0, not nan
+    assert metrics.regression_metrics(y, np.ones(4))["pearson"] == 0.0  # constant predictions: no relation, 0
+    constant = metrics.regression_metrics(np.full(4, 2.5), p)  # constant targets: undefined, null with a note
+    assert constant["pearson"] is None and constant["spearman"] is None and constant["mse"] > 0
+    assert "every target is 2.5" in constant["note"]
 
 
 def test_multilabel_metrics_match_their_definitions():
@@ -372,6 +431,141 @@ def test_distilling_a_regression_or_multilabel_teacher_keeps_its_shape(shaped_ru
     assert np.isfinite(result.metrics["best_dev"]["loss"])
     with pytest.raises(UserError, match=rf"--task single_label: the teacher .* is a {shape} model"):
         distill.distill(dataclasses.replace(cfg, task="single_label", out=str(tmp_path / "other")), progress=False)
+
+
+# ---------------------------------------------------------------- a model saved is the model trained
+
+
+def hi_lo_rows(n: int, seed: int) -> list[dict]:
+    """The rating rows as two classes: hi (score above 2.5) and lo."""
+    return [{"text": r["text"], "label": "hi" if r["label"] > 2.5 else "lo"} for r in rating_rows(n, seed)]
+
+
+@pytest.fixture(scope="module")
+def single_from_regression(shaped_runs, tmp_path_factory) -> dict[str, Path]:
+    """Single-label fine-tuning started from the regression run's best/ (a regression head in config.json)."""
+    folder = tmp_path_factory.mktemp("restart")
+    train = write_jsonl(folder / "hilo.jsonl", hi_lo_rows(40, 1))
+    dev = write_jsonl(folder / "hilo-dev.jsonl", hi_lo_rows(12, 2))
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    finetune(FinetuneConfig(model=str(shaped_runs["regression"] / "best"), data=str(train), dev=str(dev),
+                            out=str(folder / "run"), epochs=2, lr=5e-3, batch_size=8, save_every=None), progress=False)
+    torch.set_num_threads(before)
+    return {"run": folder / "run", "train": train, "dev": dev}
+
+
+def test_single_label_started_from_a_regression_folder_is_saved_single_label(single_from_regression, shaped_runs):
+    run = single_from_regression["run"]
+    assert json.loads((shaped_runs["regression"] / "best" / "config.json").read_text())["problem_type"] == "regression"
+    for folder in ("best", "final"):
+        config = json.loads((run / folder / "config.json").read_text())
+        assert config["problem_type"] == "single_label_classification"
+        assert config["id2label"] == {"0": "hi", "1": "lo"} and config["label2id"] == {"hi": 0, "lo": 1}
+    result = runner.invoke(app, ["predict", "--model", str(run / "best"), "--text", "the film was great",
+                                 "--text", "my meal was awful", "--json", "--quiet"])
+    assert result.exit_code == 0, result.output
+    predictions = json.loads(result.output)["predictions"]
+    assert json.loads(result.output)["task"] == "single_label"
+    assert all(p["label"] in ("hi", "lo") and set(p["probabilities"]) == {"hi", "lo"} for p in predictions)
+    trained = json.loads((run / "metrics.json").read_text())["best_dev"]
+    scored = run_evaluate(EvaluateConfig(model=str(run / "best"), data=str(single_from_regression["dev"])))
+    assert scored["task"] == "single_label" and scored["accuracy"] == pytest.approx(trained["accuracy"])
+
+
+@pytest.mark.parametrize("shape", ["regression", "multi_label"])
+def test_numbers_or_tags_started_from_a_single_label_folder_are_saved_in_their_shape(single_from_regression,
+                                                                                    shaped_runs, shape, tmp_path):
+    start = single_from_regression["run"] / "best"
+    finetune(FinetuneConfig(model=str(start), data=str(shaped_runs[f"{shape}_data"]), out=str(tmp_path / "run"),
+                            epochs=1, lr=5e-3, batch_size=8, save_every=None, dev_fraction=0.25), progress=False)
+    config = json.loads((tmp_path / "run" / "best" / "config.json").read_text())
+    if shape == "regression":
+        assert config["problem_type"] == "regression"
+        assert config["id2label"] == {"0": "label"} and config["label2id"] == {"label": 0}
+    else:
+        assert config["problem_type"] == "multi_label_classification"
+        assert sorted(config["id2label"].values()) == sorted(TOPICS) and len(config["label2id"]) == 4
+    ours = run_predict(PredictConfig(model=str(tmp_path / "run" / "best"), text=("pizza and a guitar song",)))
+    assert ours["task"] == shape
+    assert isinstance(ours["labels"][0], float if shape == "regression" else tuple)
+
+
+def test_a_student_started_from_a_regression_folder_is_saved_in_the_teachers_shape(single_from_regression,
+                                                                                  shaped_runs, tmp_path):
+    from bertkit import distill
+    from bertkit.config import DistillConfig
+
+    cfg = DistillConfig(teacher=str(single_from_regression["run"] / "best"),
+                        student=str(shaped_runs["regression"] / "best"), data=str(single_from_regression["train"]),
+                        out=str(tmp_path / "student"), epochs=1, batch_size=8, lr=5e-3, save_every=None, report=False,
+                        dev_fraction=0.25)
+    result = distill.distill(cfg, progress=False)["training"]
+    config = json.loads((result.out / "best" / "config.json").read_text())
+    assert config["problem_type"] == "single_label_classification" and config["id2label"] == {"0": "hi", "1": "lo"}
+    assert run_predict(PredictConfig(model=str(result.out / "best"), text=("good",)))["labels"][0] in ("hi", "lo")
+
+
+# ---------------------------------------------------------------- targets that cannot be trained on or scored
+
+
+def test_huge_regression_targets_are_refused_before_training_naming_the_file(tmp_path):
+    rows = [{"text": r["text"], "label": r["label"] * 1e30} for r in rating_rows(20, 0)]
+    train = write_jsonl(tmp_path / "huge.jsonl", rows)
+    with pytest.raises(UserError) as err:
+        finetune(FinetuneConfig(data=str(train), out=str(tmp_path / "o"), task="regression"), progress=False)
+    message = str(err.value)
+    assert "Regression targets in column 'label' of" in message and "huge.jsonl reach" in message
+    assert "Scale the targets" in message and "whatever the --lr" in message and "too high" not in message
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_diverging_regression_names_the_span_of_its_targets_next_to_the_lr(tiny_bert_dir, tmp_path):
+    rows = [{"text": r["text"], "label": r["label"] * 1000} for r in rating_rows(24, 0)]
+    train = write_jsonl(tmp_path / "wide.jsonl", rows)
+    cfg = FinetuneConfig(model=str(tiny_bert_dir), data=str(train), out=str(tmp_path / "o"), task="regression", lr=5e5,
+                         max_grad_norm=0, epochs=1, batch_size=8, save_every=None)
+    with pytest.raises(UserError, match=r"became NaN/inf.*--lr 500000 is too high \(the regression targets span "
+                                        r"\d+ to \d+: if that is wide, scale them\)"):
+        finetune(cfg, progress=False)
+
+
+def test_a_constant_dev_target_reports_undefined_correlations_and_picks_by_mse(tiny_bert_dir, tmp_path):
+    train = write_jsonl(tmp_path / "train.jsonl", rating_rows(24, 0))
+    dev = write_jsonl(tmp_path / "dev.jsonl", [{"text": r["text"], "label": 2.5} for r in rating_rows(6, 1)])
+    result = runner.invoke(app, ["finetune", "--model", str(tiny_bert_dir), "--data", str(train), "--dev", str(dev),
+                                 "--out", str(tmp_path / "run"), "--epochs", "1", "--batch-size", "8", "--lr", "5e-3"])
+    assert result.exit_code == 0, result.output
+    assert "the dev targets are all 2.5, so Pearson and Spearman are undefined" in result.output
+    assert "best mse" in result.output and "pearson undefined" in result.output
+    summary = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert summary["best_metric_name"] == "mse" and summary["best_step"] is not None
+    assert summary["best_dev"]["pearson"] is None and "undefined" in summary["best_dev"]["note"]
+    result = runner.invoke(app, ["evaluate", "--model", str(tmp_path / "run" / "best"), "--data", str(dev),
+                                 "--out", str(tmp_path / "eval")])
+    assert result.exit_code == 0, result.output
+    assert "undefined" in result.output and "every target is 2.5" in result.output
+    written = json.loads((tmp_path / "eval" / "metrics.json").read_text())
+    assert written["pearson"] is None and written["spearman"] is None and written["mse"] >= 0
+
+
+def test_evaluate_refuses_zero_one_columns_that_leave_out_or_add_tags(shaped_runs, tmp_path):
+    best = str(shaped_runs["multi_label"] / "best")
+    frame = pd.DataFrame([{"text": r["text"], **{t: int(t in r["labels"]) for t in TOPICS}, "extra": 0}
+                          for r in topic_rows(12, 5)])
+    path = tmp_path / "tags.csv"
+    frame.to_csv(path, index=False)
+    with pytest.raises(UserError) as err:
+        run_evaluate(EvaluateConfig(model=best, data=str(path), label_column="food,music,sports"))
+    assert "no column for its tag(s) 'travel' (each would read as never on)" in str(err.value)
+    assert "Pass --label-column food,music,sports,travel" in str(err.value)
+    with pytest.raises(UserError, match=r"column\(s\) 'extra' that are not its tags"):
+        run_evaluate(EvaluateConfig(model=best, data=str(path), label_column="food,music,sports,travel,extra"))
+    with pytest.raises(UserError, match=r"no column for its tag\(s\) 'food', 'music', 'sports'"):
+        run_evaluate(EvaluateConfig(model=best, data=str(path), label_column="travel"))
+    listed = write_jsonl(tmp_path / "tags.jsonl", topic_rows(12, 5))
+    whole = run_evaluate(EvaluateConfig(model=best, data=str(path), label_column="food,music,sports,travel"))
+    assert whole["micro_f1"] == pytest.approx(run_evaluate(EvaluateConfig(model=best, data=str(listed)))["micro_f1"])
 
 
 def test_soft_losses_per_shape():
