@@ -8,9 +8,10 @@ one should be.
 Ownership (see `inspect_run_dir` / `RunDir`): bertkit writes only into a new or empty directory or one of its
 own runs, marked by `.bertkit-run.json` (which command owns it). It deletes or replaces only the names its
 command writes (`RUN_ENTRIES`, and below them the files each kind of folder holds: `foreign_paths`), never a
-folder holding anything else, never the current directory, the home directory or `/`. `--overwrite` builds the
-new output in `OUT/.bertkit-next/` and swaps it in only once the command succeeded (`RunDir.commit`), so a failed
-or killed run leaves the previous output as it was.
+folder holding anything else, never the current directory, the home directory or `/`, never an --out that is,
+holds or is inside one of the command's inputs (`check_out_not_input`). `--overwrite` builds the new output in
+`OUT/.bertkit-next/` and swaps it in only once the command succeeded (`RunDir.commit`), so a failed or killed run
+leaves the previous output as it was.
 """
 
 from __future__ import annotations
@@ -263,17 +264,20 @@ class RunDir:
         self.path, self.replacing, self.existing = out, False, True
 
 
-def inspect_run_dir(out: str | Path, command: str, *, overwrite: bool = False,
-                    compare: Compare | None = None) -> RunDir:
+def inspect_run_dir(out: str | Path, command: str, *, overwrite: bool = False, compare: Compare | None = None,
+                    inputs: list[tuple[str, str | None]] | None = None) -> RunDir:
     """What `command` may do in --out, without changing anything; a UserError when it must not write there.
 
     Refused whatever --overwrite says: a file, the current/home/root directory, a directory holding anything
-    bertkit did not write (at any depth), another command's run, an unreadable marker. Refused without
-    --overwrite: a run of this command with other settings (`compare` lists them)."""
+    bertkit did not write (at any depth), another command's run, an unreadable marker, an --out that is, holds or
+    is inside one of the command's `inputs` ((flag, path) pairs, see `input_paths`). Refused without --overwrite: a
+    run of this command with other settings (`compare` lists them)."""
     out = Path(out).expanduser()
     run = RunDir(out, command, overwrite, compare, path=out)
     _check_location(out, command)
-    if not _holds_own_run(out, command):
+    holds_run = _holds_own_run(out, command)
+    check_out_not_input(out, inputs or [], command)
+    if not holds_run:
         return run
     run.pending_swap = (out / OLD).is_dir() or (out / STAGING / COMPLETE).is_file()
     if run.pending_swap:
@@ -680,6 +684,55 @@ def _is_temp_file(name: str) -> bool:
     return name.startswith(".") and name.endswith(".tmp")
 
 
+# ---------------------------------------------------------------- what a command reads is never inside its --out
+
+
+def input_paths(cfg: Any) -> list[tuple[str, str]]:
+    """(flag, value) of everything a command's config reads that may be a path: --teacher, --student, --model, each
+    of bench's --models, --features, --probe, --data, --dev, --test and each --metric script. A value given under two
+    names (distill's `model` is its --student or --teacher) is named by the flag the user typed.
+
+    (--recipe is read before the config exists; inside an --out it is a file bertkit did not write, so
+    `inspect_run_dir` refuses it, and an --out inside a file is refused as a path below a file.)"""
+    fields = [(f"--{name}", getattr(cfg, name, None)) for name in ("teacher", "student", "model")]
+    fields += [("--models", name) for name in getattr(cfg, "model_list", [])]
+    fields += [(f"--{name}", getattr(cfg, name, None)) for name in ("features", "probe", "data", "dev", "test")]
+    fields += [("--metric", spec.partition(":")[0]) for spec in getattr(cfg, "external_metrics", [])]
+    found: dict[str, str] = {}
+    for flag, value in fields:
+        if isinstance(value, str) and value and value not in found:
+            found[value] = flag
+    return [(flag, value) for value, flag in found.items()]
+
+
+def check_out_not_input(out: str | Path, inputs: list[tuple[str, str | None]], command: str,
+                        suggestion: Path | None = None) -> None:
+    """A UserError when --out is one of the command's inputs, inside one, or holds one (symlinks resolved): a run
+    never writes over, replaces or deletes what it reads, with or without --overwrite. Values that are not existing
+    paths (hub ids, split names, `minilm-offline`) have nothing to protect and are skipped."""
+    path = Path(out).expanduser()
+    target = path.resolve()
+    for flag, value in inputs:
+        source = Path(value).expanduser() if value else None
+        relation = _relation(path, target, source) if source is not None and source.exists() else None
+        if relation is not None:
+            example = suggestion or (Path("runs") / command if relation == "is inside" else _suggest(path, command))
+            raise UserError(
+                f"--out {out} {relation} the {flag} {value}: `bertkit {command}` never writes over what it reads. "
+                f"Choose another --out, e.g. --out {example}."
+            )
+
+
+def _relation(path: Path, target: Path, source: Path) -> str | None:
+    """How --out (`path`, resolved: `target`) stands to an existing input: "is", "is inside", "contains" or None."""
+    real = source.resolve()
+    if real == target or (path.exists() and os.path.samefile(path, source)):
+        return "is"
+    if real in target.parents:
+        return "is inside"
+    return "contains" if target in real.parents else None
+
+
 # ---------------------------------------------------------------- `bertkit predict --out FILE`
 
 
@@ -692,17 +745,7 @@ def check_predictions_out(out: str | Path, inputs: dict[str, str | None]) -> Pat
     if path.is_dir():
         raise UserError(f"Cannot write {path}: it is an existing directory. Pass a file path for --out, "
                         f"e.g. --out predictions.csv.")
-    target = path.resolve()
-    for flag, value in inputs.items():
-        source = Path(value).expanduser() if value else None
-        if source is None or not source.exists():
-            continue
-        inside = source.resolve() in target.parents
-        if inside or target == source.resolve() or (path.exists() and os.path.samefile(path, source)):
-            raise UserError(
-                f"--out {out} is {'inside ' if inside else ''}the {flag} {value}: predict never writes over its "
-                f"inputs. Choose another --out, e.g. --out {suggestion}."
-            )
+    check_out_not_input(out, list(inputs.items()), "predict", suggestion)
     if path.exists() and not is_predictions_csv(path):
         raise UserError(
             f"--out {out} exists and is not a predictions file bertkit wrote (its header is not row, ..., predicted, "
