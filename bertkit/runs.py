@@ -748,15 +748,20 @@ def check_predictions_out(out: str | Path, inputs: dict[str, str | None]) -> Pat
     check_out_not_input(out, list(inputs.items()), "predict", suggestion)
     if path.exists() and not is_predictions_csv(path):
         raise UserError(
-            f"--out {out} exists and is not a predictions file bertkit wrote (its header is not row, ..., predicted, "
-            f"confidence, p_<label>); predict only replaces its own predictions. Choose another --out, e.g. --out "
-            f"{suggestion}, or move {out} away."
+            f"--out {out} exists and is not a predictions file bertkit wrote (its header is not row, text, ..., "
+            f"predicted, ... as predict writes it); predict only replaces its own predictions. Choose another --out, "
+            f"e.g. --out {suggestion}, or move {out} away."
         )
     return path
 
 
+PREDICTION_INPUT_COLUMNS = ("line", "text", "text_pair", "label")
+"""What `predict.write_predictions_csv` puts between `row` and `predicted`, in this order (`text` always)."""
+
+
 def is_predictions_csv(path: Path) -> bool:
-    """The header bertkit writes: `row`, ..., `predicted`, `confidence`, then one `p_<label>` per label."""
+    """A header `predict.write_predictions_csv` writes: `row`, the input columns, `predicted`, then the outputs of
+    the problem shape (see `_prediction_outputs`)."""
     import csv
 
     try:
@@ -766,5 +771,16 @@ def is_predictions_csv(path: Path) -> bool:
         return False
     if not header or header[0] != "row" or "predicted" not in header:
         return False
-    rest = header[header.index("predicted") + 1:]
-    return len(rest) >= 2 and rest[0] == "confidence" and all(c.startswith("p_") for c in rest[1:])
+    at = header.index("predicted")
+    inputs = header[1:at]
+    in_order = [c for c in PREDICTION_INPUT_COLUMNS if c in inputs] == inputs
+    return "text" in inputs and in_order and _prediction_outputs(header[at + 1:])
+
+
+def _prediction_outputs(columns: list[str]) -> bool:
+    """The columns after `predicted`: single-label `confidence, p_<label>...`; multi-label `[wrong_tags,]
+    p_<tag>...`; regression nothing, or `abs_error` (evaluate's predictions.csv)."""
+    probabilities = bool(columns) and all(c.startswith("p_") for c in columns)
+    if columns[:1] in (["confidence"], ["wrong_tags"]):
+        return len(columns) > 1 and all(c.startswith("p_") for c in columns[1:])
+    return columns in ([], ["abs_error"]) or probabilities
