@@ -50,7 +50,7 @@ class Restored:
 
 def step_folders(out: Path) -> list[Path]:
     """`checkpoints/step-N` folders, oldest first. Other names (`step-5.bak`, a user's folder) are not ours: they
-    are neither loaded nor deleted."""
+    are neither loaded nor deleted (and `runs.inspect_run_dir` refuses a run holding them, naming them)."""
     folder = out / "checkpoints"
     if not folder.is_dir():
         return []
