@@ -574,7 +574,7 @@ def run_command(cfg: Any) -> dict[str, Any]:
     """`bertkit bench`: measure, then write bench.json, bench.md and bench.png into --out (default runs/bench)."""
     from bertkit import plots
 
-    plan = runs.inspect_run_dir(cfg.out or "runs/bench", "bench", overwrite=cfg.overwrite,
+    plan = runs.inspect_run_dir(cfg.out or "runs/bench", "bench", overwrite=cfg.overwrite, inputs=runs.input_paths(cfg),
                                 compare=runs.config_compare(vars(cfg)))  # read-only; claimed once models are measured
     report = benchmark(cfg, quality_dir=lambda: plan.claim().path / "quality")
     run = plan.claim()

@@ -19,7 +19,6 @@ import json
 import logging
 import os
 import re
-import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -32,7 +31,7 @@ from bertkit.errors import UserError
 log = logging.getLogger(__name__)
 
 STATE_FILE = "trainer_state.json"
-MANIFEST = "bertkit_checkpoint.json"
+MANIFEST = runs.CHECKPOINT_MANIFEST
 MANIFEST_FORMAT = "bertkit-checkpoint/1"
 KEEP = 2
 """Complete checkpoints kept: the newest, and one to fall back on if the newest is found damaged."""
@@ -51,7 +50,7 @@ class Restored:
 
 def step_folders(out: Path) -> list[Path]:
     """`checkpoints/step-N` folders, oldest first. Other names (`step-5.bak`, a user's folder) are not ours: they
-    are neither loaded nor deleted."""
+    are neither loaded nor deleted (and `runs.inspect_run_dir` refuses a run holding them, naming them)."""
     folder = out / "checkpoints"
     if not folder.is_dir():
         return []
@@ -67,7 +66,7 @@ def remove_unfinished_saves(out: Path) -> list[str]:
     folder = out / "checkpoints"
     found = [p for p in folder.iterdir() if p.is_dir() and TMP_FOLDER.fullmatch(p.name)] if folder.is_dir() else []
     for tmp in found:
-        shutil.rmtree(tmp, ignore_errors=True)
+        _remove(tmp, "checkpoint")
     return sorted(p.name for p in found)
 
 
@@ -87,8 +86,8 @@ def save_checkpoint(accelerator: Any, out: Path, state: dict[str, Any], need_byt
     """
     folder = out / "checkpoints"
     final, tmp = folder / f"step-{state['global_step']}", folder / f".tmp-step-{state['global_step']}"
-    _on_main(accelerator, lambda: _start_folder(tmp, need_bytes))
-    with _full_disk_cleanup(accelerator, tmp, need_bytes):
+    _on_main(accelerator, lambda: _start_folder(tmp, need_bytes, "checkpoint"))
+    with _full_disk_cleanup(accelerator, tmp, need_bytes, "checkpoint"):
         accelerator.save_state(str(tmp), safe_serialization=True)
         accelerator.wait_for_everyone()
         if accelerator.is_main_process:
@@ -96,10 +95,12 @@ def save_checkpoint(accelerator: Any, out: Path, state: dict[str, Any], need_byt
             runs.write_json_atomic(tmp / MANIFEST, {"format": MANIFEST_FORMAT, "files": file_digests(tmp)})
     if accelerator.is_main_process:
         _kill_point("finetune.checkpoint.before_rename")
-        shutil.rmtree(final, ignore_errors=True)  # only a step-N folder of ours: a re-save of the same step
+        if final.exists():  # a re-save of the same step
+            _check_only_ours(final, "checkpoint")
+            _remove(final, "checkpoint")
         os.replace(tmp, final)
         for stale in _stale(step_folders(out), final):
-            shutil.rmtree(stale, ignore_errors=True)  # step-N folders of this run only (see _stale)
+            _remove(stale, "checkpoint")  # step-N folders of this run only (see _stale)
     accelerator.wait_for_everyone()
     return final
 
@@ -114,18 +115,20 @@ def save_model_folder(accelerator: Any, net: Any, tokenizer: Any, path: Path, ex
     state_dict = {k.removeprefix("model."): v for k, v in accelerator.get_state_dict(net).items()}
     if accelerator.is_main_process:
         tmp, old = path.with_name(f".tmp-{path.name}"), path.with_name(f".old-{path.name}")
-        _start_folder(tmp, need_bytes)
-        with _full_disk_cleanup(None, tmp, need_bytes):
+        _start_folder(tmp, need_bytes, "model")
+        with _full_disk_cleanup(None, tmp, need_bytes, "model"):
             hf_logging.disable_progress_bar()  # loading turns transformers' bars back on; a one-file save needs none
             accelerator.unwrap_model(net).model.save_pretrained(tmp, safe_serialization=True, state_dict=state_dict)
             tokenizer.save_pretrained(tmp)
             runs.write_json_atomic(tmp / "bertkit_model.json", extra)
-        shutil.rmtree(old, ignore_errors=True)  # .old-best / .old-final: our own leftover of an interrupted swap
+            runs.write_file_list(tmp)  # the names bertkit may later remove from this folder
+        _remove(old, "model")  # .old-best / .old-final: our own leftover of an interrupted swap
         if path.exists():
+            _check_only_ours(path, "model")  # the run was checked at its start; a file may have come since
             os.replace(path, old)
         _kill_point("finetune.model.swap")
         os.replace(tmp, path)
-        shutil.rmtree(old, ignore_errors=True)
+        _remove(old, "model")
     accelerator.wait_for_everyone()
 
 
@@ -153,22 +156,39 @@ def file_digests(folder: Path) -> dict[str, dict[str, Any]]:
     return digests
 
 
-def _start_folder(tmp: Path, need_bytes: int) -> None:
-    shutil.rmtree(tmp, ignore_errors=True)  # a .tmp-* folder of ours left by a killed save
+def _start_folder(tmp: Path, need_bytes: int, kind: str) -> None:
+    _remove(tmp, kind)  # a .tmp-* folder of ours left by a killed save
     disk.check_free(tmp.parent, need_bytes)
     tmp.mkdir(parents=True)
 
 
 @contextmanager
-def _full_disk_cleanup(accelerator: Any, tmp: Path, need_bytes: int) -> Iterator[None]:
+def _full_disk_cleanup(accelerator: Any, tmp: Path, need_bytes: int, kind: str) -> Iterator[None]:
     """A save that runs out of space removes its temp folder (ours, half written) and says disk full."""
     try:
         yield
     except Exception as exc:
         if not disk.is_disk_full(exc):
             raise
-        shutil.rmtree(tmp, ignore_errors=True)
+        _remove(tmp, kind)
         raise disk.full_error(tmp.parent, need_bytes) from None
+
+
+def _remove(folder: Path, kind: str) -> None:
+    """Remove a folder of ours (a checkpoint, a model folder, their temp folders): only the files bertkit wrote
+    there (`runs.remove_owned`); anything else stays, with a warning, and the next run names it."""
+    kept = runs.remove_owned(folder, kind) if folder.exists() or folder.is_symlink() else []
+    if kept:
+        log.warning("kept %s: it holds what bertkit did not write (%s)", folder, ", ".join(map(str, kept[:5])))
+
+
+def _check_only_ours(folder: Path, kind: str) -> None:
+    """A UserError when `folder`, about to be replaced, holds anything bertkit did not write."""
+    foreign = runs.foreign_paths(folder, kind)
+    if foreign:
+        shown = ", ".join(str(p) for p in foreign[:5])
+        raise UserError(f"{folder} holds files bertkit did not write ({shown}); bertkit never replaces a folder "
+                        f"holding anything else. Move them out of {folder} and re-run the same command to resume.")
 
 
 # ---------------------------------------------------------------- verifying and restoring

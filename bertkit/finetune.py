@@ -565,7 +565,7 @@ def _changed_keys(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 def _finished_already(cfg: FinetuneConfig, key: dict[str, Any], command: str) -> bool:
     """A read-only look at --out before any work (its refusals end the run here): does it hold this run, finished?"""
     plan = runs.inspect_run_dir(cfg.out or "", command, overwrite=cfg.overwrite,
-                                compare=lambda path: resume_differences(path, key))
+                                compare=lambda path: resume_differences(path, key), inputs=runs.input_paths(cfg))
     return not plan.replacing and not plan.pending_swap and run_status(plan) == "finished"
 
 

@@ -91,7 +91,7 @@ def run_evaluate(cfg: EvaluateConfig, *, progress: bool = False) -> dict[str, An
     """Metrics of a fine-tuned model on labelled --data (read in the model's problem shape); metrics.json,
     predictions.csv and the shape's plot (confusion matrix, true-vs-predicted scatter, per-tag F1) in --out when
     given."""
-    plan = runs.inspect_run_dir(cfg.out, "evaluate", overwrite=cfg.overwrite,
+    plan = runs.inspect_run_dir(cfg.out, "evaluate", overwrite=cfg.overwrite, inputs=runs.input_paths(cfg),
                                 compare=runs.config_compare(config_dict(cfg))) if cfg.out else None  # read-only, early
     external = [metrics.load_metric(spec) for spec in cfg.external_metrics]  # before any work: a missing one stops here
     model, tokenizer, label_map = load_for_inference(cfg.model or "")

@@ -430,8 +430,8 @@ def run_probe(cfg: Any, progress: bool = False) -> dict[str, Any]:
     from bertkit.metrics import load_metrics
 
     # --out is looked at now (read-only) and claimed once the data and model are validated
-    plan = runs.inspect_run_dir(cfg.out, "probe", overwrite=cfg.overwrite,
-                                compare=runs.config_compare(config_dict(cfg))) if cfg.out else None
+    plan = runs.inspect_run_dir(cfg.out, "probe", overwrite=cfg.overwrite, compare=runs.config_compare(config_dict(cfg)),
+                                inputs=runs.input_paths(cfg)) if cfg.out else None
     external = load_metrics(tuple(cfg.external_metrics))  # a --metric that cannot load stops before any work
     cache = (lambda: plan.claim().path / "features") if plan is not None else None
     check = functools.partial(check_shape_options, cfg, external)

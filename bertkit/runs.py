@@ -7,9 +7,11 @@ one should be.
 
 Ownership (see `inspect_run_dir` / `RunDir`): bertkit writes only into a new or empty directory or one of its
 own runs, marked by `.bertkit-run.json` (which command owns it). It deletes or replaces only the names its
-command writes (`RUN_ENTRIES`), never a folder holding anything else, never the current directory, the home
-directory or `/`. `--overwrite` builds the new output in `OUT/.bertkit-next/` and swaps it in only once the
-command succeeded (`RunDir.commit`), so a failed or killed run leaves the previous output as it was.
+command writes (`RUN_ENTRIES`, and below them the files each kind of folder holds: `foreign_paths`), never a
+folder holding anything else, never the current directory, the home directory or `/`, never an --out that is,
+holds or is inside one of the command's inputs (`check_out_not_input`). `--overwrite` builds the new output in
+`OUT/.bertkit-next/` and swaps it in only once the command succeeded (`RunDir.commit`), so a failed or killed run
+leaves the previous output as it was.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import json
 import logging
 import os
 import platform
-import shutil
+import re
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -167,15 +169,17 @@ RUN_ENTRIES: dict[str, frozenset[str]] = {
     "tokens": frozenset({"config.json", "tokens.json", "token_lengths.png"}),
     "embed": frozenset({"manifest.json", "identity.json", "features.npy", "labels.npy", "shards", "splits.json",
                         *SPLIT_NAMES}),
-    "probe": frozenset({"config.json", "metrics.json", "probe_layers.png", "confusion_matrix.png", "probe", "features"}),
+    "probe": frozenset({"config.json", "metrics.json", "probe_layers.png", "confusion_matrix.png", "scatter.png",
+                        "per_label_f1.png", "probe", "features"}),
     "finetune": frozenset({"config.json", "metrics.json", "metrics.jsonl", "training_table.csv", "curves.png",
-                           "confusion_matrix.png", "dev_errors.csv", "best_dev_proba.npy", "best", "final",
-                           "checkpoints"}),
+                           "confusion_matrix.png", "dev_scatter.png", "dev_errors.csv", "best_dev_proba.npy", "best",
+                           "final", "checkpoints"}),
     "distill": frozenset({"config.json", "metrics.json", "metrics.jsonl", "training_table.csv", "curves.png",
-                          "confusion_matrix.png", "dev_errors.csv", "best_dev_proba.npy", "best", "final",
-                          "checkpoints", "teacher_logits.npy", "teacher_logits.json", "distill_report.json",
+                          "confusion_matrix.png", "dev_scatter.png", "dev_errors.csv", "best_dev_proba.npy", "best",
+                          "final", "checkpoints", "teacher_logits.npy", "teacher_logits.json", "distill_report.json",
                           "distill_report.md", "distill_report.png"}),
-    "evaluate": frozenset({"config.json", "metrics.json", "predictions.csv", "confusion_matrix.png"}),
+    "evaluate": frozenset({"config.json", "metrics.json", "predictions.csv", "confusion_matrix.png", "scatter.png",
+                           "per_label_f1.png"}),
     "bench": frozenset({"config.json", "bench.json", "bench.md", "bench.png", "quality"}),
 }
 """The top-level names each command writes into its run directory: the only names it ever replaces or deletes."""
@@ -219,14 +223,14 @@ class RunDir:
         try:
             self.out.mkdir(parents=True, exist_ok=True)
             if self.pending_swap:
-                _finish_swap(self.out)
+                _finish_swap(self.out, self.command)
             fresh = inspect_run_dir(self.out, self.command, overwrite=self.overwrite, compare=self.compare)
             _write_marker(self.out, self.command)
             staging = self.out / STAGING
             if not fresh.replacing:
-                _remove_tree(staging)  # an interrupted --overwrite run's output: this run keeps the previous one
+                _remove_tree(staging, self.command)  # an interrupted --overwrite run's output: the previous one stays
             elif not fresh.existing:
-                _remove_tree(staging)
+                _remove_tree(staging, self.command)
                 staging.mkdir()
                 _write_marker(staging, self.command)
         except OSError as exc:
@@ -246,6 +250,7 @@ class RunDir:
         if not self.replacing:
             return
         out, staging, old = self.out, self.out / STAGING, self.out / OLD
+        check_only_bertkit_files(out, self.command)  # again: a long run gives time to put a file into best/
         old.mkdir(exist_ok=True)
         for name in _owned_names(out, self.command):
             os.replace(out / name, old / name)
@@ -254,41 +259,27 @@ class RunDir:
         _kill_point("runs.commit.complete")
         _move_entries(staging, out)
         _kill_point("runs.commit.moved")
-        _remove_tree(old)
-        _remove_tree(staging)
+        _remove_tree(old, self.command)
+        _remove_tree(staging, self.command)
         self.path, self.replacing, self.existing = out, False, True
 
 
-def inspect_run_dir(out: str | Path, command: str, *, overwrite: bool = False,
-                    compare: Compare | None = None) -> RunDir:
+def inspect_run_dir(out: str | Path, command: str, *, overwrite: bool = False, compare: Compare | None = None,
+                    inputs: list[tuple[str, str | None]] | None = None) -> RunDir:
     """What `command` may do in --out, without changing anything; a UserError when it must not write there.
 
     Refused whatever --overwrite says: a file, the current/home/root directory, a directory holding anything
-    bertkit did not write, another command's run, an unreadable marker. Refused without --overwrite: a run of
-    this command with other settings (`compare` lists them)."""
+    bertkit did not write (at any depth), another command's run, an unreadable marker, an --out that is, holds or
+    is inside one of the command's `inputs` ((flag, path) pairs, see `input_paths`). Refused without --overwrite: a
+    run of this command with other settings (`compare` lists them)."""
     out = Path(out).expanduser()
     run = RunDir(out, command, overwrite, compare, path=out)
     _check_location(out, command)
-    if not out.is_dir():
-        return run
-    names = sorted(p.name for p in out.iterdir())
-    content = [n for n in names if not is_bertkit_temp(n)]
-    owner = _read_marker(out) or (_legacy_owner(out) if content else None)
-    if owner is None:
-        if names:
-            raise UserError(_foreign_message(out, command, names))
+    holds_run = _holds_own_run(out, command)
+    check_out_not_input(out, inputs or [], command)
+    if not holds_run:
         return run
     run.pending_swap = (out / OLD).is_dir() or (out / STAGING / COMPLETE).is_file()
-    if not content and not run.pending_swap:
-        return run  # only bertkit's marker or temp files: as good as empty
-    if owner != command:
-        raise UserError(
-            f"--out {out} holds a `bertkit {owner}` run; `bertkit {command}` never writes into another command's "
-            f"run (not even with --overwrite). Choose another --out, e.g. --out {_suggest(out, command)}."
-        )
-    foreign = [n for n in content if n not in RUN_ENTRIES.get(command, ())]
-    if foreign:
-        raise UserError(_foreign_message(out, command, foreign))
     if run.pending_swap:
         return run  # `claim` finishes the interrupted swap, then looks again
     if overwrite:
@@ -305,6 +296,28 @@ def inspect_run_dir(out: str | Path, command: str, *, overwrite: bool = False,
         )
     run.existing = True
     return run
+
+
+def _holds_own_run(out: Path, command: str) -> bool:
+    """Whether --out holds output of a `command` run (or an interrupted swap of one); False: new, empty, or only
+    bertkit's marker and temp files. A UserError where bertkit must not write: someone else's files (at any depth),
+    another command's run."""
+    if not out.is_dir():
+        return False
+    names = sorted(p.name for p in out.iterdir())
+    content = [n for n in names if not is_bertkit_temp(n)]
+    owner = _read_marker(out) or (_legacy_owner(out) if content else None)
+    if owner is None:
+        if names:
+            raise UserError(_foreign_message(out, command, names))
+        return False
+    if content and owner != command:
+        raise UserError(
+            f"--out {out} holds a `bertkit {owner}` run; `bertkit {command}` never writes into another command's "
+            f"run (not even with --overwrite). Choose another --out, e.g. --out {_suggest(out, command)}."
+        )
+    check_only_bertkit_files(out, owner)
+    return bool(content) or (out / OLD).is_dir() or (out / STAGING / COMPLETE).is_file()
 
 
 def claim_run_dir(out: str | Path, command: str, *, overwrite: bool = False, compare: Compare | None = None) -> RunDir:
@@ -386,9 +399,26 @@ def _suggest(out: Path, command: str) -> Path:
     return out.with_name(f"{out.name}-{command}") if out.name else Path("runs") / command
 
 
-def _foreign_message(out: Path, command: str, names: list[str]) -> str:
-    shown = [n + ("/" if (out / n).is_dir() else "") for n in names[:5]]
+def check_only_bertkit_files(out: Path, command: str) -> None:
+    """A UserError naming what bertkit did not write anywhere in the run directory `out` of `command` (in best/,
+    checkpoints/step-N/, the staging folder, ...): a run never starts, resumes or replaces where it would have to
+    delete or replace it."""
+    foreign = [p.relative_to(out).as_posix() for p in foreign_paths(out, f"run:{command}")]
+    if foreign:
+        raise UserError(_foreign_message(out, command, foreign, own_run=True))
+
+
+def _foreign_message(out: Path, command: str, names: list[str], own_run: bool = False) -> str:
+    """`names`: paths relative to `out`; in a run of bertkit's own (`own_run`) at any depth."""
+    shown = [n + ("/" if (out / n).is_dir() and not (out / n).is_symlink() else "") for n in names[:5]]
     more = f", and {len(names) - 5} more" if len(names) > 5 else ""
+    if own_run:
+        return (
+            f"--out {out} holds files bertkit did not write ({', '.join(shown)}{more}) in its `bertkit {command}` "
+            f"run; bertkit deletes or replaces only the files it wrote, never a folder holding anything else (not "
+            f"even with --overwrite). Move them out of {out}, or choose another --out, e.g. --out "
+            f"{_suggest(out, command)}."
+        )
     return (
         f"--out {out} holds files bertkit did not write ({', '.join(shown)}{more}); bertkit only writes into a new "
         f"or empty directory or one of its own runs, and never deletes what it did not write (not even with "
@@ -481,25 +511,28 @@ def _move_entries(source: Path, target: Path) -> None:
         os.replace(entry, target / entry.name)
 
 
-def _finish_swap(out: Path) -> None:
+def _finish_swap(out: Path, command: str) -> None:
     """Complete an interrupted `commit`: roll forward when staging was complete, else put the old output back."""
     staging, old = out / STAGING, out / OLD
     if (staging / COMPLETE).is_file():
         log.info("finishing the interrupted replacement of %s", out)
         _move_entries(staging, out)
-        _remove_tree(staging)
+        _remove_tree(staging, command)
     elif old.is_dir():
         log.info("restoring the previous output of %s (its replacement was interrupted)", out)
         for entry in sorted(old.iterdir()):
             if not (out / entry.name).exists():
                 os.replace(entry, out / entry.name)
-    _remove_tree(old)
+    _remove_tree(old, command)
 
 
-def _remove_tree(path: Path) -> None:
-    """Remove one of bertkit's own folders (staging, OLD)."""
+def _remove_tree(path: Path, command: str) -> None:
+    """Remove one of bertkit's own folders (staging, OLD): the files `command` wrote there; anything else stays
+    (`inspect_run_dir` then names it)."""
     if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
+        kept = remove_owned(path, f"run:{command}")
+        if kept:
+            log.warning("kept %s: bertkit did not write %s", path, ", ".join(map(str, kept[:5])))
     elif path.exists() or path.is_symlink():
         path.unlink()
 
@@ -510,6 +543,194 @@ def _kill_point(name: str) -> None:
         from bertkit import faults
 
         faults.maybe_kill(name)
+
+
+# ---------------------------------------------------------------- what bertkit wrote, at every depth
+#
+# bertkit deletes or replaces only files it wrote, and it knows their names: each folder it writes is of one kind
+# (a run directory, a saved model, a checkpoint, a store, ...) whose rule says which entries are bertkit's. A model
+# folder lists its files in FILE_LIST and a checkpoint in its manifest; folders made before those lists existed
+# fall back to the names bertkit (and transformers / accelerate underneath) write there. Anything else - a user's
+# notes in best/, a folder in checkpoints/, a run saved under best/student - is foreign: a run directory holding it
+# is refused before anything is removed, and the low-level removals (`remove_owned`) leave it where it is.
+
+FILE_LIST = ".bertkit-files.json"
+"""In every model folder bertkit saves (best/, final/): the relative paths of the files it wrote there."""
+FILE_LIST_FORMAT = "bertkit-files/1"
+CHECKPOINT_MANIFEST = "bertkit_checkpoint.json"
+"""A checkpoint's list of files (with digests); checkpoints.py writes it (it imports this module, not the reverse)."""
+FILE = "file"
+"""The kind of an entry that is one file bertkit wrote."""
+Kind = str | frozenset
+"""A folder's kind (`run:<command>`, `model`, `checkpoint`, ...), or the exact relative file paths bertkit listed."""
+
+ENTRY_FOLDERS = {"best": "model", "final": "model", "checkpoints": "checkpoints", "shards": "shards", "train": "store",
+                 "dev": "store", "test": "store", "probe": "probe", "features": "features", "quality": "quality"}
+"""The kind of each folder in RUN_ENTRIES (every other entry there is a file)."""
+_NAMES = {kind: re.compile(pattern) for kind, pattern in {
+    "model": r"(generation_)?config\.json|bertkit_model\.json|model(-\d+-of-\d+)?\.safetensors|model\.safetensors"
+             r"\.index\.json|tokenizer(_config)?\.json|special_tokens_map\.json|added_tokens\.json|vocab\.(txt|json)"
+             r"|merges\.txt|spiece\.model|sentencepiece\.bpe\.model|chat_template\.(jinja|json)"
+             r"|(configuration|modeling|tokenization)_\w+\.py",  # what save_pretrained writes (older runs: no list)
+    "checkpoint": r"trainer_state\.json|bertkit_checkpoint\.json|(model|pytorch_model|optimizer|scheduler|sampler"
+                  r"|dl_state_dict)(_\d+)?\.(safetensors|bin)|(random_states|custom_checkpoint)_\d+\.pkl",  # save_state
+    "store": r"manifest\.json|identity\.json|features\.npy|labels\.npy",
+    "shards": r"shard-\d+\.(npy|json)",
+    "probe": r"probe\.(json|safetensors)",
+    "features": r"(random-)?(train|dev|test)-[a-z]+-(all|\d+(_\d+)*)\.(npy|json)",  # probe_inputs.cached_features
+}.items()}
+"""The files each kind of folder holds (by name; model and checkpoint folders: when they carry no list)."""
+_FOLDERS = {"checkpoints": (re.compile(r"step-\d+"), lambda name: "checkpoint"),
+            "store": (re.compile(r"shards"), lambda name: "shards"),
+            "quality": (re.compile(r"(probe|finetune)-\d+"), lambda name: f"run:{name.rsplit('-', 1)[0]}")}
+"""The sub-folders each kind of folder holds: (name pattern, kind of the sub-folder)."""
+
+
+def foreign_paths(path: Path, kind: Kind) -> list[Path]:
+    """Everything under `path` (a folder of `kind`) that bertkit did not write; a foreign folder is listed once."""
+    found: list[Path] = []
+    for entry, entry_kind in _entries(path, kind):
+        if entry_kind is None:
+            found.append(entry)
+        elif entry_kind != FILE:
+            found += foreign_paths(entry, entry_kind)
+    return found
+
+
+def remove_owned(path: Path, kind: Kind) -> list[Path]:
+    """Remove the files bertkit wrote under `path` (a folder of `kind`), then the folders left empty; what it did
+    not write stays, with the folders holding it. Returns what stayed (empty: `path` is gone)."""
+    if path.is_symlink() or not path.is_dir():
+        return [path] if path.exists() or path.is_symlink() else []
+    kept: list[Path] = []
+    for entry, entry_kind in _entries(path, kind):
+        if entry_kind is None:
+            kept.append(entry)
+        elif entry_kind == FILE:
+            entry.unlink(missing_ok=True)
+        else:
+            kept += remove_owned(entry, entry_kind)
+    if not kept:
+        try:
+            path.rmdir()
+        except OSError:  # something appeared in it meanwhile: it stays
+            return [path]
+    return kept
+
+
+def write_file_list(folder: Path) -> None:
+    """FILE_LIST in a folder bertkit has just written whole (a saved model): every file in it, by relative path."""
+    files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*")
+                   if p.is_file() and p.name != FILE_LIST and not _is_temp_file(p.name))
+    write_json_atomic(folder / FILE_LIST, {"format": FILE_LIST_FORMAT, "files": files})
+
+
+def _entries(folder: Path, kind: Kind) -> list[tuple[Path, Kind | None]]:
+    """Each entry of `folder` with the kind bertkit wrote it as (None: bertkit did not write it)."""
+    kind = _listed(folder, kind)
+    found = []
+    for entry in sorted(folder.iterdir()):
+        is_dir = entry.is_dir()
+        entry_kind = None if entry.is_symlink() else _entry_kind(kind, entry.name, is_dir)  # bertkit makes no links
+        if entry_kind is not None and (entry_kind == FILE) == is_dir:
+            entry_kind = None  # a folder where bertkit writes a file, or the reverse
+        found.append((entry, entry_kind))
+    return found
+
+
+def _entry_kind(kind: Kind, name: str, is_dir: bool) -> Kind | None:
+    """What an entry called `name` in a folder of `kind` is when bertkit wrote it (None: it never writes that)."""
+    if _is_temp_file(name) and not is_dir:
+        return FILE  # an atomic write's temp file (killed before its rename)
+    if isinstance(kind, frozenset):
+        inner = frozenset(p.split("/", 1)[1] for p in kind if p.startswith(f"{name}/"))
+        return FILE if name in kind else inner or None
+    if kind.startswith("run:"):
+        return _run_entry_kind(kind.removeprefix("run:"), name)
+    if is_dir and name.startswith((".tmp-", ".old-")):  # a folder being written or set aside: the kind it becomes
+        name = name[len(".tmp-"):]
+    pattern, folder = _NAMES.get(kind), _FOLDERS.get(kind)
+    if pattern is not None and pattern.fullmatch(name):
+        return FILE
+    return folder[1](name) if folder is not None and folder[0].fullmatch(name) else None
+
+
+def _run_entry_kind(command: str, name: str) -> Kind | None:
+    """The kind of `name` in a run directory of `command`: its marker, staging, outputs and their temp folders."""
+    if name in (STAGING, OLD):
+        return f"run:{command}"
+    if name in (MARKER, COMPLETE):
+        return FILE
+    entries = RUN_ENTRIES.get(command, frozenset())
+    if name.startswith((".tmp-", ".old-")):  # save_model_folder's .tmp-best / .old-best
+        return ENTRY_FOLDERS.get(name[len(".tmp-"):]) if name[len(".tmp-"):] in entries else None
+    return ENTRY_FOLDERS.get(name, FILE) if name in entries else None
+
+
+def _listed(folder: Path, kind: Kind) -> Kind:
+    """A model folder or a checkpoint as the exact list of files it carries; without one, its kind (name rules)."""
+    file = {"model": FILE_LIST, "checkpoint": CHECKPOINT_MANIFEST}.get(kind) if isinstance(kind, str) else None
+    record = _json_or_none(folder / file) if file else None
+    if not isinstance(record, dict):
+        return kind
+    files = record.get("files")
+    if (kind == "model" and record.get("format") != FILE_LIST_FORMAT) or not isinstance(files, (list, dict)):
+        return kind  # an unreadable list: the name rules of the kind decide
+    return frozenset({*map(str, files), file})
+
+
+def _is_temp_file(name: str) -> bool:
+    """The temp file of an atomic write (`.NAME.XXXXXXXX.tmp`, see `atomic_path`)."""
+    return name.startswith(".") and name.endswith(".tmp")
+
+
+# ---------------------------------------------------------------- what a command reads is never inside its --out
+
+
+def input_paths(cfg: Any) -> list[tuple[str, str]]:
+    """(flag, value) of everything a command's config reads that may be a path: --teacher, --student, --model, each
+    of bench's --models, --features, --probe, --data, --dev, --test and each --metric script. A value given under two
+    names (distill's `model` is its --student or --teacher) is named by the flag the user typed.
+
+    (--recipe is read before the config exists; inside an --out it is a file bertkit did not write, so
+    `inspect_run_dir` refuses it, and an --out inside a file is refused as a path below a file.)"""
+    fields = [(f"--{name}", getattr(cfg, name, None)) for name in ("teacher", "student", "model")]
+    fields += [("--models", name) for name in getattr(cfg, "model_list", [])]
+    fields += [(f"--{name}", getattr(cfg, name, None)) for name in ("features", "probe", "data", "dev", "test")]
+    fields += [("--metric", spec.partition(":")[0]) for spec in getattr(cfg, "external_metrics", [])]
+    found: dict[str, str] = {}
+    for flag, value in fields:
+        if isinstance(value, str) and value and value not in found:
+            found[value] = flag
+    return [(flag, value) for value, flag in found.items()]
+
+
+def check_out_not_input(out: str | Path, inputs: list[tuple[str, str | None]], command: str,
+                        suggestion: Path | None = None) -> None:
+    """A UserError when --out is one of the command's inputs, inside one, or holds one (symlinks resolved): a run
+    never writes over, replaces or deletes what it reads, with or without --overwrite. Values that are not existing
+    paths (hub ids, split names, `minilm-offline`) have nothing to protect and are skipped."""
+    path = Path(out).expanduser()
+    target = path.resolve()
+    for flag, value in inputs:
+        source = Path(value).expanduser() if value else None
+        relation = _relation(path, target, source) if source is not None and source.exists() else None
+        if relation is not None:
+            example = suggestion or (Path("runs") / command if relation == "is inside" else _suggest(path, command))
+            raise UserError(
+                f"--out {out} {relation} the {flag} {value}: `bertkit {command}` never writes over what it reads. "
+                f"Choose another --out, e.g. --out {example}."
+            )
+
+
+def _relation(path: Path, target: Path, source: Path) -> str | None:
+    """How --out (`path`, resolved: `target`) stands to an existing input: "is", "is inside", "contains" or None."""
+    real = source.resolve()
+    if real == target or (path.exists() and os.path.samefile(path, source)):
+        return "is"
+    if real in target.parents:
+        return "is inside"
+    return "contains" if target in real.parents else None
 
 
 # ---------------------------------------------------------------- `bertkit predict --out FILE`
@@ -524,28 +745,23 @@ def check_predictions_out(out: str | Path, inputs: dict[str, str | None]) -> Pat
     if path.is_dir():
         raise UserError(f"Cannot write {path}: it is an existing directory. Pass a file path for --out, "
                         f"e.g. --out predictions.csv.")
-    target = path.resolve()
-    for flag, value in inputs.items():
-        source = Path(value).expanduser() if value else None
-        if source is None or not source.exists():
-            continue
-        inside = source.resolve() in target.parents
-        if inside or target == source.resolve() or (path.exists() and os.path.samefile(path, source)):
-            raise UserError(
-                f"--out {out} is {'inside ' if inside else ''}the {flag} {value}: predict never writes over its "
-                f"inputs. Choose another --out, e.g. --out {suggestion}."
-            )
+    check_out_not_input(out, list(inputs.items()), "predict", suggestion)
     if path.exists() and not is_predictions_csv(path):
         raise UserError(
-            f"--out {out} exists and is not a predictions file bertkit wrote (its header is not row, ..., predicted, "
-            f"confidence, p_<label>); predict only replaces its own predictions. Choose another --out, e.g. --out "
-            f"{suggestion}, or move {out} away."
+            f"--out {out} exists and is not a predictions file bertkit wrote (its header is not row, text, ..., "
+            f"predicted, ... as predict writes it); predict only replaces its own predictions. Choose another --out, "
+            f"e.g. --out {suggestion}, or move {out} away."
         )
     return path
 
 
+PREDICTION_INPUT_COLUMNS = ("line", "text", "text_pair", "label")
+"""What `predict.write_predictions_csv` puts between `row` and `predicted`, in this order (`text` always)."""
+
+
 def is_predictions_csv(path: Path) -> bool:
-    """The header bertkit writes: `row`, ..., `predicted`, `confidence`, then one `p_<label>` per label."""
+    """A header `predict.write_predictions_csv` writes: `row`, the input columns, `predicted`, then the outputs of
+    the problem shape (see `_prediction_outputs`)."""
     import csv
 
     try:
@@ -555,5 +771,16 @@ def is_predictions_csv(path: Path) -> bool:
         return False
     if not header or header[0] != "row" or "predicted" not in header:
         return False
-    rest = header[header.index("predicted") + 1:]
-    return len(rest) >= 2 and rest[0] == "confidence" and all(c.startswith("p_") for c in rest[1:])
+    at = header.index("predicted")
+    inputs = header[1:at]
+    in_order = [c for c in PREDICTION_INPUT_COLUMNS if c in inputs] == inputs
+    return "text" in inputs and in_order and _prediction_outputs(header[at + 1:])
+
+
+def _prediction_outputs(columns: list[str]) -> bool:
+    """The columns after `predicted`: single-label `confidence, p_<label>...`; multi-label `[wrong_tags,]
+    p_<tag>...`; regression nothing, or `abs_error` (evaluate's predictions.csv)."""
+    probabilities = bool(columns) and all(c.startswith("p_") for c in columns)
+    if columns[:1] in (["confidence"], ["wrong_tags"]):
+        return len(columns) > 1 and all(c.startswith("p_") for c in columns[1:])
+    return columns in ([], ["abs_error"]) or probabilities

@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,7 +36,7 @@ from bertkit import disk, faults
 from bertkit.config import STORE_DTYPES
 from bertkit.data import LabelMap
 from bertkit.errors import UserError
-from bertkit.runs import atomic_path, write_json_atomic
+from bertkit.runs import atomic_path, remove_owned, write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -307,8 +306,12 @@ class StoreWriter:
         return open(self.path)
 
     def _remove_work_files(self) -> None:
-        """Shards, identity and the temp files of writes that a killed run never renamed (can be store-sized)."""
-        shutil.rmtree(self.path / SHARDS, ignore_errors=True)
+        """Shards, identity and the temp files of writes that a killed run never renamed (can be store-sized); in
+        shards/ only the files bertkit wrote (`runs.remove_owned`)."""
+        if (self.path / SHARDS).exists():
+            kept = remove_owned(self.path / SHARDS, "shards")
+            if kept:
+                log.warning("kept %s: it holds what bertkit did not write (%s)", self.path / SHARDS, kept[:5])
         (self.path / IDENTITY).unlink(missing_ok=True)
         for tmp in self.path.glob(".*.tmp"):
             tmp.unlink(missing_ok=True)

@@ -148,8 +148,8 @@ def length_reports(tokenizer: Any, cfg: Any) -> dict[str, Any]:
     """The token-length report of --data/--dev/--test; `reports` (LengthReport objects) for the caller's table."""
     from bertkit import data, modeling, plots, runs
 
-    plan = runs.inspect_run_dir(cfg.out, "tokens", overwrite=cfg.overwrite,
-                                compare=runs.config_compare(vars(cfg))) if cfg.out else None  # read-only, early
+    plan = runs.inspect_run_dir(cfg.out, "tokens", overwrite=cfg.overwrite, compare=runs.config_compare(vars(cfg)),
+                                inputs=runs.input_paths(cfg)) if cfg.out else None  # read-only, early
     model_config = modeling.load_config(cfg.model, cfg.trust_remote_code)
     limit = modeling.model_max_length(tokenizer, model_config)
     modeling.check_max_length(cfg.max_length, tokenizer, model_config, cfg.model, pair=cfg.text_pair_column is not None)

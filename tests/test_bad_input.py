@@ -889,6 +889,60 @@ CASES += [  # issue 20: problem shapes and lengths
 ]
 
 
+def _user_file_in(w: Workspace, key: str, relative: str) -> str:
+    """A copy of a premade output with a user's file put somewhere inside it."""
+    out = Path(w.copy(key))
+    w.file(str((out / relative).relative_to(w.root)), "mine\n")
+    return str(out)
+
+
+DEEP_FIX = r"Move them out of .*, or choose another --out"
+INPUT_FIX = r"Choose another --out, e\.g\. --out"
+
+CASES += [  # issue 20: ownership at every depth, inputs never inside --out
+    Case("finetune-overwrite-user-notes-in-best", "finetune",
+         lambda w: finetune(w, "--data", w.premade_data(), "--overwrite", out=_user_file_in(w, "run", "best/notes.txt")),
+         r"holds files bertkit did not write \(best/notes\.txt\) in its `bertkit finetune` run", DEEP_FIX),
+    Case("finetune-overwrite-user-predictions-in-final", "finetune",
+         lambda w: finetune(w, "--data", w.premade_data(), "--overwrite",
+                            out=_user_file_in(w, "run", "final/predictions.csv")),
+         r"did not write \(final/predictions\.csv\)", DEEP_FIX),
+    Case("finetune-rerun-user-file-in-checkpoints", "finetune",
+         lambda w: finetune(w, "--data", w.premade_data(), out=_user_file_in(w, "run", "checkpoints/mine.txt")),
+         r"did not write \(checkpoints/mine\.txt\)", DEEP_FIX),
+    Case("finetune-overwrite-run-saved-under-best", "finetune",
+         lambda w: finetune(w, "--data", w.premade_data(), "--overwrite",
+                            out=_user_file_in(w, "run", "best/student/config.json")),
+         r"did not write \(best/student/\)", DEEP_FIX),
+    Case("finetune-overwrite-folder-named-like-a-temp-one", "finetune",
+         lambda w: finetune(w, "--data", w.premade_data(), "--overwrite",
+                            out=_user_file_in(w, "run", ".tmp-best-backup/notes.txt")),
+         r"did not write \(\.tmp-best-backup/\)", DEEP_FIX),
+    Case("embed-overwrite-user-file-in-shards", "embed",
+         lambda w: embed(w, "--data", w.premade_data(), "--overwrite", out=_user_file_in(w, "store", "shards/notes.txt")),
+         r"did not write \(shards/notes\.txt\) in its `bertkit embed` run", DEEP_FIX),
+    Case("finetune-model-inside-out", "finetune",
+         lambda w: (lambda run: finetune(w, "--data", w.premade_data(), "--overwrite", out=run,
+                                         model=str(Path(run) / "best")))(w.copy("run")),
+         r"--out WS/run contains the --model WS/run/best", INPUT_FIX),
+    Case("distill-out-inside-teacher", "distill",
+         lambda w: (lambda clf: ["distill", "--teacher", clf, "--data", w.premade_data(), "--out",
+                                 str(Path(clf) / "student"), "--quiet"])(w.copy("clf")),
+         r"--out WS/clf/student is inside the --teacher WS/clf", INPUT_FIX),
+    Case("tokens-out-inside-model", "tokens",
+         lambda w: (lambda clf: ["tokens", "--model", clf, "--data", w.good(), "--out", str(Path(clf) / "tokens"),
+                                 "--quiet"])(w.copy("clf")),
+         r"--out WS/clf/tokens is inside the --model WS/clf", INPUT_FIX),
+    Case("probe-out-inside-features", "probe",
+         lambda w: (lambda store: ["probe", "--features", store, "--out", str(Path(store) / "probe-run"),
+                                   "--quiet"])(w.copy("store")),
+         r"--out WS/store/probe-run is inside the --features WS/store", INPUT_FIX),
+    Case("bench-out-inside-models", "bench",
+         lambda w: (lambda clf: ["bench", "--models", clf, "--out", str(Path(clf) / "bench"), "--quiet"])(w.copy("clf")),
+         r"--out WS/clf/bench is inside the --models WS/clf", INPUT_FIX),
+]
+
+
 def test_corpus_size():
     assert len(CASES) >= 30
     assert len({c.id for c in CASES}) == len(CASES)

@@ -364,7 +364,8 @@ def test_a_checkpoint_saved_before_checksums_still_resumes_and_says_so(tiny_bert
 def test_a_resumed_run_removes_unfinished_checkpoint_saves_and_nothing_else(tiny_bert_dir, toy_files, tmp_path, monkeypatch):
     """A kill mid-save leaves checkpoints/.tmp-step-N (checkpoint-sized). A re-run with another --save-every never
     saves step N again, so resuming removes it; a newer step folder without trainer state is passed over (noted) and
-    removed with the next save, so two real checkpoints are kept; folders bertkit did not write stay."""
+    removed with the next save, so two real checkpoints are kept; folders bertkit did not write are named, the run
+    is refused until they are moved out (issue 20), and they stay as they were."""
     train, dev = toy_files
     out = tmp_path / "cut"
     monkeypatch.setenv(FAIL_HOOK_ENV, "4")
@@ -381,8 +382,14 @@ def test_a_resumed_run_removes_unfinished_checkpoint_saves_and_nothing_else(tiny
     for folder in mine:
         folder.mkdir()
         (folder / "notes.txt").write_text("mine\n")
+    with pytest.raises(UserError, match=r"did not write \(checkpoints/\.tmp-notes/, checkpoints/\.tmp-step-4\.keep/, "
+                                        r"checkpoints/step-9\.bak/\)"):
+        finetune(make_cfg(tiny_bert_dir, train, dev, out, save_every=2, epochs=1), progress=False)
+    assert killed_save.is_dir() and all((folder / "notes.txt").read_text() == "mine\n" for folder in mine)
+    for folder in mine:  # the user's fix, as the message says
+        folder.rename(tmp_path / folder.name)
     resumed = finetune(make_cfg(tiny_bert_dir, train, dev, out, save_every=2, epochs=1), progress=False)
     assert resumed.restored["step"] == 3 and not killed_save.exists()
     assert any(f"{unfinished} has no trainer_state.json" in note for note in resumed.notes)
     assert sorted(p.name for p in (out / "checkpoints").glob("step-*") if p.name[5:].isdigit()) == ["step-4", "step-5"]
-    assert all((folder / "notes.txt").read_text() == "mine\n" for folder in mine)
+    assert all((tmp_path / folder.name / "notes.txt").read_text() == "mine\n" for folder in mine)

@@ -104,16 +104,22 @@ def test_a_damaged_checkpoint_is_refused_naming_the_intact_one(tiny_bert_dir, da
     assert_same_weights(whole / "final", cut / "final")
 
 
-def test_a_folder_in_checkpoints_that_is_not_ours_is_ignored_and_kept(tiny_bert_dir, data, tmp_path, monkeypatch):
+def test_a_folder_in_checkpoints_that_is_not_ours_is_named_and_kept(tiny_bert_dir, data, tmp_path, monkeypatch):
+    """Never loaded, never deleted: the resume is refused (exit 2, issue 20) until it is moved out of the run."""
     cut = tmp_path / "cut"
     cut_run(tiny_bert_dir, data, cut, 4, monkeypatch)
     mine = cut / "checkpoints" / "step-5.bak"
     mine.mkdir()
     (mine / "notes.txt").write_text("my backup\n")
+    before = snapshot(cut)
+    refused = invoke(finetune_argv(tiny_bert_dir, data, cut, "--json"))
+    assert refused.exit_code == 2 and "did not write (checkpoints/step-5.bak/)" in refused.output
+    assert snapshot(cut) == before
+    mine.rename(tmp_path / "step-5.bak")
     result = invoke(finetune_argv(tiny_bert_dir, data, cut, "--json"))
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["resumed_from"]["step"] == 3
-    assert (mine / "notes.txt").read_text() == "my backup\n"  # never loaded, never deleted
+    assert (tmp_path / "step-5.bak" / "notes.txt").read_text() == "my backup\n"
     assert [p.name for p in checkpoints.step_folders(cut)] == ["step-6", "step-9"]
 
 

@@ -26,6 +26,7 @@ from typer.testing import CliRunner
 
 from bertkit import runs
 from bertkit.cli import app
+from bertkit.errors import UserError
 
 runner = CliRunner()
 COMMANDS = ("tokens", "embed", "probe", "finetune", "evaluate", "bench")
@@ -309,3 +310,246 @@ def test_predict_replaces_its_own_predictions(ws):
     again = invoke([*model, "--text", "one more"])
     assert again.exit_code == 0, again.output
     assert "one more" in out.read_text() and "a lovely film" not in out.read_text()
+
+
+# ---------------------------------------------------------------- issue 20: what bertkit did not write, at any depth
+
+
+@pytest.fixture(scope="session")
+def made_distill(made, tiny_bert_dir) -> Path:
+    """A finished `bertkit distill` run (student copied from the premade classifier; no report: quick)."""
+    out = made["data"].parent / "distill"
+    result = invoke(["distill", "--teacher", str(made["finetune"] / "best"), "--data", str(made["data"]),
+                     "--student-layers", "1", "--epochs", "1", "--batch-size", "8", "--no-report", "--out", str(out),
+                     "--quiet"])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def _put(root: Path, relative: str, content: str = "mine\n") -> None:
+    path = root / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(content)
+
+
+DEEP = [  # (command, a user's file inside that command's run, how the message shows it)
+    ("finetune", "best/notes.txt", "best/notes.txt"),
+    ("finetune", "final/predictions.csv", "final/predictions.csv"),
+    ("finetune", "checkpoints/mine.txt", "checkpoints/mine.txt"),
+    ("finetune", "checkpoints/step-4/notes.txt", "checkpoints/step-4/notes.txt"),
+    ("finetune", "checkpoints/step-4.bak/trainer_state.json", "checkpoints/step-4.bak/"),
+    ("finetune", "best/student/config.json", "best/student/"),  # bertkit's names, but not where bertkit writes them
+    ("finetune", ".tmp-notes/notes.txt", ".tmp-notes/"),  # named like bertkit's temp folders, but not one of them
+    ("finetune", ".bertkit-next/best/notes.txt", ".bertkit-next/best/notes.txt"),
+    ("embed", "shards/notes.txt", "shards/notes.txt"),
+    ("probe", "probe/README.md", "probe/README.md"),
+    ("probe", "features/mine.npy", "features/mine.npy"),
+    ("bench", "quality/notes.txt", "quality/notes.txt"),
+]
+
+
+@pytest.mark.parametrize("overwrite", [False, True], ids=["rerun", "overwrite"])
+@pytest.mark.parametrize("command, relative, shown", DEEP, ids=[f"{c}:{r}" for c, r, _ in DEEP])
+def test_user_files_inside_a_run_refuse_it_and_stay(command, relative, shown, overwrite, ws):
+    """The issue's case: `--overwrite` (or a re-run, which replaces best/ and rotates checkpoints) removed a user's
+    files inside the run's folders. Now the run is refused, naming them, and every byte stays."""
+    out = ws.run_copy(command)
+    _put(out, relative)
+    before = snapshot(ws.root)
+    result = invoke(ws.argv(command, out, *(["--overwrite"] if overwrite else [])))
+    assert_refused(result, before, ws.root, f"WS/{command}-run holds files bertkit did not write ({shown})")
+    assert f"Move them out of {out}, or choose another --out" in result.output.replace("\n", " ")
+
+
+def test_a_distill_run_saved_under_best_is_refused_then_the_run_goes_on_once_it_is_moved(ws, made_distill):
+    out = ws.run_copy("finetune")
+    shutil.copytree(made_distill, out / "best" / "student")
+    (out / "metrics.json").unlink()  # an unfinished run: the re-run resumes (and would replace best/)
+    before = snapshot(ws.root)
+    refused = invoke(ws.argv("finetune", out))
+    assert_refused(refused, before, ws.root, "holds files bertkit did not write (best/student/)")
+    shutil.move(out / "best" / "student", ws.root / "student")
+    resumed = invoke(ws.argv("finetune", out, "--json"))
+    assert resumed.exit_code == 0, resumed.output
+    assert snapshot(ws.root / "student") == snapshot(made_distill)
+
+
+def test_many_user_files_are_named_five_and_counted(ws):
+    out = ws.run_copy("finetune")
+    for i in range(7):
+        _put(out, f"best/note-{i}.txt")
+    result = invoke(ws.argv("finetune", out, "--overwrite"))
+    assert result.exit_code == 2 and "best/note-0.txt, best/note-1.txt" in result.output and "and 2 more" in result.output
+
+
+def test_model_folders_list_their_files_and_only_those_are_bertkits(ws):
+    """best/ and final/ carry the list of what bertkit saved there: a user's file is foreign even under a name a
+    tokenizer could have written (vocab.txt; this one writes tokenizer.json)."""
+    out = ws.run_copy("finetune")
+    for name in ("best", "final"):
+        listed = json.loads((out / name / runs.FILE_LIST).read_text())
+        assert listed["format"] == runs.FILE_LIST_FORMAT
+        assert sorted(listed["files"]) == sorted(p.name for p in (out / name).iterdir() if p.name != runs.FILE_LIST)
+        assert "vocab.txt" not in listed["files"]
+    _put(out, "best/vocab.txt", "[PAD]\n")
+    before = snapshot(ws.root)
+    assert_refused(invoke(ws.argv("finetune", out, "--overwrite")), before, ws.root, "(best/vocab.txt)")
+
+
+def test_runs_made_before_file_lists_are_replaced_and_resumed_as_before(ws):
+    """Model folders without a file list and checkpoints without a manifest (older runs): the names bertkit writes
+    there decide. Such a run re-runs, and --overwrite replaces it; a user's file in it is still refused."""
+    out = ws.run_copy("finetune")
+    for name in ("best", "final"):
+        (out / name / runs.FILE_LIST).unlink()
+    for step in out.glob("checkpoints/step-*"):
+        (step / runs.CHECKPOINT_MANIFEST).unlink()
+    _put(out, "checkpoints/step-2/notes.txt")
+    before = snapshot(ws.root)
+    assert_refused(invoke(ws.argv("finetune", out, "--overwrite")), before, ws.root, "(checkpoints/step-2/notes.txt)")
+    (out / "checkpoints" / "step-2" / "notes.txt").unlink()
+    again = invoke(ws.argv("finetune", out))
+    assert again.exit_code == 0 and "finished run" in again.output
+    replaced = invoke(ws.argv("finetune", out, "--epochs", "2", "--overwrite"))
+    assert replaced.exit_code == 0, replaced.output
+    assert (out / "best" / runs.FILE_LIST).is_file() and not (out / runs.STAGING).exists()
+
+
+def test_a_file_put_into_the_run_while_it_runs_stops_the_swap_and_stays(ws):
+    """`commit` checks again: an --overwrite run takes time, and a file may be put into best/ meanwhile."""
+    out = ws.run_copy("finetune")
+    run = runs.claim_run_dir(out, "finetune", overwrite=True)
+    shutil.copytree(out / "best", run.path / "best")  # the new output (a stand-in)
+    _put(out, "best/notes.txt")
+    before = snapshot(ws.root)
+    with pytest.raises(UserError, match=r"did not write \(best/notes\.txt\)"):
+        run.commit()
+    assert snapshot(ws.root) == before and (out / runs.STAGING / "best").is_dir()
+
+
+def test_removals_take_only_bertkits_files_and_keep_the_rest(ws):
+    """The low-level removal (checkpoint rotation, old model folders, shards, staging): bertkit's files go, a file
+    that came after the run was checked stays, with the folders that hold it."""
+    out = ws.run_copy("finetune")
+    step = out / "checkpoints" / "step-2"
+    _put(step, "sub/notes.txt")
+    assert runs.remove_owned(step, "checkpoint") == [step / "sub"]
+    assert sorted(snapshot(step)) == ["sub/notes.txt"]
+    assert runs.remove_owned(out / "final", "model") == [] and not (out / "final").exists()
+
+
+# ---------------------------------------------------------------- issue 20: no --out contains, or is inside, an input
+
+
+def test_finetune_never_overwrites_the_model_it_reads(ws):
+    out = ws.run_copy("finetune")
+    before = snapshot(ws.root)
+    result = invoke(argv("finetune", out, out / "best", ws.made["data"], None, "--overwrite"))
+    assert_refused(result, before, ws.root, "--out WS/finetune-run contains the --model WS/finetune-run/best")
+    assert "never writes over what it reads" in result.output and "Choose another --out" in result.output
+
+
+@pytest.mark.parametrize("overwrite", [False, True], ids=["rerun", "overwrite"])
+def test_distill_never_overwrites_its_teacher(overwrite, ws, made_distill):
+    """The issue's case: `distill --teacher RUN/best --out RUN --overwrite` replaced the teacher with the student."""
+    out = ws.root / "distill-run"
+    shutil.copytree(made_distill, out)
+    args = ["distill", "--teacher", str(out / "best"), "--data", str(ws.made["data"]), "--student-layers", "1",
+            "--epochs", "1", "--batch-size", "8", "--no-report", "--out", str(out), "--quiet"]
+    before = snapshot(ws.root)
+    result = invoke([*args, *(["--overwrite"] if overwrite else [])])
+    assert_refused(result, before, ws.root, "--out WS/distill-run contains the --teacher WS/distill-run/best")
+
+
+INPUT_FLAG = {"tokens": "--model", "embed": "--model", "probe": "--model", "finetune": "--model",
+              "evaluate": "--model", "bench": "--models", "distill": "--teacher"}
+
+
+@pytest.mark.parametrize("command", list(INPUT_FLAG))
+def test_out_inside_an_input_is_refused_for_every_command(command, ws):
+    """A run is never written into a folder it reads (here the model), a symlink to it included."""
+    model = ws.root / "model"
+    shutil.copytree(ws.made["finetune"] / "best" if command in ("evaluate", "distill") else ws.model, model)
+    (ws.root / "link").symlink_to(model)
+    out = ws.root / "link" / "run"
+    args = (["distill", "--teacher", str(model), "--data", str(ws.made["data"]), "--out", str(out), "--quiet"]
+            if command == "distill" else argv(command, out, model, ws.made["data"], model))
+    before = snapshot(ws.root)
+    result = invoke(args)
+    assert_refused(result, before, ws.root, f"--out WS/link/run is inside the {INPUT_FLAG[command]} WS/model")
+    assert not out.exists()
+
+
+def test_evaluate_never_overwrites_the_data_it_reads(ws):
+    out = ws.run_copy("evaluate")
+    data = out / "predictions.csv"  # bertkit's own file, read back as data: still an input
+    before = snapshot(ws.root)
+    result = invoke(["evaluate", "--model", str(ws.made["finetune"] / "best"), "--data", str(data), "--text-column",
+                     "text", "--label-column", "label", "--out", str(out), "--overwrite", "--quiet"])
+    assert_refused(result, before, ws.root, "--out WS/evaluate-run contains the --data WS/evaluate-run/predictions.csv")
+
+
+def test_input_paths_names_every_input_by_the_flag_typed():
+    from types import SimpleNamespace
+
+    distill = SimpleNamespace(teacher="runs/t/best", student=None, model="runs/t/best", data="a.tsv", dev="b.tsv",
+                              test=None, external_metrics=["my_metric.py:strict", "glue:mrpc"])
+    assert runs.input_paths(distill) == [("--teacher", "runs/t/best"), ("--data", "a.tsv"), ("--dev", "b.tsv"),
+                                         ("--metric", "my_metric.py"), ("--metric", "glue")]
+    bench = SimpleNamespace(models="x,y", model_list=["x", "y"], data=None, features=None)
+    assert runs.input_paths(bench) == [("--models", "x"), ("--models", "y")]
+    probe = SimpleNamespace(model="minilm-offline", features="store", probe=None, data=None, dev=None, test="t.tsv")
+    assert runs.input_paths(probe) == [("--model", "minilm-offline"), ("--features", "store"), ("--test", "t.tsv")]
+
+
+# ---------------------------------------------------------------- issue 20: predict replaces its own predictions
+
+
+def test_every_predictions_header_predict_writes_is_recognised(tmp_path):
+    import numpy as np
+
+    from bertkit import data
+    from bertkit.predict import write_predictions_csv
+
+    rows = data.TextDataset(["a", "b"], pairs=["c", "d"], line_numbers=[2, 3])
+    shapes = {"single_label": (np.array([[0.9, 0.1], [0.2, 0.8]]), np.array([0, 0])),
+              "multi_label": (np.array([[0.9, 0.1], [0.2, 0.8]]), np.array([[1, 0], [1, 1]])),
+              "regression": (np.array([[1.5], [2.5]]), np.array([1.0, 3.0]))}
+    for task, (values, truth) in shapes.items():
+        for dataset in (rows, data.TextDataset(["a", "b"])):
+            for y_true in (None, truth):
+                path = tmp_path / f"{task}.csv"
+                write_predictions_csv(path, dataset, values, ["pos", "neg"], y_true=y_true, task=task)
+                assert runs.is_predictions_csv(path), path.read_text().splitlines()[0]
+    for header in ("id,score", "row,predicted", "row,text,predicted,confidence", "row,label,text,predicted",
+                   "row,text,predicted,notes", "text,row,predicted,p_a"):
+        (tmp_path / "theirs.csv").write_text(header + "\n")
+        assert not runs.is_predictions_csv(tmp_path / "theirs.csv"), header
+
+
+@pytest.mark.parametrize("shape", ["regression", "multi_label"])
+def test_predict_replaces_its_own_predictions_of_every_shape(shape, ws):
+    """The issue's case: predict refused its own regression / multi-label CSV as "not a predictions file"."""
+    rows = []
+    for i in range(24):
+        good = i % 2 == 0
+        text = f"{'a great' if good else 'an awful'} film number {i}"
+        rows.append({"text": text, "label": (3.0 if good else 1.0) + i % 5 / 4} if shape == "regression" else
+                    {"text": text, "labels": ["good"] if good else ["bad", "long"]})
+    train = ws.root / "train.jsonl"
+    train.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    probe = ws.root / "probe-run"
+    made = invoke(["probe", "--model", str(ws.model), "--data", str(train), "--no-baselines", "--out", str(probe),
+                   "--quiet"])
+    assert made.exit_code == 0, made.output
+    out = ws.root / "preds.csv"
+    for text in ("a great film", "an awful film"):
+        result = invoke(["predict", "--probe", str(probe), "--text", text, "--out", str(out), "--quiet"])
+        assert result.exit_code == 0, result.output
+        assert text in out.read_text()
+    assert runs.is_predictions_csv(out) and "a great film" not in out.read_text()
+    header = out.read_text().splitlines()[0]
+    assert header == "row,text,predicted" if shape == "regression" else header.startswith("row,text,predicted,p_")
+    again = invoke(["probe", "--model", str(ws.model), "--data", str(train), "--no-baselines", "--out", str(probe),
+                    "--overwrite", "--quiet"])  # the shape's own plot (scatter / per-label F1) is bertkit's too
+    assert again.exit_code == 0, again.output
