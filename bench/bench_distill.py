@@ -50,8 +50,8 @@ cosine term and 0.800 / 0.838 / 0.800 direct (teacher 0.863)."""
 
 
 def teacher_run(spec: dict, out: Path) -> dict:
-    from bertkit.config import FinetuneConfig
-    from bertkit.finetune import finetune
+    from bertkit.config.commands import FinetuneConfig
+    from bertkit.training.finetune import finetune
 
     cfg = FinetuneConfig(model="minilm-offline", data=str(spec["train"]), dev=str(spec["dev"]), out=str(out),
                          save_every=None, seed=42, **spec["columns"], **spec["teacher"])
@@ -62,8 +62,8 @@ def teacher_run(spec: dict, out: Path) -> dict:
 
 
 def student_run(spec: dict, teacher: Path, out: Path, alpha: float, cos_weight: float, report: bool) -> dict:
-    from bertkit.config import DistillConfig
-    from bertkit.distill import distill
+    from bertkit.config.commands import DistillConfig
+    from bertkit.training.distill import distill
 
     cfg = DistillConfig(teacher=str(teacher), data=str(spec["train"]), dev=str(spec["dev"]), out=str(out),
                         student_layers=3, temperature=2.0, alpha=alpha, cos_weight=cos_weight, save_every=None, seed=42, report=report,
@@ -106,7 +106,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--datasets", default=None, help="comma list of datasets to run (demo, sst2); results of "
                         "the others already in the results file are kept")
     args = parser.parse_args(argv)
-    from bertkit import modeling, runs
+    from bertkit.io import runs
+    from bertkit.models import loading as modeling
 
     names = ["demo"] + ([] if args.quick or not DATASETS["sst2"]["train"].is_file() else ["sst2"])
     if args.datasets:

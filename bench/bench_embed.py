@@ -40,11 +40,11 @@ SST2 = ROOT.parent / "shared" / "data" / "sst2" / "train.tsv"
 
 from transformers.utils import logging as hf_logging  # noqa: E402
 
-from bertkit import modeling  # noqa: E402
+from bertkit.models import loading as modeling  # noqa: E402
 
 hf_logging.set_verbosity_error()
 hf_logging.disable_progress_bar()
-from bertkit.runs import machine_info, package_versions, write_json_atomic  # noqa: E402
+from bertkit.io.runs import machine_info, package_versions, write_json_atomic  # noqa: E402
 
 # ---------------------------------------------------------------- measuring
 
@@ -122,8 +122,8 @@ def pipeline_way(pipe: Any, texts: list[str]) -> np.ndarray:
 
 def bertkit_way(model: str, data: Path, limit: int, dtype: str, out: Path, batch_size: str = "auto") -> dict[str, Any]:
     """`bertkit embed` end to end, in process: read the data, load the model, encode, write the store."""
-    from bertkit.config import EmbedConfig
-    from bertkit.embed import embed_to_store
+    from bertkit.config.commands import EmbedConfig
+    from bertkit.features.embed import embed_to_store
 
     shutil.rmtree(out, ignore_errors=True)
     cfg = EmbedConfig(model=model, data=str(data), text_column="0", label_column="1", limit=limit, precision=dtype,

@@ -45,8 +45,8 @@ ALL = ("trainer_static", "trainer_dynamic", "trainer_dynamic_bf16", "bertkit", "
 
 
 def load_sst2(rows: int | None):
-    from bertkit.config import DataOptions
-    from bertkit.data import load_splits
+    from bertkit.config.commands import DataOptions
+    from bertkit.data.dataset import load_splits
 
     opts = DataOptions(data=str(DATA / "train.tsv"), dev=str(DATA / "dev.tsv"), text_column="0", label_column="1")
     splits = load_splits(opts)
@@ -61,7 +61,7 @@ def run_trainer(train, dev, *, static: bool, bf16: bool, out: str) -> dict:
     from datasets import Dataset
     from transformers import DataCollatorWithPadding, Trainer, TrainingArguments, set_seed
 
-    from bertkit import modeling
+    from bertkit.models import loading as modeling
 
     set_seed(HPARAMS["seed"])
     tokenizer = modeling.load_tokenizer("minilm-offline")
@@ -99,8 +99,8 @@ def _head(path: Path, rows: int, out: Path) -> Path:
 def run_bertkit(
     train_path: Path, dev_path: Path, rows: int | None, out: str, dev_rows: int | None = None, fast_forward: bool = True,
 ) -> dict:
-    from bertkit.config import FinetuneConfig
-    from bertkit.finetune import finetune
+    from bertkit.config.commands import FinetuneConfig
+    from bertkit.training.finetune import finetune
 
     cfg = FinetuneConfig(model="minilm-offline", data=str(train_path), dev=str(dev_path), text_column="0",
                          label_column="1", limit=None, epochs=HPARAMS["epochs"], batch_size=HPARAMS["batch_size"],
@@ -122,7 +122,7 @@ def bf16_is_native() -> bool:
     """bf16 runs natively here: a CUDA GPU with bf16, or a CPU with AVX512-BF16/AMX (BERTKIT_ASSUME_BF16 overrides)."""
     import torch
 
-    from bertkit import modeling
+    from bertkit.models import loading as modeling
 
     if torch.cuda.is_available():
         return torch.cuda.is_bf16_supported()
@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> dict:
     unknown = set(variants) - set(ALL)
     if unknown:
         parser.error(f"unknown variants {sorted(unknown)}; choose from {', '.join(ALL)}")
-    from bertkit import runs
+    from bertkit.io import runs
 
     native_bf16 = bf16_is_native()
     best_trainer = "trainer_dynamic_bf16" if native_bf16 else "trainer_dynamic"

@@ -52,9 +52,9 @@ def write_documents(path: Path, seed: int = 0) -> int:
 
 
 def main() -> None:
-    from bertkit.config import EvaluateConfig, TokensConfig
-    from bertkit.predict import run_evaluate
-    from bertkit.tokens import run_tokens
+    from bertkit.config.commands import EvaluateConfig, TokensConfig
+    from bertkit.encoding.report import run_tokens
+    from bertkit.predict.run import run_evaluate
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", required=True, help="a fine-tuned SST-2 folder (bertkit finetune's best/)")

@@ -55,7 +55,7 @@ def run_one(name: str, command: list[str], out: Path) -> int:
     report["wall_seconds"] = round(time.perf_counter() - start, 1)
     report["command"] = " ".join(["bertkit", *command[3:]])
     (RESULTS / f"{name}.json").write_text(json.dumps(report, indent=2) + "\n")
-    from bertkit.bench_report import report_markdown  # re-rendered: the command line, and the renamed picture
+    from bertkit.bench.report import report_markdown  # re-rendered: the command line, and the renamed picture
 
     (RESULTS / f"{name}.md").write_text(report_markdown(report, png_name=f"{name}.png"))
     print(f"[bench_models] wrote {RESULTS / name}.{{json,md,png}} in {report['wall_seconds']} s", flush=True)

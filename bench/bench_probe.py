@@ -1,7 +1,7 @@
 """Probe benchmark: Alammar's exact C search versus `bertkit probe`'s, on the same features and folds.
 
 Features: packaged MiniLM (`minilm-offline`), `[CLS]` of the last layer, SST-2 train/dev from ../shared/data/sst2,
-extracted once with `bertkit.embed.extract_features` and cached in bench/.cache/ (reused by later runs).
+extracted once with `bertkit.features.embed.extract_features` and cached in bench/.cache/ (reused by later runs).
 
 - seed: `GridSearchCV(LogisticRegression(), {"C": np.linspace(0.0001, 100, 20)}, cv=5)` on the raw features,
   exactly as in Alammar's notebook (sklearn defaults: lbfgs, max_iter=100, so high C values stop at the cap).
@@ -40,10 +40,10 @@ def features(split: str, run_dir: Path | None = None) -> tuple[np.ndarray, np.nd
     With `run_dir` (a `bertkit probe --pool cls --layers all` run on SST-2 with the same model), the last layer of
     its cached `features/<split>-cls-all.npy` is used instead of extracting again (checked against its key file).
     """
-    from bertkit import modeling
-    from bertkit.config import DataOptions
-    from bertkit.data import LabelMap, load_dataset_split
-    from bertkit.embed import extract_features
+    from bertkit.config.commands import DataOptions
+    from bertkit.data.dataset import LabelMap, load_dataset_split
+    from bertkit.features.embed import extract_features
+    from bertkit.models import loading as modeling
 
     revision = modeling.model_revision("minilm-offline")
     path = CACHE / f"probe-minilm-cls-{revision.replace(':', '-')}-{split}.npz"
@@ -92,7 +92,7 @@ def run_seed(X: np.ndarray, y: np.ndarray, D: np.ndarray, yd: np.ndarray) -> dic
 
 
 def run_bertkit(X: np.ndarray, y: np.ndarray, D: np.ndarray, yd: np.ndarray) -> dict:
-    from bertkit.probe import fit_probe
+    from bertkit.probe.run import fit_probe
 
     start = time.perf_counter()
     fit = fit_probe(X, y, cv=5, C_grid=list(GRID), seed=42)
@@ -113,7 +113,7 @@ def main() -> int:
     if not SST2.is_dir():
         print(f"[probe] {SST2} not found; this benchmark needs the shared SST-2 files", flush=True)
         return 1
-    from bertkit.runs import machine_info, package_versions, write_json_atomic
+    from bertkit.io.runs import machine_info, package_versions, write_json_atomic
 
     X, y = features("train", args.features_from)
     D, yd = features("dev", args.features_from)

@@ -56,10 +56,12 @@ def main() -> dict:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from bertkit import data, modeling, runs
-    from bertkit.config import DataOptions
-    from bertkit.fastforward import SequenceClassifier
-    from bertkit.finetune import _adamw
+    from bertkit.config.commands import DataOptions
+    from bertkit.data import dataset as data
+    from bertkit.io import runs
+    from bertkit.models import loading as modeling
+    from bertkit.models.fastforward import SequenceClassifier
+    from bertkit.training.finetune import _adamw
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=10)

@@ -1,3 +1,3 @@
-from bertkit.cli import app
+from bertkit.cli.app import app
 
 app()

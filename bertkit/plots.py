@@ -10,7 +10,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from bertkit.runs import atomic_path  # noqa: E402
+from bertkit.io.runs import atomic_path  # noqa: E402
 
 
 def _save(fig, path: Path) -> Path:
@@ -232,7 +232,7 @@ def _train_panel(ax, chart: _ModelBars, report: dict) -> None:
 
 
 def _memory_panel(ax, chart: _ModelBars, report: dict) -> None:
-    from bertkit.bench_report import peak_memory_mb
+    from bertkit.bench.report import peak_memory_mb
 
     peaks = [peak_memory_mb(m) for m in chart.models]
     _annotate(ax, chart.bars(ax, peaks, "Peak memory above start (max over runs)", "MB"), "{:.0f}")

@@ -89,7 +89,7 @@ def auto_dtype() -> str:
     pass on CPUs with and without native bf16 (and under BERTKIT_ASSUME_BF16=0/1)."""
     import torch
 
-    from bertkit import modeling
+    from bertkit.models import loading as modeling
 
     return modeling.dtype_name(modeling.choose_dtype("auto", torch.device("cpu")))
 

@@ -26,7 +26,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from bertkit.cli import app
+from bertkit.cli.app import app
 
 runner = CliRunner()
 REGISTERED = set(typer.main.get_command(app).commands)  # type: ignore[attr-defined]
@@ -1011,7 +1011,7 @@ def test_one_megabyte_line_is_truncated_and_counted(workspace: Workspace):
         assert result.exit_code == 0, result.output
         summary = json.loads(result.stdout)
         assert summary["n_truncated"] == 1 and summary["splits"][0]["shape"] == [11, 32]
-        from bertkit import store
+        from bertkit.features import store
 
         opened = store.open(out)
         assert opened.features.shape == (11, 32) and opened.manifest["n_truncated"] == 1

@@ -14,9 +14,14 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from bertkit import bench, bench_quality, bench_report, data, modeling, timing
-from bertkit.cli import app
+from bertkit.bench import quality as bench_quality
+from bertkit.bench import report as bench_report
+from bertkit.bench import run as bench
+from bertkit.bench import timing
+from bertkit.cli.app import app
+from bertkit.data import dataset as data
 from bertkit.errors import UserError
+from bertkit.models import loading as modeling
 
 runner = CliRunner()
 FAST = ["--min-iters", "1", "--min-seconds", "0", "--warmup", "0", "--rounds", "2", "--batch-sizes", "2",
@@ -209,7 +214,7 @@ def test_claims_need_two_models():
 
 
 def _quality_cfg(demo_dir, models="a,b", **kw):
-    from bertkit.config import BenchConfig
+    from bertkit.config.commands import BenchConfig
 
     return BenchConfig(models=models, data=str(demo_dir / "train.tsv"), dev=str(demo_dir / "dev.tsv"), **kw)
 
@@ -404,13 +409,13 @@ def test_memory_meter_start_level_holds_no_uncollected_garbage():
 
 def test_quality_needs_labelled_data():
     with pytest.raises(UserError, match="--quality needs labelled --data"):
-        from bertkit.config import BenchConfig
+        from bertkit.config.commands import BenchConfig
 
         BenchConfig(preset="distilbert-vs-bert", quality="probe")
 
 
 def test_recipe_loads_into_bench_config():
-    from bertkit.config import BenchConfig, load_recipe
+    from bertkit.config.commands import BenchConfig, load_recipe
 
     cfg = BenchConfig(**load_recipe("distilbert-vs-bert", "bench", BenchConfig))
     assert cfg.preset == "distilbert-vs-bert" and cfg.batch_size_list == (1, 8) and cfg.text_column == "0"

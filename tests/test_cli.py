@@ -10,7 +10,7 @@ import sys
 from typer.testing import CliRunner
 
 from bertkit import __version__
-from bertkit.cli import app
+from bertkit.cli.app import app
 
 runner = CliRunner()
 
@@ -96,7 +96,8 @@ import dataclasses  # noqa: E402
 import pytest  # noqa: E402
 import typer  # noqa: E402
 
-from bertkit import config, options  # noqa: E402
+from bertkit.config import commands as config  # noqa: E402
+from bertkit.config import fields as options  # noqa: E402
 
 CLI_ONLY = {"quiet", "json_output", "recipe"}
 

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from bertkit import config
+from bertkit.config import commands as config
 from bertkit.errors import UserError
 
 
@@ -141,7 +141,7 @@ def test_device_names_are_checked(device, message):
 def test_device_availability_is_checked(monkeypatch):
     import torch
 
-    from bertkit import modeling
+    from bertkit.models import loading as modeling
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(UserError, match=r"--device cuda: CUDA is not available.*--device cpu"):
@@ -162,7 +162,7 @@ def test_device_availability_is_checked(monkeypatch):
 def test_command_flags_match_the_real_commands():
     import typer
 
-    from bertkit.cli import app
+    from bertkit.cli.app import app
 
     group = typer.main.get_command(app)
     for kind in config.QUALITY_COMMANDS:
@@ -201,7 +201,7 @@ def test_predict_refuses_empty_texts():
 
 def test_a_recipe_threshold_may_be_a_number(tmp_path):
     """`threshold = 0.4` in a recipe is the text option --threshold 0.4 (the field is text: tune is also allowed)."""
-    from bertkit.config import FinetuneConfig, load_recipe
+    from bertkit.config.commands import FinetuneConfig, load_recipe
 
     recipe = tmp_path / "r.toml"
     recipe.write_text('[finetune]\ndata = "x.tsv"\nout = "o"\nthreshold = 0.4\n')
@@ -213,7 +213,7 @@ def test_a_recipe_threshold_may_be_a_number(tmp_path):
 def test_metric_for_best_is_left_to_the_shape_unless_given():
     """Issue 20: no --metric-for-best (nor recipe, nor preset) stays None until the data's shape is known, so an
     explicit `accuracy` on regression data can be refused while the default becomes pearson."""
-    from bertkit import objectives
+    from bertkit.scoring import shapes as objectives
 
     assert config.FinetuneConfig(data="x.tsv", out="o").metric_for_best is None
     assert config.DistillConfig(data="x.tsv", out="o", teacher="t").metric_for_best is None

@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bertkit import data
-from bertkit.config import DataOptions
+from bertkit.config.commands import DataOptions
+from bertkit.data import dataset as data
 from bertkit.errors import UserError
 
 
@@ -190,7 +190,7 @@ def test_no_label_column_when_needed(tmp_path):
 
 
 def test_encode_counts_truncation_and_pairs(tiny_bert_dir):
-    from bertkit.modeling import load_tokenizer
+    from bertkit.models.loading import load_tokenizer
 
     tok = load_tokenizer(str(tiny_bert_dir))
     ds = data.TextDataset(texts=["short", "word " * 50], pairs=["p", "q"])
@@ -227,7 +227,7 @@ def test_token_budget_batches():
 
 
 def test_pad_batch_dynamic_and_static(tiny_bert_dir):
-    from bertkit.modeling import load_tokenizer
+    from bertkit.models.loading import load_tokenizer
 
     tok = load_tokenizer(str(tiny_bert_dir))
     enc = data.encode_dataset(tok, data.TextDataset(texts=["a b c", "a"]), 32)
@@ -423,7 +423,7 @@ def test_small_data_without_dev_runs_through_the_cli(tmp_path, tiny_bert_dir, to
     """`probe --limit 10`, `finetune --limit 10` and `--dev-fraction 0.01` used to crash in sklearn."""
     from typer.testing import CliRunner
 
-    from bertkit.cli import app
+    from bertkit.cli.app import app
 
     path = tmp_path / "t.tsv"
     path.write_text("text\tlabel\n" + "".join(f"{t}\t{lab}\n" for t, lab in toy_rows), encoding="utf-8")
@@ -446,8 +446,8 @@ def test_hub_limit_asks_for_a_split_slice(monkeypatch):
     """--limit N on a hub dataset loads `split[:N]`: the rest of the split is never read into a DataFrame."""
     import datasets
 
-    from bertkit.config import DataOptions
-    from bertkit.data import load_dataset_split
+    from bertkit.config.commands import DataOptions
+    from bertkit.data.dataset import load_dataset_split
 
     asked = []
 

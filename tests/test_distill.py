@@ -12,10 +12,12 @@ import torch
 from safetensors.numpy import load_file
 from typer.testing import CliRunner
 
-from bertkit import distill, faults, modeling
-from bertkit.cli import app
-from bertkit.config import DistillConfig
+from bertkit.cli.app import app
+from bertkit.config.commands import DistillConfig
 from bertkit.errors import UserError
+from bertkit.io import faults
+from bertkit.models import loading as modeling
+from bertkit.training import distill
 
 runner = CliRunner()
 
@@ -77,7 +79,7 @@ def test_student_copies_the_teachers_layers_embeddings_and_head(kind, tiny_bert_
 
 
 def test_distillation_loss_is_the_mix_of_soft_and_hard_terms():
-    from bertkit.objectives import Distillation, SingleLabel
+    from bertkit.scoring.shapes import Distillation, SingleLabel
 
     y = np.array([0, 1, 1])
     teacher = np.array([[2.0, -1.0], [0.5, 0.7], [-3.0, 3.0]])

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from bertkit import modeling
-from bertkit.data import TextDataset
-from bertkit.embed import FeatureSpec, extract_features
+from bertkit.data.dataset import TextDataset
 from bertkit.errors import UserError
-from bertkit.infer import auto_token_budget, plan_batches
+from bertkit.features.embed import FeatureSpec, extract_features
+from bertkit.models import loading as modeling
+from bertkit.models.infer import auto_token_budget, plan_batches
 
 TEXTS = [
     "a",
@@ -184,7 +184,7 @@ def test_auto_budget_scales_with_model_size():
                                          ("cls", "all"), ("max", "-2,-1")])
 def test_pruned_forward_equals_full_model(which, pool, layers, request, monkeypatch):
     """Skipping unused top layers and the [CLS]-only top layer give what the full model gives."""
-    import bertkit.embed as embed_module
+    import bertkit.features.embed as embed_module
 
     encoder, tokenizer = request.getfixturevalue(which)
     ds = TextDataset(TEXTS)
@@ -211,7 +211,7 @@ def megatron(bert):
 @pytest.mark.parametrize("layers", ["-1", "1,-1", "0,2", "all"])
 def test_megatron_features_are_its_own_hidden_states_pooled(megatron, pool, layers):
     """Not allowlisted: no pruning and no [CLS]-only layer, so every layer equals the model's own hidden state."""
-    from bertkit import fastforward
+    from bertkit.models import fastforward
 
     encoder, tokenizer = megatron
     assert "MegatronBertModel" in fastforward.unsupported_reason(encoder)
@@ -230,7 +230,7 @@ def test_pruned_path_that_disagrees_falls_back_to_the_full_model(bert, monkeypat
     full model's features are returned."""
     from transformers import BertModel
 
-    from bertkit import fastforward
+    from bertkit.models import fastforward
 
     trained, tokenizer = bert
     encoder = BertModel(trained.config).eval()  # a fresh encoder: not yet checked
@@ -239,7 +239,7 @@ def test_pruned_path_that_disagrees_falls_back_to_the_full_model(bert, monkeypat
     full = extract_features(encoder, tokenizer, ds, pool="cls", layers="0,-1", batch_size=5)  # checked, agrees
     real = fastforward.cls_output
     monkeypatch.setattr(fastforward, "cls_output", lambda *args, **kw: real(*args, **kw) + 0.5)
-    with caplog.at_level("WARNING", logger="bertkit.fastforward"):
+    with caplog.at_level("WARNING", logger="bertkit.models.fastforward"):
         got = extract_features(encoder, tokenizer, ds, pool="cls", layers="-1", batch_size=5)
     assert "embed's pruned layers" in caplog.text and "model's own forward" in caplog.text
     np.testing.assert_allclose(got, full[:, 32:], atol=1e-5, rtol=0)

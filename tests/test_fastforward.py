@@ -15,9 +15,9 @@ from transformers import (
     RobertaForSequenceClassification,
 )
 
-from bertkit.config import FinetuneConfig
-from bertkit.fastforward import SequenceClassifier, dropout, unsupported_reason
-from bertkit.finetune import finetune
+from bertkit.config.commands import FinetuneConfig
+from bertkit.models.fastforward import SequenceClassifier, dropout, unsupported_reason
+from bertkit.training.finetune import finetune
 
 
 def tiny_bert(**overrides) -> BertForSequenceClassification:
@@ -162,12 +162,12 @@ def test_megatron_bert_is_not_allowlisted_and_gives_its_own_logits():
 
 @pytest.mark.parametrize("make", [tiny_bert, tiny_distilbert])
 def test_a_fast_path_that_disagrees_at_wrap_time_falls_back_and_says_so(make, monkeypatch, caplog):
-    import bertkit.fastforward as fastforward
+    import bertkit.models.fastforward as fastforward
 
     model = make()  # training mode: the check runs in eval mode and leaves the mode as it was
     real = fastforward.cls_output
     monkeypatch.setattr(fastforward, "cls_output", lambda *args, **kw: real(*args, **kw) * 1.01)
-    with caplog.at_level("WARNING", logger="bertkit.fastforward"):
+    with caplog.at_level("WARNING", logger="bertkit.models.fastforward"):
         wrapped = SequenceClassifier(model)
     assert not wrapped.fast and "differed" in wrapped.unsupported
     assert "[CLS]-only last layer" in caplog.text and "model's own forward" in caplog.text

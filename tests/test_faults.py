@@ -22,8 +22,8 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from bertkit import faults
-from bertkit.cli import app
+from bertkit.cli.app import app
+from bertkit.io import faults
 
 runner = CliRunner()
 TOL = 1e-6
@@ -105,7 +105,7 @@ def test_kill_points_parse(monkeypatch):
 
 
 def test_maybe_kill_sigkills_on_the_nth_hit(tmp_path):
-    code = ("from bertkit import faults\nimport sys\n"
+    code = ("from bertkit.io import faults\nimport sys\n"
             "for i in range(5):\n    print(i, flush=True)\n    faults.maybe_kill('loop')\n")
     env = {**os.environ, faults.ENV: "loop@3"}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
@@ -121,8 +121,8 @@ def embed_argv(model: Path, data: Path, out: Path) -> list[str]:
 
 
 def check_killed_store(out: Path) -> None:
-    from bertkit import store
     from bertkit.errors import UserError
+    from bertkit.features import store
 
     assert_no_partial_files(out)
     if not (out / store.MANIFEST).exists():
@@ -131,7 +131,7 @@ def check_killed_store(out: Path) -> None:
 
 
 def assert_same_store(out: Path, reference: Path) -> None:
-    from bertkit import store
+    from bertkit.features import store
 
     for name in (store.FEATURES, store.LABELS):
         assert (out / name).read_bytes() == (reference / name).read_bytes(), f"{name} differs from the uninterrupted run"
@@ -162,7 +162,7 @@ def test_embed_killed_and_resumed_equals_uninterrupted(points, tiny_bert_dir, da
             shards = sorted(p.name for p in (out / "shards").glob("shard-*.npy"))
             assert shards == ["shard-00000.npy"]
             assert list((out / "shards").glob(".shard-00001.npy.*.tmp")), "the half-written temp file is hidden"
-    from bertkit import store
+    from bertkit.features import store
 
     summary = run_ok(argv)
     finished_before = points[-1].startswith("replaced:manifest")  # the manifest made it: the store is complete
@@ -218,7 +218,7 @@ def assert_same_training(out: Path, reference: Path) -> None:
     pytest.param(FINETUNE_CHAINS[2:], marks=pytest.mark.slow),
 ], ids=["first-step+checkpoint-save", "best-swap+checkpoint-rename"])
 def test_finetune_killed_and_resumed_equals_uninterrupted(points, tiny_bert_dir, data, tmp_path):
-    from bertkit.finetune import latest_checkpoint
+    from bertkit.training.finetune import latest_checkpoint
 
     reference = tmp_path / "reference"
     run_ok(finetune_argv(tiny_bert_dir, data, reference))
@@ -286,7 +286,7 @@ def test_embed_full_disk_at_start_and_at_the_manifest_then_same_command_is_byte_
         assert not [p for p in out.rglob("*.tmp")] and not (out / "manifest.json").exists(), point
     run_ok(argv)
     assert_same_store(out, reference)
-    from bertkit import store
+    from bertkit.features import store
 
     assert not [p for p in out.rglob("*") if p.name.endswith(".tmp") or p.name in (store.SHARDS, store.IDENTITY)]
 
@@ -294,7 +294,7 @@ def test_embed_full_disk_at_start_and_at_the_manifest_then_same_command_is_byte_
 def test_disk_full_is_recognised_in_its_shapes_and_out_of_memory_is_not():
     import errno
 
-    from bertkit import disk
+    from bertkit.io import disk
 
     full = [OSError(errno.ENOSPC, "No space left on device"), OSError(errno.EDQUOT, "Disk quota exceeded"),
             RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 4480 vs 4352"),

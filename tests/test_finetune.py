@@ -14,10 +14,10 @@ import pytest
 from safetensors.numpy import load_file
 from typer.testing import CliRunner
 
-from bertkit.cli import app
-from bertkit.config import FinetuneConfig
+from bertkit.cli.app import app
+from bertkit.config.commands import FinetuneConfig
 from bertkit.errors import UserError
-from bertkit.finetune import (
+from bertkit.training.finetune import (
     FAIL_HOOK_ENV,
     FAIL_MODE_ENV,
     SimulatedFailure,
@@ -241,7 +241,7 @@ def test_two_cpu_processes_agree_with_one(no_dropout_bert, toy_files, tmp_path):
     common = ["finetune", "--model", str(no_dropout_bert), "--data", str(train), "--dev", str(dev),
               "--epochs", "2", "--lr", "5e-3", "--quiet", "--json", "--eval-every", "1"]
     env = {**os.environ, **ONE_THREAD, "HF_HUB_OFFLINE": "1"}
-    two = subprocess.run([str(torchrun), "--nproc_per_node", "2", "-m", "bertkit.cli", *common, "--batch-size", "4",
+    two = subprocess.run([str(torchrun), "--nproc_per_node", "2", "-m", "bertkit.cli.app", *common, "--batch-size", "4",
                           "--out", str(tmp_path / "two")], env=env, capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert two.returncode == 0, two.stderr[-3000:]
     one = subprocess.run([sys.executable, "-m", "bertkit", *common, "--batch-size", "8", "--out", str(tmp_path / "one")],
@@ -269,7 +269,8 @@ def test_loop_equals_a_hand_written_pytorch_loop(no_dropout_bert, toy_files, tmp
     import torch
     from transformers import get_linear_schedule_with_warmup
 
-    from bertkit import data, modeling
+    from bertkit.data import dataset as data
+    from bertkit.models import loading as modeling
 
     train, dev = toy_files
     cfg = make_cfg(no_dropout_bert, train, dev, tmp_path / "run", epochs=2, lr=1e-3, weight_decay=0.1, max_grad_norm=0.5)
@@ -345,7 +346,7 @@ def test_an_update_that_overflows_the_weights_is_never_saved(tiny_bert_dir, toy_
 def test_a_checkpoint_saved_before_checksums_still_resumes_and_says_so(tiny_bert_dir, toy_files, tmp_path, monkeypatch):
     """A checkpoint without bertkit_checkpoint.json (written by an older bertkit) is loaded as before; the run's
     result and metrics.json record that it was not verified."""
-    from bertkit import checkpoints
+    from bertkit.training import checkpoints
 
     train, dev = toy_files
     cfg = make_cfg(tiny_bert_dir, train, dev, tmp_path / "cut", save_every=3, epochs=1)

@@ -16,8 +16,8 @@ from transformers import (
     MegatronBertForSequenceClassification,
 )
 
-from bertkit import infer
-from bertkit.data import Encoded, TextDataset
+from bertkit.data.dataset import Encoded, TextDataset
+from bertkit.models import infer
 
 
 def encoded(lengths: list[int]) -> Encoded:
@@ -66,7 +66,7 @@ def test_no_rows_give_an_empty_array_of_the_row_shape():
 
 
 def test_classifier_logits_are_the_models_own_in_input_order(tiny_bert_dir):
-    from bertkit import modeling
+    from bertkit.models import loading as modeling
 
     tokenizer = modeling.load_tokenizer(str(tiny_bert_dir))
     texts = ["a short one", "a somewhat longer sentence with more words in it", "mid length", "ok"]

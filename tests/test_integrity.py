@@ -20,8 +20,9 @@ import pytest
 from safetensors.numpy import load_file
 from typer.testing import CliRunner
 
-from bertkit import checkpoints, faults
-from bertkit.cli import app
+from bertkit.cli.app import app
+from bertkit.io import faults
+from bertkit.training import checkpoints
 
 runner = CliRunner()
 Usage = namedtuple("Usage", "total used free")
@@ -209,7 +210,7 @@ def test_full_disk_in_embed_is_one_message_and_the_store_resumes_byte_identical(
 
 
 def test_full_disk_before_the_merge_is_checked_first(tiny_bert_dir, data, tmp_path, monkeypatch):
-    from bertkit import store
+    from bertkit.features import store
 
     out = tmp_path / "store"
     real = shutil.disk_usage
@@ -277,7 +278,7 @@ def test_a_base_encoder_without_a_trained_head_is_refused(tiny_bert_dir, data, c
 
 def test_predict_with_a_probe_honours_precision_and_max_length(saved_probe, monkeypatch):
     """`predict --probe` used to ignore both: they now reach the feature extraction."""
-    from bertkit import embed
+    from bertkit.features import embed
 
     seen = {}
     real = embed.extract_features

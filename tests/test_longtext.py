@@ -10,11 +10,13 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from bertkit import data, infer, longtext
-from bertkit.cli import app
-from bertkit.config import EmbedConfig, EvaluateConfig, PredictConfig
-from bertkit.data import TextDataset
+from bertkit.cli.app import app
+from bertkit.config.commands import EmbedConfig, EvaluateConfig, PredictConfig
+from bertkit.data import dataset as data
+from bertkit.data.dataset import TextDataset
+from bertkit.encoding import longtext
 from bertkit.errors import UserError
+from bertkit.models import infer
 
 runner = CliRunner()
 WORDS = ("good", "bad", "film", "movie", "plot", "actor", "scene", "boring", "great", "music", "story", "ending")
@@ -27,7 +29,7 @@ def long_text(n_words: int, seed: int) -> str:
 
 @pytest.fixture(scope="module")
 def tokenizer(tiny_bert_dir):
-    from bertkit.modeling import load_tokenizer
+    from bertkit.models.loading import load_tokenizer
 
     return load_tokenizer(str(tiny_bert_dir))
 
@@ -187,7 +189,7 @@ def window_logits_one_by_one(model, windows) -> np.ndarray:
 
 def test_chunked_logits_are_the_max_over_each_texts_windows(classifier_dir):
 
-    from bertkit.predict import load_for_inference
+    from bertkit.predict.run import load_for_inference
 
     model, tokenizer, _ = load_for_inference(str(classifier_dir))
     texts = [long_text(2050, seed=11), "a good film", long_text(300, seed=12)]
@@ -241,11 +243,11 @@ def test_long_text_options_are_checked_together():
 
 
 def test_tokens_report_suggests_chunking_when_many_rows_are_cut(tiny_bert_dir, tmp_path):
-    from bertkit import tokens
+    from bertkit.encoding import report as tokens
 
     path = tmp_path / "docs.tsv"
     path.write_text("text\n" + "\n".join(long_text(300, seed=s) for s in range(5)) + "\nshort\n", encoding="utf-8")
-    from bertkit.config import TokensConfig
+    from bertkit.config.commands import TokensConfig
 
     report = tokens.run_tokens(TokensConfig(model=str(tiny_bert_dir), data=str(path), max_length=64))
     assert any("--long-text chunk" in note and "5 of 6 rows" in note for note in report["notes"])
@@ -260,8 +262,8 @@ def test_finetune_reads_head_plus_tail_of_2000_token_texts(tiny_bert_dir, tmp_pa
     above check), trains on 2,000-token texts and records the choice in the run."""
     import torch
 
-    from bertkit import finetune as finetune_module
-    from bertkit.config import FinetuneConfig
+    from bertkit.config.commands import FinetuneConfig
+    from bertkit.training import finetune as finetune_module
 
     torch.set_num_threads(1)
     rows = [(long_text(2000, seed=i) + (" great" if i % 2 else " awful"), "pos" if i % 2 else "neg") for i in range(8)]
@@ -295,13 +297,13 @@ def window_features_by_hand(encoder, tokenizer, windows) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def encoder(tiny_bert_dir):
-    from bertkit.modeling import load_encoder
+    from bertkit.models.loading import load_encoder
 
     return load_encoder(str(tiny_bert_dir))
 
 
 def test_chunked_embed_is_the_mean_of_each_texts_window_features(encoder, tokenizer):
-    from bertkit.embed import extract_features
+    from bertkit.features.embed import extract_features
 
     texts = [long_text(2100, seed=21), "a short review", long_text(700, seed=22)]
     ds = TextDataset(texts)
@@ -326,7 +328,7 @@ def test_chunked_embed_is_the_mean_of_each_texts_window_features(encoder, tokeni
 def test_embed_truncation_reads_the_tokens_it_keeps(encoder, tokenizer, truncation):
     import torch
 
-    from bertkit.embed import extract_features
+    from bertkit.features.embed import extract_features
 
     ds = TextDataset([long_text(2000, seed=31), "a good film"])
     cut = data.encode_dataset(tokenizer, ds, 64, truncation=truncation)  # its exact cut is checked above
@@ -348,8 +350,8 @@ def write_long_tsv(path, n: int = 8, words: int = 2000):
 
 
 def test_embed_cli_chunk_and_truncation_are_part_of_the_stores_identity(tiny_bert_dir, encoder, tokenizer, tmp_path):
-    from bertkit import store
-    from bertkit.embed import extract_features
+    from bertkit.features import store
+    from bertkit.features.embed import extract_features
 
     path = write_long_tsv(tmp_path / "long.tsv", n=4)
     out = tmp_path / "store"
@@ -381,7 +383,7 @@ def test_embed_cli_chunk_and_truncation_are_part_of_the_stores_identity(tiny_ber
 
 
 def test_stores_made_before_long_text_settings_were_recorded_still_match_their_defaults():
-    from bertkit.store import identity_mismatch
+    from bertkit.features.store import identity_mismatch
 
     new = {"model": "m", "truncation": "head", "long_text": "cut", "stride": None}
     assert identity_mismatch({"model": "m"}, new) == []
@@ -389,8 +391,8 @@ def test_stores_made_before_long_text_settings_were_recorded_still_match_their_d
 
 
 def test_probe_reads_long_texts_as_asked_and_its_saved_probe_does_too(tiny_bert_dir, encoder, tokenizer, tmp_path):
-    from bertkit import probe_io
-    from bertkit.embed import extract_features
+    from bertkit.features.embed import extract_features
+    from bertkit.probe import saved as probe_io
 
     train, dev = write_long_tsv(tmp_path / "train.tsv", n=8), write_long_tsv(tmp_path / "dev.tsv", n=4, words=1500)
     out = tmp_path / "probe"
@@ -418,7 +420,7 @@ def test_probe_reads_long_texts_as_asked_and_its_saved_probe_does_too(tiny_bert_
 
 
 def test_probe_feature_cache_is_keyed_by_how_long_texts_are_read(tmp_path):
-    from bertkit.probe_inputs import cached_features
+    from bertkit.probe.inputs import cached_features
 
     ds = TextDataset(["a", "b"], source="x.tsv")
     calls = []
@@ -454,7 +456,7 @@ def test_a_regression_models_windows_are_averaged(tiny_bert_dir, tmp_path):
 
     model = BertForSequenceClassification.from_pretrained(tiny_bert_dir, num_labels=1, problem_type="regression",
                                                           use_safetensors=True).eval()
-    from bertkit.modeling import load_tokenizer
+    from bertkit.models.loading import load_tokenizer
 
     tokenizer = load_tokenizer(str(tiny_bert_dir))
     texts = [long_text(600, seed=21), "a good film"]

@@ -13,10 +13,10 @@ import pytest
 from sklearn import metrics as skm
 from typer.testing import CliRunner
 
-from bertkit import metrics
-from bertkit.cli import app
-from bertkit.config import EvaluateConfig, FinetuneConfig
+from bertkit.cli.app import app
+from bertkit.config.commands import EvaluateConfig, FinetuneConfig
 from bertkit.errors import UserError
+from bertkit.scoring import metrics
 
 runner = CliRunner()
 
@@ -142,7 +142,7 @@ def test_metric_for_best_must_be_built_in_or_a_given_module():
 def test_finetune_picks_the_best_checkpoint_by_a_local_module(tiny_bert_dir, metric_dir, tmp_path, toy_rows):
     import torch
 
-    from bertkit.finetune import finetune
+    from bertkit.training.finetune import finetune
 
     torch.set_num_threads(1)
     train = tmp_path / "train.tsv"
@@ -158,7 +158,7 @@ def test_finetune_picks_the_best_checkpoint_by_a_local_module(tiny_bert_dir, met
 
 
 def test_finetune_stops_before_work_on_a_module_it_cannot_load(tiny_bert_dir, tmp_path, toy_rows):
-    from bertkit.finetune import finetune
+    from bertkit.training.finetune import finetune
 
     train = tmp_path / "train.tsv"
     train.write_text("sentence\tlabel\n" + "\n".join(f"{t}\t{y}" for t, y in toy_rows) + "\n", encoding="utf-8")
@@ -292,7 +292,7 @@ def test_evaluate_exits_2_on_a_failing_module_and_writes_nothing(classifier_dir,
 @pytest.mark.parametrize("kind", sorted(BAD_BODIES))
 def test_finetune_exits_2_before_training_on_a_failing_module(tiny_bert_dir, bad_metrics, kind, toy_tsv, tmp_path,
                                                                monkeypatch):
-    from bertkit import finetune as finetune_module
+    from bertkit.training import finetune as finetune_module
 
     monkeypatch.setattr(finetune_module, "train_step", lambda *a, **k: pytest.fail("training started"))
     result = runner.invoke(app, ["finetune", "--model", str(tiny_bert_dir), "--data", str(toy_tsv), "--out",
@@ -389,8 +389,8 @@ def test_explicit_accuracy_on_regression_exits_2_and_the_default_becomes_pearson
     result = runner.invoke(app, _finetune_argv(tiny_bert_dir, scores, tmp_path / "a", "--metric-for-best", "accuracy"))
     flat = " ".join(result.output.split())
     assert result.exit_code == 2 and "--metric-for-best accuracy is a single-label metric; this is regression" in flat
-    from bertkit import data
-    from bertkit.finetune import _for_the_shape
+    from bertkit.data import dataset as data
+    from bertkit.training.finetune import _for_the_shape
 
     cfg = FinetuneConfig(data=str(scores), out=str(tmp_path / "b"))
     splits = data.load_splits(cfg, need_labels=True, need_dev=True)
@@ -398,8 +398,8 @@ def test_explicit_accuracy_on_regression_exits_2_and_the_default_becomes_pearson
 
 
 def test_options_the_shape_ignores_are_warned_about(classifier_dir, toy_tsv, tmp_path, caplog, monkeypatch):
-    from bertkit import data
-    from bertkit.finetune import _for_the_shape
+    from bertkit.data import dataset as data
+    from bertkit.training.finetune import _for_the_shape
 
     cfg = FinetuneConfig(data=str(toy_tsv), out=str(tmp_path / "run"), threshold="0.3", metric=("mcc", "pearson"))
     monkeypatch.setattr(logging.getLogger("bertkit"), "propagate", True)  # the CLI turns it off; caplog is at the root

@@ -7,8 +7,8 @@ import shutil
 import pytest
 import torch
 
-from bertkit import modeling
 from bertkit.errors import UserError
+from bertkit.models import loading as modeling
 
 
 @pytest.mark.parametrize("fixture", ["tiny_bert_dir", "tiny_distilbert_dir"])

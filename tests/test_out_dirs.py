@@ -24,9 +24,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from bertkit import runs
-from bertkit.cli import app
+from bertkit.cli.app import app
 from bertkit.errors import UserError
+from bertkit.io import runs
 
 runner = CliRunner()
 COMMANDS = ("tokens", "embed", "probe", "finetune", "evaluate", "bench")
@@ -508,8 +508,8 @@ def test_input_paths_names_every_input_by_the_flag_typed():
 def test_every_predictions_header_predict_writes_is_recognised(tmp_path):
     import numpy as np
 
-    from bertkit import data
-    from bertkit.predict import write_predictions_csv
+    from bertkit.data import dataset as data
+    from bertkit.predict.run import write_predictions_csv
 
     rows = data.TextDataset(["a", "b"], pairs=["c", "d"], line_numbers=[2, 3])
     shapes = {"single_label": (np.array([[0.9, 0.1], [0.2, 0.8]]), np.array([0, 0])),

@@ -13,11 +13,11 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from bertkit.cli import app
-from bertkit.config import FinetuneConfig, PredictConfig
-from bertkit.data import TextDataset
+from bertkit.cli.app import app
+from bertkit.config.commands import FinetuneConfig, PredictConfig
+from bertkit.data.dataset import TextDataset
 from bertkit.errors import UserError
-from bertkit.finetune import finetune, load_for_inference, predict_proba
+from bertkit.training.finetune import finetune, load_for_inference, predict_proba
 
 ROOT = Path(__file__).resolve().parent.parent
 runner = CliRunner()

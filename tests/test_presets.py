@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from bertkit import config, data, presets
-from bertkit.config import EvaluateConfig, FinetuneConfig, PredictConfig, ProbeConfig
+from bertkit.config import commands as config
+from bertkit.config.commands import EvaluateConfig, FinetuneConfig, PredictConfig, ProbeConfig
+from bertkit.data import dataset as data
+from bertkit.data import presets
 from bertkit.errors import UserError
 
 HUB = {  # task: (text, pair, label) in nyu-mll/glue
@@ -128,7 +130,7 @@ def test_a_column_the_preset_chose_is_named_as_the_presets_with_the_override(tmp
     """Issue 20: a missing column that came from --task-preset says so, and which flag overrides the preset."""
     from typer.testing import CliRunner
 
-    from bertkit.cli import app
+    from bertkit.cli.app import app
 
     path = tmp_path / "train.tsv"
     path.write_text("review\tstars\n" + "".join(f"row {i}\t{i % 2}\n" for i in range(10)), encoding="utf-8")

@@ -11,11 +11,13 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from bertkit import plots, probe, probe_io
-from bertkit.cli import app
-from bertkit.config import ProbeConfig
-from bertkit.data import LabelMap, TextDataset
+from bertkit import plots
+from bertkit.cli.app import app
+from bertkit.config.commands import ProbeConfig
+from bertkit.data.dataset import LabelMap, TextDataset
 from bertkit.errors import UserError
+from bertkit.probe import run as probe
+from bertkit.probe import saved as probe_io
 
 runner = CliRunner()
 
@@ -201,8 +203,8 @@ def test_cli_table_marks_best_and_lists_baselines(tiny_bert_dir, toy_files, tmp_
 
 
 def test_saved_probe_predicts_like_the_sweep_and_predict_command_uses_it(tiny_bert_dir, toy_files, tmp_path):
-    from bertkit.config import DataOptions
-    from bertkit.data import load_dataset_split
+    from bertkit.config.commands import DataOptions
+    from bertkit.data.dataset import load_dataset_split
 
     train, dev = toy_files
     out = tmp_path / "run"
@@ -305,8 +307,9 @@ def test_missing_store_and_wrong_pool_are_clear_errors(toy_store, tmp_path):
 def test_one_pass_pooling_equals_extract_features(tiny_bert_dir):
     import torch
 
-    from bertkit import embed, modeling
-    from bertkit.embed import extract_features
+    from bertkit.features import embed
+    from bertkit.features.embed import extract_features
+    from bertkit.models import loading as modeling
 
     tokenizer, encoder = modeling.load_tokenizer(str(tiny_bert_dir)), modeling.load_encoder(str(tiny_bert_dir))
     ds = TextDataset(["a short one", "a somewhat longer sentence with more words in it", "mid length text here"])
@@ -323,8 +326,8 @@ def test_config_fields_are_probe_options_and_recipes_load():
     import dataclasses
     import inspect
 
-    from bertkit import cli
-    from bertkit.config import load_recipe
+    from bertkit.cli import app as cli
+    from bertkit.config.commands import load_recipe
 
     params = set(inspect.signature(cli.probe).parameters)
     assert {f.name for f in dataclasses.fields(ProbeConfig)} <= params

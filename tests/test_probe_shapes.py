@@ -12,11 +12,14 @@ import pytest
 from test_shapes import rating_rows, topic_rows, write_jsonl
 from typer.testing import CliRunner
 
-from bertkit import metrics, probe, probe_io, probe_shapes
-from bertkit.cli import app
-from bertkit.config import FinetuneConfig, ProbeConfig
-from bertkit.data import LabelMap
+from bertkit.cli.app import app
+from bertkit.config.commands import FinetuneConfig, ProbeConfig
+from bertkit.data.dataset import LabelMap
 from bertkit.errors import UserError
+from bertkit.probe import run as probe
+from bertkit.probe import saved as probe_io
+from bertkit.probe import shapes as probe_shapes
+from bertkit.scoring import metrics
 
 runner = CliRunner()
 TAGS = ["a", "b", "c", "d"]

@@ -9,8 +9,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from bertkit import config
-from bertkit.cli import app
+from bertkit.cli.app import app
+from bertkit.config import commands as config
 
 RECIPES = config.list_recipes()
 
@@ -67,7 +67,7 @@ def test_smoke_recipe_end_to_end(tmp_path, monkeypatch):
     tokens = run("tokens")
     assert tokens["splits"][0]["rows"] == 64
     run("embed", "--out", str(tmp_path / "features"))
-    from bertkit import store
+    from bertkit.features import store
 
     stores = store.open_splits(tmp_path / "features")
     assert stores["train"].features.shape == (64, 7, 384) and len(stores["dev"]) == 64

@@ -21,13 +21,13 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from bertkit import config as config_module
-from bertkit import modeling
-from bertkit.cli import app
+from bertkit.cli.app import app
+from bertkit.config import commands as config_module
 from bertkit.errors import UserError
+from bertkit.models import loading as modeling
 
 PACKAGE = Path(__file__).resolve().parent.parent / "bertkit"
-MODEL_LOADER = "modeling.py"
+MODEL_LOADER = "models/loading.py"
 UNPICKLERS = {"pickle", "cPickle", "_pickle", "joblib", "dill", "cloudpickle", "shelve", "marshal"}
 runner = CliRunner()
 
@@ -56,7 +56,7 @@ def _is_const(node: ast.expr | None, value: object) -> bool:
 
 
 def _is_false_default(node: ast.expr) -> bool:
-    """A field default of False: the constant, or `option(False, ...)` (an option declaration, see bertkit.options)."""
+    """A field default of False: the constant, or `option(False, ...)` (an option declaration, see bertkit.config.fields)."""
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "option" and node.args:
         return _is_const(node.args[0], False)
     return _is_const(node, False)
@@ -108,7 +108,7 @@ def scan_source(source: str, filename: str) -> list[str]:
             if _is_const(_keyword(node, flag), False):
                 report(node, f"{name}({flag}=False)")
         if last == "from_pretrained":
-            if Path(filename).name != MODEL_LOADER:
+            if not Path(filename).as_posix().endswith(MODEL_LOADER):
                 report(node, f"{name}() outside bertkit/{MODEL_LOADER} (the only module that loads weights)")
             elif "Model" in root and not _is_const(_keyword(node, "use_safetensors"), True):
                 report(node, f"{name}() loads weights without use_safetensors=True")
@@ -148,10 +148,10 @@ def test_scanner_detects_forbidden_patterns(snippet, expected):
 
 
 def test_scanner_requires_safetensors_in_the_model_loader():
-    assert scan_source("AutoModel.from_pretrained(p, trust_remote_code=flag)", "bertkit/modeling.py")
+    assert scan_source("AutoModel.from_pretrained(p, trust_remote_code=flag)", "bertkit/models/loading.py")
     assert not scan_source("AutoModel.from_pretrained(p, use_safetensors=True, trust_remote_code=flag)",
-                           "bertkit/modeling.py")
-    assert not scan_source("AutoTokenizer.from_pretrained(p, trust_remote_code=flag)", "bertkit/modeling.py")
+                           "bertkit/models/loading.py")
+    assert not scan_source("AutoTokenizer.from_pretrained(p, trust_remote_code=flag)", "bertkit/models/loading.py")
 
 
 def test_scanner_passes_safe_code():
@@ -169,7 +169,7 @@ def test_scanner_passes_safe_code():
 
 def test_package_has_no_unsafe_loading():
     modules = package_modules()
-    assert len(modules) >= 10 and any(p.name == MODEL_LOADER for p in modules)
+    assert len(modules) >= 10 and any(p.as_posix().endswith(MODEL_LOADER) for p in modules)
     problems = [p for path in modules for p in scan_source(path.read_text(encoding="utf-8"), str(path))]
     assert problems == [], "unsafe loading in bertkit/:\n" + "\n".join(problems)
 
@@ -179,7 +179,7 @@ def test_only_modeling_calls_from_pretrained():
     for path in package_modules():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Call) and _dotted(node.func).endswith(".from_pretrained"):
-                callers.add(path.name)
+                callers.add(path.relative_to(PACKAGE).as_posix())
     assert callers == {MODEL_LOADER}
 
 

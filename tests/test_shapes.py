@@ -18,12 +18,14 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from bertkit import data, metrics, objectives
-from bertkit.cli import app
-from bertkit.config import EvaluateConfig, FinetuneConfig, PredictConfig
+from bertkit.cli.app import app
+from bertkit.config.commands import EvaluateConfig, FinetuneConfig, PredictConfig
+from bertkit.data import dataset as data
 from bertkit.errors import UserError
-from bertkit.finetune import finetune
-from bertkit.predict import run_evaluate, run_predict
+from bertkit.predict.run import run_evaluate, run_predict
+from bertkit.scoring import metrics
+from bertkit.scoring import shapes as objectives
+from bertkit.training.finetune import finetune
 
 runner = CliRunner()
 
@@ -282,7 +284,7 @@ def test_regression_objective_is_mse_and_scores_the_first_output():
 
 
 def test_regression_head_starts_at_the_target_mean(tiny_bert_dir):
-    from bertkit import modeling
+    from bertkit.models import loading as modeling
 
     model = modeling.load_classifier(str(tiny_bert_dir), {0: "score"}, problem_type="regression")
     objectives.Regression(np.array([2.0, 4.0, 6.0]), np.array([1.0]), ["score"]).init_head(model)
@@ -417,8 +419,8 @@ def test_predict_and_evaluate_cli_for_tags_and_scores(shaped_runs, tmp_path):
 
 @pytest.mark.parametrize("shape", ["regression", "multi_label"])
 def test_distilling_a_regression_or_multilabel_teacher_keeps_its_shape(shaped_runs, shape, tmp_path):
-    from bertkit import distill
-    from bertkit.config import DistillConfig
+    from bertkit.config.commands import DistillConfig
+    from bertkit.training import distill
 
     cfg = DistillConfig(teacher=str(shaped_runs[shape] / "best"), data=str(shaped_runs[f"{shape}_data"]),
                         out=str(tmp_path / "student"), student_layers=1, epochs=1, batch_size=8, lr=5e-3,
@@ -493,8 +495,8 @@ def test_numbers_or_tags_started_from_a_single_label_folder_are_saved_in_their_s
 
 def test_a_student_started_from_a_regression_folder_is_saved_in_the_teachers_shape(single_from_regression,
                                                                                   shaped_runs, tmp_path):
-    from bertkit import distill
-    from bertkit.config import DistillConfig
+    from bertkit.config.commands import DistillConfig
+    from bertkit.training import distill
 
     cfg = DistillConfig(teacher=str(single_from_regression["run"] / "best"),
                         student=str(shaped_runs["regression"] / "best"), data=str(single_from_regression["train"]),

@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from bertkit import modeling, store
-from bertkit.cli import app
-from bertkit.data import TextDataset
-from bertkit.embed import extract_features
+from bertkit.cli.app import app
+from bertkit.data.dataset import TextDataset
+from bertkit.features import store
+from bertkit.features.embed import extract_features
+from bertkit.models import loading as modeling
 
 ROOT = Path(__file__).resolve().parent.parent
 runner = CliRunner()
@@ -144,7 +145,7 @@ def test_sigkill_then_rerun_is_byte_identical(tiny_bert_dir, toy_tsv, tmp_path):
 
 def test_kill_while_merging_shards_then_rerun_is_byte_identical(tiny_bert_dir, toy_tsv, tmp_path):
     """SIGKILL just before features.npy is renamed into place: the re-run clears the stale temp file."""
-    pytest.importorskip("bertkit.faults")
+    pytest.importorskip("bertkit.io.faults")
     args = ["--model", str(tiny_bert_dir), "--data", str(toy_tsv), "--shard-size", "16"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "BERTKIT_KILL_AT": "replace:features.npy"}
     killed = subprocess.run([sys.executable, "-m", "bertkit", "embed", "--quiet", *args, "--out", str(tmp_path / "k")],

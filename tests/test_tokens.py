@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from bertkit import tokens
-from bertkit.data import TextDataset
+from bertkit.data.dataset import TextDataset
+from bertkit.encoding import report as tokens
 
 
 def test_padding_waste_arithmetic():
@@ -21,7 +21,7 @@ def test_suggested_max_length_covers_p99_and_respects_limit():
 
 
 def test_length_report_fields(tiny_bert_dir):
-    from bertkit.modeling import load_tokenizer
+    from bertkit.models.loading import load_tokenizer
 
     tok = load_tokenizer(str(tiny_bert_dir))
     ds = TextDataset(texts=["a", "a b c d e f g h i j"], labels=[0, 1])
@@ -31,7 +31,7 @@ def test_length_report_fields(tiny_bert_dir):
 
 
 def test_explain_sentence_marks_specials(tiny_bert_dir):
-    from bertkit.modeling import load_tokenizer
+    from bertkit.models.loading import load_tokenizer
 
     out = tokens.explain_sentence(load_tokenizer(str(tiny_bert_dir)), "hi there", "you")
     assert out["tokens"][0] == "[CLS]" and out["special_positions"]["sep"] == [3, 5]

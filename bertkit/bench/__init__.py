@@ -1,0 +1,1 @@
+"""Benchmarks: timing, measures, quality runs, claims and reports (`bertkit bench`)."""

@@ -1,0 +1,850 @@
+"""One frozen dataclass per command: its options (declared once, with `options.option`) and the rules that
+involve several of them; plus recipes.
+
+Field names are the CLI option names with dashes turned into underscores (`--text-column` -> `text_column`),
+so a recipe's keys, the CLI flags and the config fields are one vocabulary. `cli.py` generates every command's
+options from these fields; recipes are checked against the same fields. Each `__post_init__` collects every
+problem (`options.field_problems` for what one declaration says, then the cross-option rules) and raises once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import shlex
+import tomllib
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from bertkit.config.fields import (
+    BENCH,
+    DATA,
+    MODEL,
+    OUTPUT,
+    PRECISIONS,
+    PROBE,
+    RUN,
+    SEED_MAX,
+    alias_map,
+    check_value,
+    field_problems,
+    field_type,
+    flag,
+    option,
+)
+from bertkit.config.fields import command_flags as _command_flags
+from bertkit.config.fields import option_fields as _option_fields
+from bertkit.errors import UserError, raise_if_problems
+
+__all__ = ["SEED_MAX", "check_value", "field_type", "flag"]  # re-exported: the names tests and scripts use
+
+DTYPES = PRECISIONS
+HEADER_MODES = ("auto", "yes", "no")
+POOLS = ("cls", "mean", "max")
+COMBINES = ("concat", "mean", "sum")
+STORE_DTYPES = ("float32", "float16")
+BEST_METRICS = ("accuracy", "f1", "binary_f1", "mcc", "precision", "recall", "roc_auc", "loss", "pearson", "spearman",
+                "mse", "mae", "micro_f1", "macro_f1", "subset_accuracy", "hamming_loss")
+"""The built-in metrics (scikit-learn/scipy, offline; `bertkit.scoring.metrics`); any other --metric is an evaluate module."""
+TRUNCATIONS = ("head", "tail", "head+tail")
+LONG_TEXT_MODES = ("cut", "chunk")
+TASKS = ("auto", "single_label", "multi_label", "regression")
+THRESHOLD_MODES = ("tune", "tune-per-label")
+CLASS_WEIGHTS = ("none", "balanced")
+BENCH_PROTOCOLS = ("standard", "paper")
+BENCH_QUALITY = ("none", "probe", "finetune", "probe,finetune")
+RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"  # packaged: a wheel install has them
+TRUST_HELP = "Allow custom code from the model repository (off by default: it runs arbitrary code)."
+PRECISION_HELP = "Compute precision. auto = bf16 where the hardware runs it natively (GPU, AVX512-BF16/AMX CPU), else fp32."
+
+
+def option_fields(config_cls: type) -> set[str]:
+    """Names of the config fields that are CLI options (and valid recipe keys)."""
+    return {f.name for f in _option_fields(config_cls)}
+
+
+def check_values(config_cls: type, values: dict[str, Any], where: str) -> dict[str, Any]:
+    """Every value type-checked against `config_cls` (see `options.check_value`); all problems in one UserError."""
+    by_name = {f.name: f for f in fields(config_cls)}
+    checked, problems = {}, []
+    for name, value in values.items():
+        try:
+            checked[name] = check_value(by_name[name], value)
+        except TypeError as exc:
+            problems.append(f"{flag(name)[2:]} {exc}")
+    if problems:
+        raise UserError(f"{where}: {'; '.join(problems)}. Fix the value{'s' if len(problems) > 1 else ''} "
+                        f"(a command-line flag overrides a recipe value).")
+    return checked
+
+
+def check_positive(problems: list[str], value: int | float | None, name: str, *, allow_none: bool = True) -> None:
+    """Record a problem unless `value` is > 0 (or None where allowed)."""
+    if value is None and allow_none:
+        return
+    if value is None or value <= 0:
+        problems.append(f"{flag(name)} must be a positive number, got {value!r}.")
+
+
+def check_device(problems: list[str], value: str, *, check_available: bool = True) -> None:
+    """Record a problem unless --device names a device (cpu, cuda, cuda:N, mps, auto) that this machine has."""
+    if value in ("auto", "cpu"):
+        return
+    from bertkit.models.loading import device_problem  # imports torch: only for a device other than auto/cpu
+
+    problem = device_problem(value, check_available=check_available)
+    if problem:
+        problems.append(problem)
+
+
+def layers_problem(spec: str | None, default: str = "-1") -> list[str]:
+    """A problem with --layers (the syntax; the range is checked against the model)."""
+    try:
+        parse_layers(spec if spec is not None else default)
+    except ValueError:
+        return [f"--layers must be -1, a comma list of distinct layer indices (e.g. -4,-3,-2,-1; 0 = embeddings), "
+                f"or all; got {spec!r}."]
+    return []
+
+
+def parse_layers(spec: str | int) -> list[int] | None:
+    """`--layers`: `all` -> None; `-1` / `-4,-3,-2,-1` / `0,6` -> list of hidden-state indices.
+
+    Index 0 is the embedding output, 1..L the encoder layers; negative indices count from the last layer.
+    Raises ValueError on anything else.
+    """
+    text = str(spec).strip().lower()
+    if text == "all":
+        return None
+    parts = [p.strip() for p in text.split(",")]
+    if not parts or any(not p.lstrip("-").isdigit() for p in parts):
+        raise ValueError(spec)
+    values = [int(p) for p in parts]
+    if len(set(values)) != len(values):
+        raise ValueError(spec)
+    return values
+
+
+# ---------------------------------------------------------------- the commands
+
+
+@dataclass(frozen=True)
+class DataOptions:
+    """Where the data comes from and which columns to use; shared by every command that reads a dataset."""
+
+    data: str | None = option(None, "Training (or only) data: a .csv/.tsv/.txt/.json/.jsonl/.parquet file, or a hub "
+                              "dataset name.", panel=DATA)
+    dev: str | None = option(None, "Dev data: a file, or a split name of the hub dataset given by --data. Omitted: a "
+                             "stratified hold-out of --data (--dev-fraction).", panel=DATA)
+    test: str | None = option(None, "Test data: a file, or a split name of the hub dataset.", panel=DATA)
+    data_config: str | None = option(None, "Hub dataset configuration (e.g. sst2 for nyu-mll/glue).", panel=DATA)
+    train_split: str = option("train", "Split of the hub dataset used as training data.", panel=DATA)
+    text_column: str | None = option(None, "Text column: a name, or a 0-based index for headerless files. Default: "
+                                     "sentence/text/first column.", panel=DATA)
+    text_pair_column: str | None = option(None, "Second text column for sentence pairs (encoded as a true pair).",
+                                          panel=DATA)
+    label_column: str | None = option(None, "Label column: a name or 0-based index; integer or string labels.",
+                                      panel=DATA)
+    encoding: str = option("utf-8", "Text encoding of local files.", panel=DATA)
+    header: str = option("auto", "Header row in CSV/TSV files.", panel=DATA, choices=HEADER_MODES)
+    dev_fraction: float = option(0.1, "Share of --data held out (stratified) as dev when --dev is not given.",
+                                 panel=DATA)
+    limit: int | None = option(None, "Use only the first N rows of each split (quick runs).", panel=DATA, above=0)
+    seed: int = option(42, "Random seed (splits, sampling, initialisation).", panel=RUN)
+    task_preset: str | None = option(None, "A GLUE task: glue/cola, sst2, mrpc, qqp, stsb, mnli, qnli, rte or wnli. "
+                                     "Fills the columns (hub data or the GLUE TSV files), problem type and official "
+                                     "metrics that no flag or recipe sets.", panel=DATA)
+
+    def data_problems(self) -> list[str]:
+        """The option-level problems plus the data options' own rules (a --task-preset fills unset options first)."""
+        from bertkit.data.presets import apply_preset
+
+        for f in fields(self):  # a repeatable option not given arrives from the CLI as None
+            if getattr(self, f.name) is None and f.default == () and field_type(f)[0] is tuple:
+                object.__setattr__(self, f.name, ())
+        problems = apply_preset(self)
+        problems += field_problems(self)
+        fraction = self.dev_fraction
+        if isinstance(fraction, float) and math.isfinite(fraction) and not 0.0 < fraction < 1.0:
+            problems.append(f"--dev-fraction must be between 0 and 1 (exclusive); got {fraction}.")
+        return problems
+
+
+@dataclass(frozen=True)
+class TruncationOption:
+    """Which tokens of an over-long text are kept: every command that runs a model on text."""
+
+    truncation: str = option("head", "Which tokens a text longer than --max-length keeps: head (the first), tail (the "
+                             "last), head+tail (the first quarter and the last three quarters of the budget; Sun et "
+                             "al. 2019).", panel=MODEL, choices=TRUNCATIONS)
+
+
+@dataclass(frozen=True)
+class LongTextOptions(TruncationOption):
+    """Texts longer than the window: cut them (--truncation), or run every window and pool (embed/probe/predict/
+    evaluate)."""
+
+    long_text: str = option("cut", "Texts longer than --max-length: cut (see --truncation) or chunk (overlapping "
+                            "windows of --max-length tokens, pooled: features by mean, logits by max; nothing is "
+                            "cut).", panel=MODEL, choices=LONG_TEXT_MODES)
+    stride: int | None = option(None, "Tokens neighbouring windows share with --long-text chunk (default: a quarter "
+                                "of --max-length).", panel=MODEL, minimum=0)
+
+    def long_text_problems(self) -> list[str]:
+        """--stride only with chunking, and smaller than the text part of a window (it would never move on)."""
+        if self.stride is None:
+            return []
+        if self.long_text != "chunk":
+            return [f"--stride is the overlap of --long-text chunk windows, but --long-text is {self.long_text}. "
+                    f"Add --long-text chunk, or drop --stride."]
+        window = getattr(self, "max_length", 0)
+        if isinstance(self.stride, int) and isinstance(window, int) and self.stride >= window - 2:
+            return [f"--stride {self.stride} must be smaller than the window: --max-length {window} leaves {window - 2} "
+                    f"text tokens next to [CLS] and [SEP], and windows sharing {self.stride} of them never move on. "
+                    f"Pass a smaller --stride (e.g. --stride {max(window // 4, 0)}) or a larger --max-length."]
+        return []
+
+
+@dataclass(frozen=True)
+class MetricOptions:
+    """Extra metrics: built-in names, or `evaluate` modules (hub names, cached or online; local metric scripts)."""
+
+    metric: tuple[str, ...] = option((), "A metric to report (repeatable, or a comma list): a built-in name, or an "
+                                     "evaluate module: a hub name (matthews_correlation, glue:mrpc) from the hub or "
+                                     "the local evaluate cache, or a local metric script (.py or its folder).",
+                                     panel=RUN)
+
+    @property
+    def metric_list(self) -> list[str]:
+        """--metric values, comma lists split, in order, without repeats."""
+        names = [part.strip() for value in self.metric for part in str(value).split(",") if part.strip()]
+        return list(dict.fromkeys(names))
+
+    @property
+    def external_metrics(self) -> list[str]:
+        """The --metric values that are evaluate modules (not built-in names)."""
+        return [name for name in self.metric_list if name not in BEST_METRICS]
+
+
+@dataclass(frozen=True)
+class LabelOptions(DataOptions):
+    """How labels are read where their shape matters (fine-tuning, evaluation): tag lists as well as single labels."""
+
+    label_sep: str | None = option(None, "Multi-label data: the separator of the tags in one label cell (e.g. \"|\"). "
+                                   "JSON/parquet list cells and several 0/1 columns (--label-column a,b,c) need none.",
+                                   panel=DATA)
+
+    def data_problems(self) -> list[str]:
+        problems = super().data_problems()
+        if isinstance(self.label_sep, str) and not self.label_sep.strip():
+            problems.append(f"--label-sep must be a visible separator such as \"|\" or \";\"; got {self.label_sep!r}.")
+        return problems
+
+
+def threshold_problems(value: str) -> list[str]:
+    """--threshold: tune, tune-per-label, or a number strictly between 0 and 1."""
+    if value in THRESHOLD_MODES:
+        return []
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    if 0.0 < number < 1.0:
+        return []
+    return [f"--threshold must be a probability strictly between 0 and 1 (e.g. 0.5), tune (one threshold chosen on "
+            f"dev) or tune-per-label; got {value!r}."]
+
+
+@dataclass(frozen=True)
+class TaskOptions(LabelOptions):
+    """The problem shape of labelled data and the multi-label decision threshold: commands that learn from labels of
+    every shape (finetune, probe)."""
+
+    task: str = option("auto", "Problem shape. auto: tag lists, --label-sep or several label columns -> multi_label; "
+                       "numbers with fractions -> regression; else single_label.", panel=DATA, choices=TASKS)
+    threshold: str = option("tune", "Multi-label decision threshold on each sigmoid: a probability in (0, 1), tune "
+                            "(one threshold, best dev micro-F1) or tune-per-label (one per label, best dev F1).",
+                            numbers=True)
+
+    def task_problems(self) -> list[str]:
+        """--threshold in (0, 1) or a tuning mode; --label-sep only where tags are read."""
+        problems = threshold_problems(self.threshold)
+        if self.label_sep is not None and self.task in ("single_label", "regression"):
+            problems.append(f"--label-sep splits tag lists (multi-label data); it does not apply to --task {self.task}. "
+                            f"Drop --label-sep, or pass --task multi_label (or auto).")
+        return problems
+
+
+@dataclass(frozen=True)
+class TokensConfig(DataOptions):
+    """`bertkit tokens`: how a tokenizer sees a sentence, or the token-length profile of a dataset."""
+
+    model: str = option("minilm-offline", "Model (tokenizer): a hub id, a local folder, or `minilm-offline`.",
+                        panel=MODEL)
+    text: str | None = option(None, "A sentence to show token by token (instead of --data).", panel=DATA)
+    text_pair: str | None = option(None, "Second sentence, encoded as a pair with --text.", panel=DATA)
+    max_length: int = option(128, "Max length used to report truncation and padding waste.", panel=MODEL, above=0)
+    batch_size: int = option(32, "Batch size for the padding-waste estimate.", above=0)
+    out: str | None = option(None, "Run directory for tokens.json and the histogram PNG.", panel=OUTPUT)
+    overwrite: bool = option(False, "Replace an --out that holds a tokens run with other options (swapped in once "
+                             "the new report is complete).", panel=OUTPUT)
+    trust_remote_code: bool = option(False, TRUST_HELP, panel=MODEL)
+
+    def __post_init__(self) -> None:
+        problems = self.data_problems()
+        if (self.text is None) == (self.data is None):
+            problems.append("Give exactly one of --text (a sentence) or --data (a dataset).")
+        if self.text_pair is not None and self.text is None:
+            problems.append("--text-pair needs --text.")
+        raise_if_problems(problems)
+
+
+@dataclass(frozen=True)
+class EmbedConfig(LongTextOptions, DataOptions):
+    """`bertkit embed`: pooled encoder features for every row, written to a sharded, resumable store."""
+
+    # embed writes every row of every split it is given and makes no hold-out split, so these
+    # DataOptions fields are not options of the command (nor valid recipe keys).
+    NOT_OPTIONS = ("seed", "dev_fraction")
+    HELP_OVERRIDES = {"dev": "Dev data (a file or a hub split), embedded into OUT/dev; no hold-out is made.",
+                      "test": "Test data (a file or a hub split), embedded into OUT/test."}
+
+    model: str = option("minilm-offline", "Encoder: a hub id, a local folder, or `minilm-offline`.", panel=MODEL)
+    pool: str = option("cls", "Token pooling (mean/max ignore padding).", panel=MODEL, choices=POOLS)
+    layers: str = option("-1", "Hidden states to pool: -1 (last), a list like -4,-3,-2,-1 (0 = embeddings), or all.",
+                         panel=MODEL)
+    combine: str = option("concat", "How several --layers are combined (all + concat keeps a layer axis).",
+                          panel=MODEL, choices=COMBINES)
+    max_length: int = option(128, "Truncate inputs to this many tokens (truncated rows are counted).", panel=MODEL,
+                             above=0)
+    batch_size: str = option("auto", "Rows per batch, or auto (a padded-token budget from the model size).")
+    precision: str = option("auto", PRECISION_HELP, choices=PRECISIONS, aliases=("--dtype",))
+    store_dtype: str = option("float32", "Stored precision (float16 halves the disk).", panel=OUTPUT,
+                              choices=STORE_DTYPES)
+    normalize: bool = option(False, "L2-normalise every feature vector (each layer's for --layers all).",
+                             panel=OUTPUT)
+    shard_size: int = option(2048, "Rows per shard: the unit of streaming writes and of resume.", panel=OUTPUT,
+                             above=0)
+    device: str = option("auto", "cpu, cuda, cuda:N, mps or auto.")
+    out: str | None = option(None, "Store directory (with --dev/--test: OUT/train, OUT/dev, OUT/test).", panel=OUTPUT)
+    overwrite: bool = option(False, "Replace a store made with other settings (swapped in once the new one is "
+                             "complete).", panel=OUTPUT)
+    trust_remote_code: bool = option(False, TRUST_HELP, panel=MODEL)
+
+    def __post_init__(self) -> None:
+        problems = self.data_problems()
+        if self.data is None:
+            problems.append("--data is required: the file (or hub dataset) whose rows to embed.")
+        if not self.out:
+            problems.append("--out is required: the directory the feature store is written to.")
+        problems += layers_problem(self.layers)
+        problems += self.long_text_problems()
+        if str(self.batch_size) != "auto" and (not str(self.batch_size).isdigit() or int(self.batch_size) <= 0):
+            problems.append(f"--batch-size must be a positive integer or auto; got {self.batch_size!r}.")
+        check_device(problems, self.device)
+        raise_if_problems(problems)
+
+    @property
+    def rows_per_batch(self) -> int | None:
+        """--batch-size as a number, or None for `auto`."""
+        return None if str(self.batch_size) == "auto" else int(self.batch_size)
+
+
+@dataclass(frozen=True)
+class FinetuneConfig(TruncationOption, MetricOptions, TaskOptions):
+    """`bertkit finetune`: full fine-tuning (BERT paper grid defaults: lr 5e-5, batch 32, 3 epochs, warmup 0.1)."""
+
+    model: str = option("minilm-offline", "Pretrained encoder to fine-tune: hub id, local folder, or `minilm-offline`.",
+                        panel=MODEL)
+    out: str | None = option(None, "Run directory: checkpoints, best/ and final/ models, metrics, plots. Re-running "
+                             "the same command resumes it.", panel=OUTPUT)
+    epochs: int = option(3, "Passes over the training data (BERT paper: 2-4).", above=0)
+    lr: float = option(5e-5, "Peak AdamW learning rate (BERT paper: 5e-5, 3e-5, 2e-5; small encoders such as MiniLM "
+                       "barely move at 2e-5 in short runs).", above=0)
+    batch_size: int = option(32, "Rows per forward pass per process (BERT paper: 16, 32); an optimizer step sees "
+                             "batch x grad-accum x processes rows.", above=0)
+    grad_accum: int = option(1, "Batches accumulated per optimizer step (a larger effective batch).", above=0)
+    warmup_ratio: float = option(0.1, "Share of the optimizer steps with linear learning-rate warmup, in [0, 1).",
+                                 minimum=0)
+    weight_decay: float = option(0.01, "AdamW weight decay on weight matrices (never on biases and LayerNorm).",
+                                 minimum=0)
+    max_grad_norm: float = option(1.0, "Clip the gradient norm to this value (0 turns clipping off).", minimum=0)
+    max_length: int = option(128, "Truncate inputs to this many tokens (batches are padded to their longest row).",
+                             panel=MODEL, above=0)
+    precision: str = option("auto", PRECISION_HELP, choices=PRECISIONS, aliases=("--dtype",))
+    eval_every: str = option("epoch", "Evaluate on dev every N optimizer steps, or `epoch` (every epoch's end is "
+                             "always evaluated).")
+    early_stopping_patience: int | None = option(None, "Stop after N evaluations without improvement of "
+                                                 "--metric-for-best.", above=0)
+    metric_for_best: str | None = option(None, "Dev metric that picks the best checkpoint: a built-in one (accuracy, "
+                                         "f1, binary_f1, mcc, precision, recall, roc_auc, loss), or a --metric evaluate "
+                                         "module or one of its scores. Regression: pearson, spearman, mse, mae; multi-label: "
+                                         "micro_f1, macro_f1, subset_accuracy, hamming_loss. Default: accuracy (pearson / "
+                                         "micro_f1 for those shapes), or the --task-preset's official metric.")
+    class_weight: str = option("none", "balanced weighs the loss by inverse class frequency (imbalanced data).",
+                               choices=CLASS_WEIGHTS)
+    freeze_encoder: bool = option(False, "Train only the classification head (the encoder stays frozen).",
+                                  panel=MODEL)
+    fast_forward: bool = option(True, "BERT/DistilBERT: compute the last layer only where the logits need it ([CLS]); "
+                                "same logits and gradients, fewer FLOPs. Off: the model's own forward.", panel=MODEL)
+    save_every: int | None = option(100, "Checkpoint every N optimizer steps (and at every epoch's end) for resuming.",
+                                    panel=OUTPUT, above=0)
+    overwrite: bool = option(False, "Replace an --out that holds a run with other options (swapped in once the new "
+                             "run is complete).", panel=OUTPUT)
+    trust_remote_code: bool = option(False, TRUST_HELP, panel=MODEL)
+
+    def __post_init__(self) -> None:
+        problems = self.data_problems()
+        if self.data is None:
+            problems.append("--data is required: the training file (or hub dataset).")
+        if not self.out:
+            problems.append("--out is required: the run directory (re-running with the same --out resumes).")
+        if isinstance(self.warmup_ratio, float) and math.isfinite(self.warmup_ratio) and not self.warmup_ratio < 1.0:
+            problems.append(f"--warmup-ratio must be in [0, 1); got {self.warmup_ratio}.")
+        if self.eval_every != "epoch" and not (str(self.eval_every).isdigit() and int(self.eval_every) > 0):
+            problems.append(f"--eval-every must be a positive number of steps or `epoch`; got {self.eval_every!r}.")
+        # None (no flag, recipe or preset): the problem shape's headline metric, chosen once the data is read
+        problems += metric_for_best_problems(self.metric_for_best, self.external_metrics)
+        problems += self.task_problems()
+        raise_if_problems(problems)
+
+
+@dataclass(frozen=True)
+class DistillConfig(FinetuneConfig):
+    """`bertkit distill`: a smaller student trained on a fine-tuned teacher's soft targets (DistilBERT's recipe), with
+    the fine-tuning loop's options, checkpoints and exact resume, and a teacher-vs-student report."""
+
+    # the student comes from --teacher (or --student); the teacher's soft targets are computed on head-cut texts
+    NOT_OPTIONS = ("model", "truncation")
+
+    teacher: str | None = option(None, "The fine-tuned teacher: a `bertkit finetune` best/ or final/ folder (any "
+                                 "folder with a trained sequence-classification head).", panel=MODEL)
+    student_layers: int = option(3, "Student depth: this many evenly spaced layers copied from the teacher (same "
+                                 "width, embeddings and head), the DistilBERT way.", panel=MODEL, above=0)
+    student: str | None = option(None, "A smaller pretrained encoder as the student instead of copied layers (hub "
+                                 "id or folder; --student-layers is then not used).", panel=MODEL)
+    temperature: float = option(2.0, "Softmax temperature of the soft targets (higher: softer).", above=0)
+    alpha: float = option(0.5, "Weight of the soft-target loss (KL to the teacher); 1 - alpha weighs the hard "
+                          "labels. In [0, 1].", minimum=0)
+    cos_weight: float = option(0.0, "Weight of a cosine loss between student and teacher [CLS] vectors (DistilBERT "
+                               "used one; needs the same hidden size).", minimum=0)
+    report: bool = option(True, "After training, measure teacher vs student (size, batch-1 latency, throughput, "
+                          "dev quality) and check the DistilBERT claims.", panel=OUTPUT)
+
+    def __post_init__(self) -> None:
+        if self.teacher is not None:  # messages and records name the teacher where a command names its model
+            object.__setattr__(self, "model", self.student or self.teacher)
+        problems: list[str] = []
+        try:
+            super().__post_init__()
+        except UserError as exc:
+            problems.append(str(exc))
+        if self.teacher is None:
+            problems.append("--teacher is required: the fine-tuned model to distil (e.g. runs/sst2/best).")
+        if isinstance(self.alpha, float) and not 0.0 <= self.alpha <= 1.0:
+            problems.append(f"--alpha must be in [0, 1] (the share of the soft-target loss); got {self.alpha}.")
+        raise_if_problems(problems)
+
+
+def metric_for_best_problems(name: str | None, external: list[str]) -> list[str]:
+    """--metric-for-best must be a built-in metric, or name a --metric evaluate module (or one of its scores,
+    `NAME/score`): a module is loaded before training starts, so a missing one stops the run at once. (Whether the
+    data's problem shape has it is checked once the data is read, before training: `objectives.best_metric`.)"""
+    if name is None or name in BEST_METRICS or name in external:
+        return []
+    stems = {Path(spec.partition(":")[0]).stem: spec for spec in external}
+    if name in stems or name.partition("/")[0] in stems:
+        return []
+    close = difflib.get_close_matches(name, BEST_METRICS, n=1)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    return [f"--metric-for-best {name!r} is not a built-in metric{hint} ({', '.join(BEST_METRICS)}) nor one of the "
+            f"--metric evaluate modules ({', '.join(external) or 'none given'}). To pick the best checkpoint by an "
+            f"evaluate module, also pass it: --metric {name} --metric-for-best {name}."]
+
+
+def _blank_text_problems(texts: tuple[str, ...]) -> list[str]:
+    """--text values that are empty or only invisible characters, refused as the --data path refuses empty cells."""
+    from bertkit.data.dataset import is_blank_text  # data.py owns what counts as an empty text
+
+    blank = [str(i) for i, text in enumerate(texts, start=1) if is_blank_text(text)]
+    if not blank:
+        return []
+    return [f"--text number {', '.join(blank)} (of {len(texts)}) is empty or only whitespace/invisible characters; "
+            f"a model cannot classify an empty text. Drop it or pass a sentence."]
+
+
+@dataclass(frozen=True)
+class PredictConfig(LongTextOptions, DataOptions):
+    """`bertkit predict`: labels and probabilities from a fine-tuned model (or a saved probe)."""
+
+    # reads one --data file (or --text) and makes no split: these DataOptions fields are not its options.
+    NOT_OPTIONS = ("dev", "test", "dev_fraction", "seed")
+    NO_PRESET = ("label_column",)  # data to label need not have labels (GLUE's test files have none)
+
+    model: str | None = option(None, "Fine-tuned model folder (e.g. runs/sst2/best).", panel=MODEL)
+    probe: str | None = option(None, "A probe saved by `bertkit probe` (instead of --model).", panel=MODEL)
+    text: tuple[str, ...] = option((), "A sentence to classify (repeatable), instead of --data.", panel=DATA)
+    out: str | None = option(None, "CSV file for the predictions (written atomically; never one of the inputs).",
+                             panel=OUTPUT)
+    batch_size: int = option(64, "Rows per inference batch (sorted by length; output keeps the input order).",
+                             above=0)
+    max_length: int = option(128, "Truncate inputs to this many tokens.", panel=MODEL, above=0)
+    precision: str = option("fp32", "Compute precision (auto = bf16 where native).", choices=PRECISIONS,
+                            aliases=("--dtype",))
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "text", tuple(self.text or ()))
+        problems = self.data_problems()
+        if (self.model is None) == (self.probe is None):
+            problems.append("Give exactly one of --model (a fine-tuned folder) or --probe (a saved probe).")
+        if bool(self.text) == (self.data is not None):
+            problems.append("Give exactly one of --text (repeatable) or --data (a file to label).")
+        problems += _blank_text_problems(self.text)
+        problems += self.long_text_problems()
+        if self.probe is not None and (self.long_text != "cut" or self.truncation != "head"):
+            problems.append("--long-text chunk and --truncation tail/head+tail work with --model; a saved --probe "
+                            "reads texts as its features were extracted (the settings saved with it). Drop them, or "
+                            "use a fine-tuned --model.")
+        raise_if_problems(problems)
+
+
+@dataclass(frozen=True)
+class EvaluateConfig(LongTextOptions, MetricOptions, LabelOptions):
+    """`bertkit evaluate`: metrics of a fine-tuned model on labelled data."""
+
+    # reads one --data file and makes no split: these DataOptions fields are not its options.
+    NOT_OPTIONS = ("dev", "test", "dev_fraction", "seed")
+
+    model: str | None = option(None, "Fine-tuned model folder (e.g. runs/sst2/best).", panel=MODEL)
+    out: str | None = option(None, "Run directory for metrics.json, predictions.csv and the confusion-matrix PNG.",
+                             panel=OUTPUT)
+    overwrite: bool = option(False, "Replace an --out that holds an evaluate run with other options (swapped in once "
+                             "the new one is complete).", panel=OUTPUT)
+    batch_size: int = option(64, "Rows per inference batch (sorted by length).", above=0)
+    max_length: int = option(128, "Truncate inputs to this many tokens.", panel=MODEL, above=0)
+    precision: str = option("fp32", "Compute precision (auto = bf16 where native).", choices=PRECISIONS,
+                            aliases=("--dtype",))
+
+    def __post_init__(self) -> None:
+        problems = self.data_problems()
+        if self.model is None:
+            problems.append("--model is required: a fine-tuned model folder (e.g. runs/sst2/best).")
+        if self.data is None:
+            problems.append("--data is required: a labelled file (pass --label-column if it is not `label`).")
+        problems += self.long_text_problems()
+        raise_if_problems(problems)
+
+
+@dataclass(frozen=True)
+class ProbeConfig(LongTextOptions, MetricOptions, TaskOptions):
+    """`bertkit probe`: linear probes on frozen features, per pooling and layer, with baselines: logistic regression
+    (one label), one-vs-rest logistic regression (tags) or ridge regression (numbers)."""
+
+    features: str | None = option(None, "A `bertkit embed` store (its --out directory) instead of --data.",
+                                  panel=DATA)
+    model: str | None = option(None, "Encoder for on-the-fly features (default minilm-offline); with --features it "
+                               "must match the store.", panel=MODEL)
+    pool: str | None = option(None, "Poolings to compare: cls, mean, max, comma-separated (default cls, or the "
+                              "store's).", panel=MODEL)
+    layers: str | None = option(None, "Layers probed one by one: -1, a list like 0,3,6 (0 = embeddings), or all "
+                                "(default -1, or every layer in the store).", panel=MODEL)
+    max_length: int = option(128, "Truncate inputs to this many tokens when extracting features.", panel=MODEL,
+                             above=0)
+    batch_size: int = option(64, "Rows per batch for feature extraction.", above=0)
+    precision: str = option("auto", PRECISION_HELP, choices=PRECISIONS, aliases=("--dtype",))
+    normalize: bool = option(False, "L2-normalise features before the probe (extraction option).", panel=MODEL)
+    C: float | None = option(None, "Inverse regularisation strength (default 1.0 without --cv; regression: ridge "
+                             "alpha = 1/C, chosen by --cv 5 unless given).", panel=PROBE,
+                             above=0)
+    cv: int | None = option(None, "Choose C by K-fold cross-validation (data order; stratified for one label per "
+                            "row).", panel=PROBE,
+                            minimum=2)
+    C_grid: str | None = option(None, "C values for --cv, comma-separated, or `alammar` (linspace(0.0001, 100, 20)). "
+                                "Default: 0.001..10.", panel=PROBE)
+    class_weight: str = option("none", "balanced weighs classes by inverse frequency (imbalanced data).",
+                               panel=PROBE, choices=CLASS_WEIGHTS)
+    repeats: int = option(0, "Refit the best cell N times on random 80% train subsets (mean ± std).", panel=PROBE,
+                          minimum=0)
+    baselines: bool = option(True, "Also score majority class, TF-IDF + LR on the raw text, and the same encoder with "
+                             "random weights.", panel=PROBE)
+    out: str | None = option(None, "Run directory: config, metrics, plots, saved probe, cached features.",
+                             panel=OUTPUT)
+    overwrite: bool = option(False, "Replace an --out that holds a probe run with other options (swapped in once the "
+                             "new one is complete).", panel=OUTPUT)
+    trust_remote_code: bool = option(False, TRUST_HELP, panel=MODEL)
+
+    def __post_init__(self) -> None:
+        problems = self.data_problems()
+        if (self.features is None) == (self.data is None):
+            problems.append("Give exactly one of --features (a `bertkit embed` store) or --data (text to extract from).")
+        problems += self.long_text_problems()
+        problems += [f"--pool must be one of {', '.join(POOLS)}; got {pool!r}." for pool in self.pools
+                     if pool not in POOLS]
+        if len(set(self.pools)) != len(self.pools) or not self.pools:
+            problems.append(f"--pool must list distinct poolings (cls, mean, max), e.g. cls,mean; got {self.pool!r}.")
+        problems += layers_problem(self.layers)
+        problems += self.task_problems()
+        if self.features is not None and (self.task in ("multi_label", "regression") or self.label_sep is not None):
+            problems.append("--features stores hold one class per row; probe tags or numbers from the text with --data "
+                            "(and --task / --label-sep).")
+        if self.C is not None and self.cv is not None:
+            problems.append("--C fixes the regularisation and --cv searches for it; give one of them.")
+        if self.C_grid is not None:
+            if self.cv is None:
+                problems.append("--C-grid is searched with cross-validation; add --cv K (e.g. --cv 5).")
+            try:
+                _ = self.c_values
+            except ValueError:
+                problems.append(f"--C-grid must be positive finite numbers separated by commas (e.g. 0.01,0.1,1), or "
+                                f"alammar; got {self.C_grid!r}.")
+        raise_if_problems(problems)
+
+    @property
+    def pools(self) -> list[str]:
+        """--pool as a list (default: cls)."""
+        return [p.strip() for p in str(self.pool or "cls").split(",") if p.strip()]
+
+    @property
+    def c_values(self) -> list[float] | None:
+        """--C-grid as numbers (None: the default grid). Raises ValueError on a bad grid."""
+        if self.C_grid is None:
+            return None
+        if self.C_grid.strip().lower() == "alammar":
+            return [0.0001 + i * (100 - 0.0001) / 19 for i in range(20)]
+        values = [float(v) for v in self.C_grid.split(",") if v.strip()]
+        if not values or any(not math.isfinite(v) or v <= 0 for v in values):
+            raise ValueError(self.C_grid)
+        return values
+
+
+@dataclass(frozen=True)
+class BenchConfig(DataOptions):
+    """`bertkit bench`: speed, size, memory and optional quality of several encoders, side by side."""
+
+    models: str | None = option(None, "Comma-separated hub ids or folders, e.g. "
+                                "distilbert-base-uncased,bert-base-uncased.", panel=MODEL)
+    preset: str | None = option(None, "distilbert-vs-bert: exact DistilBertConfig() vs BertConfig() shapes, random "
+                                "init, works offline.", panel=MODEL)
+    random_init: bool = option(False, "Build --models from their configs with random weights (speed/size only).",
+                               panel=MODEL)
+    max_length: int = option(128, "Truncation length, and the width of static padding.", panel=MODEL, above=0)
+    protocol: str = option("standard", "standard (latency, throughput, training step) or paper (CPU, batch 1, one "
+                           "full pass over the data).", panel=BENCH, choices=BENCH_PROTOCOLS)
+    batch_sizes: str = option("1,8,32", "Throughput batch sizes, comma-separated.", panel=BENCH)
+    train_batch_size: int = option(32, "Batch size of the timed training step (0 skips it).", panel=BENCH, minimum=0)
+    warmup: int = option(1, "Untimed warm-up iterations per model and measurement.", panel=BENCH, minimum=0)
+    min_iters: int = option(3, "Minimum timed iterations per measurement and model.", panel=BENCH, above=0)
+    min_seconds: float = option(2.0, "Minimum timed seconds per measurement and model.", panel=BENCH, minimum=0)
+    rounds: int = option(2, "Chunks per measurement, alternating models (A B A B) so drift hits both.", panel=BENCH,
+                         above=0)
+    precision: str = option("auto", PRECISION_HELP, panel=BENCH, choices=PRECISIONS, aliases=("--dtype",))
+    device: str = option("auto", "cpu, cuda, cuda:N, mps or auto.", panel=BENCH)
+    threads: int | None = option(None, "torch intra-op threads (default: torch's choice).", panel=BENCH, above=0)
+    quality: str = option("none", "none, probe, finetune or probe,finetune: score each model through those commands, "
+                          "same settings.", panel=BENCH)
+    quality_args: str | None = option(None, "Extra flags for every quality command, e.g. \"--epochs 1\".", panel=BENCH)
+    out: str | None = option(None, "Directory for bench.json, bench.md, bench.png (default runs/bench).",
+                             panel=OUTPUT)
+    overwrite: bool = option(False, "Replace an --out that holds a bench run with other options (swapped in once the "
+                             "new one is complete).", panel=OUTPUT)
+    trust_remote_code: bool = option(False, TRUST_HELP, panel=MODEL)
+
+    def __post_init__(self) -> None:
+        problems = self.data_problems()
+        if (self.models is None) == (self.preset is None):
+            problems.append("Give exactly one of --models (comma-separated names) or --preset (e.g. distilbert-vs-bert).")
+        if self.preset is not None and self.random_init:
+            problems.append("--random-init goes with --models; --preset already builds random-init models.")
+        if self.models is not None and not self.model_list:
+            problems.append("--models is empty; pass comma-separated names, e.g. --models distilbert-base-uncased,bert-base-uncased.")
+        if (",".join(self.quality_kinds) or "none") not in BENCH_QUALITY:
+            problems.append(f"--quality must be one of {', '.join(BENCH_QUALITY)}; got {self.quality!r}.")
+        try:
+            sizes = self.batch_size_list
+            if not sizes or min(sizes) <= 0:
+                raise ValueError
+        except ValueError:
+            problems.append(f"--batch-sizes must be comma-separated positive integers, e.g. 1,8,32; got {self.batch_sizes!r}.")
+        if self.quality_kinds and self.data is None:
+            problems.append("--quality needs labelled --data (and usually --dev); pass them, or drop --quality.")
+        check_device(problems, self.device, check_available=self.protocol != "paper")  # paper runs on the CPU
+        problems += quality_args_problems([k for k in self.quality_kinds if k in QUALITY_COMMANDS], self.quality_args)
+        raise_if_problems(problems)
+
+    @property
+    def model_list(self) -> list[str]:
+        return [m.strip() for m in (self.models or "").split(",") if m.strip()]
+
+    @property
+    def batch_size_list(self) -> tuple[int, ...]:
+        return tuple(int(v) for v in str(self.batch_sizes).split(",") if v.strip())
+
+    @property
+    def quality_kinds(self) -> list[str]:
+        order = ("probe", "finetune")
+        asked = {q.strip() for q in str(self.quality).split(",") if q.strip() and q.strip() != "none"}
+        return [q for q in order if q in asked] + sorted(asked - set(order))
+
+
+QUALITY_COMMANDS = ("probe", "finetune")
+CLI_ONLY_FLAGS = {"--quiet": False, "-q": False, "--json": False, "--recipe": True}
+"""Options every command has that are not config fields -> whether they take a value."""
+SET_BY_BENCH = ("--model", "--out", "--features", "--data", "--dev", "--test")
+"""Quality-command options `bertkit bench` sets itself, per model (a --quality-args copy would override them)."""
+
+
+def command_flags(config_cls: type) -> dict[str, bool]:
+    """Every option of the command configured by `config_cls` -> whether it takes a value (tests check this
+    against the real Typer command)."""
+    return _command_flags(config_cls, CLI_ONLY_FLAGS)
+
+
+def quality_args_problems(kinds: list[str], quality_args: str | None) -> list[str]:
+    """Problems of `bench --quality-args` for the quality commands `kinds`, found before any benchmark runs."""
+    if quality_args is None:
+        return []
+    if not kinds:
+        return ["--quality-args is passed to the --quality commands, but --quality is none, so it would be ignored. "
+                "Add --quality probe (or finetune), or drop --quality-args."]
+    try:
+        args = shlex.split(quality_args)
+    except ValueError as exc:
+        return [f"--quality-args {quality_args!r} cannot be split into arguments ({exc}). Balance the quotes, e.g. "
+                f"--quality-args \"--epochs 1 --lr 3e-5\"."]
+    problems: list[str] = []
+    for kind in kinds:
+        problems += _command_args_problems(kind, args)
+    return problems
+
+
+def _command_args_problems(kind: str, args: list[str]) -> list[str]:
+    options = command_flags(config_for_command(kind))
+    problems, unknown, i = [], [], 0
+    while i < len(args):
+        token = args[i]
+        name = token.split("=", 1)[0]
+        if name not in options:
+            close = difflib.get_close_matches(name, options, n=1)
+            unknown.append(f"{token!r}" + (f" (did you mean {close[0]}?)" if close else ""))
+            if token.startswith("-") and "=" not in token and i + 1 < len(args) and not args[i + 1].startswith("-"):
+                i += 1  # an unknown option's value is not a second problem
+        elif name in SET_BY_BENCH:
+            problems.append(f"--quality-args: {name} is set by `bertkit bench` itself for each model; pass the "
+                            f"data options to bench directly and drop {name} from --quality-args.")
+        elif options[name] and "=" not in token:
+            if i + 1 >= len(args):
+                problems.append(f"--quality-args: {name} needs a value (e.g. {name} 1).")
+            i += 1
+        i += 1
+    if unknown:
+        listed = ", ".join(sorted(o for o in options if o.startswith("--")))
+        problems.insert(0, f"--quality-args: `bertkit {kind}` has no option {', '.join(unknown)} (the arguments go "
+                           f"to every --quality command). Its options: {listed}.")
+    return problems
+
+
+# ---------------------------------------------------------------- recipes
+
+
+def recipe_path(name_or_path: str) -> Path:
+    """A recipe file: an existing path, or the name of a file in `recipes/` (with or without `.toml`)."""
+    path = Path(name_or_path)
+    if path.is_file():
+        return path
+    candidate = RECIPES_DIR / (name_or_path if name_or_path.endswith(".toml") else f"{name_or_path}.toml")
+    if candidate.is_file():
+        return candidate
+    known = ", ".join(sorted(p.stem for p in RECIPES_DIR.glob("*.toml"))) or "(none found)"
+    raise UserError(
+        f"Recipe {name_or_path!r} not found: it is neither a file nor a recipe name. "
+        f"Known recipes: {known}. Pass --recipe with a path to a .toml file or one of those names."
+    )
+
+
+def load_recipe(name_or_path: str, command: str, config_cls: type) -> dict[str, Any]:
+    """The `[command]` table of a recipe, keys normalised to field names; unknown keys are an error."""
+    path = recipe_path(name_or_path)
+    try:
+        document = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise UserError(f"Recipe {path} is not valid TOML: {exc}. Fix the file or pick another recipe.") from None
+    if command not in document:
+        tables = ", ".join(f"[{t}]" for t in document) or "none"
+        raise UserError(
+            f"Recipe {path} has no [{command}] table (it has: {tables}); it is for another command. "
+            f"Run `bertkit {next(iter(document), command)} --recipe {name_or_path}` or add a [{command}] table."
+        )
+    aliases = alias_map(config_cls)  # an option's older name (e.g. dtype for precision) is still a valid key
+    values = {aliases.get(k, k): value for k, value in ((key.replace("-", "_"), v) for key, v in document[command].items())}
+    valid = option_fields(config_cls)
+    unknown = sorted(set(values) - valid)
+    if unknown:
+        raise UserError(
+            f"Recipe {path} [{command}] has unknown keys: {', '.join(unknown)}. "
+            f"Valid keys are the options of `bertkit {command}`: {', '.join(sorted(flag(v)[2:] for v in valid))}."
+        )
+    return check_values(config_cls, values, f"Recipe {path} [{command}] has a value of the wrong type")
+
+
+def merge_config(config_cls: type, defaults: dict[str, Any], explicit: dict[str, Any], recipe: dict[str, Any]):
+    """Build a config with precedence: explicit CLI flag > recipe value > default."""
+    values = {f.name: defaults[f.name] for f in fields(config_cls) if f.name in defaults}
+    values.update(recipe)
+    values.update(explicit)
+    try:
+        return config_cls(**values)
+    except TypeError as exc:  # a recipe value of the wrong shape reaches the dataclass
+        raise UserError(f"Invalid configuration: {exc}. Check the recipe's value types.") from None
+
+
+def config_dict(config: Any) -> dict[str, Any]:
+    """The resolved config as a plain dict (for config.json in a run directory)."""
+    return dataclasses.asdict(config)
+
+
+def config_for_command(command: str) -> type:
+    """The config class of a command by convention: `finetune` -> `FinetuneConfig`."""
+    cls = globals().get(f"{command.capitalize()}Config")
+    if cls is None or not dataclasses.is_dataclass(cls):
+        raise UserError(f"No command named {command!r} takes recipes. Commands: {', '.join(recipe_commands())}.")
+    return cls
+
+
+def recipe_commands() -> list[str]:
+    """Commands that have a config class (and therefore accept --recipe)."""
+    return sorted(
+        name[: -len("Config")].lower()
+        for name, value in globals().items()
+        if name.endswith("Config") and dataclasses.is_dataclass(value) and name != "DataOptions"
+    )
+
+
+@dataclass(frozen=True)
+class RecipeInfo:
+    """One recipe file: its name, the commands it configures, and its header comment."""
+
+    name: str
+    path: Path
+    commands: tuple[str, ...]
+    summary: str
+    result: str
+
+
+def describe_recipe(path: Path) -> RecipeInfo:
+    """Name, tables and header comment of a recipe (`# Result:` line = the measured result)."""
+    text = path.read_text(encoding="utf-8")
+    comments = [line.lstrip("#").strip() for line in text.splitlines() if line.startswith("#")]
+    result = next((c.split(":", 1)[1].strip() for c in comments if c.lower().startswith("result:")), "")
+    summary = next((c for c in comments if c and not c.lower().startswith(("result:", "run:", "$"))), "")
+    try:
+        tables = tuple(tomllib.loads(text))
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"Recipe {path} is not valid TOML: {exc}.") from None
+    return RecipeInfo(path.stem, path, tables, summary, result)
+
+
+def list_recipes() -> list[RecipeInfo]:
+    """Every recipe shipped in recipes/, sorted by name."""
+    return [describe_recipe(p) for p in sorted(RECIPES_DIR.glob("*.toml"))]

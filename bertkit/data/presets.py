@@ -1,0 +1,111 @@
+"""`--task-preset glue/<task>`: the columns, problem type and official metric(s) of every GLUE task, for the hub
+data (`nyu-mll/glue`, one configuration per task) and for the TSV files of the GLUE download, in one table.
+
+A preset only fills what the command line and the recipe left unset (an option still None, `auto`, or an empty
+list), so the precedence is: explicit flag > recipe > preset > default.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+from bertkit.config.fields import option_fields
+
+HUB_DATASET = "nyu-mll/glue"
+HUB_NAMES = (HUB_DATASET, "glue")
+
+
+@dataclass(frozen=True)
+class Preset:
+    """One GLUE task: (text, pair, label) columns in the hub data and in the GLUE TSV download, the problem type,
+    the official metric(s) (the first one picks the best checkpoint) and the hub's dev/test split names."""
+
+    task: str
+    hub_columns: tuple[str, str | None, str]
+    tsv_columns: tuple[str, str | None, str]
+    metrics: tuple[str, ...]
+    problem: str = "single_label"
+    dev_split: str = "validation"
+    test_split: str | None = None
+    tsv_header: str = "auto"
+
+
+PRESETS: dict[str, Preset] = {p.task: p for p in (
+    # CoLA's TSV has no header: source, label, original mark, sentence.
+    Preset("cola", ("sentence", None, "label"), ("3", None, "1"), ("mcc",), tsv_header="no"),
+    Preset("sst2", ("sentence", None, "label"), ("sentence", None, "label"), ("accuracy",)),
+    # GLUE's F1 for MRPC and QQP is the F1 of the positive class (paraphrase / duplicate), not macro-F1.
+    Preset("mrpc", ("sentence1", "sentence2", "label"), ("#1 String", "#2 String", "Quality"),
+           ("binary_f1", "accuracy")),
+    Preset("qqp", ("question1", "question2", "label"), ("question1", "question2", "is_duplicate"),
+           ("binary_f1", "accuracy")),
+    Preset("stsb", ("sentence1", "sentence2", "label"), ("sentence1", "sentence2", "score"),
+           ("pearson", "spearman"), problem="regression"),
+    # MNLI is scored on both dev sets: matched (dev) and mismatched (test, or `bertkit evaluate` on it).
+    Preset("mnli", ("premise", "hypothesis", "label"), ("sentence1", "sentence2", "gold_label"), ("accuracy",),
+           dev_split="validation_matched", test_split="validation_mismatched"),
+    Preset("qnli", ("question", "sentence", "label"), ("question", "sentence", "label"), ("accuracy",)),
+    Preset("rte", ("sentence1", "sentence2", "label"), ("sentence1", "sentence2", "label"), ("accuracy",)),
+    Preset("wnli", ("sentence1", "sentence2", "label"), ("sentence1", "sentence2", "label"), ("accuracy",)),
+)}
+PRESET_NAMES = tuple(f"glue/{task}" for task in PRESETS)
+
+
+def find_preset(name: str) -> Preset | None:
+    """The preset called `name` (`glue/cola`; `cola` alone is accepted too), or None."""
+    key = str(name).strip().lower()
+    return PRESETS.get(key.removeprefix("glue/"))
+
+
+def preset_values(preset: Preset, data: str | None, *, text_given: bool = False) -> dict[str, Any]:
+    """Option values of `preset` for the data source `data`: hub columns and split names for the hub dataset (or
+    no --data: then --data is the hub dataset, unless --text gives the input), the TSV columns for a local file."""
+    from bertkit.data.dataset import is_local_source  # data.py alone knows what a local source is
+
+    local = data is not None and is_local_source(data)
+    text, pair, label = preset.tsv_columns if local else preset.hub_columns
+    values: dict[str, Any] = {"text_column": text, "text_pair_column": pair, "label_column": label,
+                              "metric": preset.metrics, "metric_for_best": preset.metrics[0], "task": preset.problem}
+    if local:
+        values["header"] = preset.tsv_header
+        return values
+    if data is None and not text_given:
+        values["data"] = HUB_DATASET
+    if data is None or data in HUB_NAMES:
+        values.update(data_config=preset.task, dev=preset.dev_split, test=preset.test_split)
+    return values
+
+
+def preset_origin(config: Any, key: str) -> str | None:
+    """`glue/<task>` when option `key` of `config` holds the value its --task-preset gives (for messages: a column
+    the preset chose is not one the user typed), else None."""
+    preset = find_preset(getattr(config, "task_preset", None) or "")
+    if preset is None:
+        return None
+    values = preset_values(preset, getattr(config, "data", None), text_given=bool(getattr(config, "text", None)))
+    given = getattr(config, key, None)
+    return f"glue/{preset.task}" if given is not None and key in values and str(values[key]) == str(given) else None
+
+
+def is_unset(value: Any) -> bool:
+    """Whether an option value leaves the choice open (a preset may fill it): None, `auto`, or an empty list."""
+    return value is None or value == "auto" or value == ()
+
+
+def apply_preset(config: Any) -> list[str]:
+    """Fill the unset options of a config from its --task-preset, in place (configs are frozen: this runs in
+    `__post_init__`); the problems found (an unknown preset name)."""
+    name = getattr(config, "task_preset", None)
+    if name is None:
+        return []
+    preset = find_preset(name)
+    if preset is None:
+        return [f"--task-preset must be one of {', '.join(PRESET_NAMES)}; got {name!r}."]
+    values = preset_values(preset, config.data, text_given=bool(getattr(config, "text", None)))
+    options = {f.name for f in option_fields(type(config))} - set(getattr(config, "NO_PRESET", ()))
+    by_name = {f.name: f for f in fields(config)}
+    for key, value in values.items():
+        if key in options and key in by_name and value is not None and is_unset(getattr(config, key)):
+            object.__setattr__(config, key, value)
+    return []

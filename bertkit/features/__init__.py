@@ -1,0 +1,1 @@
+"""Features: pooling, extraction, the on-disk store and the `bertkit embed` command."""

@@ -1,0 +1,367 @@
+"""Embedding stores on disk: shards while writing, one memory-mappable array when done, plus a manifest.
+
+Layout of a complete store (a directory)::
+
+    manifest.json    provenance + identity + shapes; written last, so its presence means "complete"
+    features.npy     float32/float16, shape (n, dim) or (n, layers, dim); plain .npy, `numpy.load(mmap_mode="r")`
+    labels.npy       int64 label ids (only when the data had labels; the mapping is in the manifest)
+
+While a run is in progress the directory holds ``identity.json`` (what the store is being made from) and
+``shards/shard-NNNNN.npy`` + ``shard-NNNNN.json``: shard k holds rows ``[k*S, (k+1)*S)`` of the input in the
+original order. Every file is written atomically (temp file + fsync + rename), a shard only once it is
+complete, so a process killed at any point leaves only whole shards behind; a re-run skips them. When every
+shard exists the shards are streamed into ``features.npy`` (bounded memory), the manifest is written, and the
+shards are removed. The result is byte-identical whether or not the run was interrupted.
+
+With ``--dev``/``--test``, ``bertkit embed`` writes one complete store per split (``OUT/train``, ``OUT/dev``,
+``OUT/test``) and an ``OUT/splits.json`` index; `open_splits` reads either shape.
+
+Fault points for the reliability tests (bertkit/faults.py): "embed.shard" counts shards written by this process
+(`BERTKIT_FAIL_AFTER_SHARDS=k` fails after k of them; `BERTKIT_FAIL_SIGNAL=KILL` SIGKILLs instead), plus the named
+kill points `embed.shard.before_rename` and `embed.finalize.before_manifest`. None is active in normal use.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bertkit.config.commands import STORE_DTYPES
+from bertkit.data.dataset import LabelMap
+from bertkit.errors import UserError
+from bertkit.io import disk, faults
+from bertkit.io.runs import atomic_path, remove_owned, write_json_atomic
+
+log = logging.getLogger(__name__)
+
+FORMAT = "bertkit-store/1"
+MANIFEST = "manifest.json"
+IDENTITY = "identity.json"
+FEATURES = "features.npy"
+LABELS = "labels.npy"
+SHARDS = "shards"
+SPLITS_INDEX = "splits.json"
+SPLIT_NAMES = ("train", "dev", "test")
+FAIL_HOOK_ENV = faults.FAIL_AFTER_SHARDS_ENV  # the test suites' names for the counted fault point "embed.shard"
+FAIL_SIGNAL_ENV = faults.FAIL_SIGNAL_ENV
+
+
+# ---------------------------------------------------------------- reading
+
+
+@dataclass
+class Store:
+    """A complete store opened for reading; `features` is memory-mapped (nothing is loaded until indexed)."""
+
+    path: Path
+    features: np.ndarray
+    labels: np.ndarray | None
+    label_map: LabelMap | None
+    manifest: dict[str, Any]
+
+    def __len__(self) -> int:
+        return int(self.features.shape[0])
+
+    @property
+    def dim(self) -> int:
+        return int(self.features.shape[-1])
+
+    @property
+    def layer_names(self) -> list[str] | None:
+        """For `--layers all` stores: names of the layer axis (`embeddings`, `layer 1`, ...)."""
+        return self.manifest.get("layer_names")
+
+
+def open(path: str | Path) -> Store:  # noqa: A001 - `bertkit.store.open` reads like `numpy.load`
+    """Open a complete store; a split store (OUT with train/dev/test) opens its `train` part."""
+    root = Path(path).expanduser()
+    if not (root / MANIFEST).is_file() and (root / "train" / MANIFEST).is_file():
+        root = root / "train"
+    manifest = _read_manifest(root)
+    try:
+        features = np.load(root / FEATURES, mmap_mode="r")
+        labels = np.load(root / LABELS) if (root / LABELS).is_file() else None
+    except (ValueError, OSError, EOFError) as exc:  # truncated or overwritten array files
+        raise UserError(
+            f"Store {root} is damaged: {FEATURES}/{LABELS} cannot be read ({exc}). "
+            f"Re-run `bertkit embed` with --overwrite to rebuild it."
+        ) from None
+    expected = tuple(manifest["shape"])
+    if features.shape != expected:
+        raise UserError(
+            f"Store {root} is damaged: {FEATURES} has shape {features.shape} but the manifest says {expected}. "
+            f"Re-run `bertkit embed` with --overwrite to rebuild it."
+        )
+    label_map = LabelMap.from_json(manifest["label_map"]) if manifest.get("label_map") else None
+    return Store(root, features, labels, label_map, manifest)
+
+
+def open_splits(path: str | Path) -> dict[str, Store]:
+    """{split name: Store}: the sub-stores of a split store, or {"train": store} for a single store."""
+    root = Path(path).expanduser()
+    if (root / MANIFEST).is_file():
+        return {"train": open(root)}
+    names = [n for n in SPLIT_NAMES if (root / n / MANIFEST).is_file()]
+    index = root / SPLITS_INDEX
+    if index.is_file():
+        names = json.loads(index.read_text(encoding="utf-8"))["splits"]
+    if not names:
+        raise UserError(_not_a_store_message(root))
+    return {name: open(root / name) for name in names}
+
+
+def _not_a_store_message(root: Path) -> str:
+    if (root / IDENTITY).is_file() or any((root / n / IDENTITY).is_file() for n in SPLIT_NAMES):
+        return (
+            f"{root} is an unfinished embedding store (a run was interrupted). Re-run the same `bertkit embed` "
+            f"command to finish it."
+        )
+    return (
+        f"{root} is not a bertkit embedding store (no {MANIFEST}). Pass the --out directory of a finished "
+        f"`bertkit embed` run."
+    )
+
+
+def _read_manifest(root: Path) -> dict[str, Any]:
+    if not (root / MANIFEST).is_file():
+        raise UserError(_not_a_store_message(root))
+    try:
+        manifest = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UserError(f"{root / MANIFEST} is not valid JSON ({exc}). Rebuild the store with --overwrite.") from None
+    if manifest.get("format") != FORMAT:
+        raise UserError(
+            f"{root} has format {manifest.get('format')!r}; this bertkit reads {FORMAT!r}. Rebuild it with --overwrite."
+        )
+    return manifest
+
+
+# ---------------------------------------------------------------- writing
+
+
+def shard_ranges(n_rows: int, shard_size: int) -> list[tuple[int, int]]:
+    """Shard k covers rows [k*S, min((k+1)*S, n)) of the input, in the original order."""
+    return [(start, min(start + shard_size, n_rows)) for start in range(0, n_rows, shard_size)]
+
+
+IDENTITY_DEFAULTS = {"truncation": "head", "long_text": "cut", "stride": None}
+"""Identity keys added after stores were first written, with the value every store made before had: such a store
+still resumes (and counts as complete) under the same settings."""
+
+
+def identity_mismatch(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """The settings that differ between two identities, as `key: old -> new` lines."""
+    old = {**IDENTITY_DEFAULTS, **old} if old else old
+    keys = sorted(set(old) | set(new))
+    return [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys if old.get(k) != new.get(k)]
+
+
+class StoreWriter:
+    """Writes one store: `prepare` (identity check, resume), `write_shard` per shard, `finalize` at the end.
+
+    Several processes may write disjoint shards of the same store (multi-process runs); only one of them
+    (rank 0) calls `prepare(..., create=True)` and `finalize`.
+    """
+
+    def __init__(self, path: str | Path, identity: dict[str, Any], n_rows: int, shard_size: int,
+                 row_shape: tuple[int, ...], store_dtype: str):
+        if store_dtype not in STORE_DTYPES:
+            raise UserError(f"--store-dtype must be one of {', '.join(STORE_DTYPES)}; got {store_dtype!r}.")
+        self.path = Path(path).expanduser()
+        self.identity = identity
+        self.n_rows = n_rows
+        self.shard_size = shard_size
+        self.row_shape = tuple(row_shape)
+        self.dtype = np.dtype(store_dtype)
+        self.ranges = shard_ranges(n_rows, shard_size)
+        self.written_here = 0
+
+    # -- state of the directory
+
+    def status(self) -> str:
+        """'complete' (same identity, finished), 'partial' (same identity, unfinished) or 'new' (empty dir)."""
+        if (self.path / MANIFEST).is_file():
+            manifest = _read_manifest(self.path)
+            self._check_identity(manifest.get("identity", {}), finished=True)
+            self._remove_work_files()  # a run killed right after its manifest left them behind
+            return "complete"
+        if (self.path / IDENTITY).is_file():
+            try:
+                old = json.loads((self.path / IDENTITY).read_text(encoding="utf-8"))
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                old = {"unreadable": True}
+            self._check_identity(old, finished=False)
+            return "partial"
+        return "new"
+
+    def _check_identity(self, old: dict[str, Any], finished: bool) -> None:
+        diff = identity_mismatch(old, self.identity)
+        if diff:
+            what = "an embedding store" if finished else "an unfinished embedding store"
+            raise UserError(
+                f"--out {self.path} already holds {what} made with different settings:\n  "
+                + "\n  ".join(diff)
+                + "\nUse a new --out directory, re-run with the store's settings, or pass --overwrite to replace it."
+            )
+
+    def prepare(self, create: bool = True) -> str:
+        """Start or resume in a claimed run directory (`runs.claim_run_dir`); returns the status before this call
+        ('new'/'partial'/'complete')."""
+        status = self.status()
+        if status == "partial" and create:
+            for stale in [*self.path.glob(".*.tmp"), *(self.path / SHARDS).glob(".*.tmp")]:
+                stale.unlink(missing_ok=True)  # temp files of a killed run (a SIGKILL skips their cleanup)
+        if status != "complete" and create:
+            try:
+                (self.path / SHARDS).mkdir(parents=True, exist_ok=True)
+                if status == "new":
+                    write_json_atomic(self.path / IDENTITY, self.identity)
+            except OSError as exc:
+                if disk.is_disk_full(exc):
+                    raise disk.full_error(self.path, disk.with_margin(self.features_bytes())) from None
+                raise UserError(
+                    f"Cannot write to --out {self.path} ({exc.strerror or exc}). Choose a directory you can write to."
+                ) from None
+        return status
+
+    def features_bytes(self) -> int:
+        """Size of the finished features.npy (the shards hold as much again until the merge removes them)."""
+        return int(np.prod((self.n_rows, *self.row_shape))) * self.dtype.itemsize
+
+    def shard_file(self, k: int) -> Path:
+        return self.path / SHARDS / f"shard-{k:05d}.npy"
+
+    def shard_meta_file(self, k: int) -> Path:
+        return self.path / SHARDS / f"shard-{k:05d}.json"
+
+    def shard_done(self, k: int) -> bool:
+        """A shard is complete when its metadata and its array exist and the array has the expected shape."""
+        meta, array = self.shard_meta_file(k), self.shard_file(k)
+        if not (meta.is_file() and array.is_file()):
+            return False
+        start, end = self.ranges[k]
+        try:
+            found = np.load(array, mmap_mode="r")
+            json.loads(meta.read_text(encoding="utf-8"))
+        except (ValueError, OSError, json.JSONDecodeError):
+            return False
+        return found.shape == (end - start, *self.row_shape) and found.dtype == self.dtype
+
+    def pending_shards(self, rank: int = 0, world: int = 1) -> list[int]:
+        """Shards this process (rank of world) still has to write."""
+        return [k for k in range(len(self.ranges)) if k % world == rank and not self.shard_done(k)]
+
+    def write_shard(self, k: int, features: np.ndarray, meta: dict[str, Any]) -> None:
+        """Write shard k atomically (metadata first, the array last: the array's presence commits the shard)."""
+        start, end = self.ranges[k]
+        expected = (end - start, *self.row_shape)
+        if features.shape != expected:
+            raise ValueError(f"shard {k}: features shape {features.shape}, expected {expected}")
+        array = np.ascontiguousarray(features, dtype=self.dtype)
+        with disk.writing(self.path / SHARDS, disk.with_margin(array.nbytes)):
+            write_json_atomic(self.shard_meta_file(k), {"shard": k, "rows": [start, end], **meta})
+            with atomic_path(self.shard_file(k)) as tmp:
+                with tmp.open("wb") as handle:
+                    np.save(handle, array)
+                _kill_point("embed.shard.before_rename")
+        self.written_here += 1
+        faults.fail_point("embed.shard", self.written_here)
+
+    def all_shards_done(self) -> bool:
+        return all(self.shard_done(k) for k in range(len(self.ranges)))
+
+    def shard_metas(self) -> list[dict[str, Any]]:
+        return [json.loads(self.shard_meta_file(k).read_text(encoding="utf-8")) for k in range(len(self.ranges))]
+
+    def finalize(self, manifest: dict[str, Any], labels: np.ndarray | None) -> Store:
+        """Merge the shards into features.npy, write labels and the manifest (last), remove the shards."""
+        missing = [k for k in range(len(self.ranges)) if not self.shard_done(k)]
+        if missing:
+            raise RuntimeError(f"cannot finalize {self.path}: shards {missing[:10]} are missing")
+        shape = (self.n_rows, *self.row_shape)
+        need = disk.with_margin(self.features_bytes() + 8 * self.n_rows)
+        with disk.writing(self.path, need):  # features, labels and the manifest
+            with atomic_path(self.path / FEATURES) as tmp:
+                merged = np.lib.format.open_memmap(tmp, mode="w+", dtype=self.dtype, shape=shape)
+                disk.preallocate(tmp)  # a full disk is ENOSPC now, not SIGBUS while the shards are copied in
+                for k, (start, end) in enumerate(self.ranges):
+                    merged[start:end] = np.load(self.shard_file(k), mmap_mode="r")
+                merged.flush()
+                del merged
+            if labels is not None:
+                with atomic_path(self.path / LABELS) as tmp:
+                    with tmp.open("wb") as handle:
+                        np.save(handle, np.asarray(labels, dtype=np.int64))
+            full = {"format": FORMAT, **manifest, "identity": self.identity, "shape": list(shape), "store_dtype":
+                    str(self.dtype), "files": {"features": FEATURES, "labels": LABELS if labels is not None else None}}
+            _kill_point("embed.finalize.before_manifest")
+            write_json_atomic(self.path / MANIFEST, full)
+        self._remove_work_files()
+        return open(self.path)
+
+    def _remove_work_files(self) -> None:
+        """Shards, identity and the temp files of writes that a killed run never renamed (can be store-sized); in
+        shards/ only the files bertkit wrote (`runs.remove_owned`)."""
+        if (self.path / SHARDS).exists():
+            kept = remove_owned(self.path / SHARDS, "shards")
+            if kept:
+                log.warning("kept %s: it holds what bertkit did not write (%s)", self.path / SHARDS, kept[:5])
+        (self.path / IDENTITY).unlink(missing_ok=True)
+        for tmp in self.path.glob(".*.tmp"):
+            tmp.unlink(missing_ok=True)
+
+
+def _kill_point(name: str) -> None:
+    """A named SIGKILL point for the fault-injection suite (`bertkit.io.faults`, env BERTKIT_KILL_AT); no-op otherwise."""
+    if os.environ.get("BERTKIT_KILL_AT"):
+        from bertkit.io import faults
+
+        faults.maybe_kill(name)
+
+
+def run_differences(root: Path, identities: dict[str, dict[str, Any]], split_layout: bool) -> list[str]:
+    """What differs between the store(s) in `root` and the stores a run would write (empty: the same run).
+
+    `identities` maps each split to its identity; with `split_layout` each split is a store in `root/<split>`."""
+    single = (root / MANIFEST).is_file() or (root / IDENTITY).is_file()
+    split = [n for n in SPLIT_NAMES if (root / n).is_dir()]
+    if (split_layout and single) or (not split_layout and split):
+        have, want = ("a single store", "one store per split") if single else ("one store per split", "a single store")
+        return [f"layout: {have} -> {want} (--dev/--test decide)"]
+    extra = [n for n in split if n not in identities]
+    differences = [f"splits: {split} -> {list(identities)}"] if extra else []
+    for name, identity in identities.items():
+        path = root / name if split_layout else root
+        old = _stored_identity(path)
+        if old is not None:
+            prefix = f"{name} " if split_layout else ""
+            differences += [prefix + line for line in identity_mismatch(old, identity)]
+    return differences
+
+
+def _stored_identity(path: Path) -> dict[str, Any] | None:
+    """The identity a (complete or unfinished) store in `path` was made with; None when there is none."""
+    if (path / MANIFEST).is_file():
+        return dict(_read_manifest(path).get("identity", {}))
+    if (path / IDENTITY).is_file():
+        try:
+            return dict(json.loads((path / IDENTITY).read_text(encoding="utf-8")))
+        except (json.JSONDecodeError, UnicodeDecodeError, TypeError, ValueError):
+            return {"unreadable": True}
+    return None
+
+
+def write_splits_index(root: Path, splits: list[str]) -> None:
+    with disk.reported(root, disk.MARGIN_BYTES):
+        write_json_atomic(root / SPLITS_INDEX, {"format": FORMAT, "splits": splits})
+
+
+def store_size_bytes(path: Path) -> int:
+    """Bytes on disk under `path` (a store or a split store)."""
+    return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())

@@ -1,0 +1,1 @@
+"""Writing outputs safely: atomic writes, run directories and their ownership, disk checks, fault points."""

@@ -1,0 +1,308 @@
+"""The [CLS]-only last layer: for allowlisted BERT and DistilBERT models, the same result for less work.
+
+A sequence classifier (and `embed --pool cls`) reads one vector of the last layer it runs: the output at
+position 0 ([CLS]). The `transformers` forward computes that layer for every token anyway. Here the model's own
+code runs its embeddings and every layer but the last (see `first_layers`); the last layer then computes keys
+and values for all tokens (position 0 attends to them) but its query, attention output and feed-forward block
+for position 0 only. That is the same arithmetic for the logits - and so for the gradients - with about
+(12 - 2) / 12 of one layer's matrix products skipped. In training on a CPU, that layer's dropout masks come from
+`torch.rand` (one uniform per element) instead of `bernoulli_`, which is cheaper there; the masks follow the same
+distribution (keep with 1 - p, scale by 1 / (1 - p)) and the global RNG, so seeding and checkpointed RNG states
+still make runs reproducible.
+
+Which models may take this path is decided in ONE place, `unsupported_reason`: an allowlist of architectures
+(`ALLOWLIST`) whose layer layout this module knows, plus configuration checks. `SequenceClassifier` (finetune,
+predict, evaluate, distill) and `embed` (layer pruning and the [CLS]-only top layer) both ask it, and both check
+themselves once against the model's own forward (`agreement`), falling back to it with a logged warning if the
+two disagree. The wrapped model is untouched: its weights are the parameters being trained and it is what
+`save_pretrained` writes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+log = logging.getLogger(__name__)
+
+ALLOWLIST = {
+    "BertModel": "bert", "BertForSequenceClassification": "bert",
+    "DistilBertModel": "distilbert", "DistilBertForSequenceClassification": "distilbert",
+}
+"""Architecture (class name, from `transformers` itself) -> family: the models whose layers `layer_block` reads
+and whose encoder output is the last layer's output (no final LayerNorm, unlike MegatronBERT)."""
+SUPPORTED = tuple(ALLOWLIST)
+CLASSIFIERS = ("BertForSequenceClassification", "DistilBertForSequenceClassification")
+TOLERANCE = 1e-4
+"""Largest difference between the fast path and the model's own forward, relative to the largest output (or 1)."""
+
+
+@dataclass(frozen=True)
+class Block:
+    """One transformer layer's parts, named the same for BERT and DistilBERT."""
+
+    query: nn.Linear
+    key: nn.Linear
+    value: nn.Linear
+    attention_dropout: float
+    attention_out: nn.Linear
+    attention_out_dropout: float
+    attention_norm: nn.LayerNorm
+    ffn_in: nn.Linear
+    activation: Callable[[torch.Tensor], torch.Tensor]
+    ffn_out: nn.Linear
+    ffn_dropout: float
+    ffn_norm: nn.LayerNorm
+    heads: int
+
+
+def unsupported_reason(model: Any) -> str | None:
+    """Why the fast path cannot run this model (None when it can): the one allowlist for every command."""
+    kind = type(model)
+    if kind.__name__ not in ALLOWLIST or not kind.__module__.startswith("transformers.models."):
+        return f"{kind.__name__} is not one of {', '.join(SUPPORTED)}"
+    config = model.config
+    if ALLOWLIST[kind.__name__] == "bert":
+        if getattr(config, "is_decoder", False) or getattr(config, "add_cross_attention", False):
+            return "BERT configured as a decoder"
+        if getattr(config, "position_embedding_type", "absolute") != "absolute":
+            return f"position_embedding_type={config.position_embedding_type}"
+        if kind.__name__ == "BertForSequenceClassification" and model.bert.pooler is None:
+            return "BERT without a pooler"
+    if any(layer_block(layer) is None for layer in encoder_layers(model)):
+        return "a layer of an unknown type"
+    return None
+
+
+def base_model(model: Any) -> Any:
+    """The encoder inside an allowlisted model (BertModel / DistilBertModel; a base model is its own)."""
+    for name in ("bert", "distilbert"):
+        inner = getattr(model, name, None)
+        if isinstance(inner, nn.Module):
+            return inner
+    return model
+
+
+def layer_owner(model: Any) -> Any:
+    """The module holding the allowlisted model's `layer` ModuleList (BERT: .encoder, DistilBERT: .transformer)."""
+    base = base_model(model)
+    return base.encoder if ALLOWLIST[type(model).__name__] == "bert" else base.transformer
+
+
+def encoder_layers(model: Any) -> list[Any]:
+    return list(layer_owner(model).layer)
+
+
+@contextlib.contextmanager
+def first_layers(model: Any, keep: int | None) -> Iterator[None]:
+    """Run an allowlisted model with only its first `keep` layers (None: all of them): its own embeddings, masks
+    and layers, its output then being layer `keep`'s. BERT's pooler is skipped meanwhile (it would read that
+    lower layer)."""
+    owner = layer_owner(model) if keep is not None else None
+    if owner is None or keep == len(owner.layer):
+        yield
+        return
+    _install_output_hooks(model)
+    base, full = base_model(model), owner.layer
+    pooler = getattr(base, "pooler", None)
+    owner.layer = nn.ModuleList(list(full)[:keep])
+    if pooler is not None:
+        base.pooler = None
+    try:
+        yield
+    finally:
+        owner.layer = full
+        if pooler is not None:
+            base.pooler = pooler
+
+
+def _install_output_hooks(model: Any) -> None:
+    """transformers 5 records `output_hidden_states` through hooks it installs on the layers present the first
+    time they are asked for; installed while some layers are swapped out, they would never record those layers.
+    So they go on the whole model first."""
+    try:
+        from transformers.utils.output_capturing import maybe_install_capturing_hooks
+    except ImportError:  # a transformers that returns hidden states without hooks
+        return
+    maybe_install_capturing_hooks(model)
+
+
+def last_layer_cls(model: Any, block: Block, batch: dict[str, torch.Tensor], training: bool) -> torch.Tensor:
+    """The last layer's output at position 0, (batch, hidden): the model's own embeddings and lower layers, then
+    the last layer (`block`) for position 0 only (keys and values from every token)."""
+    with first_layers(model, len(layer_owner(model).layer) - 1):
+        hidden = base_model(model)(**batch).last_hidden_state
+    return cls_output(block, hidden, batch["attention_mask"], training)
+
+
+def relative_difference(fast: torch.Tensor, own: torch.Tensor) -> float:
+    """max |fast - own|, relative to the largest |own| (or 1, whichever is larger)."""
+    fast, own = fast.detach().float(), own.detach().float()
+    return float((fast - own).abs().max() / own.abs().max().clamp(min=1.0)) if own.numel() else 0.0
+
+
+def agreement(fast: Callable[[], torch.Tensor], own: Callable[[], torch.Tensor], model: Any, what: str) -> bool:
+    """Whether `fast()` equals `own()` (the model's own computation) within `TOLERANCE`, both run once in eval
+    mode without autocast (the model's mode is restored after). A disagreement is logged as a warning naming
+    `what`; the caller then uses the model's own forward."""
+    device = next(model.parameters()).device
+    training = model.training
+    model.eval()
+    try:
+        with torch.no_grad(), torch.autocast(device.type, enabled=False):
+            reference = own()  # first: whatever the model sets up on its first call, it sets up whole
+            difference = relative_difference(fast(), reference)
+    finally:
+        model.train(training)
+    low_precision = next(model.parameters()).dtype != torch.float32
+    if difference <= (1e-2 if low_precision else TOLERANCE):
+        return True
+    log.warning("The fast path for %s (%s) differs from the model's own forward by %.3g (relative); using the "
+                "model's own forward.", what, type(model).__name__, difference)
+    return False
+
+
+def check_batch(model: Any) -> dict[str, torch.Tensor]:
+    """A fixed two-row batch (one row padded) of the inputs `model` takes: what the wrap-time self-check runs.
+    Made without the global RNG, so checking leaves seeded runs as they were."""
+    from bertkit.models import infer
+
+    config, device = model.config, next(model.parameters()).device
+    ids = (torch.arange(24, device=device).view(2, 12) * 7 + 5) % config.vocab_size
+    mask = torch.ones_like(ids)
+    mask[1, 7:] = 0
+    ids[1, 7:] = getattr(config, "pad_token_id", None) or 0
+    batch = {"input_ids": ids, "attention_mask": mask}
+    if "token_type_ids" in infer.accepted_inputs(model):
+        second = min(1, int(getattr(config, "type_vocab_size", 2)) - 1)
+        batch["token_type_ids"] = (torch.arange(12, device=device) >= 6).long().expand(2, 12) * mask * second
+    return batch
+
+
+class SequenceClassifier(nn.Module):
+    """A `transformers` sequence classifier whose forward returns logits, by the fast path where it applies
+    (allowlisted, and equal to the model's own logits on a check batch at wrap time)."""
+
+    def __init__(self, model: Any, fast: bool = True) -> None:
+        super().__init__()
+        self.model = model
+        self.train(model.training)
+        self.kind = type(model).__name__
+        self.unsupported = unsupported_reason(model)
+        """Why the fast path does not run this model (None when it does)."""
+        if self.unsupported is None and self.kind not in CLASSIFIERS:
+            self.unsupported = f"{self.kind} is not a sequence classifier"
+        self.fast = fast and self.unsupported is None
+        self.top = layer_block(encoder_layers(model)[-1]) if self.fast else None
+        if self.fast:
+            batch = check_batch(model)
+            self.fast = agreement(lambda: self.fast_logits(**batch), lambda: self.own_logits(**batch), model,
+                                  "the [CLS]-only last layer")
+            self.unsupported = None if self.fast else "its logits differed from the model's own on the check batch"
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        if self.fast:
+            return self.fast_logits(input_ids, attention_mask, token_type_ids)
+        return self.own_logits(input_ids, attention_mask, token_type_ids)
+
+    def own_logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                   token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        extra = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
+        return self.model(input_ids=input_ids, attention_mask=attention_mask, **extra).logits
+
+    def fast_logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                    token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        assert self.top is not None
+        training = self.model.training  # the wrapped model's mode decides, as in its own forward
+        batch = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if token_type_ids is not None:
+            batch["token_type_ids"] = token_type_ids
+        cls = last_layer_cls(self.model, self.top, batch, training)
+        if self.kind == "BertForSequenceClassification":
+            pooled = self.model.bert.pooler.activation(self.model.bert.pooler.dense(cls))
+        else:
+            pooled = torch.relu(self.model.pre_classifier(cls))
+        return self.model.classifier(dropout(pooled, self.model.dropout.p, training))
+
+
+def cls_output(block: Block, hidden: torch.Tensor, attention_mask: torch.Tensor, training: bool = False) -> torch.Tensor:
+    """One layer's output at position 0 only, shape (batch, hidden), from the layer below's output `hidden`."""
+    keep_key = attention_mask[:, None, None, :].bool()  # (batch, 1, 1, keys): padding is never attended to
+    return block_forward(block, hidden, keep_key, training, cls_only=True)[:, 0]
+
+
+def block_forward(
+    block: Block, hidden: torch.Tensor, keep_key: torch.Tensor, training: bool, cls_only: bool = False,
+) -> torch.Tensor:
+    """One transformer layer. With `cls_only`, keys and values still come from every token but the query,
+    attention output and feed-forward run for position 0 alone: the result is (batch, 1, hidden)."""
+    keys, values = _split_heads(block.key(hidden), block.heads), _split_heads(block.value(hidden), block.heads)
+    if cls_only:
+        hidden = hidden[:, :1]
+    queries = _split_heads(block.query(hidden), block.heads)
+    p = block.attention_dropout if training else 0.0
+    context = _merge_heads(attention(queries, keys, values, keep_key, p))
+    attended = dropout(block.attention_out(context), block.attention_out_dropout, training)
+    hidden = block.attention_norm(attended + hidden)
+    fed = dropout(block.ffn_out(block.activation(block.ffn_in(hidden))), block.ffn_dropout, training)
+    return block.ffn_norm(fed + hidden)
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keep_key: torch.Tensor, p: float) -> torch.Tensor:
+    """softmax(q k^T / sqrt(d) over the kept keys) v, with dropout `p` on the attention weights."""
+    if p == 0.0 or q.device.type != "cpu":  # SDPA's fused kernels; its dropout is fast off the CPU
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=keep_key, dropout_p=p)
+    scores = torch.matmul(q, k.transpose(-1, -2)) * (q.shape[-1] ** -0.5)
+    scores = scores.masked_fill(~keep_key, torch.finfo(scores.dtype).min)
+    return torch.matmul(dropout(torch.softmax(scores, dim=-1), p, True), v)
+
+
+def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+    """Inverted dropout; on a CPU the mask comes from `torch.rand` (cheaper there than `F.dropout`'s `bernoulli_`)."""
+    if not training or p == 0.0:
+        return x
+    if x.device.type != "cpu":
+        return F.dropout(x, p, True)
+    # one float mask (0 or 1/(1-p)) made in place: one multiply forward, one backward
+    mask = torch.rand(x.shape, device=x.device).ge_(p).mul_(1.0 / (1.0 - p))
+    return x * mask.to(x.dtype)
+
+
+def _split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
+    batch, length, width = x.shape
+    return x.view(batch, length, heads, width // heads).transpose(1, 2)
+
+
+def _merge_heads(x: torch.Tensor) -> torch.Tensor:
+    batch, heads, length, size = x.shape
+    return x.transpose(1, 2).reshape(batch, length, heads * size)
+
+
+def layer_block(layer: Any) -> Block | None:
+    """The parts of a BERT (`BertLayer`) or DistilBERT (`TransformerBlock`) layer; None for any other layer."""
+    attention = getattr(layer, "attention", None)
+    if hasattr(attention, "self") and hasattr(layer, "intermediate"):  # BertLayer
+        sa = attention.self
+        if getattr(sa, "is_decoder", False):
+            return None
+        return Block(query=sa.query, key=sa.key, value=sa.value, attention_dropout=sa.dropout.p,
+                     attention_out=attention.output.dense, attention_out_dropout=attention.output.dropout.p,
+                     attention_norm=attention.output.LayerNorm, ffn_in=layer.intermediate.dense,
+                     activation=layer.intermediate.intermediate_act_fn, ffn_out=layer.output.dense,
+                     ffn_dropout=layer.output.dropout.p, ffn_norm=layer.output.LayerNorm, heads=sa.num_attention_heads)
+    if hasattr(attention, "q_lin") and hasattr(layer, "ffn"):  # DistilBERT: no dropout after the attention output
+        return Block(query=attention.q_lin, key=attention.k_lin, value=attention.v_lin,
+                     attention_dropout=attention.dropout.p, attention_out=attention.out_lin, attention_out_dropout=0.0,
+                     attention_norm=layer.sa_layer_norm, ffn_in=layer.ffn.lin1, activation=layer.ffn.activation,
+                     ffn_out=layer.ffn.lin2, ffn_dropout=layer.ffn.dropout.p, ffn_norm=layer.output_layer_norm,
+                     heads=attention.n_heads)
+    return None

@@ -1,0 +1,1 @@
+"""Using a trained model: `bertkit predict` and `bertkit evaluate`."""

@@ -1,0 +1,251 @@
+"""`bertkit predict` and `bertkit evaluate`: labels, probabilities and metrics from a fine-tuned model or a
+saved probe. Returns values; `cli.py` prints them."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bertkit.config.commands import EvaluateConfig, PredictConfig, config_dict, recipe_path
+from bertkit.data import dataset as data
+from bertkit.io import runs
+from bertkit.models import infer
+from bertkit.models import loading as modeling
+from bertkit.scoring import metrics
+from bertkit.scoring.shapes import inapplicable_options, model_outputs, predicted_labels
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Outputs:
+    """A model's outputs for every row (input order) and how to read them: class probabilities (single-label), tag
+    probabilities with the decision threshold saved at training (multi-label), or the predicted numbers
+    (regression: one column)."""
+
+    label_map: data.LabelMap
+    values: np.ndarray
+    threshold: float | list[float] = 0.5
+
+    @property
+    def task(self) -> str:
+        return self.label_map.task
+
+    @property
+    def label_names(self) -> list[str]:
+        return [str(x) for x in self.label_map.labels]
+
+    def predicted(self) -> list[Any]:
+        """Per row: the class name, the tuple of tags, or the number."""
+        return predicted_labels(self.task, self.label_names, self.values, self.threshold)
+
+    def decisions(self) -> np.ndarray:
+        """What an evaluate module (--metric) compares with the references: class ids (single-label), the 0/1 tag
+        matrix at the saved threshold (multi-label), or the numbers (regression)."""
+        if self.task == "multi_label":
+            return (self.values >= np.asarray(self.threshold)).astype(int)
+        return metrics.predicted(self.values)
+
+
+def run_predict(cfg: PredictConfig, *, recipe: str | None = None, progress: bool = False) -> dict[str, Any]:
+    """Labels + probabilities (tags + probabilities, or scores) for --text or --data (input order); the CSV at --out
+    when given.
+
+    `recipe` (the --recipe given) is one of the inputs --out must never overwrite.
+    """
+    if cfg.out:  # before any work: never over an input, never over a file bertkit did not write
+        runs.check_predictions_out(cfg.out, {"--data": cfg.data, "--model": cfg.model, "--probe": cfg.probe,
+                                             "--recipe": str(recipe_path(recipe)) if recipe else None})
+    if cfg.text:
+        dataset = data.TextDataset(list(cfg.text), source="--text")
+    else:
+        dataset = data.load_dataset_split(cfg, cfg.data or "", need_labels=False)
+    outputs = probabilities(cfg, dataset, progress)
+    if cfg.out:
+        write_predictions_csv(Path(cfg.out), dataset, outputs.values, outputs.label_names, task=outputs.task,
+                              threshold=outputs.threshold)
+    return {"dataset": dataset, "labels": outputs.predicted(), "proba": outputs.values,
+            "label_names": outputs.label_names, "task": outputs.task, "threshold": outputs.threshold, "out": cfg.out}
+
+
+def probabilities(cfg: Any, dataset: data.TextDataset, progress: bool) -> Outputs:
+    """The outputs for `dataset` (input order) of a fine-tuned folder (--model) or a saved probe (--probe)."""
+    if getattr(cfg, "probe", None) is not None:
+        from bertkit.probe.saved import load_probe, predict_with_probe
+
+        saved = load_probe(cfg.probe)
+        _, proba = predict_with_probe(saved, dataset, batch_size=cfg.batch_size, precision=cfg.precision,
+                                      max_length=cfg.max_length, progress=progress)
+        if saved.task != "single_label":  # numbers or tags: shown as a fine-tuned model of that shape shows them
+            return Outputs(data.LabelMap(tuple(str(x) for x in saved.label_map.labels), saved.task), proba,
+                           saved.threshold)
+        return Outputs(data.LabelMap(tuple(str(x) for x in saved.label_map.labels)), proba)
+    model, tokenizer, label_map = load_for_inference(cfg.model)
+    modeling.check_max_length(cfg.max_length, tokenizer, model.config, cfg.model, pair=dataset.pairs is not None)
+    proba = predict_proba(model, tokenizer, dataset, progress=progress, **reading(cfg))
+    return Outputs(label_map, proba, saved_threshold(cfg.model))
+
+
+def run_evaluate(cfg: EvaluateConfig, *, progress: bool = False) -> dict[str, Any]:
+    """Metrics of a fine-tuned model on labelled --data (read in the model's problem shape); metrics.json,
+    predictions.csv and the shape's plot (confusion matrix, true-vs-predicted scatter, per-tag F1) in --out when
+    given."""
+    plan = runs.inspect_run_dir(cfg.out, "evaluate", overwrite=cfg.overwrite, inputs=runs.input_paths(cfg),
+                                compare=runs.config_compare(config_dict(cfg))) if cfg.out else None  # read-only, early
+    external = [metrics.load_metric(spec) for spec in cfg.external_metrics]  # before any work: a missing one stops here
+    model, tokenizer, label_map = load_for_inference(cfg.model or "")
+    modeling.check_max_length(cfg.max_length, tokenizer, model.config, cfg.model or "",
+                              pair=cfg.text_pair_column is not None)
+    for note in inapplicable_options(label_map.task, len(label_map.labels), cfg.metric_list):
+        log.warning("%s", note)
+    metrics.check_external(external, label_map.task, len(label_map.labels))  # a module that fails on the shape
+    dataset = data.load_dataset_split(cfg, cfg.data or "", need_labels=True, task=label_map.task)
+    data.check_tag_columns(label_map, dataset, f"model {cfg.model}")
+    y = label_map.encode(dataset.labels or [], f"The data {dataset.source}")
+    proba = predict_proba(model, tokenizer, dataset, progress=progress, **reading(cfg))
+    outputs = Outputs(label_map, proba, saved_threshold(cfg.model or ""))
+    result = shape_metrics(outputs, y)
+    metrics.add_requested(result, cfg.metric_list, external, outputs.decisions(), y)
+    result.update(model=cfg.model, data=dataset.source, data_fingerprint=dataset.fingerprint,
+                  long_text=cfg.long_text, truncation=cfg.truncation)
+    if plan is not None:
+        run = plan.claim()
+        runs.write_run_config(run.path, "evaluate", config_dict(cfg), data_fingerprint=dataset.fingerprint)
+        runs.write_json_atomic(run.path / "metrics.json", result)
+        write_predictions_csv(run.path / "predictions.csv", dataset, proba, outputs.label_names, y_true=y,
+                              task=outputs.task, threshold=outputs.threshold)
+        _plot(outputs, y, result, run.path, f"{cfg.model} on {dataset.source}")
+        run.commit()
+    return result
+
+
+def shape_metrics(outputs: Outputs, y: np.ndarray) -> dict[str, Any]:
+    """The metrics of the outputs' problem shape against targets `y` (label ids, a 0/1 tag matrix or numbers)."""
+    if outputs.task == "regression":
+        result = metrics.regression_metrics(y, outputs.values[:, 0])
+    elif outputs.task == "multi_label":
+        result = metrics.multilabel_metrics(y, outputs.values >= np.asarray(outputs.threshold), outputs.label_names)
+        result["threshold"] = outputs.threshold
+    else:
+        result = metrics.classification_metrics(y, outputs.values.argmax(axis=1), outputs.values, outputs.label_names)
+    result["task"] = outputs.task
+    return result
+
+
+def _plot(outputs: Outputs, y: np.ndarray, result: dict[str, Any], folder: Path, title: str) -> None:
+    from bertkit import plots
+
+    if outputs.task == "regression":
+        plots.regression_scatter(y, outputs.values[:, 0], folder / "scatter.png", title)
+    elif outputs.task == "multi_label":
+        plots.per_label_f1(result["per_label"], folder / "per_label_f1.png", title)
+    else:
+        plots.confusion_matrix(result["confusion_matrix"], outputs.label_names, folder / "confusion_matrix.png", title)
+
+
+# ---------------------------------------------------------------- fine-tuned folders
+
+
+def load_for_inference(model_dir: str) -> tuple[Any, Any, data.LabelMap]:
+    """A fine-tuned folder: classifier (eval mode, on the best device), tokenizer, and its label mapping."""
+    model = modeling.load_classifier(model_dir, require_head=True)
+    tokenizer = modeling.load_tokenizer(model_dir)
+    id2label = getattr(model.config, "id2label", None) or {i: str(i) for i in range(model.config.num_labels)}
+    model.to(modeling.choose_device()).eval()
+    return model, tokenizer, data.LabelMap.from_id2label(id2label, getattr(model.config, "problem_type", None))
+
+
+def saved_threshold(model_dir: str) -> float | list[float]:
+    """The multi-label decision threshold saved with a fine-tuned folder (bertkit_model.json), else 0.5 (what a
+    sigmoid head means without one)."""
+    path = Path(modeling.resolve_model_name(model_dir)) / "bertkit_model.json"
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8")).get("threshold", 0.5)
+    except (OSError, ValueError, AttributeError):  # a folder bertkit did not write: no saved threshold
+        return 0.5
+    return saved if isinstance(saved, (int, float, list)) else 0.5
+
+
+def reading(cfg: Any) -> dict[str, Any]:
+    """How predict/evaluate run the model over the texts: window, batch, precision, and long texts (cut or chunk)."""
+    return {"max_length": cfg.max_length, "batch_size": cfg.batch_size, "precision": cfg.precision,
+            "truncation": cfg.truncation, "long_text": cfg.long_text, "stride": cfg.stride}
+
+
+def predict_proba(model: Any, tokenizer: Any, dataset: data.TextDataset, *, max_length: int = 128,
+                  batch_size: int = 64, precision: str = "fp32", progress: bool = False, truncation: str = "head",
+                  long_text: str = "cut", stride: int | None = None) -> np.ndarray:
+    """The model's outputs for every row of `dataset` (batched longest-first, returned in the original order):
+    class probabilities, tag probabilities (multi-label) or predicted numbers (regression), as its problem_type says.
+
+    Texts longer than `max_length` are cut (`truncation`), or with `long_text="chunk"` read whole in overlapping
+    windows whose outputs are pooled (see `bertkit.models.infer.classifier_logits`)."""
+    logits = infer.classifier_logits(model, tokenizer, dataset, max_length=max_length, batch_size=batch_size,
+                                     precision=precision, progress=progress, truncation=truncation,
+                                     long_text=long_text, stride=stride)
+    config = model.config
+    return model_outputs(data.task_of_problem_type(getattr(config, "problem_type", None), config.num_labels), logits)
+
+
+def write_predictions_csv(
+    path: Path, dataset: data.TextDataset, proba: np.ndarray, label_names: list[str], *,
+    y_true: np.ndarray | None = None, only_errors: bool = False, task: str = "single_label",
+    threshold: float | list[float] = 0.5,
+) -> int:
+    """Rows with the prediction and the outputs behind it, in the original order. Single-label: predicted label,
+    confidence, per-class probabilities (errors: most confident first). Multi-label: the predicted tags joined by
+    "|", per-tag probabilities (errors: rows whose tag set is wrong). Regression: the predicted number (and the
+    error; errors: every row, largest first)."""
+    import pandas as pd
+
+    frame = pd.DataFrame({"row": np.arange(len(dataset))})
+    if dataset.line_numbers is not None:
+        frame["line"] = dataset.line_numbers
+    frame["text"] = dataset.texts
+    if dataset.pairs is not None:
+        frame["text_pair"] = dataset.pairs
+    if task == "regression":
+        frame, wrong, order = _regression_columns(frame, proba, y_true)
+    elif task == "multi_label":
+        frame, wrong, order = _tag_columns(frame, proba, label_names, y_true, threshold)
+    else:
+        predicted = proba.argmax(axis=1)
+        if y_true is not None:
+            frame["label"] = [label_names[i] for i in y_true]
+        frame["predicted"] = [label_names[i] for i in predicted]
+        frame["confidence"] = proba.max(axis=1)
+        for j, name in enumerate(label_names):
+            frame[f"p_{name}"] = proba[:, j]
+        wrong, order = (None if y_true is None else predicted != y_true), "confidence"
+    if only_errors and wrong is not None:
+        frame = frame[wrong].sort_values(order, ascending=False)
+    with runs.atomic_path(path) as tmp:
+        frame.to_csv(tmp, index=False)
+    return len(frame)
+
+
+def _regression_columns(frame: Any, values: np.ndarray, y_true: np.ndarray | None) -> tuple[Any, Any, str]:
+    frame["predicted"] = values[:, 0]
+    if y_true is None:
+        return frame, None, "predicted"
+    frame.insert(frame.columns.get_loc("predicted"), "label", y_true)
+    frame["abs_error"] = np.abs(values[:, 0] - y_true)
+    return frame, np.ones(len(frame), dtype=bool), "abs_error"
+
+
+def _tag_columns(frame: Any, proba: np.ndarray, names: list[str], y_true: np.ndarray | None,
+                 threshold: float | list[float]) -> tuple[Any, Any, str]:
+    on = proba >= np.asarray(threshold)
+    if y_true is not None:
+        frame["label"] = ["|".join(n for n, hit in zip(names, row, strict=True) if hit) for row in y_true]
+    frame["predicted"] = ["|".join(n for n, hit in zip(names, row, strict=True) if hit) for row in on]
+    if y_true is not None:
+        frame["wrong_tags"] = (on != y_true.astype(bool)).sum(axis=1)
+    for j, name in enumerate(names):
+        frame[f"p_{name}"] = proba[:, j]
+    return frame, (None if y_true is None else frame["wrong_tags"].to_numpy() > 0), "wrong_tags"

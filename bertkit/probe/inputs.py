@@ -1,0 +1,306 @@
+"""What a probe is fitted on: features per split and pooling with their labels, either read from a
+`bertkit embed` store (`load_store_inputs`, --features) or extracted from text in one forward pass per batch
+for every pooling (`load_text_inputs`, --data), with extracted features cached in the run directory
+(`cached_features`)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bertkit.errors import UserError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ProbeInputs:
+    """Features per split and pooling, `(n, k, d)` with a layer axis of k probed layers, and their labels."""
+
+    train: dict[str, np.ndarray]
+    dev: dict[str, np.ndarray]
+    y_train: np.ndarray
+    y_dev: np.ndarray
+    label_map: Any
+    layer_indices: list[int | None]
+    """Hidden-state index of each position on the layer axis (None: a combination of layers from a store)."""
+    layer_names: list[str]
+    feature_meta: dict[str, Any]
+    """model, revision, max_length, normalize, combine, layers spec of the store: what a saved probe needs."""
+    test: dict[str, np.ndarray] | None = None
+    y_test: np.ndarray | None = None
+    datasets: dict[str, Any] = field(default_factory=dict)
+    """The text of each split (for the TF-IDF and random-encoder baselines), when it is available."""
+    notes: list[str] = field(default_factory=list)
+    source: str = "extracted"
+
+
+def load_store_inputs(cfg: Any) -> ProbeInputs:
+    """Features, labels and layer names from a `bertkit embed` store (--features)."""
+    from bertkit.features import store
+    from bertkit.models import loading as modeling
+
+    path = Path(cfg.features).expanduser()
+    if not path.exists():
+        raise UserError(f"--features {path} does not exist. Pass the --out directory of a `bertkit embed` run.")
+    try:
+        splits = store.open_splits(path)
+    except (ValueError, OSError) as exc:  # a truncated or unreadable features.npy / labels.npy
+        raise UserError(
+            f"The feature store {path} is damaged: its arrays cannot be read ({exc}). Rebuild it with the same "
+            f"`bertkit embed` command plus --overwrite."
+        ) from None
+    train = splits["train"]
+    manifest = train.manifest
+    if train.labels is None or train.label_map is None:
+        raise UserError(
+            f"The feature store {train.path} has no labels, so a probe cannot be trained on it. Re-run `bertkit embed` "
+            f"with --label-column (the column holding the labels), or use `bertkit probe --data ... --label-column ...`."
+        )
+    if cfg.model is not None and modeling.model_revision(cfg.model) != manifest.get("revision"):
+        raise UserError(
+            f"The feature store {train.path} was made by model {manifest.get('model')!r} "
+            f"(revision {manifest.get('revision')}), not by --model {cfg.model} ({modeling.model_revision(cfg.model)}). "
+            f"Drop --model to probe the store as it is, or re-embed with `bertkit embed --model {cfg.model}`."
+        )
+    notes: list[str] = []
+    _check_store_long_text(cfg, manifest, train.path)
+    pools = _store_pools(cfg, manifest)
+    positions, indices, names = _store_layers(cfg, train)
+    X_train = _layer_axis(train.features)[:, positions]
+    y_train, y_dev = np.asarray(train.labels), None
+    if "dev" in splits:
+        dev = splits["dev"]
+        X_dev, y_dev = _layer_axis(dev.features)[:, positions], _store_labels(dev, train.label_map, "dev")
+    else:
+        from bertkit.data.dataset import stratified_split
+
+        tr, dv = stratified_split(list(y_train), cfg.dev_fraction, cfg.seed)
+        X_train, X_dev, y_train, y_dev = X_train[tr], X_train[dv], y_train[tr], y_train[dv]
+        notes.append(f"The store has no dev split: held out {len(dv)} of {len(tr) + len(dv)} rows as dev "
+                     f"(stratified, --dev-fraction {cfg.dev_fraction}, seed {cfg.seed}).")
+    inputs = ProbeInputs({pools[0]: np.asarray(X_train, np.float32)}, {pools[0]: np.asarray(X_dev, np.float32)},
+                         y_train, y_dev, train.label_map, indices, names, _store_meta(manifest), notes=notes, source="store")
+    if "test" in splits and splits["test"].labels is not None:
+        inputs.test = {pools[0]: np.asarray(_layer_axis(splits["test"].features)[:, positions], np.float32)}
+        inputs.y_test = _store_labels(splits["test"], train.label_map, "test")
+    if "dev" in splits:
+        inputs.datasets = _store_texts({k: v for k, v in splits.items()}, notes)
+    return inputs
+
+
+def _store_pools(cfg: Any, manifest: dict[str, Any]) -> list[str]:
+    have = manifest.get("pool", "cls")
+    if cfg.pool is not None and cfg.pools != [have]:
+        raise UserError(
+            f"--pool {cfg.pool} asks for pooling the store does not have: it holds {have!r} features only. "
+            f"Drop --pool, or embed again with `bertkit embed --pool ...` (or probe with --data to extract on the fly)."
+        )
+    return [have]
+
+
+def _layer_axis(features: np.ndarray) -> np.ndarray:
+    """Store features as (n, k, d): a single-layer store gets a layer axis of 1."""
+    return features if features.ndim == 3 else features[:, None, :]
+
+
+def _store_layers(cfg: Any, train: Any) -> tuple[list[int], list[int | None], list[str]]:
+    """(positions on the store's layer axis, their hidden-state indices, names) selected by --layers."""
+    from bertkit.config.commands import parse_layers
+    from bertkit.features.embed import check_distinct_layers
+
+    manifest = train.manifest
+    stored = list(manifest.get("layer_indices") or [])
+    names = list(manifest.get("layer_names") or [])
+    if train.features.ndim == 2:
+        if cfg.layers is not None:
+            _check_vector_store_layers(cfg.layers, manifest, stored)
+        if len(stored) > 1:  # several layers combined into one vector
+            label = f"layers {manifest.get('layers')} ({manifest.get('combine')})"
+            return [0], [None], [label]
+        return [0], [stored[0] if stored else None], [names[0] if names else str(manifest.get("layers"))]
+    n_layers = int(manifest.get("n_layers", len(stored) - 1))
+    wanted = parse_layers(cfg.layers) if cfg.layers is not None else None
+    if wanted is None:
+        return list(range(len(stored))), stored, names
+    resolved = [w + n_layers + 1 if w < 0 else w for w in wanted]
+    check_distinct_layers(wanted, resolved, n_layers)
+    missing = [w for w, r in zip(wanted, resolved, strict=True) if r not in stored]
+    if missing:
+        raise UserError(
+            f"--layers {cfg.layers}: the store has no layer {', '.join(map(str, missing))}; it holds hidden states "
+            f"{', '.join(map(str, stored))} (0 = embeddings). Pick from those, or re-embed with --layers all."
+        )
+    positions = [stored.index(r) for r in resolved]
+    return positions, resolved, [names[p] for p in positions]
+
+
+def _check_vector_store_layers(layers: str, manifest: dict[str, Any], stored: list[int]) -> None:
+    """A store with one vector per row (one layer, or layers combined) answers --layers only with what it holds."""
+    from bertkit.config.commands import parse_layers
+    from bertkit.features.embed import check_distinct_layers
+
+    wanted = parse_layers(layers)
+    n_layers = int(manifest.get("n_layers", max(stored, default=0)))
+    if wanted is None:
+        same = manifest.get("layers") == "all"
+    else:
+        resolved = [w + n_layers + 1 if w < 0 else w for w in wanted]
+        check_distinct_layers(wanted, resolved, n_layers)
+        same = resolved == stored
+    if not same:
+        raise UserError(
+            f"--layers {layers}: the store holds one feature vector per row, made from hidden state(s) "
+            f"{', '.join(map(str, stored))} (--layers {manifest.get('layers')}, --combine {manifest.get('combine')}); "
+            f"it cannot be split into other layers. Drop --layers, or re-embed with `bertkit embed --layers all`."
+        )
+
+
+def _store_labels(split_store: Any, label_map: Any, name: str) -> np.ndarray:
+    """A dev/test store's label ids in the train store's mapping (unseen labels are an error)."""
+    if split_store.labels is None or split_store.label_map is None:
+        raise UserError(f"The {name} store {split_store.path} has no labels; re-run `bertkit embed` with --label-column.")
+    if split_store.label_map == label_map:
+        return np.asarray(split_store.labels)
+    raw = split_store.label_map.decode(split_store.labels)
+    return label_map.encode(raw, f"The {name} store {split_store.path}")
+
+
+def _store_meta(manifest: dict[str, Any]) -> dict[str, Any]:
+    keys = ("model", "revision", "max_length", "normalize", "combine", "layers", "architecture", "dtype")
+    meta = {k: manifest.get(k) for k in keys}
+    meta["trust_remote_code"] = False
+    # stores made before embed recorded how it read long texts were head-cut
+    meta.update(truncation=manifest.get("truncation", "head"), long_text=manifest.get("long_text", "cut"),
+                stride=manifest.get("stride"))
+    return meta
+
+
+def _check_store_long_text(cfg: Any, manifest: dict[str, Any], path: Any) -> None:
+    """With --features the store's reading of long texts is used; a --truncation/--long-text/--stride that asks
+    for another one (a value other than the default) is refused rather than silently ignored."""
+    stored = _store_meta(manifest)
+    asked = {"truncation": (getattr(cfg, "truncation", "head"), "head"),
+             "long_text": (getattr(cfg, "long_text", "cut"), "cut"), "stride": (getattr(cfg, "stride", None), None)}
+    clashes = [f"--{k.replace('_', '-')} {v} (the store: {stored[k]})" for k, (v, default) in asked.items()
+               if v != default and v != stored[k]]
+    if clashes:
+        raise UserError(
+            f"The feature store {path} was embedded with other long-text settings than "
+            f"{', '.join(clashes)}; a probe on a store reads its features as they are. Drop those flags, or re-embed "
+            f"with them (`bertkit embed ... --overwrite`), or probe with --data to extract on the fly."
+        )
+
+
+def _store_texts(splits: dict[str, Any], notes: list[str]) -> dict[str, Any]:
+    """Re-read each split's text from the file the store was made from (for the text baselines), if unchanged."""
+    from bertkit.config.commands import DataOptions
+    from bertkit.data.dataset import load_dataset_split
+
+    texts = {}
+    for name, split_store in splits.items():
+        m = split_store.manifest
+        source = m.get("data")
+        if not source or not Path(str(source)).is_file():
+            notes.append(f"TF-IDF and random-encoder baselines skipped: the store's {name} data {source} is not readable here.")
+            return {}
+        opts = DataOptions(data=source, text_column=m.get("text_column"), text_pair_column=m.get("text_pair_column"),
+                           label_column=m.get("label_column"), limit=m.get("limit"))
+        ds = load_dataset_split(opts, source, need_labels=False)
+        if ds.fingerprint != m.get("data_fingerprint") or len(ds) != len(split_store):
+            notes.append(f"TF-IDF and random-encoder baselines skipped: {source} changed since it was embedded.")
+            return {}
+        texts[name] = ds
+    return texts
+
+
+def _check_dev_targets_vary(splits: Any) -> None:
+    """Dev Pearson picks a regression probe's best layer: undefined (so refused) when every dev target is the same."""
+    dev = splits.dev
+    if splits.label_map.task == "regression" and dev is not None and len(set(dev.labels or [])) == 1:
+        raise UserError(f"Every dev target in {dev.source} is {dev.labels[0]:g}: dev Pearson, which picks the probe's "
+                        f"best layer, is undefined for a constant target. Pass --dev with targets that vary (or more "
+                        f"data, for a larger --dev-fraction hold-out).")
+
+
+def load_text_inputs(cfg: Any, cache_dir: Path | Callable[[], Path] | None, progress: bool = False,
+                     on_labels: Callable[[Any], None] | None = None) -> ProbeInputs:
+    """Read --data/--dev/--test and extract features for every --pool and --layers in one pass per split,
+    cached as `cache_dir/<split>-<pool>-<layers>.npy` (reused by a re-run with the same model and data).
+
+    A callable `cache_dir` is called once the data and the model are validated (it may claim the run directory).
+    `on_labels` gets the label map (the problem shape) as soon as the data is read, before any model work."""
+    from bertkit.config.commands import parse_layers
+    from bertkit.data import dataset as data
+    from bertkit.features import embed
+    from bertkit.models import loading as modeling
+
+    splits = data.load_splits(cfg, need_labels=True, need_dev=True)
+    if on_labels is not None:
+        on_labels(splits.label_map)
+    _check_dev_targets_vary(splits)
+    model = cfg.model or modeling.OFFLINE_NAME
+    tokenizer = modeling.load_tokenizer(model, cfg.trust_remote_code)
+    modeling.check_max_length(cfg.max_length, tokenizer, modeling.load_config(model, cfg.trust_remote_code), model,
+                              pair=cfg.text_pair_column is not None)
+    encoder = modeling.load_encoder(model, cfg.trust_remote_code)
+    cache_dir = cache_dir() if callable(cache_dir) else cache_dir
+    n_layers, _ = embed.encoder_shape(encoder)
+    spec = embed.FeatureSpec(layers=None if parse_layers(cfg.layers or "-1") is None else tuple(parse_layers(cfg.layers or "-1")))
+    indices = spec.resolve(n_layers)
+    dtype = modeling.choose_dtype(cfg.precision, next(encoder.parameters()).device)
+    meta = {"model": model, "revision": modeling.model_revision(model), "max_length": cfg.max_length,
+            "normalize": cfg.normalize, "combine": "concat", "layers": cfg.layers or "-1",
+            "architecture": type(encoder).__name__, "dtype": modeling.dtype_name(dtype),
+            "trust_remote_code": cfg.trust_remote_code, "truncation": cfg.truncation, "long_text": cfg.long_text,
+            "stride": cfg.stride}
+    named = {"train": splits.train, "dev": splits.dev, **({"test": splits.test} if splits.test is not None else {})}
+    features = {
+        name: cached_features(cache_dir, name, ds, meta, cfg.pools, indices,
+                              lambda ds=ds, pools=cfg.pools: embed.extract_pooled(
+                                  encoder, tokenizer, ds, pools=pools, layers=indices, max_length=cfg.max_length,
+                                  batch_size=cfg.batch_size, dtype=dtype, normalize=cfg.normalize, progress=progress,
+                                  long_text=embed.LongText.of(cfg)))
+        for name, ds in named.items()
+    }
+    lm = splits.label_map
+    assert splits.dev is not None and lm is not None
+    inputs = ProbeInputs(features["train"], features["dev"], lm.encode(splits.train.labels or [], "train"),
+                         lm.encode(splits.dev.labels or [], f"The dev data {splits.dev.source}"), lm, list(indices),
+                         spec.layer_names(n_layers), meta, datasets=named, notes=list(splits.notes))
+    if splits.test is not None and splits.test.labels is not None:
+        inputs.test, inputs.y_test = features["test"], lm.encode(splits.test.labels, f"The test data {splits.test.source}")
+    return inputs
+
+
+def cached_features(
+    cache_dir: Path | None, split: str, dataset: Any, meta: dict[str, Any], pools: Sequence[str],
+    indices: Sequence[int], compute: Callable[[], dict[str, np.ndarray]], prefix: str = "",
+) -> dict[str, np.ndarray]:
+    """{pool: features} from `cache_dir` when a previous run stored them for the same model, data and settings;
+    otherwise `compute()` them and store one .npy per pool (+ a .json key) atomically."""
+    from bertkit.io.runs import atomic_path, write_json_atomic
+
+    layers = "all" if meta.get("layers") == "all" else "_".join(map(str, indices))
+    key = {k: meta.get(k) for k in ("model", "revision", "max_length", "normalize", "dtype")}
+    key.update(truncation=meta.get("truncation", "head"), long_text=meta.get("long_text", "cut"),
+               stride=meta.get("stride"))
+    key.update(data=dataset.fingerprint, rows=len(dataset), source=dataset.source, layers=list(indices))
+    files = {p: cache_dir / f"{prefix}{split}-{p}-{layers}.npy" for p in pools} if cache_dir else {}
+    if files and all(f.is_file() and f.with_suffix(".json").is_file() for f in files.values()):
+        if all(json.loads(f.with_suffix(".json").read_text(encoding="utf-8")) == key for f in files.values()):
+            log.info("reusing cached %s%s features from %s", prefix, split, cache_dir)
+            return {p: np.load(f) for p, f in files.items()}
+    result = compute()
+    for pool, path in files.items():
+        with atomic_path(path) as tmp:
+            with tmp.open("wb") as handle:
+                np.save(handle, result[pool])
+        write_json_atomic(path.with_suffix(".json"), key)
+    return result

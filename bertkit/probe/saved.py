@@ -1,0 +1,286 @@
+"""The saved-probe format: `probe.safetensors` (scaler statistics, coefficients, intercept, class ids; no
+pickle) and `probe.json` (label map and the feature recipe: model, revision, pooling, layers, max length,
+normalization). Regression and tag probes keep the same arrays (one coefficient row per output: the ridge, or one
+logistic regression per tag) and record their shape in the label map (`task`) and, for tags, the decision
+`threshold`. Saving, loading with every file checked (a damaged one is named as such), and prediction on new
+text by re-extracting the probe's features (`predict --probe`)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from bertkit.errors import UserError
+
+if TYPE_CHECKING:
+    from bertkit.probe.run import ProbeFit
+
+log = logging.getLogger(__name__)
+
+PROBE_WEIGHTS = "probe.safetensors"
+PROBE_META = "probe.json"
+
+
+@dataclass
+class SavedProbe:
+    """A probe as plain arrays: scaler statistics, coefficients, intercept, plus how to make its features."""
+
+    mean: np.ndarray
+    scale: np.ndarray
+    coef: np.ndarray
+    intercept: np.ndarray
+    classes: np.ndarray
+    label_map: Any
+    meta: dict[str, Any]
+    path: Path | None = None
+
+    def decision_function(self, X: np.ndarray) -> np.ndarray:
+        Z = (np.asarray(X, dtype=np.float64) - self.mean) / self.scale
+        return Z @ self.coef.T + self.intercept
+
+    def predict_proba(self, X: np.ndarray) -> np.ndarray:
+        """Probabilities, one column per label id of the label map (as LogisticRegression computes them)."""
+        scores = self.decision_function(X)
+        if self.coef.shape[0] == 1:  # binary: one weight vector for the second class
+            p1 = 1.0 / (1.0 + np.exp(-scores[:, 0]))
+            proba = np.stack([1.0 - p1, p1], axis=1)
+        else:
+            scores = scores - scores.max(axis=1, keepdims=True)
+            proba = np.exp(scores)
+            proba /= proba.sum(axis=1, keepdims=True)
+        full = np.zeros((len(proba), len(self.label_map)), dtype=np.float64)
+        full[:, self.classes] = proba
+        return full
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        """Label ids; for the other shapes the predicted numbers, or the 0/1 tag matrix at the saved threshold."""
+        if self.task == "regression":
+            return self.outputs(X)[:, 0]
+        if self.task == "multi_label":
+            return (self.outputs(X) >= np.asarray(self.threshold)).astype(np.int64)
+        return self.predict_proba(X).argmax(axis=1).astype(np.int64)
+
+    @property
+    def task(self) -> str:
+        return str(self.label_map.task)
+
+    @property
+    def threshold(self) -> float | list[float]:
+        """A tag probe's decision threshold (0.5 where none was saved)."""
+        return self.meta.get("threshold", 0.5)
+
+    def outputs(self, X: np.ndarray) -> np.ndarray:
+        """What `predict --probe` shows, as `predict --model` does for a model of the same shape: class
+        probabilities, tag probabilities (one sigmoid per tag) or the predicted number (one column)."""
+        if self.task == "regression":
+            return self.decision_function(X)
+        if self.task == "multi_label":
+            from bertkit.scoring.shapes import sigmoid
+
+            return sigmoid(self.decision_function(X))
+        return self.predict_proba(X)
+
+
+def probe_arrays(fit: ProbeFit) -> dict[str, np.ndarray]:
+    """The fitted probe's parameters as named float arrays (what probe.safetensors holds)."""
+    scaler, lr = fit.scaler, fit.classifier
+    scale = scaler.scale_ if scaler.scale_ is not None else np.ones_like(scaler.mean_)
+    if fit.task != "single_label":  # ridge or one-vs-rest: one row per output, "classes" numbering the outputs
+        from bertkit.probe.shapes import shaped_arrays
+
+        coef, intercept = shaped_arrays(fit)
+        classes = np.arange(len(coef))
+    else:
+        coef, intercept, classes = lr.coef_, lr.intercept_, lr.classes_
+    # C-contiguous copies: safetensors writes the raw buffer, and lbfgs leaves `coef_` as a transposed view.
+    return {
+        "scaler_mean": np.ascontiguousarray(scaler.mean_, dtype=np.float64),
+        "scaler_scale": np.ascontiguousarray(scale, dtype=np.float64),
+        "coef": np.ascontiguousarray(coef, dtype=np.float64),
+        "intercept": np.ascontiguousarray(intercept, dtype=np.float64),
+        "classes": np.ascontiguousarray(classes, dtype=np.int64),
+    }
+
+
+def save_probe(directory: str | Path, fit: ProbeFit, label_map: Any, meta: dict[str, Any]) -> Path:
+    """Write `probe.safetensors` (arrays) and `probe.json` (label map + feature recipe) into `directory`."""
+    from safetensors.numpy import save_file
+
+    from bertkit.io.runs import atomic_path, write_json_atomic
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    arrays = probe_arrays(fit)
+    with atomic_path(directory / PROBE_WEIGHTS) as tmp:
+        save_file(arrays, str(tmp), metadata={"format": "bertkit-probe/1"})
+    record = {"format": "bertkit-probe/1", "label_map": label_map.to_json(), "C": fit.C,
+              "n_features": int(arrays["coef"].shape[1]), **meta}
+    if fit.task == "multi_label":
+        record["threshold"] = 0.5 if fit.threshold is None else fit.threshold
+    write_json_atomic(directory / PROBE_META, record)
+    return directory
+
+
+def load_probe(path: str | Path) -> SavedProbe:
+    """A saved probe from its directory (`OUT/probe`), or from a run directory that contains `probe/`.
+
+    Both files are checked before anything uses them, so a damaged one is named as such (never blamed on an
+    option the user did not pass)."""
+    root = Path(path).expanduser()
+    if not (root / PROBE_META).is_file() and (root / "probe" / PROBE_META).is_file():
+        root = root / "probe"
+    if not (root / PROBE_META).is_file() or not (root / PROBE_WEIGHTS).is_file():
+        raise UserError(
+            f"{path} is not a saved probe (no {PROBE_META} + {PROBE_WEIGHTS}). Pass --probe with the run directory "
+            f"of a `bertkit probe --out DIR` run (or its probe/ folder)."
+        )
+    meta = _read_probe_meta(root)
+    arrays = _read_probe_arrays(root, meta["label_map"].get("task", "single_label"))
+    n_labels, classes = len(meta["label_map"]["labels"]), arrays["classes"].tolist()
+    if min(classes) < 0 or max(classes) >= n_labels:
+        raise _damaged_probe(root / PROBE_META, f"its label_map has {n_labels} label(s) but {PROBE_WEIGHTS} "
+                                                f"predicts class ids {classes}")
+    from bertkit.data.dataset import LabelMap
+
+    return SavedProbe(arrays["scaler_mean"], arrays["scaler_scale"], arrays["coef"], arrays["intercept"],
+                      arrays["classes"], LabelMap.from_json(meta["label_map"]), meta, root)
+
+
+PROBE_META_KEYS = ("label_map", "model", "pool", "layers")
+PROBE_ARRAYS = ("scaler_mean", "scaler_scale", "coef", "intercept", "classes")
+
+
+def _damaged_probe(file: Path, reason: str) -> UserError:
+    return UserError(f"The saved probe file {file} is damaged ({reason}). Re-run `bertkit probe --out DIR` to write "
+                     f"the probe again, then pass --probe DIR.")
+
+
+def _read_probe_meta(root: Path) -> dict[str, Any]:
+    """probe.json, with every key prediction needs present and valid."""
+    from bertkit.config.commands import LONG_TEXT_MODES, POOLS, TRUNCATIONS, layers_problem
+
+    file = root / PROBE_META
+    try:
+        meta = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise _damaged_probe(file, f"not valid JSON: {exc}") from None
+    if not isinstance(meta, dict):
+        raise _damaged_probe(file, "not a JSON object")
+    missing = [k for k in PROBE_META_KEYS if k not in meta]
+    if missing:
+        raise _damaged_probe(file, f"missing {', '.join(missing)}")
+    problems = [] if meta["pool"] in POOLS else [f"pool {meta['pool']!r} is not one of {', '.join(POOLS)}"]
+    problems += [f"layers {meta['layers']!r} is not a layer list" for _ in layers_problem(str(meta["layers"]))]
+    if "max_length" in meta and (not isinstance(meta["max_length"], int) or meta["max_length"] <= 0):
+        problems.append(f"max_length {meta['max_length']!r} is not a positive integer")
+    if meta.get("truncation", "head") not in TRUNCATIONS or meta.get("long_text", "cut") not in LONG_TEXT_MODES:
+        problems.append(f"truncation {meta.get('truncation')!r} / long_text {meta.get('long_text')!r} are not "
+                        f"{'/'.join(TRUNCATIONS)} / {'/'.join(LONG_TEXT_MODES)}")
+    if not isinstance(meta["label_map"], dict) or not isinstance(meta["label_map"].get("labels"), list):
+        problems.append("label_map has no list of labels")
+    else:
+        problems += _shape_problems(meta)
+    if problems:
+        raise _damaged_probe(file, "; ".join(problems))
+    return meta
+
+
+def _shape_problems(meta: dict[str, Any]) -> list[str]:
+    """A regression or tag probe's record: a known task, one output for regression, a threshold in (0, 1) (or one
+    per tag) for tags."""
+    from bertkit.data.dataset import TASKS
+
+    task, n_labels = meta["label_map"].get("task", "single_label"), len(meta["label_map"]["labels"])
+    if task not in TASKS:
+        return [f"label_map task {task!r} is not one of {', '.join(TASKS)}"]
+    if task == "regression" and n_labels != 1:
+        return [f"a regression probe has one output, but label_map names {n_labels}"]
+    if task != "multi_label":
+        return []
+    threshold = meta.get("threshold", 0.5)
+    values = threshold if isinstance(threshold, list) else [threshold]
+    ok = all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < 1 for v in values)
+    if not ok or (isinstance(threshold, list) and len(threshold) != n_labels):
+        return [f"threshold {threshold!r} is not a probability in (0, 1) (or one per tag)"]
+    return []
+
+
+def _read_probe_arrays(root: Path, task: str = "single_label") -> dict[str, np.ndarray]:
+    """probe.safetensors: every array present, with consistent shapes."""
+    from safetensors.numpy import load_file
+
+    file = root / PROBE_WEIGHTS
+    try:
+        arrays = load_file(str(file))
+    except Exception as exc:  # SafetensorError (truncated header or data), OSError, ValueError
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        raise _damaged_probe(file, reason) from None
+    missing = [k for k in PROBE_ARRAYS if k not in arrays]
+    problem = f"missing arrays {', '.join(missing)}" if missing else _probe_arrays_problem(arrays, task)
+    if problem:
+        raise _damaged_probe(file, problem)
+    return arrays
+
+
+def _probe_arrays_problem(arrays: dict[str, np.ndarray], task: str = "single_label") -> str | None:
+    """Why the probe's arrays cannot be a fitted logistic regression (None: they can). Shapes that broadcast anyway
+    or NaN/zero scales would otherwise give silently wrong probabilities, bad class ids a traceback."""
+    coef, intercept, classes = arrays["coef"], arrays["intercept"], arrays["classes"]
+    if coef.ndim != 2:
+        return f"coef has shape {coef.shape}, not (classes, features)"
+    k, dim = coef.shape
+    if arrays["scaler_mean"].shape != (dim,) or arrays["scaler_scale"].shape != (dim,) or intercept.shape != (k,):
+        return "the scaler, coefficient and intercept shapes do not match"
+    expected = 2 if k == 1 and task == "single_label" else k  # binary: one weight row for two classes
+    if classes.shape != (expected,) or classes.dtype.kind not in "iu" or len(set(classes.tolist())) != expected:
+        return f"classes {classes.tolist()} are not {expected} distinct class ids for {k} coefficient row(s)"
+    numbers = [arrays[name] for name in ("scaler_mean", "scaler_scale", "coef", "intercept")]
+    if not all(np.isfinite(a).all() for a in numbers) or not (arrays["scaler_scale"] > 0).all():
+        return "it holds NaN/inf values or non-positive scales"
+    return None
+
+
+def predict_with_probe(
+    saved: SavedProbe, dataset: Any, *, batch_size: int = 64, max_length: int | None = None,
+    precision: str = "fp32", progress: bool = False,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Label ids and probabilities for `dataset` (a data.TextDataset; a regression probe: the numbers twice, a tag
+    probe: the 0/1 tag matrix and the tag probabilities): re-extracts features as the probe was trained (model,
+    pooling, layer, normalization, truncation or windows of long texts; max length unless `max_length` is given),
+    then applies the saved probe. The extraction precision is `precision` (auto/fp32/bf16/fp16) resolved for the encoder's
+    device."""
+    from bertkit.features import embed
+    from bertkit.models import loading as modeling
+
+    meta = saved.meta
+    revision = modeling.model_revision(meta["model"])
+    if meta.get("revision") and revision != meta["revision"]:
+        log.warning("Model %s has changed since the probe was trained (revision %s, probe trained on %s); "
+                    "predictions may be off.", meta["model"], revision, meta["revision"])
+    tokenizer = modeling.load_tokenizer(meta["model"], meta.get("trust_remote_code", False))
+    encoder = modeling.load_encoder(meta["model"], meta.get("trust_remote_code", False))
+    dtype = modeling.choose_dtype(precision, next(encoder.parameters()).device)
+    window = int(max_length or meta.get("max_length") or 128)
+    modeling.check_max_length(window, tokenizer, encoder.config, meta["model"], pair=dataset.pairs is not None)
+    features = embed.extract_features(
+        encoder, tokenizer, dataset, pool=meta["pool"], layers=str(meta["layers"]), combine=meta.get("combine", "concat"),
+        max_length=window, batch_size=batch_size, dtype=dtype,
+        normalize=bool(meta.get("normalize", False)), progress=progress,
+        # probes saved before these settings were recorded read texts head-cut
+        truncation=meta.get("truncation", "head"), long_text=meta.get("long_text", "cut"), stride=meta.get("stride"),
+    )
+    features = np.asarray(features, dtype=np.float32).reshape(len(dataset), -1)
+    if features.shape[1] != saved.coef.shape[1]:
+        raise UserError(
+            f"The probe in {saved.path} expects {saved.coef.shape[1]} features but model {meta['model']} gives "
+            f"{features.shape[1]}. The model folder changed; re-run `bertkit probe` with it."
+        )
+    if saved.task != "single_label":  # numbers (one column) or tag probabilities, and their decisions
+        return saved.predict(features), saved.outputs(features)
+    proba = saved.predict_proba(features)
+    return proba.argmax(axis=1).astype(np.int64), proba

@@ -1,0 +1,1 @@
+"""Training: objectives, checkpoints, the fine-tuning loop and `bertkit finetune` / `bertkit distill`."""

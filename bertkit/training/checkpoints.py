@@ -1,0 +1,310 @@
+"""Training checkpoints and saved model folders: written atomically, verified before they are trusted.
+
+A checkpoint is `checkpoints/step-N/`: Accelerate's `save_state` (model, optimizer, scheduler, RNG states),
+bertkit's `trainer_state.json` (where the run is), and `bertkit_checkpoint.json`, a manifest with the size and
+sha256 of every other file. It is built in `checkpoints/.tmp-step-N/` and renamed into place, so a kill leaves the
+previous complete checkpoint or the new complete one. Resuming verifies the newest checkpoint against its
+manifest before loading anything (Accelerate would silently skip a damaged RNG file and the run would quietly stop
+being exact); a damaged one is refused with the name of the newest intact one to resume from.
+
+Disk space is checked before each save from the size of what is saved, and a write that fails for lack of space
+removes its temporary folder and ends in one message (`disk.full_error`), so the same command resumes once space
+is freed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bertkit.errors import UserError
+from bertkit.io import disk, runs
+
+log = logging.getLogger(__name__)
+
+STATE_FILE = "trainer_state.json"
+MANIFEST = runs.CHECKPOINT_MANIFEST
+MANIFEST_FORMAT = "bertkit-checkpoint/1"
+KEEP = 2
+"""Complete checkpoints kept: the newest, and one to fall back on if the newest is found damaged."""
+STEP_FOLDER = re.compile(r"step-(\d+)")
+TMP_FOLDER = re.compile(r"\.tmp-step-(\d+)")
+
+
+@dataclass
+class Restored:
+    """The checkpoint a run resumes from, the trainer state saved with it, and what was passed over."""
+
+    path: Path
+    state: dict[str, Any]
+    notes: list[str] = field(default_factory=list)
+
+
+def step_folders(out: Path) -> list[Path]:
+    """`checkpoints/step-N` folders, oldest first. Other names (`step-5.bak`, a user's folder) are not ours: they
+    are neither loaded nor deleted (and `runs.inspect_run_dir` refuses a run holding them, naming them)."""
+    folder = out / "checkpoints"
+    if not folder.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in folder.iterdir() if p.is_dir() and (m := STEP_FOLDER.fullmatch(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def remove_unfinished_saves(out: Path) -> list[str]:
+    """Remove the `.tmp-step-N` folders of checkpoint saves that never completed (a kill mid-save); their names.
+
+    They can be as large as a checkpoint and would keep a nearly full disk full. Only that exact name is removed:
+    `save_checkpoint` alone makes such folders, inside the checkpoints/ of a run directory bertkit owns."""
+    folder = out / "checkpoints"
+    found = [p for p in folder.iterdir() if p.is_dir() and TMP_FOLDER.fullmatch(p.name)] if folder.is_dir() else []
+    for tmp in found:
+        _remove(tmp, "checkpoint")
+    return sorted(p.name for p in found)
+
+
+def latest_checkpoint(out: Path) -> Path | None:
+    """The newest checkpoint folder that has its trainer state (whether it is intact is `verify`'s question)."""
+    done = [p for p in step_folders(out) if (p / STATE_FILE).exists()]
+    return done[-1] if done else None
+
+
+# ---------------------------------------------------------------- saving
+
+
+def save_checkpoint(accelerator: Any, out: Path, state: dict[str, Any], need_bytes: int) -> Path:
+    """save_state into a temp folder, add the trainer state and the manifest, rename into place; keep `KEEP`.
+
+    Every process takes part (save_state writes one RNG file per process); only the main one renames and cleans.
+    """
+    folder = out / "checkpoints"
+    final, tmp = folder / f"step-{state['global_step']}", folder / f".tmp-step-{state['global_step']}"
+    _on_main(accelerator, lambda: _start_folder(tmp, need_bytes, "checkpoint"))
+    with _full_disk_cleanup(accelerator, tmp, need_bytes, "checkpoint"):
+        accelerator.save_state(str(tmp), safe_serialization=True)
+        accelerator.wait_for_everyone()
+        if accelerator.is_main_process:
+            runs.write_json_atomic(tmp / STATE_FILE, state)
+            runs.write_json_atomic(tmp / MANIFEST, {"format": MANIFEST_FORMAT, "files": file_digests(tmp)})
+    if accelerator.is_main_process:
+        _kill_point("finetune.checkpoint.before_rename")
+        if final.exists():  # a re-save of the same step
+            _check_only_ours(final, "checkpoint")
+            _remove(final, "checkpoint")
+        os.replace(tmp, final)
+        for stale in _stale(step_folders(out), final):
+            _remove(stale, "checkpoint")  # step-N folders of this run only (see _stale)
+    accelerator.wait_for_everyone()
+    return final
+
+
+def save_model_folder(accelerator: Any, net: Any, tokenizer: Any, path: Path, extra: dict[str, Any],
+                      need_bytes: int) -> None:
+    """save_pretrained (safetensors) of the wrapped `transformers` model + tokenizer into a temp folder, then swap
+    it in for `path` (best/ or final/)."""
+    from transformers.utils import logging as hf_logging
+
+    accelerator.wait_for_everyone()
+    state_dict = {k.removeprefix("model."): v for k, v in accelerator.get_state_dict(net).items()}
+    if accelerator.is_main_process:
+        tmp, old = path.with_name(f".tmp-{path.name}"), path.with_name(f".old-{path.name}")
+        _start_folder(tmp, need_bytes, "model")
+        with _full_disk_cleanup(None, tmp, need_bytes, "model"):
+            hf_logging.disable_progress_bar()  # loading turns transformers' bars back on; a one-file save needs none
+            accelerator.unwrap_model(net).model.save_pretrained(tmp, safe_serialization=True, state_dict=state_dict)
+            tokenizer.save_pretrained(tmp)
+            runs.write_json_atomic(tmp / "bertkit_model.json", extra)
+            runs.write_file_list(tmp)  # the names bertkit may later remove from this folder
+        _remove(old, "model")  # .old-best / .old-final: our own leftover of an interrupted swap
+        if path.exists():
+            _check_only_ours(path, "model")  # the run was checked at its start; a file may have come since
+            os.replace(path, old)
+        _kill_point("finetune.model.swap")
+        os.replace(tmp, path)
+        _remove(old, "model")
+    accelerator.wait_for_everyone()
+
+
+def _stale(folders: list[Path], final: Path) -> list[Path]:
+    """The step-N folders to remove once `final` is saved: older ones beyond KEEP, and any numbered after it - a
+    run resumes from its newest complete checkpoint, so those are saves that never finished (no trainer state)."""
+    older = [p for p in folders if _step(p) < _step(final)]
+    newer = [p for p in folders if _step(p) > _step(final)]
+    return older[: -(KEEP - 1) or None] + newer
+
+
+def _step(folder: Path) -> int:
+    return int(folder.name.split("-")[1])
+
+
+def file_digests(folder: Path) -> dict[str, dict[str, Any]]:
+    """{relative path: {size, sha256}} of every file in `folder` but the manifest itself."""
+    digests = {}
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST):
+        digest = hashlib.sha256()
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+        digests[path.relative_to(folder).as_posix()] = {"size": path.stat().st_size, "sha256": digest.hexdigest()}
+    return digests
+
+
+def _start_folder(tmp: Path, need_bytes: int, kind: str) -> None:
+    _remove(tmp, kind)  # a .tmp-* folder of ours left by a killed save
+    disk.check_free(tmp.parent, need_bytes)
+    tmp.mkdir(parents=True)
+
+
+@contextmanager
+def _full_disk_cleanup(accelerator: Any, tmp: Path, need_bytes: int, kind: str) -> Iterator[None]:
+    """A save that runs out of space removes its temp folder (ours, half written) and says disk full."""
+    try:
+        yield
+    except Exception as exc:
+        if not disk.is_disk_full(exc):
+            raise
+        _remove(tmp, kind)
+        raise disk.full_error(tmp.parent, need_bytes) from None
+
+
+def _remove(folder: Path, kind: str) -> None:
+    """Remove a folder of ours (a checkpoint, a model folder, their temp folders): only the files bertkit wrote
+    there (`runs.remove_owned`); anything else stays, with a warning, and the next run names it."""
+    kept = runs.remove_owned(folder, kind) if folder.exists() or folder.is_symlink() else []
+    if kept:
+        log.warning("kept %s: it holds what bertkit did not write (%s)", folder, ", ".join(map(str, kept[:5])))
+
+
+def _check_only_ours(folder: Path, kind: str) -> None:
+    """A UserError when `folder`, about to be replaced, holds anything bertkit did not write."""
+    foreign = runs.foreign_paths(folder, kind)
+    if foreign:
+        shown = ", ".join(str(p) for p in foreign[:5])
+        raise UserError(f"{folder} holds files bertkit did not write ({shown}); bertkit never replaces a folder "
+                        f"holding anything else. Move them out of {folder} and re-run the same command to resume.")
+
+
+# ---------------------------------------------------------------- verifying and restoring
+
+
+def verify(folder: Path) -> str | None:
+    """Why the checkpoint in `folder` cannot be trusted (None when every file matches its manifest).
+
+    A checkpoint written before manifests existed has none: it is trusted as before (see `restore`'s note).
+    """
+    manifest_path = folder / MANIFEST
+    if not manifest_path.is_file():
+        return None
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        expected = manifest["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"its manifest {MANIFEST} is damaged"
+    found = file_digests(folder)
+    missing = sorted(set(expected) - set(found))
+    if missing:
+        return f"{', '.join(missing[:3])} missing"
+    changed = sorted(name for name, digest in expected.items() if found[name] != digest)
+    if changed:
+        return f"{', '.join(changed[:3])} changed since it was saved (size or sha256 differs)"
+    return None
+
+
+def read_state(folder: Path) -> dict[str, Any]:
+    """The trainer state saved with a checkpoint; a damaged file is a UserError naming it."""
+    try:
+        state = json.loads((folder / STATE_FILE).read_text(encoding="utf-8"))
+        if not isinstance(state, dict) or "global_step" not in state:
+            raise ValueError("not a bertkit trainer state")
+        return state
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{folder / STATE_FILE} is damaged ({exc}).") from None
+
+
+def choose_checkpoint(out: Path) -> Restored | None:
+    """The newest checkpoint, verified (main process); None when the run has none yet.
+
+    A damaged newest checkpoint is refused, never skipped silently and never deleted: the message names the newest
+    intact one and how to resume from it (delete the damaged folder), or to start over. A newer step folder without
+    its trainer_state.json is a save that never finished (bertkit renames a checkpoint into place only with it): it
+    holds no position to resume from, so it is passed over, with a note, as before checksums existed.
+    """
+    folders = step_folders(out)
+    candidates = [p for p in folders if (p / STATE_FILE).exists()]
+    if not candidates:
+        return None
+    newest = candidates[-1]
+    problem, state = _check(newest)
+    if problem is None:
+        unfinished = [p for p in folders if p not in candidates and _step(p) > _step(newest)]
+        notes = [f"{p} has no {STATE_FILE} (a save that never finished): resumed from {newest} instead."
+                 for p in unfinished]
+        if not (newest / MANIFEST).is_file():
+            notes.append(f"{newest} was saved before checkpoints carried checksums: loaded without verifying it.")
+        return Restored(newest, state, notes)
+    intact = next((p for p in reversed(candidates[:-1]) if _check(p)[0] is None), None)
+    fallback = (f"The previous checkpoint {intact} is intact: delete {newest} to resume from it, or "
+                if intact else "No older intact checkpoint exists: ")
+    raise UserError(f"Checkpoint {newest} is damaged ({problem}), so the run cannot resume from it exactly. "
+                    f"{fallback}pass --overwrite (or a new --out) to start the run over.")
+
+
+def _check(folder: Path) -> tuple[str | None, dict[str, Any]]:
+    """(why `folder` cannot be resumed from or None, its trainer state)."""
+    problem = verify(folder)
+    if problem is not None:
+        return problem, {}
+    try:
+        return None, read_state(folder)
+    except UserError as exc:
+        return str(exc), {}
+
+
+def load(accelerator: Any, restored: Restored) -> None:
+    """Accelerate's load_state from a verified checkpoint (a load error is a UserError, not a traceback)."""
+    try:
+        accelerator.load_state(str(restored.path))
+    except Exception as exc:  # safetensors, torch and pickle errors of many types
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        raise UserError(
+            f"Checkpoint {restored.path} cannot be loaded ({type(exc).__name__}: {reason}). Delete that folder to "
+            f"resume from the previous checkpoint, or pass --overwrite to start the run over."
+        ) from None
+
+
+# ---------------------------------------------------------------- processes
+
+
+def _on_main(accelerator: Any, fn: Any) -> Any:
+    """fn() on the main process; its (picklable) result, or its UserError, on every process - never a hang."""
+    result: tuple[bool, Any] = (True, None)
+    if accelerator is None or accelerator.is_main_process:
+        try:
+            result = (True, fn())
+        except UserError as exc:
+            result = (False, str(exc))
+    if accelerator is not None and accelerator.num_processes > 1:
+        from accelerate.utils import broadcast_object_list
+
+        holder = [result]
+        broadcast_object_list(holder, from_process=0)
+        result = holder[0]
+    ok, value = result
+    if not ok:
+        raise UserError(value)
+    return value
+
+
+def _kill_point(name: str) -> None:
+    """A named SIGKILL point for the fault-injection suite (`bertkit.io.faults`, env BERTKIT_KILL_AT); no-op otherwise."""
+    if os.environ.get("BERTKIT_KILL_AT"):
+        from bertkit.io import faults
+
+        faults.maybe_kill(name)
