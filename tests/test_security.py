@@ -139,7 +139,7 @@ def package_modules() -> list[Path]:
         ("class C:\n    trust_remote_code: bool = True", "field trust_remote_code"),
         ("class C:\n    trust_remote_code: bool = option(True, 'help')", "field trust_remote_code"),
         ("model.save_pretrained(p, safe_serialization=False)", "safe_serialization=False"),
-        ("AutoModel.from_pretrained(p)", "outside bertkit/modeling.py"),
+        ("AutoModel.from_pretrained(p)", "outside bertkit/models/loading.py"),
     ],
 )
 def test_scanner_detects_forbidden_patterns(snippet, expected):
