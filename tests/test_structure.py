@@ -1,0 +1,156 @@
+"""The house stays clean: no import cycle inside bertkit (imports in functions and TYPE_CHECKING blocks count),
+sub-packages along the data flow, few top-level modules, small modules and functions, and every `alias.name` a
+module uses on an imported bertkit module exists there (a split that left a caller behind fails here, not in a
+user's run)."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "bertkit"
+MAX_MODULE_LINES = 450
+MAX_FUNCTION_LINES = 60
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py")) if "resources" not in p.parts}
+
+
+def imported_modules(name: str, path: Path) -> set[str]:
+    """Every bertkit module `name` imports, wherever the import statement sits."""
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            source = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                source = ".".join(anchor + ([node.module] if node.module else []))
+            targets = [source] + [f"{source}.{alias.name}" for alias in node.names]
+        for target in targets:
+            while target and target not in MODULES:
+                target = target.rsplit(".", 1)[0] if "." in target else ""
+            if target and target != name and not (path.name == "__init__.py" and target.startswith(name + ".")):
+                found.add(target)
+    return found
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_cycle_finder_finds_a_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycle_inside_bertkit():
+    graph = {name: imported_modules(name, path) for name, path in MODULES.items()}
+    assert cycles(graph) == [], "import cycles (imports inside functions count):\n" + "\n".join(
+        " <-> ".join(c) for c in cycles(graph))
+
+
+def test_sub_packages_and_few_top_level_modules():
+    packages = [d for d in PACKAGE.iterdir() if (d / "__init__.py").is_file() and d.name != "resources"]
+    top = [p for p in PACKAGE.glob("*.py") if p.name not in ("__init__.py", "__main__.py")]
+    assert len(packages) >= 6, packages
+    assert len(top) <= 8, sorted(p.name for p in top)
+
+
+def test_no_module_over_the_limit():
+    sizes = {name: len(path.read_text(encoding="utf-8").splitlines()) for name, path in MODULES.items()}
+    assert {n: s for n, s in sizes.items() if s > MAX_MODULE_LINES} == {}
+
+
+def test_no_function_over_the_limit():
+    long = []
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    long.append(f"{name}.{node.name}: {lines} lines")
+    assert long == []
+
+
+def module_aliases(tree: ast.Module) -> dict[str, str]:
+    """Local names bound to bertkit modules: `from bertkit.x import y [as z]` where x.y is a module,
+    `import bertkit.x.y as z`."""
+    aliases = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("bertkit") and not node.level:
+            for alias in node.names:
+                if f"{node.module}.{alias.name}" in MODULES:
+                    aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name in MODULES and alias.asname:
+                    aliases[alias.asname] = alias.name
+    return aliases
+
+
+USERS = {**{name: path for name, path in MODULES.items()},
+         **{f"tests/{p.name}": p for p in sorted(PACKAGE.parent.glob("tests/*.py"))},
+         **{f"bench/{p.name}": p for p in sorted(PACKAGE.parent.glob("bench/*.py"))}}
+
+
+@pytest.mark.parametrize("name", sorted(USERS))
+def test_every_attribute_used_on_an_imported_module_exists(name):
+    """`data.load_splits(...)` where `data` is an imported bertkit module: `load_splits` must be defined there
+    (bertkit's modules, the tests and the benchmarks)."""
+    tree = ast.parse(USERS[name].read_text(encoding="utf-8"))
+    rebound = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    rebound |= {a.arg for n in ast.walk(tree) if isinstance(n, ast.arguments)
+                for a in [*n.posonlyargs, *n.args, *n.kwonlyargs]}
+    missing = []
+    for local, target in module_aliases(tree).items():
+        if local in rebound:  # also a variable somewhere in the file: its attributes are not the module's
+            continue
+        module = importlib.import_module(target)
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == local
+                    and not hasattr(module, node.attr)):
+                missing.append(f"line {node.lineno}: {local}.{node.attr} ({target} has no {node.attr})")
+    assert missing == []
