@@ -1,4 +1,5 @@
-"""bertkit/data (and its batches in encoding/): both real layouts, formats, pairs, labels, splits, batching, and every validation error."""
+"""bertkit/data (and encoding/ batching): both real layouts, formats, pairs, labels, splits, batching, and every
+validation error."""
 
 from __future__ import annotations
 
