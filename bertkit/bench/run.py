@@ -26,7 +26,10 @@ import numpy as np
 from bertkit.bench import quality as bench_quality
 from bertkit.bench.report import compute_claims, report_markdown
 from bertkit.bench.timing import Budget, Clock, Step, interleaved, summarize, sync_for
-from bertkit.data import dataset as data
+from bertkit.data.dataset import TextDataset
+from bertkit.data.splits import load_dataset_split, named_source
+from bertkit.encoding.batches import pad_batch, sorted_batches
+from bertkit.encoding.encode import Encoded, encode_for
 from bertkit.errors import UserError
 from bertkit.io import runs
 from bertkit.models import infer
@@ -203,24 +206,24 @@ def _hidden_size(model: Any) -> int:
 
 
 def prepare_batches(
-    encoded: data.Encoded, batch_size: int, pad_id: int, pad_to: int | None, seed: int, with_labels: bool = False
+    encoded: Encoded, batch_size: int, pad_id: int, pad_to: int | None, seed: int, with_labels: bool = False
 ) -> list[PreparedBatch]:
     """Length-sorted batches of every row (dynamic padding, or static to `pad_to`), in a seeded shuffled order.
 
     Sorting keeps padding low; shuffling the batch order makes any prefix of the list a fair sample of lengths.
-    The rows of a batch are those inference groups for a fixed batch size (`data.sorted_batches`, what
-    `infer.plan_batches` calls); the padding is `data.pad_batch`'s, not `infer.batch_inputs`': that one has no
+    The rows of a batch are those inference groups for a fixed batch size (`sorted_batches`, what
+    `infer.plan_batches` calls); the padding is `pad_batch`'s, not `infer.batch_inputs`': that one has no
     static padding, and on a GPU it rounds the width up to a multiple of 8, which would change what "dynamic"
     measured there.
     """
     import torch
 
-    groups = data.sorted_batches(encoded.lengths, batch_size)
+    groups = sorted_batches(encoded.lengths, batch_size)
     order = np.random.default_rng(seed).permutation(len(groups))
     prepared = []
     for g in order:
         idx = groups[g]
-        inputs = data.pad_batch(encoded, idx, pad_id, pad_to)
+        inputs = pad_batch(encoded, idx, pad_id, pad_to)
         width = int(inputs["input_ids"].shape[1])
         labels = torch.arange(len(idx)) % 2 if with_labels else None  # labels do not change step time
         prepared.append(PreparedBatch(inputs, len(idx), int(encoded.lengths[idx].sum()), width * len(idx), labels))
@@ -312,7 +315,7 @@ def measure_latency(
 
 
 def measure_throughput(
-    contenders: Sequence[Contender], encoded: data.Encoded, pad_id: int, s: BenchSettings, device: Any, dtype: Any
+    contenders: Sequence[Contender], encoded: Encoded, pad_id: int, s: BenchSettings, device: Any, dtype: Any
 ) -> dict[str, list[dict[str, Any]]]:
     """Rows/s and tokens/s per batch size, dynamic (length-sorted) vs static padding to --max-length."""
     import torch
@@ -342,7 +345,7 @@ def _throughput_record(batch_size: int, padding: str, rows: list[tuple[float, ..
 
 
 def measure_train_step(
-    contenders: Sequence[Contender], encoded: data.Encoded, pad_id: int, s: BenchSettings, device: Any, dtype: Any
+    contenders: Sequence[Contender], encoded: Encoded, pad_id: int, s: BenchSettings, device: Any, dtype: Any
 ) -> dict[str, dict[str, Any]]:
     """Seconds per training step (forward+backward+AdamW) at --train-batch-size, dynamic padding."""
     batches = prepare_batches(encoded, s.train_batch_size, pad_id, None, s.seed, with_labels=True)
@@ -402,7 +405,7 @@ def measure_paper_protocol(
 # ---------------------------------------------------------------- the whole run
 
 
-def token_stats(encoded: data.Encoded) -> dict[str, Any]:
+def token_stats(encoded: Encoded) -> dict[str, Any]:
     """Rows, mean/median/max tokens and truncated rows of the timed sentences (the report's `data`)."""
     lengths = encoded.lengths
     return {"rows": int(len(lengths)), "mean_tokens": float(lengths.mean()), "p50_tokens": float(np.median(lengths)),
@@ -424,7 +427,7 @@ def run_bench(
     for c in contenders:
         c.model.to(device)
     tokenizer = contenders[0].tokenizer
-    encoded = data.encode_dataset(tokenizer, data.TextDataset(list(texts)), settings.max_length)
+    encoded = encode_for(tokenizer, TextDataset(list(texts)), settings.max_length).encoded
     pad_id = infer.pad_id_of(tokenizer)
     report: dict[str, Any] = {"protocol": settings.protocol, "data": token_stats(encoded), "notes": [],
                               "loadavg_start": list(os.getloadavg())}
@@ -484,15 +487,14 @@ def environment(device: Any, dtype: Any) -> dict[str, Any]:
 
 def benchmark_texts(cfg: Any) -> tuple[list[str], dict[str, Any]]:
     """The sentences to time: --dev if given (a file or a split of the hub --data), else --data, else the demo dev."""
-    if cfg.dev and (data.is_local_source(cfg.dev) or cfg.data is None or data.is_local_source(cfg.data)):
-        dataset = data.load_dataset_split(cfg, cfg.dev, need_labels=False)
-    elif cfg.dev:
-        dataset = data.load_dataset_split(cfg, cfg.data, split=cfg.dev, need_labels=False)
+    if cfg.dev:
+        source, split = named_source(cfg.data, cfg.dev)
+        dataset = load_dataset_split(cfg, source, split=split, need_labels=False)
     elif cfg.data:
-        dataset = data.load_dataset_split(cfg, cfg.data, need_labels=False)
+        dataset = load_dataset_split(cfg, cfg.data, need_labels=False)
     else:
         demo = Path(__file__).resolve().parent.parent / "resources" / "demo" / "dev.tsv"
-        dataset = data.load_dataset_split(cfg, str(demo), need_labels=False)
+        dataset = load_dataset_split(cfg, str(demo), need_labels=False)
     # Sentence pairs: the first text of each row is timed (the benchmark measures the encoder, not the task).
     return list(dataset.texts), {"source": dataset.source, "fingerprint": dataset.fingerprint}
 
