@@ -45,8 +45,8 @@ ALL = ("trainer_static", "trainer_dynamic", "trainer_dynamic_bf16", "bertkit", "
 
 
 def load_sst2(rows: int | None):
-    from bertkit.config.commands import DataOptions
-    from bertkit.data.dataset import load_splits
+    from bertkit.data.options import DataOptions
+    from bertkit.data.splits import load_splits
 
     opts = DataOptions(data=str(DATA / "train.tsv"), dev=str(DATA / "dev.tsv"), text_column="0", label_column="1")
     splits = load_splits(opts)

@@ -40,8 +40,9 @@ def features(split: str, run_dir: Path | None = None) -> tuple[np.ndarray, np.nd
     With `run_dir` (a `bertkit probe --pool cls --layers all` run on SST-2 with the same model), the last layer of
     its cached `features/<split>-cls-all.npy` is used instead of extracting again (checked against its key file).
     """
-    from bertkit.config.commands import DataOptions
-    from bertkit.data.dataset import LabelMap, load_dataset_split
+    from bertkit.data.labels import LabelMap
+    from bertkit.data.options import DataOptions
+    from bertkit.data.splits import load_dataset_split
     from bertkit.features.embed import extract_features
     from bertkit.models import loading as modeling
 

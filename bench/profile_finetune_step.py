@@ -56,8 +56,10 @@ def main() -> dict:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from bertkit.config.commands import DataOptions
-    from bertkit.data import dataset as data
+    from bertkit.data.options import DataOptions
+    from bertkit.data.splits import load_splits
+    from bertkit.encoding.batches import grouped_batches, pad_batch
+    from bertkit.encoding.encode import encode_for
     from bertkit.io import runs
     from bertkit.models import loading as modeling
     from bertkit.models.fastforward import SequenceClassifier
@@ -70,18 +72,18 @@ def main() -> dict:
         print(f"skipped: {DATA} not found")
         return {}
     opts = DataOptions(data=str(DATA / "train.tsv"), text_column="0", label_column="1", dev_fraction=0.1)
-    train = data.load_splits(opts, need_dev=False).train
+    train = load_splits(opts, need_dev=False).train
     tokenizer = modeling.load_tokenizer("minilm-offline")
     torch.manual_seed(0)
     model = modeling.load_classifier("minilm-offline", {0: "0", 1: "1"})
     net = SequenceClassifier(model).train()
-    encoded = data.encode_dataset(tokenizer, train, 128)
+    encoded = encode_for(tokenizer, train, 128).encoded
     labels = np.asarray([int(y) for y in train.labels])
-    batches = data.grouped_batches(encoded.lengths, 32, 42, 0)[: args.steps + 2]
+    batches = grouped_batches(encoded.lengths, 32, 42, 0)[: args.steps + 2]
     optimizer = _adamw(model, 5e-5, 0.01)
 
     def step(idx):
-        batch = data.pad_batch(encoded, idx, tokenizer.pad_token_id)
+        batch = pad_batch(encoded, idx, tokenizer.pad_token_id)
         loss = torch.nn.functional.cross_entropy(net(**batch), torch.as_tensor(labels[idx]))
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

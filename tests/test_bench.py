@@ -20,7 +20,8 @@ from bertkit.bench import quality as bench_quality
 from bertkit.bench import report as bench_report
 from bertkit.bench import timing
 from bertkit.cli.app import app
-from bertkit.data import dataset as data
+from bertkit.data.dataset import TextDataset
+from bertkit.encoding.encode import Encoded, encode_dataset
 from bertkit.errors import UserError
 from bertkit.models import loading as modeling
 
@@ -113,7 +114,7 @@ def test_repeat_needs_both_min_iters_and_min_seconds():
 
 def _encoded(lengths):
     ids = [[101] + [7] * (n - 2) + [102] for n in lengths]
-    return data.Encoded(ids, None, np.asarray(lengths), np.asarray(lengths), max_length=16)
+    return Encoded(ids, None, np.asarray(lengths), np.asarray(lengths), max_length=16)
 
 
 def test_throughput_counts_rows_and_tokens_over_exactly_the_timed_forwards():
@@ -141,7 +142,7 @@ def test_train_step_runs_forward_backward_optimizer_and_restores_eval(tiny_bert_
     tokenizer = modeling.load_tokenizer(str(tiny_bert_dir))
     c = bench_contenders.Contender("tiny", str(tiny_bert_dir), False, model, tokenizer, 0.0)
     before = next(model.parameters()).detach().clone()
-    encoded = data.encode_dataset(tokenizer, data.TextDataset(["a good film", "bad", "an awful , awful movie"] * 2), 16)
+    encoded = encode_dataset(tokenizer, TextDataset(["a good film", "bad", "an awful , awful movie"] * 2), 16)
     settings = bench_measure.BenchSettings(train_batch_size=2, budget=timing.Budget(warmup=1, min_iters=2, min_seconds=0.0, rounds=1))
     result = bench_measure.measure_train_step([c], encoded, tokenizer.pad_token_id, settings, torch.device("cpu"), torch.float32)
     assert result["tiny"]["step_ms"]["n"] == 2 and result["tiny"]["batch_size"] == 2

@@ -269,16 +269,18 @@ def test_loop_equals_a_hand_written_pytorch_loop(no_dropout_bert, toy_files, tmp
     import torch
     from transformers import get_linear_schedule_with_warmup
 
-    from bertkit.data import dataset as data
+    from bertkit.data.splits import load_splits
+    from bertkit.encoding.batches import pad_batch
+    from bertkit.encoding.encode import encode_dataset
     from bertkit.models import loading as modeling
 
     train, dev = toy_files
     cfg = make_cfg(no_dropout_bert, train, dev, tmp_path / "run", epochs=2, lr=1e-3, weight_decay=0.1, max_grad_norm=0.5)
     finetune(cfg, progress=False)
 
-    splits = data.load_splits(cfg)
+    splits = load_splits(cfg)
     tokenizer = modeling.load_tokenizer(str(no_dropout_bert))
-    enc = data.encode_dataset(tokenizer, splits.train, cfg.max_length)
+    enc = encode_dataset(tokenizer, splits.train, cfg.max_length)
     y = torch.as_tensor(splits.label_map.encode(splits.train.labels, "train"))
     torch.manual_seed(cfg.seed)
     from accelerate.utils import set_seed
@@ -292,7 +294,7 @@ def test_loop_equals_a_hand_written_pytorch_loop(no_dropout_bert, toy_files, tmp
     sched = get_linear_schedule_with_warmup(opt, int(np.ceil(0.1 * per_epoch * 2)), per_epoch * 2)
     for epoch in range(2):
         for batch in global_batches(enc.lengths, 8, cfg.seed, epoch, 1):
-            logits = model(**data.pad_batch(enc, batch, tokenizer.pad_token_id)).logits
+            logits = model(**pad_batch(enc, batch, tokenizer.pad_token_id)).logits
             torch.nn.functional.cross_entropy(logits, y[batch]).backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
             opt.step()

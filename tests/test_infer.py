@@ -16,7 +16,8 @@ from transformers import (
     MegatronBertForSequenceClassification,
 )
 
-from bertkit.data.dataset import Encoded, TextDataset
+from bertkit.data.dataset import TextDataset
+from bertkit.encoding.encode import Encoded
 from bertkit.models import infer
 
 

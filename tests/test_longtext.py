@@ -12,9 +12,10 @@ from typer.testing import CliRunner
 
 from bertkit.cli.app import app
 from bertkit.config.commands import EmbedConfig, EvaluateConfig, PredictConfig
-from bertkit.data import dataset as data
 from bertkit.data.dataset import TextDataset
+from bertkit.data.splits import load_dataset_split
 from bertkit.encoding import longtext
+from bertkit.encoding.encode import encode_dataset, encode_windows
 from bertkit.errors import UserError
 from bertkit.models import infer
 
@@ -70,7 +71,7 @@ def test_encode_dataset_keeps_exactly_the_right_tokens(tokenizer, truncation):
     text = long_text(300, seed=3)
     content = content_ids(tokenizer, text)
     assert len(content) > 64
-    enc = data.encode_dataset(tokenizer, TextDataset([text, "a short one"]), 64, truncation=truncation)
+    enc = encode_dataset(tokenizer, TextDataset([text, "a short one"]), 64, truncation=truncation)
     budget = 64 - 2
     if truncation == "head":
         kept = content[:budget]
@@ -88,7 +89,7 @@ def test_encode_dataset_keeps_exactly_the_right_tokens(tokenizer, truncation):
 
 def test_head_is_the_tokenizers_own_truncation(tokenizer):
     texts = [long_text(200, seed=s) for s in range(3)] + ["short"]
-    default = data.encode_dataset(tokenizer, TextDataset(texts), 48)
+    default = encode_dataset(tokenizer, TextDataset(texts), 48)
     own = tokenizer(texts, truncation=True, max_length=48)
     assert default.input_ids == own["input_ids"] and default.token_type_ids == own["token_type_ids"]
 
@@ -107,7 +108,7 @@ def test_pair_budgets_match_the_tokenizers_longest_first(tokenizer, lengths):
 
 def test_tail_of_a_pair_keeps_both_texts_ends(tokenizer):
     first, second = long_text(120, seed=1), long_text(20, seed=2)
-    enc = data.encode_dataset(tokenizer, TextDataset([first], pairs=[second]), 64, truncation="tail")
+    enc = encode_dataset(tokenizer, TextDataset([first], pairs=[second]), 64, truncation="tail")
     a, b = content_ids(tokenizer, first), content_ids(tokenizer, second)
     keep_a, keep_b = longtext.pair_budgets(len(a), len(b), 64 - 3)
     cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
@@ -132,7 +133,7 @@ def test_window_spans_cover_every_token_with_the_stride(n, size, stride):
 
 def test_chunked_windows_of_2000_token_texts_cut_nothing(tokenizer):
     texts = [long_text(2100, seed=7), "a short review", long_text(900, seed=8)]
-    windows = longtext.encode_windows(tokenizer, TextDataset(texts), max_length=64, stride=16)
+    windows = encode_windows(tokenizer, TextDataset(texts), max_length=64, stride=16)
     assert windows.encoded.n_truncated == 0 and windows.encoded.lengths.max() <= 64
     assert list(np.unique(windows.owner)) == [0, 1, 2] and np.all(np.diff(windows.owner) >= 0)
     cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
@@ -152,7 +153,7 @@ def test_chunked_windows_of_2000_token_texts_cut_nothing(tokenizer):
 
 def test_pair_windows_keep_the_second_text_whole(tokenizer):
     first, second = long_text(400, seed=4), "is the film good ?"
-    windows = longtext.encode_windows(tokenizer, TextDataset([first], pairs=[second]), max_length=64, stride=8)
+    windows = encode_windows(tokenizer, TextDataset([first], pairs=[second]), max_length=64, stride=8)
     tail = content_ids(tokenizer, second) + [tokenizer.sep_token_id]
     assert len(windows.owner) > 1
     for ids, types in zip(windows.encoded.input_ids, windows.encoded.token_type_ids, strict=True):
@@ -162,7 +163,7 @@ def test_pair_windows_keep_the_second_text_whole(tokenizer):
 def test_a_second_text_that_leaves_no_room_is_a_user_error(tokenizer):
     ds = TextDataset([long_text(200, seed=1)], pairs=[long_text(55, seed=2)], source="pairs.tsv")
     with pytest.raises(UserError) as err:
-        longtext.encode_windows(tokenizer, ds, max_length=64, stride=8)
+        encode_windows(tokenizer, ds, max_length=64, stride=8)
     assert "--stride" in str(err.value) and "pairs.tsv" in str(err.value)
 
 
@@ -195,7 +196,7 @@ def test_chunked_logits_are_the_max_over_each_texts_windows(classifier_dir):
     texts = [long_text(2050, seed=11), "a good film", long_text(300, seed=12)]
     logits = infer.classifier_logits(model, tokenizer, TextDataset(texts), max_length=64, batch_size=8,
                                      precision="fp32", long_text="chunk", stride=16)
-    windows = longtext.encode_windows(tokenizer, TextDataset(texts), 64, 16)
+    windows = encode_windows(tokenizer, TextDataset(texts), 64, 16)
     assert len(windows.owner) > 40
     one_by_one = window_logits_one_by_one(model, windows)
     expected = np.stack([one_by_one[windows.owner == row].max(axis=0) for row in range(3)])
@@ -263,6 +264,7 @@ def test_finetune_reads_head_plus_tail_of_2000_token_texts(tiny_bert_dir, tmp_pa
     import torch
 
     from bertkit.config.commands import FinetuneConfig
+    from bertkit.encoding import encode as encode_module
     from bertkit.training import finetune as finetune_module
 
     torch.set_num_threads(1)
@@ -270,8 +272,8 @@ def test_finetune_reads_head_plus_tail_of_2000_token_texts(tiny_bert_dir, tmp_pa
     path = tmp_path / "long.tsv"
     path.write_text("text\tlabel\n" + "\n".join(f"{t}\t{y}" for t, y in rows) + "\n", encoding="utf-8")
     seen = []
-    encode = data.encode_dataset
-    monkeypatch.setattr(data, "encode_dataset", lambda *a, **kw: seen.append(kw["truncation"]) or encode(*a, **kw))
+    encode = encode_dataset
+    monkeypatch.setattr(encode_module, "encode_dataset", lambda *a, **kw: seen.append(kw["truncation"]) or encode(*a, **kw))
     cfg = FinetuneConfig(model=str(tiny_bert_dir), data=str(path), dev=str(path), out=str(tmp_path / "run"),
                          epochs=1, batch_size=4, max_length=64, truncation="head+tail", save_every=None)
     result = finetune_module.finetune(cfg, progress=False)
@@ -307,7 +309,7 @@ def test_chunked_embed_is_the_mean_of_each_texts_window_features(encoder, tokeni
 
     texts = [long_text(2100, seed=21), "a short review", long_text(700, seed=22)]
     ds = TextDataset(texts)
-    windows = longtext.encode_windows(tokenizer, ds, max_length=64, stride=16)
+    windows = encode_windows(tokenizer, ds, max_length=64, stride=16)
     assert len(content_ids(tokenizer, texts[0])) >= 2000 and windows.counts[0] > 30 and windows.counts[1] == 1
     by_hand = window_features_by_hand(encoder, tokenizer, windows)
     expected = np.stack([by_hand[windows.owner == row].mean(axis=0) for row in range(3)])
@@ -331,7 +333,7 @@ def test_embed_truncation_reads_the_tokens_it_keeps(encoder, tokenizer, truncati
     from bertkit.features.embed import extract_features
 
     ds = TextDataset([long_text(2000, seed=31), "a good film"])
-    cut = data.encode_dataset(tokenizer, ds, 64, truncation=truncation)  # its exact cut is checked above
+    cut = encode_dataset(tokenizer, ds, 64, truncation=truncation)  # its exact cut is checked above
     with torch.inference_mode():
         expected = np.stack([encoder(input_ids=torch.tensor([ids]), token_type_ids=torch.tensor([types]))
                              .last_hidden_state[0, 0].numpy()
@@ -364,7 +366,7 @@ def test_embed_cli_chunk_and_truncation_are_part_of_the_stores_identity(tiny_ber
     assert (m["long_text"], m["stride"], m["truncation"], m["n_truncated"]) == ("chunk", 16, "head", 0)
     assert m["windows"] > 4 * 30 and chunked.features.shape == (4, 32)  # one row per text, not per window
     assert f"as {m['windows']:,} windows" in result.output
-    ds = data.load_dataset_split(EmbedConfig(data=str(path), out="x"), str(path), need_labels=False)
+    ds = load_dataset_split(EmbedConfig(data=str(path), out="x"), str(path), need_labels=False)
     direct = extract_features(encoder, tokenizer, ds, pool="mean", max_length=64, long_text="chunk", stride=16)
     np.testing.assert_allclose(chunked.features, direct, atol=1e-5)
 
@@ -400,7 +402,7 @@ def test_probe_reads_long_texts_as_asked_and_its_saved_probe_does_too(tiny_bert_
                                  "--max-length", "64", "--long-text", "chunk", "--stride", "16", "--pool", "mean",
                                  "--no-baselines", "--precision", "fp32", "--out", str(out), "--quiet", "--json"])
     assert result.exit_code == 0, result.output
-    ds = data.load_dataset_split(EmbedConfig(data=str(dev), out="x"), str(dev), need_labels=False)
+    ds = load_dataset_split(EmbedConfig(data=str(dev), out="x"), str(dev), need_labels=False)
     cached = np.load(out / "features" / "dev-mean-2.npy")
     direct = extract_features(encoder, tokenizer, ds, pool="mean", max_length=64, long_text="chunk", stride=16)
     np.testing.assert_allclose(cached[:, 0], direct, atol=1e-5)
@@ -462,7 +464,7 @@ def test_a_regression_models_windows_are_averaged(tiny_bert_dir, tmp_path):
     texts = [long_text(600, seed=21), "a good film"]
     scores = infer.classifier_logits(model, tokenizer, TextDataset(texts), max_length=64, batch_size=8,
                                      precision="fp32", long_text="chunk", stride=16)
-    windows = longtext.encode_windows(tokenizer, TextDataset(texts), 64, 16)
+    windows = encode_windows(tokenizer, TextDataset(texts), 64, 16)
     per_window = window_logits_one_by_one(model, windows)
     expected = np.stack([per_window[windows.owner == row].mean(axis=0) for row in range(2)])
     np.testing.assert_allclose(scores, expected, atol=1e-4)

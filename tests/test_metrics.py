@@ -389,22 +389,22 @@ def test_explicit_accuracy_on_regression_exits_2_and_the_default_becomes_pearson
     result = runner.invoke(app, _finetune_argv(tiny_bert_dir, scores, tmp_path / "a", "--metric-for-best", "accuracy"))
     flat = " ".join(result.output.split())
     assert result.exit_code == 2 and "--metric-for-best accuracy is a single-label metric; this is regression" in flat
-    from bertkit.data import dataset as data
+    from bertkit.data.splits import load_splits
     from bertkit.training.finetune import _for_the_shape
 
     cfg = FinetuneConfig(data=str(scores), out=str(tmp_path / "b"))
-    splits = data.load_splits(cfg, need_labels=True, need_dev=True)
+    splits = load_splits(cfg, need_labels=True, need_dev=True)
     assert _for_the_shape(cfg, splits).metric_for_best == "pearson"
 
 
 def test_options_the_shape_ignores_are_warned_about(classifier_dir, toy_tsv, tmp_path, caplog, monkeypatch):
-    from bertkit.data import dataset as data
+    from bertkit.data.splits import load_splits
     from bertkit.training.finetune import _for_the_shape
 
     cfg = FinetuneConfig(data=str(toy_tsv), out=str(tmp_path / "run"), threshold="0.3", metric=("mcc", "pearson"))
     monkeypatch.setattr(logging.getLogger("bertkit"), "propagate", True)  # the CLI turns it off; caplog is at the root
     with caplog.at_level("WARNING", logger="bertkit"):
-        resolved = _for_the_shape(cfg, data.load_splits(cfg, need_labels=True, need_dev=True))
+        resolved = _for_the_shape(cfg, load_splits(cfg, need_labels=True, need_dev=True))
     warned = " ".join(r.getMessage() for r in caplog.records)
     assert "--threshold 0.3 is the decision threshold of multi-label (tag) data; this is single-label data" in warned
     assert "--metric pearson is not computed for single-label data" in warned and "--metric mcc" not in warned

@@ -508,15 +508,15 @@ def test_input_paths_names_every_input_by_the_flag_typed():
 def test_every_predictions_header_predict_writes_is_recognised(tmp_path):
     import numpy as np
 
-    from bertkit.data import dataset as data
+    from bertkit.data.dataset import TextDataset
     from bertkit.predict.run import write_predictions_csv
 
-    rows = data.TextDataset(["a", "b"], pairs=["c", "d"], line_numbers=[2, 3])
+    rows = TextDataset(["a", "b"], pairs=["c", "d"], line_numbers=[2, 3])
     shapes = {"single_label": (np.array([[0.9, 0.1], [0.2, 0.8]]), np.array([0, 0])),
               "multi_label": (np.array([[0.9, 0.1], [0.2, 0.8]]), np.array([[1, 0], [1, 1]])),
               "regression": (np.array([[1.5], [2.5]]), np.array([1.0, 3.0]))}
     for task, (values, truth) in shapes.items():
-        for dataset in (rows, data.TextDataset(["a", "b"])):
+        for dataset in (rows, TextDataset(["a", "b"])):
             for y_true in (None, truth):
                 path = tmp_path / f"{task}.csv"
                 write_predictions_csv(path, dataset, values, ["pos", "neg"], y_true=y_true, task=task)

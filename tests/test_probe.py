@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 from bertkit import plots
 from bertkit.cli.app import app
 from bertkit.config.commands import ProbeConfig
-from bertkit.data.dataset import LabelMap, TextDataset
+from bertkit.data.dataset import TextDataset
+from bertkit.data.labels import LabelMap
 from bertkit.errors import UserError
 from bertkit.probe import run as probe
 from bertkit.probe import saved as probe_io
@@ -203,8 +204,8 @@ def test_cli_table_marks_best_and_lists_baselines(tiny_bert_dir, toy_files, tmp_
 
 
 def test_saved_probe_predicts_like_the_sweep_and_predict_command_uses_it(tiny_bert_dir, toy_files, tmp_path):
-    from bertkit.config.commands import DataOptions
-    from bertkit.data.dataset import load_dataset_split
+    from bertkit.data.options import DataOptions
+    from bertkit.data.splits import load_dataset_split
 
     train, dev = toy_files
     out = tmp_path / "run"

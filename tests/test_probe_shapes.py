@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from bertkit.cli.app import app
 from bertkit.config.commands import FinetuneConfig, ProbeConfig
-from bertkit.data.dataset import LabelMap
+from bertkit.data.labels import LabelMap
 from bertkit.errors import UserError
 from bertkit.probe import run as probe
 from bertkit.probe import saved as probe_io

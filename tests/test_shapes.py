@@ -20,7 +20,10 @@ from typer.testing import CliRunner
 
 from bertkit.cli.app import app
 from bertkit.config.commands import EvaluateConfig, FinetuneConfig, PredictConfig
-from bertkit.data import dataset as data
+from bertkit.data.dataset import TextDataset
+from bertkit.data.labels import LabelMap
+from bertkit.data.options import DataOptions
+from bertkit.data.splits import load_dataset_split, load_splits
 from bertkit.errors import UserError
 from bertkit.predict.run import run_evaluate, run_predict
 from bertkit.scoring import metrics
@@ -64,8 +67,8 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
     return path
 
 
-def read(path: Path, **kw) -> data.TextDataset:
-    return data.load_dataset_split(FinetuneConfig(data=str(path), out="unused", **kw), str(path))
+def read(path: Path, **kw) -> TextDataset:
+    return load_dataset_split(FinetuneConfig(data=str(path), out="unused", **kw), str(path))
 
 
 # ---------------------------------------------------------------- reading labels of every shape
@@ -96,7 +99,7 @@ def test_three_ways_to_give_tags_read_the_same(tmp_path):
     columns.write_text("text,x,y\na,1,1\nb,0,1\n", encoding="utf-8")
     for ds in (read(listed), read(sep, label_sep="|"), read(columns, label_column="x,y")):
         assert ds.task == "multi_label" and ds.labels == [("x", "y"), ("y",)]
-        label_map = data.LabelMap.build(ds.labels, ds.task, ds.label_columns)
+        label_map = LabelMap.build(ds.labels, ds.task, ds.label_columns)
         assert label_map.labels == ("x", "y")
         assert label_map.encode(ds.labels, "here").tolist() == [[1, 1], [0, 1]]
 
@@ -113,7 +116,7 @@ def test_zero_one_columns_keep_their_order_and_allow_rows_without_tags(tmp_path)
     path.write_text("text,toxic,insult\na,0,0\nb,1,0\nc,true,false\n", encoding="utf-8")
     ds = read(path, label_column="toxic,insult")
     assert ds.labels == [(), ("toxic",), ("toxic",)]
-    assert data.LabelMap.build(ds.labels, ds.task, ds.label_columns).labels == ("toxic", "insult")
+    assert LabelMap.build(ds.labels, ds.task, ds.label_columns).labels == ("toxic", "insult")
 
 
 def test_regression_refuses_names_among_numbers(tmp_path):
@@ -196,29 +199,29 @@ def test_empty_tag_lists_and_bad_zero_one_cells_are_refused(tmp_path):
 
 def test_dev_tags_must_be_known_and_dev_is_a_random_hold_out(tmp_path):
     train = write_jsonl(tmp_path / "t.jsonl", topic_rows(30, 0))
-    splits = data.load_splits(FinetuneConfig(data=str(train), out="x"))
+    splits = load_splits(FinetuneConfig(data=str(train), out="x"))
     assert splits.label_map.task == "multi_label" and len(splits.dev) == 3 and len(splits.train) == 27
     assert "random" in splits.notes[0]
     dev = write_jsonl(tmp_path / "d.jsonl", [{"text": "a", "labels": ["food", "chess"]}])
     with pytest.raises(UserError, match=r"tags not seen in the training data: 'chess'"):
-        data.load_splits(FinetuneConfig(data=str(train), dev=str(dev), out="x"))
+        load_splits(FinetuneConfig(data=str(train), dev=str(dev), out="x"))
 
 
 def test_commands_without_tags_keep_refusing_lists_and_predict_ignores_them(tmp_path):
     path = write_jsonl(tmp_path / "l.jsonl", [{"text": "a", "label": ["x"]}, {"text": "b", "label": ["y"]}])
     with pytest.raises(UserError, match="multi-label data is not supported by this command"):
-        data.load_dataset_split(data.DataOptions(), str(path))
-    assert data.load_dataset_split(data.DataOptions(), str(path), need_labels=False).labels is None
+        load_dataset_split(DataOptions(), str(path))
+    assert load_dataset_split(DataOptions(), str(path), need_labels=False).labels is None
 
 
 def test_label_map_round_trips_through_a_transformers_config():
-    regression = data.LabelMap.from_id2label({"0": "score"}, "regression")
+    regression = LabelMap.from_id2label({"0": "score"}, "regression")
     assert (regression.task, regression.labels, regression.problem_type) == ("regression", ("score",), "regression")
-    assert data.LabelMap.from_id2label({0: "LABEL_0"}).task == "regression"  # one output, no problem_type
-    tags = data.LabelMap.from_id2label({"0": "1", "1": "2"}, "multi_label_classification")
+    assert LabelMap.from_id2label({0: "LABEL_0"}).task == "regression"  # one output, no problem_type
+    tags = LabelMap.from_id2label({"0": "1", "1": "2"}, "multi_label_classification")
     assert tags.labels == ("1", "2") and tags.problem_type == "multi_label_classification"
-    assert data.LabelMap.from_json(tags.to_json()) == tags
-    assert data.LabelMap(("a", "b")).to_json() == {"labels": ["a", "b"]}  # single-label records are as they were
+    assert LabelMap.from_json(tags.to_json()) == tags
+    assert LabelMap(("a", "b")).to_json() == {"labels": ["a", "b"]}  # single-label records are as they were
 
 
 # ---------------------------------------------------------------- options
@@ -610,7 +613,7 @@ def test_minilm_multilabel_beats_the_per_label_majority(minilm_dir, tmp_path):
     finetune(FinetuneConfig(model=str(minilm_dir), data=str(train), dev=str(dev), out=str(tmp_path / "run"),
                             epochs=2, lr=1e-4, batch_size=16, save_every=None), progress=False)
     scored = run_evaluate(EvaluateConfig(model=str(tmp_path / "run" / "best"), data=str(held_out)))
-    label_map = data.LabelMap(tuple(scored["labels"]), "multi_label")
+    label_map = LabelMap(tuple(scored["labels"]), "multi_label")
     majority = per_label_majority_micro_f1(label_map.encode([tuple(r["labels"]) for r in topic_rows(240, 2)], "t"),
                                            label_map.encode([tuple(r["labels"]) for r in topic_rows(100, 3)], "h"))
     assert scored["micro_f1"] > majority + 0.2, (scored["micro_f1"], majority)

@@ -18,7 +18,8 @@ from bertkit.bench.contenders import Contender
 from bertkit.bench.report import compute_claims
 from bertkit.bench.steps import forward_step, latency_step, prepare_batches, train_step
 from bertkit.bench.timing import Budget, interleaved, summarize
-from bertkit.data import dataset as data
+from bertkit.data.dataset import TextDataset
+from bertkit.encoding.encode import Encoded, encode_for
 from bertkit.errors import UserError
 from bertkit.io import runs
 from bertkit.models import infer
@@ -109,7 +110,7 @@ def measure_latency(
 
 
 def measure_throughput(
-    contenders: Sequence[Contender], encoded: data.Encoded, pad_id: int, s: BenchSettings, device: Any, dtype: Any
+    contenders: Sequence[Contender], encoded: Encoded, pad_id: int, s: BenchSettings, device: Any, dtype: Any
 ) -> dict[str, list[dict[str, Any]]]:
     """Rows/s and tokens/s per batch size, dynamic (length-sorted) vs static padding to --max-length."""
     import torch
@@ -139,7 +140,7 @@ def _throughput_record(batch_size: int, padding: str, rows: list[tuple[float, ..
 
 
 def measure_train_step(
-    contenders: Sequence[Contender], encoded: data.Encoded, pad_id: int, s: BenchSettings, device: Any, dtype: Any
+    contenders: Sequence[Contender], encoded: Encoded, pad_id: int, s: BenchSettings, device: Any, dtype: Any
 ) -> dict[str, dict[str, Any]]:
     """Seconds per training step (forward+backward+AdamW) at --train-batch-size, dynamic padding."""
     batches = prepare_batches(encoded, s.train_batch_size, pad_id, None, s.seed, with_labels=True)
@@ -199,7 +200,7 @@ def measure_paper_protocol(
 # ---------------------------------------------------------------- the whole run
 
 
-def token_stats(encoded: data.Encoded) -> dict[str, Any]:
+def token_stats(encoded: Encoded) -> dict[str, Any]:
     """Rows, mean/median/max tokens and truncated rows of the timed sentences (the report's `data`)."""
     lengths = encoded.lengths
     return {"rows": int(len(lengths)), "mean_tokens": float(lengths.mean()), "p50_tokens": float(np.median(lengths)),
@@ -221,7 +222,7 @@ def run_bench(
     for c in contenders:
         c.model.to(device)
     tokenizer = contenders[0].tokenizer
-    encoded = data.encode_dataset(tokenizer, data.TextDataset(list(texts)), settings.max_length)
+    encoded = encode_for(tokenizer, TextDataset(list(texts)), settings.max_length).encoded
     pad_id = infer.pad_id_of(tokenizer)
     report: dict[str, Any] = {"protocol": settings.protocol, "data": token_stats(encoded), "notes": [],
                               "loadavg_start": list(os.getloadavg())}

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bertkit.config.commands import DataOptions, FinetuneConfig, ProbeConfig, load_recipe
+from bertkit.config.commands import FinetuneConfig, ProbeConfig, load_recipe
 from bertkit.config.fields import field_type, flag, flag_names, option_fields
+from bertkit.data.options import DataOptions
 from bertkit.errors import UserError
 
 log = logging.getLogger(__name__)

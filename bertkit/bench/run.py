@@ -24,7 +24,7 @@ from bertkit.bench.contenders import contender_notes, load_contenders
 from bertkit.bench.measure import BenchSettings, environment, run_bench
 from bertkit.bench.report import compute_claims, report_markdown
 from bertkit.bench.timing import Budget, Clock, sync_for
-from bertkit.data import dataset as data
+from bertkit.data.splits import load_dataset_split, named_source
 from bertkit.io import runs
 from bertkit.models import loading as modeling
 
@@ -33,15 +33,14 @@ from bertkit.models import loading as modeling
 
 def benchmark_texts(cfg: Any) -> tuple[list[str], dict[str, Any]]:
     """The sentences to time: --dev if given (a file or a split of the hub --data), else --data, else the demo dev."""
-    if cfg.dev and (data.is_local_source(cfg.dev) or cfg.data is None or data.is_local_source(cfg.data)):
-        dataset = data.load_dataset_split(cfg, cfg.dev, need_labels=False)
-    elif cfg.dev:
-        dataset = data.load_dataset_split(cfg, cfg.data, split=cfg.dev, need_labels=False)
+    if cfg.dev:
+        source, split = named_source(cfg.data, cfg.dev)
+        dataset = load_dataset_split(cfg, source, split=split, need_labels=False)
     elif cfg.data:
-        dataset = data.load_dataset_split(cfg, cfg.data, need_labels=False)
+        dataset = load_dataset_split(cfg, cfg.data, need_labels=False)
     else:
         demo = Path(__file__).resolve().parent.parent / "resources" / "demo" / "dev.tsv"
-        dataset = data.load_dataset_split(cfg, str(demo), need_labels=False)
+        dataset = load_dataset_split(cfg, str(demo), need_labels=False)
     # Sentence pairs: the first text of each row is timed (the benchmark measures the encoder, not the task).
     return list(dataset.texts), {"source": dataset.source, "fingerprint": dataset.fingerprint}
 

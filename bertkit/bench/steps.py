@@ -12,7 +12,8 @@ import numpy as np
 
 from bertkit.bench.contenders import Contender
 from bertkit.bench.timing import Budget, Step
-from bertkit.data import dataset as data
+from bertkit.encoding.batches import pad_batch, sorted_batches
+from bertkit.encoding.encode import Encoded
 from bertkit.models import loading as modeling
 
 
@@ -113,24 +114,24 @@ def _hidden_size(model: Any) -> int:
 
 
 def prepare_batches(
-    encoded: data.Encoded, batch_size: int, pad_id: int, pad_to: int | None, seed: int, with_labels: bool = False
+    encoded: Encoded, batch_size: int, pad_id: int, pad_to: int | None, seed: int, with_labels: bool = False
 ) -> list[PreparedBatch]:
     """Length-sorted batches of every row (dynamic padding, or static to `pad_to`), in a seeded shuffled order.
 
     Sorting keeps padding low; shuffling the batch order makes any prefix of the list a fair sample of lengths.
-    The rows of a batch are those inference groups for a fixed batch size (`data.sorted_batches`, what
-    `infer.plan_batches` calls); the padding is `data.pad_batch`'s, not `infer.batch_inputs`': that one has no
+    The rows of a batch are those inference groups for a fixed batch size (`sorted_batches`, what
+    `infer.plan_batches` calls); the padding is `pad_batch`'s, not `infer.batch_inputs`': that one has no
     static padding, and on a GPU it rounds the width up to a multiple of 8, which would change what "dynamic"
     measured there.
     """
     import torch
 
-    groups = data.sorted_batches(encoded.lengths, batch_size)
+    groups = sorted_batches(encoded.lengths, batch_size)
     order = np.random.default_rng(seed).permutation(len(groups))
     prepared = []
     for g in order:
         idx = groups[g]
-        inputs = data.pad_batch(encoded, idx, pad_id, pad_to)
+        inputs = pad_batch(encoded, idx, pad_id, pad_to)
         width = int(inputs["input_ids"].shape[1])
         labels = torch.arange(len(idx)) % 2 if with_labels else None  # labels do not change step time
         prepared.append(PreparedBatch(inputs, len(idx), int(encoded.lengths[idx].sum()), width * len(idx), labels))

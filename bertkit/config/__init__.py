@@ -6,12 +6,14 @@ pull the command configs (and everything they import) in with it."""
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 
 def __getattr__(name: str) -> Any:
-    from bertkit.config import commands
-
+    # importlib, not `from bertkit.config import commands`: that asks this __getattr__ for `commands` again while
+    # it is not imported yet (endless recursion when `from bertkit.config import commands` comes first)
+    commands = importlib.import_module("bertkit.config.commands")
     try:
         return getattr(commands, name)
     except AttributeError:

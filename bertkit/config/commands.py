@@ -29,19 +29,18 @@ from bertkit.config.fields import (
     SEED_MAX,
     alias_map,
     check_value,
-    field_problems,
     field_type,
     flag,
     option,
 )
 from bertkit.config.fields import command_flags as _command_flags
 from bertkit.config.fields import option_fields as _option_fields
+from bertkit.data.options import DataOptions
 from bertkit.errors import UserError, raise_if_problems
 
 __all__ = ["SEED_MAX", "check_value", "field_type", "flag"]  # re-exported: the names tests and scripts use
 
 DTYPES = PRECISIONS
-HEADER_MODES = ("auto", "yes", "no")
 POOLS = ("cls", "mean", "max")
 COMBINES = ("concat", "mean", "sum")
 STORE_DTYPES = ("float32", "float16")
@@ -128,48 +127,6 @@ def parse_layers(spec: str | int) -> list[int] | None:
 
 
 # ---------------------------------------------------------------- the commands
-
-
-@dataclass(frozen=True)
-class DataOptions:
-    """Where the data comes from and which columns to use; shared by every command that reads a dataset."""
-
-    data: str | None = option(None, "Training (or only) data: a .csv/.tsv/.txt/.json/.jsonl/.parquet file, or a hub "
-                              "dataset name.", panel=DATA)
-    dev: str | None = option(None, "Dev data: a file, or a split name of the hub dataset given by --data. Omitted: a "
-                             "stratified hold-out of --data (--dev-fraction).", panel=DATA)
-    test: str | None = option(None, "Test data: a file, or a split name of the hub dataset.", panel=DATA)
-    data_config: str | None = option(None, "Hub dataset configuration (e.g. sst2 for nyu-mll/glue).", panel=DATA)
-    train_split: str = option("train", "Split of the hub dataset used as training data.", panel=DATA)
-    text_column: str | None = option(None, "Text column: a name, or a 0-based index for headerless files. Default: "
-                                     "sentence/text/first column.", panel=DATA)
-    text_pair_column: str | None = option(None, "Second text column for sentence pairs (encoded as a true pair).",
-                                          panel=DATA)
-    label_column: str | None = option(None, "Label column: a name or 0-based index; integer or string labels.",
-                                      panel=DATA)
-    encoding: str = option("utf-8", "Text encoding of local files.", panel=DATA)
-    header: str = option("auto", "Header row in CSV/TSV files.", panel=DATA, choices=HEADER_MODES)
-    dev_fraction: float = option(0.1, "Share of --data held out (stratified) as dev when --dev is not given.",
-                                 panel=DATA)
-    limit: int | None = option(None, "Use only the first N rows of each split (quick runs).", panel=DATA, above=0)
-    seed: int = option(42, "Random seed (splits, sampling, initialisation).", panel=RUN)
-    task_preset: str | None = option(None, "A GLUE task: glue/cola, sst2, mrpc, qqp, stsb, mnli, qnli, rte or wnli. "
-                                     "Fills the columns (hub data or the GLUE TSV files), problem type and official "
-                                     "metrics that no flag or recipe sets.", panel=DATA)
-
-    def data_problems(self) -> list[str]:
-        """The option-level problems plus the data options' own rules (a --task-preset fills unset options first)."""
-        from bertkit.data.presets import apply_preset
-
-        for f in fields(self):  # a repeatable option not given arrives from the CLI as None
-            if getattr(self, f.name) is None and f.default == () and field_type(f)[0] is tuple:
-                object.__setattr__(self, f.name, ())
-        problems = apply_preset(self)
-        problems += field_problems(self)
-        fraction = self.dev_fraction
-        if isinstance(fraction, float) and math.isfinite(fraction) and not 0.0 < fraction < 1.0:
-            problems.append(f"--dev-fraction must be between 0 and 1 (exclusive); got {fraction}.")
-        return problems
 
 
 @dataclass(frozen=True)
@@ -466,7 +423,7 @@ def metric_for_best_problems(name: str | None, external: list[str]) -> list[str]
 
 def _blank_text_problems(texts: tuple[str, ...]) -> list[str]:
     """--text values that are empty or only invisible characters, refused as the --data path refuses empty cells."""
-    from bertkit.data.dataset import is_blank_text  # data.py owns what counts as an empty text
+    from bertkit.data.cells import is_blank_text  # data/ owns what counts as an empty text
 
     blank = [str(i) for i, text in enumerate(texts, start=1) if is_blank_text(text)]
     if not blank:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from bertkit.config.fields import option_fields
+from bertkit.data.sources import is_local_source
 
 HUB_DATASET = "nyu-mll/glue"
 HUB_NAMES = (HUB_DATASET, "glue")
@@ -61,8 +62,6 @@ def find_preset(name: str) -> Preset | None:
 def preset_values(preset: Preset, data: str | None, *, text_given: bool = False) -> dict[str, Any]:
     """Option values of `preset` for the data source `data`: hub columns and split names for the hub dataset (or
     no --data: then --data is the hub dataset, unless --text gives the input), the TSV columns for a local file."""
-    from bertkit.data.dataset import is_local_source  # data.py alone knows what a local source is
-
     local = data is not None and is_local_source(data)
     text, pair, label = preset.tsv_columns if local else preset.hub_columns
     values: dict[str, Any] = {"text_column": text, "text_pair_column": pair, "label_column": label,

@@ -143,8 +143,8 @@ def row_windows(ids: Sequence[int], types: Sequence[int] | None, sequence_ids: S
 
 @dataclass
 class Windows:
-    """Token ids of every window (`encoded`, a `data.Encoded` with one entry per window) and the row each window
-    belongs to (`owner`, ascending), for `n_rows` rows. In cut mode each row is one window."""
+    """Token ids of every window (`encoded`, an `encoding.encode.Encoded` with one entry per window) and the row
+    each window belongs to (`owner`, ascending), for `n_rows` rows. In cut mode each row is one window."""
 
     encoded: Any
     owner: np.ndarray
@@ -175,48 +175,6 @@ def pool_windows(values: np.ndarray, owner: np.ndarray, n_rows: int, how: str) -
         np.maximum.at(pooled, owner, values)
         return pooled
     raise ValueError(f"unknown pooling {how!r}: mean or max")
-
-
-def encode_windows(tokenizer: Any, dataset: Any, max_length: int, stride: int, chunk: int = 1024) -> Windows:
-    """Every row of `dataset` as overlapping windows of at most `max_length` tokens (see `row_windows`): no token
-    of any text is cut (`Windows.encoded.n_truncated` is 0)."""
-    from bertkit.data import dataset as data
-
-    want_types = "token_type_ids" in getattr(tokenizer, "model_input_names", [])
-    ids: list[list[int]] = []
-    types: list[list[int]] | None = [] if want_types else None
-    owner: list[int] = []
-    full: list[int] = []
-    with data.quiet_length_warnings():
-        for start in range(0, len(dataset), chunk):
-            part = dataset.subset(range(start, min(start + chunk, len(dataset))))
-            enc = tokenizer(part.texts, part.pairs, truncation=False, return_token_type_ids=want_types)
-            for i, row in enumerate(enc["input_ids"]):
-                where = f"Row {start + i + 1} of {dataset.source}"
-                row_types = enc["token_type_ids"][i] if want_types else None
-                for window_ids, window_types in row_windows(row, row_types, enc.sequence_ids(i), max_length,
-                                                            stride, where):
-                    ids.append(window_ids)
-                    if types is not None and window_types is not None:
-                        types.append(window_types)
-                    owner.append(start + i)
-                    full.append(len(window_ids))  # nothing is cut: n_truncated stays 0
-    lengths = np.fromiter((len(r) for r in ids), dtype=np.int64, count=len(ids))
-    encoded = data.Encoded(ids, types, lengths, np.asarray(full, dtype=np.int64), max_length)
-    return Windows(encoded, np.asarray(owner, dtype=np.int64), len(dataset))
-
-
-def encode_for(tokenizer: Any, dataset: Any, max_length: int, *, truncation: str = "head", long_text: str = "cut",
-               stride: int | None = None) -> Windows:
-    """The token ids a command runs its model on: one cut row per text (`--long-text cut`, cut by
-    `--truncation`), or every text's windows (`--long-text chunk`). Pool the model's outputs with `Windows.pool`
-    (a no-op in cut mode)."""
-    from bertkit.data import dataset as data
-
-    if long_text == "chunk":
-        return encode_windows(tokenizer, dataset, max_length, default_stride(max_length) if stride is None else stride)
-    encoded = data.encode_dataset(tokenizer, dataset, max_length, truncation=truncation)
-    return Windows(encoded, np.arange(len(dataset), dtype=np.int64), len(dataset))
 
 
 def default_stride(max_length: int) -> int:

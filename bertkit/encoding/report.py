@@ -7,7 +7,10 @@ from typing import Any
 
 import numpy as np
 
-from bertkit.data.dataset import TextDataset, encode_dataset, sorted_batches
+from bertkit.data.dataset import TextDataset
+from bertkit.data.splits import load_splits
+from bertkit.encoding.batches import sorted_batches
+from bertkit.encoding.encode import encode_for
 
 
 def explain_sentence(tokenizer: Any, text: str, pair: str | None = None) -> dict[str, Any]:
@@ -79,7 +82,7 @@ def length_report(
     tokenizer: Any, dataset: TextDataset, split: str, max_length: int, batch_size: int, model_limit: int, seed: int
 ) -> LengthReport:
     """Token-length profile of `dataset` at `max_length` (truncation, suggestion, padding waste)."""
-    encoded = encode_dataset(tokenizer, dataset, max_length)
+    encoded = encode_for(tokenizer, dataset, max_length).encoded
     full, cut = encoded.full_lengths, encoded.lengths
     rng = np.random.default_rng(seed)
     random_order = rng.permutation(len(cut))
@@ -147,7 +150,6 @@ def run_tokens(cfg: Any) -> dict[str, Any]:
 def length_reports(tokenizer: Any, cfg: Any) -> dict[str, Any]:
     """The token-length report of --data/--dev/--test; `reports` (LengthReport objects) for the caller's table."""
     from bertkit import plots
-    from bertkit.data import dataset as data
     from bertkit.io import runs
     from bertkit.models import loading as modeling
 
@@ -156,7 +158,7 @@ def length_reports(tokenizer: Any, cfg: Any) -> dict[str, Any]:
     model_config = modeling.load_config(cfg.model, cfg.trust_remote_code)
     limit = modeling.model_max_length(tokenizer, model_config)
     modeling.check_max_length(cfg.max_length, tokenizer, model_config, cfg.model, pair=cfg.text_pair_column is not None)
-    splits = data.load_splits(cfg, need_labels=cfg.label_column is not None, need_dev=False)
+    splits = load_splits(cfg, need_labels=cfg.label_column is not None, need_dev=False)
     named = [(name, ds) for name, ds in (("train", splits.train), ("dev", splits.dev), ("test", splits.test)) if ds]
     reports = [length_report(tokenizer, ds, name, cfg.max_length, cfg.batch_size, limit, cfg.seed) for name, ds in named]
     summary: dict[str, Any] = {"model": cfg.model, "max_length": cfg.max_length, "model_limit": limit,

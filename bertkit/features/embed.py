@@ -28,8 +28,9 @@ import numpy as np
 import torch
 
 from bertkit.config.commands import COMBINES, POOLS, EmbedConfig, layers_problem, parse_layers
-from bertkit.data.dataset import Encoded, LabelMap, TextDataset
-from bertkit.encoding import longtext
+from bertkit.data.dataset import TextDataset
+from bertkit.data.labels import LabelMap
+from bertkit.encoding.encode import Encoded, encode_for
 from bertkit.errors import UserError, raise_if_problems
 from bertkit.models import fastforward, infer
 from bertkit.models import loading as modeling
@@ -255,7 +256,7 @@ def encode_features(encoder: Any, tokenizer: Any, dataset: TextDataset, spec: Fe
     n_layers, hidden = encoder_shape(encoder)
     indices = spec.resolve(n_layers)
     long_text = long_text or LongText()
-    windows = longtext.encode_for(tokenizer, dataset, max_length, truncation=long_text.truncation,
+    windows = encode_for(tokenizer, dataset, max_length, truncation=long_text.truncation,
                                   long_text=long_text.mode, stride=long_text.stride)
     encoded: Encoded = windows.encoded
     count_windows(bar, windows)
@@ -313,7 +314,7 @@ def extract_pooled(encoder: Any, tokenizer: Any, dataset: TextDataset, *, pools:
     (windows are averaged per text, as in `encode_features`)."""
     device = next(encoder.parameters()).device
     long_text = long_text or LongText()
-    windows = longtext.encode_for(tokenizer, dataset, max_length, truncation=long_text.truncation,
+    windows = encode_for(tokenizer, dataset, max_length, truncation=long_text.truncation,
                                   long_text=long_text.mode, stride=long_text.stride)
     batches = infer.plan_batches(windows.encoded.lengths, batch_size, infer.auto_token_budget(encoder, device))
 
@@ -387,11 +388,11 @@ def load_embed_data(cfg: EmbedConfig) -> tuple[list[tuple[str, TextDataset]], La
 
     Labels are optional: they are stored when --label-column is given or the data has a `label(s)` column.
     """
-    from bertkit.data.dataset import _load_named, load_dataset_split
+    from bertkit.data.splits import load_dataset_split, load_named_split
 
     def load(source: str, first: bool) -> TextDataset:
         loader = (lambda need: load_dataset_split(cfg, source, need_labels=need)) if first else (
-            lambda need: _load_named(cfg, source, need))
+            lambda need: load_named_split(cfg, source, need))
         try:
             return loader(True)
         except UserError as exc:

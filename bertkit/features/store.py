@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from bertkit.config.commands import STORE_DTYPES
-from bertkit.data.dataset import LabelMap
+from bertkit.data.labels import LabelMap
 from bertkit.errors import UserError
 from bertkit.io import disk, faults
 from bertkit.io.runs import atomic_path, remove_owned, write_json_atomic

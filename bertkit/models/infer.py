@@ -18,7 +18,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from bertkit.data import dataset as data
+from bertkit.data.dataset import TextDataset
+from bertkit.encoding.batches import pad_batch, restore_order, sorted_batches, token_budget_batches
+from bertkit.encoding.encode import Encoded, encode_for
 from bertkit.models import loading as modeling
 
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
@@ -32,12 +34,12 @@ def accepted_inputs(model: Any) -> frozenset[str]:
     return frozenset(n for n in INPUT_NAMES if n in inspect.signature(forward).parameters)
 
 
-def batch_inputs(encoded: data.Encoded, rows: np.ndarray, pad_id: int, accepted: frozenset[str],
+def batch_inputs(encoded: Encoded, rows: np.ndarray, pad_id: int, accepted: frozenset[str],
                  device: torch.device) -> dict[str, torch.Tensor]:
     """The padded tensors of `rows` that the model takes, on `device`. On a GPU the width is rounded up to a
     multiple of 8 (tensor cores want it); on a CPU it is the longest row's length."""
     multiple = 8 if device.type == "cuda" else None
-    batch = data.pad_batch(encoded, rows, pad_id, multiple_of=multiple)
+    batch = pad_batch(encoded, rows, pad_id, multiple_of=multiple)
     return {k: v.to(device) for k, v in batch.items() if k in accepted}
 
 
@@ -58,11 +60,11 @@ def auto_token_budget(model: Any, device: torch.device) -> tuple[int, int]:
 def plan_batches(lengths: np.ndarray, batch_size: int | None, budget: tuple[int, int]) -> list[np.ndarray]:
     """Length-sorted batches (longest first): `batch_size` rows each, or by padded-token budget when None (auto)."""
     if batch_size is not None:
-        return data.sorted_batches(lengths, batch_size)
-    return data.token_budget_batches(lengths, budget[0], budget[1])
+        return sorted_batches(lengths, batch_size)
+    return token_budget_batches(lengths, budget[0], budget[1])
 
 
-def run_batches(fn: BatchFn, encoded: data.Encoded, batches: Sequence[np.ndarray], *, model: Any, pad_id: int,
+def run_batches(fn: BatchFn, encoded: Encoded, batches: Sequence[np.ndarray], *, model: Any, pad_id: int,
                 device: torch.device, dtype: torch.dtype, bar: Any = None) -> list[np.ndarray]:
     """fn(batch) for each batch of row indices, as float32 numpy, in batch order (see `in_input_order`)."""
     accepted = accepted_inputs(model)
@@ -79,7 +81,7 @@ def in_input_order(batches: Sequence[np.ndarray], outputs: Sequence[np.ndarray],
     """Per-batch outputs stacked back into the rows' original order; (0, *row_shape) when there were no rows."""
     if not outputs:
         return np.zeros((0, *row_shape), np.float32)
-    return data.restore_order(batches, outputs)
+    return restore_order(batches, outputs)
 
 
 def pad_id_of(tokenizer: Any) -> int:
@@ -109,7 +111,7 @@ def closing(bar: Any):
 # ---------------------------------------------------------------- logits of a sequence classifier
 
 
-def classifier_logits(classifier: Any, tokenizer: Any, dataset: data.TextDataset, *, max_length: int, batch_size: int,
+def classifier_logits(classifier: Any, tokenizer: Any, dataset: TextDataset, *, max_length: int, batch_size: int,
                       precision: str, progress: bool = False, truncation: str = "head", long_text: str = "cut",
                       stride: int | None = None) -> np.ndarray:
     """Logits of a sequence classifier for every row of `dataset`, in its order (predict, evaluate, distill).
@@ -117,7 +119,6 @@ def classifier_logits(classifier: Any, tokenizer: Any, dataset: data.TextDataset
     Texts longer than `max_length` are cut (`truncation`), or with `long_text="chunk"` read whole in overlapping
     windows pooled back to one row per text: the max per class, the mean of a regression model's numbers (why:
     `bertkit.encoding.longtext`)."""
-    from bertkit.encoding import longtext
     from bertkit.models.fastforward import SequenceClassifier
 
     model = classifier.model if isinstance(classifier, SequenceClassifier) else classifier
@@ -125,9 +126,9 @@ def classifier_logits(classifier: Any, tokenizer: Any, dataset: data.TextDataset
     dtype = modeling.choose_dtype(precision, device)
     model.eval()
     net = classifier if isinstance(classifier, SequenceClassifier) else SequenceClassifier(model)
-    windows = longtext.encode_for(tokenizer, dataset, max_length, truncation=truncation, long_text=long_text,
+    windows = encode_for(tokenizer, dataset, max_length, truncation=truncation, long_text=long_text,
                                   stride=stride)
-    batches = data.sorted_batches(windows.encoded.lengths, batch_size)
+    batches = sorted_batches(windows.encoded.lengths, batch_size)
     with closing(progress_bar(len(windows.owner), "predict", progress)) as bar:
         outputs = run_batches(lambda batch: net(**batch), windows.encoded, batches, model=model,
                               pad_id=pad_id_of(tokenizer), device=device, dtype=dtype, bar=bar)

@@ -12,7 +12,9 @@ from typing import Any
 import numpy as np
 
 from bertkit.config.commands import EvaluateConfig, PredictConfig, config_dict, recipe_path
-from bertkit.data import dataset as data
+from bertkit.data.dataset import TextDataset
+from bertkit.data.labels import LabelMap, check_tag_columns, task_of_problem_type
+from bertkit.data.splits import load_dataset_split
 from bertkit.io import runs
 from bertkit.models import infer
 from bertkit.models import loading as modeling
@@ -28,7 +30,7 @@ class Outputs:
     probabilities with the decision threshold saved at training (multi-label), or the predicted numbers
     (regression: one column)."""
 
-    label_map: data.LabelMap
+    label_map: LabelMap
     values: np.ndarray
     threshold: float | list[float] = 0.5
 
@@ -62,9 +64,9 @@ def run_predict(cfg: PredictConfig, *, recipe: str | None = None, progress: bool
         runs.check_predictions_out(cfg.out, {"--data": cfg.data, "--model": cfg.model, "--probe": cfg.probe,
                                              "--recipe": str(recipe_path(recipe)) if recipe else None})
     if cfg.text:
-        dataset = data.TextDataset(list(cfg.text), source="--text")
+        dataset = TextDataset(list(cfg.text), source="--text")
     else:
-        dataset = data.load_dataset_split(cfg, cfg.data or "", need_labels=False)
+        dataset = load_dataset_split(cfg, cfg.data or "", need_labels=False)
     outputs = probabilities(cfg, dataset, progress)
     if cfg.out:
         write_predictions_csv(Path(cfg.out), dataset, outputs.values, outputs.label_names, task=outputs.task,
@@ -73,7 +75,7 @@ def run_predict(cfg: PredictConfig, *, recipe: str | None = None, progress: bool
             "label_names": outputs.label_names, "task": outputs.task, "threshold": outputs.threshold, "out": cfg.out}
 
 
-def probabilities(cfg: Any, dataset: data.TextDataset, progress: bool) -> Outputs:
+def probabilities(cfg: Any, dataset: TextDataset, progress: bool) -> Outputs:
     """The outputs for `dataset` (input order) of a fine-tuned folder (--model) or a saved probe (--probe)."""
     if getattr(cfg, "probe", None) is not None:
         from bertkit.probe.saved import load_probe, predict_with_probe
@@ -82,9 +84,9 @@ def probabilities(cfg: Any, dataset: data.TextDataset, progress: bool) -> Output
         _, proba = predict_with_probe(saved, dataset, batch_size=cfg.batch_size, precision=cfg.precision,
                                       max_length=cfg.max_length, progress=progress)
         if saved.task != "single_label":  # numbers or tags: shown as a fine-tuned model of that shape shows them
-            return Outputs(data.LabelMap(tuple(str(x) for x in saved.label_map.labels), saved.task), proba,
+            return Outputs(LabelMap(tuple(str(x) for x in saved.label_map.labels), saved.task), proba,
                            saved.threshold)
-        return Outputs(data.LabelMap(tuple(str(x) for x in saved.label_map.labels)), proba)
+        return Outputs(LabelMap(tuple(str(x) for x in saved.label_map.labels)), proba)
     model, tokenizer, label_map = load_for_inference(cfg.model)
     modeling.check_max_length(cfg.max_length, tokenizer, model.config, cfg.model, pair=dataset.pairs is not None)
     proba = predict_proba(model, tokenizer, dataset, progress=progress, **reading(cfg))
@@ -104,8 +106,8 @@ def run_evaluate(cfg: EvaluateConfig, *, progress: bool = False) -> dict[str, An
     for note in inapplicable_options(label_map.task, len(label_map.labels), cfg.metric_list):
         log.warning("%s", note)
     metrics.check_external(external, label_map.task, len(label_map.labels))  # a module that fails on the shape
-    dataset = data.load_dataset_split(cfg, cfg.data or "", need_labels=True, task=label_map.task)
-    data.check_tag_columns(label_map, dataset, f"model {cfg.model}")
+    dataset = load_dataset_split(cfg, cfg.data or "", need_labels=True, task=label_map.task)
+    check_tag_columns(label_map, dataset, f"model {cfg.model}")
     y = label_map.encode(dataset.labels or [], f"The data {dataset.source}")
     proba = predict_proba(model, tokenizer, dataset, progress=progress, **reading(cfg))
     outputs = Outputs(label_map, proba, saved_threshold(cfg.model or ""))
@@ -151,13 +153,13 @@ def _plot(outputs: Outputs, y: np.ndarray, result: dict[str, Any], folder: Path,
 # ---------------------------------------------------------------- fine-tuned folders
 
 
-def load_for_inference(model_dir: str) -> tuple[Any, Any, data.LabelMap]:
+def load_for_inference(model_dir: str) -> tuple[Any, Any, LabelMap]:
     """A fine-tuned folder: classifier (eval mode, on the best device), tokenizer, and its label mapping."""
     model = modeling.load_classifier(model_dir, require_head=True)
     tokenizer = modeling.load_tokenizer(model_dir)
     id2label = getattr(model.config, "id2label", None) or {i: str(i) for i in range(model.config.num_labels)}
     model.to(modeling.choose_device()).eval()
-    return model, tokenizer, data.LabelMap.from_id2label(id2label, getattr(model.config, "problem_type", None))
+    return model, tokenizer, LabelMap.from_id2label(id2label, getattr(model.config, "problem_type", None))
 
 
 def saved_threshold(model_dir: str) -> float | list[float]:
@@ -177,7 +179,7 @@ def reading(cfg: Any) -> dict[str, Any]:
             "truncation": cfg.truncation, "long_text": cfg.long_text, "stride": cfg.stride}
 
 
-def predict_proba(model: Any, tokenizer: Any, dataset: data.TextDataset, *, max_length: int = 128,
+def predict_proba(model: Any, tokenizer: Any, dataset: TextDataset, *, max_length: int = 128,
                   batch_size: int = 64, precision: str = "fp32", progress: bool = False, truncation: str = "head",
                   long_text: str = "cut", stride: int | None = None) -> np.ndarray:
     """The model's outputs for every row of `dataset` (batched longest-first, returned in the original order):
@@ -189,11 +191,11 @@ def predict_proba(model: Any, tokenizer: Any, dataset: data.TextDataset, *, max_
                                      precision=precision, progress=progress, truncation=truncation,
                                      long_text=long_text, stride=stride)
     config = model.config
-    return model_outputs(data.task_of_problem_type(getattr(config, "problem_type", None), config.num_labels), logits)
+    return model_outputs(task_of_problem_type(getattr(config, "problem_type", None), config.num_labels), logits)
 
 
 def write_predictions_csv(
-    path: Path, dataset: data.TextDataset, proba: np.ndarray, label_names: list[str], *,
+    path: Path, dataset: TextDataset, proba: np.ndarray, label_names: list[str], *,
     y_true: np.ndarray | None = None, only_errors: bool = False, task: str = "single_label",
     threshold: float | list[float] = 0.5,
 ) -> int:

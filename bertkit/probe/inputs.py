@@ -79,7 +79,7 @@ def load_store_inputs(cfg: Any) -> ProbeInputs:
         dev = splits["dev"]
         X_dev, y_dev = _layer_axis(dev.features)[:, positions], _store_labels(dev, train.label_map, "dev")
     else:
-        from bertkit.data.dataset import stratified_split
+        from bertkit.data.splits import stratified_split
 
         tr, dv = stratified_split(list(y_train), cfg.dev_fraction, cfg.seed)
         X_train, X_dev, y_train, y_dev = X_train[tr], X_train[dv], y_train[tr], y_train[dv]
@@ -200,8 +200,8 @@ def _check_store_long_text(cfg: Any, manifest: dict[str, Any], path: Any) -> Non
 
 def _store_texts(splits: dict[str, Any], notes: list[str]) -> dict[str, Any]:
     """Re-read each split's text from the file the store was made from (for the text baselines), if unchanged."""
-    from bertkit.config.commands import DataOptions
-    from bertkit.data.dataset import load_dataset_split
+    from bertkit.data.options import DataOptions
+    from bertkit.data.splits import load_dataset_split
 
     texts = {}
     for name, split_store in splits.items():
@@ -237,11 +237,11 @@ def load_text_inputs(cfg: Any, cache_dir: Path | Callable[[], Path] | None, prog
     A callable `cache_dir` is called once the data and the model are validated (it may claim the run directory).
     `on_labels` gets the label map (the problem shape) as soon as the data is read, before any model work."""
     from bertkit.config.commands import parse_layers
-    from bertkit.data import dataset as data
+    from bertkit.data.splits import load_splits
     from bertkit.features import embed
     from bertkit.models import loading as modeling
 
-    splits = data.load_splits(cfg, need_labels=True, need_dev=True)
+    splits = load_splits(cfg, need_labels=True, need_dev=True)
     if on_labels is not None:
         on_labels(splits.label_map)
     _check_dev_targets_vary(splits)

@@ -145,7 +145,7 @@ def load_probe(path: str | Path) -> SavedProbe:
     if min(classes) < 0 or max(classes) >= n_labels:
         raise _damaged_probe(root / PROBE_META, f"its label_map has {n_labels} label(s) but {PROBE_WEIGHTS} "
                                                 f"predicts class ids {classes}")
-    from bertkit.data.dataset import LabelMap
+    from bertkit.data.labels import LabelMap
 
     return SavedProbe(arrays["scaler_mean"], arrays["scaler_scale"], arrays["coef"], arrays["intercept"],
                       arrays["classes"], LabelMap.from_json(meta["label_map"]), meta, root)
@@ -193,7 +193,7 @@ def _read_probe_meta(root: Path) -> dict[str, Any]:
 def _shape_problems(meta: dict[str, Any]) -> list[str]:
     """A regression or tag probe's record: a known task, one output for regression, a threshold in (0, 1) (or one
     per tag) for tags."""
-    from bertkit.data.dataset import TASKS
+    from bertkit.data.labels import TASKS
 
     task, n_labels = meta["label_map"].get("task", "single_label"), len(meta["label_map"]["labels"])
     if task not in TASKS:

@@ -26,7 +26,11 @@ from typing import Any
 import numpy as np
 
 from bertkit.config.commands import DistillConfig
-from bertkit.data import dataset as data
+from bertkit.data.dataset import TextDataset
+from bertkit.data.labels import LabelMap, check_tag_columns
+from bertkit.data.splits import Splits, load_splits
+from bertkit.encoding.batches import restore_order, sorted_batches
+from bertkit.encoding.encode import encode_for
 from bertkit.errors import UserError
 from bertkit.io import runs
 from bertkit.models import infer
@@ -115,15 +119,15 @@ class DistillTask(Task):
             head_fix=f"A teacher is a fine-tuned model: fine-tune it first with `bertkit finetune --model {cfg.teacher} "
                      f"...`, then pass that run's best/ folder as --teacher.")
         self.teacher_tokenizer = modeling.load_tokenizer(cfg.teacher or "")
-        self.teacher_labels = data.LabelMap.from_id2label(self.teacher.config.id2label,
+        self.teacher_labels = LabelMap.from_id2label(self.teacher.config.id2label,
                                                           getattr(self.teacher.config, "problem_type", None))
         self.kept_layers: list[int] | None = None
         self.cls_of: Any = None
 
-    def label_map(self, cfg: DistillConfig, splits: data.Splits) -> data.LabelMap:
+    def label_map(self, cfg: DistillConfig, splits: Splits) -> LabelMap:
         """The teacher's mapping: the student predicts the teacher's labels; the data may not bring new ones."""
         for name, split in (("training", splits.train), ("dev", splits.dev)):
-            data.check_tag_columns(self.teacher_labels, split, f"the teacher {cfg.teacher}")
+            check_tag_columns(self.teacher_labels, split, f"the teacher {cfg.teacher}")
             if self.teacher_labels.task == "regression":
                 continue  # numbers: nothing the teacher could not know
             seen = {str(t) for row in split.labels or [] for t in row} if self.teacher_labels.task == "multi_label" \
@@ -137,7 +141,7 @@ class DistillTask(Task):
                 )
         return self.teacher_labels
 
-    def build_model(self, cfg: DistillConfig, label_map: data.LabelMap) -> tuple[Any, Any]:
+    def build_model(self, cfg: DistillConfig, label_map: LabelMap) -> tuple[Any, Any]:
         modeling.check_max_length(cfg.max_length, self.teacher_tokenizer, self.teacher.config, cfg.teacher or "",
                                   pair=cfg.text_pair_column is not None)  # the teacher reads the training rows too
         if cfg.student:
@@ -155,7 +159,7 @@ class DistillTask(Task):
             self.cls_of = cls_vectors(student)
         return student, tokenizer
 
-    def objective(self, cfg: DistillConfig, splits: data.Splits, out: Path, accelerator: Any) -> Any:
+    def objective(self, cfg: DistillConfig, splits: Splits, out: Path, accelerator: Any) -> Any:
         hard = super().objective(cfg, splits, out, accelerator)
         logits, cls = teacher_outputs(self, splits.train, out, accelerator, with_cls=cfg.cos_weight > 0)
         return Distillation(hard, logits, cfg.temperature, cfg.alpha, cfg.cos_weight, cls, self.cls_of).to(accelerator.device)
@@ -164,7 +168,7 @@ class DistillTask(Task):
         return modeling.model_revision(cfg.student or cfg.teacher or "")
 
 
-def teacher_outputs(task: DistillTask, train: data.TextDataset, out: Path, accelerator: Any,
+def teacher_outputs(task: DistillTask, train: TextDataset, out: Path, accelerator: Any,
                     with_cls: bool) -> tuple[np.ndarray, np.ndarray | None]:
     """The teacher's logits (and [CLS] vectors) for every training row: read from the run's cache when it was made
     for the same teacher, data and settings and is intact, else computed once (main process) and cached atomically,
@@ -227,7 +231,7 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _compute_teacher_outputs(task: DistillTask, train: data.TextDataset,
+def _compute_teacher_outputs(task: DistillTask, train: TextDataset,
                              with_cls: bool) -> tuple[np.ndarray, np.ndarray | None]:
     log.info("teacher logits for %d training rows (computed once, cached in the run directory)", len(train))
     cfg, teacher = task.cfg, task.teacher.to(modeling.choose_device())
@@ -243,14 +247,14 @@ def _compute_teacher_outputs(task: DistillTask, train: data.TextDataset,
             captured.append(grab().float().cpu().numpy())
         return logits
 
-    encoded = data.encode_dataset(task.teacher_tokenizer, train, cfg.max_length)
-    batches = data.sorted_batches(encoded.lengths, max(cfg.batch_size * 2, 32))
+    encoded = encode_for(task.teacher_tokenizer, train, cfg.max_length).encoded
+    batches = sorted_batches(encoded.lengths, max(cfg.batch_size * 2, 32))
     device = next(teacher.parameters()).device
     teacher.eval()
     outputs = infer.run_batches(forward, encoded, batches, model=teacher, pad_id=infer.pad_id_of(task.teacher_tokenizer),
                                 device=device, dtype=modeling.choose_dtype(cfg.precision, device))
     logits = infer.in_input_order(batches, outputs, (teacher.config.num_labels,))
-    cls = data.restore_order(batches, captured) if grab is not None else None
+    cls = restore_order(batches, captured) if grab is not None else None
     return logits, cls
 
 
@@ -312,7 +316,7 @@ def measure(cfg: DistillConfig, task: DistillTask, result: FinetuneResult) -> di
 
     student_dir = result.out / "best"
     student = modeling.load_classifier(str(student_dir), require_head=True).eval()
-    splits = data.load_splits(cfg, need_labels=True, need_dev=True)
+    splits = load_splits(cfg, need_labels=True, need_dev=True)
     texts = list(splits.dev.texts)
     device = torch.device("cpu") if modeling.choose_device().type == "cpu" else modeling.choose_device()
     dtype = modeling.choose_dtype(cfg.precision, device)
@@ -324,7 +328,7 @@ def measure(cfg: DistillConfig, task: DistillTask, result: FinetuneResult) -> di
                                            seed=cfg.seed,
                                            budget=timing.Budget(warmup=2, min_iters=10, min_seconds=2.0, rounds=2))
     latency = bench_measure.measure_latency(contenders, texts, settings, device, dtype)
-    encoded = data.encode_dataset(task.teacher_tokenizer, splits.dev, cfg.max_length)
+    encoded = encode_for(task.teacher_tokenizer, splits.dev, cfg.max_length).encoded
     throughput = bench_measure.measure_throughput(contenders, encoded, infer.pad_id_of(task.teacher_tokenizer),
                                                   settings, device, dtype)
     quality = _dev_quality(cfg, task, result, splits)
@@ -336,7 +340,7 @@ def measure(cfg: DistillConfig, task: DistillTask, result: FinetuneResult) -> di
             "claims": claims(models, metric)}
 
 
-def _dev_quality(cfg: DistillConfig, task: DistillTask, result: FinetuneResult, splits: data.Splits) -> dict[str, Any]:
+def _dev_quality(cfg: DistillConfig, task: DistillTask, result: FinetuneResult, splits: Splits) -> dict[str, Any]:
     """Dev metrics of the teacher (computed now, on the same dev rows) and of the student's best checkpoint."""
     labels = task.teacher_labels
     y_dev = labels.encode(splits.dev.labels or [], f"The dev data {splits.dev.source}")

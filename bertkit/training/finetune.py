@@ -38,7 +38,12 @@ import numpy as np
 import torch
 
 from bertkit.config.commands import FinetuneConfig, config_dict
-from bertkit.data import dataset as data
+from bertkit.data.dataset import TextDataset
+from bertkit.data.label_reader import MAX_TARGET
+from bertkit.data.labels import LabelMap
+from bertkit.data.splits import Splits, load_splits
+from bertkit.encoding.batches import grouped_batches, restore_order, sorted_batches
+from bertkit.encoding.encode import Encoded, encode_for
 from bertkit.errors import UserError
 from bertkit.io import disk, faults, runs
 from bertkit.models import infer
@@ -126,10 +131,10 @@ class Session:
     scheduler: Any
     objective: Any
     """What is optimised and scored (objectives.py): `loss(logits, rows)`, `score(logits)`, `label_names`."""
-    train_enc: data.Encoded
-    dev_enc: data.Encoded
-    dev: data.TextDataset
-    label_map: data.LabelMap
+    train_enc: Encoded
+    dev_enc: Encoded
+    dev: TextDataset
+    label_map: LabelMap
     steps_per_epoch: int
     notes: list[str]
     checkpoint_bytes: int
@@ -154,11 +159,11 @@ class Task:
 
     command = "finetune"
 
-    def label_map(self, cfg: FinetuneConfig, splits: data.Splits) -> data.LabelMap:
+    def label_map(self, cfg: FinetuneConfig, splits: Splits) -> LabelMap:
         """The label <-> id mapping the model's outputs follow: the training labels' (distillation: the teacher's)."""
         return splits.label_map
 
-    def build_model(self, cfg: FinetuneConfig, label_map: data.LabelMap) -> tuple[Any, Any]:
+    def build_model(self, cfg: FinetuneConfig, label_map: LabelMap) -> tuple[Any, Any]:
         """(model, tokenizer), after the seed is set: the pretrained encoder with a new head, one output per class
         or tag (one for a regression); its config's problem_type says which, as transformers reads it (set whatever
         the starting folder's was: a single-label head started from a regression best/ is saved as single-label)."""
@@ -166,7 +171,7 @@ class Task:
                                          problem_type=label_map.problem_type)
         return model, modeling.load_tokenizer(cfg.model, cfg.trust_remote_code)
 
-    def objective(self, cfg: FinetuneConfig, splits: data.Splits, out: Path, accelerator: Any) -> Any:
+    def objective(self, cfg: FinetuneConfig, splits: Splits, out: Path, accelerator: Any) -> Any:
         """The loss and dev scores, built once the run directory is claimed (`out` may hold caches)."""
         label_map = splits.label_map
         y_train = label_map.encode(splits.train.labels or [], f"The training data {splits.train.source}")
@@ -190,7 +195,7 @@ def global_batches(lengths: np.ndarray, batch_size: int, seed: int, epoch: int, 
 
     A last batch with fewer rows than `min_rows` (= processes x grad_accum, one row per micro-batch) is dropped.
     """
-    batches = data.grouped_batches(lengths, batch_size, seed, epoch)
+    batches = grouped_batches(lengths, batch_size, seed, epoch)
     return [b for b in batches if len(b) >= min_rows]
 
 
@@ -210,7 +215,7 @@ def finetune(cfg: FinetuneConfig, *, progress: bool = True, task: Task | None = 
     task = task or Task()
     metrics.load_metrics(tuple(cfg.external_metrics))  # a --metric that cannot be loaded stops the run before work
     accelerator = _accelerator(cfg)
-    splits = data.load_splits(cfg, need_labels=True, need_dev=True)
+    splits = load_splits(cfg, need_labels=True, need_dev=True)
     assert splits.label_map is not None and splits.dev is not None
     splits.label_map = task.label_map(cfg, splits)
     cfg = _for_the_shape(cfg, splits, accelerator.is_main_process)
@@ -229,7 +234,7 @@ def finetune(cfg: FinetuneConfig, *, progress: bool = True, task: Task | None = 
         return finish(session, state, restored, splits.notes)
 
 
-def _for_the_shape(cfg: FinetuneConfig, splits: data.Splits, warn: bool = True) -> FinetuneConfig:
+def _for_the_shape(cfg: FinetuneConfig, splits: Splits, warn: bool = True) -> FinetuneConfig:
     """`cfg` fitted to the data's problem shape, before any training: the --metric-for-best the shape scores (none
     given: accuracy / pearson / micro_f1, recorded as such in the run's config); a metric the shape lacks, a --metric
     module that fails on a synthetic input of the shape, or --class-weight for numbers or tags, is refused; options
@@ -264,7 +269,7 @@ def _for_the_shape(cfg: FinetuneConfig, splits: data.Splits, warn: bool = True) 
 
 
 def _check_best_is_scored(metric: str, scores: dict[str, float], task: str, n_labels: int,
-                          dev: data.TextDataset | None) -> None:
+                          dev: TextDataset | None) -> None:
     """Before training: --metric-for-best names a score the dev evaluation will have: roc_auc needs both classes in
     the dev data; a module's score must be one the module returned on the synthetic input (`scores`)."""
     valid = " / ".join(objectives.shape_metrics(task, n_labels))
@@ -279,26 +284,26 @@ def _check_best_is_scored(metric: str, scores: dict[str, float], task: str, n_la
                     f"of those, or a built-in metric ({valid}).")
 
 
-def _check_target_scale(split: data.TextDataset | None) -> None:
+def _check_target_scale(split: TextDataset | None) -> None:
     """Regression targets beyond +-MAX_TARGET overflow the squared-error loss (or swamp it) whatever the --lr:
     refused before training, naming the file, column and row."""
     if split is None or not split.labels:
         return
     targets = np.abs(np.asarray(split.labels, dtype=np.float64))
     row = int(np.argmax(targets))
-    if targets[row] <= data.MAX_TARGET:
+    if targets[row] <= MAX_TARGET:
         return
     where = f"line {split.line_numbers[row]}" if split.line_numbers else f"row {row}"
     divisor = 10.0 ** math.ceil(math.log10(targets[row] / 1000.0))
     raise UserError(
         f"Regression targets in column {(split.label_columns or ('label',))[0]!r} of {split.source} reach "
-        f"{split.labels[row]:g} ({where}); targets beyond +-{data.MAX_TARGET:g} make the squared-error loss "
+        f"{split.labels[row]:g} ({where}); targets beyond +-{MAX_TARGET:g} make the squared-error loss "
         f"overflow or swamp training, whatever the --lr. Scale the targets in the file to within about +-1000 "
         f"(e.g. divide them by {divisor:g}, or take their log) and re-run."
     )
 
 
-def setup(cfg: FinetuneConfig, accelerator: Any, splits: data.Splits, key: dict[str, Any],
+def setup(cfg: FinetuneConfig, accelerator: Any, splits: Splits, key: dict[str, Any],
           task: Task) -> Session | None:
     """Tokens, model, optimizer, schedule and the claimed run directory (claimed only after everything that can
     be refused was checked, so a refused start leaves --out as it was). None: the run turned out finished."""
@@ -310,8 +315,8 @@ def setup(cfg: FinetuneConfig, accelerator: Any, splits: data.Splits, key: dict[
     model, tokenizer = task.build_model(cfg, label_map)
     modeling.check_max_length(cfg.max_length, tokenizer, model.config, getattr(cfg, "model", "the model"),
                               pair=cfg.text_pair_column is not None)
-    train_enc = data.encode_dataset(tokenizer, splits.train, cfg.max_length, truncation=cfg.truncation)
-    dev_enc = data.encode_dataset(tokenizer, splits.dev, cfg.max_length, truncation=cfg.truncation)
+    train_enc = encode_for(tokenizer, splits.train, cfg.max_length, truncation=cfg.truncation).encoded
+    dev_enc = encode_for(tokenizer, splits.dev, cfg.max_length, truncation=cfg.truncation).encoded
     if cfg.freeze_encoder:
         _freeze_encoder(model)
     optimizer = _adamw(model, cfg.lr, cfg.weight_decay)
@@ -499,7 +504,7 @@ def dev_scores(session: Session) -> Any:
     accelerator = session.accelerator
     local = accelerator.unwrap_model(session.net)
     local.eval()
-    batches = data.sorted_batches(session.dev_enc.lengths, max(session.cfg.batch_size * 2, 32))
+    batches = sorted_batches(session.dev_enc.lengths, max(session.cfg.batch_size * 2, 32))
     mine = batches[accelerator.process_index :: accelerator.num_processes]
     dtype = modeling.DTYPE_NAMES[{"no": "fp32", "bf16": "bf16", "fp16": "fp16"}[accelerator.mixed_precision]]
     logits = infer.run_batches(lambda batch: local(**batch), session.dev_enc, mine, model=local.model,
@@ -508,7 +513,7 @@ def dev_scores(session: Session) -> Any:
     if accelerator.num_processes > 1:
         gathered = gather_object(gathered)
     local.train()
-    all_logits = data.restore_order([b for b, _ in gathered], [lg for _, lg in gathered])
+    all_logits = restore_order([b for b, _ in gathered], [lg for _, lg in gathered])
     if not np.isfinite(all_logits).all():
         raise UserError(_not_finite_message(session, "the dev logits", None, None))
     return session.objective.score(all_logits)

@@ -1,0 +1,139 @@
+"""Which columns of a table are the text, the pair text and the label(s) (by --*-column flag, by --task-preset,
+or by default), and the text cells of a column, validated."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from bertkit.data.cells import is_blank_text, is_int_text, is_missing, is_nested, nested_problem, where_rows
+from bertkit.data.options import DataOptions
+from bertkit.data.presets import preset_origin
+from bertkit.errors import UserError
+
+DEFAULT_TEXT_COLUMNS = ("sentence", "text", "sentence1", "question", "premise")
+
+
+def resolve_column(frame: pd.DataFrame, selector: str | None, option: str, source: str,
+                   preset: str | None = None) -> Any:
+    """The DataFrame column a --*-column selector names: a column name, or a 0-based index. `preset`: the
+    --task-preset that chose the selector (the message then says so, and how to override it)."""
+    columns = list(frame.columns)
+    if selector in columns:
+        return selector
+    if selector is not None and is_int_text(selector):
+        index = int(selector)
+        if 0 <= index < len(columns):
+            return columns[index]
+    shown = ", ".join(str(c) for c in columns)
+    hint = ""
+    if len(columns) == 1:
+        hint = " The file parsed into a single column: is the delimiter right (.tsv = tab, .csv = comma)?"
+    origin = f"set by --task-preset {preset}, which expects the GLUE files' columns" if preset else f"from {option}"
+    override = " to override the preset" if preset else ""
+    raise UserError(
+        f"Column {selector!r} ({origin}) not found in {source}; columns are: {shown} "
+        f"(or 0-based indexes 0..{len(columns) - 1}).{hint} Pass {option} with one of them{override}."
+    )
+
+
+def _default_column(frame: pd.DataFrame, candidates: tuple[str, ...]) -> Any:
+    for name in candidates:
+        if name in frame.columns:
+            return name
+    return None
+
+
+def reads_tags(opts: DataOptions) -> bool:
+    """Whether the command reads labels of every shape (its options have --label-sep), not one class per row."""
+    return hasattr(opts, "label_sep")
+
+
+def label_selectors(opts: DataOptions) -> list[str]:
+    """--label-column as a list: several comma-separated 0/1 columns where the command reads tags, else one."""
+    if opts.label_column is None:
+        return []
+    parts = [p.strip() for p in str(opts.label_column).split(",")]
+    return parts if reads_tags(opts) and len(parts) > 1 and all(parts) else [opts.label_column]
+
+
+@dataclass(frozen=True)
+class Columns:
+    text: Any
+    pair: Any
+    label: Any
+    label_option: str
+    """How the label column was chosen, for messages: `--label-column` or `the label column found by default`."""
+    tag_columns: tuple[Any, ...] = ()
+    """Several 0/1 label columns (multi-label data, one column per tag); `label` is then the first."""
+
+
+def choose_columns(frame: pd.DataFrame, opts: DataOptions, source: str, need_labels: bool) -> Columns:
+    """The text, pair and label columns (by flag or by default); one column in two roles is an error."""
+    default_text = opts.text_column is None
+    text_col = (_default_column(frame, DEFAULT_TEXT_COLUMNS) or frame.columns[0]) if default_text else \
+        resolve_column(frame, opts.text_column, "--text-column", source, preset_origin(opts, "text_column"))
+    pair_col = None
+    if opts.text_pair_column is not None:
+        pair_col = resolve_column(frame, opts.text_pair_column, "--text-pair-column", source,
+                                  preset_origin(opts, "text_pair_column"))
+    label_option, tag_cols = "--label-column", ()
+    selectors = label_selectors(opts)
+    if len(selectors) > 1 and opts.label_column not in frame.columns:  # several 0/1 columns, one per tag
+        tag_cols = tuple(resolve_column(frame, sel, "--label-column", source) for sel in selectors)
+        label_col = tag_cols[0]
+    elif opts.label_column is not None:
+        label_col = resolve_column(frame, opts.label_column, "--label-column", source,
+                                   preset_origin(opts, "label_column"))
+    else:
+        label_option = "the label column found by default"
+        label_col = _default_column(frame, ("label", "labels"))
+        if label_col is None and need_labels:
+            raise UserError(
+                f"No label column in {source}: pass --label-column (columns are: "
+                f"{', '.join(map(str, frame.columns))}, or 0-based indexes)."
+            )
+        if label_col is not None and not need_labels and (
+            label_col in (text_col, pair_col) or any(is_missing(v) or is_nested(v) for v in frame[label_col])
+        ):
+            label_col = None  # optional labels: an auto-detected column is used only when complete, single and not a text
+    roles = [("--text-column" if not default_text else "the text column chosen by default", text_col),
+             ("--text-pair-column", pair_col), *((label_option, c) for c in (tag_cols or (label_col,)))]
+    _check_distinct_columns(roles, frame, source)
+    return Columns(text_col, pair_col, label_col, label_option, tag_cols)
+
+
+_ROLE_FLAGS = {"the text column chosen by default": "--text-column", "the label column found by default": "--label-column"}
+
+
+def _check_distinct_columns(roles: list[tuple[str, Any]], frame: pd.DataFrame, source: str) -> None:
+    chosen = [(role, column) for role, column in roles if column is not None]
+    for i, (role_a, col_a) in enumerate(chosen):
+        for role_b, col_b in chosen[i + 1:]:
+            if col_a == col_b:
+                flags = " and ".join(_ROLE_FLAGS.get(role, role) for role in (role_a, role_b))
+                raise UserError(
+                    f"{role_a} and {role_b} both select column {col_a!r} of {source}; one column cannot play "
+                    f"two roles. Columns are: {', '.join(map(str, frame.columns))} (or 0-based indexes). "
+                    f"Pass {flags} with different columns."
+                )
+
+
+def text_cells(values: list[Any], source: str, option: str, column: Any, lines: list[int] | None,
+                problems: list[str]) -> list[str]:
+    nested = [i for i, v in enumerate(values) if is_nested(v)]
+    if nested:
+        problems.append(nested_problem(nested, values, column, option, source, lines,
+                                        "Text cells must be strings: join the pieces into one string per row."))
+    texts = ["" if is_missing(v) or is_nested(v) else str(v) for v in values]
+    skip = set(nested)
+    empty = [i for i, t in enumerate(texts) if i not in skip and is_blank_text(t)]
+    if empty:
+        problems.append(
+            f"{len(empty)} empty text cell(s) in {source} ({option}) at {where_rows(empty, lines, 'line' if lines else 'row')} "
+            f"(blank, or only invisible characters such as zero-width spaces). "
+            f"Remove those rows or fill them in; a model cannot learn from or embed an empty text."
+        )
+    return texts

@@ -1,0 +1,214 @@
+"""Train, dev and test data: one split read and validated (`load_dataset_split`), --dev/--test as files or hub
+split names (`load_named_split`), and a dev set held out of train when none is given (`load_splits`)."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from bertkit.data.cells import MAX_LISTED, is_int_text
+from bertkit.data.columns import choose_columns, label_selectors, reads_tags, text_cells
+from bertkit.data.dataset import TextDataset
+from bertkit.data.label_reader import LabelReader
+from bertkit.data.labels import LabelMap
+from bertkit.data.options import DataOptions
+from bertkit.data.sources import is_local_source, read_hub_split, read_local_table
+from bertkit.errors import UserError, raise_if_problems
+
+
+@dataclass
+class Splits:
+    """Train/dev/test datasets with the label mapping built from train, and notes to show the user."""
+
+    train: TextDataset
+    dev: TextDataset | None = None
+    test: TextDataset | None = None
+    label_map: LabelMap | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------- one split
+
+
+def load_dataset_split(opts: DataOptions, source: str, *, split: str | None = None, need_labels: bool = True,
+                       task: str | None = None) -> TextDataset:
+    """Read one split (a local file, or `split` of the hub dataset `source`) into a validated TextDataset.
+
+    `task` (TASKS or auto) is the labels' shape; None: the command's --task (auto), or single_label for commands
+    that read one class per row."""
+    label_parts = label_selectors(opts) or [None]
+    by_index = all(s is None or is_int_text(s) for s in (opts.text_column, opts.text_pair_column, *label_parts))
+    if is_local_source(source):
+        path = Path(source).expanduser()
+        label_index = int(label_parts[0]) if is_int_text(label_parts[0]) else None
+        frame = read_local_table(path, opts.encoding, opts.header, by_index and opts.text_column is not None, label_index)
+        fingerprint = frame.attrs["fingerprint"]
+        lines: list[int] | None = list(frame.attrs.get("line_numbers") or range(1, len(frame) + 1))
+    else:
+        hub_split = split or opts.train_split
+        frame = read_hub_split(source, opts.data_config, hub_split, opts.limit)
+        fingerprint, lines = f"hub:{source}/{opts.data_config or ''}/{hub_split}", None
+        source = f"{source}[{hub_split}]"
+    if opts.limit is not None:
+        frame = frame.iloc[: opts.limit]
+        lines = None if lines is None else lines[: opts.limit]
+    wanted = task or getattr(opts, "task", None) or ("auto" if reads_tags(opts) else "single_label")
+    return _dataset_from_frame(frame, opts, source, fingerprint, lines, need_labels, wanted)
+
+
+def _dataset_from_frame(frame: pd.DataFrame, opts: DataOptions, source: str, fingerprint: str,
+                        lines: list[int] | None, need_labels: bool, task: str) -> TextDataset:
+    """Validated texts/pairs/labels of a table; every cell problem of the file is reported in one error."""
+    cols = choose_columns(frame, opts, source, need_labels)
+    problems: list[str] = []
+    texts = text_cells(frame[cols.text].tolist(), source, "--text-column", cols.text, lines, problems)
+    pairs = None
+    if cols.pair is not None:
+        pairs = text_cells(frame[cols.pair].tolist(), source, "--text-pair-column", cols.pair, lines, problems)
+    labels, columns = None, None
+    if cols.label is not None:
+        reader = LabelReader(source, cols, lines, problems, getattr(opts, "label_sep", None), reads_tags(opts))
+        task, labels = reader.read(frame, task)
+        columns = tuple(str(c) for c in (cols.tag_columns or (cols.label,)))
+    raise_if_problems(problems, f"Problems in the data {source}")
+    return TextDataset(texts, pairs, labels, source, fingerprint, lines,
+                       task="single_label" if task == "auto" else task, label_columns=columns)
+
+
+# ---------------------------------------------------------------- train/dev/test
+
+
+def named_source(data: str | None, source: str) -> tuple[str, str | None]:
+    """Where a --dev/--test value `source` is read from: (the file, None) when it is a local file (or --data is not
+    a hub dataset), else (the hub dataset --data, `source` as its split name)."""
+    if is_local_source(source) or data is None or is_local_source(data):
+        return source, None
+    return data, source
+
+
+def load_named_split(opts: DataOptions, source: str, need_labels: bool, task: str | None = None) -> TextDataset:
+    """A --dev/--test value: a local file, or a split name of the hub dataset given by --data."""
+    if opts.data is not None and is_local_source(opts.data) and not is_local_source(source) and "/" not in source:
+        # e.g. a hub recipe (`dev = "validation"`) run with `--data train.tsv`: a split name needs a hub --data.
+        raise UserError(
+            f"--dev/--test {source!r} looks like a split name of a hub dataset, but --data {opts.data} is a local "
+            f"file. Pass --dev/--test with local files of the same layout (e.g. --dev dev.tsv)."
+        )
+    path, split = named_source(opts.data, source)
+    return load_dataset_split(opts, path, split=split, need_labels=need_labels, task=task)
+
+
+def hold_out_size(n_rows: int, n_classes: int, fraction: float) -> int:
+    """Rows held out as dev: ceil(fraction * rows), but at least one per class (a stratified split needs that)."""
+    return max(math.ceil(fraction * n_rows), n_classes)
+
+
+def stratified_split(labels: Sequence[Any], fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Indices (train, held_out), deterministic for a seed: `hold_out_size` rows, stratified by label; rows of a
+    class with a single row stay in training. Every class keeps a training row, or this is a UserError."""
+    from sklearn.model_selection import train_test_split
+
+    labels = list(labels)
+    counts = Counter(labels)
+    n_held = hold_out_size(len(labels), len(counts), fraction)
+    if len(labels) - n_held < len(counts):
+        raise UserError(
+            f"Too little data to hold out a dev set: {len(labels)} rows of {len(counts)} classes, and the hold-out "
+            f"needs {n_held} rows (--dev-fraction {fraction}, at least one per class) while training keeps at least "
+            f"one row per class, so at least {n_held + len(counts)} rows are needed. Pass --dev with a dev file, "
+            f"or use more data (a larger --limit)."
+        )
+    indices = np.arange(len(labels))
+    single = np.asarray([counts[label] == 1 for label in labels])
+    pool, rest = indices[~single], [label for label, one in zip(labels, single, strict=True) if not one]
+    train_idx, held_idx = train_test_split(pool, test_size=n_held, random_state=seed, stratify=rest)
+    train_idx = np.concatenate([train_idx, indices[single]])
+    _check_every_class_trains(labels, train_idx, n_held, fraction)
+    return np.sort(train_idx), np.sort(held_idx)
+
+
+def _check_every_class_trains(labels: list[Any], train_idx: np.ndarray, n_held: int, fraction: float) -> None:
+    lost = sorted(set(labels) - {labels[i] for i in train_idx}, key=str)
+    if lost:
+        raise UserError(
+            f"Holding out {n_held} of {len(labels)} rows (--dev-fraction {fraction}) leaves no training row for "
+            f"class(es) {', '.join(repr(x) for x in lost[:MAX_LISTED])}. Pass --dev with a dev file, a smaller "
+            f"--dev-fraction, or more data."
+        )
+
+
+def load_splits(opts: DataOptions, *, need_labels: bool = True, need_dev: bool = True) -> Splits:
+    """Train (from --data), dev (--dev, or a stratified hold-out of train) and test (--test), with the label map.
+
+    The labels' shape (--task, auto-detected on the training data) holds for dev and test too."""
+    if opts.data is None:
+        raise UserError("No data given: pass --data with a file (.tsv/.csv/.json/.jsonl/.parquet) or a hub dataset name.")
+    train = load_dataset_split(opts, opts.data, need_labels=need_labels)
+    task = train.task if train.labels is not None else None
+    notes: list[str] = []
+    dev = load_named_split(opts, opts.dev, need_labels, task) if opts.dev else None
+    test = load_named_split(opts, opts.test, need_labels, task) if opts.test else None
+    label_map = None
+    if need_labels and train.labels is not None:
+        label_map = LabelMap.build(train.labels, train.task, train.label_columns)
+        _check_trainable(label_map, train)
+        if dev is None and need_dev:
+            train, dev, note = _hold_out_dev(train, label_map, opts)
+            notes.append(note)
+        for name, split in (("dev", dev), ("test", test)):
+            if split is not None and split.labels is not None:
+                label_map.encode(split.labels, f"The {name} data {split.source}")
+    return Splits(train, dev, test, label_map, notes)
+
+
+def _check_trainable(label_map: LabelMap, train: TextDataset) -> None:
+    """A model needs two classes, one tag, or a target that varies."""
+    if label_map.task == "single_label" and len(label_map) < 2:
+        raise UserError(
+            f"Training data {train.source} has a single class ({label_map.labels[0]!r}) in --label-column; "
+            f"a classifier needs at least two. Check the label column, or the data file."
+        )
+    if label_map.task == "multi_label" and len(label_map) == 0:
+        raise UserError(f"Training data {train.source} has no tags: every 0/1 label column is all zeros. Check "
+                        f"--label-column, or the data file.")
+    if label_map.task == "regression" and len(set(train.labels or [])) < 2:
+        raise UserError(f"Training data {train.source} has the same target value in every row; a regression needs "
+                        f"targets that vary. Check --label-column, or the data file.")
+
+
+def _hold_out_dev(train: TextDataset, label_map: LabelMap, opts: DataOptions) -> tuple[TextDataset, TextDataset, str]:
+    """(train, dev, note): a stratified hold-out for single-label data, a random one for tags and numbers."""
+    n_rows = len(train)
+    if label_map.task != "single_label":
+        train_idx, dev_idx = random_split(n_rows, opts.dev_fraction, opts.seed)
+        note = (f"No --dev given: held out {len(dev_idx)} of {n_rows} training rows as dev (random, "
+                f"--dev-fraction {opts.dev_fraction}, seed {opts.seed}).")
+        return train.subset(train_idx), train.subset(dev_idx), note
+    train_idx, dev_idx = stratified_split(train.labels or [], opts.dev_fraction, opts.seed)
+    raised = math.ceil(opts.dev_fraction * n_rows) < len(dev_idx)
+    note = (
+        f"No --dev given: held out {len(dev_idx)} of {n_rows} training rows as dev "
+        f"(stratified, --dev-fraction {opts.dev_fraction}, seed {opts.seed})"
+        + (f"; raised from {math.ceil(opts.dev_fraction * n_rows)} to one row per class "
+           f"({len(label_map)} classes): a dev set this small says little, pass --dev for a real one."
+           if raised else ".")
+    )
+    return train.subset(train_idx), train.subset(dev_idx), note
+
+
+def random_split(n_rows: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Indices (train, held_out), deterministic for a seed: ceil(fraction * rows) random rows held out (at least one;
+    at least one left to train on, or a UserError)."""
+    n_held = max(math.ceil(fraction * n_rows), 1)
+    if n_rows - n_held < 1:
+        raise UserError(f"Too little data to hold out a dev set: {n_rows} row(s). Pass --dev with a dev file, or use "
+                        f"more data.")
+    order = np.random.default_rng(seed).permutation(n_rows)
+    return np.sort(order[n_held:]), np.sort(order[:n_held])

@@ -1,0 +1,83 @@
+"""Length-aware batches of encoded rows: inference batches sorted by length (by rows or by a padded-token
+budget), training batches grouped by length in a fresh random order per epoch; dynamic padding to tensors; outputs
+put back in the rows' order."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from bertkit.encoding.encode import Encoded
+
+
+def sorted_batches(lengths: np.ndarray, batch_size: int) -> list[np.ndarray]:
+    """Inference batches: rows sorted by length, longest first (memory peaks show up at once)."""
+    order = np.argsort(-np.asarray(lengths), kind="stable")
+    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+
+
+def token_budget_batches(lengths: np.ndarray, max_tokens: int, max_rows: int) -> list[np.ndarray]:
+    """Inference batches by padded-token budget: long rows in small batches, short rows in big ones."""
+    order = np.argsort(-np.asarray(lengths), kind="stable")
+    batches, start = [], 0
+    while start < len(order):
+        longest = int(lengths[order[start]])
+        size = max(1, min(max_rows, max_tokens // max(longest, 1)))
+        batches.append(order[start : start + size])
+        start += size
+    return batches
+
+
+def grouped_batches(lengths: np.ndarray, batch_size: int, seed: int, epoch: int, group: int = 50) -> list[np.ndarray]:
+    """Training batches: shuffled, then sorted by length within groups of `group` batches, batch order shuffled.
+
+    Rows of similar length share a batch (little padding) while every epoch sees a new random order.
+    Deterministic for (seed, epoch).
+    """
+    rng = np.random.default_rng([seed, epoch])
+    order = rng.permutation(len(lengths))
+    lengths = np.asarray(lengths)
+    batches: list[np.ndarray] = []
+    span = batch_size * group
+    for start in range(0, len(order), span):
+        chunk = order[start : start + span]
+        chunk = chunk[np.argsort(-lengths[chunk], kind="stable")]
+        batches.extend(chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size))
+    rng.shuffle(batches)  # type: ignore[arg-type]
+    return batches
+
+
+def pad_batch(encoded: Encoded, indices: Sequence[int], pad_id: int, pad_to: int | None = None,
+              multiple_of: int | None = None) -> dict[str, Any]:
+    """Tensors for the rows at `indices`, padded to the longest of them (dynamic) or to `pad_to` (static);
+    `multiple_of` rounds the dynamic width up (8 suits GPU tensor cores)."""
+    import torch
+
+    rows = [encoded.input_ids[i] for i in indices]
+    width = pad_to or max(len(r) for r in rows)
+    if multiple_of and not pad_to:
+        width = -(-width // multiple_of) * multiple_of
+    input_ids = np.full((len(rows), width), pad_id, dtype=np.int64)
+    mask = np.zeros((len(rows), width), dtype=np.int64)
+    for j, row in enumerate(rows):
+        input_ids[j, : len(row)] = row
+        mask[j, : len(row)] = 1
+    batch = {"input_ids": torch.from_numpy(input_ids), "attention_mask": torch.from_numpy(mask)}
+    if encoded.token_type_ids is not None:
+        types = np.zeros((len(rows), width), dtype=np.int64)
+        for j, i in enumerate(indices):
+            row = encoded.token_type_ids[i]
+            types[j, : len(row)] = row
+        batch["token_type_ids"] = torch.from_numpy(types)
+    return batch
+
+
+def restore_order(batches: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> np.ndarray:
+    """Stack per-batch outputs (rows in batch order) back into the original row order."""
+    order = np.concatenate(batches)
+    stacked = np.concatenate(outputs)
+    result = np.empty_like(stacked)
+    result[order] = stacked
+    return result
