@@ -249,6 +249,20 @@ def test_pad_batch_dynamic_and_static(tiny_bert_dir):
     assert pad_batch(enc, [1], tok.pad_token_id, pad_to=12)["input_ids"].shape == (1, 12)
 
 
+def test_pad_batch_for_a_model_keeps_its_inputs_on_its_device(tiny_bert_dir):
+    """The model-call form (what `infer.batch_inputs` asks for): only the inputs the model takes, on its device;
+    the width on a CPU is the longest row's."""
+    import torch
+
+    from bertkit.models.loading import load_tokenizer
+
+    tok = load_tokenizer(str(tiny_bert_dir))
+    enc = encode_dataset(tok, TextDataset(texts=["a b c", "a"]), 32)
+    batch = pad_batch(enc, [0, 1], tok.pad_token_id, inputs={"input_ids", "attention_mask"}, device=torch.device("cpu"))
+    assert list(batch) == ["input_ids", "attention_mask"] and batch["input_ids"].shape == (2, 5)
+    assert torch.equal(batch["input_ids"], pad_batch(enc, [0, 1], tok.pad_token_id)["input_ids"])
+
+
 def test_split_name_with_local_data_is_explained(write_tsv, toy_rows):
     path = write_tsv("t.tsv", toy_rows, header=("text", "label"))
     with pytest.raises(UserError, match="looks like a split name.*--dev dev.tsv"):

@@ -4,7 +4,7 @@ put back in the rows' order."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import numpy as np
@@ -50,11 +50,17 @@ def grouped_batches(lengths: np.ndarray, batch_size: int, seed: int, epoch: int,
 
 
 def pad_batch(encoded: Encoded, indices: Sequence[int], pad_id: int, pad_to: int | None = None,
-              multiple_of: int | None = None) -> dict[str, Any]:
+              multiple_of: int | None = None, *, inputs: Collection[str] | None = None,
+              device: Any = None) -> dict[str, Any]:
     """Tensors for the rows at `indices`, padded to the longest of them (dynamic) or to `pad_to` (static);
-    `multiple_of` rounds the dynamic width up (8 suits GPU tensor cores)."""
+    `multiple_of` rounds the dynamic width up (8 suits GPU tensor cores).
+
+    For a model call: `inputs` keeps only the tensors the model takes (`infer.accepted_inputs`), and `device` moves
+    them there; on a GPU the dynamic width is then a multiple of 8 unless `multiple_of` says otherwise."""
     import torch
 
+    if device is not None and multiple_of is None and device.type == "cuda":
+        multiple_of = 8
     rows = [encoded.input_ids[i] for i in indices]
     width = pad_to or max(len(r) for r in rows)
     if multiple_of and not pad_to:
@@ -71,7 +77,9 @@ def pad_batch(encoded: Encoded, indices: Sequence[int], pad_id: int, pad_to: int
             row = encoded.token_type_ids[i]
             types[j, : len(row)] = row
         batch["token_type_ids"] = torch.from_numpy(types)
-    return batch
+    if inputs is not None:
+        batch = {k: v for k, v in batch.items() if k in inputs}
+    return batch if device is None else {k: v.to(device) for k, v in batch.items()}
 
 
 def restore_order(batches: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> np.ndarray:

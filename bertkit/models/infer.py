@@ -38,9 +38,7 @@ def batch_inputs(encoded: Encoded, rows: np.ndarray, pad_id: int, accepted: froz
                  device: torch.device) -> dict[str, torch.Tensor]:
     """The padded tensors of `rows` that the model takes, on `device`. On a GPU the width is rounded up to a
     multiple of 8 (tensor cores want it); on a CPU it is the longest row's length."""
-    multiple = 8 if device.type == "cuda" else None
-    batch = pad_batch(encoded, rows, pad_id, multiple_of=multiple)
-    return {k: v.to(device) for k, v in batch.items() if k in accepted}
+    return pad_batch(encoded, rows, pad_id, inputs=accepted, device=device)
 
 
 def auto_token_budget(model: Any, device: torch.device) -> tuple[int, int]:
