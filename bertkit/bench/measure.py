@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class BenchSettings:
-    """What `run_bench` needs besides the models and texts (cli.py builds it from BenchConfig)."""
+    """What `run_bench` needs besides the models and texts (`run.benchmark` builds it from a BenchConfig)."""
 
     batch_sizes: tuple[int, ...] = (1, 8, 32)
     max_length: int = 128

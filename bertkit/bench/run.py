@@ -28,7 +28,7 @@ from bertkit.data.splits import load_dataset_split, named_source
 from bertkit.io import runs
 from bertkit.models import loading as modeling
 
-# ---------------------------------------------------------------- entry point used by cli.py
+# ---------------------------------------------------------------- entry point used by cli/app.py
 
 
 def benchmark_texts(cfg: Any) -> tuple[list[str], dict[str, Any]]:

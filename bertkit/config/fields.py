@@ -2,7 +2,7 @@
 
 An option is a field of a command's config dataclass, declared with `option(default, help, ...)`. The field is the
 single definition: the CLI flag (`text_column` -> `--text-column`), its default, its help text and panel, its
-choices and bounds all come from it. `cli.py` turns the fields into Typer options, `config.load_recipe` checks
+choices and bounds all come from it. `cli/app.py` turns the fields into Typer options, `recipes.load_recipe` checks
 recipe values against the same fields, and `field_problems` validates a built config the same way whether its
 values came from the command line, a recipe, or Python code.
 """

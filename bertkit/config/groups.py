@@ -73,7 +73,6 @@ def parse_layers(spec: str | int) -> list[int] | None:
     return values
 
 
-
 def blank_text_problems(texts: tuple[str, ...]) -> list[str]:
     """--text values that are empty or only invisible characters, refused as the --data path refuses empty cells."""
     blank = [str(i) for i, text in enumerate(texts, start=1) if is_blank_text(text)]
