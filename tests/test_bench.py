@@ -14,9 +14,10 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from bertkit.bench import contenders as bench_contenders
+from bertkit.bench import measure as bench_measure
 from bertkit.bench import quality as bench_quality
 from bertkit.bench import report as bench_report
-from bertkit.bench import run as bench
 from bertkit.bench import timing
 from bertkit.cli.app import app
 from bertkit.data.dataset import TextDataset
@@ -79,7 +80,7 @@ class StubTokenizer:
 
 def _contender(clock, name, log, per_call, per_token=0.0, tok_cost=1000.0):
     model = StubModel(clock, name, log, per_call, per_token)
-    return bench.Contender(name, name, True, model, StubTokenizer(clock, tok_cost), 0.0)
+    return bench_contenders.Contender(name, name, True, model, StubTokenizer(clock, tok_cost), 0.0)
 
 
 # ---------------------------------------------------------------- timing discipline
@@ -89,8 +90,8 @@ def test_latency_times_exactly_the_model_and_tokenization_separately():
     clock, log = FakeClock(), []
     a = _contender(clock, "A", log, per_call=7.0)
     b = _contender(clock, "B", log, per_call=3.0)
-    settings = bench.BenchSettings(budget=timing.Budget(warmup=2, min_iters=4, min_seconds=0.0, rounds=2, clock=clock))
-    result = bench.measure_latency([a, b], ["one", "two", "three"], settings, None, torch.float32)
+    settings = bench_measure.BenchSettings(budget=timing.Budget(warmup=2, min_iters=4, min_seconds=0.0, rounds=2, clock=clock))
+    result = bench_measure.measure_latency([a, b], ["one", "two", "three"], settings, None, torch.float32)
     for c, cost in ((a, 7.0), (b, 3.0)):
         lat = result[c.label]
         assert lat["model_ms"]["n"] == 4  # warm-up calls are not samples
@@ -119,10 +120,10 @@ def _encoded(lengths):
 def test_throughput_counts_rows_and_tokens_over_exactly_the_timed_forwards():
     clock, log = FakeClock(), []
     a = _contender(clock, "A", log, per_call=0.0, per_token=0.001)
-    settings = bench.BenchSettings(batch_sizes=(2,), max_length=16, seed=0,
-                                   budget=timing.Budget(warmup=1, min_iters=3, min_seconds=0.0, rounds=1, clock=clock))
+    settings = bench_measure.BenchSettings(batch_sizes=(2,), max_length=16, seed=0,
+                                           budget=timing.Budget(warmup=1, min_iters=3, min_seconds=0.0, rounds=1, clock=clock))
     encoded = _encoded([4, 4, 8, 8])  # two length-sorted batches: 2x8 and 2x4 padded tokens
-    records = bench.measure_throughput([a], encoded, 0, settings, None, torch.float32)["A"]
+    records = bench_measure.measure_throughput([a], encoded, 0, settings, None, torch.float32)["A"]
     dynamic, static = records
     assert dynamic["padding"] == "dynamic" and static["padding"] == "static"
     assert dynamic["iterations"] == 3 and dynamic["rows"] == 6
@@ -139,11 +140,11 @@ def test_train_step_runs_forward_backward_optimizer_and_restores_eval(tiny_bert_
     torch.manual_seed(0)
     model = modeling.load_encoder(str(tiny_bert_dir))
     tokenizer = modeling.load_tokenizer(str(tiny_bert_dir))
-    c = bench.Contender("tiny", str(tiny_bert_dir), False, model, tokenizer, 0.0)
+    c = bench_contenders.Contender("tiny", str(tiny_bert_dir), False, model, tokenizer, 0.0)
     before = next(model.parameters()).detach().clone()
     encoded = encode_dataset(tokenizer, TextDataset(["a good film", "bad", "an awful , awful movie"] * 2), 16)
-    settings = bench.BenchSettings(train_batch_size=2, budget=timing.Budget(warmup=1, min_iters=2, min_seconds=0.0, rounds=1))
-    result = bench.measure_train_step([c], encoded, tokenizer.pad_token_id, settings, torch.device("cpu"), torch.float32)
+    settings = bench_measure.BenchSettings(train_batch_size=2, budget=timing.Budget(warmup=1, min_iters=2, min_seconds=0.0, rounds=1))
+    result = bench_measure.measure_train_step([c], encoded, tokenizer.pad_token_id, settings, torch.device("cpu"), torch.float32)
     assert result["tiny"]["step_ms"]["n"] == 2 and result["tiny"]["batch_size"] == 2
     assert result["tiny"]["rows_per_s"] > 0 and "delta_mb" in result["tiny"]["memory"]
     assert not torch.equal(before, next(model.parameters()).detach())  # the optimizer really stepped
@@ -154,7 +155,7 @@ def test_train_step_runs_forward_backward_optimizer_and_restores_eval(tiny_bert_
 
 
 def test_preset_builds_exact_default_shapes_offline():
-    contenders = bench.load_contenders([], "distilbert-vs-bert", False)
+    contenders = bench_contenders.load_contenders([], "distilbert-vs-bert", False)
     counts = {c.label: modeling.parameter_count(c.model) for c in contenders}
     assert counts == {"distilbert-base-uncased (random init)": 66_362_880, "bert-base-uncased (random init)": 109_482_240}
     assert all(c.random_init for c in contenders)
@@ -164,8 +165,8 @@ def test_preset_builds_exact_default_shapes_offline():
 
 def test_sizes_and_load_time_from_saved_safetensors(tiny_bert_dir, tmp_path):
     model = modeling.load_encoder(str(tiny_bert_dir))
-    c = bench.Contender("tiny", str(tiny_bert_dir), False, model, modeling.load_tokenizer(str(tiny_bert_dir)), 0.1)
-    sizes = bench.measure_sizes([c], tmp_path, timing.Budget(rounds=2))["tiny"]
+    c = bench_contenders.Contender("tiny", str(tiny_bert_dir), False, model, modeling.load_tokenizer(str(tiny_bert_dir)), 0.1)
+    sizes = bench_measure.measure_sizes([c], tmp_path, timing.Budget(rounds=2))["tiny"]
     params = modeling.parameter_count(model)
     assert sizes["parameters"] == params
     assert sizes["size_mb_fp32"] == pytest.approx(params * 4 / 1e6, rel=0.02)
@@ -416,7 +417,8 @@ def test_quality_needs_labelled_data():
 
 
 def test_recipe_loads_into_bench_config():
-    from bertkit.config.commands import BenchConfig, load_recipe
+    from bertkit.config.commands import BenchConfig
+    from bertkit.config.recipes import load_recipe
 
     cfg = BenchConfig(**load_recipe("distilbert-vs-bert", "bench", BenchConfig))
     assert cfg.preset == "distilbert-vs-bert" and cfg.batch_size_list == (1, 8) and cfg.text_column == "0"

@@ -1,12 +1,15 @@
-"""config.py: validation naming flags, recipe loading, precedence CLI > recipe > default."""
+"""config/: validation naming flags, recipe loading, precedence CLI > recipe > default, --quality-args."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
 from bertkit.config import commands as config
+from bertkit.config import fields as options
+from bertkit.config import groups, quality_args, recipes
 from bertkit.errors import UserError
 
 
@@ -24,33 +27,42 @@ def test_text_or_data_exclusive():
         config.TokensConfig(text="a", data="b.tsv")
 
 
-def test_recipe_precedence(tmp_path):
+def test_recipe_precedence(tiny_bert_dir, demo_dir, tmp_path):
+    """CLI flag > recipe value > default, the way the CLI resolves them: --recipe fills the command's option
+    defaults (Typer's default_map), the flags given override them, and the config is built once from the result."""
+    from typer.testing import CliRunner
+
+    from bertkit.cli.app import app
+
     path = tmp_path / "r.toml"
-    path.write_text('[tokens]\ntext = "from recipe"\nmax-length = 64\nbatch-size = 8\n')
-    recipe = config.load_recipe(str(path), "tokens", config.TokensConfig)
-    defaults = {"max_length": 128, "batch_size": 32, "model": "minilm-offline"}
-    cfg = config.merge_config(config.TokensConfig, defaults, {"max_length": 32}, recipe)
-    assert (cfg.text, cfg.max_length, cfg.batch_size, cfg.model) == ("from recipe", 32, 8, "minilm-offline")
+    path.write_text(f'[tokens]\ndata = "{(demo_dir / "dev.tsv").as_posix()}"\nmax-length = 64\nbatch-size = 8\n')
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, ["tokens", "--recipe", str(path), "--model", str(tiny_bert_dir), "--max-length",
+                                      "32", "--out", str(out), "--json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    cfg = json.loads((out / "config.json").read_text(encoding="utf-8"))["config"]
+    assert (cfg["max_length"], cfg["batch_size"], cfg["limit"], cfg["seed"]) == (32, 8, None, 42)
+    assert cfg["data"] == (demo_dir / "dev.tsv").as_posix() and cfg["model"] == str(tiny_bert_dir)
 
 
 def test_recipe_unknown_key_lists_valid_keys(tmp_path):
     path = tmp_path / "r.toml"
     path.write_text('[tokens]\ntext = "x"\nlearning-rate = 1\n')
     with pytest.raises(UserError, match=r"unknown keys: learning_rate.*Valid keys.*max-length"):
-        config.load_recipe(str(path), "tokens", config.TokensConfig)
+        recipes.load_recipe(str(path), "tokens", config.TokensConfig)
 
 
 def test_recipe_wrong_table_and_bad_toml(tmp_path):
     other = tmp_path / "o.toml"
     other.write_text("[probe]\nC = 1.0\n")
     with pytest.raises(UserError, match=r"no \[tokens\] table"):
-        config.load_recipe(str(other), "tokens", config.TokensConfig)
+        recipes.load_recipe(str(other), "tokens", config.TokensConfig)
     bad = tmp_path / "b.toml"
     bad.write_text("[tokens\n")
     with pytest.raises(UserError, match="not valid TOML"):
-        config.load_recipe(str(bad), "tokens", config.TokensConfig)
+        recipes.load_recipe(str(bad), "tokens", config.TokensConfig)
     with pytest.raises(UserError, match="not found"):
-        config.recipe_path("no-such-recipe")
+        recipes.recipe_path("no-such-recipe")
 
 
 # ---------------------------------------------------------------- issue 13: value types, numbers, devices, quality args
@@ -60,13 +72,13 @@ FIELDS = {f.name: f for f in dataclasses.fields(config.FinetuneConfig)}
 
 
 def test_check_value_accepts_the_field_types():
-    assert config.check_value(FIELDS["epochs"], 2) == 2
-    assert config.check_value(FIELDS["lr"], 1) == 1.0 and isinstance(config.check_value(FIELDS["lr"], 1), float)
-    assert config.check_value(FIELDS["text_column"], 0) == "0"
-    assert config.check_value(FIELDS["text_column"], None) is None
-    assert config.check_value(FIELDS["freeze_encoder"], True) is True
+    assert options.check_value(FIELDS["epochs"], 2) == 2
+    assert options.check_value(FIELDS["lr"], 1) == 1.0 and isinstance(options.check_value(FIELDS["lr"], 1), float)
+    assert options.check_value(FIELDS["text_column"], 0) == "0"
+    assert options.check_value(FIELDS["text_column"], None) is None
+    assert options.check_value(FIELDS["freeze_encoder"], True) is True
     text = {f.name: f for f in dataclasses.fields(config.PredictConfig)}["text"]
-    assert config.check_value(text, ["a", "b"]) == ("a", "b") and config.check_value(text, "one") == ("one",)
+    assert options.check_value(text, ["a", "b"]) == ("a", "b") and options.check_value(text, "one") == ("one",)
 
 
 @pytest.mark.parametrize(("name", "value", "message"), [
@@ -81,23 +93,23 @@ def test_check_value_accepts_the_field_types():
 ])
 def test_check_value_refuses_wrong_types(name, value, message):
     with pytest.raises(TypeError, match=message):
-        config.check_value(FIELDS[name], value)
+        options.check_value(FIELDS[name], value)
 
 
 def test_every_config_field_has_a_checkable_type():
     for command in config.recipe_commands():
         for f in dataclasses.fields(config.config_for_command(command)):
-            config.field_type(f)  # raises for a type check_value does not know
+            options.field_type(f)  # raises for a type check_value does not know
 
 
 def test_recipe_values_of_the_wrong_type_name_the_key(tmp_path):
     path = tmp_path / "r.toml"
     path.write_text('[finetune]\nepochs = 1.5\nbatch-size = 2.5\nlr = 1\ndata = "x.tsv"\n')
     with pytest.raises(UserError, match=r"wrong type: epochs must be an integer.*; batch-size must be an integer") as err:
-        config.load_recipe(str(path), "finetune", config.FinetuneConfig)
+        recipes.load_recipe(str(path), "finetune", config.FinetuneConfig)
     assert "lr must" not in str(err.value)  # an int is a valid float
     path.write_text('[finetune]\nlr = 1\nepochs = 2\n')
-    assert config.load_recipe(str(path), "finetune", config.FinetuneConfig) == {"lr": 1.0, "epochs": 2}
+    assert recipes.load_recipe(str(path), "finetune", config.FinetuneConfig) == {"lr": 1.0, "epochs": 2}
 
 
 @pytest.mark.parametrize(("kw", "message"), [
@@ -168,7 +180,7 @@ def test_command_flags_match_the_real_commands():
     for kind in config.QUALITY_COMMANDS:
         params = [p for p in group.commands[kind].params if p.param_type_name == "option"]
         real = {name: not p.is_flag for p in params for name in [*p.opts, *p.secondary_opts]}
-        assert config.command_flags(config.config_for_command(kind)) == real, kind
+        assert quality_args.command_flags(config.config_for_command(kind)) == real, kind
 
 
 @pytest.mark.parametrize(("quality", "args", "message"), [
@@ -201,7 +213,8 @@ def test_predict_refuses_empty_texts():
 
 def test_a_recipe_threshold_may_be_a_number(tmp_path):
     """`threshold = 0.4` in a recipe is the text option --threshold 0.4 (the field is text: tune is also allowed)."""
-    from bertkit.config.commands import FinetuneConfig, load_recipe
+    from bertkit.config.commands import FinetuneConfig
+    from bertkit.config.recipes import load_recipe
 
     recipe = tmp_path / "r.toml"
     recipe.write_text('[finetune]\ndata = "x.tsv"\nout = "o"\nthreshold = 0.4\n')
@@ -217,7 +230,7 @@ def test_metric_for_best_is_left_to_the_shape_unless_given():
 
     assert config.FinetuneConfig(data="x.tsv", out="o").metric_for_best is None
     assert config.DistillConfig(data="x.tsv", out="o", teacher="t").metric_for_best is None
-    assert config.metric_for_best_problems(None, []) == []
+    assert groups.metric_for_best_problems(None, []) == []
     assert [objectives.best_metric(task, None) for task in ("single_label", "regression", "multi_label")] == \
         ["accuracy", "pearson", "micro_f1"]
     with pytest.raises(UserError, match="accuracy is a single-label metric; this is regression data"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bertkit.config import commands as config
+from bertkit.config import recipes
 from bertkit.config.commands import EvaluateConfig, FinetuneConfig, PredictConfig, ProbeConfig
 from bertkit.data import presets
 from bertkit.data.splits import load_dataset_split, load_splits
@@ -73,7 +73,7 @@ def test_recipe_values_win_over_the_preset_and_flags_over_both(tmp_path):
     recipe = tmp_path / "r.toml"
     recipe.write_text('[finetune]\ntask-preset = "glue/cola"\nout = "o"\nmetric-for-best = "accuracy"\n'
                       'text-column = "2"\n', encoding="utf-8")
-    values = config.load_recipe(str(recipe), "finetune", FinetuneConfig)
+    values = recipes.load_recipe(str(recipe), "finetune", FinetuneConfig)
     cfg = FinetuneConfig(**{**values, "data": "cola/train.tsv"})
     assert (cfg.text_column, cfg.label_column, cfg.metric_for_best) == ("2", "1", "accuracy")
     flags = FinetuneConfig(**{**values, "data": "cola/train.tsv", "text_column": "3", "metric_for_best": "f1"})
@@ -119,10 +119,10 @@ def test_glue_download_layouts_read_with_the_preset(tmp_path):
 @pytest.mark.parametrize("task", list(HUB))
 def test_glue_recipes_load_for_finetune_and_evaluate(task):
     for command, cls in (("finetune", FinetuneConfig), ("evaluate", EvaluateConfig)):
-        values = config.load_recipe(f"glue-{task}", command, cls)
+        values = recipes.load_recipe(f"glue-{task}", command, cls)
         cfg = cls(**values)
         assert cfg.task_preset == f"glue/{task}" and cfg.data_config == task and columns(cfg) == HUB[task]
-    assert EvaluateConfig(**config.load_recipe("glue-mnli", "evaluate", EvaluateConfig)).train_split == \
+    assert EvaluateConfig(**recipes.load_recipe("glue-mnli", "evaluate", EvaluateConfig)).train_split == \
         "validation_mismatched"
 
 

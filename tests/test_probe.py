@@ -328,7 +328,7 @@ def test_config_fields_are_probe_options_and_recipes_load():
     import inspect
 
     from bertkit.cli import app as cli
-    from bertkit.config.commands import load_recipe
+    from bertkit.config.recipes import load_recipe
 
     params = set(inspect.signature(cli.probe).parameters)
     assert {f.name for f in dataclasses.fields(ProbeConfig)} <= params

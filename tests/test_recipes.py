@@ -11,8 +11,9 @@ from typer.testing import CliRunner
 
 from bertkit.cli.app import app
 from bertkit.config import commands as config
+from bertkit.config import recipes
 
-RECIPES = config.list_recipes()
+RECIPES = recipes.list_recipes()
 
 
 def command_options(command: str) -> set[str]:
@@ -30,14 +31,14 @@ def test_recipe_keys_are_command_options(recipe):
     assert recipe.summary, f"{recipe.path} needs a header comment saying what it does"
     for command in recipe.commands:
         cls = config.config_for_command(command)
-        values = config.load_recipe(str(recipe.path), command, cls)  # unknown keys raise
+        values = recipes.load_recipe(str(recipe.path), command, cls)  # unknown keys raise
         assert set(values) <= command_options(command)
 
 
 @pytest.mark.parametrize("command", config.recipe_commands())
 def test_every_config_field_is_a_cli_option(command):
     """litgpt-style: the typed config and the command's signature describe the same options."""
-    fields = config.option_fields(config.config_for_command(command))
+    fields = recipes.option_fields(config.config_for_command(command))
     assert fields <= command_options(command), fields - command_options(command)
     assert fields, command
 

@@ -2,9 +2,9 @@
 the same data settings for every model.
 
 `--quality-args` is read with the quality command's option declarations (the config fields its CLI flags come
-from), and each command's config is built - and so validated - before any benchmark runs. The score is the
-command's primary dev metric: the probe's best cell's dev accuracy (the metric its layer sweep picks the best
-cell by), fine-tuning's --metric-for-best at its best evaluation.
+from; `config/quality_args.py`), and each command's config is built - and so validated - before any benchmark
+runs. The score is the command's primary dev metric: the probe's best cell's dev accuracy (the metric its layer
+sweep picks the best cell by), fine-tuning's --metric-for-best at its best evaluation.
 """
 
 from __future__ import annotations
@@ -12,25 +12,22 @@ from __future__ import annotations
 import dataclasses
 import logging
 import shlex
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bertkit.config.commands import FinetuneConfig, ProbeConfig, load_recipe
-from bertkit.config.fields import field_type, flag, flag_names, option_fields
+from bertkit.config.commands import QUALITY_CONFIGS, FinetuneConfig, ProbeConfig
+from bertkit.config.fields import flag
+from bertkit.config.quality_args import parse_quality_args
 from bertkit.data.options import DataOptions
 from bertkit.errors import UserError
 
 log = logging.getLogger(__name__)
 
-QUALITY_CONFIGS: dict[str, type] = {"probe": ProbeConfig, "finetune": FinetuneConfig}
 PROBE_METRIC = "accuracy"
 """The dev metric `probe.run_probe`'s layer sweep picks its best cell by."""
 SHARED_FIELDS = (*(f.name for f in dataclasses.fields(DataOptions)), "max_length")
 """bench options every quality run gets from bench itself: the data settings and the truncation length."""
-OUTPUT_ONLY = ("--quiet", "-q", "--json")
-"""CLI flags that only change what a command prints; an in-process run prints nothing."""
 EACH_MODEL = "(set for each model)"
 """--model and --out of the plan's config: replaced per model by `measure_quality`."""
 
@@ -53,7 +50,7 @@ def plan_quality(cfg: Any) -> list[QualityPlan]:
 def quality_config(kind: str, cfg: Any, extra: tuple[str, ...]) -> Any:
     """`kind`'s config: a --recipe in --quality-args < bench's data settings < the other --quality-args."""
     config_cls = QUALITY_CONFIGS[kind]
-    recipe, values = parse_quality_args(kind, extra)
+    recipe, values = parse_quality_args(kind, config_cls, extra)
     # unset (None) bench options leave a recipe's value alone, as omitted flags did on the command line
     shared = {name: getattr(cfg, name) for name in SHARED_FIELDS if getattr(cfg, name) is not None}
     try:
@@ -64,66 +61,6 @@ def quality_config(kind: str, cfg: Any, extra: tuple[str, ...]) -> Any:
         raise UserError("--quality-args --metric-for-best loss: the quality score is compared as a share of the "
                         "baseline's (higher is better), which a loss is not. Pick accuracy, f1 or mcc.")
     return config
-
-
-def parse_quality_args(kind: str, args: tuple[str, ...]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(recipe values, flag values) of --quality-args for `bertkit <kind>`, typed by its option fields.
-
-    The flags were already checked against the command's options (config.quality_args_problems); a value that
-    is not of its field's type is refused here, naming the flag.
-    """
-    config_cls = QUALITY_CONFIGS[kind]
-    by_flag = _flags(config_cls)
-    recipe: dict[str, Any] = {}
-    values: dict[str, Any] = {}
-    tokens = iter(args)
-    for token in tokens:
-        name, has_inline, inline = token.partition("=")
-        if name in OUTPUT_ONLY:
-            continue
-        if name == "--recipe":
-            recipe = load_recipe(inline if has_inline else _next_value(tokens, name), kind, config_cls)
-            continue
-        if name not in by_flag:
-            raise UserError(f"--quality-args: `bertkit {kind}` has no option {name}.")
-        f, flag_value = by_flag[name]
-        base = field_type(f)[0]
-        if base is bool:
-            values[f.name] = flag_value
-            continue
-        raw = inline if has_inline else _next_value(tokens, name)
-        typed = _typed(base, raw, name)
-        values[f.name] = (*values.get(f.name, ()), typed) if base is tuple else typed
-    return recipe, values
-
-
-def _flags(config_cls: type) -> dict[str, tuple[dataclasses.Field, bool]]:
-    """Every flag of the command -> (its field, the value a bare bool flag sets)."""
-    by_flag: dict[str, tuple[dataclasses.Field, bool]] = {}
-    for f in option_fields(config_cls):
-        for name in flag_names(f):
-            by_flag[name] = (f, True)
-        if field_type(f)[0] is bool and f.default is True:
-            by_flag["--no-" + flag(f.name)[2:]] = (f, False)
-    return by_flag
-
-
-def _next_value(tokens: Iterator[str], name: str) -> str:
-    value = next(tokens, None)
-    if value is None:
-        raise UserError(f"--quality-args: {name} needs a value (e.g. {name} 1).")
-    return value
-
-
-def _typed(base: type, raw: str, name: str) -> Any:
-    """`raw` as the field's type, like the CLI converts it."""
-    if base in (int, float):
-        try:
-            return base(raw)
-        except ValueError:
-            word = "an integer" if base is int else "a number"
-            raise UserError(f"--quality-args: {name} takes {word}; got {raw!r}.") from None
-    return raw
 
 
 # ---------------------------------------------------------------- running

@@ -34,9 +34,9 @@ from bertkit.config.commands import (
     PredictConfig,
     ProbeConfig,
     TokensConfig,
-    load_recipe,
 )
 from bertkit.config.fields import OUTPUT, RUN, field_type, flag_names, help_text, option_fields
+from bertkit.config.recipes import load_recipe
 from bertkit.errors import UserError
 
 app = typer.Typer(
@@ -442,7 +442,7 @@ app.add_typer(recipes_app, name="recipes")
 @user_errors
 def recipes_list(json_output: JsonOpt = False) -> None:
     """Every recipe: name, command(s), what it does, measured result."""
-    from bertkit.config.commands import list_recipes
+    from bertkit.config.recipes import list_recipes
 
     found = list_recipes()
     if json_output:
@@ -457,7 +457,7 @@ def recipes_list(json_output: JsonOpt = False) -> None:
 @user_errors
 def recipes_show(name: Annotated[str, typer.Argument(help="Recipe name (or path to a .toml file).")]) -> None:
     """Print a recipe file."""
-    from bertkit.config.commands import recipe_path
+    from bertkit.config.recipes import recipe_path
 
     path = recipe_path(name)
     out_console.print(f"# {path}", highlight=False)

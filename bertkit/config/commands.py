@@ -1,237 +1,40 @@
-"""One frozen dataclass per command: its options (declared once, with `options.option`) and the rules that
-involve several of them; plus recipes.
-
-Field names are the CLI option names with dashes turned into underscores (`--text-column` -> `text_column`),
-so a recipe's keys, the CLI flags and the config fields are one vocabulary. `cli.py` generates every command's
-options from these fields; recipes are checked against the same fields. Each `__post_init__` collects every
-problem (`options.field_problems` for what one declaration says, then the cross-option rules) and raises once.
+"""One frozen dataclass per command: its options (declared once, with `fields.option`; the groups several commands
+share are `groups.py`'s) and the rules that involve several of them. Field names are the CLI option names with
+dashes turned into underscores (`--text-column` -> `text_column`): a recipe's keys, the CLI flags and the config
+fields are one vocabulary. Each `__post_init__` collects every problem (`fields.field_problems` for what one
+declaration says, then the cross-option rules) and raises once.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import math
-import shlex
-import tomllib
-from dataclasses import dataclass, fields
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
-from bertkit.config.fields import (
-    BENCH,
-    DATA,
-    MODEL,
-    OUTPUT,
-    PRECISIONS,
-    PROBE,
-    RUN,
-    SEED_MAX,
-    alias_map,
-    check_value,
-    field_type,
-    flag,
-    option,
+from bertkit.config.fields import BENCH, DATA, MODEL, OUTPUT, PRECISIONS, PROBE, option
+from bertkit.config.groups import (
+    BENCH_PROTOCOLS,
+    BENCH_QUALITY,
+    CLASS_WEIGHTS,
+    COMBINES,
+    POOLS,
+    PRECISION_HELP,
+    STORE_DTYPES,
+    TRUST_HELP,
+    LabelOptions,
+    LongTextOptions,
+    MetricOptions,
+    TaskOptions,
+    TruncationOption,
+    blank_text_problems,
+    check_device,
+    layers_problem,
+    metric_for_best_problems,
 )
-from bertkit.config.fields import command_flags as _command_flags
-from bertkit.config.fields import option_fields as _option_fields
+from bertkit.config.quality_args import quality_args_problems
 from bertkit.data.options import DataOptions
 from bertkit.errors import UserError, raise_if_problems
-
-__all__ = ["SEED_MAX", "check_value", "field_type", "flag"]  # re-exported: the names tests and scripts use
-
-DTYPES = PRECISIONS
-POOLS = ("cls", "mean", "max")
-COMBINES = ("concat", "mean", "sum")
-STORE_DTYPES = ("float32", "float16")
-BEST_METRICS = ("accuracy", "f1", "binary_f1", "mcc", "precision", "recall", "roc_auc", "loss", "pearson", "spearman",
-                "mse", "mae", "micro_f1", "macro_f1", "subset_accuracy", "hamming_loss")
-"""The built-in metrics (scikit-learn/scipy, offline; `bertkit.scoring.metrics`); any other --metric is an evaluate module."""
-TRUNCATIONS = ("head", "tail", "head+tail")
-LONG_TEXT_MODES = ("cut", "chunk")
-TASKS = ("auto", "single_label", "multi_label", "regression")
-THRESHOLD_MODES = ("tune", "tune-per-label")
-CLASS_WEIGHTS = ("none", "balanced")
-BENCH_PROTOCOLS = ("standard", "paper")
-BENCH_QUALITY = ("none", "probe", "finetune", "probe,finetune")
-RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"  # packaged: a wheel install has them
-TRUST_HELP = "Allow custom code from the model repository (off by default: it runs arbitrary code)."
-PRECISION_HELP = "Compute precision. auto = bf16 where the hardware runs it natively (GPU, AVX512-BF16/AMX CPU), else fp32."
-
-
-def option_fields(config_cls: type) -> set[str]:
-    """Names of the config fields that are CLI options (and valid recipe keys)."""
-    return {f.name for f in _option_fields(config_cls)}
-
-
-def check_values(config_cls: type, values: dict[str, Any], where: str) -> dict[str, Any]:
-    """Every value type-checked against `config_cls` (see `options.check_value`); all problems in one UserError."""
-    by_name = {f.name: f for f in fields(config_cls)}
-    checked, problems = {}, []
-    for name, value in values.items():
-        try:
-            checked[name] = check_value(by_name[name], value)
-        except TypeError as exc:
-            problems.append(f"{flag(name)[2:]} {exc}")
-    if problems:
-        raise UserError(f"{where}: {'; '.join(problems)}. Fix the value{'s' if len(problems) > 1 else ''} "
-                        f"(a command-line flag overrides a recipe value).")
-    return checked
-
-
-def check_positive(problems: list[str], value: int | float | None, name: str, *, allow_none: bool = True) -> None:
-    """Record a problem unless `value` is > 0 (or None where allowed)."""
-    if value is None and allow_none:
-        return
-    if value is None or value <= 0:
-        problems.append(f"{flag(name)} must be a positive number, got {value!r}.")
-
-
-def check_device(problems: list[str], value: str, *, check_available: bool = True) -> None:
-    """Record a problem unless --device names a device (cpu, cuda, cuda:N, mps, auto) that this machine has."""
-    if value in ("auto", "cpu"):
-        return
-    from bertkit.models.loading import device_problem  # imports torch: only for a device other than auto/cpu
-
-    problem = device_problem(value, check_available=check_available)
-    if problem:
-        problems.append(problem)
-
-
-def layers_problem(spec: str | None, default: str = "-1") -> list[str]:
-    """A problem with --layers (the syntax; the range is checked against the model)."""
-    try:
-        parse_layers(spec if spec is not None else default)
-    except ValueError:
-        return [f"--layers must be -1, a comma list of distinct layer indices (e.g. -4,-3,-2,-1; 0 = embeddings), "
-                f"or all; got {spec!r}."]
-    return []
-
-
-def parse_layers(spec: str | int) -> list[int] | None:
-    """`--layers`: `all` -> None; `-1` / `-4,-3,-2,-1` / `0,6` -> list of hidden-state indices.
-
-    Index 0 is the embedding output, 1..L the encoder layers; negative indices count from the last layer.
-    Raises ValueError on anything else.
-    """
-    text = str(spec).strip().lower()
-    if text == "all":
-        return None
-    parts = [p.strip() for p in text.split(",")]
-    if not parts or any(not p.lstrip("-").isdigit() for p in parts):
-        raise ValueError(spec)
-    values = [int(p) for p in parts]
-    if len(set(values)) != len(values):
-        raise ValueError(spec)
-    return values
-
-
-# ---------------------------------------------------------------- the commands
-
-
-@dataclass(frozen=True)
-class TruncationOption:
-    """Which tokens of an over-long text are kept: every command that runs a model on text."""
-
-    truncation: str = option("head", "Which tokens a text longer than --max-length keeps: head (the first), tail (the "
-                             "last), head+tail (the first quarter and the last three quarters of the budget; Sun et "
-                             "al. 2019).", panel=MODEL, choices=TRUNCATIONS)
-
-
-@dataclass(frozen=True)
-class LongTextOptions(TruncationOption):
-    """Texts longer than the window: cut them (--truncation), or run every window and pool (embed/probe/predict/
-    evaluate)."""
-
-    long_text: str = option("cut", "Texts longer than --max-length: cut (see --truncation) or chunk (overlapping "
-                            "windows of --max-length tokens, pooled: features by mean, logits by max; nothing is "
-                            "cut).", panel=MODEL, choices=LONG_TEXT_MODES)
-    stride: int | None = option(None, "Tokens neighbouring windows share with --long-text chunk (default: a quarter "
-                                "of --max-length).", panel=MODEL, minimum=0)
-
-    def long_text_problems(self) -> list[str]:
-        """--stride only with chunking, and smaller than the text part of a window (it would never move on)."""
-        if self.stride is None:
-            return []
-        if self.long_text != "chunk":
-            return [f"--stride is the overlap of --long-text chunk windows, but --long-text is {self.long_text}. "
-                    f"Add --long-text chunk, or drop --stride."]
-        window = getattr(self, "max_length", 0)
-        if isinstance(self.stride, int) and isinstance(window, int) and self.stride >= window - 2:
-            return [f"--stride {self.stride} must be smaller than the window: --max-length {window} leaves {window - 2} "
-                    f"text tokens next to [CLS] and [SEP], and windows sharing {self.stride} of them never move on. "
-                    f"Pass a smaller --stride (e.g. --stride {max(window // 4, 0)}) or a larger --max-length."]
-        return []
-
-
-@dataclass(frozen=True)
-class MetricOptions:
-    """Extra metrics: built-in names, or `evaluate` modules (hub names, cached or online; local metric scripts)."""
-
-    metric: tuple[str, ...] = option((), "A metric to report (repeatable, or a comma list): a built-in name, or an "
-                                     "evaluate module: a hub name (matthews_correlation, glue:mrpc) from the hub or "
-                                     "the local evaluate cache, or a local metric script (.py or its folder).",
-                                     panel=RUN)
-
-    @property
-    def metric_list(self) -> list[str]:
-        """--metric values, comma lists split, in order, without repeats."""
-        names = [part.strip() for value in self.metric for part in str(value).split(",") if part.strip()]
-        return list(dict.fromkeys(names))
-
-    @property
-    def external_metrics(self) -> list[str]:
-        """The --metric values that are evaluate modules (not built-in names)."""
-        return [name for name in self.metric_list if name not in BEST_METRICS]
-
-
-@dataclass(frozen=True)
-class LabelOptions(DataOptions):
-    """How labels are read where their shape matters (fine-tuning, evaluation): tag lists as well as single labels."""
-
-    label_sep: str | None = option(None, "Multi-label data: the separator of the tags in one label cell (e.g. \"|\"). "
-                                   "JSON/parquet list cells and several 0/1 columns (--label-column a,b,c) need none.",
-                                   panel=DATA)
-
-    def data_problems(self) -> list[str]:
-        problems = super().data_problems()
-        if isinstance(self.label_sep, str) and not self.label_sep.strip():
-            problems.append(f"--label-sep must be a visible separator such as \"|\" or \";\"; got {self.label_sep!r}.")
-        return problems
-
-
-def threshold_problems(value: str) -> list[str]:
-    """--threshold: tune, tune-per-label, or a number strictly between 0 and 1."""
-    if value in THRESHOLD_MODES:
-        return []
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        number = math.nan
-    if 0.0 < number < 1.0:
-        return []
-    return [f"--threshold must be a probability strictly between 0 and 1 (e.g. 0.5), tune (one threshold chosen on "
-            f"dev) or tune-per-label; got {value!r}."]
-
-
-@dataclass(frozen=True)
-class TaskOptions(LabelOptions):
-    """The problem shape of labelled data and the multi-label decision threshold: commands that learn from labels of
-    every shape (finetune, probe)."""
-
-    task: str = option("auto", "Problem shape. auto: tag lists, --label-sep or several label columns -> multi_label; "
-                       "numbers with fractions -> regression; else single_label.", panel=DATA, choices=TASKS)
-    threshold: str = option("tune", "Multi-label decision threshold on each sigmoid: a probability in (0, 1), tune "
-                            "(one threshold, best dev micro-F1) or tune-per-label (one per label, best dev F1).",
-                            numbers=True)
-
-    def task_problems(self) -> list[str]:
-        """--threshold in (0, 1) or a tuning mode; --label-sep only where tags are read."""
-        problems = threshold_problems(self.threshold)
-        if self.label_sep is not None and self.task in ("single_label", "regression"):
-            problems.append(f"--label-sep splits tag lists (multi-label data); it does not apply to --task {self.task}. "
-                            f"Drop --label-sep, or pass --task multi_label (or auto).")
-        return problems
 
 
 @dataclass(frozen=True)
@@ -405,33 +208,6 @@ class DistillConfig(FinetuneConfig):
         raise_if_problems(problems)
 
 
-def metric_for_best_problems(name: str | None, external: list[str]) -> list[str]:
-    """--metric-for-best must be a built-in metric, or name a --metric evaluate module (or one of its scores,
-    `NAME/score`): a module is loaded before training starts, so a missing one stops the run at once. (Whether the
-    data's problem shape has it is checked once the data is read, before training: `objectives.best_metric`.)"""
-    if name is None or name in BEST_METRICS or name in external:
-        return []
-    stems = {Path(spec.partition(":")[0]).stem: spec for spec in external}
-    if name in stems or name.partition("/")[0] in stems:
-        return []
-    close = difflib.get_close_matches(name, BEST_METRICS, n=1)
-    hint = f" (did you mean {close[0]}?)" if close else ""
-    return [f"--metric-for-best {name!r} is not a built-in metric{hint} ({', '.join(BEST_METRICS)}) nor one of the "
-            f"--metric evaluate modules ({', '.join(external) or 'none given'}). To pick the best checkpoint by an "
-            f"evaluate module, also pass it: --metric {name} --metric-for-best {name}."]
-
-
-def _blank_text_problems(texts: tuple[str, ...]) -> list[str]:
-    """--text values that are empty or only invisible characters, refused as the --data path refuses empty cells."""
-    from bertkit.data.cells import is_blank_text  # data/ owns what counts as an empty text
-
-    blank = [str(i) for i, text in enumerate(texts, start=1) if is_blank_text(text)]
-    if not blank:
-        return []
-    return [f"--text number {', '.join(blank)} (of {len(texts)}) is empty or only whitespace/invisible characters; "
-            f"a model cannot classify an empty text. Drop it or pass a sentence."]
-
-
 @dataclass(frozen=True)
 class PredictConfig(LongTextOptions, DataOptions):
     """`bertkit predict`: labels and probabilities from a fine-tuned model (or a saved probe)."""
@@ -458,7 +234,7 @@ class PredictConfig(LongTextOptions, DataOptions):
             problems.append("Give exactly one of --model (a fine-tuned folder) or --probe (a saved probe).")
         if bool(self.text) == (self.data is not None):
             problems.append("Give exactly one of --text (repeatable) or --data (a file to label).")
-        problems += _blank_text_problems(self.text)
+        problems += blank_text_problems(self.text)
         problems += self.long_text_problems()
         if self.probe is not None and (self.long_text != "cut" or self.truncation != "head"):
             problems.append("--long-text chunk and --truncation tail/head+tail work with --model; a saved --probe "
@@ -576,6 +352,11 @@ class ProbeConfig(LongTextOptions, MetricOptions, TaskOptions):
         return values
 
 
+QUALITY_CONFIGS: dict[str, type] = {"probe": ProbeConfig, "finetune": FinetuneConfig}
+"""The commands `bench --quality` runs for each model, and their configs."""
+QUALITY_COMMANDS = tuple(QUALITY_CONFIGS)
+
+
 @dataclass(frozen=True)
 class BenchConfig(DataOptions):
     """`bertkit bench`: speed, size, memory and optional quality of several encoders, side by side."""
@@ -627,7 +408,7 @@ class BenchConfig(DataOptions):
         if self.quality_kinds and self.data is None:
             problems.append("--quality needs labelled --data (and usually --dev); pass them, or drop --quality.")
         check_device(problems, self.device, check_available=self.protocol != "paper")  # paper runs on the CPU
-        problems += quality_args_problems([k for k in self.quality_kinds if k in QUALITY_COMMANDS], self.quality_args)
+        problems += quality_args_problems(QUALITY_CONFIGS, self.quality_kinds, self.quality_args)
         raise_if_problems(problems)
 
     @property
@@ -640,120 +421,9 @@ class BenchConfig(DataOptions):
 
     @property
     def quality_kinds(self) -> list[str]:
-        order = ("probe", "finetune")
+        order = QUALITY_COMMANDS
         asked = {q.strip() for q in str(self.quality).split(",") if q.strip() and q.strip() != "none"}
         return [q for q in order if q in asked] + sorted(asked - set(order))
-
-
-QUALITY_COMMANDS = ("probe", "finetune")
-CLI_ONLY_FLAGS = {"--quiet": False, "-q": False, "--json": False, "--recipe": True}
-"""Options every command has that are not config fields -> whether they take a value."""
-SET_BY_BENCH = ("--model", "--out", "--features", "--data", "--dev", "--test")
-"""Quality-command options `bertkit bench` sets itself, per model (a --quality-args copy would override them)."""
-
-
-def command_flags(config_cls: type) -> dict[str, bool]:
-    """Every option of the command configured by `config_cls` -> whether it takes a value (tests check this
-    against the real Typer command)."""
-    return _command_flags(config_cls, CLI_ONLY_FLAGS)
-
-
-def quality_args_problems(kinds: list[str], quality_args: str | None) -> list[str]:
-    """Problems of `bench --quality-args` for the quality commands `kinds`, found before any benchmark runs."""
-    if quality_args is None:
-        return []
-    if not kinds:
-        return ["--quality-args is passed to the --quality commands, but --quality is none, so it would be ignored. "
-                "Add --quality probe (or finetune), or drop --quality-args."]
-    try:
-        args = shlex.split(quality_args)
-    except ValueError as exc:
-        return [f"--quality-args {quality_args!r} cannot be split into arguments ({exc}). Balance the quotes, e.g. "
-                f"--quality-args \"--epochs 1 --lr 3e-5\"."]
-    problems: list[str] = []
-    for kind in kinds:
-        problems += _command_args_problems(kind, args)
-    return problems
-
-
-def _command_args_problems(kind: str, args: list[str]) -> list[str]:
-    options = command_flags(config_for_command(kind))
-    problems, unknown, i = [], [], 0
-    while i < len(args):
-        token = args[i]
-        name = token.split("=", 1)[0]
-        if name not in options:
-            close = difflib.get_close_matches(name, options, n=1)
-            unknown.append(f"{token!r}" + (f" (did you mean {close[0]}?)" if close else ""))
-            if token.startswith("-") and "=" not in token and i + 1 < len(args) and not args[i + 1].startswith("-"):
-                i += 1  # an unknown option's value is not a second problem
-        elif name in SET_BY_BENCH:
-            problems.append(f"--quality-args: {name} is set by `bertkit bench` itself for each model; pass the "
-                            f"data options to bench directly and drop {name} from --quality-args.")
-        elif options[name] and "=" not in token:
-            if i + 1 >= len(args):
-                problems.append(f"--quality-args: {name} needs a value (e.g. {name} 1).")
-            i += 1
-        i += 1
-    if unknown:
-        listed = ", ".join(sorted(o for o in options if o.startswith("--")))
-        problems.insert(0, f"--quality-args: `bertkit {kind}` has no option {', '.join(unknown)} (the arguments go "
-                           f"to every --quality command). Its options: {listed}.")
-    return problems
-
-
-# ---------------------------------------------------------------- recipes
-
-
-def recipe_path(name_or_path: str) -> Path:
-    """A recipe file: an existing path, or the name of a file in `recipes/` (with or without `.toml`)."""
-    path = Path(name_or_path)
-    if path.is_file():
-        return path
-    candidate = RECIPES_DIR / (name_or_path if name_or_path.endswith(".toml") else f"{name_or_path}.toml")
-    if candidate.is_file():
-        return candidate
-    known = ", ".join(sorted(p.stem for p in RECIPES_DIR.glob("*.toml"))) or "(none found)"
-    raise UserError(
-        f"Recipe {name_or_path!r} not found: it is neither a file nor a recipe name. "
-        f"Known recipes: {known}. Pass --recipe with a path to a .toml file or one of those names."
-    )
-
-
-def load_recipe(name_or_path: str, command: str, config_cls: type) -> dict[str, Any]:
-    """The `[command]` table of a recipe, keys normalised to field names; unknown keys are an error."""
-    path = recipe_path(name_or_path)
-    try:
-        document = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise UserError(f"Recipe {path} is not valid TOML: {exc}. Fix the file or pick another recipe.") from None
-    if command not in document:
-        tables = ", ".join(f"[{t}]" for t in document) or "none"
-        raise UserError(
-            f"Recipe {path} has no [{command}] table (it has: {tables}); it is for another command. "
-            f"Run `bertkit {next(iter(document), command)} --recipe {name_or_path}` or add a [{command}] table."
-        )
-    aliases = alias_map(config_cls)  # an option's older name (e.g. dtype for precision) is still a valid key
-    values = {aliases.get(k, k): value for k, value in ((key.replace("-", "_"), v) for key, v in document[command].items())}
-    valid = option_fields(config_cls)
-    unknown = sorted(set(values) - valid)
-    if unknown:
-        raise UserError(
-            f"Recipe {path} [{command}] has unknown keys: {', '.join(unknown)}. "
-            f"Valid keys are the options of `bertkit {command}`: {', '.join(sorted(flag(v)[2:] for v in valid))}."
-        )
-    return check_values(config_cls, values, f"Recipe {path} [{command}] has a value of the wrong type")
-
-
-def merge_config(config_cls: type, defaults: dict[str, Any], explicit: dict[str, Any], recipe: dict[str, Any]):
-    """Build a config with precedence: explicit CLI flag > recipe value > default."""
-    values = {f.name: defaults[f.name] for f in fields(config_cls) if f.name in defaults}
-    values.update(recipe)
-    values.update(explicit)
-    try:
-        return config_cls(**values)
-    except TypeError as exc:  # a recipe value of the wrong shape reaches the dataclass
-        raise UserError(f"Invalid configuration: {exc}. Check the recipe's value types.") from None
 
 
 def config_dict(config: Any) -> dict[str, Any]:
@@ -776,32 +446,3 @@ def recipe_commands() -> list[str]:
         for name, value in globals().items()
         if name.endswith("Config") and dataclasses.is_dataclass(value) and name != "DataOptions"
     )
-
-
-@dataclass(frozen=True)
-class RecipeInfo:
-    """One recipe file: its name, the commands it configures, and its header comment."""
-
-    name: str
-    path: Path
-    commands: tuple[str, ...]
-    summary: str
-    result: str
-
-
-def describe_recipe(path: Path) -> RecipeInfo:
-    """Name, tables and header comment of a recipe (`# Result:` line = the measured result)."""
-    text = path.read_text(encoding="utf-8")
-    comments = [line.lstrip("#").strip() for line in text.splitlines() if line.startswith("#")]
-    result = next((c.split(":", 1)[1].strip() for c in comments if c.lower().startswith("result:")), "")
-    summary = next((c for c in comments if c and not c.lower().startswith(("result:", "run:", "$"))), "")
-    try:
-        tables = tuple(tomllib.loads(text))
-    except tomllib.TOMLDecodeError as exc:
-        raise UserError(f"Recipe {path} is not valid TOML: {exc}.") from None
-    return RecipeInfo(path.stem, path, tables, summary, result)
-
-
-def list_recipes() -> list[RecipeInfo]:
-    """Every recipe shipped in recipes/, sorted by name."""
-    return [describe_recipe(p) for p in sorted(RECIPES_DIR.glob("*.toml"))]

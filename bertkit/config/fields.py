@@ -2,7 +2,7 @@
 
 An option is a field of a command's config dataclass, declared with `option(default, help, ...)`. The field is the
 single definition: the CLI flag (`text_column` -> `--text-column`), its default, its help text and panel, its
-choices and bounds all come from it. `cli.py` turns the fields into Typer options, `config.load_recipe` checks
+choices and bounds all come from it. `cli/app.py` turns the fields into Typer options, `recipes.load_recipe` checks
 recipe values against the same fields, and `field_problems` validates a built config the same way whether its
 values came from the command line, a recipe, or Python code.
 """
@@ -166,16 +166,21 @@ def _value_problems(f: dataclasses.Field, value: Any) -> Iterator[str]:
         yield f"{name} must be at least {meta['minimum']:g}; got {value!r}."
 
 
-def command_flags(config_cls: type, cli_only: dict[str, bool]) -> dict[str, bool]:
-    """Every flag of the command configured by `config_cls` -> whether it takes a value.
+def flag_fields(config_cls: type) -> dict[str, tuple[dataclasses.Field, bool]]:
+    """Every flag of the command configured by `config_cls` -> (its field, the value a bare bool flag sets).
 
-    A bool option that defaults to true also has --no-NAME; `cli_only` adds the flags that are not config fields.
+    A bool option that defaults to true also has --no-NAME (which sets False).
     """
-    result = dict(cli_only)
+    by_flag: dict[str, tuple[dataclasses.Field, bool]] = {}
     for f in option_fields(config_cls):
-        is_bool = field_type(f)[0] is bool
         for name in flag_names(f):
-            result[name] = not is_bool
-        if is_bool and f.default is True:
-            result["--no-" + flag(f.name)[2:]] = False
-    return result
+            by_flag[name] = (f, True)
+        if field_type(f)[0] is bool and f.default is True:
+            by_flag["--no-" + flag(f.name)[2:]] = (f, False)
+    return by_flag
+
+
+def command_flags(config_cls: type, cli_only: dict[str, bool]) -> dict[str, bool]:
+    """Every flag of the command configured by `config_cls` -> whether it takes a value (a bool option's flags take
+    none); `cli_only` adds the flags that are not config fields."""
+    return {**cli_only, **{name: field_type(f)[0] is not bool for name, (f, _) in flag_fields(config_cls).items()}}

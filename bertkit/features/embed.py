@@ -27,7 +27,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from bertkit.config.commands import COMBINES, POOLS, EmbedConfig, layers_problem, parse_layers
+from bertkit.config.commands import EmbedConfig
+from bertkit.config.groups import COMBINES, POOLS, layers_problem, parse_layers
 from bertkit.data.dataset import TextDataset
 from bertkit.data.labels import LabelMap
 from bertkit.encoding.encode import Encoded, encode_for

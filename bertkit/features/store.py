@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from bertkit.config.commands import STORE_DTYPES
+from bertkit.config.groups import STORE_DTYPES
 from bertkit.data.labels import LabelMap
 from bertkit.errors import UserError
 from bertkit.io import disk, faults

@@ -11,7 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from bertkit.config.commands import EvaluateConfig, PredictConfig, config_dict, recipe_path
+from bertkit.config.commands import EvaluateConfig, PredictConfig, config_dict
+from bertkit.config.recipes import recipe_path
 from bertkit.data.dataset import TextDataset
 from bertkit.data.labels import LabelMap, check_tag_columns, task_of_problem_type
 from bertkit.data.splits import load_dataset_split

@@ -112,7 +112,7 @@ def _layer_axis(features: np.ndarray) -> np.ndarray:
 
 def _store_layers(cfg: Any, train: Any) -> tuple[list[int], list[int | None], list[str]]:
     """(positions on the store's layer axis, their hidden-state indices, names) selected by --layers."""
-    from bertkit.config.commands import parse_layers
+    from bertkit.config.groups import parse_layers
     from bertkit.features.embed import check_distinct_layers
 
     manifest = train.manifest
@@ -143,7 +143,7 @@ def _store_layers(cfg: Any, train: Any) -> tuple[list[int], list[int | None], li
 
 def _check_vector_store_layers(layers: str, manifest: dict[str, Any], stored: list[int]) -> None:
     """A store with one vector per row (one layer, or layers combined) answers --layers only with what it holds."""
-    from bertkit.config.commands import parse_layers
+    from bertkit.config.groups import parse_layers
     from bertkit.features.embed import check_distinct_layers
 
     wanted = parse_layers(layers)
@@ -236,7 +236,7 @@ def load_text_inputs(cfg: Any, cache_dir: Path | Callable[[], Path] | None, prog
 
     A callable `cache_dir` is called once the data and the model are validated (it may claim the run directory).
     `on_labels` gets the label map (the problem shape) as soon as the data is read, before any model work."""
-    from bertkit.config.commands import parse_layers
+    from bertkit.config.groups import parse_layers
     from bertkit.data.splits import load_splits
     from bertkit.features import embed
     from bertkit.models import loading as modeling

@@ -162,7 +162,7 @@ def _damaged_probe(file: Path, reason: str) -> UserError:
 
 def _read_probe_meta(root: Path) -> dict[str, Any]:
     """probe.json, with every key prediction needs present and valid."""
-    from bertkit.config.commands import LONG_TEXT_MODES, POOLS, TRUNCATIONS, layers_problem
+    from bertkit.config.groups import LONG_TEXT_MODES, POOLS, TRUNCATIONS, layers_problem
 
     file = root / PROBE_META
     try:

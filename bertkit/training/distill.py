@@ -310,8 +310,9 @@ def measure(cfg: DistillConfig, task: DistillTask, result: FinetuneResult) -> di
     """Parameters, disk size, batch-1 latency, best-batch throughput and dev quality of teacher and student."""
     import torch
 
-    from bertkit.bench import run as bench
+    from bertkit.bench import measure as bench_measure
     from bertkit.bench import timing
+    from bertkit.bench.contenders import Contender
 
     student_dir = result.out / "best"
     student = modeling.load_classifier(str(student_dir), require_head=True).eval()
@@ -319,16 +320,17 @@ def measure(cfg: DistillConfig, task: DistillTask, result: FinetuneResult) -> di
     texts = list(splits.dev.texts)
     device = torch.device("cpu") if modeling.choose_device().type == "cpu" else modeling.choose_device()
     dtype = modeling.choose_dtype(cfg.precision, device)
-    contenders = [bench.Contender("teacher", cfg.teacher or "", False, task.teacher.to(device).eval(),
-                                  task.teacher_tokenizer, 0.0),
-                  bench.Contender("student", str(student_dir), False, student.to(device),
-                                  modeling.load_tokenizer(str(student_dir)), 0.0)]
-    settings = bench.BenchSettings(batch_sizes=(1, 32), max_length=cfg.max_length, train_batch_size=0, seed=cfg.seed,
-                                   budget=timing.Budget(warmup=2, min_iters=10, min_seconds=2.0, rounds=2))
-    latency = bench.measure_latency(contenders, texts, settings, device, dtype)
+    contenders = [Contender("teacher", cfg.teacher or "", False, task.teacher.to(device).eval(),
+                            task.teacher_tokenizer, 0.0),
+                  Contender("student", str(student_dir), False, student.to(device),
+                            modeling.load_tokenizer(str(student_dir)), 0.0)]
+    settings = bench_measure.BenchSettings(batch_sizes=(1, 32), max_length=cfg.max_length, train_batch_size=0,
+                                           seed=cfg.seed,
+                                           budget=timing.Budget(warmup=2, min_iters=10, min_seconds=2.0, rounds=2))
+    latency = bench_measure.measure_latency(contenders, texts, settings, device, dtype)
     encoded = encode_for(task.teacher_tokenizer, splits.dev, cfg.max_length).encoded
-    throughput = bench.measure_throughput(contenders, encoded, infer.pad_id_of(task.teacher_tokenizer), settings,
-                                          device, dtype)
+    throughput = bench_measure.measure_throughput(contenders, encoded, infer.pad_id_of(task.teacher_tokenizer),
+                                                  settings, device, dtype)
     quality = _dev_quality(cfg, task, result, splits)
     models = {c.label: _model_record(c, latency[c.label], throughput[c.label], quality[c.label]) for c in contenders}
     metric = result.metrics.get("best_metric_name") or cfg.metric_for_best  # the shape's (regression: pearson)
