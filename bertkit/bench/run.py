@@ -31,6 +31,7 @@ from bertkit.errors import UserError
 from bertkit.io import runs
 from bertkit.models import infer
 from bertkit.models import loading as modeling
+from bertkit.models.inputs import accepted_inputs
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +64,7 @@ class Contender:
     @property
     def input_names(self) -> frozenset[str]:
         """The inputs the model's forward takes (DistilBERT: no token_type_ids), asked the way inference asks."""
-        return infer.accepted_inputs(self.model)
+        return accepted_inputs(self.model)
 
 
 def preset_configs(name: str) -> list[tuple[str, Any]]:

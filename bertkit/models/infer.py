@@ -3,13 +3,12 @@ a model call under `torch.inference_mode()` in the chosen precision -> numpy out
 
 embed and probe (pooled features), predict and evaluate (class probabilities), finetune's dev evaluation and
 distill's teacher logits all go through `run_batches`; what differs is only the per-batch function. Which inputs
-a model takes (DistilBERT has no token_type_ids) is asked in one place, `accepted_inputs`.
+a model takes (DistilBERT has no token_type_ids) is asked in one place, `bertkit.models.inputs.accepted_inputs`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import inspect
 import math
 import sys
 from collections.abc import Callable, Sequence
@@ -19,17 +18,13 @@ import numpy as np
 import torch
 
 from bertkit.data import dataset as data
+from bertkit.encoding import longtext
 from bertkit.models import loading as modeling
+from bertkit.models.fastforward import SequenceClassifier
+from bertkit.models.inputs import accepted_inputs
 
-INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 BatchFn = Callable[[dict[str, torch.Tensor]], torch.Tensor]
 """One padded batch (on the device, only the inputs the model takes) -> a tensor with one row per input row."""
-
-
-def accepted_inputs(model: Any) -> frozenset[str]:
-    """The inputs the model's forward takes by name (DistilBERT: no token_type_ids)."""
-    forward = getattr(model, "forward", model)
-    return frozenset(n for n in INPUT_NAMES if n in inspect.signature(forward).parameters)
 
 
 def batch_inputs(encoded: data.Encoded, rows: np.ndarray, pad_id: int, accepted: frozenset[str],
@@ -117,9 +112,6 @@ def classifier_logits(classifier: Any, tokenizer: Any, dataset: data.TextDataset
     Texts longer than `max_length` are cut (`truncation`), or with `long_text="chunk"` read whole in overlapping
     windows pooled back to one row per text: the max per class, the mean of a regression model's numbers (why:
     `bertkit.encoding.longtext`)."""
-    from bertkit.encoding import longtext
-    from bertkit.models.fastforward import SequenceClassifier
-
     model = classifier.model if isinstance(classifier, SequenceClassifier) else classifier
     device = next(model.parameters()).device
     dtype = modeling.choose_dtype(precision, device)

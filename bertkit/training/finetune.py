@@ -44,6 +44,7 @@ from bertkit.io import disk, faults, runs
 from bertkit.models import infer
 from bertkit.models import loading as modeling
 from bertkit.models.fastforward import SequenceClassifier
+from bertkit.models.inputs import accepted_inputs
 from bertkit.predict.run import load_for_inference, predict_proba, write_predictions_csv
 from bertkit.scoring import metrics
 from bertkit.scoring import shapes as objectives
@@ -408,7 +409,7 @@ def train_step(session: Session, batch: np.ndarray, state: TrainState) -> tuple[
     process's (loss x rows, rows); a non-finite loss stops the run before anything is updated or saved."""
     cfg, accelerator, net = session.cfg, session.accelerator, session.net
     pieces = micro_batches(batch, accelerator.num_processes, cfg.grad_accum, accelerator.process_index)
-    accepted = infer.accepted_inputs(accelerator.unwrap_model(net).model)
+    accepted = accepted_inputs(accelerator.unwrap_model(net).model)
     loss_sum = 0.0
     for i, rows in enumerate(pieces):
         inputs = infer.batch_inputs(session.train_enc, rows, session.pad_id, accepted, accelerator.device)
