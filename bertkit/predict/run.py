@@ -3,7 +3,6 @@ saved probe. Returns values; `cli.py` prints them."""
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +15,7 @@ from bertkit.data import dataset as data
 from bertkit.io import runs
 from bertkit.models import infer
 from bertkit.models import loading as modeling
+from bertkit.models.metadata import read_model_info
 from bertkit.scoring import metrics
 from bertkit.scoring.shapes import inapplicable_options, model_outputs, predicted_labels
 
@@ -163,11 +163,7 @@ def load_for_inference(model_dir: str) -> tuple[Any, Any, data.LabelMap]:
 def saved_threshold(model_dir: str) -> float | list[float]:
     """The multi-label decision threshold saved with a fine-tuned folder (bertkit_model.json), else 0.5 (what a
     sigmoid head means without one)."""
-    path = Path(modeling.resolve_model_name(model_dir)) / "bertkit_model.json"
-    try:
-        saved = json.loads(path.read_text(encoding="utf-8")).get("threshold", 0.5)
-    except (OSError, ValueError, AttributeError):  # a folder bertkit did not write: no saved threshold
-        return 0.5
+    saved = read_model_info(modeling.resolve_model_name(model_dir)).get("threshold", 0.5)
     return saved if isinstance(saved, (int, float, list)) else 0.5
 
 
