@@ -125,3 +125,12 @@ def classifier_logits(classifier: Any, tokenizer: Any, dataset: data.TextDataset
                               pad_id=pad_id_of(tokenizer), device=device, dtype=dtype, bar=bar)
     per_window = in_input_order(batches, outputs, (model.config.num_labels,))
     return windows.pool(per_window, "mean" if getattr(model.config, "problem_type", None) == "regression" else "max")
+
+
+def load_for_inference(model_dir: str) -> tuple[Any, Any, data.LabelMap]:
+    """A fine-tuned folder: classifier (eval mode, on the best device), tokenizer, and its label mapping."""
+    model = modeling.load_classifier(model_dir, require_head=True)
+    tokenizer = modeling.load_tokenizer(model_dir)
+    id2label = getattr(model.config, "id2label", None) or {i: str(i) for i in range(model.config.num_labels)}
+    model.to(modeling.choose_device()).eval()
+    return model, tokenizer, data.LabelMap.from_id2label(id2label, getattr(model.config, "problem_type", None))

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.io import runs
+from bertkit.models import loading as modeling
 
 MODEL_INFO = "bertkit_model.json"
 
@@ -25,3 +26,10 @@ def read_model_info(folder: str | Path) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return info if isinstance(info, dict) else {}
+
+
+def saved_threshold(model_dir: str) -> float | list[float]:
+    """The multi-label decision threshold saved with a fine-tuned folder (bertkit_model.json), else 0.5 (what a
+    sigmoid head means without one)."""
+    saved = read_model_info(modeling.resolve_model_name(model_dir)).get("threshold", 0.5)
+    return saved if isinstance(saved, (int, float, list)) else 0.5
