@@ -93,7 +93,7 @@ def run_seed(X: np.ndarray, y: np.ndarray, D: np.ndarray, yd: np.ndarray) -> dic
 
 
 def run_bertkit(X: np.ndarray, y: np.ndarray, D: np.ndarray, yd: np.ndarray) -> dict:
-    from bertkit.probe.run import fit_probe
+    from bertkit.probe.fit import fit_probe
 
     start = time.perf_counter()
     fit = fit_probe(X, y, cv=5, C_grid=list(GRID), seed=42)

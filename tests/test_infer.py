@@ -19,6 +19,7 @@ from transformers import (
 from bertkit.data.dataset import TextDataset
 from bertkit.encoding.encode import Encoded
 from bertkit.models import infer
+from bertkit.models.inputs import accepted_inputs
 
 
 def encoded(lengths: list[int]) -> Encoded:
@@ -31,8 +32,8 @@ def test_accepted_inputs_follow_the_forward_signature():
     bert = BertModel(BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                                 intermediate_size=32))
     distil = DistilBertModel(DistilBertConfig(vocab_size=50, dim=16, n_layers=1, n_heads=2, hidden_dim=32))
-    assert infer.accepted_inputs(bert) == {"input_ids", "attention_mask", "token_type_ids"}
-    assert infer.accepted_inputs(distil) == {"input_ids", "attention_mask"}
+    assert accepted_inputs(bert) == {"input_ids", "attention_mask", "token_type_ids"}
+    assert accepted_inputs(distil) == {"input_ids", "attention_mask"}
 
 
 def test_run_batches_pads_each_batch_to_its_longest_row_and_restores_the_input_order():
@@ -85,7 +86,7 @@ def test_classifier_logits_are_the_models_own_in_input_order(tiny_bert_dir):
                                       precision="fp32")
         for row, text in enumerate(texts):
             enc = tokenizer(text, return_tensors="pt")
-            enc = {k: v for k, v in enc.items() if k in infer.accepted_inputs(model)}
+            enc = {k: v for k, v in enc.items() if k in accepted_inputs(model)}
             with torch.no_grad():
                 want = model(**enc).logits[0].numpy()
             np.testing.assert_allclose(got[row], want, atol=1e-5, rtol=0, err_msg=type(model).__name__)

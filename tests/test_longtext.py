@@ -190,7 +190,7 @@ def window_logits_one_by_one(model, windows) -> np.ndarray:
 
 def test_chunked_logits_are_the_max_over_each_texts_windows(classifier_dir):
 
-    from bertkit.predict.run import load_for_inference
+    from bertkit.models.infer import load_for_inference
 
     model, tokenizer, _ = load_for_inference(str(classifier_dir))
     texts = [long_text(2050, seed=11), "a good film", long_text(300, seed=12)]

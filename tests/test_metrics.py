@@ -292,9 +292,9 @@ def test_evaluate_exits_2_on_a_failing_module_and_writes_nothing(classifier_dir,
 @pytest.mark.parametrize("kind", sorted(BAD_BODIES))
 def test_finetune_exits_2_before_training_on_a_failing_module(tiny_bert_dir, bad_metrics, kind, toy_tsv, tmp_path,
                                                                monkeypatch):
-    from bertkit.training import finetune as finetune_module
+    from bertkit.training import loop
 
-    monkeypatch.setattr(finetune_module, "train_step", lambda *a, **k: pytest.fail("training started"))
+    monkeypatch.setattr(loop, "train_step", lambda *a, **k: pytest.fail("training started"))
     result = runner.invoke(app, ["finetune", "--model", str(tiny_bert_dir), "--data", str(toy_tsv), "--out",
                                  str(tmp_path / "run"), "--epochs", "1", "--quiet", "--metric", str(bad_metrics[kind])])
     assert result.exit_code == 2 and "Traceback" not in result.output, result.output

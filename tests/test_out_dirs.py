@@ -509,7 +509,7 @@ def test_every_predictions_header_predict_writes_is_recognised(tmp_path):
     import numpy as np
 
     from bertkit.data.dataset import TextDataset
-    from bertkit.predict.run import write_predictions_csv
+    from bertkit.scoring.predictions import write_predictions_csv
 
     rows = TextDataset(["a", "b"], pairs=["c", "d"], line_numbers=[2, 3])
     shapes = {"single_label": (np.array([[0.9, 0.1], [0.2, 0.8]]), np.array([0, 0])),

@@ -17,7 +17,9 @@ from bertkit.cli.app import app
 from bertkit.config.commands import FinetuneConfig, PredictConfig
 from bertkit.data.dataset import TextDataset
 from bertkit.errors import UserError
-from bertkit.training.finetune import finetune, load_for_inference, predict_proba
+from bertkit.models.infer import load_for_inference
+from bertkit.scoring.predictions import predict_proba
+from bertkit.training.finetune import finetune
 
 ROOT = Path(__file__).resolve().parent.parent
 runner = CliRunner()

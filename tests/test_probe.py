@@ -17,8 +17,10 @@ from bertkit.config.commands import ProbeConfig
 from bertkit.data.dataset import TextDataset
 from bertkit.data.labels import LabelMap
 from bertkit.errors import UserError
-from bertkit.probe import run as probe
+from bertkit.probe import baselines as probe_baselines
+from bertkit.probe import fit as probe_fit
 from bertkit.probe import saved as probe_io
+from bertkit.probe import sweep as probe_sweep
 
 runner = CliRunner()
 
@@ -37,8 +39,8 @@ def blobs(n: int, d: int, classes: int = 2, seed: int = 0, gap: float = 4.0) -> 
 
 def test_separable_features_score_one():
     X, y = blobs(200, 16, gap=12.0)
-    fit = probe.fit_probe(X, y, seed=0)
-    result = probe.score_probe(fit, X, y, ["neg", "pos"])
+    fit = probe_fit.fit_probe(X, y, seed=0)
+    result = probe_sweep.score_probe(fit, X, y, ["neg", "pos"])
     assert result["accuracy"] == 1.0
     assert result["mcc"] == 1.0
     assert result["confusion_matrix"] == [[100, 0], [0, 100]]
@@ -47,15 +49,15 @@ def test_separable_features_score_one():
 def test_shuffled_labels_score_near_chance():
     X, y = blobs(1200, 16, gap=12.0)
     shuffled = np.random.default_rng(1).permutation(y)
-    fit = probe.fit_probe(X[:800], shuffled[:800], seed=0)
-    accuracy = probe.score_probe(fit, X[800:], shuffled[800:])["accuracy"]
+    fit = probe_fit.fit_probe(X[:800], shuffled[:800], seed=0)
+    accuracy = probe_sweep.score_probe(fit, X[800:], shuffled[800:])["accuracy"]
     assert 0.40 <= accuracy <= 0.60
 
 
 def test_multiclass_probe_and_class_weight():
     X, y = blobs(300, 8, classes=3, gap=10.0)
-    fit = probe.fit_probe(X, y, class_weight="balanced", seed=0)
-    result = probe.score_probe(fit, X, y, ["a", "b", "c"])
+    fit = probe_fit.fit_probe(X, y, class_weight="balanced", seed=0)
+    result = probe_sweep.score_probe(fit, X, y, ["a", "b", "c"])
     assert result["accuracy"] > 0.95
     assert len(result["confusion_matrix"]) == 3
     assert fit.classifier.class_weight == "balanced"
@@ -67,8 +69,8 @@ def test_cv_path_matches_grid_search_on_the_same_folds():
 
     X, y = blobs(240, 10, gap=1.0, seed=3)
     grid = [0.001, 0.01, 0.1, 1.0, 10.0]
-    fit = probe.fit_probe(X, y, cv=4, C_grid=grid, seed=0)
-    search = GridSearchCV(probe.make_pipeline(1.0, None, 0), {"lr__C": grid}, cv=probe.cv_folds(y, 4)).fit(X, y)
+    fit = probe_fit.fit_probe(X, y, cv=4, C_grid=grid, seed=0)
+    search = GridSearchCV(probe_fit.make_pipeline(1.0, None, 0), {"lr__C": grid}, cv=probe_fit.cv_folds(y, 4)).fit(X, y)
     ours = [r["mean"] for r in fit.cv_results or []]
     assert np.allclose(ours, search.cv_results_["mean_test_score"], atol=1e-9)
     assert fit.C == search.best_params_["lr__C"]
@@ -77,25 +79,25 @@ def test_cv_path_matches_grid_search_on_the_same_folds():
 def test_cv_with_too_few_rows_per_class_is_a_user_error():
     X, y = blobs(6, 4)
     with pytest.raises(UserError, match="--cv 5"):
-        probe.fit_probe(X, y, cv=5)
+        probe_fit.fit_probe(X, y, cv=5)
 
 
 def test_repeats_and_bootstrap_interval():
     X, y = blobs(300, 8, gap=1.5)
-    rep = probe.repeat_probe(X[:200], y[:200], X[200:], y[200:], repeats=4, seed=0)
+    rep = probe_sweep.repeat_probe(X[:200], y[:200], X[200:], y[200:], repeats=4, seed=0)
     assert rep["repeats"] == 4 and len(rep["accuracy"]["values"]) == 4
     assert rep["accuracy"]["std"] > 0  # different subsets, different probes
     pred = np.where(np.arange(100) < 70, y[200:], 1 - y[200:])  # 70% right
-    low, high = probe.bootstrap_ci(y[200:], pred, seed=0)
+    low, high = probe_sweep.bootstrap_ci(y[200:], pred, seed=0)
     assert 0.55 < low < 0.70 < high < 0.85
 
 
 def test_majority_and_tfidf_baselines():
     y_train, y_dev = np.array([0, 0, 0, 1]), np.array([0, 1, 1, 1])
-    assert probe.majority_baseline(y_train, y_dev)["accuracy"] == 0.25
+    assert probe_baselines.majority_baseline(y_train, y_dev)["accuracy"] == 0.25
     texts = ["good film", "great movie", "bad film", "awful movie"] * 5
     labels = np.array([1, 1, 0, 0] * 5)
-    result = probe.tfidf_baseline(texts, labels, ["good movie", "awful film"], np.array([1, 0]))
+    result = probe_baselines.tfidf_baseline(texts, labels, ["good movie", "awful film"], np.array([1, 0]))
     assert result["accuracy"] == 1.0
 
 
@@ -108,7 +110,7 @@ def test_sweep_gives_one_row_per_layer_and_pool_and_a_plot(tmp_path):
     noise = rng.normal(size=(160, 3, 6)).astype(np.float32)
     layered = np.stack([noise[:, 0], X, noise[:, 2]], axis=1)  # only "layer 1" carries the label
     by_pool = {"cls": layered, "mean": noise}
-    sweep = probe.sweep_layers({p: a[:120] for p, a in by_pool.items()}, y[:120], {p: a[120:] for p, a in by_pool.items()},
+    sweep = probe_sweep.sweep_layers({p: a[:120] for p, a in by_pool.items()}, y[:120], {p: a[120:] for p, a in by_pool.items()},
                                y[120:], layer_names=["embeddings", "layer 1", "layer 2"], seed=0)
     rows = sweep.rows()
     assert [(r["pool"], r["layer"]) for r in rows] == [(p, i) for p in ("cls", "mean") for i in range(3)]
@@ -124,7 +126,7 @@ def test_sweep_gives_one_row_per_layer_and_pool_and_a_plot(tmp_path):
 @pytest.mark.parametrize("classes", [2, 3])
 def test_saved_probe_reloads_and_predicts_the_same(tmp_path, classes):
     X, y = blobs(150, 12, classes=classes, gap=1.5)
-    fit = probe.fit_probe(X, y, seed=0)
+    fit = probe_fit.fit_probe(X, y, seed=0)
     label_map = LabelMap.build([f"c{i}" for i in range(classes)])
     probe_io.save_probe(tmp_path, fit, label_map, {"model": "m", "pool": "cls", "layers": "-1", "max_length": 128})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["probe.json", "probe.safetensors"]

@@ -16,9 +16,10 @@ from bertkit.cli.app import app
 from bertkit.config.commands import FinetuneConfig, ProbeConfig
 from bertkit.data.labels import LabelMap
 from bertkit.errors import UserError
-from bertkit.probe import run as probe
+from bertkit.probe import fit as probe_fit
 from bertkit.probe import saved as probe_io
 from bertkit.probe import shapes as probe_shapes
+from bertkit.probe import sweep as probe_sweep
 from bertkit.scoring import metrics
 
 runner = CliRunner()
@@ -47,30 +48,30 @@ def tag_target(n: int, d: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
 
 def test_ridge_probe_learns_a_linear_target_and_chooses_alpha_by_cv():
     X, y = linear_target(300, 20, noise=0.5)
-    fit = probe.fit_probe(X[:200], y[:200], task="regression", seed=0)
-    scored = probe.score_probe(fit, X[200:], y[200:])
+    fit = probe_fit.fit_probe(X[:200], y[:200], task="regression", seed=0)
+    scored = probe_sweep.score_probe(fit, X[200:], y[200:])
     assert scored["pearson"] > 0.95 and scored["mse"] < 0.5
-    assert [r["alpha"] for r in fit.cv_results or []] == pytest.approx(list(probe_shapes.ALPHA_GRID))
+    assert [r["alpha"] for r in fit.cv_results or []] == pytest.approx(list(probe_fit.ALPHA_GRID))
     assert fit.classifier.alpha == pytest.approx(1.0 / fit.C)
     shuffled = np.random.default_rng(1).permutation(y)
-    noise = probe.fit_probe(X[:200], shuffled[:200], task="regression", seed=0)
-    assert abs(probe.score_probe(noise, X[200:], shuffled[200:])["pearson"]) < 0.3
+    noise = probe_fit.fit_probe(X[:200], shuffled[:200], task="regression", seed=0)
+    assert abs(probe_sweep.score_probe(noise, X[200:], shuffled[200:])["pearson"]) < 0.3
     assert noise.C < fit.C  # pure noise: the CV picks a stronger penalty
 
 
 def test_ridge_with_fixed_C_and_custom_grid():
     X, y = linear_target(120, 8, noise=0.2)
-    assert probe.fit_probe(X, y, task="regression", C=0.5).classifier.alpha == pytest.approx(2.0)
-    fit = probe.fit_probe(X, y, task="regression", cv=3, C_grid=[0.01, 1.0])
+    assert probe_fit.fit_probe(X, y, task="regression", C=0.5).classifier.alpha == pytest.approx(2.0)
+    fit = probe_fit.fit_probe(X, y, task="regression", cv=3, C_grid=[0.01, 1.0])
     assert [r["C"] for r in fit.cv_results or []] == [0.01, 1.0] and len(fit.cv_results or []) == 2
 
 
 def test_tag_probe_beats_the_per_label_majority_and_tunes_its_threshold():
     X, Y = tag_target(400, 12)
-    fit = probe.fit_probe(X[:300], Y[:300], task="multi_label", seed=0)
+    fit = probe_fit.fit_probe(X[:300], Y[:300], task="multi_label", seed=0)
     probe_shapes.tune_threshold(fit, X[300:], Y[300:], TAGS, "tune")
     assert 0.0 < float(fit.threshold) < 1.0  # type: ignore[arg-type]
-    scored = probe.score_probe(fit, X[300:], Y[300:], TAGS)
+    scored = probe_sweep.score_probe(fit, X[300:], Y[300:], TAGS)
     majority = probe_shapes.trivial_baseline("multi_label", Y[:300], Y[300:], TAGS)
     assert scored["micro_f1"] > majority["micro_f1"] + 0.3 and scored["threshold"] == fit.threshold
     probe_shapes.tune_threshold(fit, X[300:], Y[300:], TAGS, "0.7")
@@ -81,7 +82,7 @@ def test_tag_probe_beats_the_per_label_majority_and_tunes_its_threshold():
 
 def test_tag_probe_cv_searches_C_by_micro_f1():
     X, Y = tag_target(120, 6)
-    fit = probe.fit_probe(X, Y, task="multi_label", cv=3, C_grid=[0.001, 1.0])
+    fit = probe_fit.fit_probe(X, Y, task="multi_label", cv=3, C_grid=[0.001, 1.0])
     assert [r["C"] for r in fit.cv_results or []] == [0.001, 1.0]
     assert fit.C == 1.0  # C=0.001 flattens every probability towards the base rate: nothing reaches 0.5
 
@@ -102,13 +103,13 @@ def test_shaped_sweep_picks_the_best_cell_by_the_shape_metric():
     X, y = linear_target(200, 10, noise=0.3)
     noise = np.random.default_rng(3).normal(size=X.shape).astype(np.float32)
     layers = np.stack([noise, X], axis=1)  # layer 0 knows nothing, layer 1 everything
-    sweep = probe.sweep_layers({"cls": layers[:150]}, y[:150], {"cls": layers[150:]}, y[150:], metric="pearson",
+    sweep = probe_sweep.sweep_layers({"cls": layers[:150]}, y[:150], {"cls": layers[150:]}, y[150:], metric="pearson",
                                task="regression", label_names=["score"])
     rows = sweep.rows()
     assert [r["best"] for r in rows] == [False, True]
     assert set(rows[1]) >= {"pearson", "spearman", "mse", "mae", "pearson_ci95", "alpha", "C"}
     assert "accuracy" not in rows[1]
-    repeats = probe.repeat_probe(X[:150], y[:150], X[150:], y[150:], repeats=2, task="regression", seed=0)
+    repeats = probe_sweep.repeat_probe(X[:150], y[:150], X[150:], y[150:], repeats=2, task="regression", seed=0)
     assert repeats["repeats"] == 2 and repeats["pearson"]["mean"] > 0.9
 
 
@@ -117,7 +118,7 @@ def test_shaped_sweep_picks_the_best_cell_by_the_shape_metric():
 
 def test_saved_regression_and_tag_probes_give_the_fits_outputs(tmp_path):
     X, y = linear_target(150, 8, noise=0.3)
-    fit = probe.fit_probe(X, y, task="regression")
+    fit = probe_fit.fit_probe(X, y, task="regression")
     probe_io.save_probe(tmp_path / "r", fit, LabelMap(("score",), "regression"),
                         {"model": "m", "pool": "cls", "layers": "-1"})
     saved = probe_io.load_probe(tmp_path / "r")
@@ -127,7 +128,7 @@ def test_saved_regression_and_tag_probes_give_the_fits_outputs(tmp_path):
 
     X, Y = tag_target(200, 8)
     Y = np.concatenate([Y, np.ones((len(Y), 1), dtype=np.int64)], axis=1)  # a tag every training row has
-    fit = probe.fit_probe(X, Y, task="multi_label")
+    fit = probe_fit.fit_probe(X, Y, task="multi_label")
     fit.threshold = 0.4
     probe_io.save_probe(tmp_path / "t", fit, LabelMap((*TAGS, "always"), "multi_label"),
                         {"model": "m", "pool": "cls", "layers": "-1"})
@@ -141,7 +142,7 @@ def test_saved_regression_and_tag_probes_give_the_fits_outputs(tmp_path):
 def test_single_label_probe_json_has_no_shape_fields(tmp_path):
     rng = np.random.default_rng(0)
     X, y = rng.normal(size=(60, 4)), np.arange(60) % 2
-    probe_io.save_probe(tmp_path, probe.fit_probe(X, y), LabelMap(("neg", "pos")), {"model": "m", "pool": "cls",
+    probe_io.save_probe(tmp_path, probe_fit.fit_probe(X, y), LabelMap(("neg", "pos")), {"model": "m", "pool": "cls",
                                                                                     "layers": "-1"})
     record = json.loads((tmp_path / probe_io.PROBE_META).read_text())
     assert "threshold" not in record and record["label_map"] == {"labels": ["neg", "pos"]}
@@ -153,7 +154,7 @@ def test_single_label_probe_json_has_no_shape_fields(tmp_path):
 ])
 def test_damaged_shaped_probe_records_are_named(tmp_path, change, reason):
     X, Y = tag_target(100, 6)
-    probe_io.save_probe(tmp_path, probe.fit_probe(X, Y, task="multi_label"), LabelMap(tuple(TAGS), "multi_label"),
+    probe_io.save_probe(tmp_path, probe_fit.fit_probe(X, Y, task="multi_label"), LabelMap(tuple(TAGS), "multi_label"),
                         {"model": "m", "pool": "cls", "layers": "-1"})
     meta = tmp_path / probe_io.PROBE_META
     meta.write_text(json.dumps({**json.loads(meta.read_text()), **change}))

@@ -30,6 +30,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bertkit.models.inputs import accepted_inputs
+
 log = logging.getLogger(__name__)
 
 ALLOWLIST = {
@@ -172,15 +174,13 @@ def agreement(fast: Callable[[], torch.Tensor], own: Callable[[], torch.Tensor],
 def check_batch(model: Any) -> dict[str, torch.Tensor]:
     """A fixed two-row batch (one row padded) of the inputs `model` takes: what the wrap-time self-check runs.
     Made without the global RNG, so checking leaves seeded runs as they were."""
-    from bertkit.models import infer
-
     config, device = model.config, next(model.parameters()).device
     ids = (torch.arange(24, device=device).view(2, 12) * 7 + 5) % config.vocab_size
     mask = torch.ones_like(ids)
     mask[1, 7:] = 0
     ids[1, 7:] = getattr(config, "pad_token_id", None) or 0
     batch = {"input_ids": ids, "attention_mask": mask}
-    if "token_type_ids" in infer.accepted_inputs(model):
+    if "token_type_ids" in accepted_inputs(model):
         second = min(1, int(getattr(config, "type_vocab_size", 2)) - 1)
         batch["token_type_ids"] = (torch.arange(12, device=device) >= 6).long().expand(2, 12) * mask * second
     return batch

@@ -3,13 +3,12 @@ a model call under `torch.inference_mode()` in the chosen precision -> numpy out
 
 embed and probe (pooled features), predict and evaluate (class probabilities), finetune's dev evaluation and
 distill's teacher logits all go through `run_batches`; what differs is only the per-batch function. Which inputs
-a model takes (DistilBERT has no token_type_ids) is asked in one place, `accepted_inputs`.
+a model takes (DistilBERT has no token_type_ids) is asked in one place, `bertkit.models.inputs.accepted_inputs`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import inspect
 import math
 import sys
 from collections.abc import Callable, Sequence
@@ -19,19 +18,15 @@ import numpy as np
 import torch
 
 from bertkit.data.dataset import TextDataset
+from bertkit.data.labels import LabelMap
 from bertkit.encoding.batches import pad_batch, restore_order, sorted_batches, token_budget_batches
 from bertkit.encoding.encode import Encoded, encode_for
 from bertkit.models import loading as modeling
+from bertkit.models.fastforward import SequenceClassifier
+from bertkit.models.inputs import accepted_inputs
 
-INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 BatchFn = Callable[[dict[str, torch.Tensor]], torch.Tensor]
 """One padded batch (on the device, only the inputs the model takes) -> a tensor with one row per input row."""
-
-
-def accepted_inputs(model: Any) -> frozenset[str]:
-    """The inputs the model's forward takes by name (DistilBERT: no token_type_ids)."""
-    forward = getattr(model, "forward", model)
-    return frozenset(n for n in INPUT_NAMES if n in inspect.signature(forward).parameters)
 
 
 def batch_inputs(encoded: Encoded, rows: np.ndarray, pad_id: int, accepted: frozenset[str],
@@ -117,8 +112,6 @@ def classifier_logits(classifier: Any, tokenizer: Any, dataset: TextDataset, *, 
     Texts longer than `max_length` are cut (`truncation`), or with `long_text="chunk"` read whole in overlapping
     windows pooled back to one row per text: the max per class, the mean of a regression model's numbers (why:
     `bertkit.encoding.longtext`)."""
-    from bertkit.models.fastforward import SequenceClassifier
-
     model = classifier.model if isinstance(classifier, SequenceClassifier) else classifier
     device = next(model.parameters()).device
     dtype = modeling.choose_dtype(precision, device)
@@ -132,3 +125,12 @@ def classifier_logits(classifier: Any, tokenizer: Any, dataset: TextDataset, *, 
                               pad_id=pad_id_of(tokenizer), device=device, dtype=dtype, bar=bar)
     per_window = in_input_order(batches, outputs, (model.config.num_labels,))
     return windows.pool(per_window, "mean" if getattr(model.config, "problem_type", None) == "regression" else "max")
+
+
+def load_for_inference(model_dir: str) -> tuple[Any, Any, LabelMap]:
+    """A fine-tuned folder: classifier (eval mode, on the best device), tokenizer, and its label mapping."""
+    model = modeling.load_classifier(model_dir, require_head=True)
+    tokenizer = modeling.load_tokenizer(model_dir)
+    id2label = getattr(model.config, "id2label", None) or {i: str(i) for i in range(model.config.num_labels)}
+    model.to(modeling.choose_device()).eval()
+    return model, tokenizer, LabelMap.from_id2label(id2label, getattr(model.config, "problem_type", None))

@@ -3,7 +3,6 @@ saved probe. Returns values; `cli.py` prints them."""
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,13 +13,14 @@ import numpy as np
 from bertkit.config.commands import EvaluateConfig, PredictConfig, config_dict
 from bertkit.config.recipes import recipe_path
 from bertkit.data.dataset import TextDataset
-from bertkit.data.labels import LabelMap, check_tag_columns, task_of_problem_type
+from bertkit.data.labels import LabelMap, check_tag_columns
 from bertkit.data.splits import load_dataset_split
 from bertkit.io import runs
 from bertkit.models import infer
 from bertkit.models import loading as modeling
-from bertkit.scoring import metrics
-from bertkit.scoring.shapes import inapplicable_options, model_outputs, predicted_labels
+from bertkit.models.metadata import saved_threshold
+from bertkit.scoring import metrics, predictions
+from bertkit.scoring.shapes import inapplicable_options, predicted_labels
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ def run_predict(cfg: PredictConfig, *, recipe: str | None = None, progress: bool
         dataset = load_dataset_split(cfg, cfg.data or "", need_labels=False)
     outputs = probabilities(cfg, dataset, progress)
     if cfg.out:
-        write_predictions_csv(Path(cfg.out), dataset, outputs.values, outputs.label_names, task=outputs.task,
+        predictions.write_predictions_csv(Path(cfg.out), dataset, outputs.values, outputs.label_names, task=outputs.task,
                               threshold=outputs.threshold)
     return {"dataset": dataset, "labels": outputs.predicted(), "proba": outputs.values,
             "label_names": outputs.label_names, "task": outputs.task, "threshold": outputs.threshold, "out": cfg.out}
@@ -88,9 +88,9 @@ def probabilities(cfg: Any, dataset: TextDataset, progress: bool) -> Outputs:
             return Outputs(LabelMap(tuple(str(x) for x in saved.label_map.labels), saved.task), proba,
                            saved.threshold)
         return Outputs(LabelMap(tuple(str(x) for x in saved.label_map.labels)), proba)
-    model, tokenizer, label_map = load_for_inference(cfg.model)
+    model, tokenizer, label_map = infer.load_for_inference(cfg.model)
     modeling.check_max_length(cfg.max_length, tokenizer, model.config, cfg.model, pair=dataset.pairs is not None)
-    proba = predict_proba(model, tokenizer, dataset, progress=progress, **reading(cfg))
+    proba = predictions.predict_proba(model, tokenizer, dataset, progress=progress, **reading(cfg))
     return Outputs(label_map, proba, saved_threshold(cfg.model))
 
 
@@ -101,7 +101,7 @@ def run_evaluate(cfg: EvaluateConfig, *, progress: bool = False) -> dict[str, An
     plan = runs.inspect_run_dir(cfg.out, "evaluate", overwrite=cfg.overwrite, inputs=runs.input_paths(cfg),
                                 compare=runs.config_compare(config_dict(cfg))) if cfg.out else None  # read-only, early
     external = [metrics.load_metric(spec) for spec in cfg.external_metrics]  # before any work: a missing one stops here
-    model, tokenizer, label_map = load_for_inference(cfg.model or "")
+    model, tokenizer, label_map = infer.load_for_inference(cfg.model or "")
     modeling.check_max_length(cfg.max_length, tokenizer, model.config, cfg.model or "",
                               pair=cfg.text_pair_column is not None)
     for note in inapplicable_options(label_map.task, len(label_map.labels), cfg.metric_list):
@@ -110,7 +110,7 @@ def run_evaluate(cfg: EvaluateConfig, *, progress: bool = False) -> dict[str, An
     dataset = load_dataset_split(cfg, cfg.data or "", need_labels=True, task=label_map.task)
     check_tag_columns(label_map, dataset, f"model {cfg.model}")
     y = label_map.encode(dataset.labels or [], f"The data {dataset.source}")
-    proba = predict_proba(model, tokenizer, dataset, progress=progress, **reading(cfg))
+    proba = predictions.predict_proba(model, tokenizer, dataset, progress=progress, **reading(cfg))
     outputs = Outputs(label_map, proba, saved_threshold(cfg.model or ""))
     result = shape_metrics(outputs, y)
     metrics.add_requested(result, cfg.metric_list, external, outputs.decisions(), y)
@@ -120,7 +120,7 @@ def run_evaluate(cfg: EvaluateConfig, *, progress: bool = False) -> dict[str, An
         run = plan.claim()
         runs.write_run_config(run.path, "evaluate", config_dict(cfg), data_fingerprint=dataset.fingerprint)
         runs.write_json_atomic(run.path / "metrics.json", result)
-        write_predictions_csv(run.path / "predictions.csv", dataset, proba, outputs.label_names, y_true=y,
+        predictions.write_predictions_csv(run.path / "predictions.csv", dataset, proba, outputs.label_names, y_true=y,
                               task=outputs.task, threshold=outputs.threshold)
         _plot(outputs, y, result, run.path, f"{cfg.model} on {dataset.source}")
         run.commit()
@@ -151,104 +151,8 @@ def _plot(outputs: Outputs, y: np.ndarray, result: dict[str, Any], folder: Path,
         plots.confusion_matrix(result["confusion_matrix"], outputs.label_names, folder / "confusion_matrix.png", title)
 
 
-# ---------------------------------------------------------------- fine-tuned folders
-
-
-def load_for_inference(model_dir: str) -> tuple[Any, Any, LabelMap]:
-    """A fine-tuned folder: classifier (eval mode, on the best device), tokenizer, and its label mapping."""
-    model = modeling.load_classifier(model_dir, require_head=True)
-    tokenizer = modeling.load_tokenizer(model_dir)
-    id2label = getattr(model.config, "id2label", None) or {i: str(i) for i in range(model.config.num_labels)}
-    model.to(modeling.choose_device()).eval()
-    return model, tokenizer, LabelMap.from_id2label(id2label, getattr(model.config, "problem_type", None))
-
-
-def saved_threshold(model_dir: str) -> float | list[float]:
-    """The multi-label decision threshold saved with a fine-tuned folder (bertkit_model.json), else 0.5 (what a
-    sigmoid head means without one)."""
-    path = Path(modeling.resolve_model_name(model_dir)) / "bertkit_model.json"
-    try:
-        saved = json.loads(path.read_text(encoding="utf-8")).get("threshold", 0.5)
-    except (OSError, ValueError, AttributeError):  # a folder bertkit did not write: no saved threshold
-        return 0.5
-    return saved if isinstance(saved, (int, float, list)) else 0.5
-
 
 def reading(cfg: Any) -> dict[str, Any]:
     """How predict/evaluate run the model over the texts: window, batch, precision, and long texts (cut or chunk)."""
     return {"max_length": cfg.max_length, "batch_size": cfg.batch_size, "precision": cfg.precision,
             "truncation": cfg.truncation, "long_text": cfg.long_text, "stride": cfg.stride}
-
-
-def predict_proba(model: Any, tokenizer: Any, dataset: TextDataset, *, max_length: int = 128,
-                  batch_size: int = 64, precision: str = "fp32", progress: bool = False, truncation: str = "head",
-                  long_text: str = "cut", stride: int | None = None) -> np.ndarray:
-    """The model's outputs for every row of `dataset` (batched longest-first, returned in the original order):
-    class probabilities, tag probabilities (multi-label) or predicted numbers (regression), as its problem_type says.
-
-    Texts longer than `max_length` are cut (`truncation`), or with `long_text="chunk"` read whole in overlapping
-    windows whose outputs are pooled (see `bertkit.models.infer.classifier_logits`)."""
-    logits = infer.classifier_logits(model, tokenizer, dataset, max_length=max_length, batch_size=batch_size,
-                                     precision=precision, progress=progress, truncation=truncation,
-                                     long_text=long_text, stride=stride)
-    config = model.config
-    return model_outputs(task_of_problem_type(getattr(config, "problem_type", None), config.num_labels), logits)
-
-
-def write_predictions_csv(
-    path: Path, dataset: TextDataset, proba: np.ndarray, label_names: list[str], *,
-    y_true: np.ndarray | None = None, only_errors: bool = False, task: str = "single_label",
-    threshold: float | list[float] = 0.5,
-) -> int:
-    """Rows with the prediction and the outputs behind it, in the original order. Single-label: predicted label,
-    confidence, per-class probabilities (errors: most confident first). Multi-label: the predicted tags joined by
-    "|", per-tag probabilities (errors: rows whose tag set is wrong). Regression: the predicted number (and the
-    error; errors: every row, largest first)."""
-    import pandas as pd
-
-    frame = pd.DataFrame({"row": np.arange(len(dataset))})
-    if dataset.line_numbers is not None:
-        frame["line"] = dataset.line_numbers
-    frame["text"] = dataset.texts
-    if dataset.pairs is not None:
-        frame["text_pair"] = dataset.pairs
-    if task == "regression":
-        frame, wrong, order = _regression_columns(frame, proba, y_true)
-    elif task == "multi_label":
-        frame, wrong, order = _tag_columns(frame, proba, label_names, y_true, threshold)
-    else:
-        predicted = proba.argmax(axis=1)
-        if y_true is not None:
-            frame["label"] = [label_names[i] for i in y_true]
-        frame["predicted"] = [label_names[i] for i in predicted]
-        frame["confidence"] = proba.max(axis=1)
-        for j, name in enumerate(label_names):
-            frame[f"p_{name}"] = proba[:, j]
-        wrong, order = (None if y_true is None else predicted != y_true), "confidence"
-    if only_errors and wrong is not None:
-        frame = frame[wrong].sort_values(order, ascending=False)
-    with runs.atomic_path(path) as tmp:
-        frame.to_csv(tmp, index=False)
-    return len(frame)
-
-
-def _regression_columns(frame: Any, values: np.ndarray, y_true: np.ndarray | None) -> tuple[Any, Any, str]:
-    frame["predicted"] = values[:, 0]
-    if y_true is None:
-        return frame, None, "predicted"
-    frame.insert(frame.columns.get_loc("predicted"), "label", y_true)
-    frame["abs_error"] = np.abs(values[:, 0] - y_true)
-    return frame, np.ones(len(frame), dtype=bool), "abs_error"
-
-
-def _tag_columns(frame: Any, proba: np.ndarray, names: list[str], y_true: np.ndarray | None,
-                 threshold: float | list[float]) -> tuple[Any, Any, str]:
-    on = proba >= np.asarray(threshold)
-    if y_true is not None:
-        frame["label"] = ["|".join(n for n, hit in zip(names, row, strict=True) if hit) for row in y_true]
-    frame["predicted"] = ["|".join(n for n, hit in zip(names, row, strict=True) if hit) for row in on]
-    if y_true is not None:
-        frame["wrong_tags"] = (on != y_true.astype(bool)).sum(axis=1)
-    for j, name in enumerate(names):
-        frame[f"p_{name}"] = proba[:, j]
-    return frame, (None if y_true is None else frame["wrong_tags"].to_numpy() > 0), "wrong_tags"

@@ -11,14 +11,13 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from bertkit.errors import UserError
-
-if TYPE_CHECKING:
-    from bertkit.probe.run import ProbeFit
+from bertkit.probe.fit import ProbeFit
+from bertkit.probe.shapes import shaped_arrays
 
 log = logging.getLogger(__name__)
 
@@ -91,8 +90,6 @@ def probe_arrays(fit: ProbeFit) -> dict[str, np.ndarray]:
     scaler, lr = fit.scaler, fit.classifier
     scale = scaler.scale_ if scaler.scale_ is not None else np.ones_like(scaler.mean_)
     if fit.task != "single_label":  # ridge or one-vs-rest: one row per output, "classes" numbering the outputs
-        from bertkit.probe.shapes import shaped_arrays
-
         coef, intercept = shaped_arrays(fit)
         classes = np.arange(len(coef))
     else:

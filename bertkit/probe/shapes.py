@@ -1,116 +1,27 @@
-"""Probes for the problem shapes beyond one class per row, on arrays: ridge regression for numbers, one-vs-rest
-logistic regression for tag sets; their scores, bootstrap intervals and no-BERT baselines.
+"""Probes for the problem shapes beyond one class per row, on arrays: the outputs, decisions and scores of ridge
+regression for numbers and one-vs-rest logistic regression for tag sets (fitted by `bertkit.probe.fit`), their
+bootstrap intervals, no-BERT baselines and saved form.
 
-`probe.py` runs the sweep, baselines and saved probe for every shape and calls these where the shape matters. Both
-probes standardize the features first (as the single-label probe does). Ridge always chooses its alpha by K-fold
-cross-validation (--cv, default 5 folds in data order; alpha = 1/C, so --C and --C-grid mean what they mean for
-the classifier: larger C, weaker penalty); the tag probe uses C = 1 unless --cv searches --C-grid.
+`bertkit.probe.run` runs the sweep, baselines and saved probe for every shape and calls these where the shape
+matters.
 """
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
-from bertkit.errors import UserError
-
-if TYPE_CHECKING:
-    from bertkit.probe.run import ProbeFit
+from bertkit.probe.fit import MAX_ITER, ProbeFit, constant_tags_allowed
+from bertkit.scoring import metrics
 
 SCORE_KEYS = {"regression": ("pearson", "spearman", "mse", "mae"),
               "multi_label": ("micro_f1", "macro_f1", "subset_accuracy", "hamming_loss")}
 HEADLINE = {"single_label": "accuracy", "regression": "pearson", "multi_label": "micro_f1"}
 """The dev metric that picks the best cell, per shape (higher is better for all three)."""
-ALPHA_GRID = (0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0, 300.0, 1000.0, 3000.0, 10000.0)
-DEFAULT_CV = 5
 CONSTANT_LOGIT = 30.0
 """The saved logit of a tag that is always (or never) on in training: sigmoid(+-30) is 1 (or 0) to 13 digits."""
-
-
-def make_shaped_pipeline(task: str, C: float, seed: int) -> Any:
-    """Scaler + ridge (alpha = 1/C) for numbers, scaler + one logistic regression per tag for tag sets."""
-    from sklearn.linear_model import LogisticRegression, Ridge
-    from sklearn.multiclass import OneVsRestClassifier
-    from sklearn.pipeline import Pipeline
-    from sklearn.preprocessing import StandardScaler
-
-    from bertkit.probe.run import MAX_ITER
-
-    if task == "regression":
-        return Pipeline([("scaler", StandardScaler()), ("ridge", Ridge(alpha=1.0 / C))])
-    lr = LogisticRegression(C=C, solver="lbfgs", max_iter=MAX_ITER, random_state=seed)
-    return Pipeline([("scaler", StandardScaler()), ("ovr", OneVsRestClassifier(lr))])
-
-
-def fit_shaped(X: np.ndarray, y: np.ndarray, task: str, *, C: float | None = None, cv: int | None = None,
-               C_grid: Sequence[float] | None = None, seed: int = 42, class_weight: str | None = None) -> ProbeFit:
-    """A fitted regression or tag probe on features `X` (n, d) and targets `y` (numbers, or an (n, tags) 0/1
-    matrix). With `cv` (always for regression, default 5 folds) C is chosen over the grid by K-fold CV in data
-    order - mean squared error for numbers, micro-F1 for tags - with the scaler refit inside every fold."""
-    from threadpoolctl import threadpool_limits
-
-    from bertkit.probe.run import DEFAULT_C, DEFAULT_C_GRID, ProbeFit
-
-    X, y = _check_shaped(X, y, task)
-    if task == "regression" and C is None and cv is None:
-        cv = DEFAULT_CV
-    default_grid = [1.0 / a for a in ALPHA_GRID] if task == "regression" else list(DEFAULT_C_GRID)
-    with threadpool_limits(limits=1, user_api="blas"), constant_tags_allowed():
-        results = None
-        if cv is not None:
-            grid = [float(c) for c in C_grid] if C_grid else default_grid
-            results = cross_validate_shaped(X, y, task, grid, cv, seed)
-            best = max(range(len(results)), key=lambda i: (round(results[i]["mean"], 12), -i))  # ties: earlier C
-            C = results[best]["C"]
-        C = DEFAULT_C if C is None else float(C)
-        model = make_shaped_pipeline(task, C, seed).fit(X, y)
-    return ProbeFit(model, C, results, task=task)
-
-
-@contextmanager
-def constant_tags_allowed() -> Iterator[None]:
-    """Silence sklearn's warning about a tag on in every (or no) training row: one-vs-rest then predicts it as a
-    constant, which is right, and the saved probe keeps it as such (`shaped_arrays`)."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Label .* is present in all training examples")
-        yield
-
-
-def cross_validate_shaped(X: np.ndarray, y: np.ndarray, task: str, grid: Sequence[float], cv: int,
-                          seed: int) -> list[dict[str, Any]]:
-    """Mean/std K-fold score (negative MSE for numbers, micro-F1 for tags) for every C of `grid`."""
-    from sklearn.model_selection import GridSearchCV, KFold
-
-    if len(y) < cv:
-        raise UserError(f"--cv {cv} needs at least {cv} training rows; there are {len(y)}. Pass a smaller --cv.")
-    step = "ridge__alpha" if task == "regression" else "ovr__estimator__C"
-    values = [1.0 / c for c in grid] if task == "regression" else list(grid)
-    scoring = "neg_mean_squared_error" if task == "regression" else "f1_micro"
-    search = GridSearchCV(make_shaped_pipeline(task, 1.0, seed), {step: values}, cv=KFold(n_splits=cv),
-                          scoring=scoring, refit=False).fit(X, y)
-    means, stds = search.cv_results_["mean_test_score"], search.cv_results_["std_test_score"]
-    return [{"C": float(c), **({"alpha": float(1.0 / c)} if task == "regression" else {}),
-             "mean": float(means[i]), "std": float(stds[i])} for i, c in enumerate(grid)]
-
-
-def _check_shaped(X: np.ndarray, y: np.ndarray, task: str) -> tuple[np.ndarray, np.ndarray]:
-    X = np.asarray(X, dtype=np.float32)
-    y = np.asarray(y, dtype=np.float64 if task == "regression" else np.int64)
-    if X.ndim != 2 or len(X) != len(y):
-        raise ValueError(f"features must be (n, d) with n == len(targets); got {X.shape} and {len(y)} targets")
-    if not np.isfinite(X).all():
-        raise UserError("The features contain NaN or infinite values; re-extract them (e.g. with --precision fp32).")
-    if task == "regression" and np.ptp(y) == 0:
-        raise UserError("The training targets are all the same number; a regression probe needs targets that vary. "
-                        "Check --label-column.")
-    if task == "multi_label" and (y.ndim != 2 or y.shape[1] < 2):
-        raise UserError("A tag probe needs at least two tags (one 0/1 column each); a single tag is a yes/no "
-                        "question: probe it with --task single_label.")
-    return X, y
 
 
 def shaped_outputs(fit: ProbeFit, X: np.ndarray) -> np.ndarray:
@@ -141,8 +52,6 @@ def decisions(fit: ProbeFit, outputs: np.ndarray) -> np.ndarray:
 def score_shaped(fit: ProbeFit, X: np.ndarray, y: np.ndarray, label_names: Sequence[str]) -> dict[str, Any]:
     """Regression (Pearson, Spearman, MSE, MAE) or multi-label metrics (micro/macro F1, subset accuracy, Hamming
     loss, per tag; at the probe's threshold, which the result records) of `fit` on (X, y)."""
-    from bertkit.scoring import metrics
-
     predicted = decisions(fit, shaped_outputs(fit, X))
     if fit.task == "regression":
         return metrics.regression_metrics(y, predicted)
@@ -175,8 +84,6 @@ def bootstrap_shaped_ci(task: str, y_true: np.ndarray, predicted: np.ndarray, *,
 def trivial_baseline(task: str, y_train: np.ndarray, y_dev: np.ndarray, label_names: Sequence[str]) -> dict[str, Any]:
     """The no-feature yardstick: the training mean for every row (numbers), or each tag's majority value in
     training (tags: on for every row where more than half the training rows have it, else off)."""
-    from bertkit.scoring import metrics
-
     if task == "regression":
         return metrics.regression_metrics(y_dev, np.full(len(y_dev), float(np.mean(y_train))))
     majority = (np.asarray(y_train).mean(axis=0) > 0.5).astype(np.int64)
@@ -190,9 +97,6 @@ def tfidf_shaped_baseline(task: str, train_texts: Sequence[str], y_train: np.nda
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.linear_model import LogisticRegression, Ridge
     from sklearn.multiclass import OneVsRestClassifier
-
-    from bertkit.probe.run import MAX_ITER
-    from bertkit.scoring import metrics
 
     vectorizer = TfidfVectorizer(ngram_range=(1, 2), min_df=1, sublinear_tf=True)
     X_train, X_dev = vectorizer.fit_transform(train_texts), vectorizer.transform(dev_texts)

@@ -27,6 +27,7 @@ from typing import Any
 
 from bertkit.errors import UserError
 from bertkit.io import disk, runs
+from bertkit.models.metadata import write_model_info
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +121,7 @@ def save_model_folder(accelerator: Any, net: Any, tokenizer: Any, path: Path, ex
             hf_logging.disable_progress_bar()  # loading turns transformers' bars back on; a one-file save needs none
             accelerator.unwrap_model(net).model.save_pretrained(tmp, safe_serialization=True, state_dict=state_dict)
             tokenizer.save_pretrained(tmp)
-            runs.write_json_atomic(tmp / "bertkit_model.json", extra)
+            write_model_info(tmp, extra)
             runs.write_file_list(tmp)  # the names bertkit may later remove from this folder
         _remove(old, "model")  # .old-best / .old-final: our own leftover of an interrupted swap
         if path.exists():

@@ -1,0 +1,228 @@
+"""Fitting probes on frozen features, every problem shape: `fit_probe` takes features `X` (n, d) and targets `y`
+and returns a `ProbeFit`. A single-label probe is `StandardScaler` + `LogisticRegression(lbfgs)`: standardizing
+makes lbfgs converge in a few dozen iterations instead of running into its iteration cap on raw BERT features
+(bench/bench_probe.py measures the difference). Numbers get ridge regression, tag sets one-vs-rest logistic
+regression (`fit_shaped`): both standardize first too. Ridge always chooses its alpha by K-fold cross-validation
+(--cv, default 5 folds in data order; alpha = 1/C, so --C and --C-grid mean what they mean for the classifier:
+larger C, weaker penalty); the tag probe uses C = 1 unless --cv searches --C-grid.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from bertkit.errors import UserError
+
+MAX_ITER = 2000
+DEFAULT_C = 1.0
+DEFAULT_C_GRID = (0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0)
+ALPHA_GRID = (0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0, 300.0, 1000.0, 3000.0, 10000.0)
+DEFAULT_CV = 5
+
+
+@dataclass
+class ProbeFit:
+    """A fitted probe: the scaler + logistic regression pipeline, the C it used, and CV scores if it searched."""
+
+    model: Any
+    C: float
+    cv_results: list[dict[str, float]] | None = None
+    task: str = "single_label"
+    """single_label (logistic regression), regression (ridge) or multi_label (one-vs-rest; see probe_shapes)."""
+    threshold: float | list[float] | None = None
+    """multi_label: the decision threshold on each tag's probability (set on dev by the sweep)."""
+
+    @property
+    def scaler(self) -> Any:
+        return self.model.named_steps["scaler"]
+
+    @property
+    def classifier(self) -> Any:
+        return self.model.steps[-1][1]
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        return self.model.predict(X)
+
+    def predict_proba(self, X: np.ndarray) -> np.ndarray:
+        return self.model.predict_proba(X)
+
+
+def make_pipeline(C: float, class_weight: str | None, seed: int) -> Any:
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    lr = LogisticRegression(C=C, solver="lbfgs", max_iter=MAX_ITER, class_weight=class_weight, random_state=seed)
+    return Pipeline([("scaler", StandardScaler()), ("lr", lr)])
+
+
+def cv_folds(y: np.ndarray, cv: int) -> Any:
+    """Stratified K folds in data order (no shuffle): the same folds `GridSearchCV(cv=K)` uses for a classifier."""
+    from sklearn.model_selection import StratifiedKFold
+
+    present = np.bincount(y)
+    smallest = int(present[present > 0].min()) if len(present) else 0
+    if smallest < cv:
+        raise UserError(
+            f"--cv {cv} needs at least {cv} training rows of every class; the rarest class has {smallest}. "
+            f"Pass a smaller --cv (or --C with a fixed value)."
+        )
+    return StratifiedKFold(n_splits=cv)
+
+
+def fit_probe(
+    X: np.ndarray,
+    y: np.ndarray,
+    *,
+    C: float | None = None,
+    cv: int | None = None,
+    C_grid: Sequence[float] | None = None,
+    class_weight: str | None = None,
+    seed: int = 42,
+    task: str = "single_label",
+) -> ProbeFit:
+    """Standardize + logistic regression on `X` (n, d) with label ids `y` (another `task`: ridge on numbers or
+    one-vs-rest logistic regression on a 0/1 tag matrix, see `fit_shaped`).
+
+    With `cv`, C is chosen by K-fold cross-validated accuracy over `C_grid` (default `DEFAULT_C_GRID`; the
+    scaler is refit inside every fold, no leakage; ties go to the earlier grid value, as in GridSearchCV),
+    then the pipeline is refit on all of `X` with that C. Otherwise `C` (default 1.0) is used directly.
+
+    BLAS runs single-threaded here: for a d of a few hundred, multi-threaded OpenBLAS only adds overhead, and on
+    a busy machine its spinning threads slow a fit down many times over.
+    """
+    from threadpoolctl import threadpool_limits
+
+    if task != "single_label":
+        return fit_shaped(X, y, task, C=C, cv=cv, C_grid=C_grid, seed=seed)
+    X, y = _check_xy(X, y)
+    with threadpool_limits(limits=1, user_api="blas"):
+        results = None
+        if cv is not None:
+            grid = [float(c) for c in (C_grid or DEFAULT_C_GRID)]
+            results = cross_validate_C(X, y, grid, cv, class_weight, seed)
+            best = max(range(len(grid)), key=lambda i: (round(results[i]["mean"], 12), -i))
+            C = grid[best]
+        model = make_pipeline(DEFAULT_C if C is None else float(C), class_weight, seed).fit(X, y)
+    return ProbeFit(model, float(model.named_steps["lr"].C), results)
+
+
+def cross_validate_C(
+    X: np.ndarray, y: np.ndarray, grid: Sequence[float], cv: int, class_weight: str | None, seed: int
+) -> list[dict[str, float]]:
+    """Mean/std K-fold accuracy for every C of `grid` (same folds as `GridSearchCV(cv=K)`).
+
+    Per fold, the C values are fitted in increasing order, each warm-started from the previous solution (the
+    regularisation path): neighbouring C values have nearby optima, so lbfgs needs few iterations for each.
+    """
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.preprocessing import StandardScaler
+
+    order = np.argsort(grid, kind="stable")
+    scores = np.zeros((cv, len(grid)))
+    for k, (tr, te) in enumerate(cv_folds(y, cv).split(X, y)):
+        scaler = StandardScaler().fit(X[tr])
+        X_tr, X_te = scaler.transform(X[tr]), scaler.transform(X[te])
+        lr = LogisticRegression(solver="lbfgs", max_iter=MAX_ITER, class_weight=class_weight, random_state=seed,
+                                warm_start=True)
+        for i in order:
+            lr.set_params(C=float(grid[i])).fit(X_tr, y[tr])
+            scores[k, i] = float((lr.predict(X_te) == y[te]).mean())
+    return [{"C": float(c), "mean": float(scores[:, i].mean()), "std": float(scores[:, i].std())}
+            for i, c in enumerate(grid)]
+
+
+def _check_xy(X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    X = np.asarray(X, dtype=np.float32)
+    y = np.asarray(y, dtype=np.int64)
+    if X.ndim != 2 or len(X) != len(y):
+        raise ValueError(f"features must be (n, d) with n == len(labels); got {X.shape} and {len(y)} labels")
+    if not np.isfinite(X).all():
+        raise UserError("The features contain NaN or infinite values; re-extract them (e.g. with --precision fp32).")
+    if len(np.unique(y)) < 2:
+        raise UserError("The training labels hold a single class; a probe needs at least two. Check --label-column.")
+    return X, y
+
+
+def make_shaped_pipeline(task: str, C: float, seed: int) -> Any:
+    """Scaler + ridge (alpha = 1/C) for numbers, scaler + one logistic regression per tag for tag sets."""
+    from sklearn.linear_model import LogisticRegression, Ridge
+    from sklearn.multiclass import OneVsRestClassifier
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    if task == "regression":
+        return Pipeline([("scaler", StandardScaler()), ("ridge", Ridge(alpha=1.0 / C))])
+    lr = LogisticRegression(C=C, solver="lbfgs", max_iter=MAX_ITER, random_state=seed)
+    return Pipeline([("scaler", StandardScaler()), ("ovr", OneVsRestClassifier(lr))])
+
+
+def fit_shaped(X: np.ndarray, y: np.ndarray, task: str, *, C: float | None = None, cv: int | None = None,
+               C_grid: Sequence[float] | None = None, seed: int = 42, class_weight: str | None = None) -> ProbeFit:
+    """A fitted regression or tag probe on features `X` (n, d) and targets `y` (numbers, or an (n, tags) 0/1
+    matrix). With `cv` (always for regression, default 5 folds) C is chosen over the grid by K-fold CV in data
+    order - mean squared error for numbers, micro-F1 for tags - with the scaler refit inside every fold."""
+    from threadpoolctl import threadpool_limits
+
+    X, y = _check_shaped(X, y, task)
+    if task == "regression" and C is None and cv is None:
+        cv = DEFAULT_CV
+    default_grid = [1.0 / a for a in ALPHA_GRID] if task == "regression" else list(DEFAULT_C_GRID)
+    with threadpool_limits(limits=1, user_api="blas"), constant_tags_allowed():
+        results = None
+        if cv is not None:
+            grid = [float(c) for c in C_grid] if C_grid else default_grid
+            results = cross_validate_shaped(X, y, task, grid, cv, seed)
+            best = max(range(len(results)), key=lambda i: (round(results[i]["mean"], 12), -i))  # ties: earlier C
+            C = results[best]["C"]
+        C = DEFAULT_C if C is None else float(C)
+        model = make_shaped_pipeline(task, C, seed).fit(X, y)
+    return ProbeFit(model, C, results, task=task)
+
+
+@contextmanager
+def constant_tags_allowed() -> Iterator[None]:
+    """Silence sklearn's warning about a tag on in every (or no) training row: one-vs-rest then predicts it as a
+    constant, which is right, and the saved probe keeps it as such (`shaped_arrays`)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Label .* is present in all training examples")
+        yield
+
+
+def cross_validate_shaped(X: np.ndarray, y: np.ndarray, task: str, grid: Sequence[float], cv: int,
+                          seed: int) -> list[dict[str, Any]]:
+    """Mean/std K-fold score (negative MSE for numbers, micro-F1 for tags) for every C of `grid`."""
+    from sklearn.model_selection import GridSearchCV, KFold
+
+    if len(y) < cv:
+        raise UserError(f"--cv {cv} needs at least {cv} training rows; there are {len(y)}. Pass a smaller --cv.")
+    step = "ridge__alpha" if task == "regression" else "ovr__estimator__C"
+    values = [1.0 / c for c in grid] if task == "regression" else list(grid)
+    scoring = "neg_mean_squared_error" if task == "regression" else "f1_micro"
+    search = GridSearchCV(make_shaped_pipeline(task, 1.0, seed), {step: values}, cv=KFold(n_splits=cv),
+                          scoring=scoring, refit=False).fit(X, y)
+    means, stds = search.cv_results_["mean_test_score"], search.cv_results_["std_test_score"]
+    return [{"C": float(c), **({"alpha": float(1.0 / c)} if task == "regression" else {}),
+             "mean": float(means[i]), "std": float(stds[i])} for i, c in enumerate(grid)]
+
+
+def _check_shaped(X: np.ndarray, y: np.ndarray, task: str) -> tuple[np.ndarray, np.ndarray]:
+    X = np.asarray(X, dtype=np.float32)
+    y = np.asarray(y, dtype=np.float64 if task == "regression" else np.int64)
+    if X.ndim != 2 or len(X) != len(y):
+        raise ValueError(f"features must be (n, d) with n == len(targets); got {X.shape} and {len(y)} targets")
+    if not np.isfinite(X).all():
+        raise UserError("The features contain NaN or infinite values; re-extract them (e.g. with --precision fp32).")
+    if task == "regression" and np.ptp(y) == 0:
+        raise UserError("The training targets are all the same number; a regression probe needs targets that vary. "
+                        "Check --label-column.")
+    if task == "multi_label" and (y.ndim != 2 or y.shape[1] < 2):
+        raise UserError("A tag probe needs at least two tags (one 0/1 column each); a single tag is a yes/no "
+                        "question: probe it with --task single_label.")
+    return X, y

@@ -1,0 +1,229 @@
+"""Scoring probes and the per-layer sweep: `score_probe` (every shape), bootstrap intervals, one probe per
+(pooling, layer) cell scored on dev (`sweep_layers`), repeated fits on subsets of the training rows
+(`repeat_probe`), and the keyword arguments and picking metric a `bertkit probe` config asks for."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from bertkit.errors import UserError
+from bertkit.probe import shapes as probe_shapes
+from bertkit.probe.fit import ProbeFit, fit_probe
+from bertkit.scoring.metrics import classification_metrics
+
+SCORE_KEYS = ("accuracy", "f1", "mcc")
+
+
+def score_probe(fit: ProbeFit, X: np.ndarray, y: np.ndarray, label_names: Sequence[str] | None = None) -> dict[str, Any]:
+    """Full classification metrics (accuracy, macro-F1, MCC, per class, confusion matrix) of `fit` on (X, y); the
+    regression or multi-label metrics for probes of those shapes."""
+
+    if fit.task != "single_label":
+        return probe_shapes.score_shaped(fit, X, y, label_names or [])
+
+    X = np.asarray(X, dtype=np.float32)
+    proba = fit.predict_proba(X)
+    pred = fit.classifier.classes_[proba.argmax(axis=1)]
+    return classification_metrics(y, pred, proba=_full_proba(fit, proba, label_names), label_names=label_names)
+
+
+def _full_proba(fit: ProbeFit, proba: np.ndarray, label_names: Sequence[str] | None) -> np.ndarray:
+    """Probabilities with one column per label id (a class absent from train gets a zero column)."""
+    n_labels = len(label_names) if label_names is not None else int(fit.classifier.classes_.max()) + 1
+    full = np.zeros((len(proba), n_labels), dtype=np.float64)
+    full[:, fit.classifier.classes_] = proba
+    return full
+
+
+def bootstrap_ci(
+    y_true: np.ndarray, y_pred: np.ndarray, *, metric: str = "accuracy", n_boot: int = 1000, seed: int = 42
+) -> tuple[float, float]:
+    """Percentile 95% interval of a dev score, resampling dev rows with replacement `n_boot` times."""
+    from sklearn.metrics import f1_score, matthews_corrcoef
+
+    y_true, y_pred = np.asarray(y_true), np.asarray(y_pred)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(y_true), size=(n_boot, len(y_true)))
+    if metric == "accuracy":
+        scores = (y_true[idx] == y_pred[idx]).mean(axis=1)
+    else:
+        fn = {"f1": lambda t, p: f1_score(t, p, average="macro", zero_division=0), "mcc": matthews_corrcoef}[metric]
+        scores = np.array([fn(y_true[i], y_pred[i]) for i in idx])
+    low, high = np.percentile(scores, [2.5, 97.5])
+    return float(low), float(high)
+
+
+# ---------------------------------------------------------------- layer sweep
+
+
+@dataclass
+class Cell:
+    """One probed (pooling, layer) cell: its fit, dev predictions and scores."""
+
+    pool: str
+    layer: int
+    layer_name: str
+    fit: ProbeFit
+    metrics: dict[str, Any]
+    pred: np.ndarray
+    ci: tuple[float, float]
+
+    def row(self) -> dict[str, Any]:
+        if self.fit.task != "single_label":
+            extra = {"alpha": 1.0 / self.fit.C} if self.fit.task == "regression" else {"threshold": self.fit.threshold}
+            return {"pool": self.pool, "layer": self.layer, "layer_name": self.layer_name,
+                    **{k: self.metrics[k] for k in probe_shapes.SCORE_KEYS[self.fit.task]},
+                    f"{probe_shapes.HEADLINE[self.fit.task]}_ci95": list(self.ci), "C": self.fit.C, **extra, "cv": self.fit.cv_results}
+        return {"pool": self.pool, "layer": self.layer, "layer_name": self.layer_name,
+                **{k: self.metrics[k] for k in SCORE_KEYS}, "accuracy_ci95": list(self.ci), "C": self.fit.C,
+                "cv": self.fit.cv_results}
+
+
+@dataclass
+class Sweep:
+    """Every probed cell (in pool, layer order) and the best one by dev `metric`."""
+
+    cells: list[Cell]
+    metric: str = "accuracy"
+    best_index: int = field(init=False, default=0)
+
+    def __post_init__(self) -> None:
+        scores = [c.metrics[self.metric] for c in self.cells]
+        self.best_index = int(np.argmax(scores))  # first of equal scores: the earliest pooling/layer
+
+    @property
+    def best(self) -> Cell:
+        return self.cells[self.best_index]
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [{**c.row(), "best": i == self.best_index} for i, c in enumerate(self.cells)]
+
+
+def sweep_layers(
+    train_by_pool: dict[str, np.ndarray],
+    y_train: np.ndarray,
+    dev_by_pool: dict[str, np.ndarray],
+    y_dev: np.ndarray,
+    *,
+    layers: Sequence[int] | None = None,
+    layer_names: Sequence[str] | None = None,
+    label_names: Sequence[str] | None = None,
+    metric: str = "accuracy",
+    progress: Callable[[str], None] | None = None,
+    threshold: str = "tune",
+    **fit_kwargs: Any,
+) -> Sweep:
+    """Fit one probe per (pooling, layer) on `(n, L, d)` train features and score it on dev.
+
+    `layers` are the indexes of the layer axis to probe (default: all of them); `layer_names` label that
+    axis (e.g. `embeddings`, `layer 1`, ...). `fit_kwargs` go to `fit_probe` (C, cv, C_grid, class_weight, seed,
+    task). Tag probes decide at `threshold` (--threshold: a number, or tuned on dev per cell).
+    """
+    cells = []
+    for pool, train in train_by_pool.items():
+        dev = dev_by_pool[pool]
+        if train.ndim == 2:
+            train, dev = train[:, None, :], dev[:, None, :]
+        for layer in layers if layers is not None else range(train.shape[1]):
+            name = layer_names[layer] if layer_names is not None else str(layer)
+            if progress:
+                progress(f"probing {pool} {name}")
+            fit = fit_probe(np.asarray(train[:, layer]), y_train, **fit_kwargs)
+            if fit.task != "single_label":
+                cells.append(shaped_cell(fit, pool, int(layer), name, np.asarray(dev[:, layer]), y_dev,
+                                          label_names or [], threshold, fit_kwargs.get("seed", 42)))
+                continue
+            metrics = score_probe(fit, np.asarray(dev[:, layer]), y_dev, label_names)
+            pred = predicted_ids(fit, np.asarray(dev[:, layer]))
+            ci = bootstrap_ci(y_dev, pred, seed=fit_kwargs.get("seed", 42))
+            cells.append(Cell(pool, int(layer), name, fit, metrics, pred, ci))
+    return Sweep(cells, metric)
+
+
+def shaped_cell(fit: ProbeFit, pool: str, layer: int, name: str, X_dev: np.ndarray, y_dev: np.ndarray,
+                 label_names: Sequence[str], threshold: str, seed: int) -> Cell:
+    """A regression or tag probe's cell: its threshold set on dev (tags), its dev scores and the 95% interval of
+    the shape's headline metric; `pred` holds the dev numbers or the 0/1 tag matrix."""
+
+    if fit.task == "multi_label":
+        probe_shapes.tune_threshold(fit, X_dev, y_dev, label_names, threshold)
+    metrics = probe_shapes.score_shaped(fit, X_dev, y_dev, label_names)
+    pred = probe_shapes.decisions(fit, probe_shapes.shaped_outputs(fit, X_dev))
+    ci = probe_shapes.bootstrap_shaped_ci(fit.task, y_dev, pred, seed=seed)
+    return Cell(pool, layer, name, fit, metrics, pred, ci)
+
+
+def predicted_ids(fit: ProbeFit, X: np.ndarray) -> np.ndarray:
+    return np.asarray(fit.predict(np.asarray(X, dtype=np.float32)), dtype=np.int64)
+
+
+def repeat_probe(
+    X_train: np.ndarray, y_train: np.ndarray, X_dev: np.ndarray, y_dev: np.ndarray, *, repeats: int,
+    fraction: float = 0.8, seed: int = 42, label_names: Sequence[str] | None = None, threshold: str = "tune",
+    **fit_kwargs: Any,
+) -> dict[str, Any]:
+    """Refit `repeats` times, each on a random `fraction` of the training rows (without replacement, every
+    class kept), and report mean ± std of the dev scores (of the shape's metrics for regression and tag probes)."""
+    rng = np.random.default_rng(seed)
+    n = len(y_train)
+    size = max(2, int(round(fraction * n)))
+    if fit_kwargs.get("task", "single_label") != "single_label":
+        subsets = [np.sort(rng.choice(n, size=size, replace=False)) for _ in range(repeats)]
+        return _repeat_shaped(X_train, y_train, X_dev, y_dev, subsets, fraction, label_names or [], threshold,
+                              seed=seed, **fit_kwargs)
+    scores: dict[str, list[float]] = {k: [] for k in SCORE_KEYS}
+    for _ in range(repeats):
+        idx = np.sort(rng.choice(n, size=size, replace=False))
+        if len(np.unique(y_train[idx])) < len(np.unique(y_train)):
+            idx = np.arange(n)  # tiny data: a subset lost a class; refit on all (still a different seed)
+        fit = fit_probe(np.asarray(X_train)[idx], y_train[idx], seed=seed, **fit_kwargs)
+        pred = predicted_ids(fit, X_dev)
+
+        m = classification_metrics(y_dev, pred, label_names=[str(i) for i in range(int(max(y_train.max(), y_dev.max())) + 1)])
+        for k in SCORE_KEYS:
+            scores[k].append(m[k])
+    return {"repeats": repeats, "fraction": fraction,
+            **{k: {"mean": float(np.mean(v)), "std": float(np.std(v, ddof=1)) if len(v) > 1 else 0.0, "values": v}
+               for k, v in scores.items()}}
+
+
+def _repeat_shaped(X_train: np.ndarray, y_train: np.ndarray, X_dev: np.ndarray, y_dev: np.ndarray,
+                   subsets: list[np.ndarray], fraction: float, label_names: Sequence[str], threshold: str,
+                   **fit_kwargs: Any) -> dict[str, Any]:
+    """repeat_probe for regression and tag probes: one refit per subset of training rows, scored as the sweep
+    scores (tag thresholds set on dev each time)."""
+    keys = probe_shapes.SCORE_KEYS[fit_kwargs["task"]]
+    scores: dict[str, list[float]] = {k: [] for k in keys}
+    for idx in subsets:
+        fit = fit_probe(np.asarray(X_train)[idx], np.asarray(y_train)[idx], **fit_kwargs)
+        cell = shaped_cell(fit, "", 0, "", np.asarray(X_dev), y_dev, label_names, threshold, fit_kwargs["seed"])
+        for k in keys:
+            scores[k].append(cell.metrics[k])
+    return {"repeats": len(subsets), "fraction": fraction,
+            **{k: {"mean": float(np.mean(v)), "std": float(np.std(v, ddof=1)) if len(v) > 1 else 0.0, "values": v}
+               for k, v in scores.items()}}
+
+
+# ---------------------------------------------------------------- from a `bertkit probe` config
+
+
+def fit_kwargs_from(cfg: Any) -> dict[str, Any]:
+    """fit_probe keyword arguments from a ProbeConfig."""
+    return {"C": cfg.C, "cv": cfg.cv, "C_grid": cfg.c_values, "seed": cfg.seed,
+            "class_weight": None if cfg.class_weight == "none" else cfg.class_weight}
+
+
+def shape_kwargs(cfg: Any, task: str) -> tuple[dict[str, Any], str]:
+    """(fit_probe keyword arguments, the dev metric that picks the best cell) for labels of `task`; single-label
+    runs keep their arguments as they were (no `task` key)."""
+    kwargs = fit_kwargs_from(cfg)
+    if task == "single_label":
+        return kwargs, "accuracy"
+    if cfg.class_weight != "none":
+        raise UserError(f"--class-weight {cfg.class_weight} weighs classes of single-label data; this is {task} data. "
+                        f"Drop --class-weight.")
+    return {**kwargs, "task": task}, probe_shapes.HEADLINE[task]

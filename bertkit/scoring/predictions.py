@@ -1,0 +1,90 @@
+"""A fine-tuned classifier's outputs on a dataset as a user reads them (`predict_proba`: class probabilities, tag
+probabilities or numbers, by its problem_type) and the predictions CSV they are written to (`predict --out`,
+evaluate's predictions.csv, finetune's dev_errors.csv)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bertkit.data.dataset import TextDataset
+from bertkit.data.labels import task_of_problem_type
+from bertkit.io import runs
+from bertkit.models import infer
+from bertkit.scoring.shapes import model_outputs
+
+
+def predict_proba(model: Any, tokenizer: Any, dataset: TextDataset, *, max_length: int = 128,
+                  batch_size: int = 64, precision: str = "fp32", progress: bool = False, truncation: str = "head",
+                  long_text: str = "cut", stride: int | None = None) -> np.ndarray:
+    """The model's outputs for every row of `dataset` (batched longest-first, returned in the original order):
+    class probabilities, tag probabilities (multi-label) or predicted numbers (regression), as its problem_type says.
+
+    Texts longer than `max_length` are cut (`truncation`), or with `long_text="chunk"` read whole in overlapping
+    windows whose outputs are pooled (see `bertkit.models.infer.classifier_logits`)."""
+    logits = infer.classifier_logits(model, tokenizer, dataset, max_length=max_length, batch_size=batch_size,
+                                     precision=precision, progress=progress, truncation=truncation,
+                                     long_text=long_text, stride=stride)
+    config = model.config
+    return model_outputs(task_of_problem_type(getattr(config, "problem_type", None), config.num_labels), logits)
+
+
+def write_predictions_csv(
+    path: Path, dataset: TextDataset, proba: np.ndarray, label_names: list[str], *,
+    y_true: np.ndarray | None = None, only_errors: bool = False, task: str = "single_label",
+    threshold: float | list[float] = 0.5,
+) -> int:
+    """Rows with the prediction and the outputs behind it, in the original order. Single-label: predicted label,
+    confidence, per-class probabilities (errors: most confident first). Multi-label: the predicted tags joined by
+    "|", per-tag probabilities (errors: rows whose tag set is wrong). Regression: the predicted number (and the
+    error; errors: every row, largest first)."""
+    import pandas as pd
+
+    frame = pd.DataFrame({"row": np.arange(len(dataset))})
+    if dataset.line_numbers is not None:
+        frame["line"] = dataset.line_numbers
+    frame["text"] = dataset.texts
+    if dataset.pairs is not None:
+        frame["text_pair"] = dataset.pairs
+    if task == "regression":
+        frame, wrong, order = _regression_columns(frame, proba, y_true)
+    elif task == "multi_label":
+        frame, wrong, order = _tag_columns(frame, proba, label_names, y_true, threshold)
+    else:
+        predicted = proba.argmax(axis=1)
+        if y_true is not None:
+            frame["label"] = [label_names[i] for i in y_true]
+        frame["predicted"] = [label_names[i] for i in predicted]
+        frame["confidence"] = proba.max(axis=1)
+        for j, name in enumerate(label_names):
+            frame[f"p_{name}"] = proba[:, j]
+        wrong, order = (None if y_true is None else predicted != y_true), "confidence"
+    if only_errors and wrong is not None:
+        frame = frame[wrong].sort_values(order, ascending=False)
+    with runs.atomic_path(path) as tmp:
+        frame.to_csv(tmp, index=False)
+    return len(frame)
+
+
+def _regression_columns(frame: Any, values: np.ndarray, y_true: np.ndarray | None) -> tuple[Any, Any, str]:
+    frame["predicted"] = values[:, 0]
+    if y_true is None:
+        return frame, None, "predicted"
+    frame.insert(frame.columns.get_loc("predicted"), "label", y_true)
+    frame["abs_error"] = np.abs(values[:, 0] - y_true)
+    return frame, np.ones(len(frame), dtype=bool), "abs_error"
+
+
+def _tag_columns(frame: Any, proba: np.ndarray, names: list[str], y_true: np.ndarray | None,
+                 threshold: float | list[float]) -> tuple[Any, Any, str]:
+    on = proba >= np.asarray(threshold)
+    if y_true is not None:
+        frame["label"] = ["|".join(n for n, hit in zip(names, row, strict=True) if hit) for row in y_true]
+    frame["predicted"] = ["|".join(n for n, hit in zip(names, row, strict=True) if hit) for row in on]
+    if y_true is not None:
+        frame["wrong_tags"] = (on != y_true.astype(bool)).sum(axis=1)
+    for j, name in enumerate(names):
+        frame[f"p_{name}"] = proba[:, j]
+    return frame, (None if y_true is None else frame["wrong_tags"].to_numpy() > 0), "wrong_tags"

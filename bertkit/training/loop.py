@@ -1,0 +1,382 @@
+"""The fine-tuning loop, one epoch at a time: the run's state (`TrainState`, saved with every checkpoint) and
+everything it needs (`Session`, built by `finetune.setup`), global batches and their micro-batches, restoring the
+newest verified checkpoint, one optimizer step, dev evaluation (any number of processes), keeping the best model,
+and the NaN/inf stops. How batches, loss scaling and checkpoints work: `bertkit.training.finetune`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from bertkit.config.commands import FinetuneConfig
+from bertkit.data.dataset import TextDataset
+from bertkit.data.labels import LabelMap
+from bertkit.encoding.batches import grouped_batches, restore_order, sorted_batches
+from bertkit.encoding.encode import Encoded
+from bertkit.errors import UserError
+from bertkit.io import faults, runs
+from bertkit.models import infer
+from bertkit.models import loading as modeling
+from bertkit.models.inputs import accepted_inputs
+from bertkit.scoring import metrics
+from bertkit.training import checkpoints
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainState:
+    """Where a run is; saved with every checkpoint (trainer_state.json) and restored on resume."""
+
+    epoch: int = 0
+    step_in_epoch: int = 0
+    global_step: int = 0
+    best_metric: float | None = None
+    best_step: int | None = None
+    evals_since_best: int = 0
+    history: list[dict[str, Any]] = field(default_factory=list)
+    epoch_table: list[dict[str, Any]] = field(default_factory=list)
+    train_seconds: float = 0.0
+    train_rows: int = 0
+    stopped_early: bool = False
+    best_dev: dict[str, Any] | None = None
+    running_loss: tuple[float, int] = (0.0, 0)
+    """Loss sum and rows since the last evaluation: restored mid-epoch, so the reported mean stays exact."""
+    model_info: dict[str, Any] = field(default_factory=dict)
+    """What using the model of the last evaluation needs besides its weights (multi-label: the tuned threshold)."""
+
+    @classmethod
+    def from_json(cls, saved: dict[str, Any]) -> TrainState:
+        known = {f.name for f in dataclasses.fields(cls)}
+        state = cls(**{k: v for k, v in saved.items() if k in known})
+        state.running_loss = (float(state.running_loss[0]), int(state.running_loss[1]))
+        return state
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class Session:
+    """Everything one run needs, built by `setup`: the loop functions below read it, never rebuild it."""
+
+    cfg: FinetuneConfig
+    accelerator: Any
+    run: runs.RunDir
+    out: Path
+    """Where this run writes: --out, or its staging folder while it replaces another run (--overwrite)."""
+    tokenizer: Any
+    net: Any
+    optimizer: Any
+    scheduler: Any
+    objective: Any
+    """What is optimised and scored (objectives.py): `loss(logits, rows)`, `score(logits)`, `label_names`."""
+    train_enc: Encoded
+    dev_enc: Encoded
+    dev: TextDataset
+    label_map: LabelMap
+    steps_per_epoch: int
+    notes: list[str]
+    checkpoint_bytes: int
+    """Disk a checkpoint needs (weights + AdamW moments + margin): checked before every save."""
+
+    @property
+    def pad_id(self) -> int:
+        return infer.pad_id_of(self.tokenizer)
+
+    @property
+    def min_rows(self) -> int:
+        return self.accelerator.num_processes * self.cfg.grad_accum
+
+    @property
+    def model_bytes(self) -> int:
+        return self.checkpoint_bytes // 3
+
+
+# ---------------------------------------------------------------- batching
+
+def global_batches(lengths: np.ndarray, batch_size: int, seed: int, epoch: int, min_rows: int) -> list[np.ndarray]:
+    """The epoch's optimizer-step batches (length-grouped, shuffled, deterministic for (seed, epoch)).
+
+    A last batch with fewer rows than `min_rows` (= processes x grad_accum, one row per micro-batch) is dropped.
+    """
+    batches = grouped_batches(lengths, batch_size, seed, epoch)
+    return [b for b in batches if len(b) >= min_rows]
+
+
+def micro_batches(batch: np.ndarray, n_processes: int, grad_accum: int, process_index: int) -> list[np.ndarray]:
+    """This process's `grad_accum` slices of a global batch (contiguous, so similar lengths share a slice)."""
+    pieces = np.array_split(batch, n_processes * grad_accum)
+    return pieces[process_index * grad_accum : (process_index + 1) * grad_accum]
+
+
+# ---------------------------------------------------------------- restore, train, evaluate
+
+def restore(session: Session) -> tuple[TrainState, dict[str, Any] | None]:
+    """The state to continue from: the newest checkpoint's, verified (model, optimizer, scheduler and RNG restored
+    too), or a fresh one."""
+    accelerator, out = session.accelerator, session.out
+    found = on_main(accelerator, lambda: _choose_checkpoint(out)) if session.run.existing else None
+    state, restored = TrainState(), None
+    if found is not None:
+        checkpoints.load(accelerator, found)
+        state = TrainState.from_json(found.state)
+        session.notes.extend(found.notes)
+        for note in found.notes:
+            log.warning("%s", note)
+        restored = {"checkpoint": str(found.path), "epoch": state.epoch + 1, "step": state.global_step,
+                    "batch_in_epoch": state.step_in_epoch, "steps_per_epoch": session.steps_per_epoch,
+                    "lr": session.scheduler.get_last_lr()[0], "best_metric": state.best_metric,
+                    "verified": (found.path / checkpoints.MANIFEST).is_file()}  # False: saved before checksums
+        log.info("resumed from %s: epoch %d, step %d (batch %d/%d of the epoch), lr %.3e, best %s so far %s",
+                 found.path, restored["epoch"], restored["step"], restored["batch_in_epoch"],
+                 session.steps_per_epoch, restored["lr"], session.cfg.metric_for_best, state.best_metric)
+    if accelerator.is_main_process:  # evaluations after the checkpoint will be redone: keep the log consistent
+        runs.write_text_atomic(out / "metrics.jsonl", "".join(runs.to_json(r, indent=None) + "\n" for r in state.history))
+    return state, restored
+
+
+def _choose_checkpoint(out: Path) -> checkpoints.Restored | None:
+    """The verified checkpoint to resume from (main process), after removing what interrupted saves left."""
+    removed = checkpoints.remove_unfinished_saves(out)
+    if removed:
+        log.info("removed the unfinished checkpoint save(s) of the interrupted run: %s", ", ".join(removed))
+    return checkpoints.choose_checkpoint(out)
+
+
+def train_epoch(session: Session, state: TrainState, bar: Any) -> None:
+    """Train from the state's position to the end of its epoch (or an early stop): evaluate and checkpoint on
+    schedule. The state moves on to the next epoch at the end."""
+    cfg, accelerator = session.cfg, session.accelerator
+    epoch = state.epoch
+    batches = global_batches(session.train_enc.lengths, cfg.batch_size * session.min_rows, cfg.seed, epoch,
+                             session.min_rows)
+    eval_every = None if cfg.eval_every == "epoch" else int(cfg.eval_every)
+    session.net.train()
+    started = time.perf_counter()
+    for batch in batches[state.step_in_epoch :]:
+        loss_sum, rows = train_step(session, batch, state)
+        state.running_loss = (state.running_loss[0] + loss_sum, state.running_loss[1] + rows)
+        state.global_step, state.step_in_epoch, state.train_rows = (state.global_step + 1, state.step_in_epoch + 1,
+                                                                    state.train_rows + len(batch))
+        bar.update(1)
+        bar.set_postfix(loss=f"{state.running_loss[0] / max(state.running_loss[1], 1):.4f}",
+                        lr=f"{session.scheduler.get_last_lr()[0]:.2e}")
+        end_of_epoch = state.step_in_epoch == len(batches)
+        evaluating = end_of_epoch or (eval_every and state.global_step % eval_every == 0)
+        if evaluating or (cfg.save_every and state.global_step % cfg.save_every == 0):
+            _stop_if_weights_not_finite(session, state)  # nothing diverged is evaluated or saved
+        if evaluating:
+            state.train_seconds += time.perf_counter() - started
+            evaluate(session, state, end_of_epoch)
+            started = time.perf_counter()
+        if end_of_epoch or (cfg.save_every and state.global_step % cfg.save_every == 0) or state.stopped_early:
+            state.train_seconds += time.perf_counter() - started
+            checkpoints.save_checkpoint(accelerator, session.out, state.to_json(), session.checkpoint_bytes)
+            started = time.perf_counter()
+        faults.fail_point("finetune.step", state.global_step)
+        if state.stopped_early:
+            break
+
+
+def train_step(session: Session, batch: np.ndarray, state: TrainState) -> tuple[float, int]:
+    """One optimizer step on a global batch: this process's micro-batches, backward, clip, step. Returns this
+    process's (loss x rows, rows); a non-finite loss stops the run before anything is updated or saved."""
+    cfg, accelerator, net = session.cfg, session.accelerator, session.net
+    pieces = micro_batches(batch, accelerator.num_processes, cfg.grad_accum, accelerator.process_index)
+    accepted = accepted_inputs(accelerator.unwrap_model(net).model)
+    loss_sum = 0.0
+    for i, rows in enumerate(pieces):
+        inputs = infer.batch_inputs(session.train_enc, rows, session.pad_id, accepted, accelerator.device)
+        last = i == len(pieces) - 1  # gradients are all-reduced with the last micro-batch only
+        with accelerator.no_sync(net) if not last else _nothing():
+            loss = session.objective.loss(net(**inputs), rows)
+            accelerator.backward(loss * (len(rows) * accelerator.num_processes / len(batch)))
+        loss_sum += loss.item() * len(rows)
+    _stop_if_not_finite(session, state, loss_sum)
+    if cfg.max_grad_norm > 0:
+        accelerator.clip_grad_norm_(net.parameters(), cfg.max_grad_norm)
+    session.optimizer.step()
+    session.scheduler.step()
+    session.optimizer.zero_grad(set_to_none=True)
+    return loss_sum, sum(len(r) for r in pieces)
+
+
+def evaluate(session: Session, state: TrainState, end_of_epoch: bool) -> None:
+    """Dev metrics now; keep the best model by --metric-for-best; count evaluations for early stopping."""
+    cfg, accelerator = session.cfg, session.accelerator
+    started = time.perf_counter()
+    train_loss = _mean_across(accelerator, *state.running_loss)
+    state.running_loss = (0.0, 0)
+    scored = dev_scores(session)
+    state.model_info = _model_info(session, scored.metrics)
+    _add_requested(session, state, scored)  # --metric: evaluate modules
+    value = metrics.best_value(scored.metrics, cfg.metric_for_best)
+    if value is None:  # checked before training; a module may still leave a score out on the real predictions
+        raise UserError(_scoring_failed(session, state, scored, f"--metric-for-best {cfg.metric_for_best} has no "
+                                        f"value in the dev scores ({', '.join(metrics.headline(scored.metrics))})"))
+    record = {"epoch": state.epoch + 1, "step": state.global_step, "train_loss": train_loss,
+              "samples_seen": state.train_rows, "eval_seconds": round(time.perf_counter() - started, 3),
+              **{f"dev_{k}": v for k, v in metrics.headline(scored.metrics).items()}, "dev_loss": scored.metrics["loss"]}
+    record["best"] = metrics.is_better(value, state.best_metric, cfg.metric_for_best)
+    state.history.append(record)
+    if record["best"]:
+        _keep_best(session, state, scored, value)
+    else:
+        state.evals_since_best += 1
+        patience = cfg.early_stopping_patience
+        state.stopped_early = bool(patience and state.evals_since_best >= patience)
+    if accelerator.is_main_process:
+        runs.append_jsonl(session.out / "metrics.jsonl", record)
+    if end_of_epoch:
+        state.epoch_table.append(_epoch_row(state, train_loss, session.objective.table_metrics))
+        state.epoch, state.step_in_epoch = state.epoch + 1, 0
+
+
+def _add_requested(session: Session, state: TrainState, scored: Any) -> None:
+    """The --metric scores of the dev predictions. A module that fails on them (it passed the synthetic check before
+    training) stops the run only after the model trained so far is saved (`_scoring_failed`)."""
+    cfg = session.cfg
+    try:
+        metrics.add_requested(scored.metrics, cfg.metric_list, metrics.load_metrics(tuple(cfg.external_metrics)),
+                              metrics.predicted(scored.outputs) if scored.decisions is None else scored.decisions,
+                              session.objective.y_dev)
+    except metrics.MetricFailed as exc:
+        raise UserError(_scoring_failed(session, state, scored, f"--metric {exc.spec} failed on the dev "
+                                        f"predictions: {exc.reason}", exc.spec)) from None
+
+
+def _scoring_failed(session: Session, state: TrainState, scored: Any, problem: str, spec: str | None = None) -> str:
+    """Save the model trained so far into final/ (with what using it needs), then the message: the problem, where
+    the model is, and how to score it once the metric is fixed."""
+    cfg, folder = session.cfg, session.out / "final"
+    checkpoints.save_model_folder(session.accelerator, session.net, session.tokenizer, folder,
+                                  {"step": state.global_step, **state.model_info}, session.model_bytes)
+    shown = ", ".join(f"{k} {scored.metrics[k]:.4f}" for k in session.objective.table_metrics if k in scored.metrics)
+    fix = (f"Fix the metric script, then score that model with `bertkit evaluate --model {folder} --data "
+           f"{cfg.dev or 'DEV_DATA'} --metric {spec}`, or re-run this command (it resumes from the last checkpoint, "
+           f"if any)." if spec else
+           "Pass --metric-for-best with one of those and --overwrite (or a new --out) to train again.")
+    return (f"{problem}, at step {state.global_step} (epoch {state.epoch + 1} of {cfg.epochs}). The model trained so "
+            f"far is saved, not lost: {folder} (dev {shown}). {fix}")
+
+
+def dev_scores(session: Session) -> Any:
+    """The objective's scores of the dev logits, computed in any number of processes: each evaluates a share of
+    the length-sorted batches, `gather_object` collects (rows, logits) from all, every row counted once.
+
+    The forward runs on the *unwrapped* model: a DDP-wrapped forward is itself a collective (it broadcasts
+    buffers from rank 0 before every call), so ranks with different numbers of dev batches - e.g. 20 dev rows in
+    one batch over 2 processes: rank 0 has one, rank 1 none - would deadlock against the gather below. The
+    weights are identical on all ranks. The one collective here (`gather_object`) is called exactly once by every
+    rank, whatever its share; no padding rows are added, so nothing is counted twice."""
+    from accelerate.utils import gather_object
+
+    accelerator = session.accelerator
+    local = accelerator.unwrap_model(session.net)
+    local.eval()
+    batches = sorted_batches(session.dev_enc.lengths, max(session.cfg.batch_size * 2, 32))
+    mine = batches[accelerator.process_index :: accelerator.num_processes]
+    dtype = modeling.DTYPE_NAMES[{"no": "fp32", "bf16": "bf16", "fp16": "fp16"}[accelerator.mixed_precision]]
+    logits = infer.run_batches(lambda batch: local(**batch), session.dev_enc, mine, model=local.model,
+                               pad_id=session.pad_id, device=accelerator.device, dtype=dtype)
+    gathered = list(zip(mine, logits, strict=True))
+    if accelerator.num_processes > 1:
+        gathered = gather_object(gathered)
+    local.train()
+    all_logits = restore_order([b for b, _ in gathered], [lg for _, lg in gathered])
+    if not np.isfinite(all_logits).all():
+        raise UserError(_not_finite_message(session, "the dev logits", None, None))
+    return session.objective.score(all_logits)
+
+
+def _keep_best(session: Session, state: TrainState, scored: Any, value: float) -> None:
+    """A new best: its metrics in the state, its model in best/, its dev probabilities for the reports."""
+    state.best_metric, state.best_step, state.evals_since_best = value, state.global_step, 0
+    state.best_dev = {k: v for k, v in scored.metrics.items() if k != "per_class"}
+    checkpoints.save_model_folder(session.accelerator, session.net, session.tokenizer, session.out / "best",
+                                  {"step": state.global_step, "metric": session.cfg.metric_for_best, "value": value,
+                                   "labels": session.label_map.to_json()["labels"], **state.model_info},
+                                  session.model_bytes)
+    if session.accelerator.is_main_process:
+        with runs.atomic_path(session.out / "best_dev_proba.npy") as tmp, open(tmp, "wb") as handle:
+            np.save(handle, scored.outputs)
+
+
+def _model_info(session: Session, scored: dict[str, Any]) -> dict[str, Any]:
+    """What a model saved now needs besides its weights (bertkit_model.json): for tags and numbers the task, and
+    the multi-label decision threshold (`bertkit predict` applies it). Single-label models need nothing."""
+    task = session.label_map.task
+    if task == "single_label":
+        return {}
+    return {"task": task, **({"threshold": scored["threshold"]} if "threshold" in scored else {})}
+
+
+def _epoch_row(state: TrainState, train_loss: float, names: tuple[str, ...]) -> dict[str, Any]:
+    """One row of the training table: losses, the objective's table metrics (single-label: accuracy, F1, MCC)."""
+    last = state.history[-1]
+    return {"epoch": state.epoch + 1, "train_loss": train_loss, "dev_loss": last["dev_loss"],
+            **{f"dev_{name}": last.get(f"dev_{name}") for name in names},
+            "train_seconds": round(state.train_seconds, 1),
+            "samples_per_second": round(state.train_rows / max(state.train_seconds, 1e-9), 1)}
+
+
+# ---------------------------------------------------------------- stops and small pieces
+
+def _nothing() -> Any:
+    import contextlib
+
+    return contextlib.nullcontext()
+
+
+def _stop_if_not_finite(session: Session, state: TrainState, loss_sum: float) -> None:
+    """A NaN/inf loss (on any process) stops the run before the optimizer step: nothing diverged is saved."""
+    bad = torch.tensor([0.0 if math.isfinite(loss_sum) else 1.0], device=session.accelerator.device)
+    if session.accelerator.num_processes > 1:
+        bad = session.accelerator.reduce(bad, reduction="sum")
+    if bad.item() > 0:
+        raise UserError(_not_finite_message(session, "the training loss", state.global_step + 1, state.epoch))
+
+
+def _stop_if_weights_not_finite(session: Session, state: TrainState) -> None:
+    """A step whose loss was still finite can leave NaN/inf weights (an update that overflows, e.g. --lr 3e38):
+    checked before every evaluation and checkpoint, so the checkpoint named "last good" holds finite weights.
+    The weights are the same on every process, so every process stops together."""
+    params = [p.detach() for p in session.accelerator.unwrap_model(session.net).parameters()]
+    if not torch.stack([torch.isfinite(p).all() for p in params]).all().item():
+        raise UserError(_not_finite_message(session, "the model weights", state.global_step, state.epoch))
+
+
+def _not_finite_message(session: Session, what: str, step: int | None, epoch: int | None) -> str:
+    """`step`: the optimizer step (1-based) after which `what` was found NaN/inf; `epoch`: 0-based."""
+    cfg = session.cfg
+    where = f" at step {step} (epoch {(epoch or 0) + 1})" if step is not None else ""
+    last = checkpoints.latest_checkpoint(session.out)
+    kept = f"The last good checkpoint, {last}, is kept." if last else "No checkpoint was saved before it."
+    causes = " or fp16 overflow (use --precision bf16 or fp32)" if cfg.precision == "fp16" else ""
+    if session.label_map.task == "regression":  # huge targets are refused before training; say what these span
+        y = np.asarray(getattr(getattr(session.objective, "hard", session.objective), "y_train", []), np.float64)
+        causes += f" (the regression targets span {y.min():g} to {y.max():g}: if that is wide, scale them)" if y.size else ""
+    return (f"{what[0].upper() + what[1:]} became NaN/inf{where}: the run diverged, most likely because --lr {cfg.lr:g} "
+            f"is too high{causes}. {kept} Re-run with a smaller --lr (the BERT paper uses 2e-5 to 5e-5) and "
+            f"--overwrite, or a new --out.")
+
+
+def on_main(accelerator: Any, fn: Any) -> Any:
+    return checkpoints._on_main(accelerator, fn)
+
+
+def _mean_across(accelerator: Any, loss_sum: float, rows: int) -> float:
+    """Mean training loss since the last evaluation, over all processes."""
+    totals = torch.tensor([loss_sum, float(rows)], dtype=torch.float64, device=accelerator.device)
+    totals = accelerator.reduce(totals, reduction="sum") if accelerator.num_processes > 1 else totals
+    return float(totals[0] / max(totals[1].item(), 1.0))

@@ -1,0 +1,60 @@
+"""What a finished fine-tuning run reports: the metrics.json summary, and training_table.csv, dev_errors.csv,
+curves.png and the best model's dev plot (confusion matrix or true-vs-predicted scatter)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bertkit.io import runs
+from bertkit.scoring.predictions import write_predictions_csv
+from bertkit.training.loop import Session, TrainState
+
+
+def summary(session: Session, state: TrainState, restored: dict[str, Any] | None) -> dict[str, Any]:
+    cfg, accelerator = session.cfg, session.accelerator
+    forward = "fast" if accelerator.unwrap_model(session.net).fast else "transformers"
+    return {
+        "finished": True, "task": session.label_map.task, "best_metric_name": cfg.metric_for_best,
+        "best_metric": state.best_metric,
+        "best_step": state.best_step, "best_dev": state.best_dev,
+        "final_dev": state.history[-1] if state.history else None, "global_step": state.global_step,
+        "steps_per_epoch": session.steps_per_epoch, "epochs_run": state.epoch, "stopped_early": state.stopped_early,
+        "train_rows_seen": state.train_rows, "train_seconds": round(state.train_seconds, 2),
+        "train_samples_per_second": round(state.train_rows / max(state.train_seconds, 1e-9), 2),
+        "processes": accelerator.num_processes, "mixed_precision": accelerator.mixed_precision, "forward": forward,
+        "history": state.history, "epoch_table": state.epoch_table, "resumed_from": restored,
+        "outputs": {name: str(Path(cfg.out or session.out) / name) for name in
+                    ("best", "final", "metrics.jsonl", "training_table.csv", "curves.png",
+                     *REPORT_PLOTS[session.label_map.task], "dev_errors.csv")},
+    }
+
+
+REPORT_PLOTS = {"single_label": ("confusion_matrix.png",), "regression": ("dev_scatter.png",), "multi_label": ()}
+"""The plot of the best model's dev predictions, per problem shape (multi-label: the per-tag table is in
+metrics.json)."""
+
+
+def write_reports(session: Session, state: TrainState) -> None:
+    """training_table.csv, dev_errors.csv, curves.png and the best model's dev confusion matrix (main process)."""
+    import pandas as pd
+
+    from bertkit import plots
+
+    out, names, task = session.out, session.objective.label_names, session.label_map.task
+    proba = np.load(out / "best_dev_proba.npy")
+    with runs.atomic_path(out / "training_table.csv") as tmp:
+        pd.DataFrame(state.epoch_table).to_csv(tmp, index=False)
+    write_predictions_csv(out / "dev_errors.csv", session.dev, proba, names, y_true=session.objective.y_dev,
+                          only_errors=True, task=task, threshold=(state.best_dev or {}).get("threshold", 0.5))
+    plots.training_curves(state.history, session.cfg.metric_for_best, out / "curves.png",
+                          f"{session.run.command} {getattr(session.cfg, 'model', '')}")
+    if task == "regression":
+        plots.regression_scatter(session.objective.y_dev, proba[:, 0], out / "dev_scatter.png",
+                                 f"dev: true vs predicted {names[0]} (best, step {state.best_step})")
+    matrix = (state.best_dev or {}).get("confusion_matrix")
+    if matrix is not None:
+        plots.confusion_matrix(matrix, names, out / "confusion_matrix.png",
+                               f"dev confusion matrix (best, step {state.best_step})")

@@ -1,0 +1,71 @@
+"""Whether --out holds this run: the resume key (what must match for a re-run to continue it), the run's status
+(new, resume, finished), and claiming the run directory with a new run's config.json."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from bertkit.config.commands import FinetuneConfig, config_dict
+from bertkit.io import runs
+
+NOT_IN_RESUME_KEY = {"quiet", "overwrite", "out", "save_every"}
+"""Options that do not change what is computed; a re-run may change them and still resume."""
+
+
+def resume_key(cfg: FinetuneConfig, fingerprints: dict[str, str]) -> dict[str, Any]:
+    """What must match for a re-run to continue an existing --out: the config (less cosmetics) and the data."""
+    values = {k: v for k, v in config_dict(cfg).items() if k not in NOT_IN_RESUME_KEY}
+    return {"config": values, "data": fingerprints}
+
+
+def resume_differences(run_path: Path, key: dict[str, Any]) -> list[str]:
+    """What differs between the run in `run_path` and a run with resume key `key` (empty: the same run)."""
+    record = runs.read_run_config(run_path)
+    if record is None:  # claimed, but stopped before its config was written: nothing to differ from
+        return []
+    return _changed_keys(record.get("resume_key") or {}, json.loads(runs.to_json(key)))
+
+
+def run_status(run: runs.RunDir) -> str:
+    """'new', 'resume' or 'finished' for the directory a run writes into."""
+    if not run.existing or not (run.path / "config.json").is_file():
+        return "new"
+    try:
+        finished = json.loads((run.path / "metrics.json").read_text(encoding="utf-8")).get("finished")
+    except (OSError, ValueError, AttributeError):  # none yet (or not readable): the checkpoints decide
+        finished = False
+    return "finished" if finished else "resume"
+
+
+def _changed_keys(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    changed = []
+    for section in ("config", "data"):
+        a, b = old.get(section, {}), new.get(section, {})
+        changed += [f"--{k.replace('_', '-')}: {a.get(k)!r} -> {b.get(k)!r}" if section == "config"
+                    else f"{k} data: {a.get(k)} -> {b.get(k)}"
+                    for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    return changed
+
+
+def finished_already(cfg: FinetuneConfig, key: dict[str, Any], command: str) -> bool:
+    """A read-only look at --out before any work (its refusals end the run here): does it hold this run, finished?"""
+    plan = runs.inspect_run_dir(cfg.out or "", command, overwrite=cfg.overwrite,
+                                compare=lambda path: resume_differences(path, key), inputs=runs.input_paths(cfg))
+    return not plan.replacing and not plan.pending_swap and run_status(plan) == "finished"
+
+
+def claim_out(cfg: FinetuneConfig, key: dict[str, Any], accelerator: Any, task: Any) -> tuple[runs.RunDir, str]:
+    """Claim --out (main process): the run directory to write into and its status; a new run's config.json."""
+    run = runs.claim_run_dir(cfg.out or "", task.command, overwrite=cfg.overwrite,
+                             compare=lambda path: resume_differences(path, key))
+    status = run_status(run)
+    if status == "finished":
+        run.commit()
+    elif status == "new":
+        runs.write_run_config(run.path, task.command, config_dict(cfg), resume_key=key, data_fingerprints=key["data"],
+                              model_revision=task.model_revision(cfg), processes=accelerator.num_processes,
+                              mixed_precision=accelerator.mixed_precision, device=str(accelerator.device))
+    return dataclasses.replace(run, compare=None), status  # sent to every process: no closures
