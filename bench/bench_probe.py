@@ -113,7 +113,8 @@ def main() -> int:
     if not SST2.is_dir():
         print(f"[probe] {SST2} not found; this benchmark needs the shared SST-2 files", flush=True)
         return 1
-    from bertkit.io.runs import machine_info, package_versions, write_json_atomic
+    from bertkit.io.atomic import write_json_atomic
+    from bertkit.io.trail import machine_info, package_versions
 
     X, y = features("train", args.features_from)
     D, yd = features("dev", args.features_from)

@@ -58,7 +58,7 @@ def main() -> dict:
 
     from bertkit.config.commands import DataOptions
     from bertkit.data import dataset as data
-    from bertkit.io import runs
+    from bertkit.io import atomic, trail
     from bertkit.models import loading as modeling
     from bertkit.models.fastforward import SequenceClassifier
     from bertkit.training.finetune import _adamw
@@ -113,10 +113,10 @@ def main() -> dict:
         "same_shapes_alone_gflops": round(matmul_alone_gflops(model.config.hidden_size,
                                                               model.config.intermediate_size, mean_tokens), 1),
         "top_ops_seconds_per_step": {k: round(v / len(timed), 4) for k, v in top},
-        "machine": runs.machine_info(), "load_avg": [round(x, 2) for x in os.getloadavg()],
+        "machine": trail.machine_info(), "load_avg": [round(x, 2) for x in os.getloadavg()],
     }
     path = ROOT / "bench" / "results" / "finetune-profile.json"
-    runs.write_json_atomic(path, record)
+    atomic.write_json_atomic(path, record)
     print(f"wrote {path}: matmul share {record['matmul_share_of_op_time']}, "
           f"{record['linear_matmul_gflops_in_step']} GFLOP/s in the step vs {record['same_shapes_alone_gflops']} alone")
     return record

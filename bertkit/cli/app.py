@@ -181,7 +181,7 @@ def config_command(config_cls: type, name: str | None = None) -> Callable[[Calla
 
 def emit_json(obj: Any) -> None:
     """Results as JSON on stdout (nothing else goes to stdout with --json)."""
-    from bertkit.io.runs import to_json
+    from bertkit.io.atomic import to_json
 
     sys.stdout.write(to_json(obj) + "\n")
     sys.stdout.flush()

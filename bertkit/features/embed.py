@@ -432,7 +432,7 @@ def embed_to_store(cfg: EmbedConfig, progress: bool = True) -> dict[str, Any]:
     from pathlib import Path
 
     from bertkit.features import store
-    from bertkit.io import runs
+    from bertkit.io import ownership, rundir
 
     device = modeling.choose_device(cfg.device)
     with process_state(device) as dist:
@@ -440,8 +440,8 @@ def embed_to_store(cfg: EmbedConfig, progress: bool = True) -> dict[str, Any]:
             device = dist.device  # this process's GPU
         dtype = modeling.choose_dtype(cfg.precision, device)
         root = Path(cfg.out or "").expanduser()
-        runs.inspect_run_dir(root, "embed", overwrite=cfg.overwrite,  # read-only: refusals end every rank here
-                             inputs=runs.input_paths(cfg))
+        rundir.inspect_run_dir(root, "embed", overwrite=cfg.overwrite,  # read-only: refusals end every rank here
+                               inputs=ownership.input_paths(cfg))
         named, label_map = load_embed_data(cfg)
         split_layout = len(named) > 1
         tokenizer = modeling.load_tokenizer(cfg.model, cfg.trust_remote_code)
@@ -477,7 +477,7 @@ def _manifest_common(cfg: EmbedConfig, tokenizer: Any, encoder: Any, spec: Featu
                      dtype: torch.dtype, label_map: LabelMap | None) -> dict[str, Any]:
     """What every split's manifest records about the model and the features."""
     from bertkit import __version__
-    from bertkit.io.runs import package_versions
+    from bertkit.io.trail import package_versions
 
     n_layers, hidden = encoder_shape(encoder)
     return {
@@ -496,12 +496,12 @@ def _claim_store_dir(cfg: EmbedConfig, dist: Any, root: Any, identities: dict[st
                      split_layout: bool) -> Any:
     """Rank 0 claims --out (everything is validated by now); every rank gets the directory to write into."""
     from bertkit.features import store
-    from bertkit.io import runs
+    from bertkit.io import rundir
 
-    run = runs.claim_run_dir(root, "embed", overwrite=cfg.overwrite, compare=lambda path: store.run_differences(
+    run = rundir.claim_run_dir(root, "embed", overwrite=cfg.overwrite, compare=lambda path: store.run_differences(
         path, identities, split_layout)) if dist.is_main_process else None
     dist.wait_for_everyone()
-    return run or runs.RunDir(root, "embed", cfg.overwrite, path=runs.write_path(root, cfg.overwrite))
+    return run or rundir.RunDir(root, "embed", cfg.overwrite, path=rundir.write_path(root, cfg.overwrite))
 
 
 def _embed_split(cfg: EmbedConfig, dist: Any, writer: Any, split: str, ds: TextDataset, encoder: Any,

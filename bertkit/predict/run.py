@@ -13,7 +13,7 @@ import numpy as np
 
 from bertkit.config.commands import EvaluateConfig, PredictConfig, config_dict, recipe_path
 from bertkit.data import dataset as data
-from bertkit.io import runs
+from bertkit.io import atomic, ownership, predictions_out, rundir, trail
 from bertkit.models import infer
 from bertkit.models import loading as modeling
 from bertkit.scoring import metrics
@@ -59,8 +59,8 @@ def run_predict(cfg: PredictConfig, *, recipe: str | None = None, progress: bool
     `recipe` (the --recipe given) is one of the inputs --out must never overwrite.
     """
     if cfg.out:  # before any work: never over an input, never over a file bertkit did not write
-        runs.check_predictions_out(cfg.out, {"--data": cfg.data, "--model": cfg.model, "--probe": cfg.probe,
-                                             "--recipe": str(recipe_path(recipe)) if recipe else None})
+        predictions_out.check_predictions_out(cfg.out, {"--data": cfg.data, "--model": cfg.model, "--probe": cfg.probe,
+                                                        "--recipe": str(recipe_path(recipe)) if recipe else None})
     if cfg.text:
         dataset = data.TextDataset(list(cfg.text), source="--text")
     else:
@@ -95,8 +95,8 @@ def run_evaluate(cfg: EvaluateConfig, *, progress: bool = False) -> dict[str, An
     """Metrics of a fine-tuned model on labelled --data (read in the model's problem shape); metrics.json,
     predictions.csv and the shape's plot (confusion matrix, true-vs-predicted scatter, per-tag F1) in --out when
     given."""
-    plan = runs.inspect_run_dir(cfg.out, "evaluate", overwrite=cfg.overwrite, inputs=runs.input_paths(cfg),
-                                compare=runs.config_compare(config_dict(cfg))) if cfg.out else None  # read-only, early
+    plan = rundir.inspect_run_dir(cfg.out, "evaluate", overwrite=cfg.overwrite, inputs=ownership.input_paths(cfg),
+                                  compare=trail.config_compare(config_dict(cfg))) if cfg.out else None  # read-only, early
     external = [metrics.load_metric(spec) for spec in cfg.external_metrics]  # before any work: a missing one stops here
     model, tokenizer, label_map = load_for_inference(cfg.model or "")
     modeling.check_max_length(cfg.max_length, tokenizer, model.config, cfg.model or "",
@@ -115,8 +115,8 @@ def run_evaluate(cfg: EvaluateConfig, *, progress: bool = False) -> dict[str, An
                   long_text=cfg.long_text, truncation=cfg.truncation)
     if plan is not None:
         run = plan.claim()
-        runs.write_run_config(run.path, "evaluate", config_dict(cfg), data_fingerprint=dataset.fingerprint)
-        runs.write_json_atomic(run.path / "metrics.json", result)
+        trail.write_run_config(run.path, "evaluate", config_dict(cfg), data_fingerprint=dataset.fingerprint)
+        atomic.write_json_atomic(run.path / "metrics.json", result)
         write_predictions_csv(run.path / "predictions.csv", dataset, proba, outputs.label_names, y_true=y,
                               task=outputs.task, threshold=outputs.threshold)
         _plot(outputs, y, result, run.path, f"{cfg.model} on {dataset.source}")
@@ -224,7 +224,7 @@ def write_predictions_csv(
         wrong, order = (None if y_true is None else predicted != y_true), "confidence"
     if only_errors and wrong is not None:
         frame = frame[wrong].sort_values(order, ascending=False)
-    with runs.atomic_path(path) as tmp:
+    with atomic.atomic_path(path) as tmp:
         frame.to_csv(tmp, index=False)
     return len(frame)
 

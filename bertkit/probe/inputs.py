@@ -285,7 +285,7 @@ def cached_features(
 ) -> dict[str, np.ndarray]:
     """{pool: features} from `cache_dir` when a previous run stored them for the same model, data and settings;
     otherwise `compute()` them and store one .npy per pool (+ a .json key) atomically."""
-    from bertkit.io.runs import atomic_path, write_json_atomic
+    from bertkit.io.atomic import atomic_path, write_json_atomic
 
     layers = "all" if meta.get("layers") == "all" else "_".join(map(str, indices))
     key = {k: meta.get(k) for k in ("model", "revision", "max_length", "normalize", "dtype")}

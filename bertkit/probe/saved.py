@@ -111,7 +111,7 @@ def save_probe(directory: str | Path, fit: ProbeFit, label_map: Any, meta: dict[
     """Write `probe.safetensors` (arrays) and `probe.json` (label map + feature recipe) into `directory`."""
     from safetensors.numpy import save_file
 
-    from bertkit.io.runs import atomic_path, write_json_atomic
+    from bertkit.io.atomic import atomic_path, write_json_atomic
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)

@@ -40,7 +40,7 @@ import torch
 from bertkit.config.commands import FinetuneConfig, config_dict
 from bertkit.data import dataset as data
 from bertkit.errors import UserError
-from bertkit.io import disk, faults, runs
+from bertkit.io import atomic, disk, faults, ownership, rundir, trail
 from bertkit.models import infer
 from bertkit.models import loading as modeling
 from bertkit.models.fastforward import SequenceClassifier
@@ -117,7 +117,7 @@ class Session:
 
     cfg: FinetuneConfig
     accelerator: Any
-    run: runs.RunDir
+    run: rundir.RunDir
     out: Path
     """Where this run writes: --out, or its staging folder while it replaces another run (--overwrite)."""
     tokenizer: Any
@@ -356,7 +356,7 @@ def restore(session: Session) -> tuple[TrainState, dict[str, Any] | None]:
                  found.path, restored["epoch"], restored["step"], restored["batch_in_epoch"],
                  session.steps_per_epoch, restored["lr"], session.cfg.metric_for_best, state.best_metric)
     if accelerator.is_main_process:  # evaluations after the checkpoint will be redone: keep the log consistent
-        runs.write_text_atomic(out / "metrics.jsonl", "".join(runs.to_json(r, indent=None) + "\n" for r in state.history))
+        atomic.write_text_atomic(out / "metrics.jsonl", "".join(atomic.to_json(r, indent=None) + "\n" for r in state.history))
     return state, restored
 
 
@@ -451,7 +451,7 @@ def evaluate(session: Session, state: TrainState, end_of_epoch: bool) -> None:
         patience = cfg.early_stopping_patience
         state.stopped_early = bool(patience and state.evals_since_best >= patience)
     if accelerator.is_main_process:
-        runs.append_jsonl(session.out / "metrics.jsonl", record)
+        atomic.append_jsonl(session.out / "metrics.jsonl", record)
     if end_of_epoch:
         state.epoch_table.append(_epoch_row(state, train_loss, session.objective.table_metrics))
         state.epoch, state.step_in_epoch = state.epoch + 1, 0
@@ -523,7 +523,7 @@ def finish(session: Session, state: TrainState, restored: dict[str, Any] | None,
     summary = _summary(session, state, restored)
     if accelerator.is_main_process:
         _write_reports(session, state)
-        runs.write_json_atomic(session.out / "metrics.json", summary)
+        atomic.write_json_atomic(session.out / "metrics.json", summary)
         session.run.commit()  # an --overwrite run: the new output replaces the previous one only now
     accelerator.wait_for_everyone()
     return FinetuneResult(session.run.out, summary, state.epoch_table, restored, False, accelerator.is_main_process,
@@ -541,13 +541,13 @@ def resume_key(cfg: FinetuneConfig, fingerprints: dict[str, str]) -> dict[str, A
 
 def resume_differences(run_path: Path, key: dict[str, Any]) -> list[str]:
     """What differs between the run in `run_path` and a run with resume key `key` (empty: the same run)."""
-    record = runs.read_run_config(run_path)
+    record = trail.read_run_config(run_path)
     if record is None:  # claimed, but stopped before its config was written: nothing to differ from
         return []
-    return _changed_keys(record.get("resume_key") or {}, json.loads(runs.to_json(key)))
+    return _changed_keys(record.get("resume_key") or {}, json.loads(atomic.to_json(key)))
 
 
-def run_status(run: runs.RunDir) -> str:
+def run_status(run: rundir.RunDir) -> str:
     """'new', 'resume' or 'finished' for the directory a run writes into."""
     if not run.existing or not (run.path / "config.json").is_file():
         return "new"
@@ -570,8 +570,8 @@ def _changed_keys(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
 def _finished_already(cfg: FinetuneConfig, key: dict[str, Any], command: str) -> bool:
     """A read-only look at --out before any work (its refusals end the run here): does it hold this run, finished?"""
-    plan = runs.inspect_run_dir(cfg.out or "", command, overwrite=cfg.overwrite,
-                                compare=lambda path: resume_differences(path, key), inputs=runs.input_paths(cfg))
+    plan = rundir.inspect_run_dir(cfg.out or "", command, overwrite=cfg.overwrite,
+                                  compare=lambda path: resume_differences(path, key), inputs=ownership.input_paths(cfg))
     return not plan.replacing and not plan.pending_swap and run_status(plan) == "finished"
 
 
@@ -580,17 +580,17 @@ def _finished_result(out: Path, accelerator: Any) -> FinetuneResult:
     return FinetuneResult(out, done, done.get("epoch_table", []), None, True, accelerator.is_main_process)
 
 
-def _claim_out(cfg: FinetuneConfig, key: dict[str, Any], accelerator: Any, task: Task) -> tuple[runs.RunDir, str]:
+def _claim_out(cfg: FinetuneConfig, key: dict[str, Any], accelerator: Any, task: Task) -> tuple[rundir.RunDir, str]:
     """Claim --out (main process): the run directory to write into and its status; a new run's config.json."""
-    run = runs.claim_run_dir(cfg.out or "", task.command, overwrite=cfg.overwrite,
-                             compare=lambda path: resume_differences(path, key))
+    run = rundir.claim_run_dir(cfg.out or "", task.command, overwrite=cfg.overwrite,
+                               compare=lambda path: resume_differences(path, key))
     status = run_status(run)
     if status == "finished":
         run.commit()
     elif status == "new":
-        runs.write_run_config(run.path, task.command, config_dict(cfg), resume_key=key, data_fingerprints=key["data"],
-                              model_revision=task.model_revision(cfg), processes=accelerator.num_processes,
-                              mixed_precision=accelerator.mixed_precision, device=str(accelerator.device))
+        trail.write_run_config(run.path, task.command, config_dict(cfg), resume_key=key, data_fingerprints=key["data"],
+                               model_revision=task.model_revision(cfg), processes=accelerator.num_processes,
+                               mixed_precision=accelerator.mixed_precision, device=str(accelerator.device))
     return dataclasses.replace(run, compare=None), status  # sent to every process: no closures
 
 
@@ -606,7 +606,7 @@ def _keep_best(session: Session, state: TrainState, scored: Any, value: float) -
                                    "labels": session.label_map.to_json()["labels"], **state.model_info},
                                   session.model_bytes)
     if session.accelerator.is_main_process:
-        with runs.atomic_path(session.out / "best_dev_proba.npy") as tmp, open(tmp, "wb") as handle:
+        with atomic.atomic_path(session.out / "best_dev_proba.npy") as tmp, open(tmp, "wb") as handle:
             np.save(handle, scored.outputs)
 
 
@@ -660,7 +660,7 @@ def _write_reports(session: Session, state: TrainState) -> None:
 
     out, names, task = session.out, session.objective.label_names, session.label_map.task
     proba = np.load(out / "best_dev_proba.npy")
-    with runs.atomic_path(out / "training_table.csv") as tmp:
+    with atomic.atomic_path(out / "training_table.csv") as tmp:
         pd.DataFrame(state.epoch_table).to_csv(tmp, index=False)
     write_predictions_csv(out / "dev_errors.csv", session.dev, proba, names, y_true=session.objective.y_dev,
                           only_errors=True, task=task, threshold=(state.best_dev or {}).get("threshold", 0.5))
