@@ -326,10 +326,10 @@ def test_config_fields_are_probe_options_and_recipes_load():
     import dataclasses
     import inspect
 
-    from bertkit.cli import app as cli
+    from bertkit.cli.app import probe
     from bertkit.config.commands import load_recipe
 
-    params = set(inspect.signature(cli.probe).parameters)
+    params = set(inspect.signature(probe).parameters)
     assert {f.name for f in dataclasses.fields(ProbeConfig)} <= params
     for name in ("alammar-sst2-probe", "alammar-sst2-probe-offline"):
         cfg = ProbeConfig(**load_recipe(name, "probe", ProbeConfig))
