@@ -211,7 +211,7 @@ class StoreWriter:
             )
 
     def prepare(self, create: bool = True) -> str:
-        """Start or resume in a claimed run directory (`runs.claim_run_dir`); returns the status before this call
+        """Start or resume in a claimed run directory (`rundir.claim_run_dir`); returns the status before this call
         ('new'/'partial'/'complete')."""
         status = self.status()
         if status == "partial" and create:
@@ -307,7 +307,7 @@ class StoreWriter:
 
     def _remove_work_files(self) -> None:
         """Shards, identity and the temp files of writes that a killed run never renamed (can be store-sized); in
-        shards/ only the files bertkit wrote (`runs.remove_owned`)."""
+        shards/ only the files bertkit wrote (`ownership.remove_owned`)."""
         if (self.path / SHARDS).exists():
             kept = remove_owned(self.path / SHARDS, "shards")
             if kept:

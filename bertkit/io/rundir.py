@@ -43,7 +43,7 @@ from bertkit.io.trail import Compare
 
 log = logging.getLogger(__name__)
 
-STORE_FORMAT = "bertkit-store/1"  # = store.FORMAT (store imports this module, not the other way round)
+STORE_FORMAT = "bertkit-store/1"  # = store.FORMAT (the store imports bertkit.io, not the other way round)
 
 
 @dataclass
