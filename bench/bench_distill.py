@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--datasets", default=None, help="comma list of datasets to run (demo, sst2); results of "
                         "the others already in the results file are kept")
     args = parser.parse_args(argv)
-    from bertkit.io import runs
+    from bertkit.io import atomic, trail
     from bertkit.models import loading as modeling
 
     names = ["demo"] + ([] if args.quick or not DATASETS["sst2"]["train"].is_file() else ["sst2"])
@@ -114,8 +114,8 @@ def main(argv: list[str] | None = None) -> dict:
         names = [n for n in args.datasets.split(",") if n in names]
     path = RESULTS / ("distill-quick.json" if args.quick else "distill.json")
     earlier = json.loads(path.read_text()).get("datasets", {}) if path.is_file() else {}
-    results = {"benchmark": "distill", "quick": args.quick, "machine": runs.machine_info(),
-               "versions": runs.package_versions(), "cpu_native_bf16": modeling.cpu_supports_bf16(),
+    results = {"benchmark": "distill", "quick": args.quick, "machine": trail.machine_info(),
+               "versions": trail.package_versions(), "cpu_native_bf16": modeling.cpu_supports_bf16(),
                "load_avg_before": [round(x, 2) for x in os.getloadavg()],
                "datasets": {k: v for k, v in earlier.items() if k not in names}}
     with tempfile.TemporaryDirectory(prefix="bench-distill-") as tmp:
@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> dict:
                              indent=1, default=str), flush=True)
     results["load_avg_after"] = [round(x, 2) for x in os.getloadavg()]
     RESULTS.mkdir(parents=True, exist_ok=True)
-    runs.write_json_atomic(path, results)
+    atomic.write_json_atomic(path, results)
     print(f"wrote {path}")
     return results
 

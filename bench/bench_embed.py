@@ -44,7 +44,8 @@ from bertkit.models import loading as modeling  # noqa: E402
 
 hf_logging.set_verbosity_error()
 hf_logging.disable_progress_bar()
-from bertkit.io.runs import machine_info, package_versions, write_json_atomic  # noqa: E402
+from bertkit.io.atomic import write_json_atomic  # noqa: E402
+from bertkit.io.trail import machine_info, package_versions  # noqa: E402
 
 # ---------------------------------------------------------------- measuring
 

@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> dict:
     unknown = set(variants) - set(ALL)
     if unknown:
         parser.error(f"unknown variants {sorted(unknown)}; choose from {', '.join(ALL)}")
-    from bertkit.io import runs
+    from bertkit.io import atomic, trail
 
     native_bf16 = bf16_is_native()
     best_trainer = "trainer_dynamic_bf16" if native_bf16 else "trainer_dynamic"
@@ -200,13 +200,13 @@ def main(argv: list[str] | None = None) -> dict:
                              f"({'bf16 is native here' if native_bf16 else 'bf16 is emulated here, fp32 is faster'})",
         "variants": results, "speed_ratios": ratios,
         "load_avg_before": [round(x, 2) for x in load_before], "load_avg_after": [round(x, 2) for x in os.getloadavg()],
-        "machine": runs.machine_info(), "versions": runs.package_versions(),
+        "machine": trail.machine_info(), "versions": trail.package_versions(),
         "note": "samples/s = training rows / training-loop seconds (evaluation and saving excluded for all variants). "
                 "The machine's 2 cores are shared with other jobs: compare ratios within one run, see load_avg.",
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / ("finetune-quick.json" if args.quick else "finetune.json")
-    runs.write_json_atomic(path, record)
+    atomic.write_json_atomic(path, record)
     print(f"wrote {path}: {json.dumps(ratios)}")
     return record
 

@@ -1,7 +1,7 @@
 """Probe benchmark: Alammar's exact C search versus `bertkit probe`'s, on the same features and folds.
 
 Features: packaged MiniLM (`minilm-offline`), `[CLS]` of the last layer, SST-2 train/dev from ../shared/data/sst2,
-extracted once with `bertkit.features.embed.extract_features` and cached in bench/.cache/ (reused by later runs).
+extracted once with `bertkit.features.extract.extract_features` and cached in bench/.cache/ (reused by later runs).
 
 - seed: `GridSearchCV(LogisticRegression(), {"C": np.linspace(0.0001, 100, 20)}, cv=5)` on the raw features,
   exactly as in Alammar's notebook (sklearn defaults: lbfgs, max_iter=100, so high C values stop at the cap).
@@ -43,7 +43,7 @@ def features(split: str, run_dir: Path | None = None) -> tuple[np.ndarray, np.nd
     from bertkit.data.labels import LabelMap
     from bertkit.data.options import DataOptions
     from bertkit.data.splits import load_dataset_split
-    from bertkit.features.embed import extract_features
+    from bertkit.features.extract import extract_features
     from bertkit.models import loading as modeling
 
     revision = modeling.model_revision("minilm-offline")
@@ -114,7 +114,8 @@ def main() -> int:
     if not SST2.is_dir():
         print(f"[probe] {SST2} not found; this benchmark needs the shared SST-2 files", flush=True)
         return 1
-    from bertkit.io.runs import machine_info, package_versions, write_json_atomic
+    from bertkit.io.atomic import write_json_atomic
+    from bertkit.io.trail import machine_info, package_versions
 
     X, y = features("train", args.features_from)
     D, yd = features("dev", args.features_from)

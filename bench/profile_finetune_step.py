@@ -60,7 +60,7 @@ def main() -> dict:
     from bertkit.data.splits import load_splits
     from bertkit.encoding.batches import grouped_batches, pad_batch
     from bertkit.encoding.encode import encode_for
-    from bertkit.io import runs
+    from bertkit.io import atomic, trail
     from bertkit.models import loading as modeling
     from bertkit.models.fastforward import SequenceClassifier
     from bertkit.training.finetune import _adamw
@@ -115,10 +115,10 @@ def main() -> dict:
         "same_shapes_alone_gflops": round(matmul_alone_gflops(model.config.hidden_size,
                                                               model.config.intermediate_size, mean_tokens), 1),
         "top_ops_seconds_per_step": {k: round(v / len(timed), 4) for k, v in top},
-        "machine": runs.machine_info(), "load_avg": [round(x, 2) for x in os.getloadavg()],
+        "machine": trail.machine_info(), "load_avg": [round(x, 2) for x in os.getloadavg()],
     }
     path = ROOT / "bench" / "results" / "finetune-profile.json"
-    runs.write_json_atomic(path, record)
+    atomic.write_json_atomic(path, record)
     print(f"wrote {path}: matmul share {record['matmul_share_of_op_time']}, "
           f"{record['linear_matmul_gflops_in_step']} GFLOP/s in the step vs {record['same_shapes_alone_gflops']} alone")
     return record

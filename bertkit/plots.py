@@ -10,7 +10,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from bertkit.io.runs import atomic_path  # noqa: E402
+from bertkit.io.atomic import atomic_path  # noqa: E402
 
 
 def _save(fig, path: Path) -> Path:

@@ -10,7 +10,8 @@ import torch
 
 from bertkit.data.dataset import TextDataset
 from bertkit.errors import UserError
-from bertkit.features.embed import FeatureSpec, extract_features
+from bertkit.features.extract import extract_features
+from bertkit.features.pooling import FeatureSpec
 from bertkit.models import loading as modeling
 from bertkit.models.infer import auto_token_budget, plan_batches
 
@@ -184,12 +185,12 @@ def test_auto_budget_scales_with_model_size():
                                          ("cls", "all"), ("max", "-2,-1")])
 def test_pruned_forward_equals_full_model(which, pool, layers, request, monkeypatch):
     """Skipping unused top layers and the [CLS]-only top layer give what the full model gives."""
-    import bertkit.features.embed as embed_module
+    import bertkit.features.pooling as pooling_module
 
     encoder, tokenizer = request.getfixturevalue(which)
     ds = TextDataset(TEXTS)
     fast = extract_features(encoder, tokenizer, ds, pool=pool, layers=layers, batch_size=5)
-    monkeypatch.setattr(embed_module, "PRUNE_LAYERS", False)
+    monkeypatch.setattr(pooling_module, "PRUNE_LAYERS", False)
     full = extract_features(encoder, tokenizer, ds, pool=pool, layers=layers, batch_size=5)
     np.testing.assert_allclose(fast, full, atol=1e-5, rtol=0)
     assert len(encoder.encoder.layer if which == "bert" else encoder.transformer.layer) == 2  # restored

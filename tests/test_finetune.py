@@ -237,7 +237,7 @@ def test_two_cpu_processes_agree_with_one(no_dropout_bert, toy_files, tmp_path):
     common = ["finetune", "--model", str(no_dropout_bert), "--data", str(train), "--dev", str(dev),
               "--epochs", "2", "--lr", "5e-3", "--quiet", "--json", "--eval-every", "1"]
     env = {**os.environ, **ONE_THREAD, "HF_HUB_OFFLINE": "1"}
-    two = subprocess.run([str(torchrun), "--nproc_per_node", "2", "-m", "bertkit.cli.app", *common, "--batch-size", "4",
+    two = subprocess.run([str(torchrun), "--nproc_per_node", "2", "-m", "bertkit.cli", *common, "--batch-size", "4",
                           "--out", str(tmp_path / "two")], env=env, capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert two.returncode == 0, two.stderr[-3000:]
     one = subprocess.run([sys.executable, "-m", "bertkit", *common, "--batch-size", "8", "--out", str(tmp_path / "one")],

@@ -278,16 +278,16 @@ def test_a_base_encoder_without_a_trained_head_is_refused(tiny_bert_dir, data, c
 
 def test_predict_with_a_probe_honours_precision_and_max_length(saved_probe, monkeypatch):
     """`predict --probe` used to ignore both: they now reach the feature extraction."""
-    from bertkit.features import embed
+    from bertkit.features import extract
 
     seen = {}
-    real = embed.extract_features
+    real = extract.extract_features
 
     def spy(*args, **kwargs):
         seen.update(max_length=kwargs["max_length"], dtype=kwargs["dtype"])
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(embed, "extract_features", spy)
+    monkeypatch.setattr(extract, "extract_features", spy)
     result = invoke(["predict", "--probe", str(saved_probe), "--text", "a great film", "--max-length", "16",
                      "--precision", "bf16", "--quiet"])
     assert result.exit_code == 0, result.output

@@ -305,7 +305,7 @@ def encoder(tiny_bert_dir):
 
 
 def test_chunked_embed_is_the_mean_of_each_texts_window_features(encoder, tokenizer):
-    from bertkit.features.embed import extract_features
+    from bertkit.features.extract import extract_features
 
     texts = [long_text(2100, seed=21), "a short review", long_text(700, seed=22)]
     ds = TextDataset(texts)
@@ -330,7 +330,7 @@ def test_chunked_embed_is_the_mean_of_each_texts_window_features(encoder, tokeni
 def test_embed_truncation_reads_the_tokens_it_keeps(encoder, tokenizer, truncation):
     import torch
 
-    from bertkit.features.embed import extract_features
+    from bertkit.features.extract import extract_features
 
     ds = TextDataset([long_text(2000, seed=31), "a good film"])
     cut = encode_dataset(tokenizer, ds, 64, truncation=truncation)  # its exact cut is checked above
@@ -353,7 +353,7 @@ def write_long_tsv(path, n: int = 8, words: int = 2000):
 
 def test_embed_cli_chunk_and_truncation_are_part_of_the_stores_identity(tiny_bert_dir, encoder, tokenizer, tmp_path):
     from bertkit.features import store
-    from bertkit.features.embed import extract_features
+    from bertkit.features.extract import extract_features
 
     path = write_long_tsv(tmp_path / "long.tsv", n=4)
     out = tmp_path / "store"
@@ -393,7 +393,7 @@ def test_stores_made_before_long_text_settings_were_recorded_still_match_their_d
 
 
 def test_probe_reads_long_texts_as_asked_and_its_saved_probe_does_too(tiny_bert_dir, encoder, tokenizer, tmp_path):
-    from bertkit.features.embed import extract_features
+    from bertkit.features.extract import extract_features
     from bertkit.probe import saved as probe_io
 
     train, dev = write_long_tsv(tmp_path / "train.tsv", n=8), write_long_tsv(tmp_path / "dev.tsv", n=4, words=1500)

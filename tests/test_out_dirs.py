@@ -26,7 +26,7 @@ from typer.testing import CliRunner
 
 from bertkit.cli.app import app
 from bertkit.errors import UserError
-from bertkit.io import runs
+from bertkit.io import ownership, predictions_out, rundir
 
 runner = CliRunner()
 COMMANDS = ("tokens", "embed", "probe", "finetune", "evaluate", "bench")
@@ -82,9 +82,9 @@ def made(tmp_path_factory, tiny_bert_dir) -> dict[str, Path]:
         found[command] = root / command
         result = invoke(argv(command, found[command], tiny_bert_dir, data, root / "finetune" / "best"))
         assert result.exit_code == 0, result.output
-        marker = json.loads((found[command] / runs.MARKER).read_text())
-        assert marker["format"] == runs.MARKER_FORMAT and marker["command"] == command and marker["bertkit"]
-        assert {p.name for p in found[command].iterdir()} - {runs.MARKER} <= runs.RUN_ENTRIES[command]
+        marker = json.loads((found[command] / ownership.MARKER).read_text())
+        assert marker["format"] == ownership.MARKER_FORMAT and marker["command"] == command and marker["bertkit"]
+        assert {p.name for p in found[command].iterdir()} - {ownership.MARKER} <= ownership.RUN_ENTRIES[command]
     return found
 
 
@@ -180,15 +180,15 @@ def test_other_settings_are_refused_without_overwrite_and_replace_with_it(ws):
     assert replaced.exit_code == 0, replaced.output
     assert json.loads(replaced.stdout)["outputs"]["report"] == str(out / "tokens.json")  # not the staging folder
     assert json.loads((out / "config.json").read_text())["config"]["max_length"] == 64
-    assert sorted(p.name for p in out.iterdir()) == sorted([runs.MARKER, "config.json", "tokens.json", "token_lengths.png"])
-    assert (out / runs.MARKER).read_bytes() == (ws.made["tokens"] / runs.MARKER).read_bytes()
+    assert sorted(p.name for p in out.iterdir()) == sorted([ownership.MARKER, "config.json", "tokens.json", "token_lengths.png"])
+    assert (out / ownership.MARKER).read_bytes() == (ws.made["tokens"] / ownership.MARKER).read_bytes()
 
 
 def test_same_settings_recompute_in_place(ws):
     out = ws.run_copy("evaluate")
     again = invoke(ws.argv("evaluate", out))
     assert again.exit_code == 0, again.output
-    assert not (out / runs.STAGING).exists() and (out / "predictions.csv").is_file()
+    assert not (out / ownership.STAGING).exists() and (out / "predictions.csv").is_file()
 
 
 def _python_bertkit(args: list[str], **env: str) -> subprocess.CompletedProcess:
@@ -202,15 +202,15 @@ def test_killed_overwrite_finetune_keeps_the_old_run_then_resumes_in_staging(ws)
     args = ws.argv("finetune", out, "--epochs", "2", "--overwrite")
     killed = _python_bertkit(args, BERTKIT_FAIL_AFTER_STEPS="3", BERTKIT_FAIL_MODE="kill")
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
-    staged = out / runs.STAGING
-    assert {k: v for k, v in snapshot(out).items() if not k.startswith(runs.STAGING)} == before
-    assert (staged / "checkpoints").is_dir() and not (staged / runs.COMPLETE).exists()
+    staged = out / ownership.STAGING
+    assert {k: v for k, v in snapshot(out).items() if not k.startswith(ownership.STAGING)} == before
+    assert (staged / "checkpoints").is_dir() and not (staged / ownership.COMPLETE).exists()
     resumed = invoke([*args, "--json"])
     assert resumed.exit_code == 0, resumed.output
     summary = json.loads(resumed.stdout)
     assert summary["restored"]["checkpoint"].startswith(str(staged)) and summary["global_step"] == 8
     assert summary["out"] == str(out) and summary["outputs"]["best"] == str(out / "best")
-    assert not staged.exists() and not (out / runs.OLD).exists()
+    assert not staged.exists() and not (out / ownership.OLD).exists()
     assert json.loads((out / "metrics.json").read_text())["epochs_run"] == 2
     finished = invoke([*args[:-1], "--json"])  # the new run, without --overwrite: finished, nothing to do
     assert finished.exit_code == 0 and json.loads(finished.stdout)["already_finished"]
@@ -222,11 +222,11 @@ def test_swap_killed_midway_is_finished_or_undone_by_the_next_run(point, survivo
     out = ws.run_copy("tokens")
     killed = _python_bertkit(ws.argv("tokens", out, "--max-length", "64", "--overwrite"), BERTKIT_KILL_AT=point)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
-    assert (out / runs.OLD).is_dir()  # killed in the middle of the swap
+    assert (out / ownership.OLD).is_dir()  # killed in the middle of the swap
     again = invoke(ws.argv("tokens", out, "--max-length", str(survivor)))  # the run that survived: reused in place
     assert again.exit_code == 0, again.output
     assert json.loads((out / "config.json").read_text())["config"]["max_length"] == survivor
-    assert sorted(p.name for p in out.iterdir()) == sorted([runs.MARKER, "config.json", "tokens.json", "token_lengths.png"])
+    assert sorted(p.name for p in out.iterdir()) == sorted([ownership.MARKER, "config.json", "tokens.json", "token_lengths.png"])
     if survivor == 128:
         assert (out / "token_lengths.png").read_bytes() == (ws.made["tokens"] / "token_lengths.png").read_bytes()
 
@@ -236,7 +236,7 @@ def test_swap_killed_midway_is_finished_or_undone_by_the_next_run(point, survivo
 
 def test_run_without_marker_is_adopted_by_its_command_only(ws):
     legacy = ws.run_copy("finetune")
-    (legacy / runs.MARKER).unlink()
+    (legacy / ownership.MARKER).unlink()
     before = snapshot(ws.root)
     refused = invoke(ws.argv("evaluate", legacy, "--overwrite"))
     assert_refused(refused, before, ws.root, "holds a `bertkit finetune` run")
@@ -245,8 +245,8 @@ def test_run_without_marker_is_adopted_by_its_command_only(ws):
     assert snapshot(ws.root) == before
     resumed = invoke(ws.argv("finetune", legacy, "--epochs", "2", "--overwrite"))  # claimed: the marker is added
     assert resumed.exit_code == 0, resumed.output
-    assert json.loads((legacy / runs.MARKER).read_text())["command"] == "finetune"
-    (legacy / runs.MARKER).unlink()
+    assert json.loads((legacy / ownership.MARKER).read_text())["command"] == "finetune"
+    (legacy / ownership.MARKER).unlink()
     (legacy / "notes.txt").write_text("mine\n")  # and not when someone else's file sits in it
     before = snapshot(ws.root)
     assert_refused(invoke(ws.argv("finetune", legacy, "--overwrite")), before, ws.root, "did not write (notes.txt)")
@@ -261,8 +261,8 @@ def test_someone_elses_manifest_is_not_a_store(ws):
 
 
 @pytest.mark.parametrize("command, name, content, problem, fix", [
-    ("embed", runs.MARKER, "not json", f"has a {runs.MARKER} that bertkit did not write", "Choose another --out"),
-    ("tokens", runs.MARKER, '{"format": "bertkit-run/1"}', f"has a {runs.MARKER} that bertkit did not write",
+    ("embed", ownership.MARKER, "not json", f"has a {ownership.MARKER} that bertkit did not write", "Choose another --out"),
+    ("tokens", ownership.MARKER, '{"format": "bertkit-run/1"}', f"has a {ownership.MARKER} that bertkit did not write",
      "Choose another --out"),
     ("finetune", "config.json", "{not json", "config.json is not the config.json bertkit writes", "--overwrite"),
     ("evaluate", "config.json", "[1, 2]", "config.json is not the config.json bertkit writes", "--overwrite"),
@@ -306,7 +306,7 @@ def test_predict_replaces_its_own_predictions(ws):
     data, out = ws.root / "new.tsv", ws.root / "preds.csv"
     data.write_text("sentence\na lovely film\nan awful movie\n")
     model = ["predict", "--model", str(ws.made["finetune"] / "best"), "--out", str(out), "--quiet"]
-    assert invoke([*model, "--data", str(data)]).exit_code == 0 and runs.is_predictions_csv(out)
+    assert invoke([*model, "--data", str(data)]).exit_code == 0 and predictions_out.is_predictions_csv(out)
     again = invoke([*model, "--text", "one more"])
     assert again.exit_code == 0, again.output
     assert "one more" in out.read_text() and "a lovely film" not in out.read_text()
@@ -387,9 +387,9 @@ def test_model_folders_list_their_files_and_only_those_are_bertkits(ws):
     tokenizer could have written (vocab.txt; this one writes tokenizer.json)."""
     out = ws.run_copy("finetune")
     for name in ("best", "final"):
-        listed = json.loads((out / name / runs.FILE_LIST).read_text())
-        assert listed["format"] == runs.FILE_LIST_FORMAT
-        assert sorted(listed["files"]) == sorted(p.name for p in (out / name).iterdir() if p.name != runs.FILE_LIST)
+        listed = json.loads((out / name / ownership.FILE_LIST).read_text())
+        assert listed["format"] == ownership.FILE_LIST_FORMAT
+        assert sorted(listed["files"]) == sorted(p.name for p in (out / name).iterdir() if p.name != ownership.FILE_LIST)
         assert "vocab.txt" not in listed["files"]
     _put(out, "best/vocab.txt", "[PAD]\n")
     before = snapshot(ws.root)
@@ -401,9 +401,9 @@ def test_runs_made_before_file_lists_are_replaced_and_resumed_as_before(ws):
     there decide. Such a run re-runs, and --overwrite replaces it; a user's file in it is still refused."""
     out = ws.run_copy("finetune")
     for name in ("best", "final"):
-        (out / name / runs.FILE_LIST).unlink()
+        (out / name / ownership.FILE_LIST).unlink()
     for step in out.glob("checkpoints/step-*"):
-        (step / runs.CHECKPOINT_MANIFEST).unlink()
+        (step / ownership.CHECKPOINT_MANIFEST).unlink()
     _put(out, "checkpoints/step-2/notes.txt")
     before = snapshot(ws.root)
     assert_refused(invoke(ws.argv("finetune", out, "--overwrite")), before, ws.root, "(checkpoints/step-2/notes.txt)")
@@ -412,19 +412,19 @@ def test_runs_made_before_file_lists_are_replaced_and_resumed_as_before(ws):
     assert again.exit_code == 0 and "finished run" in again.output
     replaced = invoke(ws.argv("finetune", out, "--epochs", "2", "--overwrite"))
     assert replaced.exit_code == 0, replaced.output
-    assert (out / "best" / runs.FILE_LIST).is_file() and not (out / runs.STAGING).exists()
+    assert (out / "best" / ownership.FILE_LIST).is_file() and not (out / ownership.STAGING).exists()
 
 
 def test_a_file_put_into_the_run_while_it_runs_stops_the_swap_and_stays(ws):
     """`commit` checks again: an --overwrite run takes time, and a file may be put into best/ meanwhile."""
     out = ws.run_copy("finetune")
-    run = runs.claim_run_dir(out, "finetune", overwrite=True)
+    run = rundir.claim_run_dir(out, "finetune", overwrite=True)
     shutil.copytree(out / "best", run.path / "best")  # the new output (a stand-in)
     _put(out, "best/notes.txt")
     before = snapshot(ws.root)
     with pytest.raises(UserError, match=r"did not write \(best/notes\.txt\)"):
         run.commit()
-    assert snapshot(ws.root) == before and (out / runs.STAGING / "best").is_dir()
+    assert snapshot(ws.root) == before and (out / ownership.STAGING / "best").is_dir()
 
 
 def test_removals_take_only_bertkits_files_and_keep_the_rest(ws):
@@ -433,9 +433,9 @@ def test_removals_take_only_bertkits_files_and_keep_the_rest(ws):
     out = ws.run_copy("finetune")
     step = out / "checkpoints" / "step-2"
     _put(step, "sub/notes.txt")
-    assert runs.remove_owned(step, "checkpoint") == [step / "sub"]
+    assert ownership.remove_owned(step, "checkpoint") == [step / "sub"]
     assert sorted(snapshot(step)) == ["sub/notes.txt"]
-    assert runs.remove_owned(out / "final", "model") == [] and not (out / "final").exists()
+    assert ownership.remove_owned(out / "final", "model") == [] and not (out / "final").exists()
 
 
 # ---------------------------------------------------------------- issue 20: no --out contains, or is inside, an input
@@ -494,12 +494,12 @@ def test_input_paths_names_every_input_by_the_flag_typed():
 
     distill = SimpleNamespace(teacher="runs/t/best", student=None, model="runs/t/best", data="a.tsv", dev="b.tsv",
                               test=None, external_metrics=["my_metric.py:strict", "glue:mrpc"])
-    assert runs.input_paths(distill) == [("--teacher", "runs/t/best"), ("--data", "a.tsv"), ("--dev", "b.tsv"),
-                                         ("--metric", "my_metric.py"), ("--metric", "glue")]
+    assert ownership.input_paths(distill) == [("--teacher", "runs/t/best"), ("--data", "a.tsv"), ("--dev", "b.tsv"),
+                                              ("--metric", "my_metric.py"), ("--metric", "glue")]
     bench = SimpleNamespace(models="x,y", model_list=["x", "y"], data=None, features=None)
-    assert runs.input_paths(bench) == [("--models", "x"), ("--models", "y")]
+    assert ownership.input_paths(bench) == [("--models", "x"), ("--models", "y")]
     probe = SimpleNamespace(model="minilm-offline", features="store", probe=None, data=None, dev=None, test="t.tsv")
-    assert runs.input_paths(probe) == [("--model", "minilm-offline"), ("--features", "store"), ("--test", "t.tsv")]
+    assert ownership.input_paths(probe) == [("--model", "minilm-offline"), ("--features", "store"), ("--test", "t.tsv")]
 
 
 # ---------------------------------------------------------------- issue 20: predict replaces its own predictions
@@ -520,11 +520,11 @@ def test_every_predictions_header_predict_writes_is_recognised(tmp_path):
             for y_true in (None, truth):
                 path = tmp_path / f"{task}.csv"
                 write_predictions_csv(path, dataset, values, ["pos", "neg"], y_true=y_true, task=task)
-                assert runs.is_predictions_csv(path), path.read_text().splitlines()[0]
+                assert predictions_out.is_predictions_csv(path), path.read_text().splitlines()[0]
     for header in ("id,score", "row,predicted", "row,text,predicted,confidence", "row,label,text,predicted",
                    "row,text,predicted,notes", "text,row,predicted,p_a"):
         (tmp_path / "theirs.csv").write_text(header + "\n")
-        assert not runs.is_predictions_csv(tmp_path / "theirs.csv"), header
+        assert not predictions_out.is_predictions_csv(tmp_path / "theirs.csv"), header
 
 
 @pytest.mark.parametrize("shape", ["regression", "multi_label"])
@@ -547,7 +547,7 @@ def test_predict_replaces_its_own_predictions_of_every_shape(shape, ws):
         result = invoke(["predict", "--probe", str(probe), "--text", text, "--out", str(out), "--quiet"])
         assert result.exit_code == 0, result.output
         assert text in out.read_text()
-    assert runs.is_predictions_csv(out) and "a great film" not in out.read_text()
+    assert predictions_out.is_predictions_csv(out) and "a great film" not in out.read_text()
     header = out.read_text().splitlines()[0]
     assert header == "row,text,predicted" if shape == "regression" else header.startswith("row,text,predicted,p_")
     again = invoke(["probe", "--model", str(ws.model), "--data", str(train), "--no-baselines", "--out", str(probe),

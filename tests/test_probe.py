@@ -310,14 +310,14 @@ def test_missing_store_and_wrong_pool_are_clear_errors(toy_store, tmp_path):
 def test_one_pass_pooling_equals_extract_features(tiny_bert_dir):
     import torch
 
-    from bertkit.features import embed
-    from bertkit.features.embed import extract_features
+    from bertkit.features import extract
+    from bertkit.features.extract import extract_features
     from bertkit.models import loading as modeling
 
     tokenizer, encoder = modeling.load_tokenizer(str(tiny_bert_dir)), modeling.load_encoder(str(tiny_bert_dir))
     ds = TextDataset(["a short one", "a somewhat longer sentence with more words in it", "mid length text here"])
-    both = embed.extract_pooled(encoder, tokenizer, ds, pools=["cls", "mean"], layers=[0, 2], max_length=32,
-                                batch_size=2, dtype=torch.float32)
+    both = extract.extract_pooled(encoder, tokenizer, ds, pools=["cls", "mean"], layers=[0, 2], max_length=32,
+                                  batch_size=2, dtype=torch.float32)
     for pool in ("cls", "mean"):
         assert both[pool].shape == (3, 2, 32)
         for position, layer in enumerate([0, 2]):
@@ -329,10 +329,10 @@ def test_config_fields_are_probe_options_and_recipes_load():
     import dataclasses
     import inspect
 
-    from bertkit.cli import app as cli
+    from bertkit.cli.app import probe
     from bertkit.config.recipes import load_recipe
 
-    params = set(inspect.signature(cli.probe).parameters)
+    params = set(inspect.signature(probe).parameters)
     assert {f.name for f in dataclasses.fields(ProbeConfig)} <= params
     for name in ("alammar-sst2-probe", "alammar-sst2-probe-offline"):
         cfg = ProbeConfig(**load_recipe(name, "probe", ProbeConfig))

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from bertkit.cli.app import app
 from bertkit.data.dataset import TextDataset
 from bertkit.features import store
-from bertkit.features.embed import extract_features
+from bertkit.features.extract import extract_features
 from bertkit.models import loading as modeling
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -21,7 +21,7 @@ from bertkit.bench.timing import Budget, interleaved, summarize
 from bertkit.data.dataset import TextDataset
 from bertkit.encoding.encode import Encoded, encode_for
 from bertkit.errors import UserError
-from bertkit.io import runs
+from bertkit.io import trail
 from bertkit.models import infer
 from bertkit.models import loading as modeling
 
@@ -272,6 +272,6 @@ def environment(device: Any, dtype: Any) -> dict[str, Any]:
     """Machine, versions, device, dtype, threads and load: the context every timing needs."""
     import torch
 
-    return {"machine": runs.machine_info(), "versions": runs.package_versions(), "device": str(device),
+    return {"machine": trail.machine_info(), "versions": trail.package_versions(), "device": str(device),
             "dtype": modeling.dtype_name(dtype), "torch_threads": torch.get_num_threads(),
             "cpu_native_bf16": modeling.cpu_supports_bf16(), "loadavg": list(os.getloadavg())}

@@ -25,7 +25,7 @@ from bertkit.bench.measure import BenchSettings, environment, run_bench
 from bertkit.bench.report import compute_claims, report_markdown
 from bertkit.bench.timing import Budget, Clock, sync_for
 from bertkit.data.splits import load_dataset_split, named_source
-from bertkit.io import runs
+from bertkit.io import atomic, ownership, rundir, trail
 from bertkit.models import loading as modeling
 
 # ---------------------------------------------------------------- entry point used by cli/app.py
@@ -113,14 +113,14 @@ def run_command(cfg: Any) -> dict[str, Any]:
     """`bertkit bench`: measure, then write bench.json, bench.md and bench.png into --out (default runs/bench)."""
     from bertkit import plots
 
-    plan = runs.inspect_run_dir(cfg.out or "runs/bench", "bench", overwrite=cfg.overwrite, inputs=runs.input_paths(cfg),
-                                compare=runs.config_compare(vars(cfg)))  # read-only; claimed once models are measured
+    plan = rundir.inspect_run_dir(cfg.out or "runs/bench", "bench", overwrite=cfg.overwrite, inputs=ownership.input_paths(cfg),
+                                  compare=trail.config_compare(vars(cfg)))  # read-only; claimed once models are measured
     report = benchmark(cfg, quality_dir=lambda: plan.claim().path / "quality")
     run = plan.claim()
-    runs.write_run_config(run.path, "bench", vars(cfg), data_fingerprint=report["data_source"]["fingerprint"])
+    trail.write_run_config(run.path, "bench", vars(cfg), data_fingerprint=report["data_source"]["fingerprint"])
     report["outputs"] = {name: str(run.out / name) for name in ("bench.json", "bench.md", "bench.png")}
     plots.bench_bars(report, run.path / "bench.png")
-    runs.write_json_atomic(run.path / "bench.json", report)
-    runs.write_text_atomic(run.path / "bench.md", report_markdown(report))
+    atomic.write_json_atomic(run.path / "bench.json", report)
+    atomic.write_text_atomic(run.path / "bench.md", report_markdown(report))
     run.commit()
     return report

@@ -1,9 +1,10 @@
-"""The `bertkit` command line (Typer). The only module that prints and sets exit codes.
+"""The `bertkit` command line (Typer). bertkit.cli is the only package that prints and sets exit codes; what each
+command prints is in `bertkit.cli.show`.
 
 Every command is `@config_command(SomeConfig)`: its options are generated from the config dataclass's fields
-(flag, type, default, help and panel all come from `options.option` declarations in config.py), `--recipe`
+(flag, type, default, help and panel all come from their declarations in bertkit.config), `--recipe`
 feeds a recipe's values in as defaults through the same option types (precedence: flag > recipe > default),
-and the command body is parse -> one core call -> print. A `UserError` anywhere below becomes a one-paragraph
+and the command body is parse -> one core call -> show. A `UserError` anywhere below becomes a one-paragraph
 message on stderr and exit code 2, never a traceback; Ctrl-C exits 130.
 """
 
@@ -16,15 +17,14 @@ import logging
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
+from rich.markup import escape
 
 from bertkit import __version__
+from bertkit.cli import show
+from bertkit.cli.output import View, err_console, out_console
 from bertkit.config.commands import (
     BenchConfig,
     DistillConfig,
@@ -47,9 +47,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-# Piped output (files, CI logs) gets a wide console so report tables are not squeezed to 80 columns.
-out_console = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 200)
-err_console = Console(stderr=True, soft_wrap=True, width=None if sys.stderr.isatty() else 200)
 log = logging.getLogger("bertkit")
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the results as JSON on stdout.", rich_help_panel=OUTPUT)]
@@ -91,31 +88,12 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return fn(*args, **kwargs)
         except UserError as exc:
-            fail(_escape(str(exc)))
+            fail(escape(str(exc)))
         except KeyboardInterrupt:
             err_console.print("interrupted; re-run the same command to resume where it supports resuming.")
             raise typer.Exit(130) from None
 
     return wrapper
-
-
-def _escape(text: str) -> str:
-    from rich.markup import escape
-
-    return escape(text)
-
-
-@dataclass(frozen=True)
-class View:
-    """How the results are shown (the options every command has that are not part of what it computes)."""
-
-    quiet: bool = False
-    json: bool = False
-    recipe: str | None = None
-
-    @property
-    def progress(self) -> bool:
-        return not self.quiet and not self.json
 
 
 CLI_ONLY = {
@@ -146,7 +124,7 @@ def _recipe_parameter(config_cls: type, command: str) -> inspect.Parameter:
             try:
                 values = load_recipe(value, command, config_cls)
             except UserError as exc:
-                fail(_escape(str(exc)))
+                fail(escape(str(exc)))
             ctx.default_map = {**(ctx.default_map or {}),
                                **{k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}}
         return value
@@ -179,53 +157,6 @@ def config_command(config_cls: type, name: str | None = None) -> Callable[[Calla
     return register
 
 
-def emit_json(obj: Any) -> None:
-    """Results as JSON on stdout (nothing else goes to stdout with --json)."""
-    from bertkit.io.runs import to_json
-
-    sys.stdout.write(to_json(obj) + "\n")
-    sys.stdout.flush()
-
-
-def info(message: str, quiet: bool = False) -> None:
-    """A status line on stderr (kept off stdout so --json output stays parseable)."""
-    if not quiet:
-        err_console.print(message, highlight=False)
-
-
-def table(title: str, columns: list[str], rows: list[list[Any]]) -> Table:
-    """A rich table; numbers right-aligned."""
-    result = Table(title=title, title_justify="left")
-    for i, column in enumerate(columns):
-        result.add_column(column, justify="left" if i == 0 else "right")
-    for row in rows:
-        result.add_row(*[_cell(v) for v in row])
-    return result
-
-
-def _cell(value: Any) -> str:
-    if isinstance(value, float):
-        if value.is_integer() and abs(value) >= 1:
-            return f"{int(value):,}"
-        return f"{value:.3f}" if abs(value) < 1000 else f"{value:,.0f}"
-    if isinstance(value, int):
-        return f"{value:,}"
-    return "" if value is None else str(value)
-
-
-def _score(value: float | None, spec: str = ".4f") -> str:
-    """A metric for a summary line: formatted, or "undefined" (None: e.g. Pearson of constant targets)."""
-    return "undefined" if value is None else format(value, spec)
-
-
-def _size(n_bytes: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n_bytes < 1024 or unit == "GiB":
-            return f"{n_bytes:.0f} {unit}" if unit == "B" else f"{n_bytes:.1f} {unit}"
-        n_bytes /= 1024
-    return str(n_bytes)
-
-
 def _version_callback(value: bool) -> None:
     if value:
         out_console.print(f"bertkit {__version__}")
@@ -243,7 +174,7 @@ def main(
         install_from_env()
 
 
-# ---------------------------------------------------------------- tokens
+# ---------------------------------------------------------------- commands: parse -> one core call -> show
 
 
 @config_command(TokensConfig)
@@ -251,50 +182,7 @@ def tokens(cfg: TokensConfig, view: View) -> None:
     """How the tokenizer sees a sentence ([CLS]/[SEP], ids, mask), or a dataset's token-length report."""
     from bertkit.encoding.report import run_tokens
 
-    result = run_tokens(cfg)
-    if "sentence" in result:
-        _show_sentence(result["sentence"], view)
-    else:
-        _show_length_report(result, cfg, view)
-
-
-def _show_sentence(result: dict[str, Any], view: View) -> None:
-    if view.json:
-        emit_json(result)
-        return
-    columns = ["position", "token", "id", "attention_mask"] + (["token_type_id"] if result["token_type_ids"] else [])
-    rows = []
-    for i, token in enumerate(result["tokens"]):
-        row = [str(i), token, result["input_ids"][i], result["attention_mask"][i]]
-        if result["token_type_ids"]:
-            row.append(result["token_type_ids"][i])
-        rows.append(row)
-    out_console.print(table(f"{result['n_tokens']} tokens", columns, rows))
-    specials = ", ".join(f"{k.upper()} at {v}" for k, v in result["special_positions"].items() if v)
-    out_console.print(f"special tokens: {specials}", highlight=False)
-
-
-def _show_length_report(result: dict[str, Any], cfg: TokensConfig, view: View) -> None:
-    reports, notes = result.pop("reports"), result.pop("notes")
-    if view.json:
-        emit_json(result)
-        return
-    rows = [[r.split, r.rows, r.min, r.p50, r.p95, r.p99, r.max, f"{r.truncated} ({r.truncated_share:.1%})",
-             r.suggested_max_length, f"{r.waste_static:.0%}", f"{r.waste_dynamic_random:.0%}", f"{r.waste_dynamic_sorted:.0%}"]
-            for r in reports]
-    columns = ["split", "rows", "min", "p50", "p95", "p99", "max", f"cut@{cfg.max_length}", "suggest",
-               "waste static", "dynamic", "sorted"]
-    out_console.print(table(f"Token lengths — {cfg.model} (model limit {result['model_limit']})", columns, rows))
-    for r in reports:
-        if r.label_counts:
-            out_console.print(f"{r.split} labels: " + ", ".join(f"{k}={v}" for k, v in r.label_counts.items()), highlight=False)
-    for note in notes:
-        info(note, view.quiet)
-    if "outputs" in result:
-        info(f"wrote {result['outputs']['report']} and {result['outputs']['histogram']}", view.quiet)
-
-
-# ---------------------------------------------------------------- embed
+    show.show_tokens(run_tokens(cfg), cfg, view)
 
 
 @config_command(EmbedConfig)
@@ -302,34 +190,7 @@ def embed(cfg: EmbedConfig, view: View) -> None:
     """Pooled features ([CLS]/mean/max, any layers) for every row, into a resumable on-disk store."""
     from bertkit.features.embed import embed_to_store
 
-    summary = embed_to_store(cfg, progress=view.progress)
-    if not summary["main_process"]:
-        return
-    if view.json:
-        emit_json(summary)
-        return
-    for split in summary["splits"]:
-        shape = "x".join(str(d) for d in split["shape"])
-        if split["status"] == "complete":
-            out_console.print(f"{split['split']}: store {split['path']} is already complete ({shape}, same settings); nothing to do.", highlight=False)
-            continue
-        resumed = f", resumed: {split['shards_skipped']} of {split['shards_total']} shards were already done" if split["status"] == "resumed" else ""
-        out_console.print(
-            f"{split['split']}: {split['rows']:,} rows -> {split['path']} ({shape}, {_size(split['size_bytes'])}){resumed}",
-            highlight=False,
-        )
-    if not summary["complete_already"]:
-        rate = f"{summary['rows_per_s']:,.1f} rows/s, {summary['tokens_per_s']:,.0f} tokens/s" if summary["rows_per_s"] else "-"
-        windows = f" (the store's texts as {summary['windows']:,} windows)" if summary["long_text"] == "chunk" else ""
-        out_console.print(
-            f"embedded {summary['rows_encoded']:,} rows{windows}, {summary['tokens_encoded']:,} tokens in {summary['seconds']:.1f} s "
-            f"({rate}; {summary['dtype']} on {summary['device']}); store {_size(summary['size_bytes'])}; "
-            f"{summary['n_truncated']:,} rows truncated at --max-length {summary['max_length']}",
-            highlight=False,
-        )
-
-
-# ---------------------------------------------------------------- probe
+    show.show_embed(embed_to_store(cfg, progress=view.progress), view)
 
 
 @config_command(ProbeConfig)
@@ -338,97 +199,47 @@ def probe(cfg: ProbeConfig, view: View) -> None:
     ridge for numbers, one-vs-rest for tags)."""
     from bertkit.probe.run import run_probe
 
-    result = run_probe(cfg, progress=view.progress)
-    if view.json:
-        emit_json(result)
-        return
-    _print_probe_report(result)
-    for note in result["notes"]:
-        info(note, view.quiet)
-    if "outputs" in result:
-        outputs = result["outputs"]
-        figure = next(outputs[k] for k in ("confusion_matrix", "scatter", "per_label_f1") if k in outputs)
-        info(f"wrote {outputs['metrics']}, {outputs['layer_curve']}, {figure}; "
-             f"saved probe: {outputs['probe']} (use: bertkit predict --probe {outputs['probe']} --text ...)", view.quiet)
+    show.show_probe(run_probe(cfg, progress=view.progress), view)
 
 
-def _print_probe_report(result: dict[str, Any]) -> None:
-    if "task" in result:  # regression or tags: their own metrics
-        _print_shaped_probe_report(result)
-        return
-    rows = []
-    for r in result["sweep"]:
-        ci = r["accuracy_ci95"]
-        rows.append([r["pool"], r["layer_name"] + (" *" if r["best"] else ""), r["accuracy"], f"{ci[0]:.3f}-{ci[1]:.3f}",
-                     r["f1"], r["mcc"], f"{r['C']:g}"])
-    names = {"majority": "majority class", "tfidf": "TF-IDF + LR (text)", "random_encoder": "random-init encoder"}
-    for key, b in result.get("baselines", {}).items():
-        where = f" ({b['pool']} {b['layer']})" if key == "random_encoder" else ""
-        rows.append(["baseline", names.get(key, key) + where, b["accuracy"], "", b["f1"], b["mcc"],
-                     f"{b['C']:g}" if "C" in b else ""])
-    sizes = result["rows"]
-    title = (f"Linear probe — {result['model']} — train {sizes['train']:,} rows, dev {sizes['dev']:,} rows "
-             f"(* = best dev accuracy)")
-    out_console.print(table(title, ["pool", "layer", "dev acc", "95% CI", "macro-F1", "MCC", "C"], rows))
-    best = result["best"]
-    asked = {**{k: best["dev"][k] for k in best["dev"].get("requested", ()) if isinstance(best["dev"].get(k), float)},
-             **best["dev"].get("external", {})}
-    if asked:  # --metric: the scores asked for, of the best cell's dev predictions
-        out_console.print(table(f"--metric on dev — best cell ({best['pool']} {best['layer']})", ["metric", "value"],
-                                [[k, v] for k, v in asked.items()]))
-    line = f"best: {best['pool']} {best['layer']}, dev accuracy {best['dev']['accuracy']:.3f}"
-    out_console.print(line + _repeats_and_test(result, "accuracy", "accuracy"), highlight=False)
+@config_command(FinetuneConfig)
+def finetune(cfg: FinetuneConfig, view: View) -> None:
+    """Fine-tune a BERT-style model for classification (Accelerate; resumable; runs under torchrun/accelerate launch)."""
+    from bertkit.training.finetune import finetune as run_finetune
+
+    show.show_finetune(run_finetune(cfg, progress=not view.quiet), view)
 
 
-def _repeats_and_test(result: dict[str, Any], metric: str, name: str) -> str:
-    """The probe summary's tail: the spread of the refits on subsets, and the test score, where the run has them."""
-    best, tail = result["best"], ""
-    if "repeats" in result:
-        rep = result["repeats"]
-        tail += (f"; {rep['repeats']} refits on {rep['fraction']:.0%} subsets: {rep[metric]['mean']:.3f} "
-                 f"± {rep[metric]['std']:.3f}")
-    if "test" in best:
-        tail += f"; test {name} {_score(best['test'][metric], '.3f')} (n={best['test']['n']})"
-    return tail
+@config_command(PredictConfig)
+def predict(cfg: PredictConfig, view: View) -> None:
+    """Label sentences (--text) or a file (--data) with a fine-tuned model or a saved probe: labels + probabilities."""
+    from bertkit.predict.run import run_predict
+
+    show.show_predictions(run_predict(cfg, recipe=view.recipe, progress=not view.quiet), cfg, view)
 
 
-PROBE_SHAPE_COLUMNS = {
-    "regression": ("pearson", ["Pearson", "Spearman", "MSE", "MAE"], ("pearson", "spearman", "mse", "mae")),
-    "multi_label": ("micro_f1", ["micro-F1", "macro-F1", "subset acc", "Hamming"],
-                    ("micro_f1", "macro_f1", "subset_accuracy", "hamming_loss")),
-}
-PROBE_BASELINE_NAMES = {"mean": "mean predictor", "majority": "per-label majority", "random_encoder": "random-init encoder"}
+@config_command(EvaluateConfig)
+def evaluate(cfg: EvaluateConfig, view: View) -> None:
+    """Metrics of a fine-tuned model on labelled data: accuracy, macro-F1, MCC, precision/recall, ROC-AUC."""
+    from bertkit.predict.run import run_evaluate
+
+    show.show_evaluate(run_evaluate(cfg, progress=not view.quiet), cfg, view)
 
 
-def _print_shaped_probe_report(result: dict[str, Any]) -> None:
-    """The probe table of a regression or tag probe: the shape's metrics per cell, its baselines, the best cell."""
-    task = result["task"]
-    metric, header, keys = PROBE_SHAPE_COLUMNS[task]
-    rows = []
-    for r in result["sweep"]:
-        ci = r[f"{metric}_ci95"]
-        rows.append([r["pool"], r["layer_name"] + (" *" if r["best"] else ""), r[metric], f"{ci[0]:.3f}-{ci[1]:.3f}",
-                     *[r[k] for k in keys[1:]], _penalty(task, r["C"])])
-    tfidf = "TF-IDF + ridge (text)" if task == "regression" else "TF-IDF + OvR LR (text)"
-    for key, b in result.get("baselines", {}).items():
-        where = f" ({b['pool']} {b['layer']})" if key == "random_encoder" else ""
-        name = tfidf if key == "tfidf" else PROBE_BASELINE_NAMES.get(key, key)
-        rows.append(["baseline", name + where, b[metric], "", *[b[k] for k in keys[1:]],
-                     _penalty(task, b["C"]) if "C" in b else ""])
-    sizes = result["rows"]
-    title = (f"Linear probe ({task.replace('_', '-')}) — {result['model']} — train {sizes['train']:,} rows, dev "
-             f"{sizes['dev']:,} rows (* = best dev {header[0]})")
-    penalty = "ridge alpha" if task == "regression" else "C"
-    out_console.print(table(title, ["pool", "layer", f"dev {header[0]}", "95% CI", *header[1:], penalty], rows))
-    best = result["best"]
-    line = f"best: {best['pool']} {best['layer']}, dev {header[0]} {best['dev'][metric]:.3f}"
-    line += f" (ridge alpha {best['alpha']:g})" if task == "regression" else f" (threshold {best['threshold']})"
-    out_console.print(line + _repeats_and_test(result, metric, header[0]), highlight=False)
+@config_command(DistillConfig)
+def distill(cfg: DistillConfig, view: View) -> None:
+    """Distil a fine-tuned model into a smaller student (DistilBERT's way), and check the 40/60/97 claims on it."""
+    from bertkit.training import distill as distill_core
+
+    show.show_distill(distill_core.distill(cfg, progress=not view.quiet), view)
 
 
-def _penalty(task: str, C: float) -> str:
-    """The regularisation shown in the probe table: ridge alpha (= 1/C) for regression, else C."""
-    return f"{1.0 / C:g}" if task == "regression" else f"{C:g}"
+@config_command(BenchConfig)
+def bench(cfg: BenchConfig, view: View) -> None:
+    """DistilBERT vs BERT (or any encoders) on your hardware and data: size, latency, throughput, memory, claims."""
+    from bertkit.bench import run as bench_core
+
+    show.show_bench(bench_core.run_command(cfg), view)
 
 
 # ---------------------------------------------------------------- recipes
@@ -444,13 +255,7 @@ def recipes_list(json_output: JsonOpt = False) -> None:
     """Every recipe: name, command(s), what it does, measured result."""
     from bertkit.config.recipes import list_recipes
 
-    found = list_recipes()
-    if json_output:
-        emit_json([{"name": r.name, "commands": list(r.commands), "summary": r.summary, "result": r.result,
-                    "path": str(r.path)} for r in found])
-        return
-    rows = [[r.name, ", ".join(r.commands), r.summary, r.result] for r in found]
-    out_console.print(table("Recipes (bertkit COMMAND --recipe NAME)", ["name", "command", "what", "measured"], rows))
+    show.show_recipes(list_recipes(), json_output)
 
 
 @recipes_app.command("show")
@@ -459,195 +264,4 @@ def recipes_show(name: Annotated[str, typer.Argument(help="Recipe name (or path 
     """Print a recipe file."""
     from bertkit.config.recipes import recipe_path
 
-    path = recipe_path(name)
-    out_console.print(f"# {path}", highlight=False)
-    out_console.print(path.read_text(encoding="utf-8"), highlight=False, markup=False)
-
-
-# ---------------------------------------------------------------- finetune / predict / evaluate
-
-
-@config_command(FinetuneConfig)
-def finetune(cfg: FinetuneConfig, view: View) -> None:
-    """Fine-tune a BERT-style model for classification (Accelerate; resumable; runs under torchrun/accelerate launch)."""
-    from bertkit.training.finetune import finetune as run_finetune
-
-    result = run_finetune(cfg, progress=not view.quiet)
-    if not result.is_main_process:
-        return
-    summary = result.metrics
-    if view.json:
-        emit_json({**summary, "out": str(result.out), "already_finished": result.already_finished,
-                   "restored": result.restored})
-        return
-    for note in result.notes:
-        info(note, view.quiet)
-    if result.already_finished:
-        out_console.print(f"{result.out} holds a finished run (step {summary['global_step']}); nothing to do. "
-                          "Use a new --out, or --overwrite to train again.", highlight=False)
-    elif result.restored:
-        r = result.restored
-        info(f"resumed from {r['checkpoint']}: epoch {r['epoch']}, step {r['step']} "
-             f"(batch {r['batch_in_epoch']}/{r['steps_per_epoch']} of the epoch), lr {r['lr']:.3e}, "
-             f"best {summary['best_metric_name']} so far {r['best_metric']}")
-    _print_epoch_table(result.epoch_table)
-    best = summary.get("best_dev") or {}
-    shown = [k for k in ("accuracy", "f1", "mcc") if k in best] or \
-        [k for k in ("pearson", "spearman", "mae", "micro_f1", "macro_f1", "subset_accuracy") if k in best]
-    threshold = f", threshold {best['threshold']}" if "threshold" in best else ""
-    out_console.print(
-        f"best {summary['best_metric_name']} {_score(summary['best_metric'])} at step {summary['best_step']} "
-        f"({', '.join(f'{k} {_score(best[k])}' for k in shown)}{threshold}); "
-        f"{summary['train_samples_per_second']:.1f} train samples/s",
-        highlight=False,
-    )
-    saved = [Path(p).name for k, p in summary["outputs"].items() if k not in ("best", "final", "metrics.jsonl")]
-    out_console.print(f"saved {result.out}/best, {result.out}/final, metrics.json, {', '.join(saved)}",
-                      highlight=False)
-
-
-EPOCH_COLUMNS = {"dev_accuracy": "dev acc", "dev_f1": "dev F1", "dev_mcc": "dev MCC", "dev_pearson": "dev Pearson",
-                 "dev_spearman": "dev Spearman", "dev_mae": "dev MAE", "dev_micro_f1": "dev micro-F1",
-                 "dev_macro_f1": "dev macro-F1", "dev_subset_accuracy": "dev subset acc"}
-
-
-def _print_epoch_table(rows: list[dict[str, Any]]) -> None:
-    if not rows:
-        return
-    keys = ["epoch", "train_loss", "dev_loss", *(k for k in rows[0] if k in EPOCH_COLUMNS), "train_seconds",
-            "samples_per_second"]
-    columns = ["epoch", "train loss", "dev loss", *(EPOCH_COLUMNS[k] for k in keys[3:-2]), "train time (s)",
-               "samples/s"]
-    out_console.print(table("Training", columns, [[row.get(k) for k in keys] for row in rows]))
-
-
-@config_command(PredictConfig)
-def predict(cfg: PredictConfig, view: View) -> None:
-    """Label sentences (--text) or a file (--data) with a fine-tuned model or a saved probe: labels + probabilities."""
-    from bertkit.predict.run import run_predict
-
-    result = run_predict(cfg, recipe=view.recipe, progress=not view.quiet)
-    dataset, labels, proba, names = result["dataset"], result["labels"], result["proba"], result["label_names"]
-    task = result["task"]
-    if view.json:
-        emit_json({"predictions": [_prediction_json(task, t, lab, p, names)
-                                   for t, lab, p in zip(dataset.texts, labels, proba, strict=True)],
-                   "task": task, **({"threshold": result["threshold"]} if task == "multi_label" else {}),
-                   "out": cfg.out})
-        return
-    shown = min(len(dataset), 20 if cfg.out else 200)
-    header, rows = _prediction_rows(task, dataset.texts[:shown], labels[:shown], proba[:shown], names)
-    out_console.print(table(f"{len(dataset)} prediction(s)" + (f" (first {shown})" if shown < len(dataset) else ""),
-                            header, rows))
-    if cfg.out:
-        columns = {"regression": "predicted", "multi_label": "predicted (tags joined by |), p_<tag>"}.get(
-            task, "predicted, confidence, p_<label>")
-        info(f"wrote {cfg.out} ({len(dataset)} rows, columns: {columns})", view.quiet)
-
-
-def _prediction_json(task: str, text: str, label: Any, p: Any, names: list[str]) -> dict[str, Any]:
-    if task == "regression":
-        return {"text": text, "score": label}
-    if task == "multi_label":
-        return {"text": text, "labels": list(label), "probabilities": dict(zip(names, p.tolist(), strict=True))}
-    return {"text": text, "label": label, "probabilities": dict(zip(names, p.tolist(), strict=True))}
-
-
-def _prediction_rows(task: str, texts: list[str], labels: list[Any], proba: Any,
-                     names: list[str]) -> tuple[list[str], list[list[Any]]]:
-    """(header, rows) of the predictions table: label + probability, score, or tags with their probabilities."""
-    short = [t if len(t) <= 80 else t[:77] + "..." for t in texts]
-    if task == "regression":
-        return ["text", names[0]], [[t, float(lab)] for t, lab in zip(short, labels, strict=True)]
-    if task == "multi_label":
-        index = {n: j for j, n in enumerate(names)}
-        return ["text", "labels (probability)"], [
-            [t, ", ".join(f"{tag} ({p[index[tag]]:.2f})" for tag in lab) or "(none)"]
-            for t, lab, p in zip(short, labels, proba, strict=True)]
-    return ["text", "label", "probability"], [[t, lab, float(p.max())]
-                                              for t, lab, p in zip(short, labels, proba, strict=True)]
-
-
-@config_command(EvaluateConfig)
-def evaluate(cfg: EvaluateConfig, view: View) -> None:
-    """Metrics of a fine-tuned model on labelled data: accuracy, macro-F1, MCC, precision/recall, ROC-AUC."""
-    from bertkit.predict.run import run_evaluate
-    from bertkit.scoring import metrics
-
-    result = run_evaluate(cfg, progress=not view.quiet)
-    if view.json:
-        emit_json(result)
-        return
-    out_console.print(table(f"{cfg.model} on {result['data']} ({result['n']} rows)", ["metric", "value"],
-                            [[k, "undefined" if v is None else v] for k, v in metrics.headline(result).items()]))
-    if result.get("note"):
-        info(f"note: {result['note']}", view.quiet)
-    plot = {"regression": "scatter.png", "multi_label": "per_label_f1.png"}.get(result["task"], "confusion_matrix.png")
-    if result["task"] == "multi_label":
-        out_console.print(table(f"per tag (threshold {result['threshold']})", ["tag", "F1", "precision", "recall",
-                                                                             "support"],
-                                [[tag, r["f1"], r["precision"], r["recall"], r["support"]]
-                                 for tag, r in result["per_label"].items()]))
-    elif result["task"] == "single_label":
-        names = result["labels"]
-        out_console.print(table("confusion matrix (rows = true)", ["true \\ predicted", *names],
-                                [[names[i], *row] for i, row in enumerate(result["confusion_matrix"])]))
-    if cfg.out:
-        info(f"wrote {cfg.out}/metrics.json, predictions.csv, {plot}", view.quiet)
-
-
-# ---------------------------------------------------------------- distill
-
-
-@config_command(DistillConfig)
-def distill(cfg: DistillConfig, view: View) -> None:
-    """Distil a fine-tuned model into a smaller student (DistilBERT's way), and check the 40/60/97 claims on it."""
-    from bertkit.training import distill as distill_core
-
-    result = distill_core.distill(cfg, progress=not view.quiet)
-    training, report = result["training"], result["report"]
-    if not training.is_main_process:
-        return
-    if view.json:
-        emit_json({"training": {**training.metrics, "out": str(training.out),
-                                "already_finished": training.already_finished}, "report": report})
-        return
-    for note in training.notes:
-        info(note, view.quiet)
-    _print_epoch_table(training.epoch_table)
-    if report is not None:
-        out_console.print(table("Teacher vs student (dev data)", distill_core.MODEL_COLUMNS,
-                                distill_core.model_rows(report)))
-        out_console.print(table("DistilBERT's claims, measured", distill_core.CLAIM_COLUMNS,
-                                distill_core.claim_rows(report)))
-    out_console.print(f"saved {training.out}/best, {training.out}/final, metrics.json"
-                      + (", distill_report.json/.md/.png" if report is not None else ""), highlight=False)
-
-
-# ---------------------------------------------------------------- bench
-
-
-@config_command(BenchConfig)
-def bench(cfg: BenchConfig, view: View) -> None:
-    """DistilBERT vs BERT (or any encoders) on your hardware and data: size, latency, throughput, memory, claims."""
-    from bertkit.bench import report as bench_report
-    from bertkit.bench import run as bench_core
-
-    report = bench_core.run_command(cfg)
-    if view.json:
-        emit_json(report)
-        return
-    env = report["environment"]
-    title = (f"bertkit bench ({report['protocol']}) — {env['machine']['cpu']}, {env['device']}, {env['dtype']}, "
-             f"{env['torch_threads']} threads")
-    out_console.print(table(title, *bench_report.summary_rows(report)))
-    columns, rows = bench_report.throughput_rows(report)
-    if rows:
-        out_console.print(table("Throughput (dynamic = length-sorted batches; static = padded to --max-length)", columns, rows))
-    out_console.print("[bold]Claims vs the DistilBERT paper[/]")
-    for line in bench_report.claim_lines(report["claims"]):
-        out_console.print(f"  {_escape(line)}", highlight=False)
-    for note in report["notes"]:
-        info(f"note: {_escape(note)}", view.quiet)
-    info(f"wrote {', '.join(report['outputs'].values())}", view.quiet)
-
+    show.show_recipe(recipe_path(name))

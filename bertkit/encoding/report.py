@@ -11,6 +11,7 @@ from bertkit.data.dataset import TextDataset
 from bertkit.data.splits import load_splits
 from bertkit.encoding.batches import sorted_batches
 from bertkit.encoding.encode import encode_for
+from bertkit.io import atomic, ownership, rundir, trail
 
 
 def explain_sentence(tokenizer: Any, text: str, pair: str | None = None) -> dict[str, Any]:
@@ -150,11 +151,10 @@ def run_tokens(cfg: Any) -> dict[str, Any]:
 def length_reports(tokenizer: Any, cfg: Any) -> dict[str, Any]:
     """The token-length report of --data/--dev/--test; `reports` (LengthReport objects) for the caller's table."""
     from bertkit import plots
-    from bertkit.io import runs
     from bertkit.models import loading as modeling
 
-    plan = runs.inspect_run_dir(cfg.out, "tokens", overwrite=cfg.overwrite, compare=runs.config_compare(vars(cfg)),
-                                inputs=runs.input_paths(cfg)) if cfg.out else None  # read-only, early
+    plan = rundir.inspect_run_dir(cfg.out, "tokens", overwrite=cfg.overwrite, compare=trail.config_compare(vars(cfg)),
+                                  inputs=ownership.input_paths(cfg)) if cfg.out else None  # read-only, early
     model_config = modeling.load_config(cfg.model, cfg.trust_remote_code)
     limit = modeling.model_max_length(tokenizer, model_config)
     modeling.check_max_length(cfg.max_length, tokenizer, model_config, cfg.model, pair=cfg.text_pair_column is not None)
@@ -165,8 +165,8 @@ def length_reports(tokenizer: Any, cfg: Any) -> dict[str, Any]:
                                "splits": [{k: v for k, v in vars(r).items() if k != "lengths"} for r in reports]}
     if plan is not None:
         run = plan.claim()
-        runs.write_run_config(run.path, "tokens", vars(cfg), data_fingerprints={name: ds.fingerprint for name, ds in named})
-        runs.write_json_atomic(run.path / "tokens.json", summary)
+        trail.write_run_config(run.path, "tokens", vars(cfg), data_fingerprints={name: ds.fingerprint for name, ds in named})
+        atomic.write_json_atomic(run.path / "tokens.json", summary)
         plots.length_histogram({r.split: r.lengths for r in reports}, cfg.max_length, run.path / "token_lengths.png",
                                f"Token lengths ({cfg.model})")
         run.commit()

@@ -1,17 +1,6 @@
-"""Pooled encoder features: `[CLS]`/mean/max over one layer, several layers, or all of them.
-
-`encode_features` is the in-memory core (rows in, an array out, rows in the input order) and `extract_features`
-its library entry point; `extract_pooled` gives several poolings from one forward pass (`bertkit probe`).
-`embed_to_store` runs `encode_features` shard by shard into a resumable store (see `bertkit.features.store`), also across
-several processes (accelerate's `PartialState`: rank, world size, barriers).
-
-Speed: rows are tokenized once per shard with the fast tokenizer, sorted by length and batched with dynamic
-padding (a padded-token budget for `--batch-size auto`), run under `torch.inference_mode()` and, for
-`--precision bf16/fp16`, autocast (the loop is `infer.run_batches`). Output rows are put back in the input order.
-For the architectures `fastforward` allowlists, only the layers the features need are run, and with `--pool cls`
-the highest requested layer is computed for the [CLS] position alone (keys and values still come from every
-token); the first batch checks that this gives the full model's features, else the full model is used (see
-`PRUNE_LAYERS`). Other architectures always run the model's own forward.
+"""`bertkit embed`: `embed_to_store` runs `encode_features` (`bertkit.features.extract`) shard by shard into a
+resumable store (see `bertkit.features.store`), also across several processes (accelerate's `PartialState`: rank,
+world size, barriers). Rows are tokenized once per shard.
 """
 
 from __future__ import annotations
@@ -19,321 +8,27 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
+from bertkit import __version__
 from bertkit.config.commands import EmbedConfig
-from bertkit.config.groups import COMBINES, POOLS, layers_problem, parse_layers
 from bertkit.data.dataset import TextDataset
 from bertkit.data.labels import LabelMap
-from bertkit.encoding.encode import Encoded, encode_for
-from bertkit.errors import UserError, raise_if_problems
-from bertkit.models import fastforward, infer
+from bertkit.errors import UserError
+from bertkit.features import store
+from bertkit.features.extract import LongText, encode_features, unit_of
+from bertkit.features.pooling import FeatureSpec, encoder_shape
+from bertkit.io import ownership, rundir
+from bertkit.io.trail import package_versions
+from bertkit.models import infer
 from bertkit.models import loading as modeling
 
 log = logging.getLogger(__name__)
-
-
-# ---------------------------------------------------------------- what to pool
-
-
-@dataclass(frozen=True)
-class FeatureSpec:
-    """Which hidden states to pool, how, and how to combine them."""
-
-    pool: str = "cls"
-    layers: tuple[int, ...] | None = (-1,)
-    """Indices into hidden_states (0 = embeddings ... L = last layer; negatives from the end); None = all."""
-    combine: str = "concat"
-    normalize: bool = False
-
-    @classmethod
-    def from_options(cls, pool: str, layers: str | int, combine: str, normalize: bool) -> FeatureSpec:
-        """The spec for these option values (the library path: the same rules as the CLI's, from config.py)."""
-        problems = layers_problem(str(layers))
-        problems += [f"--pool must be one of {', '.join(POOLS)}; got {pool!r}."] if pool not in POOLS else []
-        problems += [f"--combine must be one of {', '.join(COMBINES)}; got {combine!r}."] if combine not in COMBINES else []
-        raise_if_problems(problems)
-        parsed = parse_layers(layers)
-        return cls(pool, None if parsed is None else tuple(parsed), combine, normalize)
-
-    def resolve(self, n_layers: int) -> list[int]:
-        """Positive hidden-state indices for a model with `n_layers` encoder layers (n_layers + 1 states)."""
-        if self.layers is None:
-            return list(range(n_layers + 1))
-        resolved = []
-        for index in self.layers:
-            positive = index + n_layers + 1 if index < 0 else index
-            if not 0 <= positive <= n_layers:
-                raise UserError(
-                    f"--layers {index} is out of range: the model has {n_layers} layers, so valid indices are "
-                    f"0 (embeddings) to {n_layers}, or -1 to -{n_layers + 1}. Pass --layers with indices in that range."
-                )
-            resolved.append(positive)
-        check_distinct_layers(self.layers, resolved, n_layers)
-        return resolved
-
-    def row_shape(self, n_layers: int, hidden: int) -> tuple[int, ...]:
-        """Shape of one row's features: (dim,), or (layers, dim) for `all` with concat."""
-        k = len(self.resolve(n_layers))
-        if self.combine != "concat" or k == 1:
-            return (hidden,)
-        if self.layers is None:
-            return (k, hidden)
-        return (k * hidden,)
-
-    def layer_names(self, n_layers: int) -> list[str]:
-        return ["embeddings" if i == 0 else f"layer {i}" for i in self.resolve(n_layers)]
-
-
-def check_distinct_layers(asked: Sequence[int], resolved: Sequence[int], n_layers: int) -> None:
-    """--layers must name each hidden state once after resolving negatives (-1 and 6 are one state of 6 layers)."""
-    seen: dict[int, int] = {}
-    for index, state in zip(asked, resolved, strict=True):
-        if state in seen:
-            raise UserError(
-                f"--layers {','.join(map(str, asked))} names hidden state {state} twice ({seen[state]} and {index}: "
-                f"negative indices count from the last layer, and this model has {n_layers} layers, so -1 is "
-                f"{n_layers}). Pass each layer once, e.g. --layers {','.join(map(str, dict.fromkeys(resolved)))}."
-            )
-        seen[state] = index
-
-
-def encoder_shape(encoder: Any) -> tuple[int, int]:
-    """(number of encoder layers, hidden size) from the model config (BERT and DistilBERT names)."""
-    config = encoder.config
-    return int(config.num_hidden_layers), int(config.hidden_size)
-
-
-
-# ---------------------------------------------------------------- pooling
-
-
-def pool_tokens(hidden: torch.Tensor, mask: torch.Tensor, pool: str) -> torch.Tensor:
-    """(batch, seq, dim) -> (batch, dim) in fp32; mean and max look only at positions where mask == 1."""
-    if pool == "cls":
-        return hidden[:, 0].float()
-    hidden = hidden.float()
-    keep = mask.unsqueeze(-1).bool()
-    if pool == "mean":
-        summed = hidden.masked_fill(~keep, 0.0).sum(dim=1)
-        return summed / keep.sum(dim=1).clamp(min=1)
-    return hidden.masked_fill(~keep, float("-inf")).max(dim=1).values
-
-
-PRUNE_LAYERS = True
-"""Compute only what the requested features need, for the architectures `fastforward` allowlists: layers above
-the highest requested one are skipped and, with `--pool cls`, that top layer runs for the [CLS] position only.
-Set False to always run the full model."""
-
-_PRUNE_CHECKED: weakref.WeakKeyDictionary[Any, dict[tuple[FeatureSpec, tuple[int, ...]], bool]] = (
-    weakref.WeakKeyDictionary())
-"""encoder -> {(spec, hidden-state indices): whether its pruned features equal its own} (checked once each)."""
-
-
-def prune_applies(encoder: Any, batch: dict[str, torch.Tensor], spec: FeatureSpec, indices: list[int],
-                  n_layers: int) -> bool:
-    """Whether the pruned path runs for this encoder and spec: PRUNE_LAYERS on, the architecture allowlisted
-    (`fastforward.unsupported_reason`), and - checked on the first batch, once per encoder and spec - its
-    features equal to the full model's; a disagreement is logged and the full model is used."""
-    if not PRUNE_LAYERS or fastforward.unsupported_reason(encoder) is not None:
-        return False
-    checked = _PRUNE_CHECKED.setdefault(encoder, {})
-    key = (spec, tuple(indices))
-    if key not in checked:
-        checked[key] = fastforward.agreement(
-            fast=lambda: forward_features(encoder, batch, spec, indices, n_layers, prune=True),
-            own=lambda: forward_features(encoder, batch, spec, indices, n_layers, prune=False),
-            model=encoder, what="embed's pruned layers")
-    return checked[key]
-
-
-def forward_features(encoder: Any, batch: dict[str, torch.Tensor], spec: FeatureSpec, indices: list[int],
-                     n_layers: int, prune: bool = False) -> torch.Tensor:
-    """One batch through the encoder -> pooled, combined (and optionally normalised) fp32 features.
-
-    Without `prune`, the model's own forward and its `output_hidden_states`. With `prune` (allowlisted models
-    only, see `prune_applies`), the encoder runs up to the highest requested layer, or one below it for `cls`,
-    whose [CLS] output `fastforward.cls_output` then computes alone."""
-    top = max(indices)
-    fast_cls = prune and spec.pool == "cls" and top >= 1
-    run = (top - 1 if fast_cls else top) if prune else n_layers
-    need_hidden = not prune or any(i < run for i in indices)  # a pruned run of 0 layers records no hidden states
-    with fastforward.first_layers(encoder, run) if prune else contextlib.nullcontext():
-        output = encoder(**batch, output_hidden_states=need_hidden, return_dict=True)
-    mask = batch["attention_mask"]
-    pooled = []
-    for i in indices:
-        below = run if fast_cls and i == top else i  # the [CLS]-only top layer reads the output of `run` layers
-        state = output.last_hidden_state if prune and below == run else output.hidden_states[below]
-        if fast_cls and i == top:
-            block = fastforward.layer_block(fastforward.encoder_layers(encoder)[top - 1])
-            pooled.append(fastforward.cls_output(block, state, mask).float())
-        else:
-            pooled.append(pool_tokens(state, mask, spec.pool))
-    return combine_pooled(pooled, spec)
-
-
-def combine_pooled(pooled: list[torch.Tensor], spec: FeatureSpec) -> torch.Tensor:
-    """Per-layer (batch, dim) features -> one row per input: concatenated, stacked (`all`), averaged or summed,
-    then L2-normalised if asked."""
-    if len(pooled) == 1:
-        features = pooled[0]
-    elif spec.combine == "mean":
-        features = torch.stack(pooled, dim=1).mean(dim=1)
-    elif spec.combine == "sum":
-        features = torch.stack(pooled, dim=1).sum(dim=1)
-    elif spec.layers is None:
-        features = torch.stack(pooled, dim=1)
-    else:
-        features = torch.cat(pooled, dim=-1)
-    if spec.normalize:
-        features = torch.nn.functional.normalize(features, p=2.0, dim=-1)
-    return features
-
-
-# ---------------------------------------------------------------- extraction
-
-
-@dataclass
-class EncodeStats:
-    rows: int = 0
-    tokens: int = 0
-    padded_tokens: int = 0
-    n_truncated: int = 0
-    seconds: float = 0.0
-    windows: int = 0
-    """Model inputs run: one per row, or more for texts read in overlapping windows (`--long-text chunk`)."""
-
-
-@dataclass(frozen=True)
-class LongText:
-    """How texts longer than --max-length are read (see `bertkit.encoding.longtext`): cut (`truncation` says which tokens
-    stay) or, with `mode="chunk"`, overlapping windows sharing `stride` tokens, whose features are averaged."""
-
-    truncation: str = "head"
-    mode: str = "cut"
-    stride: int | None = None
-
-    @classmethod
-    def of(cls, cfg: Any) -> LongText:
-        """The settings of a config with --truncation (and --long-text/--stride where the command has them)."""
-        return cls(getattr(cfg, "truncation", "head"), getattr(cfg, "long_text", "cut"), getattr(cfg, "stride", None))
-
-
-def pooled_over_windows(windows: Any, per_window: np.ndarray, normalize: bool) -> np.ndarray:
-    """One feature row per text from one per window (input order): the mean of its windows, L2-normalised again
-    when the features are (a mean of unit vectors is shorter than 1). A cut run (one window per text) is
-    returned as it is."""
-    if len(windows.owner) == windows.n_rows:
-        return per_window
-    pooled = windows.pool(per_window, "mean")
-    if normalize:
-        pooled = pooled / np.maximum(np.linalg.norm(pooled, axis=-1, keepdims=True), 1e-12)
-    return np.ascontiguousarray(pooled, dtype=np.float32)
-
-
-def count_windows(bar: Any, windows: Any) -> None:
-    """A bar made with one step per row counts windows from here on: its total grows by the extra windows."""
-    extra = len(windows.owner) - windows.n_rows
-    if bar is not None and extra > 0:
-        bar.total = (bar.total or 0) + extra
-        bar.refresh()
-
-
-def encode_features(encoder: Any, tokenizer: Any, dataset: TextDataset, spec: FeatureSpec, *, max_length: int,
-                    batch_size: int | None, device: torch.device, dtype: torch.dtype, bar: Any = None,
-                    long_text: LongText | None = None) -> tuple[np.ndarray, EncodeStats]:
-    """Features for every row of `dataset` (input order) and what it took (`infer.run_batches` does the loop).
-
-    Over-long texts are cut as `long_text.truncation` says, or read as windows whose features are averaged per
-    text (`long_text.mode == "chunk"`); a `bar` then counts windows (see `count_windows`)."""
-    start = time.perf_counter()
-    n_layers, hidden = encoder_shape(encoder)
-    indices = spec.resolve(n_layers)
-    long_text = long_text or LongText()
-    windows = encode_for(tokenizer, dataset, max_length, truncation=long_text.truncation,
-                                  long_text=long_text.mode, stride=long_text.stride)
-    encoded: Encoded = windows.encoded
-    count_windows(bar, windows)
-    batches = infer.plan_batches(encoded.lengths, batch_size, infer.auto_token_budget(encoder, device))
-    padded, prune = 0, None
-
-    def features_of(batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        nonlocal padded, prune
-        padded += int(batch["input_ids"].numel())
-        if prune is None:
-            prune = prune_applies(encoder, batch, spec, indices, n_layers)
-        return forward_features(encoder, batch, spec, indices, n_layers, prune)
-
-    outputs = infer.run_batches(features_of, encoded, batches, model=encoder, pad_id=infer.pad_id_of(tokenizer),
-                                device=device, dtype=dtype, bar=bar)
-    per_window = infer.in_input_order(batches, outputs, spec.row_shape(n_layers, hidden))
-    features = pooled_over_windows(windows, per_window, spec.normalize)
-    stats = EncodeStats(len(dataset), int(encoded.lengths.sum()), padded, encoded.n_truncated,
-                        time.perf_counter() - start, len(windows.owner))
-    return features, stats
-
-
-def extract_features(encoder: Any, tokenizer: Any, dataset: TextDataset, *, pool: str = "cls", layers: str = "-1",
-                     combine: str = "concat", max_length: int = 128, batch_size: int | str = 64,
-                     dtype: torch.dtype = torch.float32, device: torch.device | str | None = None,
-                     normalize: bool = False, progress: bool = False, truncation: str = "head",
-                     long_text: str = "cut", stride: int | None = None) -> np.ndarray:
-    """Pooled features of every row, in the dataset's order: (n, dim), or (n, layers, dim) for layers="all".
-
-    `batch_size` is rows per batch or "auto" (a padded-token budget from the model size). Texts longer than
-    `max_length` are cut (`truncation`: head, tail, head+tail), or with `long_text="chunk"` read in overlapping
-    windows sharing `stride` tokens whose features are averaged (one row per text either way).
-    """
-    spec = FeatureSpec.from_options(pool, layers, combine, normalize)
-    device = torch.device(device) if device is not None else next(encoder.parameters()).device
-    rows = None if str(batch_size) == "auto" else int(batch_size)
-    with infer.closing(infer.progress_bar(len(dataset), "embed", progress, unit_of(long_text))) as bar:
-        features, _ = encode_features(encoder, tokenizer, dataset, spec, max_length=max_length, batch_size=rows,
-                                      device=device, dtype=dtype, bar=bar,
-                                      long_text=LongText(truncation, long_text, stride))
-    return features
-
-
-def unit_of(long_text: str) -> str:
-    """What a progress bar counts: rows, or windows when texts are read in windows."""
-    return "windows" if long_text == "chunk" else "rows"
-
-
-def extract_pooled(encoder: Any, tokenizer: Any, dataset: TextDataset, *, pools: Sequence[str], layers: Sequence[int],
-                   max_length: int, batch_size: int | None, dtype: torch.dtype, normalize: bool = False,
-                   progress: bool = False, long_text: LongText | None = None) -> dict[str, np.ndarray]:
-    """{pool: (n, len(layers), d)} from ONE forward pass per batch (`layers` are hidden-state indices,
-    0 = embeddings). Pooling is `pool_tokens`, so each slice equals `extract_features` with that pool and layer:
-    comparing cls and mean costs one extraction, not two (`bertkit probe`). Over-long texts as `long_text` says
-    (windows are averaged per text, as in `encode_features`)."""
-    device = next(encoder.parameters()).device
-    long_text = long_text or LongText()
-    windows = encode_for(tokenizer, dataset, max_length, truncation=long_text.truncation,
-                                  long_text=long_text.mode, stride=long_text.stride)
-    batches = infer.plan_batches(windows.encoded.lengths, batch_size, infer.auto_token_budget(encoder, device))
-
-    def pooled_of(batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """(batch, pools, layers, d)"""
-        hidden = encoder(**batch, output_hidden_states=True, return_dict=True).hidden_states
-        stacked = torch.stack([torch.stack([pool_tokens(hidden[i], batch["attention_mask"], pool) for i in layers], 1)
-                               for pool in pools], 1)
-        return torch.nn.functional.normalize(stacked, p=2.0, dim=-1) if normalize else stacked
-
-    with infer.closing(infer.progress_bar(len(dataset), "features", progress, unit_of(long_text.mode))) as bar:
-        count_windows(bar, windows)
-        outputs = infer.run_batches(pooled_of, windows.encoded, batches, model=encoder,
-                                    pad_id=infer.pad_id_of(tokenizer), device=device, dtype=dtype, bar=bar)
-    hidden_size = encoder_shape(encoder)[1]
-    per_window = infer.in_input_order(batches, outputs, (len(pools), len(layers), hidden_size))
-    stacked = pooled_over_windows(windows, per_window, normalize)
-    return {pool: np.ascontiguousarray(stacked[:, p]) for p, pool in enumerate(pools)}
 
 
 # ---------------------------------------------------------------- processes
@@ -431,19 +126,14 @@ def store_identity(cfg: EmbedConfig, split: str, ds: TextDataset, revision: str,
 
 def embed_to_store(cfg: EmbedConfig, progress: bool = True) -> dict[str, Any]:
     """Run `bertkit embed`: every split to its store under cfg.out; returns a summary (see `SplitResult`)."""
-    from pathlib import Path
-
-    from bertkit.features import store
-    from bertkit.io import runs
-
     device = modeling.choose_device(cfg.device)
     with process_state(device) as dist:
         if device.type == "cuda" and dist.num_processes > 1:
             device = dist.device  # this process's GPU
         dtype = modeling.choose_dtype(cfg.precision, device)
         root = Path(cfg.out or "").expanduser()
-        runs.inspect_run_dir(root, "embed", overwrite=cfg.overwrite,  # read-only: refusals end every rank here
-                             inputs=runs.input_paths(cfg))
+        rundir.inspect_run_dir(root, "embed", overwrite=cfg.overwrite,  # read-only: refusals end every rank here
+                               inputs=ownership.input_paths(cfg))
         named, label_map = load_embed_data(cfg)
         split_layout = len(named) > 1
         tokenizer = modeling.load_tokenizer(cfg.model, cfg.trust_remote_code)
@@ -478,9 +168,6 @@ def embed_to_store(cfg: EmbedConfig, progress: bool = True) -> dict[str, Any]:
 def _manifest_common(cfg: EmbedConfig, tokenizer: Any, encoder: Any, spec: FeatureSpec, revision: str,
                      dtype: torch.dtype, label_map: LabelMap | None) -> dict[str, Any]:
     """What every split's manifest records about the model and the features."""
-    from bertkit import __version__
-    from bertkit.io.runs import package_versions
-
     n_layers, hidden = encoder_shape(encoder)
     return {
         "bertkit_version": __version__, "model": cfg.model, "revision": revision,
@@ -497,21 +184,16 @@ def _manifest_common(cfg: EmbedConfig, tokenizer: Any, encoder: Any, spec: Featu
 def _claim_store_dir(cfg: EmbedConfig, dist: Any, root: Any, identities: dict[str, dict[str, Any]],
                      split_layout: bool) -> Any:
     """Rank 0 claims --out (everything is validated by now); every rank gets the directory to write into."""
-    from bertkit.features import store
-    from bertkit.io import runs
-
-    run = runs.claim_run_dir(root, "embed", overwrite=cfg.overwrite, compare=lambda path: store.run_differences(
+    run = rundir.claim_run_dir(root, "embed", overwrite=cfg.overwrite, compare=lambda path: store.run_differences(
         path, identities, split_layout)) if dist.is_main_process else None
     dist.wait_for_everyone()
-    return run or runs.RunDir(root, "embed", cfg.overwrite, path=runs.write_path(root, cfg.overwrite))
+    return run or rundir.RunDir(root, "embed", cfg.overwrite, path=rundir.write_path(root, cfg.overwrite))
 
 
 def _embed_split(cfg: EmbedConfig, dist: Any, writer: Any, split: str, ds: TextDataset, encoder: Any,
                  tokenizer: Any, spec: FeatureSpec, device: torch.device, dtype: torch.dtype,
                  label_map: LabelMap | None, common: dict[str, Any], progress: bool) -> SplitResult:
     """Encode the missing shards of one split (this rank's share) and, on rank 0, finalize the store."""
-    from bertkit.features import store
-
     started = time.perf_counter()
     status = writer.prepare(create=True) if dist.is_main_process else None
     dist.wait_for_everyone()

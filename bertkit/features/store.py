@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,7 +35,8 @@ from bertkit.config.groups import STORE_DTYPES
 from bertkit.data.labels import LabelMap
 from bertkit.errors import UserError
 from bertkit.io import disk, faults
-from bertkit.io.runs import atomic_path, remove_owned, write_json_atomic
+from bertkit.io.atomic import atomic_path, write_json_atomic
+from bertkit.io.ownership import remove_owned
 
 log = logging.getLogger(__name__)
 
@@ -211,7 +211,7 @@ class StoreWriter:
             )
 
     def prepare(self, create: bool = True) -> str:
-        """Start or resume in a claimed run directory (`runs.claim_run_dir`); returns the status before this call
+        """Start or resume in a claimed run directory (`rundir.claim_run_dir`); returns the status before this call
         ('new'/'partial'/'complete')."""
         status = self.status()
         if status == "partial" and create:
@@ -269,7 +269,7 @@ class StoreWriter:
             with atomic_path(self.shard_file(k)) as tmp:
                 with tmp.open("wb") as handle:
                     np.save(handle, array)
-                _kill_point("embed.shard.before_rename")
+                faults.kill_point("embed.shard.before_rename")
         self.written_here += 1
         faults.fail_point("embed.shard", self.written_here)
 
@@ -300,14 +300,14 @@ class StoreWriter:
                         np.save(handle, np.asarray(labels, dtype=np.int64))
             full = {"format": FORMAT, **manifest, "identity": self.identity, "shape": list(shape), "store_dtype":
                     str(self.dtype), "files": {"features": FEATURES, "labels": LABELS if labels is not None else None}}
-            _kill_point("embed.finalize.before_manifest")
+            faults.kill_point("embed.finalize.before_manifest")
             write_json_atomic(self.path / MANIFEST, full)
         self._remove_work_files()
         return open(self.path)
 
     def _remove_work_files(self) -> None:
         """Shards, identity and the temp files of writes that a killed run never renamed (can be store-sized); in
-        shards/ only the files bertkit wrote (`runs.remove_owned`)."""
+        shards/ only the files bertkit wrote (`ownership.remove_owned`)."""
         if (self.path / SHARDS).exists():
             kept = remove_owned(self.path / SHARDS, "shards")
             if kept:
@@ -316,13 +316,6 @@ class StoreWriter:
         for tmp in self.path.glob(".*.tmp"):
             tmp.unlink(missing_ok=True)
 
-
-def _kill_point(name: str) -> None:
-    """A named SIGKILL point for the fault-injection suite (`bertkit.io.faults`, env BERTKIT_KILL_AT); no-op otherwise."""
-    if os.environ.get("BERTKIT_KILL_AT"):
-        from bertkit.io import faults
-
-        faults.maybe_kill(name)
 
 
 def run_differences(root: Path, identities: dict[str, dict[str, Any]], split_layout: bool) -> list[str]:

@@ -4,7 +4,7 @@ write fail as on a full disk.
 Never active in normal use. The environment variable ``BERTKIT_KILL_AT`` lists kill points, comma-separated;
 ``POINT@N`` fires on the N-th time the point is reached in this process (default: the first)::
 
-    BERTKIT_KILL_AT=embed.shard.before_rename@2     # explicit point: code calls maybe_kill("...")
+    BERTKIT_KILL_AT=embed.shard.before_rename@2     # explicit point: code calls kill_point("...")
     BERTKIT_KILL_AT=replace:shard-00001.npy          # just before os.replace(tmp, dst) with dst named like the glob
     BERTKIT_KILL_AT=replaced:shard-00000.npy         # just after that rename (the file is complete and in place)
     BERTKIT_KILL_AT=save:optimizer*.bin              # just before torch.save() writes a file named like the glob
@@ -19,7 +19,7 @@ left on device"); `torch.save` raises torch's ``RuntimeError: [enforce fail at i
 
 The kill is ``os.kill(os.getpid(), SIGKILL)``: no exception handlers, ``finally`` blocks or atexit hooks run,
 exactly like the OOM killer or a pulled plug. `install_from_env` (called by the CLI at start-up) wires the
-generic points (os.replace, torch.save, optimizer steps); explicit points need a ``maybe_kill("name")`` call in
+generic points (os.replace, torch.save, optimizer steps); explicit points need a ``kill_point("name")`` call in
 the code, e.g. in `store.StoreWriter.write_shard` and `checkpoints.save_checkpoint`; counted points (`fail_point`)
 fail after the N-th optimizer step or shard.
 """
@@ -62,6 +62,12 @@ def maybe_kill(point: str) -> None:
     """SIGKILL this process if `point` is listed in BERTKIT_KILL_AT and this is its N-th hit."""
     if _due(point):
         _die()
+
+
+def kill_point(name: str) -> None:
+    """A named SIGKILL point for the fault-injection tests (env BERTKIT_KILL_AT); a no-op otherwise."""
+    if os.environ.get(ENV):
+        maybe_kill(name)
 
 
 def _due(point: str) -> bool:

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bertkit.io import runs
+from bertkit.io import atomic
 from bertkit.models import loading as modeling
 
 MODEL_INFO = "bertkit_model.json"
@@ -16,7 +16,7 @@ MODEL_INFO = "bertkit_model.json"
 
 def write_model_info(folder: str | Path, info: dict[str, Any]) -> None:
     """`info` as the folder's bertkit_model.json (written atomically)."""
-    runs.write_json_atomic(Path(folder) / MODEL_INFO, info)
+    atomic.write_json_atomic(Path(folder) / MODEL_INFO, info)
 
 
 def read_model_info(folder: str | Path) -> dict[str, Any]:

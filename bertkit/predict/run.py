@@ -15,7 +15,7 @@ from bertkit.config.recipes import recipe_path
 from bertkit.data.dataset import TextDataset
 from bertkit.data.labels import LabelMap, check_tag_columns
 from bertkit.data.splits import load_dataset_split
-from bertkit.io import runs
+from bertkit.io import atomic, ownership, predictions_out, rundir, trail
 from bertkit.models import infer
 from bertkit.models import loading as modeling
 from bertkit.models.metadata import saved_threshold
@@ -62,8 +62,8 @@ def run_predict(cfg: PredictConfig, *, recipe: str | None = None, progress: bool
     `recipe` (the --recipe given) is one of the inputs --out must never overwrite.
     """
     if cfg.out:  # before any work: never over an input, never over a file bertkit did not write
-        runs.check_predictions_out(cfg.out, {"--data": cfg.data, "--model": cfg.model, "--probe": cfg.probe,
-                                             "--recipe": str(recipe_path(recipe)) if recipe else None})
+        predictions_out.check_predictions_out(cfg.out, {"--data": cfg.data, "--model": cfg.model, "--probe": cfg.probe,
+                                                        "--recipe": str(recipe_path(recipe)) if recipe else None})
     if cfg.text:
         dataset = TextDataset(list(cfg.text), source="--text")
     else:
@@ -98,8 +98,8 @@ def run_evaluate(cfg: EvaluateConfig, *, progress: bool = False) -> dict[str, An
     """Metrics of a fine-tuned model on labelled --data (read in the model's problem shape); metrics.json,
     predictions.csv and the shape's plot (confusion matrix, true-vs-predicted scatter, per-tag F1) in --out when
     given."""
-    plan = runs.inspect_run_dir(cfg.out, "evaluate", overwrite=cfg.overwrite, inputs=runs.input_paths(cfg),
-                                compare=runs.config_compare(config_dict(cfg))) if cfg.out else None  # read-only, early
+    plan = rundir.inspect_run_dir(cfg.out, "evaluate", overwrite=cfg.overwrite, inputs=ownership.input_paths(cfg),
+                                  compare=trail.config_compare(config_dict(cfg))) if cfg.out else None  # read-only, early
     external = [metrics.load_metric(spec) for spec in cfg.external_metrics]  # before any work: a missing one stops here
     model, tokenizer, label_map = infer.load_for_inference(cfg.model or "")
     modeling.check_max_length(cfg.max_length, tokenizer, model.config, cfg.model or "",
@@ -118,8 +118,8 @@ def run_evaluate(cfg: EvaluateConfig, *, progress: bool = False) -> dict[str, An
                   long_text=cfg.long_text, truncation=cfg.truncation)
     if plan is not None:
         run = plan.claim()
-        runs.write_run_config(run.path, "evaluate", config_dict(cfg), data_fingerprint=dataset.fingerprint)
-        runs.write_json_atomic(run.path / "metrics.json", result)
+        trail.write_run_config(run.path, "evaluate", config_dict(cfg), data_fingerprint=dataset.fingerprint)
+        atomic.write_json_atomic(run.path / "metrics.json", result)
         predictions.write_predictions_csv(run.path / "predictions.csv", dataset, proba, outputs.label_names, y_true=y,
                               task=outputs.task, threshold=outputs.threshold)
         _plot(outputs, y, result, run.path, f"{cfg.model} on {dataset.source}")

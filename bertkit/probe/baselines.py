@@ -100,7 +100,7 @@ def random_encoder_features(cfg: Any, inputs: ProbeInputs, pool: str, index: int
     """Train/dev features of the same architecture with freshly initialised weights (seeded), one pool, one layer."""
     import torch
 
-    from bertkit.features import embed
+    from bertkit.features import extract
     from bertkit.models import loading as modeling
 
     meta = dict(inputs.feature_meta)
@@ -113,10 +113,10 @@ def random_encoder_features(cfg: Any, inputs: ProbeInputs, pool: str, index: int
             state["encoder"] = modeling.load_encoder(model, bool(meta.get("trust_remote_code")), random_init=True)
             state["tokenizer"] = modeling.load_tokenizer(model, bool(meta.get("trust_remote_code")))
         dtype = modeling.DTYPE_NAMES.get(str(meta.get("dtype")), torch.float32)
-        return embed.extract_pooled(state["encoder"], state["tokenizer"], ds, pools=[pool], layers=[index],
+        return extract.extract_pooled(state["encoder"], state["tokenizer"], ds, pools=[pool], layers=[index],
                               max_length=int(meta["max_length"]), batch_size=cfg.batch_size, dtype=dtype,
                               normalize=bool(meta.get("normalize")), progress=progress,
-                              long_text=embed.LongText(meta.get("truncation", "head"), meta.get("long_text", "cut"),
+                              long_text=extract.LongText(meta.get("truncation", "head"), meta.get("long_text", "cut"),
                                                         meta.get("stride")))
 
     key = {**meta, "revision": f"random-init(seed={cfg.seed})/{meta.get('revision')}", "layers": str(index)}

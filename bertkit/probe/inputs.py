@@ -113,7 +113,7 @@ def _layer_axis(features: np.ndarray) -> np.ndarray:
 def _store_layers(cfg: Any, train: Any) -> tuple[list[int], list[int | None], list[str]]:
     """(positions on the store's layer axis, their hidden-state indices, names) selected by --layers."""
     from bertkit.config.groups import parse_layers
-    from bertkit.features.embed import check_distinct_layers
+    from bertkit.features.pooling import check_distinct_layers
 
     manifest = train.manifest
     stored = list(manifest.get("layer_indices") or [])
@@ -144,7 +144,7 @@ def _store_layers(cfg: Any, train: Any) -> tuple[list[int], list[int | None], li
 def _check_vector_store_layers(layers: str, manifest: dict[str, Any], stored: list[int]) -> None:
     """A store with one vector per row (one layer, or layers combined) answers --layers only with what it holds."""
     from bertkit.config.groups import parse_layers
-    from bertkit.features.embed import check_distinct_layers
+    from bertkit.features.pooling import check_distinct_layers
 
     wanted = parse_layers(layers)
     n_layers = int(manifest.get("n_layers", max(stored, default=0)))
@@ -238,7 +238,7 @@ def load_text_inputs(cfg: Any, cache_dir: Path | Callable[[], Path] | None, prog
     `on_labels` gets the label map (the problem shape) as soon as the data is read, before any model work."""
     from bertkit.config.groups import parse_layers
     from bertkit.data.splits import load_splits
-    from bertkit.features import embed
+    from bertkit.features import extract, pooling
     from bertkit.models import loading as modeling
 
     splits = load_splits(cfg, need_labels=True, need_dev=True)
@@ -251,8 +251,8 @@ def load_text_inputs(cfg: Any, cache_dir: Path | Callable[[], Path] | None, prog
                               pair=cfg.text_pair_column is not None)
     encoder = modeling.load_encoder(model, cfg.trust_remote_code)
     cache_dir = cache_dir() if callable(cache_dir) else cache_dir
-    n_layers, _ = embed.encoder_shape(encoder)
-    spec = embed.FeatureSpec(layers=None if parse_layers(cfg.layers or "-1") is None else tuple(parse_layers(cfg.layers or "-1")))
+    n_layers, _ = pooling.encoder_shape(encoder)
+    spec = pooling.FeatureSpec(layers=None if parse_layers(cfg.layers or "-1") is None else tuple(parse_layers(cfg.layers or "-1")))
     indices = spec.resolve(n_layers)
     dtype = modeling.choose_dtype(cfg.precision, next(encoder.parameters()).device)
     meta = {"model": model, "revision": modeling.model_revision(model), "max_length": cfg.max_length,
@@ -263,10 +263,10 @@ def load_text_inputs(cfg: Any, cache_dir: Path | Callable[[], Path] | None, prog
     named = {"train": splits.train, "dev": splits.dev, **({"test": splits.test} if splits.test is not None else {})}
     features = {
         name: cached_features(cache_dir, name, ds, meta, cfg.pools, indices,
-                              lambda ds=ds, pools=cfg.pools: embed.extract_pooled(
+                              lambda ds=ds, pools=cfg.pools: extract.extract_pooled(
                                   encoder, tokenizer, ds, pools=pools, layers=indices, max_length=cfg.max_length,
                                   batch_size=cfg.batch_size, dtype=dtype, normalize=cfg.normalize, progress=progress,
-                                  long_text=embed.LongText.of(cfg)))
+                                  long_text=extract.LongText.of(cfg)))
         for name, ds in named.items()
     }
     lm = splits.label_map
@@ -285,7 +285,7 @@ def cached_features(
 ) -> dict[str, np.ndarray]:
     """{pool: features} from `cache_dir` when a previous run stored them for the same model, data and settings;
     otherwise `compute()` them and store one .npy per pool (+ a .json key) atomically."""
-    from bertkit.io.runs import atomic_path, write_json_atomic
+    from bertkit.io.atomic import atomic_path, write_json_atomic
 
     layers = "all" if meta.get("layers") == "all" else "_".join(map(str, indices))
     key = {k: meta.get(k) for k in ("model", "revision", "max_length", "normalize", "dtype")}

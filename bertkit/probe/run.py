@@ -35,12 +35,12 @@ def run_probe(cfg: Any, progress: bool = False) -> dict[str, Any]:
     """`bertkit probe`: inputs -> per-layer sweep -> baselines -> variance -> test -> run directory. Returns the
     results (what metrics.json holds)."""
     from bertkit.config.commands import config_dict
-    from bertkit.io import runs
+    from bertkit.io import ownership, rundir, trail
     from bertkit.scoring.metrics import load_metrics
 
     # --out is looked at now (read-only) and claimed once the data and model are validated
-    plan = runs.inspect_run_dir(cfg.out, "probe", overwrite=cfg.overwrite, compare=runs.config_compare(config_dict(cfg)),
-                                inputs=runs.input_paths(cfg)) if cfg.out else None
+    plan = rundir.inspect_run_dir(cfg.out, "probe", overwrite=cfg.overwrite, compare=trail.config_compare(config_dict(cfg)),
+                                  inputs=ownership.input_paths(cfg)) if cfg.out else None
     external = load_metrics(tuple(cfg.external_metrics))  # a --metric that cannot load stops before any work
     cache = (lambda: plan.claim().path / "features") if plan is not None else None
     check = functools.partial(check_shape_options, cfg, external)
@@ -136,12 +136,12 @@ def write_probe_run(run_dir: Path, cfg: Any, inputs: ProbeInputs, sweep: Sweep, 
     into `run_dir`; the paths reported are those in `final_dir` (where a staged run ends up)."""
     from bertkit import plots
     from bertkit.config.commands import config_dict
-    from bertkit.io import runs
+    from bertkit.io import atomic, trail
 
     best = sweep.best
     fingerprints = {name: ds.fingerprint for name, ds in inputs.datasets.items()}
-    runs.write_run_config(run_dir, "probe", config_dict(cfg), data_fingerprints=fingerprints,
-                          features=inputs.feature_meta)
+    trail.write_run_config(run_dir, "probe", config_dict(cfg), data_fingerprints=fingerprints,
+                           features=inputs.feature_meta)
     baselines = {name: b[sweep.metric] for name, b in result.get("baselines", {}).items()}
     label = BASELINE_NAMES.get(best.fit.task, BASELINE_NAMES["single_label"])
     model = Path(str(inputs.feature_meta.get("model"))).name
@@ -157,7 +157,7 @@ def write_probe_run(run_dir: Path, cfg: Any, inputs: ProbeInputs, sweep: Sweep, 
     outputs = {"config": str(final / "config.json"), "metrics": str(final / "metrics.json"),
                "layer_curve": str(final / curve.name), figure_key: str(final / figure.name),
                "probe": str(final / "probe")}
-    runs.write_json_atomic(run_dir / "metrics.json", {**result, "outputs": outputs})
+    atomic.write_json_atomic(run_dir / "metrics.json", {**result, "outputs": outputs})
     return outputs
 
 

@@ -108,7 +108,7 @@ def save_probe(directory: str | Path, fit: ProbeFit, label_map: Any, meta: dict[
     """Write `probe.safetensors` (arrays) and `probe.json` (label map + feature recipe) into `directory`."""
     from safetensors.numpy import save_file
 
-    from bertkit.io.runs import atomic_path, write_json_atomic
+    from bertkit.io.atomic import atomic_path, write_json_atomic
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -251,7 +251,7 @@ def predict_with_probe(
     pooling, layer, normalization, truncation or windows of long texts; max length unless `max_length` is given),
     then applies the saved probe. The extraction precision is `precision` (auto/fp32/bf16/fp16) resolved for the encoder's
     device."""
-    from bertkit.features import embed
+    from bertkit.features import extract
     from bertkit.models import loading as modeling
 
     meta = saved.meta
@@ -264,7 +264,7 @@ def predict_with_probe(
     dtype = modeling.choose_dtype(precision, next(encoder.parameters()).device)
     window = int(max_length or meta.get("max_length") or 128)
     modeling.check_max_length(window, tokenizer, encoder.config, meta["model"], pair=dataset.pairs is not None)
-    features = embed.extract_features(
+    features = extract.extract_features(
         encoder, tokenizer, dataset, pool=meta["pool"], layers=str(meta["layers"]), combine=meta.get("combine", "concat"),
         max_length=window, batch_size=batch_size, dtype=dtype,
         normalize=bool(meta.get("normalize", False)), progress=progress,

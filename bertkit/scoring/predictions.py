@@ -11,7 +11,7 @@ import numpy as np
 
 from bertkit.data.dataset import TextDataset
 from bertkit.data.labels import task_of_problem_type
-from bertkit.io import runs
+from bertkit.io import atomic
 from bertkit.models import infer
 from bertkit.scoring.shapes import model_outputs
 
@@ -63,7 +63,7 @@ def write_predictions_csv(
         wrong, order = (None if y_true is None else predicted != y_true), "confidence"
     if only_errors and wrong is not None:
         frame = frame[wrong].sort_values(order, ascending=False)
-    with runs.atomic_path(path) as tmp:
+    with atomic.atomic_path(path) as tmp:
         frame.to_csv(tmp, index=False)
     return len(frame)
 

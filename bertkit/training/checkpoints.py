@@ -26,13 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.errors import UserError
-from bertkit.io import disk, runs
+from bertkit.io import atomic, disk, faults, ownership
 from bertkit.models.metadata import write_model_info
 
 log = logging.getLogger(__name__)
 
 STATE_FILE = "trainer_state.json"
-MANIFEST = runs.CHECKPOINT_MANIFEST
+MANIFEST = ownership.CHECKPOINT_MANIFEST
 MANIFEST_FORMAT = "bertkit-checkpoint/1"
 KEEP = 2
 """Complete checkpoints kept: the newest, and one to fall back on if the newest is found damaged."""
@@ -51,7 +51,7 @@ class Restored:
 
 def step_folders(out: Path) -> list[Path]:
     """`checkpoints/step-N` folders, oldest first. Other names (`step-5.bak`, a user's folder) are not ours: they
-    are neither loaded nor deleted (and `runs.inspect_run_dir` refuses a run holding them, naming them)."""
+    are neither loaded nor deleted (and `rundir.inspect_run_dir` refuses a run holding them, naming them)."""
     folder = out / "checkpoints"
     if not folder.is_dir():
         return []
@@ -92,10 +92,10 @@ def save_checkpoint(accelerator: Any, out: Path, state: dict[str, Any], need_byt
         accelerator.save_state(str(tmp), safe_serialization=True)
         accelerator.wait_for_everyone()
         if accelerator.is_main_process:
-            runs.write_json_atomic(tmp / STATE_FILE, state)
-            runs.write_json_atomic(tmp / MANIFEST, {"format": MANIFEST_FORMAT, "files": file_digests(tmp)})
+            atomic.write_json_atomic(tmp / STATE_FILE, state)
+            atomic.write_json_atomic(tmp / MANIFEST, {"format": MANIFEST_FORMAT, "files": file_digests(tmp)})
     if accelerator.is_main_process:
-        _kill_point("finetune.checkpoint.before_rename")
+        faults.kill_point("finetune.checkpoint.before_rename")
         if final.exists():  # a re-save of the same step
             _check_only_ours(final, "checkpoint")
             _remove(final, "checkpoint")
@@ -122,12 +122,12 @@ def save_model_folder(accelerator: Any, net: Any, tokenizer: Any, path: Path, ex
             accelerator.unwrap_model(net).model.save_pretrained(tmp, safe_serialization=True, state_dict=state_dict)
             tokenizer.save_pretrained(tmp)
             write_model_info(tmp, extra)
-            runs.write_file_list(tmp)  # the names bertkit may later remove from this folder
+            ownership.write_file_list(tmp)  # the names bertkit may later remove from this folder
         _remove(old, "model")  # .old-best / .old-final: our own leftover of an interrupted swap
         if path.exists():
             _check_only_ours(path, "model")  # the run was checked at its start; a file may have come since
             os.replace(path, old)
-        _kill_point("finetune.model.swap")
+        faults.kill_point("finetune.model.swap")
         os.replace(tmp, path)
         _remove(old, "model")
     accelerator.wait_for_everyone()
@@ -177,15 +177,15 @@ def _full_disk_cleanup(accelerator: Any, tmp: Path, need_bytes: int, kind: str) 
 
 def _remove(folder: Path, kind: str) -> None:
     """Remove a folder of ours (a checkpoint, a model folder, their temp folders): only the files bertkit wrote
-    there (`runs.remove_owned`); anything else stays, with a warning, and the next run names it."""
-    kept = runs.remove_owned(folder, kind) if folder.exists() or folder.is_symlink() else []
+    there (`ownership.remove_owned`); anything else stays, with a warning, and the next run names it."""
+    kept = ownership.remove_owned(folder, kind) if folder.exists() or folder.is_symlink() else []
     if kept:
         log.warning("kept %s: it holds what bertkit did not write (%s)", folder, ", ".join(map(str, kept[:5])))
 
 
 def _check_only_ours(folder: Path, kind: str) -> None:
     """A UserError when `folder`, about to be replaced, holds anything bertkit did not write."""
-    foreign = runs.foreign_paths(folder, kind)
+    foreign = ownership.foreign_paths(folder, kind)
     if foreign:
         shown = ", ".join(str(p) for p in foreign[:5])
         raise UserError(f"{folder} holds files bertkit did not write ({shown}); bertkit never replaces a folder "
@@ -302,10 +302,3 @@ def _on_main(accelerator: Any, fn: Any) -> Any:
         raise UserError(value)
     return value
 
-
-def _kill_point(name: str) -> None:
-    """A named SIGKILL point for the fault-injection suite (`bertkit.io.faults`, env BERTKIT_KILL_AT); no-op otherwise."""
-    if os.environ.get("BERTKIT_KILL_AT"):
-        from bertkit.io import faults
-
-        faults.maybe_kill(name)

@@ -32,7 +32,7 @@ from bertkit.data.splits import Splits, load_splits
 from bertkit.encoding.batches import restore_order, sorted_batches
 from bertkit.encoding.encode import encode_for
 from bertkit.errors import UserError
-from bertkit.io import runs
+from bertkit.io import atomic, trail
 from bertkit.models import infer
 from bertkit.models import loading as modeling
 from bertkit.scoring.metrics import LOWER_IS_BETTER
@@ -178,9 +178,9 @@ def teacher_outputs(task: DistillTask, train: TextDataset, out: Path, accelerato
            "max_length": cfg.max_length, "precision": cfg.precision, "with_cls": with_cls}
     if accelerator.is_main_process and not _cache_usable(out, key, int(task.teacher.config.num_labels)):
         logits, cls = _compute_teacher_outputs(task, train, with_cls)
-        with runs.atomic_path(out / CACHE) as tmp, open(tmp, "wb") as handle:
+        with atomic.atomic_path(out / CACHE) as tmp, open(tmp, "wb") as handle:
             np.savez(handle, logits=logits, **({"cls": cls} if cls is not None else {}))
-        runs.write_json_atomic(out / CACHE_KEY, {**key, "sha256": _sha256(out / CACHE)})
+        atomic.write_json_atomic(out / CACHE_KEY, {**key, "sha256": _sha256(out / CACHE)})
     accelerator.wait_for_everyone()
     with np.load(out / CACHE) as cached:
         return cached["logits"], (cached["cls"] if with_cls else None)
@@ -299,8 +299,8 @@ def write_report(cfg: DistillConfig, task: DistillTask, result: FinetuneResult) 
 
     report = measure(cfg, task, result)
     out = result.out
-    runs.write_json_atomic(out / f"{REPORT}.json", report)
-    runs.write_text_atomic(out / f"{REPORT}.md", report_markdown(report))
+    atomic.write_json_atomic(out / f"{REPORT}.json", report)
+    atomic.write_text_atomic(out / f"{REPORT}.md", report_markdown(report))
     plots.distill_bars(report, out / f"{REPORT}.png")
     report["outputs"] = [str(out / f"{REPORT}.{ext}") for ext in ("json", "md", "png")]
     return report
@@ -336,7 +336,7 @@ def measure(cfg: DistillConfig, task: DistillTask, result: FinetuneResult) -> di
     metric = result.metrics.get("best_metric_name") or cfg.metric_for_best  # the shape's (regression: pearson)
     return {"teacher": cfg.teacher, "student": str(student_dir), "student_layers": task.kept_layers,
             "metric": metric, "dev_rows": len(texts), "device": str(device),
-            "precision": modeling.dtype_name(dtype), "machine": runs.machine_info(), "models": models,
+            "precision": modeling.dtype_name(dtype), "machine": trail.machine_info(), "models": models,
             "claims": claims(models, metric)}
 
 

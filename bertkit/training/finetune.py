@@ -43,7 +43,7 @@ from bertkit.data.labels import LabelMap
 from bertkit.data.splits import Splits, load_splits
 from bertkit.encoding.encode import encode_for
 from bertkit.errors import UserError
-from bertkit.io import disk, runs
+from bertkit.io import atomic, disk
 from bertkit.models import loading as modeling
 from bertkit.models.fastforward import SequenceClassifier
 from bertkit.scoring import metrics
@@ -249,7 +249,7 @@ def finish(session: Session, state: TrainState, restored: dict[str, Any] | None,
     summary = reports.summary(session, state, restored)
     if accelerator.is_main_process:
         reports.write_reports(session, state)
-        runs.write_json_atomic(session.out / "metrics.json", summary)
+        atomic.write_json_atomic(session.out / "metrics.json", summary)
         session.run.commit()  # an --overwrite run: the new output replaces the previous one only now
     accelerator.wait_for_everyone()
     return FinetuneResult(session.run.out, summary, state.epoch_table, restored, False, accelerator.is_main_process,

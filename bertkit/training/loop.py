@@ -23,7 +23,7 @@ from bertkit.data.labels import LabelMap
 from bertkit.encoding.batches import grouped_batches, restore_order, sorted_batches
 from bertkit.encoding.encode import Encoded
 from bertkit.errors import UserError
-from bertkit.io import faults, runs
+from bertkit.io import atomic, faults, rundir
 from bertkit.models import infer
 from bertkit.models import loading as modeling
 from bertkit.models.inputs import accepted_inputs
@@ -71,7 +71,7 @@ class Session:
 
     cfg: FinetuneConfig
     accelerator: Any
-    run: runs.RunDir
+    run: rundir.RunDir
     out: Path
     """Where this run writes: --out, or its staging folder while it replaces another run (--overwrite)."""
     tokenizer: Any
@@ -141,7 +141,7 @@ def restore(session: Session) -> tuple[TrainState, dict[str, Any] | None]:
                  found.path, restored["epoch"], restored["step"], restored["batch_in_epoch"],
                  session.steps_per_epoch, restored["lr"], session.cfg.metric_for_best, state.best_metric)
     if accelerator.is_main_process:  # evaluations after the checkpoint will be redone: keep the log consistent
-        runs.write_text_atomic(out / "metrics.jsonl", "".join(runs.to_json(r, indent=None) + "\n" for r in state.history))
+        atomic.write_text_atomic(out / "metrics.jsonl", "".join(atomic.to_json(r, indent=None) + "\n" for r in state.history))
     return state, restored
 
 
@@ -236,7 +236,7 @@ def evaluate(session: Session, state: TrainState, end_of_epoch: bool) -> None:
         patience = cfg.early_stopping_patience
         state.stopped_early = bool(patience and state.evals_since_best >= patience)
     if accelerator.is_main_process:
-        runs.append_jsonl(session.out / "metrics.jsonl", record)
+        atomic.append_jsonl(session.out / "metrics.jsonl", record)
     if end_of_epoch:
         state.epoch_table.append(_epoch_row(state, train_loss, session.objective.table_metrics))
         state.epoch, state.step_in_epoch = state.epoch + 1, 0
@@ -308,7 +308,7 @@ def _keep_best(session: Session, state: TrainState, scored: Any, value: float) -
                                    "labels": session.label_map.to_json()["labels"], **state.model_info},
                                   session.model_bytes)
     if session.accelerator.is_main_process:
-        with runs.atomic_path(session.out / "best_dev_proba.npy") as tmp, open(tmp, "wb") as handle:
+        with atomic.atomic_path(session.out / "best_dev_proba.npy") as tmp, open(tmp, "wb") as handle:
             np.save(handle, scored.outputs)
 
 

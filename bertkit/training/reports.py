@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from bertkit.io import runs
+from bertkit.io import atomic
 from bertkit.scoring.predictions import write_predictions_csv
 from bertkit.training.loop import Session, TrainState
 
@@ -45,7 +45,7 @@ def write_reports(session: Session, state: TrainState) -> None:
 
     out, names, task = session.out, session.objective.label_names, session.label_map.task
     proba = np.load(out / "best_dev_proba.npy")
-    with runs.atomic_path(out / "training_table.csv") as tmp:
+    with atomic.atomic_path(out / "training_table.csv") as tmp:
         pd.DataFrame(state.epoch_table).to_csv(tmp, index=False)
     write_predictions_csv(out / "dev_errors.csv", session.dev, proba, names, y_true=session.objective.y_dev,
                           only_errors=True, task=task, threshold=(state.best_dev or {}).get("threshold", 0.5))

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.config.commands import FinetuneConfig, config_dict
-from bertkit.io import runs
+from bertkit.io import atomic, ownership, rundir, trail
 
 NOT_IN_RESUME_KEY = {"quiet", "overwrite", "out", "save_every"}
 """Options that do not change what is computed; a re-run may change them and still resume."""
@@ -23,13 +23,13 @@ def resume_key(cfg: FinetuneConfig, fingerprints: dict[str, str]) -> dict[str, A
 
 def resume_differences(run_path: Path, key: dict[str, Any]) -> list[str]:
     """What differs between the run in `run_path` and a run with resume key `key` (empty: the same run)."""
-    record = runs.read_run_config(run_path)
+    record = trail.read_run_config(run_path)
     if record is None:  # claimed, but stopped before its config was written: nothing to differ from
         return []
-    return _changed_keys(record.get("resume_key") or {}, json.loads(runs.to_json(key)))
+    return _changed_keys(record.get("resume_key") or {}, json.loads(atomic.to_json(key)))
 
 
-def run_status(run: runs.RunDir) -> str:
+def run_status(run: rundir.RunDir) -> str:
     """'new', 'resume' or 'finished' for the directory a run writes into."""
     if not run.existing or not (run.path / "config.json").is_file():
         return "new"
@@ -52,20 +52,20 @@ def _changed_keys(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
 def finished_already(cfg: FinetuneConfig, key: dict[str, Any], command: str) -> bool:
     """A read-only look at --out before any work (its refusals end the run here): does it hold this run, finished?"""
-    plan = runs.inspect_run_dir(cfg.out or "", command, overwrite=cfg.overwrite,
-                                compare=lambda path: resume_differences(path, key), inputs=runs.input_paths(cfg))
+    plan = rundir.inspect_run_dir(cfg.out or "", command, overwrite=cfg.overwrite,
+                                compare=lambda path: resume_differences(path, key), inputs=ownership.input_paths(cfg))
     return not plan.replacing and not plan.pending_swap and run_status(plan) == "finished"
 
 
-def claim_out(cfg: FinetuneConfig, key: dict[str, Any], accelerator: Any, task: Any) -> tuple[runs.RunDir, str]:
+def claim_out(cfg: FinetuneConfig, key: dict[str, Any], accelerator: Any, task: Any) -> tuple[rundir.RunDir, str]:
     """Claim --out (main process): the run directory to write into and its status; a new run's config.json."""
-    run = runs.claim_run_dir(cfg.out or "", task.command, overwrite=cfg.overwrite,
+    run = rundir.claim_run_dir(cfg.out or "", task.command, overwrite=cfg.overwrite,
                              compare=lambda path: resume_differences(path, key))
     status = run_status(run)
     if status == "finished":
         run.commit()
     elif status == "new":
-        runs.write_run_config(run.path, task.command, config_dict(cfg), resume_key=key, data_fingerprints=key["data"],
+        trail.write_run_config(run.path, task.command, config_dict(cfg), resume_key=key, data_fingerprints=key["data"],
                               model_revision=task.model_revision(cfg), processes=accelerator.num_processes,
                               mixed_precision=accelerator.mixed_precision, device=str(accelerator.device))
     return dataclasses.replace(run, compare=None), status  # sent to every process: no closures

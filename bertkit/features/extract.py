@@ -1,0 +1,163 @@
+"""Pooled encoder features of a whole dataset, in memory: `encode_features` is the core (rows in, an array out,
+rows in the input order) and `extract_features` its library entry point; `extract_pooled` gives several poolings
+from one forward pass (`bertkit probe`).
+
+Speed: rows are tokenized once with the fast tokenizer, sorted by length and batched with dynamic padding (a
+padded-token budget for `--batch-size auto`), run under `torch.inference_mode()` and, for `--precision bf16/fp16`,
+autocast (the loop is `infer.run_batches`; the pooling and pruning are `bertkit.features.pooling`). Output rows are
+put back in the input order.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from bertkit.data.dataset import TextDataset
+from bertkit.encoding import encode
+from bertkit.encoding.encode import Encoded
+from bertkit.features.pooling import FeatureSpec, encoder_shape, forward_features, pool_tokens, prune_applies
+from bertkit.models import infer
+
+# ---------------------------------------------------------------- extraction
+
+
+@dataclass
+class EncodeStats:
+    rows: int = 0
+    tokens: int = 0
+    padded_tokens: int = 0
+    n_truncated: int = 0
+    seconds: float = 0.0
+    windows: int = 0
+    """Model inputs run: one per row, or more for texts read in overlapping windows (`--long-text chunk`)."""
+
+
+@dataclass(frozen=True)
+class LongText:
+    """How texts longer than --max-length are read (see `bertkit.encoding.longtext`): cut (`truncation` says which tokens
+    stay) or, with `mode="chunk"`, overlapping windows sharing `stride` tokens, whose features are averaged."""
+
+    truncation: str = "head"
+    mode: str = "cut"
+    stride: int | None = None
+
+    @classmethod
+    def of(cls, cfg: Any) -> LongText:
+        """The settings of a config with --truncation (and --long-text/--stride where the command has them)."""
+        return cls(getattr(cfg, "truncation", "head"), getattr(cfg, "long_text", "cut"), getattr(cfg, "stride", None))
+
+
+def pooled_over_windows(windows: Any, per_window: np.ndarray, normalize: bool) -> np.ndarray:
+    """One feature row per text from one per window (input order): the mean of its windows, L2-normalised again
+    when the features are (a mean of unit vectors is shorter than 1). A cut run (one window per text) is
+    returned as it is."""
+    if len(windows.owner) == windows.n_rows:
+        return per_window
+    pooled = windows.pool(per_window, "mean")
+    if normalize:
+        pooled = pooled / np.maximum(np.linalg.norm(pooled, axis=-1, keepdims=True), 1e-12)
+    return np.ascontiguousarray(pooled, dtype=np.float32)
+
+
+def count_windows(bar: Any, windows: Any) -> None:
+    """A bar made with one step per row counts windows from here on: its total grows by the extra windows."""
+    extra = len(windows.owner) - windows.n_rows
+    if bar is not None and extra > 0:
+        bar.total = (bar.total or 0) + extra
+        bar.refresh()
+
+
+def encode_features(encoder: Any, tokenizer: Any, dataset: TextDataset, spec: FeatureSpec, *, max_length: int,
+                    batch_size: int | None, device: torch.device, dtype: torch.dtype, bar: Any = None,
+                    long_text: LongText | None = None) -> tuple[np.ndarray, EncodeStats]:
+    """Features for every row of `dataset` (input order) and what it took (`infer.run_batches` does the loop).
+
+    Over-long texts are cut as `long_text.truncation` says, or read as windows whose features are averaged per
+    text (`long_text.mode == "chunk"`); a `bar` then counts windows (see `count_windows`)."""
+    start = time.perf_counter()
+    n_layers, hidden = encoder_shape(encoder)
+    indices = spec.resolve(n_layers)
+    long_text = long_text or LongText()
+    windows = encode.encode_for(tokenizer, dataset, max_length, truncation=long_text.truncation,
+                                  long_text=long_text.mode, stride=long_text.stride)
+    encoded: Encoded = windows.encoded
+    count_windows(bar, windows)
+    batches = infer.plan_batches(encoded.lengths, batch_size, infer.auto_token_budget(encoder, device))
+    padded, prune = 0, None
+
+    def features_of(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        nonlocal padded, prune
+        padded += int(batch["input_ids"].numel())
+        if prune is None:
+            prune = prune_applies(encoder, batch, spec, indices, n_layers)
+        return forward_features(encoder, batch, spec, indices, n_layers, prune)
+
+    outputs = infer.run_batches(features_of, encoded, batches, model=encoder, pad_id=infer.pad_id_of(tokenizer),
+                                device=device, dtype=dtype, bar=bar)
+    per_window = infer.in_input_order(batches, outputs, spec.row_shape(n_layers, hidden))
+    features = pooled_over_windows(windows, per_window, spec.normalize)
+    stats = EncodeStats(len(dataset), int(encoded.lengths.sum()), padded, encoded.n_truncated,
+                        time.perf_counter() - start, len(windows.owner))
+    return features, stats
+
+
+def extract_features(encoder: Any, tokenizer: Any, dataset: TextDataset, *, pool: str = "cls", layers: str = "-1",
+                     combine: str = "concat", max_length: int = 128, batch_size: int | str = 64,
+                     dtype: torch.dtype = torch.float32, device: torch.device | str | None = None,
+                     normalize: bool = False, progress: bool = False, truncation: str = "head",
+                     long_text: str = "cut", stride: int | None = None) -> np.ndarray:
+    """Pooled features of every row, in the dataset's order: (n, dim), or (n, layers, dim) for layers="all".
+
+    `batch_size` is rows per batch or "auto" (a padded-token budget from the model size). Texts longer than
+    `max_length` are cut (`truncation`: head, tail, head+tail), or with `long_text="chunk"` read in overlapping
+    windows sharing `stride` tokens whose features are averaged (one row per text either way).
+    """
+    spec = FeatureSpec.from_options(pool, layers, combine, normalize)
+    device = torch.device(device) if device is not None else next(encoder.parameters()).device
+    rows = None if str(batch_size) == "auto" else int(batch_size)
+    with infer.closing(infer.progress_bar(len(dataset), "embed", progress, unit_of(long_text))) as bar:
+        features, _ = encode_features(encoder, tokenizer, dataset, spec, max_length=max_length, batch_size=rows,
+                                      device=device, dtype=dtype, bar=bar,
+                                      long_text=LongText(truncation, long_text, stride))
+    return features
+
+
+def unit_of(long_text: str) -> str:
+    """What a progress bar counts: rows, or windows when texts are read in windows."""
+    return "windows" if long_text == "chunk" else "rows"
+
+
+def extract_pooled(encoder: Any, tokenizer: Any, dataset: TextDataset, *, pools: Sequence[str], layers: Sequence[int],
+                   max_length: int, batch_size: int | None, dtype: torch.dtype, normalize: bool = False,
+                   progress: bool = False, long_text: LongText | None = None) -> dict[str, np.ndarray]:
+    """{pool: (n, len(layers), d)} from ONE forward pass per batch (`layers` are hidden-state indices,
+    0 = embeddings). Pooling is `pool_tokens`, so each slice equals `extract_features` with that pool and layer:
+    comparing cls and mean costs one extraction, not two (`bertkit probe`). Over-long texts as `long_text` says
+    (windows are averaged per text, as in `encode_features`)."""
+    device = next(encoder.parameters()).device
+    long_text = long_text or LongText()
+    windows = encode.encode_for(tokenizer, dataset, max_length, truncation=long_text.truncation,
+                                  long_text=long_text.mode, stride=long_text.stride)
+    batches = infer.plan_batches(windows.encoded.lengths, batch_size, infer.auto_token_budget(encoder, device))
+
+    def pooled_of(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """(batch, pools, layers, d)"""
+        hidden = encoder(**batch, output_hidden_states=True, return_dict=True).hidden_states
+        stacked = torch.stack([torch.stack([pool_tokens(hidden[i], batch["attention_mask"], pool) for i in layers], 1)
+                               for pool in pools], 1)
+        return torch.nn.functional.normalize(stacked, p=2.0, dim=-1) if normalize else stacked
+
+    with infer.closing(infer.progress_bar(len(dataset), "features", progress, unit_of(long_text.mode))) as bar:
+        count_windows(bar, windows)
+        outputs = infer.run_batches(pooled_of, windows.encoded, batches, model=encoder,
+                                    pad_id=infer.pad_id_of(tokenizer), device=device, dtype=dtype, bar=bar)
+    hidden_size = encoder_shape(encoder)[1]
+    per_window = infer.in_input_order(batches, outputs, (len(pools), len(layers), hidden_size))
+    stacked = pooled_over_windows(windows, per_window, normalize)
+    return {pool: np.ascontiguousarray(stacked[:, p]) for p, pool in enumerate(pools)}

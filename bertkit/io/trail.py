@@ -1,0 +1,103 @@
+"""Every run leaves its trail: `config.json` (the resolved config, package versions, machine, time and the
+command's extras such as seed and data fingerprints), and the check whether a directory holds the same run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bertkit.errors import UserError
+from bertkit.io.atomic import to_json, write_json_atomic
+
+NOT_COMPARED = frozenset({"out", "overwrite", "quiet", "json_output"})
+"""Config fields that do not change a run's results: a re-run may change them and still be the same run."""
+
+Compare = Callable[[Path], list[str]]
+"""A command's check of a run of its own in a directory: the settings that differ (empty: the same run)."""
+
+
+def package_versions() -> dict[str, str]:
+    """Versions of what produced a result (written next to every run's metrics)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    names = ["bertkit", "torch", "transformers", "datasets", "accelerate", "scikit-learn", "numpy", "safetensors"]
+    versions = {"python": platform.python_version()}
+    for name in names:
+        try:
+            versions[name] = version(name)
+        except PackageNotFoundError:
+            versions[name] = "not installed"
+    return versions
+
+
+def machine_info() -> dict[str, Any]:
+    """CPU model, core count and accelerator: the context every timing needs."""
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    info: dict[str, Any] = {"cpu": cpu, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads()}
+    info["gpu"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    return info
+
+
+def write_run_config(run_dir: Path, command: str, config: dict[str, Any], **extra: Any) -> Path:
+    """config.json: the resolved config plus versions, machine and time, so every number traces back."""
+    record = {
+        "command": command,
+        "config": config,
+        "versions": package_versions(),
+        "machine": machine_info(),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        **extra,
+    }
+    path = run_dir / "config.json"
+    write_json_atomic(path, record)
+    return path
+
+
+def config_compare(config: dict[str, Any]) -> Compare:
+    """`compare` for commands that recompute: the same run is the same resolved config (less NOT_COMPARED)."""
+
+    def compare(path: Path) -> list[str]:
+        record = read_run_config(path)
+        return [] if record is None else config_differences(record["config"], config)
+
+    return compare
+
+
+def config_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """`--flag: old -> new` for every compared option that differs."""
+    new = json.loads(to_json(new))
+    keys = sorted((set(old) | set(new)) - NOT_COMPARED)
+    return [f"--{k.replace('_', '-')}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys if old.get(k) != new.get(k)]
+
+
+def read_run_config(path: Path) -> dict[str, Any] | None:
+    """A run's config.json (None when there is none yet); a UserError when it is not what bertkit writes."""
+    file = Path(path) / "config.json"
+    if not file.is_file():
+        return None
+    try:
+        record = json.loads(file.read_text(encoding="utf-8"))
+        reason = None if isinstance(record, dict) and isinstance(record.get("config"), dict) else "no `config` table"
+    except (OSError, ValueError) as exc:
+        reason = str(exc) or type(exc).__name__
+    if reason is not None:
+        raise UserError(
+            f"{file} is not the config.json bertkit writes ({reason}), so bertkit cannot tell which run "
+            f"{path} holds. Choose another --out, or pass --overwrite to replace that run."
+        )
+    return record
