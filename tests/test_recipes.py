@@ -57,7 +57,7 @@ def test_recipes_list_and_show_cli():
 
 def test_smoke_recipe_end_to_end(tmp_path, monkeypatch):
     """The `smoke` recipe, table by table, as CI's end-to-end run: real MiniLM weights, 64 demo rows."""
-    monkeypatch.chdir(Path(__file__).resolve().parent.parent)  # recipe paths are relative to the project root
+    monkeypatch.chdir(tmp_path)  # any folder: the recipe's data paths are relative to the recipe itself
     runner = CliRunner()
 
     def run(*args: str) -> dict:
@@ -80,3 +80,30 @@ def test_smoke_recipe_end_to_end(tmp_path, monkeypatch):
     predicted = runner.invoke(app, ["predict", "--model", str(tmp_path / "ft" / "best"), "--text", "A delight.", "--json"])
     assert predicted.exit_code == 0, predicted.output
     assert json.loads(predicted.stdout)
+
+
+def test_recipe_input_paths_resolve_next_to_the_recipe(tmp_path, monkeypatch):
+    """A relative input path is looked up next to the recipe (from any current folder); hub names, split names and
+    paths that exist only from the current folder are left as written; --out stays relative to the current folder."""
+    folder = tmp_path / "project"
+    (folder / "data").mkdir(parents=True)
+    (folder / "data" / "train.tsv").write_text("sentence\tlabel\na\t0\nb\t1\n", encoding="utf-8")
+    recipe = folder / "mine.toml"
+    recipe.write_text('[finetune]\ndata = "data/train.tsv"\ndev = "validation"\nmodel = "minilm-offline"\n'
+                      'test = "cwd-only.tsv"\nout = "runs/x"\n', encoding="utf-8")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "cwd-only.tsv").write_text("sentence\tlabel\na\t0\n", encoding="utf-8")
+    monkeypatch.chdir(elsewhere)
+    values = recipes.load_recipe(str(recipe), "finetune", config.FinetuneConfig)
+    assert values["data"] == str((folder / "data" / "train.tsv").resolve())
+    assert values["dev"] == "validation" and values["model"] == "minilm-offline"
+    assert values["test"] == "cwd-only.tsv" and values["out"] == "runs/x"
+
+
+def test_packaged_smoke_recipe_names_packaged_data(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    values = recipes.load_recipe("smoke", "finetune", config.FinetuneConfig)
+    package = Path(recipes.__file__).resolve().parent.parent
+    assert Path(values["data"]) == package / "resources" / "demo" / "train.tsv" and Path(values["data"]).is_file()
+    assert Path(values["dev"]).is_file()

@@ -76,7 +76,24 @@ def load_recipe(name_or_path: str, command: str, config_cls: type) -> dict[str, 
             f"Recipe {path} [{command}] has unknown keys: {', '.join(unknown)}. "
             f"Valid keys are the options of `bertkit {command}`: {', '.join(sorted(flag(v)[2:] for v in valid))}."
         )
+    values = {k: _next_to_recipe(v, path.parent) if k in INPUT_KEYS else v for k, v in values.items()}
     return check_values(config_cls, values, f"Recipe {path} [{command}] has a value of the wrong type")
+
+
+INPUT_KEYS = frozenset({"data", "dev", "test", "features", "probe", "model", "teacher", "student", "metric"})
+"""Recipe keys naming files or folders to read: a relative one is looked up next to the recipe first."""
+
+
+def _next_to_recipe(value: Any, folder: Path) -> Any:
+    """A relative path that exists next to the recipe, made absolute, so a recipe finds its data from any current
+    folder (a packaged recipe names the packaged demo data as `../resources/demo/...`). Anything else - a hub name,
+    a split name (`validation`), a path that exists only from the current folder - is left as written."""
+    if isinstance(value, list):
+        return [_next_to_recipe(v, folder) for v in value]
+    if not isinstance(value, str) or not value or Path(value).expanduser().is_absolute():
+        return value
+    beside = folder / value
+    return str(beside.resolve()) if beside.exists() else value
 
 
 @dataclass(frozen=True)

@@ -33,15 +33,6 @@ def is_local_source(source: str) -> bool:
     return path.exists() or path.suffix.lower() in LOCAL_SUFFIXES or source.startswith((".", "/", "~"))
 
 
-def fingerprint_file(path: Path) -> str:
-    """sha256 of the file's bytes: identifies exactly which data a result came from."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return "sha256:" + digest.hexdigest()
-
-
 BYTE_ORDER_MARKS = (
     (codecs.BOM_UTF32_LE, "UTF-32", "utf-32"), (codecs.BOM_UTF32_BE, "UTF-32", "utf-32"),
     (codecs.BOM_UTF16_LE, "UTF-16", "utf-16"), (codecs.BOM_UTF16_BE, "UTF-16", "utf-16"),
