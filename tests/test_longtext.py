@@ -16,6 +16,7 @@ from bertkit.data.dataset import TextDataset
 from bertkit.data.splits import load_dataset_split
 from bertkit.encoding import longtext
 from bertkit.encoding.encode import encode_dataset, encode_windows
+from bertkit.encoding.longtext import LongText
 from bertkit.errors import UserError
 from bertkit.models import infer
 
@@ -195,7 +196,7 @@ def test_chunked_logits_are_the_max_over_each_texts_windows(classifier_dir):
     model, tokenizer, _ = load_for_inference(str(classifier_dir))
     texts = [long_text(2050, seed=11), "a good film", long_text(300, seed=12)]
     logits = infer.classifier_logits(model, tokenizer, TextDataset(texts), max_length=64, batch_size=8,
-                                     precision="fp32", long_text="chunk", stride=16)
+                                     precision="fp32", long_text=LongText(mode="chunk", stride=16))
     windows = encode_windows(tokenizer, TextDataset(texts), 64, 16)
     assert len(windows.owner) > 40
     one_by_one = window_logits_one_by_one(model, windows)
@@ -313,15 +314,15 @@ def test_chunked_embed_is_the_mean_of_each_texts_window_features(encoder, tokeni
     assert len(content_ids(tokenizer, texts[0])) >= 2000 and windows.counts[0] > 30 and windows.counts[1] == 1
     by_hand = window_features_by_hand(encoder, tokenizer, windows)
     expected = np.stack([by_hand[windows.owner == row].mean(axis=0) for row in range(3)])
-    chunked = extract_features(encoder, tokenizer, ds, pool="mean", max_length=64, batch_size=8, long_text="chunk",
-                               stride=16)
+    chunked = extract_features(encoder, tokenizer, ds, pool="mean", max_length=64, batch_size=8,
+                               long_text=LongText(mode="chunk", stride=16))
     assert chunked.shape == (3, 32)
     np.testing.assert_allclose(chunked, expected, atol=1e-4)
     # --normalize: the mean of the windows' unit vectors, made a unit vector again
     unit = by_hand / np.linalg.norm(by_hand, axis=1, keepdims=True)
     mean_unit = np.stack([unit[windows.owner == row].mean(axis=0) for row in range(3)])
-    normalized = extract_features(encoder, tokenizer, ds, pool="mean", max_length=64, batch_size=8, long_text="chunk",
-                                  stride=16, normalize=True)
+    normalized = extract_features(encoder, tokenizer, ds, pool="mean", max_length=64, batch_size=8,
+                                  long_text=LongText(mode="chunk", stride=16), normalize=True)
     np.testing.assert_allclose(np.linalg.norm(normalized, axis=1), 1.0, atol=1e-5)
     np.testing.assert_allclose(normalized, mean_unit / np.linalg.norm(mean_unit, axis=1, keepdims=True), atol=1e-4)
 
@@ -338,7 +339,7 @@ def test_embed_truncation_reads_the_tokens_it_keeps(encoder, tokenizer, truncati
         expected = np.stack([encoder(input_ids=torch.tensor([ids]), token_type_ids=torch.tensor([types]))
                              .last_hidden_state[0, 0].numpy()
                              for ids, types in zip(cut.input_ids, cut.token_type_ids, strict=True)])
-    features = extract_features(encoder, tokenizer, ds, max_length=64, batch_size=8, truncation=truncation)
+    features = extract_features(encoder, tokenizer, ds, max_length=64, batch_size=8, long_text=LongText(truncation))
     np.testing.assert_allclose(features, expected, atol=1e-4)
     head = extract_features(encoder, tokenizer, ds, max_length=64, batch_size=8)
     assert not np.allclose(features[0], head[0], atol=1e-3) and np.allclose(features[1], head[1], atol=1e-5)
@@ -367,7 +368,8 @@ def test_embed_cli_chunk_and_truncation_are_part_of_the_stores_identity(tiny_ber
     assert m["windows"] > 4 * 30 and chunked.features.shape == (4, 32)  # one row per text, not per window
     assert f"as {m['windows']:,} windows" in result.output
     ds = load_dataset_split(EmbedConfig(data=str(path), out="x"), str(path), need_labels=False)
-    direct = extract_features(encoder, tokenizer, ds, pool="mean", max_length=64, long_text="chunk", stride=16)
+    direct = extract_features(encoder, tokenizer, ds, pool="mean", max_length=64,
+                              long_text=LongText(mode="chunk", stride=16))
     np.testing.assert_allclose(chunked.features, direct, atol=1e-5)
 
     out2 = tmp_path / "cut"
@@ -380,8 +382,8 @@ def test_embed_cli_chunk_and_truncation_are_part_of_the_stores_identity(tiny_ber
     assert again.exit_code == 0, again.output
     tail = store.open(out2)
     assert tail.manifest["truncation"] == "tail"
-    np.testing.assert_allclose(tail.features, extract_features(encoder, tokenizer, ds, max_length=64, truncation="tail"),
-                               atol=1e-5)
+    np.testing.assert_allclose(tail.features, extract_features(encoder, tokenizer, ds, max_length=64,
+                                                               long_text=LongText("tail")), atol=1e-5)
 
 
 def test_stores_made_before_long_text_settings_were_recorded_still_match_their_defaults():
@@ -404,7 +406,8 @@ def test_probe_reads_long_texts_as_asked_and_its_saved_probe_does_too(tiny_bert_
     assert result.exit_code == 0, result.output
     ds = load_dataset_split(EmbedConfig(data=str(dev), out="x"), str(dev), need_labels=False)
     cached = np.load(out / "features" / "dev-mean-2.npy")
-    direct = extract_features(encoder, tokenizer, ds, pool="mean", max_length=64, long_text="chunk", stride=16)
+    direct = extract_features(encoder, tokenizer, ds, pool="mean", max_length=64,
+                              long_text=LongText(mode="chunk", stride=16))
     np.testing.assert_allclose(cached[:, 0], direct, atol=1e-5)
     key = json.loads((out / "features" / "dev-mean-2.json").read_text())
     assert (key["long_text"], key["stride"], key["truncation"]) == ("chunk", 16, "head")
@@ -418,7 +421,8 @@ def test_probe_reads_long_texts_as_asked_and_its_saved_probe_does_too(tiny_bert_
                                "--out", str(tmp_path / "tail"), "--quiet", "--json"])
     assert tail.exit_code == 0, tail.output
     np.testing.assert_allclose(np.load(tmp_path / "tail" / "features" / "dev-cls-2.npy")[:, 0],
-                               extract_features(encoder, tokenizer, ds, max_length=64, truncation="tail"), atol=1e-5)
+                               extract_features(encoder, tokenizer, ds, max_length=64, long_text=LongText("tail")),
+                               atol=1e-5)
 
 
 def test_probe_feature_cache_is_keyed_by_how_long_texts_are_read(tmp_path):
@@ -463,7 +467,7 @@ def test_a_regression_models_windows_are_averaged(tiny_bert_dir, tmp_path):
     tokenizer = load_tokenizer(str(tiny_bert_dir))
     texts = [long_text(600, seed=21), "a good film"]
     scores = infer.classifier_logits(model, tokenizer, TextDataset(texts), max_length=64, batch_size=8,
-                                     precision="fp32", long_text="chunk", stride=16)
+                                     precision="fp32", long_text=LongText(mode="chunk", stride=16))
     windows = encode_windows(tokenizer, TextDataset(texts), 64, 16)
     per_window = window_logits_one_by_one(model, windows)
     expected = np.stack([per_window[windows.owner == row].mean(axis=0) for row in range(2)])

@@ -34,6 +34,7 @@ from bertkit.config.groups import (
 )
 from bertkit.config.quality_args import quality_args_problems
 from bertkit.data.options import DataOptions
+from bertkit.encoding.longtext import LongText
 from bertkit.errors import UserError, raise_if_problems
 
 
@@ -236,7 +237,7 @@ class PredictConfig(LongTextOptions, DataOptions):
             problems.append("Give exactly one of --text (repeatable) or --data (a file to label).")
         problems += blank_text_problems(self.text)
         problems += self.long_text_problems()
-        if self.probe is not None and (self.long_text != "cut" or self.truncation != "head"):
+        if self.probe is not None and (self.long_text, self.truncation) != (LongText.mode, LongText.truncation):
             problems.append("--long-text chunk and --truncation tail/head+tail work with --model; a saved --probe "
                             "reads texts as its features were extracted (the settings saved with it). Drop them, or "
                             "use a fine-tuned --model.")

@@ -16,6 +16,7 @@ from pathlib import Path
 from bertkit.config.fields import DATA, MODEL, RUN, option
 from bertkit.data.cells import is_blank_text
 from bertkit.data.options import DataOptions
+from bertkit.encoding.longtext import LONG_TEXT_MODES, TRUNCATIONS, LongText, default_stride
 
 POOLS = ("cls", "mean", "max")
 COMBINES = ("concat", "mean", "sum")
@@ -23,8 +24,6 @@ STORE_DTYPES = ("float32", "float16")
 BEST_METRICS = ("accuracy", "f1", "binary_f1", "mcc", "precision", "recall", "roc_auc", "loss", "pearson", "spearman",
                 "mse", "mae", "micro_f1", "macro_f1", "subset_accuracy", "hamming_loss")
 """The built-in metrics (scikit-learn/scipy, offline; `bertkit.scoring.metrics`); any other --metric is an evaluate module."""
-TRUNCATIONS = ("head", "tail", "head+tail")
-LONG_TEXT_MODES = ("cut", "chunk")
 TASKS = ("auto", "single_label", "multi_label", "regression")
 THRESHOLD_MODES = ("tune", "tune-per-label")
 CLASS_WEIGHTS = ("none", "balanced")
@@ -89,7 +88,7 @@ def blank_text_problems(texts: tuple[str, ...]) -> list[str]:
 class TruncationOption:
     """Which tokens of an over-long text are kept: every command that runs a model on text."""
 
-    truncation: str = option("head", "Which tokens a text longer than --max-length keeps: head (the first), tail (the "
+    truncation: str = option(LongText.truncation, "Which tokens a text longer than --max-length keeps: head (the first), tail (the "
                              "last), head+tail (the first quarter and the last three quarters of the budget; Sun et "
                              "al. 2019).", panel=MODEL, choices=TRUNCATIONS)
 
@@ -99,10 +98,10 @@ class LongTextOptions(TruncationOption):
     """Texts longer than the window: cut them (--truncation), or run every window and pool (embed/probe/predict/
     evaluate)."""
 
-    long_text: str = option("cut", "Texts longer than --max-length: cut (see --truncation) or chunk (overlapping "
+    long_text: str = option(LongText.mode, "Texts longer than --max-length: cut (see --truncation) or chunk (overlapping "
                             "windows of --max-length tokens, pooled: features by mean, logits by max; nothing is "
                             "cut).", panel=MODEL, choices=LONG_TEXT_MODES)
-    stride: int | None = option(None, "Tokens neighbouring windows share with --long-text chunk (default: a quarter "
+    stride: int | None = option(LongText.stride, "Tokens neighbouring windows share with --long-text chunk (default: a quarter "
                                 "of --max-length).", panel=MODEL, minimum=0)
 
     def long_text_problems(self) -> list[str]:
@@ -116,7 +115,7 @@ class LongTextOptions(TruncationOption):
         if isinstance(self.stride, int) and isinstance(window, int) and self.stride >= window - 2:
             return [f"--stride {self.stride} must be smaller than the window: --max-length {window} leaves {window - 2} "
                     f"text tokens next to [CLS] and [SEP], and windows sharing {self.stride} of them never move on. "
-                    f"Pass a smaller --stride (e.g. --stride {max(window // 4, 0)}) or a larger --max-length."]
+                    f"Pass a smaller --stride (e.g. --stride {default_stride(window)}) or a larger --max-length."]
         return []
 
 

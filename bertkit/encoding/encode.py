@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from bertkit.data.dataset import TextDataset
-from bertkit.encoding.longtext import Windows, default_stride, row_windows, truncate_row
+from bertkit.encoding.longtext import LongText, Windows, row_windows, truncate_row
 
 
 @dataclass
@@ -45,7 +45,7 @@ def quiet_length_warnings() -> Iterator[None]:
 
 
 def encode_dataset(tokenizer: Any, dataset: TextDataset, max_length: int, chunk: int = 4096, *,
-                   truncation: str = "head") -> Encoded:
+                   truncation: str = LongText.truncation) -> Encoded:
     """Tokenize every row (pairs as true pairs) with truncation to `max_length`; no padding.
 
     Rows are first tokenized untruncated to count truncation; only over-long rows are cut. `truncation` says
@@ -113,12 +113,12 @@ def encode_windows(tokenizer: Any, dataset: Any, max_length: int, stride: int, c
     return Windows(encoded, np.asarray(owner, dtype=np.int64), len(dataset))
 
 
-def encode_for(tokenizer: Any, dataset: Any, max_length: int, *, truncation: str = "head", long_text: str = "cut",
-               stride: int | None = None) -> Windows:
+def encode_for(tokenizer: Any, dataset: Any, max_length: int, long_text: LongText | None = None) -> Windows:
     """The token ids a command runs its model on: one cut row per text (`--long-text cut`, cut by
-    `--truncation`), or every text's windows (`--long-text chunk`). Pool the model's outputs with `Windows.pool`
-    (a no-op in cut mode)."""
-    if long_text == "chunk":
-        return encode_windows(tokenizer, dataset, max_length, default_stride(max_length) if stride is None else stride)
-    encoded = encode_dataset(tokenizer, dataset, max_length, truncation=truncation)
+    `--truncation`), or every text's windows (`--long-text chunk`), as `long_text` says (None: head-cut). Pool
+    the model's outputs with `Windows.pool` (a no-op in cut mode)."""
+    long_text = long_text or LongText()
+    if long_text.chunked:
+        return encode_windows(tokenizer, dataset, max_length, long_text.stride_for(max_length))
+    encoded = encode_dataset(tokenizer, dataset, max_length, truncation=long_text.truncation)
     return Windows(encoded, np.arange(len(dataset), dtype=np.int64), len(dataset))

@@ -11,6 +11,7 @@ from bertkit.data.dataset import TextDataset
 from bertkit.data.splits import load_splits
 from bertkit.encoding.batches import sorted_batches
 from bertkit.encoding.encode import encode_for
+from bertkit.encoding.longtext import default_stride
 from bertkit.io import atomic, ownership, rundir, trail
 
 
@@ -130,7 +131,7 @@ def long_text_note(report: LengthReport, max_length: int, model_limit: int) -> s
     if report.suggested_max_length > max_length and report.p99 <= model_limit:
         return f"{cut} --max-length {report.suggested_max_length} covers 99% of them (model limit {model_limit})."
     return (f"{cut} They are longer than the model reads at once ({model_limit} tokens): keep every token with "
-            f"`--long-text chunk --stride {max(max_length // 4, 0)}` (embed, predict, evaluate: overlapping windows, "
+            f"`--long-text chunk --stride {default_stride(max_length)}` (embed, predict, evaluate: overlapping windows, "
             f"pooled), or keep both ends with `--truncation head+tail`.")
 
 

@@ -19,9 +19,10 @@ from bertkit import __version__
 from bertkit.config.commands import EmbedConfig
 from bertkit.data.dataset import TextDataset
 from bertkit.data.labels import LabelMap
+from bertkit.encoding.longtext import LongText
 from bertkit.errors import UserError
 from bertkit.features import store
-from bertkit.features.extract import LongText, encode_features, unit_of
+from bertkit.features.extract import encode_features, unit_of
 from bertkit.features.pooling import FeatureSpec, encoder_shape
 from bertkit.io import ownership, rundir
 from bertkit.io.trail import package_versions
@@ -119,8 +120,7 @@ def store_identity(cfg: EmbedConfig, split: str, ds: TextDataset, revision: str,
         "dtype": modeling.dtype_name(dtype), "store_dtype": cfg.store_dtype, "split": split,
         "data_fingerprint": ds.fingerprint, "rows": len(ds), "limit": cfg.limit,
         "text_column": cfg.text_column, "text_pair_column": cfg.text_pair_column,
-        "label_column": cfg.label_column, "shard_size": cfg.shard_size,
-        "truncation": cfg.truncation, "long_text": cfg.long_text, "stride": cfg.stride,
+        "label_column": cfg.label_column, "shard_size": cfg.shard_size, **LongText.from_config(cfg).to_json(),
     }
 
 
@@ -175,7 +175,7 @@ def _manifest_common(cfg: EmbedConfig, tokenizer: Any, encoder: Any, spec: Featu
         "architecture": type(encoder).__name__, "n_layers": n_layers, "hidden_size": hidden,
         "pool": cfg.pool, "layers": str(cfg.layers), "combine": cfg.combine, "layer_indices": spec.resolve(n_layers),
         "layer_names": spec.layer_names(n_layers), "max_length": cfg.max_length, "normalize": cfg.normalize,
-        "truncation": cfg.truncation, "long_text": cfg.long_text, "stride": cfg.stride,
+        **LongText.from_config(cfg).to_json(),
         "dtype": modeling.dtype_name(dtype), "label_map": label_map.to_json() if label_map else None,
         "versions": {k: v for k, v in package_versions().items() if k in ("bertkit", "torch", "transformers")},
     }
@@ -207,12 +207,12 @@ def _embed_split(cfg: EmbedConfig, dist: Any, writer: Any, split: str, ds: TextD
         todo_rows = sum(writer.ranges[k][1] - writer.ranges[k][0] for k in mine)
         # with --long-text chunk the bar counts windows; its total grows as each shard's texts are tokenized
         with infer.closing(infer.progress_bar(todo_rows, f"embed {split}", progress and dist.is_main_process,
-                                              unit_of(cfg.long_text))) as bar:
+                                              unit_of(LongText.from_config(cfg)))) as bar:
             for k in mine:
                 start, end = writer.ranges[k]
                 features, stats = encode_features(encoder, tokenizer, ds.subset(range(start, end)), spec,
                                                   max_length=cfg.max_length, batch_size=cfg.rows_per_batch,
-                                                  device=device, dtype=dtype, bar=bar, long_text=LongText.of(cfg))
+                                                  device=device, dtype=dtype, bar=bar, long_text=LongText.from_config(cfg))
                 writer.write_shard(k, features, {"tokens": stats.tokens, "padded_tokens": stats.padded_tokens,
                                                  "n_truncated": stats.n_truncated, "windows": stats.windows})
         dist.wait_for_everyone()

@@ -21,6 +21,7 @@ import torch
 from bertkit.data.dataset import TextDataset
 from bertkit.encoding import encode
 from bertkit.encoding.encode import Encoded
+from bertkit.encoding.longtext import LongText
 from bertkit.features.pooling import FeatureSpec, encoder_shape, forward_features, pool_tokens, prune_applies
 from bertkit.models import infer
 
@@ -36,21 +37,6 @@ class EncodeStats:
     seconds: float = 0.0
     windows: int = 0
     """Model inputs run: one per row, or more for texts read in overlapping windows (`--long-text chunk`)."""
-
-
-@dataclass(frozen=True)
-class LongText:
-    """How texts longer than --max-length are read (see `bertkit.encoding.longtext`): cut (`truncation` says which tokens
-    stay) or, with `mode="chunk"`, overlapping windows sharing `stride` tokens, whose features are averaged."""
-
-    truncation: str = "head"
-    mode: str = "cut"
-    stride: int | None = None
-
-    @classmethod
-    def of(cls, cfg: Any) -> LongText:
-        """The settings of a config with --truncation (and --long-text/--stride where the command has them)."""
-        return cls(getattr(cfg, "truncation", "head"), getattr(cfg, "long_text", "cut"), getattr(cfg, "stride", None))
 
 
 def pooled_over_windows(windows: Any, per_window: np.ndarray, normalize: bool) -> np.ndarray:
@@ -78,14 +64,12 @@ def encode_features(encoder: Any, tokenizer: Any, dataset: TextDataset, spec: Fe
                     long_text: LongText | None = None) -> tuple[np.ndarray, EncodeStats]:
     """Features for every row of `dataset` (input order) and what it took (`infer.run_batches` does the loop).
 
-    Over-long texts are cut as `long_text.truncation` says, or read as windows whose features are averaged per
-    text (`long_text.mode == "chunk"`); a `bar` then counts windows (see `count_windows`)."""
+    Over-long texts are cut as `long_text.truncation` says (None: head), or read as windows whose features are
+    averaged per text (`long_text.mode == "chunk"`, see `bertkit.encoding.longtext`); a `bar` then counts windows (see `count_windows`)."""
     start = time.perf_counter()
     n_layers, hidden = encoder_shape(encoder)
     indices = spec.resolve(n_layers)
-    long_text = long_text or LongText()
-    windows = encode.encode_for(tokenizer, dataset, max_length, truncation=long_text.truncation,
-                                  long_text=long_text.mode, stride=long_text.stride)
+    windows = encode.encode_for(tokenizer, dataset, max_length, long_text)
     encoded: Encoded = windows.encoded
     count_windows(bar, windows)
     batches = infer.plan_batches(encoded.lengths, batch_size, infer.auto_token_budget(encoder, device))
@@ -110,27 +94,27 @@ def encode_features(encoder: Any, tokenizer: Any, dataset: TextDataset, spec: Fe
 def extract_features(encoder: Any, tokenizer: Any, dataset: TextDataset, *, pool: str = "cls", layers: str = "-1",
                      combine: str = "concat", max_length: int = 128, batch_size: int | str = 64,
                      dtype: torch.dtype = torch.float32, device: torch.device | str | None = None,
-                     normalize: bool = False, progress: bool = False, truncation: str = "head",
-                     long_text: str = "cut", stride: int | None = None) -> np.ndarray:
+                     normalize: bool = False, progress: bool = False,
+                     long_text: LongText | None = None) -> np.ndarray:
     """Pooled features of every row, in the dataset's order: (n, dim), or (n, layers, dim) for layers="all".
 
     `batch_size` is rows per batch or "auto" (a padded-token budget from the model size). Texts longer than
-    `max_length` are cut (`truncation`: head, tail, head+tail), or with `long_text="chunk"` read in overlapping
-    windows sharing `stride` tokens whose features are averaged (one row per text either way).
+    `max_length` are cut (`long_text.truncation`: head, tail, head+tail; None: head), or with `long_text.mode`
+    chunk read in overlapping windows sharing `long_text.stride` tokens whose features are averaged (one row per
+    text either way).
     """
     spec = FeatureSpec.from_options(pool, layers, combine, normalize)
     device = torch.device(device) if device is not None else next(encoder.parameters()).device
     rows = None if str(batch_size) == "auto" else int(batch_size)
     with infer.closing(infer.progress_bar(len(dataset), "embed", progress, unit_of(long_text))) as bar:
         features, _ = encode_features(encoder, tokenizer, dataset, spec, max_length=max_length, batch_size=rows,
-                                      device=device, dtype=dtype, bar=bar,
-                                      long_text=LongText(truncation, long_text, stride))
+                                      device=device, dtype=dtype, bar=bar, long_text=long_text)
     return features
 
 
-def unit_of(long_text: str) -> str:
+def unit_of(long_text: LongText | None) -> str:
     """What a progress bar counts: rows, or windows when texts are read in windows."""
-    return "windows" if long_text == "chunk" else "rows"
+    return "windows" if long_text is not None and long_text.chunked else "rows"
 
 
 def extract_pooled(encoder: Any, tokenizer: Any, dataset: TextDataset, *, pools: Sequence[str], layers: Sequence[int],
@@ -141,9 +125,7 @@ def extract_pooled(encoder: Any, tokenizer: Any, dataset: TextDataset, *, pools:
     comparing cls and mean costs one extraction, not two (`bertkit probe`). Over-long texts as `long_text` says
     (windows are averaged per text, as in `encode_features`)."""
     device = next(encoder.parameters()).device
-    long_text = long_text or LongText()
-    windows = encode.encode_for(tokenizer, dataset, max_length, truncation=long_text.truncation,
-                                  long_text=long_text.mode, stride=long_text.stride)
+    windows = encode.encode_for(tokenizer, dataset, max_length, long_text)
     batches = infer.plan_batches(windows.encoded.lengths, batch_size, infer.auto_token_budget(encoder, device))
 
     def pooled_of(batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -153,7 +135,7 @@ def extract_pooled(encoder: Any, tokenizer: Any, dataset: TextDataset, *, pools:
                                for pool in pools], 1)
         return torch.nn.functional.normalize(stacked, p=2.0, dim=-1) if normalize else stacked
 
-    with infer.closing(infer.progress_bar(len(dataset), "features", progress, unit_of(long_text.mode))) as bar:
+    with infer.closing(infer.progress_bar(len(dataset), "features", progress, unit_of(long_text))) as bar:
         count_windows(bar, windows)
         outputs = infer.run_batches(pooled_of, windows.encoded, batches, model=encoder,
                                     pad_id=infer.pad_id_of(tokenizer), device=device, dtype=dtype, bar=bar)

@@ -33,6 +33,7 @@ import numpy as np
 
 from bertkit.config.groups import STORE_DTYPES
 from bertkit.data.labels import LabelMap
+from bertkit.encoding.longtext import LongText
 from bertkit.errors import UserError
 from bertkit.io import disk, faults
 from bertkit.io.atomic import atomic_path, write_json_atomic
@@ -150,7 +151,7 @@ def shard_ranges(n_rows: int, shard_size: int) -> list[tuple[int, int]]:
     return [(start, min(start + shard_size, n_rows)) for start in range(0, n_rows, shard_size)]
 
 
-IDENTITY_DEFAULTS = {"truncation": "head", "long_text": "cut", "stride": None}
+IDENTITY_DEFAULTS = LongText().to_json()
 """Identity keys added after stores were first written, with the value every store made before had: such a store
 still resumes (and counts as complete) under the same settings."""
 

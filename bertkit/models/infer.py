@@ -21,6 +21,7 @@ from bertkit.data.dataset import TextDataset
 from bertkit.data.labels import LabelMap
 from bertkit.encoding.batches import pad_batch, restore_order, sorted_batches, token_budget_batches
 from bertkit.encoding.encode import Encoded, encode_for
+from bertkit.encoding.longtext import LongText
 from bertkit.models import loading as modeling
 from bertkit.models.fastforward import SequenceClassifier
 from bertkit.models.inputs import accepted_inputs
@@ -105,20 +106,18 @@ def closing(bar: Any):
 
 
 def classifier_logits(classifier: Any, tokenizer: Any, dataset: TextDataset, *, max_length: int, batch_size: int,
-                      precision: str, progress: bool = False, truncation: str = "head", long_text: str = "cut",
-                      stride: int | None = None) -> np.ndarray:
+                      precision: str, progress: bool = False, long_text: LongText | None = None) -> np.ndarray:
     """Logits of a sequence classifier for every row of `dataset`, in its order (predict, evaluate, distill).
 
-    Texts longer than `max_length` are cut (`truncation`), or with `long_text="chunk"` read whole in overlapping
-    windows pooled back to one row per text: the max per class, the mean of a regression model's numbers (why:
-    `bertkit.encoding.longtext`)."""
+    Texts longer than `max_length` are cut (`long_text.truncation`; None: head), or with `long_text.mode` chunk read
+    whole in overlapping windows pooled back to one row per text: the max per class, the mean of a regression
+    model's numbers (why: `bertkit.encoding.longtext`)."""
     model = classifier.model if isinstance(classifier, SequenceClassifier) else classifier
     device = next(model.parameters()).device
     dtype = modeling.choose_dtype(precision, device)
     model.eval()
     net = classifier if isinstance(classifier, SequenceClassifier) else SequenceClassifier(model)
-    windows = encode_for(tokenizer, dataset, max_length, truncation=truncation, long_text=long_text,
-                                  stride=stride)
+    windows = encode_for(tokenizer, dataset, max_length, long_text)
     batches = sorted_batches(windows.encoded.lengths, batch_size)
     with closing(progress_bar(len(windows.owner), "predict", progress)) as bar:
         outputs = run_batches(lambda batch: net(**batch), windows.encoded, batches, model=model,

@@ -15,6 +15,7 @@ from bertkit.config.recipes import recipe_path
 from bertkit.data.dataset import TextDataset
 from bertkit.data.labels import LabelMap, check_tag_columns
 from bertkit.data.splits import load_dataset_split
+from bertkit.encoding.longtext import LongText
 from bertkit.io import atomic, ownership, predictions_out, rundir, trail
 from bertkit.models import infer
 from bertkit.models import loading as modeling
@@ -155,4 +156,4 @@ def _plot(outputs: Outputs, y: np.ndarray, result: dict[str, Any], folder: Path,
 def reading(cfg: Any) -> dict[str, Any]:
     """How predict/evaluate run the model over the texts: window, batch, precision, and long texts (cut or chunk)."""
     return {"max_length": cfg.max_length, "batch_size": cfg.batch_size, "precision": cfg.precision,
-            "truncation": cfg.truncation, "long_text": cfg.long_text, "stride": cfg.stride}
+            "long_text": LongText.from_config(cfg)}

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from bertkit.encoding.longtext import LongText
 from bertkit.probe import shapes as probe_shapes
 from bertkit.probe.fit import MAX_ITER, fit_probe
 from bertkit.probe.inputs import ProbeInputs, cached_features
@@ -116,8 +117,7 @@ def random_encoder_features(cfg: Any, inputs: ProbeInputs, pool: str, index: int
         return extract.extract_pooled(state["encoder"], state["tokenizer"], ds, pools=[pool], layers=[index],
                               max_length=int(meta["max_length"]), batch_size=cfg.batch_size, dtype=dtype,
                               normalize=bool(meta.get("normalize")), progress=progress,
-                              long_text=extract.LongText(meta.get("truncation", "head"), meta.get("long_text", "cut"),
-                                                        meta.get("stride")))
+                              long_text=LongText.from_json(meta))
 
     key = {**meta, "revision": f"random-init(seed={cfg.seed})/{meta.get('revision')}", "layers": str(index)}
     return {

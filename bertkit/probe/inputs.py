@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from bertkit.encoding.longtext import LongText
 from bertkit.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -177,19 +178,16 @@ def _store_meta(manifest: dict[str, Any]) -> dict[str, Any]:
     meta = {k: manifest.get(k) for k in keys}
     meta["trust_remote_code"] = False
     # stores made before embed recorded how it read long texts were head-cut
-    meta.update(truncation=manifest.get("truncation", "head"), long_text=manifest.get("long_text", "cut"),
-                stride=manifest.get("stride"))
+    meta.update(LongText.from_json(manifest).to_json())
     return meta
 
 
 def _check_store_long_text(cfg: Any, manifest: dict[str, Any], path: Any) -> None:
     """With --features the store's reading of long texts is used; a --truncation/--long-text/--stride that asks
     for another one (a value other than the default) is refused rather than silently ignored."""
-    stored = _store_meta(manifest)
-    asked = {"truncation": (getattr(cfg, "truncation", "head"), "head"),
-             "long_text": (getattr(cfg, "long_text", "cut"), "cut"), "stride": (getattr(cfg, "stride", None), None)}
-    clashes = [f"--{k.replace('_', '-')} {v} (the store: {stored[k]})" for k, (v, default) in asked.items()
-               if v != default and v != stored[k]]
+    stored, default = LongText.from_json(manifest).to_json(), LongText().to_json()
+    clashes = [f"--{k.replace('_', '-')} {v} (the store: {stored[k]})"
+               for k, v in LongText.from_config(cfg).to_json().items() if v != default[k] and v != stored[k]]
     if clashes:
         raise UserError(
             f"The feature store {path} was embedded with other long-text settings than "
@@ -258,15 +256,14 @@ def load_text_inputs(cfg: Any, cache_dir: Path | Callable[[], Path] | None, prog
     meta = {"model": model, "revision": modeling.model_revision(model), "max_length": cfg.max_length,
             "normalize": cfg.normalize, "combine": "concat", "layers": cfg.layers or "-1",
             "architecture": type(encoder).__name__, "dtype": modeling.dtype_name(dtype),
-            "trust_remote_code": cfg.trust_remote_code, "truncation": cfg.truncation, "long_text": cfg.long_text,
-            "stride": cfg.stride}
+            "trust_remote_code": cfg.trust_remote_code, **LongText.from_config(cfg).to_json()}
     named = {"train": splits.train, "dev": splits.dev, **({"test": splits.test} if splits.test is not None else {})}
     features = {
         name: cached_features(cache_dir, name, ds, meta, cfg.pools, indices,
                               lambda ds=ds, pools=cfg.pools: extract.extract_pooled(
                                   encoder, tokenizer, ds, pools=pools, layers=indices, max_length=cfg.max_length,
                                   batch_size=cfg.batch_size, dtype=dtype, normalize=cfg.normalize, progress=progress,
-                                  long_text=extract.LongText.of(cfg)))
+                                  long_text=LongText.from_config(cfg)))
         for name, ds in named.items()
     }
     lm = splits.label_map
@@ -289,8 +286,7 @@ def cached_features(
 
     layers = "all" if meta.get("layers") == "all" else "_".join(map(str, indices))
     key = {k: meta.get(k) for k in ("model", "revision", "max_length", "normalize", "dtype")}
-    key.update(truncation=meta.get("truncation", "head"), long_text=meta.get("long_text", "cut"),
-               stride=meta.get("stride"))
+    key.update(LongText.from_json(meta).to_json())
     key.update(data=dataset.fingerprint, rows=len(dataset), source=dataset.source, layers=list(indices))
     files = {p: cache_dir / f"{prefix}{split}-{p}-{layers}.npy" for p in pools} if cache_dir else {}
     if files and all(f.is_file() and f.with_suffix(".json").is_file() for f in files.values()):

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from bertkit.encoding.longtext import LONG_TEXT_MODES, TRUNCATIONS, LongText
 from bertkit.errors import UserError
 from bertkit.probe.fit import ProbeFit
 from bertkit.probe.shapes import shaped_arrays
@@ -159,7 +160,7 @@ def _damaged_probe(file: Path, reason: str) -> UserError:
 
 def _read_probe_meta(root: Path) -> dict[str, Any]:
     """probe.json, with every key prediction needs present and valid."""
-    from bertkit.config.groups import LONG_TEXT_MODES, POOLS, TRUNCATIONS, layers_problem
+    from bertkit.config.groups import POOLS, layers_problem
 
     file = root / PROBE_META
     try:
@@ -175,7 +176,7 @@ def _read_probe_meta(root: Path) -> dict[str, Any]:
     problems += [f"layers {meta['layers']!r} is not a layer list" for _ in layers_problem(str(meta["layers"]))]
     if "max_length" in meta and (not isinstance(meta["max_length"], int) or meta["max_length"] <= 0):
         problems.append(f"max_length {meta['max_length']!r} is not a positive integer")
-    if meta.get("truncation", "head") not in TRUNCATIONS or meta.get("long_text", "cut") not in LONG_TEXT_MODES:
+    if not LongText.from_json(meta).known():
         problems.append(f"truncation {meta.get('truncation')!r} / long_text {meta.get('long_text')!r} are not "
                         f"{'/'.join(TRUNCATIONS)} / {'/'.join(LONG_TEXT_MODES)}")
     if not isinstance(meta["label_map"], dict) or not isinstance(meta["label_map"].get("labels"), list):
@@ -268,8 +269,7 @@ def predict_with_probe(
         encoder, tokenizer, dataset, pool=meta["pool"], layers=str(meta["layers"]), combine=meta.get("combine", "concat"),
         max_length=window, batch_size=batch_size, dtype=dtype,
         normalize=bool(meta.get("normalize", False)), progress=progress,
-        # probes saved before these settings were recorded read texts head-cut
-        truncation=meta.get("truncation", "head"), long_text=meta.get("long_text", "cut"), stride=meta.get("stride"),
+        long_text=LongText.from_json(meta),  # probes saved before these settings were recorded read texts head-cut
     )
     features = np.asarray(features, dtype=np.float32).reshape(len(dataset), -1)
     if features.shape[1] != saved.coef.shape[1]:

@@ -42,6 +42,7 @@ from bertkit.data.label_reader import MAX_TARGET
 from bertkit.data.labels import LabelMap
 from bertkit.data.splits import Splits, load_splits
 from bertkit.encoding.encode import encode_for
+from bertkit.encoding.longtext import LongText
 from bertkit.errors import UserError
 from bertkit.io import atomic, disk
 from bertkit.models import loading as modeling
@@ -214,8 +215,8 @@ def setup(cfg: FinetuneConfig, accelerator: Any, splits: Splits, key: dict[str, 
     model, tokenizer = task.build_model(cfg, label_map)
     modeling.check_max_length(cfg.max_length, tokenizer, model.config, getattr(cfg, "model", "the model"),
                               pair=cfg.text_pair_column is not None)
-    train_enc = encode_for(tokenizer, splits.train, cfg.max_length, truncation=cfg.truncation).encoded
-    dev_enc = encode_for(tokenizer, splits.dev, cfg.max_length, truncation=cfg.truncation).encoded
+    train_enc = encode_for(tokenizer, splits.train, cfg.max_length, LongText.from_config(cfg)).encoded
+    dev_enc = encode_for(tokenizer, splits.dev, cfg.max_length, LongText.from_config(cfg)).encoded
     if cfg.freeze_encoder:
         _freeze_encoder(model)
     optimizer = _adamw(model, cfg.lr, cfg.weight_decay)
