@@ -15,6 +15,7 @@ from pathlib import Path
 
 from bertkit.config.fields import DATA, MODEL, RUN, option
 from bertkit.data.cells import is_blank_text
+from bertkit.data.labels import TASKS as SHAPE_NAMES
 from bertkit.data.options import DataOptions
 from bertkit.scoring.table import SHAPE
 
@@ -31,7 +32,7 @@ METRIC_FOR_BEST_HELP = (
     f"official metric.")
 TRUNCATIONS = ("head", "tail", "head+tail")
 LONG_TEXT_MODES = ("cut", "chunk")
-TASKS = ("auto", "single_label", "multi_label", "regression")
+TASKS = ("auto", *SHAPE_NAMES)
 THRESHOLD_MODES = ("tune", "tune-per-label")
 CLASS_WEIGHTS = ("none", "balanced")
 BENCH_PROTOCOLS = ("standard", "paper")
