@@ -21,6 +21,7 @@ from bertkit.probe import saved as probe_io
 from bertkit.probe import shapes as probe_shapes
 from bertkit.probe import sweep as probe_sweep
 from bertkit.scoring import metrics
+from bertkit.scoring.table import SHAPE
 
 runner = CliRunner()
 TAGS = ["a", "b", "c", "d"]
@@ -214,7 +215,7 @@ def test_cli_probe_writes_the_shape_run_and_predict_probe_repeats_its_dev_predic
                     "--precision", "fp32", "--out", out, "--quiet", "--json")
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
-    headline = probe_shapes.HEADLINE[task]
+    headline = SHAPE[task].headline
     assert report["task"] == task and len(report["sweep"]) == 2
     assert set(report["baselines"]) == {"mean" if task == "regression" else "majority", "tfidf", "random_encoder"}
     figure = "scatter.png" if task == "regression" else "per_label_f1.png"

@@ -21,13 +21,14 @@ from typer.testing import CliRunner
 from bertkit.cli.app import app
 from bertkit.config.commands import EvaluateConfig, FinetuneConfig, PredictConfig
 from bertkit.data.dataset import TextDataset
-from bertkit.data.labels import LabelMap
+from bertkit.data.labels import TASKS, LabelMap
 from bertkit.data.options import DataOptions
 from bertkit.data.splits import load_dataset_split, load_splits
 from bertkit.errors import UserError
 from bertkit.predict.run import run_evaluate, run_predict
 from bertkit.scoring import metrics
 from bertkit.scoring import shapes as objectives
+from bertkit.scoring.table import BUILT_IN, SHAPE
 from bertkit.training.finetune import finetune
 
 runner = CliRunner()
@@ -275,6 +276,19 @@ def test_lower_is_better_for_losses_and_errors():
         assert metrics.is_better(0.1, 0.2, name) and not metrics.is_better(0.3, 0.2, name)
     for name in ("pearson", "spearman", "micro_f1", "subset_accuracy"):
         assert metrics.is_better(0.3, 0.2, name)
+
+
+def test_one_table_holds_each_shapes_facts():
+    """Every TASKS shape has one record; its headline, table and probe columns are metrics it computes; each built-in
+    metric belongs to one shape; the objectives and the probe read their columns from it."""
+    assert set(SHAPE) == set(TASKS)
+    assert len(BUILT_IN) == len(set(BUILT_IN))
+    for task, shape in SHAPE.items():
+        assert shape.name == task and shape.probe_keys[0] == shape.headline
+        assert {shape.headline, *shape.table_metrics, *shape.probe_keys, *shape.lower_is_better} <= set(shape.metrics)
+        assert objectives.best_metric(task, None) == shape.headline
+    assert objectives.SingleLabel.table_metrics == SHAPE["single_label"].table_metrics
+    assert SHAPE["single_label"].scored(3) == ("accuracy", "f1", "mcc", "precision", "recall", "loss")
 
 
 def test_regression_objective_is_mse_and_scores_the_first_output():

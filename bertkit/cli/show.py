@@ -10,6 +10,7 @@ from rich.markup import escape
 
 from bertkit.cli.output import View, emit_json, format_score, format_size, info, out_console, table
 from bertkit.config.commands import EvaluateConfig, PredictConfig, TokensConfig
+from bertkit.scoring.table import SHAPE
 
 # ---------------------------------------------------------------- tokens
 
@@ -147,18 +148,18 @@ def _repeats_and_test(result: dict[str, Any], metric: str, name: str) -> str:
     return tail
 
 
-PROBE_SHAPE_COLUMNS = {
-    "regression": ("pearson", ["Pearson", "Spearman", "MSE", "MAE"], ("pearson", "spearman", "mse", "mae")),
-    "multi_label": ("micro_f1", ["micro-F1", "macro-F1", "subset acc", "Hamming"],
-                    ("micro_f1", "macro_f1", "subset_accuracy", "hamming_loss")),
-}
+METRIC_HEADERS = {"accuracy": "acc", "f1": "F1", "mcc": "MCC", "pearson": "Pearson", "spearman": "Spearman",
+                  "mse": "MSE", "mae": "MAE", "micro_f1": "micro-F1", "macro_f1": "macro-F1",
+                  "subset_accuracy": "subset acc", "hamming_loss": "Hamming"}
+"""A metric's column header in the regression and tag probe tables and (after `dev `) the training table."""
 PROBE_BASELINE_NAMES = {"mean": "mean predictor", "majority": "per-label majority", "random_encoder": "random-init encoder"}
 
 
 def _print_shaped_probe_report(result: dict[str, Any]) -> None:
     """The probe table of a regression or tag probe: the shape's metrics per cell, its baselines, the best cell."""
     task = result["task"]
-    metric, header, keys = PROBE_SHAPE_COLUMNS[task]
+    metric, keys = SHAPE[task].headline, SHAPE[task].probe_keys
+    header = [METRIC_HEADERS[k] for k in keys]
     rows = []
     for r in result["sweep"]:
         ci = r[f"{metric}_ci95"]
@@ -229,8 +230,7 @@ def show_finetune(result: Any, view: View) -> None:
              f"best {summary['best_metric_name']} so far {r['best_metric']}")
     _print_epoch_table(result.epoch_table)
     best = summary.get("best_dev") or {}
-    shown = [k for k in ("accuracy", "f1", "mcc") if k in best] or \
-        [k for k in ("pearson", "spearman", "mae", "micro_f1", "macro_f1", "subset_accuracy") if k in best]
+    shown = [k for shape in SHAPE.values() for k in shape.table_metrics if k in best]  # the best model's shape's
     threshold = f", threshold {best['threshold']}" if "threshold" in best else ""
     out_console.print(
         f"best {summary['best_metric_name']} {format_score(summary['best_metric'])} at step {summary['best_step']} "
@@ -243,9 +243,7 @@ def show_finetune(result: Any, view: View) -> None:
                       highlight=False)
 
 
-EPOCH_COLUMNS = {"dev_accuracy": "dev acc", "dev_f1": "dev F1", "dev_mcc": "dev MCC", "dev_pearson": "dev Pearson",
-                 "dev_spearman": "dev Spearman", "dev_mae": "dev MAE", "dev_micro_f1": "dev micro-F1",
-                 "dev_macro_f1": "dev macro-F1", "dev_subset_accuracy": "dev subset acc"}
+EPOCH_COLUMNS = {f"dev_{k}": f"dev {METRIC_HEADERS[k]}" for shape in SHAPE.values() for k in shape.table_metrics}
 
 
 def _print_epoch_table(rows: list[dict[str, Any]]) -> None:

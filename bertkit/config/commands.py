@@ -18,6 +18,7 @@ from bertkit.config.groups import (
     BENCH_QUALITY,
     CLASS_WEIGHTS,
     COMBINES,
+    METRIC_FOR_BEST_HELP,
     POOLS,
     PRECISION_HELP,
     STORE_DTYPES,
@@ -139,11 +140,7 @@ class FinetuneConfig(TruncationOption, MetricOptions, TaskOptions):
                              "always evaluated).")
     early_stopping_patience: int | None = option(None, "Stop after N evaluations without improvement of "
                                                  "--metric-for-best.", above=0)
-    metric_for_best: str | None = option(None, "Dev metric that picks the best checkpoint: a built-in one (accuracy, "
-                                         "f1, binary_f1, mcc, precision, recall, roc_auc, loss), or a --metric evaluate "
-                                         "module or one of its scores. Regression: pearson, spearman, mse, mae; multi-label: "
-                                         "micro_f1, macro_f1, subset_accuracy, hamming_loss. Default: accuracy (pearson / "
-                                         "micro_f1 for those shapes), or the --task-preset's official metric.")
+    metric_for_best: str | None = option(None, METRIC_FOR_BEST_HELP)
     class_weight: str = option("none", "balanced weighs the loss by inverse class frequency (imbalanced data).",
                                choices=CLASS_WEIGHTS)
     freeze_encoder: bool = option(False, "Train only the classification head (the encoder stays frozen).",

@@ -15,16 +15,23 @@ from pathlib import Path
 
 from bertkit.config.fields import DATA, MODEL, RUN, option
 from bertkit.data.cells import is_blank_text
+from bertkit.data.labels import TASKS as SHAPE_NAMES
 from bertkit.data.options import DataOptions
 from bertkit.encoding.longtext import LONG_TEXT_MODES, TRUNCATIONS, LongText, default_stride
+from bertkit.scoring.table import SHAPE
 
 POOLS = ("cls", "mean", "max")
 COMBINES = ("concat", "mean", "sum")
 STORE_DTYPES = ("float32", "float16")
-BEST_METRICS = ("accuracy", "f1", "binary_f1", "mcc", "precision", "recall", "roc_auc", "loss", "pearson", "spearman",
-                "mse", "mae", "micro_f1", "macro_f1", "subset_accuracy", "hamming_loss")
+BEST_METRICS = tuple(dict.fromkeys(name for shape in SHAPE.values() for name in shape.scored()))
 """The built-in metrics (scikit-learn/scipy, offline; `bertkit.scoring.metrics`); any other --metric is an evaluate module."""
-TASKS = ("auto", "single_label", "multi_label", "regression")
+METRIC_FOR_BEST_HELP = (
+    f"Dev metric that picks the best checkpoint: a built-in one ({', '.join(SHAPE['single_label'].scored())}), or a "
+    f"--metric evaluate module or one of its scores. Regression: {', '.join(SHAPE['regression'].metrics)}; "
+    f"multi-label: {', '.join(SHAPE['multi_label'].metrics)}. Default: {SHAPE['single_label'].headline} "
+    f"({SHAPE['regression'].headline} / {SHAPE['multi_label'].headline} for those shapes), or the --task-preset's "
+    f"official metric.")
+TASKS = ("auto", *SHAPE_NAMES)
 THRESHOLD_MODES = ("tune", "tune-per-label")
 CLASS_WEIGHTS = ("none", "balanced")
 BENCH_PROTOCOLS = ("standard", "paper")

@@ -16,10 +16,6 @@ import numpy as np
 from bertkit.probe.fit import MAX_ITER, ProbeFit, constant_tags_allowed
 from bertkit.scoring import metrics
 
-SCORE_KEYS = {"regression": ("pearson", "spearman", "mse", "mae"),
-              "multi_label": ("micro_f1", "macro_f1", "subset_accuracy", "hamming_loss")}
-HEADLINE = {"single_label": "accuracy", "regression": "pearson", "multi_label": "micro_f1"}
-"""The dev metric that picks the best cell, per shape (higher is better for all three)."""
 CONSTANT_LOGIT = 30.0
 """The saved logit of a tag that is always (or never) on in training: sigmoid(+-30) is 1 (or 0) to 13 digits."""
 

@@ -14,8 +14,7 @@ from bertkit.errors import UserError
 from bertkit.probe import shapes as probe_shapes
 from bertkit.probe.fit import ProbeFit, fit_probe
 from bertkit.scoring.metrics import classification_metrics
-
-SCORE_KEYS = ("accuracy", "f1", "mcc")
+from bertkit.scoring.table import SHAPE
 
 
 def score_probe(fit: ProbeFit, X: np.ndarray, y: np.ndarray, label_names: Sequence[str] | None = None) -> dict[str, Any]:
@@ -73,14 +72,12 @@ class Cell:
     ci: tuple[float, float]
 
     def row(self) -> dict[str, Any]:
-        if self.fit.task != "single_label":
-            extra = {"alpha": 1.0 / self.fit.C} if self.fit.task == "regression" else {"threshold": self.fit.threshold}
-            return {"pool": self.pool, "layer": self.layer, "layer_name": self.layer_name,
-                    **{k: self.metrics[k] for k in probe_shapes.SCORE_KEYS[self.fit.task]},
-                    f"{probe_shapes.HEADLINE[self.fit.task]}_ci95": list(self.ci), "C": self.fit.C, **extra, "cv": self.fit.cv_results}
+        shape = SHAPE[self.fit.task]
+        extra = {} if self.fit.task == "single_label" else \
+            {"alpha": 1.0 / self.fit.C} if self.fit.task == "regression" else {"threshold": self.fit.threshold}
         return {"pool": self.pool, "layer": self.layer, "layer_name": self.layer_name,
-                **{k: self.metrics[k] for k in SCORE_KEYS}, "accuracy_ci95": list(self.ci), "C": self.fit.C,
-                "cv": self.fit.cv_results}
+                **{k: self.metrics[k] for k in shape.probe_keys}, f"{shape.headline}_ci95": list(self.ci),
+                "C": self.fit.C, **extra, "cv": self.fit.cv_results}
 
 
 @dataclass
@@ -175,7 +172,7 @@ def repeat_probe(
         subsets = [np.sort(rng.choice(n, size=size, replace=False)) for _ in range(repeats)]
         return _repeat_shaped(X_train, y_train, X_dev, y_dev, subsets, fraction, label_names or [], threshold,
                               seed=seed, **fit_kwargs)
-    scores: dict[str, list[float]] = {k: [] for k in SCORE_KEYS}
+    scores: dict[str, list[float]] = {k: [] for k in SHAPE["single_label"].probe_keys}
     for _ in range(repeats):
         idx = np.sort(rng.choice(n, size=size, replace=False))
         if len(np.unique(y_train[idx])) < len(np.unique(y_train)):
@@ -184,7 +181,7 @@ def repeat_probe(
         pred = predicted_ids(fit, X_dev)
 
         m = classification_metrics(y_dev, pred, label_names=[str(i) for i in range(int(max(y_train.max(), y_dev.max())) + 1)])
-        for k in SCORE_KEYS:
+        for k in scores:
             scores[k].append(m[k])
     return {"repeats": repeats, "fraction": fraction,
             **{k: {"mean": float(np.mean(v)), "std": float(np.std(v, ddof=1)) if len(v) > 1 else 0.0, "values": v}
@@ -196,7 +193,7 @@ def _repeat_shaped(X_train: np.ndarray, y_train: np.ndarray, X_dev: np.ndarray, 
                    **fit_kwargs: Any) -> dict[str, Any]:
     """repeat_probe for regression and tag probes: one refit per subset of training rows, scored as the sweep
     scores (tag thresholds set on dev each time)."""
-    keys = probe_shapes.SCORE_KEYS[fit_kwargs["task"]]
+    keys = SHAPE[fit_kwargs["task"]].probe_keys
     scores: dict[str, list[float]] = {k: [] for k in keys}
     for idx in subsets:
         fit = fit_probe(np.asarray(X_train)[idx], np.asarray(y_train)[idx], **fit_kwargs)
@@ -222,8 +219,8 @@ def shape_kwargs(cfg: Any, task: str) -> tuple[dict[str, Any], str]:
     runs keep their arguments as they were (no `task` key)."""
     kwargs = fit_kwargs_from(cfg)
     if task == "single_label":
-        return kwargs, "accuracy"
+        return kwargs, SHAPE[task].headline
     if cfg.class_weight != "none":
         raise UserError(f"--class-weight {cfg.class_weight} weighs classes of single-label data; this is {task} data. "
                         f"Drop --class-weight.")
-    return {**kwargs, "task": task}, probe_shapes.HEADLINE[task]
+    return {**kwargs, "task": task}, SHAPE[task].headline

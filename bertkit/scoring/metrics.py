@@ -15,11 +15,7 @@ import numpy as np
 from sklearn import metrics as skm
 
 from bertkit.errors import UserError
-
-METRIC_NAMES = ("accuracy", "f1", "binary_f1", "mcc", "precision", "recall", "roc_auc")
-REGRESSION_METRICS = ("pearson", "spearman", "mse", "mae")
-MULTILABEL_METRICS = ("micro_f1", "macro_f1", "subset_accuracy", "hamming_loss")
-LOWER_IS_BETTER = {"loss", "mse", "mae", "hamming_loss"}
+from bertkit.scoring.table import BUILT_IN, LOWER_IS_BETTER, SHAPE, shape_of
 
 
 def classification_metrics(
@@ -55,9 +51,8 @@ def classification_metrics(
 def headline(metrics: dict[str, Any]) -> dict[str, float]:
     """Just the scalar scores (for tables and comparisons): the --metric names asked for first (`requested`), then
     the other built-in ones, then any external metric's."""
-    names = (*METRIC_NAMES, *REGRESSION_METRICS, *MULTILABEL_METRICS)
-    asked = [k for k in metrics.get("requested", ()) if k in names and k in metrics]
-    scores = {k: metrics[k] for k in [*asked, *names] if k in metrics}
+    asked = [k for k in metrics.get("requested", ()) if k in BUILT_IN and k in metrics]
+    scores = {k: metrics[k] for k in [*asked, *BUILT_IN] if k in metrics}
     scores.update({k: v for k, v in metrics.get("external", {}).items() if isinstance(v, (int, float))})
     return scores
 
@@ -190,12 +185,6 @@ class MetricFailed(UserError):
         self.spec, self.reason = spec, reason
 
 
-SHAPE_INPUTS = {"single_label": "class ids, one int per row, 0..{last}",
-                "multi_label": "0/1 tag rows, one list of {n} ints per row",
-                "regression": "numbers, one float per row"}
-"""What --metric modules compare per problem shape (predictions and references alike)."""
-
-
 def synthetic_input(task: str, n_labels: int) -> tuple[np.ndarray, np.ndarray]:
     """(predictions, references): 8 rows of the kind real ones have for `task`, in the same numpy types, with some
     predictions wrong and every class / tag value present, so a metric module can be tried before any work."""
@@ -223,7 +212,7 @@ def check_external(external: Sequence[ExternalMetric], task: str, n_labels: int)
         try:
             scores.update(metric.compute(predictions, references))
         except MetricFailed as exc:
-            kind = SHAPE_INPUTS.get(task, SHAPE_INPUTS["single_label"]).format(last=max(n_labels, 2) - 1, n=n_labels)
+            kind = shape_of(task).decisions.format(last=max(n_labels, 2) - 1, n=n_labels)
             raise UserError(
                 f"--metric {metric.spec} does not work on {task.replace('_', '-')} data: tried on 8 synthetic rows "
                 f"of that shape before any work (predictions and references: {kind}), {exc.reason}. Fix the metric "
@@ -279,7 +268,7 @@ def load_metric(spec: str, *, trust_remote_code: bool = False) -> ExternalMetric
     if not local.exists() and (name.endswith(".py") or name.startswith((".", "/", "~")) or name.count("/") > 1):
         raise UserError(f"--metric {spec}: there is no metric script at {local}. Pass a local evaluate metric script "
                         f"(a .py file, or the folder NAME holding NAME.py), a built-in metric "
-                        f"({', '.join(METRIC_NAMES)}), or a hub metric name.")
+                        f"({', '.join(SHAPE['single_label'].metrics)}), or a hub metric name.")
     if not local.exists() and "/" in name and not trust_remote_code:
         raise UserError(
             f"--metric {spec}: {name} is a metric script from a user namespace on the hub, i.e. downloaded code. "
@@ -300,6 +289,6 @@ def load_metric(spec: str, *, trust_remote_code: bool = False) -> ExternalMetric
         raise UserError(
             f"Could not load the evaluate metric {spec!r}: {reason}. Offline, a hub metric loads only when it is in "
             f"the local evaluate cache: run once where the hub is reachable, or pass a local metric script "
-            f"(--metric path/to/metric.py or its folder), or use a built-in metric ({', '.join(METRIC_NAMES)})."
+            f"(--metric path/to/metric.py or its folder), or use a built-in metric ({', '.join(SHAPE['single_label'].metrics)})."
         ) from None
     return ExternalMetric(spec, module)

@@ -15,6 +15,7 @@ import torch
 
 from bertkit.errors import UserError
 from bertkit.scoring import metrics
+from bertkit.scoring.table import BUILT_IN, SHAPE, shape_of
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
@@ -38,12 +39,7 @@ class Scored:
 class SingleLabel:
     """One label per row: cross-entropy (optionally class-weighted) and the classification metrics."""
 
-    problem_type = "single_label_classification"
-    metric_names = ("accuracy", "f1", "binary_f1", "mcc", "precision", "recall", "roc_auc", "loss")
-    two_class_metrics = ("binary_f1", "roc_auc")
-    """Defined for two classes only (binary_f1: the second label's F1; roc_auc: needs the positive probability)."""
-    table_metrics = ("accuracy", "f1", "mcc")
-    default_metric = "accuracy"
+    table_metrics = SHAPE["single_label"].table_metrics
 
     def __init__(self, y_train: np.ndarray, y_dev: np.ndarray, label_names: list[str], class_weight: str = "none"):
         self.y_train, self.y_dev, self.label_names = y_train, y_dev, label_names
@@ -90,10 +86,7 @@ class Regression:
     """One number per row: one output, mean squared error (transformers' problem_type="regression"), scored by
     Pearson, Spearman, MSE and MAE."""
 
-    problem_type = "regression"
-    metric_names = ("pearson", "spearman", "mse", "mae", "loss")
-    table_metrics = ("pearson", "spearman", "mae")
-    default_metric = "pearson"
+    table_metrics = SHAPE["regression"].table_metrics
     correlations = ("pearson", "spearman")
     """Undefined (null) when the targets are constant."""
 
@@ -136,10 +129,7 @@ class MultiLabel:
     fixed, or tuned on dev at every evaluation - one for all tags (best micro-F1) or one per tag (best F1 of that
     tag) - and saved with the model."""
 
-    problem_type = "multi_label_classification"
-    metric_names = ("micro_f1", "macro_f1", "subset_accuracy", "hamming_loss", "loss")
-    table_metrics = ("micro_f1", "macro_f1", "subset_accuracy")
-    default_metric = "micro_f1"
+    table_metrics = SHAPE["multi_label"].table_metrics
     GRID = np.round(np.arange(0.05, 0.951, 0.025), 3)
     """Thresholds tried when tuning."""
 
@@ -206,36 +196,27 @@ def predicted_labels(task: str, label_names: list[str], outputs: np.ndarray,
     return [label_names[i] for i in outputs.argmax(axis=1)]
 
 
-SHAPES: dict[str, Any] = {"single_label": SingleLabel, "regression": Regression, "multi_label": MultiLabel}
-"""The objective of each problem shape: its metric names, headline (default) metric and table metrics."""
-BUILT_IN_BY_SHAPE = {"single_label": metrics.METRIC_NAMES, "regression": metrics.REGRESSION_METRICS,
-                     "multi_label": metrics.MULTILABEL_METRICS}
-BUILT_IN = tuple(name for names in BUILT_IN_BY_SHAPE.values() for name in names)
-"""The built-in metric names (`bertkit.scoring.metrics`); `loss` is every shape's."""
-
-
 def shape_metrics(task: str, n_labels: int = 2) -> tuple[str, ...]:
     """The built-in dev metrics of this problem shape (single-label with other than two classes: no binary_f1 and no
     roc_auc)."""
-    shape = SHAPES.get(task, SingleLabel)
-    return tuple(m for m in shape.metric_names if n_labels == 2 or m not in getattr(shape, "two_class_metrics", ()))
+    return shape_of(task).scored(n_labels)
 
 
 def best_metric(task: str, requested: str | None, n_labels: int = 2) -> str:
     """The dev metric that picks the best checkpoint for this problem shape: --metric-for-best where the shape has
     it, the shape's headline metric when none is given; a built-in metric of another shape (or a two-class metric
     for more classes) is a UserError listing the shape's. Other names (evaluate modules) are returned as given."""
-    shape = SHAPES.get(task, SingleLabel)
+    shape = shape_of(task)
     if requested is None:
-        return shape.default_metric
-    valid = shape_metrics(task, n_labels)
+        return shape.headline
+    valid = shape.scored(n_labels)
     if requested in valid or requested not in BUILT_IN:
         return requested
-    owner = next(t for t, names in BUILT_IN_BY_SHAPE.items() if requested in names)
+    owner = next(t for t, other in SHAPE.items() if requested in other.metrics)
     what = (f"needs two classes; this single-label data has {n_labels}" if owner == task
             else f"is a {owner.replace('_', '-')} metric; this is {task.replace('_', '-')} data")
     raise UserError(f"--metric-for-best {requested} {what}. Pass --metric-for-best {' / '.join(valid)} (or drop it: "
-                    f"{shape.default_metric}).")
+                    f"{shape.headline}).")
 
 
 def inapplicable_options(task: str, n_labels: int, requested: list[str], threshold: str | None = None) -> list[str]:

@@ -35,8 +35,8 @@ from bertkit.errors import UserError
 from bertkit.io import atomic, trail
 from bertkit.models import infer
 from bertkit.models import loading as modeling
-from bertkit.scoring.metrics import LOWER_IS_BETTER
 from bertkit.scoring.shapes import Distillation, MultiLabel, Regression, SingleLabel
+from bertkit.scoring.table import LOWER_IS_BETTER
 from bertkit.training.finetune import FinetuneResult, Task, finetune
 
 log = logging.getLogger(__name__)

@@ -50,6 +50,7 @@ from bertkit.models.fastforward import SequenceClassifier
 from bertkit.scoring import metrics
 from bertkit.scoring import shapes as objectives
 from bertkit.scoring.shapes import MultiLabel, Regression, SingleLabel
+from bertkit.scoring.table import BUILT_IN
 from bertkit.training import checkpoints, reports
 from bertkit.training.loop import Session, TrainState, global_batches, on_main, restore, train_epoch
 from bertkit.training.resume import claim_out, finished_already, resume_key
@@ -177,7 +178,7 @@ def _check_best_is_scored(metric: str, scores: dict[str, float], task: str, n_la
         raise UserError(f"--metric-for-best roc_auc needs both classes in the dev data; {dev.source} has only "
                         f"{', '.join(sorted({str(y) for y in dev.labels or []})) or 'no labels'}. Pass --metric-for-best "
                         f"{valid.replace(' / roc_auc', '')}, or dev data with both classes (--dev).")
-    if metric in objectives.BUILT_IN or metric == "loss" or metrics.best_value({"external": scores}, metric) is not None:
+    if metric in BUILT_IN or metric == "loss" or metrics.best_value({"external": scores}, metric) is not None:
         return
     raise UserError(f"--metric-for-best {metric} is not a score the --metric modules return: on a synthetic input of "
                     f"this data's shape they return {', '.join(scores) or 'no scores'}. Pass --metric-for-best with one "

@@ -1,0 +1,66 @@
+"""The per-problem-shape facts, one record per shape (single-label / regression / multi-label): the built-in metrics
+it scores, its headline metric, the columns of its tables, which of its metrics are better lower, and what its
+decisions are. Everything that states one of these facts reads it from `SHAPE`.
+
+Plain data with no imports, so that every layer that names a shape's metrics (config's option checks, scoring,
+training, probe, cli) can read it. transformers' `problem_type` of each shape is the data layer's
+(`bertkit.data.labels`): it is how a saved model's labels are read back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What a problem shape scores and shows."""
+
+    name: str
+    """The TASKS name: single_label, regression, multi_label."""
+    metrics: tuple[str, ...]
+    """Its built-in dev metrics (`bertkit.scoring.metrics`), without `loss` (every shape's)."""
+    headline: str
+    """The metric that picks the best checkpoint when no --metric-for-best is given, and the probe's best cell."""
+    table_metrics: tuple[str, ...]
+    """The dev metrics of the per-epoch training table and the summary line."""
+    probe_keys: tuple[str, ...]
+    """The scores of one probe sweep row (the headline first) and of the probe table's columns."""
+    decisions: str
+    """What --metric evaluate modules compare (predictions and references alike); {last} and {n} are filled in."""
+    lower_is_better: tuple[str, ...] = ()
+    """Its metrics that are better lower (errors and losses); `loss` is every shape's."""
+    two_class_metrics: tuple[str, ...] = ()
+    """Defined for two classes only (binary_f1: the second label's F1; roc_auc: needs the positive probability)."""
+
+    def scored(self, n_labels: int = 2) -> tuple[str, ...]:
+        """The dev metrics of this shape, `loss` last (single-label with other than two classes: no binary_f1 and
+        no roc_auc)."""
+        return tuple(m for m in (*self.metrics, "loss") if n_labels == 2 or m not in self.two_class_metrics)
+
+
+SHAPE = {
+    "single_label": Shape("single_label", ("accuracy", "f1", "binary_f1", "mcc", "precision", "recall", "roc_auc"),
+                          headline="accuracy", table_metrics=("accuracy", "f1", "mcc"),
+                          probe_keys=("accuracy", "f1", "mcc"),
+                          decisions="class ids, one int per row, 0..{last}",
+                          two_class_metrics=("binary_f1", "roc_auc")),
+    "regression": Shape("regression", ("pearson", "spearman", "mse", "mae"),
+                        headline="pearson", table_metrics=("pearson", "spearman", "mae"),
+                        probe_keys=("pearson", "spearman", "mse", "mae"),
+                        decisions="numbers, one float per row", lower_is_better=("mse", "mae")),
+    "multi_label": Shape("multi_label", ("micro_f1", "macro_f1", "subset_accuracy", "hamming_loss"),
+                         headline="micro_f1", table_metrics=("micro_f1", "macro_f1", "subset_accuracy"),
+                         probe_keys=("micro_f1", "macro_f1", "subset_accuracy", "hamming_loss"),
+                         decisions="0/1 tag rows, one list of {n} ints per row", lower_is_better=("hamming_loss",)),
+}
+"""Each problem shape's facts, by its TASKS name."""
+
+BUILT_IN = tuple(name for shape in SHAPE.values() for name in shape.metrics)
+"""The built-in metric names, shape by shape; `loss` is every shape's."""
+LOWER_IS_BETTER = frozenset({"loss", *(name for shape in SHAPE.values() for name in shape.lower_is_better)})
+
+
+def shape_of(task: str) -> Shape:
+    """The facts of problem shape `task`; single-label's for any other name."""
+    return SHAPE.get(task, SHAPE["single_label"])
