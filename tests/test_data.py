@@ -251,7 +251,7 @@ def test_pad_batch_dynamic_and_static(tiny_bert_dir):
 
 
 def test_pad_batch_for_a_model_keeps_its_inputs_on_its_device(tiny_bert_dir):
-    """The model-call form (what `infer.batch_inputs` asks for): only the inputs the model takes, on its device;
+    """The model-call form (what `encoding.batches.pad_batch` with `inputs=`/`device=` asks for): only the inputs the model takes, on its device;
     the width on a CPU is the longest row's."""
     import torch
 

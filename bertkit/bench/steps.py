@@ -20,8 +20,8 @@ from bertkit.models import loading as modeling
 def model_inputs(batch: dict[str, Any], accepted: frozenset[str], device: Any = None) -> dict[str, Any]:
     """The batch tensors the model accepts, on `device`.
 
-    `infer.batch_inputs` pads token ids and then selects and moves; here the batch is already padded (one batch
-    serves every model) or is the tokenizer's output, so only the selection and the move are left.
+    `pad_batch(..., inputs=, device=)` pads token ids and then selects and moves; here the batch is already padded
+    (one batch serves every model) or is the tokenizer's output, so only the selection and the move are left.
     """
     return {k: (v.to(device) if device is not None else v) for k, v in batch.items() if k in accepted}
 
@@ -120,8 +120,8 @@ def prepare_batches(
 
     Sorting keeps padding low; shuffling the batch order makes any prefix of the list a fair sample of lengths.
     The rows of a batch are those inference groups for a fixed batch size (`sorted_batches`, what
-    `infer.plan_batches` calls); the padding is `pad_batch`'s, not `infer.batch_inputs`': that one has no
-    static padding, and on a GPU it rounds the width up to a multiple of 8, which would change what "dynamic"
+    `infer.plan_batches` calls); the padding is plain `pad_batch`, not its model-call form (`inputs=`/`device=`):
+    that one has no static padding, and on a GPU it rounds the width up to a multiple of 8, which would change what "dynamic"
     measured there.
     """
     import torch

@@ -30,13 +30,6 @@ BatchFn = Callable[[dict[str, torch.Tensor]], torch.Tensor]
 """One padded batch (on the device, only the inputs the model takes) -> a tensor with one row per input row."""
 
 
-def batch_inputs(encoded: Encoded, rows: np.ndarray, pad_id: int, accepted: frozenset[str],
-                 device: torch.device) -> dict[str, torch.Tensor]:
-    """The padded tensors of `rows` that the model takes, on `device`. On a GPU the width is rounded up to a
-    multiple of 8 (tensor cores want it); on a CPU it is the longest row's length."""
-    return pad_batch(encoded, rows, pad_id, inputs=accepted, device=device)
-
-
 def auto_token_budget(model: Any, device: torch.device) -> tuple[int, int]:
     """`--batch-size auto`: (padded tokens per batch, max rows per batch) from the model size.
 
@@ -65,7 +58,7 @@ def run_batches(fn: BatchFn, encoded: Encoded, batches: Sequence[np.ndarray], *,
     outputs = []
     with torch.inference_mode(), modeling.autocast(device, dtype):
         for rows in batches:
-            outputs.append(fn(batch_inputs(encoded, rows, pad_id, accepted, device)).float().cpu().numpy())
+            outputs.append(fn(pad_batch(encoded, rows, pad_id, inputs=accepted, device=device)).float().cpu().numpy())
             if bar is not None:
                 bar.update(len(rows))
     return outputs

@@ -20,7 +20,7 @@ import torch
 from bertkit.config.commands import FinetuneConfig
 from bertkit.data.dataset import TextDataset
 from bertkit.data.labels import LabelMap
-from bertkit.encoding.batches import grouped_batches, restore_order, sorted_batches
+from bertkit.encoding.batches import grouped_batches, pad_batch, restore_order, sorted_batches
 from bertkit.encoding.encode import Encoded
 from bertkit.errors import UserError
 from bertkit.io import atomic, faults, rundir
@@ -196,7 +196,7 @@ def train_step(session: Session, batch: np.ndarray, state: TrainState) -> tuple[
     accepted = accepted_inputs(accelerator.unwrap_model(net).model)
     loss_sum = 0.0
     for i, rows in enumerate(pieces):
-        inputs = infer.batch_inputs(session.train_enc, rows, session.pad_id, accepted, accelerator.device)
+        inputs = pad_batch(session.train_enc, rows, session.pad_id, inputs=accepted, device=accelerator.device)
         last = i == len(pieces) - 1  # gradients are all-reduced with the last micro-batch only
         with accelerator.no_sync(net) if not last else _nothing():
             loss = session.objective.loss(net(**inputs), rows)
