@@ -37,18 +37,17 @@ from bertkit.encoding.longtext import LongText
 from bertkit.errors import UserError
 from bertkit.io import disk, faults
 from bertkit.io.atomic import atomic_path, write_json_atomic
-from bertkit.io.ownership import remove_owned
+from bertkit.io.ownership import SPLIT_NAMES, STORE_FORMAT, remove_owned
 
 log = logging.getLogger(__name__)
 
-FORMAT = "bertkit-store/1"
+FORMAT = STORE_FORMAT
 MANIFEST = "manifest.json"
 IDENTITY = "identity.json"
 FEATURES = "features.npy"
 LABELS = "labels.npy"
 SHARDS = "shards"
 SPLITS_INDEX = "splits.json"
-SPLIT_NAMES = ("train", "dev", "test")
 FAIL_HOOK_ENV = faults.FAIL_AFTER_SHARDS_ENV  # the test suites' names for the counted fault point "embed.shard"
 FAIL_SIGNAL_ENV = faults.FAIL_SIGNAL_ENV
 

@@ -30,6 +30,9 @@ OLD = ".bertkit-old"
 COMPLETE = ".bertkit-complete"
 """In STAGING: the new output is whole; a swap interrupted after this is finished (rolled forward) by the next run."""
 SPLIT_NAMES = ("train", "dev", "test")
+"""The splits of an embed store (`OUT/train`, `OUT/dev`, `OUT/test`)."""
+STORE_FORMAT = "bertkit-store/1"
+"""The format of an embed store's manifest (`bertkit.features.store` writes it; run directories recognise it)."""
 
 RUN_ENTRIES: dict[str, frozenset[str]] = {
     "tokens": frozenset({"config.json", "tokens.json", "token_lengths.png"}),

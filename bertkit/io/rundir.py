@@ -32,6 +32,7 @@ from bertkit.io.ownership import (
     RUN_ENTRIES,
     SPLIT_NAMES,
     STAGING,
+    STORE_FORMAT,
     check_out_not_input,
     foreign_paths,
     is_bertkit_temp,
@@ -43,7 +44,6 @@ from bertkit.io.trail import Compare
 
 log = logging.getLogger(__name__)
 
-STORE_FORMAT = "bertkit-store/1"  # = store.FORMAT (the store imports bertkit.io, not the other way round)
 
 
 @dataclass
