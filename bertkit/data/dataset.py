@@ -6,21 +6,24 @@ everything returns plain values (lists, numpy arrays, dataclasses), so a test ca
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+CHUNK_ROWS = 4096
+"""Rows a streaming pass holds as Python values at a time (tokenizing, validating, writing outputs)."""
 
 
 @dataclass
 class TextDataset:
     """Rows of one split: texts, optional second texts (pairs), optional raw labels, and provenance."""
 
-    texts: list[str]
-    pairs: list[str] | None = None
-    labels: list[Any] | None = None
+    texts: Sequence[str]
+    pairs: Sequence[str] | None = None
+    labels: Sequence[Any] | None = None
     source: str = "<memory>"
     fingerprint: str = ""
-    line_numbers: list[int] | None = None
+    line_numbers: Sequence[int] | None = None
     """1-based line in the source file for each row (for error messages); None for hub data."""
     task: str = "single_label"
     """The labels' shape (TASKS): one class per row (labels are values), a tag set per row (labels are tuples of
@@ -44,3 +47,9 @@ class TextDataset:
             task=self.task,
             label_columns=self.label_columns,
         )
+
+    def chunks(self, size: int = CHUNK_ROWS) -> Iterator[tuple[int, TextDataset]]:
+        """(start, the rows start..start+size as plain lists), in order: how a pass over a dataset larger than memory
+        reads it (only one chunk's Python values exist at a time)."""
+        for start in range(0, len(self), size):
+            yield start, self.subset(range(start, min(start + size, len(self))))
