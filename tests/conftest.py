@@ -11,6 +11,10 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+if "BERTKIT_CACHE_DIR" not in os.environ:  # never the user's ~/.cache: one fresh cache per test session
+    import tempfile
+
+    os.environ["BERTKIT_CACHE_DIR"] = tempfile.mkdtemp(prefix="bertkit-test-cache-")
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED_DATA = ROOT.parent / "shared" / "data"

@@ -32,6 +32,9 @@ class DataOptions:
     header: str = option("auto", "Header row in CSV/TSV files.", panel=DATA, choices=HEADER_MODES)
     dev_fraction: float = option(0.1, "Share of --data held out (stratified) as dev when --dev is not given.",
                                  panel=DATA)
+    cache_dir: str | None = option(None, "Where parsed inputs and token ids are cached (memory-mapped, reused by "
+                                   "later commands and resume). Default: $BERTKIT_CACHE_DIR, else "
+                                   "~/.cache/bertkit.", panel=DATA)
     limit: int | None = option(None, "Use only the first N rows of each split (quick runs).", panel=DATA, above=0)
     seed: int = option(42, "Random seed (splits, sampling, initialisation).", panel=RUN)
     task_preset: str | None = option(None, "A GLUE task: glue/cola, sst2, mrpc, qqp, stsb, mnli, qnli, rte or wnli. "
