@@ -11,6 +11,11 @@ import numpy as np
 
 from bertkit.encoding.encode import Encoded
 
+SORT_WINDOW = 65_536
+"""Rows a streaming pass (predict's output file, the tokens report) takes at a time: length-sorted batches are
+formed within each window of this many rows, so a dataset no larger than this is sorted as a whole (the same
+batches as a global sort) and a larger one never holds more than one window's outputs."""
+
 
 def sorted_batches(lengths: np.ndarray, batch_size: int) -> list[np.ndarray]:
     """Inference batches: rows sorted by length, longest first (memory peaks show up at once)."""
