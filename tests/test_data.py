@@ -315,21 +315,24 @@ def test_hold_out_that_starves_a_class_is_refused():
 
 def test_read_error_names_the_os_reason(tmp_path, monkeypatch):
     path = _labels_file(tmp_path, [("fine", "pos"), ("bad", "neg")])
-    real = Path.read_bytes
+    from bertkit.data import ingest
 
-    def denied(self):
-        if str(self) == path:
+    def denied(file, *args, **kwargs):  # the file's bytes are streamed with open()
+        if str(file) == path:
             raise PermissionError(13, "Permission denied", path)
-        return real(self)
+        return open(file, *args, **kwargs)
 
-    monkeypatch.setattr(Path, "read_bytes", denied)
+    monkeypatch.setattr(ingest, "open", denied, raising=False)
     with pytest.raises(UserError, match=r"Cannot read data file .*t\.tsv: Permission denied.*chmod u\+r"):
         load_dataset_split(opts(), path)
 
 
 def test_other_os_errors_on_read(tmp_path, monkeypatch):
     path = _labels_file(tmp_path, [("fine", "pos"), ("bad", "neg")])
-    monkeypatch.setattr(Path, "read_bytes", lambda self: (_ for _ in ()).throw(OSError(5, "Input/output error")))
+    from bertkit.data import ingest
+
+    monkeypatch.setattr(ingest, "open", lambda *a, **k: (_ for _ in ()).throw(OSError(5, "Input/output error")),
+                        raising=False)
     with pytest.raises(UserError, match=r"Input/output error \(OS error 5\)"):
         load_dataset_split(opts(), path)
 

@@ -49,15 +49,9 @@ def is_nested(value: Any) -> bool:
     return isinstance(value, (list, tuple, set, dict, np.ndarray))
 
 
-def where_rows(rows: list[int], line_numbers: list[int] | None, unit: str = "line") -> str:
-    shown = [line_numbers[r] if line_numbers else r for r in rows[:MAX_LISTED]]
-    more = f" (+{len(rows) - MAX_LISTED} more)" if len(rows) > MAX_LISTED else ""
-    return f"{unit}{'s' if len(rows) > 1 else ''} {', '.join(map(str, shown))}{more}"
-
-
-def nested_problem(nested: list[int], values: list[Any], column: Any, option: str, source: str,
-                    lines: list[int] | None, what: str) -> str:
-    example = repr(values[nested[0]])
+def nested_problem(nested: Any, column: Any, option: str, source: str, lines: Any, what: str) -> str:
+    """The message for cells holding a list or an object (`nested`: a `findings.Found`)."""
+    example = repr(nested.values[0])
     example = example if len(example) <= 60 else example[:57] + "..."
-    return (f"{len(nested)} cell(s) of column {column!r} ({option}) in {source} hold a list or an object instead of "
-            f"a single value, at {where_rows(nested, lines, 'line' if lines else 'row')} (e.g. {example}). {what}")
+    return (f"{nested.count} cell(s) of column {column!r} ({option}) in {source} hold a list or an object instead of "
+            f"a single value, at {nested.where(lines, 'line' if lines is not None else 'row')} (e.g. {example}). {what}")

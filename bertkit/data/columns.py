@@ -6,9 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import pandas as pd
-
-from bertkit.data.cells import is_blank_text, is_int_text, is_missing, is_nested, nested_problem, where_rows
+from bertkit.data.cells import is_blank_text, is_int_text, is_missing, is_nested, nested_problem
+from bertkit.data.findings import Found
 from bertkit.data.options import DataOptions
 from bertkit.data.presets import preset_origin
 from bertkit.errors import UserError
@@ -16,7 +15,7 @@ from bertkit.errors import UserError
 DEFAULT_TEXT_COLUMNS = ("sentence", "text", "sentence1", "question", "premise")
 
 
-def resolve_column(frame: pd.DataFrame, selector: str | None, option: str, source: str,
+def resolve_column(frame: Any, selector: str | None, option: str, source: str,
                    preset: str | None = None) -> Any:
     """The DataFrame column a --*-column selector names: a column name, or a 0-based index. `preset`: the
     --task-preset that chose the selector (the message then says so, and how to override it)."""
@@ -39,7 +38,7 @@ def resolve_column(frame: pd.DataFrame, selector: str | None, option: str, sourc
     )
 
 
-def _default_column(frame: pd.DataFrame, candidates: tuple[str, ...]) -> Any:
+def _default_column(frame: Any, candidates: tuple[str, ...]) -> Any:
     for name in candidates:
         if name in frame.columns:
             return name
@@ -70,7 +69,7 @@ class Columns:
     """Several 0/1 label columns (multi-label data, one column per tag); `label` is then the first."""
 
 
-def choose_columns(frame: pd.DataFrame, opts: DataOptions, source: str, need_labels: bool) -> Columns:
+def choose_columns(frame: Any, opts: DataOptions, source: str, need_labels: bool) -> Columns:
     """The text, pair and label columns (by flag or by default); one column in two roles is an error."""
     default_text = opts.text_column is None
     text_col = (_default_column(frame, DEFAULT_TEXT_COLUMNS) or frame.columns[0]) if default_text else \
@@ -96,7 +95,7 @@ def choose_columns(frame: pd.DataFrame, opts: DataOptions, source: str, need_lab
                 f"{', '.join(map(str, frame.columns))}, or 0-based indexes)."
             )
         if label_col is not None and not need_labels and (
-            label_col in (text_col, pair_col) or any(is_missing(v) or is_nested(v) for v in frame[label_col])
+            label_col in (text_col, pair_col) or any(is_missing(v) or is_nested(v) for v in frame.column(label_col))
         ):
             label_col = None  # optional labels: an auto-detected column is used only when complete, single and not a text
     roles = [("--text-column" if not default_text else "the text column chosen by default", text_col),
@@ -108,7 +107,7 @@ def choose_columns(frame: pd.DataFrame, opts: DataOptions, source: str, need_lab
 _ROLE_FLAGS = {"the text column chosen by default": "--text-column", "the label column found by default": "--label-column"}
 
 
-def _check_distinct_columns(roles: list[tuple[str, Any]], frame: pd.DataFrame, source: str) -> None:
+def _check_distinct_columns(roles: list[tuple[str, Any]], frame: Any, source: str) -> None:
     chosen = [(role, column) for role, column in roles if column is not None]
     for i, (role_a, col_a) in enumerate(chosen):
         for role_b, col_b in chosen[i + 1:]:
@@ -121,19 +120,38 @@ def _check_distinct_columns(roles: list[tuple[str, Any]], frame: pd.DataFrame, s
                 )
 
 
-def text_cells(values: list[Any], source: str, option: str, column: Any, lines: list[int] | None,
-                problems: list[str]) -> list[str]:
-    nested = [i for i, v in enumerate(values) if is_nested(v)]
-    if nested:
-        problems.append(nested_problem(nested, values, column, option, source, lines,
+class TextCheck:
+    """The text cells of one column, checked a chunk at a time (`feed`); `problems` says what was wrong."""
+
+    def __init__(self, source: str, option: str, column: Any) -> None:
+        self.source, self.option, self.column = source, option, column
+        self.nested, self.empty = Found(), Found()
+
+    def feed(self, start: int, values: list[Any]) -> None:
+        nested = [i for i, v in enumerate(values) if is_nested(v)]
+        self.nested.add(start, nested, values)
+        self.empty.add(start, [i for i, v in enumerate(values) if not is_nested(v) and is_blank_text(text_value(v))],
+                       values)
+
+    def problems(self, lines: Any) -> list[str]:
+        found = []
+        if self.nested:
+            found.append(nested_problem(self.nested, self.column, self.option, self.source, lines,
                                         "Text cells must be strings: join the pieces into one string per row."))
-    texts = ["" if is_missing(v) or is_nested(v) else str(v) for v in values]
-    skip = set(nested)
-    empty = [i for i, t in enumerate(texts) if i not in skip and is_blank_text(t)]
-    if empty:
-        problems.append(
-            f"{len(empty)} empty text cell(s) in {source} ({option}) at {where_rows(empty, lines, 'line' if lines else 'row')} "
-            f"(blank, or only invisible characters such as zero-width spaces). "
-            f"Remove those rows or fill them in; a model cannot learn from or embed an empty text."
-        )
-    return texts
+        if self.empty:
+            unit = "line" if lines is not None else "row"
+            found.append(
+                f"{self.empty.count} empty text cell(s) in {self.source} ({self.option}) at "
+                f"{self.empty.where(lines, unit)} (blank, or only invisible characters such as zero-width spaces). "
+                f"Remove those rows or fill them in; a model cannot learn from or embed an empty text."
+            )
+        return found
+
+
+def text_value(value: Any) -> str:
+    """A text cell as the model reads it: missing and nested cells as "" (they are reported, never read)."""
+    return "" if is_missing(value) or is_nested(value) else str(value)
+
+
+def text_values(values: list[Any]) -> list[str]:
+    return [text_value(v) for v in values]

@@ -10,8 +10,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-CHUNK_ROWS = 4096
-"""Rows a streaming pass holds as Python values at a time (tokenizing, validating, writing outputs)."""
+import numpy as np
+
+from bertkit.data.table import CHUNK_ROWS
 
 
 @dataclass
@@ -36,14 +37,14 @@ class TextDataset:
 
     def subset(self, indices: Sequence[int]) -> TextDataset:
         """The rows at `indices`, in that order."""
-        pick = list(indices)
+        pick = np.asarray(indices, dtype=np.int64) if not isinstance(indices, np.ndarray) else indices
         return TextDataset(
-            texts=[self.texts[i] for i in pick],
-            pairs=None if self.pairs is None else [self.pairs[i] for i in pick],
-            labels=None if self.labels is None else [self.labels[i] for i in pick],
+            texts=_pick(self.texts, pick),
+            pairs=_pick(self.pairs, pick),
+            labels=_pick(self.labels, pick),
             source=self.source,
             fingerprint=self.fingerprint,
-            line_numbers=None if self.line_numbers is None else [self.line_numbers[i] for i in pick],
+            line_numbers=_pick(self.line_numbers, pick),
             task=self.task,
             label_columns=self.label_columns,
         )
@@ -52,4 +53,21 @@ class TextDataset:
         """(start, the rows start..start+size as plain lists), in order: how a pass over a dataset larger than memory
         reads it (only one chunk's Python values exist at a time)."""
         for start in range(0, len(self), size):
-            yield start, self.subset(range(start, min(start + size, len(self))))
+            stop = min(start + size, len(self))
+            yield start, TextDataset(
+                texts=list(self.texts[start:stop]), pairs=_part(self.pairs, start, stop),
+                labels=_part(self.labels, start, stop), source=self.source, fingerprint=self.fingerprint,
+                line_numbers=_part(self.line_numbers, start, stop), task=self.task, label_columns=self.label_columns)
+
+
+def _pick(values: Sequence[Any] | None, pick: np.ndarray) -> Sequence[Any] | None:
+    """The values at `pick`: lazily for a table column (`bertkit.data.table.Column`), as a list otherwise."""
+    if values is None:
+        return None
+    if hasattr(values, "take"):
+        return values.take(pick)
+    return [values[i] for i in pick]
+
+
+def _part(values: Sequence[Any] | None, start: int, stop: int) -> list[Any] | None:
+    return None if values is None else list(values[start:stop])

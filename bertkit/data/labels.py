@@ -74,26 +74,32 @@ class LabelMap:
         label), a (rows, tags) 0/1 matrix (multi-label) or floats (regression). Labels absent from the mapping are
         an error that lists them."""
         if self.task == "regression":
-            return np.asarray(labels, dtype=np.float64)
+            return np.fromiter(labels, dtype=np.float64, count=len(labels))
         if self.task == "multi_label":
             return self._encode_tags(labels, where)
         mapping = {label_key(label): i for i, label in enumerate(self.labels)}
-        keys = [label_key(label) for label in labels]
-        unseen = sorted({label for label, key in zip(labels, keys, strict=True) if key not in mapping}, key=str)
+        ids = np.empty(len(labels), dtype=np.int64)
+        unseen: set[Any] = set()
+        for start, part in _chunked(labels):  # a chunk of keys at a time: millions of rows hold no Python list
+            keys = [label_key(label) for label in part]
+            unseen.update(label for label, key in zip(part, keys, strict=True) if key not in mapping)
+            if not unseen:
+                ids[start:start + len(part)] = [mapping[key] for key in keys]
         if unseen:
-            shown = ", ".join(repr(x) for x in unseen[:MAX_LISTED])
+            unseen = sorted(unseen, key=str)  # type: ignore[assignment]
+            shown = ", ".join(repr(x) for x in list(unseen)[:MAX_LISTED])
             raise UserError(
                 f"{where} has labels not seen in the training data: {shown}. Known labels: "
                 f"{', '.join(repr(x) for x in self.labels)}. Fix the labels, or train on data that contains them."
             )
-        return np.asarray([mapping[key] for key in keys], dtype=np.int64)
+        return ids
 
     def decode(self, ids: Sequence[int]) -> list[Any]:
         return [self.labels[int(i)] for i in ids]
 
     def _encode_tags(self, labels: Sequence[Any], where: str) -> np.ndarray:
         index = {str(tag): j for j, tag in enumerate(self.labels)}
-        unseen = sorted({str(t) for row in labels for t in row} - set(index))
+        unseen = sorted({str(t) for _, part in _chunked(labels) for row in part for t in row} - set(index))
         if unseen:
             raise UserError(
                 f"{where} has tags not seen in the training data: {', '.join(repr(x) for x in unseen[:MAX_LISTED])}. "
@@ -103,6 +109,7 @@ class LabelMap:
         for i, row in enumerate(labels):
             matrix[i, [index[str(t)] for t in row]] = 1
         return matrix
+
 
     def to_json(self) -> dict[str, Any]:
         return {"labels": list(self.labels)} if self.task == "single_label" else \
@@ -122,6 +129,12 @@ class LabelMap:
             return cls(tuple(str(n) for n in names), task)
         labels = normalise_labels(names)  # the same canonical labels the training data had
         return cls(tuple(labels if len(set(labels)) == len(labels) else names))
+
+
+def _chunked(values: Sequence[Any], size: int = 65_536) -> Any:
+    """(start, values[start:start+size]) in order: a lazy column reads one slice at a time."""
+    for start in range(0, len(values), size):
+        yield start, values[start:start + size]
 
 
 def check_tag_columns(label_map: LabelMap, dataset: TextDataset, whose: str) -> None:
@@ -166,12 +179,13 @@ def label_number(value: Any) -> int | float | None:
     return int(number) if number.is_integer() else number
 
 
-def normalise_labels(values: list[Any]) -> list[Any]:
+def normalise_labels(values: list[Any], numeric: bool | None = None) -> list[Any]:
     """Labels that are equal as numbers are one label: a column of numbers (or number texts) becomes canonical
     numbers (1, 1.0, "1.0" -> 1; "0.50" -> 0.5); any other column becomes strings, its number-like cells written
-    canonically ("1.0" -> "1") so they still meet."""
+    canonically ("1.0" -> "1") so they still meet. `numeric`: whether the whole column is numbers (when `values` is
+    one chunk of it); None: decide from `values`."""
     numbers = [label_number(v) for v in values]
-    if all(n is not None for n in numbers):
+    if numeric if numeric is not None else all(n is not None for n in numbers):
         return numbers
     return [str(n) if n is not None else str(v).strip() for v, n in zip(values, numbers, strict=True)]
 

@@ -1,19 +1,16 @@
-"""Reading tables: local csv/tsv/txt/json/jsonl/parquet files (bytes, encodings, byte-order marks, header
-detection, the file line of each row, the content fingerprint) and hub dataset splits. Only this module knows
-file formats; it returns DataFrames and never judges their cells."""
+"""What a local data file must be before it is parsed (a readable regular file of a known type, bytes its\n--encoding reads), header detection, the file line of each delimited record, JSON documents, and hub dataset\nsplits. `bertkit.data.ingest` streams files through these into the Arrow cache; nothing here judges cells."""
 
 from __future__ import annotations
 
 import codecs
 import csv
 import errno
-import hashlib
 import io
 import json
 import os
 import stat
 import sys
-from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,13 +36,13 @@ BYTE_ORDER_MARKS = (
 )
 
 
-def _read_file_bytes(path: Path) -> bytes:
-    """The bytes of a local data file; every way a path can fail to be a readable, non-empty regular file of a
+def check_data_file(path: Path) -> int:
+    """The size of a local data file; every way a path can fail to be a readable, non-empty regular file of a
     supported type is a UserError that says which."""
     try:
         info = path.stat()
     except OSError as exc:
-        raise _access_error(path, exc) from None
+        raise access_error(path, exc) from None
     if stat.S_ISDIR(info.st_mode):
         raise UserError(f"{path} is a directory; --data/--dev/--test take a file (.csv, .tsv, .json, .jsonl, .parquet).")
     suffix = path.suffix.lower()
@@ -59,13 +56,12 @@ def _read_file_bytes(path: Path) -> bytes:
                         f"Save the data to a file and pass that to --data/--dev/--test.")
     if info.st_size == 0:
         raise UserError(f"{path} is empty (0 bytes). Point --data at a file with rows.")
-    try:
-        return path.read_bytes()
-    except OSError as exc:
-        raise _access_error(path, exc) from None
+    if not os.access(path, os.R_OK):
+        raise access_error(path, PermissionError(errno.EACCES, os.strerror(errno.EACCES)))
+    return int(info.st_size)
 
 
-def _access_error(path: Path, exc: OSError) -> UserError:
+def access_error(path: Path, exc: OSError) -> UserError:
     """A UserError for an OSError met while looking at or reading `path`, with the OS's reason."""
     if exc.errno == errno.ELOOP:
         return UserError(f"{path} is a symlink loop (it leads back to itself through symlinks), so there is no file "
@@ -81,37 +77,25 @@ def _access_error(path: Path, exc: OSError) -> UserError:
     return UserError(f"Cannot read data file {path}: {reason} (OS error {exc.errno}). {fix}, and pass that to --data/--dev/--test.")
 
 
-def _check_raw_bytes(raw: bytes, path: Path, encoding: str) -> None:
+def check_raw_bytes(raw: bytes, path: Path, encoding: str) -> None:
     """Refuse bytes that no --encoding of a text table explains: gzip data, or UTF-16/32 read as something else."""
     if raw[:2] == b"\x1f\x8b":
         raise UserError(f"{path} is gzip-compressed (it starts with the gzip magic bytes 1f 8b). "
                         f"Decompress it first (gunzip -k {path.name}) and pass the uncompressed file.")
     try:
-        codec = codecs.lookup(encoding).name
+        info = codecs.lookup(encoding)
     except LookupError:
+        info = None
+    if info is None or not getattr(info, "_is_text_encoding", True):  # e.g. base64: bytes to bytes, not text
         raise UserError(f"Unknown --encoding {encoding!r}. Use a Python codec name such as utf-8 or latin-1.") from None
+    codec = info.name
     for bom, name, option in BYTE_ORDER_MARKS:
         if raw.startswith(bom) and not codec.startswith(option):
             raise UserError(f"{path} is {name}-encoded (it starts with a {name} byte-order mark), not {encoding}. "
                             f"Pass --encoding {option}, or re-save the file as UTF-8.")
 
 
-def _decode_text(raw: bytes, path: Path, encoding: str) -> str:
-    """The file's text; a leading byte-order mark (UTF-8 with BOM, UTF-16 with --encoding utf-16-le) is dropped."""
-    _check_raw_bytes(raw, path, encoding)
-    try:
-        return raw.decode(encoding).removeprefix("\ufeff")
-    except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        raise UserError(
-            f"{path} is not valid {encoding}: byte 0x{raw[exc.start]:02x} at line {line} cannot be decoded. "
-            f"Pass --encoding with the file's real encoding (e.g. --encoding latin-1), or re-save it as UTF-8."
-        ) from None
-    except LookupError:  # a codec that is not a text encoding (e.g. base64)
-        raise UserError(f"Unknown --encoding {encoding!r}. Use a Python codec name such as utf-8 or latin-1.") from None
-
-
-def _looks_like_header(first: list[str], rest: pd.DataFrame, label_index: int | None) -> bool:
+def looks_like_header(first: list[str], rest: pd.DataFrame, label_index: int | None) -> bool:
     """Guess whether the first row of a file read without header is a header row.
 
     Used only when every column is addressed by index and --header is auto. The label column decides: a header
@@ -127,36 +111,11 @@ def _looks_like_header(first: list[str], rest: pd.DataFrame, label_index: int | 
     return column.nunique() <= 50 and cell not in set(column)
 
 
-def read_local_table(path: Path, encoding: str, header: str, by_index: bool, label_index: int | None) -> pd.DataFrame:
-    """A local file as a DataFrame of strings (csv/tsv/txt) or native values (json/jsonl/parquet).
-
-    `frame.attrs` carries `fingerprint` (sha256 of the bytes read) and, for csv/tsv/jsonl, `line_numbers`: the
-    1-based file line where each row's record starts (quoted fields may span lines; blank lines are skipped).
-    """
-    raw = _read_file_bytes(path)
-    fingerprint = "sha256:" + hashlib.sha256(raw).hexdigest()
-    suffix = path.suffix.lower()
-    if suffix == ".parquet":
-        if raw[:2] == b"\x1f\x8b":
-            _check_raw_bytes(raw, path, "utf-8")
-        try:
-            frame = pd.read_parquet(io.BytesIO(raw))
-        except Exception as exc:  # pyarrow raises many types for a bad file
-            raise UserError(f"{path} is not a readable parquet file ({exc}). Re-export it.") from None
-        frame.attrs["fingerprint"] = fingerprint
-        return frame
-    text = _decode_text(raw, path, encoding)
+def json_frame(text: str, path: Path, lines: bool) -> pd.DataFrame:
+    """A JSON (a list of objects) or JSON Lines text as a DataFrame; for JSON Lines `frame.attrs["line_numbers"]`
+    holds each record's file line (blank lines are skipped)."""
     if not text.strip():
         raise UserError(f"{path} contains only whitespace. Point --data at a file with rows.")
-    if suffix in {".json", ".jsonl"}:
-        frame = _read_json_text(text, path, lines=suffix == ".jsonl")
-    else:
-        frame = _read_delimited_text(text, path, "," if suffix == ".csv" else "\t", header, by_index, label_index)
-    frame.attrs["fingerprint"] = fingerprint
-    return frame
-
-
-def _read_json_text(text: str, path: Path, lines: bool) -> pd.DataFrame:
     numbers = None
     try:
         if lines:
@@ -180,66 +139,41 @@ def _read_json_text(text: str, path: Path, lines: bool) -> pd.DataFrame:
     return frame
 
 
-def _read_delimited_text(
-    text: str, path: Path, sep: str, header: str, by_index: bool, label_index: int | None
-) -> pd.DataFrame:
-    # TSV (GLUE style) has no quoting: quotes are literal characters in sentences.
-    quoting = csv.QUOTE_NONE if sep == "\t" else csv.QUOTE_MINIMAL
-    read_kw: dict[str, Any] = dict(sep=sep, quoting=quoting, dtype=str, keep_default_na=False, engine="c")
-    try:
-        frame = pd.read_csv(io.StringIO(text), header=None, **read_kw)
-    except pd.errors.ParserError as exc:
-        raise UserError(
-            f"{path} could not be parsed as {'TSV' if sep == chr(9) else 'CSV'}: {exc}. Check the delimiter "
-            f"(.tsv files are tab-separated, .csv comma-separated) and that every row has the same number of fields."
-        ) from None
-    lines = record_lines(text, sep, quoting)
-    if lines is None or len(lines) != len(frame):  # a layout the two parsers see differently: number rows plainly
-        lines = list(range(1, len(frame) + 1))
-    has_header = header == "yes" or (
-        header == "auto" and (not by_index or _looks_like_header(list(frame.iloc[0]), frame.iloc[1:200], label_index))
-    )
-    if has_header:
-        names = [str(c) for c in frame.iloc[0]]
-        frame = frame.iloc[1:].reset_index(drop=True)
-        frame.columns = _unique_names(names)
-        lines = lines[1:]
-    frame.attrs["line_numbers"] = lines
-    if frame.empty:
-        raise UserError(f"{path} has a header but no data rows. Add rows, or use --header no if that row is data.")
-    return frame
-
-
 def record_lines(text: str, sep: str, quoting: int) -> list[int] | None:
-    """The 1-based line on which each record of a delimited text starts, as pandas splits records: a quoted field
-    may span lines, and lines of only spaces/tabs are skipped. None when Python's csv module cannot read it."""
-    previous_limit = csv.field_size_limit(sys.maxsize)  # a 1 MB line is a valid (if long) record
+    """The 1-based line on which each record of a delimited text starts (see `iter_record_lines`); None when Python's
+    csv module cannot read it."""
     try:
-        reader = csv.reader(io.StringIO(text, newline=""), delimiter=sep, quoting=quoting)
-        starts, last = [], 0
-        for row in reader:
-            if row and not (len(row) == 1 and row[0] and not row[0].strip(" \t")):
-                starts.append(last + 1)
-            last = reader.line_num
-        return starts
+        return list(_record_starts(io.StringIO(text, newline=""), sep, quoting))
     except csv.Error:
         return None
+
+
+def iter_record_lines(stream: Any, sep: str, quoting: int) -> Iterator[int]:
+    """The 1-based line on which each record of a delimited text stream starts, as pandas splits records: a quoted
+    field may span lines, and lines of only spaces/tabs are skipped. Stops early where Python's csv module cannot
+    read on (the caller then sees too few lines and numbers rows plainly)."""
+    try:
+        yield from _record_starts(stream, sep, quoting)
+    except csv.Error:
+        return
+
+
+def _record_starts(stream: Any, sep: str, quoting: int) -> Iterator[int]:
+    previous_limit = csv.field_size_limit(sys.maxsize)  # a 1 MB line is a valid (if long) record
+    try:
+        reader = csv.reader(stream, delimiter=sep, quoting=quoting)
+        last = 0
+        for row in reader:
+            if row and not (len(row) == 1 and row[0] and not row[0].strip(" \t")):
+                yield last + 1
+            last = reader.line_num
     finally:
         csv.field_size_limit(previous_limit)
 
 
-def _unique_names(names: list[str]) -> list[str]:
-    seen: Counter[str] = Counter()
-    out = []
-    for name in names:
-        out.append(name if not seen[name] else f"{name}.{seen[name]}")
-        seen[name] += 1
-    return out
-
-
-def read_hub_split(name: str, config: str | None, split: str, limit: int | None = None) -> pd.DataFrame:
-    """One split of a hub dataset as a DataFrame (needs network unless it is cached); with `limit`, only its first
-    rows, asked for by split slicing (`train[:N]`) so the rest is never turned into a DataFrame."""
+def read_hub_split(name: str, config: str | None, split: str, limit: int | None = None) -> Any:
+    """One split of a hub dataset, a `datasets.Dataset` memory-mapped from the hub cache (needs network unless it is
+    cached); with `limit`, only its first rows, asked for by split slicing (`train[:N]`)."""
     try:
         import datasets
 
@@ -251,4 +185,4 @@ def read_hub_split(name: str, config: str | None, split: str, limit: int | None 
             f"The hub may be unreachable (offline?) or the name/config/split wrong. Use a local file instead: "
             f"--data train.tsv [--dev dev.tsv] with --text-column/--label-column, or run where the hub is reachable."
         ) from None
-    return dataset.to_pandas()
+    return dataset

@@ -4,22 +4,21 @@ split names (`load_named_split`), and a dev set held out of train when none is g
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
-
 from bertkit.data.cells import MAX_LISTED, is_int_text
-from bertkit.data.columns import choose_columns, label_selectors, reads_tags, text_cells
+from bertkit.data.columns import TextCheck, choose_columns, label_selectors, reads_tags, text_values
 from bertkit.data.dataset import TextDataset
 from bertkit.data.label_reader import LabelReader
 from bertkit.data.labels import LabelMap
 from bertkit.data.options import DataOptions
-from bertkit.data.sources import is_local_source, read_hub_split, read_local_table
+from bertkit.data.ingest import hub_table, local_table
+from bertkit.data.sources import is_local_source, read_hub_split
+from bertkit.data.table import RowTable, line_column
 from bertkit.errors import UserError, raise_if_problems
 
 
@@ -39,7 +38,8 @@ class Splits:
 
 def load_dataset_split(opts: DataOptions, source: str, *, split: str | None = None, need_labels: bool = True,
                        task: str | None = None) -> TextDataset:
-    """Read one split (a local file, or `split` of the hub dataset `source`) into a validated TextDataset.
+    """Read one split (a local file, or `split` of the hub dataset `source`) into a validated TextDataset whose
+    columns are lazy views of the parsed table (`bertkit.data.table`): memory does not grow with the rows.
 
     `task` (TASKS or auto) is the labels' shape; None: the command's --task (auto), or single_label for commands
     that read one class per row."""
@@ -48,36 +48,40 @@ def load_dataset_split(opts: DataOptions, source: str, *, split: str | None = No
     if is_local_source(source):
         path = Path(source).expanduser()
         label_index = int(label_parts[0]) if is_int_text(label_parts[0]) else None
-        frame = read_local_table(path, opts.encoding, opts.header, by_index and opts.text_column is not None, label_index)
-        fingerprint = frame.attrs["fingerprint"]
-        lines: list[int] | None = list(frame.attrs.get("line_numbers") or range(1, len(frame) + 1))
+        table, fingerprint = local_table(path, opts.encoding, opts.header, by_index and opts.text_column is not None,
+                                         label_index, getattr(opts, "cache_dir", None))
     else:
         hub_split = split or opts.train_split
-        frame = read_hub_split(source, opts.data_config, hub_split, opts.limit)
-        fingerprint, lines = f"hub:{source}/{opts.data_config or ''}/{hub_split}", None
+        table = hub_table(read_hub_split(source, opts.data_config, hub_split, opts.limit))
+        fingerprint = f"hub:{source}/{opts.data_config or ''}/{hub_split}"
         source = f"{source}[{hub_split}]"
-    if opts.limit is not None:
-        frame = frame.iloc[: opts.limit]
-        lines = None if lines is None else lines[: opts.limit]
+    if opts.limit is not None and opts.limit < len(table):
+        table = table.head(opts.limit)
     wanted = task or getattr(opts, "task", None) or ("auto" if reads_tags(opts) else "single_label")
-    return _dataset_from_frame(frame, opts, source, fingerprint, lines, need_labels, wanted)
+    return _dataset_from_table(table, opts, source, fingerprint, need_labels, wanted)
 
 
-def _dataset_from_frame(frame: pd.DataFrame, opts: DataOptions, source: str, fingerprint: str,
-                        lines: list[int] | None, need_labels: bool, task: str) -> TextDataset:
-    """Validated texts/pairs/labels of a table; every cell problem of the file is reported in one error."""
-    cols = choose_columns(frame, opts, source, need_labels)
-    problems: list[str] = []
-    texts = text_cells(frame[cols.text].tolist(), source, "--text-column", cols.text, lines, problems)
-    pairs = None
+def _dataset_from_table(table: RowTable, opts: DataOptions, source: str, fingerprint: str, need_labels: bool,
+                        task: str) -> TextDataset:
+    """Validated texts/pairs/labels of a table, read a chunk at a time; every cell problem of the file is reported
+    in one error."""
+    cols = choose_columns(table, opts, source, need_labels)
+    lines = line_column(table) if table.lines is not None else None
+    checks = [TextCheck(source, "--text-column", cols.text)]
     if cols.pair is not None:
-        pairs = text_cells(frame[cols.pair].tolist(), source, "--text-pair-column", cols.pair, lines, problems)
+        checks.append(TextCheck(source, "--text-pair-column", cols.pair))
+    for start, cells in table.scan([check.column for check in checks]):
+        for check, values in zip(checks, cells, strict=True):
+            check.feed(start, values)
+    problems = [problem for check in checks for problem in check.problems(lines)]
     labels, columns = None, None
     if cols.label is not None:
-        reader = LabelReader(source, cols, lines, problems, getattr(opts, "label_sep", None), reads_tags(opts))
-        task, labels = reader.read(frame, task)
+        reader = LabelReader(source, cols, lines, problems, getattr(opts, "label_sep", None), reads_tags(opts), table)
+        task, labels = reader.read(task)
         columns = tuple(str(c) for c in (cols.tag_columns or (cols.label,)))
     raise_if_problems(problems, f"Problems in the data {source}")
+    texts = table.column(cols.text, text_values)
+    pairs = None if cols.pair is None else table.column(cols.pair, text_values)
     return TextDataset(texts, pairs, labels, source, fingerprint, lines,
                        task="single_label" if task == "auto" else task, label_columns=columns)
 
@@ -110,35 +114,56 @@ def hold_out_size(n_rows: int, n_classes: int, fraction: float) -> int:
     return max(math.ceil(fraction * n_rows), n_classes)
 
 
-def stratified_split(labels: Sequence[Any], fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def stratified_split(labels: Sequence[Any], fraction: float, seed: int,
+                     names: Sequence[Any] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Indices (train, held_out), deterministic for a seed: `hold_out_size` rows, stratified by label; rows of a
-    class with a single row stay in training. Every class keeps a training row, or this is a UserError."""
+    class with a single row stay in training. Every class keeps a training row, or this is a UserError.
+
+    `labels` may be label ids (an int array, one per row: what millions of rows are split by) with `names` the
+    class of each id for messages; ids in the classes' sorted order split exactly as the labels themselves."""
     from sklearn.model_selection import train_test_split
 
-    labels = list(labels)
-    counts = Counter(labels)
-    n_held = hold_out_size(len(labels), len(counts), fraction)
-    if len(labels) - n_held < len(counts):
+    ids, classes = _class_ids(labels, names)
+    counts = np.bincount(ids, minlength=len(classes))
+    n_classes = int((counts > 0).sum())
+    n_held = hold_out_size(len(ids), n_classes, fraction)
+    if len(ids) - n_held < n_classes:
         raise UserError(
-            f"Too little data to hold out a dev set: {len(labels)} rows of {len(counts)} classes, and the hold-out "
+            f"Too little data to hold out a dev set: {len(ids)} rows of {n_classes} classes, and the hold-out "
             f"needs {n_held} rows (--dev-fraction {fraction}, at least one per class) while training keeps at least "
-            f"one row per class, so at least {n_held + len(counts)} rows are needed. Pass --dev with a dev file, "
+            f"one row per class, so at least {n_held + n_classes} rows are needed. Pass --dev with a dev file, "
             f"or use more data (a larger --limit)."
         )
-    indices = np.arange(len(labels))
-    single = np.asarray([counts[label] == 1 for label in labels])
-    pool, rest = indices[~single], [label for label, one in zip(labels, single, strict=True) if not one]
-    train_idx, held_idx = train_test_split(pool, test_size=n_held, random_state=seed, stratify=rest)
+    indices = np.arange(len(ids))
+    single = counts[ids] == 1
+    train_idx, held_idx = train_test_split(indices[~single], test_size=n_held, random_state=seed,
+                                           stratify=ids[~single])
     train_idx = np.concatenate([train_idx, indices[single]])
-    _check_every_class_trains(labels, train_idx, n_held, fraction)
+    _check_every_class_trains(ids, classes, train_idx, n_held, fraction)
     return np.sort(train_idx), np.sort(held_idx)
 
 
-def _check_every_class_trains(labels: list[Any], train_idx: np.ndarray, n_held: int, fraction: float) -> None:
-    lost = sorted(set(labels) - {labels[i] for i in train_idx}, key=str)
+def _class_ids(labels: Sequence[Any], names: Sequence[Any] | None) -> tuple[np.ndarray, list[Any]]:
+    """(an id per row, the class of each id): `labels` as they are when `names` is given, else numbered in the
+    order np.unique sorts them (the order sklearn's stratification uses)."""
+    if names is not None:
+        return np.asarray(labels, dtype=np.int64), list(names)
+    classes, ids = np.unique(np.asarray(list(labels), dtype=object if _mixed(labels) else None), return_inverse=True)
+    return ids.astype(np.int64), classes.tolist()
+
+
+def _mixed(labels: Sequence[Any]) -> bool:
+    return len({type(x) for x in labels}) > 1
+
+
+def _check_every_class_trains(ids: np.ndarray, classes: list[Any], train_idx: np.ndarray, n_held: int,
+                              fraction: float) -> None:
+    present = np.flatnonzero(np.bincount(ids, minlength=len(classes)))
+    kept = np.bincount(ids[train_idx], minlength=len(classes))
+    lost = sorted((classes[i] for i in present if kept[i] == 0), key=str)
     if lost:
         raise UserError(
-            f"Holding out {n_held} of {len(labels)} rows (--dev-fraction {fraction}) leaves no training row for "
+            f"Holding out {n_held} of {len(ids)} rows (--dev-fraction {fraction}) leaves no training row for "
             f"class(es) {', '.join(repr(x) for x in lost[:MAX_LISTED])}. Pass --dev with a dev file, a smaller "
             f"--dev-fraction, or more data."
         )
@@ -178,7 +203,7 @@ def _check_trainable(label_map: LabelMap, train: TextDataset) -> None:
     if label_map.task == "multi_label" and len(label_map) == 0:
         raise UserError(f"Training data {train.source} has no tags: every 0/1 label column is all zeros. Check "
                         f"--label-column, or the data file.")
-    if label_map.task == "regression" and len(set(train.labels or [])) < 2:
+    if label_map.task == "regression" and _constant(train.labels or []):
         raise UserError(f"Training data {train.source} has the same target value in every row; a regression needs "
                         f"targets that vary. Check --label-column, or the data file.")
 
@@ -191,7 +216,8 @@ def _hold_out_dev(train: TextDataset, label_map: LabelMap, opts: DataOptions) ->
         note = (f"No --dev given: held out {len(dev_idx)} of {n_rows} training rows as dev (random, "
                 f"--dev-fraction {opts.dev_fraction}, seed {opts.seed}).")
         return train.subset(train_idx), train.subset(dev_idx), note
-    train_idx, dev_idx = stratified_split(train.labels or [], opts.dev_fraction, opts.seed)
+    ids = label_map.encode(train.labels or [], f"The training data {train.source}")
+    train_idx, dev_idx = stratified_split(ids, opts.dev_fraction, opts.seed, names=label_map.labels)
     raised = math.ceil(opts.dev_fraction * n_rows) < len(dev_idx)
     note = (
         f"No --dev given: held out {len(dev_idx)} of {n_rows} training rows as dev "
@@ -212,3 +238,14 @@ def random_split(n_rows: int, fraction: float, seed: int) -> tuple[np.ndarray, n
                         f"more data.")
     order = np.random.default_rng(seed).permutation(n_rows)
     return np.sort(order[n_held:]), np.sort(order[:n_held])
+
+
+def _constant(values: Sequence[float]) -> bool:
+    """Whether every value is the same (streamed: a lazy column is read a chunk at a time)."""
+    first = None
+    for value in values:
+        if first is None:
+            first = value
+        elif value != first:
+            return False
+    return True

@@ -57,8 +57,7 @@ def encode_dataset(tokenizer: Any, dataset: TextDataset, max_length: int, chunk:
     types: list[list[int]] | None = [] if want_types else None
     full: list[int] = []
     with quiet_length_warnings():
-        for start in range(0, len(dataset), chunk):
-            part = dataset.subset(range(start, min(start + chunk, len(dataset))))
+        for _, part in dataset.chunks(chunk):
             enc = tokenizer(part.texts, part.pairs, truncation=False, return_token_type_ids=want_types)
             long_rows = [i for i, row in enumerate(enc["input_ids"]) if len(row) > max_length]
             full.extend(len(row) for row in enc["input_ids"])
@@ -95,8 +94,7 @@ def encode_windows(tokenizer: Any, dataset: Any, max_length: int, stride: int, c
     owner: list[int] = []
     full: list[int] = []
     with quiet_length_warnings():
-        for start in range(0, len(dataset), chunk):
-            part = dataset.subset(range(start, min(start + chunk, len(dataset))))
+        for start, part in dataset.chunks(chunk):
             enc = tokenizer(part.texts, part.pairs, truncation=False, return_token_type_ids=want_types)
             for i, row in enumerate(enc["input_ids"]):
                 where = f"Row {start + i + 1} of {dataset.source}"

@@ -1,0 +1,330 @@
+"""Input files parsed once into the Arrow cache: `local_table` streams a .csv/.tsv/.txt (pandas' C parser, a chunk
+at a time) or .parquet file (its record batches) into an Arrow IPC file under the cache folder, keyed by the
+file's content fingerprint and the reading options, and opens it memory-mapped; later commands, a resume and
+every process of `accelerate launch` open the same file. JSON and JSON Lines files are parsed whole once (a JSON
+document is one value) and cached the same way. `hub_table` wraps a hub split's own memory-mapped Arrow table.
+
+Only one chunk of the file is ever held as Python values; the fingerprint and the encoding check stream the
+bytes. Nothing here judges cells: `bertkit.data.splits` does.
+"""
+
+from __future__ import annotations
+
+import codecs
+import csv
+import hashlib
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from bertkit.data import sources
+from bertkit.data.cachedir import cache_root
+from bertkit.data.table import LINE_FIELD, LineNumbers, RowTable
+from bertkit.errors import UserError
+from bertkit.io import disk
+
+CACHE_VERSION = 1
+"""Bumped when the cached layout changes: older entries are then parsed again."""
+PARSE_ROWS = 65_536
+"""Rows pandas parses at a time (one Arrow record batch)."""
+BLOCK = 1 << 20
+
+
+def local_table(path: Path, encoding: str, header: str, by_index: bool, label_index: int | None,
+                cache_dir: str | None = None) -> tuple[RowTable, str]:
+    """(the parsed file, memory-mapped from the cache; its fingerprint "sha256:..."). Parsed on first use."""
+    size = sources.check_data_file(path)
+    fingerprint = scan_bytes(path, encoding)
+    options = {"fingerprint": fingerprint, "suffix": path.suffix.lower(), "encoding": encoding, "header": header,
+               "by_index": by_index, "label_index": label_index, "version": CACHE_VERSION}
+    key = hashlib.sha256(json.dumps(options, sort_keys=True).encode()).hexdigest()[:40]
+    folder = cache_root(cache_dir) / "tables" / key
+    if not (folder / "meta.json").is_file():
+        _build(folder, path, size, options)
+    meta = json.loads((folder / "meta.json").read_text())
+    return RowTable.open(folder / "rows.arrow", meta), fingerprint
+
+
+def cache_folder_note(table_folder: Path) -> str:
+    return f"parsed inputs are cached in {table_folder.parent} (--cache-dir or BERTKIT_CACHE_DIR to move it)"
+
+
+def _build(folder: Path, path: Path, size: int, options: dict[str, Any]) -> None:
+    """Parse `path` into `folder` (rows.arrow + meta.json), atomically: a temp folder renamed into place, so a
+    killed parse leaves nothing a later command would trust, and two processes parsing at once both end with one
+    complete entry."""
+    parent = folder.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"Cannot create the cache folder {parent}: {exc.strerror or exc}. Pass --cache-dir with a "
+                        f"writable folder (or set BERTKIT_CACHE_DIR).") from None
+    disk.check_free(parent, disk.with_margin(2 * size))  # the cells once, plus line numbers and Arrow offsets
+    tmp = parent / f".tmp-{folder.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    try:
+        meta = _parse_into(tmp / "rows.arrow", path, options)
+        (tmp / "meta.json").write_text(json.dumps({**meta, "source": str(path), **options}))
+        try:
+            os.replace(tmp, folder)
+        except OSError:  # another process finished the same entry first: keep theirs
+            if not (folder / "meta.json").is_file():
+                raise
+    except OSError as exc:
+        if disk.is_disk_full(exc):
+            raise disk.full_error(parent, disk.with_margin(2 * size)) from None
+        raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _parse_into(target: Path, path: Path, options: dict[str, Any]) -> dict[str, Any]:
+    suffix = options["suffix"]
+    if suffix == ".parquet":
+        return _parquet_into(target, path)
+    if suffix in {".json", ".jsonl"}:
+        return _json_into(target, path, options["encoding"], suffix == ".jsonl")
+    return _delimited_into(target, path, options)
+
+
+# ---------------------------------------------------------------- bytes: fingerprint and encoding
+
+
+def scan_bytes(path: Path, encoding: str) -> str:
+    """The file's sha256 fingerprint, streamed; refuses bytes the encoding cannot read (which byte, which line),
+    gzip data, a foreign byte-order mark and a file of only whitespace (parquet: the gzip check only)."""
+    digest = hashlib.sha256()
+    text_file = path.suffix.lower() != ".parquet"
+    decoder, visible, offset = None, False, 0
+    try:
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(BLOCK), b""):
+                if offset == 0:
+                    sources.check_raw_bytes(block, path, encoding if text_file else "utf-8")
+                    decoder = codecs.getincrementaldecoder(encoding)("strict") if text_file else None
+                digest.update(block)
+                if decoder is not None:
+                    text = _decode_block(decoder, block, offset, path, encoding)
+                    visible = visible or bool(text.replace("\ufeff", "").strip())
+                offset += len(block)
+            if decoder is not None:
+                visible = visible or bool(_decode_block(decoder, b"", offset, path, encoding, final=True).strip())
+    except OSError as exc:
+        raise sources.access_error(path, exc) from None
+    if text_file and not visible:
+        raise UserError(f"{path} contains only whitespace. Point --data at a file with rows.")
+    return "sha256:" + digest.hexdigest()
+
+
+def _decode_block(decoder: Any, block: bytes, offset: int, path: Path, encoding: str, final: bool = False) -> str:
+    pending = len(decoder.getstate()[0])
+    try:
+        return decoder.decode(block, final)
+    except UnicodeDecodeError as exc:
+        position = offset - pending + exc.start
+        raise UserError(
+            f"{path} is not valid {encoding}: byte 0x{exc.object[exc.start]:02x} at line {_line_at(path, position)} "
+            f"cannot be decoded. Pass --encoding with the file's real encoding (e.g. --encoding latin-1), or re-save "
+            f"it as UTF-8."
+        ) from None
+
+
+def _line_at(path: Path, position: int) -> int:
+    """The 1-based line holding byte `position` (counted by streaming the bytes before it)."""
+    newlines, seen = 0, 0
+    with open(path, "rb") as handle:
+        while seen < position:
+            block = handle.read(min(BLOCK, position - seen))
+            if not block:
+                break
+            newlines += block.count(b"\n")
+            seen += len(block)
+    return newlines + 1
+
+
+def _text_stream(path: Path, encoding: str) -> Any:
+    """The file as text, without a leading byte-order mark, newlines untranslated (the csv module's way)."""
+    stream = open(path, encoding=encoding, newline="")  # noqa: SIM115 - the caller closes it
+    if stream.read(1) != "\ufeff":
+        stream.seek(0)
+    return stream
+
+
+# ---------------------------------------------------------------- delimited text
+
+
+def _delimited_into(target: Path, path: Path, options: dict[str, Any]) -> dict[str, Any]:
+    """Stream a csv/tsv/txt file through pandas' C parser into Arrow string columns (a missing field is null),
+    with the file line each record starts on (`sources.record_lines`' rules, streamed alongside)."""
+    sep = "," if options["suffix"] == ".csv" else "\t"
+    quoting = csv.QUOTE_NONE if sep == "\t" else csv.QUOTE_MINIMAL
+    read_kw: dict[str, Any] = dict(sep=sep, quoting=quoting, dtype=str, keep_default_na=False, engine="c",
+                                   header=None, chunksize=PARSE_ROWS)
+    writer, names, rows, has_header = None, None, 0, False
+    with _text_stream(path, options["encoding"]) as text, _text_stream(path, options["encoding"]) as again:
+        lines = _LineFeed(sources.iter_record_lines(again, sep, quoting))
+        try:
+            for k, frame in enumerate(pd.read_csv(text, **read_kw)):
+                line_numbers = lines.take(len(frame))
+                if k == 0:
+                    has_header = _has_header(frame, options)
+                    names = _unique_names([str(c) for c in frame.iloc[0]]) if has_header else list(frame.columns)
+                    if has_header:
+                        frame, line_numbers = frame.iloc[1:], line_numbers[1:]
+                    writer = _ArrowWriter(target, len(names))
+                writer.write([frame.iloc[:, j] for j in range(len(names))], line_numbers, path)
+                rows += len(frame)
+        except pd.errors.ParserError as exc:
+            raise UserError(
+                f"{path} could not be parsed as {'TSV' if sep == chr(9) else 'CSV'}: {exc}. Check the delimiter "
+                f"(.tsv files are tab-separated, .csv comma-separated) and that every row has the same number of "
+                f"fields."
+            ) from None
+        finally:
+            if writer is not None:
+                writer.close()
+        exact = lines.exhausted_at_end()
+    if rows == 0:
+        raise UserError(f"{path} has a header but no data rows. Add rows, or use --header no if that row is data.")
+    return {"columns": names, "rows": rows, "json_cells": False, "line_mode": "column" if exact else "plain",
+            "header_rows": int(has_header)}
+
+
+def _has_header(first: pd.DataFrame, options: dict[str, Any]) -> bool:
+    header = options["header"]
+    return header == "yes" or (header == "auto" and (not options["by_index"] or sources.looks_like_header(
+        list(first.iloc[0]), first.iloc[1:200], options["label_index"])))
+
+
+def _unique_names(names: list[str]) -> list[str]:
+    seen: dict[str, int] = {}
+    out = []
+    for name in names:
+        out.append(name if not seen.get(name) else f"{name}.{seen[name]}")
+        seen[name] = seen.get(name, 0) + 1
+    return out
+
+
+class _LineFeed:
+    """Record start lines from a generator, taken in step with pandas' chunks; when the two parsers disagree on
+    the number of records (a layout they read differently), rows are numbered plainly instead."""
+
+    def __init__(self, lines: Iterator[int] | None) -> None:
+        self.lines, self.agree, self.next_plain = lines, lines is not None, 1
+
+    def take(self, n: int) -> np.ndarray:
+        got: list[int] = []
+        if self.agree:
+            for line in self.lines:  # type: ignore[union-attr]
+                got.append(line)
+                if len(got) == n:
+                    break
+            self.agree = len(got) == n
+        first = self.next_plain
+        self.next_plain += n
+        return np.asarray(got, dtype=np.int64) if self.agree else np.arange(first, first + n, dtype=np.int64)
+
+    def exhausted_at_end(self) -> bool:
+        return self.agree and next(self.lines, None) is None  # type: ignore[arg-type]
+
+
+class _ArrowWriter:
+    """Record batches of string cells plus the line column into an Arrow IPC file."""
+
+    def __init__(self, target: Path, n_columns: int, types: list[pa.DataType] | None = None) -> None:
+        fields = [pa.field(str(j), t) for j, t in enumerate(types or [pa.string()] * n_columns)]
+        self.schema = pa.schema([*fields, pa.field(LINE_FIELD, pa.int64())])
+        self.sink = pa.OSFile(str(target), "wb")
+        self.writer = pa.ipc.new_file(self.sink, self.schema)
+
+    def write(self, columns: list[Any], line_numbers: np.ndarray, path: Path) -> None:
+        arrays = [pa.array(c, type=f.type, from_pandas=True) for c, f in zip(columns, self.schema, strict=False)]
+        self.writer.write_batch(pa.record_batch([*arrays, pa.array(line_numbers, pa.int64())], schema=self.schema))
+
+    def close(self) -> None:
+        self.writer.close()
+        self.sink.close()
+
+
+# ---------------------------------------------------------------- parquet and JSON
+
+
+def _parquet_into(target: Path, path: Path) -> dict[str, Any]:
+    import pyarrow.parquet as pq
+
+    try:
+        parquet = pq.ParquetFile(path)
+        types = [f.type for f in parquet.schema_arrow]
+        names = list(parquet.schema_arrow.names)
+        writer, rows = _ArrowWriter(target, len(names), types), 0
+        try:
+            for batch in parquet.iter_batches(batch_size=PARSE_ROWS):
+                writer.write(list(batch.columns), np.arange(rows + 1, rows + batch.num_rows + 1), path)
+                rows += batch.num_rows
+        finally:
+            writer.close()
+    except (OSError, pa.ArrowException) as exc:
+        raise UserError(f"{path} is not a readable parquet file ({exc}). Re-export it.") from None
+    return {"columns": names, "rows": rows, "json_cells": False, "line_mode": "plain", "header_rows": 0}
+
+
+def _json_into(target: Path, path: Path, encoding: str, lines: bool) -> dict[str, Any]:
+    """JSON is read whole (one document), as before; its cells are cached as JSON texts, so a column that mixes
+    numbers, names and lists keeps each cell as written."""
+    with _text_stream(path, encoding) as stream:
+        frame = sources.json_frame(stream.read(), path, lines)
+    numbers = frame.attrs.get("line_numbers") or range(1, len(frame) + 1)
+    write_frame(target, frame, np.asarray(numbers, dtype=np.int64))
+    return {"columns": [str(c) for c in frame.columns], "rows": len(frame), "json_cells": True,
+            "line_mode": "column" if lines else "plain", "header_rows": 0}
+
+
+def write_frame(target: Path, frame: pd.DataFrame, line_numbers: np.ndarray) -> None:
+    """A DataFrame of any cells as JSON-text columns, in PARSE_ROWS batches."""
+    writer = _ArrowWriter(target, len(frame.columns))
+    try:
+        for start in range(0, len(frame), PARSE_ROWS):
+            part = frame.iloc[start:start + PARSE_ROWS]
+            writer.write([[json_cell(v) for v in part.iloc[:, j].tolist()] for j in range(len(frame.columns))],
+                         line_numbers[start:start + PARSE_ROWS], Path(target))
+    finally:
+        writer.close()
+
+
+def json_cell(value: Any) -> str | None:
+    """A cell as JSON text (None for a missing one: NaN from a key some rows lack, or null)."""
+    if value is None or (isinstance(value, float) and value != value):
+        return None
+    return json.dumps(value, ensure_ascii=False, default=_plain)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, (set, tuple)):
+        return list(value)
+    return str(value)
+
+
+def hub_table(dataset: Any) -> RowTable:
+    """A hub split (a `datasets.Dataset`, memory-mapped from the hub cache) as a RowTable, zero-copy."""
+    table = dataset.data.table if hasattr(dataset.data, "table") else dataset.data
+    return RowTable(table, list(dataset.column_names), lines=None)
+
+
+def frame_table(frame: pd.DataFrame) -> RowTable:
+    """An in-memory DataFrame (tests, small inputs) as a RowTable of JSON cells."""
+    arrays = [pa.array([json_cell(v) for v in frame.iloc[:, j].tolist()], pa.string())
+              for j in range(len(frame.columns))]
+    table = pa.table(arrays, names=[str(j) for j in range(len(frame.columns))])
+    return RowTable(table, list(frame.columns), json_cells=True, lines=LineNumbers("plain"))
