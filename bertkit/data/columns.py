@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from bertkit.data.cells import is_blank_text, is_int_text, is_missing, is_nested, nested_problem
 from bertkit.data.findings import Found
 from bertkit.data.options import DataOptions
@@ -120,12 +122,29 @@ def _check_distinct_columns(roles: list[tuple[str, Any]], frame: Any, source: st
                 )
 
 
+_MAYBE_MISSING = r"^[\s\p{Z}\p{Cc}\p{Cf}]*(nan|NaN|None|null)[\s\p{Z}\p{Cc}\p{Cf}]*$"
+"""Cells that may read as missing words (`cells.is_missing`): a superset, checked again in Python."""
+
+
 class TextCheck:
     """The text cells of one column, checked a chunk at a time (`feed`); `problems` says what was wrong."""
 
     def __init__(self, source: str, option: str, column: Any) -> None:
         self.source, self.option, self.column = source, option, column
         self.nested, self.empty = Found(), Found()
+
+    def feed_strings(self, start: int, cells: Any) -> None:
+        """An Arrow chunk of strings: only cells with no ASCII letter or digit, or that may be a missing word, are
+        read in Python (a text with a visible ASCII character is never blank)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        visible = pc.match_substring_regex(cells, "[A-Za-z0-9]")
+        suspect = pc.or_kleene(pc.invert(visible), pc.match_substring_regex(cells, _MAYBE_MISSING)).fill_null(True)
+        offsets = np.flatnonzero(suspect.to_numpy(zero_copy_only=False))
+        if len(offsets):
+            values = dict(zip(offsets.tolist(), cells.take(pa.array(offsets)).to_pylist(), strict=True))
+            self.empty.add(start, [o for o, v in values.items() if is_blank_text(text_value(v))], values)
 
     def feed(self, start: int, values: list[Any]) -> None:
         nested = [i for i, v in enumerate(values) if is_nested(v)]

@@ -60,24 +60,24 @@ class LabelSummary:
     others_not_finite: bool = True
     huge: Found = field(default_factory=Found)
 
-    def feed(self, start: int, values: list[Any]) -> None:
-        others, huge = [], []
-        for i, value in enumerate(values):
+    def feed(self, start: int, coded: Any) -> None:
+        """One chunk's cells (a `table.Coded`, or a list): the checks run once per distinct value."""
+        coded = _coded(coded)
+        for value, n in zip(coded.uniques, coded.counts(), strict=True):
+            if not n:
+                continue
             self.any_nested = self.any_nested or is_nested(value)
             if is_missing(value):
                 continue
-            self.cells += 1
+            self.cells += int(n)
             number = label_number(value)
             if number is None:
-                others.append(i)
                 self.others_not_finite = self.others_not_finite and _not_finite_number(value)
                 continue
-            self.numbers += 1
+            self.numbers += int(n)
             self.any_float = self.any_float or isinstance(number, float)
-            if abs(number) > MAX_TARGET and not (is_plain_integer(value) and abs(number) < 2**53):
-                huge.append(i)
-        self.others.add(start, others, values)
-        self.huge.add(start, huge, values)
+        self.others.add(start, coded.rows(lambda v: not is_missing(v) and label_number(v) is None), coded)
+        self.huge.add(start, coded.rows(_huge), coded)
 
     def task(self, label_sep: str | None, several_columns: bool) -> str:
         """--task auto: tag lists, a --label-sep or several 0/1 columns -> multi_label; a column of numbers with a
@@ -88,6 +88,20 @@ class LabelSummary:
         if self.cells and not self.others and self.any_float:
             return "regression"
         return "single_label"
+
+
+def _huge(value: Any) -> bool:
+    number = None if is_missing(value) else label_number(value)
+    return number is not None and abs(number) > MAX_TARGET and not (is_plain_integer(value) and abs(number) < 2**53)
+
+
+def _coded(values: Any) -> Any:
+    """A list of cells as a `table.Coded` of one value per row."""
+    from bertkit.data.table import Coded
+
+    if isinstance(values, Coded):
+        return values
+    return Coded(list(values), np.arange(len(values), dtype=np.int64))
 
 
 def detect_task(values: list[Any], label_sep: str | None, several_columns: bool) -> str:
@@ -133,8 +147,8 @@ class LabelReader:
         return "line" if self.lines is not None else "row"
 
     def _chunks(self) -> Any:
-        for start, (values,) in self.table.scan([self.cols.label]):
-            yield start, values
+        """(start, the chunk's label cells as a `table.Coded`): checks run once per distinct label."""
+        yield from self.table.scan_coded(self.cols.label)
 
     def _summary(self) -> LabelSummary:
         summary = LabelSummary()
@@ -178,9 +192,9 @@ class LabelReader:
         option = self.cols.label_option if self.cols.label_option.startswith("--") else "--label-column"
         nested, missing, numeric = Found(), Found(), True
         for start, values in self._chunks():
-            nested.add(start, [i for i, v in enumerate(values) if is_nested(v)], values)
-            missing.add(start, [i for i, v in enumerate(values) if not is_nested(v) and is_missing(v)], values)
-            numeric = numeric and all(label_number(v) is not None for v in values)
+            nested.add(start, values.rows(is_nested), values)
+            missing.add(start, values.rows(lambda v: not is_nested(v) and is_missing(v)), values)
+            numeric = numeric and all(label_number(v) is not None for v in values.present())
         if nested:
             how = ("Labels must be single values for single-label data (--task single_label, or a single-label "
                    "model); `bertkit finetune --task auto` (or multi_label) reads tag lists" if self.reads_tags else
@@ -190,13 +204,13 @@ class LabelReader:
                                                 f"{how}. Keep one label per row, or pick another --label-column."))
         if self._add_missing(missing) or nested:
             return []
-        return self.table.column(self.cols.label, lambda values: normalise_labels(values, numeric))
+        return self.table.column(self.cols.label, per_value=lambda value: normalise_labels([value], numeric)[0])
 
     def _numbers(self) -> Any:
         missing, bad, not_finite = Found(), Found(), True
         for start, values in self._chunks():
-            missing.add(start, [i for i, v in enumerate(values) if is_missing(v)], values)
-            wrong = [i for i, v in enumerate(values) if not is_missing(v) and label_number(v) is None]
+            missing.add(start, values.rows(is_missing), values)
+            wrong = values.rows(lambda v: not is_missing(v) and label_number(v) is None)
             bad.add(start, wrong, values)
             not_finite = not_finite and all(_not_finite_number(values[i]) for i in wrong)
         self._add_missing(missing)
@@ -215,15 +229,15 @@ class LabelReader:
             )
         if missing or bad:
             return []
-        return self.table.column(self.cols.label, lambda values: [float(label_number(v)) for v in values])  # type: ignore[arg-type]
+        return self.table.column(self.cols.label, per_value=lambda v: float(label_number(v)))  # type: ignore[arg-type]
 
     def _tag_lists(self) -> Any:
         """Tag sets from list cells, cells split at --label-sep, or single values (one tag)."""
         missing, empty, nested = Found(), Found(), Found()
         for start, values in self._chunks():
-            missing.add(start, [i for i, v in enumerate(values) if not is_nested(v) and is_missing(v)], values)
-            nested.add(start, [i for i, v in enumerate(values) if any(is_nested(t) for t in self._items(v))], values)
-            empty.add(start, [i for i, v in enumerate(values) if not self._tags(v) and not is_missing(v)], values)
+            missing.add(start, values.rows(lambda v: not is_nested(v) and is_missing(v)), values)
+            nested.add(start, values.rows(lambda v: any(is_nested(t) for t in self._items(v))), values)
+            empty.add(start, values.rows(lambda v: not self._tags(v) and not is_missing(v)), values)
         self._add_missing(missing)
         if nested:
             self.problems.append(nested_problem(nested, self.cols.label, "--label-column", self.source, self.lines,
@@ -236,7 +250,7 @@ class LabelReader:
             )
         if missing or empty or nested:
             return []
-        return self.table.column(self.cols.label, lambda values: [self._tags(v) for v in values])
+        return self.table.column(self.cols.label, per_value=self._tags)
 
     def _items(self, value: Any) -> list[Any]:
         if is_nested(value) and not isinstance(value, dict):

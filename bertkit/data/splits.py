@@ -70,9 +70,10 @@ def _dataset_from_table(table: RowTable, opts: DataOptions, source: str, fingerp
     checks = [TextCheck(source, "--text-column", cols.text)]
     if cols.pair is not None:
         checks.append(TextCheck(source, "--text-pair-column", cols.pair))
-    for start, cells in table.scan([check.column for check in checks]):
-        for check, values in zip(checks, cells, strict=True):
-            check.feed(start, values)
+    for check in checks:  # a delimited file's strings are checked in Arrow; other cells in Python
+        plain = table.plain_strings(check.column)
+        for start, (cells,) in (table.scan_arrow if plain else table.scan)([check.column]):
+            (check.feed_strings if plain else check.feed)(start, cells)
     problems = [problem for check in checks for problem in check.problems(lines)]
     labels, columns = None, None
     if cols.label is not None:
@@ -80,8 +81,9 @@ def _dataset_from_table(table: RowTable, opts: DataOptions, source: str, fingerp
         task, labels = reader.read(task)
         columns = tuple(str(c) for c in (cols.tag_columns or (cols.label,)))
     raise_if_problems(problems, f"Problems in the data {source}")
-    texts = table.column(cols.text, text_values)
-    pairs = None if cols.pair is None else table.column(cols.pair, text_values)
+    texts = table.column(cols.text, None if table.plain_strings(cols.text) else text_values)
+    pairs = None if cols.pair is None else table.column(cols.pair,
+                                                         None if table.plain_strings(cols.pair) else text_values)
     return TextDataset(texts, pairs, labels, source, fingerprint, lines,
                        task="single_label" if task == "auto" else task, label_columns=columns)
 

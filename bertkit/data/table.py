@@ -83,10 +83,57 @@ class RowTable:
             return [None if v is None else json.loads(v) for v in values]
         return values
 
-    def column(self, columns: Any | Sequence[Any], convert: Callable[..., list[Any]] | None = None) -> Column:
-        """A lazy sequence of the cells of one column (or, with a list, of several columns given to `convert`)."""
+    def arrow(self, column: Any, rows: np.ndarray | range) -> pa.Array:
+        """The Arrow cells of `column` at `rows` (JSON texts for a table of JSON cells)."""
+        array = self.table.column(self.position(column))
+        if isinstance(rows, range) and rows.step == 1:
+            return array.slice(rows.start, len(rows)).combine_chunks()
+        return array.take(pa.array(np.asarray(rows, dtype=np.int64))).combine_chunks()
+
+    def plain_strings(self, column: Any) -> bool:
+        """Whether every cell of `column` reads as a Python str or None (a delimited file's cells)."""
+        kind = self.table.schema.field(self.position(column)).type
+        return not self.json_cells and (pa.types.is_string(kind) or pa.types.is_large_string(kind))
+
+    def coded(self, column: Any, rows: np.ndarray | range) -> Coded:
+        """The cells of `column` at `rows` as their distinct values and a code per row (a check or conversion then
+        runs once per distinct value: a label column of millions of rows has a handful)."""
+        array = self.arrow(column, rows)
+        try:
+            encoded = array.dictionary_encode()
+        except pa.ArrowNotImplementedError:  # lists, structs: one value per row
+            return Coded(self._python(array), np.arange(len(array), dtype=np.int64))
+        uniques = self._python(encoded.dictionary)
+        codes = encoded.indices.fill_null(len(uniques)).to_numpy(zero_copy_only=False).astype(np.int64)
+        return Coded([*uniques, None], codes)
+
+    def _python(self, array: pa.Array) -> list[Any]:
+        values = array.to_pylist()
+        return [None if v is None else json.loads(v) for v in values] if self.json_cells else values
+
+    def column(self, columns: Any | Sequence[Any], convert: Callable[..., list[Any]] | None = None, *,
+               per_value: Callable[[Any], Any] | None = None) -> Column:
+        """A lazy sequence of the cells of one column (or, with a list, of several columns given to `convert`);
+        `per_value` converts each distinct cell once (labels)."""
         many = isinstance(columns, (list, tuple))
-        return Column(self, tuple(columns) if many else (columns,), convert, None, many)
+        return Column(self, tuple(columns) if many else (columns,), convert, None, many, per_value)
+
+    def scan_coded(self, column: Any, size: int = CHUNK_ROWS) -> Iterator[tuple[int, Coded]]:
+        """(start, the chunk's cells coded) for every chunk of rows, in order."""
+        for k, start in enumerate(range(0, len(self), size)):
+            yield start, self.coded(column, range(start, min(start + size, len(self))))
+            if k % RELEASE_EVERY == RELEASE_EVERY - 1:
+                self.release()
+        self.release()
+
+    def scan_arrow(self, columns: Sequence[Any], size: int = CHUNK_ROWS) -> Iterator[tuple[int, list[pa.Array]]]:
+        """(start, [the Arrow cells of each column]) for every chunk of rows, in order."""
+        for k, start in enumerate(range(0, len(self), size)):
+            rows = range(start, min(start + size, len(self)))
+            yield start, [self.arrow(c, rows) for c in columns]
+            if k % RELEASE_EVERY == RELEASE_EVERY - 1:
+                self.release()
+        self.release()
 
     def scan(self, columns: Sequence[Any], size: int = CHUNK_ROWS) -> Iterator[tuple[int, list[list[Any]]]]:
         """(start, [cells of each column]) for every chunk of rows, in order."""
@@ -97,6 +144,37 @@ class RowTable:
                 self.release()
         self.release()
 
+
+class Coded:
+    """One chunk of a column as its distinct values (`uniques`; None last, for missing cells) and each row's code.
+    Indexing gives a row's value, so it stands in for the chunk's list of cells."""
+
+    def __init__(self, uniques: list[Any], codes: np.ndarray) -> None:
+        self.uniques, self.codes = uniques, codes
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def __getitem__(self, row: int) -> Any:
+        return self.uniques[self.codes[row]]
+
+    def present(self) -> list[Any]:
+        """The distinct values that occur in the chunk."""
+        counts = np.bincount(self.codes, minlength=len(self.uniques))
+        return [u for u, n in zip(self.uniques, counts, strict=True) if n]
+
+    def counts(self) -> np.ndarray:
+        return np.bincount(self.codes, minlength=len(self.uniques))
+
+    def rows(self, test: Callable[[Any], bool]) -> list[int]:
+        """Offsets (ascending) of the rows whose value passes `test`, which runs once per distinct value."""
+        flags = np.fromiter((bool(test(u)) for u in self.uniques), dtype=bool, count=len(self.uniques))
+        return np.flatnonzero(flags[self.codes]).tolist()
+
+    def map(self, fn: Callable[[Any], Any]) -> list[Any]:
+        """`fn` of every row's value, computed once per distinct value."""
+        out = [fn(u) if n else None for u, n in zip(self.uniques, self.counts(), strict=True)]
+        return [out[c] for c in self.codes.tolist()]
 
 class LineNumbers:
     """Where rows start in their file: `column` mode reads the `LINE_FIELD` column (quoted fields may span lines,
@@ -118,8 +196,9 @@ class Column(Sequence):
     or slice, iteration and `==` with a list behave as the list of values would; nothing is held between calls."""
 
     def __init__(self, table: RowTable, columns: tuple[Any, ...], convert: Callable[..., list[Any]] | None,
-                 index: np.ndarray | None, many: bool = False) -> None:
+                 index: np.ndarray | None, many: bool = False, per_value: Callable[[Any], Any] | None = None) -> None:
         self.table, self.columns, self.convert, self.index, self.many = table, columns, convert, index, many
+        self.per_value = per_value
 
     def __len__(self) -> int:
         return len(self.table) if self.index is None else len(self.index)
@@ -130,6 +209,8 @@ class Column(Sequence):
     def _values(self, rows: np.ndarray | range) -> list[Any]:
         if self.columns == (LINE_FIELD,):
             return self.table.lines.of(self.table, rows) if self.table.lines else list(rows)
+        if self.per_value is not None:
+            return self.table.coded(self.columns[0], rows).map(self.per_value)
         cells = [self.table.cells(c, rows) for c in self.columns]
         if self.convert is None:
             return cells[0]
@@ -156,7 +237,7 @@ class Column(Sequence):
         """The rows at `positions` (of this sequence), lazily."""
         picked = np.asarray(positions, dtype=np.int64)
         index = picked if self.index is None else self.index[picked]
-        return Column(self.table, self.columns, self.convert, index, self.many)
+        return Column(self.table, self.columns, self.convert, index, self.many, self.per_value)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, (list, tuple, Column)):
