@@ -20,13 +20,17 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-def length_histogram(lengths_by_split: dict[str, Sequence[int]], max_length: int, path: Path, title: str) -> Path:
-    """Histogram of token lengths per split, with the --max-length cut marked."""
+def length_histogram(counts_by_split: dict[str, Sequence[int]], max_length: int, path: Path, title: str) -> Path:
+    """Histogram of token lengths per split, with the --max-length cut marked; `counts_by_split[split][n]` is how many
+    rows of the split have n tokens (the length report's histogram: no per-row values)."""
+    import numpy as np
+
     fig, ax = plt.subplots(figsize=(7, 4))
-    top = max(max(v) for v in lengths_by_split.values())
+    counts = {split: np.asarray(c) for split, c in counts_by_split.items()}
+    top = max(int(np.flatnonzero(c)[-1]) for c in counts.values())
     bins = range(0, top + 2, max(1, (top + 1) // 60 or 1))
-    for split, lengths in lengths_by_split.items():
-        ax.hist(lengths, bins=bins, alpha=0.55, label=f"{split} ({len(lengths)} rows)")
+    for split, c in counts.items():
+        ax.hist(np.arange(len(c)), bins=bins, weights=c, alpha=0.55, label=f"{split} ({int(c.sum())} rows)")
     ax.axvline(max_length, color="crimson", linestyle="--", label=f"--max-length {max_length}")
     ax.set_xlabel("tokens per row (with [CLS]/[SEP])")
     ax.set_ylabel("rows")

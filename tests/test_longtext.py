@@ -81,9 +81,9 @@ def test_encode_dataset_keeps_exactly_the_right_tokens(tokenizer, truncation):
     else:
         head = round(budget * 128 / 510)
         kept = content[:head] + content[-(budget - head):]
-    assert enc.input_ids[0] == [tokenizer.cls_token_id, *kept, tokenizer.sep_token_id]
-    assert enc.input_ids[1] == tokenizer("a short one")["input_ids"]  # rows that fit are never touched
-    assert enc.token_type_ids[0] == [0] * 64
+    assert enc.input_ids[0].tolist() == [tokenizer.cls_token_id, *kept, tokenizer.sep_token_id]
+    assert enc.input_ids[1].tolist() == tokenizer("a short one")["input_ids"]  # rows that fit are never touched
+    assert enc.token_type_ids[0].tolist() == [0] * 64
     assert list(enc.lengths) == [64, len(enc.input_ids[1])] and enc.n_truncated == 1
     assert enc.full_lengths[0] == len(content) + 2
 
@@ -92,7 +92,7 @@ def test_head_is_the_tokenizers_own_truncation(tokenizer):
     texts = [long_text(200, seed=s) for s in range(3)] + ["short"]
     default = encode_dataset(tokenizer, TextDataset(texts), 48)
     own = tokenizer(texts, truncation=True, max_length=48)
-    assert default.input_ids == own["input_ids"] and default.token_type_ids == own["token_type_ids"]
+    assert default.input_ids.tolist() == own["input_ids"] and default.token_type_ids.tolist() == own["token_type_ids"]
 
 
 @pytest.mark.parametrize("lengths", [(100, 5), (5, 100), (60, 50), (50, 60), (40, 40), (31, 30)])
@@ -113,8 +113,8 @@ def test_tail_of_a_pair_keeps_both_texts_ends(tokenizer):
     a, b = content_ids(tokenizer, first), content_ids(tokenizer, second)
     keep_a, keep_b = longtext.pair_budgets(len(a), len(b), 64 - 3)
     cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
-    assert enc.input_ids[0] == [cls, *a[-keep_a:], sep, *b[-keep_b:], sep]
-    assert enc.token_type_ids[0] == [0] * (keep_a + 2) + [1] * (keep_b + 1)
+    assert enc.input_ids[0].tolist() == [cls, *a[-keep_a:], sep, *b[-keep_b:], sep]
+    assert enc.token_type_ids[0].tolist() == [0] * (keep_a + 2) + [1] * (keep_b + 1)
 
 
 # ---------------------------------------------------------------- windows
@@ -140,7 +140,7 @@ def test_chunked_windows_of_2000_token_texts_cut_nothing(tokenizer):
     cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
     for row, text in enumerate(texts):
         content = content_ids(tokenizer, text)
-        mine = [w for w, o in zip(windows.encoded.input_ids, windows.owner, strict=True) if o == row]
+        mine = [w.tolist() for w, o in zip(windows.encoded.input_ids, windows.owner, strict=True) if o == row]
         assert all(len(w) <= 64 and w[0] == cls and w[-1] == sep for w in mine)
         # the windows, overlaps removed, are the whole text: every token is in some window
         spans = longtext.window_spans(len(content), 62, 16)
@@ -157,7 +157,7 @@ def test_pair_windows_keep_the_second_text_whole(tokenizer):
     windows = encode_windows(tokenizer, TextDataset([first], pairs=[second]), max_length=64, stride=8)
     tail = content_ids(tokenizer, second) + [tokenizer.sep_token_id]
     assert len(windows.owner) > 1
-    for ids, types in zip(windows.encoded.input_ids, windows.encoded.token_type_ids, strict=True):
+    for ids, types in zip(windows.encoded.input_ids.tolist(), windows.encoded.token_type_ids.tolist(), strict=True):
         assert ids[-len(tail):] == tail and len(ids) <= 64 and types[-len(tail):] == [1] * len(tail)
 
 
@@ -186,7 +186,8 @@ def window_logits_one_by_one(model, windows) -> np.ndarray:
 
     with torch.inference_mode():
         return np.vstack([model(input_ids=torch.tensor([ids]), token_type_ids=torch.tensor([types])).logits.numpy()
-                          for ids, types in zip(windows.encoded.input_ids, windows.encoded.token_type_ids, strict=True)])
+                          for ids, types in zip(windows.encoded.input_ids.tolist(), windows.encoded.token_type_ids.tolist(),
+                                               strict=True)])
 
 
 def test_chunked_logits_are_the_max_over_each_texts_windows(classifier_dir):
@@ -292,7 +293,7 @@ def window_features_by_hand(encoder, tokenizer, windows) -> np.ndarray:
 
     rows = []
     with torch.inference_mode():
-        for ids, types in zip(windows.encoded.input_ids, windows.encoded.token_type_ids, strict=True):
+        for ids, types in zip(windows.encoded.input_ids.tolist(), windows.encoded.token_type_ids.tolist(), strict=True):
             out = encoder(input_ids=torch.tensor([ids]), token_type_ids=torch.tensor([types]))
             rows.append(out.last_hidden_state[0].mean(dim=0).numpy())
     return np.stack(rows)
@@ -338,7 +339,7 @@ def test_embed_truncation_reads_the_tokens_it_keeps(encoder, tokenizer, truncati
     with torch.inference_mode():
         expected = np.stack([encoder(input_ids=torch.tensor([ids]), token_type_ids=torch.tensor([types]))
                              .last_hidden_state[0, 0].numpy()
-                             for ids, types in zip(cut.input_ids, cut.token_type_ids, strict=True)])
+                             for ids, types in zip(cut.input_ids.tolist(), cut.token_type_ids.tolist(), strict=True)])
     features = extract_features(encoder, tokenizer, ds, max_length=64, batch_size=8, long_text=LongText(truncation))
     np.testing.assert_allclose(features, expected, atol=1e-4)
     head = extract_features(encoder, tokenizer, ds, max_length=64, batch_size=8)

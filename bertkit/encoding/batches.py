@@ -66,22 +66,15 @@ def pad_batch(encoded: Encoded, indices: Sequence[int], pad_id: int, pad_to: int
 
     if device is not None and multiple_of is None and device.type == "cuda":
         multiple_of = 8
-    rows = [encoded.input_ids[i] for i in indices]
-    width = pad_to or max(len(r) for r in rows)
+    rows = np.asarray(indices, dtype=np.int64)
+    offsets = encoded.input_ids.offsets
+    width = pad_to or int((offsets[rows + 1] - offsets[rows]).max())
     if multiple_of and not pad_to:
         width = -(-width // multiple_of) * multiple_of
-    input_ids = np.full((len(rows), width), pad_id, dtype=np.int64)
-    mask = np.zeros((len(rows), width), dtype=np.int64)
-    for j, row in enumerate(rows):
-        input_ids[j, : len(row)] = row
-        mask[j, : len(row)] = 1
-    batch = {"input_ids": torch.from_numpy(input_ids), "attention_mask": torch.from_numpy(mask)}
+    input_ids, real = encoded.input_ids.padded(rows, width, pad_id)  # one vectorised gather, no per-row loop
+    batch = {"input_ids": torch.from_numpy(input_ids), "attention_mask": torch.from_numpy(real.astype(np.int64))}
     if encoded.token_type_ids is not None:
-        types = np.zeros((len(rows), width), dtype=np.int64)
-        for j, i in enumerate(indices):
-            row = encoded.token_type_ids[i]
-            types[j, : len(row)] = row
-        batch["token_type_ids"] = torch.from_numpy(types)
+        batch["token_type_ids"] = torch.from_numpy(encoded.token_type_ids.padded(rows, width, 0)[0])
     if inputs is not None:
         batch = {k: v for k, v in batch.items() if k in inputs}
     return batch if device is None else {k: v.to(device) for k, v in batch.items()}

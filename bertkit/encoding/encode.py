@@ -1,31 +1,46 @@
 """Texts -> token ids, the one way a command tokenizes a dataset (`encode_for`): one row per text, cut to
 --max-length as --truncation says, or with --long-text chunk every text's overlapping windows (the cuts and
-windows themselves: `bertkit.encoding.longtext`). No padding here: batches pad (`bertkit.encoding.batches`)."""
+windows themselves: `bertkit.encoding.longtext`). No padding here: batches pad (`bertkit.encoding.batches`).
+
+The dataset is read one chunk at a time (`TextDataset.chunks`); each chunk's tokenizer output becomes flat numpy
+arrays at once (`bertkit.encoding.rows`), so no Python list per row outlives its chunk and a large corpus's ids
+spill to a memory-mapped temporary file in the cache folder."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from bertkit.data.dataset import TextDataset
+from bertkit.data.dataset import CHUNK_ROWS, TextDataset
 from bertkit.encoding.longtext import LongText, Windows, row_windows, truncate_row
+from bertkit.encoding.rows import FlatColumn, TokenRows, flatten, offsets_of
+
+TYPE_DTYPE = np.int8
+"""Token type ids are 0 or 1: one byte each."""
 
 
 @dataclass
 class Encoded:
-    """Token ids per row (unpadded), their lengths, and how many rows were truncated."""
+    """Token ids per row (unpadded, `TokenRows`: `input_ids[i]` is row i's ids as a numpy array), their lengths,
+    and how many rows were truncated. Lists of lists are accepted and stored flat."""
 
-    input_ids: list[list[int]]
-    token_type_ids: list[list[int]] | None
+    input_ids: TokenRows
+    token_type_ids: TokenRows | None
     lengths: np.ndarray
     full_lengths: np.ndarray
     """Lengths before truncation (for length reports)."""
     max_length: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.input_ids, TokenRows):
+            self.input_ids = TokenRows.from_lists(self.input_ids)
+        if self.token_type_ids is not None and not isinstance(self.token_type_ids, TokenRows):
+            self.token_type_ids = TokenRows.from_lists(self.token_type_ids, TYPE_DTYPE)
 
     @property
     def n_truncated(self) -> int:
@@ -44,58 +59,90 @@ def quiet_length_warnings() -> Iterator[None]:
         quiet.setLevel(level)
 
 
-def encode_dataset(tokenizer: Any, dataset: TextDataset, max_length: int, chunk: int = 4096, *,
-                   truncation: str = LongText.truncation) -> Encoded:
+class _Collector:
+    """Chunks of tokenized rows -> one `Encoded`: ids and token types as flat columns (spilled to the cache folder
+    when large), lengths as int32 arrays; per chunk, the Python lists are converted and dropped."""
+
+    def __init__(self, want_types: bool, expected_rows: int, cache_dir: str | None) -> None:
+        self.ids = FlatColumn(np.int32, expected_rows, cache_dir)
+        self.types = FlatColumn(TYPE_DTYPE, expected_rows, cache_dir) if want_types else None
+        self.lengths: list[np.ndarray] = []
+        self.full: list[np.ndarray] = []
+
+    def add(self, ids: Sequence[Sequence[int]], types: Sequence[Sequence[int]] | None, full: Sequence[int],
+            rows: int) -> None:
+        """One chunk: `ids`/`types` per output row, `full` their untruncated lengths, `rows` the input rows read."""
+        values, lengths = flatten(ids, np.int32)
+        self.ids.add(values, rows)
+        if self.types is not None and types is not None:
+            self.types.add(flatten(types, TYPE_DTYPE)[0], rows)
+        self.lengths.append(lengths)
+        self.full.append(np.asarray(full, dtype=np.int32))
+
+    def encoded(self, max_length: int) -> Encoded:
+        lengths = np.concatenate(self.lengths) if self.lengths else np.empty(0, dtype=np.int32)
+        full = np.concatenate(self.full) if self.full else np.empty(0, dtype=np.int32)
+        offsets = offsets_of(lengths)
+        types = None if self.types is None else TokenRows(self.types.finish(), offsets)
+        return Encoded(TokenRows(self.ids.finish(), offsets), types, lengths, full, max_length)
+
+
+def _cut_long_rows(tokenizer: Any, part: TextDataset, enc: Any, max_length: int, truncation: str,
+                   want_types: bool) -> None:
+    """Cut the rows of `enc` (one chunk's untruncated tokenizer output) longer than `max_length`, in place."""
+    long_rows = [i for i, row in enumerate(enc["input_ids"]) if len(row) > max_length]
+    if long_rows and truncation == "head":
+        cut = tokenizer(
+            [part.texts[i] for i in long_rows],
+            None if part.pairs is None else [part.pairs[i] for i in long_rows],
+            truncation=True, max_length=max_length, return_token_type_ids=want_types,
+        )
+        for j, i in enumerate(long_rows):
+            enc["input_ids"][i] = cut["input_ids"][j]
+            if want_types:
+                enc["token_type_ids"][i] = cut["token_type_ids"][j]
+    elif long_rows:
+        for i in long_rows:
+            row_types = enc["token_type_ids"][i] if want_types else None
+            enc["input_ids"][i], kept_types = truncate_row(enc["input_ids"][i], row_types, enc.sequence_ids(i),
+                                                           max_length, truncation)
+            if want_types:
+                enc["token_type_ids"][i] = kept_types
+
+
+def encode_dataset(tokenizer: Any, dataset: TextDataset, max_length: int, chunk: int = CHUNK_ROWS, *,
+                   truncation: str = LongText.truncation, cache_dir: str | None = None) -> Encoded:
     """Tokenize every row (pairs as true pairs) with truncation to `max_length`; no padding.
 
     Rows are first tokenized untruncated to count truncation; only over-long rows are cut. `truncation` says
     which tokens an over-long row keeps (`--truncation`): head (the tokenizer's own truncation, as always), tail,
-    or head+tail (see `longtext.kept_positions`); special tokens are kept either way.
+    or head+tail (see `longtext.kept_positions`); special tokens are kept either way. `cache_dir` (--cache-dir) is
+    where a large dataset's ids spill (`bertkit.encoding.rows.SPILL_TOKENS`).
     """
     want_types = "token_type_ids" in getattr(tokenizer, "model_input_names", [])
-    ids: list[list[int]] = []
-    types: list[list[int]] | None = [] if want_types else None
-    full: list[int] = []
+    out = _Collector(want_types, len(dataset), cache_dir)
     with quiet_length_warnings():
         for _, part in dataset.chunks(chunk):
             enc = tokenizer(part.texts, part.pairs, truncation=False, return_token_type_ids=want_types)
-            long_rows = [i for i, row in enumerate(enc["input_ids"]) if len(row) > max_length]
-            full.extend(len(row) for row in enc["input_ids"])
-            if long_rows and truncation == "head":
-                cut = tokenizer(
-                    [part.texts[i] for i in long_rows],
-                    None if part.pairs is None else [part.pairs[i] for i in long_rows],
-                    truncation=True, max_length=max_length, return_token_type_ids=want_types,
-                )
-                for j, i in enumerate(long_rows):
-                    enc["input_ids"][i] = cut["input_ids"][j]
-                    if want_types:
-                        enc["token_type_ids"][i] = cut["token_type_ids"][j]
-            elif long_rows:
-                for i in long_rows:
-                    row_types = enc["token_type_ids"][i] if want_types else None
-                    enc["input_ids"][i], kept_types = truncate_row(enc["input_ids"][i], row_types, enc.sequence_ids(i),
-                                                                   max_length, truncation)
-                    if want_types:
-                        enc["token_type_ids"][i] = kept_types
-            ids.extend(enc["input_ids"])
-            if types is not None:
-                types.extend(enc["token_type_ids"])
-    lengths = np.fromiter((len(r) for r in ids), dtype=np.int64, count=len(ids))
-    return Encoded(ids, types, lengths, np.asarray(full, dtype=np.int64), max_length)
+            full = [len(row) for row in enc["input_ids"]]
+            _cut_long_rows(tokenizer, part, enc, max_length, truncation, want_types)
+            out.add(enc["input_ids"], enc["token_type_ids"] if want_types else None, full, len(part))
+    return out.encoded(max_length)
 
 
-def encode_windows(tokenizer: Any, dataset: Any, max_length: int, stride: int, chunk: int = 1024) -> Windows:
+def encode_windows(tokenizer: Any, dataset: TextDataset, max_length: int, stride: int, chunk: int = 1024, *,
+                   cache_dir: str | None = None) -> Windows:
     """Every row of `dataset` as overlapping windows of at most `max_length` tokens (see `row_windows`): no token
     of any text is cut (`Windows.encoded.n_truncated` is 0)."""
     want_types = "token_type_ids" in getattr(tokenizer, "model_input_names", [])
-    ids: list[list[int]] = []
-    types: list[list[int]] | None = [] if want_types else None
-    owner: list[int] = []
-    full: list[int] = []
+    out = _Collector(want_types, len(dataset), cache_dir)
+    owners: list[np.ndarray] = []
     with quiet_length_warnings():
         for start, part in dataset.chunks(chunk):
             enc = tokenizer(part.texts, part.pairs, truncation=False, return_token_type_ids=want_types)
+            ids: list[list[int]] = []
+            types: list[list[int]] | None = [] if want_types else None
+            owner: list[int] = []
             for i, row in enumerate(enc["input_ids"]):
                 where = f"Row {start + i + 1} of {dataset.source}"
                 row_types = enc["token_type_ids"][i] if want_types else None
@@ -105,18 +152,20 @@ def encode_windows(tokenizer: Any, dataset: Any, max_length: int, stride: int, c
                     if types is not None and window_types is not None:
                         types.append(window_types)
                     owner.append(start + i)
-                    full.append(len(window_ids))  # nothing is cut: n_truncated stays 0
-    lengths = np.fromiter((len(r) for r in ids), dtype=np.int64, count=len(ids))
-    encoded = Encoded(ids, types, lengths, np.asarray(full, dtype=np.int64), max_length)
-    return Windows(encoded, np.asarray(owner, dtype=np.int64), len(dataset))
+            out.add(ids, types, [len(w) for w in ids], len(part))  # nothing is cut: n_truncated stays 0
+            owners.append(np.asarray(owner, dtype=np.int64))
+    owner_all = np.concatenate(owners) if owners else np.empty(0, dtype=np.int64)
+    return Windows(out.encoded(max_length), owner_all, len(dataset))
 
 
-def encode_for(tokenizer: Any, dataset: Any, max_length: int, long_text: LongText | None = None) -> Windows:
+def encode_for(tokenizer: Any, dataset: Any, max_length: int, long_text: LongText | None = None, *,
+               cache_dir: str | None = None) -> Windows:
     """The token ids a command runs its model on: one cut row per text (`--long-text cut`, cut by
     `--truncation`), or every text's windows (`--long-text chunk`), as `long_text` says (None: head-cut). Pool
-    the model's outputs with `Windows.pool` (a no-op in cut mode)."""
+    the model's outputs with `Windows.pool` (a no-op in cut mode). A large dataset's ids live in a memory-mapped
+    temporary file under `cache_dir` (--cache-dir; None: `bertkit.data.cachedir.cache_root`'s default)."""
     long_text = long_text or LongText()
     if long_text.chunked:
-        return encode_windows(tokenizer, dataset, max_length, long_text.stride_for(max_length))
-    encoded = encode_dataset(tokenizer, dataset, max_length, truncation=long_text.truncation)
+        return encode_windows(tokenizer, dataset, max_length, long_text.stride_for(max_length), cache_dir=cache_dir)
+    encoded = encode_dataset(tokenizer, dataset, max_length, truncation=long_text.truncation, cache_dir=cache_dir)
     return Windows(encoded, np.arange(len(dataset), dtype=np.int64), len(dataset))

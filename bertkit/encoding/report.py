@@ -9,7 +9,7 @@ import numpy as np
 
 from bertkit.data.dataset import TextDataset
 from bertkit.data.splits import load_splits
-from bertkit.encoding.batches import sorted_batches
+from bertkit.encoding.batches import SORT_WINDOW, sorted_batches
 from bertkit.encoding.encode import encode_for
 from bertkit.encoding.longtext import default_stride
 from bertkit.io import atomic, ownership, rundir, trail
@@ -64,56 +64,135 @@ class LengthReport:
     waste_dynamic_sorted: float
     """... when batches are formed from length-sorted rows (what bertkit does)."""
     label_counts: dict[str, int] | None
-    lengths: list[int]
+    length_counts: np.ndarray
+    """Rows per untruncated token length (index = tokens): the histogram; not part of tokens.json."""
+
+
+def padding_sums(lengths: np.ndarray, batches: list[np.ndarray]) -> tuple[int, int]:
+    """(real tokens, padded tensor slots) of the given batches."""
+    real = sum(int(lengths[b].sum()) for b in batches)
+    padded = sum(int(lengths[b].max()) * len(b) for b in batches)
+    return real, padded
 
 
 def padding_waste(lengths: np.ndarray, batches: list[np.ndarray]) -> float:
     """Share of the padded tensor's slots that hold padding, for the given batches."""
-    real = sum(int(lengths[b].sum()) for b in batches)
-    padded = sum(int(lengths[b].max()) * len(b) for b in batches)
+    return _waste(*padding_sums(lengths, batches))
+
+
+def _waste(real: int, padded: int) -> float:
     return 1.0 - real / padded if padded else 0.0
 
 
 def suggest_max_length(full_lengths: np.ndarray, limit: int) -> int:
     """The smallest multiple of 8 covering 99% of rows, capped at the model's limit."""
-    p99 = float(np.percentile(full_lengths, 99))
+    return _suggest(float(np.percentile(full_lengths, 99)), limit)
+
+
+def _suggest(p99: float, limit: int) -> int:
     return int(min(limit, max(8, int(np.ceil(p99 / 8.0)) * 8)))
 
 
+def percentile_of_counts(counts: np.ndarray, q: float) -> float:
+    """`np.percentile(values, q)` (its default linear interpolation, bit for bit) of the values whose histogram is
+    `counts` (counts[v] = how many values equal v), without the values: the two order statistics around the
+    virtual index (n - 1) * q / 100 come from the cumulative counts, then numpy's own lerp."""
+    cumulative = np.cumsum(counts)
+    n = int(cumulative[-1])
+
+    def value_at(k: int) -> int:  # the k-th smallest value (0-based)
+        return int(np.searchsorted(cumulative, k, side="right"))
+
+    virtual = (n - 1) * float(np.true_divide(q, 100))
+    if virtual >= n - 1:
+        return float(value_at(n - 1))
+    previous = int(np.floor(virtual))
+    gamma = virtual - previous
+    below, above = value_at(previous), value_at(previous + 1)
+    diff = above - below
+    return float(above - diff * (1 - gamma)) if gamma >= 0.5 else float(below + diff * gamma)
+
+
+@dataclass
+class _Tally:
+    """What the streaming pass keeps over a split: a histogram and running sums, no per-row values."""
+
+    counts: np.ndarray
+    kept_tokens: int = 0
+    sorted_sums: tuple[int, int] = (0, 0)
+    random_sums: tuple[int, int] = (0, 0)
+    labels: dict[str, int] | None = None
+
+    def add(self, full: np.ndarray, cut: np.ndarray, batch_size: int, rng: np.random.Generator) -> None:
+        """One window's untruncated (`full`) and kept (`cut`) lengths."""
+        window = np.bincount(full)
+        if len(window) > len(self.counts):
+            self.counts = np.pad(self.counts, (0, len(window) - len(self.counts)))
+        self.counts[: len(window)] += window
+        self.kept_tokens += int(cut.sum())
+        order = rng.permutation(len(cut))
+        shuffled = [order[i : i + batch_size] for i in range(0, len(cut), batch_size)]
+        self.random_sums = _plus(self.random_sums, padding_sums(cut, shuffled))
+        self.sorted_sums = _plus(self.sorted_sums, padding_sums(cut, sorted_batches(cut, batch_size)))
+
+    def add_labels(self, labels: Any) -> None:
+        self.labels = {} if self.labels is None else self.labels
+        for label in labels:
+            self.labels[str(label)] = self.labels.get(str(label), 0) + 1
+
+
+def _plus(a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int]:
+    return a[0] + b[0], a[1] + b[1]
+
+
 def length_report(
-    tokenizer: Any, dataset: TextDataset, split: str, max_length: int, batch_size: int, model_limit: int, seed: int
+    tokenizer: Any, dataset: TextDataset, split: str, max_length: int, batch_size: int, model_limit: int, seed: int,
+    cache_dir: str | None = None,
 ) -> LengthReport:
-    """Token-length profile of `dataset` at `max_length` (truncation, suggestion, padding waste)."""
-    encoded = encode_for(tokenizer, dataset, max_length).encoded
-    full, cut = encoded.full_lengths, encoded.lengths
+    """Token-length profile of `dataset` at `max_length` (truncation, suggestion, padding waste).
+
+    Streams: the dataset is tokenized `SORT_WINDOW` rows at a time and only a histogram of lengths and running sums
+    are kept, so memory stays flat however many rows there are. Min, max, mean, percentiles and truncation are
+    exact (from the histogram). The padding wastes are those of batches formed within each window (length-sorted,
+    or shuffled with one generator seeded by `seed`), as the inference batches are: for a dataset of at most one
+    window they are the whole-dataset numbers; a larger one is sorted/shuffled within windows.
+    """
+    tally = _Tally(np.zeros(0, dtype=np.int64))
     rng = np.random.default_rng(seed)
-    random_order = rng.permutation(len(cut))
-    random_batches = [random_order[i : i + batch_size] for i in range(0, len(cut), batch_size)]
-    static = 1.0 - float(cut.sum()) / (len(cut) * max_length)
-    labels = None
-    if dataset.labels is not None:
-        counts: dict[str, int] = {}
-        for label in dataset.labels:
-            counts[str(label)] = counts.get(str(label), 0) + 1
-        labels = dict(sorted(counts.items()))
+    for _, window in dataset.chunks(SORT_WINDOW):
+        encoded = encode_for(tokenizer, window, max_length, cache_dir=cache_dir).encoded
+        tally.add(encoded.full_lengths, encoded.lengths.astype(np.int64), batch_size, rng)
+        if window.labels is not None:
+            tally.add_labels(window.labels)
+    return _report_of(tally, dataset, split, max_length, model_limit)
+
+
+def _report_of(tally: _Tally, dataset: TextDataset, split: str, max_length: int, model_limit: int) -> LengthReport:
+    counts = tally.counts
+    rows = int(counts.sum())
+    if rows == 0:
+        raise ValueError(f"{split} of {dataset.source} has no rows: no length report")
+    p50, p95, p99 = (percentile_of_counts(counts, q) for q in (50, 95, 99))
+    truncated = int(counts[max_length + 1 :].sum())
+    present = np.flatnonzero(counts)
     return LengthReport(
         split=split,
         source=dataset.source,
-        rows=len(full),
-        min=int(full.min()),
-        p50=float(np.percentile(full, 50)),
-        p95=float(np.percentile(full, 95)),
-        p99=float(np.percentile(full, 99)),
-        max=int(full.max()),
-        mean=float(full.mean()),
-        truncated=encoded.n_truncated,
-        truncated_share=encoded.n_truncated / len(full),
-        suggested_max_length=suggest_max_length(full, model_limit),
-        waste_static=static,
-        waste_dynamic_random=padding_waste(cut, random_batches),
-        waste_dynamic_sorted=padding_waste(cut, sorted_batches(cut, batch_size)),
-        label_counts=labels,
-        lengths=full.tolist(),
+        rows=rows,
+        min=int(present[0]),
+        p50=p50,
+        p95=p95,
+        p99=p99,
+        max=int(present[-1]),
+        mean=float(int((counts * np.arange(len(counts))).sum())) / rows,
+        truncated=truncated,
+        truncated_share=truncated / rows,
+        suggested_max_length=_suggest(p99, model_limit),
+        waste_static=1.0 - float(tally.kept_tokens) / (rows * max_length),
+        waste_dynamic_random=_waste(*tally.random_sums),
+        waste_dynamic_sorted=_waste(*tally.sorted_sums),
+        label_counts=None if tally.labels is None else dict(sorted(tally.labels.items())),
+        length_counts=counts,
     )
 
 
@@ -161,14 +240,16 @@ def length_reports(tokenizer: Any, cfg: Any) -> dict[str, Any]:
     modeling.check_max_length(cfg.max_length, tokenizer, model_config, cfg.model, pair=cfg.text_pair_column is not None)
     splits = load_splits(cfg, need_labels=cfg.label_column is not None, need_dev=False)
     named = [(name, ds) for name, ds in (("train", splits.train), ("dev", splits.dev), ("test", splits.test)) if ds]
-    reports = [length_report(tokenizer, ds, name, cfg.max_length, cfg.batch_size, limit, cfg.seed) for name, ds in named]
+    cache_dir = getattr(cfg, "cache_dir", None)
+    reports = [length_report(tokenizer, ds, name, cfg.max_length, cfg.batch_size, limit, cfg.seed, cache_dir)
+               for name, ds in named]
     summary: dict[str, Any] = {"model": cfg.model, "max_length": cfg.max_length, "model_limit": limit,
-                               "splits": [{k: v for k, v in vars(r).items() if k != "lengths"} for r in reports]}
+                               "splits": [{k: v for k, v in vars(r).items() if k != "length_counts"} for r in reports]}
     if plan is not None:
         run = plan.claim()
         trail.write_run_config(run.path, "tokens", vars(cfg), data_fingerprints={name: ds.fingerprint for name, ds in named})
         atomic.write_json_atomic(run.path / "tokens.json", summary)
-        plots.length_histogram({r.split: r.lengths for r in reports}, cfg.max_length, run.path / "token_lengths.png",
+        plots.length_histogram({r.split: r.length_counts for r in reports}, cfg.max_length, run.path / "token_lengths.png",
                                f"Token lengths ({cfg.model})")
         run.commit()
         summary["outputs"] = {"report": str(run.out / "tokens.json"), "histogram": str(run.out / "token_lengths.png")}
