@@ -9,7 +9,16 @@ from typing import Any
 
 from rich.markup import escape
 
-from bertkit.cli.output import JsonStream, View, emit_json, format_score, format_size, info, out_console, table
+from bertkit.cli.output import (
+    JsonStream,
+    View,
+    emit_json,
+    format_score,
+    format_size,
+    info,
+    out_console,
+    table,
+)
 from bertkit.config.commands import EvaluateConfig, PredictConfig, TokensConfig
 from bertkit.scoring.table import SHAPE
 
