@@ -31,9 +31,9 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Outputs:
-    """A model's outputs for every row (input order) and how to read them: class probabilities (single-label), tag
-    probabilities with the decision threshold saved at training (multi-label), or the predicted numbers
-    (regression: one column)."""
+    """A model's outputs for rows (a window of them, or every row; input order) and how to read them: class
+    probabilities (single-label), tag probabilities with the decision threshold saved at training (multi-label), or
+    the predicted numbers (regression: one column)."""
 
     label_map: LabelMap
     values: np.ndarray
