@@ -155,3 +155,186 @@ def test_predict_and_evaluate_refuse_a_max_length_beyond_the_model(trained, writ
     data = write_tsv("long.tsv", [(long_text, "pos"), ("awful", "neg")], ("sentence", "label"))
     result = runner.invoke(app, ["evaluate", "--model", str(trained), "--data", str(data), "--max-length", "100000"])
     assert result.exit_code == 2 and "--max-length 128 or less" in result.output
+
+
+# ---------------------------------------------------------------- issue 22: predictions stream to their file
+
+TRICKY = ["plain", "a, comma", 'a "quote"', "new\nline", "ünïcødé ✓", "", "  spaces  ", "x" * 300, "tab\there",
+          "9", "last one"]
+
+
+def _whole_csv(dataset, values, names, **kwargs) -> bytes:
+    """The bytes of the whole-table writer (every row in one DataFrame, as predict wrote before it streamed)."""
+    from bertkit.scoring.predictions import prediction_frame
+
+    return prediction_frame(dataset, values, names, **kwargs)[0].to_csv(index=False).encode("utf-8")
+
+
+@pytest.mark.parametrize("task", ["single_label", "multi_label", "regression"])
+@pytest.mark.parametrize("with_pairs", [False, True])
+@pytest.mark.parametrize("with_truth", [False, True])
+def test_streamed_predictions_csv_has_the_bytes_of_the_whole_table(task, with_pairs, with_truth, tmp_path,
+                                                                    monkeypatch):
+    from bertkit.scoring import predictions
+
+    monkeypatch.setattr(predictions, "CHUNK_ROWS", 3)  # 11 rows: 4 chunks, the last one short
+    n = len(TRICKY)
+    rng = np.random.default_rng(0)
+    dataset = TextDataset(TRICKY, pairs=[t[::-1] for t in TRICKY] if with_pairs else None,
+                          line_numbers=list(range(2, n + 2)) if with_pairs else None)
+    names = ["neg", "pos", "mid"]
+    if task == "regression":
+        values, truth = rng.normal(size=(n, 1)).astype(np.float32), rng.normal(size=n)
+    elif task == "multi_label":
+        values, truth = rng.random((n, 3)).astype(np.float32), rng.integers(0, 2, (n, 3))
+    else:
+        values = rng.random((n, 3)).astype(np.float32)
+        values, truth = values / values.sum(axis=1, keepdims=True), rng.integers(0, 3, n)
+    y_true = truth if with_truth else None
+    path = tmp_path / "p.csv"
+    assert predictions.write_predictions_csv(path, dataset, values, names, y_true=y_true, task=task,
+                                             threshold=0.4) == n
+    assert path.read_bytes() == _whole_csv(dataset, values, names, y_true=y_true, task=task, threshold=0.4)
+    empty = TextDataset([], pairs=[] if with_pairs else None)
+    predictions.write_predictions_csv(path, empty, values[:0], names, task=task)
+    assert path.read_bytes() == _whole_csv(empty, values[:0], names, task=task)  # the header alone
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def _predict_data(write_tsv, n: int = 13):
+    texts = [f"{'very ' * (i % 5)}{'great' if i % 2 else 'awful'}, film \"number\" {i} " + "long " * (i * 7 % 40)
+             for i in range(n)]
+    pairs = [f"second text {i}" for i in range(n)]
+    return texts, pairs, write_tsv("new.tsv", list(zip(texts, pairs, strict=True)), ("sentence", "other"))
+
+
+@pytest.mark.parametrize("extra", [[], ["--text-pair-column", "other"], ["--long-text", "chunk", "--max-length", "16",
+                                                                         "--stride", "4"]], ids=["single", "pairs", "chunk"])
+def test_predict_writes_windows_as_it_goes_with_the_bytes_of_one_pass(trained, tmp_path, write_tsv, monkeypatch,
+                                                                       extra):
+    """Windows of 4 rows (13 rows: 4 windows): one row per batch, so the outputs do not depend on the batching and
+    the file must be byte for byte the one the whole-dataset writer makes from one pass over every row."""
+    from bertkit.encoding import batches
+    from bertkit.encoding.longtext import LongText
+
+    texts, pairs, data = _predict_data(write_tsv)
+    out = tmp_path / "preds.csv"
+    model, tokenizer, label_map = load_for_inference(str(trained))
+    dataset = TextDataset(texts, pairs=pairs if extra[:1] == ["--text-pair-column"] else None,
+                          line_numbers=list(range(2, len(texts) + 2)))
+    long_text = LongText(mode="chunk", stride=4) if "chunk" in extra else None
+    proba = predict_proba(model, tokenizer, dataset, batch_size=1, long_text=long_text,
+                          max_length=16 if long_text else 128)
+    expected = _whole_csv(dataset, proba, list(label_map.labels))
+
+    import bertkit.scoring.predictions as predictions_module
+
+    calls, original = [], predictions_module.predict_proba
+    monkeypatch.setattr(predictions_module, "predict_proba", lambda m, t, part, **kw: calls.append(len(part))
+                        or original(m, t, part, **kw))
+    monkeypatch.setattr(batches, "SORT_WINDOW", 4)
+    result = runner.invoke(app, ["predict", "--model", str(trained), "--data", str(data), "--out", str(out),
+                                 "--batch-size", "1", "--quiet", *extra])
+    assert result.exit_code == 0, result.output
+    assert calls == [4, 4, 4, 1]
+    assert out.read_bytes() == expected
+    assert "13 prediction(s) (first 13)" not in result.output and "13 prediction(s)" in result.output
+
+
+def test_predict_json_streams_the_text_one_dump_prints(trained, write_tsv, monkeypatch):
+    from bertkit.encoding import batches
+    from bertkit.io.atomic import to_json
+
+    texts, _, data = _predict_data(write_tsv, 9)
+    args = ["predict", "--model", str(trained), "--data", str(data), "--batch-size", "1", "--json", "--quiet"]
+    whole = runner.invoke(app, args)
+    monkeypatch.setattr(batches, "SORT_WINDOW", 2)
+    streamed = runner.invoke(app, args)
+    assert whole.exit_code == 0 and streamed.exit_code == 0, streamed.output
+    assert streamed.stdout == whole.stdout
+    parsed = json.loads(streamed.stdout)
+    assert [p["text"] for p in parsed["predictions"]] == texts
+    assert streamed.stdout == to_json(parsed) + "\n"
+
+
+def test_predict_failing_midway_leaves_the_previous_output(trained, tmp_path, write_tsv, monkeypatch):
+    from bertkit.encoding import batches
+    from bertkit.scoring import predictions as predictions_module
+
+    _, _, data = _predict_data(write_tsv)
+    out = tmp_path / "preds.csv"
+    args = ["predict", "--model", str(trained), "--data", str(data), "--out", str(out), "--quiet"]
+    assert runner.invoke(app, args).exit_code == 0
+    before = out.read_bytes()
+    original, calls = predictions_module.predict_proba, []
+
+    def fail_on_the_third_window(*a, **kw):
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("injected: the model failed on window 3")
+        return original(*a, **kw)
+
+    monkeypatch.setattr(predictions_module, "predict_proba", fail_on_the_third_window)
+    monkeypatch.setattr(batches, "SORT_WINDOW", 4)
+    failed = runner.invoke(app, args)
+    assert failed.exit_code != 0 and len(calls) == 3
+    assert out.read_bytes() == before
+    assert not list(tmp_path.glob(".*.tmp"))  # the half-written temp file is removed
+
+
+def test_predict_killed_midway_leaves_the_previous_output(trained, tmp_path, write_tsv):
+    import signal
+
+    _, _, data = _predict_data(write_tsv)
+    out = tmp_path / "preds.csv"
+    out.write_text("row,text,predicted,confidence,p_neg,p_pos\n0,old,neg,0.9,0.9,0.1\n")
+    before = out.read_bytes()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "BERTKIT_KILL_AT": "predictions.window"}
+    done = subprocess.run([sys.executable, "-m", "bertkit", "predict", "--model", str(trained), "--data", str(data),
+                           "--out", str(out), "--quiet"], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert done.returncode == -signal.SIGKILL, done.stderr[-2000:]
+    assert out.read_bytes() == before  # killed after a window was appended: the temp file, never the output
+    assert len(list(tmp_path.glob(".preds.csv.*.tmp"))) == 1
+
+
+def test_predict_with_a_saved_probe_streams_like_one_pass(tiny_bert_dir, tmp_path, write_tsv, monkeypatch):
+    from bertkit.data.labels import LabelMap
+    from bertkit.encoding import batches
+    from bertkit.probe import fit as probe_fit
+    from bertkit.probe import saved as probe_io
+
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(40, 32)).astype(np.float32), np.arange(40) % 2
+    label_map = LabelMap.build(["neg", "pos"])
+    probe_io.save_probe(tmp_path / "probe", probe_fit.fit_probe(X, y, seed=0), label_map,
+                        {"model": str(tiny_bert_dir), "pool": "mean", "layers": "-1", "max_length": 64})
+    saved = probe_io.load_probe(tmp_path / "probe")
+    texts, _, data = _predict_data(write_tsv)
+    dataset = TextDataset(texts, line_numbers=list(range(2, len(texts) + 2)))
+    _, proba = probe_io.predict_with_probe(saved, dataset, batch_size=1)
+    monkeypatch.setattr(batches, "SORT_WINDOW", 5)
+    out = tmp_path / "preds.csv"
+    result = runner.invoke(app, ["predict", "--probe", str(tmp_path / "probe"), "--data", str(data), "--out", str(out),
+                                 "--batch-size", "1", "--quiet"])
+    assert result.exit_code == 0, result.output
+    frame = pd.read_csv(out)
+    np.testing.assert_allclose(frame[["p_neg", "p_pos"]].to_numpy(), proba, rtol=1e-5, atol=1e-6)
+    # the probe's matrix product over 5 rows may round in the last bit unlike one over 13: the bytes are those of
+    # the whole-table writer given the windows' outputs
+    windows = np.concatenate([probe_io.predict_with_probe(saved, dataset.subset(range(s, min(s + 5, 13))),
+                                                          batch_size=1)[1] for s in range(0, 13, 5)])
+    assert out.read_bytes() == _whole_csv(dataset, windows, ["neg", "pos"])
+
+
+def test_evaluate_in_windows_gives_the_metrics_and_file_of_one_pass(trained, tmp_path, toy_rows_module, write_tsv,
+                                                                    monkeypatch):
+    from bertkit.encoding import batches
+
+    data = write_tsv("dev.tsv", toy_rows_module, ("sentence", "label"))
+    args = ["evaluate", "--model", str(trained), "--data", str(data), "--batch-size", "1", "--json", "--quiet"]
+    whole = runner.invoke(app, [*args, "--out", str(tmp_path / "whole")])
+    monkeypatch.setattr(batches, "SORT_WINDOW", 5)
+    windows = runner.invoke(app, [*args, "--out", str(tmp_path / "windows")])
+    assert whole.exit_code == 0 and windows.exit_code == 0, windows.output
+    assert json.loads(windows.stdout) == json.loads(whole.stdout)
+    assert (tmp_path / "windows" / "predictions.csv").read_bytes() == (tmp_path / "whole" / "predictions.csv").read_bytes()

@@ -342,3 +342,25 @@ def test_config_fields_are_probe_options_and_recipes_load():
         else:
             assert cfg.dev
     assert ProbeConfig(**load_recipe("alammar-sst2-probe", "probe", ProbeConfig)).cv == 5
+
+
+# ---------------------------------------------------------------- issue 22: probes read the store's mapping
+
+@pytest.mark.parametrize("layers", ["1,2", "-1", "0,2"])
+def test_probe_inputs_from_a_float32_store_are_views_of_its_mapping(tiny_bert_dir, toy_files, tmp_path, layers):
+    """Consecutive layers are fitted on the memory-mapped features as they are (no copy of the store); other
+    selections copy the chosen layers only. The values are the store's either way."""
+    from bertkit.config.commands import ProbeConfig
+    from bertkit.features import store
+    from bertkit.probe.inputs import load_store_inputs
+
+    train, dev = toy_files
+    root = embed_store(tiny_bert_dir, train, dev, tmp_path / "store", "--store-dtype", "float32")
+    inputs = load_store_inputs(ProbeConfig(features=str(root), layers=layers))
+    pool = next(iter(inputs.train))
+    stored = store.open_splits(root)
+    positions = {"1,2": [1, 2], "-1": [2], "0,2": [0, 2]}[layers]
+    for X, split in ((inputs.train[pool], "train"), (inputs.dev[pool], "dev")):
+        assert np.array_equal(X, stored[split].features[:, positions])
+        mapped = not X.flags.owndata and not X.flags.writeable  # a read-only view of the mapped file
+        assert mapped == (layers != "0,2"), (layers, X.flags)

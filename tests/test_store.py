@@ -250,3 +250,38 @@ def test_torchrun_two_processes_match_single_process(tiny_bert_dir, toy_tsv, tmp
     assert a.manifest["identity"] == b.manifest["identity"]
     np.testing.assert_allclose(a.features, b.features, atol=1e-5)
     np.testing.assert_array_equal(a.labels, b.labels)
+
+
+# ---------------------------------------------------------------- issue 22: the merge streams
+
+@pytest.mark.parametrize("row_shape,dtype,shard_size", [((7,), "float32", 5), ((3, 5), "float16", 5),
+                                                        ((4,), "float32", 100)])
+def test_merge_writes_the_bytes_of_a_memory_mapped_merge(tmp_path, row_shape, dtype, shard_size):
+    """features.npy is written with plain writes (header, then each shard's bytes): the same bytes as the
+    open_memmap merge it replaced, for 1-d and layer-axis rows, several shards and a short last one."""
+    rng = np.random.default_rng(0)
+    n_rows = 23
+    writer = store.StoreWriter(tmp_path / "s", {"model": "m"}, n_rows, shard_size, row_shape, dtype)
+    writer.prepare()
+    whole = rng.normal(size=(n_rows, *row_shape)).astype(dtype)
+    for k, (start, end) in enumerate(writer.ranges):
+        writer.write_shard(k, whole[start:end], {})
+    reference = tmp_path / "reference.npy"
+    merged = np.lib.format.open_memmap(reference, mode="w+", dtype=np.dtype(dtype), shape=whole.shape)
+    for k, (start, end) in enumerate(writer.ranges):
+        merged[start:end] = np.load(writer.shard_file(k), mmap_mode="r")
+    merged.flush()
+    del merged
+    opened = writer.finalize({"pool": "cls"}, labels=np.arange(n_rows) % 2)
+    assert (tmp_path / "s" / store.FEATURES).read_bytes() == reference.read_bytes()
+    assert np.array_equal(opened.features, whole)
+
+
+def test_merge_refuses_a_shard_of_another_shape(tmp_path):
+    writer = store.StoreWriter(tmp_path / "s", {"model": "m"}, 6, 3, (4,), "float32")
+    writer.prepare()
+    writer.write_shard(0, np.zeros((3, 4), np.float32), {})
+    np.save(writer.shard_file(1), np.zeros((3, 4), np.float64))  # passes no check of the writer: the merge's own
+    with open(writer.shard_file(1), "rb") as shard, open(tmp_path / "out", "wb") as out, \
+            pytest.raises(ValueError, match="expected"):
+        store._copy_npy_data(shard, out, (3, 4), np.dtype("float32"))

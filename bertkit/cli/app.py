@@ -215,7 +215,10 @@ def predict(cfg: PredictConfig, view: View) -> None:
     """Label sentences (--text) or a file (--data) with a fine-tuned model or a saved probe: labels + probabilities."""
     from bertkit.predict.run import run_predict
 
-    show.show_predictions(run_predict(cfg, recipe=view.recipe, progress=not view.quiet), cfg, view)
+    stream = show.PredictionsJson() if view.json else None  # --json: every row, printed window by window
+    result = run_predict(cfg, recipe=view.recipe, progress=not view.quiet,
+                         keep=0 if view.json else show.predictions_shown(cfg), on_window=stream)
+    show.show_predictions(result, cfg, view, stream)
 
 
 @config_command(EvaluateConfig)

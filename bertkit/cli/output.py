@@ -36,6 +36,37 @@ def emit_json(obj: Any) -> None:
     sys.stdout.flush()
 
 
+class JsonStream:
+    """`emit_json({key: [items...], **rest})` printed item by item as the items come (the same text, without holding
+    the list): `add(item)` for each, then `close(rest)` with the other keys (which follow the list)."""
+
+    def __init__(self, key: str):
+        from bertkit.io.atomic import to_json
+
+        self.key, self.count = key, 0
+        empty = to_json({key: []})
+        self._opening = empty[: empty.index("[") + 1]
+
+    def add(self, item: Any) -> None:
+        import textwrap
+
+        from bertkit.io.atomic import to_json
+
+        sys.stdout.write((self._opening + "\n") if self.count == 0 else ",\n")
+        sys.stdout.write(textwrap.indent(to_json(item), "    "))
+        self.count += 1
+
+    def close(self, rest: dict[str, Any]) -> None:
+        from bertkit.io.atomic import to_json
+
+        whole = to_json({self.key: [], **rest})
+        if self.count == 0:
+            sys.stdout.write(whole + "\n")
+        else:
+            sys.stdout.write("\n  " + whole[len(self._opening):] + "\n")
+        sys.stdout.flush()
+
+
 def info(message: str, quiet: bool = False) -> None:
     """A status line on stderr (kept off stdout so --json output stays parseable)."""
     if not quiet:

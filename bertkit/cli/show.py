@@ -4,11 +4,21 @@ JSON (--json; then nothing else goes to stdout). The commands (`bertkit.cli.app`
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from rich.markup import escape
 
-from bertkit.cli.output import View, emit_json, format_score, format_size, info, out_console, table
+from bertkit.cli.output import (
+    JsonStream,
+    View,
+    emit_json,
+    format_score,
+    format_size,
+    info,
+    out_console,
+    table,
+)
 from bertkit.config.commands import EvaluateConfig, PredictConfig, TokensConfig
 from bertkit.scoring.table import SHAPE
 
@@ -282,18 +292,37 @@ def show_distill(result: dict[str, Any], view: View) -> None:
 # ---------------------------------------------------------------- predict / evaluate
 
 
-def show_predictions(result: dict[str, Any], cfg: PredictConfig, view: View) -> None:
-    """The predictions (the first 20 or 200 rows), or all of them as JSON."""
+def predictions_shown(cfg: PredictConfig) -> int:
+    """How many rows the predictions table shows (the first ones)."""
+    return 20 if cfg.out else 200
+
+
+class PredictionsJson:
+    """`predict --json`: each window's predictions printed as they come (`on_window` of `run_predict`); the text is
+    the one `emit_json` of all of them prints."""
+
+    def __init__(self) -> None:
+        self.stream = JsonStream("predictions")
+
+    def __call__(self, part: Any, outputs: Any, labels: list[Any]) -> None:
+        for t, lab, p in zip(part.texts, labels, outputs.values, strict=True):
+            self.stream.add(_prediction_json(outputs.task, t, lab, p, outputs.label_names))
+
+
+def show_predictions(result: dict[str, Any], cfg: PredictConfig, view: View,
+                     stream: PredictionsJson | None = None) -> None:
+    """The predictions (the first 20 or 200 rows), or all of them as JSON (printed as they came: `stream`)."""
     dataset, labels, proba, names = result["dataset"], result["labels"], result["proba"], result["label_names"]
     task = result["task"]
     if view.json:
-        emit_json({"predictions": [_prediction_json(task, t, lab, p, names)
-                                   for t, lab, p in zip(dataset.texts, labels, proba, strict=True)],
-                   "task": task, **({"threshold": result["threshold"]} if task == "multi_label" else {}),
-                   "out": cfg.out})
+        rest = {"task": task, **({"threshold": result["threshold"]} if task == "multi_label" else {}), "out": cfg.out}
+        if stream is None:  # the result holds every row
+            stream = PredictionsJson()
+            stream(dataset, SimpleNamespace(task=task, label_names=names, values=proba), labels)
+        stream.stream.close(rest)
         return
-    shown = min(len(dataset), 20 if cfg.out else 200)
-    header, rows = _prediction_rows(task, dataset.texts[:shown], labels[:shown], proba[:shown], names)
+    shown = min(len(dataset), predictions_shown(cfg))
+    header, rows = _prediction_rows(task, list(dataset.texts[:shown]), labels[:shown], proba[:shown], names)
     out_console.print(table(f"{len(dataset)} prediction(s)" + (f" (first {shown})" if shown < len(dataset) else ""),
                             header, rows))
     if cfg.out:

@@ -288,12 +288,7 @@ class StoreWriter:
         need = disk.with_margin(self.features_bytes() + 8 * self.n_rows)
         with disk.writing(self.path, need):  # features, labels and the manifest
             with atomic_path(self.path / FEATURES) as tmp:
-                merged = np.lib.format.open_memmap(tmp, mode="w+", dtype=self.dtype, shape=shape)
-                disk.preallocate(tmp)  # a full disk is ENOSPC now, not SIGBUS while the shards are copied in
-                for k, (start, end) in enumerate(self.ranges):
-                    merged[start:end] = np.load(self.shard_file(k), mmap_mode="r")
-                merged.flush()
-                del merged
+                self._merge_shards(tmp, shape)
             if labels is not None:
                 with atomic_path(self.path / LABELS) as tmp:
                     with tmp.open("wb") as handle:
@@ -304,6 +299,22 @@ class StoreWriter:
             write_json_atomic(self.path / MANIFEST, full)
         self._remove_work_files()
         return open(self.path)
+
+    def _merge_shards(self, target: Path, shape: tuple[int, ...]) -> None:
+        """features.npy at `target` with plain writes: the .npy header of the whole array, then each shard's bytes
+        in order, copied in blocks (no mapping whose dirty pages would grow the process's memory with the rows).
+        The bytes are those `np.lib.format.open_memmap` + assigning every shard made."""
+        header = {"descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False, "shape": shape}
+        with target.open("wb") as out:
+            np.lib.format.write_array_header_1_0(out, header)
+            data_start = out.tell()
+            out.truncate(data_start + self.features_bytes())
+        disk.preallocate(target)  # a full disk is ENOSPC now, not half-way through the copy
+        with target.open("r+b") as out:
+            out.seek(data_start)
+            for k, (start, end) in enumerate(self.ranges):
+                with self.shard_file(k).open("rb") as shard:
+                    _copy_npy_data(shard, out, (end - start, *self.row_shape), self.dtype)
 
     def _remove_work_files(self) -> None:
         """Shards, identity and the temp files of writes that a killed run never renamed (can be store-sized); in
@@ -316,6 +327,22 @@ class StoreWriter:
         for tmp in self.path.glob(".*.tmp"):
             tmp.unlink(missing_ok=True)
 
+
+
+def _copy_npy_data(source: Any, out: Any, shape: tuple[int, ...], dtype: np.dtype, block: int = 1 << 24) -> None:
+    """Append the data bytes of the .npy file open in `source` (C order, `shape` and `dtype` checked) to `out`."""
+    version = np.lib.format.read_magic(source)
+    read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    found_shape, fortran, found_dtype = read_header(source)
+    if tuple(found_shape) != tuple(shape) or found_dtype != dtype or (fortran and len(shape) > 1):
+        raise ValueError(f"{source.name}: {found_shape} {found_dtype}, expected {shape} {dtype} in C order")
+    left = int(np.prod(shape)) * dtype.itemsize
+    while left:
+        data = source.read(min(block, left))
+        if not data:
+            raise ValueError(f"{source.name} is truncated")
+        out.write(data)
+        left -= len(data)
 
 
 def run_differences(root: Path, identities: dict[str, dict[str, Any]], split_layout: bool) -> list[str]:

@@ -3,7 +3,9 @@ saved probe. Returns values; `cli.py` prints them."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,7 @@ from bertkit.config.recipes import recipe_path
 from bertkit.data.dataset import TextDataset
 from bertkit.data.labels import LabelMap, check_tag_columns
 from bertkit.data.splits import load_dataset_split
+from bertkit.encoding import batches
 from bertkit.encoding.longtext import LongText
 from bertkit.io import atomic, ownership, predictions_out, rundir, trail
 from bertkit.models import infer
@@ -28,9 +31,9 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Outputs:
-    """A model's outputs for every row (input order) and how to read them: class probabilities (single-label), tag
-    probabilities with the decision threshold saved at training (multi-label), or the predicted numbers
-    (regression: one column)."""
+    """A model's outputs for rows (a window of them, or every row; input order) and how to read them: class
+    probabilities (single-label), tag probabilities with the decision threshold saved at training (multi-label), or
+    the predicted numbers (regression: one column)."""
 
     label_map: LabelMap
     values: np.ndarray
@@ -56,10 +59,15 @@ class Outputs:
         return metrics.predicted(self.values)
 
 
-def run_predict(cfg: PredictConfig, *, recipe: str | None = None, progress: bool = False) -> dict[str, Any]:
+def run_predict(cfg: PredictConfig, *, recipe: str | None = None, progress: bool = False, keep: int | None = None,
+                on_window: Callable[[TextDataset, Outputs, list[Any]], None] | None = None) -> dict[str, Any]:
     """Labels + probabilities (tags + probabilities, or scores) for --text or --data (input order); the CSV at --out
     when given.
 
+    The rows are read `SORT_WINDOW` at a time (length-sorted batches within a window) and each window's rows are
+    appended to the CSV as they come (renamed over --out at the end), so no pass holds all rows or all outputs:
+    the result keeps the first `keep` rows' labels and outputs (None: all of them), `on_window(part, outputs,
+    labels)` sees every window in order (`--json` prints them as they come).
     `recipe` (the --recipe given) is one of the inputs --out must never overwrite.
     """
     if cfg.out:  # before any work: never over an input, never over a file bertkit did not write
@@ -69,30 +77,78 @@ def run_predict(cfg: PredictConfig, *, recipe: str | None = None, progress: bool
         dataset = TextDataset(list(cfg.text), source="--text")
     else:
         dataset = load_dataset_split(cfg, cfg.data or "", need_labels=False)
-    outputs = probabilities(cfg, dataset, progress)
-    if cfg.out:
-        predictions.write_predictions_csv(Path(cfg.out), dataset, outputs.values, outputs.label_names, task=outputs.task,
-                              threshold=outputs.threshold)
-    return {"dataset": dataset, "labels": outputs.predicted(), "proba": outputs.values,
-            "label_names": outputs.label_names, "task": outputs.task, "threshold": outputs.threshold, "out": cfg.out}
+    reader = output_reader(cfg, dataset, progress)
+    labels: list[Any] = []
+    values: list[np.ndarray] = []
+    with _csv_out(cfg.out, dataset, reader) as append:
+        for start, part in dataset.chunks(batches.SORT_WINDOW):
+            outputs = reader.outputs(part)
+            append(start, part, outputs.values)
+            predicted = outputs.predicted()
+            room = len(part) if keep is None else max(0, keep - len(labels))
+            labels.extend(predicted[:room])
+            values.append(outputs.values[:room])
+            if on_window is not None:
+                on_window(part, outputs, predicted)
+    head = np.concatenate(values) if values else np.zeros((0, reader.width), np.float32)
+    return {"dataset": dataset, "labels": labels, "proba": head, "label_names": reader.label_names,
+            "task": reader.label_map.task, "threshold": reader.threshold, "out": cfg.out}
 
 
-def probabilities(cfg: Any, dataset: TextDataset, progress: bool) -> Outputs:
-    """The outputs for `dataset` (input order) of a fine-tuned folder (--model) or a saved probe (--probe)."""
+def _csv_out(out: str | None, dataset: TextDataset, reader: OutputReader) -> Any:
+    """The predictions CSV at --out, appended window by window (no --out: a sink that writes nothing)."""
+    if not out:
+        return contextlib.nullcontext(lambda *_: None)
+    return predictions.open_predictions_csv(Path(out), dataset, reader.label_names, task=reader.label_map.task,
+                                            threshold=reader.threshold)
+
+
+@dataclass
+class OutputReader:
+    """A loaded fine-tuned model or saved probe: `outputs(part)` runs it on a window of rows."""
+
+    label_map: LabelMap
+    read: Callable[[TextDataset], np.ndarray]
+    threshold: float | list[float] = 0.5
+
+    @property
+    def label_names(self) -> list[str]:
+        return [str(x) for x in self.label_map.labels]
+
+    @property
+    def width(self) -> int:
+        """Outputs per row."""
+        return 1 if self.label_map.task == "regression" else len(self.label_map.labels)
+
+    def outputs(self, part: TextDataset) -> Outputs:
+        return Outputs(self.label_map, self.read(part), self.threshold)
+
+    def all_outputs(self, dataset: TextDataset) -> Outputs:
+        """The outputs of every row (input order), the model run window by window as predict runs it."""
+        parts = [self.read(part) for _, part in dataset.chunks(batches.SORT_WINDOW)]
+        values = np.concatenate(parts) if parts else np.zeros((0, self.width), np.float32)
+        return Outputs(self.label_map, values, self.threshold)
+
+
+def output_reader(cfg: Any, dataset: TextDataset, progress: bool) -> OutputReader:
+    """A fine-tuned folder (--model) or a saved probe (--probe), loaded once, to run on `dataset`'s windows."""
     if getattr(cfg, "probe", None) is not None:
-        from bertkit.probe.saved import load_probe, predict_with_probe
+        from bertkit.probe.saved import load_probe, probe_reader
 
         saved = load_probe(cfg.probe)
-        _, proba = predict_with_probe(saved, dataset, batch_size=cfg.batch_size, precision=cfg.precision,
-                                      max_length=cfg.max_length, progress=progress)
+        read = probe_reader(saved, pair=dataset.pairs is not None, batch_size=cfg.batch_size,
+                            precision=cfg.precision, max_length=cfg.max_length, progress=progress)
+        names = tuple(str(x) for x in saved.label_map.labels)
         if saved.task != "single_label":  # numbers or tags: shown as a fine-tuned model of that shape shows them
-            return Outputs(LabelMap(tuple(str(x) for x in saved.label_map.labels), saved.task), proba,
-                           saved.threshold)
-        return Outputs(LabelMap(tuple(str(x) for x in saved.label_map.labels)), proba)
+            return OutputReader(LabelMap(names, saved.task), lambda part: read(part)[1], saved.threshold)
+        return OutputReader(LabelMap(names), lambda part: read(part)[1])
     model, tokenizer, label_map = infer.load_for_inference(cfg.model)
     modeling.check_max_length(cfg.max_length, tokenizer, model.config, cfg.model, pair=dataset.pairs is not None)
-    proba = predictions.predict_proba(model, tokenizer, dataset, progress=progress, **reading(cfg))
-    return Outputs(label_map, proba, saved_threshold(cfg.model))
+    return OutputReader(label_map, _classifier_read(model, tokenizer, cfg, progress), saved_threshold(cfg.model))
+
+
+def _classifier_read(model: Any, tokenizer: Any, cfg: Any, progress: bool) -> Callable[[TextDataset], np.ndarray]:
+    return lambda part: predictions.predict_proba(model, tokenizer, part, progress=progress, **reading(cfg))
 
 
 def run_evaluate(cfg: EvaluateConfig, *, progress: bool = False) -> dict[str, Any]:
@@ -111,8 +167,8 @@ def run_evaluate(cfg: EvaluateConfig, *, progress: bool = False) -> dict[str, An
     dataset = load_dataset_split(cfg, cfg.data or "", need_labels=True, task=label_map.task)
     check_tag_columns(label_map, dataset, f"model {cfg.model}")
     y = label_map.encode(dataset.labels or [], f"The data {dataset.source}")
-    proba = predictions.predict_proba(model, tokenizer, dataset, progress=progress, **reading(cfg))
-    outputs = Outputs(label_map, proba, saved_threshold(cfg.model or ""))
+    reader = OutputReader(label_map, _classifier_read(model, tokenizer, cfg, progress), saved_threshold(cfg.model or ""))
+    outputs = reader.all_outputs(dataset)  # a few numbers per row; the texts are read a window at a time
     result = shape_metrics(outputs, y)
     metrics.add_requested(result, cfg.metric_list, external, outputs.decisions(), y)
     result.update(model=cfg.model, data=dataset.source, data_fingerprint=dataset.fingerprint,
@@ -121,8 +177,8 @@ def run_evaluate(cfg: EvaluateConfig, *, progress: bool = False) -> dict[str, An
         run = plan.claim()
         trail.write_run_config(run.path, "evaluate", config_dict(cfg), data_fingerprint=dataset.fingerprint)
         atomic.write_json_atomic(run.path / "metrics.json", result)
-        predictions.write_predictions_csv(run.path / "predictions.csv", dataset, proba, outputs.label_names, y_true=y,
-                              task=outputs.task, threshold=outputs.threshold)
+        predictions.write_predictions_csv(run.path / "predictions.csv", dataset, outputs.values, outputs.label_names,
+                                          y_true=y, task=outputs.task, threshold=outputs.threshold)
         _plot(outputs, y, result, run.path, f"{cfg.model} on {dataset.source}")
         run.commit()
     return result

@@ -74,11 +74,11 @@ def load_store_inputs(cfg: Any) -> ProbeInputs:
     _check_store_long_text(cfg, manifest, train.path)
     pools = _store_pools(cfg, manifest)
     positions, indices, names = _store_layers(cfg, train)
-    X_train = _layer_axis(train.features)[:, positions]
+    X_train = _store_layers_view(train.features, positions)
     y_train, y_dev = np.asarray(train.labels), None
     if "dev" in splits:
         dev = splits["dev"]
-        X_dev, y_dev = _layer_axis(dev.features)[:, positions], _store_labels(dev, train.label_map, "dev")
+        X_dev, y_dev = _store_layers_view(dev.features, positions), _store_labels(dev, train.label_map, "dev")
     else:
         from bertkit.data.splits import stratified_split
 
@@ -89,7 +89,7 @@ def load_store_inputs(cfg: Any) -> ProbeInputs:
     inputs = ProbeInputs({pools[0]: np.asarray(X_train, np.float32)}, {pools[0]: np.asarray(X_dev, np.float32)},
                          y_train, y_dev, train.label_map, indices, names, _store_meta(manifest), notes=notes, source="store")
     if "test" in splits and splits["test"].labels is not None:
-        inputs.test = {pools[0]: np.asarray(_layer_axis(splits["test"].features)[:, positions], np.float32)}
+        inputs.test = {pools[0]: np.asarray(_store_layers_view(splits["test"].features, positions), np.float32)}
         inputs.y_test = _store_labels(splits["test"], train.label_map, "test")
     if "dev" in splits:
         inputs.datasets = _store_texts({k: v for k, v in splits.items()}, notes)
@@ -109,6 +109,17 @@ def _store_pools(cfg: Any, manifest: dict[str, Any]) -> list[str]:
 def _layer_axis(features: np.ndarray) -> np.ndarray:
     """Store features as (n, k, d): a single-layer store gets a layer axis of 1."""
     return features if features.ndim == 3 else features[:, None, :]
+
+
+def _store_layers_view(features: np.ndarray, positions: list[int]) -> np.ndarray:
+    """The store's (memory-mapped) features at these positions of the layer axis, `(n, k, d)`: a view of the mapping
+    when the positions are consecutive (every layer, or one: no copy; a float32 store is fitted on its pages as they
+    are, a float16 store is converted to float32 once), else a copy of the chosen layers."""
+    features = _layer_axis(features)
+    first, last = positions[0], positions[-1]
+    if positions == list(range(first, last + 1)):
+        return features[:, first:last + 1]
+    return features[:, positions]
 
 
 def _store_layers(cfg: Any, train: Any) -> tuple[list[int], list[int | None], list[str]]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -252,6 +253,17 @@ def predict_with_probe(
     pooling, layer, normalization, truncation or windows of long texts; max length unless `max_length` is given),
     then applies the saved probe. The extraction precision is `precision` (auto/fp32/bf16/fp16) resolved for the encoder's
     device."""
+    read = probe_reader(saved, pair=dataset.pairs is not None, batch_size=batch_size, max_length=max_length,
+                        precision=precision, progress=progress)
+    return read(dataset)
+
+
+def probe_reader(
+    saved: SavedProbe, *, pair: bool = False, batch_size: int = 64, max_length: int | None = None,
+    precision: str = "fp32", progress: bool = False,
+) -> Callable[[Any], tuple[np.ndarray, np.ndarray]]:
+    """`predict_with_probe` with the encoder loaded once: a function of a dataset (rows with second texts when
+    `pair`) giving its (label ids, outputs), called window by window on a large input (`bertkit predict`)."""
     from bertkit.features import extract
     from bertkit.models import loading as modeling
 
@@ -264,14 +276,23 @@ def predict_with_probe(
     encoder = modeling.load_encoder(meta["model"], meta.get("trust_remote_code", False))
     dtype = modeling.choose_dtype(precision, next(encoder.parameters()).device)
     window = int(max_length or meta.get("max_length") or 128)
-    modeling.check_max_length(window, tokenizer, encoder.config, meta["model"], pair=dataset.pairs is not None)
-    features = extract.extract_features(
-        encoder, tokenizer, dataset, pool=meta["pool"], layers=str(meta["layers"]), combine=meta.get("combine", "concat"),
-        max_length=window, batch_size=batch_size, dtype=dtype,
-        normalize=bool(meta.get("normalize", False)), progress=progress,
-        long_text=LongText.from_json(meta),  # probes saved before these settings were recorded read texts head-cut
-    )
-    features = np.asarray(features, dtype=np.float32).reshape(len(dataset), -1)
+    modeling.check_max_length(window, tokenizer, encoder.config, meta["model"], pair=pair)
+
+    def read(dataset: Any) -> tuple[np.ndarray, np.ndarray]:
+        features = extract.extract_features(
+            encoder, tokenizer, dataset, pool=meta["pool"], layers=str(meta["layers"]),
+            combine=meta.get("combine", "concat"), max_length=window, batch_size=batch_size, dtype=dtype,
+            normalize=bool(meta.get("normalize", False)), progress=progress,
+            long_text=LongText.from_json(meta),  # probes saved before these settings were recorded read texts head-cut
+        )
+        return _apply_probe(saved, np.asarray(features, dtype=np.float32).reshape(len(dataset), -1))
+
+    return read
+
+
+def _apply_probe(saved: SavedProbe, features: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(label ids or decisions, outputs) of the saved probe on features (rows, d) extracted as it was trained."""
+    meta = saved.meta
     if features.shape[1] != saved.coef.shape[1]:
         raise UserError(
             f"The probe in {saved.path} expects {saved.coef.shape[1]} features but model {meta['model']} gives "

@@ -4,15 +4,17 @@ evaluate's predictions.csv, finetune's dev_errors.csv)."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from bertkit.data.dataset import TextDataset
+from bertkit.data.dataset import CHUNK_ROWS, TextDataset
 from bertkit.data.labels import task_of_problem_type
 from bertkit.encoding.longtext import LongText
-from bertkit.io import atomic
+from bertkit.io import atomic, faults
 from bertkit.models import infer
 from bertkit.scoring.shapes import model_outputs
 
@@ -39,33 +41,74 @@ def write_predictions_csv(
     """Rows with the prediction and the outputs behind it, in the original order. Single-label: predicted label,
     confidence, per-class probabilities (errors: most confident first). Multi-label: the predicted tags joined by
     "|", per-tag probabilities (errors: rows whose tag set is wrong). Regression: the predicted number (and the
-    error; errors: every row, largest first)."""
+    error; errors: every row, largest first).
+
+    Every row: written `CHUNK_ROWS` rows at a time (`open_predictions_csv`), so only a chunk's texts are held as a
+    table. The errors only (`only_errors`, finetune's dev_errors.csv): one table, since they are sorted."""
+    if only_errors:
+        frame, wrong, order = prediction_frame(dataset, proba, label_names, y_true=y_true, task=task,
+                                               threshold=threshold)
+        if wrong is not None:
+            frame = frame[wrong].sort_values(order, ascending=False)
+        with atomic.atomic_path(path) as tmp:
+            frame.to_csv(tmp, index=False)
+        return len(frame)
+    with open_predictions_csv(path, dataset, label_names, task=task, threshold=threshold) as append:
+        for start, part in dataset.chunks(CHUNK_ROWS):
+            end = start + len(part)
+            append(start, part, proba[start:end], None if y_true is None else y_true[start:end])
+    return len(dataset)
+
+
+@contextlib.contextmanager
+def open_predictions_csv(path: Path, dataset: TextDataset, label_names: list[str], *, task: str = "single_label",
+                         threshold: float | list[float] = 0.5) -> Iterator[Any]:
+    """`append(start, part, values, y_true=None)`: write the rows `part` (rows start.. of `dataset`, in order) and
+    their outputs to a temp file next to `path`; on leaving the block it is renamed over `path` (atomic: a failure
+    or a kill before that leaves the previous file as it was). The bytes are those of one `prediction_frame` of all
+    rows written with `to_csv` (an empty dataset: the header alone)."""
+    header = True
+
+    def append(start: int, part: TextDataset, values: np.ndarray, y_true: np.ndarray | None = None) -> None:
+        nonlocal header
+        frame = prediction_frame(part, values, label_names, start=start, y_true=y_true, task=task,
+                                 threshold=threshold)[0]
+        frame.to_csv(handle, index=False, header=header)
+        header = False
+        faults.kill_point("predictions.window")
+
+    with atomic.atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8", newline="") as handle:
+        yield append
+        if header:  # no rows: the header alone
+            width = 1 if task == "regression" else len(label_names)
+            append(0, dataset.subset([]), np.zeros((0, width), np.float32), None)
+
+
+def prediction_frame(dataset: TextDataset, proba: np.ndarray, label_names: list[str], *, start: int = 0,
+                     y_true: np.ndarray | None = None, task: str = "single_label",
+                     threshold: float | list[float] = 0.5) -> tuple[Any, Any, str]:
+    """(the table of `dataset`'s rows numbered from `start`, which rows are wrong (None: no targets), the column the
+    errors sort by): the columns `write_predictions_csv` writes for the problem shape."""
     import pandas as pd
 
-    frame = pd.DataFrame({"row": np.arange(len(dataset))})
+    frame = pd.DataFrame({"row": np.arange(start, start + len(dataset))})
     if dataset.line_numbers is not None:
         frame["line"] = dataset.line_numbers
     frame["text"] = dataset.texts
     if dataset.pairs is not None:
         frame["text_pair"] = dataset.pairs
     if task == "regression":
-        frame, wrong, order = _regression_columns(frame, proba, y_true)
-    elif task == "multi_label":
-        frame, wrong, order = _tag_columns(frame, proba, label_names, y_true, threshold)
-    else:
-        predicted = proba.argmax(axis=1)
-        if y_true is not None:
-            frame["label"] = [label_names[i] for i in y_true]
-        frame["predicted"] = [label_names[i] for i in predicted]
-        frame["confidence"] = proba.max(axis=1)
-        for j, name in enumerate(label_names):
-            frame[f"p_{name}"] = proba[:, j]
-        wrong, order = (None if y_true is None else predicted != y_true), "confidence"
-    if only_errors and wrong is not None:
-        frame = frame[wrong].sort_values(order, ascending=False)
-    with atomic.atomic_path(path) as tmp:
-        frame.to_csv(tmp, index=False)
-    return len(frame)
+        return _regression_columns(frame, proba, y_true)
+    if task == "multi_label":
+        return _tag_columns(frame, proba, label_names, y_true, threshold)
+    predicted = proba.argmax(axis=1)
+    if y_true is not None:
+        frame["label"] = [label_names[i] for i in y_true]
+    frame["predicted"] = [label_names[i] for i in predicted]
+    frame["confidence"] = proba.max(axis=1)
+    for j, name in enumerate(label_names):
+        frame[f"p_{name}"] = proba[:, j]
+    return frame, (None if y_true is None else predicted != y_true), "confidence"
 
 
 def _regression_columns(frame: Any, values: np.ndarray, y_true: np.ndarray | None) -> tuple[Any, Any, str]:
