@@ -210,7 +210,7 @@ def test_encode_counts_truncation_and_pairs(tiny_bert_dir):
     ds = TextDataset(texts=["short", "word " * 50], pairs=["p", "q"])
     enc = encode_dataset(tok, ds, max_length=16)
     assert enc.n_truncated == 1 and enc.lengths.tolist()[1] == 16 and enc.full_lengths[1] > 50
-    assert enc.token_type_ids is not None and enc.token_type_ids[0] == [0, 0, 0, 1, 1]
+    assert enc.token_type_ids is not None and enc.token_type_ids[0].tolist() == [0, 0, 0, 1, 1]
 
 
 def test_sorted_batches_and_restore_order():

@@ -247,7 +247,7 @@ def _compute_teacher_outputs(task: DistillTask, train: TextDataset,
             captured.append(grab().float().cpu().numpy())
         return logits
 
-    encoded = encode_for(task.teacher_tokenizer, train, cfg.max_length).encoded
+    encoded = encode_for(task.teacher_tokenizer, train, cfg.max_length, cache_dir=cfg.cache_dir).encoded
     batches = sorted_batches(encoded.lengths, max(cfg.batch_size * 2, 32))
     device = next(teacher.parameters()).device
     teacher.eval()
@@ -328,7 +328,7 @@ def measure(cfg: DistillConfig, task: DistillTask, result: FinetuneResult) -> di
                                            seed=cfg.seed,
                                            budget=timing.Budget(warmup=2, min_iters=10, min_seconds=2.0, rounds=2))
     latency = bench_measure.measure_latency(contenders, texts, settings, device, dtype)
-    encoded = encode_for(task.teacher_tokenizer, splits.dev, cfg.max_length).encoded
+    encoded = encode_for(task.teacher_tokenizer, splits.dev, cfg.max_length, cache_dir=cfg.cache_dir).encoded
     throughput = bench_measure.measure_throughput(contenders, encoded, infer.pad_id_of(task.teacher_tokenizer),
                                                   settings, device, dtype)
     quality = _dev_quality(cfg, task, result, splits)

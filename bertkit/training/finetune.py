@@ -216,8 +216,9 @@ def setup(cfg: FinetuneConfig, accelerator: Any, splits: Splits, key: dict[str, 
     model, tokenizer = task.build_model(cfg, label_map)
     modeling.check_max_length(cfg.max_length, tokenizer, model.config, getattr(cfg, "model", "the model"),
                               pair=cfg.text_pair_column is not None)
-    train_enc = encode_for(tokenizer, splits.train, cfg.max_length, LongText.from_config(cfg)).encoded
-    dev_enc = encode_for(tokenizer, splits.dev, cfg.max_length, LongText.from_config(cfg)).encoded
+    train_enc = encode_for(tokenizer, splits.train, cfg.max_length, LongText.from_config(cfg),
+                           cache_dir=cfg.cache_dir).encoded
+    dev_enc = encode_for(tokenizer, splits.dev, cfg.max_length, LongText.from_config(cfg), cache_dir=cfg.cache_dir).encoded
     if cfg.freeze_encoder:
         _freeze_encoder(model)
     optimizer = _adamw(model, cfg.lr, cfg.weight_decay)
