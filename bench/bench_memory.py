@@ -7,8 +7,8 @@ data when SST-2 is absent) repeated to N rows; for embed/predict short rows (the
 sentence) so the model's cost stays small and the data layer is what is measured.
 
 Every command runs as its own process (`python -m bertkit ...`, this interpreter) and its peak RSS is that
-child's ru_maxrss from os.wait4 (Linux reports KiB). This launcher imports no torch, so it adds nothing to the
-children's numbers (on Linux a child's maxrss starts at the launcher's RSS when it forks). Models: the packaged
+child's ru_maxrss from os.wait4 (Linux reports KiB), taken by a small launcher process, so the number is the
+command's own (on Linux a child's maxrss is at least its spawner's RSS: never pytest's or a big parent's). Models: the packaged
 MiniLM-L6 for tokens and embed; for predict a MiniLM-L6 BertForSequenceClassification with labels 0/1 (the
 pretrained encoder plus a seeded random head: the fine-tuned shape, the same compute as a fine-tuned one).
 
@@ -182,38 +182,47 @@ def command_args(command: str, data: Path, models: dict[str, str], out: Path, ex
     return [*args, *(extra or []), "--quiet"]
 
 
-def run_measured(argv: list[str], env: dict[str, str], log: Path, timeout: float | None = None) -> dict[str, Any]:
-    """Run `argv` as a child process: wall seconds and the child's own peak RSS (os.wait4's ru_maxrss, KiB on
-    Linux, bytes on macOS). Output goes to `log` (a pipe could fill up while we wait)."""
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("wb") as sink:
-        start = time.perf_counter()
-        proc = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=str(log.parent))
-        try:
-            _, status, usage = _wait4(proc.pid, start, timeout)
-        except TimeoutError:
+# The measuring process. A child's ru_maxrss is at least the RSS of the process that spawned it (Linux records
+# the pre-exec address space's high-water mark at exec, and subprocess uses vfork), so the command is started by
+# this small launcher (~10 MiB), never by a big parent such as pytest: the number is then the command's own.
+LAUNCHER = """
+import json, os, subprocess, sys, time
+argv, log, timeout = json.loads(sys.argv[1])
+with open(log, "wb") as sink:
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, cwd=os.path.dirname(log))
+    killed = False
+    while True:
+        pid, status, usage = os.wait4(proc.pid, 0 if timeout is None else os.WNOHANG)
+        if pid:
+            break
+        if time.perf_counter() - start > timeout and not killed:
             proc.kill()
-            _, status, usage = os.wait4(proc.pid, 0)
-            status = -9
-        seconds = time.perf_counter() - start
-    proc.returncode = os.waitstatus_to_exitcode(status) if status >= 0 else status
-    kib = usage.ru_maxrss / (1024 if sys.platform == "darwin" else 1)
-    result = {"exit_code": proc.returncode, "seconds": round(seconds, 3), "peak_rss_mib": round(kib / 1024, 1)}
-    if proc.returncode != 0:
+            killed = True
+        time.sleep(0.05)
+    seconds = time.perf_counter() - start
+proc.returncode = code = os.waitstatus_to_exitcode(status)
+scale = 1 if sys.platform == "darwin" else 1024
+print(json.dumps({"exit_code": code, "timed_out": killed, "seconds": seconds, "maxrss_bytes": usage.ru_maxrss * scale}))
+"""
+
+
+def run_measured(argv: list[str], env: dict[str, str], log: Path, timeout: float | None = None) -> dict[str, Any]:
+    """Run `argv` as a child process (through LAUNCHER): wall seconds and the child's own peak RSS (os.wait4's
+    ru_maxrss). Its output goes to `log` (a pipe could fill up while it waits)."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run([sys.executable, "-c", LAUNCHER, json.dumps([argv, str(log), timeout])], env=env,
+                          capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"the measuring launcher failed:\n{done.stderr[-2000:]}")
+    measured = json.loads(done.stdout)
+    result = {"exit_code": measured["exit_code"], "seconds": round(measured["seconds"], 3),
+              "peak_rss_mib": round(measured["maxrss_bytes"] / 2**20, 1)}
+    if measured["timed_out"]:
+        result["timed_out"] = True
+    if result["exit_code"] != 0:
         result["log_tail"] = log.read_text(encoding="utf-8", errors="replace")[-2000:]
     return result
-
-
-def _wait4(pid: int, start: float, timeout: float | None) -> tuple[int, int, Any]:
-    if timeout is None:
-        return os.wait4(pid, 0)
-    while True:
-        waited, status, usage = os.wait4(pid, os.WNOHANG)
-        if waited:
-            return waited, status, usage
-        if time.perf_counter() - start > timeout:
-            raise TimeoutError
-        time.sleep(0.05)
 
 
 def minilm_dir() -> str:
@@ -393,12 +402,12 @@ def run_memory(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     return report
 
 
-def write_report(report: dict[str, Any], out: Path) -> None:
+def write_report(report: dict[str, Any], out: Path, md: str) -> None:
+    """The JSON (atomically) and the markdown table next to it."""
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
     tmp.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     tmp.replace(out)
-    md = markdown(report) if report["benchmark"] == "memory" else report.pop("_markdown", "")
     out.with_suffix(".md").write_text(md, encoding="utf-8")
     print("\n" + md + f"\nwrote {out} and {out.with_suffix('.md').name}", flush=True)
 
@@ -442,7 +451,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             shutil.rmtree(work, ignore_errors=True)
     report["seconds"] = round(time.perf_counter() - started, 1)
     name = "memory" if args.sizes == "full" else "memory-quick" if args.sizes == "quick" else "memory-custom"
-    write_report(report, Path(args.out) if args.out else RESULTS / f"{name}.json")
+    write_report(report, Path(args.out) if args.out else RESULTS / f"{name}.json", markdown(report))
     return report
 
 
