@@ -370,9 +370,12 @@ def prepare(args: argparse.Namespace, work: Path, sizes: dict[str, tuple[int, ..
     files = {}
     for command, counts in sizes.items():
         for n in counts:
-            start = time.perf_counter()
+            start, known = time.perf_counter(), set(files.values())
             files[command, n] = data_file(work, rows, n, "long" if command == "tokens" else SHORT)
-            print(f"  data {files[command, n].name}: {time.perf_counter() - start:.1f} s", flush=True)
+            if files[command, n] not in known:
+                path = files[command, n]
+                print(f"  data {path.name}: {path.stat().st_size / 2**20:,.1f} MiB, {time.perf_counter() - start:.1f} s",
+                      flush=True)
     models = {"encoder": minilm_dir()}
     if "predict" in sizes:
         models["classifier"] = build_classifier(models["encoder"], work / "models" / "minilm-classifier")
