@@ -15,13 +15,13 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ORDER = ["embed", "probe", "finetune", "models", "distill"]
+ORDER = ["embed", "probe", "finetune", "models", "distill", "memory", "throughput"]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="short smoke runs of every benchmark")
-    parser.add_argument("--only", default="", help="comma list of benchmarks (embed, probe, finetune, models, distill)")
+    parser.add_argument("--only", default="", help="comma list of benchmarks (" + ", ".join(ORDER) + ")")
     args = parser.parse_args()
     wanted = [n for n in args.only.split(",") if n] or ORDER
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}

@@ -433,3 +433,115 @@ def test_quality_probe_through_the_real_cli(tiny_bert_dir, tiny_distilbert_dir, 
         assert m["quality"]["probe"]["status"] == "ok", m["quality"]
         assert 0.0 <= m["quality"]["probe"]["score"] <= 1.0
     assert report["claims"]["quality_retained_pct"]["probe"]["measured"] is not None
+
+
+# ---------------------------------------------------------------- bench/bench_memory.py, bench/bench_throughput.py
+
+
+@pytest.fixture(scope="module")
+def bench_scripts():
+    """The two benchmark scripts as modules (bench/ is not a package)."""
+    import importlib
+
+    bench_dir = str(Path(__file__).resolve().parent.parent / "bench")
+    sys.path.insert(0, bench_dir)
+    try:
+        return importlib.import_module("bench_memory"), importlib.import_module("bench_throughput")
+    finally:
+        sys.path.remove(bench_dir)
+
+
+def test_memory_bench_generates_files_block_by_block(bench_scripts, tmp_path, monkeypatch):
+    bm, _ = bench_scripts
+    monkeypatch.setattr(bm, "BLOCK_ROWS", 3)  # several blocks for 7 rows
+    rows = [("one two three four five six seven eight", "1"), ("a b c d e f g h i j", "0")]
+    path = bm.write_rows(tmp_path / "long-7.tsv", rows, 7, short=False)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    assert lines == [f"{rows[i % 2][0]}\t{rows[i % 2][1]}" for i in range(7)]
+    short = bm.write_rows(tmp_path / "short-7.tsv", rows, 7, short=True).read_text(encoding="utf-8").splitlines()
+    assert [len(line.split("\t")[0].split()) for line in short] == [3, 4, 5, 6, 3, 4, 5]  # the first 3-6 words
+    assert [line.split("\t")[1] for line in short] == ["1", "0", "1", "0", "1", "0", "1"]
+    path.write_text("kept\t1\n", encoding="utf-8")  # a complete file of that name is reused, not rewritten
+    assert bm.write_rows(path, rows, 7, short=False).read_text() == "kept\t1\n"
+    assert not list(tmp_path.glob("*.part"))
+    sentences, source = bm.source_rows(None)  # no SST-2: bertkit's demo data, header skipped
+    assert source.endswith("demo/train.tsv") and len(sentences) == 320 and sentences[0][1] == "negative"
+
+
+def test_memory_bench_sizes_ratios_and_table(bench_scripts):
+    bm, _ = bench_scripts
+    assert bm.parse_sizes("quick")["tokens"] == (5_000, 50_000)
+    assert bm.parse_sizes("full") == {"tokens": (50_000, 2_000_000, 10_000_000), "embed": (20_000, 400_000),
+                                      "predict": (20_000, 400_000)}
+    assert bm.parse_sizes("tokens=400,100; embed=5,9") == {"tokens": (100, 400), "embed": (5, 9)}
+    for bad in ("probe=1,2", "tokens", ""):
+        with pytest.raises(SystemExit):
+            bm.parse_sizes(bad)
+    runs = [{"tree": "current", "command": "tokens", "rows": n, "exit_code": 0, "peak_rss_mib": mib, "seconds": 2.0,
+             "rows_per_s": n / 2} for n, mib in ((100, 400.0), (1000, 420.0), (10_000, 600.0))]
+    runs.append({**runs[0], "command": "embed", "peak_rss_mib": 500.0})  # one size only: no ratio
+    (ratio,) = bm.ratios(runs)
+    assert ratio == {"tree": "current", "command": "tokens", "small_rows": 100, "large_rows": 10_000, "ratio": 1.5,
+                     "target": 1.3, "within_target": False}
+    report = {"machine": {"cpu": "CPU X", "cores": 2, "ram_gib": 8.0}, "sizes": {"tokens": [100, 1000, 10_000]},
+              "trees": {"current": {"commit": "abcdef1234567", "dirty": False}}, "runs": runs, "ratios": [ratio]}
+    md = bm.markdown(report)
+    assert "CPU X, 2 cores, 8.0 GiB RAM; current: abcdef1234." in md
+    assert "| tokens | 10,000 | 600 | 2.0 | 5,000 |" in md and "| 1.50x | no |" in md
+
+
+def test_run_measured_is_the_childs_own_peak_rss(bench_scripts, tmp_path):
+    bm, _ = bench_scripts
+    ballast = bytearray(300 * 2**20)  # this process is big; the child's number must not start from it
+    ballast[::4096] = b"\1" * len(ballast[::4096])
+    env = {**os.environ}
+    small = bm.run_measured([sys.executable, "-c", "pass"], env, tmp_path / "small.log")
+    alloc = "b = bytearray(200 * 2**20)\nb[::4096] = b'\\1' * len(b[::4096])\nprint('done')"
+    big = bm.run_measured([sys.executable, "-c", alloc], env, tmp_path / "big.log")
+    assert small["exit_code"] == 0 and small["peak_rss_mib"] < 100, small
+    assert big["exit_code"] == 0 and 200 <= big["peak_rss_mib"] < 300, big
+    assert (tmp_path / "big.log").read_text().strip() == "done"
+    stuck = bm.run_measured([sys.executable, "-c", "import time; time.sleep(30)"], env, tmp_path / "t.log", timeout=0.3)
+    assert stuck["timed_out"] and stuck["exit_code"] != 0 and stuck["seconds"] < 10
+    del ballast
+
+
+def test_memory_bench_quick_path_runs_the_real_command(bench_scripts, tmp_path):
+    bm, _ = bench_scripts
+    out = tmp_path / "results" / "memory.json"
+    report = bm.main(["--sizes", "tokens=300,600", "--work", str(tmp_path / "work"), "--out", str(out)])
+    assert [(r["command"], r["rows"], r["exit_code"]) for r in report["runs"]] == [("tokens", 300, 0), ("tokens", 600, 0)]
+    assert all(r["peak_rss_mib"] > 50 and r["seconds"] > 0 for r in report["runs"])
+    assert report["ratios"][0]["command"] == "tokens" and report["trees"]["current"]["commit"]
+    assert json.loads(out.read_text())["runs"] == report["runs"]
+    assert "| tokens | 600 |" in out.with_suffix(".md").read_text()
+    assert (tmp_path / "work" / "data" / "long-600.tsv").read_text().count("\n") == 600
+    assert not (tmp_path / "work" / "cache" / "current").exists()  # caches and outputs go after each run
+    with pytest.raises(SystemExit, match="inside the repository"):
+        bm.main(["--sizes", "tokens=10,20", "--work", str(Path(bm.ROOT) / "runs" / "x"), "--out", str(out)])
+
+
+def test_throughput_bench_side_by_side(bench_scripts, tmp_path):
+    _, bt = bench_scripts
+    out = tmp_path / "throughput.json"
+    root = str(Path(__file__).resolve().parent.parent)
+    report = bt.main(["--commands", "tokens", "--limit", "40", "--repeats", "1", "--baseline-src", root,
+                      "--work", str(tmp_path / "work"), "--out", str(out)])
+    assert sorted(r["tree"] for r in report["runs"]) == ["baseline", "current"]
+    assert all(r["exit_code"] == 0 and r["rows"] == 80 for r in report["runs"]), report["runs"]  # train + dev
+    (row,) = report["summary"]
+    assert row["command"] == "tokens" and row["time_ratio"] > 0 and row["slower_beyond_noise"] is None
+    assert "time current/baseline" in out.with_suffix(".md").read_text()
+    with pytest.raises(SystemExit, match="unknown probe"):
+        bt.main(["--commands", "tokens,probe", "--out", str(out)])
+
+
+@pytest.mark.slow
+def test_memory_and_throughput_benches_with_models(bench_scripts, tmp_path):
+    bm, bt = bench_scripts
+    report = bm.main(["--sizes", "embed=40,80;predict=40,80", "--work", str(tmp_path / "work"),
+                      "--out", str(tmp_path / "memory.json")])
+    assert [r["exit_code"] for r in report["runs"]] == [0, 0, 0, 0] and len(report["ratios"]) == 2
+    report = bt.main(["--commands", "predict,evaluate,finetune", "--limit", "40", "--finetune-rows", "32",
+                      "--repeats", "1", "--work", str(tmp_path / "work"), "--out", str(tmp_path / "tp.json")])
+    assert all(r["exit_code"] == 0 for r in report["runs"]), report["runs"]
