@@ -166,7 +166,8 @@ def command_args(command: str, data: Path, models: dict[str, str], out: Path, ex
     if command == "tokens":
         args = ["--model", models["encoder"], "--data", str(data), *columns, "--out", str(out / "tokens")]
     elif command == "embed":
-        args = ["--model", models["encoder"], "--data", str(data), *columns, "--precision", "fp32",
+        args = ["--model", models.get("embed_encoder", models["encoder"]), "--data", str(data), *columns,
+                "--precision", "fp32",
                 "--out", str(out / "features")]
     elif command == "predict":
         args = ["--model", models["classifier"], "--data", str(data), "--text-column", "0", "--precision", "fp32",
@@ -237,21 +238,28 @@ def minilm_dir() -> str:
 CLASSIFIER_SCRIPT = """
 import sys, torch
 from transformers import AutoTokenizer, BertForSequenceClassification
-encoder, folder = sys.argv[1], sys.argv[2]
+from transformers import BertConfig
+encoder, folder, size = sys.argv[1], sys.argv[2], sys.argv[3]
 torch.manual_seed(0)
-model = BertForSequenceClassification.from_pretrained(
-    encoder, num_labels=2, id2label={0: "0", 1: "1"}, label2id={"0": 0, "1": 1})
+labels = dict(num_labels=2, id2label={0: "0", 1: "1"}, label2id={"0": 0, "1": 1})
+if size == "tiny":  # MiniLM's vocabulary and tokenizer, a 2-layer 128-wide random encoder: the data's cost shows
+    base = BertConfig.from_pretrained(encoder)
+    config = BertConfig(vocab_size=base.vocab_size, hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=512, max_position_embeddings=base.max_position_embeddings, **labels)
+    model = BertForSequenceClassification(config)
+else:
+    model = BertForSequenceClassification.from_pretrained(encoder, **labels)
 model.save_pretrained(folder, safe_serialization=True)
 AutoTokenizer.from_pretrained(encoder).save_pretrained(folder)
 """
 
 
-def build_classifier(encoder: str, folder: Path) -> str:
+def build_classifier(encoder: str, folder: Path, size: str = "minilm") -> str:
     """MiniLM-L6 with a seeded random 2-label head (0/1), saved as a fine-tuned folder: what predict and
     evaluate load. Built in a child process; kept when already there."""
     if not (folder / "config.json").is_file():
         env = {**os.environ, **CHILD_ENV}
-        done = subprocess.run([sys.executable, "-c", CLASSIFIER_SCRIPT, encoder, str(folder)], capture_output=True,
+        done = subprocess.run([sys.executable, "-c", CLASSIFIER_SCRIPT, encoder, str(folder), size], capture_output=True,
                               text=True, env=env, check=False)
         if done.returncode != 0:
             raise SystemExit(f"building the classifier failed:\n{done.stderr[-2000:]}")
@@ -377,7 +385,10 @@ def prepare(args: argparse.Namespace, work: Path, sizes: dict[str, tuple[int, ..
                 print(f"  data {path.name}: {path.stat().st_size / 2**20:,.1f} MiB, {time.perf_counter() - start:.1f} s",
                       flush=True)
     models = {"encoder": minilm_dir()}
-    if "predict" in sizes:
+    if getattr(args, "model_size", "minilm") == "tiny":  # embed reads the classifier's encoder; tokens keeps MiniLM's tokenizer
+        models["embed_encoder"] = build_classifier(models["encoder"], work / "models" / "tiny-classifier", "tiny")
+        models["classifier"] = models["embed_encoder"]
+    elif "predict" in sizes:
         models["classifier"] = build_classifier(models["encoder"], work / "models" / "minilm-classifier")
     return files, models, source
 
@@ -439,6 +450,9 @@ def common_options(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model-size", choices=("minilm", "tiny"), default="tiny",
+                        help="embed/predict model: tiny (2 layers, 128 wide, random, MiniLM's tokenizer: what the "
+                             "input costs shows, the model's cost stays small) or the packaged MiniLM-L6")
     parser.add_argument("--sizes", default="full", help="quick, full, or tokens=N,N;embed=N,N;predict=N,N")
     parser.add_argument("--quick", action="store_true", help="same as --sizes quick (what run_all.py --quick passes)")
     common_options(parser)

@@ -47,14 +47,24 @@ def local_table(path: Path, encoding: str, header: str, by_index: bool, label_in
                "by_index": by_index, "label_index": label_index, "version": CACHE_VERSION}
     key = hashlib.sha256(json.dumps(options, sort_keys=True).encode()).hexdigest()[:40]
     folder = cache_root(cache_dir) / "tables" / key
-    if not (folder / "meta.json").is_file():
+    parsed_now = not (folder / "meta.json").is_file()
+    if parsed_now:
         _build(folder, path, size, options)
     meta = json.loads((folder / "meta.json").read_text())
-    return RowTable.open(folder / "rows.arrow", meta), fingerprint
+    table = RowTable.open(folder / "rows.arrow", meta)
+    if parsed_now and size >= NOTE_BYTES:
+        table.note = (f"Parsed {path} ({len(table):,} rows) once into the cache {folder} "
+                      f"({_folder_mb(folder):,.0f} MB; --cache-dir or BERTKIT_CACHE_DIR moves it): later commands "
+                      f"and resumes read it memory-mapped.")
+    return table, fingerprint
 
 
-def cache_folder_note(table_folder: Path) -> str:
-    return f"parsed inputs are cached in {table_folder.parent} (--cache-dir or BERTKIT_CACHE_DIR to move it)"
+NOTE_BYTES = 64 << 20
+"""Inputs from this size on get a note saying where their parsed copy went (and its size)."""
+
+
+def _folder_mb(folder: Path) -> float:
+    return sum(f.stat().st_size for f in folder.iterdir()) / (1 << 20)
 
 
 def _build(folder: Path, path: Path, size: int, options: dict[str, Any]) -> None:

@@ -192,6 +192,10 @@ def load_splits(opts: DataOptions, *, need_labels: bool = True, need_dev: bool =
         for name, split in (("dev", dev), ("test", test)):
             if split is not None and split.labels is not None:
                 label_map.encode(split.labels, f"The {name} data {split.source}")
+    for split in (train, dev, test):
+        table = getattr(split.texts, "table", None) if split is not None else None
+        if table is not None and table.note and table.note not in notes:
+            notes.append(table.note)
     return Splits(train, dev, test, label_map, notes)
 
 

@@ -41,6 +41,8 @@ class RowTable:
         self.json_cells = json_cells
         self.lines = lines
         self._mapped = mapped
+        self.note: str | None = None
+        """Set when the table was parsed just now from a large file: where its cache went."""
 
     @classmethod
     def open(cls, arrow_file: Path, meta: dict[str, Any]) -> RowTable:
@@ -118,16 +120,18 @@ class RowTable:
         many = isinstance(columns, (list, tuple))
         return Column(self, tuple(columns) if many else (columns,), convert, None, many, per_value)
 
-    def scan_coded(self, column: Any, size: int = CHUNK_ROWS) -> Iterator[tuple[int, Coded]]:
+    def scan_coded(self, column: Any, size: int | None = None) -> Iterator[tuple[int, Coded]]:
         """(start, the chunk's cells coded) for every chunk of rows, in order."""
+        size = size or CHUNK_ROWS
         for k, start in enumerate(range(0, len(self), size)):
             yield start, self.coded(column, range(start, min(start + size, len(self))))
             if k % RELEASE_EVERY == RELEASE_EVERY - 1:
                 self.release()
         self.release()
 
-    def scan_arrow(self, columns: Sequence[Any], size: int = CHUNK_ROWS) -> Iterator[tuple[int, list[pa.Array]]]:
+    def scan_arrow(self, columns: Sequence[Any], size: int | None = None) -> Iterator[tuple[int, list[pa.Array]]]:
         """(start, [the Arrow cells of each column]) for every chunk of rows, in order."""
+        size = size or CHUNK_ROWS
         for k, start in enumerate(range(0, len(self), size)):
             rows = range(start, min(start + size, len(self)))
             yield start, [self.arrow(c, rows) for c in columns]
@@ -135,8 +139,9 @@ class RowTable:
                 self.release()
         self.release()
 
-    def scan(self, columns: Sequence[Any], size: int = CHUNK_ROWS) -> Iterator[tuple[int, list[list[Any]]]]:
+    def scan(self, columns: Sequence[Any], size: int | None = None) -> Iterator[tuple[int, list[list[Any]]]]:
         """(start, [cells of each column]) for every chunk of rows, in order."""
+        size = size or CHUNK_ROWS
         for k, start in enumerate(range(0, len(self), size)):
             rows = range(start, min(start + size, len(self)))
             yield start, [self.cells(c, rows) for c in columns]
