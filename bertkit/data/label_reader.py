@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
 from bertkit.data.cells import is_missing, is_nested, nested_problem
 from bertkit.data.columns import Columns
 from bertkit.data.findings import Found
@@ -284,6 +285,6 @@ class LabelReader:
             return []
 
         def tag_sets(columns: list[list[Any]]) -> list[tuple[str, ...]]:
-            return [tuple(n for n, v in zip(names, row, strict=True) if _zero_one(v) == 1) for row in zip(*columns)]
+            return [tuple(n for n, v in zip(names, row, strict=True) if _zero_one(v) == 1) for row in zip(*columns, strict=True)]
 
         return self.table.column(list(self.cols.tag_columns), tag_sets)

@@ -10,13 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from bertkit.data.cells import MAX_LISTED, is_int_text
 from bertkit.data.columns import TextCheck, choose_columns, label_selectors, reads_tags, text_values
 from bertkit.data.dataset import TextDataset
+from bertkit.data.ingest import hub_table, local_table
 from bertkit.data.label_reader import LabelReader
 from bertkit.data.labels import LabelMap
 from bertkit.data.options import DataOptions
-from bertkit.data.ingest import hub_table, local_table
 from bertkit.data.sources import is_local_source, read_hub_split
 from bertkit.data.table import RowTable, line_column
 from bertkit.errors import UserError, raise_if_problems
