@@ -27,6 +27,8 @@ LINE_FIELD = "__line__"
 
 RELEASE_EVERY = 16
 """Chunks a pass reads between two hand-backs of the mapped pages (`RowTable.release`)."""
+RELEASE_ROWS = 65_536
+"""Rows read (any column, any order) between two hand-backs of the mapped pages."""
 
 
 class RowTable:
@@ -41,6 +43,7 @@ class RowTable:
         self.json_cells = json_cells
         self.lines = lines
         self._mapped = mapped
+        self._unreleased = 0
         self.note: str | None = None
         """Set when the table was parsed just now from a large file: where its cache went."""
 
@@ -75,18 +78,18 @@ class RowTable:
 
     def cells(self, column: Any, rows: np.ndarray | range) -> list[Any]:
         """Python values of `column` at `rows` (a range reads a zero-copy slice; an index array takes)."""
-        array = self.table.column(self.position(column))
-        if isinstance(rows, range) and rows.step == 1:
-            part = array.slice(rows.start, len(rows))
-        else:
-            part = array.take(pa.array(np.asarray(rows, dtype=np.int64)))
-        values = part.to_pylist()
+        values = self.arrow(column, rows).to_pylist()
         if self.json_cells and column != LINE_FIELD:
             return [None if v is None else json.loads(v) for v in values]
         return values
 
     def arrow(self, column: Any, rows: np.ndarray | range) -> pa.Array:
-        """The Arrow cells of `column` at `rows` (JSON texts for a table of JSON cells)."""
+        """The Arrow cells of `column` at `rows` (JSON texts for a table of JSON cells). Every read goes through
+        here: after RELEASE_ROWS rows the mapped pages are handed back (`release`), whatever the access pattern."""
+        self._unreleased += len(rows)
+        if self._unreleased >= RELEASE_ROWS:
+            self._unreleased = 0
+            self.release()
         array = self.table.column(self.position(column))
         if isinstance(rows, range) and rows.step == 1:
             return array.slice(rows.start, len(rows)).combine_chunks()
