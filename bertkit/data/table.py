@@ -25,8 +25,6 @@ CHUNK_ROWS = 4096
 LINE_FIELD = "__line__"
 """The Arrow field holding each row's file line (a cached delimited or JSON Lines file)."""
 
-RELEASE_EVERY = 16
-"""Chunks a pass reads between two hand-backs of the mapped pages (`RowTable.release`)."""
 RELEASE_ROWS = 65_536
 """Rows read (any column, any order) between two hand-backs of the mapped pages."""
 
@@ -123,34 +121,25 @@ class RowTable:
         many = isinstance(columns, (list, tuple))
         return Column(self, tuple(columns) if many else (columns,), convert, None, many, per_value)
 
+    def _ranges(self, size: int | None) -> Iterator[range]:
+        size = size or CHUNK_ROWS
+        for start in range(0, len(self), size):
+            yield range(start, min(start + size, len(self)))
+
     def scan_coded(self, column: Any, size: int | None = None) -> Iterator[tuple[int, Coded]]:
         """(start, the chunk's cells coded) for every chunk of rows, in order."""
-        size = size or CHUNK_ROWS
-        for k, start in enumerate(range(0, len(self), size)):
-            yield start, self.coded(column, range(start, min(start + size, len(self))))
-            if k % RELEASE_EVERY == RELEASE_EVERY - 1:
-                self.release()
-        self.release()
+        for rows in self._ranges(size):
+            yield rows.start, self.coded(column, rows)
 
     def scan_arrow(self, columns: Sequence[Any], size: int | None = None) -> Iterator[tuple[int, list[pa.Array]]]:
         """(start, [the Arrow cells of each column]) for every chunk of rows, in order."""
-        size = size or CHUNK_ROWS
-        for k, start in enumerate(range(0, len(self), size)):
-            rows = range(start, min(start + size, len(self)))
-            yield start, [self.arrow(c, rows) for c in columns]
-            if k % RELEASE_EVERY == RELEASE_EVERY - 1:
-                self.release()
-        self.release()
+        for rows in self._ranges(size):
+            yield rows.start, [self.arrow(c, rows) for c in columns]
 
     def scan(self, columns: Sequence[Any], size: int | None = None) -> Iterator[tuple[int, list[list[Any]]]]:
         """(start, [cells of each column]) for every chunk of rows, in order."""
-        size = size or CHUNK_ROWS
-        for k, start in enumerate(range(0, len(self), size)):
-            rows = range(start, min(start + size, len(self)))
-            yield start, [self.cells(c, rows) for c in columns]
-            if k % RELEASE_EVERY == RELEASE_EVERY - 1:
-                self.release()
-        self.release()
+        for rows in self._ranges(size):
+            yield rows.start, [self.cells(c, rows) for c in columns]
 
 
 class Coded:
@@ -236,10 +225,8 @@ class Column(Sequence):
         return self._values(self._rows(range(position, position + 1)))[0]
 
     def __iter__(self) -> Iterator[Any]:
-        for k, start in enumerate(range(0, len(self), CHUNK_ROWS)):
+        for start in range(0, len(self), CHUNK_ROWS):
             yield from self._values(self._rows(range(start, min(start + CHUNK_ROWS, len(self)))))
-            if k % RELEASE_EVERY == RELEASE_EVERY - 1:
-                self.table.release()
 
     def take(self, positions: Sequence[int]) -> Column:
         """The rows at `positions` (of this sequence), lazily."""
