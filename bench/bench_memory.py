@@ -426,6 +426,20 @@ def write_report(report: dict[str, Any], out: Path, md: str) -> None:
     print("\n" + md + f"\nwrote {out} and {out.with_suffix('.md').name}", flush=True)
 
 
+def run_in_scratch(args: argparse.Namespace, run: Any, out: Path, to_markdown: Any) -> dict[str, Any]:
+    """`run(args, work)` in the scratch folder (removed after unless kept), timed; the report written to `out`."""
+    work, remove = scratch(args)
+    started = time.perf_counter()
+    try:
+        report = run(args, work)
+    finally:
+        if remove:
+            shutil.rmtree(work, ignore_errors=True)
+    report["seconds"] = round(time.perf_counter() - started, 1)
+    write_report(report, out, to_markdown(report))
+    return report
+
+
 def scratch(args: argparse.Namespace) -> tuple[Path, bool]:
     """The scratch folder (--work, kept) or a fresh temp dir under /tmp (removed unless --keep)."""
     if args.work:
@@ -459,17 +473,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     if args.quick:
         args.sizes = "quick"
-    work, remove = scratch(args)
-    started = time.perf_counter()
-    try:
-        report = run_memory(args, work)
-    finally:
-        if remove:
-            shutil.rmtree(work, ignore_errors=True)
-    report["seconds"] = round(time.perf_counter() - started, 1)
     name = "memory" if args.sizes == "full" else "memory-quick" if args.sizes == "quick" else "memory-custom"
-    write_report(report, Path(args.out) if args.out else RESULTS / f"{name}.json", markdown(report))
-    return report
+    return run_in_scratch(args, run_memory, Path(args.out) if args.out else RESULTS / f"{name}.json", markdown)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,6 @@ import os
 import shutil
 import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -201,17 +200,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args.limit = args.limit or (1000 if args.quick else None)
     args.repeats = args.repeats or (1 if args.quick else 3)
     args.finetune_rows = args.finetune_rows or (256 if args.quick else 512)
-    work, remove = bm.scratch(args)
-    started = time.perf_counter()
-    try:
-        report = run_throughput(args, work)
-    finally:
-        if remove:
-            shutil.rmtree(work, ignore_errors=True)
-    report["seconds"] = round(time.perf_counter() - started, 1)
     out = Path(args.out) if args.out else bm.RESULTS / ("throughput-quick.json" if args.quick else "throughput.json")
-    bm.write_report(report, out, markdown(report))
-    return report
+    return bm.run_in_scratch(args, run_throughput, out, markdown)
 
 
 if __name__ == "__main__":

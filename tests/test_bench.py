@@ -501,8 +501,9 @@ def test_run_measured_is_the_childs_own_peak_rss(bench_scripts, tmp_path):
     assert small["exit_code"] == 0 and small["peak_rss_mib"] < 100, small
     assert big["exit_code"] == 0 and 200 <= big["peak_rss_mib"] < 300, big
     assert (tmp_path / "big.log").read_text().strip() == "done"
-    stuck = bm.run_measured([sys.executable, "-c", "import time; time.sleep(30)"], env, tmp_path / "t.log", timeout=0.3)
-    assert stuck["timed_out"] and stuck["exit_code"] != 0 and stuck["seconds"] < 10
+    stuck = bm.run_measured([sys.executable, "-c", "import signal; signal.pause()"], env, tmp_path / "t.log",
+                            timeout=0.3)  # a child that never ends on its own: the timeout must kill it
+    assert stuck["timed_out"] and stuck["exit_code"] == -9  # SIGKILL from the timeout, not an exit of its own
     del ballast
 
 

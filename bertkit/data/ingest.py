@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from bertkit.data import sources
 from bertkit.data.cachedir import cache_root
-from bertkit.data.table import LINE_FIELD, LineNumbers, RowTable
+from bertkit.data.table import LINE_FIELD, RowTable
 from bertkit.errors import UserError
 from bertkit.io import disk
 
@@ -92,7 +92,7 @@ def _build(folder: Path, path: Path, size: int, options: dict[str, Any]) -> None
         if disk.is_disk_full(exc):
             raise disk.full_error(parent, disk.with_margin(2 * size)) from None
         raise
-    finally:
+    finally:  # the temp folder this call made (a uuid name in the cache); after a rename it is gone already
         shutil.rmtree(tmp, ignore_errors=True)
 
 
@@ -190,7 +190,7 @@ def _delimited_into(target: Path, path: Path, options: dict[str, Any]) -> dict[s
                     if has_header:
                         frame, line_numbers = frame.iloc[1:], line_numbers[1:]
                     writer = _ArrowWriter(target, len(names))
-                writer.write([frame.iloc[:, j] for j in range(len(names))], line_numbers, path)
+                writer.write([frame.iloc[:, j] for j in range(len(names))], line_numbers)
                 rows += len(frame)
         except pd.errors.ParserError as exc:
             raise UserError(
@@ -255,7 +255,7 @@ class _ArrowWriter:
         self.sink = pa.OSFile(str(target), "wb")
         self.writer = pa.ipc.new_file(self.sink, self.schema)
 
-    def write(self, columns: list[Any], line_numbers: np.ndarray, path: Path) -> None:
+    def write(self, columns: list[Any], line_numbers: np.ndarray) -> None:
         arrays = [pa.array(c, type=f.type, from_pandas=True) for c, f in zip(columns, self.schema, strict=False)]
         self.writer.write_batch(pa.record_batch([*arrays, pa.array(line_numbers, pa.int64())], schema=self.schema))
 
@@ -277,7 +277,7 @@ def _parquet_into(target: Path, path: Path) -> dict[str, Any]:
         writer, rows = _ArrowWriter(target, len(names), types), 0
         try:
             for batch in parquet.iter_batches(batch_size=PARSE_ROWS):
-                writer.write(list(batch.columns), np.arange(rows + 1, rows + batch.num_rows + 1), path)
+                writer.write(list(batch.columns), np.arange(rows + 1, rows + batch.num_rows + 1))
                 rows += batch.num_rows
         finally:
             writer.close()
@@ -304,7 +304,7 @@ def write_frame(target: Path, frame: pd.DataFrame, line_numbers: np.ndarray) -> 
         for start in range(0, len(frame), PARSE_ROWS):
             part = frame.iloc[start:start + PARSE_ROWS]
             writer.write([[json_cell(v) for v in part.iloc[:, j].tolist()] for j in range(len(frame.columns))],
-                         line_numbers[start:start + PARSE_ROWS], Path(target))
+                         line_numbers[start:start + PARSE_ROWS])
     finally:
         writer.close()
 
@@ -330,11 +330,3 @@ def hub_table(dataset: Any) -> RowTable:
     """A hub split (a `datasets.Dataset`, memory-mapped from the hub cache) as a RowTable, zero-copy."""
     table = dataset.data.table if hasattr(dataset.data, "table") else dataset.data
     return RowTable(table, list(dataset.column_names), lines=None)
-
-
-def frame_table(frame: pd.DataFrame) -> RowTable:
-    """An in-memory DataFrame (tests, small inputs) as a RowTable of JSON cells."""
-    arrays = [pa.array([json_cell(v) for v in frame.iloc[:, j].tolist()], pa.string())
-              for j in range(len(frame.columns))]
-    table = pa.table(arrays, names=[str(j) for j in range(len(frame.columns))])
-    return RowTable(table, list(frame.columns), json_cells=True, lines=LineNumbers("plain"))

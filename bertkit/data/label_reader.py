@@ -62,8 +62,7 @@ class LabelSummary:
     huge: Found = field(default_factory=Found)
 
     def feed(self, start: int, coded: Any) -> None:
-        """One chunk's cells (a `table.Coded`, or a list): the checks run once per distinct value."""
-        coded = _coded(coded)
+        """One chunk's cells (a `table.Coded`): the checks run once per distinct value."""
         for value, n in zip(coded.uniques, coded.counts(), strict=True):
             if not n:
                 continue
@@ -94,22 +93,6 @@ class LabelSummary:
 def _huge(value: Any) -> bool:
     number = None if is_missing(value) else label_number(value)
     return number is not None and abs(number) > MAX_TARGET and not (is_plain_integer(value) and abs(number) < 2**53)
-
-
-def _coded(values: Any) -> Any:
-    """A list of cells as a `table.Coded` of one value per row."""
-    from bertkit.data.table import Coded
-
-    if isinstance(values, Coded):
-        return values
-    return Coded(list(values), np.arange(len(values), dtype=np.int64))
-
-
-def detect_task(values: list[Any], label_sep: str | None, several_columns: bool) -> str:
-    """--task auto on a list of label cells (see `LabelSummary.task`)."""
-    summary = LabelSummary()
-    summary.feed(0, values)
-    return summary.task(label_sep, several_columns)
 
 
 @dataclass

@@ -86,3 +86,14 @@ def append_jsonl(path: Path, record: dict[str, Any]) -> None:
         handle.write(to_json(record, indent=None) + "\n")
         handle.flush()
         os.fsync(handle.fileno())
+
+
+def read_json_record(file: Path, valid: Any) -> tuple[Any, str | None]:
+    """(the JSON in `file`, None) when it parses and `valid(record)` says None; else (None, why not): what a reader
+    of bertkit's own records (markers, config.json) turns into its message."""
+    try:
+        record = json.loads(Path(file).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        return None, str(exc) or type(exc).__name__
+    reason = valid(record)
+    return (record, None) if reason is None else (None, reason)

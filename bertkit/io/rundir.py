@@ -14,7 +14,6 @@ leaves the previous output as it was.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -22,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bertkit.errors import UserError
-from bertkit.io.atomic import write_json_atomic
+from bertkit.io.atomic import read_json_record, write_json_atomic
 from bertkit.io.faults import kill_point
 from bertkit.io.ownership import (
     COMPLETE,
@@ -239,18 +238,15 @@ def _read_marker(path: Path) -> str | None:
     file = path / MARKER
     if not file.exists():
         return None
-    try:
-        record = json.loads(file.read_text(encoding="utf-8"))
-        ok = isinstance(record, dict) and record.get("format") == MARKER_FORMAT and isinstance(record.get("command"), str)
-        reason = None if ok else f"not a {MARKER_FORMAT} record"
-    except (OSError, ValueError) as exc:
-        reason = str(exc) or type(exc).__name__
+    record, reason = read_json_record(file, lambda r: None if isinstance(r, dict) and r.get("format") == MARKER_FORMAT
+                                      and isinstance(r.get("command"), str) else f"not a {MARKER_FORMAT} record")
     if reason is not None:
         raise UserError(
             f"--out {path} has a {MARKER} that bertkit did not write ({reason}), so bertkit cannot tell which "
             f"command owns {path} and leaves it alone. Choose another --out, e.g. --out {suggest_out(path, 'run')}."
         )
     return str(record["command"])
+
 
 def _legacy_owner(path: Path) -> str | None:
     """The command that wrote a run directory made before markers existed (its config.json or store files)."""

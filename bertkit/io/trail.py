@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.errors import UserError
-from bertkit.io.atomic import to_json, write_json_atomic
+from bertkit.io.atomic import read_json_record, to_json, write_json_atomic
 
 NOT_COMPARED = frozenset({"out", "overwrite", "quiet", "json_output"})
 """Config fields that do not change a run's results: a re-run may change them and still be the same run."""
@@ -90,11 +90,8 @@ def read_run_config(path: Path) -> dict[str, Any] | None:
     file = Path(path) / "config.json"
     if not file.is_file():
         return None
-    try:
-        record = json.loads(file.read_text(encoding="utf-8"))
-        reason = None if isinstance(record, dict) and isinstance(record.get("config"), dict) else "no `config` table"
-    except (OSError, ValueError) as exc:
-        reason = str(exc) or type(exc).__name__
+    record, reason = read_json_record(file, lambda r: None if isinstance(r, dict) and isinstance(r.get("config"), dict)
+                                      else "no `config` table")
     if reason is not None:
         raise UserError(
             f"{file} is not the config.json bertkit writes ({reason}), so bertkit cannot tell which run "
