@@ -80,8 +80,9 @@ class LabelMap:
         mapping = {label_key(label): i for i, label in enumerate(self.labels)}
         ids = np.empty(len(labels), dtype=np.int64)
         unseen: set[Any] = set()
+        memo: dict[tuple[type, Any], Any] = {}
         for start, part in _chunked(labels):  # a chunk of keys at a time: millions of rows hold no Python list
-            keys = [label_key(label) for label in part]
+            keys = _keys(part, memo)
             unseen.update(label for label, key in zip(part, keys, strict=True) if key not in mapping)
             if not unseen:
                 ids[start:start + len(part)] = [mapping[key] for key in keys]
@@ -129,6 +130,21 @@ class LabelMap:
             return cls(tuple(str(n) for n in names), task)
         labels = normalise_labels(names)  # the same canonical labels the training data had
         return cls(tuple(labels if len(set(labels)) == len(labels) else names))
+
+
+def _keys(labels: Sequence[Any], memo: dict[tuple[type, Any], Any]) -> list[Any]:
+    """`label_key` of every label, computed once per distinct (type, value): millions of rows hold a few classes."""
+    keys = []
+    for label in labels:
+        slot = (type(label), label)
+        try:
+            key = memo.get(slot, memo)
+        except TypeError:  # an unhashable cell (reported elsewhere): no memo
+            key = label_key(label)
+        if key is memo:
+            key = memo[slot] = label_key(label)
+        keys.append(key)
+    return keys
 
 
 def _chunked(values: Sequence[Any], size: int = 65_536) -> Any:
