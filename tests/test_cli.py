@@ -96,7 +96,7 @@ import dataclasses  # noqa: E402
 import pytest  # noqa: E402
 import typer  # noqa: E402
 
-from bertkit.config import commands as config  # noqa: E402
+from bertkit import config  # noqa: E402
 from bertkit.config import fields as options  # noqa: E402
 
 CLI_ONLY = {"quiet", "json_output", "recipe"}

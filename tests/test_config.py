@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from bertkit.config import commands as config
+from bertkit import config
 from bertkit.config import fields as options
 from bertkit.config import groups, quality_args, recipes
 from bertkit.errors import UserError

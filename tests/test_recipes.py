@@ -10,7 +10,7 @@ import typer
 from typer.testing import CliRunner
 
 from bertkit.cli.app import app
-from bertkit.config import commands as config
+from bertkit import config
 from bertkit.config import recipes
 
 RECIPES = recipes.list_recipes()

@@ -427,20 +427,3 @@ class BenchConfig(DataOptions):
 def config_dict(config: Any) -> dict[str, Any]:
     """The resolved config as a plain dict (for config.json in a run directory)."""
     return dataclasses.asdict(config)
-
-
-def config_for_command(command: str) -> type:
-    """The config class of a command by convention: `finetune` -> `FinetuneConfig`."""
-    cls = globals().get(f"{command.capitalize()}Config")
-    if cls is None or not dataclasses.is_dataclass(cls):
-        raise UserError(f"No command named {command!r} takes recipes. Commands: {', '.join(recipe_commands())}.")
-    return cls
-
-
-def recipe_commands() -> list[str]:
-    """Commands that have a config class (and therefore accept --recipe)."""
-    return sorted(
-        name[: -len("Config")].lower()
-        for name, value in globals().items()
-        if name.endswith("Config") and dataclasses.is_dataclass(value) and name != "DataOptions"
-    )
