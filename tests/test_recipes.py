@@ -9,8 +9,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from bertkit.cli.app import app
 from bertkit import config
+from bertkit.cli.app import app
 from bertkit.config import recipes
 
 RECIPES = recipes.list_recipes()
