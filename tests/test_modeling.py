@@ -121,3 +121,55 @@ def test_device_choice_and_autocast():
 def test_model_revision_is_stable(tiny_bert_dir):
     assert modeling.model_revision(str(tiny_bert_dir)) == modeling.model_revision(str(tiny_bert_dir))
     assert modeling.model_revision(str(tiny_bert_dir)).startswith("local-sha256:")
+
+
+# ---------------------------------------------------------------- int8
+
+
+def test_int8_computes_in_fp32_on_the_cpu_and_is_refused_on_a_gpu():
+    cpu = torch.device("cpu")
+    assert modeling.choose_dtype("int8", cpu) == torch.float32
+    assert modeling.resolved_precision("int8", cpu) == "int8"
+    for gpu in ("cuda", "cuda:1", "mps"):
+        with pytest.raises(UserError, match=r"int8 is a CPU precision here.*auto, fp32, bf16 and fp16.*"
+                                            r"--precision bf16 \(or fp16\).*--device cpu"):
+            modeling.choose_dtype("int8", torch.device(gpu))
+
+
+def test_int8_with_device_auto_runs_on_the_cpu(monkeypatch):
+    monkeypatch.setattr(modeling, "choose_device", lambda requested=None: torch.device("cuda"))  # a GPU machine
+    assert modeling.inference_device("auto", "int8").type == "cpu"
+    assert modeling.inference_device(None, "int8").type == "cpu"
+    assert modeling.inference_device("auto", "fp32").type == "cuda"  # other precisions: unchanged
+
+
+@pytest.mark.parametrize("bf16", ["0", "1"])
+def test_auto_resolves_as_before(monkeypatch, bf16):
+    modeling.cpu_supports_bf16.cache_clear()
+    monkeypatch.setenv("BERTKIT_ASSUME_BF16", bf16)
+    try:
+        assert modeling.resolved_precision("auto", torch.device("cpu")) == ("bf16" if bf16 == "1" else "fp32")
+    finally:
+        modeling.cpu_supports_bf16.cache_clear()
+
+
+@pytest.mark.parametrize("fixture", ["tiny_bert_dir", "tiny_distilbert_dir"])
+def test_quantized_int8_is_a_copy_with_every_linear_layer_in_int8(request, fixture):
+    import warnings
+
+    from torch.ao.nn.quantized.dynamic import Linear as DynamicInt8Linear
+
+    model = modeling.load_classifier(str(request.getfixturevalue(fixture)), id2label={0: "a", 1: "b"})
+    linears = [name for name, module in model.named_modules() if isinstance(module, torch.nn.Linear)]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        quantized = modeling.quantized_int8(model)
+    assert not caught, [str(w.message)[:80] for w in caught]  # torch's deprecation notices are silenced
+    modules = dict(quantized.named_modules())
+    assert linears and all(isinstance(modules[name], DynamicInt8Linear) for name in linears)
+    assert all(modules[name].weight().dtype == torch.qint8 for name in linears)
+    assert modeling.is_int8(quantized) and not modeling.is_int8(model)  # the original is untouched (fp32, trainable)
+    assert all(isinstance(m, torch.nn.Linear) for n, m in model.named_modules() if n in linears)
+    assert modeling.quantized_int8(quantized) is quantized
+    assert modeling.precision_name(quantized, torch.float32) == "int8"
+    assert modeling.precision_name(model, torch.float32) == "fp32"
