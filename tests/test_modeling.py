@@ -173,3 +173,18 @@ def test_quantized_int8_is_a_copy_with_every_linear_layer_in_int8(request, fixtu
     assert modeling.quantized_int8(quantized) is quantized
     assert modeling.precision_name(quantized, torch.float32) == "int8"
     assert modeling.precision_name(model, torch.float32) == "fp32"
+
+
+def test_int8_in_float_computes_with_the_int8_weights_without_activation_rounding(tiny_bert_dir):
+    encoder = modeling.load_encoder(str(tiny_bert_dir))
+    quantized = modeling.quantized_int8(encoder)
+    layer = quantized.encoder.layer[0].intermediate.dense
+    x = torch.randn(3, 5, layer.in_features, generator=torch.Generator().manual_seed(0))
+    exact = torch.nn.functional.linear(x, layer.weight().dequantize(), layer.bias())
+    rounded = layer(x)
+    assert not torch.equal(rounded, exact)
+    with modeling.int8_in_float(quantized):
+        torch.testing.assert_close(layer(x), exact, rtol=0, atol=0)
+    torch.testing.assert_close(layer(x), rounded, rtol=0, atol=0)  # restored
+    with modeling.int8_in_float(encoder):  # an fp32 model: nothing to do
+        pass

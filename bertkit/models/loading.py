@@ -410,6 +410,24 @@ def quantized_int8(model: Any) -> Any:
         return quantize_dynamic(copy.deepcopy(model), {torch.nn.Linear}, dtype=torch.qint8, inplace=True).eval()
 
 
+@contextlib.contextmanager
+def int8_in_float(model: Any):
+    """Within the block, every int8 linear layer of `model` computes in fp32 with its int8 weights dequantized:
+    the same weights, no activation rounding. How the fast path's self-check (`fastforward.agreement`) compares
+    two computations of an int8 model exactly; a no-op for any other model."""
+    from torch.ao.nn.quantized.dynamic import Linear as DynamicInt8Linear
+
+    layers = [m for m in model.modules() if isinstance(m, DynamicInt8Linear)]
+    for layer in layers:
+        layer.forward = functools.partial(torch.nn.functional.linear, weight=layer.weight().dequantize(),
+                                          bias=layer.bias())
+    try:
+        yield
+    finally:
+        for layer in layers:
+            del layer.forward
+
+
 def is_int8(model: Any) -> bool:
     """Whether `model` holds dynamically quantized int8 linear layers (made by `quantized_int8`)."""
     from torch.ao.nn.quantized.dynamic import Linear as DynamicInt8Linear
