@@ -188,3 +188,8 @@ def test_int8_in_float_computes_with_the_int8_weights_without_activation_roundin
     torch.testing.assert_close(layer(x), rounded, rtol=0, atol=0)  # restored
     with modeling.int8_in_float(encoder):  # an fp32 model: nothing to do
         pass
+
+
+def test_quantized_int8_inplace_converts_the_model_itself(tiny_bert_dir):
+    encoder = modeling.load_encoder(str(tiny_bert_dir))
+    assert modeling.quantized_int8(encoder, inplace=True) is encoder and modeling.is_int8(encoder)

@@ -46,16 +46,7 @@ CLASSIFIERS = ("BertForSequenceClassification", "DistilBertForSequenceClassifica
 TOLERANCE = 1e-4
 """Largest difference between the fast path and the model's own forward, relative to the largest output (or 1)."""
 LOW_PRECISION_TOLERANCE = 1e-2
-"""The same for a model whose weights are bf16/fp16.
-
-A dynamically quantized int8 model (`loading.quantized_int8`) is checked at `TOLERANCE`, in fp32 arithmetic on its
-int8 weights (`loading.int8_in_float`). Run in int8, its linear layers quantize each input tensor with a scale from
-that tensor's own range, so the [CLS]-only last layer (inputs [B, 1, H]) and the model's own ([B, T, H]) round
-differently: two int8 approximations of one fp32 function, neither more right. Measured on the check batch they
-differ by 0.016 (MiniLM-L6, real weights) and 0.007 (BERT-base/DistilBERT-base shapes, random init), each being
-0.01-0.10 from the fp32 model: the fast path is no further from fp32 than the model's own int8 forward. No
-tolerance separates that rounding from a layout mistake on every model (with small logits a doubled [CLS] vector
-moves them less than 0.1), so the check compares the arithmetic, not the rounding."""
+"""The same for a model whose weights are bf16/fp16."""
 
 
 @dataclass(frozen=True)
@@ -164,9 +155,17 @@ def relative_difference(fast: torch.Tensor, own: torch.Tensor) -> float:
 
 def agreement(fast: Callable[[], torch.Tensor], own: Callable[[], torch.Tensor], model: Any, what: str) -> bool:
     """Whether `fast()` equals `own()` (the model's own computation) within `TOLERANCE`, both run once in eval
-    mode without autocast, an int8 model's linear layers in fp32 on their int8 weights (the model's mode is
-    restored after; see `LOW_PRECISION_TOLERANCE` for why int8 is checked so). A disagreement is logged as a warning naming
-    `what`; the caller then uses the model's own forward."""
+    mode without autocast (the model's mode is restored after). A disagreement is logged as a warning naming
+    `what`; the caller then uses the model's own forward.
+
+    A dynamically quantized int8 model (`loading.quantized_int8`) is checked in fp32 arithmetic on its int8 weights
+    (`loading.int8_in_float`), at `TOLERANCE`. Run in int8, its linear layers quantize each input tensor with a
+    scale from that tensor's own range, so the [CLS]-only last layer (inputs [B, 1, H]) and the model's own
+    ([B, T, H]) round differently: two int8 approximations of one fp32 function, neither more right. Measured on
+    the check batch they differ by 0.016 (MiniLM-L6, real weights) and 0.007 (BERT-base/DistilBERT-base shapes,
+    random init), each being 0.01-0.10 from the fp32 model: the fast path is no further from fp32 than the model's
+    own int8 forward. No tolerance separates that rounding from a layout mistake on every model (with small logits,
+    a doubled [CLS] vector moves them by less than 0.1), so the check compares the arithmetic, not the rounding."""
     device = next(model.parameters()).device
     training = model.training
     model.eval()

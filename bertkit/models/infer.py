@@ -130,5 +130,5 @@ def load_for_inference(model_dir: str, precision: str = "fp32") -> tuple[Any, An
     id2label = getattr(model.config, "id2label", None) or {i: str(i) for i in range(model.config.num_labels)}
     model.to(modeling.inference_device(None, precision)).eval()
     if precision == modeling.INT8:
-        model = modeling.quantized_int8(model)
+        model = modeling.quantized_int8(model, inplace=True)  # loaded for inference only
     return model, tokenizer, LabelMap.from_id2label(id2label, getattr(model.config, "problem_type", None))

@@ -386,11 +386,12 @@ def inference_device(requested: str | None, precision: str) -> torch.device:
     return choose_device(requested)
 
 
-def quantized_int8(model: Any) -> Any:
+def quantized_int8(model: Any, inplace: bool = False) -> Any:
     """A copy of `model` whose `nn.Linear` layers are dynamically quantized: int8 weights (per tensor), activations
     quantized per call from their own range, products in int8 and accumulated in int32 (fbgemm/x86 kernels);
-    embeddings, LayerNorm and softmax stay fp32. A copy, so the fp32 model - the one saved or trained - is never
-    changed. For inference on the CPU only (`choose_dtype` refuses int8 elsewhere)."""
+    embeddings, LayerNorm and softmax stay fp32. For inference on the CPU only (`choose_dtype` refuses int8
+    elsewhere). A copy, so a model that is later saved or trained stays fp32; `inplace` converts `model` itself
+    (no second copy of the weights), only for a model loaded for this inference alone."""
     import copy
     import warnings
 
@@ -407,7 +408,8 @@ def quantized_int8(model: Any) -> Any:
         # conversion only, say nothing a user can act on, and would repeat for every command run.
         warnings.filterwarnings("ignore", message=r"torch\.ao\.quantization is deprecated")
         warnings.filterwarnings("ignore", message=r"torch\.quantize_per_tensor.*deprecated")
-        return quantize_dynamic(copy.deepcopy(model), {torch.nn.Linear}, dtype=torch.qint8, inplace=True).eval()
+        target = model if inplace else copy.deepcopy(model)
+        return quantize_dynamic(target, {torch.nn.Linear}, dtype=torch.qint8, inplace=True).eval()
 
 
 @contextlib.contextmanager

@@ -265,7 +265,7 @@ def load_text_inputs(cfg: Any, cache_dir: Path | Callable[[], Path] | None, prog
     indices = spec.resolve(n_layers)
     dtype = modeling.choose_dtype(cfg.precision, next(encoder.parameters()).device)
     if cfg.precision == modeling.INT8:
-        encoder = modeling.quantized_int8(encoder)
+        encoder = modeling.quantized_int8(encoder, inplace=True)  # loaded for the feature pass only
     meta = {"model": model, "revision": modeling.model_revision(model), "max_length": cfg.max_length,
             "normalize": cfg.normalize, "combine": "concat", "layers": cfg.layers or "-1",
             "architecture": type(encoder).__name__, "dtype": modeling.precision_name(encoder, dtype),
