@@ -24,6 +24,7 @@ from bertkit.data.dataset import TextDataset
 from bertkit.encoding.encode import Encoded, encode_dataset
 from bertkit.errors import UserError
 from bertkit.models import loading as modeling
+from bertkit.models import quantize
 
 runner = CliRunner()
 FAST = ["--min-iters", "1", "--min-seconds", "0", "--warmup", "0", "--rounds", "2", "--batch-sizes", "2",
@@ -586,4 +587,4 @@ def test_bench_int8_copies_leave_the_models_in_fp32(tiny_bert_dir):
     c = bench_contenders.load_contenders([str(tiny_bert_dir)], None, False)[0]
     (twin, label), = bench_measure.int8_twins([c])
     assert label == c.label and twin.label == f"{c.label} · int8"
-    assert modeling.is_int8(twin.model) and not modeling.is_int8(c.model)
+    assert quantize.is_int8(twin.model) and not quantize.is_int8(c.model)

@@ -13,6 +13,7 @@ from bertkit.errors import UserError
 from bertkit.features.extract import extract_features
 from bertkit.features.pooling import FeatureSpec
 from bertkit.models import loading as modeling
+from bertkit.models import quantize
 from bertkit.models.infer import auto_token_budget, plan_batches
 
 TEXTS = [
@@ -252,7 +253,7 @@ def test_int8_features_are_close_to_fp32_and_keep_the_pruned_path(which, pool, l
     import bertkit.features.pooling as pooling_module
 
     encoder, tokenizer = request.getfixturevalue(which)
-    quantized = modeling.quantized_int8(encoder)
+    quantized = quantize.quantized_int8(encoder)
     ds = TextDataset(TEXTS)
     fp32 = extract_features(encoder, tokenizer, ds, pool=pool, layers=layers, batch_size=5)
     with caplog.at_level("WARNING", logger="bertkit.models.fastforward"):
@@ -264,7 +265,7 @@ def test_int8_features_are_close_to_fp32_and_keep_the_pruned_path(which, pool, l
     monkeypatch.setattr(pooling_module, "PRUNE_LAYERS", False)
     full = extract_features(quantized, tokenizer, ds, pool=pool, layers=layers, batch_size=5)
     np.testing.assert_allclose(int8, full, atol=5e-3, rtol=0)
-    assert not modeling.is_int8(encoder)  # the fp32 encoder was copied, not converted
+    assert not quantize.is_int8(encoder)  # the fp32 encoder was copied, not converted
 
 
 @pytest.mark.slow
@@ -278,7 +279,7 @@ def test_int8_minilm_features_stay_close_to_fp32(minilm_dir, demo_dir, caplog):
     ds = load_dataset_split(DataOptions(), str(demo_dir / "dev.tsv"))
     fp32 = extract_features(encoder, tokenizer, ds, pool="cls", batch_size=32)
     with caplog.at_level("WARNING", logger="bertkit.models.fastforward"):
-        int8 = extract_features(modeling.quantized_int8(encoder), tokenizer, ds, pool="cls", batch_size=32)
+        int8 = extract_features(quantize.quantized_int8(encoder), tokenizer, ds, pool="cls", batch_size=32)
     assert not caplog.text
     cosine = (fp32 * int8).sum(1) / (np.linalg.norm(fp32, axis=1) * np.linalg.norm(int8, axis=1))
     assert cosine.mean() >= 0.95 and cosine.min() >= 0.9

@@ -192,11 +192,10 @@ def test_the_wrap_time_check_leaves_the_global_rng_alone():
 
 @pytest.mark.parametrize("make", [tiny_bert, tiny_distilbert])
 def test_int8_model_keeps_the_fast_path_close_to_its_own_and_to_fp32(make, caplog):
-    from bertkit.models import fastforward
-    from bertkit.models import loading as modeling
+    from bertkit.models import fastforward, quantize
 
     model = make().eval()
-    quantized = modeling.quantized_int8(model)
+    quantized = quantize.quantized_int8(model)
     assert fastforward.tolerance_for(quantized) == fastforward.tolerance_for(model) == fastforward.TOLERANCE
     with caplog.at_level("WARNING", logger="bertkit.models.fastforward"):
         wrapped = SequenceClassifier(quantized)
@@ -213,9 +212,9 @@ def test_int8_model_keeps_the_fast_path_close_to_its_own_and_to_fp32(make, caplo
 def test_int8_fast_path_with_a_layout_mistake_still_falls_back(monkeypatch, caplog):
     """The check runs the int8 model in fp32 on its int8 weights, so even a small layout mistake is caught."""
     import bertkit.models.fastforward as fastforward
-    from bertkit.models import loading as modeling
+    from bertkit.models import quantize
 
-    quantized = modeling.quantized_int8(tiny_bert().eval())
+    quantized = quantize.quantized_int8(tiny_bert().eval())
     real = fastforward.cls_output
     monkeypatch.setattr(fastforward, "cls_output", lambda *args, **kw: real(*args, **kw) * 1.01)
     with caplog.at_level("WARNING", logger="bertkit.models.fastforward"):

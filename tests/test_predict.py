@@ -344,11 +344,11 @@ def test_evaluate_in_windows_gives_the_metrics_and_file_of_one_pass(trained, tmp
 
 
 def test_int8_classifier_is_a_quantized_copy_close_to_fp32(trained, toy_rows_module):
-    from bertkit.models import loading as modeling
+    from bertkit.models import quantize
 
     fp32_model, tokenizer, _ = load_for_inference(str(trained))
     int8_model, _, _ = load_for_inference(str(trained), "int8")
-    assert modeling.is_int8(int8_model) and not modeling.is_int8(fp32_model)
+    assert quantize.is_int8(int8_model) and not quantize.is_int8(fp32_model)
     assert next(int8_model.parameters()).device.type == "cpu"
     ds = TextDataset([t for t, _ in toy_rows_module])
     fp32 = predict_proba(fp32_model, tokenizer, ds, batch_size=8)
@@ -360,7 +360,7 @@ def test_int8_classifier_is_a_quantized_copy_close_to_fp32(trained, toy_rows_mod
     # an fp32 model asked for int8 is quantized on the way (a copy), never converted
     again = predict_proba(fp32_model, tokenizer, ds, batch_size=8, precision="int8")
     np.testing.assert_allclose(again, int8, atol=1e-6, rtol=0)
-    assert not modeling.is_int8(fp32_model)
+    assert not quantize.is_int8(fp32_model)
 
 
 def test_predict_and_evaluate_run_and_record_int8(trained, tmp_path, toy_rows_module, write_tsv):

@@ -22,7 +22,7 @@ from bertkit.data.dataset import TextDataset
 from bertkit.encoding.encode import Encoded, encode_for
 from bertkit.errors import UserError
 from bertkit.io import trail
-from bertkit.models import infer
+from bertkit.models import infer, quantize
 from bertkit.models import loading as modeling
 
 log = logging.getLogger(__name__)
@@ -257,7 +257,7 @@ def run_bench(
 def int8_twins(contenders: Sequence[Contender]) -> list[tuple[Contender, str]]:
     """(a dynamic-int8 copy of each model, labelled `<label> · int8`; the model's label). Copies: the models
     themselves stay fp32, as they are saved (sizes, quality) and trained (the training step)."""
-    return [(Contender(f"{c.label} · int8", c.source, c.random_init, modeling.quantized_int8(c.model), c.tokenizer,
+    return [(Contender(f"{c.label} · int8", c.source, c.random_init, quantize.quantized_int8(c.model), c.tokenizer,
                        c.build_seconds), c.label) for c in contenders]
 
 

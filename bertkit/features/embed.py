@@ -26,7 +26,7 @@ from bertkit.features.extract import encode_features, unit_of
 from bertkit.features.pooling import FeatureSpec, encoder_shape
 from bertkit.io import ownership, rundir
 from bertkit.io.trail import package_versions
-from bertkit.models import infer
+from bertkit.models import infer, quantize
 from bertkit.models import loading as modeling
 
 log = logging.getLogger(__name__)
@@ -144,7 +144,7 @@ def embed_to_store(cfg: EmbedConfig, progress: bool = True) -> dict[str, Any]:
                                   pair=cfg.text_pair_column is not None)
         encoder = modeling.load_encoder(cfg.model, cfg.trust_remote_code).to(device)
         if cfg.precision == modeling.INT8:
-            encoder = modeling.quantized_int8(encoder, inplace=True)  # loaded for this run only
+            encoder = quantize.quantized_int8(encoder, inplace=True)  # loaded for this run only
         precision = modeling.precision_name(encoder, dtype)
         spec = FeatureSpec.from_options(cfg.pool, cfg.layers, cfg.combine, cfg.normalize)
         n_layers, hidden = encoder_shape(encoder)

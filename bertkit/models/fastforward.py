@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertkit.models.inputs import accepted_inputs
-from bertkit.models.loading import int8_in_float
+from bertkit.models.quantize import int8_in_float
 
 log = logging.getLogger(__name__)
 
@@ -158,8 +158,8 @@ def agreement(fast: Callable[[], torch.Tensor], own: Callable[[], torch.Tensor],
     mode without autocast (the model's mode is restored after). A disagreement is logged as a warning naming
     `what`; the caller then uses the model's own forward.
 
-    A dynamically quantized int8 model (`loading.quantized_int8`) is checked in fp32 arithmetic on its int8 weights
-    (`loading.int8_in_float`), at `TOLERANCE`. Run in int8, its linear layers quantize each input tensor with a
+    A dynamically quantized int8 model (`quantize.quantized_int8`) is checked in fp32 arithmetic on its int8 weights
+    (`quantize.int8_in_float`), at `TOLERANCE`. Run in int8, its linear layers quantize each input tensor with a
     scale from that tensor's own range, so the [CLS]-only last layer (inputs [B, 1, H]) and the model's own
     ([B, T, H]) round differently: two int8 approximations of one fp32 function, neither more right. Measured on
     the check batch they differ by 0.016 (MiniLM-L6, real weights) and 0.007 (BERT-base/DistilBERT-base shapes,

@@ -23,6 +23,7 @@ from bertkit.encoding.batches import pad_batch, restore_order, sorted_batches, t
 from bertkit.encoding.encode import Encoded, encode_for
 from bertkit.encoding.longtext import LongText
 from bertkit.models import loading as modeling
+from bertkit.models import quantize
 from bertkit.models.fastforward import SequenceClassifier
 from bertkit.models.inputs import accepted_inputs
 
@@ -109,8 +110,8 @@ def classifier_logits(classifier: Any, tokenizer: Any, dataset: TextDataset, *, 
     model = classifier.model if isinstance(classifier, SequenceClassifier) else classifier
     device = next(model.parameters()).device
     dtype = modeling.choose_dtype(precision, device)
-    if precision == modeling.INT8 and not modeling.is_int8(model):
-        model = classifier = modeling.quantized_int8(model)
+    if precision == modeling.INT8 and not quantize.is_int8(model):
+        model = classifier = quantize.quantized_int8(model)
     model.eval()
     net = classifier if isinstance(classifier, SequenceClassifier) else SequenceClassifier(model)
     windows = encode_for(tokenizer, dataset, max_length, long_text)
@@ -124,11 +125,11 @@ def classifier_logits(classifier: Any, tokenizer: Any, dataset: TextDataset, *, 
 
 def load_for_inference(model_dir: str, precision: str = "fp32") -> tuple[Any, Any, LabelMap]:
     """A fine-tuned folder: classifier (eval mode, on the best device), tokenizer, and its label mapping.
-    `precision` int8: on the CPU, its linear layers quantized (`modeling.quantized_int8`), for inference only."""
+    `precision` int8: on the CPU, its linear layers quantized (`quantize.quantized_int8`), for inference only."""
     model = modeling.load_classifier(model_dir, require_head=True)
     tokenizer = modeling.load_tokenizer(model_dir)
     id2label = getattr(model.config, "id2label", None) or {i: str(i) for i in range(model.config.num_labels)}
     model.to(modeling.inference_device(None, precision)).eval()
     if precision == modeling.INT8:
-        model = modeling.quantized_int8(model, inplace=True)  # loaded for inference only
+        model = quantize.quantized_int8(model, inplace=True)  # loaded for inference only
     return model, tokenizer, LabelMap.from_id2label(id2label, getattr(model.config, "problem_type", None))

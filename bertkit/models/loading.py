@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from bertkit.errors import UserError
+from bertkit.models.quantize import is_int8
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +28,7 @@ OFFLINE_HINT = (
 )
 DTYPE_NAMES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 INT8 = "int8"
-"""The inference-only precision: dynamic int8 linear layers on the CPU (`quantized_int8`)."""
+"""The inference-only precision: dynamic int8 linear layers on the CPU (`quantize.quantized_int8`)."""
 PICKLE_WEIGHTS = ("pytorch_model.bin", "tf_model.h5", "model.ckpt.index", "flax_model.msgpack")
 
 
@@ -342,7 +343,7 @@ def _cpu_flags_have_bf16() -> bool:
 
 def choose_dtype(requested: str, device: torch.device) -> torch.dtype:
     """The compute dtype for `--precision`: `auto` is bf16 where the hardware runs it fast, else fp32. `int8`
-    computes in fp32 around int8 matrix products (`quantized_int8` converts the model), on the CPU only."""
+    computes in fp32 around int8 matrix products (`quantize.quantized_int8` converts the model), on the CPU only."""
     if requested == INT8:
         if device.type != "cpu":
             raise UserError(
@@ -368,7 +369,7 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 
 def precision_name(model: Any, dtype: torch.dtype) -> str:
-    """What a run records as its precision: `int8` for a model `quantized_int8` converted, else the dtype's name."""
+    """What a run records as its precision: `int8` for a model `quantize.quantized_int8` converted, else the dtype's name."""
     return INT8 if is_int8(model) else dtype_name(dtype)
 
 
@@ -384,57 +385,6 @@ def inference_device(requested: str | None, precision: str) -> torch.device:
     if precision == INT8 and (requested or "auto").strip().lower() == "auto":
         return torch.device("cpu")
     return choose_device(requested)
-
-
-def quantized_int8(model: Any, inplace: bool = False) -> Any:
-    """A copy of `model` whose `nn.Linear` layers are dynamically quantized: int8 weights (per tensor), activations
-    quantized per call from their own range, products in int8 and accumulated in int32 (fbgemm/x86 kernels);
-    embeddings, LayerNorm and softmax stay fp32. For inference on the CPU only (`choose_dtype` refuses int8
-    elsewhere). A copy, so a model that is later saved or trained stays fp32; `inplace` converts `model` itself
-    (no second copy of the weights), only for a model loaded for this inference alone."""
-    import copy
-    import warnings
-
-    from torch.ao.quantization import quantize_dynamic
-
-    if is_int8(model):
-        return model
-    engines = torch.backends.quantized.supported_engines
-    if torch.backends.quantized.engine not in ("x86", "fbgemm"):
-        torch.backends.quantized.engine = next((e for e in ("x86", "fbgemm") if e in engines), engines[-1])
-    with warnings.catch_warnings():
-        # torch 2.13 still ships eager-mode dynamic quantization and runs it, but warns on every call that
-        # torch.ao.quantization is deprecated (in favour of torchao, not installed here); the warnings come at
-        # conversion only, say nothing a user can act on, and would repeat for every command run.
-        warnings.filterwarnings("ignore", message=r"torch\.ao\.quantization is deprecated")
-        warnings.filterwarnings("ignore", message=r"torch\.quantize_per_tensor.*deprecated")
-        target = model if inplace else copy.deepcopy(model)
-        return quantize_dynamic(target, {torch.nn.Linear}, dtype=torch.qint8, inplace=True).eval()
-
-
-@contextlib.contextmanager
-def int8_in_float(model: Any):
-    """Within the block, every int8 linear layer of `model` computes in fp32 with its int8 weights dequantized:
-    the same weights, no activation rounding. How the fast path's self-check (`fastforward.agreement`) compares
-    two computations of an int8 model exactly; a no-op for any other model."""
-    from torch.ao.nn.quantized.dynamic import Linear as DynamicInt8Linear
-
-    layers = [m for m in model.modules() if isinstance(m, DynamicInt8Linear)]
-    for layer in layers:
-        layer.forward = functools.partial(torch.nn.functional.linear, weight=layer.weight().dequantize(),
-                                          bias=layer.bias())
-    try:
-        yield
-    finally:
-        for layer in layers:
-            del layer.forward
-
-
-def is_int8(model: Any) -> bool:
-    """Whether `model` holds dynamically quantized int8 linear layers (made by `quantized_int8`)."""
-    from torch.ao.nn.quantized.dynamic import Linear as DynamicInt8Linear
-
-    return any(isinstance(module, DynamicInt8Linear) for module in model.modules())
 
 
 def autocast(device: torch.device, dtype: torch.dtype) -> contextlib.AbstractContextManager:

@@ -266,6 +266,7 @@ def probe_reader(
     `pair`) giving its (label ids, outputs), called window by window on a large input (`bertkit predict`)."""
     from bertkit.features import extract
     from bertkit.models import loading as modeling
+    from bertkit.models import quantize
 
     meta = saved.meta
     revision = modeling.model_revision(meta["model"])
@@ -276,7 +277,7 @@ def probe_reader(
     encoder = modeling.load_encoder(meta["model"], meta.get("trust_remote_code", False))
     dtype = modeling.choose_dtype(precision, next(encoder.parameters()).device)
     if precision == modeling.INT8:
-        encoder = modeling.quantized_int8(encoder, inplace=True)  # loaded for the feature pass only
+        encoder = quantize.quantized_int8(encoder, inplace=True)  # loaded for the feature pass only
     window = int(max_length or meta.get("max_length") or 128)
     modeling.check_max_length(window, tokenizer, encoder.config, meta["model"], pair=pair)
 
