@@ -24,6 +24,7 @@ from bertkit.data.dataset import TextDataset
 from bertkit.encoding.encode import Encoded, encode_dataset
 from bertkit.errors import UserError
 from bertkit.models import loading as modeling
+from bertkit.models import quantize
 
 runner = CliRunner()
 FAST = ["--min-iters", "1", "--min-seconds", "0", "--warmup", "0", "--rounds", "2", "--batch-sizes", "2",
@@ -546,3 +547,44 @@ def test_memory_and_throughput_benches_with_models(bench_scripts, tmp_path):
     report = bt.main(["--commands", "predict,evaluate,finetune", "--limit", "40", "--finetune-rows", "32",
                       "--repeats", "1", "--work", str(tmp_path / "work"), "--out", str(tmp_path / "tp.json")])
     assert all(r["exit_code"] == 0 for r in report["runs"]), report["runs"]
+
+
+def test_cli_int8_times_each_model_beside_its_int8_copy(tiny_bert_dir, tiny_distilbert_dir, tmp_path, demo_dir):
+    models = f"{tiny_distilbert_dir},{tiny_bert_dir}"
+    report = _bench_json(["--models", models, "--data", str(demo_dir / "dev.tsv"), *FAST, "--precision", "int8"],
+                         tmp_path)
+    assert report["environment"]["dtype"] == "fp32 + int8" and report["environment"]["device"] == "cpu"
+    assert [m["label"] for m in report["models"]] == [str(tiny_distilbert_dir), str(tiny_bert_dir)]
+    for m in report["models"]:
+        assert {"size_mb_fp32", "latency", "throughput", "train_step"} <= set(m)  # the fp32 model, trained as before
+        int8 = m["int8"]
+        assert int8["label"] == f"{m['label']} · int8" and "train_step" not in int8
+        assert "mean" in int8["latency"]["model_ms"]
+        assert [(r["batch_size"], r["padding"], r["rows"] > 0) for r in int8["throughput"]] == [
+            (2, "dynamic", True), (2, "static", True)]
+    assert report["claims"]["candidate"] == str(tiny_distilbert_dir)  # the claims compare the fp32 models
+    columns, rows = bench_report.summary_rows(report)
+    assert [r[0] for r in rows] == [str(tiny_distilbert_dir), f"{tiny_distilbert_dir} · int8", str(tiny_bert_dir),
+                                    f"{tiny_bert_dir} · int8"]
+    twin = rows[1]
+    assert twin[columns.index("fp32 MB")] is None and twin[columns.index("train step s")] is None
+    assert twin[columns.index("b1 model ms")] == report["models"][0]["int8"]["latency"]["model_ms"]["mean"]
+    assert sum(r[0].endswith("· int8") for r in bench_report.throughput_rows(report)[1]) == 4
+    md = (tmp_path / "out" / "bench.md").read_text()
+    assert f"| {tiny_bert_dir} · int8 |" in md and "fp32 + int8" in md
+
+
+def test_cli_int8_paper_protocol(tiny_bert_dir, tiny_distilbert_dir, tmp_path, demo_dir):
+    models = f"{tiny_distilbert_dir},{tiny_bert_dir}"
+    report = _bench_json(["--models", models, "--protocol", "paper", "--data", str(demo_dir / "dev.tsv"), *FAST,
+                          "--precision", "int8"], tmp_path)
+    for m in report["models"]:
+        assert m["paper_protocol"]["rows"] == 6 and m["int8"]["paper_protocol"]["rows"] == 6
+    assert "· int8" in bench_report.summary_rows(report)[1][1][0]
+
+
+def test_bench_int8_copies_leave_the_models_in_fp32(tiny_bert_dir):
+    c = bench_contenders.load_contenders([str(tiny_bert_dir)], None, False)[0]
+    (twin, label), = bench_measure.int8_twins([c])
+    assert label == c.label and twin.label == f"{c.label} · int8"
+    assert quantize.is_int8(twin.model) and not quantize.is_int8(c.model)

@@ -237,3 +237,18 @@ def test_metric_for_best_is_left_to_the_shape_unless_given():
         objectives.best_metric("regression", "accuracy")
     assert objectives.best_metric("single_label", "my_module/score") == "my_module/score"  # modules: checked later
     assert objectives.shape_metrics("single_label", 3) == ("accuracy", "f1", "mcc", "precision", "recall", "loss")
+
+
+def test_int8_is_an_inference_precision_only():
+    from bertkit.config.fields import INFERENCE_PRECISIONS, PRECISIONS
+
+    assert INFERENCE_PRECISIONS == (*PRECISIONS, "int8")
+    for cfg in (config.EmbedConfig(data="x.tsv", out="o", precision="int8"),
+                config.PredictConfig(model="m", text=("a",), precision="int8"),
+                config.EvaluateConfig(model="m", data="x.tsv", precision="int8"),
+                config.ProbeConfig(data="x.tsv", precision="int8"),
+                config.BenchConfig(preset="distilbert-vs-bert", precision="int8")):
+        assert cfg.precision == "int8"
+    for training, extra in ((config.FinetuneConfig, {}), (config.DistillConfig, {"teacher": "t"})):
+        with pytest.raises(UserError, match=r"--precision must be one of auto, fp32, bf16, fp16; got 'int8'"):
+            training(data="x.tsv", precision="int8", **extra)

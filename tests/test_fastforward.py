@@ -185,3 +185,41 @@ def test_the_wrap_time_check_leaves_the_global_rng_alone():
     torch.manual_seed(5)
     assert SequenceClassifier(model).fast
     assert torch.equal(torch.rand(3), expected)
+
+
+# ---------------------------------------------------------------- int8
+
+
+@pytest.mark.parametrize("make", [tiny_bert, tiny_distilbert])
+def test_int8_model_keeps_the_fast_path_close_to_its_own_and_to_fp32(make, caplog):
+    from bertkit.models import fastforward, quantize
+
+    model = make().eval()
+    quantized = quantize.quantized_int8(model)
+    assert fastforward.tolerance_for(quantized) == fastforward.tolerance_for(model) == fastforward.TOLERANCE
+    with caplog.at_level("WARNING", logger="bertkit.models.fastforward"):
+        wrapped = SequenceClassifier(quantized)
+    assert wrapped.fast and not caplog.text
+    batch = padded_batch(pairs=False)
+    with torch.no_grad():
+        fast, own, fp32 = wrapped(**batch), quantized(**batch).logits, model(**batch).logits
+    # measured on these tiny models: fast vs own ~1e-6, either vs fp32 ~3e-4 (relative to the largest logit)
+    assert fastforward.relative_difference(fast, own) < 1e-3
+    assert fastforward.relative_difference(fast, fp32) < 1e-2
+    assert not torch.equal(own, fp32)  # the int8 layers really ran
+
+
+def test_int8_fast_path_with_a_layout_mistake_still_falls_back(monkeypatch, caplog):
+    """The check runs the int8 model in fp32 on its int8 weights, so even a small layout mistake is caught."""
+    import bertkit.models.fastforward as fastforward
+    from bertkit.models import quantize
+
+    quantized = quantize.quantized_int8(tiny_bert().eval())
+    real = fastforward.cls_output
+    monkeypatch.setattr(fastforward, "cls_output", lambda *args, **kw: real(*args, **kw) * 1.01)
+    with caplog.at_level("WARNING", logger="bertkit.models.fastforward"):
+        wrapped = SequenceClassifier(quantized)
+    assert not wrapped.fast and "[CLS]-only last layer" in caplog.text
+    batch = padded_batch(pairs=False)
+    with torch.no_grad():
+        torch.testing.assert_close(wrapped(**batch), quantized(**batch).logits, rtol=0, atol=0)

@@ -121,3 +121,33 @@ def test_device_choice_and_autocast():
 def test_model_revision_is_stable(tiny_bert_dir):
     assert modeling.model_revision(str(tiny_bert_dir)) == modeling.model_revision(str(tiny_bert_dir))
     assert modeling.model_revision(str(tiny_bert_dir)).startswith("local-sha256:")
+
+
+# ---------------------------------------------------------------- int8
+
+
+def test_int8_computes_in_fp32_on_the_cpu_and_is_refused_on_a_gpu():
+    cpu = torch.device("cpu")
+    assert modeling.choose_dtype("int8", cpu) == torch.float32
+    assert modeling.resolved_precision("int8", cpu) == "int8"
+    for gpu in ("cuda", "cuda:1", "mps"):
+        with pytest.raises(UserError, match=r"int8 is a CPU precision here.*auto, fp32, bf16 and fp16.*"
+                                            r"--precision bf16 \(or fp16\).*--device cpu"):
+            modeling.choose_dtype("int8", torch.device(gpu))
+
+
+def test_int8_with_device_auto_runs_on_the_cpu(monkeypatch):
+    monkeypatch.setattr(modeling, "choose_device", lambda requested=None: torch.device("cuda"))  # a GPU machine
+    assert modeling.inference_device("auto", "int8").type == "cpu"
+    assert modeling.inference_device(None, "int8").type == "cpu"
+    assert modeling.inference_device("auto", "fp32").type == "cuda"  # other precisions: unchanged
+
+
+@pytest.mark.parametrize("bf16", ["0", "1"])
+def test_auto_resolves_as_before(monkeypatch, bf16):
+    modeling.cpu_supports_bf16.cache_clear()
+    monkeypatch.setenv("BERTKIT_ASSUME_BF16", bf16)
+    try:
+        assert modeling.resolved_precision("auto", torch.device("cpu")) == ("bf16" if bf16 == "1" else "fp32")
+    finally:
+        modeling.cpu_supports_bf16.cache_clear()

@@ -364,3 +364,29 @@ def test_probe_inputs_from_a_float32_store_are_views_of_its_mapping(tiny_bert_di
         assert np.array_equal(X, stored[split].features[:, positions])
         mapped = not X.flags.owndata and not X.flags.writeable  # a read-only view of the mapped file
         assert mapped == (layers != "0,2"), (layers, X.flags)
+
+
+def test_probe_extracts_in_int8_records_it_and_its_saved_probe_predicts_in_int8(tiny_bert_dir, toy_files, tmp_path):
+    train, dev = toy_files
+    out = tmp_path / "run"
+    result = invoke("probe", "--model", tiny_bert_dir, "--data", train, "--dev", dev, "--pool", "mean",
+                    "--precision", "int8", "--out", out, "--quiet", "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["precision"] == "int8" and set(report["baselines"]) == {"majority", "tfidf", "random_encoder"}
+    assert json.loads((out / "config.json").read_text())["features"]["dtype"] == "int8"
+    assert json.loads((out / "features" / "train-mean-2.json").read_text())["dtype"] == "int8"  # its own cache key
+    saved = probe_io.load_probe(out / "probe")
+    assert saved.meta["dtype"] == "int8"
+    fp32 = invoke("probe", "--model", tiny_bert_dir, "--data", train, "--dev", dev, "--pool", "mean",
+                  "--precision", "fp32", "--no-baselines", "--quiet", "--json")
+    assert json.loads(fp32.stdout)["precision"] == "fp32"
+    predicted = invoke("predict", "--probe", out, "--text", "a wonderful film , truly great", "--text", "an awful movie",
+                       "--precision", "int8", "--json", "--quiet")
+    assert predicted.exit_code == 0, predicted.output
+    assert {r["label"] for r in json.loads(predicted.stdout)["predictions"]} <= {"neg", "pos"}
+    new = TextDataset(["a wonderful film , truly great", "an awful movie"])
+    _, int8 = probe_io.predict_with_probe(saved, new, precision="int8")
+    _, exact = probe_io.predict_with_probe(saved, new, precision="fp32")
+    assert not np.array_equal(int8, exact)
+    np.testing.assert_allclose(int8, exact, atol=1e-2, rtol=0)  # measured on the tiny BERT: 2e-4

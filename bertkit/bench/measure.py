@@ -22,7 +22,7 @@ from bertkit.data.dataset import TextDataset
 from bertkit.encoding.encode import Encoded, encode_for
 from bertkit.errors import UserError
 from bertkit.io import trail
-from bertkit.models import infer
+from bertkit.models import infer, quantize
 from bertkit.models import loading as modeling
 
 log = logging.getLogger(__name__)
@@ -38,6 +38,8 @@ class BenchSettings:
     protocol: str = "standard"
     seed: int = 42
     budget: Budget = field(default_factory=Budget)
+    int8: bool = False
+    """--precision int8: each model's dynamic-int8 copy is timed beside it (fp32), interleaved; see `int8_twins`."""
 
 
 def measure_sizes(contenders: Sequence[Contender], workdir: Path, budget: Budget) -> dict[str, dict[str, Any]]:
@@ -232,12 +234,18 @@ def run_bench(
         log.info("size on disk and load time")
         for label, sizes in measure_sizes(contenders, folder, settings.budget).items():
             records[label].update(sizes)
+        twins = int8_twins(contenders) if settings.int8 else []
+        timed = [*contenders, *(twin for twin, _ in twins)]
+        for twin, base in twins:
+            records[twin.label] = records[base]["int8"] = {"label": twin.label}
         if settings.protocol == "paper":
             log.info("paper protocol: batch size 1, one full pass over %d sentences per model", len(texts))
-            for label, result in measure_paper_protocol(contenders, texts, settings, device, dtype).items():
+            for label, result in measure_paper_protocol(timed, texts, settings, device, dtype).items():
                 records[label]["paper_protocol"] = result
         else:
-            _measure_standard(contenders, texts, encoded, pad_id, settings, device, dtype, records)
+            _measure_standard(contenders, timed, texts, encoded, pad_id, settings, device, dtype, records)
+        for twin, _ in twins:
+            records.pop(twin.label)
         report["models"] = list(records.values())
     for record in report["models"]:
         if not keep_folders:
@@ -246,11 +254,20 @@ def run_bench(
     return report
 
 
-def _measure_standard(contenders, texts, encoded, pad_id, settings, device, dtype, records) -> None:
+def int8_twins(contenders: Sequence[Contender]) -> list[tuple[Contender, str]]:
+    """(a dynamic-int8 copy of each model, labelled `<label> · int8`; the model's label). Copies: the models
+    themselves stay fp32, as they are saved (sizes, quality) and trained (the training step)."""
+    return [(Contender(f"{c.label} · int8", c.source, c.random_init, quantize.quantized_int8(c.model), c.tokenizer,
+                       c.build_seconds), c.label) for c in contenders]
+
+
+def _measure_standard(contenders, timed, texts, encoded, pad_id, settings, device, dtype, records) -> None:
+    """Latency and throughput of every `timed` model (the contenders, and their int8 twins with --precision
+    int8); the training step of the contenders only (int8 is an inference precision)."""
     log.info("batch-1 latency over %d sentences", len(texts))
-    for label, result in measure_latency(contenders, texts, settings, device, dtype).items():
+    for label, result in measure_latency(timed, texts, settings, device, dtype).items():
         records[label]["latency"] = result
-    for label, result in measure_throughput(contenders, encoded, pad_id, settings, device, dtype).items():
+    for label, result in measure_throughput(timed, encoded, pad_id, settings, device, dtype).items():
         records[label]["throughput"] = result
     if settings.train_batch_size > 0:
         log.info("training step at batch size %d", settings.train_batch_size)
@@ -268,10 +285,12 @@ def _workdir(path: Path | None) -> Iterator[Path]:
         yield Path(tmp)
 
 
-def environment(device: Any, dtype: Any) -> dict[str, Any]:
-    """Machine, versions, device, dtype, threads and load: the context every timing needs."""
+def environment(device: Any, dtype: Any, int8: bool = False) -> dict[str, Any]:
+    """Machine, versions, device, dtype, threads and load: the context every timing needs. With `int8` (--precision
+    int8) the dtype reads `fp32 + int8`: each model was timed in fp32 and as its dynamic-int8 copy."""
     import torch
 
+    name = modeling.dtype_name(dtype) + (f" + {modeling.INT8}" if int8 else "")
     return {"machine": trail.machine_info(), "versions": trail.package_versions(), "device": str(device),
-            "dtype": modeling.dtype_name(dtype), "torch_threads": torch.get_num_threads(),
+            "dtype": name, "torch_threads": torch.get_num_threads(),
             "cpu_native_bf16": modeling.cpu_supports_bf16(), "loadavg": list(os.getloadavg())}

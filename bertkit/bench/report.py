@@ -113,6 +113,19 @@ def _quality_claims(candidate: dict[str, Any], baseline: dict[str, Any]) -> dict
 # ---------------------------------------------------------------- report tables
 
 
+def speed_records(models: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each model's record, followed by its int8 twin's (--precision int8: label `<model> · int8`, timed beside
+    it) with the model's parameter count; the twin has no size or load time (it is never saved), no training step
+    and no quality (int8 is inference-only)."""
+    rows = []
+    for m in models:
+        rows.append(m)
+        if m.get("int8"):
+            rows.append({**{k: m.get(k) for k in ("source", "random_init", "parameters")}, "load_seconds": None,
+                         "size_mb_fp32": None, "size_mb_fp16": None, **m["int8"]})
+    return rows
+
+
 def summary_rows(report: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
     """The headline table (one row per model) shared by the terminal and bench.md."""
     columns = ["model", "params (M)", "fp32 MB", "fp16 MB", "load s"]
@@ -123,7 +136,7 @@ def summary_rows(report: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
         columns += ["b1 model ms", "b1 p90 ms", "b1 tokenize ms", "best rows/s", "train step s", "peak +MB"]
     columns += [f"{k} score" for k in QUALITY_KINDS if any(_get(m, "quality", k) for m in report["models"])]
     rows = []
-    for m in report["models"]:
+    for m in speed_records(report["models"]):
         row: list[Any] = [m["label"], m["parameters"] / 1e6, m["size_mb_fp32"], m["size_mb_fp16"], m["load_seconds"]]
         if paper:
             p = m.get("paper_protocol", {})
@@ -158,7 +171,7 @@ def throughput_rows(report: dict[str, Any]) -> tuple[list[str], list[list[Any]]]
     columns = ["model", "batch", "padding", "rows/s", "tokens/s", "padding share", "batch p50 ms", "iters"]
     rows = [[m["label"], r["batch_size"], r["padding"], r["rows_per_s"], r["tokens_per_s"],
              f"{r['padding_share']:.0%}", r["batch_ms"].get("p50"), r["iterations"]]
-            for m in report["models"] for r in m.get("throughput", [])]
+            for m in speed_records(report["models"]) for r in m.get("throughput", [])]
     return columns, rows
 
 

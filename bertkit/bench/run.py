@@ -66,7 +66,7 @@ def benchmark(cfg: Any, clock: Clock = time.perf_counter,
     notes += contender_notes(cfg, contenders)
     settings = BenchSettings(
         batch_sizes=cfg.batch_size_list, max_length=cfg.max_length, train_batch_size=cfg.train_batch_size,
-        protocol=cfg.protocol, seed=cfg.seed,
+        protocol=cfg.protocol, seed=cfg.seed, int8=cfg.precision == modeling.INT8,
         budget=Budget(cfg.warmup, cfg.min_iters, cfg.min_seconds, cfg.rounds, clock, sync_for(device)),
     )
     timed_texts = texts if cfg.protocol == "paper" else [texts[i] for i in order]
@@ -80,7 +80,7 @@ def benchmark(cfg: Any, clock: Clock = time.perf_counter,
     report["claims"] = compute_claims(report["models"])
     report["notes"] = notes + report["notes"]
     report["data_source"] = source
-    report["environment"] = environment(device, dtype)
+    report["environment"] = environment(device, dtype, int8=settings.int8)
     return report
 
 
@@ -89,7 +89,7 @@ def device_and_dtype(cfg: Any) -> tuple[Any, Any, list[str]]:
     import torch
 
     notes: list[str] = []
-    device = modeling.choose_device("cpu" if cfg.protocol == "paper" else cfg.device)
+    device = modeling.inference_device("cpu" if cfg.protocol == "paper" else cfg.device, cfg.precision)
     if cfg.protocol == "paper" and cfg.device not in ("auto", "cpu"):
         notes.append(f"--protocol paper runs on the CPU (as the paper did); --device {cfg.device} ignored.")
     dtype = modeling.choose_dtype(cfg.precision, device)

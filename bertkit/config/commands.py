@@ -12,12 +12,14 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from bertkit.config.fields import BENCH, DATA, MODEL, OUTPUT, PRECISIONS, PROBE, option
+from bertkit.config.fields import BENCH, DATA, INFERENCE_PRECISIONS, MODEL, OUTPUT, PRECISIONS, PROBE, option
 from bertkit.config.groups import (
     BENCH_PROTOCOLS,
     BENCH_QUALITY,
     CLASS_WEIGHTS,
     COMBINES,
+    INFERENCE_PRECISION_HELP,
+    INT8_HELP,
     METRIC_FOR_BEST_HELP,
     POOLS,
     PRECISION_HELP,
@@ -82,7 +84,7 @@ class EmbedConfig(LongTextOptions, DataOptions):
     max_length: int = option(128, "Truncate inputs to this many tokens (truncated rows are counted).", panel=MODEL,
                              above=0)
     batch_size: str = option("auto", "Rows per batch, or auto (a padded-token budget from the model size).")
-    precision: str = option("auto", PRECISION_HELP, choices=PRECISIONS, aliases=("--dtype",))
+    precision: str = option("auto", INFERENCE_PRECISION_HELP, choices=INFERENCE_PRECISIONS, aliases=("--dtype",))
     store_dtype: str = option("float32", "Stored precision (float16 halves the disk).", panel=OUTPUT,
                               choices=STORE_DTYPES)
     normalize: bool = option(False, "L2-normalise every feature vector (each layer's for --layers all).",
@@ -222,8 +224,8 @@ class PredictConfig(LongTextOptions, DataOptions):
     batch_size: int = option(64, "Rows per inference batch (sorted by length; output keeps the input order).",
                              above=0)
     max_length: int = option(128, "Truncate inputs to this many tokens.", panel=MODEL, above=0)
-    precision: str = option("fp32", "Compute precision (auto = bf16 where native).", choices=PRECISIONS,
-                            aliases=("--dtype",))
+    precision: str = option("fp32", "Compute precision (auto = bf16 where native)." + INT8_HELP,
+                            choices=INFERENCE_PRECISIONS, aliases=("--dtype",))
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "text", tuple(self.text or ()))
@@ -255,8 +257,8 @@ class EvaluateConfig(LongTextOptions, MetricOptions, LabelOptions):
                              "the new one is complete).", panel=OUTPUT)
     batch_size: int = option(64, "Rows per inference batch (sorted by length).", above=0)
     max_length: int = option(128, "Truncate inputs to this many tokens.", panel=MODEL, above=0)
-    precision: str = option("fp32", "Compute precision (auto = bf16 where native).", choices=PRECISIONS,
-                            aliases=("--dtype",))
+    precision: str = option("fp32", "Compute precision (auto = bf16 where native)." + INT8_HELP,
+                            choices=INFERENCE_PRECISIONS, aliases=("--dtype",))
 
     def __post_init__(self) -> None:
         problems = self.data_problems()
@@ -284,7 +286,7 @@ class ProbeConfig(LongTextOptions, MetricOptions, TaskOptions):
     max_length: int = option(128, "Truncate inputs to this many tokens when extracting features.", panel=MODEL,
                              above=0)
     batch_size: int = option(64, "Rows per batch for feature extraction.", above=0)
-    precision: str = option("auto", PRECISION_HELP, choices=PRECISIONS, aliases=("--dtype",))
+    precision: str = option("auto", INFERENCE_PRECISION_HELP, choices=INFERENCE_PRECISIONS, aliases=("--dtype",))
     normalize: bool = option(False, "L2-normalise features before the probe (extraction option).", panel=MODEL)
     C: float | None = option(None, "Inverse regularisation strength (default 1.0 without --cv; regression: ridge "
                              "alpha = 1/C, chosen by --cv 5 unless given).", panel=PROBE,
@@ -375,7 +377,7 @@ class BenchConfig(DataOptions):
     min_seconds: float = option(2.0, "Minimum timed seconds per measurement and model.", panel=BENCH, minimum=0)
     rounds: int = option(2, "Chunks per measurement, alternating models (A B A B) so drift hits both.", panel=BENCH,
                          above=0)
-    precision: str = option("auto", PRECISION_HELP, panel=BENCH, choices=PRECISIONS, aliases=("--dtype",))
+    precision: str = option("auto", INFERENCE_PRECISION_HELP, panel=BENCH, choices=INFERENCE_PRECISIONS, aliases=("--dtype",))
     device: str = option("auto", "cpu, cuda, cuda:N, mps or auto.", panel=BENCH)
     threads: int | None = option(None, "torch intra-op threads (default: torch's choice).", panel=BENCH, above=0)
     quality: str = option("none", "none, probe, finetune or probe,finetune: score each model through those commands, "

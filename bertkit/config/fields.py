@@ -20,6 +20,9 @@ DATA, MODEL, RUN, OUTPUT, PROBE, BENCH = "Data", "Model", "Run", "Output", "Prob
 SEED_MAX = 2**32 - 1
 """numpy's (and sklearn's random_state's) largest seed."""
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+"""Compute precisions of every command (finetune and distill train in these)."""
+INFERENCE_PRECISIONS = PRECISIONS + ("int8",)
+"""Those of the inference commands (embed, predict, evaluate, probe, bench): int8 is inference-only."""
 
 
 def option(default: Any, help: str, *, panel: str = RUN, choices: tuple[str, ...] | None = None,

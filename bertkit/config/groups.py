@@ -38,6 +38,8 @@ BENCH_PROTOCOLS = ("standard", "paper")
 BENCH_QUALITY = ("none", "probe", "finetune", "probe,finetune")
 TRUST_HELP = "Allow custom code from the model repository (off by default: it runs arbitrary code)."
 PRECISION_HELP = "Compute precision. auto = bf16 where the hardware runs it natively (GPU, AVX512-BF16/AMX CPU), else fp32."
+INT8_HELP = " int8 = the linear layers' weights in int8, activations quantized per batch (dynamic int8); CPU only."
+INFERENCE_PRECISION_HELP = PRECISION_HELP + INT8_HELP
 
 
 def check_device(problems: list[str], value: str, *, check_available: bool = True) -> None:

@@ -26,7 +26,7 @@ from bertkit.features.extract import encode_features, unit_of
 from bertkit.features.pooling import FeatureSpec, encoder_shape
 from bertkit.io import ownership, rundir
 from bertkit.io.trail import package_versions
-from bertkit.models import infer
+from bertkit.models import infer, quantize
 from bertkit.models import loading as modeling
 
 log = logging.getLogger(__name__)
@@ -109,15 +109,17 @@ def load_embed_data(cfg: EmbedConfig) -> tuple[list[tuple[str, TextDataset]], La
     return named, label_map
 
 
-def store_identity(cfg: EmbedConfig, split: str, ds: TextDataset, revision: str, dtype: torch.dtype) -> dict[str, Any]:
+def store_identity(cfg: EmbedConfig, split: str, ds: TextDataset, revision: str, precision: str) -> dict[str, Any]:
     """The settings that change a store's content; a re-run must match them to resume or to count as done.
+    `precision`: the one the features are computed in (`modeling.precision_name`: fp32, bf16, fp16 or int8), so
+    a resume never mixes shards of two precisions.
 
     The data is identified by its fingerprint (content hash), not its path, so `./x.tsv` and `/abs/x.tsv` match.
     """
     return {
         "model": cfg.model, "revision": revision, "pool": cfg.pool, "layers": str(cfg.layers),
         "combine": cfg.combine, "max_length": cfg.max_length, "normalize": cfg.normalize,
-        "dtype": modeling.dtype_name(dtype), "store_dtype": cfg.store_dtype, "split": split,
+        "dtype": precision, "store_dtype": cfg.store_dtype, "split": split,
         "data_fingerprint": ds.fingerprint, "rows": len(ds), "limit": cfg.limit,
         "text_column": cfg.text_column, "text_pair_column": cfg.text_pair_column,
         "label_column": cfg.label_column, "shard_size": cfg.shard_size, **LongText.from_config(cfg).to_json(),
@@ -126,7 +128,7 @@ def store_identity(cfg: EmbedConfig, split: str, ds: TextDataset, revision: str,
 
 def embed_to_store(cfg: EmbedConfig, progress: bool = True) -> dict[str, Any]:
     """Run `bertkit embed`: every split to its store under cfg.out; returns a summary (see `SplitResult`)."""
-    device = modeling.choose_device(cfg.device)
+    device = modeling.inference_device(cfg.device, cfg.precision)
     with process_state(device) as dist:
         if device.type == "cuda" and dist.num_processes > 1:
             device = dist.device  # this process's GPU
@@ -141,12 +143,15 @@ def embed_to_store(cfg: EmbedConfig, progress: bool = True) -> dict[str, Any]:
         modeling.check_max_length(cfg.max_length, tokenizer, model_config, cfg.model,
                                   pair=cfg.text_pair_column is not None)
         encoder = modeling.load_encoder(cfg.model, cfg.trust_remote_code).to(device)
+        if cfg.precision == modeling.INT8:
+            encoder = quantize.quantized_int8(encoder, inplace=True)  # loaded for this run only
+        precision = modeling.precision_name(encoder, dtype)
         spec = FeatureSpec.from_options(cfg.pool, cfg.layers, cfg.combine, cfg.normalize)
         n_layers, hidden = encoder_shape(encoder)
         spec.resolve(n_layers)
         revision = modeling.model_revision(cfg.model)
-        common = _manifest_common(cfg, tokenizer, encoder, spec, revision, dtype, label_map)
-        identities = {split: store_identity(cfg, split, ds, revision, dtype) for split, ds in named}
+        common = _manifest_common(cfg, tokenizer, encoder, spec, revision, precision, label_map)
+        identities = {split: store_identity(cfg, split, ds, revision, precision) for split, ds in named}
         run = _claim_store_dir(cfg, dist, root, identities, split_layout)
         results = []
         for split, ds in named:
@@ -162,11 +167,11 @@ def embed_to_store(cfg: EmbedConfig, progress: bool = True) -> dict[str, Any]:
         dist.wait_for_everyone()
         for result in results:  # where the stores are now (not the staging folder they were built in)
             result.path = str(root / result.split if split_layout else root)
-        return _summary(cfg, root, results, dtype, device, dist)
+        return _summary(cfg, root, results, precision, device, dist)
 
 
 def _manifest_common(cfg: EmbedConfig, tokenizer: Any, encoder: Any, spec: FeatureSpec, revision: str,
-                     dtype: torch.dtype, label_map: LabelMap | None) -> dict[str, Any]:
+                     precision: str, label_map: LabelMap | None) -> dict[str, Any]:
     """What every split's manifest records about the model and the features."""
     n_layers, hidden = encoder_shape(encoder)
     return {
@@ -176,7 +181,7 @@ def _manifest_common(cfg: EmbedConfig, tokenizer: Any, encoder: Any, spec: Featu
         "pool": cfg.pool, "layers": str(cfg.layers), "combine": cfg.combine, "layer_indices": spec.resolve(n_layers),
         "layer_names": spec.layer_names(n_layers), "max_length": cfg.max_length, "normalize": cfg.normalize,
         **LongText.from_config(cfg).to_json(),
-        "dtype": modeling.dtype_name(dtype), "label_map": label_map.to_json() if label_map else None,
+        "dtype": precision, "label_map": label_map.to_json() if label_map else None,
         "versions": {k: v for k, v in package_versions().items() if k in ("bertkit", "torch", "transformers")},
     }
 
@@ -241,13 +246,13 @@ def _embed_split(cfg: EmbedConfig, dist: Any, writer: Any, split: str, ds: TextD
     return result
 
 
-def _summary(cfg: EmbedConfig, root: Any, results: list[SplitResult], dtype: torch.dtype, device: torch.device,
+def _summary(cfg: EmbedConfig, root: Any, results: list[SplitResult], precision: str, device: torch.device,
              dist: Any) -> dict[str, Any]:
     rows = sum(r.rows_encoded for r in results)
     tokens = sum(r.tokens_encoded for r in results)
     seconds = sum(r.seconds for r in results)
     return {
-        "out": str(root), "model": cfg.model, "device": str(device), "dtype": modeling.dtype_name(dtype),
+        "out": str(root), "model": cfg.model, "device": str(device), "dtype": precision,
         "processes": dist.num_processes, "main_process": dist.is_main_process,
         "complete_already": all(r.status == "complete" for r in results),
         "rows": sum(r.rows for r in results), "rows_encoded": rows, "tokens_encoded": tokens,

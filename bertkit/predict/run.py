@@ -92,7 +92,8 @@ def run_predict(cfg: PredictConfig, *, recipe: str | None = None, progress: bool
                 on_window(part, outputs, predicted)
     head = np.concatenate(values) if values else np.zeros((0, reader.width), np.float32)
     return {"dataset": dataset, "labels": labels, "proba": head, "label_names": reader.label_names,
-            "task": reader.label_map.task, "threshold": reader.threshold, "out": cfg.out}
+            "task": reader.label_map.task, "threshold": reader.threshold, "out": cfg.out,
+            "precision": reader.precision}
 
 
 def _csv_out(out: str | None, dataset: TextDataset, reader: OutputReader) -> Any:
@@ -110,6 +111,8 @@ class OutputReader:
     label_map: LabelMap
     read: Callable[[TextDataset], np.ndarray]
     threshold: float | list[float] = 0.5
+    precision: str = "fp32"
+    """The precision the model runs in (`auto` resolved; int8 for dynamically quantized linear layers)."""
 
     @property
     def label_names(self) -> list[str]:
@@ -139,12 +142,19 @@ def output_reader(cfg: Any, dataset: TextDataset, progress: bool) -> OutputReade
         read = probe_reader(saved, pair=dataset.pairs is not None, batch_size=cfg.batch_size,
                             precision=cfg.precision, max_length=cfg.max_length, progress=progress)
         names = tuple(str(x) for x in saved.label_map.labels)
+        precision = modeling.resolved_precision(cfg.precision, modeling.choose_device("cpu"))  # its encoder's device
         if saved.task != "single_label":  # numbers or tags: shown as a fine-tuned model of that shape shows them
-            return OutputReader(LabelMap(names, saved.task), lambda part: read(part)[1], saved.threshold)
-        return OutputReader(LabelMap(names), lambda part: read(part)[1])
-    model, tokenizer, label_map = infer.load_for_inference(cfg.model)
+            return OutputReader(LabelMap(names, saved.task), lambda part: read(part)[1], saved.threshold, precision)
+        return OutputReader(LabelMap(names), lambda part: read(part)[1], precision=precision)
+    model, tokenizer, label_map = infer.load_for_inference(cfg.model, cfg.precision)
     modeling.check_max_length(cfg.max_length, tokenizer, model.config, cfg.model, pair=dataset.pairs is not None)
-    return OutputReader(label_map, _classifier_read(model, tokenizer, cfg, progress), saved_threshold(cfg.model))
+    return OutputReader(label_map, _classifier_read(model, tokenizer, cfg, progress), saved_threshold(cfg.model),
+                        _precision_of(model, cfg.precision))
+
+
+def _precision_of(model: Any, requested: str) -> str:
+    """The precision a classifier runs in, as recorded: fp32, bf16, fp16 or int8 (`auto` resolved)."""
+    return modeling.precision_name(model, modeling.choose_dtype(requested, next(model.parameters()).device))
 
 
 def _classifier_read(model: Any, tokenizer: Any, cfg: Any, progress: bool) -> Callable[[TextDataset], np.ndarray]:
@@ -158,7 +168,7 @@ def run_evaluate(cfg: EvaluateConfig, *, progress: bool = False) -> dict[str, An
     plan = rundir.inspect_run_dir(cfg.out, "evaluate", overwrite=cfg.overwrite, inputs=ownership.input_paths(cfg),
                                   compare=trail.config_compare(config_dict(cfg))) if cfg.out else None  # read-only, early
     external = [metrics.load_metric(spec) for spec in cfg.external_metrics]  # before any work: a missing one stops here
-    model, tokenizer, label_map = infer.load_for_inference(cfg.model or "")
+    model, tokenizer, label_map = infer.load_for_inference(cfg.model or "", cfg.precision)
     modeling.check_max_length(cfg.max_length, tokenizer, model.config, cfg.model or "",
                               pair=cfg.text_pair_column is not None)
     for note in inapplicable_options(label_map.task, len(label_map.labels), cfg.metric_list):
@@ -172,7 +182,7 @@ def run_evaluate(cfg: EvaluateConfig, *, progress: bool = False) -> dict[str, An
     result = shape_metrics(outputs, y)
     metrics.add_requested(result, cfg.metric_list, external, outputs.decisions(), y)
     result.update(model=cfg.model, data=dataset.source, data_fingerprint=dataset.fingerprint,
-                  long_text=cfg.long_text, truncation=cfg.truncation)
+                  long_text=cfg.long_text, truncation=cfg.truncation, precision=_precision_of(model, cfg.precision))
     if plan is not None:
         run = plan.claim()
         trail.write_run_config(run.path, "evaluate", config_dict(cfg), data_fingerprint=dataset.fingerprint)

@@ -103,6 +103,7 @@ def random_encoder_features(cfg: Any, inputs: ProbeInputs, pool: str, index: int
 
     from bertkit.features import extract
     from bertkit.models import loading as modeling
+    from bertkit.models import quantize
 
     meta = dict(inputs.feature_meta)
     model = str(meta["model"])
@@ -112,6 +113,8 @@ def random_encoder_features(cfg: Any, inputs: ProbeInputs, pool: str, index: int
         if "encoder" not in state:
             torch.manual_seed(cfg.seed)
             state["encoder"] = modeling.load_encoder(model, bool(meta.get("trust_remote_code")), random_init=True)
+            if meta.get("dtype") == modeling.INT8:  # the baseline reads texts in the probed features' precision
+                state["encoder"] = quantize.quantized_int8(state["encoder"], inplace=True)
             state["tokenizer"] = modeling.load_tokenizer(model, bool(meta.get("trust_remote_code")))
         dtype = modeling.DTYPE_NAMES.get(str(meta.get("dtype")), torch.float32)
         return extract.extract_pooled(state["encoder"], state["tokenizer"], ds, pools=[pool], layers=[index],

@@ -249,6 +249,7 @@ def load_text_inputs(cfg: Any, cache_dir: Path | Callable[[], Path] | None, prog
     from bertkit.data.splits import load_splits
     from bertkit.features import extract, pooling
     from bertkit.models import loading as modeling
+    from bertkit.models import quantize
 
     splits = load_splits(cfg, need_labels=True, need_dev=True)
     if on_labels is not None:
@@ -264,9 +265,11 @@ def load_text_inputs(cfg: Any, cache_dir: Path | Callable[[], Path] | None, prog
     spec = pooling.FeatureSpec(layers=None if parse_layers(cfg.layers or "-1") is None else tuple(parse_layers(cfg.layers or "-1")))
     indices = spec.resolve(n_layers)
     dtype = modeling.choose_dtype(cfg.precision, next(encoder.parameters()).device)
+    if cfg.precision == modeling.INT8:
+        encoder = quantize.quantized_int8(encoder, inplace=True)  # loaded for the feature pass only
     meta = {"model": model, "revision": modeling.model_revision(model), "max_length": cfg.max_length,
             "normalize": cfg.normalize, "combine": "concat", "layers": cfg.layers or "-1",
-            "architecture": type(encoder).__name__, "dtype": modeling.dtype_name(dtype),
+            "architecture": type(encoder).__name__, "dtype": modeling.precision_name(encoder, dtype),
             "trust_remote_code": cfg.trust_remote_code, **LongText.from_config(cfg).to_json()}
     named = {"train": splits.train, "dev": splits.dev, **({"test": splits.test} if splits.test is not None else {})}
     features = {

@@ -251,8 +251,8 @@ def predict_with_probe(
     """Label ids and probabilities for `dataset` (a data.TextDataset; a regression probe: the numbers twice, a tag
     probe: the 0/1 tag matrix and the tag probabilities): re-extracts features as the probe was trained (model,
     pooling, layer, normalization, truncation or windows of long texts; max length unless `max_length` is given),
-    then applies the saved probe. The extraction precision is `precision` (auto/fp32/bf16/fp16) resolved for the encoder's
-    device."""
+    then applies the saved probe. The extraction precision is `precision` (auto/fp32/bf16/fp16/int8) resolved for
+    the encoder's device."""
     read = probe_reader(saved, pair=dataset.pairs is not None, batch_size=batch_size, max_length=max_length,
                         precision=precision, progress=progress)
     return read(dataset)
@@ -266,6 +266,7 @@ def probe_reader(
     `pair`) giving its (label ids, outputs), called window by window on a large input (`bertkit predict`)."""
     from bertkit.features import extract
     from bertkit.models import loading as modeling
+    from bertkit.models import quantize
 
     meta = saved.meta
     revision = modeling.model_revision(meta["model"])
@@ -275,6 +276,8 @@ def probe_reader(
     tokenizer = modeling.load_tokenizer(meta["model"], meta.get("trust_remote_code", False))
     encoder = modeling.load_encoder(meta["model"], meta.get("trust_remote_code", False))
     dtype = modeling.choose_dtype(precision, next(encoder.parameters()).device)
+    if precision == modeling.INT8:
+        encoder = quantize.quantized_int8(encoder, inplace=True)  # loaded for the feature pass only
     window = int(max_length or meta.get("max_length") or 128)
     modeling.check_max_length(window, tokenizer, encoder.config, meta["model"], pair=pair)
 
