@@ -23,6 +23,7 @@ from bertkit.encoding.batches import pad_batch, restore_order, sorted_batches, t
 from bertkit.encoding.encode import Encoded, encode_for
 from bertkit.encoding.longtext import LongText
 from bertkit.models import loading as modeling
+from bertkit.models import onnx
 from bertkit.models.fastforward import SequenceClassifier
 from bertkit.models.inputs import accepted_inputs
 
@@ -105,11 +106,15 @@ def classifier_logits(classifier: Any, tokenizer: Any, dataset: TextDataset, *, 
     Texts longer than `max_length` are cut (`long_text.truncation`; None: head), or with `long_text.mode` chunk read
     whole in overlapping windows pooled back to one row per text: the max per class, the mean of a regression
     model's numbers (why: `bertkit.encoding.longtext`)."""
-    model = classifier.model if isinstance(classifier, SequenceClassifier) else classifier
-    device = next(model.parameters()).device
-    dtype = modeling.choose_dtype(precision, device)
-    model.eval()
-    net = classifier if isinstance(classifier, SequenceClassifier) else SequenceClassifier(model)
+    if isinstance(classifier, onnx.OnnxModel):  # an export folder: its session in place of the torch model
+        model = net = classifier
+        device, dtype = torch.device("cpu"), torch.float32
+    else:
+        model = classifier.model if isinstance(classifier, SequenceClassifier) else classifier
+        device = next(model.parameters()).device
+        dtype = modeling.choose_dtype(precision, device)
+        model.eval()
+        net = classifier if isinstance(classifier, SequenceClassifier) else SequenceClassifier(model)
     windows = encode_for(tokenizer, dataset, max_length, long_text)
     batches = sorted_batches(windows.encoded.lengths, batch_size)
     with closing(progress_bar(len(windows.owner), "predict", progress)) as bar:
@@ -120,7 +125,10 @@ def classifier_logits(classifier: Any, tokenizer: Any, dataset: TextDataset, *, 
 
 
 def load_for_inference(model_dir: str) -> tuple[Any, Any, LabelMap]:
-    """A fine-tuned folder: classifier (eval mode, on the best device), tokenizer, and its label mapping."""
+    """A fine-tuned folder: classifier (eval mode, on the best device), tokenizer, and its label mapping; for an
+    ONNX export folder, its runner (`bertkit.models.onnx`)."""
+    if onnx.is_export(model_dir):
+        return onnx.load_for_inference(model_dir)
     model = modeling.load_classifier(model_dir, require_head=True)
     tokenizer = modeling.load_tokenizer(model_dir)
     id2label = getattr(model.config, "id2label", None) or {i: str(i) for i in range(model.config.num_labels)}

@@ -20,7 +20,7 @@ from bertkit.data.splits import load_dataset_split
 from bertkit.encoding import batches
 from bertkit.encoding.longtext import LongText
 from bertkit.io import atomic, ownership, predictions_out, rundir, trail
-from bertkit.models import infer
+from bertkit.models import infer, onnx
 from bertkit.models import loading as modeling
 from bertkit.models.metadata import saved_threshold
 from bertkit.scoring import metrics, predictions
@@ -143,6 +143,8 @@ def output_reader(cfg: Any, dataset: TextDataset, progress: bool) -> OutputReade
             return OutputReader(LabelMap(names, saved.task), lambda part: read(part)[1], saved.threshold)
         return OutputReader(LabelMap(names), lambda part: read(part)[1])
     model, tokenizer, label_map = infer.load_for_inference(cfg.model)
+    if isinstance(model, onnx.OnnxModel):
+        onnx.check_precision(cfg.precision, cfg.model)
     modeling.check_max_length(cfg.max_length, tokenizer, model.config, cfg.model, pair=dataset.pairs is not None)
     return OutputReader(label_map, _classifier_read(model, tokenizer, cfg, progress), saved_threshold(cfg.model))
 
@@ -159,6 +161,8 @@ def run_evaluate(cfg: EvaluateConfig, *, progress: bool = False) -> dict[str, An
                                   compare=trail.config_compare(config_dict(cfg))) if cfg.out else None  # read-only, early
     external = [metrics.load_metric(spec) for spec in cfg.external_metrics]  # before any work: a missing one stops here
     model, tokenizer, label_map = infer.load_for_inference(cfg.model or "")
+    if isinstance(model, onnx.OnnxModel):
+        onnx.check_precision(cfg.precision, cfg.model or "")
     modeling.check_max_length(cfg.max_length, tokenizer, model.config, cfg.model or "",
                               pair=cfg.text_pair_column is not None)
     for note in inapplicable_options(label_map.task, len(label_map.labels), cfg.metric_list):
