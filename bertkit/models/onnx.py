@@ -90,7 +90,9 @@ class OnnxModel:
         """`onnx` or `onnx-int8`: what a store's identity and a report record."""
         return "onnx-int8" if self.info.get("quantized") == "int8" else "onnx"
 
-    def __call__(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    def __call__(self, batch: dict[str, torch.Tensor] | None = None, **inputs: torch.Tensor) -> torch.Tensor:
+        """`runner(batch)` or `runner(**batch)`, as the feature loop and the classifier loop call a model."""
+        batch = inputs if batch is None else batch
         feeds = {name: batch[name].cpu().numpy().astype(np.int64, copy=False) for name in self.accepted_input_names}
         return torch.from_numpy(self.session.run(None, feeds)[0])
 
