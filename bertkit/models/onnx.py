@@ -49,10 +49,14 @@ FOLDER_FILES = frozenset({MODEL_FILE, "config.json", "bertkit_model.json", REPOR
 """Every name an export folder may hold (the run-directory rules of `bertkit.io.ownership` list them too)."""
 
 
-def require_onnxruntime() -> Any:
-    """The onnxruntime module; a UserError naming the extra when it is not installed."""
+def require_onnxruntime(exporting: bool = False) -> Any:
+    """The onnxruntime module (and for `exporting`, the onnx package the quantizer needs); a UserError naming the
+    extra when it is not installed."""
     try:
         import onnxruntime
+
+        if exporting:
+            import onnx  # noqa: F401
     except ImportError:
         raise UserError(
             "ONNX export and ONNX model folders need onnxruntime, which is not installed (it is an optional extra). "
@@ -206,7 +210,7 @@ def _quiet_exporter(name: str = "torch.onnx"):
 
 def quantize_int8(source: Path, target: Path) -> None:
     """onnxruntime's dynamic int8 quantization of the weights (QInt8), `source` -> `target`."""
-    require_onnxruntime()
+    require_onnxruntime(exporting=True)
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     with _quiet_exporter(""):  # "consider pre-processing": measured, it changes neither speed nor accuracy here
@@ -218,7 +222,7 @@ def write_export(folder: Path, model: Any, tokenizer: Any, *, kind: str, quantiz
                  features_fn: Any = None) -> None:
     """A complete export folder in `folder` (an empty one bertkit made; see `bertkit.predict.export`). For an
     encoder, `features` are the baked-in options (pool, layers, combine, normalize) and `features_fn` their graph."""
-    require_onnxruntime()
+    require_onnxruntime(exporting=True)
     folder.mkdir(parents=True, exist_ok=True)
     fp32 = folder / (".fp32-" + MODEL_FILE if quantize else MODEL_FILE)
     export_onnx(model, tokenizer, kind, features_fn, fp32)

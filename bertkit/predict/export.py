@@ -48,7 +48,7 @@ RUN_CONFIGS = {"finetune": FinetuneConfig, "distill": DistillConfig}
 
 def run_export(cfg: ExportConfig, progress: bool = False) -> dict[str, Any]:
     """Export --model to --out through the gate; the report (also export_report.json in the folder)."""
-    onnx.require_onnxruntime()
+    onnx.require_onnxruntime(exporting=True)
     assert cfg.model and cfg.out
     plan = rundir.inspect_run_dir(cfg.out, "export", overwrite=cfg.overwrite, inputs=ownership.input_paths(cfg),
                                   compare=_compare(cfg))  # read-only: refusals happen before any work
