@@ -238,6 +238,8 @@ def test_embed_reads_a_features_export_with_its_baked_options(tiny_bert_dir, gat
     manifest = json.loads((onnx_store / "manifest.json").read_text())
     assert manifest["backend"] == "onnx" and manifest["pool"] == "mean" and manifest["normalize"] is True
     assert manifest["identity"]["backend"] == "onnx"
+    mixed = invoke("embed", "--model", out, "--data", gate_tsv, "--out", torch_store, "-q")  # a store never mixes
+    assert mixed.exit_code == 2 and "backend" in mixed.output
     clash = invoke("embed", "--model", out, "--data", gate_tsv, "--out", tmp_path / "s2", "--pool", "max")
     assert clash.exit_code == 2 and "--pool max (the export has mean)" in clash.output
     precision = invoke("embed", "--model", out, "--data", gate_tsv, "--out", tmp_path / "s3", "--precision", "bf16")
