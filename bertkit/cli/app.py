@@ -35,6 +35,7 @@ from bertkit.config.commands import (
     ProbeConfig,
     TokensConfig,
 )
+from bertkit.config.export import ExportConfig
 from bertkit.config.fields import OUTPUT, RUN, field_type, flag_names, help_text, option_fields
 from bertkit.config.recipes import load_recipe
 from bertkit.errors import UserError
@@ -227,6 +228,15 @@ def evaluate(cfg: EvaluateConfig, view: View) -> None:
     from bertkit.predict.run import run_evaluate
 
     show.show_evaluate(run_evaluate(cfg, progress=not view.quiet), cfg, view)
+
+
+@config_command(ExportConfig)
+def export(cfg: ExportConfig, view: View) -> None:
+    """A fine-tuned classifier or an encoder to an ONNX folder (int8 by default), kept only if it passes the accuracy
+    gate against the PyTorch fp32 model; predict/evaluate/embed take the folder as --model."""
+    from bertkit.predict.export import run_export
+
+    show.show_export(run_export(cfg, progress=view.progress), view)
 
 
 @config_command(DistillConfig)

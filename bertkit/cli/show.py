@@ -379,6 +379,33 @@ def show_evaluate(result: dict[str, Any], cfg: EvaluateConfig, view: View) -> No
         info(f"wrote {cfg.out}/metrics.json, predictions.csv, {plot}", view.quiet)
 
 
+# ---------------------------------------------------------------- export
+
+
+def show_export(report: dict[str, Any], view: View) -> None:
+    """The accuracy gate's numbers and where the export is."""
+    if view.json:
+        emit_json(report)
+        return
+    backend = "ONNX int8" if report["quantized"] else "ONNX fp32"
+    rows = [["rows", report["rows"]]]
+    if report["statistic"] == "agreement":
+        rows += [["label agreement with fp32", f"{report['agreement']:.4f} (min {report['threshold']:g})"],
+                 ["largest logit difference", f"{report['max_abs_logit_diff']:.4g}"]]
+        if report.get("metric"):
+            rows.append([f"{report['metric']} fp32 -> export",
+                         f"{format_score(report['metric_fp32'])} -> {format_score(report['metric_export'])}"])
+    else:
+        rows += [["mean cosine with fp32", f"{report['mean_cosine']:.4f} (min {report['threshold']:g})"],
+                 ["lowest cosine", f"{report['min_cosine']:.4f}"],
+                 ["largest difference", f"{report['max_abs_diff']:.4g}"]]
+    out_console.print(table(f"{backend} {report['kind']} export of {report['model']}: gate on {report['data']}",
+                            ["measure", "value"], rows))
+    if report["forced"]:
+        info("the gate refused this export; kept because of --force (export_report.json says forced)", view.quiet)
+    info(f"wrote {report['out']} (model.onnx {format_size(report['size_bytes'])}, export_report.json)", view.quiet)
+
+
 # ---------------------------------------------------------------- bench
 
 

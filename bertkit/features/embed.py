@@ -6,6 +6,7 @@ world size, barriers). Rows are tokenized once per shard.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Iterator
@@ -26,7 +27,7 @@ from bertkit.features.extract import encode_features, unit_of
 from bertkit.features.pooling import FeatureSpec, encoder_shape
 from bertkit.io import ownership, rundir
 from bertkit.io.trail import package_versions
-from bertkit.models import infer, quantize
+from bertkit.models import infer, onnx, quantize
 from bertkit.models import loading as modeling
 
 log = logging.getLogger(__name__)
@@ -128,11 +129,14 @@ def store_identity(cfg: EmbedConfig, split: str, ds: TextDataset, revision: str,
 
 def embed_to_store(cfg: EmbedConfig, progress: bool = True) -> dict[str, Any]:
     """Run `bertkit embed`: every split to its store under cfg.out; returns a summary (see `SplitResult`)."""
-    device = modeling.inference_device(cfg.device, cfg.precision)
+    export = onnx.is_export(cfg.model)
+    if export:  # an ONNX export folder: its baked-in feature options, on the CPU, in its own precision
+        cfg = export_embed_config(cfg)
+    device = torch.device("cpu") if export else modeling.inference_device(cfg.device, cfg.precision)
     with process_state(device) as dist:
         if device.type == "cuda" and dist.num_processes > 1:
             device = dist.device  # this process's GPU
-        dtype = modeling.choose_dtype(cfg.precision, device)
+        dtype = torch.float32 if export else modeling.choose_dtype(cfg.precision, device)
         root = Path(cfg.out or "").expanduser()
         rundir.inspect_run_dir(root, "embed", overwrite=cfg.overwrite,  # read-only: refusals end every rank here
                                inputs=ownership.input_paths(cfg))
@@ -142,16 +146,24 @@ def embed_to_store(cfg: EmbedConfig, progress: bool = True) -> dict[str, Any]:
         model_config = modeling.load_config(cfg.model, cfg.trust_remote_code)
         modeling.check_max_length(cfg.max_length, tokenizer, model_config, cfg.model,
                                   pair=cfg.text_pair_column is not None)
-        encoder = modeling.load_encoder(cfg.model, cfg.trust_remote_code).to(device)
-        if cfg.precision == modeling.INT8:
-            encoder = quantize.quantized_int8(encoder, inplace=True)  # loaded for this run only
-        precision = modeling.precision_name(encoder, dtype)
+        if export:
+            encoder = onnx.load_export(cfg.model, "features", "embed")
+            precision = modeling.dtype_name(dtype)  # the graph's own; `backend` below says onnx or onnx-int8
+        else:
+            encoder = modeling.load_encoder(cfg.model, cfg.trust_remote_code).to(device)
+            if cfg.precision == modeling.INT8:
+                encoder = quantize.quantized_int8(encoder, inplace=True)  # loaded for this run only
+            precision = modeling.precision_name(encoder, dtype)
         spec = FeatureSpec.from_options(cfg.pool, cfg.layers, cfg.combine, cfg.normalize)
         n_layers, hidden = encoder_shape(encoder)
         spec.resolve(n_layers)
         revision = modeling.model_revision(cfg.model)
         common = _manifest_common(cfg, tokenizer, encoder, spec, revision, precision, label_map)
         identities = {split: store_identity(cfg, split, ds, revision, precision) for split, ds in named}
+        if export:  # the backend is part of what a store holds: a resume never mixes ONNX and PyTorch rows
+            common["backend"] = encoder.backend
+            for identity in identities.values():
+                identity["backend"] = encoder.backend
         run = _claim_store_dir(cfg, dist, root, identities, split_layout)
         results = []
         for split, ds in named:
@@ -168,6 +180,26 @@ def embed_to_store(cfg: EmbedConfig, progress: bool = True) -> dict[str, Any]:
         for result in results:  # where the stores are now (not the staging folder they were built in)
             result.path = str(root / result.split if split_layout else root)
         return _summary(cfg, root, results, precision, device, dist)
+
+
+def export_embed_config(cfg: EmbedConfig) -> EmbedConfig:
+    """embed's config for an ONNX export folder: --pool/--layers/--combine/--normalize left at their defaults take
+    the export's baked-in values; one given otherwise must equal it. --precision and --device: auto, fp32, cpu."""
+    onnx.check_precision(cfg.precision, cfg.model or "")
+    if cfg.device not in ("auto", "cpu"):
+        raise UserError(f"--device {cfg.device}: the ONNX export {cfg.model} runs on the CPU (onnxruntime's CPU "
+                        "provider). Drop --device (or pass --device cpu), or embed with the PyTorch model folder.")
+    baked = onnx.read_feature_options(cfg.model or "")
+    defaults = {f.name: f.default for f in dataclasses.fields(EmbedConfig) if f.name in baked}
+    conflicts = [f"--{name} {getattr(cfg, name)} (the export has {baked[name]})" for name in baked
+                 if getattr(cfg, name) != defaults[name] and str(getattr(cfg, name)) != str(baked[name])]
+    if conflicts:
+        given = " ".join(f"--{k} {v}" for k, v in baked.items() if k != "normalize")
+        raise UserError(f"The ONNX export {cfg.model} computes its features with {given}"
+                        f"{' --normalize' if baked['normalize'] else ''}, baked into the graph, but this run asks for "
+                        f"{'; '.join(conflicts)}. Drop those options (the export's are used), or export again with "
+                        f"`bertkit export --kind features` and the options you want.")
+    return dataclasses.replace(cfg, **{k: v for k, v in baked.items() if k in defaults})
 
 
 def _manifest_common(cfg: EmbedConfig, tokenizer: Any, encoder: Any, spec: FeatureSpec, revision: str,

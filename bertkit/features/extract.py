@@ -23,7 +23,7 @@ from bertkit.encoding import encode
 from bertkit.encoding.encode import Encoded
 from bertkit.encoding.longtext import LongText
 from bertkit.features.pooling import FeatureSpec, encoder_shape, forward_features, pool_tokens, prune_applies
-from bertkit.models import infer
+from bertkit.models import infer, onnx
 
 # ---------------------------------------------------------------- extraction
 
@@ -78,6 +78,8 @@ def encode_features(encoder: Any, tokenizer: Any, dataset: TextDataset, spec: Fe
     def features_of(batch: dict[str, torch.Tensor]) -> torch.Tensor:
         nonlocal padded, prune
         padded += int(batch["input_ids"].numel())
+        if isinstance(encoder, onnx.OnnxModel):  # an export folder: the pooled features come out of the graph
+            return encoder(batch)
         if prune is None:
             prune = prune_applies(encoder, batch, spec, indices, n_layers)
         return forward_features(encoder, batch, spec, indices, n_layers, prune)

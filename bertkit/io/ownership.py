@@ -50,6 +50,9 @@ RUN_ENTRIES: dict[str, frozenset[str]] = {
     "evaluate": frozenset({"config.json", "metrics.json", "predictions.csv", "confusion_matrix.png", "scatter.png",
                            "per_label_f1.png"}),
     "bench": frozenset({"config.json", "bench.json", "bench.md", "bench.png", "quality"}),
+    "export": frozenset({"model.onnx", "config.json", "bertkit_model.json", "export_report.json", "tokenizer.json",
+                         "tokenizer_config.json", "special_tokens_map.json", "vocab.txt", "vocab.json", "merges.txt",
+                         "added_tokens.json", "chat_template.jinja"}),  # = bertkit.models.onnx.FOLDER_FILES
 }
 """The top-level names each command writes into its run directory: the only names it ever replaces or deletes."""
 

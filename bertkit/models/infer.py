@@ -23,7 +23,7 @@ from bertkit.encoding.batches import pad_batch, restore_order, sorted_batches, t
 from bertkit.encoding.encode import Encoded, encode_for
 from bertkit.encoding.longtext import LongText
 from bertkit.models import loading as modeling
-from bertkit.models import quantize
+from bertkit.models import onnx, quantize
 from bertkit.models.fastforward import SequenceClassifier
 from bertkit.models.inputs import accepted_inputs
 
@@ -106,14 +106,18 @@ def classifier_logits(classifier: Any, tokenizer: Any, dataset: TextDataset, *, 
     Texts longer than `max_length` are cut (`long_text.truncation`; None: head), or with `long_text.mode` chunk read
     whole in overlapping windows pooled back to one row per text: the max per class, the mean of a regression
     model's numbers (why: `bertkit.encoding.longtext`). `precision` int8 wants a model `load_for_inference`
-    quantized once; an fp32 one is quantized here, a copy per call."""
-    model = classifier.model if isinstance(classifier, SequenceClassifier) else classifier
-    device = next(model.parameters()).device
-    dtype = modeling.choose_dtype(precision, device)
-    if precision == modeling.INT8 and not quantize.is_int8(model):
-        model = classifier = quantize.quantized_int8(model)
-    model.eval()
-    net = classifier if isinstance(classifier, SequenceClassifier) else SequenceClassifier(model)
+    quantized once; an fp32 one is quantized here, a copy per call. An ONNX export runs in its own precision."""
+    if isinstance(classifier, onnx.OnnxModel):  # an export folder: its session in place of the torch model
+        model = net = classifier
+        device, dtype = torch.device("cpu"), torch.float32
+    else:
+        model = classifier.model if isinstance(classifier, SequenceClassifier) else classifier
+        device = next(model.parameters()).device
+        dtype = modeling.choose_dtype(precision, device)
+        if precision == modeling.INT8 and not quantize.is_int8(model):
+            model = classifier = quantize.quantized_int8(model)
+        model.eval()
+        net = classifier if isinstance(classifier, SequenceClassifier) else SequenceClassifier(model)
     windows = encode_for(tokenizer, dataset, max_length, long_text)
     batches = sorted_batches(windows.encoded.lengths, batch_size)
     with closing(progress_bar(len(windows.owner), "predict", progress)) as bar:
@@ -125,7 +129,11 @@ def classifier_logits(classifier: Any, tokenizer: Any, dataset: TextDataset, *, 
 
 def load_for_inference(model_dir: str, precision: str = "fp32") -> tuple[Any, Any, LabelMap]:
     """A fine-tuned folder: classifier (eval mode, on the best device), tokenizer, and its label mapping.
-    `precision` int8: on the CPU, its linear layers quantized (`quantize.quantized_int8`), for inference only."""
+    `precision` int8: on the CPU, its linear layers quantized (`quantize.quantized_int8`), for inference only.
+    An ONNX export folder: its runner (`bertkit.models.onnx`), which takes only its own precision."""
+    if onnx.is_export(model_dir):
+        onnx.check_precision(precision, model_dir)
+        return onnx.load_for_inference(model_dir)
     model = modeling.load_classifier(model_dir, require_head=True)
     tokenizer = modeling.load_tokenizer(model_dir)
     id2label = getattr(model.config, "id2label", None) or {i: str(i) for i in range(model.config.num_labels)}

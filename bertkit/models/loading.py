@@ -250,7 +250,7 @@ def model_revision(name: str) -> str:
     import hashlib
 
     path = Path(resolve_model_name(name))
-    weights = sorted(path.glob("*.safetensors")) if path.is_dir() else []
+    weights = sorted([*path.glob("*.safetensors"), *path.glob("*.onnx")]) if path.is_dir() else []
     if weights:
         digest = hashlib.sha256()
         for file in weights:

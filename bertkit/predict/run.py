@@ -20,7 +20,7 @@ from bertkit.data.splits import load_dataset_split
 from bertkit.encoding import batches
 from bertkit.encoding.longtext import LongText
 from bertkit.io import atomic, ownership, predictions_out, rundir, trail
-from bertkit.models import infer
+from bertkit.models import infer, onnx
 from bertkit.models import loading as modeling
 from bertkit.models.metadata import saved_threshold
 from bertkit.scoring import metrics, predictions
@@ -153,7 +153,10 @@ def output_reader(cfg: Any, dataset: TextDataset, progress: bool) -> OutputReade
 
 
 def _precision_of(model: Any, requested: str) -> str:
-    """The precision a classifier runs in, as recorded: fp32, bf16, fp16 or int8 (`auto` resolved)."""
+    """The precision a classifier runs in, as recorded: fp32, bf16, fp16 or int8 (`auto` resolved); an ONNX export's
+    backend (onnx, onnx-int8)."""
+    if isinstance(model, onnx.OnnxModel):
+        return model.backend
     return modeling.precision_name(model, modeling.choose_dtype(requested, next(model.parameters()).device))
 
 

@@ -1,0 +1,253 @@
+"""`bertkit export`: a fine-tuned classifier or an encoder to an ONNX folder (optionally int8), kept only when the
+accuracy gate passes. Returns the gate's report; `cli` prints it.
+
+Why here: an export is the serving side of predict - its gate runs the PyTorch model and the export through the
+same reading as `predict`/`evaluate` (`infer.classifier_logits`, the problem shape's metrics of `predict.run`) and,
+for an encoder, `embed`'s feature pass. The folder format is `bertkit.models.onnx`'s alone.
+
+The gate (every export, fp32 or int8): both models run on --data (default: the finetune run's dev set). Classifiers:
+label agreement with fp32, the headline metric before and after when the rows have labels, the largest absolute
+logit difference. Features: the mean and minimum cosine similarity of each row's features and the largest absolute
+difference; the mean cosine is gated (--min-cosine), since one odd row should not refuse a model whose features
+are otherwise the same. Below the threshold nothing is kept (the export is built in a temp folder; the previous
+--out stays as it was) and a UserError gives the numbers and the fixes, unless --force.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from bertkit.config.commands import DistillConfig, FinetuneConfig, config_dict
+from bertkit.config.export import ExportConfig
+from bertkit.data.dataset import TextDataset
+from bertkit.data.labels import LabelMap, task_of_problem_type
+from bertkit.encoding.longtext import LongText
+from bertkit.errors import UserError
+from bertkit.features.extract import encode_features
+from bertkit.features.pooling import FeatureSpec, encoder_shape, forward_features, prune_applies
+from bertkit.io import atomic, ownership, rundir
+from bertkit.io.trail import config_differences, package_versions
+from bertkit.models import infer, onnx
+from bertkit.models import loading as modeling
+from bertkit.models.metadata import read_model_info, saved_threshold
+from bertkit.predict.run import Outputs, shape_metrics
+from bertkit.scoring.shapes import model_outputs
+from bertkit.scoring.table import SHAPE
+
+log = logging.getLogger(__name__)
+RUN_CONFIGS = {"finetune": FinetuneConfig, "distill": DistillConfig}
+
+
+def run_export(cfg: ExportConfig, progress: bool = False) -> dict[str, Any]:
+    """Export --model to --out through the gate; the report (also export_report.json in the folder)."""
+    onnx.require_onnxruntime(exporting=True)
+    assert cfg.model and cfg.out
+    plan = rundir.inspect_run_dir(cfg.out, "export", overwrite=cfg.overwrite, inputs=ownership.input_paths(cfg),
+                                  compare=_compare(cfg))  # read-only: refusals happen before any work
+    kind = export_kind(cfg)
+    tokenizer = modeling.load_tokenizer(cfg.model)
+    if kind == "classifier":
+        model = modeling.load_classifier(cfg.model, require_head=True, attn_implementation="eager")
+    else:
+        model = modeling.load_encoder(cfg.model, attn_implementation="eager")
+    model = model.float().eval()
+    modeling.check_max_length(cfg.max_length, tokenizer, model.config, cfg.model, pair=cfg.text_pair_column is not None)
+    spec = FeatureSpec.from_options(cfg.pool, cfg.layers, cfg.combine, cfg.normalize) if kind == "features" else None
+    if spec is not None:
+        spec.resolve(encoder_shape(model)[0])  # an out-of-range --layers fails before the export
+    dataset = gate_data(cfg, model if kind == "classifier" else None)
+    source = modeling.resolve_model_name(cfg.model)
+    with tempfile.TemporaryDirectory(prefix="bertkit-export-") as tmp:
+        staged = Path(tmp) / "export"
+        onnx.write_export(staged, model, tokenizer, kind=kind, quantize=cfg.quantized, source=cfg.model,
+                          revision=modeling.model_revision(cfg.model), source_info=read_model_info(source),
+                          features=_feature_options(cfg) if spec else None,
+                          features_fn=_features_fn(model, spec) if spec else None)
+        exported = onnx.load_export(staged, kind)
+        gate = (classifier_gate(model, exported, tokenizer, dataset, cfg) if kind == "classifier"
+                else features_gate(model, exported, tokenizer, dataset, cfg, spec))
+        report = {"model": cfg.model, "kind": kind, "quantized": cfg.quantized, "backend": exported.backend,
+                  "data": dataset.source, "data_fingerprint": dataset.fingerprint, **gate,
+                  "forced": bool(cfg.force and not gate["passed"]), "config": config_dict(cfg),
+                  "versions": {k: v for k, v in package_versions().items()
+                               if k in ("bertkit", "torch", "transformers", "onnxruntime", "onnx")}}
+        if not gate["passed"] and not cfg.force:
+            raise UserError(refusal_message(report, cfg))
+        atomic.write_json_atomic(staged / onnx.REPORT_FILE, report)
+        del exported  # the session holds model.onnx open
+        run = plan.claim()
+        for item in sorted(staged.iterdir()):
+            shutil.move(str(item), str(run.path / item.name))
+        run.commit()
+    report["out"] = cfg.out
+    report["size_bytes"] = os.path.getsize(Path(cfg.out).expanduser() / onnx.MODEL_FILE)
+    return report
+
+
+def _compare(cfg: ExportConfig) -> Any:
+    """An export run with other options at --out (its export_report.json's config) needs --overwrite."""
+    new = config_dict(cfg)
+
+    def compare(path: Path) -> list[str]:
+        record = ownership.read_json_or_none(Path(path) / onnx.REPORT_FILE)
+        old = record.get("config") if isinstance(record, dict) else None
+        return config_differences(old, new) if isinstance(old, dict) else []
+
+    return compare
+
+
+def export_kind(cfg: ExportConfig) -> str:
+    """--kind, or for auto: classifier when the folder's config names a sequence classifier, else features."""
+    if cfg.kind != "auto":
+        return cfg.kind
+    architectures = getattr(modeling.load_config(cfg.model or ""), "architectures", None) or []
+    return "classifier" if any(str(a).endswith("ForSequenceClassification") for a in architectures) else "features"
+
+
+def _feature_options(cfg: ExportConfig) -> dict[str, Any]:
+    return {"pool": cfg.pool, "layers": str(cfg.layers), "combine": cfg.combine, "normalize": cfg.normalize}
+
+
+def _features_fn(model: Any, spec: FeatureSpec) -> Any:
+    """batch -> (a batch -> pooled features function): embed's pruned pass where `prune_applies` on that batch."""
+    n_layers = encoder_shape(model)[0]
+    indices = spec.resolve(n_layers)
+
+    def make(batch: dict[str, torch.Tensor]) -> Any:
+        prune = prune_applies(model, batch, spec, indices, n_layers)
+        return lambda b: forward_features(model, b, spec, indices, n_layers, prune)
+
+    return make
+
+
+# ---------------------------------------------------------------- gate data
+
+
+def gate_data(cfg: ExportConfig, classifier: Any) -> TextDataset:
+    """--data (labels when it has them), or the dev set of the finetune/distill run the model folder was saved in."""
+    from bertkit.data.splits import load_dataset_split
+
+    if cfg.data:
+        task = _task(classifier) if classifier is not None else None
+        try:
+            dataset = load_dataset_split(cfg, cfg.data, need_labels=True, task=task)
+        except UserError as exc:
+            if cfg.label_column is not None or not str(exc).startswith("No label column"):
+                raise
+            dataset = load_dataset_split(cfg, cfg.data, need_labels=False)
+    else:
+        dataset = run_dev_set(cfg)
+    if cfg.limit is not None and len(dataset) > cfg.limit:
+        dataset = dataset.subset(range(cfg.limit))
+    if len(dataset) == 0:
+        raise UserError(f"The gate data {dataset.source} has no rows. Pass --data with rows to compare the models on.")
+    return dataset
+
+
+def run_dev_set(cfg: ExportConfig) -> TextDataset:
+    """The dev set of the `bertkit finetune`/`distill` run holding --model (RUN/best or RUN/final), as it read it."""
+    from bertkit.data.splits import load_splits
+
+    folder = Path(modeling.resolve_model_name(cfg.model or ""))
+    record = ownership.read_json_or_none(folder.parent / "config.json") if folder.is_dir() else None
+    command = record.get("command") if isinstance(record, dict) else None
+    fix = (f"Pass --data with rows to compare the PyTorch and the exported model on (labelled rows also give the "
+           f"metric before and after), e.g. `bertkit export --model {cfg.model} --data dev.tsv --out {cfg.out}`.")
+    if command not in RUN_CONFIGS or not isinstance(record.get("config"), dict):
+        raise UserError(f"No gate data: --data is not given and {cfg.model} is not a model saved by `bertkit "
+                        f"finetune` (whose dev set would be used). {fix}")
+    try:
+        run_cfg = RUN_CONFIGS[command](**record["config"])
+        dev = load_splits(run_cfg, need_labels=True).dev
+    except (TypeError, UserError) as exc:
+        raise UserError(f"Could not read the dev set of the {command} run {folder.parent} ({str(exc)[:200]}). "
+                        f"{fix}") from None
+    if dev is None:
+        raise UserError(f"The {command} run {folder.parent} has no dev set. {fix}")
+    log.info("gate data: the dev set of %s (%d rows)", folder.parent, len(dev))
+    return dev
+
+
+def _task(model: Any) -> str:
+    return task_of_problem_type(getattr(model.config, "problem_type", None), model.config.num_labels)
+
+
+# ---------------------------------------------------------------- the gate
+
+
+def classifier_gate(model: Any, exported: Any, tokenizer: Any, dataset: TextDataset, cfg: ExportConfig) -> dict:
+    """Label agreement with fp32, the headline metric before/after (labelled rows), the largest logit difference."""
+    reading = {"max_length": cfg.max_length, "batch_size": cfg.batch_size, "precision": "fp32",
+               "long_text": LongText.from_config(cfg)}
+    reference = infer.classifier_logits(model, tokenizer, dataset, **reading)
+    logits = infer.classifier_logits(exported, tokenizer, dataset, **reading)
+    task = _task(model)
+    id2label = getattr(model.config, "id2label", None) or {i: str(i) for i in range(model.config.num_labels)}
+    label_map = LabelMap.from_id2label(id2label, getattr(model.config, "problem_type", None))
+    threshold = saved_threshold(cfg.model or "")
+    before = Outputs(label_map, model_outputs(task, reference), threshold)
+    after = Outputs(label_map, model_outputs(task, logits), threshold)
+    if task == "regression":  # numbers: "agree" = within 1% of the fp32 outputs' range
+        tolerance = 0.01 * max(1.0, float(np.ptp(reference)) if reference.size else 1.0)
+        same = np.abs(reference - logits).max(axis=1) <= tolerance
+    else:
+        a, b = before.decisions(), after.decisions()
+        same = (a == b) if a.ndim == 1 else (a == b).all(axis=1)
+    agreement = float(same.mean()) if len(same) else 1.0
+    result: dict[str, Any] = {
+        "statistic": "agreement", "threshold": cfg.min_agreement, "rows": len(dataset), "task": task,
+        "agreement": round(agreement, 6), "disagreeing_rows": int((~same).sum()),
+        "max_abs_logit_diff": float(np.abs(reference - logits).max()) if len(dataset) else 0.0,
+        "passed": agreement >= cfg.min_agreement}
+    if dataset.labels is not None:
+        y = label_map.encode(dataset.labels, f"The gate data {dataset.source}")
+        metric = SHAPE[task].headline
+        result.update(metric=metric, metric_fp32=shape_metrics(before, y).get(metric),
+                      metric_export=shape_metrics(after, y).get(metric))
+    return result
+
+
+def features_gate(model: Any, exported: Any, tokenizer: Any, dataset: TextDataset, cfg: ExportConfig,
+                  spec: FeatureSpec) -> dict[str, Any]:
+    """Per-row cosine similarity of the export's and the PyTorch fp32 features (mean, min) and the largest
+    absolute difference; the mean is gated."""
+    reading = {"max_length": cfg.max_length, "batch_size": cfg.batch_size, "device": torch.device("cpu"),
+               "dtype": torch.float32, "long_text": LongText.from_config(cfg)}
+    reference = encode_features(model, tokenizer, dataset, spec, **reading)[0].reshape(len(dataset), -1)
+    features = encode_features(exported, tokenizer, dataset, spec, **reading)[0].reshape(len(dataset), -1)
+    norms = np.linalg.norm(reference, axis=1) * np.linalg.norm(features, axis=1)
+    cosine = (reference * features).sum(axis=1) / np.maximum(norms, 1e-12)
+    mean = float(cosine.mean()) if len(cosine) else 1.0
+    return {"statistic": "mean_cosine", "threshold": cfg.min_cosine, "rows": len(dataset),
+            "mean_cosine": round(mean, 6), "min_cosine": round(float(cosine.min()), 6) if len(cosine) else 1.0,
+            "max_abs_diff": float(np.abs(reference - features).max()) if len(cosine) else 0.0,
+            "passed": mean >= cfg.min_cosine}
+
+
+def refusal_message(report: dict[str, Any], cfg: ExportConfig) -> str:
+    """The gate's refusal: the numbers, that nothing was written, and the fixes."""
+    what = f"The {'int8 ' if cfg.quantized else ''}ONNX export of {cfg.model}"
+    if report["statistic"] == "agreement":
+        numbers = (f"predicts the PyTorch fp32 model's label on {report['agreement']:.2%} of {report['rows']} gate "
+                   f"rows, below --min-agreement {cfg.min_agreement:g}; largest logit difference "
+                   f"{report['max_abs_logit_diff']:.3g}")
+        if report.get("metric"):
+            numbers += f"; {report['metric']} {report['metric_fp32']:.4f} -> {report['metric_export']:.4f}"
+        lower = "--min-agreement"
+    else:
+        numbers = (f"has features with mean cosine similarity {report['mean_cosine']:.4f} (minimum "
+                   f"{report['min_cosine']:.4f}) to the PyTorch fp32 features on {report['rows']} gate rows, below "
+                   f"--min-cosine {cfg.min_cosine:g}")
+        lower = "--min-cosine"
+    fix = ("Export with --quantize none (fp32 ONNX, which matches PyTorch), " if cfg.quantized else
+           "Check the model with the PyTorch folder, ")
+    return (f"{what} {numbers}. Nothing was written (--out {cfg.out} is as it was). {fix}lower {lower} if that "
+            f"loss is acceptable, or pass --force to keep it anyway (its export_report.json then says forced).")

@@ -1,0 +1,282 @@
+"""models/onnx.py and predict/export.py: `bertkit export` (fp32 and int8), the accuracy gate (accept, refuse, force),
+the ONNX backend of predict/evaluate/embed, the folder loaded without bertkit, and bertkit without onnxruntime."""
+
+from __future__ import annotations
+
+import builtins
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from bertkit.cli import app
+from bertkit.config.commands import FinetuneConfig, config_dict
+from bertkit.data.dataset import TextDataset
+from bertkit.features.extract import extract_features
+from bertkit.models import infer, onnx
+from bertkit.models import loading as modeling
+
+pytest.importorskip("onnxruntime")
+runner = CliRunner()
+TEXTS = ["a wonderful film , truly superb", "an awful movie", "it was fine I guess, with a very long middle part "
+         "that goes on and on about nothing much at all", "x"]
+
+
+def invoke(*args: str):
+    return runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
+
+
+def _classifier(base: Path, folder: Path, kind: str) -> Path:
+    from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+
+    torch.manual_seed(3)
+    config = AutoConfig.from_pretrained(str(base), num_labels=2, id2label={0: "neg", 1: "pos"},
+                                        label2id={"neg": 0, "pos": 1})
+    model = AutoModelForSequenceClassification.from_config(config)
+    with torch.no_grad():  # a head with a clear opinion, so labels are not coin flips of rounding
+        model.classifier.weight.mul_(20)
+    model.save_pretrained(folder)
+    AutoTokenizer.from_pretrained(str(base)).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module", params=["bert", "distilbert"])
+def classifier_dir(request, tiny_bert_dir, tiny_distilbert_dir, tmp_path_factory) -> Path:
+    base = tiny_bert_dir if request.param == "bert" else tiny_distilbert_dir
+    return _classifier(base, tmp_path_factory.mktemp(f"clf-{request.param}"), request.param)
+
+
+@pytest.fixture(scope="module")
+def gate_tsv(tmp_path_factory) -> Path:
+    """40 labelled rows (some long), the gate's data."""
+    words = ["great", "awful", "fine", "boring", "superb", "dull", "lovely", "bad"]
+    rows = [(" ".join(words[(i + j) % 8] for j in range(3 + (i * 7) % 40)), "pos" if i % 2 else "neg")
+            for i in range(40)]
+    path = tmp_path_factory.mktemp("gate") / "gate.tsv"
+    path.write_text("text\tlabel\n" + "\n".join(f"{t}\t{y}" for t, y in rows) + "\n", encoding="utf-8")
+    return path
+
+
+def _export(model: Path, out: Path, *extra: str):
+    return invoke("export", "--model", model, "--out", out, "-q", "--json", *extra)
+
+
+def _report(out: Path) -> dict:
+    return json.loads((out / onnx.REPORT_FILE).read_text())
+
+
+# ---------------------------------------------------------------- classifiers
+
+
+@pytest.mark.parametrize("quantize", ["none", "int8"])
+def test_classifier_export_runs_like_torch_and_reports_the_gate(classifier_dir, gate_tsv, tmp_path, quantize):
+    out = tmp_path / "export"
+    result = _export(classifier_dir, out, "--data", gate_tsv, "--quantize", quantize)
+    assert result.exit_code == 0, result.output
+    report = _report(out)
+    assert {"agreement", "max_abs_logit_diff", "rows", "metric", "metric_fp32", "metric_export", "passed",
+            "forced"} <= set(report)
+    assert report["rows"] == 40 and report["passed"] and not report["forced"] and report["metric"] == "accuracy"
+    info = json.loads((out / "bertkit_model.json").read_text())["onnx"]
+    assert info["kind"] == "classifier" and info["quantized"] == (None if quantize == "none" else "int8")
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == sorted(
+        p for p in onnx.FOLDER_FILES if (out / p).exists())
+    model, tokenizer, labels = infer.load_for_inference(str(out))
+    assert isinstance(model, onnx.OnnxModel) and tuple(labels.labels) == ("neg", "pos")
+    dataset = TextDataset(TEXTS, source="t")
+    exported = infer.classifier_logits(model, tokenizer, dataset, max_length=16, batch_size=2, precision="fp32")
+    torch_model = modeling.load_classifier(str(classifier_dir), require_head=True)
+    reference = infer.classifier_logits(torch_model, tokenizer, dataset, max_length=16, batch_size=2, precision="fp32")
+    tolerance = 1e-4 if quantize == "none" else 0.25 * max(1.0, float(np.abs(reference).max()))  # int8: measured ~5%
+    np.testing.assert_allclose(exported, reference, atol=tolerance)
+    if quantize == "none":
+        assert report["agreement"] == 1.0 and report["max_abs_logit_diff"] < 1e-4
+        assert report["metric_fp32"] == report["metric_export"]
+    else:
+        assert report["agreement"] >= 0.99
+
+
+def test_predict_and_evaluate_read_an_fp32_export_as_the_torch_folder(classifier_dir, gate_tsv, tmp_path):
+    out = tmp_path / "export"
+    assert _export(classifier_dir, out, "--data", gate_tsv, "--quantize", "none").exit_code == 0
+    for chunk in ([], ["--long-text", "chunk", "--max-length", "8"]):
+        runs = [json.loads(invoke("evaluate", "--model", m, "--data", gate_tsv, "--json", "-q", *chunk).stdout)
+                for m in (classifier_dir, out)]
+        assert runs[0]["accuracy"] == runs[1]["accuracy"] and runs[0]["confusion_matrix"] == runs[1]["confusion_matrix"]
+        rows = [json.loads(invoke("predict", "--model", m, "--data", gate_tsv, "--json", "-q", *chunk).stdout)
+                ["predictions"] for m in (classifier_dir, out)]
+        assert len(rows[0]) == 40 and [r["label"] for r in rows[0]] == [r["label"] for r in rows[1]]
+    bad = invoke("predict", "--model", out, "--text", "hi", "--precision", "bf16")
+    assert bad.exit_code == 2 and "--precision bf16 does not apply to the ONNX export" in bad.output
+
+
+def test_the_folder_loads_with_plain_onnxruntime_and_the_tokenizer(classifier_dir, gate_tsv, tmp_path):
+    """What the README shows: no bertkit, just onnxruntime + the tokenizer + config.json's labels."""
+    import onnxruntime as ort
+    from transformers import AutoConfig, AutoTokenizer
+
+    out = tmp_path / "export"
+    assert _export(classifier_dir, out, "--data", gate_tsv).exit_code == 0
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    session = ort.InferenceSession(str(out / "model.onnx"), providers=["CPUExecutionProvider"])
+    names = [i.name for i in session.get_inputs()]
+    encoded = tokenizer(TEXTS, padding=True, truncation=True, max_length=128, return_tensors="np")
+    logits = session.run(["logits"], {n: encoded[n].astype(np.int64) for n in names})[0]
+    labels = [AutoConfig.from_pretrained(out).id2label[i] for i in logits.argmax(axis=1)]
+    model, tok, _ = infer.load_for_inference(str(out))
+    ours = infer.classifier_logits(model, tok, TextDataset(TEXTS, source="t"), max_length=128, batch_size=8,
+                                   precision="fp32")
+    np.testing.assert_allclose(logits, ours, atol=1e-5)
+    assert set(labels) <= {"neg", "pos"} and len(labels) == len(TEXTS)
+
+
+# ---------------------------------------------------------------- the gate refuses, --force keeps
+
+
+def _negate_head(monkeypatch):
+    """A quantizer that breaks the model for real: the graph's logits negated (every label flips)."""
+    import onnx as onnx_lib
+    from onnx import helper
+
+    real = onnx.quantize_int8
+
+    def broken(source: Path, target: Path) -> None:
+        real(source, target)
+        model = onnx_lib.load(str(target))
+        for node in model.graph.node:
+            node.output[:] = ["raw_logits" if name == "logits" else name for name in node.output]
+        model.graph.node.append(helper.make_node("Neg", ["raw_logits"], ["logits"]))
+        onnx_lib.save(model, str(target))
+
+    monkeypatch.setattr(onnx, "quantize_int8", broken)
+
+
+def test_a_refused_export_keeps_nothing_and_the_previous_export_intact(classifier_dir, gate_tsv, tmp_path, monkeypatch):
+    out = tmp_path / "export"
+    assert _export(classifier_dir, out, "--data", gate_tsv).exit_code == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    _negate_head(monkeypatch)
+    result = invoke("export", "--model", classifier_dir, "--out", out, "--data", gate_tsv, "--overwrite", "-q")
+    assert result.exit_code == 2
+    assert "--quantize none" in result.output and "--force" in result.output and "Nothing was written" in result.output
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
+    assert not (out / ".bertkit-next").exists()
+    fresh = tmp_path / "fresh"
+    assert invoke("export", "--model", classifier_dir, "--out", fresh, "--data", gate_tsv, "-q").exit_code == 2
+    assert not fresh.exists()
+    forced = _export(classifier_dir, fresh, "--data", gate_tsv, "--force")
+    assert forced.exit_code == 0
+    report = _report(fresh)
+    assert report["forced"] and not report["passed"] and report["agreement"] < 0.5
+
+
+def test_features_gate_refuses_below_min_cosine(tiny_bert_dir, gate_tsv, tmp_path):
+    result = invoke("export", "--model", tiny_bert_dir, "--out", tmp_path / "e", "--data", gate_tsv,
+                    "--min-cosine", "1.0", "-q")  # int8 features are never exactly the fp32 ones
+    assert result.exit_code == 2 and "mean cosine similarity" in result.output and "--min-cosine 1" in result.output
+    assert not (tmp_path / "e").exists()
+
+
+def test_no_gate_data_exits_2_and_a_finetune_runs_dev_set_is_the_default(classifier_dir, gate_tsv, tmp_path):
+    result = invoke("export", "--model", classifier_dir, "--out", tmp_path / "e", "-q")
+    assert result.exit_code == 2 and "--data" in result.output
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copytree(classifier_dir, run / "best")
+    cfg = FinetuneConfig(data=str(gate_tsv), model=str(classifier_dir), out=str(run), limit=30, dev_fraction=0.2)
+    (run / "config.json").write_text(json.dumps({"command": "finetune", "config": config_dict(cfg)}))
+    assert _export(run / "best", tmp_path / "e", "--quantize", "none").exit_code == 0
+    report = _report(tmp_path / "e")
+    assert report["rows"] == 6 and report["data"] == str(gate_tsv)
+
+
+# ---------------------------------------------------------------- features
+
+
+@pytest.mark.parametrize("base", ["tiny_bert_dir", "tiny_distilbert_dir"])
+@pytest.mark.parametrize("pool", ["cls", "mean"])
+def test_features_export_equals_torch_features(base, pool, request, gate_tsv, tmp_path):
+    folder = request.getfixturevalue(base)
+    out = tmp_path / "export"
+    result = _export(folder, out, "--data", gate_tsv, "--quantize", "none", "--pool", pool, "--layers", "-2,-1")
+    assert result.exit_code == 0, result.output
+    report = _report(out)
+    assert report["kind"] == "features" and report["min_cosine"] > 0.9999 and report["max_abs_diff"] < 1e-4
+    model = onnx.load_export(out, "features")
+    tokenizer = modeling.load_tokenizer(str(out))
+    dataset = TextDataset(TEXTS, source="t")
+    ours = extract_features(model, tokenizer, dataset, pool=pool, layers="-2,-1", max_length=16, batch_size=2,
+                            device="cpu")
+    reference = extract_features(modeling.load_encoder(str(folder)), tokenizer, dataset, pool=pool, layers="-2,-1",
+                                 max_length=16, batch_size=2)
+    assert ours.shape == (len(TEXTS), 64)
+    np.testing.assert_allclose(ours, reference, atol=1e-4)
+
+
+def test_int8_features_are_close_and_reported(tiny_bert_dir, gate_tsv, tmp_path):
+    out = tmp_path / "export"
+    result = _export(tiny_bert_dir, out, "--data", gate_tsv, "--min-cosine", "0.9")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["quantized"] == "int8" and report["backend"] == "onnx-int8"
+    assert 0.9 <= report["mean_cosine"] < 1.0 and report["min_cosine"] <= report["mean_cosine"]
+
+
+def test_embed_reads_a_features_export_with_its_baked_options(tiny_bert_dir, gate_tsv, tmp_path):
+    out = tmp_path / "export"
+    assert _export(tiny_bert_dir, out, "--data", gate_tsv, "--quantize", "none", "--pool", "mean",
+                   "--normalize").exit_code == 0
+    onnx_store, torch_store = tmp_path / "s-onnx", tmp_path / "s-torch"
+    assert invoke("embed", "--model", out, "--data", gate_tsv, "--out", onnx_store, "-q").exit_code == 0
+    assert invoke("embed", "--model", tiny_bert_dir, "--data", gate_tsv, "--out", torch_store, "--pool", "mean",
+                  "--normalize", "--precision", "fp32", "-q").exit_code == 0
+    np.testing.assert_allclose(np.load(onnx_store / "features.npy"), np.load(torch_store / "features.npy"), atol=1e-4)
+    manifest = json.loads((onnx_store / "manifest.json").read_text())
+    assert manifest["backend"] == "onnx" and manifest["pool"] == "mean" and manifest["normalize"] is True
+    assert manifest["identity"]["backend"] == "onnx"
+    mixed = invoke("embed", "--model", out, "--data", gate_tsv, "--out", torch_store, "-q")  # a store never mixes
+    assert mixed.exit_code == 2 and "backend" in mixed.output
+    clash = invoke("embed", "--model", out, "--data", gate_tsv, "--out", tmp_path / "s2", "--pool", "max")
+    assert clash.exit_code == 2 and "--pool max (the export has mean)" in clash.output
+    precision = invoke("embed", "--model", out, "--data", gate_tsv, "--out", tmp_path / "s3", "--precision", "bf16")
+    assert precision.exit_code == 2 and "does not apply to the ONNX export" in precision.output
+    wrong_kind = invoke("predict", "--model", out, "--text", "hi")
+    assert wrong_kind.exit_code == 2 and "export of features" in wrong_kind.output
+
+
+def test_kind_auto_and_a_changed_option_needs_overwrite(classifier_dir, tiny_bert_dir, gate_tsv, tmp_path):
+    out = tmp_path / "export"
+    assert _export(classifier_dir, out, "--data", gate_tsv, "--quantize", "none").exit_code == 0
+    assert _report(out)["kind"] == "classifier"
+    again = invoke("export", "--model", classifier_dir, "--out", out, "--data", gate_tsv, "-q")
+    assert again.exit_code == 2 and "--quantize: 'none' -> 'int8'" in again.output and "--overwrite" in again.output
+    assert _export(classifier_dir, out, "--data", gate_tsv, "--overwrite").exit_code == 0
+    assert _report(out)["quantized"] == "int8"
+    headless = invoke("export", "--model", tiny_bert_dir, "--kind", "classifier", "--out", tmp_path / "h",
+                      "--data", gate_tsv, "-q")
+    assert headless.exit_code == 2 and "No fine-tuned classification head" in headless.output
+
+
+# ---------------------------------------------------------------- without onnxruntime
+
+
+def test_without_onnxruntime_export_and_an_onnx_model_name_the_extra(classifier_dir, gate_tsv, tmp_path, monkeypatch):
+    out = tmp_path / "export"
+    assert _export(classifier_dir, out, "--data", gate_tsv, "--quantize", "none").exit_code == 0
+    real_import = builtins.__import__
+
+    def no_onnxruntime(name, *args, **kwargs):
+        if name == "onnxruntime" or name.startswith("onnxruntime."):
+            raise ImportError("No module named 'onnxruntime'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_onnxruntime)
+    for args in (["export", "--model", classifier_dir, "--out", tmp_path / "e2", "--data", gate_tsv],
+                 ["predict", "--model", out, "--text", "hello"]):
+        result = invoke(*args)
+        assert result.exit_code == 2 and "pip install 'bertkit[onnx]'" in result.output
+    assert invoke("predict", "--model", classifier_dir, "--text", "hello", "-q").exit_code == 0
