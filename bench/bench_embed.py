@@ -13,7 +13,14 @@ numbers move with the load; `os.getloadavg()` is recorded before and after each 
   Where it is not, bf16 autocast is emulated and several times slower than fp32: it is measured on a small
   slice only (--rows-bf16, default 64; --quick: 16), next to fp32 and sentence-transformers on that slice.
 
-    python bench/bench_embed.py [--quick] [--out bench/results/embed.json]
+- int8 and ONNX (MiniLM): `bertkit embed --precision int8` (torch dynamic int8) and `bertkit embed` on
+  `bertkit export --kind features` folders (ONNX fp32 and int8, run by onnxruntime), next to
+  sentence-transformers' own ONNX, ONNX int8 (dynamic, its avx2 and avx512_vnni configurations), OpenVINO and
+  OpenVINO int8 (static, calibrated on local SST-2 rows) backends, which run in a side environment
+  (bench/st_side.py: optimum needs transformers < 4.58). Exports are built before timing, for both libraries.
+  "vs ST" is against sentence-transformers' fastest backend on the same rows.
+
+    python bench/bench_embed.py [--quick] [--no-st-backends] [--out bench/results/embed.json]
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -36,6 +44,9 @@ import torch  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+ST_PREFIXES = ("sentence_transformers", "st_")
+"""Rows that are sentence-transformers (its torch path here; its ONNX/OpenVINO backends from the side environment)."""
 SST2 = ROOT.parent / "shared" / "data" / "sst2" / "train.tsv"
 
 from transformers.utils import logging as hf_logging  # noqa: E402
@@ -132,6 +143,23 @@ def bertkit_way(model: str, data: Path, limit: int, dtype: str, out: Path, batch
     return embed_to_store(cfg, progress=False)
 
 
+def export_features(model_name: str, folder: Path, quantize: str, data: Path) -> Path:
+    """`bertkit export --kind features` ([CLS] of the last layer, as `bertkit embed`'s default), gated on 500 rows."""
+    cmd = [sys.executable, "-m", "bertkit", "export", "--model", model_name, "--out", str(folder), "--kind", "features",
+           "--quantize", quantize, "--data", str(data), "--text-column", "0", "--label-column", "1", "--limit", "500",
+           "--overwrite", "--quiet"]
+    subprocess.run(cmd, check=True, cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    return folder
+
+
+def st_side_backends(model_name: str, data: Path, rows: int, workdir: Path) -> dict[str, Any]:
+    """sentence-transformers' ONNX / ONNX int8 / OpenVINO / OpenVINO int8 backends (bench/st_side.py)."""
+    import st_side
+
+    return st_side.measure_st_backends(Path(modeling.resolve_model_name(model_name)), data, rows, data,
+                                       workdir / "st-side.json")
+
+
 # ---------------------------------------------------------------- one model
 
 
@@ -148,7 +176,7 @@ def base_shape_folder(kind: str, workdir: Path) -> Path:
 
 
 def bench_model(label: str, model_name: str, texts: list[str], data: Path, workdir: Path, peaks: dict[str, float],
-                bf16_rows: int, with_pipeline: bool) -> dict[str, Any]:
+                bf16_rows: int, with_pipeline: bool, with_onnx: bool = False, st_side: bool = False) -> dict[str, Any]:
     from sentence_transformers import SentenceTransformer
 
     encoder = modeling.load_encoder(model_name)
@@ -172,8 +200,22 @@ def bench_model(label: str, model_name: str, texts: list[str], data: Path, workd
 
         pipe = pipeline("feature-extraction", model=encoder, tokenizer=tokenizer, device="cpu")
         record("transformers_pipeline", timed(lambda: pipeline_way(pipe, texts)), n, tokens, flops, peaks["fp32"])
+    if st_side:  # sentence-transformers' ONNX / OpenVINO backends (side environment), on the same rows
+        side = st_side_backends(model_name, data, n, workdir)
+        for name, measured in side.get("backends", {}).items():
+            if "seconds" in measured:
+                record(name, {"seconds": measured["seconds"], "cosine_vs_torch_fp32": measured["cosine_vs_torch_fp32"]},
+                       n, tokens, flops, peaks["fp32"])
+        side_info = {k: v for k, v in side.items() if k != "backends"}
+        side_info["failed"] = {k: v["error"] for k, v in side.get("backends", {}).items() if "error" in v}
     out = workdir / f"store-{label}"
     record("bertkit_fp32", timed(lambda: bertkit_way(model_name, data, n, "fp32", out)), n, tokens, flops, peaks["fp32"])
+    record("bertkit_int8", timed(lambda: bertkit_way(model_name, data, n, "int8", out)), n, tokens, flops, peaks["fp32"])
+    if with_onnx:  # `bertkit export` folders (export time is not counted, as for ST's exports)
+        for quantize in ("none", "int8"):
+            folder = export_features(model_name, workdir / f"onnx-{label}-{quantize}", quantize, data)
+            name = "bertkit_onnx" + ("_int8" if quantize == "int8" else "")
+            record(name, timed(lambda f=folder: bertkit_way(str(f), data, n, "auto", out)), n, tokens, flops, peaks["fp32"])
     if modeling.cpu_supports_bf16():  # native bf16: both libraries' bf16 setting on every row
         st_bf16 = SentenceTransformer(modeling.resolve_model_name(model_name), device="cpu").to(torch.bfloat16)
         record("sentence_transformers_bf16", timed(lambda: st_encode(st_bf16, texts)), n, tokens, flops, peaks["bf16"])
@@ -183,12 +225,12 @@ def bench_model(label: str, model_name: str, texts: list[str], data: Path, workd
         _bf16_block(record, model_name, data, out, st_model, texts, lengths, encoder.config, bf16_rows, peaks)
     add_ratios(runs)
     return {"model": label, "model_name": model_name, "rows": n, "tokens": tokens, "bf16_rows": bf16_rows,
-            "params": modeling.parameter_count(encoder), "runs": runs}
+            "params": modeling.parameter_count(encoder), "runs": runs, **({"st_side": side_info} if st_side else {})}
 
 
 def add_ratios(runs: dict[str, dict[str, Any]]) -> None:
     """vs ST = rows/s over sentence-transformers' best setting measured on the same rows; vs seed likewise."""
-    st_best = max(r["rows_per_s"] for k, r in runs.items() if k.startswith("sentence_transformers") and "_small" not in k)
+    st_best = max(r["rows_per_s"] for k, r in runs.items() if k.startswith(ST_PREFIXES) and "_small" not in k)
     seed_rate = runs["seed_notebook"]["rows_per_s"]
     st_small = runs.get("sentence_transformers_small", {}).get("rows_per_s")
     for name, r in runs.items():
@@ -240,6 +282,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--rows-base", type=int, default=None, help="rows for the BERT-/DistilBERT-base shapes")
     parser.add_argument("--rows-bf16", type=int, default=None, help="rows for the bf16 vs fp32 comparison")
     parser.add_argument("--skip-base", action="store_true", help="MiniLM only")
+    parser.add_argument("--no-st-backends", action="store_true",
+                        help="skip sentence-transformers' ONNX/OpenVINO backends (they need bench/.venv-st, made once)")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "embed.json"))
     args = parser.parse_args(argv)
     if not SST2.is_file():
@@ -260,7 +304,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "bertkit_* times are end to end: read the TSV, load the model, tokenize, encode, write the store.",
             *precision_notes(modeling.cpu_supports_bf16()),
             "bert-base/distilbert-base are BertConfig()/DistilBertConfig() with random weights (shapes only).",
-            "MFU = encoder matmul FLOPs on unpadded tokens / time / measured matmul peak of the same dtype.",
+            "MFU = encoder matmul FLOPs on unpadded tokens / time / measured matmul peak of the same dtype "
+            "(int8 and ONNX rows: against the fp32 peak).",
+            "sentence_transformers* rows run in this environment; st_* rows are sentence-transformers' ONNX/OpenVINO "
+            "backends in bench/.venv-st (versions in st_side); sentence-transformers pools by mean (the model's "
+            "setting), bertkit embed by [CLS] (its default, the Alammar workflow).",
         ],
     }
     with tempfile.TemporaryDirectory(prefix="bench-embed-") as tmp:
@@ -268,7 +316,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         data = workdir / "sst2-train.tsv"
         shutil.copyfile(SST2, data)
         results["models"].append(bench_model("minilm-l6", "minilm-offline", texts_all[:n_minilm], data, workdir, peaks,
-                                             n_bf16, with_pipeline=True))
+                                             n_bf16, with_pipeline=True, with_onnx=True,
+                                             st_side=not args.no_st_backends))
         if not args.skip_base:
             for kind in ("distilbert-base", "bert-base"):
                 folder = base_shape_folder(kind, workdir)

@@ -69,7 +69,10 @@ def calibration_folder(rows_file: Path, workdir: Path, n: int = 300) -> Path:
 def backends(folder: Path, calibration: Path, workdir: Path):
     """(name, loader) for every backend; the loaders build their exports on first use (not timed)."""
     from sentence_transformers import SentenceTransformer
-    from sentence_transformers.backend import export_dynamic_quantized_onnx_model, export_static_quantized_openvino_model
+    from sentence_transformers.backend import (
+        export_dynamic_quantized_onnx_model,
+        export_static_quantized_openvino_model,
+    )
 
     def onnx_int8(config: str):
         def load():
