@@ -37,6 +37,7 @@ from bertkit.config.commands import (
 )
 from bertkit.config.fields import OUTPUT, RUN, field_type, flag_names, help_text, option_fields
 from bertkit.config.recipes import load_recipe
+from bertkit.config.sweep import SweepConfig
 from bertkit.errors import UserError
 
 app = typer.Typer(
@@ -235,6 +236,14 @@ def distill(cfg: DistillConfig, view: View) -> None:
     from bertkit.training import distill as distill_core
 
     show.show_distill(distill_core.distill(cfg, progress=not view.quiet), view)
+
+
+@config_command(SweepConfig)
+def sweep(cfg: SweepConfig, view: View) -> None:
+    """Hyper-parameter sweep of finetune: a --grid or an Optuna --space, K --seeds, resumable; OUT/best = the best."""
+    from bertkit.training.sweep import run_sweep
+
+    show.show_sweep(run_sweep(cfg, progress=view.progress), view)
 
 
 @config_command(BenchConfig)

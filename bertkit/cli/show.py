@@ -402,3 +402,32 @@ def show_bench(report: dict[str, Any], view: View) -> None:
     for note in report["notes"]:
         info(f"note: {escape(note)}", view.quiet)
     info(f"wrote {', '.join(report['outputs'].values())}", view.quiet)
+
+
+# ---------------------------------------------------------------- sweep
+
+
+def show_sweep(result: Any, view: View) -> None:
+    """The trials ranked by configuration (mean ± spread over seeds), the best trial and what was written."""
+    if not result.is_main_process:
+        return
+    summary = result.summary
+    if view.json:
+        emit_json({**summary, "out": str(result.out)})
+        return
+    params = [d["option"] for d in summary["space"]]
+    rows = [[g["rank"], *(_sweep_value(g["params"][p]) for p in params), len(g["values"]),
+             format_score(g["mean"]) + (f" ± {g['std']:.4f}" if len(g["values"]) > 1 else ""),
+             "pruned" if g["pruned"] else "", ", ".join(g["trials"])[:60]] for g in summary["ranking"]]
+    out_console.print(table(f"Sweep: best dev {summary['metric']} ({summary['search']}, {summary['trials']} trials"
+                            f", {summary['pruned']} pruned)", ["rank", *params, "seeds", f"{summary['metric']}",
+                                                               "status", "trials"], rows))
+    best = summary["best"]
+    if best is not None:
+        out_console.print(f"best trial {best['trial']}: dev {summary['metric']} {format_score(best['best'])} at step "
+                          f"{best['best_step']}; its model is {result.out}/best", highlight=False)
+    out_console.print(f"saved {result.out}/trials.csv, sweep.json, sweep.png, best/", highlight=False)
+
+
+def _sweep_value(value: Any) -> str:
+    return f"{value:.3g}" if isinstance(value, float) else str(value)

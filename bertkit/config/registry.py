@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import dataclasses
 
-from bertkit.config import commands
+from bertkit.config import commands, sweep
 from bertkit.errors import UserError
 
 COMMAND_CONFIGS: dict[str, type] = {
     name[: -len("Config")].lower(): value
     for name, value in vars(commands).items()
     if name.endswith("Config") and dataclasses.is_dataclass(value) and value.__module__ == commands.__name__
-}
+} | {"sweep": sweep.SweepConfig}
 """Command name -> config class (`finetune` -> `FinetuneConfig`)."""
 
 

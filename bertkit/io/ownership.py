@@ -50,6 +50,7 @@ RUN_ENTRIES: dict[str, frozenset[str]] = {
     "evaluate": frozenset({"config.json", "metrics.json", "predictions.csv", "confusion_matrix.png", "scatter.png",
                            "per_label_f1.png"}),
     "bench": frozenset({"config.json", "bench.json", "bench.md", "bench.png", "quality"}),
+    "sweep": frozenset({"config.json", "trials", "best", "trials.csv", "sweep.json", "sweep.png"}),
 }
 """The top-level names each command writes into its run directory: the only names it ever replaces or deletes."""
 
@@ -71,7 +72,8 @@ Kind = str | frozenset
 """A folder's kind (`run:<command>`, `model`, `checkpoint`, ...), or the exact relative file paths bertkit listed."""
 
 ENTRY_FOLDERS = {"best": "model", "final": "model", "checkpoints": "checkpoints", "shards": "shards", "train": "store",
-                 "dev": "store", "test": "store", "probe": "probe", "features": "features", "quality": "quality"}
+                 "dev": "store", "test": "store", "probe": "probe", "features": "features", "quality": "quality",
+                 "trials": "trials"}
 """The kind of each folder in RUN_ENTRIES (every other entry there is a file)."""
 _NAMES = {kind: re.compile(pattern) for kind, pattern in {
     "model": r"(generation_)?config\.json|bertkit_model\.json|model(-\d+-of-\d+)?\.safetensors|model\.safetensors"
@@ -88,7 +90,8 @@ _NAMES = {kind: re.compile(pattern) for kind, pattern in {
 """The files each kind of folder holds (by name; model and checkpoint folders: when they carry no list)."""
 _FOLDERS = {"checkpoints": (re.compile(r"step-\d+"), lambda name: "checkpoint"),
             "store": (re.compile(r"shards"), lambda name: "shards"),
-            "quality": (re.compile(r"(probe|finetune)-\d+"), lambda name: f"run:{name.rsplit('-', 1)[0]}")}
+            "quality": (re.compile(r"(probe|finetune)-\d+"), lambda name: f"run:{name.rsplit('-', 1)[0]}"),
+            "trials": (re.compile(r"\d{3,}_[\w.=+-]*"), lambda name: "run:finetune")}
 """The sub-folders each kind of folder holds: (name pattern, kind of the sub-folder)."""
 
 
