@@ -215,3 +215,20 @@ def test_space_syntax_is_checked():
             SweepConfig(data="x", out="o", search="optuna", **kw)
     with pytest.raises(UserError, match="given twice"):
         SweepConfig(data="x", out="o", grid=("lr=1e-4", "lr=2e-4"))
+
+
+def test_two_launched_processes_run_the_same_trials_together(tiny_bert_dir, toy_files, tmp_path):
+    """torchrun with 2 CPU processes: one sweep (not two racing ones), every trial trained by both processes."""
+    out = tmp_path / "sweep"
+    argv = sweep_argv(tiny_bert_dir, toy_files, out, "--search", "optuna", "--trials", "2", "--space",
+                      "lr=1e-4:1e-2:log", "--epochs", "1", "--batch-size", "4")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m", "bertkit",
+                           *argv], capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = read_csv(out / "trials.csv")
+    assert len(rows) == 2 and len(list((out / "trials").iterdir())) == 2
+    for row in rows:
+        record = json.loads((out / "trials" / row["trial"] / "config.json").read_text())
+        assert record["processes"] == 2
+    assert (out / "best" / "model.safetensors").is_file()

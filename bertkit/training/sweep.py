@@ -37,6 +37,7 @@ from bertkit.errors import UserError
 from bertkit.io import ownership, rundir, trail
 from bertkit.scoring import metrics
 from bertkit.scoring.table import LOWER_IS_BETTER
+from bertkit.training import finetune as finetune_core
 from bertkit.training import sweep_report
 from bertkit.training.finetune import finetune
 from bertkit.training.loop import on_main
@@ -252,10 +253,11 @@ def _keep_only_best(trial_out: Path) -> None:
 
 
 def _processes() -> Any:
-    """This process's place among the launched ones (a fresh PartialState: finetune may reset a single process's)."""
+    """This process's place among the launched ones (a fresh PartialState: finetune may reset a single process's;
+    cpu= as finetune's Accelerator gets it, so launched CPU processes form one group, not many alone)."""
     from accelerate import PartialState
 
-    return PartialState()
+    return PartialState(cpu=finetune_core._force_cpu())
 
 
 def _short(value: Any) -> str:
