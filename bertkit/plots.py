@@ -340,8 +340,9 @@ def sweep_figure(rows: Sequence[dict], params: Sequence[str], metric: str, path:
         where = {k: i for i, k in enumerate(keys)}
         for pruned, marker in ((False, "o"), (True, "x")):
             chosen = [r for r in rows if (r["status"] == "pruned") == pruned and r["best"] is not None]
-            ax.scatter([where[r[name]] if name else 0 for r in chosen], [r["best"] for r in chosen], marker=marker,
-                       alpha=0.7, label="pruned" if pruned else "trial")
+            if chosen:
+                ax.scatter([where[r[name]] if name else 0 for r in chosen], [r["best"] for r in chosen],
+                           marker=marker, alpha=0.7, label="pruned" if pruned else "trial")
         means = [np.mean([r["best"] for r in rows if (r[name] if name else None) == k and r["best"] is not None] or
                          [np.nan]) for k in keys]
         ax.plot(range(len(keys)), means, color="C3", label="mean")
