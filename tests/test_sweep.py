@@ -232,3 +232,25 @@ def test_two_launched_processes_run_the_same_trials_together(tiny_bert_dir, toy_
         record = json.loads((out / "trials" / row["trial"] / "config.json").read_text())
         assert record["processes"] == 2
     assert (out / "best" / "model.safetensors").is_file()
+
+
+def test_optuna_search_killed_in_its_second_trial_replays_to_the_uninterrupted_table(tiny_bert_dir, toy_files,
+                                                                                    tmp_path):
+    pytest.importorskip("optuna")
+    space = ("--search", "optuna", "--trials", "3", "--space", "lr=1e-4:1e-2:log", "--space", "batch-size=8,16",
+             "--epochs", "1")
+    reference = run_ok(sweep_argv(tiny_bert_dir, toy_files, tmp_path / "reference", *space))
+    out = tmp_path / "sweep"
+    argv = sweep_argv(tiny_bert_dir, toy_files, out, *space)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1",
+           faults.ENV: f"finetune.step@{reference['rows'][0]['steps'] + 3}"}
+    proc = subprocess.run([sys.executable, "-m", "bertkit", *argv], capture_output=True, text=True, env=env,
+                          timeout=600)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
+    first, second = sorted((out / "trials").iterdir())
+    assert (first / "metrics.json").is_file() and not (second / "metrics.json").exists()  # killed in the second
+    before = (first / "metrics.json").stat().st_mtime_ns
+    run_ok(argv)
+    assert (first / "metrics.json").stat().st_mtime_ns == before, "the first trial was re-run"
+    assert without_timing(read_csv(out / "trials.csv")) == without_timing(read_csv(tmp_path / "reference" /
+                                                                                    "trials.csv"))
