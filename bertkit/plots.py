@@ -325,3 +325,55 @@ def distill_bars(report: dict, path: Path) -> Path:
     fig.suptitle(f"distilled student vs teacher — DistilBERT claims: {verdicts}", fontsize=10)
     fig.tight_layout()
     return _save(fig, path)
+
+
+def sweep_figure(rows: Sequence[dict], params: Sequence[str], metric: str, path: Path, title: str) -> Path:
+    """A sweep's trials: the best dev metric against each searched option (dots: trials, x: pruned, line: the mean
+    per value), and for a two-option grid a heat map of the mean over the seeds."""
+    import numpy as np
+
+    varied = [p for p in params if len({str(r[p]) for r in rows}) > 1] or list(params[:1])
+    grid = len(varied) == 2 and all(len({r[p] for r in rows}) <= 8 for p in varied)  # a grid, not Optuna's floats
+    fig, axes = plt.subplots(1, len(varied) + grid or 1, figsize=(4.2 * (len(varied) + grid or 1), 3.6), squeeze=False)
+    for ax, name in zip(axes[0], varied or [None], strict=False):
+        keys = sorted({r[name] for r in rows}, key=lambda v: (isinstance(v, str), v)) if name else [None]
+        where = {k: i for i, k in enumerate(keys)}
+        for pruned, marker in ((False, "o"), (True, "x")):
+            chosen = [r for r in rows if (r["status"] == "pruned") == pruned and r["best"] is not None]
+            if chosen:
+                ax.scatter([where[r[name]] if name else 0 for r in chosen], [r["best"] for r in chosen],
+                           marker=marker, alpha=0.7, label="pruned" if pruned else "trial")
+        means = [np.mean([r["best"] for r in rows if (r[name] if name else None) == k and r["best"] is not None] or
+                         [np.nan]) for k in keys]
+        ax.plot(range(len(keys)), means, color="C3", label="mean")
+        ax.set_xticks(range(len(keys)), [f"{k:.3g}" if isinstance(k, float) else str(k) for k in keys])
+        ax.set_xlabel(f"--{name}" if name else "")
+        ax.set_ylabel(f"best dev {metric}")
+        ax.legend(fontsize="small")
+    if grid:
+        _sweep_heatmap(axes[0][-1], rows, varied, metric)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def _sweep_heatmap(ax, rows: Sequence[dict], names: Sequence[str], metric: str) -> None:
+    import numpy as np
+
+    ys, xs = (sorted({r[n] for r in rows}, key=lambda v: (isinstance(v, str), v)) for n in names)
+    cells = np.full((len(ys), len(xs)), np.nan)
+    for i, y in enumerate(ys):
+        for j, x in enumerate(xs):
+            found = [r["best"] for r in rows if r[names[0]] == y and r[names[1]] == x and r["best"] is not None]
+            cells[i, j] = np.mean(found) if found else np.nan
+    image = ax.imshow(cells, cmap="viridis", aspect="auto")
+    for i in range(len(ys)):
+        for j in range(len(xs)):
+            if np.isfinite(cells[i, j]):
+                ax.text(j, i, f"{cells[i, j]:.3f}", ha="center", va="center", color="white", fontsize="small")
+    ax.set_xticks(range(len(xs)), [f"{v:.3g}" if isinstance(v, float) else str(v) for v in xs])
+    ax.set_yticks(range(len(ys)), [f"{v:.3g}" if isinstance(v, float) else str(v) for v in ys])
+    ax.set_xlabel(f"--{names[1]}")
+    ax.set_ylabel(f"--{names[0]}")
+    ax.set_title(f"mean best dev {metric}")
+    ax.figure.colorbar(image, ax=ax)

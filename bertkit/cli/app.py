@@ -23,7 +23,7 @@ import typer
 from rich.markup import escape
 
 from bertkit import __version__
-from bertkit.cli import show
+from bertkit.cli import show, show_training
 from bertkit.cli.output import View, err_console, out_console
 from bertkit.config.commands import (
     BenchConfig,
@@ -38,6 +38,7 @@ from bertkit.config.commands import (
 from bertkit.config.export import ExportConfig
 from bertkit.config.fields import OUTPUT, RUN, field_type, flag_names, help_text, option_fields
 from bertkit.config.recipes import load_recipe
+from bertkit.config.sweep import SweepConfig
 from bertkit.errors import UserError
 
 app = typer.Typer(
@@ -208,7 +209,7 @@ def finetune(cfg: FinetuneConfig, view: View) -> None:
     """Fine-tune a BERT-style model for classification (Accelerate; resumable; runs under torchrun/accelerate launch)."""
     from bertkit.training.finetune import finetune as run_finetune
 
-    show.show_finetune(run_finetune(cfg, progress=not view.quiet), view)
+    show_training.show_finetune(run_finetune(cfg, progress=not view.quiet), view)
 
 
 @config_command(PredictConfig)
@@ -244,7 +245,15 @@ def distill(cfg: DistillConfig, view: View) -> None:
     """Distil a fine-tuned model into a smaller student (DistilBERT's way), and check the 40/60/97 claims on it."""
     from bertkit.training import distill as distill_core
 
-    show.show_distill(distill_core.distill(cfg, progress=not view.quiet), view)
+    show_training.show_distill(distill_core.distill(cfg, progress=not view.quiet), view)
+
+
+@config_command(SweepConfig)
+def sweep(cfg: SweepConfig, view: View) -> None:
+    """Hyper-parameter sweep of finetune: a --grid or an Optuna --space, K --seeds, resumable; OUT/best = the best."""
+    from bertkit.training.sweep import run_sweep
+
+    show_training.show_sweep(run_sweep(cfg, progress=view.progress), view)
 
 
 @config_command(BenchConfig)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_SEARCHED = ("commands", "registry", "groups", "quality_args", "recipes", "fields")
+_SEARCHED = ("commands", "sweep", "registry", "groups", "quality_args", "recipes", "fields")
 """Where a name is looked up, in order (recipes' option_fields and quality_args' command_flags are the ones
 `bertkit.config` always gave, not the fields' functions of the same names)."""
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from bertkit.config import commands
+from bertkit.config import commands, sweep
 from bertkit.config.export import ExportConfig
 from bertkit.errors import UserError
 
@@ -14,7 +14,7 @@ COMMAND_CONFIGS: dict[str, type] = {
     name[: -len("Config")].lower(): value
     for name, value in vars(commands).items()
     if name.endswith("Config") and dataclasses.is_dataclass(value) and value.__module__ == commands.__name__
-} | {"export": ExportConfig}
+} | {"export": ExportConfig, "sweep": sweep.SweepConfig}
 """Command name -> config class (`finetune` -> `FinetuneConfig`)."""
 
 

@@ -53,6 +53,7 @@ RUN_ENTRIES: dict[str, frozenset[str]] = {
     "export": frozenset({"model.onnx", "config.json", "bertkit_model.json", "export_report.json", "tokenizer.json",
                          "tokenizer_config.json", "special_tokens_map.json", "vocab.txt", "vocab.json", "merges.txt",
                          "added_tokens.json", "chat_template.jinja"}),  # = bertkit.models.onnx.FOLDER_FILES
+    "sweep": frozenset({"config.json", "trials", "best", "trials.csv", "sweep.json", "sweep.png"}),
 }
 """The top-level names each command writes into its run directory: the only names it ever replaces or deletes."""
 
@@ -74,7 +75,8 @@ Kind = str | frozenset
 """A folder's kind (`run:<command>`, `model`, `checkpoint`, ...), or the exact relative file paths bertkit listed."""
 
 ENTRY_FOLDERS = {"best": "model", "final": "model", "checkpoints": "checkpoints", "shards": "shards", "train": "store",
-                 "dev": "store", "test": "store", "probe": "probe", "features": "features", "quality": "quality"}
+                 "dev": "store", "test": "store", "probe": "probe", "features": "features", "quality": "quality",
+                 "trials": "trials"}
 """The kind of each folder in RUN_ENTRIES (every other entry there is a file)."""
 _NAMES = {kind: re.compile(pattern) for kind, pattern in {
     "model": r"(generation_)?config\.json|bertkit_model\.json|model(-\d+-of-\d+)?\.safetensors|model\.safetensors"
@@ -91,7 +93,8 @@ _NAMES = {kind: re.compile(pattern) for kind, pattern in {
 """The files each kind of folder holds (by name; model and checkpoint folders: when they carry no list)."""
 _FOLDERS = {"checkpoints": (re.compile(r"step-\d+"), lambda name: "checkpoint"),
             "store": (re.compile(r"shards"), lambda name: "shards"),
-            "quality": (re.compile(r"(probe|finetune)-\d+"), lambda name: f"run:{name.rsplit('-', 1)[0]}")}
+            "quality": (re.compile(r"(probe|finetune)-\d+"), lambda name: f"run:{name.rsplit('-', 1)[0]}"),
+            "trials": (re.compile(r"\d{3,}_[\w.=+-]*"), lambda name: "run:finetune")}
 """The sub-folders each kind of folder holds: (name pattern, kind of the sub-folder)."""
 
 

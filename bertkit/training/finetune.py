@@ -109,10 +109,13 @@ class Task:
 
 # ---------------------------------------------------------------- the run
 
-def finetune(cfg: FinetuneConfig, *, progress: bool = True, task: Task | None = None) -> FinetuneResult:
+def finetune(cfg: FinetuneConfig, *, progress: bool = True, task: Task | None = None,
+             on_evaluate: Any = None) -> FinetuneResult:
     """Fine-tune `cfg.model` on the data in `cfg`, writing everything into `cfg.out` (see module docstring).
 
-    `task` supplies the model and the objective (default: fine-tuning's; distill.py passes its own)."""
+    `task` supplies the model and the objective (default: fine-tuning's; distill.py passes its own).
+    `on_evaluate(history, metric_for_best) -> reason | None` is called after every dev evaluation; a reason stops
+    the run there (`Session.on_evaluate`: a sweep's pruning)."""
     task = task or Task()
     metrics.load_metrics(tuple(cfg.external_metrics))  # a --metric that cannot be loaded stops the run before work
     accelerator = _accelerator(cfg)
@@ -126,6 +129,7 @@ def finetune(cfg: FinetuneConfig, *, progress: bool = True, task: Task | None = 
     session = setup(cfg, accelerator, splits, key, task)
     if session is None:  # an --overwrite run killed after its last save: its swap was finished just now
         return _finished_result(Path(cfg.out or "").expanduser(), accelerator)
+    session.on_evaluate = on_evaluate
     with disk.reported(session.out, session.checkpoint_bytes):  # metrics, reports, best_dev_proba: a full disk
         state, restored = restore(session)                       # there too is one message, and a re-run resumes
         bar = _progress(session, state, progress)
@@ -270,11 +274,11 @@ def _accelerator(cfg: FinetuneConfig) -> Any:
     """Accelerate for this run: its mixed precision from --precision (auto: bf16 only where native)."""
     from accelerate import Accelerator
 
-    device = torch.device("cpu") if _force_cpu() else modeling.choose_device()
+    device = torch.device("cpu") if force_cpu() else modeling.choose_device()
     dtype = modeling.choose_dtype(cfg.precision, device)
     precision = {torch.float32: "no", torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
     _release_single_process_state(precision)
-    return Accelerator(mixed_precision=precision, step_scheduler_with_optimizer=False, cpu=_force_cpu())
+    return Accelerator(mixed_precision=precision, step_scheduler_with_optimizer=False, cpu=force_cpu())
 
 
 def _release_single_process_state(precision: str) -> None:
@@ -292,7 +296,7 @@ def _release_single_process_state(precision: str) -> None:
         AcceleratorState._reset_state(reset_partial_state=True)
 
 
-def _force_cpu() -> bool:
+def force_cpu() -> bool:
     """cpu=True for Accelerate when there is no GPU: under torchrun it then starts MULTI_CPU (gloo); without it,
     every process would run alone. BERTKIT_DEVICE=cpu forces the CPU on a GPU machine."""
     return os.environ.get("BERTKIT_DEVICE", "") == "cpu" or modeling.choose_device().type == "cpu"

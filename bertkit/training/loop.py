@@ -53,6 +53,8 @@ class TrainState:
     """Loss sum and rows since the last evaluation: restored mid-epoch, so the reported mean stays exact."""
     model_info: dict[str, Any] = field(default_factory=dict)
     """What using the model of the last evaluation needs besides its weights (multi-label: the tuned threshold)."""
+    stop_reason: str | None = None
+    """Why the run stopped before its last epoch: `early_stopping`, or what `Session.on_evaluate` said (`pruned`)."""
 
     @classmethod
     def from_json(cls, saved: dict[str, Any]) -> TrainState:
@@ -88,6 +90,9 @@ class Session:
     notes: list[str]
     checkpoint_bytes: int
     """Disk a checkpoint needs (weights + AdamW moments + margin): checked before every save."""
+    on_evaluate: Any = None
+    """Optional `fn(history, metric_for_best) -> reason | None`, called (on every process) after each dev evaluation
+    with the run's evaluation records so far; a reason stops the run there like early stopping (a sweep's pruning)."""
 
     @property
     def pad_id(self) -> int:
@@ -235,6 +240,10 @@ def evaluate(session: Session, state: TrainState, end_of_epoch: bool) -> None:
         state.evals_since_best += 1
         patience = cfg.early_stopping_patience
         state.stopped_early = bool(patience and state.evals_since_best >= patience)
+        state.stop_reason = "early_stopping" if state.stopped_early else None
+    if session.on_evaluate is not None and not state.stopped_early:
+        state.stop_reason = session.on_evaluate(state.history, cfg.metric_for_best)
+        state.stopped_early = state.stop_reason is not None
     if accelerator.is_main_process:
         atomic.append_jsonl(session.out / "metrics.jsonl", record)
     if end_of_epoch:

@@ -22,6 +22,7 @@ def summary(session: Session, state: TrainState, restored: dict[str, Any] | None
         "best_step": state.best_step, "best_dev": state.best_dev,
         "final_dev": state.history[-1] if state.history else None, "global_step": state.global_step,
         "steps_per_epoch": session.steps_per_epoch, "epochs_run": state.epoch, "stopped_early": state.stopped_early,
+        "stop_reason": state.stop_reason,
         "train_rows_seen": state.train_rows, "train_seconds": round(state.train_seconds, 2),
         "train_samples_per_second": round(state.train_rows / max(state.train_seconds, 1e-9), 2),
         "processes": accelerator.num_processes, "mixed_precision": accelerator.mixed_precision, "forward": forward,

@@ -1,0 +1,112 @@
+"""What the training commands print (finetune, distill, sweep): epoch tables, best scores, the sweep's ranking, or
+their results as JSON (--json). The rest of the commands' output is `bertkit.cli.show`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from bertkit.cli.output import View, emit_json, format_score, info, out_console, table
+from bertkit.cli.show import METRIC_HEADERS
+from bertkit.scoring.table import SHAPE
+
+# ---------------------------------------------------------------- finetune / distill
+
+
+def show_finetune(result: Any, view: View) -> None:
+    """A training run's summary: resumed or finished already, the epoch table, the best dev scores, what it saved."""
+    if not result.is_main_process:
+        return
+    summary = result.metrics
+    if view.json:
+        emit_json({**summary, "out": str(result.out), "already_finished": result.already_finished,
+                   "restored": result.restored})
+        return
+    for note in result.notes:
+        info(note, view.quiet)
+    if result.already_finished:
+        out_console.print(f"{result.out} holds a finished run (step {summary['global_step']}); nothing to do. "
+                          "Use a new --out, or --overwrite to train again.", highlight=False)
+    elif result.restored:
+        r = result.restored
+        info(f"resumed from {r['checkpoint']}: epoch {r['epoch']}, step {r['step']} "
+             f"(batch {r['batch_in_epoch']}/{r['steps_per_epoch']} of the epoch), lr {r['lr']:.3e}, "
+             f"best {summary['best_metric_name']} so far {r['best_metric']}")
+    _print_epoch_table(result.epoch_table)
+    best = summary.get("best_dev") or {}
+    shown = [k for shape in SHAPE.values() for k in shape.table_metrics if k in best]  # the best model's shape's
+    threshold = f", threshold {best['threshold']}" if "threshold" in best else ""
+    out_console.print(
+        f"best {summary['best_metric_name']} {format_score(summary['best_metric'])} at step {summary['best_step']} "
+        f"({', '.join(f'{k} {format_score(best[k])}' for k in shown)}{threshold}); "
+        f"{summary['train_samples_per_second']:.1f} train samples/s",
+        highlight=False,
+    )
+    saved = [Path(p).name for k, p in summary["outputs"].items() if k not in ("best", "final", "metrics.jsonl")]
+    out_console.print(f"saved {result.out}/best, {result.out}/final, metrics.json, {', '.join(saved)}",
+                      highlight=False)
+
+
+EPOCH_COLUMNS = {f"dev_{k}": f"dev {METRIC_HEADERS[k]}" for shape in SHAPE.values() for k in shape.table_metrics}
+
+
+def _print_epoch_table(rows: list[dict[str, Any]]) -> None:
+    if not rows:
+        return
+    keys = ["epoch", "train_loss", "dev_loss", *(k for k in rows[0] if k in EPOCH_COLUMNS), "train_seconds",
+            "samples_per_second"]
+    columns = ["epoch", "train loss", "dev loss", *(EPOCH_COLUMNS[k] for k in keys[3:-2]), "train time (s)",
+               "samples/s"]
+    out_console.print(table("Training", columns, [[row.get(k) for k in keys] for row in rows]))
+
+
+def show_distill(result: dict[str, Any], view: View) -> None:
+    """The student's training summary, teacher vs student and DistilBERT's claims measured."""
+    from bertkit.training import distill as distill_core
+
+    training, report = result["training"], result["report"]
+    if not training.is_main_process:
+        return
+    if view.json:
+        emit_json({"training": {**training.metrics, "out": str(training.out),
+                                "already_finished": training.already_finished}, "report": report})
+        return
+    for note in training.notes:
+        info(note, view.quiet)
+    _print_epoch_table(training.epoch_table)
+    if report is not None:
+        out_console.print(table("Teacher vs student (dev data)", distill_core.MODEL_COLUMNS,
+                                distill_core.model_rows(report)))
+        out_console.print(table("DistilBERT's claims, measured", distill_core.CLAIM_COLUMNS,
+                                distill_core.claim_rows(report)))
+    out_console.print(f"saved {training.out}/best, {training.out}/final, metrics.json"
+                      + (", distill_report.json/.md/.png" if report is not None else ""), highlight=False)
+
+
+# ---------------------------------------------------------------- sweep
+
+
+def show_sweep(result: Any, view: View) -> None:
+    """The trials ranked by configuration (mean ± spread over seeds), the best trial and what was written."""
+    if not result.is_main_process:
+        return
+    summary = result.summary
+    if view.json:
+        emit_json({**summary, "out": str(result.out)})
+        return
+    params = [d["option"] for d in summary["space"]]
+    rows = [[g["rank"], *(_sweep_value(g["params"][p]) for p in params), len(g["values"]),
+             format_score(g["mean"]) + (f" ± {g['std']:.4f}" if len(g["values"]) > 1 else ""),
+             "pruned" if g["pruned"] else "", ", ".join(g["trials"])[:60]] for g in summary["ranking"]]
+    out_console.print(table(f"Sweep: best dev {summary['metric']} ({summary['search']}, {summary['trials']} trials"
+                            f", {summary['pruned']} pruned)", ["rank", *params, "seeds", f"{summary['metric']}",
+                                                               "status", "trials"], rows))
+    best = summary["best"]
+    if best is not None:
+        out_console.print(f"best trial {best['trial']}: dev {summary['metric']} {format_score(best['best'])} at step "
+                          f"{best['best_step']}; its model is {result.out}/best", highlight=False)
+    out_console.print(f"saved {result.out}/trials.csv, sweep.json, sweep.png, best/", highlight=False)
+
+
+def _sweep_value(value: Any) -> str:
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
