@@ -8,8 +8,8 @@
    bench/.cache/sst2-finetune unless --classifier names one): exported to ONNX int8 and fp32 through the accuracy
    gate on SST-2 dev (export_report.json: label agreement with PyTorch fp32, accuracy before/after, the largest
    logit difference); `--precision int8` scored the same way.
-3. Batch-1 predict latency, fp32 / int8 / ONNX fp32 / ONNX int8: warm (model loaded once, then one text per call
-   through `infer.classifier_logits`, the function `bertkit predict` runs: tokenize, pad, forward, softmax-ready
+3. Batch-1 predict latency, fp32 / int8 / ONNX fp32 / ONNX int8: warm (model loaded and wrapped once, then one
+   text per call through `infer.classifier_logits`, the function `bertkit predict` runs: tokenize, pad, forward,
    logits), median and p95 over --latency-rows dev sentences; and one-shot `bertkit predict --text` as a new
    process (start, imports, load, predict), median of 3.
 
@@ -183,9 +183,12 @@ def classifier_block(classifier: Path, workdir: Path, n_dev: int | None) -> dict
 def warm_latency(model_dir: str, precision: str, texts: list[str]) -> dict[str, float]:
     """Per-text milliseconds with the model loaded once: one text per call through infer.classifier_logits."""
     from bertkit.data.dataset import TextDataset
-    from bertkit.models import infer
+    from bertkit.models import infer, onnx
+    from bertkit.models.fastforward import SequenceClassifier
 
     model, tokenizer, _ = infer.load_for_inference(model_dir, precision)
+    if not isinstance(model, onnx.OnnxModel):  # wrapped once, as a server would: the fast path's check runs once
+        model = SequenceClassifier(model)
     run = lambda text: infer.classifier_logits(model, tokenizer, TextDataset([text]), max_length=128,  # noqa: E731
                                                batch_size=1, precision=precision)
     for text in texts[:5]:  # warm-up

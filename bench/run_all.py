@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ORDER = ["embed", "probe", "finetune", "models", "distill", "memory", "throughput"]
+ORDER = ["embed", "int8", "probe", "finetune", "models", "distill", "memory", "throughput"]
 
 
 def main() -> int:

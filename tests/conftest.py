@@ -126,3 +126,14 @@ def toy_rows() -> list[tuple[str, str]]:
         rows.append((f"a {good[i % 5]} film , truly {good[(i + 2) % 5]} {'!' * (i % 3)}", "pos"))
         rows.append((f"an {bad[i % 5]} movie , really {bad[(i + 1) % 5]} {'.' * (i % 4)}", "neg"))
     return rows
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny models run fastest on one thread (and do not fight other processes for the cores)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

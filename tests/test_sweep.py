@@ -22,14 +22,7 @@ runner = CliRunner()
 TIMING = ("train_seconds", "samples_per_second")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread (conftest)
 
 
 @pytest.fixture

@@ -9,8 +9,7 @@ spill to a memory-mapped temporary file in the cache folder."""
 from __future__ import annotations
 
 import contextlib
-import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +18,7 @@ import numpy as np
 from bertkit.data.dataset import CHUNK_ROWS, TextDataset
 from bertkit.encoding.longtext import LongText, Windows, row_windows, truncate_row
 from bertkit.encoding.rows import FlatColumn, TokenRows, flatten, offsets_of
+from bertkit.logs import quieted
 
 TYPE_DTYPE = np.int8
 """Token type ids are 0 or 1: one byte each."""
@@ -47,16 +47,9 @@ class Encoded:
         return int((self.full_lengths > self.max_length).sum())
 
 
-@contextlib.contextmanager
-def quiet_length_warnings() -> Iterator[None]:
+def quiet_length_warnings() -> contextlib.AbstractContextManager:
     """Silence transformers' "longer than the maximum" warning: bertkit counts and reports cut rows per dataset."""
-    quiet = logging.getLogger("transformers.tokenization_utils_base")
-    level = quiet.level
-    quiet.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        quiet.setLevel(level)
+    return quieted("transformers.tokenization_utils_base")
 
 
 class _Collector:

@@ -29,6 +29,7 @@ from torch import nn
 
 from bertkit.data.labels import LabelMap
 from bertkit.errors import UserError
+from bertkit.logs import quieted
 from bertkit.models import loading as modeling
 from bertkit.models.fastforward import SequenceClassifier
 from bertkit.models.inputs import INPUT_NAMES, accepted_inputs
@@ -195,17 +196,10 @@ def export_onnx(model: Any, tokenizer: Any, kind: str, features_fn: Any, path: P
     model.eval()
 
 
-@contextlib.contextmanager
-def _quiet_exporter(name: str = "torch.onnx"):
-    """The exporter and the quantizer log notes (onnxruntime's through the root logger); keep them out of the
-    command's output."""
-    logger = logging.getLogger(name if name else None)
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
+def _quiet_exporter(name: str = "torch.onnx") -> contextlib.AbstractContextManager:
+    """The exporter and the quantizer log notes (onnxruntime's through the root logger, name ""); keep them out of
+    the command's output."""
+    return quieted(name or None)
 
 
 def quantize_int8(source: Path, target: Path) -> None:
