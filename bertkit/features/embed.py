@@ -148,7 +148,7 @@ def embed_to_store(cfg: EmbedConfig, progress: bool = True) -> dict[str, Any]:
                                   pair=cfg.text_pair_column is not None)
         if export:
             encoder = onnx.load_export(cfg.model, "features", "embed")
-            precision = modeling.dtype_name(dtype)  # the graph's own; `backend` below says onnx or onnx-int8
+            precision = encoder.backend  # onnx or onnx-int8: the graph's own precision, recorded and shown
         else:
             encoder = modeling.load_encoder(cfg.model, cfg.trust_remote_code).to(device)
             if cfg.precision == modeling.INT8:
