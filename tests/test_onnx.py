@@ -194,6 +194,34 @@ def test_no_gate_data_exits_2_and_a_finetune_runs_dev_set_is_the_default(classif
     assert report["rows"] == 6 and report["data"] == str(gate_tsv)
 
 
+def test_a_runs_relative_dev_path_is_read_from_where_the_run_was_started(classifier_dir, gate_tsv, tmp_path,
+                                                                         monkeypatch):
+    started = gate_tsv.parent
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copytree(classifier_dir, run / "best")
+    cfg = FinetuneConfig(data=gate_tsv.name, model=str(classifier_dir), out=str(run), limit=30, dev_fraction=0.2)
+    (run / "config.json").write_text(json.dumps({"command": "finetune", "config": config_dict(cfg),
+                                                 "cwd": str(started)}))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # gate_tsv.name does not resolve from here
+    assert _export(run / "best", tmp_path / "e", "--quantize", "none").exit_code == 0
+    report = _report(tmp_path / "e")
+    assert report["rows"] == 6 and report["data"] == str(started / gate_tsv.name)
+
+
+def test_write_export_refuses_a_folder_it_did_not_make(classifier_dir, tmp_path):
+    existing = tmp_path / "theirs"
+    existing.mkdir()
+    (existing / "notes.txt").write_text("mine")
+    model = modeling.load_classifier(str(classifier_dir), require_head=True)
+    with pytest.raises(FileExistsError):
+        onnx.write_export(existing, model, modeling.load_tokenizer(str(classifier_dir)), kind="classifier",
+                          quantize=None, source=str(classifier_dir), revision="r", source_info={})
+    assert (existing / "notes.txt").read_text() == "mine"
+
+
 # ---------------------------------------------------------------- features
 
 

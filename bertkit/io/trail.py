@@ -61,6 +61,7 @@ def write_run_config(run_dir: Path, command: str, config: dict[str, Any], **extr
         "versions": package_versions(),
         "machine": machine_info(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "cwd": os.getcwd(),  # what the config's relative paths were relative to (read again by `bertkit export`)
         **extra,
     }
     path = run_dir / "config.json"

@@ -219,7 +219,7 @@ def write_export(folder: Path, model: Any, tokenizer: Any, *, kind: str, quantiz
     """A complete export folder in `folder` (an empty one bertkit made; see `bertkit.predict.export`). For an
     encoder, `features` are the baked-in options (pool, layers, combine, normalize) and `features_fn` their graph."""
     require_onnxruntime(exporting=True)
-    folder.mkdir(parents=True, exist_ok=True)
+    folder.mkdir(parents=True)  # made here, so everything in it is this call's (the cleanup below relies on it)
     fp32 = folder / (".fp32-" + MODEL_FILE if quantize else MODEL_FILE)
     export_onnx(model, tokenizer, kind, features_fn, fp32)
     if quantize == "int8":

@@ -165,7 +165,7 @@ def run_dev_set(cfg: ExportConfig) -> TextDataset:
         raise UserError(f"No gate data: --data is not given and {cfg.model} is not a model saved by `bertkit "
                         f"finetune` (whose dev set would be used). {fix}")
     try:
-        run_cfg = RUN_CONFIGS[command](**record["config"])
+        run_cfg = RUN_CONFIGS[command](**_paths_from(record["config"], record.get("cwd")))
         dev = load_splits(run_cfg, need_labels=True).dev
     except (TypeError, UserError) as exc:
         raise UserError(f"Could not read the dev set of the {command} run {folder.parent} ({str(exc)[:200]}). "
@@ -174,6 +174,20 @@ def run_dev_set(cfg: ExportConfig) -> TextDataset:
         raise UserError(f"The {command} run {folder.parent} has no dev set. {fix}")
     log.info("gate data: the dev set of %s (%d rows)", folder.parent, len(dev))
     return dev
+
+
+def _paths_from(config: dict[str, Any], cwd: Any) -> dict[str, Any]:
+    """The run's data paths as it read them: a relative one that does not resolve from here, but did from the
+    folder the run was started in (config.json's `cwd`), made absolute. Hub names and absolute paths stay."""
+    if not isinstance(cwd, str):
+        return config
+    fixed = dict(config)
+    for key in ("data", "dev", "test"):
+        value = config.get(key)
+        if isinstance(value, str) and not Path(value).is_absolute() and not Path(value).exists() \
+                and (Path(cwd) / value).exists():
+            fixed[key] = str(Path(cwd) / value)
+    return fixed
 
 
 def _task(model: Any) -> str:
