@@ -36,6 +36,7 @@ from bertkit.config.groups import (
     metric_for_best_problems,
 )
 from bertkit.config.quality_args import quality_args_problems
+from bertkit.config.tracking import TrackingOptions
 from bertkit.data.options import DataOptions
 from bertkit.encoding.longtext import LongText
 from bertkit.errors import UserError, raise_if_problems
@@ -117,7 +118,7 @@ class EmbedConfig(LongTextOptions, DataOptions):
 
 
 @dataclass(frozen=True)
-class FinetuneConfig(TruncationOption, MetricOptions, TaskOptions):
+class FinetuneConfig(TrackingOptions, TruncationOption, MetricOptions, TaskOptions):
     """`bertkit finetune`: full fine-tuning (BERT paper grid defaults: lr 5e-5, batch 32, 3 epochs, warmup 0.1)."""
 
     model: str = option("minilm-offline", "Pretrained encoder to fine-tune: hub id, local folder, or `minilm-offline`.",

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import field, fields
 from typing import Any
 
-DATA, MODEL, RUN, OUTPUT, PROBE, BENCH = "Data", "Model", "Run", "Output", "Probe", "Benchmark"
+DATA, MODEL, RUN, OUTPUT, PROBE, BENCH, TRACKING = "Data", "Model", "Run", "Output", "Probe", "Benchmark", "Tracking"
 """Help panels (`bertkit COMMAND --help` groups options under these titles)."""
 SEED_MAX = 2**32 - 1
 """numpy's (and sklearn's random_state's) largest seed."""

@@ -34,6 +34,9 @@ SPLIT_NAMES = ("train", "dev", "test")
 STORE_FORMAT = "bertkit-store/1"
 """The format of an embed store's manifest (`bertkit.features.store` writes it; run directories recognise it)."""
 
+TRACKER_ENTRIES = ("trackers.json", "tensorboard")
+"""What --report-to writes into a training run directory (`bertkit.training.tracking`)."""
+
 RUN_ENTRIES: dict[str, frozenset[str]] = {
     "tokens": frozenset({"config.json", "tokens.json", "token_lengths.png"}),
     "embed": frozenset({"manifest.json", "identity.json", "features.npy", "labels.npy", "shards", "splits.json",
@@ -42,11 +45,11 @@ RUN_ENTRIES: dict[str, frozenset[str]] = {
                         "per_label_f1.png", "probe", "features"}),
     "finetune": frozenset({"config.json", "metrics.json", "metrics.jsonl", "training_table.csv", "curves.png",
                            "confusion_matrix.png", "dev_scatter.png", "dev_errors.csv", "best_dev_proba.npy", "best",
-                           "final", "checkpoints"}),
+                           "final", "checkpoints", *TRACKER_ENTRIES}),
     "distill": frozenset({"config.json", "metrics.json", "metrics.jsonl", "training_table.csv", "curves.png",
                           "confusion_matrix.png", "dev_scatter.png", "dev_errors.csv", "best_dev_proba.npy", "best",
                           "final", "checkpoints", "teacher_logits.npy", "teacher_logits.json", "distill_report.json",
-                          "distill_report.md", "distill_report.png"}),
+                          "distill_report.md", "distill_report.png", *TRACKER_ENTRIES}),
     "evaluate": frozenset({"config.json", "metrics.json", "predictions.csv", "confusion_matrix.png", "scatter.png",
                            "per_label_f1.png"}),
     "bench": frozenset({"config.json", "bench.json", "bench.md", "bench.png", "quality"}),
@@ -76,7 +79,7 @@ Kind = str | frozenset
 
 ENTRY_FOLDERS = {"best": "model", "final": "model", "checkpoints": "checkpoints", "shards": "shards", "train": "store",
                  "dev": "store", "test": "store", "probe": "probe", "features": "features", "quality": "quality",
-                 "trials": "trials"}
+                 "trials": "trials", "tensorboard": "tensorboard"}
 """The kind of each folder in RUN_ENTRIES (every other entry there is a file)."""
 _NAMES = {kind: re.compile(pattern) for kind, pattern in {
     "model": r"(generation_)?config\.json|bertkit_model\.json|model(-\d+-of-\d+)?\.safetensors|model\.safetensors"
@@ -89,12 +92,14 @@ _NAMES = {kind: re.compile(pattern) for kind, pattern in {
     "shards": r"shard-\d+\.(npy|json)",
     "probe": r"probe\.(json|safetensors)",
     "features": r"(random-)?(train|dev|test)-[a-z]+-(all|\d+(_\d+)*)\.(npy|json)",  # probe_inputs.cached_features
+    "tensorboard": r"events\.out\.tfevents\..+|hparams\.yml",  # SummaryWriter's files; accelerate's hparams copy
 }.items()}
 """The files each kind of folder holds (by name; model and checkpoint folders: when they carry no list)."""
 _FOLDERS = {"checkpoints": (re.compile(r"step-\d+"), lambda name: "checkpoint"),
             "store": (re.compile(r"shards"), lambda name: "shards"),
             "quality": (re.compile(r"(probe|finetune)-\d+"), lambda name: f"run:{name.rsplit('-', 1)[0]}"),
-            "trials": (re.compile(r"\d{3,}_[\w.=+-]*"), lambda name: "run:finetune")}
+            "trials": (re.compile(r"\d{3,}_[\w.=+-]*"), lambda name: "run:finetune"),
+            "tensorboard": (re.compile(r"\d+(\.\d+)?"), lambda name: "tensorboard")}  # hparams: time.time() folders
 """The sub-folders each kind of folder holds: (name pattern, kind of the sub-folder)."""
 
 

@@ -51,7 +51,7 @@ from bertkit.scoring import metrics
 from bertkit.scoring import shapes as objectives
 from bertkit.scoring.shapes import MultiLabel, Regression, SingleLabel
 from bertkit.scoring.table import BUILT_IN
-from bertkit.training import checkpoints, reports
+from bertkit.training import checkpoints, reports, tracking
 from bertkit.training.loop import Session, TrainState, global_batches, on_main, restore, train_epoch
 from bertkit.training.resume import claim_out, finished_already, resume_key
 
@@ -118,6 +118,7 @@ def finetune(cfg: FinetuneConfig, *, progress: bool = True, task: Task | None = 
     the run there (`Session.on_evaluate`: a sweep's pruning)."""
     task = task or Task()
     metrics.load_metrics(tuple(cfg.external_metrics))  # a --metric that cannot be loaded stops the run before work
+    tracking.check_trackers(cfg)  # so does a --report-to tracker that is not installed
     accelerator = _accelerator(cfg)
     splits = load_splits(cfg, need_labels=True, need_dev=True)
     assert splits.label_map is not None and splits.dev is not None
@@ -132,11 +133,18 @@ def finetune(cfg: FinetuneConfig, *, progress: bool = True, task: Task | None = 
     session.on_evaluate = on_evaluate
     with disk.reported(session.out, session.checkpoint_bytes):  # metrics, reports, best_dev_proba: a full disk
         state, restored = restore(session)                       # there too is one message, and a re-run resumes
-        bar = _progress(session, state, progress)
-        while state.epoch < cfg.epochs and not state.stopped_early:
-            train_epoch(session, state, bar)
-        bar.close()
-        return finish(session, state, restored, splits.notes)
+        session.tracker = tracking.start_trackers(session, state, key["data"])  # a resumed run: the same tracker runs
+        try:
+            bar = _progress(session, state, progress)
+            while state.epoch < cfg.epochs and not state.stopped_early:
+                train_epoch(session, state, bar)
+            bar.close()
+            if session.tracker is not None:  # closed before finish() may move the run directory (--overwrite)
+                session.tracker.finish(ok=True)
+            return finish(session, state, restored, splits.notes)
+        finally:
+            if session.tracker is not None:  # a failed run: its tracker runs end as failed (no-op once finished)
+                session.tracker.finish(ok=False)
 
 
 def _for_the_shape(cfg: FinetuneConfig, splits: Splits, warn: bool = True) -> FinetuneConfig:

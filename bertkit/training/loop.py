@@ -55,12 +55,15 @@ class TrainState:
     """What using the model of the last evaluation needs besides its weights (multi-label: the tuned threshold)."""
     stop_reason: str | None = None
     """Why the run stopped before its last epoch: `early_stopping`, or what `Session.on_evaluate` said (`pruned`)."""
+    log_loss: tuple[float, int] = (0.0, 0)
+    """Loss sum and rows since the trackers' last log (--log-every): restored too, so the logged mean stays exact."""
 
     @classmethod
     def from_json(cls, saved: dict[str, Any]) -> TrainState:
         known = {f.name for f in dataclasses.fields(cls)}
         state = cls(**{k: v for k, v in saved.items() if k in known})
         state.running_loss = (float(state.running_loss[0]), int(state.running_loss[1]))
+        state.log_loss = (float(state.log_loss[0]), int(state.log_loss[1]))
         return state
 
     def to_json(self) -> dict[str, Any]:
@@ -93,6 +96,8 @@ class Session:
     on_evaluate: Any = None
     """Optional `fn(history, metric_for_best) -> reason | None`, called (on every process) after each dev evaluation
     with the run's evaluation records so far; a reason stops the run there like early stopping (a sweep's pruning)."""
+    tracker: Any = None
+    """The experiment trackers following the run (`tracking.RunTrackers`; None without --report-to)."""
 
     @property
     def pad_id(self) -> int:
@@ -173,6 +178,8 @@ def train_epoch(session: Session, state: TrainState, bar: Any) -> None:
         state.running_loss = (state.running_loss[0] + loss_sum, state.running_loss[1] + rows)
         state.global_step, state.step_in_epoch, state.train_rows = (state.global_step + 1, state.step_in_epoch + 1,
                                                                     state.train_rows + len(batch))
+        if session.tracker is not None:  # every --log-every steps: train loss, lr, grad norm, samples/s
+            session.tracker.step_done(session, state, loss_sum, rows, len(batch))
         bar.update(1)
         bar.set_postfix(loss=f"{state.running_loss[0] / max(state.running_loss[1], 1):.4f}",
                         lr=f"{session.scheduler.get_last_lr()[0]:.2e}")
@@ -195,7 +202,8 @@ def train_epoch(session: Session, state: TrainState, bar: Any) -> None:
 
 def train_step(session: Session, batch: np.ndarray, state: TrainState) -> tuple[float, int]:
     """One optimizer step on a global batch: this process's micro-batches, backward, clip, step. Returns this
-    process's (loss x rows, rows); a non-finite loss stops the run before anything is updated or saved."""
+    process's (loss x rows, rows); a non-finite loss stops the run before anything is updated or saved. The gradient
+    norm (before clipping) goes to the trackers on their log steps."""
     cfg, accelerator, net = session.cfg, session.accelerator, session.net
     pieces = micro_batches(batch, accelerator.num_processes, cfg.grad_accum, accelerator.process_index)
     accepted = accepted_inputs(accelerator.unwrap_model(net).model)
@@ -208,8 +216,11 @@ def train_step(session: Session, batch: np.ndarray, state: TrainState) -> tuple[
             accelerator.backward(loss * (len(rows) * accelerator.num_processes / len(batch)))
         loss_sum += loss.item() * len(rows)
     _stop_if_not_finite(session, state, loss_sum)
-    if cfg.max_grad_norm > 0:
-        accelerator.clip_grad_norm_(net.parameters(), cfg.max_grad_norm)
+    logging = session.tracker is not None and session.tracker.due(state.global_step + 1)
+    if cfg.max_grad_norm > 0 or logging:  # max_norm inf: the norm only, the gradients stay as they are
+        norm = accelerator.clip_grad_norm_(net.parameters(), cfg.max_grad_norm if cfg.max_grad_norm > 0 else math.inf)
+        if logging:
+            session.tracker.grad_norm = float(norm)
     session.optimizer.step()
     session.scheduler.step()
     session.optimizer.zero_grad(set_to_none=True)
@@ -220,7 +231,7 @@ def evaluate(session: Session, state: TrainState, end_of_epoch: bool) -> None:
     """Dev metrics now; keep the best model by --metric-for-best; count evaluations for early stopping."""
     cfg, accelerator = session.cfg, session.accelerator
     started = time.perf_counter()
-    train_loss = _mean_across(accelerator, *state.running_loss)
+    train_loss = mean_across(accelerator, *state.running_loss)
     state.running_loss = (0.0, 0)
     scored = dev_scores(session)
     state.model_info = _model_info(session, scored.metrics)
@@ -246,6 +257,8 @@ def evaluate(session: Session, state: TrainState, end_of_epoch: bool) -> None:
         state.stopped_early = state.stop_reason is not None
     if accelerator.is_main_process:
         atomic.append_jsonl(session.out / "metrics.jsonl", record)
+    if session.tracker is not None:
+        session.tracker.evaluated(record)
     if end_of_epoch:
         state.epoch_table.append(_epoch_row(state, train_loss, session.objective.table_metrics))
         state.epoch, state.step_in_epoch = state.epoch + 1, 0
@@ -384,8 +397,8 @@ def on_main(accelerator: Any, fn: Any) -> Any:
     return checkpoints._on_main(accelerator, fn)
 
 
-def _mean_across(accelerator: Any, loss_sum: float, rows: int) -> float:
-    """Mean training loss since the last evaluation, over all processes."""
+def mean_across(accelerator: Any, loss_sum: float, rows: int) -> float:
+    """Mean training loss over all processes (since the last evaluation, or the trackers' last log)."""
     totals = torch.tensor([loss_sum, float(rows)], dtype=torch.float64, device=accelerator.device)
     totals = accelerator.reduce(totals, reduction="sum") if accelerator.num_processes > 1 else totals
     return float(totals[0] / max(totals[1].item(), 1.0))

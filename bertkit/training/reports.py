@@ -27,6 +27,7 @@ def summary(session: Session, state: TrainState, restored: dict[str, Any] | None
         "train_samples_per_second": round(state.train_rows / max(state.train_seconds, 1e-9), 2),
         "processes": accelerator.num_processes, "mixed_precision": accelerator.mixed_precision, "forward": forward,
         "history": state.history, "epoch_table": state.epoch_table, "resumed_from": restored,
+        "trackers": session.tracker.where if session.tracker is not None else {},  # where the run is logged
         "outputs": {name: str(Path(cfg.out or session.out) / name) for name in
                     ("best", "final", "metrics.jsonl", "training_table.csv", "curves.png",
                      *REPORT_PLOTS[session.label_map.task], "dev_errors.csv")},

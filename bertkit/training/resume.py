@@ -9,10 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.config.commands import FinetuneConfig, config_dict
+from bertkit.config.tracking import TRACKING_FIELDS
 from bertkit.io import atomic, ownership, rundir, trail
 
-NOT_IN_RESUME_KEY = {"quiet", "overwrite", "out", "save_every"}
-"""Options that do not change what is computed; a re-run may change them and still resume."""
+NOT_IN_RESUME_KEY = {"quiet", "overwrite", "out", "save_every", *TRACKING_FIELDS}
+"""Options that do not change what is computed (where it is logged included); a re-run may change them and still
+resume."""
 
 
 def resume_key(cfg: FinetuneConfig, fingerprints: dict[str, str]) -> dict[str, Any]:

@@ -33,6 +33,7 @@ from typing import Any
 from bertkit.config.commands import config_dict
 from bertkit.config.fields import flag
 from bertkit.config.sweep import Dimension, SweepConfig, finetune_config
+from bertkit.config.tracking import TRACKING_FIELDS
 from bertkit.errors import UserError
 from bertkit.io import ownership, rundir, trail
 from bertkit.scoring import metrics
@@ -44,8 +45,9 @@ from bertkit.training.loop import on_main
 
 log = logging.getLogger(__name__)
 
-NOT_COMPARED = frozenset({"out", "overwrite", "keep_checkpoints", "save_every", "trials"})
-"""Sweep options a re-run may change and still continue the sweep (--trials: a longer Optuna study continues)."""
+NOT_COMPARED = frozenset({"out", "overwrite", "keep_checkpoints", "save_every", "trials", *TRACKING_FIELDS})
+"""Sweep options a re-run may change and still continue the sweep (--trials: a longer Optuna study continues; the
+trackers: each trial resumes as a finetune run does)."""
 
 
 @dataclass(frozen=True)
