@@ -18,10 +18,10 @@ $(STAMP): pyproject.toml
 	@# Keep a torch the user installed (e.g. a CUDA build); otherwise take the CPU wheel first, because a
 	@# bare `torch` requirement would pull a multi-GB CUDA build.
 	@$(PY) -c "import torch" 2>/dev/null || $(PIP) install -q "torch==$(TORCH_VERSION)"
-	$(PIP) install -q -e ".[dev,offline,onnx,sweep]"
+	$(PIP) install -q -e ".[dev,offline,onnx,sweep,track]"
 	@touch $(STAMP)
 
-install: $(STAMP) ## create .venv: CPU torch first (keeps an existing torch), then bertkit[dev,offline,onnx,sweep]
+install: $(STAMP) ## create .venv: CPU torch first (keeps an existing torch), then bertkit[dev,offline,onnx,sweep,track]
 
 test: $(STAMP) ## fast test suite (tiny models, a few minutes)
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q $(PYTEST_ARGS)

@@ -181,3 +181,27 @@ def test_by_default_no_tracker_writes_anything(tiny_bert_dir, toy_files, tmp_pat
     assert result.metrics["trackers"] == {}
     assert not (out / "tensorboard").exists() and not (out / "trackers.json").exists()
     assert not (tmp_path / "mlruns").exists() and not Path("mlflow.db").exists()
+
+
+def test_the_cli_takes_report_to_and_says_where_the_run_is_logged(tiny_bert_dir, toy_files, tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    out, store = tmp_path / "run", tmp_path / "mlruns"
+    result = CliRunner().invoke(app, ["finetune", "--model", str(tiny_bert_dir), "--data", str(toy_files[0]),
+                                      "--dev", str(toy_files[1]), "--out", str(out), "--epochs", "1", "--batch-size",
+                                      "8", "--precision", "fp32", "--report-to", "tensorboard", "--report-to", "mlflow",
+                                      "--tracking-uri", str(store), "--log-every", "5", "--quiet"])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert f"tensorboard --logdir {out / 'tensorboard'}" in text
+    assert f"mlflow ui --backend-store-uri {store.resolve().as_uri()}" in text
+    assert steps(scalars(out / "tensorboard")["train/loss"]) == [5]
+
+
+def test_a_database_store_without_sqlalchemy_is_refused_before_the_run(tiny_bert_dir, toy_files, tmp_path,
+                                                                       monkeypatch):
+    monkeypatch.setitem(sys.modules, "sqlalchemy", None)  # mlflow-skinny does not bring it
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    out = tmp_path / "run"
+    with pytest.raises(UserError, match="database store, which needs the sqlalchemy package.*--tracking-uri mlruns"):
+        finetune(make_cfg(tiny_bert_dir, toy_files, out, report_to=("mlflow",)), progress=False)
+    assert not out.exists()

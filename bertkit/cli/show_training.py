@@ -45,6 +45,25 @@ def show_finetune(result: Any, view: View) -> None:
     saved = [Path(p).name for k, p in summary["outputs"].items() if k not in ("best", "final", "metrics.jsonl")]
     out_console.print(f"saved {result.out}/best, {result.out}/final, metrics.json, {', '.join(saved)}",
                       highlight=False)
+    for line in tracker_lines(summary.get("trackers") or {}):
+        out_console.print(line, highlight=False)
+
+
+def tracker_lines(trackers: dict[str, Any]) -> list[str]:
+    """Where the run is logged, one line per tracker, with the command that shows it."""
+    lines = []
+    for name, where in trackers.items():
+        if name == "tensorboard":
+            lines.append(f"tensorboard: {where['logdir']}  (view: tensorboard --logdir {where['logdir']})")
+        elif name == "mlflow":
+            lines.append(f"mlflow: run {where['run_id']} in experiment {where['experiment']} at {where['tracking_uri']}"
+                         f"  (view: mlflow ui --backend-store-uri {where['tracking_uri']})")
+        elif name == "wandb":
+            lines.append(f"wandb: run {where['id']} in project {where['project']}" +
+                         (f"  ({where['url']})" if where.get("url") else ""))
+        else:
+            lines.append(f"{name}: run {where.get('name')} in project {where.get('project')}  (view: trackio show)")
+    return lines
 
 
 EPOCH_COLUMNS = {f"dev_{k}": f"dev {METRIC_HEADERS[k]}" for shape in SHAPE.values() for k in shape.table_metrics}
@@ -81,6 +100,8 @@ def show_distill(result: dict[str, Any], view: View) -> None:
                                 distill_core.claim_rows(report)))
     out_console.print(f"saved {training.out}/best, {training.out}/final, metrics.json"
                       + (", distill_report.json/.md/.png" if report is not None else ""), highlight=False)
+    for line in tracker_lines(training.metrics.get("trackers") or {}):
+        out_console.print(line, highlight=False)
 
 
 # ---------------------------------------------------------------- sweep
