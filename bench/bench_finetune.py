@@ -10,6 +10,12 @@ Variants (pick with --variants; default: all):
   bertkit              `bertkit finetune --precision auto`, the library call the CLI makes.
   bertkit_hf_forward   the same with --no-fast-forward (the model's own transformers forward): isolates what the
                        [CLS]-only last layer and the CPU dropout masks bring.
+  bertkit_compile      `bertkit finetune --compile` (torch.compile, Inductor, dynamic shapes); its compile time is
+                       inside the training-loop seconds, as a user pays it, and reported apart too.
+
+Two levers are measured beside the variants, in the same process (`levers` in the result): the AdamW step of this
+model fused vs foreach vs a per-tensor loop (both bertkit and Trainer use the fused one), and the padding that
+length-grouped batches leave - the most that running the linear layers on packed real tokens could remove.
 
 "Trainer at its best" is chosen per machine: trainer_dynamic_bf16 where bf16 is native (a GPU, or a CPU with
 AVX512-BF16/AMX), trainer_dynamic (fp32) elsewhere - where bf16 is emulated it is several times slower, so
@@ -41,7 +47,7 @@ sys.path.insert(0, str(ROOT))
 DATA = ROOT.parent / "shared" / "data" / "sst2"
 RESULTS = ROOT / "bench" / "results"
 HPARAMS = {"epochs": 1, "batch_size": 32, "lr": 5e-5, "warmup_ratio": 0.1, "max_length": 128, "seed": 42}
-ALL = ("trainer_static", "trainer_dynamic", "trainer_dynamic_bf16", "bertkit", "bertkit_hf_forward")
+ALL = ("trainer_static", "trainer_dynamic", "trainer_dynamic_bf16", "bertkit", "bertkit_hf_forward", "bertkit_compile")
 
 
 def load_sst2(rows: int | None):
@@ -98,6 +104,7 @@ def _head(path: Path, rows: int, out: Path) -> Path:
 
 def run_bertkit(
     train_path: Path, dev_path: Path, rows: int | None, out: str, dev_rows: int | None = None, fast_forward: bool = True,
+    compile: bool = False,
 ) -> dict:
     from bertkit.config.commands import FinetuneConfig
     from bertkit.training.finetune import finetune
@@ -105,7 +112,8 @@ def run_bertkit(
     cfg = FinetuneConfig(model="minilm-offline", data=str(train_path), dev=str(dev_path), text_column="0",
                          label_column="1", limit=None, epochs=HPARAMS["epochs"], batch_size=HPARAMS["batch_size"],
                          lr=HPARAMS["lr"], warmup_ratio=HPARAMS["warmup_ratio"], max_length=HPARAMS["max_length"],
-                         seed=HPARAMS["seed"], precision="auto", save_every=None, out=out, fast_forward=fast_forward)
+                         seed=HPARAMS["seed"], precision="auto", save_every=None, out=out, fast_forward=fast_forward,
+                         compile=compile)
     if rows is not None:  # the same first rows as the Trainer variants
         cfg = FinetuneConfig(**{**cfg.__dict__, "data": str(_head(train_path, rows, Path(out).parent / "train-slice.tsv"))})
     if dev_rows is not None:
@@ -116,6 +124,101 @@ def run_bertkit(
             "train_seconds": metrics["train_seconds"], "wall_seconds_incl_eval_and_saving": round(time.perf_counter() - started, 1),
             "dev_accuracy": round(metrics["best_dev"]["accuracy"], 4), "mixed_precision": metrics["mixed_precision"],
             "forward": metrics["forward"]}
+
+
+def adamw_step_times(repeats: int = 15) -> dict:
+    """Median seconds of one AdamW step over this model's parameters (random gradients), fused vs foreach vs loop,
+    interleaved so that load on the machine hits all three alike."""
+    import numpy as np
+    import torch
+
+    from bertkit.models import loading as modeling
+
+    params = list(modeling.load_classifier("minilm-offline", {0: "0", 1: "1"}).parameters())
+    for p in params:
+        p.grad = torch.randn_like(p) * 1e-3
+    kinds = {"fused": {"fused": True}, "foreach": {"foreach": True}, "loop": {"foreach": False}}
+    optimizers = {name: torch.optim.AdamW(params, lr=1e-5, **kw) for name, kw in kinds.items()}
+    times: dict[str, list[float]] = {name: [] for name in kinds}
+    for i in range(repeats + 3):
+        for name, optimizer in optimizers.items():
+            started = time.perf_counter()
+            optimizer.step()
+            if i >= 3:  # the first steps allocate the moments
+                times[name].append(time.perf_counter() - started)
+    medians = {name: round(float(np.median(t)), 4) for name, t in times.items()}
+    return {"seconds_per_step": medians, "parameters_millions": round(sum(p.numel() for p in params) / 1e6, 1),
+            "foreach_vs_fused": round(medians["foreach"] / medians["fused"], 2),
+            "note": "bertkit (`_adamw`) and Trainer (optim adamw_torch_fused, its default) both take the fused step"}
+
+
+def compile_steady_state(train, steps: int = 30, warm: int = 10) -> dict:
+    """Seconds of the same training steps eager vs compiled (bertkit's SequenceClassifier, fp32, fused AdamW), the
+    two interleaved step by step on the same batches so that load on the machine hits both alike, after `warm`
+    compiled steps: what --compile gives once it has compiled, apart from the compile time itself."""
+    import numpy as np
+    import torch
+
+    from bertkit.encoding.batches import grouped_batches
+    from bertkit.models import loading as modeling
+    from bertkit.models.fastforward import SequenceClassifier
+
+    tokenizer = modeling.load_tokenizer("minilm-offline")
+    ids = tokenizer(list(train.texts), truncation=True, max_length=HPARAMS["max_length"])["input_ids"]
+    batches = grouped_batches(np.array([len(x) for x in ids]), HPARAMS["batch_size"], HPARAMS["seed"], 0)
+
+    def padded(rows):
+        width = max(len(ids[r]) for r in rows)
+        tokens = torch.zeros(len(rows), width, dtype=torch.long)
+        for i, r in enumerate(rows):
+            tokens[i, : len(ids[r])] = torch.tensor(ids[r])
+        return {"input_ids": tokens, "attention_mask": (tokens != 0).long(), "token_type_ids": torch.zeros_like(tokens)}
+
+    def trainer(compiled: bool):
+        torch.manual_seed(HPARAMS["seed"])
+        net = SequenceClassifier(modeling.load_classifier("minilm-offline", {0: "0", 1: "1"}))
+        optimizer = torch.optim.AdamW(net.parameters(), lr=HPARAMS["lr"], fused=True)
+        if compiled:
+            net.compile(dynamic=True)
+
+        def step(batch):
+            started = time.perf_counter()
+            logits = net(**batch)
+            torch.nn.functional.cross_entropy(logits, torch.zeros(len(logits), dtype=torch.long)).backward()
+            torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            return time.perf_counter() - started
+        return step
+
+    eager, compiled = trainer(False), trainer(True)
+    started = time.perf_counter()
+    for rows in batches[:warm]:
+        compiled(padded(rows))
+    compile_seconds = time.perf_counter() - started
+    times = np.array([(eager(padded(rows)), compiled(padded(rows))) for rows in batches[warm : warm + steps]])
+    return {"steps": steps, "compile_and_first_steps_seconds": round(compile_seconds, 1),
+            "eager_seconds": round(float(times[:, 0].sum()), 2), "compiled_seconds": round(float(times[:, 1].sum()), 2),
+            "compiled_vs_eager": round(float(times[:, 0].sum() / times[:, 1].sum()), 3)}
+
+
+def padding_left(train) -> dict:
+    """Padded vs real tokens of one epoch of bertkit's length-grouped batches (batch 32): the share of the linear
+    layers' work spent on padding, which packing real tokens could at most remove."""
+    import numpy as np
+
+    from bertkit.encoding.batches import grouped_batches
+    from bertkit.models import loading as modeling
+
+    tokenizer = modeling.load_tokenizer("minilm-offline")
+    lengths = np.array([len(ids) for ids in tokenizer(list(train.texts), truncation=True,
+                                                      max_length=HPARAMS["max_length"])["input_ids"]])
+    batches = grouped_batches(lengths, HPARAMS["batch_size"], HPARAMS["seed"], 0)
+    real, padded = int(lengths.sum()), int(sum(lengths[b].max() * len(b) for b in batches))
+    shuffled = np.random.default_rng(HPARAMS["seed"]).permutation(len(lengths))
+    random_padded = int(sum(lengths[b].max() * len(b) for b in np.array_split(shuffled, len(batches))))
+    return {"real_tokens": real, "padded_tokens_grouped": padded, "padding_share_grouped": round(1 - real / padded, 4),
+            "padding_share_random_order": round(1 - real / random_padded, 4)}
 
 
 def bf16_is_native() -> bool:
@@ -145,6 +248,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--bf16-rows", type=int, default=96,
                         help="Train rows for the bf16 Trainer variant where bf16 is emulated (no native bf16).")
     parser.add_argument("--variants", default=",".join(v for v in ALL), help=f"Comma list of: {', '.join(ALL)}.")
+    parser.add_argument("--no-levers", action="store_true", help="Skip the AdamW and padding measurements.")
     args = parser.parse_args(argv)
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     unknown = set(variants) - set(ALL)
@@ -159,6 +263,8 @@ def main(argv: list[str] | None = None) -> dict:
     if args.quick:
         dev = dev.subset(range(min(args.dev_rows, len(dev))))
     results: dict[str, dict] = {}
+    levers = None if args.no_levers else {"adamw_step": adamw_step_times(), "padding": padding_left(train),
+                                          "compile_steady_state": compile_steady_state(train)}
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         for name in variants:
@@ -166,7 +272,8 @@ def main(argv: list[str] | None = None) -> dict:
             started = time.perf_counter()
             if name.startswith("bertkit"):
                 result = run_bertkit(DATA / "train.tsv", DATA / "dev.tsv", rows, f"{tmp}/{name}",
-                                     args.dev_rows if args.quick else None, fast_forward=name == "bertkit")
+                                     args.dev_rows if args.quick else None, fast_forward=name != "bertkit_hf_forward",
+                                     compile=name == "bertkit_compile")
                 result["train_rows"] = len(train)
             else:
                 bf16 = name.endswith("bf16")
@@ -191,6 +298,10 @@ def main(argv: list[str] | None = None) -> dict:
             ratios["bertkit_vs_trainer_best"] = ratios[f"bertkit_vs_{best_trainer}"]
         if "bertkit_hf_forward" in speed:
             ratios["bertkit_vs_bertkit_hf_forward"] = round(speed["bertkit"] / speed["bertkit_hf_forward"], 2)
+        if "bertkit_compile" in speed:
+            ratios["bertkit_compile_vs_bertkit"] = round(speed["bertkit_compile"] / speed["bertkit"], 2)
+            if best_trainer in speed:
+                ratios["bertkit_compile_vs_trainer_best"] = round(speed["bertkit_compile"] / speed[best_trainer], 2)
     record = {
         "benchmark": "finetune", "quick": args.quick, "hparams": HPARAMS, "train_rows": len(train), "dev_rows": len(dev),
         "quick_note": "--quick: a slice of train/dev; dev accuracy after so few steps is not meaningful, speed is" if args.quick else None,
@@ -198,7 +309,7 @@ def main(argv: list[str] | None = None) -> dict:
         "bf16_native": native_bf16, "trainer_best": best_trainer,
         "trainer_best_note": f"Trainer at its best on this machine = {best_trainer} "
                              f"({'bf16 is native here' if native_bf16 else 'bf16 is emulated here, fp32 is faster'})",
-        "variants": results, "speed_ratios": ratios,
+        "variants": results, "speed_ratios": ratios, "levers": levers,
         "load_avg_before": [round(x, 2) for x in load_before], "load_avg_after": [round(x, 2) for x in os.getloadavg()],
         "machine": trail.machine_info(), "versions": trail.package_versions(),
         "note": "samples/s = training rows / training-loop seconds (evaluation and saving excluded for all variants). "

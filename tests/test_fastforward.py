@@ -223,3 +223,26 @@ def test_int8_fast_path_with_a_layout_mistake_still_falls_back(monkeypatch, capl
     batch = padded_batch(pairs=False)
     with torch.no_grad():
         torch.testing.assert_close(wrapped(**batch), quantized(**batch).logits, rtol=0, atol=0)
+
+
+@pytest.mark.slow  # Inductor compiles for about a minute on 2 cores
+def test_compiled_finetune_trains_the_same_weights_and_resumes(no_dropout_bert, write_tsv, toy_rows, tmp_path):
+    """--compile is the same arithmetic under Inductor: without dropout, a run ends with the eager run's weights, its
+    saved model folders keep the model's own parameter names, and a finished compiled run is recognised as finished.
+    Pinned to fp32 (see the test above)."""
+    train = write_tsv("train.tsv", toy_rows, ("sentence", "label"))
+    dev = write_tsv("dev.tsv", toy_rows[:20], ("sentence", "label"))
+    weights = {}
+    for compiled in (False, True):
+        cfg = FinetuneConfig(model=str(no_dropout_bert), data=str(train), dev=str(dev),
+                             out=str(tmp_path / f"run-{compiled}"), epochs=1, lr=5e-3, batch_size=8, save_every=None,
+                             compile=compiled, precision="fp32")
+        result = finetune(cfg, progress=False)
+        weights[compiled] = load_file(str(tmp_path / f"run-{compiled}" / "final" / "model.safetensors"))
+        if compiled:
+            assert finetune(cfg, progress=False).already_finished
+    assert weights[True].keys() == weights[False].keys()
+    assert not any("_orig_mod" in name for name in weights[True])
+    for name in weights[False]:
+        np.testing.assert_allclose(weights[True][name], weights[False][name], rtol=1e-3, atol=1e-5, err_msg=name)
+    assert result.metrics["best_dev"]["accuracy"] is not None

@@ -150,6 +150,9 @@ class FinetuneConfig(TrackingOptions, TruncationOption, MetricOptions, TaskOptio
                                   panel=MODEL)
     fast_forward: bool = option(True, "BERT/DistilBERT: compute the last layer only where the logits need it ([CLS]); "
                                 "same logits and gradients, fewer FLOPs. Off: the model's own forward.", panel=MODEL)
+    compile: bool = option(False, "torch.compile the model's forward and backward (Inductor, dynamic shapes: one "
+                           "compile, no recompiles per batch length). Off by default: on a CPU without native bf16 it "
+                           "measured slower (README, \"Training levers\").", panel=MODEL)
     save_every: int | None = option(100, "Checkpoint every N optimizer steps (and at every epoch's end) for resuming.",
                                     panel=OUTPUT, above=0)
     overwrite: bool = option(False, "Replace an --out that holds a run with other options (swapped in once the new "
