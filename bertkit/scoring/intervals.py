@@ -135,24 +135,42 @@ def _multilabel(metric: str, truth: np.ndarray, pred: np.ndarray) -> Any:
 
 
 def _ranked(y: np.ndarray, score: np.ndarray, kind: str) -> Any:
-    """ROC-AUC or Spearman of each resample (rows repeated as drawn), with scipy/sklearn's definitions."""
-    from scipy import stats
-    from sklearn.metrics import roc_auc_score
-
-    def one(row: np.ndarray) -> float:
-        idx = np.repeat(np.arange(len(y)), row.astype(np.int64))
-        t, s = y[idx], score[idx]
-        if kind == "auc":
-            return float(roc_auc_score(t, s)) if len(np.unique(t)) == 2 else np.nan
-        if np.ptp(t) == 0 or np.ptp(s) == 0:
-            return 0.0
-        return float(stats.spearmanr(t, s)[0])
+    """ROC-AUC (Mann-Whitney on midranks) or Spearman (Pearson of midranks) of each resample, from each row's
+    midrank in its resample: scipy's and sklearn's definitions with rows repeated as drawn."""
+    y_float = np.asarray(y, np.float64)
 
     def fn(w: np.ndarray) -> np.ndarray:
-        values = np.array([one(row) for row in w])
-        return values[np.isfinite(values)]
+        n = w.sum(1)
+        if kind == "auc":
+            ranks, pos = _midranks(w, score), (y_float == y_float.max()).astype(np.float64)
+            n_pos = w @ pos
+            n_neg = n - n_pos
+            u = (w * ranks) @ pos - n_pos * (n_pos + 1) / 2
+            both = (n_pos > 0) & (n_neg > 0)  # a resample with one class has no AUC: left out
+            return (u / np.maximum(n_pos * n_neg, 1))[both]
+        ry, rp = _midranks(w, y_float), _midranks(w, score)
+        my, mp = (w * ry).sum(1) / n, (w * rp).sum(1) / n
+        cov = (w * ry * rp).sum(1) / n - my * mp
+        vy = np.maximum((w * ry * ry).sum(1) / n - my**2, 0)
+        vp = np.maximum((w * rp * rp).sum(1) / n - mp**2, 0)
+        denom = np.sqrt(vy * vp)
+        return np.where(denom > 1e-12, cov / np.where(denom > 1e-12, denom, 1), 0.0)
 
     return fn
+
+
+def _midranks(w: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """(resamples, rows): each row's average rank among the drawn rows of its resample (ties share their mean)."""
+    values = np.asarray(values, np.float64).reshape(-1)
+    order = np.argsort(values, kind="stable")
+    sorted_values = values[order]
+    starts = np.flatnonzero(np.r_[True, sorted_values[1:] != sorted_values[:-1]])
+    group = np.cumsum(np.r_[True, sorted_values[1:] != sorted_values[:-1]]) - 1
+    counts = np.add.reduceat(w[:, order], starts, axis=1)
+    rank = np.cumsum(counts, axis=1) - counts + (counts + 1) / 2
+    ranks = np.empty_like(w)
+    ranks[:, order] = rank[:, group]
+    return ranks
 
 
 def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
