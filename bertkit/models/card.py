@@ -125,7 +125,7 @@ def card_body(facts: CardFacts) -> str:
         lines += ["## Hyper-parameters", "", "| option | value |", "|---|---|"]
         lines += [f"| `--{k.replace('_', '-')}` | {_cell(v)} |" for k, v in facts.hyperparameters.items()] + [""]
     if facts.speed:
-        lines += ["## Speed", "", *(f"- {k.replace('_', ' ')}: {_cell(v)}" for k, v in facts.speed.items()), ""]
+        lines += ["## Export gate" if facts.command == "export" else "## Speed", "", *(f"- {k.replace('_', ' ')}: {_cell(v)}" for k, v in facts.speed.items()), ""]
     if facts.command_line:
         lines += ["## Reproduce", "", "```bash", facts.command_line, "```", ""]
     if facts.versions:

@@ -52,7 +52,15 @@ from bertkit.scoring import shapes as objectives
 from bertkit.scoring.shapes import MultiLabel, Regression, SingleLabel
 from bertkit.scoring.table import BUILT_IN
 from bertkit.training import cards, checkpoints, reports
-from bertkit.training.loop import Session, TrainState, dev_scores, global_batches, on_main, restore, train_epoch
+from bertkit.training.loop import (
+    Session,
+    TrainState,
+    dev_scores,
+    global_batches,
+    on_main,
+    restore,
+    train_epoch,
+)
 from bertkit.training.resume import claim_out, finished_already, resume_key
 
 log = logging.getLogger(__name__)
