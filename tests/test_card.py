@@ -49,7 +49,7 @@ def parse_back(line: str) -> object:
     for name in (*CLI_ONLY, "recipe"):
         params.pop(name, None)
     cls = config_for_command(words[1])
-    return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in params.items() if v is not None or True})
+    return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in params.items()})
 
 
 def card_command(folder: Path) -> str:
@@ -145,3 +145,38 @@ def test_bootstrap_intervals_bracket_each_shape_score():
     low, high = bootstrap_interval("regression", "spearman", numbers, numbers + rng.normal(size=200) * 0.5, seed=0)
     assert 0.7 < low < high < 1.0
     assert bootstrap_interval("single_label", "loss", y, pred) is None
+
+
+def test_sweep_best_is_a_trials_best_with_its_card(tiny_bert_dir, run_files, tmp_path):
+    from typer.testing import CliRunner
+
+    train, dev, _ = run_files
+    out = tmp_path / "sweep"
+    result = CliRunner().invoke(app, ["sweep", "--model", str(tiny_bert_dir), "--data", str(train), "--dev", str(dev),
+                                      "--out", str(out), "--epochs", "1", "--batch-size", "8", "--precision", "fp32",
+                                      "--grid", "lr=5e-3,1e-4", "--quiet", "--json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    best_trial = json.loads(result.stdout)["best"]["trial"]
+    assert check_model_card(out / "best") == []
+    assert (out / "best" / "README.md").read_text() == (out / "trials" / best_trial / "best" / "README.md").read_text()
+    trial_summary = json.loads((out / "trials" / best_trial / "metrics.json").read_text())
+    assert card_metrics(out / "best", "validation")["accuracy"] == trial_summary["best_dev"]["accuracy"]
+    assert "bertkit finetune " in card_command(out / "best")
+
+
+def test_export_folder_card_names_the_source_precision_and_gate(finished_run, tmp_path):
+    pytest.importorskip("onnxruntime")
+    from typer.testing import CliRunner
+
+    _, _, run = finished_run
+    out = tmp_path / "export"
+    result = CliRunner().invoke(app, ["export", "--model", str(run / "best"), "--out", str(out), "--quantize", "none",
+                                      "--data", str(run.parent / "test.tsv"), "-q", "--json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "export_report.json").read_text())
+    assert check_model_card(out) == []
+    card = read_model_card(out)
+    assert card.data.library_name == "onnx" and "onnx" in card.data.tags and card.data.pipeline_tag == "text-classification"
+    assert card_metrics(out, "validation") == {report["metric"]: report["metric_export"]}
+    assert str(run / "best") in card.text and "fp32" in card.text and "agreement" in card.text
+    assert parse_back(card_command(out)).model == str(run / "best")
