@@ -23,7 +23,7 @@ import typer
 from rich.markup import escape
 
 from bertkit import __version__
-from bertkit.cli import show, show_training
+from bertkit.cli import show, show_models, show_training
 from bertkit.cli.output import View, err_console, out_console
 from bertkit.config.commands import (
     BenchConfig,
@@ -37,6 +37,7 @@ from bertkit.config.commands import (
 )
 from bertkit.config.export import ExportConfig
 from bertkit.config.fields import OUTPUT, RUN, field_type, flag_names, help_text, option_fields
+from bertkit.config.push import PushConfig
 from bertkit.config.recipes import load_recipe
 from bertkit.config.sweep import SweepConfig
 from bertkit.errors import UserError
@@ -254,6 +255,14 @@ def sweep(cfg: SweepConfig, view: View) -> None:
     from bertkit.training.sweep import run_sweep
 
     show_training.show_sweep(run_sweep(cfg, progress=view.progress), view)
+
+
+@config_command(PushConfig)
+def push(cfg: PushConfig, view: View) -> None:
+    """Upload a saved model folder (with its model card) to the Hugging Face hub; refuses incomplete folders."""
+    from bertkit.models.hub import push_model
+
+    show_models.show_push(push_model(cfg), view)
 
 
 @config_command(BenchConfig)

@@ -8,13 +8,14 @@ import dataclasses
 
 from bertkit.config import commands, sweep
 from bertkit.config.export import ExportConfig
+from bertkit.config.push import PushConfig
 from bertkit.errors import UserError
 
 COMMAND_CONFIGS: dict[str, type] = {
     name[: -len("Config")].lower(): value
     for name, value in vars(commands).items()
     if name.endswith("Config") and dataclasses.is_dataclass(value) and value.__module__ == commands.__name__
-} | {"export": ExportConfig, "sweep": sweep.SweepConfig}
+} | {"export": ExportConfig, "sweep": sweep.SweepConfig, "push": PushConfig}
 """Command name -> config class (`finetune` -> `FinetuneConfig`)."""
 
 

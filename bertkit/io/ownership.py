@@ -55,7 +55,7 @@ RUN_ENTRIES: dict[str, frozenset[str]] = {
     "bench": frozenset({"config.json", "bench.json", "bench.md", "bench.png", "quality"}),
     "export": frozenset({"model.onnx", "config.json", "bertkit_model.json", "export_report.json", "tokenizer.json",
                          "tokenizer_config.json", "special_tokens_map.json", "vocab.txt", "vocab.json", "merges.txt",
-                         "added_tokens.json", "chat_template.jinja"}),  # = bertkit.models.onnx.FOLDER_FILES
+                         "added_tokens.json", "chat_template.jinja", "README.md"}),  # = bertkit.models.onnx.FOLDER_FILES
     "sweep": frozenset({"config.json", "trials", "best", "trials.csv", "sweep.json", "sweep.png"}),
 }
 """The top-level names each command writes into its run directory: the only names it ever replaces or deletes."""
@@ -82,7 +82,7 @@ ENTRY_FOLDERS = {"best": "model", "final": "model", "checkpoints": "checkpoints"
                  "trials": "trials", "tensorboard": "tensorboard"}
 """The kind of each folder in RUN_ENTRIES (every other entry there is a file)."""
 _NAMES = {kind: re.compile(pattern) for kind, pattern in {
-    "model": r"(generation_)?config\.json|bertkit_model\.json|model(-\d+-of-\d+)?\.safetensors|model\.safetensors"
+    "model": r"(generation_)?config\.json|bertkit_model\.json|README\.md|model(-\d+-of-\d+)?\.safetensors|model\.safetensors"
              r"\.index\.json|tokenizer(_config)?\.json|special_tokens_map\.json|added_tokens\.json|vocab\.(txt|json)"
              r"|merges\.txt|spiece\.model|sentencepiece\.bpe\.model|chat_template\.(jinja|json)"
              r"|(configuration|modeling|tokenization)_\w+\.py",  # what save_pretrained writes (older runs: no list)

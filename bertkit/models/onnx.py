@@ -46,7 +46,8 @@ OUTPUT_NAMES = {"classifier": "logits", "features": "features"}
 INSTALL_HINT = "pip install 'bertkit[onnx]' (or `make install`)"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt", "vocab.json",
                    "merges.txt", "added_tokens.json", "chat_template.jinja")
-FOLDER_FILES = frozenset({MODEL_FILE, "config.json", "bertkit_model.json", REPORT_FILE, *TOKENIZER_FILES})
+CARD_FILE = "README.md"
+FOLDER_FILES = frozenset({MODEL_FILE, "config.json", "bertkit_model.json", REPORT_FILE, CARD_FILE, *TOKENIZER_FILES})
 """Every name an export folder may hold (the run-directory rules of `bertkit.io.ownership` list them too)."""
 
 

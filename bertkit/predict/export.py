@@ -27,6 +27,7 @@ import torch
 
 from bertkit.config.commands import DistillConfig, FinetuneConfig, config_dict
 from bertkit.config.export import ExportConfig
+from bertkit.config.reproduce import command_line
 from bertkit.data.dataset import TextDataset
 from bertkit.data.labels import LabelMap, task_of_problem_type
 from bertkit.encoding.longtext import LongText
@@ -37,6 +38,7 @@ from bertkit.io import atomic, ownership, rundir
 from bertkit.io.trail import config_differences, package_versions
 from bertkit.models import infer, onnx
 from bertkit.models import loading as modeling
+from bertkit.models.card import CARD_FILE, CardFacts, read_model_card, write_model_card
 from bertkit.models.metadata import read_model_info, saved_threshold
 from bertkit.predict.run import Outputs, shape_metrics
 from bertkit.scoring.shapes import model_outputs
@@ -82,6 +84,7 @@ def run_export(cfg: ExportConfig, progress: bool = False) -> dict[str, Any]:
         if not gate["passed"] and not cfg.force:
             raise UserError(refusal_message(report, cfg))
         atomic.write_json_atomic(staged / onnx.REPORT_FILE, report)
+        write_model_card(staged, export_card(cfg, report, dataset, model, source))
         del exported  # the session holds model.onnx open
         run = plan.claim()
         for item in sorted(staged.iterdir()):
@@ -90,6 +93,31 @@ def run_export(cfg: ExportConfig, progress: bool = False) -> dict[str, Any]:
     report["out"] = cfg.out
     report["size_bytes"] = os.path.getsize(Path(cfg.out).expanduser() / onnx.MODEL_FILE)
     return report
+
+
+def export_card(cfg: ExportConfig, report: dict[str, Any], dataset: TextDataset, model: Any, source: str) -> CardFacts:
+    """The export folder's card: the source model (and the hub model it came from, as its own card says), the
+    precision, and the gate's numbers - its metric on the gate data after export, agreement or cosine with fp32."""
+    from bertkit import __version__
+
+    source_card = Path(source) / CARD_FILE
+    base = read_model_card(source).data.base_model if source_card.is_file() else None
+    gate_keys = ("statistic", "threshold", "agreement", "disagreeing_rows", "max_abs_logit_diff", "mean_cosine",
+                 "min_cosine", "metric", "metric_fp32", "metric_export", "passed", "forced")
+    labels = [str(v) for _, v in sorted((model.config.id2label or {}).items())] if report["kind"] == "classifier" else []
+    results = {}
+    if report.get("metric") and isinstance(report.get("metric_export"), (int, float)):
+        results["gate"] = {"metrics": {report["metric"]: report["metric_export"]}, "rows": report["rows"],
+                           "source": dataset.source}
+    return CardFacts(
+        command="export", model=base if isinstance(base, str) else cfg.model or "",
+        task="features" if report["kind"] == "features" else report.get("task", "single_label"), labels=labels,
+        data=[{"split": "gate", "source": str(dataset.source), "fingerprint": dataset.fingerprint, "rows": len(dataset)}],
+        command_line=command_line("export", cfg), role="export", results=results,
+        versions={"bertkit": __version__, **{k: v for k, v in report["versions"].items() if k != "bertkit"}},
+        speed={k: report[k] for k in gate_keys if report.get(k) is not None},
+        lineage={"source_model": cfg.model, "precision": "int8 (dynamic, per-channel weights)" if cfg.quantized
+                 else "fp32", "kind": report["kind"]})
 
 
 def _compare(cfg: ExportConfig) -> Any:

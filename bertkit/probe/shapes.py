@@ -15,6 +15,7 @@ import numpy as np
 
 from bertkit.probe.fit import MAX_ITER, ProbeFit, constant_tags_allowed
 from bertkit.scoring import metrics
+from bertkit.scoring.intervals import bootstrap_interval
 
 CONSTANT_LOGIT = 30.0
 """The saved logit of a tag that is always (or never) on in training: sigmoid(+-30) is 1 (or 0) to 13 digits."""
@@ -56,22 +57,11 @@ def score_shaped(fit: ProbeFit, X: np.ndarray, y: np.ndarray, label_names: Seque
 
 def bootstrap_shaped_ci(task: str, y_true: np.ndarray, predicted: np.ndarray, *, n_boot: int = 1000,
                         seed: int = 42) -> tuple[float, float]:
-    """Percentile 95% interval of dev Pearson (numbers) or micro-F1 (tags), resampling dev rows `n_boot` times."""
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(y_true), size=(n_boot, len(y_true)))
-    if task == "regression":
-        t, p = np.asarray(y_true, np.float64)[idx], np.asarray(predicted, np.float64)[idx]
-        t, p = t - t.mean(axis=1, keepdims=True), p - p.mean(axis=1, keepdims=True)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            scores = (t * p).sum(axis=1) / np.sqrt((t * t).sum(axis=1) * (p * p).sum(axis=1))
-        scores = np.nan_to_num(scores, nan=0.0)  # a resample with a constant side: correlation 0, as the metric says
-    else:
-        truth, pred = np.asarray(y_true, bool), np.asarray(predicted, bool)
-        tp, fp, fn = ((truth & pred).sum(1), (~truth & pred).sum(1), (truth & ~pred).sum(1))
-        tp, wrong = tp[idx].sum(axis=1), fp[idx].sum(axis=1) + fn[idx].sum(axis=1)
-        scores = np.where(2 * tp + wrong > 0, 2 * tp / np.maximum(2 * tp + wrong, 1), 0.0)
-    low, high = np.percentile(scores, [2.5, 97.5])
-    return float(low), float(high)
+    """Percentile 95% interval of dev Pearson (numbers) or micro-F1 (tags), resampling dev rows `n_boot` times
+    (`bertkit.scoring.intervals`)."""
+    metric = "pearson" if task == "regression" else "micro_f1"
+    interval = bootstrap_interval(task, metric, y_true, predicted, n_boot=n_boot, seed=seed)
+    return interval if interval is not None else (0.0, 0.0)
 
 
 # ---------------------------------------------------------------- baselines

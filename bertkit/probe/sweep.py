@@ -13,6 +13,7 @@ import numpy as np
 from bertkit.errors import UserError
 from bertkit.probe import shapes as probe_shapes
 from bertkit.probe.fit import ProbeFit, fit_probe
+from bertkit.scoring.intervals import bootstrap_interval
 from bertkit.scoring.metrics import classification_metrics
 from bertkit.scoring.table import SHAPE
 
@@ -41,19 +42,11 @@ def _full_proba(fit: ProbeFit, proba: np.ndarray, label_names: Sequence[str] | N
 def bootstrap_ci(
     y_true: np.ndarray, y_pred: np.ndarray, *, metric: str = "accuracy", n_boot: int = 1000, seed: int = 42
 ) -> tuple[float, float]:
-    """Percentile 95% interval of a dev score, resampling dev rows with replacement `n_boot` times."""
-    from sklearn.metrics import f1_score, matthews_corrcoef
-
-    y_true, y_pred = np.asarray(y_true), np.asarray(y_pred)
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(y_true), size=(n_boot, len(y_true)))
-    if metric == "accuracy":
-        scores = (y_true[idx] == y_pred[idx]).mean(axis=1)
-    else:
-        fn = {"f1": lambda t, p: f1_score(t, p, average="macro", zero_division=0), "mcc": matthews_corrcoef}[metric]
-        scores = np.array([fn(y_true[i], y_pred[i]) for i in idx])
-    low, high = np.percentile(scores, [2.5, 97.5])
-    return float(low), float(high)
+    """Percentile 95% interval of a dev score (accuracy, f1 = macro-F1, mcc), resampling dev rows with replacement
+    `n_boot` times (`bertkit.scoring.intervals`)."""
+    interval = bootstrap_interval("single_label", metric, y_true, y_pred, n_boot=n_boot, seed=seed)
+    assert interval is not None, metric
+    return interval
 
 
 # ---------------------------------------------------------------- layer sweep

@@ -162,6 +162,8 @@ class MultiLabel:
     def tuned_threshold(self, proba: np.ndarray) -> float | np.ndarray:
         """The --threshold to use on these dev probabilities: the fixed one, or the best on the grid (ties: the
         threshold nearest 0.5, the untuned default)."""
+        if isinstance(self.threshold, (list, tuple, np.ndarray)):  # one per tag, tuned before (test scoring)
+            return np.asarray(self.threshold, dtype=np.float64)
         if self.threshold not in ("tune", "tune-per-label"):
             return float(self.threshold)
         from sklearn.metrics import f1_score

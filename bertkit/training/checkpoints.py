@@ -27,6 +27,7 @@ from typing import Any
 
 from bertkit.errors import UserError
 from bertkit.io import atomic, disk, faults, ownership
+from bertkit.models.card import CardFacts, write_model_card
 from bertkit.models.metadata import write_model_info
 
 log = logging.getLogger(__name__)
@@ -107,9 +108,9 @@ def save_checkpoint(accelerator: Any, out: Path, state: dict[str, Any], need_byt
 
 
 def save_model_folder(accelerator: Any, net: Any, tokenizer: Any, path: Path, extra: dict[str, Any],
-                      need_bytes: int) -> None:
-    """save_pretrained (safetensors) of the wrapped `transformers` model + tokenizer into a temp folder, then swap
-    it in for `path` (best/ or final/)."""
+                      need_bytes: int, card: CardFacts | None = None) -> None:
+    """save_pretrained (safetensors) of the wrapped `transformers` model + tokenizer, bertkit_model.json and the
+    model card (README.md, from `card`) into a temp folder, then swap it in for `path` (best/ or final/)."""
     from transformers.utils import logging as hf_logging
 
     accelerator.wait_for_everyone()
@@ -122,6 +123,8 @@ def save_model_folder(accelerator: Any, net: Any, tokenizer: Any, path: Path, ex
             accelerator.unwrap_model(net).model.save_pretrained(tmp, safe_serialization=True, state_dict=state_dict)
             tokenizer.save_pretrained(tmp)
             write_model_info(tmp, extra)
+            if card is not None:
+                write_model_card(tmp, card)
             ownership.write_file_list(tmp)  # the names bertkit may later remove from this folder
         _remove(old, "model")  # .old-best / .old-final: our own leftover of an interrupted swap
         if path.exists():

@@ -167,6 +167,12 @@ class DistillTask(Task):
     def model_revision(self, cfg: DistillConfig) -> str:
         return modeling.model_revision(cfg.student or cfg.teacher or "")
 
+    def card_lineage(self, cfg: DistillConfig) -> dict[str, Any]:
+        """The teacher and how the student was made (the layers copied from it, or the --student encoder)."""
+        student = (f"{cfg.student} (its own pretrained encoder)" if cfg.student else
+                   f"{len(self.kept_layers or [])} layers copied from the teacher: {self.kept_layers}")
+        return {"teacher": cfg.teacher, "student": student, "temperature": cfg.temperature, "alpha": cfg.alpha}
+
 
 def teacher_outputs(task: DistillTask, train: TextDataset, out: Path, accelerator: Any,
                     with_cls: bool) -> tuple[np.ndarray, np.ndarray | None]:

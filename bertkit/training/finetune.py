@@ -51,8 +51,16 @@ from bertkit.scoring import metrics
 from bertkit.scoring import shapes as objectives
 from bertkit.scoring.shapes import MultiLabel, Regression, SingleLabel
 from bertkit.scoring.table import BUILT_IN
-from bertkit.training import checkpoints, reports, tracking
-from bertkit.training.loop import Session, TrainState, global_batches, on_main, restore, train_epoch
+from bertkit.training import cards, checkpoints, reports, tracking
+from bertkit.training.loop import (
+    Session,
+    TrainState,
+    dev_scores,
+    global_batches,
+    on_main,
+    restore,
+    train_epoch,
+)
 from bertkit.training.resume import claim_out, finished_already, resume_key
 
 log = logging.getLogger(__name__)
@@ -105,6 +113,10 @@ class Task:
 
     def model_revision(self, cfg: FinetuneConfig) -> str:
         return modeling.model_revision(cfg.model)
+
+    def card_lineage(self, cfg: FinetuneConfig) -> dict[str, Any]:
+        """What the model cards say of where the model came from beyond --model (distillation: the teacher)."""
+        return {}
 
 
 # ---------------------------------------------------------------- the run
@@ -231,6 +243,8 @@ def setup(cfg: FinetuneConfig, accelerator: Any, splits: Splits, key: dict[str, 
     train_enc = encode_for(tokenizer, splits.train, cfg.max_length, LongText.from_config(cfg),
                            cache_dir=cfg.cache_dir).encoded
     dev_enc = encode_for(tokenizer, splits.dev, cfg.max_length, LongText.from_config(cfg), cache_dir=cfg.cache_dir).encoded
+    test_enc = (encode_for(tokenizer, splits.test, cfg.max_length, LongText.from_config(cfg), cache_dir=cfg.cache_dir)
+                .encoded if splits.test is not None and splits.test.labels is not None else None)
     if cfg.freeze_encoder:
         _freeze_encoder(model)
     optimizer = _adamw(model, cfg.lr, cfg.weight_decay)
@@ -254,16 +268,22 @@ def setup(cfg: FinetuneConfig, accelerator: Any, splits: Splits, key: dict[str, 
     scheduler = get_linear_schedule_with_warmup(optimizer, math.ceil(cfg.warmup_ratio * total_steps), total_steps)
     net, optimizer, scheduler = accelerator.prepare(net, optimizer, scheduler)
     return Session(cfg, accelerator, run, run.path, tokenizer, net, optimizer, scheduler, objective, train_enc,
-                   dev_enc, splits.dev, label_map, steps_per_epoch, [], _checkpoint_bytes(model))
+                   dev_enc, splits.dev, label_map, steps_per_epoch, [], _checkpoint_bytes(model),
+                   card=cards.run_card(cfg, splits, task.command, task.card_lineage(cfg), test_enc))
 
 
 def finish(session: Session, state: TrainState, restored: dict[str, Any] | None, notes: list[str]) -> FinetuneResult:
-    """final/ model, metrics.json, the epoch table, curves, confusion matrix and dev_errors.csv; then an
-    --overwrite run's output replaces the previous one."""
+    """final/ model and card (the final weights' dev and --test scores), metrics.json, the epoch table, curves,
+    confusion matrix and dev_errors.csv; then an --overwrite run's output replaces the previous one."""
     accelerator = session.accelerator
+    dev = dev_scores(session) if session.card is not None else None
+    test = cards.test_scored(session, dev, dev_scores) if dev is not None else None
     checkpoints.save_model_folder(accelerator, session.net, session.tokenizer, session.out / "final",
-                                  {"step": state.global_step, **state.model_info}, session.model_bytes)
+                                  {"step": state.global_step, **state.model_info}, session.model_bytes,
+                                  cards.card_for(session, state, "final", dev, test) if dev is not None else None)
     summary = reports.summary(session, state, restored)
+    if session.card is not None and session.card.test is not None:
+        summary.update(best_test=state.best_test, final_test=cards.test_summary(test))
     if accelerator.is_main_process:
         reports.write_reports(session, state)
         atomic.write_json_atomic(session.out / "metrics.json", summary)

@@ -28,7 +28,7 @@ from bertkit.models import infer
 from bertkit.models import loading as modeling
 from bertkit.models.inputs import accepted_inputs
 from bertkit.scoring import metrics
-from bertkit.training import checkpoints
+from bertkit.training import cards, checkpoints
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +49,8 @@ class TrainState:
     train_rows: int = 0
     stopped_early: bool = False
     best_dev: dict[str, Any] | None = None
+    best_test: dict[str, Any] | None = None
+    """The best model's scores on the labelled --test data (None without one)."""
     running_loss: tuple[float, int] = (0.0, 0)
     """Loss sum and rows since the last evaluation: restored mid-epoch, so the reported mean stays exact."""
     model_info: dict[str, Any] = field(default_factory=dict)
@@ -96,6 +98,8 @@ class Session:
     on_evaluate: Any = None
     """Optional `fn(history, metric_for_best) -> reason | None`, called (on every process) after each dev evaluation
     with the run's evaluation records so far; a reason stops the run there like early stopping (a sweep's pruning)."""
+    card: Any = None
+    """The run's model-card facts and labelled --test data (`bertkit.training.cards.RunCard`)."""
     tracker: Any = None
     """The experiment trackers following the run (`tracking.RunTrackers`; None without --report-to)."""
 
@@ -282,7 +286,8 @@ def _scoring_failed(session: Session, state: TrainState, scored: Any, problem: s
     the model is, and how to score it once the metric is fixed."""
     cfg, folder = session.cfg, session.out / "final"
     checkpoints.save_model_folder(session.accelerator, session.net, session.tokenizer, folder,
-                                  {"step": state.global_step, **state.model_info}, session.model_bytes)
+                                  {"step": state.global_step, **state.model_info}, session.model_bytes,
+                                  cards.card_for(session, state, "final", scored, None))
     shown = ", ".join(f"{k} {scored.metrics[k]:.4f}" for k in session.objective.table_metrics if k in scored.metrics)
     fix = (f"Fix the metric script, then score that model with `bertkit evaluate --model {folder} --data "
            f"{cfg.dev or 'DEV_DATA'} --metric {spec}`, or re-run this command (it resumes from the last checkpoint, "
@@ -322,13 +327,16 @@ def dev_scores(session: Session) -> Any:
 
 
 def _keep_best(session: Session, state: TrainState, scored: Any, value: float) -> None:
-    """A new best: its metrics in the state, its model in best/, its dev probabilities for the reports."""
+    """A new best: its metrics in the state (and its --test scores: the weights in hand are the best ones), its
+    model and card in best/, its dev probabilities for the reports."""
     state.best_metric, state.best_step, state.evals_since_best = value, state.global_step, 0
     state.best_dev = {k: v for k, v in scored.metrics.items() if k != "per_class"}
+    test = cards.test_scored(session, scored, dev_scores)
+    state.best_test = cards.test_summary(test)
     checkpoints.save_model_folder(session.accelerator, session.net, session.tokenizer, session.out / "best",
                                   {"step": state.global_step, "metric": session.cfg.metric_for_best, "value": value,
                                    "labels": session.label_map.to_json()["labels"], **state.model_info},
-                                  session.model_bytes)
+                                  session.model_bytes, cards.card_for(session, state, "best", scored, test))
     if session.accelerator.is_main_process:
         with atomic.atomic_path(session.out / "best_dev_proba.npy") as tmp, open(tmp, "wb") as handle:
             np.save(handle, scored.outputs)

@@ -1,0 +1,122 @@
+"""`bertkit push`: a saved model folder to the Hugging Face hub over HTTP. Offline (HF_HUB_OFFLINE /
+TRANSFORMERS_OFFLINE, or the hub endpoint unreachable) is one error before the folder is read; a folder that is not a
+complete saved model (config, weights, tokenizer, a card that passes `check_model_card`, no leftovers of an
+interrupted save) is refused; the card passes the hub's own validation before anything is created; only the files
+bertkit wrote there are uploaded (the folder's file list, or an export's FOLDER_FILES), never hidden files."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from bertkit.config.push import PushConfig
+from bertkit.errors import UserError
+from bertkit.io import ownership
+from bertkit.models import onnx
+from bertkit.models.card import CARD_FILE, check_model_card, read_model_card
+
+OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+CONNECT_SECONDS = 5.0
+WEIGHTS = ("model.safetensors", "model.safetensors.index.json", onnx.MODEL_FILE)
+TOKENIZER = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model")
+
+
+def push_model(cfg: PushConfig) -> dict[str, Any]:
+    """Upload --model to --repo-id; what was uploaded, where."""
+    from huggingface_hub import create_repo, upload_folder
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    check_online()  # before the folder is read
+    assert cfg.model and cfg.repo_id
+    try:
+        validate_repo_id(cfg.repo_id)
+    except HFValidationError as exc:
+        raise UserError(f"--repo-id {cfg.repo_id!r} is not a hub repository id ({exc}). A valid one is NAME or "
+                        f"OWNER/NAME of letters, digits, '-', '_' and '.'; pass e.g. --repo-id my-name/sst2-minilm.") from None
+    folder = Path(cfg.model).expanduser()
+    files = model_files(folder)
+    _validate_card(folder)
+    url = create_repo(cfg.repo_id, private=cfg.private, exist_ok=True)
+    commit = upload_folder(repo_id=cfg.repo_id, folder_path=str(folder), allow_patterns=files,
+                           commit_message=f"bertkit push {folder.name}")
+    return {"repo_id": cfg.repo_id, "url": str(url), "model": str(folder), "files": files, "private": cfg.private,
+            "commit": str(getattr(commit, "commit_url", commit))}
+
+
+def check_online() -> None:
+    """A UserError when the hub cannot be reached: offline mode is set, or its endpoint does not answer."""
+    from huggingface_hub import constants
+
+    set_offline = [name for name in OFFLINE_VARIABLES if os.environ.get(name, "").upper() in ("1", "ON", "YES", "TRUE")]
+    if set_offline:
+        raise UserError(f"bertkit push uploads to the Hugging Face hub, but offline mode is set "
+                        f"({', '.join(f'{n}={os.environ[n]}' for n in set_offline)}). Unset it (e.g. `unset "
+                        f"{set_offline[0]}`) on a machine with network access, and re-run the same command.")
+    if not endpoint_reachable(constants.ENDPOINT):
+        raise UserError(f"bertkit push cannot reach the Hugging Face hub at {constants.ENDPOINT} (no connection "
+                        f"within {CONNECT_SECONDS:g} s). Run it on a machine with network access (or set HF_ENDPOINT "
+                        f"to a reachable hub mirror) and re-run the same command.")
+
+
+def endpoint_reachable(endpoint: str) -> bool:
+    """Whether a TCP connection to the endpoint's host opens within CONNECT_SECONDS."""
+    url = urlparse(endpoint)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        with socket.create_connection((url.hostname or "", port), timeout=CONNECT_SECONDS):
+            return True
+    except OSError:
+        return False
+
+
+def model_files(folder: Path) -> list[str]:
+    """The files to upload (bertkit's own, relative paths), after checking `folder` is a complete saved model."""
+    problems = saved_model_problems(folder)
+    if problems:
+        raise UserError(f"{folder} is not a complete saved model: {'; '.join(problems)}. Push a folder bertkit saved "
+                        f"whole (a run's best/ or final/, a sweep's OUT/best, an export folder); re-run the command "
+                        f"that wrote it to finish or rewrite it.")
+    listed = ownership.read_json_or_none(folder / ownership.FILE_LIST)
+    if isinstance(listed, dict) and isinstance(listed.get("files"), list):
+        names = [str(n) for n in listed["files"]]
+    else:  # an export folder: the format's names
+        names = sorted(n for n in onnx.FOLDER_FILES if (folder / n).is_file())
+    return [n for n in names if not any(part.startswith(".") for part in n.split("/")) and (folder / n).is_file()]
+
+
+def saved_model_problems(folder: Path) -> list[str]:
+    """Why `folder` is not a complete saved model (empty: it is one)."""
+    if not folder.is_dir():
+        return [f"no such folder ({folder})"]
+    problems = []
+    if not (folder / "config.json").is_file():
+        problems.append("config.json is missing")
+    if not any((folder / n).is_file() for n in WEIGHTS):
+        problems.append(f"no weights ({' or '.join(WEIGHTS)})")
+    if not any((folder / n).is_file() for n in TOKENIZER):
+        problems.append("no tokenizer files (tokenizer.json / vocab.txt)")
+    leftovers = sorted(p.name for p in [*folder.iterdir(), *folder.parent.iterdir()]
+                       if p.name.startswith((".tmp-", ".old-")) and (p.parent == folder or p.name[5:] == folder.name))
+    if leftovers:
+        problems.append(f"leftovers of an interrupted save: {', '.join(leftovers)}")
+    problems += [p.replace(str(folder / CARD_FILE), CARD_FILE) for p in check_model_card(folder)]
+    listed = ownership.read_json_or_none(folder / ownership.FILE_LIST)
+    if isinstance(listed, dict):
+        missing = [n for n in listed.get("files", []) if not (folder / n).is_file()]
+        if missing:
+            problems.append(f"listed files missing: {', '.join(missing[:5])}")
+    return problems
+
+
+def _validate_card(folder: Path) -> None:
+    """The hub's own validation of the card's metadata (an HTTP call)."""
+    try:
+        read_model_card(folder).validate()
+    except Exception as exc:  # ValueError (rejected) or an HTTP error: the hub's words are the message
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        raise UserError(f"The hub rejected the model card {folder / CARD_FILE} ({reason}). Fix the metadata it names "
+                        f"(or re-save the folder with this bertkit) and re-run the same command.") from None
+

@@ -1,0 +1,100 @@
+"""The facts a fine-tuning (or distillation) run puts in the model cards of its best/ and final/ folders, and the
+test scores that go with them: `run_card` (built once in `finetune.setup`), `best_card` (at each new best: that
+evaluation's dev metrics, the test metrics of the same weights), `final_card` (at the end). The card itself is
+`bertkit.models.card`'s."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from bertkit import __version__
+from bertkit.config.reproduce import command_line
+from bertkit.data.dataset import TextDataset
+from bertkit.encoding.encode import Encoded
+from bertkit.models.card import CardFacts
+from bertkit.scoring import metrics
+from bertkit.scoring.intervals import bootstrap_intervals
+from bertkit.scoring.shapes import MultiLabel
+
+HYPERPARAMETERS = ("epochs", "lr", "batch_size", "grad_accum", "warmup_ratio", "weight_decay", "max_grad_norm",
+                   "max_length", "precision", "seed", "metric_for_best", "class_weight", "freeze_encoder",
+                   "early_stopping_patience", "temperature", "alpha", "cos_weight", "student_layers")
+"""The options a card's hyper-parameter table shows (those the config has); the reproduce line holds the rest."""
+
+
+@dataclass
+class RunCard:
+    """`Session.card`: the run's card facts, and the labelled --test data scored at each new best and at the end."""
+
+    facts: CardFacts
+    test: TextDataset | None = None
+    test_enc: Encoded | None = None
+    y_test: np.ndarray | None = None
+
+
+def run_card(cfg: Any, splits: Any, command: str, lineage: dict[str, Any], test_enc: Encoded | None) -> RunCard:
+    """The facts every card of this run shares (data, hyper-parameters, reproduce line, versions, lineage)."""
+    from bertkit.io.trail import package_versions
+
+    label_map = splits.label_map
+    data = [{"split": name, "source": str(split.source), "fingerprint": split.fingerprint, "rows": len(split)}
+            for name, split in (("train", splits.train), ("dev", splits.dev), ("test", splits.test)) if split is not None]
+    versions = {k: v for k, v in package_versions().items() if k in ("torch", "transformers", "accelerate")}
+    facts = CardFacts(command=command, model=cfg.model, task=label_map.task, labels=[str(x) for x in label_map.labels],
+                      data=data, hyperparameters={k: getattr(cfg, k) for k in HYPERPARAMETERS if hasattr(cfg, k)},
+                      command_line=command_line(command, cfg), versions={"bertkit": __version__, **versions},
+                      lineage=lineage)
+    y_test = None
+    if splits.test is not None and splits.test.labels is not None:
+        y_test = np.asarray(label_map.encode(splits.test.labels, f"The test data {splits.test.source}"))
+    return RunCard(facts, splits.test if y_test is not None else None, test_enc if y_test is not None else None, y_test)
+
+
+def split_result(session: Any, scored: Any, y: np.ndarray, source: str) -> dict[str, Any]:
+    """One split's card record: headline metrics (loss too), bootstrap intervals, rows."""
+    task = session.label_map.task
+    decisions = metrics.predicted(scored.outputs) if scored.decisions is None else scored.decisions
+    intervals = bootstrap_intervals(task, y, decisions, scored.outputs, n_labels=len(session.label_map.labels),
+                                    seed=session.cfg.seed)
+    shown = {**metrics.headline(scored.metrics), "loss": scored.metrics.get("loss")}
+    return {"metrics": {k: v for k, v in shown.items() if v is not None}, "intervals": intervals, "rows": len(y),
+            "source": source}
+
+
+def test_scored(session: Any, dev_scored: Any, dev_scores: Any) -> Any:
+    """The current weights' scores on the labelled --test data, by `dev_scores` (the loop's: every process takes
+    part) on the test rows, at the dev-tuned threshold for tags; None without test data."""
+    card = session.card
+    if card is None or card.test_enc is None:
+        return None
+    scorer = copy.copy(getattr(session.objective, "hard", session.objective))
+    scorer.y_dev = card.y_test
+    if isinstance(scorer, MultiLabel):
+        scorer.threshold = dev_scored.metrics.get("threshold", 0.5)
+    return dev_scores(dataclasses.replace(session, dev_enc=card.test_enc, objective=scorer))
+
+
+def card_for(session: Any, state: Any, role: str, dev_scored: Any, test: Any) -> CardFacts | None:
+    """The card facts of a model folder saved now (`role` best or final) from its dev (and test) scores."""
+    card = session.card
+    if card is None or not session.accelerator.is_main_process:  # the main process writes the folders
+        return None
+    results = {"dev": split_result(session, dev_scored, session.objective.y_dev, str(session.dev.source))}
+    if test is not None:
+        results["test"] = split_result(session, test, card.y_test, str(card.test.source))
+    speed = {"train_samples_per_second": round(state.train_rows / max(state.train_seconds, 1e-9), 1),
+             "processes": session.accelerator.num_processes,
+             "mixed_precision": session.accelerator.mixed_precision}
+    return card.facts.with_results(role, state.global_step, results, speed)
+
+
+def test_summary(test: Any) -> dict[str, Any] | None:
+    """What metrics.json records of a test scoring (scalars and the confusion matrix; no per-class tables)."""
+    if test is None:
+        return None
+    return {k: v for k, v in test.metrics.items() if k not in ("per_class", "per_label")}

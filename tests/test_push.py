@@ -1,0 +1,113 @@
+"""bertkit push: offline is one message before the folder is read; incomplete folders are refused; only bertkit's
+own files are uploaded, after the card passes the hub's validation (create_repo, upload_folder and
+ModelCard.validate are replaced here: no network)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from bertkit.cli import app
+from bertkit.io import ownership
+from bertkit.models import hub
+from bertkit.models.card import CardFacts, write_model_card
+
+runner = CliRunner()
+
+
+def invoke(*args: str):
+    return runner.invoke(app, ["push", *map(str, args)], catch_exceptions=False)
+
+
+@pytest.fixture
+def saved_model(tiny_bert_dir, tmp_path) -> Path:
+    """A folder as save_model_folder leaves it: weights, tokenizer, bertkit_model.json, a card, the file list."""
+    folder = tmp_path / "run" / "best"
+    shutil.copytree(tiny_bert_dir, folder)
+    (folder / "bertkit_model.json").write_text("{}")
+    write_model_card(folder, CardFacts(command="finetune", model="minilm-offline", task="single_label",
+                                       labels=["neg", "pos"], role="best", step=3,
+                                       results={"dev": {"metrics": {"accuracy": 0.9}, "rows": 20}}))
+    ownership.write_file_list(folder)
+    return folder
+
+
+@pytest.fixture
+def hub_calls(monkeypatch):
+    """Online, with the hub's calls recorded instead of made."""
+    import huggingface_hub
+
+    calls: dict[str, list] = {"create": [], "upload": [], "validate": []}
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    monkeypatch.setattr(hub, "endpoint_reachable", lambda endpoint: True)
+    monkeypatch.setattr(huggingface_hub, "create_repo",
+                        lambda repo_id, **kw: calls["create"].append((repo_id, kw)) or f"https://hf.co/{repo_id}")
+    monkeypatch.setattr(huggingface_hub, "upload_folder",
+                        lambda **kw: calls["upload"].append(kw) or "https://hf.co/commit/abc")
+    monkeypatch.setattr(huggingface_hub.ModelCard, "validate",
+                        lambda self, repo_type=None: calls["validate"].append(self.data.pipeline_tag))
+    return calls
+
+
+def test_offline_is_one_message_before_the_folder_is_read(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    result = invoke("--model", tmp_path / "does-not-exist", "--repo-id", "me/model")
+    assert result.exit_code == 2 and "offline mode is set (HF_HUB_OFFLINE=1)" in result.output
+    assert "does-not-exist" not in result.output
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    monkeypatch.setattr(hub, "endpoint_reachable", lambda endpoint: False)
+    result = invoke("--model", tmp_path / "does-not-exist", "--repo-id", "me/model")
+    assert result.exit_code == 2 and "cannot reach the Hugging Face hub" in result.output
+
+
+def test_uploads_only_bertkits_files_with_the_card(saved_model, hub_calls):
+    (saved_model / "notes.txt").write_text("mine")  # the user's: not in the file list, never uploaded
+    (saved_model / ".hidden").write_text("x")
+    result = invoke("--model", saved_model, "--repo-id", "me/tiny", "--private", "--json")
+    assert result.exit_code == 0, result.output
+    shown = json.loads(result.output)
+    upload = hub_calls["upload"][0]
+    assert hub_calls["create"] == [("me/tiny", {"private": True, "exist_ok": True})]
+    assert hub_calls["validate"] == ["text-classification"]
+    assert upload["repo_id"] == "me/tiny" and Path(upload["folder_path"]) == saved_model
+    assert "README.md" in upload["allow_patterns"] and "model.safetensors" in upload["allow_patterns"]
+    assert "notes.txt" not in upload["allow_patterns"] and not any(p.startswith(".") for p in upload["allow_patterns"])
+    assert shown["files"] == upload["allow_patterns"] and shown["url"] == "https://hf.co/me/tiny"
+
+
+@pytest.mark.parametrize("damage", ["no_card", "bad_card", "no_weights", "leftover", "no_folder"])
+def test_refuses_a_folder_that_is_not_a_complete_saved_model(saved_model, hub_calls, damage):
+    if damage == "no_card":
+        (saved_model / "README.md").unlink()
+    elif damage == "bad_card":
+        (saved_model / "README.md").write_text("---\nlibrary_name: transformers\n---\nno pipeline tag\n")
+    elif damage == "no_weights":
+        (saved_model / "model.safetensors").unlink()
+    elif damage == "leftover":
+        (saved_model.parent / ".tmp-best").mkdir()
+    else:
+        shutil.rmtree(saved_model)
+    result = invoke("--model", saved_model, "--repo-id", "me/tiny")
+    assert result.exit_code == 2 and "is not a complete saved model" in result.output
+    assert hub_calls["create"] == [] and hub_calls["upload"] == []
+
+
+def test_a_card_the_hub_rejects_and_a_bad_repo_id_create_nothing(saved_model, hub_calls, monkeypatch):
+    import huggingface_hub
+
+    result = invoke("--model", saved_model, "--repo-id", "me/bad id")
+    assert result.exit_code == 2 and "--repo-id 'me/bad id' is not a hub repository id" in result.output
+
+    def reject(self, repo_type=None):
+        raise ValueError("Invalid metadata in README.md.\n- \"model-index\" is bad")
+
+    monkeypatch.setattr(huggingface_hub.ModelCard, "validate", reject)
+    result = invoke("--model", saved_model, "--repo-id", "me/tiny")
+    assert result.exit_code == 2 and "The hub rejected the model card" in result.output
+    assert hub_calls["create"] == [] and hub_calls["upload"] == []
