@@ -9,11 +9,15 @@ import shlex
 from typing import Any
 
 from bertkit.config.fields import field_type, flag, option_fields
+from bertkit.config.tracking import TRACKING_FIELDS
+
+NOT_REPRODUCED = ("overwrite", *TRACKING_FIELDS)
+"""Options that do not change what a run produces: --overwrite, and where the run was logged (--report-to, ...)."""
 
 
-def command_line(command: str, cfg: Any, *, skip: tuple[str, ...] = ("overwrite",)) -> str:
+def command_line(command: str, cfg: Any, *, skip: tuple[str, ...] = NOT_REPRODUCED) -> str:
     """`bertkit <command> --flag value ...` for the options of `cfg` that are not at their defaults (`skip`: options
-    that do not change what a run produces, such as --overwrite)."""
+    that do not change what a run produces)."""
     words = ["bertkit", command]
     for f in option_fields(type(cfg)):
         value = getattr(cfg, f.name)
