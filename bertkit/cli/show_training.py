@@ -42,6 +42,12 @@ def show_finetune(result: Any, view: View) -> None:
         f"{summary['train_samples_per_second']:.1f} train samples/s",
         highlight=False,
     )
+    for role in ("best", "final"):  # labelled --test data, scored with that model's weights
+        test = summary.get(f"{role}_test") or {}
+        if test:
+            out_console.print(f"test ({role} model, {test.get('n')} rows): "
+                              f"{', '.join(f'{k} {format_score(test[k])}' for k in shown if k in test)}",
+                              highlight=False)
     saved = [Path(p).name for k, p in summary["outputs"].items() if k not in ("best", "final", "metrics.jsonl")]
     out_console.print(f"saved {result.out}/best, {result.out}/final, metrics.json, {', '.join(saved)}",
                       highlight=False)
