@@ -75,7 +75,7 @@ def run_trainer(train, dev, *, static: bool, bf16: bool, out: str) -> dict:
     padding = "max_length" if static else False
 
     def encode(ds):
-        enc = tokenizer(ds.texts, padding=padding, truncation=True, max_length=HPARAMS["max_length"])
+        enc = tokenizer(list(ds.texts), padding=padding, truncation=True, max_length=HPARAMS["max_length"])
         return Dataset.from_dict({**enc, "label": [int(y) for y in ds.labels]})
 
     args = TrainingArguments(

@@ -35,6 +35,24 @@ class RunCard:
     test: TextDataset | None = None
     test_enc: Encoded | None = None
     y_test: np.ndarray | None = None
+    scored_at: tuple[int, Any, Any] | None = None
+    """(step, dev scores, --test scores or None) of the last evaluation: the final card reuses them when no step
+    came after it (the last step is always evaluated), instead of scoring the same weights again."""
+
+
+def remember(session: Any, step: int, dev: Any, test: Any = None) -> None:
+    """Keep the scores of the weights at optimizer step `step` (every process: they are the same everywhere)."""
+    if session.card is not None:
+        session.card.scored_at = (step, dev, test)
+
+
+def final_scores(session: Any, step: int, dev_scores: Any) -> tuple[Any, Any]:
+    """(dev scores, --test scores or None) of the final weights: those the last evaluation kept when it was at this
+    step, else scored now (a run resumed from its last checkpoint has none in memory)."""
+    kept = session.card.scored_at
+    dev = kept[1] if kept is not None and kept[0] == step else dev_scores(session)
+    test = kept[2] if kept is not None and kept[0] == step and kept[2] is not None else None
+    return dev, test if test is not None else test_scored(session, dev, dev_scores)
 
 
 def run_card(cfg: Any, splits: Any, command: str, lineage: dict[str, Any], test_enc: Encoded | None) -> RunCard:

@@ -276,8 +276,7 @@ def finish(session: Session, state: TrainState, restored: dict[str, Any] | None,
     """final/ model and card (the final weights' dev and --test scores), metrics.json, the epoch table, curves,
     confusion matrix and dev_errors.csv; then an --overwrite run's output replaces the previous one."""
     accelerator = session.accelerator
-    dev = dev_scores(session) if session.card is not None else None
-    test = cards.test_scored(session, dev, dev_scores) if dev is not None else None
+    dev, test = cards.final_scores(session, state.global_step, dev_scores) if session.card is not None else (None, None)
     checkpoints.save_model_folder(accelerator, session.net, session.tokenizer, session.out / "final",
                                   {"step": state.global_step, **state.model_info}, session.model_bytes,
                                   cards.card_for(session, state, "final", dev, test) if dev is not None else None)

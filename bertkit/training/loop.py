@@ -238,6 +238,7 @@ def evaluate(session: Session, state: TrainState, end_of_epoch: bool) -> None:
     train_loss = mean_across(accelerator, *state.running_loss)
     state.running_loss = (0.0, 0)
     scored = dev_scores(session)
+    cards.remember(session, state.global_step, scored)
     state.model_info = _model_info(session, scored.metrics)
     _add_requested(session, state, scored)  # --metric: evaluate modules
     value = metrics.best_value(scored.metrics, cfg.metric_for_best)
@@ -332,6 +333,7 @@ def _keep_best(session: Session, state: TrainState, scored: Any, value: float) -
     state.best_metric, state.best_step, state.evals_since_best = value, state.global_step, 0
     state.best_dev = {k: v for k, v in scored.metrics.items() if k != "per_class"}
     test = cards.test_scored(session, scored, dev_scores)
+    cards.remember(session, state.global_step, scored, test)
     state.best_test = cards.test_summary(test)
     checkpoints.save_model_folder(session.accelerator, session.net, session.tokenizer, session.out / "best",
                                   {"step": state.global_step, "metric": session.cfg.metric_for_best, "value": value,
