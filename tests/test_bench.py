@@ -410,6 +410,18 @@ def test_memory_meter_start_level_holds_no_uncollected_garbage():
         assert meter.as_dict()["delta_mb"] >= 60.0  # the block's 64 MB, not hidden by the garbage's
 
 
+def test_memory_meter_counts_the_block_when_the_kernel_drops_file_pages_meanwhile(monkeypatch):
+    """File-backed pages dropped from RSS during the block (a DAMON pageout or memory-pressure policy) lower RSS by as
+    much as the block allocates: the peak-RSS counter then stays at the start level. The anonymous memory the block
+    still holds at its end counts anyway."""
+    readings = {"VmRSS": [1000.0], "RssAnon": [300.0, 364.0], "VmHWM": [1000.0]}  # 64 MB in, 64 MB of file pages out
+    monkeypatch.setattr(timing, "_reset_peak_rss", lambda: True)
+    monkeypatch.setattr(timing, "_proc_status_mb", lambda name: readings[name].pop(0))
+    with timing.peak_memory(torch.device("cpu")) as meter:
+        pass
+    assert meter.as_dict() == {"peak_mb": 1000.0, "delta_mb": 64.0}
+
+
 def test_quality_needs_labelled_data():
     with pytest.raises(UserError, match="--quality needs labelled --data"):
         from bertkit.config.commands import BenchConfig

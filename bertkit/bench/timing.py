@@ -130,9 +130,15 @@ class MemoryMeter:
     base_mb: float = 0.0
     peak_mb: float = 0.0
     reserved_mb: float | None = None
+    anon_growth_mb: float = 0.0
+    """RSS: growth of the anonymous memory (RssAnon) from start to end. The kernel may drop clean file-backed pages
+    (mapped weights, libraries, the Arrow cache) from RSS while the block runs - a memory-pressure or DAMON
+    `pageout` policy does - which lowers RSS and so hides that much of the block's peak; the block's own
+    allocations still held at its end are anonymous memory and are counted here whatever happens to file pages."""
 
     def as_dict(self) -> dict[str, float]:
-        out = {"peak_mb": self.peak_mb, "delta_mb": max(0.0, self.peak_mb - self.base_mb)}
+        delta = max(0.0, self.peak_mb - self.base_mb, self.anon_growth_mb)
+        out = {"peak_mb": self.peak_mb, "delta_mb": delta}
         if self.reserved_mb is not None:
             out["reserved_mb"] = self.reserved_mb
         return out
@@ -161,6 +167,7 @@ def peak_memory(device: Any = None) -> Iterator[MemoryMeter]:
         meter.kind, meter.base_mb = "rss", _proc_status_mb("VmRSS") or 0.0
     else:
         meter.kind, meter.base_mb = "rss_process_peak", _proc_status_mb("VmRSS") or 0.0
+    anon_start = None if cuda else _proc_status_mb("RssAnon")
     yield meter
     if cuda:
         torch.cuda.synchronize()
@@ -168,6 +175,9 @@ def peak_memory(device: Any = None) -> Iterator[MemoryMeter]:
         meter.reserved_mb = torch.cuda.max_memory_reserved() / 1e6
     else:
         meter.peak_mb = _proc_status_mb("VmHWM") or 0.0
+        anon_end = _proc_status_mb("RssAnon")
+        if anon_start is not None and anon_end is not None:
+            meter.anon_growth_mb = anon_end - anon_start
 
 
 def max_memory(previous: dict[str, float] | None, meter: MemoryMeter) -> dict[str, float]:
