@@ -382,32 +382,35 @@ def test_subprocess_json(tiny_bert_dir, tiny_distilbert_dir, tmp_path, demo_dir)
     assert Path(report["outputs"]["bench.png"]).exists()
 
 
+def _meter_in_a_fresh_process(body: str, before: str = "") -> dict:
+    """The meter's reading of `body` (Python lines run inside `peak_memory`, after the lines `before`) in a process
+    of its own: in the test process, heap memory earlier tests freed, and threads they left running, can free or hand
+    back memory while the block runs and so move the process's RSS by more than the block's own 64 MB."""
+    script = "\n".join([
+        "import gc, json, torch", "from bertkit.bench import timing", *before.splitlines(),
+        "with timing.peak_memory(torch.device('cpu')) as meter:", *("    " + line for line in body.splitlines()),
+        "print(json.dumps({'kind': meter.kind, **meter.as_dict()}))"])
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def test_memory_meter_reports_peak_above_start():
-    with timing.peak_memory(torch.device("cpu")) as meter:
-        block = torch.ones(64 * 2**20 // 4)  # 64 MB: above glibc's mmap threshold, so fresh pages, not reused ones
-        block += 1
-    result = meter.as_dict()
-    assert meter.kind.startswith("rss") and result["peak_mb"] > 0
-    if meter.kind == "rss":
+    result = _meter_in_a_fresh_process("block = torch.ones(64 * 2**20 // 4)\nblock += 1")  # 64 MB: fresh pages
+    assert result["kind"].startswith("rss") and result["peak_mb"] > 0
+    if result["kind"] == "rss":
         assert result["delta_mb"] >= 60.0
 
 
 def test_memory_meter_start_level_holds_no_uncollected_garbage():
-    import gc
-
-    gc.disable()  # the cycle below stays uncollected until someone collects
-    try:
-        cycle = [torch.ones(64 * 2**20 // 4)]
-        cycle.append(cycle)  # 64 MB only the garbage collector frees
-        del cycle
-        with timing.peak_memory(torch.device("cpu")) as meter:
-            gc.collect()  # garbage freed inside the block: its memory comes back for the block's own allocation
-            block = torch.ones(64 * 2**20 // 4)
-            block += 1
-    finally:
-        gc.enable()
-    if meter.kind == "rss":
-        assert meter.as_dict()["delta_mb"] >= 60.0  # the block's 64 MB, not hidden by the garbage's
+    """64 MB that only the garbage collector frees, left before the block: the meter collects it before reading the
+    start level, so its memory coming back inside the block does not hide the block's own 64 MB."""
+    result = _meter_in_a_fresh_process(
+        "gc.collect()\nblock = torch.ones(64 * 2**20 // 4)\nblock += 1",
+        before="gc.disable()\ncycle = [torch.ones(64 * 2**20 // 4)]\ncycle.append(cycle)\ndel cycle")
+    if result["kind"] == "rss":
+        assert result["delta_mb"] >= 60.0  # the block's 64 MB, not hidden by the garbage's
 
 
 def test_memory_meter_counts_the_block_when_the_kernel_drops_file_pages_meanwhile(monkeypatch):
