@@ -152,6 +152,29 @@ def test_a_tracker_that_is_not_installed_stops_the_run_before_anything_is_writte
     assert not out.exists()
 
 
+def test_a_tracker_that_fails_to_start_is_one_message_and_the_rerun_resumes(tiny_bert_dir, toy_files, tmp_path,
+                                                                          monkeypatch):
+    """Whatever a tracker library raises while starting (no login, an API it changed) is exit 2 naming the option,
+    before any step is trained; once it starts, the same command runs the run through."""
+    from bertkit.training import tracking
+
+    def broken(*args, **kwargs):
+        raise AttributeError("module 'wandb.util' has no attribute 'generate_id'")
+
+    monkeypatch.setitem(tracking.STARTERS, "tensorboard", broken)
+    out = tmp_path / "run"
+    argv = ["finetune", "--model", str(tiny_bert_dir), "--data", str(toy_files[0]), "--dev", str(toy_files[1]),
+            "--out", str(out), "--report-to", "tensorboard", "--quiet"]
+    result = CliRunner().invoke(app, argv)
+    assert result.exit_code == 2, result.output
+    text = " ".join(result.output.split())
+    assert "--report-to tensorboard could not start its run: AttributeError" in text and "resumes" in text
+    assert not (out / "checkpoints").exists() and not (out / "metrics.json").exists()
+    monkeypatch.undo()
+    assert CliRunner().invoke(app, argv).exit_code == 0
+    assert json.loads((out / "metrics.json").read_text())["trackers"]["tensorboard"]
+
+
 def test_tracker_options_are_checked_and_stay_out_of_the_resume_key(tmp_path):
     cfg = FinetuneConfig(data="x.tsv", out="o", report_to=("tensorboard,MLflow", "tensorboard"))
     assert cfg.trackers == ("tensorboard", "mlflow")

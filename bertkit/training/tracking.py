@@ -21,6 +21,7 @@ import importlib.util
 import logging
 import math
 import os
+import secrets
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -191,13 +192,30 @@ def start_trackers(session: Session, state: TrainState, fingerprints: dict[str, 
     backends, where = [], {}
     try:
         for tracker in cfg.trackers:
-            backend, where[tracker] = STARTERS[tracker](session, state, name, saved.get(tracker) or {}, hparams)
+            backend, where[tracker] = _started(tracker, session, state, name, saved.get(tracker) or {}, hparams)
             backends.append(backend)
     except BaseException:
         RunTrackers(cfg, backends, where).finish(ok=False)
         raise
     atomic.write_json_atomic(session.out / RECORD, {**saved, "format": RECORD_FORMAT, **where})
     return RunTrackers(cfg, backends, where)
+
+
+def _started(tracker: str, session: Session, state: TrainState, name: str, saved: dict[str, Any],
+             hparams: dict[str, Any]) -> tuple[Backend, dict[str, Any]]:
+    """One tracker started; whatever its library raises while starting (no login, no network, an API it changed)
+    is one UserError naming the option. The run directory is claimed but nothing is trained: a re-run resumes."""
+    try:
+        return STARTERS[tracker](session, state, name, saved, hparams)
+    except UserError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the tracker libraries raise many types
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        hint = {"wandb": " (log in with `wandb login`, or set WANDB_MODE=offline to log locally)",
+                "trackio": " (Trackio logs locally by default; check TRACKIO_DIR and the space/server settings)"}
+        raise UserError(f"--report-to {tracker} could not start its run: {type(exc).__name__}: {first}. Fix that"
+                        f"{hint.get(tracker, '')}, or drop --report-to {tracker}, then re-run the same command: "
+                        f"the run resumes.") from None
 
 
 def hyper_parameters(cfg: FinetuneConfig, fingerprints: dict[str, str]) -> dict[str, Any]:
@@ -284,10 +302,9 @@ def _mlflow_last_steps(run_id: str) -> dict[str, int]:
 def _wandb(session: Session, state: TrainState, name: str, saved: dict[str, Any],
            hparams: dict[str, Any]) -> tuple[Backend, dict[str, Any]]:
     """A W&B run in --project named after the run directory; the recorded id again (resume="allow")."""
-    import wandb
     from accelerate.tracking import WandBTracker
 
-    run_id = saved.get("id") or wandb.util.generate_id()
+    run_id = saved.get("id") or secrets.token_hex(4)  # W&B run ids: short lowercase letters and digits
     tracker = WandBTracker(session.cfg.project, name=name, id=run_id, resume="allow", config=hparams)
     tracker.start()
     backend = Backend("wandb", tracker, done_before=max(int(getattr(tracker.run, "step", 0) or 0) - 1, 0))
