@@ -36,38 +36,43 @@ def bootstrap_interval(task: str, metric: str, y_true: Any, decisions: Any, outp
 
     `decisions`: class ids (single-label), predicted numbers (regression) or the 0/1 tag matrix (multi-label);
     `outputs`: class probabilities, needed by roc_auc only."""
-    scores = _scores(task, metric, np.asarray(y_true), np.asarray(decisions), outputs, n_boot, seed)
-    if scores is None or len(scores) == 0:
-        return None
-    low, high = np.percentile(scores, [2.5, 97.5])
-    return float(low), float(high)
+    return _intervals(task, [metric], y_true, decisions, outputs, n_boot, seed).get(metric)
 
 
 def bootstrap_intervals(task: str, y_true: Any, decisions: Any, outputs: Any = None, *, n_labels: int = 2,
                         n_boot: int = 1000, seed: int = 42) -> dict[str, list[float]]:
-    """{metric: [low, high]} for every built-in metric of the shape that can be bootstrapped on these rows."""
+    """{metric: [low, high]} for every built-in metric of the shape that can be bootstrapped on these rows (the
+    resamples are drawn once and every metric scored on the same ones)."""
+    metrics = [m for m in shape_of(task).scored(n_labels) if m != "loss"]
+    found = _intervals(task, metrics, y_true, decisions, outputs, n_boot, seed)
+    return {m: [round(low, 6), round(high, 6)] for m, (low, high) in found.items()}
+
+
+def _intervals(task: str, metrics: list[str], y_true: Any, decisions: Any, outputs: Any, n_boot: int,
+               seed: int) -> dict[str, tuple[float, float]]:
+    """The intervals of `metrics` (those defined here) on one stream of resamples."""
+    y, pred = np.asarray(y_true), np.asarray(decisions)
+    fns = {m: fn for m in metrics if len(y) and (fn := _score_fn(task, m, y, pred, outputs)) is not None}
+    scores: dict[str, list[np.ndarray]] = {m: [] for m in fns}
+    for w in resample_counts(len(y), n_boot, seed) if fns else ():
+        for metric, fn in fns.items():
+            scores[metric].append(fn(w))
     found = {}
-    for metric in shape_of(task).scored(n_labels):
-        interval = None if metric == "loss" else bootstrap_interval(task, metric, y_true, decisions, outputs,
-                                                                    n_boot=n_boot, seed=seed)
-        if interval is not None:
-            found[metric] = [round(interval[0], 6), round(interval[1], 6)]
+    for metric, parts in scores.items():
+        values = np.concatenate(parts)
+        if len(values):
+            low, high = np.percentile(values, [2.5, 97.5])
+            found[metric] = (float(low), float(high))
     return found
 
 
-def _scores(task: str, metric: str, y: np.ndarray, pred: np.ndarray, outputs: Any, n_boot: int,
-            seed: int) -> np.ndarray | None:
-    if len(y) == 0:
-        return None
+def _score_fn(task: str, metric: str, y: np.ndarray, pred: np.ndarray, outputs: Any) -> Any:
+    """fn(resample counts chunk) -> that chunk's scores of `metric`; None when it is not bootstrapped here."""
     if task == "regression":
-        fn = _regression(metric, y.astype(np.float64).reshape(-1), pred.astype(np.float64).reshape(-1))
-    elif task == "multi_label":
-        fn = _multilabel(metric, y.astype(bool), pred.astype(bool))
-    else:
-        fn = _single_label(metric, y.astype(np.int64), pred.astype(np.int64), outputs)
-    if fn is None:
-        return None
-    return np.concatenate([fn(w) for w in resample_counts(len(y), n_boot, seed)])
+        return _regression(metric, y.astype(np.float64).reshape(-1), pred.astype(np.float64).reshape(-1))
+    if task == "multi_label":
+        return _multilabel(metric, y.astype(bool), pred.astype(bool))
+    return _single_label(metric, y.astype(np.int64), pred.astype(np.int64), outputs)
 
 
 def _single_label(metric: str, y: np.ndarray, pred: np.ndarray, outputs: Any) -> Any:
