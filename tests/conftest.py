@@ -137,3 +137,22 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture
+def record_as_bertkit():
+    """record_as_bertkit(run_dir, path, temp=False): put `path` (made by the test, standing in for what a killed
+    bertkit write leaves) into the run directory's record the way bertkit records its own writes - a temp file or
+    folder as a temp, a folder with its files' sizes and digests."""
+    from bertkit.io import record
+
+    def put(run_dir: Path, path: Path, temp: bool = False) -> None:
+        record.track(run_dir)
+        try:
+            record.note(record.TEMP if temp else record.DIR, path)
+            if not temp:
+                record.seal(path)
+        finally:
+            record.untrack(run_dir)
+
+    return put

@@ -153,7 +153,7 @@ def test_interrupted_and_resumed_run_matches_an_uninterrupted_one(tiny_bert_dir,
     assert again.already_finished and again.metrics["global_step"] == 10
 
 
-def test_sigkill_mid_run_leaves_a_resumable_run(tiny_bert_dir, toy_files, tmp_path):
+def test_sigkill_mid_run_leaves_a_resumable_run(tiny_bert_dir, toy_files, tmp_path, record_as_bertkit):
     train, dev = toy_files
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "bertkit", "finetune", "--model", str(tiny_bert_dir), "--data", str(train),
@@ -162,12 +162,17 @@ def test_sigkill_mid_run_leaves_a_resumable_run(tiny_bert_dir, toy_files, tmp_pa
     env = {**os.environ, **ONE_THREAD, "HF_HUB_OFFLINE": "1", FAIL_HOOK_ENV: "3", FAIL_MODE_ENV: "kill"}
     killed = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT)
     assert killed.returncode == -9
-    # what a kill during a save leaves behind: a temp folder and a step folder without its trainer state
-    (out / "checkpoints" / ".tmp-step-4").mkdir()
+    # what a kill during a save leaves behind (recorded as bertkit records them): a temp folder, and a step folder
+    # without its trainer state (an older bertkit's unfinished save)
+    leftover = out / "checkpoints" / ".tmp-step-4-0badc0de"
+    leftover.mkdir()
+    record_as_bertkit(out, leftover, temp=True)
     shutil.copytree(out / "checkpoints" / "step-2", out / "checkpoints" / "step-5")
     (out / "checkpoints" / "step-5" / "trainer_state.json").unlink()
+    record_as_bertkit(out, out / "checkpoints" / "step-5")
     result = CliRunner().invoke(app, cmd[3:-1] + ["--json"])  # the same command, resumed (in-process: faster)
     assert result.exit_code == 0, result.output
+    assert not leftover.exists()
     restored = json.loads(result.stdout)["restored"]
     assert restored["step"] == 2 and restored["checkpoint"].endswith("step-2") and restored["lr"] > 0
     assert json.loads((out / "metrics.json").read_text())["global_step"] == 10
@@ -352,35 +357,44 @@ def test_a_checkpoint_saved_before_checksums_still_resumes_and_says_so(tiny_bert
     assert saved["resumed_from"]["verified"] is False and saved["global_step"] == 5
 
 
-def test_a_resumed_run_removes_unfinished_checkpoint_saves_and_nothing_else(tiny_bert_dir, toy_files, tmp_path, monkeypatch):
-    """A kill mid-save leaves checkpoints/.tmp-step-N (checkpoint-sized). A re-run with another --save-every never
-    saves step N again, so resuming removes it; a newer step folder without trainer state is passed over (noted) and
-    removed with the next save, so two real checkpoints are kept; folders bertkit did not write are named, the run
-    is refused until they are moved out (issue 20), and they stay as they were."""
+def test_a_resumed_run_removes_unfinished_checkpoint_saves_and_nothing_else(tiny_bert_dir, toy_files, tmp_path,
+                                                                            monkeypatch, record_as_bertkit):
+    """A kill mid-save leaves a temp folder checkpoints/.tmp-step-N-XXXXXXXX (checkpoint-sized), recorded before it
+    was made. A re-run with another --save-every never saves step N again, so resuming removes it; a newer step
+    folder without trainer state is passed over (noted) and removed with the next save, so two real checkpoints
+    are kept. Folders and files bertkit did not record - whatever their names, its own temp names included - are
+    named, the run is refused until they are moved out (issue 20), and they stay as they were."""
     train, dev = toy_files
     out = tmp_path / "cut"
     monkeypatch.setenv(FAIL_HOOK_ENV, "4")
     with pytest.raises(SimulatedFailure):
         finetune(make_cfg(tiny_bert_dir, train, dev, out, save_every=3, epochs=1), progress=False)
     monkeypatch.delenv(FAIL_HOOK_ENV)
-    killed_save = out / "checkpoints" / ".tmp-step-4"  # what SIGKILL during save_state of step 4 leaves
+    killed_save = out / "checkpoints" / ".tmp-step-4-0badc0de"  # what SIGKILL during save_state of step 4 leaves
     killed_save.mkdir()
     (killed_save / "optimizer.bin").write_bytes(b"half a file")
+    record_as_bertkit(out, killed_save, temp=True)
     unfinished = out / "checkpoints" / "step-9"  # a step folder without its trainer state: a save that never finished
     shutil.copytree(out / "checkpoints" / "step-3", unfinished)
     (unfinished / "trainer_state.json").unlink()
-    mine = [out / "checkpoints" / ".tmp-step-4.keep", out / "checkpoints" / ".tmp-notes", out / "checkpoints" / "step-9.bak"]
+    record_as_bertkit(out, unfinished)
+    mine = [out / "checkpoints" / name for name in (".tmp-notes", ".tmp-step-4-deadbeef", ".tmp-step-4.keep",
+                                                    "step-9.bak")]
     for folder in mine:
         folder.mkdir()
         (folder / "notes.txt").write_text("mine\n")
-    with pytest.raises(UserError, match=r"did not write \(checkpoints/\.tmp-notes/, checkpoints/\.tmp-step-4\.keep/, "
-                                        r"checkpoints/step-9\.bak/\)"):
+    look_alike = out / "checkpoints" / ".optimizer.bin.1a2b3c4d.tmp"  # named like an atomic write's temp file
+    look_alike.write_text("mine\n")
+    with pytest.raises(UserError, match=r"did not write \(checkpoints/\.optimizer\.bin\.1a2b3c4d\.tmp, "
+                                        r"checkpoints/\.tmp-notes/, checkpoints/\.tmp-step-4-deadbeef/, "
+                                        r"checkpoints/\.tmp-step-4\.keep/, checkpoints/step-9\.bak/\)"):
         finetune(make_cfg(tiny_bert_dir, train, dev, out, save_every=2, epochs=1), progress=False)
     assert killed_save.is_dir() and all((folder / "notes.txt").read_text() == "mine\n" for folder in mine)
-    for folder in mine:  # the user's fix, as the message says
-        folder.rename(tmp_path / folder.name)
+    for path in [*mine, look_alike]:  # the user's fix, as the message says
+        path.rename(tmp_path / path.name)
     resumed = finetune(make_cfg(tiny_bert_dir, train, dev, out, save_every=2, epochs=1), progress=False)
     assert resumed.restored["step"] == 3 and not killed_save.exists()
     assert any(f"{unfinished} has no trainer_state.json" in note for note in resumed.notes)
-    assert sorted(p.name for p in (out / "checkpoints").glob("step-*") if p.name[5:].isdigit()) == ["step-4", "step-5"]
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-4", "step-5"]
     assert all((tmp_path / folder.name / "notes.txt").read_text() == "mine\n" for folder in mine)
+    assert (tmp_path / look_alike.name).read_text() == "mine\n"

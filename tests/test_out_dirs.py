@@ -26,7 +26,8 @@ from typer.testing import CliRunner
 
 from bertkit.cli.app import app
 from bertkit.errors import UserError
-from bertkit.io import ownership, predictions_out, rundir
+from bertkit.io import ownership, predictions_out, record, rundir
+from bertkit.training.sweep_report import copy_model
 
 runner = CliRunner()
 COMMANDS = ("tokens", "embed", "probe", "finetune", "evaluate", "bench")
@@ -84,7 +85,7 @@ def made(tmp_path_factory, tiny_bert_dir) -> dict[str, Path]:
         assert result.exit_code == 0, result.output
         marker = json.loads((found[command] / ownership.MARKER).read_text())
         assert marker["format"] == ownership.MARKER_FORMAT and marker["command"] == command and marker["bertkit"]
-        assert {p.name for p in found[command].iterdir()} - {ownership.MARKER} <= ownership.RUN_ENTRIES[command]
+        assert (found[command] / record.RECORD).is_file() and ownership.unowned(found[command]) == []
     return found
 
 
@@ -180,8 +181,10 @@ def test_other_settings_are_refused_without_overwrite_and_replace_with_it(ws):
     assert replaced.exit_code == 0, replaced.output
     assert json.loads(replaced.stdout)["outputs"]["report"] == str(out / "tokens.json")  # not the staging folder
     assert json.loads((out / "config.json").read_text())["config"]["max_length"] == 64
-    assert sorted(p.name for p in out.iterdir()) == sorted([ownership.MARKER, "config.json", "tokens.json", "token_lengths.png"])
+    assert sorted(p.name for p in out.iterdir()) == sorted([ownership.MARKER, record.RECORD, "config.json", "tokens.json",
+                                                            "token_lengths.png"])
     assert (out / ownership.MARKER).read_bytes() == (ws.made["tokens"] / ownership.MARKER).read_bytes()
+    assert ownership.unowned(out) == []
 
 
 def test_same_settings_recompute_in_place(ws):
@@ -203,7 +206,8 @@ def test_killed_overwrite_finetune_keeps_the_old_run_then_resumes_in_staging(ws)
     killed = _python_bertkit(args, BERTKIT_FAIL_AFTER_STEPS="3", BERTKIT_FAIL_MODE="kill")
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     staged = out / ownership.STAGING
-    assert {k: v for k, v in snapshot(out).items() if not k.startswith(ownership.STAGING)} == before
+    kept = {k: v for k, v in snapshot(out).items() if not k.startswith((ownership.STAGING, record.RECORD))}
+    assert kept == {k: v for k, v in before.items() if k != record.RECORD}  # the record grew: the killed run's writes
     assert (staged / "checkpoints").is_dir() and not (staged / ownership.COMPLETE).exists()
     resumed = invoke([*args, "--json"])
     assert resumed.exit_code == 0, resumed.output
@@ -226,7 +230,9 @@ def test_swap_killed_midway_is_finished_or_undone_by_the_next_run(point, survivo
     again = invoke(ws.argv("tokens", out, "--max-length", str(survivor)))  # the run that survived: reused in place
     assert again.exit_code == 0, again.output
     assert json.loads((out / "config.json").read_text())["config"]["max_length"] == survivor
-    assert sorted(p.name for p in out.iterdir()) == sorted([ownership.MARKER, "config.json", "tokens.json", "token_lengths.png"])
+    assert sorted(p.name for p in out.iterdir()) == sorted([ownership.MARKER, record.RECORD, "config.json", "tokens.json",
+                                                            "token_lengths.png"])
+    assert ownership.unowned(out) == []
     if survivor == 128:
         assert (out / "token_lengths.png").read_bytes() == (ws.made["tokens"] / "token_lengths.png").read_bytes()
 
@@ -234,22 +240,65 @@ def test_swap_killed_midway_is_finished_or_undone_by_the_next_run(point, survivo
 # ---------------------------------------------------------------- runs made before markers, and damaged ones
 
 
-def test_run_without_marker_is_adopted_by_its_command_only(ws):
-    legacy = ws.run_copy("finetune")
-    (legacy / ownership.MARKER).unlink()
+LEGACY = {  # how a run without its record comes about (a run an older bertkit made has neither record nor file lists)
+    "older-bertkit": (record.RECORD,),
+    "older-bertkit-no-file-lists": (record.RECORD, f"best/{ownership.FILE_LIST}", f"final/{ownership.FILE_LIST}"),
+    "before-markers": (record.RECORD, ownership.MARKER),
+}
+
+
+@pytest.mark.parametrize("overwrite", [False, True], ids=["rerun", "overwrite"])
+@pytest.mark.parametrize("removed", list(LEGACY))
+def test_a_run_without_records_is_refused_with_how_to_move_it_aside(removed, overwrite, ws):
+    """The issue's case: a run saved before file lists existed had its user README.md in best/ replaced by a
+    generated card on --overwrite. A run without a record is never guessed at: refused, with the move-aside fix."""
+    out = ws.run_copy("finetune")
+    for name in LEGACY[removed]:
+        (out / name).unlink()
+    (out / "best" / "README.md").write_text("# my notes on this model\n")
     before = snapshot(ws.root)
-    refused = invoke(ws.argv("evaluate", legacy, "--overwrite"))
-    assert_refused(refused, before, ws.root, "holds a `bertkit finetune` run")
-    done = invoke(ws.argv("finetune", legacy))  # its own command: recognised, finished, nothing written
-    assert done.exit_code == 0 and "finished run" in done.output
-    assert snapshot(ws.root) == before
-    resumed = invoke(ws.argv("finetune", legacy, "--epochs", "2", "--overwrite"))  # claimed: the marker is added
-    assert resumed.exit_code == 0, resumed.output
-    assert json.loads((legacy / ownership.MARKER).read_text())["command"] == "finetune"
-    (legacy / ownership.MARKER).unlink()
-    (legacy / "notes.txt").write_text("mine\n")  # and not when someone else's file sits in it
+    result = invoke(ws.argv("finetune", out, "--epochs", "2", *(["--overwrite"] if overwrite else [])))
+    assert_refused(result, before, ws.root, f"--out WS/finetune-run holds a `bertkit finetune` run without the record")
+    text = " ".join(result.output.replace(str(ws.root), "WS").split())
+    assert "does not guess" in text and "Move that run aside (e.g. `mv WS/finetune-run WS/finetune-run.old`)" in text
+    refused = invoke(ws.argv("evaluate", out, "--overwrite"))  # another command: named as such, still refused
+    assert_refused(refused, before, ws.root, "holds a `bertkit finetune` run; `bertkit evaluate` never writes")
+    shutil.move(out, ws.root / "finetune-run.old")  # the fix the message gives
+    assert invoke(ws.argv("finetune", out)).exit_code == 0 and ownership.unowned(out) == []
+    assert (ws.root / "finetune-run.old" / "best" / "README.md").read_text() == "# my notes on this model\n"
+
+
+@pytest.mark.parametrize("relative, content", [
+    ("best/README.md", "# my own card\n"),  # a user's card over bertkit's
+    ("metrics.json", '{"edited": true}\n'),
+    ("training_table.csv", None),  # appended to
+    ("final/model.safetensors", None),  # the same size, other bytes
+    ("checkpoints/step-4/optimizer.bin", None),
+    (ownership.MARKER, None),  # bertkit's own marker, touched
+], ids=["user-card", "edited-metrics", "appended-table", "same-size-weights", "optimizer", "marker"])
+@pytest.mark.parametrize("overwrite", [False, True], ids=["rerun", "overwrite"])
+def test_a_recorded_file_whose_bytes_changed_is_refused_naming_it(relative, content, overwrite, ws):
+    """Only files with the bytes bertkit recorded writing are its own: an edited one is named and kept, and once
+    its bytes are bertkit's again the same command runs."""
+    out = ws.run_copy("finetune")
+    path = out / relative
+    original = path.read_bytes()
+    if content is not None:
+        path.write_text(content)
+    elif relative.endswith(".csv"):
+        path.write_bytes(original + b"my,row\n")
+    elif relative == ownership.MARKER:
+        path.write_bytes(original.replace(b'"finetune"', b'"finetune" '))
+    else:
+        path.write_bytes(original[:-8] + bytes(8 - i for i in range(8)))
+    if relative != "metrics.json":
+        (out / "metrics.json").unlink()  # an unfinished run: a re-run would resume it (and replace best/)
     before = snapshot(ws.root)
-    assert_refused(invoke(ws.argv("finetune", legacy, "--overwrite")), before, ws.root, "did not write (notes.txt)")
+    result = invoke(ws.argv("finetune", out, *(["--overwrite"] if overwrite else [])))
+    assert_refused(result, before, ws.root, f"holds files changed since bertkit wrote them ({relative})")
+    path.write_bytes(original)
+    if relative != "metrics.json":
+        assert invoke(ws.argv("finetune", out, *(["--overwrite"] if overwrite else []))).exit_code == 0
 
 
 def test_someone_elses_manifest_is_not_a_store(ws):
@@ -264,9 +313,10 @@ def test_someone_elses_manifest_is_not_a_store(ws):
     ("embed", ownership.MARKER, "not json", f"has a {ownership.MARKER} that bertkit did not write", "Choose another --out"),
     ("tokens", ownership.MARKER, '{"format": "bertkit-run/1"}', f"has a {ownership.MARKER} that bertkit did not write",
      "Choose another --out"),
-    ("finetune", "config.json", "{not json", "config.json is not the config.json bertkit writes", "--overwrite"),
-    ("evaluate", "config.json", "[1, 2]", "config.json is not the config.json bertkit writes", "--overwrite"),
-    ("embed", "manifest.json", "{trunc", "manifest.json is not valid JSON", "--overwrite"),
+    ("finetune", "config.json", "{not json", "holds files changed since bertkit wrote them (config.json)", "Move them"),
+    ("evaluate", "config.json", "[1, 2]", "holds files changed since bertkit wrote them (config.json)", "Move them"),
+    ("embed", "manifest.json", "{trunc", "holds files changed since bertkit wrote them (manifest.json)", "Move them"),
+    ("tokens", record.RECORD, "not a record\n", f"has a {record.RECORD} that bertkit did not write", "Choose another"),
 ])
 def test_unreadable_marker_or_config_is_a_clear_error(command, name, content, problem, fix, ws):
     out = ws.run_copy(command)
@@ -340,11 +390,11 @@ DEEP = [  # (command, a user's file inside that command's run, how the message s
     ("finetune", "checkpoints/step-4.bak/trainer_state.json", "checkpoints/step-4.bak/"),
     ("finetune", "best/student/config.json", "best/student/"),  # bertkit's names, but not where bertkit writes them
     ("finetune", ".tmp-notes/notes.txt", ".tmp-notes/"),  # named like bertkit's temp folders, but not one of them
-    ("finetune", ".bertkit-next/best/notes.txt", ".bertkit-next/best/notes.txt"),
-    ("embed", "shards/notes.txt", "shards/notes.txt"),
+    ("finetune", ".bertkit-next/best/notes.txt", ".bertkit-next/"),  # no --overwrite run left a staging folder
+    ("embed", "shards/notes.txt", "shards/"),  # the store's shards were removed once it was complete
     ("probe", "probe/README.md", "probe/README.md"),
     ("probe", "features/mine.npy", "features/mine.npy"),
-    ("bench", "quality/notes.txt", "quality/notes.txt"),
+    ("bench", "quality/notes.txt", "quality/"),  # this bench measured no quality: bertkit made no quality/
 ]
 
 
@@ -396,30 +446,11 @@ def test_model_folders_list_their_files_and_only_those_are_bertkits(ws):
     assert_refused(invoke(ws.argv("finetune", out, "--overwrite")), before, ws.root, "(best/vocab.txt)")
 
 
-def test_runs_made_before_file_lists_are_replaced_and_resumed_as_before(ws):
-    """Model folders without a file list and checkpoints without a manifest (older runs): the names bertkit writes
-    there decide. Such a run re-runs, and --overwrite replaces it; a user's file in it is still refused."""
-    out = ws.run_copy("finetune")
-    for name in ("best", "final"):
-        (out / name / ownership.FILE_LIST).unlink()
-    for step in out.glob("checkpoints/step-*"):
-        (step / ownership.CHECKPOINT_MANIFEST).unlink()
-    _put(out, "checkpoints/step-2/notes.txt")
-    before = snapshot(ws.root)
-    assert_refused(invoke(ws.argv("finetune", out, "--overwrite")), before, ws.root, "(checkpoints/step-2/notes.txt)")
-    (out / "checkpoints" / "step-2" / "notes.txt").unlink()
-    again = invoke(ws.argv("finetune", out))
-    assert again.exit_code == 0 and "finished run" in again.output
-    replaced = invoke(ws.argv("finetune", out, "--epochs", "2", "--overwrite"))
-    assert replaced.exit_code == 0, replaced.output
-    assert (out / "best" / ownership.FILE_LIST).is_file() and not (out / ownership.STAGING).exists()
-
-
 def test_a_file_put_into_the_run_while_it_runs_stops_the_swap_and_stays(ws):
     """`commit` checks again: an --overwrite run takes time, and a file may be put into best/ meanwhile."""
     out = ws.run_copy("finetune")
     run = rundir.claim_run_dir(out, "finetune", overwrite=True)
-    shutil.copytree(out / "best", run.path / "best")  # the new output (a stand-in)
+    copy_model(out / "best", run.path / "best")  # the new output (a stand-in, recorded as bertkit's)
     _put(out, "best/notes.txt")
     before = snapshot(ws.root)
     with pytest.raises(UserError, match=r"did not write \(best/notes\.txt\)"):
@@ -433,9 +464,12 @@ def test_removals_take_only_bertkits_files_and_keep_the_rest(ws):
     out = ws.run_copy("finetune")
     step = out / "checkpoints" / "step-2"
     _put(step, "sub/notes.txt")
-    assert ownership.remove_owned(step, "checkpoint") == [step / "sub"]
+    assert ownership.remove_recorded(step) == [step / "sub"]
     assert sorted(snapshot(step)) == ["sub/notes.txt"]
-    assert ownership.remove_owned(out / "final", "model") == [] and not (out / "final").exists()
+    assert ownership.remove_recorded(out / "final") == [] and not (out / "final").exists()
+    (out / "best" / "README.md").write_text("my own card\n")  # a recorded file whose bytes changed: it stays
+    assert ownership.remove_recorded(out / "best") == [out / "best" / "README.md"]
+    assert sorted(snapshot(out / "best")) == ["README.md"]
 
 
 # ---------------------------------------------------------------- issue 20: no --out contains, or is inside, an input

@@ -14,7 +14,7 @@ from bertkit.cli.app import app
 from bertkit.config.commands import FinetuneConfig
 from bertkit.config.sweep import SweepConfig
 from bertkit.errors import UserError
-from bertkit.io import ownership
+from bertkit.io import ownership, record
 from bertkit.io.faults import FAIL_AFTER_STEPS_ENV, SimulatedFailure
 from bertkit.training.finetune import finetune
 from bertkit.training.resume import resume_key
@@ -73,7 +73,11 @@ def test_tensorboard_holds_train_loss_at_log_steps_and_dev_metrics_at_evaluation
     assert steps(logged["eval/mcc"]) == [5, 10]
     assert list((out / "tensorboard").glob("*/hparams.yml"))  # the hyper-parameters (accelerate's copy)
     assert result.metrics["trackers"]["tensorboard"]["logdir"] == str(out / "tensorboard")
-    assert ownership.foreign_paths(out, "run:finetune") == []  # every tracker file is one bertkit knows it wrote
+    assert ownership.unowned(out) == []  # every tracker file is one bertkit recorded writing
+    tensorboard = record.Record.at(out).entry("tensorboard")
+    assert tensorboard is not None and tensorboard.kind == record.DIR  # sealed once the writer closed: files listed
+    events = next((out / "tensorboard").glob("events.out.tfevents.*"))
+    assert record.Record.at(out).entry(f"tensorboard/{events.name}").kind == record.FILE
     again = finetune(make_cfg(tiny_bert_dir, toy_files, out, log_every=5), progress=False)  # options not in the key
     assert again.already_finished
 
@@ -134,7 +138,7 @@ def test_a_sweep_logs_each_trial_as_its_own_run(tiny_bert_dir, toy_files, tmp_pa
     for trial in trials:
         assert steps(scalars(trial / "tensorboard")["train/loss"]) == [5]
         assert json.loads((trial / "metrics.json").read_text())["trackers"]["tensorboard"]["run"] == trial.name
-    assert ownership.foreign_paths(tmp_path / "s", "run:sweep") == []
+    assert ownership.unowned(tmp_path / "s") == []
     run_sweep(cfg, progress=False)  # a re-run of the finished sweep is not refused
 
 
@@ -169,7 +173,7 @@ def test_a_tracker_that_fails_to_start_is_one_message_and_the_rerun_resumes(tiny
     assert result.exit_code == 2, result.output
     text = " ".join(result.output.split())
     assert "--report-to tensorboard could not start its run: AttributeError" in text and "resumes" in text
-    assert not (out / "checkpoints").exists() and not (out / "metrics.json").exists()
+    assert not out.exists()  # a refused start leaves nothing: no config.json, no metrics.jsonl, no --out
     monkeypatch.undo()
     assert CliRunner().invoke(app, argv).exit_code == 0
     assert json.loads((out / "metrics.json").read_text())["trackers"]["tensorboard"]
@@ -228,3 +232,31 @@ def test_a_database_store_without_sqlalchemy_is_refused_before_the_run(tiny_bert
     with pytest.raises(UserError, match="database store, which needs the sqlalchemy package.*--tracking-uri mlruns"):
         finetune(make_cfg(tiny_bert_dir, toy_files, out, report_to=("mlflow",)), progress=False)
     assert not out.exists()
+
+
+@pytest.mark.parametrize("where", ["empty-folder", "overwrite", "nested-new-folder"])
+def test_a_tracker_that_fails_to_start_leaves_the_folder_as_it_was(tiny_bert_dir, toy_files, tmp_path, monkeypatch,
+                                                                    where):
+    """A refused start takes back what its claim made: files in a folder it found empty (the folder stays), the
+    staging folder of an --overwrite run (the previous run stays byte for byte), folders it created."""
+    from bertkit.training import tracking
+
+    out = tmp_path / "runs" / "a" / "run" if where == "nested-new-folder" else tmp_path / "run"
+    argv = ["finetune", "--model", str(tiny_bert_dir), "--data", str(toy_files[0]), "--dev", str(toy_files[1]),
+            "--out", str(out), "--epochs", "1", "--quiet"]
+    if where == "empty-folder":
+        out.mkdir()
+    elif where == "overwrite":
+        assert CliRunner().invoke(app, argv).exit_code == 0
+    before = {str(p.relative_to(tmp_path)): p.read_bytes() for p in sorted(tmp_path.rglob("*")) if p.is_file()}
+    dirs = sorted(p for p in tmp_path.rglob("*") if p.is_dir())
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no connection to the tracking server")
+
+    monkeypatch.setitem(tracking.STARTERS, "tensorboard", broken)
+    result = CliRunner().invoke(app, [*argv, "--report-to", "tensorboard", *(["--overwrite"] if where == "overwrite"
+                                                                                 else [])])
+    assert result.exit_code == 2 and "--report-to tensorboard could not start its run" in result.output
+    after = {str(p.relative_to(tmp_path)): p.read_bytes() for p in sorted(tmp_path.rglob("*")) if p.is_file()}
+    assert after == before and sorted(p for p in tmp_path.rglob("*") if p.is_dir()) == dirs

@@ -37,7 +37,8 @@ from bertkit.encoding.longtext import LongText
 from bertkit.errors import UserError
 from bertkit.io import disk, faults
 from bertkit.io.atomic import atomic_path, write_json_atomic
-from bertkit.io.ownership import SPLIT_NAMES, STORE_FORMAT, remove_owned
+from bertkit.io.ownership import SPLIT_NAMES, STORE_FORMAT, remove_recorded
+from bertkit.io.record import make_dirs
 
 log = logging.getLogger(__name__)
 
@@ -214,12 +215,9 @@ class StoreWriter:
         """Start or resume in a claimed run directory (`rundir.claim_run_dir`); returns the status before this call
         ('new'/'partial'/'complete')."""
         status = self.status()
-        if status == "partial" and create:
-            for stale in [*self.path.glob(".*.tmp"), *(self.path / SHARDS).glob(".*.tmp")]:
-                stale.unlink(missing_ok=True)  # temp files of a killed run (a SIGKILL skips their cleanup)
-        if status != "complete" and create:
+        if status != "complete" and create:  # (temp files a killed run left: removed by the claim, by record)
             try:
-                (self.path / SHARDS).mkdir(parents=True, exist_ok=True)
+                make_dirs(self.path / SHARDS)
                 if status == "new":
                     write_json_atomic(self.path / IDENTITY, self.identity)
             except OSError as exc:
@@ -317,15 +315,11 @@ class StoreWriter:
                     _copy_npy_data(shard, out, (end - start, *self.row_shape), self.dtype)
 
     def _remove_work_files(self) -> None:
-        """Shards, identity and the temp files of writes that a killed run never renamed (can be store-sized); in
-        shards/ only the files bertkit wrote (`ownership.remove_owned`)."""
-        if (self.path / SHARDS).exists():
-            kept = remove_owned(self.path / SHARDS, "shards")
+        """Shards and identity: only what the run's record says bertkit wrote (`ownership.remove_recorded`)."""
+        for work in (self.path / SHARDS, self.path / IDENTITY):
+            kept = remove_recorded(work)
             if kept:
-                log.warning("kept %s: it holds what bertkit did not write (%s)", self.path / SHARDS, kept[:5])
-        (self.path / IDENTITY).unlink(missing_ok=True)
-        for tmp in self.path.glob(".*.tmp"):
-            tmp.unlink(missing_ok=True)
+                log.warning("kept %s: it holds what bertkit did not write (%s)", work, kept[:5])
 
 
 

@@ -1,15 +1,17 @@
 """Atomic file writes and JSON for results.
 
 Every write goes to a temp file in the same directory and is renamed into place, so a killed process never leaves a
-partial file where a complete one should be.
+partial file where a complete one should be. Below a run directory this process claimed, the temp file is recorded
+before it is made (a unique name) and the new file's size and digest before the rename (`bertkit.io.record`), so a
+later run removes exactly the temp files a killed run left, and replaces only files bertkit wrote.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from bertkit.errors import UserError
+from bertkit.io import record
 
 
 def _json_default(value: Any) -> Any:
@@ -44,24 +47,22 @@ def atomic_path(path: Path) -> Iterator[Path]:
     path = Path(path)
     if path.is_dir():
         raise UserError(f"Cannot write {path}: it is an existing directory. Pass a file path (check --out).")
+    tmp = record.temp_name(path)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        record.make_dirs(path.parent)
+        record.note(record.TEMP, tmp)
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))  # the umask applies, as for any file
     except OSError as exc:
         blocker = next((p for p in path.parents if p.exists()), None)
         reason = f"{blocker} is a file, not a directory" if blocker and not blocker.is_dir() else exc.strerror or exc
         raise UserError(
             f"Cannot write {path} ({reason}). Choose an output path (--out) in a directory you can write to."
         ) from None
-    os.close(fd)
-    tmp = Path(tmp_name)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; results should get the usual permissions
     try:
         yield tmp
         with open(tmp, "rb+") as handle:
             os.fsync(handle.fileno())
+        record.note_file(path, record.file_digest(tmp))
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
@@ -80,20 +81,50 @@ def write_json_atomic(path: Path, obj: Any) -> None:
     write_text_atomic(path, to_json(obj) + "\n")
 
 
-def append_jsonl(path: Path, record: dict[str, Any]) -> None:
-    """Append one JSON line (flushed and fsynced: a log of progress survives a kill)."""
-    with open(path, "a", encoding="utf-8") as handle:
-        handle.write(to_json(record, indent=None) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
+_APPENDED: dict[str, tuple[int, Any]] = {}
+"""path -> (its size, the sha256 state of its bytes): an appended log is hashed whole once per process."""
+
+
+def append_jsonl(path: Path, entry: dict[str, Any]) -> None:
+    """Append one JSON line (flushed and fsynced: a log of progress survives a kill). The log's new size and digest
+    are recorded first; a write that fails part-way (a full disk) is cut back to the bytes before it."""
+    path = Path(path)
+    data = (to_json(entry, indent=None) + "\n").encode("utf-8")
+    before = path.stat().st_size if path.is_file() else 0
+    digest = _digest_state(path, before)
+    digest.update(data)
+    record.note_file(path, (before + len(data), digest.hexdigest()))
+    try:
+        with open(path, "ab") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+    except BaseException:
+        if path.is_file() and path.stat().st_size > before:
+            os.truncate(path, before)
+        raise
+    _APPENDED[os.path.abspath(path)] = (before + len(data), digest.copy())
+
+
+def _digest_state(path: Path, size: int) -> Any:
+    """The sha256 state of the first `size` bytes of `path` (kept from this process's last append when it fits)."""
+    kept = _APPENDED.get(os.path.abspath(path))
+    if kept is not None and kept[0] == size:
+        return kept[1].copy()
+    digest = hashlib.sha256()
+    if size:
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(record.BLOCK), b""):
+                digest.update(block)
+    return digest
 
 
 def read_json_record(file: Path, valid: Any) -> tuple[Any, str | None]:
     """(the JSON in `file`, None) when it parses and `valid(record)` says None; else (None, why not): what a reader
     of bertkit's own records (markers, config.json) turns into its message."""
     try:
-        record = json.loads(Path(file).read_text(encoding="utf-8"))
+        found = json.loads(Path(file).read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         return None, str(exc) or type(exc).__name__
-    reason = valid(record)
-    return (record, None) if reason is None else (None, reason)
+    reason = valid(found)
+    return (found, None) if reason is None else (None, reason)

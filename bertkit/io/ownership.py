@@ -1,30 +1,34 @@
-"""What bertkit wrote, at every depth, and what it never writes over.
+"""What bertkit wrote in a run directory, by its record alone, and what it never writes over.
 
-Each folder bertkit writes is of one kind (a run directory, a saved model, a checkpoint, a store, ...) whose rule says
-which entries are bertkit's. A model folder lists its files in FILE_LIST and a checkpoint in its manifest; folders
-made before those lists existed fall back to the names bertkit (and transformers / accelerate underneath) write there.
-Anything else - a user's notes in best/, a folder in checkpoints/, a run saved under best/student - is foreign: a run
-directory holding it is refused before anything is removed (`bertkit.io.rundir`), and the low-level removals
-(`remove_owned`) leave it where it is. An --out that is, holds or is inside one of the command's inputs is refused
-too (`check_out_not_input`).
+Every run directory carries the record of everything bertkit wrote there (`bertkit.io.record`: each file with its
+size and sha256, each folder, each temp file or folder before it was made, each nested run directory with a record
+of its own). Nothing is bertkit's by its name, at any depth: `unowned` lists whatever the record does not vouch for
+(not recorded, or a file whose bytes changed since), and a run directory holding any of it is refused before
+anything is removed (`bertkit.io.rundir`); `remove_recorded` removes only recorded entries whose bytes still match,
+temp files and folders a killed run left (recorded by their unique names before they were made), and folders once
+empty - anything else stays, with the folders holding it. An --out that is, holds or is inside one of the command's
+inputs is refused too (`check_out_not_input`).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
+import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bertkit.errors import UserError
-from bertkit.io.atomic import write_json_atomic
+from bertkit.io import record
+from bertkit.io.atomic import atomic_path, write_json_atomic
+from bertkit.io.record import DIR, FILE, OPEN, RECORD, RUN, TEMP, Record
 
 MARKER = ".bertkit-run.json"
 """Written first into every run directory bertkit creates or adopts: which command owns it."""
 MARKER_FORMAT = "bertkit-run/1"
 STAGING = ".bertkit-next"
-"""Where an --overwrite run builds its output (a run directory of its own) until `RunDir.commit` swaps it in."""
+"""Where an --overwrite run builds its output until `RunDir.commit` swaps it in (recorded in the run's record)."""
 OLD = ".bertkit-old"
 """Where `RunDir.commit` puts the previous output while it swaps; removed at the end."""
 COMPLETE = ".bertkit-complete"
@@ -33,172 +37,160 @@ SPLIT_NAMES = ("train", "dev", "test")
 """The splits of an embed store (`OUT/train`, `OUT/dev`, `OUT/test`)."""
 STORE_FORMAT = "bertkit-store/1"
 """The format of an embed store's manifest (`bertkit.features.store` writes it; run directories recognise it)."""
-
-TRACKER_ENTRIES = ("trackers.json", "tensorboard")
-"""What --report-to writes into a training run directory (`bertkit.training.tracking`)."""
-
-RUN_ENTRIES: dict[str, frozenset[str]] = {
-    "tokens": frozenset({"config.json", "tokens.json", "token_lengths.png"}),
-    "embed": frozenset({"manifest.json", "identity.json", "features.npy", "labels.npy", "shards", "splits.json",
-                        *SPLIT_NAMES}),
-    "probe": frozenset({"config.json", "metrics.json", "probe_layers.png", "confusion_matrix.png", "scatter.png",
-                        "per_label_f1.png", "probe", "features"}),
-    "finetune": frozenset({"config.json", "metrics.json", "metrics.jsonl", "training_table.csv", "curves.png",
-                           "confusion_matrix.png", "dev_scatter.png", "dev_errors.csv", "best_dev_proba.npy", "best",
-                           "final", "checkpoints", *TRACKER_ENTRIES}),
-    "distill": frozenset({"config.json", "metrics.json", "metrics.jsonl", "training_table.csv", "curves.png",
-                          "confusion_matrix.png", "dev_scatter.png", "dev_errors.csv", "best_dev_proba.npy", "best",
-                          "final", "checkpoints", "teacher_logits.npy", "teacher_logits.json", "distill_report.json",
-                          "distill_report.md", "distill_report.png", *TRACKER_ENTRIES}),
-    "evaluate": frozenset({"config.json", "metrics.json", "predictions.csv", "confusion_matrix.png", "scatter.png",
-                           "per_label_f1.png"}),
-    "bench": frozenset({"config.json", "bench.json", "bench.md", "bench.png", "quality"}),
-    "export": frozenset({"model.onnx", "config.json", "bertkit_model.json", "export_report.json", "tokenizer.json",
-                         "tokenizer_config.json", "special_tokens_map.json", "vocab.txt", "vocab.json", "merges.txt",
-                         "added_tokens.json", "chat_template.jinja", "README.md"}),  # = bertkit.models.onnx.FOLDER_FILES
-    "sweep": frozenset({"config.json", "trials", "best", "trials.csv", "sweep.json", "sweep.png"}),
-}
-"""The top-level names each command writes into its run directory: the only names it ever replaces or deletes."""
-
-
-def is_bertkit_temp(name: str) -> bool:
-    """bertkit's own hidden names: marker, staging, temp files of atomic writes, temp/old model folders."""
-    return (name in (MARKER, STAGING, OLD, COMPLETE) or name.startswith((".tmp-", ".old-", ".write-test-"))
-            or (name.startswith(".") and name.endswith(".tmp")))
-
-
+COMMANDS = ("tokens", "embed", "probe", "finetune", "distill", "evaluate", "bench", "export", "sweep")
+"""The commands that write run directories."""
 FILE_LIST = ".bertkit-files.json"
-"""In every model folder bertkit saves (best/, final/): the relative paths of the files it wrote there."""
+"""In every model folder bertkit saves (best/, final/): the relative paths of the files it wrote there (what `push`
+uploads; ownership is the run's record)."""
 FILE_LIST_FORMAT = "bertkit-files/1"
 CHECKPOINT_MANIFEST = "bertkit_checkpoint.json"
 """A checkpoint's list of files (with digests); checkpoints.py writes it (it imports this module, not the reverse)."""
-FILE = "file"
-"""The kind of an entry that is one file bertkit wrote."""
-Kind = str | frozenset
-"""A folder's kind (`run:<command>`, `model`, `checkpoint`, ...), or the exact relative file paths bertkit listed."""
-
-ENTRY_FOLDERS = {"best": "model", "final": "model", "checkpoints": "checkpoints", "shards": "shards", "train": "store",
-                 "dev": "store", "test": "store", "probe": "probe", "features": "features", "quality": "quality",
-                 "trials": "trials", "tensorboard": "tensorboard"}
-"""The kind of each folder in RUN_ENTRIES (every other entry there is a file)."""
-_NAMES = {kind: re.compile(pattern) for kind, pattern in {
-    "model": r"(generation_)?config\.json|bertkit_model\.json|README\.md|model(-\d+-of-\d+)?\.safetensors|model\.safetensors"
-             r"\.index\.json|tokenizer(_config)?\.json|special_tokens_map\.json|added_tokens\.json|vocab\.(txt|json)"
-             r"|merges\.txt|spiece\.model|sentencepiece\.bpe\.model|chat_template\.(jinja|json)"
-             r"|(configuration|modeling|tokenization)_\w+\.py",  # what save_pretrained writes (older runs: no list)
-    "checkpoint": r"trainer_state\.json|bertkit_checkpoint\.json|(model|pytorch_model|optimizer|scheduler|sampler"
-                  r"|dl_state_dict)(_\d+)?\.(safetensors|bin)|(random_states|custom_checkpoint)_\d+\.pkl",  # save_state
-    "store": r"manifest\.json|identity\.json|features\.npy|labels\.npy",
-    "shards": r"shard-\d+\.(npy|json)",
-    "probe": r"probe\.(json|safetensors)",
-    "features": r"(random-)?(train|dev|test)-[a-z]+-(all|\d+(_\d+)*)\.(npy|json)",  # probe_inputs.cached_features
-    "tensorboard": r"events\.out\.tfevents\..+|hparams\.yml",  # SummaryWriter's files; accelerate's hparams copy
-}.items()}
-"""The files each kind of folder holds (by name; model and checkpoint folders: when they carry no list)."""
-_FOLDERS = {"checkpoints": (re.compile(r"step-\d+"), lambda name: "checkpoint"),
-            "store": (re.compile(r"shards"), lambda name: "shards"),
-            "quality": (re.compile(r"(probe|finetune)-\d+"), lambda name: f"run:{name.rsplit('-', 1)[0]}"),
-            "trials": (re.compile(r"\d{3,}_[\w.=+-]*"), lambda name: "run:finetune"),
-            "tensorboard": (re.compile(r"\d+(\.\d+)?"), lambda name: "tensorboard")}  # hparams: time.time() folders
-"""The sub-folders each kind of folder holds: (name pattern, kind of the sub-folder)."""
-
-
-def foreign_paths(path: Path, kind: Kind) -> list[Path]:
-    """Everything under `path` (a folder of `kind`) that bertkit did not write; a foreign folder is listed once."""
-    found: list[Path] = []
-    for entry, entry_kind in _entries(path, kind):
-        if entry_kind is None:
-            found.append(entry)
-        elif entry_kind != FILE:
-            found += foreign_paths(entry, entry_kind)
-    return found
-
-
-def remove_owned(path: Path, kind: Kind) -> list[Path]:
-    """Remove the files bertkit wrote under `path` (a folder of `kind`), then the folders left empty; what it did
-    not write stays, with the folders holding it. Returns what stayed (empty: `path` is gone)."""
-    if path.is_symlink() or not path.is_dir():
-        return [path] if path.exists() or path.is_symlink() else []
-    kept: list[Path] = []
-    for entry, entry_kind in _entries(path, kind):
-        if entry_kind is None:
-            kept.append(entry)
-        elif entry_kind == FILE:
-            entry.unlink(missing_ok=True)
-        else:
-            kept += remove_owned(entry, entry_kind)
-    if not kept:
-        try:
-            path.rmdir()
-        except OSError:  # something appeared in it meanwhile: it stays
-            return [path]
-    return kept
+NOT_WRITTEN, CHANGED, NO_RECORD = "not written by bertkit", "changed since bertkit wrote it", "no record"
+"""Why an entry is not bertkit's (`Unowned.why`)."""
 
 
 def write_file_list(folder: Path) -> None:
     """FILE_LIST in a folder bertkit has just written whole (a saved model): every file in it, by relative path."""
-    files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*")
-                   if p.is_file() and p.name != FILE_LIST and not _is_temp_file(p.name))
+    files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file() and p.name != FILE_LIST)
     write_json_atomic(folder / FILE_LIST, {"format": FILE_LIST_FORMAT, "files": files})
 
 
-def _entries(folder: Path, kind: Kind) -> list[tuple[Path, Kind | None]]:
-    """Each entry of `folder` with the kind bertkit wrote it as (None: bertkit did not write it)."""
-    kind = _listed(folder, kind)
-    found = []
-    for entry in sorted(folder.iterdir()):
-        is_dir = entry.is_dir()
-        entry_kind = None if entry.is_symlink() else _entry_kind(kind, entry.name, is_dir)  # bertkit makes no links
-        if entry_kind is not None and (entry_kind == FILE) == is_dir:
-            entry_kind = None  # a folder where bertkit writes a file, or the reverse
-        found.append((entry, entry_kind))
+# ---------------------------------------------------------------- what the record vouches for
+
+
+@dataclass(frozen=True)
+class Unowned:
+    """An entry bertkit may not remove or replace: its path (relative to the folder checked; a folder ends in "/")
+    and why (NOT_WRITTEN, CHANGED, NO_RECORD)."""
+
+    path: str
+    why: str
+
+
+def unowned(folder: Path) -> list[Unowned]:
+    """Everything below `folder` (a run directory, or a folder in one) that its record does not vouch for: entries
+    it does not list, files whose size or sha256 differ from every version bertkit wrote, links, nested run
+    directories without a record. A folder nobody recorded is listed once, not its contents."""
+    folder = Path(folder)
+    holder = record_of(folder)
+    if holder is None:
+        return [Unowned(_shown(p, p.name), NO_RECORD) for p in sorted(folder.iterdir())] if folder.is_dir() else []
+    found: list[Unowned] = []
+    _check(folder, holder[0], holder[1], "", found)
     return found
 
 
-def _entry_kind(kind: Kind, name: str, is_dir: bool) -> Kind | None:
-    """What an entry called `name` in a folder of `kind` is when bertkit wrote it (None: it never writes that)."""
-    if _is_temp_file(name) and not is_dir:
-        return FILE  # an atomic write's temp file (killed before its rename)
-    if isinstance(kind, frozenset):
-        inner = frozenset(p.split("/", 1)[1] for p in kind if p.startswith(f"{name}/"))
-        return FILE if name in kind else inner or None
-    if kind.startswith("run:"):
-        return _run_entry_kind(kind.removeprefix("run:"), name)
-    if is_dir and name.startswith((".tmp-", ".old-")):  # a folder being written or set aside: the kind it becomes
-        name = name[len(".tmp-"):]
-    pattern, folder = _NAMES.get(kind), _FOLDERS.get(kind)
-    if pattern is not None and pattern.fullmatch(name):
-        return FILE
-    return folder[1](name) if folder is not None and folder[0].fullmatch(name) else None
+def _check(folder: Path, rec: Record, rel: str, shown: str, found: list[Unowned]) -> None:
+    entries = rec.entries()
+    for path in sorted(folder.iterdir()):
+        child, child_shown = _join(rel, path.name), _join(shown, path.name)
+        if child == RECORD:
+            continue
+        entry = None if path.is_symlink() else entries.get(child)  # bertkit makes no links
+        if entry is None or (entry.kind == FILE) == path.is_dir():
+            found.append(Unowned(_shown(path, child_shown), NOT_WRITTEN))
+        elif entry.kind == FILE:
+            if not record.matches(path, entry):
+                found.append(Unowned(child_shown, CHANGED))
+        elif entry.kind == RUN:
+            nested = Record.at(path)
+            if nested.exists():
+                _check(path, nested, "", child_shown, found)
+            elif any(path.iterdir()):
+                found.append(Unowned(_shown(path, child_shown), NO_RECORD))
+        elif entry.kind == DIR:
+            _check(path, rec, child, child_shown, found)
+        # TEMP and OPEN: whatever they hold is bertkit's (a temp being written, a library's open folder)
 
 
-def _run_entry_kind(command: str, name: str) -> Kind | None:
-    """The kind of `name` in a run directory of `command`: its marker, staging, outputs and their temp folders."""
-    if name in (STAGING, OLD):
-        return f"run:{command}"
-    if name in (MARKER, COMPLETE):
-        return FILE
-    entries = RUN_ENTRIES.get(command, frozenset())
-    if name.startswith((".tmp-", ".old-")):  # save_model_folder's .tmp-best / .old-best
-        return ENTRY_FOLDERS.get(name[len(".tmp-"):]) if name[len(".tmp-"):] in entries else None
-    return ENTRY_FOLDERS.get(name, FILE) if name in entries else None
+def record_of(path: Path) -> tuple[Record, str] | None:
+    """(the record of the nearest run directory at or above `path`, `path` relative to it), or None."""
+    path = Path(os.path.abspath(path))
+    for folder in (path, *path.parents):
+        rec = Record.at(folder)
+        if rec.exists():
+            return rec, rec.rel(path)
+    return None
 
 
-def _listed(folder: Path, kind: Kind) -> Kind:
-    """A model folder or a checkpoint as the exact list of files it carries; without one, its kind (name rules)."""
-    file = {"model": FILE_LIST, "checkpoint": CHECKPOINT_MANIFEST}.get(kind) if isinstance(kind, str) else None
-    record = read_json_or_none(folder / file) if file else None
-    if not isinstance(record, dict):
-        return kind
-    files = record.get("files")
-    if (kind == "model" and record.get("format") != FILE_LIST_FORMAT) or not isinstance(files, (list, dict)):
-        return kind  # an unreadable list: the name rules of the kind decide
-    return frozenset({*map(str, files), file})
+def _join(rel: str, name: str) -> str:
+    return f"{rel}/{name}" if rel else name
 
 
-def _is_temp_file(name: str) -> bool:
-    """The temp file of an atomic write (`.NAME.XXXXXXXX.tmp`, see `atomic_path`)."""
-    return name.startswith(".") and name.endswith(".tmp")
+def _shown(path: Path, rel: str) -> str:
+    return rel + "/" if path.is_dir() and not path.is_symlink() else rel
+
+
+# ---------------------------------------------------------------- removing what bertkit recorded writing
+
+
+def remove_recorded(path: Path) -> list[Path]:
+    """Remove what bertkit recorded writing at `path` (a file or folder in a run directory, or a nested run):
+    files whose bytes still match, temp and open folders whole, folders once empty. Anything else stays, with the
+    folders holding it; returns what stayed (empty: `path` is gone)."""
+    path = Path(path)
+    holder = record_of(path.parent)
+    if not (path.exists() or path.is_symlink()):
+        return []
+    if holder is None:
+        return [path]
+    kept: list[Path] = []
+    _remove(path, holder[0], _join(holder[1], path.name), kept)
+    return kept
+
+
+def _remove(path: Path, rec: Record, rel: str, kept: list[Path]) -> None:
+    entry = None if path.is_symlink() else rec.entry(rel)
+    if entry is None or (entry.kind == FILE) == path.is_dir():
+        kept.append(path)
+        return
+    if entry.kind in (TEMP, OPEN):
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    elif entry.kind == FILE:
+        if not record.matches(path, entry):
+            kept.append(path)
+            return
+        path.unlink()
+    else:
+        nested = Record.at(path) if entry.kind == RUN else None
+        inner = nested if nested is not None and nested.exists() else rec
+        before = len(kept)
+        for child in sorted(path.iterdir()):
+            if inner is nested and child.name == RECORD:
+                continue
+            _remove(child, inner, child.name if inner is nested else _join(rel, child.name), kept)
+        if len(kept) > before:
+            return
+        if inner is nested:
+            nested.file.unlink()  # last: until now it said what the rest of the folder was
+        try:
+            path.rmdir()
+        except OSError:  # something appeared in it meanwhile: it stays
+            kept.append(path)
+            return
+    rec.gone(rel)
+
+
+def remove_temps(root: Path) -> list[str]:
+    """Remove the temp files and folders recorded in the run directory `root` (what killed writes left; nested run
+    directories clean their own when they are claimed); their relative paths."""
+    rec = Record.at(root)
+    leftovers = [rel for rel, entry in rec.entries().items() if entry.kind == TEMP]
+    removed = []
+    for rel in sorted(leftovers):
+        path = rec.root / rel
+        if path.exists() or path.is_symlink():
+            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+            removed.append(rel)
+        rec.gone(rel)
+    return removed
+
+
+def place_file(source: Path, target: Path) -> None:
+    """A copy of the file `source` at `target`, written atomically (and recorded below a tracked run directory)."""
+    with atomic_path(target) as tmp:
+        shutil.copyfile(source, tmp)
+
 
 def read_json_or_none(path: Path) -> Any:
     """The JSON in `path`; None when it is missing or unreadable."""

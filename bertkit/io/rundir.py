@@ -1,15 +1,17 @@
 """Run directories: whether a command may write into its --out, claiming it, and replacing a previous run.
 
 A run directory holds `config.json` (see `bertkit.io.trail`), `metrics.json` / `metrics.jsonl`, and the command's
-plots and tables, each written atomically (`bertkit.io.atomic`).
+plots and tables, each written atomically (`bertkit.io.atomic`), and the record of everything bertkit wrote there
+(`bertkit.io.record`).
 
 Ownership (see `inspect_run_dir` / `RunDir`): bertkit writes only into a new or empty directory or one of its
-own runs, marked by `.bertkit-run.json` (which command owns it). It deletes or replaces only the names its
-command writes (`RUN_ENTRIES`, and below them the files each kind of folder holds: `ownership.foreign_paths`), never
-a folder holding anything else, never the current directory, the home directory or `/`, never an --out that is,
-holds or is inside one of the command's inputs (`ownership.check_out_not_input`). `--overwrite` builds the new output
-in `OUT/.bertkit-next/` and swaps it in only once the command succeeded (`RunDir.commit`), so a failed or killed run
-leaves the previous output as it was.
+own runs, marked by `.bertkit-run.json` (which command owns it) and carrying its record. It deletes or replaces only
+what that record says it wrote, with the bytes it wrote (`ownership.unowned`), never a folder holding anything else,
+never the current directory, the home directory or `/`, never an --out that is, holds or is inside one of the
+command's inputs (`ownership.check_out_not_input`). A run made before records existed is refused, not guessed at.
+`--overwrite` builds the new output in `OUT/.bertkit-next/` and swaps it in only once the command succeeded
+(`RunDir.commit`), so a failed or killed run leaves the previous output as it was; a run refused after its claim
+(a tracker that cannot start) takes back what the claim made (`RunDir.abandon`).
 """
 
 from __future__ import annotations
@@ -21,28 +23,33 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bertkit.errors import UserError
+from bertkit.io import record
 from bertkit.io.atomic import read_json_record, write_json_atomic
 from bertkit.io.faults import kill_point
 from bertkit.io.ownership import (
+    CHANGED,
+    COMMANDS,
     COMPLETE,
     MARKER,
     MARKER_FORMAT,
+    NO_RECORD,
+    NOT_WRITTEN,
     OLD,
-    RUN_ENTRIES,
     SPLIT_NAMES,
     STAGING,
     STORE_FORMAT,
+    Unowned,
     check_out_not_input,
-    foreign_paths,
-    is_bertkit_temp,
     read_json_or_none,
-    remove_owned,
+    remove_recorded,
+    remove_temps,
     suggest_out,
+    unowned,
 )
+from bertkit.io.record import RECORD, TEMP, Record
 from bertkit.io.trail import Compare
 
 log = logging.getLogger(__name__)
-
 
 
 @dataclass
@@ -56,7 +63,7 @@ class RunDir:
     overwrite: bool = False
     compare: Compare | None = None
     path: Path = field(default=Path())
-    """Where the command writes: `out`, or `out/.bertkit-next` when it replaces a previous run."""
+    """Where the command writes: `base`, or `base/.bertkit-next` when it replaces a previous run."""
     existing: bool = False
     """`path` already holds this same run: resume it, report it finished, or recompute it in place."""
     replacing: bool = False
@@ -64,53 +71,116 @@ class RunDir:
     pending_swap: bool = False
     """An earlier `commit` was interrupted; `claim` finishes (or undoes) it before anything else."""
     claimed: bool = False
+    base: Path = field(default=Path())
+    """The directory holding the run and its record: `out`, or where `out` is staged while the run directory
+    holding it is being replaced (a sweep --overwrite's trials, `record.located`)."""
+    made: str = ""
+    """What the claim made, for `abandon`: "folder" (base), "contents" (base was empty), "staging", or ""."""
+    made_from: Path | None = None
+    """The outermost folder the claim created (base or a parent of it), for `abandon`."""
+    record_before: bytes = field(default=b"", repr=False)
+    """The record as the claim found it, put back by `abandon` once it took back the staging folder."""
 
     def claim(self) -> RunDir:
-        """Create/adopt the directory (marker first), finish an interrupted swap, prepare staging. Idempotent."""
+        """Create/adopt the directory (record and marker first), finish an interrupted swap, remove what killed
+        writes left (recorded temp files), prepare staging. Idempotent."""
         if self.claimed:
             return self
+        base = self.base
         try:
-            self.out.mkdir(parents=True, exist_ok=True)
+            made = "folder" if not base.exists() else "contents" if not any(base.iterdir()) else ""
+            made_from = next((p for p in reversed([base, *base.parents]) if not p.exists()), None)
+            record.note(record.RUN, base)  # a run inside a run being written (a trial, a quality run)
+            base.mkdir(parents=True, exist_ok=True)
+            if Record.at(base).exists():
+                self.record_before = Record.at(base).file.read_bytes()
+            else:
+                Record.create(base, self.command)
+            record.track(base)
             if self.pending_swap:
-                _finish_swap(self.out, self.command)
+                _finish_swap(base)
             fresh = inspect_run_dir(self.out, self.command, overwrite=self.overwrite, compare=self.compare)
-            _write_marker(self.out, self.command)
-            staging = self.out / STAGING
+            for rel in remove_temps(base):
+                log.info("removed %s: a temp file or folder an interrupted run left", base / rel)
+            Record.at(base).compact()
+            _write_marker(base, self.command)
+            staging = base / STAGING
             if not fresh.replacing:
-                _remove_tree(staging, self.command)  # an interrupted --overwrite run's output: the previous one stays
+                _remove_tree(staging)  # an interrupted --overwrite run's output: the previous one stays
             elif not fresh.existing:
-                _remove_tree(staging, self.command)
-                staging.mkdir()
+                _remove_tree(staging)
+                record.make_dirs(staging)
                 _write_marker(staging, self.command)
+                made = made or "staging"
+            if fresh.replacing:
+                record.stage(base, staging)
         except OSError as exc:
             raise UserError(
                 f"Cannot write to --out {self.out} ({exc.strerror or exc}). Choose a directory you can write to."
             ) from None
         self.path, self.existing, self.replacing = fresh.path, fresh.existing, fresh.replacing
-        self.pending_swap, self.claimed = False, True
+        self.pending_swap, self.claimed, self.made, self.made_from = False, True, made, made_from
         return self
 
     def commit(self) -> None:
-        """Swap the staged output in for the previous one (nothing to do for a run written in place).
+        """Swap the staged output in for the previous one (nothing to do for a run written in place); the run
+        directory's writes stop being recorded.
 
-        Old owned entries go aside into OLD, staging is marked COMPLETE, its entries move up, OLD and staging
+        Old recorded entries go aside into OLD, staging is marked COMPLETE, its entries move up, OLD and staging
         are removed. A kill before COMPLETE leaves the previous output (restored by the next run); after it,
         the next run finishes the swap."""
         if not self.replacing:
+            record.untrack(self.base)
             return
-        out, staging, old = self.out, self.out / STAGING, self.out / OLD
-        check_only_bertkit_files(out, self.command)  # again: a long run gives time to put a file into best/
-        old.mkdir(exist_ok=True)
-        for name in _owned_names(out, self.command):
-            os.replace(out / name, old / name)
+        base, staging, old = self.base, self.base / STAGING, self.base / OLD
+        check_only_bertkit_files(base, self.command)  # again: a long run gives time to put a file into best/
+        record.make_dirs(old)
+        for name in _owned_names(base):
+            record.move(base / name, old / name)
         kill_point("runs.commit.old-aside")
         write_json_atomic(staging / COMPLETE, {"complete": True, "command": self.command})
         kill_point("runs.commit.complete")
-        _move_entries(staging, out)
+        _move_entries(staging, base)
         kill_point("runs.commit.moved")
-        _remove_tree(old, self.command)
-        _remove_tree(staging, self.command)
-        self.path, self.replacing, self.existing = out, False, True
+        _remove_tree(old)
+        _remove_tree(staging)
+        record.untrack(base)
+        self.path, self.replacing, self.existing = base, False, True
+
+    def abandon(self) -> None:
+        """Take back what `claim` made, for a run refused before it started (a tracker that cannot start): the
+        staging folder it made (and the record as it was), what it wrote into a folder it found empty, the folders
+        it created. A run it resumed stays as it is."""
+        if not self.claimed:
+            return
+        base, rec = self.base, Record.at(self.base)
+        if self.made == "staging":
+            _remove_tree(base / STAGING)
+            if self.record_before and not (base / STAGING).exists():
+                rec.restore(self.record_before)
+        elif self.made:
+            for path in sorted(base.iterdir()):
+                if path.name != RECORD:
+                    _remove_tree(path)
+            if [p.name for p in base.iterdir()] == [RECORD]:
+                rec.file.unlink()
+                _remove_made_folders(base, self.made_from if self.made == "folder" else None)
+        record.untrack(base)
+        self.claimed = False
+
+
+def _remove_made_folders(base: Path, made_from: Path | None) -> None:
+    """Remove `base` and its parents up to `made_from` (the folders a claim created), each only when empty."""
+    if made_from is None:
+        return
+    for folder in [base, *base.parents]:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+        record.note_gone(folder)
+        if folder == made_from:
+            return
 
 
 def inspect_run_dir(out: str | Path, command: str, *, overwrite: bool = False, compare: Compare | None = None,
@@ -118,24 +188,26 @@ def inspect_run_dir(out: str | Path, command: str, *, overwrite: bool = False, c
     """What `command` may do in --out, without changing anything; a UserError when it must not write there.
 
     Refused whatever --overwrite says: a file, the current/home/root directory, a directory holding anything
-    bertkit did not write (at any depth), another command's run, an unreadable marker, an --out that is, holds or
-    is inside one of the command's `inputs` ((flag, path) pairs, see `input_paths`). Refused without --overwrite: a
-    run of this command with other settings (`compare` lists them)."""
+    bertkit did not record writing (at any depth) or a file changed since, a run made before records existed,
+    another command's run, an unreadable marker or record, an --out that is, holds or is inside one of the
+    command's `inputs` ((flag, path) pairs, see `input_paths`). Refused without --overwrite: a run of this command
+    with other settings (`compare` lists them)."""
     out = Path(out).expanduser()
-    run = RunDir(out, command, overwrite, compare, path=out)
+    base = record.located(out)
+    run = RunDir(out, command, overwrite, compare, path=base, base=base)
     _check_location(out, command)
-    holds_run = _holds_own_run(out, command)
+    holds_run = _holds_own_run(base, command, out)
     check_out_not_input(out, inputs or [], command)
     if not holds_run:
         return run
-    run.pending_swap = (out / OLD).is_dir() or (out / STAGING / COMPLETE).is_file()
+    run.pending_swap = (base / OLD).is_dir() or (base / STAGING / COMPLETE).is_file()
     if run.pending_swap:
         return run  # `claim` finishes the interrupted swap, then looks again
     if overwrite:
-        run.path, run.replacing = out / STAGING, True
-        run.existing = _resumable(out / STAGING, command, compare)
+        run.path, run.replacing = base / STAGING, True
+        run.existing = _resumable(base / STAGING, command, compare)
         return run
-    differences = compare(out) if compare is not None else []
+    differences = compare(base) if compare is not None else []
     if differences:
         raise UserError(
             f"--out {out} holds a `bertkit {command}` run made with different settings:\n  "
@@ -147,26 +219,35 @@ def inspect_run_dir(out: str | Path, command: str, *, overwrite: bool = False, c
     return run
 
 
-def _holds_own_run(out: Path, command: str) -> bool:
+def _holds_own_run(base: Path, command: str, out: Path) -> bool:
     """Whether --out holds output of a `command` run (or an interrupted swap of one); False: new, empty, or only
-    bertkit's marker and temp files. A UserError where bertkit must not write: someone else's files (at any depth),
-    another command's run."""
-    if not out.is_dir():
+    bertkit's record and marker. A UserError where bertkit must not write: someone else's files (at any depth), a
+    file changed since bertkit wrote it, another command's run, a run without a record."""
+    if not base.is_dir():
         return False
-    names = sorted(p.name for p in out.iterdir())
-    content = [n for n in names if not is_bertkit_temp(n)]
-    owner = _read_marker(out) or (_legacy_owner(out) if content else None)
-    if owner is None:
-        if names:
-            raise UserError(_foreign_message(out, command, names))
-        return False
-    if content and owner != command:
+    names = sorted(p.name for p in base.iterdir())
+    rec = Record.at(base)
+    owner = _read_marker(base, out) or rec.command() or (_legacy_owner(base) if names else None)
+    content = [n for n in names if n not in (RECORD, MARKER)]
+    if owner is not None and content and owner != command:
         raise UserError(
             f"--out {out} holds a `bertkit {owner}` run; `bertkit {command}` never writes into another command's "
             f"run (not even with --overwrite). Choose another --out, e.g. --out {suggest_out(out, command)}."
         )
-    check_only_bertkit_files(out, owner)
-    return bool(content) or (out / OLD).is_dir() or (out / STAGING / COMPLETE).is_file()
+    if not rec.exists():
+        if names and owner is None:
+            raise UserError(_foreign_message(out, command, names))
+        if names:
+            raise UserError(_unrecorded_run_message(out, owner or command))
+        return False
+    if not rec.valid():
+        raise UserError(
+            f"--out {out} has a {RECORD} that bertkit did not write (its first line is not a {record.FORMAT} "
+            f"header), so bertkit cannot tell which files there are its own and leaves them alone. Choose another "
+            f"--out, e.g. --out {suggest_out(out, command)}."
+        )
+    check_only_bertkit_files(base, owner or command, out)
+    return bool(content)
 
 
 def claim_run_dir(out: str | Path, command: str, *, overwrite: bool = False, compare: Compare | None = None) -> RunDir:
@@ -175,10 +256,18 @@ def claim_run_dir(out: str | Path, command: str, *, overwrite: bool = False, com
 
 
 def write_path(out: str | Path, overwrite: bool) -> Path:
-    """Where a run claimed by another process writes (multi-process runs: rank 0 claims, all ranks write)."""
-    out = Path(out).expanduser()
-    staging = out / STAGING
-    return staging if overwrite and (staging / MARKER).is_file() else out
+    """Where a run claimed by another process writes (multi-process runs: rank 0 claims, all ranks write); this
+    process's writes there are recorded too."""
+    base = record.located(Path(out).expanduser())
+    record.track(base)
+    staging = base / STAGING
+    return staging if overwrite and (staging / MARKER).is_file() else base
+
+
+def located(out: str | Path) -> Path:
+    """Where the run directory --out `out` is now (see `record.located`): a finished run is read from there."""
+    return record.located(Path(out).expanduser())
+
 
 def _check_location(out: Path, command: str) -> None:
     """Not a file, not the current/home/root directory, and under a directory we may write to."""
@@ -206,26 +295,38 @@ def _cwd() -> Path | None:
         return Path.cwd().resolve()
     except OSError:
         return None
-def check_only_bertkit_files(out: Path, command: str) -> None:
-    """A UserError naming what bertkit did not write anywhere in the run directory `out` of `command` (in best/,
-    checkpoints/step-N/, the staging folder, ...): a run never starts, resumes or replaces where it would have to
-    delete or replace it."""
-    foreign = [p.relative_to(out).as_posix() for p in foreign_paths(out, f"run:{command}")]
-    if foreign:
-        raise UserError(_foreign_message(out, command, foreign, own_run=True))
 
 
-def _foreign_message(out: Path, command: str, names: list[str], own_run: bool = False) -> str:
-    """`names`: paths relative to `out`; in a run of bertkit's own (`own_run`) at any depth."""
+def check_only_bertkit_files(base: Path, command: str, out: Path | None = None) -> None:
+    """A UserError naming what the record of the run directory `base` (of `command`; --out `out`) does not vouch
+    for, anywhere in it (in best/, checkpoints/step-N/, the staging folder, a trial, ...): a run never starts,
+    resumes or replaces where it would have to delete or replace it."""
+    found = unowned(base)
+    if found:
+        raise UserError(_unowned_message(out or base, command, found))
+
+
+def _unowned_message(out: Path, command: str, found: list[Unowned]) -> str:
+    """What is not bertkit's in its run at --out: files it did not write, files changed since, runs without records."""
+    parts = []
+    for why, words in ((NOT_WRITTEN, "files bertkit did not write"), (CHANGED, "files changed since bertkit wrote "
+                       "them"), (NO_RECORD, "folders without a record of what bertkit wrote there")):
+        names = [u.path for u in found if u.why == why]
+        if names:
+            more = f", and {len(names) - 5} more" if len(names) > 5 else ""
+            parts.append(f"{words} ({', '.join(names[:5])}{more})")
+    return (
+        f"--out {out} holds {' and '.join(parts)} in its `bertkit {command}` run; bertkit deletes or replaces only "
+        f"the files its record ({RECORD}) says it wrote, with the bytes it wrote, never a folder holding anything "
+        f"else (not even with --overwrite). Move them out of {out}, or choose another --out, e.g. --out "
+        f"{suggest_out(out, command)}."
+    )
+
+
+def _foreign_message(out: Path, command: str, names: list[str]) -> str:
+    """--out holds `names` (its entries) and is no run of bertkit's."""
     shown = [n + ("/" if (out / n).is_dir() and not (out / n).is_symlink() else "") for n in names[:5]]
     more = f", and {len(names) - 5} more" if len(names) > 5 else ""
-    if own_run:
-        return (
-            f"--out {out} holds files bertkit did not write ({', '.join(shown)}{more}) in its `bertkit {command}` "
-            f"run; bertkit deletes or replaces only the files it wrote, never a folder holding anything else (not "
-            f"even with --overwrite). Move them out of {out}, or choose another --out, e.g. --out "
-            f"{suggest_out(out, command)}."
-        )
     return (
         f"--out {out} holds files bertkit did not write ({', '.join(shown)}{more}); bertkit only writes into a new "
         f"or empty directory or one of its own runs, and never deletes what it did not write (not even with "
@@ -233,30 +334,44 @@ def _foreign_message(out: Path, command: str, names: list[str], own_run: bool = 
     )
 
 
-def _read_marker(path: Path) -> str | None:
+def _unrecorded_run_message(out: Path, owner: str) -> str:
+    """A run of `owner` made before bertkit kept records (or with its record removed)."""
+    aside = out.with_name(f"{out.name}.old") if out.name else Path("old-run")
+    return (
+        f"--out {out} holds a `bertkit {owner}` run without the record of the files bertkit wrote there ({RECORD}): "
+        f"it was made by an older bertkit, or its record was removed. bertkit deletes or replaces only files its "
+        f"record says it wrote, so it does not guess which of these are its own (not even with --overwrite). Move "
+        f"that run aside (e.g. `mv {out} {aside}`) and re-run, or choose another --out, e.g. --out "
+        f"{suggest_out(out, owner)}."
+    )
+
+
+def _read_marker(path: Path, out: Path | None = None) -> str | None:
     """The command named by the marker in `path` (None: no marker); a UserError for an unreadable one."""
     file = path / MARKER
     if not file.exists():
         return None
-    record, reason = read_json_record(file, lambda r: None if isinstance(r, dict) and r.get("format") == MARKER_FORMAT
-                                      and isinstance(r.get("command"), str) else f"not a {MARKER_FORMAT} record")
+    found, reason = read_json_record(file, lambda r: None if isinstance(r, dict) and r.get("format") == MARKER_FORMAT
+                                     and isinstance(r.get("command"), str) else f"not a {MARKER_FORMAT} record")
     if reason is not None:
+        shown = out or path
         raise UserError(
-            f"--out {path} has a {MARKER} that bertkit did not write ({reason}), so bertkit cannot tell which "
-            f"command owns {path} and leaves it alone. Choose another --out, e.g. --out {suggest_out(path, 'run')}."
+            f"--out {shown} has a {MARKER} that bertkit did not write ({reason}), so bertkit cannot tell which "
+            f"command owns {shown} and leaves it alone. Choose another --out, e.g. --out {suggest_out(shown, 'run')}."
         )
-    return str(record["command"])
+    return str(found["command"])
 
 
 def _legacy_owner(path: Path) -> str | None:
-    """The command that wrote a run directory made before markers existed (its config.json or store files)."""
-    record = read_json_or_none(path / "config.json")
-    if isinstance(record, dict) and isinstance(record.get("config"), dict) and record.get("command") in RUN_ENTRIES:
-        return str(record["command"])
+    """The command that wrote a run directory made before markers existed (its config.json or store files): named
+    in the refusal."""
+    found = read_json_or_none(path / "config.json")
+    if isinstance(found, dict) and isinstance(found.get("config"), dict) and found.get("command") in COMMANDS:
+        return str(found["command"])
     for base in (path, *(path / n for n in SPLIT_NAMES)):
         for name in ("manifest.json", "splits.json"):
-            found = read_json_or_none(base / name)
-            if isinstance(found, dict) and found.get("format") == STORE_FORMAT:
+            manifest = read_json_or_none(base / name)
+            if isinstance(manifest, dict) and manifest.get("format") == STORE_FORMAT:
                 return "embed"
         identity = read_json_or_none(base / "identity.json")  # an unfinished store
         if isinstance(identity, dict) and {"model", "shard_size", "data_fingerprint"} <= set(identity):
@@ -271,7 +386,7 @@ def _resumable(staging: Path, command: str, compare: Compare | None) -> bool:
     try:
         if _read_marker(staging) != command:
             return False
-        if not [p for p in staging.iterdir() if not is_bertkit_temp(p.name)]:
+        if not [p for p in staging.iterdir() if p.name != MARKER]:
             return False
         return not (compare(staging) if compare is not None else [])
     except UserError:
@@ -280,8 +395,8 @@ def _resumable(staging: Path, command: str, compare: Compare | None) -> bool:
 
 def _write_marker(path: Path, command: str) -> None:
     """The marker, unless `path` already carries this command's (a re-run changes no byte of its run)."""
-    record = read_json_or_none(path / MARKER)
-    if isinstance(record, dict) and record.get("format") == MARKER_FORMAT and record.get("command") == command:
+    found = read_json_or_none(path / MARKER)
+    if isinstance(found, dict) and found.get("format") == MARKER_FORMAT and found.get("command") == command:
         return
     from bertkit import __version__
 
@@ -289,45 +404,50 @@ def _write_marker(path: Path, command: str) -> None:
                                       "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "bertkit": __version__})
 
 
-def _owned_names(path: Path, command: str) -> list[str]:
-    """The entries of `path` that `command` wrote (its outputs and its temp leftovers), never anything else."""
-    return sorted(p.name for p in path.iterdir()
-                  if p.name in RUN_ENTRIES[command]
-                  or (is_bertkit_temp(p.name) and p.name not in (MARKER, STAGING, OLD)))
+def _owned_names(base: Path) -> list[str]:
+    """The outputs of the run in `base` (its recorded top-level entries that exist), without its marker, staging
+    folder, swap folder and temp files."""
+    entries = Record.at(base).entries()
+    return sorted(rel for rel, entry in entries.items() if "/" not in rel and entry.kind != TEMP
+                  and rel not in (MARKER, STAGING, OLD) and ((base / rel).exists() or (base / rel).is_symlink()))
 
 
 def _move_entries(source: Path, target: Path) -> None:
-    """Move the outputs in `source` up into `target` (bertkit's hidden names stay behind)."""
-    for entry in sorted(source.iterdir()):
-        if is_bertkit_temp(entry.name):
+    """Move the recorded outputs in `source` (the staging folder) up into `target` (its marker and completion
+    mark stay behind)."""
+    rec = Record.at(target)
+    prefix = f"{rec.rel(source)}/"
+    names = sorted(rel[len(prefix):] for rel, entry in rec.entries().items()
+                   if rel.startswith(prefix) and "/" not in rel[len(prefix):] and entry.kind != TEMP)
+    for name in names:
+        if name in (MARKER, COMPLETE) or not ((source / name).exists() or (source / name).is_symlink()):
             continue
-        if (target / entry.name).exists():  # an old entry not yet set aside (an interrupted swap)
-            (target / OLD).mkdir(exist_ok=True)
-            os.replace(target / entry.name, target / OLD / entry.name)
-        os.replace(entry, target / entry.name)
+        if (target / name).exists():  # an old entry not yet set aside (an interrupted swap)
+            record.make_dirs(target / OLD)
+            record.move(target / name, target / OLD / name)
+        record.move(source / name, target / name)
 
 
-def _finish_swap(out: Path, command: str) -> None:
+def _finish_swap(base: Path) -> None:
     """Complete an interrupted `commit`: roll forward when staging was complete, else put the old output back."""
-    staging, old = out / STAGING, out / OLD
+    staging, old = base / STAGING, base / OLD
     if (staging / COMPLETE).is_file():
-        log.info("finishing the interrupted replacement of %s", out)
-        _move_entries(staging, out)
-        _remove_tree(staging, command)
+        log.info("finishing the interrupted replacement of %s", base)
+        _move_entries(staging, base)
+        _remove_tree(staging)
     elif old.is_dir():
-        log.info("restoring the previous output of %s (its replacement was interrupted)", out)
-        for entry in sorted(old.iterdir()):
-            if not (out / entry.name).exists():
-                os.replace(entry, out / entry.name)
-    _remove_tree(old, command)
+        log.info("restoring the previous output of %s (its replacement was interrupted)", base)
+        rec = Record.at(base)
+        for name in sorted(rel[len(OLD) + 1:] for rel in rec.entries() if rel.startswith(f"{OLD}/")
+                           and "/" not in rel[len(OLD) + 1:]):
+            if (old / name).exists() and not (base / name).exists():
+                record.move(old / name, base / name)
+    _remove_tree(old)
 
 
-def _remove_tree(path: Path, command: str) -> None:
-    """Remove one of bertkit's own folders (staging, OLD): the files `command` wrote there; anything else stays
-    (`inspect_run_dir` then names it)."""
-    if path.is_dir() and not path.is_symlink():
-        kept = remove_owned(path, f"run:{command}")
-        if kept:
-            log.warning("kept %s: bertkit did not write %s", path, ", ".join(map(str, kept[:5])))
-    elif path.exists() or path.is_symlink():
-        path.unlink()
+def _remove_tree(path: Path) -> None:
+    """Remove one of bertkit's own folders (staging, OLD): what its record says bertkit wrote there; anything
+    else stays (`inspect_run_dir` then names it)."""
+    kept = remove_recorded(path)
+    if kept:
+        log.warning("kept %s: bertkit did not write %s", path, ", ".join(map(str, kept[:5])))

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -87,8 +86,8 @@ def run_export(cfg: ExportConfig, progress: bool = False) -> dict[str, Any]:
         write_model_card(staged, export_card(cfg, report, dataset, model, source))
         del exported  # the session holds model.onnx open
         run = plan.claim()
-        for item in sorted(staged.iterdir()):
-            shutil.move(str(item), str(run.path / item.name))
+        for item in sorted(staged.iterdir()):  # each copied in atomically and recorded as bertkit's
+            ownership.place_file(item, run.path / item.name)
         run.commit()
     report["out"] = cfg.out
     report["size_bytes"] = os.path.getsize(Path(cfg.out).expanduser() / onnx.MODEL_FILE)

@@ -2,8 +2,9 @@
 
 A checkpoint is `checkpoints/step-N/`: Accelerate's `save_state` (model, optimizer, scheduler, RNG states),
 bertkit's `trainer_state.json` (where the run is), and `bertkit_checkpoint.json`, a manifest with the size and
-sha256 of every other file. It is built in `checkpoints/.tmp-step-N/` and renamed into place, so a kill leaves the
-previous complete checkpoint or the new complete one. Resuming verifies the newest checkpoint against its
+sha256 of every other file. It is built in a temp folder `checkpoints/.tmp-step-N-XXXXXXXX/` (recorded in the run's
+record before it is made, `bertkit.io.record`) and renamed into place, so a kill leaves the previous complete
+checkpoint or the new complete one, and the next run removes exactly the temp folder the kill left. Resuming verifies the newest checkpoint against its
 manifest before loading anything (Accelerate would silently skip a damaged RNG file and the run would quietly stop
 being exact); a damaged one is refused with the name of the newest intact one to resume from.
 
@@ -14,10 +15,8 @@ is freed.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.errors import UserError
-from bertkit.io import atomic, disk, faults, ownership
+from bertkit.io import atomic, disk, faults, ownership, record
 from bertkit.models.card import CardFacts, write_model_card
 from bertkit.models.metadata import write_model_info
 
@@ -38,7 +37,6 @@ MANIFEST_FORMAT = "bertkit-checkpoint/1"
 KEEP = 2
 """Complete checkpoints kept: the newest, and one to fall back on if the newest is found damaged."""
 STEP_FOLDER = re.compile(r"step-(\d+)")
-TMP_FOLDER = re.compile(r"\.tmp-step-(\d+)")
 
 
 @dataclass
@@ -51,25 +49,37 @@ class Restored:
 
 
 def step_folders(out: Path) -> list[Path]:
-    """`checkpoints/step-N` folders, oldest first. Other names (`step-5.bak`, a user's folder) are not ours: they
-    are neither loaded nor deleted (and `rundir.inspect_run_dir` refuses a run holding them, naming them)."""
+    """The `checkpoints/step-N` folders the run's record lists, oldest first. A folder it does not list (a user's
+    `step-5.bak`, or a `step-7` copied in) is neither loaded nor deleted (`rundir.inspect_run_dir` refuses a run
+    holding it, naming it)."""
     folder = out / "checkpoints"
-    if not folder.is_dir():
+    holder = ownership.record_of(folder) if folder.is_dir() else None
+    if holder is None:
         return []
-    found = [(int(m.group(1)), p) for p in folder.iterdir() if p.is_dir() and (m := STEP_FOLDER.fullmatch(p.name))]
+    rec, rel = holder
+    found = [(int(m.group(1)), p) for p in folder.iterdir() if p.is_dir() and not p.is_symlink()
+             and (m := STEP_FOLDER.fullmatch(p.name)) and _recorded_folder(rec.entry(f"{rel}/{p.name}"))]
     return [p for _, p in sorted(found)]
 
 
-def remove_unfinished_saves(out: Path) -> list[str]:
-    """Remove the `.tmp-step-N` folders of checkpoint saves that never completed (a kill mid-save); their names.
+def _recorded_folder(entry: record.Entry | None) -> bool:
+    return entry is not None and entry.kind == record.DIR
 
-    They can be as large as a checkpoint and would keep a nearly full disk full. Only that exact name is removed:
-    `save_checkpoint` alone makes such folders, inside the checkpoints/ of a run directory bertkit owns."""
+
+def remove_unfinished_saves(out: Path) -> list[str]:
+    """Remove the temp folders of checkpoint saves that never completed (a kill mid-save), as the run's record
+    lists them (`RunDir.claim` removes every temp leftover first; this is for a run not claimed here); their names.
+    They can be as large as a checkpoint and would keep a nearly full disk full."""
     folder = out / "checkpoints"
-    found = [p for p in folder.iterdir() if p.is_dir() and TMP_FOLDER.fullmatch(p.name)] if folder.is_dir() else []
+    holder = ownership.record_of(folder) if folder.is_dir() else None
+    if holder is None:
+        return []
+    rec, rel = holder
+    found = sorted(p for p in folder.iterdir() if (entry := rec.entry(f"{rel}/{p.name}")) is not None
+                   and entry.kind == record.TEMP)
     for tmp in found:
-        _remove(tmp, "checkpoint")
-    return sorted(p.name for p in found)
+        _remove(tmp)
+    return [p.name for p in found]
 
 
 def latest_checkpoint(out: Path) -> Path | None:
@@ -84,25 +94,26 @@ def latest_checkpoint(out: Path) -> Path | None:
 def save_checkpoint(accelerator: Any, out: Path, state: dict[str, Any], need_bytes: int) -> Path:
     """save_state into a temp folder, add the trainer state and the manifest, rename into place; keep `KEEP`.
 
-    Every process takes part (save_state writes one RNG file per process); only the main one renames and cleans.
-    """
+    Every process takes part (save_state writes one RNG file per process); only the main one records, renames and
+    cleans (the temp folder's name is the main process's)."""
     folder = out / "checkpoints"
-    final, tmp = folder / f"step-{state['global_step']}", folder / f".tmp-step-{state['global_step']}"
-    _on_main(accelerator, lambda: _start_folder(tmp, need_bytes, "checkpoint"))
-    with _full_disk_cleanup(accelerator, tmp, need_bytes, "checkpoint"):
+    final = folder / f"step-{state['global_step']}"
+    tmp = _on_main(accelerator, lambda: _start_folder(final, need_bytes))
+    with _full_disk_cleanup(accelerator, tmp, need_bytes):
         accelerator.save_state(str(tmp), safe_serialization=True)
         accelerator.wait_for_everyone()
         if accelerator.is_main_process:
             atomic.write_json_atomic(tmp / STATE_FILE, state)
             atomic.write_json_atomic(tmp / MANIFEST, {"format": MANIFEST_FORMAT, "files": file_digests(tmp)})
+            record.seal(tmp)
     if accelerator.is_main_process:
         faults.kill_point("finetune.checkpoint.before_rename")
         if final.exists():  # a re-save of the same step
-            _check_only_ours(final, "checkpoint")
-            _remove(final, "checkpoint")
-        os.replace(tmp, final)
+            _check_only_ours(final)
+            _remove(final)
+        record.move(tmp, final)
         for stale in _stale(step_folders(out), final):
-            _remove(stale, "checkpoint")  # step-N folders of this run only (see _stale)
+            _remove(stale)  # step-N folders of this run only (see _stale)
     accelerator.wait_for_everyone()
     return final
 
@@ -116,24 +127,34 @@ def save_model_folder(accelerator: Any, net: Any, tokenizer: Any, path: Path, ex
     accelerator.wait_for_everyone()
     state_dict = {k.removeprefix("model."): v for k, v in accelerator.get_state_dict(net).items()}
     if accelerator.is_main_process:
-        tmp, old = path.with_name(f".tmp-{path.name}"), path.with_name(f".old-{path.name}")
-        _start_folder(tmp, need_bytes, "model")
-        with _full_disk_cleanup(None, tmp, need_bytes, "model"):
+        tmp = _start_folder(path, need_bytes)
+        with _full_disk_cleanup(None, tmp, need_bytes):
             hf_logging.disable_progress_bar()  # loading turns transformers' bars back on; a one-file save needs none
             accelerator.unwrap_model(net).model.save_pretrained(tmp, safe_serialization=True, state_dict=state_dict)
             tokenizer.save_pretrained(tmp)
             write_model_info(tmp, extra)
             if card is not None:
                 write_model_card(tmp, card)
-            ownership.write_file_list(tmp)  # the names bertkit may later remove from this folder
-        _remove(old, "model")  # .old-best / .old-final: our own leftover of an interrupted swap
-        if path.exists():
-            _check_only_ours(path, "model")  # the run was checked at its start; a file may have come since
-            os.replace(path, old)
-        faults.kill_point("finetune.model.swap")
-        os.replace(tmp, path)
-        _remove(old, "model")
+            ownership.write_file_list(tmp)  # what push uploads
+            record.seal(tmp)
+        replace_folder(tmp, path, "finetune.model.swap")
     accelerator.wait_for_everyone()
+
+
+def replace_folder(tmp: Path, path: Path, kill_at: str | None = None) -> None:
+    """Swap the complete folder `tmp` in for `path` (a folder bertkit wrote, checked again: a file may have come
+    since the run was checked); the previous one goes aside under a temp name first, so a kill leaves one of the
+    two whole, and the next run removes the other."""
+    old = None
+    if path.exists():
+        _check_only_ours(path)
+        old = record.temp_name(path, folder=True, role="old")
+        record.move(path, old, record.TEMP)
+    if kill_at:
+        faults.kill_point(kill_at)
+    record.move(tmp, path)
+    if old is not None:
+        _remove(old)
 
 
 def _stale(folders: list[Path], final: Path) -> list[Path]:
@@ -152,45 +173,49 @@ def file_digests(folder: Path) -> dict[str, dict[str, Any]]:
     """{relative path: {size, sha256}} of every file in `folder` but the manifest itself."""
     digests = {}
     for path in sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST):
-        digest = hashlib.sha256()
-        with open(path, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-        digests[path.relative_to(folder).as_posix()] = {"size": path.stat().st_size, "sha256": digest.hexdigest()}
+        size, sha = record.file_digest(path)
+        digests[path.relative_to(folder).as_posix()] = {"size": size, "sha256": sha}
     return digests
 
 
-def _start_folder(tmp: Path, need_bytes: int, kind: str) -> None:
-    _remove(tmp, kind)  # a .tmp-* folder of ours left by a killed save
-    disk.check_free(tmp.parent, need_bytes)
-    tmp.mkdir(parents=True)
+def _start_folder(final: Path, need_bytes: int) -> Path:
+    """A new temp folder next to `final` (recorded before it is made), once the disk can hold `need_bytes`."""
+    disk.check_free(final.parent, need_bytes)
+    tmp = record.temp_name(final, folder=True)
+    record.make_dirs(final.parent)
+    record.note(record.TEMP, tmp)
+    tmp.mkdir()
+    return tmp
 
 
 @contextmanager
-def _full_disk_cleanup(accelerator: Any, tmp: Path, need_bytes: int, kind: str) -> Iterator[None]:
+def _full_disk_cleanup(accelerator: Any, tmp: Path, need_bytes: int) -> Iterator[None]:
     """A save that runs out of space removes its temp folder (ours, half written) and says disk full."""
     try:
         yield
     except Exception as exc:
         if not disk.is_disk_full(exc):
             raise
-        _remove(tmp, kind)
+        _remove(tmp)
         raise disk.full_error(tmp.parent, need_bytes) from None
 
 
-def _remove(folder: Path, kind: str) -> None:
-    """Remove a folder of ours (a checkpoint, a model folder, their temp folders): only the files bertkit wrote
-    there (`ownership.remove_owned`); anything else stays, with a warning, and the next run names it."""
-    kept = ownership.remove_owned(folder, kind) if folder.exists() or folder.is_symlink() else []
+def _remove(folder: Path) -> None:
+    """Remove a folder of ours (a checkpoint, a model folder, their temp folders): what the run's record says
+    bertkit wrote there (`ownership.remove_recorded`); anything else stays, with a warning, and the next run
+    names it."""
+    kept = ownership.remove_recorded(folder)
     if kept:
         log.warning("kept %s: it holds what bertkit did not write (%s)", folder, ", ".join(map(str, kept[:5])))
 
 
-def _check_only_ours(folder: Path, kind: str) -> None:
-    """A UserError when `folder`, about to be replaced, holds anything bertkit did not write."""
-    foreign = ownership.foreign_paths(folder, kind)
-    if foreign:
-        shown = ", ".join(str(p) for p in foreign[:5])
+def _check_only_ours(folder: Path) -> None:
+    """A UserError when `folder`, about to be replaced, holds anything the run's record does not vouch for."""
+    found = ownership.unowned(folder)
+    if found:
+        shown = ", ".join(f"{folder / u.path.rstrip('/')}" + (" (changed since bertkit wrote it)"
+                                                                if u.why == ownership.CHANGED else "")
+                          for u in found[:5])
         raise UserError(f"{folder} holds files bertkit did not write ({shown}); bertkit never replaces a folder "
                         f"holding anything else. Move them out of {folder} and re-run the same command to resume.")
 

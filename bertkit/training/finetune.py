@@ -61,7 +61,7 @@ from bertkit.training.loop import (
     restore,
     train_epoch,
 )
-from bertkit.training.resume import claim_out, finished_already, resume_key
+from bertkit.training.resume import claim_out, finished_run, resume_key
 
 log = logging.getLogger(__name__)
 
@@ -137,8 +137,9 @@ def finetune(cfg: FinetuneConfig, *, progress: bool = True, task: Task | None = 
     splits.label_map = task.label_map(cfg, splits)
     cfg = _for_the_shape(cfg, splits, accelerator.is_main_process)
     key = resume_key(cfg, {"train": splits.train.fingerprint, "dev": splits.dev.fingerprint})
-    if on_main(accelerator, lambda: finished_already(cfg, key, task.command)):  # read-only; refusals end here
-        return _finished_result(Path(cfg.out or "").expanduser(), accelerator)
+    done = on_main(accelerator, lambda: finished_run(cfg, key, task.command))  # read-only; refusals end here
+    if done is not None:  # where the finished run is (a sweep's trial: in the staging folder while it replaces)
+        return _finished_result(done, accelerator)
     session = setup(cfg, accelerator, splits, key, task)
     if session is None:  # an --overwrite run killed after its last save: its swap was finished just now
         return _finished_result(Path(cfg.out or "").expanduser(), accelerator)

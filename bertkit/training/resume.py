@@ -52,11 +52,13 @@ def _changed_keys(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return changed
 
 
-def finished_already(cfg: FinetuneConfig, key: dict[str, Any], command: str) -> bool:
-    """A read-only look at --out before any work (its refusals end the run here): does it hold this run, finished?"""
+def finished_run(cfg: FinetuneConfig, key: dict[str, Any], command: str) -> Path | None:
+    """A read-only look at --out before any work (its refusals end the run here): where it holds this run,
+    finished (None: it does not)."""
     plan = rundir.inspect_run_dir(cfg.out or "", command, overwrite=cfg.overwrite,
                                 compare=lambda path: resume_differences(path, key), inputs=ownership.input_paths(cfg))
-    return not plan.replacing and not plan.pending_swap and run_status(plan) == "finished"
+    finished = not plan.replacing and not plan.pending_swap and run_status(plan) == "finished"
+    return plan.path if finished else None
 
 
 def claim_out(cfg: FinetuneConfig, key: dict[str, Any], accelerator: Any, task: Any) -> tuple[rundir.RunDir, str]:

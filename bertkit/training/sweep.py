@@ -39,7 +39,7 @@ from bertkit.io import ownership, rundir, trail
 from bertkit.scoring import metrics
 from bertkit.scoring.table import LOWER_IS_BETTER
 from bertkit.training import finetune as finetune_core
-from bertkit.training import sweep_report
+from bertkit.training import sweep_checks, sweep_report
 from bertkit.training.finetune import finetune
 from bertkit.training.loop import on_main
 
@@ -82,12 +82,13 @@ def run_sweep(cfg: SweepConfig, *, progress: bool = True) -> SweepResult:
     dims = cfg.dimensions
     if cfg.search == "optuna":
         import_optuna()  # a missing Optuna stops the sweep before it claims --out
+    on_main(_processes(), lambda: sweep_checks.check_space(cfg, dims))  # every value, before any trial or claim
     run = on_main(_processes(), lambda: _claim(cfg, dims))
     root = run.path
     if cfg.search == "grid":
-        rows = [row for plan in grid_plans(cfg, dims) for row in [run_trial(cfg, root, plan, progress)]]
+        rows = [row for plan in grid_plans(cfg, dims) for row in [run_trial(cfg, run.out, plan, progress)]]
     else:
-        rows = OptunaSearch(cfg, dims).run(root, progress)
+        rows = OptunaSearch(cfg, dims).run(run.out, progress)
     summary = None
     if _processes().is_main_process:
         summary = sweep_report.write_outputs(cfg, dims, root, rows)
@@ -103,15 +104,17 @@ def grid_plans(cfg: SweepConfig, dims: list[Dimension]) -> list[Plan]:
             for number, values in enumerate(combos) for k in range(cfg.seeds)]
 
 
-def run_trial(cfg: SweepConfig, root: Path, plan: Plan, progress: bool, on_evaluate: Any = None) -> dict[str, Any]:
+def run_trial(cfg: SweepConfig, out: Path, plan: Plan, progress: bool, on_evaluate: Any = None) -> dict[str, Any]:
     """One trial through `finetune` (new, resumed, or finished already: finetune decides); its trials.csv row.
-    A finished trial keeps only its best/ model unless --keep-checkpoints."""
+    The trial's --out is its final path `OUT/trials/NAME` (what its config.json, metrics.json and cards record);
+    while the sweep replaces an earlier one it is written in the staging folder (`rundir.located`). A finished
+    trial keeps only its best/ model unless --keep-checkpoints."""
     shown = ", ".join(f"{flag(k)} {v}" for k, v in plan.params.items())
     log.info("trial %s: %s%s--seed %d", plan.name, shown, ", " if shown else "", plan.seed)
-    trial_cfg = finetune_config(cfg, plan.params, plan.seed, str(root / "trials" / plan.name))
+    trial_cfg = finetune_config(cfg, plan.params, plan.seed, str(out / "trials" / plan.name))
     result = finetune(trial_cfg, progress=progress, on_evaluate=on_evaluate)
     if _processes().is_main_process and not cfg.keep_checkpoints:
-        _keep_only_best(Path(trial_cfg.out or ""))
+        _keep_only_best(rundir.located(trial_cfg.out or ""))
     _processes().wait_for_everyone()
     return sweep_report.trial_row(plan.name, {flag(k)[2:]: v for k, v in plan.params.items()}, plan.seed,
                                   result.metrics)
@@ -153,12 +156,12 @@ class OptunaSearch:
             self.study = optuna.create_study(direction=direction, pruner=make_pruner(cfg),
                                              sampler=optuna.samplers.TPESampler(seed=cfg.seed))
 
-    def run(self, root: Path, progress: bool) -> list[dict[str, Any]]:
+    def run(self, out: Path, progress: bool) -> list[dict[str, Any]]:
         rows: list[dict[str, Any]] = []
         for number in range(self.cfg.trials):
             trial = self.study.ask() if self.study is not None else None
             params = on_main(_processes(), lambda t=trial: self._suggest(t))  # every process: the main one's values
-            rows += self._run_configuration(root, number, params, trial, progress)
+            rows += self._run_configuration(out, number, params, trial, progress)
         return rows
 
     def _suggest(self, trial: Any) -> dict[str, Any]:
@@ -172,14 +175,14 @@ class OptunaSearch:
                 params[d.name] = trial.suggest_float(d.name, d.low, d.high, log=d.log)
         return params
 
-    def _run_configuration(self, root: Path, number: int, params: dict[str, Any], trial: Any,
+    def _run_configuration(self, out: Path, number: int, params: dict[str, Any], trial: Any,
                            progress: bool) -> list[dict[str, Any]]:
         """The configuration's seeds: the first reported to the pruner (and stopped if pruned), then the others."""
         rows = []
         for k in range(self.cfg.seeds):
             plan = Plan(number, params, self.cfg.seed + k)
             callback = self._pruning(trial) if k == 0 else None
-            rows.append(run_trial(self.cfg, root, plan, progress, on_evaluate=callback))
+            rows.append(run_trial(self.cfg, out, plan, progress, on_evaluate=callback))
             if k == 0 and trial is not None:
                 self._report(trial, rows[0]["history"], rows[0]["metric"])  # a trial that ran before: replayed
             if rows[0]["status"] == "pruned":
@@ -246,12 +249,12 @@ def _differences(path: Path, compared: dict[str, Any]) -> list[str]:
     return [] if record is None else trail.config_differences(record.get("compared") or {}, compared)
 
 
-def _keep_only_best(trial_out: Path) -> None:
-    """Remove the checkpoints/ and final/ a finished trial wrote (what bertkit did not write there stays)."""
-    for name, kind in (("checkpoints", "checkpoints"), ("final", "model")):
-        kept = ownership.remove_owned(trial_out / name, kind)
+def _keep_only_best(trial_dir: Path) -> None:
+    """Remove the checkpoints/ and final/ a finished trial wrote (what its record does not vouch for stays)."""
+    for name in ("checkpoints", "final"):
+        kept = ownership.remove_recorded(trial_dir / name)
         if kept:
-            log.warning("kept %s: bertkit did not write %s", trial_out / name, ", ".join(map(str, kept[:5])))
+            log.warning("kept %s: bertkit did not write %s", trial_dir / name, ", ".join(map(str, kept[:5])))
 
 
 def _processes() -> Any:

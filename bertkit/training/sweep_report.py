@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.config.sweep import Dimension, SweepConfig
-from bertkit.io import atomic, ownership
+from bertkit.io import atomic, record
 from bertkit.scoring.table import LOWER_IS_BETTER
+from bertkit.training.checkpoints import replace_folder
 
 CSV_FIXED = ("seed", "status", "metric", "best", "best_step", "steps", "epochs_run", "train_seconds",
              "samples_per_second")
@@ -89,15 +90,13 @@ def write_outputs(cfg: SweepConfig, dims: list[Dimension], root: Path, rows: lis
 
 def copy_model(source: Path, target: Path) -> None:
     """`source` (a saved model folder) into `target`, whole or not at all: hard links (copies where links cannot be
-    made) in a temp folder, swapped in for the previous `target`, which bertkit wrote (a model folder)."""
-    tmp, old = target.with_name(f".tmp-{target.name}"), target.with_name(f".old-{target.name}")
-    for leftover in (tmp, old):
-        ownership.remove_owned(leftover, "model")
+    made) in a temp folder recorded before it is made, swapped in for the previous `target` (checked first: a
+    folder bertkit wrote)."""
+    tmp = record.temp_name(target, folder=True)
+    record.note(record.TEMP, tmp)
     shutil.copytree(source, tmp, copy_function=_link_or_copy)
-    if target.exists():
-        os.replace(target, old)
-    os.replace(tmp, target)
-    ownership.remove_owned(old, "model")
+    record.seal(tmp)
+    replace_folder(tmp, target)
 
 
 def _link_or_copy(src: str, dst: str) -> None:

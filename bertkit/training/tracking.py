@@ -29,7 +29,7 @@ from typing import Any
 
 from bertkit.config.commands import FinetuneConfig, config_dict
 from bertkit.errors import UserError
-from bertkit.io import atomic, ownership
+from bertkit.io import atomic, ownership, record
 from bertkit.training.loop import Session, TrainState, mean_across
 
 log = logging.getLogger(__name__)
@@ -112,6 +112,9 @@ class Backend:
     done_before: int = 0
     """Every step up to this one is logged already (W&B, Trackio); 0: none."""
     finished: bool = False
+    folder: Path | None = None
+    """The folder in the run directory the tracker's library writes (TensorBoard): recorded as the library's while
+    it is open, its files recorded with their digests once it is closed."""
 
     def new_values(self, values: dict[str, float], step: int) -> dict[str, float]:
         return {k: v for k, v in values.items() if step > max(self.done.get(k, 0), self.done_before)}
@@ -196,6 +199,7 @@ def start_trackers(session: Session, state: TrainState, fingerprints: dict[str, 
             backends.append(backend)
     except BaseException:
         RunTrackers(cfg, backends, where).finish(ok=False)
+        session.run.abandon()  # a refused start leaves --out as it was (a new run's config.json, metrics.jsonl)
         raise
     atomic.write_json_atomic(session.out / RECORD, {**saved, "format": RECORD_FORMAT, **where})
     return RunTrackers(cfg, backends, where)
@@ -239,11 +243,13 @@ def _tensorboard(session: Session, state: TrainState, name: str, saved: dict[str
 
     folder = session.out / TENSORBOARD
     earlier = folder.is_dir() and any(folder.glob("events.out.tfevents.*"))
+    record.note(record.OPEN, folder)  # the writer names its event files itself: the folder is its own until closed
     tracker = TensorBoardTracker(TENSORBOARD, session.out, **({"purge_step": state.global_step + 1} if earlier else {}))
     tracker.start()
     if not saved:
         tracker.store_init_configuration(hparams)
-    return Backend("tensorboard", tracker), {"logdir": str(Path(session.run.out) / TENSORBOARD), "run": name}
+    return (Backend("tensorboard", tracker, folder=folder),
+            {"logdir": str(Path(session.run.out) / TENSORBOARD), "run": name})
 
 
 def _mlflow(session: Session, state: TrainState, name: str, saved: dict[str, Any],
@@ -336,4 +342,6 @@ def _finish(backend: Backend, ok: bool) -> None:
         backend.tracker.run.finish(exit_code=0 if ok else 1)
     else:
         backend.tracker.finish()
+    if backend.folder is not None:
+        record.seal(backend.folder)
 

@@ -1,0 +1,432 @@
+"""The record of what bertkit wrote in a run directory: `.bertkit-record.jsonl`, kept while it writes.
+
+What bertkit may delete or replace is decided by this record alone, never by a name (`bertkit.io.ownership`). Each
+line is one event, appended and fsynced *before* the change it records, so a kill leaves at worst an entry for
+something never made - never something made without an entry:
+
+    {"format": "bertkit-record/1", "command": "finetune"}    the first line: which command owns the directory
+    {"dir": "best"}                                           a folder bertkit made (or adopted to write into)
+    {"file": "metrics.json", "size": 812, "sha256": "..."}    a file bertkit wrote, with these bytes; every version
+                                                              written is kept until the next claim compacts the record
+    {"temp": "best/.config.json.1a2b3c4d.tmp"}                a temp file or folder (a unique name) about to be made:
+                                                              whatever it holds is bertkit's, and it is removed whole
+    {"open": "tensorboard"}                                   a folder a library writes into (TensorBoard's event
+                                                              files); sealed, its files recorded, when it closes
+    {"run": "trials/000_lr=0.001_seed=42"}                    a run directory of its own, with its own record
+    {"copy": "a", "to": "b", "as": "dir"}                     before a rename a -> b: b holds what a holds
+    {"gone": "a"}                                             a, and everything below it, is gone
+
+Paths are relative to the run directory, with "/". The writers of `bertkit.io` record through the run directories
+this process claimed (`track`): an atomic write, an append, a folder made or moved below one of them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bertkit.errors import UserError
+
+RECORD = ".bertkit-record.jsonl"
+"""In every run directory bertkit writes: the record of everything it wrote there."""
+FORMAT = "bertkit-record/1"
+DIR, FILE, TEMP, OPEN, RUN = "dir", "file", "temp", "open", "run"
+"""The kinds of recorded entries (see the module docstring)."""
+KINDS = (DIR, FILE, TEMP, OPEN, RUN)
+BLOCK = 1 << 20
+
+
+@dataclass
+class Entry:
+    """One recorded path: its kind and, for a file, every (size, sha256) bertkit wrote there."""
+
+    kind: str
+    versions: set[tuple[int, str]] = field(default_factory=set)
+
+    def copied(self, kind: str | None = None) -> Entry:
+        return Entry(kind or self.kind, set(self.versions))
+
+
+class Record:
+    """The record of the run directory `root` (`Record.at(root)`: one object per directory in this process)."""
+
+    def __init__(self, root: Path):
+        self.root = Path(os.path.abspath(root))
+        self.file = self.root / RECORD
+        self._reset(None)
+
+    @classmethod
+    def at(cls, root: str | Path) -> Record:
+        key = os.path.abspath(root)
+        if key not in _RECORDS:
+            _RECORDS[key] = cls(Path(key))
+        return _RECORDS[key]
+
+    @classmethod
+    def create(cls, root: str | Path, command: str) -> Record:
+        """A new, empty record in `root` (a folder bertkit just made or found empty)."""
+        record = cls.at(root)
+        fd = os.open(record.file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o666)
+        try:
+            _write_all(fd, _line({"format": FORMAT, "command": command}))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return record
+
+    # ---------------------------------------------------------------- reading
+
+    def exists(self) -> bool:
+        return self.file.is_file() and not self.file.is_symlink()
+
+    def valid(self) -> bool:
+        """Whether the record starts as bertkit writes it (a damaged one is never guessed at)."""
+        self._refresh()
+        return isinstance(self._header, dict) and self._header.get("format") == FORMAT
+
+    def command(self) -> str | None:
+        """The command the record says owns the directory."""
+        self._refresh()
+        command = self._header.get("command") if isinstance(self._header, dict) else None
+        return command if isinstance(command, str) else None
+
+    def entries(self) -> dict[str, Entry]:
+        """Every recorded path (relative, "/"-separated) as it stands after the events so far."""
+        self._refresh()
+        return self._entries
+
+    def entry(self, rel: str) -> Entry | None:
+        return self.entries().get(rel)
+
+    def rel(self, path: str | Path) -> str:
+        """`path` relative to the run directory ("" for the directory itself)."""
+        rel = os.path.relpath(os.path.abspath(path), self.root)
+        return "" if rel == "." else Path(rel).as_posix()
+
+    def _reset(self, inode: int | None) -> None:
+        self._entries: dict[str, Entry] = {}
+        self._header: Any = None
+        self._offset, self._inode = 0, inode
+
+    def _refresh(self) -> None:
+        """Read what was appended since the last look (all of it again when the file was replaced)."""
+        try:
+            stat = os.stat(self.file)
+        except OSError:
+            self._reset(None)
+            return
+        if stat.st_ino != self._inode or stat.st_size < self._offset:
+            self._reset(stat.st_ino)
+        if stat.st_size == self._offset:
+            return
+        with open(self.file, "rb") as handle:
+            handle.seek(self._offset)
+            data = handle.read()
+        whole = data[: data.rfind(b"\n") + 1]  # a torn last line (killed mid-append) was never acted on
+        for line in whole.splitlines():
+            self._read_line(line)
+        self._offset += len(whole)
+
+    def _read_line(self, line: bytes) -> None:
+        try:
+            event = json.loads(line)
+        except ValueError:
+            event = None
+        if self._offset == 0 and self._header is None:
+            self._header = event if isinstance(event, dict) else {}
+        elif isinstance(event, dict):  # a line that does not parse is a torn append, never acted on
+            _apply(self._entries, event)
+
+    # ---------------------------------------------------------------- writing (each before the change it records)
+
+    def add(self, kind: str, rel: str) -> None:
+        """A folder made (DIR), a temp about to be made (TEMP), a library's folder (OPEN), a nested run (RUN)."""
+        self._append([{kind: rel}])
+
+    def add_file(self, rel: str, size: int, sha256: str) -> None:
+        self._append([{FILE: rel, "size": size, "sha256": sha256}])
+
+    def add_files(self, folder_rel: str, folder: Path) -> None:
+        """Every file and folder below `folder` (a temp or open folder bertkit filled), with digests."""
+        events: list[dict[str, Any]] = []
+        for path in sorted(folder.rglob("*")):
+            rel = f"{folder_rel}/{path.relative_to(folder).as_posix()}"
+            if path.is_dir() and not path.is_symlink():
+                events.append({DIR: rel})
+            elif path.is_file() and not path.is_symlink():
+                size, sha = file_digest(path)
+                events.append({FILE: rel, "size": size, "sha256": sha})
+        self._append(events)
+
+    def copy(self, source: str, target: str, kind: str) -> None:
+        self._append([{"copy": source, "to": target, "as": kind}])
+
+    def gone(self, rel: str) -> None:
+        self._append([{"gone": rel}])
+
+    def compact(self) -> None:
+        """Rewrite the record as one event per entry that still exists (and, for a file, only the version it
+        holds): called when a run is claimed, by the one process that claims it."""
+        entries = self.entries()
+        events: list[dict[str, Any]] = [self._header]
+        for rel in sorted(entries, key=lambda r: r.split("/")):
+            entry, path = entries[rel], self.root / rel
+            if not (path.exists() or path.is_symlink()):
+                continue
+            if entry.kind != FILE:
+                events.append({entry.kind: rel})
+                continue
+            found = file_digest(path) if path.is_file() else None
+            for size, sha in sorted(entry.versions):
+                if found is None or (size, sha) == found or found not in entry.versions:
+                    events.append({FILE: rel, "size": size, "sha256": sha})
+        tmp = self.root / f"{RECORD}.{secrets.token_hex(4)}.tmp"
+        self.add(TEMP, tmp.name)
+        self._replace_with(tmp, b"".join(_line(e) for e in events))
+
+    def restore(self, content: bytes) -> None:
+        """Put back the record as it was (`content`), once what was recorded since is gone again."""
+        tmp = self.root / f"{RECORD}.{secrets.token_hex(4)}.tmp"
+        self.add(TEMP, tmp.name)
+        self._replace_with(tmp, content)
+
+    def _replace_with(self, tmp: Path, content: bytes) -> None:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        try:
+            _write_all(fd, content)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, self.file)
+
+    def _append(self, events: list[dict[str, Any]]) -> None:
+        if not events:
+            return
+        data = b"".join(_line(e) for e in events)
+        try:
+            fd = os.open(self.file, os.O_RDWR | os.O_APPEND)
+        except FileNotFoundError:
+            raise UserError(f"{self.file} disappeared while bertkit was writing {self.root}: without it bertkit cannot "
+                            f"tell its files from others'. Move {self.root} aside and re-run the command.") from None
+        try:
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                data = b"\n" + data  # end a torn line first: it stays unreadable, this one does not
+            _write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _apply(entries: dict[str, Entry], event: dict[str, Any]) -> None:
+    """One event on the entries (see the module docstring); an event of another shape is ignored."""
+    if isinstance(event.get(FILE), str):
+        rel = event[FILE]
+        if rel not in entries or entries[rel].kind != FILE:
+            entries[rel] = Entry(FILE)
+        if isinstance(event.get("size"), int) and isinstance(event.get("sha256"), str):
+            entries[rel].versions.add((event["size"], event["sha256"]))
+    elif isinstance(event.get("copy"), str) and isinstance(event.get("to"), str) and event.get("as") in KINDS:
+        source, target = event["copy"], event["to"]
+        for rel in [r for r in entries if r == source or r.startswith(f"{source}/")]:
+            moved = target + rel[len(source):]
+            entries[moved] = entries[rel].copied(event["as"] if rel == source else None)
+    elif isinstance(event.get("gone"), str):
+        rel = event["gone"]
+        for key in [r for r in entries if r == rel or r.startswith(f"{rel}/")]:
+            del entries[key]
+    else:
+        for kind in (DIR, TEMP, OPEN, RUN):
+            if isinstance(event.get(kind), str):
+                entries[event[kind]] = Entry(kind)
+                return
+
+
+def _line(event: dict[str, Any]) -> bytes:
+    return json.dumps(event, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+# ---------------------------------------------------------------- digests
+
+
+_DIGESTS: dict[tuple[str, int, int, int, int], tuple[int, str]] = {}
+"""(path, device, inode, size, mtime) -> (size, sha256): a file is hashed once per process while it is unchanged."""
+
+
+def file_digest(path: str | Path) -> tuple[int, str]:
+    """(size, sha256 hex) of the file at `path`."""
+    stat = os.stat(path)
+    key = (os.path.abspath(path), stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
+    if key not in _DIGESTS:
+        digest = hashlib.sha256()
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(BLOCK), b""):
+                digest.update(block)
+        _DIGESTS[key] = (stat.st_size, digest.hexdigest())
+    return _DIGESTS[key]
+
+
+def matches(path: str | Path, entry: Entry) -> bool:
+    """Whether the file at `path` holds bytes bertkit recorded writing there (the size is checked first)."""
+    try:
+        size = os.stat(path).st_size
+        return any(s == size for s, _ in entry.versions) and file_digest(path) in entry.versions
+    except OSError:
+        return False
+
+
+# ---------------------------------------------------------------- the run directories this process writes
+
+
+_RECORDS: dict[str, Record] = {}
+_TRACKED: dict[str, Record] = {}
+"""The run directories claimed by this process (absolute paths): writes below them are recorded in their record."""
+_STAGED: dict[str, str] = {}
+"""Run directory -> its staging folder, while an --overwrite run builds its output there: a run inside it (a sweep's
+trial) named by its final path is written at the same place in the staging folder (`located`)."""
+
+
+def track(root: str | Path) -> Record:
+    """Record this process's writes below `root` in its record; run directories claimed earlier that hold neither
+    `root` nor are held by it (a finished trial, a failed command of an earlier call) stop being tracked."""
+    key = os.path.abspath(root)
+    for other in list(_TRACKED):
+        if not (_inside(key, other) or _inside(other, key)):
+            untrack(other)
+    _TRACKED[key] = Record.at(key)
+    return _TRACKED[key]
+
+
+def untrack(root: str | Path) -> None:
+    """Stop recording writes below `root` (its run ended) and forget its staging folder."""
+    key = os.path.abspath(root)
+    for other in [k for k in _TRACKED if _inside(k, key)]:
+        del _TRACKED[other]
+    for other in [k for k in _STAGED if _inside(k, key)]:
+        del _STAGED[other]
+
+
+def tracking(path: str | Path) -> tuple[Record, str] | None:
+    """(the record of the nearest tracked run directory holding `path`, `path` relative to it), or None."""
+    key = os.path.abspath(path)
+    holders = [root for root in _TRACKED if _inside(key, root) and key != root]
+    if not holders:
+        return None
+    record = _TRACKED[max(holders, key=len)]
+    return record, record.rel(key)
+
+
+def stage(root: str | Path, staging: str | Path) -> None:
+    _STAGED[os.path.abspath(root)] = os.path.abspath(staging)
+
+
+def located(path: str | Path) -> Path:
+    """Where the run directory named `path` is written now: inside the staging folder while the run directory
+    holding it is being replaced (a sweep --overwrite's trials), else `path` itself."""
+    key = os.path.abspath(path)
+    for root, staging in _STAGED.items():
+        if _inside(key, root) and key != root and not _inside(key, staging):
+            return Path(staging) / os.path.relpath(key, root)
+    return Path(path)
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+# ---------------------------------------------------------------- recording writes below tracked run directories
+
+
+def note_dirs(path: str | Path) -> None:
+    """Record the folders from the tracked run directory down to `path`'s parent that are not recorded yet (a
+    folder bertkit is about to make, or made to write into); a temp or open folder holds its own."""
+    where = tracking(path)
+    if where is None:
+        return
+    record, rel = where
+    entries = record.entries()
+    parts = rel.split("/")[:-1]
+    for depth in range(1, len(parts) + 1):
+        folder = "/".join(parts[:depth])
+        entry = entries.get(folder)
+        if entry is not None and entry.kind in (TEMP, OPEN, RUN):
+            return
+        if entry is None or entry.kind == FILE:
+            record.add(DIR, folder)
+
+
+def make_dirs(folder: str | Path) -> Path:
+    """`folder` and its missing parents, recorded first when below a tracked run directory."""
+    folder = Path(folder)
+    note_dirs(folder / "_")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def temp_name(path: str | Path, *, folder: bool = False, role: str = "tmp") -> Path:
+    """A unique temp name next to `path`: `.NAME.XXXXXXXX.tmp` for a file, `.ROLE-NAME-XXXXXXXX` for a folder."""
+    path, token = Path(path), secrets.token_hex(4)
+    return path.with_name(f".{role}-{path.name}-{token}" if folder else f".{path.name}.{token}.tmp")
+
+
+def note(kind: str, path: str | Path) -> None:
+    """Record `path` as `kind` (DIR, TEMP, OPEN, RUN) when below a tracked run directory; its parents too."""
+    where = tracking(path)
+    if where is not None:
+        note_dirs(path)
+        where[0].add(kind, where[1])
+
+
+def note_file(path: str | Path, digest: tuple[int, str] | None = None) -> None:
+    """Record the bytes `path` holds (or will hold: `digest`) when it is below a tracked run directory."""
+    where = tracking(path)
+    if where is not None:
+        note_dirs(path)
+        size, sha = digest or file_digest(path)
+        where[0].add_file(where[1], size, sha)
+
+
+def note_gone(path: str | Path) -> None:
+    where = tracking(path)
+    if where is not None:
+        where[0].gone(where[1])
+
+
+def move(source: str | Path, target: str | Path, kind: str | None = None) -> None:
+    """os.replace(source, target), the record following it (target recorded before the rename, source after);
+    `kind`: what the target is recorded as (default: what the source was; a temp folder becomes a folder)."""
+    where = tracking(target)
+    if where is None:
+        os.replace(source, target)
+        return
+    record, target_rel = where
+    source_rel = record.rel(source)
+    entry = record.entry(source_rel)
+    note_dirs(target)
+    record.copy(source_rel, target_rel, kind or (DIR if entry is None or entry.kind == TEMP else entry.kind))
+    os.replace(source, target)
+    record.gone(source_rel)
+
+
+def seal(folder: str | Path) -> None:
+    """Record every file in `folder` (a temp folder bertkit filled, or an open folder a library wrote) with its
+    digest; an open folder becomes a plain recorded folder."""
+    where = tracking(folder)
+    if where is None:
+        return
+    record, rel = where
+    record.add_files(rel, Path(folder))
+    entry = record.entry(rel)
+    if entry is not None and entry.kind == OPEN:
+        record.add(DIR, rel)
