@@ -258,7 +258,7 @@ def test_a_run_without_records_is_refused_with_how_to_move_it_aside(removed, ove
     (out / "best" / "README.md").write_text("# my notes on this model\n")
     before = snapshot(ws.root)
     result = invoke(ws.argv("finetune", out, "--epochs", "2", *(["--overwrite"] if overwrite else [])))
-    assert_refused(result, before, ws.root, f"--out WS/finetune-run holds a `bertkit finetune` run without the record")
+    assert_refused(result, before, ws.root, "--out WS/finetune-run holds a `bertkit finetune` run without the record")
     text = " ".join(result.output.replace(str(ws.root), "WS").split())
     assert "does not guess" in text and "Move that run aside (e.g. `mv WS/finetune-run WS/finetune-run.old`)" in text
     refused = invoke(ws.argv("evaluate", out, "--overwrite"))  # another command: named as such, still refused
