@@ -36,8 +36,12 @@ def store_bytes(path: Path) -> dict[str, bytes]:
 
 
 def store_content(path: Path) -> dict[str, bytes]:
-    """`store_bytes` for comparing two runs: the run marker's only varying field, its creation time, left out."""
+    """`store_bytes` for comparing two runs: the run marker's only varying field, its creation time, left out, and
+    the record of what bertkit wrote (its history differs from run to run) checked to vouch for every file instead."""
+    from bertkit.io import ownership, record
+
     found = store_bytes(path)
+    assert found.pop(record.RECORD) and ownership.unowned(path) == []
     marker = json.loads(found.pop(".bertkit-run.json"))
     assert marker.pop("created") and marker["command"] == "embed"
     return {**found, ".bertkit-run.json": json.dumps(marker).encode()}
@@ -49,7 +53,8 @@ def test_store_readable_by_numpy_and_open(tiny_bert_dir, toy_tsv, toy_rows, tmp_
                    "--dtype", "fp32")
     assert result.exit_code == 0, result.output
     assert "40 rows" in result.output and "rows/s" in result.output
-    assert sorted(p.name for p in out.iterdir()) == [".bertkit-run.json", "features.npy", "labels.npy", "manifest.json"]
+    assert sorted(p.name for p in out.iterdir()) == [".bertkit-record.jsonl", ".bertkit-run.json", "features.npy",
+                                                     "labels.npy", "manifest.json"]
     assert json.loads((out / ".bertkit-run.json").read_text())["command"] == "embed"  # the run directory's owner
     plain = np.load(out / "features.npy")  # no bertkit needed
     st = store.open(out)

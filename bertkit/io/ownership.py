@@ -87,7 +87,7 @@ def _check(folder: Path, rec: Record, rel: str, shown: str, found: list[Unowned]
         if child == RECORD:
             continue
         entry = None if path.is_symlink() else entries.get(child)  # bertkit makes no links
-        if entry is None or (entry.kind == FILE) == path.is_dir():
+        if not _same_shape(entry, path):
             found.append(Unowned(_shown(path, child_shown), NOT_WRITTEN))
         elif entry.kind == FILE:
             if not record.matches(path, entry):
@@ -101,6 +101,14 @@ def _check(folder: Path, rec: Record, rel: str, shown: str, found: list[Unowned]
         elif entry.kind == DIR:
             _check(path, rec, child, child_shown, found)
         # TEMP and OPEN: whatever they hold is bertkit's (a temp being written, a library's open folder)
+
+
+def _same_shape(entry: record.Entry | None, path: Path) -> bool:
+    """Whether `path` is what its entry says bertkit made there: a file for a file, a folder for a folder (a temp
+    either); a link never (bertkit makes none)."""
+    if entry is None or path.is_symlink():
+        return False
+    return entry.kind == TEMP or (entry.kind == FILE) != path.is_dir()
 
 
 def record_of(path: Path) -> tuple[Record, str] | None:
@@ -141,7 +149,7 @@ def remove_recorded(path: Path) -> list[Path]:
 
 def _remove(path: Path, rec: Record, rel: str, kept: list[Path]) -> None:
     entry = None if path.is_symlink() else rec.entry(rel)
-    if entry is None or (entry.kind == FILE) == path.is_dir():
+    if not _same_shape(entry, path):
         kept.append(path)
         return
     if entry.kind in (TEMP, OPEN):

@@ -185,9 +185,12 @@ class Record:
             for size, sha in sorted(entry.versions):
                 if found is None or (size, sha) == found or found not in entry.versions:
                     events.append({FILE: rel, "size": size, "sha256": sha})
+        content = b"".join(_line(e) for e in events)
+        if self.file.read_bytes() == content:
+            return  # a re-run that changed nothing changes no byte of the record either
         tmp = self.root / f"{RECORD}.{secrets.token_hex(4)}.tmp"
         self.add(TEMP, tmp.name)
-        self._replace_with(tmp, b"".join(_line(e) for e in events))
+        self._replace_with(tmp, content)
 
     def restore(self, content: bytes) -> None:
         """Put back the record as it was (`content`), once what was recorded since is gone again."""
@@ -260,14 +263,15 @@ def _write_all(fd: int, data: bytes) -> None:
 # ---------------------------------------------------------------- digests
 
 
-_DIGESTS: dict[tuple[str, int, int, int, int], tuple[int, str]] = {}
-"""(path, device, inode, size, mtime) -> (size, sha256): a file is hashed once per process while it is unchanged."""
+_DIGESTS: dict[tuple[int, int, int, int], tuple[int, str]] = {}
+"""(device, inode, size, mtime) -> (size, sha256): a file is hashed once per process while it is unchanged (a
+rename keeps all four: a temp file's digest is its final file's)."""
 
 
 def file_digest(path: str | Path) -> tuple[int, str]:
     """(size, sha256 hex) of the file at `path`."""
     stat = os.stat(path)
-    key = (os.path.abspath(path), stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
+    key = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
     if key not in _DIGESTS:
         digest = hashlib.sha256()
         with open(path, "rb") as handle:
@@ -385,7 +389,9 @@ def note(kind: str, path: str | Path) -> None:
     where = tracking(path)
     if where is not None:
         note_dirs(path)
-        where[0].add(kind, where[1])
+        entry = where[0].entry(where[1])
+        if entry is None or entry.kind != kind:
+            where[0].add(kind, where[1])
 
 
 def note_file(path: str | Path, digest: tuple[int, str] | None = None) -> None:

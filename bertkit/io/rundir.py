@@ -130,7 +130,7 @@ class RunDir:
         are removed. A kill before COMPLETE leaves the previous output (restored by the next run); after it,
         the next run finishes the swap."""
         if not self.replacing:
-            record.untrack(self.base)
+            _close(self.base)
             return
         base, staging, old = self.base, self.base / STAGING, self.base / OLD
         check_only_bertkit_files(base, self.command)  # again: a long run gives time to put a file into best/
@@ -144,7 +144,7 @@ class RunDir:
         kill_point("runs.commit.moved")
         _remove_tree(old)
         _remove_tree(staging)
-        record.untrack(base)
+        _close(base)
         self.path, self.replacing, self.existing = base, False, True
 
     def abandon(self) -> None:
@@ -167,6 +167,13 @@ class RunDir:
                 _remove_made_folders(base, self.made_from if self.made == "folder" else None)
         record.untrack(base)
         self.claimed = False
+
+
+def _close(base: Path) -> None:
+    """The run in `base` is done: its record compacted (one line per entry), its writes no longer recorded."""
+    if Record.at(base).exists():
+        Record.at(base).compact()
+    record.untrack(base)
 
 
 def _remove_made_folders(base: Path, made_from: Path | None) -> None:
@@ -318,8 +325,10 @@ def _unowned_message(out: Path, command: str, found: list[Unowned]) -> str:
     return (
         f"--out {out} holds {' and '.join(parts)} in its `bertkit {command}` run; bertkit deletes or replaces only "
         f"the files its record ({RECORD}) says it wrote, with the bytes it wrote, never a folder holding anything "
-        f"else (not even with --overwrite). Move them out of {out}, or choose another --out, e.g. --out "
-        f"{suggest_out(out, command)}."
+        f"else (not even with --overwrite). Move them out of {out}"
+        + (" (or delete the changed ones, if they are bertkit's own files, damaged)"
+           if any(u.why == CHANGED for u in found) else "")
+        + f", or choose another --out, e.g. --out {suggest_out(out, command)}."
     )
 
 
