@@ -395,6 +395,16 @@ DEEP = [  # (command, a user's file inside that command's run, how the message s
     ("probe", "probe/README.md", "probe/README.md"),
     ("probe", "features/mine.npy", "features/mine.npy"),
     ("bench", "quality/notes.txt", "quality/"),  # this bench measured no quality: bertkit made no quality/
+    # issue 36: named like bertkit's temp files and folders (its own unique-name shapes too), at every depth
+    ("tokens", ".draft.tmp", ".draft.tmp"),
+    ("finetune", "best/.notes.tmp", "best/.notes.tmp"),
+    ("finetune", "checkpoints/step-4/.optimizer.bin.0badc0de.tmp", "checkpoints/step-4/.optimizer.bin.0badc0de.tmp"),
+    ("finetune", ".tmp-final-0badc0de/model.safetensors", ".tmp-final-0badc0de/"),
+    ("finetune", "checkpoints/.tmp-step-6-0badc0de/optimizer.bin", "checkpoints/.tmp-step-6-0badc0de/"),
+    ("embed", ".features.npy.0badc0de.tmp", ".features.npy.0badc0de.tmp"),
+    ("probe", "probe/.probe.json.1a2b3c4d.tmp", "probe/.probe.json.1a2b3c4d.tmp"),
+    ("evaluate", ".predictions.csv.deadbeef.tmp", ".predictions.csv.deadbeef.tmp"),
+    ("bench", ".bertkit-old/bench.json", ".bertkit-old/"),  # bertkit's swap folder's name, not one it made
 ]
 
 
@@ -587,3 +597,56 @@ def test_predict_replaces_its_own_predictions_of_every_shape(shape, ws):
     again = invoke(["probe", "--model", str(ws.model), "--data", str(train), "--no-baselines", "--out", str(probe),
                     "--overwrite", "--quiet"])  # the shape's own plot (scatter / per-label F1) is bertkit's too
     assert again.exit_code == 0, again.output
+
+
+def test_a_killed_write_leaves_a_recorded_temp_the_next_run_removes_and_nothing_that_looks_like_it(ws):
+    """Temp files are recorded (by their unique names) before they are made: the next run removes exactly the
+    one a SIGKILL left; a file named the same way that bertkit never recorded is refused, named, and kept."""
+    out = ws.root / "tokens-run"
+    killed = _python_bertkit(ws.argv("tokens", out), BERTKIT_KILL_AT="replace:tokens.json")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    (left,) = [p for p in out.iterdir() if p.name.startswith(".tokens.json.") and p.name.endswith(".tmp")]
+    entry = record.Record.at(out).entry(left.name)
+    assert entry is not None and entry.kind == record.TEMP  # recorded before it was made
+    look_alike = out / ".tokens.json.0badc0de.tmp"
+    look_alike.write_text("mine\n")
+    before = snapshot(ws.root)
+    assert_refused(invoke(ws.argv("tokens", out)), before, ws.root, "did not write (.tokens.json.0badc0de.tmp)")
+    shutil.move(look_alike, ws.root / look_alike.name)
+    again = invoke(ws.argv("tokens", out))
+    assert again.exit_code == 0, again.output
+    assert not left.exists() and (ws.root / look_alike.name).read_text() == "mine\n"
+    assert ownership.unowned(out) == [] and (out / "tokens.json").is_file()
+
+
+def test_the_record_lists_every_file_with_its_size_and_digest_and_every_folder(ws):
+    from bertkit.io.record import file_digest
+
+    for command in ("finetune", "embed", "probe", "bench"):
+        out = ws.made[command]
+        entries = record.Record.at(out).entries()
+        for path in out.rglob("*"):
+            rel = path.relative_to(out).as_posix()
+            if rel == record.RECORD:
+                continue
+            entry = entries[rel]
+            if path.is_dir():
+                assert entry.kind in (record.DIR, record.RUN), rel
+            else:
+                assert entry.kind == record.FILE and entry.versions == {file_digest(path)}, rel
+
+
+def test_the_record_reads_past_a_torn_line_and_ignores_it(tmp_path):
+    """A kill in the middle of an append leaves a line without its end: it was never acted on, so it is not read,
+    and the next event starts on a line of its own."""
+    rec = record.Record.create(tmp_path, "tokens")
+    rec.add(record.DIR, "a")
+    with open(rec.file, "ab") as handle:
+        handle.write(b'{"file":"a/x","size":3,"sha')  # torn
+    fresh = record.Record(tmp_path)
+    assert set(fresh.entries()) == {"a"}
+    rec.add_file("a/y", 2, "00")
+    assert set(record.Record(tmp_path).entries()) == {"a", "a/y"} and rec.valid()
+    rec.copy("a", "b", record.DIR)
+    rec.gone("a")
+    assert set(record.Record(tmp_path).entries()) == {"b", "b/y"}

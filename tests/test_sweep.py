@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -247,3 +248,91 @@ def test_optuna_search_killed_in_its_second_trial_replays_to_the_uninterrupted_t
     assert (first / "metrics.json").stat().st_mtime_ns == before, "the first trial was re-run"
     assert without_timing(read_csv(out / "trials.csv")) == without_timing(read_csv(tmp_path / "reference" /
                                                                                     "trials.csv"))
+
+
+# ---------------------------------------------------------------- issue 36: by record, final paths, values checked
+
+
+def text_files(root: Path) -> dict[str, str]:
+    """Every file under `root` that holds text (JSON, cards, tables, logs), by relative path."""
+    found = {}
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and path.suffix in (".json", ".jsonl", ".md", ".csv", ".yml", ".txt"):
+            found[str(path.relative_to(root))] = path.read_text(encoding="utf-8")
+    return found
+
+
+def test_sweep_overwrite_records_the_final_paths_never_the_staging_folder(tiny_bert_dir, toy_files, tmp_path):
+    """The issue's case: every trial's config.json, metrics.json outputs and card Reproduce line (OUT/best's too)
+    said OUT/.bertkit-next/... after `sweep --overwrite`."""
+    from bertkit.io import ownership
+
+    out = tmp_path / "sweep"
+    run_ok(sweep_argv(tiny_bert_dir, toy_files, out, "--grid", "lr=5e-3", "--epochs", "1"))
+    summary = run_ok(sweep_argv(tiny_bert_dir, toy_files, out, "--grid", "lr=5e-3,1e-3", "--epochs", "1",
+                                "--overwrite", "--keep-checkpoints"))
+    staged = {name: text for name, text in text_files(out).items() if ownership.STAGING in text}
+    assert not staged, f"the staging folder is recorded in {sorted(staged)}"
+    for row in summary["rows"]:
+        trial = out / "trials" / row["trial"]
+        assert json.loads((trial / "config.json").read_text())["config"]["out"] == str(trial)
+        outputs = json.loads((trial / "metrics.json").read_text())["outputs"]
+        assert outputs["best"] == str(trial / "best") and outputs["final"] == str(trial / "final")
+        assert f"--out {trial}" in (trial / "best" / "README.md").read_text()
+    best = out / "trials" / summary["best"]["trial"]
+    assert f"--out {best}" in (out / "best" / "README.md").read_text()
+    assert ownership.unowned(out) == []
+
+
+def test_folders_named_like_trials_and_temp_looking_files_are_never_taken_for_bertkits(tiny_bert_dir, toy_files,
+                                                                                     tmp_path):
+    """The issue's case: a backup copy of a trial (`000_my_backup`) and a `.plan.tmp` under OUT/trials were deleted
+    by `sweep --overwrite`. Whatever their names, at any depth, what bertkit did not record stays and is named."""
+    out = tmp_path / "sweep"
+    argv = sweep_argv(tiny_bert_dir, toy_files, out, "--grid", "lr=5e-3,1e-3", "--epochs", "1")
+    summary = run_ok(argv)
+    first = out / "trials" / summary["rows"][0]["trial"]
+    mine = {out / "trials" / "000_my_backup": None, out / "trials" / "007_lr=0.1_seed=7": None,
+            out / "trials" / ".plan.tmp": "keep\n", first / ".notes.tmp": "mine\n",
+            first / "best" / ".config.json.0badc0de.tmp": "mine\n", out / ".bertkit-next" / "notes.txt": "mine\n"}
+    for path, content in mine.items():
+        if content is None:
+            shutil.copytree(first, path)  # a copy of a trial, with its own record and marker
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(content)
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    for extra in ([], ["--overwrite"]):
+        refused = runner.invoke(app, [*sweep_argv(tiny_bert_dir, toy_files, out, "--grid", "lr=5e-3", "--epochs",
+                                                  "1"), *extra])
+        assert refused.exit_code == 2, refused.output
+        text = " ".join(refused.output.split())
+        shown = (f"did not write (.bertkit-next/, trials/.plan.tmp, trials/{first.name}/.notes.tmp, "
+                 f"trials/{first.name}/best/.config.json.0badc0de.tmp, trials/000_my_backup/, and 1 more)")
+        assert shown in text, text  # (the sixth: trials/007_lr=0.1_seed=7/)
+        assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    for path in [*(p for p in mine if p.parent.name != ".bertkit-next"), out / ".bertkit-next"]:  # as named
+        shutil.move(path, tmp_path / f"moved-{path.name}")
+    replaced = run_ok([*sweep_argv(tiny_bert_dir, toy_files, out, "--grid", "lr=5e-3", "--epochs", "1"),
+                       "--overwrite"])
+    assert sorted(p.name for p in (out / "trials").iterdir()) == [replaced["rows"][0]["trial"]]
+    assert (tmp_path / "moved-000_my_backup" / "best" / "model.safetensors").is_file()
+
+
+def test_every_value_is_checked_with_every_other_before_any_trial(tiny_bert_dir, toy_files, tmp_path):
+    """A value fine alone can fail with another dimension's value (a model with fewer positions than a --max-length
+    of the grid): refused before anything is made, naming both, for a grid and for an Optuna space's range ends."""
+    short = tmp_path / "tiny-64"
+    shutil.copytree(tiny_bert_dir, short)
+    config = json.loads((short / "config.json").read_text())
+    (short / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 64}))
+    out = tmp_path / "sweep"
+    for space in (["--grid", f"model={tiny_bert_dir},{short}", "--grid", "max-length=32,100"],
+                  ["--search", "optuna", "--trials", "2", "--space", f"model={tiny_bert_dir},{short}", "--space",
+                   "max-length=32:100"]):
+        result = runner.invoke(app, sweep_argv(tiny_bert_dir, toy_files, out, "--max-length", "32", *space))
+        assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+        where = space[0] if space[0] != "--search" else "--space"
+        text = " ".join(result.output.split())
+        assert f"{where} values model={short}, max-length=100" in text and "more than model" in text, text
+        assert not out.exists()
