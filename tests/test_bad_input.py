@@ -1012,6 +1012,12 @@ CASES += [  # issue 36: ownership by record, never by name; every sweep value ch
     Case("sweep-grid-model-holds-out", "sweep",
          lambda w: sweep(w, "--grid", f"model={w.tiny},{w.root}", out=w.path("sweep")),
          r"--grid model=WS: --model WS holds --out WS/sweep", r"Copy it outside --out"),
+    Case("sweep-grid-of-one-value-too-small", "sweep", lambda w: sweep(w, "--grid", "max-length=2"),
+         r"--grid max-length=2: a trial with --max-length 2 would stop before training", SPACE_FIX),
+    Case("sweep-data-missing-whatever-the-grid", "sweep",  # not the space's fault: said as finetune says it
+         lambda w: ["sweep", "--model", w.tiny, "--data", w.path("nope.tsv"), "--out", w.path("sweep"), "--quiet",
+                    "--grid", "lr=1e-3,1e-4"],
+         r"^(?!.*--grid lr).*nope\.tsv does not exist", r"--data"),
     Case("sweep-space-max-length-range-starts-too-low", "sweep",
          lambda w: sweep(w, "--search", "optuna", "--trials", "2", "--space", "max-length=2:64"),
          r"--space max-length=2: a trial with --max-length 2 would stop before training", SPACE_FIX),

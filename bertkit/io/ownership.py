@@ -129,6 +129,49 @@ def _shown(path: Path, rel: str) -> str:
     return rel + "/" if path.is_dir() and not path.is_symlink() else rel
 
 
+def unowned_message(out: Path, command: str, found: list[Unowned]) -> str:
+    """What is not bertkit's in its run at --out: files it did not write, files changed since, runs without records."""
+    parts = []
+    for why, words in ((NOT_WRITTEN, "files bertkit did not write"), (CHANGED, "files changed since bertkit wrote "
+                       "them"), (NO_RECORD, "folders without a record of what bertkit wrote there")):
+        names = [u.path for u in found if u.why == why]
+        if names:
+            more = f", and {len(names) - 5} more" if len(names) > 5 else ""
+            parts.append(f"{words} ({', '.join(names[:5])}{more})")
+    return (
+        f"--out {out} holds {' and '.join(parts)} in its `bertkit {command}` run; bertkit deletes or replaces only "
+        f"the files its record ({RECORD}) says it wrote, with the bytes it wrote, never a folder holding anything "
+        f"else (not even with --overwrite). Move them out of {out}"
+        + (" (or delete the changed ones, if they are bertkit's own files, damaged)"
+           if any(u.why == CHANGED for u in found) else "")
+        + f", or choose another --out, e.g. --out {suggest_out(out, command)}."
+    )
+
+
+def foreign_message(out: Path, command: str, names: list[str]) -> str:
+    """--out holds `names` (its entries) and is no run of bertkit's."""
+    shown = [n + ("/" if (out / n).is_dir() and not (out / n).is_symlink() else "") for n in names[:5]]
+    more = f", and {len(names) - 5} more" if len(names) > 5 else ""
+    return (
+        f"--out {out} holds files bertkit did not write ({', '.join(shown)}{more}); bertkit only writes into a new "
+        f"or empty directory or one of its own runs, and never deletes what it did not write (not even with "
+        f"--overwrite). Choose another --out, e.g. --out {suggest_out(out, command)}."
+    )
+
+
+def unrecorded_run_message(out: Path, owner: str) -> str:
+    """A run of `owner` made before bertkit kept records (or with its record removed)."""
+    aside = out.with_name(f"{out.name}.old") if out.name else Path("old-run")
+    return (
+        f"--out {out} holds a `bertkit {owner}` run without the record of the files bertkit wrote there ({RECORD}): "
+        f"it was made by an older bertkit, or its record was removed. bertkit deletes or replaces only files its "
+        f"record says it wrote, so it does not guess which of these are its own (not even with --overwrite). Move "
+        f"that run aside (e.g. `mv {out} {aside}`) and re-run, or choose another --out, e.g. --out "
+        f"{suggest_out(out, owner)}."
+    )
+
+
+
 # ---------------------------------------------------------------- removing what bertkit recorded writing
 
 
@@ -183,14 +226,13 @@ def remove_temps(root: Path) -> list[str]:
     """Remove the temp files and folders recorded in the run directory `root` (what killed writes left; nested run
     directories clean their own when they are claimed); their relative paths."""
     rec = Record.at(root)
-    leftovers = [rel for rel, entry in rec.entries().items() if entry.kind == TEMP]
     removed = []
-    for rel in sorted(leftovers):
+    for rel in sorted(rel for rel, entry in rec.entries().items() if entry.kind == TEMP):
         path = rec.root / rel
-        if path.exists() or path.is_symlink():
+        if path.exists() or path.is_symlink():  # (the others were renamed into place: compaction drops them)
             shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
             removed.append(rel)
-        rec.gone(rel)
+    rec.gone(*removed)
     return removed
 
 

@@ -166,8 +166,8 @@ class Record:
     def copy(self, source: str, target: str, kind: str) -> None:
         self._append([{"copy": source, "to": target, "as": kind}])
 
-    def gone(self, rel: str) -> None:
-        self._append([{"gone": rel}])
+    def gone(self, *rels: str) -> None:
+        self._append([{"gone": rel} for rel in rels])
 
     def compact(self) -> None:
         """Rewrite the record as one event per entry that still exists (and, for a file, only the version it

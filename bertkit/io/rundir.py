@@ -27,24 +27,23 @@ from bertkit.io import record
 from bertkit.io.atomic import read_json_record, write_json_atomic
 from bertkit.io.faults import kill_point
 from bertkit.io.ownership import (
-    CHANGED,
     COMMANDS,
     COMPLETE,
     MARKER,
     MARKER_FORMAT,
-    NO_RECORD,
-    NOT_WRITTEN,
     OLD,
     SPLIT_NAMES,
     STAGING,
     STORE_FORMAT,
-    Unowned,
     check_out_not_input,
+    foreign_message,
     read_json_or_none,
     remove_recorded,
     remove_temps,
     suggest_out,
     unowned,
+    unowned_message,
+    unrecorded_run_message,
 )
 from bertkit.io.record import RECORD, TEMP, Record
 from bertkit.io.trail import Compare
@@ -243,9 +242,9 @@ def _holds_own_run(base: Path, command: str, out: Path) -> bool:
         )
     if not rec.exists():
         if names and owner is None:
-            raise UserError(_foreign_message(out, command, names))
+            raise UserError(foreign_message(out, command, names))
         if names:
-            raise UserError(_unrecorded_run_message(out, owner or command))
+            raise UserError(unrecorded_run_message(out, owner or command))
         return False
     if not rec.valid():
         raise UserError(
@@ -310,49 +309,7 @@ def check_only_bertkit_files(base: Path, command: str, out: Path | None = None) 
     resumes or replaces where it would have to delete or replace it."""
     found = unowned(base)
     if found:
-        raise UserError(_unowned_message(out or base, command, found))
-
-
-def _unowned_message(out: Path, command: str, found: list[Unowned]) -> str:
-    """What is not bertkit's in its run at --out: files it did not write, files changed since, runs without records."""
-    parts = []
-    for why, words in ((NOT_WRITTEN, "files bertkit did not write"), (CHANGED, "files changed since bertkit wrote "
-                       "them"), (NO_RECORD, "folders without a record of what bertkit wrote there")):
-        names = [u.path for u in found if u.why == why]
-        if names:
-            more = f", and {len(names) - 5} more" if len(names) > 5 else ""
-            parts.append(f"{words} ({', '.join(names[:5])}{more})")
-    return (
-        f"--out {out} holds {' and '.join(parts)} in its `bertkit {command}` run; bertkit deletes or replaces only "
-        f"the files its record ({RECORD}) says it wrote, with the bytes it wrote, never a folder holding anything "
-        f"else (not even with --overwrite). Move them out of {out}"
-        + (" (or delete the changed ones, if they are bertkit's own files, damaged)"
-           if any(u.why == CHANGED for u in found) else "")
-        + f", or choose another --out, e.g. --out {suggest_out(out, command)}."
-    )
-
-
-def _foreign_message(out: Path, command: str, names: list[str]) -> str:
-    """--out holds `names` (its entries) and is no run of bertkit's."""
-    shown = [n + ("/" if (out / n).is_dir() and not (out / n).is_symlink() else "") for n in names[:5]]
-    more = f", and {len(names) - 5} more" if len(names) > 5 else ""
-    return (
-        f"--out {out} holds files bertkit did not write ({', '.join(shown)}{more}); bertkit only writes into a new "
-        f"or empty directory or one of its own runs, and never deletes what it did not write (not even with "
-        f"--overwrite). Choose another --out, e.g. --out {suggest_out(out, command)}."
-    )
-
-
-def _unrecorded_run_message(out: Path, owner: str) -> str:
-    """A run of `owner` made before bertkit kept records (or with its record removed)."""
-    aside = out.with_name(f"{out.name}.old") if out.name else Path("old-run")
-    return (
-        f"--out {out} holds a `bertkit {owner}` run without the record of the files bertkit wrote there ({RECORD}): "
-        f"it was made by an older bertkit, or its record was removed. bertkit deletes or replaces only files its "
-        f"record says it wrote, so it does not guess which of these are its own (not even with --overwrite). Move "
-        f"that run aside (e.g. `mv {out} {aside}`) and re-run, or choose another --out, e.g. --out "
-        f"{suggest_out(out, owner)}."
-    )
+        raise UserError(unowned_message(out or base, command, found))
 
 
 def _read_marker(path: Path, out: Path | None = None) -> str | None:

@@ -73,12 +73,15 @@ class TrialCheck:
         self.models: dict[tuple[str, bool], tuple[Any, Any]] = {}
 
     def problems(self, dims: list[Dimension], where: str) -> list[str]:
-        """Each value alone (its message names it), then every combination of values of several dimensions. When
-        every value fails for the same reason, the reason is not the space's: it is raised as the trial says it."""
-        refused = [(dim, value, self.why_refused({dim.name: value})) for dim in dims for value in candidates(dim)]
-        reasons = {why for _, _, why in refused}
-        if len(reasons) == 1 and None not in reasons:
-            raise UserError(str(reasons.pop()))
+        """Each value with the first values of the other dimensions (its message names it), then every combination.
+        A reason the sweep's own options give without any value of the space is not the space's: it is raised as
+        the trial would say it."""
+        first = {d.name: candidates(d)[0] for d in dims}
+        refused = [(dim, value, self.why_refused({**first, dim.name: value})) for dim in dims for value in
+                   candidates(dim)]
+        own = self.why_refused({}) if any(why is not None for _, _, why in refused) else None
+        if own is not None and all(why in (None, own) for _, _, why in refused):
+            raise UserError(own)
         found = [f"{where} {dim.flag[2:]}={value}: a trial with {dim.flag} {value} would stop before training: {why}"
                  for dim, value, why in refused if why is not None]
         if found or len(dims) < 2:
