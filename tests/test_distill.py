@@ -208,43 +208,51 @@ def _resume_copy(teacher, toy, whole_and_cut, tmp_path, monkeypatch, damage):
     return " ".join(result.output.split()), computed
 
 
-def test_a_damaged_teacher_logit_cache_is_recomputed_and_said_so(teacher, toy, whole_and_cut, tmp_path, monkeypatch):
-    def replace_bytes(run):
-        (run / distill.CACHE).write_bytes(b"these are not the teacher's logits" * 10)
+def _replace_bytes(run):
+    (run / distill.CACHE).write_bytes(b"these are not the teacher's logits" * 10)
 
-    output, computed = _resume_copy(teacher, toy, whole_and_cut, tmp_path, monkeypatch, replace_bytes)
+
+def _flip_a_byte(run):  # the same size, another checksum
+    raw = bytearray((run / distill.CACHE).read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    (run / distill.CACHE).write_bytes(bytes(raw))
+
+
+@pytest.mark.parametrize("damage", [_replace_bytes, _flip_a_byte], ids=["other-bytes", "one-byte-flipped"])
+def test_a_damaged_teacher_logit_cache_is_named_then_recomputed_once_deleted(teacher, toy, whole_and_cut, tmp_path,
+                                                                             monkeypatch, damage):
+    """A cache whose bytes are not those bertkit recorded writing is refused, named (bertkit replaces only its own
+    bytes); deleted, as the message says, it is recomputed once and the run ends as an undamaged one."""
+    def refused_then_deleted(run):
+        damage(run)
+        before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+        result = runner.invoke(app, argv(teacher, toy, run, "--no-report"))
+        text = " ".join(result.output.split())
+        assert result.exit_code == 2 and f"changed since bertkit wrote them ({distill.CACHE})" in text, text
+        assert "delete the changed ones" in text and {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+        (run / distill.CACHE).unlink()
+
+    output, computed = _resume_copy(teacher, toy, whole_and_cut, tmp_path, monkeypatch, refused_then_deleted)
     assert computed == [1]  # recomputed once; the results equal an undamaged run's (checked above)
-    assert "teacher-logit cache" in output and "is damaged (its sha256 is not the one recorded in" in output
-    assert "recomputing" in output
 
 
-def test_a_cache_changed_in_place_keeps_its_size_but_not_its_checksum(teacher, toy, whole_and_cut, tmp_path,
-                                                                     monkeypatch):
-    def flip_a_byte(run):
-        raw = bytearray((run / distill.CACHE).read_bytes())
-        raw[len(raw) // 2] ^= 0xFF
-        (run / distill.CACHE).write_bytes(bytes(raw))
+def test_a_cache_from_a_run_without_a_record_is_never_guessed_at(teacher, toy, whole_and_cut, tmp_path):
+    """A cache from before checksums comes from a run an older bertkit made: without a record, the run is refused
+    with how to move it aside."""
+    import shutil
 
-    output, computed = _resume_copy(teacher, toy, whole_and_cut, tmp_path, monkeypatch, flip_a_byte)
-    assert computed == [1] and "is damaged" in output
+    from bertkit.io import record
 
-
-def test_a_cache_from_before_checksums_is_still_read_or_recomputed(teacher, toy, whole_and_cut, tmp_path, monkeypatch):
-    def drop_checksum(run):
-        manifest = json.loads((run / distill.CACHE_KEY).read_text())
-        manifest.pop("sha256")
-        (run / distill.CACHE_KEY).write_text(json.dumps(manifest))
-
-    output, computed = _resume_copy(teacher, toy, whole_and_cut, tmp_path / "old", monkeypatch, drop_checksum)
-    assert computed == [] and "damaged" not in output  # read as before
-
-    def drop_checksum_and_damage(run):
-        drop_checksum(run)
-        (run / distill.CACHE).write_bytes(b"garbage")
-
-    output, computed = _resume_copy(teacher, toy, whole_and_cut, tmp_path / "old-damaged", monkeypatch,
-                                    drop_checksum_and_damage)
-    assert computed == [1] and "is damaged (it cannot be read" in output
+    run = tmp_path / "run"
+    shutil.copytree(whole_and_cut[1], run)
+    manifest = json.loads((run / distill.CACHE_KEY).read_text())
+    manifest.pop("sha256")
+    (run / distill.CACHE_KEY).write_text(json.dumps(manifest))
+    (run / record.RECORD).unlink()
+    result = runner.invoke(app, argv(teacher, toy, run, "--no-report"))
+    text = " ".join(result.output.split())
+    assert result.exit_code == 2 and "holds a `bertkit distill` run without the record" in text, text
+    assert "Move that run aside" in text
 
 
 def test_a_student_as_deep_as_its_teacher_is_refused(teacher, toy, tmp_path):
