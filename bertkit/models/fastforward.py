@@ -161,12 +161,8 @@ def own_layers_for(device: torch.device) -> bool:
 
 
 def blocks_of(model: Any) -> list[Block]:
-    """Every layer's parts, bottom first (cached on the model: a `Block` only names modules, it holds no state)."""
-    cached = getattr(model, "_bertkit_blocks", None)
-    if cached is None or len(cached) != len(encoder_layers(model)):
-        cached = [layer_block(layer) for layer in encoder_layers(model)]
-        object.__setattr__(model, "_bertkit_blocks", cached)
-    return cached
+    """Every layer's parts, bottom first (read afresh: quantizing or pruning a model swaps its modules)."""
+    return [layer_block(layer) for layer in encoder_layers(model)]
 
 
 def hidden_states(model: Any, batch: dict[str, torch.Tensor], upto: int, training: bool,

@@ -248,12 +248,12 @@ class StepRunner:
         pool = torch.cuda.graph_pool_handle()
         for shape in chosen:
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool):
+            with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
                 self._forward_backward(self.statics[shape])
             self.statics[shape].graph = graph
         init_adamw_state(self.optimizer)  # made lazily inside a capture, the moments would be zeroed at every replay
         self.update_graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.update_graph, pool=pool):
+        with torch.cuda.graph(self.update_graph, pool=pool, capture_error_mode="thread_local"):
             self._update()
         self.pending.zero_()  # the captures ran nothing; the warm-up passes' losses and gradients are dropped
         torch._foreach_zero_(self.grads_now(params))

@@ -332,7 +332,7 @@ def dev_scores(session: Session) -> Any:
     mine = batches[accelerator.process_index :: accelerator.num_processes]
     dtype = modeling.DTYPE_NAMES[{"no": "fp32", "bf16": "bf16", "fp16": "fp16"}[accelerator.mixed_precision]]
     logits = infer.run_batches(lambda batch: local(**batch), session.dev_enc, mine, model=local.model,
-                               pad_id=session.pad_id, device=accelerator.device, dtype=dtype)
+                               pad_id=session.pad_id, device=accelerator.device, dtype=dtype, unmasked=True)
     gathered = list(zip(mine, logits, strict=True))
     if accelerator.num_processes > 1:
         gathered = gather_object(gathered)
