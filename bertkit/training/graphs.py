@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -108,6 +109,8 @@ class StepRunner:
     update_graph: Any = None
     captured_shapes: int = 0
     eager_steps: int = 0
+    capture_seconds: float = 0.0
+    """Time the captures took (warm-up passes included): part of the run's training time."""
 
     def __post_init__(self) -> None:
         zeros = {"device": self.device, "dtype": torch.float32}
@@ -233,7 +236,21 @@ class StepRunner:
         chosen = [s for s, n in shapes.most_common(MAX_GRAPHS) if n >= MIN_USES]
         if not self.capture or not chosen:
             return
+        started = time.perf_counter()
         cuda_rng, cpu_rng = torch.cuda.get_rng_state(self.device), torch.get_rng_state()
+        try:
+            self._capture(chosen)
+        finally:  # captured or not, the run draws from the generators as it would have
+            torch.cuda.set_rng_state(cuda_rng, self.device)
+            torch.set_rng_state(cpu_rng)
+        self.captured_shapes = len(chosen)
+        torch.cuda.synchronize(self.device)
+        self.capture_seconds = time.perf_counter() - started
+        log.info("CUDA graphs: %d forward/backward shapes captured (%d uses of %d planned micro-batches) and the "
+                 "update, in %.1f s", len(chosen), sum(shapes[s] for s in chosen), sum(shapes.values()),
+                 self.capture_seconds)
+
+    def _capture(self, chosen: list[Shape]) -> None:
         for shape in chosen:
             self.statics[shape] = self._blank(shape)
         side = torch.cuda.Stream(self.device)
@@ -257,11 +274,19 @@ class StepRunner:
             self._update()
         self.pending.zero_()  # the captures ran nothing; the warm-up passes' losses and gradients are dropped
         torch._foreach_zero_(self.grads_now(params))
-        torch.cuda.set_rng_state(cuda_rng, self.device)
-        torch.set_rng_state(cpu_rng)
-        self.captured_shapes = len(chosen)
-        log.info("CUDA graphs: %d forward/backward shapes captured (%d uses of %d shapes planned), and the update",
-                 len(chosen), sum(shapes[s] for s in chosen), sum(shapes.values()))
+
+    def release(self) -> None:
+        """Back to eager steps (a capture failed): no graphs, the optimizer as an eager step expects it, no
+        gradients, nothing pending."""
+        self.statics.clear()
+        self.update_graph = None
+        for group in self.optimizer.param_groups:
+            group["lr"] = float(group["lr"])
+            group["capturable"] = False
+        self.optimizer.__dict__.pop("found_inf", None)
+        for p in self.params:
+            p.grad = None
+        self.pending.zero_()
 
     def _blank(self, shape: Shape) -> _Static:
         """Buffers for `shape`, filled with valid values for the warm-up passes (token 0, row 0, no padding)."""

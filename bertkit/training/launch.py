@@ -59,7 +59,12 @@ def start_graphs(session: Any, state: Any) -> Any:
                         session.train_enc, session.pad_id, accepted_inputs(net.model),
                         modeling.DTYPE_NAMES[{"no": "fp32", "bf16": "bf16"}[accelerator.mixed_precision]],
                         cfg.max_grad_norm, accelerator.device, cfg.max_length)
-    runner.capture_shapes(planned_shapes(runner, _remaining_pieces(session, state)))
+    try:
+        runner.capture_shapes(planned_shapes(runner, _remaining_pieces(session, state)))
+    except RuntimeError as exc:  # a driver, library or model that cannot be captured: the steps still run
+        log.warning("CUDA graph capture failed (%s); steps run eagerly", (str(exc).splitlines() or ["?"])[0][:200])
+        runner.release()
+        return None
     return runner
 
 

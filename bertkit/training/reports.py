@@ -42,7 +42,7 @@ def _step_launch(session: Session) -> dict[str, Any]:
     if runner is None:
         return {"mode": "eager"}
     return {"mode": "cuda_graphs", "captured_shapes": runner.captured_shapes,
-            "eager_micro_batches": runner.eager_steps}
+            "eager_micro_batches": runner.eager_steps, "capture_seconds": round(runner.capture_seconds, 2)}
 
 
 REPORT_PLOTS = {"single_label": ("confusion_matrix.png",), "regression": ("dev_scatter.png",), "multi_label": ()}
