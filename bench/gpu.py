@@ -7,7 +7,8 @@ Writes, under --out (bench/results/gpu/ by default):
                  accuracy, `bertkit_vs_trainer_best`, MFU (`mfu_sst2_b32`); the same on long rows (documents of 512
                  tokens, `mfu_long`); MiniLM (real weights) on SST-2 with and without CUDA graphs (dev accuracy); the
                  profiler's account of one step before (eager) and after (graphs); recompiles (none: no torch.compile).
-  embed.json     `bertkit embed` vs sentence-transformers at its best (bf16/fp16 x batch 64/256/1024) on SST-2 x8
+  embed.json     `bertkit embed` vs sentence-transformers at its best (bf16/fp16 x batch 256/1024, and at 1024 without
+                 cuDNN attention; batch 64 was slowest in run1-embed.json) on SST-2 x8
                  (`bertkit_vs_st_best`), on 512-token documents (`mfu_long`), features vs fp32, prediction rows/s,
                  DistilBERT vs BERT batch-1 latency.
   tests.log      `pytest -m gpu` on this machine.
@@ -44,7 +45,7 @@ from bertkit.io.trail import machine_info, package_versions  # noqa: E402
 
 HPARAMS = {"epochs": 1, "batch_size": 32, "lr": 5e-5, "warmup_ratio": 0.1, "max_length": 128, "seed": 42}
 SIZES = {"full": {"copies": 8, "rows": None, "docs_train": 2048, "docs_dev": 256, "doc_sentences": 32,
-                  "profile_steps": 20, "latency_seconds": 2.0, "minilm_rows": None, "tiny": False},
+                  "profile_steps": 10, "latency_seconds": 2.0, "minilm_rows": None, "tiny": False},
          "quick": {"copies": 2, "rows": 128, "docs_train": 64, "docs_dev": 32, "doc_sentences": 6, "profile_steps": 3,
                    "latency_seconds": 0.2, "minilm_rows": 128, "tiny": True}}
 PRECISIONS = ("bf16", "fp16") if torch.cuda.is_available() else ("fp32",)
@@ -222,9 +223,11 @@ def bertkit_finetune(model: Path, train: Path, dev: Path, out: Path, max_length:
             "step_launch": metrics["step_launch"], "mixed_precision": metrics["mixed_precision"]}
 
 
-def trainer_finetune(model: Path, train: Path, dev: Path, out: Path, max_length: int) -> dict[str, Any]:
+def trainer_finetune(model: Path, train: Path, dev: Path, out: Path, max_length: int,
+                     cudnn_attention: bool = True) -> dict[str, Any]:
     """transformers.Trainer at its best: bf16, dynamic padding (multiple of 8), group_by_length, fused AdamW, two
-    pinned loader workers, SDPA attention (the default); tokenization outside the timed train()."""
+    pinned loader workers, SDPA attention (the default); tokenization outside the timed train(). `cudnn_attention`
+    False takes cuDNN out of SDPA's kernels, the lever bertkit pulls (a plan per new shape)."""
     from transformers import (
         AutoTokenizer,
         BertForSequenceClassification,
@@ -257,22 +260,35 @@ def trainer_finetune(model: Path, train: Path, dev: Path, out: Path, max_length:
         args = TrainingArguments(**settings, group_by_length=True)
     trainer = Trainer(model=net, args=args, train_dataset=encoded(train),
                       data_collator=DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8))
-    stats = trainer.train().metrics
-    output = trainer.predict(encoded(dev))
+    with attention_kernels(cudnn_attention):
+        stats = trainer.train().metrics
+        output = trainer.predict(encoded(dev))
     accuracy = float((np.asarray(output.predictions).argmax(-1) == np.asarray(output.label_ids)).mean())
     return {"train_samples_per_second": round(stats["train_samples_per_second"], 2),
-            "train_seconds": round(stats["train_runtime"], 2), "dev_accuracy": round(accuracy, 4)}
+            "train_seconds": round(stats["train_runtime"], 2), "dev_accuracy": round(accuracy, 4),
+            "cudnn_attention": cudnn_attention}
+
+
+def attention_kernels(cudnn: bool) -> Any:
+    """SDPA as torch picks it (cudnn True), or without cuDNN's kernels."""
+    import contextlib
+
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    if cudnn or not torch.cuda.is_available():
+        return contextlib.nullcontext()
+    return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
 
 
 def finetune_pair(prep: dict[str, Any], peak: float, train: Path, dev: Path, max_length: int,
-                  lengths: np.ndarray, label: str) -> dict[str, Any]:
+                  lengths: np.ndarray, label: str, trainer_cudnn: bool = True) -> dict[str, Any]:
     """bertkit (graphs) and Trainer at its best on the same rows; ratio and MFU of each."""
     work, model = prep["work"], prep["bert_classifier"]
     result: dict[str, Any] = {"data": label, "model": "BERT-base shape, random init (BertConfig())", "hparams":
                               {**HPARAMS, "max_length": max_length}}
     result["bertkit"] = bertkit_finetune(model, train, dev, work / f"ft-{label}", max_length)
     shutil.rmtree(work / f"ft-{label}" / "checkpoints", ignore_errors=True)
-    result["trainer_best"] = trainer_finetune(model, train, dev, work / f"tr-{label}", max_length)
+    result["trainer_best"] = trainer_finetune(model, train, dev, work / f"tr-{label}", max_length, trainer_cudnn)
     config = prep["config"]
     for name, cls_only in (("bertkit", True), ("trainer_best", False)):
         run = result[name]
@@ -421,17 +437,21 @@ def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
     return value, time.perf_counter() - started
 
 
-def st_best(folder: Path, texts: list[str], max_length: int, batches: tuple[int, ...]) -> dict[str, Any]:
-    """sentence-transformers' encode at each precision and batch size (model loaded and warmed up first)."""
+def st_best(folder: Path, texts: list[str], max_length: int, batches: tuple[int, ...],
+            no_cudnn_batches: tuple[int, ...] = ()) -> dict[str, Any]:
+    """sentence-transformers' encode at each precision and batch size (model loaded and warmed up first); at
+    `no_cudnn_batches` also with cuDNN taken out of SDPA's kernels."""
     runs = {}
     for name in PRECISIONS:
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[name]
         model = st_model(folder, dtype, max_length)
         model.encode(texts[:2048], batch_size=256, show_progress_bar=False)
-        for batch in batches:
-            _, seconds = timed(lambda m=model, b=batch: m.encode(texts, batch_size=b, convert_to_numpy=True,
-                                                                 show_progress_bar=False))
-            runs[f"{name}_batch{batch}"] = {"seconds": round(seconds, 3), "rows_per_second": round(len(texts) / seconds, 1)}
+        for batch, cudnn in [(b, True) for b in batches] + [(b, False) for b in no_cudnn_batches]:
+            with attention_kernels(cudnn):
+                _, seconds = timed(lambda m=model, b=batch: m.encode(texts, batch_size=b, convert_to_numpy=True,
+                                                                     show_progress_bar=False))
+            key = f"{name}_batch{batch}" + ("" if cudnn else "_no_cudnn")
+            runs[key] = {"seconds": round(seconds, 3), "rows_per_second": round(len(texts) / seconds, 1)}
         del model
         torch.cuda.empty_cache() if torch.cuda.is_available() else None
     best = max(runs, key=lambda k: runs[k]["rows_per_second"])
@@ -475,7 +495,7 @@ def embed_sst2(prep: dict[str, Any], peak: float) -> dict[str, Any]:
     texts, _ = read_tsv(work / "sst2x.tsv")
     result: dict[str, Any] = {"data": f"SST-2 train x{len(texts) // prep['rows_per_copy']} ({len(texts)} rows)",
                               "model": "BERT-base shape, random init (BertConfig())", "pool": "cls, last layer"}
-    result["sentence_transformers"] = st_best(folder, texts, 128, (64, 256, 1024))
+    result["sentence_transformers"] = st_best(folder, texts, 128, (256, 1024), no_cudnn_batches=(1024,))
     for name in PRECISIONS:
         result[f"bertkit_embed_{name}"] = bertkit_embed(folder, work / "sst2x.tsv", work / f"store-{name}", name, 128)
     features, seconds = bertkit_features(folder, texts, PRECISIONS[0], 128)
@@ -631,7 +651,7 @@ def main(argv: list[str] | None = None) -> int:
         if want("finetune_sst2"):
             ft = run.section("finetune", "sst2_x8_batch32", lambda: finetune_pair(
                 prep, peak, prep["work"] / "sst2x.tsv", prep["work"] / "dev.tsv", 128,
-                np.tile(prep["sst2_train_lengths_one_copy"], size["copies"]), "sst2"), need=60)
+                np.tile(prep["sst2_train_lengths_one_copy"], size["copies"]), "sst2", trainer_cudnn=False), need=60)
             if ft:
                 run.files["finetune"]["bertkit_vs_trainer_best"] = ft["bertkit_vs_trainer_best"]
                 run.files["finetune"]["mfu_sst2_b32"] = ft["bertkit"]["mfu"]

@@ -45,12 +45,18 @@ def weights(folder: Path) -> dict[str, np.ndarray]:
     return load_file(str(folder / "model.safetensors"))
 
 
+NO_GRADIENT = "attention.self.key.bias"
+"""A key bias adds the same number to every score of a query, which softmax ignores: its gradient is zero but for
+rounding, and AdamW turns rounding into steps of about +-lr. Two correct implementations part there, so it is left
+out of the comparisons below (measured on an H200: 0.12-0.40 relative, every other tensor within tolerance)."""
+
+
 def close_weights(a: Path, b: Path, tolerance: float) -> None:
     """Every tensor within `tolerance` in relative L2 norm: elementwise tests would trip over AdamW, whose update
     is about lr x sign(gradient) for gradients near zero, so rounding can flip single elements by 2 x lr."""
     wa, wb = weights(a), weights(b)
     assert wa.keys() == wb.keys()
-    for name in wa:
+    for name in (n for n in wa if NO_GRADIENT not in n):
         diff = np.linalg.norm(wa[name].astype(np.float64) - wb[name]) / max(np.linalg.norm(wa[name]), 1e-12)
         assert diff < tolerance, (name, diff)
 

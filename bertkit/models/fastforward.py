@@ -29,6 +29,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from bertkit.models.inputs import accepted_inputs
 from bertkit.models.quantize import int8_in_float
@@ -43,6 +44,10 @@ ALLOWLIST = {
 and whose encoder output is the last layer's output (no final LayerNorm, unlike MegatronBERT)."""
 SUPPORTED = tuple(ALLOWLIST)
 CLASSIFIERS = ("BertForSequenceClassification", "DistilBertForSequenceClassification")
+GPU_ATTENTION = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+"""SDPA kernels bertkit's own layers use on a GPU: not cuDNN's, which builds an execution plan for every new
+(batch, length) shape - about a second per shape measured on an H200 with torch 2.11 - and BERT batches come in many
+lengths."""
 TOLERANCE = 1e-4
 """Largest difference between the fast path and the model's own forward, relative to the largest output (or 1)."""
 LOW_PRECISION_TOLERANCE = 1e-2
@@ -334,6 +339,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keep_key: torch
               p: float) -> torch.Tensor:
     """softmax(q k^T / sqrt(d) over the kept keys) v, with dropout `p` on the attention weights (`keep_key` None:
     every key is kept)."""
+    if q.device.type == "cuda":
+        with sdpa_kernel(GPU_ATTENTION):
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=keep_key, dropout_p=p)
     if p == 0.0 or q.device.type != "cpu":  # SDPA's fused kernels; its dropout is fast off the CPU
         return F.scaled_dot_product_attention(q, k, v, attn_mask=keep_key, dropout_p=p)
     scores = torch.matmul(q, k.transpose(-1, -2)) * (q.shape[-1] ** -0.5)
