@@ -1,7 +1,7 @@
 """The GPU benchmark, in one go (`bash bench/gpu.sh`, <= 8 minutes on one H100/H200): fine-tuning, embedding and
 prediction of bertkit against the alternatives at their best, side by side on the same GPU, and the gpu-marked tests.
 
-Writes, under --out (bench/results/gpu/ by default):
+Writes, under --out (bench/results/gpu/latest/ by default; the figures the README quotes are in bench/results/gpu/):
   finetune.json  BERT-base shape (random init) on SST-2 x8, batch 32, 1 epoch, bf16: bertkit vs transformers.Trainer
                  at its best (dynamic padding, group_by_length, fused AdamW, 2 loader workers) -> samples/s, dev
                  accuracy, `bertkit_vs_trainer_best`, MFU (`mfu_sst2_b32`); the same on long rows (documents of 512
@@ -625,7 +625,7 @@ def gpu_tests(out: Path, seconds: float) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "gpu")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "gpu" / "latest")
     parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data",
                         help="folder with sst2/ and rte/ (gpu.sh passes the carried copy)")
     parser.add_argument("--seconds", type=float, default=450, help="deadline for the sections (tests included)")

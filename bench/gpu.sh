@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The GPU benchmark in one go (<= 8 minutes on one H100/H200): `bash bench/gpu.sh [OUT] [gpu.py options]`.
-# Results: OUT/finetune.json, OUT/embed.json, OUT/tests.log (default OUT: bench/results/gpu). The machine needs torch,
+# Results: OUT/finetune.json, OUT/embed.json, OUT/tests.log (default OUT: bench/results/gpu/latest). The machine needs torch,
 # transformers, accelerate and sentence-transformers; what it may lack (datasets, evaluate, the packaged MiniLM, the
 # data) comes from the folder `python bench/gpu_carry.py pack` fills (BERTKIT_GPU_CARRY, default .gpu).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT="${1:-bench/results/gpu}"
+OUT="${1:-bench/results/gpu/latest}"
 CARRY="${BERTKIT_GPU_CARRY:-.gpu}"
 SITE="${TMPDIR:-/tmp}/bertkit-gpu-site"
 mkdir -p "$OUT" "$SITE"
