@@ -30,20 +30,27 @@ def model_inputs(batch: dict[str, Any], accepted: frozenset[str], device: Any = 
 
 
 def inference_forward(c: Contender, device: Any, dtype: Any) -> Callable[[dict[str, Any]], Any]:
-    """The forward bertkit's own inference runs for `c` (last hidden state): on a GPU, for allowlisted models, its
+    """The forward bertkit's own inference runs for `c`: on a GPU, for allowlisted models, its encoder
     layers (`fastforward.hidden_states`) on a copy of the weights in the compute dtype (`cast_for_inference`),
     small batches replayed as CUDA graphs (`replay.Replayed`); otherwise the model's own forward. Made once per
     contender and device."""
     key = (str(device), str(dtype))
     if key not in c.forwards:
         if getattr(device, "type", None) != "cuda" or fastforward.unsupported_reason(c.model) is not None:
-            c.forwards[key] = lambda inputs: c.model(**inputs).last_hidden_state
+            c.forwards[key] = lambda inputs: c.model(**inputs)
         else:
-            model = modeling.cast_for_inference(copy.deepcopy(c.model), device, dtype).eval()
-            depth = len(fastforward.encoder_layers(model))
-            c.forwards[key] = Replayed(lambda batch: fastforward.hidden_states(model, batch, depth, False)[depth],
-                                       device)
+            c.forwards[key] = Replayed(_own_forward(modeling.cast_for_inference(copy.deepcopy(c.model), device,
+                                                                                 dtype).eval()), device)
     return c.forwards[key]
+
+
+def _own_forward(model: Any) -> Callable[[dict[str, Any]], Any]:
+    """A classifier's logits as `bertkit predict` computes them (`SequenceClassifier`), an encoder's last layer."""
+    if type(model).__name__ in fastforward.CLASSIFIERS:
+        net = fastforward.SequenceClassifier(model)
+        return lambda batch: net(**batch)
+    depth = len(fastforward.encoder_layers(model))
+    return lambda batch: fastforward.hidden_states(model, batch, depth, False)[depth]
 
 
 def latency_step(c: Contender, texts: Sequence[str], max_length: int, device: Any, budget: Budget,
