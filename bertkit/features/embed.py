@@ -266,7 +266,7 @@ def _embed_split(cfg: EmbedConfig, dist: Any, writer: Any, split: str, ds: TextD
         if status == "partial":
             result.status = "resumed"
         dist.wait_for_everyone()
-    final = store.open(writer.path)
+    final = store.open(writer.path, verify=status == "complete")  # a store finished just now was hashed as written
     result.tokens_total = int(final.manifest.get("tokens", 0))
     result.n_truncated = int(final.manifest.get("n_truncated", 0))
     result.windows = int(final.manifest.get("windows") or len(ds))
