@@ -71,6 +71,7 @@ def load_store_inputs(cfg: Any) -> ProbeInputs:
             f"Drop --model to probe the store as it is, or re-embed with `bertkit embed --model {cfg.model}`."
         )
     notes: list[str] = []
+    _warn_store_settings(cfg, manifest, train.path)
     _check_store_long_text(cfg, manifest, train.path)
     pools = _store_pools(cfg, manifest)
     positions, indices, names = _store_layers(cfg, train)
@@ -191,6 +192,25 @@ def _store_meta(manifest: dict[str, Any]) -> dict[str, Any]:
     # stores made before embed recorded how it read long texts were head-cut
     meta.update(LongText.from_json(manifest).to_json())
     return meta
+
+
+STORE_FIXED = {"precision": "dtype", "max_length": "max_length", "normalize": "normalize"}
+"""probe options that shape extracted features, and the store manifest key that fixed them when it was embedded."""
+
+
+def _warn_store_settings(cfg: Any, manifest: dict[str, Any], path: Any) -> None:
+    """--precision, --max-length and --normalize make features; a store's were made already, so given with
+    --features (other than the default) they change nothing: one warning each, naming what the store used."""
+    import dataclasses
+
+    defaults = {f.name: f.default for f in dataclasses.fields(cfg) if f.name in STORE_FIXED}
+    for option, key in STORE_FIXED.items():
+        value = getattr(cfg, option)
+        if value != defaults[option]:
+            flag = f"--{option.replace('_', '-')}" + ("" if isinstance(value, bool) else f" {value}")
+            log.warning("%s does not apply with --features and is ignored: the store %s was embedded with %s %s, "
+                        "and its features are probed as they are. Drop it, or re-embed with `bertkit embed %s`.",
+                        flag, path, key, manifest.get(key), flag)
 
 
 def _check_store_long_text(cfg: Any, manifest: dict[str, Any], path: Any) -> None:
