@@ -373,14 +373,14 @@ def test_probe_extracts_in_int8_records_it_and_its_saved_probe_predicts_in_int8(
                     "--precision", "int8", "--out", out, "--quiet", "--json")
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
-    assert report["precision"] == "int8" and set(report["baselines"]) == {"majority", "tfidf", "random_encoder"}
+    assert report["dtype"] == "int8" and set(report["baselines"]) == {"majority", "tfidf", "random_encoder"}
     assert json.loads((out / "config.json").read_text())["features"]["dtype"] == "int8"
     assert json.loads((out / "features" / "train-mean-2.json").read_text())["dtype"] == "int8"  # its own cache key
     saved = probe_io.load_probe(out / "probe")
     assert saved.meta["dtype"] == "int8"
     fp32 = invoke("probe", "--model", tiny_bert_dir, "--data", train, "--dev", dev, "--pool", "mean",
                   "--precision", "fp32", "--no-baselines", "--quiet", "--json")
-    assert json.loads(fp32.stdout)["precision"] == "fp32"
+    assert json.loads(fp32.stdout)["dtype"] == "fp32"
     predicted = invoke("predict", "--probe", out, "--text", "a wonderful film , truly great", "--text", "an awful movie",
                        "--precision", "int8", "--json", "--quiet")
     assert predicted.exit_code == 0, predicted.output

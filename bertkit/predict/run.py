@@ -93,7 +93,7 @@ def run_predict(cfg: PredictConfig, *, recipe: str | None = None, progress: bool
     head = np.concatenate(values) if values else np.zeros((0, reader.width), np.float32)
     return {"dataset": dataset, "labels": labels, "proba": head, "label_names": reader.label_names,
             "task": reader.label_map.task, "threshold": reader.threshold, "out": cfg.out,
-            "precision": reader.precision}
+            "dtype": reader.precision}
 
 
 def _csv_out(out: str | None, dataset: TextDataset, reader: OutputReader) -> Any:
@@ -184,8 +184,10 @@ def run_evaluate(cfg: EvaluateConfig, *, progress: bool = False) -> dict[str, An
     outputs = reader.all_outputs(dataset)  # a few numbers per row; the texts are read a window at a time
     result = shape_metrics(outputs, y)
     metrics.add_requested(result, cfg.metric_list, external, outputs.decisions(), y)
+    # the settings beside the metrics: none may take a metric's name (the compute precision is `dtype`, as embed and
+    # bench record it; `precision` is the macro precision metric)
     result.update(model=cfg.model, data=dataset.source, data_fingerprint=dataset.fingerprint,
-                  long_text=cfg.long_text, truncation=cfg.truncation, precision=_precision_of(model, cfg.precision))
+                  long_text=cfg.long_text, truncation=cfg.truncation, dtype=_precision_of(model, cfg.precision))
     if plan is not None:
         run = plan.claim()
         trail.write_run_config(run.path, "evaluate", config_dict(cfg), data_fingerprint=dataset.fingerprint)
