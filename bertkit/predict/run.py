@@ -73,6 +73,7 @@ def run_predict(cfg: PredictConfig, *, recipe: str | None = None, progress: bool
     if cfg.out:  # before any work: never over an input, never over a file bertkit did not write
         predictions_out.check_predictions_out(cfg.out, {"--data": cfg.data, "--model": cfg.model, "--probe": cfg.probe,
                                                         "--recipe": str(recipe_path(recipe)) if recipe else None})
+    check_model_inputs(cfg)  # a model or probe that is not as saved stops here, before the data is read
     if cfg.text:
         dataset = TextDataset(list(cfg.text), source="--text")
     else:
@@ -94,6 +95,17 @@ def run_predict(cfg: PredictConfig, *, recipe: str | None = None, progress: bool
     return {"dataset": dataset, "labels": labels, "proba": head, "label_names": reader.label_names,
             "task": reader.label_map.task, "threshold": reader.threshold, "out": cfg.out,
             "dtype": reader.precision}
+
+
+def check_model_inputs(cfg: Any) -> None:
+    """--model (or --probe and the encoder it was trained on) verified against its record, with its tokenizer files:
+    `loading.check_model_folder` (cheap to repeat: a verified file is not read again)."""
+    if getattr(cfg, "probe", None) is not None:
+        from bertkit.probe.saved import load_probe
+
+        modeling.check_model_folder(str(load_probe(cfg.probe).meta["model"]))
+    elif cfg.model:
+        modeling.check_model_folder(cfg.model)
 
 
 def _csv_out(out: str | None, dataset: TextDataset, reader: OutputReader) -> Any:

@@ -64,6 +64,8 @@ def load_store_inputs(cfg: Any) -> ProbeInputs:
             f"The feature store {train.path} has no labels, so a probe cannot be trained on it. Re-run `bertkit embed` "
             f"with --label-column (the column holding the labels), or use `bertkit probe --data ... --label-column ...`."
         )
+    if cfg.model is not None:
+        modeling.check_model_folder(cfg.model)
     if cfg.model is not None and modeling.model_revision(cfg.model) != manifest.get("revision"):
         raise UserError(
             f"The feature store {train.path} was made by model {manifest.get('model')!r} "
@@ -271,11 +273,12 @@ def load_text_inputs(cfg: Any, cache_dir: Path | Callable[[], Path] | None, prog
     from bertkit.models import loading as modeling
     from bertkit.models import quantize
 
+    model = cfg.model or modeling.OFFLINE_NAME
+    modeling.check_model_folder(model)  # as saved, with its tokenizer: before the data is read
     splits = load_splits(cfg, need_labels=True, need_dev=True)
     if on_labels is not None:
         on_labels(splits.label_map)
     _check_dev_targets_vary(splits)
-    model = cfg.model or modeling.OFFLINE_NAME
     tokenizer = modeling.load_tokenizer(model, cfg.trust_remote_code)
     modeling.check_max_length(cfg.max_length, tokenizer, modeling.load_config(model, cfg.trust_remote_code), model,
                               pair=cfg.text_pair_column is not None)
