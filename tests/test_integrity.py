@@ -719,3 +719,20 @@ def test_bertkit_cache_dir_inside_out_is_named_as_the_variable(data, tiny_bert_d
     assert result.exit_code == 2 and not out.exists(), result.output
     message = " ".join(result.output.split())
     assert "(from $BERTKIT_CACHE_DIR) is inside --out" in message and "Set BERTKIT_CACHE_DIR" in message
+
+
+def test_probe_features_cached_in_the_run_are_verified_and_computed_again_when_changed(tiny_bert_dir, data, tmp_path):
+    out = tmp_path / "run"
+    argv = ["probe", "--model", str(tiny_bert_dir), "--data", str(data), "--out", str(out), "--no-baselines",
+            "--json", "--quiet"]
+    first = runner.invoke(app, argv)
+    assert first.exit_code == 0, first.output
+    cached = out / "features" / "train-cls-2.npy"
+    assert json.loads(cached.with_suffix(".json").read_text())["digest"]["size"] == cached.stat().st_size
+    flip_middle_byte(cached)
+    again = runner.invoke(app, argv)
+    assert again.exit_code == 0, again.output
+    assert "The cached features train-cls-2.npy: its bytes changed since it was written" in again.stderr
+    assert json.loads(again.stdout)["sweep"] == json.loads(first.stdout)["sweep"]  # recomputed, not read
+    quiet = runner.invoke(app, argv)
+    assert quiet.exit_code == 0 and "failed verification" not in quiet.stderr

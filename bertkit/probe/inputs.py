@@ -317,23 +317,52 @@ def cached_features(
     cache_dir: Path | None, split: str, dataset: Any, meta: dict[str, Any], pools: Sequence[str],
     indices: Sequence[int], compute: Callable[[], dict[str, np.ndarray]], prefix: str = "",
 ) -> dict[str, np.ndarray]:
-    """{pool: features} from `cache_dir` when a previous run stored them for the same model, data and settings;
-    otherwise `compute()` them and store one .npy per pool (+ a .json key) atomically."""
+    """{pool: features} from `cache_dir` when a previous run stored them for the same model, data and settings and
+    each .npy is as its .json records it (size, sha256); otherwise `compute()` them and store one .npy per pool (+ a
+    .json: the key and the array's digest, taken as it is written) atomically. A cached array that fails its check
+    is computed again, with a warning."""
     from bertkit.io.atomic import atomic_path, write_json_atomic
+    from bertkit.io.digests import HashingWriter
 
     layers = "all" if meta.get("layers") == "all" else "_".join(map(str, indices))
     key = {k: meta.get(k) for k in ("model", "revision", "max_length", "normalize", "dtype")}
     key.update(LongText.from_json(meta).to_json())
     key.update(data=dataset.fingerprint, rows=len(dataset), source=dataset.source, layers=list(indices))
     files = {p: cache_dir / f"{prefix}{split}-{p}-{layers}.npy" for p in pools} if cache_dir else {}
-    if files and all(f.is_file() and f.with_suffix(".json").is_file() for f in files.values()):
-        if all(json.loads(f.with_suffix(".json").read_text(encoding="utf-8")) == key for f in files.values()):
-            log.info("reusing cached %s%s features from %s", prefix, split, cache_dir)
-            return {p: np.load(f) for p, f in files.items()}
+    cached = _cached_arrays(files, key)
+    if cached is not None:
+        log.info("reusing cached %s%s features from %s", prefix, split, cache_dir)
+        return cached
     result = compute()
     for pool, path in files.items():
         with atomic_path(path) as tmp:
             with tmp.open("wb") as handle:
-                np.save(handle, result[pool])
-        write_json_atomic(path.with_suffix(".json"), key)
+                hashing = HashingWriter(handle)
+                np.save(hashing, result[pool])
+        write_json_atomic(path.with_suffix(".json"), {**key, "digest": hashing.record()})
     return result
+
+
+def _cached_arrays(files: dict[str, Path], key: dict[str, Any]) -> dict[str, np.ndarray] | None:
+    """{pool: array} when every file was cached for `key` and is as recorded; None (computed again) otherwise."""
+    from bertkit.io.digests import record_problem
+
+    if not files or not all(f.is_file() and f.with_suffix(".json").is_file() for f in files.values()):
+        return None
+    records = {}
+    for pool, file in files.items():
+        try:
+            record = json.loads(file.with_suffix(".json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            record = None
+        if not isinstance(record, dict) or {k: v for k, v in record.items() if k != "digest"} != key:
+            return None  # made for other settings: computed again
+        if "digest" not in record:
+            return None  # cached by a bertkit that recorded no digest: computed again (it is a cache)
+        records[pool] = record["digest"]
+    problems = [f"{file.name}: {why}" for pool, file in files.items()
+                if (why := record_problem(file, records[pool])) is not None]
+    if problems:
+        log.warning("The cached features %s failed verification; computing them again.", "; ".join(problems))
+        return None
+    return {pool: np.load(file) for pool, file in files.items()}
