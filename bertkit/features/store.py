@@ -9,8 +9,8 @@ Layout of a complete store (a directory)::
 
 Reading verifies (`open`): each array against its record (one streaming pass; a store made before digests were
 recorded is read with a note), and, for a split store, that every split was made by the same feature function
-(model, revision, pooling, layers, precision, ...: `SHARED_SETTINGS`), so a probe never fits on one and scores
-another.
+(model, revision, pooling, layers, precision, ...: `identity.split_differences`), so a probe never fits on one
+split and scores another.
 
 While a run is in progress the directory holds ``identity.json`` (what the store is being made from) and
 ``shards/shard-NNNNN.npy`` + ``shard-NNNNN.json``: shard k holds rows ``[k*S, (k+1)*S)`` of the input in the
@@ -40,8 +40,8 @@ import numpy as np
 
 from bertkit.config.groups import STORE_DTYPES
 from bertkit.data.labels import LabelMap
-from bertkit.encoding.longtext import LongText
 from bertkit.errors import UserError
+from bertkit.features.identity import identity_mismatch, split_differences
 from bertkit.io import digests, disk, faults
 from bertkit.io.atomic import atomic_path, write_json_atomic
 from bertkit.io.ownership import SPLIT_NAMES, STORE_FORMAT, remove_owned
@@ -140,41 +140,14 @@ def open_splits(path: str | Path) -> dict[str, Store]:
     return {name: open(root / name) for name in names}
 
 
-SHARED_SETTINGS = ("model", "revision", "backend", "pool", "layers", "combine", "normalize", "dtype", "store_dtype",
-                   "max_length", *LongText().to_json())
-"""Identity keys that make a store's features what they are: every split of one store must agree on them."""
-
-
-def split_differences(manifests: dict[str, dict[str, Any]]) -> list[str]:
-    """`split key: value` lines where a split's feature settings differ from the first split's (empty: all agree)."""
-    names = list(manifests)
-    if len(names) < 2:
-        return []
-    identities = {n: {**IDENTITY_DEFAULTS, **(manifests[n].get("identity") or {})} for n in names}
-    first = names[0]
-    lines = []
-    for key in SHARED_SETTINGS:
-        values = {n: identities[n].get(key) for n in names}
-        if key == "model" and len({identities[n].get("revision") for n in names}) == 1:
-            continue  # the same weights named by two paths (./tiny, /abs/tiny) are the same model
-        if len({json.dumps(v, sort_keys=True) for v in values.values()}) > 1:
-            lines.append(f"{key}: " + ", ".join(f"{n} {values[n]!r}" for n in names))
-    if manifests[first].get("shape") and any(len(m.get("shape") or []) != len(manifests[first]["shape"])
-                                             or (m.get("shape") or [None])[1:] != manifests[first]["shape"][1:]
-                                             for m in manifests.values()):
-        lines.append("row shape: " + ", ".join(f"{n} {manifests[n].get('shape', [None])[1:]}" for n in names))
-    return lines
-
-
 def _read_splits_index(index: Path) -> list[str]:
     try:
         names = json.loads(index.read_text(encoding="utf-8"))["splits"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise UserError(f"{index} is damaged ({exc}). Re-run the `bertkit embed` command that made the store, with "
-                        f"--overwrite.") from None
+    except (OSError, ValueError, KeyError, TypeError):
+        names = None
     if not isinstance(names, list) or not all(n in SPLIT_NAMES for n in names):
-        raise UserError(f"{index} is damaged (splits {names!r} are not among {', '.join(SPLIT_NAMES)}). Re-run the "
-                        f"`bertkit embed` command that made the store, with --overwrite.")
+        raise UserError(f"{index} is damaged: it does not list the store's splits (of {', '.join(SPLIT_NAMES)}). "
+                        f"Re-run the `bertkit embed` command that made the store, with --overwrite.")
     return names
 
 
@@ -227,18 +200,6 @@ def _read_manifest(root: Path) -> dict[str, Any]:
 def shard_ranges(n_rows: int, shard_size: int) -> list[tuple[int, int]]:
     """Shard k covers rows [k*S, min((k+1)*S, n)) of the input, in the original order."""
     return [(start, min(start + shard_size, n_rows)) for start in range(0, n_rows, shard_size)]
-
-
-IDENTITY_DEFAULTS = LongText().to_json()
-"""Identity keys added after stores were first written, with the value every store made before had: such a store
-still resumes (and counts as complete) under the same settings."""
-
-
-def identity_mismatch(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """The settings that differ between two identities, as `key: old -> new` lines."""
-    old = {**IDENTITY_DEFAULTS, **old} if old else old
-    keys = sorted(set(old) | set(new))
-    return [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys if old.get(k) != new.get(k)]
 
 
 class StoreWriter:
@@ -412,7 +373,6 @@ class StoreWriter:
         (self.path / IDENTITY).unlink(missing_ok=True)
         for tmp in self.path.glob(".*.tmp"):
             tmp.unlink(missing_ok=True)
-
 
 
 def _copy_npy_data(source: Any, out: Any, shape: tuple[int, ...], dtype: np.dtype, block: int = 1 << 24) -> None:
