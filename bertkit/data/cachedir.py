@@ -30,6 +30,8 @@ def cache_in_out_problem(cache_dir: str | None, out: str | None) -> str | None:
     root, run = cache_root(cache_dir).resolve(), Path(out).expanduser().resolve()
     if root != run and run not in root.parents:
         return None
+    if run in (Path(run.anchor), Path.home().resolve(), Path.cwd().resolve()):
+        return None  # never a run directory: `io.rundir` refuses such an --out with its own message
     named = f"--cache-dir {cache_dir}" if cache_dir else f"The cache folder {root} (from ${ENV})" if (
         os.environ.get(ENV)) else f"The default cache folder {root}"
     fix = "Pass a --cache-dir outside --out" if cache_dir else f"Set {ENV} (or pass --cache-dir) to a folder outside --out"
