@@ -59,41 +59,79 @@ def invoke_json(*argv: Any, quiet: bool = True) -> Any:
     return json.loads(text) if text.startswith(("{", "[")) else None
 
 
+class Outputs:
+    """Each command run once on tiny models when a test first asks for it (a command that fails fails its own test
+    only): `outputs[command]` is (its --json output, the JSON files it wrote)."""
+
+    def __init__(self, root: Path, tiny: str, distil: str) -> None:
+        self.root, self.tiny, self.distil, self.made = root, tiny, distil, {}
+        good, bad = ["great", "lovely", "superb", "fine"], ["awful", "boring", "dull", "bad"]
+        rows = [r for i in range(16) for r in ((f"a {good[i % 4]} film {i}", "pos"), (f"an {bad[i % 4]} film {i}", "neg"))]
+        self.data = root / "train.tsv"
+        self.data.write_text("sentence\tlabel\n" + "".join(f"{t}\t{y}\n" for t, y in rows), encoding="utf-8")
+
+    def __getitem__(self, command: str) -> tuple[Any, list[Path]]:
+        if command not in self.made:
+            printed, folder = getattr(self, "_" + command.replace(" --", "_").replace(" ", "_"))()
+            self.made[command] = (printed, sorted(folder.rglob("*.json")) if folder else [])
+        return self.made[command]
+
+    def _run(self, name: str, *argv: Any, quiet: bool = True) -> tuple[Any, Path]:
+        return invoke_json(*argv, "--out", self.root / name, quiet=quiet), self.root / name
+
+    def best(self) -> Path:
+        self["finetune"]
+        return self.root / "finetune" / "best"
+
+    TRAIN = ("--epochs", "1", "--batch-size", "8", "--lr", "5e-3", "--precision", "fp32")
+
+    def _tokens(self):
+        return self._run("tokens", "tokens", "--model", self.tiny, "--data", self.data)
+
+    def _tokens_text(self):
+        return invoke_json("tokens", "--model", self.tiny, "--text", "a film"), None
+
+    def _finetune(self):
+        return self._run("finetune", "finetune", "--model", self.tiny, "--data", self.data, *self.TRAIN)
+
+    def _evaluate(self):
+        return self._run("evaluate", "evaluate", "--model", self.best(), "--data", self.data)
+
+    def _predict(self):
+        return invoke_json("predict", "--model", self.best(), "--data", self.data), None
+
+    def _export(self):
+        return self._run("export", "export", "--model", self.best(), "--data", self.data, "--quantize", "none")
+
+    def _embed(self):
+        return self._run("embed", "embed", "--model", self.tiny, "--data", self.data, "--dev", self.data)
+
+    def _probe_features(self):
+        self["embed"]
+        return self._run("probe-store", "probe", "--features", self.root / "embed", "--repeats", "2")
+
+    def _probe_data(self):
+        return self._run("probe-data", "probe", "--model", self.tiny, "--data", self.data, "--no-baselines")
+
+    def _distill(self):
+        return self._run("distill", "distill", "--teacher", self.best(), "--data", self.data, "--student-layers", "1",
+                         *self.TRAIN)
+
+    def _sweep(self):
+        return self._run("sweep", "sweep", "--model", self.tiny, "--data", self.data, "--grid", "lr=5e-3", *self.TRAIN)
+
+    def _bench(self):
+        return self._run("bench", "bench", "--models", f"{self.distil},{self.tiny}", "--data", self.data,
+                         "--min-iters", "1", "--min-seconds", "0", "--warmup", "0", "--rounds", "2", "--batch-sizes",
+                         "2", "--train-batch-size", "2", "--limit", "6", "--max-length", "16")
+
+    def _recipes_list(self):
+        return invoke_json("recipes", "list", quiet=False), None
+
+
 @pytest.fixture(scope="module")
-def outputs(tiny_bert_dir, tiny_distilbert_dir, tmp_path_factory) -> dict[str, tuple[Any, list[Path]]]:
-    """{command: (its --json output, the JSON files it wrote)} for every command but push, on tiny models."""
-    root = tmp_path_factory.mktemp("results")
-    good, bad = ["great", "lovely", "superb", "fine"], ["awful", "boring", "dull", "bad"]
-    rows = [row for i in range(16) for row in ((f"a {good[i % 4]} film {i}", "pos"), (f"an {bad[i % 4]} film {i}", "neg"))]
-    data = root / "train.tsv"
-    data.write_text("sentence\tlabel\n" + "".join(f"{t}\t{y}\n" for t, y in rows), encoding="utf-8")
-    tiny, common = str(tiny_bert_dir), ["--epochs", "1", "--batch-size", "8", "--lr", "5e-3", "--precision", "fp32"]
-    made: dict[str, tuple[Any, Path | None]] = {}
-    made["tokens"] = (invoke_json("tokens", "--model", tiny, "--data", data, "--out", root / "tokens"), root / "tokens")
-    made["tokens --text"] = (invoke_json("tokens", "--model", tiny, "--text", "a film"), None)
-    made["finetune"] = (invoke_json("finetune", "--model", tiny, "--data", data, "--out", root / "ft", *common),
-                        root / "ft")
-    best = root / "ft" / "best"
-    made["evaluate"] = (invoke_json("evaluate", "--model", best, "--data", data, "--out", root / "eval"), root / "eval")
-    made["predict"] = (invoke_json("predict", "--model", best, "--data", data), None)
-    made["export"] = (invoke_json("export", "--model", best, "--data", data, "--quantize", "none", "--out",
-                                  root / "export"), root / "export")
-    made["embed"] = (invoke_json("embed", "--model", tiny, "--data", data, "--dev", data, "--out", root / "store"),
-                     root / "store")
-    made["probe --features"] = (invoke_json("probe", "--features", root / "store", "--out", root / "probe-store",
-                                            "--repeats", "2"), root / "probe-store")
-    made["probe --data"] = (invoke_json("probe", "--model", tiny, "--data", data, "--out", root / "probe-data",
-                                        "--no-baselines"), root / "probe-data")
-    made["distill"] = (invoke_json("distill", "--teacher", best, "--data", data, "--out", root / "distill",
-                                   "--student-layers", "1", *common), root / "distill")
-    made["sweep"] = (invoke_json("sweep", "--model", tiny, "--data", data, "--out", root / "sweep", "--grid",
-                                 "lr=5e-3", *common), root / "sweep")
-    made["bench"] = (invoke_json("bench", "--models", f"{tiny_distilbert_dir},{tiny}", "--data", data, "--out",
-                                 root / "bench", "--min-iters", "1", "--min-seconds", "0", "--warmup", "0", "--rounds",
-                                 "2", "--batch-sizes", "2", "--train-batch-size", "2", "--limit", "6",
-                                 "--max-length", "16"), root / "bench")
-    made["recipes list"] = (invoke_json("recipes", "list", quiet=False), None)
-    return {name: (printed, sorted(folder.rglob("*.json")) if folder else []) for name, (printed, folder) in made.items()}
+def outputs(tiny_bert_dir, tiny_distilbert_dir, tmp_path_factory) -> Outputs:
+    return Outputs(tmp_path_factory.mktemp("results"), str(tiny_bert_dir), str(tiny_distilbert_dir))
 
 
 COMMANDS = ["tokens", "tokens --text", "finetune", "evaluate", "predict", "export", "embed", "probe --features",
