@@ -143,6 +143,7 @@ def embed_to_store(cfg: EmbedConfig, progress: bool = True) -> dict[str, Any]:
         root = Path(cfg.out or "").expanduser()
         rundir.inspect_run_dir(root, "embed", overwrite=cfg.overwrite,  # read-only: refusals end every rank here
                                inputs=ownership.input_paths(cfg))
+        modeling.check_model_folder(cfg.model)  # as saved, with its tokenizer: before the data is read
         named, label_map = load_embed_data(cfg)
         split_layout = len(named) > 1
         tokenizer = modeling.load_tokenizer(cfg.model, cfg.trust_remote_code)
@@ -266,7 +267,7 @@ def _embed_split(cfg: EmbedConfig, dist: Any, writer: Any, split: str, ds: TextD
         if status == "partial":
             result.status = "resumed"
         dist.wait_for_everyone()
-    final = store.open(writer.path)
+    final = store.open(writer.path, verify=status == "complete")  # a store finished just now was hashed as written
     result.tokens_total = int(final.manifest.get("tokens", 0))
     result.n_truncated = int(final.manifest.get("n_truncated", 0))
     result.windows = int(final.manifest.get("windows") or len(ds))
