@@ -11,6 +11,10 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# The fast suite runs on the CPU on every machine: its reference numbers, its `auto` precision (`auto_dtype`) and its
+# int8 paths are the CPU's. BERTKIT_DEVICE=cpu is what `auto` means then (`loading.choose_device`; Accelerate through
+# `finetune.force_cpu`), so on a GPU machine no test lands on cuda unasked; tests marked gpu run without it.
+PINNED_CPU = os.environ.setdefault("BERTKIT_DEVICE", "cpu") == "cpu"
 if "BERTKIT_CACHE_DIR" not in os.environ:  # never the user's ~/.cache: one fresh cache per test session
     import tempfile
 
@@ -45,6 +49,13 @@ def _save_tiny(kind: str, path: Path) -> Path:
     model.save_pretrained(path, safe_serialization=True)
     tokenizer.save_pretrained(path)
     return path
+
+
+@pytest.fixture(autouse=True)
+def _gpu_tests_choose_their_device(request, monkeypatch):
+    """A test marked gpu sees the machine as it is: `auto` is cuda there (the CPU pin above is lifted)."""
+    if PINNED_CPU and request.node.get_closest_marker("gpu") is not None:
+        monkeypatch.delenv("BERTKIT_DEVICE")
 
 
 @pytest.fixture(scope="session")

@@ -653,6 +653,10 @@ def _damaged_probe(w: Workspace, kind: str) -> str:
         arrays["intercept"] = np.zeros(3) if kind == "intercept-shape" else arrays["intercept"]
         arrays["classes"] = np.array([0, 7]) if kind == "class-ids" else arrays["classes"]
         save_file(arrays, str(weights))
+        # recorded as saved, as a writer that made them would record them: the content checks are what must catch it
+        meta["files"]["probe.safetensors"] = {"size": weights.stat().st_size,
+                                              "sha256": hashlib.sha256(weights.read_bytes()).hexdigest()}
+        meta_file.write_text(json.dumps(meta))
     return str(target)
 
 
@@ -1021,6 +1025,142 @@ CASES += [  # issue 36: ownership by record, never by name; every sweep value ch
     Case("sweep-space-max-length-range-starts-too-low", "sweep",
          lambda w: sweep(w, "--search", "optuna", "--trials", "2", "--space", "max-length=2:64"),
          r"--space max-length=2: a trial with --max-length 2 would stop before training", SPACE_FIX),
+]
+
+
+# ------------------------------------------------ issue 36: verified on read (helpers, then the cases)
+
+
+def _flip_middle_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def _changed(w: Workspace, key: str, relative: str, change: str = "flip", name: str | None = None) -> str:
+    """A copy of a premade output with one of its files changed after bertkit wrote it: flip (a byte in the middle),
+    truncate (the last quarter gone), remove."""
+    out = Path(w.copy(key, name or f"{key}-{change}-{relative.replace('/', '-')}"))
+    target = out / relative
+    if change == "flip":
+        _flip_middle_byte(target)
+    elif change == "truncate":
+        target.write_bytes(target.read_bytes()[: 3 * target.stat().st_size // 4])
+    else:
+        target.unlink()
+    return str(out)
+
+
+def _no_tokenizer_json(w: Workspace, *also: str) -> str:
+    """The tiny model (saved without a record, as by transformers) without tokenizer.json (and `also`)."""
+    target = w.root / ("model-no-tokenizer" + "".join(f"-{n}" for n in also))
+    shutil.copytree(w.tiny_dir, target)
+    for name in ("tokenizer.json", *also):
+        (target / name).unlink()
+    return str(target)
+
+
+def _export(w: Workspace) -> Path:
+    """A real fp32 ONNX export of the premade classifier, made once per session next to the premade outputs."""
+    pytest.importorskip("onnxruntime")
+    out = Path(w.premade["data"]).parent / "export"
+    if not (out / "model.onnx").is_file():
+        _invoke_ok(["export", "--model", str(w.premade["clf"]), "--data", str(w.premade["data"]), "--out", str(out),
+                    "--quantize", "none", "--min-agreement", "0.5", "--quiet"])
+    return out
+
+
+def _changed_export(w: Workspace, change: str) -> str:
+    target = w.root / f"export-{change}"
+    shutil.copytree(_export(w), target)
+    model = target / "model.onnx"
+    data = model.read_bytes()
+    half = len(data) // 2
+    model.write_bytes(data[:half] + (np.random.default_rng(0).bytes(len(data) - half) if change == "half" else b""))
+    return str(target)
+
+
+def _changed_probe(w: Workspace) -> str:
+    target = w.root / "probe-flipped"
+    shutil.copytree(_saved_probe(w), target)
+    _flip_middle_byte(target / "probe.safetensors")
+    return str(target)
+
+
+def _store_with_changed_labels(w: Workspace) -> str:
+    store = Path(w.copy("store", "store-labels-changed"))
+    np.save(store / "labels.npy", 1 - np.load(store / "labels.npy"))  # same size, every label flipped
+    return str(store)
+
+
+RECORD_FIX = r"Copy the folder again from where it was saved, or re-run the command that wrote it"
+TOKENIZER_FIX = r"Copy the tokenizer files in from the model the folder was made from"
+STORE_FIX = r"Re-run the `bertkit embed` command that made it, with --overwrite"
+CACHE_FIX = r"Pass a --cache-dir outside --out, e\.g\. --cache-dir"
+
+CASES += [  # issue 36: every artifact bertkit reads is verified against its record
+    Case("predict-model-weights-byte-flipped", "predict",
+         lambda w: ["predict", "--model", _changed(w, "clf", "model.safetensors"), "--text", "a film", "--quiet"],
+         r"is not the one bertkit saved: model\.safetensors: its bytes changed since it was written", RECORD_FIX),
+    Case("evaluate-model-weights-truncated", "evaluate",
+         lambda w: ["evaluate", "--model", _changed(w, "clf", "model.safetensors", "truncate"), "--data", w.good(),
+                    "--quiet"],
+         r"model\.safetensors: it is [\d,]+ bytes but was written as [\d,]+ \(truncated since\)", RECORD_FIX),
+    Case("export-model-tokenizer-json-removed", "export",
+         lambda w: ["export", "--model", _changed(w, "clf", "tokenizer.json", "remove"), "--data", w.good(), "--out",
+                    w.path("export-out"), "--quiet"],
+         r"tokenizer\.json: it is missing", RECORD_FIX),
+    Case("distill-teacher-config-changed", "distill",
+         lambda w: _distill(w, teacher=_changed(w, "clf", "config.json")),
+         r"is not the one bertkit saved: config\.json: (its bytes changed|it is)", RECORD_FIX),
+    Case("predict-model-without-tokenizer-json", "predict",
+         lambda w: ["predict", "--model", _no_tokenizer_json(w), "--text", "a film", "--quiet"],
+         r"has no tokenizer: tokenizer\.json is missing and so is vocab\.txt.*every word would be read as \[UNK\]",
+         TOKENIZER_FIX),
+    Case("tokens-model-without-any-tokenizer-file", "tokens",
+         lambda w: ["tokens", "--model", _no_tokenizer_json(w, "tokenizer_config.json"), "--text", "a film"],
+         r"has no tokenizer: tokenizer\.json is missing and so is vocab\.txt", TOKENIZER_FIX),
+    Case("embed-model-without-tokenizer-json", "embed",
+         lambda w: embed(w, "--data", w.good(), model=_no_tokenizer_json(w), out=w.path("fresh-store")),
+         r"has no tokenizer: tokenizer\.json is missing", TOKENIZER_FIX),
+    Case("finetune-model-without-tokenizer-json", "finetune",
+         lambda w: finetune(w, "--data", w.good(), model=_no_tokenizer_json(w), out=w.path("fresh")),
+         r"has no tokenizer: tokenizer\.json is missing", TOKENIZER_FIX),
+    Case("predict-export-model-onnx-half-overwritten", "predict",
+         lambda w: ["predict", "--model", _changed_export(w, "half"), "--text", "a film", "--quiet"],
+         r"model\.onnx: its bytes changed since it was written", RECORD_FIX),
+    Case("evaluate-export-model-onnx-truncated", "evaluate",
+         lambda w: ["evaluate", "--model", _changed_export(w, "truncated"), "--data", w.good(), "--quiet"],
+         r"model\.onnx: it is [\d,]+ bytes but was written as [\d,]+ \(truncated since\)", RECORD_FIX),
+    Case("predict-probe-weights-byte-flipped", "predict",
+         lambda w: ["predict", "--probe", _changed_probe(w), "--text", "a great film"],
+         r"probe\.safetensors is damaged \(its bytes changed since it was written", r"Re-run `bertkit probe"),
+    Case("probe-store-features-byte-flipped", "probe",
+         lambda w: ["probe", "--features", _changed(w, "store", "features.npy"), "--out", w.path("probe-run")],
+         r"Store .* is damaged: features\.npy: its bytes changed", STORE_FIX),
+    Case("probe-store-labels-changed", "probe",
+         lambda w: ["probe", "--features", _store_with_changed_labels(w), "--out", w.path("probe-run")],
+         r"Store .* is damaged: labels\.npy: its bytes changed", STORE_FIX),
+    Case("embed-rerun-on-a-store-whose-features-changed", "embed",
+         lambda w: embed(w, "--data", w.premade_data(), out=_changed(w, "store", "features.npy")),
+         r"holds files changed since bertkit wrote them \(features\.npy\)", r"delete the changed ones"),
+    Case("export-model-is-a-run-folder", "export",
+         lambda w: ["export", "--model", w.copy("run"), "--out", w.path("export-out"), "--quiet"],
+         r"WS/run is a bertkit run directory, not a model folder: the models it saved are in best/, final/",
+         r"Use WS/run/best or WS/run/final"),
+    Case("evaluate-model-is-a-run-folder", "evaluate",
+         lambda w: ["evaluate", "--model", w.copy("run"), "--data", w.good(), "--quiet"],
+         r"is a bertkit run directory, not a model folder", r"Use WS/run/best"),
+    Case("finetune-cache-dir-inside-new-out", "finetune",
+         lambda w: finetune(w, "--data", w.good(), "--cache-dir", w.path("fresh/cache"), out=w.path("fresh")),
+         r"--cache-dir WS/fresh/cache is inside --out WS/fresh", CACHE_FIX),
+    Case("embed-cache-dir-is-the-out", "embed",
+         lambda w: embed(w, "--data", w.good(), "--cache-dir", w.path("fresh-store"), out=w.path("fresh-store")),
+         r"--cache-dir WS/fresh-store is inside --out WS/fresh-store", CACHE_FIX),
+    Case("probe-cache-dir-inside-existing-out", "probe",
+         lambda w: (lambda s: ["probe", "--features", s, "--out", w.path("probe-run"), "--cache-dir",
+                               w.path("probe-run/cache")])(w.copy("store")),
+         r"--cache-dir WS/probe-run/cache is inside --out WS/probe-run", CACHE_FIX),
 ]
 
 

@@ -196,7 +196,6 @@ def test_int8_model_keeps_the_fast_path_close_to_its_own_and_to_fp32(make, caplo
 
     model = make().eval()
     quantized = quantize.quantized_int8(model)
-    assert fastforward.tolerance_for(quantized) == fastforward.tolerance_for(model) == fastforward.TOLERANCE
     with caplog.at_level("WARNING", logger="bertkit.models.fastforward"):
         wrapped = SequenceClassifier(quantized)
     assert wrapped.fast and not caplog.text
@@ -246,3 +245,16 @@ def test_compiled_finetune_trains_the_same_weights_and_resumes(no_dropout_bert, 
     for name in weights[False]:
         np.testing.assert_allclose(weights[True][name], weights[False][name], rtol=1e-3, atol=1e-5, err_msg=name)
     assert result.metrics["best_dev"]["accuracy"] is not None
+
+
+@pytest.mark.parametrize("make", [tiny_bert, tiny_distilbert])
+def test_half_precision_weights_are_checked_in_fp32_and_left_as_they_were(make, caplog):
+    """bf16 weights (as `cast_for_inference` leaves them on a GPU): the wrap-time check widens them to fp32, so it
+    compares the layout, not two roundings, and hands the weights back bit for bit."""
+    model = make().eval().to(torch.bfloat16)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with caplog.at_level("WARNING", logger="bertkit.models.fastforward"):
+        wrapped = SequenceClassifier(model)
+    assert wrapped.fast and not caplog.text
+    after = model.state_dict()
+    assert all(after[k].dtype == v.dtype and torch.equal(after[k], v) for k, v in before.items())

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -302,3 +303,450 @@ def test_predict_with_a_probe_honours_precision_and_max_length(saved_probe, monk
     import torch
 
     assert seen == {"max_length": 16, "dtype": torch.bfloat16}
+
+
+# ---------------------------------------------------------------- verified on read (issue 36): saved model folders
+
+
+@pytest.fixture(scope="module")
+def finetuned(tmp_path_factory, tiny_bert_dir) -> Path:
+    """best/ of a tiny classifier fine-tuned and saved by bertkit: its bertkit_model.json records every file."""
+    root = tmp_path_factory.mktemp("finetuned")
+    data = root / "train.tsv"
+    data.write_text("sentence\tlabel\n" + "".join(f"{t}\t{lab}\n" for t, lab in _rows()), encoding="utf-8")
+    result = invoke(finetune_argv(tiny_bert_dir, data, root / "run"))
+    assert result.exit_code == 0, result.output
+    return root / "run" / "best"
+
+
+def flip_middle_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def _edit_config(folder: Path) -> None:
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "id2label": {"0": "pos", "1": "neg"}}))
+
+
+MODEL_DAMAGE = {
+    "a byte flipped in the middle of the weights": (
+        lambda f: flip_middle_byte(f / "model.safetensors"), r"model\.safetensors: its bytes changed since it was written"),
+    "weights truncated": (lambda f: (f / "model.safetensors").write_bytes((f / "model.safetensors").read_bytes()[:-512]),
+                          r"model\.safetensors: it is [\d,]+ bytes but was written as [\d,]+ \(truncated since\)"),
+    "weights extended": (lambda f: (f / "model.safetensors").open("ab").write(b"\0" * 8),
+                         r"model\.safetensors: .*\(extended since\)"),
+    "labels swapped in config.json": (_edit_config, r"config\.json: (its bytes changed|it is [\d,]+ bytes but was)"),
+    "tokenizer.json edited": (lambda f: flip_middle_byte(f / "tokenizer.json"), r"tokenizer\.json: its bytes changed"),
+    "tokenizer.json removed": (lambda f: (f / "tokenizer.json").unlink(), r"tokenizer\.json: it is missing"),
+    "a second weights shard added": (
+        lambda f: shutil.copy(f / "model.safetensors", f / "model-00002-of-00002.safetensors"),
+        r"model-00002-of-00002\.safetensors: not in the record"),
+    "the record is not JSON": (lambda f: (f / "bertkit_model.json").write_text("{\"step\": "),
+                               r"bertkit_model\.json: not valid JSON"),
+}
+
+
+@pytest.mark.parametrize("damage", list(MODEL_DAMAGE))
+def test_a_saved_model_folder_that_differs_from_its_record_is_refused_before_any_work(finetuned, data, tmp_path,
+                                                                                     monkeypatch, damage):
+    folder = tmp_path / "best"
+    shutil.copytree(finetuned, folder)
+    change, problem = MODEL_DAMAGE[damage]
+    change(folder)
+    monkeypatch.setenv("BERTKIT_CACHE_DIR", str(tmp_path / "cache"))
+    result = runner.invoke(app, ["predict", "--model", str(folder), "--data", str(data), "--quiet"])
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert f"Model folder {folder} is not the one bertkit saved" in result.output
+    assert re.search(problem, result.output.replace("\n", " ")), result.output
+    assert "Copy the folder again" in result.output and "re-run the command that wrote it" in result.output
+    assert not (tmp_path / "cache").exists(), "the data was read before the model was checked"
+
+
+def test_an_intact_saved_folder_loads_and_each_file_is_hashed_once(finetuned, monkeypatch):
+    from bertkit.io import digests
+    from bertkit.models import infer
+
+    monkeypatch.setattr(digests, "_verified", set())
+    hashed: list[str] = []
+    real = digests.file_record
+    monkeypatch.setattr(digests, "file_record", lambda path: hashed.append(Path(path).name) or real(path))
+    model, tokenizer, labels = infer.load_for_inference(str(finetuned))
+    assert list(labels.labels) == ["neg", "pos"] and len(tokenizer) > 1000
+    recorded = json.loads((finetuned / "bertkit_model.json").read_text())["files"]
+    assert {"model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json"} <= set(recorded)
+    assert sorted(hashed) == sorted(recorded), "every recorded file is read once, and only once"
+
+
+def test_a_folder_saved_before_records_existed_loads_with_one_note(finetuned, tmp_path, caplog, monkeypatch):
+    from bertkit.models import loading as modeling
+    from bertkit.models import metadata
+
+    folder = tmp_path / "old"
+    shutil.copytree(finetuned, folder)
+    info = json.loads((folder / "bertkit_model.json").read_text())
+    for key in ("files", "format"):
+        info.pop(key)
+    (folder / "bertkit_model.json").write_text(json.dumps(info))
+    monkeypatch.setattr(metadata, "_noted", set())
+    with caplog.at_level("INFO", logger="bertkit"):
+        modeling.load_tokenizer(str(folder))
+        modeling.load_classifier(str(folder), require_head=True)
+    notes = [r.getMessage() for r in caplog.records if "before bertkit recorded file digests" in r.getMessage()]
+    assert len(notes) == 1 and str(folder) in notes[0]
+
+
+# ---------------------------------------------------------------- verified on read: tokenizer files
+
+
+def _without(folder: Path, target: Path, *names: str) -> Path:
+    shutil.copytree(folder, target)
+    for name in names:
+        (target / name).unlink()
+    return target
+
+
+def test_a_folder_without_tokenizer_json_is_refused_before_any_work(tiny_bert_dir, data, tmp_path, monkeypatch):
+    """transformers would load a 5-token tokenizer from tokenizer_config.json alone: every word [UNK]."""
+    folder = _without(tiny_bert_dir, tmp_path / "model", "tokenizer.json")
+    monkeypatch.setenv("BERTKIT_CACHE_DIR", str(tmp_path / "cache"))
+    out = tmp_path / "store"
+    result = runner.invoke(app, ["embed", "--model", str(folder), "--data", str(data), "--out", str(out), "--quiet"])
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    message = " ".join(result.output.split())
+    assert f"Model folder {folder} has no tokenizer: tokenizer.json is missing and so is vocab.txt" in message
+    assert "every word would be read as [UNK]" in message and "save_pretrained(FOLDER)" in message
+    assert not out.exists() and not (tmp_path / "cache").exists()
+
+
+@pytest.mark.parametrize("base", ["tiny_bert_dir", "tiny_distilbert_dir"])
+def test_the_vocabulary_file_stands_in_for_tokenizer_json_and_its_absence_is_named(base, request, tmp_path):
+    from bertkit.errors import UserError
+    from bertkit.models import loading as modeling
+
+    source = request.getfixturevalue(base)
+    folder = _without(source, tmp_path / "model", "tokenizer.json")
+    with pytest.raises(UserError, match=r"tokenizer\.json is missing and so is vocab\.txt"):
+        modeling.load_tokenizer(str(folder))
+    shutil.copy(Path(modeling.offline_model_dir()) / "vocab.txt", folder / "vocab.txt")  # the same vocabulary
+    tokenizer = modeling.load_tokenizer(str(folder))
+    assert len(tokenizer) == 30522 and tokenizer.unk_token not in tokenizer.tokenize("a wonderful film")
+    (folder / "vocab.txt").write_text("")  # present but empty: special tokens only
+    with pytest.raises(UserError, match=r"has only \d+ tokens \(its special tokens\), so every word would be read"):
+        modeling.load_tokenizer(str(folder))
+
+
+def test_a_folder_with_no_tokenizer_files_at_all_is_refused(tiny_bert_dir, tmp_path):
+    from bertkit.errors import UserError
+    from bertkit.models import loading as modeling
+
+    folder = _without(tiny_bert_dir, tmp_path / "model", "tokenizer.json", "tokenizer_config.json")
+    with pytest.raises(UserError, match=r"has no tokenizer: tokenizer\.json is missing and so is vocab\.txt"):
+        modeling.load_encoder(str(folder))
+
+
+# ---------------------------------------------------------------- verified on read: ONNX export folders
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory, tiny_bert_dir) -> tuple[Path, Path]:
+    """(an fp32 ONNX export of a tiny classifier, its gate data)."""
+    pytest.importorskip("onnxruntime")
+    import torch
+    from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+
+    root = tmp_path_factory.mktemp("onnx")
+    torch.manual_seed(3)
+    config = AutoConfig.from_pretrained(str(tiny_bert_dir), num_labels=2, id2label={0: "neg", 1: "pos"},
+                                        label2id={"neg": 0, "pos": 1})
+    model = AutoModelForSequenceClassification.from_config(config)
+    with torch.no_grad():  # a head with a clear opinion: the fp32 gate's labels are not coin flips of rounding
+        model.classifier.weight.mul_(20)
+    model.save_pretrained(root / "clf")
+    AutoTokenizer.from_pretrained(str(tiny_bert_dir)).save_pretrained(root / "clf")
+    data = root / "gate.tsv"
+    data.write_text("sentence\tlabel\n" + "".join(f"{t}\t{lab}\n" for t, lab in _rows()), encoding="utf-8")
+    result = invoke(["export", "--model", str(root / "clf"), "--data", str(data), "--out", str(root / "export"),
+                     "--quantize", "none", "--quiet"])
+    assert result.exit_code == 0, result.output
+    return root / "export", data
+
+
+def _half_overwritten(path: Path) -> None:
+    data = path.read_bytes()
+    half = len(data) // 2
+    path.write_bytes(data[:half] + np.random.default_rng(0).bytes(len(data) - half))
+
+
+@pytest.mark.parametrize("damage", ["half overwritten", "truncated", "truncated, saved before records"])
+def test_a_damaged_model_onnx_is_refused_and_never_a_traceback(exported, tmp_path, damage):
+    folder = tmp_path / "export"
+    shutil.copytree(exported[0], folder)
+    model = folder / "model.onnx"
+    if damage == "half overwritten":
+        _half_overwritten(model)
+    else:
+        model.write_bytes(model.read_bytes()[: model.stat().st_size // 2])
+    if damage.endswith("before records"):
+        info = json.loads((folder / "bertkit_model.json").read_text())
+        info.pop("files")
+        (folder / "bertkit_model.json").write_text(json.dumps(info))
+    for argv in (["predict", "--model", str(folder), "--text", "a great film"],
+                 ["evaluate", "--model", str(folder), "--data", str(exported[1])]):
+        result = runner.invoke(app, [*argv, "--quiet"])
+        assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+        message = " ".join(result.output.split())
+        expected = {"half overwritten": "model.onnx: its bytes changed since it was written",
+                    "truncated": "model.onnx: it is",
+                    "truncated, saved before records": "cannot be read as an ONNX graph"}[damage]
+        assert expected in message
+        assert "Copy the folder again" in message or "bertkit export --model MODEL" in message
+
+
+def test_an_intact_export_still_predicts(exported):
+    result = runner.invoke(app, ["predict", "--model", str(exported[0]), "--text", "a great film", "--quiet", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["predictions"][0]["label"] in {"neg", "pos"}
+
+
+# ---------------------------------------------------------------- verified on read: saved probes
+
+
+def test_a_probe_whose_weights_changed_is_refused(saved_probe, tmp_path):
+    probe = tmp_path / "probe"
+    shutil.copytree(saved_probe, probe)
+    flip_middle_byte(probe / "probe.safetensors")
+    result = runner.invoke(app, ["predict", "--probe", str(probe), "--text", "a great film", "--quiet"])
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    message = " ".join(result.output.split())
+    assert f"The saved probe file {probe / 'probe.safetensors'} is damaged (its bytes changed since it was written" in message
+    assert "probe.json records it as saved" in message and "Re-run `bertkit probe --out DIR`" in message
+
+
+def test_a_probe_swapped_for_another_valid_probe_is_refused(saved_probe, tiny_bert_dir, tmp_path):
+    """Shapes and values pass every content check: only the record tells the two probes apart."""
+    other = tmp_path / "other"
+    data = tmp_path / "train.tsv"
+    data.write_text("sentence\tlabel\n" + "".join(f"{t}\t{lab}\n" for t, lab in _rows()), encoding="utf-8")
+    assert invoke(["probe", "--model", str(tiny_bert_dir), "--data", str(data), "--out", str(other), "--C", "0.01",
+                   "--no-baselines", "--quiet"]).exit_code == 0
+    probe = tmp_path / "probe"
+    shutil.copytree(saved_probe, probe)
+    shutil.copy(other / "probe" / "probe.safetensors", probe / "probe.safetensors")
+    result = runner.invoke(app, ["predict", "--probe", str(probe), "--text", "a great film", "--quiet"])
+    assert result.exit_code == 2 and "probe.safetensors is damaged" in result.output, result.output
+
+
+def test_a_probe_saved_before_records_existed_predicts_with_a_note(saved_probe, tmp_path, caplog):
+    from bertkit.probe import saved
+
+    probe = tmp_path / "probe"
+    shutil.copytree(saved_probe, probe)
+    meta = json.loads((probe / "probe.json").read_text())
+    meta.pop("files")
+    (probe / "probe.json").write_text(json.dumps(meta))
+    with caplog.at_level("INFO", logger="bertkit"):
+        loaded = saved.load_probe(probe)
+    assert loaded.coef.shape[0] == 1 and "saved before bertkit recorded file digests" in caplog.text
+
+
+# ---------------------------------------------------------------- verified on read: feature stores
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory, tiny_bert_dir) -> dict[str, Path]:
+    """Split stores (train + dev) of the same rows: [CLS] fp32, mean fp32, [CLS] int8."""
+    root = tmp_path_factory.mktemp("stores")
+    data = root / "train.tsv"
+    data.write_text("sentence\tlabel\n" + "".join(f"{t}\t{lab}\n" for t, lab in _rows()), encoding="utf-8")
+    made = {}
+    for name, extra in {"cls": [], "mean": ["--pool", "mean"], "int8": ["--precision", "int8"]}.items():
+        made[name] = root / name
+        result = invoke(["embed", "--model", str(tiny_bert_dir), "--data", str(data), "--dev", str(data), "--out",
+                         str(made[name]), "--shard-size", "16", "--precision", "fp32", "--quiet", *extra])
+        assert result.exit_code == 0, result.output
+    return made
+
+
+def _probe_store(store: Path, tmp_path: Path):
+    return runner.invoke(app, ["probe", "--features", str(store), "--out", str(tmp_path / "probe-run"), "--quiet"])
+
+
+STORE_DAMAGE = {
+    "a byte flipped in the middle of train features": (lambda s: flip_middle_byte(s / "train" / "features.npy"),
+                                                        r"Store .*train is damaged: features\.npy: its bytes changed"),
+    "dev features truncated": (lambda s: (s / "dev" / "features.npy").write_bytes(
+        (s / "dev" / "features.npy").read_bytes()[:-64]), r"Store .*dev is damaged: features\.npy: it is .*truncated"),
+    "a dev label changed": (lambda s: np.save(s / "dev" / "labels.npy", 1 - np.load(s / "dev" / "labels.npy")),
+                            r"Store .*dev is damaged: labels\.npy: its bytes changed"),
+}
+
+
+@pytest.mark.parametrize("damage", list(STORE_DAMAGE))
+def test_a_store_whose_arrays_changed_is_refused(stores, tmp_path, damage):
+    store = tmp_path / "store"
+    shutil.copytree(stores["cls"], store)
+    change, problem = STORE_DAMAGE[damage]
+    change(store)
+    result = _probe_store(store, tmp_path)
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert re.search(problem, " ".join(result.output.split())), result.output
+    assert "--overwrite" in result.output and not (tmp_path / "probe-run").exists()
+
+
+@pytest.mark.parametrize("mixed", ["mean", "int8"])
+def test_a_store_whose_splits_were_made_differently_is_refused(stores, tmp_path, mixed):
+    """An int8 (or mean-pooled) train/ beside an fp32 [CLS] dev/: probed, the metrics would say one and be both."""
+    store = tmp_path / "store"
+    shutil.copytree(stores["cls"], store)
+    shutil.rmtree(store / "train")
+    shutil.copytree(stores[mixed] / "train", store / "train")
+    result = _probe_store(store, tmp_path)
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    message = " ".join(result.output.split())
+    expected = "pool: train 'mean', dev 'cls'" if mixed == "mean" else "dtype: train 'int8', dev 'fp32'"
+    assert f"The splits of store {store} were not made the same way" in message and expected in message
+    assert "Re-embed all of them in one run" in message and not (tmp_path / "probe-run").exists()
+
+
+def test_a_store_made_before_digests_is_read_with_a_note(stores, tmp_path, caplog):
+    from bertkit.features import store as store_io
+
+    store = tmp_path / "store"
+    shutil.copytree(stores["cls"], store)
+    for split in ("train", "dev"):
+        manifest = json.loads((store / split / "manifest.json").read_text())
+        manifest.pop("digests")
+        (store / split / "manifest.json").write_text(json.dumps(manifest))
+    with caplog.at_level("INFO", logger="bertkit"):
+        opened = store_io.open_splits(store)
+    assert set(opened) == {"train", "dev"} and "made before bertkit recorded digests" in caplog.text
+
+
+def test_an_intact_store_is_hashed_once_per_array(stores, monkeypatch):
+    from bertkit.features import store as store_io
+    from bertkit.io import digests
+
+    monkeypatch.setattr(digests, "_verified", set())
+    hashed: list[str] = []
+    real = digests.file_record
+    monkeypatch.setattr(digests, "file_record", lambda path: hashed.append(Path(path).name) or real(path))
+    opened = store_io.open_splits(stores["cls"])
+    store_io.open_splits(stores["cls"])
+    assert opened["train"].features.shape == (40, 32)
+    assert sorted(hashed) == ["features.npy", "features.npy", "labels.npy", "labels.npy"]  # train and dev, once
+
+
+# ---------------------------------------------------------------- verified on read: Arrow cache entries
+
+
+def _cache_entry(cache: Path) -> Path:
+    (entry,) = [p for p in (cache / "tables").iterdir() if not p.name.startswith(".")]
+    return entry
+
+
+def _replace_in(path: Path, old: bytes, new: bytes) -> None:
+    data = path.read_bytes()
+    assert data.count(old) >= 1 and len(old) == len(new)
+    path.write_bytes(data.replace(old, new, 1))
+
+
+CACHE_DAMAGE = {
+    "one row changed": (lambda e: _replace_in(e / "rows.arrow", b"superb", b"MALWRE"), r"rows\.arrow: its bytes changed"),
+    "rows.arrow truncated": (lambda e: (e / "rows.arrow").write_bytes((e / "rows.arrow").read_bytes()[:300]),
+                             r"rows\.arrow: it is 300 bytes"),
+    "rows.arrow removed": (lambda e: (e / "rows.arrow").unlink(), r"rows\.arrow: it is missing"),
+    "meta.json not JSON": (lambda e: (e / "meta.json").write_text("{\"columns\": ["), r"meta\.json is not valid JSON"),
+    "meta.json without the digest": (
+        lambda e: (e / "meta.json").write_text(json.dumps({k: v for k, v in json.loads((e / "meta.json").read_text())
+                                                          .items() if k != "digest"})), r"meta\.json lacks digest"),
+}
+
+
+@pytest.mark.parametrize("damage", list(CACHE_DAMAGE))
+def test_a_cache_entry_that_fails_verification_is_parsed_again_with_a_warning(data, tmp_path, caplog, damage):
+    from bertkit.data.options import DataOptions
+    from bertkit.data.splits import load_dataset_split
+
+    cache = tmp_path / "cache"
+    opts = DataOptions(cache_dir=str(cache))
+    first = list(load_dataset_split(opts, str(data)).texts)
+    entry = _cache_entry(cache)
+    change, why = CACHE_DAMAGE[damage]
+    change(entry)
+    with caplog.at_level("WARNING", logger="bertkit"):
+        again = list(load_dataset_split(opts, str(data)).texts)
+    assert again == first and not any("MALWRE" in t for t in again)
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "failed verification" in warnings[0] and re.search(why, warnings[0]), warnings
+    assert _cache_entry(cache) == entry  # rebuilt in place: the next read is clean
+    caplog.clear()
+    assert list(load_dataset_split(opts, str(data)).texts) == first and "failed verification" not in caplog.text
+
+
+def test_a_changed_cache_entry_never_reaches_the_predictions(finetuned, data, tmp_path, monkeypatch):
+    monkeypatch.setenv("BERTKIT_CACHE_DIR", str(tmp_path / "cache"))
+    argv = ["predict", "--model", str(finetuned), "--data", str(data), "--text-column", "sentence", "--json", "--quiet"]
+    clean = runner.invoke(app, argv)
+    assert clean.exit_code == 0, clean.output
+    _replace_in(_cache_entry(tmp_path / "cache") / "rows.arrow", b"superb", b"MALWRE")
+    again = runner.invoke(app, argv)
+    assert again.exit_code == 0, again.output
+    assert "MALWRE" not in again.stdout and json.loads(again.stdout) == json.loads(clean.stdout)
+    assert "failed verification" in again.stderr
+
+
+# ---------------------------------------------------------------- nothing created before a refusal: --cache-dir
+
+
+@pytest.mark.parametrize("command", ["tokens", "embed", "finetune", "probe", "evaluate"])
+def test_a_cache_dir_inside_a_new_out_is_refused_and_creates_nothing(finetuned, data, tmp_path, command):
+    out = tmp_path / "OUT"
+    argv = {"tokens": ["tokens", "--model", str(finetuned), "--data", str(data)],
+            "embed": ["embed", "--model", str(finetuned), "--data", str(data)],
+            "finetune": ["finetune", "--model", str(finetuned), "--data", str(data), "--epochs", "1"],
+            "probe": ["probe", "--model", str(finetuned), "--data", str(data)],
+            "evaluate": ["evaluate", "--model", str(finetuned), "--data", str(data)]}[command]
+    result = runner.invoke(app, [*argv, "--out", str(out), "--cache-dir", str(out / "cache"), "--quiet"])
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    message = " ".join(result.output.split())
+    assert f"--cache-dir {out / 'cache'} is inside --out {out}" in message
+    assert f"Pass a --cache-dir outside --out, e.g. --cache-dir {out}-cache" in message
+    assert not out.exists(), "nothing may be created before a refusal"
+    if command == "tokens":  # the corrected command runs, and the next one finds the same --out reusable
+        fixed = runner.invoke(app, [*argv, "--out", str(out), "--cache-dir", f"{out}-cache", "--quiet"])
+        assert fixed.exit_code == 0, fixed.output
+        assert runner.invoke(app, [*argv, "--out", str(out), "--cache-dir", f"{out}-cache", "--quiet"]).exit_code == 0
+
+
+def test_bertkit_cache_dir_inside_out_is_named_as_the_variable(data, tiny_bert_dir, tmp_path, monkeypatch):
+    out = tmp_path / "OUT"
+    monkeypatch.setenv("BERTKIT_CACHE_DIR", str(out / "cache"))
+    result = runner.invoke(app, ["tokens", "--model", str(tiny_bert_dir), "--data", str(data), "--out", str(out)])
+    assert result.exit_code == 2 and not out.exists(), result.output
+    message = " ".join(result.output.split())
+    assert "(from $BERTKIT_CACHE_DIR) is inside --out" in message and "Set BERTKIT_CACHE_DIR" in message
+
+
+def test_probe_features_cached_in_the_run_are_verified_and_computed_again_once_deleted(tiny_bert_dir, data, tmp_path):
+    """A cached features file whose bytes changed is one the run's record does not vouch for: the re-run is refused
+    naming it (bertkit replaces only its own bytes); deleted, as the message says, it is computed again."""
+    out = tmp_path / "run"
+    argv = ["probe", "--model", str(tiny_bert_dir), "--data", str(data), "--out", str(out), "--no-baselines",
+            "--json", "--quiet"]
+    first = runner.invoke(app, argv)
+    assert first.exit_code == 0, first.output
+    cached = out / "features" / "train-cls-2.npy"
+    assert json.loads(cached.with_suffix(".json").read_text())["digest"]["size"] == cached.stat().st_size
+    flip_middle_byte(cached)
+    refused = runner.invoke(app, argv)
+    text = " ".join(refused.output.split())
+    assert refused.exit_code == 2 and "changed since bertkit wrote them (features/train-cls-2.npy)" in text, text
+    cached.unlink()
+    again = runner.invoke(app, argv)
+    assert again.exit_code == 0, again.output
+    assert json.loads(again.stdout)["sweep"] == json.loads(first.stdout)["sweep"]  # computed again, the same
+    assert cached.is_file()
+    quiet = runner.invoke(app, argv)
+    assert quiet.exit_code == 0 and "failed verification" not in quiet.stderr

@@ -118,6 +118,21 @@ def test_device_choice_and_autocast():
     assert out.dtype == torch.bfloat16
 
 
+def test_bertkit_device_is_what_auto_means_and_an_explicit_device_still_wins(monkeypatch):
+    """On a GPU machine BERTKIT_DEVICE=cpu keeps every `auto` choice on the CPU (the fast suite relies on it)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a GPU machine
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.delenv("BERTKIT_DEVICE", raising=False)
+    assert modeling.choose_device().type == "cuda" and modeling.inference_device(None, "fp32").type == "cuda"
+    monkeypatch.setenv("BERTKIT_DEVICE", "cpu")
+    assert modeling.choose_device().type == "cpu" and modeling.choose_device("auto").type == "cpu"
+    assert modeling.inference_device(None, "fp32").type == "cpu"
+    assert modeling.choose_device("cuda").type == "cuda"  # --device cuda is explicit
+    monkeypatch.setenv("BERTKIT_DEVICE", "gpu")
+    with pytest.raises(UserError, match=r"BERTKIT_DEVICE=gpu names no usable device.*Or unset BERTKIT_DEVICE"):
+        modeling.choose_device()
+
+
 def test_model_revision_is_stable(tiny_bert_dir):
     assert modeling.model_revision(str(tiny_bert_dir)) == modeling.model_revision(str(tiny_bert_dir))
     assert modeling.model_revision(str(tiny_bert_dir)).startswith("local-sha256:")

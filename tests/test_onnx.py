@@ -308,3 +308,43 @@ def test_without_onnxruntime_export_and_an_onnx_model_name_the_extra(classifier_
         result = invoke(*args)
         assert result.exit_code == 2 and "pip install 'bertkit[onnx]'" in result.output
     assert invoke("predict", "--model", classifier_dir, "--text", "hello", "-q").exit_code == 0
+
+
+# ---------------------------------------------------------------- options that do not apply; the refusal's digits
+
+
+def test_options_an_export_kind_ignores_warn_and_stay_off_its_record_and_card(tiny_bert_dir, gate_tsv, tmp_path):
+    clf = _classifier(tiny_bert_dir, tmp_path / "clf", "bert")
+    out = tmp_path / "export"
+    result = invoke("export", "--model", clf, "--out", out, "--data", gate_tsv, "--quantize", "none", "--pool", "mean",
+                    "--normalize", "--min-cosine", "0.5", "-q")
+    assert result.exit_code == 0, result.output
+    warned = " ".join(result.stderr.split())
+    for flag in ("--pool mean", "--normalize", "--min-cosine 0.5"):
+        assert f"{flag} does not apply to the export of a classifier" in warned
+    card = (out / "README.md").read_text()
+    assert "bertkit export" in card and "--quantize none" in card
+    assert "--pool" not in card and "--normalize" not in card and "--min-cosine" not in card
+    config = _report(out)["config"]
+    assert (config["pool"], config["normalize"], config["min_cosine"]) == ("cls", False, 0.98)
+    features = invoke("export", "--model", tiny_bert_dir, "--out", tmp_path / "features", "--data", gate_tsv,
+                      "--quantize", "none", "--min-agreement", "0.5", "-q")
+    assert features.exit_code == 0, features.output
+    assert "--min-agreement 0.5 does not apply to the export of an encoder's features" in " ".join(features.stderr.split())
+    assert "--min-agreement" not in (tmp_path / "features" / "README.md").read_text()
+
+
+def test_the_gate_refusal_shows_the_digits_that_put_it_below_the_threshold():
+    from bertkit.config.export import ExportConfig
+    from bertkit.predict.export import below, refusal_message
+
+    assert below(0.999987, 0.99999) == "0.999987" and below(0.5, 0.99) == "0.5000"
+    cosine = refusal_message({"statistic": "mean_cosine", "mean_cosine": 0.9999897, "min_cosine": 0.9999, "rows": 40},
+                             ExportConfig(model="m", out="o", min_cosine=0.99999))
+    assert "mean cosine similarity 0.9999897 (lowest row 0.9999)" in cosine and "below --min-cosine 0.99999" in cosine
+    assert "1.0000" not in cosine
+    agreement = refusal_message({"statistic": "agreement", "agreement": 49999 / 50000, "rows": 50000,
+                                 "disagreeing_rows": 1, "max_abs_logit_diff": 0.25},
+                                ExportConfig(model="m", out="o", min_agreement=0.99999))
+    assert "on a share 0.99998 of 50000 gate rows (1 disagree), below --min-agreement 0.99999" in agreement
+    assert "100.00%" not in agreement

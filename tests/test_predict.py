@@ -343,10 +343,12 @@ def test_evaluate_in_windows_gives_the_metrics_and_file_of_one_pass(trained, tmp
 # ---------------------------------------------------------------- --precision int8
 
 
-def test_int8_classifier_is_a_quantized_copy_close_to_fp32(trained, toy_rows_module):
+def test_int8_classifier_is_a_quantized_copy_close_to_fp32(trained, toy_rows_module, monkeypatch):
     from bertkit.models import quantize
 
+    monkeypatch.setenv("BERTKIT_DEVICE", "cpu")  # the fp32 model is quantized on the way below: int8 runs on the CPU
     fp32_model, tokenizer, _ = load_for_inference(str(trained))
+    assert next(fp32_model.parameters()).device.type == "cpu"
     int8_model, _, _ = load_for_inference(str(trained), "int8")
     assert quantize.is_int8(int8_model) and not quantize.is_int8(fp32_model)
     assert next(int8_model.parameters()).device.type == "cpu"
@@ -363,22 +365,44 @@ def test_int8_classifier_is_a_quantized_copy_close_to_fp32(trained, toy_rows_mod
     assert not quantize.is_int8(fp32_model)
 
 
+@pytest.mark.gpu
+def test_on_cuda_a_classifier_predicts_as_on_the_cpu_and_int8_stays_on_the_cpu(trained, toy_rows_module, monkeypatch):
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    ds = TextDataset([t for t, _ in toy_rows_module])
+    on_gpu, tokenizer, _ = load_for_inference(str(trained))  # auto: the GPU
+    assert next(on_gpu.parameters()).device.type == "cuda"
+    gpu = predict_proba(on_gpu, tokenizer, ds, batch_size=8)
+    with pytest.raises(UserError, match=r"--precision int8 is a CPU precision"):
+        predict_proba(on_gpu, tokenizer, ds, batch_size=8, precision="int8")
+    int8, _, _ = load_for_inference(str(trained), "int8")  # auto with int8: the CPU
+    assert next(int8.parameters()).device.type == "cpu"
+    monkeypatch.setenv("BERTKIT_DEVICE", "cpu")
+    on_cpu, _, _ = load_for_inference(str(trained))
+    cpu = predict_proba(on_cpu, tokenizer, ds, batch_size=8)
+    np.testing.assert_allclose(gpu, cpu, atol=1e-3, rtol=0)
+    assert (gpu.argmax(1) == cpu.argmax(1)).all()
+
+
 def test_predict_and_evaluate_run_and_record_int8(trained, tmp_path, toy_rows_module, write_tsv):
     from bertkit.config.commands import EvaluateConfig
     from bertkit.predict.run import run_evaluate, run_predict
 
     texts = ["a wonderful film", "an awful movie , really boring"]
     result = run_predict(PredictConfig(model=str(trained), text=tuple(texts), precision="int8"))
-    assert result["precision"] == "int8" and len(result["labels"]) == 2
-    assert run_predict(PredictConfig(model=str(trained), text=tuple(texts)))["precision"] == "fp32"
+    assert result["dtype"] == "int8" and len(result["labels"]) == 2
+    assert run_predict(PredictConfig(model=str(trained), text=tuple(texts)))["dtype"] == "fp32"
     cli = runner.invoke(app, ["predict", "--model", str(trained), "--text", texts[0], "--precision", "int8", "--json"])
     assert cli.exit_code == 0, cli.output
     assert json.loads(cli.stdout)["predictions"][0]["label"] in {"neg", "pos"}
     data = write_tsv("dev.tsv", toy_rows_module, ("sentence", "label"))
     out = tmp_path / "eval"
     metrics = run_evaluate(EvaluateConfig(model=str(trained), data=str(data), out=str(out), precision="int8"))
-    assert metrics["precision"] == "int8" and metrics["n"] == len(toy_rows_module)
-    assert json.loads((out / "metrics.json").read_text())["precision"] == "int8"
+    assert metrics["dtype"] == "int8" and metrics["n"] == len(toy_rows_module)
+    assert isinstance(metrics["precision"], float)  # the macro precision metric, not the compute precision
+    assert json.loads((out / "metrics.json").read_text())["dtype"] == "int8"
     assert json.loads((out / "config.json").read_text())["config"]["precision"] == "int8"
     fp32 = run_evaluate(EvaluateConfig(model=str(trained), data=str(data)))
-    assert fp32["precision"] == "fp32" and abs(metrics["accuracy"] - fp32["accuracy"]) <= 0.05
+    assert fp32["dtype"] == "fp32" and abs(metrics["accuracy"] - fp32["accuracy"]) <= 0.05

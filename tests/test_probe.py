@@ -275,6 +275,21 @@ def test_probe_on_a_store_rereads_text_for_baselines(toy_store):
     assert report["baselines"]["random_encoder"]["layer"] == "layer 2"
 
 
+def test_options_that_make_features_warn_with_a_store_and_the_report_holds_the_stores(toy_store):
+    """--precision int8 with --features used to be dropped silently: the store's features were made already."""
+    result = invoke("probe", "--features", toy_store, "--layers", "-1", "--precision", "int8", "--max-length", "64",
+                    "--normalize", "--no-baselines", "--json", "--quiet")
+    assert result.exit_code == 0, result.output
+    warned = " ".join(result.stderr.split())
+    manifest = json.loads((Path(toy_store) / "train" / "manifest.json").read_text())
+    assert f"--precision int8 does not apply with --features and is ignored: the store {toy_store}" in warned
+    assert f"was embedded with dtype {manifest['dtype']}" in warned and "bertkit embed --precision int8" in warned
+    assert "--max-length 64 does not apply with --features" in warned and "--normalize does not apply" in warned
+    assert json.loads(result.stdout)["dtype"] == manifest["dtype"]
+    quiet = invoke("probe", "--features", toy_store, "--layers", "-1", "--no-baselines", "--json", "--quiet")
+    assert quiet.exit_code == 0 and "does not apply" not in quiet.stderr
+
+
 def test_store_without_labels_is_a_clear_error(tiny_bert_dir, write_tsv, tmp_path):
     texts = write_tsv("texts.tsv", [(f"sentence number {i}",) for i in range(12)], header=("sentence",))
     store_dir = embed_store(tiny_bert_dir, texts, None, tmp_path / "store")
@@ -373,14 +388,14 @@ def test_probe_extracts_in_int8_records_it_and_its_saved_probe_predicts_in_int8(
                     "--precision", "int8", "--out", out, "--quiet", "--json")
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
-    assert report["precision"] == "int8" and set(report["baselines"]) == {"majority", "tfidf", "random_encoder"}
+    assert report["dtype"] == "int8" and set(report["baselines"]) == {"majority", "tfidf", "random_encoder"}
     assert json.loads((out / "config.json").read_text())["features"]["dtype"] == "int8"
     assert json.loads((out / "features" / "train-mean-2.json").read_text())["dtype"] == "int8"  # its own cache key
     saved = probe_io.load_probe(out / "probe")
     assert saved.meta["dtype"] == "int8"
     fp32 = invoke("probe", "--model", tiny_bert_dir, "--data", train, "--dev", dev, "--pool", "mean",
                   "--precision", "fp32", "--no-baselines", "--quiet", "--json")
-    assert json.loads(fp32.stdout)["precision"] == "fp32"
+    assert json.loads(fp32.stdout)["dtype"] == "fp32"
     predicted = invoke("predict", "--probe", out, "--text", "a wonderful film , truly great", "--text", "an awful movie",
                        "--precision", "int8", "--json", "--quiet")
     assert predicted.exit_code == 0, predicted.output

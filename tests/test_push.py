@@ -15,6 +15,7 @@ from bertkit.cli import app
 from bertkit.io import ownership
 from bertkit.models import hub
 from bertkit.models.card import CardFacts, write_model_card
+from bertkit.models.metadata import write_model_info
 
 runner = CliRunner()
 
@@ -28,7 +29,7 @@ def saved_model(tiny_bert_dir, tmp_path) -> Path:
     """A folder as save_model_folder leaves it: weights, tokenizer, bertkit_model.json, a card, the file list."""
     folder = tmp_path / "run" / "best"
     shutil.copytree(tiny_bert_dir, folder)
-    (folder / "bertkit_model.json").write_text("{}")
+    write_model_info(folder, {"step": 3})  # with the record of the files saved before it
     write_model_card(folder, CardFacts(command="finetune", model="minilm-offline", task="single_label",
                                        labels=["neg", "pos"], role="best", step=3,
                                        results={"dev": {"metrics": {"accuracy": 0.9}, "rows": 20}}))
@@ -81,9 +82,13 @@ def test_uploads_only_bertkits_files_with_the_card(saved_model, hub_calls):
     assert shown["files"] == upload["allow_patterns"] and shown["url"] == "https://hf.co/me/tiny"
 
 
-@pytest.mark.parametrize("damage", ["no_card", "bad_card", "no_weights", "leftover", "no_folder"])
+@pytest.mark.parametrize("damage", ["no_card", "bad_card", "no_weights", "leftover", "no_folder", "changed_weights"])
 def test_refuses_a_folder_that_is_not_a_complete_saved_model(saved_model, hub_calls, damage):
-    if damage == "no_card":
+    if damage == "changed_weights":  # a byte flipped in the middle: the folder is not the model bertkit saved
+        data = bytearray((saved_model / "model.safetensors").read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        (saved_model / "model.safetensors").write_bytes(bytes(data))
+    elif damage == "no_card":
         (saved_model / "README.md").unlink()
     elif damage == "bad_card":
         (saved_model / "README.md").write_text("---\nlibrary_name: transformers\n---\nno pipeline tag\n")
@@ -95,6 +100,8 @@ def test_refuses_a_folder_that_is_not_a_complete_saved_model(saved_model, hub_ca
         shutil.rmtree(saved_model)
     result = invoke("--model", saved_model, "--repo-id", "me/tiny")
     assert result.exit_code == 2 and "is not a complete saved model" in result.output
+    if damage == "changed_weights":
+        assert "not as saved (model.safetensors: its bytes changed since it was written" in " ".join(result.output.split())
     assert hub_calls["create"] == [] and hub_calls["upload"] == []
 
 

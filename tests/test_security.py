@@ -364,3 +364,63 @@ def test_resume_never_unpickles_a_tampered_checkpoint(tiny_bert_dir, tmp_path, w
     result = runner.invoke(app, argv)
     assert not marker.exists(), "resuming unpickled a tampered checkpoint file"
     assert result.exit_code != 0
+
+
+# ---------------------------------------------------------------- verified on read (issue 36)
+
+
+def _saved_by_bertkit(tiny_bert_dir: Path, folder: Path) -> Path:
+    """The tiny model as bertkit saves a model folder: the files first, then bertkit_model.json recording them."""
+    from bertkit.models.metadata import write_model_info
+
+    shutil.copytree(tiny_bert_dir, folder)
+    write_model_info(folder, {"step": 1})
+    return folder
+
+
+def test_weights_swapped_for_another_models_of_the_same_shape_are_refused(tiny_bert_dir, tmp_path):
+    """A well-formed safetensors file of the same size and architecture, other weights: no content check can tell,
+    the record does."""
+    import torch
+    from transformers import AutoConfig, AutoModel
+
+    folder = _saved_by_bertkit(tiny_bert_dir, tmp_path / "model")
+    size = (folder / "model.safetensors").stat().st_size
+    torch.manual_seed(1)
+    AutoModel.from_config(AutoConfig.from_pretrained(str(folder))).save_pretrained(tmp_path / "other")
+    shutil.copy(tmp_path / "other" / "model.safetensors", folder / "model.safetensors")
+    assert (folder / "model.safetensors").stat().st_size == size
+    with pytest.raises(UserError, match=r"model\.safetensors: its bytes changed since it was written"):
+        modeling.load_encoder(str(folder))
+    assert modeling.load_encoder(str(tiny_bert_dir)).config.hidden_size == 32  # the folder it was copied from: no record
+
+
+def test_an_unrecorded_weights_index_beside_a_recorded_folder_is_refused(tiny_bert_dir, tmp_path):
+    """A model.safetensors.index.json added later would point the loader at shards nobody recorded."""
+    folder = _saved_by_bertkit(tiny_bert_dir, tmp_path / "model")
+    (folder / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {}, "weight_map": {"embeddings.word_embeddings.weight": "model-00001-of-00001.safetensors"}}))
+    with pytest.raises(UserError, match=r"model\.safetensors\.index\.json: not in the record"):
+        modeling.load_tokenizer(str(folder))
+
+
+def test_a_well_formed_arrow_file_put_in_a_cache_entry_is_not_read_as_the_data(tmp_path, caplog):
+    """rows.arrow replaced by a valid Arrow file of other rows (meta.json untouched): parsed again from the input."""
+    import pyarrow as pa
+
+    from bertkit.data.options import DataOptions
+    from bertkit.data.splits import load_dataset_split
+
+    data = tmp_path / "d.tsv"
+    data.write_text("sentence\tlabel\na fine film\tpos\nan awful film\tneg\n", encoding="utf-8")
+    opts = DataOptions(cache_dir=str(tmp_path / "cache"))
+    assert list(load_dataset_split(opts, str(data)).texts) == ["a fine film", "an awful film"]
+    (entry,) = (tmp_path / "cache" / "tables").iterdir()
+    schema = pa.ipc.open_file(entry / "rows.arrow").schema
+    forged = pa.table({name: (["run this", "rm -rf"] if name == "0" else ["pos", "neg"] if name == "1" else [2, 3])
+                       for name in schema.names}, schema=schema)
+    with pa.OSFile(str(entry / "rows.arrow"), "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
+        writer.write_table(forged)
+    with caplog.at_level("WARNING", logger="bertkit"):
+        assert list(load_dataset_split(opts, str(data)).texts) == ["a fine film", "an awful film"]
+    assert "failed verification" in caplog.text

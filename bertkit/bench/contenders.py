@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from bertkit.bench.timing import Clock
@@ -35,6 +35,8 @@ class Contender:
     tokenizer: Any
     build_seconds: float
     """Time to build (random init) or load (pretrained) the model the first time."""
+    forwards: dict[Any, Any] = field(default_factory=dict)
+    """The inference forward per (device, dtype) (`steps.inference_forward`), built once."""
 
     @property
     def input_names(self) -> frozenset[str]:

@@ -99,7 +99,7 @@ def measure_latency(
     import torch
 
     budget = s.budget
-    steps = {c.label: latency_step(c, texts, s.max_length, device, budget) for c in contenders}
+    steps = {c.label: latency_step(c, texts, s.max_length, device, budget, dtype) for c in contenders}
     with torch.inference_mode(), modeling.autocast(device, dtype):
         samples, memory = interleaved([c.label for c in contenders], steps, budget, device)
     out = {}
@@ -122,7 +122,7 @@ def measure_throughput(
         for padding, pad_to in (("dynamic", None), ("static", s.max_length)):
             batches = prepare_batches(encoded, batch_size, pad_id, pad_to, s.seed)
             log.info("throughput: batch size %d, %s padding", batch_size, padding)
-            steps = {c.label: forward_step(c, batches, device, s.budget) for c in contenders}
+            steps = {c.label: forward_step(c, batches, device, s.budget, dtype) for c in contenders}
             with torch.inference_mode(), modeling.autocast(device, dtype):
                 samples, memory = interleaved([c.label for c in contenders], steps, s.budget, device)
             for label, rows in samples.items():
@@ -181,14 +181,14 @@ def measure_paper_protocol(
     totals = {c.label: {"model_seconds": 0.0, "tokenize_seconds": 0.0, "rows": 0} for c in contenders}
     with torch.inference_mode(), modeling.autocast(device, dtype):
         for c in contenders:  # warm-up on the first sentences (not counted)
-            step = latency_step(c, texts, s.max_length, device, budget)
+            step = latency_step(c, texts, s.max_length, device, budget, dtype)
             for _ in range(budget.warmup):
                 step()
         for r, chunk in enumerate(chunks):
             part = [texts[i] for i in chunk]
             for c in contenders:
                 log.info("paper protocol: %s, part %d/%d (%d sentences)", c.label, r + 1, len(chunks), len(part))
-                step = latency_step(c, part, s.max_length, device, budget)
+                step = latency_step(c, part, s.max_length, device, budget, dtype)
                 for _ in part:
                     model_s, tok_s = step()
                     totals[c.label]["model_seconds"] += model_s

@@ -3,8 +3,9 @@ over a prepared batch, a training step), and the prepared batches they run on.""
 
 from __future__ import annotations
 
+import copy
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,7 +15,9 @@ from bertkit.bench.contenders import Contender
 from bertkit.bench.timing import Budget, Step
 from bertkit.encoding.batches import pad_batch, sorted_batches
 from bertkit.encoding.encode import Encoded
+from bertkit.models import fastforward, infer
 from bertkit.models import loading as modeling
+from bertkit.models.replay import Replayed
 
 
 def model_inputs(batch: dict[str, Any], accepted: frozenset[str], device: Any = None) -> dict[str, Any]:
@@ -26,25 +29,66 @@ def model_inputs(batch: dict[str, Any], accepted: frozenset[str], device: Any = 
     return {k: (v.to(device) if device is not None else v) for k, v in batch.items() if k in accepted}
 
 
-def latency_step(c: Contender, texts: Sequence[str], max_length: int, device: Any, budget: Budget) -> Step:
-    """Batch 1 over real sentences in turn: returns (model seconds, tokenization seconds)."""
+def inference_forward(c: Contender, device: Any, dtype: Any) -> Callable[[dict[str, Any]], Any]:
+    """The forward bertkit's own inference runs for `c`: on a GPU, for allowlisted models, its encoder
+    layers (`fastforward.hidden_states`) on a copy of the weights in the compute dtype (`cast_for_inference`),
+    small batches replayed as CUDA graphs (`replay.Replayed`); otherwise the model's own forward. Made once per
+    contender and device."""
+    key = (str(device), str(dtype))
+    if key not in c.forwards:
+        if getattr(device, "type", None) != "cuda" or fastforward.unsupported_reason(c.model) is not None:
+            c.forwards[key] = lambda inputs: c.model(**inputs)
+        else:
+            c.forwards[key] = Replayed(_own_forward(modeling.cast_for_inference(copy.deepcopy(c.model), device,
+                                                                                 dtype).eval()), device)
+    return c.forwards[key]
+
+
+def _own_forward(model: Any) -> Callable[[dict[str, Any]], Any]:
+    """A classifier's logits as `bertkit predict` computes them (`SequenceClassifier`), an encoder's last layer."""
+    if type(model).__name__ in fastforward.CLASSIFIERS:
+        net = fastforward.SequenceClassifier(model)
+        return lambda batch: net(**batch)
+    depth = len(fastforward.encoder_layers(model))
+    return lambda batch: fastforward.hidden_states(model, batch, depth, False)[depth]
+
+
+def latency_step(c: Contender, texts: Sequence[str], max_length: int, device: Any, budget: Budget,
+                 dtype: Any = None) -> Step:
+    """Batch 1 over real sentences in turn: returns (model seconds, tokenization seconds). On a GPU the row is
+    padded to its bucket width (`infer.gpu_padded_width`), as `bertkit predict` pads, so shapes repeat."""
     position = itertools.count()
     accepted, clock, sync = c.input_names, budget.clock, budget.sync
+    forward = inference_forward(c, device, dtype)
+    pad_to = getattr(device, "type", None) == "cuda"
+    pad_id = infer.pad_id_of(c.tokenizer) if pad_to else 0
 
     def step() -> tuple[float, ...]:
         text = texts[next(position) % len(texts)]
         t0 = clock()
         encoded = c.tokenizer(text, truncation=True, max_length=max_length, return_tensors="pt")
+        inputs = dict(encoded)
+        if pad_to:
+            inputs = padded_to(inputs, infer.gpu_padded_width(inputs["input_ids"].shape[1]), pad_id)
         t1 = clock()
-        inputs = model_inputs(dict(encoded), accepted, device)
+        inputs = model_inputs(inputs, accepted, device)
         sync()
         t2 = clock()
-        c.model(**inputs)
+        forward(inputs)
         sync()
         t3 = clock()
         return t3 - t2, t1 - t0
 
     return step
+
+
+def padded_to(batch: dict[str, Any], width: int, pad_id: int) -> dict[str, Any]:
+    """A tokenizer's (rows, length) tensors padded on the right to `width` (ids with `pad_id`, the rest with 0)."""
+    import torch
+
+    extra = width - batch["input_ids"].shape[1]
+    return {name: torch.nn.functional.pad(t, (0, extra), value=pad_id if name == "input_ids" else 0)
+            for name, t in batch.items()}
 
 
 @dataclass
@@ -59,17 +103,19 @@ class PreparedBatch:
     labels: Any = None
 
 
-def forward_step(c: Contender, batches: Sequence[PreparedBatch], device: Any, budget: Budget) -> Step:
+def forward_step(c: Contender, batches: Sequence[PreparedBatch], device: Any, budget: Budget,
+                 dtype: Any = None) -> Step:
     """Forward passes over prepared batches in turn: returns (seconds, rows, tokens, padded tokens)."""
     position = itertools.count()
     moved = [model_inputs(b.inputs, c.input_names, device) for b in batches]
     clock, sync = budget.clock, budget.sync
+    forward = inference_forward(c, device, dtype)
 
     def step() -> tuple[float, ...]:
         i = next(position) % len(batches)
         sync()
         t0 = clock()
-        c.model(**moved[i])
+        forward(moved[i])
         sync()
         t1 = clock()
         return t1 - t0, batches[i].rows, batches[i].tokens, batches[i].padded_tokens

@@ -67,7 +67,6 @@ def _setup_logging(quiet: bool) -> None:
     root.handlers[:] = [handler]
     root.setLevel(level)
     root.propagate = False
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
         from transformers.utils import logging as hf_logging
 

@@ -153,6 +153,9 @@ class FinetuneConfig(TrackingOptions, TruncationOption, MetricOptions, TaskOptio
     compile: bool = option(False, "torch.compile the model's forward and backward (Inductor, dynamic shapes: one "
                            "compile, no recompiles per batch length). Off by default: on a CPU without native bf16 it "
                            "measured slower (README, \"Training levers\").", panel=MODEL)
+    cuda_graphs: str = option("auto", "On one CUDA GPU in bf16/fp32, replay each step as CUDA graphs (one per padded "
+                              "length bucket): the GPU stops waiting on Python between kernels. off: launch every "
+                              "kernel from Python.", choices=("auto", "off"), panel=MODEL)
     save_every: int | None = option(100, "Checkpoint every N optimizer steps (and at every epoch's end) for resuming.",
                                     panel=OUTPUT, above=0)
     overwrite: bool = option(False, "Replace an --out that holds a run with other options (swapped in once the new "

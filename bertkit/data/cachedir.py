@@ -1,6 +1,8 @@
 """Where bertkit keeps what it derives from input files (parsed tables, token ids): --cache-dir, else the
 BERTKIT_CACHE_DIR environment variable, else $XDG_CACHE_HOME/bertkit (~/.cache/bertkit). Everything in it can be
-deleted at any time: it is rebuilt from the inputs."""
+deleted at any time: it is rebuilt from the inputs. It never lives inside a run's --out (`cache_in_out_problem`):
+a run directory holds only what its run writes, so a cache there would be refused as foreign files, or replaced
+with the run."""
 
 from __future__ import annotations
 
@@ -18,3 +20,22 @@ def cache_root(cache_dir: str | None = None) -> Path:
         return Path(os.environ[ENV]).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base).expanduser() / "bertkit"
+
+
+def cache_in_out_problem(cache_dir: str | None, out: str | None) -> str | None:
+    """Why the cache cannot be where it would be for a run writing --out `out` (None: it can): it is --out or inside
+    it. Checked with the options, before anything is created."""
+    if not out:
+        return None
+    root, run = cache_root(cache_dir).resolve(), Path(out).expanduser().resolve()
+    if root != run and run not in root.parents:
+        return None
+    if run in (Path(run.anchor), Path.home().resolve(), Path.cwd().resolve()):
+        return None  # never a run directory: `io.rundir` refuses such an --out with its own message
+    named = f"--cache-dir {cache_dir}" if cache_dir else f"The cache folder {root} (from ${ENV})" if (
+        os.environ.get(ENV)) else f"The default cache folder {root}"
+    fix = "Pass a --cache-dir outside --out" if cache_dir else f"Set {ENV} (or pass --cache-dir) to a folder outside --out"
+    return (f"{named} is inside --out {out}. A run directory holds only what its run writes (a cache there would make "
+            f"bertkit refuse --out for files it did not write, and --overwrite replaces the run whole), while the cache "
+            f"is shared by later commands. {fix}, e.g. --cache-dir {run.parent / (run.name + '-cache')}; or leave "
+            f"--cache-dir unset to use ${ENV} or ~/.cache/bertkit.")

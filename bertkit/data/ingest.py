@@ -6,14 +6,20 @@ document is one value) and cached the same way. `hub_table` wraps a hub split's 
 
 Only one chunk of the file is ever held as Python values; the fingerprint and the encoding check stream the
 bytes. Nothing here judges cells: `bertkit.data.splits` does.
+
+Every entry is verified before it is read: meta.json records the size and sha256 of rows.arrow (hashed as it is
+written), and an entry whose meta.json is unreadable, whose rows.arrow differs from that record (a changed row, a
+truncated file) or cannot be opened is parsed again from the input, with a warning, never read as the data.
 """
 
 from __future__ import annotations
 
 import codecs
+import contextlib
 import csv
 import hashlib
 import json
+import logging
 import os
 import shutil
 import uuid
@@ -29,10 +35,16 @@ from bertkit.data import sources
 from bertkit.data.cachedir import cache_root
 from bertkit.data.table import LINE_FIELD, RowTable
 from bertkit.errors import UserError
-from bertkit.io import disk
+from bertkit.io import digests, disk
 
-CACHE_VERSION = 1
-"""Bumped when the cached layout changes: older entries are then parsed again."""
+log = logging.getLogger(__name__)
+
+CACHE_VERSION = 2
+"""Bumped when the cached layout changes: older entries are then parsed again (2: meta.json records rows.arrow's
+digest)."""
+ROWS_FILE = "rows.arrow"
+META_FILE = "meta.json"
+META_KEYS = ("columns", "rows", "line_mode", "digest")
 PARSE_ROWS = 65_536
 """Rows pandas parses at a time (one Arrow record batch)."""
 BLOCK = 1 << 20
@@ -47,11 +59,19 @@ def local_table(path: Path, encoding: str, header: str, by_index: bool, label_in
                "by_index": by_index, "label_index": label_index, "version": CACHE_VERSION}
     key = hashlib.sha256(json.dumps(options, sort_keys=True).encode()).hexdigest()[:40]
     folder = cache_root(cache_dir) / "tables" / key
-    parsed_now = not (folder / "meta.json").is_file()
+    table, problem = cached_table(folder)
+    parsed_now = table is None
     if parsed_now:
+        if problem is not None:
+            log.warning("The cached copy of %s in %s failed verification (%s); parsing the file again.", path,
+                        folder, problem)
+            _set_aside(folder)
         _build(folder, path, size, options)
-    meta = json.loads((folder / "meta.json").read_text())
-    table = RowTable.open(folder / "rows.arrow", meta)
+        table, problem = cached_table(folder)
+        if table is None:
+            raise UserError(f"The cache entry {folder} for {path} cannot be read back right after it was written "
+                            f"({problem}). Pass --cache-dir with a folder on a working disk (or set "
+                            f"BERTKIT_CACHE_DIR).")
     if parsed_now and size >= NOTE_BYTES:
         table.note = (f"Parsed {path} ({len(table):,} rows) once into the cache {folder} "
                       f"({_folder_mb(folder):,.0f} MB; --cache-dir or BERTKIT_CACHE_DIR moves it): later commands "
@@ -61,6 +81,43 @@ def local_table(path: Path, encoding: str, header: str, by_index: bool, label_in
 
 NOTE_BYTES = 64 << 20
 """Inputs from this size on get a note saying where their parsed copy went (and its size)."""
+
+
+def cached_table(folder: Path) -> tuple[RowTable | None, str | None]:
+    """(the entry in `folder`, memory-mapped, None) once meta.json reads and rows.arrow matches its recorded size
+    and sha256 (one streaming pass); (None, why not) otherwise ((None, None): there is no entry yet)."""
+    if not (folder / META_FILE).is_file():
+        return None, None
+    try:
+        meta = json.loads((folder / META_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        return None, f"its {META_FILE} is not valid JSON: {exc}"
+    if not isinstance(meta, dict) or any(k not in meta for k in META_KEYS):
+        return None, f"its {META_FILE} lacks {', '.join(k for k in META_KEYS if k not in (meta or {}))}"
+    problem = digests.record_problem(folder / ROWS_FILE, meta["digest"])
+    if problem is not None:
+        return None, f"{ROWS_FILE}: {problem}"
+    try:
+        table = RowTable.open(folder / ROWS_FILE, meta)
+    except (OSError, ValueError, KeyError, TypeError, pa.ArrowException) as exc:
+        return None, f"{ROWS_FILE} cannot be read: {exc}"
+    if len(table) != meta["rows"] or len(table.columns) != len(meta["columns"]):
+        return None, f"{ROWS_FILE} holds {len(table)} rows, its {META_FILE} says {meta['rows']}"
+    return table, None
+
+
+def _set_aside(folder: Path) -> None:
+    """Move a failed entry out of the way (renamed, then its two files removed), so the rebuilt one takes its name.
+    Another process may have done it already; a file that is not an entry's is left in the renamed folder."""
+    aside = folder.with_name(f".failed-{folder.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    try:
+        os.replace(folder, aside)
+    except OSError:
+        return
+    for name in (ROWS_FILE, META_FILE):
+        (aside / name).unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        aside.rmdir()
 
 
 def _folder_mb(folder: Path) -> float:
@@ -81,12 +138,12 @@ def _build(folder: Path, path: Path, size: int, options: dict[str, Any]) -> None
     tmp = parent / f".tmp-{folder.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
     try:
-        meta = _parse_into(tmp / "rows.arrow", path, options)
-        (tmp / "meta.json").write_text(json.dumps({**meta, "source": str(path), **options}))
+        meta = _parse_into(tmp / ROWS_FILE, path, options)
+        (tmp / META_FILE).write_text(json.dumps({**meta, "source": str(path), **options}))
         try:
             os.replace(tmp, folder)
         except OSError:  # another process finished the same entry first: keep theirs
-            if not (folder / "meta.json").is_file():
+            if not (folder / META_FILE).is_file():
                 raise
     except OSError as exc:
         if disk.is_disk_full(exc):
@@ -205,7 +262,7 @@ def _delimited_into(target: Path, path: Path, options: dict[str, Any]) -> dict[s
     if rows == 0:
         raise UserError(f"{path} has a header but no data rows. Add rows, or use --header no if that row is data.")
     return {"columns": names, "rows": rows, "json_cells": False, "line_mode": "column" if exact else "plain",
-            "header_rows": int(has_header)}
+            "header_rows": int(has_header), "digest": writer.digest}
 
 
 def _has_header(first: pd.DataFrame, options: dict[str, Any]) -> bool:
@@ -247,21 +304,29 @@ class _LineFeed:
 
 
 class _ArrowWriter:
-    """Record batches of string cells plus the line column into an Arrow IPC file."""
+    """Record batches of string cells plus the line column into an Arrow IPC file, hashed as it is written
+    (`digest` once closed)."""
 
     def __init__(self, target: Path, n_columns: int, types: list[pa.DataType] | None = None) -> None:
         fields = [pa.field(str(j), t) for j, t in enumerate(types or [pa.string()] * n_columns)]
         self.schema = pa.schema([*fields, pa.field(LINE_FIELD, pa.int64())])
-        self.sink = pa.OSFile(str(target), "wb")
+        self.file = open(target, "wb")  # noqa: SIM115 - closed in close()
+        self.hashing = digests.HashingWriter(self.file)
+        self.sink = pa.PythonFile(self.hashing, mode="w")
         self.writer = pa.ipc.new_file(self.sink, self.schema)
+        self.digest: dict[str, Any] | None = None
 
     def write(self, columns: list[Any], line_numbers: np.ndarray) -> None:
         arrays = [pa.array(c, type=f.type, from_pandas=True) for c, f in zip(columns, self.schema, strict=False)]
         self.writer.write_batch(pa.record_batch([*arrays, pa.array(line_numbers, pa.int64())], schema=self.schema))
 
     def close(self) -> None:
-        self.writer.close()
-        self.sink.close()
+        try:
+            self.writer.close()
+            self.sink.close()
+            self.digest = self.hashing.record()
+        finally:
+            self.file.close()
 
 
 # ---------------------------------------------------------------- parquet and JSON
@@ -283,7 +348,8 @@ def _parquet_into(target: Path, path: Path) -> dict[str, Any]:
             writer.close()
     except (OSError, pa.ArrowException) as exc:
         raise UserError(f"{path} is not a readable parquet file ({exc}). Re-export it.") from None
-    return {"columns": names, "rows": rows, "json_cells": False, "line_mode": "plain", "header_rows": 0}
+    return {"columns": names, "rows": rows, "json_cells": False, "line_mode": "plain", "header_rows": 0,
+            "digest": writer.digest}
 
 
 def _json_into(target: Path, path: Path, encoding: str, lines: bool) -> dict[str, Any]:
@@ -292,13 +358,13 @@ def _json_into(target: Path, path: Path, encoding: str, lines: bool) -> dict[str
     with _text_stream(path, encoding) as stream:
         frame = sources.json_frame(stream.read(), path, lines)
     numbers = frame.attrs.get("line_numbers") or range(1, len(frame) + 1)
-    write_frame(target, frame, np.asarray(numbers, dtype=np.int64))
+    digest = write_frame(target, frame, np.asarray(numbers, dtype=np.int64))
     return {"columns": [str(c) for c in frame.columns], "rows": len(frame), "json_cells": True,
-            "line_mode": "column" if lines else "plain", "header_rows": 0}
+            "line_mode": "column" if lines else "plain", "header_rows": 0, "digest": digest}
 
 
-def write_frame(target: Path, frame: pd.DataFrame, line_numbers: np.ndarray) -> None:
-    """A DataFrame of any cells as JSON-text columns, in PARSE_ROWS batches."""
+def write_frame(target: Path, frame: pd.DataFrame, line_numbers: np.ndarray) -> dict[str, Any]:
+    """A DataFrame of any cells as JSON-text columns, in PARSE_ROWS batches; the file's record (size, sha256)."""
     writer = _ArrowWriter(target, len(frame.columns))
     try:
         for start in range(0, len(frame), PARSE_ROWS):
@@ -307,6 +373,8 @@ def write_frame(target: Path, frame: pd.DataFrame, line_numbers: np.ndarray) -> 
                          line_numbers[start:start + PARSE_ROWS])
     finally:
         writer.close()
+    assert writer.digest is not None
+    return writer.digest
 
 
 def json_cell(value: Any) -> str | None:

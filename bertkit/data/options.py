@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass, fields
 
 from bertkit.config.fields import DATA, RUN, field_problems, field_type, option
+from bertkit.data.cachedir import cache_in_out_problem
 from bertkit.data.presets import apply_preset
 from bertkit.data.sources import HEADER_MODES
 
@@ -48,6 +49,9 @@ class DataOptions:
                 object.__setattr__(self, f.name, ())
         problems = apply_preset(self)
         problems += field_problems(self)
+        cache_problem = cache_in_out_problem(self.cache_dir, getattr(self, "out", None))  # commands with a run dir
+        if cache_problem:
+            problems.append(cache_problem)
         fraction = self.dev_fraction
         if isinstance(fraction, float) and math.isfinite(fraction) and not 0.0 < fraction < 1.0:
             problems.append(f"--dev-fraction must be between 0 and 1 (exclusive); got {fraction}.")

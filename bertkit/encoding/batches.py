@@ -4,12 +4,17 @@ put back in the rows' order."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
-from typing import Any
+import queue
+import threading
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 
 from bertkit.encoding.encode import Encoded
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 SORT_WINDOW = 65_536
 """Rows a streaming pass (predict's output file, the tokens report) takes at a time: length-sorted batches are
@@ -87,3 +92,40 @@ def restore_order(batches: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) 
     result = np.empty_like(stacked)
     result[order] = stacked
     return result
+
+
+def ahead(items: Iterable[T], prepare: Callable[[T], R], depth: int = 4) -> Iterator[tuple[T, R]]:
+    """(item, prepare(item)) for each item, `prepare` running on a worker thread up to `depth` items ahead: host work
+    (padding, pinning) overlaps the device's. An exception in `prepare` is raised here; closing the generator early
+    stops the worker."""
+    done, results = threading.Event(), queue.Queue(maxsize=depth)
+    end = object()
+
+    def put(value: Any) -> bool:
+        """Hand `value` over, waiting while the queue is full; False once the consumer has stopped."""
+        while not done.is_set():
+            try:
+                results.put(value, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def work() -> None:
+        try:
+            for item in items:
+                if not put((item, prepare(item))):
+                    return
+            put(end)
+        except BaseException as exc:  # handed to the consumer, which raises it
+            put(exc)
+
+    worker = threading.Thread(target=work, name="bertkit-batches", daemon=True)
+    worker.start()
+    try:
+        while (got := results.get()) is not end:
+            if isinstance(got, BaseException):
+                raise got
+            yield got
+    finally:
+        done.set()

@@ -9,7 +9,8 @@ spill to a memory-mapped temporary file in the cache folder."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+import os
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +46,27 @@ class Encoded:
     @property
     def n_truncated(self) -> int:
         return int((self.full_lengths > self.max_length).sum())
+
+
+PARALLELISM_ENV = "TOKENIZERS_PARALLELISM"
+_parallelism_set_here = False
+
+
+@contextlib.contextmanager
+def tokenizer_threads() -> Iterator[None]:
+    """bertkit's batch tokenizer calls on every core (the fast tokenizer's own threads), unless the user set
+    TOKENIZERS_PARALLELISM. Afterwards it is set to false, as before: the tokenizers library then stays quiet when a
+    tracker or launcher forks (it warns at a fork after parallel use only while the variable is unset)."""
+    global _parallelism_set_here
+    if os.environ.get(PARALLELISM_ENV) is not None and not _parallelism_set_here:
+        yield
+        return
+    os.environ[PARALLELISM_ENV] = "true"
+    try:
+        yield
+    finally:
+        os.environ[PARALLELISM_ENV] = "false"
+        _parallelism_set_here = True
 
 
 def quiet_length_warnings() -> contextlib.AbstractContextManager:
@@ -103,6 +125,39 @@ def _cut_long_rows(tokenizer: Any, part: TextDataset, enc: Any, max_length: int,
                 enc["token_type_ids"][i] = kept_types
 
 
+class _BackendBatch:
+    """The untruncated ids of a chunk straight from the fast tokenizer's Rust `encode_batch` (what transformers'
+    own call runs), read without transformers converting every row into a dict of lists first; it answers the
+    three things `_cut_long_rows` and `_Collector.add` ask of a BatchEncoding."""
+
+    def __init__(self, backend: Any, texts: Sequence[str], pairs: Sequence[str] | None, want_types: bool) -> None:
+        if backend.truncation is not None:  # transformers leaves these as its last call set them
+            backend.no_truncation()
+        if backend.padding is not None:
+            backend.no_padding()
+        inputs = list(texts) if pairs is None else list(zip(texts, pairs, strict=True))
+        encode = getattr(backend, "encode_batch_fast", backend.encode_batch)
+        self.encodings = encode(inputs, add_special_tokens=True)
+        self.rows = {"input_ids": [e.ids for e in self.encodings]}
+        if want_types:
+            self.rows["token_type_ids"] = [e.type_ids for e in self.encodings]
+
+    def __getitem__(self, name: str) -> list[list[int]]:
+        return self.rows[name]
+
+    def sequence_ids(self, i: int) -> list[int | None]:
+        return self.encodings[i].sequence_ids
+
+
+def _tokenized(tokenizer: Any, part: TextDataset, want_types: bool) -> Any:
+    """A chunk tokenized without truncation: through the fast tokenizer's backend where it has one (the same ids,
+    less Python per row), else the tokenizer's own call."""
+    backend = getattr(tokenizer, "_tokenizer", None) if getattr(tokenizer, "is_fast", False) else None
+    if backend is not None and hasattr(backend, "encode_batch"):
+        return _BackendBatch(backend, part.texts, part.pairs, want_types)
+    return tokenizer(part.texts, part.pairs, truncation=False, return_token_type_ids=want_types)
+
+
 def encode_dataset(tokenizer: Any, dataset: TextDataset, max_length: int, chunk: int = CHUNK_ROWS, *,
                    truncation: str = LongText.truncation, cache_dir: str | None = None) -> Encoded:
     """Tokenize every row (pairs as true pairs) with truncation to `max_length`; no padding.
@@ -114,9 +169,9 @@ def encode_dataset(tokenizer: Any, dataset: TextDataset, max_length: int, chunk:
     """
     want_types = "token_type_ids" in getattr(tokenizer, "model_input_names", [])
     out = _Collector(want_types, len(dataset), cache_dir)
-    with quiet_length_warnings():
+    with quiet_length_warnings(), tokenizer_threads():
         for _, part in dataset.chunks(chunk):
-            enc = tokenizer(part.texts, part.pairs, truncation=False, return_token_type_ids=want_types)
+            enc = _tokenized(tokenizer, part, want_types)
             full = [len(row) for row in enc["input_ids"]]
             _cut_long_rows(tokenizer, part, enc, max_length, truncation, want_types)
             out.add(enc["input_ids"], enc["token_type_ids"] if want_types else None, full, len(part))
@@ -130,9 +185,9 @@ def encode_windows(tokenizer: Any, dataset: TextDataset, max_length: int, stride
     want_types = "token_type_ids" in getattr(tokenizer, "model_input_names", [])
     out = _Collector(want_types, len(dataset), cache_dir)
     owners: list[np.ndarray] = []
-    with quiet_length_warnings():
+    with quiet_length_warnings(), tokenizer_threads():
         for start, part in dataset.chunks(chunk):
-            enc = tokenizer(part.texts, part.pairs, truncation=False, return_token_type_ids=want_types)
+            enc = _tokenized(tokenizer, part, want_types)
             ids: list[list[int]] = []
             types: list[list[int]] | None = [] if want_types else None
             owner: list[int] = []

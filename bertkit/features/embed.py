@@ -10,6 +10,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,8 @@ from bertkit import __version__
 from bertkit.config.commands import EmbedConfig
 from bertkit.data.dataset import TextDataset
 from bertkit.data.labels import LabelMap
+from bertkit.encoding.batches import ahead
+from bertkit.encoding.encode import encode_for
 from bertkit.encoding.longtext import LongText
 from bertkit.errors import UserError
 from bertkit.features import store
@@ -140,6 +143,7 @@ def embed_to_store(cfg: EmbedConfig, progress: bool = True) -> dict[str, Any]:
         root = Path(cfg.out or "").expanduser()
         rundir.inspect_run_dir(root, "embed", overwrite=cfg.overwrite,  # read-only: refusals end every rank here
                                inputs=ownership.input_paths(cfg))
+        modeling.check_model_folder(cfg.model)  # as saved, with its tokenizer: before the data is read
         named, label_map = load_embed_data(cfg)
         split_layout = len(named) > 1
         tokenizer = modeling.load_tokenizer(cfg.model, cfg.trust_remote_code)
@@ -150,7 +154,7 @@ def embed_to_store(cfg: EmbedConfig, progress: bool = True) -> dict[str, Any]:
             encoder = onnx.load_export(cfg.model, "features", "embed")
             precision = encoder.backend  # onnx or onnx-int8: the graph's own precision, recorded and shown
         else:
-            encoder = modeling.load_encoder(cfg.model, cfg.trust_remote_code).to(device)
+            encoder = modeling.cast_for_inference(modeling.load_encoder(cfg.model, cfg.trust_remote_code), device, dtype)
             if cfg.precision == modeling.INT8:
                 encoder = quantize.quantized_int8(encoder, inplace=True)  # loaded for this run only
             precision = modeling.precision_name(encoder, dtype)
@@ -245,13 +249,7 @@ def _embed_split(cfg: EmbedConfig, dist: Any, writer: Any, split: str, ds: TextD
         # with --long-text chunk the bar counts windows; its total grows as each shard's texts are tokenized
         with infer.closing(infer.progress_bar(todo_rows, f"embed {split}", progress and dist.is_main_process,
                                               unit_of(LongText.from_config(cfg)))) as bar:
-            for k in mine:
-                start, end = writer.ranges[k]
-                features, stats = encode_features(encoder, tokenizer, ds.subset(range(start, end)), spec,
-                                                  max_length=cfg.max_length, batch_size=cfg.rows_per_batch,
-                                                  device=device, dtype=dtype, bar=bar, long_text=LongText.from_config(cfg))
-                writer.write_shard(k, features, {"tokens": stats.tokens, "padded_tokens": stats.padded_tokens,
-                                                 "n_truncated": stats.n_truncated, "windows": stats.windows})
+            _encode_shards(cfg, writer, ds, mine, encoder, tokenizer, spec, device, dtype, bar)
         dist.wait_for_everyone()
         result.rows_encoded = sum(writer.ranges[k][1] - writer.ranges[k][0] for k in pending_all)
         if dist.is_main_process:  # only rank 0 reads the shards: finalize removes them
@@ -269,13 +267,38 @@ def _embed_split(cfg: EmbedConfig, dist: Any, writer: Any, split: str, ds: TextD
         if status == "partial":
             result.status = "resumed"
         dist.wait_for_everyone()
-    final = store.open(writer.path)
+    final = store.open(writer.path, verify=status == "complete")  # a store finished just now was hashed as written
     result.tokens_total = int(final.manifest.get("tokens", 0))
     result.n_truncated = int(final.manifest.get("n_truncated", 0))
     result.windows = int(final.manifest.get("windows") or len(ds))
     result.size_bytes = store.store_size_bytes(writer.path)
     result.seconds = time.perf_counter() - started
     return result
+
+
+def _encode_shards(cfg: EmbedConfig, writer: Any, ds: TextDataset, shards: list[int], encoder: Any, tokenizer: Any,
+                   spec: FeatureSpec, device: torch.device, dtype: torch.dtype, bar: Any) -> None:
+    """Encode and write `shards` as a pipeline: shard k+1 is tokenized on a worker thread and shard k-1 written on
+    another while shard k runs on the model, so neither the tokenizer nor the disk holds the device up."""
+    long_text = LongText.from_config(cfg)
+
+    def tokenized(k: int) -> tuple[TextDataset, Any]:
+        part = ds.subset(range(*writer.ranges[k]))
+        return part, encode_for(tokenizer, part, cfg.max_length, long_text)
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="bertkit-store") as disk:
+        written = None
+        for k, (part, windows) in ahead(shards, tokenized, depth=2):
+            features, stats = encode_features(encoder, tokenizer, part, spec, max_length=cfg.max_length,
+                                              batch_size=cfg.rows_per_batch, device=device, dtype=dtype, bar=bar,
+                                              long_text=long_text, windows=windows)
+            if written is not None:
+                written.result()  # in shard order: a failed write stops the run here
+            written = disk.submit(writer.write_shard, k, features, {
+                "tokens": stats.tokens, "padded_tokens": stats.padded_tokens, "n_truncated": stats.n_truncated,
+                "windows": stats.windows})
+        if written is not None:
+            written.result()
 
 
 def _summary(cfg: EmbedConfig, root: Any, results: list[SplitResult], precision: str, device: torch.device,

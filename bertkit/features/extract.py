@@ -61,23 +61,23 @@ def count_windows(bar: Any, windows: Any) -> None:
 
 def encode_features(encoder: Any, tokenizer: Any, dataset: TextDataset, spec: FeatureSpec, *, max_length: int,
                     batch_size: int | None, device: torch.device, dtype: torch.dtype, bar: Any = None,
-                    long_text: LongText | None = None) -> tuple[np.ndarray, EncodeStats]:
+                    long_text: LongText | None = None, windows: Any = None) -> tuple[np.ndarray, EncodeStats]:
     """Features for every row of `dataset` (input order) and what it took (`infer.run_batches` does the loop).
 
     Over-long texts are cut as `long_text.truncation` says (None: head), or read as windows whose features are
-    averaged per text (`long_text.mode == "chunk"`, see `bertkit.encoding.longtext`); a `bar` then counts windows (see `count_windows`)."""
+    averaged per text (`long_text.mode == "chunk"`, see `bertkit.encoding.longtext`); a `bar` then counts windows (see `count_windows`).
+    `windows`: the dataset already tokenized so (`encode.encode_for`), e.g. on a worker thread ahead of the model."""
     start = time.perf_counter()
     n_layers, hidden = encoder_shape(encoder)
     indices = spec.resolve(n_layers)
-    windows = encode.encode_for(tokenizer, dataset, max_length, long_text)
+    windows = windows if windows is not None else encode.encode_for(tokenizer, dataset, max_length, long_text)
     encoded: Encoded = windows.encoded
     count_windows(bar, windows)
     batches = infer.plan_batches(encoded.lengths, batch_size, infer.auto_token_budget(encoder, device))
-    padded, prune = 0, None
+    prune = None
 
     def features_of(batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        nonlocal padded, prune
-        padded += int(batch["input_ids"].numel())
+        nonlocal prune
         if isinstance(encoder, onnx.OnnxModel):  # an export folder: the pooled features come out of the graph
             return encoder(batch)
         if prune is None:
@@ -85,11 +85,11 @@ def encode_features(encoder: Any, tokenizer: Any, dataset: TextDataset, spec: Fe
         return forward_features(encoder, batch, spec, indices, n_layers, prune)
 
     outputs = infer.run_batches(features_of, encoded, batches, model=encoder, pad_id=infer.pad_id_of(tokenizer),
-                                device=device, dtype=dtype, bar=bar)
+                                device=device, dtype=dtype, bar=bar, unmasked=True, capturable=lambda: bool(prune))
     per_window = infer.in_input_order(batches, outputs, spec.row_shape(n_layers, hidden))
     features = pooled_over_windows(windows, per_window, spec.normalize)
-    stats = EncodeStats(len(dataset), int(encoded.lengths.sum()), padded, encoded.n_truncated,
-                        time.perf_counter() - start, len(windows.owner))
+    stats = EncodeStats(len(dataset), int(encoded.lengths.sum()), infer.padded_tokens(encoded, batches, device),
+                        encoded.n_truncated, time.perf_counter() - start, len(windows.owner))
     return features, stats
 
 
@@ -133,14 +133,15 @@ def extract_pooled(encoder: Any, tokenizer: Any, dataset: TextDataset, *, pools:
     def pooled_of(batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """(batch, pools, layers, d)"""
         hidden = encoder(**batch, output_hidden_states=True, return_dict=True).hidden_states
-        stacked = torch.stack([torch.stack([pool_tokens(hidden[i], batch["attention_mask"], pool) for i in layers], 1)
+        stacked = torch.stack([torch.stack([pool_tokens(hidden[i], batch.get("attention_mask"), pool) for i in layers], 1)
                                for pool in pools], 1)
         return torch.nn.functional.normalize(stacked, p=2.0, dim=-1) if normalize else stacked
 
     with infer.closing(infer.progress_bar(len(dataset), "features", progress, unit_of(long_text))) as bar:
         count_windows(bar, windows)
         outputs = infer.run_batches(pooled_of, windows.encoded, batches, model=encoder,
-                                    pad_id=infer.pad_id_of(tokenizer), device=device, dtype=dtype, bar=bar)
+                                    pad_id=infer.pad_id_of(tokenizer), device=device, dtype=dtype, bar=bar,
+                                    unmasked=True)
     hidden_size = encoder_shape(encoder)[1]
     per_window = infer.in_input_order(batches, outputs, (len(pools), len(layers), hidden_size))
     stacked = pooled_over_windows(windows, per_window, normalize)

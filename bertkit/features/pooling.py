@@ -95,11 +95,14 @@ def encoder_shape(encoder: Any) -> tuple[int, int]:
 # ---------------------------------------------------------------- pooling
 
 
-def pool_tokens(hidden: torch.Tensor, mask: torch.Tensor, pool: str) -> torch.Tensor:
-    """(batch, seq, dim) -> (batch, dim) in fp32; mean and max look only at positions where mask == 1."""
+def pool_tokens(hidden: torch.Tensor, mask: torch.Tensor | None, pool: str) -> torch.Tensor:
+    """(batch, seq, dim) -> (batch, dim) in fp32; mean and max look only at positions where mask == 1 (a batch
+    without a mask has no padding: every position)."""
     if pool == "cls":
         return hidden[:, 0].float()
     hidden = hidden.float()
+    if mask is None:
+        return hidden.mean(dim=1) if pool == "mean" else hidden.max(dim=1).values
     keep = mask.unsqueeze(-1).bool()
     if pool == "mean":
         summed = hidden.masked_fill(~keep, 0.0).sum(dim=1)
@@ -140,24 +143,32 @@ def forward_features(encoder: Any, batch: dict[str, torch.Tensor], spec: Feature
 
     Without `prune`, the model's own forward and its `output_hidden_states`. With `prune` (allowlisted models
     only, see `prune_applies`), the encoder runs up to the highest requested layer, or one below it for `cls`,
-    whose [CLS] output `fastforward.cls_output` then computes alone."""
+    whose [CLS] output `fastforward.cls_output` then computes alone; on a GPU those layers are bertkit's own
+    (`fastforward.hidden_states`: no host read, so a CUDA graph can replay them)."""
     top = max(indices)
     fast_cls = prune and spec.pool == "cls" and top >= 1
     run = (top - 1 if fast_cls else top) if prune else n_layers
-    need_hidden = not prune or any(i < run for i in indices)  # a pruned run of 0 layers records no hidden states
-    with fastforward.first_layers(encoder, run) if prune else contextlib.nullcontext():
-        output = encoder(**batch, output_hidden_states=need_hidden, return_dict=True)
-    mask = batch["attention_mask"]
+    states = _hidden_states(encoder, batch, run, [run if fast_cls and i == top else i for i in indices], prune)
+    mask = batch.get("attention_mask")
     pooled = []
     for i in indices:
-        below = run if fast_cls and i == top else i  # the [CLS]-only top layer reads the output of `run` layers
-        state = output.last_hidden_state if prune and below == run else output.hidden_states[below]
-        if fast_cls and i == top:
-            block = fastforward.layer_block(fastforward.encoder_layers(encoder)[top - 1])
-            pooled.append(fastforward.cls_output(block, state, mask).float())
+        if fast_cls and i == top:  # the [CLS]-only top layer reads the output of `run` layers
+            block = fastforward.blocks_of(encoder)[top - 1]
+            pooled.append(fastforward.cls_output(block, states[run], mask).float())
         else:
-            pooled.append(pool_tokens(state, mask, spec.pool))
+            pooled.append(pool_tokens(states[i], mask, spec.pool))
     return combine_pooled(pooled, spec)
+
+
+def _hidden_states(encoder: Any, batch: dict[str, torch.Tensor], run: int, wanted: list[int],
+                   prune: bool) -> dict[int, torch.Tensor]:
+    """The hidden states at `wanted` indices (0 = embeddings) of a run of `run` layers (all of them unpruned)."""
+    if prune and fastforward.own_layers_for(batch["input_ids"].device):
+        return fastforward.hidden_states(encoder, batch, run, training=False, keep=wanted)
+    need_hidden = not prune or any(i < run for i in wanted)  # a pruned run of 0 layers records no hidden states
+    with fastforward.first_layers(encoder, run) if prune else contextlib.nullcontext():
+        output = encoder(**batch, output_hidden_states=need_hidden, return_dict=True)
+    return {i: output.last_hidden_state if prune and i == run else output.hidden_states[i] for i in wanted}
 
 
 def combine_pooled(pooled: list[torch.Tensor], spec: FeatureSpec) -> torch.Tensor:

@@ -2,9 +2,15 @@
 
 Layout of a complete store (a directory)::
 
-    manifest.json    provenance + identity + shapes; written last, so its presence means "complete"
+    manifest.json    provenance + identity + shapes + the size and sha256 of the two arrays (`digests`, taken as
+                     they are written); written last, so its presence means "complete"
     features.npy     float32/float16, shape (n, dim) or (n, layers, dim); plain .npy, `numpy.load(mmap_mode="r")`
     labels.npy       int64 label ids (only when the data had labels; the mapping is in the manifest)
+
+Reading verifies (`open`): each array against its record (one streaming pass; a store made before digests were
+recorded is read with a note), and, for a split store, that every split was made by the same feature function
+(model, revision, pooling, layers, precision, ...: `identity.split_differences`), so a probe never fits on one
+split and scores another.
 
 While a run is in progress the directory holds ``identity.json`` (what the store is being made from) and
 ``shards/shard-NNNNN.npy`` + ``shard-NNNNN.json``: shard k holds rows ``[k*S, (k+1)*S)`` of the input in the
@@ -23,6 +29,7 @@ kill points `embed.shard.before_rename` and `embed.finalize.before_manifest`. No
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 from dataclasses import dataclass
@@ -33,9 +40,9 @@ import numpy as np
 
 from bertkit.config.groups import STORE_DTYPES
 from bertkit.data.labels import LabelMap
-from bertkit.encoding.longtext import LongText
 from bertkit.errors import UserError
-from bertkit.io import disk, faults
+from bertkit.features.identity import identity_mismatch, split_differences
+from bertkit.io import digests, disk, faults
 from bertkit.io.atomic import atomic_path, write_json_atomic
 from bertkit.io.ownership import SPLIT_NAMES, STORE_FORMAT, remove_recorded
 from bertkit.io.record import make_dirs
@@ -79,12 +86,15 @@ class Store:
         return self.manifest.get("layer_names")
 
 
-def open(path: str | Path) -> Store:  # noqa: A001 - `bertkit.store.open` reads like `numpy.load`
-    """Open a complete store; a split store (OUT with train/dev/test) opens its `train` part."""
+def open(path: str | Path, verify: bool = True) -> Store:  # noqa: A001 - `bertkit.store.open` reads like `numpy.load`
+    """Open a complete store; a split store (OUT with train/dev/test) opens its `train` part. `verify`: check the
+    arrays against the manifest's digests first (one streaming pass; off only for a store this process just wrote)."""
     root = Path(path).expanduser()
     if not (root / MANIFEST).is_file() and (root / "train" / MANIFEST).is_file():
         root = root / "train"
     manifest = _read_manifest(root)
+    if verify:
+        verify_arrays(root, manifest)
     try:
         features = np.load(root / FEATURES, mmap_mode="r")
         labels = np.load(root / LABELS) if (root / LABELS).is_file() else None
@@ -104,17 +114,59 @@ def open(path: str | Path) -> Store:  # noqa: A001 - `bertkit.store.open` reads 
 
 
 def open_splits(path: str | Path) -> dict[str, Store]:
-    """{split name: Store}: the sub-stores of a split store, or {"train": store} for a single store."""
+    """{split name: Store}: the sub-stores of a split store (all made by the same feature function:
+    `split_differences`), or {"train": store} for a single store."""
     root = Path(path).expanduser()
     if (root / MANIFEST).is_file():
         return {"train": open(root)}
     names = [n for n in SPLIT_NAMES if (root / n / MANIFEST).is_file()]
     index = root / SPLITS_INDEX
     if index.is_file():
-        names = json.loads(index.read_text(encoding="utf-8"))["splits"]
+        names = _read_splits_index(index)
     if not names:
         raise UserError(_not_a_store_message(root))
+    missing = [n for n in names if not (root / n / MANIFEST).is_file()]
+    if missing:
+        raise UserError(f"Store {root} is damaged: {SPLITS_INDEX} lists the split(s) {', '.join(missing)}, which have "
+                        f"no {MANIFEST}. Re-run the `bertkit embed` command that made it, with --overwrite.")
+    manifests = {name: _read_manifest(root / name) for name in names}
+    differences = split_differences(manifests)
+    if differences:
+        raise UserError(
+            f"The splits of store {root} were not made the same way, so features of one cannot be scored against "
+            f"another:\n  " + "\n  ".join(differences) + f"\nEvery split of a store must share model, pooling, layers "
+            f"and precision. Re-embed all of them in one run: `bertkit embed --data TRAIN --dev DEV [--test TEST] "
+            f"--out {root} --overwrite`."
+        )
     return {name: open(root / name) for name in names}
+
+
+def _read_splits_index(index: Path) -> list[str]:
+    try:
+        names = json.loads(index.read_text(encoding="utf-8"))["splits"]
+    except (OSError, ValueError, KeyError, TypeError):
+        names = None
+    if not isinstance(names, list) or not all(n in SPLIT_NAMES for n in names):
+        raise UserError(f"{index} is damaged: it does not list the store's splits (of {', '.join(SPLIT_NAMES)}). "
+                        f"Re-run the `bertkit embed` command that made the store, with --overwrite.")
+    return names
+
+
+def verify_arrays(root: Path, manifest: dict[str, Any]) -> None:
+    """features.npy and labels.npy against the size and sha256 the manifest recorded as they were written; a store
+    made before digests were recorded is read unverified, with a note."""
+    records = manifest.get("digests")
+    if records is None:
+        log.info("note: store %s was made before bertkit recorded digests; its arrays are read unverified.", root)
+        return
+    if not isinstance(records, dict) or not all(digests.is_record(r) for r in records.values()):
+        raise UserError(f"Store {root} is damaged: the digests in its {MANIFEST} are not valid. Re-run `bertkit "
+                        f"embed` with --overwrite to rebuild it.")
+    problems = digests.records_problems(root, records)
+    if problems:
+        detail = "; ".join(f"{name}: {why}" for name, why in problems)
+        raise UserError(f"Store {root} is damaged: {detail}, so its features are not the ones it recorded. Re-run "
+                        f"the `bertkit embed` command that made it, with --overwrite, to rebuild it.")
 
 
 def _not_a_store_message(root: Path) -> str:
@@ -149,18 +201,6 @@ def _read_manifest(root: Path) -> dict[str, Any]:
 def shard_ranges(n_rows: int, shard_size: int) -> list[tuple[int, int]]:
     """Shard k covers rows [k*S, min((k+1)*S, n)) of the input, in the original order."""
     return [(start, min(start + shard_size, n_rows)) for start in range(0, n_rows, shard_size)]
-
-
-IDENTITY_DEFAULTS = LongText().to_json()
-"""Identity keys added after stores were first written, with the value every store made before had: such a store
-still resumes (and counts as complete) under the same settings."""
-
-
-def identity_mismatch(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """The settings that differ between two identities, as `key: old -> new` lines."""
-    old = {**IDENTITY_DEFAULTS, **old} if old else old
-    keys = sorted(set(old) | set(new))
-    return [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys if old.get(k) != new.get(k)]
 
 
 class StoreWriter:
@@ -286,33 +326,40 @@ class StoreWriter:
         need = disk.with_margin(self.features_bytes() + 8 * self.n_rows)
         with disk.writing(self.path, need):  # features, labels and the manifest
             with atomic_path(self.path / FEATURES) as tmp:
-                self._merge_shards(tmp, shape)
+                records = {FEATURES: self._merge_shards(tmp, shape)}
             if labels is not None:
                 with atomic_path(self.path / LABELS) as tmp:
                     with tmp.open("wb") as handle:
-                        np.save(handle, np.asarray(labels, dtype=np.int64))
+                        hashing = digests.HashingWriter(handle)
+                        np.save(hashing, np.asarray(labels, dtype=np.int64))
+                records[LABELS] = hashing.record()
             full = {"format": FORMAT, **manifest, "identity": self.identity, "shape": list(shape), "store_dtype":
-                    str(self.dtype), "files": {"features": FEATURES, "labels": LABELS if labels is not None else None}}
+                    str(self.dtype), "files": {"features": FEATURES, "labels": LABELS if labels is not None else None},
+                    "digests": records}
             faults.kill_point("embed.finalize.before_manifest")
             write_json_atomic(self.path / MANIFEST, full)
         self._remove_work_files()
-        return open(self.path)
+        return open(self.path, verify=False)  # its digests were taken from these very bytes, just now
 
-    def _merge_shards(self, target: Path, shape: tuple[int, ...]) -> None:
+    def _merge_shards(self, target: Path, shape: tuple[int, ...]) -> dict[str, Any]:
         """features.npy at `target` with plain writes: the .npy header of the whole array, then each shard's bytes
         in order, copied in blocks (no mapping whose dirty pages would grow the process's memory with the rows).
-        The bytes are those `np.lib.format.open_memmap` + assigning every shard made."""
-        header = {"descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False, "shape": shape}
+        The bytes are those `np.lib.format.open_memmap` + assigning every shard made. Returns their record (size,
+        sha256), hashed as they are copied."""
+        header = io.BytesIO()
+        np.lib.format.write_array_header_1_0(header, {"descr": np.lib.format.dtype_to_descr(self.dtype),
+                                                      "fortran_order": False, "shape": shape})
         with target.open("wb") as out:
-            np.lib.format.write_array_header_1_0(out, header)
-            data_start = out.tell()
-            out.truncate(data_start + self.features_bytes())
+            out.write(header.getvalue())
+            out.truncate(len(header.getvalue()) + self.features_bytes())
         disk.preallocate(target)  # a full disk is ENOSPC now, not half-way through the copy
         with target.open("r+b") as out:
-            out.seek(data_start)
+            out.seek(len(header.getvalue()))
+            hashing = digests.HashingWriter(out, written_before=header.getvalue())
             for k, (start, end) in enumerate(self.ranges):
                 with self.shard_file(k).open("rb") as shard:
-                    _copy_npy_data(shard, out, (end - start, *self.row_shape), self.dtype)
+                    _copy_npy_data(shard, hashing, (end - start, *self.row_shape), self.dtype)
+        return hashing.record()
 
     def _remove_work_files(self) -> None:
         """Shards and identity: only what the run's record says bertkit wrote (`ownership.remove_recorded`)."""
@@ -320,7 +367,6 @@ class StoreWriter:
             kept = remove_recorded(work)
             if kept:
                 log.warning("kept %s: it holds what bertkit did not write (%s)", work, kept[:5])
-
 
 
 def _copy_npy_data(source: Any, out: Any, shape: tuple[int, ...], dtype: np.dtype, block: int = 1 << 24) -> None:

@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from bertkit.models.inputs import accepted_inputs
 from bertkit.models.quantize import int8_in_float
@@ -43,10 +44,12 @@ ALLOWLIST = {
 and whose encoder output is the last layer's output (no final LayerNorm, unlike MegatronBERT)."""
 SUPPORTED = tuple(ALLOWLIST)
 CLASSIFIERS = ("BertForSequenceClassification", "DistilBertForSequenceClassification")
+GPU_ATTENTION = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+"""SDPA kernels bertkit's own layers use on a GPU: not cuDNN's, which builds an execution plan for every new
+(batch, length) shape - about a second per shape measured on an H200 with torch 2.11 - and BERT batches come in many
+lengths."""
 TOLERANCE = 1e-4
 """Largest difference between the fast path and the model's own forward, relative to the largest output (or 1)."""
-LOW_PRECISION_TOLERANCE = 1e-2
-"""The same for a model whose weights are bf16/fp16."""
 
 
 @dataclass(frozen=True)
@@ -139,12 +142,51 @@ def _install_output_hooks(model: Any) -> None:
     maybe_install_capturing_hooks(model)
 
 
-def last_layer_cls(model: Any, block: Block, batch: dict[str, torch.Tensor], training: bool) -> torch.Tensor:
-    """The last layer's output at position 0, (batch, hidden): the model's own embeddings and lower layers, then
-    the last layer (`block`) for position 0 only (keys and values from every token)."""
-    with first_layers(model, len(layer_owner(model).layer) - 1):
-        hidden = base_model(model)(**batch).last_hidden_state
-    return cls_output(block, hidden, batch["attention_mask"], training)
+def last_layer_cls(model: Any, block: Block, batch: dict[str, torch.Tensor], training: bool,
+                   own_layers: bool = False) -> torch.Tensor:
+    """The last layer's output at position 0, (batch, hidden): the lower layers (the model's own forward, or with
+    `own_layers` this module's `hidden_states`), then the last layer (`block`) for position 0 only (keys and values
+    from every token)."""
+    below = len(layer_owner(model).layer) - 1
+    if own_layers:
+        hidden = hidden_states(model, batch, below, training)[below]
+    else:
+        with first_layers(model, below):
+            hidden = base_model(model)(**batch).last_hidden_state
+    return cls_output(block, hidden, batch.get("attention_mask"), training)
+
+
+def own_layers_for(device: torch.device) -> bool:
+    """Whether the layers run through `hidden_states` (this module's code) rather than the model's own forward: on
+    a GPU, where the model's forward costs a host synchronisation per call (its mask check) and a CUDA graph cannot
+    hold one. On the CPU the model's own forward stays, as measured there."""
+    return device.type == "cuda"
+
+
+def blocks_of(model: Any) -> list[Block]:
+    """Every layer's parts, bottom first (read afresh: quantizing or pruning a model swaps its modules)."""
+    return [layer_block(layer) for layer in encoder_layers(model)]
+
+
+def hidden_states(model: Any, batch: dict[str, torch.Tensor], upto: int, training: bool,
+                  keep: Iterable[int] = ()) -> dict[int, torch.Tensor]:
+    """The allowlisted model's hidden states by index (0: embeddings output, i: layer i's output) for `upto` and
+    every index in `keep`, computed by the model's own embeddings and then `block_forward` per layer.
+
+    A batch without "attention_mask" (or with None) has no padding: attention then runs unmasked, which lets SDPA
+    pick its flash kernel. Nothing here reads a tensor back to the host, so a CUDA graph can capture it."""
+    base = base_model(model)
+    ids, types = batch["input_ids"], batch.get("token_type_ids")
+    hidden = base.embeddings(input_ids=ids, token_type_ids=types) if types is not None else base.embeddings(ids)
+    mask = batch.get("attention_mask")
+    keep_key = None if mask is None else mask[:, None, None, :].bool()
+    wanted = set(keep) | {upto}
+    states = {0: hidden} if 0 in wanted else {}
+    for i, block in enumerate(blocks_of(model)[:upto], start=1):
+        hidden = block_forward(block, hidden, keep_key, training)
+        if i in wanted:
+            states[i] = hidden
+    return states
 
 
 def relative_difference(fast: torch.Tensor, own: torch.Tensor) -> float:
@@ -165,27 +207,37 @@ def agreement(fast: Callable[[], torch.Tensor], own: Callable[[], torch.Tensor],
     the check batch they differ by 0.016 (MiniLM-L6, real weights) and 0.007 (BERT-base/DistilBERT-base shapes,
     random init), each being 0.01-0.10 from the fp32 model: the fast path is no further from fp32 than the model's
     own int8 forward. No tolerance separates that rounding from a layout mistake on every model (with small logits,
-    a doubled [CLS] vector moves them by less than 0.1), so the check compares the arithmetic, not the rounding."""
+    a doubled [CLS] vector moves them by less than 0.1), so the check compares the arithmetic, not the rounding.
+    For the same reason bf16/fp16 weights are checked widened to fp32 (`float_weights`): two bf16 computations of
+    BERT-base part by about 2% of the largest output through 12 layers, rounding alone."""
     device = next(model.parameters()).device
     training = model.training
     model.eval()
     try:
-        with torch.no_grad(), torch.autocast(device.type, enabled=False), int8_in_float(model):
+        with torch.no_grad(), torch.autocast(device.type, enabled=False), int8_in_float(model), float_weights(model):
             reference = own()  # first: whatever the model sets up on its first call, it sets up whole
             difference = relative_difference(fast(), reference)
     finally:
         model.train(training)
-    if difference <= tolerance_for(model):
+    if difference <= TOLERANCE:
         return True
     log.warning("The fast path for %s (%s) differs from the model's own forward by %.3g (relative); using the "
                 "model's own forward.", what, type(model).__name__, difference)
     return False
 
 
-def tolerance_for(model: Any) -> float:
-    """How far the fast path may be from the model's own forward in the self-check: `LOW_PRECISION_TOLERANCE` for
-    bf16/fp16 weights, else `TOLERANCE` (int8 models included: they are checked in fp32 on their int8 weights)."""
-    return LOW_PRECISION_TOLERANCE if next(model.parameters()).dtype != torch.float32 else TOLERANCE
+@contextlib.contextmanager
+def float_weights(model: Any) -> Iterator[None]:
+    """A model with bf16/fp16 weights computes in fp32 meanwhile (widening is exact, so is the narrowing back)."""
+    dtype = next(model.parameters()).dtype
+    if dtype not in (torch.bfloat16, torch.float16):
+        yield
+        return
+    model.float()
+    try:
+        yield
+    finally:
+        model.to(dtype)
 
 
 def check_batch(model: Any) -> dict[str, torch.Tensor]:
@@ -219,31 +271,45 @@ class SequenceClassifier(nn.Module):
         self.fast = fast and self.unsupported is None
         self.top = layer_block(encoder_layers(model)[-1]) if self.fast else None
         if self.fast:
-            batch = check_batch(model)
-            self.fast = agreement(lambda: self.fast_logits(**batch), lambda: self.own_logits(**batch), model,
-                                  "the [CLS]-only last layer")
+            self.fast = self._agrees(check_batch(model))
             self.unsupported = None if self.fast else "its logits differed from the model's own on the check batch"
 
+    def _agrees(self, batch: dict[str, torch.Tensor]) -> bool:
+        """The fast path equals the model's own logits on the check batch, with the model's lower layers and with
+        this module's own (`own_layers_for`), and unmasked on the batch's unpadded first row."""
+        unpadded = {k: v[:1] for k, v in batch.items() if k != "attention_mask"}
+        return all(agreement(fast, own, self.model, "the [CLS]-only last layer") for fast, own in (
+            (lambda: self.fast_logits(**batch, own_layers=False), lambda: self.own_logits(**batch)),
+            (lambda: self.fast_logits(**batch, own_layers=True), lambda: self.own_logits(**batch)),
+            (lambda: self.fast_logits(**unpadded, own_layers=True), lambda: self.own_logits(**unpadded))))
+
     def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        """Logits; `attention_mask` None means no row is padded (the fast path then attends unmasked)."""
         if self.fast:
             return self.fast_logits(input_ids, attention_mask, token_type_ids)
         return self.own_logits(input_ids, attention_mask, token_type_ids)
 
-    def own_logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+    def own_logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                    token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
         extra = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
-        return self.model(input_ids=input_ids, attention_mask=attention_mask, **extra).logits
+        if attention_mask is not None:
+            extra["attention_mask"] = attention_mask
+        return self.model(input_ids=input_ids, **extra).logits
 
-    def fast_logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                    token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+    def fast_logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                    token_type_ids: torch.Tensor | None = None, own_layers: bool | None = None) -> torch.Tensor:
         assert self.top is not None
         training = self.model.training  # the wrapped model's mode decides, as in its own forward
-        batch = {"input_ids": input_ids, "attention_mask": attention_mask}
+        batch = {"input_ids": input_ids}
+        if attention_mask is not None:
+            batch["attention_mask"] = attention_mask
         if token_type_ids is not None:
             batch["token_type_ids"] = token_type_ids
-        cls = last_layer_cls(self.model, self.top, batch, training)
+        own = own_layers_for(input_ids.device) if own_layers is None else own_layers
+        cls = last_layer_cls(self.model, self.top, batch, training, own_layers=own)
         if self.kind == "BertForSequenceClassification":
             pooled = self.model.bert.pooler.activation(self.model.bert.pooler.dense(cls))
         else:
@@ -251,14 +317,17 @@ class SequenceClassifier(nn.Module):
         return self.model.classifier(dropout(pooled, self.model.dropout.p, training))
 
 
-def cls_output(block: Block, hidden: torch.Tensor, attention_mask: torch.Tensor, training: bool = False) -> torch.Tensor:
-    """One layer's output at position 0 only, shape (batch, hidden), from the layer below's output `hidden`."""
-    keep_key = attention_mask[:, None, None, :].bool()  # (batch, 1, 1, keys): padding is never attended to
+def cls_output(block: Block, hidden: torch.Tensor, attention_mask: torch.Tensor | None,
+               training: bool = False) -> torch.Tensor:
+    """One layer's output at position 0 only, shape (batch, hidden), from the layer below's output `hidden`
+    (`attention_mask` None: no padding)."""
+    # (batch, 1, 1, keys): padding is never attended to
+    keep_key = None if attention_mask is None else attention_mask[:, None, None, :].bool()
     return block_forward(block, hidden, keep_key, training, cls_only=True)[:, 0]
 
 
 def block_forward(
-    block: Block, hidden: torch.Tensor, keep_key: torch.Tensor, training: bool, cls_only: bool = False,
+    block: Block, hidden: torch.Tensor, keep_key: torch.Tensor | None, training: bool, cls_only: bool = False,
 ) -> torch.Tensor:
     """One transformer layer. With `cls_only`, keys and values still come from every token but the query,
     attention output and feed-forward run for position 0 alone: the result is (batch, 1, hidden)."""
@@ -274,12 +343,18 @@ def block_forward(
     return block.ffn_norm(fed + hidden)
 
 
-def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keep_key: torch.Tensor, p: float) -> torch.Tensor:
-    """softmax(q k^T / sqrt(d) over the kept keys) v, with dropout `p` on the attention weights."""
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keep_key: torch.Tensor | None,
+              p: float) -> torch.Tensor:
+    """softmax(q k^T / sqrt(d) over the kept keys) v, with dropout `p` on the attention weights (`keep_key` None:
+    every key is kept)."""
+    if q.device.type == "cuda":
+        with sdpa_kernel(GPU_ATTENTION):
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=keep_key, dropout_p=p)
     if p == 0.0 or q.device.type != "cpu":  # SDPA's fused kernels; its dropout is fast off the CPU
         return F.scaled_dot_product_attention(q, k, v, attn_mask=keep_key, dropout_p=p)
     scores = torch.matmul(q, k.transpose(-1, -2)) * (q.shape[-1] ** -0.5)
-    scores = scores.masked_fill(~keep_key, torch.finfo(scores.dtype).min)
+    if keep_key is not None:
+        scores = scores.masked_fill(~keep_key, torch.finfo(scores.dtype).min)
     return torch.matmul(dropout(torch.softmax(scores, dim=-1), p, True), v)
 
 

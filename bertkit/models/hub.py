@@ -17,6 +17,7 @@ from bertkit.errors import UserError
 from bertkit.io import ownership
 from bertkit.models import onnx
 from bertkit.models.card import CARD_FILE, check_model_card, read_model_card
+from bertkit.models.metadata import MODEL_INFO, record_problems
 
 OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 CONNECT_SECONDS = 5.0
@@ -103,6 +104,8 @@ def saved_model_problems(folder: Path) -> list[str]:
     if leftovers:
         problems.append(f"leftovers of an interrupted save: {', '.join(leftovers)}")
     problems += [p.replace(str(folder / CARD_FILE), CARD_FILE) for p in check_model_card(folder)]
+    problems += [f"not as saved ({problem}; {MODEL_INFO} records each file's size and sha256)"
+                 for problem in record_problems(folder)]
     listed = ownership.read_json_or_none(folder / ownership.FILE_LIST)
     if isinstance(listed, dict):
         missing = [n for n in listed.get("files", []) if not (folder / n).is_file()]

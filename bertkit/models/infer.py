@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import math
 import sys
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -19,30 +20,38 @@ import torch
 
 from bertkit.data.dataset import TextDataset
 from bertkit.data.labels import LabelMap
-from bertkit.encoding.batches import pad_batch, restore_order, sorted_batches, token_budget_batches
+from bertkit.encoding.batches import ahead, pad_batch, restore_order, sorted_batches, token_budget_batches
 from bertkit.encoding.encode import Encoded, encode_for
 from bertkit.encoding.longtext import LongText
 from bertkit.models import loading as modeling
 from bertkit.models import onnx, quantize
 from bertkit.models.fastforward import SequenceClassifier
 from bertkit.models.inputs import accepted_inputs
+from bertkit.models.replay import Replayed
 
 BatchFn = Callable[[dict[str, torch.Tensor]], torch.Tensor]
 """One padded batch (on the device, only the inputs the model takes) -> a tensor with one row per input row."""
 
 
 def auto_token_budget(model: Any, device: torch.device) -> tuple[int, int]:
-    """`--batch-size auto`: (padded tokens per batch, max rows per batch) from the model size.
+    """`--batch-size auto`: (padded tokens per batch, max rows per batch) from the model size and, on a GPU, its
+    free memory.
 
-    The budget keeps the largest activation (tokens x FFN width x 4 bytes) near 32 MiB on a CPU (256 MiB on a
-    GPU), rounded down to a power of two and kept within [512, 65536] tokens; at most 256 rows (1024 on a GPU).
-    MiniLM-L6 (FFN 1536) -> 4096 tokens; BERT-base (FFN 3072) -> 2048 tokens.
+    On a CPU the budget keeps the largest activation (tokens x FFN width x 4 bytes) near 32 MiB, rounded down to a
+    power of two and kept within [512, 65536] tokens, at most 256 rows: MiniLM-L6 (FFN 1536) -> 4096 tokens,
+    BERT-base (FFN 3072) -> 2048. On a GPU a batch may take an eighth of the free memory at about 16 activations
+    of the hidden width and 2 of the FFN width per token (in 4 bytes), within [4096, 65536] tokens and 4096 rows:
+    large enough that kernels, not launches, set the pace, small enough that batches stream.
     """
     config = model.config
     ffn = int(getattr(config, "intermediate_size", None) or getattr(config, "hidden_dim", 0) or 4 * config.hidden_size)
-    target = (256 if device.type == "cuda" else 32) * 2**20
-    tokens = 2 ** int(math.floor(math.log2(max(1, target // (4 * ffn)))))
-    return int(min(65536, max(512, tokens))), 1024 if device.type == "cuda" else 256
+    if device.type == "cuda":
+        free = torch.cuda.mem_get_info(device)[0]
+        per_token = 4 * (16 * int(config.hidden_size) + 2 * ffn)
+        tokens = 2 ** int(math.floor(math.log2(max(1, free // 8 // per_token))))
+        return int(min(65536, max(4096, tokens))), 4096
+    tokens = 2 ** int(math.floor(math.log2(max(1, 32 * 2**20 // (4 * ffn)))))
+    return int(min(65536, max(512, tokens))), 256
 
 
 def plan_batches(lengths: np.ndarray, batch_size: int | None, budget: tuple[int, int]) -> list[np.ndarray]:
@@ -53,15 +62,91 @@ def plan_batches(lengths: np.ndarray, batch_size: int | None, budget: tuple[int,
 
 
 def run_batches(fn: BatchFn, encoded: Encoded, batches: Sequence[np.ndarray], *, model: Any, pad_id: int,
-                device: torch.device, dtype: torch.dtype, bar: Any = None) -> list[np.ndarray]:
-    """fn(batch) for each batch of row indices, as float32 numpy, in batch order (see `in_input_order`)."""
+                device: torch.device, dtype: torch.dtype, bar: Any = None, unmasked: bool = False,
+                capturable: Callable[[], bool] | None = None) -> list[np.ndarray]:
+    """fn(batch) for each batch of row indices, as float32 numpy, in batch order (see `in_input_order`).
+
+    On a GPU (`_run_on_gpu`) batches are padded and pinned on a worker thread ahead of the device, copied without
+    waiting, and their outputs copied back while the next batches run. `unmasked`: fn takes a batch without
+    "attention_mask" as one with no padding (given such batches, attention runs unmasked). `capturable()` says
+    whether fn can be replayed as a CUDA graph (`bertkit.models.replay`; None: never)."""
     accepted = accepted_inputs(model)
+    if device.type == "cuda":
+        return _run_on_gpu(fn, encoded, batches, accepted, pad_id, device, _compute_context(model, device, dtype),
+                           bar, unmasked, capturable)
     outputs = []
     with torch.inference_mode(), modeling.autocast(device, dtype):
         for rows in batches:
             outputs.append(fn(pad_batch(encoded, rows, pad_id, inputs=accepted, device=device)).float().cpu().numpy())
             if bar is not None:
                 bar.update(len(rows))
+    return outputs
+
+
+IN_FLIGHT = 3
+"""Batches whose outputs are still on their way back to the host while the next ones run."""
+GPU_WIDTH_MULTIPLE = 16
+"""Padded widths on a GPU are multiples of this: tensor-core friendly, and shapes repeat (graph replays)."""
+
+
+def gpu_padded_width(longest: int) -> int:
+    return -(-max(longest, 1) // GPU_WIDTH_MULTIPLE) * GPU_WIDTH_MULTIPLE
+
+
+def padded_tokens(encoded: Encoded, batches: Sequence[np.ndarray], device: torch.device) -> int:
+    """Tokens `run_batches` runs the model on, padding included (each batch padded to its longest row, rounded up
+    to GPU_WIDTH_MULTIPLE on a GPU)."""
+    total = 0
+    for rows in batches:
+        longest = int(encoded.lengths[np.asarray(rows)].max()) if len(rows) else 0
+        total += len(rows) * (gpu_padded_width(longest) if device.type == "cuda" else longest)
+    return total
+
+
+def _compute_context(model: Any, device: torch.device, dtype: torch.dtype) -> contextlib.AbstractContextManager:
+    """Autocast unless the weights already are in `dtype` (`cast_for_inference`): then the kernels run in it."""
+    weights = next(iter(model.parameters()), None)
+    if weights is not None and weights.dtype == dtype:
+        return contextlib.nullcontext()
+    return modeling.autocast(device, dtype)
+
+
+def _run_on_gpu(fn: BatchFn, encoded: Encoded, batches: Sequence[np.ndarray], accepted: frozenset[str], pad_id: int,
+                device: torch.device, compute: contextlib.AbstractContextManager, bar: Any, unmasked: bool,
+                capturable: Callable[[], bool] | None) -> list[np.ndarray]:
+    """`run_batches` on a GPU: no host synchronisation but waiting for an output IN_FLIGHT batches later."""
+    def prepare(rows: np.ndarray) -> dict[str, torch.Tensor]:
+        lengths = encoded.lengths[np.asarray(rows)]
+        width = gpu_padded_width(int(lengths.max()))
+        batch = pad_batch(encoded, rows, pad_id, pad_to=width, inputs=accepted)
+        if unmasked and (lengths == width).all():
+            batch.pop("attention_mask", None)
+        return {name: tensor.pin_memory() for name, tensor in batch.items()}
+
+    call = Replayed(fn, device, capturable) if capturable is not None and isinstance(compute, contextlib.nullcontext) \
+        else (lambda batch: fn({k: v.to(device, non_blocking=True) for k, v in batch.items()}))
+    outputs: list[np.ndarray] = []
+    waiting: deque[tuple[torch.Tensor, Any, int]] = deque()
+
+    def collect() -> None:
+        copy, done, n = waiting.popleft()
+        done.synchronize()
+        outputs.append(copy.numpy().copy())  # the pinned buffer goes back to the allocator
+        if bar is not None:
+            bar.update(n)
+
+    with torch.inference_mode(), compute:
+        for rows, batch in ahead(batches, prepare):
+            result = call(batch).float()
+            copy = torch.empty(result.shape, dtype=torch.float32, pin_memory=True)
+            copy.copy_(result, non_blocking=True)
+            done = torch.cuda.Event()
+            done.record()
+            waiting.append((copy, done, len(rows)))
+            if len(waiting) > IN_FLIGHT:
+                collect()
+        while waiting:
+            collect()
     return outputs
 
 
@@ -107,7 +192,8 @@ def classifier_logits(classifier: Any, tokenizer: Any, dataset: TextDataset, *, 
     whole in overlapping windows pooled back to one row per text: the max per class, the mean of a regression
     model's numbers (why: `bertkit.encoding.longtext`). `precision` int8 wants a model `load_for_inference`
     quantized once; an fp32 one is quantized here, a copy per call. An ONNX export runs in its own precision."""
-    if isinstance(classifier, onnx.OnnxModel):  # an export folder: its session in place of the torch model
+    onnx_run = isinstance(classifier, onnx.OnnxModel)
+    if onnx_run:  # an export folder: its session in place of the torch model
         model = net = classifier
         device, dtype = torch.device("cpu"), torch.float32
     else:
@@ -122,7 +208,8 @@ def classifier_logits(classifier: Any, tokenizer: Any, dataset: TextDataset, *, 
     batches = sorted_batches(windows.encoded.lengths, batch_size)
     with closing(progress_bar(len(windows.owner), "predict", progress)) as bar:
         outputs = run_batches(lambda batch: net(**batch), windows.encoded, batches, model=model,
-                              pad_id=pad_id_of(tokenizer), device=device, dtype=dtype, bar=bar)
+                              pad_id=pad_id_of(tokenizer), device=device, dtype=dtype, bar=bar, unmasked=not onnx_run,
+                              capturable=None if onnx_run else (lambda: net.fast))
     per_window = in_input_order(batches, outputs, (model.config.num_labels,))
     return windows.pool(per_window, "mean" if getattr(model.config, "problem_type", None) == "regression" else "max")
 
@@ -137,7 +224,9 @@ def load_for_inference(model_dir: str, precision: str = "fp32") -> tuple[Any, An
     model = modeling.load_classifier(model_dir, require_head=True)
     tokenizer = modeling.load_tokenizer(model_dir)
     id2label = getattr(model.config, "id2label", None) or {i: str(i) for i in range(model.config.num_labels)}
-    model.to(modeling.inference_device(None, precision)).eval()
+    device = modeling.inference_device(None, precision)
     if precision == modeling.INT8:
-        model = quantize.quantized_int8(model, inplace=True)  # loaded for inference only
+        model = quantize.quantized_int8(model.to(device).eval(), inplace=True)  # loaded for inference only
+    else:
+        model = modeling.cast_for_inference(model, device, modeling.choose_dtype(precision, device)).eval()
     return model, tokenizer, LabelMap.from_id2label(id2label, getattr(model.config, "problem_type", None))

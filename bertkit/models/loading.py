@@ -17,6 +17,8 @@ from typing import Any
 import torch
 
 from bertkit.errors import UserError
+from bertkit.models import folders
+from bertkit.models.metadata import verify_model_folder
 from bertkit.models.quantize import is_int8
 
 log = logging.getLogger(__name__)
@@ -55,12 +57,26 @@ def resolve_model_name(name: str) -> str:
     if path.exists():
         if not path.is_dir():
             raise UserError(f"--model {name} is a file; it must be a model folder or a hub id. {OFFLINE_HINT}")
+        folders.check_not_a_run_folder(path)
         if not (path / "config.json").exists():
             raise UserError(f"Model folder {path} has no config.json, so it is not a saved model. {OFFLINE_HINT}")
         return str(path)
     if name.startswith((".", "/", "~")) or name.count("/") > 1:
         raise UserError(f"Model folder {name} does not exist. {OFFLINE_HINT}")
     return name
+
+
+def check_model_folder(name: str) -> str:
+    """`resolve_model_name`, and for a local folder everything checked before any work: its files are the ones its
+    record says (`metadata.verify_model_folder`) and it has the tokenizer files its config needs. The resolved name."""
+    path = resolve_model_name(name)
+    folder = Path(path)
+    if folder.is_dir():
+        verify_model_folder(folder)
+        problem = folders.tokenizer_files_problem(folder)
+        if problem:
+            raise UserError(problem)
+    return path
 
 
 def _check_weights(path: str) -> None:
@@ -122,9 +138,10 @@ def load_tokenizer(name: str, trust_remote_code: bool = False) -> Any:
     """The fast tokenizer for `name` (hub id, folder or `minilm-offline`)."""
     from transformers import AutoTokenizer
 
-    path = resolve_model_name(name)
+    path = check_model_folder(name)
     with _loading(path):
         tokenizer = AutoTokenizer.from_pretrained(path, use_fast=True, trust_remote_code=trust_remote_code)
+    folders.check_vocabulary(tokenizer, name)
     if not getattr(tokenizer, "is_fast", False):
         log.warning("Tokenizer for %s is not a fast (Rust) tokenizer; tokenization will be slower.", name)
     return tokenizer
@@ -133,7 +150,7 @@ def load_tokenizer(name: str, trust_remote_code: bool = False) -> Any:
 def load_config(name: str, trust_remote_code: bool = False) -> Any:
     from transformers import AutoConfig
 
-    path = resolve_model_name(name)
+    path = check_model_folder(name)
     with _loading(path):
         return AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
 
@@ -142,7 +159,7 @@ def load_encoder(name: str, trust_remote_code: bool = False, random_init: bool =
     """The bare encoder (`AutoModel`) in eval mode; `random_init` builds it from its config with fresh weights."""
     from transformers import AutoModel
 
-    path = resolve_model_name(name)
+    path = check_model_folder(name)
     if random_init:
         config = load_config(name, trust_remote_code)
         for key, value in config_overrides.items():
@@ -181,7 +198,7 @@ def load_classifier(
     """
     from transformers import AutoModelForSequenceClassification
 
-    path = resolve_model_name(name)
+    path = check_model_folder(name)
     _check_weights(path)
     kwargs: dict[str, Any] = dict(overrides)
     if id2label is not None:
@@ -270,13 +287,26 @@ def model_revision(name: str) -> str:
 DEVICE_NAMES = "cpu, cuda, cuda:N (N = GPU index), mps, or auto"
 
 
+DEVICE_ENV = "BERTKIT_DEVICE"
+"""What `auto` means when set (e.g. BERTKIT_DEVICE=cpu keeps every run of a GPU machine on the CPU; training's
+Accelerator reads it too, `finetune.force_cpu`). An explicit --device still wins."""
+
+
 def choose_device(requested: str | None = None) -> torch.device:
-    """cuda if available, else mps, else cpu; or the explicitly requested device, which must exist here."""
+    """The explicitly requested device, which must exist here; for `auto` (or none): $BERTKIT_DEVICE when set, else
+    cuda if available, else mps, else cpu."""
     if requested and requested.strip().lower() != "auto":
         problem = device_problem(requested)
         if problem:
             raise UserError(problem)
         return torch.device(requested.strip().lower())
+    pinned = os.environ.get(DEVICE_ENV, "").strip().lower()
+    if pinned and pinned != "auto":
+        problem = device_problem(pinned)
+        if problem:
+            raise UserError(f"The environment variable {DEVICE_ENV}={pinned} names no usable device: "
+                            f"{problem.replace(f'--device {pinned}', pinned, 1)} Or unset {DEVICE_ENV}.")
+        return torch.device(pinned)
     if torch.cuda.is_available():
         return torch.device("cuda")
     if _mps_available():
@@ -385,6 +415,16 @@ def inference_device(requested: str | None, precision: str) -> torch.device:
     if precision == INT8 and (requested or "auto").strip().lower() == "auto":
         return torch.device("cpu")
     return choose_device(requested)
+
+
+def cast_for_inference(model: Any, device: torch.device, dtype: torch.dtype) -> Any:
+    """An inference-only model on `device`; on a GPU in bf16/fp16 its weights are cast to that dtype (the kernels
+    read half the bytes, and small batches replay as CUDA graphs without autocast's weight casts). On the CPU the
+    weights stay fp32 and bf16 runs under autocast, as there it is measured faster."""
+    model = model.to(device)
+    if device.type == "cuda" and dtype in (torch.bfloat16, torch.float16):
+        model = model.to(dtype)
+    return model
 
 
 def autocast(device: torch.device, dtype: torch.dtype) -> contextlib.AbstractContextManager:

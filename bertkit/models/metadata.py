@@ -1,22 +1,40 @@
-"""The saved-model metadata file, `bertkit_model.json`: what a fine-tuned folder (best/, final/) needs besides its
-weights (the step it was saved at; for tags and numbers the task; for tags the decision threshold). Written by
-training's model saves and read by predict/evaluate, both through here."""
+"""The saved-model record, `bertkit_model.json`: what a folder bertkit saved (best/, final/, an export folder) needs
+besides its weights (the step it was saved at; for tags and numbers the task; for tags the decision threshold),
+and the size and sha256 of every file the folder held when it was saved (weights, config, tokenizer files: `files`,
+format `bertkit-model/1`). Written by training's model saves and the ONNX export, read by every loader, both through
+here: `verify_model_folder` refuses a folder whose files are not the ones recorded before anything loads them."""
 
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
-from bertkit.io import atomic
-from bertkit.models import loading as modeling
+from bertkit.errors import UserError
+from bertkit.io import atomic, digests
+
+log = logging.getLogger(__name__)
 
 MODEL_INFO = "bertkit_model.json"
+FORMAT = "bertkit-model/1"
+LOADABLE_SUFFIXES = (".safetensors", ".onnx")
+LOADABLE_NAMES = frozenset({"config.json", "model.safetensors.index.json", "tokenizer.json", "tokenizer_config.json",
+                            "special_tokens_map.json", "vocab.txt", "vocab.json", "merges.txt", "added_tokens.json",
+                            "spiece.model", "sentencepiece.bpe.model", "spm.model"})
+"""Files a loader reads from a model folder: one the record does not list would be read unverified, so it is refused."""
+
+_noted: set[str] = set()
+"""Folders saved before records existed that this process has already said it cannot verify."""
 
 
 def write_model_info(folder: str | Path, info: dict[str, Any]) -> None:
-    """`info` as the folder's bertkit_model.json (written atomically)."""
-    atomic.write_json_atomic(Path(folder) / MODEL_INFO, info)
+    """`info` as the folder's bertkit_model.json (written atomically), with the record of every file the folder holds
+    now: callers save the weights, config and tokenizer first (a card or report written after is not recorded)."""
+    folder = Path(folder)
+    names = [p.name for p in folder.iterdir() if p.is_file() and p.name != MODEL_INFO and not p.name.startswith(".")]
+    atomic.write_json_atomic(folder / MODEL_INFO, {**info, "format": FORMAT,
+                                                   "files": digests.folder_records(folder, names)})
 
 
 def read_model_info(folder: str | Path) -> dict[str, Any]:
@@ -30,6 +48,61 @@ def read_model_info(folder: str | Path) -> dict[str, Any]:
 
 def saved_threshold(model_dir: str) -> float | list[float]:
     """The multi-label decision threshold saved with a fine-tuned folder (bertkit_model.json), else 0.5 (what a
-    sigmoid head means without one)."""
-    saved = read_model_info(modeling.resolve_model_name(model_dir)).get("threshold", 0.5)
+    sigmoid head means without one: also a hub id or the packaged encoder, which have no such file)."""
+    saved = read_model_info(Path(model_dir).expanduser()).get("threshold", 0.5)
     return saved if isinstance(saved, (int, float, list)) else 0.5
+
+
+# ---------------------------------------------------------------- verified on read
+
+
+def verify_model_folder(folder: str | Path) -> None:
+    """A UserError unless every file recorded in the folder's bertkit_model.json is there with its recorded size and
+    sha256, and no weights or tokenizer file it does not list sits beside them (`record_problems`)."""
+    problems = record_problems(Path(folder))
+    if problems:
+        raise _mismatch(Path(folder), "; ".join(problems))
+
+
+def record_problems(folder: Path) -> list[str]:
+    """`file: why` for each way the folder differs from its record (empty: it is as saved). A folder bertkit did not
+    save (no record file) is not checked; one saved before records existed is used with a one-line note."""
+    file = folder / MODEL_INFO
+    if not file.is_file():
+        return []
+    try:
+        info = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        return [f"{MODEL_INFO}: not valid JSON ({exc})"]
+    records = info.get("files") if isinstance(info, dict) else None
+    if records is None:
+        _note_unrecorded(folder)
+        return []
+    if not isinstance(records, dict) or not all(digests.is_record(r) for r in records.values()):
+        return [f"{MODEL_INFO}: no valid record of the folder's files"]
+    problems = [f"{name}: {why}" for name, why in digests.records_problems(folder, records)]
+    return problems + [f"{name}: not in the record (added after the folder was saved)"
+                       for name in _unrecorded(folder, records)]
+
+
+def _unrecorded(folder: Path, records: dict[str, Any]) -> list[str]:
+    """Files a loader would read that the record does not list."""
+    return sorted(p.name for p in folder.iterdir() if p.is_file() and p.name not in records
+                  and (p.name in LOADABLE_NAMES or p.suffix in LOADABLE_SUFFIXES))
+
+
+def _mismatch(folder: Path, detail: str) -> UserError:
+    return UserError(
+        f"Model folder {folder} is not the one bertkit saved: {detail}. Its {MODEL_INFO} records the size and sha256 "
+        f"of each file as saved, and bertkit does not run a model whose files differ. Copy the folder again from "
+        f"where it was saved, or re-run the command that wrote it (e.g. `bertkit finetune ... --out RUN`, "
+        f"`bertkit export ... --out DIR`), then pass that folder."
+    )
+
+
+def _note_unrecorded(folder: Path) -> None:
+    key = str(folder.resolve())
+    if key not in _noted:
+        _noted.add(key)
+        log.info("note: %s was saved before bertkit recorded file digests; its files are used unverified "
+                 "(re-save it with this bertkit to have them checked).", folder)

@@ -107,12 +107,19 @@ class OnnxModel:
 
 
 def open_session(path: Path) -> Any:
-    """An onnxruntime CPU session: all graph optimisations, as many threads as torch uses."""
+    """An onnxruntime CPU session: all graph optimisations, as many threads as torch uses. A graph onnxruntime cannot
+    read (truncated, or not ONNX: an export saved before digests were recorded) is a UserError, not a traceback."""
     ort = require_onnxruntime()
     options = ort.SessionOptions()
     options.intra_op_num_threads = torch.get_num_threads()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    try:
+        return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # onnxruntime raises its own exception types (InvalidProtobuf, Fail, ...)
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        raise UserError(f"{path} cannot be read as an ONNX graph ({reason}): the file is damaged or truncated. "
+                        f"Export the model again with `bertkit export --model MODEL --out {path.parent} "
+                        f"--overwrite`.") from None
 
 
 def load_export(folder: str | Path, kind: str | None = None, command: str = "this command") -> OnnxModel:
@@ -126,6 +133,7 @@ def load_export(folder: str | Path, kind: str | None = None, command: str = "thi
         want = "a fine-tuned classifier" if kind == "classifier" else "an encoder's features"
         raise UserError(f"{path} is an ONNX export of {info['kind']} but {command} needs {want}. Export the model "
                         f"with `bertkit export --kind {kind} ...`, or pass the PyTorch model folder.")
+    modeling.check_model_folder(str(path))  # model.onnx, config and tokenizer as recorded at export
     session = open_session(path / MODEL_FILE)
     return OnnxModel(path, session, modeling.load_config(str(path)), info)
 

@@ -15,6 +15,7 @@ are otherwise the same. Below the threshold nothing is kept (the export is built
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import tempfile
@@ -51,9 +52,10 @@ def run_export(cfg: ExportConfig, progress: bool = False) -> dict[str, Any]:
     """Export --model to --out through the gate; the report (also export_report.json in the folder)."""
     onnx.require_onnxruntime(exporting=True)
     assert cfg.model and cfg.out
+    kind = export_kind(cfg)
+    cfg = applicable_config(cfg, kind)  # what the export is made with: also its record and its card's Reproduce line
     plan = rundir.inspect_run_dir(cfg.out, "export", overwrite=cfg.overwrite, inputs=ownership.input_paths(cfg),
                                   compare=_compare(cfg))  # read-only: refusals happen before any work
-    kind = export_kind(cfg)
     tokenizer = modeling.load_tokenizer(cfg.model)
     if kind == "classifier":
         model = modeling.load_classifier(cfg.model, require_head=True, attn_implementation="eager")
@@ -137,6 +139,25 @@ def export_kind(cfg: ExportConfig) -> str:
         return cfg.kind
     architectures = getattr(modeling.load_config(cfg.model or ""), "architectures", None) or []
     return "classifier" if any(str(a).endswith("ForSequenceClassification") for a in architectures) else "features"
+
+
+NOT_FOR = {"classifier": ("pool", "layers", "combine", "normalize", "min_cosine"), "features": ("min_agreement",)}
+"""The options each kind of export ignores: a classifier's graph ends in its head (no pooling; gated by label
+agreement), an encoder's in pooled features (gated by cosine)."""
+
+
+def applicable_config(cfg: ExportConfig, kind: str) -> ExportConfig:
+    """`cfg` with the options `kind` ignores back at their defaults, after one warning for each one given, so the
+    record and the card's Reproduce line hold only what made the export."""
+    defaults = {f.name: f.default for f in dataclasses.fields(ExportConfig) if f.name in NOT_FOR[kind]}
+    given = {name: getattr(cfg, name) for name in NOT_FOR[kind] if getattr(cfg, name) != defaults[name]}
+    what = "a classifier (its graph ends in the trained head)" if kind == "classifier" else "an encoder's features"
+    for name, value in given.items():
+        flag = f"--{name.replace('_', '-')}" + ("" if isinstance(value, bool) else f" {value}")
+        other = "classifier" if kind == "features" else "features"
+        log.warning("%s does not apply to the export of %s and is ignored (it is an option of --kind %s exports). "
+                    "Drop it.", flag, what, other)
+    return dataclasses.replace(cfg, **{name: defaults[name] for name in given}) if given else cfg
 
 
 def _feature_options(cfg: ExportConfig) -> dict[str, Any]:
@@ -245,7 +266,7 @@ def classifier_gate(model: Any, exported: Any, tokenizer: Any, dataset: TextData
     agreement = float(same.mean()) if len(same) else 1.0
     result: dict[str, Any] = {
         "statistic": "agreement", "threshold": cfg.min_agreement, "rows": len(dataset), "task": task,
-        "agreement": round(agreement, 6), "disagreeing_rows": int((~same).sum()),
+        "agreement": agreement, "disagreeing_rows": int((~same).sum()),
         "max_abs_logit_diff": float(np.abs(reference - logits).max()) if len(dataset) else 0.0,
         "passed": agreement >= cfg.min_agreement}
     if dataset.labels is not None:
@@ -268,25 +289,37 @@ def features_gate(model: Any, exported: Any, tokenizer: Any, dataset: TextDatase
     cosine = (reference * features).sum(axis=1) / np.maximum(norms, 1e-12)
     mean = float(cosine.mean()) if len(cosine) else 1.0
     return {"statistic": "mean_cosine", "threshold": cfg.min_cosine, "rows": len(dataset),
-            "mean_cosine": round(mean, 6), "min_cosine": round(float(cosine.min()), 6) if len(cosine) else 1.0,
+            "mean_cosine": mean, "min_cosine": float(cosine.min()) if len(cosine) else 1.0,
             "max_abs_diff": float(np.abs(reference - features).max()) if len(cosine) else 0.0,
             "passed": mean >= cfg.min_cosine}
 
 
+def below(value: float, threshold: float) -> str:
+    """`value` with the fewest decimals (at least 4) that show it below `threshold`: "0.999987" against 0.99999,
+    never "1.0000" against "1.0000"."""
+    for decimals in range(4, 16):
+        shown = f"{value:.{decimals}f}"
+        if float(shown) < threshold:
+            return shown
+    return repr(value)
+
+
 def refusal_message(report: dict[str, Any], cfg: ExportConfig) -> str:
-    """The gate's refusal: the numbers, that nothing was written, and the fixes."""
+    """The gate's refusal: the numbers (with the digits that show them below the threshold), that nothing was
+    written, and the fixes."""
     what = f"The {'int8 ' if cfg.quantized else ''}ONNX export of {cfg.model}"
     if report["statistic"] == "agreement":
-        numbers = (f"predicts the PyTorch fp32 model's label on {report['agreement']:.2%} of {report['rows']} gate "
-                   f"rows, below --min-agreement {cfg.min_agreement:g}; largest logit difference "
-                   f"{report['max_abs_logit_diff']:.3g}")
+        share = below(report["agreement"], cfg.min_agreement)
+        numbers = (f"predicts the PyTorch fp32 model's label on a share {share} of {report['rows']} gate rows "
+                   f"({report['disagreeing_rows']} disagree), below --min-agreement {cfg.min_agreement!r}; largest "
+                   f"logit difference {report['max_abs_logit_diff']:.3g}")
         if report.get("metric"):
             numbers += f"; {report['metric']} {report['metric_fp32']:.4f} -> {report['metric_export']:.4f}"
         lower = "--min-agreement"
     else:
-        numbers = (f"has features with mean cosine similarity {report['mean_cosine']:.4f} (minimum "
-                   f"{report['min_cosine']:.4f}) to the PyTorch fp32 features on {report['rows']} gate rows, below "
-                   f"--min-cosine {cfg.min_cosine:g}")
+        numbers = (f"has features with mean cosine similarity {below(report['mean_cosine'], cfg.min_cosine)} "
+                   f"(lowest row {report['min_cosine']:.6g}) to the PyTorch fp32 features on {report['rows']} gate "
+                   f"rows, below --min-cosine {cfg.min_cosine!r}")
         lower = "--min-cosine"
     fix = ("Export with --quantize none (fp32 ONNX, which matches PyTorch), " if cfg.quantized else
            "Check the model with the PyTorch folder, ")

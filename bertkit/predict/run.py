@@ -73,6 +73,7 @@ def run_predict(cfg: PredictConfig, *, recipe: str | None = None, progress: bool
     if cfg.out:  # before any work: never over an input, never over a file bertkit did not write
         predictions_out.check_predictions_out(cfg.out, {"--data": cfg.data, "--model": cfg.model, "--probe": cfg.probe,
                                                         "--recipe": str(recipe_path(recipe)) if recipe else None})
+    check_model_inputs(cfg)  # a model or probe that is not as saved stops here, before the data is read
     if cfg.text:
         dataset = TextDataset(list(cfg.text), source="--text")
     else:
@@ -93,7 +94,18 @@ def run_predict(cfg: PredictConfig, *, recipe: str | None = None, progress: bool
     head = np.concatenate(values) if values else np.zeros((0, reader.width), np.float32)
     return {"dataset": dataset, "labels": labels, "proba": head, "label_names": reader.label_names,
             "task": reader.label_map.task, "threshold": reader.threshold, "out": cfg.out,
-            "precision": reader.precision}
+            "dtype": reader.precision}
+
+
+def check_model_inputs(cfg: Any) -> None:
+    """--model (or --probe and the encoder it was trained on) verified against its record, with its tokenizer files:
+    `loading.check_model_folder` (cheap to repeat: a verified file is not read again)."""
+    if getattr(cfg, "probe", None) is not None:
+        from bertkit.probe.saved import load_probe
+
+        modeling.check_model_folder(str(load_probe(cfg.probe).meta["model"]))
+    elif cfg.model:
+        modeling.check_model_folder(cfg.model)
 
 
 def _csv_out(out: str | None, dataset: TextDataset, reader: OutputReader) -> Any:
@@ -184,8 +196,10 @@ def run_evaluate(cfg: EvaluateConfig, *, progress: bool = False) -> dict[str, An
     outputs = reader.all_outputs(dataset)  # a few numbers per row; the texts are read a window at a time
     result = shape_metrics(outputs, y)
     metrics.add_requested(result, cfg.metric_list, external, outputs.decisions(), y)
+    # the settings beside the metrics: none may take a metric's name (the compute precision is `dtype`, as embed and
+    # bench record it; `precision` is the macro precision metric)
     result.update(model=cfg.model, data=dataset.source, data_fingerprint=dataset.fingerprint,
-                  long_text=cfg.long_text, truncation=cfg.truncation, precision=_precision_of(model, cfg.precision))
+                  long_text=cfg.long_text, truncation=cfg.truncation, dtype=_precision_of(model, cfg.precision))
     if plan is not None:
         run = plan.claim()
         trail.write_run_config(run.path, "evaluate", config_dict(cfg), data_fingerprint=dataset.fingerprint)

@@ -64,6 +64,8 @@ def load_store_inputs(cfg: Any) -> ProbeInputs:
             f"The feature store {train.path} has no labels, so a probe cannot be trained on it. Re-run `bertkit embed` "
             f"with --label-column (the column holding the labels), or use `bertkit probe --data ... --label-column ...`."
         )
+    if cfg.model is not None:
+        modeling.check_model_folder(cfg.model)
     if cfg.model is not None and modeling.model_revision(cfg.model) != manifest.get("revision"):
         raise UserError(
             f"The feature store {train.path} was made by model {manifest.get('model')!r} "
@@ -71,6 +73,7 @@ def load_store_inputs(cfg: Any) -> ProbeInputs:
             f"Drop --model to probe the store as it is, or re-embed with `bertkit embed --model {cfg.model}`."
         )
     notes: list[str] = []
+    _warn_store_settings(cfg, manifest, train.path)
     _check_store_long_text(cfg, manifest, train.path)
     pools = _store_pools(cfg, manifest)
     positions, indices, names = _store_layers(cfg, train)
@@ -193,6 +196,25 @@ def _store_meta(manifest: dict[str, Any]) -> dict[str, Any]:
     return meta
 
 
+STORE_FIXED = {"precision": "dtype", "max_length": "max_length", "normalize": "normalize"}
+"""probe options that shape extracted features, and the store manifest key that fixed them when it was embedded."""
+
+
+def _warn_store_settings(cfg: Any, manifest: dict[str, Any], path: Any) -> None:
+    """--precision, --max-length and --normalize make features; a store's were made already, so given with
+    --features (other than the default) they change nothing: one warning each, naming what the store used."""
+    import dataclasses
+
+    defaults = {f.name: f.default for f in dataclasses.fields(cfg) if f.name in STORE_FIXED}
+    for option, key in STORE_FIXED.items():
+        value = getattr(cfg, option)
+        if value != defaults[option]:
+            flag = f"--{option.replace('_', '-')}" + ("" if isinstance(value, bool) else f" {value}")
+            log.warning("%s does not apply with --features and is ignored: the store %s was embedded with %s %s, "
+                        "and its features are probed as they are. Drop it, or re-embed with `bertkit embed %s`.",
+                        flag, path, key, manifest.get(key), flag)
+
+
 def _check_store_long_text(cfg: Any, manifest: dict[str, Any], path: Any) -> None:
     """With --features the store's reading of long texts is used; a --truncation/--long-text/--stride that asks
     for another one (a value other than the default) is refused rather than silently ignored."""
@@ -251,11 +273,12 @@ def load_text_inputs(cfg: Any, cache_dir: Path | Callable[[], Path] | None, prog
     from bertkit.models import loading as modeling
     from bertkit.models import quantize
 
+    model = cfg.model or modeling.OFFLINE_NAME
+    modeling.check_model_folder(model)  # as saved, with its tokenizer: before the data is read
     splits = load_splits(cfg, need_labels=True, need_dev=True)
     if on_labels is not None:
         on_labels(splits.label_map)
     _check_dev_targets_vary(splits)
-    model = cfg.model or modeling.OFFLINE_NAME
     tokenizer = modeling.load_tokenizer(model, cfg.trust_remote_code)
     modeling.check_max_length(cfg.max_length, tokenizer, modeling.load_config(model, cfg.trust_remote_code), model,
                               pair=cfg.text_pair_column is not None)
@@ -294,23 +317,52 @@ def cached_features(
     cache_dir: Path | None, split: str, dataset: Any, meta: dict[str, Any], pools: Sequence[str],
     indices: Sequence[int], compute: Callable[[], dict[str, np.ndarray]], prefix: str = "",
 ) -> dict[str, np.ndarray]:
-    """{pool: features} from `cache_dir` when a previous run stored them for the same model, data and settings;
-    otherwise `compute()` them and store one .npy per pool (+ a .json key) atomically."""
+    """{pool: features} from `cache_dir` when a previous run stored them for the same model, data and settings and
+    each .npy is as its .json records it (size, sha256); otherwise `compute()` them and store one .npy per pool (+ a
+    .json: the key and the array's digest, taken as it is written) atomically. A cached array that fails its check
+    is computed again, with a warning."""
     from bertkit.io.atomic import atomic_path, write_json_atomic
+    from bertkit.io.digests import HashingWriter
 
     layers = "all" if meta.get("layers") == "all" else "_".join(map(str, indices))
     key = {k: meta.get(k) for k in ("model", "revision", "max_length", "normalize", "dtype")}
     key.update(LongText.from_json(meta).to_json())
     key.update(data=dataset.fingerprint, rows=len(dataset), source=dataset.source, layers=list(indices))
     files = {p: cache_dir / f"{prefix}{split}-{p}-{layers}.npy" for p in pools} if cache_dir else {}
-    if files and all(f.is_file() and f.with_suffix(".json").is_file() for f in files.values()):
-        if all(json.loads(f.with_suffix(".json").read_text(encoding="utf-8")) == key for f in files.values()):
-            log.info("reusing cached %s%s features from %s", prefix, split, cache_dir)
-            return {p: np.load(f) for p, f in files.items()}
+    cached = _cached_arrays(files, key)
+    if cached is not None:
+        log.info("reusing cached %s%s features from %s", prefix, split, cache_dir)
+        return cached
     result = compute()
     for pool, path in files.items():
         with atomic_path(path) as tmp:
             with tmp.open("wb") as handle:
-                np.save(handle, result[pool])
-        write_json_atomic(path.with_suffix(".json"), key)
+                hashing = HashingWriter(handle)
+                np.save(hashing, result[pool])
+        write_json_atomic(path.with_suffix(".json"), {**key, "digest": hashing.record()})
     return result
+
+
+def _cached_arrays(files: dict[str, Path], key: dict[str, Any]) -> dict[str, np.ndarray] | None:
+    """{pool: array} when every file was cached for `key` and is as recorded; None (computed again) otherwise."""
+    from bertkit.io.digests import record_problem
+
+    if not files or not all(f.is_file() and f.with_suffix(".json").is_file() for f in files.values()):
+        return None
+    records = {}
+    for pool, file in files.items():
+        try:
+            record = json.loads(file.with_suffix(".json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            record = None
+        if not isinstance(record, dict) or {k: v for k, v in record.items() if k != "digest"} != key:
+            return None  # made for other settings: computed again
+        if "digest" not in record:
+            return None  # cached by a bertkit that recorded no digest: computed again (it is a cache)
+        records[pool] = record["digest"]
+    problems = [f"{file.name}: {why}" for pool, file in files.items()
+                if (why := record_problem(file, records[pool])) is not None]
+    if problems:
+        log.warning("The cached features %s failed verification; computing them again.", "; ".join(problems))
+        return None
+    return {pool: np.load(file) for pool, file in files.items()}

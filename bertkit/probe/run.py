@@ -57,7 +57,7 @@ def run_probe(cfg: Any, progress: bool = False) -> dict[str, Any]:
     best = sweep.best
     result: dict[str, Any] = {
         "model": inputs.feature_meta.get("model"), "revision": inputs.feature_meta.get("revision"),
-        "source": inputs.source, "features": cfg.features, "precision": inputs.feature_meta.get("dtype"),
+        "source": inputs.source, "features": cfg.features, "dtype": inputs.feature_meta.get("dtype"),
         "rows": {"train": len(inputs.y_train), "dev": len(inputs.y_dev),
                  **({"test": len(inputs.y_test)} if inputs.y_test is not None else {})},
         "labels": names, "probe": {k: v for k, v in kwargs.items()},

@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 
 PROBE_WEIGHTS = "probe.safetensors"
 PROBE_META = "probe.json"
+PROBE_FORMAT = "bertkit-probe/1"
 
 
 @dataclass
@@ -108,17 +109,19 @@ def probe_arrays(fit: ProbeFit) -> dict[str, np.ndarray]:
 
 def save_probe(directory: str | Path, fit: ProbeFit, label_map: Any, meta: dict[str, Any]) -> Path:
     """Write `probe.safetensors` (arrays) and `probe.json` (label map + feature recipe) into `directory`."""
-    from safetensors.numpy import save_file
+    from safetensors.numpy import save
 
     from bertkit.io.atomic import atomic_path, write_json_atomic
+    from bertkit.io.digests import bytes_record
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     arrays = probe_arrays(fit)
+    weights = save(arrays, metadata={"format": PROBE_FORMAT})  # bytes in memory: a probe is a few arrays
     with atomic_path(directory / PROBE_WEIGHTS) as tmp:
-        save_file(arrays, str(tmp), metadata={"format": "bertkit-probe/1"})
-    record = {"format": "bertkit-probe/1", "label_map": label_map.to_json(), "C": fit.C,
-              "n_features": int(arrays["coef"].shape[1]), **meta}
+        tmp.write_bytes(weights)
+    record = {"format": PROBE_FORMAT, "label_map": label_map.to_json(), "C": fit.C,
+              "n_features": int(arrays["coef"].shape[1]), **meta, "files": {PROBE_WEIGHTS: bytes_record(weights)}}
     if fit.task == "multi_label":
         record["threshold"] = 0.5 if fit.threshold is None else fit.threshold
     write_json_atomic(directory / PROBE_META, record)
@@ -139,6 +142,7 @@ def load_probe(path: str | Path) -> SavedProbe:
             f"of a `bertkit probe --out DIR` run (or its probe/ folder)."
         )
     meta = _read_probe_meta(root)
+    _verify_probe_weights(root, meta)
     arrays = _read_probe_arrays(root, meta["label_map"].get("task", "single_label"))
     n_labels, classes = len(meta["label_map"]["labels"]), arrays["classes"].tolist()
     if min(classes) < 0 or max(classes) >= n_labels:
@@ -157,6 +161,23 @@ PROBE_ARRAYS = ("scaler_mean", "scaler_scale", "coef", "intercept", "classes")
 def _damaged_probe(file: Path, reason: str) -> UserError:
     return UserError(f"The saved probe file {file} is damaged ({reason}). Re-run `bertkit probe --out DIR` to write "
                      f"the probe again, then pass --probe DIR.")
+
+
+def _verify_probe_weights(root: Path, meta: dict[str, Any]) -> None:
+    """probe.safetensors against the size and sha256 probe.json recorded when the probe was saved; a probe saved
+    before records existed is checked by its contents alone (`_read_probe_arrays`), with a note."""
+    from bertkit.io.digests import is_record, record_problem
+
+    record = (meta.get("files") or {}).get(PROBE_WEIGHTS) if isinstance(meta.get("files"), dict) else None
+    if "files" not in meta:
+        log.info("note: the probe in %s was saved before bertkit recorded file digests; its weights are checked by "
+                 "their contents only.", root)
+        return
+    if not is_record(record):
+        raise _damaged_probe(root / PROBE_META, f"its files record has no size and sha256 for {PROBE_WEIGHTS}")
+    problem = record_problem(root / PROBE_WEIGHTS, record)
+    if problem:
+        raise _damaged_probe(root / PROBE_WEIGHTS, f"{problem}; {PROBE_META} records it as saved")
 
 
 def _read_probe_meta(root: Path) -> dict[str, Any]:

@@ -36,6 +36,21 @@ class Scored:
     ids or numbers): the 0/1 tag matrix at the threshold used, for multi-label."""
 
 
+def rows_of(owner: Any, name: str, rows: np.ndarray | torch.Tensor, device: torch.device,
+            dtype: torch.dtype | None = None) -> torch.Tensor:
+    """`owner.<name>` (one entry per training row) at `rows`, as a tensor on `device`. Numpy `rows` index on the
+    host; a tensor of row indices indexes a copy of the table kept on the device, so a captured training step
+    (`bertkit.training.graphs`) reads its targets without the host."""
+    table = getattr(owner, name)
+    if not isinstance(rows, torch.Tensor):
+        return torch.as_tensor(table[rows], device=device, dtype=dtype)
+    cache = owner.__dict__.setdefault("_on_device", {})
+    key = (name, str(rows.device), dtype)
+    if key not in cache:
+        cache[key] = torch.as_tensor(np.asarray(table), dtype=dtype).to(rows.device)
+    return cache[key].index_select(0, rows)
+
+
 class SingleLabel:
     """One label per row: cross-entropy (optionally class-weighted) and the classification metrics."""
 
@@ -64,7 +79,7 @@ class SingleLabel:
 
     def loss(self, logits: torch.Tensor, rows: np.ndarray) -> torch.Tensor:
         """Mean cross-entropy over `rows` (indices into the training data), computed in fp32."""
-        labels = torch.as_tensor(self.y_train[rows], device=logits.device)
+        labels = rows_of(self, "y_train", rows, logits.device)
         weight = None if self._weight is None else self._weight.to(logits.device)
         return torch.nn.functional.cross_entropy(logits.float(), labels, weight=weight)
 
@@ -113,7 +128,7 @@ class Regression:
 
     def loss(self, logits: torch.Tensor, rows: np.ndarray) -> torch.Tensor:
         """Mean squared error of the one output against the targets of `rows`, in fp32."""
-        target = torch.as_tensor(self.y_train[rows], device=logits.device, dtype=torch.float32)
+        target = rows_of(self, "y_train", rows, logits.device, torch.float32)
         return torch.nn.functional.mse_loss(logits.float().squeeze(-1), target)
 
     def score(self, logits: np.ndarray) -> Scored:
@@ -145,7 +160,7 @@ class MultiLabel:
 
     def loss(self, logits: torch.Tensor, rows: np.ndarray) -> torch.Tensor:
         """Mean binary cross-entropy over every (row, tag) of `rows`, in fp32."""
-        target = torch.as_tensor(self.y_train[rows], device=logits.device, dtype=torch.float32)
+        target = rows_of(self, "y_train", rows, logits.device, torch.float32)
         return torch.nn.functional.binary_cross_entropy_with_logits(logits.float(), target)
 
     def score(self, logits: np.ndarray) -> Scored:
@@ -260,11 +275,11 @@ class Distillation:
         """alpha x T^2 x KL(teacher || student at temperature T) + (1 - alpha) x CE(hard labels) [+ cosine term].
 
         T^2 keeps the soft term's gradients on the scale of the hard term's as T grows (Hinton et al.)."""
-        teacher = torch.as_tensor(self.teacher_logits[rows], device=logits.device, dtype=torch.float32)
+        teacher = rows_of(self, "teacher_logits", rows, logits.device, torch.float32)
         soft = self.soft_loss(logits.float(), teacher)
         loss = self.alpha * soft + (1.0 - self.alpha) * self.hard.loss(logits, rows)
         if self.cos_weight > 0 and self.teacher_cls is not None and self.cls_of is not None:
-            target = torch.as_tensor(self.teacher_cls[rows], device=logits.device, dtype=torch.float32)
+            target = rows_of(self, "teacher_cls", rows, logits.device, torch.float32)
             cosine = torch.nn.functional.cosine_similarity(self.cls_of().float(), target, dim=-1)
             loss = loss + self.cos_weight * (1.0 - cosine).mean()
         return loss

@@ -258,7 +258,7 @@ def _compute_teacher_outputs(task: DistillTask, train: TextDataset,
     device = next(teacher.parameters()).device
     teacher.eval()
     outputs = infer.run_batches(forward, encoded, batches, model=teacher, pad_id=infer.pad_id_of(task.teacher_tokenizer),
-                                device=device, dtype=modeling.choose_dtype(cfg.precision, device))
+                                device=device, dtype=modeling.choose_dtype(cfg.precision, device), unmasked=True)
     logits = infer.in_input_order(batches, outputs, (teacher.config.num_labels,))
     cls = restore_order(batches, captured) if grab is not None else None
     return logits, cls

@@ -52,6 +52,7 @@ from bertkit.scoring import shapes as objectives
 from bertkit.scoring.shapes import MultiLabel, Regression, SingleLabel
 from bertkit.scoring.table import BUILT_IN
 from bertkit.training import cards, checkpoints, reports, tracking
+from bertkit.training.launch import start_graphs
 from bertkit.training.loop import (
     Session,
     TrainState,
@@ -146,6 +147,9 @@ def finetune(cfg: FinetuneConfig, *, progress: bool = True, task: Task | None = 
     session.on_evaluate = on_evaluate
     with disk.reported(session.out, session.checkpoint_bytes):  # metrics, reports, best_dev_proba: a full disk
         state, restored = restore(session)                       # there too is one message, and a re-run resumes
+        session.graphs = start_graphs(session, state)
+        if session.graphs is not None:  # the captures are part of what training costs
+            state.train_seconds += session.graphs.capture_seconds
         session.tracker = tracking.start_trackers(session, state, key["data"])  # a resumed run: the same tracker runs
         try:
             bar = _progress(session, state, progress)

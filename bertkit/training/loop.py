@@ -20,7 +20,7 @@ import torch
 from bertkit.config.commands import FinetuneConfig
 from bertkit.data.dataset import TextDataset
 from bertkit.data.labels import LabelMap
-from bertkit.encoding.batches import grouped_batches, pad_batch, restore_order, sorted_batches
+from bertkit.encoding.batches import pad_batch, restore_order, sorted_batches
 from bertkit.encoding.encode import Encoded
 from bertkit.errors import UserError
 from bertkit.io import atomic, faults, rundir
@@ -29,6 +29,8 @@ from bertkit.models import loading as modeling
 from bertkit.models.inputs import accepted_inputs
 from bertkit.scoring import metrics
 from bertkit.training import cards, checkpoints
+from bertkit.training.launch import plain_optimizer_settings, steps_of
+from bertkit.training.plan import global_batches, micro_batches
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +104,8 @@ class Session:
     """The run's model-card facts and labelled --test data (`bertkit.training.cards.RunCard`)."""
     tracker: Any = None
     """The experiment trackers following the run (`tracking.RunTrackers`; None without --report-to)."""
+    graphs: Any = None
+    """The step runner replaying CUDA graphs (`bertkit.training.graphs.StepRunner`; None: eager steps)."""
 
     @property
     def pad_id(self) -> int:
@@ -116,23 +120,6 @@ class Session:
         return self.checkpoint_bytes // 3
 
 
-# ---------------------------------------------------------------- batching
-
-def global_batches(lengths: np.ndarray, batch_size: int, seed: int, epoch: int, min_rows: int) -> list[np.ndarray]:
-    """The epoch's optimizer-step batches (length-grouped, shuffled, deterministic for (seed, epoch)).
-
-    A last batch with fewer rows than `min_rows` (= processes x grad_accum, one row per micro-batch) is dropped.
-    """
-    batches = grouped_batches(lengths, batch_size, seed, epoch)
-    return [b for b in batches if len(b) >= min_rows]
-
-
-def micro_batches(batch: np.ndarray, n_processes: int, grad_accum: int, process_index: int) -> list[np.ndarray]:
-    """This process's `grad_accum` slices of a global batch (contiguous, so similar lengths share a slice)."""
-    pieces = np.array_split(batch, n_processes * grad_accum)
-    return pieces[process_index * grad_accum : (process_index + 1) * grad_accum]
-
-
 # ---------------------------------------------------------------- restore, train, evaluate
 
 def restore(session: Session) -> tuple[TrainState, dict[str, Any] | None]:
@@ -143,6 +130,7 @@ def restore(session: Session) -> tuple[TrainState, dict[str, Any] | None]:
     state, restored = TrainState(), None
     if found is not None:
         checkpoints.load(accelerator, found)
+        plain_optimizer_settings(session)
         state = TrainState.from_json(found.state)
         session.notes.extend(found.notes)
         for note in found.notes:
@@ -177,31 +165,59 @@ def train_epoch(session: Session, state: TrainState, bar: Any) -> None:
     eval_every = None if cfg.eval_every == "epoch" else int(cfg.eval_every)
     session.net.train()
     started = time.perf_counter()
-    for batch in batches[state.step_in_epoch :]:
-        loss_sum, rows = train_step(session, batch, state)
-        state.running_loss = (state.running_loss[0] + loss_sum, state.running_loss[1] + rows)
+    for batch, prepared in steps_of(session, batches[state.step_in_epoch :]):
+        if session.graphs is None:
+            loss_sum, rows = train_step(session, batch, state)
+        else:  # queued on the GPU; its loss is read below only when a number is needed
+            session.graphs.step(prepared, state.global_step)
+            session.scheduler.step()  # fills the learning-rate tensors the next replay reads
+            loss_sum, rows = None, 0
         state.global_step, state.step_in_epoch, state.train_rows = (state.global_step + 1, state.step_in_epoch + 1,
                                                                     state.train_rows + len(batch))
-        if session.tracker is not None:  # every --log-every steps: train loss, lr, grad norm, samples/s
-            session.tracker.step_done(session, state, loss_sum, rows, len(batch))
-        bar.update(1)
-        bar.set_postfix(loss=f"{state.running_loss[0] / max(state.running_loss[1], 1):.4f}",
-                        lr=f"{session.scheduler.get_last_lr()[0]:.2e}")
         end_of_epoch = state.step_in_epoch == len(batches)
         evaluating = end_of_epoch or (eval_every and state.global_step % eval_every == 0)
-        if evaluating or (cfg.save_every and state.global_step % cfg.save_every == 0):
+        saving = end_of_epoch or (cfg.save_every and state.global_step % cfg.save_every == 0)
+        logging_now = session.tracker is not None and session.tracker.due(state.global_step)
+        if loss_sum is None and (evaluating or saving or logging_now or state.global_step % READ_EVERY == 0):
+            loss_sum, rows = _read_graphed(session, state)
+        if loss_sum is not None:
+            state.running_loss = (state.running_loss[0] + loss_sum, state.running_loss[1] + rows)
+            bar.set_postfix(loss=f"{state.running_loss[0] / max(state.running_loss[1], 1):.4f}",
+                            lr=f"{float(session.scheduler.get_last_lr()[0]):.2e}")
+        if session.tracker is not None:  # every --log-every steps: train loss, lr, grad norm, samples/s
+            session.tracker.step_done(session, state, loss_sum or 0.0, rows, len(batch))
+        bar.update(1)
+        if evaluating or saving:
             _stop_if_weights_not_finite(session, state)  # nothing diverged is evaluated or saved
         if evaluating:
             state.train_seconds += time.perf_counter() - started
             evaluate(session, state, end_of_epoch)
             started = time.perf_counter()
-        if end_of_epoch or (cfg.save_every and state.global_step % cfg.save_every == 0) or state.stopped_early:
+        if saving or state.stopped_early:
             state.train_seconds += time.perf_counter() - started
             checkpoints.save_checkpoint(accelerator, session.out, state.to_json(), session.checkpoint_bytes)
             started = time.perf_counter()
         faults.fail_point("finetune.step", state.global_step)
         if state.stopped_early:
             break
+
+
+READ_EVERY = 50
+"""On a graphed run, the loss is read back (one host synchronisation) at least every this many steps: the progress
+bar's numbers."""
+
+
+def _read_graphed(session: Session, state: TrainState) -> tuple[float, int]:
+    """The graphed steps' (loss x rows, rows) since the last read; a non-finite step (its update was skipped on the
+    GPU) stops the run here, before anything after it is evaluated or saved."""
+    runner = session.graphs
+    loss_sum, rows, first_bad = runner.read()
+    if first_bad:
+        raise UserError(_not_finite_message(session, "the training loss or its gradients", first_bad,
+                                            state.epoch))
+    if session.tracker is not None and session.tracker.due(state.global_step):
+        session.tracker.grad_norm = runner.last_grad_norm()
+    return loss_sum, rows
 
 
 def train_step(session: Session, batch: np.ndarray, state: TrainState) -> tuple[float, int]:
@@ -316,7 +332,7 @@ def dev_scores(session: Session) -> Any:
     mine = batches[accelerator.process_index :: accelerator.num_processes]
     dtype = modeling.DTYPE_NAMES[{"no": "fp32", "bf16": "bf16", "fp16": "fp16"}[accelerator.mixed_precision]]
     logits = infer.run_batches(lambda batch: local(**batch), session.dev_enc, mine, model=local.model,
-                               pad_id=session.pad_id, device=accelerator.device, dtype=dtype)
+                               pad_id=session.pad_id, device=accelerator.device, dtype=dtype, unmasked=True)
     gathered = list(zip(mine, logits, strict=True))
     if accelerator.num_processes > 1:
         gathered = gather_object(gathered)

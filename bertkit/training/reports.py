@@ -26,12 +26,23 @@ def summary(session: Session, state: TrainState, restored: dict[str, Any] | None
         "train_rows_seen": state.train_rows, "train_seconds": round(state.train_seconds, 2),
         "train_samples_per_second": round(state.train_rows / max(state.train_seconds, 1e-9), 2),
         "processes": accelerator.num_processes, "mixed_precision": accelerator.mixed_precision, "forward": forward,
+        "step_launch": _step_launch(session),
         "history": state.history, "epoch_table": state.epoch_table, "resumed_from": restored,
         "trackers": session.tracker.where if session.tracker is not None else {},  # where the run is logged
         "outputs": {name: str(Path(cfg.out or session.out) / name) for name in
                     ("best", "final", "metrics.jsonl", "training_table.csv", "curves.png",
                      *REPORT_PLOTS[session.label_map.task], "dev_errors.csv")},
     }
+
+
+def _step_launch(session: Session) -> dict[str, Any]:
+    """How the optimizer steps were launched: eagerly, or replayed as CUDA graphs (shapes captured, micro-batches
+    of rarer shapes that ran eagerly)."""
+    runner = session.graphs
+    if runner is None:
+        return {"mode": "eager"}
+    return {"mode": "cuda_graphs", "captured_shapes": runner.captured_shapes,
+            "eager_micro_batches": runner.eager_steps, "capture_seconds": round(runner.capture_seconds, 2)}
 
 
 REPORT_PLOTS = {"single_label": ("confusion_matrix.png",), "regression": ("dev_scatter.png",), "multi_label": ()}

@@ -12,9 +12,9 @@ from bertkit.config.commands import FinetuneConfig, config_dict
 from bertkit.config.tracking import TRACKING_FIELDS
 from bertkit.io import atomic, ownership, rundir, trail
 
-NOT_IN_RESUME_KEY = {"quiet", "overwrite", "out", "save_every", *TRACKING_FIELDS}
+NOT_IN_RESUME_KEY = {"quiet", "overwrite", "out", "save_every", "cuda_graphs", *TRACKING_FIELDS}
 """Options that do not change what is computed (where it is logged included); a re-run may change them and still
-resume."""
+resume. --cuda-graphs changes how steps are launched, like the device, not what they compute."""
 
 
 def resume_key(cfg: FinetuneConfig, fingerprints: dict[str, str]) -> dict[str, Any]:

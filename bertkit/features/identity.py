@@ -1,0 +1,40 @@
+"""A store's identity: the settings that make its features what they are (`bertkit.features.embed.store_identity`
+builds it; the store's manifest keeps it). Compared with the next run's (a resume must match, `identity_mismatch`) and
+across the splits of one store (train, dev and test must be features of the same function, `split_differences`)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from bertkit.encoding.longtext import LongText
+
+IDENTITY_DEFAULTS = LongText().to_json()
+"""Identity keys added after stores were first written, with the value every store made before had: such a store
+still resumes (and counts as complete) under the same settings."""
+
+SHARED_SETTINGS = ("model", "revision", "backend", "pool", "layers", "combine", "normalize", "dtype", "store_dtype",
+                   "max_length", *LongText().to_json())
+"""The identity keys every split of one store must agree on."""
+
+
+def identity_mismatch(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """The settings that differ between two identities, as `key: old -> new` lines."""
+    old = {**IDENTITY_DEFAULTS, **old} if old else old
+    keys = sorted(set(old) | set(new))
+    return [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys if old.get(k) != new.get(k)]
+
+
+def split_differences(manifests: dict[str, dict[str, Any]]) -> list[str]:
+    """`key: split value, split value` lines for the feature settings the splits of one store (their manifests, by
+    split name) do not share; empty when they agree."""
+    names = list(manifests)
+    identities = {n: {**IDENTITY_DEFAULTS, **(manifests[n].get("identity") or {})} for n in names}
+    lines = []
+    for key in SHARED_SETTINGS:
+        values = {n: identities[n].get(key) for n in names}
+        if key == "model" and len({identities[n].get("revision") for n in names}) == 1:
+            continue  # the same weights named by two paths (./tiny, /abs/tiny) are the same model
+        if len({json.dumps(v, sort_keys=True) for v in values.values()}) > 1:
+            lines.append(f"{key}: " + ", ".join(f"{n} {values[n]!r}" for n in names))
+    return lines

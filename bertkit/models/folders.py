@@ -1,0 +1,99 @@
+"""What a local model folder must be before anything loads it (`loading.check_model_folder` asks): not a run
+directory (whose models are in best/ and final/), and holding the tokenizer files its config needs; and, once loaded,
+a tokenizer with a vocabulary. Plain checks on paths and files: `loading` owns the loading."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from bertkit.errors import UserError
+from bertkit.io.ownership import MARKER
+
+
+def check_not_a_run_folder(path: Path) -> None:
+    """A run directory (finetune, distill, sweep) holds its models in best/ and final/: say so, rather than let
+    transformers read the run's config.json as a model's ("Unrecognized model ... model_type"). An export folder is
+    a run directory that is also a model folder: its config.json is a model's."""
+    if not (path / MARKER).is_file() and not (path / "best" / "config.json").is_file():
+        return
+    try:
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        config = None
+    if isinstance(config, dict) and "model_type" in config:
+        return
+    saved = [name for name in ("best", "final") if (path / name / "config.json").is_file()]
+    if not saved:
+        raise UserError(f"{path} is a bertkit run directory, not a model folder, and it holds no saved model "
+                        "(no best/ or final/). Pass a model folder: a finished run's RUN/best, an export folder or "
+                        "a hub id.")
+    choices = " or ".join(str(path / name) for name in saved)
+    raise UserError(f"{path} is a bertkit run directory, not a model folder: the models it saved are in "
+                    f"{', '.join(f'{name}/' for name in saved)}. Use {choices} (best/ is the checkpoint with the best "
+                    f"dev score).")
+
+
+TOKENIZER_FILE = "tokenizer.json"
+
+
+def tokenizer_files_problem(folder: Path) -> str | None:
+    """Why `folder` lacks the tokenizer its config needs (None: it has it). A fast tokenizer reads tokenizer.json, or
+    builds itself from its class's vocabulary files (vocab.txt for BERT; vocab.json + merges.txt for BPE; a
+    sentencepiece model); with neither, transformers loads a tokenizer of special tokens only, and every word
+    becomes [UNK]."""
+    if (folder / TOKENIZER_FILE).is_file():
+        return None
+    tokenizer_class = _tokenizer_class_name(folder)
+    names = _vocabulary_files(tokenizer_class)
+    missing = [n for n in names if not (folder / n).is_file()]
+    if names and not missing:
+        return None
+    needs = " + ".join(names) if names else "vocabulary files"
+    return (f"Model folder {folder} has no tokenizer: {TOKENIZER_FILE} is missing and so "
+            f"{'is' if len(missing) == 1 else 'are'} {', '.join(missing) or needs} (its "
+            f"{tokenizer_class or 'tokenizer'} needs {TOKENIZER_FILE}, or {needs}). Without them every word would "
+            f"be read as [UNK]. Copy the tokenizer files in from the model the folder was made from (e.g. "
+            f"`AutoTokenizer.from_pretrained(SOURCE).save_pretrained(FOLDER)`), then pass the folder again.")
+
+
+def _tokenizer_class_name(folder: Path) -> str | None:
+    """The tokenizer class a folder names (tokenizer_config.json), else its model type's default; None if unknown."""
+    for file, key in (("tokenizer_config.json", "tokenizer_class"), ("config.json", "tokenizer_class")):
+        try:
+            value = json.loads((folder / file).read_text(encoding="utf-8")).get(key)
+        except (OSError, ValueError, AttributeError):
+            value = None
+        if isinstance(value, str) and value:
+            return value
+    try:
+        model_type = json.loads((folder / "config.json").read_text(encoding="utf-8")).get("model_type")
+        from transformers.models.auto.tokenization_auto import TOKENIZER_MAPPING_NAMES
+    except (OSError, ValueError, AttributeError, ImportError):
+        return None
+    found = TOKENIZER_MAPPING_NAMES.get(model_type) if isinstance(model_type, str) else None
+    if isinstance(found, (tuple, list)):  # older transformers: (slow, fast)
+        found = next((n for n in found if n), None)
+    return found if isinstance(found, str) else None
+
+
+def _vocabulary_files(tokenizer_class: str | None) -> list[str]:
+    """The files other than tokenizer.json a tokenizer class builds itself from ([] when unknown)."""
+    if not tokenizer_class:
+        return []
+    import transformers
+
+    cls = getattr(transformers, tokenizer_class, None) or getattr(transformers, tokenizer_class.removesuffix("Fast"),
+                                                                  None)
+    names = getattr(cls, "vocab_files_names", None) or {}
+    return sorted(str(v) for k, v in names.items() if k != "tokenizer_file" and v != TOKENIZER_FILE)
+
+
+def check_vocabulary(tokenizer: Any, name: str) -> None:
+    """A tokenizer whose vocabulary is its special tokens alone reads every word as [UNK]: refused."""
+    specials = len(set(getattr(tokenizer, "all_special_tokens", ()) or ()))
+    if len(tokenizer) <= max(specials, 1):
+        raise UserError(f"The tokenizer of model {name} has only {len(tokenizer)} tokens (its special tokens), so "
+                        f"every word would be read as [UNK]: its vocabulary file is missing or empty. Copy the "
+                        f"tokenizer files in from the model the folder was made from, then pass it again.")

@@ -1,0 +1,93 @@
+"""How a run's optimizer steps are launched: replayed as CUDA graphs (`bertkit.training.graphs.StepRunner`) where
+that applies - one CUDA GPU, one process, bf16 or fp32, bertkit's own forward - or eagerly. The loop asks here for its
+steps (`steps_of`: prepared ahead on a worker thread when graphed) and restores the optimizer as an eager step expects
+it (`plain_optimizer_settings`)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+
+from bertkit.encoding.batches import ahead
+from bertkit.models import loading as modeling
+from bertkit.models.inputs import accepted_inputs
+from bertkit.training.graphs import StepRunner, planned_shapes
+from bertkit.training.plan import global_batches, micro_batches
+
+log = logging.getLogger(__name__)
+
+
+def plain_optimizer_settings(session: Any) -> None:
+    """A restored optimizer as an eager step expects it: a graphed run saves its learning rates as tensors (the
+    captured update reads them) and `capturable` groups; `start_graphs` turns them back on where it applies."""
+    for group in session.optimizer.param_groups:
+        group["lr"] = float(group["lr"])
+        group["capturable"] = False
+    scheduler = getattr(session.scheduler, "scheduler", session.scheduler)
+    scheduler._last_lr = [float(lr) for lr in scheduler.get_last_lr()]
+
+
+def graphs_unavailable(session: Any) -> str | None:
+    """Why this run's steps are launched eagerly rather than replayed as CUDA graphs (None: they are replayed)."""
+    cfg, accelerator = session.cfg, session.accelerator
+    unwrapped = accelerator.unwrap_model(session.net)
+    reasons = [
+        (cfg.cuda_graphs == "off", "--cuda-graphs off"),
+        (accelerator.device.type != "cuda", f"the run is on {accelerator.device.type}, not a CUDA GPU"),
+        (accelerator.num_processes > 1, "several processes (their gradients are all-reduced eagerly)"),
+        (accelerator.mixed_precision == "fp16", "fp16 (its loss scaling runs eagerly; bf16 needs none)"),
+        (cfg.compile, "--compile"),
+        (not getattr(unwrapped, "fast", False), "the model runs its own transformers forward (--fast-forward off or "
+                                                "not applicable), which reads a mask value back every call"),
+    ]
+    return next((why for applies, why in reasons if applies), None)
+
+
+def start_graphs(session: Any, state: Any) -> Any:
+    """The CUDA-graph step runner for the rest of this run, its shapes captured (after `restore`: the weights, the
+    optimizer and the generator are the checkpoint's); None where steps run eagerly (why: logged)."""
+    reason = graphs_unavailable(session)
+    if reason is not None:
+        if session.accelerator.device.type == "cuda":
+            log.info("steps run eagerly, not as CUDA graphs: %s", reason)
+        return None
+    cfg, accelerator = session.cfg, session.accelerator
+    net = accelerator.unwrap_model(session.net)
+    runner = StepRunner(net, getattr(session.optimizer, "optimizer", session.optimizer), session.objective,
+                        session.train_enc, session.pad_id, accepted_inputs(net.model),
+                        modeling.DTYPE_NAMES[{"no": "fp32", "bf16": "bf16"}[accelerator.mixed_precision]],
+                        cfg.max_grad_norm, accelerator.device, cfg.max_length)
+    try:
+        runner.capture_shapes(planned_shapes(runner, _remaining_pieces(session, state)))
+    except RuntimeError as exc:  # a driver, library or model that cannot be captured: the steps still run
+        log.warning("CUDA graph capture failed (%s); steps run eagerly", (str(exc).splitlines() or ["?"])[0][:200])
+        runner.release()
+        return None
+    return runner
+
+
+def _remaining_pieces(session: Any, state: Any) -> Any:
+    """The micro-batches of every optimizer step still to run, epoch by epoch from the state's position."""
+    cfg, accelerator = session.cfg, session.accelerator
+    for epoch in range(state.epoch, cfg.epochs):
+        batches = global_batches(session.train_enc.lengths, cfg.batch_size * session.min_rows, cfg.seed, epoch,
+                                 session.min_rows)
+        for batch in batches[state.step_in_epoch if epoch == state.epoch else 0 :]:
+            yield micro_batches(batch, accelerator.num_processes, cfg.grad_accum, accelerator.process_index)
+
+
+def steps_of(session: Any, batches: list[np.ndarray]) -> Any:
+    """(global batch, its prepared micro-batches) in order: prepared on a worker thread ahead of the GPU on a graphed
+    run (`graphs.StepRunner.prepare`: padded to the bucket width, pinned), None otherwise."""
+    if session.graphs is None:
+        return ((batch, None) for batch in batches)
+    accelerator, grad_accum = session.accelerator, session.cfg.grad_accum
+    runner = session.graphs
+
+    def prepare(batch: np.ndarray) -> Any:
+        pieces = micro_batches(batch, accelerator.num_processes, grad_accum, accelerator.process_index)
+        return runner.prepare(pieces, len(batch))
+
+    return ahead(batches, prepare)
