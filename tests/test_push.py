@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from bertkit.cli import app
-from bertkit.io import ownership
+from bertkit.io import ownership, record
 from bertkit.models import hub
 from bertkit.models.card import CardFacts, write_model_card
 from bertkit.models.metadata import write_model_info
@@ -94,15 +94,30 @@ def test_refuses_a_folder_that_is_not_a_complete_saved_model(saved_model, hub_ca
         (saved_model / "README.md").write_text("---\nlibrary_name: transformers\n---\nno pipeline tag\n")
     elif damage == "no_weights":
         (saved_model / "model.safetensors").unlink()
-    elif damage == "leftover":
-        (saved_model.parent / ".tmp-best").mkdir()
+    elif damage == "leftover":  # a save killed mid-way: the run's record lists the temp folder it was making
+        record.Record.create(saved_model.parent, "finetune")
+        temp = saved_model.parent / ".tmp-best-1a2b3c4d"
+        record.Record.at(saved_model.parent).add(record.TEMP, temp.name)
+        temp.mkdir()
     else:
         shutil.rmtree(saved_model)
     result = invoke("--model", saved_model, "--repo-id", "me/tiny")
     assert result.exit_code == 2 and "is not a complete saved model" in result.output
     if damage == "changed_weights":
         assert "not as saved (model.safetensors: its bytes changed since it was written" in " ".join(result.output.split())
+    if damage == "leftover":
+        assert "leftovers of an interrupted save: .tmp-best-1a2b3c4d" in result.output
     assert hub_calls["create"] == [] and hub_calls["upload"] == []
+
+
+def test_a_folder_named_like_a_temp_that_no_record_lists_is_not_taken_for_a_leftover(saved_model, hub_calls):
+    """By record, never by name: a user's `.tmp-best` next to best/ is not bertkit's interrupted save."""
+    record.Record.create(saved_model.parent, "finetune")
+    (saved_model.parent / ".tmp-best").mkdir()
+    (saved_model / ".tmp-notes").mkdir()
+    result = invoke("--model", saved_model, "--repo-id", "me/tiny")
+    assert result.exit_code == 0, result.output
+    assert hub_calls["upload"] and (saved_model.parent / ".tmp-best").is_dir()
 
 
 def test_a_card_the_hub_rejects_and_a_bad_repo_id_create_nothing(saved_model, hub_calls, monkeypatch):

@@ -14,7 +14,7 @@ from urllib.parse import urlparse
 
 from bertkit.config.push import PushConfig
 from bertkit.errors import UserError
-from bertkit.io import ownership
+from bertkit.io import ownership, record
 from bertkit.models import onnx
 from bertkit.models.card import CARD_FILE, check_model_card, read_model_card
 from bertkit.models.metadata import MODEL_INFO, record_problems
@@ -99,8 +99,7 @@ def saved_model_problems(folder: Path) -> list[str]:
         problems.append(f"no weights ({' or '.join(WEIGHTS)})")
     if not any((folder / n).is_file() for n in TOKENIZER):
         problems.append("no tokenizer files (tokenizer.json / vocab.txt)")
-    leftovers = sorted(p.name for p in [*folder.iterdir(), *folder.parent.iterdir()]
-                       if p.name.startswith((".tmp-", ".old-")) and (p.parent == folder or p.name[5:] == folder.name))
+    leftovers = interrupted_saves(folder)
     if leftovers:
         problems.append(f"leftovers of an interrupted save: {', '.join(leftovers)}")
     problems += [p.replace(str(folder / CARD_FILE), CARD_FILE) for p in check_model_card(folder)]
@@ -112,6 +111,19 @@ def saved_model_problems(folder: Path) -> list[str]:
         if missing:
             problems.append(f"listed files missing: {', '.join(missing[:5])}")
     return problems
+
+
+def interrupted_saves(folder: Path) -> list[str]:
+    """The temp folders and files a killed save of `folder` left, as the run's record lists them (a temp entry in
+    the folder, or next to it in its parent); a folder outside any run has no record, so none are claimed."""
+    found = ownership.record_of(folder)
+    if found is None:
+        return []
+    rec, rel = found
+    parent = rel.rpartition("/")[0]
+    return sorted(Path(path).name for path, entry in rec.entries().items()
+                  if entry.kind == record.TEMP and (rec.root / path).exists()
+                  and (path.startswith(rel + "/") or path.rpartition("/")[0] == parent))
 
 
 def _validate_card(folder: Path) -> None:
