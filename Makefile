@@ -30,13 +30,13 @@ test-slow: $(STAMP) ## slow tests too (real MiniLM weights, full SST-2 runs)
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m "slow" $(PYTEST_ARGS)
 
 lint: $(STAMP) ## ruff
-	$(VENV)/bin/ruff check bertkit tests bench
+	$(VENV)/bin/ruff check bertkit tests benchmarks
 
-bench: $(STAMP) ## benchmarks; results in bench/results/
-	HF_HUB_OFFLINE=1 $(PY) bench/run_all.py
+bench: $(STAMP) ## benchmarks; results in benchmarks/results/
+	HF_HUB_OFFLINE=1 $(PY) benchmarks/run_all.py
 
 demo: $(STAMP) ## the main job end to end on the embedded demo data, offline
-	HF_HUB_OFFLINE=1 bash bench/demo.sh
+	HF_HUB_OFFLINE=1 bash benchmarks/demo.sh
 
 clean: ## remove build and run outputs (keeps .venv)
 	rm -rf runs/demo build *.egg-info

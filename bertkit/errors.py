@@ -1,4 +1,4 @@
-"""The one exception type for mistakes a user can fix; `cli.py` turns it into a message and exit code 2."""
+"""The one exception type for mistakes a user can fix; `bertkit.cli.app` turns it into a message and exit code 2."""
 
 
 class UserError(Exception):

@@ -11,6 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from bertkit.io.atomic import atomic_path  # noqa: E402
+from bertkit.measure.report import peak_memory_mb
 
 
 def _save(fig, path: Path) -> Path:
@@ -236,7 +237,6 @@ def _train_panel(ax, chart: _ModelBars, report: dict) -> None:
 
 
 def _memory_panel(ax, chart: _ModelBars, report: dict) -> None:
-    from bertkit.bench.report import peak_memory_mb
 
     peaks = [peak_memory_mb(m) for m in chart.models]
     _annotate(ax, chart.bars(ax, peaks, "Peak memory above start (max over runs)", "MB"), "{:.0f}")

@@ -104,9 +104,9 @@ def auto_dtype() -> str:
     pass on CPUs with and without native bf16 (and under BERTKIT_ASSUME_BF16=0/1)."""
     import torch
 
-    from bertkit.models import loading as modeling
+    from bertkit.models import loading
 
-    return modeling.dtype_name(modeling.choose_dtype("auto", torch.device("cpu")))
+    return loading.dtype_name(loading.choose_dtype("auto", torch.device("cpu")))
 
 
 @pytest.fixture(scope="session")

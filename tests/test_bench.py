@@ -14,17 +14,16 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from bertkit.bench import contenders as bench_contenders
-from bertkit.bench import measure as bench_measure
-from bertkit.bench import quality as bench_quality
-from bertkit.bench import report as bench_report
-from bertkit.bench import timing
 from bertkit.cli.app import app
+from bertkit.commands import bench_quality
 from bertkit.data.dataset import TextDataset
 from bertkit.encoding.encode import Encoded, encode_dataset
 from bertkit.errors import UserError
-from bertkit.models import loading as modeling
-from bertkit.models import quantize
+from bertkit.measure import contenders as bench_contenders
+from bertkit.measure import measure as bench_measure
+from bertkit.measure import report as bench_report
+from bertkit.measure import timing
+from bertkit.models import loading, quantize
 
 runner = CliRunner()
 FAST = ["--min-iters", "1", "--min-seconds", "0", "--warmup", "0", "--rounds", "2", "--batch-sizes", "2",
@@ -139,8 +138,8 @@ def test_throughput_counts_rows_and_tokens_over_exactly_the_timed_forwards():
 
 def test_train_step_runs_forward_backward_optimizer_and_restores_eval(tiny_bert_dir):
     torch.manual_seed(0)
-    model = modeling.load_encoder(str(tiny_bert_dir))
-    tokenizer = modeling.load_tokenizer(str(tiny_bert_dir))
+    model = loading.load_encoder(str(tiny_bert_dir))
+    tokenizer = loading.load_tokenizer(str(tiny_bert_dir))
     c = bench_contenders.Contender("tiny", str(tiny_bert_dir), False, model, tokenizer, 0.0)
     before = next(model.parameters()).detach().clone()
     encoded = encode_dataset(tokenizer, TextDataset(["a good film", "bad", "an awful , awful movie"] * 2), 16)
@@ -157,7 +156,7 @@ def test_train_step_runs_forward_backward_optimizer_and_restores_eval(tiny_bert_
 
 def test_preset_builds_exact_default_shapes_offline():
     contenders = bench_contenders.load_contenders([], "distilbert-vs-bert", False)
-    counts = {c.label: modeling.parameter_count(c.model) for c in contenders}
+    counts = {c.label: loading.parameter_count(c.model) for c in contenders}
     assert counts == {"distilbert-base-uncased (random init)": 66_362_880, "bert-base-uncased (random init)": 109_482_240}
     assert all(c.random_init for c in contenders)
     assert contenders[0].tokenizer.vocab_size == 30522  # bert-base-uncased vocabulary
@@ -165,10 +164,10 @@ def test_preset_builds_exact_default_shapes_offline():
 
 
 def test_sizes_and_load_time_from_saved_safetensors(tiny_bert_dir, tmp_path):
-    model = modeling.load_encoder(str(tiny_bert_dir))
-    c = bench_contenders.Contender("tiny", str(tiny_bert_dir), False, model, modeling.load_tokenizer(str(tiny_bert_dir)), 0.1)
+    model = loading.load_encoder(str(tiny_bert_dir))
+    c = bench_contenders.Contender("tiny", str(tiny_bert_dir), False, model, loading.load_tokenizer(str(tiny_bert_dir)), 0.1)
     sizes = bench_measure.measure_sizes([c], tmp_path, timing.Budget(rounds=2))["tiny"]
-    params = modeling.parameter_count(model)
+    params = loading.parameter_count(model)
     assert sizes["parameters"] == params
     assert sizes["size_mb_fp32"] == pytest.approx(params * 4 / 1e6, rel=0.02)
     assert sizes["size_mb_fp16"] == pytest.approx(params * 2 / 1e6, rel=0.02)
@@ -217,7 +216,7 @@ def test_claims_need_two_models():
 
 
 def _quality_cfg(demo_dir, models="a,b", **kw):
-    from bertkit.config.commands import BenchConfig
+    from bertkit.commands.bench import BenchConfig
 
     return BenchConfig(models=models, data=str(demo_dir / "train.tsv"), dev=str(demo_dir / "dev.tsv"), **kw)
 
@@ -387,7 +386,7 @@ def _meter_in_a_fresh_process(body: str, before: str = "") -> dict:
     of its own: in the test process, heap memory earlier tests freed, and threads they left running, can free or hand
     back memory while the block runs and so move the process's RSS by more than the block's own 64 MB."""
     script = "\n".join([
-        "import gc, json, torch", "from bertkit.bench import timing", *before.splitlines(),
+        "import gc, json, torch", "from bertkit.measure import timing", *before.splitlines(),
         "with timing.peak_memory(torch.device('cpu')) as meter:", *("    " + line for line in body.splitlines()),
         "print(json.dumps({'kind': meter.kind, **meter.as_dict()}))"])
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
@@ -427,14 +426,14 @@ def test_memory_meter_counts_the_block_when_the_kernel_drops_file_pages_meanwhil
 
 def test_quality_needs_labelled_data():
     with pytest.raises(UserError, match="--quality needs labelled --data"):
-        from bertkit.config.commands import BenchConfig
+        from bertkit.commands.bench import BenchConfig
 
         BenchConfig(preset="distilbert-vs-bert", quality="probe")
 
 
 def test_recipe_loads_into_bench_config():
-    from bertkit.config.commands import BenchConfig
-    from bertkit.config.recipes import load_recipe
+    from bertkit.commands.bench import BenchConfig
+    from bertkit.commands.recipes import load_recipe
 
     cfg = BenchConfig(**load_recipe("distilbert-vs-bert", "bench", BenchConfig))
     assert cfg.preset == "distilbert-vs-bert" and cfg.batch_size_list == (1, 8) and cfg.text_column == "0"
@@ -451,15 +450,15 @@ def test_quality_probe_through_the_real_cli(tiny_bert_dir, tiny_distilbert_dir, 
     assert report["claims"]["quality_retained_pct"]["probe"]["measured"] is not None
 
 
-# ---------------------------------------------------------------- bench/bench_memory.py, bench/bench_throughput.py
+# ---------------------------------------------------------------- benchmarks/bench_memory.py, benchmarks/bench_throughput.py
 
 
 @pytest.fixture(scope="module")
 def bench_scripts():
-    """The two benchmark scripts as modules (bench/ is not a package)."""
+    """The two benchmark scripts as modules (benchmarks/ is not a package)."""
     import importlib
 
-    bench_dir = str(Path(__file__).resolve().parent.parent / "bench")
+    bench_dir = str(Path(__file__).resolve().parent.parent / "benchmarks")
     sys.path.insert(0, bench_dir)
     try:
         return importlib.import_module("bench_memory"), importlib.import_module("bench_throughput")

@@ -14,12 +14,14 @@ import pytest
 import typer
 
 from bertkit.cli.app import CLI_ONLY, app
-from bertkit.config.commands import DistillConfig, FinetuneConfig
-from bertkit.config.registry import config_for_command
-from bertkit.config.reproduce import command_line
+from bertkit.commands.distill import DistillConfig
+from bertkit.commands.finetune import FinetuneConfig
+from bertkit.commands.registry import config_for_command
 from bertkit.models.card import CardFacts, check_model_card, hub_base_model, read_model_card, write_model_card
+from bertkit.options import command_line
 from bertkit.scoring.intervals import bootstrap_interval, bootstrap_intervals
 from bertkit.training.finetune import finetune
+from bertkit.training.options import NOT_REPRODUCED
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -85,15 +87,15 @@ def test_best_and_final_cards_hold_the_measured_metrics(finished_run):
 def test_reproduce_line_parses_back_to_the_same_config(finished_run):
     cfg, result, run = finished_run
     resolved = dataclasses.replace(cfg, metric_for_best="accuracy")  # the run resolved it from the data's shape
-    assert card_command(run / "best") == card_command(run / "final") == command_line("finetune", resolved)
+    assert card_command(run / "best") == card_command(run / "final") == command_line("finetune", resolved, skip=NOT_REPRODUCED)
     assert parse_back(card_command(run / "best")) == resolved
     odd = FinetuneConfig(model="minilm-offline", data="my data.tsv", out="o", metric=("f1", "mcc"),
                          fast_forward=False, lr=3e-05, freeze_encoder=True, overwrite=True)
-    assert parse_back(command_line("finetune", odd)) == FinetuneConfig(**{**odd.__dict__, "overwrite": False})
+    assert parse_back(command_line("finetune", odd, skip=NOT_REPRODUCED)) == FinetuneConfig(**{**odd.__dict__, "overwrite": False})
 
 
 def test_distilled_student_card_names_the_teacher(finished_run, tmp_path):
-    from bertkit.training.distill import distill
+    from bertkit.commands.distill import run as distill
 
     cfg, _, run = finished_run
     dcfg = DistillConfig(teacher=str(run / "best"), student_layers=1, data=cfg.data, dev=cfg.dev,

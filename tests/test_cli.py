@@ -96,8 +96,9 @@ import dataclasses  # noqa: E402
 import pytest  # noqa: E402
 import typer  # noqa: E402
 
-from bertkit import config  # noqa: E402
-from bertkit.config import fields as options  # noqa: E402
+from bertkit import options  # noqa: E402
+from bertkit.commands.registry import config_for_command, recipe_commands  # noqa: E402
+from bertkit.data.options import DataOptions  # noqa: E402
 
 CLI_ONLY = {"quiet", "json_output", "recipe"}
 
@@ -106,11 +107,11 @@ def _click_command(name: str):
     return typer.main.get_command(app).commands[name]  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("command", config.recipe_commands())
+@pytest.mark.parametrize("command", recipe_commands())
 def test_every_cli_option_default_and_help_comes_from_the_config(command):
     """The command's options are exactly its config's option fields (plus --quiet/--json/--recipe), with the
     field's flag(s), default, help and panel: cli.py declares none of them by hand."""
-    cls = config.config_for_command(command)
+    cls = config_for_command(command)
     params = {p.name: p for p in _click_command(command).params}
     fields = {f.name: f for f in options.option_fields(cls)}
     assert set(params) == set(fields) | CLI_ONLY
@@ -127,9 +128,9 @@ def test_every_cli_option_default_and_help_comes_from_the_config(command):
 
 def test_shared_data_options_have_one_definition():
     """--data, --label-column, ... are the DataOptions fields: every command's option has that field's help."""
-    shared = {f.name: f for f in dataclasses.fields(config.DataOptions)}
-    for command in config.recipe_commands():
-        cls = config.config_for_command(command)
+    shared = {f.name: f for f in dataclasses.fields(DataOptions)}
+    for command in recipe_commands():
+        cls = config_for_command(command)
         for param in _click_command(command).params:
             if param.name in shared and param.name not in getattr(cls, "HELP_OVERRIDES", {}):
                 assert param.help == options.help_text(cls, shared[param.name]), (command, param.name)

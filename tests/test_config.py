@@ -1,4 +1,4 @@
-"""config/: validation naming flags, recipe loading, precedence CLI > recipe > default, --quality-args."""
+"""Command configs and options: validation naming flags, recipe loading, precedence CLI > recipe > default, --quality-args."""
 
 from __future__ import annotations
 
@@ -7,24 +7,35 @@ import json
 
 import pytest
 
-from bertkit import config
-from bertkit.config import fields as options
-from bertkit.config import groups, quality_args, recipes
+from bertkit import options
+from bertkit.commands import bench_quality as quality_args
+from bertkit.commands import recipes
+from bertkit.commands.bench import BenchConfig
+from bertkit.commands.bench_quality import QUALITY_CONFIGS
+from bertkit.commands.distill import DistillConfig
+from bertkit.commands.embed import EmbedConfig
+from bertkit.commands.evaluate import EvaluateConfig
+from bertkit.commands.finetune import FinetuneConfig
+from bertkit.commands.predict import PredictConfig
+from bertkit.commands.probe import ProbeConfig
+from bertkit.commands.registry import config_for_command, recipe_commands
+from bertkit.commands.tokens import TokensConfig
 from bertkit.errors import UserError
+from bertkit.scoring import options as groups
 
 
 def test_all_problems_reported_at_once():
     with pytest.raises(UserError) as err:
-        config.TokensConfig(text="hi", max_length=0, batch_size=-1, header="maybe")
+        TokensConfig(text="hi", max_length=0, batch_size=-1, header="maybe")
     message = str(err.value)
     assert "--max-length" in message and "--batch-size" in message and "--header" in message
 
 
 def test_text_or_data_exclusive():
     with pytest.raises(UserError, match="exactly one of --text"):
-        config.TokensConfig()
+        TokensConfig()
     with pytest.raises(UserError, match="exactly one of --text"):
-        config.TokensConfig(text="a", data="b.tsv")
+        TokensConfig(text="a", data="b.tsv")
 
 
 def test_recipe_precedence(tiny_bert_dir, demo_dir, tmp_path):
@@ -49,18 +60,18 @@ def test_recipe_unknown_key_lists_valid_keys(tmp_path):
     path = tmp_path / "r.toml"
     path.write_text('[tokens]\ntext = "x"\nlearning-rate = 1\n')
     with pytest.raises(UserError, match=r"unknown keys: learning_rate.*Valid keys.*max-length"):
-        recipes.load_recipe(str(path), "tokens", config.TokensConfig)
+        recipes.load_recipe(str(path), "tokens", TokensConfig)
 
 
 def test_recipe_wrong_table_and_bad_toml(tmp_path):
     other = tmp_path / "o.toml"
     other.write_text("[probe]\nC = 1.0\n")
     with pytest.raises(UserError, match=r"no \[tokens\] table"):
-        recipes.load_recipe(str(other), "tokens", config.TokensConfig)
+        recipes.load_recipe(str(other), "tokens", TokensConfig)
     bad = tmp_path / "b.toml"
     bad.write_text("[tokens\n")
     with pytest.raises(UserError, match="not valid TOML"):
-        recipes.load_recipe(str(bad), "tokens", config.TokensConfig)
+        recipes.load_recipe(str(bad), "tokens", TokensConfig)
     with pytest.raises(UserError, match="not found"):
         recipes.recipe_path("no-such-recipe")
 
@@ -68,7 +79,7 @@ def test_recipe_wrong_table_and_bad_toml(tmp_path):
 # ---------------------------------------------------------------- issue 13: value types, numbers, devices, quality args
 
 
-FIELDS = {f.name: f for f in dataclasses.fields(config.FinetuneConfig)}
+FIELDS = {f.name: f for f in dataclasses.fields(FinetuneConfig)}
 
 
 def test_check_value_accepts_the_field_types():
@@ -77,7 +88,7 @@ def test_check_value_accepts_the_field_types():
     assert options.check_value(FIELDS["text_column"], 0) == "0"
     assert options.check_value(FIELDS["text_column"], None) is None
     assert options.check_value(FIELDS["freeze_encoder"], True) is True
-    text = {f.name: f for f in dataclasses.fields(config.PredictConfig)}["text"]
+    text = {f.name: f for f in dataclasses.fields(PredictConfig)}["text"]
     assert options.check_value(text, ["a", "b"]) == ("a", "b") and options.check_value(text, "one") == ("one",)
 
 
@@ -97,8 +108,8 @@ def test_check_value_refuses_wrong_types(name, value, message):
 
 
 def test_every_config_field_has_a_checkable_type():
-    for command in config.recipe_commands():
-        for f in dataclasses.fields(config.config_for_command(command)):
+    for command in recipe_commands():
+        for f in dataclasses.fields(config_for_command(command)):
             options.field_type(f)  # raises for a type check_value does not know
 
 
@@ -106,10 +117,10 @@ def test_recipe_values_of_the_wrong_type_name_the_key(tmp_path):
     path = tmp_path / "r.toml"
     path.write_text('[finetune]\nepochs = 1.5\nbatch-size = 2.5\nlr = 1\ndata = "x.tsv"\n')
     with pytest.raises(UserError, match=r"wrong type: epochs must be an integer.*; batch-size must be an integer") as err:
-        recipes.load_recipe(str(path), "finetune", config.FinetuneConfig)
+        recipes.load_recipe(str(path), "finetune", FinetuneConfig)
     assert "lr must" not in str(err.value)  # an int is a valid float
     path.write_text('[finetune]\nlr = 1\nepochs = 2\n')
-    assert recipes.load_recipe(str(path), "finetune", config.FinetuneConfig) == {"lr": 1.0, "epochs": 2}
+    assert recipes.load_recipe(str(path), "finetune", FinetuneConfig) == {"lr": 1.0, "epochs": 2}
 
 
 @pytest.mark.parametrize(("kw", "message"), [
@@ -123,21 +134,21 @@ def test_recipe_values_of_the_wrong_type_name_the_key(tmp_path):
 ])
 def test_numbers_must_be_finite_and_seeds_in_range(kw, message):
     with pytest.raises(UserError, match=message):
-        config.FinetuneConfig(data="x.tsv", out="o", **kw)
+        FinetuneConfig(data="x.tsv", out="o", **kw)
 
 
 def test_seed_bounds_are_accepted():
-    assert config.FinetuneConfig(data="x.tsv", out="o", seed=0).seed == 0
-    assert config.FinetuneConfig(data="x.tsv", out="o", seed=2**32 - 1).seed == 2**32 - 1
+    assert FinetuneConfig(data="x.tsv", out="o", seed=0).seed == 0
+    assert FinetuneConfig(data="x.tsv", out="o", seed=2**32 - 1).seed == 2**32 - 1
 
 
 def test_probe_c_and_grid_must_be_finite():
     with pytest.raises(UserError, match="--C must be a finite number"):
-        config.ProbeConfig(data="x.tsv", C=float("nan"))
+        ProbeConfig(data="x.tsv", C=float("nan"))
     with pytest.raises(UserError, match="--C-grid must be positive finite numbers"):
-        config.ProbeConfig(data="x.tsv", cv=3, C_grid="nan,1")
+        ProbeConfig(data="x.tsv", cv=3, C_grid="nan,1")
     with pytest.raises(UserError, match="--min-seconds must be a finite number"):
-        config.BenchConfig(preset="distilbert-vs-bert", min_seconds=float("inf"))
+        BenchConfig(preset="distilbert-vs-bert", min_seconds=float("inf"))
 
 
 @pytest.mark.parametrize(("device", "message"), [
@@ -147,28 +158,28 @@ def test_probe_c_and_grid_must_be_finite():
 ])
 def test_device_names_are_checked(device, message):
     with pytest.raises(UserError, match=message):
-        config.EmbedConfig(data="x.tsv", out="o", device=device)
+        EmbedConfig(data="x.tsv", out="o", device=device)
 
 
 def test_device_availability_is_checked(monkeypatch):
     import torch
 
-    from bertkit.models import loading as modeling
+    from bertkit.models import loading
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(UserError, match=r"--device cuda: CUDA is not available.*--device cpu"):
-        config.EmbedConfig(data="x.tsv", out="o", device="cuda")
+        EmbedConfig(data="x.tsv", out="o", device="cuda")
     with pytest.raises(UserError, match=r"CUDA is not available"):
-        modeling.choose_device("cuda")
+        loading.choose_device("cuda")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     with pytest.raises(UserError, match=r"--device cuda:1: this machine has 1 CUDA device\(s\), cuda:0 to cuda:0"):
-        config.BenchConfig(preset="distilbert-vs-bert", device="cuda:1")
-    assert modeling.device_problem("cuda:0") is None and modeling.device_problem("CPU") is None
-    assert modeling.choose_device("cpu").type == "cpu"
+        BenchConfig(preset="distilbert-vs-bert", device="cuda:1")
+    assert loading.device_problem("cuda:0") is None and loading.device_problem("CPU") is None
+    assert loading.choose_device("cpu").type == "cpu"
     # the paper protocol runs on the CPU whatever --device says: only the name is checked there
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert config.BenchConfig(preset="distilbert-vs-bert", device="cuda", protocol="paper").device == "cuda"
+    assert BenchConfig(preset="distilbert-vs-bert", device="cuda", protocol="paper").device == "cuda"
 
 
 def test_command_flags_match_the_real_commands():
@@ -177,10 +188,10 @@ def test_command_flags_match_the_real_commands():
     from bertkit.cli.app import app
 
     group = typer.main.get_command(app)
-    for kind in config.QUALITY_COMMANDS:
+    for kind in tuple(QUALITY_CONFIGS):
         params = [p for p in group.commands[kind].params if p.param_type_name == "option"]
         real = {name: not p.is_flag for p in params for name in [*p.opts, *p.secondary_opts]}
-        assert quality_args.command_flags(config.config_for_command(kind)) == real, kind
+        assert quality_args.command_flags(config_for_command(kind)) == real, kind
 
 
 @pytest.mark.parametrize(("quality", "args", "message"), [
@@ -194,27 +205,26 @@ def test_command_flags_match_the_real_commands():
 ])
 def test_quality_args_are_checked_before_the_benchmark(quality, args, message):
     with pytest.raises(UserError, match=message):
-        config.BenchConfig(preset="distilbert-vs-bert", data="x.tsv", quality=quality, quality_args=args)
+        BenchConfig(preset="distilbert-vs-bert", data="x.tsv", quality=quality, quality_args=args)
 
 
 def test_valid_quality_args_pass():
-    cfg = config.BenchConfig(preset="distilbert-vs-bert", data="x.tsv", quality="probe,finetune",
+    cfg = BenchConfig(preset="distilbert-vs-bert", data="x.tsv", quality="probe,finetune",
                              quality_args="--batch-size 8 --class-weight=balanced -q --max-length 64")
     assert cfg.quality_args
-    cfg = config.BenchConfig(preset="distilbert-vs-bert", data="x.tsv", quality="probe",
+    cfg = BenchConfig(preset="distilbert-vs-bert", data="x.tsv", quality="probe",
                              quality_args="--layers -1 --no-baselines --C 0.5")
     assert cfg.quality_kinds == ["probe"]
 
 
 def test_predict_refuses_empty_texts():
     with pytest.raises(UserError, match=r"--text number 2, 3 \(of 3\) is empty"):
-        config.PredictConfig(model="m", text=("fine", "", "\u200b"))
+        PredictConfig(model="m", text=("fine", "", "\u200b"))
 
 
 def test_a_recipe_threshold_may_be_a_number(tmp_path):
     """`threshold = 0.4` in a recipe is the text option --threshold 0.4 (the field is text: tune is also allowed)."""
-    from bertkit.config.commands import FinetuneConfig
-    from bertkit.config.recipes import load_recipe
+    from bertkit.commands.recipes import load_recipe
 
     recipe = tmp_path / "r.toml"
     recipe.write_text('[finetune]\ndata = "x.tsv"\nout = "o"\nthreshold = 0.4\n')
@@ -228,8 +238,8 @@ def test_metric_for_best_is_left_to_the_shape_unless_given():
     explicit `accuracy` on regression data can be refused while the default becomes pearson."""
     from bertkit.scoring import shapes as objectives
 
-    assert config.FinetuneConfig(data="x.tsv", out="o").metric_for_best is None
-    assert config.DistillConfig(data="x.tsv", out="o", teacher="t").metric_for_best is None
+    assert FinetuneConfig(data="x.tsv", out="o").metric_for_best is None
+    assert DistillConfig(data="x.tsv", out="o", teacher="t").metric_for_best is None
     assert groups.metric_for_best_problems(None, []) == []
     assert [objectives.best_metric(task, None) for task in ("single_label", "regression", "multi_label")] == \
         ["accuracy", "pearson", "micro_f1"]
@@ -240,15 +250,15 @@ def test_metric_for_best_is_left_to_the_shape_unless_given():
 
 
 def test_int8_is_an_inference_precision_only():
-    from bertkit.config.fields import INFERENCE_PRECISIONS, PRECISIONS
+    from bertkit.models.compute import INFERENCE_PRECISIONS, PRECISIONS
 
     assert INFERENCE_PRECISIONS == (*PRECISIONS, "int8")
-    for cfg in (config.EmbedConfig(data="x.tsv", out="o", precision="int8"),
-                config.PredictConfig(model="m", text=("a",), precision="int8"),
-                config.EvaluateConfig(model="m", data="x.tsv", precision="int8"),
-                config.ProbeConfig(data="x.tsv", precision="int8"),
-                config.BenchConfig(preset="distilbert-vs-bert", precision="int8")):
+    for cfg in (EmbedConfig(data="x.tsv", out="o", precision="int8"),
+                PredictConfig(model="m", text=("a",), precision="int8"),
+                EvaluateConfig(model="m", data="x.tsv", precision="int8"),
+                ProbeConfig(data="x.tsv", precision="int8"),
+                BenchConfig(preset="distilbert-vs-bert", precision="int8")):
         assert cfg.precision == "int8"
-    for training, extra in ((config.FinetuneConfig, {}), (config.DistillConfig, {"teacher": "t"})):
+    for training, extra in ((FinetuneConfig, {}), (DistillConfig, {"teacher": "t"})):
         with pytest.raises(UserError, match=r"--precision must be one of auto, fp32, bf16, fp16; got 'int8'"):
             training(data="x.tsv", precision="int8", **extra)

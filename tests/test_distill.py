@@ -1,5 +1,5 @@
 """bertkit distill: the student built from the teacher, the loss, the teacher-logit cache, exact resume, the
-report. Correctness only: the speed and quality claims are measured in bench/bench_distill.py."""
+report. Correctness only: the speed and quality claims are measured in benchmarks/bench_distill.py."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from safetensors.numpy import load_file
 from typer.testing import CliRunner
 
 from bertkit.cli.app import app
-from bertkit.config.commands import DistillConfig
+from bertkit.commands.distill import DistillConfig
 from bertkit.errors import UserError
 from bertkit.io import faults
-from bertkit.models import loading as modeling
+from bertkit.models import loading
 from bertkit.training import distill
 
 runner = CliRunner()
@@ -67,7 +67,7 @@ def test_copied_layers_are_evenly_spaced():
 @pytest.mark.parametrize("kind", ["bert", "distilbert"])
 def test_student_copies_the_teachers_layers_embeddings_and_head(kind, tiny_bert_dir, tiny_distilbert_dir):
     folder = tiny_bert_dir if kind == "bert" else tiny_distilbert_dir
-    teacher = modeling.load_classifier(str(folder), {0: "neg", 1: "pos"})
+    teacher = loading.load_classifier(str(folder), {0: "neg", 1: "pos"})
     student, kept = distill.student_from_teacher(teacher, 1)
     assert kept == [0] and student.config.num_hidden_layers == 1 and type(student) is type(teacher)
     t, s = teacher.state_dict(), student.state_dict()
@@ -75,7 +75,7 @@ def test_student_copies_the_teachers_layers_embeddings_and_head(kind, tiny_bert_
     for name, value in s.items():
         source = name.replace(".layer.0.", f".layer.{kept[0]}.")
         assert torch.equal(value, t[source]), name  # every student tensor is the teacher's
-    assert modeling.parameter_count(student) < modeling.parameter_count(teacher)
+    assert loading.parameter_count(student) < loading.parameter_count(teacher)
 
 
 def test_distillation_loss_is_the_mix_of_soft_and_hard_terms():
@@ -277,7 +277,7 @@ def test_student_layers_with_a_student_encoder_is_warned_about(teacher, toy, tmp
     def stop(*args, **kwargs):
         raise UserError("stop here")
 
-    monkeypatch.setattr(distill, "finetune", stop)  # the warning comes before any training
+    monkeypatch.setattr("bertkit.training.finetune.finetune", stop)  # the warning comes before any training
     result = runner.invoke(app, argv(teacher, toy, tmp_path / "s", "--student", str(tiny_bert_dir)))
     assert result.exit_code == 2 and "stop here" in result.output
     assert "--student-layers 1 copies layers of the teacher; with --student" in " ".join(result.output.split())

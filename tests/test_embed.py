@@ -11,9 +11,8 @@ import torch
 from bertkit.data.dataset import TextDataset
 from bertkit.errors import UserError
 from bertkit.features.extract import extract_features
-from bertkit.features.pooling import FeatureSpec
-from bertkit.models import loading as modeling
-from bertkit.models import quantize
+from bertkit.features.settings import Pooling
+from bertkit.models import loading, quantize
 from bertkit.models.infer import auto_token_budget, plan_batches
 
 TEXTS = [
@@ -34,12 +33,12 @@ TEXTS = [
 
 @pytest.fixture(scope="module")
 def bert(tiny_bert_dir):
-    return modeling.load_encoder(str(tiny_bert_dir)), modeling.load_tokenizer(str(tiny_bert_dir))
+    return loading.load_encoder(str(tiny_bert_dir)), loading.load_tokenizer(str(tiny_bert_dir))
 
 
 @pytest.fixture(scope="module")
 def distilbert(tiny_distilbert_dir):
-    return modeling.load_encoder(str(tiny_distilbert_dir)), modeling.load_tokenizer(str(tiny_distilbert_dir))
+    return loading.load_encoder(str(tiny_distilbert_dir)), loading.load_tokenizer(str(tiny_distilbert_dir))
 
 
 def reference_states(encoder, tokenizer, text: str, pair: str | None = None) -> tuple[torch.Tensor, ...]:
@@ -155,12 +154,12 @@ def test_bad_layer_index_is_a_user_error(bert):
 
 
 def test_feature_spec_shapes():
-    assert FeatureSpec.from_options("cls", "-1", "concat", False).row_shape(6, 384) == (384,)
-    assert FeatureSpec.from_options("cls", "-4,-3,-2,-1", "concat", False).row_shape(6, 384) == (4 * 384,)
-    assert FeatureSpec.from_options("cls", "-4,-3,-2,-1", "mean", False).row_shape(6, 384) == (384,)
-    assert FeatureSpec.from_options("cls", "all", "concat", False).row_shape(6, 384) == (7, 384)
-    assert FeatureSpec.from_options("cls", "all", "concat", False).layer_names(2) == ["embeddings", "layer 1", "layer 2"]
-    assert FeatureSpec.from_options("cls", "0,-1", "concat", False).resolve(6) == [0, 6]
+    assert Pooling.from_options("cls", "-1", "concat", False).row_shape(6, 384) == (384,)
+    assert Pooling.from_options("cls", "-4,-3,-2,-1", "concat", False).row_shape(6, 384) == (4 * 384,)
+    assert Pooling.from_options("cls", "-4,-3,-2,-1", "mean", False).row_shape(6, 384) == (384,)
+    assert Pooling.from_options("cls", "all", "concat", False).row_shape(6, 384) == (7, 384)
+    assert Pooling.from_options("cls", "all", "concat", False).layer_names(2) == ["embeddings", "layer 1", "layer 2"]
+    assert Pooling.from_options("cls", "0,-1", "concat", False).resolve(6) == [0, 6]
 
 
 def test_auto_budget_scales_with_model_size():
@@ -275,7 +274,7 @@ def test_int8_minilm_features_stay_close_to_fp32(minilm_dir, demo_dir, caplog):
     from bertkit.data.options import DataOptions
     from bertkit.data.splits import load_dataset_split
 
-    encoder, tokenizer = modeling.load_encoder(str(minilm_dir)), modeling.load_tokenizer(str(minilm_dir))
+    encoder, tokenizer = loading.load_encoder(str(minilm_dir)), loading.load_tokenizer(str(minilm_dir))
     ds = load_dataset_split(DataOptions(), str(demo_dir / "dev.tsv"))
     fp32 = extract_features(encoder, tokenizer, ds, pool="cls", batch_size=32)
     with caplog.at_level("WARNING", logger="bertkit.models.fastforward"):

@@ -15,7 +15,7 @@ from transformers import (
     RobertaForSequenceClassification,
 )
 
-from bertkit.config.commands import FinetuneConfig
+from bertkit.commands.finetune import FinetuneConfig
 from bertkit.models.fastforward import SequenceClassifier, dropout, unsupported_reason
 from bertkit.training.finetune import finetune
 

@@ -15,7 +15,7 @@ from safetensors.numpy import load_file
 from typer.testing import CliRunner
 
 from bertkit.cli.app import app
-from bertkit.config.commands import FinetuneConfig
+from bertkit.commands.finetune import FinetuneConfig
 from bertkit.errors import UserError
 from bertkit.io.faults import FAIL_AFTER_STEPS_ENV as FAIL_HOOK_ENV
 from bertkit.io.faults import FAIL_MODE_ENV, SimulatedFailure
@@ -265,21 +265,21 @@ def test_loop_equals_a_hand_written_pytorch_loop(no_dropout_bert, toy_files, tmp
     from bertkit.data.splits import load_splits
     from bertkit.encoding.batches import pad_batch
     from bertkit.encoding.encode import encode_dataset
-    from bertkit.models import loading as modeling
+    from bertkit.models import loading
 
     train, dev = toy_files
     cfg = make_cfg(no_dropout_bert, train, dev, tmp_path / "run", epochs=2, lr=1e-3, weight_decay=0.1, max_grad_norm=0.5)
     finetune(cfg, progress=False)
 
     splits = load_splits(cfg)
-    tokenizer = modeling.load_tokenizer(str(no_dropout_bert))
+    tokenizer = loading.load_tokenizer(str(no_dropout_bert))
     enc = encode_dataset(tokenizer, splits.train, cfg.max_length)
     y = torch.as_tensor(splits.label_map.encode(splits.train.labels, "train"))
     torch.manual_seed(cfg.seed)
     from accelerate.utils import set_seed
 
     set_seed(cfg.seed)
-    model = modeling.load_classifier(str(no_dropout_bert), splits.label_map.id2label).train()
+    model = loading.load_classifier(str(no_dropout_bert), splits.label_map.id2label).train()
     decay = [p for p in model.parameters() if p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.ndim < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}], lr=1e-3)

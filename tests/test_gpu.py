@@ -1,4 +1,4 @@
-"""On a CUDA GPU (`pytest -m gpu`; bench/gpu.sh runs these where a GPU is lent): the captured training step equals the
+"""On a CUDA GPU (`pytest -m gpu`; benchmarks/gpu.sh runs these where a GPU is lent): the captured training step equals the
 eager one, a graphed run resumes, fp16 runs eagerly, and inference on the GPU (own layers, bf16 weights, replayed
 small batches) gives the CPU's fp32 features and logits within bf16 tolerance. Every test pins its device and
 precision."""
@@ -14,13 +14,16 @@ from safetensors.numpy import load_file
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
-from bertkit.config.commands import FinetuneConfig  # noqa: E402
+from bertkit.commands.finetune import FinetuneConfig  # noqa: E402
 from bertkit.data.dataset import TextDataset  # noqa: E402
 from bertkit.errors import UserError  # noqa: E402
 from bertkit.features.extract import extract_features  # noqa: E402
 from bertkit.io.faults import FAIL_AFTER_STEPS_ENV, SimulatedFailure  # noqa: E402
-from bertkit.models import fastforward, infer  # noqa: E402
-from bertkit.models import loading as modeling  # noqa: E402
+from bertkit.models import (  # noqa: E402
+    fastforward,
+    infer,
+    loading,  # noqa: E402
+)
 from bertkit.models.replay import Replayed  # noqa: E402
 from bertkit.training.finetune import finetune  # noqa: E402
 
@@ -126,12 +129,12 @@ def test_a_non_finite_graphed_update_stops_the_run(tiny_bert_dir, toy_files, tmp
 @pytest.mark.parametrize("pool", ["cls", "mean"])
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
 def test_gpu_features_equal_cpu_fp32_within_half_precision(tiny_bert_dir, pool, precision):
-    tokenizer = modeling.load_tokenizer(str(tiny_bert_dir))
-    cpu = modeling.load_encoder(str(tiny_bert_dir)).eval()
+    tokenizer = loading.load_tokenizer(str(tiny_bert_dir))
+    cpu = loading.load_encoder(str(tiny_bert_dir)).eval()
     reference = extract_features(cpu, tokenizer, TextDataset(texts=TEXTS), pool=pool, batch_size=8,
                                  device="cpu", dtype=torch.float32)
-    device, dtype = torch.device("cuda"), modeling.DTYPE_NAMES[precision]
-    gpu = modeling.cast_for_inference(modeling.load_encoder(str(tiny_bert_dir)), device, dtype).eval()
+    device, dtype = torch.device("cuda"), loading.DTYPE_NAMES[precision]
+    gpu = loading.cast_for_inference(loading.load_encoder(str(tiny_bert_dir)), device, dtype).eval()
     for batch_size in (4, 4, "auto"):  # small batches twice: the second pass replays captured graphs
         got = extract_features(gpu, tokenizer, TextDataset(texts=TEXTS), pool=pool, batch_size=batch_size,
                                device=device, dtype=dtype)
@@ -141,9 +144,9 @@ def test_gpu_features_equal_cpu_fp32_within_half_precision(tiny_bert_dir, pool, 
 
 
 def test_gpu_predictions_equal_cpu_fp32(tiny_bert_dir, tmp_path):
-    model = modeling.load_classifier(str(tiny_bert_dir), {0: "a", 1: "b"})
+    model = loading.load_classifier(str(tiny_bert_dir), {0: "a", 1: "b"})
     model.save_pretrained(tmp_path / "clf")
-    modeling.load_tokenizer(str(tiny_bert_dir)).save_pretrained(tmp_path / "clf")
+    loading.load_tokenizer(str(tiny_bert_dir)).save_pretrained(tmp_path / "clf")
     cpu_model, tokenizer, _ = infer.load_for_inference(str(tmp_path / "clf"), "fp32")
     cpu_model.to("cpu")
     reference = infer.classifier_logits(cpu_model, tokenizer, TextDataset(texts=TEXTS), max_length=64,
@@ -158,7 +161,7 @@ def test_gpu_predictions_equal_cpu_fp32(tiny_bert_dir, tmp_path):
 
 def test_replayed_calls_equal_eager_calls_and_a_host_read_stays_eager(tiny_bert_dir, caplog):
     device = torch.device("cuda")
-    model = modeling.cast_for_inference(modeling.load_encoder(str(tiny_bert_dir)), device, torch.bfloat16).eval()
+    model = loading.cast_for_inference(loading.load_encoder(str(tiny_bert_dir)), device, torch.bfloat16).eval()
     batch = {k: v.to(device) for k, v in fastforward.check_batch(model).items()}
     own = lambda b: fastforward.hidden_states(model, b, 2, False)[2]  # noqa: E731
     replayed = Replayed(own, device)

@@ -14,12 +14,11 @@ import pytest
 import torch
 from safetensors.numpy import load_file
 
-from bertkit.config.commands import FinetuneConfig
+from bertkit.commands.finetune import FinetuneConfig
 from bertkit.encoding.batches import ahead
 from bertkit.errors import UserError
 from bertkit.io.faults import FAIL_AFTER_STEPS_ENV, SimulatedFailure
-from bertkit.models import fastforward
-from bertkit.models import loading as modeling
+from bertkit.models import fastforward, loading
 from bertkit.training import graphs, launch
 from bertkit.training.finetune import finetune
 
@@ -163,8 +162,8 @@ def _runner(model_dir: Path, lr: float) -> tuple[graphs.StepRunner, object]:
     from bertkit.encoding.encode import encode_dataset
 
     torch.manual_seed(0)
-    model = modeling.load_classifier(str(model_dir), {0: "a", 1: "b"})
-    tokenizer = modeling.load_tokenizer(str(model_dir))
+    model = loading.load_classifier(str(model_dir), {0: "a", 1: "b"})
+    tokenizer = loading.load_tokenizer(str(model_dir))
     texts = [f"row {i} " + "word " * (i % 5) for i in range(8)]
     encoded = encode_dataset(tokenizer, TextDataset(texts=texts), 64)
     net = fastforward.SequenceClassifier(model)
@@ -231,7 +230,7 @@ def test_ahead_stops_its_worker_when_the_consumer_stops():
 def test_own_layers_equal_the_models_hidden_states(tiny_bert_dir, tiny_distilbert_dir, kind):
     """`hidden_states` (embeddings + `block_forward` per layer) equals the model's own hidden states, with padding
     masked and, without a mask, on unpadded rows."""
-    model = modeling.load_encoder(str(tiny_bert_dir if kind == "bert" else tiny_distilbert_dir)).eval()
+    model = loading.load_encoder(str(tiny_bert_dir if kind == "bert" else tiny_distilbert_dir)).eval()
     batch = fastforward.check_batch(model)
     with torch.no_grad():
         own = model(**batch, output_hidden_states=True).hidden_states
@@ -246,7 +245,7 @@ def test_own_layers_equal_the_models_hidden_states(tiny_bert_dir, tiny_distilber
 
 
 def test_the_classifier_checks_its_own_layers_and_uses_them_on_a_gpu_only(tiny_bert_dir):
-    net = fastforward.SequenceClassifier(modeling.load_classifier(str(tiny_bert_dir), {0: "a", 1: "b"}).eval())
+    net = fastforward.SequenceClassifier(loading.load_classifier(str(tiny_bert_dir), {0: "a", 1: "b"}).eval())
     assert net.fast  # the check at wrap time covers the model's layers, its own, and an unmasked row
     assert fastforward.own_layers_for(torch.device("cuda")) and not fastforward.own_layers_for(torch.device("cpu"))
     batch = fastforward.check_batch(net.model)

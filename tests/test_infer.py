@@ -68,9 +68,9 @@ def test_no_rows_give_an_empty_array_of_the_row_shape():
 
 
 def test_classifier_logits_are_the_models_own_in_input_order(tiny_bert_dir):
-    from bertkit.models import loading as modeling
+    from bertkit.models import loading
 
-    tokenizer = modeling.load_tokenizer(str(tiny_bert_dir))
+    tokenizer = loading.load_tokenizer(str(tiny_bert_dir))
     texts = ["a short one", "a somewhat longer sentence with more words in it", "mid length", "ok"]
     torch.manual_seed(0)
     small = {"num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64, "num_labels": 3}

@@ -380,8 +380,7 @@ def test_an_intact_saved_folder_loads_and_each_file_is_hashed_once(finetuned, mo
 
 
 def test_a_folder_saved_before_records_existed_loads_with_one_note(finetuned, tmp_path, caplog, monkeypatch):
-    from bertkit.models import loading as modeling
-    from bertkit.models import metadata
+    from bertkit.models import loading, metadata
 
     folder = tmp_path / "old"
     shutil.copytree(finetuned, folder)
@@ -391,8 +390,8 @@ def test_a_folder_saved_before_records_existed_loads_with_one_note(finetuned, tm
     (folder / "bertkit_model.json").write_text(json.dumps(info))
     monkeypatch.setattr(metadata, "_noted", set())
     with caplog.at_level("INFO", logger="bertkit"):
-        modeling.load_tokenizer(str(folder))
-        modeling.load_classifier(str(folder), require_head=True)
+        loading.load_tokenizer(str(folder))
+        loading.load_classifier(str(folder), require_head=True)
     notes = [r.getMessage() for r in caplog.records if "before bertkit recorded file digests" in r.getMessage()]
     assert len(notes) == 1 and str(folder) in notes[0]
 
@@ -423,27 +422,27 @@ def test_a_folder_without_tokenizer_json_is_refused_before_any_work(tiny_bert_di
 @pytest.mark.parametrize("base", ["tiny_bert_dir", "tiny_distilbert_dir"])
 def test_the_vocabulary_file_stands_in_for_tokenizer_json_and_its_absence_is_named(base, request, tmp_path):
     from bertkit.errors import UserError
-    from bertkit.models import loading as modeling
+    from bertkit.models import loading
 
     source = request.getfixturevalue(base)
     folder = _without(source, tmp_path / "model", "tokenizer.json")
     with pytest.raises(UserError, match=r"tokenizer\.json is missing and so is vocab\.txt"):
-        modeling.load_tokenizer(str(folder))
-    shutil.copy(Path(modeling.offline_model_dir()) / "vocab.txt", folder / "vocab.txt")  # the same vocabulary
-    tokenizer = modeling.load_tokenizer(str(folder))
+        loading.load_tokenizer(str(folder))
+    shutil.copy(Path(loading.offline_model_dir()) / "vocab.txt", folder / "vocab.txt")  # the same vocabulary
+    tokenizer = loading.load_tokenizer(str(folder))
     assert len(tokenizer) == 30522 and tokenizer.unk_token not in tokenizer.tokenize("a wonderful film")
     (folder / "vocab.txt").write_text("")  # present but empty: special tokens only
     with pytest.raises(UserError, match=r"has only \d+ tokens \(its special tokens\), so every word would be read"):
-        modeling.load_tokenizer(str(folder))
+        loading.load_tokenizer(str(folder))
 
 
 def test_a_folder_with_no_tokenizer_files_at_all_is_refused(tiny_bert_dir, tmp_path):
     from bertkit.errors import UserError
-    from bertkit.models import loading as modeling
+    from bertkit.models import loading
 
     folder = _without(tiny_bert_dir, tmp_path / "model", "tokenizer.json", "tokenizer_config.json")
     with pytest.raises(UserError, match=r"has no tokenizer: tokenizer\.json is missing and so is vocab\.txt"):
-        modeling.load_encoder(str(folder))
+        loading.load_encoder(str(folder))
 
 
 # ---------------------------------------------------------------- verified on read: ONNX export folders

@@ -11,7 +11,9 @@ import pytest
 from typer.testing import CliRunner
 
 from bertkit.cli.app import app
-from bertkit.config.commands import EmbedConfig, EvaluateConfig, PredictConfig
+from bertkit.commands.embed import EmbedConfig
+from bertkit.commands.evaluate import EvaluateConfig
+from bertkit.commands.predict import PredictConfig
 from bertkit.data.dataset import TextDataset
 from bertkit.data.splits import load_dataset_split
 from bertkit.encoding import longtext
@@ -221,8 +223,8 @@ def test_predict_and_evaluate_cli_chunk_and_head_plus_tail(classifier_dir, tmp_p
         result = runner.invoke(app, ["evaluate", "--model", str(classifier_dir), "--data", str(path), "--max-length",
                                      "64", "--json", "--quiet", *extra])
         assert result.exit_code == 0, result.output
-        scores = json.loads(result.stdout)
-        assert scores["n"] == 4 and scores["long_text"] == ("chunk" if "chunk" in extra else "cut")
+        shown = json.loads(result.stdout)
+        assert shown["metrics"]["n"] == 4 and shown["long_text"] == ("chunk" if "chunk" in extra else "cut")
 
 
 def test_a_stride_not_smaller_than_the_window_exits_2(classifier_dir):
@@ -234,10 +236,16 @@ def test_a_stride_not_smaller_than_the_window_exits_2(classifier_dir):
 
 
 def test_long_text_options_are_checked_together():
+    from bertkit.commands.predict import read_as_saved
+
     with pytest.raises(UserError, match="--long-text chunk"):
         EvaluateConfig(model="m", data="d.tsv", stride=8)  # a stride without chunking would be ignored
     with pytest.raises(UserError, match="--stride"):
-        EmbedConfig(data="d.tsv", out="o", long_text="chunk", stride=126)
+        EmbedConfig(data="d.tsv", out="o", long_text="chunk", stride=126, max_length=128)
+    # no --max-length: the window is the model's record (or 128), known once the command reads it
+    unresolved = EmbedConfig(data="d.tsv", out="o", long_text="chunk", stride=126)
+    with pytest.raises(UserError, match="--stride 126 must be smaller than the window: --max-length 128"):
+        read_as_saved(unresolved)
     with pytest.raises(UserError, match="--truncation"):
         PredictConfig(model="m", data="d.tsv", truncation="middle")
     with pytest.raises(UserError, match="--probe"):
@@ -246,18 +254,18 @@ def test_long_text_options_are_checked_together():
 
 
 def test_tokens_report_suggests_chunking_when_many_rows_are_cut(tiny_bert_dir, tmp_path):
-    from bertkit.encoding import report as tokens
+    from bertkit.commands import tokens as tokens_command
 
     path = tmp_path / "docs.tsv"
     path.write_text("text\n" + "\n".join(long_text(300, seed=s) for s in range(5)) + "\nshort\n", encoding="utf-8")
-    from bertkit.config.commands import TokensConfig
+    from bertkit.commands.tokens import TokensConfig
 
-    report = tokens.run_tokens(TokensConfig(model=str(tiny_bert_dir), data=str(path), max_length=64))
-    assert any("--long-text chunk" in note and "5 of 6 rows" in note for note in report["notes"])
+    report = tokens_command.run(TokensConfig(model=str(tiny_bert_dir), data=str(path), max_length=64))
+    assert any("--long-text chunk" in note and "5 of 6 rows" in note for note in report.notes)
     few = tmp_path / "few.tsv"
     few.write_text("text\n" + long_text(300, seed=1) + "\n" + "\n".join(["a short one"] * 30) + "\n", encoding="utf-8")
-    report = tokens.run_tokens(TokensConfig(model=str(tiny_bert_dir), data=str(few), max_length=64))
-    assert report["splits"][0]["truncated"] == 1 and not any("--long-text" in note for note in report["notes"])
+    report = tokens_command.run(TokensConfig(model=str(tiny_bert_dir), data=str(few), max_length=64))
+    assert report.splits[0]["truncated"] == 1 and not any("--long-text" in note for note in report.notes)
 
 
 def test_finetune_reads_head_plus_tail_of_2000_token_texts(tiny_bert_dir, tmp_path, monkeypatch):
@@ -265,7 +273,7 @@ def test_finetune_reads_head_plus_tail_of_2000_token_texts(tiny_bert_dir, tmp_pa
     above check), trains on 2,000-token texts and records the choice in the run."""
     import torch
 
-    from bertkit.config.commands import FinetuneConfig
+    from bertkit.commands.finetune import FinetuneConfig
     from bertkit.encoding import encode as encode_module
     from bertkit.training import finetune as finetune_module
 

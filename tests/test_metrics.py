@@ -14,7 +14,8 @@ from sklearn import metrics as skm
 from typer.testing import CliRunner
 
 from bertkit.cli.app import app
-from bertkit.config.commands import EvaluateConfig, FinetuneConfig
+from bertkit.commands.evaluate import EvaluateConfig
+from bertkit.commands.finetune import FinetuneConfig
 from bertkit.errors import UserError
 from bertkit.scoring import metrics
 
@@ -99,7 +100,7 @@ def test_evaluate_cli_reports_a_local_module_next_to_the_built_ins(classifier_di
     result = runner.invoke(app, ["evaluate", "--model", str(classifier_dir), "--data", str(path), "--json", "--quiet",
                                  "--metric", f"mcc,{metric_dir}"])
     assert result.exit_code == 0, result.output
-    scores = json.loads(result.stdout)
+    scores = json.loads(result.stdout)["metrics"]
     assert scores["external"]["my_scores/accuracy"] == pytest.approx(scores["accuracy"])
     assert scores["external"]["my_scores/f1"] == pytest.approx(scores["f1"])
     assert scores["requested"] == ["mcc", str(metric_dir)]
@@ -316,7 +317,7 @@ def test_a_module_failing_on_the_real_dev_predictions_loses_no_trained_model(tin
     saved = runner.invoke(app, ["evaluate", "--model", str(run / "final"), "--data", str(toy_tsv), "--json", "--quiet"])
     assert saved.exit_code == 0, saved.output
     reported = float(re.search(r"\(dev accuracy ([0-9.]+)", flat).group(1))
-    assert json.loads(saved.stdout)["accuracy"] == pytest.approx(reported, abs=1e-4)  # the model that was scored
+    assert json.loads(saved.stdout)["metrics"]["accuracy"] == pytest.approx(reported, abs=1e-4)  # the model that was scored
     assert json.loads((run / "final" / "bertkit_model.json").read_text())["step"] == 5  # 40 rows / batch 8
 
 

@@ -14,11 +14,11 @@ import torch
 from typer.testing import CliRunner
 
 from bertkit.cli import app
-from bertkit.config.commands import FinetuneConfig, config_dict
+from bertkit.commands.finetune import FinetuneConfig
 from bertkit.data.dataset import TextDataset
 from bertkit.features.extract import extract_features
-from bertkit.models import infer, onnx
-from bertkit.models import loading as modeling
+from bertkit.models import infer, loading, onnx
+from bertkit.options import config_dict
 
 pytest.importorskip("onnxruntime")
 runner = CliRunner()
@@ -89,7 +89,7 @@ def test_classifier_export_runs_like_torch_and_reports_the_gate(classifier_dir, 
     assert isinstance(model, onnx.OnnxModel) and tuple(labels.labels) == ("neg", "pos")
     dataset = TextDataset(TEXTS, source="t")
     exported = infer.classifier_logits(model, tokenizer, dataset, max_length=16, batch_size=2, precision="fp32")
-    torch_model = modeling.load_classifier(str(classifier_dir), require_head=True)
+    torch_model = loading.load_classifier(str(classifier_dir), require_head=True)
     reference = infer.classifier_logits(torch_model, tokenizer, dataset, max_length=16, batch_size=2, precision="fp32")
     tolerance = 1e-4 if quantize == "none" else 0.25 * max(1.0, float(np.abs(reference).max()))  # int8: measured ~5%
     np.testing.assert_allclose(exported, reference, atol=tolerance)
@@ -104,7 +104,7 @@ def test_predict_and_evaluate_read_an_fp32_export_as_the_torch_folder(classifier
     out = tmp_path / "export"
     assert _export(classifier_dir, out, "--data", gate_tsv, "--quantize", "none").exit_code == 0
     for chunk in ([], ["--long-text", "chunk", "--max-length", "8"]):
-        runs = [json.loads(invoke("evaluate", "--model", m, "--data", gate_tsv, "--json", "-q", *chunk).stdout)
+        runs = [json.loads(invoke("evaluate", "--model", m, "--data", gate_tsv, "--json", "-q", *chunk).stdout)["metrics"]
                 for m in (classifier_dir, out)]
         assert runs[0]["accuracy"] == runs[1]["accuracy"] and runs[0]["confusion_matrix"] == runs[1]["confusion_matrix"]
         rows = [json.loads(invoke("predict", "--model", m, "--data", gate_tsv, "--json", "-q", *chunk).stdout)
@@ -215,9 +215,9 @@ def test_write_export_refuses_a_folder_it_did_not_make(classifier_dir, tmp_path)
     existing = tmp_path / "theirs"
     existing.mkdir()
     (existing / "notes.txt").write_text("mine")
-    model = modeling.load_classifier(str(classifier_dir), require_head=True)
+    model = loading.load_classifier(str(classifier_dir), require_head=True)
     with pytest.raises(FileExistsError):
-        onnx.write_export(existing, model, modeling.load_tokenizer(str(classifier_dir)), kind="classifier",
+        onnx.write_export(existing, model, loading.load_tokenizer(str(classifier_dir)), kind="classifier",
                           quantize=None, source=str(classifier_dir), revision="r", source_info={})
     assert (existing / "notes.txt").read_text() == "mine"
 
@@ -235,11 +235,11 @@ def test_features_export_equals_torch_features(base, pool, request, gate_tsv, tm
     report = _report(out)
     assert report["kind"] == "features" and report["min_cosine"] > 0.9999 and report["max_abs_diff"] < 1e-4
     model = onnx.load_export(out, "features")
-    tokenizer = modeling.load_tokenizer(str(out))
+    tokenizer = loading.load_tokenizer(str(out))
     dataset = TextDataset(TEXTS, source="t")
     ours = extract_features(model, tokenizer, dataset, pool=pool, layers="-2,-1", max_length=16, batch_size=2,
                             device="cpu")
-    reference = extract_features(modeling.load_encoder(str(folder)), tokenizer, dataset, pool=pool, layers="-2,-1",
+    reference = extract_features(loading.load_encoder(str(folder)), tokenizer, dataset, pool=pool, layers="-2,-1",
                                  max_length=16, batch_size=2)
     assert ours.shape == (len(TEXTS), 64)
     np.testing.assert_allclose(ours, reference, atol=1e-4)
@@ -249,9 +249,10 @@ def test_int8_features_are_close_and_reported(tiny_bert_dir, gate_tsv, tmp_path)
     out = tmp_path / "export"
     result = _export(tiny_bert_dir, out, "--data", gate_tsv, "--min-cosine", "0.9")
     assert result.exit_code == 0, result.output
-    report = json.loads(result.stdout)
-    assert report["quantized"] == "int8" and report["backend"] == "onnx-int8"
-    assert 0.9 <= report["mean_cosine"] < 1.0 and report["min_cosine"] <= report["mean_cosine"]
+    shown = json.loads(result.stdout)
+    assert shown["quantized"] == "int8" and shown["backend"] == "onnx-int8"
+    gate = shown["gate"]
+    assert 0.9 <= gate["mean_cosine"] < 1.0 and gate["min_cosine"] <= gate["mean_cosine"]
 
 
 def test_embed_reads_a_features_export_with_its_baked_options(tiny_bert_dir, gate_tsv, tmp_path):
@@ -335,8 +336,7 @@ def test_options_an_export_kind_ignores_warn_and_stay_off_its_record_and_card(ti
 
 
 def test_the_gate_refusal_shows_the_digits_that_put_it_below_the_threshold():
-    from bertkit.config.export import ExportConfig
-    from bertkit.predict.export import below, refusal_message
+    from bertkit.commands.export import ExportConfig, below, refusal_message
 
     assert below(0.999987, 0.99999) == "0.999987" and below(0.5, 0.99) == "0.5000"
     cosine = refusal_message({"statistic": "mean_cosine", "mean_cosine": 0.9999897, "min_cosine": 0.9999, "rows": 40},

@@ -27,7 +27,7 @@ from typer.testing import CliRunner
 from bertkit.cli.app import app
 from bertkit.errors import UserError
 from bertkit.io import ownership, predictions_out, record, rundir
-from bertkit.training.sweep_report import copy_model
+from bertkit.training.trials_report import copy_model
 
 runner = CliRunner()
 COMMANDS = ("tokens", "embed", "probe", "finetune", "evaluate", "bench")

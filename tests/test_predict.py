@@ -14,7 +14,8 @@ import pytest
 from typer.testing import CliRunner
 
 from bertkit.cli.app import app
-from bertkit.config.commands import FinetuneConfig, PredictConfig
+from bertkit.commands.finetune import FinetuneConfig
+from bertkit.commands.predict import PredictConfig
 from bertkit.data.dataset import TextDataset
 from bertkit.errors import UserError
 from bertkit.models.infer import load_for_inference
@@ -103,7 +104,8 @@ def test_evaluate_cli_reports_metrics(trained, tmp_path, toy_rows_module, write_
     result = runner.invoke(app, ["evaluate", "--model", str(trained), "--data", str(data), "--json", "--out",
                                  str(tmp_path / "eval"), "--quiet"])
     assert result.exit_code == 0, result.output
-    metrics = json.loads(result.stdout)
+    shown = json.loads(result.stdout)
+    metrics = shown["metrics"]
     for key in ("accuracy", "f1", "mcc", "precision", "recall", "roc_auc", "confusion_matrix"):
         assert key in metrics
     assert metrics["n"] == len(toy_rows_module) and sum(map(sum, metrics["confusion_matrix"])) == metrics["n"]
@@ -234,7 +236,7 @@ def test_predict_writes_windows_as_it_goes_with_the_bytes_of_one_pass(trained, t
                         or original(m, t, part, **kw))
     monkeypatch.setattr(batches, "SORT_WINDOW", 4)
     result = runner.invoke(app, ["predict", "--model", str(trained), "--data", str(data), "--out", str(out),
-                                 "--batch-size", "1", "--quiet", *extra])
+                                 "--batch-size", "1", "--precision", "fp32", "--quiet", *extra])
     assert result.exit_code == 0, result.output
     assert calls == [4, 4, 4, 1]
     assert out.read_bytes() == expected
@@ -315,7 +317,7 @@ def test_predict_with_a_saved_probe_streams_like_one_pass(tiny_bert_dir, tmp_pat
     monkeypatch.setattr(batches, "SORT_WINDOW", 5)
     out = tmp_path / "preds.csv"
     result = runner.invoke(app, ["predict", "--probe", str(tmp_path / "probe"), "--data", str(data), "--out", str(out),
-                                 "--batch-size", "1", "--quiet"])
+                                 "--batch-size", "1", "--precision", "fp32", "--quiet"])
     assert result.exit_code == 0, result.output
     frame = pd.read_csv(out)
     np.testing.assert_allclose(frame[["p_neg", "p_pos"]].to_numpy(), proba, rtol=1e-5, atol=1e-6)
@@ -386,23 +388,25 @@ def test_on_cuda_a_classifier_predicts_as_on_the_cpu_and_int8_stays_on_the_cpu(t
     assert (gpu.argmax(1) == cpu.argmax(1)).all()
 
 
-def test_predict_and_evaluate_run_and_record_int8(trained, tmp_path, toy_rows_module, write_tsv):
-    from bertkit.config.commands import EvaluateConfig
-    from bertkit.predict.run import run_evaluate, run_predict
+def test_predict_and_evaluate_run_and_record_int8(trained, tmp_path, toy_rows_module, write_tsv, auto_dtype):
+    from bertkit.commands.evaluate import EvaluateConfig
+    from bertkit.commands.evaluate import run as run_evaluate
+    from bertkit.commands.predict import run as run_predict
 
     texts = ["a wonderful film", "an awful movie , really boring"]
     result = run_predict(PredictConfig(model=str(trained), text=tuple(texts), precision="int8"))
-    assert result["dtype"] == "int8" and len(result["labels"]) == 2
-    assert run_predict(PredictConfig(model=str(trained), text=tuple(texts)))["dtype"] == "fp32"
+    assert result.dtype == "int8" and len(result.labels) == 2
+    assert run_predict(PredictConfig(model=str(trained), text=tuple(texts))).dtype == auto_dtype  # the default: auto
     cli = runner.invoke(app, ["predict", "--model", str(trained), "--text", texts[0], "--precision", "int8", "--json"])
     assert cli.exit_code == 0, cli.output
     assert json.loads(cli.stdout)["predictions"][0]["label"] in {"neg", "pos"}
     data = write_tsv("dev.tsv", toy_rows_module, ("sentence", "label"))
     out = tmp_path / "eval"
-    metrics = run_evaluate(EvaluateConfig(model=str(trained), data=str(data), out=str(out), precision="int8"))
-    assert metrics["dtype"] == "int8" and metrics["n"] == len(toy_rows_module)
-    assert isinstance(metrics["precision"], float)  # the macro precision metric, not the compute precision
+    scored = run_evaluate(EvaluateConfig(model=str(trained), data=str(data), out=str(out), precision="int8"))
+    assert scored.dtype == "int8" and scored.metrics["n"] == len(toy_rows_module)
+    assert isinstance(scored.metrics["precision"], float)  # the macro precision metric, not the compute precision
     assert json.loads((out / "metrics.json").read_text())["dtype"] == "int8"
     assert json.loads((out / "config.json").read_text())["config"]["precision"] == "int8"
-    fp32 = run_evaluate(EvaluateConfig(model=str(trained), data=str(data)))
-    assert fp32["dtype"] == "fp32" and abs(metrics["accuracy"] - fp32["accuracy"]) <= 0.05
+    fp32 = run_evaluate(EvaluateConfig(model=str(trained), data=str(data), precision="fp32"))
+    assert run_evaluate(EvaluateConfig(model=str(trained), data=str(data))).dtype == auto_dtype  # the default
+    assert fp32.dtype == "fp32" and abs(scored.metrics["accuracy"] - fp32.metrics["accuracy"]) <= 0.05

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from bertkit.config import recipes
-from bertkit.config.commands import EvaluateConfig, FinetuneConfig, PredictConfig, ProbeConfig
+from bertkit.commands import recipes
+from bertkit.commands.evaluate import EvaluateConfig
+from bertkit.commands.finetune import FinetuneConfig
+from bertkit.commands.predict import PredictConfig
+from bertkit.commands.probe import ProbeConfig
 from bertkit.data import presets
 from bertkit.data.splits import load_dataset_split, load_splits
 from bertkit.errors import UserError

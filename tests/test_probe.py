@@ -13,14 +13,14 @@ from typer.testing import CliRunner
 
 from bertkit import plots
 from bertkit.cli.app import app
-from bertkit.config.commands import ProbeConfig
+from bertkit.commands.probe import ProbeConfig
 from bertkit.data.dataset import TextDataset
 from bertkit.data.labels import LabelMap
 from bertkit.errors import UserError
 from bertkit.probe import baselines as probe_baselines
 from bertkit.probe import fit as probe_fit
 from bertkit.probe import saved as probe_io
-from bertkit.probe import sweep as probe_sweep
+from bertkit.probe import search as probe_sweep
 
 runner = CliRunner()
 
@@ -327,9 +327,9 @@ def test_one_pass_pooling_equals_extract_features(tiny_bert_dir):
 
     from bertkit.features import extract
     from bertkit.features.extract import extract_features
-    from bertkit.models import loading as modeling
+    from bertkit.models import loading
 
-    tokenizer, encoder = modeling.load_tokenizer(str(tiny_bert_dir)), modeling.load_encoder(str(tiny_bert_dir))
+    tokenizer, encoder = loading.load_tokenizer(str(tiny_bert_dir)), loading.load_encoder(str(tiny_bert_dir))
     ds = TextDataset(["a short one", "a somewhat longer sentence with more words in it", "mid length text here"])
     both = extract.extract_pooled(encoder, tokenizer, ds, pools=["cls", "mean"], layers=[0, 2], max_length=32,
                                   batch_size=2, dtype=torch.float32)
@@ -345,7 +345,7 @@ def test_config_fields_are_probe_options_and_recipes_load():
     import inspect
 
     from bertkit.cli.app import probe
-    from bertkit.config.recipes import load_recipe
+    from bertkit.commands.recipes import load_recipe
 
     params = set(inspect.signature(probe).parameters)
     assert {f.name for f in dataclasses.fields(ProbeConfig)} <= params
@@ -365,7 +365,7 @@ def test_config_fields_are_probe_options_and_recipes_load():
 def test_probe_inputs_from_a_float32_store_are_views_of_its_mapping(tiny_bert_dir, toy_files, tmp_path, layers):
     """Consecutive layers are fitted on the memory-mapped features as they are (no copy of the store); other
     selections copy the chosen layers only. The values are the store's either way."""
-    from bertkit.config.commands import ProbeConfig
+    from bertkit.commands.probe import ProbeConfig
     from bertkit.features import store
     from bertkit.probe.inputs import load_store_inputs
 

@@ -13,13 +13,14 @@ from test_shapes import rating_rows, topic_rows, write_jsonl
 from typer.testing import CliRunner
 
 from bertkit.cli.app import app
-from bertkit.config.commands import FinetuneConfig, ProbeConfig
+from bertkit.commands.finetune import FinetuneConfig
+from bertkit.commands.probe import ProbeConfig
 from bertkit.data.labels import LabelMap
 from bertkit.errors import UserError
 from bertkit.probe import fit as probe_fit
 from bertkit.probe import saved as probe_io
+from bertkit.probe import search as probe_sweep
 from bertkit.probe import shapes as probe_shapes
-from bertkit.probe import sweep as probe_sweep
 from bertkit.scoring import metrics
 from bertkit.scoring.table import SHAPE
 
@@ -210,7 +211,7 @@ def test_cli_probe_writes_the_shape_run_and_predict_probe_repeats_its_dev_predic
                                                                                       tmp_path, task):
     train, dev = shaped_files[task]
     out = tmp_path / "run"
-    # fp32 features, as predict --probe extracts them by default (auto may mean bf16 here)
+    # fp32 features, as predict --probe extracts them with --precision fp32 (auto may mean bf16 here)
     result = invoke("probe", "--model", tiny_bert_dir, "--data", train, "--dev", dev, "--layers", "0,-1",
                     "--precision", "fp32", "--out", out, "--quiet", "--json")
     assert result.exit_code == 0, result.output
@@ -223,7 +224,7 @@ def test_cli_probe_writes_the_shape_run_and_predict_probe_repeats_its_dev_predic
         assert (out / name).is_file(), name
     assert report["best"]["dev"][headline] == max(r[headline] for r in report["sweep"])
 
-    predicted = invoke("predict", "--probe", out, "--data", dev, "--json", "--quiet")
+    predicted = invoke("predict", "--probe", out, "--data", dev, "--precision", "fp32", "--json", "--quiet")
     assert predicted.exit_code == 0, predicted.output
     answer = json.loads(predicted.stdout)
     truth = dev_truth(task, dev, report["labels"])

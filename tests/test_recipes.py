@@ -9,9 +9,10 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from bertkit import config
 from bertkit.cli.app import app
-from bertkit.config import recipes
+from bertkit.commands import recipes
+from bertkit.commands.finetune import FinetuneConfig
+from bertkit.commands.registry import config_for_command, recipe_commands
 
 RECIPES = recipes.list_recipes()
 
@@ -30,15 +31,15 @@ def test_there_are_recipes():
 def test_recipe_keys_are_command_options(recipe):
     assert recipe.summary, f"{recipe.path} needs a header comment saying what it does"
     for command in recipe.commands:
-        cls = config.config_for_command(command)
+        cls = config_for_command(command)
         values = recipes.load_recipe(str(recipe.path), command, cls)  # unknown keys raise
         assert set(values) <= command_options(command)
 
 
-@pytest.mark.parametrize("command", config.recipe_commands())
+@pytest.mark.parametrize("command", recipe_commands())
 def test_every_config_field_is_a_cli_option(command):
     """litgpt-style: the typed config and the command's signature describe the same options."""
-    fields = recipes.option_fields(config.config_for_command(command))
+    fields = recipes.option_fields(config_for_command(command))
     assert fields <= command_options(command), fields - command_options(command)
     assert fields, command
 
@@ -95,7 +96,7 @@ def test_recipe_input_paths_resolve_next_to_the_recipe(tmp_path, monkeypatch):
     elsewhere.mkdir()
     (elsewhere / "cwd-only.tsv").write_text("sentence\tlabel\na\t0\n", encoding="utf-8")
     monkeypatch.chdir(elsewhere)
-    values = recipes.load_recipe(str(recipe), "finetune", config.FinetuneConfig)
+    values = recipes.load_recipe(str(recipe), "finetune", FinetuneConfig)
     assert values["data"] == str((folder / "data" / "train.tsv").resolve())
     assert values["dev"] == "validation" and values["model"] == "minilm-offline"
     assert values["test"] == "cwd-only.tsv" and values["out"] == "runs/x"
@@ -103,7 +104,7 @@ def test_recipe_input_paths_resolve_next_to_the_recipe(tmp_path, monkeypatch):
 
 def test_packaged_smoke_recipe_names_packaged_data(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    values = recipes.load_recipe("smoke", "finetune", config.FinetuneConfig)
+    values = recipes.load_recipe("smoke", "finetune", FinetuneConfig)
     package = Path(recipes.__file__).resolve().parent.parent
     assert Path(values["data"]) == package / "resources" / "demo" / "train.tsv" and Path(values["data"]).is_file()
     assert Path(values["dev"]).is_file()

@@ -151,6 +151,6 @@ def test_no_metric_shares_its_key_with_a_setting(outputs, command):
 def test_evaluate_reports_the_precision_metric_and_the_compute_precision_apart(outputs):
     printed, files = outputs["evaluate"]
     written = json.loads(next(f for f in files if f.name == "metrics.json").read_text())
-    for result in (printed, written):
-        assert isinstance(result["precision"], float) and 0.0 <= result["precision"] <= 1.0
-        assert result["dtype"] == "fp32"
+    for result in (printed, written):  # the metrics and the settings apart: the compute precision is `dtype`
+        assert isinstance(result["metrics"]["precision"], float) and 0.0 <= result["metrics"]["precision"] <= 1.0
+        assert result["dtype"] in ("fp32", "bf16") and "dtype" not in result["metrics"]

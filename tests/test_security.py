@@ -22,9 +22,9 @@ import typer
 from typer.testing import CliRunner
 
 from bertkit.cli.app import app
-from bertkit.config import commands as config_module
+from bertkit.commands.registry import config_for_command, recipe_commands
 from bertkit.errors import UserError
-from bertkit.models import loading as modeling
+from bertkit.models import loading
 
 PACKAGE = Path(__file__).resolve().parent.parent / "bertkit"
 MODEL_LOADER = "models/loading.py"
@@ -56,7 +56,7 @@ def _is_const(node: ast.expr | None, value: object) -> bool:
 
 
 def _is_false_default(node: ast.expr) -> bool:
-    """A field default of False: the constant, or `option(False, ...)` (an option declaration, see bertkit.config.fields)."""
+    """A field default of False: the constant, or `option(False, ...)` (an option declaration, see bertkit.options)."""
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "option" and node.args:
         return _is_const(node.args[0], False)
     return _is_const(node, False)
@@ -213,7 +213,7 @@ def test_trust_remote_code_is_off_in_every_config_and_loader():
     import dataclasses
     import inspect
 
-    configs = [v for v in vars(config_module).values() if dataclasses.is_dataclass(v) and isinstance(v, type)]
+    configs = [config_for_command(name) for name in recipe_commands()]
     checked = 0
     for cls in configs:
         for f in dataclasses.fields(cls):
@@ -221,7 +221,7 @@ def test_trust_remote_code_is_off_in_every_config_and_loader():
                 assert f.default is False, f"{cls.__name__}.trust_remote_code defaults to {f.default!r}"
                 checked += 1
     assert checked >= 3
-    for fn in (modeling.load_tokenizer, modeling.load_config, modeling.load_encoder, modeling.load_classifier):
+    for fn in (loading.load_tokenizer, loading.load_config, loading.load_encoder, loading.load_classifier):
         assert inspect.signature(fn).parameters["trust_remote_code"].default is False
 
 
@@ -263,7 +263,7 @@ def pickle_model(tiny_bert_dir, tmp_path):
 
 def test_modeling_refuses_pickle_only_folder(pickle_model):
     folder, marker = pickle_model
-    for load in (modeling.load_encoder, modeling.load_classifier):
+    for load in (loading.load_encoder, loading.load_classifier):
         with pytest.raises(UserError, match="pickle") as err:
             load(str(folder))
         assert "safetensors" in str(err.value) and "save_pretrained" in str(err.value)
@@ -314,9 +314,9 @@ def test_safetensors_is_preferred_when_both_are_present(tiny_bert_dir, tmp_path)
     folder = tmp_path / "both"
     shutil.copytree(tiny_bert_dir, folder)
     (folder / "pytorch_model.bin").write_bytes(pickle.dumps({"state": _Payload(marker)}))
-    encoder = modeling.load_encoder(str(folder))
+    encoder = loading.load_encoder(str(folder))
     assert encoder.config.hidden_size == 32
-    modeling.load_classifier(str(folder), id2label={0: "a", 1: "b"})
+    loading.load_classifier(str(folder), id2label={0: "a", 1: "b"})
     assert not marker.exists()
 
 
@@ -338,7 +338,7 @@ def test_remote_code_is_not_run_without_the_flag(tiny_bert_dir, tmp_path, write_
     assert result.exit_code == 2, result.output
     assert "--trust-remote-code" in result.output and "Traceback" not in result.output
     with pytest.raises(UserError):
-        modeling.load_config(str(folder))
+        loading.load_config(str(folder))
     assert not marker.exists()
 
 
@@ -391,8 +391,8 @@ def test_weights_swapped_for_another_models_of_the_same_shape_are_refused(tiny_b
     shutil.copy(tmp_path / "other" / "model.safetensors", folder / "model.safetensors")
     assert (folder / "model.safetensors").stat().st_size == size
     with pytest.raises(UserError, match=r"model\.safetensors: its bytes changed since it was written"):
-        modeling.load_encoder(str(folder))
-    assert modeling.load_encoder(str(tiny_bert_dir)).config.hidden_size == 32  # the folder it was copied from: no record
+        loading.load_encoder(str(folder))
+    assert loading.load_encoder(str(tiny_bert_dir)).config.hidden_size == 32  # the folder it was copied from: no record
 
 
 def test_an_unrecorded_weights_index_beside_a_recorded_folder_is_refused(tiny_bert_dir, tmp_path):
@@ -401,7 +401,7 @@ def test_an_unrecorded_weights_index_beside_a_recorded_folder_is_refused(tiny_be
     (folder / "model.safetensors.index.json").write_text(json.dumps(
         {"metadata": {}, "weight_map": {"embeddings.word_embeddings.weight": "model-00001-of-00001.safetensors"}}))
     with pytest.raises(UserError, match=r"model\.safetensors\.index\.json: not in the record"):
-        modeling.load_tokenizer(str(folder))
+        loading.load_tokenizer(str(folder))
 
 
 def test_a_well_formed_arrow_file_put_in_a_cache_entry_is_not_read_as_the_data(tmp_path, caplog):

@@ -19,13 +19,16 @@ import torch
 from typer.testing import CliRunner
 
 from bertkit.cli.app import app
-from bertkit.config.commands import EvaluateConfig, FinetuneConfig, PredictConfig
+from bertkit.commands.evaluate import EvaluateConfig
+from bertkit.commands.evaluate import run as run_evaluate
+from bertkit.commands.finetune import FinetuneConfig
+from bertkit.commands.predict import PredictConfig
+from bertkit.commands.predict import run as run_predict
 from bertkit.data.dataset import TextDataset
 from bertkit.data.labels import TASKS, LabelMap
 from bertkit.data.options import DataOptions
 from bertkit.data.splits import load_dataset_split, load_splits
 from bertkit.errors import UserError
-from bertkit.predict.run import run_evaluate, run_predict
 from bertkit.scoring import metrics
 from bertkit.scoring import shapes as objectives
 from bertkit.scoring.table import BUILT_IN, SHAPE
@@ -301,9 +304,9 @@ def test_regression_objective_is_mse_and_scores_the_first_output():
 
 
 def test_regression_head_starts_at_the_target_mean(tiny_bert_dir):
-    from bertkit.models import loading as modeling
+    from bertkit.models import loading
 
-    model = modeling.load_classifier(str(tiny_bert_dir), {0: "score"}, problem_type="regression")
+    model = loading.load_classifier(str(tiny_bert_dir), {0: "score"}, problem_type="regression")
     objectives.Regression(np.array([2.0, 4.0, 6.0]), np.array([1.0]), ["score"]).init_head(model)
     assert model.classifier.bias.item() == pytest.approx(4.0)
 
@@ -381,16 +384,16 @@ def test_regression_model_gives_the_same_scores_in_transformers_and_bertkit(shap
 
     best = str(shaped_runs["regression"] / "best")
     texts = ["the film was great today", "my meal was awful", "our trip was okay"]
-    ours = run_predict(PredictConfig(model=best, text=tuple(texts)))
-    assert ours["task"] == "regression" and all(isinstance(x, float) for x in ours["labels"])
+    ours = run_predict(PredictConfig(model=best, text=tuple(texts), precision="fp32"))  # transformers runs fp32
+    assert ours.task == "regression" and all(isinstance(x, float) for x in ours.labels)
     model = AutoModelForSequenceClassification.from_pretrained(best)
     assert model.config.problem_type == "regression" and model.config.num_labels == 1
     tokenizer = AutoTokenizer.from_pretrained(best)
     with torch.no_grad():
         plain = model(**tokenizer(texts, padding=True, return_tensors="pt")).logits[:, 0].numpy()
-    np.testing.assert_allclose(ours["labels"], plain, atol=1e-4)
+    np.testing.assert_allclose(ours.labels, plain, atol=1e-4)
     piped = pipeline("text-classification", model=best, function_to_apply="none")(texts)
-    np.testing.assert_allclose(ours["labels"], [r["score"] for r in piped], atol=1e-4)
+    np.testing.assert_allclose(ours.labels, [r["score"] for r in piped], atol=1e-4)
 
 
 def test_multilabel_run_saves_its_threshold_and_transformers_agrees(shaped_runs):
@@ -405,11 +408,11 @@ def test_multilabel_run_saves_its_threshold_and_transformers_agrees(shaped_runs)
     saved = json.loads((run / "best" / "bertkit_model.json").read_text())
     assert saved["task"] == "multi_label" and saved["threshold"] == summary["best_dev"]["threshold"]
     texts = ["pizza and a guitar song", "the football match", "a train to the beach"]
-    ours = run_predict(PredictConfig(model=str(run / "best"), text=tuple(texts)))
+    ours = run_predict(PredictConfig(model=str(run / "best"), text=tuple(texts), precision="fp32"))
     piped = pipeline("text-classification", model=str(run / "best"), function_to_apply="sigmoid", top_k=None)(texts)
-    for row, (tags, proba) in enumerate(zip(ours["labels"], ours["proba"], strict=True)):
+    for row, (tags, proba) in enumerate(zip(ours.labels, ours.proba, strict=True)):
         theirs = {r["label"]: r["score"] for r in piped[row]}
-        np.testing.assert_allclose(proba, [theirs[n] for n in ours["label_names"]], atol=1e-5)
+        np.testing.assert_allclose(proba, [theirs[n] for n in ours.label_names], atol=1e-5)
         assert set(tags) == {n for n, p in theirs.items() if p >= saved["threshold"]}
 
 
@@ -425,31 +428,31 @@ def test_predict_and_evaluate_cli_for_tags_and_scores(shaped_runs, tmp_path):
     assert result.exit_code == 0, result.output
     assert "per tag (threshold" in result.output and "micro_f1" in result.output
     written = json.loads((out / "metrics.json").read_text())
-    assert written["task"] == "multi_label" and set(written["per_label"]) == set(TOPICS)
+    assert written["metrics"]["task"] == "multi_label" and set(written["metrics"]["per_label"]) == set(TOPICS)
     assert (out / "per_label_f1.png").is_file()
     scored = run_evaluate(EvaluateConfig(model=str(shaped_runs["regression"] / "best"),
                                          data=str(shaped_runs["regression_data"]), out=str(tmp_path / "reg")))
-    assert scored["task"] == "regression" and 0 <= scored["mae"] and (tmp_path / "reg" / "scatter.png").is_file()
+    assert scored.task == "regression" and 0 <= scored.metrics["mae"] and (tmp_path / "reg" / "scatter.png").is_file()
     frame = pd.read_csv(tmp_path / "reg" / "predictions.csv")
     assert np.allclose(frame["abs_error"], (frame["predicted"] - frame["label"]).abs())
 
 
 @pytest.mark.parametrize("shape", ["regression", "multi_label"])
 def test_distilling_a_regression_or_multilabel_teacher_keeps_its_shape(shaped_runs, shape, tmp_path):
-    from bertkit.config.commands import DistillConfig
-    from bertkit.training import distill
+    from bertkit.commands import distill as distill_command
+    from bertkit.commands.distill import DistillConfig
 
     cfg = DistillConfig(teacher=str(shaped_runs[shape] / "best"), data=str(shaped_runs[f"{shape}_data"]),
                         out=str(tmp_path / "student"), student_layers=1, epochs=1, batch_size=8, lr=5e-3,
                         save_every=None, report=False, dev_fraction=0.25)
-    result = distill.distill(cfg, progress=False)["training"]
+    result = distill_command.run(cfg, progress=False).training
     student = json.loads((result.out / "best" / "config.json").read_text())
     assert student["num_hidden_layers"] == 1
     assert student["problem_type"] == {"regression": "regression", "multi_label": "multi_label_classification"}[shape]
     assert result.metrics["best_metric_name"] == {"regression": "pearson", "multi_label": "micro_f1"}[shape]
     assert np.isfinite(result.metrics["best_dev"]["loss"])
     with pytest.raises(UserError, match=rf"--task single_label: the teacher .* is a {shape} model"):
-        distill.distill(dataclasses.replace(cfg, task="single_label", out=str(tmp_path / "other")), progress=False)
+        distill_command.run(dataclasses.replace(cfg, task="single_label", out=str(tmp_path / "other")), progress=False)
 
 
 # ---------------------------------------------------------------- a model saved is the model trained
@@ -489,7 +492,7 @@ def test_single_label_started_from_a_regression_folder_is_saved_single_label(sin
     assert all(p["label"] in ("hi", "lo") and set(p["probabilities"]) == {"hi", "lo"} for p in predictions)
     trained = json.loads((run / "metrics.json").read_text())["best_dev"]
     scored = run_evaluate(EvaluateConfig(model=str(run / "best"), data=str(single_from_regression["dev"])))
-    assert scored["task"] == "single_label" and scored["accuracy"] == pytest.approx(trained["accuracy"])
+    assert scored.task == "single_label" and scored.metrics["accuracy"] == pytest.approx(trained["accuracy"])
 
 
 @pytest.mark.parametrize("shape", ["regression", "multi_label"])
@@ -506,23 +509,23 @@ def test_numbers_or_tags_started_from_a_single_label_folder_are_saved_in_their_s
         assert config["problem_type"] == "multi_label_classification"
         assert sorted(config["id2label"].values()) == sorted(TOPICS) and len(config["label2id"]) == 4
     ours = run_predict(PredictConfig(model=str(tmp_path / "run" / "best"), text=("pizza and a guitar song",)))
-    assert ours["task"] == shape
-    assert isinstance(ours["labels"][0], float if shape == "regression" else tuple)
+    assert ours.task == shape
+    assert isinstance(ours.labels[0], float if shape == "regression" else tuple)
 
 
 def test_a_student_started_from_a_regression_folder_is_saved_in_the_teachers_shape(single_from_regression,
                                                                                   shaped_runs, tmp_path):
-    from bertkit.config.commands import DistillConfig
-    from bertkit.training import distill
+    from bertkit.commands import distill as distill_command
+    from bertkit.commands.distill import DistillConfig
 
     cfg = DistillConfig(teacher=str(single_from_regression["run"] / "best"),
                         student=str(shaped_runs["regression"] / "best"), data=str(single_from_regression["train"]),
                         out=str(tmp_path / "student"), epochs=1, batch_size=8, lr=5e-3, save_every=None, report=False,
                         dev_fraction=0.25)
-    result = distill.distill(cfg, progress=False)["training"]
+    result = distill_command.run(cfg, progress=False).training
     config = json.loads((result.out / "best" / "config.json").read_text())
     assert config["problem_type"] == "single_label_classification" and config["id2label"] == {"0": "hi", "1": "lo"}
-    assert run_predict(PredictConfig(model=str(result.out / "best"), text=("good",)))["labels"][0] in ("hi", "lo")
+    assert run_predict(PredictConfig(model=str(result.out / "best"), text=("good",))).labels[0] in ("hi", "lo")
 
 
 # ---------------------------------------------------------------- targets that cannot be trained on or scored
@@ -565,7 +568,8 @@ def test_a_constant_dev_target_reports_undefined_correlations_and_picks_by_mse(t
     assert result.exit_code == 0, result.output
     assert "undefined" in result.output and "every target is 2.5" in result.output
     written = json.loads((tmp_path / "eval" / "metrics.json").read_text())
-    assert written["pearson"] is None and written["spearman"] is None and written["mse"] >= 0
+    scores = written["metrics"]
+    assert scores["pearson"] is None and scores["spearman"] is None and scores["mse"] >= 0
 
 
 def test_evaluate_refuses_zero_one_columns_that_leave_out_or_add_tags(shaped_runs, tmp_path):
@@ -584,7 +588,7 @@ def test_evaluate_refuses_zero_one_columns_that_leave_out_or_add_tags(shaped_run
         run_evaluate(EvaluateConfig(model=best, data=str(path), label_column="travel"))
     listed = write_jsonl(tmp_path / "tags.jsonl", topic_rows(12, 5))
     whole = run_evaluate(EvaluateConfig(model=best, data=str(path), label_column="food,music,sports,travel"))
-    assert whole["micro_f1"] == pytest.approx(run_evaluate(EvaluateConfig(model=best, data=str(listed)))["micro_f1"])
+    assert whole.metrics["micro_f1"] == pytest.approx(run_evaluate(EvaluateConfig(model=best, data=str(listed))).metrics["micro_f1"])
 
 
 def test_soft_losses_per_shape():
@@ -616,7 +620,7 @@ def test_minilm_regression_learns_a_learnable_score(minilm_dir, tmp_path):
     finetune(FinetuneConfig(model=str(minilm_dir), data=str(train), dev=str(dev), out=str(tmp_path / "run"),
                             epochs=3, lr=1e-4, batch_size=16, save_every=None), progress=False)
     scored = run_evaluate(EvaluateConfig(model=str(tmp_path / "run" / "best"), data=str(held_out)))
-    assert scored["pearson"] > 0.8, scored
+    assert scored.metrics["pearson"] > 0.8, scored
 
 
 @pytest.mark.slow
@@ -627,7 +631,7 @@ def test_minilm_multilabel_beats_the_per_label_majority(minilm_dir, tmp_path):
     finetune(FinetuneConfig(model=str(minilm_dir), data=str(train), dev=str(dev), out=str(tmp_path / "run"),
                             epochs=2, lr=1e-4, batch_size=16, save_every=None), progress=False)
     scored = run_evaluate(EvaluateConfig(model=str(tmp_path / "run" / "best"), data=str(held_out)))
-    label_map = LabelMap(tuple(scored["labels"]), "multi_label")
+    label_map = LabelMap(tuple(scored.metrics["labels"]), "multi_label")
     majority = per_label_majority_micro_f1(label_map.encode([tuple(r["labels"]) for r in topic_rows(240, 2)], "t"),
                                            label_map.encode([tuple(r["labels"]) for r in topic_rows(100, 3)], "h"))
-    assert scored["micro_f1"] > majority + 0.2, (scored["micro_f1"], majority)
+    assert scored.metrics["micro_f1"] > majority + 0.2, (scored.metrics["micro_f1"], majority)

@@ -16,7 +16,7 @@ from bertkit.cli.app import app
 from bertkit.data.dataset import TextDataset
 from bertkit.features import store
 from bertkit.features.extract import extract_features
-from bertkit.models import loading as modeling
+from bertkit.models import loading
 
 ROOT = Path(__file__).resolve().parent.parent
 runner = CliRunner()
@@ -68,7 +68,7 @@ def test_store_readable_by_numpy_and_open(tiny_bert_dir, toy_tsv, toy_rows, tmp_
     assert m["rows"] == 40 and m["data_fingerprint"].startswith("sha256:") and m["n_truncated"] == 0
     assert m["bertkit_version"] and m["identity"]["shard_size"] == 16
     # the store holds exactly what the in-memory API computes, in the file's row order
-    encoder, tokenizer = modeling.load_encoder(str(tiny_bert_dir)), modeling.load_tokenizer(str(tiny_bert_dir))
+    encoder, tokenizer = loading.load_encoder(str(tiny_bert_dir)), loading.load_tokenizer(str(tiny_bert_dir))
     direct = extract_features(encoder, tokenizer, TextDataset([t for t, _ in toy_rows]), batch_size=8)
     np.testing.assert_allclose(st.features, direct, atol=1e-5)
     assert store.open_splits(out)["train"].manifest == m
@@ -332,7 +332,7 @@ def test_unfinished_int8_store_resumes_in_int8_only(tiny_bert_dir, toy_tsv, tmp_
 def test_int8_on_a_gpu_is_refused_before_any_work(tiny_bert_dir, toy_tsv, tmp_path, monkeypatch):
     import torch
 
-    monkeypatch.setattr(modeling, "device_problem", lambda *args, **kw: None)  # as if this machine had a GPU
+    monkeypatch.setattr(loading, "device_problem", lambda *args, **kw: None)  # as if this machine had a GPU
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     result = embed("--model", str(tiny_bert_dir), "--data", str(toy_tsv), "--out", str(tmp_path / "s"),
                    "--device", "cuda", "--precision", "int8")

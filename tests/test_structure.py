@@ -14,6 +14,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "bertkit"
 MAX_MODULE_LINES = 450
 MAX_FUNCTION_LINES = 60
+"""The training loop's stages may run longer than the ~40 lines of DESIGN.md; nothing else comes near."""
 
 
 def module_name(path: Path) -> str:
@@ -92,6 +93,97 @@ def test_no_import_cycle_inside_bertkit():
         " <-> ".join(c) for c in cycles(graph))
 
 
+def package_of(module: str) -> str:
+    """The node of the package graph a module belongs to: its sub-package, or itself for a top-level module."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def test_no_cycle_between_packages():
+    """Packages along the data flow: no package imports one that imports it back, by any path (imports inside
+    functions and TYPE_CHECKING blocks count; the package `bertkit` itself and `__main__` are not nodes)."""
+    graph: dict[str, set[str]] = {}
+    for name, path in MODULES.items():
+        if name in ("bertkit", "bertkit.__main__"):
+            continue
+        src = package_of(name)
+        targets = {package_of(t) for t in imported_modules(name, path) if t not in ("bertkit", "bertkit.__main__")}
+        graph.setdefault(src, set()).update(targets - {src})
+    for targets in list(graph.values()):
+        for t in targets:
+            graph.setdefault(t, set())
+    assert cycles(graph) == [], "package cycles:\n" + "\n".join(" <-> ".join(c) for c in cycles(graph))
+
+
+HEAVY = {"torch", "transformers", "sklearn", "datasets", "accelerate", "numpy", "pandas", "scipy", "matplotlib",
+         "evaluate", "onnx", "onnxruntime", "pyarrow", "tokenizers", "safetensors", "huggingface_hub", "optuna"}
+"""Third-party packages slow (or optional) enough to import only where used: a bertkit import inside a function is
+for a module that pulls one of these in, never to dodge a cycle."""
+
+
+def top_level_imports(path: Path) -> list[str]:
+    """What a module imports when it is imported (its body, try/if blocks; not TYPE_CHECKING, not functions)."""
+    found: list[str] = []
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            continue
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        for n in ast.walk(node):
+            if isinstance(n, ast.Import):
+                found += [a.name for a in n.names]
+            elif isinstance(n, ast.ImportFrom) and not n.level and n.module:
+                found += [n.module] + [f"{n.module}.{a.name}" for a in n.names]
+    return found
+
+
+def containing(target: str) -> str:
+    while target and target not in MODULES:
+        target = target.rsplit(".", 1)[0] if "." in target else ""
+    return target
+
+
+def heavy_reason(module: str, seen: frozenset[str] = frozenset()) -> str | None:
+    """The heavy package importing `module` pulls in (through bertkit modules it imports), or None."""
+    for target in top_level_imports(MODULES[module]):
+        root = target.split(".")[0]
+        if root in HEAVY:
+            return root
+        inner = containing(target) if root == "bertkit" else ""
+        parts = inner.split(".")
+        for step in (".".join(parts[:i]) for i in range(2, len(parts) + 1)):  # packages' __init__ run too
+            if step in MODULES and step != module and step not in seen:
+                reason = heavy_reason(step, seen | {module})
+                if reason:
+                    return f"{step} -> {reason}"
+    return None
+
+
+def test_heavy_reason_follows_bertkit_imports():
+    assert heavy_reason("bertkit.models.loading") == "torch"
+    assert heavy_reason("bertkit.errors") is None
+
+
+def test_a_bertkit_import_inside_a_function_is_for_a_heavy_module():
+    light = []
+    for name, path in MODULES.items():
+        for fn in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Import):
+                    targets = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                    targets = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+                else:
+                    continue
+                inner = [containing(t) for t in targets if t.split(".")[0] == "bertkit"]
+                module = max(inner, key=len) if inner else ""
+                if module and not heavy_reason(module):
+                    light.append(f"{name}:{node.lineno} ({fn.name}) imports {module}")
+    assert light == [], "import these at the top of the module (they are light):\n" + "\n".join(light)
+
+
 def test_sub_packages_and_few_top_level_modules():
     packages = [d for d in PACKAGE.iterdir() if (d / "__init__.py").is_file() and d.name != "resources"]
     top = [p for p in PACKAGE.glob("*.py") if p.name not in ("__init__.py", "__main__.py")]
@@ -133,7 +225,7 @@ def module_aliases(tree: ast.Module) -> dict[str, str]:
 
 USERS = {**{name: path for name, path in MODULES.items()},
          **{f"tests/{p.name}": p for p in sorted(PACKAGE.parent.glob("tests/*.py"))},
-         **{f"bench/{p.name}": p for p in sorted(PACKAGE.parent.glob("bench/*.py"))}}
+         **{f"benchmarks/{p.name}": p for p in sorted(PACKAGE.parent.glob("benchmarks/*.py"))}}
 
 
 @pytest.mark.parametrize("name", sorted(USERS))

@@ -74,7 +74,7 @@ def test_grid_2x2_completes_and_best_is_the_tables_best(tiny_bert_dir, toy_files
     assert (out / "best" / "model.safetensors").read_bytes() == (
         out / "trials" / summary["best"]["trial"] / "best" / "model.safetensors").read_bytes()
     scored = run_ok(["evaluate", "--model", str(out / "best"), "--data", str(toy_files[1]), "--quiet"])
-    assert scored["accuracy"] == pytest.approx(best, abs=1e-9)
+    assert scored["metrics"]["accuracy"] == pytest.approx(best, abs=1e-9)
     # trials keep only their best model by default
     for trial in (out / "trials").iterdir():
         assert (trial / "best").is_dir() and not (trial / "checkpoints").exists() and not (trial / "final").exists()
@@ -158,7 +158,7 @@ def test_optuna_search_of_4_trials_marks_pruned_trials_and_replays(tiny_bert_dir
     pytest.importorskip("optuna")
     import optuna
 
-    from bertkit.training import sweep as sweep_core
+    from bertkit.training import trials as sweep_core
 
     class Pruner(OddTrialsPruner, optuna.pruners.BasePruner):
         pass
@@ -193,7 +193,7 @@ def test_optuna_missing_says_how_to_install_it(tiny_bert_dir, toy_files, tmp_pat
 
 
 def test_space_syntax_is_checked():
-    from bertkit.config.sweep import SweepConfig
+    from bertkit.commands.sweep import SweepConfig
     from bertkit.errors import UserError
 
     dims = SweepConfig(data="x", out="o", search="optuna", trials=3,

@@ -11,14 +11,14 @@ import pytest
 from typer.testing import CliRunner
 
 from bertkit.cli.app import app
-from bertkit.config.commands import FinetuneConfig
-from bertkit.config.sweep import SweepConfig
+from bertkit.commands.finetune import FinetuneConfig
+from bertkit.commands.sweep import SweepConfig
 from bertkit.errors import UserError
 from bertkit.io import ownership, record
 from bertkit.io.faults import FAIL_AFTER_STEPS_ENV, SimulatedFailure
 from bertkit.training.finetune import finetune
 from bertkit.training.resume import resume_key
-from bertkit.training.sweep import run_sweep
+from bertkit.training.trials import run_sweep
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -2,9 +2,9 @@
 command prints is in `bertkit.cli.show`.
 
 Every command is `@config_command(SomeConfig)`: its options are generated from the config dataclass's fields
-(flag, type, default, help and panel all come from their declarations in bertkit.config), `--recipe`
+(flag, type, default, help and panel all come from their declarations in `bertkit.commands`), `--recipe`
 feeds a recipe's values in as defaults through the same option types (precedence: flag > recipe > default),
-and the command body is parse -> one core call -> show. A `UserError` anywhere below becomes a one-paragraph
+and the command body is parse -> `bertkit.commands.<name>.run` -> show. A `UserError` anywhere below becomes a one-paragraph
 message on stderr and exit code 2, never a traceback; Ctrl-C exits 130.
 """
 
@@ -25,22 +25,32 @@ from rich.markup import escape
 from bertkit import __version__
 from bertkit.cli import show, show_models, show_training
 from bertkit.cli.output import View, err_console, out_console
-from bertkit.config.commands import (
-    BenchConfig,
-    DistillConfig,
-    EmbedConfig,
-    EvaluateConfig,
-    FinetuneConfig,
-    PredictConfig,
-    ProbeConfig,
-    TokensConfig,
-)
-from bertkit.config.export import ExportConfig
-from bertkit.config.fields import OUTPUT, RUN, field_type, flag_names, help_text, option_fields
-from bertkit.config.push import PushConfig
-from bertkit.config.recipes import load_recipe
-from bertkit.config.sweep import SweepConfig
+from bertkit.commands import bench as bench_command
+from bertkit.commands import distill as distill_command
+from bertkit.commands import embed as embed_command
+from bertkit.commands import evaluate as evaluate_command
+from bertkit.commands import export as export_command
+from bertkit.commands import finetune as finetune_command
+from bertkit.commands import predict as predict_command
+from bertkit.commands import probe as probe_command
+from bertkit.commands import push as push_command
+from bertkit.commands import sweep as sweep_command
+from bertkit.commands import tokens as tokens_command
+from bertkit.commands.bench import BenchConfig
+from bertkit.commands.distill import DistillConfig
+from bertkit.commands.embed import EmbedConfig
+from bertkit.commands.evaluate import EvaluateConfig
+from bertkit.commands.export import ExportConfig
+from bertkit.commands.finetune import FinetuneConfig
+from bertkit.commands.predict import PredictConfig
+from bertkit.commands.probe import ProbeConfig
+from bertkit.commands.push import PushConfig
+from bertkit.commands.recipes import list_recipes, load_recipe, recipe_path
+from bertkit.commands.sweep import SweepConfig
+from bertkit.commands.tokens import TokensConfig
 from bertkit.errors import UserError
+from bertkit.io.faults import install_from_env
+from bertkit.options import OUTPUT, RUN, field_type, flag_names, help_text, option_fields
 
 app = typer.Typer(
     name="bertkit",
@@ -170,106 +180,82 @@ def main(
     version: Annotated[bool, typer.Option("--version", callback=_version_callback, is_eager=True, help="Show the version and exit.")] = False,
 ) -> None:
     """bertkit: tokens, embed, probe, finetune, predict, evaluate, bench — the classic BERT workflows."""
-    if os.environ.get("BERTKIT_KILL_AT"):  # fault-injection tests only (see bertkit/faults.py)
-        from bertkit.io.faults import install_from_env
-
+    if os.environ.get("BERTKIT_KILL_AT"):  # fault-injection tests only (see bertkit/io/faults.py)
         install_from_env()
 
 
-# ---------------------------------------------------------------- commands: parse -> one core call -> show
+# ---------------------------------------------------------------- commands: parse -> commands.<name>.run -> show
 
 
 @config_command(TokensConfig)
 def tokens(cfg: TokensConfig, view: View) -> None:
     """How the tokenizer sees a sentence ([CLS]/[SEP], ids, mask), or a dataset's token-length report."""
-    from bertkit.encoding.report import run_tokens
-
-    show.show_tokens(run_tokens(cfg), cfg, view)
+    show.show_tokens(tokens_command.run(cfg), cfg, view)
 
 
 @config_command(EmbedConfig)
 def embed(cfg: EmbedConfig, view: View) -> None:
     """Pooled features ([CLS]/mean/max, any layers) for every row, into a resumable on-disk store."""
-    from bertkit.features.embed import embed_to_store
-
-    show.show_embed(embed_to_store(cfg, progress=view.progress), view)
+    show.show_embed(embed_command.run(cfg, progress=view.progress), view)
 
 
 @config_command(ProbeConfig)
 def probe(cfg: ProbeConfig, view: View) -> None:
     """Linear probes on frozen features, per layer and pooling, with baselines and a saved probe (logistic regression;
     ridge for numbers, one-vs-rest for tags)."""
-    from bertkit.probe.run import run_probe
-
-    show.show_probe(run_probe(cfg, progress=view.progress), view)
+    show.show_probe(probe_command.run(cfg, progress=view.progress), view)
 
 
 @config_command(FinetuneConfig)
 def finetune(cfg: FinetuneConfig, view: View) -> None:
     """Fine-tune a BERT-style model for classification (Accelerate; resumable; runs under torchrun/accelerate launch)."""
-    from bertkit.training.finetune import finetune as run_finetune
-
-    show_training.show_finetune(run_finetune(cfg, progress=not view.quiet), view)
+    show_training.show_finetune(finetune_command.run(cfg, progress=not view.quiet), view)
 
 
 @config_command(PredictConfig)
 def predict(cfg: PredictConfig, view: View) -> None:
     """Label sentences (--text) or a file (--data) with a fine-tuned model or a saved probe: labels + probabilities."""
-    from bertkit.predict.run import run_predict
-
     stream = show.PredictionsJson() if view.json else None  # --json: every row, printed window by window
-    result = run_predict(cfg, recipe=view.recipe, progress=not view.quiet,
-                         keep=0 if view.json else show.predictions_shown(cfg), on_window=stream)
+    result = predict_command.run(cfg, recipe=view.recipe, progress=not view.quiet,
+                                  keep=0 if view.json else show.predictions_shown(cfg), on_window=stream)
     show.show_predictions(result, cfg, view, stream)
 
 
 @config_command(EvaluateConfig)
 def evaluate(cfg: EvaluateConfig, view: View) -> None:
     """Metrics of a fine-tuned model on labelled data: accuracy, macro-F1, MCC, precision/recall, ROC-AUC."""
-    from bertkit.predict.run import run_evaluate
-
-    show.show_evaluate(run_evaluate(cfg, progress=not view.quiet), cfg, view)
+    show.show_evaluate(evaluate_command.run(cfg, progress=not view.quiet), cfg, view)
 
 
 @config_command(ExportConfig)
 def export(cfg: ExportConfig, view: View) -> None:
     """A fine-tuned classifier or an encoder to an ONNX folder (int8 by default), kept only if it passes the accuracy
     gate against the PyTorch fp32 model; predict/evaluate/embed take the folder as --model."""
-    from bertkit.predict.export import run_export
-
-    show.show_export(run_export(cfg, progress=view.progress), view)
+    show.show_export(export_command.run(cfg, progress=view.progress), view)
 
 
 @config_command(DistillConfig)
 def distill(cfg: DistillConfig, view: View) -> None:
     """Distil a fine-tuned model into a smaller student (DistilBERT's way), and check the 40/60/97 claims on it."""
-    from bertkit.training import distill as distill_core
-
-    show_training.show_distill(distill_core.distill(cfg, progress=not view.quiet), view)
+    show_training.show_distill(distill_command.run(cfg, progress=not view.quiet), view)
 
 
 @config_command(SweepConfig)
 def sweep(cfg: SweepConfig, view: View) -> None:
     """Hyper-parameter sweep of finetune: a --grid or an Optuna --space, K --seeds, resumable; OUT/best = the best."""
-    from bertkit.training.sweep import run_sweep
-
-    show_training.show_sweep(run_sweep(cfg, progress=view.progress), view)
+    show_training.show_sweep(sweep_command.run(cfg, progress=view.progress), view)
 
 
 @config_command(PushConfig)
 def push(cfg: PushConfig, view: View) -> None:
     """Upload a saved model folder (with its model card) to the Hugging Face hub; refuses incomplete folders."""
-    from bertkit.models.hub import push_model
-
-    show_models.show_push(push_model(cfg), view)
+    show_models.show_push(push_command.run(cfg), view)
 
 
 @config_command(BenchConfig)
 def bench(cfg: BenchConfig, view: View) -> None:
     """DistilBERT vs BERT (or any encoders) on your hardware and data: size, latency, throughput, memory, claims."""
-    from bertkit.bench import run as bench_core
-
-    show.show_bench(bench_core.run_command(cfg), view)
+    show.show_bench(bench_command.run(cfg), view)
 
 
 # ---------------------------------------------------------------- recipes
@@ -283,8 +269,6 @@ app.add_typer(recipes_app, name="recipes")
 @user_errors
 def recipes_list(json_output: JsonOpt = False) -> None:
     """Every recipe: name, command(s), what it does, measured result."""
-    from bertkit.config.recipes import list_recipes
-
     show.show_recipes(list_recipes(), json_output)
 
 
@@ -292,6 +276,4 @@ def recipes_list(json_output: JsonOpt = False) -> None:
 @user_errors
 def recipes_show(name: Annotated[str, typer.Argument(help="Recipe name (or path to a .toml file).")]) -> None:
     """Print a recipe file."""
-    from bertkit.config.recipes import recipe_path
-
     show.show_recipe(recipe_path(name))

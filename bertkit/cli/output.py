@@ -3,6 +3,7 @@ stdout, rich tables, and the number formats of summary lines."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +27,21 @@ class View:
     @property
     def progress(self) -> bool:
         return not self.quiet and not self.json
+
+
+def result_json(result: Any, drop: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A command's result as its JSON object: its fields, less those marked `json: False` (objects behind the
+    numbers, e.g. the length reports' raw counts), those marked `omit_empty` that are None or empty (what a run did
+    not do), and `drop`."""
+    shown = {}
+    for f in dataclasses.fields(result):
+        value = getattr(result, f.name)
+        if not f.metadata.get("json", True) or f.name in drop:
+            continue
+        if f.metadata.get("omit_empty") and (value is None or value == {} or value == []):
+            continue
+        shown[f.name] = value
+    return shown
 
 
 def emit_json(obj: Any) -> None:

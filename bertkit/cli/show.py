@@ -3,6 +3,7 @@ JSON (--json; then nothing else goes to stdout). The commands (`bertkit.cli.app`
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -17,18 +18,26 @@ from bertkit.cli.output import (
     format_size,
     info,
     out_console,
+    result_json,
     table,
 )
-from bertkit.config.commands import EvaluateConfig, PredictConfig, TokensConfig
+from bertkit.commands.bench import BenchResult
+from bertkit.commands.embed import EmbedResult
+from bertkit.commands.evaluate import EvaluateConfig, EvaluateResult
+from bertkit.commands.export import ExportResult
+from bertkit.commands.predict import PredictConfig, PredictResult
+from bertkit.commands.probe import ProbeResult
+from bertkit.commands.tokens import TokensConfig, TokensResult
+from bertkit.measure import report as bench_report
 from bertkit.scoring.table import SHAPE
 
 # ---------------------------------------------------------------- tokens
 
 
-def show_tokens(result: dict[str, Any], cfg: TokensConfig, view: View) -> None:
+def show_tokens(result: TokensResult, cfg: TokensConfig, view: View) -> None:
     """A sentence's tokens, or a dataset's token-length report."""
-    if "sentence" in result:
-        _show_sentence(result["sentence"], view)
+    if result.sentence is not None:
+        _show_sentence(result.sentence, view)
     else:
         _show_length_report(result, cfg, view)
 
@@ -49,94 +58,94 @@ def _show_sentence(result: dict[str, Any], view: View) -> None:
     out_console.print(f"special tokens: {specials}", highlight=False)
 
 
-def _show_length_report(result: dict[str, Any], cfg: TokensConfig, view: View) -> None:
-    reports, notes = result.pop("reports"), result.pop("notes")
+def _show_length_report(result: TokensResult, cfg: TokensConfig, view: View) -> None:
+    reports, notes = result.reports, result.notes
     if view.json:
-        emit_json(result)
+        emit_json(result_json(result, drop=("sentence", "notes")))
         return
     rows = [[r.split, r.rows, r.min, r.p50, r.p95, r.p99, r.max, f"{r.truncated} ({r.truncated_share:.1%})",
              r.suggested_max_length, f"{r.waste_static:.0%}", f"{r.waste_dynamic_random:.0%}", f"{r.waste_dynamic_sorted:.0%}"]
             for r in reports]
     columns = ["split", "rows", "min", "p50", "p95", "p99", "max", f"cut@{cfg.max_length}", "suggest",
                "waste static", "dynamic", "sorted"]
-    out_console.print(table(f"Token lengths — {cfg.model} (model limit {result['model_limit']})", columns, rows))
+    out_console.print(table(f"Token lengths — {cfg.model} (model limit {result.model_limit})", columns, rows))
     for r in reports:
         if r.label_counts:
             out_console.print(f"{r.split} labels: " + ", ".join(f"{k}={v}" for k, v in r.label_counts.items()), highlight=False)
     for note in notes:
         info(note, view.quiet)
-    if "outputs" in result:
-        info(f"wrote {result['outputs']['report']} and {result['outputs']['histogram']}", view.quiet)
+    if result.outputs:
+        info(f"wrote {result.outputs['report']} and {result.outputs['histogram']}", view.quiet)
 
 
 # ---------------------------------------------------------------- embed
 
 
-def show_embed(summary: dict[str, Any], view: View) -> None:
+def show_embed(summary: EmbedResult, view: View) -> None:
     """Each split's store (complete already, written, resumed) and the throughput; nothing on other processes."""
-    if not summary["main_process"]:
+    if not summary.main_process:
         return
     if view.json:
         emit_json(summary)
         return
-    for split in summary["splits"]:
-        shape = "x".join(str(d) for d in split["shape"])
-        if split["status"] == "complete":
-            out_console.print(f"{split['split']}: store {split['path']} is already complete ({shape}, same settings); nothing to do.", highlight=False)
+    for split in summary.splits:
+        shape = "x".join(str(d) for d in split.shape)
+        if split.status == "complete":
+            out_console.print(f"{split.split}: store {split.path} is already complete ({shape}, same settings); "
+                              f"nothing to do.", highlight=False)
             continue
-        resumed = f", resumed: {split['shards_skipped']} of {split['shards_total']} shards were already done" if split["status"] == "resumed" else ""
+        resumed = (f", resumed: {split.shards_skipped} of {split.shards_total} shards were already done"
+                   if split.status == "resumed" else "")
+        out_console.print(f"{split.split}: {split.rows:,} rows -> {split.path} ({shape}, "
+                          f"{format_size(split.size_bytes)}){resumed}", highlight=False)
+    if not summary.complete_already:
+        rate = (f"{summary.rows_per_s:,.1f} rows/s, {summary.tokens_per_s:,.0f} tokens/s" if summary.rows_per_s
+                else "-")
+        windows = f" (the store's texts as {summary.windows:,} windows)" if summary.long_text == "chunk" else ""
         out_console.print(
-            f"{split['split']}: {split['rows']:,} rows -> {split['path']} ({shape}, {format_size(split['size_bytes'])}){resumed}",
-            highlight=False,
-        )
-    if not summary["complete_already"]:
-        rate = f"{summary['rows_per_s']:,.1f} rows/s, {summary['tokens_per_s']:,.0f} tokens/s" if summary["rows_per_s"] else "-"
-        windows = f" (the store's texts as {summary['windows']:,} windows)" if summary["long_text"] == "chunk" else ""
-        out_console.print(
-            f"embedded {summary['rows_encoded']:,} rows{windows}, {summary['tokens_encoded']:,} tokens in {summary['seconds']:.1f} s "
-            f"({rate}; {summary['dtype']} on {summary['device']}); store {format_size(summary['size_bytes'])}; "
-            f"{summary['n_truncated']:,} rows truncated at --max-length {summary['max_length']}",
-            highlight=False,
-        )
+            f"embedded {summary.rows_encoded:,} rows{windows}, {summary.tokens_encoded:,} tokens in "
+            f"{summary.seconds:.1f} s ({rate}; {summary.dtype} on {summary.device}); store "
+            f"{format_size(summary.size_bytes)}; {summary.n_truncated:,} rows truncated at --max-length "
+            f"{summary.max_length}", highlight=False)
 
 
 # ---------------------------------------------------------------- probe
 
 
-def show_probe(result: dict[str, Any], view: View) -> None:
+def show_probe(result: ProbeResult, view: View) -> None:
     """The probe table (every layer and pooling, baselines, the best cell), notes and the files written."""
     if view.json:
-        emit_json(result)
+        emit_json(result_json(result))
         return
     _print_probe_report(result)
-    for note in result["notes"]:
+    for note in result.notes:
         info(note, view.quiet)
-    if "outputs" in result:
-        outputs = result["outputs"]
+    if result.outputs:
+        outputs = result.outputs
         figure = next(outputs[k] for k in ("confusion_matrix", "scatter", "per_label_f1") if k in outputs)
         info(f"wrote {outputs['metrics']}, {outputs['layer_curve']}, {figure}; "
              f"saved probe: {outputs['probe']} (use: bertkit predict --probe {outputs['probe']} --text ...)", view.quiet)
 
 
-def _print_probe_report(result: dict[str, Any]) -> None:
-    if "task" in result:  # regression or tags: their own metrics
+def _print_probe_report(result: ProbeResult) -> None:
+    if result.task is not None:  # regression or tags: their own metrics
         _print_shaped_probe_report(result)
         return
     rows = []
-    for r in result["sweep"]:
+    for r in result.sweep:
         ci = r["accuracy_ci95"]
         rows.append([r["pool"], r["layer_name"] + (" *" if r["best"] else ""), r["accuracy"], f"{ci[0]:.3f}-{ci[1]:.3f}",
                      r["f1"], r["mcc"], f"{r['C']:g}"])
     names = {"majority": "majority class", "tfidf": "TF-IDF + LR (text)", "random_encoder": "random-init encoder"}
-    for key, b in result.get("baselines", {}).items():
+    for key, b in result.baselines.items():
         where = f" ({b['pool']} {b['layer']})" if key == "random_encoder" else ""
         rows.append(["baseline", names.get(key, key) + where, b["accuracy"], "", b["f1"], b["mcc"],
                      f"{b['C']:g}" if "C" in b else ""])
-    sizes = result["rows"]
-    title = (f"Linear probe — {result['model']} — train {sizes['train']:,} rows, dev {sizes['dev']:,} rows "
+    sizes = result.rows
+    title = (f"Linear probe — {result.model} — train {sizes['train']:,} rows, dev {sizes['dev']:,} rows "
              f"(* = best dev accuracy)")
     out_console.print(table(title, ["pool", "layer", "dev acc", "95% CI", "macro-F1", "MCC", "C"], rows))
-    best = result["best"]
+    best = result.best
     asked = {**{k: best["dev"][k] for k in best["dev"].get("requested", ()) if isinstance(best["dev"].get(k), float)},
              **best["dev"].get("external", {})}
     if asked:  # --metric: the scores asked for, of the best cell's dev predictions
@@ -146,11 +155,11 @@ def _print_probe_report(result: dict[str, Any]) -> None:
     out_console.print(line + _repeats_and_test(result, "accuracy", "accuracy"), highlight=False)
 
 
-def _repeats_and_test(result: dict[str, Any], metric: str, name: str) -> str:
+def _repeats_and_test(result: ProbeResult, metric: str, name: str) -> str:
     """The probe summary's tail: the spread of the refits on subsets, and the test score, where the run has them."""
-    best, tail = result["best"], ""
-    if "repeats" in result:
-        rep = result["repeats"]
+    best, tail = result.best, ""
+    if result.repeats:
+        rep = result.repeats
         tail += (f"; {rep['repeats']} refits on {rep['fraction']:.0%} subsets: {rep[metric]['mean']:.3f} "
                  f"± {rep[metric]['std']:.3f}")
     if "test" in best:
@@ -165,28 +174,28 @@ METRIC_HEADERS = {"accuracy": "acc", "f1": "F1", "mcc": "MCC", "pearson": "Pears
 PROBE_BASELINE_NAMES = {"mean": "mean predictor", "majority": "per-label majority", "random_encoder": "random-init encoder"}
 
 
-def _print_shaped_probe_report(result: dict[str, Any]) -> None:
+def _print_shaped_probe_report(result: ProbeResult) -> None:
     """The probe table of a regression or tag probe: the shape's metrics per cell, its baselines, the best cell."""
-    task = result["task"]
+    task = result.task or "single_label"
     metric, keys = SHAPE[task].headline, SHAPE[task].probe_keys
     header = [METRIC_HEADERS[k] for k in keys]
     rows = []
-    for r in result["sweep"]:
+    for r in result.sweep:
         ci = r[f"{metric}_ci95"]
         rows.append([r["pool"], r["layer_name"] + (" *" if r["best"] else ""), r[metric], f"{ci[0]:.3f}-{ci[1]:.3f}",
                      *[r[k] for k in keys[1:]], _penalty(task, r["C"])])
     tfidf = "TF-IDF + ridge (text)" if task == "regression" else "TF-IDF + OvR LR (text)"
-    for key, b in result.get("baselines", {}).items():
+    for key, b in result.baselines.items():
         where = f" ({b['pool']} {b['layer']})" if key == "random_encoder" else ""
         name = tfidf if key == "tfidf" else PROBE_BASELINE_NAMES.get(key, key)
         rows.append(["baseline", name + where, b[metric], "", *[b[k] for k in keys[1:]],
                      _penalty(task, b["C"]) if "C" in b else ""])
-    sizes = result["rows"]
-    title = (f"Linear probe ({task.replace('_', '-')}) — {result['model']} — train {sizes['train']:,} rows, dev "
+    sizes = result.rows
+    title = (f"Linear probe ({task.replace('_', '-')}) — {result.model} — train {sizes['train']:,} rows, dev "
              f"{sizes['dev']:,} rows (* = best dev {header[0]})")
     penalty = "ridge alpha" if task == "regression" else "C"
     out_console.print(table(title, ["pool", "layer", f"dev {header[0]}", "95% CI", *header[1:], penalty], rows))
-    best = result["best"]
+    best = result.best
     line = f"best: {best['pool']} {best['layer']}, dev {header[0]} {best['dev'][metric]:.3f}"
     line += f" (ridge alpha {best['alpha']:g})" if task == "regression" else f" (threshold {best['threshold']})"
     out_console.print(line + _repeats_and_test(result, metric, header[0]), highlight=False)
@@ -225,7 +234,7 @@ def predictions_shown(cfg: PredictConfig) -> int:
 
 
 class PredictionsJson:
-    """`predict --json`: each window's predictions printed as they come (`on_window` of `run_predict`); the text is
+    """`predict --json`: each window's predictions printed as they come (`on_window` of `bertkit.commands.predict.run`); the text is
     the one `emit_json` of all of them prints."""
 
     def __init__(self) -> None:
@@ -236,13 +245,14 @@ class PredictionsJson:
             self.stream.add(_prediction_json(outputs.task, t, lab, p, outputs.label_names))
 
 
-def show_predictions(result: dict[str, Any], cfg: PredictConfig, view: View,
+def show_predictions(result: PredictResult, cfg: PredictConfig, view: View,
                      stream: PredictionsJson | None = None) -> None:
     """The predictions (the first 20 or 200 rows), or all of them as JSON (printed as they came: `stream`)."""
-    dataset, labels, proba, names = result["dataset"], result["labels"], result["proba"], result["label_names"]
-    task = result["task"]
+    dataset, labels, proba, names = result.dataset, result.labels, result.proba, result.label_names
+    task = result.task
     if view.json:
-        rest = {"task": task, **({"threshold": result["threshold"]} if task == "multi_label" else {}), "out": cfg.out}
+        rest = {"task": task, **({"threshold": result.threshold} if task == "multi_label" else {}), "out": cfg.out,
+                "dtype": result.dtype}
         if stream is None:  # the result holds every row
             stream = PredictionsJson()
             stream(dataset, SimpleNamespace(task=task, label_names=names, values=proba), labels)
@@ -281,27 +291,28 @@ def _prediction_rows(task: str, texts: list[str], labels: list[Any], proba: Any,
                                               for t, lab, p in zip(short, labels, proba, strict=True)]
 
 
-def show_evaluate(result: dict[str, Any], cfg: EvaluateConfig, view: View) -> None:
+def show_evaluate(result: EvaluateResult, cfg: EvaluateConfig, view: View) -> None:
     """The headline metrics, per tag or confusion matrix, and the files written."""
     from bertkit.scoring import metrics
 
     if view.json:
         emit_json(result)
         return
-    out_console.print(table(f"{cfg.model} on {result['data']} ({result['n']} rows)", ["metric", "value"],
-                            [[k, "undefined" if v is None else v] for k, v in metrics.headline(result).items()]))
-    if result.get("note"):
-        info(f"note: {result['note']}", view.quiet)
-    plot = {"regression": "scatter.png", "multi_label": "per_label_f1.png"}.get(result["task"], "confusion_matrix.png")
-    if result["task"] == "multi_label":
-        out_console.print(table(f"per tag (threshold {result['threshold']})", ["tag", "F1", "precision", "recall",
+    scores = result.metrics
+    out_console.print(table(f"{cfg.model} on {result.data} ({scores['n']} rows)", ["metric", "value"],
+                            [[k, "undefined" if v is None else v] for k, v in metrics.headline(scores).items()]))
+    if scores.get("note"):
+        info(f"note: {scores['note']}", view.quiet)
+    plot = {"regression": "scatter.png", "multi_label": "per_label_f1.png"}.get(result.task, "confusion_matrix.png")
+    if result.task == "multi_label":
+        out_console.print(table(f"per tag (threshold {scores['threshold']})", ["tag", "F1", "precision", "recall",
                                                                              "support"],
                                 [[tag, r["f1"], r["precision"], r["recall"], r["support"]]
-                                 for tag, r in result["per_label"].items()]))
-    elif result["task"] == "single_label":
-        names = result["labels"]
+                                 for tag, r in scores["per_label"].items()]))
+    elif result.task == "single_label":
+        names = scores["labels"]
         out_console.print(table("confusion matrix (rows = true)", ["true \\ predicted", *names],
-                                [[names[i], *row] for i, row in enumerate(result["confusion_matrix"])]))
+                                [[names[i], *row] for i, row in enumerate(scores["confusion_matrix"])]))
     if cfg.out:
         info(f"wrote {cfg.out}/metrics.json, predictions.csv, {plot}", view.quiet)
 
@@ -309,12 +320,13 @@ def show_evaluate(result: dict[str, Any], cfg: EvaluateConfig, view: View) -> No
 # ---------------------------------------------------------------- export
 
 
-def show_export(report: dict[str, Any], view: View) -> None:
+def show_export(result: ExportResult, view: View) -> None:
     """The accuracy gate's numbers and where the export is."""
     if view.json:
-        emit_json(report)
+        emit_json(result)
         return
-    backend = "ONNX int8" if report["quantized"] else "ONNX fp32"
+    report = result.gate
+    backend = "ONNX int8" if result.quantized else "ONNX fp32"
     rows = [["rows", report["rows"]]]
     if report["statistic"] == "agreement":
         rows += [["label agreement with fp32", f"{report['agreement']:.4f} (min {report['threshold']:g})"],
@@ -326,33 +338,33 @@ def show_export(report: dict[str, Any], view: View) -> None:
         rows += [["mean cosine with fp32", f"{report['mean_cosine']:.4f} (min {report['threshold']:g})"],
                  ["lowest cosine", f"{report['min_cosine']:.4f}"],
                  ["largest difference", f"{report['max_abs_diff']:.4g}"]]
-    out_console.print(table(f"{backend} {report['kind']} export of {report['model']}: gate on {report['data']}",
+    out_console.print(table(f"{backend} {result.kind} export of {result.model}: gate on {result.data}",
                             ["measure", "value"], rows))
-    if report["forced"]:
+    if result.forced:
         info("the gate refused this export; kept because of --force (export_report.json says forced)", view.quiet)
-    info(f"wrote {report['out']} (model.onnx {format_size(report['size_bytes'])}, export_report.json)", view.quiet)
+    info(f"wrote {result.out} (model.onnx {format_size(result.size_bytes)}, export_report.json)", view.quiet)
 
 
 # ---------------------------------------------------------------- bench
 
 
-def show_bench(report: dict[str, Any], view: View) -> None:
+def show_bench(result: BenchResult, view: View) -> None:
     """Size, latency and throughput per model, the claims of the DistilBERT paper, and the files written."""
-    from bertkit.bench import report as bench_report
 
     if view.json:
-        emit_json(report)
+        emit_json(result)
         return
-    env = report["environment"]
-    title = (f"bertkit bench ({report['protocol']}) — {env['machine']['cpu']}, {env['device']}, {env['dtype']}, "
+    report = dataclasses.asdict(result)
+    env = result.environment
+    title = (f"bertkit bench ({result.protocol}) — {env['machine']['cpu']}, {env['device']}, {env['dtype']}, "
              f"{env['torch_threads']} threads")
     out_console.print(table(title, *bench_report.summary_rows(report)))
     columns, rows = bench_report.throughput_rows(report)
     if rows:
         out_console.print(table("Throughput (dynamic = length-sorted batches; static = padded to --max-length)", columns, rows))
     out_console.print("[bold]Claims vs the DistilBERT paper[/]")
-    for line in bench_report.claim_lines(report["claims"]):
+    for line in bench_report.claim_lines(result.claims):
         out_console.print(f"  {escape(line)}", highlight=False)
-    for note in report["notes"]:
+    for note in result.notes:
         info(f"note: {escape(note)}", view.quiet)
-    info(f"wrote {', '.join(report['outputs'].values())}", view.quiet)
+    info(f"wrote {', '.join(result.outputs.values())}", view.quiet)

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from bertkit.cli.output import View, emit_json, out_console
+from bertkit.commands.push import PushResult
 
 
-def show_push(result: dict[str, Any], view: View) -> None:
+def show_push(result: PushResult, view: View) -> None:
     if view.json:
         emit_json(result)
         return
-    visibility = "private" if result["private"] else "public unless it existed"
-    out_console.print(f"pushed {result['model']} to {result['url']} ({visibility}): {len(result['files'])} files "
-                      f"({', '.join(result['files'])})", highlight=False)
-    out_console.print(f"commit: {result['commit']}", highlight=False)
+    visibility = "private" if result.private else "public unless it existed"
+    out_console.print(f"pushed {result.model} to {result.url} ({visibility}): {len(result.files)} files "
+                      f"({', '.join(result.files)})", highlight=False)
+    out_console.print(f"commit: {result.commit}", highlight=False)

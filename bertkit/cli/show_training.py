@@ -8,6 +8,8 @@ from typing import Any
 
 from bertkit.cli.output import View, emit_json, format_score, info, out_console, table
 from bertkit.cli.show import METRIC_HEADERS
+from bertkit.commands import distill as distill_core
+from bertkit.commands.distill import DistillResult
 from bertkit.scoring.table import SHAPE
 
 # ---------------------------------------------------------------- finetune / distill
@@ -85,11 +87,9 @@ def _print_epoch_table(rows: list[dict[str, Any]]) -> None:
     out_console.print(table("Training", columns, [[row.get(k) for k in keys] for row in rows]))
 
 
-def show_distill(result: dict[str, Any], view: View) -> None:
+def show_distill(result: DistillResult, view: View) -> None:
     """The student's training summary, teacher vs student and DistilBERT's claims measured."""
-    from bertkit.training import distill as distill_core
-
-    training, report = result["training"], result["report"]
+    training, report = result.training, result.report
     if not training.is_main_process:
         return
     if view.json:

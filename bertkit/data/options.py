@@ -1,15 +1,18 @@
 """The options of every command that reads a dataset: where the data comes from, which columns to use, how a
-dev set is held out, and --task-preset (which fills the options left unset)."""
+dev set is held out, and --task-preset (which fills the options left unset); how labels are read (`LabelOptions`)
+and the problem shape with its multi-label threshold (`TaskOptions`)."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
 
-from bertkit.config.fields import DATA, RUN, field_problems, field_type, option
 from bertkit.data.cachedir import cache_in_out_problem
+from bertkit.data.cells import is_blank_text
+from bertkit.data.labels import TASKS as SHAPE_NAMES
 from bertkit.data.presets import apply_preset
 from bertkit.data.sources import HEADER_MODES
+from bertkit.options import DATA, RUN, field_problems, field_type, option
 
 
 @dataclass(frozen=True)
@@ -55,4 +58,66 @@ class DataOptions:
         fraction = self.dev_fraction
         if isinstance(fraction, float) and math.isfinite(fraction) and not 0.0 < fraction < 1.0:
             problems.append(f"--dev-fraction must be between 0 and 1 (exclusive); got {fraction}.")
+        return problems
+
+
+TASKS = ("auto", *SHAPE_NAMES)
+THRESHOLD_MODES = ("tune", "tune-per-label")
+
+
+def blank_text_problems(texts: tuple[str, ...]) -> list[str]:
+    """--text values that are empty or only invisible characters, refused as the --data path refuses empty cells."""
+    blank = [str(i) for i, text in enumerate(texts, start=1) if is_blank_text(text)]
+    if not blank:
+        return []
+    return [f"--text number {', '.join(blank)} (of {len(texts)}) is empty or only whitespace/invisible characters; "
+            f"a model cannot classify an empty text. Drop it or pass a sentence."]
+
+
+@dataclass(frozen=True)
+class LabelOptions(DataOptions):
+    """How labels are read where their shape matters (fine-tuning, evaluation): tag lists as well as single labels."""
+
+    label_sep: str | None = option(None, "Multi-label data: the separator of the tags in one label cell (e.g. \"|\"). "
+                                   "JSON/parquet list cells and several 0/1 columns (--label-column a,b,c) need none.",
+                                   panel=DATA)
+
+    def data_problems(self) -> list[str]:
+        problems = super().data_problems()
+        if isinstance(self.label_sep, str) and not self.label_sep.strip():
+            problems.append(f"--label-sep must be a visible separator such as \"|\" or \";\"; got {self.label_sep!r}.")
+        return problems
+
+
+def threshold_problems(value: str) -> list[str]:
+    """--threshold: tune, tune-per-label, or a number strictly between 0 and 1."""
+    if value in THRESHOLD_MODES:
+        return []
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    if 0.0 < number < 1.0:
+        return []
+    return [f"--threshold must be a probability strictly between 0 and 1 (e.g. 0.5), tune (one threshold chosen on "
+            f"dev) or tune-per-label; got {value!r}."]
+
+
+@dataclass(frozen=True)
+class TaskOptions(LabelOptions):
+    """The problem shape of labelled data and the multi-label decision threshold: commands that learn from labels of
+    every shape (finetune, probe)."""
+
+    task: str = option("auto", "Problem shape. auto: tag lists, --label-sep or several label columns -> multi_label; "
+                       "numbers with fractions -> regression; else single_label.", panel=DATA, choices=TASKS)
+    threshold: str = option("tune", "Multi-label decision threshold on each sigmoid: a probability in (0, 1), tune "
+                            "(one threshold, best dev micro-F1) or tune-per-label (one per label, best dev F1).",
+                            numbers=True)
+
+    def task_problems(self) -> list[str]:
+        """--threshold in (0, 1) or a tuning mode; --label-sep only where tags are read."""
+        problems = threshold_problems(self.threshold)
+        if self.label_sep is not None and self.task in ("single_label", "regression"):
+            problems.append(f"--label-sep splits tag lists (multi-label data); it does not apply to --task {self.task}. "
+                            f"Drop --label-sep, or pass --task multi_label (or auto).")
         return problems

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-from bertkit.config.fields import option_fields
 from bertkit.data.sources import is_local_source
+from bertkit.options import option_fields
 
 HUB_DATASET = "nyu-mll/glue"
 HUB_NAMES = (HUB_DATASET, "glue")

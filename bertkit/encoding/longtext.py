@@ -59,9 +59,11 @@ class LongText:
 
     @classmethod
     def from_config(cls, cfg: Any) -> LongText:
-        """The settings of a config with --truncation (and --long-text/--stride where the command has them)."""
+        """The settings of a config with --truncation (and --long-text/--stride where the command has them); an
+        option unset (None) reads as the default."""
         default = cls().to_json()
-        return cls(*(getattr(cfg, key, default[key]) for key in cls.JSON_KEYS))
+        values = [getattr(cfg, key, None) for key in cls.JSON_KEYS]
+        return cls(*(default[key] if value is None else value for key, value in zip(cls.JSON_KEYS, values, strict=True)))
 
     def to_json(self) -> dict[str, Any]:
         """{truncation, long_text, stride}: what manifests, store identities and saved probes record."""

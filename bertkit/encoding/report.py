@@ -8,11 +8,9 @@ from typing import Any
 import numpy as np
 
 from bertkit.data.dataset import TextDataset
-from bertkit.data.splits import load_splits
 from bertkit.encoding.batches import SORT_WINDOW, sorted_batches
 from bertkit.encoding.encode import encode_for
 from bertkit.encoding.longtext import default_stride
-from bertkit.io import atomic, ownership, rundir, trail
 
 
 def explain_sentence(tokenizer: Any, text: str, pair: str | None = None) -> dict[str, Any]:
@@ -212,46 +210,3 @@ def long_text_note(report: LengthReport, max_length: int, model_limit: int) -> s
     return (f"{cut} They are longer than the model reads at once ({model_limit} tokens): keep every token with "
             f"`--long-text chunk --stride {default_stride(max_length)}` (embed, predict, evaluate: overlapping windows, "
             f"pooled), or keep both ends with `--truncation head+tail`.")
-
-
-# ---------------------------------------------------------------- the `bertkit tokens` command
-
-
-def run_tokens(cfg: Any) -> dict[str, Any]:
-    """`bertkit tokens`: {"sentence": explain_sentence(...)} for --text, else the length report of every split
-    (written to --out as tokens.json + token_lengths.png when given)."""
-    from bertkit.models import loading as modeling
-
-    tokenizer = modeling.load_tokenizer(cfg.model, cfg.trust_remote_code)
-    if cfg.text is not None:
-        return {"sentence": explain_sentence(tokenizer, cfg.text, cfg.text_pair)}
-    return length_reports(tokenizer, cfg)
-
-
-def length_reports(tokenizer: Any, cfg: Any) -> dict[str, Any]:
-    """The token-length report of --data/--dev/--test; `reports` (LengthReport objects) for the caller's table."""
-    from bertkit import plots
-    from bertkit.models import loading as modeling
-
-    plan = rundir.inspect_run_dir(cfg.out, "tokens", overwrite=cfg.overwrite, compare=trail.config_compare(vars(cfg)),
-                                  inputs=ownership.input_paths(cfg)) if cfg.out else None  # read-only, early
-    model_config = modeling.load_config(cfg.model, cfg.trust_remote_code)
-    limit = modeling.model_max_length(tokenizer, model_config)
-    modeling.check_max_length(cfg.max_length, tokenizer, model_config, cfg.model, pair=cfg.text_pair_column is not None)
-    splits = load_splits(cfg, need_labels=cfg.label_column is not None, need_dev=False)
-    named = [(name, ds) for name, ds in (("train", splits.train), ("dev", splits.dev), ("test", splits.test)) if ds]
-    cache_dir = getattr(cfg, "cache_dir", None)
-    reports = [length_report(tokenizer, ds, name, cfg.max_length, cfg.batch_size, limit, cfg.seed, cache_dir)
-               for name, ds in named]
-    summary: dict[str, Any] = {"model": cfg.model, "max_length": cfg.max_length, "model_limit": limit,
-                               "splits": [{k: v for k, v in vars(r).items() if k != "length_counts"} for r in reports]}
-    if plan is not None:
-        run = plan.claim()
-        trail.write_run_config(run.path, "tokens", vars(cfg), data_fingerprints={name: ds.fingerprint for name, ds in named})
-        atomic.write_json_atomic(run.path / "tokens.json", summary)
-        plots.length_histogram({r.split: r.length_counts for r in reports}, cfg.max_length, run.path / "token_lengths.png",
-                               f"Token lengths ({cfg.model})")
-        run.commit()
-        summary["outputs"] = {"report": str(run.out / "tokens.json"), "histogram": str(run.out / "token_lengths.png")}
-    suggestions = [note for r in reports if (note := long_text_note(r, cfg.max_length, limit))]
-    return {**summary, "reports": reports, "notes": [*splits.notes, *suggestions]}

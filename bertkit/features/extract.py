@@ -22,7 +22,8 @@ from bertkit.data.dataset import TextDataset
 from bertkit.encoding import encode
 from bertkit.encoding.encode import Encoded
 from bertkit.encoding.longtext import LongText
-from bertkit.features.pooling import FeatureSpec, encoder_shape, forward_features, pool_tokens, prune_applies
+from bertkit.features.pooling import encoder_shape, forward_features, pool_tokens, prune_applies
+from bertkit.features.settings import Pooling
 from bertkit.models import infer, onnx
 
 # ---------------------------------------------------------------- extraction
@@ -59,7 +60,7 @@ def count_windows(bar: Any, windows: Any) -> None:
         bar.refresh()
 
 
-def encode_features(encoder: Any, tokenizer: Any, dataset: TextDataset, spec: FeatureSpec, *, max_length: int,
+def encode_features(encoder: Any, tokenizer: Any, dataset: TextDataset, spec: Pooling, *, max_length: int,
                     batch_size: int | None, device: torch.device, dtype: torch.dtype, bar: Any = None,
                     long_text: LongText | None = None, windows: Any = None) -> tuple[np.ndarray, EncodeStats]:
     """Features for every row of `dataset` (input order) and what it took (`infer.run_batches` does the loop).
@@ -105,7 +106,7 @@ def extract_features(encoder: Any, tokenizer: Any, dataset: TextDataset, *, pool
     chunk read in overlapping windows sharing `long_text.stride` tokens whose features are averaged (one row per
     text either way).
     """
-    spec = FeatureSpec.from_options(pool, layers, combine, normalize)
+    spec = Pooling.from_options(pool, layers, combine, normalize)
     device = torch.device(device) if device is not None else next(encoder.parameters()).device
     rows = None if str(batch_size) == "auto" else int(batch_size)
     with infer.closing(infer.progress_bar(len(dataset), "embed", progress, unit_of(long_text))) as bar:

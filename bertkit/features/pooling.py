@@ -1,5 +1,6 @@
-"""What to pool and how: `FeatureSpec` ([CLS]/mean/max over one layer, several layers, or all of them, combined and
-optionally L2-normalised), and one batch through the encoder to its pooled features (`forward_features`).
+"""One batch through the encoder to its pooled features (`forward_features`), as `Pooling` says
+(`bertkit.features.settings`: [CLS]/mean/max over one layer, several layers, or all of them, combined and
+optionally L2-normalised).
 
 For the architectures `fastforward` allowlists, only the layers the features need are run, and with `--pool cls`
 the highest requested layer is computed for the [CLS] position alone (keys and values still come from every
@@ -11,79 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import weakref
-from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from bertkit.config.groups import COMBINES, POOLS, layers_problem, parse_layers
-from bertkit.errors import UserError, raise_if_problems
+from bertkit.features.settings import Pooling
 from bertkit.models import fastforward
-
-# ---------------------------------------------------------------- what to pool
-
-
-@dataclass(frozen=True)
-class FeatureSpec:
-    """Which hidden states to pool, how, and how to combine them."""
-
-    pool: str = "cls"
-    layers: tuple[int, ...] | None = (-1,)
-    """Indices into hidden_states (0 = embeddings ... L = last layer; negatives from the end); None = all."""
-    combine: str = "concat"
-    normalize: bool = False
-
-    @classmethod
-    def from_options(cls, pool: str, layers: str | int, combine: str, normalize: bool) -> FeatureSpec:
-        """The spec for these option values (the library path: the same rules as the CLI's, from config.py)."""
-        problems = layers_problem(str(layers))
-        problems += [f"--pool must be one of {', '.join(POOLS)}; got {pool!r}."] if pool not in POOLS else []
-        problems += [f"--combine must be one of {', '.join(COMBINES)}; got {combine!r}."] if combine not in COMBINES else []
-        raise_if_problems(problems)
-        parsed = parse_layers(layers)
-        return cls(pool, None if parsed is None else tuple(parsed), combine, normalize)
-
-    def resolve(self, n_layers: int) -> list[int]:
-        """Positive hidden-state indices for a model with `n_layers` encoder layers (n_layers + 1 states)."""
-        if self.layers is None:
-            return list(range(n_layers + 1))
-        resolved = []
-        for index in self.layers:
-            positive = index + n_layers + 1 if index < 0 else index
-            if not 0 <= positive <= n_layers:
-                raise UserError(
-                    f"--layers {index} is out of range: the model has {n_layers} layers, so valid indices are "
-                    f"0 (embeddings) to {n_layers}, or -1 to -{n_layers + 1}. Pass --layers with indices in that range."
-                )
-            resolved.append(positive)
-        check_distinct_layers(self.layers, resolved, n_layers)
-        return resolved
-
-    def row_shape(self, n_layers: int, hidden: int) -> tuple[int, ...]:
-        """Shape of one row's features: (dim,), or (layers, dim) for `all` with concat."""
-        k = len(self.resolve(n_layers))
-        if self.combine != "concat" or k == 1:
-            return (hidden,)
-        if self.layers is None:
-            return (k, hidden)
-        return (k * hidden,)
-
-    def layer_names(self, n_layers: int) -> list[str]:
-        return ["embeddings" if i == 0 else f"layer {i}" for i in self.resolve(n_layers)]
-
-
-def check_distinct_layers(asked: Sequence[int], resolved: Sequence[int], n_layers: int) -> None:
-    """--layers must name each hidden state once after resolving negatives (-1 and 6 are one state of 6 layers)."""
-    seen: dict[int, int] = {}
-    for index, state in zip(asked, resolved, strict=True):
-        if state in seen:
-            raise UserError(
-                f"--layers {','.join(map(str, asked))} names hidden state {state} twice ({seen[state]} and {index}: "
-                f"negative indices count from the last layer, and this model has {n_layers} layers, so -1 is "
-                f"{n_layers}). Pass each layer once, e.g. --layers {','.join(map(str, dict.fromkeys(resolved)))}."
-            )
-        seen[state] = index
 
 
 def encoder_shape(encoder: Any) -> tuple[int, int]:
@@ -115,12 +49,12 @@ PRUNE_LAYERS = True
 the highest requested one are skipped and, with `--pool cls`, that top layer runs for the [CLS] position only.
 Set False to always run the full model."""
 
-_PRUNE_CHECKED: weakref.WeakKeyDictionary[Any, dict[tuple[FeatureSpec, tuple[int, ...]], bool]] = (
+_PRUNE_CHECKED: weakref.WeakKeyDictionary[Any, dict[tuple[Pooling, tuple[int, ...]], bool]] = (
     weakref.WeakKeyDictionary())
 """encoder -> {(spec, hidden-state indices): whether its pruned features equal its own} (checked once each)."""
 
 
-def prune_applies(encoder: Any, batch: dict[str, torch.Tensor], spec: FeatureSpec, indices: list[int],
+def prune_applies(encoder: Any, batch: dict[str, torch.Tensor], spec: Pooling, indices: list[int],
                   n_layers: int) -> bool:
     """Whether the pruned path runs for this encoder and spec: PRUNE_LAYERS on, the architecture allowlisted
     (`fastforward.unsupported_reason`), and - checked on the first batch, once per encoder and spec - its
@@ -137,7 +71,7 @@ def prune_applies(encoder: Any, batch: dict[str, torch.Tensor], spec: FeatureSpe
     return checked[key]
 
 
-def forward_features(encoder: Any, batch: dict[str, torch.Tensor], spec: FeatureSpec, indices: list[int],
+def forward_features(encoder: Any, batch: dict[str, torch.Tensor], spec: Pooling, indices: list[int],
                      n_layers: int, prune: bool = False) -> torch.Tensor:
     """One batch through the encoder -> pooled, combined (and optionally normalised) fp32 features.
 
@@ -171,7 +105,7 @@ def _hidden_states(encoder: Any, batch: dict[str, torch.Tensor], run: int, wante
     return {i: output.last_hidden_state if prune and i == run else output.hidden_states[i] for i in wanted}
 
 
-def combine_pooled(pooled: list[torch.Tensor], spec: FeatureSpec) -> torch.Tensor:
+def combine_pooled(pooled: list[torch.Tensor], spec: Pooling) -> torch.Tensor:
     """Per-layer (batch, dim) features -> one row per input: concatenated, stacked (`all`), averaged or summed,
     then L2-normalised if asked."""
     if len(pooled) == 1:

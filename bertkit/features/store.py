@@ -22,7 +22,7 @@ shards are removed. The result is byte-identical whether or not the run was inte
 With ``--dev``/``--test``, ``bertkit embed`` writes one complete store per split (``OUT/train``, ``OUT/dev``,
 ``OUT/test``) and an ``OUT/splits.json`` index; `open_splits` reads either shape.
 
-Fault points for the reliability tests (bertkit/faults.py): "embed.shard" counts shards written by this process
+Fault points for the reliability tests (bertkit/io/faults.py): "embed.shard" counts shards written by this process
 (`BERTKIT_FAIL_AFTER_SHARDS=k` fails after k of them; `BERTKIT_FAIL_SIGNAL=KILL` SIGKILLs instead), plus the named
 kill points `embed.shard.before_rename` and `embed.finalize.before_manifest`. None is active in normal use.
 """
@@ -38,10 +38,10 @@ from typing import Any
 
 import numpy as np
 
-from bertkit.config.groups import STORE_DTYPES
 from bertkit.data.labels import LabelMap
 from bertkit.errors import UserError
 from bertkit.features.identity import identity_mismatch, split_differences
+from bertkit.features.settings import STORE_DTYPES
 from bertkit.io import digests, disk, faults
 from bertkit.io.atomic import atomic_path, write_json_atomic
 from bertkit.io.ownership import SPLIT_NAMES, STORE_FORMAT, remove_recorded

@@ -23,6 +23,11 @@ _verified: set[tuple[str, int, int, str]] = set()
 """(path, size, mtime_ns, sha256) of the files this process has verified already."""
 
 
+def forget_verified() -> None:
+    """Empty this process's memo of verified files: the next read of each file hashes it again (benchmarks)."""
+    _verified.clear()
+
+
 class HashingWriter:
     """A binary handle that hashes every byte written through it: the digest is made while the file is written.
     Enough of a file object for `numpy.save`, safetensors-free writers and `pyarrow.PythonFile`."""

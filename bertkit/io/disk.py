@@ -3,7 +3,7 @@
 A full disk shows up in several shapes: `OSError(ENOSPC)` from Python writes and `posix_fallocate`, a
 `SafetensorError` whose text says "No space left on device", and torch's zip writer's
 `RuntimeError: [enforce fail at inline_container.cc:...]` / "file write failed". `is_disk_full` recognises them
-all; `full_error` turns them into the one message users see (exit 2 from `cli.py`):
+all; `full_error` turns them into the one message users see (exit 2 from `bertkit.cli`):
 "disk full at PATH: need about N MB, M MB free; free space and re-run the same command to resume".
 """
 

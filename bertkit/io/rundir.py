@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bertkit import __version__
 from bertkit.errors import UserError
 from bertkit.io import record
 from bertkit.io.atomic import read_json_record, write_json_atomic
@@ -364,7 +365,6 @@ def _write_marker(path: Path, command: str) -> None:
     found = read_json_or_none(path / MARKER)
     if isinstance(found, dict) and found.get("format") == MARKER_FORMAT and found.get("command") == command:
         return
-    from bertkit import __version__
 
     write_json_atomic(path / MARKER, {"format": MARKER_FORMAT, "command": command,
                                       "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "bertkit": __version__})

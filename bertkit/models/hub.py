@@ -1,4 +1,4 @@
-"""`bertkit push`: a saved model folder to the Hugging Face hub over HTTP. Offline (HF_HUB_OFFLINE /
+"""A saved model folder to the Hugging Face hub over HTTP (`bertkit push`, `bertkit.commands.push`). Offline (HF_HUB_OFFLINE /
 TRANSFORMERS_OFFLINE, or the hub endpoint unreachable) is one error before the folder is read; a folder that is not a
 complete saved model (config, weights, tokenizer, a card that passes `check_model_card`, no leftovers of an
 interrupted save) is refused; the card passes the hub's own validation before anything is created; only the files
@@ -9,10 +9,8 @@ from __future__ import annotations
 import os
 import socket
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlparse
 
-from bertkit.config.push import PushConfig
 from bertkit.errors import UserError
 from bertkit.io import ownership, record
 from bertkit.models import onnx
@@ -25,26 +23,23 @@ WEIGHTS = ("model.safetensors", "model.safetensors.index.json", onnx.MODEL_FILE)
 TOKENIZER = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model")
 
 
-def push_model(cfg: PushConfig) -> dict[str, Any]:
-    """Upload --model to --repo-id; what was uploaded, where."""
+def push_folder(folder: Path, repo_id: str, private: bool) -> tuple[list[str], str, str]:
+    """Upload the saved model `folder` to the hub repository `repo_id`: (files uploaded, repository url, commit)."""
     from huggingface_hub import create_repo, upload_folder
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
     check_online()  # before the folder is read
-    assert cfg.model and cfg.repo_id
     try:
-        validate_repo_id(cfg.repo_id)
+        validate_repo_id(repo_id)
     except HFValidationError as exc:
-        raise UserError(f"--repo-id {cfg.repo_id!r} is not a hub repository id ({exc}). A valid one is NAME or "
+        raise UserError(f"--repo-id {repo_id!r} is not a hub repository id ({exc}). A valid one is NAME or "
                         f"OWNER/NAME of letters, digits, '-', '_' and '.'; pass e.g. --repo-id my-name/sst2-minilm.") from None
-    folder = Path(cfg.model).expanduser()
     files = model_files(folder)
     _validate_card(folder)
-    url = create_repo(cfg.repo_id, private=cfg.private, exist_ok=True)
-    commit = upload_folder(repo_id=cfg.repo_id, folder_path=str(folder), allow_patterns=files,
+    url = create_repo(repo_id, private=private, exist_ok=True)
+    commit = upload_folder(repo_id=repo_id, folder_path=str(folder), allow_patterns=files,
                            commit_message=f"bertkit push {folder.name}")
-    return {"repo_id": cfg.repo_id, "url": str(url), "model": str(folder), "files": files, "private": cfg.private,
-            "commit": str(getattr(commit, "commit_url", commit))}
+    return files, str(url), str(getattr(commit, "commit_url", commit))
 
 
 def check_online() -> None:

@@ -23,8 +23,7 @@ from bertkit.data.labels import LabelMap
 from bertkit.encoding.batches import ahead, pad_batch, restore_order, sorted_batches, token_budget_batches
 from bertkit.encoding.encode import Encoded, encode_for
 from bertkit.encoding.longtext import LongText
-from bertkit.models import loading as modeling
-from bertkit.models import onnx, quantize
+from bertkit.models import loading, onnx, quantize
 from bertkit.models.fastforward import SequenceClassifier
 from bertkit.models.inputs import accepted_inputs
 from bertkit.models.replay import Replayed
@@ -75,7 +74,7 @@ def run_batches(fn: BatchFn, encoded: Encoded, batches: Sequence[np.ndarray], *,
         return _run_on_gpu(fn, encoded, batches, accepted, pad_id, device, _compute_context(model, device, dtype),
                            bar, unmasked, capturable)
     outputs = []
-    with torch.inference_mode(), modeling.autocast(device, dtype):
+    with torch.inference_mode(), loading.autocast(device, dtype):
         for rows in batches:
             outputs.append(fn(pad_batch(encoded, rows, pad_id, inputs=accepted, device=device)).float().cpu().numpy())
             if bar is not None:
@@ -108,7 +107,7 @@ def _compute_context(model: Any, device: torch.device, dtype: torch.dtype) -> co
     weights = next(iter(model.parameters()), None)
     if weights is not None and weights.dtype == dtype:
         return contextlib.nullcontext()
-    return modeling.autocast(device, dtype)
+    return loading.autocast(device, dtype)
 
 
 def _run_on_gpu(fn: BatchFn, encoded: Encoded, batches: Sequence[np.ndarray], accepted: frozenset[str], pad_id: int,
@@ -199,8 +198,8 @@ def classifier_logits(classifier: Any, tokenizer: Any, dataset: TextDataset, *, 
     else:
         model = classifier.model if isinstance(classifier, SequenceClassifier) else classifier
         device = next(model.parameters()).device
-        dtype = modeling.choose_dtype(precision, device)
-        if precision == modeling.INT8 and not quantize.is_int8(model):
+        dtype = loading.choose_dtype(precision, device)
+        if precision == loading.INT8 and not quantize.is_int8(model):
             model = classifier = quantize.quantized_int8(model)
         model.eval()
         net = classifier if isinstance(classifier, SequenceClassifier) else SequenceClassifier(model)
@@ -221,12 +220,12 @@ def load_for_inference(model_dir: str, precision: str = "fp32") -> tuple[Any, An
     if onnx.is_export(model_dir):
         onnx.check_precision(precision, model_dir)
         return onnx.load_for_inference(model_dir)
-    model = modeling.load_classifier(model_dir, require_head=True)
-    tokenizer = modeling.load_tokenizer(model_dir)
+    model = loading.load_classifier(model_dir, require_head=True)
+    tokenizer = loading.load_tokenizer(model_dir)
     id2label = getattr(model.config, "id2label", None) or {i: str(i) for i in range(model.config.num_labels)}
-    device = modeling.inference_device(None, precision)
-    if precision == modeling.INT8:
+    device = loading.inference_device(None, precision)
+    if precision == loading.INT8:
         model = quantize.quantized_int8(model.to(device).eval(), inplace=True)  # loaded for inference only
     else:
-        model = modeling.cast_for_inference(model, device, modeling.choose_dtype(precision, device)).eval()
+        model = loading.cast_for_inference(model, device, loading.choose_dtype(precision, device)).eval()
     return model, tokenizer, LabelMap.from_id2label(id2label, getattr(model.config, "problem_type", None))

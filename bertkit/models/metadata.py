@@ -11,6 +11,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from bertkit.encoding.reading import UNRECORDED, Reading
 from bertkit.errors import UserError
 from bertkit.io import atomic, digests
 
@@ -44,6 +45,16 @@ def read_model_info(folder: str | Path) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return info if isinstance(info, dict) else {}
+
+
+def saved_reading(folder: str | Path) -> Reading | None:
+    """How the model in `folder` read texts when it was saved (its `reading` record): None for a folder bertkit did
+    not save (a hub id, the packaged encoder: the options' defaults apply), `UNRECORDED` for one saved before bertkit
+    recorded it."""
+    info = read_model_info(Path(folder).expanduser())
+    if not info:
+        return None
+    return Reading.from_json(info.get("reading")) or UNRECORDED
 
 
 def saved_threshold(model_dir: str) -> float | list[float]:

@@ -6,7 +6,7 @@ A folder holds `model.onnx` (inputs input_ids, attention_mask and - where the mo
 int64, dynamic batch and sequence axes; output `logits` for a classifier, `features` for an encoder), `config.json`
 (the model's Hugging Face config, id2label included, so optimum's ORTModelForSequenceClassification loads it), the
 tokenizer files, `bertkit_model.json` with an `"onnx"` section (kind, quantized, the baked-in feature spec, opset,
-source model and revision) and `export_report.json` (the accuracy gate's numbers, `bertkit.predict.export`).
+source model and revision) and `export_report.json` (the accuracy gate's numbers, `bertkit.commands.export`).
 
 The graph is traced through bertkit's own fast forward, so it skips the same work: a classifier's last layer runs
 for [CLS] alone (`fastforward.SequenceClassifier`), an encoder runs only the layers its features read and pools
@@ -30,7 +30,7 @@ from torch import nn
 from bertkit.data.labels import LabelMap
 from bertkit.errors import UserError
 from bertkit.logs import quieted
-from bertkit.models import loading as modeling
+from bertkit.models import loading
 from bertkit.models.fastforward import SequenceClassifier
 from bertkit.models.inputs import INPUT_NAMES, accepted_inputs
 from bertkit.models.metadata import read_model_info, write_model_info
@@ -133,9 +133,9 @@ def load_export(folder: str | Path, kind: str | None = None, command: str = "thi
         want = "a fine-tuned classifier" if kind == "classifier" else "an encoder's features"
         raise UserError(f"{path} is an ONNX export of {info['kind']} but {command} needs {want}. Export the model "
                         f"with `bertkit export --kind {kind} ...`, or pass the PyTorch model folder.")
-    modeling.check_model_folder(str(path))  # model.onnx, config and tokenizer as recorded at export
+    loading.check_model_folder(str(path))  # model.onnx, config and tokenizer as recorded at export
     session = open_session(path / MODEL_FILE)
-    return OnnxModel(path, session, modeling.load_config(str(path)), info)
+    return OnnxModel(path, session, loading.load_config(str(path)), info)
 
 
 def load_for_inference(folder: str) -> tuple[OnnxModel, Any, LabelMap]:
@@ -144,7 +144,7 @@ def load_for_inference(folder: str) -> tuple[OnnxModel, Any, LabelMap]:
     config = model.config
     id2label = getattr(config, "id2label", None) or {i: str(i) for i in range(config.num_labels)}
     labels = LabelMap.from_id2label(id2label, getattr(config, "problem_type", None))
-    return model, modeling.load_tokenizer(folder), labels
+    return model, loading.load_tokenizer(folder), labels
 
 
 def check_precision(precision: str, folder: str, flag: str = "--precision") -> None:
@@ -171,7 +171,7 @@ class _Positional(nn.Module):
 
 def classifier_function(model: Any) -> Any:
     """A classifier's graph as a batch -> logits function: the [CLS]-only last layer where it applies. (An encoder's
-    pooled-features function is the caller's, `bertkit.predict.export`: pooling lives above this layer.)"""
+    pooled-features function is the caller's, `bertkit.commands.export`: pooling lives above this layer.)"""
     net = SequenceClassifier(model)
     return lambda b: net(**b)
 
@@ -223,10 +223,11 @@ def quantize_int8(source: Path, target: Path) -> None:
 
 
 def write_export(folder: Path, model: Any, tokenizer: Any, *, kind: str, quantize: str | None, source: str,
-                 revision: str, source_info: dict[str, Any], features: dict[str, Any] | None = None,
-                 features_fn: Any = None) -> None:
-    """A complete export folder in `folder` (an empty one bertkit made; see `bertkit.predict.export`). For an
-    encoder, `features` are the baked-in options (pool, layers, combine, normalize) and `features_fn` their graph."""
+                 revision: str, source_info: dict[str, Any], reading: dict[str, Any] | None = None,
+                 features: dict[str, Any] | None = None, features_fn: Any = None) -> None:
+    """A complete export folder in `folder` (an empty one bertkit made; see `bertkit.commands.export`). `reading` is
+    how its inputs are read (`Reading.to_json`: predict and embed read it back). For an encoder, `features` are the
+    baked-in options (pool, layers, combine, normalize) and `features_fn` their graph."""
     require_onnxruntime(exporting=True)
     folder.mkdir(parents=True)  # made here, so everything in it is this call's (the cleanup below relies on it)
     fp32 = folder / (".fp32-" + MODEL_FILE if quantize else MODEL_FILE)
@@ -244,7 +245,7 @@ def write_export(folder: Path, model: Any, tokenizer: Any, *, kind: str, quantiz
                "source_revision": revision}
     section.update(features or {})
     kept = {k: v for k, v in source_info.items() if k != "onnx"} if kind == "classifier" else {}
-    write_model_info(folder, {**kept, "onnx": section})
+    write_model_info(folder, {**kept, **({"reading": reading} if reading else {}), "onnx": section})
 
 
 FEATURE_OPTIONS = ("pool", "layers", "combine", "normalize")

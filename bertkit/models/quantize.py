@@ -38,7 +38,7 @@ def quantized_int8(model: Any, inplace: bool = False) -> Any:
         target = model if inplace else copy.deepcopy(model)
         # Per output channel: one scale per row of the weight matrix. Per tensor (torch's default) lost 2.4 points
         # of probe accuracy on MiniLM [CLS] features (SST-2 dev, cosine 0.972 to fp32); per channel, measured in
-        # bench/results/int8.json, keeps them (onnxruntime's export uses per channel too).
+        # benchmarks/results/int8.json, keeps them (onnxruntime's export uses per channel too).
         spec = {torch.nn.Linear: per_channel_dynamic_qconfig}
         return quantize_dynamic(target, spec, dtype=torch.qint8, inplace=True).eval()
 

@@ -14,7 +14,7 @@ from bertkit.encoding.longtext import LongText
 from bertkit.probe import shapes as probe_shapes
 from bertkit.probe.fit import MAX_ITER, fit_probe
 from bertkit.probe.inputs import ProbeInputs, cached_features
-from bertkit.probe.sweep import Cell, fit_kwargs_from, score_probe, shape_kwargs, shaped_cell
+from bertkit.probe.search import Cell, fit_kwargs_from, score_probe, shape_kwargs, shaped_cell
 from bertkit.scoring.metrics import classification_metrics
 
 BASELINE_NAMES = {
@@ -102,8 +102,7 @@ def random_encoder_features(cfg: Any, inputs: ProbeInputs, pool: str, index: int
     import torch
 
     from bertkit.features import extract
-    from bertkit.models import loading as modeling
-    from bertkit.models import quantize
+    from bertkit.models import loading, quantize
 
     meta = dict(inputs.feature_meta)
     model = str(meta["model"])
@@ -112,11 +111,11 @@ def random_encoder_features(cfg: Any, inputs: ProbeInputs, pool: str, index: int
     def compute(ds: Any) -> dict[str, np.ndarray]:
         if "encoder" not in state:
             torch.manual_seed(cfg.seed)
-            state["encoder"] = modeling.load_encoder(model, bool(meta.get("trust_remote_code")), random_init=True)
-            if meta.get("dtype") == modeling.INT8:  # the baseline reads texts in the probed features' precision
+            state["encoder"] = loading.load_encoder(model, bool(meta.get("trust_remote_code")), random_init=True)
+            if meta.get("dtype") == loading.INT8:  # the baseline reads texts in the probed features' precision
                 state["encoder"] = quantize.quantized_int8(state["encoder"], inplace=True)
-            state["tokenizer"] = modeling.load_tokenizer(model, bool(meta.get("trust_remote_code")))
-        dtype = modeling.DTYPE_NAMES.get(str(meta.get("dtype")), torch.float32)
+            state["tokenizer"] = loading.load_tokenizer(model, bool(meta.get("trust_remote_code")))
+        dtype = loading.DTYPE_NAMES.get(str(meta.get("dtype")), torch.float32)
         return extract.extract_pooled(state["encoder"], state["tokenizer"], ds, pools=[pool], layers=[index],
                               max_length=int(meta["max_length"]), batch_size=cfg.batch_size, dtype=dtype,
                               normalize=bool(meta.get("normalize")), progress=progress,

@@ -1,7 +1,7 @@
 """Fitting probes on frozen features, every problem shape: `fit_probe` takes features `X` (n, d) and targets `y`
 and returns a `ProbeFit`. A single-label probe is `StandardScaler` + `LogisticRegression(lbfgs)`: standardizing
 makes lbfgs converge in a few dozen iterations instead of running into its iteration cap on raw BERT features
-(bench/bench_probe.py measures the difference). Numbers get ridge regression, tag sets one-vs-rest logistic
+(benchmarks/bench_probe.py measures the difference). Numbers get ridge regression, tag sets one-vs-rest logistic
 regression (`fit_shaped`): both standardize first too. Ridge always chooses its alpha by K-fold cross-validation
 (--cv, default 5 folds in data order; alpha = 1/C, so --C and --C-grid mean what they mean for the classifier:
 larger C, weaker penalty); the tag probe uses C = 1 unless --cv searches --C-grid.

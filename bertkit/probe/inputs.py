@@ -16,6 +16,8 @@ import numpy as np
 
 from bertkit.encoding.longtext import LongText
 from bertkit.errors import UserError
+from bertkit.features.settings import check_distinct_layers, parse_layers
+from bertkit.io.digests import HashingWriter, record_problem
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +47,7 @@ class ProbeInputs:
 def load_store_inputs(cfg: Any) -> ProbeInputs:
     """Features, labels and layer names from a `bertkit embed` store (--features)."""
     from bertkit.features import store
-    from bertkit.models import loading as modeling
+    from bertkit.models import loading
 
     path = Path(cfg.features).expanduser()
     if not path.exists():
@@ -65,11 +67,11 @@ def load_store_inputs(cfg: Any) -> ProbeInputs:
             f"with --label-column (the column holding the labels), or use `bertkit probe --data ... --label-column ...`."
         )
     if cfg.model is not None:
-        modeling.check_model_folder(cfg.model)
-    if cfg.model is not None and modeling.model_revision(cfg.model) != manifest.get("revision"):
+        loading.check_model_folder(cfg.model)
+    if cfg.model is not None and loading.model_revision(cfg.model) != manifest.get("revision"):
         raise UserError(
             f"The feature store {train.path} was made by model {manifest.get('model')!r} "
-            f"(revision {manifest.get('revision')}), not by --model {cfg.model} ({modeling.model_revision(cfg.model)}). "
+            f"(revision {manifest.get('revision')}), not by --model {cfg.model} ({loading.model_revision(cfg.model)}). "
             f"Drop --model to probe the store as it is, or re-embed with `bertkit embed --model {cfg.model}`."
         )
     notes: list[str] = []
@@ -127,8 +129,6 @@ def _store_layers_view(features: np.ndarray, positions: list[int]) -> np.ndarray
 
 def _store_layers(cfg: Any, train: Any) -> tuple[list[int], list[int | None], list[str]]:
     """(positions on the store's layer axis, their hidden-state indices, names) selected by --layers."""
-    from bertkit.config.groups import parse_layers
-    from bertkit.features.pooling import check_distinct_layers
 
     manifest = train.manifest
     stored = list(manifest.get("layer_indices") or [])
@@ -158,8 +158,6 @@ def _store_layers(cfg: Any, train: Any) -> tuple[list[int], list[int | None], li
 
 def _check_vector_store_layers(layers: str, manifest: dict[str, Any], stored: list[int]) -> None:
     """A store with one vector per row (one layer, or layers combined) answers --layers only with what it holds."""
-    from bertkit.config.groups import parse_layers
-    from bertkit.features.pooling import check_distinct_layers
 
     wanted = parse_layers(layers)
     n_layers = int(manifest.get("n_layers", max(stored, default=0)))
@@ -267,32 +265,30 @@ def load_text_inputs(cfg: Any, cache_dir: Path | Callable[[], Path] | None, prog
 
     A callable `cache_dir` is called once the data and the model are validated (it may claim the run directory).
     `on_labels` gets the label map (the problem shape) as soon as the data is read, before any model work."""
-    from bertkit.config.groups import parse_layers
     from bertkit.data.splits import load_splits
     from bertkit.features import extract, pooling
-    from bertkit.models import loading as modeling
-    from bertkit.models import quantize
+    from bertkit.models import loading, quantize
 
-    model = cfg.model or modeling.OFFLINE_NAME
-    modeling.check_model_folder(model)  # as saved, with its tokenizer: before the data is read
+    model = cfg.model or loading.OFFLINE_NAME
+    loading.check_model_folder(model)  # as saved, with its tokenizer: before the data is read
     splits = load_splits(cfg, need_labels=True, need_dev=True)
     if on_labels is not None:
         on_labels(splits.label_map)
     _check_dev_targets_vary(splits)
-    tokenizer = modeling.load_tokenizer(model, cfg.trust_remote_code)
-    modeling.check_max_length(cfg.max_length, tokenizer, modeling.load_config(model, cfg.trust_remote_code), model,
+    tokenizer = loading.load_tokenizer(model, cfg.trust_remote_code)
+    loading.check_max_length(cfg.max_length, tokenizer, loading.load_config(model, cfg.trust_remote_code), model,
                               pair=cfg.text_pair_column is not None)
-    encoder = modeling.load_encoder(model, cfg.trust_remote_code)
+    encoder = loading.load_encoder(model, cfg.trust_remote_code)
     cache_dir = cache_dir() if callable(cache_dir) else cache_dir
     n_layers, _ = pooling.encoder_shape(encoder)
-    spec = pooling.FeatureSpec(layers=None if parse_layers(cfg.layers or "-1") is None else tuple(parse_layers(cfg.layers or "-1")))
+    spec = pooling.Pooling(layers=None if parse_layers(cfg.layers or "-1") is None else tuple(parse_layers(cfg.layers or "-1")))
     indices = spec.resolve(n_layers)
-    dtype = modeling.choose_dtype(cfg.precision, next(encoder.parameters()).device)
-    if cfg.precision == modeling.INT8:
+    dtype = loading.choose_dtype(cfg.precision, next(encoder.parameters()).device)
+    if cfg.precision == loading.INT8:
         encoder = quantize.quantized_int8(encoder, inplace=True)  # loaded for the feature pass only
-    meta = {"model": model, "revision": modeling.model_revision(model), "max_length": cfg.max_length,
+    meta = {"model": model, "revision": loading.model_revision(model), "max_length": cfg.max_length,
             "normalize": cfg.normalize, "combine": "concat", "layers": cfg.layers or "-1",
-            "architecture": type(encoder).__name__, "dtype": modeling.precision_name(encoder, dtype),
+            "architecture": type(encoder).__name__, "dtype": loading.precision_name(encoder, dtype),
             "trust_remote_code": cfg.trust_remote_code, **LongText.from_config(cfg).to_json()}
     named = {"train": splits.train, "dev": splits.dev, **({"test": splits.test} if splits.test is not None else {})}
     features = {
@@ -322,7 +318,6 @@ def cached_features(
     .json: the key and the array's digest, taken as it is written) atomically. A cached array that fails its check
     is computed again, with a warning."""
     from bertkit.io.atomic import atomic_path, write_json_atomic
-    from bertkit.io.digests import HashingWriter
 
     layers = "all" if meta.get("layers") == "all" else "_".join(map(str, indices))
     key = {k: meta.get(k) for k in ("model", "revision", "max_length", "normalize", "dtype")}
@@ -345,7 +340,6 @@ def cached_features(
 
 def _cached_arrays(files: dict[str, Path], key: dict[str, Any]) -> dict[str, np.ndarray] | None:
     """{pool: array} when every file was cached for `key` and is as recorded; None (computed again) otherwise."""
-    from bertkit.io.digests import record_problem
 
     if not files or not all(f.is_file() and f.with_suffix(".json").is_file() for f in files.values()):
         return None

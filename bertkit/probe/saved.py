@@ -18,6 +18,8 @@ import numpy as np
 
 from bertkit.encoding.longtext import LONG_TEXT_MODES, TRUNCATIONS, LongText
 from bertkit.errors import UserError
+from bertkit.features.settings import POOLS, layers_problem
+from bertkit.io.digests import bytes_record, is_record, record_problem
 from bertkit.probe.fit import ProbeFit
 from bertkit.probe.shapes import shaped_arrays
 
@@ -112,7 +114,6 @@ def save_probe(directory: str | Path, fit: ProbeFit, label_map: Any, meta: dict[
     from safetensors.numpy import save
 
     from bertkit.io.atomic import atomic_path, write_json_atomic
-    from bertkit.io.digests import bytes_record
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -166,7 +167,6 @@ def _damaged_probe(file: Path, reason: str) -> UserError:
 def _verify_probe_weights(root: Path, meta: dict[str, Any]) -> None:
     """probe.safetensors against the size and sha256 probe.json recorded when the probe was saved; a probe saved
     before records existed is checked by its contents alone (`_read_probe_arrays`), with a note."""
-    from bertkit.io.digests import is_record, record_problem
 
     record = (meta.get("files") or {}).get(PROBE_WEIGHTS) if isinstance(meta.get("files"), dict) else None
     if "files" not in meta:
@@ -182,7 +182,6 @@ def _verify_probe_weights(root: Path, meta: dict[str, Any]) -> None:
 
 def _read_probe_meta(root: Path) -> dict[str, Any]:
     """probe.json, with every key prediction needs present and valid."""
-    from bertkit.config.groups import POOLS, layers_problem
 
     file = root / PROBE_META
     try:
@@ -286,21 +285,20 @@ def probe_reader(
     """`predict_with_probe` with the encoder loaded once: a function of a dataset (rows with second texts when
     `pair`) giving its (label ids, outputs), called window by window on a large input (`bertkit predict`)."""
     from bertkit.features import extract
-    from bertkit.models import loading as modeling
-    from bertkit.models import quantize
+    from bertkit.models import loading, quantize
 
     meta = saved.meta
-    revision = modeling.model_revision(meta["model"])
+    revision = loading.model_revision(meta["model"])
     if meta.get("revision") and revision != meta["revision"]:
         log.warning("Model %s has changed since the probe was trained (revision %s, probe trained on %s); "
                     "predictions may be off.", meta["model"], revision, meta["revision"])
-    tokenizer = modeling.load_tokenizer(meta["model"], meta.get("trust_remote_code", False))
-    encoder = modeling.load_encoder(meta["model"], meta.get("trust_remote_code", False))
-    dtype = modeling.choose_dtype(precision, next(encoder.parameters()).device)
-    if precision == modeling.INT8:
+    tokenizer = loading.load_tokenizer(meta["model"], meta.get("trust_remote_code", False))
+    encoder = loading.load_encoder(meta["model"], meta.get("trust_remote_code", False))
+    dtype = loading.choose_dtype(precision, next(encoder.parameters()).device)
+    if precision == loading.INT8:
         encoder = quantize.quantized_int8(encoder, inplace=True)  # loaded for the feature pass only
     window = int(max_length or meta.get("max_length") or 128)
-    modeling.check_max_length(window, tokenizer, encoder.config, meta["model"], pair=pair)
+    loading.check_max_length(window, tokenizer, encoder.config, meta["model"], pair=pair)
 
     def read(dataset: Any) -> tuple[np.ndarray, np.ndarray]:
         features = extract.extract_features(

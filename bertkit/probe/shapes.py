@@ -2,7 +2,7 @@
 regression for numbers and one-vs-rest logistic regression for tag sets (fitted by `bertkit.probe.fit`), their
 bootstrap intervals, no-BERT baselines and saved form.
 
-`bertkit.probe.run` runs the sweep, baselines and saved probe for every shape and calls these where the shape
+`bertkit.commands.probe` runs the search, baselines and saved probe for every shape and calls these where the shape
 matters.
 """
 

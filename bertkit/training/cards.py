@@ -13,13 +13,14 @@ from typing import Any
 import numpy as np
 
 from bertkit import __version__
-from bertkit.config.reproduce import command_line
 from bertkit.data.dataset import TextDataset
 from bertkit.encoding.encode import Encoded
 from bertkit.models.card import CardFacts
+from bertkit.options import command_line
 from bertkit.scoring import metrics
 from bertkit.scoring.intervals import bootstrap_intervals
 from bertkit.scoring.shapes import MultiLabel
+from bertkit.training.options import NOT_REPRODUCED
 
 HYPERPARAMETERS = ("epochs", "lr", "batch_size", "grad_accum", "warmup_ratio", "weight_decay", "max_grad_norm",
                    "max_length", "precision", "seed", "metric_for_best", "class_weight", "freeze_encoder",
@@ -65,7 +66,7 @@ def run_card(cfg: Any, splits: Any, command: str, lineage: dict[str, Any], test_
     versions = {k: v for k, v in package_versions().items() if k in ("torch", "transformers", "accelerate")}
     facts = CardFacts(command=command, model=cfg.model, task=label_map.task, labels=[str(x) for x in label_map.labels],
                       data=data, hyperparameters={k: getattr(cfg, k) for k in HYPERPARAMETERS if hasattr(cfg, k)},
-                      command_line=command_line(command, cfg), versions={"bertkit": __version__, **versions},
+                      command_line=command_line(command, cfg, skip=NOT_REPRODUCED), versions={"bertkit": __version__, **versions},
                       lineage=lineage)
     y_test = None
     if splits.test is not None and splits.test.labels is not None:

@@ -18,8 +18,8 @@ schedule, gradient clipping, MCC) as a loop that runs on a CPU, one GPU, or many
 * The best model by `--metric-for-best` and the final model are saved with `save_pretrained` (safetensors,
   id2label/label2id, tokenizer) so `from_pretrained` and `transformers.pipeline` load them.
 
-What is optimised and scored is the objective's business (`objectives.py`); this loop only moves batches.
-Library code: returns values and logs; `cli.py` prints.
+What is optimised and scored is the objective's business (`bertkit.scoring.shapes`); this loop only moves batches.
+Library code: returns values and logs; `bertkit.cli` prints.
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from bertkit.config.commands import FinetuneConfig
 from bertkit.data.dataset import TextDataset
 from bertkit.data.label_reader import MAX_TARGET
 from bertkit.data.labels import LabelMap
@@ -45,7 +44,7 @@ from bertkit.encoding.encode import encode_for
 from bertkit.encoding.longtext import LongText
 from bertkit.errors import UserError
 from bertkit.io import atomic, disk
-from bertkit.models import loading as modeling
+from bertkit.models import loading
 from bertkit.models.fastforward import SequenceClassifier
 from bertkit.scoring import metrics
 from bertkit.scoring import shapes as objectives
@@ -62,6 +61,7 @@ from bertkit.training.loop import (
     restore,
     train_epoch,
 )
+from bertkit.training.options import FinetuneOptions
 from bertkit.training.resume import claim_out, finished_run, resume_key
 
 log = logging.getLogger(__name__)
@@ -69,7 +69,7 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class FinetuneResult:
-    """What a run produced; `cli.py` turns it into a table/JSON."""
+    """What a run produced; `bertkit.cli` turns it into a table/JSON."""
 
     out: Path
     metrics: dict[str, Any]
@@ -88,19 +88,19 @@ class Task:
 
     command = "finetune"
 
-    def label_map(self, cfg: FinetuneConfig, splits: Splits) -> LabelMap:
+    def label_map(self, cfg: FinetuneOptions, splits: Splits) -> LabelMap:
         """The label <-> id mapping the model's outputs follow: the training labels' (distillation: the teacher's)."""
         return splits.label_map
 
-    def build_model(self, cfg: FinetuneConfig, label_map: LabelMap) -> tuple[Any, Any]:
+    def build_model(self, cfg: FinetuneOptions, label_map: LabelMap) -> tuple[Any, Any]:
         """(model, tokenizer), after the seed is set: the pretrained encoder with a new head, one output per class
         or tag (one for a regression); its config's problem_type says which, as transformers reads it (set whatever
         the starting folder's was: a single-label head started from a regression best/ is saved as single-label)."""
-        model = modeling.load_classifier(cfg.model, label_map.id2label, cfg.trust_remote_code,
+        model = loading.load_classifier(cfg.model, label_map.id2label, cfg.trust_remote_code,
                                          problem_type=label_map.problem_type)
-        return model, modeling.load_tokenizer(cfg.model, cfg.trust_remote_code)
+        return model, loading.load_tokenizer(cfg.model, cfg.trust_remote_code)
 
-    def objective(self, cfg: FinetuneConfig, splits: Splits, out: Path, accelerator: Any) -> Any:
+    def objective(self, cfg: FinetuneOptions, splits: Splits, out: Path, accelerator: Any) -> Any:
         """The loss and dev scores, built once the run directory is claimed (`out` may hold caches)."""
         label_map = splits.label_map
         y_train = label_map.encode(splits.train.labels or [], f"The training data {splits.train.source}")
@@ -112,17 +112,17 @@ class Task:
             return MultiLabel(y_train, y_dev, names, cfg.threshold)
         return SingleLabel(y_train, y_dev, names, cfg.class_weight).to(accelerator.device)
 
-    def model_revision(self, cfg: FinetuneConfig) -> str:
-        return modeling.model_revision(cfg.model)
+    def model_revision(self, cfg: FinetuneOptions) -> str:
+        return loading.model_revision(cfg.model)
 
-    def card_lineage(self, cfg: FinetuneConfig) -> dict[str, Any]:
+    def card_lineage(self, cfg: FinetuneOptions) -> dict[str, Any]:
         """What the model cards say of where the model came from beyond --model (distillation: the teacher)."""
         return {}
 
 
 # ---------------------------------------------------------------- the run
 
-def finetune(cfg: FinetuneConfig, *, progress: bool = True, task: Task | None = None,
+def finetune(cfg: FinetuneOptions, *, progress: bool = True, task: Task | None = None,
              on_evaluate: Any = None) -> FinetuneResult:
     """Fine-tune `cfg.model` on the data in `cfg`, writing everything into `cfg.out` (see module docstring).
 
@@ -164,7 +164,7 @@ def finetune(cfg: FinetuneConfig, *, progress: bool = True, task: Task | None = 
                 session.tracker.finish(ok=False)
 
 
-def _for_the_shape(cfg: FinetuneConfig, splits: Splits, warn: bool = True) -> FinetuneConfig:
+def _for_the_shape(cfg: FinetuneOptions, splits: Splits, warn: bool = True) -> FinetuneOptions:
     """`cfg` fitted to the data's problem shape, before any training: the --metric-for-best the shape scores (none
     given: accuracy / pearson / micro_f1, recorded as such in the run's config); a metric the shape lacks, a --metric
     module that fails on a synthetic input of the shape, or --class-weight for numbers or tags, is refused; options
@@ -233,7 +233,7 @@ def _check_target_scale(split: TextDataset | None) -> None:
     )
 
 
-def setup(cfg: FinetuneConfig, accelerator: Any, splits: Splits, key: dict[str, Any],
+def setup(cfg: FinetuneOptions, accelerator: Any, splits: Splits, key: dict[str, Any],
           task: Task) -> Session | None:
     """Tokens, model, optimizer, schedule and the claimed run directory (claimed only after everything that can
     be refused was checked, so a refused start leaves --out as it was). None: the run turned out finished."""
@@ -243,7 +243,7 @@ def setup(cfg: FinetuneConfig, accelerator: Any, splits: Splits, key: dict[str, 
     label_map = splits.label_map
     set_seed(cfg.seed)  # before the head is initialised
     model, tokenizer = task.build_model(cfg, label_map)
-    modeling.check_max_length(cfg.max_length, tokenizer, model.config, getattr(cfg, "model", "the model"),
+    loading.check_max_length(cfg.max_length, tokenizer, model.config, getattr(cfg, "model", "the model"),
                               pair=cfg.text_pair_column is not None)
     train_enc = encode_for(tokenizer, splits.train, cfg.max_length, LongText.from_config(cfg),
                            cache_dir=cfg.cache_dir).encoded
@@ -252,7 +252,7 @@ def setup(cfg: FinetuneConfig, accelerator: Any, splits: Splits, key: dict[str, 
                 .encoded if splits.test is not None and splits.test.labels is not None else None)
     if cfg.freeze_encoder:
         _freeze_encoder(model)
-    optimizer = _adamw(model, cfg.lr, cfg.weight_decay)
+    optimizer = adamw_optimizer(model, cfg.lr, cfg.weight_decay)
     net = SequenceClassifier(model, fast=cfg.fast_forward)  # trains `model`'s parameters; logits only
     if cfg.fast_forward and not net.fast:
         log.info("--fast-forward does not apply (%s): using the model's own forward", net.unsupported)
@@ -283,7 +283,8 @@ def finish(session: Session, state: TrainState, restored: dict[str, Any] | None,
     accelerator = session.accelerator
     dev, test = cards.final_scores(session, state.global_step, dev_scores) if session.card is not None else (None, None)
     checkpoints.save_model_folder(accelerator, session.net, session.tokenizer, session.out / "final",
-                                  {"step": state.global_step, **state.model_info}, session.model_bytes,
+                                  {"step": state.global_step, **state.model_info, **session.settings_record},
+                                  session.model_bytes,
                                   cards.card_for(session, state, "final", dev, test) if dev is not None else None)
     summary = reports.summary(session, state, restored)
     if session.card is not None and session.card.test is not None:
@@ -304,12 +305,12 @@ def _finished_result(out: Path, accelerator: Any) -> FinetuneResult:
 
 # ---------------------------------------------------------------- small pieces
 
-def _accelerator(cfg: FinetuneConfig) -> Any:
+def _accelerator(cfg: FinetuneOptions) -> Any:
     """Accelerate for this run: its mixed precision from --precision (auto: bf16 only where native)."""
     from accelerate import Accelerator
 
-    device = torch.device("cpu") if force_cpu() else modeling.choose_device()
-    dtype = modeling.choose_dtype(cfg.precision, device)
+    device = torch.device("cpu") if force_cpu() else loading.choose_device()
+    dtype = loading.choose_dtype(cfg.precision, device)
     precision = {torch.float32: "no", torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
     _release_single_process_state(precision)
     return Accelerator(mixed_precision=precision, step_scheduler_with_optimizer=False, cpu=force_cpu())
@@ -333,7 +334,7 @@ def _release_single_process_state(precision: str) -> None:
 def force_cpu() -> bool:
     """cpu=True for Accelerate when there is no GPU: under torchrun it then starts MULTI_CPU (gloo); without it,
     every process would run alone. BERTKIT_DEVICE=cpu forces the CPU on a GPU machine."""
-    return os.environ.get("BERTKIT_DEVICE", "") == "cpu" or modeling.choose_device().type == "cpu"
+    return os.environ.get("BERTKIT_DEVICE", "") == "cpu" or loading.choose_device().type == "cpu"
 
 
 def _progress(session: Session, state: TrainState, enabled: bool) -> Any:
@@ -356,7 +357,7 @@ def _freeze_encoder(model: Any) -> None:
         param.requires_grad = not name.startswith(prefix + ".")
 
 
-def _adamw(model: Any, lr: float, weight_decay: float) -> torch.optim.Optimizer:
+def adamw_optimizer(model: Any, lr: float, weight_decay: float) -> torch.optim.Optimizer:
     """AdamW with weight decay on weight matrices only (not on biases and LayerNorm), fused where supported."""
     decay, no_decay = [], []
     for _, param in model.named_parameters():

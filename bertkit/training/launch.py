@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from bertkit.encoding.batches import ahead
-from bertkit.models import loading as modeling
+from bertkit.models import loading
 from bertkit.models.inputs import accepted_inputs
 from bertkit.training.graphs import StepRunner, planned_shapes
 from bertkit.training.plan import global_batches, micro_batches
@@ -57,7 +57,7 @@ def start_graphs(session: Any, state: Any) -> Any:
     net = accelerator.unwrap_model(session.net)
     runner = StepRunner(net, getattr(session.optimizer, "optimizer", session.optimizer), session.objective,
                         session.train_enc, session.pad_id, accepted_inputs(net.model),
-                        modeling.DTYPE_NAMES[{"no": "fp32", "bf16": "bf16"}[accelerator.mixed_precision]],
+                        loading.DTYPE_NAMES[{"no": "fp32", "bf16": "bf16"}[accelerator.mixed_precision]],
                         cfg.max_grad_norm, accelerator.device, cfg.max_length)
     try:
         runner.capture_shapes(planned_shapes(runner, _remaining_pieces(session, state)))

@@ -17,19 +17,19 @@ from typing import Any
 import numpy as np
 import torch
 
-from bertkit.config.commands import FinetuneConfig
 from bertkit.data.dataset import TextDataset
 from bertkit.data.labels import LabelMap
 from bertkit.encoding.batches import pad_batch, restore_order, sorted_batches
 from bertkit.encoding.encode import Encoded
+from bertkit.encoding.reading import Reading
 from bertkit.errors import UserError
 from bertkit.io import atomic, faults, rundir
-from bertkit.models import infer
-from bertkit.models import loading as modeling
+from bertkit.models import infer, loading
 from bertkit.models.inputs import accepted_inputs
 from bertkit.scoring import metrics
 from bertkit.training import cards, checkpoints
 from bertkit.training.launch import plain_optimizer_settings, steps_of
+from bertkit.training.options import FinetuneOptions
 from bertkit.training.plan import global_batches, micro_batches
 
 log = logging.getLogger(__name__)
@@ -78,7 +78,7 @@ class TrainState:
 class Session:
     """Everything one run needs, built by `setup`: the loop functions below read it, never rebuild it."""
 
-    cfg: FinetuneConfig
+    cfg: FinetuneOptions
     accelerator: Any
     run: rundir.RunDir
     out: Path
@@ -88,7 +88,7 @@ class Session:
     optimizer: Any
     scheduler: Any
     objective: Any
-    """What is optimised and scored (objectives.py): `loss(logits, rows)`, `score(logits)`, `label_names`."""
+    """What is optimised and scored (`bertkit.scoring.shapes`): `loss(logits, rows)`, `score(logits)`, `label_names`."""
     train_enc: Encoded
     dev_enc: Encoded
     dev: TextDataset
@@ -118,6 +118,12 @@ class Session:
     @property
     def model_bytes(self) -> int:
         return self.checkpoint_bytes // 3
+
+    @property
+    def settings_record(self) -> dict[str, Any]:
+        """How the saved model read its texts (bertkit_model.json `reading`): predict, evaluate and export read it
+        back, so a model trained on 16 tokens is used with 16."""
+        return {"reading": Reading.from_options(self.cfg).to_json()}
 
 
 # ---------------------------------------------------------------- restore, train, evaluate
@@ -303,8 +309,8 @@ def _scoring_failed(session: Session, state: TrainState, scored: Any, problem: s
     the model is, and how to score it once the metric is fixed."""
     cfg, folder = session.cfg, session.out / "final"
     checkpoints.save_model_folder(session.accelerator, session.net, session.tokenizer, folder,
-                                  {"step": state.global_step, **state.model_info}, session.model_bytes,
-                                  cards.card_for(session, state, "final", scored, None))
+                                  {"step": state.global_step, **state.model_info, **session.settings_record},
+                                  session.model_bytes, cards.card_for(session, state, "final", scored, None))
     shown = ", ".join(f"{k} {scored.metrics[k]:.4f}" for k in session.objective.table_metrics if k in scored.metrics)
     fix = (f"Fix the metric script, then score that model with `bertkit evaluate --model {folder} --data "
            f"{cfg.dev or 'DEV_DATA'} --metric {spec}`, or re-run this command (it resumes from the last checkpoint, "
@@ -330,7 +336,7 @@ def dev_scores(session: Session) -> Any:
     local.eval()
     batches = sorted_batches(session.dev_enc.lengths, max(session.cfg.batch_size * 2, 32))
     mine = batches[accelerator.process_index :: accelerator.num_processes]
-    dtype = modeling.DTYPE_NAMES[{"no": "fp32", "bf16": "bf16", "fp16": "fp16"}[accelerator.mixed_precision]]
+    dtype = loading.DTYPE_NAMES[{"no": "fp32", "bf16": "bf16", "fp16": "fp16"}[accelerator.mixed_precision]]
     logits = infer.run_batches(lambda batch: local(**batch), session.dev_enc, mine, model=local.model,
                                pad_id=session.pad_id, device=accelerator.device, dtype=dtype, unmasked=True)
     gathered = list(zip(mine, logits, strict=True))
@@ -353,7 +359,8 @@ def _keep_best(session: Session, state: TrainState, scored: Any, value: float) -
     state.best_test = cards.test_summary(test)
     checkpoints.save_model_folder(session.accelerator, session.net, session.tokenizer, session.out / "best",
                                   {"step": state.global_step, "metric": session.cfg.metric_for_best, "value": value,
-                                   "labels": session.label_map.to_json()["labels"], **state.model_info},
+                                   "labels": session.label_map.to_json()["labels"], **state.model_info,
+                                   **session.settings_record},
                                   session.model_bytes, cards.card_for(session, state, "best", scored, test))
     if session.accelerator.is_main_process:
         with atomic.atomic_path(session.out / "best_dev_proba.npy") as tmp, open(tmp, "wb") as handle:

@@ -8,16 +8,16 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bertkit.config.commands import FinetuneConfig, config_dict
-from bertkit.config.tracking import TRACKING_FIELDS
 from bertkit.io import atomic, ownership, rundir, trail
+from bertkit.options import config_dict
+from bertkit.training.options import TRACKING_FIELDS, FinetuneOptions
 
 NOT_IN_RESUME_KEY = {"quiet", "overwrite", "out", "save_every", "cuda_graphs", *TRACKING_FIELDS}
 """Options that do not change what is computed (where it is logged included); a re-run may change them and still
 resume. --cuda-graphs changes how steps are launched, like the device, not what they compute."""
 
 
-def resume_key(cfg: FinetuneConfig, fingerprints: dict[str, str]) -> dict[str, Any]:
+def resume_key(cfg: FinetuneOptions, fingerprints: dict[str, str]) -> dict[str, Any]:
     """What must match for a re-run to continue an existing --out: the config (less cosmetics) and the data."""
     values = {k: v for k, v in config_dict(cfg).items() if k not in NOT_IN_RESUME_KEY}
     return {"config": values, "data": fingerprints}
@@ -52,7 +52,7 @@ def _changed_keys(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return changed
 
 
-def finished_run(cfg: FinetuneConfig, key: dict[str, Any], command: str) -> Path | None:
+def finished_run(cfg: FinetuneOptions, key: dict[str, Any], command: str) -> Path | None:
     """A read-only look at --out before any work (its refusals end the run here): where it holds this run,
     finished (None: it does not)."""
     plan = rundir.inspect_run_dir(cfg.out or "", command, overwrite=cfg.overwrite,
@@ -61,7 +61,7 @@ def finished_run(cfg: FinetuneConfig, key: dict[str, Any], command: str) -> Path
     return plan.path if finished else None
 
 
-def claim_out(cfg: FinetuneConfig, key: dict[str, Any], accelerator: Any, task: Any) -> tuple[rundir.RunDir, str]:
+def claim_out(cfg: FinetuneOptions, key: dict[str, Any], accelerator: Any, task: Any) -> tuple[rundir.RunDir, str]:
     """Claim --out (main process): the run directory to write into and its status; a new run's config.json."""
     run = rundir.claim_run_dir(cfg.out or "", task.command, overwrite=cfg.overwrite,
                              compare=lambda path: resume_differences(path, key))

@@ -27,10 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bertkit.config.commands import FinetuneConfig, config_dict
 from bertkit.errors import UserError
 from bertkit.io import atomic, ownership, record
+from bertkit.options import config_dict
 from bertkit.training.loop import Session, TrainState, mean_across
+from bertkit.training.options import FinetuneOptions
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,7 @@ SQL_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")
 # ---------------------------------------------------------------- before the run
 
 
-def check_trackers(cfg: FinetuneConfig) -> None:
+def check_trackers(cfg: FinetuneOptions) -> None:
     """Refuse, before anything is claimed or trained, a tracker that cannot start: its package missing, or an MLflow
     store that needs SQLAlchemy without it, or one inside --out (the run directory holds only bertkit's files)."""
     for name in cfg.trackers:
@@ -61,7 +62,7 @@ def check_trackers(cfg: FinetuneConfig) -> None:
         _check_mlflow_store(cfg)
 
 
-def mlflow_uri(cfg: FinetuneConfig) -> str | None:
+def mlflow_uri(cfg: FinetuneOptions) -> str | None:
     """The MLflow tracking URI: --tracking-uri (a plain folder becomes its file: URI), else MLFLOW_TRACKING_URI;
     None: MLflow's own default."""
     uri = cfg.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or None
@@ -70,7 +71,7 @@ def mlflow_uri(cfg: FinetuneConfig) -> str | None:
     return Path(uri).expanduser().resolve().as_uri()  # a folder (file store)
 
 
-def _check_mlflow_store(cfg: FinetuneConfig) -> None:
+def _check_mlflow_store(cfg: FinetuneOptions) -> None:
     uri = mlflow_uri(cfg)
     if uri is None:
         import mlflow
@@ -125,7 +126,7 @@ class RunTrackers:
     """The trackers following one run: started ones on the main process, none elsewhere (every process takes part
     in the loss mean of a log step)."""
 
-    cfg: FinetuneConfig
+    cfg: FinetuneOptions
     backends: list[Backend]
     where: dict[str, Any]
     """Where the run is logged, per tracker (metrics.json "trackers")."""
@@ -222,7 +223,7 @@ def _started(tracker: str, session: Session, state: TrainState, name: str, saved
                         f"the run resumes.") from None
 
 
-def hyper_parameters(cfg: FinetuneConfig, fingerprints: dict[str, str]) -> dict[str, Any]:
+def hyper_parameters(cfg: FinetuneOptions, fingerprints: dict[str, str]) -> dict[str, Any]:
     """The resolved config as tracker parameters (scalars; lists joined by commas; None as "none") and the data
     fingerprints."""
     values: dict[str, Any] = {}

@@ -1,1 +1,0 @@
-"""Benchmarks: timing, measures, quality runs, claims and reports (`bertkit bench`)."""

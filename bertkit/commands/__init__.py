@@ -1,0 +1,5 @@
+"""The commands layer: one module per command (`bertkit.commands.<name>`), each holding the command's config - its
+options, composed of the option groups the library packages own - and `run(cfg, ...) -> Result`, a dataclass the CLI
+renders and `--json` prints. A command module imports only light modules at its top (options, settings, configs):
+`bertkit --help` and every option error come before torch is imported; `run` imports the library it calls.
+`registry` maps command names to their modules and configs."""

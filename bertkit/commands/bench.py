@@ -1,0 +1,224 @@
+"""`bertkit bench`: speed, size, memory and (optionally) quality of encoders, measured side by side
+(`bertkit.measure` measures; `bench_quality` runs the quality commands).
+
+The models under test ("contenders": a preset's exact shapes with random weights, or --models) are measured on
+the user's machine and data: parameter count, safetensors size (fp32/fp16), load time, batch-1 latency over real
+sentences (tokenization timed apart from the model), throughput per batch size (length-sorted dynamic padding vs
+static padding to --max-length), peak memory, a training step, or the paper's protocol (one full pass at batch
+size 1 on the CPU).
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bertkit.commands import bench_quality
+from bertkit.data.options import DataOptions
+from bertkit.errors import raise_if_problems
+from bertkit.measure.report import compute_claims, report_markdown
+from bertkit.models.compute import INFERENCE_PRECISION_HELP, INFERENCE_PRECISIONS, TRUST_HELP, check_device
+from bertkit.options import BENCH, MODEL, OUTPUT, option
+
+if TYPE_CHECKING:
+    from bertkit.measure.timing import Clock
+
+BENCH_PROTOCOLS = ("standard", "paper")
+BENCH_QUALITY = ("none", "probe", "finetune", "probe,finetune")
+
+
+
+@dataclass(frozen=True)
+class BenchConfig(DataOptions):
+    """`bertkit bench`: speed, size, memory and optional quality of several encoders, side by side."""
+
+    models: str | None = option(None, "Comma-separated hub ids or folders, e.g. "
+                                "distilbert-base-uncased,bert-base-uncased.", panel=MODEL)
+    preset: str | None = option(None, "distilbert-vs-bert: exact DistilBertConfig() vs BertConfig() shapes, random "
+                                "init, works offline.", panel=MODEL)
+    random_init: bool = option(False, "Build --models from their configs with random weights (speed/size only).",
+                               panel=MODEL)
+    max_length: int = option(128, "Truncation length, and the width of static padding.", panel=MODEL, above=0)
+    protocol: str = option("standard", "standard (latency, throughput, training step) or paper (CPU, batch 1, one "
+                           "full pass over the data).", panel=BENCH, choices=BENCH_PROTOCOLS)
+    batch_sizes: str = option("1,8,32", "Throughput batch sizes, comma-separated.", panel=BENCH)
+    train_batch_size: int = option(32, "Batch size of the timed training step (0 skips it).", panel=BENCH, minimum=0)
+    warmup: int = option(1, "Untimed warm-up iterations per model and measurement.", panel=BENCH, minimum=0)
+    min_iters: int = option(3, "Minimum timed iterations per measurement and model.", panel=BENCH, above=0)
+    min_seconds: float = option(2.0, "Minimum timed seconds per measurement and model.", panel=BENCH, minimum=0)
+    rounds: int = option(2, "Chunks per measurement, alternating models (A B A B) so drift hits both.", panel=BENCH,
+                         above=0)
+    precision: str = option("auto", INFERENCE_PRECISION_HELP, panel=BENCH, choices=INFERENCE_PRECISIONS, aliases=("--dtype",))
+    device: str = option("auto", "cpu, cuda, cuda:N, mps or auto.", panel=BENCH)
+    threads: int | None = option(None, "torch intra-op threads (default: torch's choice).", panel=BENCH, above=0)
+    quality: str = option("none", "none, probe, finetune or probe,finetune: score each model through those commands, "
+                          "same settings.", panel=BENCH)
+    quality_args: str | None = option(None, "Extra flags for every quality command, e.g. \"--epochs 1\".", panel=BENCH)
+    out: str | None = option(None, "Directory for bench.json, bench.md, bench.png (default runs/bench).",
+                             panel=OUTPUT)
+    overwrite: bool = option(False, "Replace an --out that holds a bench run with other options (swapped in once the "
+                             "new one is complete).", panel=OUTPUT)
+    trust_remote_code: bool = option(False, TRUST_HELP, panel=MODEL)
+
+    def __post_init__(self) -> None:
+        problems = self.data_problems()
+        if (self.models is None) == (self.preset is None):
+            problems.append("Give exactly one of --models (comma-separated names) or --preset (e.g. distilbert-vs-bert).")
+        if self.preset is not None and self.random_init:
+            problems.append("--random-init goes with --models; --preset already builds random-init models.")
+        if self.models is not None and not self.model_list:
+            problems.append("--models is empty; pass comma-separated names, e.g. --models distilbert-base-uncased,bert-base-uncased.")
+        if (",".join(self.quality_kinds) or "none") not in BENCH_QUALITY:
+            problems.append(f"--quality must be one of {', '.join(BENCH_QUALITY)}; got {self.quality!r}.")
+        try:
+            sizes = self.batch_size_list
+            if not sizes or min(sizes) <= 0:
+                raise ValueError
+        except ValueError:
+            problems.append(f"--batch-sizes must be comma-separated positive integers, e.g. 1,8,32; got {self.batch_sizes!r}.")
+        if self.quality_kinds and self.data is None:
+            problems.append("--quality needs labelled --data (and usually --dev); pass them, or drop --quality.")
+        check_device(problems, self.device, check_available=self.protocol != "paper")  # paper runs on the CPU
+        problems += bench_quality.quality_args_problems(bench_quality.QUALITY_CONFIGS, self.quality_kinds, self.quality_args)
+        raise_if_problems(problems)
+
+    @property
+    def model_list(self) -> list[str]:
+        return [m.strip() for m in (self.models or "").split(",") if m.strip()]
+
+    @property
+    def batch_size_list(self) -> tuple[int, ...]:
+        return tuple(int(v) for v in str(self.batch_sizes).split(",") if v.strip())
+
+    @property
+    def quality_kinds(self) -> list[str]:
+        order = tuple(bench_quality.QUALITY_CONFIGS)
+        asked = {q.strip() for q in str(self.quality).split(",") if q.strip() and q.strip() != "none"}
+        return [q for q in order if q in asked] + sorted(asked - set(order))
+
+
+
+def benchmark_texts(cfg: Any) -> tuple[list[str], dict[str, Any]]:
+    """The sentences to time: --dev if given (a file or a split of the hub --data), else --data, else the demo dev."""
+    from bertkit.data.splits import load_dataset_split, named_source
+
+    if cfg.dev:
+        source, split = named_source(cfg.data, cfg.dev)
+        dataset = load_dataset_split(cfg, source, split=split, need_labels=False)
+    elif cfg.data:
+        dataset = load_dataset_split(cfg, cfg.data, need_labels=False)
+    else:
+        demo = Path(__file__).resolve().parent.parent / "resources" / "demo" / "dev.tsv"
+        dataset = load_dataset_split(cfg, str(demo), need_labels=False)
+    # Sentence pairs: the first text of each row is timed (the benchmark measures the encoder, not the task).
+    return list(dataset.texts), {"source": dataset.source, "fingerprint": dataset.fingerprint}
+
+
+def benchmark(cfg: Any, clock: Clock = time.perf_counter,
+              quality_dir: Path | Callable[[], Path] | None = None) -> dict[str, Any]:
+    """The whole `bertkit bench` run for a BenchConfig: models, texts, measurements, quality, claims.
+
+    `quality_dir` holds the run directories of the quality runs (probe/finetune), one per model; a callable is
+    called only when quality is measured, after the models loaded and were timed (it may claim --out). Without
+    it they go into the benchmark's temporary folder.
+    """
+    import numpy as np
+    import torch
+
+    from bertkit.measure.contenders import contender_notes, load_contenders
+    from bertkit.measure.measure import BenchSettings, environment, run_bench
+    from bertkit.measure.timing import Budget, sync_for
+    from bertkit.models import loading
+
+    quality = bench_quality.plan_quality(cfg)  # every --quality-args value is checked before anything is measured
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    device, dtype, notes = device_and_dtype(cfg)
+    texts, source = benchmark_texts(cfg)
+    order = np.random.default_rng(cfg.seed).permutation(len(texts))
+    torch.manual_seed(cfg.seed)
+    contenders = load_contenders(cfg.model_list, cfg.preset, cfg.random_init, cfg.trust_remote_code, clock)
+    notes += contender_notes(cfg, contenders)
+    settings = BenchSettings(
+        batch_sizes=cfg.batch_size_list, max_length=cfg.max_length, train_batch_size=cfg.train_batch_size,
+        protocol=cfg.protocol, seed=cfg.seed, int8=cfg.precision == loading.INT8,
+        budget=Budget(cfg.warmup, cfg.min_iters, cfg.min_seconds, cfg.rounds, clock, sync_for(device)),
+    )
+    timed_texts = texts if cfg.protocol == "paper" else [texts[i] for i in order]
+    with tempfile.TemporaryDirectory(prefix="bertkit-bench-") as tmp:
+        report = run_bench(contenders, timed_texts, settings, device, dtype, Path(tmp), keep_folders=True)
+        if quality:
+            where = quality_dir() if callable(quality_dir) else quality_dir or Path(tmp) / "quality"
+            add_quality(report, quality, where)
+    for record in report["models"]:
+        record.pop("folder", None)
+    report["claims"] = compute_claims(report["models"])
+    report["notes"] = notes + report["notes"]
+    report["data_source"] = source
+    report["environment"] = environment(device, dtype, int8=settings.int8)
+    return report
+
+
+def device_and_dtype(cfg: Any) -> tuple[Any, Any, list[str]]:
+    """The device and dtype the benchmark runs in, and notes on choices the user should know about."""
+    import torch
+
+    from bertkit.models import loading
+
+    notes: list[str] = []
+    device = loading.inference_device("cpu" if cfg.protocol == "paper" else cfg.device, cfg.precision)
+    if cfg.protocol == "paper" and cfg.device not in ("auto", "cpu"):
+        notes.append(f"--protocol paper runs on the CPU (as the paper did); --device {cfg.device} ignored.")
+    dtype = loading.choose_dtype(cfg.precision, device)
+    if device.type == "cpu" and dtype == torch.bfloat16 and not loading.cpu_supports_bf16():
+        notes.append("bf16 on this CPU is emulated (no AVX512-BF16/AMX): expect it to be several times slower "
+                     "than fp32. Use --precision fp32 (what auto picks here) for representative numbers.")
+    return device, dtype, notes
+
+
+def add_quality(report: dict[str, Any], plans: Sequence[bench_quality.QualityPlan], out_dir: Path) -> None:
+    """Each model record's `quality` section: one result per --quality command (random-init models: their saved
+    copy, so the quality run starts from the very weights that were timed)."""
+    folders = {m["label"]: (m["folder"] if m["random_init"] else m["source"]) for m in report["models"]}
+    for plan in plans:
+        for label, result in bench_quality.measure_quality(plan, folders, out_dir).items():
+            record = next(m for m in report["models"] if m["label"] == label)
+            record.setdefault("quality", {})[plan.kind] = result
+
+
+@dataclass
+class BenchResult:
+    """What `bertkit bench` measured (bench.json): per model (`models`: size, load time, latency, throughput, memory,
+    training step, quality), the DistilBERT paper's claims, the data's token statistics and the machine."""
+
+    protocol: str
+    data: dict[str, Any]
+    models: list[dict[str, Any]]
+    claims: dict[str, Any]
+    environment: dict[str, Any]
+    data_source: dict[str, Any]
+    notes: list[str] = field(default_factory=list)
+    loadavg_start: list[float] = field(default_factory=list)
+    outputs: dict[str, str] = field(default_factory=dict)
+
+
+def run(cfg: BenchConfig) -> BenchResult:
+    """Measure, then write bench.json, bench.md and bench.png into --out (default runs/bench)."""
+    from bertkit import plots
+    from bertkit.io import atomic, ownership, rundir, trail
+
+    plan = rundir.inspect_run_dir(cfg.out or "runs/bench", "bench", overwrite=cfg.overwrite, inputs=ownership.input_paths(cfg),
+                                  compare=trail.config_compare(vars(cfg)))  # read-only; claimed once models are measured
+    report = benchmark(cfg, quality_dir=lambda: plan.claim().path / "quality")
+    run = plan.claim()
+    trail.write_run_config(run.path, "bench", vars(cfg), data_fingerprint=report["data_source"]["fingerprint"])
+    report["outputs"] = {name: str(run.out / name) for name in ("bench.json", "bench.md", "bench.png")}
+    plots.bench_bars(report, run.path / "bench.png")
+    atomic.write_json_atomic(run.path / "bench.json", report)
+    atomic.write_text_atomic(run.path / "bench.md", report_markdown(report))
+    run.commit()
+    return BenchResult(**report)

@@ -1,0 +1,444 @@
+"""`bertkit embed`: pooled encoder features of every row into a sharded, resumable store (`bertkit.features.store`),
+shard by shard (`encode_features`), also across several processes (accelerate's `PartialState`: rank, world size,
+barriers). Shards are tokenized ahead on a worker thread and written behind it."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bertkit import __version__
+from bertkit.commands.predict import read_as_saved
+from bertkit.data.options import DataOptions
+from bertkit.encoding.reading import LongTextOptions
+from bertkit.errors import UserError, raise_if_problems
+from bertkit.features.settings import COMBINES, POOLS, STORE_DTYPES, Pooling, layers_problem
+from bertkit.models.compute import INFERENCE_PRECISION_HELP, INFERENCE_PRECISIONS, TRUST_HELP, check_device
+from bertkit.options import MODEL, OUTPUT, option
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EmbedConfig(LongTextOptions, DataOptions):
+    """`bertkit embed`: pooled encoder features for every row, written to a sharded, resumable store."""
+
+    # embed writes every row of every split it is given and makes no hold-out split, so these
+    # DataOptions fields are not options of the command (nor valid recipe keys).
+    NOT_OPTIONS = ("seed", "dev_fraction")
+    HELP_OVERRIDES = {"dev": "Dev data (a file or a hub split), embedded into OUT/dev; no hold-out is made.",
+                      "test": "Test data (a file or a hub split), embedded into OUT/test."}
+
+    model: str = option("minilm-offline", "Encoder: a hub id, a local folder, or `minilm-offline`.", panel=MODEL)
+    pool: str = option("cls", "Token pooling (mean/max ignore padding).", panel=MODEL, choices=POOLS)
+    layers: str = option("-1", "Hidden states to pool: -1 (last), a list like -4,-3,-2,-1 (0 = embeddings), or all.",
+                         panel=MODEL)
+    combine: str = option("concat", "How several --layers are combined (all + concat keeps a layer axis).",
+                          panel=MODEL, choices=COMBINES)
+    max_length: int | None = option(None, "Truncate inputs to this many tokens (truncated rows are counted). Default: "
+                                    "as a saved model or export records it, else 128.", panel=MODEL, above=0)
+    batch_size: str = option("auto", "Rows per batch, or auto (a padded-token budget from the model size).")
+    precision: str = option("auto", INFERENCE_PRECISION_HELP, choices=INFERENCE_PRECISIONS, aliases=("--dtype",))
+    store_dtype: str = option("float32", "Stored precision (float16 halves the disk).", panel=OUTPUT,
+                              choices=STORE_DTYPES)
+    normalize: bool = option(False, "L2-normalise every feature vector (each layer's for --layers all).",
+                             panel=OUTPUT)
+    shard_size: int = option(2048, "Rows per shard: the unit of streaming writes and of resume.", panel=OUTPUT,
+                             above=0)
+    device: str = option("auto", "cpu, cuda, cuda:N, mps or auto.")
+    out: str | None = option(None, "Store directory (with --dev/--test: OUT/train, OUT/dev, OUT/test).", panel=OUTPUT)
+    overwrite: bool = option(False, "Replace a store made with other settings (swapped in once the new one is "
+                             "complete).", panel=OUTPUT)
+    trust_remote_code: bool = option(False, TRUST_HELP, panel=MODEL)
+
+    def __post_init__(self) -> None:
+        problems = self.data_problems()
+        if self.data is None:
+            problems.append("--data is required: the file (or hub dataset) whose rows to embed.")
+        if not self.out:
+            problems.append("--out is required: the directory the feature store is written to.")
+        problems += layers_problem(self.layers)
+        problems += self.long_text_problems()
+        if str(self.batch_size) != "auto" and (not str(self.batch_size).isdigit() or int(self.batch_size) <= 0):
+            problems.append(f"--batch-size must be a positive integer or auto; got {self.batch_size!r}.")
+        check_device(problems, self.device)
+        raise_if_problems(problems)
+
+    @property
+    def rows_per_batch(self) -> int | None:
+        """--batch-size as a number, or None for `auto`."""
+        return None if str(self.batch_size) == "auto" else int(self.batch_size)
+
+
+# ---------------------------------------------------------------- processes
+
+
+@contextlib.contextmanager
+def process_state(device: Any) -> Iterator[Any]:
+    """accelerate's `PartialState` for this run: rank, world size and barriers under torchrun/accelerate launch
+    (one process otherwise). A process group it starts (gloo on the CPU) is destroyed when the run ends."""
+    from datetime import timedelta
+
+    import torch.distributed as tdist
+    from accelerate import PartialState
+
+    had_group = tdist.is_available() and tdist.is_initialized()
+    # a long timeout: a rank may encode its shards for hours while the others wait at the next barrier
+    state = PartialState(cpu=device.type == "cpu", timeout=timedelta(hours=24))
+    try:
+        yield state
+    finally:
+        if state.num_processes > 1 and not had_group:
+            state.destroy_process_group()
+            PartialState._reset_state()
+
+
+# ---------------------------------------------------------------- to a store
+
+
+@dataclass
+class SplitResult:
+    """What `run` did for one split."""
+
+    split: str
+    path: str
+    status: str
+    """'complete' (store was already complete), 'resumed', or 'new'."""
+    rows: int
+    shape: list[int]
+    rows_encoded: int = 0
+    tokens_encoded: int = 0
+    seconds: float = 0.0
+    tokens_total: int = 0
+    n_truncated: int = 0
+    shards_total: int = 0
+    shards_skipped: int = 0
+    size_bytes: int = 0
+    windows: int = 0
+    """Model inputs the store was made from: its rows, or more with --long-text chunk."""
+
+
+@dataclass
+class EmbedResult:
+    """What `bertkit embed` did: per split (`splits`), and in all (rows, tokens, throughput, size)."""
+
+    out: str
+    model: str
+    device: str
+    dtype: str
+    """The precision the features were computed in (fp32, bf16, fp16, int8; onnx/onnx-int8 for an export)."""
+    processes: int
+    main_process: bool
+    complete_already: bool
+    rows: int
+    rows_encoded: int
+    tokens_encoded: int
+    seconds: float
+    rows_per_s: float | None
+    tokens_per_s: float | None
+    n_truncated: int
+    max_length: int
+    long_text: str
+    windows: int
+    size_bytes: int
+    splits: list[SplitResult] = field(default_factory=list)
+
+
+def load_embed_data(cfg: EmbedConfig) -> tuple[list[tuple[str, Any]], Any]:
+    """The splits to embed (train from --data, plus --dev/--test when given) and the label map from train.
+
+    Labels are optional: they are stored when --label-column is given or the data has a `label(s)` column.
+    """
+    from bertkit.data.labels import LabelMap
+    from bertkit.data.splits import load_dataset_split, load_named_split
+
+    def load(source: str, first: bool) -> Any:
+        loader = (lambda need: load_dataset_split(cfg, source, need_labels=need)) if first else (
+            lambda need: load_named_split(cfg, source, need))
+        try:
+            return loader(True)
+        except UserError as exc:
+            if cfg.label_column is None and str(exc).startswith("No label column"):
+                return loader(False)
+            raise
+
+    assert cfg.data is not None
+    named = [("train", load(cfg.data, True))]
+    named += [(name, load(src, False)) for name, src in (("dev", cfg.dev), ("test", cfg.test)) if src]
+    train = named[0][1]
+    label_map = LabelMap.build(train.labels) if train.labels is not None else None
+    if label_map is not None:
+        for name, ds in named[1:]:
+            if ds.labels is not None:
+                label_map.encode(ds.labels, f"The {name} data {ds.source}")
+    return named, label_map
+
+
+def store_identity(cfg: EmbedConfig, split: str, ds: Any, revision: str, precision: str) -> dict[str, Any]:
+    """The settings that change a store's content; a re-run must match them to resume or to count as done.
+    `precision`: the one the features are computed in (`loading.precision_name`: fp32, bf16, fp16 or int8), so
+    a resume never mixes shards of two precisions.
+
+    The data is identified by its fingerprint (content hash), not its path, so `./x.tsv` and `/abs/x.tsv` match.
+    """
+    return {
+        "model": cfg.model, "revision": revision, "pool": cfg.pool, "layers": str(cfg.layers),
+        "combine": cfg.combine, "max_length": cfg.max_length, "normalize": cfg.normalize,
+        "dtype": precision, "store_dtype": cfg.store_dtype, "split": split,
+        "data_fingerprint": ds.fingerprint, "rows": len(ds), "limit": cfg.limit,
+        "text_column": cfg.text_column, "text_pair_column": cfg.text_pair_column,
+        "label_column": cfg.label_column, "shard_size": cfg.shard_size, **_long_text(cfg).to_json(),
+    }
+
+
+def run(cfg: EmbedConfig, progress: bool = True) -> EmbedResult:
+    """Every split to its store under --out; what was done (see `SplitResult`)."""
+    import torch
+
+    from bertkit.io import ownership, rundir
+    from bertkit.models import loading, onnx
+
+    export = onnx.is_export(cfg.model)
+    # an ONNX export: its baked-in feature options, on the CPU, in its own precision; a saved model (or export) is
+    # read with the --max-length and long-text settings it records
+    cfg = read_as_saved(export_embed_config(cfg) if export else cfg)
+    device = torch.device("cpu") if export else loading.inference_device(cfg.device, cfg.precision)
+    with process_state(device) as dist:
+        if device.type == "cuda" and dist.num_processes > 1:
+            device = dist.device  # this process's GPU
+        dtype = torch.float32 if export else loading.choose_dtype(cfg.precision, device)
+        root = Path(cfg.out or "").expanduser()
+        rundir.inspect_run_dir(root, "embed", overwrite=cfg.overwrite,  # read-only: refusals end every rank here
+                               inputs=ownership.input_paths(cfg))
+        loading.check_model_folder(cfg.model)  # as saved, with its tokenizer: before the data is read
+        named, label_map = load_embed_data(cfg)
+        model = _load_encoder(cfg, device, dtype, export)
+        results = _embed_splits(cfg, dist, root, named, label_map, model, device, dtype, progress)
+        return _summary(cfg, root, results, model.precision, device, dist)
+
+
+@dataclass
+class _Encoder:
+    """The encoder a run embeds with, its tokenizer, and what its stores record about it."""
+
+    model: Any
+    tokenizer: Any
+    spec: Any
+    precision: str
+    """fp32, bf16, fp16, int8; onnx or onnx-int8 for an export (the graph's own precision)."""
+    revision: str
+    backend: str | None
+    """An export's backend (part of a store's identity: a resume never mixes ONNX and PyTorch rows)."""
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        from bertkit.features.pooling import encoder_shape
+
+        return encoder_shape(self.model)
+
+
+def _load_encoder(cfg: EmbedConfig, device: Any, dtype: Any, export: bool) -> _Encoder:
+    """--model's tokenizer and encoder, checked against --max-length and --layers, in the run's precision."""
+    from bertkit.models import loading, onnx, quantize
+
+    tokenizer = loading.load_tokenizer(cfg.model, cfg.trust_remote_code)
+    model_config = loading.load_config(cfg.model, cfg.trust_remote_code)
+    loading.check_max_length(cfg.max_length, tokenizer, model_config, cfg.model, pair=cfg.text_pair_column is not None)
+    if export:
+        encoder = onnx.load_export(cfg.model, "features", "embed")
+        precision, backend = encoder.backend, encoder.backend
+    else:
+        encoder = loading.cast_for_inference(loading.load_encoder(cfg.model, cfg.trust_remote_code), device, dtype)
+        if cfg.precision == loading.INT8:
+            encoder = quantize.quantized_int8(encoder, inplace=True)  # loaded for this run only
+        precision, backend = loading.precision_name(encoder, dtype), None
+    spec = Pooling.from_options(cfg.pool, cfg.layers, cfg.combine, cfg.normalize)
+    loaded = _Encoder(encoder, tokenizer, spec, precision, loading.model_revision(cfg.model), backend)
+    spec.resolve(loaded.shape[0])
+    return loaded
+
+
+def _embed_splits(cfg: EmbedConfig, dist: Any, root: Path, named: list[tuple[str, Any]], label_map: Any,
+                  model: _Encoder, device: Any, dtype: Any, progress: bool) -> list[SplitResult]:
+    """Claim --out, embed every split into its store (OUT, or OUT/<split> with --dev/--test), commit."""
+    from bertkit.features import store
+
+    split_layout = len(named) > 1
+    n_layers, hidden = model.shape
+    common = _manifest_common(cfg, model, label_map)
+    backend = {"backend": model.backend} if model.backend else {}
+    identities = {split: {**store_identity(cfg, split, ds, model.revision, model.precision), **backend}
+                  for split, ds in named}
+    run_dir = _claim_store_dir(cfg, dist, root, identities, split_layout)
+    results = []
+    for split, ds in named:
+        writer = store.StoreWriter(run_dir.path / split if split_layout else run_dir.path, identities[split], len(ds),
+                                   cfg.shard_size, model.spec.row_shape(n_layers, hidden), cfg.store_dtype)
+        results.append(_embed_split(cfg, dist, writer, split, ds, model, device, dtype, label_map, common, progress))
+    if split_layout and dist.is_main_process:
+        store.write_splits_index(run_dir.path, [name for name, _ in named])
+    dist.wait_for_everyone()
+    if dist.is_main_process:
+        run_dir.commit()  # with --overwrite: the new stores replace the previous ones only now
+    dist.wait_for_everyone()
+    for result in results:  # where the stores are now (not the staging folder they were built in)
+        result.path = str(root / result.split if split_layout else root)
+    return results
+
+
+def export_embed_config(cfg: EmbedConfig) -> EmbedConfig:
+    """embed's config for an ONNX export folder: --pool/--layers/--combine/--normalize left at their defaults take
+    the export's baked-in values; one given otherwise must equal it. --precision and --device: auto, fp32, cpu."""
+    from bertkit.models import onnx
+
+    onnx.check_precision(cfg.precision, cfg.model or "")
+    if cfg.device not in ("auto", "cpu"):
+        raise UserError(f"--device {cfg.device}: the ONNX export {cfg.model} runs on the CPU (onnxruntime's CPU "
+                        "provider). Drop --device (or pass --device cpu), or embed with the PyTorch model folder.")
+    baked = onnx.read_feature_options(cfg.model or "")
+    defaults = {f.name: f.default for f in dataclasses.fields(EmbedConfig) if f.name in baked}
+    conflicts = [f"--{name} {getattr(cfg, name)} (the export has {baked[name]})" for name in baked
+                 if getattr(cfg, name) != defaults[name] and str(getattr(cfg, name)) != str(baked[name])]
+    if conflicts:
+        given = " ".join(f"--{k} {v}" for k, v in baked.items() if k != "normalize")
+        raise UserError(f"The ONNX export {cfg.model} computes its features with {given}"
+                        f"{' --normalize' if baked['normalize'] else ''}, baked into the graph, but this run asks for "
+                        f"{'; '.join(conflicts)}. Drop those options (the export's are used), or export again with "
+                        f"`bertkit export --kind features` and the options you want.")
+    return dataclasses.replace(cfg, **{k: v for k, v in baked.items() if k in defaults})
+
+
+def _manifest_common(cfg: EmbedConfig, model: _Encoder, label_map: Any) -> dict[str, Any]:
+    """What every split's manifest records about the model and the features."""
+    from bertkit.io.trail import package_versions
+
+    n_layers, hidden = model.shape
+    return {
+        "bertkit_version": __version__, "model": cfg.model, "revision": model.revision,
+        "tokenizer": getattr(model.tokenizer, "name_or_path", cfg.model),
+        "tokenizer_class": type(model.tokenizer).__name__, "architecture": type(model.model).__name__,
+        "n_layers": n_layers, "hidden_size": hidden, "pool": cfg.pool, "layers": str(cfg.layers),
+        "combine": cfg.combine, "layer_indices": model.spec.resolve(n_layers),
+        "layer_names": model.spec.layer_names(n_layers), "max_length": cfg.max_length, "normalize": cfg.normalize,
+        **_long_text(cfg).to_json(), "dtype": model.precision,
+        "label_map": label_map.to_json() if label_map else None,
+        "versions": {k: v for k, v in package_versions().items() if k in ("bertkit", "torch", "transformers")},
+        **({"backend": model.backend} if model.backend else {}),
+    }
+
+
+def _claim_store_dir(cfg: EmbedConfig, dist: Any, root: Any, identities: dict[str, dict[str, Any]],
+                     split_layout: bool) -> Any:
+    """Rank 0 claims --out (everything is validated by now); every rank gets the directory to write into."""
+    from bertkit.features import store
+    from bertkit.io import rundir
+
+    run = rundir.claim_run_dir(root, "embed", overwrite=cfg.overwrite, compare=lambda path: store.run_differences(
+        path, identities, split_layout)) if dist.is_main_process else None
+    dist.wait_for_everyone()
+    return run or rundir.RunDir(root, "embed", cfg.overwrite, path=rundir.write_path(root, cfg.overwrite))
+
+
+def _embed_split(cfg: EmbedConfig, dist: Any, writer: Any, split: str, ds: Any, model: _Encoder, device: Any,
+                 dtype: Any, label_map: Any, common: dict[str, Any], progress: bool) -> SplitResult:
+    """Encode the missing shards of one split (this rank's share) and, on rank 0, finalize the store."""
+    from bertkit.features import store
+    from bertkit.features.extract import unit_of
+    from bertkit.models import infer
+
+    started = time.perf_counter()
+    status = writer.prepare(create=True) if dist.is_main_process else None
+    dist.wait_for_everyone()
+    status = status or writer.status()
+    result = SplitResult(split, str(writer.path), status, len(ds), [len(ds), *writer.row_shape],
+                         shards_total=len(writer.ranges))
+    if status != "complete":
+        pending_all = writer.pending_shards()
+        result.shards_skipped = len(writer.ranges) - len(pending_all)
+        mine = [k for k in pending_all if k % dist.num_processes == dist.process_index]
+        todo_rows = sum(writer.ranges[k][1] - writer.ranges[k][0] for k in mine)
+        # with --long-text chunk the bar counts windows; its total grows as each shard's texts are tokenized
+        with infer.closing(infer.progress_bar(todo_rows, f"embed {split}", progress and dist.is_main_process,
+                                              unit_of(_long_text(cfg)))) as bar:
+            _encode_shards(cfg, writer, ds, mine, model, device, dtype, bar)
+        dist.wait_for_everyone()
+        result.rows_encoded = sum(writer.ranges[k][1] - writer.ranges[k][0] for k in pending_all)
+        if dist.is_main_process:  # only rank 0 reads the shards: finalize removes them
+            metas = writer.shard_metas()
+            result.tokens_encoded = sum(metas[k]["tokens"] for k in pending_all)
+            labels = label_map.encode(ds.labels, f"{split} data") if (label_map and ds.labels is not None) else None
+            manifest = {**common, "split": split, "data": ds.source, "data_fingerprint": ds.fingerprint,
+                        "rows": len(ds), "limit": cfg.limit, "text_column": cfg.text_column,
+                        "text_pair_column": cfg.text_pair_column, "label_column": cfg.label_column,
+                        "tokens": sum(m["tokens"] for m in metas),
+                        "n_truncated": sum(m["n_truncated"] for m in metas),
+                        "windows": sum(m.get("windows", 0) for m in metas),
+                        "shard_size": cfg.shard_size, "n_shards": len(writer.ranges)}
+            writer.finalize(manifest, labels)
+        if status == "partial":
+            result.status = "resumed"
+        dist.wait_for_everyone()
+    final = store.open(writer.path, verify=status == "complete")  # a store finished just now was hashed as written
+    result.tokens_total = int(final.manifest.get("tokens", 0))
+    result.n_truncated = int(final.manifest.get("n_truncated", 0))
+    result.windows = int(final.manifest.get("windows") or len(ds))
+    result.size_bytes = store.store_size_bytes(writer.path)
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _encode_shards(cfg: EmbedConfig, writer: Any, ds: Any, shards: list[int], model: _Encoder, device: Any,
+                   dtype: Any, bar: Any) -> None:
+    """Encode and write `shards` as a pipeline: shard k+1 is tokenized on a worker thread and shard k-1 written on
+    another while shard k runs on the model, so neither the tokenizer nor the disk holds the device up."""
+    from bertkit.encoding.batches import ahead
+    from bertkit.encoding.encode import encode_for
+    from bertkit.features.extract import encode_features
+
+    long_text = _long_text(cfg)
+
+    def tokenized(k: int) -> tuple[Any, Any]:
+        part = ds.subset(range(*writer.ranges[k]))
+        return part, encode_for(model.tokenizer, part, cfg.max_length, long_text)
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="bertkit-store") as disk:
+        written = None
+        for k, (part, windows) in ahead(shards, tokenized, depth=2):
+            features, stats = encode_features(model.model, model.tokenizer, part, model.spec, max_length=cfg.max_length,
+                                              batch_size=cfg.rows_per_batch, device=device, dtype=dtype, bar=bar,
+                                              long_text=long_text, windows=windows)
+            if written is not None:
+                written.result()  # in shard order: a failed write stops the run here
+            written = disk.submit(writer.write_shard, k, features, {
+                "tokens": stats.tokens, "padded_tokens": stats.padded_tokens, "n_truncated": stats.n_truncated,
+                "windows": stats.windows})
+        if written is not None:
+            written.result()
+
+
+def _summary(cfg: EmbedConfig, root: Any, results: list[SplitResult], precision: str, device: Any,
+             dist: Any) -> EmbedResult:
+    rows = sum(r.rows_encoded for r in results)
+    tokens = sum(r.tokens_encoded for r in results)
+    seconds = sum(r.seconds for r in results)
+    return EmbedResult(
+        out=str(root), model=cfg.model, device=str(device), dtype=precision, processes=dist.num_processes,
+        main_process=dist.is_main_process, complete_already=all(r.status == "complete" for r in results),
+        rows=sum(r.rows for r in results), rows_encoded=rows, tokens_encoded=tokens, seconds=round(seconds, 3),
+        rows_per_s=round(rows / seconds, 1) if seconds and rows else None,
+        tokens_per_s=round(tokens / seconds, 1) if seconds and rows else None,
+        n_truncated=sum(r.n_truncated for r in results), max_length=cfg.max_length, long_text=cfg.long_text,
+        windows=sum(r.windows for r in results), size_bytes=sum(r.size_bytes for r in results), splits=results)
+
+
+def _long_text(cfg: EmbedConfig) -> Any:
+    from bertkit.encoding.longtext import LongText
+
+    return LongText.from_config(cfg)

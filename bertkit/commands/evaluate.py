@@ -1,0 +1,145 @@
+"""`bertkit evaluate`: the metrics of a fine-tuned model on labelled data, in the model's problem shape, with the
+predictions and the shape's plot in --out."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from bertkit.commands.predict import OutputReader, _classifier_read, _precision_of, read_as_saved
+from bertkit.data.options import LabelOptions
+from bertkit.encoding.reading import READ_AS_SAVED_HELP, LongTextOptions
+from bertkit.errors import raise_if_problems
+from bertkit.models.compute import INFERENCE_PRECISION_HELP, INFERENCE_PRECISIONS
+from bertkit.options import MODEL, OUTPUT, config_dict, option
+from bertkit.scoring.options import MetricOptions
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    import numpy as np
+
+    from bertkit.commands.predict import Outputs
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EvaluateConfig(LongTextOptions, MetricOptions, LabelOptions):
+    """`bertkit evaluate`: metrics of a fine-tuned model on labelled data."""
+
+    # reads one --data file and makes no split: these DataOptions fields are not its options.
+    NOT_OPTIONS = ("dev", "test", "dev_fraction", "seed")
+
+    model: str | None = option(None, "Fine-tuned model folder (e.g. runs/sst2/best).", panel=MODEL)
+    out: str | None = option(None, "Run directory for metrics.json, predictions.csv and the confusion-matrix PNG.",
+                             panel=OUTPUT)
+    overwrite: bool = option(False, "Replace an --out that holds an evaluate run with other options (swapped in once "
+                             "the new one is complete).", panel=OUTPUT)
+    batch_size: int = option(64, "Rows per inference batch (sorted by length).", above=0)
+    max_length: int | None = option(None, READ_AS_SAVED_HELP, panel=MODEL, above=0)
+    precision: str = option("auto", INFERENCE_PRECISION_HELP, choices=INFERENCE_PRECISIONS, aliases=("--dtype",))
+
+    def __post_init__(self) -> None:
+        problems = self.data_problems()
+        if self.model is None:
+            problems.append("--model is required: a fine-tuned model folder (e.g. runs/sst2/best).")
+        if self.data is None:
+            problems.append("--data is required: a labelled file (pass --label-column if it is not `label`).")
+        problems += self.long_text_problems()
+        raise_if_problems(problems)
+
+
+@dataclass
+class EvaluateResult:
+    """The metrics of a model on labelled data (`metrics`: its problem shape's, with the per-tag table or confusion
+    matrix and `n` rows), and what they were computed on and how - apart, so no setting takes a metric's name."""
+
+    model: str
+    data: str
+    data_fingerprint: str
+    max_length: int
+    long_text: str
+    truncation: str
+    dtype: str
+    """The compute precision the model ran in (`precision` is the macro precision metric in `metrics`)."""
+    metrics: dict[str, Any]
+
+    @property
+    def task(self) -> str:
+        return self.metrics["task"]
+
+
+def run(cfg: EvaluateConfig, *, progress: bool = False) -> EvaluateResult:
+    """Metrics of a fine-tuned model on labelled --data (read in the model's problem shape); metrics.json,
+    predictions.csv and the shape's plot (confusion matrix, true-vs-predicted scatter, per-tag F1) in --out when
+    given."""
+    from bertkit.data.labels import check_tag_columns
+    from bertkit.data.splits import load_dataset_split
+    from bertkit.io import atomic, ownership, rundir, trail
+    from bertkit.models import infer, loading
+    from bertkit.models.metadata import saved_threshold
+    from bertkit.scoring import metrics, predictions
+    from bertkit.scoring.shapes import inapplicable_options
+
+    plan = rundir.inspect_run_dir(cfg.out, "evaluate", overwrite=cfg.overwrite, inputs=ownership.input_paths(cfg),
+                                  compare=trail.config_compare(config_dict(cfg))) if cfg.out else None  # read-only, early
+    external = [metrics.load_metric(spec) for spec in cfg.external_metrics]  # before any work: a missing one stops here
+    model, tokenizer, label_map = infer.load_for_inference(cfg.model or "", cfg.precision)
+    given, cfg = cfg, read_as_saved(cfg)  # the model verified by its record first; the trail keeps the options given
+    loading.check_max_length(cfg.max_length, tokenizer, model.config, cfg.model or "",
+                              pair=cfg.text_pair_column is not None)
+    for note in inapplicable_options(label_map.task, len(label_map.labels), cfg.metric_list):
+        log.warning("%s", note)
+    metrics.check_external(external, label_map.task, len(label_map.labels))  # a module that fails on the shape
+    dataset = load_dataset_split(cfg, cfg.data or "", need_labels=True, task=label_map.task)
+    check_tag_columns(label_map, dataset, f"model {cfg.model}")
+    y = label_map.encode(dataset.labels or [], f"The data {dataset.source}")
+    reader = OutputReader(label_map, _classifier_read(model, tokenizer, cfg, progress), saved_threshold(cfg.model or ""))
+    outputs = reader.all_outputs(dataset)  # a few numbers per row; the texts are read a window at a time
+    scores = shape_metrics(outputs, y)
+    metrics.add_requested(scores, cfg.metric_list, external, outputs.decisions(), y)
+    result = EvaluateResult(cfg.model or "", dataset.source, dataset.fingerprint, cfg.max_length, cfg.long_text, cfg.truncation,
+                            _precision_of(model, cfg.precision), scores)
+    if plan is not None:
+        run_dir = plan.claim()
+        trail.write_run_config(run_dir.path, "evaluate", config_dict(given), data_fingerprint=dataset.fingerprint)
+        atomic.write_json_atomic(run_dir.path / "metrics.json", result)
+        predictions.write_predictions_csv(run_dir.path / "predictions.csv", dataset, outputs.values,
+                                          outputs.label_names, y_true=y, task=outputs.task,
+                                          threshold=outputs.threshold)
+        _plot(outputs, y, scores, run_dir.path, f"{cfg.model} on {dataset.source}")
+        run_dir.commit()
+    return result
+
+
+def shape_metrics(outputs: Outputs, y: np.ndarray) -> dict[str, Any]:
+    """The metrics of the outputs' problem shape against targets `y` (label ids, a 0/1 tag matrix or numbers)."""
+    import numpy as np
+
+    from bertkit.scoring import metrics
+
+    if outputs.task == "regression":
+        result = metrics.regression_metrics(y, outputs.values[:, 0])
+    elif outputs.task == "multi_label":
+        result = metrics.multilabel_metrics(y, outputs.values >= np.asarray(outputs.threshold), outputs.label_names)
+        result["threshold"] = outputs.threshold
+    else:
+        result = metrics.classification_metrics(y, outputs.values.argmax(axis=1), outputs.values, outputs.label_names)
+    result["task"] = outputs.task
+    return result
+
+
+def _plot(outputs: Outputs, y: np.ndarray, result: dict[str, Any], folder: Path, title: str) -> None:
+    from bertkit import plots
+
+    if outputs.task == "regression":
+        plots.regression_scatter(y, outputs.values[:, 0], folder / "scatter.png", title)
+    elif outputs.task == "multi_label":
+        plots.per_label_f1(result["per_label"], folder / "per_label_f1.png", title)
+    else:
+        plots.confusion_matrix(result["confusion_matrix"], outputs.label_names, folder / "confusion_matrix.png", title)
+
+
+

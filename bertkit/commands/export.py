@@ -1,0 +1,444 @@
+"""`bertkit export`: a fine-tuned classifier or an encoder to an ONNX folder (optionally int8), kept only when the
+accuracy gate passes. Returns the gate's report; `cli` prints it.
+
+The gate runs the PyTorch model and the export through the same reading as `predict`/`evaluate`
+(`infer.classifier_logits`, the problem shape's metrics of `bertkit.commands.evaluate`) and,
+for an encoder, `embed`'s feature pass. The folder format is `bertkit.models.onnx`'s alone.
+
+The gate (every export, fp32 or int8): both models run on --data (default: the finetune run's dev set). Classifiers:
+label agreement with fp32, the headline metric before and after when the rows have labels, the largest absolute
+logit difference. Features: the mean and minimum cosine similarity of each row's features and the largest absolute
+difference; the mean cosine is gated (--min-cosine), since one odd row should not refuse a model whose features
+are otherwise the same. Below the threshold nothing is kept (the export is built in a temp folder; the previous
+--out stays as it was) and a UserError gives the numbers and the fixes, unless --force.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bertkit import __version__
+from bertkit.commands.evaluate import shape_metrics
+from bertkit.commands.predict import Outputs, read_as_saved
+from bertkit.data.options import LabelOptions
+from bertkit.encoding.longtext import LongText
+from bertkit.encoding.reading import LongTextOptions, Reading
+from bertkit.errors import UserError, raise_if_problems
+from bertkit.features.settings import COMBINES, POOLS, Pooling, layers_problem
+from bertkit.models.card import CARD_FILE, CardFacts, read_model_card, write_model_card
+from bertkit.options import MODEL, OUTPUT, RUN, command_line, config_dict, option
+from bertkit.scoring.table import SHAPE
+from bertkit.training.options import DistillOptions, FinetuneOptions
+
+if TYPE_CHECKING:
+    from bertkit.data.dataset import TextDataset
+    from bertkit.models.card import CardFacts
+
+log = logging.getLogger(__name__)
+
+
+EXPORT_KINDS = ("auto", "classifier", "features")
+QUANTIZE = ("int8", "none")
+MIN_COSINE = 0.98
+"""The default --min-cosine of a features export. Measured on minilm-offline, SST-2 dev (872 rows): fp32 ONNX gives
+cosine 1.0000 on every row; int8 (per-channel weights) [CLS] features a mean of 0.995 (lowest row 0.989), mean
+pooling 0.991 (lowest 0.966). Per-tensor int8 gave 0.983 and 0.958 (lowest row 0.78): 0.98 keeps the first and
+refuses the second; broken int8 encoders (onnxruntime#9599) land far below. The mean is gated: one odd row should
+not refuse features that are otherwise the same."""
+
+
+@dataclass(frozen=True)
+class ExportConfig(LongTextOptions, LabelOptions):
+    """`bertkit export`: a fine-tuned classifier (logits) or an encoder (pooled features) to an ONNX folder,
+    optionally int8, kept only when the accuracy gate against the PyTorch fp32 model passes."""
+
+    # the gate reads one --data file and makes no split: these DataOptions fields are not its options.
+    NOT_OPTIONS = ("dev", "test", "dev_fraction", "seed")
+    HELP_OVERRIDES = {"data": "Gate data: rows the PyTorch fp32 model and the export both run on (labels optional: with "
+                              "them the metric before and after is reported). Default for a model saved by `bertkit "
+                              "finetune` (RUN/best, RUN/final): that run's dev set.",
+                      "limit": "Run the gate on the first N rows only (quicker, less sure)."}
+
+    model: str | None = option(None, "What to export: a fine-tuned model folder (e.g. runs/sst2/best) or an encoder "
+                               "(a folder, hub id, or `minilm-offline`).", panel=MODEL)
+    out: str | None = option(None, "The export folder: model.onnx, config.json, tokenizer, bertkit_model.json, "
+                             "export_report.json.", panel=OUTPUT)
+    kind: str = option("auto", "classifier (logits of a fine-tuned head) or features (pooled encoder features); auto: "
+                       "classifier when the folder has a trained classification head.", panel=MODEL,
+                       choices=EXPORT_KINDS)
+    quantize: str = option("int8", "int8: onnxruntime dynamic int8 weights (smaller, faster on a CPU); none: fp32.",
+                           panel=MODEL, choices=QUANTIZE)
+    pool: str = option("cls", "Features: token pooling baked into the graph (as `embed --pool`).", panel=MODEL,
+                       choices=POOLS)
+    layers: str = option("-1", "Features: hidden states to pool (as `embed --layers`).", panel=MODEL)
+    combine: str = option("concat", "Features: how several --layers are combined (as `embed --combine`).",
+                          panel=MODEL, choices=COMBINES)
+    normalize: bool = option(False, "Features: L2-normalise the feature vectors inside the graph.", panel=MODEL)
+    max_length: int | None = option(None, "Truncate inputs to this many tokens (the graph takes any length; the "
+                                    "export records it for predict and embed). Default: as the model records it, "
+                                    "else 128.", panel=MODEL, above=0)
+    batch_size: int = option(64, "Rows per gate batch (sorted by length).", above=0)
+    min_agreement: float = option(0.99, "Classifiers: the least share of gate rows whose label the export predicts as "
+                                  "the PyTorch fp32 model does; below it nothing is kept (exit 2).", panel=RUN,
+                                  minimum=0)
+    min_cosine: float = option(MIN_COSINE, "Features: the least mean (over the gate rows) cosine similarity between the "
+                               "export's and the PyTorch fp32 features; below it nothing is kept (exit 2). Measured "
+                               "on MiniLM, SST-2 dev: fp32 1.000; int8 0.995 with --pool cls, 0.991 with mean.",
+                               panel=RUN, minimum=-1)
+    force: bool = option(False, "Keep an export the gate refuses (its export_report.json says so).", panel=OUTPUT)
+    overwrite: bool = option(False, "Replace an --out that holds an export made with other options (swapped in "
+                             "once the new one passed the gate).", panel=OUTPUT)
+
+    def __post_init__(self) -> None:
+        problems = self.data_problems()
+        if not self.model:
+            problems.append("--model is required: a fine-tuned model folder (e.g. runs/sst2/best) or an encoder.")
+        if not self.out:
+            problems.append("--out is required: the folder the export is written to.")
+        if self.min_agreement > 1:
+            problems.append(f"--min-agreement is a share of rows, at most 1; got {self.min_agreement}.")
+        if self.min_cosine > 1:
+            problems.append(f"--min-cosine is a cosine similarity, at most 1; got {self.min_cosine}.")
+        problems += layers_problem(self.layers)
+        problems += self.long_text_problems()
+        raise_if_problems(problems)
+
+    @property
+    def quantized(self) -> str | None:
+        return None if self.quantize == "none" else self.quantize
+RUN_CONFIGS = {"finetune": FinetuneOptions, "distill": DistillOptions}
+
+
+@dataclass
+class ExportResult:
+    """The export kept (where, how big, which backend) and its accuracy gate against the PyTorch fp32 model (`gate`:
+    the statistic, its threshold, the rows, whether it passed and the numbers: label agreement and logit difference,
+    or feature cosines)."""
+
+    model: str
+    kind: str
+    out: str
+    quantized: str | None
+    backend: str
+    data: str
+    data_fingerprint: str
+    gate: dict[str, Any]
+    forced: bool
+    size_bytes: int
+
+
+def run(cfg: ExportConfig, progress: bool = False) -> ExportResult:
+    """Export --model to --out through the gate; the report (also export_report.json in the folder)."""
+    from bertkit.features.pooling import encoder_shape
+    from bertkit.io import atomic, ownership, rundir
+    from bertkit.io.trail import package_versions
+    from bertkit.models import loading, onnx
+    from bertkit.models.metadata import read_model_info
+
+    onnx.require_onnxruntime(exporting=True)
+    assert cfg.model and cfg.out
+    kind = export_kind(cfg)
+    cfg = read_as_saved(applicable_config(cfg, kind))  # what the export is made with: also its record and card
+    plan = rundir.inspect_run_dir(cfg.out, "export", overwrite=cfg.overwrite, inputs=ownership.input_paths(cfg),
+                                  compare=_compare(cfg))  # read-only: refusals happen before any work
+    tokenizer = loading.load_tokenizer(cfg.model)
+    if kind == "classifier":
+        model = loading.load_classifier(cfg.model, require_head=True, attn_implementation="eager")
+    else:
+        model = loading.load_encoder(cfg.model, attn_implementation="eager")
+    model = model.float().eval()
+    loading.check_max_length(cfg.max_length, tokenizer, model.config, cfg.model, pair=cfg.text_pair_column is not None)
+    spec = Pooling.from_options(cfg.pool, cfg.layers, cfg.combine, cfg.normalize) if kind == "features" else None
+    if spec is not None:
+        spec.resolve(encoder_shape(model)[0])  # an out-of-range --layers fails before the export
+    dataset = gate_data(cfg, model if kind == "classifier" else None)
+    source = loading.resolve_model_name(cfg.model)
+    with tempfile.TemporaryDirectory(prefix="bertkit-export-") as tmp:
+        staged = Path(tmp) / "export"
+        onnx.write_export(staged, model, tokenizer, kind=kind, quantize=cfg.quantized, source=cfg.model,
+                          revision=loading.model_revision(cfg.model), source_info=read_model_info(source),
+                          reading=Reading.from_options(cfg).to_json(), features=_feature_options(cfg) if spec else None,
+                          features_fn=_features_fn(model, spec) if spec else None)
+        exported = onnx.load_export(staged, kind)
+        gate = (classifier_gate(model, exported, tokenizer, dataset, cfg) if kind == "classifier"
+                else features_gate(model, exported, tokenizer, dataset, cfg, spec))
+        report = {"model": cfg.model, "kind": kind, "quantized": cfg.quantized, "backend": exported.backend,
+                  "data": dataset.source, "data_fingerprint": dataset.fingerprint, **gate,
+                  "forced": bool(cfg.force and not gate["passed"]), "config": config_dict(cfg),
+                  "versions": {k: v for k, v in package_versions().items()
+                               if k in ("bertkit", "torch", "transformers", "onnxruntime", "onnx")}}
+        if not gate["passed"] and not cfg.force:
+            raise UserError(refusal_message(report, cfg))
+        atomic.write_json_atomic(staged / onnx.REPORT_FILE, report)
+        write_model_card(staged, export_card(cfg, report, dataset, model, source))
+        del exported  # the session holds model.onnx open
+        run = plan.claim()
+        for item in sorted(staged.iterdir()):  # each copied in atomically and recorded as bertkit's
+            ownership.place_file(item, run.path / item.name)
+        run.commit()
+    return ExportResult(cfg.model, kind, cfg.out or "", cfg.quantized, report["backend"], dataset.source,
+                        dataset.fingerprint, gate, report["forced"],
+                        os.path.getsize(Path(cfg.out or "").expanduser() / onnx.MODEL_FILE))
+
+
+def export_card(cfg: ExportConfig, report: dict[str, Any], dataset: TextDataset, model: Any, source: str) -> CardFacts:
+    """The export folder's card: the source model (and the hub model it came from, as its own card says), the
+    precision, and the gate's numbers - its metric on the gate data after export, agreement or cosine with fp32."""
+
+    source_card = Path(source) / CARD_FILE
+    base = read_model_card(source).data.base_model if source_card.is_file() else None
+    gate_keys = ("statistic", "threshold", "agreement", "disagreeing_rows", "max_abs_logit_diff", "mean_cosine",
+                 "min_cosine", "metric", "metric_fp32", "metric_export", "passed", "forced")
+    labels = [str(v) for _, v in sorted((model.config.id2label or {}).items())] if report["kind"] == "classifier" else []
+    results = {}
+    if report.get("metric") and isinstance(report.get("metric_export"), (int, float)):
+        results["gate"] = {"metrics": {report["metric"]: report["metric_export"]}, "rows": report["rows"],
+                           "source": dataset.source}
+    return CardFacts(
+        command="export", model=base if isinstance(base, str) else cfg.model or "",
+        task="features" if report["kind"] == "features" else report.get("task", "single_label"), labels=labels,
+        data=[{"split": "gate", "source": str(dataset.source), "fingerprint": dataset.fingerprint, "rows": len(dataset)}],
+        command_line=command_line("export", cfg, skip=("overwrite",)), role="export", results=results,
+        versions={"bertkit": __version__, **{k: v for k, v in report["versions"].items() if k != "bertkit"}},
+        speed={k: report[k] for k in gate_keys if report.get(k) is not None},
+        lineage={"source_model": cfg.model, "precision": "int8 (dynamic, per-channel weights)" if cfg.quantized
+                 else "fp32", "kind": report["kind"]})
+
+
+def _compare(cfg: ExportConfig) -> Any:
+    """An export run with other options at --out (its export_report.json's config) needs --overwrite."""
+    from bertkit.io import ownership
+    from bertkit.io.trail import config_differences
+    from bertkit.models import onnx
+
+    new = config_dict(cfg)
+
+    def compare(path: Path) -> list[str]:
+        record = ownership.read_json_or_none(Path(path) / onnx.REPORT_FILE)
+        old = record.get("config") if isinstance(record, dict) else None
+        return config_differences(old, new) if isinstance(old, dict) else []
+
+    return compare
+
+
+def export_kind(cfg: ExportConfig) -> str:
+    """--kind, or for auto: classifier when the folder's config names a sequence classifier, else features."""
+    from bertkit.models import loading
+
+    if cfg.kind != "auto":
+        return cfg.kind
+    architectures = getattr(loading.load_config(cfg.model or ""), "architectures", None) or []
+    return "classifier" if any(str(a).endswith("ForSequenceClassification") for a in architectures) else "features"
+
+
+NOT_FOR = {"classifier": ("pool", "layers", "combine", "normalize", "min_cosine"), "features": ("min_agreement",)}
+"""The options each kind of export ignores: a classifier's graph ends in its head (no pooling; gated by label
+agreement), an encoder's in pooled features (gated by cosine)."""
+
+
+def applicable_config(cfg: ExportConfig, kind: str) -> ExportConfig:
+    """`cfg` with the options `kind` ignores back at their defaults, after one warning for each one given, so the
+    record and the card's Reproduce line hold only what made the export."""
+    defaults = {f.name: f.default for f in dataclasses.fields(ExportConfig) if f.name in NOT_FOR[kind]}
+    given = {name: getattr(cfg, name) for name in NOT_FOR[kind] if getattr(cfg, name) != defaults[name]}
+    what = "a classifier (its graph ends in the trained head)" if kind == "classifier" else "an encoder's features"
+    for name, value in given.items():
+        flag = f"--{name.replace('_', '-')}" + ("" if isinstance(value, bool) else f" {value}")
+        other = "classifier" if kind == "features" else "features"
+        log.warning("%s does not apply to the export of %s and is ignored (it is an option of --kind %s exports). "
+                    "Drop it.", flag, what, other)
+    return dataclasses.replace(cfg, **{name: defaults[name] for name in given}) if given else cfg
+
+
+def _feature_options(cfg: ExportConfig) -> dict[str, Any]:
+    return {"pool": cfg.pool, "layers": str(cfg.layers), "combine": cfg.combine, "normalize": cfg.normalize}
+
+
+def _features_fn(model: Any, spec: Pooling) -> Any:
+    """batch -> (a batch -> pooled features function): embed's pruned pass where `prune_applies` on that batch."""
+    import torch
+
+    from bertkit.features.pooling import encoder_shape, forward_features, prune_applies
+
+    n_layers = encoder_shape(model)[0]
+    indices = spec.resolve(n_layers)
+
+    def make(batch: dict[str, torch.Tensor]) -> Any:
+        prune = prune_applies(model, batch, spec, indices, n_layers)
+        return lambda b: forward_features(model, b, spec, indices, n_layers, prune)
+
+    return make
+
+
+# ---------------------------------------------------------------- gate data
+
+
+def gate_data(cfg: ExportConfig, classifier: Any) -> TextDataset:
+    """--data (labels when it has them), or the dev set of the finetune/distill run the model folder was saved in."""
+
+    from bertkit.data.splits import load_dataset_split
+
+    if cfg.data:
+        task = _task(classifier) if classifier is not None else None
+        try:
+            dataset = load_dataset_split(cfg, cfg.data, need_labels=True, task=task)
+        except UserError as exc:
+            if cfg.label_column is not None or not str(exc).startswith("No label column"):
+                raise
+            dataset = load_dataset_split(cfg, cfg.data, need_labels=False)
+    else:
+        dataset = run_dev_set(cfg)
+    if cfg.limit is not None and len(dataset) > cfg.limit:
+        dataset = dataset.subset(range(cfg.limit))
+    if len(dataset) == 0:
+        raise UserError(f"The gate data {dataset.source} has no rows. Pass --data with rows to compare the models on.")
+    return dataset
+
+
+def run_dev_set(cfg: ExportConfig) -> TextDataset:
+    """The dev set of the `bertkit finetune`/`distill` run holding --model (RUN/best or RUN/final), as it read it."""
+    from bertkit.data.splits import load_splits
+    from bertkit.io import ownership
+    from bertkit.models import loading
+
+    folder = Path(loading.resolve_model_name(cfg.model or ""))
+    record = ownership.read_json_or_none(folder.parent / "config.json") if folder.is_dir() else None
+    command = record.get("command") if isinstance(record, dict) else None
+    fix = (f"Pass --data with rows to compare the PyTorch and the exported model on (labelled rows also give the "
+           f"metric before and after), e.g. `bertkit export --model {cfg.model} --data dev.tsv --out {cfg.out}`.")
+    if command not in RUN_CONFIGS or not isinstance(record.get("config"), dict):
+        raise UserError(f"No gate data: --data is not given and {cfg.model} is not a model saved by `bertkit "
+                        f"finetune` (whose dev set would be used). {fix}")
+    try:
+        run_cfg = RUN_CONFIGS[command](**_paths_from(record["config"], record.get("cwd")))
+        dev = load_splits(run_cfg, need_labels=True).dev
+    except (TypeError, UserError) as exc:
+        raise UserError(f"Could not read the dev set of the {command} run {folder.parent} ({str(exc)[:200]}). "
+                        f"{fix}") from None
+    if dev is None:
+        raise UserError(f"The {command} run {folder.parent} has no dev set. {fix}")
+    log.info("gate data: the dev set of %s (%d rows)", folder.parent, len(dev))
+    return dev
+
+
+def _paths_from(config: dict[str, Any], cwd: Any) -> dict[str, Any]:
+    """The run's data paths as it read them: a relative one that does not resolve from here, but did from the
+    folder the run was started in (config.json's `cwd`), made absolute. Hub names and absolute paths stay."""
+    if not isinstance(cwd, str):
+        return config
+    fixed = dict(config)
+    for key in ("data", "dev", "test"):
+        value = config.get(key)
+        if isinstance(value, str) and not Path(value).is_absolute() and not Path(value).exists() \
+                and (Path(cwd) / value).exists():
+            fixed[key] = str(Path(cwd) / value)
+    return fixed
+
+
+def _task(model: Any) -> str:
+    from bertkit.data.labels import task_of_problem_type
+
+    return task_of_problem_type(getattr(model.config, "problem_type", None), model.config.num_labels)
+
+
+# ---------------------------------------------------------------- the gate
+
+
+def classifier_gate(model: Any, exported: Any, tokenizer: Any, dataset: TextDataset, cfg: ExportConfig) -> dict:
+    """Label agreement with fp32, the headline metric before/after (labelled rows), the largest logit difference."""
+    import numpy as np
+
+    from bertkit.data.labels import LabelMap
+    from bertkit.models import infer
+    from bertkit.models.metadata import saved_threshold
+    from bertkit.scoring.shapes import model_outputs
+
+    reading = {"max_length": cfg.max_length, "batch_size": cfg.batch_size, "precision": "fp32",
+               "long_text": LongText.from_config(cfg)}
+    reference = infer.classifier_logits(model, tokenizer, dataset, **reading)
+    logits = infer.classifier_logits(exported, tokenizer, dataset, **reading)
+    task = _task(model)
+    id2label = getattr(model.config, "id2label", None) or {i: str(i) for i in range(model.config.num_labels)}
+    label_map = LabelMap.from_id2label(id2label, getattr(model.config, "problem_type", None))
+    threshold = saved_threshold(cfg.model or "")
+    before = Outputs(label_map, model_outputs(task, reference), threshold)
+    after = Outputs(label_map, model_outputs(task, logits), threshold)
+    if task == "regression":  # numbers: "agree" = within 1% of the fp32 outputs' range
+        tolerance = 0.01 * max(1.0, float(np.ptp(reference)) if reference.size else 1.0)
+        same = np.abs(reference - logits).max(axis=1) <= tolerance
+    else:
+        a, b = before.decisions(), after.decisions()
+        same = (a == b) if a.ndim == 1 else (a == b).all(axis=1)
+    agreement = float(same.mean()) if len(same) else 1.0
+    result: dict[str, Any] = {
+        "statistic": "agreement", "threshold": cfg.min_agreement, "rows": len(dataset), "task": task,
+        "agreement": agreement, "disagreeing_rows": int((~same).sum()),
+        "max_abs_logit_diff": float(np.abs(reference - logits).max()) if len(dataset) else 0.0,
+        "passed": agreement >= cfg.min_agreement}
+    if dataset.labels is not None:
+        y = label_map.encode(dataset.labels, f"The gate data {dataset.source}")
+        metric = SHAPE[task].headline
+        result.update(metric=metric, metric_fp32=shape_metrics(before, y).get(metric),
+                      metric_export=shape_metrics(after, y).get(metric))
+    return result
+
+
+def features_gate(model: Any, exported: Any, tokenizer: Any, dataset: TextDataset, cfg: ExportConfig,
+                  spec: Pooling) -> dict[str, Any]:
+    """Per-row cosine similarity of the export's and the PyTorch fp32 features (mean, min) and the largest
+    absolute difference; the mean is gated."""
+    import numpy as np
+    import torch
+
+    from bertkit.features.extract import encode_features
+
+    reading = {"max_length": cfg.max_length, "batch_size": cfg.batch_size, "device": torch.device("cpu"),
+               "dtype": torch.float32, "long_text": LongText.from_config(cfg)}
+    reference = encode_features(model, tokenizer, dataset, spec, **reading)[0].reshape(len(dataset), -1)
+    features = encode_features(exported, tokenizer, dataset, spec, **reading)[0].reshape(len(dataset), -1)
+    norms = np.linalg.norm(reference, axis=1) * np.linalg.norm(features, axis=1)
+    cosine = (reference * features).sum(axis=1) / np.maximum(norms, 1e-12)
+    mean = float(cosine.mean()) if len(cosine) else 1.0
+    return {"statistic": "mean_cosine", "threshold": cfg.min_cosine, "rows": len(dataset),
+            "mean_cosine": mean, "min_cosine": float(cosine.min()) if len(cosine) else 1.0,
+            "max_abs_diff": float(np.abs(reference - features).max()) if len(cosine) else 0.0,
+            "passed": mean >= cfg.min_cosine}
+
+
+def below(value: float, threshold: float) -> str:
+    """`value` with the fewest decimals (at least 4) that show it below `threshold`: "0.999987" against 0.99999,
+    never "1.0000" against "1.0000"."""
+    for decimals in range(4, 16):
+        shown = f"{value:.{decimals}f}"
+        if float(shown) < threshold:
+            return shown
+    return repr(value)
+
+
+def refusal_message(report: dict[str, Any], cfg: ExportConfig) -> str:
+    """The gate's refusal: the numbers (with the digits that show them below the threshold), that nothing was
+    written, and the fixes."""
+    what = f"The {'int8 ' if cfg.quantized else ''}ONNX export of {cfg.model}"
+    if report["statistic"] == "agreement":
+        share = below(report["agreement"], cfg.min_agreement)
+        numbers = (f"predicts the PyTorch fp32 model's label on a share {share} of {report['rows']} gate rows "
+                   f"({report['disagreeing_rows']} disagree), below --min-agreement {cfg.min_agreement!r}; largest "
+                   f"logit difference {report['max_abs_logit_diff']:.3g}")
+        if report.get("metric"):
+            numbers += f"; {report['metric']} {report['metric_fp32']:.4f} -> {report['metric_export']:.4f}"
+        lower = "--min-agreement"
+    else:
+        numbers = (f"has features with mean cosine similarity {below(report['mean_cosine'], cfg.min_cosine)} "
+                   f"(lowest row {report['min_cosine']:.6g}) to the PyTorch fp32 features on {report['rows']} gate "
+                   f"rows, below --min-cosine {cfg.min_cosine!r}")
+        lower = "--min-cosine"
+    fix = ("Export with --quantize none (fp32 ONNX, which matches PyTorch), " if cfg.quantized else
+           "Check the model with the PyTorch folder, ")
+    return (f"{what} {numbers}. Nothing was written (--out {cfg.out} is as it was). {fix}lower {lower} if that "
+            f"loss is acceptable, or pass --force to keep it anyway (its export_report.json then says forced).")

@@ -1,0 +1,22 @@
+"""`bertkit finetune`: full fine-tuning of a BERT-style classifier (the McCormick recipe as an Accelerate loop:
+`bertkit.training.finetune`), resumable, on a CPU, one GPU (steps replayed as CUDA graphs) or several processes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from bertkit.training.options import FinetuneOptions
+
+
+@dataclass(frozen=True)
+class FinetuneConfig(FinetuneOptions):
+    """`bertkit finetune`: full fine-tuning (BERT paper grid defaults: lr 5e-5, batch 32, 3 epochs, warmup 0.1)."""
+
+
+def run(cfg: FinetuneConfig, *, progress: bool = True) -> Any:
+    """The run (`bertkit.training.finetune.FinetuneResult`: its folder, metrics.json, epoch table, what a resume
+    restored, notes)."""
+    from bertkit.training.finetune import finetune
+
+    return finetune(cfg, progress=progress)

@@ -1,0 +1,282 @@
+"""`bertkit predict`: labels and probabilities (tags, or numbers) for sentences or a file, from a fine-tuned model
+or a saved probe, window by window into a CSV. `OutputReader` (a loaded model or probe run on rows) and the shape's
+metrics are shared with `bertkit evaluate`."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bertkit.commands.recipes import recipe_path
+from bertkit.data.options import DataOptions, blank_text_problems
+from bertkit.encoding.longtext import LongText
+from bertkit.encoding.reading import READ_AS_SAVED_HELP, UNRECORDED, LongTextOptions, Reading
+from bertkit.errors import raise_if_problems
+from bertkit.models.compute import INFERENCE_PRECISION_HELP, INFERENCE_PRECISIONS
+from bertkit.options import DATA, MODEL, OUTPUT, option
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from bertkit.data.dataset import TextDataset
+    from bertkit.data.labels import LabelMap
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PredictConfig(LongTextOptions, DataOptions):
+    """`bertkit predict`: labels and probabilities from a fine-tuned model (or a saved probe)."""
+
+    # reads one --data file (or --text) and makes no split: these DataOptions fields are not its options.
+    NOT_OPTIONS = ("dev", "test", "dev_fraction", "seed")
+    NO_PRESET = ("label_column",)  # data to label need not have labels (GLUE's test files have none)
+
+    model: str | None = option(None, "Fine-tuned model folder (e.g. runs/sst2/best).", panel=MODEL)
+    probe: str | None = option(None, "A probe saved by `bertkit probe` (instead of --model).", panel=MODEL)
+    text: tuple[str, ...] = option((), "A sentence to classify (repeatable), instead of --data.", panel=DATA)
+    out: str | None = option(None, "CSV file for the predictions (written atomically; never one of the inputs).",
+                             panel=OUTPUT)
+    batch_size: int = option(64, "Rows per inference batch (sorted by length; output keeps the input order).",
+                             above=0)
+    max_length: int | None = option(None, READ_AS_SAVED_HELP, panel=MODEL, above=0)
+    precision: str = option("auto", INFERENCE_PRECISION_HELP, choices=INFERENCE_PRECISIONS, aliases=("--dtype",))
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "text", tuple(self.text or ()))
+        problems = self.data_problems()
+        if (self.model is None) == (self.probe is None):
+            problems.append("Give exactly one of --model (a fine-tuned folder) or --probe (a saved probe).")
+        if bool(self.text) == (self.data is not None):
+            problems.append("Give exactly one of --text (repeatable) or --data (a file to label).")
+        problems += blank_text_problems(self.text)
+        problems += self.long_text_problems()
+        if self.probe is not None and (self.long_text or LongText.mode, self.truncation or LongText.truncation) != (
+                LongText.mode, LongText.truncation):
+            problems.append("--long-text chunk and --truncation tail/head+tail work with --model; a saved --probe "
+                            "reads texts as its features were extracted (the settings saved with it). Drop them, or "
+                            "use a fine-tuned --model.")
+        raise_if_problems(problems)
+
+
+@dataclass
+class Outputs:
+    """A model's outputs for rows (a window of them, or every row; input order) and how to read them: class
+    probabilities (single-label), tag probabilities with the decision threshold saved at training (multi-label), or
+    the predicted numbers (regression: one column)."""
+
+    label_map: LabelMap
+    values: np.ndarray
+    threshold: float | list[float] = 0.5
+
+    @property
+    def task(self) -> str:
+        return self.label_map.task
+
+    @property
+    def label_names(self) -> list[str]:
+        return [str(x) for x in self.label_map.labels]
+
+    def predicted(self) -> list[Any]:
+        """Per row: the class name, the tuple of tags, or the number."""
+        from bertkit.scoring.shapes import predicted_labels
+
+        return predicted_labels(self.task, self.label_names, self.values, self.threshold)
+
+    def decisions(self) -> np.ndarray:
+        """What an evaluate module (--metric) compares with the references: class ids (single-label), the 0/1 tag
+        matrix at the saved threshold (multi-label), or the numbers (regression)."""
+        import numpy as np
+
+        from bertkit.scoring import metrics
+
+        if self.task == "multi_label":
+            return (self.values >= np.asarray(self.threshold)).astype(int)
+        return metrics.predicted(self.values)
+
+
+@dataclass
+class PredictResult:
+    """The predictions: the problem shape and its names, and the first rows' labels and outputs (all rows are in
+    --out, and reach `on_window` as they come)."""
+
+    task: str
+    label_names: list[str]
+    threshold: float | list[float]
+    out: str | None
+    dtype: str
+    """The precision the model ran in (fp32, bf16, fp16, int8; onnx/onnx-int8 for an export)."""
+    dataset: Any = field(default=None, metadata={"json": False})
+    labels: list[Any] = field(default_factory=list)
+    proba: Any = field(default=None, metadata={"json": False})
+    """The kept rows' outputs: class or tag probabilities, or the numbers (one column)."""
+
+
+def run(cfg: PredictConfig, *, recipe: str | None = None, progress: bool = False, keep: int | None = None,
+        on_window: Callable[[TextDataset, Outputs, list[Any]], None] | None = None) -> PredictResult:
+    """Labels + probabilities (tags + probabilities, or scores) for --text or --data (input order); the CSV at --out
+    when given.
+
+    The rows are read `SORT_WINDOW` at a time (length-sorted batches within a window) and each window's rows are
+    appended to the CSV as they come (renamed over --out at the end), so no pass holds all rows or all outputs:
+    the result keeps the first `keep` rows' labels and outputs (None: all of them), `on_window(part, outputs,
+    labels)` sees every window in order (`--json` prints them as they come).
+    `recipe` (the --recipe given) is one of the inputs --out must never overwrite.
+    """
+    import numpy as np
+
+    from bertkit.data.dataset import TextDataset
+    from bertkit.data.splits import load_dataset_split
+    from bertkit.encoding import batches
+    from bertkit.io import predictions_out
+
+    if cfg.out:  # before any work: never over an input, never over a file bertkit did not write
+        predictions_out.check_predictions_out(cfg.out, {"--data": cfg.data, "--model": cfg.model, "--probe": cfg.probe,
+                                                        "--recipe": str(recipe_path(recipe)) if recipe else None})
+    check_model_inputs(cfg)  # a model or probe that is not as saved stops here, before the data is read
+    cfg = read_as_saved(cfg)
+    if cfg.text:
+        dataset = TextDataset(list(cfg.text), source="--text")
+    else:
+        dataset = load_dataset_split(cfg, cfg.data or "", need_labels=False)
+    reader = output_reader(cfg, dataset, progress)
+    labels: list[Any] = []
+    values: list[np.ndarray] = []
+    with _csv_out(cfg.out, dataset, reader) as append:
+        for start, part in dataset.chunks(batches.SORT_WINDOW):
+            outputs = reader.outputs(part)
+            append(start, part, outputs.values)
+            predicted = outputs.predicted()
+            room = len(part) if keep is None else max(0, keep - len(labels))
+            labels.extend(predicted[:room])
+            values.append(outputs.values[:room])
+            if on_window is not None:
+                on_window(part, outputs, predicted)
+    head = np.concatenate(values) if values else np.zeros((0, reader.width), np.float32)
+    return PredictResult(reader.label_map.task, reader.label_names, reader.threshold, cfg.out, reader.precision,
+                         dataset, labels, head)
+
+
+def check_model_inputs(cfg: Any) -> None:
+    """--model (or --probe and the encoder it was trained on) verified against its record, with its tokenizer files:
+    `loading.check_model_folder` (cheap to repeat: a verified file is not read again)."""
+    from bertkit.models import loading
+
+    if getattr(cfg, "probe", None) is not None:
+        from bertkit.probe.saved import load_probe
+
+        loading.check_model_folder(str(load_probe(cfg.probe).meta["model"]))
+    elif cfg.model:
+        loading.check_model_folder(cfg.model)
+
+
+def read_as_saved(cfg: Any) -> Any:
+    """`cfg` with its reading options (--max-length, --long-text, --truncation, --stride) resolved against the record
+    of --model (bertkit_model.json) or --probe (probe.json): an option not given reads as recorded, one given that
+    differs is applied with a note; a model bertkit did not save (a hub id) reads with the defaults."""
+    from bertkit.models.metadata import saved_reading
+
+    if getattr(cfg, "probe", None) is not None:
+        from bertkit.probe.saved import load_probe
+
+        recorded, what = Reading.from_json(load_probe(cfg.probe).meta) or UNRECORDED, f"The probe {cfg.probe}"
+    else:
+        recorded, what = saved_reading(cfg.model) if cfg.model else None, f"The model {cfg.model}"
+    reading, notes = Reading.from_options(cfg).over_record(cfg, recorded, what)
+    for note in notes:
+        log.warning("%s", note)
+    return reading.applied_to(cfg)
+
+
+def _csv_out(out: str | None, dataset: TextDataset, reader: OutputReader) -> Any:
+    """The predictions CSV at --out, appended window by window (no --out: a sink that writes nothing)."""
+    from bertkit.scoring import predictions
+
+    if not out:
+        return contextlib.nullcontext(lambda *_: None)
+    return predictions.open_predictions_csv(Path(out), dataset, reader.label_names, task=reader.label_map.task,
+                                            threshold=reader.threshold)
+
+
+@dataclass
+class OutputReader:
+    """A loaded fine-tuned model or saved probe: `outputs(part)` runs it on a window of rows."""
+
+    label_map: LabelMap
+    read: Callable[[TextDataset], np.ndarray]
+    threshold: float | list[float] = 0.5
+    precision: str = "fp32"
+    """The precision the model runs in (`auto` resolved; int8 for dynamically quantized linear layers)."""
+
+    @property
+    def label_names(self) -> list[str]:
+        return [str(x) for x in self.label_map.labels]
+
+    @property
+    def width(self) -> int:
+        """Outputs per row."""
+        return 1 if self.label_map.task == "regression" else len(self.label_map.labels)
+
+    def outputs(self, part: TextDataset) -> Outputs:
+
+        return Outputs(self.label_map, self.read(part), self.threshold)
+
+    def all_outputs(self, dataset: TextDataset) -> Outputs:
+        """The outputs of every row (input order), the model run window by window as predict runs it."""
+        import numpy as np
+
+        from bertkit.encoding import batches
+
+        parts = [self.read(part) for _, part in dataset.chunks(batches.SORT_WINDOW)]
+        values = np.concatenate(parts) if parts else np.zeros((0, self.width), np.float32)
+        return Outputs(self.label_map, values, self.threshold)
+
+
+def output_reader(cfg: Any, dataset: TextDataset, progress: bool) -> OutputReader:
+    """A fine-tuned folder (--model) or a saved probe (--probe), loaded once, to run on `dataset`'s windows."""
+    from bertkit.data.labels import LabelMap
+    from bertkit.models import infer, loading
+    from bertkit.models.metadata import saved_threshold
+
+    if getattr(cfg, "probe", None) is not None:
+        from bertkit.probe.saved import load_probe, probe_reader
+
+        saved = load_probe(cfg.probe)
+        read = probe_reader(saved, pair=dataset.pairs is not None, batch_size=cfg.batch_size,
+                            precision=cfg.precision, max_length=cfg.max_length, progress=progress)
+        names = tuple(str(x) for x in saved.label_map.labels)
+        precision = loading.resolved_precision(cfg.precision, loading.choose_device("cpu"))  # its encoder's device
+        if saved.task != "single_label":  # numbers or tags: shown as a fine-tuned model of that shape shows them
+            return OutputReader(LabelMap(names, saved.task), lambda part: read(part)[1], saved.threshold, precision)
+        return OutputReader(LabelMap(names), lambda part: read(part)[1], precision=precision)
+    model, tokenizer, label_map = infer.load_for_inference(cfg.model, cfg.precision)
+    loading.check_max_length(cfg.max_length, tokenizer, model.config, cfg.model, pair=dataset.pairs is not None)
+    return OutputReader(label_map, _classifier_read(model, tokenizer, cfg, progress), saved_threshold(cfg.model),
+                        _precision_of(model, cfg.precision))
+
+
+def _precision_of(model: Any, requested: str) -> str:
+    """The precision a classifier runs in, as recorded: fp32, bf16, fp16 or int8 (`auto` resolved); an ONNX export's
+    backend (onnx, onnx-int8)."""
+    from bertkit.models import loading, onnx
+
+    if isinstance(model, onnx.OnnxModel):
+        return model.backend
+    return loading.precision_name(model, loading.choose_dtype(requested, next(model.parameters()).device))
+
+
+def _classifier_read(model: Any, tokenizer: Any, cfg: Any, progress: bool) -> Callable[[TextDataset], np.ndarray]:
+
+    from bertkit.scoring import predictions
+
+    return lambda part: predictions.predict_proba(model, tokenizer, part, progress=progress, **reading(cfg))
+
+
+def reading(cfg: Any) -> dict[str, Any]:
+    """How predict/evaluate run the model over the texts: window, batch, precision, and long texts (cut or chunk)."""
+    return {"max_length": cfg.max_length, "batch_size": cfg.batch_size, "precision": cfg.precision,
+            "long_text": LongText.from_config(cfg)}

@@ -1,0 +1,281 @@
+"""`bertkit probe`: inputs (a store, or features extracted from text: `bertkit.probe.inputs`) -> per-layer sweep
+(`bertkit.probe.search`, fits from `bertkit.probe.fit`) -> baselines -> repeated fits -> test -> the run directory
+(config, metrics, figures, and the best probe saved in the `bertkit.probe.saved` format)."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bertkit.commands.predict import read_as_saved
+from bertkit.data.options import TaskOptions
+from bertkit.encoding.reading import LongTextOptions
+from bertkit.errors import UserError, raise_if_problems
+from bertkit.features.settings import POOLS, layers_problem
+from bertkit.models.compute import INFERENCE_PRECISION_HELP, INFERENCE_PRECISIONS, TRUST_HELP
+from bertkit.options import DATA, MODEL, OUTPUT, PROBE, config_dict, option
+from bertkit.scoring.options import CLASS_WEIGHTS, MetricOptions
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ProbeConfig(LongTextOptions, MetricOptions, TaskOptions):
+    """`bertkit probe`: linear probes on frozen features, per pooling and layer, with baselines: logistic regression
+    (one label), one-vs-rest logistic regression (tags) or ridge regression (numbers)."""
+
+    features: str | None = option(None, "A `bertkit embed` store (its --out directory) instead of --data.",
+                                  panel=DATA)
+    model: str | None = option(None, "Encoder for on-the-fly features (default minilm-offline); with --features it "
+                               "must match the store.", panel=MODEL)
+    pool: str | None = option(None, "Poolings to compare: cls, mean, max, comma-separated (default cls, or the "
+                              "store's).", panel=MODEL)
+    layers: str | None = option(None, "Layers probed one by one: -1, a list like 0,3,6 (0 = embeddings), or all "
+                                "(default -1, or every layer in the store).", panel=MODEL)
+    max_length: int | None = option(None, "Truncate inputs to this many tokens when extracting features (--data). "
+                                    "Default: as a saved --model records it, else 128.", panel=MODEL, above=0)
+    batch_size: int = option(64, "Rows per batch for feature extraction.", above=0)
+    precision: str = option("auto", INFERENCE_PRECISION_HELP, choices=INFERENCE_PRECISIONS, aliases=("--dtype",))
+    normalize: bool = option(False, "L2-normalise features before the probe (extraction option).", panel=MODEL)
+    C: float | None = option(None, "Inverse regularisation strength (default 1.0 without --cv; regression: ridge "
+                             "alpha = 1/C, chosen by --cv 5 unless given).", panel=PROBE,
+                             above=0)
+    cv: int | None = option(None, "Choose C by K-fold cross-validation (data order; stratified for one label per "
+                            "row).", panel=PROBE,
+                            minimum=2)
+    C_grid: str | None = option(None, "C values for --cv, comma-separated, or `alammar` (linspace(0.0001, 100, 20)). "
+                                "Default: 0.001..10.", panel=PROBE)
+    class_weight: str = option("none", "balanced weighs classes by inverse frequency (imbalanced data).",
+                               panel=PROBE, choices=CLASS_WEIGHTS)
+    repeats: int = option(0, "Refit the best cell N times on random 80% train subsets (mean ± std).", panel=PROBE,
+                          minimum=0)
+    baselines: bool = option(True, "Also score majority class, TF-IDF + LR on the raw text, and the same encoder with "
+                             "random weights.", panel=PROBE)
+    out: str | None = option(None, "Run directory: config, metrics, plots, saved probe, cached features.",
+                             panel=OUTPUT)
+    overwrite: bool = option(False, "Replace an --out that holds a probe run with other options (swapped in once the "
+                             "new one is complete).", panel=OUTPUT)
+    trust_remote_code: bool = option(False, TRUST_HELP, panel=MODEL)
+
+    def __post_init__(self) -> None:
+        problems = self.data_problems()
+        if (self.features is None) == (self.data is None):
+            problems.append("Give exactly one of --features (a `bertkit embed` store) or --data (text to extract from).")
+        problems += self.long_text_problems()
+        problems += [f"--pool must be one of {', '.join(POOLS)}; got {pool!r}." for pool in self.pools
+                     if pool not in POOLS]
+        if len(set(self.pools)) != len(self.pools) or not self.pools:
+            problems.append(f"--pool must list distinct poolings (cls, mean, max), e.g. cls,mean; got {self.pool!r}.")
+        problems += layers_problem(self.layers)
+        problems += self.task_problems()
+        if self.features is not None and (self.task in ("multi_label", "regression") or self.label_sep is not None):
+            problems.append("--features stores hold one class per row; probe tags or numbers from the text with --data "
+                            "(and --task / --label-sep).")
+        if self.C is not None and self.cv is not None:
+            problems.append("--C fixes the regularisation and --cv searches for it; give one of them.")
+        if self.C_grid is not None:
+            if self.cv is None:
+                problems.append("--C-grid is searched with cross-validation; add --cv K (e.g. --cv 5).")
+            try:
+                _ = self.c_values
+            except ValueError:
+                problems.append(f"--C-grid must be positive finite numbers separated by commas (e.g. 0.01,0.1,1), or "
+                                f"alammar; got {self.C_grid!r}.")
+        raise_if_problems(problems)
+
+    @property
+    def pools(self) -> list[str]:
+        """--pool as a list (default: cls)."""
+        return [p.strip() for p in str(self.pool or "cls").split(",") if p.strip()]
+
+    @property
+    def c_values(self) -> list[float] | None:
+        """--C-grid as numbers (None: the default grid). Raises ValueError on a bad grid."""
+        if self.C_grid is None:
+            return None
+        if self.C_grid.strip().lower() == "alammar":
+            return [0.0001 + i * (100 - 0.0001) / 19 for i in range(20)]
+        values = [float(v) for v in self.C_grid.split(",") if v.strip()]
+        if not values or any(not math.isfinite(v) or v <= 0 for v in values):
+            raise ValueError(self.C_grid)
+        return values
+
+
+@dataclass
+class ProbeResult:
+    """What `bertkit probe` found (what metrics.json holds): the sweep over layers and poolings, the best cell with
+    its dev (and test) scores, the baselines, the repeated fits, and the files written."""
+
+    model: str | None
+    revision: str | None
+    source: str
+    features: str | None
+    dtype: str | None
+    """The precision the features were computed in."""
+    rows: dict[str, int]
+    labels: list[str]
+    probe: dict[str, Any]
+    """The probe's kind and settings (C or its search, class weights; the shape for numbers and tags)."""
+    sweep: list[dict[str, Any]]
+    best: dict[str, Any]
+    notes: list[str] = field(default_factory=list)
+    task: str | None = field(default=None, metadata={"omit_empty": True})
+    """regression or multi_label (their own metrics); None for one label per row."""
+    baselines: dict[str, Any] = field(default_factory=dict, metadata={"omit_empty": True})
+    repeats: dict[str, Any] | None = field(default=None, metadata={"omit_empty": True})
+    outputs: dict[str, str] = field(default_factory=dict, metadata={"omit_empty": True})
+
+
+def run(cfg: ProbeConfig, progress: bool = False) -> ProbeResult:
+    """Inputs -> per-layer sweep -> baselines -> variance -> test -> run directory."""
+    from bertkit.io import ownership, rundir, trail
+    from bertkit.probe.baselines import run_baselines
+    from bertkit.probe.inputs import load_store_inputs, load_text_inputs
+    from bertkit.probe.search import repeat_probe, score_probe, shape_kwargs, sweep_layers
+    from bertkit.scoring.metrics import load_metrics
+
+    if cfg.data:  # features made now: read texts as a saved --model records it (a store's are made already)
+        cfg = read_as_saved(cfg)
+    # --out is looked at now (read-only) and claimed once the data and model are validated
+    plan = rundir.inspect_run_dir(cfg.out, "probe", overwrite=cfg.overwrite, compare=trail.config_compare(config_dict(cfg)),
+                                  inputs=ownership.input_paths(cfg)) if cfg.out else None
+    external = load_metrics(tuple(cfg.external_metrics))  # a --metric that cannot load stops before any work
+    cache = (lambda: plan.claim().path / "features") if plan is not None else None
+    check = functools.partial(check_shape_options, cfg, external)
+    inputs = load_store_inputs(cfg) if cfg.features else load_text_inputs(cfg, cache, progress, on_labels=check)
+    if cfg.features:  # a store's features are made already: checked once its labels are read
+        check(inputs.label_map)
+    run_dir = plan.claim() if plan is not None else None
+    cache = run_dir.path / "features" if run_dir is not None else None
+    names = [str(x) for x in inputs.label_map.labels]
+    kwargs, metric = shape_kwargs(cfg, inputs.label_map.task)
+    say = (lambda msg: log.info(msg)) if progress else None
+    sweep = sweep_layers(inputs.train, inputs.y_train, inputs.dev, inputs.y_dev, layer_names=inputs.layer_names,
+                         label_names=names, progress=say, metric=metric, threshold=cfg.threshold, **kwargs)
+    best = sweep.best
+    result: dict[str, Any] = {
+        "model": inputs.feature_meta.get("model"), "revision": inputs.feature_meta.get("revision"),
+        "source": inputs.source, "features": cfg.features, "dtype": inputs.feature_meta.get("dtype"),
+        "rows": {"train": len(inputs.y_train), "dev": len(inputs.y_dev),
+                 **({"test": len(inputs.y_test)} if inputs.y_test is not None else {})},
+        "labels": names, "probe": {k: v for k, v in kwargs.items()},
+        "sweep": sweep.rows(),
+        "best": {"pool": best.pool, "layer": best.layer_name, "hidden_state": inputs.layer_indices[best.layer],
+                 "C": best.fit.C, "dev": best.metrics, "accuracy_ci95": list(best.ci)},
+        "notes": inputs.notes,
+    }
+    if "task" in kwargs:  # regression / tags: the shape, its interval, ridge alpha or tag threshold
+        result["task"] = kwargs["task"]
+        result["best"].update({f"{metric}_ci95": result["best"].pop("accuracy_ci95")},
+                              **{k: v for k, v in best.row().items() if k in ("alpha", "threshold")})
+    if cfg.baselines:
+        result["baselines"] = run_baselines(cfg, inputs, best, names, cache, progress)
+    if cfg.repeats:
+        result["repeats"] = repeat_probe(inputs.train[best.pool][:, best.layer], inputs.y_train,
+                                         inputs.dev[best.pool][:, best.layer], inputs.y_dev, repeats=cfg.repeats,
+                                         label_names=names, threshold=cfg.threshold, **kwargs)
+    if inputs.test is not None and inputs.y_test is not None:
+        result["best"]["test"] = score_probe(best.fit, inputs.test[best.pool][:, best.layer], inputs.y_test, names)
+    failed = requested_metrics_or_failure(cfg, result, best, inputs, external)
+    if run_dir is not None:  # a --metric that failed on the real predictions: the rest is saved first
+        result["outputs"] = write_probe_run(run_dir.path, cfg, inputs, sweep, result, final_dir=run_dir.out)
+        run_dir.commit()  # with --overwrite: the new run replaces the previous one only now
+    if failed is not None:
+        saved = (f"The probe run is saved, not lost, without those scores: {run_dir.out} (saved probe "
+                 f"{result['outputs']['probe']}). " if run_dir is not None else "")
+        raise UserError(f"--metric {failed.spec} failed on the best probe's predictions: {failed.reason}. {saved}Fix "
+                        f"the metric script and re-run this command, or drop --metric {failed.spec}.")
+    return ProbeResult(**result)
+
+
+def check_shape_options(cfg: Any, external: Sequence[Any], labels: Any) -> None:
+    """Once the labels (`data.LabelMap`: the problem shape) are read, before any model work: warnings for options
+    the shape ignores (a built-in --metric it lacks, --threshold), and every --metric module tried on a synthetic
+    input of the shape (a failure stops here)."""
+    from bertkit.scoring.metrics import check_external
+    from bertkit.scoring.shapes import inapplicable_options
+
+    for note in inapplicable_options(labels.task, len(labels.labels), cfg.metric_list, cfg.threshold):
+        log.warning("%s", note)
+    check_external(external, labels.task, len(labels.labels))
+
+
+def requested_metrics_or_failure(cfg: Any, result: dict[str, Any], best: Any, inputs: Any,
+                                 external: Sequence[Any]) -> Any:
+    """`add_requested_metrics`; a module that fails on the real predictions is returned (and noted in the result)
+    instead of raised, so the run can be saved before the failure is reported. None: every module scored."""
+    from bertkit.scoring.metrics import MetricFailed
+
+    try:
+        add_requested_metrics(cfg, result["best"], best, inputs, external)
+    except MetricFailed as exc:
+        result["notes"].append(f"--metric {exc.spec} failed on the best probe's predictions: {exc.reason}.")
+        return exc
+    return None
+
+
+def add_requested_metrics(cfg: Any, best_result: dict[str, Any], best: Any, inputs: Any,
+                          external: Sequence[Any]) -> None:
+    """The --metric scores of the best cell: each evaluate module on its dev (and test) predictions, as label ids
+    against the true ids (as `bertkit evaluate` passes them), and the names asked for under `requested`."""
+    from bertkit.probe.search import predicted_ids
+    from bertkit.scoring.metrics import add_requested
+
+    if not cfg.metric_list:
+        return
+    add_requested(best_result["dev"], cfg.metric_list, external, best.pred, inputs.y_dev)
+    if "test" in best_result and inputs.test is not None and inputs.y_test is not None:
+        test_pred = predicted_ids(best.fit, inputs.test[best.pool][:, best.layer])
+        add_requested(best_result["test"], cfg.metric_list, external, test_pred, inputs.y_test)
+
+
+def write_probe_run(run_dir: Path, cfg: Any, inputs: Any, sweep: Any, result: dict[str, Any],
+                    final_dir: Path | None = None) -> dict[str, str]:
+    """config.json, metrics.json, the layer-curve and confusion-matrix PNGs and the saved probe (probe/), written
+    into `run_dir`; the paths reported are those in `final_dir` (where a staged run ends up)."""
+    from bertkit import plots
+    from bertkit.io import atomic, trail
+    from bertkit.probe.baselines import BASELINE_NAMES
+    from bertkit.probe.saved import save_probe
+
+    best = sweep.best
+    fingerprints = {name: ds.fingerprint for name, ds in inputs.datasets.items()}
+    trail.write_run_config(run_dir, "probe", config_dict(cfg), data_fingerprints=fingerprints,
+                           features=inputs.feature_meta)
+    baselines = {name: b[sweep.metric] for name, b in result.get("baselines", {}).items()}
+    label = BASELINE_NAMES.get(best.fit.task, BASELINE_NAMES["single_label"])
+    model = Path(str(inputs.feature_meta.get("model"))).name
+    curve = plots.probe_layer_curve(sweep.rows(), {label.get(k, k): v for k, v in baselines.items()},
+                                    run_dir / "probe_layers.png", f"Linear probe per layer — {model}",
+                                    metric=sweep.metric)
+    figure_key, figure = best_cell_figure(run_dir, best, inputs.y_dev)
+    index = inputs.layer_indices[best.layer]
+    meta = {**inputs.feature_meta, "pool": best.pool, "layers": str(index) if index is not None else inputs.feature_meta["layers"],
+            "layer_name": best.layer_name, f"dev_{sweep.metric}": best.metrics[sweep.metric]}
+    save_probe(run_dir / "probe", best.fit, inputs.label_map, meta)
+    final = final_dir or run_dir
+    outputs = {"config": str(final / "config.json"), "metrics": str(final / "metrics.json"),
+               "layer_curve": str(final / curve.name), figure_key: str(final / figure.name),
+               "probe": str(final / "probe")}
+    atomic.write_json_atomic(run_dir / "metrics.json", {**result, "outputs": outputs})
+    return outputs
+
+
+def best_cell_figure(run_dir: Path, best: Any, y_dev: Any) -> tuple[str, Path]:
+    """(outputs key, path) of the best cell's dev figure: confusion matrix, true-vs-predicted scatter (numbers) or
+    per-tag F1 bars (tags)."""
+    from bertkit import plots
+
+    title = f"{best.pool} {best.layer_name}"
+    if best.fit.task == "regression":
+        return "scatter", plots.regression_scatter(y_dev, best.pred, run_dir / "scatter.png", f"Dev — {title}")
+    if best.fit.task == "multi_label":
+        return "per_label_f1", plots.per_label_f1(best.metrics["per_label"], run_dir / "per_label_f1.png",
+                                                  f"Dev per-tag F1 — {title}")
+    return "confusion_matrix", plots.confusion_matrix(best.metrics["confusion_matrix"], best.metrics["labels"],
+                                                      run_dir / "confusion_matrix.png", f"Dev confusion — {title}")

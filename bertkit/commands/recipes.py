@@ -1,0 +1,126 @@
+"""`bertkit recipes list|show`, and recipes themselves: TOML files whose `[command]` table holds option values
+(keys = the CLI option names), packaged in `bertkit/recipes/`; found by name or path, checked against the command's
+option fields, listed and described.
+
+On the command line a recipe's values become the options' defaults (Typer's `default_map`, `cli/app.py`), so a
+flag given wins over the recipe, and the recipe over the field's default.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from bertkit.errors import UserError
+from bertkit.options import alias_map, check_value, flag
+from bertkit.options import option_fields as _option_fields
+
+RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"  # packaged: a wheel install has them
+
+
+def option_fields(config_cls: type) -> set[str]:
+    """Names of the config fields that are CLI options (and valid recipe keys)."""
+    return {f.name for f in _option_fields(config_cls)}
+
+
+def check_values(config_cls: type, values: dict[str, Any], where: str) -> dict[str, Any]:
+    """Every value type-checked against `config_cls` (see `options.check_value`); all problems in one UserError."""
+    by_name = {f.name: f for f in fields(config_cls)}
+    checked, problems = {}, []
+    for name, value in values.items():
+        try:
+            checked[name] = check_value(by_name[name], value)
+        except TypeError as exc:
+            problems.append(f"{flag(name)[2:]} {exc}")
+    if problems:
+        raise UserError(f"{where}: {'; '.join(problems)}. Fix the value{'s' if len(problems) > 1 else ''} "
+                        f"(a command-line flag overrides a recipe value).")
+    return checked
+
+
+def recipe_path(name_or_path: str) -> Path:
+    """A recipe file: an existing path, or the name of a file in `recipes/` (with or without `.toml`)."""
+    path = Path(name_or_path)
+    if path.is_file():
+        return path
+    candidate = RECIPES_DIR / (name_or_path if name_or_path.endswith(".toml") else f"{name_or_path}.toml")
+    if candidate.is_file():
+        return candidate
+    known = ", ".join(sorted(p.stem for p in RECIPES_DIR.glob("*.toml"))) or "(none found)"
+    raise UserError(
+        f"Recipe {name_or_path!r} not found: it is neither a file nor a recipe name. "
+        f"Known recipes: {known}. Pass --recipe with a path to a .toml file or one of those names."
+    )
+
+
+def load_recipe(name_or_path: str, command: str, config_cls: type) -> dict[str, Any]:
+    """The `[command]` table of a recipe, keys normalised to field names; unknown keys are an error."""
+    path = recipe_path(name_or_path)
+    try:
+        document = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise UserError(f"Recipe {path} is not valid TOML: {exc}. Fix the file or pick another recipe.") from None
+    if command not in document:
+        tables = ", ".join(f"[{t}]" for t in document) or "none"
+        raise UserError(
+            f"Recipe {path} has no [{command}] table (it has: {tables}); it is for another command. "
+            f"Run `bertkit {next(iter(document), command)} --recipe {name_or_path}` or add a [{command}] table."
+        )
+    aliases = alias_map(config_cls)  # an option's older name (e.g. dtype for precision) is still a valid key
+    values = {aliases.get(k, k): value for k, value in ((key.replace("-", "_"), v) for key, v in document[command].items())}
+    valid = option_fields(config_cls)
+    unknown = sorted(set(values) - valid)
+    if unknown:
+        raise UserError(
+            f"Recipe {path} [{command}] has unknown keys: {', '.join(unknown)}. "
+            f"Valid keys are the options of `bertkit {command}`: {', '.join(sorted(flag(v)[2:] for v in valid))}."
+        )
+    values = {k: _next_to_recipe(v, path.parent) if k in INPUT_KEYS else v for k, v in values.items()}
+    return check_values(config_cls, values, f"Recipe {path} [{command}] has a value of the wrong type")
+
+
+INPUT_KEYS = frozenset({"data", "dev", "test", "features", "probe", "model", "teacher", "student", "metric"})
+"""Recipe keys naming files or folders to read: a relative one is looked up next to the recipe first."""
+
+
+def _next_to_recipe(value: Any, folder: Path) -> Any:
+    """A relative path that exists next to the recipe, made absolute, so a recipe finds its data from any current
+    folder (a packaged recipe names the packaged demo data as `../resources/demo/...`). Anything else - a hub name,
+    a split name (`validation`), a path that exists only from the current folder - is left as written."""
+    if isinstance(value, list):
+        return [_next_to_recipe(v, folder) for v in value]
+    if not isinstance(value, str) or not value or Path(value).expanduser().is_absolute():
+        return value
+    beside = folder / value
+    return str(beside.resolve()) if beside.exists() else value
+
+
+@dataclass(frozen=True)
+class RecipeInfo:
+    """One recipe file: its name, the commands it configures, and its header comment."""
+
+    name: str
+    path: Path
+    commands: tuple[str, ...]
+    summary: str
+    result: str
+
+
+def describe_recipe(path: Path) -> RecipeInfo:
+    """Name, tables and header comment of a recipe (`# Result:` line = the measured result)."""
+    text = path.read_text(encoding="utf-8")
+    comments = [line.lstrip("#").strip() for line in text.splitlines() if line.startswith("#")]
+    result = next((c.split(":", 1)[1].strip() for c in comments if c.lower().startswith("result:")), "")
+    summary = next((c for c in comments if c and not c.lower().startswith(("result:", "run:", "$"))), "")
+    try:
+        tables = tuple(tomllib.loads(text))
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"Recipe {path} is not valid TOML: {exc}.") from None
+    return RecipeInfo(path.stem, path, tables, summary, result)
+
+
+def list_recipes() -> list[RecipeInfo]:
+    """Every recipe shipped in recipes/, sorted by name."""
+    return [describe_recipe(p) for p in sorted(RECIPES_DIR.glob("*.toml"))]

@@ -1,0 +1,99 @@
+"""`bertkit tokens`: how a tokenizer sees a sentence ([CLS]/[SEP], ids, mask), or the token-length profile of a
+dataset with truncation and padding waste (`bertkit.encoding.report` computes it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from bertkit.data.options import DataOptions
+from bertkit.errors import raise_if_problems
+from bertkit.models.compute import TRUST_HELP
+from bertkit.options import DATA, MODEL, OUTPUT, option
+
+
+@dataclass(frozen=True)
+class TokensConfig(DataOptions):
+    """`bertkit tokens`: how a tokenizer sees a sentence, or the token-length profile of a dataset."""
+
+    model: str = option("minilm-offline", "Model (tokenizer): a hub id, a local folder, or `minilm-offline`.",
+                        panel=MODEL)
+    text: str | None = option(None, "A sentence to show token by token (instead of --data).", panel=DATA)
+    text_pair: str | None = option(None, "Second sentence, encoded as a pair with --text.", panel=DATA)
+    max_length: int = option(128, "Max length used to report truncation and padding waste.", panel=MODEL, above=0)
+    batch_size: int = option(32, "Batch size for the padding-waste estimate.", above=0)
+    out: str | None = option(None, "Run directory for tokens.json and the histogram PNG.", panel=OUTPUT)
+    overwrite: bool = option(False, "Replace an --out that holds a tokens run with other options (swapped in once "
+                             "the new report is complete).", panel=OUTPUT)
+    trust_remote_code: bool = option(False, TRUST_HELP, panel=MODEL)
+
+    def __post_init__(self) -> None:
+        problems = self.data_problems()
+        if (self.text is None) == (self.data is None):
+            problems.append("Give exactly one of --text (a sentence) or --data (a dataset).")
+        if self.text_pair is not None and self.text is None:
+            problems.append("--text-pair needs --text.")
+        raise_if_problems(problems)
+
+
+@dataclass
+class TokensResult:
+    """A sentence's tokens (`sentence`), or every split's length report (`splits`, `reports`) and where it went."""
+
+    sentence: dict[str, Any] | None = None
+    """--text: tokens, ids, mask, token types and special positions (`encoding.report.explain_sentence`)."""
+    model: str | None = None
+    max_length: int | None = None
+    model_limit: int | None = None
+    splits: list[dict[str, Any]] = field(default_factory=list)
+    """Per split: rows, length percentiles, truncated rows, suggested max length, padding waste."""
+    reports: list[Any] = field(default_factory=list, metadata={"json": False})
+    """The `LengthReport` objects behind `splits` (with the length counts the histogram draws)."""
+    notes: list[str] = field(default_factory=list)
+    outputs: dict[str, str] = field(default_factory=dict)
+    """--out: the report and histogram files."""
+
+
+def run(cfg: TokensConfig) -> TokensResult:
+    """The sentence's tokens for --text, else the length report of every split (tokens.json + token_lengths.png in
+    --out when given)."""
+    from bertkit.models import loading
+
+    tokenizer = loading.load_tokenizer(cfg.model, cfg.trust_remote_code)
+    if cfg.text is not None:
+        from bertkit.encoding.report import explain_sentence
+
+        return TokensResult(sentence=explain_sentence(tokenizer, cfg.text, cfg.text_pair))
+    return _length_reports(tokenizer, cfg)
+
+
+def _length_reports(tokenizer: Any, cfg: TokensConfig) -> TokensResult:
+    from bertkit import plots
+    from bertkit.data.splits import load_splits
+    from bertkit.encoding.report import length_report, long_text_note
+    from bertkit.io import atomic, ownership, rundir, trail
+    from bertkit.models import loading
+
+    plan = rundir.inspect_run_dir(cfg.out, "tokens", overwrite=cfg.overwrite, compare=trail.config_compare(vars(cfg)),
+                                  inputs=ownership.input_paths(cfg)) if cfg.out else None  # read-only, early
+    model_config = loading.load_config(cfg.model, cfg.trust_remote_code)
+    limit = loading.model_max_length(tokenizer, model_config)
+    loading.check_max_length(cfg.max_length, tokenizer, model_config, cfg.model, pair=cfg.text_pair_column is not None)
+    splits = load_splits(cfg, need_labels=cfg.label_column is not None, need_dev=False)
+    named = [(name, ds) for name, ds in (("train", splits.train), ("dev", splits.dev), ("test", splits.test)) if ds]
+    reports = [length_report(tokenizer, ds, name, cfg.max_length, cfg.batch_size, limit, cfg.seed, cfg.cache_dir)
+               for name, ds in named]
+    result = TokensResult(model=cfg.model, max_length=cfg.max_length, model_limit=limit, reports=reports,
+                          splits=[{k: v for k, v in vars(r).items() if k != "length_counts"} for r in reports])
+    if plan is not None:
+        run_dir = plan.claim()
+        trail.write_run_config(run_dir.path, "tokens", vars(cfg),
+                               data_fingerprints={name: ds.fingerprint for name, ds in named})
+        atomic.write_json_atomic(run_dir.path / "tokens.json", {"model": cfg.model, "max_length": cfg.max_length,
+                                                                "model_limit": limit, "splits": result.splits})
+        plots.length_histogram({r.split: r.length_counts for r in reports}, cfg.max_length,
+                               run_dir.path / "token_lengths.png", f"Token lengths ({cfg.model})")
+        run_dir.commit()
+        result.outputs = {"report": str(run_dir.out / "tokens.json"), "histogram": str(run_dir.out / "token_lengths.png")}
+    result.notes = [*splits.notes, *[note for r in reports if (note := long_text_note(r, cfg.max_length, limit))]]
+    return result

@@ -1,0 +1,126 @@
+"""What pooled features are, as options and as the settings object artifacts record: the poolings (--pool), the
+hidden states pooled (--layers), how several layers are combined and normalised, and the stored precision."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from bertkit.errors import UserError, raise_if_problems
+
+POOLS = ("cls", "mean", "max")
+COMBINES = ("concat", "mean", "sum")
+STORE_DTYPES = ("float32", "float16")
+
+
+def layers_problem(spec: str | None, default: str = "-1") -> list[str]:
+    """A problem with --layers (the syntax; the range is checked against the model)."""
+    try:
+        parse_layers(spec if spec is not None else default)
+    except ValueError:
+        return [f"--layers must be -1, a comma list of distinct layer indices (e.g. -4,-3,-2,-1; 0 = embeddings), "
+                f"or all; got {spec!r}."]
+    return []
+
+
+def parse_layers(spec: str | int) -> list[int] | None:
+    """`--layers`: `all` -> None; `-1` / `-4,-3,-2,-1` / `0,6` -> list of hidden-state indices.
+
+    Index 0 is the embedding output, 1..L the encoder layers; negative indices count from the last layer.
+    Raises ValueError on anything else.
+    """
+    text = str(spec).strip().lower()
+    if text == "all":
+        return None
+    parts = [p.strip() for p in text.split(",")]
+    if not parts or any(not p.lstrip("-").isdigit() for p in parts):
+        raise ValueError(spec)
+    values = [int(p) for p in parts]
+    if len(set(values)) != len(values):
+        raise ValueError(spec)
+    return values
+
+
+@dataclass(frozen=True)
+class Pooling:
+    """Which hidden states are pooled, how, and how several are combined (normalised or not): the settings every
+    feature artifact records (store manifests, saved probes, feature exports) and is read back with."""
+
+    pool: str = "cls"
+    layers: tuple[int, ...] | None = (-1,)
+    """Indices into hidden_states (0 = embeddings ... L = last layer; negatives from the end); None = all."""
+    combine: str = "concat"
+    normalize: bool = False
+
+    KEYS: ClassVar[tuple[str, ...]] = ("pool", "layers", "combine", "normalize")
+    """The keys (= the option names) in manifests, probe.json and export records."""
+
+    @classmethod
+    def from_options(cls, pool: str, layers: str | int, combine: str, normalize: bool) -> Pooling:
+        """The spec for these option values (the library path: the same rules as the CLI's, from config.py)."""
+        problems = layers_problem(str(layers))
+        problems += [f"--pool must be one of {', '.join(POOLS)}; got {pool!r}."] if pool not in POOLS else []
+        problems += [f"--combine must be one of {', '.join(COMBINES)}; got {combine!r}."] if combine not in COMBINES else []
+        raise_if_problems(problems)
+        parsed = parse_layers(layers)
+        return cls(pool, None if parsed is None else tuple(parsed), combine, normalize)
+
+    def resolve(self, n_layers: int) -> list[int]:
+        """Positive hidden-state indices for a model with `n_layers` encoder layers (n_layers + 1 states)."""
+        if self.layers is None:
+            return list(range(n_layers + 1))
+        resolved = []
+        for index in self.layers:
+            positive = index + n_layers + 1 if index < 0 else index
+            if not 0 <= positive <= n_layers:
+                raise UserError(
+                    f"--layers {index} is out of range: the model has {n_layers} layers, so valid indices are "
+                    f"0 (embeddings) to {n_layers}, or -1 to -{n_layers + 1}. Pass --layers with indices in that range."
+                )
+            resolved.append(positive)
+        check_distinct_layers(self.layers, resolved, n_layers)
+        return resolved
+
+    def row_shape(self, n_layers: int, hidden: int) -> tuple[int, ...]:
+        """Shape of one row's features: (dim,), or (layers, dim) for `all` with concat."""
+        k = len(self.resolve(n_layers))
+        if self.combine != "concat" or k == 1:
+            return (hidden,)
+        if self.layers is None:
+            return (k, hidden)
+        return (k * hidden,)
+
+    def layer_names(self, n_layers: int) -> list[str]:
+        return ["embeddings" if i == 0 else f"layer {i}" for i in self.resolve(n_layers)]
+
+
+def check_distinct_layers(asked: Sequence[int], resolved: Sequence[int], n_layers: int) -> None:
+    """--layers must name each hidden state once after resolving negatives (-1 and 6 are one state of 6 layers)."""
+    seen: dict[int, int] = {}
+    for index, state in zip(asked, resolved, strict=True):
+        if state in seen:
+            raise UserError(
+                f"--layers {','.join(map(str, asked))} names hidden state {state} twice ({seen[state]} and {index}: "
+                f"negative indices count from the last layer, and this model has {n_layers} layers, so -1 is "
+                f"{n_layers}). Pass each layer once, e.g. --layers {','.join(map(str, dict.fromkeys(resolved)))}."
+            )
+        seen[state] = index
+
+    @property
+    def layers_option(self) -> str:
+        """--layers as given: `all`, `-1`, `0,6`."""
+        return "all" if self.layers is None else ",".join(map(str, self.layers))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"pool": self.pool, "layers": self.layers_option, "combine": self.combine, "normalize": self.normalize}
+
+    @classmethod
+    def from_json(cls, record: dict[str, Any]) -> Pooling:
+        """The pooling an artifact records (its option values); missing keys read as the defaults."""
+        default = cls().to_json()
+        values = {key: record.get(key, default[key]) for key in cls.KEYS}
+        return cls.from_options(str(values["pool"]), str(values["layers"]), str(values["combine"]),
+                                bool(values["normalize"]))
+
+

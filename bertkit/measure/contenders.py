@@ -1,0 +1,93 @@
+"""The models under test ("contenders") of `bertkit bench`: a preset's exact shapes with random weights, or
+--models loaded from the hub or folders; and what the report must say about where they came from."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from bertkit.errors import UserError
+from bertkit.measure.timing import Clock
+from bertkit.models import infer, loading
+
+RANDOM_INIT_NOTE = (
+    "Random-init models: exact architecture shapes with fresh random weights. Speed, size and memory are those of "
+    "the real checkpoints; quality is meaningless and is skipped unless --quality is given."
+)
+PRESETS: dict[str, tuple[tuple[str, str], ...]] = {
+    # label -> transformers config class; both use the bert-base-uncased vocabulary (30522 tokens).
+    "distilbert-vs-bert": (("distilbert-base-uncased", "DistilBertConfig"), ("bert-base-uncased", "BertConfig")),
+}
+PRESET_TOKENIZER = loading.OFFLINE_NAME  # the packaged MiniLM folder ships the bert-base-uncased vocab
+
+
+@dataclass
+class Contender:
+    """One model under test, with its tokenizer and how it was obtained."""
+
+    label: str
+    source: str
+    random_init: bool
+    model: Any
+    tokenizer: Any
+    build_seconds: float
+    """Time to build (random init) or load (pretrained) the model the first time."""
+    forwards: dict[Any, Any] = field(default_factory=dict)
+    """The inference forward per (device, dtype) (`steps.inference_forward`), built once."""
+
+    @property
+    def input_names(self) -> frozenset[str]:
+        """The inputs the model's forward takes (DistilBERT: no token_type_ids), asked the way inference asks."""
+        return infer.accepted_inputs(self.model)
+
+
+def preset_configs(name: str) -> list[tuple[str, Any]]:
+    """(label, config) pairs of a preset: default transformers configs, i.e. the exact published shapes."""
+    import transformers
+
+    if name not in PRESETS:
+        raise UserError(f"Unknown --preset {name!r}; known presets: {', '.join(PRESETS)}. Or pass --models.")
+    return [(label, getattr(transformers, cls)()) for label, cls in PRESETS[name]]
+
+
+def load_contenders(
+    models: Sequence[str], preset: str | None, random_init: bool, trust_remote_code: bool = False,
+    clock: Clock = time.perf_counter,
+) -> list[Contender]:
+    """Build the preset's models (random init, offline) or load each of `models` (hub id or folder)."""
+    found: list[Contender] = []
+    if preset:
+        tokenizer = loading.load_tokenizer(PRESET_TOKENIZER)
+        for label, config in preset_configs(preset):
+            start = clock()
+            model = loading.build_encoder(config)
+            found.append(Contender(f"{label} (random init)", f"{type(config).__name__}()", True, model, tokenizer,
+                                   clock() - start))
+        return found
+    for name in models:
+        try:
+            tokenizer = loading.load_tokenizer(name, trust_remote_code)
+            start = clock()
+            model = loading.load_encoder(name, trust_remote_code, random_init=random_init)
+        except UserError as exc:
+            raise UserError(f"{exc} Offline, `--preset distilbert-vs-bert` compares the exact BERT/DistilBERT "
+                            "shapes with random weights (speed, size, memory).") from None
+        label = f"{name} (random init)" if random_init else name
+        found.append(Contender(label, name, random_init, model, tokenizer, clock() - start))
+    return found
+
+
+def contender_notes(cfg: Any, contenders: Sequence[Contender]) -> list[str]:
+    """What the report must say about where the models came from (random weights, the preset's shapes)."""
+    notes = []
+    if any(c.random_init for c in contenders):
+        notes.append(RANDOM_INIT_NOTE)
+    if cfg.preset:
+        notes.append(f"--preset {cfg.preset}: transformers' default configs (the published base shapes), "
+                     f"tokenizer = bert-base-uncased vocabulary from the packaged `{PRESET_TOKENIZER}` folder.")
+    if cfg.quality_kinds and any(c.random_init for c in contenders):
+        notes.append("Quality of random-init models was measured because --quality was given; it is meaningless.")
+    return notes
+

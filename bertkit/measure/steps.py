@@ -1,0 +1,184 @@
+"""The timed steps of `bertkit bench`: each step times exactly its counted work (batch-1 latency, a forward pass
+over a prepared batch, a training step), and the prepared batches they run on."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from bertkit.encoding.batches import pad_batch, sorted_batches
+from bertkit.encoding.encode import Encoded
+from bertkit.measure.contenders import Contender
+from bertkit.measure.timing import Budget, Step
+from bertkit.models import fastforward, infer, loading
+from bertkit.models.replay import Replayed
+
+
+def model_inputs(batch: dict[str, Any], accepted: frozenset[str], device: Any = None) -> dict[str, Any]:
+    """The batch tensors the model accepts, on `device`.
+
+    `pad_batch(..., inputs=, device=)` pads token ids and then selects and moves; here the batch is already padded
+    (one batch serves every model) or is the tokenizer's output, so only the selection and the move are left.
+    """
+    return {k: (v.to(device) if device is not None else v) for k, v in batch.items() if k in accepted}
+
+
+def inference_forward(c: Contender, device: Any, dtype: Any) -> Callable[[dict[str, Any]], Any]:
+    """The forward bertkit's own inference runs for `c`: on a GPU, for allowlisted models, its encoder
+    layers (`fastforward.hidden_states`) on a copy of the weights in the compute dtype (`cast_for_inference`),
+    small batches replayed as CUDA graphs (`replay.Replayed`); otherwise the model's own forward. Made once per
+    contender and device."""
+    key = (str(device), str(dtype))
+    if key not in c.forwards:
+        if getattr(device, "type", None) != "cuda" or fastforward.unsupported_reason(c.model) is not None:
+            c.forwards[key] = lambda inputs: c.model(**inputs)
+        else:
+            c.forwards[key] = Replayed(_own_forward(loading.cast_for_inference(copy.deepcopy(c.model), device,
+                                                                                 dtype).eval()), device)
+    return c.forwards[key]
+
+
+def _own_forward(model: Any) -> Callable[[dict[str, Any]], Any]:
+    """A classifier's logits as `bertkit predict` computes them (`SequenceClassifier`), an encoder's last layer."""
+    if type(model).__name__ in fastforward.CLASSIFIERS:
+        net = fastforward.SequenceClassifier(model)
+        return lambda batch: net(**batch)
+    depth = len(fastforward.encoder_layers(model))
+    return lambda batch: fastforward.hidden_states(model, batch, depth, False)[depth]
+
+
+def latency_step(c: Contender, texts: Sequence[str], max_length: int, device: Any, budget: Budget,
+                 dtype: Any = None) -> Step:
+    """Batch 1 over real sentences in turn: returns (model seconds, tokenization seconds). On a GPU the row is
+    padded to its bucket width (`infer.gpu_padded_width`), as `bertkit predict` pads, so shapes repeat."""
+    position = itertools.count()
+    accepted, clock, sync = c.input_names, budget.clock, budget.sync
+    forward = inference_forward(c, device, dtype)
+    pad_to = getattr(device, "type", None) == "cuda"
+    pad_id = infer.pad_id_of(c.tokenizer) if pad_to else 0
+
+    def step() -> tuple[float, ...]:
+        text = texts[next(position) % len(texts)]
+        t0 = clock()
+        encoded = c.tokenizer(text, truncation=True, max_length=max_length, return_tensors="pt")
+        inputs = dict(encoded)
+        if pad_to:
+            inputs = padded_to(inputs, infer.gpu_padded_width(inputs["input_ids"].shape[1]), pad_id)
+        t1 = clock()
+        inputs = model_inputs(inputs, accepted, device)
+        sync()
+        t2 = clock()
+        forward(inputs)
+        sync()
+        t3 = clock()
+        return t3 - t2, t1 - t0
+
+    return step
+
+
+def padded_to(batch: dict[str, Any], width: int, pad_id: int) -> dict[str, Any]:
+    """A tokenizer's (rows, length) tensors padded on the right to `width` (ids with `pad_id`, the rest with 0)."""
+    import torch
+
+    extra = width - batch["input_ids"].shape[1]
+    return {name: torch.nn.functional.pad(t, (0, extra), value=pad_id if name == "input_ids" else 0)
+            for name, t in batch.items()}
+
+
+@dataclass
+class PreparedBatch:
+    """A padded batch, ready before the clock starts, with what it counts."""
+
+    inputs: dict[str, Any]
+    rows: int
+    tokens: int
+    """Real (non-padding) tokens."""
+    padded_tokens: int
+    labels: Any = None
+
+
+def forward_step(c: Contender, batches: Sequence[PreparedBatch], device: Any, budget: Budget,
+                 dtype: Any = None) -> Step:
+    """Forward passes over prepared batches in turn: returns (seconds, rows, tokens, padded tokens)."""
+    position = itertools.count()
+    moved = [model_inputs(b.inputs, c.input_names, device) for b in batches]
+    clock, sync = budget.clock, budget.sync
+    forward = inference_forward(c, device, dtype)
+
+    def step() -> tuple[float, ...]:
+        i = next(position) % len(batches)
+        sync()
+        t0 = clock()
+        forward(moved[i])
+        sync()
+        t1 = clock()
+        return t1 - t0, batches[i].rows, batches[i].tokens, batches[i].padded_tokens
+
+    return step
+
+
+def train_step(c: Contender, batches: Sequence[PreparedBatch], device: Any, dtype: Any, budget: Budget) -> Step:
+    """Forward + backward + AdamW step of the encoder and a linear head: returns (seconds, rows, tokens)."""
+    import torch
+
+    hidden = _hidden_size(c.model)
+    head = torch.nn.Linear(hidden, 2).to(device)
+    optimizer = torch.optim.AdamW(list(c.model.parameters()) + list(head.parameters()), lr=1e-5)
+    moved = [(model_inputs(b.inputs, c.input_names, device), b.labels.to(device)) for b in batches]
+    position = itertools.count()
+    clock, sync = budget.clock, budget.sync
+
+    def step() -> tuple[float, ...]:
+        i = next(position) % len(batches)
+        inputs, labels = moved[i]
+        sync()
+        t0 = clock()
+        with loading.autocast(device, dtype):
+            hidden_states = c.model(**inputs).last_hidden_state
+            logits = head(hidden_states[:, 0])
+        loss = torch.nn.functional.cross_entropy(logits.float(), labels)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        sync()
+        t1 = clock()
+        return t1 - t0, batches[i].rows, batches[i].tokens
+
+    return step
+
+
+def _hidden_size(model: Any) -> int:
+    """Width of the encoder's output (BERT's config calls it hidden_size, DistilBERT's dim)."""
+    config = model.config
+    return int(getattr(config, "hidden_size", None) or config.dim)
+
+
+def prepare_batches(
+    encoded: Encoded, batch_size: int, pad_id: int, pad_to: int | None, seed: int, with_labels: bool = False
+) -> list[PreparedBatch]:
+    """Length-sorted batches of every row (dynamic padding, or static to `pad_to`), in a seeded shuffled order.
+
+    Sorting keeps padding low; shuffling the batch order makes any prefix of the list a fair sample of lengths.
+    The rows of a batch are those inference groups for a fixed batch size (`sorted_batches`, what
+    `infer.plan_batches` calls); the padding is plain `pad_batch`, not its model-call form (`inputs=`/`device=`):
+    that one has no static padding, and on a GPU it rounds the width up to a multiple of 8, which would change what "dynamic"
+    measured there.
+    """
+    import torch
+
+    groups = sorted_batches(encoded.lengths, batch_size)
+    order = np.random.default_rng(seed).permutation(len(groups))
+    prepared = []
+    for g in order:
+        idx = groups[g]
+        inputs = pad_batch(encoded, idx, pad_id, pad_to)
+        width = int(inputs["input_ids"].shape[1])
+        labels = torch.arange(len(idx)) % 2 if with_labels else None  # labels do not change step time
+        prepared.append(PreparedBatch(inputs, len(idx), int(encoded.lengths[idx].sum()), width * len(idx), labels))
+    return prepared
+

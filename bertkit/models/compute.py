@@ -1,0 +1,73 @@
+"""Where and in what precision a model computes: the option values (--precision, --device) and their checks, and
+`Compute`, the settings object they resolve to once per command."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+"""Compute precisions of every command (finetune and distill train in these)."""
+INFERENCE_PRECISIONS = PRECISIONS + ("int8",)
+"""Those of the inference commands (embed, predict, evaluate, probe, bench): int8 is inference-only."""
+TRUST_HELP = "Allow custom code from the model repository (off by default: it runs arbitrary code)."
+PRECISION_HELP = "Compute precision. auto = bf16 where the hardware runs it natively (GPU, AVX512-BF16/AMX CPU), else fp32."
+INT8_HELP = " int8 = the linear layers' weights in int8, activations quantized per batch (dynamic int8); CPU only."
+INFERENCE_PRECISION_HELP = PRECISION_HELP + INT8_HELP
+
+
+def check_device(problems: list[str], value: str, *, check_available: bool = True) -> None:
+    """Record a problem unless --device names a device (cpu, cuda, cuda:N, mps, auto) that this machine has."""
+    if value in ("auto", "cpu"):
+        return
+    from bertkit.models.loading import device_problem  # imports torch: only for a device other than auto/cpu
+
+    problem = device_problem(value, check_available=check_available)
+    if problem:
+        problems.append(problem)
+
+
+@dataclass(frozen=True)
+class Compute:
+    """Where a command's model runs and in what precision, resolved once (`resolve`): `device` as torch names it
+    (cpu, cuda, cuda:1, mps) and `precision` as bertkit records it (fp32, bf16, fp16, int8; `auto` resolved). Written
+    into the artifacts a command makes (`to_json`), read back as information (`from_json`)."""
+
+    device: str = "cpu"
+    precision: str = "fp32"
+
+    @classmethod
+    def resolve(cls, device: str | None, precision: str) -> Compute:
+        """--device (auto: $BERTKIT_DEVICE, else the best device here; int8 with auto: the CPU) and --precision
+        (auto: bf16 where the device runs it natively, else fp32) resolved, or a UserError naming the flag."""
+        from bertkit.models import loading
+
+        where = loading.inference_device(device, precision)
+        dtype = loading.choose_dtype(precision, where)
+        return cls(str(where), loading.INT8 if precision == loading.INT8 else loading.dtype_name(dtype))
+
+    @property
+    def torch_device(self) -> Any:
+        import torch
+
+        return torch.device(self.device)
+
+    @property
+    def dtype(self) -> Any:
+        """The torch dtype the arithmetic runs in (int8 computes in fp32 around int8 matrix products)."""
+        from bertkit.models import loading
+
+        return loading.DTYPE_NAMES.get(self.precision, loading.DTYPE_NAMES["fp32"])
+
+    def on(self, device: Any) -> Compute:
+        """The same precision on another device (a process's own GPU under a launcher)."""
+        return Compute(str(device), self.precision)
+
+    def to_json(self) -> dict[str, str]:
+        return {"device": self.device, "precision": self.precision}
+
+    @classmethod
+    def from_json(cls, record: Any) -> Compute | None:
+        if not isinstance(record, dict) or not isinstance(record.get("precision"), str):
+            return None
+        return cls(str(record.get("device", "cpu")), record["precision"])

@@ -1,1 +1,0 @@
-"""Using a trained model: `bertkit predict` and `bertkit evaluate`."""

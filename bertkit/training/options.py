@@ -1,0 +1,181 @@
+"""What a training run is, as options the training package owns: the experiment trackers (`TrackingOptions`), a
+fine-tuning run (`FinetuneOptions`) and a distillation (`DistillOptions`). The commands' configs (`bertkit.commands`)
+are these groups; the loop, checkpoints, cards and trackers read them.
+
+Tracking: which trackers follow a run (--report-to), where MLflow keeps it (--tracking-uri), the project it is filed
+under and how often the training numbers are logged. None of them changes what is computed: a re-run may add or
+change them and still resume (`bertkit.training.resume.NOT_IN_RESUME_KEY`). Starting them: `bertkit.training.tracking`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from bertkit.data.options import TaskOptions
+from bertkit.encoding.reading import TruncationOption
+from bertkit.errors import UserError, raise_if_problems
+from bertkit.models.compute import PRECISION_HELP, PRECISIONS, TRUST_HELP
+from bertkit.options import MODEL, OUTPUT, TRACKING, option
+from bertkit.scoring.options import (
+    CLASS_WEIGHTS,
+    METRIC_FOR_BEST_HELP,
+    MetricOptions,
+    metric_for_best_problems,
+)
+
+TRACKERS = ("tensorboard", "mlflow", "trackio", "wandb")
+"""The trackers --report-to names (accelerate's tracker classes underneath)."""
+REPORT_TO_VALUES = ("none", *TRACKERS)
+TRACKING_FIELDS = frozenset({"report_to", "tracking_uri", "project", "log_every"})
+"""The option names of this group (a re-run may change them and still resume, or continue a sweep)."""
+
+
+@dataclass(frozen=True)
+class TrackingOptions:
+    """Experiment trackers: where the run's hyper-parameters, training numbers and dev metrics are logged."""
+
+    report_to: tuple[str, ...] = option((), "Experiment tracker to log the run to (repeatable, or a comma list): "
+                                        "tensorboard (OUT/tensorboard), mlflow (see --tracking-uri), trackio, wandb, "
+                                        "or none (the default).", panel=TRACKING)
+    tracking_uri: str | None = option(None, "MLflow tracking URI: a local folder (works offline), file:/..., or a "
+                                      "server http://host:5000. Default: MLFLOW_TRACKING_URI, else MLflow's own "
+                                      "default (./mlflow.db).", panel=TRACKING)
+    project: str = option("bertkit", "The MLflow experiment / Trackio or W&B project the run is filed under.",
+                          panel=TRACKING)
+    log_every: int = option(10, "Log the training loss (mean since the last log), learning rate, gradient norm and "
+                            "samples/s every N optimizer steps.", panel=TRACKING, above=0)
+
+    @property
+    def trackers(self) -> tuple[str, ...]:
+        """--report-to's trackers, comma lists split, in order, without repeats or `none`."""
+        names = [part.strip().lower() for value in self.report_to for part in str(value).split(",") if part.strip()]
+        return tuple(name for name in dict.fromkeys(names) if name != "none")
+
+    def data_problems(self) -> list[str]:
+        """The other groups' problems (cooperative: `DataOptions.data_problems` checks the declarations), then
+        this group's."""
+        problems: list[str] = super().data_problems()  # type: ignore[misc]
+        return problems + self.tracking_problems()
+
+    def tracking_problems(self) -> list[str]:
+        """--report-to names known trackers, `none` alone; --project is not empty; --tracking-uri only with mlflow."""
+        if not all(isinstance(value, str) for value in self.report_to or ()):
+            return []  # a wrong type is reported by the declarations' check
+        given = [part.strip().lower() for value in self.report_to for part in value.split(",") if part.strip()]
+        problems = []
+        unknown = [name for name in given if name not in REPORT_TO_VALUES]
+        if unknown:
+            problems.append(f"--report-to {', '.join(unknown)}: not a tracker bertkit logs to. Valid: "
+                            f"{', '.join(REPORT_TO_VALUES)}. Pass e.g. --report-to tensorboard.")
+        elif "none" in given and len(set(given)) > 1:
+            problems.append(f"--report-to none turns the trackers off, but {', '.join(self.trackers)} was also "
+                            f"given. Drop --report-to none, or the others.")
+        if isinstance(self.project, str) and not self.project.strip():
+            problems.append("--project must name the experiment/project the run is filed under; got an empty text. "
+                            "Pass e.g. --project sst2, or drop it (default: bertkit).")
+        if self.tracking_uri is not None and "mlflow" not in self.trackers:
+            problems.append(f"--tracking-uri {self.tracking_uri} is where MLflow keeps runs, but --report-to does not "
+                            f"include mlflow. Add --report-to mlflow, or drop --tracking-uri.")
+        return problems
+NOT_REPRODUCED = frozenset({"overwrite", *TRACKING_FIELDS})
+"""Options that do not change what a run produces: --overwrite, and where the run was logged (--report-to, ...)."""
+
+
+@dataclass(frozen=True)
+class FinetuneOptions(TrackingOptions, TruncationOption, MetricOptions, TaskOptions):
+    """What a fine-tuning run is (the `finetune` command's options; `distill` and `sweep` extend them): BERT paper grid
+    defaults, lr 5e-5, batch 32, 3 epochs, warmup 0.1."""
+
+    model: str = option("minilm-offline", "Pretrained encoder to fine-tune: hub id, local folder, or `minilm-offline`.",
+                        panel=MODEL)
+    out: str | None = option(None, "Run directory: checkpoints, best/ and final/ models, metrics, plots. Re-running "
+                             "the same command resumes it.", panel=OUTPUT)
+    epochs: int = option(3, "Passes over the training data (BERT paper: 2-4).", above=0)
+    lr: float = option(5e-5, "Peak AdamW learning rate (BERT paper: 5e-5, 3e-5, 2e-5; small encoders such as MiniLM "
+                       "barely move at 2e-5 in short runs).", above=0)
+    batch_size: int = option(32, "Rows per forward pass per process (BERT paper: 16, 32); an optimizer step sees "
+                             "batch x grad-accum x processes rows.", above=0)
+    grad_accum: int = option(1, "Batches accumulated per optimizer step (a larger effective batch).", above=0)
+    warmup_ratio: float = option(0.1, "Share of the optimizer steps with linear learning-rate warmup, in [0, 1).",
+                                 minimum=0)
+    weight_decay: float = option(0.01, "AdamW weight decay on weight matrices (never on biases and LayerNorm).",
+                                 minimum=0)
+    max_grad_norm: float = option(1.0, "Clip the gradient norm to this value (0 turns clipping off).", minimum=0)
+    max_length: int = option(128, "Truncate inputs to this many tokens (batches are padded to their longest row).",
+                             panel=MODEL, above=0)
+    precision: str = option("auto", PRECISION_HELP, choices=PRECISIONS, aliases=("--dtype",))
+    eval_every: str = option("epoch", "Evaluate on dev every N optimizer steps, or `epoch` (every epoch's end is "
+                             "always evaluated).")
+    early_stopping_patience: int | None = option(None, "Stop after N evaluations without improvement of "
+                                                 "--metric-for-best.", above=0)
+    metric_for_best: str | None = option(None, METRIC_FOR_BEST_HELP)
+    class_weight: str = option("none", "balanced weighs the loss by inverse class frequency (imbalanced data).",
+                               choices=CLASS_WEIGHTS)
+    freeze_encoder: bool = option(False, "Train only the classification head (the encoder stays frozen).",
+                                  panel=MODEL)
+    fast_forward: bool = option(True, "BERT/DistilBERT: compute the last layer only where the logits need it ([CLS]); "
+                                "same logits and gradients, fewer FLOPs. Off: the model's own forward.", panel=MODEL)
+    compile: bool = option(False, "torch.compile the model's forward and backward (Inductor, dynamic shapes: one "
+                           "compile, no recompiles per batch length). Off by default: on a CPU without native bf16 it "
+                           "measured slower (README, \"Training levers\").", panel=MODEL)
+    cuda_graphs: str = option("auto", "On one CUDA GPU in bf16/fp32, replay each step as CUDA graphs (one per padded "
+                              "length bucket): the GPU stops waiting on Python between kernels. off: launch every "
+                              "kernel from Python.", choices=("auto", "off"), panel=MODEL)
+    save_every: int | None = option(100, "Checkpoint every N optimizer steps (and at every epoch's end) for resuming.",
+                                    panel=OUTPUT, above=0)
+    overwrite: bool = option(False, "Replace an --out that holds a run with other options (swapped in once the new "
+                             "run is complete).", panel=OUTPUT)
+    trust_remote_code: bool = option(False, TRUST_HELP, panel=MODEL)
+
+    def __post_init__(self) -> None:
+        problems = self.data_problems()
+        if self.data is None:
+            problems.append("--data is required: the training file (or hub dataset).")
+        if not self.out:
+            problems.append("--out is required: the run directory (re-running with the same --out resumes).")
+        if isinstance(self.warmup_ratio, float) and math.isfinite(self.warmup_ratio) and not self.warmup_ratio < 1.0:
+            problems.append(f"--warmup-ratio must be in [0, 1); got {self.warmup_ratio}.")
+        if self.eval_every != "epoch" and not (str(self.eval_every).isdigit() and int(self.eval_every) > 0):
+            problems.append(f"--eval-every must be a positive number of steps or `epoch`; got {self.eval_every!r}.")
+        # None (no flag, recipe or preset): the problem shape's headline metric, chosen once the data is read
+        problems += metric_for_best_problems(self.metric_for_best, self.external_metrics)
+        problems += self.task_problems()
+        raise_if_problems(problems)
+
+
+@dataclass(frozen=True)
+class DistillOptions(FinetuneOptions):
+    """`bertkit distill`: a smaller student trained on a fine-tuned teacher's soft targets (DistilBERT's recipe), with
+    the fine-tuning loop's options, checkpoints and exact resume, and a teacher-vs-student report."""
+
+    # the student comes from --teacher (or --student); the teacher's soft targets are computed on head-cut texts
+    NOT_OPTIONS = ("model", "truncation")
+
+    teacher: str | None = option(None, "The fine-tuned teacher: a `bertkit finetune` best/ or final/ folder (any "
+                                 "folder with a trained sequence-classification head).", panel=MODEL)
+    student_layers: int = option(3, "Student depth: this many evenly spaced layers copied from the teacher (same "
+                                 "width, embeddings and head), the DistilBERT way.", panel=MODEL, above=0)
+    student: str | None = option(None, "A smaller pretrained encoder as the student instead of copied layers (hub "
+                                 "id or folder; --student-layers is then not used).", panel=MODEL)
+    temperature: float = option(2.0, "Softmax temperature of the soft targets (higher: softer).", above=0)
+    alpha: float = option(0.5, "Weight of the soft-target loss (KL to the teacher); 1 - alpha weighs the hard "
+                          "labels. In [0, 1].", minimum=0)
+    cos_weight: float = option(0.0, "Weight of a cosine loss between student and teacher [CLS] vectors (DistilBERT "
+                               "used one; needs the same hidden size).", minimum=0)
+    report: bool = option(True, "After training, measure teacher vs student (size, batch-1 latency, throughput, "
+                          "dev quality) and check the DistilBERT claims.", panel=OUTPUT)
+
+    def __post_init__(self) -> None:
+        if self.teacher is not None:  # messages and records name the teacher where a command names its model
+            object.__setattr__(self, "model", self.student or self.teacher)
+        problems: list[str] = []
+        try:
+            super().__post_init__()
+        except UserError as exc:
+            problems.append(str(exc))
+        if self.teacher is None:
+            problems.append("--teacher is required: the fine-tuned model to distil (e.g. runs/sst2/best).")
+        if isinstance(self.alpha, float) and not 0.0 <= self.alpha <= 1.0:
+            problems.append(f"--alpha must be in [0, 1] (the share of the soft-target loss); got {self.alpha}.")
+        raise_if_problems(problems)

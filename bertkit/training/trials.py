@@ -1,0 +1,268 @@
+"""`bertkit sweep`: many fine-tuning runs over a grid or an Optuna search, each an ordinary `finetune` run directory
+`OUT/trials/NNN_option=value..._seed=S/` run by `finetune.finetune` itself, so each resumes like one.
+
+Resuming a sweep: the same command walks the same trials in the same order. A finished trial is recognised by
+finetune (its metrics.json) and not trained again; the interrupted one resumes from its last checkpoint (finetune's
+exact resume); the rest run. A changed space or finetune option is refused with the differences (`OUT/config.json`),
+unless --overwrite (the new sweep is built in OUT/.bertkit-next and swapped in when it is complete).
+
+Optuna: the study is not stored. It is replayed: every run creates the same in-memory study (TPE seeded with --seed)
+and asks it for trial 0, 1, ... in order; a trial that already ran tells the study the values its run directory
+holds (every dev evaluation, then its best or PRUNED), so the next `ask` gets the same parameters an uninterrupted
+sweep got. The only state is in the trial folders, which are written atomically - nothing else can disagree with
+them. Pruning: after every dev evaluation the loop calls back (`finetune(on_evaluate=...)`); the main process reports
+the value at that evaluation's index and asks the pruner; a pruned trial stops like an early stop (`stop_reason`
+"pruned" in its metrics.json). With --seeds K, the first seed's run is the one reported and pruned; the study is
+told the mean over the seeds.
+
+Processes: under `accelerate launch` every process walks the same trials (the grid order is fixed; for Optuna only
+the main process holds the study and the parameters and pruning decisions are broadcast), so all run the same
+trial at the same time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bertkit.errors import UserError
+from bertkit.io import ownership, rundir, trail
+from bertkit.options import config_dict, flag
+from bertkit.scoring import metrics
+from bertkit.scoring.table import LOWER_IS_BETTER
+from bertkit.training import finetune as finetune_core
+from bertkit.training import trial_checks, trials_report
+from bertkit.training.finetune import finetune
+from bertkit.training.loop import on_main
+from bertkit.training.options import TRACKING_FIELDS
+from bertkit.training.space import Dimension, SweepOptions, finetune_config
+
+log = logging.getLogger(__name__)
+
+NOT_COMPARED = frozenset({"out", "overwrite", "keep_checkpoints", "save_every", "trials", *TRACKING_FIELDS})
+"""Sweep options a re-run may change and still continue the sweep (--trials: a longer Optuna study continues; the
+trackers: each trial resumes as a finetune run does)."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One trial: configuration number, its searched values (field -> value) and its seed."""
+
+    number: int
+    params: dict[str, Any]
+    seed: int
+
+    @property
+    def name(self) -> str:
+        shown = "".join(f"_{flag(k)[2:]}={_short(v)}" for k, v in self.params.items())
+        return re.sub(r"[^\w.=+-]", "-", f"{self.number:03d}{shown}_seed={self.seed}")
+
+
+@dataclass
+class SweepResult:
+    """What a sweep produced; `cli/show.py` prints it."""
+
+    out: Path
+    summary: dict[str, Any] | None
+    """sweep.json's content (main process only)."""
+    rows: list[dict[str, Any]]
+    """trials.csv's rows."""
+    is_main_process: bool = True
+
+
+def run_sweep(cfg: SweepOptions, *, progress: bool = True) -> SweepResult:
+    """Run (or resume) every trial of `cfg`'s space, then rank them and write trials.csv, sweep.json, sweep.png and
+    OUT/best (the best trial's best model)."""
+    dims = cfg.dimensions
+    if cfg.search == "optuna":
+        import_optuna()  # a missing Optuna stops the sweep before it claims --out
+    on_main(_processes(), lambda: trial_checks.check_space(cfg, dims))  # every value, before any trial or claim
+    run = on_main(_processes(), lambda: _claim(cfg, dims))
+    root = run.path
+    if cfg.search == "grid":
+        rows = [row for plan in grid_plans(cfg, dims) for row in [run_trial(cfg, run.out, plan, progress)]]
+    else:
+        rows = OptunaSearch(cfg, dims).run(run.out, progress)
+    summary = None
+    if _processes().is_main_process:
+        summary = trials_report.write_outputs(cfg, dims, root, rows)
+        run.commit()
+    _processes().wait_for_everyone()
+    return SweepResult(run.out, summary, rows, _processes().is_main_process)
+
+
+def grid_plans(cfg: SweepOptions, dims: list[Dimension]) -> list[Plan]:
+    """Every combination of the grid's values (first --grid outermost), each with --seeds seeds."""
+    combos = itertools.product(*(d.values for d in dims))
+    return [Plan(number, dict(zip((d.name for d in dims), values, strict=True)), cfg.seed + k)
+            for number, values in enumerate(combos) for k in range(cfg.seeds)]
+
+
+def run_trial(cfg: SweepOptions, out: Path, plan: Plan, progress: bool, on_evaluate: Any = None) -> dict[str, Any]:
+    """One trial through `finetune` (new, resumed, or finished already: finetune decides); its trials.csv row.
+    The trial's --out is its final path `OUT/trials/NAME` (what its config.json, metrics.json and cards record);
+    while the sweep replaces an earlier one it is written in the staging folder (`rundir.located`). A finished
+    trial keeps only its best/ model unless --keep-checkpoints."""
+    shown = ", ".join(f"{flag(k)} {v}" for k, v in plan.params.items())
+    log.info("trial %s: %s%s--seed %d", plan.name, shown, ", " if shown else "", plan.seed)
+    trial_cfg = finetune_config(cfg, plan.params, plan.seed, str(out / "trials" / plan.name))
+    result = finetune(trial_cfg, progress=progress, on_evaluate=on_evaluate)
+    if _processes().is_main_process and not cfg.keep_checkpoints:
+        _keep_only_best(rundir.located(trial_cfg.out or ""))
+    _processes().wait_for_everyone()
+    return trials_report.trial_row(plan.name, {flag(k)[2:]: v for k, v in plan.params.items()}, plan.seed,
+                                  result.metrics)
+
+
+# ---------------------------------------------------------------- optuna
+
+
+def import_optuna() -> Any:
+    """Optuna, or a UserError saying how to install it."""
+    try:
+        import optuna
+    except ImportError:
+        raise UserError("--search optuna needs Optuna, which is not installed (grid sweeps, --search grid, work "
+                        "without it). Install it with: pip install 'bertkit[sweep]'  (or: pip install optuna).") from None
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna
+
+
+def make_pruner(cfg: SweepOptions) -> Any:
+    """The pruner: Optuna's MedianPruner from the third trial on (a trial below the median of the earlier trials at
+    the same evaluation stops), or none (--no-prune)."""
+    optuna = import_optuna()
+    if not cfg.prune:
+        return optuna.pruners.NopPruner()
+    return optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=0)
+
+
+class OptunaSearch:
+    """--search optuna: an in-memory study, replayed from the trial folders on every run (see module docstring)."""
+
+    def __init__(self, cfg: SweepOptions, dims: list[Dimension]):
+        self.cfg, self.dims = cfg, dims
+        self.reported: dict[int, set[int]] = {}
+        self.study = None
+        if _processes().is_main_process:
+            optuna = import_optuna()
+            direction = "minimize" if cfg.metric_for_best in LOWER_IS_BETTER else "maximize"
+            self.study = optuna.create_study(direction=direction, pruner=make_pruner(cfg),
+                                             sampler=optuna.samplers.TPESampler(seed=cfg.seed))
+
+    def run(self, out: Path, progress: bool) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = []
+        for number in range(self.cfg.trials):
+            trial = self.study.ask() if self.study is not None else None
+            params = on_main(_processes(), lambda t=trial: self._suggest(t))  # every process: the main one's values
+            rows += self._run_configuration(out, number, params, trial, progress)
+        return rows
+
+    def _suggest(self, trial: Any) -> dict[str, Any]:
+        params = {}
+        for d in self.dims:
+            if d.values:
+                params[d.name] = trial.suggest_categorical(d.name, list(d.values))
+            elif d.integer:
+                params[d.name] = trial.suggest_int(d.name, int(d.low), int(d.high), log=d.log)
+            else:
+                params[d.name] = trial.suggest_float(d.name, d.low, d.high, log=d.log)
+        return params
+
+    def _run_configuration(self, out: Path, number: int, params: dict[str, Any], trial: Any,
+                           progress: bool) -> list[dict[str, Any]]:
+        """The configuration's seeds: the first reported to the pruner (and stopped if pruned), then the others."""
+        rows = []
+        for k in range(self.cfg.seeds):
+            plan = Plan(number, params, self.cfg.seed + k)
+            callback = self._pruning(trial) if k == 0 else None
+            rows.append(run_trial(self.cfg, out, plan, progress, on_evaluate=callback))
+            if k == 0 and trial is not None:
+                self._report(trial, rows[0]["history"], rows[0]["metric"])  # a trial that ran before: replayed
+            if rows[0]["status"] == "pruned":
+                break
+        if trial is not None:
+            self._tell(trial, rows)
+        return rows
+
+    def _pruning(self, trial: Any) -> Any:
+        """The loop's callback: report the evaluations so far, ask the pruner (main process), broadcast."""
+        def on_evaluate(history: list[dict[str, Any]], metric: str) -> str | None:
+            def decide() -> str | None:
+                self._report(trial, history, metric)
+                return "pruned" if trial.should_prune() else None
+
+            return on_main(_processes(), decide)  # only the main process decides (it holds the trial)
+
+        return on_evaluate
+
+    def _report(self, trial: Any, history: list[dict[str, Any]], metric: str) -> None:
+        done = self.reported.setdefault(trial.number, set())
+        for index, record in enumerate(history, start=1):
+            value = record_value(record, metric)
+            if index not in done and value is not None:
+                trial.report(value, step=index)
+                done.add(index)
+
+    def _tell(self, trial: Any, rows: list[dict[str, Any]]) -> None:
+        import optuna
+
+        if rows[0]["status"] == "pruned":
+            self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+        else:
+            values = [r["best"] for r in rows if r["best"] is not None]
+            self.study.tell(trial, sum(values) / len(values))
+
+
+def record_value(record: dict[str, Any], metric: str) -> float | None:
+    """--metric-for-best in one evaluation record of metrics.json's history (`dev_<name>` keys)."""
+    scores = {k[len("dev_"):]: v for k, v in record.items() if k.startswith("dev_")}
+    return metrics.best_value({**scores, "external": {k: v for k, v in scores.items() if isinstance(v, (int, float))}},
+                              metric)
+
+
+# ---------------------------------------------------------------- the sweep's run directory
+
+
+def _claim(cfg: SweepOptions, dims: list[Dimension]) -> rundir.RunDir:
+    """Claim --out for the sweep (main process): refused if it holds a sweep of another space (unless --overwrite);
+    a new sweep's config.json records what a re-run must match."""
+    compared = {k: v for k, v in config_dict(cfg).items() if k not in NOT_COMPARED}
+    compare = lambda path: _differences(path, compared)  # noqa: E731
+    rundir.inspect_run_dir(cfg.out or "", "sweep", overwrite=cfg.overwrite, compare=compare,
+                           inputs=ownership.input_paths(cfg))
+    run = rundir.claim_run_dir(cfg.out or "", "sweep", overwrite=cfg.overwrite, compare=compare)
+    if not (run.path / "config.json").is_file():
+        trail.write_run_config(run.path, "sweep", config_dict(cfg), space=[d.to_json() for d in dims],
+                               compared=compared)
+    return dataclasses.replace(run, compare=None)  # sent to every process: no closures
+
+
+def _differences(path: Path, compared: dict[str, Any]) -> list[str]:
+    record = trail.read_run_config(path)
+    return [] if record is None else trail.config_differences(record.get("compared") or {}, compared)
+
+
+def _keep_only_best(trial_dir: Path) -> None:
+    """Remove the checkpoints/ and final/ a finished trial wrote (what its record does not vouch for stays)."""
+    for name in ("checkpoints", "final"):
+        kept = ownership.remove_recorded(trial_dir / name)
+        if kept:
+            log.warning("kept %s: bertkit did not write %s", trial_dir / name, ", ".join(map(str, kept[:5])))
+
+
+def _processes() -> Any:
+    """This process's place among the launched ones (a fresh PartialState: finetune may reset a single process's;
+    cpu= as finetune's Accelerator gets it, so launched CPU processes form one group, not many alone)."""
+    from accelerate import PartialState
+
+    return PartialState(cpu=finetune_core.force_cpu())
+
+
+def _short(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)

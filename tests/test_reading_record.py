@@ -1,0 +1,142 @@
+"""Settings travel with what they made: a model fine-tuned (or a probe fitted) at --max-length 16 records it, and
+predict/evaluate/export/embed read it back - the same outputs with and without --max-length 16, other outputs with
+--max-length 64, and a note when an explicit flag differs from the record."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from bertkit.cli.app import app
+from bertkit.commands import predict
+from bertkit.commands.finetune import FinetuneConfig
+from bertkit.commands.predict import PredictConfig
+from bertkit.encoding.reading import UNRECORDED, Reading
+from bertkit.models.metadata import MODEL_INFO, saved_reading
+from bertkit.training.finetune import finetune
+
+runner = CliRunner()
+FILLER = "the plot moves on and the cast keeps talking about the weather in the small town for a long while"
+LONG_TEXTS = [f"a great film . {FILLER} . in the end it is dull", f"an awful movie . {FILLER} . yet the end is lovely",
+              f"lovely . {FILLER} {FILLER} . terrible"]
+
+
+@pytest.fixture(scope="module")
+def long_rows() -> list[tuple[str, str]]:
+    """Rows whose label sits in the first words and whose texts run far past 16 tokens (and 64, for some)."""
+    good, bad = ["great", "wonderful", "lovely", "superb"], ["awful", "terrible", "boring", "dreadful"]
+    rows = []
+    for i in range(16):
+        rows.append((f"a {good[i % 4]} film . {FILLER} {'!' * (i % 5)}", "pos"))
+        rows.append((f"an {bad[i % 4]} movie . {FILLER} {'.' * (i % 7)}", "neg"))
+    return rows
+
+
+@pytest.fixture(scope="module")
+def model_16(tiny_bert_dir, tmp_path_factory, long_rows) -> Path:
+    """A tiny BERT fine-tuned at --max-length 16 on texts longer than that."""
+    folder = tmp_path_factory.mktemp("reading")
+    train = folder / "train.tsv"
+    train.write_text("sentence\tlabel\n" + "\n".join(f"{t}\t{y}" for t, y in long_rows) + "\n")
+    cfg = FinetuneConfig(model=str(tiny_bert_dir), data=str(train), dev=str(train), out=str(folder / "run"),
+                         epochs=1, lr=5e-3, batch_size=8, save_every=None, max_length=16, precision="fp32")
+    finetune(cfg, progress=False)
+    return folder / "run" / "best"
+
+
+def _proba(**options) -> np.ndarray:
+    return predict.run(PredictConfig(text=tuple(LONG_TEXTS), precision="fp32", **options)).proba
+
+
+def test_a_fine_tuned_model_records_how_it_read_texts(model_16):
+    for folder in (model_16, model_16.parent / "final"):
+        info = json.loads((folder / MODEL_INFO).read_text())
+        assert info["reading"] == {"max_length": 16, "long_text": "cut", "truncation": "head", "stride": None}
+        assert saved_reading(folder) == Reading(max_length=16)
+
+
+def test_predict_reads_a_model_as_it_was_trained(model_16, caplog):
+    as_recorded = _proba(model=str(model_16))
+    with caplog.at_level(logging.WARNING):
+        np.testing.assert_array_equal(as_recorded, _proba(model=str(model_16), max_length=16))
+    assert not [r for r in caplog.records if "records" in r.getMessage()]  # the same value: no note
+    with caplog.at_level(logging.WARNING):
+        wider = _proba(model=str(model_16), max_length=64)
+    assert not np.allclose(as_recorded, wider)
+    assert any("--max-length 64: The model" in r.getMessage() and "records 16" in r.getMessage()
+               for r in caplog.records)
+
+
+def test_evaluate_reads_a_model_as_it_was_trained(model_16, tmp_path, long_rows):
+    data = tmp_path / "dev.tsv"
+    data.write_text("sentence\tlabel\n" + "\n".join(f"{t} . {FILLER}\t{y}" for t, y in long_rows[:12]) + "\n")
+
+    def evaluated(*extra: str) -> dict:
+        result = runner.invoke(app, ["evaluate", "--model", str(model_16), "--data", str(data), "--json", "--quiet",
+                                     "--precision", "fp32", *extra])
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)
+
+    plain, sixteen = evaluated(), evaluated("--max-length", "16")
+    assert plain["metrics"] == sixteen["metrics"]
+    assert plain["max_length"] == 16
+
+
+def test_an_explicit_flag_that_differs_from_the_record_is_applied_and_said_once(model_16):
+    result = runner.invoke(app, ["predict", "--model", str(model_16), "--text", LONG_TEXTS[0], "--max-length", "64",
+                                 "--precision", "fp32"])
+    assert result.exit_code == 0, result.output
+    assert result.output.count("--max-length 64") == 1
+    assert "records 16" in result.output
+
+
+def test_a_model_saved_before_the_record_reads_with_the_defaults_and_a_note(model_16, tmp_path, caplog):
+    import shutil
+
+    from bertkit.models import metadata
+
+    old = tmp_path / "old"
+    shutil.copytree(model_16, old)
+    info = json.loads((old / MODEL_INFO).read_text())
+    info.pop("reading")
+    (old / MODEL_INFO).write_text(json.dumps(info))  # the files record is unchanged: the folder still verifies
+    assert saved_reading(old) is UNRECORDED
+    with caplog.at_level(logging.WARNING):
+        read_default = _proba(model=str(old))
+    np.testing.assert_array_equal(read_default, _proba(model=str(model_16), max_length=128))
+    assert any("before bertkit recorded how it reads texts" in r.getMessage() for r in caplog.records)
+    assert metadata.saved_reading(tmp_path) is None  # not a folder bertkit saved: the defaults, no note
+
+
+@pytest.fixture(scope="module")
+def probe_16(tiny_bert_dir, tmp_path_factory, long_rows) -> Path:
+    """A probe fitted on features extracted at --max-length 16 (saved with --out)."""
+    folder = tmp_path_factory.mktemp("probe16")
+    data = folder / "train.tsv"
+    data.write_text("sentence\tlabel\n" + "\n".join(f"{t}\t{y}" for t, y in long_rows) + "\n")
+    result = runner.invoke(app, ["probe", "--model", str(tiny_bert_dir), "--data", str(data), "--max-length", "16",
+                                 "--no-baselines", "--precision", "fp32", "--out", str(folder / "run"), "--quiet"])
+    assert result.exit_code == 0, result.output
+    return folder / "run"
+
+
+def test_predict_reads_a_saved_probe_as_it_was_fitted(probe_16):
+    as_recorded = _proba(probe=str(probe_16))
+    np.testing.assert_array_equal(as_recorded, _proba(probe=str(probe_16), max_length=16))
+    assert not np.allclose(as_recorded, _proba(probe=str(probe_16), max_length=64))
+
+
+def test_a_probe_on_a_saved_model_extracts_as_the_model_was_trained(model_16, tmp_path, long_rows):
+    from bertkit.commands.predict import read_as_saved
+    from bertkit.commands.probe import ProbeConfig
+
+    data = tmp_path / "train.tsv"
+    data.write_text("sentence\tlabel\n" + "\n".join(f"{t}\t{y}" for t, y in long_rows) + "\n")
+    cfg = read_as_saved(ProbeConfig(model=str(model_16), data=str(data)))
+    assert (cfg.max_length, cfg.truncation, cfg.long_text) == (16, "head", "cut")
+    assert read_as_saved(ProbeConfig(data=str(data))).max_length == 128  # the packaged encoder: the default
