@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-slow lint bench demo clean
+.PHONY: help install test test-slow lint bench demo docs clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -38,5 +38,13 @@ bench: $(STAMP) ## benchmarks; results in benchmarks/results/
 demo: $(STAMP) ## the main job end to end on the embedded demo data, offline
 	HF_HUB_OFFLINE=1 bash benchmarks/demo.sh
 
+# The docs extra only (mkdocs, mkdocs-material; its pins are read from pyproject.toml), not the whole install:
+# the site needs no torch.
+docs: ## build the documentation site (mkdocs --strict)
+	@test -x $(PY) || python3 -m venv $(VENV)
+	@$(PY) -c "import mkdocs, material" 2>/dev/null || $(PIP) install -q $$($(PY) -c \
+		"import tomllib; print(' '.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['docs']))")
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+
 clean: ## remove build and run outputs (keeps .venv)
-	rm -rf runs/demo build *.egg-info
+	rm -rf runs/demo build site *.egg-info

@@ -16,7 +16,7 @@ pretrained encoder plus a seeded random head: the fine-tuned shape, the same com
 `git worktree add /tmp/bk-old <commit>`), interleaved per size, so before/after sit side by side in one run.
 
     python benchmarks/bench_memory.py --sizes quick            # smoke: tokens 5k/50k, embed/predict 2k/20k
-    python benchmarks/bench_memory.py --sizes full             # the README table: 50k/2M/10M and 20k/400k
+    python benchmarks/bench_memory.py --sizes full             # the docs/benchmarks.md table: 50k/2M/10M and 20k/400k
     python benchmarks/bench_memory.py --sizes "tokens=1000,4000;embed=200,800" --baseline-src /tmp/bk-old
 Writes benchmarks/results/memory.json and memory.md (quick: memory-quick.*; --out to choose).
 """
@@ -349,7 +349,7 @@ def ratios(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def markdown(report: dict[str, Any]) -> str:
-    """The README table: one row per command and size, columns per tree; then the large/small ratios."""
+    """The docs/benchmarks.md table: one row per command and size, columns per tree; then the large/small ratios."""
     m = report["machine"]
     trees = list(report["trees"])
     lines = [f"Machine: {m['cpu']}, {m['cores']} cores, {m['ram_gib']} GiB RAM; "

@@ -1,7 +1,7 @@
 """The GPU benchmark, in one go (`bash benchmarks/gpu.sh`, <= 8 minutes on one H100/H200): fine-tuning, embedding and
 prediction of bertkit against the alternatives at their best, side by side on the same GPU, and the gpu-marked tests.
 
-Writes, under --out (benchmarks/results/gpu/latest/ by default; the figures the README quotes are in benchmarks/results/gpu/):
+Writes, under --out (benchmarks/results/gpu/latest/ by default; the figures docs/gpus.md quotes are in benchmarks/results/gpu/):
   finetune.json  BERT-base shape (random init) on SST-2 x8, batch 32, 1 epoch, bf16: bertkit vs transformers.Trainer
                  at its best (dynamic padding, group_by_length, fused AdamW, 2 loader workers) -> samples/s, dev
                  accuracy, `bertkit_vs_trainer_best`, MFU (`mfu_sst2_b32`); the same on long rows (documents of 512

@@ -410,7 +410,7 @@ CASES = [
          lambda w: ["evaluate", "--model", w.model_variant("pickle"), "--data", w.good(), "--quiet"],
          r"only pickle weights", r"safetensors"),
 ]
-"""The malformed-input corpus (the README states its size: count the entries)."""
+"""The malformed-input corpus (docs/reliability.md states its size: count the entries)."""
 
 CASES += [  # issue 13: output directories
     Case("tokens-out-holds-other-files-overwrite", "tokens",

@@ -40,7 +40,7 @@ FINETUNE_KILL_POINTS = {
     "while swapping in the best model (before its rename)": "replace:best@1",
     "before a checkpoint folder is renamed into place": "replace:step-6",
 }
-"""Every fault point the suite exercises (the README states their number)."""
+"""Every fault point the suite exercises (docs/reliability.md states their number)."""
 
 
 def _rows(n: int) -> list[tuple[str, str]]:
