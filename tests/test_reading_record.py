@@ -57,6 +57,7 @@ def test_a_fine_tuned_model_records_how_it_read_texts(model_16):
     for folder in (model_16, model_16.parent / "final"):
         info = json.loads((folder / MODEL_INFO).read_text())
         assert info["reading"] == {"max_length": 16, "long_text": "cut", "truncation": "head", "stride": None}
+        assert info["compute"] == {"device": "cpu", "precision": "fp32"}
         assert saved_reading(folder) == Reading(max_length=16)
 
 

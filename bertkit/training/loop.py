@@ -25,6 +25,7 @@ from bertkit.encoding.reading import Reading
 from bertkit.errors import UserError
 from bertkit.io import atomic, faults, rundir
 from bertkit.models import infer, loading
+from bertkit.models.compute import Compute
 from bertkit.models.inputs import accepted_inputs
 from bertkit.scoring import metrics
 from bertkit.training import cards, checkpoints
@@ -121,9 +122,12 @@ class Session:
 
     @property
     def settings_record(self) -> dict[str, Any]:
-        """How the saved model read its texts (bertkit_model.json `reading`): predict, evaluate and export read it
-        back, so a model trained on 16 tokens is used with 16."""
-        return {"reading": Reading.from_options(self.cfg).to_json()}
+        """How the saved model read its texts (bertkit_model.json `reading`: predict, evaluate and export read it
+        back, so a model trained on 16 tokens is used with 16) and where and in what precision it was trained
+        (`compute`, information)."""
+        precision = {"no": "fp32"}.get(self.accelerator.mixed_precision, self.accelerator.mixed_precision)
+        return {"reading": Reading.from_options(self.cfg).to_json(),
+                "compute": Compute(str(self.accelerator.device), precision).to_json()}
 
 
 # ---------------------------------------------------------------- restore, train, evaluate
