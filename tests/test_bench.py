@@ -581,7 +581,7 @@ def test_cli_int8_times_each_model_beside_its_int8_copy(tiny_bert_dir, tiny_dist
     assert [r[0] for r in rows] == [str(tiny_distilbert_dir), f"{tiny_distilbert_dir} · int8", str(tiny_bert_dir),
                                     f"{tiny_bert_dir} · int8"]
     twin = rows[1]
-    assert twin[columns.index("fp32 MB")] is None and twin[columns.index("train step s")] is None
+    assert twin[columns.index("fp32 MB")] is None and twin[columns.index("train step ms")] is None
     assert twin[columns.index("b1 model ms")] == report["models"][0]["int8"]["latency"]["model_ms"]["mean"]
     assert sum(r[0].endswith("· int8") for r in bench_report.throughput_rows(report)[1]) == 4
     md = (tmp_path / "out" / "bench.md").read_text()

@@ -4,6 +4,7 @@ stdout, rich tables, and the number formats of summary lines."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -11,9 +12,18 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-# Piped output (files, CI logs) gets a wide console so report tables are not squeezed to 80 columns.
-out_console = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 200)
-err_console = Console(stderr=True, soft_wrap=True, width=None if sys.stderr.isatty() else 200)
+
+def _width(stream: Any) -> int | None:
+    """A terminal's own width; piped output (files, CI logs) $COLUMNS where set, else 200 so report tables are not
+    squeezed to rich's 80."""
+    if stream.isatty():
+        return None
+    columns = os.environ.get("COLUMNS", "")
+    return int(columns) if columns.isdigit() and int(columns) > 0 else 200
+
+
+out_console = Console(soft_wrap=True, width=_width(sys.stdout))
+err_console = Console(stderr=True, soft_wrap=True, width=_width(sys.stderr))
 
 
 @dataclass(frozen=True)
@@ -89,24 +99,60 @@ def info(message: str, quiet: bool = False) -> None:
         err_console.print(message, highlight=False)
 
 
-def table(title: str, columns: list[str], rows: list[list[Any]]) -> Table:
-    """A rich table; numbers right-aligned."""
+def table(title: str, columns: list[str], rows: list[list[Any]], formats: dict[str, str] | None = None,
+          wrap_first: int | None = None, prose: tuple[str, ...] = (), measures_as_rows: bool = False) -> Table:
+    """A rich table: number columns right-aligned, each with one number format (`formats[column]`, a format spec
+    such as ".1f" or "d" for identifiers; otherwise chosen from the column's largest value), text left-aligned;
+    `wrap_first` folds long first-column names (model ids) at that width; `prose` columns share the width the
+    others (kept on one line) leave and wrap at words; `measures_as_rows`: each row is one measure (a turned table),
+    so the number format is chosen per row."""
+    formats = formats or {}
+    if measures_as_rows:
+        row_formats = [formats.get(str(row[0])) or _column_format(row[1:]) for row in rows]
+        cells = [[row[0] if i == 0 else _cell(row[i], row_formats[j]) for j, row in enumerate(rows)]
+                 for i in range(len(columns))]
+    else:
+        cells = [[_cell(row[i], formats.get(name) or _column_format([r[i] for r in rows])) for row in rows]
+                 for i, name in enumerate(columns)]
     result = Table(title=title, title_justify="left")
-    for i, column in enumerate(columns):
-        result.add_column(column, justify="left" if i == 0 else "right")
-    for row in rows:
-        result.add_row(*[_cell(v) for v in row])
+    for i, name in enumerate(columns):
+        numeric = i > 0 and all(isinstance(r[i], (int, float)) or r[i] is None or _looks_numeric(r[i]) for r in rows)
+        if prose:
+            result.add_column(name, justify="left", ratio=1 if name in prose else None,
+                              no_wrap=name not in prose)
+            continue
+        result.add_column(name, justify="right" if numeric else "left",
+                          max_width=wrap_first if i == 0 else None, overflow="fold")
+    for j in range(len(rows)):
+        result.add_row(*[cells[i][j] for i in range(len(columns))])
     return result
 
 
-def _cell(value: Any) -> str:
-    if isinstance(value, float):
-        if value.is_integer() and abs(value) >= 1:
-            return f"{int(value):,}"
-        return f"{value:.3f}" if abs(value) < 1000 else f"{value:,.0f}"
-    if isinstance(value, int):
-        return f"{value:,}"
-    return "" if value is None else str(value)
+def _looks_numeric(value: Any) -> bool:
+    """A preformatted number ("0.810-0.862", "12.5 (b32 dynamic)", "83%") reads best right-aligned too."""
+    return isinstance(value, str) and (value == "" or value[:1].isdigit() or value[:1] == "-" and value[1:2].isdigit())
+
+
+def _column_format(values: list[Any]) -> str:
+    """One format for a column's floats, so 36.1 and 237.0 line up: 3 decimals below 10, 1 below 1,000, else
+    none (with thousands separators)."""
+    floats = [abs(v) for v in values if isinstance(v, float) and v == v]
+    if not floats:
+        return ","
+    largest = max(floats)
+    return ".3f" if largest < 10 else ",.1f" if largest < 1000 else ",.0f"
+
+
+def _cell(value: Any, spec: str) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, int) and spec in (",", "d"):
+        return format(value, spec)
+    if isinstance(value, int) and spec.endswith("f") and not spec.startswith(","):
+        return format(value, ",")
+    return format(value, spec)
 
 
 def format_score(value: float | None, spec: str = ".4f") -> str:

@@ -53,7 +53,7 @@ def _show_sentence(result: dict[str, Any], view: View) -> None:
         if result["token_type_ids"]:
             row.append(result["token_type_ids"][i])
         rows.append(row)
-    out_console.print(table(f"{result['n_tokens']} tokens", columns, rows))
+    out_console.print(table(f"{result['n_tokens']} tokens", columns, rows, formats={"id": "d"}))
     specials = ", ".join(f"{k.upper()} at {v}" for k, v in result["special_positions"].items() if v)
     out_console.print(f"special tokens: {specials}", highlight=False)
 
@@ -215,8 +215,10 @@ def show_recipes(found: list[Any], json_output: bool) -> None:
         emit_json([{"name": r.name, "commands": list(r.commands), "summary": r.summary, "result": r.result,
                     "path": str(r.path)} for r in found])
         return
-    rows = [[r.name, ", ".join(r.commands), r.summary, r.result] for r in found]
-    out_console.print(table("Recipes (bertkit COMMAND --recipe NAME)", ["name", "command", "what", "measured"], rows))
+    rows = [[r.name, "\n".join(r.commands), escape(r.summary) + (f"\n[dim]measured: {escape(r.result)}[/]" if r.result else "")]
+            for r in found]
+    out_console.print(table("Recipes (bertkit COMMAND --recipe NAME)", ["name", "command", "what it does"], rows,
+                            prose=("what it does",)))
 
 
 def show_recipe(path: Path) -> None:
@@ -348,6 +350,13 @@ def show_export(result: ExportResult, view: View) -> None:
 # ---------------------------------------------------------------- bench
 
 
+def _models_as_columns(columns: list[str], rows: list[list[Any]]) -> tuple[list[str], list[list[Any]]]:
+    """The bench summary turned so each model is a column and each measure a row: a dozen measures side by side
+    would not fit a terminal, two or three models do."""
+    return ["measure", *(str(row[0]) for row in rows)], [[name, *(row[i] for row in rows)]
+                                                         for i, name in enumerate(columns) if i > 0]
+
+
 def show_bench(result: BenchResult, view: View) -> None:
     """Size, latency and throughput per model, the claims of the DistilBERT paper, and the files written."""
 
@@ -358,10 +367,11 @@ def show_bench(result: BenchResult, view: View) -> None:
     env = result.environment
     title = (f"bertkit bench ({result.protocol}) — {env['machine']['cpu']}, {env['device']}, {env['dtype']}, "
              f"{env['torch_threads']} threads")
-    out_console.print(table(title, *bench_report.summary_rows(report)))
+    out_console.print(table(title, *_models_as_columns(*bench_report.summary_rows(report)), measures_as_rows=True))
     columns, rows = bench_report.throughput_rows(report)
     if rows:
-        out_console.print(table("Throughput (dynamic = length-sorted batches; static = padded to --max-length)", columns, rows))
+        out_console.print(table("Throughput (dynamic = length-sorted batches; static = padded to --max-length)",
+                                columns, rows, formats={"rows/s": ",.1f", "tokens/s": ",.0f"}, wrap_first=28))
     out_console.print("[bold]Claims vs the DistilBERT paper[/]")
     for line in bench_report.claim_lines(result.claims):
         out_console.print(f"  {escape(line)}", highlight=False)

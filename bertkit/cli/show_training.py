@@ -82,9 +82,11 @@ def _print_epoch_table(rows: list[dict[str, Any]]) -> None:
         return
     keys = ["epoch", "train_loss", "dev_loss", *(k for k in rows[0] if k in EPOCH_COLUMNS), "train_seconds",
             "samples_per_second"]
-    columns = ["epoch", "train loss", "dev loss", *(EPOCH_COLUMNS[k] for k in keys[3:-2]), "train time (s)",
-               "samples/s"]
-    out_console.print(table("Training", columns, [[row.get(k) for k in keys] for row in rows]))
+    # train_seconds and samples_per_second are running totals since the first step (evaluation time excluded).
+    columns = ["epoch", "train loss", "dev loss", *(EPOCH_COLUMNS[k] for k in keys[3:-2]), "train s, total",
+               "samples/s, mean"]
+    out_console.print(table("Training", columns, [[row.get(k) for k in keys] for row in rows],
+                            formats={"train s, total": ",.1f", "samples/s, mean": ",.1f"}))
 
 
 def show_distill(result: DistillResult, view: View) -> None:
@@ -104,6 +106,7 @@ def show_distill(result: DistillResult, view: View) -> None:
                                 distill_core.model_rows(report)))
         out_console.print(table("DistilBERT's claims, measured", distill_core.CLAIM_COLUMNS,
                                 distill_core.claim_rows(report)))
+        info(distill_core.claims_context(report), view.quiet)
     out_console.print(f"saved {training.out}/best, {training.out}/final, metrics.json"
                       + (", distill_report.json/.md/.png" if report is not None else ""), highlight=False)
     for line in tracker_lines(training.metrics.get("trackers") or {}):

@@ -111,14 +111,42 @@ class RecipeInfo:
 def describe_recipe(path: Path) -> RecipeInfo:
     """Name, tables and header comment of a recipe (`# Result:` line = the measured result)."""
     text = path.read_text(encoding="utf-8")
-    comments = [line.lstrip("#").strip() for line in text.splitlines() if line.startswith("#")]
-    result = next((c.split(":", 1)[1].strip() for c in comments if c.lower().startswith("result:")), "")
-    summary = next((c for c in comments if c and not c.lower().startswith(("result:", "run:", "$"))), "")
+    paragraphs = _comment_paragraphs(text)
+    result = next((p.split(":", 1)[1].strip() for p in paragraphs if p.lower().startswith("result:")), "")
+    first = next((p for p in paragraphs if not p.lower().startswith(ENTRY_KEYS)), "")
+    summary = _first_sentence(first)
     try:
         tables = tuple(tomllib.loads(text))
     except tomllib.TOMLDecodeError as exc:
         raise UserError(f"Recipe {path} is not valid TOML: {exc}.") from None
     return RecipeInfo(path.stem, path, tables, summary, result)
+
+
+ENTRY_KEYS = ("result:", "run:", "$")
+"""Header comment lines that start an entry of their own; other lines continue the entry above."""
+
+
+def _comment_paragraphs(text: str) -> list[str]:
+    """The header comment's entries, each with its continuation lines joined: an entry ends at a blank comment
+    line or where a line starts with one of ENTRY_KEYS ("# Run: ...", "# Result: ...")."""
+    entries: list[str] = [""]
+    for line in text.splitlines():
+        if not line.startswith("#"):
+            break
+        stripped = line[1:].strip()
+        if not stripped or stripped.lower().startswith(ENTRY_KEYS):
+            entries.append(stripped)
+        else:
+            entries[-1] = f"{entries[-1]} {stripped}".strip()
+    return [e for e in entries if e]
+
+
+def _first_sentence(paragraph: str) -> str:
+    """Up to the end of the first sentence (". " followed by a capital), whole."""
+    for i in range(len(paragraph) - 2):
+        if paragraph[i] == "." and paragraph[i + 1] == " " and paragraph[i + 2].isupper():
+            return paragraph[: i + 1]
+    return paragraph
 
 
 def list_recipes() -> list[RecipeInfo]:

@@ -122,11 +122,12 @@ def unit_of(long_text: LongText | None) -> str:
 
 def extract_pooled(encoder: Any, tokenizer: Any, dataset: TextDataset, *, pools: Sequence[str], layers: Sequence[int],
                    max_length: int, batch_size: int | None, dtype: torch.dtype, normalize: bool = False,
-                   progress: bool = False, long_text: LongText | None = None) -> dict[str, np.ndarray]:
+                   progress: bool = False, long_text: LongText | None = None,
+                   desc: str = "features") -> dict[str, np.ndarray]:
     """{pool: (n, len(layers), d)} from ONE forward pass per batch (`layers` are hidden-state indices,
     0 = embeddings). Pooling is `pool_tokens`, so each slice equals `extract_features` with that pool and layer:
     comparing cls and mean costs one extraction, not two (`bertkit probe`). Over-long texts as `long_text` says
-    (windows are averaged per text, as in `encode_features`)."""
+    (windows are averaged per text, as in `encode_features`); `desc` labels the progress bar."""
     device = next(encoder.parameters()).device
     windows = encode.encode_for(tokenizer, dataset, max_length, long_text)
     batches = infer.plan_batches(windows.encoded.lengths, batch_size, infer.auto_token_budget(encoder, device))
@@ -138,7 +139,7 @@ def extract_pooled(encoder: Any, tokenizer: Any, dataset: TextDataset, *, pools:
                                for pool in pools], 1)
         return torch.nn.functional.normalize(stacked, p=2.0, dim=-1) if normalize else stacked
 
-    with infer.closing(infer.progress_bar(len(dataset), "features", progress, unit_of(long_text))) as bar:
+    with infer.closing(infer.progress_bar(len(dataset), desc, progress, unit_of(long_text))) as bar:
         count_windows(bar, windows)
         outputs = infer.run_batches(pooled_of, windows.encoded, batches, model=encoder,
                                     pad_id=infer.pad_id_of(tokenizer), device=device, dtype=dtype, bar=bar,

@@ -126,16 +126,18 @@ def speed_records(models: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def summary_rows(report: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
     """The headline table (one row per model) shared by the terminal and bench.md."""
-    columns = ["model", "params (M)", "fp32 MB", "fp16 MB", "load s"]
     paper = report.get("protocol") == "paper"
+    # One time unit per protocol: the paper's full passes in seconds, the standard per-call timings in ms.
+    columns = ["model", "params (M)", "fp32 MB", "fp16 MB", "load s" if paper else "load ms"]
     if paper:
         columns += ["pass model s", "pass tokenize s", "pass total s"]
     else:
-        columns += ["b1 model ms", "b1 p90 ms", "b1 tokenize ms", "best rows/s", "train step s", "peak +MB"]
+        columns += ["b1 model ms", "b1 p90 ms", "b1 tokenize ms", "best rows/s", "train step ms", "peak +MB"]
     columns += [f"{k} score" for k in QUALITY_KINDS if any(_get(m, "quality", k) for m in report["models"])]
     rows = []
     for m in speed_records(report["models"]):
-        row: list[Any] = [m["label"], m["parameters"] / 1e6, m["size_mb_fp32"], m["size_mb_fp16"], m["load_seconds"]]
+        load = m["load_seconds"] if paper or m["load_seconds"] is None else m["load_seconds"] * 1000.0
+        row: list[Any] = [m["label"], m["parameters"] / 1e6, m["size_mb_fp32"], m["size_mb_fp16"], load]
         if paper:
             p = m.get("paper_protocol", {})
             row += [p.get("model_seconds"), p.get("tokenize_seconds"), p.get("total_seconds")]
@@ -144,16 +146,12 @@ def summary_rows(report: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
             row += [_get(m, "latency", "model_ms", "mean"), _get(m, "latency", "model_ms", "p90"),
                     _get(m, "latency", "tokenize_ms", "mean"),
                     None if best is None else f"{best['rows_per_s']:.1f} (b{best['batch_size']} {best['padding']})",
-                    _seconds(_get(m, "train_step", "step_ms", "mean")), peak_memory_mb(m)]
+                    _get(m, "train_step", "step_ms", "mean"), peak_memory_mb(m)]
         for kind in columns[len(row):]:
             q = _get(m, "quality", kind.split()[0]) or {}
             row.append(q.get("score") if q.get("status") == "ok" else q.get("status"))
         rows.append(row)
     return columns, rows
-
-
-def _seconds(ms: float | None) -> float | None:
-    return None if ms is None else ms / 1000.0
 
 
 def peak_memory_mb(model: dict[str, Any]) -> float | None:
@@ -165,8 +163,8 @@ def peak_memory_mb(model: dict[str, Any]) -> float | None:
 
 
 def throughput_rows(report: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
-    """One row per model, batch size and padding: rows/s, tokens/s, padding share, batch time."""
-    columns = ["model", "batch", "padding", "rows/s", "tokens/s", "padding share", "batch p50 ms", "iters"]
+    """One row per model, batch size and padding: rows/s, tokens/s, the share of padding tokens, the median batch time."""
+    columns = ["model", "batch", "padding", "rows/s", "tokens/s", "pad %", "p50 ms", "iters"]
     rows = [[m["label"], r["batch_size"], r["padding"], r["rows_per_s"], r["tokens_per_s"],
              f"{r['padding_share']:.0%}", r["batch_ms"].get("p50"), r["iterations"]]
             for m in speed_records(report["models"]) for r in m.get("throughput", [])]

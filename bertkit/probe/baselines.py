@@ -4,6 +4,7 @@ the same architecture with random weights at the best cell (regression and tag p
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,8 @@ BASELINE_NAMES = {
     "multi_label": {"majority": "per-label majority", "tfidf": "TF-IDF + OvR LR", "random_encoder": "random-init encoder"},
 }
 """How the baselines are named in the layer-curve legend, per problem shape."""
+
+log = logging.getLogger(__name__)
 
 
 def majority_baseline(y_train: np.ndarray, y_dev: np.ndarray, label_names: Sequence[str] | None = None) -> dict[str, Any]:
@@ -108,8 +111,10 @@ def random_encoder_features(cfg: Any, inputs: ProbeInputs, pool: str, index: int
     model = str(meta["model"])
     state: dict[str, Any] = {}
 
-    def compute(ds: Any) -> dict[str, np.ndarray]:
+    def compute(ds: Any, split: str) -> dict[str, np.ndarray]:
         if "encoder" not in state:
+            log.info("random-init baseline: the same architecture with fresh weights reads train and dev again at "
+                     "%s layer %s (the slowest baseline; --no-baselines skips the baselines)", pool, index)
             torch.manual_seed(cfg.seed)
             state["encoder"] = loading.load_encoder(model, bool(meta.get("trust_remote_code")), random_init=True)
             if meta.get("dtype") == loading.INT8:  # the baseline reads texts in the probed features' precision
@@ -119,11 +124,12 @@ def random_encoder_features(cfg: Any, inputs: ProbeInputs, pool: str, index: int
         return extract.extract_pooled(state["encoder"], state["tokenizer"], ds, pools=[pool], layers=[index],
                               max_length=int(meta["max_length"]), batch_size=cfg.batch_size, dtype=dtype,
                               normalize=bool(meta.get("normalize")), progress=progress,
-                              long_text=LongText.from_json(meta))
+                              long_text=LongText.from_json(meta), desc=f"random-init baseline, {split}")
 
     key = {**meta, "revision": f"random-init(seed={cfg.seed})/{meta.get('revision')}", "layers": str(index)}
     return {
         split: cached_features(cache, split, inputs.datasets[split], key, [pool], [index],
-                               lambda ds=inputs.datasets[split]: compute(ds), prefix="random-")[pool][:, 0]
+                               lambda ds=inputs.datasets[split], split=split: compute(ds, split),
+                               prefix="random-")[pool][:, 0]
         for split in ("train", "dev")
     }

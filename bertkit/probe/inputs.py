@@ -79,6 +79,9 @@ def load_store_inputs(cfg: Any) -> ProbeInputs:
     _check_store_long_text(cfg, manifest, train.path)
     pools = _store_pools(cfg, manifest)
     positions, indices, names = _store_layers(cfg, train)
+    if len(manifest.get("layer_indices") or []) == 1:
+        notes.append(f"The store holds one layer ({names[0]}), so the per-layer curve is a single point. To compare "
+                     f"layers (the Alammar table), embed with `bertkit embed ... --layers all` and probe that store.")
     X_train = _store_layers_view(train.features, positions)
     y_train, y_dev = np.asarray(train.labels), None
     if "dev" in splits:
