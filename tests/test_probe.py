@@ -405,3 +405,16 @@ def test_probe_extracts_in_int8_records_it_and_its_saved_probe_predicts_in_int8(
     _, exact = probe_io.predict_with_probe(saved, new, precision="fp32")
     assert not np.array_equal(int8, exact)
     np.testing.assert_allclose(int8, exact, atol=1e-2, rtol=0)  # measured on the tiny BERT: 2e-4
+
+
+def test_a_one_layer_store_says_how_to_compare_layers(tiny_bert_dir, toy_store, tmp_path):
+    """embed's default --layers -1 makes the per-layer curve one point: the probe says to embed --layers all."""
+    root = Path(toy_store).parent
+    result = invoke("embed", "--model", tiny_bert_dir, "--data", root / "train.tsv", "--dev", root / "dev.tsv",
+                    "--out", tmp_path / "one", "--quiet")
+    assert result.exit_code == 0, result.output
+    probed = invoke("probe", "--features", tmp_path / "one", "--no-baselines", "--json", "--quiet")
+    assert probed.exit_code == 0, probed.output
+    assert any("--layers all" in note for note in json.loads(probed.stdout)["notes"])
+    every = invoke("probe", "--features", toy_store, "--layers", "-1", "--no-baselines", "--json", "--quiet")
+    assert not any("--layers all" in note for note in json.loads(every.stdout)["notes"])  # the store has them all
