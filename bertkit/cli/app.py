@@ -77,13 +77,20 @@ def _setup_logging(quiet: bool) -> None:
     root.handlers[:] = [handler]
     root.setLevel(level)
     root.propagate = False
-    try:
+    if "transformers" in sys.modules:  # imported already (a test process): set its switches directly
         from transformers.utils import logging as hf_logging
 
         hf_logging.set_verbosity_error()
         hf_logging.disable_progress_bar()
+        return
+    # not imported yet, and a refused command never imports it: transformers reads its verbosity from this variable
+    # and its bars' switch from huggingface_hub's when it is imported (`transformers.utils.logging`)
+    os.environ["TRANSFORMERS_VERBOSITY"] = "error"
+    try:
+        from huggingface_hub.utils import disable_progress_bars
     except ImportError:
-        pass
+        return
+    disable_progress_bars()
 
 
 def fail(message: str, code: int = 2) -> None:

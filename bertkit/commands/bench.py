@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bertkit.commands import bench_quality
+from bertkit.commands import bench_quality, preflight
+from bertkit.commands.preflight import check_inputs
 from bertkit.data.options import DataOptions
 from bertkit.errors import raise_if_problems
 from bertkit.measure.report import compute_claims, report_markdown
@@ -208,6 +209,10 @@ class BenchResult:
 
 def run(cfg: BenchConfig) -> BenchResult:
     """Measure, then write bench.json, bench.md and bench.png into --out (default runs/bench)."""
+    # the quality runs read every split with labels; the timing alone reads --dev, else --data
+    timed = ("dev",) if cfg.dev else ("data",)
+    check_inputs(cfg, need_labels=bool(cfg.quality_kinds), models=cfg.model_list,
+                 data_fields=preflight.DATA_FIELDS if cfg.quality_kinds else timed)  # before torch is imported
     from bertkit import plots
     from bertkit.io import atomic, ownership, rundir, trail
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from bertkit import __version__
 from bertkit.commands.predict import read_as_saved
+from bertkit.commands.preflight import check_inputs
 from bertkit.data.options import DataOptions
 from bertkit.encoding.reading import LongTextOptions
 from bertkit.errors import UserError, raise_if_problems
@@ -200,6 +201,7 @@ def store_identity(cfg: EmbedConfig, split: str, ds: Any, revision: str, precisi
 
 def run(cfg: EmbedConfig, progress: bool = True) -> EmbedResult:
     """Every split to its store under --out; what was done (see `SplitResult`)."""
+    check_inputs(cfg, need_labels=False, models=(cfg.model,))  # before torch is imported
     import torch
 
     from bertkit.io import ownership, rundir

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from bertkit.commands.predict import OutputReader, _classifier_read, _precision_of, read_as_saved
+from bertkit.commands.preflight import check_inputs
 from bertkit.data.options import LabelOptions
 from bertkit.encoding.reading import READ_AS_SAVED_HELP, LongTextOptions
 from bertkit.errors import raise_if_problems
@@ -75,6 +76,7 @@ def run(cfg: EvaluateConfig, *, progress: bool = False) -> EvaluateResult:
     """Metrics of a fine-tuned model on labelled --data (read in the model's problem shape); metrics.json,
     predictions.csv and the shape's plot (confusion matrix, true-vs-predicted scatter, per-tag F1) in --out when
     given."""
+    check_inputs(cfg, need_labels=True, models=(cfg.model,), data_fields=("data",))  # before torch is imported
     from bertkit.data.labels import check_tag_columns
     from bertkit.data.splits import load_dataset_split
     from bertkit.io import atomic, ownership, rundir, trail

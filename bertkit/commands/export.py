@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from bertkit import __version__
 from bertkit.commands.evaluate import shape_metrics
 from bertkit.commands.predict import Outputs, read_as_saved
+from bertkit.commands.preflight import check_inputs
 from bertkit.data.options import LabelOptions
 from bertkit.encoding.longtext import LongText
 from bertkit.encoding.reading import LongTextOptions, Reading
@@ -135,6 +136,7 @@ class ExportResult:
 
 def run(cfg: ExportConfig, progress: bool = False) -> ExportResult:
     """Export --model to --out through the gate; the report (also export_report.json in the folder)."""
+    check_inputs(cfg, need_labels=False, models=(cfg.model,), data_fields=("data",))  # before torch is imported
     from bertkit.features.pooling import encoder_shape
     from bertkit.io import atomic, ownership, rundir
     from bertkit.io.trail import package_versions

@@ -13,11 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.commands.predict import read_as_saved
+from bertkit.commands.preflight import check_inputs
 from bertkit.data.options import TaskOptions
 from bertkit.encoding.reading import LongTextOptions
 from bertkit.errors import UserError, raise_if_problems
 from bertkit.features.settings import POOLS, layers_problem
 from bertkit.models.compute import INFERENCE_PRECISION_HELP, INFERENCE_PRECISIONS, TRUST_HELP
+from bertkit.models.folders import OFFLINE_NAME
 from bertkit.options import DATA, MODEL, OUTPUT, PROBE, config_dict, option
 from bertkit.scoring.options import CLASS_WEIGHTS, MetricOptions
 
@@ -133,6 +135,8 @@ class ProbeResult:
 
 def run(cfg: ProbeConfig, progress: bool = False) -> ProbeResult:
     """Inputs -> per-layer sweep -> baselines -> variance -> test -> run directory."""
+    if cfg.data:  # features made now from text (a store is checked as it is opened)
+        check_inputs(cfg, need_labels=True, models=(cfg.model or OFFLINE_NAME,))  # before torch is imported
     from bertkit.io import ownership, rundir, trail
     from bertkit.probe.baselines import run_baselines
     from bertkit.probe.inputs import load_store_inputs, load_text_inputs

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from bertkit.commands.preflight import check_inputs
 from bertkit.data.options import DataOptions
 from bertkit.errors import raise_if_problems
 from bertkit.models.compute import TRUST_HELP
@@ -57,6 +58,7 @@ class TokensResult:
 def run(cfg: TokensConfig) -> TokensResult:
     """The sentence's tokens for --text, else the length report of every split (tokens.json + token_lengths.png in
     --out when given)."""
+    check_inputs(cfg, need_labels=cfg.label_column is not None, models=(cfg.model,))  # before transformers is imported
     from bertkit.models import loading
 
     tokenizer = loading.load_tokenizer(cfg.model, cfg.trust_remote_code)
