@@ -37,6 +37,14 @@ BENCH_QUALITY = ("none", "probe", "finetune", "probe,finetune")
 class BenchConfig(DataOptions):
     """`bertkit bench`: speed, size, memory and optional quality of several encoders, side by side."""
 
+    # bench holds no dev set out itself: a --quality run's hold-out share goes in --quality-args (--dev-fraction)
+    NOT_OPTIONS = ("dev_fraction",)
+    ADVANCED_OPTIONS = ("warmup", "min_iters", "min_seconds", "rounds", "threads", "trust_remote_code")
+    HELP_OVERRIDES = {"data": "The data whose texts are timed (unless --dev is given), and the --quality runs' training "
+                              "data: a .csv/.tsv/.txt/.json/.jsonl/.parquet file, or a hub dataset name.",
+                      "dev": "Dev data (a file, or a split of the hub --data): timed instead of --data, and the "
+                             "--quality runs' dev set."}
+
     models: str | None = option(None, "Comma-separated hub ids or folders, e.g. "
                                 "distilbert-base-uncased,bert-base-uncased.", panel=MODEL)
     preset: str | None = option(None, "distilbert-vs-bert: exact DistilBertConfig() vs BertConfig() shapes, random "

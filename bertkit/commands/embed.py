@@ -34,7 +34,11 @@ class EmbedConfig(LongTextOptions, DataOptions):
     # embed writes every row of every split it is given and makes no hold-out split, so these
     # DataOptions fields are not options of the command (nor valid recipe keys).
     NOT_OPTIONS = ("seed", "dev_fraction")
-    HELP_OVERRIDES = {"dev": "Dev data (a file or a hub split), embedded into OUT/dev; no hold-out is made.",
+    REQUIRED_OPTIONS = ("data", "out")
+    ADVANCED_OPTIONS = ("stride", "shard_size", "trust_remote_code")
+    HELP_OVERRIDES = {"data": "The data whose rows to embed (into OUT/train with --dev/--test): a .csv/.tsv/.txt/.json/"
+                              ".jsonl/.parquet file, or a hub dataset name.",
+                      "dev": "Dev data (a file or a hub split), embedded into OUT/dev; no hold-out is made.",
                       "test": "Test data (a file or a hub split), embedded into OUT/test."}
 
     model: str = option("minilm-offline", "Encoder: a hub id, a local folder, or `minilm-offline`.", panel=MODEL)

@@ -32,6 +32,10 @@ class EvaluateConfig(LongTextOptions, MetricOptions, LabelOptions):
 
     # reads one --data file and makes no split: these DataOptions fields are not its options.
     NOT_OPTIONS = ("dev", "test", "dev_fraction", "seed")
+    REQUIRED_OPTIONS = ("model", "data")
+    ADVANCED_OPTIONS = ("stride",)
+    HELP_OVERRIDES = {"data": "The labelled data to score the model on: a .csv/.tsv/.txt/.json/.jsonl/.parquet file, or "
+                              "a hub dataset name."}
 
     model: str | None = option(None, "Fine-tuned model folder (e.g. runs/sst2/best).", panel=MODEL)
     out: str | None = option(None, "Run directory for metrics.json, predictions.csv and the confusion-matrix PNG.",

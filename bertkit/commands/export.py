@@ -61,6 +61,8 @@ class ExportConfig(LongTextOptions, LabelOptions):
 
     # the gate reads one --data file and makes no split: these DataOptions fields are not its options.
     NOT_OPTIONS = ("dev", "test", "dev_fraction", "seed")
+    REQUIRED_OPTIONS = ("model", "out")
+    ADVANCED_OPTIONS = ("stride",)
     HELP_OVERRIDES = {"data": "Gate data: rows the PyTorch fp32 model and the export both run on (labels optional: with "
                               "them the metric before and after is reported). Default for a model saved by `bertkit "
                               "finetune` (RUN/best, RUN/final): that run's dev set.",

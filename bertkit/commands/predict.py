@@ -36,6 +36,9 @@ class PredictConfig(LongTextOptions, DataOptions):
     # reads one --data file (or --text) and makes no split: these DataOptions fields are not its options.
     NOT_OPTIONS = ("dev", "test", "dev_fraction", "seed")
     NO_PRESET = ("label_column",)  # data to label need not have labels (GLUE's test files have none)
+    ADVANCED_OPTIONS = ("stride",)
+    HELP_OVERRIDES = {"data": "The data to label (instead of --text): a .csv/.tsv/.txt/.json/.jsonl/.parquet file, or a "
+                              "hub dataset name."}
 
     model: str | None = option(None, "Fine-tuned model folder (e.g. runs/sst2/best).", panel=MODEL)
     probe: str | None = option(None, "A probe saved by `bertkit probe` (instead of --model).", panel=MODEL)

@@ -31,6 +31,8 @@ class ProbeConfig(LongTextOptions, MetricOptions, TaskOptions):
     """`bertkit probe`: linear probes on frozen features, per pooling and layer, with baselines: logistic regression
     (one label), one-vs-rest logistic regression (tags) or ridge regression (numbers)."""
 
+    ADVANCED_OPTIONS = ("stride", "trust_remote_code")
+
     features: str | None = option(None, "A `bertkit embed` store (its --out directory) instead of --data.",
                                   panel=DATA)
     model: str | None = option(None, "Encoder for on-the-fly features (default minilm-offline); with --features it "
@@ -135,16 +137,14 @@ class ProbeResult:
 
 def run(cfg: ProbeConfig, progress: bool = False) -> ProbeResult:
     """Inputs -> per-layer sweep -> baselines -> variance -> test -> run directory."""
-    if cfg.data:  # features made now from text (a store is checked as it is opened)
-        check_inputs(cfg, need_labels=True, models=(cfg.model or OFFLINE_NAME,))  # before torch is imported
+    check_inputs(cfg, need_labels=True, models=(cfg.model or (OFFLINE_NAME if cfg.data else None),))  # before torch
     from bertkit.io import ownership, rundir, trail
     from bertkit.probe.baselines import run_baselines
     from bertkit.probe.inputs import load_store_inputs, load_text_inputs
     from bertkit.probe.search import repeat_probe, score_probe, shape_kwargs, sweep_layers
     from bertkit.scoring.metrics import load_metrics
 
-    if cfg.data:  # features made now: read texts as a saved --model records it (a store's are made already)
-        cfg = read_as_saved(cfg)
+    cfg = read_as_saved(cfg) if cfg.data else cfg  # features made now: texts read as a saved --model records it
     # --out is looked at now (read-only) and claimed once the data and model are validated
     plan = rundir.inspect_run_dir(cfg.out, "probe", overwrite=cfg.overwrite, compare=trail.config_compare(config_dict(cfg)),
                                   inputs=ownership.input_paths(cfg)) if cfg.out else None

@@ -17,6 +17,8 @@ from bertkit.options import DATA, MODEL, OUTPUT, option
 class TokensConfig(DataOptions):
     """`bertkit tokens`: how a tokenizer sees a sentence, or the token-length profile of a dataset."""
 
+    ADVANCED_OPTIONS = ("trust_remote_code",)
+
     model: str = option("minilm-offline", "Model (tokenizer): a hub id, a local folder, or `minilm-offline`.",
                         panel=MODEL)
     text: str | None = option(None, "A sentence to show token by token (instead of --data).", panel=DATA)
