@@ -140,14 +140,15 @@ def run(cfg: PredictConfig, *, recipe: str | None = None, progress: bool = False
     import numpy as np
 
     from bertkit.data.dataset import TextDataset
-    from bertkit.data.splits import load_dataset_split
     from bertkit.encoding import batches
 
     check_model_inputs(cfg)  # a model or probe that is not as saved stops here, before the data is read
     cfg = read_as_saved(cfg)
     if cfg.text:
         dataset = TextDataset(list(cfg.text), source="--text")
-    else:
+    else:  # the file reader (pandas, pyarrow) only where a file is read
+        from bertkit.data.splits import load_dataset_split
+
         dataset = load_dataset_split(cfg, cfg.data or "", need_labels=False)
     reader = output_reader(cfg, dataset, progress)
     labels: list[Any] = []
