@@ -3,7 +3,7 @@ the same run on the same machine (issue 33, "the first hour").
 
 Each case is a fresh `python -m bertkit ...` process, timed from start to exit (wall clock): `bertkit --help`, every
 command's `--help`, a missing --data file and a missing --text-column for every command that reads data (exit 2,
-refused before torch is imported), and `bertkit predict` of 3 sentences with a fine-tuned MiniLM folder against a
+refused before torch is imported), `push` refusing to run offline, and `bertkit predict` of 3 sentences with a fine-tuned MiniLM folder against a
 minimal plain-transformers script that loads the same folder and classifies the same 3 sentences (target: at most
 1.3x), also both with one torch thread (OMP_NUM_THREADS=1): on a machine whose cores are busy with other work,
 torch's default thread pool waits for them, and a run that does more small forward passes (bertkit checks its fast
@@ -84,6 +84,7 @@ def cases(model: Path, data: Path, quick: bool) -> dict[str, tuple[list[str], in
         found[f"{command}: missing --data file"] = ([*cli, command, *args, "--data", "missing.tsv"], 2, {})
         found[f"{command}: missing --text-column"] = ([*cli, command, *args, "--data", str(data), "--text-column",
                                                        "zz"], 2, {})
+    found["push: offline refusal"] = ([*cli, "push", "--model", "missing", "--repo-id", "me/model"], 2, {})
     texts = [word for text in SENTENCES for word in ("--text", text)]
     for suffix, env in (("", {}), (", 1 thread", ONE_THREAD)):
         found[f"predict 3 sentences{suffix}"] = ([*cli, "predict", "--model", str(model), *texts, "--quiet"], 0, env)

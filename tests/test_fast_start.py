@@ -134,3 +134,8 @@ def test_a_refused_run_leaves_an_existing_out_as_it_was(folder):
     code, output, _ = run_cli(*_args("finetune", "--data", "train.tsv", "--label-column", "nope"), cwd=folder)
     assert code == 2 and "Column 'nope' (from --label-column)" in output
     assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
+
+
+def test_push_refuses_offline_before_torch(tmp_path):
+    code, output, imported = run_cli("push", "--model", "no-such-folder", "--repo-id", "me/model", cwd=tmp_path)
+    assert code == 2 and "offline mode is set (HF_HUB_OFFLINE=1)" in output and imported == [], output
