@@ -21,8 +21,9 @@ DATA, MODEL, RUN, OUTPUT, PROBE, BENCH, TRACKING = "Data", "Model", "Run", "Outp
 ADVANCED = "Advanced"
 """The panel of the options a config class lists in ADVANCED_OPTIONS: rarely changed, shown by --help-all only."""
 PANEL_ORDER = (MODEL, DATA, RUN, PROBE, BENCH, TRACKING, OUTPUT, ADVANCED)
-"""The order of the panels in --help (a panel not listed comes after Run); in a panel the fields keep their order,
---model first."""
+"""The order of the panels in --help (a panel not listed comes after Run)."""
+LEADING = ("model", "data", "out")
+"""Options listed first in their panel."""
 SEED_MAX = 2**32 - 1
 """numpy's (and sklearn's random_state's) largest seed."""
 
@@ -78,12 +79,17 @@ def help_panel(config_cls: type, f: dataclasses.Field) -> str:
 
 
 def help_order(config_cls: type) -> list[dataclasses.Field]:
-    """The options of `config_cls` in --help order: by panel (`PANEL_ORDER`), --model first, else as declared."""
-    def rank(item: tuple[int, dataclasses.Field]) -> tuple[float, bool, int]:
+    """The options of `config_cls` in --help order: by panel (`PANEL_ORDER`); in a panel --model, --data and --out
+    first, then the command's own options (those of the class that declares its fields, e.g. predict's --probe),
+    then those of the groups it is made of (--truncation), each as declared."""
+    own_class = next((cls for cls in config_cls.__mro__ if vars(cls).get("__annotations__")), config_cls)
+    own = set(vars(own_class).get("__annotations__", {}))
+
+    def rank(item: tuple[int, dataclasses.Field]) -> tuple[float, bool, bool, int]:
         index, f = item
         panel = help_panel(config_cls, f)
         order = PANEL_ORDER.index(panel) if panel in PANEL_ORDER else PANEL_ORDER.index(RUN) + 0.5
-        return order, f.name != "model", index
+        return order, f.name not in LEADING, f.name not in own, index
 
     return [f for _, f in sorted(enumerate(option_fields(config_cls)), key=rank)]
 
