@@ -71,25 +71,27 @@ REQUIRED_MARK = r" \[required]"
 """Appended to the help of an option the command cannot run without (escaped: the help is Rich markup)."""
 
 
-def _plain_help_option(command: Any, ctx: Any, option: Any) -> Any:
-    if option is not None:  # --help: no type label, next to --quiet and --json
+def _plain_help_option(option: Any, panel: str | None = None) -> Any:
+    """--help without a type label (in `panel`, else the default one)."""
+    if option is not None:
         option.metavar = NO_LABEL
-        option.rich_help_panel = OUTPUT
+        if panel is not None:
+            option.rich_help_panel = panel
     return option
 
 
 class Command(TyperCommand):
-    """A command whose --help option has no type label and sits in the Output panel."""
+    """A command whose --help has no type label and sits in the Output panel, next to --quiet and --json."""
 
     def get_help_option(self, ctx: Any) -> Any:
-        return _plain_help_option(self, ctx, super().get_help_option(ctx))
+        return _plain_help_option(super().get_help_option(ctx), OUTPUT)
 
 
 class Group(TyperGroup):
-    """The `bertkit` group (and `bertkit recipes`), its --help as the commands' own."""
+    """The `bertkit` group (and `bertkit recipes`): its --help without a type label."""
 
     def get_help_option(self, ctx: Any) -> Any:
-        return _plain_help_option(self, ctx, super().get_help_option(ctx))
+        return _plain_help_option(super().get_help_option(ctx))
 
 
 app = typer.Typer(
