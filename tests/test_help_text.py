@@ -99,3 +99,16 @@ def test_advanced_and_required_options_name_real_fields():
         assert declared <= {f.name for f in dataclasses.fields(cls)}, (command, declared)  # no typo
         assert set(options.required_options(cls)) <= {f.name for f in options.option_fields(cls)}, command
         assert not set(options.required_options(cls)) & options.advanced_options(cls), command
+
+
+def test_bench_quality_runs_take_their_hold_out_share_from_quality_args():
+    from pathlib import Path
+
+    import bertkit
+    from bertkit.commands.bench import BenchConfig
+    from bertkit.commands.bench_quality import plan_quality
+
+    demo = Path(bertkit.__file__).parent / "resources" / "demo" / "train.tsv"
+    cfg = BenchConfig(preset="distilbert-vs-bert", data=str(demo), quality="finetune",
+                      quality_args="--dev-fraction 0.2 --epochs 1")
+    assert plan_quality(cfg)[0].config.dev_fraction == 0.2
