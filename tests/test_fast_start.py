@@ -139,3 +139,24 @@ def test_a_refused_run_leaves_an_existing_out_as_it_was(folder):
 def test_push_refuses_offline_before_torch(tmp_path):
     code, output, imported = run_cli("push", "--model", "no-such-folder", "--repo-id", "me/model", cwd=tmp_path)
     assert code == 2 and "offline mode is set (HF_HUB_OFFLINE=1)" in output and imported == [], output
+
+
+@pytest.mark.parametrize(("name", "text", "header", "by_index", "label_index"), [
+    ("h.tsv", "sentence\tlabel\nfine\t1\nbad\t0\n", "auto", False, None),
+    ("h.csv", 'text,"a,b",text\n"x, y",1,z\n', "auto", False, None),
+    ("plain.tsv", "fine\t1\nbad\t0\nok\t1\n", "auto", True, 1),
+    ("guessed.tsv", "sentence\tlabel\n" + "".join(f"row {i}\t{i % 2}\n" for i in range(30)), "auto", True, 1),
+    ("no.tsv", "sentence\tlabel\nfine\t1\n", "no", False, None),
+    ("yes.tsv", "\n\nfine\t1\nbad\t0\n", "yes", True, 1),
+    ("bom.tsv", "\ufeffsentence\tlabel\nfine\t1\n", "auto", False, None),
+    ("rows.jsonl", '{"b": 1, "a": "x"}\n\n{"c": [1], "a": "y"}\n', "auto", False, None),
+    ("rows.json", '[{"text": "x", "label": 1}, {"label": 0, "extra": 2}]', "auto", False, None),
+])
+def test_the_header_peek_names_the_columns_the_parse_gives(tmp_path, name, text, header, by_index, label_index):
+    from bertkit.data import ingest, sources
+
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    peeked = sources.column_names(path, "utf-8", header, by_index, label_index)
+    table, _ = ingest.local_table(path, "utf-8", header, by_index, label_index, str(tmp_path / "cache"))
+    assert peeked == list(table.columns)
