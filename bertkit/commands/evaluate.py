@@ -80,17 +80,18 @@ def run(cfg: EvaluateConfig, *, progress: bool = False) -> EvaluateResult:
     """Metrics of a fine-tuned model on labelled --data (read in the model's problem shape); metrics.json,
     predictions.csv and the shape's plot (confusion matrix, true-vs-predicted scatter, per-tag F1) in --out when
     given."""
-    check_inputs(cfg, need_labels=True, models=(cfg.model,), data_fields=("data",))  # before torch is imported
+    from bertkit.io import atomic, ownership, rundir, trail
+
+    plan = rundir.inspect_run_dir(cfg.out, "evaluate", overwrite=cfg.overwrite, inputs=ownership.input_paths(cfg),
+                                  compare=trail.config_compare(config_dict(cfg))) if cfg.out else None  # read-only, early
+    check_inputs(cfg, need_labels=True, models=(cfg.model,), data_fields=("data",))  # then the inputs, before torch
     from bertkit.data.labels import check_tag_columns
     from bertkit.data.splits import load_dataset_split
-    from bertkit.io import atomic, ownership, rundir, trail
     from bertkit.models import infer, loading
     from bertkit.models.metadata import saved_threshold
     from bertkit.scoring import metrics, predictions
     from bertkit.scoring.shapes import inapplicable_options
 
-    plan = rundir.inspect_run_dir(cfg.out, "evaluate", overwrite=cfg.overwrite, inputs=ownership.input_paths(cfg),
-                                  compare=trail.config_compare(config_dict(cfg))) if cfg.out else None  # read-only, early
     external = [metrics.load_metric(spec) for spec in cfg.external_metrics]  # before any work: a missing one stops here
     model, tokenizer, label_map = infer.load_for_inference(cfg.model or "", cfg.precision)
     given, cfg = cfg, read_as_saved(cfg)  # the model verified by its record first; the trail keeps the options given

@@ -137,17 +137,17 @@ class ProbeResult:
 
 def run(cfg: ProbeConfig, progress: bool = False) -> ProbeResult:
     """Inputs -> per-layer sweep -> baselines -> variance -> test -> run directory."""
-    check_inputs(cfg, need_labels=True, models=(cfg.model or (OFFLINE_NAME if cfg.data else None),))  # before torch
     from bertkit.io import ownership, rundir, trail
+
+    cfg = read_as_saved(cfg) if cfg.data else cfg  # features made now: texts read as a saved --model records it
+    plan = rundir.inspect_run_dir(cfg.out, "probe", overwrite=cfg.overwrite, compare=trail.config_compare(config_dict(cfg)),
+                                  inputs=ownership.input_paths(cfg)) if cfg.out else None  # claimed once valid
+    check_inputs(cfg, need_labels=True, models=(cfg.model or (OFFLINE_NAME if cfg.data else None),))  # before torch
     from bertkit.probe.baselines import run_baselines
     from bertkit.probe.inputs import load_store_inputs, load_text_inputs
     from bertkit.probe.search import repeat_probe, score_probe, shape_kwargs, sweep_layers
     from bertkit.scoring.metrics import load_metrics
 
-    cfg = read_as_saved(cfg) if cfg.data else cfg  # features made now: texts read as a saved --model records it
-    # --out is looked at now (read-only) and claimed once the data and model are validated
-    plan = rundir.inspect_run_dir(cfg.out, "probe", overwrite=cfg.overwrite, compare=trail.config_compare(config_dict(cfg)),
-                                  inputs=ownership.input_paths(cfg)) if cfg.out else None
     external = load_metrics(tuple(cfg.external_metrics))  # a --metric that cannot load stops before any work
     cache = (lambda: plan.claim().path / "features") if plan is not None else None
     check = functools.partial(check_shape_options, cfg, external)
