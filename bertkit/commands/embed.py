@@ -205,10 +205,13 @@ def store_identity(cfg: EmbedConfig, split: str, ds: Any, revision: str, precisi
 
 def run(cfg: EmbedConfig, progress: bool = True) -> EmbedResult:
     """Every split to its store under --out; what was done (see `SplitResult`)."""
-    check_inputs(cfg, need_labels=False, models=(cfg.model,))  # before torch is imported
+    from bertkit.io import ownership, rundir
+
+    root = Path(cfg.out or "").expanduser()
+    rundir.inspect_run_dir(root, "embed", overwrite=cfg.overwrite, inputs=ownership.input_paths(cfg))  # read-only
+    check_inputs(cfg, need_labels=False, models=(cfg.model,))  # then the inputs, before torch is imported
     import torch
 
-    from bertkit.io import ownership, rundir
     from bertkit.models import loading, onnx
 
     export = onnx.is_export(cfg.model)
@@ -220,8 +223,7 @@ def run(cfg: EmbedConfig, progress: bool = True) -> EmbedResult:
         if device.type == "cuda" and dist.num_processes > 1:
             device = dist.device  # this process's GPU
         dtype = torch.float32 if export else loading.choose_dtype(cfg.precision, device)
-        root = Path(cfg.out or "").expanduser()
-        rundir.inspect_run_dir(root, "embed", overwrite=cfg.overwrite,  # read-only: refusals end every rank here
+        rundir.inspect_run_dir(root, "embed", overwrite=cfg.overwrite,  # again: refusals end every rank here
                                inputs=ownership.input_paths(cfg))
         loading.check_model_folder(cfg.model)  # as saved, with its tokenizer: before the data is read
         named, label_map = load_embed_data(cfg)

@@ -60,7 +60,14 @@ class TokensResult:
 def run(cfg: TokensConfig) -> TokensResult:
     """The sentence's tokens for --text, else the length report of every split (tokens.json + token_lengths.png in
     --out when given)."""
-    check_inputs(cfg, need_labels=cfg.label_column is not None, models=(cfg.model,))  # before transformers is imported
+    check_inputs(cfg, need_labels=False, models=(cfg.model,), data_fields=())  # before transformers is imported
+    if cfg.data is not None:  # a refused --out (read-only look), then the data files, as the report orders them
+        from bertkit.io import ownership, rundir, trail
+
+        if cfg.out:
+            rundir.inspect_run_dir(cfg.out, "tokens", overwrite=cfg.overwrite, compare=trail.config_compare(vars(cfg)),
+                                   inputs=ownership.input_paths(cfg))
+        check_inputs(cfg, need_labels=cfg.label_column is not None)
     from bertkit.models import loading
 
     tokenizer = loading.load_tokenizer(cfg.model, cfg.trust_remote_code)
