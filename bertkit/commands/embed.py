@@ -36,9 +36,7 @@ class EmbedConfig(LongTextOptions, DataOptions):
     NOT_OPTIONS = ("seed", "dev_fraction")
     REQUIRED_OPTIONS = ("data", "out")
     ADVANCED_OPTIONS = ("stride", "shard_size", "trust_remote_code")
-    HELP_OVERRIDES = {"data": "The data whose rows to embed (into OUT/train with --dev/--test): a .csv/.tsv/.txt/.json/"
-                              ".jsonl/.parquet file, or a hub dataset name.",
-                      "dev": "Dev data (a file or a hub split), embedded into OUT/dev; no hold-out is made.",
+    HELP_OVERRIDES = {"dev": "Dev data (a file or a hub split), embedded into OUT/dev; no hold-out is made.",
                       "test": "Test data (a file or a hub split), embedded into OUT/test."}
 
     model: str = option("minilm-offline", "Encoder: a hub id, a local folder, or `minilm-offline`.", panel=MODEL)
