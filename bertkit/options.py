@@ -18,6 +18,12 @@ from typing import Any
 
 DATA, MODEL, RUN, OUTPUT, PROBE, BENCH, TRACKING = "Data", "Model", "Run", "Output", "Probe", "Benchmark", "Tracking"
 """Help panels (`bertkit COMMAND --help` groups options under these titles)."""
+ADVANCED = "Advanced"
+"""The panel of the options a config class lists in ADVANCED_OPTIONS: rarely changed, shown by --help-all only."""
+PANEL_ORDER = (MODEL, DATA, RUN, PROBE, BENCH, TRACKING, OUTPUT, ADVANCED)
+"""The order of the panels in --help (a panel not listed comes after Run)."""
+LEADING = ("model", "data", "out")
+"""Options listed first in their panel."""
 SEED_MAX = 2**32 - 1
 """numpy's (and sklearn's random_state's) largest seed."""
 
@@ -52,6 +58,40 @@ def help_text(config_cls: type, f: dataclasses.Field) -> str:
     text = getattr(config_cls, "HELP_OVERRIDES", {}).get(f.name, f.metadata.get("help", ""))
     choices = f.metadata.get("choices")
     return f"{text} One of: {', '.join(choices)}." if choices and "One of" not in text else text
+
+
+def advanced_options(config_cls: type) -> frozenset[str]:
+    """The options of `config_cls` shown only by --help-all: the ADVANCED_OPTIONS of every class it is made of (an
+    option group names its own rarely changed options; a command's config may add more)."""
+    names = {name for cls in config_cls.__mro__ for name in vars(cls).get("ADVANCED_OPTIONS", ())}
+    return frozenset(names & {f.name for f in option_fields(config_cls)})
+
+
+def required_options(config_cls: type) -> tuple[str, ...]:
+    """The options the command cannot run without (REQUIRED_OPTIONS of the config or a group it is made of; its
+    `__post_init__` refuses a config that lacks one). Options of which exactly one must be given are not listed."""
+    return next((vars(cls)["REQUIRED_OPTIONS"] for cls in config_cls.__mro__ if "REQUIRED_OPTIONS" in vars(cls)), ())
+
+
+def help_panel(config_cls: type, f: dataclasses.Field) -> str:
+    """The --help panel of an option: ADVANCED for the command's advanced options, else its declared panel."""
+    return ADVANCED if f.name in advanced_options(config_cls) else f.metadata.get("panel", RUN)
+
+
+def help_order(config_cls: type) -> list[dataclasses.Field]:
+    """The options of `config_cls` in --help order: by panel (`PANEL_ORDER`); in a panel --model, --data and --out
+    first, then the command's own options (those of the class that declares its fields, e.g. predict's --probe),
+    then those of the groups it is made of (--truncation), each as declared."""
+    own_class = next((cls for cls in config_cls.__mro__ if vars(cls).get("__annotations__")), config_cls)
+    own = set(vars(own_class).get("__annotations__", {}))
+
+    def rank(item: tuple[int, dataclasses.Field]) -> tuple[float, bool, bool, int]:
+        index, f = item
+        panel = help_panel(config_cls, f)
+        order = PANEL_ORDER.index(panel) if panel in PANEL_ORDER else PANEL_ORDER.index(RUN) + 0.5
+        return order, f.name not in LEADING, f.name not in own, index
+
+    return [f for _, f in sorted(enumerate(option_fields(config_cls)), key=rank)]
 
 
 def flag_names(f: dataclasses.Field) -> list[str]:

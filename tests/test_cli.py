@@ -100,7 +100,7 @@ from bertkit import options  # noqa: E402
 from bertkit.commands.registry import config_for_command, recipe_commands  # noqa: E402
 from bertkit.data.options import DataOptions  # noqa: E402
 
-CLI_ONLY = {"quiet", "json_output", "recipe"}
+CLI_ONLY = {"quiet", "json_output", "recipe", "help_all"}
 
 
 def _click_command(name: str):
@@ -109,16 +109,21 @@ def _click_command(name: str):
 
 @pytest.mark.parametrize("command", recipe_commands())
 def test_every_cli_option_default_and_help_comes_from_the_config(command):
-    """The command's options are exactly its config's option fields (plus --quiet/--json/--recipe), with the
-    field's flag(s), default, help and panel: cli.py declares none of them by hand."""
+    """The command's options are exactly its config's option fields (plus --quiet/--json/--recipe/--help-all), with
+    the field's flag(s), default, help (marked when required) and panel (Advanced for the command's advanced
+    options): cli.py declares none of them by hand."""
+    from bertkit.cli.app import option_help
+
     cls = config_for_command(command)
     params = {p.name: p for p in _click_command(command).params}
     fields = {f.name: f for f in options.option_fields(cls)}
     assert set(params) == set(fields) | CLI_ONLY
     for name, f in fields.items():
         param = params[name]
-        assert param.help == options.help_text(cls, f), name
-        assert param.rich_help_panel == f.metadata["panel"], name
+        assert param.help == option_help(cls, f), name
+        assert param.help.startswith(options.help_text(cls, f)), name
+        assert param.rich_help_panel == options.help_panel(cls, f), name
+        assert param.rich_help_panel in (f.metadata["panel"], options.ADVANCED), name
         assert set(options.flag_names(f)) <= set(param.opts), name
         expected = None if f.default == () else f.default  # a repeatable option's empty default
         assert param.default == expected, name
@@ -133,7 +138,7 @@ def test_shared_data_options_have_one_definition():
         cls = config_for_command(command)
         for param in _click_command(command).params:
             if param.name in shared and param.name not in getattr(cls, "HELP_OVERRIDES", {}):
-                assert param.help == options.help_text(cls, shared[param.name]), (command, param.name)
+                assert param.help.startswith(options.help_text(cls, shared[param.name])), (command, param.name)
 
 
 def test_recipe_values_go_through_the_option_types_and_flags_win(tiny_bert_dir, tmp_path, demo_dir):

@@ -21,6 +21,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
+from typer.core import TyperCommand, TyperGroup
 
 from bertkit import __version__
 from bertkit.cli import show, show_models, show_training
@@ -50,10 +51,52 @@ from bertkit.commands.sweep import SweepConfig
 from bertkit.commands.tokens import TokensConfig
 from bertkit.errors import UserError
 from bertkit.io.faults import install_from_env
-from bertkit.options import OUTPUT, RUN, field_type, flag_names, help_text, option_fields
+from bertkit.options import (
+    ADVANCED,
+    OUTPUT,
+    RUN,
+    advanced_options,
+    field_type,
+    flag,
+    flag_names,
+    help_order,
+    help_panel,
+    help_text,
+    required_options,
+)
+
+NO_LABEL = ""
+"""The metavar of every option: Typer's type labels (`<str>`, `<bool>`) say nothing the help does not."""
+REQUIRED_MARK = r" \[required]"
+"""Appended to the help of an option the command cannot run without (escaped: the help is Rich markup)."""
+
+
+def _plain_help_option(option: Any, panel: str | None = None) -> Any:
+    """--help without a type label (in `panel`, else the default one)."""
+    if option is not None:
+        option.metavar = NO_LABEL
+        if panel is not None:
+            option.rich_help_panel = panel
+    return option
+
+
+class Command(TyperCommand):
+    """A command whose --help has no type label and sits in the Output panel, next to --quiet and --json."""
+
+    def get_help_option(self, ctx: Any) -> Any:
+        return _plain_help_option(super().get_help_option(ctx), OUTPUT)
+
+
+class Group(TyperGroup):
+    """The `bertkit` group (and `bertkit recipes`): its --help without a type label."""
+
+    def get_help_option(self, ctx: Any) -> Any:
+        return _plain_help_option(super().get_help_option(ctx))
+
 
 app = typer.Typer(
     name="bertkit",
+    cls=Group,
     help="BERT transfer learning from one CLI: token reports, feature extraction, probes, fine-tuning, benchmarks.",
     no_args_is_help=True,
     rich_markup_mode="rich",
@@ -62,7 +105,8 @@ app = typer.Typer(
 )
 log = logging.getLogger("bertkit")
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print the results as JSON on stdout.", rich_help_panel=OUTPUT)]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the results as JSON on stdout.", rich_help_panel=OUTPUT,
+                                       metavar=NO_LABEL)]
 
 
 # ---------------------------------------------------------------- plumbing
@@ -77,13 +121,20 @@ def _setup_logging(quiet: bool) -> None:
     root.handlers[:] = [handler]
     root.setLevel(level)
     root.propagate = False
-    try:
+    if "transformers" in sys.modules:  # imported already (a test process): set its switches directly
         from transformers.utils import logging as hf_logging
 
         hf_logging.set_verbosity_error()
         hf_logging.disable_progress_bar()
+        return
+    # not imported yet, and a refused command never imports it: transformers reads its verbosity from this variable
+    # and its bars' switch from huggingface_hub's when it is imported (`transformers.utils.logging`)
+    os.environ["TRANSFORMERS_VERBOSITY"] = "error"
+    try:
+        from huggingface_hub.utils import disable_progress_bars
     except ImportError:
-        pass
+        return
+    disable_progress_bars()
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -109,13 +160,21 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 CLI_ONLY = {
-    "quiet": (bool, typer.Option("--quiet", "-q", help="No progress bars; only the final summary.", rich_help_panel=OUTPUT), False),
-    "json_output": (bool, typer.Option("--json", help="Print the results as JSON on stdout.", rich_help_panel=OUTPUT), False),
+    "quiet": (bool, typer.Option("--quiet", "-q", help="No progress bars; only the final summary.", rich_help_panel=OUTPUT,
+                                 metavar=NO_LABEL), False),
+    "json_output": (bool, typer.Option("--json", help="Print the results as JSON on stdout.", rich_help_panel=OUTPUT,
+                                       metavar=NO_LABEL), False),
 }
 
 
+def option_help(config_cls: type, f: dataclasses.Field) -> str:
+    """An option's --help text: its help, marked when the command cannot run without it."""
+    return help_text(config_cls, f) + (REQUIRED_MARK if f.name in required_options(config_cls) else "")
+
+
 def _typer_parameter(config_cls: type, f: dataclasses.Field) -> inspect.Parameter:
-    """The Typer option of one config field: flag(s), type, default, help and panel from its declaration."""
+    """The Typer option of one config field: flag(s), type, default, help and panel from its declaration (an
+    advanced option is listed by --help-all only)."""
     base, optional = field_type(f)
     names = flag_names(f)
     annotation: Any = base | None if optional else base
@@ -124,8 +183,38 @@ def _typer_parameter(config_cls: type, f: dataclasses.Field) -> inspect.Paramete
         annotation, default = list[str] | None, None
     elif base is bool and f.default is True:
         names = [f"{names[0]}/--no-{names[0][2:]}", *names[1:]]
-    option = typer.Option(*names, help=help_text(config_cls, f), rich_help_panel=f.metadata.get("panel", RUN))
+    panel = help_panel(config_cls, f)
+    option = typer.Option(*names, help=option_help(config_cls, f), rich_help_panel=panel, metavar=NO_LABEL,
+                          hidden=panel == ADVANCED)
     return inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=Annotated[annotation, option])
+
+
+def _help_all(ctx: typer.Context, value: bool) -> None:
+    """--help-all: the help with the Advanced panel too."""
+    if not value or ctx.resilient_parsing:
+        return
+    advanced = [p for p in ctx.command.params if getattr(p, "rich_help_panel", None) == ADVANCED]
+    for param in advanced:
+        param.hidden = False
+    try:
+        typer.echo(ctx.get_help(), color=ctx.color)
+    finally:
+        for param in advanced:
+            param.hidden = True
+    raise typer.Exit(0)
+
+
+HELP_ALL = inspect.Parameter(
+    "help_all", inspect.Parameter.KEYWORD_ONLY, default=False,
+    annotation=Annotated[bool, typer.Option("--help-all", help="Show this message with the Advanced options too, and "
+                                            "exit.", rich_help_panel=OUTPUT, metavar=NO_LABEL, is_eager=True,
+                                            expose_value=False, callback=_help_all)])
+
+
+def _epilog(config_cls: type, command: str) -> str | None:
+    """The end of --help: the advanced options by name, and how to see them."""
+    names = [flag(f.name) for f in help_order(config_cls) if f.name in advanced_options(config_cls)]
+    return f"Advanced options (`bertkit {command} --help-all`): {', '.join(names)}." if names else None
 
 
 def _recipe_parameter(config_cls: type, command: str) -> inspect.Parameter:
@@ -142,7 +231,7 @@ def _recipe_parameter(config_cls: type, command: str) -> inspect.Parameter:
         return value
 
     option = typer.Option("--recipe", help="TOML recipe (path or name in recipes/); CLI flags override it.",
-                          rich_help_panel=RUN, is_eager=True, callback=use_recipe)
+                          rich_help_panel=RUN, is_eager=True, callback=use_recipe, metavar=NO_LABEL)
     return inspect.Parameter("recipe", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Annotated[str | None, option])
 
 
@@ -151,12 +240,13 @@ def config_command(config_cls: type, name: str | None = None) -> Callable[[Calla
 
     def register(fn: Callable[..., Any]) -> Any:
         command = name or fn.__name__
-        params = [_typer_parameter(config_cls, f) for f in option_fields(config_cls)]
+        params = [_typer_parameter(config_cls, f) for f in help_order(config_cls)]
         params += [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, default=d, annotation=Annotated[t, o])
                    for k, (t, o, d) in CLI_ONLY.items()]
-        params.append(_recipe_parameter(config_cls, command))
+        params += [_recipe_parameter(config_cls, command), HELP_ALL]
 
         def run(**values: Any) -> Any:
+            values.pop("help_all", None)  # eager: it printed the help and exited, or was not given
             view = View(values.pop("quiet"), values.pop("json_output"), values.pop("recipe"))
             _setup_logging(view.quiet or view.json)
             return fn(config_cls(**values), view)
@@ -164,7 +254,7 @@ def config_command(config_cls: type, name: str | None = None) -> Callable[[Calla
         run.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
         run.__doc__ = fn.__doc__
         run.__name__ = command
-        return app.command(command)(user_errors(run))
+        return app.command(command, cls=Command, epilog=_epilog(config_cls, command))(user_errors(run))
 
     return register
 
@@ -177,7 +267,8 @@ def _version_callback(value: bool) -> None:
 
 @app.callback()
 def main(
-    version: Annotated[bool, typer.Option("--version", callback=_version_callback, is_eager=True, help="Show the version and exit.")] = False,
+    version: Annotated[bool, typer.Option("--version", callback=_version_callback, is_eager=True, metavar=NO_LABEL,
+                                          help="Show the version and exit.")] = False,
 ) -> None:
     """bertkit: tokens, embed, probe, finetune, predict, evaluate, bench — the classic BERT workflows."""
     if os.environ.get("BERTKIT_KILL_AT"):  # fault-injection tests only (see bertkit/io/faults.py)
@@ -261,18 +352,18 @@ def bench(cfg: BenchConfig, view: View) -> None:
 # ---------------------------------------------------------------- recipes
 
 recipes_app = typer.Typer(help="List and show the recipes in recipes/ (use one with `bertkit COMMAND --recipe NAME`).",
-                          no_args_is_help=True)
+                          no_args_is_help=True, cls=Group)
 app.add_typer(recipes_app, name="recipes")
 
 
-@recipes_app.command("list")
+@recipes_app.command("list", cls=Command)
 @user_errors
 def recipes_list(json_output: JsonOpt = False) -> None:
     """Every recipe: name, command(s), what it does, measured result."""
     show.show_recipes(list_recipes(), json_output)
 
 
-@recipes_app.command("show")
+@recipes_app.command("show", cls=Command)
 @user_errors
 def recipes_show(name: Annotated[str, typer.Argument(help="Recipe name (or path to a .toml file).")]) -> None:
     """Print a recipe file."""

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bertkit.commands import bench_quality
+from bertkit.commands import bench_quality, preflight
+from bertkit.commands.preflight import check_inputs
 from bertkit.data.options import DataOptions
 from bertkit.errors import raise_if_problems
 from bertkit.measure.report import compute_claims, report_markdown
@@ -35,6 +36,14 @@ BENCH_QUALITY = ("none", "probe", "finetune", "probe,finetune")
 @dataclass(frozen=True)
 class BenchConfig(DataOptions):
     """`bertkit bench`: speed, size, memory and optional quality of several encoders, side by side."""
+
+    # bench holds no dev set out itself: a --quality run's hold-out share goes in --quality-args (--dev-fraction)
+    NOT_OPTIONS = ("dev_fraction",)
+    ADVANCED_OPTIONS = ("warmup", "min_iters", "min_seconds", "rounds", "threads", "trust_remote_code")
+    HELP_OVERRIDES = {"data": "The data whose texts are timed (unless --dev is given), and the --quality runs' training "
+                              "data: a .csv/.tsv/.txt/.json/.jsonl/.parquet file, or a hub dataset name.",
+                      "dev": "Dev data (a file, or a split of the hub --data): timed instead of --data, and the "
+                             "--quality runs' dev set."}
 
     models: str | None = option(None, "Comma-separated hub ids or folders, e.g. "
                                 "distilbert-base-uncased,bert-base-uncased.", panel=MODEL)
@@ -208,11 +217,17 @@ class BenchResult:
 
 def run(cfg: BenchConfig) -> BenchResult:
     """Measure, then write bench.json, bench.md and bench.png into --out (default runs/bench)."""
-    from bertkit import plots
     from bertkit.io import atomic, ownership, rundir, trail
 
     plan = rundir.inspect_run_dir(cfg.out or "runs/bench", "bench", overwrite=cfg.overwrite, inputs=ownership.input_paths(cfg),
                                   compare=trail.config_compare(vars(cfg)))  # read-only; claimed once models are measured
+    # then the inputs, before torch is imported: the quality runs read every split with labels; the timing alone
+    # reads --dev, else --data
+    timed = ("dev",) if cfg.dev else ("data",)
+    check_inputs(cfg, need_labels=bool(cfg.quality_kinds), models=cfg.model_list,
+                 data_fields=preflight.DATA_FIELDS if cfg.quality_kinds else timed)
+    from bertkit import plots
+
     report = benchmark(cfg, quality_dir=lambda: plan.claim().path / "quality")
     run = plan.claim()
     trail.write_run_config(run.path, "bench", vars(cfg), data_fingerprint=report["data_source"]["fingerprint"])

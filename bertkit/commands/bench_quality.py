@@ -127,7 +127,7 @@ SCORERS = {"probe": probe_score, "finetune": finetune_score}
 # ---------------------------------------------------------------- --quality-args
 
 
-CLI_ONLY_FLAGS = {"--quiet": False, "-q": False, "--json": False, "--recipe": True}
+CLI_ONLY_FLAGS = {"--quiet": False, "-q": False, "--json": False, "--recipe": True, "--help-all": False}
 """Options every command has that are not config fields -> whether they take a value."""
 SET_BY_BENCH = ("--model", "--out", "--features", "--data", "--dev", "--test")
 """Quality-command options `bertkit bench` sets itself, per model (a --quality-args copy would override them)."""

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bertkit.commands.preflight import check_inputs
 from bertkit.errors import UserError
 from bertkit.scoring.table import LOWER_IS_BETTER
 from bertkit.training.options import DistillOptions
@@ -46,6 +47,7 @@ class DistillResult:
 
 def run(cfg: DistillConfig, *, progress: bool = True) -> DistillResult:
     """Train the student (resumable, like finetune), then the teacher-vs-student report (main process)."""
+    check_inputs(cfg, need_labels=True, models=(cfg.teacher, cfg.student))  # before torch and transformers
     from bertkit.training.distill import REPORT, DistillTask
     from bertkit.training.finetune import finetune
 

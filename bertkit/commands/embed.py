@@ -16,6 +16,7 @@ from typing import Any
 
 from bertkit import __version__
 from bertkit.commands.predict import read_as_saved
+from bertkit.commands.preflight import check_inputs
 from bertkit.data.options import DataOptions
 from bertkit.encoding.reading import LongTextOptions
 from bertkit.errors import UserError, raise_if_problems
@@ -33,6 +34,8 @@ class EmbedConfig(LongTextOptions, DataOptions):
     # embed writes every row of every split it is given and makes no hold-out split, so these
     # DataOptions fields are not options of the command (nor valid recipe keys).
     NOT_OPTIONS = ("seed", "dev_fraction")
+    REQUIRED_OPTIONS = ("data", "out")
+    ADVANCED_OPTIONS = ("stride", "shard_size", "trust_remote_code")
     HELP_OVERRIDES = {"dev": "Dev data (a file or a hub split), embedded into OUT/dev; no hold-out is made.",
                       "test": "Test data (a file or a hub split), embedded into OUT/test."}
 
@@ -200,9 +203,13 @@ def store_identity(cfg: EmbedConfig, split: str, ds: Any, revision: str, precisi
 
 def run(cfg: EmbedConfig, progress: bool = True) -> EmbedResult:
     """Every split to its store under --out; what was done (see `SplitResult`)."""
+    from bertkit.io import ownership, rundir
+
+    root = Path(cfg.out or "").expanduser()
+    rundir.inspect_run_dir(root, "embed", overwrite=cfg.overwrite, inputs=ownership.input_paths(cfg))  # read-only
+    check_inputs(cfg, need_labels=False, models=(cfg.model,))  # then the inputs, before torch is imported
     import torch
 
-    from bertkit.io import ownership, rundir
     from bertkit.models import loading, onnx
 
     export = onnx.is_export(cfg.model)
@@ -214,8 +221,7 @@ def run(cfg: EmbedConfig, progress: bool = True) -> EmbedResult:
         if device.type == "cuda" and dist.num_processes > 1:
             device = dist.device  # this process's GPU
         dtype = torch.float32 if export else loading.choose_dtype(cfg.precision, device)
-        root = Path(cfg.out or "").expanduser()
-        rundir.inspect_run_dir(root, "embed", overwrite=cfg.overwrite,  # read-only: refusals end every rank here
+        rundir.inspect_run_dir(root, "embed", overwrite=cfg.overwrite,  # again: refusals end every rank here
                                inputs=ownership.input_paths(cfg))
         loading.check_model_folder(cfg.model)  # as saved, with its tokenizer: before the data is read
         named, label_map = load_embed_data(cfg)

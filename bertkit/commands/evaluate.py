@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from bertkit.commands.predict import OutputReader, _classifier_read, _precision_of, read_as_saved
+from bertkit.commands.preflight import check_inputs
 from bertkit.data.options import LabelOptions
 from bertkit.encoding.reading import READ_AS_SAVED_HELP, LongTextOptions
 from bertkit.errors import raise_if_problems
@@ -31,6 +32,10 @@ class EvaluateConfig(LongTextOptions, MetricOptions, LabelOptions):
 
     # reads one --data file and makes no split: these DataOptions fields are not its options.
     NOT_OPTIONS = ("dev", "test", "dev_fraction", "seed")
+    REQUIRED_OPTIONS = ("model", "data")
+    ADVANCED_OPTIONS = ("stride",)
+    HELP_OVERRIDES = {"data": "The labelled data to score the model on: a .csv/.tsv/.txt/.json/.jsonl/.parquet file, or "
+                              "a hub dataset name."}
 
     model: str | None = option(None, "Fine-tuned model folder (e.g. runs/sst2/best).", panel=MODEL)
     out: str | None = option(None, "Run directory for metrics.json, predictions.csv and the confusion-matrix PNG.",
@@ -75,16 +80,18 @@ def run(cfg: EvaluateConfig, *, progress: bool = False) -> EvaluateResult:
     """Metrics of a fine-tuned model on labelled --data (read in the model's problem shape); metrics.json,
     predictions.csv and the shape's plot (confusion matrix, true-vs-predicted scatter, per-tag F1) in --out when
     given."""
+    from bertkit.io import atomic, ownership, rundir, trail
+
+    plan = rundir.inspect_run_dir(cfg.out, "evaluate", overwrite=cfg.overwrite, inputs=ownership.input_paths(cfg),
+                                  compare=trail.config_compare(config_dict(cfg))) if cfg.out else None  # read-only, early
+    check_inputs(cfg, need_labels=True, models=(cfg.model,), data_fields=("data",))  # then the inputs, before torch
     from bertkit.data.labels import check_tag_columns
     from bertkit.data.splits import load_dataset_split
-    from bertkit.io import atomic, ownership, rundir, trail
     from bertkit.models import infer, loading
     from bertkit.models.metadata import saved_threshold
     from bertkit.scoring import metrics, predictions
     from bertkit.scoring.shapes import inapplicable_options
 
-    plan = rundir.inspect_run_dir(cfg.out, "evaluate", overwrite=cfg.overwrite, inputs=ownership.input_paths(cfg),
-                                  compare=trail.config_compare(config_dict(cfg))) if cfg.out else None  # read-only, early
     external = [metrics.load_metric(spec) for spec in cfg.external_metrics]  # before any work: a missing one stops here
     model, tokenizer, label_map = infer.load_for_inference(cfg.model or "", cfg.precision)
     given, cfg = cfg, read_as_saved(cfg)  # the model verified by its record first; the trail keeps the options given

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from bertkit import __version__
 from bertkit.commands.evaluate import shape_metrics
 from bertkit.commands.predict import Outputs, read_as_saved
+from bertkit.commands.preflight import check_inputs
 from bertkit.data.options import LabelOptions
 from bertkit.encoding.longtext import LongText
 from bertkit.encoding.reading import LongTextOptions, Reading
@@ -60,6 +61,8 @@ class ExportConfig(LongTextOptions, LabelOptions):
 
     # the gate reads one --data file and makes no split: these DataOptions fields are not its options.
     NOT_OPTIONS = ("dev", "test", "dev_fraction", "seed")
+    REQUIRED_OPTIONS = ("model", "out")
+    ADVANCED_OPTIONS = ("stride",)
     HELP_OVERRIDES = {"data": "Gate data: rows the PyTorch fp32 model and the export both run on (labels optional: with "
                               "them the metric before and after is reported). Default for a model saved by `bertkit "
                               "finetune` (RUN/best, RUN/final): that run's dev set.",
@@ -135,6 +138,7 @@ class ExportResult:
 
 def run(cfg: ExportConfig, progress: bool = False) -> ExportResult:
     """Export --model to --out through the gate; the report (also export_report.json in the folder)."""
+    check_inputs(cfg, need_labels=False, models=(cfg.model,), data_fields=("data",))  # before torch is imported
     from bertkit.features.pooling import encoder_shape
     from bertkit.io import atomic, ownership, rundir
     from bertkit.io.trail import package_versions

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from bertkit.commands.preflight import check_inputs
 from bertkit.training.options import FinetuneOptions
 
 
@@ -17,6 +18,7 @@ class FinetuneConfig(FinetuneOptions):
 def run(cfg: FinetuneConfig, *, progress: bool = True) -> Any:
     """The run (`bertkit.training.finetune.FinetuneResult`: its folder, metrics.json, epoch table, what a resume
     restored, notes)."""
+    check_inputs(cfg, need_labels=True, models=(cfg.model,))  # before torch and transformers are imported
     from bertkit.training.finetune import finetune
 
     return finetune(cfg, progress=progress)

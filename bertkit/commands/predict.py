@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bertkit.commands.preflight import check_inputs
 from bertkit.commands.recipes import recipe_path
 from bertkit.data.options import DataOptions, blank_text_problems
 from bertkit.encoding.longtext import LongText
@@ -35,6 +36,9 @@ class PredictConfig(LongTextOptions, DataOptions):
     # reads one --data file (or --text) and makes no split: these DataOptions fields are not its options.
     NOT_OPTIONS = ("dev", "test", "dev_fraction", "seed")
     NO_PRESET = ("label_column",)  # data to label need not have labels (GLUE's test files have none)
+    ADVANCED_OPTIONS = ("stride",)
+    HELP_OVERRIDES = {"data": "The data to label (instead of --text): a .csv/.tsv/.txt/.json/.jsonl/.parquet file, or a "
+                              "hub dataset name."}
 
     model: str | None = option(None, "Fine-tuned model folder (e.g. runs/sst2/best).", panel=MODEL)
     probe: str | None = option(None, "A probe saved by `bertkit probe` (instead of --model).", panel=MODEL)
@@ -127,21 +131,24 @@ def run(cfg: PredictConfig, *, recipe: str | None = None, progress: bool = False
     labels)` sees every window in order (`--json` prints them as they come).
     `recipe` (the --recipe given) is one of the inputs --out must never overwrite.
     """
-    import numpy as np
-
-    from bertkit.data.dataset import TextDataset
-    from bertkit.data.splits import load_dataset_split
-    from bertkit.encoding import batches
     from bertkit.io import predictions_out
 
     if cfg.out:  # before any work: never over an input, never over a file bertkit did not write
         predictions_out.check_predictions_out(cfg.out, {"--data": cfg.data, "--model": cfg.model, "--probe": cfg.probe,
                                                         "--recipe": str(recipe_path(recipe)) if recipe else None})
+    check_inputs(cfg, need_labels=False, models=(cfg.model,), data_fields=("data",))  # before torch is imported
+    import numpy as np
+
+    from bertkit.data.dataset import TextDataset
+    from bertkit.encoding import batches
+
     check_model_inputs(cfg)  # a model or probe that is not as saved stops here, before the data is read
     cfg = read_as_saved(cfg)
     if cfg.text:
         dataset = TextDataset(list(cfg.text), source="--text")
-    else:
+    else:  # the file reader (pandas, pyarrow) only where a file is read
+        from bertkit.data.splits import load_dataset_split
+
         dataset = load_dataset_split(cfg, cfg.data or "", need_labels=False)
     reader = output_reader(cfg, dataset, progress)
     labels: list[Any] = []

@@ -13,11 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.commands.predict import read_as_saved
+from bertkit.commands.preflight import check_inputs
 from bertkit.data.options import TaskOptions
 from bertkit.encoding.reading import LongTextOptions
 from bertkit.errors import UserError, raise_if_problems
 from bertkit.features.settings import POOLS, layers_problem
 from bertkit.models.compute import INFERENCE_PRECISION_HELP, INFERENCE_PRECISIONS, TRUST_HELP
+from bertkit.models.folders import OFFLINE_NAME
 from bertkit.options import DATA, MODEL, OUTPUT, PROBE, config_dict, option
 from bertkit.scoring.options import CLASS_WEIGHTS, MetricOptions
 
@@ -28,6 +30,8 @@ log = logging.getLogger(__name__)
 class ProbeConfig(LongTextOptions, MetricOptions, TaskOptions):
     """`bertkit probe`: linear probes on frozen features, per pooling and layer, with baselines: logistic regression
     (one label), one-vs-rest logistic regression (tags) or ridge regression (numbers)."""
+
+    ADVANCED_OPTIONS = ("stride", "trust_remote_code")
 
     features: str | None = option(None, "A `bertkit embed` store (its --out directory) instead of --data.",
                                   panel=DATA)
@@ -134,16 +138,16 @@ class ProbeResult:
 def run(cfg: ProbeConfig, progress: bool = False) -> ProbeResult:
     """Inputs -> per-layer sweep -> baselines -> variance -> test -> run directory."""
     from bertkit.io import ownership, rundir, trail
+
+    cfg = read_as_saved(cfg) if cfg.data else cfg  # features made now: texts read as a saved --model records it
+    plan = rundir.inspect_run_dir(cfg.out, "probe", overwrite=cfg.overwrite, compare=trail.config_compare(config_dict(cfg)),
+                                  inputs=ownership.input_paths(cfg)) if cfg.out else None  # claimed once valid
+    check_inputs(cfg, need_labels=True, models=(cfg.model or (OFFLINE_NAME if cfg.data else None),))  # before torch
     from bertkit.probe.baselines import run_baselines
     from bertkit.probe.inputs import load_store_inputs, load_text_inputs
     from bertkit.probe.search import repeat_probe, score_probe, shape_kwargs, sweep_layers
     from bertkit.scoring.metrics import load_metrics
 
-    if cfg.data:  # features made now: read texts as a saved --model records it (a store's are made already)
-        cfg = read_as_saved(cfg)
-    # --out is looked at now (read-only) and claimed once the data and model are validated
-    plan = rundir.inspect_run_dir(cfg.out, "probe", overwrite=cfg.overwrite, compare=trail.config_compare(config_dict(cfg)),
-                                  inputs=ownership.input_paths(cfg)) if cfg.out else None
     external = load_metrics(tuple(cfg.external_metrics))  # a --metric that cannot load stops before any work
     cache = (lambda: plan.claim().path / "features") if plan is not None else None
     check = functools.partial(check_shape_options, cfg, external)

@@ -14,6 +14,8 @@ from bertkit.options import MODEL, OUTPUT, option
 class PushConfig:
     """`bertkit push`: upload a saved model folder (with its model card) to the Hugging Face hub."""
 
+    REQUIRED_OPTIONS = ("model", "repo_id")
+
     model: str | None = option(None, "The saved model folder to upload: a run's best/ or final/, a distilled student, "
                                "a sweep's OUT/best, or an export folder.", panel=MODEL)
     repo_id: str | None = option(None, "The hub repository to upload to: NAME or OWNER/NAME (created if missing).",

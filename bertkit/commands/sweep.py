@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from bertkit.commands.preflight import check_inputs
 from bertkit.training.space import SweepOptions
 
 
@@ -16,6 +17,7 @@ class SweepConfig(SweepOptions):
 
 def run(cfg: SweepConfig, *, progress: bool = True) -> Any:
     """The sweep (`bertkit.training.trials.SweepResult`: its folder, the ranked table, the trials)."""
+    check_inputs(cfg, need_labels=True, models=(cfg.model,))  # before torch and transformers are imported
     from bertkit.training.trials import run_sweep
 
     return run_sweep(cfg, progress=progress)

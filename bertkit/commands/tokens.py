@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from bertkit.commands.preflight import check_inputs
 from bertkit.data.options import DataOptions
 from bertkit.errors import raise_if_problems
 from bertkit.models.compute import TRUST_HELP
@@ -15,6 +16,8 @@ from bertkit.options import DATA, MODEL, OUTPUT, option
 @dataclass(frozen=True)
 class TokensConfig(DataOptions):
     """`bertkit tokens`: how a tokenizer sees a sentence, or the token-length profile of a dataset."""
+
+    ADVANCED_OPTIONS = ("trust_remote_code",)
 
     model: str = option("minilm-offline", "Model (tokenizer): a hub id, a local folder, or `minilm-offline`.",
                         panel=MODEL)
@@ -57,6 +60,14 @@ class TokensResult:
 def run(cfg: TokensConfig) -> TokensResult:
     """The sentence's tokens for --text, else the length report of every split (tokens.json + token_lengths.png in
     --out when given)."""
+    check_inputs(cfg, need_labels=False, models=(cfg.model,), data_fields=())  # before transformers is imported
+    if cfg.data is not None:  # a refused --out (read-only look), then the data files, as the report orders them
+        from bertkit.io import ownership, rundir, trail
+
+        if cfg.out:
+            rundir.inspect_run_dir(cfg.out, "tokens", overwrite=cfg.overwrite, compare=trail.config_compare(vars(cfg)),
+                                   inputs=ownership.input_paths(cfg))
+        check_inputs(cfg, need_labels=cfg.label_column is not None)
     from bertkit.models import loading
 
     tokenizer = loading.load_tokenizer(cfg.model, cfg.trust_remote_code)

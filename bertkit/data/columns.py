@@ -4,6 +4,7 @@ or by default), and the text cells of a column, validated."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -12,6 +13,7 @@ from bertkit.data.cells import is_blank_text, is_int_text, is_missing, is_nested
 from bertkit.data.findings import Found
 from bertkit.data.options import DataOptions
 from bertkit.data.presets import preset_origin
+from bertkit.data.sources import check_data_file, column_names, is_local_source
 from bertkit.errors import UserError
 
 DEFAULT_TEXT_COLUMNS = ("sentence", "text", "sentence1", "question", "premise")
@@ -58,6 +60,39 @@ def label_selectors(opts: DataOptions) -> list[str]:
         return []
     parts = [p.strip() for p in str(opts.label_column).split(",")]
     return parts if reads_tags(opts) and len(parts) > 1 and all(parts) else [opts.label_column]
+
+
+def by_index_reading(opts: DataOptions) -> tuple[bool, int | None]:
+    """How a CSV/TSV file's columns are addressed: (every --*-column option is a 0-based index, --text-column among
+    them: the header row is then guessed, not assumed; the label column's index, or None)."""
+    label_parts = label_selectors(opts) or [None]
+    by_index = all(s is None or is_int_text(s) for s in (opts.text_column, opts.text_pair_column, *label_parts))
+    label_index = int(label_parts[0]) if is_int_text(label_parts[0]) else None
+    return by_index and opts.text_column is not None, label_index
+
+
+class _HeaderOnly:
+    """A table known by its column names alone: what `choose_columns` needs to refuse a selector."""
+
+    def __init__(self, names: list[Any]) -> None:
+        self.columns = names
+
+    def column(self, name: Any) -> list[Any]:
+        return []
+
+
+def check_columns(opts: DataOptions, source: str, need_labels: bool) -> None:
+    """The refusals of `splits.load_dataset_split` that a local data file's header alone decides, before anything
+    heavy is imported: the file is missing (or not a readable data file), a --*-column names no column of it, two
+    options pick one column, or labels are needed and no label column is found. A hub dataset, or a file whose
+    column names cannot be told cheaply (`sources.column_names`), is left to the full read."""
+    if not is_local_source(source):
+        return
+    path = Path(source).expanduser()
+    check_data_file(path)
+    names = column_names(path, opts.encoding, opts.header, *by_index_reading(opts))
+    if names is not None:
+        choose_columns(_HeaderOnly(names), opts, source, need_labels)
 
 
 @dataclass(frozen=True)

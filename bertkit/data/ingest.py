@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import codecs
 import contextlib
-import csv
 import hashlib
 import json
 import logging
@@ -231,8 +230,7 @@ def _text_stream(path: Path, encoding: str) -> Any:
 def _delimited_into(target: Path, path: Path, options: dict[str, Any]) -> dict[str, Any]:
     """Stream a csv/tsv/txt file through pandas' C parser into Arrow string columns (a missing field is null),
     with the file line each record starts on (`sources.record_lines`' rules, streamed alongside)."""
-    sep = "," if options["suffix"] == ".csv" else "\t"
-    quoting = csv.QUOTE_NONE if sep == "\t" else csv.QUOTE_MINIMAL
+    sep, quoting = sources.delimiter(options["suffix"])
     read_kw: dict[str, Any] = dict(sep=sep, quoting=quoting, dtype=str, keep_default_na=False, engine="c",
                                    header=None, chunksize=PARSE_ROWS)
     writer, names, rows, has_header = None, None, 0, False
@@ -243,7 +241,7 @@ def _delimited_into(target: Path, path: Path, options: dict[str, Any]) -> dict[s
                 line_numbers = lines.take(len(frame))
                 if k == 0:
                     has_header = _has_header(frame, options)
-                    names = _unique_names([str(c) for c in frame.iloc[0]]) if has_header else list(frame.columns)
+                    names = sources.unique_names([str(c) for c in frame.iloc[0]]) if has_header else list(frame.columns)
                     if has_header:
                         frame, line_numbers = frame.iloc[1:], line_numbers[1:]
                     writer = _ArrowWriter(target, len(names))
@@ -266,18 +264,10 @@ def _delimited_into(target: Path, path: Path, options: dict[str, Any]) -> dict[s
 
 
 def _has_header(first: pd.DataFrame, options: dict[str, Any]) -> bool:
-    header = options["header"]
-    return header == "yes" or (header == "auto" and (not options["by_index"] or sources.looks_like_header(
-        list(first.iloc[0]), first.iloc[1:200], options["label_index"])))
-
-
-def _unique_names(names: list[str]) -> list[str]:
-    seen: dict[str, int] = {}
-    out = []
-    for name in names:
-        out.append(name if not seen.get(name) else f"{name}.{seen[name]}")
-        seen[name] = seen.get(name, 0) + 1
-    return out
+    label_index = options["label_index"]
+    rest = first.iloc[1:sources.HEADER_GUESS_ROWS]
+    return sources.has_header(options["header"], options["by_index"], [str(c) for c in first.iloc[0]],
+                              lambda: [str(v) for v in rest.iloc[:, label_index]], label_index)
 
 
 class _LineFeed:

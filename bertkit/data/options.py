@@ -19,6 +19,8 @@ from bertkit.options import DATA, RUN, field_problems, field_type, option
 class DataOptions:
     """Where the data comes from and which columns to use; shared by every command that reads a dataset."""
 
+    ADVANCED_OPTIONS = ("data_config", "train_split", "encoding", "header", "dev_fraction", "cache_dir")
+
     data: str | None = option(None, "Training (or only) data: a .csv/.tsv/.txt/.json/.jsonl/.parquet file, or a hub "
                               "dataset name.", panel=DATA)
     dev: str | None = option(None, "Dev data: a file, or a split name of the hub dataset given by --data. Omitted: a "
@@ -78,6 +80,8 @@ def blank_text_problems(texts: tuple[str, ...]) -> list[str]:
 class LabelOptions(DataOptions):
     """How labels are read where their shape matters (fine-tuning, evaluation): tag lists as well as single labels."""
 
+    ADVANCED_OPTIONS = ("label_sep",)
+
     label_sep: str | None = option(None, "Multi-label data: the separator of the tags in one label cell (e.g. \"|\"). "
                                    "JSON/parquet list cells and several 0/1 columns (--label-column a,b,c) need none.",
                                    panel=DATA)
@@ -107,6 +111,8 @@ def threshold_problems(value: str) -> list[str]:
 class TaskOptions(LabelOptions):
     """The problem shape of labelled data and the multi-label decision threshold: commands that learn from labels of
     every shape (finetune, probe)."""
+
+    ADVANCED_OPTIONS = ("threshold",)
 
     task: str = option("auto", "Problem shape. auto: tag lists, --label-sep or several label columns -> multi_label; "
                        "numbers with fractions -> regression; else single_label.", panel=DATA, choices=TASKS)

@@ -8,16 +8,18 @@ import errno
 import io
 import json
 import os
+import re
 import stat
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from bertkit.data.cells import is_number_text
 from bertkit.errors import UserError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 LOCAL_SUFFIXES = {".csv", ".tsv", ".txt", ".json", ".jsonl", ".parquet"}
 HEADER_MODES = ("auto", "yes", "no")
@@ -95,25 +97,123 @@ def check_raw_bytes(raw: bytes, path: Path, encoding: str) -> None:
                             f"Pass --encoding {option}, or re-save the file as UTF-8.")
 
 
-def looks_like_header(first: list[str], rest: pd.DataFrame, label_index: int | None) -> bool:
-    """Guess whether the first row of a file read without header is a header row.
+def delimiter(suffix: str) -> tuple[str, int]:
+    """(separator, csv quoting) of a delimited file: .csv is comma-separated with quoted fields; .tsv and .txt are
+    tab-separated and a quote is text."""
+    sep = "," if suffix == ".csv" else "\t"
+    return sep, csv.QUOTE_NONE if sep == "\t" else csv.QUOTE_MINIMAL
 
-    Used only when every column is addressed by index and --header is auto. The label column decides: a header
-    cell like `label` is a value that never recurs in a column of few distinct values, or is text in a column
-    of numbers.
-    """
-    if label_index is None or label_index >= len(first) or rest.empty:
+
+HEADER_GUESS_ROWS = 200
+"""The rows (the first one included) a header guess looks at."""
+_NUMBER = re.compile(r"-?\d+(\.\d+)?")
+
+
+def has_header(header: str, by_index: bool, first: list[str], column: Callable[[], list[str]],
+               label_index: int | None) -> bool:
+    """Whether the first row of a CSV/TSV file is its header: --header yes/no; auto: yes unless every column is
+    addressed by index, when `looks_like_header` guesses from the label column's next cells (`column()`: as text, a
+    missing one as "nan")."""
+    if header != "auto":
+        return header == "yes"
+    if not by_index:
+        return True
+    if label_index is None or label_index >= len(first):
         return False
-    cell, column = first[label_index], rest.iloc[:, label_index].astype(str)
-    numeric = column.str.fullmatch(r"-?\d+(\.\d+)?").mean() > 0.95
+    return looks_like_header(first[label_index], column())
+
+
+def looks_like_header(cell: str, column: list[str]) -> bool:
+    """Guess whether `cell`, the first row's label cell of a file read without header, is a header cell: a value
+    that never recurs in a column of few distinct values, or text in a column of numbers (`column`: the cells
+    below it)."""
+    if not column:
+        return False
+    numeric = sum(1 for value in column if _NUMBER.fullmatch(value)) / len(column) > 0.95
     if numeric:
         return not is_number_text(cell)
-    return column.nunique() <= 50 and cell not in set(column)
+    distinct = set(column)
+    return len(distinct) <= 50 and cell not in distinct
+
+
+def unique_names(names: list[str]) -> list[str]:
+    """Header cells as column names, a repeated one numbered as pandas does (`label`, `label.1`)."""
+    seen: dict[str, int] = {}
+    out = []
+    for name in names:
+        out.append(name if not seen.get(name) else f"{name}.{seen[name]}")
+        seen[name] = seen.get(name, 0) + 1
+    return out
+
+
+JSON_PEEK_BYTES = 32 << 20
+"""A JSON file up to this size is read whole to learn its columns before the command's real work starts."""
+
+
+def column_names(path: Path, encoding: str, header: str, by_index: bool, label_index: int | None) -> list[Any] | None:
+    """The column names that parsing the data file `path` gives (`bertkit.data.ingest`), learnt cheaply: a CSV/TSV
+    file's first records (the header, or its width: columns 0..N-1), a parquet file's schema, a JSON file of up to
+    `JSON_PEEK_BYTES` read whole. None where that is not cheap or not sure (bytes the --encoding does not read, a
+    row the csv module cannot split, a large JSON file): the parse itself then says what is wrong."""
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            return list(pq.read_schema(path).names)
+        if suffix in {".json", ".jsonl"}:
+            if path.stat().st_size > JSON_PEEK_BYTES:
+                return None
+            with open(path, encoding=encoding, newline="") as stream:
+                text = stream.read().removeprefix("\ufeff")
+            return [str(c) for c in json_frame(text, path, suffix == ".jsonl").columns]
+        return _delimited_names(path, encoding, header, by_index, label_index)
+    except (OSError, UnicodeError, LookupError, csv.Error):
+        return None
+    except Exception as exc:  # pyarrow's own errors: the parse reports an unreadable parquet file
+        if type(exc).__module__.startswith("pyarrow"):
+            return None
+        raise
+
+
+def _delimited_names(path: Path, encoding: str, header: str, by_index: bool, label_index: int | None) -> list[Any] | None:
+    sep, quoting = delimiter(path.suffix.lower())
+    rows: list[list[str]] = []
+    previous_limit = csv.field_size_limit(sys.maxsize)
+    try:
+        with open(path, encoding=encoding, newline="") as stream:
+            if stream.read(1) != "\ufeff":
+                stream.seek(0)
+            for row in csv.reader(stream, delimiter=sep, quoting=quoting):
+                if not _blank_record(row):
+                    rows.append(row)
+                if len(rows) >= HEADER_GUESS_ROWS:
+                    break
+    finally:
+        csv.field_size_limit(previous_limit)
+    if not rows:
+        return None
+    first = rows[0]
+
+    def label_cells() -> list[str]:
+        assert label_index is not None
+        return [row[label_index] if label_index < len(row) else "nan" for row in rows[1:]]
+
+    if has_header(header, by_index, first, label_cells, label_index):
+        return unique_names(first)
+    return list(range(len(first)))
+
+
+def _blank_record(row: list[str]) -> bool:
+    """A record pandas skips: an empty line, or one of only spaces/tabs."""
+    return not row or (len(row) == 1 and bool(row[0]) and not row[0].strip(" \t"))
 
 
 def json_frame(text: str, path: Path, lines: bool) -> pd.DataFrame:
     """A JSON (a list of objects) or JSON Lines text as a DataFrame; for JSON Lines `frame.attrs["line_numbers"]`
     holds each record's file line (blank lines are skipped)."""
+    import pandas as pd
+
     if not text.strip():
         raise UserError(f"{path} contains only whitespace. Point --data at a file with rows.")
     numbers = None
@@ -164,7 +264,7 @@ def _record_starts(stream: Any, sep: str, quoting: int) -> Iterator[int]:
         reader = csv.reader(stream, delimiter=sep, quoting=quoting)
         last = 0
         for row in reader:
-            if row and not (len(row) == 1 and row[0] and not row[0].strip(" \t")):
+            if not _blank_record(row):
                 yield last + 1
             last = reader.line_num
     finally:

@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from bertkit.data.cells import MAX_LISTED, is_int_text
-from bertkit.data.columns import TextCheck, choose_columns, label_selectors, reads_tags, text_values
+from bertkit.data.cells import MAX_LISTED
+from bertkit.data.columns import TextCheck, by_index_reading, choose_columns, reads_tags, text_values
 from bertkit.data.dataset import TextDataset
 from bertkit.data.ingest import hub_table, local_table
 from bertkit.data.label_reader import LabelReader
@@ -44,13 +44,11 @@ def load_dataset_split(opts: DataOptions, source: str, *, split: str | None = No
 
     `task` (TASKS or auto) is the labels' shape; None: the command's --task (auto), or single_label for commands
     that read one class per row."""
-    label_parts = label_selectors(opts) or [None]
-    by_index = all(s is None or is_int_text(s) for s in (opts.text_column, opts.text_pair_column, *label_parts))
     if is_local_source(source):
         path = Path(source).expanduser()
-        label_index = int(label_parts[0]) if is_int_text(label_parts[0]) else None
-        table, fingerprint = local_table(path, opts.encoding, opts.header, by_index and opts.text_column is not None,
-                                         label_index, getattr(opts, "cache_dir", None))
+        by_index, label_index = by_index_reading(opts)
+        table, fingerprint = local_table(path, opts.encoding, opts.header, by_index, label_index,
+                                         getattr(opts, "cache_dir", None))
     else:
         hub_split = split or opts.train_split
         table = hub_table(read_hub_split(source, opts.data_config, hub_split, opts.limit))

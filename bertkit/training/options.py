@@ -35,6 +35,8 @@ TRACKING_FIELDS = frozenset({"report_to", "tracking_uri", "project", "log_every"
 class TrackingOptions:
     """Experiment trackers: where the run's hyper-parameters, training numbers and dev metrics are logged."""
 
+    ADVANCED_OPTIONS = ("tracking_uri", "project", "log_every")
+
     report_to: tuple[str, ...] = option((), "Experiment tracker to log the run to (repeatable, or a comma list): "
                                         "tensorboard (OUT/tensorboard), mlflow (see --tracking-uri), trackio, wandb, "
                                         "or none (the default).", panel=TRACKING)
@@ -86,6 +88,10 @@ NOT_REPRODUCED = frozenset({"overwrite", *TRACKING_FIELDS})
 class FinetuneOptions(TrackingOptions, TruncationOption, MetricOptions, TaskOptions):
     """What a fine-tuning run is (the `finetune` command's options; `distill` and `sweep` extend them): BERT paper grid
     defaults, lr 5e-5, batch 32, 3 epochs, warmup 0.1."""
+
+    REQUIRED_OPTIONS = ("data", "out")
+    ADVANCED_OPTIONS = ("grad_accum", "weight_decay", "max_grad_norm", "eval_every", "class_weight", "fast_forward",
+                        "compile", "cuda_graphs", "save_every", "trust_remote_code")
 
     model: str = option("minilm-offline", "Pretrained encoder to fine-tune: hub id, local folder, or `minilm-offline`.",
                         panel=MODEL)
@@ -151,6 +157,7 @@ class DistillOptions(FinetuneOptions):
 
     # the student comes from --teacher (or --student); the teacher's soft targets are computed on head-cut texts
     NOT_OPTIONS = ("model", "truncation")
+    REQUIRED_OPTIONS = ("teacher", "data", "out")
 
     teacher: str | None = option(None, "The fine-tuned teacher: a `bertkit finetune` best/ or final/ folder (any "
                                  "folder with a trained sequence-classification head).", panel=MODEL)
