@@ -27,8 +27,10 @@ from bertkit.io import atomic, faults, rundir
 from bertkit.models import infer, loading
 from bertkit.models.inputs import accepted_inputs
 from bertkit.scoring import metrics
+from bertkit.scoring.baseline import Baseline
 from bertkit.training import cards, checkpoints
 from bertkit.training.launch import plain_optimizer_settings, steps_of
+from bertkit.training.learning_rate import lr_text
 from bertkit.training.options import FinetuneOptions
 from bertkit.training.plan import global_batches, micro_batches
 
@@ -61,6 +63,10 @@ class TrainState:
     """Why the run stopped before its last epoch: `early_stopping`, or what `Session.on_evaluate` said (`pruned`)."""
     log_loss: tuple[float, int] = (0.0, 0)
     """Loss sum and rows since the trackers' last log (--log-every): restored too, so the logged mean stays exact."""
+    train_log: list[dict[str, float]] = field(default_factory=list)
+    """Every --log-every optimizer steps: {step, train_loss (mean since the previous entry), lr}."""
+    baseline_note: str | None = None
+    """The warning of the last evaluation whose dev metric was not above the constant (majority-class) baseline."""
 
     @classmethod
     def from_json(cls, saved: dict[str, Any]) -> TrainState:
@@ -106,6 +112,10 @@ class Session:
     """The experiment trackers following the run (`tracking.RunTrackers`; None without --report-to)."""
     graphs: Any = None
     """The step runner replaying CUDA graphs (`bertkit.training.graphs.StepRunner`; None: eager steps)."""
+    baseline: Baseline | None = None
+    """The dev split's constant (majority-class) baseline for --metric-for-best (`bertkit.scoring.baseline`)."""
+    learning_rate: dict[str, Any] = field(default_factory=dict)
+    """How --lr was chosen (`learning_rate.LrChoice.to_json`): metrics.json and config.json record it."""
 
     @property
     def pad_id(self) -> int:
@@ -183,15 +193,17 @@ def train_epoch(session: Session, state: TrainState, bar: Any) -> None:
         end_of_epoch = state.step_in_epoch == len(batches)
         evaluating = end_of_epoch or (eval_every and state.global_step % eval_every == 0)
         saving = end_of_epoch or (cfg.save_every and state.global_step % cfg.save_every == 0)
-        logging_now = session.tracker is not None and session.tracker.due(state.global_step)
+        logging_now = state.global_step % cfg.log_every == 0
         if loss_sum is None and (evaluating or saving or logging_now or state.global_step % READ_EVERY == 0):
             loss_sum, rows = _read_graphed(session, state)
         if loss_sum is not None:
             state.running_loss = (state.running_loss[0] + loss_sum, state.running_loss[1] + rows)
             bar.set_postfix(loss=f"{state.running_loss[0] / max(state.running_loss[1], 1):.4f}",
                             lr=f"{float(session.scheduler.get_last_lr()[0]):.2e}")
-        if session.tracker is not None:  # every --log-every steps: train loss, lr, grad norm, samples/s
-            session.tracker.step_done(session, state, loss_sum or 0.0, rows, len(batch))
+        state.log_loss = (state.log_loss[0] + (loss_sum or 0.0), state.log_loss[1] + rows)
+        logged = _log_training(session, state) if logging_now else None  # every --log-every steps
+        if session.tracker is not None:  # on log steps: train loss, lr, grad norm, samples/s
+            session.tracker.step_done(session, state, logged, len(batch))
         bar.update(1)
         if evaluating or saving:
             _stop_if_weights_not_finite(session, state)  # nothing diverged is evaluated or saved
@@ -208,6 +220,16 @@ def train_epoch(session: Session, state: TrainState, bar: Any) -> None:
             break
 
 
+def _log_training(session: Session, state: TrainState) -> dict[str, float]:
+    """The mean training loss since the last log step (all processes: a collective) and the learning rate, added to
+    the state's `train_log` (metrics.json, curves.png; kept in checkpoints, so a resumed run's curve is whole)."""
+    loss = mean_across(session.accelerator, *state.log_loss)
+    state.log_loss = (0.0, 0)
+    entry = {"step": state.global_step, "train_loss": loss, "lr": float(session.scheduler.get_last_lr()[0])}
+    state.train_log.append(entry)
+    return entry
+
+
 READ_EVERY = 50
 """On a graphed run, the loss is read back (one host synchronisation) at least every this many steps: the progress
 bar's numbers."""
@@ -221,7 +243,7 @@ def _read_graphed(session: Session, state: TrainState) -> tuple[float, int]:
     if first_bad:
         raise UserError(_not_finite_message(session, "the training loss or its gradients", first_bad,
                                             state.epoch))
-    if session.tracker is not None and session.tracker.due(state.global_step):
+    if session.tracker is not None and state.global_step % session.cfg.log_every == 0:
         session.tracker.grad_norm = runner.last_grad_norm()
     return loss_sum, rows
 
@@ -271,6 +293,12 @@ def evaluate(session: Session, state: TrainState, end_of_epoch: bool) -> None:
               "samples_seen": state.train_rows, "eval_seconds": round(time.perf_counter() - started, 3),
               **{f"dev_{k}": v for k, v in metrics.headline(scored.metrics).items()}, "dev_loss": scored.metrics["loss"]}
     record["best"] = metrics.is_better(value, state.best_metric, cfg.metric_for_best)
+    if session.baseline is not None:
+        record["above_baseline"] = session.baseline.beaten_by(value)
+        if not record["above_baseline"]:
+            state.baseline_note = baseline_warning(session, state, value, train_loss)
+            if accelerator.is_main_process:
+                log.warning("%s", state.baseline_note)
     state.history.append(record)
     if record["best"]:
         _keep_best(session, state, scored, value)
@@ -289,6 +317,26 @@ def evaluate(session: Session, state: TrainState, end_of_epoch: bool) -> None:
     if end_of_epoch:
         state.epoch_table.append(_epoch_row(state, train_loss, session.objective.table_metrics))
         state.epoch, state.step_in_epoch = state.epoch + 1, 0
+
+
+def baseline_warning(session: Session, state: TrainState, value: float, train_loss: float) -> str:
+    """One line: the dev metric is not above the constant baseline; the likely cause (the training loss still at the
+    constant predictor's: --lr too low or too few steps; fallen: --lr too high, or too few rows) and the fix."""
+    cfg, base = session.cfg, session.baseline
+    assert base is not None
+    lr, metric = float(cfg.lr), cfg.metric_for_best
+    name = "majority-class baseline" if session.label_map.task == "single_label" else "constant baseline"
+    head = (f"dev {metric} {value:.4f} at step {state.global_step} is not above the {name} {base.value:.4f} "
+            f"({base.predicts}): the model has learnt nothing beyond the label counts.")
+    comparable = base.loss is not None and not hasattr(session.objective, "hard") and math.isfinite(train_loss)
+    if comparable and train_loss < 0.9 * base.loss:
+        return (f"{head} The training loss fell to {train_loss:.3f} (constant predictor: {base.loss:.3f}) but dev did "
+                f"not follow: --lr {lr_text(lr)} may be too high for this model, or {state.train_rows} training rows seen are "
+                f"too few. Fix: --lr {lr_text(lr / 2)}, or more training rows (--limit) and --epochs.")
+    loss = f"The training loss {train_loss:.3f} is still near the constant predictor's {base.loss:.3f}: " if comparable \
+        else ""
+    return (f"{head} {loss}--lr {lr_text(lr)} is likely too low for this model, or {state.global_step} optimizer steps are "
+            f"too few. Fix: --lr {lr_text(lr * 2)}, or more --epochs (now {cfg.epochs}) or training rows (--limit).")
 
 
 def _add_requested(session: Session, state: TrainState, scored: Any) -> None:
@@ -421,7 +469,7 @@ def _not_finite_message(session: Session, what: str, step: int | None, epoch: in
     if session.label_map.task == "regression":  # huge targets are refused before training; say what these span
         y = np.asarray(getattr(getattr(session.objective, "hard", session.objective), "y_train", []), np.float64)
         causes += f" (the regression targets span {y.min():g} to {y.max():g}: if that is wide, scale them)" if y.size else ""
-    return (f"{what[0].upper() + what[1:]} became NaN/inf{where}: the run diverged, most likely because --lr {cfg.lr:g} "
+    return (f"{what[0].upper() + what[1:]} became NaN/inf{where}: the run diverged, most likely because --lr {float(cfg.lr):g} "
             f"is too high{causes}. {kept} Re-run with a smaller --lr (the BERT paper uses 2e-5 to 5e-5) and "
             f"--overwrite, or a new --out.")
 
