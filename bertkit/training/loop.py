@@ -28,9 +28,8 @@ from bertkit.models import infer, loading
 from bertkit.models.inputs import accepted_inputs
 from bertkit.scoring import metrics
 from bertkit.scoring.baseline import Baseline
-from bertkit.training import cards, checkpoints
+from bertkit.training import advice, cards, checkpoints
 from bertkit.training.launch import plain_optimizer_settings, steps_of
-from bertkit.training.learning_rate import lr_text
 from bertkit.training.options import FinetuneOptions
 from bertkit.training.plan import global_batches, micro_batches
 
@@ -241,7 +240,7 @@ def _read_graphed(session: Session, state: TrainState) -> tuple[float, int]:
     runner = session.graphs
     loss_sum, rows, first_bad = runner.read()
     if first_bad:
-        raise UserError(_not_finite_message(session, "the training loss or its gradients", first_bad,
+        raise UserError(advice.not_finite_message(session, "the training loss or its gradients", first_bad,
                                             state.epoch))
     if session.tracker is not None and state.global_step % session.cfg.log_every == 0:
         session.tracker.grad_norm = runner.last_grad_norm()
@@ -296,7 +295,7 @@ def evaluate(session: Session, state: TrainState, end_of_epoch: bool) -> None:
     if session.baseline is not None:
         record["above_baseline"] = session.baseline.beaten_by(value)
         if not record["above_baseline"]:
-            state.baseline_note = baseline_warning(session, state, value, train_loss)
+            state.baseline_note = advice.baseline_warning(session, state, value, train_loss)
             if accelerator.is_main_process:
                 log.warning("%s", state.baseline_note)
     state.history.append(record)
@@ -317,26 +316,6 @@ def evaluate(session: Session, state: TrainState, end_of_epoch: bool) -> None:
     if end_of_epoch:
         state.epoch_table.append(_epoch_row(state, train_loss, session.objective.table_metrics))
         state.epoch, state.step_in_epoch = state.epoch + 1, 0
-
-
-def baseline_warning(session: Session, state: TrainState, value: float, train_loss: float) -> str:
-    """One line: the dev metric is not above the constant baseline; the likely cause (the training loss still at the
-    constant predictor's: --lr too low or too few steps; fallen: --lr too high, or too few rows) and the fix."""
-    cfg, base = session.cfg, session.baseline
-    assert base is not None
-    lr, metric = float(cfg.lr), cfg.metric_for_best
-    name = "majority-class baseline" if session.label_map.task == "single_label" else "constant baseline"
-    head = (f"dev {metric} {value:.4f} at step {state.global_step} is not above the {name} {base.value:.4f} "
-            f"({base.predicts}): the model has learnt nothing beyond the label counts.")
-    comparable = base.loss is not None and not hasattr(session.objective, "hard") and math.isfinite(train_loss)
-    if comparable and train_loss < 0.9 * base.loss:
-        return (f"{head} The training loss fell to {train_loss:.3f} (constant predictor: {base.loss:.3f}) but dev did "
-                f"not follow: --lr {lr_text(lr)} may be too high for this model, or {state.train_rows} training rows seen are "
-                f"too few. Fix: --lr {lr_text(lr / 2)}, or more training rows (--limit) and --epochs.")
-    loss = f"The training loss {train_loss:.3f} is still near the constant predictor's {base.loss:.3f}: " if comparable \
-        else ""
-    return (f"{head} {loss}--lr {lr_text(lr)} is likely too low for this model, or {state.global_step} optimizer steps are "
-            f"too few. Fix: --lr {lr_text(lr * 2)}, or more --epochs (now {cfg.epochs}) or training rows (--limit).")
 
 
 def _add_requested(session: Session, state: TrainState, scored: Any) -> None:
@@ -393,7 +372,7 @@ def dev_scores(session: Session) -> Any:
     local.train()
     all_logits = restore_order([b for b, _ in gathered], [lg for _, lg in gathered])
     if not np.isfinite(all_logits).all():
-        raise UserError(_not_finite_message(session, "the dev logits", None, None))
+        raise UserError(advice.not_finite_message(session, "the dev logits", None, None))
     return session.objective.score(all_logits)
 
 
@@ -447,7 +426,7 @@ def _stop_if_not_finite(session: Session, state: TrainState, loss_sum: float) ->
     if session.accelerator.num_processes > 1:
         bad = session.accelerator.reduce(bad, reduction="sum")
     if bad.item() > 0:
-        raise UserError(_not_finite_message(session, "the training loss", state.global_step + 1, state.epoch))
+        raise UserError(advice.not_finite_message(session, "the training loss", state.global_step + 1, state.epoch))
 
 
 def _stop_if_weights_not_finite(session: Session, state: TrainState) -> None:
@@ -456,22 +435,7 @@ def _stop_if_weights_not_finite(session: Session, state: TrainState) -> None:
     The weights are the same on every process, so every process stops together."""
     params = [p.detach() for p in session.accelerator.unwrap_model(session.net).parameters()]
     if not torch.stack([torch.isfinite(p).all() for p in params]).all().item():
-        raise UserError(_not_finite_message(session, "the model weights", state.global_step, state.epoch))
-
-
-def _not_finite_message(session: Session, what: str, step: int | None, epoch: int | None) -> str:
-    """`step`: the optimizer step (1-based) after which `what` was found NaN/inf; `epoch`: 0-based."""
-    cfg = session.cfg
-    where = f" at step {step} (epoch {(epoch or 0) + 1})" if step is not None else ""
-    last = checkpoints.latest_checkpoint(session.out)
-    kept = f"The last good checkpoint, {last}, is kept." if last else "No checkpoint was saved before it."
-    causes = " or fp16 overflow (use --precision bf16 or fp32)" if cfg.precision == "fp16" else ""
-    if session.label_map.task == "regression":  # huge targets are refused before training; say what these span
-        y = np.asarray(getattr(getattr(session.objective, "hard", session.objective), "y_train", []), np.float64)
-        causes += f" (the regression targets span {y.min():g} to {y.max():g}: if that is wide, scale them)" if y.size else ""
-    return (f"{what[0].upper() + what[1:]} became NaN/inf{where}: the run diverged, most likely because --lr {float(cfg.lr):g} "
-            f"is too high{causes}. {kept} Re-run with a smaller --lr (the BERT paper uses 2e-5 to 5e-5) and "
-            f"--overwrite, or a new --out.")
+        raise UserError(advice.not_finite_message(session, "the model weights", state.global_step, state.epoch))
 
 
 def on_main(accelerator: Any, fn: Any) -> Any:
