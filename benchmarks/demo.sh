@@ -38,7 +38,7 @@ step "3/8 probe: logistic regression per layer on the stored features, with base
 
 step "4/8 finetune: MiniLM + classification head, 4 epochs"
 "$BK" finetune --model minilm-offline --data $DEMO/train.tsv --dev $DEMO/dev.tsv --epochs 4 --batch-size 16 \
-  --lr 1e-4 --warmup-ratio 0.1 --max-length 64 --out "$OUT/finetune"
+  --warmup-ratio 0.1 --max-length 64 --out "$OUT/finetune"
 
 step "5/8 predict: new sentences and a file"
 "$BK" predict --model "$OUT/finetune/best" --text "An absolute delight from start to finish." \
@@ -53,7 +53,7 @@ step "7/8 bench: speed and size of the encoder"
 
 step "8/8 distill: a 3-layer student of the fine-tuned model, and DistilBERT's claims measured on it"
 "$BK" distill --teacher "$OUT/finetune/best" --data $DEMO/train.tsv --dev $DEMO/dev.tsv --student-layers 3 \
-  --alpha 0.9 --cos-weight 1 --epochs 4 --batch-size 16 --lr 1e-4 --max-length 64 --out "$OUT/distill"
+  --alpha 0.9 --cos-weight 1 --epochs 4 --batch-size 16 --max-length 64 --out "$OUT/distill"
 
 step "done in $((SECONDS - STARTED)) s — outputs"
 for path in "$OUT/tokens/token_lengths.png" "$OUT/features" "$OUT/probe" "$OUT/finetune/best" \

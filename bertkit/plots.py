@@ -40,19 +40,35 @@ def length_histogram(counts_by_split: dict[str, Sequence[int]], max_length: int,
     return _save(fig, path)
 
 
-def training_curves(history: Sequence[dict], metric: str, path: Path, title: str) -> Path:
-    """Fine-tuning curves per evaluation: train/dev loss (left axis) and dev metrics (right axis) by step."""
+def curve_series(history: Sequence[dict], metric: str,
+                 train_log: Sequence[dict] = ()) -> dict[str, tuple[list[float], list[float]]]:
+    """What `training_curves` draws, by series name: (optimizer steps, values). The training loss at every logged
+    step (`train_log`, every --log-every steps; the evaluations' means when nothing was logged), the dev loss and
+    dev metrics at every evaluation."""
+    train = ([e["step"] for e in train_log], [e["train_loss"] for e in train_log]) if train_log else (
+        [h["step"] for h in history], [h["train_loss"] for h in history])
+    series = {"train loss": train, "dev loss": ([h["step"] for h in history], [h["dev_loss"] for h in history])}
+    for name in dict.fromkeys(["accuracy", "mcc", metric]):
+        key = f"dev_{name}"
+        if name != "loss" and history and all(isinstance(h.get(key), (int, float)) for h in history):
+            series[f"dev {name}"] = ([h["step"] for h in history], [h[key] for h in history])
+    return series
+
+
+def training_curves(history: Sequence[dict], metric: str, path: Path, title: str,
+                    train_log: Sequence[dict] = ()) -> Path:
+    """Fine-tuning curves: the training loss at every logged step and the dev loss (left axis), the dev metrics
+    at every evaluation (right axis), by optimizer step."""
     fig, ax = plt.subplots(figsize=(7, 4))
-    steps = [h["step"] for h in history]
-    ax.plot(steps, [h["train_loss"] for h in history], marker="o", label="train loss")
-    ax.plot(steps, [h["dev_loss"] for h in history], marker="o", label="dev loss")
+    series = curve_series(history, metric, train_log)
+    right = ax.twinx()
+    for color, (name, (steps, values)) in enumerate(series.items()):
+        axis = ax if name.endswith("loss") else right
+        dense = name == "train loss" and len(steps) > len(history)
+        axis.plot(steps, values, marker="." if dense else "o" if axis is ax else "s", color=f"C{color}",
+                  linestyle="-" if axis is ax else "--", label=name)
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("loss")
-    right = ax.twinx()
-    for color, name in enumerate(dict.fromkeys(["accuracy", "mcc", metric]), start=2):
-        key = f"dev_{name}"
-        if name != "loss" and all(key in h for h in history):
-            right.plot(steps, [h[key] for h in history], marker="s", linestyle="--", color=f"C{color}", label=f"dev {name}")
     right.set_ylabel("dev metric")
     lines = ax.get_legend_handles_labels()
     more = right.get_legend_handles_labels()
@@ -139,6 +155,8 @@ def bench_bars(report: dict, path: Path) -> Path:
     """`bertkit bench` figure: one bar panel per metric (size, latency, throughput, training, memory), per model."""
     paper = report.get("protocol") == "paper"
     panels = ["params", "size", "paper"] if paper else ["params", "size", "latency", "throughput", "train", "memory"]
+    if "train" in panels and all(v is None for v in _ModelBars(report["models"]).values("train_step", "step_ms", "mean")):
+        panels.remove("train")  # --train-batch-size 0: no training step was measured, no empty panel
     cols = 3
     fig, axes = plt.subplots((len(panels) + cols - 1) // cols, cols, figsize=(5.2 * cols, 4.2 * ((len(panels) + 2) // cols)),
                              squeeze=False)

@@ -73,7 +73,8 @@ def premade(tmp_path_factory, tiny_bert_dir, tiny_distilbert_dir) -> dict[str, P
     if "finetune" in REGISTERED:
         made["run"] = root / "run"
         _invoke_ok(["finetune", "--model", str(tiny_bert_dir), "--data", str(data), "--out", str(made["run"]),
-                    "--epochs", "1", "--batch-size", "8", "--save-every", "2", "--lr", "1e-3", "--quiet"])
+                    "--epochs", "1", "--batch-size", "8", "--save-every", "2", "--lr", "1e-3", "--keep-checkpoints",
+                    "--quiet"])  # its copies stand for unfinished runs too (metrics.json removed): checkpoints kept
         made["clf"] = made["run"] / "best"
     return made
 

@@ -232,7 +232,7 @@ def test_quality_args_are_typed_by_the_command_options(demo_dir):
     cfg = _quality_cfg(demo_dir, quality="finetune", dev_fraction=0.2, max_length=64,
                        quality_args="--epochs 2 --lr=3e-5 --metric-for-best f1")
     (plan,) = bench_quality.plan_quality(cfg)
-    assert (plan.config.epochs, plan.config.lr, plan.config.metric_for_best) == (2, 3e-5, "f1")
+    assert (plan.config.epochs, float(plan.config.lr), plan.config.metric_for_best) == (2, 3e-5, "f1")
     assert plan.config.max_length == 64 and plan.config.dev_fraction == 0.2  # bench's data settings reach it
     cfg = _quality_cfg(demo_dir, quality="probe", quality_args="--recipe alammar-sst2-probe-offline --C 2")
     (plan,) = bench_quality.plan_quality(cfg)  # recipe < bench's data settings < the other --quality-args

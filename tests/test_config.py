@@ -84,7 +84,9 @@ FIELDS = {f.name: f for f in dataclasses.fields(FinetuneConfig)}
 
 def test_check_value_accepts_the_field_types():
     assert options.check_value(FIELDS["epochs"], 2) == 2
-    assert options.check_value(FIELDS["lr"], 1) == 1.0 and isinstance(options.check_value(FIELDS["lr"], 1), float)
+    assert options.check_value(FIELDS["warmup_ratio"], 0) == 0.0
+    assert isinstance(options.check_value(FIELDS["warmup_ratio"], 0), float)
+    assert options.check_value(FIELDS["lr"], 1) == "1" and options.check_value(FIELDS["lr"], 1e-4) == "0.0001"
     assert options.check_value(FIELDS["text_column"], 0) == "0"
     assert options.check_value(FIELDS["text_column"], None) is None
     assert options.check_value(FIELDS["freeze_encoder"], True) is True
@@ -97,7 +99,8 @@ def test_check_value_accepts_the_field_types():
     ("epochs", "three", r"must be an integer.*not 'three' \(a string\)"),
     ("epochs", True, r"must be an integer.*\(a boolean\)"),
     ("limit", 20.5, r"must be an integer"),
-    ("lr", "fast", r"must be a number"),
+    ("warmup_ratio", "fast", r"must be a number"),
+    ("lr", True, r"must be a string"),
     ("freeze_encoder", 1, r"must be true or false"),
     ("text_column", 1.5, r"must be a string"),
     ("model", None, r"must be a string"),
@@ -118,9 +121,9 @@ def test_recipe_values_of_the_wrong_type_name_the_key(tmp_path):
     path.write_text('[finetune]\nepochs = 1.5\nbatch-size = 2.5\nlr = 1\ndata = "x.tsv"\n')
     with pytest.raises(UserError, match=r"wrong type: epochs must be an integer.*; batch-size must be an integer") as err:
         recipes.load_recipe(str(path), "finetune", FinetuneConfig)
-    assert "lr must" not in str(err.value)  # an int is a valid float
+    assert "lr must" not in str(err.value)  # an int is a valid number (--lr: a number or auto)
     path.write_text('[finetune]\nlr = 1\nepochs = 2\n')
-    assert recipes.load_recipe(str(path), "finetune", FinetuneConfig) == {"lr": 1.0, "epochs": 2}
+    assert recipes.load_recipe(str(path), "finetune", FinetuneConfig) == {"lr": "1", "epochs": 2}
 
 
 @pytest.mark.parametrize(("kw", "message"), [

@@ -55,7 +55,7 @@ def argv(command: str, out: str | Path, model: Path, data: Path, clf: Path | Non
         "embed": ["embed", "--model", str(model), "--data", str(data), "--shard-size", "16"],
         "probe": ["probe", "--model", str(model), "--data", str(data), "--no-baselines"],
         "finetune": ["finetune", "--model", str(model), "--data", str(data), "--epochs", "1", "--batch-size", "8",
-                     "--save-every", "2", "--lr", "1e-3"],
+                     "--save-every", "2", "--lr", "1e-3", "--keep-checkpoints"],
         "evaluate": ["evaluate", "--model", str(clf), "--data", str(data)],
         "bench": ["bench", "--models", str(model), "--data", str(data), *BENCH_FAST],
     }[command]

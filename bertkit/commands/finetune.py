@@ -12,7 +12,8 @@ from bertkit.training.options import FinetuneOptions
 
 @dataclass(frozen=True)
 class FinetuneConfig(FinetuneOptions):
-    """`bertkit finetune`: full fine-tuning (BERT paper grid defaults: lr 5e-5, batch 32, 3 epochs, warmup 0.1)."""
+    """`bertkit finetune`: full fine-tuning (batch 32, 3 epochs, warmup 0.1; --lr auto: chosen from the model's width,
+    the BERT paper's 5e-5 for BERT-base, 1e-4 for MiniLM-L6)."""
 
 
 def run(cfg: FinetuneConfig, *, progress: bool = True) -> Any:

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -119,26 +121,77 @@ def save_checkpoint(accelerator: Any, out: Path, state: dict[str, Any], need_byt
 
 
 def save_model_folder(accelerator: Any, net: Any, tokenizer: Any, path: Path, extra: dict[str, Any],
-                      need_bytes: int, card: CardFacts | None = None) -> None:
+                      need_bytes: int, card: CardFacts | None = None, same_weights_as: Path | None = None) -> None:
     """save_pretrained (safetensors) of the wrapped `transformers` model + tokenizer, bertkit_model.json and the
-    model card (README.md, from `card`) into a temp folder, then swap it in for `path` (best/ or final/)."""
+    model card (README.md, from `card`) into a temp folder, then swap it in for `path` (best/ or final/).
+
+    `same_weights_as`: a model folder this run saved from these very weights (best/ when the last evaluation was the
+    best): its weight files are hard-linked instead of written again (copied where the file system has no links),
+    so final/ costs the disk of its small files only and stays a complete model folder every reader loads as before.
+    """
     from transformers.utils import logging as hf_logging
 
     accelerator.wait_for_everyone()
-    state_dict = {k.removeprefix("model."): v for k, v in accelerator.get_state_dict(net).items()}
+    linked = weight_files(same_weights_as) if same_weights_as is not None else []
+    state_dict = None if linked else {k.removeprefix("model."): v for k, v in accelerator.get_state_dict(net).items()}
     if accelerator.is_main_process:
-        tmp = _start_folder(path, need_bytes)
+        tmp = _start_folder(path, MODEL_FOLDER_MARGIN if linked else need_bytes)
         with _full_disk_cleanup(None, tmp, need_bytes):
             hf_logging.disable_progress_bar()  # loading turns transformers' bars back on; a one-file save needs none
-            accelerator.unwrap_model(net).model.save_pretrained(tmp, safe_serialization=True, state_dict=state_dict)
+            model = accelerator.unwrap_model(net).model
+            if linked:
+                for name in linked:
+                    _link_or_copy(same_weights_as / name, tmp / name)
+                model.config.save_pretrained(tmp)
+            else:
+                model.save_pretrained(tmp, safe_serialization=True, state_dict=state_dict)
             tokenizer.save_pretrained(tmp)
-            write_model_info(tmp, extra)
+            write_model_info(tmp, {**extra, **({"weights_shared_with": same_weights_as.name} if linked else {})})
             if card is not None:
                 write_model_card(tmp, card)
             ownership.write_file_list(tmp)  # what push uploads
             record.seal(tmp)
         replace_folder(tmp, path, "finetune.model.swap")
     accelerator.wait_for_everyone()
+
+
+MODEL_FOLDER_MARGIN = 16 << 20
+"""Disk a model folder whose weights are linked needs (config, tokenizer, card): 16 MB."""
+WEIGHT_SUFFIXES = (".safetensors", ".safetensors.index.json")
+
+
+def weight_files(folder: Path) -> list[str]:
+    """The weight files of a model folder this run saved (as its file list names them, each still holding the bytes
+    the run's record says bertkit wrote); empty when the folder cannot vouch for them (then the weights are saved)."""
+    files = (ownership.read_json_or_none(folder / ownership.FILE_LIST) or {}).get("files") or []
+    names = [name for name in files if isinstance(name, str) and name.endswith(WEIGHT_SUFFIXES) and "/" not in name]
+    holder = ownership.record_of(folder)
+    if not names or holder is None:
+        return []
+    rec, rel = holder
+    ours = all((entry := rec.entry(f"{rel}/{name}")) is not None and record.matches(folder / name, entry)
+               for name in names)
+    return names if ours else []
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    """`target` as a hard link to `source` (no new disk), or a copy where links are not possible."""
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
+
+
+def remove_finished_checkpoints(out: Path) -> None:
+    """Remove a finished run's checkpoints/ (only what the run's record says bertkit wrote; they are needed to resume
+    an unfinished run, not to use a finished one: --keep-checkpoints keeps them)."""
+    folder = out / "checkpoints"
+    if not folder.exists():
+        return
+    size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
+    _remove(folder)
+    if not folder.exists():
+        log.info("removed %s (%.0f MB): the run is finished; --keep-checkpoints keeps them", folder, size / 1e6)
 
 
 def replace_folder(tmp: Path, path: Path, kill_at: str | None = None) -> None:

@@ -48,10 +48,12 @@ from bertkit.models import loading
 from bertkit.models.fastforward import SequenceClassifier
 from bertkit.scoring import metrics
 from bertkit.scoring import shapes as objectives
+from bertkit.scoring.baseline import majority_baseline
 from bertkit.scoring.shapes import MultiLabel, Regression, SingleLabel
 from bertkit.scoring.table import BUILT_IN
 from bertkit.training import cards, checkpoints, reports, tracking
 from bertkit.training.launch import start_graphs
+from bertkit.training.learning_rate import AUTO, LrChoice, resolve_lr
 from bertkit.training.loop import (
     Session,
     TrainState,
@@ -137,11 +139,16 @@ def finetune(cfg: FinetuneOptions, *, progress: bool = True, task: Task | None =
     assert splits.label_map is not None and splits.dev is not None
     splits.label_map = task.label_map(cfg, splits)
     cfg = _for_the_shape(cfg, splits, accelerator.is_main_process)
+    cfg, lr_choice = resolve_lr(cfg, lambda: loading.load_config(cfg.model, cfg.trust_remote_code))
+    if lr_choice.source == AUTO:
+        splits.notes.append(lr_choice.line)
+        if accelerator.is_main_process:
+            log.info("%s", lr_choice.line)
     key = resume_key(cfg, {"train": splits.train.fingerprint, "dev": splits.dev.fingerprint})
     done = on_main(accelerator, lambda: finished_run(cfg, key, task.command))  # read-only; refusals end here
     if done is not None:  # where the finished run is (a sweep's trial: in the staging folder while it replaces)
         return _finished_result(done, accelerator)
-    session = setup(cfg, accelerator, splits, key, task)
+    session = setup(cfg, accelerator, splits, key, task, lr_choice)
     if session is None:  # an --overwrite run killed after its last save: its swap was finished just now
         return _finished_result(Path(cfg.out or "").expanduser(), accelerator)
     session.on_evaluate = on_evaluate
@@ -234,7 +241,7 @@ def _check_target_scale(split: TextDataset | None) -> None:
 
 
 def setup(cfg: FinetuneOptions, accelerator: Any, splits: Splits, key: dict[str, Any],
-          task: Task) -> Session | None:
+          task: Task, lr_choice: LrChoice | None = None) -> Session | None:
     """Tokens, model, optimizer, schedule and the claimed run directory (claimed only after everything that can
     be refused was checked, so a refused start leaves --out as it was). None: the run turned out finished."""
     from accelerate.utils import set_seed
@@ -252,7 +259,7 @@ def setup(cfg: FinetuneOptions, accelerator: Any, splits: Splits, key: dict[str,
                 .encoded if splits.test is not None and splits.test.labels is not None else None)
     if cfg.freeze_encoder:
         _freeze_encoder(model)
-    optimizer = adamw_optimizer(model, cfg.lr, cfg.weight_decay)
+    optimizer = adamw_optimizer(model, float(cfg.lr), cfg.weight_decay)
     net = SequenceClassifier(model, fast=cfg.fast_forward)  # trains `model`'s parameters; logits only
     if cfg.fast_forward and not net.fast:
         log.info("--fast-forward does not apply (%s): using the model's own forward", net.unsupported)
@@ -263,44 +270,66 @@ def setup(cfg: FinetuneOptions, accelerator: Any, splits: Splits, key: dict[str,
     if steps_per_epoch == 0:
         raise UserError(f"Training data has {len(splits.train)} rows: too few for one batch of "
                         f"{min_rows} micro-batches. Add data or lower --grad-accum.")
-    run, status = on_main(accelerator, lambda: claim_out(cfg, key, accelerator, task))
+    lr_record = (lr_choice or LrChoice(float(cfg.lr), "given")).to_json()
+    run, status = on_main(accelerator, lambda: claim_out(cfg, key, accelerator, task, lr_record))
     if status == "finished":
         return None
     objective = task.objective(cfg, splits, run.path, accelerator)
     if hasattr(objective, "init_head"):  # before any checkpoint is restored over it
         objective.init_head(model)
+    baseline = majority_baseline(objective, label_map.task, cfg.metric_for_best or "")
     total_steps = steps_per_epoch * cfg.epochs
     scheduler = get_linear_schedule_with_warmup(optimizer, math.ceil(cfg.warmup_ratio * total_steps), total_steps)
     net, optimizer, scheduler = accelerator.prepare(net, optimizer, scheduler)
     return Session(cfg, accelerator, run, run.path, tokenizer, net, optimizer, scheduler, objective, train_enc,
                    dev_enc, splits.dev, label_map, steps_per_epoch, [], _checkpoint_bytes(model),
-                   card=cards.run_card(cfg, splits, task.command, task.card_lineage(cfg), test_enc))
+                   card=cards.run_card(cfg, splits, task.command, task.card_lineage(cfg), test_enc),
+                   learning_rate=lr_record, baseline=baseline)
 
 
 def finish(session: Session, state: TrainState, restored: dict[str, Any] | None, notes: list[str]) -> FinetuneResult:
-    """final/ model and card (the final weights' dev and --test scores), metrics.json, the epoch table, curves,
-    confusion matrix and dev_errors.csv; then an --overwrite run's output replaces the previous one."""
-    accelerator = session.accelerator
+    """final/ model and card (the final weights' dev and --test scores; its weights linked to best/'s when the last
+    evaluation was the best), metrics.json, the epoch table, curves, confusion matrix and dev_errors.csv; a finished
+    run's checkpoints/ removed (unless --keep-checkpoints); then an --overwrite run's output replaces the previous
+    one."""
+    accelerator, cfg = session.accelerator, session.cfg
     dev, test = cards.final_scores(session, state.global_step, dev_scores) if session.card is not None else (None, None)
+    same_as_best = state.best_step == state.global_step and (session.out / "best").is_dir()
     checkpoints.save_model_folder(accelerator, session.net, session.tokenizer, session.out / "final",
                                   {"step": state.global_step, **state.model_info, **session.settings_record},
                                   session.model_bytes,
-                                  cards.card_for(session, state, "final", dev, test) if dev is not None else None)
+                                  cards.card_for(session, state, "final", dev, test) if dev is not None else None,
+                                  same_weights_as=session.out / "best" if same_as_best else None)
+    notes = notes + session.notes + _baseline_notes(session, state)
     summary = reports.summary(session, state, restored)
+    summary.update(learning_rate=session.learning_rate, final_same_as_best=same_as_best,
+                   checkpoints_kept=bool(getattr(cfg, "keep_checkpoints", True)), notes=notes)
     if session.card is not None and session.card.test is not None:
         summary.update(best_test=state.best_test, final_test=cards.test_summary(test))
     if accelerator.is_main_process:
         reports.write_reports(session, state)
         atomic.write_json_atomic(session.out / "metrics.json", summary)
+        if not summary["checkpoints_kept"]:  # after metrics.json says finished: a kill before leaves a resumable run
+            checkpoints.remove_finished_checkpoints(session.out)
         session.run.commit()  # an --overwrite run: the new output replaces the previous one only now
     accelerator.wait_for_everyone()
     return FinetuneResult(session.run.out, summary, state.epoch_table, restored, False, accelerator.is_main_process,
-                          notes + session.notes)
+                          notes)
+
+
+def _baseline_notes(session: Session, state: TrainState) -> list[str]:
+    """The constant-baseline warning when no evaluation's dev metric got above it (the best model is no better than
+    always predicting the majority class), for the result's notes and metrics.json."""
+    base = session.baseline
+    if base is None or state.best_metric is None or base.beaten_by(state.best_metric) or not state.baseline_note:
+        return []
+    return [state.baseline_note]
 
 
 def _finished_result(out: Path, accelerator: Any) -> FinetuneResult:
     done = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
-    return FinetuneResult(out, done, done.get("epoch_table", []), None, True, accelerator.is_main_process)
+    return FinetuneResult(out, done, done.get("epoch_table", []), None, True, accelerator.is_main_process,
+                          list(done.get("notes") or []))
 
 
 # ---------------------------------------------------------------- small pieces

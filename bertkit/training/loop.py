@@ -28,7 +28,8 @@ from bertkit.models import infer, loading
 from bertkit.models.compute import Compute
 from bertkit.models.inputs import accepted_inputs
 from bertkit.scoring import metrics
-from bertkit.training import cards, checkpoints
+from bertkit.scoring.baseline import Baseline
+from bertkit.training import advice, cards, checkpoints
 from bertkit.training.launch import plain_optimizer_settings, steps_of
 from bertkit.training.options import FinetuneOptions
 from bertkit.training.plan import global_batches, micro_batches
@@ -62,6 +63,10 @@ class TrainState:
     """Why the run stopped before its last epoch: `early_stopping`, or what `Session.on_evaluate` said (`pruned`)."""
     log_loss: tuple[float, int] = (0.0, 0)
     """Loss sum and rows since the trackers' last log (--log-every): restored too, so the logged mean stays exact."""
+    train_log: list[dict[str, float]] = field(default_factory=list)
+    """Every --log-every optimizer steps: {step, train_loss (mean since the previous entry), lr}."""
+    baseline_note: str | None = None
+    """The warning of the last evaluation whose dev metric was not above the constant (majority-class) baseline."""
 
     @classmethod
     def from_json(cls, saved: dict[str, Any]) -> TrainState:
@@ -107,6 +112,10 @@ class Session:
     """The experiment trackers following the run (`tracking.RunTrackers`; None without --report-to)."""
     graphs: Any = None
     """The step runner replaying CUDA graphs (`bertkit.training.graphs.StepRunner`; None: eager steps)."""
+    baseline: Baseline | None = None
+    """The dev split's constant (majority-class) baseline for --metric-for-best (`bertkit.scoring.baseline`)."""
+    learning_rate: dict[str, Any] = field(default_factory=dict)
+    """How --lr was chosen (`learning_rate.LrChoice.to_json`): metrics.json and config.json record it."""
 
     @property
     def pad_id(self) -> int:
@@ -187,15 +196,17 @@ def train_epoch(session: Session, state: TrainState, bar: Any) -> None:
         end_of_epoch = state.step_in_epoch == len(batches)
         evaluating = end_of_epoch or (eval_every and state.global_step % eval_every == 0)
         saving = end_of_epoch or (cfg.save_every and state.global_step % cfg.save_every == 0)
-        logging_now = session.tracker is not None and session.tracker.due(state.global_step)
+        logging_now = state.global_step % cfg.log_every == 0
         if loss_sum is None and (evaluating or saving or logging_now or state.global_step % READ_EVERY == 0):
             loss_sum, rows = _read_graphed(session, state)
         if loss_sum is not None:
             state.running_loss = (state.running_loss[0] + loss_sum, state.running_loss[1] + rows)
             bar.set_postfix(loss=f"{state.running_loss[0] / max(state.running_loss[1], 1):.4f}",
                             lr=f"{float(session.scheduler.get_last_lr()[0]):.2e}")
-        if session.tracker is not None:  # every --log-every steps: train loss, lr, grad norm, samples/s
-            session.tracker.step_done(session, state, loss_sum or 0.0, rows, len(batch))
+        state.log_loss = (state.log_loss[0] + (loss_sum or 0.0), state.log_loss[1] + rows)
+        logged = _log_training(session, state) if logging_now else None  # every --log-every steps
+        if session.tracker is not None:  # on log steps: train loss, lr, grad norm, samples/s
+            session.tracker.step_done(session, state, logged, len(batch))
         bar.update(1)
         if evaluating or saving:
             _stop_if_weights_not_finite(session, state)  # nothing diverged is evaluated or saved
@@ -212,6 +223,16 @@ def train_epoch(session: Session, state: TrainState, bar: Any) -> None:
             break
 
 
+def _log_training(session: Session, state: TrainState) -> dict[str, float]:
+    """The mean training loss since the last log step (all processes: a collective) and the learning rate, added to
+    the state's `train_log` (metrics.json, curves.png; kept in checkpoints, so a resumed run's curve is whole)."""
+    loss = mean_across(session.accelerator, *state.log_loss)
+    state.log_loss = (0.0, 0)
+    entry = {"step": state.global_step, "train_loss": loss, "lr": float(session.scheduler.get_last_lr()[0])}
+    state.train_log.append(entry)
+    return entry
+
+
 READ_EVERY = 50
 """On a graphed run, the loss is read back (one host synchronisation) at least every this many steps: the progress
 bar's numbers."""
@@ -223,9 +244,9 @@ def _read_graphed(session: Session, state: TrainState) -> tuple[float, int]:
     runner = session.graphs
     loss_sum, rows, first_bad = runner.read()
     if first_bad:
-        raise UserError(_not_finite_message(session, "the training loss or its gradients", first_bad,
+        raise UserError(advice.not_finite_message(session, "the training loss or its gradients", first_bad,
                                             state.epoch))
-    if session.tracker is not None and session.tracker.due(state.global_step):
+    if session.tracker is not None and state.global_step % session.cfg.log_every == 0:
         session.tracker.grad_norm = runner.last_grad_norm()
     return loss_sum, rows
 
@@ -275,6 +296,12 @@ def evaluate(session: Session, state: TrainState, end_of_epoch: bool) -> None:
               "samples_seen": state.train_rows, "eval_seconds": round(time.perf_counter() - started, 3),
               **{f"dev_{k}": v for k, v in metrics.headline(scored.metrics).items()}, "dev_loss": scored.metrics["loss"]}
     record["best"] = metrics.is_better(value, state.best_metric, cfg.metric_for_best)
+    if session.baseline is not None:
+        record["above_baseline"] = session.baseline.beaten_by(value)
+        if not record["above_baseline"]:
+            state.baseline_note = advice.baseline_warning(session, state, value, train_loss)
+            if accelerator.is_main_process:
+                log.warning("%s", state.baseline_note)
     state.history.append(record)
     if record["best"]:
         _keep_best(session, state, scored, value)
@@ -349,7 +376,7 @@ def dev_scores(session: Session) -> Any:
     local.train()
     all_logits = restore_order([b for b, _ in gathered], [lg for _, lg in gathered])
     if not np.isfinite(all_logits).all():
-        raise UserError(_not_finite_message(session, "the dev logits", None, None))
+        raise UserError(advice.not_finite_message(session, "the dev logits", None, None))
     return session.objective.score(all_logits)
 
 
@@ -403,7 +430,7 @@ def _stop_if_not_finite(session: Session, state: TrainState, loss_sum: float) ->
     if session.accelerator.num_processes > 1:
         bad = session.accelerator.reduce(bad, reduction="sum")
     if bad.item() > 0:
-        raise UserError(_not_finite_message(session, "the training loss", state.global_step + 1, state.epoch))
+        raise UserError(advice.not_finite_message(session, "the training loss", state.global_step + 1, state.epoch))
 
 
 def _stop_if_weights_not_finite(session: Session, state: TrainState) -> None:
@@ -412,22 +439,7 @@ def _stop_if_weights_not_finite(session: Session, state: TrainState) -> None:
     The weights are the same on every process, so every process stops together."""
     params = [p.detach() for p in session.accelerator.unwrap_model(session.net).parameters()]
     if not torch.stack([torch.isfinite(p).all() for p in params]).all().item():
-        raise UserError(_not_finite_message(session, "the model weights", state.global_step, state.epoch))
-
-
-def _not_finite_message(session: Session, what: str, step: int | None, epoch: int | None) -> str:
-    """`step`: the optimizer step (1-based) after which `what` was found NaN/inf; `epoch`: 0-based."""
-    cfg = session.cfg
-    where = f" at step {step} (epoch {(epoch or 0) + 1})" if step is not None else ""
-    last = checkpoints.latest_checkpoint(session.out)
-    kept = f"The last good checkpoint, {last}, is kept." if last else "No checkpoint was saved before it."
-    causes = " or fp16 overflow (use --precision bf16 or fp32)" if cfg.precision == "fp16" else ""
-    if session.label_map.task == "regression":  # huge targets are refused before training; say what these span
-        y = np.asarray(getattr(getattr(session.objective, "hard", session.objective), "y_train", []), np.float64)
-        causes += f" (the regression targets span {y.min():g} to {y.max():g}: if that is wide, scale them)" if y.size else ""
-    return (f"{what[0].upper() + what[1:]} became NaN/inf{where}: the run diverged, most likely because --lr {cfg.lr:g} "
-            f"is too high{causes}. {kept} Re-run with a smaller --lr (the BERT paper uses 2e-5 to 5e-5) and "
-            f"--overwrite, or a new --out.")
+        raise UserError(advice.not_finite_message(session, "the model weights", state.global_step, state.epoch))
 
 
 def on_main(accelerator: Any, fn: Any) -> Any:

@@ -23,6 +23,7 @@ from bertkit.scoring.options import (
     MetricOptions,
     metric_for_best_problems,
 )
+from bertkit.training.learning_rate import canonical_lr, lr_problems
 
 TRACKERS = ("tensorboard", "mlflow", "trackio", "wandb")
 """The trackers --report-to names (accelerate's tracker classes underneath)."""
@@ -87,7 +88,7 @@ NOT_REPRODUCED = frozenset({"overwrite", *TRACKING_FIELDS})
 @dataclass(frozen=True)
 class FinetuneOptions(TrackingOptions, TruncationOption, MetricOptions, TaskOptions):
     """What a fine-tuning run is (the `finetune` command's options; `distill` and `sweep` extend them): BERT paper grid
-    defaults, lr 5e-5, batch 32, 3 epochs, warmup 0.1."""
+    defaults (batch 32, 3 epochs, warmup 0.1) with the learning rate chosen for the model's size (--lr auto)."""
 
     REQUIRED_OPTIONS = ("data", "out")
     ADVANCED_OPTIONS = ("grad_accum", "weight_decay", "max_grad_norm", "eval_every", "class_weight", "fast_forward",
@@ -98,8 +99,9 @@ class FinetuneOptions(TrackingOptions, TruncationOption, MetricOptions, TaskOpti
     out: str | None = option(None, "Run directory: checkpoints, best/ and final/ models, metrics, plots. Re-running "
                              "the same command resumes it.", panel=OUTPUT)
     epochs: int = option(3, "Passes over the training data (BERT paper: 2-4).", above=0)
-    lr: float = option(5e-5, "Peak AdamW learning rate (BERT paper: 5e-5, 3e-5, 2e-5; small encoders such as MiniLM "
-                       "barely move at 2e-5 in short runs).", above=0)
+    lr: str = option("auto", "Peak AdamW learning rate, or auto: chosen from the model's width (5e-5 x 768 / hidden, "
+                     "at most 3e-4: MiniLM-L6 1e-4, BERT-base 5e-5, BERT-large 2e-5), logged and recorded in the run.",
+                     numbers=True)
     batch_size: int = option(32, "Rows per forward pass per process (BERT paper: 16, 32); an optimizer step sees "
                              "batch x grad-accum x processes rows.", above=0)
     grad_accum: int = option(1, "Batches accumulated per optimizer step (a larger effective batch).", above=0)
@@ -130,12 +132,18 @@ class FinetuneOptions(TrackingOptions, TruncationOption, MetricOptions, TaskOpti
                               "kernel from Python.", choices=("auto", "off"), panel=MODEL)
     save_every: int | None = option(100, "Checkpoint every N optimizer steps (and at every epoch's end) for resuming.",
                                     panel=OUTPUT, above=0)
+    keep_checkpoints: bool = option(False, "Keep checkpoints/ once the run has finished (they are only needed to "
+                                    "resume an unfinished run; a finished run keeps best/, final/ and its reports).",
+                                    panel=OUTPUT)
     overwrite: bool = option(False, "Replace an --out that holds a run with other options (swapped in once the new "
                              "run is complete).", panel=OUTPUT)
     trust_remote_code: bool = option(False, TRUST_HELP, panel=MODEL)
 
     def __post_init__(self) -> None:
         problems = self.data_problems()
+        if isinstance(self.lr, str):  # another type: the declarations' check reported it
+            problems += lr_problems(self.lr)
+            object.__setattr__(self, "lr", canonical_lr(self.lr))
         if self.data is None:
             problems.append("--data is required: the training file (or hub dataset).")
         if not self.out:

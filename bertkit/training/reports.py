@@ -27,8 +27,9 @@ def summary(session: Session, state: TrainState, restored: dict[str, Any] | None
         "train_samples_per_second": round(state.train_rows / max(state.train_seconds, 1e-9), 2),
         "processes": accelerator.num_processes, "mixed_precision": accelerator.mixed_precision, "forward": forward,
         "step_launch": _step_launch(session),
-        "history": state.history, "epoch_table": state.epoch_table, "resumed_from": restored,
+        "history": state.history, "train_log": state.train_log, "epoch_table": state.epoch_table, "resumed_from": restored,
         "trackers": session.tracker.where if session.tracker is not None else {},  # where the run is logged
+        "baseline": session.baseline.to_json() if session.baseline is not None else None,
         "outputs": {name: str(Path(cfg.out or session.out) / name) for name in
                     ("best", "final", "metrics.jsonl", "training_table.csv", "curves.png",
                      *REPORT_PLOTS[session.label_map.task], "dev_errors.csv")},
@@ -63,7 +64,7 @@ def write_reports(session: Session, state: TrainState) -> None:
     write_predictions_csv(out / "dev_errors.csv", session.dev, proba, names, y_true=session.objective.y_dev,
                           only_errors=True, task=task, threshold=(state.best_dev or {}).get("threshold", 0.5))
     plots.training_curves(state.history, session.cfg.metric_for_best, out / "curves.png",
-                          f"{session.run.command} {getattr(session.cfg, 'model', '')}")
+                          f"{session.run.command} {getattr(session.cfg, 'model', '')}", state.train_log)
     if task == "regression":
         plots.regression_scatter(session.objective.y_dev, proba[:, 0], out / "dev_scatter.png",
                                  f"dev: true vs predicted {names[0]} (best, step {state.best_step})")

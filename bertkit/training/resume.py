@@ -12,14 +12,25 @@ from bertkit.io import atomic, ownership, rundir, trail
 from bertkit.options import config_dict
 from bertkit.training.options import TRACKING_FIELDS, FinetuneOptions
 
-NOT_IN_RESUME_KEY = {"quiet", "overwrite", "out", "save_every", "cuda_graphs", *TRACKING_FIELDS}
+NOT_IN_RESUME_KEY = {"quiet", "overwrite", "out", "save_every", "keep_checkpoints", "cuda_graphs", *TRACKING_FIELDS}
 """Options that do not change what is computed (where it is logged included); a re-run may change them and still
 resume. --cuda-graphs changes how steps are launched, like the device, not what they compute."""
 
 
+def recorded_config(cfg: FinetuneOptions) -> dict[str, Any]:
+    """The config as config.json and the resume key hold it: --lr as a number once resolved (runs recorded before
+    `--lr auto` hold a number there too, so they still resume)."""
+    values = config_dict(cfg)
+    try:
+        values["lr"] = float(values["lr"])
+    except (KeyError, TypeError, ValueError):
+        pass
+    return values
+
+
 def resume_key(cfg: FinetuneOptions, fingerprints: dict[str, str]) -> dict[str, Any]:
     """What must match for a re-run to continue an existing --out: the config (less cosmetics) and the data."""
-    values = {k: v for k, v in config_dict(cfg).items() if k not in NOT_IN_RESUME_KEY}
+    values = {k: v for k, v in recorded_config(cfg).items() if k not in NOT_IN_RESUME_KEY}
     return {"config": values, "data": fingerprints}
 
 
@@ -61,15 +72,18 @@ def finished_run(cfg: FinetuneOptions, key: dict[str, Any], command: str) -> Pat
     return plan.path if finished else None
 
 
-def claim_out(cfg: FinetuneOptions, key: dict[str, Any], accelerator: Any, task: Any) -> tuple[rundir.RunDir, str]:
-    """Claim --out (main process): the run directory to write into and its status; a new run's config.json."""
+def claim_out(cfg: FinetuneOptions, key: dict[str, Any], accelerator: Any, task: Any,
+              learning_rate: dict[str, Any] | None = None) -> tuple[rundir.RunDir, str]:
+    """Claim --out (main process): the run directory to write into and its status; a new run's config.json (with
+    how --lr was chosen, `learning_rate`)."""
     run = rundir.claim_run_dir(cfg.out or "", task.command, overwrite=cfg.overwrite,
                              compare=lambda path: resume_differences(path, key))
     status = run_status(run)
     if status == "finished":
         run.commit()
     elif status == "new":
-        trail.write_run_config(run.path, task.command, config_dict(cfg), resume_key=key, data_fingerprints=key["data"],
+        trail.write_run_config(run.path, task.command, recorded_config(cfg), resume_key=key,
+                              data_fingerprints=key["data"], learning_rate=learning_rate,
                               model_revision=task.model_revision(cfg), processes=accelerator.num_processes,
                               mixed_precision=accelerator.mixed_precision, device=str(accelerator.device))
     return dataclasses.replace(run, compare=None), status  # sent to every process: no closures

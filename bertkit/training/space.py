@@ -4,6 +4,7 @@ refused before anything runs, naming its flag.
 
 Space syntax (keys are `finetune` option names, dashes or underscores):
     --grid "lr=5e-5,3e-5,2e-5"          a grid dimension: every value (repeat --grid for more dimensions)
+    --grid "lr=auto,2e-4"               --lr's values are numbers or auto (resolved per trial from the model's width)
     --space "lr=1e-5:1e-4:log"          --search optuna: a float range on a log scale
     --space "warmup-ratio=0:0.2"        --search optuna: a uniform range (int options: integers from low to high)
     --space "batch-size=16,32"          --search optuna: a choice among values
@@ -17,12 +18,13 @@ from typing import Any
 
 from bertkit.errors import UserError, raise_if_problems
 from bertkit.options import OUTPUT, field_type, flag, option
+from bertkit.training.learning_rate import AUTO
 from bertkit.training.options import FinetuneOptions
 
 SWEEP = "Sweep"
 """The help panel of the search-space options."""
 SEARCHES = ("grid", "optuna")
-NOT_SEARCHABLE = frozenset({"out", "overwrite", "seed"})
+NOT_SEARCHABLE = frozenset({"out", "overwrite", "seed", "keep_checkpoints"})
 """Options a space may not vary: where trials go is the sweep's business, and seeds come from --seed and --seeds."""
 
 
@@ -143,7 +145,7 @@ def _parse_one(cfg: SweepOptions, text: str, where: str) -> Dimension:
     if name not in FINETUNE_FIELDS or name in NOT_SEARCHABLE:
         raise UserError(f"{where} {text!r}: {key.strip()!r} is not an option a sweep can vary. Options: {valid}"
                         f" (seeds: --seed and --seeds).")
-    base, _ = field_type(FINETUNE_FIELDS[name])
+    base = _base(name)
     if base is tuple:
         raise UserError(f"{where} {text!r}: {flag(name)} is a list option; a sweep varies single values. "
                         f"Give it as a finetune option of the sweep instead.")
@@ -168,6 +170,13 @@ def _range(cfg: SweepOptions, name: str, base: type, text: str, rest: str) -> Di
     return Dimension(name, low=low, high=high, log=log, integer=base is int)
 
 
+def _base(name: str) -> type:
+    """The type a space's values of option `name` take: the option's, but numbers for --lr (a text option: a number
+    or `auto`), so lr ranges and ordered grids work."""
+    base, _ = field_type(FINETUNE_FIELDS[name])
+    return float if name == "lr" else base
+
+
 def _typed(base: type, value: str, text: str, where: str) -> Any:
     """A value of the space, as the option's type (what its flag would give)."""
     try:
@@ -175,6 +184,8 @@ def _typed(base: type, value: str, text: str, where: str) -> Any:
             if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
                 raise ValueError(value)
             return value.lower() in ("true", "1", "yes")
+        if base is float and value.lower() == AUTO:  # --lr auto: the value resolved for the model, as a grid value
+            return AUTO
         return base(value)
     except ValueError:
         word = {int: "an integer", float: "a number", bool: "true or false"}.get(base, "a value")

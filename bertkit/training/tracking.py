@@ -30,7 +30,7 @@ from typing import Any
 from bertkit.errors import UserError
 from bertkit.io import atomic, ownership, record
 from bertkit.options import config_dict
-from bertkit.training.loop import Session, TrainState, mean_across
+from bertkit.training.loop import Session, TrainState
 from bertkit.training.options import FinetuneOptions
 
 log = logging.getLogger(__name__)
@@ -139,16 +139,14 @@ class RunTrackers:
         """Whether optimizer step `step` is a log step."""
         return step % self.cfg.log_every == 0
 
-    def step_done(self, session: Session, state: TrainState, loss_sum: float, rows: int, batch_rows: int) -> None:
-        """After an optimizer step: add its loss to the state's accumulator; on a log step, log the training numbers."""
-        state.log_loss = (state.log_loss[0] + loss_sum, state.log_loss[1] + rows)
+    def step_done(self, session: Session, state: TrainState, logged: dict[str, float] | None, batch_rows: int) -> None:
+        """After an optimizer step; on a log step (`logged`: the loop's mean training loss and learning rate since
+        the last one), log the training numbers."""
         self.rows += batch_rows
-        if not self.due(state.global_step):
+        if logged is None:
             return
-        loss = mean_across(session.accelerator, *state.log_loss)  # every process: a collective
-        state.log_loss = (0.0, 0)
         now = time.perf_counter()
-        values = {"train/loss": loss, "train/learning_rate": float(session.scheduler.get_last_lr()[0]),
+        values = {"train/loss": logged["train_loss"], "train/learning_rate": logged["lr"],
                   "train/samples_per_second": self.rows / max(now - self.since, 1e-9),
                   "train/epoch": state.epoch + state.step_in_epoch / max(session.steps_per_epoch, 1)}
         if self.grad_norm is not None:
