@@ -59,6 +59,12 @@ class Compute:
 
         return loading.DTYPE_NAMES.get(self.precision, loading.DTYPE_NAMES["fp32"])
 
+    @classmethod
+    def of_accelerator(cls, accelerator: Any) -> Compute:
+        """Where and in what precision an Accelerate run computes (mixed precision "no" is fp32)."""
+        precision = str(accelerator.mixed_precision)
+        return cls(str(accelerator.device), "fp32" if precision == "no" else precision)
+
     def on(self, device: Any) -> Compute:
         """The same precision on another device (a process's own GPU under a launcher)."""
         return Compute(str(device), self.precision)

@@ -131,12 +131,10 @@ class Session:
 
     @property
     def settings_record(self) -> dict[str, Any]:
-        """How the saved model read its texts (bertkit_model.json `reading`: predict, evaluate and export read it
-        back, so a model trained on 16 tokens is used with 16) and where and in what precision it was trained
-        (`compute`, information)."""
-        precision = {"no": "fp32"}.get(self.accelerator.mixed_precision, self.accelerator.mixed_precision)
+        """bertkit_model.json's `reading` (predict, evaluate and export read texts as the model was trained) and
+        `compute` (where and in what precision it was trained: information)."""
         return {"reading": Reading.from_options(self.cfg).to_json(),
-                "compute": Compute(str(self.accelerator.device), precision).to_json()}
+                "compute": Compute.of_accelerator(self.accelerator).to_json()}
 
 
 # ---------------------------------------------------------------- restore, train, evaluate
