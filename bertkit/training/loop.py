@@ -397,8 +397,7 @@ def _keep_best(session: Session, state: TrainState, scored: Any, value: float) -
 
 
 def _model_info(session: Session, scored: dict[str, Any]) -> dict[str, Any]:
-    """What a model saved now needs besides its weights (bertkit_model.json): for tags and numbers the task, and
-    the multi-label decision threshold (`bertkit predict` applies it). Single-label models need nothing."""
+    """bertkit_model.json's task and multi-label threshold (`bertkit predict` applies it); single-label: nothing."""
     task = session.label_map.task
     if task == "single_label":
         return {}
