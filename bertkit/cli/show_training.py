@@ -51,8 +51,10 @@ def show_finetune(result: Any, view: View) -> None:
                               f"{', '.join(f'{k} {format_score(test[k])}' for k in shown if k in test)}",
                               highlight=False)
     saved = [Path(p).name for k, p in summary["outputs"].items() if k not in ("best", "final", "metrics.jsonl")]
-    out_console.print(f"saved {result.out}/best, {result.out}/final, metrics.json, {', '.join(saved)}",
-                      highlight=False)
+    shared = " (final = best's step: its weights are best's, linked)" if summary.get("final_same_as_best") else ""
+    removed = "" if summary.get("checkpoints_kept", True) else "; checkpoints/ removed (--keep-checkpoints keeps them)"
+    out_console.print(f"saved {result.out}/best, {result.out}/final{shared}, metrics.json, {', '.join(saved)}"
+                      f"{removed}", highlight=False)
     for line in tracker_lines(summary.get("trackers") or {}):
         out_console.print(line, highlight=False)
 
