@@ -225,3 +225,14 @@ def test_bench_figure_has_no_training_panel_without_a_training_measurement(tmp_p
     report["models"][0]["train_step"] = {"step_ms": {"mean": 120.0}, "batch_size": 8}
     plots.bench_bars(report, tmp_path / "b.png")
     assert "train" in drawn
+
+
+def test_the_summary_says_final_shares_best_and_checkpoints_were_removed(tiny_bert_dir, toy_files, tmp_path, capsys):
+    from bertkit.cli.output import View
+    from bertkit.cli.show_training import show_finetune
+
+    train, dev = toy_files
+    result = finetune(make_cfg(tiny_bert_dir, train, dev, tmp_path / "run", lr=5e-3), progress=False)
+    show_finetune(result, View(quiet=True))
+    printed = capsys.readouterr().out
+    assert "final = best's step" in printed and "checkpoints/ removed (--keep-checkpoints keeps them)" in printed
