@@ -680,6 +680,8 @@ def test_a_cache_entry_that_fails_verification_is_parsed_again_with_a_warning(da
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert len(warnings) == 1 and "failed verification" in warnings[0] and re.search(why, warnings[0]), warnings
     assert _cache_entry(cache) == entry  # rebuilt in place: the next read is clean
+    (kept,) = [p for p in (cache / "tables").iterdir() if p.name.startswith(".failed-")]  # the changed bytes: moved
+    assert str(kept) in warnings[0] and {f.name for f in kept.iterdir()} <= {"meta.json", "rows.arrow"} and any(kept.iterdir())
     caplog.clear()
     assert list(load_dataset_split(opts, str(data)).texts) == first and "failed verification" not in caplog.text
 

@@ -15,7 +15,6 @@ truncated file) or cannot be opened is parsed again from the input, with a warni
 from __future__ import annotations
 
 import codecs
-import contextlib
 import hashlib
 import json
 import logging
@@ -62,9 +61,9 @@ def local_table(path: Path, encoding: str, header: str, by_index: bool, label_in
     parsed_now = table is None
     if parsed_now:
         if problem is not None:
-            log.warning("The cached copy of %s in %s failed verification (%s); parsing the file again.", path,
-                        folder, problem)
-            _set_aside(folder)
+            aside = _set_aside(folder)
+            log.warning("The cached copy of %s in %s failed verification (%s); parsing the file again. The changed "
+                        "copy is kept as %s (delete it when you have looked).", path, folder, problem, aside)
         _build(folder, path, size, options)
         table, problem = cached_table(folder)
         if table is None:
@@ -105,18 +104,16 @@ def cached_table(folder: Path) -> tuple[RowTable | None, str | None]:
     return table, None
 
 
-def _set_aside(folder: Path) -> None:
-    """Move a failed entry out of the way (renamed, then its two files removed), so the rebuilt one takes its name.
-    Another process may have done it already; a file that is not an entry's is left in the renamed folder."""
+def _set_aside(folder: Path) -> Path | None:
+    """Move an entry that failed verification out of the way (renamed, bytes kept: bertkit removes only files whose
+    recorded digest still matches), so the rebuilt one takes its name; where it went, or None when another process
+    moved it first."""
     aside = folder.with_name(f".failed-{folder.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     try:
         os.replace(folder, aside)
     except OSError:
-        return
-    for name in (ROWS_FILE, META_FILE):
-        (aside / name).unlink(missing_ok=True)
-    with contextlib.suppress(OSError):
-        aside.rmdir()
+        return None
+    return aside
 
 
 def _folder_mb(folder: Path) -> float:
