@@ -42,6 +42,13 @@ def option(default: Any, help: str, *, panel: str = RUN, choices: tuple[str, ...
     return field(default=default, metadata=meta)
 
 
+def overwrite_option(holds: str, done: str = "is complete") -> Any:
+    """--overwrite, worded once for every command: `holds` is what an --out of another run holds, `done` when the new
+    output replaces it."""
+    return option(False, f"Replace an --out that holds {holds} with other options (swapped in once the new one "
+                         f"{done}).", panel=OUTPUT)
+
+
 def flag(field_name: str) -> str:
     """The CLI flag for a config field: `text_column` -> `--text-column`."""
     return "--" + field_name.replace("_", "-")

@@ -23,7 +23,7 @@ from bertkit.data.options import DataOptions
 from bertkit.errors import raise_if_problems
 from bertkit.measure.report import compute_claims, report_markdown
 from bertkit.models.compute import INFERENCE_PRECISION_HELP, INFERENCE_PRECISIONS, TRUST_HELP, check_device
-from bertkit.options import BENCH, MODEL, OUTPUT, option
+from bertkit.options import BENCH, MODEL, OUTPUT, option, overwrite_option
 
 if TYPE_CHECKING:
     from bertkit.measure.timing import Clock
@@ -69,8 +69,7 @@ class BenchConfig(DataOptions):
     quality_args: str | None = option(None, "Extra flags for every quality command, e.g. \"--epochs 1\".", panel=BENCH)
     out: str | None = option(None, "Directory for bench.json, bench.md, bench.png (default runs/bench).",
                              panel=OUTPUT)
-    overwrite: bool = option(False, "Replace an --out that holds a bench run with other options (swapped in once the "
-                             "new one is complete).", panel=OUTPUT)
+    overwrite: bool = overwrite_option("a bench run")
     trust_remote_code: bool = option(False, TRUST_HELP, panel=MODEL)
 
     def __post_init__(self) -> None:

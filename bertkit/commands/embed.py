@@ -22,7 +22,7 @@ from bertkit.encoding.reading import LongTextOptions
 from bertkit.errors import UserError, raise_if_problems
 from bertkit.features.settings import COMBINES, POOLS, STORE_DTYPES, Pooling, layers_problem
 from bertkit.models.compute import INFERENCE_PRECISION_HELP, INFERENCE_PRECISIONS, TRUST_HELP, check_device
-from bertkit.options import MODEL, OUTPUT, option
+from bertkit.options import MODEL, OUTPUT, option, overwrite_option
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +57,7 @@ class EmbedConfig(LongTextOptions, DataOptions):
                              above=0)
     device: str = option("auto", "cpu, cuda, cuda:N, mps or auto.")
     out: str | None = option(None, "Store directory (with --dev/--test: OUT/train, OUT/dev, OUT/test).", panel=OUTPUT)
-    overwrite: bool = option(False, "Replace a store made with other settings (swapped in once the new one is "
-                             "complete).", panel=OUTPUT)
+    overwrite: bool = overwrite_option("a store")
     trust_remote_code: bool = option(False, TRUST_HELP, panel=MODEL)
 
     def __post_init__(self) -> None:

@@ -13,7 +13,7 @@ from bertkit.data.options import LabelOptions
 from bertkit.encoding.reading import READ_AS_SAVED_HELP, LongTextOptions
 from bertkit.errors import raise_if_problems
 from bertkit.models.compute import INFERENCE_PRECISION_HELP, INFERENCE_PRECISIONS
-from bertkit.options import MODEL, OUTPUT, config_dict, option
+from bertkit.options import MODEL, OUTPUT, config_dict, option, overwrite_option
 from bertkit.scoring.options import MetricOptions
 
 if TYPE_CHECKING:
@@ -40,8 +40,7 @@ class EvaluateConfig(LongTextOptions, MetricOptions, LabelOptions):
     model: str | None = option(None, "Fine-tuned model folder (e.g. runs/sst2/best).", panel=MODEL)
     out: str | None = option(None, "Run directory for metrics.json, predictions.csv and the confusion-matrix PNG.",
                              panel=OUTPUT)
-    overwrite: bool = option(False, "Replace an --out that holds an evaluate run with other options (swapped in once "
-                             "the new one is complete).", panel=OUTPUT)
+    overwrite: bool = overwrite_option("an evaluate run")
     batch_size: int = option(64, "Rows per inference batch (sorted by length).", above=0)
     max_length: int | None = option(None, READ_AS_SAVED_HELP, panel=MODEL, above=0)
     precision: str = option("auto", INFERENCE_PRECISION_HELP, choices=INFERENCE_PRECISIONS, aliases=("--dtype",))

@@ -33,7 +33,7 @@ from bertkit.encoding.reading import LongTextOptions, Reading
 from bertkit.errors import UserError, raise_if_problems
 from bertkit.features.settings import COMBINES, POOLS, Pooling, layers_problem
 from bertkit.models.card import CARD_FILE, CardFacts, read_model_card, write_model_card
-from bertkit.options import MODEL, OUTPUT, RUN, command_line, config_dict, option
+from bertkit.options import MODEL, OUTPUT, RUN, command_line, config_dict, option, overwrite_option
 from bertkit.scoring.table import SHAPE
 from bertkit.training.options import DistillOptions, FinetuneOptions
 
@@ -95,8 +95,7 @@ class ExportConfig(LongTextOptions, LabelOptions):
                                "on MiniLM, SST-2 dev: fp32 1.000; int8 0.995 with --pool cls, 0.991 with mean.",
                                panel=RUN, minimum=-1)
     force: bool = option(False, "Keep an export the gate refuses (its export_report.json says so).", panel=OUTPUT)
-    overwrite: bool = option(False, "Replace an --out that holds an export made with other options (swapped in "
-                             "once the new one passed the gate).", panel=OUTPUT)
+    overwrite: bool = overwrite_option("an export", done="passed the gate")
 
     def __post_init__(self) -> None:
         problems = self.data_problems()

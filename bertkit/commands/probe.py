@@ -20,7 +20,7 @@ from bertkit.errors import UserError, raise_if_problems
 from bertkit.features.settings import POOLS, layers_problem
 from bertkit.models.compute import INFERENCE_PRECISION_HELP, INFERENCE_PRECISIONS, TRUST_HELP
 from bertkit.models.folders import OFFLINE_NAME
-from bertkit.options import DATA, MODEL, OUTPUT, PROBE, config_dict, option
+from bertkit.options import DATA, MODEL, OUTPUT, PROBE, config_dict, option, overwrite_option
 from bertkit.scoring.options import CLASS_WEIGHTS, MetricOptions
 
 log = logging.getLogger(__name__)
@@ -62,8 +62,7 @@ class ProbeConfig(LongTextOptions, MetricOptions, TaskOptions):
                              "random weights.", panel=PROBE)
     out: str | None = option(None, "Run directory: config, metrics, plots, saved probe, cached features.",
                              panel=OUTPUT)
-    overwrite: bool = option(False, "Replace an --out that holds a probe run with other options (swapped in once the "
-                             "new one is complete).", panel=OUTPUT)
+    overwrite: bool = overwrite_option("a probe run")
     trust_remote_code: bool = option(False, TRUST_HELP, panel=MODEL)
 
     def __post_init__(self) -> None:

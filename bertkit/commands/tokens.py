@@ -10,7 +10,7 @@ from bertkit.commands.preflight import check_inputs
 from bertkit.data.options import DataOptions
 from bertkit.errors import raise_if_problems
 from bertkit.models.compute import TRUST_HELP
-from bertkit.options import DATA, MODEL, OUTPUT, option
+from bertkit.options import DATA, MODEL, OUTPUT, option, overwrite_option
 
 
 @dataclass(frozen=True)
@@ -26,8 +26,7 @@ class TokensConfig(DataOptions):
     max_length: int = option(128, "Max length used to report truncation and padding waste.", panel=MODEL, above=0)
     batch_size: int = option(32, "Batch size for the padding-waste estimate.", above=0)
     out: str | None = option(None, "Run directory for tokens.json and the histogram PNG.", panel=OUTPUT)
-    overwrite: bool = option(False, "Replace an --out that holds a tokens run with other options (swapped in once "
-                             "the new report is complete).", panel=OUTPUT)
+    overwrite: bool = overwrite_option("a tokens run")
     trust_remote_code: bool = option(False, TRUST_HELP, panel=MODEL)
 
     def __post_init__(self) -> None:

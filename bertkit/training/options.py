@@ -16,7 +16,7 @@ from bertkit.data.options import TaskOptions
 from bertkit.encoding.reading import TruncationOption
 from bertkit.errors import UserError, raise_if_problems
 from bertkit.models.compute import PRECISION_HELP, PRECISIONS, TRUST_HELP
-from bertkit.options import MODEL, OUTPUT, TRACKING, option
+from bertkit.options import MODEL, OUTPUT, TRACKING, option, overwrite_option
 from bertkit.scoring.options import (
     CLASS_WEIGHTS,
     METRIC_FOR_BEST_HELP,
@@ -135,8 +135,7 @@ class FinetuneOptions(TrackingOptions, TruncationOption, MetricOptions, TaskOpti
     keep_checkpoints: bool = option(False, "Keep checkpoints/ once the run has finished (they are only needed to "
                                     "resume an unfinished run; a finished run keeps best/, final/ and its reports).",
                                     panel=OUTPUT)
-    overwrite: bool = option(False, "Replace an --out that holds a run with other options (swapped in once the new "
-                             "run is complete).", panel=OUTPUT)
+    overwrite: bool = overwrite_option("a run")
     trust_remote_code: bool = option(False, TRUST_HELP, panel=MODEL)
 
     def __post_init__(self) -> None:
