@@ -102,3 +102,23 @@ def test_the_demo_refuses_an_output_folder_it_did_not_make(tmp_path):
                           env={"DEMO_OUT": str(mine), "PATH": "/usr/bin:/bin", "BERTKIT": "/bin/false"})
     assert proc.returncode == 2 and "was not made by make demo" in proc.stderr
     assert (mine / "thesis.tex").read_text() == "keep me"
+
+
+def test_a_note_already_logged_is_not_printed_again(capsys):
+    import logging
+
+    from bertkit.cli.output import LOGGED, info
+
+    handler = logging.StreamHandler()
+    handler.addFilter(LOGGED)
+    logger = logging.getLogger("bertkit.test-notes")
+    logger.addHandler(handler)
+    try:
+        logger.warning("lr auto -> 1e-4 (a test line)")
+    finally:
+        logger.removeHandler(handler)
+    capsys.readouterr()
+    info("lr auto -> 1e-4 (a test line)")
+    info("a note nobody logged")
+    printed = capsys.readouterr().err
+    assert "a note nobody logged" in printed and "a test line" not in printed

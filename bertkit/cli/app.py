@@ -25,7 +25,7 @@ from typer.core import TyperCommand, TyperGroup
 
 from bertkit import __version__
 from bertkit.cli import show, show_models, show_training
-from bertkit.cli.output import View, err_console, out_console
+from bertkit.cli.output import LOGGED, View, err_console, out_console
 from bertkit.commands import bench as bench_command
 from bertkit.commands import distill as distill_command
 from bertkit.commands import embed as embed_command
@@ -117,6 +117,7 @@ def _setup_logging(quiet: bool) -> None:
     level = logging.WARNING if quiet else logging.INFO
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("bertkit: %(message)s"))
+    handler.addFilter(LOGGED)  # a note logged as it happened is not printed again with the results
     root = logging.getLogger("bertkit")
     root.handlers[:] = [handler]
     root.setLevel(level)

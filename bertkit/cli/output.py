@@ -4,6 +4,7 @@ stdout, rich tables, and the number formats of summary lines."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import sys
 from dataclasses import dataclass
@@ -93,9 +94,26 @@ class JsonStream:
         sys.stdout.flush()
 
 
+class LoggedLines(logging.Filter):
+    """Remembers the messages the library logged to the terminal in this process, so a result's note that was
+    already shown as it happened (the resolved --lr, a baseline warning) is not printed a second time."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shown: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        self.shown.add(record.getMessage())
+        return True
+
+
+LOGGED = LoggedLines()
+
+
 def info(message: str, quiet: bool = False) -> None:
-    """A status line on stderr (kept off stdout so --json output stays parseable)."""
-    if not quiet:
+    """A status line on stderr (kept off stdout so --json output stays parseable); not again when the same line was
+    logged already."""
+    if not quiet and message not in LOGGED.shown:
         err_console.print(message, highlight=False)
 
 
