@@ -1,8 +1,8 @@
 """--lr: a number, or `auto` (the default): a peak learning rate chosen once from the encoder's size.
 
 The BERT paper's grid (5e-5, 3e-5, 2e-5) was tuned for BERT-base and -large over thousands of steps. A small encoder
-such as MiniLM-L6 (hidden 384, ~22M parameters) barely moves at those rates in a short run: 1500 SST-2 rows, one
-epoch at 5e-5 gave dev accuracy 0.584, below a frozen-feature probe (benchmarks/results/first-hour-defaults.json).
+such as MiniLM-L6 (hidden 384, ~22M parameters) barely moves at those rates in a short run, ending below a
+frozen-feature probe (measured in benchmarks/results/first-hour-defaults.json).
 So `auto` scales the base rate by width, lr = 5e-5 x 768 / hidden (narrower models take larger steps), at most
 3e-4, and keeps the paper's range at base and above (hidden 768: 5e-5, hidden >= 1024: 2e-5, large models being
 the unstable ones):
