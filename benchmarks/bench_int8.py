@@ -187,7 +187,7 @@ def warm_latency(model_dir: str, precision: str, texts: list[str]) -> dict[str, 
     from bertkit.models import infer, onnx
     from bertkit.models.fastforward import SequenceClassifier
 
-    model, tokenizer, _ = infer.load_for_inference(model_dir, precision)
+    model, tokenizer, _ = infer.load_for_inference(model_dir, infer.inference_compute(model_dir, precision))
     if not isinstance(model, onnx.OnnxModel):  # wrapped once, as a server would: the fast path's check runs once
         model = SequenceClassifier(model)
     run = lambda text: infer.classifier_logits(model, tokenizer, TextDataset([text]), max_length=128,  # noqa: E731

@@ -541,7 +541,7 @@ def predict_sst2(prep: dict[str, Any], st_rows_per_second: float | None) -> dict
     if not folder.is_dir():
         folder = prep["bert_classifier"]
     texts, _ = read_tsv(prep["work"] / "sst2x.tsv")
-    model, tokenizer, _ = infer.load_for_inference(str(folder), PRECISIONS[0])
+    model, tokenizer, _ = infer.load_for_inference(str(folder), infer.inference_compute(str(folder), PRECISIONS[0]))
     infer.classifier_logits(model, tokenizer, TextDataset(texts=texts[:2048]), max_length=128, batch_size=1024,
                             precision=PRECISIONS[0])
     with Stopwatch(SYNC) as watch:

@@ -24,6 +24,7 @@ from bertkit.models import (  # noqa: E402
     infer,
     loading,  # noqa: E402
 )
+from bertkit.models.compute import Compute  # noqa: E402
 from bertkit.models.replay import Replayed  # noqa: E402
 from bertkit.training.finetune import finetune  # noqa: E402
 
@@ -147,11 +148,11 @@ def test_gpu_predictions_equal_cpu_fp32(tiny_bert_dir, tmp_path):
     model = loading.load_classifier(str(tiny_bert_dir), {0: "a", 1: "b"})
     model.save_pretrained(tmp_path / "clf")
     loading.load_tokenizer(str(tiny_bert_dir)).save_pretrained(tmp_path / "clf")
-    cpu_model, tokenizer, _ = infer.load_for_inference(str(tmp_path / "clf"), "fp32")
-    cpu_model.to("cpu")
+    folder = str(tmp_path / "clf")
+    cpu_model, tokenizer, _ = infer.load_for_inference(folder, Compute("cpu", "fp32"))
     reference = infer.classifier_logits(cpu_model, tokenizer, TextDataset(texts=TEXTS), max_length=64,
                                         batch_size=8, precision="fp32")
-    gpu_model, tokenizer, _ = infer.load_for_inference(str(tmp_path / "clf"), "bf16")
+    gpu_model, tokenizer, _ = infer.load_for_inference(folder, infer.inference_compute(folder, "bf16"))
     assert next(gpu_model.parameters()).device.type == "cuda"
     assert next(gpu_model.parameters()).dtype == torch.bfloat16
     got = infer.classifier_logits(gpu_model, tokenizer, TextDataset(texts=TEXTS), max_length=64, batch_size=8,

@@ -9,6 +9,7 @@ import torch
 
 from bertkit.errors import UserError
 from bertkit.models import loading
+from bertkit.models.compute import Compute
 
 
 @pytest.mark.parametrize("fixture", ["tiny_bert_dir", "tiny_distilbert_dir"])
@@ -144,7 +145,7 @@ def test_model_revision_is_stable(tiny_bert_dir):
 def test_int8_computes_in_fp32_on_the_cpu_and_is_refused_on_a_gpu():
     cpu = torch.device("cpu")
     assert loading.choose_dtype("int8", cpu) == torch.float32
-    assert loading.resolved_precision("int8", cpu) == "int8"
+    assert Compute.resolve("cpu", "int8") == Compute("cpu", "int8")
     for gpu in ("cuda", "cuda:1", "mps"):
         with pytest.raises(UserError, match=r"int8 is a CPU precision here.*auto, fp32, bf16 and fp16.*"
                                             r"--precision bf16 \(or fp16\).*--device cpu"):
@@ -163,6 +164,6 @@ def test_auto_resolves_as_before(monkeypatch, bf16):
     loading.cpu_supports_bf16.cache_clear()
     monkeypatch.setenv("BERTKIT_ASSUME_BF16", bf16)
     try:
-        assert loading.resolved_precision("auto", torch.device("cpu")) == ("bf16" if bf16 == "1" else "fp32")
+        assert Compute.resolve("cpu", "auto").precision == ("bf16" if bf16 == "1" else "fp32")
     finally:
         loading.cpu_supports_bf16.cache_clear()

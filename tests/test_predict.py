@@ -18,7 +18,7 @@ from bertkit.commands.finetune import FinetuneConfig
 from bertkit.commands.predict import PredictConfig
 from bertkit.data.dataset import TextDataset
 from bertkit.errors import UserError
-from bertkit.models.infer import load_for_inference
+from bertkit.models.infer import inference_compute, load_for_inference
 from bertkit.scoring.predictions import predict_proba
 from bertkit.training.finetune import finetune
 
@@ -313,7 +313,7 @@ def test_predict_with_a_saved_probe_streams_like_one_pass(tiny_bert_dir, tmp_pat
     saved = probe_io.load_probe(tmp_path / "probe")
     texts, _, data = _predict_data(write_tsv)
     dataset = TextDataset(texts, line_numbers=list(range(2, len(texts) + 2)))
-    _, proba = probe_io.predict_with_probe(saved, dataset, batch_size=1)
+    _, proba = probe_io.predict_with_probe(saved, dataset, batch_size=1, precision="fp32")
     monkeypatch.setattr(batches, "SORT_WINDOW", 5)
     out = tmp_path / "preds.csv"
     result = runner.invoke(app, ["predict", "--probe", str(tmp_path / "probe"), "--data", str(data), "--out", str(out),
@@ -324,7 +324,7 @@ def test_predict_with_a_saved_probe_streams_like_one_pass(tiny_bert_dir, tmp_pat
     # the probe's matrix product over 5 rows may round in the last bit unlike one over 13: the bytes are those of
     # the whole-table writer given the windows' outputs
     windows = np.concatenate([probe_io.predict_with_probe(saved, dataset.subset(range(s, min(s + 5, 13))),
-                                                          batch_size=1)[1] for s in range(0, 13, 5)])
+                                                          batch_size=1, precision="fp32")[1] for s in range(0, 13, 5)])
     assert out.read_bytes() == _whole_csv(dataset, windows, ["neg", "pos"])
 
 
@@ -351,7 +351,7 @@ def test_int8_classifier_is_a_quantized_copy_close_to_fp32(trained, toy_rows_mod
     monkeypatch.setenv("BERTKIT_DEVICE", "cpu")  # the fp32 model is quantized on the way below: int8 runs on the CPU
     fp32_model, tokenizer, _ = load_for_inference(str(trained))
     assert next(fp32_model.parameters()).device.type == "cpu"
-    int8_model, _, _ = load_for_inference(str(trained), "int8")
+    int8_model, _, _ = load_for_inference(str(trained), inference_compute(str(trained), "int8"))
     assert quantize.is_int8(int8_model) and not quantize.is_int8(fp32_model)
     assert next(int8_model.parameters()).device.type == "cpu"
     ds = TextDataset([t for t, _ in toy_rows_module])
@@ -379,7 +379,7 @@ def test_on_cuda_a_classifier_predicts_as_on_the_cpu_and_int8_stays_on_the_cpu(t
     gpu = predict_proba(on_gpu, tokenizer, ds, batch_size=8)
     with pytest.raises(UserError, match=r"--precision int8 is a CPU precision"):
         predict_proba(on_gpu, tokenizer, ds, batch_size=8, precision="int8")
-    int8, _, _ = load_for_inference(str(trained), "int8")  # auto with int8: the CPU
+    int8, _, _ = load_for_inference(str(trained), inference_compute(str(trained), "int8"))  # auto with int8: the CPU
     assert next(int8.parameters()).device.type == "cpu"
     monkeypatch.setenv("BERTKIT_DEVICE", "cpu")
     on_cpu, _, _ = load_for_inference(str(trained))

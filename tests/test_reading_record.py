@@ -141,3 +141,93 @@ def test_a_probe_on_a_saved_model_extracts_as_the_model_was_trained(model_16, tm
     cfg = read_as_saved(ProbeConfig(model=str(model_16), data=str(data)))
     assert (cfg.max_length, cfg.truncation, cfg.long_text) == (16, "head", "cut")
     assert read_as_saved(ProbeConfig(data=str(data))).max_length == 128  # the packaged encoder: the default
+
+
+# ---------------------------------------------------------------- compute: the precision features were made in
+
+
+@pytest.mark.parametrize("native", ["0", "1"])
+def test_compute_over_record_follows_the_record_where_this_device_runs_it(monkeypatch, native):
+    from bertkit.models import loading
+    from bertkit.models.compute import Compute
+
+    loading.cpu_supports_bf16.cache_clear()
+    monkeypatch.setenv("BERTKIT_ASSUME_BF16", native)
+    try:
+        auto_here = "bf16" if native == "1" else "fp32"
+        assert Compute.over_record("cpu", "auto", None, "x") == (Compute("cpu", auto_here), [])
+        assert Compute.over_record("cpu", "auto", Compute("cuda:0", "int8"), "x") == (Compute("cpu", "int8"), [])
+        assert Compute.over_record("cpu", "auto", Compute("cpu", "fp32"), "x") == (Compute("cpu", "fp32"), [])
+        compute, notes = Compute.over_record("cpu", "auto", Compute("cuda:0", "bf16"), "The probe p")
+        if native == "1":
+            assert (compute, notes) == (Compute("cpu", "bf16"), [])
+        else:  # emulated bf16 would be slow: auto's own choice, said once
+            assert compute == Compute("cpu", "fp32") and len(notes) == 1
+            assert "The probe p records precision bf16" in notes[0] and "does not run natively" in notes[0]
+        fp16 = Compute.over_record("cpu", "auto", Compute("cuda:0", "fp16"), "x")  # a GPU precision, on the CPU
+        assert fp16[0] == Compute("cpu", auto_here) and len(fp16[1]) == 1
+        asked = Compute.over_record("cpu", "fp32", Compute("cpu", "int8"), "The probe p")
+        assert asked == (Compute("cpu", "fp32"), ["--precision fp32: The probe p records int8 (run in fp32, as asked)"])
+    finally:
+        loading.cpu_supports_bf16.cache_clear()
+
+
+def test_records_before_compute_and_export_backends():
+    from bertkit.models.compute import Compute
+
+    assert Compute.recorded_in({"dtype": "int8"}) == Compute("cpu", "int8")  # a probe or store saved before `compute`
+    assert Compute.recorded_in({"compute": {"device": "cuda:0", "precision": "bf16"}, "dtype": "bf16"}) == \
+        Compute("cuda:0", "bf16")
+    assert Compute.recorded_in({"dtype": "onnx-int8"}) is None  # an export's backend: not a torch precision
+    assert Compute.recorded_in({}) is None and Compute.recorded_in(None) is None
+
+
+@pytest.fixture(scope="module")
+def probe_int8(tiny_bert_dir, tmp_path_factory, long_rows) -> Path:
+    """A probe fitted on features extracted in int8 (dynamic int8 linear layers; CPU)."""
+    folder = tmp_path_factory.mktemp("probe-int8")
+    data = folder / "train.tsv"
+    data.write_text("sentence\tlabel\n" + "\n".join(f"{t}\t{y}" for t, y in long_rows) + "\n")
+    result = runner.invoke(app, ["probe", "--model", str(tiny_bert_dir), "--data", str(data), "--max-length", "32",
+                                 "--no-baselines", "--precision", "int8", "--out", str(folder / "run"), "--quiet"])
+    assert result.exit_code == 0, result.output
+    return folder / "run"
+
+
+def test_predict_extracts_a_probes_features_in_the_precision_it_records(probe_int8, caplog):
+    from bertkit.probe.saved import load_probe
+
+    assert load_probe(probe_int8).meta["compute"] == {"device": "cpu", "precision": "int8"}
+
+    def predicted(**options):
+        return predict.run(PredictConfig(text=tuple(LONG_TEXTS), probe=str(probe_int8), **options))
+
+    with caplog.at_level(logging.WARNING):
+        as_recorded = predicted()  # --precision auto: as the probe's features were made
+    assert as_recorded.dtype == "int8" and not [r for r in caplog.records if "records" in r.getMessage()]
+    np.testing.assert_array_equal(as_recorded.proba, predicted(precision="int8").proba)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        fp32 = predicted(precision="fp32")
+    assert fp32.dtype == "fp32" and not np.array_equal(as_recorded.proba, fp32.proba)
+    assert [r.getMessage() for r in caplog.records if "records int8" in r.getMessage()] == [
+        f"--precision fp32: The probe {load_probe(probe_int8).path} records int8 (run in fp32, as asked)"]
+
+
+def test_a_store_records_its_compute_and_a_probe_on_it_keeps_the_stores(tiny_bert_dir, tmp_path, long_rows):
+    from bertkit.features import store
+    from bertkit.probe.saved import load_probe
+
+    data = tmp_path / "train.tsv"
+    data.write_text("sentence\tlabel\n" + "\n".join(f"{t}\t{y}" for t, y in long_rows) + "\n")
+    embedded = runner.invoke(app, ["embed", "--model", str(tiny_bert_dir), "--data", str(data), "--dev", str(data),
+                                   "--label-column", "label", "--precision", "int8", "--out", str(tmp_path / "store"),
+                                   "--quiet"])
+    assert embedded.exit_code == 0, embedded.output
+    for split in ("train", "dev"):
+        manifest = store.open(tmp_path / "store" / split).manifest
+        assert manifest["compute"] == {"device": "cpu", "precision": "int8"} and manifest["dtype"] == "int8"
+    probed = runner.invoke(app, ["probe", "--features", str(tmp_path / "store"), "--no-baselines",
+                                 "--out", str(tmp_path / "probe"), "--quiet"])
+    assert probed.exit_code == 0, probed.output
+    assert load_probe(tmp_path / "probe").meta["compute"] == {"device": "cpu", "precision": "int8"}

@@ -22,7 +22,13 @@ from bertkit.commands.preflight import check_inputs
 from bertkit.data.options import DataOptions
 from bertkit.errors import raise_if_problems
 from bertkit.measure.report import compute_claims, report_markdown
-from bertkit.models.compute import INFERENCE_PRECISION_HELP, INFERENCE_PRECISIONS, TRUST_HELP, check_device
+from bertkit.models.compute import (
+    INFERENCE_PRECISION_HELP,
+    INFERENCE_PRECISIONS,
+    TRUST_HELP,
+    Compute,
+    check_device,
+)
 from bertkit.options import BENCH, MODEL, OUTPUT, option, overwrite_option
 
 if TYPE_CHECKING:
@@ -178,10 +184,10 @@ def device_and_dtype(cfg: Any) -> tuple[Any, Any, list[str]]:
     from bertkit.models import loading
 
     notes: list[str] = []
-    device = loading.inference_device("cpu" if cfg.protocol == "paper" else cfg.device, cfg.precision)
+    compute = Compute.resolve("cpu" if cfg.protocol == "paper" else cfg.device, cfg.precision)
     if cfg.protocol == "paper" and cfg.device not in ("auto", "cpu"):
         notes.append(f"--protocol paper runs on the CPU (as the paper did); --device {cfg.device} ignored.")
-    dtype = loading.choose_dtype(cfg.precision, device)
+    device, dtype = compute.torch_device, compute.dtype
     if device.type == "cpu" and dtype == torch.bfloat16 and not loading.cpu_supports_bf16():
         notes.append("bf16 on this CPU is emulated (no AVX512-BF16/AMX): expect it to be several times slower "
                      "than fp32. Use --precision fp32 (what auto picks here) for representative numbers.")

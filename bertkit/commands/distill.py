@@ -19,6 +19,7 @@ from typing import Any
 
 from bertkit.commands.preflight import check_inputs
 from bertkit.errors import UserError
+from bertkit.models.compute import Compute
 from bertkit.scoring.table import LOWER_IS_BETTER
 from bertkit.training.options import DistillOptions
 
@@ -98,8 +99,6 @@ def write_report(cfg: DistillConfig, task: Any, result: Any) -> dict[str, Any]:
 
 def measure(cfg: DistillConfig, task: Any, result: Any) -> dict[str, Any]:
     """Parameters, disk size, batch-1 latency, best-batch throughput and dev quality of teacher and student."""
-    import torch
-
     from bertkit.data.splits import load_splits
     from bertkit.encoding.encode import encode_for
     from bertkit.io import trail
@@ -112,8 +111,8 @@ def measure(cfg: DistillConfig, task: Any, result: Any) -> dict[str, Any]:
     student = loading.load_classifier(str(student_dir), require_head=True).eval()
     splits = load_splits(cfg, need_labels=True, need_dev=True)
     texts = list(splits.dev.texts)
-    device = torch.device("cpu") if loading.choose_device().type == "cpu" else loading.choose_device()
-    dtype = loading.choose_dtype(cfg.precision, device)
+    compute = Compute.resolve(None, cfg.precision)
+    device, dtype = compute.torch_device, compute.dtype
     contenders = [Contender("teacher", cfg.teacher or "", False, task.teacher.to(device).eval(),
                             task.teacher_tokenizer, 0.0),
                   Contender("student", str(student_dir), False, student.to(device),

@@ -18,10 +18,17 @@ from bertkit import __version__
 from bertkit.commands.predict import read_as_saved
 from bertkit.commands.preflight import check_inputs
 from bertkit.data.options import DataOptions
+from bertkit.encoding.longtext import LongText
 from bertkit.encoding.reading import LongTextOptions
 from bertkit.errors import UserError, raise_if_problems
 from bertkit.features.settings import COMBINES, POOLS, STORE_DTYPES, Pooling, layers_problem
-from bertkit.models.compute import INFERENCE_PRECISION_HELP, INFERENCE_PRECISIONS, TRUST_HELP, check_device
+from bertkit.models.compute import (
+    INFERENCE_PRECISION_HELP,
+    INFERENCE_PRECISIONS,
+    TRUST_HELP,
+    Compute,
+    check_device,
+)
 from bertkit.options import MODEL, OUTPUT, option, overwrite_option
 
 log = logging.getLogger(__name__)
@@ -196,7 +203,7 @@ def store_identity(cfg: EmbedConfig, split: str, ds: Any, revision: str, precisi
         "dtype": precision, "store_dtype": cfg.store_dtype, "split": split,
         "data_fingerprint": ds.fingerprint, "rows": len(ds), "limit": cfg.limit,
         "text_column": cfg.text_column, "text_pair_column": cfg.text_pair_column,
-        "label_column": cfg.label_column, "shard_size": cfg.shard_size, **_long_text(cfg).to_json(),
+        "label_column": cfg.label_column, "shard_size": cfg.shard_size, **LongText.from_config(cfg).to_json(),
     }
 
 
@@ -207,7 +214,6 @@ def run(cfg: EmbedConfig, progress: bool = True) -> EmbedResult:
     root = Path(cfg.out or "").expanduser()
     rundir.inspect_run_dir(root, "embed", overwrite=cfg.overwrite, inputs=ownership.input_paths(cfg))  # read-only
     check_inputs(cfg, need_labels=False, models=(cfg.model,))  # then the inputs, before torch is imported
-    import torch
 
     from bertkit.models import loading, onnx
 
@@ -215,11 +221,11 @@ def run(cfg: EmbedConfig, progress: bool = True) -> EmbedResult:
     # an ONNX export: its baked-in feature options, on the CPU, in its own precision; a saved model (or export) is
     # read with the --max-length and long-text settings it records
     cfg = read_as_saved(export_embed_config(cfg) if export else cfg)
-    device = torch.device("cpu") if export else loading.inference_device(cfg.device, cfg.precision)
-    with process_state(device) as dist:
-        if device.type == "cuda" and dist.num_processes > 1:
-            device = dist.device  # this process's GPU
-        dtype = torch.float32 if export else loading.choose_dtype(cfg.precision, device)
+    compute = Compute("cpu", "fp32") if export else Compute.resolve(cfg.device, cfg.precision)  # resolved once
+    with process_state(compute.torch_device) as dist:
+        if compute.device.startswith("cuda") and dist.num_processes > 1:
+            compute = compute.on(dist.device)  # this process's GPU
+        device, dtype = compute.torch_device, compute.dtype
         rundir.inspect_run_dir(root, "embed", overwrite=cfg.overwrite,  # again: refusals end every rank here
                                inputs=ownership.input_paths(cfg))
         loading.check_model_folder(cfg.model)  # as saved, with its tokenizer: before the data is read
@@ -277,7 +283,7 @@ def _embed_splits(cfg: EmbedConfig, dist: Any, root: Path, named: list[tuple[str
 
     split_layout = len(named) > 1
     n_layers, hidden = model.shape
-    common = _manifest_common(cfg, model, label_map)
+    common = {**_manifest_common(cfg, model, label_map), "compute": Compute(str(device), model.precision).to_json()}
     backend = {"backend": model.backend} if model.backend else {}
     identities = {split: {**store_identity(cfg, split, ds, model.revision, model.precision), **backend}
                   for split, ds in named}
@@ -332,7 +338,7 @@ def _manifest_common(cfg: EmbedConfig, model: _Encoder, label_map: Any) -> dict[
         "n_layers": n_layers, "hidden_size": hidden, "pool": cfg.pool, "layers": str(cfg.layers),
         "combine": cfg.combine, "layer_indices": model.spec.resolve(n_layers),
         "layer_names": model.spec.layer_names(n_layers), "max_length": cfg.max_length, "normalize": cfg.normalize,
-        **_long_text(cfg).to_json(), "dtype": model.precision,
+        **LongText.from_config(cfg).to_json(), "dtype": model.precision,
         "label_map": label_map.to_json() if label_map else None,
         "versions": {k: v for k, v in package_versions().items() if k in ("bertkit", "torch", "transformers")},
         **({"backend": model.backend} if model.backend else {}),
@@ -371,7 +377,7 @@ def _embed_split(cfg: EmbedConfig, dist: Any, writer: Any, split: str, ds: Any, 
         todo_rows = sum(writer.ranges[k][1] - writer.ranges[k][0] for k in mine)
         # with --long-text chunk the bar counts windows; its total grows as each shard's texts are tokenized
         with infer.closing(infer.progress_bar(todo_rows, f"embed {split}", progress and dist.is_main_process,
-                                              unit_of(_long_text(cfg)))) as bar:
+                                              unit_of(LongText.from_config(cfg)))) as bar:
             _encode_shards(cfg, writer, ds, mine, model, device, dtype, bar)
         dist.wait_for_everyone()
         result.rows_encoded = sum(writer.ranges[k][1] - writer.ranges[k][0] for k in pending_all)
@@ -407,7 +413,7 @@ def _encode_shards(cfg: EmbedConfig, writer: Any, ds: Any, shards: list[int], mo
     from bertkit.encoding.encode import encode_for
     from bertkit.features.extract import encode_features
 
-    long_text = _long_text(cfg)
+    long_text = LongText.from_config(cfg)
 
     def tokenized(k: int) -> tuple[Any, Any]:
         part = ds.subset(range(*writer.ranges[k]))
@@ -441,9 +447,3 @@ def _summary(cfg: EmbedConfig, root: Any, results: list[SplitResult], precision:
         tokens_per_s=round(tokens / seconds, 1) if seconds and rows else None,
         n_truncated=sum(r.n_truncated for r in results), max_length=cfg.max_length, long_text=cfg.long_text,
         windows=sum(r.windows for r in results), size_bytes=sum(r.size_bytes for r in results), splits=results)
-
-
-def _long_text(cfg: EmbedConfig) -> Any:
-    from bertkit.encoding.longtext import LongText
-
-    return LongText.from_config(cfg)

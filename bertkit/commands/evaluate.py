@@ -7,7 +7,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from bertkit.commands.predict import OutputReader, _classifier_read, _precision_of, read_as_saved
+from bertkit.commands.predict import OutputReader, classifier_read, read_as_saved
 from bertkit.commands.preflight import check_inputs
 from bertkit.data.options import LabelOptions
 from bertkit.encoding.reading import READ_AS_SAVED_HELP, LongTextOptions
@@ -92,7 +92,8 @@ def run(cfg: EvaluateConfig, *, progress: bool = False) -> EvaluateResult:
     from bertkit.scoring.shapes import inapplicable_options
 
     external = [metrics.load_metric(spec) for spec in cfg.external_metrics]  # before any work: a missing one stops here
-    model, tokenizer, label_map = infer.load_for_inference(cfg.model or "", cfg.precision)
+    compute = infer.inference_compute(cfg.model or "", cfg.precision)  # the one resolution of --precision for this run
+    model, tokenizer, label_map = infer.load_for_inference(cfg.model or "", compute)
     given, cfg = cfg, read_as_saved(cfg)  # the model verified by its record first; the trail keeps the options given
     loading.check_max_length(cfg.max_length, tokenizer, model.config, cfg.model or "",
                               pair=cfg.text_pair_column is not None)
@@ -102,12 +103,13 @@ def run(cfg: EvaluateConfig, *, progress: bool = False) -> EvaluateResult:
     dataset = load_dataset_split(cfg, cfg.data or "", need_labels=True, task=label_map.task)
     check_tag_columns(label_map, dataset, f"model {cfg.model}")
     y = label_map.encode(dataset.labels or [], f"The data {dataset.source}")
-    reader = OutputReader(label_map, _classifier_read(model, tokenizer, cfg, progress), saved_threshold(cfg.model or ""))
+    reader = OutputReader(label_map, classifier_read(model, tokenizer, cfg, compute, progress),
+                          saved_threshold(cfg.model or ""))
     outputs = reader.all_outputs(dataset)  # a few numbers per row; the texts are read a window at a time
     scores = shape_metrics(outputs, y)
     metrics.add_requested(scores, cfg.metric_list, external, outputs.decisions(), y)
     result = EvaluateResult(cfg.model or "", dataset.source, dataset.fingerprint, cfg.max_length, cfg.long_text, cfg.truncation,
-                            _precision_of(model, cfg.precision), scores)
+                            infer.precision_of(model, compute), scores)
     if plan is not None:
         run_dir = plan.claim()
         trail.write_run_config(run_dir.path, "evaluate", config_dict(given), data_fingerprint=dataset.fingerprint)

@@ -17,7 +17,7 @@ from bertkit.data.options import DataOptions, blank_text_problems
 from bertkit.encoding.longtext import LongText
 from bertkit.encoding.reading import READ_AS_SAVED_HELP, UNRECORDED, LongTextOptions, Reading
 from bertkit.errors import raise_if_problems
-from bertkit.models.compute import INFERENCE_PRECISION_HELP, INFERENCE_PRECISIONS
+from bertkit.models.compute import INFERENCE_PRECISION_HELP, INFERENCE_PRECISIONS, Compute
 from bertkit.options import DATA, MODEL, OUTPUT, option
 
 if TYPE_CHECKING:
@@ -250,40 +250,32 @@ def output_reader(cfg: Any, dataset: TextDataset, progress: bool) -> OutputReade
     from bertkit.models.metadata import saved_threshold
 
     if getattr(cfg, "probe", None) is not None:
-        from bertkit.probe.saved import load_probe, probe_reader
+        from bertkit.probe.saved import load_probe, probe_compute, probe_reader
 
         saved = load_probe(cfg.probe)
-        read = probe_reader(saved, pair=dataset.pairs is not None, batch_size=cfg.batch_size,
-                            precision=cfg.precision, max_length=cfg.max_length, progress=progress)
+        compute, notes = probe_compute(saved, cfg.precision)  # as the probe's features were made, unless asked
+        for note in notes:
+            log.warning("%s", note)
+        read = probe_reader(saved, compute, pair=dataset.pairs is not None, batch_size=cfg.batch_size,
+                            max_length=cfg.max_length, progress=progress)
         names = tuple(str(x) for x in saved.label_map.labels)
-        precision = loading.resolved_precision(cfg.precision, loading.choose_device("cpu"))  # its encoder's device
         if saved.task != "single_label":  # numbers or tags: shown as a fine-tuned model of that shape shows them
-            return OutputReader(LabelMap(names, saved.task), lambda part: read(part)[1], saved.threshold, precision)
-        return OutputReader(LabelMap(names), lambda part: read(part)[1], precision=precision)
-    model, tokenizer, label_map = infer.load_for_inference(cfg.model, cfg.precision)
+            return OutputReader(LabelMap(names, saved.task), lambda part: read(part)[1], saved.threshold,
+                                compute.precision)
+        return OutputReader(LabelMap(names), lambda part: read(part)[1], precision=compute.precision)
+    compute = infer.inference_compute(cfg.model, cfg.precision)  # the one resolution of --precision for this run
+    model, tokenizer, label_map = infer.load_for_inference(cfg.model, compute)
     loading.check_max_length(cfg.max_length, tokenizer, model.config, cfg.model, pair=dataset.pairs is not None)
-    return OutputReader(label_map, _classifier_read(model, tokenizer, cfg, progress), saved_threshold(cfg.model),
-                        _precision_of(model, cfg.precision))
+    return OutputReader(label_map, classifier_read(model, tokenizer, cfg, compute, progress),
+                        saved_threshold(cfg.model), infer.precision_of(model, compute))
 
 
-def _precision_of(model: Any, requested: str) -> str:
-    """The precision a classifier runs in, as recorded: fp32, bf16, fp16 or int8 (`auto` resolved); an ONNX export's
-    backend (onnx, onnx-int8)."""
-    from bertkit.models import loading, onnx
-
-    if isinstance(model, onnx.OnnxModel):
-        return model.backend
-    return loading.precision_name(model, loading.choose_dtype(requested, next(model.parameters()).device))
-
-
-def _classifier_read(model: Any, tokenizer: Any, cfg: Any, progress: bool) -> Callable[[TextDataset], np.ndarray]:
-
+def classifier_read(model: Any, tokenizer: Any, cfg: Any, compute: Compute,
+                    progress: bool) -> Callable[[TextDataset], np.ndarray]:
+    """The function of a window of rows giving the loaded classifier's outputs, read as `cfg` and `compute` say
+    (window, batch, long texts cut or chunked; the precision resolved once)."""
     from bertkit.scoring import predictions
 
-    return lambda part: predictions.predict_proba(model, tokenizer, part, progress=progress, **reading(cfg))
-
-
-def reading(cfg: Any) -> dict[str, Any]:
-    """How predict/evaluate run the model over the texts: window, batch, precision, and long texts (cut or chunk)."""
-    return {"max_length": cfg.max_length, "batch_size": cfg.batch_size, "precision": cfg.precision,
-            "long_text": LongText.from_config(cfg)}
+    return lambda part: predictions.predict_proba(
+        model, tokenizer, part, progress=progress, max_length=cfg.max_length, batch_size=cfg.batch_size,
+        precision=compute.precision, long_text=LongText.from_config(cfg))

@@ -77,3 +77,33 @@ class Compute:
         if not isinstance(record, dict) or not isinstance(record.get("precision"), str):
             return None
         return cls(str(record.get("device", "cpu")), record["precision"])
+
+    @classmethod
+    def recorded_in(cls, meta: Any) -> Compute | None:
+        """The compute an artifact's record names: its `compute`, else (saved before bertkit recorded one) the
+        precision its `dtype` key names, on the CPU; None when it names no precision bertkit runs (an ONNX backend)."""
+        if not isinstance(meta, dict):
+            return None
+        recorded = cls.from_json(meta.get("compute"))
+        if recorded is None and isinstance(meta.get("dtype"), str):
+            recorded = cls("cpu", meta["dtype"])
+        return recorded if recorded is not None and recorded.precision in INFERENCE_PRECISIONS[1:] else None
+
+    @classmethod
+    def over_record(cls, device: str | None, precision: str, recorded: Compute | None,
+                    what: str) -> tuple[Compute, list[str]]:
+        """The compute to read an artifact with, and notes. --precision auto takes the precision `what` records
+        (its features were made in it) where this device runs it natively, else auto's own choice with a note; an
+        explicit --precision that differs from the record is applied, with a note."""
+        from bertkit.models import loading
+
+        here = cls.resolve(device, precision)
+        if recorded is None or recorded.precision == here.precision:
+            return here, []
+        if precision != "auto":
+            return here, [f"--precision {precision}: {what} records {recorded.precision} (run in {here.precision}, "
+                          f"as asked)"]
+        if loading.runs_natively(recorded.precision, here.torch_device):
+            return cls(here.device, recorded.precision), []
+        return here, [f"{what} records precision {recorded.precision}, which {here.device} does not run natively: "
+                      f"run in {here.precision} (features may differ slightly; pass --precision to choose)"]

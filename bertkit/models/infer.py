@@ -24,6 +24,7 @@ from bertkit.encoding.batches import ahead, pad_batch, restore_order, sorted_bat
 from bertkit.encoding.encode import Encoded, encode_for
 from bertkit.encoding.longtext import LongText
 from bertkit.models import loading, onnx, quantize
+from bertkit.models.compute import Compute
 from bertkit.models.fastforward import SequenceClassifier
 from bertkit.models.inputs import accepted_inputs
 from bertkit.models.replay import Replayed
@@ -213,19 +214,35 @@ def classifier_logits(classifier: Any, tokenizer: Any, dataset: TextDataset, *, 
     return windows.pool(per_window, "mean" if getattr(model.config, "problem_type", None) == "regression" else "max")
 
 
-def load_for_inference(model_dir: str, precision: str = "fp32") -> tuple[Any, Any, LabelMap]:
-    """A fine-tuned folder: classifier (eval mode, on the best device), tokenizer, and its label mapping.
-    `precision` int8: on the CPU, its linear layers quantized (`quantize.quantized_int8`), for inference only.
-    An ONNX export folder: its runner (`bertkit.models.onnx`), which takes only its own precision."""
+def inference_compute(model_dir: str, precision: str) -> Compute:
+    """--precision resolved once for a classifier folder (`Compute.resolve`); an ONNX export runs in its own baked-in
+    precision on the CPU, so there only auto/fp32 may be asked for."""
     if onnx.is_export(model_dir):
         onnx.check_precision(precision, model_dir)
+        return Compute("cpu", "fp32")
+    return Compute.resolve(None, precision)
+
+
+def load_for_inference(model_dir: str, compute: Compute | None = None) -> tuple[Any, Any, LabelMap]:
+    """A fine-tuned folder: classifier (eval mode, on `compute`'s device: by default fp32 on the best device),
+    tokenizer, and its label mapping. `compute` int8: on the CPU, its linear layers quantized
+    (`quantize.quantized_int8`), for inference only. An ONNX export folder: its runner (`bertkit.models.onnx`), which
+    takes only its own precision."""
+    compute = compute or Compute.resolve(None, "fp32")
+    if onnx.is_export(model_dir):
+        onnx.check_precision(compute.precision, model_dir)
         return onnx.load_for_inference(model_dir)
     model = loading.load_classifier(model_dir, require_head=True)
     tokenizer = loading.load_tokenizer(model_dir)
     id2label = getattr(model.config, "id2label", None) or {i: str(i) for i in range(model.config.num_labels)}
-    device = loading.inference_device(None, precision)
-    if precision == loading.INT8:
-        model = quantize.quantized_int8(model.to(device).eval(), inplace=True)  # loaded for inference only
+    if compute.precision == loading.INT8:
+        model = quantize.quantized_int8(model.to(compute.torch_device).eval(), inplace=True)  # inference only
     else:
-        model = loading.cast_for_inference(model, device, loading.choose_dtype(precision, device)).eval()
+        model = loading.cast_for_inference(model, compute.torch_device, compute.dtype).eval()
     return model, tokenizer, LabelMap.from_id2label(id2label, getattr(model.config, "problem_type", None))
+
+
+def precision_of(model: Any, compute: Compute) -> str:
+    """The precision a loaded classifier runs in, as results record it: `compute`'s (fp32, bf16, fp16, int8), or an
+    ONNX export's backend (onnx, onnx-int8)."""
+    return model.backend if isinstance(model, onnx.OnnxModel) else compute.precision

@@ -353,6 +353,18 @@ def choose_dtype(requested: str, device: torch.device) -> torch.dtype:
     return torch.float32
 
 
+def runs_natively(precision: str, device: torch.device) -> bool:
+    """Whether `device` runs `precision` at full speed: fp32 anywhere, bf16 on a GPU that has it or a CPU with
+    AVX512-BF16/AMX, fp16 on a GPU, int8 (dynamic) on the CPU. Anything else (an ONNX backend's name): no."""
+    if precision == "fp32":
+        return True
+    if precision == INT8:
+        return device.type == "cpu"
+    if device.type == "cuda":
+        return precision == "fp16" or (precision == "bf16" and torch.cuda.is_bf16_supported())
+    return precision == "bf16" and device.type == "cpu" and cpu_supports_bf16()
+
+
 def dtype_name(dtype: torch.dtype) -> str:
     return {v: k for k, v in DTYPE_NAMES.items()}[dtype]
 
@@ -360,12 +372,6 @@ def dtype_name(dtype: torch.dtype) -> str:
 def precision_name(model: Any, dtype: torch.dtype) -> str:
     """What a run records as its precision: `int8` for a model `quantize.quantized_int8` converted, else the dtype's name."""
     return INT8 if is_int8(model) else dtype_name(dtype)
-
-
-def resolved_precision(requested: str, device: torch.device) -> str:
-    """`--precision` as a run records it on `device`: `auto` resolved (`choose_dtype`), int8 as int8."""
-    dtype = choose_dtype(requested, device)
-    return INT8 if requested == INT8 else dtype_name(dtype)
 
 
 def inference_device(requested: str | None, precision: str) -> torch.device:

@@ -18,6 +18,7 @@ from bertkit.encoding.longtext import LongText
 from bertkit.errors import UserError
 from bertkit.features.settings import check_distinct_layers, parse_layers
 from bertkit.io.digests import HashingWriter, record_problem
+from bertkit.models.compute import Compute
 
 log = logging.getLogger(__name__)
 
@@ -191,6 +192,9 @@ def _store_labels(split_store: Any, label_map: Any, name: str) -> np.ndarray:
 def _store_meta(manifest: dict[str, Any]) -> dict[str, Any]:
     keys = ("model", "revision", "max_length", "normalize", "combine", "layers", "architecture", "dtype")
     meta = {k: manifest.get(k) for k in keys}
+    recorded = Compute.recorded_in(manifest)  # the features' precision (stores made before `compute`: their dtype)
+    if recorded is not None:
+        meta["compute"] = recorded.to_json()
     meta["trust_remote_code"] = False
     # stores made before embed recorded how it read long texts were head-cut
     meta.update(LongText.from_json(manifest).to_json())
@@ -286,12 +290,13 @@ def load_text_inputs(cfg: Any, cache_dir: Path | Callable[[], Path] | None, prog
     n_layers, _ = pooling.encoder_shape(encoder)
     spec = pooling.Pooling(layers=None if parse_layers(cfg.layers or "-1") is None else tuple(parse_layers(cfg.layers or "-1")))
     indices = spec.resolve(n_layers)
-    dtype = loading.choose_dtype(cfg.precision, next(encoder.parameters()).device)
-    if cfg.precision == loading.INT8:
+    compute = Compute.resolve("cpu", cfg.precision)  # the encoder stays on the CPU
+    dtype = compute.dtype
+    if compute.precision == loading.INT8:
         encoder = quantize.quantized_int8(encoder, inplace=True)  # loaded for the feature pass only
     meta = {"model": model, "revision": loading.model_revision(model), "max_length": cfg.max_length,
             "normalize": cfg.normalize, "combine": "concat", "layers": cfg.layers or "-1",
-            "architecture": type(encoder).__name__, "dtype": loading.precision_name(encoder, dtype),
+            "architecture": type(encoder).__name__, "dtype": compute.precision, "compute": compute.to_json(),
             "trust_remote_code": cfg.trust_remote_code, **LongText.from_config(cfg).to_json()}
     named = {"train": splits.train, "dev": splits.dev, **({"test": splits.test} if splits.test is not None else {})}
     features = {

@@ -266,24 +266,35 @@ def _probe_arrays_problem(arrays: dict[str, np.ndarray], task: str = "single_lab
 
 def predict_with_probe(
     saved: SavedProbe, dataset: Any, *, batch_size: int = 64, max_length: int | None = None,
-    precision: str = "fp32", progress: bool = False,
+    precision: str = "auto", progress: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Label ids and probabilities for `dataset` (a data.TextDataset; a regression probe: the numbers twice, a tag
     probe: the 0/1 tag matrix and the tag probabilities): re-extracts features as the probe was trained (model,
-    pooling, layer, normalization, truncation or windows of long texts; max length unless `max_length` is given),
-    then applies the saved probe. The extraction precision is `precision` (auto/fp32/bf16/fp16/int8) resolved for
-    the encoder's device."""
-    read = probe_reader(saved, pair=dataset.pairs is not None, batch_size=batch_size, max_length=max_length,
-                        precision=precision, progress=progress)
+    pooling, layer, normalization, truncation or windows of long texts; max length unless `max_length` is given;
+    precision as recorded unless `precision` names one: `probe_compute`), then applies the saved probe."""
+    compute, notes = probe_compute(saved, precision)
+    for note in notes:
+        log.warning("%s", note)
+    read = probe_reader(saved, compute, pair=dataset.pairs is not None, batch_size=batch_size,
+                        max_length=max_length, progress=progress)
     return read(dataset)
 
 
+def probe_compute(saved: SavedProbe, precision: str = "auto") -> tuple[Any, list[str]]:
+    """The `Compute` to extract a saved probe's features in (its encoder runs on the CPU) and notes: --precision auto
+    reads them in the precision the probe records, where the CPU runs it natively (`Compute.over_record`)."""
+    from bertkit.models.compute import Compute
+
+    return Compute.over_record("cpu", precision, Compute.recorded_in(saved.meta), f"The probe {saved.path}")
+
+
 def probe_reader(
-    saved: SavedProbe, *, pair: bool = False, batch_size: int = 64, max_length: int | None = None,
-    precision: str = "fp32", progress: bool = False,
+    saved: SavedProbe, compute: Any, *, pair: bool = False, batch_size: int = 64, max_length: int | None = None,
+    progress: bool = False,
 ) -> Callable[[Any], tuple[np.ndarray, np.ndarray]]:
     """`predict_with_probe` with the encoder loaded once: a function of a dataset (rows with second texts when
-    `pair`) giving its (label ids, outputs), called window by window on a large input (`bertkit predict`)."""
+    `pair`) giving its (label ids, outputs), called window by window on a large input (`bertkit predict`).
+    `compute`: the `Compute` (`probe_compute`) the features are extracted in."""
     from bertkit.features import extract
     from bertkit.models import loading, quantize
 
@@ -293,9 +304,8 @@ def probe_reader(
         log.warning("Model %s has changed since the probe was trained (revision %s, probe trained on %s); "
                     "predictions may be off.", meta["model"], revision, meta["revision"])
     tokenizer = loading.load_tokenizer(meta["model"], meta.get("trust_remote_code", False))
-    encoder = loading.load_encoder(meta["model"], meta.get("trust_remote_code", False))
-    dtype = loading.choose_dtype(precision, next(encoder.parameters()).device)
-    if precision == loading.INT8:
+    encoder = loading.load_encoder(meta["model"], meta.get("trust_remote_code", False)).to(compute.torch_device)
+    if compute.precision == loading.INT8:
         encoder = quantize.quantized_int8(encoder, inplace=True)  # loaded for the feature pass only
     window = int(max_length or meta.get("max_length") or 128)
     loading.check_max_length(window, tokenizer, encoder.config, meta["model"], pair=pair)
@@ -303,7 +313,7 @@ def probe_reader(
     def read(dataset: Any) -> tuple[np.ndarray, np.ndarray]:
         features = extract.extract_features(
             encoder, tokenizer, dataset, pool=meta["pool"], layers=str(meta["layers"]),
-            combine=meta.get("combine", "concat"), max_length=window, batch_size=batch_size, dtype=dtype,
+            combine=meta.get("combine", "concat"), max_length=window, batch_size=batch_size, dtype=compute.dtype,
             normalize=bool(meta.get("normalize", False)), progress=progress,
             long_text=LongText.from_json(meta),  # probes saved before these settings were recorded read texts head-cut
         )

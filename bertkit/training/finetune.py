@@ -45,6 +45,7 @@ from bertkit.encoding.longtext import LongText
 from bertkit.errors import UserError
 from bertkit.io import atomic, disk
 from bertkit.models import loading
+from bertkit.models.compute import Compute
 from bertkit.models.fastforward import SequenceClassifier
 from bertkit.scoring import metrics
 from bertkit.scoring import shapes as objectives
@@ -338,9 +339,8 @@ def _accelerator(cfg: FinetuneOptions) -> Any:
     """Accelerate for this run: its mixed precision from --precision (auto: bf16 only where native)."""
     from accelerate import Accelerator
 
-    device = torch.device("cpu") if force_cpu() else loading.choose_device()
-    dtype = loading.choose_dtype(cfg.precision, device)
-    precision = {torch.float32: "no", torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
+    compute = Compute.resolve("cpu" if force_cpu() else None, cfg.precision)
+    precision = {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}[compute.precision]
     _release_single_process_state(precision)
     return Accelerator(mixed_precision=precision, step_scheduler_with_optimizer=False, cpu=force_cpu())
 
