@@ -1,4 +1,4 @@
-"""cli.py: help, version, the tokens command on a sentence and a file, error exit codes (CliRunner + subprocess)."""
+"""cli/app.py: help, version, the tokens command on a sentence and a file, error exit codes (CliRunner + subprocess)."""
 
 from __future__ import annotations
 
@@ -111,7 +111,7 @@ def _click_command(name: str):
 def test_every_cli_option_default_and_help_comes_from_the_config(command):
     """The command's options are exactly its config's option fields (plus --quiet/--json/--recipe/--help-all), with
     the field's flag(s), default, help (marked when required) and panel (Advanced for the command's advanced
-    options): cli.py declares none of them by hand."""
+    options): cli/app.py declares none of them by hand."""
     from bertkit.cli.app import option_help
 
     cls = config_for_command(command)

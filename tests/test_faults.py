@@ -1,5 +1,5 @@
 """Kill-and-resume: `bertkit embed` and `bertkit finetune` run as real processes, SIGKILLed at precise points
-(bertkit/faults.py, env BERTKIT_KILL_AT; no sleeps, no timing), then re-run with the same command.
+(bertkit/io/faults.py, env BERTKIT_KILL_AT; no sleeps, no timing), then re-run with the same command.
 
 Guarantees checked after every kill and after the resume:
 * embed: the finished store equals an uninterrupted run's byte for byte (features.npy, labels.npy), rows are

@@ -2,7 +2,7 @@
 damaged saved files, a model without a trained head (issue 13, part 3).
 
 Full-disk cases are injected, never real: `shutil.disk_usage` is patched for the checks made before a write, and
-`BERTKIT_KILL_AT=enospc:GLOB` (bertkit/faults.py) makes a write fail the way a full disk does.
+`BERTKIT_KILL_AT=enospc:GLOB` (bertkit/io/faults.py) makes a write fail the way a full disk does.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from bertkit.commands.finetune import FinetuneConfig
 from bertkit.data.dataset import TextDataset
 from bertkit.features.extract import extract_features
 from bertkit.models import infer, loading, onnx
+from bertkit.models.compute import Compute
 from bertkit.options import config_dict
 
 pytest.importorskip("onnxruntime")
@@ -81,8 +82,12 @@ def test_classifier_export_runs_like_torch_and_reports_the_gate(classifier_dir, 
     assert {"agreement", "max_abs_logit_diff", "rows", "metric", "metric_fp32", "metric_export", "passed",
             "forced"} <= set(report)
     assert report["rows"] == 40 and report["passed"] and not report["forced"] and report["metric"] == "accuracy"
-    info = json.loads((out / "bertkit_model.json").read_text())["onnx"]
+    record = json.loads((out / "bertkit_model.json").read_text())
+    info = record["onnx"]
     assert info["kind"] == "classifier" and info["quantized"] == (None if quantize == "none" else "int8")
+    precision = "fp32" if quantize == "none" else "int8"  # the export's own compute, not the source's training one
+    assert record["compute"] == {"device": "cpu", "precision": precision}
+    assert infer.inference_compute(str(out), "auto") == onnx.export_compute(out) == Compute("cpu", precision)
     assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == sorted(
         p for p in onnx.FOLDER_FILES if (out / p).exists())
     model, tokenizer, labels = infer.load_for_inference(str(out))

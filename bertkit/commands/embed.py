@@ -221,7 +221,7 @@ def run(cfg: EmbedConfig, progress: bool = True) -> EmbedResult:
     # an ONNX export: its baked-in feature options, on the CPU, in its own precision; a saved model (or export) is
     # read with the --max-length and long-text settings it records
     cfg = read_as_saved(export_embed_config(cfg) if export else cfg)
-    compute = Compute("cpu", "fp32") if export else Compute.resolve(cfg.device, cfg.precision)  # resolved once
+    compute = onnx.export_compute(cfg.model) if export else Compute.resolve(cfg.device, cfg.precision)  # once
     with process_state(compute.torch_device) as dist:
         if compute.device.startswith("cuda") and dist.num_processes > 1:
             compute = compute.on(dist.device)  # this process's GPU

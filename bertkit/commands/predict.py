@@ -48,7 +48,9 @@ class PredictConfig(LongTextOptions, DataOptions):
     batch_size: int = option(64, "Rows per inference batch (sorted by length; output keeps the input order).",
                              above=0)
     max_length: int | None = option(None, READ_AS_SAVED_HELP, panel=MODEL, above=0)
-    precision: str = option("auto", INFERENCE_PRECISION_HELP, choices=INFERENCE_PRECISIONS, aliases=("--dtype",))
+    precision: str = option("auto", INFERENCE_PRECISION_HELP + " With --probe, auto extracts features in the precision "
+                            "the probe records, where this machine runs it natively.", choices=INFERENCE_PRECISIONS,
+                            aliases=("--dtype",))
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "text", tuple(self.text or ()))

@@ -219,7 +219,7 @@ def inference_compute(model_dir: str, precision: str) -> Compute:
     precision on the CPU, so there only auto/fp32 may be asked for."""
     if onnx.is_export(model_dir):
         onnx.check_precision(precision, model_dir)
-        return Compute("cpu", "fp32")
+        return onnx.export_compute(model_dir)
     return Compute.resolve(None, precision)
 
 
@@ -230,7 +230,8 @@ def load_for_inference(model_dir: str, compute: Compute | None = None) -> tuple[
     takes only its own precision."""
     compute = compute or Compute.resolve(None, "fp32")
     if onnx.is_export(model_dir):
-        onnx.check_precision(compute.precision, model_dir)
+        if compute.precision not in ("fp32", onnx.export_compute(model_dir).precision):
+            onnx.check_precision(compute.precision, model_dir)  # its precision is baked in: refused
         return onnx.load_for_inference(model_dir)
     model = loading.load_classifier(model_dir, require_head=True)
     tokenizer = loading.load_tokenizer(model_dir)

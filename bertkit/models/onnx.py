@@ -31,6 +31,7 @@ from bertkit.data.labels import LabelMap
 from bertkit.errors import UserError
 from bertkit.logs import quieted
 from bertkit.models import loading
+from bertkit.models.compute import Compute
 from bertkit.models.fastforward import SequenceClassifier
 from bertkit.models.inputs import INPUT_NAMES, accepted_inputs
 from bertkit.models.metadata import read_model_info, write_model_info
@@ -245,7 +246,18 @@ def write_export(folder: Path, model: Any, tokenizer: Any, *, kind: str, quantiz
                "source_revision": revision}
     section.update(features or {})
     kept = {k: v for k, v in source_info.items() if k != "onnx"} if kind == "classifier" else {}
-    write_model_info(folder, {**kept, **({"reading": reading} if reading else {}), "onnx": section})
+    compute = Compute("cpu", "int8" if quantize == "int8" else "fp32")  # onnxruntime's CPU provider, its weights
+    write_model_info(folder, {**kept, **({"reading": reading} if reading else {}), "compute": compute.to_json(),
+                              "onnx": section})
+
+
+def export_compute(folder: str | Path) -> Compute:
+    """Where and in what precision an export runs, as its record says (exports made before it was recorded: from
+    the `quantized` of its onnx section); always the CPU, in the precision baked into its weights."""
+    info = read_model_info(Path(folder).expanduser())
+    recorded = Compute.from_json(info.get("compute"))
+    quantized = (info.get("onnx") or {}).get("quantized") == "int8"
+    return recorded if recorded is not None else Compute("cpu", "int8" if quantized else "fp32")
 
 
 FEATURE_OPTIONS = ("pool", "layers", "combine", "normalize")

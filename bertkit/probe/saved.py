@@ -20,6 +20,7 @@ from bertkit.encoding.longtext import LONG_TEXT_MODES, TRUNCATIONS, LongText
 from bertkit.errors import UserError
 from bertkit.features.settings import POOLS, layers_problem
 from bertkit.io.digests import bytes_record, is_record, record_problem
+from bertkit.models.compute import Compute
 from bertkit.probe.fit import ProbeFit
 from bertkit.probe.shapes import shaped_arrays
 
@@ -280,16 +281,14 @@ def predict_with_probe(
     return read(dataset)
 
 
-def probe_compute(saved: SavedProbe, precision: str = "auto") -> tuple[Any, list[str]]:
+def probe_compute(saved: SavedProbe, precision: str = "auto") -> tuple[Compute, list[str]]:
     """The `Compute` to extract a saved probe's features in (its encoder runs on the CPU) and notes: --precision auto
     reads them in the precision the probe records, where the CPU runs it natively (`Compute.over_record`)."""
-    from bertkit.models.compute import Compute
-
     return Compute.over_record("cpu", precision, Compute.recorded_in(saved.meta), f"The probe {saved.path}")
 
 
 def probe_reader(
-    saved: SavedProbe, compute: Any, *, pair: bool = False, batch_size: int = 64, max_length: int | None = None,
+    saved: SavedProbe, compute: Compute, *, pair: bool = False, batch_size: int = 64, max_length: int | None = None,
     progress: bool = False,
 ) -> Callable[[Any], tuple[np.ndarray, np.ndarray]]:
     """`predict_with_probe` with the encoder loaded once: a function of a dataset (rows with second texts when

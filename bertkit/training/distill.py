@@ -30,6 +30,7 @@ from bertkit.encoding.encode import encode_for
 from bertkit.errors import UserError
 from bertkit.io import atomic
 from bertkit.models import infer, loading
+from bertkit.models.compute import Compute
 from bertkit.scoring.shapes import Distillation
 from bertkit.training.finetune import Task
 from bertkit.training.options import DistillOptions
@@ -176,7 +177,7 @@ def teacher_outputs(task: DistillTask, train: TextDataset, out: Path, accelerato
     key = {"teacher": loading.model_revision(cfg.teacher or ""), "data": train.fingerprint, "rows": len(train),
            "max_length": cfg.max_length, "precision": cfg.precision, "with_cls": with_cls}
     if accelerator.is_main_process and not _cache_usable(out, key, int(task.teacher.config.num_labels)):
-        logits, cls = _compute_teacher_outputs(task, train, with_cls)
+        logits, cls = _compute_teacher_outputs(task, train, with_cls, Compute.of_accelerator(accelerator))
         with atomic.atomic_path(out / CACHE) as tmp, open(tmp, "wb") as handle:
             np.savez(handle, logits=logits, **({"cls": cls} if cls is not None else {}))
         atomic.write_json_atomic(out / CACHE_KEY, {**key, "sha256": _sha256(out / CACHE)})
@@ -230,10 +231,11 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _compute_teacher_outputs(task: DistillTask, train: TextDataset,
-                             with_cls: bool) -> tuple[np.ndarray, np.ndarray | None]:
+def _compute_teacher_outputs(task: DistillTask, train: TextDataset, with_cls: bool,
+                             compute: Compute) -> tuple[np.ndarray, np.ndarray | None]:
+    """The teacher's logits (and [CLS] vectors) on `train`, where and in the precision the run trains (`compute`)."""
     log.info("teacher logits for %d training rows (computed once, cached in the run directory)", len(train))
-    cfg, teacher = task.cfg, task.teacher.to(loading.choose_device())
+    cfg, teacher = task.cfg, task.teacher.to(compute.torch_device)
     grab = cls_vectors(teacher) if with_cls else None
     captured: list[np.ndarray] = []
     from bertkit.models.fastforward import SequenceClassifier
@@ -251,7 +253,7 @@ def _compute_teacher_outputs(task: DistillTask, train: TextDataset,
     device = next(teacher.parameters()).device
     teacher.eval()
     outputs = infer.run_batches(forward, encoded, batches, model=teacher, pad_id=infer.pad_id_of(task.teacher_tokenizer),
-                                device=device, dtype=loading.choose_dtype(cfg.precision, device), unmasked=True)
+                                device=device, dtype=compute.dtype, unmasked=True)
     logits = infer.in_input_order(batches, outputs, (teacher.config.num_labels,))
     cls = restore_order(batches, captured) if grab is not None else None
     return logits, cls
