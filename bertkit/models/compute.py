@@ -105,5 +105,6 @@ class Compute:
                           f"as asked)"]
         if loading.runs_natively(recorded.precision, here.torch_device):
             return cls(here.device, recorded.precision), []
-        return here, [f"{what} records precision {recorded.precision}, which {here.device} does not run natively: "
-                      f"run in {here.precision} (features may differ slightly; pass --precision to choose)"]
+        where = "this CPU" if here.device == "cpu" else here.device
+        return here, [f"{what} records precision {recorded.precision}, which {where} does not run natively: run in "
+                      f"{here.precision} (features may differ slightly; pass --precision to choose)"]
