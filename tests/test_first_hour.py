@@ -205,6 +205,16 @@ def test_the_training_curve_has_one_point_per_logged_step(tiny_bert_dir, toy_fil
     assert (out / "curves.png").is_file()
 
 
+def test_the_last_partial_log_window_is_logged_too(tiny_bert_dir, toy_files, tmp_path):
+    """--log-every 4 on a run whose step count is not a multiple of 4: the steps after the last multiple still
+    reach the curve (and metrics.json) as one last point at the final step."""
+    train, dev = toy_files
+    result = finetune(make_cfg(tiny_bert_dir, train, dev, tmp_path / "run", lr=5e-3, log_every=4), progress=False)
+    steps = result.metrics["global_step"]
+    assert steps % 4 != 0  # the toy data's step count: the case this test is about
+    assert [e["step"] for e in result.metrics["train_log"]] == [*range(4, steps, 4), steps]
+
+
 def test_curve_series_falls_back_to_the_evaluations_without_a_log():
     history = [{"step": 5, "train_loss": 0.6, "dev_loss": 0.5, "dev_accuracy": 0.7, "dev_mcc": 0.4},
                {"step": 10, "train_loss": 0.4, "dev_loss": 0.45, "dev_accuracy": 0.8, "dev_mcc": 0.6}]

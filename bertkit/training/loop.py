@@ -194,7 +194,7 @@ def train_epoch(session: Session, state: TrainState, bar: Any) -> None:
         end_of_epoch = state.step_in_epoch == len(batches)
         evaluating = end_of_epoch or (eval_every and state.global_step % eval_every == 0)
         saving = end_of_epoch or (cfg.save_every and state.global_step % cfg.save_every == 0)
-        logging_now = state.global_step % cfg.log_every == 0
+        logging_now = state.global_step % cfg.log_every == 0 or (end_of_epoch and epoch + 1 == cfg.epochs)  # + the last
         if loss_sum is None and (evaluating or saving or logging_now or state.global_step % READ_EVERY == 0):
             loss_sum, rows = _read_graphed(session, state)
         if loss_sum is not None:
