@@ -99,3 +99,11 @@ def preallocate(path: str | Path) -> None:
         except OSError as exc:
             if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):  # filesystems without fallocate: nothing to do
                 raise
+
+
+def link_or_copy(source: str | Path, target: str | Path) -> None:
+    """`target` as a hard link to `source` (no new disk), or a copy where links are not possible."""
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)

@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
-import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -141,7 +139,7 @@ def save_model_folder(accelerator: Any, net: Any, tokenizer: Any, path: Path, ex
             model = accelerator.unwrap_model(net).model
             if linked:
                 for name in linked:
-                    _link_or_copy(same_weights_as / name, tmp / name)
+                    disk.link_or_copy(same_weights_as / name, tmp / name)
                 model.config.save_pretrained(tmp)
             else:
                 model.save_pretrained(tmp, safe_serialization=True, state_dict=state_dict)
@@ -172,14 +170,6 @@ def weight_files(folder: Path) -> list[str]:
     ours = all((entry := rec.entry(f"{rel}/{name}")) is not None and record.matches(folder / name, entry)
                for name in names)
     return names if ours else []
-
-
-def _link_or_copy(source: Path, target: Path) -> None:
-    """`target` as a hard link to `source` (no new disk), or a copy where links are not possible."""
-    try:
-        os.link(source, target)
-    except OSError:
-        shutil.copy2(source, target)
 
 
 def remove_finished_checkpoints(out: Path) -> None:

@@ -4,13 +4,12 @@ model, swapped in whole."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import statistics
 from pathlib import Path
 from typing import Any
 
-from bertkit.io import atomic, record
+from bertkit.io import atomic, disk, record
 from bertkit.scoring.table import LOWER_IS_BETTER
 from bertkit.training.checkpoints import replace_folder
 from bertkit.training.space import Dimension, SweepOptions
@@ -94,13 +93,6 @@ def copy_model(source: Path, target: Path) -> None:
     folder bertkit wrote)."""
     tmp = record.temp_name(target, folder=True)
     record.note(record.TEMP, tmp)
-    shutil.copytree(source, tmp, copy_function=_link_or_copy)
+    shutil.copytree(source, tmp, copy_function=disk.link_or_copy)
     record.seal(tmp)
     replace_folder(tmp, target)
-
-
-def _link_or_copy(src: str, dst: str) -> None:
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copy2(src, dst)
