@@ -114,16 +114,21 @@ def test_a_model_saved_before_the_record_reads_with_the_defaults_and_a_note(mode
     assert metadata.saved_reading(tmp_path) is None  # not a folder bertkit saved: the defaults, no note
 
 
+def _fitted_probe(model: Path, folder: Path, rows: list[tuple[str, str]], *options: str) -> Path:
+    """A probe fitted (and saved with --out) on `rows`, features extracted with `options`."""
+    data = folder / "train.tsv"
+    data.write_text("sentence\tlabel\n" + "\n".join(f"{t}\t{y}" for t, y in rows) + "\n")
+    result = runner.invoke(app, ["probe", "--model", str(model), "--data", str(data), *options, "--no-baselines",
+                                 "--out", str(folder / "run"), "--quiet"])
+    assert result.exit_code == 0, result.output
+    return folder / "run"
+
+
 @pytest.fixture(scope="module")
 def probe_16(tiny_bert_dir, tmp_path_factory, long_rows) -> Path:
     """A probe fitted on features extracted at --max-length 16 (saved with --out)."""
-    folder = tmp_path_factory.mktemp("probe16")
-    data = folder / "train.tsv"
-    data.write_text("sentence\tlabel\n" + "\n".join(f"{t}\t{y}" for t, y in long_rows) + "\n")
-    result = runner.invoke(app, ["probe", "--model", str(tiny_bert_dir), "--data", str(data), "--max-length", "16",
-                                 "--no-baselines", "--precision", "fp32", "--out", str(folder / "run"), "--quiet"])
-    assert result.exit_code == 0, result.output
-    return folder / "run"
+    return _fitted_probe(tiny_bert_dir, tmp_path_factory.mktemp("probe16"), long_rows, "--max-length", "16",
+                         "--precision", "fp32")
 
 
 def test_predict_reads_a_saved_probe_as_it_was_fitted(probe_16):
@@ -185,13 +190,8 @@ def test_records_before_compute_and_export_backends():
 @pytest.fixture(scope="module")
 def probe_int8(tiny_bert_dir, tmp_path_factory, long_rows) -> Path:
     """A probe fitted on features extracted in int8 (dynamic int8 linear layers; CPU)."""
-    folder = tmp_path_factory.mktemp("probe-int8")
-    data = folder / "train.tsv"
-    data.write_text("sentence\tlabel\n" + "\n".join(f"{t}\t{y}" for t, y in long_rows) + "\n")
-    result = runner.invoke(app, ["probe", "--model", str(tiny_bert_dir), "--data", str(data), "--max-length", "32",
-                                 "--no-baselines", "--precision", "int8", "--out", str(folder / "run"), "--quiet"])
-    assert result.exit_code == 0, result.output
-    return folder / "run"
+    return _fitted_probe(tiny_bert_dir, tmp_path_factory.mktemp("probe-int8"), long_rows, "--max-length", "32",
+                         "--precision", "int8")
 
 
 def test_predict_extracts_a_probes_features_in_the_precision_it_records(probe_int8, caplog):
