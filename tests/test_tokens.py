@@ -34,8 +34,8 @@ def test_explain_sentence_marks_specials(tiny_bert_dir):
     from bertkit.models.loading import load_tokenizer
 
     out = tokens.explain_sentence(load_tokenizer(str(tiny_bert_dir)), "hi there", "you")
-    assert out["tokens"][0] == "[CLS]" and out["special_positions"]["sep"] == [3, 5]
-    assert out["token_type_ids"] == [0, 0, 0, 0, 1, 1]
+    assert out.tokens[0] == "[CLS]" and out.special_positions["sep"] == [3, 5] and out.n_tokens == len(out.input_ids)
+    assert out.token_type_ids == [0, 0, 0, 0, 1, 1]
 
 
 def whole_array_report(full: np.ndarray, cut: np.ndarray, max_length: int, batch_size: int, seed: int) -> dict:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
 
@@ -31,6 +31,9 @@ from bertkit.commands.tokens import TokensConfig, TokensResult
 from bertkit.measure import report as bench_report
 from bertkit.scoring.table import SHAPE
 
+if TYPE_CHECKING:
+    from bertkit.encoding.report import SentenceTokens
+
 # ---------------------------------------------------------------- tokens
 
 
@@ -42,19 +45,19 @@ def show_tokens(result: TokensResult, cfg: TokensConfig, view: View) -> None:
         _show_length_report(result, cfg, view)
 
 
-def _show_sentence(result: dict[str, Any], view: View) -> None:
+def _show_sentence(result: SentenceTokens, view: View) -> None:
     if view.json:
         emit_json(result)
         return
-    columns = ["position", "token", "id", "attention_mask"] + (["token_type_id"] if result["token_type_ids"] else [])
+    columns = ["position", "token", "id", "attention_mask"] + (["token_type_id"] if result.token_type_ids else [])
     rows = []
-    for i, token in enumerate(result["tokens"]):
-        row = [str(i), token, result["input_ids"][i], result["attention_mask"][i]]
-        if result["token_type_ids"]:
-            row.append(result["token_type_ids"][i])
+    for i, token in enumerate(result.tokens):
+        row = [str(i), token, result.input_ids[i], result.attention_mask[i]]
+        if result.token_type_ids:
+            row.append(result.token_type_ids[i])
         rows.append(row)
-    out_console.print(table(f"{result['n_tokens']} tokens", columns, rows, formats={"id": "d"}))
-    specials = ", ".join(f"{k.upper()} at {v}" for k, v in result["special_positions"].items() if v)
+    out_console.print(table(f"{result.n_tokens} tokens", columns, rows, formats={"id": "d"}))
+    specials = ", ".join(f"{k.upper()} at {v}" for k, v in result.special_positions.items() if v)
     out_console.print(f"special tokens: {specials}", highlight=False)
 
 

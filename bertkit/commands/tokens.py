@@ -4,13 +4,16 @@ dataset with truncation and padding waste (`bertkit.encoding.report` computes it
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bertkit.commands.preflight import check_inputs
 from bertkit.data.options import DataOptions
 from bertkit.errors import raise_if_problems
 from bertkit.models.compute import TRUST_HELP
 from bertkit.options import DATA, MODEL, OUTPUT, option, overwrite_option
+
+if TYPE_CHECKING:
+    from bertkit.encoding.report import SentenceTokens
 
 
 @dataclass(frozen=True)
@@ -42,7 +45,7 @@ class TokensConfig(DataOptions):
 class TokensResult:
     """A sentence's tokens (`sentence`), or every split's length report (`splits`, `reports`) and where it went."""
 
-    sentence: dict[str, Any] | None = None
+    sentence: SentenceTokens | None = None
     """--text: tokens, ids, mask, token types and special positions (`encoding.report.explain_sentence`)."""
     model: str | None = None
     max_length: int | None = None

@@ -13,11 +13,25 @@ from bertkit.encoding.encode import encode_for
 from bertkit.encoding.longtext import default_stride
 
 
-def explain_sentence(tokenizer: Any, text: str, pair: str | None = None) -> dict[str, Any]:
+@dataclass
+class SentenceTokens:
+    """One sentence (or pair) as the model reads it: its tokens, ids, attention mask, segment ids and where the
+    special tokens sit (`special_positions`: cls, sep, pad -> positions)."""
+
+    text: str
+    text_pair: str | None
+    tokens: list[str]
+    input_ids: list[int]
+    attention_mask: list[int]
+    token_type_ids: list[int] | None
+    special_positions: dict[str, list[int]]
+    n_tokens: int
+
+
+def explain_sentence(tokenizer: Any, text: str, pair: str | None = None) -> SentenceTokens:
     """Tokens, ids, special-token positions, attention mask and segment ids for one sentence (or pair)."""
     enc = tokenizer(text, pair, return_token_type_ids=True, return_attention_mask=True)
-    ids = enc["input_ids"]
-    tokens = tokenizer.convert_ids_to_tokens(ids)
+    ids = list(enc["input_ids"])
     specials = {
         name: [i for i, t in enumerate(ids) if t == token_id]
         for name, token_id in (
@@ -27,16 +41,8 @@ def explain_sentence(tokenizer: Any, text: str, pair: str | None = None) -> dict
         )
         if token_id is not None
     }
-    return {
-        "text": text,
-        "text_pair": pair,
-        "tokens": tokens,
-        "input_ids": ids,
-        "attention_mask": enc["attention_mask"],
-        "token_type_ids": enc.get("token_type_ids"),
-        "special_positions": {k: v for k, v in specials.items()},
-        "n_tokens": len(ids),
-    }
+    return SentenceTokens(text, pair, tokenizer.convert_ids_to_tokens(ids), ids, list(enc["attention_mask"]),
+                          enc.get("token_type_ids"), specials, len(ids))
 
 
 @dataclass
