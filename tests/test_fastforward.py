@@ -16,6 +16,7 @@ from transformers import (
 )
 
 from bertkit.commands.finetune import FinetuneConfig
+from bertkit.models import fastforward
 from bertkit.models.fastforward import SequenceClassifier, dropout, unsupported_reason
 from bertkit.training.finetune import finetune
 
@@ -66,6 +67,40 @@ def test_same_logits_and_gradients_as_transformers(make, pairs):
     assert got_grads.keys() == ref_grads.keys()  # every parameter gets its gradient, none is skipped
     for name in ref_grads:
         torch.testing.assert_close(got_grads[name], ref_grads[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+def relative(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.float() - b.float()).norm() / b.float().norm())
+
+
+@pytest.mark.parametrize("make, pairs", [(tiny_bert, True), (tiny_distilbert, False)])
+def test_lean_gpu_layers_compute_what_autocast_layers_compute(make, pairs, monkeypatch):
+    """The layers a GPU runs (`fastforward.LEAN_GPU_LAYERS`: one product for the projections, a bf16 residual stream
+    under bf16 autocast), pinned here on the CPU: in fp32 the logits and gradients of transformers; under bf16
+    autocast a bf16 stream whose logits and gradients are as close to fp32 as autocast's own layers are."""
+    model = make().eval()
+    batch = padded_batch(pairs)
+    fast = SequenceClassifier(model)
+
+    def run(lean: bool, dtype: torch.dtype | None):
+        monkeypatch.setattr(fastforward, "lean_layers", lambda hidden: lean)
+        with torch.autocast("cpu", dtype=dtype or torch.float32, enabled=dtype is not None):
+            return logits_and_grads(lambda b: fast.fast_logits(**b, own_layers=True).float(), model, batch)
+
+    ref_logits, ref_grads = logits_and_grads(lambda b: model(**b).logits, model, batch)
+    lean_logits, lean_grads = run(True, None)
+    torch.testing.assert_close(lean_logits, ref_logits, rtol=1e-5, atol=1e-6)
+    assert lean_grads.keys() == ref_grads.keys()
+    for name in ref_grads:
+        torch.testing.assert_close(lean_grads[name], ref_grads[name], rtol=1e-4, atol=1e-6, msg=name)
+    (low_logits, low_grads), (plain_logits, plain_grads) = run(True, torch.bfloat16), run(False, torch.bfloat16)
+    assert relative(low_logits, ref_logits) < max(3 * relative(plain_logits, ref_logits), 2e-2)
+    for name in ("classifier.weight", next(n for n in ref_grads if "layer.0." in n and n.endswith("weight"))):
+        assert relative(low_grads[name], ref_grads[name]) < max(3 * relative(plain_grads[name], ref_grads[name]), 5e-2)
+    monkeypatch.setattr(fastforward, "lean_layers", lambda hidden: True)
+    with torch.autocast("cpu", dtype=torch.bfloat16), torch.no_grad():
+        states = fastforward.hidden_states(model, batch, 2, training=False, keep=[1])
+    assert states[1].dtype == states[2].dtype == torch.bfloat16
 
 
 def test_padding_does_not_change_a_rows_logits():

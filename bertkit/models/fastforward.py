@@ -48,6 +48,10 @@ GPU_ATTENTION = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDP
 """SDPA kernels bertkit's own layers use on a GPU: not cuDNN's, which builds an execution plan for every new
 (batch, length) shape - about a second per shape measured on an H200 with torch 2.11 - and BERT batches come in many
 lengths."""
+LEAN_GPU_LAYERS = True
+"""On a GPU: one matrix product for queries, keys and values, and under bf16 autocast a bf16 residual stream
+(LayerNorm reads and writes bf16, statistics in fp32). Autocast alone keeps it fp32: four casts per layer and twice
+the bytes in each elementwise op and its backward. False: layers as autocast runs them (the benchmark's "before")."""
 TOLERANCE = 1e-4
 """Largest difference between the fast path and the model's own forward, relative to the largest output (or 1)."""
 
@@ -328,19 +332,65 @@ def cls_output(block: Block, hidden: torch.Tensor, attention_mask: torch.Tensor 
 
 def block_forward(
     block: Block, hidden: torch.Tensor, keep_key: torch.Tensor | None, training: bool, cls_only: bool = False,
+    lean: bool | None = None,
 ) -> torch.Tensor:
     """One transformer layer. With `cls_only`, keys and values still come from every token but the query,
-    attention output and feed-forward run for position 0 alone: the result is (batch, 1, hidden)."""
-    keys, values = _split_heads(block.key(hidden), block.heads), _split_heads(block.value(hidden), block.heads)
+    attention output and feed-forward run for position 0 alone: the result is (batch, 1, hidden). `lean` (None:
+    `lean_layers` decides): one product for the projections and, under bf16 autocast, a bf16 residual stream."""
+    lean = lean_layers(hidden) if lean is None else lean
+    stream = _bf16_autocast(hidden) if lean else None
+    if stream is not None:
+        hidden = hidden.to(stream)
+    queries, keys, values = _projections(block, hidden, cls_only, fused=lean)
     if cls_only:
         hidden = hidden[:, :1]
-    queries = _split_heads(block.query(hidden), block.heads)
     p = block.attention_dropout if training else 0.0
     context = _merge_heads(attention(queries, keys, values, keep_key, p))
     attended = dropout(block.attention_out(context), block.attention_out_dropout, training)
-    hidden = block.attention_norm(attended + hidden)
+    hidden = _norm(block.attention_norm, attended + hidden, stream)
     fed = dropout(block.ffn_out(block.activation(block.ffn_in(hidden))), block.ffn_dropout, training)
-    return block.ffn_norm(fed + hidden)
+    return _norm(block.ffn_norm, fed + hidden, stream)
+
+
+def lean_layers(hidden: torch.Tensor) -> bool:
+    """Whether `block_forward` runs lean by default: on a GPU (`LEAN_GPU_LAYERS`); a CPU keeps what it measured."""
+    return LEAN_GPU_LAYERS and hidden.device.type == "cuda"
+
+
+def _bf16_autocast(hidden: torch.Tensor) -> torch.dtype | None:
+    """bf16 when autocast runs bf16 on `hidden`'s device, else None (fp16's range is too narrow for the stream)."""
+    kind = hidden.device.type
+    if torch.is_autocast_enabled(kind) and torch.get_autocast_dtype(kind) == torch.bfloat16:
+        return torch.bfloat16
+    return None
+
+
+def _norm(norm: nn.LayerNorm, x: torch.Tensor, stream: torch.dtype | None) -> torch.Tensor:
+    """LayerNorm; with `stream`, read and written in that dtype outside autocast (which would widen it to fp32)."""
+    if stream is None:
+        return norm(x)
+    with torch.autocast(x.device.type, enabled=False):
+        return F.layer_norm(x.to(stream), norm.normalized_shape, norm.weight.to(stream), norm.bias.to(stream),
+                            norm.eps)
+
+
+def _projections(block: Block, hidden: torch.Tensor, cls_only: bool,
+                 fused: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Queries (position 0 alone with `cls_only`), keys and values in heads; `fused`: those reading the same rows
+    as one matrix product (their weights concatenated: a small copy per call)."""
+    heads = block.heads
+    first = hidden[:, :1] if cls_only else hidden
+    if not fused:
+        return (_split_heads(block.query(first), heads), _split_heads(block.key(hidden), heads),
+                _split_heads(block.value(hidden), heads))
+    together = [block.key, block.value] if cls_only else [block.query, block.key, block.value]
+    if not all(type(m) is nn.Linear and m.bias is not None for m in together):  # e.g. int8 layers: one by one
+        return _projections(block, hidden, cls_only, fused=False)
+    parts = F.linear(hidden, torch.cat([m.weight for m in together]), torch.cat([m.bias for m in together]))
+    split = [_split_heads(part, heads) for part in parts.chunk(len(together), dim=-1)]
+    if cls_only:
+        return _split_heads(block.query(first), heads), split[0], split[1]
+    return split[0], split[1], split[2]
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keep_key: torch.Tensor | None,
