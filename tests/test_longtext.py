@@ -95,6 +95,10 @@ def test_head_is_the_tokenizers_own_truncation(tokenizer):
     default = encode_dataset(tokenizer, TextDataset(texts), 48)
     own = tokenizer(texts, truncation=True, max_length=48)
     assert default.input_ids.tolist() == own["input_ids"] and default.token_type_ids.tolist() == own["token_type_ids"]
+    pairs = [long_text(30 + 40 * s, seed=10 + s) for s in range(3)] + [long_text(100, seed=20)]
+    default = encode_dataset(tokenizer, TextDataset(texts, pairs=pairs), 48)
+    own = tokenizer(texts, pairs, truncation=True, max_length=48)
+    assert default.input_ids.tolist() == own["input_ids"] and default.token_type_ids.tolist() == own["token_type_ids"]
 
 
 @pytest.mark.parametrize("lengths", [(100, 5), (5, 100), (60, 50), (50, 60), (40, 40), (31, 30)])

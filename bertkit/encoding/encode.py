@@ -104,9 +104,11 @@ class _Collector:
 
 def _cut_long_rows(tokenizer: Any, part: TextDataset, enc: Any, max_length: int, truncation: str,
                    want_types: bool) -> None:
-    """Cut the rows of `enc` (one chunk's untruncated tokenizer output) longer than `max_length`, in place."""
+    """Cut the rows of `enc` (one chunk's untruncated tokenizer output) longer than `max_length`, in place. From a
+    fast tokenizer's backend the ids are cut as they are (`truncate_row`: what its own truncation keeps, pairs
+    included); a slow tokenizer is asked again with truncation for the head cut."""
     long_rows = [i for i, row in enumerate(enc["input_ids"]) if len(row) > max_length]
-    if long_rows and truncation == "head":
+    if long_rows and truncation == "head" and not isinstance(enc, _BackendBatch):
         cut = tokenizer(
             [part.texts[i] for i in long_rows],
             None if part.pairs is None else [part.pairs[i] for i in long_rows],

@@ -134,6 +134,9 @@ def truncate_row(ids: Sequence[int], types: Sequence[int] | None, sequence_ids: 
                  max_length: int, truncation: str) -> tuple[list[int], list[int] | None]:
     """One tokenized row (with its special tokens) cut to `max_length` tokens by `truncation`: special tokens
     stay, each text keeps `kept_positions` of its tokens (a pair shares the budget as `pair_budgets` says)."""
+    span = _one_text_span(sequence_ids)
+    if span is not None:  # one text between its special tokens: slices, no per-token Python
+        return _cut_one_text(ids, types, span, max_length, truncation)
     segments = _segments(sequence_ids)
     specials = len(ids) - sum(len(p) for p in segments.values())
     budget = max_length - specials
@@ -146,6 +149,39 @@ def truncate_row(ids: Sequence[int], types: Sequence[int] | None, sequence_ids: 
         dropped.update(p for i, p in enumerate(positions) if i not in kept)
     positions = [p for p in range(len(ids)) if p not in dropped]
     return [ids[p] for p in positions], _take(types, positions)
+
+
+def _one_text_span(sequence_ids: Sequence[int | None]) -> tuple[int, int] | None:
+    """[start, end) of the text's tokens when the row is one text with special tokens only before and after it
+    (BERT's [CLS] ... [SEP]); None for a pair, an empty text or special tokens inside the text."""
+    ids = list(sequence_ids)
+    if 1 in ids or 0 not in ids:
+        return None
+    start, end = ids.index(0), len(ids) - ids[::-1].index(0)
+    return (start, end) if ids.count(None) == start + len(ids) - end else None
+
+
+def _cut_one_text(ids: Sequence[int], types: Sequence[int] | None, span: tuple[int, int], max_length: int,
+                  truncation: str) -> tuple[list[int], list[int] | None]:
+    """`truncate_row` for a row `_one_text_span` found: the text keeps `kept_positions` of its tokens."""
+    start, end = span
+    n, keep = end - start, max(max_length - (len(ids) - (end - start)), 0)
+    if keep >= n:
+        pieces = [(0, len(ids))]
+    elif truncation == "head":
+        pieces = [(0, start + keep), (end, len(ids))]
+    elif truncation == "tail":
+        pieces = [(0, start), (end - keep, len(ids))]
+    elif truncation == "head+tail":
+        head = int(round(keep * HEAD_SHARE))
+        pieces = [(0, start + head), (end - (keep - head), len(ids))]
+    else:
+        raise ValueError(f"unknown truncation {truncation!r}; one of {', '.join(TRUNCATIONS)}")
+
+    def cut(row: Sequence[int]) -> list[int]:
+        return [token for a, b in pieces for token in row[a:b]]
+
+    return cut(ids), None if types is None else cut(types)
 
 
 # ---------------------------------------------------------------- windows over a whole text
