@@ -282,3 +282,40 @@ def test_int8_minilm_features_stay_close_to_fp32(minilm_dir, demo_dir, caplog):
     assert not caplog.text
     cosine = (fp32 * int8).sum(1) / (np.linalg.norm(fp32, axis=1) * np.linalg.norm(int8, axis=1))
     assert cosine.mean() >= 0.95 and cosine.min() >= 0.9
+
+
+@pytest.mark.parametrize("device, expected", [
+    ("cuda", [("start", 0), ("start", 1), ("finish", 0), ("start", 2), ("finish", 1), ("finish", 2)]),
+    ("cpu", [("start", 0), ("finish", 0), ("start", 1), ("finish", 1), ("start", 2), ("finish", 2)]),
+])
+def test_encode_shards_queues_the_next_shard_before_waiting_on_a_gpu(monkeypatch, device, expected):
+    """On a GPU, shard k's batches are queued before shard k-1's outputs are waited for (the device does not idle
+    between shards); on a CPU each shard is finished as it is started. Every shard is written once, in order."""
+    from bertkit.encoding.longtext import LongText
+    from bertkit.features import extract
+
+    events, written = [], []
+
+    def start(encoder, tokenizer, part, spec, **kwargs):
+        k = sum(1 for e in events if e[0] == "start")
+        events.append(("start", k))
+
+        def finish():
+            events.append(("finish", k))
+            return np.full((len(part.texts), 2), k, np.float32), extract.EncodeStats(len(part.texts))
+
+        return finish
+
+    class Writer:
+        ranges = [(0, 2), (2, 4), (4, 5)]
+
+        def write_shard(self, k, features, meta):
+            written.append((k, features[:, 0].tolist()))
+
+    monkeypatch.setattr(extract, "start_features", start)
+    monkeypatch.setattr(extract.encode, "encode_for", lambda *args, **kwargs: None)
+    extract.encode_shards(Writer(), TextDataset(texts=list("abcde")), [0, 1, 2], None, None, Pooling(),
+                          max_length=8, batch_size=None, long_text=LongText(), device=torch.device(device),
+                          dtype=torch.float32)
+    assert events == expected
+    assert written == [(0, [0.0, 0.0]), (1, [1.0, 1.0]), (2, [2.0])]

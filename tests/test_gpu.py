@@ -144,6 +144,26 @@ def test_gpu_features_equal_cpu_fp32_within_half_precision(tiny_bert_dir, pool, 
         assert cos.min() > 0.999
 
 
+def test_gpu_embed_store_across_shards_equals_the_cpu_fp32_store(tiny_bert_dir, write_tsv, tmp_path):
+    """`bertkit embed` on the GPU queues each shard's batches before waiting for the previous shard's outputs; the
+    store it writes (7 shards) holds every row, in order, within bf16 tolerance of the CPU's fp32 store."""
+    from bertkit.commands.embed import EmbedConfig, run
+    from bertkit.features import store
+
+    data = write_tsv("texts.tsv", [(t,) for t in TEXTS], ("sentence",))
+    stores = {}
+    for device, precision in (("cpu", "fp32"), ("cuda", "bf16")):
+        out = tmp_path / f"store-{device}"
+        run(EmbedConfig(model=str(tiny_bert_dir), data=str(data), text_column="sentence", out=str(out),
+                        device=device, precision=precision, shard_size=7), progress=False)
+        stores[device] = np.asarray(store.open(out).features)
+    got, reference = stores["cuda"], stores["cpu"]
+    assert got.shape == reference.shape == (len(TEXTS), 32)
+    assert np.linalg.norm(got - reference) / np.linalg.norm(reference) < 2e-2
+    cos = (got * reference).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(reference, axis=1))
+    assert cos.min() > 0.999
+
+
 def test_gpu_predictions_equal_cpu_fp32(tiny_bert_dir, tmp_path):
     model = loading.load_classifier(str(tiny_bert_dir), {0: "a", 1: "b"})
     model.save_pretrained(tmp_path / "clf")

@@ -9,7 +9,6 @@ import dataclasses
 import logging
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -407,31 +406,11 @@ def _embed_split(cfg: EmbedConfig, dist: Any, writer: Any, split: str, ds: Any, 
 
 def _encode_shards(cfg: EmbedConfig, writer: Any, ds: Any, shards: list[int], model: _Encoder, device: Any,
                    dtype: Any, bar: Any) -> None:
-    """Encode and write `shards` as a pipeline: shard k+1 is tokenized on a worker thread and shard k-1 written on
-    another while shard k runs on the model, so neither the tokenizer nor the disk holds the device up."""
-    from bertkit.encoding.batches import ahead
-    from bertkit.encoding.encode import encode_for
-    from bertkit.features.extract import encode_features
+    from bertkit.features.extract import encode_shards
 
-    long_text = LongText.from_config(cfg)
-
-    def tokenized(k: int) -> tuple[Any, Any]:
-        part = ds.subset(range(*writer.ranges[k]))
-        return part, encode_for(model.tokenizer, part, cfg.max_length, long_text)
-
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="bertkit-store") as disk:
-        written = None
-        for k, (part, windows) in ahead(shards, tokenized, depth=2):
-            features, stats = encode_features(model.model, model.tokenizer, part, model.spec, max_length=cfg.max_length,
-                                              batch_size=cfg.rows_per_batch, device=device, dtype=dtype, bar=bar,
-                                              long_text=long_text, windows=windows)
-            if written is not None:
-                written.result()  # in shard order: a failed write stops the run here
-            written = disk.submit(writer.write_shard, k, features, {
-                "tokens": stats.tokens, "padded_tokens": stats.padded_tokens, "n_truncated": stats.n_truncated,
-                "windows": stats.windows})
-        if written is not None:
-            written.result()
+    encode_shards(writer, ds, shards, model.model, model.tokenizer, model.spec, max_length=cfg.max_length,
+                  batch_size=cfg.rows_per_batch, long_text=LongText.from_config(cfg), device=device, dtype=dtype,
+                  bar=bar)
 
 
 def _summary(cfg: EmbedConfig, root: Any, results: list[SplitResult], precision: str, device: Any,

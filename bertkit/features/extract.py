@@ -11,7 +11,8 @@ put back in the input order.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +21,7 @@ import torch
 
 from bertkit.data.dataset import TextDataset
 from bertkit.encoding import encode
+from bertkit.encoding.batches import ahead
 from bertkit.encoding.encode import Encoded
 from bertkit.encoding.longtext import LongText
 from bertkit.features.pooling import encoder_shape, forward_features, pool_tokens, prune_applies
@@ -68,6 +70,16 @@ def encode_features(encoder: Any, tokenizer: Any, dataset: TextDataset, spec: Po
     Over-long texts are cut as `long_text.truncation` says (None: head), or read as windows whose features are
     averaged per text (`long_text.mode == "chunk"`, see `bertkit.encoding.longtext`); a `bar` then counts windows (see `count_windows`).
     `windows`: the dataset already tokenized so (`encode.encode_for`), e.g. on a worker thread ahead of the model."""
+    return start_features(encoder, tokenizer, dataset, spec, max_length=max_length, batch_size=batch_size,
+                          device=device, dtype=dtype, bar=bar, long_text=long_text, windows=windows)()
+
+
+def start_features(encoder: Any, tokenizer: Any, dataset: TextDataset, spec: Pooling, *, max_length: int,
+                   batch_size: int | None, device: torch.device, dtype: torch.dtype, bar: Any = None,
+                   long_text: LongText | None = None,
+                   windows: Any = None) -> Callable[[], tuple[np.ndarray, EncodeStats]]:
+    """`encode_features` with its batches queued (`infer.start_batches`): calling the result waits for them and
+    gives the features and stats. On a GPU the caller queues the next shard in between."""
     start = time.perf_counter()
     n_layers, hidden = encoder_shape(encoder)
     indices = spec.resolve(n_layers)
@@ -85,13 +97,51 @@ def encode_features(encoder: Any, tokenizer: Any, dataset: TextDataset, spec: Po
             prune = prune_applies(encoder, batch, spec, indices, n_layers)
         return forward_features(encoder, batch, spec, indices, n_layers, prune)
 
-    outputs = infer.run_batches(features_of, encoded, batches, model=encoder, pad_id=infer.pad_id_of(tokenizer),
-                                device=device, dtype=dtype, bar=bar, unmasked=True, capturable=lambda: bool(prune))
-    per_window = infer.in_input_order(batches, outputs, spec.row_shape(n_layers, hidden))
-    features = pooled_over_windows(windows, per_window, spec.normalize)
-    stats = EncodeStats(len(dataset), int(encoded.lengths.sum()), infer.padded_tokens(encoded, batches, device),
-                        encoded.n_truncated, time.perf_counter() - start, len(windows.owner))
-    return features, stats
+    outputs = infer.start_batches(features_of, encoded, batches, model=encoder, pad_id=infer.pad_id_of(tokenizer),
+                                  device=device, dtype=dtype, bar=bar, unmasked=True, capturable=lambda: bool(prune))
+
+    def finish() -> tuple[np.ndarray, EncodeStats]:
+        per_window = infer.in_input_order(batches, outputs(), spec.row_shape(n_layers, hidden))
+        features = pooled_over_windows(windows, per_window, spec.normalize)
+        stats = EncodeStats(len(dataset), int(encoded.lengths.sum()), infer.padded_tokens(encoded, batches, device),
+                            encoded.n_truncated, time.perf_counter() - start, len(windows.owner))
+        return features, stats
+
+    return finish
+
+
+def encode_shards(writer: Any, dataset: TextDataset, shards: Sequence[int], encoder: Any, tokenizer: Any,
+                  spec: Pooling, *, max_length: int, batch_size: int | None, long_text: LongText, device: torch.device,
+                  dtype: torch.dtype, bar: Any = None) -> None:
+    """Encode and write `shards` of a store (`writer`: `bertkit.features.store.StoreWriter`) as a pipeline: shard
+    k+1 is tokenized on a worker thread and shard k-1 written on another while shard k runs on the model, so
+    neither the tokenizer nor the disk holds the device up. On a GPU shard k's batches are queued before shard
+    k-1's outputs are waited for, so the device does not idle between shards."""
+    def tokenized(k: int) -> tuple[Any, Any]:
+        part = dataset.subset(range(*writer.ranges[k]))
+        return part, encode.encode_for(tokenizer, part, max_length, long_text)
+
+    def write(k: int, finish: Callable[[], tuple[np.ndarray, EncodeStats]], written: Any) -> Any:
+        features, stats = finish()
+        if written is not None:
+            written.result()  # in shard order: a failed write stops the run here
+        return disk.submit(writer.write_shard, k, features, {
+            "tokens": stats.tokens, "padded_tokens": stats.padded_tokens, "n_truncated": stats.n_truncated,
+            "windows": stats.windows})
+
+    ahead_of_writes = 1 if device.type == "cuda" else 0  # on a CPU a shard's work is done when it is started
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="bertkit-store") as disk:
+        written, queued = None, []
+        for k, (part, windows) in ahead(shards, tokenized, depth=2):
+            queued.append((k, start_features(encoder, tokenizer, part, spec, max_length=max_length,
+                                             batch_size=batch_size, device=device, dtype=dtype, bar=bar,
+                                             long_text=long_text, windows=windows)))
+            while len(queued) > ahead_of_writes:
+                written = write(*queued.pop(0), written)
+        for k, finish in queued:
+            written = write(k, finish, written)
+        if written is not None:
+            written.result()
 
 
 def extract_features(encoder: Any, tokenizer: Any, dataset: TextDataset, *, pool: str = "cls", layers: str = "-1",

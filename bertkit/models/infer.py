@@ -61,6 +61,10 @@ def plan_batches(lengths: np.ndarray, batch_size: int | None, budget: tuple[int,
     return token_budget_batches(lengths, budget[0], budget[1])
 
 
+Outputs = Callable[[], list[np.ndarray]]
+"""The outputs of batches already queued (`start_batches`): calling it waits for the last of them."""
+
+
 def run_batches(fn: BatchFn, encoded: Encoded, batches: Sequence[np.ndarray], *, model: Any, pad_id: int,
                 device: torch.device, dtype: torch.dtype, bar: Any = None, unmasked: bool = False,
                 capturable: Callable[[], bool] | None = None) -> list[np.ndarray]:
@@ -70,6 +74,16 @@ def run_batches(fn: BatchFn, encoded: Encoded, batches: Sequence[np.ndarray], *,
     waiting, and their outputs copied back while the next batches run. `unmasked`: fn takes a batch without
     "attention_mask" as one with no padding (given such batches, attention runs unmasked). `capturable()` says
     whether fn can be replayed as a CUDA graph (`bertkit.models.replay`; None: never)."""
+    return start_batches(fn, encoded, batches, model=model, pad_id=pad_id, device=device, dtype=dtype, bar=bar,
+                         unmasked=unmasked, capturable=capturable)()
+
+
+def start_batches(fn: BatchFn, encoded: Encoded, batches: Sequence[np.ndarray], *, model: Any, pad_id: int,
+                  device: torch.device, dtype: torch.dtype, bar: Any = None, unmasked: bool = False,
+                  capturable: Callable[[], bool] | None = None) -> Outputs:
+    """`run_batches` whose last outputs are collected later: on a GPU it returns once every batch is queued, so the
+    caller can queue the next piece of work (embed's next shard) before waiting for these. On a CPU the work is
+    done when it returns."""
     accepted = accepted_inputs(model)
     if device.type == "cuda":
         return _run_on_gpu(fn, encoded, batches, accepted, pad_id, device, _compute_context(model, device, dtype),
@@ -80,7 +94,7 @@ def run_batches(fn: BatchFn, encoded: Encoded, batches: Sequence[np.ndarray], *,
             outputs.append(fn(pad_batch(encoded, rows, pad_id, inputs=accepted, device=device)).float().cpu().numpy())
             if bar is not None:
                 bar.update(len(rows))
-    return outputs
+    return lambda: outputs
 
 
 IN_FLIGHT = 3
@@ -113,8 +127,9 @@ def _compute_context(model: Any, device: torch.device, dtype: torch.dtype) -> co
 
 def _run_on_gpu(fn: BatchFn, encoded: Encoded, batches: Sequence[np.ndarray], accepted: frozenset[str], pad_id: int,
                 device: torch.device, compute: contextlib.AbstractContextManager, bar: Any, unmasked: bool,
-                capturable: Callable[[], bool] | None) -> list[np.ndarray]:
-    """`run_batches` on a GPU: no host synchronisation but waiting for an output IN_FLIGHT batches later."""
+                capturable: Callable[[], bool] | None) -> Outputs:
+    """`start_batches` on a GPU: no host synchronisation but waiting for an output IN_FLIGHT batches later; the
+    last IN_FLIGHT outputs are waited for when the returned function is called."""
     def prepare(rows: np.ndarray) -> dict[str, torch.Tensor]:
         lengths = encoded.lengths[np.asarray(rows)]
         width = gpu_padded_width(int(lengths.max()))
@@ -145,9 +160,13 @@ def _run_on_gpu(fn: BatchFn, encoded: Encoded, batches: Sequence[np.ndarray], ac
             waiting.append((copy, done, len(rows)))
             if len(waiting) > IN_FLIGHT:
                 collect()
+
+    def rest() -> list[np.ndarray]:
         while waiting:
             collect()
-    return outputs
+        return outputs
+
+    return rest
 
 
 def in_input_order(batches: Sequence[np.ndarray], outputs: Sequence[np.ndarray], row_shape: tuple[int, ...]) -> np.ndarray:
