@@ -4,13 +4,14 @@ prediction of bertkit against the alternatives at their best, side by side on th
 Writes, under --out (benchmarks/results/gpu/latest/ by default; the figures docs/gpus.md quotes are in benchmarks/results/gpu/):
   finetune.json  BERT-base shape (random init) on SST-2 x8, batch 32, 1 epoch, bf16: bertkit vs transformers.Trainer
                  at its best (dynamic padding, group_by_length, fused AdamW, 2 loader workers) -> samples/s, dev
-                 accuracy, `bertkit_vs_trainer_best`, MFU (`mfu_sst2_b32`); the same on long rows (documents of 512
-                 tokens, `mfu_long`); MiniLM (real weights) on SST-2 with and without CUDA graphs (dev accuracy); the
+                 accuracy, `bertkit_vs_trainer_best`, MFU (`mfu_sst2_b32`); the same on long rows (4,096 documents of
+                 512 tokens, `mfu_long`); the graphed step before/after bertkit's lean GPU layers (and with cuDNN
+                 attention) on both; MiniLM (real weights) on SST-2 with and without CUDA graphs (dev accuracy); the
                  profiler's account of one step before (eager) and after (graphs); recompiles (none: no torch.compile).
-  embed.json     `bertkit embed` vs sentence-transformers at its best (bf16/fp16 x batch 256/1024, and at 1024 without
-                 cuDNN attention; batch 64 was slowest in run1-embed.json) on SST-2 x8
-                 (`bertkit_vs_st_best`), on 512-token documents (`mfu_long`), features vs fp32, prediction rows/s,
-                 DistilBERT vs BERT batch-1 latency.
+  embed.json     `bertkit embed` vs sentence-transformers at its best (bf16/fp16 at batch 1024, with and without cuDNN
+                 attention; batches 64 and 256 were slower in run1/run2) on SST-2 x8 (`bertkit_vs_st_best`); on 8,192
+                 documents of 512 tokens against sentence-transformers at batch 128 (`mfu_long`); features vs fp32,
+                 prediction rows/s, DistilBERT vs BERT batch-1 latency.
   tests.log      `pytest -m gpu` on this machine.
 MFU = model FLOPs a step executes / seconds / the bf16 matmul rate measured in the same run (8192^3, random data).
 FLOPs count the matrix products (projections, FFN, attention scores and values; training = 3x forward) on the real
@@ -45,10 +46,12 @@ from bertkit.io.trail import machine_info, package_versions  # noqa: E402
 from bertkit.measure.timing import Budget, Stopwatch, repeat, sync_for, timed_step  # noqa: E402
 
 HPARAMS = {"epochs": 1, "batch_size": 32, "lr": 5e-5, "warmup_ratio": 0.1, "max_length": 128, "seed": 42}
-SIZES = {"full": {"copies": 8, "rows": None, "docs_train": 2048, "docs_dev": 256, "doc_sentences": 32,
-                  "profile_steps": 10, "latency_seconds": 2.0, "minilm_rows": None, "tiny": False},
+SIZES = {"full": {"copies": 8, "rows": None, "docs_train": 4096, "docs_dev": 256, "doc_sentences": 32,
+                  "profile_steps": 10, "latency_seconds": 2.0, "minilm_rows": None, "tiny": False, "embed_docs": 8192,
+                  "st_docs": 4096, "variant_steps": 20},
          "quick": {"copies": 2, "rows": 128, "docs_train": 64, "docs_dev": 32, "doc_sentences": 6, "profile_steps": 3,
-                   "latency_seconds": 0.2, "minilm_rows": 128, "tiny": True}}
+                   "latency_seconds": 0.2, "minilm_rows": 128, "tiny": True, "embed_docs": 128, "st_docs": 64,
+                   "variant_steps": 3}}
 PRECISIONS = ("bf16", "fp16") if torch.cuda.is_available() else ("fp32",)
 """Inference precisions measured (the first is bertkit's headline): on a CPU smoke run, fp32 only."""
 TINY = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 128}
@@ -321,24 +324,18 @@ def minilm_sst2(prep: dict[str, Any], data: Path, rows: int | None) -> dict[str,
 # ---------------------------------------------------------------- one step under the profiler, before and after
 
 
-def profile_steps(prep: dict[str, Any], steps: int) -> dict[str, Any]:
-    """`steps` optimizer steps of BERT-base on SST-2 batches of 32 under torch.profiler: the eager step (bertkit's
-    loop as it launched before) and the graphed one. Per step: wall ms, GPU busy ms, kernel launches, and the ops
-    that take the GPU's time."""
-    from torch.profiler import ProfilerActivity, profile
-
+def _bert_steps(prep: dict[str, Any], data: Path, max_length: int) -> tuple[Any, Any, Callable[[], tuple[Any, Any]]]:
+    """The rows of `data` encoded at `max_length`, a cross-entropy objective on their labels, and a maker of a fresh
+    BERT-base classifier (bertkit's fast forward, training mode) with its fused AdamW: what the step timings run."""
     from bertkit.data.dataset import TextDataset
-    from bertkit.encoding.batches import grouped_batches, pad_batch
     from bertkit.encoding.encode import encode_dataset
     from bertkit.models import loading
     from bertkit.models.fastforward import SequenceClassifier
-    from bertkit.training.graphs import StepRunner, planned_shapes
 
     device = torch.device("cuda")
-    texts, labels = read_tsv(prep["work"] / "dev.tsv")
+    texts, labels = read_tsv(data)
     tokenizer = loading.load_tokenizer(str(prep["bert_classifier"]))
-    encoded = encode_dataset(tokenizer, TextDataset(texts=texts), 128)
-    batches = grouped_batches(encoded.lengths, 32, 0, 0)[: steps + 3]
+    encoded = encode_dataset(tokenizer, TextDataset(texts=texts), max_length)
     y = torch.tensor(labels, device=device)
 
     class Objective:
@@ -352,8 +349,31 @@ def profile_steps(prep: dict[str, Any], steps: int) -> dict[str, Any]:
         net = SequenceClassifier(model)
         return net, torch.optim.AdamW(net.parameters(), lr=1e-5, fused=True)
 
+    return encoded, Objective(), fresh
+
+
+def _graphed_runner(net: Any, optimizer: Any, objective: Any, encoded: Any, batches: list[np.ndarray],
+                    max_length: int) -> Any:
+    from bertkit.training.graphs import StepRunner, planned_shapes
+
+    runner = StepRunner(net, optimizer, objective, encoded, 0, frozenset({"input_ids", "attention_mask",
+                        "token_type_ids"}), torch.bfloat16, 1.0, torch.device("cuda"), max_length)
+    runner.capture_shapes(planned_shapes(runner, [[b] for b in batches]))
+    return runner
+
+
+def profile_steps(prep: dict[str, Any], steps: int) -> dict[str, Any]:
+    """`steps` optimizer steps of BERT-base on SST-2 batches of 32 under torch.profiler: the eager step (bertkit's
+    loop as it launched before) and the graphed one. Per step: wall ms, GPU busy ms, kernel launches, and the ops
+    that take the GPU's time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from bertkit.encoding.batches import grouped_batches, pad_batch
+
+    device = torch.device("cuda")
+    encoded, objective, fresh = _bert_steps(prep, prep["work"] / "dev.tsv", 128)
+    batches = grouped_batches(encoded.lengths, 32, 0, 0)[: steps + 3]
     net, optimizer = fresh()
-    objective = Objective()
 
     def eager(rows: np.ndarray) -> None:
         inputs = pad_batch(encoded, rows, 0, inputs={"input_ids", "attention_mask", "token_type_ids"}, device=device)
@@ -368,9 +388,7 @@ def profile_steps(prep: dict[str, Any], steps: int) -> dict[str, Any]:
 
     result = {"eager": _profiled(eager, batches, steps, profile, ProfilerActivity)}
     net, optimizer = fresh()
-    runner = StepRunner(net, optimizer, objective, encoded, 0, frozenset({"input_ids", "attention_mask",
-                        "token_type_ids"}), torch.bfloat16, 1.0, device, 128)
-    runner.capture_shapes(planned_shapes(runner, [[b] for b in batches]))
+    runner = _graphed_runner(net, optimizer, objective, encoded, batches, 128)
 
     def graphed(rows: np.ndarray) -> None:
         runner.step(runner.prepare([rows], len(rows)), 0)
@@ -379,6 +397,80 @@ def profile_steps(prep: dict[str, Any], steps: int) -> dict[str, Any]:
     result["graphs"]["captured_shapes"] = runner.captured_shapes
     result["wall_ms_eager_vs_graphs"] = round(result["eager"]["wall_ms_per_step"] / result["graphs"]["wall_ms_per_step"], 2)
     return result
+
+
+def lean_layers_before_after(prep: dict[str, Any], peak: float, steps: int) -> dict[str, Any]:
+    """The graphed BERT-base step at batch 32 on 512-token documents and on SST-2 rows, with bertkit's lean GPU
+    layers (`fastforward.LEAN_GPU_LAYERS`: one product for the projections, a bf16 residual stream) and without
+    (autocast's fp32 stream): ms per step (CUDA events around `steps` steps after 3 warm-ups, each variant timed
+    twice, interleaved), MFU, and the profiler's top ops of one lean and one plain 512-token step. On the documents
+    also the lean step with cuDNN's attention allowed (`fastforward.GPU_ATTENTION` leaves it out by default)."""
+    from torch.nn.attention import SDPBackend
+    from torch.profiler import ProfilerActivity, profile
+
+    from bertkit.encoding.batches import grouped_batches
+    from bertkit.models import fastforward
+
+    default_attention = list(fastforward.GPU_ATTENTION)
+    out: dict[str, Any] = {}
+    for label, data, max_length in (("documents_512", prep["work"] / "docs_train.tsv", 512),
+                                    ("sst2", prep["work"] / "sst2x.tsv", 128)):
+        encoded, objective, fresh = _bert_steps(prep, data, max_length)
+        batches = grouped_batches(encoded.lengths, 32, 0, 0)[: steps + 3]
+        lengths = np.concatenate([encoded.lengths[b] for b in batches[3:]])
+        flops = 3 * forward_flops(prep["config"], lengths, True)
+        variants = {"lean": (True, default_attention), "plain": (False, default_attention)}
+        if label == "documents_512":
+            variants["lean_cudnn"] = (True, [SDPBackend.CUDNN_ATTENTION, *default_attention])
+        runners = {}
+        times: dict[str, list[float]] = {name: [] for name in variants}
+        try:
+            for name, (lean, attention) in variants.items():
+                fastforward.LEAN_GPU_LAYERS, fastforward.GPU_ATTENTION = lean, attention
+                net, optimizer = fresh()
+                runners[name] = _graphed_runner(net, optimizer, objective, encoded, batches, max_length)
+            for _ in range(2):
+                for name, runner in runners.items():
+                    fastforward.LEAN_GPU_LAYERS, fastforward.GPU_ATTENTION = variants[name]
+                    times[name].append(_ms_per_step(runner, batches, steps))
+            if label == "documents_512":
+                for name in ("lean", "plain"):
+                    runner = runners[name]
+                    fastforward.LEAN_GPU_LAYERS, fastforward.GPU_ATTENTION = variants[name]
+                    profiled = _profiled(lambda rows, r=runner: r.step(r.prepare([rows], len(rows)), 0), batches,
+                                         min(5, steps), profile, ProfilerActivity)
+                    out[f"profile_{label}_{name}"] = profiled
+        finally:
+            fastforward.LEAN_GPU_LAYERS, fastforward.GPU_ATTENTION = True, default_attention
+        entry: dict[str, Any] = {"rows_per_step": 32, "steps": steps,
+                                 "mean_tokens_per_row": round(float(lengths.mean()), 1)}
+        for name in variants:
+            ms = min(times[name])
+            entry[name] = {"ms_per_step": round(ms, 3), "ms_per_step_runs": [round(t, 3) for t in times[name]],
+                           "mfu": round(flops / (ms / 1000 * steps) / (peak * 1e12), 4),
+                           "mfu_full_model_flops": round(3 * forward_flops(prep["config"], lengths, False)
+                                                         / (ms / 1000 * steps) / (peak * 1e12), 4)}
+            if name == "lean_cudnn":
+                entry[name]["capture_seconds"] = round(runners[name].capture_seconds, 2)
+        entry["plain_vs_lean_ms"] = round(entry["plain"]["ms_per_step"] / entry["lean"]["ms_per_step"], 3)
+        out[label] = entry
+        del runners
+        torch.cuda.empty_cache()
+    return out
+
+
+def _ms_per_step(runner: Any, batches: list[np.ndarray], steps: int) -> float:
+    prepared = [runner.prepare([rows], len(rows)) for rows in batches]
+    for micro in prepared[:3]:
+        runner.step(micro, 0)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for micro in prepared[3 : 3 + steps]:
+        runner.step(micro, 0)
+    end.record()
+    end.synchronize()
+    runner.read()
+    return start.elapsed_time(end) / steps
 
 
 def _profiled(step: Callable[[np.ndarray], None], batches: list[np.ndarray], steps: int, profile: Any,
@@ -478,7 +570,8 @@ def embed_sst2(prep: dict[str, Any], peak: float) -> dict[str, Any]:
     texts, _ = read_tsv(work / "sst2x.tsv")
     result: dict[str, Any] = {"data": f"SST-2 train x{len(texts) // prep['rows_per_copy']} ({len(texts)} rows)",
                               "model": "BERT-base shape, random init (BertConfig())", "pool": "cls, last layer"}
-    result["sentence_transformers"] = st_best(folder, texts, 128, (256, 1024), no_cudnn_batches=(1024,))
+    # batch 64 and 256 were slower than 1024 at both precisions (run1-embed.json, run2-embed.json)
+    result["sentence_transformers"] = st_best(folder, texts, 128, (1024,), no_cudnn_batches=(1024,))
     for name in PRECISIONS:
         result[f"bertkit_embed_{name}"] = bertkit_embed(folder, work / "sst2x.tsv", work / f"store-{name}", name, 128)
     features, seconds = bertkit_features(folder, texts, PRECISIONS[0], 128)
@@ -506,24 +599,36 @@ def features_vs_fp32(folder: Path, texts: list[str], low: np.ndarray) -> dict[st
             "relative_l2": round(float(np.linalg.norm(low - reference) / np.linalg.norm(reference)), 5)}
 
 
-def embed_long(prep: dict[str, Any], peak: float) -> dict[str, Any]:
-    """512-token documents: sentence-transformers at its best vs bertkit, and bertkit's MFU."""
+def embed_long(prep: dict[str, Any], peak: float, size: dict[str, Any]) -> dict[str, Any]:
+    """512-token documents: `bertkit embed` (the command: tokenizing ahead, encoding, writing the store) and the
+    in-memory extraction against sentence-transformers at its best (batch 32 was slower than 128 in run1/run2), and
+    bertkit's MFU."""
     from bertkit.models import loading
 
     work, folder = prep["work"], prep["bert_encoder"]
-    texts = read_tsv(work / "docs_train.tsv")[0]
-    texts = texts * max(1, 4096 // len(texts))
+    docs = read_tsv(work / "docs_train.tsv")
+    copies = max(1, -(-size["embed_docs"] // len(docs[0])))
+    path = work / "docs_embed.tsv"
+    path.write_text("".join(f"{t}\t{y}\n" for t, y in zip(docs[0] * copies, docs[1] * copies, strict=True)))
+    texts = read_tsv(path)[0]
     lengths = token_lengths_of(texts, loading.load_tokenizer(str(folder)), 512)
     result: dict[str, Any] = {"data": f"{len(texts)} documents, {int(lengths.mean())} tokens on average (max 512)"}
-    result["sentence_transformers"] = st_best(folder, texts, 512, (32, 128))
+    st_texts = texts[: size["st_docs"]]
+    result["sentence_transformers"] = st_best(folder, st_texts, 512, (128,))
+    result["sentence_transformers"]["rows"] = len(st_texts)
+    st = result["sentence_transformers"]["best_rows_per_second"]
+    embedded = bertkit_embed(folder, path, work / "store-docs", PRECISIONS[0], 512)
+    result["bertkit_embed"] = embedded
     _, seconds = bertkit_features(folder, texts, PRECISIONS[0], 512)
     result["bertkit_extract"] = {"precision": PRECISIONS[0], "seconds": round(seconds, 3),
                                  "rows_per_second": round(len(texts) / seconds, 1)}
-    result["bertkit_vs_st_best"] = round(result["bertkit_extract"]["rows_per_second"]
-                                         / result["sentence_transformers"]["best_rows_per_second"], 2)
-    result["mfu_long"] = round(forward_flops(prep["config"], lengths, True) / seconds / (peak * 1e12), 4)
-    result["mfu_long_full_model_flops"] = round(forward_flops(prep["config"], lengths, False) / seconds
-                                                / (peak * 1e12), 4)
+    result["bertkit_vs_st_best"] = round(embedded["rows_per_second"] / st, 2)
+    result["bertkit_extract_vs_st_best"] = round(result["bertkit_extract"]["rows_per_second"] / st, 2)
+    for name, rate in (("", embedded["rows_per_second"]), ("_extract", result["bertkit_extract"]["rows_per_second"])):
+        flops_per_row = forward_flops(prep["config"], lengths, True) / len(texts)
+        full_per_row = forward_flops(prep["config"], lengths, False) / len(texts)
+        result[f"mfu_long{name}"] = round(flops_per_row * rate / (peak * 1e12), 4)
+        result[f"mfu_long{name}_full_model_flops"] = round(full_per_row * rate / (peak * 1e12), 4)
     return result
 
 
@@ -651,11 +756,16 @@ def main(argv: list[str] | None = None) -> int:
             if ft:
                 run.files["finetune"]["mfu_long"] = ft["bertkit"]["mfu"]
                 run.files["finetune"]["bertkit_vs_trainer_best_long"] = ft["bertkit_vs_trainer_best"]
+        if want("lean") and torch.cuda.is_available():
+            lean = run.section("finetune", "lean_layers_before_after", lambda: lean_layers_before_after(
+                prep, peak, size["variant_steps"]), need=20)
+            if lean:
+                run.files["finetune"]["mfu_long_steady_step"] = lean["documents_512"]["lean"]["mfu"]
         if want("embed"):
             emb = run.section("embed", "sst2_x8", lambda: embed_sst2(prep, peak), need=40)
             if emb:
                 run.files["embed"]["bertkit_vs_st_best"] = emb["bertkit_vs_st_best"]
-            long = run.section("embed", "documents_512", lambda: embed_long(prep, peak), need=25)
+            long = run.section("embed", "documents_512", lambda: embed_long(prep, peak, size), need=25)
             if long:
                 run.files["embed"]["mfu_long"] = long["mfu_long"]
             st = (emb or {}).get("sentence_transformers", {}).get("best_rows_per_second")
