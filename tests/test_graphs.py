@@ -252,3 +252,24 @@ def test_the_classifier_checks_its_own_layers_and_uses_them_on_a_gpu_only(tiny_b
     with torch.no_grad():
         torch.testing.assert_close(net.fast_logits(**batch, own_layers=True), net.own_logits(**batch),
                                    rtol=1e-4, atol=1e-5)
+
+
+def test_compile_on_a_gpu_warns_that_it_replaces_the_graphed_steps(caplog):
+    """--compile on a GPU where the steps would be CUDA graphs: the run steps eagerly (compiled) and says so as a
+    warning with the fix, not a silent slow path."""
+    from types import SimpleNamespace
+
+    unwrapped = SimpleNamespace(fast=True)
+    accelerator = SimpleNamespace(device=torch.device("cuda"), num_processes=1, mixed_precision="bf16",
+                                  unwrap_model=lambda net: unwrapped)
+    session = SimpleNamespace(cfg=SimpleNamespace(cuda_graphs="auto", compile=True), accelerator=accelerator, net=None)
+    assert launch.graphs_unavailable(session) == "--compile"
+    with caplog.at_level("WARNING", logger="bertkit.training.launch"):
+        assert launch.start_graphs(session, state=None) is None
+    assert "Drop --compile" in caplog.text
+    session.cfg.compile = False
+    session.accelerator.mixed_precision = "fp16"  # any other reason stays an info line
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="bertkit.training.launch"):
+        assert launch.start_graphs(session, state=None) is None
+    assert caplog.text == ""

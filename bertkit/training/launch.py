@@ -50,7 +50,11 @@ def start_graphs(session: Any, state: Any) -> Any:
     optimizer and the generator are the checkpoint's); None where steps run eagerly (why: logged)."""
     reason = graphs_unavailable(session)
     if reason is not None:
-        if session.accelerator.device.type == "cuda":
+        if session.accelerator.device.type == "cuda" and reason == "--compile":
+            log.warning("--compile replaces the CUDA-graph steps on this GPU: the graphs already remove the launch "
+                        "overhead compiling was meant to cut, and the compile time is part of this run. Drop "
+                        "--compile to replay the steps as graphs.")
+        elif session.accelerator.device.type == "cuda":
             log.info("steps run eagerly, not as CUDA graphs: %s", reason)
         return None
     cfg, accelerator = session.cfg, session.accelerator

@@ -126,7 +126,8 @@ class FinetuneOptions(TrackingOptions, TruncationOption, MetricOptions, TaskOpti
                                 "same logits and gradients, fewer FLOPs. Off: the model's own forward.", panel=MODEL)
     compile: bool = option(False, "torch.compile the model's forward and backward (Inductor, dynamic shapes: one "
                            "compile, no recompiles per batch length). Off by default: on a CPU without native bf16 it "
-                           "measured slower (docs/benchmarks.md, \"Training levers\").", panel=MODEL)
+                           "measured slower (docs/benchmarks.md, \"Training levers\"); on a GPU it replaces the "
+                           "CUDA-graph steps, which already cut the launch overhead (a warning says so).", panel=MODEL)
     cuda_graphs: str = option("auto", "On one CUDA GPU in bf16/fp32, replay each step as CUDA graphs (one per padded "
                               "length bucket): the GPU stops waiting on Python between kernels. off: launch every "
                               "kernel from Python.", choices=("auto", "off"), panel=MODEL)
