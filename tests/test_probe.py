@@ -418,3 +418,40 @@ def test_a_one_layer_store_says_how_to_compare_layers(tiny_bert_dir, toy_store, 
     assert any("--layers all" in note for note in json.loads(probed.stdout)["notes"])
     every = invoke("probe", "--features", toy_store, "--layers", "-1", "--no-baselines", "--json", "--quiet")
     assert not any("--layers all" in note for note in json.loads(every.stdout)["notes"])  # the store has them all
+
+
+def test_probe_result_records_are_typed_and_write_back_the_json_they_were_read_from():
+    """`bertkit probe` returns typed records (cells, best cell, baselines, refits) that cli/show.py reads by
+    attribute; --json writes each back as the object metrics.json holds."""
+    import json as json_module
+
+    from bertkit.commands.probe import ProbeResult
+    from bertkit.io.atomic import to_json
+
+    record = {
+        "model": "m", "revision": None, "source": "s", "features": None, "dtype": "fp32",
+        "rows": {"train": 10, "dev": 4}, "labels": ["a", "b"], "probe": {"C": 1.0},
+        "sweep": [{"pool": "cls", "layer": 0, "layer_name": "layer 1", "accuracy": 0.75, "f1": 0.7, "mcc": 0.5,
+                   "accuracy_ci95": [0.5, 1.0], "C": 1.0, "cv": None, "best": True}],
+        "best": {"pool": "cls", "layer": "layer 1", "hidden_state": 1, "C": 1.0,
+                 "dev": {"accuracy": 0.75, "f1": 0.7, "mcc": 0.5, "n": 4, "requested": ["mcc"],
+                         "external": {"matthews_correlation": 0.5}},
+                 "accuracy_ci95": [0.5, 1.0], "test": {"accuracy": 0.6, "n": 5}},
+        "notes": [],
+        "baselines": {"majority": {"accuracy": 0.5, "f1": 0.33, "mcc": 0.0},
+                      "random_encoder": {"accuracy": 0.55, "f1": 0.5, "mcc": 0.1, "pool": "cls", "layer": "layer 1",
+                                         "C": 1.0}},
+        "repeats": {"repeats": 3, "fraction": 0.8, "accuracy": {"mean": 0.7, "std": 0.05, "values": [0.65, 0.7, 0.75]}},
+    }
+    result = ProbeResult.from_json(json_module.loads(json_module.dumps(record)))
+    cell, best = result.sweep[0], result.best
+    assert (cell.pool, cell.layer_name, cell.best, cell.C) == ("cls", "layer 1", True, 1.0)
+    assert cell.scores == {"accuracy": 0.75, "f1": 0.7, "mcc": 0.5} and cell.intervals == {"accuracy": (0.5, 1.0)}
+    assert best.dev["accuracy"] == 0.75 and "n" not in best.dev
+    assert best.asked == {"mcc": 0.5, "matthews_correlation": 0.5}
+    assert best.test is not None and best.test.rows == 5 and best.test.scores == {"accuracy": 0.6}
+    assert result.baselines["majority"].C is None and result.baselines["majority"].where is None
+    assert result.baselines["random_encoder"].where == ("cls", "layer 1")
+    assert result.repeats is not None and result.repeats.spreads["accuracy"].std == 0.05
+    written = json_module.loads(to_json({k: getattr(result, k) for k in record}))
+    assert written == record

@@ -135,26 +135,24 @@ def _print_probe_report(result: ProbeResult) -> None:
         _print_shaped_probe_report(result)
         return
     rows = []
-    for r in result.sweep:
-        ci = r["accuracy_ci95"]
-        rows.append([r["pool"], r["layer_name"] + (" *" if r["best"] else ""), r["accuracy"], f"{ci[0]:.3f}-{ci[1]:.3f}",
-                     r["f1"], r["mcc"], f"{r['C']:g}"])
+    for cell in result.sweep:
+        low, high = cell.intervals["accuracy"]
+        rows.append([cell.pool, cell.layer_name + (" *" if cell.best else ""), cell.scores["accuracy"],
+                     f"{low:.3f}-{high:.3f}", cell.scores["f1"], cell.scores["mcc"], f"{cell.C:g}"])
     names = {"majority": "majority class", "tfidf": "TF-IDF + LR (text)", "random_encoder": "random-init encoder"}
-    for key, b in result.baselines.items():
-        where = f" ({b['pool']} {b['layer']})" if key == "random_encoder" else ""
-        rows.append(["baseline", names.get(key, key) + where, b["accuracy"], "", b["f1"], b["mcc"],
-                     f"{b['C']:g}" if "C" in b else ""])
+    for key, base in result.baselines.items():
+        where = f" ({base.where[0]} {base.where[1]})" if base.where else ""
+        rows.append(["baseline", names.get(key, key) + where, base.scores["accuracy"], "", base.scores["f1"],
+                     base.scores["mcc"], "" if base.C is None else f"{base.C:g}"])
     sizes = result.rows
     title = (f"Linear probe — {result.model} — train {sizes['train']:,} rows, dev {sizes['dev']:,} rows "
              f"(* = best dev accuracy)")
     out_console.print(table(title, ["pool", "layer", "dev acc", "95% CI", "macro-F1", "MCC", "C"], rows))
     best = result.best
-    asked = {**{k: best["dev"][k] for k in best["dev"].get("requested", ()) if isinstance(best["dev"].get(k), float)},
-             **best["dev"].get("external", {})}
-    if asked:  # --metric: the scores asked for, of the best cell's dev predictions
-        out_console.print(table(f"--metric on dev — best cell ({best['pool']} {best['layer']})", ["metric", "value"],
-                                [[k, v] for k, v in asked.items()]))
-    line = f"best: {best['pool']} {best['layer']}, dev accuracy {best['dev']['accuracy']:.3f}"
+    if best.asked:  # --metric: the scores asked for, of the best cell's dev predictions
+        out_console.print(table(f"--metric on dev — best cell ({best.pool} {best.layer})", ["metric", "value"],
+                                [[k, v] for k, v in best.asked.items()]))
+    line = f"best: {best.pool} {best.layer}, dev accuracy {best.dev['accuracy']:.3f}"
     out_console.print(line + _repeats_and_test(result, "accuracy", "accuracy"), highlight=False)
 
 
@@ -162,11 +160,10 @@ def _repeats_and_test(result: ProbeResult, metric: str, name: str) -> str:
     """The probe summary's tail: the spread of the refits on subsets, and the test score, where the run has them."""
     best, tail = result.best, ""
     if result.repeats:
-        rep = result.repeats
-        tail += (f"; {rep['repeats']} refits on {rep['fraction']:.0%} subsets: {rep[metric]['mean']:.3f} "
-                 f"± {rep[metric]['std']:.3f}")
-    if "test" in best:
-        tail += f"; test {name} {format_score(best['test'][metric], '.3f')} (n={best['test']['n']})"
+        refits, spread = result.repeats, result.repeats.spreads[metric]
+        tail += f"; {refits.repeats} refits on {refits.fraction:.0%} subsets: {spread.mean:.3f} ± {spread.std:.3f}"
+    if best.test is not None:
+        tail += f"; test {name} {format_score(best.test.scores.get(metric), '.3f')} (n={best.test.rows})"
     return tail
 
 
@@ -183,24 +180,24 @@ def _print_shaped_probe_report(result: ProbeResult) -> None:
     metric, keys = SHAPE[task].headline, SHAPE[task].probe_keys
     header = [METRIC_HEADERS[k] for k in keys]
     rows = []
-    for r in result.sweep:
-        ci = r[f"{metric}_ci95"]
-        rows.append([r["pool"], r["layer_name"] + (" *" if r["best"] else ""), r[metric], f"{ci[0]:.3f}-{ci[1]:.3f}",
-                     *[r[k] for k in keys[1:]], _penalty(task, r["C"])])
+    for cell in result.sweep:
+        low, high = cell.intervals[metric]
+        rows.append([cell.pool, cell.layer_name + (" *" if cell.best else ""), cell.scores[metric],
+                     f"{low:.3f}-{high:.3f}", *[cell.scores[k] for k in keys[1:]], _penalty(task, cell.C)])
     tfidf = "TF-IDF + ridge (text)" if task == "regression" else "TF-IDF + OvR LR (text)"
-    for key, b in result.baselines.items():
-        where = f" ({b['pool']} {b['layer']})" if key == "random_encoder" else ""
+    for key, base in result.baselines.items():
+        where = f" ({base.where[0]} {base.where[1]})" if base.where else ""
         name = tfidf if key == "tfidf" else PROBE_BASELINE_NAMES.get(key, key)
-        rows.append(["baseline", name + where, b[metric], "", *[b[k] for k in keys[1:]],
-                     _penalty(task, b["C"]) if "C" in b else ""])
+        rows.append(["baseline", name + where, base.scores[metric], "", *[base.scores[k] for k in keys[1:]],
+                     "" if base.C is None else _penalty(task, base.C)])
     sizes = result.rows
     title = (f"Linear probe ({task.replace('_', '-')}) — {result.model} — train {sizes['train']:,} rows, dev "
              f"{sizes['dev']:,} rows (* = best dev {header[0]})")
     penalty = "ridge alpha" if task == "regression" else "C"
     out_console.print(table(title, ["pool", "layer", f"dev {header[0]}", "95% CI", *header[1:], penalty], rows))
     best = result.best
-    line = f"best: {best['pool']} {best['layer']}, dev {header[0]} {best['dev'][metric]:.3f}"
-    line += f" (ridge alpha {best['alpha']:g})" if task == "regression" else f" (threshold {best['threshold']})"
+    line = f"best: {best.pool} {best.layer}, dev {header[0]} {best.dev[metric]:.3f}"
+    line += f" (ridge alpha {best.alpha:g})" if task == "regression" else f" (threshold {best.threshold})"
     out_console.print(line + _repeats_and_test(result, metric, header[0]), highlight=False)
 
 

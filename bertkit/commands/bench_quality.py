@@ -111,7 +111,7 @@ def command_line(plan: QualityPlan, config: Any) -> str:
 def probe_score(config: ProbeConfig) -> tuple[str, float]:
     """`bertkit probe`'s best cell: (where in its results, dev accuracy)."""
     result = probe.run(config, progress=False)
-    return f"best.dev.{PROBE_METRIC}", float(result.best["dev"][PROBE_METRIC])
+    return f"best.dev.{PROBE_METRIC}", result.best.dev[PROBE_METRIC]
 
 
 def finetune_score(config: FinetuneConfig) -> tuple[str, float]:

@@ -21,6 +21,7 @@ from bertkit.features.settings import POOLS, layers_problem
 from bertkit.models.compute import INFERENCE_PRECISION_HELP, INFERENCE_PRECISIONS, TRUST_HELP
 from bertkit.models.folders import OFFLINE_NAME
 from bertkit.options import DATA, MODEL, OUTPUT, PROBE, config_dict, option, overwrite_option
+from bertkit.probe.records import BestCell, ProbeBaseline, ProbeCell, Refits
 from bertkit.scoring.options import CLASS_WEIGHTS, MetricOptions
 
 log = logging.getLogger(__name__)
@@ -124,14 +125,23 @@ class ProbeResult:
     labels: list[str]
     probe: dict[str, Any]
     """The probe's kind and settings (C or its search, class weights; the shape for numbers and tags)."""
-    sweep: list[dict[str, Any]]
-    best: dict[str, Any]
+    sweep: list[ProbeCell]
+    best: BestCell
     notes: list[str] = field(default_factory=list)
     task: str | None = field(default=None, metadata={"omit_empty": True})
     """regression or multi_label (their own metrics); None for one label per row."""
-    baselines: dict[str, Any] = field(default_factory=dict, metadata={"omit_empty": True})
-    repeats: dict[str, Any] | None = field(default=None, metadata={"omit_empty": True})
+    baselines: dict[str, ProbeBaseline] = field(default_factory=dict, metadata={"omit_empty": True})
+    repeats: Refits | None = field(default=None, metadata={"omit_empty": True})
     outputs: dict[str, str] = field(default_factory=dict, metadata={"omit_empty": True})
+
+    @classmethod
+    def from_json(cls, record: dict[str, Any]) -> ProbeResult:
+        """The result from the object metrics.json holds (its nested records typed, see `bertkit.probe.records`)."""
+        typed = {"sweep": [ProbeCell.from_json(row) for row in record["sweep"]],
+                 "best": BestCell.from_json(record["best"]),
+                 "baselines": {k: ProbeBaseline.from_json(k, v) for k, v in record.get("baselines", {}).items()},
+                 "repeats": Refits.from_json(record["repeats"]) if record.get("repeats") else None}
+        return cls(**{**record, **typed})
 
 
 def run(cfg: ProbeConfig, progress: bool = False) -> ProbeResult:
@@ -193,7 +203,7 @@ def run(cfg: ProbeConfig, progress: bool = False) -> ProbeResult:
                  f"{result['outputs']['probe']}). " if run_dir is not None else "")
         raise UserError(f"--metric {failed.spec} failed on the best probe's predictions: {failed.reason}. {saved}Fix "
                         f"the metric script and re-run this command, or drop --metric {failed.spec}.")
-    return ProbeResult(**result)
+    return ProbeResult.from_json(result)
 
 
 def check_shape_options(cfg: Any, external: Sequence[Any], labels: Any) -> None:

@@ -29,6 +29,8 @@ def _json_default(value: Any) -> Any:
         return value.tolist()
     if isinstance(value, Path):
         return str(value)
+    if getattr(type(value), "JSON_RECORD", False):  # a typed record that writes the JSON object it was read from
+        return value.to_json()
     if hasattr(value, "__dataclass_fields__"):
         import dataclasses
 

@@ -1,0 +1,141 @@
+"""The parts of a probe result as typed records: the sweep's cells, the best cell, the baselines and the refits.
+`bertkit probe` returns them (`cli/show.py` reads their attributes); each is read from the JSON object metrics.json
+holds (`from_json`) and writes that object back unchanged (`to_json`), so --json and metrics.json stay as they were.
+Scores stay a map from metric name to value: which metrics a probe reports depends on its problem shape."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+PLACE_KEYS = frozenset({"layer", "hidden_state", "C", "alpha", "threshold", "n", "cv"})
+"""Entries of a record that say where or how it was fitted (or on how many rows), not how well it scored."""
+
+
+def scores_of(record: dict[str, Any]) -> dict[str, float | None]:
+    """The record's metric values: its numbers, and None for a metric undefined on these rows (Pearson of constant
+    predictions), less `PLACE_KEYS` (flags, lists and maps left out)."""
+    return {k: None if v is None else float(v) for k, v in record.items()
+            if (v is None or isinstance(v, int | float) and not isinstance(v, bool)) and k not in PLACE_KEYS}
+
+
+def intervals_of(record: dict[str, Any]) -> dict[str, tuple[float, float]]:
+    """metric -> its 95% bootstrap interval, from the record's `<metric>_ci95` entries."""
+    return {k.removesuffix("_ci95"): (float(v[0]), float(v[1])) for k, v in record.items()
+            if k.endswith("_ci95") and v is not None}
+
+
+@dataclass(frozen=True)
+class ProbeCell:
+    """One (pooling, layer) cell of the sweep: its dev scores, their intervals, its penalty C."""
+
+    pool: str
+    layer_name: str
+    best: bool
+    C: float
+    scores: dict[str, float | None]
+    intervals: dict[str, tuple[float, float]]
+    record: dict[str, Any] = field(repr=False, compare=False)
+    JSON_RECORD: ClassVar[bool] = True
+
+    @classmethod
+    def from_json(cls, record: dict[str, Any]) -> ProbeCell:
+        return cls(str(record["pool"]), str(record["layer_name"]), bool(record.get("best")), float(record["C"]),
+                   scores_of(record), intervals_of(record), record)
+
+    def to_json(self) -> dict[str, Any]:
+        return self.record
+
+
+@dataclass(frozen=True)
+class ProbeBaseline:
+    """A baseline's dev scores; `where` is the random-init encoder's (pooling, layer), `C` its penalty if fitted."""
+
+    name: str
+    scores: dict[str, float | None]
+    C: float | None
+    where: tuple[str, str] | None
+    record: dict[str, Any] = field(repr=False, compare=False)
+    JSON_RECORD: ClassVar[bool] = True
+
+    @classmethod
+    def from_json(cls, name: str, record: dict[str, Any]) -> ProbeBaseline:
+        where = (str(record["pool"]), str(record["layer"])) if "pool" in record else None
+        C = float(record["C"]) if "C" in record else None
+        return cls(name, scores_of(record), C, where, record)
+
+    def to_json(self) -> dict[str, Any]:
+        return self.record
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """The best cell's scores on the test split."""
+
+    rows: int
+    scores: dict[str, float | None]
+    record: dict[str, Any] = field(repr=False, compare=False)
+    JSON_RECORD: ClassVar[bool] = True
+
+    @classmethod
+    def from_json(cls, record: dict[str, Any]) -> HeldOut:
+        return cls(int(record["n"]), scores_of(record), record)
+
+    def to_json(self) -> dict[str, Any]:
+        return self.record
+
+
+@dataclass(frozen=True)
+class BestCell:
+    """The best cell by the dev metric: where it is, its penalty, its dev scores (and the --metric ones asked for),
+    the tag threshold or ridge alpha of the shaped probes, and its test scores where there is a test split."""
+
+    pool: str
+    layer: str
+    C: float
+    dev: dict[str, float | None]
+    asked: dict[str, float]
+    """The scores --metric asked for: built-in ones by name, then the `evaluate` modules'."""
+    alpha: float | None
+    threshold: Any
+    test: HeldOut | None
+    record: dict[str, Any] = field(repr=False, compare=False)
+    JSON_RECORD: ClassVar[bool] = True
+
+    @classmethod
+    def from_json(cls, record: dict[str, Any]) -> BestCell:
+        dev = record.get("dev", {})
+        asked = {k: float(dev[k]) for k in dev.get("requested", ()) if isinstance(dev.get(k), float)}
+        asked.update({k: float(v) for k, v in dev.get("external", {}).items()})
+        test = HeldOut.from_json(record["test"]) if "test" in record else None
+        alpha = float(record["alpha"]) if "alpha" in record else None
+        return cls(str(record["pool"]), str(record["layer"]), float(record["C"]), scores_of(dev), asked, alpha,
+                   record.get("threshold"), test, record)
+
+    def to_json(self) -> dict[str, Any]:
+        return self.record
+
+
+@dataclass(frozen=True)
+class Spread:
+    mean: float
+    std: float
+
+
+@dataclass(frozen=True)
+class Refits:
+    """The best cell refitted `repeats` times on random `fraction`s of the training rows: each metric's spread."""
+
+    repeats: int
+    fraction: float
+    spreads: dict[str, Spread]
+    record: dict[str, Any] = field(repr=False, compare=False)
+    JSON_RECORD: ClassVar[bool] = True
+
+    @classmethod
+    def from_json(cls, record: dict[str, Any]) -> Refits:
+        spreads = {k: Spread(float(v["mean"]), float(v["std"])) for k, v in record.items() if isinstance(v, dict)}
+        return cls(int(record["repeats"]), float(record["fraction"]), spreads, record)
+
+    def to_json(self) -> dict[str, Any]:
+        return self.record
