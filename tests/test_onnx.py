@@ -341,7 +341,8 @@ def test_options_an_export_kind_ignores_warn_and_stay_off_its_record_and_card(ti
 
 
 def test_the_gate_refusal_shows_the_digits_that_put_it_below_the_threshold():
-    from bertkit.commands.export import ExportConfig, below, refusal_message
+    from bertkit.commands.export import ExportConfig
+    from bertkit.commands.export_gate import below, refusal_message
 
     assert below(0.999987, 0.99999) == "0.999987" and below(0.5, 0.99) == "0.5000"
     cosine = refusal_message({"statistic": "mean_cosine", "mean_cosine": 0.9999897, "min_cosine": 0.9999, "rows": 40},
@@ -353,3 +354,21 @@ def test_the_gate_refusal_shows_the_digits_that_put_it_below_the_threshold():
                                 ExportConfig(model="m", out="o", min_agreement=0.99999))
     assert "on a share 0.99998 of 50000 gate rows (1 disagree), below --min-agreement 0.99999" in agreement
     assert "100.00%" not in agreement
+
+
+def test_the_gate_report_is_typed_and_writes_back_export_reports_object():
+    """`bertkit export` returns the gate as a typed record (cli/show.py reads its attributes); --json writes the
+    object export_report.json holds, with no field the gate did not report."""
+    import json
+
+    from bertkit.commands.export_gate import GateReport
+    from bertkit.io.atomic import to_json
+
+    record = {"statistic": "agreement", "threshold": 0.99, "rows": 40, "task": "single_label", "agreement": 1.0,
+              "disagreeing_rows": 0, "max_abs_logit_diff": 0.01, "passed": True, "metric": "accuracy",
+              "metric_fp32": 0.9, "metric_export": 0.9}
+    gate = GateReport.from_json(record)
+    assert (gate.statistic, gate.rows, gate.passed, gate.agreement, gate.metric_export) == ("agreement", 40, True,
+                                                                                             1.0, 0.9)
+    assert gate.mean_cosine is None
+    assert json.loads(to_json({"gate": gate})) == {"gate": record}

@@ -327,19 +327,19 @@ def show_export(result: ExportResult, view: View) -> None:
     if view.json:
         emit_json(result)
         return
-    report = result.gate
+    gate = result.gate
     backend = "ONNX int8" if result.quantized else "ONNX fp32"
-    rows = [["rows", report["rows"]]]
-    if report["statistic"] == "agreement":
-        rows += [["label agreement with fp32", f"{report['agreement']:.4f} (min {report['threshold']:g})"],
-                 ["largest logit difference", f"{report['max_abs_logit_diff']:.4g}"]]
-        if report.get("metric"):
-            rows.append([f"{report['metric']} fp32 -> export",
-                         f"{format_score(report['metric_fp32'])} -> {format_score(report['metric_export'])}"])
+    rows: list[list[Any]] = [["rows", gate.rows]]
+    if gate.statistic == "agreement":
+        rows += [["label agreement with fp32", f"{gate.agreement:.4f} (min {gate.threshold:g})"],
+                 ["largest logit difference", f"{gate.max_abs_logit_diff:.4g}"]]
+        if gate.metric:
+            rows.append([f"{gate.metric} fp32 -> export",
+                         f"{format_score(gate.metric_fp32)} -> {format_score(gate.metric_export)}"])
     else:
-        rows += [["mean cosine with fp32", f"{report['mean_cosine']:.4f} (min {report['threshold']:g})"],
-                 ["lowest cosine", f"{report['min_cosine']:.4f}"],
-                 ["largest difference", f"{report['max_abs_diff']:.4g}"]]
+        rows += [["mean cosine with fp32", f"{gate.mean_cosine:.4f} (min {gate.threshold:g})"],
+                 ["lowest cosine", f"{gate.min_cosine:.4f}"],
+                 ["largest difference", f"{gate.max_abs_diff:.4g}"]]
     out_console.print(table(f"{backend} {result.kind} export of {result.model}: gate on {result.data}",
                             ["measure", "value"], rows))
     if result.forced:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from bertkit import __version__
 from bertkit.commands.evaluate import shape_metrics
+from bertkit.commands.export_gate import GateReport, refusal_message
 from bertkit.commands.predict import Outputs, read_as_saved
 from bertkit.commands.preflight import check_inputs
 from bertkit.data.options import LabelOptions
@@ -130,7 +131,7 @@ class ExportResult:
     backend: str
     data: str
     data_fingerprint: str
-    gate: dict[str, Any]
+    gate: GateReport
     forced: bool
     size_bytes: int
 
@@ -186,7 +187,7 @@ def run(cfg: ExportConfig, progress: bool = False) -> ExportResult:
             ownership.place_file(item, run.path / item.name)
         run.commit()
     return ExportResult(cfg.model, kind, cfg.out or "", cfg.quantized, report["backend"], dataset.source,
-                        dataset.fingerprint, gate, report["forced"],
+                        dataset.fingerprint, GateReport.from_json(gate), report["forced"],
                         os.path.getsize(Path(cfg.out or "").expanduser() / onnx.MODEL_FILE))
 
 
@@ -412,36 +413,3 @@ def features_gate(model: Any, exported: Any, tokenizer: Any, dataset: TextDatase
             "mean_cosine": mean, "min_cosine": float(cosine.min()) if len(cosine) else 1.0,
             "max_abs_diff": float(np.abs(reference - features).max()) if len(cosine) else 0.0,
             "passed": mean >= cfg.min_cosine}
-
-
-def below(value: float, threshold: float) -> str:
-    """`value` with the fewest decimals (at least 4) that show it below `threshold`: "0.999987" against 0.99999,
-    never "1.0000" against "1.0000"."""
-    for decimals in range(4, 16):
-        shown = f"{value:.{decimals}f}"
-        if float(shown) < threshold:
-            return shown
-    return repr(value)
-
-
-def refusal_message(report: dict[str, Any], cfg: ExportConfig) -> str:
-    """The gate's refusal: the numbers (with the digits that show them below the threshold), that nothing was
-    written, and the fixes."""
-    what = f"The {'int8 ' if cfg.quantized else ''}ONNX export of {cfg.model}"
-    if report["statistic"] == "agreement":
-        share = below(report["agreement"], cfg.min_agreement)
-        numbers = (f"predicts the PyTorch fp32 model's label on a share {share} of {report['rows']} gate rows "
-                   f"({report['disagreeing_rows']} disagree), below --min-agreement {cfg.min_agreement!r}; largest "
-                   f"logit difference {report['max_abs_logit_diff']:.3g}")
-        if report.get("metric"):
-            numbers += f"; {report['metric']} {report['metric_fp32']:.4f} -> {report['metric_export']:.4f}"
-        lower = "--min-agreement"
-    else:
-        numbers = (f"has features with mean cosine similarity {below(report['mean_cosine'], cfg.min_cosine)} "
-                   f"(lowest row {report['min_cosine']:.6g}) to the PyTorch fp32 features on {report['rows']} gate "
-                   f"rows, below --min-cosine {cfg.min_cosine!r}")
-        lower = "--min-cosine"
-    fix = ("Export with --quantize none (fp32 ONNX, which matches PyTorch), " if cfg.quantized else
-           "Check the model with the PyTorch folder, ")
-    return (f"{what} {numbers}. Nothing was written (--out {cfg.out} is as it was). {fix}lower {lower} if that "
-            f"loss is acceptable, or pass --force to keep it anyway (its export_report.json then says forced).")

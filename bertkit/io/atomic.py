@@ -9,6 +9,7 @@ later run removes exactly the temp files a killed run left, and replaces only fi
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -31,10 +32,8 @@ def _json_default(value: Any) -> Any:
         return str(value)
     if getattr(type(value), "JSON_RECORD", False):  # a typed record that writes the JSON object it was read from
         return value.to_json()
-    if hasattr(value, "__dataclass_fields__"):
-        import dataclasses
-
-        return dataclasses.asdict(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):  # one level: what it holds comes back here
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
     return str(value)
 
 

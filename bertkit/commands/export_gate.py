@@ -1,0 +1,72 @@
+"""The export gate's report, typed (`bertkit export` returns it, `cli/show.py` reads its attributes; it writes back
+the object export_report.json holds), and the refusal message with the digits that show a number below its
+threshold."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+
+@dataclass(frozen=True)
+class GateReport:
+    """The export against the PyTorch fp32 model on the gate rows: `statistic` (agreement for a classifier,
+    mean_cosine for features) against `threshold`, and the numbers behind it."""
+
+    statistic: str
+    threshold: float
+    rows: int
+    passed: bool
+    agreement: float | None = None
+    disagreeing_rows: int | None = None
+    max_abs_logit_diff: float | None = None
+    metric: str | None = None
+    """The headline metric on labelled gate rows, before (fp32) and after (the export)."""
+    metric_fp32: float | None = None
+    metric_export: float | None = None
+    mean_cosine: float | None = None
+    min_cosine: float | None = None
+    max_abs_diff: float | None = None
+    record: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    JSON_RECORD: ClassVar[bool] = True
+
+    @classmethod
+    def from_json(cls, record: dict[str, Any]) -> GateReport:
+        known = {k: record[k] for k in cls.__dataclass_fields__ if k in record and k != "record"}
+        return cls(**known, record=record)
+
+    def to_json(self) -> dict[str, Any]:
+        return self.record
+
+
+def below(value: float, threshold: float) -> str:
+    """`value` with the fewest decimals (at least 4) that show it below `threshold`: "0.999987" against 0.99999,
+    never "1.0000" against "1.0000"."""
+    for decimals in range(4, 16):
+        shown = f"{value:.{decimals}f}"
+        if float(shown) < threshold:
+            return shown
+    return repr(value)
+
+
+def refusal_message(report: dict[str, Any], cfg: Any) -> str:
+    """The gate's refusal (`cfg`: the ExportConfig): the numbers (with the digits that show them below the
+    threshold), that nothing was written, and the fixes."""
+    what = f"The {'int8 ' if cfg.quantized else ''}ONNX export of {cfg.model}"
+    if report["statistic"] == "agreement":
+        share = below(report["agreement"], cfg.min_agreement)
+        numbers = (f"predicts the PyTorch fp32 model's label on a share {share} of {report['rows']} gate rows "
+                   f"({report['disagreeing_rows']} disagree), below --min-agreement {cfg.min_agreement!r}; largest "
+                   f"logit difference {report['max_abs_logit_diff']:.3g}")
+        if report.get("metric"):
+            numbers += f"; {report['metric']} {report['metric_fp32']:.4f} -> {report['metric_export']:.4f}"
+        lower = "--min-agreement"
+    else:
+        numbers = (f"has features with mean cosine similarity {below(report['mean_cosine'], cfg.min_cosine)} "
+                   f"(lowest row {report['min_cosine']:.6g}) to the PyTorch fp32 features on {report['rows']} gate "
+                   f"rows, below --min-cosine {cfg.min_cosine!r}")
+        lower = "--min-cosine"
+    fix = ("Export with --quantize none (fp32 ONNX, which matches PyTorch), " if cfg.quantized else
+           "Check the model with the PyTorch folder, ")
+    return (f"{what} {numbers}. Nothing was written (--out {cfg.out} is as it was). {fix}lower {lower} if that "
+            f"loss is acceptable, or pass --force to keep it anyway (its export_report.json then says forced).")
