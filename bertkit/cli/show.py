@@ -300,21 +300,21 @@ def show_evaluate(result: EvaluateResult, cfg: EvaluateConfig, view: View) -> No
     if view.json:
         emit_json(result)
         return
-    scores = result.metrics
-    out_console.print(table(f"{cfg.model} on {result.data} ({scores['n']} rows)", ["metric", "value"],
-                            [[k, "undefined" if v is None else v] for k, v in metrics.headline(scores).items()]))
-    if scores.get("note"):
-        info(f"note: {scores['note']}", view.quiet)
+    out_console.print(table(f"{cfg.model} on {result.data} ({result.rows} rows)", ["metric", "value"],
+                            [[k, "undefined" if v is None else v]
+                             for k, v in metrics.headline(result.metrics).items()]))
+    if result.note:
+        info(f"note: {result.note}", view.quiet)
     plot = {"regression": "scatter.png", "multi_label": "per_label_f1.png"}.get(result.task, "confusion_matrix.png")
     if result.task == "multi_label":
-        out_console.print(table(f"per tag (threshold {scores['threshold']})", ["tag", "F1", "precision", "recall",
-                                                                             "support"],
+        out_console.print(table(f"per tag (threshold {result.threshold})", ["tag", "F1", "precision", "recall",
+                                                                            "support"],
                                 [[tag, r["f1"], r["precision"], r["recall"], r["support"]]
-                                 for tag, r in scores["per_label"].items()]))
+                                 for tag, r in result.per_tag.items()]))
     elif result.task == "single_label":
-        names = scores["labels"]
+        names, matrix = result.confusion
         out_console.print(table("confusion matrix (rows = true)", ["true \\ predicted", *names],
-                                [[names[i], *row] for i, row in enumerate(scores["confusion_matrix"])]))
+                                [[names[i], *row] for i, row in enumerate(matrix)]))
     if cfg.out:
         info(f"wrote {cfg.out}/metrics.json, predictions.csv, {plot}", view.quiet)
 
@@ -364,9 +364,7 @@ def show_bench(result: BenchResult, view: View) -> None:
         emit_json(result)
         return
     report = dataclasses.asdict(result)
-    env = result.environment
-    title = (f"bertkit bench ({result.protocol}) — {env['machine']['cpu']}, {env['device']}, {env['dtype']}, "
-             f"{env['torch_threads']} threads")
+    title = f"bertkit bench ({result.protocol}) — {result.machine}"
     out_console.print(table(title, *_models_as_columns(*bench_report.summary_rows(report)), measures_as_rows=True))
     columns, rows = bench_report.throughput_rows(report)
     if rows:

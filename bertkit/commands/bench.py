@@ -219,6 +219,12 @@ class BenchResult:
     loadavg_start: list[float] = field(default_factory=list)
     outputs: dict[str, str] = field(default_factory=dict)
 
+    @property
+    def machine(self) -> str:
+        """Where it was measured, for a title: CPU, device, precision and threads."""
+        env = self.environment
+        return f"{env['machine']['cpu']}, {env['device']}, {env['dtype']}, {env['torch_threads']} threads"
+
 
 def run(cfg: BenchConfig) -> BenchResult:
     """Measure, then write bench.json, bench.md and bench.png into --out (default runs/bench)."""

@@ -74,6 +74,30 @@ class EvaluateResult:
     def task(self) -> str:
         return self.metrics["task"]
 
+    @property
+    def rows(self) -> int:
+        return int(self.metrics["n"])
+
+    @property
+    def note(self) -> str | None:
+        """Why a metric is undefined or limited on these rows (e.g. one class only), if it is."""
+        return self.metrics.get("note")
+
+    @property
+    def threshold(self) -> Any:
+        """A tag model's decision threshold (tags: one for all, or one per tag)."""
+        return self.metrics.get("threshold")
+
+    @property
+    def per_tag(self) -> dict[str, dict[str, float]]:
+        """A tag model's scores per tag (F1, precision, recall, support); empty for other shapes."""
+        return self.metrics.get("per_label") or {}
+
+    @property
+    def confusion(self) -> tuple[list[str], list[list[int]]]:
+        """A single-label model's label names and confusion matrix (rows = true); empty for other shapes."""
+        return list(self.metrics.get("labels") or []), list(self.metrics.get("confusion_matrix") or [])
+
 
 def run(cfg: EvaluateConfig, *, progress: bool = False) -> EvaluateResult:
     """Metrics of a fine-tuned model on labelled --data (read in the model's problem shape); metrics.json,
