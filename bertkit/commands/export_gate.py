@@ -5,11 +5,13 @@ threshold."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
+
+from bertkit.io.atomic import JsonRecord
 
 
 @dataclass(frozen=True)
-class GateReport:
+class GateReport(JsonRecord):
     """The export against the PyTorch fp32 model on the gate rows: `statistic` (agreement for a classifier,
     mean_cosine for features) against `threshold`, and the numbers behind it."""
 
@@ -28,15 +30,12 @@ class GateReport:
     min_cosine: float | None = None
     max_abs_diff: float | None = None
     record: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
-    JSON_RECORD: ClassVar[bool] = True
 
     @classmethod
     def from_json(cls, record: dict[str, Any]) -> GateReport:
         known = {k: record[k] for k in cls.__dataclass_fields__ if k in record and k != "record"}
         return cls(**known, record=record)
 
-    def to_json(self) -> dict[str, Any]:
-        return self.record
 
 
 def below(value: float, threshold: float) -> str:

@@ -15,12 +15,23 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from bertkit.errors import UserError
 from bertkit.io import record
+
+
+class JsonRecord:
+    """A typed record read from a JSON object (its `record` field) that writes that object back unchanged: results
+    keep the JSON they always had while their readers use attributes."""
+
+    JSON_RECORD: ClassVar[bool] = True
+    record: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return self.record
 
 
 def _json_default(value: Any) -> Any:

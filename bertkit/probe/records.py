@@ -1,12 +1,14 @@
 """The parts of a probe result as typed records: the sweep's cells, the best cell, the baselines and the refits.
 `bertkit probe` returns them (`cli/show.py` reads their attributes); each is read from the JSON object metrics.json
-holds (`from_json`) and writes that object back unchanged (`to_json`), so --json and metrics.json stay as they were.
+holds (`from_json`) and writes that object back unchanged (`JsonRecord`), so --json and metrics.json stay as they were.
 Scores stay a map from metric name to value: which metrics a probe reports depends on its problem shape."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
+
+from bertkit.io.atomic import JsonRecord
 
 PLACE_KEYS = frozenset({"layer", "hidden_state", "C", "alpha", "threshold", "n", "cv"})
 """Entries of a record that say where or how it was fitted (or on how many rows), not how well it scored."""
@@ -26,7 +28,7 @@ def intervals_of(record: dict[str, Any]) -> dict[str, tuple[float, float]]:
 
 
 @dataclass(frozen=True)
-class ProbeCell:
+class ProbeCell(JsonRecord):
     """One (pooling, layer) cell of the sweep: its dev scores, their intervals, its penalty C."""
 
     pool: str
@@ -36,19 +38,16 @@ class ProbeCell:
     scores: dict[str, float | None]
     intervals: dict[str, tuple[float, float]]
     record: dict[str, Any] = field(repr=False, compare=False)
-    JSON_RECORD: ClassVar[bool] = True
 
     @classmethod
     def from_json(cls, record: dict[str, Any]) -> ProbeCell:
         return cls(str(record["pool"]), str(record["layer_name"]), bool(record.get("best")), float(record["C"]),
                    scores_of(record), intervals_of(record), record)
 
-    def to_json(self) -> dict[str, Any]:
-        return self.record
 
 
 @dataclass(frozen=True)
-class ProbeBaseline:
+class ProbeBaseline(JsonRecord):
     """A baseline's dev scores; `where` is the random-init encoder's (pooling, layer), `C` its penalty if fitted."""
 
     name: str
@@ -56,7 +55,6 @@ class ProbeBaseline:
     C: float | None
     where: tuple[str, str] | None
     record: dict[str, Any] = field(repr=False, compare=False)
-    JSON_RECORD: ClassVar[bool] = True
 
     @classmethod
     def from_json(cls, name: str, record: dict[str, Any]) -> ProbeBaseline:
@@ -64,29 +62,24 @@ class ProbeBaseline:
         C = float(record["C"]) if "C" in record else None
         return cls(name, scores_of(record), C, where, record)
 
-    def to_json(self) -> dict[str, Any]:
-        return self.record
 
 
 @dataclass(frozen=True)
-class HeldOut:
+class HeldOut(JsonRecord):
     """The best cell's scores on the test split."""
 
     rows: int
     scores: dict[str, float | None]
     record: dict[str, Any] = field(repr=False, compare=False)
-    JSON_RECORD: ClassVar[bool] = True
 
     @classmethod
     def from_json(cls, record: dict[str, Any]) -> HeldOut:
         return cls(int(record["n"]), scores_of(record), record)
 
-    def to_json(self) -> dict[str, Any]:
-        return self.record
 
 
 @dataclass(frozen=True)
-class BestCell:
+class BestCell(JsonRecord):
     """The best cell by the dev metric: where it is, its penalty, its dev scores (and the --metric ones asked for),
     the tag threshold or ridge alpha of the shaped probes, and its test scores where there is a test split."""
 
@@ -100,7 +93,6 @@ class BestCell:
     threshold: Any
     test: HeldOut | None
     record: dict[str, Any] = field(repr=False, compare=False)
-    JSON_RECORD: ClassVar[bool] = True
 
     @classmethod
     def from_json(cls, record: dict[str, Any]) -> BestCell:
@@ -112,8 +104,6 @@ class BestCell:
         return cls(str(record["pool"]), str(record["layer"]), float(record["C"]), scores_of(dev), asked, alpha,
                    record.get("threshold"), test, record)
 
-    def to_json(self) -> dict[str, Any]:
-        return self.record
 
 
 @dataclass(frozen=True)
@@ -123,19 +113,16 @@ class Spread:
 
 
 @dataclass(frozen=True)
-class Refits:
+class Refits(JsonRecord):
     """The best cell refitted `repeats` times on random `fraction`s of the training rows: each metric's spread."""
 
     repeats: int
     fraction: float
     spreads: dict[str, Spread]
     record: dict[str, Any] = field(repr=False, compare=False)
-    JSON_RECORD: ClassVar[bool] = True
 
     @classmethod
     def from_json(cls, record: dict[str, Any]) -> Refits:
         spreads = {k: Spread(float(v["mean"]), float(v["std"])) for k, v in record.items() if isinstance(v, dict)}
         return cls(int(record["repeats"]), float(record["fraction"]), spreads, record)
 
-    def to_json(self) -> dict[str, Any]:
-        return self.record
