@@ -37,7 +37,6 @@ class GateReport(JsonRecord):
         return cls(**known, record=record)
 
 
-
 def below(value: float, threshold: float) -> str:
     """`value` with the fewest decimals (at least 4) that show it below `threshold`: "0.999987" against 0.99999,
     never "1.0000" against "1.0000"."""

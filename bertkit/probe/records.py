@@ -45,7 +45,6 @@ class ProbeCell(JsonRecord):
                    scores_of(record), intervals_of(record), record)
 
 
-
 @dataclass(frozen=True)
 class ProbeBaseline(JsonRecord):
     """A baseline's dev scores; `where` is the random-init encoder's (pooling, layer), `C` its penalty if fitted."""
@@ -63,7 +62,6 @@ class ProbeBaseline(JsonRecord):
         return cls(name, scores_of(record), C, where, record)
 
 
-
 @dataclass(frozen=True)
 class HeldOut(JsonRecord):
     """The best cell's scores on the test split."""
@@ -75,7 +73,6 @@ class HeldOut(JsonRecord):
     @classmethod
     def from_json(cls, record: dict[str, Any]) -> HeldOut:
         return cls(int(record["n"]), scores_of(record), record)
-
 
 
 @dataclass(frozen=True)
@@ -103,7 +100,6 @@ class BestCell(JsonRecord):
         alpha = float(record["alpha"]) if "alpha" in record else None
         return cls(str(record["pool"]), str(record["layer"]), float(record["C"]), scores_of(dev), asked, alpha,
                    record.get("threshold"), test, record)
-
 
 
 @dataclass(frozen=True)
