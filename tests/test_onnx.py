@@ -372,3 +372,26 @@ def test_the_gate_report_is_typed_and_writes_back_export_reports_object():
                                                                                              1.0, 0.9)
     assert gate.mean_cosine is None
     assert json.loads(to_json({"gate": gate})) == {"gate": record}
+
+
+def test_an_export_folder_holds_only_the_formats_files_and_nothing_was_deleted_in_it(tiny_bert_dir, tmp_path,
+                                                                                    monkeypatch):
+    """write_export builds the fp32 graph and the saved tokenizer in a scratch folder and moves in only the
+    format's files: nothing in the export folder is removed (but the temp names io's atomic writes use)."""
+    import os
+    import shutil
+
+    from bertkit.models import loading, onnx
+
+    removed: list[str] = []
+    real_unlink, real_rmtree = os.unlink, shutil.rmtree
+    monkeypatch.setattr(os, "unlink", lambda p, *a, **k: (removed.append(str(p)), real_unlink(p, *a, **k))[1])
+    monkeypatch.setattr(shutil, "rmtree", lambda p, *a, **k: (removed.append(str(p)), real_rmtree(p, *a, **k))[1])
+    model = loading.load_classifier(str(tiny_bert_dir), {0: "a", 1: "b"}).float().eval()
+    folder = tmp_path / "export"
+    onnx.write_export(folder, model, loading.load_tokenizer(str(tiny_bert_dir)), kind="classifier", quantize="int8",
+                      source=str(tiny_bert_dir), revision="", source_info={})
+    assert {p.name for p in folder.iterdir()} <= onnx.FOLDER_FILES
+    assert (folder / onnx.MODEL_FILE).is_file() and (folder / "tokenizer.json").is_file()
+    in_folder = [p for p in removed if str(folder) in p]  # only io's atomic writes drop their own temp names
+    assert all(Path(p).name.startswith(".") and p.endswith(".tmp") for p in in_folder), in_folder

@@ -19,7 +19,6 @@ import hashlib
 import json
 import logging
 import os
-import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,6 +33,7 @@ from bertkit.data.cachedir import cache_root
 from bertkit.data.table import LINE_FIELD, RowTable
 from bertkit.errors import UserError
 from bertkit.io import digests, disk
+from bertkit.io.atomic import scratch_folder
 
 log = logging.getLogger(__name__)
 
@@ -131,22 +131,19 @@ def _build(folder: Path, path: Path, size: int, options: dict[str, Any]) -> None
         raise UserError(f"Cannot create the cache folder {parent}: {exc.strerror or exc}. Pass --cache-dir with a "
                         f"writable folder (or set BERTKIT_CACHE_DIR).") from None
     disk.check_free(parent, disk.with_margin(2 * size))  # the cells once, plus line numbers and Arrow offsets
-    tmp = parent / f".tmp-{folder.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
     try:
-        meta = _parse_into(tmp / ROWS_FILE, path, options)
-        (tmp / META_FILE).write_text(json.dumps({**meta, "source": str(path), **options}))
-        try:
-            os.replace(tmp, folder)
-        except OSError:  # another process finished the same entry first: keep theirs
-            if not (folder / META_FILE).is_file():
-                raise
+        with scratch_folder(folder, role="tmp") as tmp:
+            meta = _parse_into(tmp / ROWS_FILE, path, options)
+            (tmp / META_FILE).write_text(json.dumps({**meta, "source": str(path), **options}))
+            try:
+                os.replace(tmp, folder)
+            except OSError:  # another process finished the same entry first: keep theirs
+                if not (folder / META_FILE).is_file():
+                    raise
     except OSError as exc:
         if disk.is_disk_full(exc):
             raise disk.full_error(parent, disk.with_margin(2 * size)) from None
         raise
-    finally:  # the temp folder this call made (a uuid name in the cache); after a rename it is gone already
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _parse_into(target: Path, path: Path, options: dict[str, Any]) -> dict[str, Any]:

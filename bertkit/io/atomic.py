@@ -13,6 +13,8 @@ import dataclasses
 import hashlib
 import json
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
@@ -51,6 +53,21 @@ def _json_default(value: Any) -> Any:
 def to_json(obj: Any, indent: int | None = 2) -> str:
     """JSON text for results: numpy scalars/arrays, paths and dataclasses included."""
     return json.dumps(obj, indent=indent, default=_json_default, ensure_ascii=False)
+
+
+@contextlib.contextmanager
+def scratch_folder(near: str | Path | None = None, role: str = "scratch") -> Iterator[Path]:
+    """A folder only this call uses: made under a fresh unique name (beside `near`, else in the system's temp
+    folder) and removed with whatever is still in it when the block ends. What the block moves out of it stays."""
+    if near is None:
+        folder = Path(tempfile.mkdtemp(prefix=f"bertkit-{role}-"))
+    else:
+        folder = record.temp_name(near, folder=True, role=role)
+        folder.mkdir()  # fails if the name exists: nothing of anyone else's is ever in it
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)  # gone already if the block renamed it into place
 
 
 @contextlib.contextmanager

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import shutil
 import warnings
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from torch import nn
 
 from bertkit.data.labels import LabelMap
 from bertkit.errors import UserError
+from bertkit.io.atomic import scratch_folder
 from bertkit.logs import quieted
 from bertkit.models import loading
 from bertkit.models.compute import Compute
@@ -230,17 +230,17 @@ def write_export(folder: Path, model: Any, tokenizer: Any, *, kind: str, quantiz
     how its inputs are read (`Reading.to_json`: predict and embed read it back). For an encoder, `features` are the
     baked-in options (pool, layers, combine, normalize) and `features_fn` their graph."""
     require_onnxruntime(exporting=True)
-    folder.mkdir(parents=True)  # made here, so everything in it is this call's (the cleanup below relies on it)
-    fp32 = folder / (".fp32-" + MODEL_FILE if quantize else MODEL_FILE)
-    export_onnx(model, tokenizer, kind, features_fn, fp32)
-    if quantize == "int8":
-        quantize_int8(fp32, folder / MODEL_FILE)
-        fp32.unlink()
-    model.config.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    for extra in folder.iterdir():  # anything else the tokenizer writes is not part of the format
-        if extra.name not in FOLDER_FILES:
-            shutil.rmtree(extra) if extra.is_dir() else extra.unlink()
+    folder.mkdir(parents=True)
+    with scratch_folder(role="onnx") as scratch:  # the fp32 graph before quantizing, what the libraries save
+        fp32 = scratch / MODEL_FILE if quantize else folder / MODEL_FILE
+        export_onnx(model, tokenizer, kind, features_fn, fp32)
+        if quantize == "int8":
+            quantize_int8(fp32, folder / MODEL_FILE)
+        model.config.save_pretrained(scratch / "saved")
+        tokenizer.save_pretrained(scratch / "saved")
+        for name in FOLDER_FILES:  # the format's files; anything else a tokenizer writes stays behind
+            if (scratch / "saved" / name).is_file():
+                (scratch / "saved" / name).replace(folder / name)
     section = {"format": FORMAT, "kind": kind, "quantized": quantize, "opset": OPSET, "output": OUTPUT_NAMES[kind],
                "inputs": [n for n in INPUT_NAMES if n in accepted_inputs(model)], "source_model": source,
                "source_revision": revision}
