@@ -179,7 +179,10 @@ def _cut_one_text(ids: Sequence[int], types: Sequence[int] | None, span: tuple[i
         raise ValueError(f"unknown truncation {truncation!r}; one of {', '.join(TRUNCATIONS)}")
 
     def cut(row: Sequence[int]) -> list[int]:
-        return [token for a, b in pieces for token in row[a:b]]
+        kept: list[int] = []
+        for a, b in pieces:
+            kept.extend(row[a:b])
+        return kept
 
     return cut(ids), None if types is None else cut(types)
 
