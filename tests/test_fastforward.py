@@ -282,6 +282,26 @@ def test_compiled_finetune_trains_the_same_weights_and_resumes(no_dropout_bert, 
     assert result.metrics["best_dev"]["accuracy"] is not None
 
 
+@pytest.mark.slow  # Inductor compiles the layer (forward and backward) for about half a minute on 2 cores
+def test_the_compiled_layer_computes_what_the_layer_computes():
+    """`compiled_layer()` (what --compile runs inside the GPU's graphed steps) is `block_forward` under Inductor: the
+    same hidden states and gradients in fp32, padded and unpadded, with one compiled function for every layer."""
+    model = tiny_bert(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0).train()
+    batch = padded_batch(pairs=True)
+    results = {}
+    for name, layer in (("eager", fastforward.block_forward), ("compiled", fastforward.compiled_layer())):
+        model.zero_grad(set_to_none=True)
+        for rows in (batch, {k: v[:1, :5] for k, v in batch.items() if k != "attention_mask"}):
+            states = fastforward.hidden_states(model, rows, 3, training=True, layer=layer)
+            states[3].square().mean().backward()
+        results[name] = states[3].detach(), {n: p.grad.clone() for n, p in model.named_parameters()
+                                             if p.grad is not None}
+    torch.testing.assert_close(results["compiled"][0], results["eager"][0], rtol=1e-4, atol=1e-5)
+    assert results["compiled"][1].keys() == results["eager"][1].keys()
+    for name, grad in results["eager"][1].items():
+        torch.testing.assert_close(results["compiled"][1][name], grad, rtol=1e-3, atol=1e-5, msg=name)
+
+
 @pytest.mark.parametrize("make", [tiny_bert, tiny_distilbert])
 def test_half_precision_weights_are_checked_in_fp32_and_left_as_they_were(make, caplog):
     """bf16 weights (as `cast_for_inference` leaves them on a GPU): the wrap-time check widens them to fp32, so it

@@ -254,22 +254,25 @@ def test_the_classifier_checks_its_own_layers_and_uses_them_on_a_gpu_only(tiny_b
                                    rtol=1e-4, atol=1e-5)
 
 
-def test_compile_on_a_gpu_warns_that_it_replaces_the_graphed_steps(caplog):
-    """--compile on a GPU where the steps would be CUDA graphs: the run steps eagerly (compiled) and says so as a
-    warning with the fix, not a silent slow path."""
+def test_compile_on_a_gpu_keeps_the_graphed_steps_only_with_compiled_layers(caplog):
+    """--compile on a GPU: with the layers compiled (`SequenceClassifier.compile_layers`) the steps stay CUDA graphs;
+    a model on its own forward (compiled whole) steps eagerly, and says why in an info line."""
     from types import SimpleNamespace
 
-    unwrapped = SimpleNamespace(fast=True)
+    unwrapped = SimpleNamespace(fast=True, layer=fastforward.compiled_layer())
     accelerator = SimpleNamespace(device=torch.device("cuda"), num_processes=1, mixed_precision="bf16",
                                   unwrap_model=lambda net: unwrapped)
     session = SimpleNamespace(cfg=SimpleNamespace(cuda_graphs="auto", compile=True), accelerator=accelerator, net=None)
-    assert launch.graphs_unavailable(session) == "--compile"
-    with caplog.at_level("WARNING", logger="bertkit.training.launch"):
+    assert launch.graphs_unavailable(session) is None
+    unwrapped.layer = None
+    assert launch.graphs_unavailable(session) == "--compile on the model's own forward"
+    with caplog.at_level("INFO", logger="bertkit.training.launch"):
         assert launch.start_graphs(session, state=None) is None
-    assert "Drop --compile" in caplog.text
-    session.cfg.compile = False
-    session.accelerator.mixed_precision = "fp16"  # any other reason stays an info line
-    caplog.clear()
-    with caplog.at_level("WARNING", logger="bertkit.training.launch"):
-        assert launch.start_graphs(session, state=None) is None
-    assert caplog.text == ""
+    assert "--compile on the model's own forward" in caplog.text
+
+
+def test_compile_layers_applies_only_on_the_fast_path(tiny_bert_dir):
+    model = loading.load_classifier(str(tiny_bert_dir), {0: "a", 1: "b"})
+    fast, own = fastforward.SequenceClassifier(model), fastforward.SequenceClassifier(model, fast=False)
+    assert fast.compile_layers() and fast.layer is fastforward.compiled_layer()
+    assert not own.compile_layers() and own.layer is None

@@ -52,6 +52,9 @@ LEAN_GPU_LAYERS = True
 """On a GPU: one matrix product for queries, keys and values, and under bf16 autocast a bf16 residual stream
 (LayerNorm reads and writes bf16, statistics in fp32). Autocast alone keeps it fp32: four casts per layer and twice
 the bytes in each elementwise op and its backward. False: layers as autocast runs them (the benchmark's "before")."""
+COMPILE_INFERENCE_LAYERS = False
+"""Inference on a GPU (`hidden_states` without a `layer`) runs each layer through `compiled_layer()`: off by default
+(the compile costs tens of seconds a process, more than most embedding runs save); benchmarks/gpu.py measures it."""
 TOLERANCE = 1e-4
 """Largest difference between the fast path and the model's own forward, relative to the largest output (or 1)."""
 
@@ -73,6 +76,10 @@ class Block:
     ffn_dropout: float
     ffn_norm: nn.LayerNorm
     heads: int
+
+
+LayerFn = Callable[[Block, torch.Tensor, "torch.Tensor | None", bool], torch.Tensor]
+"""One layer's forward: (its parts, the layer below's output, the kept keys or None, training) -> its output."""
 
 
 def unsupported_reason(model: Any) -> str | None:
@@ -147,13 +154,13 @@ def _install_output_hooks(model: Any) -> None:
 
 
 def last_layer_cls(model: Any, block: Block, batch: dict[str, torch.Tensor], training: bool,
-                   own_layers: bool = False) -> torch.Tensor:
+                   own_layers: bool = False, layer: LayerFn | None = None) -> torch.Tensor:
     """The last layer's output at position 0, (batch, hidden): the lower layers (the model's own forward, or with
-    `own_layers` this module's `hidden_states`), then the last layer (`block`) for position 0 only (keys and values
-    from every token)."""
+    `own_layers` this module's `hidden_states`, each layer run by `layer`), then the last layer (`block`) for
+    position 0 only (keys and values from every token)."""
     below = len(layer_owner(model).layer) - 1
     if own_layers:
-        hidden = hidden_states(model, batch, below, training)[below]
+        hidden = hidden_states(model, batch, below, training, layer=layer)[below]
     else:
         with first_layers(model, below):
             hidden = base_model(model)(**batch).last_hidden_state
@@ -173,9 +180,10 @@ def blocks_of(model: Any) -> list[Block]:
 
 
 def hidden_states(model: Any, batch: dict[str, torch.Tensor], upto: int, training: bool,
-                  keep: Iterable[int] = ()) -> dict[int, torch.Tensor]:
+                  keep: Iterable[int] = (), layer: LayerFn | None = None) -> dict[int, torch.Tensor]:
     """The allowlisted model's hidden states by index (0: embeddings output, i: layer i's output) for `upto` and
-    every index in `keep`, computed by the model's own embeddings and then `block_forward` per layer.
+    every index in `keep`, computed by the model's own embeddings and then `layer` per layer (None: `block_forward`,
+    or in inference on a GPU with `COMPILE_INFERENCE_LAYERS` its compiled form).
 
     A batch without "attention_mask" (or with None) has no padding: attention then runs unmasked, which lets SDPA
     pick its flash kernel. Nothing here reads a tensor back to the host, so a CUDA graph can capture it."""
@@ -186,8 +194,11 @@ def hidden_states(model: Any, batch: dict[str, torch.Tensor], upto: int, trainin
     keep_key = None if mask is None else mask[:, None, None, :].bool()
     wanted = set(keep) | {upto}
     states = {0: hidden} if 0 in wanted else {}
+    if layer is None:
+        compiled = COMPILE_INFERENCE_LAYERS and not training and ids.device.type == "cuda"
+        layer = compiled_layer() if compiled else block_forward
     for i, block in enumerate(blocks_of(model)[:upto], start=1):
-        hidden = block_forward(block, hidden, keep_key, training)
+        hidden = layer(block, hidden, keep_key, training)
         if i in wanted:
             states[i] = hidden
     return states
@@ -273,10 +284,20 @@ class SequenceClassifier(nn.Module):
         if self.unsupported is None and self.kind not in CLASSIFIERS:
             self.unsupported = f"{self.kind} is not a sequence classifier"
         self.fast = fast and self.unsupported is None
+        self.layer: LayerFn | None = None
+        """What runs each layer below the top on the own-layers path (None: `block_forward`)."""
         self.top = layer_block(encoder_layers(model)[-1]) if self.fast else None
         if self.fast:
             self.fast = self._agrees(check_batch(model))
             self.unsupported = None if self.fast else "its logits differed from the model's own on the check batch"
+
+    def compile_layers(self) -> bool:
+        """From now on the layers below the top run through `compiled_layer()` wherever this module runs its own
+        layers (`own_layers_for`: a GPU); False, and nothing changes, where the fast path does not run."""
+        if not self.fast:
+            return False
+        self.layer = compiled_layer()
+        return True
 
     def _agrees(self, batch: dict[str, torch.Tensor]) -> bool:
         """The fast path equals the model's own logits on the check batch, with the model's lower layers and with
@@ -313,7 +334,7 @@ class SequenceClassifier(nn.Module):
         if token_type_ids is not None:
             batch["token_type_ids"] = token_type_ids
         own = own_layers_for(input_ids.device) if own_layers is None else own_layers
-        cls = last_layer_cls(self.model, self.top, batch, training, own_layers=own)
+        cls = last_layer_cls(self.model, self.top, batch, training, own_layers=own, layer=self.layer)
         if self.kind == "BertForSequenceClassification":
             pooled = self.model.bert.pooler.activation(self.model.bert.pooler.dense(cls))
         else:
@@ -350,6 +371,30 @@ def block_forward(
     hidden = _norm(block.attention_norm, attended + hidden, stream)
     fed = dropout(block.ffn_out(block.activation(block.ffn_in(hidden))), block.ffn_dropout, training)
     return _norm(block.ffn_norm, fed + hidden, stream)
+
+
+_COMPILED: dict[str, LayerFn] = {}
+RECOMPILE_LIMIT = 32
+"""Compiles torch may make of one function: each layer input dtype (the embeddings' fp32, then the bf16 stream) x
+masked or not x training or not x static then dynamic length; torch's default (8) would silently run the rest
+eagerly."""
+
+
+def compiled_layer() -> LayerFn:
+    """`block_forward` compiled by torch.compile (Inductor), made once per process: on a GPU, bias + GELU, dropout +
+    residual + LayerNorm and their backward (LayerNorm's weight gradients, the bias-gradient reductions) become a
+    few fused kernels instead of dozens. One compiled function serves every layer (the layers' parameters are its
+    inputs, not constants: torch inlines built-in modules), first at the static shape it meets, then once more with
+    a dynamic length (torch's automatic dynamic shapes): a run with many length buckets compiles a few times, not
+    once a bucket. Nothing in it reads a value back, so a CUDA graph captures it after a warm-up call per shape."""
+    if "layer" not in _COMPILED:
+        import torch._dynamo.config as dynamo_config
+
+        for name in ("recompile_limit", "cache_size_limit"):  # the name changed across torch releases
+            if hasattr(dynamo_config, name):
+                setattr(dynamo_config, name, max(getattr(dynamo_config, name), RECOMPILE_LIMIT))
+        _COMPILED["layer"] = torch.compile(block_forward)
+    return _COMPILED["layer"]
 
 
 def lean_layers(hidden: torch.Tensor) -> bool:

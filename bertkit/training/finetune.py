@@ -264,7 +264,9 @@ def setup(cfg: FinetuneOptions, accelerator: Any, splits: Splits, key: dict[str,
     net = SequenceClassifier(model, fast=cfg.fast_forward)  # trains `model`'s parameters; logits only
     if cfg.fast_forward and not net.fast:
         log.info("--fast-forward does not apply (%s): using the model's own forward", net.unsupported)
-    if cfg.compile:  # in place: parameters and state_dict keys stay those of `model` (checkpoints, saves)
+    # On a GPU the layers are compiled inside the CUDA-graph steps; elsewhere the whole module, in place (parameters
+    # and state_dict keys stay those of `model`: checkpoints, saves)
+    if cfg.compile and not (accelerator.device.type == "cuda" and cfg.cuda_graphs != "off" and net.compile_layers()):
         net.compile(dynamic=True)
     min_rows = accelerator.num_processes * cfg.grad_accum
     steps_per_epoch = len(global_batches(train_enc.lengths, cfg.batch_size * min_rows, cfg.seed, 0, min_rows))

@@ -38,7 +38,7 @@ def graphs_unavailable(session: Any) -> str | None:
         (accelerator.device.type != "cuda", f"the run is on {accelerator.device.type}, not a CUDA GPU"),
         (accelerator.num_processes > 1, "several processes (their gradients are all-reduced eagerly)"),
         (accelerator.mixed_precision == "fp16", "fp16 (its loss scaling runs eagerly; bf16 needs none)"),
-        (cfg.compile, "--compile"),
+        (cfg.compile and getattr(unwrapped, "layer", None) is None, "--compile on the model's own forward"),
         (not getattr(unwrapped, "fast", False), "the model runs its own transformers forward (--fast-forward off or "
                                                 "not applicable), which reads a mask value back every call"),
     ]
@@ -50,11 +50,7 @@ def start_graphs(session: Any, state: Any) -> Any:
     optimizer and the generator are the checkpoint's); None where steps run eagerly (why: logged)."""
     reason = graphs_unavailable(session)
     if reason is not None:
-        if session.accelerator.device.type == "cuda" and reason == "--compile":
-            log.warning("--compile replaces the CUDA-graph steps on this GPU: the graphs already remove the launch "
-                        "overhead compiling was meant to cut, and the compile time is part of this run. Drop "
-                        "--compile to replay the steps as graphs.")
-        elif session.accelerator.device.type == "cuda":
+        if session.accelerator.device.type == "cuda":
             log.info("steps run eagerly, not as CUDA graphs: %s", reason)
         return None
     cfg, accelerator = session.cfg, session.accelerator

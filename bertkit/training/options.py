@@ -124,10 +124,10 @@ class FinetuneOptions(TrackingOptions, TruncationOption, MetricOptions, TaskOpti
                                   panel=MODEL)
     fast_forward: bool = option(True, "BERT/DistilBERT: compute the last layer only where the logits need it ([CLS]); "
                                 "same logits and gradients, fewer FLOPs. Off: the model's own forward.", panel=MODEL)
-    compile: bool = option(False, "torch.compile the model's forward and backward (Inductor, dynamic shapes: one "
-                           "compile, no recompiles per batch length). Off by default: on a CPU without native bf16 it "
-                           "measured slower (docs/benchmarks.md, \"Training levers\"); on a GPU it replaces the "
-                           "CUDA-graph steps, which already cut the launch overhead (a warning says so).", panel=MODEL)
+    compile: bool = option(False, "torch.compile (Inductor). On a GPU with CUDA-graph steps: each layer compiled "
+                           "(fused bias, GELU, dropout, residual and LayerNorm, forward and backward) inside the graphs, "
+                           "compile time part of the run (docs/gpus.md). Elsewhere: the model's forward and backward "
+                           "(dynamic shapes), measured slower on a CPU without native bf16.", panel=MODEL)
     cuda_graphs: str = option("auto", "On one CUDA GPU in bf16/fp32, replay each step as CUDA graphs (one per padded "
                               "length bucket): the GPU stops waiting on Python between kernels. off: launch every "
                               "kernel from Python.", choices=("auto", "off"), panel=MODEL)

@@ -38,12 +38,13 @@ def summary(session: Session, state: TrainState, restored: dict[str, Any] | None
 
 def _step_launch(session: Session) -> dict[str, Any]:
     """How the optimizer steps were launched: eagerly, or replayed as CUDA graphs (shapes captured, micro-batches
-    of rarer shapes that ran eagerly)."""
+    of rarer shapes that ran eagerly, the capture's seconds - with `compiled_layers` the compile time too)."""
     runner = session.graphs
     if runner is None:
         return {"mode": "eager"}
     return {"mode": "cuda_graphs", "captured_shapes": runner.captured_shapes,
-            "eager_micro_batches": runner.eager_steps, "capture_seconds": round(runner.capture_seconds, 2)}
+            "eager_micro_batches": runner.eager_steps, "capture_seconds": round(runner.capture_seconds, 2),
+            "compiled_layers": getattr(runner.net, "layer", None) is not None}
 
 
 REPORT_PLOTS = {"single_label": ("confusion_matrix.png",), "regression": ("dev_scatter.png",), "multi_label": ()}
