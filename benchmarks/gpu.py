@@ -37,13 +37,14 @@ SIZES = {"full": {"copies": 2, "rows": None, "docs_train": 1024, "docs_dev": 256
          "quick": {"copies": 2, "rows": 96, "docs_train": 48, "docs_dev": 16, "doc_sentences": 6, "steps": 2,
                    "embed_docs": 64, "st_docs": 32, "minilm_rows": 96, "tiny": True, "rounds": 2, "seeds": (1,),
                    "st_batches": (16,), "st_doc_batches": (16,)}}
-SECTIONS = ("tests", "steps", "finetune_docs", "finetune_sst2", "embed_docs", "embed_sst2", "minilm", "profile")
+SECTIONS = ("tests", "steps", "finetune_docs", "embed_docs", "finetune_sst2", "embed_sst2", "minilm", "profile")
 """In run order: the correctness evidence, then the figures the issue's criteria name, then the rest."""
 
 
-def gpu_tests(out: Path, seconds: float) -> dict[str, Any]:
+def gpu_tests(out: Path, seconds: float, select: str) -> dict[str, Any]:
     log = out / "tests.log"
     cmd = [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "tests/test_gpu.py", "-p", "no:cacheprovider"]
+    cmd += ["-k", select] if select else []
     try:
         done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=max(30, seconds))
         log.write_text(done.stdout + done.stderr)
@@ -89,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="folder with sst2/ (gpu.sh passes the carried copy)")
     parser.add_argument("--seconds", type=float, default=450, help="deadline for the sections (tests included)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run of the script itself")
+    parser.add_argument("--tests", default="", help="pytest -k expression for the gpu tests (default: all)")
     parser.add_argument("--only", default="", help=f"comma list of sections to run (default: all): {SECTIONS}")
     args = parser.parse_args(argv)
     size = SIZES["quick" if args.quick else "full"]
@@ -110,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         run.files["embed"]["environment"] = info
         spec = info.get("spec_bf16_dense_tflops")
         if want("tests"):  # first: the correctness evidence (its own process)
-            run.section("finetune", "gpu_tests", lambda: gpu_tests(args.out, min(150.0, run.left() - 120)), need=150)
+            run.section("finetune", "gpu_tests", lambda: gpu_tests(args.out, min(150.0, run.left() - 120), args.tests), need=130)
         prep: dict[str, Any] = {}
 
         def prepared() -> dict[str, str]:  # the files keep a description; the sections get the objects
@@ -129,14 +131,14 @@ def main(argv: list[str] | None = None) -> int:
             run.section("finetune", "finetune_docs_512", lambda: gpu_train.compare(
                 prep, count, "512-token documents", work / "docs_train.tsv", work / "docs_dev.tsv", 512,
                 size["rounds"], with_compiled_bertkit=True), need=60)
-        if want("finetune_sst2"):
-            run.section("finetune", "finetune_sst2", lambda: gpu_train.compare(
-                prep, count, "SST-2 train", work / "sst2.tsv", work / "dev.tsv", 128, size["rounds"],
-                with_compiled_bertkit=False), need=60)
         if want("embed_docs"):
             run.section("embed", "embed_docs_512", lambda: gpu_embed.compare(
                 prep, count, "512-token documents", work / "docs_embed.tsv", 512, size["st_docs"],
                 size["st_doc_batches"], PRECISIONS, size["rounds"], shard_sizes=(None, 512), compiled=True), need=45)
+        if want("finetune_sst2"):
+            run.section("finetune", "finetune_sst2", lambda: gpu_train.compare(
+                prep, count, "SST-2 train", work / "sst2.tsv", work / "dev.tsv", 128, size["rounds"],
+                with_compiled_bertkit=False), need=60)
         if want("embed_sst2"):
             run.section("embed", "embed_sst2", lambda: gpu_embed.compare(
                 prep, count, f"SST-2 train x{size['copies']}", work / "sst2x.tsv", 128, 10**9, size["st_batches"],

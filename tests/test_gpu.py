@@ -83,19 +83,34 @@ def test_graphed_steps_equal_eager_steps(no_dropout_bert, toy_files, tmp_path, p
     close_weights(tmp_path / "eager" / "final", tmp_path / "graphed" / "final", tolerance)
 
 
-def test_compiled_layers_in_graphed_steps_equal_eager_steps(no_dropout_bert, toy_files, tmp_path):
-    """--compile on a GPU: the layers compiled by Inductor inside the CUDA-graph steps train what eager bf16 steps
-    train (the sequence path; the token-classification path does not exist yet)."""
+def relative_errors(folder: Path, reference: Path) -> dict[str, float]:
+    """Per tensor (but `NO_GRADIENT`): relative L2 distance of `folder`'s final weights from `reference`'s."""
+    wa, wr = weights(folder), weights(reference)
+    return {name: float(np.linalg.norm(wa[name].astype(np.float64) - wr[name]) / max(np.linalg.norm(wr[name]), 1e-12))
+            for name in wr if NO_GRADIENT not in name}
+
+
+def test_compiled_layers_in_graphed_steps_are_as_close_to_fp32_as_eager_bf16(no_dropout_bert, toy_files, tmp_path):
+    """--compile on a GPU: the layers compiled by Inductor inside the CUDA-graph steps train what eager steps train,
+    as closely as bf16 allows: against an fp32 run, no further than eager bf16 steps are (Inductor sums and rounds in
+    another order, so the two bf16 runs differ from each other by more than either differs from fp32 on a few
+    zero-initialised biases: measured 0.13 on one on an H100). The sequence path; tagging has no GPU step yet."""
     train, dev = toy_files
-    eager = finetune(cfg_for(no_dropout_bert, train, dev, tmp_path / "eager", precision="bf16", cuda_graphs="off",
-                             eval_every="2"), progress=False)
-    compiled = finetune(cfg_for(no_dropout_bert, train, dev, tmp_path / "compiled", precision="bf16", compile=True,
-                                eval_every="2"), progress=False)
-    launch = compiled.metrics["step_launch"]
+    runs = {}
+    for name, overrides in (("fp32", dict(precision="fp32", cuda_graphs="off")),
+                            ("eager", dict(precision="bf16", cuda_graphs="off")),
+                            ("compiled", dict(precision="bf16", compile=True))):
+        runs[name] = finetune(cfg_for(no_dropout_bert, train, dev, tmp_path / name, eval_every="2", **overrides),
+                              progress=False)
+    launch = runs["compiled"].metrics["step_launch"]
     assert launch["mode"] == "cuda_graphs" and launch["compiled_layers"], launch
-    np.testing.assert_allclose([h["train_loss"] for h in compiled.metrics["history"]],
-                               [h["train_loss"] for h in eager.metrics["history"]], rtol=3e-2)
-    close_weights(tmp_path / "eager" / "final", tmp_path / "compiled" / "final", 3e-2)
+    np.testing.assert_allclose([h["train_loss"] for h in runs["compiled"].metrics["history"]],
+                               [h["train_loss"] for h in runs["fp32"].metrics["history"]], rtol=3e-2)
+    eager, compiled = (relative_errors(tmp_path / name / "final", tmp_path / "fp32" / "final")
+                       for name in ("eager", "compiled"))
+    assert np.mean(list(compiled.values())) <= 1.5 * np.mean(list(eager.values())) + 1e-3, (compiled, eager)
+    for name, error in compiled.items():
+        assert error <= max(3 * eager[name], 5e-2), (name, error, eager[name])
 
 
 def test_graphed_accumulation_equals_a_larger_graphed_batch(no_dropout_bert, toy_files, tmp_path):
