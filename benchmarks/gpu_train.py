@@ -226,15 +226,15 @@ def step_variants(prep: dict[str, Any], count: Count, steps: int, variants: tupl
     from torch.nn.attention import SDPBackend
 
     from bertkit.encoding.batches import grouped_batches
-    from bertkit.models import fastforward
+    from bertkit.models import layers
 
-    default_attention = list(fastforward.GPU_ATTENTION)
+    default_attention = list(layers.GPU_ATTENTION)
     out: dict[str, Any] = {}
 
     def use(name: str) -> None:
         lean, cudnn, _ = STEP_VARIANTS[name]
-        fastforward.LEAN_GPU_LAYERS = lean
-        fastforward.GPU_ATTENTION = [SDPBackend.CUDNN_ATTENTION, *default_attention] if cudnn else default_attention
+        layers.LEAN_GPU_LAYERS = lean
+        layers.GPU_ATTENTION = [SDPBackend.CUDNN_ATTENTION, *default_attention] if cudnn else default_attention
 
     for label, data, max_length in (("documents_512", prep["work"] / "docs_train.tsv", 512),
                                     ("sst2", prep["work"] / "sst2.tsv", 128)):
@@ -257,7 +257,7 @@ def step_variants(prep: dict[str, Any], count: Count, steps: int, variants: tupl
                     use(name)
                     times[name].append(_ms_per_step(runner, batches, steps))
         finally:
-            fastforward.LEAN_GPU_LAYERS, fastforward.GPU_ATTENTION = True, default_attention
+            layers.LEAN_GPU_LAYERS, layers.GPU_ATTENTION = True, default_attention
         entry: dict[str, Any] = {"rows_per_step": 32, "steps": steps,
                                  "mean_tokens_per_row": round(float(lengths.mean()), 1), "errors": errors}
         for name, runner in runners.items():

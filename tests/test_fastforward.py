@@ -16,7 +16,7 @@ from transformers import (
 )
 
 from bertkit.commands.finetune import FinetuneConfig
-from bertkit.models import fastforward
+from bertkit.models import fastforward, layers
 from bertkit.models.fastforward import SequenceClassifier, dropout, unsupported_reason
 from bertkit.training.finetune import finetune
 
@@ -75,7 +75,7 @@ def relative(a: torch.Tensor, b: torch.Tensor) -> float:
 
 @pytest.mark.parametrize("make, pairs", [(tiny_bert, True), (tiny_distilbert, False)])
 def test_lean_gpu_layers_compute_what_autocast_layers_compute(make, pairs, monkeypatch):
-    """The layers a GPU runs (`fastforward.LEAN_GPU_LAYERS`: one product for the projections, a bf16 residual stream
+    """The layers a GPU runs (`layers.LEAN_GPU_LAYERS`: one product for the projections, a bf16 residual stream
     under bf16 autocast), pinned here on the CPU: in fp32 the logits and gradients of transformers; under bf16
     autocast a bf16 stream whose logits and gradients are as close to fp32 as autocast's own layers are."""
     model = make().eval()
@@ -83,7 +83,7 @@ def test_lean_gpu_layers_compute_what_autocast_layers_compute(make, pairs, monke
     fast = SequenceClassifier(model)
 
     def run(lean: bool, dtype: torch.dtype | None):
-        monkeypatch.setattr(fastforward, "lean_layers", lambda hidden: lean)
+        monkeypatch.setattr(layers, "lean_layers", lambda hidden: lean)
         with torch.autocast("cpu", dtype=dtype or torch.float32, enabled=dtype is not None):
             return logits_and_grads(lambda b: fast.fast_logits(**b, own_layers=True).float(), model, batch)
 
@@ -97,7 +97,7 @@ def test_lean_gpu_layers_compute_what_autocast_layers_compute(make, pairs, monke
     assert relative(low_logits, ref_logits) < max(3 * relative(plain_logits, ref_logits), 2e-2)
     for name in ("classifier.weight", next(n for n in ref_grads if "layer.0." in n and n.endswith("weight"))):
         assert relative(low_grads[name], ref_grads[name]) < max(3 * relative(plain_grads[name], ref_grads[name]), 5e-2)
-    monkeypatch.setattr(fastforward, "lean_layers", lambda hidden: True)
+    monkeypatch.setattr(layers, "lean_layers", lambda hidden: True)
     with torch.autocast("cpu", dtype=torch.bfloat16), torch.no_grad():
         states = fastforward.hidden_states(model, batch, 2, training=False, keep=[1])
     assert states[1].dtype == states[2].dtype == torch.bfloat16
@@ -289,7 +289,7 @@ def test_the_compiled_layer_computes_what_the_layer_computes():
     model = tiny_bert(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0).train()
     batch = padded_batch(pairs=True)
     results = {}
-    for name, layer in (("eager", fastforward.block_forward), ("compiled", fastforward.compiled_layer())):
+    for name, layer in (("eager", layers.block_forward), ("compiled", layers.compiled_layer())):
         model.zero_grad(set_to_none=True)
         for rows in (batch, {k: v[:1, :5] for k, v in batch.items() if k != "attention_mask"}):
             states = fastforward.hidden_states(model, rows, 3, training=True, layer=layer)

@@ -18,7 +18,7 @@ from bertkit.commands.finetune import FinetuneConfig
 from bertkit.encoding.batches import ahead
 from bertkit.errors import UserError
 from bertkit.io.faults import FAIL_AFTER_STEPS_ENV, SimulatedFailure
-from bertkit.models import fastforward, loading
+from bertkit.models import fastforward, layers, loading
 from bertkit.training import graphs, launch
 from bertkit.training.finetune import finetune
 
@@ -259,7 +259,7 @@ def test_compile_on_a_gpu_keeps_the_graphed_steps_only_with_compiled_layers(capl
     a model on its own forward (compiled whole) steps eagerly, and says why in an info line."""
     from types import SimpleNamespace
 
-    unwrapped = SimpleNamespace(fast=True, layer=fastforward.compiled_layer())
+    unwrapped = SimpleNamespace(fast=True, layer=layers.compiled_layer())
     accelerator = SimpleNamespace(device=torch.device("cuda"), num_processes=1, mixed_precision="bf16",
                                   unwrap_model=lambda net: unwrapped)
     session = SimpleNamespace(cfg=SimpleNamespace(cuda_graphs="auto", compile=True), accelerator=accelerator, net=None)
@@ -274,5 +274,5 @@ def test_compile_on_a_gpu_keeps_the_graphed_steps_only_with_compiled_layers(capl
 def test_compile_layers_applies_only_on_the_fast_path(tiny_bert_dir):
     model = loading.load_classifier(str(tiny_bert_dir), {0: "a", 1: "b"})
     fast, own = fastforward.SequenceClassifier(model), fastforward.SequenceClassifier(model, fast=False)
-    assert fast.compile_layers() and fast.layer is fastforward.compiled_layer()
+    assert fast.compile_layers() and fast.layer is layers.compiled_layer()
     assert not own.compile_layers() and own.layer is None
