@@ -9,7 +9,11 @@ from pathlib import Path
 
 import pytest
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# Hermetic: the suite runs the same whatever hub/offline variables the shell has (a user's TRANSFORMERS_OFFLINE=1,
+# HF_HOME, a token): every HF_*/TRANSFORMERS_* variable goes, then offline mode and a private HF_HOME are set.
+for _name in [n for n in os.environ if n.startswith(("HF_", "HUGGINGFACE_", "TRANSFORMERS_"))]:
+    del os.environ[_name]
+os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # The fast suite runs on the CPU on every machine: its reference numbers, its `auto` precision (`auto_dtype`) and its
 # int8 paths are the CPU's. BERTKIT_DEVICE=cpu is what `auto` means then (`loading.choose_device`; Accelerate through
@@ -19,6 +23,7 @@ if "BERTKIT_CACHE_DIR" not in os.environ:  # never the user's ~/.cache: one fres
     import tempfile
 
     os.environ["BERTKIT_CACHE_DIR"] = tempfile.mkdtemp(prefix="bertkit-test-cache-")
+os.environ["HF_HOME"] = os.path.join(os.environ["BERTKIT_CACHE_DIR"], "hf-home")
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED_DATA = ROOT.parent / "shared" / "data"
@@ -49,6 +54,13 @@ def _save_tiny(kind: str, path: Path) -> Path:
     model.save_pretrained(path, safe_serialization=True)
     tokenizer.save_pretrained(path)
     return path
+
+
+@pytest.fixture(autouse=True)
+def _in_a_fresh_folder(tmp_path_factory, monkeypatch):
+    """Every test runs in a folder of its own: what a user left in the checkout (a README job's runs/) or what
+    another test wrote cannot change what a relative path means."""
+    monkeypatch.chdir(tmp_path_factory.mktemp("cwd"))
 
 
 @pytest.fixture(autouse=True)

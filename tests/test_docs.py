@@ -113,3 +113,14 @@ def test_docs_links_stay_inside_the_site(page):
         resolved = (path.parent / file).resolve()
         assert resolved.is_relative_to(DOCS.resolve()), f"{page} links outside docs/: {target} (name it as `{file}`)"
         assert resolved.is_file(), f"{page} links to a missing page: {target}"
+
+
+def test_the_docs_site_loads_nothing_from_the_internet():
+    """Material's default theme fetches Google Fonts; with `font: false` the site reads offline, and no page, theme or
+    extra asset points at another host."""
+    import yaml
+
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
+    assert config["theme"].get("font") is False
+    assets = [*config.get("extra_css", []), *config.get("extra_javascript", [])]
+    assert not [a for a in assets if "://" in str(a)], assets

@@ -650,3 +650,23 @@ def test_the_record_reads_past_a_torn_line_and_ignores_it(tmp_path):
     rec.copy("a", "b", record.DIR)
     rec.gone("a")
     assert set(record.Record(tmp_path).entries()) == {"b", "b/y"}
+
+
+def test_a_saved_model_folder_is_readable_as_the_umask_says(tiny_bert_dir, write_tsv, toy_rows, tmp_path):
+    """transformers writes model.safetensors 0600; bertkit's model folders follow the umask like every other file
+    (another user of a shared machine can load the model)."""
+    import os
+    import stat
+
+    from bertkit.commands.finetune import FinetuneConfig
+    from bertkit.training.finetune import finetune
+
+    train = write_tsv("train.tsv", toy_rows, ("sentence", "label"))
+    old = os.umask(0o022)
+    try:
+        finetune(FinetuneConfig(model=str(tiny_bert_dir), data=str(train), out=str(tmp_path / "run"), epochs=1,
+                                batch_size=8, save_every=None, precision="fp32"), progress=False)
+    finally:
+        os.umask(old)
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "run" / "final").iterdir() if p.is_file()}
+    assert modes["model.safetensors"] == 0o644 and set(modes.values()) == {0o644}, modes

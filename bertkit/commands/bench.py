@@ -230,13 +230,13 @@ def run(cfg: BenchConfig) -> BenchResult:
     """Measure, then write bench.json, bench.md and bench.png into --out (default runs/bench)."""
     from bertkit.io import atomic, ownership, rundir, trail
 
-    plan = rundir.inspect_run_dir(cfg.out or "runs/bench", "bench", overwrite=cfg.overwrite, inputs=ownership.input_paths(cfg),
-                                  compare=trail.config_compare(vars(cfg)))  # read-only; claimed once models are measured
-    # then the inputs, before torch is imported: the quality runs read every split with labels; the timing alone
-    # reads --dev, else --data
+    # the inputs first, before torch is imported and before --out is looked at (a wrong input is named as such
+    # whatever --out holds): the quality runs read every split with labels; the timing alone reads --dev, else --data
     timed = ("dev",) if cfg.dev else ("data",)
     check_inputs(cfg, need_labels=bool(cfg.quality_kinds), models=cfg.model_list,
                  data_fields=preflight.DATA_FIELDS if cfg.quality_kinds else timed)
+    plan = rundir.inspect_run_dir(cfg.out or "runs/bench", "bench", overwrite=cfg.overwrite, inputs=ownership.input_paths(cfg),
+                                  compare=trail.config_compare(vars(cfg)))  # read-only; claimed once models are measured
     from bertkit import plots
 
     report = benchmark(cfg, quality_dir=lambda: plan.claim().path / "quality")

@@ -107,3 +107,26 @@ def link_or_copy(source: str | Path, target: str | Path) -> None:
         os.link(source, target)
     except OSError:
         shutil.copy2(source, target)
+
+
+def umask_permissions(folder: str | Path) -> None:
+    """Give every file under `folder` the permissions a plain `open` would (0666 less the umask): some libraries
+    write theirs 0600 (transformers' model.safetensors), which another user of a shared machine cannot read."""
+    mask = current_umask()
+    for path in Path(folder).rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            os.chmod(path, 0o666 & ~mask)
+
+
+def current_umask() -> int:
+    """The process's umask, read from /proc where it can be (reading it with os.umask means setting it for a moment,
+    which another thread's new file could catch)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

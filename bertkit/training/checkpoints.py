@@ -147,6 +147,7 @@ def save_model_folder(accelerator: Any, net: Any, tokenizer: Any, path: Path, ex
             write_model_info(tmp, {**extra, **({"weights_shared_with": same_weights_as.name} if linked else {})})
             if card is not None:
                 write_model_card(tmp, card)
+            disk.umask_permissions(tmp)  # transformers writes the weights 0600: other users could not read them
             ownership.write_file_list(tmp)  # what push uploads
             record.seal(tmp)
         replace_folder(tmp, path, "finetune.model.swap")
