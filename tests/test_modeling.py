@@ -47,6 +47,26 @@ def test_unknown_hub_name_gives_offline_hint():
     assert "local model folder" in str(err.value) and "bertkit[offline]" in str(err.value)
 
 
+@pytest.mark.parametrize("offline", [True, False])
+def test_a_mistyped_hub_name_is_one_message_without_retries(offline, monkeypatch):
+    """Not a folder, not in the hub cache: with offline mode set the hub is not asked; without it one short connection
+    attempt (here to a closed local port) stands for transformers' half a minute of retries. Either way one message
+    naming why, the closest known name and the offline way out - before torch or transformers load anything."""
+    from bertkit.models import folders
+
+    if not offline:
+        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+        monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+        folders.endpoint_reachable.cache_clear()
+    with pytest.raises(UserError) as err:
+        folders.resolve_model_name("bert-base-uncasd")
+    message = str(err.value)
+    assert "not a local folder, not in the hub cache" in message and "Did you mean bert-base-uncased?" in message
+    assert ("offline mode is set (HF_HUB_OFFLINE=1)" if offline else "http://127.0.0.1:9 cannot be reached") in message
+    assert "minilm-offline" in message
+    folders.endpoint_reachable.cache_clear()
+
+
 def test_missing_folder_and_folder_without_config(tmp_path):
     with pytest.raises(UserError, match="does not exist"):
         loading.resolve_model_name(str(tmp_path / "missing"))

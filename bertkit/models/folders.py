@@ -6,9 +6,14 @@ the loading."""
 
 from __future__ import annotations
 
+import difflib
+import functools
 import json
+import os
+import socket
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 from bertkit.errors import UserError
 from bertkit.io.ownership import MARKER
@@ -47,7 +52,72 @@ def resolve_model_name(name: str) -> str:
         return str(path)
     if name.startswith((".", "/", "~")) or name.count("/") > 1:
         raise UserError(f"Model folder {name} does not exist. {OFFLINE_HINT}")
+    problem = hub_name_problem(name)
+    if problem:
+        raise UserError(f"Could not load model {name!r}: it is not a local folder, {problem}.{did_you_mean(name)} "
+                        f"{OFFLINE_HINT}")
     return name
+
+
+OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+CONNECT_SECONDS = 3.0
+"""How long one TCP connection to the hub may take before it counts as unreachable (transformers would retry for
+half a minute and more)."""
+KNOWN_NAMES = ("bert-base-uncased", "bert-base-cased", "bert-large-uncased", "bert-large-cased",
+               "distilbert-base-uncased", "distilbert-base-cased", "google-bert/bert-base-uncased",
+               "distilbert/distilbert-base-uncased", "sentence-transformers/all-MiniLM-L6-v2", OFFLINE_NAME)
+"""Names a mistyped --model is compared with (besides the models in the local hub cache)."""
+
+
+def offline_variables() -> list[str]:
+    return [n for n in OFFLINE_VARIABLES if os.environ.get(n, "").strip().upper() in ("1", "ON", "YES", "TRUE")]
+
+
+def hub_name_problem(name: str) -> str | None:
+    """Why hub id `name` cannot load here, found at once rather than after transformers' retries: not in the local
+    hub cache and offline mode set, or the hub unreachable (one short connection attempt). None when it is cached or
+    the hub answers (a wrong name is then the hub's 404, which comes back at once)."""
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    try:
+        if isinstance(try_to_load_from_cache(name, "config.json"), str):
+            return None
+    except Exception:  # not a valid repo id: transformers' own message names the problem
+        return None
+    offline = offline_variables()
+    if offline:
+        return (f"not in the hub cache, and offline mode is set ({', '.join(f'{n}={os.environ[n]}' for n in offline)})"
+                f" so the hub is not asked")
+    endpoint = os.environ.get("HF_ENDPOINT") or constants.ENDPOINT
+    if not endpoint_reachable(endpoint):
+        return f"not in the hub cache, and the hub at {endpoint} cannot be reached (no connection within " \
+               f"{CONNECT_SECONDS:g} s)"
+    return None
+
+
+@functools.lru_cache(maxsize=8)
+def endpoint_reachable(endpoint: str) -> bool:
+    """Whether a TCP connection to the endpoint's host opens within CONNECT_SECONDS (asked once per process)."""
+    url = urlparse(endpoint)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        with socket.create_connection((url.hostname or "", port), timeout=CONNECT_SECONDS):
+            return True
+    except OSError:
+        return False
+
+
+def did_you_mean(name: str) -> str:
+    """' Did you mean X?' for the closest known or cached model name, or ''."""
+    candidates = list(KNOWN_NAMES)
+    try:
+        from huggingface_hub import scan_cache_dir
+
+        candidates += [repo.repo_id for repo in scan_cache_dir().repos if repo.repo_type == "model"]
+    except Exception:  # no cache folder yet
+        pass
+    close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.75)
+    return f" Did you mean {close[0]}?" if close else ""
 
 
 def check_model_folder(name: str) -> str:

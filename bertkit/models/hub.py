@@ -7,17 +7,14 @@ bertkit wrote there are uploaded (the folder's file list, or an export's FOLDER_
 from __future__ import annotations
 
 import os
-import socket
 from pathlib import Path
-from urllib.parse import urlparse
 
 from bertkit.errors import UserError
 from bertkit.io import ownership, record
 from bertkit.models.card import CARD_FILE, check_model_card, read_model_card
+from bertkit.models.folders import CONNECT_SECONDS, endpoint_reachable, offline_variables
 from bertkit.models.metadata import MODEL_INFO, record_problems
 
-OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
-CONNECT_SECONDS = 5.0
 SAFETENSORS = ("model.safetensors", "model.safetensors.index.json")
 TOKENIZER = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model")
 
@@ -45,7 +42,7 @@ def check_online() -> None:
     """A UserError when the hub cannot be reached: offline mode is set, or its endpoint does not answer."""
     from huggingface_hub import constants
 
-    set_offline = [name for name in OFFLINE_VARIABLES if os.environ.get(name, "").upper() in ("1", "ON", "YES", "TRUE")]
+    set_offline = offline_variables()
     if set_offline:
         raise UserError(f"bertkit push uploads to the Hugging Face hub, but offline mode is set "
                         f"({', '.join(f'{n}={os.environ[n]}' for n in set_offline)}). Unset it (e.g. `unset "
@@ -54,17 +51,6 @@ def check_online() -> None:
         raise UserError(f"bertkit push cannot reach the Hugging Face hub at {constants.ENDPOINT} (no connection "
                         f"within {CONNECT_SECONDS:g} s). Run it on a machine with network access (or set HF_ENDPOINT "
                         f"to a reachable hub mirror) and re-run the same command.")
-
-
-def endpoint_reachable(endpoint: str) -> bool:
-    """Whether a TCP connection to the endpoint's host opens within CONNECT_SECONDS."""
-    url = urlparse(endpoint)
-    port = url.port or (443 if url.scheme == "https" else 80)
-    try:
-        with socket.create_connection((url.hostname or "", port), timeout=CONNECT_SECONDS):
-            return True
-    except OSError:
-        return False
 
 
 def model_files(folder: Path) -> list[str]:
