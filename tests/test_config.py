@@ -249,7 +249,7 @@ def test_metric_for_best_is_left_to_the_shape_unless_given():
     with pytest.raises(UserError, match="accuracy is a single-label metric; this is regression data"):
         objectives.best_metric("regression", "accuracy")
     assert objectives.best_metric("single_label", "my_module/score") == "my_module/score"  # modules: checked later
-    assert objectives.shape_metrics("single_label", 3) == ("accuracy", "f1", "mcc", "precision", "recall", "loss")
+    assert objectives.shape_metrics("single_label", 3) == ("accuracy", "f1", "mcc", "precision", "recall", "ece", "loss")
 
 
 def test_int8_is_an_inference_precision_only():

@@ -291,7 +291,7 @@ def test_one_table_holds_each_shapes_facts():
         assert {shape.headline, *shape.table_metrics, *shape.probe_keys, *shape.lower_is_better} <= set(shape.metrics)
         assert objectives.best_metric(task, None) == shape.headline
     assert objectives.SingleLabel.table_metrics == SHAPE["single_label"].table_metrics
-    assert SHAPE["single_label"].scored(3) == ("accuracy", "f1", "mcc", "precision", "recall", "loss")
+    assert SHAPE["single_label"].scored(3) == ("accuracy", "f1", "mcc", "precision", "recall", "ece", "loss")
 
 
 def test_regression_objective_is_mse_and_scores_the_first_output():

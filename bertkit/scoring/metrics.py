@@ -40,12 +40,41 @@ def classification_metrics(
         result["binary_f1"] = float(skm.f1_score(y_true, y_pred, pos_label=1, average="binary", zero_division=0))
     if proba is not None and n_labels == 2 and len(np.unique(y_true)) == 2:
         result["roc_auc"] = float(skm.roc_auc_score(y_true, np.asarray(proba)[:, 1]))
+    if proba is not None:
+        result["ece"] = expected_calibration_error(y_true, np.asarray(proba))
+        result["reliability"] = reliability_table(y_true, np.asarray(proba))
     result["per_class"] = skm.classification_report(
         y_true, y_pred, labels=labels, target_names=names, output_dict=True, zero_division=0
     )
     result["confusion_matrix"] = skm.confusion_matrix(y_true, y_pred, labels=labels).tolist()
     result["labels"] = names
     return result
+
+
+CALIBRATION_BINS = 15
+"""Equal-width confidence bins of the calibration error and the reliability table (the usual 15)."""
+
+
+def reliability_table(y_true: np.ndarray, proba: np.ndarray, bins: int = CALIBRATION_BINS) -> list[dict[str, float]]:
+    """Per confidence bin with rows in it: the bin's edges, its rows, their mean confidence (the top class's
+    probability) and their accuracy - what a reliability plot draws."""
+    confidence, correct = proba.max(axis=1), (proba.argmax(axis=1) == y_true)
+    which = np.minimum((confidence * bins).astype(int), bins - 1)
+    rows = []
+    for b in range(bins):
+        inside = which == b
+        if inside.any():
+            rows.append({"low": b / bins, "high": (b + 1) / bins, "n": int(inside.sum()),
+                         "confidence": float(confidence[inside].mean()), "accuracy": float(correct[inside].mean())})
+    return rows
+
+
+def expected_calibration_error(y_true: np.ndarray, proba: np.ndarray, bins: int = CALIBRATION_BINS) -> float:
+    """Top-label expected calibration error: the row-weighted mean |accuracy - confidence| over equal-width
+    confidence bins. 0 is calibrated; a model that says 0.99 and is right 70% of the time scores about 0.29."""
+    table = reliability_table(np.asarray(y_true), proba, bins)
+    total = sum(row["n"] for row in table)
+    return float(sum(row["n"] * abs(row["accuracy"] - row["confidence"]) for row in table) / max(total, 1))
 
 
 def headline(metrics: dict[str, Any]) -> dict[str, float]:

@@ -40,10 +40,11 @@ class Shape:
 
 
 SHAPE = {
-    "single_label": Shape("single_label", ("accuracy", "f1", "binary_f1", "mcc", "precision", "recall", "roc_auc"),
+    "single_label": Shape("single_label", ("accuracy", "f1", "binary_f1", "mcc", "precision", "recall", "roc_auc",
+                                           "ece"),
                           headline="accuracy", table_metrics=("accuracy", "f1", "mcc"),
                           probe_keys=("accuracy", "f1", "mcc"),
-                          decisions="class ids, one int per row, 0..{last}",
+                          decisions="class ids, one int per row, 0..{last}", lower_is_better=("ece",),
                           two_class_metrics=("binary_f1", "roc_auc")),
     "regression": Shape("regression", ("pearson", "spearman", "mse", "mae"),
                         headline="pearson", table_metrics=("pearson", "spearman", "mae"),
