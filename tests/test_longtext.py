@@ -240,7 +240,7 @@ def test_a_stride_not_smaller_than_the_window_exits_2(classifier_dir):
 
 
 def test_long_text_options_are_checked_together():
-    from bertkit.commands.predict import read_as_saved
+    from bertkit.models.metadata import read_as_saved
 
     with pytest.raises(UserError, match="--long-text chunk"):
         EvaluateConfig(model="m", data="d.tsv", stride=8)  # a stride without chunking would be ignored

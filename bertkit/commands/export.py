@@ -2,7 +2,7 @@
 accuracy gate passes. Returns the gate's report; `cli` prints it.
 
 The gate runs the PyTorch model and the export through the same reading as `predict`/`evaluate`
-(`infer.classifier_logits`, the problem shape's metrics of `bertkit.commands.evaluate`) and,
+(`infer.classifier_logits`, the problem shape's metrics of `bertkit.scoring.outputs`) and,
 for an encoder, `embed`'s feature pass. The folder format is `bertkit.models.onnx`'s alone.
 
 The gate (every export, fp32 or int8): both models run on --data (default: the finetune run's dev set). Classifiers:
@@ -24,9 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bertkit import __version__
-from bertkit.commands.evaluate import shape_metrics
 from bertkit.commands.export_gate import GateReport, refusal_message
-from bertkit.commands.predict import Outputs, read_as_saved
 from bertkit.commands.preflight import check_inputs
 from bertkit.data.options import LabelOptions
 from bertkit.encoding.longtext import LongText
@@ -34,6 +32,7 @@ from bertkit.encoding.reading import LongTextOptions, Reading
 from bertkit.errors import UserError, raise_if_problems
 from bertkit.features.settings import COMBINES, POOLS, Pooling, layers_problem
 from bertkit.models.card import CARD_FILE, CardFacts, read_model_card, write_model_card
+from bertkit.models.metadata import read_as_saved
 from bertkit.options import MODEL, OUTPUT, RUN, command_line, config_dict, option, overwrite_option
 from bertkit.scoring.table import SHAPE
 from bertkit.training.options import DistillOptions, FinetuneOptions
@@ -361,6 +360,7 @@ def classifier_gate(model: Any, exported: Any, tokenizer: Any, dataset: TextData
     from bertkit.data.labels import LabelMap
     from bertkit.models import infer
     from bertkit.models.metadata import saved_threshold
+    from bertkit.scoring.outputs import Outputs, score_outputs
     from bertkit.scoring.shapes import model_outputs
 
     reading = {"max_length": cfg.max_length, "batch_size": cfg.batch_size, "precision": "fp32",
@@ -388,8 +388,8 @@ def classifier_gate(model: Any, exported: Any, tokenizer: Any, dataset: TextData
     if dataset.labels is not None:
         y = label_map.encode(dataset.labels, f"The gate data {dataset.source}")
         metric = SHAPE[task].headline
-        result.update(metric=metric, metric_fp32=shape_metrics(before, y).get(metric),
-                      metric_export=shape_metrics(after, y).get(metric))
+        result.update(metric=metric, metric_fp32=score_outputs(before, y).get(metric),
+                      metric_export=score_outputs(after, y).get(metric))
     return result
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from bertkit.encoding.longtext import LONG_TEXT_MODES, TRUNCATIONS, LongText
+from bertkit.encoding.reading import UNRECORDED, Reading, read_as_recorded
 from bertkit.errors import UserError
 from bertkit.features.settings import POOLS, layers_problem
 from bertkit.io.digests import bytes_record, is_record, record_problem
@@ -158,6 +159,13 @@ def load_probe(path: str | Path) -> SavedProbe:
 
 PROBE_META_KEYS = ("label_map", "model", "pool", "layers")
 PROBE_ARRAYS = ("scaler_mean", "scaler_scale", "coef", "intercept", "classes")
+
+
+def read_as_fitted(cfg: Any) -> Any:
+    """`cfg` with its reading options resolved against the record of its --probe (probe.json): texts are read as the
+    probe's features were extracted, unless an option given says otherwise (with a note)."""
+    recorded = Reading.from_json(load_probe(cfg.probe).meta) or UNRECORDED
+    return read_as_recorded(cfg, recorded, f"The probe {cfg.probe}")
 
 
 def _damaged_probe(file: Path, reason: str) -> UserError:
