@@ -433,7 +433,7 @@ def test_quality_needs_labelled_data():
 
 def test_recipe_loads_into_bench_config():
     from bertkit.commands.bench import BenchConfig
-    from bertkit.commands.recipes import load_recipe
+    from bertkit.recipes import load_recipe
 
     cfg = BenchConfig(**load_recipe("distilbert-vs-bert", "bench", BenchConfig))
     assert cfg.preset == "distilbert-vs-bert" and cfg.batch_size_list == (1, 8) and cfg.text_column == "0"

@@ -12,8 +12,8 @@ from rich.console import Console
 from bertkit.cli import show
 from bertkit.cli.output import table
 from bertkit.commands import distill as distill_command
-from bertkit.commands.recipes import describe_recipe, list_recipes
 from bertkit.measure import report as bench_report
+from bertkit.recipes import describe_recipe, list_recipes
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -23,11 +23,11 @@ from typing import Any
 from bertkit.commands import finetune, probe
 from bertkit.commands.finetune import FinetuneConfig
 from bertkit.commands.probe import ProbeConfig
-from bertkit.commands.recipes import load_recipe
 from bertkit.data.options import DataOptions
 from bertkit.errors import UserError
 from bertkit.options import command_flags as _command_flags
 from bertkit.options import field_type, flag, flag_fields
+from bertkit.recipes import load_recipe
 
 log = logging.getLogger(__name__)
 
