@@ -342,7 +342,7 @@ def test_options_an_export_kind_ignores_warn_and_stay_off_its_record_and_card(ti
 
 def test_the_gate_refusal_shows_the_digits_that_put_it_below_the_threshold():
     from bertkit.commands.export import ExportConfig
-    from bertkit.commands.export_gate import below, refusal_message
+    from bertkit.models.export_gate import below, refusal_message
 
     assert below(0.999987, 0.99999) == "0.999987" and below(0.5, 0.99) == "0.5000"
     cosine = refusal_message({"statistic": "mean_cosine", "mean_cosine": 0.9999897, "min_cosine": 0.9999, "rows": 40},
@@ -361,8 +361,8 @@ def test_the_gate_report_is_typed_and_writes_back_export_reports_object():
     object export_report.json holds, with no field the gate did not report."""
     import json
 
-    from bertkit.commands.export_gate import GateReport
     from bertkit.io.atomic import to_json
+    from bertkit.models.export_gate import GateReport
 
     record = {"statistic": "agreement", "threshold": 0.99, "rows": 40, "task": "single_label", "agreement": 1.0,
               "disagreeing_rows": 0, "max_abs_logit_diff": 0.01, "passed": True, "metric": "accuracy",

@@ -17,8 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bertkit.commands import bench_quality, preflight
-from bertkit.commands.preflight import check_inputs
+from bertkit.commands import bench_quality
 from bertkit.data.options import DataOptions
 from bertkit.errors import raise_if_problems
 from bertkit.measure.report import compute_claims, report_markdown
@@ -29,6 +28,7 @@ from bertkit.models.compute import (
     Compute,
     check_device,
 )
+from bertkit.models.preflight import DATA_FIELDS, check_inputs
 from bertkit.options import BENCH, MODEL, OUTPUT, option, overwrite_option
 
 if TYPE_CHECKING:
@@ -236,7 +236,7 @@ def run(cfg: BenchConfig) -> BenchResult:
     # reads --dev, else --data
     timed = ("dev",) if cfg.dev else ("data",)
     check_inputs(cfg, need_labels=bool(cfg.quality_kinds), models=cfg.model_list,
-                 data_fields=preflight.DATA_FIELDS if cfg.quality_kinds else timed)
+                 data_fields=DATA_FIELDS if cfg.quality_kinds else timed)
     from bertkit import plots
 
     report = benchmark(cfg, quality_dir=lambda: plan.claim().path / "quality")

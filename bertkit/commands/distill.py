@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bertkit.commands.preflight import check_inputs
 from bertkit.errors import UserError
 from bertkit.models.compute import Compute
+from bertkit.models.preflight import check_inputs
 from bertkit.scoring.table import LOWER_IS_BETTER
 from bertkit.training.options import DistillOptions
 

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from bertkit import __version__
-from bertkit.commands.preflight import check_inputs
 from bertkit.data.options import DataOptions
 from bertkit.encoding.longtext import LongText
 from bertkit.encoding.reading import LongTextOptions
@@ -28,6 +27,7 @@ from bertkit.models.compute import (
     check_device,
 )
 from bertkit.models.metadata import read_as_saved
+from bertkit.models.preflight import check_inputs
 from bertkit.options import MODEL, OUTPUT, option, overwrite_option
 
 log = logging.getLogger(__name__)

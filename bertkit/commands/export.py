@@ -24,15 +24,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bertkit import __version__
-from bertkit.commands.export_gate import GateReport, refusal_message
-from bertkit.commands.preflight import check_inputs
 from bertkit.data.options import LabelOptions
 from bertkit.encoding.longtext import LongText
 from bertkit.encoding.reading import LongTextOptions, Reading
 from bertkit.errors import UserError, raise_if_problems
 from bertkit.features.settings import COMBINES, POOLS, Pooling, layers_problem
 from bertkit.models.card import CARD_FILE, CardFacts, read_model_card, write_model_card
+from bertkit.models.export_gate import GateReport, refusal_message
 from bertkit.models.metadata import read_as_saved
+from bertkit.models.preflight import check_inputs
 from bertkit.options import MODEL, OUTPUT, RUN, command_line, config_dict, option, overwrite_option
 from bertkit.scoring.table import SHAPE
 from bertkit.training.options import DistillOptions, FinetuneOptions

@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bertkit.commands.preflight import check_inputs
 from bertkit.data.options import DataOptions, blank_text_problems
 from bertkit.encoding.longtext import LongText
 from bertkit.encoding.reading import READ_AS_SAVED_HELP, LongTextOptions
 from bertkit.errors import raise_if_problems
 from bertkit.models.compute import INFERENCE_PRECISION_HELP, INFERENCE_PRECISIONS
+from bertkit.models.preflight import check_inputs
 from bertkit.options import DATA, MODEL, OUTPUT, option
 from bertkit.recipes import recipe_path
 

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bertkit.commands.preflight import check_inputs
 from bertkit.data.options import TaskOptions
 from bertkit.encoding.reading import LongTextOptions
 from bertkit.errors import UserError, raise_if_problems
@@ -20,6 +19,7 @@ from bertkit.features.settings import POOLS, layers_problem
 from bertkit.models.compute import INFERENCE_PRECISION_HELP, INFERENCE_PRECISIONS, TRUST_HELP
 from bertkit.models.folders import OFFLINE_NAME
 from bertkit.models.metadata import read_as_saved
+from bertkit.models.preflight import check_inputs
 from bertkit.options import DATA, MODEL, OUTPUT, PROBE, config_dict, option, overwrite_option
 from bertkit.probe.records import BestCell, ProbeBaseline, ProbeCell, Refits
 from bertkit.scoring.options import CLASS_WEIGHTS, MetricOptions

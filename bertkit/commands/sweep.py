@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from bertkit.commands.preflight import check_inputs
+from bertkit.models.preflight import check_inputs
 from bertkit.training.space import SweepOptions
 
 
