@@ -8,9 +8,7 @@ import json
 import pytest
 
 from bertkit import options, recipes
-from bertkit.commands import bench_quality as quality_args
-from bertkit.commands.bench import BenchConfig
-from bertkit.commands.bench_quality import QUALITY_CONFIGS
+from bertkit.commands.bench import QUALITY_CONFIGS, BenchConfig
 from bertkit.commands.distill import DistillConfig
 from bertkit.commands.embed import EmbedConfig
 from bertkit.commands.evaluate import EvaluateConfig
@@ -20,6 +18,7 @@ from bertkit.commands.probe import ProbeConfig
 from bertkit.commands.registry import config_for_command, recipe_commands
 from bertkit.commands.tokens import TokensConfig
 from bertkit.errors import UserError
+from bertkit.measure import quality as quality_args
 from bertkit.scoring import options as groups
 
 
