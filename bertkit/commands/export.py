@@ -166,7 +166,7 @@ def run(cfg: ExportConfig, progress: bool = False) -> ExportResult:
         staged = Path(tmp) / "export"
         onnx.write_export(staged, model, tokenizer, kind=kind, quantize=cfg.quantized, source=cfg.model,
                           revision=loading.model_revision(cfg.model), source_info=read_model_info(source),
-                          reading=Reading.from_options(cfg).to_json(), features=_feature_options(cfg) if spec else None,
+                          reading=Reading.from_options(cfg).to_json(), features=spec.to_json() if spec else None,
                           features_fn=_features_fn(model, spec) if spec else None)
         exported = onnx.load_export(staged, kind)
         gate = (classifier_gate(model, exported, tokenizer, dataset, cfg) if kind == "classifier"
@@ -257,10 +257,6 @@ def applicable_config(cfg: ExportConfig, kind: str) -> ExportConfig:
         log.warning("%s does not apply to the export of %s and is ignored (it is an option of --kind %s exports). "
                     "Drop it.", flag, what, other)
     return dataclasses.replace(cfg, **{name: defaults[name] for name in given}) if given else cfg
-
-
-def _feature_options(cfg: ExportConfig) -> dict[str, Any]:
-    return {"pool": cfg.pool, "layers": str(cfg.layers), "combine": cfg.combine, "normalize": cfg.normalize}
 
 
 def _features_fn(model: Any, spec: Pooling) -> Any:
