@@ -14,13 +14,16 @@ import dataclasses
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bertkit.errors import UserError
 from bertkit.measure.distill_report import measure_teacher_student, report_markdown
 from bertkit.models.compute import Compute
 from bertkit.models.preflight import check_inputs
 from bertkit.training.options import DistillOptions
+
+if TYPE_CHECKING:
+    from bertkit.training.finetune import FinetuneResult
 
 log = logging.getLogger(__name__)
 
@@ -36,17 +39,15 @@ class DistillResult:
     """The student's training run (`FinetuneResult`) and the teacher-vs-student report (None: --no-report, or not the
     main process)."""
 
-    training: Any
+    training: FinetuneResult
     report: dict[str, Any] | None = None
-
-
 
 
 def run(cfg: DistillConfig, *, progress: bool = True) -> DistillResult:
     """Train the student (resumable, like finetune), then the teacher-vs-student report (main process)."""
     check_inputs(cfg, need_labels=True, models=(cfg.teacher, cfg.student))  # before torch and transformers
     from bertkit.training.distill import REPORT, DistillTask
-    from bertkit.training.finetune import finetune
+    from bertkit.training.finetune import finetune, training_device
 
     task = DistillTask(cfg)
     cfg = _in_the_teachers_shape(cfg, task.teacher_labels.task)
@@ -54,7 +55,7 @@ def run(cfg: DistillConfig, *, progress: bool = True) -> DistillResult:
     if cfg.student and cfg.student_layers != default_layers:
         log.warning("--student-layers %d copies layers of the teacher; with --student %s the student is that encoder, "
                     "so it is ignored. Drop --student-layers.", cfg.student_layers, cfg.student)
-    result = finetune(cfg, progress=progress, task=task)
+    result = finetune(cfg, progress=progress, task=task, compute=Compute.resolve(training_device(), cfg.precision))
     out = DistillResult(result)
     if result.is_main_process and cfg.report:
         report_path = result.out / f"{REPORT}.json"
