@@ -266,10 +266,11 @@ def _check_dev_targets_vary(splits: Any) -> None:
                         f"data, for a larger --dev-fraction hold-out).")
 
 
-def load_text_inputs(cfg: Any, cache_dir: Path | Callable[[], Path] | None, progress: bool = False,
+def load_text_inputs(cfg: Any, cache_dir: Path | Callable[[], Path] | None, compute: Compute, progress: bool = False,
                      on_labels: Callable[[Any], None] | None = None) -> ProbeInputs:
     """Read --data/--dev/--test and extract features for every --pool and --layers in one pass per split,
-    cached as `cache_dir/<split>-<pool>-<layers>.npy` (reused by a re-run with the same model and data).
+    cached as `cache_dir/<split>-<pool>-<layers>.npy` (reused by a re-run with the same model and data), in
+    `compute`'s precision (the command's one resolution of --precision; the encoder stays on the CPU).
 
     A callable `cache_dir` is called once the data and the model are validated (it may claim the run directory).
     `on_labels` gets the label map (the problem shape) as soon as the data is read, before any model work."""
@@ -292,7 +293,6 @@ def load_text_inputs(cfg: Any, cache_dir: Path | Callable[[], Path] | None, prog
     # the layers every cell pools, concatenated; each cell pools its own way (probe.json records the best cell's)
     spec = Pooling.from_json({"layers": cfg.layers or "-1", "normalize": cfg.normalize})
     indices = spec.resolve(n_layers)
-    compute = Compute.resolve("cpu", cfg.precision)  # the encoder stays on the CPU
     dtype = compute.dtype
     if compute.precision == loading.INT8:
         encoder = quantize.quantized_int8(encoder, inplace=True)  # loaded for the feature pass only
