@@ -128,6 +128,23 @@ def test_commands_holds_the_commands_and_their_table():
     assert modules == set(COMMANDS)
 
 
+RESOLVED_BELOW_COMMANDS = {
+    "bertkit.models.infer": "inference_compute: a classifier folder's resolution (an export's is baked in), which "
+                            "evaluate and predict share",
+    "bertkit.training.finetune": "finetune(compute=None): a sweep's trial (--precision may be searched) and library "
+                                 "callers such as benchmarks/gpu.py",
+}
+"""Where the library still resolves --device/--precision itself, and why."""
+
+
+def test_compute_is_resolved_by_the_commands():
+    """DESIGN.md: a command resolves Compute once and passes it down; the library takes the resolved one."""
+    resolving = {name for name, path in MODULES.items() if not name.startswith("bertkit.commands")
+                 and any(isinstance(node, ast.Attribute) and node.attr == "resolve" and isinstance(node.value, ast.Name)
+                         and node.value.id == "Compute" for node in ast.walk(ast.parse(path.read_text("utf-8"))))}
+    assert resolving - {"bertkit.models.compute"} == set(RESOLVED_BELOW_COMMANDS)
+
+
 def package_of(module: str) -> str:
     """The node of the package graph a module belongs to: its sub-package, or itself for a top-level module."""
     parts = module.split(".")
