@@ -13,7 +13,7 @@ from bertkit.data.dataset import TextDataset
 from bertkit.errors import UserError
 from bertkit.features.extract import extract_features
 from bertkit.features.settings import Pooling
-from bertkit.models import loading, quantize
+from bertkit.models import loading, onnx, quantize
 from bertkit.models.infer import auto_token_budget, plan_batches
 
 TEXTS = [
@@ -175,6 +175,7 @@ def test_pooling_records_the_keys_and_values_artifacts_always_had():
     record = Pooling.from_options("mean", "-4,-3,-2,-1", "concat", True).to_json()
     assert record == {"pool": "mean", "layers": "-4,-3,-2,-1", "combine": "concat", "normalize": True}
     assert list(record) == list(Pooling.KEYS)
+    assert onnx.FEATURE_OPTIONS == Pooling.KEYS  # models/ sits below features/: the export record names them itself
     assert Pooling.from_options("cls", "all", "concat", False).to_json()["layers"] == "all"
     # a record from before a key existed reads it as the default
     assert Pooling.from_json({"pool": "max", "layers": "-1"}) == Pooling("max", (-1,), "concat", False)

@@ -240,7 +240,7 @@ def export_kind(cfg: ExportConfig) -> str:
     return "classifier" if any(str(a).endswith("ForSequenceClassification") for a in architectures) else "features"
 
 
-NOT_FOR = {"classifier": ("pool", "layers", "combine", "normalize", "min_cosine"), "features": ("min_agreement",)}
+NOT_FOR = {"classifier": (*Pooling.KEYS, "min_cosine"), "features": ("min_agreement",)}
 """The options each kind of export ignores: a classifier's graph ends in its head (no pooling; gated by label
 agreement), an encoder's in pooled features (gated by cosine)."""
 

@@ -16,7 +16,7 @@ IDENTITY_DEFAULTS = LongText().to_json()
 """Identity keys added after stores were first written, with the value every store made before had: such a store
 still resumes (and counts as complete) under the same settings."""
 
-SHARED_SETTINGS = ("model", "revision", "backend", "pool", "layers", "combine", "normalize", "dtype", "store_dtype",
+SHARED_SETTINGS = ("model", "revision", "backend", *Pooling.KEYS, "dtype", "store_dtype",
                    "max_length", *LongText().to_json())
 """The identity keys every split of one store must agree on."""
 
