@@ -15,7 +15,7 @@ import torch
 from typer.testing import CliRunner
 
 from bertkit.cli.app import app
-from bertkit.commands import bench_quality
+from bertkit.commands import bench
 from bertkit.data.dataset import TextDataset
 from bertkit.encoding.encode import Encoded, encode_dataset
 from bertkit.errors import UserError
@@ -224,18 +224,18 @@ def _quality_cfg(demo_dir, models="a,b", **kw):
 def test_quality_args_are_typed_by_the_command_options(demo_dir):
     cfg = _quality_cfg(demo_dir, quality="probe", max_length=64, limit=30,
                        quality_args="--C 0.5 --no-baselines --layers -1 --max-length=32 -q")
-    (plan,) = bench_quality.plan_quality(cfg)
+    (plan,) = bench.plan_quality(cfg)
     probe_cfg = plan.config
     assert plan.kind == "probe" and probe_cfg.C == 0.5 and probe_cfg.baselines is False and probe_cfg.layers == "-1"
     assert probe_cfg.max_length == 32  # --quality-args override bench's own settings, as flags given later did
     assert probe_cfg.data == cfg.data and probe_cfg.dev == cfg.dev and probe_cfg.limit == 30 and probe_cfg.seed == 42
     cfg = _quality_cfg(demo_dir, quality="finetune", dev_fraction=0.2, max_length=64,
                        quality_args="--epochs 2 --lr=3e-5 --metric-for-best f1")
-    (plan,) = bench_quality.plan_quality(cfg)
+    (plan,) = bench.plan_quality(cfg)
     assert (plan.config.epochs, float(plan.config.lr), plan.config.metric_for_best) == (2, 3e-5, "f1")
     assert plan.config.max_length == 64 and plan.config.dev_fraction == 0.2  # bench's data settings reach it
     cfg = _quality_cfg(demo_dir, quality="probe", quality_args="--recipe alammar-sst2-probe-offline --C 2")
-    (plan,) = bench_quality.plan_quality(cfg)  # recipe < bench's data settings < the other --quality-args
+    (plan,) = bench.plan_quality(cfg)  # recipe < bench's data settings < the other --quality-args
     assert (plan.config.pool, plan.config.layers, plan.config.text_column) == ("cls,mean", "all", "0")
     assert plan.config.data == cfg.data and plan.config.C == 2.0
 
@@ -257,9 +257,9 @@ def test_quality_arg_values_are_refused_before_the_benchmark(kind, args, message
 
 def test_quality_probe_runs_in_process(tiny_bert_dir, tiny_distilbert_dir, demo_dir, tmp_path):
     cfg = _quality_cfg(demo_dir, limit=40, max_length=16, quality="probe", quality_args="--no-baselines")
-    (plan,) = bench_quality.plan_quality(cfg)
+    (plan,) = bench.plan_quality(cfg)
     models = {"distil": str(tiny_distilbert_dir), "bert": str(tiny_bert_dir), "missing": str(tmp_path / "nope")}
-    result = bench_quality.measure_quality(plan, models, tmp_path / "quality")
+    result = bench.measure_quality(plan, models, tmp_path / "quality")
     for i, label in enumerate(("distil", "bert")):
         record = result[label]
         assert record["status"] == "ok" and record["metric"] == "best.dev.accuracy", record
@@ -272,9 +272,9 @@ def test_quality_probe_runs_in_process(tiny_bert_dir, tiny_distilbert_dir, demo_
 def test_quality_finetune_runs_in_process(tiny_bert_dir, tiny_distilbert_dir, demo_dir, tmp_path):
     cfg = _quality_cfg(demo_dir, limit=16, max_length=16, quality="finetune",
                        quality_args="--epochs 1 --batch-size 8 --metric-for-best f1 --precision fp32")
-    (plan,) = bench_quality.plan_quality(cfg)
+    (plan,) = bench.plan_quality(cfg)
     models = {"distil": str(tiny_distilbert_dir), "bert": str(tiny_bert_dir)}  # two runs in one process
-    result = bench_quality.measure_quality(plan, models, tmp_path / "quality")
+    result = bench.measure_quality(plan, models, tmp_path / "quality")
     for i, label in enumerate(models):
         record = result[label]
         assert record["status"] == "ok" and record["metric"] == "best_dev.f1", record  # the declared metric
@@ -433,7 +433,7 @@ def test_quality_needs_labelled_data():
 
 def test_recipe_loads_into_bench_config():
     from bertkit.commands.bench import BenchConfig
-    from bertkit.commands.recipes import load_recipe
+    from bertkit.recipes import load_recipe
 
     cfg = BenchConfig(**load_recipe("distilbert-vs-bert", "bench", BenchConfig))
     assert cfg.preset == "distilbert-vs-bert" and cfg.batch_size_list == (1, 8) and cfg.text_column == "0"

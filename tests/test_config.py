@@ -7,11 +7,8 @@ import json
 
 import pytest
 
-from bertkit import options
-from bertkit.commands import bench_quality as quality_args
-from bertkit.commands import recipes
-from bertkit.commands.bench import BenchConfig
-from bertkit.commands.bench_quality import QUALITY_CONFIGS
+from bertkit import options, recipes
+from bertkit.commands.bench import QUALITY_CONFIGS, BenchConfig
 from bertkit.commands.distill import DistillConfig
 from bertkit.commands.embed import EmbedConfig
 from bertkit.commands.evaluate import EvaluateConfig
@@ -21,6 +18,7 @@ from bertkit.commands.probe import ProbeConfig
 from bertkit.commands.registry import config_for_command, recipe_commands
 from bertkit.commands.tokens import TokensConfig
 from bertkit.errors import UserError
+from bertkit.measure import quality as quality_args
 from bertkit.scoring import options as groups
 
 
@@ -227,7 +225,7 @@ def test_predict_refuses_empty_texts():
 
 def test_a_recipe_threshold_may_be_a_number(tmp_path):
     """`threshold = 0.4` in a recipe is the text option --threshold 0.4 (the field is text: tune is also allowed)."""
-    from bertkit.commands.recipes import load_recipe
+    from bertkit.recipes import load_recipe
 
     recipe = tmp_path / "r.toml"
     recipe.write_text('[finetune]\ndata = "x.tsv"\nout = "o"\nthreshold = 0.4\n')

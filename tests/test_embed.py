@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import json
 
 import numpy as np
 import pytest
@@ -12,7 +13,7 @@ from bertkit.data.dataset import TextDataset
 from bertkit.errors import UserError
 from bertkit.features.extract import extract_features
 from bertkit.features.settings import Pooling
-from bertkit.models import loading, quantize
+from bertkit.models import loading, onnx, quantize
 from bertkit.models.infer import auto_token_budget, plan_batches
 
 TEXTS = [
@@ -160,6 +161,32 @@ def test_feature_spec_shapes():
     assert Pooling.from_options("cls", "all", "concat", False).row_shape(6, 384) == (7, 384)
     assert Pooling.from_options("cls", "all", "concat", False).layer_names(2) == ["embeddings", "layer 1", "layer 2"]
     assert Pooling.from_options("cls", "0,-1", "concat", False).resolve(6) == [0, 6]
+
+
+@pytest.mark.parametrize("pooling", [
+    Pooling(), Pooling("mean", (-4, -3, -2, -1), "mean", True), Pooling("max", None, "concat", False),
+    Pooling("cls", (0, 6), "sum", True), Pooling.from_options("mean", "all", "mean", False)])
+def test_pooling_reads_back_what_it_records(pooling):
+    assert Pooling.from_json(pooling.to_json()) == pooling
+    assert Pooling.from_json(json.loads(json.dumps(pooling.to_json()))) == pooling  # through the file, too
+
+
+def test_pooling_records_the_keys_and_values_artifacts_always_had():
+    record = Pooling.from_options("mean", "-4,-3,-2,-1", "concat", True).to_json()
+    assert record == {"pool": "mean", "layers": "-4,-3,-2,-1", "combine": "concat", "normalize": True}
+    assert list(record) == list(Pooling.KEYS)
+    assert onnx.FEATURE_OPTIONS == Pooling.KEYS  # models/ sits below features/: the export record names them itself
+    assert Pooling.from_options("cls", "all", "concat", False).to_json()["layers"] == "all"
+    # a record from before a key existed reads it as the default
+    assert Pooling.from_json({"pool": "max", "layers": "-1"}) == Pooling("max", (-1,), "concat", False)
+
+
+def test_a_store_recorded_with_layers_as_typed_still_resumes():
+    from bertkit.features.identity import IDENTITY_DEFAULTS, identity_mismatch
+
+    new = {"model": "m", **IDENTITY_DEFAULTS, **Pooling.from_options("cls", "-2,-1", "concat", False).to_json()}
+    assert identity_mismatch({**new, "layers": "-2, -1"}, new) == []  # stores written before Pooling.to_json
+    assert identity_mismatch({**new, "layers": "-3,-1"}, new) == ["layers: '-3,-1' -> '-2,-1'"]
 
 
 def test_auto_budget_scales_with_model_size():

@@ -105,8 +105,7 @@ def test_bench_quality_runs_take_their_hold_out_share_from_quality_args():
     from pathlib import Path
 
     import bertkit
-    from bertkit.commands.bench import BenchConfig
-    from bertkit.commands.bench_quality import plan_quality
+    from bertkit.commands.bench import BenchConfig, plan_quality
 
     demo = Path(bertkit.__file__).parent / "resources" / "demo" / "train.tsv"
     cfg = BenchConfig(preset="distilbert-vs-bert", data=str(demo), quality="finetune",

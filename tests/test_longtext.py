@@ -198,9 +198,9 @@ def window_logits_one_by_one(model, windows) -> np.ndarray:
 
 def test_chunked_logits_are_the_max_over_each_texts_windows(classifier_dir):
 
-    from bertkit.models.infer import load_for_inference
+    from bertkit.models.infer import inference_compute, load_for_inference
 
-    model, tokenizer, _ = load_for_inference(str(classifier_dir))
+    model, tokenizer, _ = load_for_inference(str(classifier_dir), inference_compute(str(classifier_dir), "fp32"))
     texts = [long_text(2050, seed=11), "a good film", long_text(300, seed=12)]
     logits = infer.classifier_logits(model, tokenizer, TextDataset(texts), max_length=64, batch_size=8,
                                      precision="fp32", long_text=LongText(mode="chunk", stride=16))
@@ -240,7 +240,7 @@ def test_a_stride_not_smaller_than_the_window_exits_2(classifier_dir):
 
 
 def test_long_text_options_are_checked_together():
-    from bertkit.commands.predict import read_as_saved
+    from bertkit.models.metadata import read_as_saved
 
     with pytest.raises(UserError, match="--long-text chunk"):
         EvaluateConfig(model="m", data="d.tsv", stride=8)  # a stride without chunking would be ignored

@@ -90,7 +90,7 @@ def test_classifier_export_runs_like_torch_and_reports_the_gate(classifier_dir, 
     assert infer.inference_compute(str(out), "auto") == onnx.export_compute(out) == Compute("cpu", precision)
     assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == sorted(
         p for p in onnx.FOLDER_FILES if (out / p).exists())
-    model, tokenizer, labels = infer.load_for_inference(str(out))
+    model, tokenizer, labels = infer.load_for_inference(str(out), infer.inference_compute(str(out), "fp32"))
     assert isinstance(model, onnx.OnnxModel) and tuple(labels.labels) == ("neg", "pos")
     dataset = TextDataset(TEXTS, source="t")
     exported = infer.classifier_logits(model, tokenizer, dataset, max_length=16, batch_size=2, precision="fp32")
@@ -132,7 +132,7 @@ def test_the_folder_loads_with_plain_onnxruntime_and_the_tokenizer(classifier_di
     encoded = tokenizer(TEXTS, padding=True, truncation=True, max_length=128, return_tensors="np")
     logits = session.run(["logits"], {n: encoded[n].astype(np.int64) for n in names})[0]
     labels = [AutoConfig.from_pretrained(out).id2label[i] for i in logits.argmax(axis=1)]
-    model, tok, _ = infer.load_for_inference(str(out))
+    model, tok, _ = infer.load_for_inference(str(out), infer.inference_compute(str(out), "fp32"))
     ours = infer.classifier_logits(model, tok, TextDataset(TEXTS, source="t"), max_length=128, batch_size=8,
                                    precision="fp32")
     np.testing.assert_allclose(logits, ours, atol=1e-5)
@@ -342,7 +342,7 @@ def test_options_an_export_kind_ignores_warn_and_stay_off_its_record_and_card(ti
 
 def test_the_gate_refusal_shows_the_digits_that_put_it_below_the_threshold():
     from bertkit.commands.export import ExportConfig
-    from bertkit.commands.export_gate import below, refusal_message
+    from bertkit.models.export_gate import below, refusal_message
 
     assert below(0.999987, 0.99999) == "0.999987" and below(0.5, 0.99) == "0.5000"
     cosine = refusal_message({"statistic": "mean_cosine", "mean_cosine": 0.9999897, "min_cosine": 0.9999, "rows": 40},
@@ -361,8 +361,8 @@ def test_the_gate_report_is_typed_and_writes_back_export_reports_object():
     object export_report.json holds, with no field the gate did not report."""
     import json
 
-    from bertkit.commands.export_gate import GateReport
     from bertkit.io.atomic import to_json
+    from bertkit.models.export_gate import GateReport
 
     record = {"statistic": "agreement", "threshold": 0.99, "rows": 40, "task": "single_label", "agreement": 1.0,
               "disagreeing_rows": 0, "max_abs_logit_diff": 0.01, "passed": True, "metric": "accuracy",

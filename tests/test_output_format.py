@@ -11,9 +11,9 @@ from rich.console import Console
 
 from bertkit.cli import show
 from bertkit.cli.output import table
-from bertkit.commands import distill as distill_command
-from bertkit.commands.recipes import describe_recipe, list_recipes
+from bertkit.measure import distill_report
 from bertkit.measure import report as bench_report
+from bertkit.recipes import describe_recipe, list_recipes
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -88,10 +88,10 @@ def test_the_distil_claim_check_reads_as_a_measurement_with_what_it_compares():
     report = {"metric": "accuracy", "student_layers": [0, 2, 5], "teacher_layers": 6, "claims": {
         "parameter_reduction_pct": {"measured": 12.0, "paper": 40.0, "pass": False},
         "speedup_batch1_x": {"measured": 1.9, "paper": 1.63, "pass": True}}}
-    verdicts = [row[-1] for row in distill_command.claim_rows(report)]
+    verdicts = [row[-1] for row in distill_report.claim_rows(report)]
     assert verdicts == ["short of the paper", "meets the paper"]
-    assert "FAIL" not in str(distill_command.claim_rows(report))
-    assert "3 of the teacher's 6 layers" in distill_command.claims_context(report)
+    assert "FAIL" not in str(distill_report.claim_rows(report))
+    assert "3 of the teacher's 6 layers" in distill_report.claims_context(report)
 
 
 def test_the_demo_refuses_an_output_folder_it_did_not_make(tmp_path):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bertkit.commands import recipes
+from bertkit import recipes
 from bertkit.commands.evaluate import EvaluateConfig
 from bertkit.commands.finetune import FinetuneConfig
 from bertkit.commands.predict import PredictConfig

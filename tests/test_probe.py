@@ -345,7 +345,7 @@ def test_config_fields_are_probe_options_and_recipes_load():
     import inspect
 
     from bertkit.cli.app import probe
-    from bertkit.commands.recipes import load_recipe
+    from bertkit.recipes import load_recipe
 
     params = set(inspect.signature(probe).parameters)
     assert {f.name for f in dataclasses.fields(ProbeConfig)} <= params

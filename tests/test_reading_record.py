@@ -138,8 +138,8 @@ def test_predict_reads_a_saved_probe_as_it_was_fitted(probe_16):
 
 
 def test_a_probe_on_a_saved_model_extracts_as_the_model_was_trained(model_16, tmp_path, long_rows):
-    from bertkit.commands.predict import read_as_saved
     from bertkit.commands.probe import ProbeConfig
+    from bertkit.models.metadata import read_as_saved
 
     data = tmp_path / "train.tsv"
     data.write_text("sentence\tlabel\n" + "\n".join(f"{t}\t{y}" for t, y in long_rows) + "\n")

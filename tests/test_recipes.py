@@ -9,8 +9,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from bertkit import recipes
 from bertkit.cli.app import app
-from bertkit.commands import recipes
 from bertkit.commands.finetune import FinetuneConfig
 from bertkit.commands.registry import config_for_command, recipe_commands
 

@@ -93,6 +93,58 @@ def test_no_import_cycle_inside_bertkit():
         " <-> ".join(c) for c in cycles(graph))
 
 
+COMMAND_TABLE = "bertkit.commands.registry"
+"""The table from command name to module (the CLI and bench's --quality run commands by name through it)."""
+
+
+def command_crossings(modules: dict[str, Path]) -> list[str]:
+    """`A imports B` for each module A of bertkit.commands importing another, B (at the top or inside a function);
+    the package itself (nothing but a docstring) and the command table are not commands."""
+    commands = {n for n in MODULES if n.startswith("bertkit.commands.") and n != COMMAND_TABLE}
+    return [f"{name} imports {target}" for name, path in sorted(modules.items())
+            for target in sorted(imported_modules(name, path)) if target in commands]
+
+
+def test_command_crossings_sees_imports_inside_functions(tmp_path):
+    module = tmp_path / "bench.py"
+    module.write_text("from bertkit.commands import registry\n\n\ndef run():\n"
+                      "    from bertkit.commands import probe\n    from bertkit.commands.predict import run\n")
+    assert command_crossings({"bertkit.commands.bench": module}) == [
+        "bertkit.commands.bench imports bertkit.commands.predict", "bertkit.commands.bench imports bertkit.commands.probe"]
+
+
+def test_no_command_module_imports_another():
+    """DESIGN.md: what two commands share lives below commands/ (a saved model or probe read in models/ or probe/,
+    outputs in scoring/, reports in measure/), so a command can change without breaking another."""
+    modules = {n: p for n, p in MODULES.items() if n.startswith("bertkit.commands")}
+    assert command_crossings(modules) == []
+
+
+def test_commands_holds_the_commands_and_their_table():
+    """Every module of bertkit.commands is a command the table names (a helper two commands share lives below)."""
+    from bertkit.commands.registry import COMMANDS
+
+    modules = {n.rsplit(".", 1)[1] for n in MODULES if n.startswith("bertkit.commands.") and n != COMMAND_TABLE}
+    assert modules == set(COMMANDS)
+
+
+RESOLVED_BELOW_COMMANDS = {
+    "bertkit.models.infer": "inference_compute: a classifier folder's resolution (an export's is baked in), which "
+                            "evaluate and predict share",
+    "bertkit.training.finetune": "finetune(compute=None): a sweep's trial (--precision may be searched) and library "
+                                 "callers such as benchmarks/gpu.py",
+}
+"""Where the library still resolves --device/--precision itself, and why."""
+
+
+def test_compute_is_resolved_by_the_commands():
+    """DESIGN.md: a command resolves Compute once and passes it down; the library takes the resolved one."""
+    resolving = {name for name, path in MODULES.items() if not name.startswith("bertkit.commands")
+                 and any(isinstance(node, ast.Attribute) and node.attr == "resolve" and isinstance(node.value, ast.Name)
+                         and node.value.id == "Compute" for node in ast.walk(ast.parse(path.read_text("utf-8"))))}
+    assert resolving - {"bertkit.models.compute"} == set(RESOLVED_BELOW_COMMANDS)
+
+
 def package_of(module: str) -> str:
     """The node of the package graph a module belongs to: its sub-package, or itself for a top-level module."""
     parts = module.split(".")

@@ -46,7 +46,6 @@ from bertkit.commands.finetune import FinetuneConfig
 from bertkit.commands.predict import PredictConfig
 from bertkit.commands.probe import ProbeConfig
 from bertkit.commands.push import PushConfig
-from bertkit.commands.recipes import list_recipes, load_recipe, recipe_path
 from bertkit.commands.sweep import SweepConfig
 from bertkit.commands.tokens import TokensConfig
 from bertkit.errors import UserError
@@ -64,6 +63,7 @@ from bertkit.options import (
     help_text,
     required_options,
 )
+from bertkit.recipes import list_recipes, load_recipe, recipe_path
 
 NO_LABEL = ""
 """The metavar of every option: Typer's type labels (`<str>`, `<bool>`) say nothing the help does not."""

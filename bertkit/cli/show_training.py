@@ -8,8 +8,8 @@ from typing import Any
 
 from bertkit.cli.output import View, emit_json, format_score, info, out_console, table
 from bertkit.cli.show import METRIC_HEADERS
-from bertkit.commands import distill as distill_core
 from bertkit.commands.distill import DistillResult
+from bertkit.measure import distill_report
 from bertkit.scoring.table import SHAPE
 
 # ---------------------------------------------------------------- finetune / distill
@@ -104,11 +104,11 @@ def show_distill(result: DistillResult, view: View) -> None:
         info(note, view.quiet)
     _print_epoch_table(training.epoch_table)
     if report is not None:
-        out_console.print(table("Teacher vs student (dev data)", distill_core.MODEL_COLUMNS,
-                                distill_core.model_rows(report)))
-        out_console.print(table("DistilBERT's claims, measured", distill_core.CLAIM_COLUMNS,
-                                distill_core.claim_rows(report)))
-        info(distill_core.claims_context(report), view.quiet)
+        out_console.print(table("Teacher vs student (dev data)", distill_report.MODEL_COLUMNS,
+                                distill_report.model_rows(report)))
+        out_console.print(table("DistilBERT's claims, measured", distill_report.CLAIM_COLUMNS,
+                                distill_report.claim_rows(report)))
+        info(distill_report.claims_context(report), view.quiet)
     out_console.print(f"saved {training.out}/best, {training.out}/final, metrics.json"
                       + (", distill_report.json/.md/.png" if report is not None else ""), highlight=False)
     for line in tracker_lines(training.metrics.get("trackers") or {}):

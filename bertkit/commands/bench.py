@@ -1,5 +1,6 @@
 """`bertkit bench`: speed, size, memory and (optionally) quality of encoders, measured side by side
-(`bertkit.measure` measures; `bench_quality` runs the quality commands).
+(`bertkit.measure` measures; `measure.quality` plans and scores the quality commands, which bench runs through
+the command table, `commands.registry`).
 
 The models under test ("contenders": a preset's exact shapes with random weights, or --models) are measured on
 the user's machine and data: parameter count, safetensors size (fp32/fp16), load time, batch-1 latency over real
@@ -10,6 +11,7 @@ size 1 on the CPU).
 
 from __future__ import annotations
 
+import functools
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -17,10 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bertkit.commands import bench_quality, preflight
-from bertkit.commands.preflight import check_inputs
+from bertkit.commands.registry import command_module, config_for_command
 from bertkit.data.options import DataOptions
 from bertkit.errors import raise_if_problems
+from bertkit.measure import quality
 from bertkit.measure.report import compute_claims, report_markdown
 from bertkit.models.compute import (
     INFERENCE_PRECISION_HELP,
@@ -29,6 +31,7 @@ from bertkit.models.compute import (
     Compute,
     check_device,
 )
+from bertkit.models.preflight import DATA_FIELDS, check_inputs
 from bertkit.options import BENCH, MODEL, OUTPUT, option, overwrite_option
 
 if TYPE_CHECKING:
@@ -36,6 +39,8 @@ if TYPE_CHECKING:
 
 BENCH_PROTOCOLS = ("standard", "paper")
 BENCH_QUALITY = ("none", "probe", "finetune", "probe,finetune")
+QUALITY_CONFIGS: dict[str, type] = {kind: config_for_command(kind) for kind in quality.QUALITY_COMMANDS}
+"""The --quality commands' configs, from the command table: bench runs other commands by name, as the CLI does."""
 
 
 
@@ -97,7 +102,7 @@ class BenchConfig(DataOptions):
         if self.quality_kinds and self.data is None:
             problems.append("--quality needs labelled --data (and usually --dev); pass them, or drop --quality.")
         check_device(problems, self.device, check_available=self.protocol != "paper")  # paper runs on the CPU
-        problems += bench_quality.quality_args_problems(bench_quality.QUALITY_CONFIGS, self.quality_kinds, self.quality_args)
+        problems += quality.quality_args_problems(QUALITY_CONFIGS, self.quality_kinds, self.quality_args)
         raise_if_problems(problems)
 
     @property
@@ -110,7 +115,7 @@ class BenchConfig(DataOptions):
 
     @property
     def quality_kinds(self) -> list[str]:
-        order = tuple(bench_quality.QUALITY_CONFIGS)
+        order = quality.QUALITY_COMMANDS
         asked = {q.strip() for q in str(self.quality).split(",") if q.strip() and q.strip() != "none"}
         return [q for q in order if q in asked] + sorted(asked - set(order))
 
@@ -148,7 +153,7 @@ def benchmark(cfg: Any, clock: Clock = time.perf_counter,
     from bertkit.measure.timing import Budget, sync_for
     from bertkit.models import loading
 
-    quality = bench_quality.plan_quality(cfg)  # every --quality-args value is checked before anything is measured
+    plans = plan_quality(cfg)  # every --quality-args value is checked before anything is measured
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     device, dtype, notes = device_and_dtype(cfg)
@@ -165,9 +170,9 @@ def benchmark(cfg: Any, clock: Clock = time.perf_counter,
     timed_texts = texts if cfg.protocol == "paper" else [texts[i] for i in order]
     with tempfile.TemporaryDirectory(prefix="bertkit-bench-") as tmp:
         report = run_bench(contenders, timed_texts, settings, device, dtype, Path(tmp), keep_folders=True)
-        if quality:
+        if plans:
             where = quality_dir() if callable(quality_dir) else quality_dir or Path(tmp) / "quality"
-            add_quality(report, quality, where)
+            add_quality(report, plans, where)
     for record in report["models"]:
         record.pop("folder", None)
     report["claims"] = compute_claims(report["models"])
@@ -194,12 +199,23 @@ def device_and_dtype(cfg: Any) -> tuple[Any, Any, list[str]]:
     return device, dtype, notes
 
 
-def add_quality(report: dict[str, Any], plans: Sequence[bench_quality.QualityPlan], out_dir: Path) -> None:
+def plan_quality(cfg: BenchConfig) -> list[quality.QualityPlan]:
+    """The --quality commands' plans, every config built (so every --quality-args value checked) before measuring."""
+    return quality.plan_quality(cfg, QUALITY_CONFIGS)
+
+
+def measure_quality(plan: quality.QualityPlan, models: dict[str, str], out_dir: Path) -> dict[str, dict[str, Any]]:
+    """`plan`'s command run in this process for each model (label -> hub id or folder), scored by `measure.quality`."""
+    run = functools.partial(command_module(plan.kind).run, progress=False)
+    return quality.measure_quality(plan, models, out_dir, run)
+
+
+def add_quality(report: dict[str, Any], plans: Sequence[quality.QualityPlan], out_dir: Path) -> None:
     """Each model record's `quality` section: one result per --quality command (random-init models: their saved
     copy, so the quality run starts from the very weights that were timed)."""
     folders = {m["label"]: (m["folder"] if m["random_init"] else m["source"]) for m in report["models"]}
     for plan in plans:
-        for label, result in bench_quality.measure_quality(plan, folders, out_dir).items():
+        for label, result in measure_quality(plan, folders, out_dir).items():
             record = next(m for m in report["models"] if m["label"] == label)
             record.setdefault("quality", {})[plan.kind] = result
 
@@ -234,7 +250,7 @@ def run(cfg: BenchConfig) -> BenchResult:
     # whatever --out holds): the quality runs read every split with labels; the timing alone reads --dev, else --data
     timed = ("dev",) if cfg.dev else ("data",)
     check_inputs(cfg, need_labels=bool(cfg.quality_kinds), models=cfg.model_list,
-                 data_fields=preflight.DATA_FIELDS if cfg.quality_kinds else timed)
+                 data_fields=DATA_FIELDS if cfg.quality_kinds else timed)
     plan = rundir.inspect_run_dir(cfg.out or "runs/bench", "bench", overwrite=cfg.overwrite, inputs=ownership.input_paths(cfg),
                                   compare=trail.config_compare(vars(cfg)))  # read-only; claimed once models are measured
     from bertkit import plots

@@ -3,7 +3,7 @@
 The student is built the DistilBERT way - the teacher's width, embeddings and head, and `--student-layers`
 evenly spaced layers copied from it - or is any smaller pretrained encoder (`--student`), and trained by the
 fine-tuning loop on the teacher's soft targets (`bertkit.training.distill`). The report
-(`distill_report.json/.md/.png`) puts teacher and student side by side on the user's dev data: parameters, disk
+(`distill_report.json/.md/.png`, measured by `bertkit.measure.distill_report`) puts teacher and student side by side on the user's dev data: parameters, disk
 size, batch-1 latency and best-batch throughput (measured by `bertkit.measure`, interleaved), dev quality, and the
 DistilBERT paper's three claims as ratios with pass/fail.
 """
@@ -14,19 +14,18 @@ import dataclasses
 import json
 import logging
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from bertkit.commands.preflight import check_inputs
 from bertkit.errors import UserError
+from bertkit.measure.distill_report import measure_teacher_student, report_markdown
 from bertkit.models.compute import Compute
-from bertkit.scoring.table import LOWER_IS_BETTER
+from bertkit.models.preflight import check_inputs
 from bertkit.training.options import DistillOptions
 
-log = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from bertkit.training.finetune import FinetuneResult
 
-CLAIMS = {"parameter_reduction_pct": 40.0, "speedup_x": 1.6, "quality_retained_pct": 97.0}
-"""The DistilBERT paper's claims (Sanh et al. 2019): 40% fewer parameters, 60% faster, 97% of the quality."""
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -40,17 +39,15 @@ class DistillResult:
     """The student's training run (`FinetuneResult`) and the teacher-vs-student report (None: --no-report, or not the
     main process)."""
 
-    training: Any
+    training: FinetuneResult
     report: dict[str, Any] | None = None
-
-
 
 
 def run(cfg: DistillConfig, *, progress: bool = True) -> DistillResult:
     """Train the student (resumable, like finetune), then the teacher-vs-student report (main process)."""
     check_inputs(cfg, need_labels=True, models=(cfg.teacher, cfg.student))  # before torch and transformers
     from bertkit.training.distill import REPORT, DistillTask
-    from bertkit.training.finetune import finetune
+    from bertkit.training.finetune import finetune, training_device
 
     task = DistillTask(cfg)
     cfg = _in_the_teachers_shape(cfg, task.teacher_labels.task)
@@ -58,7 +55,7 @@ def run(cfg: DistillConfig, *, progress: bool = True) -> DistillResult:
     if cfg.student and cfg.student_layers != default_layers:
         log.warning("--student-layers %d copies layers of the teacher; with --student %s the student is that encoder, "
                     "so it is ignored. Drop --student-layers.", cfg.student_layers, cfg.student)
-    result = finetune(cfg, progress=progress, task=task)
+    result = finetune(cfg, progress=progress, task=task, compute=Compute.resolve(training_device(), cfg.precision))
     out = DistillResult(result)
     if result.is_main_process and cfg.report:
         report_path = result.out / f"{REPORT}.json"
@@ -88,152 +85,11 @@ def write_report(cfg: DistillConfig, task: Any, result: Any) -> dict[str, Any]:
     from bertkit.io import atomic
     from bertkit.training.distill import REPORT
 
-    report = measure(cfg, task, result)
+    compute = Compute.resolve(None, cfg.precision)  # the report's one resolution of --precision, default device
+    report = measure_teacher_student(cfg, task, result, compute)
     out = result.out
     atomic.write_json_atomic(out / f"{REPORT}.json", report)
     atomic.write_text_atomic(out / f"{REPORT}.md", report_markdown(report))
     plots.distill_bars(report, out / f"{REPORT}.png")
     report["outputs"] = [str(out / f"{REPORT}.{ext}") for ext in ("json", "md", "png")]
     return report
-
-
-def measure(cfg: DistillConfig, task: Any, result: Any) -> dict[str, Any]:
-    """Parameters, disk size, batch-1 latency, best-batch throughput and dev quality of teacher and student."""
-    from bertkit.data.splits import load_splits
-    from bertkit.encoding.encode import encode_for
-    from bertkit.io import trail
-    from bertkit.measure import measure as bench_measure
-    from bertkit.measure import timing
-    from bertkit.measure.contenders import Contender
-    from bertkit.models import infer, loading
-
-    student_dir = result.out / "best"
-    student = loading.load_classifier(str(student_dir), require_head=True).eval()
-    splits = load_splits(cfg, need_labels=True, need_dev=True)
-    texts = list(splits.dev.texts)
-    compute = Compute.resolve(None, cfg.precision)
-    device, dtype = compute.torch_device, compute.dtype
-    contenders = [Contender("teacher", cfg.teacher or "", False, task.teacher.to(device).eval(),
-                            task.teacher_tokenizer, 0.0),
-                  Contender("student", str(student_dir), False, student.to(device),
-                            loading.load_tokenizer(str(student_dir)), 0.0)]
-    settings = bench_measure.BenchSettings(batch_sizes=(1, 32), max_length=cfg.max_length, train_batch_size=0,
-                                           seed=cfg.seed,
-                                           budget=timing.Budget(warmup=2, min_iters=10, min_seconds=2.0, rounds=2))
-    latency = bench_measure.measure_latency(contenders, texts, settings, device, dtype)
-    encoded = encode_for(task.teacher_tokenizer, splits.dev, cfg.max_length, cache_dir=cfg.cache_dir).encoded
-    throughput = bench_measure.measure_throughput(contenders, encoded, infer.pad_id_of(task.teacher_tokenizer),
-                                                  settings, device, dtype)
-    quality = _dev_quality(cfg, task, result, splits)
-    models = {c.label: _model_record(c, latency[c.label], throughput[c.label], quality[c.label]) for c in contenders}
-    metric = result.metrics.get("best_metric_name") or cfg.metric_for_best  # the shape's (regression: pearson)
-    return {"teacher": cfg.teacher, "student": str(student_dir), "student_layers": task.kept_layers,
-            "teacher_layers": int(task.teacher.config.num_hidden_layers),
-            "metric": metric, "dev_rows": len(texts), "device": str(device),
-            "dtype": loading.dtype_name(dtype), "machine": trail.machine_info(), "models": models,
-            "claims": claims(models, metric)}
-
-
-def _dev_quality(cfg: DistillConfig, task: Any, result: Any, splits: Any) -> dict[str, Any]:
-    """Dev metrics of the teacher (computed now, on the same dev rows) and of the student's best checkpoint."""
-    from bertkit.models import infer
-    from bertkit.scoring.shapes import MultiLabel, Regression, SingleLabel
-    labels = task.teacher_labels
-    y_dev = labels.encode(splits.dev.labels or [], f"The dev data {splits.dev.source}")
-    logits = infer.classifier_logits(task.teacher, task.teacher_tokenizer, splits.dev, max_length=cfg.max_length,
-                                     batch_size=64, precision=cfg.precision)
-    names = [str(x) for x in labels.labels]
-    hard = (Regression(y_dev, y_dev, names) if labels.task == "regression" else
-            MultiLabel(y_dev, y_dev, names, cfg.threshold) if labels.task == "multi_label" else
-            SingleLabel(y_dev, y_dev, names))
-    teacher = hard.score(logits).metrics
-    return {"teacher": teacher, "student": result.metrics.get("best_dev") or {}}
-
-
-def _model_record(c: Any, latency: dict[str, Any], throughput: list[dict[str, Any]], dev: dict[str, Any]) -> dict[str, Any]:
-    from bertkit.models import loading
-
-    weights = sum(p.numel() * p.element_size() for p in c.model.parameters())
-    best = max((r for r in throughput if r["padding"] == "dynamic"), key=lambda r: r["rows_per_s"])
-    return {"source": c.source, "parameters": loading.parameter_count(c.model), "size_mb": _folder_mb(c.source, weights),
-            "latency_b1_ms": latency["model_ms"]["mean"], "latency_b1_p90_ms": latency["model_ms"]["p90"],
-            "best_rows_per_s": best["rows_per_s"], "best_batch": best["batch_size"],
-            "dev": {k: v for k, v in dev.items() if isinstance(v, (int, float))}}
-
-
-def _folder_mb(source: str, fallback_bytes: int) -> float:
-    from bertkit.models import loading
-
-    folder = Path(loading.resolve_model_name(source))
-    files = list(folder.glob("*.safetensors")) if folder.is_dir() else []
-    return (sum(f.stat().st_size for f in files) if files else fallback_bytes) / 1e6
-
-
-def claims(models: dict[str, dict[str, Any]], metric: str) -> dict[str, Any]:
-    """The DistilBERT paper's three claims, measured: % fewer parameters, speed-up (batch-1 latency and best-batch
-    throughput), % of the teacher's dev quality - each with the paper's figure and pass/fail."""
-    t, s = models["teacher"], models["student"]
-    reduction = 100.0 * (1 - s["parameters"] / t["parameters"])
-    speedup = t["latency_b1_ms"] / s["latency_b1_ms"]
-    throughput = s["best_rows_per_s"] / t["best_rows_per_s"]
-    t_q, s_q = t["dev"].get(metric), s["dev"].get(metric)
-    if metric in LOWER_IS_BETTER:  # an error or loss: the teacher's as a share of the student's
-        t_q, s_q = s_q, t_q
-    retained = 100.0 * s_q / t_q if t_q and s_q is not None else None
-    return {
-        "parameter_reduction_pct": {"measured": reduction, "paper": CLAIMS["parameter_reduction_pct"],
-                                    "pass": reduction >= CLAIMS["parameter_reduction_pct"]},
-        "speedup_batch1_x": {"measured": speedup, "paper": CLAIMS["speedup_x"], "pass": speedup >= CLAIMS["speedup_x"]},
-        "speedup_best_batch_x": {"measured": throughput, "paper": CLAIMS["speedup_x"],
-                                 "pass": throughput >= CLAIMS["speedup_x"]},
-        "quality_retained_pct": {"measured": retained, "paper": CLAIMS["quality_retained_pct"], "metric": metric,
-                                 "pass": retained is not None and retained >= CLAIMS["quality_retained_pct"]},
-    }
-
-
-def claim_rows(report: dict[str, Any]) -> list[list[Any]]:
-    """(claim, measured, paper, pass) rows for the terminal and the markdown report."""
-    names = {"parameter_reduction_pct": "fewer parameters (%)", "speedup_batch1_x": "speed-up, batch 1 (x)",
-             "speedup_best_batch_x": "speed-up, best batch (x)",
-             "quality_retained_pct": f"{report['metric']} retained (%)"}
-    return [[names[k], c["measured"], c["paper"], "meets the paper" if c["pass"] else "short of the paper"]
-            for k, c in report["claims"].items()]
-
-
-def claims_context(report: dict[str, Any]) -> str:
-    """What the claim check compares, so a figure short of the paper's reads as a measurement, not a failure: the
-    paper's figures are DistilBERT's (6 of BERT-base's 12 layers), this student's shape is its own."""
-    kept = report.get("student_layers") or []
-    teacher_layers = report.get("teacher_layers")
-    shape = (f"{len(kept)} of the teacher's {teacher_layers} layers" if teacher_layers else f"{len(kept)} layers")
-    return (f"The paper's figures are for DistilBERT: 6 of BERT-base's 12 layers, embeddings 21% of its parameters. "
-            f"This student keeps {shape}, so its figures follow from its own shape: fewer layers kept, or "
-            f"embeddings that are a larger share of the model (MiniLM: about half), change them.")
-
-
-def model_rows(report: dict[str, Any]) -> list[list[Any]]:
-    metric = report["metric"]
-    return [[name, m["parameters"] / 1e6, m["size_mb"], m["latency_b1_ms"], m["best_rows_per_s"], m["dev"].get(metric)]
-            for name, m in report["models"].items()]
-
-
-MODEL_COLUMNS = ["model", "params (M)", "disk MB", "batch-1 ms", "best rows/s", "dev metric"]
-CLAIM_COLUMNS = ["claim (DistilBERT paper)", "measured", "paper", "verdict"]
-
-
-def report_markdown(report: dict[str, Any]) -> str:
-    def row(cells: list[Any]) -> str:
-        return "| " + " | ".join(f"{c:,.3f}" if isinstance(c, float) else str(c) for c in cells) + " |"
-
-    lines = ["# bertkit distill", "",
-             f"- teacher: `{report['teacher']}`; student: `{report['student']}` (teacher layers copied: "
-             f"{report['student_layers']})",
-             f"- dev rows: {report['dev_rows']}; device: {report['device']}, {report.get('dtype', report.get('precision'))}; CPU: "
-             f"{report['machine'].get('cpu')}", "",
-             "| " + " | ".join(MODEL_COLUMNS) + " |", "|" + "---|" * len(MODEL_COLUMNS)]
-    lines += [row(r) for r in model_rows(report)]
-    lines += ["", "| " + " | ".join(CLAIM_COLUMNS) + " |", "|" + "---|" * len(CLAIM_COLUMNS)]
-    lines += [row(r) for r in claim_rows(report)]
-    lines += ["", claims_context(report)]
-    return "\n".join(lines) + "\n"
-

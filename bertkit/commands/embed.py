@@ -14,8 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from bertkit import __version__
-from bertkit.commands.predict import read_as_saved
-from bertkit.commands.preflight import check_inputs
 from bertkit.data.options import DataOptions
 from bertkit.encoding.longtext import LongText
 from bertkit.encoding.reading import LongTextOptions
@@ -28,6 +26,8 @@ from bertkit.models.compute import (
     Compute,
     check_device,
 )
+from bertkit.models.metadata import read_as_saved
+from bertkit.models.preflight import check_inputs
 from bertkit.options import MODEL, OUTPUT, option, overwrite_option
 
 log = logging.getLogger(__name__)
@@ -196,9 +196,9 @@ def store_identity(cfg: EmbedConfig, split: str, ds: Any, revision: str, precisi
 
     The data is identified by its fingerprint (content hash), not its path, so `./x.tsv` and `/abs/x.tsv` match.
     """
+    pooling = Pooling.from_options(cfg.pool, cfg.layers, cfg.combine, cfg.normalize)
     return {
-        "model": cfg.model, "revision": revision, "pool": cfg.pool, "layers": str(cfg.layers),
-        "combine": cfg.combine, "max_length": cfg.max_length, "normalize": cfg.normalize,
+        "model": cfg.model, "revision": revision, **pooling.to_json(), "max_length": cfg.max_length,
         "dtype": precision, "store_dtype": cfg.store_dtype, "split": split,
         "data_fingerprint": ds.fingerprint, "rows": len(ds), "limit": cfg.limit,
         "text_column": cfg.text_column, "text_pair_column": cfg.text_pair_column,
@@ -334,9 +334,8 @@ def _manifest_common(cfg: EmbedConfig, model: _Encoder, label_map: Any) -> dict[
         "bertkit_version": __version__, "model": cfg.model, "revision": model.revision,
         "tokenizer": getattr(model.tokenizer, "name_or_path", cfg.model),
         "tokenizer_class": type(model.tokenizer).__name__, "architecture": type(model.model).__name__,
-        "n_layers": n_layers, "hidden_size": hidden, "pool": cfg.pool, "layers": str(cfg.layers),
-        "combine": cfg.combine, "layer_indices": model.spec.resolve(n_layers),
-        "layer_names": model.spec.layer_names(n_layers), "max_length": cfg.max_length, "normalize": cfg.normalize,
+        "n_layers": n_layers, "hidden_size": hidden, **model.spec.to_json(), "layer_indices": model.spec.resolve(n_layers),
+        "layer_names": model.spec.layer_names(n_layers), "max_length": cfg.max_length,
         **LongText.from_config(cfg).to_json(), "dtype": model.precision,
         "label_map": label_map.to_json() if label_map else None,
         "versions": {k: v for k, v in package_versions().items() if k in ("bertkit", "torch", "transformers")},

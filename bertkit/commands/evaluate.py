@@ -7,12 +7,12 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from bertkit.commands.predict import OutputReader, classifier_read, read_as_saved
-from bertkit.commands.preflight import check_inputs
 from bertkit.data.options import LabelOptions
 from bertkit.encoding.reading import READ_AS_SAVED_HELP, LongTextOptions
 from bertkit.errors import raise_if_problems
 from bertkit.models.compute import INFERENCE_PRECISION_HELP, INFERENCE_PRECISIONS
+from bertkit.models.metadata import read_as_saved
+from bertkit.models.preflight import check_inputs
 from bertkit.options import MODEL, OUTPUT, config_dict, option, overwrite_option
 from bertkit.scoring.options import MetricOptions
 
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
     import numpy as np
 
-    from bertkit.commands.predict import Outputs
+    from bertkit.scoring.outputs import Outputs
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +113,7 @@ def run(cfg: EvaluateConfig, *, progress: bool = False) -> EvaluateResult:
     from bertkit.models import infer, loading
     from bertkit.models.metadata import saved_threshold
     from bertkit.scoring import metrics, predictions
+    from bertkit.scoring.outputs import OutputReader, classifier_read, score_outputs
     from bertkit.scoring.shapes import inapplicable_options
 
     external = [metrics.load_metric(spec) for spec in cfg.external_metrics]  # before any work: a missing one stops here
@@ -130,7 +131,7 @@ def run(cfg: EvaluateConfig, *, progress: bool = False) -> EvaluateResult:
     reader = OutputReader(label_map, classifier_read(model, tokenizer, cfg, compute, progress),
                           saved_threshold(cfg.model or ""))
     outputs = reader.all_outputs(dataset)  # a few numbers per row; the texts are read a window at a time
-    scores = shape_metrics(outputs, y)
+    scores = score_outputs(outputs, y)
     metrics.add_requested(scores, cfg.metric_list, external, outputs.decisions(), y)
     result = EvaluateResult(cfg.model or "", dataset.source, dataset.fingerprint, cfg.max_length, cfg.long_text, cfg.truncation,
                             infer.precision_of(model, compute), scores)
@@ -143,23 +144,6 @@ def run(cfg: EvaluateConfig, *, progress: bool = False) -> EvaluateResult:
                                           threshold=outputs.threshold)
         _plot(outputs, y, scores, run_dir.path, f"{cfg.model} on {dataset.source}")
         run_dir.commit()
-    return result
-
-
-def shape_metrics(outputs: Outputs, y: np.ndarray) -> dict[str, Any]:
-    """The metrics of the outputs' problem shape against targets `y` (label ids, a 0/1 tag matrix or numbers)."""
-    import numpy as np
-
-    from bertkit.scoring import metrics
-
-    if outputs.task == "regression":
-        result = metrics.regression_metrics(y, outputs.values[:, 0])
-    elif outputs.task == "multi_label":
-        result = metrics.multilabel_metrics(y, outputs.values >= np.asarray(outputs.threshold), outputs.label_names)
-        result["threshold"] = outputs.threshold
-    else:
-        result = metrics.classification_metrics(y, outputs.values.argmax(axis=1), outputs.values, outputs.label_names)
-    result["task"] = outputs.task
     return result
 
 

@@ -2,7 +2,7 @@
 accuracy gate passes. Returns the gate's report; `cli` prints it.
 
 The gate runs the PyTorch model and the export through the same reading as `predict`/`evaluate`
-(`infer.classifier_logits`, the problem shape's metrics of `bertkit.commands.evaluate`) and,
+(`infer.classifier_logits`, the problem shape's metrics of `bertkit.scoring.outputs`) and,
 for an encoder, `embed`'s feature pass. The folder format is `bertkit.models.onnx`'s alone.
 
 The gate (every export, fp32 or int8): both models run on --data (default: the finetune run's dev set). Classifiers:
@@ -24,16 +24,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bertkit import __version__
-from bertkit.commands.evaluate import shape_metrics
-from bertkit.commands.export_gate import GateReport, refusal_message
-from bertkit.commands.predict import Outputs, read_as_saved
-from bertkit.commands.preflight import check_inputs
 from bertkit.data.options import LabelOptions
 from bertkit.encoding.longtext import LongText
 from bertkit.encoding.reading import LongTextOptions, Reading
 from bertkit.errors import UserError, raise_if_problems
 from bertkit.features.settings import COMBINES, POOLS, Pooling, layers_problem
 from bertkit.models.card import CARD_FILE, CardFacts, read_model_card, write_model_card
+from bertkit.models.export_gate import GateReport, refusal_message
+from bertkit.models.metadata import read_as_saved
+from bertkit.models.preflight import check_inputs
 from bertkit.options import MODEL, OUTPUT, RUN, command_line, config_dict, option, overwrite_option
 from bertkit.scoring.table import SHAPE
 from bertkit.training.options import DistillOptions, FinetuneOptions
@@ -167,7 +166,7 @@ def run(cfg: ExportConfig, progress: bool = False) -> ExportResult:
         staged = Path(tmp) / "export"
         onnx.write_export(staged, model, tokenizer, kind=kind, quantize=cfg.quantized, source=cfg.model,
                           revision=loading.model_revision(cfg.model), source_info=read_model_info(source),
-                          reading=Reading.from_options(cfg).to_json(), features=_feature_options(cfg) if spec else None,
+                          reading=Reading.from_options(cfg).to_json(), features=spec.to_json() if spec else None,
                           features_fn=_features_fn(model, spec) if spec else None)
         exported = onnx.load_export(staged, kind)
         gate = (classifier_gate(model, exported, tokenizer, dataset, cfg) if kind == "classifier"
@@ -241,7 +240,7 @@ def export_kind(cfg: ExportConfig) -> str:
     return "classifier" if any(str(a).endswith("ForSequenceClassification") for a in architectures) else "features"
 
 
-NOT_FOR = {"classifier": ("pool", "layers", "combine", "normalize", "min_cosine"), "features": ("min_agreement",)}
+NOT_FOR = {"classifier": (*Pooling.KEYS, "min_cosine"), "features": ("min_agreement",)}
 """The options each kind of export ignores: a classifier's graph ends in its head (no pooling; gated by label
 agreement), an encoder's in pooled features (gated by cosine)."""
 
@@ -258,10 +257,6 @@ def applicable_config(cfg: ExportConfig, kind: str) -> ExportConfig:
         log.warning("%s does not apply to the export of %s and is ignored (it is an option of --kind %s exports). "
                     "Drop it.", flag, what, other)
     return dataclasses.replace(cfg, **{name: defaults[name] for name in given}) if given else cfg
-
-
-def _feature_options(cfg: ExportConfig) -> dict[str, Any]:
-    return {"pool": cfg.pool, "layers": str(cfg.layers), "combine": cfg.combine, "normalize": cfg.normalize}
 
 
 def _features_fn(model: Any, spec: Pooling) -> Any:
@@ -361,6 +356,7 @@ def classifier_gate(model: Any, exported: Any, tokenizer: Any, dataset: TextData
     from bertkit.data.labels import LabelMap
     from bertkit.models import infer
     from bertkit.models.metadata import saved_threshold
+    from bertkit.scoring.outputs import Outputs, score_outputs
     from bertkit.scoring.shapes import model_outputs
 
     reading = {"max_length": cfg.max_length, "batch_size": cfg.batch_size, "precision": "fp32",
@@ -388,8 +384,8 @@ def classifier_gate(model: Any, exported: Any, tokenizer: Any, dataset: TextData
     if dataset.labels is not None:
         y = label_map.encode(dataset.labels, f"The gate data {dataset.source}")
         metric = SHAPE[task].headline
-        result.update(metric=metric, metric_fp32=shape_metrics(before, y).get(metric),
-                      metric_export=shape_metrics(after, y).get(metric))
+        result.update(metric=metric, metric_fp32=score_outputs(before, y).get(metric),
+                      metric_export=score_outputs(after, y).get(metric))
     return result
 
 

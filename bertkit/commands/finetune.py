@@ -1,13 +1,22 @@
 """`bertkit finetune`: full fine-tuning of a BERT-style classifier (the McCormick recipe as an Accelerate loop:
-`bertkit.training.finetune`), resumable, on a CPU, one GPU (steps replayed as CUDA graphs) or several processes."""
+`bertkit.training.finetune`), resumable, on a CPU, one GPU (steps replayed as CUDA graphs) or several processes.
+
+The options are the training package's `FinetuneOptions` group, declared there once because the library builds
+them too (a sweep's trial, `training.space.finetune_config`) and distill and sweep extend them; the result is the
+training run's `FinetuneResult` (distill's result holds one). This module composes them into the command: its
+config, the checks before torch is imported, the one resolution of --precision, and the run."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
-from bertkit.commands.preflight import check_inputs
+from bertkit.models.compute import Compute
+from bertkit.models.preflight import check_inputs
 from bertkit.training.options import FinetuneOptions
+
+if TYPE_CHECKING:
+    from bertkit.training.finetune import FinetuneResult
 
 
 @dataclass(frozen=True)
@@ -16,10 +25,9 @@ class FinetuneConfig(FinetuneOptions):
     the BERT paper's 5e-5 for BERT-base, 1e-4 for MiniLM-L6)."""
 
 
-def run(cfg: FinetuneConfig, *, progress: bool = True) -> Any:
-    """The run (`bertkit.training.finetune.FinetuneResult`: its folder, metrics.json, epoch table, what a resume
-    restored, notes)."""
+def run(cfg: FinetuneConfig, *, progress: bool = True) -> FinetuneResult:
+    """The run: its folder, metrics.json's content, the epoch table, what a resume restored, notes."""
     check_inputs(cfg, need_labels=True, models=(cfg.model,))  # before torch and transformers are imported
-    from bertkit.training.finetune import finetune
+    from bertkit.training.finetune import finetune, training_device
 
-    return finetune(cfg, progress=progress)
+    return finetune(cfg, progress=progress, compute=Compute.resolve(training_device(), cfg.precision))

@@ -1,6 +1,6 @@
 """`bertkit predict`: labels and probabilities (tags, or numbers) for sentences or a file, from a fine-tuned model
-or a saved probe, window by window into a CSV. `OutputReader` (a loaded model or probe run on rows) and the shape's
-metrics are shared with `bertkit evaluate`."""
+or a saved probe, window by window into a CSV. The outputs are read through `bertkit.scoring.outputs`, as evaluate
+reads them."""
 
 from __future__ import annotations
 
@@ -11,20 +11,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bertkit.commands.preflight import check_inputs
-from bertkit.commands.recipes import recipe_path
 from bertkit.data.options import DataOptions, blank_text_problems
 from bertkit.encoding.longtext import LongText
-from bertkit.encoding.reading import READ_AS_SAVED_HELP, UNRECORDED, LongTextOptions, Reading
+from bertkit.encoding.reading import READ_AS_SAVED_HELP, LongTextOptions
 from bertkit.errors import raise_if_problems
-from bertkit.models.compute import INFERENCE_PRECISION_HELP, INFERENCE_PRECISIONS, Compute
+from bertkit.models.compute import INFERENCE_PRECISION_HELP, INFERENCE_PRECISIONS
+from bertkit.models.preflight import check_inputs
 from bertkit.options import DATA, MODEL, OUTPUT, option
+from bertkit.recipes import recipe_path
 
 if TYPE_CHECKING:
     import numpy as np
 
     from bertkit.data.dataset import TextDataset
-    from bertkit.data.labels import LabelMap
+    from bertkit.scoring.outputs import OutputReader, Outputs
 
 log = logging.getLogger(__name__)
 
@@ -70,42 +70,6 @@ class PredictConfig(LongTextOptions, DataOptions):
 
 
 @dataclass
-class Outputs:
-    """A model's outputs for rows (a window of them, or every row; input order) and how to read them: class
-    probabilities (single-label), tag probabilities with the decision threshold saved at training (multi-label), or
-    the predicted numbers (regression: one column)."""
-
-    label_map: LabelMap
-    values: np.ndarray
-    threshold: float | list[float] = 0.5
-
-    @property
-    def task(self) -> str:
-        return self.label_map.task
-
-    @property
-    def label_names(self) -> list[str]:
-        return [str(x) for x in self.label_map.labels]
-
-    def predicted(self) -> list[Any]:
-        """Per row: the class name, the tuple of tags, or the number."""
-        from bertkit.scoring.shapes import predicted_labels
-
-        return predicted_labels(self.task, self.label_names, self.values, self.threshold)
-
-    def decisions(self) -> np.ndarray:
-        """What an evaluate module (--metric) compares with the references: class ids (single-label), the 0/1 tag
-        matrix at the saved threshold (multi-label), or the numbers (regression)."""
-        import numpy as np
-
-        from bertkit.scoring import metrics
-
-        if self.task == "multi_label":
-            return (self.values >= np.asarray(self.threshold)).astype(int)
-        return metrics.predicted(self.values)
-
-
-@dataclass
 class PredictResult:
     """The predictions: the problem shape and its names, and the first rows' labels and outputs (all rows are in
     --out, and reach `on_window` as they come)."""
@@ -143,9 +107,11 @@ def run(cfg: PredictConfig, *, recipe: str | None = None, progress: bool = False
 
     from bertkit.data.dataset import TextDataset
     from bertkit.encoding import batches
+    from bertkit.models.metadata import read_as_saved
+    from bertkit.probe.saved import read_as_fitted
 
     check_model_inputs(cfg)  # a model or probe that is not as saved stops here, before the data is read
-    cfg = read_as_saved(cfg)
+    cfg = read_as_fitted(cfg) if cfg.probe is not None else read_as_saved(cfg)
     if cfg.text:
         dataset = TextDataset(list(cfg.text), source="--text")
     else:  # the file reader (pandas, pyarrow) only where a file is read
@@ -183,24 +149,6 @@ def check_model_inputs(cfg: Any) -> None:
         loading.check_model_folder(cfg.model)
 
 
-def read_as_saved(cfg: Any) -> Any:
-    """`cfg` with its reading options (--max-length, --long-text, --truncation, --stride) resolved against the record
-    of --model (bertkit_model.json) or --probe (probe.json): an option not given reads as recorded, one given that
-    differs is applied with a note; a model bertkit did not save (a hub id) reads with the defaults."""
-    from bertkit.models.metadata import saved_reading
-
-    if getattr(cfg, "probe", None) is not None:
-        from bertkit.probe.saved import load_probe
-
-        recorded, what = Reading.from_json(load_probe(cfg.probe).meta) or UNRECORDED, f"The probe {cfg.probe}"
-    else:
-        recorded, what = saved_reading(cfg.model) if cfg.model else None, f"The model {cfg.model}"
-    reading, notes = Reading.from_options(cfg).over_record(cfg, recorded, what)
-    for note in notes:
-        log.warning("%s", note)
-    return reading.applied_to(cfg)
-
-
 def _csv_out(out: str | None, dataset: TextDataset, reader: OutputReader) -> Any:
     """The predictions CSV at --out, appended window by window (no --out: a sink that writes nothing)."""
     from bertkit.scoring import predictions
@@ -211,45 +159,12 @@ def _csv_out(out: str | None, dataset: TextDataset, reader: OutputReader) -> Any
                                             threshold=reader.threshold)
 
 
-@dataclass
-class OutputReader:
-    """A loaded fine-tuned model or saved probe: `outputs(part)` runs it on a window of rows."""
-
-    label_map: LabelMap
-    read: Callable[[TextDataset], np.ndarray]
-    threshold: float | list[float] = 0.5
-    precision: str = "fp32"
-    """The precision the model runs in (`auto` resolved; int8 for dynamically quantized linear layers)."""
-
-    @property
-    def label_names(self) -> list[str]:
-        return [str(x) for x in self.label_map.labels]
-
-    @property
-    def width(self) -> int:
-        """Outputs per row."""
-        return 1 if self.label_map.task == "regression" else len(self.label_map.labels)
-
-    def outputs(self, part: TextDataset) -> Outputs:
-
-        return Outputs(self.label_map, self.read(part), self.threshold)
-
-    def all_outputs(self, dataset: TextDataset) -> Outputs:
-        """The outputs of every row (input order), the model run window by window as predict runs it."""
-        import numpy as np
-
-        from bertkit.encoding import batches
-
-        parts = [self.read(part) for _, part in dataset.chunks(batches.SORT_WINDOW)]
-        values = np.concatenate(parts) if parts else np.zeros((0, self.width), np.float32)
-        return Outputs(self.label_map, values, self.threshold)
-
-
 def output_reader(cfg: Any, dataset: TextDataset, progress: bool) -> OutputReader:
     """A fine-tuned folder (--model) or a saved probe (--probe), loaded once, to run on `dataset`'s windows."""
     from bertkit.data.labels import LabelMap
     from bertkit.models import infer, loading
     from bertkit.models.metadata import saved_threshold
+    from bertkit.scoring.outputs import OutputReader, classifier_read
 
     if getattr(cfg, "probe", None) is not None:
         from bertkit.probe.saved import load_probe, probe_compute, probe_reader
@@ -270,14 +185,3 @@ def output_reader(cfg: Any, dataset: TextDataset, progress: bool) -> OutputReade
     loading.check_max_length(cfg.max_length, tokenizer, model.config, cfg.model, pair=dataset.pairs is not None)
     return OutputReader(label_map, classifier_read(model, tokenizer, cfg, compute, progress),
                         saved_threshold(cfg.model), infer.precision_of(model, compute))
-
-
-def classifier_read(model: Any, tokenizer: Any, cfg: Any, compute: Compute,
-                    progress: bool) -> Callable[[TextDataset], np.ndarray]:
-    """The function of a window of rows giving the loaded classifier's outputs, read as `cfg` and `compute` say
-    (window, batch, long texts cut or chunked; the precision resolved once)."""
-    from bertkit.scoring import predictions
-
-    return lambda part: predictions.predict_proba(
-        model, tokenizer, part, progress=progress, max_length=cfg.max_length, batch_size=cfg.batch_size,
-        precision=compute.precision, long_text=LongText.from_config(cfg))

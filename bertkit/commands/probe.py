@@ -7,19 +7,19 @@ from __future__ import annotations
 import functools
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bertkit.commands.predict import read_as_saved
-from bertkit.commands.preflight import check_inputs
 from bertkit.data.options import TaskOptions
 from bertkit.encoding.reading import LongTextOptions
 from bertkit.errors import UserError, raise_if_problems
 from bertkit.features.settings import POOLS, layers_problem
-from bertkit.models.compute import INFERENCE_PRECISION_HELP, INFERENCE_PRECISIONS, TRUST_HELP
+from bertkit.models.compute import INFERENCE_PRECISION_HELP, INFERENCE_PRECISIONS, TRUST_HELP, Compute
 from bertkit.models.folders import OFFLINE_NAME
+from bertkit.models.metadata import read_as_saved
+from bertkit.models.preflight import check_inputs
 from bertkit.options import DATA, MODEL, OUTPUT, PROBE, config_dict, option, overwrite_option
 from bertkit.probe.records import BestCell, ProbeBaseline, ProbeCell, Refits
 from bertkit.scoring.options import CLASS_WEIGHTS, MetricOptions
@@ -153,16 +153,13 @@ def run(cfg: ProbeConfig, progress: bool = False) -> ProbeResult:
                                   inputs=ownership.input_paths(cfg)) if cfg.out else None  # claimed once valid
     check_inputs(cfg, need_labels=True, models=(cfg.model or (OFFLINE_NAME if cfg.data else None),))  # before torch
     from bertkit.probe.baselines import run_baselines
-    from bertkit.probe.inputs import load_store_inputs, load_text_inputs
     from bertkit.probe.search import repeat_probe, score_probe, shape_kwargs, sweep_layers
     from bertkit.scoring.metrics import load_metrics
 
     external = load_metrics(tuple(cfg.external_metrics))  # a --metric that cannot load stops before any work
     cache = (lambda: plan.claim().path / "features") if plan is not None else None
     check = functools.partial(check_shape_options, cfg, external)
-    inputs = load_store_inputs(cfg) if cfg.features else load_text_inputs(cfg, cache, progress, on_labels=check)
-    if cfg.features:  # a store's features are made already: checked once its labels are read
-        check(inputs.label_map)
+    inputs = probe_inputs(cfg, cache, check, progress)
     run_dir = plan.claim() if plan is not None else None
     cache = run_dir.path / "features" if run_dir is not None else None
     names = [str(x) for x in inputs.label_map.labels]
@@ -204,6 +201,18 @@ def run(cfg: ProbeConfig, progress: bool = False) -> ProbeResult:
         raise UserError(f"--metric {failed.spec} failed on the best probe's predictions: {failed.reason}. {saved}Fix "
                         f"the metric script and re-run this command, or drop --metric {failed.spec}.")
     return ProbeResult.from_json(result)
+
+
+def probe_inputs(cfg: ProbeConfig, cache: Any, check: Callable[[Any], None], progress: bool) -> Any:
+    """The features and labels (`ProbeInputs`): a --features store's, checked by `check` once its labels are read,
+    or extracted now from --data (`check` runs as soon as the data is read), on the CPU in --precision."""
+    from bertkit.probe.inputs import load_store_inputs, load_text_inputs
+
+    if not cfg.features:
+        return load_text_inputs(cfg, cache, Compute.resolve("cpu", cfg.precision), progress, on_labels=check)
+    inputs = load_store_inputs(cfg)  # a store's features are made already
+    check(inputs.label_map)
+    return inputs
 
 
 def check_shape_options(cfg: Any, external: Sequence[Any], labels: Any) -> None:

@@ -1,13 +1,20 @@
 """`bertkit sweep`: many `finetune` runs over a --grid or an Optuna --space, K seeds each, resumable; OUT/best is the
-best trial's model (`bertkit.training.trials` runs them)."""
+best trial's best model (`bertkit.training.trials` runs them).
+
+The options are the training package's `SweepOptions` (the search space, parsed there into `Dimension`s, each value
+checked through a trial's `FinetuneOptions`); the result is `training.trials.SweepResult`. Each trial resolves its
+own --precision, which may be a dimension of the space."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
-from bertkit.commands.preflight import check_inputs
+from bertkit.models.preflight import check_inputs
 from bertkit.training.space import SweepOptions
+
+if TYPE_CHECKING:
+    from bertkit.training.trials import SweepResult
 
 
 @dataclass(frozen=True)
@@ -15,8 +22,8 @@ class SweepConfig(SweepOptions):
     """`bertkit sweep`: many `finetune` runs over a grid or an Optuna search, ranked by --metric-for-best."""
 
 
-def run(cfg: SweepConfig, *, progress: bool = True) -> Any:
-    """The sweep (`bertkit.training.trials.SweepResult`: its folder, the ranked table, the trials)."""
+def run(cfg: SweepConfig, *, progress: bool = True) -> SweepResult:
+    """The sweep: its folder, sweep.json's content (main process), the ranked trials' rows."""
     check_inputs(cfg, need_labels=True, models=(cfg.model,))  # before torch and transformers are imported
     from bertkit.training.trials import run_sweep
 

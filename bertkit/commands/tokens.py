@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from bertkit.commands.preflight import check_inputs
 from bertkit.data.options import DataOptions
 from bertkit.errors import raise_if_problems
 from bertkit.models.compute import TRUST_HELP
+from bertkit.models.preflight import check_inputs
 from bertkit.options import DATA, MODEL, OUTPUT, option, overwrite_option
 
 if TYPE_CHECKING:

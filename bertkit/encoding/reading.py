@@ -4,11 +4,14 @@ that runs a model on text) and as the settings object those options resolve to a
 from __future__ import annotations
 
 import dataclasses
+import logging
 from dataclasses import dataclass
 from typing import Any
 
 from bertkit.encoding.longtext import LONG_TEXT_MODES, TRUNCATIONS, LongText, default_stride
 from bertkit.options import MODEL, option
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,16 @@ class Reading:
 
 UNRECORDED = Reading(max_length=-1)
 """The record of an artifact bertkit saved before it recorded its reading (`over_record` notes it)."""
+
+
+def read_as_recorded(cfg: Any, recorded: Reading | None, what: str) -> Any:
+    """`cfg` with its reading options (--max-length, --long-text, --truncation, --stride) resolved against the reading
+    `what` records (`Reading.over_record`): an option not given reads as recorded, one given that differs is applied
+    and its note logged; no record (None) reads with the options and the defaults."""
+    reading, notes = Reading.from_options(cfg).over_record(cfg, recorded, what)
+    for note in notes:
+        log.warning("%s", note)
+    return reading.applied_to(cfg)
 
 
 def _given(cfg: Any, key: str, default: Any) -> Any:

@@ -4,16 +4,19 @@ across the splits of one store (train, dev and test must be features of the same
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any
 
 from bertkit.encoding.longtext import LongText
+from bertkit.errors import UserError
+from bertkit.features.settings import Pooling
 
 IDENTITY_DEFAULTS = LongText().to_json()
 """Identity keys added after stores were first written, with the value every store made before had: such a store
 still resumes (and counts as complete) under the same settings."""
 
-SHARED_SETTINGS = ("model", "revision", "backend", "pool", "layers", "combine", "normalize", "dtype", "store_dtype",
+SHARED_SETTINGS = ("model", "revision", "backend", *Pooling.KEYS, "dtype", "store_dtype",
                    "max_length", *LongText().to_json())
 """The identity keys every split of one store must agree on."""
 
@@ -21,6 +24,9 @@ SHARED_SETTINGS = ("model", "revision", "backend", "pool", "layers", "combine", 
 def identity_mismatch(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """The settings that differ between two identities, as `key: old -> new` lines."""
     old = {**IDENTITY_DEFAULTS, **old} if old else old
+    if old and all(key in old for key in Pooling.KEYS):  # written as given before Pooling.to_json: "-4, -3", "ALL"
+        with contextlib.suppress(UserError):  # a pooling this bertkit cannot read is listed as it differs
+            old = {**old, **Pooling.from_json(old).to_json()}
     keys = sorted(set(old) | set(new))
     return [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys if old.get(k) != new.get(k)]
 

@@ -94,6 +94,23 @@ class Pooling:
     def layer_names(self, n_layers: int) -> list[str]:
         return ["embeddings" if i == 0 else f"layer {i}" for i in self.resolve(n_layers)]
 
+    @property
+    def layers_option(self) -> str:
+        """--layers as given: `all`, `-1`, `0,6`."""
+        return "all" if self.layers is None else ",".join(map(str, self.layers))
+
+    def to_json(self) -> dict[str, Any]:
+        """The record every feature artifact writes: the option values, under the option names (`KEYS`)."""
+        return {"pool": self.pool, "layers": self.layers_option, "combine": self.combine, "normalize": self.normalize}
+
+    @classmethod
+    def from_json(cls, record: dict[str, Any]) -> Pooling:
+        """The pooling an artifact records (its option values); missing keys read as the defaults."""
+        default = cls().to_json()
+        values = {key: record.get(key, default[key]) for key in cls.KEYS}
+        return cls.from_options(str(values["pool"]), str(values["layers"]), str(values["combine"]),
+                                bool(values["normalize"]))
+
 
 def check_distinct_layers(asked: Sequence[int], resolved: Sequence[int], n_layers: int) -> None:
     """--layers must name each hidden state once after resolving negatives (-1 and 6 are one state of 6 layers)."""
@@ -106,21 +123,3 @@ def check_distinct_layers(asked: Sequence[int], resolved: Sequence[int], n_layer
                 f"{n_layers}). Pass each layer once, e.g. --layers {','.join(map(str, dict.fromkeys(resolved)))}."
             )
         seen[state] = index
-
-    @property
-    def layers_option(self) -> str:
-        """--layers as given: `all`, `-1`, `0,6`."""
-        return "all" if self.layers is None else ",".join(map(str, self.layers))
-
-    def to_json(self) -> dict[str, Any]:
-        return {"pool": self.pool, "layers": self.layers_option, "combine": self.combine, "normalize": self.normalize}
-
-    @classmethod
-    def from_json(cls, record: dict[str, Any]) -> Pooling:
-        """The pooling an artifact records (its option values); missing keys read as the defaults."""
-        default = cls().to_json()
-        values = {key: record.get(key, default[key]) for key in cls.KEYS}
-        return cls.from_options(str(values["pool"]), str(values["layers"]), str(values["combine"]),
-                                bool(values["normalize"]))
-
-

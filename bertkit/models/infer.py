@@ -242,12 +242,11 @@ def inference_compute(model_dir: str, precision: str) -> Compute:
     return Compute.resolve(None, precision)
 
 
-def load_for_inference(model_dir: str, compute: Compute | None = None) -> tuple[Any, Any, LabelMap]:
-    """A fine-tuned folder: classifier (eval mode, on `compute`'s device: by default fp32 on the best device),
-    tokenizer, and its label mapping. `compute` int8: on the CPU, its linear layers quantized
-    (`quantize.quantized_int8`), for inference only. An ONNX export folder: its runner (`bertkit.models.onnx`), which
-    takes only its own precision."""
-    compute = compute or Compute.resolve(None, "fp32")
+def load_for_inference(model_dir: str, compute: Compute) -> tuple[Any, Any, LabelMap]:
+    """A fine-tuned folder: classifier (eval mode, on `compute`'s device: the command's one resolution of --device
+    and --precision, `inference_compute`), tokenizer, and its label mapping. `compute` int8: on the CPU, its linear
+    layers quantized (`quantize.quantized_int8`), for inference only. An ONNX export folder: its runner
+    (`bertkit.models.onnx`), which takes only its own precision."""
     if onnx.is_export(model_dir):
         if compute.precision not in ("fp32", onnx.export_compute(model_dir).precision):
             onnx.check_precision(compute.precision, model_dir)  # its precision is baked in: refused

@@ -11,7 +11,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from bertkit.encoding.reading import UNRECORDED, Reading
+from bertkit.encoding.reading import UNRECORDED, Reading, read_as_recorded
 from bertkit.errors import UserError
 from bertkit.io import atomic, digests
 
@@ -55,6 +55,14 @@ def saved_reading(folder: str | Path) -> Reading | None:
     if not info:
         return None
     return Reading.from_json(info.get("reading")) or UNRECORDED
+
+
+def read_as_saved(cfg: Any) -> Any:
+    """`cfg` with its reading options resolved against the record of its --model (`saved_reading`): every command
+    that runs a saved model (embed, probe, evaluate, export, predict) reads texts as the model was trained to; a
+    model bertkit did not save (a hub id) reads with the options and the defaults."""
+    recorded = saved_reading(cfg.model) if cfg.model else None
+    return read_as_recorded(cfg, recorded, f"The model {cfg.model}")
 
 
 def saved_threshold(model_dir: str) -> float | list[float]:

@@ -16,7 +16,7 @@ import numpy as np
 
 from bertkit.encoding.longtext import LongText
 from bertkit.errors import UserError
-from bertkit.features.settings import check_distinct_layers, parse_layers
+from bertkit.features.settings import Pooling, check_distinct_layers, parse_layers
 from bertkit.io.digests import HashingWriter, record_problem
 from bertkit.models.compute import Compute
 
@@ -190,8 +190,9 @@ def _store_labels(split_store: Any, label_map: Any, name: str) -> np.ndarray:
 
 
 def _store_meta(manifest: dict[str, Any]) -> dict[str, Any]:
-    keys = ("model", "revision", "max_length", "normalize", "combine", "layers", "architecture", "dtype")
-    meta = {k: manifest.get(k) for k in keys}
+    keys = ("model", "revision", "max_length", "architecture", "dtype")
+    pooled = {k: v for k, v in Pooling.from_json(manifest).to_json().items() if k != "pool"}  # the cells' pool: each its own
+    meta = {**{k: manifest.get(k) for k in keys}, **pooled}
     recorded = Compute.recorded_in(manifest)  # the features' precision (stores made before `compute`: their dtype)
     if recorded is not None:
         meta["compute"] = recorded.to_json()
@@ -265,10 +266,11 @@ def _check_dev_targets_vary(splits: Any) -> None:
                         f"data, for a larger --dev-fraction hold-out).")
 
 
-def load_text_inputs(cfg: Any, cache_dir: Path | Callable[[], Path] | None, progress: bool = False,
+def load_text_inputs(cfg: Any, cache_dir: Path | Callable[[], Path] | None, compute: Compute, progress: bool = False,
                      on_labels: Callable[[Any], None] | None = None) -> ProbeInputs:
     """Read --data/--dev/--test and extract features for every --pool and --layers in one pass per split,
-    cached as `cache_dir/<split>-<pool>-<layers>.npy` (reused by a re-run with the same model and data).
+    cached as `cache_dir/<split>-<pool>-<layers>.npy` (reused by a re-run with the same model and data), in
+    `compute`'s precision (the command's one resolution of --precision; the encoder stays on the CPU).
 
     A callable `cache_dir` is called once the data and the model are validated (it may claim the run directory).
     `on_labels` gets the label map (the problem shape) as soon as the data is read, before any model work."""
@@ -288,14 +290,14 @@ def load_text_inputs(cfg: Any, cache_dir: Path | Callable[[], Path] | None, prog
     encoder = loading.load_encoder(model, cfg.trust_remote_code)
     cache_dir = cache_dir() if callable(cache_dir) else cache_dir
     n_layers, _ = pooling.encoder_shape(encoder)
-    spec = pooling.Pooling(layers=None if parse_layers(cfg.layers or "-1") is None else tuple(parse_layers(cfg.layers or "-1")))
+    # the layers every cell pools, concatenated; each cell pools its own way (probe.json records the best cell's)
+    spec = Pooling.from_json({"layers": cfg.layers or "-1", "normalize": cfg.normalize})
     indices = spec.resolve(n_layers)
-    compute = Compute.resolve("cpu", cfg.precision)  # the encoder stays on the CPU
     dtype = compute.dtype
     if compute.precision == loading.INT8:
         encoder = quantize.quantized_int8(encoder, inplace=True)  # loaded for the feature pass only
-    meta = {"model": model, "revision": loading.model_revision(model), "max_length": cfg.max_length,
-            "normalize": cfg.normalize, "combine": "concat", "layers": cfg.layers or "-1",
+    pooled = {k: v for k, v in spec.to_json().items() if k != "pool"}
+    meta = {"model": model, "revision": loading.model_revision(model), "max_length": cfg.max_length, **pooled,
             "architecture": type(encoder).__name__, "dtype": compute.precision, "compute": compute.to_json(),
             "trust_remote_code": cfg.trust_remote_code, **LongText.from_config(cfg).to_json()}
     named = {"train": splits.train, "dev": splits.dev, **({"test": splits.test} if splits.test is not None else {})}

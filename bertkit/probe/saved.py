@@ -17,8 +17,9 @@ from typing import Any
 import numpy as np
 
 from bertkit.encoding.longtext import LONG_TEXT_MODES, TRUNCATIONS, LongText
+from bertkit.encoding.reading import UNRECORDED, Reading, read_as_recorded
 from bertkit.errors import UserError
-from bertkit.features.settings import POOLS, layers_problem
+from bertkit.features.settings import POOLS, Pooling, layers_problem
 from bertkit.io.digests import bytes_record, is_record, record_problem
 from bertkit.models.compute import Compute
 from bertkit.probe.fit import ProbeFit
@@ -158,6 +159,13 @@ def load_probe(path: str | Path) -> SavedProbe:
 
 PROBE_META_KEYS = ("label_map", "model", "pool", "layers")
 PROBE_ARRAYS = ("scaler_mean", "scaler_scale", "coef", "intercept", "classes")
+
+
+def read_as_fitted(cfg: Any) -> Any:
+    """`cfg` with its reading options resolved against the record of its --probe (probe.json): texts are read as the
+    probe's features were extracted, unless an option given says otherwise (with a note)."""
+    recorded = Reading.from_json(load_probe(cfg.probe).meta) or UNRECORDED
+    return read_as_recorded(cfg, recorded, f"The probe {cfg.probe}")
 
 
 def _damaged_probe(file: Path, reason: str) -> UserError:
@@ -308,12 +316,13 @@ def probe_reader(
         encoder = quantize.quantized_int8(encoder, inplace=True)  # loaded for the feature pass only
     window = int(max_length or meta.get("max_length") or 128)
     loading.check_max_length(window, tokenizer, encoder.config, meta["model"], pair=pair)
+    pooling = Pooling.from_json(meta)  # as the probe's features were pooled (older probes: no combine/normalize kept)
 
     def read(dataset: Any) -> tuple[np.ndarray, np.ndarray]:
         features = extract.extract_features(
-            encoder, tokenizer, dataset, pool=meta["pool"], layers=str(meta["layers"]),
-            combine=meta.get("combine", "concat"), max_length=window, batch_size=batch_size, dtype=compute.dtype,
-            normalize=bool(meta.get("normalize", False)), progress=progress,
+            encoder, tokenizer, dataset, pool=pooling.pool, layers=pooling.layers_option, combine=pooling.combine,
+            max_length=window, batch_size=batch_size, dtype=compute.dtype, normalize=pooling.normalize,
+            progress=progress,
             long_text=LongText.from_json(meta),  # probes saved before these settings were recorded read texts head-cut
         )
         return _apply_probe(saved, np.asarray(features, dtype=np.float32).reshape(len(dataset), -1))

@@ -126,16 +126,19 @@ class Task:
 # ---------------------------------------------------------------- the run
 
 def finetune(cfg: FinetuneOptions, *, progress: bool = True, task: Task | None = None,
-             on_evaluate: Any = None) -> FinetuneResult:
+             on_evaluate: Any = None, compute: Compute | None = None) -> FinetuneResult:
     """Fine-tune `cfg.model` on the data in `cfg`, writing everything into `cfg.out` (see module docstring).
 
+    `compute`: the run's precision as the command resolved it (`Compute.resolve(training_device(), cfg.precision)`);
+    None resolves it from `cfg` here, for a sweep's trial (--precision may be one of its dimensions) and library
+    callers (benchmarks/gpu.py).
     `task` supplies the model and the objective (default: fine-tuning's; distill.py passes its own).
     `on_evaluate(history, metric_for_best) -> reason | None` is called after every dev evaluation; a reason stops
     the run there (`Session.on_evaluate`: a sweep's pruning)."""
     task = task or Task()
     metrics.load_metrics(tuple(cfg.external_metrics))  # a --metric that cannot be loaded stops the run before work
     tracking.check_trackers(cfg)  # so does a --report-to tracker that is not installed
-    accelerator = _accelerator(cfg)
+    accelerator = _accelerator(compute or Compute.resolve(training_device(), cfg.precision))
     splits = load_splits(cfg, need_labels=True, need_dev=True)
     assert splits.label_map is not None and splits.dev is not None
     splits.label_map = task.label_map(cfg, splits)
@@ -337,11 +340,10 @@ def _finished_result(out: Path, accelerator: Any) -> FinetuneResult:
 
 # ---------------------------------------------------------------- small pieces
 
-def _accelerator(cfg: FinetuneOptions) -> Any:
-    """Accelerate for this run: its mixed precision from --precision (auto: bf16 only where native)."""
+def _accelerator(compute: Compute) -> Any:
+    """Accelerate for this run: its mixed precision from the resolved --precision (auto: bf16 only where native)."""
     from accelerate import Accelerator
 
-    compute = Compute.resolve("cpu" if force_cpu() else None, cfg.precision)
     precision = {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}[compute.precision]
     _release_single_process_state(precision)
     return Accelerator(mixed_precision=precision, step_scheduler_with_optimizer=False, cpu=force_cpu())
@@ -360,6 +362,12 @@ def _release_single_process_state(precision: str) -> None:
         return
     if AcceleratorState().mixed_precision != precision:
         AcceleratorState._reset_state(reset_partial_state=True)
+
+
+def training_device() -> str | None:
+    """The --device a training run's `Compute` is resolved for: the CPU where Accelerate runs there (`force_cpu`),
+    else None (the best device here; a launcher then gives each process its own)."""
+    return "cpu" if force_cpu() else None
 
 
 def force_cpu() -> bool:

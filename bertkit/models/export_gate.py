@@ -1,6 +1,6 @@
 """The export gate's report, typed (`bertkit export` returns it, `cli/show.py` reads its attributes; it writes back
 the object export_report.json holds), and the refusal message with the digits that show a number below its
-threshold."""
+threshold. Beside `models.onnx`, whose export folder holds the report."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""`bertkit recipes list|show`, and recipes themselves: TOML files whose `[command]` table holds option values
-(keys = the CLI option names), packaged in `bertkit/recipes/`; found by name or path, checked against the command's
-option fields, listed and described.
+"""Recipes: TOML files whose `[command]` table holds option values (keys = the CLI option names), packaged here in
+`bertkit/recipes/`; found by name or path, checked against the command's option fields, listed and described (what
+`bertkit recipes list|show` prints). They live below `commands/` because the CLI, predict (--out is never a recipe)
+and bench (a --recipe in --quality-args) all read them.
 
 On the command line a recipe's values become the options' defaults (Typer's `default_map`, `cli/app.py`), so a
 flag given wins over the recipe, and the recipe over the field's default.
@@ -17,7 +18,7 @@ from bertkit.errors import UserError
 from bertkit.options import alias_map, check_value, flag
 from bertkit.options import option_fields as _option_fields
 
-RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"  # packaged: a wheel install has them
+RECIPES_DIR = Path(__file__).resolve().parent  # the packaged *.toml beside this reader: a wheel install has them
 
 
 def option_fields(config_cls: type) -> set[str]:

@@ -2,7 +2,8 @@
 (--data/--dev/--test) are readable files whose header has the columns the --*-column options name
 (`bertkit.data.columns.check_columns`), and a --model is `minilm-offline`, a hub id, or a local model folder as saved
 (`bertkit.models.folders.check_model_folder`). The checks and their messages are the library's own; run here first,
-a wrong path or column is refused in well under a second, and --out is not touched."""
+a wrong path or column is refused in well under a second, and --out is not touched. Every command runs it, so it
+lives below `commands/`, in `models/`: the lowest package that knows both model folders and data files."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""`bench --quality`: each model scored by the probe or finetune command's own function, in this process, with
-the same data settings for every model.
+"""`bench --quality`: each model scored by the probe or finetune command's own `run`, in this process, with the
+same data settings for every model. The bench command hands in the commands' configs and runs (from the command
+table, `bertkit.commands.registry`): what is measured here is the plan, the arguments and the score, not the
+commands themselves, so no command module imports another.
 
 `--quality-args` (flags for the quality commands given as one string) is read with the quality command's option
 declarations (the config fields its CLI flags come from): one reader (`read_quality_args`) walks the arguments,
@@ -15,24 +17,21 @@ import dataclasses
 import difflib
 import logging
 import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bertkit.commands import finetune, probe
-from bertkit.commands.finetune import FinetuneConfig
-from bertkit.commands.probe import ProbeConfig
-from bertkit.commands.recipes import load_recipe
 from bertkit.data.options import DataOptions
 from bertkit.errors import UserError
 from bertkit.options import command_flags as _command_flags
 from bertkit.options import field_type, flag, flag_fields
+from bertkit.recipes import load_recipe
 
 log = logging.getLogger(__name__)
 
-QUALITY_CONFIGS: dict[str, type] = {"probe": ProbeConfig, "finetune": FinetuneConfig}
-"""The commands `bench --quality` runs for each model, and their configs."""
+QUALITY_COMMANDS = ("probe", "finetune")
+"""The commands `bench --quality` runs for each model, in the report's order."""
 PROBE_METRIC = "accuracy"
 """The dev metric the probe's layer sweep picks its best cell by."""
 SHARED_FIELDS = (*(f.name for f in dataclasses.fields(DataOptions)), "max_length")
@@ -50,15 +49,16 @@ class QualityPlan:
     extra: tuple[str, ...] = ()
 
 
-def plan_quality(cfg: Any) -> list[QualityPlan]:
-    """The --quality commands of a BenchConfig, their configs built (so every value checked) before benchmarking."""
+def plan_quality(cfg: Any, configs: dict[str, type]) -> list[QualityPlan]:
+    """The --quality commands of a BenchConfig (`configs`: command -> its config class), their configs built (so
+    every value checked) before benchmarking."""
     extra = tuple(shlex.split(cfg.quality_args or ""))
-    return [QualityPlan(kind, quality_config(kind, cfg, extra), extra) for kind in cfg.quality_kinds]
+    return [QualityPlan(kind, quality_config(kind, configs[kind], cfg, extra), extra) for kind in cfg.quality_kinds]
 
 
-def quality_config(kind: str, cfg: Any, extra: tuple[str, ...]) -> Any:
-    """`kind`'s config: a --recipe in --quality-args < bench's data settings < the other --quality-args."""
-    config_cls = QUALITY_CONFIGS[kind]
+def quality_config(kind: str, config_cls: type, cfg: Any, extra: tuple[str, ...]) -> Any:
+    """`kind`'s config (of class `config_cls`): a --recipe in --quality-args < bench's data settings < the other
+    --quality-args."""
     recipe, values = parse_quality_args(kind, config_cls, extra)
     # unset (None) bench options leave a recipe's value alone, as omitted flags did on the command line
     shared = {name: getattr(cfg, name) for name in SHARED_FIELDS if getattr(cfg, name) is not None}
@@ -75,8 +75,10 @@ def quality_config(kind: str, cfg: Any, extra: tuple[str, ...]) -> Any:
 # ---------------------------------------------------------------- running
 
 
-def measure_quality(plan: QualityPlan, models: dict[str, str], out_dir: Path) -> dict[str, dict[str, Any]]:
-    """Run `plan`'s command for each model (label -> hub id or folder); model i writes into `out_dir/<kind>-<i>`.
+def measure_quality(plan: QualityPlan, models: dict[str, str], out_dir: Path,
+                    run: Callable[[Any], Any]) -> dict[str, dict[str, Any]]:
+    """Run `plan`'s command (`run`: its config -> its result) for each model (label -> hub id or folder); model i
+    writes into `out_dir/<kind>-<i>`.
 
     A model whose run fails gets status "failed" and the message; the other models and the benchmark go on.
     """
@@ -86,7 +88,7 @@ def measure_quality(plan: QualityPlan, models: dict[str, str], out_dir: Path) ->
         record: dict[str, Any] = {"command": command_line(plan, config)}
         log.info("quality (%s): %s", plan.kind, record["command"])
         try:
-            metric, score = SCORERS[plan.kind](config)
+            metric, score = SCORES[plan.kind](run(config))
         except UserError as exc:
             out[label] = {**record, "status": "failed", "message": str(exc)[:500]}
             continue
@@ -108,20 +110,21 @@ def command_line(plan: QualityPlan, config: Any) -> str:
     return shlex.join([*args, "--out", config.out, *plan.extra])
 
 
-def probe_score(config: ProbeConfig) -> tuple[str, float]:
-    """`bertkit probe`'s best cell: (where in its results, dev accuracy)."""
-    result = probe.run(config, progress=False)
+def probe_score(result: Any) -> tuple[str, float]:
+    """`bertkit probe`'s best cell (of its ProbeResult): (where in its results, dev accuracy)."""
     return f"best.dev.{PROBE_METRIC}", result.best.dev[PROBE_METRIC]
 
 
-def finetune_score(config: FinetuneConfig) -> tuple[str, float]:
-    """`bertkit finetune`'s best evaluation: (where in its metrics, its --metric-for-best value)."""
-    metrics = finetune.run(config, progress=False).metrics
+def finetune_score(result: Any) -> tuple[str, float]:
+    """`bertkit finetune`'s best evaluation (of its FinetuneResult): (where in its metrics, its --metric-for-best
+    value)."""
+    metrics = result.metrics
     name = metrics["best_metric_name"]
     return f"best_dev.{name}", float(metrics["best_dev"][name])
 
 
-SCORERS = {"probe": probe_score, "finetune": finetune_score}
+SCORES = {"probe": probe_score, "finetune": finetune_score}
+"""Each quality command's result -> (where its score is, the score)."""
 
 
 # ---------------------------------------------------------------- --quality-args
