@@ -514,3 +514,16 @@ def test_zero_one_columns_must_be_exactly_the_models_tags():
     read.label_columns = ("labels",)  # one column of tag lists: its tags are checked when encoded
     check_tag_columns(tags, read, "model m")
     check_tag_columns(LabelMap(("a", "b")), read, "model m")  # single-label: nothing to check
+
+
+def test_limit_says_when_it_cuts_the_dev_and_test_files(tmp_path):
+    rows = "".join(f"row {i}\t{i % 2}\n" for i in range(12))
+    for name in ("train", "dev", "test"):
+        (tmp_path / f"{name}.tsv").write_text("sentence\tlabel\n" + rows, encoding="utf-8")
+    splits = load_splits(opts(data=str(tmp_path / "train.tsv"), dev=str(tmp_path / "dev.tsv"),
+                              test=str(tmp_path / "test.tsv"), limit=5))
+    assert len(splits.dev) == len(splits.test) == 5
+    cut = [n for n in splits.notes if n.startswith("--limit 5 applies to every split")]
+    assert len(cut) == 2 and "dev is the first 5 rows" in cut[0] and "test is the first 5 rows" in cut[1]
+    assert not [n for n in load_splits(opts(data=str(tmp_path / "train.tsv"), dev=str(tmp_path / "dev.tsv"))).notes
+                if "--limit" in n]

@@ -160,3 +160,15 @@ def test_the_header_peek_names_the_columns_the_parse_gives(tmp_path, name, text,
     peeked = sources.column_names(path, "utf-8", header, by_index, label_index)
     table, _ = ingest.local_table(path, "utf-8", header, by_index, label_index, str(tmp_path / "cache"))
     assert peeked == list(table.columns)
+
+
+def test_finetune_refuses_an_out_of_someone_elses_files_before_reading_data(tmp_path):
+    """An --out holding the user's files is refused at once: before torch, before the data is parsed and before the
+    --lr auto line (it was ~10 s in, after that line)."""
+    (tmp_path / "train.tsv").write_text("sentence\tlabel\n" + "".join(f"row {i}\t{i % 2}\n" for i in range(40)))
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("my notes")
+    code, output, imported = run_cli("finetune", "--model", "minilm-offline", "--data", "train.tsv", "--out", "mine",
+                                     cwd=tmp_path)
+    assert code == 2 and "notes.txt" in output and imported == [], output
+    assert "learning rate" not in output.lower() and (tmp_path / "mine" / "notes.txt").read_text() == "my notes"

@@ -249,6 +249,7 @@ def run(cfg: BenchConfig) -> BenchResult:
     # the inputs first, before torch is imported and before --out is looked at (a wrong input is named as such
     # whatever --out holds): the quality runs read every split with labels; the timing alone reads --dev, else --data
     timed = ("dev",) if cfg.dev else ("data",)
+    plan_quality(cfg)  # every --quality-args value, before the models are looked for
     check_inputs(cfg, need_labels=bool(cfg.quality_kinds), models=cfg.model_list,
                  data_fields=DATA_FIELDS if cfg.quality_kinds else timed)
     plan = rundir.inspect_run_dir(cfg.out or "runs/bench", "bench", overwrite=cfg.overwrite, inputs=ownership.input_paths(cfg),

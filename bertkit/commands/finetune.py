@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from bertkit.io import ownership, rundir
 from bertkit.models.compute import Compute
 from bertkit.models.preflight import check_inputs
 from bertkit.training.options import FinetuneOptions
@@ -28,6 +29,9 @@ class FinetuneConfig(FinetuneOptions):
 def run(cfg: FinetuneConfig, *, progress: bool = True) -> FinetuneResult:
     """The run: its folder, metrics.json's content, the epoch table, what a resume restored, notes."""
     check_inputs(cfg, need_labels=True, models=(cfg.model,))  # before torch and transformers are imported
+    if cfg.out:  # --out's refusals (someone else's files, another command's run, an input inside it) before the data
+        # is read or a learning rate chosen; the run's own settings are compared once its data is fingerprinted
+        rundir.inspect_run_dir(cfg.out, "finetune", overwrite=cfg.overwrite, inputs=ownership.input_paths(cfg))
     from bertkit.training.finetune import finetune, training_device
 
     return finetune(cfg, progress=progress, compute=Compute.resolve(training_device(), cfg.precision))

@@ -191,6 +191,10 @@ def load_splits(opts: DataOptions, *, need_labels: bool = True, need_dev: bool =
         for name, split in (("dev", dev), ("test", test)):
             if split is not None and split.labels is not None:
                 label_map.encode(split.labels, f"The {name} data {split.source}")
+    for name, split, flag in (("dev", dev, opts.dev), ("test", test, opts.test)):
+        if flag and opts.limit is not None and split is not None and len(split) >= opts.limit:
+            notes.append(f"--limit {opts.limit} applies to every split: {name} is the first {len(split)} rows of "
+                         f"{split.source} (drop --limit, or cut only the training file, to score on all of it).")
     for split in (train, dev, test):
         table = getattr(split.texts, "table", None) if split is not None else None
         if table is not None and table.note and table.note not in notes:
