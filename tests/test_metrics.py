@@ -414,3 +414,29 @@ def test_options_the_shape_ignores_are_warned_about(classifier_dir, toy_tsv, tmp
                                  "--metric", "spearman,mcc"])
     assert result.exit_code == 0, result.output
     assert "--metric spearman is not computed for single-label data" in " ".join(result.output.split())
+
+
+def test_expected_calibration_error_and_the_reliability_table():
+    """ECE is the row-weighted gap between confidence and accuracy per confidence bin: 0 for a model whose 0.9s are
+    right 90% of the time, the gap itself for one that says 0.99 and is right 70% of the time."""
+    from bertkit.scoring.metrics import classification_metrics, expected_calibration_error, reliability_table
+
+    y = np.array([1] * 9 + [0])
+    calibrated = np.tile([0.1, 0.9], (10, 1))
+    assert expected_calibration_error(y, calibrated) == pytest.approx(0.0)
+    y = np.array([1] * 7 + [0] * 3)
+    sure = np.tile([0.01, 0.99], (10, 1))
+    assert expected_calibration_error(y, sure) == pytest.approx(0.29)
+    (row,) = reliability_table(y, sure)
+    assert row["n"] == 10 and row["accuracy"] == pytest.approx(0.7) and row["confidence"] == pytest.approx(0.99)
+    scored = classification_metrics(y, sure.argmax(1), sure, ["neg", "pos"])
+    assert scored["ece"] == pytest.approx(0.29) and scored["reliability"] == reliability_table(y, sure)
+    assert "ece" not in classification_metrics(y, sure.argmax(1), None, ["neg", "pos"])
+
+
+def test_the_probe_summary_calls_out_overconfident_probabilities():
+    from bertkit.cli.show import calibration_line
+
+    assert "rankings, not as chances" in calibration_line(0.27)
+    assert "track accuracy" in calibration_line(0.03)
+    assert calibration_line(None) is None

@@ -154,6 +154,24 @@ def _print_probe_report(result: ProbeResult) -> None:
                                 [[k, v] for k, v in best.asked.items()]))
     line = f"best: {best.pool} {best.layer}, dev accuracy {best.dev['accuracy']:.3f}"
     out_console.print(line + _repeats_and_test(result, "accuracy", "accuracy"), highlight=False)
+    calibration = calibration_line(best.dev.get("ece"))
+    if calibration:
+        out_console.print(calibration, highlight=False)
+
+
+OVERCONFIDENT = 0.1
+"""An expected calibration error above this is called out: probabilities off by 10 points on average."""
+
+
+def calibration_line(ece: float | None) -> str | None:
+    """How far the dev probabilities are from the dev accuracy (expected calibration error), with what follows from
+    it when they are far; None without probabilities."""
+    if ece is None:
+        return None
+    if ece <= OVERCONFIDENT:
+        return f"calibration: expected calibration error {ece:.3f} on dev (probabilities track accuracy)"
+    return (f"calibration: expected calibration error {ece:.3f} on dev - read its probabilities as rankings, not as "
+            f"chances (a 0.99 is right far less often than 99%); metrics.json has the reliability table")
 
 
 def _repeats_and_test(result: ProbeResult, metric: str, name: str) -> str:
