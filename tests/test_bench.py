@@ -175,8 +175,10 @@ def test_sizes_and_load_time_from_saved_safetensors(tiny_bert_dir, tmp_path):
 
 
 def _model_record(label, params, latency_ms, rows_per_s, quality=None, paper_s=None):
-    record = {"label": label, "parameters": params, "latency": {"model_ms": {"mean": latency_ms},
-                                                                "end_to_end_ms": {"mean": latency_ms + 1}},
+    # the mean is pulled by slow calls: the claims and the table read the median (p50)
+    record = {"label": label, "parameters": params,
+              "latency": {"model_ms": {"mean": 3 * latency_ms, "p50": latency_ms},
+                          "end_to_end_ms": {"mean": 3 * latency_ms, "p50": latency_ms + 1}},
               "throughput": [{"batch_size": b, "padding": p, "rows_per_s": r} for b, p, r in rows_per_s]}
     if quality is not None:
         record["quality"] = {"probe": {"status": "ok", "score": quality}}
@@ -582,7 +584,7 @@ def test_cli_int8_times_each_model_beside_its_int8_copy(tiny_bert_dir, tiny_dist
                                     f"{tiny_bert_dir} · int8"]
     twin = rows[1]
     assert twin[columns.index("fp32 MB")] is None and twin[columns.index("train step ms")] is None
-    assert twin[columns.index("b1 model ms")] == report["models"][0]["int8"]["latency"]["model_ms"]["mean"]
+    assert twin[columns.index("b1 model ms (p50)")] == report["models"][0]["int8"]["latency"]["model_ms"]["p50"]
     assert sum(r[0].endswith("· int8") for r in bench_report.throughput_rows(report)[1]) == 4
     md = (tmp_path / "out" / "bench.md").read_text()
     assert f"| {tiny_bert_dir} · int8 |" in md and "fp32 + int8" in md
@@ -602,3 +604,17 @@ def test_bench_int8_copies_leave_the_models_in_fp32(tiny_bert_dir):
     (twin, label), = bench_measure.int8_twins([c])
     assert label == c.label and twin.label == f"{c.label} · int8"
     assert quantize.is_int8(twin.model) and not quantize.is_int8(c.model)
+
+
+def test_the_batch1_claim_is_the_ratio_of_the_printed_medians():
+    """One definition of a speed-up: the claim divides the medians the summary table prints, not means of its own."""
+    distil = _model_record("distil", 66_362_880, 2.0, [(1, "dynamic", 10.0)])
+    bert = _model_record("bert", 109_482_240, 4.3, [(1, "dynamic", 6.0)])
+    bert["latency"]["model_ms"]["mean"] = 40.0  # a few slow calls on a busy machine
+    for m in (distil, bert):
+        m.update(load_seconds=1.0, size_mb_fp32=1.0, size_mb_fp16=0.5)
+    report = {"models": [distil, bert], "protocol": "standard"}
+    columns, rows = bench_report.summary_rows(report)
+    printed = {r[0]: r[columns.index("b1 model ms (p50)")] for r in rows}
+    claims = bench_report.compute_claims([distil, bert])
+    assert claims["speedup_batch1_x"]["measured"] == pytest.approx(printed["bert"] / printed["distil"]) == 2.15

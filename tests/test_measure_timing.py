@@ -57,3 +57,11 @@ def test_timed_step_runs_setup_off_the_clock_and_feeds_repeat():
     samples = timing.repeat(step, warmup=1, min_iters=3, min_seconds=0.0)
     assert samples == [(0.5,)] * 3
     assert log[:4] == ["setup", "clock", "call", "clock"]  # setup before the clock starts
+
+
+def test_a_busy_machine_is_named_with_its_load():
+    from bertkit.measure.timing import busy_machine_note
+
+    assert busy_machine_note(load=5.1, cores=2).startswith("The machine was busy")
+    assert "load average 5.1 on 2 cores" in busy_machine_note(load=5.1, cores=2)
+    assert busy_machine_note(load=0.4, cores=2) is None

@@ -150,13 +150,15 @@ def benchmark(cfg: Any, clock: Clock = time.perf_counter,
 
     from bertkit.measure.contenders import contender_notes, load_contenders
     from bertkit.measure.measure import BenchSettings, environment, run_bench
-    from bertkit.measure.timing import Budget, sync_for
+    from bertkit.measure.timing import Budget, busy_machine_note, sync_for
     from bertkit.models import loading
 
     plans = plan_quality(cfg)  # every --quality-args value is checked before anything is measured
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     device, dtype, notes = device_and_dtype(cfg)
+    busy = busy_machine_note()
+    notes += [busy] if busy else []
     texts, source = benchmark_texts(cfg)
     order = np.random.default_rng(cfg.seed).permutation(len(texts))
     torch.manual_seed(cfg.seed)

@@ -242,3 +242,24 @@ def max_memory(previous: dict[str, float] | None, meter: MemoryMeter) -> dict[st
     if previous is None:
         return current
     return {k: max(previous.get(k, 0.0), v) for k, v in current.items()}
+
+
+BUSY_LOAD_PER_CORE = 0.5
+"""A 1-minute load average above this many runnable processes per core, before the benchmark's own work, is a busy
+machine: its timings run slower and spread wider than on an idle one."""
+
+
+def busy_machine_note(load: float | None = None, cores: int | None = None) -> str | None:
+    """A line for the report when other work already loads the machine (None when it is idle enough, or the load
+    average cannot be read)."""
+    import os
+
+    try:
+        load = os.getloadavg()[0] if load is None else load
+    except OSError:
+        return None
+    cores = cores or os.cpu_count() or 1
+    if load <= BUSY_LOAD_PER_CORE * cores:
+        return None
+    return (f"The machine was busy when the benchmark started (load average {load:.1f} on {cores} cores): timings "
+            f"are slower and noisier than on an idle machine. Re-run when it is idle to compare with other runs.")
