@@ -133,6 +133,17 @@ def test_regression_refuses_names_among_numbers(tmp_path):
     assert "'pos'" in message and "--task single_label" in message
 
 
+def test_regression_on_a_column_of_names_says_it_holds_names(tmp_path):
+    path = tmp_path / "n.tsv"
+    path.write_text("text\tlabel\na\tpos\nb\tneg\nc\tpos\n", encoding="utf-8")
+    with pytest.raises(UserError) as err:
+        read(path, task="regression")
+    message = str(err.value)
+    assert "holds names, not numbers" in message and "mixes" not in message
+    assert "none of its 3 label cell(s) is a number" in message and "'pos'" in message
+    assert "--task single_label" in message and "--label-column" in message
+
+
 def write_scores(path: Path, labels: list[str]) -> Path:
     """A TSV with a header and one row per label (line 2 holds the first)."""
     path.write_text("text\tlabel\n" + "".join(f"text {i}\t{y}\n" for i, y in enumerate(labels)), encoding="utf-8")

@@ -191,9 +191,10 @@ class LabelReader:
         return self.table.column(self.cols.label, per_value=lambda value: normalise_labels([value], numeric)[0])
 
     def _numbers(self) -> Any:
-        missing, bad, not_finite = Found(), Found(), True
+        missing, bad, not_finite, any_number = Found(), Found(), True, False
         for start, values in self._chunks():
             missing.add(start, values.rows(is_missing), values)
+            any_number = any_number or any(not is_missing(v) and label_number(v) is not None for v in values.present())
             wrong = values.rows(lambda v: not is_missing(v) and label_number(v) is None)
             bad.add(start, wrong, values)
             not_finite = not_finite and all(_not_finite_number(values[i]) for i in wrong)
@@ -204,16 +205,23 @@ class LabelReader:
                 f"of {self.source} are not finite (inf or nan): {bad.cells(self.lines, self._unit)}. Fix those "
                 f"cells, or drop those rows.")
         elif bad:
-            shown = ", ".join(repr(v) for v in bad.values[:5])
-            self.problems.append(
-                f"--task regression needs a number in every label cell, but column {self.cols.label!r} of "
-                f"{self.source} mixes numbers and names: {bad.count} cell(s) are not numbers, at "
-                f"{bad.where(self.lines, self._unit)} (e.g. {shown}). Fix those cells, or, to classify the labels "
-                f"as names, fine-tune with --task single_label (or auto)."
-            )
+            self.problems.append(self._not_numbers(bad, any_number))
         if missing or bad:
             return []
         return self.table.column(self.cols.label, per_value=lambda v: float(label_number(v)))  # type: ignore[arg-type]
+
+    def _not_numbers(self, bad: Found, any_number: bool) -> str:
+        """The regression problem for label cells that are not numbers: a few among numbers, or all of them."""
+        shown = ", ".join(repr(v) for v in bad.values[:5])
+        start = (f"--task regression needs a number in every label cell, but column {self.cols.label!r} of "
+                 f"{self.source}")
+        if not any_number:
+            return (f"{start} holds names, not numbers: none of its {bad.count} label cell(s) is a number (e.g. "
+                    f"{shown}). To classify the labels as names, fine-tune with --task single_label (or auto); "
+                    f"for regression, pick a column of numbers with --label-column.")
+        return (f"{start} mixes numbers and names: {bad.count} cell(s) are not numbers, at "
+                f"{bad.where(self.lines, self._unit)} (e.g. {shown}). Fix those cells, or, to classify the labels "
+                f"as names, fine-tune with --task single_label (or auto).")
 
     def _tag_lists(self) -> Any:
         """Tag sets from list cells, cells split at --label-sep, or single values (one tag)."""
