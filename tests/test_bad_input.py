@@ -277,7 +277,7 @@ CASES = [
     Case("out-in-proc", "tokens", lambda w: tokens(w, "--data", w.good(), "--out", "/proc/bertkit-no/run"),
          r"Cannot write to --out /proc/bertkit-no/run", r"Choose a directory you can write to"),
     Case("recipe-missing", "tokens", lambda w: tokens(w, "--text", "hi", "--recipe", w.path("nope.toml")),
-         r"Recipe '.*nope\.toml' not found", r"Pass --recipe"),
+         r"Unknown recipe '.*nope\.toml': not found", r"Pass --recipe .*`bertkit recipes list`"),
     Case("recipe-unknown-key", "tokens",
          lambda w: tokens(w, "--text", "hi", "--recipe", w.file("r.toml", "[tokens]\nmax-lenght = 64\n")),
          r"unknown keys: max_lenght", r"Valid keys .*max-length"),

@@ -25,7 +25,7 @@ def help_of(*args: str) -> str:
     return result.output
 
 
-@pytest.mark.parametrize("args", [("--help",), ("recipes", "--help"), ("recipes", "list", "--help"),
+@pytest.mark.parametrize("args", [("--help",), ("recipes", "--help"), ("recipes", "list", "--help"), ("recipes", "show", "--help"),
                                   *[(c, "--help") for c in recipe_commands()],
                                   *[(c, "--help-all") for c in recipe_commands()]])
 def test_help_shows_no_type_labels(args):
@@ -111,3 +111,19 @@ def test_bench_quality_runs_take_their_hold_out_share_from_quality_args():
     cfg = BenchConfig(preset="distilbert-vs-bert", data=str(demo), quality="finetune",
                       quality_args="--dev-fraction 0.2 --epochs 1")
     assert plan_quality(cfg)[0].config.dev_fraction == 0.2
+
+
+ALIASED = [c for c in recipe_commands() if any(f.metadata.get("aliases") for f in options.option_fields(config_for_command(c)))]
+
+
+@pytest.mark.parametrize("command", ALIASED)
+def test_an_alias_is_named_in_the_help_not_glued_to_the_flag(command):
+    """`--precision,--dtype` read as one name: the flag column shows --precision, its help names --dtype."""
+    text = help_of(command, "--help-all")
+    assert ",--" not in text
+    row = next(line for line in text.splitlines() if "│ --precision " in line)
+    block = " ".join(text[text.index(row):].split("[default:")[0].replace("│", " ").split())
+    assert "Also --dtype (an alias)." in block
+    refused = runner.invoke(app, [command, "--dtype", "nope"], env={"COLUMNS": "100"})
+    assert refused.exit_code == 2 and "No such option" not in refused.output  # still parsed, as --precision
+    assert "--precision must be one of" in refused.output

@@ -56,6 +56,22 @@ def test_recipes_list_and_show_cli():
     assert missing.exit_code == 2 and "Known recipes" in missing.output
 
 
+def test_recipes_show_an_unknown_name_says_so_lists_the_names_and_how_to_list_them():
+    missing = CliRunner().invoke(app, ["recipes", "show", "nope"], env={"COLUMNS": "400"})
+    assert missing.exit_code == 2
+    message = " ".join(missing.output.split())
+    assert "Unknown recipe 'nope'" in message and "Pass --recipe" not in message
+    assert all(r.name in message for r in RECIPES)
+    assert "`bertkit recipes list`" in message and "path of a .toml file" in message
+
+
+def test_recipes_show_help_names_its_argument_without_placeholders():
+    shown = CliRunner().invoke(app, ["recipes", "show", "--help"], env={"COLUMNS": "120"})
+    assert shown.exit_code == 0
+    assert "recipes show [OPTIONS] NAME" in shown.output and "NAME" in shown.output.split("Arguments")[1]
+    assert "{name}" not in shown.output and "{NAME}" not in shown.output and "<str>" not in shown.output
+
+
 def test_smoke_recipe_end_to_end(tmp_path, monkeypatch):
     """The `smoke` recipe, table by table, as CI's end-to-end run: real MiniLM weights, 64 demo rows."""
     monkeypatch.chdir(tmp_path)  # any folder: the recipe's data paths are relative to the recipe itself

@@ -10,18 +10,19 @@ message on stderr and exit code 2, never a traceback; Ctrl-C exits 130.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import inspect
 import logging
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
-from typer.core import TyperCommand, TyperGroup
+from typer.core import TyperArgument, TyperCommand, TyperGroup
 
 from bertkit import __version__
 from bertkit.cli import show, show_models, show_training
@@ -80,11 +81,47 @@ def _plain_help_option(option: Any, panel: str | None = None) -> Any:
     return option
 
 
+class PlainArgument(TyperArgument):
+    """A positional argument shown by its metavar: `NAME` in the usage line (Typer writes `{name}`), no `<str>`."""
+
+    def get_usage_pieces(self, ctx: Any) -> list[str]:
+        return [self.display_name_raw if self.required else f"[{self.display_name_raw}]"]
+
+    def display_type_rich(self, ctx: Any) -> str | None:
+        return None
+
+
+@contextlib.contextmanager
+def _main_flags_only(params: list[Any]) -> Iterator[None]:
+    """While --help is drawn, each option shows its main flag (and short form) only: an alias such as --dtype would
+    be glued to it (`--precision,--dtype`); the option's help names its aliases instead (`option_help`)."""
+    saved = [(p, p.opts) for p in params if not isinstance(p, TyperArgument)]
+    for param, opts in saved:
+        longs = [o for o in opts if o.startswith("--")]
+        param.opts = [o for o in opts if not o.startswith("--") or o == longs[0]]
+    try:
+        yield
+    finally:
+        for param, opts in saved:
+            param.opts = opts
+
+
 class Command(TyperCommand):
-    """A command whose --help has no type label and sits in the Output panel, next to --quiet and --json."""
+    """A command whose --help has no type label and sits in the Output panel, next to --quiet and --json; an
+    option's alias is named in its help, not glued to its flag; an argument reads `NAME`."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for param in self.params:
+            if type(param) is TyperArgument:
+                param.__class__ = PlainArgument
 
     def get_help_option(self, ctx: Any) -> Any:
         return _plain_help_option(super().get_help_option(ctx), OUTPUT)
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        with _main_flags_only(self.params):
+            super().format_help(ctx, formatter)
 
 
 class Group(TyperGroup):
@@ -169,8 +206,11 @@ CLI_ONLY = {
 
 
 def option_help(config_cls: type, f: dataclasses.Field) -> str:
-    """An option's --help text: its help, marked when the command cannot run without it."""
-    return help_text(config_cls, f) + (REQUIRED_MARK if f.name in required_options(config_cls) else "")
+    """An option's --help text: its help, its aliases (--help shows the main flag only) and a mark when the command
+    cannot run without it."""
+    aliases = f.metadata.get("aliases", ())
+    also = f" Also {' or '.join(aliases)} (an alias)." if aliases else ""
+    return help_text(config_cls, f) + also + (REQUIRED_MARK if f.name in required_options(config_cls) else "")
 
 
 def _typer_parameter(config_cls: type, f: dataclasses.Field) -> inspect.Parameter:
@@ -366,6 +406,6 @@ def recipes_list(json_output: JsonOpt = False) -> None:
 
 @recipes_app.command("show", cls=Command)
 @user_errors
-def recipes_show(name: Annotated[str, typer.Argument(help="Recipe name (or path to a .toml file).")]) -> None:
+def recipes_show(name: Annotated[str, typer.Argument(help="Recipe name (or path to a .toml file).", metavar="NAME")]) -> None:
     """Print a recipe file."""
-    show.show_recipe(recipe_path(name))
+    show.show_recipe(recipe_path(name, fix="Show one of those names, or give the path of a .toml file"))

@@ -41,8 +41,13 @@ def check_values(config_cls: type, values: dict[str, Any], where: str) -> dict[s
     return checked
 
 
-def recipe_path(name_or_path: str) -> Path:
-    """A recipe file: an existing path, or the name of a file in `recipes/` (with or without `.toml`)."""
+RECIPE_FIX = "Pass --recipe with a path to a .toml file or one of those names"
+"""How to fix an unknown recipe given to --recipe (`recipes show` names its own fix)."""
+
+
+def recipe_path(name_or_path: str, fix: str = RECIPE_FIX) -> Path:
+    """A recipe file: an existing path, or the name of a file in `recipes/` (with or without `.toml`); else a
+    UserError naming the known recipes and `fix`."""
     path = Path(name_or_path)
     if path.is_file():
         return path
@@ -51,8 +56,8 @@ def recipe_path(name_or_path: str) -> Path:
         return candidate
     known = ", ".join(sorted(p.stem for p in RECIPES_DIR.glob("*.toml"))) or "(none found)"
     raise UserError(
-        f"Recipe {name_or_path!r} not found: it is neither a file nor a recipe name. "
-        f"Known recipes: {known}. Pass --recipe with a path to a .toml file or one of those names."
+        f"Unknown recipe {name_or_path!r}: not found as a file, nor among the packaged recipes. "
+        f"Known recipes: {known}. {fix} (`bertkit recipes list` says what each one does)."
     )
 
 
