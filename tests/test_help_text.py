@@ -127,3 +127,24 @@ def test_an_alias_is_named_in_the_help_not_glued_to_the_flag(command):
     refused = runner.invoke(app, [command, "--dtype", "nope"], env={"COLUMNS": "100"})
     assert refused.exit_code == 2 and "No such option" not in refused.output  # still parsed, as --precision
     assert "--precision must be one of" in refused.output
+
+
+def _row(text: str, flag_name: str) -> str:
+    """The help of one option, its wrapped lines joined."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if f"│ {flag_name} " in line)
+    rows = [lines[start]]
+    for line in lines[start + 1:]:
+        if not line.startswith("│ ") or line[2:].lstrip().startswith("-") or line.startswith("╰"):
+            break
+        rows.append(line)
+    return " ".join(" ".join(rows).replace("│", " ").replace(flag_name, "", 1).split())
+
+
+def test_one_file_commands_word_their_data_options_for_one_file():
+    evaluate, predict = help_of("evaluate", "--help"), help_of("predict", "--help")
+    assert "probe" not in _row(evaluate, "--max-length") and "as the model records it" in _row(evaluate, "--max-length")
+    for text in (evaluate, predict):
+        assert "each split" not in _row(text, "--limit") and "first N rows of --data" in _row(text, "--limit")
+    label = _row(predict, "--label-column")
+    assert "neither writes nor scores it" in label and "bertkit evaluate" in label

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from bertkit.data.options import LabelOptions
-from bertkit.encoding.reading import READ_AS_SAVED_HELP, LongTextOptions
+from bertkit.encoding.reading import READ_AS_SAVED_MODEL_HELP, LongTextOptions
 from bertkit.errors import raise_if_problems
 from bertkit.models.compute import INFERENCE_PRECISION_HELP, INFERENCE_PRECISIONS
 from bertkit.models.metadata import read_as_saved
@@ -35,14 +35,15 @@ class EvaluateConfig(LongTextOptions, MetricOptions, LabelOptions):
     REQUIRED_OPTIONS = ("model", "data")
     ADVANCED_OPTIONS = ("stride",)
     HELP_OVERRIDES = {"data": "The labelled data to score the model on: a .csv/.tsv/.txt/.json/.jsonl/.parquet file, or "
-                              "a hub dataset name."}
+                              "a hub dataset name.",
+                      "limit": "Score only the first N rows of --data (quick runs)."}
 
     model: str | None = option(None, "Fine-tuned model folder (e.g. runs/sst2/best).", panel=MODEL)
     out: str | None = option(None, "Run directory for metrics.json, predictions.csv and the confusion-matrix PNG.",
                              panel=OUTPUT)
     overwrite: bool = overwrite_option("an evaluate run")
     batch_size: int = option(64, "Rows per inference batch (sorted by length).", above=0)
-    max_length: int | None = option(None, READ_AS_SAVED_HELP, panel=MODEL, above=0)
+    max_length: int | None = option(None, READ_AS_SAVED_MODEL_HELP, panel=MODEL, above=0)
     precision: str = option("auto", INFERENCE_PRECISION_HELP, choices=INFERENCE_PRECISIONS, aliases=("--dtype",))
 
     def __post_init__(self) -> None:

@@ -38,7 +38,11 @@ class PredictConfig(LongTextOptions, DataOptions):
     NO_PRESET = ("label_column",)  # data to label need not have labels (GLUE's test files have none)
     ADVANCED_OPTIONS = ("stride",)
     HELP_OVERRIDES = {"data": "The data to label (instead of --text): a .csv/.tsv/.txt/.json/.jsonl/.parquet file, or a "
-                              "hub dataset name."}
+                              "hub dataset name.",
+                      "limit": "Label only the first N rows of --data (quick runs).",
+                      "label_column": "The file's column of known labels, if it has one (a name or 0-based index): it is "
+                                      "checked and never read as text, but predict neither writes nor scores it; to "
+                                      "score a model on labelled data, use `bertkit evaluate`."}
 
     model: str | None = option(None, "Fine-tuned model folder (e.g. runs/sst2/best).", panel=MODEL)
     probe: str | None = option(None, "A probe saved by `bertkit probe` (instead of --model).", panel=MODEL)

@@ -57,6 +57,8 @@ class LongTextOptions(TruncationOption):
 DEFAULT_MAX_LENGTH = 128
 READ_AS_SAVED_HELP = (f"Truncate inputs to this many tokens. Default: as the model (or probe) records it, else "
                       f"{DEFAULT_MAX_LENGTH}.")
+READ_AS_SAVED_MODEL_HELP = f"Truncate inputs to this many tokens. Default: as the model records it, else {DEFAULT_MAX_LENGTH}."
+"""--max-length of a command that reads a fine-tuned model only (evaluate): no probe to record it."""
 
 
 @dataclass(frozen=True)
