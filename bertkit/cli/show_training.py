@@ -37,11 +37,12 @@ def show_finetune(result: Any, view: View) -> None:
     _print_epoch_table(result.epoch_table)
     best = summary.get("best_dev") or {}
     shown = [k for shape in SHAPE.values() for k in shape.table_metrics if k in best]  # the best model's shape's
-    threshold = f", threshold {best['threshold']}" if "threshold" in best else ""
+    others = [f"{k} {format_score(best[k])}" for k in shown if k != summary["best_metric_name"]]  # it is named once
+    others += [f"threshold {best['threshold']}"] if "threshold" in best else []
+    also = f" ({', '.join(others)})" if others else ""
     out_console.print(
-        f"best {summary['best_metric_name']} {format_score(summary['best_metric'])} at step {summary['best_step']} "
-        f"({', '.join(f'{k} {format_score(best[k])}' for k in shown)}{threshold}); "
-        f"{summary['train_samples_per_second']:.1f} train samples/s",
+        f"best {summary['best_metric_name']} {format_score(summary['best_metric'])} at step {summary['best_step']}"
+        f"{also}; {summary['train_samples_per_second']:.1f} train samples/s",
         highlight=False,
     )
     for role in ("best", "final"):  # labelled --test data, scored with that model's weights
