@@ -124,3 +124,35 @@ def test_the_docs_site_loads_nothing_from_the_internet():
     assert config["theme"].get("font") is False
     assets = [*config.get("extra_css", []), *config.get("extra_javascript", [])]
     assert not [a for a in assets if "://" in str(a)], assets
+
+
+def test_the_help_line_counts_the_docs_quote_are_about_right():
+    """docs/index.md says how long `--help` is ("about N lines at W columns (`--help-all`: about M)"): within 10%."""
+    from typer.testing import CliRunner
+
+    from bertkit.cli.app import app
+
+    text = " ".join((DOCS / "index.md").read_text(encoding="utf-8").split())
+    claims = re.findall(r"`bertkit (\w+) --help` is about (\d+) lines at (\d+) columns \(`--help-all`: about (\d+)\)",
+                        text)
+    assert claims, "docs/index.md no longer says how long --help is: update this test"
+    for command, lines, columns, lines_all in claims:
+        for flag, claimed in (("--help", lines), ("--help-all", lines_all)):
+            output = CliRunner().invoke(app, [command, flag], env={"COLUMNS": columns}).output
+            measured = len(output.splitlines())
+            assert abs(measured - int(claimed)) <= 0.1 * int(claimed), f"`bertkit {command} {flag}` is {measured} lines"
+
+
+@pytest.mark.parametrize("path", [README, DOCS / "index.md"])
+def test_the_docs_do_not_say_every_command_takes_out(path):
+    """push (it uploads) and recipes write nothing: the common-options paragraph says so."""
+    text = " ".join(path.read_text(encoding="utf-8").split())
+    assert "Every command takes `--out" not in text and "`--out DIR` (its run directory)" not in text
+    assert "`push` (it uploads a folder) and `recipes` do not" in text
+
+
+def test_the_finetune_outputs_list_best_dev_proba_and_say_when_checkpoints_go():
+    for path in (README, DOCS / "index.md", DOCS / "finetune.md"):
+        text = " ".join(path.read_text(encoding="utf-8").split())
+        assert "best_dev_proba.npy" in text, path.name
+        assert "--keep-checkpoints" in text[text.index("checkpoints/step-N/"):][:400], path.name
