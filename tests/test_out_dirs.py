@@ -650,3 +650,71 @@ def test_the_record_reads_past_a_torn_line_and_ignores_it(tmp_path):
     rec.copy("a", "b", record.DIR)
     rec.gone("a")
     assert set(record.Record(tmp_path).entries()) == {"b", "b/y"}
+
+
+# ---------------------------------------------------------------- issue 43: a record is trusted only inside its folder
+
+
+def _outside_lines(out: Path, victim: Path) -> dict[str, list[dict]]:
+    """Record lines a damaged (or forged) record could hold, each naming `victim` (outside --out) some way."""
+    size, sha = record.file_digest(victim)
+    return {
+        "dotdot-temp": [{"temp": f"../{victim.name}"}],
+        "dotdot-file": [{"file": f"../{victim.name}", "size": size, "sha256": sha}],
+        "absolute": [{"temp": str(victim)}],
+        "dotdot-dir": [{"dir": ".."}],
+        "dot-parts": [{"temp": f"./sub/../../{victim.name}"}],
+        "through-a-link": [{"dir": "link"}, {"temp": f"link/{victim.name}"}],
+    }
+
+
+@pytest.mark.parametrize("overwrite", [False, True], ids=["rerun", "overwrite"])
+@pytest.mark.parametrize("case", ["dotdot-temp", "dotdot-file", "absolute", "dotdot-dir", "dot-parts",
+                                  "through-a-link"])
+def test_a_record_naming_paths_outside_its_folder_is_damaged_and_nothing_is_removed(case, overwrite, ws):
+    """The issue's cases: a record line naming ../victim, an absolute path, `..` or a path through a link leading
+    out made the next run delete files outside --out (exit 0), or fail with a traceback (`{"dir": ".."}` with
+    --overwrite). Now the record is damaged: exit 2 naming it and the fix, every byte everywhere as it was."""
+    out = ws.run_copy("tokens")
+    victim = ws.root / "victim.txt"
+    victim.write_text("not bertkit's\n")
+    (ws.root / "elsewhere").mkdir()
+    (ws.root / "elsewhere" / victim.name).write_text("not bertkit's either\n")
+    (out / "link").symlink_to(ws.root / "elsewhere")
+    rec = record.Record.at(out)
+    with open(rec.file, "ab") as handle:  # as a damaged or forged record would hold them
+        handle.write(b"".join(json.dumps(line).encode() + b"\n" for line in _outside_lines(out, victim)[case]))
+    before = snapshot(ws.root)
+    result = invoke(ws.argv("tokens", out, *(["--overwrite"] if overwrite else [])))
+    assert_refused(result, before, ws.root, f"--out WS/tokens-run has a damaged record: WS/tokens-run/{record.RECORD} "
+                                            "names paths outside WS/tokens-run")
+    text = " ".join(result.output.replace(str(ws.root), "WS").split())
+    assert "has removed nothing" in text and "Move that run aside (e.g. `mv WS/tokens-run WS/tokens-run.old`)" in text
+    assert (out / "link").is_symlink()
+
+
+def test_removals_never_act_on_a_record_naming_paths_outside_its_folder(ws):
+    """The low-level removals refuse a damaged record too (whoever calls them): nothing outside, nothing inside."""
+    out = ws.run_copy("tokens")
+    victim = ws.root / "victim.txt"
+    victim.write_text("not bertkit's\n")
+    record.Record.at(out).add(record.TEMP, "config.json")  # a proper entry, so the removal has something to do
+    with open(record.Record.at(out).file, "ab") as handle:
+        handle.write(json.dumps({"temp": "../victim.txt"}).encode() + b"\n")
+    assert record.Record.at(out).outside() == ["../victim.txt"]
+    before = snapshot(ws.root)
+    assert ownership.remove_temps(out) == []
+    assert ownership.remove_recorded(out / "tokens.json") == [out / "tokens.json"]
+    assert snapshot(ws.root) == before
+
+
+def test_a_nested_run_whose_record_leads_out_of_it_is_named_and_kept(tmp_path):
+    outer = tmp_path / "outer"
+    (outer / "trial").mkdir(parents=True)
+    record.Record.create(outer, "sweep").add(record.RUN, "trial")
+    inner = record.Record.create(outer / "trial", "finetune")
+    inner.add(record.TEMP, "../../victim.txt")
+    (tmp_path / "victim.txt").write_text("not bertkit's\n")
+    assert [(u.path, u.why) for u in ownership.unowned(outer)] == [("trial/", ownership.DAMAGED)]
+    assert ownership.remove_recorded(outer / "trial") == [outer / "trial"]
+    assert (tmp_path / "victim.txt").read_text() == "not bertkit's\n"

@@ -46,6 +46,7 @@ FILE_LIST_FORMAT = "bertkit-files/1"
 CHECKPOINT_MANIFEST = "bertkit_checkpoint.json"
 """A checkpoint's list of files (with digests); checkpoints.py writes it (it imports this module, not the reverse)."""
 NOT_WRITTEN, CHANGED, NO_RECORD = "not written by bertkit", "changed since bertkit wrote it", "no record"
+DAMAGED = "a record naming paths outside its folder"
 """Why an entry is not bertkit's (`Unowned.why`)."""
 
 
@@ -94,7 +95,9 @@ def _check(folder: Path, rec: Record, rel: str, shown: str, found: list[Unowned]
                 found.append(Unowned(child_shown, CHANGED))
         elif entry.kind == RUN:
             nested = Record.at(path)
-            if nested.exists():
+            if nested.exists() and nested.outside():
+                found.append(Unowned(_shown(path, child_shown), DAMAGED))
+            elif nested.exists():
                 _check(path, nested, "", child_shown, found)
             elif any(path.iterdir()):
                 found.append(Unowned(_shown(path, child_shown), NO_RECORD))
@@ -133,7 +136,8 @@ def unowned_message(out: Path, command: str, found: list[Unowned]) -> str:
     """What is not bertkit's in its run at --out: files it did not write, files changed since, runs without records."""
     parts = []
     for why, words in ((NOT_WRITTEN, "files bertkit did not write"), (CHANGED, "files changed since bertkit wrote "
-                       "them"), (NO_RECORD, "folders without a record of what bertkit wrote there")):
+                       "them"), (NO_RECORD, "folders without a record of what bertkit wrote there"),
+                      (DAMAGED, f"runs whose record ({RECORD}) names paths outside them")):
         names = [u.path for u in found if u.why == why]
         if names:
             more = f", and {len(names) - 5} more" if len(names) > 5 else ""
@@ -156,6 +160,18 @@ def foreign_message(out: Path, command: str, names: list[str]) -> str:
         f"--out {out} holds files bertkit did not write ({', '.join(shown)}{more}); bertkit only writes into a new "
         f"or empty directory or one of its own runs, and never deletes what it did not write (not even with "
         f"--overwrite). Choose another --out, e.g. --out {suggest_out(out, command)}."
+    )
+
+
+def outside_message(out: Path, command: str, rec: Record, paths: list[str]) -> str:
+    """The record of the run at --out names `paths` outside it (or leading out of it through a link)."""
+    more = f", and {len(paths) - 5} more" if len(paths) > 5 else ""
+    aside = out.with_name(f"{out.name}.old") if out.name else Path("old-run")
+    return (
+        f"--out {out} has a damaged record: {rec.file} names paths outside {out} ({', '.join(map(str, paths[:5]))}"
+        f"{more}). bertkit removes or replaces only what a record says it wrote inside the folder that record "
+        f"describes, so it trusts none of this one and has removed nothing. Move that run aside (e.g. `mv {out} "
+        f"{aside}`) and re-run, or choose another --out, e.g. --out {suggest_out(out, command)}."
     )
 
 
@@ -183,8 +199,8 @@ def remove_recorded(path: Path) -> list[Path]:
     holder = record_of(path.parent)
     if not (path.exists() or path.is_symlink()):
         return []
-    if holder is None:
-        return [path]
+    if holder is None or not _resolves_inside(path.parent, holder[0].root) or holder[0].outside():
+        return [path]  # a record is trusted only for what lies inside its own folder, and only when all of it does
     kept: list[Path] = []
     _remove(path, holder[0], _join(holder[1], path.name), kept)
     return kept
@@ -204,6 +220,9 @@ def _remove(path: Path, rec: Record, rel: str, kept: list[Path]) -> None:
         path.unlink()
     else:
         nested = Record.at(path) if entry.kind == RUN else None
+        if nested is not None and nested.exists() and nested.outside():
+            kept.append(path)
+            return
         inner = nested if nested is not None and nested.exists() else rec
         before = len(kept)
         for child in sorted(path.iterdir()):
@@ -227,6 +246,8 @@ def remove_temps(root: Path) -> list[str]:
     directories clean their own when they are claimed); their relative paths."""
     rec = Record.at(root)
     removed = []
+    if rec.outside():
+        return removed  # a damaged record is not acted on (`inspect_run_dir` refuses the run)
     for rel in sorted(rel for rel, entry in rec.entries().items() if entry.kind == TEMP):
         path = rec.root / rel
         if path.exists() or path.is_symlink():  # (the others were renamed into place: compaction drops them)
@@ -234,6 +255,12 @@ def remove_temps(root: Path) -> list[str]:
             removed.append(rel)
     rec.gone(*removed)
     return removed
+
+
+def _resolves_inside(path: Path, root: Path) -> bool:
+    """Whether `path`, links resolved, is `root` or below it (resolved too)."""
+    real, top = os.path.realpath(path), os.path.realpath(root)
+    return real == top or real.startswith(top.rstrip(os.sep) + os.sep)
 
 
 def place_file(source: Path, target: Path) -> None:

@@ -108,8 +108,18 @@ class Record:
         rel = os.path.relpath(os.path.abspath(path), self.root)
         return "" if rel == "." else Path(rel).as_posix()
 
+    def outside(self) -> list[str]:
+        """The recorded paths that are not inside this run directory: not relative, not normalised (`..`, `.`, an
+        empty part), or leading out of it through a link (resolved). A record naming any is damaged: bertkit trusts
+        none of it, so nothing is removed on its word (`rundir` refuses the run)."""
+        self._refresh()
+        root = os.path.realpath(self.root)
+        resolved = [rel for rel in self._entries if not _inside(os.path.realpath(self.root / rel), root)]
+        return [*self._outside, *resolved]
+
     def _reset(self, inode: int | None) -> None:
         self._entries: dict[str, Entry] = {}
+        self._outside: list[str] = []
         self._header: Any = None
         self._offset, self._inode = 0, inode
 
@@ -140,7 +150,11 @@ class Record:
         if self._offset == 0 and self._header is None:
             self._header = event if isinstance(event, dict) else {}
         elif isinstance(event, dict):  # a line that does not parse is a torn append, never acted on
-            _apply(self._entries, event)
+            outside = [rel for rel in _event_paths(event) if not confined(rel)]
+            if outside:  # never applied: no removal can reach it, and `outside` reports the record as damaged
+                self._outside.extend(outside)
+            else:
+                _apply(self._entries, event)
 
     # ---------------------------------------------------------------- writing (each before the change it records)
 
@@ -224,6 +238,18 @@ class Record:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def confined(rel: Any) -> bool:
+    """Whether `rel` is a path as bertkit records them: relative, "/"-separated, normalised (no empty, `.` or `..`
+    part), so that it names something inside the run directory (links aside: `Record.outside` resolves them)."""
+    return (isinstance(rel, str) and bool(rel) and not rel.startswith("/") and "\0" not in rel
+            and all(part not in ("", ".", "..") for part in rel.split("/")))
+
+
+def _event_paths(event: dict[str, Any]) -> list[Any]:
+    """The paths an event names (those of the keys it carries that take a path)."""
+    return [event[key] for key in (FILE, "copy", "to", "gone", DIR, TEMP, OPEN, RUN) if key in event]
 
 
 def _apply(entries: dict[str, Entry], event: dict[str, Any]) -> None:
