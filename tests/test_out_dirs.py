@@ -718,3 +718,49 @@ def test_a_nested_run_whose_record_leads_out_of_it_is_named_and_kept(tmp_path):
     assert [(u.path, u.why) for u in ownership.unowned(outer)] == [("trial/", ownership.DAMAGED)]
     assert ownership.remove_recorded(outer / "trial") == [outer / "trial"]
     assert (tmp_path / "victim.txt").read_text() == "not bertkit's\n"
+
+
+# ---------------------------------------------------------------- issue 43: predict's --out is bertkit's by a record
+
+
+@pytest.mark.parametrize("case", ["header-only", "edited", "record-not-bertkits", "record-of-other-bytes"])
+def test_predict_replaces_a_file_only_when_its_record_vouches_for_the_bytes(case, ws):
+    """The issue's case: `predict --out notes.csv` replaced a user's CSV whose header happened to be
+    `row,text,predicted`. A header makes nothing bertkit's: only the record predict writes beside its CSV does."""
+    out = ws.root / "notes.csv"
+    side = predictions_out.record_path(out)
+    args = ["predict", "--model", str(ws.made["finetune"] / "best"), "--text", "a lovely film", "--out", str(out),
+            "--quiet"]
+    if case == "header-only":
+        out.write_text("row,text,predicted\n1,my own text,my own label\n")
+        problem = "bertkit has no record of writing it though its header is predict's"
+    else:
+        assert invoke(args).exit_code == 0 and side.is_file()
+        if case == "edited":
+            out.write_text(out.read_text() + "2,my own row,pos\n")
+            problem = "its bytes changed since bertkit wrote it"
+        elif case == "record-not-bertkits":
+            side.write_text("my notes\n")
+            problem = f"{side.name} beside it is not a record bertkit wrote"
+        else:
+            out.write_text("row,text,predicted\n1,my own text,my own label\n")  # the record is of predict's bytes
+            problem = "its bytes changed since bertkit wrote it"
+    before = snapshot(ws.root)
+    result = invoke(args)
+    assert_refused(result, before, ws.root, f"--out WS/notes.csv exists and is not a predictions file bertkit wrote "
+                                            f"({problem}")
+    assert "Choose another --out" in result.output
+
+
+def test_predict_keeps_a_record_of_the_bytes_it_wrote_and_replaces_them(ws):
+    out = ws.root / "preds.csv"
+    args = ["predict", "--model", str(ws.made["finetune"] / "best"), "--out", str(out), "--quiet", "--text"]
+    assert invoke([*args, "a lovely film"]).exit_code == 0
+    side = json.loads(predictions_out.record_path(out).read_text())
+    assert side["format"] == predictions_out.RECORD_FORMAT and side["versions"] == [list(record.file_digest(out))]
+    first = record.file_digest(out)
+    assert invoke([*args, "an awful movie"]).exit_code == 0 and "an awful movie" in out.read_text()
+    side = json.loads(predictions_out.record_path(out).read_text())
+    assert side["versions"] == [list(first), list(record.file_digest(out))]  # both, until the rename was done
+    out.unlink()  # the record alone: the next run writes the file again
+    assert invoke([*args, "a third one"]).exit_code == 0 and "a third one" in out.read_text()
