@@ -764,3 +764,65 @@ def test_predict_keeps_a_record_of_the_bytes_it_wrote_and_replaces_them(ws):
     assert side["versions"] == [list(first), list(record.file_digest(out))]  # both, until the rename was done
     out.unlink()  # the record alone: the next run writes the file again
     assert invoke([*args, "a third one"]).exit_code == 0 and "a third one" in out.read_text()
+
+
+# ---------------------------------------------------------------- issue 43: records are replaced whole, never appended
+
+
+@pytest.mark.parametrize("command, extra", [("tokens", ()), ("tokens", ("--max-length", "64", "--overwrite")),
+                                            ("finetune", ())], ids=["tokens-rerun", "tokens-overwrite", "finetune-resume"])
+def test_a_hard_linked_snapshot_of_a_run_keeps_its_bytes_while_the_run_goes_on(command, extra, ws):
+    """The issue's case: resuming a run that was `cp -al` snapshotted appended to the snapshot's record through the
+    hard link (and to its metrics.jsonl). Every write now goes to a new file renamed into place."""
+    out = ws.run_copy(command)
+    if command == "finetune":
+        (out / "metrics.json").unlink()  # an unfinished run: the re-run resumes it and logs again
+    snap = ws.root / "snapshot"
+    shutil.copytree(out, snap, copy_function=os.link)
+    before = snapshot(snap)
+    result = invoke(ws.argv(command, out, *extra))
+    assert result.exit_code == 0, result.output
+    assert snapshot(snap) == before
+    assert record.Record.at(out).file.stat().st_nlink == 1 and ownership.unowned(out) == []
+
+
+def test_the_record_is_a_new_file_each_time_and_names_its_next_draft(tmp_path):
+    rec = record.Record.create(tmp_path, "tokens")
+    link = tmp_path / "link-to-record"
+    os.link(rec.file, link)
+    first, draft = rec.file.read_bytes(), rec.draft()
+    assert draft is not None and draft.startswith(record.RECORD + ".")
+    rec.add(record.DIR, "a")
+    assert link.read_bytes() == first  # the old version, untouched
+    assert rec.draft() != draft and set(record.Record(tmp_path).entries()) == {"a"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([record.RECORD, link.name])  # no draft left
+
+
+def test_a_draft_of_the_record_a_kill_left_is_removed_by_the_next_run_and_a_look_alike_is_kept(ws):
+    """A kill between writing the record's next version and renaming it leaves that draft: the record on disk
+    announced its name, so the next run removes it. A file named like a draft that the record does not announce is
+    someone else's: named, kept."""
+    out = ws.root / "tokens-run"
+    killed = _python_bertkit(ws.argv("tokens", out), BERTKIT_KILL_AT="record.draft@4")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    (left,) = [p for p in out.iterdir() if p.name.startswith(record.RECORD + ".")]
+    assert left.name == record.Record(out).draft()
+    look_alike = out / f"{record.RECORD}.0badc0de.tmp"
+    look_alike.write_text("mine\n")
+    before = snapshot(ws.root)
+    assert_refused(invoke(ws.argv("tokens", out)), before, ws.root, f"did not write ({look_alike.name})")
+    look_alike.unlink()
+    again = invoke(ws.argv("tokens", out))
+    assert again.exit_code == 0, again.output
+    assert not left.exists() and ownership.unowned(out) == [] and (out / "tokens.json").is_file()
+
+
+def test_an_appended_log_shared_by_a_hard_link_gets_a_copy_of_its_own_first(tmp_path):
+    from bertkit.io.atomic import append_jsonl
+
+    log = tmp_path / "metrics.jsonl"
+    append_jsonl(log, {"step": 1})
+    os.link(log, tmp_path / "snapshot.jsonl")
+    append_jsonl(log, {"step": 2})
+    assert (tmp_path / "snapshot.jsonl").read_text() == '{"step": 1}\n'
+    assert [json.loads(line)["step"] for line in log.read_text().splitlines()] == [1, 2]

@@ -124,6 +124,7 @@ def append_jsonl(path: Path, entry: dict[str, Any]) -> None:
     are recorded first; a write that fails part-way (a full disk) is cut back to the bytes before it."""
     path = Path(path)
     data = (to_json(entry, indent=None) + "\n").encode("utf-8")
+    _own_copy(path)
     before = path.stat().st_size if path.is_file() else 0
     digest = _digest_state(path, before)
     digest.update(data)
@@ -138,6 +139,14 @@ def append_jsonl(path: Path, entry: dict[str, Any]) -> None:
             os.truncate(path, before)
         raise
     _APPENDED[os.path.abspath(path)] = (before + len(data), digest.copy())
+
+
+def _own_copy(path: Path) -> None:
+    """Give `path` a copy of its own when another name shares its bytes (a hard link: a `cp -al` snapshot of the
+    run): an append in place would change the snapshot too. The copy is written and renamed like any file."""
+    if path.is_file() and os.stat(path).st_nlink > 1:
+        with atomic_path(path) as tmp:
+            shutil.copyfile(path, tmp)
 
 
 def _digest_state(path: Path, size: int) -> Any:

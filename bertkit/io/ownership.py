@@ -85,8 +85,8 @@ def _check(folder: Path, rec: Record, rel: str, shown: str, found: list[Unowned]
     entries = rec.entries()
     for path in sorted(folder.iterdir()):
         child, child_shown = _join(rel, path.name), _join(shown, path.name)
-        if child == RECORD:
-            continue
+        if child in (RECORD, rec.draft()) and not path.is_symlink():
+            continue  # the record, and the draft of its next version a kill left (the record announces its name)
         entry = None if path.is_symlink() else entries.get(child)  # bertkit makes no links
         if not _same_shape(entry, path):
             found.append(Unowned(_shown(path, child_shown), NOT_WRITTEN))
@@ -228,6 +228,9 @@ def _remove(path: Path, rec: Record, rel: str, kept: list[Path]) -> None:
         for child in sorted(path.iterdir()):
             if inner is nested and child.name == RECORD:
                 continue
+            if inner is nested and child.name == nested.draft() and not child.is_symlink():
+                child.unlink()  # a draft of the record a kill left: announced by the record, so bertkit's
+                continue
             _remove(child, inner, child.name if inner is nested else _join(rel, child.name), kept)
         if len(kept) > before:
             return
@@ -254,6 +257,10 @@ def remove_temps(root: Path) -> list[str]:
             shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
             removed.append(rel)
     rec.gone(*removed)
+    draft = rec.root / rec.draft() if rec.draft() else None
+    if draft is not None and draft.is_file() and not draft.is_symlink():
+        draft.unlink()  # the next version of the record, never renamed in (a kill): the record announces its name
+        removed.append(draft.name)
     return removed
 
 

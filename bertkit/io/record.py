@@ -22,15 +22,19 @@ this process claimed (`track`): an atomic write, an append, a folder made or mov
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
 import secrets
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from bertkit.errors import UserError
+from bertkit.io import faults
 
 RECORD = ".bertkit-record.jsonl"
 """In every run directory bertkit writes: the record of everything it wrote there."""
@@ -73,7 +77,7 @@ class Record:
         record = cls.at(root)
         fd = os.open(record.file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o666)
         try:
-            _write_all(fd, _line({"format": FORMAT, "command": command}))
+            _write_all(fd, _line({"format": FORMAT, "command": command, "draft": _draft_name()}))
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -117,41 +121,50 @@ class Record:
         resolved = [rel for rel in self._entries if not _inside(os.path.realpath(self.root / rel), root)]
         return [*self._outside, *resolved]
 
-    def _reset(self, inode: int | None) -> None:
+    def draft(self) -> str | None:
+        """The name the next version of the record is written under before it is renamed into place: announced by
+        the record itself, so a kill between the two leaves a file the record vouches for (None: an older record)."""
+        self._refresh()
+        name = self._header.get("draft") if isinstance(self._header, dict) else None
+        return name if confined(name) and "/" not in name and name.startswith(f"{RECORD}.") else None
+
+    def _reset(self, stamp: tuple[int, int, int] | None) -> None:
         self._entries: dict[str, Entry] = {}
         self._outside: list[str] = []
         self._header: Any = None
-        self._offset, self._inode = 0, inode
+        self._lines: list[bytes] = []
+        """The event lines after the header, each whole (a torn or unreadable one was never acted on: left out)."""
+        self._stamp = stamp
 
     def _refresh(self) -> None:
-        """Read what was appended since the last look (all of it again when the file was replaced)."""
+        """Read the record again when it is another file or another version than the one read last."""
         try:
             stat = os.stat(self.file)
         except OSError:
             self._reset(None)
             return
-        if stat.st_ino != self._inode or stat.st_size < self._offset:
-            self._reset(stat.st_ino)
-        if stat.st_size == self._offset:
+        stamp = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+        if stamp == self._stamp:
             return
         with open(self.file, "rb") as handle:
-            handle.seek(self._offset)
             data = handle.read()
-        whole = data[: data.rfind(b"\n") + 1]  # a torn last line (killed mid-append) was never acted on
-        for line in whole.splitlines():
-            self._read_line(line)
-        self._offset += len(whole)
+        self._load(data[: data.rfind(b"\n") + 1], stamp)  # a torn last line (an older, appended record) is not read
 
-    def _read_line(self, line: bytes) -> None:
-        try:
-            event = json.loads(line)
-        except ValueError:
-            event = None
-        if self._offset == 0 and self._header is None:
-            self._header = event if isinstance(event, dict) else {}
-        elif isinstance(event, dict):  # a line that does not parse is a torn append, never acted on
+    def _load(self, data: bytes, stamp: tuple[int, int, int] | None) -> None:
+        self._reset(stamp)
+        lines = data.splitlines(keepends=True)
+        header = _parse(lines[0]) if lines else None
+        self._header = header if isinstance(header, dict) else {}
+        events = [event for line in lines[1:] if isinstance(event := _parse(line), dict)]
+        self._lines = [_line(event) for event in events]
+        self._take(events)
+
+    def _take(self, events: list[dict[str, Any]]) -> None:
+        """Apply `events` (read or just written) to the entries; one naming a path outside the run directory is
+        never applied: no removal can reach it, and `outside` reports the record as damaged."""
+        for event in events:
             outside = [rel for rel in _event_paths(event) if not confined(rel)]
-            if outside:  # never applied: no removal can reach it, and `outside` reports the record as damaged
+            if outside:
                 self._outside.extend(outside)
             else:
                 _apply(self._entries, event)
@@ -187,7 +200,7 @@ class Record:
         """Rewrite the record as one event per entry that still exists (and, for a file, only the version it
         holds): called when a run is claimed, by the one process that claims it."""
         entries = self.entries()
-        events: list[dict[str, Any]] = [self._header]
+        events: list[dict[str, Any]] = []
         for rel in sorted(entries, key=lambda r: r.split("/")):
             entry, path = entries[rel], self.root / rel
             if not (path.exists() or path.is_symlink()):
@@ -199,45 +212,72 @@ class Record:
             for size, sha in sorted(entry.versions):
                 if found is None or (size, sha) == found or found not in entry.versions:
                     events.append({FILE: rel, "size": size, "sha256": sha})
-        content = b"".join(_line(e) for e in events)
-        if self.file.read_bytes() == content:
+        lines = [_line(e) for e in events]
+        if self.file.read_bytes() == _line(self._header) + b"".join(lines):
             return  # a re-run that changed nothing changes no byte of the record either
-        tmp = self.root / f"{RECORD}.{secrets.token_hex(4)}.tmp"
-        self.add(TEMP, tmp.name)
-        self._replace_with(tmp, content)
+        with self._writing():
+            self._write(self._header, lines)
+        self._stamp = None  # read back whole: the entries are the compacted ones
 
     def restore(self, content: bytes) -> None:
         """Put back the record as it was (`content`), once what was recorded since is gone again."""
-        tmp = self.root / f"{RECORD}.{secrets.token_hex(4)}.tmp"
-        self.add(TEMP, tmp.name)
-        self._replace_with(tmp, content)
-
-    def _replace_with(self, tmp: Path, content: bytes) -> None:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        try:
-            _write_all(fd, content)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.file)
+        lines = content.splitlines(keepends=True)
+        with self._writing():
+            self._write(_parse(lines[0]), lines[1:])
+        self._stamp = None
 
     def _append(self, events: list[dict[str, Any]]) -> None:
+        """The record with `events` added, written as a new file renamed over the old one: never appended in place,
+        so a hard link to the record (a `cp -al` snapshot of the run) keeps the version it links to."""
         if not events:
             return
-        data = b"".join(_line(e) for e in events)
+        with self._writing():
+            self._refresh()
+            if not self.exists():
+                raise UserError(f"{self.file} disappeared while bertkit was writing {self.root}: without it bertkit "
+                                f"cannot tell its files from others'. Move {self.root} aside and re-run the command.")
+            self._write(self._header, [*self._lines, *(_line(e) for e in events)])
+            self._take(events)
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """One writer of the record at a time (the processes of a multi-process run record into one record): an
+        OS lock on the run directory itself, held from reading the record to renaming its new version in."""
+        fd = os.open(self.root, os.O_RDONLY)
         try:
-            fd = os.open(self.file, os.O_RDWR | os.O_APPEND)
-        except FileNotFoundError:
-            raise UserError(f"{self.file} disappeared while bertkit was writing {self.root}: without it bertkit cannot "
-                            f"tell its files from others'. Move {self.root} aside and re-run the command.") from None
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
+    def _write(self, header: dict[str, Any], lines: list[bytes]) -> None:
+        """`header` (announcing the next draft's name) and `lines` into the draft the record on disk announces,
+        fsynced, renamed over the record."""
+        draft = self.root / (self.draft() or _draft_name())  # an older record announces none: a fresh name
+        header = {**header, "draft": _draft_name()}
+        with contextlib.suppress(FileNotFoundError):
+            draft.unlink()  # a draft a kill left before its rename: the record on disk announced it, so it is bertkit's
+        fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         try:
-            size = os.fstat(fd).st_size
-            if size and os.pread(fd, 1, size - 1) != b"\n":
-                data = b"\n" + data  # end a torn line first: it stays unreadable, this one does not
-            _write_all(fd, data)
+            _write_all(fd, _line(header) + b"".join(lines))
             os.fsync(fd)
         finally:
             os.close(fd)
+        faults.kill_point("record.draft")
+        os.replace(draft, self.file)
+        stat = os.stat(self.file)
+        self._header, self._lines, self._stamp = header, list(lines), (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+
+
+def _draft_name() -> str:
+    return f"{RECORD}.{secrets.token_hex(4)}.tmp"
+
+
+def _parse(line: bytes) -> Any:
+    try:
+        return json.loads(line)
+    except ValueError:
+        return None
 
 
 def confined(rel: Any) -> bool:
