@@ -131,3 +131,34 @@ def records_problems(folder: Path, records: dict[str, Any]) -> list[tuple[str, s
         if problem is not None:
             found.append((name, problem))
     return found
+
+
+# ---------------------------------------------------------------- the digests a run directory's record keeps
+
+
+_DIGESTS: dict[tuple[int, int, int, int], tuple[int, str]] = {}
+"""(device, inode, size, mtime) -> (size, sha256): a file is hashed once per process while it is unchanged (a
+rename keeps all four: a temp file's digest is its final file's)."""
+
+
+def file_digest(path: str | Path) -> tuple[int, str]:
+    """(size, sha256 hex) of the file at `path`."""
+    stat = os.stat(path)
+    key = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
+    if key not in _DIGESTS:
+        digest = hashlib.sha256()
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(BLOCK), b""):
+                digest.update(block)
+        _DIGESTS[key] = (stat.st_size, digest.hexdigest())
+    return _DIGESTS[key]
+
+
+def matches(path: str | Path, entry: Any) -> bool:
+    """Whether the file at `path` holds bytes bertkit recorded writing there (`entry.versions`, a record entry; the
+    size is checked first)."""
+    try:
+        size = os.stat(path).st_size
+        return any(s == size for s, _ in entry.versions) and file_digest(path) in entry.versions
+    except OSError:
+        return False

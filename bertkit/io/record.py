@@ -1,10 +1,14 @@
 """The record of what bertkit wrote in a run directory: `.bertkit-record.jsonl`, kept while it writes.
 
 What bertkit may delete or replace is decided by this record alone, never by a name (`bertkit.io.ownership`). Each
-line is one event, appended and fsynced *before* the change it records, so a kill leaves at worst an entry for
-something never made - never something made without an entry:
+line is one event, recorded *before* the change it records, so a kill leaves at worst an entry for something never
+made - never something made without an entry. The record is never appended to in place: each new version is written
+whole to a draft, fsynced and renamed over it (a hard link to the record - a `cp -al` snapshot - keeps the version
+it links to); the header names the draft the next version is written to, so a draft a kill leaves is bertkit's by
+the record, not by its name:
 
-    {"format": "bertkit-record/1", "command": "finetune"}    the first line: which command owns the directory
+    {"format": "bertkit-record/1", "command": "finetune",     the first line: which command owns the directory, and
+     "draft": ".bertkit-record.jsonl.1a2b3c4d.tmp"}           the draft of the next version
     {"dir": "best"}                                           a folder bertkit made (or adopted to write into)
     {"file": "metrics.json", "size": 812, "sha256": "..."}    a file bertkit wrote, with these bytes; every version
                                                               written is kept until the next claim compacts the record
@@ -16,7 +20,8 @@ something never made - never something made without an entry:
     {"copy": "a", "to": "b", "as": "dir"}                     before a rename a -> b: b holds what a holds
     {"gone": "a"}                                             a, and everything below it, is gone
 
-Paths are relative to the run directory, with "/". The writers of `bertkit.io` record through the run directories
+Paths are relative to the run directory, with "/", normalised and inside it (links resolved): a record naming any
+other path is damaged and trusted for nothing (`Record.outside`). The writers of `bertkit.io` record through the run directories
 this process claimed (`track`): an atomic write, an append, a folder made or moved below one of them.
 """
 
@@ -24,36 +29,33 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
-import json
 import os
 import secrets
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from bertkit.errors import UserError
 from bertkit.io import faults
+from bertkit.io.digests import BLOCK, file_digest, matches  # noqa: F401 - the digests of records, read as record.*
+from bertkit.io.record_events import (  # noqa: F401 - the kinds and entries, read as record.* across bertkit
+    DIR,
+    FILE,
+    KINDS,
+    OPEN,
+    RUN,
+    TEMP,
+    Entry,
+    apply,
+    confined,
+    event_paths,
+    line,
+    parse,
+)
 
 RECORD = ".bertkit-record.jsonl"
 """In every run directory bertkit writes: the record of everything it wrote there."""
 FORMAT = "bertkit-record/1"
-DIR, FILE, TEMP, OPEN, RUN = "dir", "file", "temp", "open", "run"
-"""The kinds of recorded entries (see the module docstring)."""
-KINDS = (DIR, FILE, TEMP, OPEN, RUN)
-BLOCK = 1 << 20
-
-
-@dataclass
-class Entry:
-    """One recorded path: its kind and, for a file, every (size, sha256) bertkit wrote there."""
-
-    kind: str
-    versions: set[tuple[int, str]] = field(default_factory=set)
-
-    def copied(self, kind: str | None = None) -> Entry:
-        return Entry(kind or self.kind, set(self.versions))
 
 
 class Record:
@@ -77,7 +79,7 @@ class Record:
         record = cls.at(root)
         fd = os.open(record.file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o666)
         try:
-            _write_all(fd, _line({"format": FORMAT, "command": command, "draft": _draft_name()}))
+            _write_all(fd, line({"format": FORMAT, "command": command, "draft": _draft_name()}))
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -153,21 +155,21 @@ class Record:
     def _load(self, data: bytes, stamp: tuple[int, int, int] | None) -> None:
         self._reset(stamp)
         lines = data.splitlines(keepends=True)
-        header = _parse(lines[0]) if lines else None
+        header = parse(lines[0]) if lines else None
         self._header = header if isinstance(header, dict) else {}
-        events = [event for line in lines[1:] if isinstance(event := _parse(line), dict)]
-        self._lines = [_line(event) for event in events]
+        events = [event for line in lines[1:] if isinstance(event := parse(line), dict)]
+        self._lines = [line(event) for event in events]
         self._take(events)
 
     def _take(self, events: list[dict[str, Any]]) -> None:
         """Apply `events` (read or just written) to the entries; one naming a path outside the run directory is
         never applied: no removal can reach it, and `outside` reports the record as damaged."""
         for event in events:
-            outside = [rel for rel in _event_paths(event) if not confined(rel)]
+            outside = [rel for rel in event_paths(event) if not confined(rel)]
             if outside:
                 self._outside.extend(outside)
             else:
-                _apply(self._entries, event)
+                apply(self._entries, event)
 
     # ---------------------------------------------------------------- writing (each before the change it records)
 
@@ -212,8 +214,8 @@ class Record:
             for size, sha in sorted(entry.versions):
                 if found is None or (size, sha) == found or found not in entry.versions:
                     events.append({FILE: rel, "size": size, "sha256": sha})
-        lines = [_line(e) for e in events]
-        if self.file.read_bytes() == _line(self._header) + b"".join(lines):
+        lines = [line(e) for e in events]
+        if self.file.read_bytes() == line(self._header) + b"".join(lines):
             return  # a re-run that changed nothing changes no byte of the record either
         with self._writing():
             self._write(self._header, lines)
@@ -222,8 +224,9 @@ class Record:
     def restore(self, content: bytes) -> None:
         """Put back the record as it was (`content`), once what was recorded since is gone again."""
         lines = content.splitlines(keepends=True)
-        with self._writing():
-            self._write(_parse(lines[0]), lines[1:])
+        header = parse(lines[0])
+        with self._writing():  # byte for byte: its header names a draft already used, so free again
+            self._write(header, lines[1:], header.get("draft") if isinstance(header, dict) else None)
         self._stamp = None
 
     def _append(self, events: list[dict[str, Any]]) -> None:
@@ -236,7 +239,7 @@ class Record:
             if not self.exists():
                 raise UserError(f"{self.file} disappeared while bertkit was writing {self.root}: without it bertkit "
                                 f"cannot tell its files from others'. Move {self.root} aside and re-run the command.")
-            self._write(self._header, [*self._lines, *(_line(e) for e in events)])
+            self._write(self._header, [*self._lines, *(line(e) for e in events)])
             self._take(events)
 
     @contextlib.contextmanager
@@ -250,16 +253,16 @@ class Record:
         finally:
             os.close(fd)  # releases the lock
 
-    def _write(self, header: dict[str, Any], lines: list[bytes]) -> None:
-        """`header` (announcing the next draft's name) and `lines` into the draft the record on disk announces,
-        fsynced, renamed over the record."""
+    def _write(self, header: dict[str, Any], lines: list[bytes], next_draft: str | None = None) -> None:
+        """`header` (announcing the next draft's name: `next_draft`, else a fresh one) and `lines` into the draft
+        the record on disk announces, fsynced, renamed over the record."""
         draft = self.root / (self.draft() or _draft_name())  # an older record announces none: a fresh name
-        header = {**header, "draft": _draft_name()}
+        header = {**header, "draft": next_draft or _draft_name()}
         with contextlib.suppress(FileNotFoundError):
             draft.unlink()  # a draft a kill left before its rename: the record on disk announced it, so it is bertkit's
         fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         try:
-            _write_all(fd, _line(header) + b"".join(lines))
+            _write_all(fd, line(header) + b"".join(lines))
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -273,87 +276,10 @@ def _draft_name() -> str:
     return f"{RECORD}.{secrets.token_hex(4)}.tmp"
 
 
-def _parse(line: bytes) -> Any:
-    try:
-        return json.loads(line)
-    except ValueError:
-        return None
-
-
-def confined(rel: Any) -> bool:
-    """Whether `rel` is a path as bertkit records them: relative, "/"-separated, normalised (no empty, `.` or `..`
-    part), so that it names something inside the run directory (links aside: `Record.outside` resolves them)."""
-    return (isinstance(rel, str) and bool(rel) and not rel.startswith("/") and "\0" not in rel
-            and all(part not in ("", ".", "..") for part in rel.split("/")))
-
-
-def _event_paths(event: dict[str, Any]) -> list[Any]:
-    """The paths an event names (those of the keys it carries that take a path)."""
-    return [event[key] for key in (FILE, "copy", "to", "gone", DIR, TEMP, OPEN, RUN) if key in event]
-
-
-def _apply(entries: dict[str, Entry], event: dict[str, Any]) -> None:
-    """One event on the entries (see the module docstring); an event of another shape is ignored."""
-    if isinstance(event.get(FILE), str):
-        rel = event[FILE]
-        if rel not in entries or entries[rel].kind != FILE:
-            entries[rel] = Entry(FILE)
-        if isinstance(event.get("size"), int) and isinstance(event.get("sha256"), str):
-            entries[rel].versions.add((event["size"], event["sha256"]))
-    elif isinstance(event.get("copy"), str) and isinstance(event.get("to"), str) and event.get("as") in KINDS:
-        source, target = event["copy"], event["to"]
-        for rel in [r for r in entries if r == source or r.startswith(f"{source}/")]:
-            moved = target + rel[len(source):]
-            entries[moved] = entries[rel].copied(event["as"] if rel == source else None)
-    elif isinstance(event.get("gone"), str):
-        rel = event["gone"]
-        for key in [r for r in entries if r == rel or r.startswith(f"{rel}/")]:
-            del entries[key]
-    else:
-        for kind in (DIR, TEMP, OPEN, RUN):
-            if isinstance(event.get(kind), str):
-                entries[event[kind]] = Entry(kind)
-                return
-
-
-def _line(event: dict[str, Any]) -> bytes:
-    return json.dumps(event, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
-
-
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
-
-
-# ---------------------------------------------------------------- digests
-
-
-_DIGESTS: dict[tuple[int, int, int, int], tuple[int, str]] = {}
-"""(device, inode, size, mtime) -> (size, sha256): a file is hashed once per process while it is unchanged (a
-rename keeps all four: a temp file's digest is its final file's)."""
-
-
-def file_digest(path: str | Path) -> tuple[int, str]:
-    """(size, sha256 hex) of the file at `path`."""
-    stat = os.stat(path)
-    key = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
-    if key not in _DIGESTS:
-        digest = hashlib.sha256()
-        with open(path, "rb") as handle:
-            for block in iter(lambda: handle.read(BLOCK), b""):
-                digest.update(block)
-        _DIGESTS[key] = (stat.st_size, digest.hexdigest())
-    return _DIGESTS[key]
-
-
-def matches(path: str | Path, entry: Entry) -> bool:
-    """Whether the file at `path` holds bytes bertkit recorded writing there (the size is checked first)."""
-    try:
-        size = os.stat(path).st_size
-        return any(s == size for s, _ in entry.versions) and file_digest(path) in entry.versions
-    except OSError:
-        return False
 
 
 # ---------------------------------------------------------------- the run directories this process writes
