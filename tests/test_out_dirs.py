@@ -26,7 +26,7 @@ from typer.testing import CliRunner
 
 from bertkit.cli.app import app
 from bertkit.errors import UserError
-from bertkit.io import ownership, predictions_out, record, rundir
+from bertkit.io import ownership, predictions_out, record, rundir, runlock
 from bertkit.training.trials_report import copy_model
 
 runner = CliRunner()
@@ -181,7 +181,7 @@ def test_other_settings_are_refused_without_overwrite_and_replace_with_it(ws):
     assert replaced.exit_code == 0, replaced.output
     assert json.loads(replaced.stdout)["outputs"]["report"] == str(out / "tokens.json")  # not the staging folder
     assert json.loads((out / "config.json").read_text())["config"]["max_length"] == 64
-    assert sorted(p.name for p in out.iterdir()) == sorted([ownership.MARKER, record.RECORD, "config.json", "tokens.json",
+    assert sorted(p.name for p in out.iterdir()) == sorted([ownership.MARKER, record.RECORD, runlock.LOCK, "config.json", "tokens.json",
                                                             "token_lengths.png"])
     assert (out / ownership.MARKER).read_bytes() == (ws.made["tokens"] / ownership.MARKER).read_bytes()
     assert ownership.unowned(out) == []
@@ -230,7 +230,7 @@ def test_swap_killed_midway_is_finished_or_undone_by_the_next_run(point, survivo
     again = invoke(ws.argv("tokens", out, "--max-length", str(survivor)))  # the run that survived: reused in place
     assert again.exit_code == 0, again.output
     assert json.loads((out / "config.json").read_text())["config"]["max_length"] == survivor
-    assert sorted(p.name for p in out.iterdir()) == sorted([ownership.MARKER, record.RECORD, "config.json", "tokens.json",
+    assert sorted(p.name for p in out.iterdir()) == sorted([ownership.MARKER, record.RECORD, runlock.LOCK, "config.json", "tokens.json",
                                                             "token_lengths.png"])
     assert ownership.unowned(out) == []
     if survivor == 128:
@@ -826,3 +826,55 @@ def test_an_appended_log_shared_by_a_hard_link_gets_a_copy_of_its_own_first(tmp_
     append_jsonl(log, {"step": 2})
     assert (tmp_path / "snapshot.jsonl").read_text() == '{"step": 1}\n'
     assert [json.loads(line)["step"] for line in log.read_text().splitlines()] == [1, 2]
+
+
+# ---------------------------------------------------------------- issue 43: one writer per folder
+
+
+HOLD = """import sys
+from bertkit.io import rundir
+rundir.claim_run_dir(sys.argv[1], sys.argv[2])
+print("claimed", flush=True)
+sys.stdin.read()
+"""
+"""Another bertkit process that claims --out (as a run starting does) and holds it until its stdin closes."""
+
+
+def _holding(out: Path, command: str) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(out), command], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert proc.stdout.readline().strip() == "claimed"
+    return proc
+
+
+@pytest.mark.parametrize("fresh", [False, True], ids=["its-run", "a-new-folder"])
+@pytest.mark.parametrize("command", ["embed", "finetune"])
+def test_a_second_run_on_the_same_out_is_refused_naming_the_process_that_holds_it(command, fresh, ws):
+    """The issue's cases: two `embed --out X` (or `finetune --out X`) at once. The second is refused, naming the
+    process of the first, and changes nothing; once the first ends (here: SIGKILL, its lock goes with it), it runs."""
+    out = ws.root / "new-run" if fresh else ws.run_copy(command)
+    holder = _holding(out, command)
+    try:
+        before = snapshot(ws.root)
+        for extra in ([], ["--overwrite"]):
+            refused = invoke(ws.argv(command, out, *extra))
+            assert_refused(refused, before, ws.root, f"--out {out} is being written right now by another bertkit run "
+                                                     f"(process {holder.pid} holds its lock".replace(str(ws.root), "WS"))
+            assert "Wait for that run to end" in refused.output and "choose another --out" in refused.output
+    finally:
+        holder.kill()
+        holder.wait()
+    after = invoke(ws.argv(command, out))
+    assert after.exit_code == 0, after.output
+    assert ownership.unowned(out) == []
+
+
+def test_a_run_holds_its_lock_until_it_ends_and_the_lock_file_is_recorded_empty(ws):
+    out = ws.root / "tokens-run"
+    run = rundir.claim_run_dir(out, "tokens")
+    assert runlock.holder(out / runlock.LOCK) == os.getpid()
+    entry = record.Record.at(out).entry(runlock.LOCK)
+    assert entry is not None and entry.versions == {record.file_digest(out / runlock.LOCK)} and entry.versions == {
+        (0, hashlib.sha256(b"").hexdigest())}
+    run.commit()
+    assert runlock.holder(out / runlock.LOCK) is None and (out / runlock.LOCK).stat().st_size == 0
