@@ -878,3 +878,17 @@ def test_a_run_holds_its_lock_until_it_ends_and_the_lock_file_is_recorded_empty(
         (0, hashlib.sha256(b"").hexdigest())}
     run.commit()
     assert runlock.holder(out / runlock.LOCK) is None and (out / runlock.LOCK).stat().st_size == 0
+
+
+@pytest.mark.parametrize("line", [{"file": "tokens.json"}, {"file": "tokens.json", "size": 3},
+                                  {"file": "tokens.json", "size": 3, "sha256": "00"}], ids=["bare", "no-sha", "short-sha"])
+@pytest.mark.parametrize("overwrite", [False, True], ids=["rerun", "overwrite"])
+def test_a_run_record_listing_a_file_without_its_digests_is_damaged_not_older(line, overwrite, ws):
+    """Issue 43: every file bertkit records carries its size and sha256; a record that lacks them is damaged."""
+    out = ws.run_copy("tokens")
+    with open(record.Record.at(out).file, "ab") as handle:
+        handle.write(json.dumps(line).encode() + b"\n")
+    before = snapshot(ws.root)
+    result = invoke(ws.argv("tokens", out, *(["--overwrite"] if overwrite else [])))
+    assert_refused(result, before, ws.root, f"has a damaged record: WS/tokens-run/{record.RECORD} lists files without "
+                                            f"their size and sha256 (tokens.json)")

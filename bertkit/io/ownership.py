@@ -46,7 +46,7 @@ FILE_LIST_FORMAT = "bertkit-files/1"
 CHECKPOINT_MANIFEST = "bertkit_checkpoint.json"
 """A checkpoint's list of files (with digests); checkpoints.py writes it (it imports this module, not the reverse)."""
 NOT_WRITTEN, CHANGED, NO_RECORD = "not written by bertkit", "changed since bertkit wrote it", "no record"
-DAMAGED = "a record naming paths outside its folder"
+DAMAGED = "a damaged record"
 """Why an entry is not bertkit's (`Unowned.why`)."""
 
 
@@ -95,7 +95,7 @@ def _check(folder: Path, rec: Record, rel: str, shown: str, found: list[Unowned]
                 found.append(Unowned(child_shown, CHANGED))
         elif entry.kind == RUN:
             nested = Record.at(path)
-            if nested.exists() and nested.outside():
+            if nested.exists() and nested.damaged():
                 found.append(Unowned(_shown(path, child_shown), DAMAGED))
             elif nested.exists():
                 _check(path, nested, "", child_shown, found)
@@ -137,7 +137,8 @@ def unowned_message(out: Path, command: str, found: list[Unowned]) -> str:
     parts = []
     for why, words in ((NOT_WRITTEN, "files bertkit did not write"), (CHANGED, "files changed since bertkit wrote "
                        "them"), (NO_RECORD, "folders without a record of what bertkit wrote there"),
-                      (DAMAGED, f"runs whose record ({RECORD}) names paths outside them")):
+                      (DAMAGED, f"runs whose record ({RECORD}) is damaged (paths outside them, files without "
+                                "digests)")):
         names = [u.path for u in found if u.why == why]
         if names:
             more = f", and {len(names) - 5} more" if len(names) > 5 else ""
@@ -163,16 +164,24 @@ def foreign_message(out: Path, command: str, names: list[str]) -> str:
     )
 
 
-def outside_message(out: Path, command: str, rec: Record, paths: list[str]) -> str:
-    """The record of the run at --out names `paths` outside it (or leading out of it through a link)."""
-    more = f", and {len(paths) - 5} more" if len(paths) > 5 else ""
+def damaged_message(out: Path, command: str, rec: Record) -> str:
+    """The record of the run at --out names paths outside it (or leading out of it through a link), or files
+    without their digests."""
+    parts = [f"{words} ({_listed(paths)})" for words, paths in (
+        (f"names paths outside {out}", rec.outside()), ("lists files without their size and sha256", rec.undigested()))
+        if paths]
     aside = out.with_name(f"{out.name}.old") if out.name else Path("old-run")
     return (
-        f"--out {out} has a damaged record: {rec.file} names paths outside {out} ({', '.join(map(str, paths[:5]))}"
-        f"{more}). bertkit removes or replaces only what a record says it wrote inside the folder that record "
-        f"describes, so it trusts none of this one and has removed nothing. Move that run aside (e.g. `mv {out} "
+        f"--out {out} has a damaged record: {rec.file} {' and '.join(parts)}. bertkit removes or replaces only what "
+        f"a record says it wrote inside the folder it describes, with the size and sha256 it wrote, so it trusts none "
+        f"of this one and has removed nothing. Move that run aside (e.g. `mv {out} "
         f"{aside}`) and re-run, or choose another --out, e.g. --out {suggest_out(out, command)}."
     )
+
+
+def _listed(paths: list[str]) -> str:
+    more = f", and {len(paths) - 5} more" if len(paths) > 5 else ""
+    return ", ".join(map(str, paths[:5])) + more
 
 
 def unrecorded_run_message(out: Path, owner: str) -> str:
@@ -199,7 +208,7 @@ def remove_recorded(path: Path) -> list[Path]:
     holder = record_of(path.parent)
     if not (path.exists() or path.is_symlink()):
         return []
-    if holder is None or not _resolves_inside(path.parent, holder[0].root) or holder[0].outside():
+    if holder is None or not _resolves_inside(path.parent, holder[0].root) or holder[0].damaged():
         return [path]  # a record is trusted only for what lies inside its own folder, and only when all of it does
     kept: list[Path] = []
     _remove(path, holder[0], _join(holder[1], path.name), kept)
@@ -220,7 +229,7 @@ def _remove(path: Path, rec: Record, rel: str, kept: list[Path]) -> None:
         path.unlink()
     else:
         nested = Record.at(path) if entry.kind == RUN else None
-        if nested is not None and nested.exists() and nested.outside():
+        if nested is not None and nested.exists() and nested.damaged():
             kept.append(path)
             return
         inner = nested if nested is not None and nested.exists() else rec
@@ -249,7 +258,7 @@ def remove_temps(root: Path) -> list[str]:
     directories clean their own when they are claimed); their relative paths."""
     rec = Record.at(root)
     removed = []
-    if rec.outside():
+    if rec.damaged():
         return removed  # a damaged record is not acted on (`inspect_run_dir` refuses the run)
     for rel in sorted(rel for rel, entry in rec.entries().items() if entry.kind == TEMP):
         path = rec.root / rel

@@ -48,6 +48,7 @@ from bertkit.io.record_events import (  # noqa: F401 - the kinds and entries, re
     Entry,
     apply,
     confined,
+    digested,
     event_paths,
     line,
     parse,
@@ -123,6 +124,17 @@ class Record:
         resolved = [rel for rel in self._entries if not _inside(os.path.realpath(self.root / rel), root)]
         return [*self._outside, *resolved]
 
+    def undigested(self) -> list[str]:
+        """The files the record lists without a size and sha256: bertkit records every file with both, so a record
+        lacking them is damaged (not older), and trusted for nothing."""
+        self._refresh()
+        return list(self._undigested)
+
+    def damaged(self) -> bool:
+        """Whether the record names a path outside its folder or a file without its digests: nothing is removed or
+        replaced on its word."""
+        return bool(self.outside() or self.undigested())
+
     def draft(self) -> str | None:
         """The name the next version of the record is written under before it is renamed into place: announced by
         the record itself, so a kill between the two leaves a file the record vouches for (None: an older record)."""
@@ -133,6 +145,7 @@ class Record:
     def _reset(self, stamp: tuple[int, int, int] | None) -> None:
         self._entries: dict[str, Entry] = {}
         self._outside: list[str] = []
+        self._undigested: list[str] = []
         self._header: Any = None
         self._lines: list[bytes] = []
         """The event lines after the header, each whole (a torn or unreadable one was never acted on: left out)."""
@@ -168,8 +181,10 @@ class Record:
             outside = [rel for rel in event_paths(event) if not confined(rel)]
             if outside:
                 self._outside.extend(outside)
-            else:
-                apply(self._entries, event)
+                continue
+            if FILE in event and not digested(event):
+                self._undigested.append(event[FILE])
+            apply(self._entries, event)
 
     # ---------------------------------------------------------------- writing (each before the change it records)
 

@@ -37,6 +37,13 @@ def confined(rel: Any) -> bool:
             and all(part not in ("", ".", "..") for part in rel.split("/")))
 
 
+def digested(event: dict[str, Any]) -> bool:
+    """Whether a file event carries the size and sha256 of the bytes written (every one bertkit writes does)."""
+    sha = event.get("sha256")
+    return (isinstance(event.get("size"), int) and not isinstance(event.get("size"), bool) and isinstance(sha, str)
+            and len(sha) == 64)
+
+
 def event_paths(event: dict[str, Any]) -> list[Any]:
     """The paths an event names (those of the keys it carries that take a path)."""
     return [event[key] for key in (FILE, "copy", "to", "gone", DIR, TEMP, OPEN, RUN) if key in event]

@@ -37,8 +37,8 @@ from bertkit.io.ownership import (
     STAGING,
     STORE_FORMAT,
     check_out_not_input,
+    damaged_message,
     foreign_message,
-    outside_message,
     read_json_or_none,
     remove_recorded,
     remove_temps,
@@ -269,9 +269,8 @@ def _holds_own_run(base: Path, command: str, out: Path) -> bool:
             f"header), so bertkit cannot tell which files there are its own and leaves them alone. Choose another "
             f"--out, e.g. --out {suggest_out(out, command)}."
         )
-    outside = rec.outside()
-    if outside:
-        raise UserError(outside_message(out, command, rec, outside))
+    if rec.damaged():
+        raise UserError(damaged_message(out, command, rec))
     check_only_bertkit_files(base, owner or command, out)
     return bool(content)
 
