@@ -892,3 +892,69 @@ def test_a_run_record_listing_a_file_without_its_digests_is_damaged_not_older(li
     result = invoke(ws.argv("tokens", out, *(["--overwrite"] if overwrite else [])))
     assert_refused(result, before, ws.root, f"has a damaged record: WS/tokens-run/{record.RECORD} lists files without "
                                             f"their size and sha256 (tokens.json)")
+
+
+# ---------------------------------------------------------------- issue 43: temp folders hold only what is recorded
+
+
+def _killed_finetune(ws: Workspace, point: str, *extra: str) -> Path:
+    out = ws.root / "finetune-run"
+    killed = _python_bertkit(ws.argv("finetune", out, *extra), BERTKIT_KILL_AT=point)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    return out
+
+
+@pytest.mark.parametrize("overwrite", [False, True], ids=["resume", "overwrite"])
+def test_a_user_file_in_a_killed_checkpoints_temp_folder_is_named_kept_and_never_removed_with_it(overwrite, ws):
+    """The issue's case: the temp folder of a checkpoint save a kill interrupted was removed whole by the next run,
+    a user's file inside it too. Only what the record lists goes (the library files of that save are recorded by
+    name before it starts); anything else stops the run, named, and stays."""
+    out = _killed_finetune(ws, "save:optimizer.bin@2")  # while saving step-4 (step-2 saved: its files are known)
+    (tmp,) = (out / "checkpoints").glob(".tmp-step-4-*")
+    assert record.Record.at(out).entry(f"checkpoints/{tmp.name}/model.safetensors").kind == record.OPEN
+    _put(tmp, "notes.txt")
+    before = snapshot(ws.root)
+    result = invoke(ws.argv("finetune", out, *(["--overwrite"] if overwrite else [])))
+    assert_refused(result, before, ws.root, f"holds files bertkit did not write (checkpoints/{tmp.name}/notes.txt)")
+    shutil.move(tmp / "notes.txt", ws.root / "notes.txt")
+    resumed = invoke(ws.argv("finetune", out, "--json"))
+    assert resumed.exit_code == 0, resumed.output
+    assert json.loads(resumed.stdout)["restored"]["step"] == 2
+    assert not tmp.exists() and (ws.root / "notes.txt").read_text() == "mine\n" and ownership.unowned(out) == []
+
+
+@pytest.mark.parametrize("overwrite", [False, True], ids=["resume", "overwrite"])
+def test_a_user_file_in_the_tensorboard_folder_of_a_killed_run_is_neither_removed_nor_adopted(overwrite, ws):
+    """The issue's cases: a user's file in tensorboard/ of a killed run was deleted by --overwrite, and adopted into
+    the record by a plain resume (the folder was the library's whole). The writer's files are recorded by their
+    paths once it made them; anything else there is not bertkit's."""
+    out = _killed_finetune(ws, "optimizer.step@3", "--report-to", "tensorboard")
+    entries = record.Record.at(out).entries()
+    events = [p for p in (out / "tensorboard").rglob("*") if p.is_file()]
+    assert events and all(entries[p.relative_to(out).as_posix()].kind == record.OPEN for p in events)
+    _put(out, "tensorboard/notes.txt")
+    before = snapshot(ws.root)
+    result = invoke(ws.argv("finetune", out, "--report-to", "tensorboard", *(["--overwrite"] if overwrite else [])))
+    assert_refused(result, before, ws.root, "holds files bertkit did not write (tensorboard/notes.txt)")
+    shutil.move(out / "tensorboard" / "notes.txt", ws.root / "notes.txt")
+    resumed = invoke(ws.argv("finetune", out, "--report-to", "tensorboard"))
+    assert resumed.exit_code == 0, resumed.output
+    assert ownership.unowned(out) == [] and (ws.root / "notes.txt").read_text() == "mine\n"
+
+
+def test_sealing_a_librarys_folder_records_the_files_it_made_and_nothing_else(tmp_path):
+    from bertkit.io import library_files
+
+    out = tmp_path / "run"
+    run = rundir.claim_run_dir(out, "finetune")
+    folder = record.make_dirs(out / "tensorboard")
+    before = library_files.listing(folder)
+    _put(folder, "sub/events.1", "event bytes")  # what the library makes in the call
+    library_files.note_new(folder, before)
+    _put(folder, "notes.txt")  # a user's file, after the call
+    library_files.seal_open(folder)
+    entries = record.Record.at(out).entries()
+    assert entries["tensorboard/sub"].kind == record.DIR and "tensorboard/notes.txt" not in entries
+    assert entries["tensorboard/sub/events.1"].versions == {record.file_digest(folder / "sub" / "events.1")}
+    assert [u.path for u in ownership.unowned(out)] == ["tensorboard/notes.txt"]
+    run.commit()

@@ -22,7 +22,7 @@ from typing import Any
 from bertkit.errors import UserError
 from bertkit.io import record
 from bertkit.io.atomic import atomic_path, write_json_atomic
-from bertkit.io.record import DIR, FILE, OPEN, RECORD, RUN, TEMP, Record
+from bertkit.io.record import FILE, OPEN, RECORD, RUN, TEMP, Record
 
 MARKER = ".bertkit-run.json"
 """Written first into every run directory bertkit creates or adopts: which command owns it."""
@@ -101,17 +101,17 @@ def _check(folder: Path, rec: Record, rel: str, shown: str, found: list[Unowned]
                 _check(path, nested, "", child_shown, found)
             elif any(path.iterdir()):
                 found.append(Unowned(_shown(path, child_shown), NO_RECORD))
-        elif entry.kind == DIR:
+        elif path.is_dir():  # a folder bertkit made, a temp folder or a library's: only what its record lists
             _check(path, rec, child, child_shown, found)
-        # TEMP and OPEN: whatever they hold is bertkit's (a temp being written, a library's open folder)
+        # a TEMP or OPEN file: bertkit's whole (a temp being written, a file a library writes)
 
 
 def _same_shape(entry: record.Entry | None, path: Path) -> bool:
-    """Whether `path` is what its entry says bertkit made there: a file for a file, a folder for a folder (a temp
-    either); a link never (bertkit makes none)."""
+    """Whether `path` is what its entry says bertkit made there: a file for a file, a folder for a folder (a temp or
+    a library's either); a link never (bertkit makes none)."""
     if entry is None or path.is_symlink():
         return False
-    return entry.kind == TEMP or (entry.kind == FILE) != path.is_dir()
+    return entry.kind in (TEMP, OPEN) or (entry.kind == FILE) != path.is_dir()
 
 
 def record_of(path: Path) -> tuple[Record, str] | None:
@@ -220,8 +220,8 @@ def _remove(path: Path, rec: Record, rel: str, kept: list[Path]) -> None:
     if not _same_shape(entry, path):
         kept.append(path)
         return
-    if entry.kind in (TEMP, OPEN):
-        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    if entry.kind in (TEMP, OPEN) and not path.is_dir():
+        path.unlink()  # a temp file being written, a file a library writes: bertkit's whole
     elif entry.kind == FILE:
         if not record.matches(path, entry):
             kept.append(path)
@@ -260,12 +260,15 @@ def remove_temps(root: Path) -> list[str]:
     removed = []
     if rec.damaged():
         return removed  # a damaged record is not acted on (`inspect_run_dir` refuses the run)
+    kept: list[Path] = []
     for rel in sorted(rel for rel, entry in rec.entries().items() if entry.kind == TEMP):
         path = rec.root / rel
-        if path.exists() or path.is_symlink():  # (the others were renamed into place: compaction drops them)
-            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+        if rec.entry(rel) is None or not (path.exists() or path.is_symlink()):
+            continue  # inside a temp folder removed just now, or renamed into place (compaction drops them)
+        before = len(kept)
+        _remove(path, rec, rel, kept)  # a temp folder: only what the record lists in it (`inspect_run_dir` names
+        if len(kept) == before:        # anything else, before any of this)
             removed.append(rel)
-    rec.gone(*removed)
     draft = rec.root / rec.draft() if rec.draft() else None
     if draft is not None and draft.is_file() and not draft.is_symlink():
         draft.unlink()  # the next version of the record, never renamed in (a kill): the record announces its name
