@@ -958,3 +958,15 @@ def test_sealing_a_librarys_folder_records_the_files_it_made_and_nothing_else(tm
     assert entries["tensorboard/sub/events.1"].versions == {record.file_digest(folder / "sub" / "events.1")}
     assert [u.path for u in ownership.unowned(out)] == ["tensorboard/notes.txt"]
     run.commit()
+
+
+def test_a_kill_during_the_first_checkpoint_save_is_resumed_its_files_recorded_by_accelerates_names(ws):
+    """The first save of a run has no earlier checkpoint to name the files it writes: accelerate's names for this
+    run's objects are recorded before it starts, so the next run removes what the kill left and resumes."""
+    out = _killed_finetune(ws, "save:optimizer.bin@1")
+    (tmp,) = (out / "checkpoints").glob(".tmp-step-2-*")
+    entries = record.Record.at(out).entries()
+    assert {entries[p.relative_to(out).as_posix()].kind for p in tmp.iterdir()} == {record.OPEN}
+    resumed = invoke(ws.argv("finetune", out, "--json"))
+    assert resumed.exit_code == 0, resumed.output
+    assert not tmp.exists() and ownership.unowned(out) == []

@@ -98,7 +98,8 @@ def save_checkpoint(accelerator: Any, out: Path, state: dict[str, Any], need_byt
     cleans (the temp folder's name is the main process's)."""
     folder = out / "checkpoints"
     final = folder / f"step-{state['global_step']}"
-    tmp = _on_main(accelerator, lambda: _start_folder(final, need_bytes, _saved_files(step_folders(out)[-1:])))
+    expected = _saved_files(step_folders(out)[-1:]) or _state_files(accelerator)
+    tmp = _on_main(accelerator, lambda: _start_folder(final, need_bytes, expected))
     with _full_disk_cleanup(accelerator, tmp, need_bytes):
         accelerator.save_state(str(tmp), safe_serialization=True)
         accelerator.wait_for_everyone()
@@ -239,6 +240,24 @@ def _saved_files(folders: list[Path]) -> list[str]:
     """The files the checkpoint folders `folders` list in their manifests (what the next save writes again)."""
     found = [ownership.read_json_or_none(folder / MANIFEST) or {} for folder in folders]
     return sorted({name for manifest in found if isinstance(manifest.get("files"), dict) for name in manifest["files"]})
+
+
+def _state_files(accelerator: Any) -> list[str]:
+    """The files `save_state` writes for this accelerator, by accelerate's own names (the first save of a run has
+    no earlier checkpoint to go by): each model, optimizer and scheduler, each process's RNG states, the scaler and
+    custom objects when there are. A name missed here is still recorded once the save is done; only a kill during
+    that save then leaves a file the next run names instead of removing."""
+    from accelerate.utils import constants
+
+    def numbered(stem: str, suffix: str, count: int) -> list[str]:
+        return [f"{stem}{'' if i == 0 else f'_{i}'}.{suffix}" for i in range(count)]
+
+    names = numbered(constants.SAFE_MODEL_NAME, "safetensors", len(getattr(accelerator, "_models", [])))
+    names += numbered(constants.OPTIMIZER_NAME, "bin", len(getattr(accelerator, "_optimizers", [])))
+    names += numbered(constants.SCHEDULER_NAME, "bin", len(getattr(accelerator, "_schedulers", [])))
+    names += [f"{constants.RNG_STATE_NAME}_{rank}.pkl" for rank in range(accelerator.num_processes)]
+    names += [f"custom_checkpoint_{i}.pkl" for i in range(len(getattr(accelerator, "_custom_objects", [])))]
+    return names + ([constants.SCALER_NAME] if getattr(accelerator, "scaler", None) is not None else [])
 
 
 def _listed_files(folder: Path | None) -> list[str]:
