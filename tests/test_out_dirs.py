@@ -970,3 +970,13 @@ def test_a_kill_during_the_first_checkpoint_save_is_resumed_its_files_recorded_b
     resumed = invoke(ws.argv("finetune", out, "--json"))
     assert resumed.exit_code == 0, resumed.output
     assert not tmp.exists() and ownership.unowned(out) == []
+
+
+def test_a_kill_during_the_first_save_of_best_is_resumed_its_files_recorded_by_the_libraries_names(ws):
+    out = _killed_finetune(ws, "replace:bertkit_model.json@1")  # model and tokenizer saved into best/'s temp folder
+    (tmp,) = out.glob(".tmp-best-*")
+    entries = record.Record.at(out).entries()
+    assert entries[f"{tmp.name}/model.safetensors"].kind == record.OPEN and ownership.unowned(out) == []
+    resumed = invoke(ws.argv("finetune", out))
+    assert resumed.exit_code == 0, resumed.output
+    assert not tmp.exists() and ownership.unowned(out) == []

@@ -135,7 +135,7 @@ def save_model_folder(accelerator: Any, net: Any, tokenizer: Any, path: Path, ex
     state_dict = None if linked else {k.removeprefix("model."): v for k, v in accelerator.get_state_dict(net).items()}
     if accelerator.is_main_process:
         tmp = _start_folder(path, MODEL_FOLDER_MARGIN if linked else need_bytes,
-                            _listed_files(path) or _listed_files(same_weights_as))
+                            _listed_files(path) or _listed_files(same_weights_as) or _model_folder_files(tokenizer))
         with _full_disk_cleanup(None, tmp, need_bytes):
             hf_logging.disable_progress_bar()  # loading turns transformers' bars back on; a one-file save needs none
             model = accelerator.unwrap_model(net).model
@@ -258,6 +258,19 @@ def _state_files(accelerator: Any) -> list[str]:
     names += [f"{constants.RNG_STATE_NAME}_{rank}.pkl" for rank in range(accelerator.num_processes)]
     names += [f"custom_checkpoint_{i}.pkl" for i in range(len(getattr(accelerator, "_custom_objects", [])))]
     return names + ([constants.SCALER_NAME] if getattr(accelerator, "scaler", None) is not None else [])
+
+
+MODEL_FOLDER_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+                      "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json")
+"""What `save_pretrained` of a model and a fast tokenizer write, by the libraries' names."""
+
+
+def _model_folder_files(tokenizer: Any) -> list[str]:
+    """The files a model folder's first save in a run writes (no earlier save of it lists them): the libraries'
+    names, the tokenizer's vocabulary files included. One missed is recorded once the save is done."""
+    vocab = getattr(tokenizer, "vocab_files_names", None)
+    names = [v for v in vocab.values() if isinstance(v, str)] if isinstance(vocab, dict) else []
+    return sorted({*MODEL_FOLDER_FILES, *names})
 
 
 def _listed_files(folder: Path | None) -> list[str]:
