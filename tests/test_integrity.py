@@ -756,3 +756,33 @@ def test_probe_features_cached_in_the_run_are_verified_and_computed_again_once_d
     assert cached.is_file()
     quiet = runner.invoke(app, argv)
     assert quiet.exit_code == 0 and "failed verification" not in quiet.stderr
+
+@pytest.mark.parametrize("name", ["../victim.txt", "/etc/hostname", "sub/../../victim.txt", "link/victim.txt"])
+def test_a_model_record_naming_a_file_outside_its_folder_is_damaged(name, finetuned, tmp_path):
+    """Issue 43: every path in a record is relative, normalised and inside the folder it describes (links
+    resolved); a model record naming another is damaged, and nothing is read on its word."""
+    from bertkit.models import metadata
+
+    folder = tmp_path / "model"
+    shutil.copytree(finetuned, folder)
+    (tmp_path / "victim.txt").write_text("not the model's\n")
+    (folder / "link").symlink_to(tmp_path)
+    info = json.loads((folder / "bertkit_model.json").read_text())
+    info["files"][name] = {"size": 16, "sha256": "0" * 64}
+    (folder / "bertkit_model.json").write_text(json.dumps(info))
+    assert metadata.record_problems(folder) == [f"{name}: the record names a path outside the folder (damaged)"]
+    result = runner.invoke(app, ["predict", "--model", str(folder), "--text", "a great film", "--quiet"])
+    assert result.exit_code == 2 and "the record names a path outside the folder" in " ".join(result.output.split())
+
+
+def test_a_store_manifest_naming_a_file_outside_the_store_is_damaged(stores, tmp_path):
+    from bertkit.features import store as store_io
+
+    store = tmp_path / "store"
+    shutil.copytree(stores["cls"], store)
+    manifest = json.loads((store / "train" / "manifest.json").read_text())
+    manifest["digests"]["../../victim.npy"] = manifest["digests"]["features.npy"]
+    (store / "train" / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(UserError, match=r"Store .*train is damaged: \.\./\.\./victim\.npy: the record names a path "
+                                        r"outside the folder \(damaged\)"):
+        store_io.open_splits(store)
