@@ -25,10 +25,17 @@ def listing(folder: Path) -> set[str]:
 
 
 def expect(folder: Path, names: list[str]) -> None:
-    """Record `names` (relative paths in `folder`) as files a library is about to write there."""
+    """Record `names` (relative paths in `folder`) as files a library is about to write there (one new version of
+    the record for the names directly in `folder`: a save names several)."""
+    where = record.tracking(folder)
+    if where is None:
+        return
+    rec, rel = where
+    flat = [name for name in names if record.confined(name) and "/" not in name]
+    rec.add(record.OPEN, *(f"{rel}/{name}" for name in flat if rec.entry(f"{rel}/{name}") is None))
     for name in names:
-        if record.confined(name):
-            record.note(record.OPEN, Path(folder) / name)
+        if record.confined(name) and "/" in name:
+            record.note(record.OPEN, Path(folder) / name)  # its folders too
 
 
 def note_new(folder: Path, before: set[str]) -> None:

@@ -21,8 +21,9 @@ the record, not by its name:
     {"gone": "a"}                                             a, and everything below it, is gone
 
 Paths are relative to the run directory, with "/", normalised and inside it (links resolved): a record naming any
-other path is damaged and trusted for nothing (`Record.outside`). The writers of `bertkit.io` record through the run directories
-this process claimed (`track`): an atomic write, an append, a folder made or moved below one of them.
+other path, or a file without its size and sha256, is damaged and trusted for nothing (`Record.damaged`). The
+writers of `bertkit.io` record through the run directories this process claimed (`track`): an atomic write, an
+append, a folder made or moved below one of them.
 """
 
 from __future__ import annotations
@@ -170,7 +171,7 @@ class Record:
         lines = data.splitlines(keepends=True)
         header = parse(lines[0]) if lines else None
         self._header = header if isinstance(header, dict) else {}
-        events = [event for line in lines[1:] if isinstance(event := parse(line), dict)]
+        events = [event for raw in lines[1:] if isinstance(event := parse(raw), dict)]
         self._lines = [line(event) for event in events]
         self._take(events)
 
@@ -188,9 +189,10 @@ class Record:
 
     # ---------------------------------------------------------------- writing (each before the change it records)
 
-    def add(self, kind: str, rel: str) -> None:
-        """A folder made (DIR), a temp about to be made (TEMP), a library's folder (OPEN), a nested run (RUN)."""
-        self._append([{kind: rel}])
+    def add(self, kind: str, *rels: str) -> None:
+        """Folders made (DIR), temps about to be made (TEMP), a library's files or folder (OPEN), nested runs (RUN):
+        one new version of the record for all of them."""
+        self._append([{kind: rel} for rel in rels])
 
     def add_file(self, rel: str, size: int, sha256: str) -> None:
         self._append([{FILE: rel, "size": size, "sha256": sha256}])
