@@ -980,3 +980,21 @@ def test_a_kill_during_the_first_save_of_best_is_resumed_its_files_recorded_by_t
     resumed = invoke(ws.argv("finetune", out))
     assert resumed.exit_code == 0, resumed.output
     assert not tmp.exists() and ownership.unowned(out) == []
+
+
+@pytest.mark.parametrize("replaced, problem", [
+    ("final/config.json", "holds files bertkit did not write (final/config.json)"),  # a link: never bertkit's
+    ("final", "names paths outside WS/finetune-run, directly or through a link (final/.bertkit-files.json"),
+], ids=["a-file", "a-folder"])
+def test_a_recorded_path_replaced_by_a_link_leading_out_is_refused_and_its_target_kept(replaced, problem, ws):
+    """A link bertkit did not make is never followed: in place of a recorded file it is named as not bertkit's; in
+    place of a recorded folder, the record's paths below it lead out through it, so the record is not trusted."""
+    out = ws.run_copy("finetune")
+    elsewhere = ws.root / "elsewhere"
+    shutil.move(out / replaced, elsewhere)
+    (out / replaced).symlink_to(elsewhere)
+    (out / "metrics.json").unlink()  # an unfinished run: a re-run would replace final/
+    before = snapshot(ws.root)
+    for extra in ([], ["--overwrite"]):
+        assert_refused(invoke(ws.argv("finetune", out, *extra)), before, ws.root, problem)
+    assert ownership.remove_recorded(out / replaced) == [out / replaced] and snapshot(ws.root) == before

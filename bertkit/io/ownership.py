@@ -168,7 +168,7 @@ def damaged_message(out: Path, command: str, rec: Record) -> str:
     """The record of the run at --out names paths outside it (or leading out of it through a link), or files
     without their digests."""
     parts = [f"{words} ({_listed(paths)})" for words, paths in (
-        (f"names paths outside {out}", rec.outside()), ("lists files without their size and sha256", rec.undigested()))
+        (f"names paths outside {out}, directly or through a link", rec.outside()), ("lists files without their size and sha256", rec.undigested()))
         if paths]
     aside = out.with_name(f"{out.name}.old") if out.name else Path("old-run")
     return (

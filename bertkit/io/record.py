@@ -118,11 +118,12 @@ class Record:
 
     def outside(self) -> list[str]:
         """The recorded paths that are not inside this run directory: not relative, not normalised (`..`, `.`, an
-        empty part), or leading out of it through a link (resolved). A record naming any is damaged: bertkit trusts
+        empty part), or leading out of it through a link (the folders holding them resolved; a recorded path that is
+        itself a link is not bertkit's, and `ownership` names it). A record naming any is damaged: bertkit trusts
         none of it, so nothing is removed on its word (`rundir` refuses the run)."""
         self._refresh()
         root = os.path.realpath(self.root)
-        resolved = [rel for rel in self._entries if not _inside(os.path.realpath(self.root / rel), root)]
+        resolved = [rel for rel in self._entries if not _inside(os.path.realpath((self.root / rel).parent), root)]
         return [*self._outside, *resolved]
 
     def undigested(self) -> list[str]:
