@@ -998,3 +998,20 @@ def test_a_recorded_path_replaced_by_a_link_leading_out_is_refused_and_its_targe
     for extra in ([], ["--overwrite"]):
         assert_refused(invoke(ws.argv("finetune", out, *extra)), before, ws.root, problem)
     assert ownership.remove_recorded(out / replaced) == [out / replaced] and snapshot(ws.root) == before
+
+
+def test_a_record_an_older_bertkit_appended_to_is_still_read_and_rewritten_whole(ws):
+    """Records written before issue 43 (no draft named in the header, lines appended, a torn last line) keep their
+    meaning: the run is bertkit's, and the next version is written whole, naming its draft."""
+    out = ws.run_copy("tokens")
+    rec = record.Record.at(out)
+    lines = rec.file.read_bytes().splitlines(keepends=True)
+    header = json.loads(lines[0])
+    header.pop("draft")
+    rec.file.write_bytes(json.dumps(header, separators=(",", ":")).encode() + b"\n" + b"".join(lines[1:])
+                         + b'{"file":"tokens.json","si')  # torn by a kill mid-append
+    assert record.Record(out).draft() is None and ownership.unowned(out) == []
+    again = invoke(ws.argv("tokens", out, "--max-length", "64", "--overwrite"))
+    assert again.exit_code == 0, again.output
+    assert record.Record(out).draft() is not None and ownership.unowned(out) == []
+    assert not rec.file.read_bytes().endswith(b'"si')
