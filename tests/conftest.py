@@ -166,13 +166,16 @@ def one_thread():
 def record_as_bertkit():
     """record_as_bertkit(run_dir, path, temp=False): put `path` (made by the test, standing in for what a killed
     bertkit write leaves) into the run directory's record the way bertkit records its own writes - a temp file or
-    folder as a temp, a folder with its files' sizes and digests."""
-    from bertkit.io import record
+    folder as a temp (the files in a temp folder as the files a library was writing there), a folder with its files'
+    sizes and digests."""
+    from bertkit.io import library_files, record
 
     def put(run_dir: Path, path: Path, temp: bool = False) -> None:
         record.track(run_dir)
         try:
             record.note(record.TEMP if temp else record.DIR, path)
+            if temp and path.is_dir():
+                library_files.expect(path, sorted(p.relative_to(path).as_posix() for p in path.rglob("*")))
             if not temp:
                 record.seal(path)
         finally:

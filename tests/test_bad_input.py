@@ -1165,6 +1165,38 @@ CASES += [  # issue 36: every artifact bertkit reads is verified against its rec
 ]
 
 
+def _run_with_record_line(w: Workspace, line: dict) -> str:
+    """A copy of the premade fine-tuning run whose record holds `line` (as a damaged or forged record would)."""
+    run = Path(w.copy("run"))
+    with open(run / ".bertkit-record.jsonl", "ab") as handle:
+        handle.write(json.dumps(line).encode() + b"\n")
+    return str(run)
+
+
+DAMAGED_RECORD_FIX = r"Move that run aside \(e\.g\. `mv WS/run WS/run\.old`\)"
+
+CASES += [  # issue 43: records are confined and complete; predict's --out is bertkit's by its record
+    Case("finetune-record-names-a-parent-path", "finetune",
+         lambda w: finetune(w, "--data", w.premade_data(), out=_run_with_record_line(w, {"temp": "../train.tsv"})),
+         r"has a damaged record: WS/run/\.bertkit-record\.jsonl names paths outside WS/run, directly or through a "
+         r"link \(\.\./train\.tsv\)", DAMAGED_RECORD_FIX),
+    Case("finetune-overwrite-record-names-dotdot", "finetune",
+         lambda w: finetune(w, "--data", w.premade_data(), "--overwrite", out=_run_with_record_line(w, {"dir": ".."})),
+         r"names paths outside WS/run, directly or through a link \(\.\.\)", DAMAGED_RECORD_FIX),
+    Case("finetune-record-names-an-absolute-path", "finetune",
+         lambda w: finetune(w, "--data", w.premade_data(), out=_run_with_record_line(w, {"temp": w.good("x.tsv")})),
+         r"names paths outside WS/run, directly or through a link \(WS/x\.tsv\)", DAMAGED_RECORD_FIX),
+    Case("finetune-record-lists-a-file-without-digests", "finetune",
+         lambda w: finetune(w, "--data", w.premade_data(), out=_run_with_record_line(w, {"file": "metrics.json"})),
+         r"lists files without their size and sha256 \(metrics\.json\)", DAMAGED_RECORD_FIX),
+    Case("predict-out-has-predicts-header-but-no-record", "predict",
+         lambda w: ["predict", "--model", w.copy("clf"), "--text", "hi", "--out",
+                    w.file("notes.csv", "row,text,predicted\n1,my text,my label\n"), "--quiet"],
+         r"exists and is not a predictions file bertkit wrote \(bertkit has no record of writing it though its "
+         r"header is predict's", r"Choose another --out"),
+]
+
+
 def test_corpus_size():
     assert len(CASES) >= 30
     assert len({c.id for c in CASES}) == len(CASES)

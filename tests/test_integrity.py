@@ -22,6 +22,7 @@ from safetensors.numpy import load_file
 from typer.testing import CliRunner
 
 from bertkit.cli.app import app
+from bertkit.errors import UserError
 from bertkit.io import faults
 from bertkit.training import checkpoints
 
@@ -379,8 +380,10 @@ def test_an_intact_saved_folder_loads_and_each_file_is_hashed_once(finetuned, mo
     assert sorted(hashed) == sorted(recorded), "every recorded file is read once, and only once"
 
 
-def test_a_folder_saved_before_records_existed_loads_with_one_note(finetuned, tmp_path, caplog, monkeypatch):
-    from bertkit.models import loading, metadata
+def test_a_model_record_without_its_digests_is_damaged_not_older(finetuned, tmp_path):
+    """Issue 43: a bertkit_model.json that lacks the digests of the folder's files was read as "saved before records
+    existed" and its files used unverified; it is damaged, and nothing loads from it."""
+    from bertkit.models import loading
 
     folder = tmp_path / "old"
     shutil.copytree(finetuned, folder)
@@ -388,12 +391,14 @@ def test_a_folder_saved_before_records_existed_loads_with_one_note(finetuned, tm
     for key in ("files", "format"):
         info.pop(key)
     (folder / "bertkit_model.json").write_text(json.dumps(info))
-    monkeypatch.setattr(metadata, "_noted", set())
-    with caplog.at_level("INFO", logger="bertkit"):
-        loading.load_tokenizer(str(folder))
-        loading.load_classifier(str(folder), require_head=True)
-    notes = [r.getMessage() for r in caplog.records if "before bertkit recorded file digests" in r.getMessage()]
-    assert len(notes) == 1 and str(folder) in notes[0]
+    for load in (lambda: loading.load_tokenizer(str(folder)), lambda: loading.load_classifier(str(folder),
+                                                                                             require_head=True)):
+        with pytest.raises(UserError, match=r"bertkit_model.json: it records no size and sha256 of the folder's files "
+                                            r"\(damaged"):
+            load()
+    result = runner.invoke(app, ["predict", "--model", str(folder), "--text", "a great film", "--quiet"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert f"Model folder {folder} is not the one bertkit saved" in " ".join(result.output.split())
 
 
 # ---------------------------------------------------------------- verified on read: tokenizer files
@@ -478,7 +483,7 @@ def _half_overwritten(path: Path) -> None:
     path.write_bytes(data[:half] + np.random.default_rng(0).bytes(len(data) - half))
 
 
-@pytest.mark.parametrize("damage", ["half overwritten", "truncated", "truncated, saved before records"])
+@pytest.mark.parametrize("damage", ["half overwritten", "truncated", "truncated, record without digests"])
 def test_a_damaged_model_onnx_is_refused_and_never_a_traceback(exported, tmp_path, damage):
     folder = tmp_path / "export"
     shutil.copytree(exported[0], folder)
@@ -487,7 +492,7 @@ def test_a_damaged_model_onnx_is_refused_and_never_a_traceback(exported, tmp_pat
         _half_overwritten(model)
     else:
         model.write_bytes(model.read_bytes()[: model.stat().st_size // 2])
-    if damage.endswith("before records"):
+    if damage.endswith("without digests"):  # issue 43: damaged, not older - refused before the graph is read
         info = json.loads((folder / "bertkit_model.json").read_text())
         info.pop("files")
         (folder / "bertkit_model.json").write_text(json.dumps(info))
@@ -498,7 +503,7 @@ def test_a_damaged_model_onnx_is_refused_and_never_a_traceback(exported, tmp_pat
         message = " ".join(result.output.split())
         expected = {"half overwritten": "model.onnx: its bytes changed since it was written",
                     "truncated": "model.onnx: it is",
-                    "truncated, saved before records": "cannot be read as an ONNX graph"}[damage]
+                    "truncated, record without digests": "bertkit_model.json: it records no size and sha256"}[damage]
         assert expected in message
         assert "Copy the folder again" in message or "bertkit export --model MODEL" in message
 
@@ -537,17 +542,18 @@ def test_a_probe_swapped_for_another_valid_probe_is_refused(saved_probe, tiny_be
     assert result.exit_code == 2 and "probe.safetensors is damaged" in result.output, result.output
 
 
-def test_a_probe_saved_before_records_existed_predicts_with_a_note(saved_probe, tmp_path, caplog):
-    from bertkit.probe import saved
-
+def test_a_probe_record_without_its_digests_is_damaged_not_older(saved_probe, tmp_path):
+    """Issue 43: a probe.json without the digest of its weights was read as older and its weights used unverified."""
     probe = tmp_path / "probe"
     shutil.copytree(saved_probe, probe)
     meta = json.loads((probe / "probe.json").read_text())
     meta.pop("files")
     (probe / "probe.json").write_text(json.dumps(meta))
-    with caplog.at_level("INFO", logger="bertkit"):
-        loaded = saved.load_probe(probe)
-    assert loaded.coef.shape[0] == 1 and "saved before bertkit recorded file digests" in caplog.text
+    result = runner.invoke(app, ["predict", "--probe", str(probe), "--text", "a great film", "--quiet"])
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    message = " ".join(result.output.split())
+    assert f"The saved probe file {probe / 'probe.json'} is damaged (its files record has no size and sha256" in message
+    assert "Re-run `bertkit probe --out DIR`" in message
 
 
 # ---------------------------------------------------------------- verified on read: feature stores
@@ -609,18 +615,17 @@ def test_a_store_whose_splits_were_made_differently_is_refused(stores, tmp_path,
     assert "Re-embed all of them in one run" in message and not (tmp_path / "probe-run").exists()
 
 
-def test_a_store_made_before_digests_is_read_with_a_note(stores, tmp_path, caplog):
+def test_a_store_manifest_without_its_digests_is_damaged_not_older(stores, tmp_path):
+    """Issue 43: a manifest without the digests of the arrays was read as older and its arrays used unverified."""
     from bertkit.features import store as store_io
 
     store = tmp_path / "store"
     shutil.copytree(stores["cls"], store)
-    for split in ("train", "dev"):
-        manifest = json.loads((store / split / "manifest.json").read_text())
-        manifest.pop("digests")
-        (store / split / "manifest.json").write_text(json.dumps(manifest))
-    with caplog.at_level("INFO", logger="bertkit"):
-        opened = store_io.open_splits(store)
-    assert set(opened) == {"train", "dev"} and "made before bertkit recorded digests" in caplog.text
+    manifest = json.loads((store / "dev" / "manifest.json").read_text())
+    manifest.pop("digests")
+    (store / "dev" / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(UserError, match=r"Store .*dev is damaged: the digests in its manifest.json are not valid"):
+        store_io.open_splits(store)
 
 
 def test_an_intact_store_is_hashed_once_per_array(stores, monkeypatch):
@@ -751,3 +756,33 @@ def test_probe_features_cached_in_the_run_are_verified_and_computed_again_once_d
     assert cached.is_file()
     quiet = runner.invoke(app, argv)
     assert quiet.exit_code == 0 and "failed verification" not in quiet.stderr
+
+@pytest.mark.parametrize("name", ["../victim.txt", "/etc/hostname", "sub/../../victim.txt", "link/victim.txt"])
+def test_a_model_record_naming_a_file_outside_its_folder_is_damaged(name, finetuned, tmp_path):
+    """Issue 43: every path in a record is relative, normalised and inside the folder it describes (links
+    resolved); a model record naming another is damaged, and nothing is read on its word."""
+    from bertkit.models import metadata
+
+    folder = tmp_path / "model"
+    shutil.copytree(finetuned, folder)
+    (tmp_path / "victim.txt").write_text("not the model's\n")
+    (folder / "link").symlink_to(tmp_path)
+    info = json.loads((folder / "bertkit_model.json").read_text())
+    info["files"][name] = {"size": 16, "sha256": "0" * 64}
+    (folder / "bertkit_model.json").write_text(json.dumps(info))
+    assert metadata.record_problems(folder) == [f"{name}: the record names a path outside the folder (damaged)"]
+    result = runner.invoke(app, ["predict", "--model", str(folder), "--text", "a great film", "--quiet"])
+    assert result.exit_code == 2 and "the record names a path outside the folder" in " ".join(result.output.split())
+
+
+def test_a_store_manifest_naming_a_file_outside_the_store_is_damaged(stores, tmp_path):
+    from bertkit.features import store as store_io
+
+    store = tmp_path / "store"
+    shutil.copytree(stores["cls"], store)
+    manifest = json.loads((store / "train" / "manifest.json").read_text())
+    manifest["digests"]["../../victim.npy"] = manifest["digests"]["features.npy"]
+    (store / "train" / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(UserError, match=r"Store .*train is damaged: \.\./\.\./victim\.npy: the record names a path "
+                                        r"outside the folder \(damaged\)"):
+        store_io.open_splits(store)

@@ -26,7 +26,7 @@ from typer.testing import CliRunner
 
 from bertkit.cli.app import app
 from bertkit.errors import UserError
-from bertkit.io import ownership, predictions_out, record, rundir
+from bertkit.io import ownership, predictions_out, record, rundir, runlock
 from bertkit.training.trials_report import copy_model
 
 runner = CliRunner()
@@ -181,7 +181,7 @@ def test_other_settings_are_refused_without_overwrite_and_replace_with_it(ws):
     assert replaced.exit_code == 0, replaced.output
     assert json.loads(replaced.stdout)["outputs"]["report"] == str(out / "tokens.json")  # not the staging folder
     assert json.loads((out / "config.json").read_text())["config"]["max_length"] == 64
-    assert sorted(p.name for p in out.iterdir()) == sorted([ownership.MARKER, record.RECORD, "config.json", "tokens.json",
+    assert sorted(p.name for p in out.iterdir()) == sorted([ownership.MARKER, record.RECORD, runlock.LOCK, "config.json", "tokens.json",
                                                             "token_lengths.png"])
     assert (out / ownership.MARKER).read_bytes() == (ws.made["tokens"] / ownership.MARKER).read_bytes()
     assert ownership.unowned(out) == []
@@ -230,7 +230,7 @@ def test_swap_killed_midway_is_finished_or_undone_by_the_next_run(point, survivo
     again = invoke(ws.argv("tokens", out, "--max-length", str(survivor)))  # the run that survived: reused in place
     assert again.exit_code == 0, again.output
     assert json.loads((out / "config.json").read_text())["config"]["max_length"] == survivor
-    assert sorted(p.name for p in out.iterdir()) == sorted([ownership.MARKER, record.RECORD, "config.json", "tokens.json",
+    assert sorted(p.name for p in out.iterdir()) == sorted([ownership.MARKER, record.RECORD, runlock.LOCK, "config.json", "tokens.json",
                                                             "token_lengths.png"])
     assert ownership.unowned(out) == []
     if survivor == 128:
@@ -670,3 +670,368 @@ def test_a_saved_model_folder_is_readable_as_the_umask_says(tiny_bert_dir, write
         os.umask(old)
     modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "run" / "final").iterdir() if p.is_file()}
     assert modes["model.safetensors"] == 0o644 and set(modes.values()) == {0o644}, modes
+
+
+# ---------------------------------------------------------------- issue 43: a record is trusted only inside its folder
+
+
+def _outside_lines(out: Path, victim: Path) -> dict[str, list[dict]]:
+    """Record lines a damaged (or forged) record could hold, each naming `victim` (outside --out) some way."""
+    size, sha = record.file_digest(victim)
+    return {
+        "dotdot-temp": [{"temp": f"../{victim.name}"}],
+        "dotdot-file": [{"file": f"../{victim.name}", "size": size, "sha256": sha}],
+        "absolute": [{"temp": str(victim)}],
+        "dotdot-dir": [{"dir": ".."}],
+        "dot-parts": [{"temp": f"./sub/../../{victim.name}"}],
+        "through-a-link": [{"dir": "link"}, {"temp": f"link/{victim.name}"}],
+    }
+
+
+@pytest.mark.parametrize("overwrite", [False, True], ids=["rerun", "overwrite"])
+@pytest.mark.parametrize("case", ["dotdot-temp", "dotdot-file", "absolute", "dotdot-dir", "dot-parts",
+                                  "through-a-link"])
+def test_a_record_naming_paths_outside_its_folder_is_damaged_and_nothing_is_removed(case, overwrite, ws):
+    """The issue's cases: a record line naming ../victim, an absolute path, `..` or a path through a link leading
+    out made the next run delete files outside --out (exit 0), or fail with a traceback (`{"dir": ".."}` with
+    --overwrite). Now the record is damaged: exit 2 naming it and the fix, every byte everywhere as it was."""
+    out = ws.run_copy("tokens")
+    victim = ws.root / "victim.txt"
+    victim.write_text("not bertkit's\n")
+    (ws.root / "elsewhere").mkdir()
+    (ws.root / "elsewhere" / victim.name).write_text("not bertkit's either\n")
+    (out / "link").symlink_to(ws.root / "elsewhere")
+    rec = record.Record.at(out)
+    with open(rec.file, "ab") as handle:  # as a damaged or forged record would hold them
+        handle.write(b"".join(json.dumps(line).encode() + b"\n" for line in _outside_lines(out, victim)[case]))
+    before = snapshot(ws.root)
+    result = invoke(ws.argv("tokens", out, *(["--overwrite"] if overwrite else [])))
+    assert_refused(result, before, ws.root, f"--out WS/tokens-run has a damaged record: WS/tokens-run/{record.RECORD} "
+                                            "names paths outside WS/tokens-run")
+    text = " ".join(result.output.replace(str(ws.root), "WS").split())
+    assert "has removed nothing" in text and "Move that run aside (e.g. `mv WS/tokens-run WS/tokens-run.old`)" in text
+    assert (out / "link").is_symlink()
+
+
+def test_removals_never_act_on_a_record_naming_paths_outside_its_folder(ws):
+    """The low-level removals refuse a damaged record too (whoever calls them): nothing outside, nothing inside."""
+    out = ws.run_copy("tokens")
+    victim = ws.root / "victim.txt"
+    victim.write_text("not bertkit's\n")
+    record.Record.at(out).add(record.TEMP, "config.json")  # a proper entry, so the removal has something to do
+    with open(record.Record.at(out).file, "ab") as handle:
+        handle.write(json.dumps({"temp": "../victim.txt"}).encode() + b"\n")
+    assert record.Record.at(out).outside() == ["../victim.txt"]
+    before = snapshot(ws.root)
+    assert ownership.remove_temps(out) == []
+    assert ownership.remove_recorded(out / "tokens.json") == [out / "tokens.json"]
+    assert snapshot(ws.root) == before
+
+
+def test_a_nested_run_whose_record_leads_out_of_it_is_named_and_kept(tmp_path):
+    outer = tmp_path / "outer"
+    (outer / "trial").mkdir(parents=True)
+    record.Record.create(outer, "sweep").add(record.RUN, "trial")
+    inner = record.Record.create(outer / "trial", "finetune")
+    inner.add(record.TEMP, "../../victim.txt")
+    (tmp_path / "victim.txt").write_text("not bertkit's\n")
+    assert [(u.path, u.why) for u in ownership.unowned(outer)] == [("trial/", ownership.DAMAGED)]
+    assert ownership.remove_recorded(outer / "trial") == [outer / "trial"]
+    assert (tmp_path / "victim.txt").read_text() == "not bertkit's\n"
+
+
+# ---------------------------------------------------------------- issue 43: predict's --out is bertkit's by a record
+
+
+@pytest.mark.parametrize("case", ["header-only", "edited", "record-not-bertkits", "record-of-other-bytes"])
+def test_predict_replaces_a_file_only_when_its_record_vouches_for_the_bytes(case, ws):
+    """The issue's case: `predict --out notes.csv` replaced a user's CSV whose header happened to be
+    `row,text,predicted`. A header makes nothing bertkit's: only the record predict writes beside its CSV does."""
+    out = ws.root / "notes.csv"
+    side = predictions_out.record_path(out)
+    args = ["predict", "--model", str(ws.made["finetune"] / "best"), "--text", "a lovely film", "--out", str(out),
+            "--quiet"]
+    if case == "header-only":
+        out.write_text("row,text,predicted\n1,my own text,my own label\n")
+        problem = "bertkit has no record of writing it though its header is predict's"
+    else:
+        assert invoke(args).exit_code == 0 and side.is_file()
+        if case == "edited":
+            out.write_text(out.read_text() + "2,my own row,pos\n")
+            problem = "its bytes changed since bertkit wrote it"
+        elif case == "record-not-bertkits":
+            side.write_text("my notes\n")
+            problem = f"{side.name} beside it is not a record bertkit wrote"
+        else:
+            out.write_text("row,text,predicted\n1,my own text,my own label\n")  # the record is of predict's bytes
+            problem = "its bytes changed since bertkit wrote it"
+    before = snapshot(ws.root)
+    result = invoke(args)
+    assert_refused(result, before, ws.root, f"--out WS/notes.csv exists and is not a predictions file bertkit wrote "
+                                            f"({problem}")
+    assert "Choose another --out" in result.output
+
+
+def test_predict_keeps_a_record_of_the_bytes_it_wrote_and_replaces_them(ws):
+    out = ws.root / "preds.csv"
+    args = ["predict", "--model", str(ws.made["finetune"] / "best"), "--out", str(out), "--quiet", "--text"]
+    assert invoke([*args, "a lovely film"]).exit_code == 0
+    side = json.loads(predictions_out.record_path(out).read_text())
+    assert side["format"] == predictions_out.RECORD_FORMAT and side["versions"] == [list(record.file_digest(out))]
+    first = record.file_digest(out)
+    assert invoke([*args, "an awful movie"]).exit_code == 0 and "an awful movie" in out.read_text()
+    side = json.loads(predictions_out.record_path(out).read_text())
+    assert side["versions"] == [list(first), list(record.file_digest(out))]  # both, until the rename was done
+    out.unlink()  # the record alone: the next run writes the file again
+    assert invoke([*args, "a third one"]).exit_code == 0 and "a third one" in out.read_text()
+
+
+# ---------------------------------------------------------------- issue 43: records are replaced whole, never appended
+
+
+@pytest.mark.parametrize("command, extra", [("tokens", ()), ("tokens", ("--max-length", "64", "--overwrite")),
+                                            ("finetune", ())], ids=["tokens-rerun", "tokens-overwrite", "finetune-resume"])
+def test_a_hard_linked_snapshot_of_a_run_keeps_its_bytes_while_the_run_goes_on(command, extra, ws):
+    """The issue's case: resuming a run that was `cp -al` snapshotted appended to the snapshot's record through the
+    hard link (and to its metrics.jsonl). Every write now goes to a new file renamed into place."""
+    out = ws.run_copy(command)
+    if command == "finetune":
+        (out / "metrics.json").unlink()  # an unfinished run: the re-run resumes it and logs again
+    snap = ws.root / "snapshot"
+    shutil.copytree(out, snap, copy_function=os.link)
+    before = snapshot(snap)
+    result = invoke(ws.argv(command, out, *extra))
+    assert result.exit_code == 0, result.output
+    assert snapshot(snap) == before
+    assert record.Record.at(out).file.stat().st_nlink == 1 and ownership.unowned(out) == []
+
+
+def test_the_record_is_a_new_file_each_time_and_names_its_next_draft(tmp_path):
+    rec = record.Record.create(tmp_path, "tokens")
+    link = tmp_path / "link-to-record"
+    os.link(rec.file, link)
+    first, draft = rec.file.read_bytes(), rec.draft()
+    assert draft is not None and draft.startswith(record.RECORD + ".")
+    rec.add(record.DIR, "a")
+    assert link.read_bytes() == first  # the old version, untouched
+    assert rec.draft() != draft and set(record.Record(tmp_path).entries()) == {"a"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([record.RECORD, link.name])  # no draft left
+
+
+def test_a_draft_of_the_record_a_kill_left_is_removed_by_the_next_run_and_a_look_alike_is_kept(ws):
+    """A kill between writing the record's next version and renaming it leaves that draft: the record on disk
+    announced its name, so the next run removes it. A file named like a draft that the record does not announce is
+    someone else's: named, kept."""
+    out = ws.root / "tokens-run"
+    killed = _python_bertkit(ws.argv("tokens", out), BERTKIT_KILL_AT="record.draft@4")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    (left,) = [p for p in out.iterdir() if p.name.startswith(record.RECORD + ".")]
+    assert left.name == record.Record(out).draft()
+    look_alike = out / f"{record.RECORD}.0badc0de.tmp"
+    look_alike.write_text("mine\n")
+    before = snapshot(ws.root)
+    assert_refused(invoke(ws.argv("tokens", out)), before, ws.root, f"did not write ({look_alike.name})")
+    look_alike.unlink()
+    again = invoke(ws.argv("tokens", out))
+    assert again.exit_code == 0, again.output
+    assert not left.exists() and ownership.unowned(out) == [] and (out / "tokens.json").is_file()
+
+
+def test_an_appended_log_shared_by_a_hard_link_gets_a_copy_of_its_own_first(tmp_path):
+    from bertkit.io.atomic import append_jsonl
+
+    log = tmp_path / "metrics.jsonl"
+    append_jsonl(log, {"step": 1})
+    os.link(log, tmp_path / "snapshot.jsonl")
+    append_jsonl(log, {"step": 2})
+    assert (tmp_path / "snapshot.jsonl").read_text() == '{"step": 1}\n'
+    assert [json.loads(line)["step"] for line in log.read_text().splitlines()] == [1, 2]
+
+
+# ---------------------------------------------------------------- issue 43: one writer per folder
+
+
+HOLD = """import sys
+from bertkit.io import rundir
+rundir.claim_run_dir(sys.argv[1], sys.argv[2])
+print("claimed", flush=True)
+sys.stdin.read()
+"""
+"""Another bertkit process that claims --out (as a run starting does) and holds it until its stdin closes."""
+
+
+def _holding(out: Path, command: str) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(out), command], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert proc.stdout.readline().strip() == "claimed"
+    return proc
+
+
+@pytest.mark.parametrize("fresh", [False, True], ids=["its-run", "a-new-folder"])
+@pytest.mark.parametrize("command", ["embed", "finetune"])
+def test_a_second_run_on_the_same_out_is_refused_naming_the_process_that_holds_it(command, fresh, ws):
+    """The issue's cases: two `embed --out X` (or `finetune --out X`) at once. The second is refused, naming the
+    process of the first, and changes nothing; once the first ends (here: SIGKILL, its lock goes with it), it runs."""
+    out = ws.root / "new-run" if fresh else ws.run_copy(command)
+    holder = _holding(out, command)
+    try:
+        before = snapshot(ws.root)
+        for extra in ([], ["--overwrite"]):
+            refused = invoke(ws.argv(command, out, *extra))
+            assert_refused(refused, before, ws.root, f"--out {out} is being written right now by another bertkit run "
+                                                     f"(process {holder.pid} holds its lock".replace(str(ws.root), "WS"))
+            assert "Wait for that run to end" in refused.output and "choose another --out" in refused.output
+    finally:
+        holder.kill()
+        holder.wait()
+    after = invoke(ws.argv(command, out))
+    assert after.exit_code == 0, after.output
+    assert ownership.unowned(out) == []
+
+
+def test_a_run_holds_its_lock_until_it_ends_and_the_lock_file_is_recorded_empty(ws):
+    out = ws.root / "tokens-run"
+    run = rundir.claim_run_dir(out, "tokens")
+    assert runlock.holder(out / runlock.LOCK) == os.getpid()
+    entry = record.Record.at(out).entry(runlock.LOCK)
+    assert entry is not None and entry.versions == {record.file_digest(out / runlock.LOCK)} and entry.versions == {
+        (0, hashlib.sha256(b"").hexdigest())}
+    run.commit()
+    assert runlock.holder(out / runlock.LOCK) is None and (out / runlock.LOCK).stat().st_size == 0
+
+
+@pytest.mark.parametrize("line", [{"file": "tokens.json"}, {"file": "tokens.json", "size": 3},
+                                  {"file": "tokens.json", "size": 3, "sha256": "00"}], ids=["bare", "no-sha", "short-sha"])
+@pytest.mark.parametrize("overwrite", [False, True], ids=["rerun", "overwrite"])
+def test_a_run_record_listing_a_file_without_its_digests_is_damaged_not_older(line, overwrite, ws):
+    """Issue 43: every file bertkit records carries its size and sha256; a record that lacks them is damaged."""
+    out = ws.run_copy("tokens")
+    with open(record.Record.at(out).file, "ab") as handle:
+        handle.write(json.dumps(line).encode() + b"\n")
+    before = snapshot(ws.root)
+    result = invoke(ws.argv("tokens", out, *(["--overwrite"] if overwrite else [])))
+    assert_refused(result, before, ws.root, f"has a damaged record: WS/tokens-run/{record.RECORD} lists files without "
+                                            f"their size and sha256 (tokens.json)")
+
+
+# ---------------------------------------------------------------- issue 43: temp folders hold only what is recorded
+
+
+def _killed_finetune(ws: Workspace, point: str, *extra: str) -> Path:
+    out = ws.root / "finetune-run"
+    killed = _python_bertkit(ws.argv("finetune", out, *extra), BERTKIT_KILL_AT=point)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    return out
+
+
+@pytest.mark.parametrize("overwrite", [False, True], ids=["resume", "overwrite"])
+def test_a_user_file_in_a_killed_checkpoints_temp_folder_is_named_kept_and_never_removed_with_it(overwrite, ws):
+    """The issue's case: the temp folder of a checkpoint save a kill interrupted was removed whole by the next run,
+    a user's file inside it too. Only what the record lists goes (the library files of that save are recorded by
+    name before it starts); anything else stops the run, named, and stays."""
+    out = _killed_finetune(ws, "save:optimizer.bin@2")  # while saving step-4 (step-2 saved: its files are known)
+    (tmp,) = (out / "checkpoints").glob(".tmp-step-4-*")
+    assert record.Record.at(out).entry(f"checkpoints/{tmp.name}/model.safetensors").kind == record.OPEN
+    _put(tmp, "notes.txt")
+    before = snapshot(ws.root)
+    result = invoke(ws.argv("finetune", out, *(["--overwrite"] if overwrite else [])))
+    assert_refused(result, before, ws.root, f"holds files bertkit did not write (checkpoints/{tmp.name}/notes.txt)")
+    shutil.move(tmp / "notes.txt", ws.root / "notes.txt")
+    resumed = invoke(ws.argv("finetune", out, "--json"))
+    assert resumed.exit_code == 0, resumed.output
+    assert json.loads(resumed.stdout)["restored"]["step"] == 2
+    assert not tmp.exists() and (ws.root / "notes.txt").read_text() == "mine\n" and ownership.unowned(out) == []
+
+
+@pytest.mark.parametrize("overwrite", [False, True], ids=["resume", "overwrite"])
+def test_a_user_file_in_the_tensorboard_folder_of_a_killed_run_is_neither_removed_nor_adopted(overwrite, ws):
+    """The issue's cases: a user's file in tensorboard/ of a killed run was deleted by --overwrite, and adopted into
+    the record by a plain resume (the folder was the library's whole). The writer's files are recorded by their
+    paths once it made them; anything else there is not bertkit's."""
+    out = _killed_finetune(ws, "optimizer.step@3", "--report-to", "tensorboard")
+    entries = record.Record.at(out).entries()
+    events = [p for p in (out / "tensorboard").rglob("*") if p.is_file()]
+    assert events and all(entries[p.relative_to(out).as_posix()].kind == record.OPEN for p in events)
+    _put(out, "tensorboard/notes.txt")
+    before = snapshot(ws.root)
+    result = invoke(ws.argv("finetune", out, "--report-to", "tensorboard", *(["--overwrite"] if overwrite else [])))
+    assert_refused(result, before, ws.root, "holds files bertkit did not write (tensorboard/notes.txt)")
+    shutil.move(out / "tensorboard" / "notes.txt", ws.root / "notes.txt")
+    resumed = invoke(ws.argv("finetune", out, "--report-to", "tensorboard"))
+    assert resumed.exit_code == 0, resumed.output
+    assert ownership.unowned(out) == [] and (ws.root / "notes.txt").read_text() == "mine\n"
+
+
+def test_sealing_a_librarys_folder_records_the_files_it_made_and_nothing_else(tmp_path):
+    from bertkit.io import library_files
+
+    out = tmp_path / "run"
+    run = rundir.claim_run_dir(out, "finetune")
+    folder = record.make_dirs(out / "tensorboard")
+    before = library_files.listing(folder)
+    _put(folder, "sub/events.1", "event bytes")  # what the library makes in the call
+    library_files.note_new(folder, before)
+    _put(folder, "notes.txt")  # a user's file, after the call
+    library_files.seal_open(folder)
+    entries = record.Record.at(out).entries()
+    assert entries["tensorboard/sub"].kind == record.DIR and "tensorboard/notes.txt" not in entries
+    assert entries["tensorboard/sub/events.1"].versions == {record.file_digest(folder / "sub" / "events.1")}
+    assert [u.path for u in ownership.unowned(out)] == ["tensorboard/notes.txt"]
+    run.commit()
+
+
+def test_a_kill_during_the_first_checkpoint_save_is_resumed_its_files_recorded_by_accelerates_names(ws):
+    """The first save of a run has no earlier checkpoint to name the files it writes: accelerate's names for this
+    run's objects are recorded before it starts, so the next run removes what the kill left and resumes."""
+    out = _killed_finetune(ws, "save:optimizer.bin@1")
+    (tmp,) = (out / "checkpoints").glob(".tmp-step-2-*")
+    entries = record.Record.at(out).entries()
+    assert {entries[p.relative_to(out).as_posix()].kind for p in tmp.iterdir()} == {record.OPEN}
+    resumed = invoke(ws.argv("finetune", out, "--json"))
+    assert resumed.exit_code == 0, resumed.output
+    assert not tmp.exists() and ownership.unowned(out) == []
+
+
+def test_a_kill_during_the_first_save_of_best_is_resumed_its_files_recorded_by_the_libraries_names(ws):
+    out = _killed_finetune(ws, "replace:bertkit_model.json@1")  # model and tokenizer saved into best/'s temp folder
+    (tmp,) = out.glob(".tmp-best-*")
+    entries = record.Record.at(out).entries()
+    assert entries[f"{tmp.name}/model.safetensors"].kind == record.OPEN and ownership.unowned(out) == []
+    resumed = invoke(ws.argv("finetune", out))
+    assert resumed.exit_code == 0, resumed.output
+    assert not tmp.exists() and ownership.unowned(out) == []
+
+
+@pytest.mark.parametrize("replaced, problem", [
+    ("final/config.json", "holds files bertkit did not write (final/config.json)"),  # a link: never bertkit's
+    ("final", "names paths outside WS/finetune-run, directly or through a link (final/.bertkit-files.json"),
+], ids=["a-file", "a-folder"])
+def test_a_recorded_path_replaced_by_a_link_leading_out_is_refused_and_its_target_kept(replaced, problem, ws):
+    """A link bertkit did not make is never followed: in place of a recorded file it is named as not bertkit's; in
+    place of a recorded folder, the record's paths below it lead out through it, so the record is not trusted."""
+    out = ws.run_copy("finetune")
+    elsewhere = ws.root / "elsewhere"
+    shutil.move(out / replaced, elsewhere)
+    (out / replaced).symlink_to(elsewhere)
+    (out / "metrics.json").unlink()  # an unfinished run: a re-run would replace final/
+    before = snapshot(ws.root)
+    for extra in ([], ["--overwrite"]):
+        assert_refused(invoke(ws.argv("finetune", out, *extra)), before, ws.root, problem)
+    assert ownership.remove_recorded(out / replaced) == [out / replaced] and snapshot(ws.root) == before
+
+
+def test_a_record_an_older_bertkit_appended_to_is_still_read_and_rewritten_whole(ws):
+    """Records written before issue 43 (no draft named in the header, lines appended, a torn last line) keep their
+    meaning: the run is bertkit's, and the next version is written whole, naming its draft."""
+    out = ws.run_copy("tokens")
+    rec = record.Record.at(out)
+    lines = rec.file.read_bytes().splitlines(keepends=True)
+    header = json.loads(lines[0])
+    header.pop("draft")
+    rec.file.write_bytes(json.dumps(header, separators=(",", ":")).encode() + b"\n" + b"".join(lines[1:])
+                         + b'{"file":"tokens.json","si')  # torn by a kill mid-append
+    assert record.Record(out).draft() is None and ownership.unowned(out) == []
+    again = invoke(ws.argv("tokens", out, "--max-length", "64", "--overwrite"))
+    assert again.exit_code == 0, again.output
+    assert record.Record(out).draft() is not None and ownership.unowned(out) == []
+    assert not rec.file.read_bytes().endswith(b'"si')

@@ -104,6 +104,19 @@ def test_the_demo_refuses_an_output_folder_it_did_not_make(tmp_path):
     assert (mine / "thesis.tex").read_text() == "keep me"
 
 
+def test_the_demo_deletes_nothing_on_its_markers_word(tmp_path):
+    """Issue 43: a folder an earlier demo made (its marker there) was removed whole, a user's file in it too. The
+    marker only lets the demo in; each command replaces its own run (--overwrite: by bertkit's records)."""
+    demo = tmp_path / "demo"
+    demo.mkdir()
+    (demo / ".bertkit-demo").touch()
+    (demo / "thesis.tex").write_text("keep me")
+    proc = subprocess.run(["bash", str(ROOT / "benchmarks" / "demo.sh")], capture_output=True, text=True,
+                          env={"DEMO_OUT": str(demo), "PATH": "/usr/bin:/bin", "BERTKIT": "/bin/false"})
+    assert proc.returncode != 0  # /bin/false stands in for bertkit: the first step fails
+    assert (demo / "thesis.tex").read_text() == "keep me"
+
+
 def test_a_note_already_logged_is_not_printed_again(capsys):
     import logging
 

@@ -288,8 +288,8 @@ def test_predict_killed_midway_leaves_the_previous_output(trained, tmp_path, wri
     import signal
 
     _, _, data = _predict_data(write_tsv)
-    out = tmp_path / "preds.csv"
-    out.write_text("row,text,predicted,confidence,p_neg,p_pos\n0,old,neg,0.9,0.9,0.1\n")
+    out = tmp_path / "preds.csv"  # the previous output, as predict wrote it (with its record: issue 43)
+    assert runner.invoke(app, ["predict", "--model", str(trained), "--text", "old", "--out", str(out), "--quiet"]).exit_code == 0
     before = out.read_bytes()
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "BERTKIT_KILL_AT": "predictions.window"}
     done = subprocess.run([sys.executable, "-m", "bertkit", "predict", "--model", str(trained), "--data", str(data),

@@ -53,7 +53,7 @@ def test_store_readable_by_numpy_and_open(tiny_bert_dir, toy_tsv, toy_rows, tmp_
                    "--dtype", "fp32")
     assert result.exit_code == 0, result.output
     assert "40 rows" in result.output and "rows/s" in result.output
-    assert sorted(p.name for p in out.iterdir()) == [".bertkit-record.jsonl", ".bertkit-run.json", "features.npy",
+    assert sorted(p.name for p in out.iterdir()) == [".bertkit-lock", ".bertkit-record.jsonl", ".bertkit-run.json", "features.npy",
                                                      "labels.npy", "manifest.json"]
     assert json.loads((out / ".bertkit-run.json").read_text())["command"] == "embed"  # the run directory's owner
     plain = np.load(out / "features.npy")  # no bertkit needed

@@ -50,6 +50,7 @@ from bertkit.commands.push import PushConfig
 from bertkit.commands.sweep import SweepConfig
 from bertkit.commands.tokens import TokensConfig
 from bertkit.errors import UserError
+from bertkit.io import runlock
 from bertkit.io.faults import install_from_env
 from bertkit.options import (
     ADVANCED,
@@ -193,6 +194,8 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         except KeyboardInterrupt:
             err_console.print("interrupted; re-run the same command to resume where it supports resuming.")
             raise typer.Exit(130) from None
+        finally:
+            runlock.release_all()  # the command ended, however it ended: its run directories are free again
 
     return wrapper
 

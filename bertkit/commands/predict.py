@@ -159,8 +159,10 @@ def _csv_out(out: str | None, dataset: TextDataset, reader: OutputReader) -> Any
 
     if not out:
         return contextlib.nullcontext(lambda *_: None)
+    from bertkit.io import predictions_out
+
     return predictions.open_predictions_csv(Path(out), dataset, reader.label_names, task=reader.label_map.task,
-                                            threshold=reader.threshold)
+                                            threshold=reader.threshold, vouch=predictions_out.vouch(Path(out)))
 
 
 def output_reader(cfg: Any, dataset: TextDataset, progress: bool) -> OutputReader:

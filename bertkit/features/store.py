@@ -7,8 +7,8 @@ Layout of a complete store (a directory)::
     features.npy     float32/float16, shape (n, dim) or (n, layers, dim); plain .npy, `numpy.load(mmap_mode="r")`
     labels.npy       int64 label ids (only when the data had labels; the mapping is in the manifest)
 
-Reading verifies (`open`): each array against its record (one streaming pass; a store made before digests were
-recorded is read with a note), and, for a split store, that every split was made by the same feature function
+Reading verifies (`open`): each array against its record (one streaming pass; a manifest without the digests is
+damaged, not older), and, for a split store, that every split was made by the same feature function
 (model, revision, pooling, layers, precision, ...: `identity.split_differences`), so a probe never fits on one
 split and scores another.
 
@@ -153,12 +153,9 @@ def _read_splits_index(index: Path) -> list[str]:
 
 
 def verify_arrays(root: Path, manifest: dict[str, Any]) -> None:
-    """features.npy and labels.npy against the size and sha256 the manifest recorded as they were written; a store
-    made before digests were recorded is read unverified, with a note."""
+    """features.npy and labels.npy against the size and sha256 the manifest recorded as they were written; a manifest
+    without them is damaged (bertkit records them in every store it makes)."""
     records = manifest.get("digests")
-    if records is None:
-        log.info("note: store %s was made before bertkit recorded digests; its arrays are read unverified.", root)
-        return
     if not isinstance(records, dict) or not all(digests.is_record(r) for r in records.values()):
         raise UserError(f"Store {root} is damaged: the digests in its {MANIFEST} are not valid. Re-run `bertkit "
                         f"embed` with --overwrite to rebuild it.")

@@ -15,7 +15,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -71,8 +71,11 @@ def scratch_folder(near: str | Path | None = None, role: str = "scratch") -> Ite
 
 
 @contextlib.contextmanager
-def atomic_path(path: Path) -> Iterator[Path]:
-    """Yield a temp path next to `path`; on success it is fsynced and renamed over `path`, else removed."""
+def atomic_path(path: Path, vouch: Callable[[tuple[int, str]], None] | None = None) -> Iterator[Path]:
+    """Yield a temp path next to `path`; on success it is fsynced and renamed over `path`, else removed.
+
+    `vouch(digest)`: called with the (size, sha256) of the new bytes before the rename, to record them where no run
+    directory's record does (predict's --out FILE)."""
     path = Path(path)
     if path.is_dir():
         raise UserError(f"Cannot write {path}: it is an existing directory. Pass a file path (check --out).")
@@ -92,6 +95,8 @@ def atomic_path(path: Path) -> Iterator[Path]:
         with open(tmp, "rb+") as handle:
             os.fsync(handle.fileno())
         record.note_file(path, record.file_digest(tmp))
+        if vouch is not None:
+            vouch(record.file_digest(tmp))
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
@@ -119,6 +124,7 @@ def append_jsonl(path: Path, entry: dict[str, Any]) -> None:
     are recorded first; a write that fails part-way (a full disk) is cut back to the bytes before it."""
     path = Path(path)
     data = (to_json(entry, indent=None) + "\n").encode("utf-8")
+    _own_copy(path)
     before = path.stat().st_size if path.is_file() else 0
     digest = _digest_state(path, before)
     digest.update(data)
@@ -133,6 +139,14 @@ def append_jsonl(path: Path, entry: dict[str, Any]) -> None:
             os.truncate(path, before)
         raise
     _APPENDED[os.path.abspath(path)] = (before + len(data), digest.copy())
+
+
+def _own_copy(path: Path) -> None:
+    """Give `path` a copy of its own when another name shares its bytes (a hard link: a `cp -al` snapshot of the
+    run): an append in place would change the snapshot too. The copy is written and renamed like any file."""
+    if path.is_file() and os.stat(path).st_nlink > 1:
+        with atomic_path(path) as tmp:
+            shutil.copyfile(path, tmp)
 
 
 def _digest_state(path: Path, size: int) -> Any:

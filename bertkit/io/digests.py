@@ -16,6 +16,8 @@ import os
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from bertkit.io.record_events import confined
+
 BLOCK = 1 << 20
 """Bytes read per step of a streaming pass (memory stays at one block, whatever the file's size)."""
 
@@ -124,10 +126,51 @@ def record_problem(path: Path, record: dict[str, Any]) -> str | None:
 
 
 def records_problems(folder: Path, records: dict[str, Any]) -> list[tuple[str, str]]:
-    """(name, why) of every file in `records` (relative names under `folder`) that is not as recorded."""
+    """(name, why) of every file in `records` (relative names under `folder`) that is not as recorded; a name that is
+    not a normalised relative path inside `folder` (links resolved) makes the record damaged: it is never read."""
     found = []
     for name, record in sorted(records.items()):
-        problem = record_problem(Path(folder) / name, record)
+        problem = _outside(Path(folder), name) or record_problem(Path(folder) / name, record)
         if problem is not None:
             found.append((name, problem))
     return found
+
+
+def _outside(folder: Path, name: str) -> str | None:
+    """Why `name` does not name a file inside `folder` (None: it does)."""
+    top = os.path.realpath(folder)
+    real = os.path.realpath(folder / name) if confined(name) else None
+    if real is None or not real.startswith(top.rstrip(os.sep) + os.sep):
+        return "the record names a path outside the folder (damaged)"
+    return None
+
+
+# ---------------------------------------------------------------- the digests a run directory's record keeps
+
+
+_DIGESTS: dict[tuple[int, int, int, int], tuple[int, str]] = {}
+"""(device, inode, size, mtime) -> (size, sha256): a file is hashed once per process while it is unchanged (a
+rename keeps all four: a temp file's digest is its final file's)."""
+
+
+def file_digest(path: str | Path) -> tuple[int, str]:
+    """(size, sha256 hex) of the file at `path`."""
+    stat = os.stat(path)
+    key = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
+    if key not in _DIGESTS:
+        digest = hashlib.sha256()
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(BLOCK), b""):
+                digest.update(block)
+        _DIGESTS[key] = (stat.st_size, digest.hexdigest())
+    return _DIGESTS[key]
+
+
+def matches(path: str | Path, entry: Any) -> bool:
+    """Whether the file at `path` holds bytes bertkit recorded writing there (`entry.versions`, a record entry; the
+    size is checked first)."""
+    try:
+        size = os.stat(path).st_size
+        return any(s == size for s, _ in entry.versions) and file_digest(path) in entry.versions
+    except OSError:
+        return False

@@ -22,7 +22,7 @@ from typing import Any
 from bertkit.errors import UserError
 from bertkit.io import record
 from bertkit.io.atomic import atomic_path, write_json_atomic
-from bertkit.io.record import DIR, FILE, OPEN, RECORD, RUN, TEMP, Record
+from bertkit.io.record import FILE, OPEN, RECORD, RUN, TEMP, Record
 
 MARKER = ".bertkit-run.json"
 """Written first into every run directory bertkit creates or adopts: which command owns it."""
@@ -46,6 +46,7 @@ FILE_LIST_FORMAT = "bertkit-files/1"
 CHECKPOINT_MANIFEST = "bertkit_checkpoint.json"
 """A checkpoint's list of files (with digests); checkpoints.py writes it (it imports this module, not the reverse)."""
 NOT_WRITTEN, CHANGED, NO_RECORD = "not written by bertkit", "changed since bertkit wrote it", "no record"
+DAMAGED = "a damaged record"
 """Why an entry is not bertkit's (`Unowned.why`)."""
 
 
@@ -84,8 +85,8 @@ def _check(folder: Path, rec: Record, rel: str, shown: str, found: list[Unowned]
     entries = rec.entries()
     for path in sorted(folder.iterdir()):
         child, child_shown = _join(rel, path.name), _join(shown, path.name)
-        if child == RECORD:
-            continue
+        if child in (RECORD, rec.draft()) and not path.is_symlink():
+            continue  # the record, and the draft of its next version a kill left (the record announces its name)
         entry = None if path.is_symlink() else entries.get(child)  # bertkit makes no links
         if not _same_shape(entry, path):
             found.append(Unowned(_shown(path, child_shown), NOT_WRITTEN))
@@ -94,21 +95,23 @@ def _check(folder: Path, rec: Record, rel: str, shown: str, found: list[Unowned]
                 found.append(Unowned(child_shown, CHANGED))
         elif entry.kind == RUN:
             nested = Record.at(path)
-            if nested.exists():
+            if nested.exists() and nested.damaged():
+                found.append(Unowned(_shown(path, child_shown), DAMAGED))
+            elif nested.exists():
                 _check(path, nested, "", child_shown, found)
             elif any(path.iterdir()):
                 found.append(Unowned(_shown(path, child_shown), NO_RECORD))
-        elif entry.kind == DIR:
+        elif path.is_dir():  # a folder bertkit made, a temp folder or a library's: only what its record lists
             _check(path, rec, child, child_shown, found)
-        # TEMP and OPEN: whatever they hold is bertkit's (a temp being written, a library's open folder)
+        # a TEMP or OPEN file: bertkit's whole (a temp being written, a file a library writes)
 
 
 def _same_shape(entry: record.Entry | None, path: Path) -> bool:
-    """Whether `path` is what its entry says bertkit made there: a file for a file, a folder for a folder (a temp
-    either); a link never (bertkit makes none)."""
+    """Whether `path` is what its entry says bertkit made there: a file for a file, a folder for a folder (a temp or
+    a library's either); a link never (bertkit makes none)."""
     if entry is None or path.is_symlink():
         return False
-    return entry.kind == TEMP or (entry.kind == FILE) != path.is_dir()
+    return entry.kind in (TEMP, OPEN) or (entry.kind == FILE) != path.is_dir()
 
 
 def record_of(path: Path) -> tuple[Record, str] | None:
@@ -133,7 +136,9 @@ def unowned_message(out: Path, command: str, found: list[Unowned]) -> str:
     """What is not bertkit's in its run at --out: files it did not write, files changed since, runs without records."""
     parts = []
     for why, words in ((NOT_WRITTEN, "files bertkit did not write"), (CHANGED, "files changed since bertkit wrote "
-                       "them"), (NO_RECORD, "folders without a record of what bertkit wrote there")):
+                       "them"), (NO_RECORD, "folders without a record of what bertkit wrote there"),
+                      (DAMAGED, f"runs whose record ({RECORD}) is damaged (paths outside them, files without "
+                                "digests)")):
         names = [u.path for u in found if u.why == why]
         if names:
             more = f", and {len(names) - 5} more" if len(names) > 5 else ""
@@ -157,6 +162,26 @@ def foreign_message(out: Path, command: str, names: list[str]) -> str:
         f"or empty directory or one of its own runs, and never deletes what it did not write (not even with "
         f"--overwrite). Choose another --out, e.g. --out {suggest_out(out, command)}."
     )
+
+
+def damaged_message(out: Path, command: str, rec: Record) -> str:
+    """The record of the run at --out names paths outside it (or leading out of it through a link), or files
+    without their digests."""
+    parts = [f"{words} ({_listed(paths)})" for words, paths in (
+        (f"names paths outside {out}, directly or through a link", rec.outside()), ("lists files without their size and sha256", rec.undigested()))
+        if paths]
+    aside = out.with_name(f"{out.name}.old") if out.name else Path("old-run")
+    return (
+        f"--out {out} has a damaged record: {rec.file} {' and '.join(parts)}. bertkit removes or replaces only what "
+        f"a record says it wrote inside the folder it describes, with the size and sha256 it wrote, so it trusts none "
+        f"of this one and has removed nothing. Move that run aside (e.g. `mv {out} "
+        f"{aside}`) and re-run, or choose another --out, e.g. --out {suggest_out(out, command)}."
+    )
+
+
+def _listed(paths: list[str]) -> str:
+    more = f", and {len(paths) - 5} more" if len(paths) > 5 else ""
+    return ", ".join(map(str, paths[:5])) + more
 
 
 def unrecorded_run_message(out: Path, owner: str) -> str:
@@ -183,8 +208,8 @@ def remove_recorded(path: Path) -> list[Path]:
     holder = record_of(path.parent)
     if not (path.exists() or path.is_symlink()):
         return []
-    if holder is None:
-        return [path]
+    if holder is None or not _resolves_inside(path.parent, holder[0].root) or holder[0].damaged():
+        return [path]  # a record is trusted only for what lies inside its own folder, and only when all of it does
     kept: list[Path] = []
     _remove(path, holder[0], _join(holder[1], path.name), kept)
     return kept
@@ -195,8 +220,8 @@ def _remove(path: Path, rec: Record, rel: str, kept: list[Path]) -> None:
     if not _same_shape(entry, path):
         kept.append(path)
         return
-    if entry.kind in (TEMP, OPEN):
-        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    if entry.kind in (TEMP, OPEN) and not path.is_dir():
+        path.unlink()  # a temp file being written, a file a library writes: bertkit's whole
     elif entry.kind == FILE:
         if not record.matches(path, entry):
             kept.append(path)
@@ -204,10 +229,16 @@ def _remove(path: Path, rec: Record, rel: str, kept: list[Path]) -> None:
         path.unlink()
     else:
         nested = Record.at(path) if entry.kind == RUN else None
+        if nested is not None and nested.exists() and nested.damaged():
+            kept.append(path)
+            return
         inner = nested if nested is not None and nested.exists() else rec
         before = len(kept)
         for child in sorted(path.iterdir()):
             if inner is nested and child.name == RECORD:
+                continue
+            if inner is nested and child.name == nested.draft() and not child.is_symlink():
+                child.unlink()  # a draft of the record a kill left: announced by the record, so bertkit's
                 continue
             _remove(child, inner, child.name if inner is nested else _join(rel, child.name), kept)
         if len(kept) > before:
@@ -227,13 +258,28 @@ def remove_temps(root: Path) -> list[str]:
     directories clean their own when they are claimed); their relative paths."""
     rec = Record.at(root)
     removed = []
+    if rec.damaged():
+        return removed  # a damaged record is not acted on (`inspect_run_dir` refuses the run)
+    kept: list[Path] = []
     for rel in sorted(rel for rel, entry in rec.entries().items() if entry.kind == TEMP):
         path = rec.root / rel
-        if path.exists() or path.is_symlink():  # (the others were renamed into place: compaction drops them)
-            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+        if rec.entry(rel) is None or not (path.exists() or path.is_symlink()):
+            continue  # inside a temp folder removed just now, or renamed into place (compaction drops them)
+        before = len(kept)
+        _remove(path, rec, rel, kept)  # a temp folder: only what the record lists in it (`inspect_run_dir` names
+        if len(kept) == before:        # anything else, before any of this)
             removed.append(rel)
-    rec.gone(*removed)
+    draft = rec.root / rec.draft() if rec.draft() else None
+    if draft is not None and draft.is_file() and not draft.is_symlink():
+        draft.unlink()  # the next version of the record, never renamed in (a kill): the record announces its name
+        removed.append(draft.name)
     return removed
+
+
+def _resolves_inside(path: Path, root: Path) -> bool:
+    """Whether `path`, links resolved, is `root` or below it (resolved too)."""
+    real, top = os.path.realpath(path), os.path.realpath(root)
+    return real == top or real.startswith(top.rstrip(os.sep) + os.sep)
 
 
 def place_file(source: Path, target: Path) -> None:

@@ -1,10 +1,14 @@
 """The record of what bertkit wrote in a run directory: `.bertkit-record.jsonl`, kept while it writes.
 
 What bertkit may delete or replace is decided by this record alone, never by a name (`bertkit.io.ownership`). Each
-line is one event, appended and fsynced *before* the change it records, so a kill leaves at worst an entry for
-something never made - never something made without an entry:
+line is one event, recorded *before* the change it records, so a kill leaves at worst an entry for something never
+made - never something made without an entry. The record is never appended to in place: each new version is written
+whole to a draft, fsynced and renamed over it (a hard link to the record - a `cp -al` snapshot - keeps the version
+it links to); the header names the draft the next version is written to, so a draft a kill leaves is bertkit's by
+the record, not by its name:
 
-    {"format": "bertkit-record/1", "command": "finetune"}    the first line: which command owns the directory
+    {"format": "bertkit-record/1", "command": "finetune",     the first line: which command owns the directory, and
+     "draft": ".bertkit-record.jsonl.1a2b3c4d.tmp"}           the draft of the next version
     {"dir": "best"}                                           a folder bertkit made (or adopted to write into)
     {"file": "metrics.json", "size": 812, "sha256": "..."}    a file bertkit wrote, with these bytes; every version
                                                               written is kept until the next claim compacts the record
@@ -16,40 +20,44 @@ something never made - never something made without an entry:
     {"copy": "a", "to": "b", "as": "dir"}                     before a rename a -> b: b holds what a holds
     {"gone": "a"}                                             a, and everything below it, is gone
 
-Paths are relative to the run directory, with "/". The writers of `bertkit.io` record through the run directories
-this process claimed (`track`): an atomic write, an append, a folder made or moved below one of them.
+Paths are relative to the run directory, with "/", normalised and inside it (links resolved): a record naming any
+other path, or a file without its size and sha256, is damaged and trusted for nothing (`Record.damaged`). The
+writers of `bertkit.io` record through the run directories this process claimed (`track`): an atomic write, an
+append, a folder made or moved below one of them.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
+import contextlib
+import fcntl
 import os
 import secrets
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from bertkit.errors import UserError
+from bertkit.io import faults
+from bertkit.io.digests import BLOCK, file_digest, matches  # noqa: F401 - the digests of records, read as record.*
+from bertkit.io.record_events import (  # noqa: F401 - the kinds and entries, read as record.* across bertkit
+    DIR,
+    FILE,
+    KINDS,
+    OPEN,
+    RUN,
+    TEMP,
+    Entry,
+    apply,
+    confined,
+    digested,
+    event_paths,
+    line,
+    parse,
+)
 
 RECORD = ".bertkit-record.jsonl"
 """In every run directory bertkit writes: the record of everything it wrote there."""
 FORMAT = "bertkit-record/1"
-DIR, FILE, TEMP, OPEN, RUN = "dir", "file", "temp", "open", "run"
-"""The kinds of recorded entries (see the module docstring)."""
-KINDS = (DIR, FILE, TEMP, OPEN, RUN)
-BLOCK = 1 << 20
-
-
-@dataclass
-class Entry:
-    """One recorded path: its kind and, for a file, every (size, sha256) bertkit wrote there."""
-
-    kind: str
-    versions: set[tuple[int, str]] = field(default_factory=set)
-
-    def copied(self, kind: str | None = None) -> Entry:
-        return Entry(kind or self.kind, set(self.versions))
 
 
 class Record:
@@ -73,7 +81,7 @@ class Record:
         record = cls.at(root)
         fd = os.open(record.file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o666)
         try:
-            _write_all(fd, _line({"format": FORMAT, "command": command}))
+            _write_all(fd, line({"format": FORMAT, "command": command, "draft": _draft_name()}))
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -108,45 +116,84 @@ class Record:
         rel = os.path.relpath(os.path.abspath(path), self.root)
         return "" if rel == "." else Path(rel).as_posix()
 
-    def _reset(self, inode: int | None) -> None:
+    def outside(self) -> list[str]:
+        """The recorded paths that are not inside this run directory: not relative, not normalised (`..`, `.`, an
+        empty part), or leading out of it through a link (the folders holding them resolved; a recorded path that is
+        itself a link is not bertkit's, and `ownership` names it). A record naming any is damaged: bertkit trusts
+        none of it, so nothing is removed on its word (`rundir` refuses the run)."""
+        self._refresh()
+        root = os.path.realpath(self.root)
+        resolved = [rel for rel in self._entries if not _inside(os.path.realpath((self.root / rel).parent), root)]
+        return [*self._outside, *resolved]
+
+    def undigested(self) -> list[str]:
+        """The files the record lists without a size and sha256: bertkit records every file with both, so a record
+        lacking them is damaged (not older), and trusted for nothing."""
+        self._refresh()
+        return list(self._undigested)
+
+    def damaged(self) -> bool:
+        """Whether the record names a path outside its folder or a file without its digests: nothing is removed or
+        replaced on its word."""
+        return bool(self.outside() or self.undigested())
+
+    def draft(self) -> str | None:
+        """The name the next version of the record is written under before it is renamed into place: announced by
+        the record itself, so a kill between the two leaves a file the record vouches for (None: an older record)."""
+        self._refresh()
+        name = self._header.get("draft") if isinstance(self._header, dict) else None
+        return name if confined(name) and "/" not in name and name.startswith(f"{RECORD}.") else None
+
+    def _reset(self, stamp: tuple[int, int, int] | None) -> None:
         self._entries: dict[str, Entry] = {}
+        self._outside: list[str] = []
+        self._undigested: list[str] = []
         self._header: Any = None
-        self._offset, self._inode = 0, inode
+        self._lines: list[bytes] = []
+        """The event lines after the header, each whole (a torn or unreadable one was never acted on: left out)."""
+        self._stamp = stamp
 
     def _refresh(self) -> None:
-        """Read what was appended since the last look (all of it again when the file was replaced)."""
+        """Read the record again when it is another file or another version than the one read last."""
         try:
             stat = os.stat(self.file)
         except OSError:
             self._reset(None)
             return
-        if stat.st_ino != self._inode or stat.st_size < self._offset:
-            self._reset(stat.st_ino)
-        if stat.st_size == self._offset:
+        stamp = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+        if stamp == self._stamp:
             return
         with open(self.file, "rb") as handle:
-            handle.seek(self._offset)
             data = handle.read()
-        whole = data[: data.rfind(b"\n") + 1]  # a torn last line (killed mid-append) was never acted on
-        for line in whole.splitlines():
-            self._read_line(line)
-        self._offset += len(whole)
+        self._load(data[: data.rfind(b"\n") + 1], stamp)  # a torn last line (an older, appended record) is not read
 
-    def _read_line(self, line: bytes) -> None:
-        try:
-            event = json.loads(line)
-        except ValueError:
-            event = None
-        if self._offset == 0 and self._header is None:
-            self._header = event if isinstance(event, dict) else {}
-        elif isinstance(event, dict):  # a line that does not parse is a torn append, never acted on
-            _apply(self._entries, event)
+    def _load(self, data: bytes, stamp: tuple[int, int, int] | None) -> None:
+        self._reset(stamp)
+        lines = data.splitlines(keepends=True)
+        header = parse(lines[0]) if lines else None
+        self._header = header if isinstance(header, dict) else {}
+        events = [event for raw in lines[1:] if isinstance(event := parse(raw), dict)]
+        self._lines = [line(event) for event in events]
+        self._take(events)
+
+    def _take(self, events: list[dict[str, Any]]) -> None:
+        """Apply `events` (read or just written) to the entries; one naming a path outside the run directory is
+        never applied: no removal can reach it, and `outside` reports the record as damaged."""
+        for event in events:
+            outside = [rel for rel in event_paths(event) if not confined(rel)]
+            if outside:
+                self._outside.extend(outside)
+                continue
+            if FILE in event and not digested(event):
+                self._undigested.append(event[FILE])
+            apply(self._entries, event)
 
     # ---------------------------------------------------------------- writing (each before the change it records)
 
-    def add(self, kind: str, rel: str) -> None:
-        """A folder made (DIR), a temp about to be made (TEMP), a library's folder (OPEN), a nested run (RUN)."""
-        self._append([{kind: rel}])
+    def add(self, kind: str, *rels: str) -> None:
+        """Folders made (DIR), temps about to be made (TEMP), a library's files or folder (OPEN), nested runs (RUN):
+        one new version of the record for all of them."""
+        self._append([{kind: rel} for rel in rels])
 
     def add_file(self, rel: str, size: int, sha256: str) -> None:
         self._append([{FILE: rel, "size": size, "sha256": sha256}])
@@ -173,7 +220,7 @@ class Record:
         """Rewrite the record as one event per entry that still exists (and, for a file, only the version it
         holds): called when a run is claimed, by the one process that claims it."""
         entries = self.entries()
-        events: list[dict[str, Any]] = [self._header]
+        events: list[dict[str, Any]] = []
         for rel in sorted(entries, key=lambda r: r.split("/")):
             entry, path = entries[rel], self.root / rel
             if not (path.exists() or path.is_symlink()):
@@ -185,109 +232,72 @@ class Record:
             for size, sha in sorted(entry.versions):
                 if found is None or (size, sha) == found or found not in entry.versions:
                     events.append({FILE: rel, "size": size, "sha256": sha})
-        content = b"".join(_line(e) for e in events)
-        if self.file.read_bytes() == content:
+        lines = [line(e) for e in events]
+        if self.file.read_bytes() == line(self._header) + b"".join(lines):
             return  # a re-run that changed nothing changes no byte of the record either
-        tmp = self.root / f"{RECORD}.{secrets.token_hex(4)}.tmp"
-        self.add(TEMP, tmp.name)
-        self._replace_with(tmp, content)
+        with self._writing():
+            self._write(self._header, lines)
+        self._stamp = None  # read back whole: the entries are the compacted ones
 
     def restore(self, content: bytes) -> None:
         """Put back the record as it was (`content`), once what was recorded since is gone again."""
-        tmp = self.root / f"{RECORD}.{secrets.token_hex(4)}.tmp"
-        self.add(TEMP, tmp.name)
-        self._replace_with(tmp, content)
-
-    def _replace_with(self, tmp: Path, content: bytes) -> None:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        try:
-            _write_all(fd, content)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.file)
+        lines = content.splitlines(keepends=True)
+        header = parse(lines[0])
+        with self._writing():  # byte for byte: its header names a draft already used, so free again
+            self._write(header, lines[1:], header.get("draft") if isinstance(header, dict) else None)
+        self._stamp = None
 
     def _append(self, events: list[dict[str, Any]]) -> None:
+        """The record with `events` added, written as a new file renamed over the old one: never appended in place,
+        so a hard link to the record (a `cp -al` snapshot of the run) keeps the version it links to."""
         if not events:
             return
-        data = b"".join(_line(e) for e in events)
+        with self._writing():
+            self._refresh()
+            if not self.exists():
+                raise UserError(f"{self.file} disappeared while bertkit was writing {self.root}: without it bertkit "
+                                f"cannot tell its files from others'. Move {self.root} aside and re-run the command.")
+            self._write(self._header, [*self._lines, *(line(e) for e in events)])
+            self._take(events)
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """One writer of the record at a time (the processes of a multi-process run record into one record): an
+        OS lock on the run directory itself, held from reading the record to renaming its new version in."""
+        fd = os.open(self.root, os.O_RDONLY)
         try:
-            fd = os.open(self.file, os.O_RDWR | os.O_APPEND)
-        except FileNotFoundError:
-            raise UserError(f"{self.file} disappeared while bertkit was writing {self.root}: without it bertkit cannot "
-                            f"tell its files from others'. Move {self.root} aside and re-run the command.") from None
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
+    def _write(self, header: dict[str, Any], lines: list[bytes], next_draft: str | None = None) -> None:
+        """`header` (announcing the next draft's name: `next_draft`, else a fresh one) and `lines` into the draft
+        the record on disk announces, fsynced, renamed over the record."""
+        draft = self.root / (self.draft() or _draft_name())  # an older record announces none: a fresh name
+        header = {**header, "draft": next_draft or _draft_name()}
+        with contextlib.suppress(FileNotFoundError):
+            draft.unlink()  # a draft a kill left before its rename: the record on disk announced it, so it is bertkit's
+        fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         try:
-            size = os.fstat(fd).st_size
-            if size and os.pread(fd, 1, size - 1) != b"\n":
-                data = b"\n" + data  # end a torn line first: it stays unreadable, this one does not
-            _write_all(fd, data)
+            _write_all(fd, line(header) + b"".join(lines))
             os.fsync(fd)
         finally:
             os.close(fd)
+        faults.kill_point("record.draft")
+        os.replace(draft, self.file)
+        stat = os.stat(self.file)
+        self._header, self._lines, self._stamp = header, list(lines), (stat.st_ino, stat.st_size, stat.st_mtime_ns)
 
 
-def _apply(entries: dict[str, Entry], event: dict[str, Any]) -> None:
-    """One event on the entries (see the module docstring); an event of another shape is ignored."""
-    if isinstance(event.get(FILE), str):
-        rel = event[FILE]
-        if rel not in entries or entries[rel].kind != FILE:
-            entries[rel] = Entry(FILE)
-        if isinstance(event.get("size"), int) and isinstance(event.get("sha256"), str):
-            entries[rel].versions.add((event["size"], event["sha256"]))
-    elif isinstance(event.get("copy"), str) and isinstance(event.get("to"), str) and event.get("as") in KINDS:
-        source, target = event["copy"], event["to"]
-        for rel in [r for r in entries if r == source or r.startswith(f"{source}/")]:
-            moved = target + rel[len(source):]
-            entries[moved] = entries[rel].copied(event["as"] if rel == source else None)
-    elif isinstance(event.get("gone"), str):
-        rel = event["gone"]
-        for key in [r for r in entries if r == rel or r.startswith(f"{rel}/")]:
-            del entries[key]
-    else:
-        for kind in (DIR, TEMP, OPEN, RUN):
-            if isinstance(event.get(kind), str):
-                entries[event[kind]] = Entry(kind)
-                return
-
-
-def _line(event: dict[str, Any]) -> bytes:
-    return json.dumps(event, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
+def _draft_name() -> str:
+    return f"{RECORD}.{secrets.token_hex(4)}.tmp"
 
 
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
-
-
-# ---------------------------------------------------------------- digests
-
-
-_DIGESTS: dict[tuple[int, int, int, int], tuple[int, str]] = {}
-"""(device, inode, size, mtime) -> (size, sha256): a file is hashed once per process while it is unchanged (a
-rename keeps all four: a temp file's digest is its final file's)."""
-
-
-def file_digest(path: str | Path) -> tuple[int, str]:
-    """(size, sha256 hex) of the file at `path`."""
-    stat = os.stat(path)
-    key = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
-    if key not in _DIGESTS:
-        digest = hashlib.sha256()
-        with open(path, "rb") as handle:
-            for block in iter(lambda: handle.read(BLOCK), b""):
-                digest.update(block)
-        _DIGESTS[key] = (stat.st_size, digest.hexdigest())
-    return _DIGESTS[key]
-
-
-def matches(path: str | Path, entry: Entry) -> bool:
-    """Whether the file at `path` holds bytes bertkit recorded writing there (the size is checked first)."""
-    try:
-        size = os.stat(path).st_size
-        return any(s == size for s, _ in entry.versions) and file_digest(path) in entry.versions
-    except OSError:
-        return False
 
 
 # ---------------------------------------------------------------- the run directories this process writes

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from bertkit import __version__
 from bertkit.errors import UserError
-from bertkit.io import record
+from bertkit.io import record, runlock
 from bertkit.io.atomic import read_json_record, write_json_atomic
 from bertkit.io.faults import kill_point
 from bertkit.io.ownership import (
@@ -37,6 +37,7 @@ from bertkit.io.ownership import (
     STAGING,
     STORE_FORMAT,
     check_out_not_input,
+    damaged_message,
     foreign_message,
     read_json_or_none,
     remove_recorded,
@@ -47,6 +48,7 @@ from bertkit.io.ownership import (
     unrecorded_run_message,
 )
 from bertkit.io.record import RECORD, TEMP, Record
+from bertkit.io.runlock import LOCK
 from bertkit.io.trail import Compare
 
 log = logging.getLogger(__name__)
@@ -92,11 +94,12 @@ class RunDir:
             made_from = next((p for p in reversed([base, *base.parents]) if not p.exists()), None)
             record.note(record.RUN, base)  # a run inside a run being written (a trial, a quality run)
             base.mkdir(parents=True, exist_ok=True)
-            if Record.at(base).exists():
-                self.record_before = Record.at(base).file.read_bytes()
-            else:
-                Record.create(base, self.command)
+            _start_record(base, self.command)
+            runlock.hold(base, self.out, self.command)  # from here to the end of the run, no other run writes here
             record.track(base)
+            if Record.at(base).entry(LOCK) is None:
+                record.note_file(base / LOCK)
+            self.record_before = Record.at(base).file.read_bytes()
             if self.pending_swap:
                 _finish_swap(base)
             fresh = inspect_run_dir(self.out, self.command, overwrite=self.overwrite, compare=self.compare)
@@ -166,14 +169,26 @@ class RunDir:
                 rec.file.unlink()
                 _remove_made_folders(base, self.made_from if self.made == "folder" else None)
         record.untrack(base)
+        runlock.release(base)
         self.claimed = False
 
 
+def _start_record(base: Path, command: str) -> None:
+    """A record in `base` unless it has one (a run racing this one may have just made it: then that one is used)."""
+    if not Record.at(base).exists():
+        try:
+            Record.create(base, command)
+        except FileExistsError:
+            pass
+
+
 def _close(base: Path) -> None:
-    """The run in `base` is done: its record compacted (one line per entry), its writes no longer recorded."""
+    """The run in `base` is done: its record compacted (one line per entry), its writes no longer recorded, its
+    lock released."""
     if Record.at(base).exists():
         Record.at(base).compact()
     record.untrack(base)
+    runlock.release(base)
 
 
 def _remove_made_folders(base: Path, made_from: Path | None) -> None:
@@ -232,6 +247,7 @@ def _holds_own_run(base: Path, command: str, out: Path) -> bool:
     file changed since bertkit wrote it, another command's run, a run without a record."""
     if not base.is_dir():
         return False
+    runlock.check_free(base, out, command)  # a run writing here now: its files are in flux, say so first
     names = sorted(p.name for p in base.iterdir())
     rec = Record.at(base)
     owner = _read_marker(base, out) or rec.command() or (_legacy_owner(base) if names else None)
@@ -253,6 +269,8 @@ def _holds_own_run(base: Path, command: str, out: Path) -> bool:
             f"header), so bertkit cannot tell which files there are its own and leaves them alone. Choose another "
             f"--out, e.g. --out {suggest_out(out, command)}."
         )
+    if rec.damaged():
+        raise UserError(damaged_message(out, command, rec))
     check_only_bertkit_files(base, owner or command, out)
     return bool(content)
 
@@ -372,10 +390,10 @@ def _write_marker(path: Path, command: str) -> None:
 
 def _owned_names(base: Path) -> list[str]:
     """The outputs of the run in `base` (its recorded top-level entries that exist), without its marker, staging
-    folder, swap folder and temp files."""
+    folder, swap folder, lock (held while the swap moves the rest) and temp files."""
     entries = Record.at(base).entries()
     return sorted(rel for rel, entry in entries.items() if "/" not in rel and entry.kind != TEMP
-                  and rel not in (MARKER, STAGING, OLD) and ((base / rel).exists() or (base / rel).is_symlink()))
+                  and rel not in (MARKER, STAGING, OLD, LOCK) and ((base / rel).exists() or (base / rel).is_symlink()))
 
 
 def _move_entries(source: Path, target: Path) -> None:

@@ -7,15 +7,12 @@ here: `verify_model_folder` refuses a folder whose files are not the ones record
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
 from typing import Any
 
 from bertkit.encoding.reading import UNRECORDED, Reading, read_as_recorded
 from bertkit.errors import UserError
 from bertkit.io import atomic, digests
-
-log = logging.getLogger(__name__)
 
 MODEL_INFO = "bertkit_model.json"
 FORMAT = "bertkit-model/1"
@@ -24,9 +21,6 @@ LOADABLE_NAMES = frozenset({"config.json", "model.safetensors.index.json", "toke
                             "special_tokens_map.json", "vocab.txt", "vocab.json", "merges.txt", "added_tokens.json",
                             "spiece.model", "sentencepiece.bpe.model", "spm.model"})
 """Files a loader reads from a model folder: one the record does not list would be read unverified, so it is refused."""
-
-_noted: set[str] = set()
-"""Folders saved before records existed that this process has already said it cannot verify."""
 
 
 def write_model_info(folder: str | Path, info: dict[str, Any]) -> None:
@@ -85,7 +79,8 @@ def verify_model_folder(folder: str | Path) -> None:
 
 def record_problems(folder: Path) -> list[str]:
     """`file: why` for each way the folder differs from its record (empty: it is as saved). A folder bertkit did not
-    save (no record file) is not checked; one saved before records existed is used with a one-line note."""
+    save (no record file) is not checked; a record without the digests of the files is damaged (bertkit writes them
+    into every one, and one that lacks them could vouch for any bytes)."""
     file = folder / MODEL_INFO
     if not file.is_file():
         return []
@@ -95,8 +90,8 @@ def record_problems(folder: Path) -> list[str]:
         return [f"{MODEL_INFO}: not valid JSON ({exc})"]
     records = info.get("files") if isinstance(info, dict) else None
     if records is None:
-        _note_unrecorded(folder)
-        return []
+        return [f"{MODEL_INFO}: it records no size and sha256 of the folder's files (damaged: bertkit records them "
+                f"in every folder it saves)"]
     if not isinstance(records, dict) or not all(digests.is_record(r) for r in records.values()):
         return [f"{MODEL_INFO}: no valid record of the folder's files"]
     problems = [f"{name}: {why}" for name, why in digests.records_problems(folder, records)]
@@ -118,10 +113,3 @@ def _mismatch(folder: Path, detail: str) -> UserError:
         f"`bertkit export ... --out DIR`), then pass that folder."
     )
 
-
-def _note_unrecorded(folder: Path) -> None:
-    key = str(folder.resolve())
-    if key not in _noted:
-        _noted.add(key)
-        log.info("note: %s was saved before bertkit recorded file digests; its files are used unverified "
-                 "(re-save it with this bertkit to have them checked).", folder)

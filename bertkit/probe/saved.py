@@ -174,14 +174,10 @@ def _damaged_probe(file: Path, reason: str) -> UserError:
 
 
 def _verify_probe_weights(root: Path, meta: dict[str, Any]) -> None:
-    """probe.safetensors against the size and sha256 probe.json recorded when the probe was saved; a probe saved
-    before records existed is checked by its contents alone (`_read_probe_arrays`), with a note."""
+    """probe.safetensors against the size and sha256 probe.json recorded when the probe was saved; a probe.json
+    without them is damaged (bertkit records them with every probe it saves)."""
 
     record = (meta.get("files") or {}).get(PROBE_WEIGHTS) if isinstance(meta.get("files"), dict) else None
-    if "files" not in meta:
-        log.info("note: the probe in %s was saved before bertkit recorded file digests; its weights are checked by "
-                 "their contents only.", root)
-        return
     if not is_record(record):
         raise _damaged_probe(root / PROBE_META, f"its files record has no size and sha256 for {PROBE_WEIGHTS}")
     problem = record_problem(root / PROBE_WEIGHTS, record)

@@ -62,11 +62,11 @@ def write_predictions_csv(
 
 @contextlib.contextmanager
 def open_predictions_csv(path: Path, dataset: TextDataset, label_names: list[str], *, task: str = "single_label",
-                         threshold: float | list[float] = 0.5) -> Iterator[Any]:
+                         threshold: float | list[float] = 0.5, vouch: Any = None) -> Iterator[Any]:
     """`append(start, part, values, y_true=None)`: write the rows `part` (rows start.. of `dataset`, in order) and
     their outputs to a temp file next to `path`; on leaving the block it is renamed over `path` (atomic: a failure
     or a kill before that leaves the previous file as it was). The bytes are those of one `prediction_frame` of all
-    rows written with `to_csv` (an empty dataset: the header alone)."""
+    rows written with `to_csv` (an empty dataset: the header alone). `vouch`: see `atomic.atomic_path`."""
     header = True
 
     def append(start: int, part: TextDataset, values: np.ndarray, y_true: np.ndarray | None = None) -> None:
@@ -77,7 +77,7 @@ def open_predictions_csv(path: Path, dataset: TextDataset, label_names: list[str
         header = False
         faults.kill_point("predictions.window")
 
-    with atomic.atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8", newline="") as handle:
+    with atomic.atomic_path(path, vouch) as tmp, open(tmp, "w", encoding="utf-8", newline="") as handle:
         yield append
         if header:  # no rows: the header alone
             width = 1 if task == "regression" else len(label_names)

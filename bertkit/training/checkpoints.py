@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.errors import UserError
-from bertkit.io import atomic, disk, faults, ownership, record
+from bertkit.io import atomic, disk, faults, library_files, ownership, record
 from bertkit.models.card import CardFacts, write_model_card
 from bertkit.models.metadata import write_model_info
 
@@ -98,7 +98,8 @@ def save_checkpoint(accelerator: Any, out: Path, state: dict[str, Any], need_byt
     cleans (the temp folder's name is the main process's)."""
     folder = out / "checkpoints"
     final = folder / f"step-{state['global_step']}"
-    tmp = _on_main(accelerator, lambda: _start_folder(final, need_bytes))
+    expected = _saved_files(step_folders(out)[-1:]) or _state_files(accelerator)
+    tmp = _on_main(accelerator, lambda: _start_folder(final, need_bytes, expected))
     with _full_disk_cleanup(accelerator, tmp, need_bytes):
         accelerator.save_state(str(tmp), safe_serialization=True)
         accelerator.wait_for_everyone()
@@ -133,7 +134,8 @@ def save_model_folder(accelerator: Any, net: Any, tokenizer: Any, path: Path, ex
     linked = weight_files(same_weights_as) if same_weights_as is not None else []
     state_dict = None if linked else {k.removeprefix("model."): v for k, v in accelerator.get_state_dict(net).items()}
     if accelerator.is_main_process:
-        tmp = _start_folder(path, MODEL_FOLDER_MARGIN if linked else need_bytes)
+        tmp = _start_folder(path, MODEL_FOLDER_MARGIN if linked else need_bytes,
+                            _listed_files(path) or _listed_files(same_weights_as) or _model_folder_files(tokenizer))
         with _full_disk_cleanup(None, tmp, need_bytes):
             hf_logging.disable_progress_bar()  # loading turns transformers' bars back on; a one-file save needs none
             model = accelerator.unwrap_model(net).model
@@ -222,14 +224,61 @@ def file_digests(folder: Path) -> dict[str, dict[str, Any]]:
     return digests
 
 
-def _start_folder(final: Path, need_bytes: int) -> Path:
-    """A new temp folder next to `final` (recorded before it is made), once the disk can hold `need_bytes`."""
+def _start_folder(final: Path, need_bytes: int, expected: list[str]) -> Path:
+    """A new temp folder next to `final` (recorded before it is made), once the disk can hold `need_bytes`; the
+    files the libraries are expected to write there (`expected`) are recorded too, so a kill mid-save leaves only
+    files the record lists (a save with nothing to go by - the first of a run - records them once written)."""
     disk.check_free(final.parent, need_bytes)
     tmp = record.temp_name(final, folder=True)
     record.make_dirs(final.parent)
     record.note(record.TEMP, tmp)
     tmp.mkdir()
+    library_files.expect(tmp, expected)
     return tmp
+
+
+def _saved_files(folders: list[Path]) -> list[str]:
+    """The files the checkpoint folders `folders` list in their manifests (what the next save writes again)."""
+    found = [ownership.read_json_or_none(folder / MANIFEST) or {} for folder in folders]
+    return sorted({name for manifest in found if isinstance(manifest.get("files"), dict) for name in manifest["files"]})
+
+
+def _state_files(accelerator: Any) -> list[str]:
+    """The files `save_state` writes for this accelerator, by accelerate's own names (the first save of a run has
+    no earlier checkpoint to go by): each model, optimizer and scheduler, each process's RNG states, the scaler and
+    custom objects when there are. A name missed here is still recorded once the save is done; only a kill during
+    that save then leaves a file the next run names instead of removing."""
+    from accelerate.utils import constants
+
+    def numbered(stem: str, suffix: str, count: int) -> list[str]:
+        return [f"{stem}{'' if i == 0 else f'_{i}'}.{suffix}" for i in range(count)]
+
+    names = numbered(constants.SAFE_MODEL_NAME, "safetensors", len(getattr(accelerator, "_models", [])))
+    names += numbered(constants.OPTIMIZER_NAME, "bin", len(getattr(accelerator, "_optimizers", [])))
+    names += numbered(constants.SCHEDULER_NAME, "bin", len(getattr(accelerator, "_schedulers", [])))
+    names += [f"{constants.RNG_STATE_NAME}_{rank}.pkl" for rank in range(accelerator.num_processes)]
+    names += [f"custom_checkpoint_{i}.pkl" for i in range(len(getattr(accelerator, "_custom_objects", [])))]
+    return names + ([constants.SCALER_NAME] if getattr(accelerator, "scaler", None) is not None else [])
+
+
+MODEL_FOLDER_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+                      "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json")
+"""What `save_pretrained` of a model and a fast tokenizer write, by the libraries' names."""
+
+
+def _model_folder_files(tokenizer: Any) -> list[str]:
+    """The files a model folder's first save in a run writes (no earlier save of it lists them): the libraries'
+    names, the tokenizer's vocabulary files included. One missed is recorded once the save is done."""
+    vocab = getattr(tokenizer, "vocab_files_names", None)
+    names = [v for v in vocab.values() if isinstance(v, str)] if isinstance(vocab, dict) else []
+    return sorted({*MODEL_FOLDER_FILES, *names})
+
+
+def _listed_files(folder: Path | None) -> list[str]:
+    """The files a model folder saved earlier in this run lists (what the next save of it writes again)."""
+    listed = (ownership.read_json_or_none(folder / ownership.FILE_LIST) or {}) if folder is not None else {}
+    files = listed.get("files") if isinstance(listed, dict) else None
+    return [name for name in files if isinstance(name, str)] if isinstance(files, list) else []
 
 
 @contextmanager

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.errors import UserError
-from bertkit.io import atomic, ownership, record
+from bertkit.io import atomic, library_files, ownership, record
 from bertkit.options import config_dict
 from bertkit.training.loop import Session, TrainState
 from bertkit.training.options import FinetuneOptions
@@ -114,8 +114,8 @@ class Backend:
     """Every step up to this one is logged already (W&B, Trackio); 0: none."""
     finished: bool = False
     folder: Path | None = None
-    """The folder in the run directory the tracker's library writes (TensorBoard): recorded as the library's while
-    it is open, its files recorded with their digests once it is closed."""
+    """The folder in the run directory the tracker's library writes (TensorBoard): its files are recorded as the
+    library makes them (`library_files`), with their digests once it is closed."""
 
     def new_values(self, values: dict[str, float], step: int) -> dict[str, float]:
         return {k: v for k, v in values.items() if step > max(self.done.get(k, 0), self.done_before)}
@@ -242,11 +242,13 @@ def _tensorboard(session: Session, state: TrainState, name: str, saved: dict[str
 
     folder = session.out / TENSORBOARD
     earlier = folder.is_dir() and any(folder.glob("events.out.tfevents.*"))
-    record.note(record.OPEN, folder)  # the writer names its event files itself: the folder is its own until closed
+    record.make_dirs(folder)
+    before = library_files.listing(folder)
     tracker = TensorBoardTracker(TENSORBOARD, session.out, **({"purge_step": state.global_step + 1} if earlier else {}))
     tracker.start()
     if not saved:
         tracker.store_init_configuration(hparams)
+    library_files.note_new(folder, before)  # the writer names its event files itself: recorded once it made them
     return (Backend("tensorboard", tracker, folder=folder),
             {"logdir": str(Path(session.run.out) / TENSORBOARD), "run": name})
 
@@ -342,5 +344,5 @@ def _finish(backend: Backend, ok: bool) -> None:
     else:
         backend.tracker.finish()
     if backend.folder is not None:
-        record.seal(backend.folder)
+        library_files.seal_open(backend.folder)
 

@@ -9,7 +9,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from bertkit.io import atomic, disk, record
+from bertkit.io import atomic, disk, library_files, record
 from bertkit.scoring.table import LOWER_IS_BETTER
 from bertkit.training.checkpoints import replace_folder
 from bertkit.training.space import Dimension, SweepOptions
@@ -93,6 +93,8 @@ def copy_model(source: Path, target: Path) -> None:
     folder bertkit wrote)."""
     tmp = record.temp_name(target, folder=True)
     record.note(record.TEMP, tmp)
+    files = sorted(p.relative_to(source).as_posix() for p in source.rglob("*") if p.is_file())
+    library_files.expect(tmp, files)  # before they are linked in: a kill leaves only files the record lists
     shutil.copytree(source, tmp, copy_function=disk.link_or_copy)
     record.seal(tmp)
     replace_folder(tmp, target)
