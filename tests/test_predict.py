@@ -115,6 +115,13 @@ def test_evaluate_cli_reports_metrics(trained, tmp_path, toy_rows_module, write_
     assert table.exit_code == 0 and "mcc" in table.output and "confusion matrix" in table.output
 
 
+def test_evaluate_says_how_it_read_the_rows(trained, tmp_path, toy_rows_module, write_tsv):
+    data = write_tsv("dev.tsv", toy_rows_module, ("sentence", "label"))
+    result = runner.invoke(app, ["evaluate", "--model", str(trained), "--data", str(data), "--max-length", "16"])
+    assert result.exit_code == 0, result.output
+    assert "read at max length 16 tokens (longer rows keep their head)" in result.output
+
+
 def test_evaluate_refuses_labels_the_model_does_not_know(trained, write_tsv):
     data = write_tsv("odd.tsv", [("a film", "pos"), ("a movie", "meh")], ("sentence", "label"))
     result = runner.invoke(app, ["evaluate", "--model", str(trained), "--data", str(data)])
@@ -410,3 +417,17 @@ def test_predict_and_evaluate_run_and_record_int8(trained, tmp_path, toy_rows_mo
     fp32 = run_evaluate(EvaluateConfig(model=str(trained), data=str(data), precision="fp32"))
     assert run_evaluate(EvaluateConfig(model=str(trained), data=str(data))).dtype == auto_dtype  # the default
     assert fp32.dtype == "fp32" and abs(scored.metrics["accuracy"] - fp32.metrics["accuracy"]) <= 0.05
+
+
+def test_predict_says_how_it_read_the_rows(trained):
+    """The max length and truncation the rows were read with (as the model records them) are in the JSON and under
+    the table."""
+    shown = runner.invoke(app, ["predict", "--model", str(trained), "--text", "a wonderful film"])
+    assert shown.exit_code == 0, shown.output
+    # the fixture's run trained at finetune's default, 128 tokens, and its folder records it
+    assert "read at max length 128 tokens (longer rows keep their head)" in shown.output
+    as_json = runner.invoke(app, ["predict", "--model", str(trained), "--text", "a wonderful film", "--json",
+                                  "--max-length", "16"])
+    assert as_json.exit_code == 0, as_json.output
+    document = json.loads(as_json.stdout)
+    assert document["max_length"] == 16 and document["truncation"] == "head" and "pooling" not in document

@@ -272,7 +272,8 @@ def show_predictions(result: PredictResult, cfg: PredictConfig, view: View,
     task = result.task
     if view.json:
         rest = {"task": task, **({"threshold": result.threshold} if task == "multi_label" else {}), "out": cfg.out,
-                "dtype": result.dtype}
+                "dtype": result.dtype, "max_length": result.max_length, "truncation": result.truncation,
+                **({"pooling": result.pooling} if result.pooling else {})}
         if stream is None:  # the result holds every row
             stream = PredictionsJson()
             stream(dataset, SimpleNamespace(task=task, label_names=names, values=proba), labels)
@@ -282,10 +283,18 @@ def show_predictions(result: PredictResult, cfg: PredictConfig, view: View,
     header, rows = _prediction_rows(task, list(dataset.texts[:shown]), labels[:shown], proba[:shown], names)
     out_console.print(table(f"{len(dataset)} prediction(s)" + (f" (first {shown})" if shown < len(dataset) else ""),
                             header, rows))
+    info(reading_line(result), view.quiet)
     if cfg.out:
         columns = {"regression": "predicted", "multi_label": "predicted (tags joined by |), p_<tag>"}.get(
             task, "predicted, confidence, p_<label>")
         info(f"wrote {cfg.out} ({len(dataset)} rows, columns: {columns})", view.quiet)
+
+
+def reading_line(result: PredictResult) -> str:
+    """How the rows were read: the max length and truncation (and a probe's features), in the model's precision."""
+    features = f"; features: {result.pooling}" if result.pooling else ""
+    return (f"read at max length {result.max_length} tokens (longer rows keep their {result.truncation}){features}, "
+            f"{result.dtype}")
 
 
 def _prediction_json(task: str, text: str, label: Any, p: Any, names: list[str]) -> dict[str, Any]:
@@ -323,6 +332,7 @@ def show_evaluate(result: EvaluateResult, cfg: EvaluateConfig, view: View) -> No
                              for k, v in metrics.headline(result.metrics).items()]))
     if result.note:
         info(f"note: {result.note}", view.quiet)
+    info(f"read at max length {result.max_length} tokens (longer rows keep their {result.truncation})", view.quiet)
     plot = {"regression": "scatter.png", "multi_label": "per_label_f1.png"}.get(result.task, "confusion_matrix.png")
     if result.task == "multi_label":
         out_console.print(table(f"per tag (threshold {result.threshold})", ["tag", "F1", "precision", "recall",

@@ -84,6 +84,12 @@ class PredictResult:
     out: str | None
     dtype: str
     """The precision the model ran in (fp32, bf16, fp16, int8; onnx/onnx-int8 for an export)."""
+    max_length: int | None = None
+    """The tokens a row was read with (as the model or probe records, unless --max-length said otherwise)."""
+    truncation: str | None = None
+    """Which tokens an over-long row kept (head, tail, head+tail)."""
+    pooling: str | None = None
+    """With --probe: the features the probe reads (pool, layers), as its record says."""
     dataset: Any = field(default=None, metadata={"json": False})
     labels: list[Any] = field(default_factory=list)
     proba: Any = field(default=None, metadata={"json": False})
@@ -137,7 +143,19 @@ def run(cfg: PredictConfig, *, recipe: str | None = None, progress: bool = False
                 on_window(part, outputs, predicted)
     head = np.concatenate(values) if values else np.zeros((0, reader.width), np.float32)
     return PredictResult(reader.label_map.task, reader.label_names, reader.threshold, cfg.out, reader.precision,
-                         dataset, labels, head)
+                         cfg.max_length, cfg.truncation or LongText.truncation, probe_pooling(cfg), dataset, labels,
+                         head)
+
+
+def probe_pooling(cfg: Any) -> str | None:
+    """'POOL, layers L' of the --probe's features, as its record says (None for --model)."""
+    if getattr(cfg, "probe", None) is None:
+        return None
+    from bertkit.features.settings import Pooling
+    from bertkit.probe.saved import load_probe
+
+    pooling = Pooling.from_json(load_probe(cfg.probe).meta)
+    return f"{pooling.pool}, layers {pooling.layers_option()}"
 
 
 def check_model_inputs(cfg: Any) -> None:
