@@ -184,3 +184,18 @@ def test_finetune_summary_names_its_best_metric_once(capsys):
     show_finetune(result, View(quiet=True))
     line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("best "))
     assert line.count("accuracy") == 1 and "()" not in line and "at step 4; 12.0 train samples/s" in line, line
+
+
+def test_finetune_summary_says_how_many_dev_rows_the_best_score_is_on(capsys):
+    from types import SimpleNamespace
+
+    from bertkit.cli.output import View
+    from bertkit.cli.show_training import show_finetune
+
+    summary = {"best_metric_name": "accuracy", "best_metric": 0.9, "best_step": 4, "train_samples_per_second": 12.0,
+               "best_dev": {"n": 872, "accuracy": 0.9, "f1": 0.8}, "outputs": {}, "global_step": 8}
+    result = SimpleNamespace(is_main_process=True, metrics=summary, notes=[], already_finished=False, restored=None,
+                             epoch_table=[], out="runs/x")
+    show_finetune(result, View(quiet=True))
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("best "))
+    assert "at step 4 on 872 dev rows (f1 0.800)" in line, line

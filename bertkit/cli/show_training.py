@@ -40,9 +40,10 @@ def show_finetune(result: Any, view: View) -> None:
     others = [f"{k} {format_score(best[k])}" for k in shown if k != summary["best_metric_name"]]  # it is named once
     others += [f"threshold {best['threshold']}"] if "threshold" in best else []
     also = f" ({', '.join(others)})" if others else ""
+    rows = f" on {best['n']:,} dev rows" if isinstance(best.get("n"), int) else ""
     out_console.print(
         f"best {summary['best_metric_name']} {format_score(summary['best_metric'])} at step {summary['best_step']}"
-        f"{also}; {summary['train_samples_per_second']:.1f} train samples/s",
+        f"{rows}{also}; {summary['train_samples_per_second']:.1f} train samples/s",
         highlight=False,
     )
     for role in ("best", "final"):  # labelled --test data, scored with that model's weights
