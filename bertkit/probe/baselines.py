@@ -139,13 +139,13 @@ def losing_to_baselines(best_where: str, score: float, baselines: dict[str, Any]
                         searched_all: bool) -> list[str]:
     """A warning line, with the fix, for each yardstick the best cell does not beat (TF-IDF on the raw text, the same
     encoder with random weights), when it ran; `searched_all`: every pooling and layer was probed already."""
-    wider = "" if searched_all else "; probe more cells: --pool cls,mean,max --layers all"
+    wider = "" if searched_all else "probe every pooling and layer (--pool cls,mean,max --layers all), "
     problems = {
-        "tfidf": ("TF-IDF on the raw text", "the frozen features add nothing over word counts here. Fine-tune the "
-                  "encoder instead (`bertkit finetune`), or try a stronger --model" + wider),
+        "tfidf": ("TF-IDF on the raw text", f"the frozen features add nothing over word counts here. Fix: {wider}"
+                  "fine-tune the encoder (`bertkit finetune`) or try a stronger --model"),
         "random_encoder": ("the same encoder with random weights", "the pretrained weights add nothing at this cell. "
-                           "Check that --model is the trained model you meant and --max-length covers the texts, or "
-                           "fine-tune (`bertkit finetune`)" + wider),
+                           "Fix: check that --model is the trained model you meant and --max-length covers the "
+                           f"texts, {wider}or fine-tune (`bertkit finetune`)"),
     }
     lines = []
     for key, (what, fix) in problems.items():
