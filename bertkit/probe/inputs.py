@@ -351,7 +351,7 @@ def default_cells(cfg: Any, model: str, shape: tuple[int, int], rows: int) -> tu
         return pools, layers, None
     size = rows * len(pools) * states * hidden * 4
     return pools, layers, (
-        f"default: {' over '.join(chosen)} - {len(pools) * states} probes on one feature pass; the features take "
+        f"default: {' over '.join(chosen)} - {len(pools) * states} probe{'s' * (len(pools) * states > 1)} on one feature pass; the features take "
         f"{_size(size)} in memory ({rows:,} rows x {states} states x {hidden} float32 per pooling). --pool and "
         f"--layers choose others (e.g. --layers -1 for large data).")
 
