@@ -548,3 +548,14 @@ def test_no_baseline_warning_when_the_best_cell_beats_them():
     lines = probe_baselines.losing_to_baselines("mean layer 3", 0.6, scores, "accuracy", True)
     assert len(lines) == 2 and "random weights (0.600)" in lines[1] and "--layers all" not in lines[0]
     assert probe_baselines.losing_to_baselines("cls layer 2", 0.1, {}, "accuracy", False) == []
+
+
+def test_probe_on_the_packaged_minilm_defaults_to_cls_and_mean_over_its_seven_hidden_states(toy_files):
+    train, dev = toy_files
+    result = invoke("probe", "--data", train, "--dev", dev, "--no-baselines", "--json", "-q")  # minilm-offline
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    names = ["embeddings"] + [f"layer {i}" for i in range(1, 7)]
+    assert [(r["pool"], r["layer_name"]) for r in report["sweep"]] == [(p, n) for p in ("cls", "mean") for n in names]
+    assert any(n.startswith("default: cls and mean (the model's sentence-transformers pooling, 1_Pooling/config.json)")
+               for n in report["notes"])
