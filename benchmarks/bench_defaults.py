@@ -5,7 +5,8 @@ each other:
 
   majority       always the most frequent dev class (the bar every run must clear; MCC 0)
   tfidf          TF-IDF + logistic regression on the raw text (`bertkit probe`'s baseline)
-  probe          a logistic-regression probe on the frozen encoder's [CLS] features (`bertkit probe`, defaults)
+  probe          a logistic-regression probe on the frozen encoder's [CLS] features of the last layer (`bertkit
+                 probe --pool cls --layers -1`: its default until issue 44, pinned so the recorded row reproduces)
   finetune runs  the default model (minilm-offline) with the old default lr 5e-5 and the new default `--lr auto`,
                  for 1 epoch and for the default epochs (3): dev accuracy/F1/MCC of best/, how many dev rows were
                  predicted per class, the baseline warning's note if any, the wall time, and the run folder's disk
@@ -99,7 +100,7 @@ def run_finetune(task: str, lr: str, epochs: int, out: Path) -> dict[str, Any]:
 def run_probe(task: str, out: Path) -> dict[str, Any]:
     from bertkit.commands.probe import ProbeConfig, run
 
-    cfg = ProbeConfig(**TASKS[task], limit=ROWS, out=str(out), seed=42)
+    cfg = ProbeConfig(**TASKS[task], limit=ROWS, out=str(out), seed=42, pool="cls", layers="-1")
     started = time.perf_counter()
     run(cfg, progress=False)
     return probe_row(json.loads((out / "metrics.json").read_text()), time.perf_counter() - started)

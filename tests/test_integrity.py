@@ -739,8 +739,8 @@ def test_probe_features_cached_in_the_run_are_verified_and_computed_again_once_d
     """A cached features file whose bytes changed is one the run's record does not vouch for: the re-run is refused
     naming it (bertkit replaces only its own bytes); deleted, as the message says, it is computed again."""
     out = tmp_path / "run"
-    argv = ["probe", "--model", str(tiny_bert_dir), "--data", str(data), "--out", str(out), "--no-baselines",
-            "--json", "--quiet"]
+    argv = ["probe", "--model", str(tiny_bert_dir), "--data", str(data), "--out", str(out), "--layers", "-1",
+            "--no-baselines", "--json", "--quiet"]
     first = runner.invoke(app, argv)
     assert first.exit_code == 0, first.output
     cached = out / "features" / "train-cls-2.npy"

@@ -415,7 +415,7 @@ def test_probe_reads_long_texts_as_asked_and_its_saved_probe_does_too(tiny_bert_
     out = tmp_path / "probe"
     result = runner.invoke(app, ["probe", "--model", str(tiny_bert_dir), "--data", str(train), "--dev", str(dev),
                                  "--max-length", "64", "--long-text", "chunk", "--stride", "16", "--pool", "mean",
-                                 "--no-baselines", "--precision", "fp32", "--out", str(out), "--quiet", "--json"])
+                                 "--layers", "-1", "--no-baselines", "--precision", "fp32", "--out", str(out), "--quiet", "--json"])
     assert result.exit_code == 0, result.output
     ds = load_dataset_split(EmbedConfig(data=str(dev), out="x"), str(dev), need_labels=False)
     cached = np.load(out / "features" / "dev-mean-2.npy")
@@ -430,7 +430,8 @@ def test_probe_reads_long_texts_as_asked_and_its_saved_probe_does_too(tiny_bert_
     np.testing.assert_array_equal(ids, saved.predict(direct))
 
     tail = runner.invoke(app, ["probe", "--model", str(tiny_bert_dir), "--data", str(train), "--dev", str(dev),
-                               "--max-length", "64", "--truncation", "tail", "--no-baselines", "--precision", "fp32",
+                               "--max-length", "64", "--truncation", "tail", "--pool", "cls", "--layers", "-1",
+                               "--no-baselines", "--precision", "fp32",
                                "--out", str(tmp_path / "tail"), "--quiet", "--json"])
     assert tail.exit_code == 0, tail.output
     np.testing.assert_allclose(np.load(tmp_path / "tail" / "features" / "dev-cls-2.npy")[:, 0],

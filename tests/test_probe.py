@@ -200,8 +200,9 @@ def test_cli_table_marks_best_and_lists_baselines(tiny_bert_dir, toy_files, tmp_
     result = invoke("probe", "--model", tiny_bert_dir, "--data", train, "--dev", dev, "--quiet", "--cv", "2",
                     "--C-grid", "0.1,1")
     assert result.exit_code == 0, result.output
-    assert "layer 2 *" in result.stdout
-    for text in ("majority class", "TF-IDF + LR", "random-init encoder", "best: cls layer 2"):
+    best = result.stdout.split("best: cls ")[1].split(",")[0]  # the default probes every layer
+    assert f"{best} *" in result.stdout and result.stdout.count(" * ") == 1
+    for text in ("majority class", "TF-IDF + LR", "random-init encoder"):
         assert text in result.stdout
 
 
@@ -384,8 +385,8 @@ def test_probe_inputs_from_a_float32_store_are_views_of_its_mapping(tiny_bert_di
 def test_probe_extracts_in_int8_records_it_and_its_saved_probe_predicts_in_int8(tiny_bert_dir, toy_files, tmp_path):
     train, dev = toy_files
     out = tmp_path / "run"
-    result = invoke("probe", "--model", tiny_bert_dir, "--data", train, "--dev", dev, "--pool", "mean",
-                    "--precision", "int8", "--out", out, "--quiet", "--json")
+    result = invoke("probe", "--model", tiny_bert_dir, "--data", train, "--dev", dev, "--pool", "mean", "--layers",
+                    "-1", "--precision", "int8", "--out", out, "--quiet", "--json")
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert report["dtype"] == "int8" and set(report["baselines"]) == {"majority", "tfidf", "random_encoder"}
@@ -455,3 +456,106 @@ def test_probe_result_records_are_typed_and_write_back_the_json_they_were_read_f
     assert result.repeats is not None and result.repeats.spreads["accuracy"].std == 0.05
     written = json_module.loads(to_json({k: getattr(result, k) for k in record}))
     assert written == record
+
+
+# ---------------------------------------------------------------- defaults that learn (issue 44)
+
+
+def test_the_packaged_minilm_folder_says_it_was_trained_with_mean_pooling(tmp_path, tiny_bert_dir):
+    from bertkit.models.trained_pooling import trained_pooling
+
+    assert trained_pooling("minilm-offline") == ("mean", "1_Pooling/config.json")
+    assert trained_pooling(str(tiny_bert_dir)) is None  # a plain transformers folder
+    assert trained_pooling("bert-base-uncased") is None  # a hub id: no folder to read here
+
+
+def test_default_cells_on_minilm_are_cls_and_its_mean_over_every_hidden_state():
+    from bertkit.probe.inputs import default_cells
+
+    cfg = ProbeConfig(data="train.tsv")
+    pools, layers, note = default_cells(cfg, "minilm-offline", (6, 384), 1000)
+    assert (pools, layers) == (["cls", "mean"], "all")
+    assert note is not None and note.startswith(
+        "default: cls and mean (the model's sentence-transformers pooling, 1_Pooling/config.json) over all 7 hidden "
+        "states (embeddings + 6 layers) - 14 probes")
+    assert "20.5 MiB" in note  # 1000 rows x 2 poolings x 7 states x 384 float32
+    explicit = ProbeConfig(data="train.tsv", pool="max", layers="-1")
+    assert default_cells(explicit, "minilm-offline", (6, 384), 1000) == (["max"], "-1", None)
+    pools, layers, note = default_cells(ProbeConfig(data="train.tsv", layers="2"), "minilm-offline", (6, 384), 10)
+    assert (pools, layers) == (["cls", "mean"], "2") and note is not None and "hidden states" not in note
+
+
+def sentence_transformers_copy(tiny_bert_dir: Path, root: Path, mode: str) -> Path:
+    """The tiny BERT's folder as a sentence-transformers folder whose Pooling module uses `mode`."""
+    import shutil
+
+    folder = shutil.copytree(tiny_bert_dir, root / "st-tiny")
+    (folder / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pool", "type": "sentence_transformers.models.Pooling"}]))
+    (folder / "1_Pool").mkdir()
+    (folder / "1_Pool" / "config.json").write_text(json.dumps(
+        {"word_embedding_dimension": 32, "pooling_mode_cls_token": False, "pooling_mode_mean_tokens": False,
+         "pooling_mode_max_tokens": False, f"pooling_mode_{mode}": True}))
+    return folder
+
+
+def test_probe_default_reads_the_pooling_from_the_folder_and_sweeps_every_layer(tiny_bert_dir, toy_files, tmp_path):
+    train, dev = toy_files
+    plain = invoke("probe", "--model", tiny_bert_dir, "--data", train, "--dev", dev, "--no-baselines", "--json", "-q")
+    assert plain.exit_code == 0, plain.output
+    report = json.loads(plain.stdout)
+    assert [(r["pool"], r["layer_name"]) for r in report["sweep"]] == [
+        ("cls", n) for n in ("embeddings", "layer 1", "layer 2")]
+    assert any(n.startswith("default: cls (the model folder records no sentence-transformers pooling) over all 3 "
+                            "hidden states") for n in report["notes"])
+
+    folder = sentence_transformers_copy(tiny_bert_dir, tmp_path, "max_tokens")
+    result = invoke("probe", "--model", folder, "--data", train, "--dev", dev, "--no-baselines", "--json", "-q")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert [r["pool"] for r in report["sweep"]] == ["cls"] * 3 + ["max"] * 3
+    assert any(n.startswith("default: cls and max (the model's sentence-transformers pooling, 1_Pool/config.json) "
+                            "over all 3 hidden states") for n in report["notes"])
+
+
+def test_explicit_pool_and_layers_probe_exactly_those_cells(tiny_bert_dir, toy_files, tmp_path):
+    train, dev = toy_files
+    folder = sentence_transformers_copy(tiny_bert_dir, tmp_path, "mean_tokens")
+    result = invoke("probe", "--model", folder, "--data", train, "--dev", dev, "--pool", "cls", "--layers", "-1",
+                    "--no-baselines", "--json", "-q")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert [(r["pool"], r["layer_name"]) for r in report["sweep"]] == [("cls", "layer 2")]
+    assert not any(n.startswith("default:") for n in report["notes"])
+
+
+def test_a_best_cell_that_loses_to_tfidf_is_called_out_with_the_fix(tiny_bert_dir, toy_files):
+    train, dev = toy_files  # words separate the toy rows; [CLS] of the embedding layer is one vector for every row
+    result = invoke("probe", "--model", tiny_bert_dir, "--data", train, "--dev", dev, "--pool", "cls", "--layers", "0",
+                    "--json", "-q")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["best"]["dev"]["accuracy"] < report["baselines"]["tfidf"]["accuracy"]
+    warning = next(n for n in report["notes"] if "does not beat TF-IDF" in n)
+    assert warning.startswith("warning: the best cell (cls embeddings, dev accuracy 0.500)")
+    assert "bertkit finetune" in warning and "--pool cls,mean,max --layers all" in warning
+
+
+def test_no_baseline_warning_when_the_best_cell_beats_them():
+    scores = {"tfidf": {"accuracy": 0.8}, "random_encoder": {"accuracy": 0.6}, "majority": {"accuracy": 0.9}}
+    assert probe_baselines.losing_to_baselines("mean layer 3", 0.85, scores, "accuracy", True) == []
+    lines = probe_baselines.losing_to_baselines("mean layer 3", 0.6, scores, "accuracy", True)
+    assert len(lines) == 2 and "random weights (0.600)" in lines[1] and "--layers all" not in lines[0]
+    assert probe_baselines.losing_to_baselines("cls layer 2", 0.1, {}, "accuracy", False) == []
+
+
+def test_probe_on_the_packaged_minilm_defaults_to_cls_and_mean_over_its_seven_hidden_states(toy_files):
+    train, dev = toy_files
+    result = invoke("probe", "--data", train, "--dev", dev, "--no-baselines", "--json", "-q")  # minilm-offline
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    names = ["embeddings"] + [f"layer {i}" for i in range(1, 7)]
+    assert [(r["pool"], r["layer_name"]) for r in report["sweep"]] == [(p, n) for p in ("cls", "mean") for n in names]
+    assert any(n.startswith("default: cls and mean (the model's sentence-transformers pooling, 1_Pooling/config.json)")
+               for n in report["notes"])

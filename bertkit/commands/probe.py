@@ -38,10 +38,14 @@ class ProbeConfig(LongTextOptions, MetricOptions, TaskOptions):
                                   panel=DATA)
     model: str | None = option(None, "Encoder for on-the-fly features (default minilm-offline); with --features it "
                                "must match the store.", panel=MODEL)
-    pool: str | None = option(None, "Poolings to compare: cls, mean, max, comma-separated (default cls, or the "
-                              "store's).", panel=MODEL)
-    layers: str | None = option(None, "Layers probed one by one: -1, a list like 0,3,6 (0 = embeddings), or all "
-                                "(default -1, or every layer in the store).", panel=MODEL)
+    pool: str | None = option(None, "Poolings to compare: cls, mean, max, comma-separated. Default with --data: cls "
+                              "plus the pooling the model was trained with (its sentence-transformers folder's: mean "
+                              "for minilm-offline); with --features: the store's.", panel=MODEL)
+    layers: str | None = option(None, "Layers probed one by one: -1, a list like 0,3,6 (0 = embeddings), or all. "
+                                "Default with --data: all (one feature pass, a fit per layer; the features take rows x "
+                                "poolings x (layers + 1) x hidden x 4 bytes of memory, 2 GiB for 100,000 rows of "
+                                "minilm-offline with cls,mean: give --layers -1 for large data); with --features: "
+                                "every layer in the store.", panel=MODEL)
     max_length: int | None = option(None, "Truncate inputs to this many tokens when extracting features (--data). "
                                     "Default: as a saved --model records it, else 128.", panel=MODEL, above=0)
     batch_size: int = option(64, "Rows per batch for feature extraction.", above=0)
@@ -94,7 +98,7 @@ class ProbeConfig(LongTextOptions, MetricOptions, TaskOptions):
 
     @property
     def pools(self) -> list[str]:
-        """--pool as a list (default: cls)."""
+        """--pool as a list (not given: cls; with --data, `probe.inputs.default_cells` adds the model's pooling)."""
         return [p.strip() for p in str(self.pool or "cls").split(",") if p.strip()]
 
     @property
@@ -152,7 +156,7 @@ def run(cfg: ProbeConfig, progress: bool = False) -> ProbeResult:
     plan = rundir.inspect_run_dir(cfg.out, "probe", overwrite=cfg.overwrite, compare=trail.config_compare(config_dict(cfg)),
                                   inputs=ownership.input_paths(cfg)) if cfg.out else None  # claimed once valid
     check_inputs(cfg, need_labels=True, models=(cfg.model or (OFFLINE_NAME if cfg.data else None),))  # before torch
-    from bertkit.probe.baselines import run_baselines
+    from bertkit.probe.baselines import losing_to_baselines, run_baselines
     from bertkit.probe.search import repeat_probe, score_probe, shape_kwargs, sweep_layers
     from bertkit.scoring.metrics import load_metrics
 
@@ -185,6 +189,9 @@ def run(cfg: ProbeConfig, progress: bool = False) -> ProbeResult:
                               **{k: v for k, v in best.row().items() if k in ("alpha", "threshold")})
     if cfg.baselines:
         result["baselines"] = run_baselines(cfg, inputs, best, names, cache, progress)
+        searched_all = len(inputs.train) == len(POOLS) and inputs.feature_meta.get("layers") == "all"
+        result["notes"] += losing_to_baselines(f"{best.pool} {best.layer_name}", best.metrics[metric],
+                                               result["baselines"], metric, searched_all)
     if cfg.repeats:
         result["repeats"] = repeat_probe(inputs.train[best.pool][:, best.layer], inputs.y_train,
                                          inputs.dev[best.pool][:, best.layer], inputs.y_dev, repeats=cfg.repeats,

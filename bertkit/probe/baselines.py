@@ -133,3 +133,24 @@ def random_encoder_features(cfg: Any, inputs: ProbeInputs, pool: str, index: int
                                prefix="random-")[pool][:, 0]
         for split in ("train", "dev")
     }
+
+
+def losing_to_baselines(best_where: str, score: float, baselines: dict[str, Any], metric: str,
+                        searched_all: bool) -> list[str]:
+    """A warning line, with the fix, for each yardstick the best cell does not beat (TF-IDF on the raw text, the same
+    encoder with random weights), when it ran; `searched_all`: every pooling and layer was probed already."""
+    wider = "" if searched_all else "probe every pooling and layer (--pool cls,mean,max --layers all), "
+    problems = {
+        "tfidf": ("TF-IDF on the raw text", f"the frozen features add nothing over word counts here. Fix: {wider}"
+                  "fine-tune the encoder (`bertkit finetune`) or try a stronger --model"),
+        "random_encoder": ("the same encoder with random weights", "the pretrained weights add nothing at this cell. "
+                           "Fix: check that --model is the trained model you meant and --max-length covers the "
+                           f"texts, {wider}or fine-tune (`bertkit finetune`)"),
+    }
+    lines = []
+    for key, (what, fix) in problems.items():
+        base = baselines.get(key, {}).get(metric)
+        if base is not None and not score > base:
+            lines.append(f"warning: the best cell ({best_where}, dev {metric} {score:.3f}) does not beat {what} "
+                         f"({base:.3f}): {fix}.")
+    return lines

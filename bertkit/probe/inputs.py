@@ -268,7 +268,8 @@ def _check_dev_targets_vary(splits: Any) -> None:
 
 def load_text_inputs(cfg: Any, cache_dir: Path | Callable[[], Path] | None, compute: Compute, progress: bool = False,
                      on_labels: Callable[[Any], None] | None = None) -> ProbeInputs:
-    """Read --data/--dev/--test and extract features for every --pool and --layers in one pass per split,
+    """Read --data/--dev/--test and extract features for every --pool and --layers (not given: `default_cells`) in
+    one pass per split,
     cached as `cache_dir/<split>-<pool>-<layers>.npy` (reused by a re-run with the same model and data), in
     `compute`'s precision (the command's one resolution of --precision; the encoder stays on the CPU).
 
@@ -289,9 +290,12 @@ def load_text_inputs(cfg: Any, cache_dir: Path | Callable[[], Path] | None, comp
                               pair=cfg.text_pair_column is not None)
     encoder = loading.load_encoder(model, cfg.trust_remote_code)
     cache_dir = cache_dir() if callable(cache_dir) else cache_dir
-    n_layers, _ = pooling.encoder_shape(encoder)
+    shape = pooling.encoder_shape(encoder)
+    n_layers = shape[0]
+    named = {"train": splits.train, "dev": splits.dev, **({"test": splits.test} if splits.test is not None else {})}
+    pools, layers, default_note = default_cells(cfg, model, shape, sum(len(ds) for ds in named.values()))
     # the layers every cell pools, concatenated; each cell pools its own way (probe.json records the best cell's)
-    spec = Pooling.from_json({"layers": cfg.layers or "-1", "normalize": cfg.normalize})
+    spec = Pooling.from_json({"layers": layers, "normalize": cfg.normalize})
     indices = spec.resolve(n_layers)
     dtype = compute.dtype
     if compute.precision == loading.INT8:
@@ -300,10 +304,9 @@ def load_text_inputs(cfg: Any, cache_dir: Path | Callable[[], Path] | None, comp
     meta = {"model": model, "revision": loading.model_revision(model), "max_length": cfg.max_length, **pooled,
             "architecture": type(encoder).__name__, "dtype": compute.precision, "compute": compute.to_json(),
             "trust_remote_code": cfg.trust_remote_code, **LongText.from_config(cfg).to_json()}
-    named = {"train": splits.train, "dev": splits.dev, **({"test": splits.test} if splits.test is not None else {})}
     features = {
-        name: cached_features(cache_dir, name, ds, meta, cfg.pools, indices,
-                              lambda ds=ds, pools=cfg.pools: extract.extract_pooled(
+        name: cached_features(cache_dir, name, ds, meta, pools, indices,
+                              lambda ds=ds: extract.extract_pooled(
                                   encoder, tokenizer, ds, pools=pools, layers=indices, max_length=cfg.max_length,
                                   batch_size=cfg.batch_size, dtype=dtype, normalize=cfg.normalize, progress=progress,
                                   long_text=LongText.from_config(cfg)))
@@ -313,10 +316,51 @@ def load_text_inputs(cfg: Any, cache_dir: Path | Callable[[], Path] | None, comp
     assert splits.dev is not None and lm is not None
     inputs = ProbeInputs(features["train"], features["dev"], lm.encode(splits.train.labels or [], "train"),
                          lm.encode(splits.dev.labels or [], f"The dev data {splits.dev.source}"), lm, list(indices),
-                         spec.layer_names(n_layers), meta, datasets=named, notes=list(splits.notes))
+                         spec.layer_names(n_layers), meta, datasets=named,
+                         notes=list(splits.notes) + ([default_note] if default_note else []))
     if splits.test is not None and splits.test.labels is not None:
         inputs.test, inputs.y_test = features["test"], lm.encode(splits.test.labels, f"The test data {splits.test.source}")
     return inputs
+
+
+DEFAULT_LAYERS = "all"
+"""--layers when it is not given with --data: every hidden state (one feature pass; a probe fit per layer)."""
+
+
+def default_cells(cfg: Any, model: str, shape: tuple[int, int], rows: int) -> tuple[list[str], str, str | None]:
+    """(poolings, --layers spec, the note saying what was chosen and why) for features extracted from --data. An
+    explicit --pool/--layers is kept as given; without --pool: `cls` plus the pooling the model was trained with
+    (a sentence-transformers folder's Pooling module); without --layers: every hidden state. The note (None when
+    both were given) names the choice and the memory the features take."""
+    from bertkit.models.trained_pooling import trained_pooling
+
+    n_layers, hidden = shape
+    chosen = []
+    pools = cfg.pools
+    if cfg.pool is None:
+        trained = trained_pooling(model)
+        pools = ["cls"] + ([trained[0]] if trained is not None and trained[0] != "cls" else [])
+        why = (f"the model's sentence-transformers pooling, {trained[1]}" if trained is not None else
+               "the model folder records no sentence-transformers pooling")
+        chosen.append(f"{' and '.join(pools)} ({why})")
+    layers = cfg.layers if cfg.layers is not None else DEFAULT_LAYERS
+    states = n_layers + 1 if layers == DEFAULT_LAYERS else len(parse_layers(layers) or [])
+    if cfg.layers is None:
+        chosen.append(f"all {states} hidden states (embeddings + {n_layers} layers)")
+    if not chosen:
+        return pools, layers, None
+    size = rows * len(pools) * states * hidden * 4
+    return pools, layers, (
+        f"default: {' over '.join(chosen)} - {len(pools) * states} probe{'s' * (len(pools) * states > 1)} on one feature pass; the features take "
+        f"{_size(size)} in memory ({rows:,} rows x {states} states x {hidden} float32 per pooling). --pool and "
+        f"--layers choose others (e.g. --layers -1 for large data).")
+
+
+def _size(size: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20)):
+        if size >= scale:
+            return f"{size / scale:.1f} {unit}"
+    return f"{size / 2**10:.0f} KiB"
 
 
 def cached_features(
