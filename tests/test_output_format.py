@@ -48,8 +48,8 @@ def test_large_numbers_get_thousands_separators_and_no_decimals():
 def fake_bench_report(labels: list[str]) -> dict:
     def model(label: str, params: int) -> dict:
         return {"label": label, "parameters": params, "size_mb_fp32": params * 4 / 1e6, "size_mb_fp16": params * 2 / 1e6,
-                "load_seconds": 1.234, "latency": {"model_ms": {"mean": 41.5, "p90": 48.0},
-                                                   "tokenize_ms": {"mean": 0.31}},
+                "load_seconds": 1.234, "latency": {"model_ms": {"mean": 43.0, "p50": 41.5, "p90": 48.0},
+                                                   "tokenize_ms": {"mean": 0.33, "p50": 0.31}},
                 "throughput": [{"batch_size": 32, "padding": "dynamic", "rows_per_s": 123.4, "tokens_per_s": 2700.0,
                                 "padding_share": 0.12, "batch_ms": {"p50": 250.0}, "iterations": 8}],
                 "train_step": {"step_ms": {"mean": 900.0}}}
@@ -65,7 +65,7 @@ def test_the_bench_summary_fits_100_columns_with_one_time_unit():
     lines = rendered(table("bench", turned_columns, turned_rows, measures_as_rows=True), width=200)
     assert max(len(line) for line in lines) <= 100
     assert cells_of(lines, "load ms")[1:] == ["1,234", "1,234"]
-    assert cells_of(lines, "train step ms")[1] == "900.0" and cells_of(lines, "b1 model ms")[1] == "41.5"
+    assert cells_of(lines, "train step ms")[1] == "900.0" and cells_of(lines, "b1 model ms (p50)")[1] == "41.5"
     assert cells_of(lines, "params (M)")[1:] == ["66.0", "109.0"]
     t_columns, t_rows = bench_report.throughput_rows(report)
     lines = rendered(table("throughput", t_columns, t_rows, formats={"rows/s": ",.1f", "tokens/s": ",.0f"},

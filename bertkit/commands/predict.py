@@ -15,6 +15,7 @@ from bertkit.data.options import DataOptions, blank_text_problems
 from bertkit.encoding.longtext import LongText
 from bertkit.encoding.reading import READ_AS_SAVED_HELP, LongTextOptions
 from bertkit.errors import raise_if_problems
+from bertkit.features.settings import Pooling
 from bertkit.models.compute import INFERENCE_PRECISION_HELP, INFERENCE_PRECISIONS
 from bertkit.models.preflight import check_inputs
 from bertkit.options import DATA, MODEL, OUTPUT, option
@@ -151,11 +152,10 @@ def probe_pooling(cfg: Any) -> str | None:
     """'POOL, layers L' of the --probe's features, as its record says (None for --model)."""
     if getattr(cfg, "probe", None) is None:
         return None
-    from bertkit.features.settings import Pooling
     from bertkit.probe.saved import load_probe
 
     pooling = Pooling.from_json(load_probe(cfg.probe).meta)
-    return f"{pooling.pool}, layers {pooling.layers_option()}"
+    return f"{pooling.pool}, layers {pooling.layers_option}"
 
 
 def check_model_inputs(cfg: Any) -> None:
