@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -119,7 +120,7 @@ def test_evaluate_says_how_it_read_the_rows(trained, tmp_path, toy_rows_module, 
     data = write_tsv("dev.tsv", toy_rows_module, ("sentence", "label"))
     result = runner.invoke(app, ["evaluate", "--model", str(trained), "--data", str(data), "--max-length", "16"])
     assert result.exit_code == 0, result.output
-    assert "read at max length 16 tokens (longer rows keep their head)" in result.output
+    assert re.search(r"read at max length 16 tokens: \d+ of \d+ rows were longer and kept their head", result.output)
 
 
 def test_evaluate_refuses_labels_the_model_does_not_know(trained, write_tsv):
@@ -420,14 +421,16 @@ def test_predict_and_evaluate_run_and_record_int8(trained, tmp_path, toy_rows_mo
 
 
 def test_predict_says_how_it_read_the_rows(trained):
-    """The max length and truncation the rows were read with (as the model records them) are in the JSON and under
-    the table."""
+    """The max length and truncation the rows were read with (as the model records them) and how many rows were cut
+    are under the table and in the JSON."""
     shown = runner.invoke(app, ["predict", "--model", str(trained), "--text", "a wonderful film"])
     assert shown.exit_code == 0, shown.output
     # the fixture's run trained at finetune's default, 128 tokens, and its folder records it
-    assert "read at max length 128 tokens (longer rows keep their head)" in shown.output
-    as_json = runner.invoke(app, ["predict", "--model", str(trained), "--text", "a wonderful film", "--json",
+    assert "read at max length 128 tokens: 0 of 1 rows were longer and kept their head" in shown.output
+    long = "a wonderful film , " * 6
+    as_json = runner.invoke(app, ["predict", "--model", str(trained), "--text", "good", "--text", long, "--json",
                                   "--max-length", "16"])
     assert as_json.exit_code == 0, as_json.output
     document = json.loads(as_json.stdout)
-    assert document["max_length"] == 16 and document["truncation"] == "head" and "pooling" not in document
+    assert (document["max_length"], document["truncation"], document["rows_cut"]) == (16, "head", 1)
+    assert "pooling" not in document

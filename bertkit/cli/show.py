@@ -273,6 +273,7 @@ def show_predictions(result: PredictResult, cfg: PredictConfig, view: View,
     if view.json:
         rest = {"task": task, **({"threshold": result.threshold} if task == "multi_label" else {}), "out": cfg.out,
                 "dtype": result.dtype, "max_length": result.max_length, "truncation": result.truncation,
+                "rows_cut": result.rows_cut,
                 **({"pooling": result.pooling} if result.pooling else {})}
         if stream is None:  # the result holds every row
             stream = PredictionsJson()
@@ -293,8 +294,15 @@ def show_predictions(result: PredictResult, cfg: PredictConfig, view: View,
 def reading_line(result: PredictResult) -> str:
     """How the rows were read: the max length and truncation (and a probe's features), in the model's precision."""
     features = f"; features: {result.pooling}" if result.pooling else ""
-    return (f"read at max length {result.max_length} tokens (longer rows keep their {result.truncation}){features}, "
-            f"{result.dtype}")
+    return f"{read_line(result.max_length, result.truncation, result.rows_cut, len(result.dataset))}{features}, " \
+           f"{result.dtype}"
+
+
+def read_line(max_length: int | None, truncation: str | None, cut: int | None, rows: int) -> str:
+    """'read at max length N tokens: K of R rows were longer and kept their head' (or read whole in windows)."""
+    if cut is None:
+        return f"read at max length {max_length} tokens, longer rows whole in overlapping windows"
+    return f"read at max length {max_length} tokens: {cut:,} of {rows:,} rows were longer and kept their {truncation}"
 
 
 def _prediction_json(task: str, text: str, label: Any, p: Any, names: list[str]) -> dict[str, Any]:
@@ -332,7 +340,7 @@ def show_evaluate(result: EvaluateResult, cfg: EvaluateConfig, view: View) -> No
                              for k, v in metrics.headline(result.metrics).items()]))
     if result.note:
         info(f"note: {result.note}", view.quiet)
-    info(f"read at max length {result.max_length} tokens (longer rows keep their {result.truncation})", view.quiet)
+    info(read_line(result.max_length, result.truncation, result.rows_cut, result.rows), view.quiet)
     plot = {"regression": "scatter.png", "multi_label": "per_label_f1.png"}.get(result.task, "confusion_matrix.png")
     if result.task == "multi_label":
         out_console.print(table(f"per tag (threshold {result.threshold})", ["tag", "F1", "precision", "recall",

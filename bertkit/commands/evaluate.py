@@ -70,6 +70,8 @@ class EvaluateResult:
     dtype: str
     """The compute precision the model ran in (`precision` is the macro precision metric in `metrics`)."""
     metrics: dict[str, Any]
+    rows_cut: int | None = None
+    """Rows longer than max_length, cut as `truncation` says (None: read whole in windows)."""
 
     @property
     def task(self) -> str:
@@ -111,6 +113,7 @@ def run(cfg: EvaluateConfig, *, progress: bool = False) -> EvaluateResult:
     check_inputs(cfg, need_labels=True, models=(cfg.model,), data_fields=("data",))  # then the inputs, before torch
     from bertkit.data.labels import check_tag_columns
     from bertkit.data.splits import load_dataset_split
+    from bertkit.encoding.encode import RowsCut
     from bertkit.models import infer, loading
     from bertkit.models.metadata import saved_threshold
     from bertkit.scoring import metrics, predictions
@@ -129,13 +132,15 @@ def run(cfg: EvaluateConfig, *, progress: bool = False) -> EvaluateResult:
     dataset = load_dataset_split(cfg, cfg.data or "", need_labels=True, task=label_map.task)
     check_tag_columns(label_map, dataset, f"model {cfg.model}")
     y = label_map.encode(dataset.labels or [], f"The data {dataset.source}")
-    reader = OutputReader(label_map, classifier_read(model, tokenizer, cfg, compute, progress),
-                          saved_threshold(cfg.model or ""))
+    counted = RowsCut()
+    reader = OutputReader(label_map, classifier_read(model, tokenizer, cfg, compute, progress, counted),
+                          saved_threshold(cfg.model or ""), counted=counted)
     outputs = reader.all_outputs(dataset)  # a few numbers per row; the texts are read a window at a time
     scores = score_outputs(outputs, y)
     metrics.add_requested(scores, cfg.metric_list, external, outputs.decisions(), y)
     result = EvaluateResult(cfg.model or "", dataset.source, dataset.fingerprint, cfg.max_length, cfg.long_text, cfg.truncation,
-                            infer.precision_of(model, compute), scores)
+                            infer.precision_of(model, compute), scores,
+                            None if cfg.long_text == "chunk" else counted.cut)
     if plan is not None:
         run_dir = plan.claim()
         trail.write_run_config(run_dir.path, "evaluate", config_dict(given), data_fingerprint=dataset.fingerprint)

@@ -91,6 +91,8 @@ class PredictResult:
     """Which tokens an over-long row kept (head, tail, head+tail)."""
     pooling: str | None = None
     """With --probe: the features the probe reads (pool, layers), as its record says."""
+    rows_cut: int | None = None
+    """Rows longer than max_length, cut as `truncation` says (None: read whole in windows)."""
     dataset: Any = field(default=None, metadata={"json": False})
     labels: list[Any] = field(default_factory=list)
     proba: Any = field(default=None, metadata={"json": False})
@@ -144,8 +146,8 @@ def run(cfg: PredictConfig, *, recipe: str | None = None, progress: bool = False
                 on_window(part, outputs, predicted)
     head = np.concatenate(values) if values else np.zeros((0, reader.width), np.float32)
     return PredictResult(reader.label_map.task, reader.label_names, reader.threshold, cfg.out, reader.precision,
-                         cfg.max_length, cfg.truncation or LongText.truncation, probe_pooling(cfg), dataset, labels,
-                         head)
+                         cfg.max_length, cfg.truncation or LongText.truncation, probe_pooling(cfg),
+                         None if cfg.long_text == "chunk" else reader.counted.cut, dataset, labels, head)
 
 
 def probe_pooling(cfg: Any) -> str | None:
@@ -186,10 +188,12 @@ def _csv_out(out: str | None, dataset: TextDataset, reader: OutputReader) -> Any
 def output_reader(cfg: Any, dataset: TextDataset, progress: bool) -> OutputReader:
     """A fine-tuned folder (--model) or a saved probe (--probe), loaded once, to run on `dataset`'s windows."""
     from bertkit.data.labels import LabelMap
+    from bertkit.encoding.encode import RowsCut
     from bertkit.models import infer, loading
     from bertkit.models.metadata import saved_threshold
     from bertkit.scoring.outputs import OutputReader, classifier_read
 
+    counted = RowsCut()  # rows read and cut at the max length, as the reader tokenizes them
     if getattr(cfg, "probe", None) is not None:
         from bertkit.probe.saved import load_probe, probe_compute, probe_reader
 
@@ -198,14 +202,14 @@ def output_reader(cfg: Any, dataset: TextDataset, progress: bool) -> OutputReade
         for note in notes:
             log.warning("%s", note)
         read = probe_reader(saved, compute, pair=dataset.pairs is not None, batch_size=cfg.batch_size,
-                            max_length=cfg.max_length, progress=progress)
+                            max_length=cfg.max_length, progress=progress, counted=counted)
         names = tuple(str(x) for x in saved.label_map.labels)
         if saved.task != "single_label":  # numbers or tags: shown as a fine-tuned model of that shape shows them
             return OutputReader(LabelMap(names, saved.task), lambda part: read(part)[1], saved.threshold,
-                                compute.precision)
-        return OutputReader(LabelMap(names), lambda part: read(part)[1], precision=compute.precision)
+                                compute.precision, counted)
+        return OutputReader(LabelMap(names), lambda part: read(part)[1], precision=compute.precision, counted=counted)
     compute = infer.inference_compute(cfg.model, cfg.precision)  # the one resolution of --precision for this run
     model, tokenizer, label_map = infer.load_for_inference(cfg.model, compute)
     loading.check_max_length(cfg.max_length, tokenizer, model.config, cfg.model, pair=dataset.pairs is not None)
-    return OutputReader(label_map, classifier_read(model, tokenizer, cfg, compute, progress),
-                        saved_threshold(cfg.model), infer.precision_of(model, compute))
+    return OutputReader(label_map, classifier_read(model, tokenizer, cfg, compute, progress, counted),
+                        saved_threshold(cfg.model), infer.precision_of(model, compute), counted)

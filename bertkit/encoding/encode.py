@@ -48,6 +48,19 @@ class Encoded:
         return int((self.full_lengths > self.max_length).sum())
 
 
+@dataclass
+class RowsCut:
+    """Rows read and rows cut at the max length, added up over the windows of rows a command reads (predict and
+    evaluate report it)."""
+
+    rows: int = 0
+    cut: int = 0
+
+    def add(self, rows: int, cut: int) -> None:
+        self.rows += rows
+        self.cut += cut
+
+
 PARALLELISM_ENV = "TOKENIZERS_PARALLELISM"
 _parallelism_set_here = False
 

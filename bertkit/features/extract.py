@@ -22,7 +22,7 @@ import torch
 from bertkit.data.dataset import TextDataset
 from bertkit.encoding import encode
 from bertkit.encoding.batches import ahead
-from bertkit.encoding.encode import Encoded
+from bertkit.encoding.encode import Encoded, RowsCut
 from bertkit.encoding.longtext import LongText
 from bertkit.features.pooling import encoder_shape, forward_features, pool_tokens, prune_applies
 from bertkit.features.settings import Pooling
@@ -148,7 +148,7 @@ def extract_features(encoder: Any, tokenizer: Any, dataset: TextDataset, *, pool
                      combine: str = "concat", max_length: int = 128, batch_size: int | str = 64,
                      dtype: torch.dtype = torch.float32, device: torch.device | str | None = None,
                      normalize: bool = False, progress: bool = False,
-                     long_text: LongText | None = None) -> np.ndarray:
+                     long_text: LongText | None = None, counted: RowsCut | None = None) -> np.ndarray:
     """Pooled features of every row, in the dataset's order: (n, dim), or (n, layers, dim) for layers="all".
 
     `batch_size` is rows per batch or "auto" (a padded-token budget from the model size). Texts longer than
@@ -160,8 +160,10 @@ def extract_features(encoder: Any, tokenizer: Any, dataset: TextDataset, *, pool
     device = torch.device(device) if device is not None else next(encoder.parameters()).device
     rows = None if str(batch_size) == "auto" else int(batch_size)
     with infer.closing(infer.progress_bar(len(dataset), "embed", progress, unit_of(long_text))) as bar:
-        features, _ = encode_features(encoder, tokenizer, dataset, spec, max_length=max_length, batch_size=rows,
-                                      device=device, dtype=dtype, bar=bar, long_text=long_text)
+        features, stats = encode_features(encoder, tokenizer, dataset, spec, max_length=max_length, batch_size=rows,
+                                          device=device, dtype=dtype, bar=bar, long_text=long_text)
+    if counted is not None:  # `counted`: rows read and cut at max_length, added up over calls
+        counted.add(stats.rows, stats.n_truncated)
     return features
 
 

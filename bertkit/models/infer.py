@@ -21,7 +21,7 @@ import torch
 from bertkit.data.dataset import TextDataset
 from bertkit.data.labels import LabelMap
 from bertkit.encoding.batches import ahead, pad_batch, restore_order, sorted_batches, token_budget_batches
-from bertkit.encoding.encode import Encoded, encode_for
+from bertkit.encoding.encode import Encoded, RowsCut, encode_for
 from bertkit.encoding.longtext import LongText
 from bertkit.models import loading, onnx, quantize
 from bertkit.models.compute import Compute
@@ -204,7 +204,8 @@ def closing(bar: Any):
 
 
 def classifier_logits(classifier: Any, tokenizer: Any, dataset: TextDataset, *, max_length: int, batch_size: int,
-                      precision: str, progress: bool = False, long_text: LongText | None = None) -> np.ndarray:
+                      precision: str, progress: bool = False, long_text: LongText | None = None,
+                      counted: RowsCut | None = None) -> np.ndarray:
     """Logits of a sequence classifier for every row of `dataset`, in its order (predict, evaluate, distill).
 
     Texts longer than `max_length` are cut (`long_text.truncation`; None: head), or with `long_text.mode` chunk read
@@ -224,6 +225,8 @@ def classifier_logits(classifier: Any, tokenizer: Any, dataset: TextDataset, *, 
         model.eval()
         net = classifier if isinstance(classifier, SequenceClassifier) else SequenceClassifier(model)
     windows = encode_for(tokenizer, dataset, max_length, long_text)
+    if counted is not None and not (long_text and long_text.chunked):  # chunked texts are read whole, never cut
+        counted.add(len(windows.encoded.lengths), windows.encoded.n_truncated)
     batches = sorted_batches(windows.encoded.lengths, batch_size)
     with closing(progress_bar(len(windows.owner), "predict", progress)) as bar:
         outputs = run_batches(lambda batch: net(**batch), windows.encoded, batches, model=model,

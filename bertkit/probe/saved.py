@@ -293,7 +293,7 @@ def probe_compute(saved: SavedProbe, precision: str = "auto") -> tuple[Compute, 
 
 def probe_reader(
     saved: SavedProbe, compute: Compute, *, pair: bool = False, batch_size: int = 64, max_length: int | None = None,
-    progress: bool = False,
+    progress: bool = False, counted: Any = None,
 ) -> Callable[[Any], tuple[np.ndarray, np.ndarray]]:
     """`predict_with_probe` with the encoder loaded once: a function of a dataset (rows with second texts when
     `pair`) giving its (label ids, outputs), called window by window on a large input (`bertkit predict`).
@@ -320,6 +320,7 @@ def probe_reader(
             max_length=window, batch_size=batch_size, dtype=compute.dtype, normalize=pooling.normalize,
             progress=progress,
             long_text=LongText.from_json(meta),  # probes saved before these settings were recorded read texts head-cut
+            counted=counted,
         )
         return _apply_probe(saved, np.asarray(features, dtype=np.float32).reshape(len(dataset), -1))
 

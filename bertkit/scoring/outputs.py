@@ -6,12 +6,13 @@ shape's metrics). predict, evaluate and export's gate read outputs through here,
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from bertkit.encoding import batches
+from bertkit.encoding.encode import RowsCut
 from bertkit.encoding.longtext import LongText
 from bertkit.models.compute import Compute
 from bertkit.scoring import metrics, predictions
@@ -61,6 +62,8 @@ class OutputReader:
     threshold: float | list[float] = 0.5
     precision: str = "fp32"
     """The precision the model runs in (`auto` resolved; int8 for dynamically quantized linear layers)."""
+    counted: RowsCut = field(default_factory=RowsCut)
+    """Rows read so far and how many of them were cut at the max length (filled by `read` as it tokenizes)."""
 
     @property
     def label_names(self) -> list[str]:
@@ -95,10 +98,10 @@ def score_outputs(outputs: Outputs, y: np.ndarray) -> dict[str, Any]:
     return result
 
 
-def classifier_read(model: Any, tokenizer: Any, cfg: Any, compute: Compute,
-                    progress: bool) -> Callable[[TextDataset], np.ndarray]:
+def classifier_read(model: Any, tokenizer: Any, cfg: Any, compute: Compute, progress: bool,
+                    counted: RowsCut | None = None) -> Callable[[TextDataset], np.ndarray]:
     """The function of a window of rows giving the loaded classifier's outputs, read as `cfg` and `compute` say
-    (window, batch, long texts cut or chunked; the precision resolved once)."""
+    (window, batch, long texts cut or chunked; the precision resolved once); `counted` adds up the rows cut."""
     return lambda part: predictions.predict_proba(
         model, tokenizer, part, progress=progress, max_length=cfg.max_length, batch_size=cfg.batch_size,
-        precision=compute.precision, long_text=LongText.from_config(cfg))
+        precision=compute.precision, long_text=LongText.from_config(cfg), counted=counted)
