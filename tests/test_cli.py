@@ -166,36 +166,29 @@ def test_old_option_name_dtype_still_works(tiny_bert_dir, demo_dir, tmp_path):
     assert json.loads(result.stdout)["dtype"] == "fp32"
 
 
-def test_finetune_summary_names_its_best_metric_once(capsys):
-    """`best accuracy 0.900 at step 4 (accuracy 0.900, f1 ...)` said it twice: the other scores follow it."""
+def _finetune_summary_line(capsys, best_dev: dict) -> str:
+    """The `best ...` line show_finetune prints for a run whose best dev scores are `best_dev`."""
     from types import SimpleNamespace
 
     from bertkit.cli.output import View
     from bertkit.cli.show_training import show_finetune
 
     summary = {"best_metric_name": "accuracy", "best_metric": 0.9, "best_step": 4, "train_samples_per_second": 12.0,
-               "best_dev": {"accuracy": 0.9, "f1": 0.8, "loss": 0.3}, "outputs": {}, "global_step": 8}
+               "best_dev": best_dev, "outputs": {}, "global_step": 8}
     result = SimpleNamespace(is_main_process=True, metrics=summary, notes=[], already_finished=False, restored=None,
                              epoch_table=[], out="runs/x")
     show_finetune(result, View(quiet=True))
-    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("best "))
+    return next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("best "))
+
+
+def test_finetune_summary_names_its_best_metric_once(capsys):
+    """`best accuracy 0.900 at step 4 (accuracy 0.900, f1 ...)` said it twice: the other scores follow it."""
+    line = _finetune_summary_line(capsys, {"accuracy": 0.9, "f1": 0.8, "loss": 0.3})
     assert line.count("accuracy") == 1 and "0.900" in line and "f1 0.800" in line, line
-    summary["best_dev"] = {"accuracy": 0.9}
-    show_finetune(result, View(quiet=True))
-    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("best "))
+    line = _finetune_summary_line(capsys, {"accuracy": 0.9})
     assert line.count("accuracy") == 1 and "()" not in line and "at step 4; 12.0 train samples/s" in line, line
 
 
 def test_finetune_summary_says_how_many_dev_rows_the_best_score_is_on(capsys):
-    from types import SimpleNamespace
-
-    from bertkit.cli.output import View
-    from bertkit.cli.show_training import show_finetune
-
-    summary = {"best_metric_name": "accuracy", "best_metric": 0.9, "best_step": 4, "train_samples_per_second": 12.0,
-               "best_dev": {"n": 872, "accuracy": 0.9, "f1": 0.8}, "outputs": {}, "global_step": 8}
-    result = SimpleNamespace(is_main_process=True, metrics=summary, notes=[], already_finished=False, restored=None,
-                             epoch_table=[], out="runs/x")
-    show_finetune(result, View(quiet=True))
-    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("best "))
+    line = _finetune_summary_line(capsys, {"n": 872, "accuracy": 0.9, "f1": 0.8})
     assert "at step 4 on 872 dev rows (f1 0.80" in line, line

@@ -146,18 +146,9 @@ def run(cfg: PredictConfig, *, recipe: str | None = None, progress: bool = False
                 on_window(part, outputs, predicted)
     head = np.concatenate(values) if values else np.zeros((0, reader.width), np.float32)
     return PredictResult(reader.label_map.task, reader.label_names, reader.threshold, cfg.out, reader.precision,
-                         cfg.max_length, cfg.truncation or LongText.truncation, probe_pooling(cfg),
+                         cfg.max_length, cfg.truncation or LongText.truncation, reader.features,
                          None if cfg.long_text == "chunk" else reader.counted.cut, dataset, labels, head)
 
-
-def probe_pooling(cfg: Any) -> str | None:
-    """'POOL, layers L' of the --probe's features, as its record says (None for --model)."""
-    if getattr(cfg, "probe", None) is None:
-        return None
-    from bertkit.probe.saved import load_probe
-
-    pooling = Pooling.from_json(load_probe(cfg.probe).meta)
-    return f"{pooling.pool}, layers {pooling.layers_option}"
 
 
 def check_model_inputs(cfg: Any) -> None:
@@ -204,10 +195,13 @@ def output_reader(cfg: Any, dataset: TextDataset, progress: bool) -> OutputReade
         read = probe_reader(saved, compute, pair=dataset.pairs is not None, batch_size=cfg.batch_size,
                             max_length=cfg.max_length, progress=progress, counted=counted)
         names = tuple(str(x) for x in saved.label_map.labels)
+        pooling = Pooling.from_json(saved.meta)
+        features = f"{pooling.pool}, layers {pooling.layers_option}"
         if saved.task != "single_label":  # numbers or tags: shown as a fine-tuned model of that shape shows them
             return OutputReader(LabelMap(names, saved.task), lambda part: read(part)[1], saved.threshold,
-                                compute.precision, counted)
-        return OutputReader(LabelMap(names), lambda part: read(part)[1], precision=compute.precision, counted=counted)
+                                compute.precision, counted, features)
+        return OutputReader(LabelMap(names), lambda part: read(part)[1], precision=compute.precision, counted=counted,
+                            features=features)
     compute = infer.inference_compute(cfg.model, cfg.precision)  # the one resolution of --precision for this run
     model, tokenizer, label_map = infer.load_for_inference(cfg.model, compute)
     loading.check_max_length(cfg.max_length, tokenizer, model.config, cfg.model, pair=dataset.pairs is not None)

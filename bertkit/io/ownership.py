@@ -170,12 +170,10 @@ def damaged_message(out: Path, command: str, rec: Record) -> str:
     parts = [f"{words} ({_listed(paths)})" for words, paths in (
         (f"names paths outside {out}, directly or through a link", rec.outside()), ("lists files without their size and sha256", rec.undigested()))
         if paths]
-    aside = out.with_name(f"{out.name}.old") if out.name else Path("old-run")
     return (
         f"--out {out} has a damaged record: {rec.file} {' and '.join(parts)}. bertkit removes or replaces only what "
         f"a record says it wrote inside the folder it describes, with the size and sha256 it wrote, so it trusts none "
-        f"of this one and has removed nothing. Move that run aside (e.g. `mv {out} "
-        f"{aside}`) and re-run, or choose another --out, e.g. --out {suggest_out(out, command)}."
+        f"of this one and has removed nothing. {_move_aside(out, command)}"
     )
 
 
@@ -186,14 +184,19 @@ def _listed(paths: list[str]) -> str:
 
 def unrecorded_run_message(out: Path, owner: str) -> str:
     """A run of `owner` made before bertkit kept records (or with its record removed)."""
-    aside = out.with_name(f"{out.name}.old") if out.name else Path("old-run")
     return (
         f"--out {out} holds a `bertkit {owner}` run without the record of the files bertkit wrote there ({RECORD}): "
         f"it was made by an older bertkit, or its record was removed. bertkit deletes or replaces only files its "
-        f"record says it wrote, so it does not guess which of these are its own (not even with --overwrite). Move "
-        f"that run aside (e.g. `mv {out} {aside}`) and re-run, or choose another --out, e.g. --out "
-        f"{suggest_out(out, owner)}."
+        f"record says it wrote, so it does not guess which of these are its own (not even with --overwrite). "
+        f"{_move_aside(out, owner)}"
     )
+
+
+def _move_aside(out: Path, command: str) -> str:
+    """The fix for a run bertkit will not touch: move it aside, or write elsewhere."""
+    aside = out.with_name(f"{out.name}.old") if out.name else Path("old-run")
+    return (f"Move that run aside (e.g. `mv {out} {aside}`) and re-run, or choose another --out, e.g. --out "
+            f"{suggest_out(out, command)}.")
 
 
 

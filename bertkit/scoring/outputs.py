@@ -64,6 +64,8 @@ class OutputReader:
     """The precision the model runs in (`auto` resolved; int8 for dynamically quantized linear layers)."""
     counted: RowsCut = field(default_factory=RowsCut)
     """Rows read so far and how many of them were cut at the max length (filled by `read` as it tokenizes)."""
+    features: str | None = None
+    """A saved probe's: the features it reads ('POOL, layers L', as its record says); None for a model."""
 
     @property
     def label_names(self) -> list[str]:
