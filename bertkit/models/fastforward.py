@@ -95,8 +95,6 @@ def encoder_layers(model: Any) -> list[Any]:
 
 
 @contextlib.contextmanager
-
-
 def first_layers(model: Any, keep: int | None) -> Iterator[None]:
     """Run an allowlisted model with only its first `keep` layers (None: all of them): its own embeddings, masks
     and layers, its output then being layer `keep`'s. BERT's pooler is skipped meanwhile (it would read that
@@ -219,8 +217,6 @@ def agreement(fast: Callable[[], torch.Tensor], own: Callable[[], torch.Tensor],
 
 
 @contextlib.contextmanager
-
-
 def float_weights(model: Any) -> Iterator[None]:
     """A model with bf16/fp16 weights computes in fp32 meanwhile (widening is exact, so is the narrowing back)."""
     dtype = next(model.parameters()).dtype
