@@ -69,11 +69,42 @@ def test_cv_path_matches_grid_search_on_the_same_folds():
 
     X, y = blobs(240, 10, gap=1.0, seed=3)
     grid = [0.001, 0.01, 0.1, 1.0, 10.0]
-    fit = probe_fit.fit_probe(X, y, cv=4, C_grid=grid, seed=0)
+    fit = probe_fit.fit_probe(X, y, cv=4, C_grid=grid, seed=0, criterion="accuracy")
     search = GridSearchCV(probe_fit.make_pipeline(1.0, None, 0), {"lr__C": grid}, cv=probe_fit.cv_folds(y, 4)).fit(X, y)
     ours = [r["mean"] for r in fit.cv_results or []]
     assert np.allclose(ours, search.cv_results_["mean_test_score"], atol=1e-9)
     assert fit.C == search.best_params_["lr__C"]
+
+
+def test_cv_chooses_C_by_log_loss_as_grid_search_scores_it():
+    """By default C minimises the K-fold log-loss: the same fold losses and the same C as GridSearchCV with
+    scoring="neg_log_loss" on the same folds."""
+    from sklearn.model_selection import GridSearchCV
+
+    X, y = blobs(240, 10, gap=1.0, seed=3)
+    grid = [0.001, 0.01, 0.1, 1.0, 10.0]
+    fit = probe_fit.fit_probe(X, y, cv=4, C_grid=grid, seed=0)
+    search = GridSearchCV(probe_fit.make_pipeline(1.0, None, 0), {"lr__C": grid}, cv=probe_fit.cv_folds(y, 4),
+                          scoring="neg_log_loss").fit(X, y)
+    ours = [r["log_loss"] for r in fit.cv_results or []]
+    assert np.allclose(ours, -search.cv_results_["mean_test_score"], atol=1e-4)  # warm starts: lbfgs tolerance
+    assert fit.C == search.best_params_["lr__C"]
+
+
+def test_log_loss_prefers_the_C_whose_probabilities_are_honest():
+    """Noisy labels: accuracy barely moves with C, but a weakly regularised probe is over-confident on the rows it
+    gets wrong; log-loss picks a smaller C than the largest, and never one with a worse held-out loss."""
+    X, y = blobs(400, 40, gap=0.4, seed=5)
+    grid = [0.0001, 0.001, 0.01, 0.1, 1.0, 10.0, 100.0]
+    fit = probe_fit.fit_probe(X, y, cv=5, C_grid=grid, seed=0)
+    losses = {r["C"]: r["log_loss"] for r in fit.cv_results or []}
+    assert losses[fit.C] == min(losses.values())
+    assert fit.C < 100.0 and losses[fit.C] < losses[100.0]
+
+
+def test_best_C_index_rejects_an_unknown_criterion():
+    with pytest.raises(ValueError, match="criterion"):
+        probe_fit.best_C_index([{"C": 1.0, "mean": 0.5, "std": 0.0, "log_loss": 0.7}], "f1")
 
 
 def test_cv_with_too_few_rows_per_class_is_a_user_error():

@@ -55,7 +55,7 @@ class ProbeConfig(LongTextOptions, MetricOptions, TaskOptions):
                              "alpha = 1/C, chosen by --cv 5 unless given).", panel=PROBE,
                              above=0)
     cv: int | None = option(None, "Choose C by K-fold cross-validation (data order; stratified for one label per "
-                            "row).", panel=PROBE,
+                            "row): the lowest held-out log-loss (the C whose probabilities are honest).", panel=PROBE,
                             minimum=2)
     C_grid: str | None = option(None, "C values for --cv, comma-separated, or `alammar` (linspace(0.0001, 100, 20)). "
                                 "Default: 0.001..10.", panel=PROBE)

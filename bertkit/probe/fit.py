@@ -86,13 +86,19 @@ def fit_probe(
     class_weight: str | None = None,
     seed: int = 42,
     task: str = "single_label",
+    criterion: str = "log_loss",
 ) -> ProbeFit:
     """Standardize + logistic regression on `X` (n, d) with label ids `y` (another `task`: ridge on numbers or
     one-vs-rest logistic regression on a 0/1 tag matrix, see `fit_shaped`).
 
-    With `cv`, C is chosen by K-fold cross-validated accuracy over `C_grid` (default `DEFAULT_C_GRID`; the
-    scaler is refit inside every fold, no leakage; ties go to the earlier grid value, as in GridSearchCV),
-    then the pipeline is refit on all of `X` with that C. Otherwise `C` (default 1.0) is used directly.
+    With `cv`, C is chosen over `C_grid` (default `DEFAULT_C_GRID`) by K-fold cross-validation (the scaler is refit
+    inside every fold, no leakage; ties go to the earlier grid value, as in GridSearchCV): by the lowest mean
+    log-loss (`criterion="log_loss"`, the default) or the highest mean accuracy (`"accuracy"`, GridSearchCV's
+    default scoring). Then the pipeline is refit on all of `X` with that C. Otherwise `C` (default 1.0) is used.
+
+    Why log-loss: accuracy is a step function of C that often ties across half the grid and says nothing about the
+    probabilities; the C with the best held-out log-loss is the one whose probabilities are honest, which is what the
+    reported calibration (ECE) and every threshold read downstream depend on.
 
     BLAS runs single-threaded here: for a d of a few hundred, multi-threaded OpenBLAS only adds overhead, and on
     a busy machine its spinning threads slow a fit down many times over.
@@ -107,8 +113,7 @@ def fit_probe(
         if cv is not None:
             grid = [float(c) for c in (C_grid or DEFAULT_C_GRID)]
             results = cross_validate_C(X, y, grid, cv, class_weight, seed)
-            best = max(range(len(grid)), key=lambda i: (round(results[i]["mean"], 12), -i))
-            C = grid[best]
+            C = grid[best_C_index(results, criterion)]
         model = make_pipeline(DEFAULT_C if C is None else float(C), class_weight, seed).fit(X, y)
     return ProbeFit(model, float(model.named_steps["lr"].C), results)
 
@@ -116,7 +121,8 @@ def fit_probe(
 def cross_validate_C(
     X: np.ndarray, y: np.ndarray, grid: Sequence[float], cv: int, class_weight: str | None, seed: int
 ) -> list[dict[str, float]]:
-    """Mean/std K-fold accuracy for every C of `grid` (same folds as `GridSearchCV(cv=K)`).
+    """Mean/std K-fold accuracy (`mean`, `std`) and mean log-loss (`log_loss`) for every C of `grid` (same folds as
+    `GridSearchCV(cv=K)`).
 
     Per fold, the C values are fitted in increasing order, each warm-started from the previous solution (the
     regularisation path): neighbouring C values have nearby optima, so lbfgs needs few iterations for each.
@@ -124,8 +130,10 @@ def cross_validate_C(
     from sklearn.linear_model import LogisticRegression
     from sklearn.preprocessing import StandardScaler
 
+    from sklearn.metrics import log_loss
+
     order = np.argsort(grid, kind="stable")
-    scores = np.zeros((cv, len(grid)))
+    scores, losses = np.zeros((cv, len(grid))), np.zeros((cv, len(grid)))
     for k, (tr, te) in enumerate(cv_folds(y, cv).split(X, y)):
         scaler = StandardScaler().fit(X[tr])
         X_tr, X_te = scaler.transform(X[tr]), scaler.transform(X[te])
@@ -133,9 +141,24 @@ def cross_validate_C(
                                 warm_start=True)
         for i in order:
             lr.set_params(C=float(grid[i])).fit(X_tr, y[tr])
-            scores[k, i] = float((lr.predict(X_te) == y[te]).mean())
-    return [{"C": float(c), "mean": float(scores[:, i].mean()), "std": float(scores[:, i].std())}
-            for i, c in enumerate(grid)]
+            proba = lr.predict_proba(X_te)
+            scores[k, i] = float((lr.classes_[proba.argmax(axis=1)] == y[te]).mean())
+            losses[k, i] = float(log_loss(y[te], proba, labels=lr.classes_))
+    return [{"C": float(c), "mean": float(scores[:, i].mean()), "std": float(scores[:, i].std()),
+             "log_loss": float(losses[:, i].mean())} for i, c in enumerate(grid)]
+
+
+CV_CRITERIA = ("log_loss", "accuracy")
+
+
+def best_C_index(results: Sequence[dict[str, float]], criterion: str = "log_loss") -> int:
+    """The grid position of the best C in `cross_validate_C`'s results: the lowest mean log-loss, or the highest mean
+    accuracy; ties (to 12 digits) go to the earlier grid value."""
+    if criterion not in CV_CRITERIA:
+        raise ValueError(f"criterion must be one of {CV_CRITERIA}; got {criterion!r}")
+    if criterion == "accuracy":
+        return max(range(len(results)), key=lambda i: (round(results[i]["mean"], 12), -i))
+    return min(range(len(results)), key=lambda i: (round(results[i]["log_loss"], 12), i))
 
 
 def _check_xy(X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
