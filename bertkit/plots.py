@@ -93,6 +93,25 @@ def confusion_matrix(matrix: Sequence[Sequence[int]], labels: Sequence[str], pat
     return _save(fig, path)
 
 
+def reliability_diagram(table: Sequence[dict], ece: float, path: Path, title: str) -> Path:
+    """Reliability diagram of a classifier's dev predictions: per confidence bin (`scoring.metrics.reliability_table`)
+    the accuracy against the mean confidence, the diagonal where they agree, and the rows per bin underneath (a bar
+    over few rows says little). Bars under the diagonal are over-confidence."""
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(4.5, 5.2), sharex=True, height_ratios=(3, 1))
+    centres = [(row["low"] + row["high"]) / 2 for row in table]
+    widths = [row["high"] - row["low"] for row in table]
+    top.bar(centres, [row["accuracy"] for row in table], width=widths, edgecolor="black", color="#4c72b0",
+            label="accuracy")
+    top.bar(centres, [row["confidence"] - row["accuracy"] for row in table], width=widths,
+            bottom=[row["accuracy"] for row in table], color="crimson", alpha=0.35, label="gap to confidence")
+    top.plot([0, 1], [0, 1], linestyle="--", color="grey", linewidth=1)
+    top.set(ylim=(0, 1), ylabel="accuracy", title=f"{title}\nECE {ece:.3f} (0 = calibrated)")
+    top.legend(loc="upper left", fontsize=8)
+    bottom.bar(centres, [row["n"] for row in table], width=widths, color="grey")
+    bottom.set(xlim=(0, 1), xlabel="confidence (top class probability)", ylabel="rows")
+    return _save(fig, path)
+
+
 def regression_scatter(y_true: Sequence[float], y_pred: Sequence[float], path: Path, title: str) -> Path:
     """True vs predicted values, one dot per row, with the y = x line a perfect model would sit on."""
     import numpy as np

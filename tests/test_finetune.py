@@ -66,7 +66,7 @@ def test_loss_decreases_and_learns_a_separable_set(tiny_bert_dir, toy_files, tmp
     assert losses[-1] < losses[0] * 0.8
     assert result.metrics["best_dev"]["accuracy"] >= 0.9
     assert len(result.epoch_table) == 6 and result.epoch_table[-1]["epoch"] == 6
-    for name in ("metrics.json", "metrics.jsonl", "training_table.csv", "curves.png", "confusion_matrix.png",
+    for name in ("metrics.json", "metrics.jsonl", "training_table.csv", "curves.png", "confusion_matrix.png", "reliability.png",
                  "dev_errors.csv", "config.json", "best/model.safetensors", "final/model.safetensors"):
         assert (tmp_path / "run" / name).exists(), name
     jsonl = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()

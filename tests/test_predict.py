@@ -110,7 +110,7 @@ def test_evaluate_cli_reports_metrics(trained, tmp_path, toy_rows_module, write_
     for key in ("accuracy", "f1", "mcc", "precision", "recall", "roc_auc", "confusion_matrix"):
         assert key in metrics
     assert metrics["n"] == len(toy_rows_module) and sum(map(sum, metrics["confusion_matrix"])) == metrics["n"]
-    assert (tmp_path / "eval" / "confusion_matrix.png").exists()
+    assert (tmp_path / "eval" / "confusion_matrix.png").exists() and (tmp_path / "eval" / "reliability.png").exists()
     assert len(pd.read_csv(tmp_path / "eval" / "predictions.csv")) == metrics["n"]
     table = runner.invoke(app, ["evaluate", "--model", str(trained), "--data", str(data), "--quiet"])
     assert table.exit_code == 0 and "mcc" in table.output and "confusion matrix" in table.output

@@ -162,6 +162,8 @@ def _plot(outputs: Outputs, y: np.ndarray, result: dict[str, Any], folder: Path,
         plots.per_label_f1(result["per_label"], folder / "per_label_f1.png", title)
     else:
         plots.confusion_matrix(result["confusion_matrix"], outputs.label_names, folder / "confusion_matrix.png", title)
+        if result.get("reliability"):
+            plots.reliability_diagram(result["reliability"], result["ece"], folder / "reliability.png", title)
 
 
 

@@ -128,9 +128,8 @@ def cross_validate_C(
     regularisation path): neighbouring C values have nearby optima, so lbfgs needs few iterations for each.
     """
     from sklearn.linear_model import LogisticRegression
-    from sklearn.preprocessing import StandardScaler
-
     from sklearn.metrics import log_loss
+    from sklearn.preprocessing import StandardScaler
 
     order = np.argsort(grid, kind="stable")
     scores, losses = np.zeros((cv, len(grid))), np.zeros((cv, len(grid)))

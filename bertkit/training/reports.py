@@ -73,3 +73,7 @@ def write_reports(session: Session, state: TrainState) -> None:
     if matrix is not None:
         plots.confusion_matrix(matrix, names, out / "confusion_matrix.png",
                                f"dev confusion matrix (best, step {state.best_step})")
+    reliability = (state.best_dev or {}).get("reliability")
+    if reliability:
+        plots.reliability_diagram(reliability, state.best_dev["ece"], out / "reliability.png",
+                                  f"dev calibration (best, step {state.best_step})")
