@@ -47,8 +47,9 @@ def _step_launch(session: Session) -> dict[str, Any]:
             "compiled_layers": getattr(runner.net, "layer", None) is not None}
 
 
-REPORT_PLOTS = {"single_label": ("confusion_matrix.png",), "regression": ("dev_scatter.png",), "multi_label": ()}
-"""The plot of the best model's dev predictions, per problem shape (multi-label: the per-tag table is in
+REPORT_PLOTS = {"single_label": ("confusion_matrix.png", "reliability.png"), "regression": ("dev_scatter.png",),
+                "multi_label": ()}
+"""The plots of the best model's dev predictions, per problem shape (multi-label: the per-tag table is in
 metrics.json)."""
 
 
