@@ -172,3 +172,15 @@ def test_finetune_refuses_an_out_of_someone_elses_files_before_reading_data(tmp_
                                      cwd=tmp_path)
     assert code == 2 and "notes.txt" in output and imported == [], output
     assert "learning rate" not in output.lower() and (tmp_path / "mine" / "notes.txt").read_text() == "my notes"
+
+
+def test_predict_with_a_classifier_does_not_import_scikit_learn(tmp_path):
+    """`bertkit predict --model` never scores, so the CLI and the predict command import neither scikit-learn nor
+    matplotlib (about a second of a three-sentence predict's start-up; benchmarks/bench_startup.py --only-predict)."""
+    code = ("import sys, bertkit.cli.app, bertkit.commands.predict, bertkit.models.infer\n"
+            "print(sorted(m for m in ('sklearn', 'matplotlib') if m in sys.modules))")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

@@ -203,6 +203,13 @@ def closing(bar: Any):
 # ---------------------------------------------------------------- logits of a sequence classifier
 
 
+FAST_PATH_MIN_ROWS = 1024
+"""Fewer rows than this run the model's own forward: the fast path's check at wrap time (six small forward passes,
+the first of them paying the one-off warm-up) costs more than the last layer it saves, about 1/L of the compute
+per row (measured: `bertkit predict` of three sentences spent 2-8 s wrapping against about 1 s for the model's own
+first forward; benchmarks/bench_startup.py --only-predict)."""
+
+
 def classifier_logits(classifier: Any, tokenizer: Any, dataset: TextDataset, *, max_length: int, batch_size: int,
                       precision: str, progress: bool = False, long_text: LongText | None = None,
                       counted: RowsCut | None = None) -> np.ndarray:
@@ -223,7 +230,8 @@ def classifier_logits(classifier: Any, tokenizer: Any, dataset: TextDataset, *, 
         if precision == loading.INT8 and not quantize.is_int8(model):
             model = classifier = quantize.quantized_int8(model)
         model.eval()
-        net = classifier if isinstance(classifier, SequenceClassifier) else SequenceClassifier(model)
+        net = classifier if isinstance(classifier, SequenceClassifier) else SequenceClassifier(
+            model, fast=len(dataset) >= FAST_PATH_MIN_ROWS)
     windows = encode_for(tokenizer, dataset, max_length, long_text)
     if counted is not None and not (long_text and long_text.chunked):  # chunked texts are read whole, never cut
         counted.add(len(windows.encoded.lengths), windows.encoded.n_truncated)

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from sklearn import metrics as skm
 
 from bertkit.errors import UserError
 from bertkit.scoring.table import BUILT_IN, LOWER_IS_BETTER, SHAPE, shape_of
@@ -24,6 +23,9 @@ def classification_metrics(
     """accuracy, macro-F1, MCC, macro precision/recall, ROC-AUC (binary, with probabilities), per-class report
     and confusion matrix (rows = true, columns = predicted). Two classes also get binary_f1, the F1 of the second
     label (id 1: the positive class of 0/1 labels), which is what GLUE reports as F1 for MRPC and QQP."""
+    # imported here, not at the top: predict with a fine-tuned classifier never scores, and sklearn costs it ~1 s
+    from sklearn import metrics as skm
+
     y_true, y_pred = np.asarray(y_true), np.asarray(y_pred)
     n_labels = len(label_names) if label_names is not None else int(max(y_true.max(), y_pred.max())) + 1
     labels = list(range(n_labels))
@@ -125,6 +127,7 @@ def regression_metrics(y_true: Sequence[float], y_pred: Sequence[float]) -> dict
     Constant targets leave the correlations undefined: None (null in JSON), with a `note` saying why. Constant
     predictions of varied targets score 0 (no relation found), so a model that learnt nothing still ranks last."""
     from scipy import stats
+    from sklearn import metrics as skm
 
     y_true, y_pred = np.asarray(y_true, dtype=np.float64), np.asarray(y_pred, dtype=np.float64)
     undefined = bool(np.ptp(y_true) == 0)
@@ -145,6 +148,8 @@ def regression_metrics(y_true: Sequence[float], y_pred: Sequence[float]) -> dict
 def multilabel_metrics(y_true: np.ndarray, y_pred: np.ndarray, label_names: Sequence[str]) -> dict[str, Any]:
     """Micro/macro F1, subset accuracy (every label right), Hamming loss and a per-label table, for 0/1 matrices
     of shape (rows, labels)."""
+    from sklearn import metrics as skm
+
     y_true, y_pred = np.asarray(y_true, dtype=int), np.asarray(y_pred, dtype=int)
     per_label = {
         str(name): {"f1": float(skm.f1_score(y_true[:, j], y_pred[:, j], zero_division=0)),
