@@ -15,7 +15,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from bertkit.data.tagged_rows import RawSentence, column_sentences, is_json_path, json_sentences, resolve_file_columns
+from bertkit.data.tagged_rows import (
+    RawSentence,
+    column_sentences,
+    is_json_path,
+    json_sentences,
+    resolve_file_columns,
+)
 from bertkit.data.tagscheme import SCHEMES, SchemeEvidence, TagScheme, is_entity_tag, normalised_tags
 from bertkit.errors import UserError
 
