@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,9 +128,9 @@ def json_sentences(path: Path, word_key: str, tag_key: str) -> Iterator[RawSente
         if len(words) != len(tags):
             raise UserError(f"{where} is ragged: {len(words)} words but {len(tags)} tags. Valid: one tag per word. "
                             f"Fix the row in {path.name} (or choose the tag list with --label-column).")
-        bad = next((t for t in tags if not isinstance(t, str | int) or isinstance(t, bool)), None)
-        if bad is not None:
-            raise UserError(f"{where}: {tag_key!r} holds {bad!r}, which is not a tag. Valid tags are strings (or "
+        bad = [t for t in tags if not isinstance(t, str | int) or isinstance(t, bool)][:1]
+        if bad:
+            raise UserError(f"{where}: {tag_key!r} holds {bad[0]!r}, which is not a tag. Valid tags are strings (or "
                             f"integer ids). Choose the tag list with --label-column.")
         yield RawSentence([str(w) for w in words], [str(t) for t in tags], number)
 
@@ -145,7 +146,8 @@ def resolve_file_columns(path: Path, word: str | None, tag: str | None) -> dict[
     rows = [fields for _, sentence, _ in sample for fields in sentence]
     if not rows:
         return {"word_column": word or "0", "tag_column": tag or "1"}
-    width = min(len(fields) for fields in rows)
+    width = Counter(len(fields) for fields in rows).most_common(1)[0][0]  # a short line is reported when read
+    rows = [fields for fields in rows if len(fields) >= width]
     names = sample[0][2] or (list(CONLLU_COLUMNS) if width == 10 else None)
     word_index = _index(path, word, width, names, "--text-column") if word else _detect_word(rows)
     tag_index = _index(path, tag, width, names, "--label-column") if tag else _detect_tag(rows, width, word_index)
