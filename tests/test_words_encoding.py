@@ -9,7 +9,14 @@ import numpy as np
 import pytest
 import torch
 
-from bertkit.encoding.words import WordReading, align_words, best_windows, plan_windows, pool_word_vectors, word_pieces
+from bertkit.encoding.words import (
+    WordReading,
+    align_words,
+    best_windows,
+    plan_windows,
+    pool_word_vectors,
+    word_pieces,
+)
 from bertkit.errors import UserError
 
 
