@@ -1,0 +1,201 @@
+"""Words <-> word pieces, once: `align_words` tokenizes sentences given as words with a fast tokenizer
+(`is_split_into_words`, whose `word_ids` say which word each piece comes from), cuts a sentence longer than
+`max_length` into overlapping windows at word boundaries, and says for every word which window gives its vector
+(the one where it is farthest from an edge) and where its pieces sit there. `pool_word_vectors` turns a batch's
+hidden states into one vector per word as `WordReading.word_pool` says (Flair's choices: first, last,
+first_last, mean)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from bertkit.errors import UserError, raise_if_problems
+
+log = logging.getLogger(__name__)
+
+WORD_POOLS = ("first", "last", "first_last", "mean")
+SPECIAL_TOKENS = 2
+"""[CLS] and [SEP] around every window."""
+EDGE = 1 << 30
+"""The context a word has on a side where its window ends with the sentence: more than any window can give."""
+
+
+@dataclass(frozen=True)
+class WordReading:
+    """How sentences of words are read: windows of at most `max_length` tokens sharing about `stride` pieces
+    (None: a quarter of the window), and a word's vector pooled from its pieces by `word_pool`."""
+
+    word_pool: str = "first"
+    """--word-pool: first (BERT's NER choice), last, first_last (the two concatenated) or mean of the pieces."""
+    max_length: int = 128
+    """--max-length: tokens per window, [CLS] and [SEP] included."""
+    stride: int | None = None
+    """--stride: pieces neighbouring windows share at most (None: max_length // 4)."""
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.word_pool not in WORD_POOLS:
+            problems.append(f"--word-pool {self.word_pool!r} is not a word pooling: valid are "
+                            f"{', '.join(WORD_POOLS)}. Pass one of them.")
+        if not isinstance(self.max_length, int) or self.max_length < SPECIAL_TOKENS + 2:
+            problems.append(f"--max-length {self.max_length} leaves no room for words next to [CLS] and [SEP]: "
+                            f"valid is 4 or more. Pass a larger --max-length (e.g. 128).")
+        elif self.stride is not None and not 0 <= self.stride < self.budget:
+            problems.append(f"--stride {self.stride} must be between 0 and {self.budget - 1}: windows of "
+                            f"--max-length {self.max_length} hold {self.budget} pieces, and sharing all of them "
+                            f"never moves on. Pass a smaller --stride (e.g. {self.max_length // 4}).")
+        raise_if_problems(problems, "Invalid word reading")
+
+    @property
+    def budget(self) -> int:
+        """Word pieces a window holds."""
+        return self.max_length - SPECIAL_TOKENS
+
+    @property
+    def overlap(self) -> int:
+        return min(self.max_length // 4, self.budget - 1) if self.stride is None else self.stride
+
+    @property
+    def width(self) -> int:
+        """How many hidden vectors one word vector holds: 2 for first_last, else 1."""
+        return 2 if self.word_pool == "first_last" else 1
+
+    def to_json(self) -> dict[str, Any]:
+        return {"word_pool": self.word_pool, "max_length": self.max_length, "stride": self.stride}
+
+    @classmethod
+    def from_json(cls, record: dict[str, Any]) -> WordReading:
+        default = cls()
+        return cls(str(record.get("word_pool", default.word_pool)), int(record.get("max_length", default.max_length)),
+                   record.get("stride"))
+
+
+@dataclass
+class WordWindows:
+    """A chunk of sentences as model inputs and the word -> piece map: window k is `ids[k]` ([CLS] ... [SEP]) of
+    sentence `window_sentence[k]`; word i (in sentence order, all sentences flat) takes its vector from window
+    `word_window[i]`, pieces `word_start[i]:word_end[i]` (positions in that window)."""
+
+    ids: list[list[int]]
+    window_sentence: np.ndarray
+    word_window: np.ndarray
+    word_start: np.ndarray
+    word_end: np.ndarray
+    sentence_offsets: np.ndarray
+    """Sentence s's words are word_start[offsets[s]:offsets[s + 1]] and so on: n_sentences + 1 entries."""
+
+    @property
+    def n_words(self) -> int:
+        return len(self.word_window)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.array([len(ids) for ids in self.ids], dtype=np.int64)
+
+
+def word_pieces(tokenizer: Any, sentences: Sequence[Sequence[str]]) -> list[tuple[list[int], np.ndarray]]:
+    """Per sentence: its piece ids and, per word, where its pieces start (n_words + 1 boundaries). A word the
+    tokenizer drops (a zero-width space, an empty string) reads as the unknown token, so every word has a piece."""
+    if not getattr(tokenizer, "is_fast", False):
+        raise UserError(f"Reading words needs a fast tokenizer (its word_ids map pieces to words); "
+                        f"{type(tokenizer).__name__} is not one. Valid: a model folder with tokenizer.json. "
+                        f"Save the tokenizer with transformers' fast tokenizer, or choose another model.")
+    words = [list(s) for s in sentences]
+    encoded = tokenizer(words, is_split_into_words=True, add_special_tokens=False)
+    out = []
+    for i, sentence in enumerate(words):
+        ids, owners = encoded["input_ids"][i], encoded.word_ids(i)
+        counts = np.bincount(np.asarray(owners, dtype=np.int64), minlength=len(sentence)) if ids else np.zeros(
+            len(sentence), dtype=np.int64)
+        if (counts == 0).any():
+            log.info("%d word(s) have no word piece (e.g. %r): read as %s", int((counts == 0).sum()),
+                     sentence[int(np.argmin(counts))], tokenizer.unk_token)
+            fixed = [w if c else tokenizer.unk_token for w, c in zip(sentence, counts, strict=True)]
+            return word_pieces(tokenizer, words[:i] + [fixed] + words[i + 1:])
+        out.append((list(ids), np.concatenate([[0], np.cumsum(counts)])))
+    return out
+
+
+def plan_windows(bounds: np.ndarray, budget: int, overlap: int) -> list[tuple[int, int]]:
+    """[first, last) word spans of a sentence's windows: as many whole words as fit in `budget` pieces, the next
+    window starting at the first word within `overlap` pieces of the previous end (always moving on). A single
+    word longer than the budget gets a window of its own (its pieces past the budget are not read)."""
+    n = len(bounds) - 1
+    spans: list[tuple[int, int]] = []
+    first = 0
+    while True:
+        last = first
+        while last < n and bounds[last + 1] - bounds[first] <= budget:
+            last += 1
+        last = max(last, first + 1)
+        spans.append((first, last))
+        if last >= n:
+            return spans
+        back = int(np.searchsorted(bounds[:last], bounds[last] - overlap, side="left"))
+        first = max(back, first + 1)
+
+
+def best_windows(bounds: np.ndarray, spans: list[tuple[int, int]]) -> np.ndarray:
+    """For each word, the window (index into `spans`) where its context is largest: the fewer pieces between it
+    and the nearer window edge, the worse; a window edge that is the sentence's own edge is no edge. Ties go to
+    the earlier window."""
+    n = len(bounds) - 1
+    best = np.full(n, -1, dtype=np.int64)
+    score = np.full(n, -1, dtype=np.int64)
+    for k, (first, last) in enumerate(spans):
+        words = np.arange(first, last)
+        left = np.where(first == 0, EDGE, bounds[words] - bounds[first])
+        right = np.where(last == n, EDGE, bounds[last] - bounds[words + 1])
+        context = np.minimum(left, right)
+        better = context > score[words]
+        best[words[better]], score[words[better]] = k, context[better]
+    return best
+
+
+def align_words(tokenizer: Any, sentences: Sequence[Sequence[str]], reading: WordReading) -> WordWindows:
+    """Sentences (lists of words) -> windows of piece ids and each word's window and piece span there."""
+    ids: list[list[int]] = []
+    window_sentence, word_window, word_start, word_end, offsets = [], [], [], [], [0]
+    cls_id, sep_id = tokenizer.cls_token_id, tokenizer.sep_token_id
+    for s, (pieces, bounds) in enumerate(word_pieces(tokenizer, sentences)):
+        spans = plan_windows(bounds, reading.budget, reading.overlap)
+        chosen = best_windows(bounds, spans)
+        base = len(ids)
+        for first, last in spans:
+            start = int(bounds[first])
+            ids.append([cls_id, *pieces[start:min(int(bounds[last]), start + reading.budget)], sep_id])
+            window_sentence.append(s)
+        for w, k in enumerate(chosen):
+            shift = 1 - int(bounds[spans[k][0]])  # piece index -> position in its window, after [CLS]
+            end = min(int(bounds[w + 1]) + shift, len(ids[base + k]) - 1)
+            word_window.append(base + k)
+            word_start.append(int(bounds[w]) + shift)
+            word_end.append(max(end, int(bounds[w]) + shift + 1))
+        offsets.append(offsets[-1] + len(bounds) - 1)
+    as_array = np.asarray
+    return WordWindows(ids, as_array(window_sentence, dtype=np.int64), as_array(word_window, dtype=np.int64),
+                       as_array(word_start, dtype=np.int64), as_array(word_end, dtype=np.int64),
+                       as_array(offsets, dtype=np.int64))
+
+
+def pool_word_vectors(hidden: torch.Tensor, rows: torch.Tensor, starts: torch.Tensor, ends: torch.Tensor,
+                      word_pool: str) -> torch.Tensor:
+    """(batch, seq, dim) hidden states -> (words, dim) fp32 vectors (first_last: (words, 2 * dim)), word i read
+    from batch row `rows[i]`, pieces `starts[i]:ends[i]`."""
+    hidden = hidden.float()
+    if word_pool == "first":
+        return hidden[rows, starts]
+    if word_pool == "last":
+        return hidden[rows, ends - 1]
+    if word_pool == "first_last":
+        return torch.cat([hidden[rows, starts], hidden[rows, ends - 1]], dim=-1)
+    # mean: prefix sums over positions, so each word's sum is one subtraction whatever its length
+    sums = torch.nn.functional.pad(hidden.cumsum(dim=1), (0, 0, 1, 0))
+    counts = (ends - starts).unsqueeze(-1).to(hidden.dtype)
+    return (sums[rows, ends] - sums[rows, starts]) / counts

@@ -1,0 +1,136 @@
+"""Word probes: a logistic regression per word (the sentence probe's scaler + lbfgs pipeline,
+`bertkit.probe.fit.make_pipeline`) fitted on the training words' vectors of each layer or layer combination and
+scored on dev as the tags need (`bertkit.scoring.entities`: entity F1 for entity tags, token accuracy for plain
+ones). `probe_word_layers` gives the table, one row per combination, with two baselines that need no encoder:
+the majority tag, and each word's most frequent training tag (the classic POS baseline)."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from bertkit.data.tagged import TaggedSentence
+from bertkit.data.tagscheme import TagScheme
+from bertkit.encoding.words import WordReading
+from bertkit.errors import UserError
+from bertkit.features.words import PAPER_ROWS, WordFeatures, WordLayers, extract_word_features
+from bertkit.probe.fit import DEFAULT_C, make_pipeline
+from bertkit.scoring.entities import TagScores, score_tags
+
+
+@dataclass(frozen=True)
+class WordProbeRow:
+    """One layer choice's probe: its dev scores, its training-word accuracy (how far it fits) and vector size."""
+
+    label: str
+    layers: WordLayers
+    dim: int
+    scores: TagScores
+    train_accuracy: float
+    fit_seconds: float
+
+
+@dataclass(frozen=True)
+class WordProbeTable:
+    """Word probes side by side: one row per layer choice, baselines, and what they were fitted and scored on."""
+
+    rows: tuple[WordProbeRow, ...]
+    scheme: TagScheme
+    tags: tuple[str, ...]
+    n_train_words: int
+    n_dev_words: int
+    baselines: Mapping[str, TagScores] = field(default_factory=dict)
+
+    def best(self) -> WordProbeRow:
+        """The row with the highest main score (entity F1 or token accuracy); the first one on a tie."""
+        return max(self.rows, key=lambda row: row.scores.main)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"scheme": self.scheme.to_json(), "tags": list(self.tags), "n_train_words": self.n_train_words,
+                "n_dev_words": self.n_dev_words,
+                "rows": [{"label": r.label, "layers": r.layers.to_json(), "dim": r.dim, "train_accuracy":
+                          r.train_accuracy, "fit_seconds": r.fit_seconds, "scores": r.scores.to_json()}
+                         for r in self.rows],
+                "baselines": {name: s.to_json() for name, s in self.baselines.items()}}
+
+
+def flat_tags(sentences: Sequence[TaggedSentence]) -> list[str]:
+    return [tag for sentence in sentences for tag in sentence.tags]
+
+
+def as_sentences(flat: Sequence[str], offsets: np.ndarray) -> list[list[str]]:
+    """Flat per-word tags back into sentences (`offsets`: n_sentences + 1 word boundaries)."""
+    return [list(flat[offsets[s]:offsets[s + 1]]) for s in range(len(offsets) - 1)]
+
+
+def fit_word_probe(X: np.ndarray, tags: Sequence[str], C: float = DEFAULT_C, seed: int = 0) -> Any:
+    """A fitted scaler + logistic regression pipeline predicting each word's tag from its vector."""
+    if len(set(tags)) < 2:
+        raise UserError(f"The training words carry one tag only ({tags[0] if tags else 'none'}): a probe needs two "
+                        f"or more. Valid: a training file with several tags. Check --label-column and the file.")
+    return make_pipeline(C, None, seed).fit(X, np.asarray(tags, dtype=object))
+
+
+def majority_tags(train: Sequence[TaggedSentence], dev: Sequence[TaggedSentence]) -> list[list[str]]:
+    """Every dev word tagged with the most common training tag."""
+    top = Counter(flat_tags(train)).most_common(1)[0][0]
+    return [[top] * len(s.words) for s in dev]
+
+
+def most_frequent_tags(train: Sequence[TaggedSentence], dev: Sequence[TaggedSentence]) -> list[list[str]]:
+    """Each dev word tagged with its most frequent training tag; an unseen word with the majority tag."""
+    seen: dict[str, Counter] = defaultdict(Counter)
+    for sentence in train:
+        for word, tag in zip(sentence.words, sentence.tags, strict=True):
+            seen[word][tag] += 1
+    top = Counter(flat_tags(train)).most_common(1)[0][0]
+    return [[seen[w].most_common(1)[0][0] if w in seen else top for w in s.words] for s in dev]
+
+
+def baseline_scores(train: Sequence[TaggedSentence], dev: Sequence[TaggedSentence],
+                    scheme: TagScheme) -> dict[str, TagScores]:
+    gold = [list(s.tags) for s in dev]
+    return {"majority tag": score_tags(gold, majority_tags(train, dev), scheme),
+            "most frequent tag per word": score_tags(gold, most_frequent_tags(train, dev), scheme)}
+
+
+def probe_word_layers(train: Sequence[TaggedSentence], train_features: WordFeatures,
+                      dev: Sequence[TaggedSentence], dev_features: WordFeatures, scheme: TagScheme,
+                      labels: Sequence[str] | None = None, C: float = DEFAULT_C, seed: int = 0) -> WordProbeTable:
+    """One probe per entry of the features' layers (the same layers for train and dev), scored on dev."""
+    if train_features.layers != dev_features.layers:
+        raise ValueError("train and dev features must hold the same layer choices")
+    y_train, gold = flat_tags(train), [list(s.tags) for s in dev]
+    if len(y_train) != train_features.n_words or len(flat_tags(dev)) != dev_features.n_words:
+        raise ValueError("features and sentences must hold the same words")
+    labels = list(labels) if labels is not None else [layers.name for layers in train_features.layers]
+    rows = []
+    for label, layers, X, X_dev in zip(labels, train_features.layers, train_features.vectors, dev_features.vectors,
+                                       strict=True):
+        start = time.perf_counter()
+        model = fit_word_probe(X, y_train, C, seed)
+        seconds = time.perf_counter() - start
+        train_accuracy = float((model.predict(X) == np.asarray(y_train, dtype=object)).mean())
+        predicted = as_sentences(model.predict(X_dev).tolist(), dev_features.sentence_offsets)
+        rows.append(WordProbeRow(label, layers, X.shape[1], score_tags(gold, predicted, scheme), train_accuracy,
+                                 seconds))
+    return WordProbeTable(tuple(rows), scheme, tuple(sorted(set(y_train))), len(y_train), len(flat_tags(dev)),
+                          baseline_scores(train, dev, scheme))
+
+
+def probe_words(encoder: Any, tokenizer: Any, train: Sequence[TaggedSentence], dev: Sequence[TaggedSentence],
+                scheme: TagScheme, reading: WordReading | None = None,
+                rows: Sequence[tuple[str, WordLayers]] = PAPER_ROWS, batch_size: int = 32,
+                C: float = DEFAULT_C, seed: int = 0) -> WordProbeTable:
+    """Extract every row's word vectors (one forward pass per batch for all rows) and probe them: the paper's
+    feature-based table by default."""
+    reading = reading or WordReading()
+    layers = [spec for _, spec in rows]
+    features = [extract_word_features(encoder, tokenizer, [s.words for s in part], reading, layers, batch_size)
+                for part in (train, dev)]
+    return probe_word_layers(train, features[0], dev, features[1], scheme, [label for label, _ in rows], C, seed)
