@@ -445,7 +445,7 @@ def test_the_probe_summary_calls_out_overconfident_probabilities():
 @pytest.mark.parametrize("name", ["accuracy", "f1", "pearson", "loss", "threshold"])
 def test_a_module_named_like_a_built_in_score_is_refused_before_loading(tmp_path, name):
     """issue 43 (keys): its scores would be keyed `accuracy` and overwrite the built-in one in history and tables."""
-    script = write_metric(tmp_path, name, 'return {"%s": 1.0}' % name)
+    script = write_metric(tmp_path, name, 'return {"' + name + '": 1.0}')
     with pytest.raises(UserError) as err:
         metrics.load_metric(str(script))
     message = str(err.value)
