@@ -112,7 +112,7 @@ def _cut(text: str) -> str:
     """A long value as its last characters and a digest of the whole (two long paths that end alike differ)."""
     if len(text) <= SHORT_VALUE:
         return text
-    return f"{text[-(SHORT_VALUE - 9):]}~{hashlib.sha256(text.encode('utf-8')).hexdigest()[:8]}"
+    return f"{text[-(SHORT_VALUE - 9):]}-{hashlib.sha256(text.encode('utf-8')).hexdigest()[:8]}"
 
 
 def _short(value: Any) -> str:
