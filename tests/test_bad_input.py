@@ -1029,6 +1029,50 @@ CASES += [  # issue 36: ownership by record, never by name; every sweep value ch
 ]
 
 
+def _metric_named(w: Workspace, name: str) -> str:
+    """A local metric script named like a built-in metric (it would overwrite it in history and tables)."""
+    return w.file(f"{name}.py", "import evaluate\n")
+
+
+RANKING_FIX = r"Give --[\w-]+ once as an option of the sweep"
+
+CASES += [  # issue 43: sweeps compare like with like, every value checked before trial 0; keys
+    Case("sweep-grid-over-metric-for-best", "sweep", lambda w: sweep(w, "--grid", "metric-for-best=accuracy,loss"),
+         r"--metric-for-best changes which dev score ranks the trials", RANKING_FIX),
+    Case("sweep-grid-over-task", "sweep", lambda w: sweep(w, "--grid", "task=single-label,regression"),
+         r"--task changes the kind of labels", RANKING_FIX),
+    Case("sweep-grid-over-metric", "sweep", lambda w: sweep(w, "--grid", "metric=mcc,f1"),
+         r"--metric changes which dev scores", RANKING_FIX),
+    Case("sweep-space-over-metric-for-best", "sweep",
+         lambda w: sweep(w, "--search", "optuna", "--space", "metric-for-best=accuracy,f1"),
+         r"--space 'metric-for-best=accuracy,f1': --metric-for-best changes", RANKING_FIX),
+    Case("sweep-grid-over-dev-data", "sweep", lambda w: sweep(w, "--grid", f"dev={w.premade_data()},{w.good()}"),
+         r"--dev changes the dev rows the score is computed on", RANKING_FIX),
+    Case("sweep-grid-grad-accum-over-the-rows", "sweep", lambda w: sweep(w, "--grid", "grad-accum=1,100000"),
+         r"--grid grad-accum=100000: a trial with --grad-accum 100000 would stop before training: .*too few",
+         r"lower --grad-accum"),
+    Case("sweep-grid-precision-this-machine-lacks", "sweep", lambda w: sweep(w, "--grid", "precision=fp32,fp16"),
+         r"--grid precision=fp16: a trial with --precision fp16 would stop before training", r"--precision"),
+    Case("sweep-grid-model-path-name-too-long", "sweep",
+         lambda w: sweep(w, "--grid", f"model={w.tiny},{w.path('m' * 300)}"),
+         r"--model is not a path this machine can open: its name m+\.\.\. is 300 bytes long",
+         r"shorter path"),
+    Case("sweep-grid-data-path-name-too-long", "sweep",
+         lambda w: sweep(w, "--grid", f"data={w.premade_data()},{w.path('d' * 256)}/train.tsv"),
+         r"--data is not a path this machine can open: .* is 256 bytes long", r"shorter path"),
+    Case("sweep-metric-script-named-accuracy", "sweep",
+         lambda w: sweep(w, "--metric", _metric_named(w, "accuracy"), "--grid", "lr=1e-3,1e-4"),
+         r"named 'accuracy', like bertkit's built-in accuracy metric", r"Rename the file.*my_accuracy\.py"),
+    Case("finetune-metric-script-named-f1", "finetune",
+         lambda w: finetune(w, "--data", w.good(), "--metric", _metric_named(w, "f1"), out=w.path("fresh")),
+         r"named 'f1', like bertkit's built-in f1 metric", r"Rename the file"),
+    Case("evaluate-metric-script-named-loss", "evaluate",
+         lambda w: ["evaluate", "--model", w.copy("clf"), "--data", w.good(), "--metric", _metric_named(w, "loss"),
+                    "--quiet"],
+         r"named 'loss', like bertkit's built-in loss metric", r"Rename the file"),
+]
+
+
 # ------------------------------------------------ issue 36: verified on read (helpers, then the cases)
 
 

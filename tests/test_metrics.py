@@ -440,3 +440,24 @@ def test_the_probe_summary_calls_out_overconfident_probabilities():
     assert "rankings, not as chances" in calibration_line(0.27)
     assert "track accuracy" in calibration_line(0.03)
     assert calibration_line(None) is None
+
+
+@pytest.mark.parametrize("name", ["accuracy", "f1", "pearson", "loss", "threshold"])
+def test_a_module_named_like_a_built_in_score_is_refused_before_loading(tmp_path, name):
+    """issue 43 (keys): its scores would be keyed `accuracy` and overwrite the built-in one in history and tables."""
+    script = write_metric(tmp_path, name, 'return {"' + name + '": 1.0}')
+    with pytest.raises(UserError) as err:
+        metrics.load_metric(str(script))
+    message = str(err.value)
+    assert f"--metric {script}" in message and f"built-in {name}" in message
+    assert f"my_{name}.py" in message and "Rename the file" in message
+    assert metrics.load_metric(str(write_metric(tmp_path, f"my_{name}", 'return {"x": 1.0}'))).name == f"my_{name}"
+
+
+def test_finetune_exits_2_on_a_module_named_accuracy_and_writes_nothing(tiny_bert_dir, toy_tsv, tmp_path):
+    script = write_metric(tmp_path, "accuracy", 'return {"accuracy": 1.0}')
+    out = tmp_path / "run"
+    result = runner.invoke(app, ["finetune", "--model", str(tiny_bert_dir), "--data", str(toy_tsv), "--out",
+                                 str(out), "--epochs", "1", "--quiet", "--metric", str(script)])
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert "named 'accuracy', like bertkit's built-in accuracy metric" in result.output and not out.exists()

@@ -144,7 +144,10 @@ def test_sweep_gives_one_row_per_layer_and_pool_and_a_plot(tmp_path):
     sweep = probe_sweep.sweep_layers({p: a[:120] for p, a in by_pool.items()}, y[:120], {p: a[120:] for p, a in by_pool.items()},
                                y[120:], layer_names=["embeddings", "layer 1", "layer 2"], seed=0)
     rows = sweep.rows()
-    assert [(r["pool"], r["layer"]) for r in rows] == [(p, i) for p in ("cls", "mean") for i in range(3)]
+    names = ["embeddings", "layer 1", "layer 2"]
+    assert [(r["pool"], r["layer"]) for r in rows] == [(p, n) for p in ("cls", "mean") for n in names]
+    assert all(r["layer_name"] == r["layer"] and r["hidden_state"] is None for r in rows)  # no indexes given
+    assert [r["hidden_state"] for r in sweep.rows([0, 1, 2])] == [0, 1, 2, 0, 1, 2]
     assert sum(r["best"] for r in rows) == 1
     assert (sweep.best.pool, sweep.best.layer_name) == ("cls", "layer 1")
     png = plots.probe_layer_curve(rows, {"majority class": 0.5}, tmp_path / "curve.png", "test")
@@ -211,6 +214,11 @@ def test_cli_probe_sweep_writes_run_dir_and_reuses_cached_features(tiny_bert_dir
     report = json.loads(result.stdout)
     assert [(r["pool"], r["layer_name"]) for r in report["sweep"]] == [
         (p, n) for p in ("cls", "mean") for n in ("embeddings", "layer 1", "layer 2")]
+    # issue 43 (keys): sweep[].layer is the layer's name, as best.layer is; hidden_state the model's index
+    assert [(r["layer"], r["hidden_state"]) for r in report["sweep"][:3]] == [("embeddings", 0), ("layer 1", 1),
+                                                                               ("layer 2", 2)]
+    best_row = next(r for r in report["sweep"] if r["best"])
+    assert (best_row["layer"], best_row["hidden_state"]) == (report["best"]["layer"], report["best"]["hidden_state"])
     assert set(report["baselines"]) == {"majority", "tfidf", "random_encoder"}
     assert report["repeats"]["repeats"] == 2
     for name in ("config.json", "metrics.json", "probe_layers.png", "confusion_matrix.png", "probe/probe.safetensors",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import shutil
 import signal
 import statistics
@@ -336,3 +337,101 @@ def test_every_value_is_checked_with_every_other_before_any_trial(tiny_bert_dir,
         text = " ".join(result.output.split())
         assert f"{where} values model={short}, max-length=100" in text and "more than model" in text, text
         assert not out.exists()
+
+
+# ------------------------------------------------ issue 43: like with like, every value before trial 0, keys
+
+
+@pytest.mark.parametrize("space", ["metric-for-best=accuracy,loss", "task=single-label,regression",
+                                   "metric=mcc,f1", "label-column=label,other", "dev=a.tsv,b.tsv",
+                                   "dev-fraction=0.1,0.2"])
+def test_a_space_over_what_the_ranking_metric_means_is_refused(space):
+    from bertkit.commands.sweep import SweepConfig
+    from bertkit.errors import UserError
+
+    option = space.partition("=")[0]
+    for kw in ({"grid": (space,)}, {"search": "optuna", "space": (space,)}):
+        with pytest.raises(UserError) as err:
+            SweepConfig(data="x", out="o", **kw)
+        message = " ".join(str(err.value).split())
+        assert f"--{option} changes" in message and "numbers that mean different things" in message, message
+        assert f"Give --{option} once as an option of the sweep" in message
+
+
+def test_the_ranking_refusal_exits_2_before_anything_is_made(tiny_bert_dir, toy_files, tmp_path):
+    out = tmp_path / "sweep"
+    result = runner.invoke(app, sweep_argv(tiny_bert_dir, toy_files, out, "--grid", "metric-for-best=accuracy,loss"))
+    assert result.exit_code == 2 and "Traceback" not in result.output and "--metric-for-best changes" in result.output
+    assert not out.exists()
+
+
+def test_lr_auto_is_resolved_recorded_and_merged_with_its_value(tiny_bert_dir, toy_files, tmp_path):
+    """The tiny model (hidden 32) gets lr 3e-4 from `auto`: lr=auto,3e-4,1e-3 is two configurations, not three; the
+    rows record the number used; the kept trial keeps its folder name as given (older sweeps resume)."""
+    out = tmp_path / "sweep"
+    summary = run_ok(sweep_argv(tiny_bert_dir, toy_files, out, "--grid", "lr=auto,3e-4,1e-3", "--epochs", "1"))
+    rows = read_csv(out / "trials.csv")
+    assert [(r["trial"], r["lr"]) for r in rows] == [("000_lr=auto_seed=7", "0.0003"), ("002_lr=0.001_seed=7", "0.001")]
+    assert sorted(p.name for p in (out / "trials").iterdir()) == ["000_lr=auto_seed=7", "002_lr=0.001_seed=7"]
+    assert [r["lr"] for r in summary["rows"]] == [3e-4, 1e-3] and summary["trials"] == 2
+    assert {g["params"]["lr"] for g in summary["ranking"]} == {3e-4, 1e-3}
+    (note,) = summary["notes"]
+    assert "configuration 001 (lr=0.0003) resolves to the settings of configuration 000" in note
+    assert json.loads((out / "sweep.json").read_text())["notes"] == [note]
+    again = run_ok(sweep_argv(tiny_bert_dir, toy_files, out, "--grid", "lr=auto,3e-4,1e-3", "--epochs", "1"))
+    assert again["rows"] == summary["rows"]  # finished: nothing runs again
+
+
+def test_best_model_is_the_best_trials_folder_and_its_searched_values_stay(tiny_bert_dir, toy_files, tmp_path):
+    out = tmp_path / "sweep"
+    summary = run_ok(sweep_argv(tiny_bert_dir, toy_files, out, "--grid", f"model={tiny_bert_dir}", "--epochs", "1"))
+    best = summary["best"]
+    assert best["model"] == f"trials/{best['trial']}/best" and (out / best["model"] / "config.json").is_file()
+    assert best["params"] == {"model": str(tiny_bert_dir)} and summary["outputs"]["best"] == "best"
+
+
+def test_sweep_summary_reads_its_own_file_and_an_older_one():
+    from bertkit.training.trials_report import SweepSummary
+
+    row = {"trial": "000_lr=0.001_seed=7", "lr": 0.001, "seed": 7, "status": "complete", "metric": "accuracy",
+           "best": 0.9, "best_step": 4, "steps": 4, "epochs_run": 1, "train_seconds": 0.5, "samples_per_second": 80.0}
+    older = {"search": "grid", "space": [{"option": "lr", "values": [0.001]}], "metric": "accuracy",
+             "direction": "max", "seeds": 1, "trials": 1, "pruned": 0,
+             "best": {**row, "rank": 1, "model": "best"},
+             "ranking": [{"params": {"lr": 0.001}, "trials": [row["trial"]], "seeds": [7], "values": [0.9],
+                          "mean": 0.9, "std": 0.0, "pruned": False, "rank": 1}],
+             "rows": [row], "outputs": {"best": "best", "trials.csv": "trials.csv", "sweep.json": "sweep.json",
+                                        "figure": "sweep.png", "trials": "trials"}}
+    summary = SweepSummary.from_json(older)
+    assert summary.best is not None and summary.best.model == "best" and summary.best.row.params == {"lr": 0.001}
+    assert summary.rows[0].best == 0.9 and summary.ranking[0].mean == 0.9 and summary.notes == ()
+    written = summary.to_json()
+    assert {k: v for k, v in written.items() if k not in ("notes",)} == {
+        **older, "best": {**older["best"], "params": {"lr": 0.001}}}
+    assert SweepSummary.from_json(written) == summary
+
+
+def test_trial_folder_names_stay_short_enough_for_any_file_system():
+    from bertkit.training.trial_plans import MAX_NAME_BYTES, Plan
+
+    assert Plan(0, {"lr": "auto"}, 42).name == "000_lr=auto_seed=42"
+    assert Plan(3, {"lr": 3e-4, "batch_size": 16}, 7).name == "003_lr=0.0003_batch-size=16_seed=7"
+    one, two = (Plan(1, {"model": f"/models/{stem * 120}/checkpoint"}, 42).name for stem in ("ab", "cd"))
+    assert max(len(one.encode()), len(two.encode())) <= MAX_NAME_BYTES and one != two
+    assert re.fullmatch(r"001_model=[\w-]*checkpoint-[0-9a-f]{8}_seed=42", one), one
+
+
+def test_a_long_existing_path_value_runs_and_an_impossible_one_is_refused(tiny_bert_dir, toy_files, tmp_path):
+    """A 250-character model path of the grid: its trial folder gets a bounded name (no OSError after trial 0); a
+    path with a 300-character name cannot be opened: refused before anything is made, no traceback."""
+    long = tmp_path / ("a" * 120) / ("b" * 120)
+    shutil.copytree(tiny_bert_dir, long)
+    out = tmp_path / "sweep"
+    summary = run_ok(sweep_argv(tiny_bert_dir, toy_files, out, "--grid", f"model={tiny_bert_dir},{long}",
+                                "--epochs", "1"))
+    assert summary["trials"] == 2 and all((out / "trials" / r["trial"] / "best").is_dir() for r in summary["rows"])
+    impossible = tmp_path / ("c" * 300)
+    result = runner.invoke(app, sweep_argv(tiny_bert_dir, toy_files, tmp_path / "other", "--grid",
+                                           f"model={tiny_bert_dir},{impossible}"))
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert "is 300 bytes long" in " ".join(result.output.split()) and not (tmp_path / "other").exists()

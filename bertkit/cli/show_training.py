@@ -9,6 +9,7 @@ from typing import Any
 from bertkit.cli.output import View, emit_json, format_score, info, out_console, table
 from bertkit.cli.show import METRIC_HEADERS
 from bertkit.commands.distill import DistillResult
+from bertkit.commands.sweep import SweepResult
 from bertkit.measure import distill_report
 from bertkit.scoring.table import SHAPE
 
@@ -120,25 +121,27 @@ def show_distill(result: DistillResult, view: View) -> None:
 # ---------------------------------------------------------------- sweep
 
 
-def show_sweep(result: Any, view: View) -> None:
+def show_sweep(result: SweepResult, view: View) -> None:
     """The trials ranked by configuration (mean ± spread over seeds), the best trial and what was written."""
-    if not result.is_main_process:
-        return
     summary = result.summary
-    if view.json:
-        emit_json({**summary, "out": str(result.out)})
+    if not result.is_main_process or summary is None:
         return
-    params = [d["option"] for d in summary["space"]]
-    rows = [[g["rank"], *(_sweep_value(g["params"][p]) for p in params), len(g["values"]),
-             format_score(g["mean"]) + (f" ± {g['std']:.4f}" if len(g["values"]) > 1 else ""),
-             "pruned" if g["pruned"] else "", ", ".join(g["trials"])[:60]] for g in summary["ranking"]]
-    out_console.print(table(f"Sweep: best dev {summary['metric']} ({summary['search']}, {summary['trials']} trials"
-                            f", {summary['pruned']} pruned)", ["rank", *params, "seeds", f"{summary['metric']}",
-                                                               "status", "trials"], rows))
-    best = summary["best"]
+    if view.json:
+        emit_json(result.to_json())
+        return
+    for note in summary.notes:
+        info(note, view.quiet)
+    params = summary.params
+    rows = [[g.rank, *(_sweep_value(g.params[p]) for p in params), len(g.values),
+             format_score(g.mean) + (f" ± {g.std:.4f}" if len(g.values) > 1 else ""),
+             "pruned" if g.pruned else "", ", ".join(g.trials)[:60]] for g in summary.ranking]
+    out_console.print(table(f"Sweep: best dev {summary.metric} ({summary.search}, {len(summary.rows)} trials"
+                            f", {summary.pruned} pruned)", ["rank", *params, "seeds", f"{summary.metric}",
+                                                            "status", "trials"], rows))
+    best = summary.best
     if best is not None:
-        out_console.print(f"best trial {best['trial']}: dev {summary['metric']} {format_score(best['best'])} at step "
-                          f"{best['best_step']}; its model is {result.out}/best", highlight=False)
+        out_console.print(f"best trial {best.row.trial}: dev {summary.metric} {format_score(best.row.best)} at step "
+                          f"{best.row.best_step}; its model is {result.out}/best", highlight=False)
     out_console.print(f"saved {result.out}/trials.csv, sweep.json, sweep.png, best/", highlight=False)
 
 

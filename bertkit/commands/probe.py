@@ -178,7 +178,7 @@ def run(cfg: ProbeConfig, progress: bool = False) -> ProbeResult:
         "rows": {"train": len(inputs.y_train), "dev": len(inputs.y_dev),
                  **({"test": len(inputs.y_test)} if inputs.y_test is not None else {})},
         "labels": names, "probe": {k: v for k, v in kwargs.items()},
-        "sweep": sweep.rows(),
+        "sweep": sweep.rows(inputs.layer_indices),
         "best": {"pool": best.pool, "layer": best.layer_name, "hidden_state": inputs.layer_indices[best.layer],
                  "C": best.fit.C, "dev": best.metrics, "accuracy_ci95": list(best.ci)},
         "notes": inputs.notes,

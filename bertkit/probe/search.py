@@ -64,11 +64,14 @@ class Cell:
     pred: np.ndarray
     ci: tuple[float, float]
 
-    def row(self) -> dict[str, Any]:
+    def row(self, hidden_state: int | None = None) -> dict[str, Any]:
+        """probe.json's `sweep[]` entry: `layer` is the layer's name, as in `best.layer` (`layer_name` too, as older
+        files have it), `hidden_state` the model's hidden-state index where known (None: a store that lacks it)."""
         shape = SHAPE[self.fit.task]
         extra = {} if self.fit.task == "single_label" else \
             {"alpha": 1.0 / self.fit.C} if self.fit.task == "regression" else {"threshold": self.fit.threshold}
-        return {"pool": self.pool, "layer": self.layer, "layer_name": self.layer_name,
+        return {"pool": self.pool, "layer": self.layer_name, "layer_name": self.layer_name,
+                "hidden_state": hidden_state,
                 **{k: self.metrics[k] for k in shape.probe_keys}, f"{shape.headline}_ci95": list(self.ci),
                 "C": self.fit.C, **extra, "cv": self.fit.cv_results}
 
@@ -89,8 +92,10 @@ class Sweep:
     def best(self) -> Cell:
         return self.cells[self.best_index]
 
-    def rows(self) -> list[dict[str, Any]]:
-        return [{**c.row(), "best": i == self.best_index} for i, c in enumerate(self.cells)]
+    def rows(self, hidden_states: Sequence[int | None] = ()) -> list[dict[str, Any]]:
+        """The cells' records; `hidden_states`: the model's hidden-state index of each position of the layer axis."""
+        return [{**c.row(hidden_states[c.layer] if c.layer < len(hidden_states) else None),
+                 "best": i == self.best_index} for i, c in enumerate(self.cells)]
 
 
 def sweep_layers(

@@ -278,6 +278,24 @@ def metric_name(spec: str) -> str:
     return Path(spec.partition(":")[0].rstrip("/")).stem
 
 
+RESERVED_NAMES = frozenset({*BUILT_IN, *(name for shape in SHAPE.values() for name in shape.scored()), "loss", "n",
+                            "threshold"})
+"""Keys of an evaluation's scores that bertkit fills itself: a --metric module named like one would overwrite it."""
+
+
+def _check_not_built_in(spec: str) -> None:
+    """A module's score is keyed by its name (`metric_name`): one named like a built-in metric (`accuracy.py`) would
+    replace bertkit's own score in the history, the tables and --metric-for-best, so it is refused before loading."""
+    name = metric_name(spec)
+    if name not in RESERVED_NAMES:
+        return
+    built_in = "score" if name in ("n", "threshold") else "metric"
+    raise UserError(f"--metric {spec}: this metric module is named {name!r}, like bertkit's built-in {name} "
+                    f"{built_in}, whose value it would overwrite in the history and the tables. Rename the file "
+                    f"(e.g. {name}.py -> my_{name}.py, and pass --metric path/to/my_{name}.py), or pass --metric {name} "
+                    f"for the built-in one.")
+
+
 def _plain(value: Any) -> Any:
     """A numpy scalar as the Python number evaluate's features expect."""
     return value.item() if isinstance(value, np.generic) else value
@@ -299,6 +317,7 @@ def load_metric(spec: str, *, trust_remote_code: bool = False) -> ExternalMetric
     """
     name, _, config = spec.partition(":")
     local = Path(name).expanduser()
+    _check_not_built_in(spec)
     if not local.exists() and (name.endswith(".py") or name.startswith((".", "/", "~")) or name.count("/") > 1):
         raise UserError(f"--metric {spec}: there is no metric script at {local}. Pass a local evaluate metric script "
                         f"(a .py file, or the folder NAME holding NAME.py), a built-in metric "

@@ -138,7 +138,7 @@ def finetune(cfg: FinetuneOptions, *, progress: bool = True, task: Task | None =
     task = task or Task()
     metrics.load_metrics(tuple(cfg.external_metrics))  # a --metric that cannot be loaded stops the run before work
     tracking.check_trackers(cfg)  # so does a --report-to tracker that is not installed
-    accelerator = _accelerator(compute or Compute.resolve(training_device(), cfg.precision))
+    accelerator = _accelerator(compute or trial_compute(cfg.precision))
     splits = load_splits(cfg, need_labels=True, need_dev=True)
     assert splits.label_map is not None and splits.dev is not None
     splits.label_map = task.label_map(cfg, splits)
@@ -274,8 +274,7 @@ def setup(cfg: FinetuneOptions, accelerator: Any, splits: Splits, key: dict[str,
     min_rows = accelerator.num_processes * cfg.grad_accum
     steps_per_epoch = len(global_batches(train_enc.lengths, cfg.batch_size * min_rows, cfg.seed, 0, min_rows))
     if steps_per_epoch == 0:
-        raise UserError(f"Training data has {len(splits.train)} rows: too few for one batch of "
-                        f"{min_rows} micro-batches. Add data or lower --grad-accum.")
+        raise too_few_rows(len(splits.train), min_rows)
     lr_record = (lr_choice or LrChoice(float(cfg.lr), "given")).to_json()
     run, status = on_main(accelerator, lambda: claim_out(cfg, key, accelerator, task, lr_record))
     if status == "finished":
@@ -291,6 +290,12 @@ def setup(cfg: FinetuneOptions, accelerator: Any, splits: Splits, key: dict[str,
                    dev_enc, splits.dev, label_map, steps_per_epoch, [], _checkpoint_bytes(model),
                    card=cards.run_card(cfg, splits, task.command, task.card_lineage(cfg), test_enc),
                    learning_rate=lr_record, baseline=baseline)
+
+
+def too_few_rows(n_rows: int, min_rows: int) -> UserError:
+    """The refusal of training data with fewer rows than one optimizer step's micro-batches (one row each)."""
+    return UserError(f"Training data has {n_rows} rows: too few for one batch of {min_rows} micro-batches. Add "
+                     f"data or lower --grad-accum.")
 
 
 def finish(session: Session, state: TrainState, restored: dict[str, Any] | None, notes: list[str]) -> FinetuneResult:
@@ -362,6 +367,12 @@ def _release_single_process_state(precision: str) -> None:
         return
     if AcceleratorState().mixed_precision != precision:
         AcceleratorState._reset_state(reset_partial_state=True)
+
+
+def trial_compute(precision: str) -> Compute:
+    """The `Compute` of a run whose command did not resolve one (a sweep's trial: --precision may be searched, and
+    the sweep checks every value with this before trial 0), or a UserError naming --precision."""
+    return Compute.resolve(training_device(), precision)
 
 
 def training_device() -> str | None:

@@ -26,6 +26,15 @@ SWEEP = "Sweep"
 SEARCHES = ("grid", "optuna")
 NOT_SEARCHABLE = frozenset({"out", "overwrite", "seed", "keep_checkpoints"})
 """Options a space may not vary: where trials go is the sweep's business, and seeds come from --seed and --seeds."""
+CHANGES_THE_RANKING = {
+    "metric_for_best": "which dev score ranks the trials", "metric": "which dev scores there are to rank by",
+    "task": "the kind of labels the dev score compares with", "task_preset": "the data's columns, labels and task",
+    "label_column": "the labels the dev score compares with", "label_sep": "the labels the dev score compares with",
+    "dev": "the dev rows the score is computed on", "dev_fraction": "the dev rows the score is computed on",
+}
+"""Options whose values change what the ranking metric means (option -> what it changes): trials run with two of
+their values would be ranked by numbers that cannot be compared (a loss against an accuracy, a Pearson r against an
+accuracy, scores on two dev sets), so a space may not vary them."""
 
 
 @dataclass(frozen=True)
@@ -138,13 +147,17 @@ def parse_space(cfg: SweepOptions) -> list[Dimension]:
 def _parse_one(cfg: SweepOptions, text: str, where: str) -> Dimension:
     key, sep, rest = text.partition("=")
     name = key.strip().lstrip("-").replace("-", "_")
-    valid = ", ".join(sorted(flag(n)[2:] for n in FINETUNE_FIELDS if n not in NOT_SEARCHABLE))
+    valid = ", ".join(sorted(flag(n)[2:] for n in FINETUNE_FIELDS if n not in NOT_SEARCHABLE | set(CHANGES_THE_RANKING)))
     if not sep or not rest.strip():
         raise UserError(f"{where} {text!r} is not OPTION=VALUES. Write it like {where} lr=5e-5,3e-5"
                         f"{':log' if where == '--space' else ''}.")
     if name not in FINETUNE_FIELDS or name in NOT_SEARCHABLE:
         raise UserError(f"{where} {text!r}: {key.strip()!r} is not an option a sweep can vary. Options: {valid}"
                         f" (seeds: --seed and --seeds).")
+    if name in CHANGES_THE_RANKING:
+        raise UserError(f"{where} {text!r}: {flag(name)} changes {CHANGES_THE_RANKING[name]}, so its trials would be "
+                        f"ranked by numbers that mean different things. Give {flag(name)} once as an option of the "
+                        f"sweep (every trial the same), or run one sweep per value.")
     base = _base(name)
     if base is tuple:
         raise UserError(f"{where} {text!r}: {flag(name)} is a list option; a sweep varies single values. "

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import os
 from pathlib import Path
 from typing import Any
 
@@ -21,20 +22,25 @@ from bertkit.data.splits import load_splits
 from bertkit.errors import UserError, raise_if_problems
 from bertkit.io import ownership
 from bertkit.models import loading
-from bertkit.training.finetune import _for_the_shape  # the checks a trial makes once its data is read
+from bertkit.training.finetune import _for_the_shape, too_few_rows, trial_compute  # a trial's own checks
 from bertkit.training.space import Dimension, SweepOptions, finetune_config
 
+NAME_MAX, PATH_MAX = 255, 4096
+"""The longest name in a path (bytes; ext4, xfs, btrfs, APFS, NTFS) and the longest path (Linux, with its NUL)."""
 DATA_FIELDS = tuple(f.name for f in dataclasses.fields(TaskOptions))
 """The options that decide what data a trial reads and its problem shape."""
 
 
-def check_space(cfg: SweepOptions, dims: list[Dimension]) -> None:
-    """A UserError listing every value of the space that would fail its trial, before anything runs."""
+def check_space(cfg: SweepOptions, dims: list[Dimension], processes: int = 1) -> TrialCheck:
+    """A UserError listing every value of the space that would fail its trial, before anything runs; else the
+    checker, whose models' configs (`config_of`) the trials' layout reads again."""
     where = "--grid" if cfg.search == "grid" else "--space"
+    checker = TrialCheck(cfg, processes)
     problems = path_problems(cfg, dims, where)
     if not problems:
-        problems = TrialCheck(cfg).problems(dims, where)
-    raise_if_problems(problems, f"Invalid {where} values for this model and data")
+        problems = checker.problems(dims, where)
+    raise_if_problems(problems, f"Invalid {where} values for this model, data and machine")
+    return checker
 
 
 def candidates(dim: Dimension) -> tuple[Any, ...]:
@@ -45,30 +51,48 @@ def candidates(dim: Dimension) -> tuple[Any, ...]:
 
 
 def path_problems(cfg: SweepOptions, dims: list[Dimension], where: str) -> list[str]:
-    """Path values (what a trial reads: --model, --data, ...) that are, hold or are inside --out."""
+    """Path values (what a trial reads: --model, --data, ...) too long for the file system, or that are, hold or are
+    inside --out."""
     out = Path(cfg.out or "").expanduser().resolve()
     problems = []
     for dim in dims:
         for value in candidates(dim):
             trial = finetune_config(cfg, {dim.name: value}, cfg.seed, cfg.out or "")
-            if not isinstance(value, str) or value not in {v for _, v in ownership.input_paths(trial)}:
-                continue
-            path = Path(value).expanduser().resolve()
-            relation = ("is" if path == out else "is inside" if out in path.parents
-                        else "holds" if path in out.parents else None)
-            if relation is not None:
-                problems.append(
-                    f"{where} {dim.flag[2:]}={value}: {dim.flag} {value} {relation} --out {cfg.out}, which the sweep "
-                    f"writes (and --overwrite replaces) while trials read it. Copy it outside --out first (e.g. "
-                    f"`cp -r {value} {out.parent / (path.name + '-copy')}`) and pass the copy, or choose another --out.")
+            if isinstance(value, str) and value in {v for _, v in ownership.input_paths(trial)}:
+                problems += [p for p in (_too_long(dim, value, where) or _out_problem(cfg, out, dim, value, where),)
+                             if p is not None]
     return problems
+
+
+def _too_long(dim: Dimension, value: str, where: str) -> str | None:
+    """A path no file system here can name: one of its names over NAME_MAX bytes, or the whole over PATH_MAX."""
+    names = [part for part in Path(value).expanduser().parts if len(part.encode("utf-8")) > NAME_MAX]
+    if not names and len(os.fsencode(value)) < PATH_MAX:
+        return None
+    what = (f"its name {names[0][:24]}... is {len(names[0].encode('utf-8'))} bytes long" if names
+            else f"it is {len(os.fsencode(value))} bytes long")
+    limit = f"file systems allow {NAME_MAX} bytes per name" if names else f"paths are at most {PATH_MAX - 1} bytes"
+    return (f"{where} {dim.flag[2:]}={value[:60]}...: {dim.flag} is not a path this machine can open: {what}, and "
+            f"{limit}. Fix the value (e.g. move or link the folder to a shorter path, and pass that).")
+
+
+def _out_problem(cfg: SweepOptions, out: Path, dim: Dimension, value: str, where: str) -> str | None:
+    """A path value that is, holds or is inside --out (which the sweep writes)."""
+    path = Path(value).expanduser().resolve()
+    relation = ("is" if path == out else "is inside" if out in path.parents
+                else "holds" if path in out.parents else None)
+    if relation is None:
+        return None
+    return (f"{where} {dim.flag[2:]}={value}: {dim.flag} {value} {relation} --out {cfg.out}, which the sweep "
+            f"writes (and --overwrite replaces) while trials read it. Copy it outside --out first (e.g. "
+            f"`cp -r {value} {out.parent / (path.name + '-copy')}`) and pass the copy, or choose another --out.")
 
 
 class TrialCheck:
     """What a trial checks before it trains, for any values of the space (models and data loaded once each)."""
 
-    def __init__(self, cfg: SweepOptions):
-        self.cfg = cfg
+    def __init__(self, cfg: SweepOptions, processes: int = 1):
+        self.cfg, self.processes = cfg, processes
         self.splits: dict[tuple[Any, ...], Any] = {}
         self.models: dict[tuple[str, bool], tuple[Any, Any]] = {}
 
@@ -103,11 +127,20 @@ class TrialCheck:
         return None
 
     def check(self, trial: Any) -> None:
+        """The trial's own checks before training: its --precision on this machine, its data and problem shape,
+        one optimizer step's rows (processes x --grad-accum), its model and --max-length."""
+        trial_compute(trial.precision)
         splits = self._splits(trial)
         _for_the_shape(trial, dataclasses.replace(splits, notes=[]), warn=False)
+        if len(splits.train) < self.processes * trial.grad_accum:  # setup's check: no step fits the rows
+            raise too_few_rows(len(splits.train), self.processes * trial.grad_accum)
         tokenizer, config = self._model(trial)
         loading.check_max_length(trial.max_length, tokenizer, config, trial.model,
                                   pair=trial.text_pair_column is not None)
+
+    def config_of(self, model: str, trust_remote_code: bool) -> Any:
+        """A model's config, read once for the checks and the layout."""
+        return self._model_of(model, trust_remote_code)[1]
 
     def _splits(self, trial: Any) -> Any:
         key = tuple(str(getattr(trial, name)) for name in DATA_FIELDS)
@@ -116,7 +149,9 @@ class TrialCheck:
         return self.splits[key]
 
     def _model(self, trial: Any) -> tuple[Any, Any]:
-        key = (trial.model, trial.trust_remote_code)
+        return self._model_of(trial.model, trial.trust_remote_code)
+
+    def _model_of(self, *key: Any) -> tuple[Any, Any]:
         if key not in self.models:
             self.models[key] = (loading.load_tokenizer(*key), loading.load_config(*key))
         return self.models[key]

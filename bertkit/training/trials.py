@@ -23,9 +23,7 @@ trial at the same time.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import logging
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,11 +34,13 @@ from bertkit.options import config_dict, flag
 from bertkit.scoring import metrics
 from bertkit.scoring.table import LOWER_IS_BETTER
 from bertkit.training import finetune as finetune_core
-from bertkit.training import trial_checks, trials_report
+from bertkit.training import trial_checks, trial_plans, trials_report
 from bertkit.training.finetune import finetune
 from bertkit.training.loop import on_main
 from bertkit.training.options import TRACKING_FIELDS
 from bertkit.training.space import Dimension, SweepOptions, finetune_config
+from bertkit.training.trial_plans import Plan
+from bertkit.training.trials_report import TrialRow
 
 log = logging.getLogger(__name__)
 
@@ -50,60 +50,48 @@ trackers: each trial resumes as a finetune run does)."""
 
 
 @dataclass(frozen=True)
-class Plan:
-    """One trial: configuration number, its searched values (field -> value) and its seed."""
-
-    number: int
-    params: dict[str, Any]
-    seed: int
-
-    @property
-    def name(self) -> str:
-        shown = "".join(f"_{flag(k)[2:]}={_short(v)}" for k, v in self.params.items())
-        return re.sub(r"[^\w.=+-]", "-", f"{self.number:03d}{shown}_seed={self.seed}")
-
-
-@dataclass
-class SweepResult:
-    """What a sweep produced; `cli/show.py` prints it."""
+class SweepOutcome:
+    """What a sweep produced: its folder and (main process) what sweep.json holds; `commands.sweep` makes it the
+    command's result."""
 
     out: Path
-    summary: dict[str, Any] | None
-    """sweep.json's content (main process only)."""
-    rows: list[dict[str, Any]]
-    """trials.csv's rows."""
+    summary: trials_report.SweepSummary | None
     is_main_process: bool = True
 
 
-def run_sweep(cfg: SweepOptions, *, progress: bool = True) -> SweepResult:
+def run_sweep(cfg: SweepOptions, *, progress: bool = True) -> SweepOutcome:
     """Run (or resume) every trial of `cfg`'s space, then rank them and write trials.csv, sweep.json, sweep.png and
     OUT/best (the best trial's best model)."""
     dims = cfg.dimensions
     if cfg.search == "optuna":
         import_optuna()  # a missing Optuna stops the sweep before it claims --out
-    on_main(_processes(), lambda: trial_checks.check_space(cfg, dims))  # every value, before any trial or claim
+    layout = on_main(_processes(), lambda: _lay_out(cfg, dims))  # every value checked, before any trial or claim
+    for note in layout.notes:
+        log.info("%s", note)
     run = on_main(_processes(), lambda: _claim(cfg, dims))
     root = run.path
     if cfg.search == "grid":
-        rows = [row for plan in grid_plans(cfg, dims) for row in [run_trial(cfg, run.out, plan, progress)]]
+        rows = [run_trial(cfg, run.out, plan, progress) for plan in layout.plans]
     else:
         rows = OptunaSearch(cfg, dims).run(run.out, progress)
     summary = None
     if _processes().is_main_process:
-        summary = trials_report.write_outputs(cfg, dims, root, rows)
+        summary = trials_report.write_outputs(cfg, dims, root, rows, layout.notes)
         run.commit()
     _processes().wait_for_everyone()
-    return SweepResult(run.out, summary, rows, _processes().is_main_process)
+    return SweepOutcome(run.out, summary, _processes().is_main_process)
 
 
-def grid_plans(cfg: SweepOptions, dims: list[Dimension]) -> list[Plan]:
-    """Every combination of the grid's values (first --grid outermost), each with --seeds seeds."""
-    combos = itertools.product(*(d.values for d in dims))
-    return [Plan(number, dict(zip((d.name for d in dims), values, strict=True)), cfg.seed + k)
-            for number, values in enumerate(combos) for k in range(cfg.seeds)]
+def _lay_out(cfg: SweepOptions, dims: list[Dimension]) -> trial_plans.GridLayout:
+    """Every value of the space checked against the model, data and machine, then (grid) the trials laid out with
+    their values resolved and duplicates merged (main process)."""
+    checked = trial_checks.check_space(cfg, dims, _processes().num_processes)
+    if cfg.search != "grid":
+        return trial_plans.GridLayout(())
+    return trial_plans.grid_plans(cfg, dims, checked.config_of)
 
 
-def run_trial(cfg: SweepOptions, out: Path, plan: Plan, progress: bool, on_evaluate: Any = None) -> dict[str, Any]:
+def run_trial(cfg: SweepOptions, out: Path, plan: Plan, progress: bool, on_evaluate: Any = None) -> TrialRow:
     """One trial through `finetune` (new, resumed, or finished already: finetune decides); its trials.csv row.
     The trial's --out is its final path `OUT/trials/NAME` (what its config.json, metrics.json and cards record);
     while the sweep replaces an earlier one it is written in the staging folder (`rundir.located`). A finished
@@ -115,7 +103,7 @@ def run_trial(cfg: SweepOptions, out: Path, plan: Plan, progress: bool, on_evalu
     if _processes().is_main_process and not cfg.keep_checkpoints:
         _keep_only_best(rundir.located(trial_cfg.out or ""))
     _processes().wait_for_everyone()
-    return trials_report.trial_row(plan.name, {flag(k)[2:]: v for k, v in plan.params.items()}, plan.seed,
+    return trials_report.trial_row(plan.name, {flag(k)[2:]: v for k, v in plan.values.items()}, plan.seed,
                                   result.metrics)
 
 
@@ -147,6 +135,7 @@ class OptunaSearch:
 
     def __init__(self, cfg: SweepOptions, dims: list[Dimension]):
         self.cfg, self.dims = cfg, dims
+        self.config_of = trial_plans.model_configs()  # lr=auto resolved per suggested model (main process)
         self.reported: dict[int, set[int]] = {}
         self.study = None
         if _processes().is_main_process:
@@ -155,15 +144,16 @@ class OptunaSearch:
             self.study = optuna.create_study(direction=direction, pruner=make_pruner(cfg),
                                              sampler=optuna.samplers.TPESampler(seed=cfg.seed))
 
-    def run(self, out: Path, progress: bool) -> list[dict[str, Any]]:
-        rows: list[dict[str, Any]] = []
+    def run(self, out: Path, progress: bool) -> list[TrialRow]:
+        rows: list[TrialRow] = []
         for number in range(self.cfg.trials):
             trial = self.study.ask() if self.study is not None else None
-            params = on_main(_processes(), lambda t=trial: self._suggest(t))  # every process: the main one's values
-            rows += self._run_configuration(out, number, params, trial, progress)
+            plan = on_main(_processes(), lambda t=trial, n=number: self._suggest(t, n))  # every process: the main's
+            rows += self._run_configuration(out, plan, trial, progress)
         return rows
 
-    def _suggest(self, trial: Any) -> dict[str, Any]:
+    def _suggest(self, trial: Any, number: int) -> Plan:
+        """The configuration Optuna suggests, its values resolved for its model (first seed)."""
         params = {}
         for d in self.dims:
             if d.values:
@@ -172,19 +162,18 @@ class OptunaSearch:
                 params[d.name] = trial.suggest_int(d.name, int(d.low), int(d.high), log=d.log)
             else:
                 params[d.name] = trial.suggest_float(d.name, d.low, d.high, log=d.log)
-        return params
+        return Plan(number, params, self.cfg.seed, trial_plans.resolved_params(self.cfg, params, self.config_of))
 
-    def _run_configuration(self, out: Path, number: int, params: dict[str, Any], trial: Any,
-                           progress: bool) -> list[dict[str, Any]]:
+    def _run_configuration(self, out: Path, first: Plan, trial: Any, progress: bool) -> list[TrialRow]:
         """The configuration's seeds: the first reported to the pruner (and stopped if pruned), then the others."""
         rows = []
         for k in range(self.cfg.seeds):
-            plan = Plan(number, params, self.cfg.seed + k)
+            plan = dataclasses.replace(first, seed=first.seed + k)
             callback = self._pruning(trial) if k == 0 else None
             rows.append(run_trial(self.cfg, out, plan, progress, on_evaluate=callback))
             if k == 0 and trial is not None:
-                self._report(trial, rows[0]["history"], rows[0]["metric"])  # a trial that ran before: replayed
-            if rows[0]["status"] == "pruned":
+                self._report(trial, rows[0].history, rows[0].metric)  # a trial that ran before: replayed
+            if rows[0].status == "pruned":
                 break
         if trial is not None:
             self._tell(trial, rows)
@@ -209,13 +198,13 @@ class OptunaSearch:
                 trial.report(value, step=index)
                 done.add(index)
 
-    def _tell(self, trial: Any, rows: list[dict[str, Any]]) -> None:
+    def _tell(self, trial: Any, rows: list[TrialRow]) -> None:
         import optuna
 
-        if rows[0]["status"] == "pruned":
+        if rows[0].status == "pruned":
             self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
         else:
-            values = [r["best"] for r in rows if r["best"] is not None]
+            values = [r.best for r in rows if r.best is not None]
             self.study.tell(trial, sum(values) / len(values))
 
 
@@ -264,5 +253,3 @@ def _processes() -> Any:
     return PartialState(cpu=finetune_core.force_cpu())
 
 
-def _short(value: Any) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
