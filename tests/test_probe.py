@@ -598,3 +598,19 @@ def test_probe_on_the_packaged_minilm_defaults_to_cls_and_mean_over_its_seven_hi
     assert [(r["pool"], r["layer_name"]) for r in report["sweep"]] == [(p, n) for p in ("cls", "mean") for n in names]
     assert any(n.startswith("default: cls and mean (the model's sentence-transformers pooling, 1_Pooling/config.json)")
                for n in report["notes"])
+
+
+def test_the_default_sweep_chooses_the_best_cells_C_by_cross_validated_log_loss():
+    """Without --C or --cv, cells are compared at C = 1 and the kept one is refit with its C chosen by 5-fold CV on
+    log-loss (the other cells keep C = 1 and no CV rows); with --C given, nothing is searched."""
+    X, y = blobs(300, 8, gap=1.2, seed=4)
+    rng = np.random.default_rng(1)
+    layered = np.stack([rng.normal(size=X.shape).astype(np.float32), X], axis=1)
+    sweep = probe_sweep.sweep_layers({"cls": layered[:200]}, y[:200], {"cls": layered[200:]}, y[200:], seed=0)
+    best, other = sweep.best, sweep.cells[1 - sweep.best_index]
+    assert best.layer == 1 and best.fit.cv_results is not None
+    losses = {r["C"]: r["log_loss"] for r in best.fit.cv_results}
+    assert set(losses) == set(probe_fit.DEFAULT_C_GRID) and losses[best.fit.C] == min(losses.values())
+    assert other.fit.C == 1.0 and other.fit.cv_results is None
+    fixed = probe_sweep.sweep_layers({"cls": layered[:200]}, y[:200], {"cls": layered[200:]}, y[200:], seed=0, C=1.0)
+    assert fixed.best.fit.C == 1.0 and fixed.best.fit.cv_results is None

@@ -51,8 +51,9 @@ class ProbeConfig(LongTextOptions, MetricOptions, TaskOptions):
     batch_size: int = option(64, "Rows per batch for feature extraction.", above=0)
     precision: str = option("auto", INFERENCE_PRECISION_HELP, choices=INFERENCE_PRECISIONS, aliases=("--dtype",))
     normalize: bool = option(False, "L2-normalise features before the probe (extraction option).", panel=MODEL)
-    C: float | None = option(None, "Inverse regularisation strength (default 1.0 without --cv; regression: ridge "
-                             "alpha = 1/C, chosen by --cv 5 unless given).", panel=PROBE,
+    C: float | None = option(None, "Inverse regularisation strength. Default: cells compared at 1.0, the best one's "
+                             "chosen by 5-fold CV on log-loss (regression: ridge alpha = 1/C, chosen by --cv 5 unless "
+                             "given).", panel=PROBE,
                              above=0)
     cv: int | None = option(None, "Choose C by K-fold cross-validation (data order; stratified for one label per "
                             "row): the lowest held-out log-loss (the C whose probabilities are honest).", panel=PROBE,

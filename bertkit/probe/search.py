@@ -12,7 +12,7 @@ import numpy as np
 
 from bertkit.errors import UserError
 from bertkit.probe import shapes as probe_shapes
-from bertkit.probe.fit import ProbeFit, fit_probe
+from bertkit.probe.fit import DEFAULT_C_GRID, DEFAULT_CV, ProbeFit, fit_probe
 from bertkit.scoring.intervals import bootstrap_interval
 from bertkit.scoring.metrics import classification_metrics
 from bertkit.scoring.table import SHAPE
@@ -136,7 +136,33 @@ def sweep_layers(
             pred = predicted_ids(fit, np.asarray(dev[:, layer]))
             ci = bootstrap_ci(y_dev, pred, seed=fit_kwargs.get("seed", 42))
             cells.append(Cell(pool, int(layer), name, fit, metrics, pred, ci))
-    return Sweep(cells, metric)
+    sweep = Sweep(cells, metric)
+    if fit_kwargs.get("C") is None and fit_kwargs.get("cv") is None and sweep.best.fit.task == "single_label":
+        best = sweep.best
+        sweep.cells[sweep.best_index] = cross_validated_cell(best, _cell_features(train_by_pool, best), y_train,
+                                                             _cell_features(dev_by_pool, best), y_dev, label_names,
+                                                             **fit_kwargs)
+    return sweep
+
+
+def _cell_features(by_pool: dict[str, np.ndarray], cell: Cell) -> np.ndarray:
+    """A cell's (n, d) features out of a pool's (n, L, d) layers, or its (n, d) when the pool has one layer."""
+    features = by_pool[cell.pool]
+    return np.asarray(features if features.ndim == 2 else features[:, cell.layer])
+
+
+def cross_validated_cell(cell: Cell, X_train: np.ndarray, y_train: np.ndarray, X_dev: np.ndarray, y_dev: np.ndarray,
+                         label_names: Sequence[str] | None, **fit_kwargs: Any) -> Cell:
+    """The best cell refit with its C chosen by `DEFAULT_CV`-fold cross-validation on log-loss over `DEFAULT_C_GRID`
+    (the default probe: cells are compared at C = 1, one search for the one that is kept, so the cost is one cell's
+    fits). Training rows too few for the folds (a class with fewer rows than folds) keep C = 1."""
+    counts = np.bincount(np.asarray(y_train, dtype=np.int64))
+    if counts[counts > 0].min() < DEFAULT_CV:
+        return cell
+    fit = fit_probe(X_train, y_train, **{**fit_kwargs, "cv": DEFAULT_CV, "C_grid": DEFAULT_C_GRID})
+    pred = predicted_ids(fit, X_dev)
+    return Cell(cell.pool, cell.layer, cell.layer_name, fit, score_probe(fit, X_dev, y_dev, label_names), pred,
+                bootstrap_ci(y_dev, pred, seed=fit_kwargs.get("seed", 42)))
 
 
 def shaped_cell(fit: ProbeFit, pool: str, layer: int, name: str, X_dev: np.ndarray, y_dev: np.ndarray,
