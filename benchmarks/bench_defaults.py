@@ -78,7 +78,7 @@ def run_finetune(task: str, lr: str, epochs: int, out: Path) -> dict[str, Any]:
     started = time.perf_counter()
     result = run(cfg, progress=False)
     wall = time.perf_counter() - started
-    summary = result.metrics
+    summary = result.summary.to_json()
     best = summary["best_dev"]
     predicted = [int(sum(col)) for col in zip(*best["confusion_matrix"], strict=True)]
     folders = {name: disk_bytes(out / name) for name in ("best", "final", "checkpoints") if (out / name).exists()}

@@ -156,7 +156,7 @@ def predictions(model: str, precision: str, data: Path, limit: int | None) -> tu
     with tempfile.TemporaryDirectory() as tmp:
         cfg = evaluate.EvaluateConfig(model=model, data=str(data), text_column="0", label_column="1", limit=limit,
                              precision=precision, out=str(Path(tmp) / "eval"))
-        result = evaluate.run(cfg).metrics
+        result = evaluate.run(cfg).metrics.to_json()
         import pandas as pd
 
         labels = pd.read_csv(Path(tmp) / "eval" / "predictions.csv")["predicted"].astype(str).to_numpy()

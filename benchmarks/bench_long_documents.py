@@ -73,7 +73,7 @@ def main() -> None:
         for name, options in modes.items():
             with Stopwatch() as watch:
                 scores = evaluate.run(evaluate.EvaluateConfig(model=args.model, data=str(docs),
-                                                              max_length=args.max_length, **options)).metrics
+                                                              max_length=args.max_length, **options)).metrics.to_json()
             results[name] = {"accuracy": scores["accuracy"], "f1": scores["f1"], "mcc": scores["mcc"],
                              "seconds": round(watch.seconds, 1)}
             print(f"{name:10s} accuracy {scores['accuracy']:.3f}  macro-F1 {scores['f1']:.3f}  "

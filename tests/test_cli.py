@@ -168,15 +168,16 @@ def test_old_option_name_dtype_still_works(tiny_bert_dir, demo_dir, tmp_path):
 
 def _finetune_summary_line(capsys, best_dev: dict) -> str:
     """The `best ...` line show_finetune prints for a run whose best dev scores are `best_dev`."""
-    from types import SimpleNamespace
+    from pathlib import Path
 
     from bertkit.cli.output import View
     from bertkit.cli.show_training import show_finetune
+    from bertkit.commands.finetune import FinetuneResult
+    from bertkit.training.outcome import RunSummary
 
     summary = {"best_metric_name": "accuracy", "best_metric": 0.9, "best_step": 4, "train_samples_per_second": 12.0,
                "best_dev": best_dev, "outputs": {}, "global_step": 8}
-    result = SimpleNamespace(is_main_process=True, metrics=summary, notes=[], already_finished=False, restored=None,
-                             epoch_table=[], out="runs/x")
+    result = FinetuneResult(Path("runs/x"), RunSummary.from_json(summary), (), None, False, True, ())
     show_finetune(result, View(quiet=True))
     return next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("best "))
 

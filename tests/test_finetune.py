@@ -65,7 +65,7 @@ def test_loss_decreases_and_learns_a_separable_set(tiny_bert_dir, toy_files, tmp
     losses = [h["train_loss"] for h in result.metrics["history"]]
     assert losses[-1] < losses[0] * 0.8
     assert result.metrics["best_dev"]["accuracy"] >= 0.9
-    assert len(result.epoch_table) == 6 and result.epoch_table[-1]["epoch"] == 6
+    assert len(result.epoch_table) == 6 and result.epoch_table[-1].epoch == 6
     for name in ("metrics.json", "metrics.jsonl", "training_table.csv", "curves.png", "confusion_matrix.png", "reliability.png",
                  "dev_errors.csv", "config.json", "best/model.safetensors", "final/model.safetensors"):
         assert (tmp_path / "run" / name).exists(), name
@@ -136,9 +136,9 @@ def test_interrupted_and_resumed_run_matches_an_uninterrupted_one(tiny_bert_dir,
     assert latest_checkpoint(tmp_path / "cut").name == "step-3"
     monkeypatch.delenv(FAIL_HOOK_ENV)
     resumed = finetune(cfg, progress=False)
-    assert resumed.restored["step"] == 3 and resumed.restored["epoch"] == 1 and resumed.restored["batch_in_epoch"] == 3
-    assert resumed.restored["lr"] > 0
-    assert resumed.restored["verified"] is True  # every file matched its checksum: no note about it
+    assert resumed.restored.step == 3 and resumed.restored.epoch == 1 and resumed.restored.batch_in_epoch == 3
+    assert resumed.restored.lr > 0
+    assert resumed.restored.verified is True  # every file matched its checksum: no note about it
     assert [n for n in resumed.notes if "baseline" not in n] == []
     assert resumed.metrics["global_step"] == whole.metrics["global_step"] == 10
     assert resumed.metrics["best_metric"] == pytest.approx(whole.metrics["best_metric"])
@@ -352,7 +352,7 @@ def test_a_checkpoint_saved_before_checksums_still_resumes_and_says_so(tiny_bert
     monkeypatch.delenv(FAIL_HOOK_ENV)
     (latest_checkpoint(tmp_path / "cut") / checkpoints.MANIFEST).unlink()
     resumed = finetune(cfg, progress=False)
-    assert resumed.restored["step"] == 3 and resumed.restored["verified"] is False
+    assert resumed.restored.step == 3 and resumed.restored.verified is False
     assert any("saved before checkpoints carried checksums" in note for note in resumed.notes)
     saved = json.loads((tmp_path / "cut" / "metrics.json").read_text())
     assert saved["resumed_from"]["verified"] is False and saved["global_step"] == 5
@@ -395,7 +395,7 @@ def test_a_resumed_run_removes_unfinished_checkpoint_saves_and_nothing_else(tiny
         path.rename(tmp_path / path.name)
     resumed = finetune(make_cfg(tiny_bert_dir, train, dev, out, save_every=2, epochs=1, keep_checkpoints=True),
                        progress=False)
-    assert resumed.restored["step"] == 3 and not killed_save.exists()
+    assert resumed.restored.step == 3 and not killed_save.exists()
     assert any(f"{unfinished} has no trainer_state.json" in note for note in resumed.notes)
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-4", "step-5"]
     assert all((tmp_path / folder.name / "notes.txt").read_text() == "mine\n" for folder in mine)

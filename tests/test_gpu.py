@@ -131,7 +131,7 @@ def test_a_graphed_run_resumes_like_an_uninterrupted_one(tiny_bert_dir, toy_file
         finetune(cfg, progress=False)
     monkeypatch.delenv(FAIL_AFTER_STEPS_ENV)
     resumed = finetune(cfg, progress=False)
-    assert resumed.restored["step"] == 3 and resumed.metrics["step_launch"]["mode"] == "cuda_graphs"
+    assert resumed.restored.step == 3 and resumed.metrics["step_launch"]["mode"] == "cuda_graphs"
     np.testing.assert_allclose([h["train_loss"] for h in resumed.metrics["history"]],
                                [h["train_loss"] for h in whole.metrics["history"]], rtol=1e-3)
     close_weights(tmp_path / "whole" / "final", tmp_path / "cut" / "final", 1e-3)

@@ -90,7 +90,7 @@ def test_runner_run_resumes_exactly(tiny_bert_dir, toy_files, tmp_path, monkeypa
         finetune(cfg, progress=False)
     monkeypatch.delenv(FAIL_AFTER_STEPS_ENV)
     resumed = finetune(cfg, progress=False)
-    assert resumed.restored["step"] == 3 and isinstance(resumed.restored["lr"], float)
+    assert resumed.restored.step == 3 and isinstance(resumed.restored.lr, float)
     assert [h["train_loss"] for h in resumed.metrics["history"]] == pytest.approx(
         [h["train_loss"] for h in whole.metrics["history"]], rel=1e-6)
     assert_same_weights(tmp_path / "whole" / "final", tmp_path / "cut" / "final", rtol=1e-6, atol=1e-7)
@@ -107,7 +107,7 @@ def test_an_eager_run_resumes_a_runner_checkpoint(tiny_bert_dir, toy_files, tmp_
         finetune(cfg, progress=False)
     monkeypatch.undo()
     resumed = finetune(cfg, progress=False)
-    assert resumed.restored["step"] == 3 and resumed.metrics["step_launch"] == {"mode": "eager"}
+    assert resumed.restored.step == 3 and resumed.metrics["step_launch"] == {"mode": "eager"}
     assert resumed.metrics["global_step"] == 10 and np.isfinite(resumed.metrics["best_metric"])
 
 

@@ -411,13 +411,13 @@ def test_predict_and_evaluate_run_and_record_int8(trained, tmp_path, toy_rows_mo
     data = write_tsv("dev.tsv", toy_rows_module, ("sentence", "label"))
     out = tmp_path / "eval"
     scored = run_evaluate(EvaluateConfig(model=str(trained), data=str(data), out=str(out), precision="int8"))
-    assert scored.dtype == "int8" and scored.metrics["n"] == len(toy_rows_module)
-    assert isinstance(scored.metrics["precision"], float)  # the macro precision metric, not the compute precision
+    assert scored.dtype == "int8" and scored.metrics.n == len(toy_rows_module)
+    assert isinstance(scored.metrics.value("precision"), float)  # the macro precision metric, not the compute precision
     assert json.loads((out / "metrics.json").read_text())["dtype"] == "int8"
     assert json.loads((out / "config.json").read_text())["config"]["precision"] == "int8"
     fp32 = run_evaluate(EvaluateConfig(model=str(trained), data=str(data), precision="fp32"))
     assert run_evaluate(EvaluateConfig(model=str(trained), data=str(data))).dtype == auto_dtype  # the default
-    assert fp32.dtype == "fp32" and abs(scored.metrics["accuracy"] - fp32.metrics["accuracy"]) <= 0.05
+    assert fp32.dtype == "fp32" and abs(scored.metrics.score("accuracy") - fp32.metrics.score("accuracy")) <= 0.05
 
 
 def test_predict_says_how_it_read_the_rows(trained):

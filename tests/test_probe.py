@@ -490,8 +490,8 @@ def test_probe_result_records_are_typed_and_write_back_the_json_they_were_read_f
     assert best.dev["accuracy"] == 0.75 and "n" not in best.dev
     assert best.asked == {"mcc": 0.5, "matthews_correlation": 0.5}
     assert best.test is not None and best.test.rows == 5 and best.test.scores == {"accuracy": 0.6}
-    assert result.baselines["majority"].C is None and result.baselines["majority"].where is None
-    assert result.baselines["random_encoder"].where == ("cls", "layer 1")
+    assert result.baselines.by_name["majority"].C is None and result.baselines.by_name["majority"].where is None
+    assert result.baselines.by_name["random_encoder"].where == ("cls", "layer 1")
     assert result.repeats is not None and result.repeats.spreads["accuracy"].std == 0.05
     written = json_module.loads(to_json({k: getattr(result, k) for k in record}))
     assert written == record

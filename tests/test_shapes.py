@@ -443,7 +443,7 @@ def test_predict_and_evaluate_cli_for_tags_and_scores(shaped_runs, tmp_path):
     assert (out / "per_label_f1.png").is_file()
     scored = run_evaluate(EvaluateConfig(model=str(shaped_runs["regression"] / "best"),
                                          data=str(shaped_runs["regression_data"]), out=str(tmp_path / "reg")))
-    assert scored.task == "regression" and 0 <= scored.metrics["mae"] and (tmp_path / "reg" / "scatter.png").is_file()
+    assert scored.task == "regression" and 0 <= scored.metrics.value("mae") and (tmp_path / "reg" / "scatter.png").is_file()
     frame = pd.read_csv(tmp_path / "reg" / "predictions.csv")
     assert np.allclose(frame["abs_error"], (frame["predicted"] - frame["label"]).abs())
 
@@ -503,7 +503,7 @@ def test_single_label_started_from_a_regression_folder_is_saved_single_label(sin
     assert all(p["label"] in ("hi", "lo") and set(p["probabilities"]) == {"hi", "lo"} for p in predictions)
     trained = json.loads((run / "metrics.json").read_text())["best_dev"]
     scored = run_evaluate(EvaluateConfig(model=str(run / "best"), data=str(single_from_regression["dev"])))
-    assert scored.task == "single_label" and scored.metrics["accuracy"] == pytest.approx(trained["accuracy"])
+    assert scored.task == "single_label" and scored.metrics.value("accuracy") == pytest.approx(trained["accuracy"])
 
 
 @pytest.mark.parametrize("shape", ["regression", "multi_label"])
@@ -599,7 +599,7 @@ def test_evaluate_refuses_zero_one_columns_that_leave_out_or_add_tags(shaped_run
         run_evaluate(EvaluateConfig(model=best, data=str(path), label_column="travel"))
     listed = write_jsonl(tmp_path / "tags.jsonl", topic_rows(12, 5))
     whole = run_evaluate(EvaluateConfig(model=best, data=str(path), label_column="food,music,sports,travel"))
-    assert whole.metrics["micro_f1"] == pytest.approx(run_evaluate(EvaluateConfig(model=best, data=str(listed))).metrics["micro_f1"])
+    assert whole.metrics.value("micro_f1") == pytest.approx(run_evaluate(EvaluateConfig(model=best, data=str(listed))).metrics.value("micro_f1"))
 
 
 def test_soft_losses_per_shape():
@@ -631,7 +631,7 @@ def test_minilm_regression_learns_a_learnable_score(minilm_dir, tmp_path):
     finetune(FinetuneConfig(model=str(minilm_dir), data=str(train), dev=str(dev), out=str(tmp_path / "run"),
                             epochs=3, lr=1e-4, batch_size=16, save_every=None), progress=False)
     scored = run_evaluate(EvaluateConfig(model=str(tmp_path / "run" / "best"), data=str(held_out)))
-    assert scored.metrics["pearson"] > 0.8, scored
+    assert scored.metrics.value("pearson") > 0.8, scored
 
 
 @pytest.mark.slow
@@ -642,7 +642,7 @@ def test_minilm_multilabel_beats_the_per_label_majority(minilm_dir, tmp_path):
     finetune(FinetuneConfig(model=str(minilm_dir), data=str(train), dev=str(dev), out=str(tmp_path / "run"),
                             epochs=2, lr=1e-4, batch_size=16, save_every=None), progress=False)
     scored = run_evaluate(EvaluateConfig(model=str(tmp_path / "run" / "best"), data=str(held_out)))
-    label_map = LabelMap(tuple(scored.metrics["labels"]), "multi_label")
+    label_map = LabelMap(tuple(scored.metrics.value("labels")), "multi_label")
     majority = per_label_majority_micro_f1(label_map.encode([tuple(r["labels"]) for r in topic_rows(240, 2)], "t"),
                                            label_map.encode([tuple(r["labels"]) for r in topic_rows(100, 3)], "h"))
-    assert scored.metrics["micro_f1"] > majority + 0.2, (scored.metrics["micro_f1"], majority)
+    assert scored.metrics.value("micro_f1") > majority + 0.2, (scored.metrics.value("micro_f1"), majority)

@@ -114,7 +114,7 @@ def test_a_killed_and_resumed_run_logs_the_steps_of_an_uninterrupted_one(tiny_be
     assert mlflow_history(store.as_uri(), first)[2] == "FAILED"
     monkeypatch.delenv(FAIL_AFTER_STEPS_ENV)
     resumed = finetune(cfg, progress=False)
-    assert resumed.restored["step"] == 3
+    assert resumed.restored.step == 3
     whole_tb, cut_tb = scalars(tmp_path / "whole" / "tensorboard"), scalars(tmp_path / "cut" / "tensorboard")
     assert steps(cut_tb["train/loss"]) == steps(whole_tb["train/loss"]) == list(range(1, 11))
     assert steps(cut_tb["eval/loss"]) == [5, 10]

@@ -3,7 +3,6 @@ JSON (--json; then nothing else goes to stdout). The commands (`bertkit.cli.app`
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
@@ -28,7 +27,6 @@ from bertkit.commands.export import ExportResult
 from bertkit.commands.predict import PredictConfig, PredictResult
 from bertkit.commands.probe import ProbeResult
 from bertkit.commands.tokens import TokensConfig, TokensResult
-from bertkit.measure import report as bench_report
 from bertkit.scoring.table import SHAPE
 
 if TYPE_CHECKING:
@@ -64,7 +62,7 @@ def _show_sentence(result: SentenceTokens, view: View) -> None:
 def _show_length_report(result: TokensResult, cfg: TokensConfig, view: View) -> None:
     reports, notes = result.reports, result.notes
     if view.json:
-        emit_json(result_json(result, drop=("sentence", "notes")))
+        emit_json(result.to_json())
         return
     rows = [[r.split, r.rows, r.min, r.p50, r.p95, r.p99, r.max, f"{r.truncated} ({r.truncated_share:.1%})",
              r.suggested_max_length, f"{r.waste_static:.0%}", f"{r.waste_dynamic_random:.0%}", f"{r.waste_dynamic_sorted:.0%}"]
@@ -77,8 +75,8 @@ def _show_length_report(result: TokensResult, cfg: TokensConfig, view: View) -> 
             out_console.print(f"{r.split} labels: " + ", ".join(f"{k}={v}" for k, v in r.label_counts.items()), highlight=False)
     for note in notes:
         info(note, view.quiet)
-    if result.outputs:
-        info(f"wrote {result.outputs['report']} and {result.outputs['histogram']}", view.quiet)
+    if result.outputs is not None:
+        info(f"wrote {result.outputs.report} and {result.outputs.histogram}", view.quiet)
 
 
 # ---------------------------------------------------------------- embed
@@ -123,8 +121,8 @@ def show_probe(result: ProbeResult, view: View) -> None:
     _print_probe_report(result)
     for note in result.notes:
         info(note, view.quiet)
-    if result.outputs:
-        outputs = result.outputs
+    if result.outputs is not None:
+        outputs = result.outputs.paths
         figure = next(outputs[k] for k in ("confusion_matrix", "scatter", "per_label_f1") if k in outputs)
         info(f"wrote {outputs['metrics']}, {outputs['layer_curve']}, {figure}; "
              f"saved probe: {outputs['probe']} (use: bertkit predict --probe {outputs['probe']} --text ...)", view.quiet)
@@ -140,12 +138,12 @@ def _print_probe_report(result: ProbeResult) -> None:
         rows.append([cell.pool, cell.layer_name + (" *" if cell.best else ""), cell.scores["accuracy"],
                      f"{low:.3f}-{high:.3f}", cell.scores["f1"], cell.scores["mcc"], f"{cell.C:g}"])
     names = {"majority": "majority class", "tfidf": "TF-IDF + LR (text)", "random_encoder": "random-init encoder"}
-    for key, base in result.baselines.items():
+    for key, base in (result.baselines.by_name if result.baselines is not None else {}).items():
         where = f" ({base.where[0]} {base.where[1]})" if base.where else ""
         rows.append(["baseline", names.get(key, key) + where, base.scores["accuracy"], "", base.scores["f1"],
                      base.scores["mcc"], "" if base.C is None else f"{base.C:g}"])
     sizes = result.rows
-    title = (f"Linear probe — {result.model} — train {sizes['train']:,} rows, dev {sizes['dev']:,} rows "
+    title = (f"Linear probe — {result.model} — train {sizes.train:,} rows, dev {sizes.dev:,} rows "
              f"(* = best dev accuracy)")
     out_console.print(table(title, ["pool", "layer", "dev acc", "95% CI", "macro-F1", "MCC", "C"], rows))
     best = result.best
@@ -203,14 +201,14 @@ def _print_shaped_probe_report(result: ProbeResult) -> None:
         rows.append([cell.pool, cell.layer_name + (" *" if cell.best else ""), cell.scores[metric],
                      f"{low:.3f}-{high:.3f}", *[cell.scores[k] for k in keys[1:]], _penalty(task, cell.C)])
     tfidf = "TF-IDF + ridge (text)" if task == "regression" else "TF-IDF + OvR LR (text)"
-    for key, base in result.baselines.items():
+    for key, base in (result.baselines.by_name if result.baselines is not None else {}).items():
         where = f" ({base.where[0]} {base.where[1]})" if base.where else ""
         name = tfidf if key == "tfidf" else PROBE_BASELINE_NAMES.get(key, key)
         rows.append(["baseline", name + where, base.scores[metric], "", *[base.scores[k] for k in keys[1:]],
                      "" if base.C is None else _penalty(task, base.C)])
     sizes = result.rows
-    title = (f"Linear probe ({task.replace('_', '-')}) — {result.model} — train {sizes['train']:,} rows, dev "
-             f"{sizes['dev']:,} rows (* = best dev {header[0]})")
+    title = (f"Linear probe ({task.replace('_', '-')}) — {result.model} — train {sizes.train:,} rows, dev "
+             f"{sizes.dev:,} rows (* = best dev {header[0]})")
     penalty = "ridge alpha" if task == "regression" else "C"
     out_console.print(table(title, ["pool", "layer", f"dev {header[0]}", "95% CI", *header[1:], penalty], rows))
     best = result.best
@@ -337,7 +335,7 @@ def show_evaluate(result: EvaluateResult, cfg: EvaluateConfig, view: View) -> No
         return
     out_console.print(table(f"{cfg.model} on {result.data} ({result.rows} rows)", ["metric", "value"],
                             [[k, "undefined" if v is None else v]
-                             for k, v in metrics.headline(result.metrics).items()]))
+                             for k, v in metrics.headline(result.metrics.to_json()).items()]))
     if result.note:
         info(f"note: {result.note}", view.quiet)
     info(read_line(result.max_length, result.truncation, result.rows_cut, result.rows), view.quiet)
@@ -399,16 +397,16 @@ def show_bench(result: BenchResult, view: View) -> None:
     if view.json:
         emit_json(result)
         return
-    report = dataclasses.asdict(result)
-    title = f"bertkit bench ({result.protocol}) — {result.machine}"
-    out_console.print(table(title, *_models_as_columns(*bench_report.summary_rows(report)), measures_as_rows=True))
-    columns, rows = bench_report.throughput_rows(report)
+    report = result.report
+    title = f"bertkit bench ({report.protocol}) — {report.machine}"
+    out_console.print(table(title, *_models_as_columns(*report.summary_rows()), measures_as_rows=True))
+    columns, rows = report.throughput_rows()
     if rows:
         out_console.print(table("Throughput (dynamic = length-sorted batches; static = padded to --max-length)",
                                 columns, rows, formats={"rows/s": ",.1f", "tokens/s": ",.0f"}, wrap_first=28))
     out_console.print("[bold]Claims vs the DistilBERT paper[/]")
-    for line in bench_report.claim_lines(result.claims):
+    for line in report.claim_lines():
         out_console.print(f"  {escape(line)}", highlight=False)
-    for note in result.notes:
+    for note in report.notes:
         info(f"note: {escape(note)}", view.quiet)
-    info(f"wrote {', '.join(result.outputs.values())}", view.quiet)
+    info(f"wrote {', '.join(report.outputs.values())}", view.quiet)

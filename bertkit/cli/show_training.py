@@ -3,66 +3,82 @@ their results as JSON (--json). The rest of the commands' output is `bertkit.cli
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from bertkit.cli.output import View, emit_json, format_score, info, out_console, table
 from bertkit.cli.show import METRIC_HEADERS
 from bertkit.commands.distill import DistillResult
+from bertkit.commands.finetune import FinetuneResult
 from bertkit.commands.sweep import SweepResult
 from bertkit.measure import distill_report
 from bertkit.scoring.table import SHAPE
+from bertkit.training.outcome import EpochRow, RunSummary
 
 # ---------------------------------------------------------------- finetune / distill
 
 
-def show_finetune(result: Any, view: View) -> None:
+def show_finetune(result: FinetuneResult, view: View) -> None:
     """A training run's summary: resumed or finished already, the epoch table, the best dev scores, what it saved."""
     if not result.is_main_process:
         return
-    summary = result.metrics
     if view.json:
-        emit_json({**summary, "out": str(result.out), "already_finished": result.already_finished,
-                   "restored": result.restored})
+        emit_json(result.to_json())
         return
     for note in result.notes:
         info(note, view.quiet)
-    if result.already_finished:
-        out_console.print(f"{result.out} holds a finished run (step {summary['global_step']}); nothing to do. "
-                          "Use a new --out, or --overwrite to train again.", highlight=False)
-    elif result.restored:
-        r = result.restored
-        info(f"resumed from {r['checkpoint']}: epoch {r['epoch']}, step {r['step']} "
-             f"(batch {r['batch_in_epoch']}/{r['steps_per_epoch']} of the epoch), lr {r['lr']:.3e}, "
-             f"best {summary['best_metric_name']} so far {r['best_metric']}")
+    _print_start(result)
     _print_epoch_table(result.epoch_table)
-    best = summary.get("best_dev") or {}
-    shown = [k for shape in SHAPE.values() for k in shape.table_metrics if k in best]  # the best model's shape's
-    others = [f"{k} {format_score(best[k])}" for k in shown if k != summary["best_metric_name"]]  # it is named once
-    others += [f"threshold {best['threshold']}"] if "threshold" in best else []
-    also = f" ({', '.join(others)})" if others else ""
-    rows = f" on {best['n']:,} dev rows" if isinstance(best.get("n"), int) else ""
-    out_console.print(
-        f"best {summary['best_metric_name']} {format_score(summary['best_metric'])} at step {summary['best_step']}"
-        f"{rows}{also}; {summary['train_samples_per_second']:.1f} train samples/s",
-        highlight=False,
-    )
-    for role in ("best", "final"):  # labelled --test data, scored with that model's weights
-        test = summary.get(f"{role}_test") or {}
-        if test:
-            out_console.print(f"test ({role} model, {test.get('n')} rows): "
-                              f"{', '.join(f'{k} {format_score(test[k])}' for k in shown if k in test)}",
-                              highlight=False)
-    saved = [Path(p).name for k, p in summary["outputs"].items() if k not in ("best", "final", "metrics.jsonl")]
-    shared = " (final = best's step: its weights are best's, linked)" if summary.get("final_same_as_best") else ""
-    removed = "" if summary.get("checkpoints_kept", True) else "; checkpoints/ removed (--keep-checkpoints keeps them)"
+    summary = result.summary
+    shown = [k for shape in SHAPE.values() for k in shape.table_metrics if summary.best_dev.has(k)]  # its shape's
+    _print_best(summary, shown)
+    _print_tests(summary, shown)
+    saved = [Path(p).name for k, p in summary.outputs.items() if k not in ("best", "final", "metrics.jsonl")]
+    shared = " (final = best's step: its weights are best's, linked)" if summary.final_same_as_best else ""
+    removed = "" if summary.checkpoints_kept else "; checkpoints/ removed (--keep-checkpoints keeps them)"
     out_console.print(f"saved {result.out}/best, {result.out}/final{shared}, metrics.json, {', '.join(saved)}"
                       f"{removed}", highlight=False)
-    for line in tracker_lines(summary.get("trackers") or {}):
+    for line in tracker_lines(summary.trackers):
         out_console.print(line, highlight=False)
 
 
-def tracker_lines(trackers: dict[str, Any]) -> list[str]:
+def _print_start(result: FinetuneResult) -> None:
+    """Whether the run had finished already (nothing done) or resumed, and from where."""
+    if result.already_finished:
+        out_console.print(f"{result.out} holds a finished run (step {result.summary.global_step}); nothing to do. "
+                          "Use a new --out, or --overwrite to train again.", highlight=False)
+    elif result.restored is not None:
+        r = result.restored
+        info(f"resumed from {r.checkpoint}: epoch {r.epoch}, step {r.step} "
+             f"(batch {r.batch_in_epoch}/{r.steps_per_epoch} of the epoch), lr {r.lr:.3e}, "
+             f"best {result.summary.best_metric_name} so far {r.best_metric}")
+
+
+def _print_best(summary: RunSummary, shown: list[str]) -> None:
+    """The best evaluation's --metric-for-best (named once), the shape's other metrics, its rows and throughput."""
+    best = summary.best_dev
+    others = [f"{k} {format_score(best.score(k))}" for k in shown if k != summary.best_metric_name]
+    others += [f"threshold {best.threshold}"] if best.has("threshold") else []
+    also = f" ({', '.join(others)})" if others else ""
+    rows = f" on {best.n:,} dev rows" if best.n is not None else ""
+    out_console.print(
+        f"best {summary.best_metric_name} {format_score(summary.best_metric)} at step {summary.best_step}"
+        f"{rows}{also}; {summary.train_samples_per_second:.1f} train samples/s",
+        highlight=False,
+    )
+
+
+def _print_tests(summary: RunSummary, shown: list[str]) -> None:
+    """Labelled --test data, scored with the best and the final model's weights."""
+    for role, test in (("best", summary.best_test), ("final", summary.final_test)):
+        if test:
+            out_console.print(f"test ({role} model, {test.value('n')} rows): "
+                              f"{', '.join(f'{k} {format_score(test.score(k))}' for k in shown if test.has(k))}",
+                              highlight=False)
+
+
+def tracker_lines(trackers: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """Where the run is logged, one line per tracker, with the command that shows it."""
     lines = []
     for name, where in trackers.items():
@@ -82,15 +98,15 @@ def tracker_lines(trackers: dict[str, Any]) -> list[str]:
 EPOCH_COLUMNS = {f"dev_{k}": f"dev {METRIC_HEADERS[k]}" for shape in SHAPE.values() for k in shape.table_metrics}
 
 
-def _print_epoch_table(rows: list[dict[str, Any]]) -> None:
+def _print_epoch_table(rows: tuple[EpochRow, ...]) -> None:
     if not rows:
         return
-    keys = ["epoch", "train_loss", "dev_loss", *(k for k in rows[0] if k in EPOCH_COLUMNS), "train_seconds",
+    keys = ["epoch", "train_loss", "dev_loss", *(k for k in rows[0].record if k in EPOCH_COLUMNS), "train_seconds",
             "samples_per_second"]
     # train_seconds and samples_per_second are running totals since the first step (evaluation time excluded).
     columns = ["epoch", "train loss", "dev loss", *(EPOCH_COLUMNS[k] for k in keys[3:-2]), "train s, total",
                "samples/s, mean"]
-    out_console.print(table("Training", columns, [[row.get(k) for k in keys] for row in rows],
+    out_console.print(table("Training", columns, [[row.record.get(k) for k in keys] for row in rows],
                             formats={"train s, total": ",.1f", "samples/s, mean": ",.1f"}))
 
 
@@ -100,21 +116,20 @@ def show_distill(result: DistillResult, view: View) -> None:
     if not training.is_main_process:
         return
     if view.json:
-        emit_json({"training": {**training.metrics, "out": str(training.out),
-                                "already_finished": training.already_finished}, "report": report})
+        emit_json(result.to_json())
         return
     for note in training.notes:
         info(note, view.quiet)
     _print_epoch_table(training.epoch_table)
     if report is not None:
         out_console.print(table("Teacher vs student (dev data)", distill_report.MODEL_COLUMNS,
-                                distill_report.model_rows(report)))
+                                report.model_rows()))
         out_console.print(table("DistilBERT's claims, measured", distill_report.CLAIM_COLUMNS,
-                                distill_report.claim_rows(report)))
-        info(distill_report.claims_context(report), view.quiet)
+                                report.claim_rows()))
+        info(report.claims_context(), view.quiet)
     out_console.print(f"saved {training.out}/best, {training.out}/final, metrics.json"
                       + (", distill_report.json/.md/.png" if report is not None else ""), highlight=False)
-    for line in tracker_lines(training.metrics.get("trackers") or {}):
+    for line in tracker_lines(training.summary.trackers):
         out_console.print(line, highlight=False)
 
 

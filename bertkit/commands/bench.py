@@ -15,15 +15,15 @@ import functools
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from bertkit.commands.registry import command_module, config_for_command
 from bertkit.data.options import DataOptions
 from bertkit.errors import raise_if_problems
 from bertkit.measure import quality
-from bertkit.measure.report import compute_claims, report_markdown
+from bertkit.measure.report import BenchReport, compute_claims, report_markdown
 from bertkit.models.compute import (
     INFERENCE_PRECISION_HELP,
     INFERENCE_PRECISIONS,
@@ -222,26 +222,16 @@ def add_quality(report: dict[str, Any], plans: Sequence[quality.QualityPlan], ou
             record.setdefault("quality", {})[plan.kind] = result
 
 
-@dataclass
+@dataclass(frozen=True)
 class BenchResult:
-    """What `bertkit bench` measured (bench.json): per model (`models`: size, load time, latency, throughput, memory,
-    training step, quality), the DistilBERT paper's claims, the data's token statistics and the machine."""
+    """What `bertkit bench` measured and where it wrote it (`measure.report.BenchReport`); its JSON is bench.json's
+    object with the files written."""
 
-    protocol: str
-    data: dict[str, Any]
-    models: list[dict[str, Any]]
-    claims: dict[str, Any]
-    environment: dict[str, Any]
-    data_source: dict[str, Any]
-    notes: list[str] = field(default_factory=list)
-    loadavg_start: list[float] = field(default_factory=list)
-    outputs: dict[str, str] = field(default_factory=dict)
+    JSON_RECORD: ClassVar[bool] = True
+    report: BenchReport
 
-    @property
-    def machine(self) -> str:
-        """Where it was measured, for a title: CPU, device, precision and threads."""
-        env = self.environment
-        return f"{env['machine']['cpu']}, {env['device']}, {env['dtype']}, {env['torch_threads']} threads"
+    def to_json(self) -> dict[str, Any]:
+        return self.report.to_json()
 
 
 def run(cfg: BenchConfig) -> BenchResult:
@@ -266,4 +256,4 @@ def run(cfg: BenchConfig) -> BenchResult:
     atomic.write_json_atomic(run.path / "bench.json", report)
     atomic.write_text_atomic(run.path / "bench.md", report_markdown(report))
     run.commit()
-    return BenchResult(**report)
+    return BenchResult(BenchReport.from_json(report))

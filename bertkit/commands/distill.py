@@ -14,16 +14,14 @@ import dataclasses
 import json
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from bertkit.errors import UserError
-from bertkit.measure.distill_report import measure_teacher_student, report_markdown
+from bertkit.measure.distill_report import DistillReport, measure_teacher_student, report_markdown
 from bertkit.models.compute import Compute
 from bertkit.models.preflight import check_inputs
 from bertkit.training.options import DistillOptions
-
-if TYPE_CHECKING:
-    from bertkit.training.finetune import FinetuneResult
+from bertkit.training.outcome import TrainingRun
 
 log = logging.getLogger(__name__)
 
@@ -34,13 +32,20 @@ class DistillConfig(DistillOptions):
     the fine-tuning loop's options, checkpoints and exact resume, and a teacher-vs-student report."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class DistillResult:
-    """The student's training run (`FinetuneResult`) and the teacher-vs-student report (None: --no-report, or not the
-    main process)."""
+    """The student's training run (the training loop's `TrainingRun`) and the teacher-vs-student report (None:
+    --no-report, or not the main process)."""
 
-    training: FinetuneResult
-    report: dict[str, Any] | None = None
+    training: TrainingRun
+    report: DistillReport | None = None
+
+    def to_json(self) -> dict[str, object]:
+        """The --json object: the student's metrics.json keys with where the run is, and the report."""
+        training = self.training
+        return {"training": {**training.summary.to_json(), "out": str(training.out),
+                             "already_finished": training.already_finished},
+                "report": self.report.to_json() if self.report is not None else None}
 
 
 def run(cfg: DistillConfig, *, progress: bool = True) -> DistillResult:
@@ -56,14 +61,12 @@ def run(cfg: DistillConfig, *, progress: bool = True) -> DistillResult:
         log.warning("--student-layers %d copies layers of the teacher; with --student %s the student is that encoder, "
                     "so it is ignored. Drop --student-layers.", cfg.student_layers, cfg.student)
     result = finetune(cfg, progress=progress, task=task, compute=Compute.resolve(training_device(), cfg.precision))
-    out = DistillResult(result)
-    if result.is_main_process and cfg.report:
-        report_path = result.out / f"{REPORT}.json"
-        if result.already_finished and report_path.is_file():
-            out.report = json.loads(report_path.read_text(encoding="utf-8"))
-        else:  # a new run, or a finished one killed before its report
-            out.report = write_report(cfg, task, result)
-    return out
+    if not (result.is_main_process and cfg.report):
+        return DistillResult(result)
+    report_path = result.out / f"{REPORT}.json"
+    if result.already_finished and report_path.is_file():
+        return DistillResult(result, DistillReport.from_json(json.loads(report_path.read_text(encoding="utf-8"))))
+    return DistillResult(result, write_report(cfg, task, result))  # a new run, or a finished one killed before it
 
 
 def _in_the_teachers_shape(cfg: DistillConfig, shape: str) -> DistillConfig:
@@ -79,7 +82,7 @@ def _in_the_teachers_shape(cfg: DistillConfig, shape: str) -> DistillConfig:
 # ---------------------------------------------------------------- the report
 
 
-def write_report(cfg: DistillConfig, task: Any, result: Any) -> dict[str, Any]:
+def write_report(cfg: DistillConfig, task: Any, result: TrainingRun) -> DistillReport:
     """Measure teacher vs student and write distill_report.json, .md and .png into the run directory."""
     from bertkit import plots
     from bertkit.io import atomic
@@ -91,5 +94,4 @@ def write_report(cfg: DistillConfig, task: Any, result: Any) -> dict[str, Any]:
     atomic.write_json_atomic(out / f"{REPORT}.json", report)
     atomic.write_text_atomic(out / f"{REPORT}.md", report_markdown(report))
     plots.distill_bars(report, out / f"{REPORT}.png")
-    report["outputs"] = [str(out / f"{REPORT}.{ext}") for ext in ("json", "md", "png")]
-    return report
+    return DistillReport.from_json(report, tuple(str(out / f"{REPORT}.{ext}") for ext in ("json", "md", "png")))

@@ -15,6 +15,7 @@ from bertkit.models.metadata import read_as_saved
 from bertkit.models.preflight import check_inputs
 from bertkit.options import MODEL, OUTPUT, config_dict, option, overwrite_option
 from bertkit.scoring.options import MetricOptions
+from bertkit.scoring.scores import Scores
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -56,7 +57,7 @@ class EvaluateConfig(LongTextOptions, MetricOptions, LabelOptions):
         raise_if_problems(problems)
 
 
-@dataclass
+@dataclass(frozen=True)
 class EvaluateResult:
     """The metrics of a model on labelled data (`metrics`: its problem shape's, with the per-tag table or confusion
     matrix and `n` rows), and what they were computed on and how - apart, so no setting takes a metric's name."""
@@ -69,37 +70,39 @@ class EvaluateResult:
     truncation: str
     dtype: str
     """The compute precision the model ran in (`precision` is the macro precision metric in `metrics`)."""
-    metrics: dict[str, Any]
+    metrics: Scores
     rows_cut: int | None = None
     """Rows longer than max_length, cut as `truncation` says (None: read whole in windows)."""
 
     @property
     def task(self) -> str:
-        return self.metrics["task"]
+        return str(self.metrics.value("task"))
 
     @property
     def rows(self) -> int:
-        return int(self.metrics["n"])
+        return int(self.metrics.n or 0)
 
     @property
     def note(self) -> str | None:
         """Why a metric is undefined or limited on these rows (e.g. one class only), if it is."""
-        return self.metrics.get("note")
+        note = self.metrics.value("note")
+        return str(note) if note else None
 
     @property
-    def threshold(self) -> Any:
+    def threshold(self) -> object:
         """A tag model's decision threshold (tags: one for all, or one per tag)."""
-        return self.metrics.get("threshold")
+        return self.metrics.threshold
 
     @property
     def per_tag(self) -> dict[str, dict[str, float]]:
         """A tag model's scores per tag (F1, precision, recall, support); empty for other shapes."""
-        return self.metrics.get("per_label") or {}
+        return dict(self.metrics.value("per_label") or {})  # type: ignore[call-overload]
 
     @property
     def confusion(self) -> tuple[list[str], list[list[int]]]:
         """A single-label model's label names and confusion matrix (rows = true); empty for other shapes."""
-        return list(self.metrics.get("labels") or []), list(self.metrics.get("confusion_matrix") or [])
+        return (list(self.metrics.value("labels") or []),  # type: ignore[call-overload]
+                list(self.metrics.value("confusion_matrix") or []))  # type: ignore[call-overload]
 
 
 def run(cfg: EvaluateConfig, *, progress: bool = False) -> EvaluateResult:
@@ -139,7 +142,7 @@ def run(cfg: EvaluateConfig, *, progress: bool = False) -> EvaluateResult:
     scores = score_outputs(outputs, y)
     metrics.add_requested(scores, cfg.metric_list, external, outputs.decisions(), y)
     result = EvaluateResult(cfg.model or "", dataset.source, dataset.fingerprint, cfg.max_length, cfg.long_text, cfg.truncation,
-                            infer.precision_of(model, compute), scores,
+                            infer.precision_of(model, compute), Scores.from_json(scores),
                             None if cfg.long_text == "chunk" else counted.cut)
     if plan is not None:
         run_dir = plan.claim()

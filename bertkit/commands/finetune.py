@@ -2,28 +2,50 @@
 `bertkit.training.finetune`), resumable, on a CPU, one GPU (steps replayed as CUDA graphs) or several processes.
 
 The options are the training package's `FinetuneOptions` group, declared there once because the library builds
-them too (a sweep's trial, `training.space.finetune_config`) and distill and sweep extend them; the result is the
-training run's `FinetuneResult` (distill's result holds one). This module composes them into the command: its
-config, the checks before torch is imported, the one resolution of --precision, and the run."""
+them too (a sweep's trial, `training.space.finetune_config`) and distill and sweep extend them. The training loop
+returns a typed `TrainingRun` (`bertkit.training.outcome`); this module owns the command around it: its config, the
+checks before torch is imported, the one resolution of --precision, the run, and the `FinetuneResult` it reports."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, fields
+from pathlib import Path
 
 from bertkit.io import ownership, rundir
 from bertkit.models.compute import Compute
 from bertkit.models.preflight import check_inputs
 from bertkit.training.options import FinetuneOptions
-
-if TYPE_CHECKING:
-    from bertkit.training.finetune import FinetuneResult
+from bertkit.training.outcome import EpochRow, Restored, RunSummary, TrainingRun
 
 
 @dataclass(frozen=True)
 class FinetuneConfig(FinetuneOptions):
     """`bertkit finetune`: full fine-tuning (batch 32, 3 epochs, warmup 0.1; --lr auto: chosen from the model's width,
     the BERT paper's 5e-5 for BERT-base, 1e-4 for MiniLM-L6)."""
+
+
+@dataclass(frozen=True)
+class FinetuneResult:
+    """What `bertkit finetune` reports: the run's folder, its metrics.json summary, the epoch table, what a resume
+    restored, whether it had finished already, and notes. The CLI renders it; `to_json` is its --json object."""
+
+    out: Path
+    summary: RunSummary
+    epoch_table: tuple[EpochRow, ...]
+    restored: Restored | None
+    already_finished: bool
+    is_main_process: bool
+    notes: tuple[str, ...]
+
+    @classmethod
+    def of(cls, run: TrainingRun) -> FinetuneResult:
+        """The command's result for the training loop's outcome (the same pieces, under the command's name)."""
+        return cls(**{f.name: getattr(run, f.name) for f in fields(run)})
+
+    def to_json(self) -> dict[str, object]:
+        """metrics.json's keys, then where the run is, whether it had finished already and what a resume restored."""
+        return {**self.summary.to_json(), "out": str(self.out), "already_finished": self.already_finished,
+                "restored": self.restored.to_json() if self.restored is not None else None}
 
 
 def run(cfg: FinetuneConfig, *, progress: bool = True) -> FinetuneResult:
@@ -34,4 +56,5 @@ def run(cfg: FinetuneConfig, *, progress: bool = True) -> FinetuneResult:
         rundir.inspect_run_dir(cfg.out, "finetune", overwrite=cfg.overwrite, inputs=ownership.input_paths(cfg))
     from bertkit.training.finetune import finetune, training_device
 
-    return finetune(cfg, progress=progress, compute=Compute.resolve(training_device(), cfg.precision))
+    return FinetuneResult.of(finetune(cfg, progress=progress,
+                                      compute=Compute.resolve(training_device(), cfg.precision)))

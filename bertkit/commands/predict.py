@@ -74,6 +74,10 @@ class PredictConfig(LongTextOptions, DataOptions):
         raise_if_problems(problems)
 
 
+Prediction = str | tuple[str, ...] | float
+"""One row's prediction: a class name (single-label), its tags (multi-label), or a number (regression)."""
+
+
 @dataclass
 class PredictResult:
     """The predictions: the problem shape and its names, and the first rows' labels and outputs (all rows are in
@@ -93,9 +97,10 @@ class PredictResult:
     """With --probe: the features the probe reads (pool, layers), as its record says."""
     rows_cut: int | None = None
     """Rows longer than max_length, cut as `truncation` says (None: read whole in windows)."""
-    dataset: Any = field(default=None, metadata={"json": False})
-    labels: list[Any] = field(default_factory=list)
-    proba: Any = field(default=None, metadata={"json": False})
+    dataset: TextDataset | None = field(default=None, metadata={"json": False})
+    labels: list[Prediction] = field(default_factory=list)
+    """The kept rows' predictions: a class name, the tuple of tags, or the number."""
+    proba: np.ndarray | None = field(default=None, metadata={"json": False})
     """The kept rows' outputs: class or tag probabilities, or the numbers (one column)."""
 
 
@@ -132,7 +137,7 @@ def run(cfg: PredictConfig, *, recipe: str | None = None, progress: bool = False
 
         dataset = load_dataset_split(cfg, cfg.data or "", need_labels=False)
     reader = output_reader(cfg, dataset, progress)
-    labels: list[Any] = []
+    labels: list[Prediction] = []
     values: list[np.ndarray] = []
     with _csv_out(cfg.out, dataset, reader) as append:
         for start, part in dataset.chunks(batches.SORT_WINDOW):

@@ -21,7 +21,15 @@ from bertkit.models.folders import OFFLINE_NAME
 from bertkit.models.metadata import read_as_saved
 from bertkit.models.preflight import check_inputs
 from bertkit.options import DATA, MODEL, OUTPUT, PROBE, config_dict, option, overwrite_option
-from bertkit.probe.records import BestCell, ProbeBaseline, ProbeCell, Refits
+from bertkit.probe.records import (
+    Baselines,
+    BestCell,
+    ProbeCell,
+    ProbeOutputs,
+    ProbeSettings,
+    Refits,
+    SplitRows,
+)
 from bertkit.scoring.options import CLASS_WEIGHTS, MetricOptions
 
 log = logging.getLogger(__name__)
@@ -126,26 +134,28 @@ class ProbeResult:
     features: str | None
     dtype: str | None
     """The precision the features were computed in."""
-    rows: dict[str, int]
+    rows: SplitRows
     labels: list[str]
-    probe: dict[str, Any]
+    probe: ProbeSettings
     """The probe's kind and settings (C or its search, class weights; the shape for numbers and tags)."""
     sweep: list[ProbeCell]
     best: BestCell
     notes: list[str] = field(default_factory=list)
     task: str | None = field(default=None, metadata={"omit_empty": True})
     """regression or multi_label (their own metrics); None for one label per row."""
-    baselines: dict[str, ProbeBaseline] = field(default_factory=dict, metadata={"omit_empty": True})
+    baselines: Baselines | None = field(default=None, metadata={"omit_empty": True})
     repeats: Refits | None = field(default=None, metadata={"omit_empty": True})
-    outputs: dict[str, str] = field(default_factory=dict, metadata={"omit_empty": True})
+    outputs: ProbeOutputs | None = field(default=None, metadata={"omit_empty": True})
 
     @classmethod
     def from_json(cls, record: dict[str, Any]) -> ProbeResult:
         """The result from the object metrics.json holds (its nested records typed, see `bertkit.probe.records`)."""
         typed = {"sweep": [ProbeCell.from_json(row) for row in record["sweep"]],
                  "best": BestCell.from_json(record["best"]),
-                 "baselines": {k: ProbeBaseline.from_json(k, v) for k, v in record.get("baselines", {}).items()},
-                 "repeats": Refits.from_json(record["repeats"]) if record.get("repeats") else None}
+                 "rows": SplitRows(dict(record["rows"])), "probe": ProbeSettings(dict(record["probe"])),
+                 "baselines": Baselines.from_json(record.get("baselines")),
+                 "repeats": Refits.from_json(record["repeats"]) if record.get("repeats") else None,
+                 "outputs": ProbeOutputs.from_json(record.get("outputs"))}
         return cls(**{**record, **typed})
 
 

@@ -3,7 +3,8 @@ dataset with truncation and padding waste (`bertkit.encoding.report` computes it
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import dataclasses
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from bertkit.data.options import DataOptions
@@ -13,7 +14,7 @@ from bertkit.models.preflight import check_inputs
 from bertkit.options import DATA, MODEL, OUTPUT, option, overwrite_option
 
 if TYPE_CHECKING:
-    from bertkit.encoding.report import SentenceTokens
+    from bertkit.encoding.report import LengthReport, SentenceTokens
 
 
 @dataclass(frozen=True)
@@ -41,22 +42,39 @@ class TokensConfig(DataOptions):
         raise_if_problems(problems)
 
 
-@dataclass
+@dataclass(frozen=True)
+class TokensOutputs:
+    """--out: the length report and the histogram."""
+
+    report: str
+    histogram: str
+
+
+@dataclass(frozen=True)
 class TokensResult:
-    """A sentence's tokens (`sentence`), or every split's length report (`splits`, `reports`) and where it went."""
+    """A sentence's tokens (`sentence`), or every split's length report (`reports`) and where it went."""
 
     sentence: SentenceTokens | None = None
     """--text: tokens, ids, mask, token types and special positions (`encoding.report.explain_sentence`)."""
     model: str | None = None
     max_length: int | None = None
     model_limit: int | None = None
-    splits: list[dict[str, Any]] = field(default_factory=list)
-    """Per split: rows, length percentiles, truncated rows, suggested max length, padding waste."""
-    reports: list[Any] = field(default_factory=list, metadata={"json": False})
-    """The `LengthReport` objects behind `splits` (with the length counts the histogram draws)."""
-    notes: list[str] = field(default_factory=list)
-    outputs: dict[str, str] = field(default_factory=dict)
-    """--out: the report and histogram files."""
+    reports: tuple[LengthReport, ...] = ()
+    """Per split: rows, length percentiles, truncated rows, suggested max length, padding waste, and the length
+    counts the histogram draws."""
+    notes: tuple[str, ...] = ()
+    outputs: TokensOutputs | None = None
+
+    @property
+    def splits(self) -> list[dict[str, object]]:
+        """The reports as tokens.json and --json write them (`splits`): without the length counts."""
+        return [{k: v for k, v in vars(r).items() if k != "length_counts"} for r in self.reports]
+
+    def to_json(self) -> dict[str, object]:
+        """The length report's --json object (tokens.json's keys, then the files written)."""
+        outputs = dataclasses.asdict(self.outputs) if self.outputs is not None else {}
+        return {"model": self.model, "max_length": self.max_length, "model_limit": self.model_limit,
+                "splits": self.splits, "outputs": outputs}
 
 
 def run(cfg: TokensConfig) -> TokensResult:
@@ -96,8 +114,9 @@ def _length_reports(tokenizer: Any, cfg: TokensConfig) -> TokensResult:
     named = [(name, ds) for name, ds in (("train", splits.train), ("dev", splits.dev), ("test", splits.test)) if ds]
     reports = [length_report(tokenizer, ds, name, cfg.max_length, cfg.batch_size, limit, cfg.seed, cfg.cache_dir)
                for name, ds in named]
-    result = TokensResult(model=cfg.model, max_length=cfg.max_length, model_limit=limit, reports=reports,
-                          splits=[{k: v for k, v in vars(r).items() if k != "length_counts"} for r in reports])
+    notes = (*splits.notes, *[note for r in reports if (note := long_text_note(r, cfg.max_length, limit))])
+    result = TokensResult(model=cfg.model, max_length=cfg.max_length, model_limit=limit, reports=tuple(reports),
+                          notes=notes)
     if plan is not None:
         run_dir = plan.claim()
         trail.write_run_config(run_dir.path, "tokens", vars(cfg),
@@ -107,6 +126,6 @@ def _length_reports(tokenizer: Any, cfg: TokensConfig) -> TokensResult:
         plots.length_histogram({r.split: r.length_counts for r in reports}, cfg.max_length,
                                run_dir.path / "token_lengths.png", f"Token lengths ({cfg.model})")
         run_dir.commit()
-        result.outputs = {"report": str(run_dir.out / "tokens.json"), "histogram": str(run_dir.out / "token_lengths.png")}
-    result.notes = [*splits.notes, *[note for r in reports if (note := long_text_note(r, cfg.max_length, limit))]]
+        result = dataclasses.replace(result, outputs=TokensOutputs(str(run_dir.out / "tokens.json"),
+                                                                   str(run_dir.out / "token_lengths.png")))
     return result

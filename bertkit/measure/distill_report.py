@@ -5,9 +5,12 @@ distill writes. `bertkit distill` runs it after training and writes its files.""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bertkit.io.atomic import JsonRecord
 from bertkit.models.compute import Compute
 from bertkit.scoring.table import LOWER_IS_BETTER
 
@@ -15,9 +18,39 @@ CLAIMS = {"parameter_reduction_pct": 40.0, "speedup_x": 1.6, "quality_retained_p
 """The DistilBERT paper's claims (Sanh et al. 2019): 40% fewer parameters, 60% faster, 97% of the quality."""
 
 
+@dataclass(frozen=True)
+class DistillReport(JsonRecord):
+    """A teacher-vs-student report (distill_report.json) and the files it was written to (none: read back from a
+    finished run). Its rows and markdown are built here from `record`, the object as measured and written."""
+
+    metric: str
+    """The dev metric teacher and student are compared by."""
+    outputs: tuple[str, ...]
+    record: Mapping[str, object]
+
+    @classmethod
+    def from_json(cls, record: Mapping[str, object], outputs: tuple[str, ...] = ()) -> DistillReport:
+        return cls(str(record.get("metric") or ""), outputs, dict(record))
+
+    def to_json(self) -> dict[str, object]:
+        """The report as written, with the files it was written to (when this run wrote them)."""
+        return {**self.record, "outputs": list(self.outputs)} if self.outputs else dict(self.record)
+
+    def model_rows(self) -> list[list[Any]]:
+        """MODEL_COLUMNS rows: teacher, then student."""
+        return model_rows(dict(self.record))
+
+    def claim_rows(self) -> list[list[Any]]:
+        """CLAIM_COLUMNS rows: each DistilBERT claim, measured, with its verdict."""
+        return claim_rows(dict(self.record))
+
+    def claims_context(self) -> str:
+        return claims_context(dict(self.record))
+
+
 def measure_teacher_student(cfg: Any, task: Any, result: Any, compute: Compute) -> dict[str, Any]:
     """Parameters, disk size, batch-1 latency, best-batch throughput and dev quality of teacher and student (`cfg`:
-    the DistillConfig, `task`: its DistillTask, `result`: the student's FinetuneResult), run as `compute` says."""
+    the DistillConfig, `task`: its DistillTask, `result`: the student's `TrainingRun`), run as `compute` says."""
     from bertkit.data.splits import load_splits
     from bertkit.encoding.encode import encode_for
     from bertkit.io import trail
@@ -44,7 +77,7 @@ def measure_teacher_student(cfg: Any, task: Any, result: Any, compute: Compute) 
                                                   settings, device, dtype)
     quality = _dev_quality(cfg, task, result, splits)
     models = {c.label: _model_record(c, latency[c.label], throughput[c.label], quality[c.label]) for c in contenders}
-    metric = result.metrics.get("best_metric_name") or cfg.metric_for_best  # the shape's (regression: pearson)
+    metric = result.summary.best_metric_name or cfg.metric_for_best  # the shape's (regression: pearson)
     return {"teacher": cfg.teacher, "student": str(student_dir), "student_layers": task.kept_layers,
             "teacher_layers": int(task.teacher.config.num_hidden_layers),
             "metric": metric, "dev_rows": len(texts), "device": str(device),
@@ -65,7 +98,7 @@ def _dev_quality(cfg: Any, task: Any, result: Any, splits: Any) -> dict[str, Any
             MultiLabel(y_dev, y_dev, names, cfg.threshold) if labels.task == "multi_label" else
             SingleLabel(y_dev, y_dev, names))
     teacher = hard.score(logits).metrics
-    return {"teacher": teacher, "student": result.metrics.get("best_dev") or {}}
+    return {"teacher": teacher, "student": result.summary.best_dev.to_json()}
 
 
 def _model_record(c: Any, latency: dict[str, Any], throughput: list[dict[str, Any]], dev: dict[str, Any]) -> dict[str, Any]:

@@ -116,11 +116,11 @@ def probe_score(result: Any) -> tuple[str, float]:
 
 
 def finetune_score(result: Any) -> tuple[str, float]:
-    """`bertkit finetune`'s best evaluation (of its FinetuneResult): (where in its metrics, its --metric-for-best
-    value)."""
-    metrics = result.metrics
-    name = metrics["best_metric_name"]
-    return f"best_dev.{name}", float(metrics["best_dev"][name])
+    """`bertkit finetune`'s best evaluation (of its FinetuneResult's summary): (where in its metrics, its
+    --metric-for-best value)."""
+    summary = result.summary
+    name = summary.best_metric_name
+    return f"best_dev.{name}", float(summary.best_dev.value(name))
 
 
 SCORES = {"probe": probe_score, "finetune": finetune_score}

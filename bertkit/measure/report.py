@@ -7,8 +7,11 @@ measured value (None where it was not measured, never a guess) next to the paper
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
+
+from bertkit.io.atomic import JsonRecord
 
 QUALITY_KINDS = ("probe", "finetune")
 """The quality columns a report can have, in this order."""
@@ -34,6 +37,48 @@ SPEEDUP_NOTE = (
 
 CENTRE = "p50"
 """The statistic of a timing that the tables print and the claims divide: the median."""
+
+
+BENCH_KEYS = ("protocol", "data", "models", "claims", "environment", "data_source", "notes", "loadavg_start",
+              "outputs")
+"""bench.json's top-level keys, in the order it and `bench --json` write them."""
+
+
+@dataclass(frozen=True)
+class BenchReport(JsonRecord):
+    """What `bertkit bench` measured (bench.json): per model size, load time, latency, throughput, memory, training
+    step and quality; the DistilBERT paper's claims; the data's token statistics; the machine. Its rows and lines
+    are built here from `record`, the object as measured."""
+
+    protocol: str
+    notes: tuple[str, ...]
+    outputs: Mapping[str, str]
+    """File name -> path of what the run wrote (bench.json, bench.md, bench.png)."""
+    record: Mapping[str, Any]
+
+    @classmethod
+    def from_json(cls, record: Mapping[str, Any]) -> BenchReport:
+        return cls(str(record["protocol"]), tuple(record.get("notes") or ()), dict(record.get("outputs") or {}),
+                   dict(record))
+
+    def to_json(self) -> dict[str, Any]:
+        defaults: dict[str, Any] = {"notes": [], "loadavg_start": [], "outputs": {}}
+        return {k: self.record.get(k, defaults.get(k)) for k in BENCH_KEYS}
+
+    @property
+    def machine(self) -> str:
+        """Where it was measured, for a title: CPU, device, precision and threads."""
+        env = self.record["environment"]
+        return f"{env['machine']['cpu']}, {env['device']}, {env['dtype']}, {env['torch_threads']} threads"
+
+    def summary_rows(self) -> tuple[list[str], list[list[Any]]]:
+        return summary_rows(self.to_json())
+
+    def throughput_rows(self) -> tuple[list[str], list[list[Any]]]:
+        return throughput_rows(self.to_json())
+
+    def claim_lines(self) -> list[str]:
+        return claim_lines(self.record["claims"])
 
 
 def compute_claims(models: Sequence[dict[str, Any]]) -> dict[str, Any]:

@@ -5,6 +5,7 @@ Scores stay a map from metric name to value: which metrics a probe reports depen
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,7 +88,8 @@ class BestCell(JsonRecord):
     asked: dict[str, float]
     """The scores --metric asked for: built-in ones by name, then the `evaluate` modules'."""
     alpha: float | None
-    threshold: Any
+    threshold: float | list[float] | None
+    """The tag threshold of a multi-label probe (one for all, or one per tag); None for other shapes."""
     test: HeldOut | None
     record: dict[str, Any] = field(repr=False, compare=False)
 
@@ -122,3 +124,53 @@ class Refits(JsonRecord):
         spreads = {k: Spread(float(v["mean"]), float(v["std"])) for k, v in record.items() if isinstance(v, dict)}
         return cls(int(record["repeats"]), float(record["fraction"]), spreads, record)
 
+
+
+@dataclass(frozen=True)
+class SplitRows(JsonRecord):
+    """Rows per split the probe was fitted and scored on (train, dev, and test when given)."""
+
+    record: dict[str, int]
+
+    @property
+    def train(self) -> int:
+        return self.record["train"]
+
+    @property
+    def dev(self) -> int:
+        return self.record["dev"]
+
+
+@dataclass(frozen=True)
+class ProbeSettings(JsonRecord):
+    """The probe's kind and settings (C or its search, class weights; the shape for numbers and tags), as fitted."""
+
+    record: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Baselines(JsonRecord):
+    """The baselines' scores by name (majority, tfidf, random_encoder: which ran is data)."""
+
+    by_name: Mapping[str, ProbeBaseline]
+
+    @classmethod
+    def from_json(cls, record: Mapping[str, Any] | None) -> Baselines | None:
+        return cls({k: ProbeBaseline.from_json(k, v) for k, v in record.items()}) if record else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v.to_json() for k, v in self.by_name.items()}
+
+
+@dataclass(frozen=True)
+class ProbeOutputs(JsonRecord):
+    """What a probe run wrote: output name (metrics, layer_curve, probe, the shape's figure...) -> path."""
+
+    paths: Mapping[str, str]
+
+    @classmethod
+    def from_json(cls, record: Mapping[str, str] | None) -> ProbeOutputs | None:
+        return cls(dict(record)) if record else None
+
+    def to_json(self) -> dict[str, str]:
+        return dict(self.paths)

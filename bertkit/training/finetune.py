@@ -29,7 +29,6 @@ import json
 import logging
 import math
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -65,24 +64,10 @@ from bertkit.training.loop import (
     train_epoch,
 )
 from bertkit.training.options import FinetuneOptions
+from bertkit.training.outcome import EpochRow, Restored, RunSummary, TrainingRun
 from bertkit.training.resume import claim_out, finished_run, resume_key
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class FinetuneResult:
-    """What a run produced; `bertkit.cli` turns it into a table/JSON."""
-
-    out: Path
-    metrics: dict[str, Any]
-    """metrics.json content: best/final dev metrics, history, throughput, outputs."""
-    epoch_table: list[dict[str, Any]] = field(default_factory=list)
-    restored: dict[str, Any] | None = None
-    """What a resumed run restored (checkpoint, epoch, step, position in epoch, learning rate)."""
-    already_finished: bool = False
-    is_main_process: bool = True
-    notes: list[str] = field(default_factory=list)
 
 
 class Task:
@@ -126,7 +111,7 @@ class Task:
 # ---------------------------------------------------------------- the run
 
 def finetune(cfg: FinetuneOptions, *, progress: bool = True, task: Task | None = None,
-             on_evaluate: Any = None, compute: Compute | None = None) -> FinetuneResult:
+             on_evaluate: Any = None, compute: Compute | None = None) -> TrainingRun:
     """Fine-tune `cfg.model` on the data in `cfg`, writing everything into `cfg.out` (see module docstring).
 
     `compute`: the run's precision as the command resolved it (`Compute.resolve(training_device(), cfg.precision)`);
@@ -298,7 +283,7 @@ def too_few_rows(n_rows: int, min_rows: int) -> UserError:
                      f"data or lower --grad-accum.")
 
 
-def finish(session: Session, state: TrainState, restored: dict[str, Any] | None, notes: list[str]) -> FinetuneResult:
+def finish(session: Session, state: TrainState, restored: dict[str, Any] | None, notes: list[str]) -> TrainingRun:
     """final/ model and card (the final weights' dev and --test scores; its weights linked to best/'s when the last
     evaluation was the best), metrics.json, the epoch table, curves, confusion matrix and dev_errors.csv; a finished
     run's checkpoints/ removed (unless --keep-checkpoints); then an --overwrite run's output replaces the previous
@@ -324,8 +309,8 @@ def finish(session: Session, state: TrainState, restored: dict[str, Any] | None,
             checkpoints.remove_finished_checkpoints(session.out)
         session.run.commit()  # an --overwrite run: the new output replaces the previous one only now
     accelerator.wait_for_everyone()
-    return FinetuneResult(session.run.out, summary, state.epoch_table, restored, False, accelerator.is_main_process,
-                          notes)
+    return TrainingRun(session.run.out, RunSummary.from_json(summary), tuple(map(EpochRow, state.epoch_table)),
+                       Restored.from_json(restored), False, accelerator.is_main_process, tuple(notes))
 
 
 def _baseline_notes(session: Session, state: TrainState) -> list[str]:
@@ -337,10 +322,11 @@ def _baseline_notes(session: Session, state: TrainState) -> list[str]:
     return [state.baseline_note]
 
 
-def _finished_result(out: Path, accelerator: Any) -> FinetuneResult:
+def _finished_result(out: Path, accelerator: Any) -> TrainingRun:
+    """A run finished already, as its metrics.json says it ended."""
     done = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
-    return FinetuneResult(out, done, done.get("epoch_table", []), None, True, accelerator.is_main_process,
-                          list(done.get("notes") or []))
+    return TrainingRun(out, RunSummary.from_json(done), tuple(map(EpochRow, done.get("epoch_table", []))), None,
+                       True, accelerator.is_main_process, tuple(done.get("notes") or []))
 
 
 # ---------------------------------------------------------------- small pieces

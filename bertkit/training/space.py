@@ -13,6 +13,7 @@ Space syntax (keys are `finetune` option names, dashes or underscores):
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,7 +44,7 @@ class Dimension:
 
     name: str
     """The FinetuneOptions field (`batch_size`)."""
-    values: tuple[Any, ...] = ()
+    values: tuple[str | int | float | bool, ...] = ()
     low: float | None = None
     high: float | None = None
     log: bool = False
@@ -57,6 +58,15 @@ class Dimension:
         if self.values:
             return {"option": self.flag[2:], "values": list(self.values)}
         return {"option": self.flag[2:], "low": self.low, "high": self.high, "log": self.log, "int": self.integer}
+
+    @classmethod
+    def from_json(cls, record: Mapping[str, Any]) -> Dimension:
+        """A dimension as sweep.json's `space` records it (`to_json`)."""
+        name = str(record["option"]).replace("-", "_")
+        if "values" in record:
+            return cls(name, tuple(record["values"]))
+        return cls(name, low=record.get("low"), high=record.get("high"), log=bool(record.get("log")),
+                   integer=bool(record.get("int")))
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,6 @@ from typing import Any
 from bertkit.errors import UserError
 from bertkit.io import ownership, rundir, trail
 from bertkit.options import config_dict, flag
-from bertkit.scoring import metrics
 from bertkit.scoring.table import LOWER_IS_BETTER
 from bertkit.training import finetune as finetune_core
 from bertkit.training import trial_checks, trial_plans, trials_report
@@ -104,7 +103,7 @@ def run_trial(cfg: SweepOptions, out: Path, plan: Plan, progress: bool, on_evalu
         _keep_only_best(rundir.located(trial_cfg.out or ""))
     _processes().wait_for_everyone()
     return trials_report.trial_row(plan.name, {flag(k)[2:]: v for k, v in plan.values.items()}, plan.seed,
-                                  result.metrics)
+                                  result.summary.to_json())
 
 
 # ---------------------------------------------------------------- optuna
@@ -172,7 +171,7 @@ class OptunaSearch:
             callback = self._pruning(trial) if k == 0 else None
             rows.append(run_trial(self.cfg, out, plan, progress, on_evaluate=callback))
             if k == 0 and trial is not None:
-                self._report(trial, rows[0].history, rows[0].metric)  # a trial that ran before: replayed
+                self._report(trial, rows[0].history)  # a trial that ran before: replayed
             if rows[0].status == "pruned":
                 break
         if trial is not None:
@@ -183,17 +182,17 @@ class OptunaSearch:
         """The loop's callback: report the evaluations so far, ask the pruner (main process), broadcast."""
         def on_evaluate(history: list[dict[str, Any]], metric: str) -> str | None:
             def decide() -> str | None:
-                self._report(trial, history, metric)
+                self._report(trial, trials_report.metric_values(history, metric))
                 return "pruned" if trial.should_prune() else None
 
             return on_main(_processes(), decide)  # only the main process decides (it holds the trial)
 
         return on_evaluate
 
-    def _report(self, trial: Any, history: list[dict[str, Any]], metric: str) -> None:
+    def _report(self, trial: Any, values: tuple[float | None, ...]) -> None:
+        """Report each evaluation's ranked metric to the pruner once (its index is the step)."""
         done = self.reported.setdefault(trial.number, set())
-        for index, record in enumerate(history, start=1):
-            value = record_value(record, metric)
+        for index, value in enumerate(values, start=1):
             if index not in done and value is not None:
                 trial.report(value, step=index)
                 done.add(index)
@@ -206,13 +205,6 @@ class OptunaSearch:
         else:
             values = [r.best for r in rows if r.best is not None]
             self.study.tell(trial, sum(values) / len(values))
-
-
-def record_value(record: dict[str, Any], metric: str) -> float | None:
-    """--metric-for-best in one evaluation record of metrics.json's history (`dev_<name>` keys)."""
-    scores = {k[len("dev_"):]: v for k, v in record.items() if k.startswith("dev_")}
-    return metrics.best_value({**scores, "external": {k: v for k, v in scores.items() if isinstance(v, (int, float))}},
-                              metric)
 
 
 # ---------------------------------------------------------------- the sweep's run directory

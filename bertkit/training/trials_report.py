@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.io import atomic, disk, library_files, record
+from bertkit.scoring import metrics
 from bertkit.scoring.table import LOWER_IS_BETTER
 from bertkit.training.checkpoints import replace_folder
 from bertkit.training.space import Dimension, SweepOptions
@@ -28,7 +29,8 @@ OUTPUTS = {"best": "best", "trials.csv": "trials.csv", "sweep.json": "sweep.json
 class TrialRow:
     """One trial's row of trials.csv: its searched values as used (`params`: option name -> value, `lr=auto`
     resolved), seed, status (complete, pruned, early_stopping), best dev metric, the step it was reached at, time and
-    throughput. `history` (every dev evaluation) is for the search only, never written."""
+    throughput. `history` (the ranked metric at every dev evaluation, in order; None where it was not scored) is for
+    the search only, never written."""
 
     trial: str
     params: Mapping[str, Any]
@@ -41,7 +43,7 @@ class TrialRow:
     epochs_run: float
     train_seconds: float
     samples_per_second: float
-    history: tuple[Mapping[str, Any], ...] = ()
+    history: tuple[float | None, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """The row as trials.csv and sweep.json hold it: `trial`, the searched options, then CSV_FIXED."""
@@ -105,7 +107,7 @@ class SweepSummary:
     rows, the configurations ranked, the best trial, the outputs and the notes of its layout (merged values)."""
 
     search: str
-    space: tuple[Mapping[str, Any], ...]
+    space: tuple[Dimension, ...]
     metric: str
     seeds: int
     rows: tuple[TrialRow, ...]
@@ -125,10 +127,10 @@ class SweepSummary:
     @property
     def params(self) -> list[str]:
         """The searched option names (trials.csv's columns after `trial`)."""
-        return [d["option"] for d in self.space]
+        return [d.flag[2:] for d in self.space]
 
     def to_json(self) -> dict[str, Any]:
-        return {"search": self.search, "space": [dict(d) for d in self.space], "metric": self.metric,
+        return {"search": self.search, "space": [d.to_json() for d in self.space], "metric": self.metric,
                 "direction": self.direction, "seeds": self.seeds, "trials": len(self.rows), "pruned": self.pruned,
                 "best": None if self.best is None else self.best.to_json(),
                 "ranking": [g.to_json() for g in self.ranking], "rows": [r.to_json() for r in self.rows],
@@ -139,7 +141,7 @@ class SweepSummary:
         """sweep.json, this version's or an older one (no `notes`; `best.model` "best", no `best.params`)."""
         params = [d["option"] for d in record["space"]]
         best = record.get("best")
-        return cls(record["search"], tuple(record["space"]), record["metric"], record["seeds"],
+        return cls(record["search"], tuple(Dimension.from_json(d) for d in record["space"]), record["metric"], record["seeds"],
                    tuple(TrialRow.from_json(r, params) for r in record["rows"]),
                    tuple(RankedConfiguration.from_json(g) for g in record["ranking"]),
                    None if best is None else BestTrial.from_json(best, params),
@@ -151,7 +153,19 @@ def trial_row(name: str, params: dict[str, Any], seed: int, summary: Mapping[str
     return TrialRow(name, params, seed, summary.get("stop_reason") or "complete", summary["best_metric_name"],
                     summary["best_metric"], summary["best_step"], summary["global_step"], summary["epochs_run"],
                     summary["train_seconds"], summary["train_samples_per_second"],
-                    tuple(summary.get("history", [])))
+                    metric_values(summary.get("history", []), summary["best_metric_name"]))
+
+
+def metric_values(history: Sequence[Mapping[str, Any]], metric: str) -> tuple[float | None, ...]:
+    """--metric-for-best at each evaluation record of metrics.json's history, in order."""
+    return tuple(record_value(record, metric) for record in history)
+
+
+def record_value(record: Mapping[str, Any], metric: str) -> float | None:
+    """--metric-for-best in one evaluation record of metrics.json's history (`dev_<name>` keys)."""
+    scores = {k[len("dev_"):]: v for k, v in record.items() if k.startswith("dev_")}
+    return metrics.best_value({**scores, "external": {k: v for k, v in scores.items() if isinstance(v, (int, float))}},
+                              metric)
 
 
 def rank(rows: Sequence[TrialRow]) -> tuple[RankedConfiguration, ...]:
@@ -199,7 +213,7 @@ def write_outputs(cfg: SweepOptions, dims: list[Dimension], root: Path, rows: Se
     if best is not None:
         copy_model(root / "trials" / best.trial / "best", root / OUTPUTS["best"])
     metric = rows[0].metric if rows else (cfg.metric_for_best or "accuracy")
-    summary = SweepSummary(cfg.search, tuple(d.to_json() for d in dims), metric, cfg.seeds, tuple(rows), ranking,
+    summary = SweepSummary(cfg.search, tuple(dims), metric, cfg.seeds, tuple(rows), ranking,
                            None if best is None else BestTrial(best, _model_folder(root, best)), notes=tuple(notes))
     atomic.write_json_atomic(root / "sweep.json", summary.to_json())
     if table:
