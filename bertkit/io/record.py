@@ -359,6 +359,15 @@ def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
+def outside_of(folder: str | Path, rels: list[Any]) -> list[str]:
+    """The paths among `rels` (as a record of `folder` lists them) that do not name something inside `folder`: not
+    relative and normalised (`confined`), or leading out of it once resolved, links included (the last part's too).
+    The rule every record's paths are held to, for readers that take a path list from a record (`bertkit push`)."""
+    top = os.path.realpath(folder)
+    return [str(rel) for rel in rels
+            if not confined(rel) or not _inside(os.path.realpath(os.path.join(top, rel)), top)]
+
+
 # ---------------------------------------------------------------- recording writes below tracked run directories
 
 
