@@ -19,8 +19,9 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from bertkit import __version__
 from bertkit.errors import UserError
@@ -49,7 +50,7 @@ from bertkit.io.ownership import (
 )
 from bertkit.io.record import RECORD, TEMP, Record
 from bertkit.io.runlock import LOCK
-from bertkit.io.trail import Compare
+from bertkit.io.trail import Compare, key_compare, write_run_config
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +76,7 @@ class RunDir:
     claimed: bool = False
     base: Path = field(default=Path())
     """The directory holding the run and its record: `out`, or where `out` is staged while the run directory
-    holding it is being replaced (a sweep --overwrite's trials, `record.located`)."""
+    holding it is being replaced (a sweep --overwrite's trials, `located`)."""
     made: str = ""
     """What the claim made, for `abandon`: "folder" (base), "contents" (base was empty), "staging", or ""."""
     made_from: Path | None = None
@@ -116,7 +117,7 @@ class RunDir:
                 _write_marker(staging, self.command)
                 made = made or "staging"
             if fresh.replacing:
-                record.stage(base, staging)
+                _STAGED[os.path.abspath(base)] = os.path.abspath(staging)
         except OSError as exc:
             raise UserError(
                 f"Cannot write to --out {self.out} ({exc.strerror or exc}). Choose a directory you can write to."
@@ -124,6 +125,19 @@ class RunDir:
         self.path, self.existing, self.replacing = fresh.path, fresh.existing, fresh.replacing
         self.pending_swap, self.claimed, self.made, self.made_from = False, True, made, made_from
         return self
+
+    def status(self) -> str:
+        """'new', 'resume' or 'finished' for the run written at `path`: a run with a config.json is finished when
+        its metrics.json says so (none yet, or unreadable: its checkpoints decide, so it resumes)."""
+        if not self.existing or not (self.path / "config.json").is_file():
+            return "new"
+        found = read_json_or_none(self.path / "metrics.json")
+        return "finished" if isinstance(found, dict) and found.get("finished") else "resume"
+
+    def finished(self) -> Path | None:
+        """Where --out holds this run, finished (a read-only look: not while it replaces or swaps one)."""
+        done = not self.replacing and not self.pending_swap and self.status() == "finished"
+        return self.path if done else None
 
     def commit(self) -> None:
         """Swap the staged output in for the previous one (nothing to do for a run written in place); the run
@@ -168,6 +182,7 @@ class RunDir:
             if [p.name for p in base.iterdir()] == [RECORD]:
                 rec.file.unlink()
                 _remove_made_folders(base, self.made_from if self.made == "folder" else None)
+        _unstage(base)
         record.untrack(base)
         runlock.release(base)
         self.claimed = False
@@ -185,8 +200,10 @@ def _start_record(base: Path, command: str) -> None:
 def _close(base: Path) -> None:
     """The run in `base` is done: its record compacted (one line per entry), its writes no longer recorded, its
     lock released."""
-    if Record.at(base).exists():
-        Record.at(base).compact()
+    _unstage(base)
+    rec = Record.at(base)
+    if rec.exists():
+        rec.compact()
     record.untrack(base)
     runlock.release(base)
 
@@ -215,7 +232,7 @@ def inspect_run_dir(out: str | Path, command: str, *, overwrite: bool = False, c
     command's `inputs` ((flag, path) pairs, see `input_paths`). Refused without --overwrite: a run of this command
     with other settings (`compare` lists them)."""
     out = Path(out).expanduser()
-    base = record.located(out)
+    base = located(out)
     run = RunDir(out, command, overwrite, compare, path=base, base=base)
     _check_location(out, command)
     holds_run = _holds_own_run(base, command, out)
@@ -280,18 +297,52 @@ def claim_run_dir(out: str | Path, command: str, *, overwrite: bool = False, com
     return inspect_run_dir(out, command, overwrite=overwrite, compare=compare).claim()
 
 
+def claim_resumable(out: str | Path, command: str, key: dict[str, Any], *, overwrite: bool, config: dict[str, Any],
+                    extra: dict[str, Any]) -> tuple[RunDir, str]:
+    """Claim --out for a run that resumes (the same run: the same resume `key`, `trail.key_compare`): the run
+    directory (without its compare closure, so it can be sent to every process) and its status; a finished run
+    committed, a new one's config.json written (`config`, the `key`, `extra`)."""
+    run = claim_run_dir(out, command, overwrite=overwrite, compare=key_compare(key))
+    status = run.status()
+    if status == "finished":
+        run.commit()
+    elif status == "new":
+        write_run_config(run.path, command, config, resume_key=key, data_fingerprints=key["data"], **extra)
+    return replace(run, compare=None), status
+
+
 def write_path(out: str | Path, overwrite: bool) -> Path:
     """Where a run claimed by another process writes (multi-process runs: rank 0 claims, all ranks write); this
     process's writes there are recorded too."""
-    base = record.located(Path(out).expanduser())
+    base = located(out)
     record.track(base)
     staging = base / STAGING
     return staging if overwrite and (staging / MARKER).is_file() else base
 
 
+_STAGED: dict[str, str] = {}
+"""Run directory -> its staging folder, while an --overwrite run builds its output there: a run inside it (a sweep's
+trial) named by its final path is written at the same place in the staging folder (`located`)."""
+
+
 def located(out: str | Path) -> Path:
-    """Where the run directory --out `out` is now (see `record.located`): a finished run is read from there."""
-    return record.located(Path(out).expanduser())
+    """Where the run directory --out `out` is written now: inside the staging folder while the run directory holding
+    it is being replaced (a sweep --overwrite's trials), else `out` itself. A finished run is read from there."""
+    path = Path(out).expanduser()
+    key = os.path.abspath(path)
+    for root in [r for r in _STAGED if not record.is_tracked(r)]:
+        del _STAGED[root]  # a run no longer written by this process (untracked when another claim began)
+    for root, staging in _STAGED.items():
+        if record.inside(key, root) and key != root and not record.inside(key, staging):
+            return Path(staging) / os.path.relpath(key, root)
+    return path
+
+
+def _unstage(base: Path) -> None:
+    """Forget the staging folders of `base` and of the runs inside it (their runs ended)."""
+    key = os.path.abspath(base)
+    for other in [k for k in _STAGED if record.inside(k, key)]:
+        del _STAGED[other]
 
 
 def _check_location(out: Path, command: str) -> None:
