@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import builtins
 import json
+import os
 import shutil
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +21,7 @@ from bertkit.cli import app
 from bertkit.commands.finetune import FinetuneConfig
 from bertkit.data.dataset import TextDataset
 from bertkit.features.extract import extract_features
+from bertkit.io import faults, ownership
 from bertkit.models import infer, loading, onnx
 from bertkit.models.compute import Compute
 from bertkit.options import config_dict
@@ -177,6 +182,48 @@ def test_a_refused_export_keeps_nothing_and_the_previous_export_intact(classifie
     assert forced.exit_code == 0
     report = _report(fresh)
     assert report["forced"] and not report["passed"] and report["agreement"] < 0.5
+
+
+@pytest.mark.parametrize("quantize", ["none", "int8"])
+def test_a_killed_export_leaves_nothing_outside_out_and_a_rerun_removes_its_build(tiny_bert_dir, gate_tsv, tmp_path,
+                                                                                   quantize):
+    """Killed with the export built (in a temp folder recorded in --out's record), before its gate: the system temp
+    folder holds nothing of it, --out holds only bertkit's own files, and the same command removes the build and
+    finishes."""
+    out, system_tmp = tmp_path / "e", tmp_path / "system-tmp"
+    system_tmp.mkdir()
+    argv = ["export", "--model", str(tiny_bert_dir), "--out", str(out), "--data", str(gate_tsv), "--quantize", quantize,
+            "--min-cosine", "0", "-q"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TMPDIR": str(system_tmp), faults.ENV: "export.built",
+           "PYTHONPATH": str(Path(__file__).resolve().parents[1])}  # this checkout's bertkit, wherever the test runs
+    proc = subprocess.run([sys.executable, "-m", "bertkit", *argv], capture_output=True, text=True, env=env,
+                          timeout=600)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
+    assert _export_files(system_tmp) == []  # (a library's 51-byte session id may be there: not bertkit's)
+    builds = [p.name for p in out.iterdir() if p.name.startswith(".build-")]
+    assert len(builds) == 1 and (out / builds[0] / "export" / onnx.MODEL_FILE).is_file()
+    assert ownership.unowned(out) == []  # every file of the killed build is bertkit's by the record
+    assert invoke(*argv).exit_code == 0
+    assert not [p for p in out.iterdir() if p.name.startswith((".build-", ".onnx-"))]
+    assert ownership.unowned(out) == [] and _report(out)["kind"] == "features"
+
+
+def test_a_refused_export_leaves_no_build_anywhere(tiny_bert_dir, gate_tsv, tmp_path, monkeypatch):
+    """The gate refuses after the export is built inside --out: the build goes with the rest of the new --out, and
+    nothing was made in the system temp folder."""
+    import tempfile
+
+    system_tmp = tmp_path / "system-tmp"
+    system_tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(system_tmp))
+    result = invoke("export", "--model", tiny_bert_dir, "--out", tmp_path / "e", "--data", gate_tsv,
+                    "--min-cosine", "1.0", "-q")
+    assert result.exit_code == 2 and not (tmp_path / "e").exists() and _export_files(system_tmp) == []
+
+
+def _export_files(folder: Path) -> list[Path]:
+    """What bertkit's export made in `folder`: its build folders or any ONNX graph, at any depth."""
+    return [p for p in folder.rglob("*") if p.name.startswith("bertkit-") or p.suffix == ".onnx"]
 
 
 def test_features_gate_refuses_below_min_cosine(tiny_bert_dir, gate_tsv, tmp_path):

@@ -133,3 +133,32 @@ def test_a_card_the_hub_rejects_and_a_bad_repo_id_create_nothing(saved_model, hu
     result = invoke("--model", saved_model, "--repo-id", "me/tiny")
     assert result.exit_code == 2 and "The hub rejected the model card" in result.output
     assert hub_calls["create"] == [] and hub_calls["upload"] == []
+
+
+@pytest.mark.parametrize("listed", ["../victim.txt", "/etc/hostname", "sub/../../victim.txt", "./config.json",
+                                    "linked.txt", "link-dir/victim.txt", 7])
+def test_a_file_list_naming_a_path_outside_the_folder_is_damaged_and_nothing_is_uploaded(saved_model, hub_calls,
+                                                                                         listed):
+    """The file list is a record: every path in it relative, normalised and inside the folder, links resolved;
+    any other makes the folder damaged (exit 2 naming the list and the path), before anything is created."""
+    victim = saved_model.parent / "victim.txt"
+    victim.write_text("not the model's")
+    (saved_model / "linked.txt").symlink_to(victim)
+    (saved_model / "link-dir").symlink_to(saved_model.parent, target_is_directory=True)
+    file_list = saved_model / ownership.FILE_LIST
+    found = json.loads(file_list.read_text())
+    file_list.write_text(json.dumps({**found, "files": [*found["files"], listed]}))
+    result = invoke("--model", saved_model, "--repo-id", "me/tiny")
+    message = " ".join(result.output.split())
+    assert result.exit_code == 2 and "is damaged" in message and ownership.FILE_LIST in message
+    assert repr(str(listed)) in message and "uploaded nothing" in message
+    assert hub_calls["create"] == [] and hub_calls["upload"] == [] and victim.read_text() == "not the model's"
+
+
+def test_a_link_inside_the_folder_to_a_file_inside_it_is_not_outside(saved_model, tmp_path):
+    """Resolving links keeps what stays inside: a listed link to the folder's own file is inside (and the rule is
+    record.outside_of, the one every record's paths are held to)."""
+    (saved_model / "alias.json").symlink_to(saved_model / "config.json")
+    assert record.outside_of(saved_model, ["alias.json", "config.json"]) == []
+    assert record.outside_of(saved_model, ["../x", "/abs", "a//b", "alias.json/.."]) == ["../x", "/abs", "a//b",
+                                                                                         "alias.json/.."]

@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -139,8 +138,7 @@ def run(cfg: ExportConfig, progress: bool = False) -> ExportResult:
     """Export --model to --out through the gate; the report (also export_report.json in the folder)."""
     check_inputs(cfg, need_labels=False, models=(cfg.model,), data_fields=("data",))  # before torch is imported
     from bertkit.features.pooling import encoder_shape
-    from bertkit.io import atomic, ownership, rundir
-    from bertkit.io.trail import package_versions
+    from bertkit.io import atomic, faults, ownership, rundir
     from bertkit.models import loading, onnx
     from bertkit.models.metadata import read_model_info
 
@@ -162,32 +160,48 @@ def run(cfg: ExportConfig, progress: bool = False) -> ExportResult:
         spec.resolve(encoder_shape(model)[0])  # an out-of-range --layers fails before the export
     dataset = gate_data(cfg, model if kind == "classifier" else None)
     source = loading.resolve_model_name(cfg.model)
-    with tempfile.TemporaryDirectory(prefix="bertkit-export-") as tmp:
-        staged = Path(tmp) / "export"
-        onnx.write_export(staged, model, tokenizer, kind=kind, quantize=cfg.quantized, source=cfg.model,
-                          revision=loading.model_revision(cfg.model), source_info=read_model_info(source),
-                          reading=Reading.from_options(cfg).to_json(), features=spec.to_json() if spec else None,
-                          features_fn=_features_fn(model, spec) if spec else None)
-        exported = onnx.load_export(staged, kind)
-        gate = (classifier_gate(model, exported, tokenizer, dataset, cfg) if kind == "classifier"
-                else features_gate(model, exported, tokenizer, dataset, cfg, spec))
-        report = {"model": cfg.model, "kind": kind, "quantized": cfg.quantized, "backend": exported.backend,
-                  "data": dataset.source, "data_fingerprint": dataset.fingerprint, **gate,
-                  "forced": bool(cfg.force and not gate["passed"]), "config": config_dict(cfg),
-                  "versions": {k: v for k, v in package_versions().items()
-                               if k in ("bertkit", "torch", "transformers", "onnxruntime", "onnx")}}
-        if not gate["passed"] and not cfg.force:
-            raise UserError(refusal_message(report, cfg))
-        atomic.write_json_atomic(staged / onnx.REPORT_FILE, report)
-        write_model_card(staged, export_card(cfg, report, dataset, model, source))
-        del exported  # the session holds model.onnx open
-        run = plan.claim()
-        for item in sorted(staged.iterdir()):  # each copied in atomically and recorded as bertkit's
-            ownership.place_file(item, run.path / item.name)
-        run.commit()
+    run = plan.claim()  # the export is built inside --out (a kill leaves nothing elsewhere); a refusal takes it back
+    try:
+        with atomic.scratch_folder(run.path / "export", role="build") as scratch:  # recorded: a re-run removes it
+            staged = scratch / "export"
+            onnx.write_export(staged, model, tokenizer, kind=kind, quantize=cfg.quantized, source=cfg.model,
+                              revision=loading.model_revision(cfg.model), source_info=read_model_info(source),
+                              reading=Reading.from_options(cfg).to_json(), features=spec.to_json() if spec else None,
+                              features_fn=_features_fn(model, spec) if spec else None)
+            faults.kill_point("export.built")
+            report, gate = _gated_report(cfg, kind, staged, model, tokenizer, dataset, spec)
+            atomic.write_json_atomic(staged / onnx.REPORT_FILE, report)
+            write_model_card(staged, export_card(cfg, report, dataset, model, source))
+            for item in sorted(staged.iterdir()):  # each copied in atomically and recorded as bertkit's
+                ownership.place_file(item, run.path / item.name)
+    except UserError:
+        run.abandon()  # a refused export leaves --out as it was
+        raise
+    run.commit()
     return ExportResult(cfg.model, kind, cfg.out or "", cfg.quantized, report["backend"], dataset.source,
                         dataset.fingerprint, GateReport.from_json(gate), report["forced"],
                         os.path.getsize(Path(cfg.out or "").expanduser() / onnx.MODEL_FILE))
+
+
+def _gated_report(cfg: ExportConfig, kind: str, staged: Path, model: Any, tokenizer: Any, dataset: TextDataset,
+                  spec: Pooling | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the export report, its gate's part): the export in `staged` through its gate (a UserError when it fails
+    without --force)."""
+    from bertkit.io.trail import package_versions
+    from bertkit.models import onnx
+
+    exported = onnx.load_export(staged, kind)
+    gate = (classifier_gate(model, exported, tokenizer, dataset, cfg) if kind == "classifier"
+            else features_gate(model, exported, tokenizer, dataset, cfg, spec))
+    report = {"model": cfg.model, "kind": kind, "quantized": cfg.quantized, "backend": exported.backend,
+              "data": dataset.source, "data_fingerprint": dataset.fingerprint, **gate,
+              "forced": bool(cfg.force and not gate["passed"]), "config": config_dict(cfg),
+              "versions": {k: v for k, v in package_versions().items()
+                           if k in ("bertkit", "torch", "transformers", "onnxruntime", "onnx")}}
+    del exported  # the session holds model.onnx open
+    if not gate["passed"] and not cfg.force:
+        raise UserError(refusal_message(report, cfg))
+    return report, gate
 
 
 def export_card(cfg: ExportConfig, report: dict[str, Any], dataset: TextDataset, model: Any, source: str) -> CardFacts:

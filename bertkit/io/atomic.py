@@ -58,16 +58,23 @@ def to_json(obj: Any, indent: int | None = 2) -> str:
 @contextlib.contextmanager
 def scratch_folder(near: str | Path | None = None, role: str = "scratch") -> Iterator[Path]:
     """A folder only this call uses: made under a fresh unique name (beside `near`, else in the system's temp
-    folder) and removed with whatever is still in it when the block ends. What the block moves out of it stays."""
+    folder) and removed with whatever is still in it when the block ends. What the block moves out of it stays.
+
+    Beside `near` below a tracked run directory, the folder is recorded as a temp entry before it is made (and as
+    gone once removed), so a kill leaves it inside the run, for the next claim to remove; what the block writes in
+    it is recorded by the block (`library_files.expect`, atomic writes), never adopted."""
     if near is None:
         folder = Path(tempfile.mkdtemp(prefix=f"bertkit-{role}-"))
     else:
         folder = record.temp_name(near, folder=True, role=role)
+        record.note(record.TEMP, folder)
         folder.mkdir()  # fails if the name exists: nothing of anyone else's is ever in it
     try:
         yield folder
     finally:
         shutil.rmtree(folder, ignore_errors=True)  # gone already if the block renamed it into place
+        if near is not None and not folder.exists():
+            record.note_gone(folder)
 
 
 @contextlib.contextmanager

@@ -306,9 +306,6 @@ def _write_all(fd: int, data: bytes) -> None:
 _RECORDS: dict[str, Record] = {}
 _TRACKED: dict[str, Record] = {}
 """The run directories claimed by this process (absolute paths): writes below them are recorded in their record."""
-_STAGED: dict[str, str] = {}
-"""Run directory -> its staging folder, while an --overwrite run builds its output there: a run inside it (a sweep's
-trial) named by its final path is written at the same place in the staging folder (`located`)."""
 
 
 def track(root: str | Path) -> Record:
@@ -323,12 +320,15 @@ def track(root: str | Path) -> Record:
 
 
 def untrack(root: str | Path) -> None:
-    """Stop recording writes below `root` (its run ended) and forget its staging folder."""
+    """Stop recording writes below `root` (its run ended)."""
     key = os.path.abspath(root)
     for other in [k for k in _TRACKED if _inside(k, key)]:
         del _TRACKED[other]
-    for other in [k for k in _STAGED if _inside(k, key)]:
-        del _STAGED[other]
+
+
+def is_tracked(root: str | Path) -> bool:
+    """Whether this process records its writes below the run directory `root` (claimed, not ended)."""
+    return os.path.abspath(root) in _TRACKED
 
 
 def tracking(path: str | Path) -> tuple[Record, str] | None:
@@ -341,22 +341,22 @@ def tracking(path: str | Path) -> tuple[Record, str] | None:
     return record, record.rel(key)
 
 
-def stage(root: str | Path, staging: str | Path) -> None:
-    _STAGED[os.path.abspath(root)] = os.path.abspath(staging)
-
-
-def located(path: str | Path) -> Path:
-    """Where the run directory named `path` is written now: inside the staging folder while the run directory
-    holding it is being replaced (a sweep --overwrite's trials), else `path` itself."""
-    key = os.path.abspath(path)
-    for root, staging in _STAGED.items():
-        if _inside(key, root) and key != root and not _inside(key, staging):
-            return Path(staging) / os.path.relpath(key, root)
-    return Path(path)
+def inside(path: str, root: str) -> bool:
+    """Whether the absolute path `path` is `root` or below it (as written: links are not resolved here)."""
+    return _inside(path, root)
 
 
 def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def outside_of(folder: str | Path, rels: list[Any]) -> list[str]:
+    """The paths among `rels` (as a record of `folder` lists them) that do not name something inside `folder`: not
+    relative and normalised (`confined`), or leading out of it once resolved, links included (the last part's too).
+    The rule every record's paths are held to, for readers that take a path list from a record (`bertkit push`)."""
+    top = os.path.realpath(folder)
+    return [str(rel) for rel in rels
+            if not confined(rel) or not _inside(os.path.realpath(os.path.join(top, rel)), top)]
 
 
 # ---------------------------------------------------------------- recording writes below tracked run directories

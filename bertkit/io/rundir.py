@@ -19,12 +19,13 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from bertkit import __version__
 from bertkit.errors import UserError
-from bertkit.io import record, runlock
+from bertkit.io import record, runlock, swap
 from bertkit.io.atomic import read_json_record, write_json_atomic
 from bertkit.io.faults import kill_point
 from bertkit.io.ownership import (
@@ -40,16 +41,15 @@ from bertkit.io.ownership import (
     damaged_message,
     foreign_message,
     read_json_or_none,
-    remove_recorded,
     remove_temps,
     suggest_out,
     unowned,
     unowned_message,
     unrecorded_run_message,
 )
-from bertkit.io.record import RECORD, TEMP, Record
+from bertkit.io.record import RECORD, Record
 from bertkit.io.runlock import LOCK
-from bertkit.io.trail import Compare
+from bertkit.io.trail import Compare, key_compare, write_run_config
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ class RunDir:
     claimed: bool = False
     base: Path = field(default=Path())
     """The directory holding the run and its record: `out`, or where `out` is staged while the run directory
-    holding it is being replaced (a sweep --overwrite's trials, `record.located`)."""
+    holding it is being replaced (a sweep --overwrite's trials, `located`)."""
     made: str = ""
     """What the claim made, for `abandon`: "folder" (base), "contents" (base was empty), "staging", or ""."""
     made_from: Path | None = None
@@ -101,7 +101,7 @@ class RunDir:
                 record.note_file(base / LOCK)
             self.record_before = Record.at(base).file.read_bytes()
             if self.pending_swap:
-                _finish_swap(base)
+                swap.finish_swap(base)
             fresh = inspect_run_dir(self.out, self.command, overwrite=self.overwrite, compare=self.compare)
             for rel in remove_temps(base):
                 log.info("removed %s: a temp file or folder an interrupted run left", base / rel)
@@ -109,14 +109,14 @@ class RunDir:
             _write_marker(base, self.command)
             staging = base / STAGING
             if not fresh.replacing:
-                _remove_tree(staging)  # an interrupted --overwrite run's output: the previous one stays
+                swap.remove_tree(staging)  # an interrupted --overwrite run's output: the previous one stays
             elif not fresh.existing:
-                _remove_tree(staging)
+                swap.remove_tree(staging)
                 record.make_dirs(staging)
                 _write_marker(staging, self.command)
                 made = made or "staging"
             if fresh.replacing:
-                record.stage(base, staging)
+                swap.stage(base, staging)
         except OSError as exc:
             raise UserError(
                 f"Cannot write to --out {self.out} ({exc.strerror or exc}). Choose a directory you can write to."
@@ -124,6 +124,19 @@ class RunDir:
         self.path, self.existing, self.replacing = fresh.path, fresh.existing, fresh.replacing
         self.pending_swap, self.claimed, self.made, self.made_from = False, True, made, made_from
         return self
+
+    def status(self) -> str:
+        """'new', 'resume' or 'finished' for the run written at `path`: a run with a config.json is finished when
+        its metrics.json says so (none yet, or unreadable: its checkpoints decide, so it resumes)."""
+        if not self.existing or not (self.path / "config.json").is_file():
+            return "new"
+        found = read_json_or_none(self.path / "metrics.json")
+        return "finished" if isinstance(found, dict) and found.get("finished") else "resume"
+
+    def finished(self) -> Path | None:
+        """Where --out holds this run, finished (a read-only look: not while it replaces or swaps one)."""
+        done = not self.replacing and not self.pending_swap and self.status() == "finished"
+        return self.path if done else None
 
     def commit(self) -> None:
         """Swap the staged output in for the previous one (nothing to do for a run written in place); the run
@@ -138,15 +151,15 @@ class RunDir:
         base, staging, old = self.base, self.base / STAGING, self.base / OLD
         check_only_bertkit_files(base, self.command)  # again: a long run gives time to put a file into best/
         record.make_dirs(old)
-        for name in _owned_names(base):
+        for name in swap.owned_names(base):
             record.move(base / name, old / name)
         kill_point("runs.commit.old-aside")
         write_json_atomic(staging / COMPLETE, {"complete": True, "command": self.command})
         kill_point("runs.commit.complete")
-        _move_entries(staging, base)
+        swap.move_entries(staging, base)
         kill_point("runs.commit.moved")
-        _remove_tree(old)
-        _remove_tree(staging)
+        swap.remove_tree(old)
+        swap.remove_tree(staging)
         _close(base)
         self.path, self.replacing, self.existing = base, False, True
 
@@ -158,16 +171,17 @@ class RunDir:
             return
         base, rec = self.base, Record.at(self.base)
         if self.made == "staging":
-            _remove_tree(base / STAGING)
+            swap.remove_tree(base / STAGING)
             if self.record_before and not (base / STAGING).exists():
                 rec.restore(self.record_before)
         elif self.made:
             for path in sorted(base.iterdir()):
                 if path.name != RECORD:
-                    _remove_tree(path)
+                    swap.remove_tree(path)
             if [p.name for p in base.iterdir()] == [RECORD]:
                 rec.file.unlink()
                 _remove_made_folders(base, self.made_from if self.made == "folder" else None)
+        swap.unstage(base)
         record.untrack(base)
         runlock.release(base)
         self.claimed = False
@@ -185,8 +199,10 @@ def _start_record(base: Path, command: str) -> None:
 def _close(base: Path) -> None:
     """The run in `base` is done: its record compacted (one line per entry), its writes no longer recorded, its
     lock released."""
-    if Record.at(base).exists():
-        Record.at(base).compact()
+    swap.unstage(base)
+    rec = Record.at(base)
+    if rec.exists():
+        rec.compact()
     record.untrack(base)
     runlock.release(base)
 
@@ -215,7 +231,7 @@ def inspect_run_dir(out: str | Path, command: str, *, overwrite: bool = False, c
     command's `inputs` ((flag, path) pairs, see `input_paths`). Refused without --overwrite: a run of this command
     with other settings (`compare` lists them)."""
     out = Path(out).expanduser()
-    base = record.located(out)
+    base = swap.located(out)
     run = RunDir(out, command, overwrite, compare, path=base, base=base)
     _check_location(out, command)
     holds_run = _holds_own_run(base, command, out)
@@ -280,18 +296,31 @@ def claim_run_dir(out: str | Path, command: str, *, overwrite: bool = False, com
     return inspect_run_dir(out, command, overwrite=overwrite, compare=compare).claim()
 
 
+def claim_resumable(out: str | Path, command: str, key: dict[str, Any], *, overwrite: bool, config: dict[str, Any],
+                    extra: dict[str, Any]) -> tuple[RunDir, str]:
+    """Claim --out for a run that resumes (the same run: the same resume `key`, `trail.key_compare`): the run
+    directory (without its compare closure, so it can be sent to every process) and its status; a finished run
+    committed, a new one's config.json written (`config`, the `key`, `extra`)."""
+    run = claim_run_dir(out, command, overwrite=overwrite, compare=key_compare(key))
+    status = run.status()
+    if status == "finished":
+        run.commit()
+    elif status == "new":
+        write_run_config(run.path, command, config, resume_key=key, data_fingerprints=key["data"], **extra)
+    return replace(run, compare=None), status
+
+
+located = swap.located
+"""Where the run directory --out `out` is written now (read by sweeps and finished runs; see `swap.located`)."""
+
+
 def write_path(out: str | Path, overwrite: bool) -> Path:
     """Where a run claimed by another process writes (multi-process runs: rank 0 claims, all ranks write); this
     process's writes there are recorded too."""
-    base = record.located(Path(out).expanduser())
+    base = swap.located(out)
     record.track(base)
     staging = base / STAGING
     return staging if overwrite and (staging / MARKER).is_file() else base
-
-
-def located(out: str | Path) -> Path:
-    """Where the run directory --out `out` is now (see `record.located`): a finished run is read from there."""
-    return record.located(Path(out).expanduser())
 
 
 def _check_location(out: Path, command: str) -> None:
@@ -386,52 +415,3 @@ def _write_marker(path: Path, command: str) -> None:
 
     write_json_atomic(path / MARKER, {"format": MARKER_FORMAT, "command": command,
                                       "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "bertkit": __version__})
-
-
-def _owned_names(base: Path) -> list[str]:
-    """The outputs of the run in `base` (its recorded top-level entries that exist), without its marker, staging
-    folder, swap folder, lock (held while the swap moves the rest) and temp files."""
-    entries = Record.at(base).entries()
-    return sorted(rel for rel, entry in entries.items() if "/" not in rel and entry.kind != TEMP
-                  and rel not in (MARKER, STAGING, OLD, LOCK) and ((base / rel).exists() or (base / rel).is_symlink()))
-
-
-def _move_entries(source: Path, target: Path) -> None:
-    """Move the recorded outputs in `source` (the staging folder) up into `target` (its marker and completion
-    mark stay behind)."""
-    rec = Record.at(target)
-    prefix = f"{rec.rel(source)}/"
-    names = sorted(rel[len(prefix):] for rel, entry in rec.entries().items()
-                   if rel.startswith(prefix) and "/" not in rel[len(prefix):] and entry.kind != TEMP)
-    for name in names:
-        if name in (MARKER, COMPLETE) or not ((source / name).exists() or (source / name).is_symlink()):
-            continue
-        if (target / name).exists():  # an old entry not yet set aside (an interrupted swap)
-            record.make_dirs(target / OLD)
-            record.move(target / name, target / OLD / name)
-        record.move(source / name, target / name)
-
-
-def _finish_swap(base: Path) -> None:
-    """Complete an interrupted `commit`: roll forward when staging was complete, else put the old output back."""
-    staging, old = base / STAGING, base / OLD
-    if (staging / COMPLETE).is_file():
-        log.info("finishing the interrupted replacement of %s", base)
-        _move_entries(staging, base)
-        _remove_tree(staging)
-    elif old.is_dir():
-        log.info("restoring the previous output of %s (its replacement was interrupted)", base)
-        rec = Record.at(base)
-        for name in sorted(rel[len(OLD) + 1:] for rel in rec.entries() if rel.startswith(f"{OLD}/")
-                           and "/" not in rel[len(OLD) + 1:]):
-            if (old / name).exists() and not (base / name).exists():
-                record.move(old / name, base / name)
-    _remove_tree(old)
-
-
-def _remove_tree(path: Path) -> None:
-    """Remove one of bertkit's own folders (staging, OLD): what its record says bertkit wrote there; anything
-    else stays (`inspect_run_dir` then names it)."""
-    kept = remove_recorded(path)
-    if kept:
-        log.warning("kept %s: bertkit did not write %s", path, ", ".join(map(str, kept[:5])))

@@ -79,6 +79,31 @@ def config_compare(config: dict[str, Any]) -> Compare:
     return compare
 
 
+def key_compare(key: dict[str, Any]) -> Compare:
+    """`compare` for runs that resume (finetune, distill): the same run is the same resume key, `{"config": ...,
+    "data": {split: fingerprint}}`, as the run's config.json records it."""
+    new = json.loads(to_json(key))
+
+    def compare(path: Path) -> list[str]:
+        record = read_run_config(path)
+        if record is None:  # claimed, but stopped before its config was written: nothing to differ from
+            return []
+        return key_differences(record.get("resume_key") or {}, new)
+
+    return compare
+
+
+def key_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """`--flag: old -> new` for each option and `split data: old -> new` for each fingerprint that differs."""
+    changed = []
+    for section in ("config", "data"):
+        a, b = old.get(section, {}), new.get(section, {})
+        changed += [f"--{k.replace('_', '-')}: {a.get(k)!r} -> {b.get(k)!r}" if section == "config"
+                    else f"{k} data: {a.get(k)} -> {b.get(k)}"
+                    for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    return changed
+
+
 def config_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """`--flag: old -> new` for every compared option that differs."""
     new = json.loads(to_json(new))

@@ -54,7 +54,9 @@ def check_online() -> None:
 
 
 def model_files(folder: Path) -> list[str]:
-    """The files to upload (bertkit's own, relative paths), after checking `folder` is a complete saved model."""
+    """The files to upload (bertkit's own, relative paths), after checking `folder` is a complete saved model whose
+    file list names only files inside it."""
+    check_file_list_confined(folder)
     problems = saved_model_problems(folder)
     if problems:
         raise UserError(f"{folder} is not a complete saved model: {'; '.join(problems)}. Push a folder bertkit saved "
@@ -68,6 +70,19 @@ def model_files(folder: Path) -> list[str]:
 
         names = sorted(n for n in onnx.FOLDER_FILES if (folder / n).is_file())
     return [n for n in names if not any(part.startswith(".") for part in n.split("/")) and (folder / n).is_file()]
+
+
+def check_file_list_confined(folder: Path) -> None:
+    """A UserError naming the folder's file list and the paths in it that are not inside the folder (absolute, with
+    `..`, or leading out through a link): the folder is damaged, and nothing of it is uploaded."""
+    listed = ownership.read_json_or_none(folder / ownership.FILE_LIST)
+    files = listed.get("files") if isinstance(listed, dict) else None
+    outside = record.outside_of(folder, files) if isinstance(files, list) else []
+    if outside:
+        shown = ", ".join(repr(p) for p in outside[:5]) + (f", and {len(outside) - 5} more" if len(outside) > 5 else "")
+        raise UserError(f"{folder} is damaged: its file list {folder / ownership.FILE_LIST} names paths outside the "
+                        f"folder ({shown}); bertkit uploads only files inside the folder it pushes, so it uploaded "
+                        f"nothing. Re-save the folder (re-run the command that wrote it) and push it again.")
 
 
 def weight_files() -> tuple[str, ...]:

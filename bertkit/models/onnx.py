@@ -28,6 +28,7 @@ from torch import nn
 
 from bertkit.data.labels import LabelMap
 from bertkit.errors import UserError
+from bertkit.io import library_files, record
 from bertkit.io.atomic import scratch_folder
 from bertkit.logs import quieted
 from bertkit.models import loading
@@ -228,19 +229,26 @@ def write_export(folder: Path, model: Any, tokenizer: Any, *, kind: str, quantiz
                  features: dict[str, Any] | None = None, features_fn: Any = None) -> None:
     """A complete export folder in `folder` (an empty one bertkit made; see `bertkit.commands.export`). `reading` is
     how its inputs are read (`Reading.to_json`: predict and embed read it back). For an encoder, `features` are the
-    baked-in options (pool, layers, combine, normalize) and `features_fn` their graph."""
+    baked-in options (pool, layers, combine, normalize) and `features_fn` their graph.
+
+    Every file is written beside `folder` or in it (never in the system's temp folder), each name recorded before a
+    library writes it when `folder` is in a run directory (`commands.export` builds in a recorded temp folder of
+    --out): a kill leaves only what the next run of the command removes."""
     require_onnxruntime(exporting=True)
+    record.note(record.DIR, folder)
     folder.mkdir(parents=True)
-    with scratch_folder(role="onnx") as scratch:  # the fp32 graph before quantizing, what the libraries save
+    library_files.expect(folder, sorted(FOLDER_FILES))
+    with scratch_folder(folder, role="onnx") as scratch:  # the fp32 graph before quantizing, what the libraries save
+        library_files.expect(scratch, sorted({MODEL_FILE, *FOLDER_FILES, *_vocabulary_files(tokenizer)}))
         fp32 = scratch / MODEL_FILE if quantize else folder / MODEL_FILE
         export_onnx(model, tokenizer, kind, features_fn, fp32)
         if quantize == "int8":
             quantize_int8(fp32, folder / MODEL_FILE)
-        model.config.save_pretrained(scratch / "saved")
-        tokenizer.save_pretrained(scratch / "saved")
-        for name in FOLDER_FILES:  # the format's files; anything else a tokenizer writes stays behind
-            if (scratch / "saved" / name).is_file():
-                (scratch / "saved" / name).replace(folder / name)
+        model.config.save_pretrained(scratch)
+        tokenizer.save_pretrained(scratch)
+        for name in FOLDER_FILES - {MODEL_FILE}:  # the format's files; anything else a tokenizer writes stays behind
+            if (scratch / name).is_file():
+                (scratch / name).replace(folder / name)
     section = {"format": FORMAT, "kind": kind, "quantized": quantize, "opset": OPSET, "output": OUTPUT_NAMES[kind],
                "inputs": [n for n in INPUT_NAMES if n in accepted_inputs(model)], "source_model": source,
                "source_revision": revision}
@@ -249,6 +257,12 @@ def write_export(folder: Path, model: Any, tokenizer: Any, *, kind: str, quantiz
     compute = Compute("cpu", "int8" if quantize == "int8" else "fp32")  # onnxruntime's CPU provider, its weights
     write_model_info(folder, {**kept, **({"reading": reading} if reading else {}), "compute": compute.to_json(),
                               "onnx": section})
+
+
+def _vocabulary_files(tokenizer: Any) -> list[str]:
+    """The files a tokenizer's `save_pretrained` writes besides the format's (its vocabulary, by its own names)."""
+    vocab = getattr(tokenizer, "vocab_files_names", None)
+    return [v for v in vocab.values() if isinstance(v, str) and "/" not in v] if isinstance(vocab, dict) else []
 
 
 def export_compute(folder: str | Path) -> Compute:

@@ -1,14 +1,14 @@
-"""Whether --out holds this run: the resume key (what must match for a re-run to continue it), the run's status
-(new, resume, finished), and claiming the run directory with a new run's config.json."""
+"""Whether --out holds this run: the resume key (what must match for a re-run to continue it), and what is asked of
+the run directory with it (`bertkit.io.rundir`: whether it holds this run finished; claiming it, with a new run's
+config.json). The comparison of keys and the run's status are the run directory's (`trail.key_compare`,
+`RunDir.status`)."""
 
 from __future__ import annotations
 
-import dataclasses
-import json
 from pathlib import Path
 from typing import Any
 
-from bertkit.io import atomic, ownership, rundir, trail
+from bertkit.io import ownership, rundir, trail
 from bertkit.options import config_dict
 from bertkit.training.options import TRACKING_FIELDS, FinetuneOptions
 
@@ -34,56 +34,20 @@ def resume_key(cfg: FinetuneOptions, fingerprints: dict[str, str]) -> dict[str, 
     return {"config": values, "data": fingerprints}
 
 
-def resume_differences(run_path: Path, key: dict[str, Any]) -> list[str]:
-    """What differs between the run in `run_path` and a run with resume key `key` (empty: the same run)."""
-    record = trail.read_run_config(run_path)
-    if record is None:  # claimed, but stopped before its config was written: nothing to differ from
-        return []
-    return _changed_keys(record.get("resume_key") or {}, json.loads(atomic.to_json(key)))
-
-
-def run_status(run: rundir.RunDir) -> str:
-    """'new', 'resume' or 'finished' for the directory a run writes into."""
-    if not run.existing or not (run.path / "config.json").is_file():
-        return "new"
-    try:
-        finished = json.loads((run.path / "metrics.json").read_text(encoding="utf-8")).get("finished")
-    except (OSError, ValueError, AttributeError):  # none yet (or not readable): the checkpoints decide
-        finished = False
-    return "finished" if finished else "resume"
-
-
-def _changed_keys(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    changed = []
-    for section in ("config", "data"):
-        a, b = old.get(section, {}), new.get(section, {})
-        changed += [f"--{k.replace('_', '-')}: {a.get(k)!r} -> {b.get(k)!r}" if section == "config"
-                    else f"{k} data: {a.get(k)} -> {b.get(k)}"
-                    for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
-    return changed
-
-
 def finished_run(cfg: FinetuneOptions, key: dict[str, Any], command: str) -> Path | None:
     """A read-only look at --out before any work (its refusals end the run here): where it holds this run,
-    finished (None: it does not)."""
-    plan = rundir.inspect_run_dir(cfg.out or "", command, overwrite=cfg.overwrite,
-                                compare=lambda path: resume_differences(path, key), inputs=ownership.input_paths(cfg))
-    finished = not plan.replacing and not plan.pending_swap and run_status(plan) == "finished"
-    return plan.path if finished else None
+    finished (None: it does not). One question to `rundir`: the same run is the same resume key."""
+    plan = rundir.inspect_run_dir(cfg.out or "", command, overwrite=cfg.overwrite, compare=trail.key_compare(key),
+                                  inputs=ownership.input_paths(cfg))
+    return plan.finished()
 
 
 def claim_out(cfg: FinetuneOptions, key: dict[str, Any], accelerator: Any, task: Any,
               learning_rate: dict[str, Any] | None = None) -> tuple[rundir.RunDir, str]:
     """Claim --out (main process): the run directory to write into and its status; a new run's config.json (with
-    how --lr was chosen, `learning_rate`)."""
-    run = rundir.claim_run_dir(cfg.out or "", task.command, overwrite=cfg.overwrite,
-                             compare=lambda path: resume_differences(path, key))
-    status = run_status(run)
-    if status == "finished":
-        run.commit()
-    elif status == "new":
-        trail.write_run_config(run.path, task.command, recorded_config(cfg), resume_key=key,
-                              data_fingerprints=key["data"], learning_rate=learning_rate,
-                              model_revision=task.model_revision(cfg), processes=accelerator.num_processes,
-                              mixed_precision=accelerator.mixed_precision, device=str(accelerator.device))
-    return dataclasses.replace(run, compare=None), status  # sent to every process: no closures
+    how --lr was chosen, `learning_rate`). What config.json records is gathered here, then handed to `rundir` whole."""
+    extra = {"learning_rate": learning_rate, "model_revision": task.model_revision(cfg),
+             "processes": accelerator.num_processes, "mixed_precision": accelerator.mixed_precision,
+             "device": str(accelerator.device)}
+    return rundir.claim_resumable(cfg.out or "", task.command, key, overwrite=cfg.overwrite,
+                                  config=recorded_config(cfg), extra=extra)
