@@ -1325,3 +1325,58 @@ def test_one_megabyte_line_finetune_and_predict(workspace: Workspace):
                            catch_exceptions=False)
     assert result.exit_code == 0, result.output
     assert len(json.loads(result.stdout)["predictions"]) == 1
+
+
+# ---------------------------------------------------------------- issue 43: nothing created before a refusal
+
+
+def _no_cache(w: Workspace) -> list[str]:
+    return ["--cache-dir", w.path("cache")]
+
+
+NOTHING_BEFORE = [  # (id, argv, what the message says); every one leaves no --out, and those the model's files
+    # decide no cache entry either (--cv is judged on the labels: the data is read, and cached, for it)
+    ("finetune-max-length-over-the-model", lambda w: finetune(w, "--data", w.good(), "--max-length", "1000",
+                                                             *_no_cache(w), out=w.path("out")),
+     r"--max-length 1000 is more than model .* accepts \(128 tokens\)"),
+    ("embed-max-length-over-the-model", lambda w: embed(w, "--data", w.good(), "--max-length", "1000",
+                                                       *_no_cache(w), out=w.path("out")),
+     r"--max-length 1000 is more than model"),
+    ("embed-layers-beyond-the-model", lambda w: embed(w, "--data", w.good(), "--layers", "9", *_no_cache(w),
+                                                     out=w.path("out")),
+     r"--layers 9 is out of range: the model has 2 layers"),
+    ("predict-max-length-over-the-model", lambda w: ["predict", "--model", w.copy("clf"), "--data", w.good(),
+                                                     "--max-length", "1000", "--quiet", *_no_cache(w),
+                                                     "--out", w.path("out")],
+     r"--max-length 1000 is more than model"),
+    ("probe-max-length-over-the-model", lambda w: ["probe", "--model", w.tiny, "--data", w.good(), "--max-length",
+                                                   "1000", "--quiet", *_no_cache(w), "--out", w.path("out")],
+     r"--max-length 1000 is more than model"),
+    ("probe-layers-beyond-the-model", lambda w: ["probe", "--model", w.tiny, "--data", w.good(), "--layers", "9",
+                                                 "--quiet", *_no_cache(w), "--out", w.path("out")],
+     r"--layers 9 is out of range: the model has 2 layers"),
+    ("distill-student-deeper-than-teacher", lambda w: _distill(w, "--student-layers", "5", *_no_cache(w)),
+     r"--student-layers 5 is more than the teacher's 2 layers"),
+    ("probe-cv-more-folds-than-rows-of-a-class", lambda w: ["probe", "--model", w.tiny, "--data", w.good(), "--cv", "30",
+                                                            "--quiet", *_no_cache(w), "--out", w.path("out")],
+     r"--cv 30 needs at least 30 training rows of every class"),
+    ("probe-store-cv-more-folds-than-rows", lambda w: ["probe", "--features", w.copy("store"), "--cv", "30",
+                                                       "--quiet", "--out", w.path("out")],
+     r"--cv 30 needs at least 30 training rows of every class"),
+]
+
+
+@pytest.mark.parametrize("argv, problem", [c[1:] for c in NOTHING_BEFORE], ids=[c[0] for c in NOTHING_BEFORE])
+def test_a_model_or_fold_refusal_creates_nothing(argv, problem, workspace: Workspace):
+    """Refusals that the model's own files or the labels decide come before any data is cached or --out is made."""
+    args = argv(workspace)
+    if args[0] not in REGISTERED:
+        pytest.skip(f"`bertkit {args[0]}` is not registered yet")
+    out = Path(args[args.index("--out") + 1])
+    result = runner.invoke(app, args, catch_exceptions=False)
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert re.search(problem, " ".join(result.output.split()), re.S), result.output
+    assert not out.exists(), f"--out {out} was created before the refusal"
+    cache = workspace.root / "cache"
+    if "--cv" not in args:
+        assert not cache.exists() or not any(cache.rglob("*")), sorted(map(str, cache.rglob("*")))

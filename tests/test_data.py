@@ -493,6 +493,31 @@ def test_hub_limit_asks_for_a_split_slice(monkeypatch):
     assert asked[-1] == "validation"
 
 
+def test_each_split_is_located_once(tmp_path, monkeypatch):
+    """Train, dev and test are each judged local or hub once (`split_sources`), then read as decided."""
+    from bertkit.data import splits
+
+    for name in ("train.tsv", "dev.tsv"):
+        (tmp_path / name).write_text("sentence\tlabel\n" + "".join(f"row {i}\t{i % 2}\n" for i in range(8)),
+                                     encoding="utf-8")
+    asked = []
+    real = splits.is_local_source
+    monkeypatch.setattr(splits, "is_local_source", lambda source: asked.append(source) or real(source))
+    loaded = load_splits(opts(data=str(tmp_path / "train.tsv"), dev=str(tmp_path / "dev.tsv")))
+    assert len(loaded.train) == 8 and len(loaded.dev) == 8
+    assert sorted(asked) == [str(tmp_path / "dev.tsv"), str(tmp_path / "train.tsv")]
+
+
+def test_named_split_sources():
+    from bertkit.data.splits import SplitSource, named_source, named_split_source
+
+    assert named_split_source("nyu-mll/glue", "validation") == SplitSource("nyu-mll/glue", False, "validation")
+    assert named_source("nyu-mll/glue", "validation") == ("nyu-mll/glue", "validation")
+    assert named_split_source(None, "someone/dev-set") == SplitSource("someone/dev-set", False)
+    with pytest.raises(UserError, match=r"--dev/--test 'validation' looks like a split name.*--data t\.tsv is a local"):
+        named_split_source("t.tsv", "validation")
+
+
 def test_confusion_matrix_plot_is_written(tmp_path):
     from bertkit import plots
 

@@ -1035,3 +1035,14 @@ def test_a_record_an_older_bertkit_appended_to_is_still_read_and_rewritten_whole
     assert again.exit_code == 0, again.output
     assert record.Record(out).draft() is not None and ownership.unowned(out) == []
     assert not rec.file.read_bytes().endswith(b'"si')
+
+
+@pytest.mark.parametrize("command, extra", [("finetune", ["--max-length", "1000"]), ("embed", ["--max-length", "1000"]),
+                                            ("probe", ["--layers", "9"]), ("probe", ["--cv", "30"])],
+                         ids=["finetune-max-length", "embed-max-length", "probe-layers", "probe-cv"])
+def test_a_refusal_before_the_work_makes_no_out(command, extra, ws):
+    """Issue 43: what the model's files or the labels refuse is refused before a new --out is made."""
+    out = ws.root / f"new-{command}"
+    result = invoke(ws.argv(command, out, *extra))
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert not out.exists()

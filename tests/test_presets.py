@@ -72,6 +72,39 @@ def test_explicit_values_win_over_the_preset():
     assert FinetuneConfig(out="o", data="x.tsv").metric_for_best is None  # no preset: the shape's, once data is read
 
 
+def test_the_preset_records_once_which_options_it_set():
+    cfg = FinetuneConfig(task_preset="glue/mrpc", data="my/train.tsv", out="o", text_column="a")
+    fill = cfg.preset_fill
+    assert fill.preset == "glue/mrpc"
+    assert {"text_pair_column", "label_column", "header", "metric_for_best"} <= fill.options
+    assert "text_column" not in fill.options  # the user's own column is not the preset's
+    assert FinetuneConfig(out="o", data="x.tsv").preset_fill == presets.NO_PRESET
+
+
+def test_a_copy_of_a_config_keeps_the_presets_record():
+    """`dataclasses.replace` runs `__post_init__` on values no longer unset: they still read as the preset's."""
+    import dataclasses
+
+    cfg = FinetuneConfig(task_preset="glue/rte", data="my/train.tsv", out="o")
+    copy = dataclasses.replace(cfg, metric_for_best="accuracy")
+    assert {"text_column", "text_pair_column", "label_column"} <= copy.preset_fill.options
+    assert "text_column" not in dataclasses.replace(cfg, text_column="mine").preset_fill.options
+
+
+def test_a_column_message_does_not_go_back_to_the_presets(tmp_path, monkeypatch):
+    path = tmp_path / "train.tsv"
+    path.write_text("review\tstars\n" + "".join(f"row {i}\t{i % 2}\n" for i in range(10)), encoding="utf-8")
+    cfg = FinetuneConfig(task_preset="glue/rte", data=str(path), out="o")
+
+    def asked(*args, **kwargs):
+        raise AssertionError("the presets were asked again")
+
+    monkeypatch.setattr(presets, "preset_values", asked)
+    monkeypatch.setattr(presets, "find_preset", asked)
+    with pytest.raises(UserError, match=r"Column 'sentence1' \(set by --task-preset glue/rte"):
+        load_dataset_split(cfg, str(path))
+
+
 def test_recipe_values_win_over_the_preset_and_flags_over_both(tmp_path):
     recipe = tmp_path / "r.toml"
     recipe.write_text('[finetune]\ntask-preset = "glue/cola"\nout = "o"\nmetric-for-best = "accuracy"\n'

@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from bertkit.errors import UserError
+from bertkit.io import ownership, rundir
 from bertkit.measure.distill_report import DistillReport, measure_teacher_student, report_markdown
 from bertkit.models.compute import Compute
-from bertkit.models.preflight import check_inputs
+from bertkit.models.preflight import check_inputs, check_model_limits
 from bertkit.training.options import DistillOptions
 from bertkit.training.outcome import TrainingRun
 
@@ -51,6 +52,9 @@ class DistillResult:
 def run(cfg: DistillConfig, *, progress: bool = True) -> DistillResult:
     """Train the student (resumable, like finetune), then the teacher-vs-student report (main process)."""
     check_inputs(cfg, need_labels=True, models=(cfg.teacher, cfg.student))  # before torch and transformers
+    if cfg.out:  # --out's refusals before the teacher is loaded and the data read (as finetune's)
+        rundir.inspect_run_dir(cfg.out, "distill", overwrite=cfg.overwrite, inputs=ownership.input_paths(cfg))
+    check_model_limits(cfg.teacher, max_length=cfg.max_length)
     from bertkit.training.distill import REPORT, DistillTask
     from bertkit.training.finetune import finetune, training_device
 

@@ -18,7 +18,14 @@ from bertkit.data.options import DataOptions
 from bertkit.encoding.longtext import LongText
 from bertkit.encoding.reading import LongTextOptions
 from bertkit.errors import UserError, raise_if_problems
-from bertkit.features.settings import COMBINES, POOLS, STORE_DTYPES, Pooling, layers_problem
+from bertkit.features.settings import (
+    COMBINES,
+    POOLS,
+    STORE_DTYPES,
+    Pooling,
+    check_layers_exist,
+    layers_problem,
+)
 from bertkit.models.compute import (
     INFERENCE_PRECISION_HELP,
     INFERENCE_PRECISIONS,
@@ -27,7 +34,7 @@ from bertkit.models.compute import (
     check_device,
 )
 from bertkit.models.metadata import read_as_saved
-from bertkit.models.preflight import check_inputs
+from bertkit.models.preflight import check_inputs, check_model_limits
 from bertkit.options import MODEL, OUTPUT, option, overwrite_option
 
 log = logging.getLogger(__name__)
@@ -213,6 +220,8 @@ def run(cfg: EmbedConfig, progress: bool = True) -> EmbedResult:
     root = Path(cfg.out or "").expanduser()
     rundir.inspect_run_dir(root, "embed", overwrite=cfg.overwrite, inputs=ownership.input_paths(cfg))  # read-only
     check_inputs(cfg, need_labels=False, models=(cfg.model,))  # then the inputs, before torch is imported
+    check_model_limits(cfg.model, max_length=cfg.max_length)  # and what the model accepts, before the data is cached
+    check_layers_exist(cfg.layers, cfg.model)
 
     from bertkit.models import loading, onnx
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from bertkit.io import ownership, rundir
 from bertkit.models.compute import Compute
-from bertkit.models.preflight import check_inputs
+from bertkit.models.preflight import check_inputs, check_model_limits
 from bertkit.training.options import FinetuneOptions
 from bertkit.training.outcome import EpochRow, Restored, RunSummary, TrainingRun
 
@@ -54,6 +54,7 @@ def run(cfg: FinetuneConfig, *, progress: bool = True) -> FinetuneResult:
     if cfg.out:  # --out's refusals (someone else's files, another command's run, an input inside it) before the data
         # is read or a learning rate chosen; the run's own settings are compared once its data is fingerprinted
         rundir.inspect_run_dir(cfg.out, "finetune", overwrite=cfg.overwrite, inputs=ownership.input_paths(cfg))
+    check_model_limits(cfg.model, max_length=cfg.max_length)  # before the data is read or cached
     from bertkit.training.finetune import finetune, training_device
 
     return FinetuneResult.of(finetune(cfg, progress=progress,

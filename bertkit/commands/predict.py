@@ -17,7 +17,7 @@ from bertkit.encoding.reading import READ_AS_SAVED_HELP, LongTextOptions
 from bertkit.errors import raise_if_problems
 from bertkit.features.settings import Pooling
 from bertkit.models.compute import INFERENCE_PRECISION_HELP, INFERENCE_PRECISIONS
-from bertkit.models.preflight import check_inputs
+from bertkit.models.preflight import check_inputs, check_model_limits
 from bertkit.options import DATA, MODEL, OUTPUT, option
 from bertkit.recipes import recipe_path
 
@@ -121,6 +121,7 @@ def run(cfg: PredictConfig, *, recipe: str | None = None, progress: bool = False
         predictions_out.check_predictions_out(cfg.out, {"--data": cfg.data, "--model": cfg.model, "--probe": cfg.probe,
                                                         "--recipe": str(recipe_path(recipe)) if recipe else None})
     check_inputs(cfg, need_labels=False, models=(cfg.model,), data_fields=("data",))  # before torch is imported
+    check_model_limits(cfg.model, max_length=cfg.max_length)  # before the data is read or cached
     import numpy as np
 
     from bertkit.data.dataset import TextDataset

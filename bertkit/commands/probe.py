@@ -221,7 +221,7 @@ def run(cfg: ProbeConfig, progress: bool = False) -> ProbeResult:
     return ProbeResult.from_json(result)
 
 
-def probe_inputs(cfg: ProbeConfig, cache: Any, check: Callable[[Any], None], progress: bool) -> Any:
+def probe_inputs(cfg: ProbeConfig, cache: Any, check: Callable[[Any, Any], None], progress: bool) -> Any:
     """The features and labels (`ProbeInputs`): a --features store's, checked by `check` once its labels are read,
     or extracted now from --data (`check` runs as soon as the data is read), on the CPU in --precision."""
     from bertkit.probe.inputs import load_store_inputs, load_text_inputs
@@ -229,17 +229,24 @@ def probe_inputs(cfg: ProbeConfig, cache: Any, check: Callable[[Any], None], pro
     if not cfg.features:
         return load_text_inputs(cfg, cache, Compute.resolve("cpu", cfg.precision), progress, on_labels=check)
     inputs = load_store_inputs(cfg)  # a store's features are made already
-    check(inputs.label_map)
+    check(inputs.label_map, inputs.y_train)
     return inputs
 
 
-def check_shape_options(cfg: Any, external: Sequence[Any], labels: Any) -> None:
-    """Once the labels (`data.LabelMap`: the problem shape) are read, before any model work: warnings for options
-    the shape ignores (a built-in --metric it lacks, --threshold), and every --metric module tried on a synthetic
-    input of the shape (a failure stops here)."""
+def check_shape_options(cfg: Any, external: Sequence[Any], labels: Any, y_train: Any) -> None:
+    """Once the labels (`data.LabelMap`: the problem shape; `y_train`: the training labels as ids) are read, before
+    any model work and before --out is made: the fit options' refusals for the shape (--class-weight, --cv folds the
+    training rows cannot fill), warnings for options the shape ignores (a built-in --metric it lacks, --threshold),
+    and every --metric module tried on a synthetic input of the shape (a failure stops here)."""
+    from bertkit.probe.fit import check_folds, folds_for
+    from bertkit.probe.search import shape_kwargs
     from bertkit.scoring.metrics import check_external
     from bertkit.scoring.shapes import inapplicable_options
 
+    shape_kwargs(cfg, labels.task)
+    folds = folds_for(labels.task, cfg.C, cfg.cv)
+    if folds is not None:
+        check_folds(y_train, folds, labels.task)
     for note in inapplicable_options(labels.task, len(labels.labels), cfg.metric_list, cfg.threshold):
         log.warning("%s", note)
     check_external(external, labels.task, len(labels.labels))

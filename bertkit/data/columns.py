@@ -12,7 +12,6 @@ import numpy as np
 from bertkit.data.cells import is_blank_text, is_int_text, is_missing, is_nested, nested_problem
 from bertkit.data.findings import Found
 from bertkit.data.options import DataOptions
-from bertkit.data.presets import preset_origin
 from bertkit.data.sources import check_data_file, column_names, is_local_source
 from bertkit.errors import UserError
 
@@ -40,6 +39,12 @@ def resolve_column(frame: Any, selector: str | None, option: str, source: str,
         f"Column {selector!r} ({origin}) not found in {source}; columns are: {shown} "
         f"(or 0-based indexes 0..{len(columns) - 1}).{hint} Pass {option} with one of them{override}."
     )
+
+
+def _preset_of(opts: DataOptions, key: str) -> str | None:
+    """The --task-preset that set option `key`, as `presets.apply_preset` recorded it once, or None."""
+    fill = opts.preset_fill
+    return fill.preset if key in fill.options else None
 
 
 def _default_column(frame: Any, candidates: tuple[str, ...]) -> Any:
@@ -110,11 +115,11 @@ def choose_columns(frame: Any, opts: DataOptions, source: str, need_labels: bool
     """The text, pair and label columns (by flag or by default); one column in two roles is an error."""
     default_text = opts.text_column is None
     text_col = (_default_column(frame, DEFAULT_TEXT_COLUMNS) or frame.columns[0]) if default_text else \
-        resolve_column(frame, opts.text_column, "--text-column", source, preset_origin(opts, "text_column"))
+        resolve_column(frame, opts.text_column, "--text-column", source, _preset_of(opts, "text_column"))
     pair_col = None
     if opts.text_pair_column is not None:
         pair_col = resolve_column(frame, opts.text_pair_column, "--text-pair-column", source,
-                                  preset_origin(opts, "text_pair_column"))
+                                  _preset_of(opts, "text_pair_column"))
     label_option, tag_cols = "--label-column", ()
     selectors = label_selectors(opts)
     if len(selectors) > 1 and opts.label_column not in frame.columns:  # several 0/1 columns, one per tag
@@ -122,7 +127,7 @@ def choose_columns(frame: Any, opts: DataOptions, source: str, need_labels: bool
         label_col = tag_cols[0]
     elif opts.label_column is not None:
         label_col = resolve_column(frame, opts.label_column, "--label-column", source,
-                                   preset_origin(opts, "label_column"))
+                                   _preset_of(opts, "label_column"))
     else:
         label_option = "the label column found by default"
         label_col = _default_column(frame, ("label", "labels"))

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
+from typing import ClassVar
 
 from bertkit.data.cachedir import cache_in_out_problem
 from bertkit.data.cells import is_blank_text
 from bertkit.data.labels import TASKS as SHAPE_NAMES
-from bertkit.data.presets import apply_preset
+from bertkit.data.presets import NO_PRESET, PresetFill, apply_preset
 from bertkit.data.sources import HEADER_MODES
 from bertkit.options import DATA, RUN, field_problems, field_type, option
 
@@ -20,6 +21,8 @@ class DataOptions:
     """Where the data comes from and which columns to use; shared by every command that reads a dataset."""
 
     ADVANCED_OPTIONS = ("data_config", "train_split", "encoding", "header", "dev_fraction", "cache_dir")
+    preset_fill: ClassVar[PresetFill] = NO_PRESET
+    """Which options --task-preset set (not a field: `apply_preset` records it on the instance, in `data_problems`)."""
 
     data: str | None = option(None, "Training (or only) data: a .csv/.tsv/.txt/.json/.jsonl/.parquet file, or a hub "
                               "dataset name.", panel=DATA)

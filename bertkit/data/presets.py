@@ -18,6 +18,19 @@ HUB_NAMES = (HUB_DATASET, "glue")
 
 
 @dataclass(frozen=True)
+class PresetFill:
+    """Which options of a config hold the value its --task-preset gives, recorded once by `apply_preset` (for
+    messages: a column the preset chose is not one the user typed), so resolving a column never asks the presets."""
+
+    preset: str | None = None
+    """`glue/<task>`; None: no --task-preset."""
+    options: frozenset[str] = frozenset()
+
+
+NO_PRESET = PresetFill()
+
+
+@dataclass(frozen=True)
 class Preset:
     """One GLUE task: (text, pair, label) columns in the hub data and in the GLUE TSV download, the problem type,
     the official metric(s) (the first one picks the best checkpoint) and the hub's dev/test split names."""
@@ -76,17 +89,6 @@ def preset_values(preset: Preset, data: str | None, *, text_given: bool = False)
     return values
 
 
-def preset_origin(config: Any, key: str) -> str | None:
-    """`glue/<task>` when option `key` of `config` holds the value its --task-preset gives (for messages: a column
-    the preset chose is not one the user typed), else None."""
-    preset = find_preset(getattr(config, "task_preset", None) or "")
-    if preset is None:
-        return None
-    values = preset_values(preset, getattr(config, "data", None), text_given=bool(getattr(config, "text", None)))
-    given = getattr(config, key, None)
-    return f"glue/{preset.task}" if given is not None and key in values and str(values[key]) == str(given) else None
-
-
 def is_unset(value: Any) -> bool:
     """Whether an option value leaves the choice open (a preset may fill it): None, `auto`, or an empty list."""
     return value is None or value == "auto" or value == ()
@@ -94,17 +96,25 @@ def is_unset(value: Any) -> bool:
 
 def apply_preset(config: Any) -> list[str]:
     """Fill the unset options of a config from its --task-preset, in place (configs are frozen: this runs in
-    `__post_init__`); the problems found (an unknown preset name)."""
+    `__post_init__`), and record which options hold the preset's values as `config.preset_fill` (a `PresetFill`);
+    the problems found (an unknown preset name)."""
     name = getattr(config, "task_preset", None)
-    if name is None:
-        return []
-    preset = find_preset(name)
+    preset = find_preset(name) if name is not None else None
     if preset is None:
-        return [f"--task-preset must be one of {', '.join(PRESET_NAMES)}; got {name!r}."]
+        object.__setattr__(config, "preset_fill", NO_PRESET)
+        return [] if name is None else [f"--task-preset must be one of {', '.join(PRESET_NAMES)}; got {name!r}."]
     values = preset_values(preset, config.data, text_given=bool(getattr(config, "text", None)))
     options = {f.name for f in option_fields(type(config))} - set(getattr(config, "NO_PRESET", ()))
     by_name = {f.name: f for f in fields(config)}
     for key, value in values.items():
         if key in options and key in by_name and value is not None and is_unset(getattr(config, key)):
             object.__setattr__(config, key, value)
+    object.__setattr__(config, "preset_fill", PresetFill(f"glue/{preset.task}", _holding(config, values)))
     return []
+
+
+def _holding(config: Any, values: dict[str, Any]) -> frozenset[str]:
+    """The options of `config` that hold their preset value: those just filled, and those a copy of a filled config
+    (`dataclasses.replace` runs `__post_init__` again, on values no longer unset) or the user gave alike."""
+    return frozenset(key for key, value in values.items()
+                     if value is not None and str(getattr(config, key, None)) == str(value))

@@ -37,6 +37,22 @@ class Splits:
 # ---------------------------------------------------------------- one split
 
 
+@dataclass(frozen=True)
+class SplitSource:
+    """Where one split is read from, decided once (`split_source`) and carried, so reading it never asks again."""
+
+    name: str
+    """The file, or the hub dataset."""
+    local: bool
+    split: str | None = None
+    """The hub split; None: --train-split (for a hub dataset)."""
+
+
+def split_source(source: str, split: str | None = None) -> SplitSource:
+    """`source` (a local file or a hub dataset) and the hub `split` to read of it, its kind decided here once."""
+    return SplitSource(source, is_local_source(source), split)
+
+
 def load_dataset_split(opts: DataOptions, source: str, *, split: str | None = None, need_labels: bool = True,
                        task: str | None = None) -> TextDataset:
     """Read one split (a local file, or `split` of the hub dataset `source`) into a validated TextDataset whose
@@ -44,13 +60,20 @@ def load_dataset_split(opts: DataOptions, source: str, *, split: str | None = No
 
     `task` (TASKS or auto) is the labels' shape; None: the command's --task (auto), or single_label for commands
     that read one class per row."""
-    if is_local_source(source):
+    return read_split(opts, split_source(source, split), need_labels, task)
+
+
+def read_split(opts: DataOptions, where: SplitSource, need_labels: bool = True,
+               task: str | None = None) -> TextDataset:
+    """`load_dataset_split` for a source whose kind is decided already."""
+    source = where.name
+    if where.local:
         path = Path(source).expanduser()
         by_index, label_index = by_index_reading(opts)
         table, fingerprint = local_table(path, opts.encoding, opts.header, by_index, label_index,
                                          getattr(opts, "cache_dir", None))
     else:
-        hub_split = split or opts.train_split
+        hub_split = where.split or opts.train_split
         table = hub_table(read_hub_split(source, opts.data_config, hub_split, opts.limit))
         fingerprint = f"hub:{source}/{opts.data_config or ''}/{hub_split}"
         source = f"{source}[{hub_split}]"
@@ -93,21 +116,31 @@ def _dataset_from_table(table: RowTable, opts: DataOptions, source: str, fingerp
 def named_source(data: str | None, source: str) -> tuple[str, str | None]:
     """Where a --dev/--test value `source` is read from: (the file, None) when it is a local file (or --data is not
     a hub dataset), else (the hub dataset --data, `source` as its split name)."""
-    if is_local_source(source) or data is None or is_local_source(data):
-        return source, None
-    return data, source
+    where = named_split_source(data, source)
+    return where.name, where.split
+
+
+def named_split_source(data: str | None, source: str, data_local: bool | None = None) -> SplitSource:
+    """A --dev/--test value `source` as the `SplitSource` it names: a local file, or a split name of the hub dataset
+    --data (`named_source`; `data_local`: whether --data is a local file, when that is decided already). A split
+    name with a local --data is refused: a split name needs a hub --data."""
+    source_local = is_local_source(source)
+    if data_local is None:
+        data_local = data is not None and is_local_source(data)
+    if data_local and not source_local and "/" not in source:
+        # e.g. a hub recipe (`dev = "validation"`) run with `--data train.tsv`: a split name needs a hub --data.
+        raise UserError(
+            f"--dev/--test {source!r} looks like a split name of a hub dataset, but --data {data} is a local "
+            f"file. Pass --dev/--test with local files of the same layout (e.g. --dev dev.tsv)."
+        )
+    if source_local or data is None or data_local:
+        return SplitSource(source, source_local)
+    return SplitSource(data, False, source)
 
 
 def load_named_split(opts: DataOptions, source: str, need_labels: bool, task: str | None = None) -> TextDataset:
     """A --dev/--test value: a local file, or a split name of the hub dataset given by --data."""
-    if opts.data is not None and is_local_source(opts.data) and not is_local_source(source) and "/" not in source:
-        # e.g. a hub recipe (`dev = "validation"`) run with `--data train.tsv`: a split name needs a hub --data.
-        raise UserError(
-            f"--dev/--test {source!r} looks like a split name of a hub dataset, but --data {opts.data} is a local "
-            f"file. Pass --dev/--test with local files of the same layout (e.g. --dev dev.tsv)."
-        )
-    path, split = named_source(opts.data, source)
-    return load_dataset_split(opts, path, split=split, need_labels=need_labels, task=task)
+    return read_split(opts, named_split_source(opts.data, source), need_labels, task)
 
 
 def hold_out_size(n_rows: int, n_classes: int, fraction: float) -> int:
@@ -176,11 +209,12 @@ def load_splits(opts: DataOptions, *, need_labels: bool = True, need_dev: bool =
     The labels' shape (--task, auto-detected on the training data) holds for dev and test too."""
     if opts.data is None:
         raise UserError("No data given: pass --data with a file (.tsv/.csv/.json/.jsonl/.parquet) or a hub dataset name.")
-    train = load_dataset_split(opts, opts.data, need_labels=need_labels)
+    train_from, dev_from, test_from = split_sources(opts)
+    train = read_split(opts, train_from, need_labels)
     task = train.task if train.labels is not None else None
     notes: list[str] = []
-    dev = load_named_split(opts, opts.dev, need_labels, task) if opts.dev else None
-    test = load_named_split(opts, opts.test, need_labels, task) if opts.test else None
+    dev = read_split(opts, dev_from, need_labels, task) if dev_from else None
+    test = read_split(opts, test_from, need_labels, task) if test_from else None
     label_map = None
     if need_labels and train.labels is not None:
         label_map = LabelMap.build(train.labels, train.task, train.label_columns)
@@ -200,6 +234,14 @@ def load_splits(opts: DataOptions, *, need_labels: bool = True, need_dev: bool =
         if table is not None and table.note and table.note not in notes:
             notes.append(table.note)
     return Splits(train, dev, test, label_map, notes)
+
+
+def split_sources(opts: DataOptions) -> tuple[SplitSource, SplitSource | None, SplitSource | None]:
+    """Where train (--data), dev and test (--dev/--test, when given) are read from, each decided once."""
+    data = str(opts.data)
+    train = split_source(data)
+    dev, test = (named_split_source(data, value, train.local) if value else None for value in (opts.dev, opts.test))
+    return train, dev, test
 
 
 def _check_trainable(label_map: LabelMap, train: TextDataset) -> None:

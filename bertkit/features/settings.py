@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from bertkit.errors import UserError, raise_if_problems
+from bertkit.models.preflight import saved_model_limits
 
 POOLS = ("cls", "mean", "max")
 COMBINES = ("concat", "mean", "sum")
@@ -110,6 +111,14 @@ class Pooling:
         values = {key: record.get(key, default[key]) for key in cls.KEYS}
         return cls.from_options(str(values["pool"]), str(values["layers"]), str(values["combine"]),
                                 bool(values["normalize"]))
+
+
+def check_layers_exist(layers: str | None, model: str | None) -> None:
+    """--layers against the depth `model`'s folder states (read without torch), so a layer it lacks is refused before
+    any data is read or cached; a hub id, or --layers not given, is left to the extraction (`Pooling.resolve`)."""
+    limits = saved_model_limits(model) if layers is not None else None
+    if limits is not None and limits.layers is not None and not layers_problem(layers):
+        Pooling.from_options("cls", layers, "concat", False).resolve(limits.layers)
 
 
 def check_distinct_layers(asked: Sequence[int], resolved: Sequence[int], n_layers: int) -> None:

@@ -25,6 +25,7 @@ from bertkit.models.folders import (  # noqa: F401 - the names' one owner is fol
     offline_model_dir,
     resolve_model_name,
 )
+from bertkit.models.limits import accepted_length, check_length_accepted
 from bertkit.models.quantize import is_int8
 
 log = logging.getLogger(__name__)
@@ -188,11 +189,7 @@ HEAD_MODULES = {"classifier", "pre_classifier", "score"}
 
 def model_max_length(tokenizer: Any, config: Any) -> int:
     """The longest input the model accepts: position embeddings bound it, the tokenizer may say less."""
-    limit = getattr(config, "max_position_embeddings", None) or 512
-    declared = getattr(tokenizer, "model_max_length", None)
-    if isinstance(declared, int) and 0 < declared < 1_000_000:
-        limit = min(limit, declared)
-    return int(limit)
+    return accepted_length(getattr(config, "max_position_embeddings", None), getattr(tokenizer, "model_max_length", None))
 
 
 def min_max_length(tokenizer: Any, pair: bool = False) -> int:
@@ -213,12 +210,7 @@ def check_max_length(max_length: int, tokenizer: Any, config: Any, model_name: s
             f"{'a token of each text' if pair else 'a single token of the text'}, so every row would read the same. "
             f"The smallest valid value is {smallest}; pass --max-length {smallest} or more (128 is typical)."
         )
-    limit = model_max_length(tokenizer, config)
-    if max_length > limit:
-        raise UserError(
-            f"--max-length {max_length} is more than model {model_name} accepts ({limit} tokens). "
-            f"Pass --max-length {limit} or less; longer texts are truncated and counted in the report."
-        )
+    check_length_accepted(max_length, model_max_length(tokenizer, config), model_name)
 
 
 def model_revision(name: str) -> str:

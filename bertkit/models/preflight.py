@@ -8,10 +8,12 @@ lives below `commands/`, in `models/`: the lowest package that knows both model 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from bertkit.data.columns import check_columns
-from bertkit.models.folders import check_model_folder
+from bertkit.models.folders import check_model_folder, resolve_model_name
+from bertkit.models.limits import SavedLimits, check_length_accepted, saved_limits
 
 DATA_FIELDS = ("data", "dev", "test")
 """The options that name data to read (a file, or a hub dataset / split)."""
@@ -30,3 +32,21 @@ def check_inputs(cfg: Any, *, need_labels: bool, models: Iterable[str | None] = 
         source = getattr(cfg, name, None)
         if source:
             check_columns(cfg, str(source), need_labels)
+
+
+def saved_model_limits(model: str | None) -> SavedLimits | None:
+    """The limits a local model folder (or `minilm-offline`) states in its files, read without torch; None for a hub
+    id, no model, or a folder without a readable config.json (left to the loader, which says what is wrong)."""
+    if not model:
+        return None
+    folder = Path(resolve_model_name(model))
+    return saved_limits(folder) if folder.is_dir() else None
+
+
+def check_model_limits(model: str | None, *, max_length: int | None = None) -> None:
+    """Refuse --max-length above the input `model` accepts, as its own files state it, before any data is read or
+    cached (the refusal then leaves no cache entry and no --out); the message is the loader's (`models.limits`).
+    None: --max-length not given (as recorded: checked once it is resolved)."""
+    limits = saved_model_limits(model)
+    if limits is not None and max_length is not None:
+        check_length_accepted(max_length, limits.length, str(model))

@@ -66,14 +66,29 @@ def cv_folds(y: np.ndarray, cv: int) -> Any:
     """Stratified K folds in data order (no shuffle): the same folds `GridSearchCV(cv=K)` uses for a classifier."""
     from sklearn.model_selection import StratifiedKFold
 
-    present = np.bincount(y)
+    check_folds(y, cv, "single_label")
+    return StratifiedKFold(n_splits=cv)
+
+
+def folds_for(task: str, C: float | None, cv: int | None) -> int | None:
+    """The K of the K-fold search a fit runs: --cv, or `DEFAULT_CV` for numbers without --C; None: no search."""
+    return DEFAULT_CV if task == "regression" and C is None and cv is None else cv
+
+
+def check_folds(y: np.ndarray, cv: int, task: str) -> None:
+    """K-fold CV needs K training rows (of every class, for one label per row: the folds are stratified). Checked
+    by the fits, and by `bertkit probe` as soon as the labels are read (before --out is made)."""
+    if task != "single_label":
+        if len(y) < cv:
+            raise UserError(f"--cv {cv} needs at least {cv} training rows; there are {len(y)}. Pass a smaller --cv.")
+        return
+    present = np.bincount(np.asarray(y, dtype=np.int64))
     smallest = int(present[present > 0].min()) if len(present) else 0
     if smallest < cv:
         raise UserError(
             f"--cv {cv} needs at least {cv} training rows of every class; the rarest class has {smallest}. "
             f"Pass a smaller --cv (or --C with a fixed value)."
         )
-    return StratifiedKFold(n_splits=cv)
 
 
 def fit_probe(
@@ -193,8 +208,7 @@ def fit_shaped(X: np.ndarray, y: np.ndarray, task: str, *, C: float | None = Non
     from threadpoolctl import threadpool_limits
 
     X, y = _check_shaped(X, y, task)
-    if task == "regression" and C is None and cv is None:
-        cv = DEFAULT_CV
+    cv = folds_for(task, C, cv)
     default_grid = [1.0 / a for a in ALPHA_GRID] if task == "regression" else list(DEFAULT_C_GRID)
     with threadpool_limits(limits=1, user_api="blas"), constant_tags_allowed():
         results = None
@@ -222,8 +236,7 @@ def cross_validate_shaped(X: np.ndarray, y: np.ndarray, task: str, grid: Sequenc
     """Mean/std K-fold score (negative MSE for numbers, micro-F1 for tags) for every C of `grid`."""
     from sklearn.model_selection import GridSearchCV, KFold
 
-    if len(y) < cv:
-        raise UserError(f"--cv {cv} needs at least {cv} training rows; there are {len(y)}. Pass a smaller --cv.")
+    check_folds(y, cv, task)
     step = "ridge__alpha" if task == "regression" else "ovr__estimator__C"
     values = [1.0 / c for c in grid] if task == "regression" else list(grid)
     scoring = "neg_mean_squared_error" if task == "regression" else "f1_micro"

@@ -16,9 +16,10 @@ import numpy as np
 
 from bertkit.encoding.longtext import LongText
 from bertkit.errors import UserError
-from bertkit.features.settings import Pooling, check_distinct_layers, parse_layers
+from bertkit.features.settings import Pooling, check_distinct_layers, check_layers_exist, parse_layers
 from bertkit.io.digests import HashingWriter, record_problem
 from bertkit.models.compute import Compute
+from bertkit.models.preflight import check_model_limits
 
 log = logging.getLogger(__name__)
 
@@ -267,23 +268,28 @@ def _check_dev_targets_vary(splits: Any) -> None:
 
 
 def load_text_inputs(cfg: Any, cache_dir: Path | Callable[[], Path] | None, compute: Compute, progress: bool = False,
-                     on_labels: Callable[[Any], None] | None = None) -> ProbeInputs:
+                     on_labels: Callable[[Any, np.ndarray], None] | None = None) -> ProbeInputs:
     """Read --data/--dev/--test and extract features for every --pool and --layers (not given: `default_cells`) in
     one pass per split,
     cached as `cache_dir/<split>-<pool>-<layers>.npy` (reused by a re-run with the same model and data), in
     `compute`'s precision (the command's one resolution of --precision; the encoder stays on the CPU).
 
     A callable `cache_dir` is called once the data and the model are validated (it may claim the run directory).
-    `on_labels` gets the label map (the problem shape) as soon as the data is read, before any model work."""
+    `on_labels` gets the label map (the problem shape) and the training labels as ids as soon as the data is read,
+    before any model work."""
     from bertkit.data.splits import load_splits
     from bertkit.features import extract, pooling
     from bertkit.models import loading, quantize
 
     model = cfg.model or loading.OFFLINE_NAME
     loading.check_model_folder(model)  # as saved, with its tokenizer: before the data is read
+    check_model_limits(model, max_length=cfg.max_length)  # what its files say it accepts: before the data is cached
+    check_layers_exist(cfg.layers, model)
     splits = load_splits(cfg, need_labels=True, need_dev=True)
+    lm = splits.label_map
+    y_train = lm.encode(splits.train.labels or [], "train")
     if on_labels is not None:
-        on_labels(splits.label_map)
+        on_labels(lm, y_train)
     _check_dev_targets_vary(splits)
     tokenizer = loading.load_tokenizer(model, cfg.trust_remote_code)
     loading.check_max_length(cfg.max_length, tokenizer, loading.load_config(model, cfg.trust_remote_code), model,
@@ -312,9 +318,8 @@ def load_text_inputs(cfg: Any, cache_dir: Path | Callable[[], Path] | None, comp
                                   long_text=LongText.from_config(cfg)))
         for name, ds in named.items()
     }
-    lm = splits.label_map
     assert splits.dev is not None and lm is not None
-    inputs = ProbeInputs(features["train"], features["dev"], lm.encode(splits.train.labels or [], "train"),
+    inputs = ProbeInputs(features["train"], features["dev"], y_train,
                          lm.encode(splits.dev.labels or [], f"The dev data {splits.dev.source}"), lm, list(indices),
                          spec.layer_names(n_layers), meta, datasets=named,
                          notes=list(splits.notes) + ([default_note] if default_note else []))

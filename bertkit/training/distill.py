@@ -113,10 +113,20 @@ class DistillTask(Task):
             head_fix=f"A teacher is a fine-tuned model: fine-tune it first with `bertkit finetune --model {cfg.teacher} "
                      f"...`, then pass that run's best/ folder as --teacher.")
         self.teacher_tokenizer = loading.load_tokenizer(cfg.teacher or "")
+        self._check_student_fits(cfg)
         self.teacher_labels = LabelMap.from_id2label(self.teacher.config.id2label,
                                                           getattr(self.teacher.config, "problem_type", None))
         self.kept_layers: list[int] | None = None
         self.cls_of: Any = None
+
+    def _check_student_fits(self, cfg: DistillOptions) -> None:
+        """--max-length and --student-layers against the teacher, once it is loaded and before any data is read or
+        cached (a refusal leaves nothing behind); the length first, as `build_model` checks it."""
+        if cfg.max_length is not None:
+            loading.check_max_length(cfg.max_length, self.teacher_tokenizer, self.teacher.config, cfg.teacher or "",
+                                      pair=cfg.text_pair_column is not None)
+        if not cfg.student:
+            copied_layers(int(self.teacher.config.num_hidden_layers), cfg.student_layers)
 
     def label_map(self, cfg: DistillOptions, splits: Splits) -> LabelMap:
         """The teacher's mapping: the student predicts the teacher's labels; the data may not bring new ones."""
