@@ -16,11 +16,11 @@ import typer
 from bertkit.cli.app import CLI_ONLY, app
 from bertkit.commands.distill import DistillConfig
 from bertkit.commands.finetune import FinetuneConfig
+from bertkit.commands.finetune import run as finetune
 from bertkit.commands.registry import config_for_command
 from bertkit.models.card import CardFacts, check_model_card, hub_base_model, read_model_card, write_model_card
 from bertkit.options import command_line
 from bertkit.scoring.intervals import bootstrap_interval, bootstrap_intervals
-from bertkit.training.finetune import finetune
 from bertkit.training.options import NOT_REPRODUCED
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -16,6 +16,7 @@ from bertkit.cli.app import app
 from bertkit.commands.probe import ProbeConfig
 from bertkit.data.dataset import TextDataset
 from bertkit.data.labels import LabelMap
+from bertkit.encoding.reading import Reading
 from bertkit.errors import UserError
 from bertkit.probe import baselines as probe_baselines
 from bertkit.probe import fit as probe_fit
@@ -337,7 +338,7 @@ def test_one_pass_pooling_equals_extract_features(tiny_bert_dir):
     for pool in ("cls", "mean"):
         assert both[pool].shape == (3, 2, 32)
         for position, layer in enumerate([0, 2]):
-            single = extract_features(encoder, tokenizer, ds, pool=pool, layers=str(layer), max_length=32, batch_size=2)
+            single = extract_features(encoder, tokenizer, ds, pool=pool, layers=str(layer), reading=Reading(32), batch_size=2)
             assert np.allclose(both[pool][:, position], single, atol=1e-5)
 
 

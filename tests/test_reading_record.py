@@ -15,10 +15,10 @@ from typer.testing import CliRunner
 from bertkit.cli.app import app
 from bertkit.commands import predict
 from bertkit.commands.finetune import FinetuneConfig
+from bertkit.commands.finetune import run as finetune
 from bertkit.commands.predict import PredictConfig
 from bertkit.encoding.reading import UNRECORDED, Reading
 from bertkit.models.metadata import MODEL_INFO, saved_reading
-from bertkit.training.finetune import finetune
 
 runner = CliRunner()
 FILLER = "the plot moves on and the cast keeps talking about the weather in the small town for a long while"

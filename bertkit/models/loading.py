@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from bertkit.errors import UserError
-from bertkit.models import folders
+from bertkit.models import folders, metadata
 from bertkit.models.folders import (  # noqa: F401 - the names' one owner is folders (light: no torch); used as loading.X
     OFFLINE_HINT,
     OFFLINE_NAME,
@@ -187,10 +187,12 @@ HEAD_MODULES = {"classifier", "pre_classifier", "score"}
 
 
 def model_max_length(tokenizer: Any, config: Any) -> int:
-    """The longest input the model accepts: position embeddings bound it, the tokenizer may say less."""
+    """The longest input the model accepts: position embeddings bound it, the tokenizer may say less (unless bertkit
+    wrote its recorded reading there: a model trained at 16 tokens may still be read at 64 when asked)."""
     limit = getattr(config, "max_position_embeddings", None) or 512
     declared = getattr(tokenizer, "model_max_length", None)
-    if isinstance(declared, int) and 0 < declared < 1_000_000:
+    if isinstance(declared, int) and 0 < declared < 1_000_000 and not metadata.declares_reading(
+            getattr(tokenizer, "name_or_path", "") or ""):
         limit = min(limit, declared)
     return int(limit)
 

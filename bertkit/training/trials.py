@@ -26,12 +26,15 @@ import dataclasses
 import itertools
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bertkit.encoding.reading import Reading
 from bertkit.errors import UserError
 from bertkit.io import ownership, rundir, trail
+from bertkit.models.compute import Compute
 from bertkit.options import config_dict, flag
 from bertkit.scoring import metrics
 from bertkit.scoring.table import LOWER_IS_BETTER
@@ -75,9 +78,13 @@ class SweepResult:
     is_main_process: bool = True
 
 
-def run_sweep(cfg: SweepOptions, *, progress: bool = True) -> SweepResult:
+ComputeFor = Callable[[str], Compute]
+"""The command's resolution of a --precision value (a trial's: it may be a dimension of the space) to a `Compute`."""
+
+
+def run_sweep(cfg: SweepOptions, compute_for: ComputeFor, *, progress: bool = True) -> SweepResult:
     """Run (or resume) every trial of `cfg`'s space, then rank them and write trials.csv, sweep.json, sweep.png and
-    OUT/best (the best trial's best model)."""
+    OUT/best (the best trial's best model). `cfg`'s reading options are resolved already (`commands.sweep`)."""
     dims = cfg.dimensions
     if cfg.search == "optuna":
         import_optuna()  # a missing Optuna stops the sweep before it claims --out
@@ -85,9 +92,9 @@ def run_sweep(cfg: SweepOptions, *, progress: bool = True) -> SweepResult:
     run = on_main(_processes(), lambda: _claim(cfg, dims))
     root = run.path
     if cfg.search == "grid":
-        rows = [row for plan in grid_plans(cfg, dims) for row in [run_trial(cfg, run.out, plan, progress)]]
+        rows = [row for plan in grid_plans(cfg, dims) for row in [run_trial(cfg, run.out, plan, compute_for, progress)]]
     else:
-        rows = OptunaSearch(cfg, dims).run(run.out, progress)
+        rows = OptunaSearch(cfg, dims, compute_for).run(run.out, progress)
     summary = None
     if _processes().is_main_process:
         summary = trials_report.write_outputs(cfg, dims, root, rows)
@@ -103,7 +110,8 @@ def grid_plans(cfg: SweepOptions, dims: list[Dimension]) -> list[Plan]:
             for number, values in enumerate(combos) for k in range(cfg.seeds)]
 
 
-def run_trial(cfg: SweepOptions, out: Path, plan: Plan, progress: bool, on_evaluate: Any = None) -> dict[str, Any]:
+def run_trial(cfg: SweepOptions, out: Path, plan: Plan, compute_for: ComputeFor, progress: bool,
+              on_evaluate: Any = None) -> dict[str, Any]:
     """One trial through `finetune` (new, resumed, or finished already: finetune decides); its trials.csv row.
     The trial's --out is its final path `OUT/trials/NAME` (what its config.json, metrics.json and cards record);
     while the sweep replaces an earlier one it is written in the staging folder (`rundir.located`). A finished
@@ -111,7 +119,9 @@ def run_trial(cfg: SweepOptions, out: Path, plan: Plan, progress: bool, on_evalu
     shown = ", ".join(f"{flag(k)} {v}" for k, v in plan.params.items())
     log.info("trial %s: %s%s--seed %d", plan.name, shown, ", " if shown else "", plan.seed)
     trial_cfg = finetune_config(cfg, plan.params, plan.seed, str(out / "trials" / plan.name))
-    result = finetune(trial_cfg, progress=progress, on_evaluate=on_evaluate)
+    # the trial's own reading and compute: --max-length and --precision may be dimensions of the space
+    result = finetune(trial_cfg, compute=compute_for(trial_cfg.precision), reading=Reading.from_options(trial_cfg),
+                      progress=progress, on_evaluate=on_evaluate)
     if _processes().is_main_process and not cfg.keep_checkpoints:
         _keep_only_best(rundir.located(trial_cfg.out or ""))
     _processes().wait_for_everyone()
@@ -145,8 +155,8 @@ def make_pruner(cfg: SweepOptions) -> Any:
 class OptunaSearch:
     """--search optuna: an in-memory study, replayed from the trial folders on every run (see module docstring)."""
 
-    def __init__(self, cfg: SweepOptions, dims: list[Dimension]):
-        self.cfg, self.dims = cfg, dims
+    def __init__(self, cfg: SweepOptions, dims: list[Dimension], compute_for: ComputeFor):
+        self.cfg, self.dims, self.compute_for = cfg, dims, compute_for
         self.reported: dict[int, set[int]] = {}
         self.study = None
         if _processes().is_main_process:
@@ -181,7 +191,7 @@ class OptunaSearch:
         for k in range(self.cfg.seeds):
             plan = Plan(number, params, self.cfg.seed + k)
             callback = self._pruning(trial) if k == 0 else None
-            rows.append(run_trial(self.cfg, out, plan, progress, on_evaluate=callback))
+            rows.append(run_trial(self.cfg, out, plan, self.compute_for, progress, on_evaluate=callback))
             if k == 0 and trial is not None:
                 self._report(trial, rows[0]["history"], rows[0]["metric"])  # a trial that ran before: replayed
             if rows[0]["status"] == "pruned":
