@@ -197,10 +197,10 @@ def window_logits_one_by_one(model, windows) -> np.ndarray:
 
 
 def test_chunked_logits_are_the_max_over_each_texts_windows(classifier_dir):
+    from bertkit.models.compute import Compute
+    from bertkit.models.infer import load_for_inference
 
-    from bertkit.models.infer import inference_compute, load_for_inference
-
-    model, tokenizer, _ = load_for_inference(str(classifier_dir), inference_compute(str(classifier_dir), "fp32"))
+    model, tokenizer, _ = load_for_inference(str(classifier_dir), Compute("cpu", "fp32"))
     texts = [long_text(2050, seed=11), "a good film", long_text(300, seed=12)]
     logits = infer.classifier_logits(model, tokenizer, TextDataset(texts), reading=Reading(64, "chunk", stride=16),
                                batch_size=8,
