@@ -113,8 +113,9 @@ def test_distilled_student_card_names_the_teacher(finished_run, tmp_path):
     assert card_metrics(tmp_path / "student" / "best", "validation")["accuracy"] == summary["best_dev"]["accuracy"]
     line = card_command(tmp_path / "student" / "best")
     assert line.startswith("bertkit distill ") and f"--teacher {run / 'best'}" in line
+    # --max-length as the teacher records it (distill has no --truncation: the teacher's is read)
     assert parse_back(line) == dataclasses.replace(dcfg, metric_for_best="accuracy", task="single_label",
-                                                   max_length=128, truncation="head")  # as the teacher records
+                                                   max_length=128)
 
 
 def test_card_metadata_rules(tmp_path):

@@ -246,7 +246,7 @@ def test_features_export_equals_torch_features(base, pool, request, gate_tsv, tm
     ours = extract_features(model, tokenizer, dataset, pool=pool, layers="-2,-1", reading=Reading(16), batch_size=2,
                             device="cpu")
     reference = extract_features(loading.load_encoder(str(folder)), tokenizer, dataset, pool=pool, layers="-2,-1",
-                                 max_length=16, batch_size=2)
+                                 reading=Reading(16), batch_size=2)
     assert ours.shape == (len(TEXTS), 64)
     np.testing.assert_allclose(ours, reference, atol=1e-4)
 

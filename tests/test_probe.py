@@ -333,7 +333,7 @@ def test_one_pass_pooling_equals_extract_features(tiny_bert_dir):
 
     tokenizer, encoder = loading.load_tokenizer(str(tiny_bert_dir)), loading.load_encoder(str(tiny_bert_dir))
     ds = TextDataset(["a short one", "a somewhat longer sentence with more words in it", "mid length text here"])
-    both = extract.extract_pooled(encoder, tokenizer, ds, pools=["cls", "mean"], layers=[0, 2], max_length=32,
+    both = extract.extract_pooled(encoder, tokenizer, ds, pools=["cls", "mean"], layers=[0, 2], reading=Reading(32),
                                   batch_size=2, dtype=torch.float32)
     for pool in ("cls", "mean"):
         assert both[pool].shape == (3, 2, 32)
@@ -373,7 +373,7 @@ def test_probe_inputs_from_a_float32_store_are_views_of_its_mapping(tiny_bert_di
 
     train, dev = toy_files
     root = embed_store(tiny_bert_dir, train, dev, tmp_path / "store", "--store-dtype", "float32")
-    inputs = load_store_inputs(ProbeConfig(features=str(root), layers=layers))
+    inputs = load_store_inputs(ProbeConfig(features=str(root), layers=layers), Reading())
     pool = next(iter(inputs.train))
     stored = store.open_splits(root)
     positions = {"1,2": [1, 2], "-1": [2], "0,2": [0, 2]}[layers]
