@@ -11,7 +11,10 @@ and without checking its files against their recorded digests.
    probe that follows would otherwise make itself.
 2. Cache: a 400,000-row TSV parsed into the Arrow cache once, then `ingest.cached_table` (verify + map) against
    `RowTable.open` alone (map only).
-3. Memory: the Python allocation peak (tracemalloc) while verifying the store's arrays (`store.verify_arrays`):
+3. Model: a BERT-base-shaped classifier folder (`BertConfig()`, random init, 438 MB) with its record: the record
+   check (`metadata.verify_model_folder`) against the `from_pretrained` load it precedes (`--model-only` adds just
+   this to an existing results file).
+4. Memory: the Python allocation peak (tracemalloc) while verifying the store's arrays (`store.verify_arrays`):
    one read block, whatever the number of rows.
 
 Writes benchmarks/results/verify-overhead.json (--rows N: another size; --out another file).
@@ -149,13 +152,55 @@ def cache_numbers(folder: Path, rows: int, repeats: int) -> dict[str, Any]:
             "open_unverified_s": round(mapped, 4), "verification_overhead_s": round(verified - mapped, 4)}
 
 
+def model_numbers(folder: Path, repeats: int) -> dict[str, Any]:
+    """A BERT-base-shaped classifier (`BertConfig()` defaults, random init: bytes, not a model; 438 MB of fp32
+    safetensors) saved with its record as bertkit saves one, then: the record check alone
+    (`metadata.verify_model_folder`: the size check and one streaming sha256 pass over each recorded file), and the
+    load it precedes (`from_pretrained`, unverified), medians of `repeats` with the files in the page cache."""
+    import torch
+    from transformers import (
+        AutoModelForSequenceClassification,
+        AutoTokenizer,
+        BertConfig,
+        BertForSequenceClassification,
+    )
+
+    from bertkit.encoding.reading import Reading
+    from bertkit.models.loading import OFFLINE_NAME, resolve_model_name
+    from bertkit.models.metadata import verify_model_folder, write_model_info
+
+    path = folder / "bert-base"
+    torch.manual_seed(0)
+    BertForSequenceClassification(BertConfig(num_labels=2)).save_pretrained(path)
+    AutoTokenizer.from_pretrained(resolve_model_name(OFFLINE_NAME)).save_pretrained(path)  # bert-base-uncased vocab
+    write_model_info(path, {"reading": Reading().to_json()})
+    verify_s = median_seconds(lambda: verify_model_folder(path), repeats, digests.forget_verified)
+    load_s = median_seconds(lambda: AutoModelForSequenceClassification.from_pretrained(path), repeats)
+    weights = (path / "model.safetensors").stat().st_size
+    return {"shape": "BertConfig() defaults (BERT-base), random init", "weights_bytes": weights,
+            "verify_s": round(verify_s, 4), "from_pretrained_s": round(load_s, 4),
+            "verify_over_load": round(verify_s / load_s, 3),
+            "verify_mb_per_s": round(weights / 1e6 / verify_s, 1)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=400_000)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--out", default=str(HERE / "results" / "verify-overhead.json"))
+    parser.add_argument("--model-only", action="store_true",
+                        help="only the BERT-base model folder, added to the results file's other numbers")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="bertkit-bench-verify-"))
+    if args.model_only:
+        try:
+            report = json.loads(Path(args.out).read_text()) if Path(args.out).is_file() else {}
+            report["model"] = {**model_numbers(folder, args.repeats), "loadavg": list(os.getloadavg())}
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        write_json_atomic(Path(args.out), report)
+        print(report["model"])
+        return
     try:
         report = {
             "benchmark": "verify-overhead", "machine": machine_info(),
@@ -166,6 +211,7 @@ def main() -> None:
                       "streaming sha256 pass over features.npy and labels.npy (the cache: over rows.arrow)."],
             "store": store_numbers(folder, args.rows, args.repeats),
             "cache": cache_numbers(folder, args.rows, args.repeats),
+            "model": model_numbers(folder, args.repeats),
             "loadavg_end": list(os.getloadavg()),
         }
     finally:
