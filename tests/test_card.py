@@ -93,7 +93,7 @@ def test_reproduce_line_parses_back_to_the_same_config(finished_run):
     assert parse_back(card_command(run / "best")) == resolved
     odd = FinetuneConfig(model="minilm-offline", data="my data.tsv", out="o", metric=("f1", "mcc"),
                          fast_forward=False, lr=3e-05, freeze_encoder=True, overwrite=True)
-    assert parse_back(command_line("finetune", odd, skip=NOT_REPRODUCED)) == FinetuneConfig(**{**odd.__dict__, "overwrite": False})
+    assert parse_back(command_line("finetune", odd, skip=NOT_REPRODUCED)) == dataclasses.replace(odd, overwrite=False)
 
 
 def test_distilled_student_card_names_the_teacher(finished_run, tmp_path):

@@ -295,7 +295,7 @@ def test_predict_with_a_probe_honours_precision_and_max_length(saved_probe, monk
     real = extract.extract_features
 
     def spy(*args, **kwargs):
-        seen.update(max_length=kwargs["max_length"], dtype=kwargs["dtype"])
+        seen.update(max_length=kwargs["reading"].max_length, dtype=kwargs["dtype"])
         return real(*args, **kwargs)
 
     monkeypatch.setattr(extract, "extract_features", spy)

@@ -45,6 +45,11 @@ class FinetuneResult:
         """The command's result for the training loop's outcome (the same pieces, under the command's name)."""
         return cls(**{f.name: getattr(run, f.name) for f in fields(run)})
 
+    @property
+    def metrics(self) -> dict[str, object]:
+        """metrics.json's object, for callers that read it whole (tests, benchmarks, a sweep's trial rows)."""
+        return self.summary.to_json()
+
     def to_json(self) -> dict[str, object]:
         """metrics.json's keys, then where the run is, whether it had finished already and what a resume restored."""
         return {**self.summary.to_json(), "out": str(self.out), "already_finished": self.already_finished,
