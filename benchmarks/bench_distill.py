@@ -53,7 +53,7 @@ cosine term and 0.800 / 0.838 / 0.800 direct (teacher 0.863)."""
 
 def teacher_run(spec: dict, out: Path) -> dict:
     from bertkit.commands.finetune import FinetuneConfig
-    from bertkit.training.finetune import finetune
+    from bertkit.commands.finetune import run as finetune
 
     cfg = FinetuneConfig(model="minilm-offline", data=str(spec["train"]), dev=str(spec["dev"]), out=str(out),
                          save_every=None, seed=42, **spec["columns"], **spec["teacher"])

@@ -109,7 +109,7 @@ def run_bertkit(
     compile: bool = False,
 ) -> dict:
     from bertkit.commands.finetune import FinetuneConfig
-    from bertkit.training.finetune import finetune
+    from bertkit.commands.finetune import run as finetune
 
     cfg = FinetuneConfig(model="minilm-offline", data=str(train_path), dev=str(dev_path), text_column="0",
                          label_column="1", limit=None, epochs=HPARAMS["epochs"], batch_size=HPARAMS["batch_size"],

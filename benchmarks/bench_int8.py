@@ -45,10 +45,12 @@ CACHE = HERE / ".cache"
 BERTKIT = [sys.executable, "-m", "bertkit"]
 SETTINGS = ("fp32", "int8", "onnx_fp32", "onnx_int8")
 
+from bertkit.encoding.reading import Reading  # noqa: E402
 from bertkit.io.atomic import write_json_atomic  # noqa: E402
 from bertkit.io.trail import machine_info, package_versions  # noqa: E402
 from bertkit.measure.timing import Stopwatch  # noqa: E402
 from bertkit.models import loading  # noqa: E402
+from bertkit.models.compute import Compute  # noqa: E402
 
 
 def bertkit_cli(*args: str) -> dict[str, Any]:
@@ -187,10 +189,11 @@ def warm_latency(model_dir: str, precision: str, texts: list[str]) -> dict[str, 
     from bertkit.models import infer, onnx
     from bertkit.models.fastforward import SequenceClassifier
 
-    model, tokenizer, _ = infer.load_for_inference(model_dir, infer.inference_compute(model_dir, precision))
+    compute = infer.export_compute_of(model_dir, precision) or Compute.resolve(None, precision)
+    model, tokenizer, _ = infer.load_for_inference(model_dir, compute)
     if not isinstance(model, onnx.OnnxModel):  # wrapped once, as a server would: the fast path's check runs once
         model = SequenceClassifier(model)
-    run = lambda text: infer.classifier_logits(model, tokenizer, TextDataset([text]), max_length=128,  # noqa: E731
+    run = lambda text: infer.classifier_logits(model, tokenizer, TextDataset([text]), reading=Reading(128),  # noqa: E731
                                                batch_size=1, precision=precision)
     for text in texts[:5]:  # warm-up
         run(text)

@@ -32,6 +32,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
+from bertkit.encoding.reading import Reading  # noqa: E402
 from bertkit.measure.timing import Stopwatch  # noqa: E402
 
 SST2 = ROOT.parent / "shared" / "data" / "sst2"
@@ -68,7 +69,7 @@ def features(split: str, run_dir: Path | None = None) -> tuple[np.ndarray, np.nd
         return X, y
     tokenizer, encoder = loading.load_tokenizer("minilm-offline"), loading.load_encoder("minilm-offline")
     with Stopwatch() as watch:
-        X = extract_features(encoder, tokenizer, ds, pool="cls", layers="-1", max_length=128, batch_size=64)
+        X = extract_features(encoder, tokenizer, ds, pool="cls", layers="-1", reading=Reading(128), batch_size=64)
     print(f"[probe] extracted {split}: {X.shape} in {watch.seconds:.0f} s", flush=True)
     _save_cache(path, X, y)
     return X, y

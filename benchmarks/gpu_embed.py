@@ -100,6 +100,7 @@ def forward_only(folder: Path, texts: list[str], precision: str, max_length: int
     layers through `layers.compiled_layer()` (the first, compiling call not timed; its time reported)."""
     from bertkit.data.dataset import TextDataset
     from bertkit.encoding import encode
+    from bertkit.encoding.reading import Reading
     from bertkit.features.extract import start_features
     from bertkit.features.settings import Pooling
     from bertkit.models import fastforward, loading
@@ -111,12 +112,12 @@ def forward_only(folder: Path, texts: list[str], precision: str, max_length: int
     spec = Pooling.from_options("cls", "-1", "concat", False)
     dataset = TextDataset(texts=texts)
     with Stopwatch() as tokenizing:
-        windows = encode.encode_for(tokenizer, dataset, max_length)
+        windows = encode.encode_for(tokenizer, dataset, Reading(max_length))
 
     def run() -> float:
         with Stopwatch(SYNC) as watch:
-            start_features(encoder, tokenizer, dataset, spec, max_length=max_length, batch_size=None, device=device,
-                           dtype=dtype, windows=windows)()
+            start_features(encoder, tokenizer, dataset, spec, reading=Reading(max_length), batch_size=None,
+                           device=device, dtype=dtype, windows=windows)()
         return watch.seconds
 
     fastforward.COMPILE_INFERENCE_LAYERS = compiled

@@ -32,7 +32,7 @@ def bertkit_finetune(model: Path, train: Path, dev: Path, out: Path, max_length:
     from accelerate.state import AcceleratorState, GradientState, PartialState
 
     from bertkit.commands.finetune import FinetuneConfig
-    from bertkit.training.finetune import finetune
+    from bertkit.commands.finetune import run as finetune
 
     AcceleratorState._reset_state(reset_partial_state=True)
     GradientState._reset_state()

@@ -19,6 +19,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bertkit.encoding.reading import Reading  # noqa: E402
 from bertkit.measure.timing import Stopwatch  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "sst2"
@@ -79,7 +80,7 @@ def main() -> dict:
     torch.manual_seed(0)
     model = loading.load_classifier("minilm-offline", {0: "0", 1: "1"})
     net = SequenceClassifier(model).train()
-    encoded = encode_for(tokenizer, train, 128).encoded
+    encoded = encode_for(tokenizer, train, Reading(128)).encoded
     labels = np.asarray([int(y) for y in train.labels])
     batches = grouped_batches(encoded.lengths, 32, 42, 0)[: args.steps + 2]
     optimizer = adamw_optimizer(model, 5e-5, 0.01)

@@ -16,11 +16,11 @@ import typer
 from bertkit.cli.app import CLI_ONLY, app
 from bertkit.commands.distill import DistillConfig
 from bertkit.commands.finetune import FinetuneConfig
+from bertkit.commands.finetune import run as finetune
 from bertkit.commands.registry import config_for_command
 from bertkit.models.card import CardFacts, check_model_card, hub_base_model, read_model_card, write_model_card
 from bertkit.options import command_line
 from bertkit.scoring.intervals import bootstrap_interval, bootstrap_intervals
-from bertkit.training.finetune import finetune
 from bertkit.training.options import NOT_REPRODUCED
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -86,7 +86,9 @@ def test_best_and_final_cards_hold_the_measured_metrics(finished_run):
 
 def test_reproduce_line_parses_back_to_the_same_config(finished_run):
     cfg, result, run = finished_run
-    resolved = dataclasses.replace(cfg, metric_for_best="accuracy")  # the run resolved it from the data's shape
+    # the run resolved the metric from the data's shape, and its reading against the --model (a hub-like tiny BERT:
+    # no record, so 128 and head): the reproduce line spells what the run used
+    resolved = dataclasses.replace(cfg, metric_for_best="accuracy", max_length=128, truncation="head")
     assert card_command(run / "best") == card_command(run / "final") == command_line("finetune", resolved, skip=NOT_REPRODUCED)
     assert parse_back(card_command(run / "best")) == resolved
     odd = FinetuneConfig(model="minilm-offline", data="my data.tsv", out="o", metric=("f1", "mcc"),
@@ -111,7 +113,9 @@ def test_distilled_student_card_names_the_teacher(finished_run, tmp_path):
     assert card_metrics(tmp_path / "student" / "best", "validation")["accuracy"] == summary["best_dev"]["accuracy"]
     line = card_command(tmp_path / "student" / "best")
     assert line.startswith("bertkit distill ") and f"--teacher {run / 'best'}" in line
-    assert parse_back(line) == dataclasses.replace(dcfg, metric_for_best="accuracy", task="single_label")
+    # --max-length as the teacher records it (distill has no --truncation: the teacher's is read)
+    assert parse_back(line) == dataclasses.replace(dcfg, metric_for_best="accuracy", task="single_label",
+                                                   max_length=128)
 
 
 def test_card_metadata_rules(tmp_path):

@@ -318,7 +318,7 @@ def test_int8_minilm_features_stay_close_to_fp32(minilm_dir, demo_dir, caplog):
 def test_encode_shards_queues_the_next_shard_before_waiting_on_a_gpu(monkeypatch, device, expected):
     """On a GPU, shard k's batches are queued before shard k-1's outputs are waited for (the device does not idle
     between shards); on a CPU each shard is finished as it is started. Every shard is written once, in order."""
-    from bertkit.encoding.longtext import LongText
+    from bertkit.encoding.reading import Reading
     from bertkit.features import extract
 
     events, written = [], []
@@ -342,7 +342,7 @@ def test_encode_shards_queues_the_next_shard_before_waiting_on_a_gpu(monkeypatch
     monkeypatch.setattr(extract, "start_features", start)
     monkeypatch.setattr(extract.encode, "encode_for", lambda *args, **kwargs: None)
     extract.encode_shards(Writer(), TextDataset(texts=list("abcde")), [0, 1, 2], None, None, Pooling(),
-                          max_length=8, batch_size=None, long_text=LongText(), device=torch.device(device),
+                          reading=Reading(8), batch_size=None, device=torch.device(device),
                           dtype=torch.float32)
     assert events == expected
     assert written == [(0, [0.0, 0.0]), (1, [1.0, 1.0]), (2, [2.0])]

@@ -13,7 +13,8 @@ from bertkit.data.dataset import TextDataset
 from bertkit.encoding import encode, rows
 from bertkit.encoding.batches import pad_batch
 from bertkit.encoding.encode import Encoded, encode_dataset, encode_for, encode_windows
-from bertkit.encoding.longtext import LongText, row_windows, truncate_row
+from bertkit.encoding.longtext import row_windows, truncate_row
+from bertkit.encoding.reading import Reading
 from bertkit.encoding.rows import FlatColumn, TokenRows
 
 WORDS = "the a film movie good bad awful great plot actor scene long boring lovely , . ! really not".split()
@@ -87,7 +88,7 @@ def test_large_ids_spill_to_a_memory_mapped_file_with_the_same_rows(tokenizer, m
     ds = TextDataset(texts(40, seed=5), pairs=texts(40, seed=6, longest=10))
     in_memory = encode_dataset(tokenizer, ds, 32, chunk=8)
     monkeypatch.setattr(rows, "SPILL_TOKENS", 100)  # a few chunks in memory, then the file
-    spilled = encode_for(tokenizer, ds, 32, cache_dir=str(tmp_path)).encoded
+    spilled = encode_for(tokenizer, ds, Reading(32), cache_dir=str(tmp_path)).encoded
     assert isinstance(spilled.input_ids.values, np.memmap) and isinstance(spilled.token_type_ids.values, np.memmap)
     assert not isinstance(in_memory.input_ids.values, np.memmap)
     assert spilled.input_ids.tolist() == in_memory.input_ids.tolist()
@@ -95,7 +96,7 @@ def test_large_ids_spill_to_a_memory_mapped_file_with_the_same_rows(tokenizer, m
     assert (tmp_path / rows.SPILL_FOLDER).is_dir() and not list((tmp_path / rows.SPILL_FOLDER).iterdir())  # unlinked
     batch, again = (pad_batch(e, [3, 0, 7], 0) for e in (spilled, in_memory))
     assert all(np.array_equal(batch[k], again[k]) for k in again)
-    windows = encode_for(tokenizer, ds, 32, LongText(mode="chunk"), cache_dir=str(tmp_path))
+    windows = encode_for(tokenizer, ds, Reading(32, "chunk"), cache_dir=str(tmp_path))
     assert isinstance(windows.encoded.input_ids.values, np.memmap) and len(windows.owner) > len(ds)
 
 

@@ -16,9 +16,9 @@ from transformers import (
 )
 
 from bertkit.commands.finetune import FinetuneConfig
+from bertkit.commands.finetune import run as finetune
 from bertkit.models import fastforward, layers
 from bertkit.models.fastforward import SequenceClassifier, dropout, unsupported_reason
-from bertkit.training.finetune import finetune
 
 
 def tiny_bert(**overrides) -> BertForSequenceClassification:

@@ -16,11 +16,11 @@ from typer.testing import CliRunner
 
 from bertkit.cli.app import app
 from bertkit.commands.finetune import FinetuneConfig
+from bertkit.commands.finetune import run as finetune
 from bertkit.errors import UserError
 from bertkit.io.faults import FAIL_AFTER_STEPS_ENV as FAIL_HOOK_ENV
 from bertkit.io.faults import FAIL_MODE_ENV, SimulatedFailure
 from bertkit.training.checkpoints import latest_checkpoint
-from bertkit.training.finetune import finetune
 from bertkit.training.loop import global_batches, micro_batches
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -266,6 +266,7 @@ def test_loop_equals_a_hand_written_pytorch_loop(no_dropout_bert, toy_files, tmp
     from bertkit.data.splits import load_splits
     from bertkit.encoding.batches import pad_batch
     from bertkit.encoding.encode import encode_dataset
+    from bertkit.encoding.reading import DEFAULT_MAX_LENGTH
     from bertkit.models import loading
 
     train, dev = toy_files
@@ -274,7 +275,7 @@ def test_loop_equals_a_hand_written_pytorch_loop(no_dropout_bert, toy_files, tmp
 
     splits = load_splits(cfg)
     tokenizer = loading.load_tokenizer(str(no_dropout_bert))
-    enc = encode_dataset(tokenizer, splits.train, cfg.max_length)
+    enc = encode_dataset(tokenizer, splits.train, DEFAULT_MAX_LENGTH)  # the run read the tiny model (no record) at 128
     y = torch.as_tensor(splits.label_map.encode(splits.train.labels, "train"))
     torch.manual_seed(cfg.seed)
     from accelerate.utils import set_seed

@@ -12,13 +12,13 @@ import pytest
 
 from bertkit import plots
 from bertkit.commands.finetune import FinetuneConfig
+from bertkit.commands.finetune import run as finetune
 from bertkit.commands.sweep import SweepConfig
 from bertkit.errors import UserError
 from bertkit.models.metadata import verify_model_folder
 from bertkit.scoring.baseline import constant_logits, majority_baseline
 from bertkit.scoring.shapes import Regression, SingleLabel
 from bertkit.training import learning_rate
-from bertkit.training.finetune import finetune
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread (conftest)
 

@@ -16,6 +16,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 
 from bertkit.commands.finetune import FinetuneConfig  # noqa: E402
 from bertkit.data.dataset import TextDataset  # noqa: E402
+from bertkit.encoding.reading import Reading  # noqa: E402
 from bertkit.errors import UserError  # noqa: E402
 from bertkit.features.extract import extract_features  # noqa: E402
 from bertkit.io.faults import FAIL_AFTER_STEPS_ENV, SimulatedFailure  # noqa: E402
@@ -200,12 +201,12 @@ def test_gpu_predictions_equal_cpu_fp32(tiny_bert_dir, tmp_path):
     loading.load_tokenizer(str(tiny_bert_dir)).save_pretrained(tmp_path / "clf")
     folder = str(tmp_path / "clf")
     cpu_model, tokenizer, _ = infer.load_for_inference(folder, Compute("cpu", "fp32"))
-    reference = infer.classifier_logits(cpu_model, tokenizer, TextDataset(texts=TEXTS), max_length=64,
+    reference = infer.classifier_logits(cpu_model, tokenizer, TextDataset(texts=TEXTS), reading=Reading(64),
                                         batch_size=8, precision="fp32")
-    gpu_model, tokenizer, _ = infer.load_for_inference(folder, infer.inference_compute(folder, "bf16"))
+    gpu_model, tokenizer, _ = infer.load_for_inference(folder, Compute.resolve(None, "bf16"))
     assert next(gpu_model.parameters()).device.type == "cuda"
     assert next(gpu_model.parameters()).dtype == torch.bfloat16
-    got = infer.classifier_logits(gpu_model, tokenizer, TextDataset(texts=TEXTS), max_length=64, batch_size=8,
+    got = infer.classifier_logits(gpu_model, tokenizer, TextDataset(texts=TEXTS), reading=Reading(64), batch_size=8,
                                   precision="bf16")
     np.testing.assert_allclose(got, reference, atol=3e-2)
 

@@ -15,12 +15,12 @@ import torch
 from safetensors.numpy import load_file
 
 from bertkit.commands.finetune import FinetuneConfig
+from bertkit.commands.finetune import run as finetune
 from bertkit.encoding.batches import ahead
 from bertkit.errors import UserError
 from bertkit.io.faults import FAIL_AFTER_STEPS_ENV, SimulatedFailure
 from bertkit.models import fastforward, layers, loading
 from bertkit.training import graphs, launch
-from bertkit.training.finetune import finetune
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -18,6 +18,7 @@ from transformers import (
 
 from bertkit.data.dataset import TextDataset
 from bertkit.encoding.encode import Encoded
+from bertkit.encoding.reading import Reading
 from bertkit.models import infer
 from bertkit.models.inputs import accepted_inputs
 
@@ -82,7 +83,7 @@ def test_classifier_logits_are_the_models_own_in_input_order(tiny_bert_dir):
                                                                  **small)),
     ]
     for model in models:
-        got = infer.classifier_logits(model.eval(), tokenizer, TextDataset(texts), max_length=32, batch_size=3,
+        got = infer.classifier_logits(model.eval(), tokenizer, TextDataset(texts), reading=Reading(32), batch_size=3,
                                       precision="fp32")
         for row, text in enumerate(texts):
             enc = tokenizer(text, return_tensors="pt")

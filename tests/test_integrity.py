@@ -24,6 +24,7 @@ from typer.testing import CliRunner
 from bertkit.cli.app import app
 from bertkit.errors import UserError
 from bertkit.io import faults
+from bertkit.models.compute import Compute
 from bertkit.training import checkpoints
 
 runner = CliRunner()
@@ -373,7 +374,7 @@ def test_an_intact_saved_folder_loads_and_each_file_is_hashed_once(finetuned, mo
     hashed: list[str] = []
     real = digests.file_record
     monkeypatch.setattr(digests, "file_record", lambda path: hashed.append(Path(path).name) or real(path))
-    model, tokenizer, labels = infer.load_for_inference(str(finetuned), infer.inference_compute(str(finetuned), "fp32"))
+    model, tokenizer, labels = infer.load_for_inference(str(finetuned), Compute.resolve(None, "fp32"))
     assert list(labels.labels) == ["neg", "pos"] and len(tokenizer) > 1000
     recorded = json.loads((finetuned / "bertkit_model.json").read_text())["files"]
     assert {"model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json"} <= set(recorded)

@@ -18,7 +18,7 @@ from bertkit.data.dataset import TextDataset
 from bertkit.data.splits import load_dataset_split
 from bertkit.encoding import longtext
 from bertkit.encoding.encode import encode_dataset, encode_windows
-from bertkit.encoding.longtext import LongText
+from bertkit.encoding.reading import Reading
 from bertkit.errors import UserError
 from bertkit.models import infer
 
@@ -197,19 +197,20 @@ def window_logits_one_by_one(model, windows) -> np.ndarray:
 
 
 def test_chunked_logits_are_the_max_over_each_texts_windows(classifier_dir):
+    from bertkit.models.compute import Compute
+    from bertkit.models.infer import load_for_inference
 
-    from bertkit.models.infer import inference_compute, load_for_inference
-
-    model, tokenizer, _ = load_for_inference(str(classifier_dir), inference_compute(str(classifier_dir), "fp32"))
+    model, tokenizer, _ = load_for_inference(str(classifier_dir), Compute("cpu", "fp32"))
     texts = [long_text(2050, seed=11), "a good film", long_text(300, seed=12)]
-    logits = infer.classifier_logits(model, tokenizer, TextDataset(texts), max_length=64, batch_size=8,
-                                     precision="fp32", long_text=LongText(mode="chunk", stride=16))
+    logits = infer.classifier_logits(model, tokenizer, TextDataset(texts), reading=Reading(64, "chunk", stride=16),
+                               batch_size=8,
+                                     precision="fp32", )
     windows = encode_windows(tokenizer, TextDataset(texts), 64, 16)
     assert len(windows.owner) > 40
     one_by_one = window_logits_one_by_one(model, windows)
     expected = np.stack([one_by_one[windows.owner == row].max(axis=0) for row in range(3)])
     np.testing.assert_allclose(logits, expected, atol=1e-4)
-    cut = infer.classifier_logits(model, tokenizer, TextDataset(texts[1:2]), max_length=64, batch_size=8,
+    cut = infer.classifier_logits(model, tokenizer, TextDataset(texts[1:2]), reading=Reading(64), batch_size=8,
                                   precision="fp32")
     np.testing.assert_allclose(logits[1], cut[0], atol=1e-5)  # a text that fits is read exactly as before
 
@@ -277,9 +278,8 @@ def test_finetune_reads_head_plus_tail_of_2000_token_texts(tiny_bert_dir, tmp_pa
     above check), trains on 2,000-token texts and records the choice in the run."""
     import torch
 
-    from bertkit.commands.finetune import FinetuneConfig
+    from bertkit.commands.finetune import FinetuneConfig, run
     from bertkit.encoding import encode as encode_module
-    from bertkit.training import finetune as finetune_module
 
     torch.set_num_threads(1)
     rows = [(long_text(2000, seed=i) + (" great" if i % 2 else " awful"), "pos" if i % 2 else "neg") for i in range(8)]
@@ -290,7 +290,7 @@ def test_finetune_reads_head_plus_tail_of_2000_token_texts(tiny_bert_dir, tmp_pa
     monkeypatch.setattr(encode_module, "encode_dataset", lambda *a, **kw: seen.append(kw["truncation"]) or encode(*a, **kw))
     cfg = FinetuneConfig(model=str(tiny_bert_dir), data=str(path), dev=str(path), out=str(tmp_path / "run"),
                          epochs=1, batch_size=4, max_length=64, truncation="head+tail", save_every=None)
-    result = finetune_module.finetune(cfg, progress=False)
+    result = run(cfg, progress=False)
     assert seen == ["head+tail", "head+tail"] and result.metrics["global_step"] == 2
     record = json.loads((tmp_path / "run" / "config.json").read_text())
     assert "head+tail" in json.dumps(record)
@@ -327,15 +327,16 @@ def test_chunked_embed_is_the_mean_of_each_texts_window_features(encoder, tokeni
     assert len(content_ids(tokenizer, texts[0])) >= 2000 and windows.counts[0] > 30 and windows.counts[1] == 1
     by_hand = window_features_by_hand(encoder, tokenizer, windows)
     expected = np.stack([by_hand[windows.owner == row].mean(axis=0) for row in range(3)])
-    chunked = extract_features(encoder, tokenizer, ds, pool="mean", max_length=64, batch_size=8,
-                               long_text=LongText(mode="chunk", stride=16))
+    chunked = extract_features(encoder, tokenizer, ds, pool="mean", reading=Reading(64, "chunk", stride=16),
+                               batch_size=8,
+                               )
     assert chunked.shape == (3, 32)
     np.testing.assert_allclose(chunked, expected, atol=1e-4)
     # --normalize: the mean of the windows' unit vectors, made a unit vector again
     unit = by_hand / np.linalg.norm(by_hand, axis=1, keepdims=True)
     mean_unit = np.stack([unit[windows.owner == row].mean(axis=0) for row in range(3)])
-    normalized = extract_features(encoder, tokenizer, ds, pool="mean", max_length=64, batch_size=8,
-                                  long_text=LongText(mode="chunk", stride=16), normalize=True)
+    normalized = extract_features(encoder, tokenizer, ds, pool="mean", reading=Reading(64, "chunk", stride=16),
+                                  batch_size=8, normalize=True)
     np.testing.assert_allclose(np.linalg.norm(normalized, axis=1), 1.0, atol=1e-5)
     np.testing.assert_allclose(normalized, mean_unit / np.linalg.norm(mean_unit, axis=1, keepdims=True), atol=1e-4)
 
@@ -352,9 +353,9 @@ def test_embed_truncation_reads_the_tokens_it_keeps(encoder, tokenizer, truncati
         expected = np.stack([encoder(input_ids=torch.tensor([ids]), token_type_ids=torch.tensor([types]))
                              .last_hidden_state[0, 0].numpy()
                              for ids, types in zip(cut.input_ids.tolist(), cut.token_type_ids.tolist(), strict=True)])
-    features = extract_features(encoder, tokenizer, ds, max_length=64, batch_size=8, long_text=LongText(truncation))
+    features = extract_features(encoder, tokenizer, ds, reading=Reading(64, truncation=truncation), batch_size=8)
     np.testing.assert_allclose(features, expected, atol=1e-4)
-    head = extract_features(encoder, tokenizer, ds, max_length=64, batch_size=8)
+    head = extract_features(encoder, tokenizer, ds, reading=Reading(64), batch_size=8)
     assert not np.allclose(features[0], head[0], atol=1e-3) and np.allclose(features[1], head[1], atol=1e-5)
 
 
@@ -381,8 +382,8 @@ def test_embed_cli_chunk_and_truncation_are_part_of_the_stores_identity(tiny_ber
     assert m["windows"] > 4 * 30 and chunked.features.shape == (4, 32)  # one row per text, not per window
     assert f"as {m['windows']:,} windows" in result.output
     ds = load_dataset_split(EmbedConfig(data=str(path), out="x"), str(path), need_labels=False)
-    direct = extract_features(encoder, tokenizer, ds, pool="mean", max_length=64,
-                              long_text=LongText(mode="chunk", stride=16))
+    direct = extract_features(encoder, tokenizer, ds, pool="mean", reading=Reading(64, "chunk", stride=16),
+                              )
     np.testing.assert_allclose(chunked.features, direct, atol=1e-5)
 
     out2 = tmp_path / "cut"
@@ -395,8 +396,8 @@ def test_embed_cli_chunk_and_truncation_are_part_of_the_stores_identity(tiny_ber
     assert again.exit_code == 0, again.output
     tail = store.open(out2)
     assert tail.manifest["truncation"] == "tail"
-    np.testing.assert_allclose(tail.features, extract_features(encoder, tokenizer, ds, max_length=64,
-                                                               long_text=LongText("tail")), atol=1e-5)
+    np.testing.assert_allclose(tail.features, extract_features(
+        encoder, tokenizer, ds, reading=Reading(64, truncation="tail")), atol=1e-5)
 
 
 def test_stores_made_before_long_text_settings_were_recorded_still_match_their_defaults():
@@ -419,8 +420,8 @@ def test_probe_reads_long_texts_as_asked_and_its_saved_probe_does_too(tiny_bert_
     assert result.exit_code == 0, result.output
     ds = load_dataset_split(EmbedConfig(data=str(dev), out="x"), str(dev), need_labels=False)
     cached = np.load(out / "features" / "dev-mean-2.npy")
-    direct = extract_features(encoder, tokenizer, ds, pool="mean", max_length=64,
-                              long_text=LongText(mode="chunk", stride=16))
+    direct = extract_features(encoder, tokenizer, ds, pool="mean", reading=Reading(64, "chunk", stride=16),
+                              )
     np.testing.assert_allclose(cached[:, 0], direct, atol=1e-5)
     key = json.loads((out / "features" / "dev-mean-2.json").read_text())
     assert (key["long_text"], key["stride"], key["truncation"]) == ("chunk", 16, "head")
@@ -435,7 +436,7 @@ def test_probe_reads_long_texts_as_asked_and_its_saved_probe_does_too(tiny_bert_
                                "--out", str(tmp_path / "tail"), "--quiet", "--json"])
     assert tail.exit_code == 0, tail.output
     np.testing.assert_allclose(np.load(tmp_path / "tail" / "features" / "dev-cls-2.npy")[:, 0],
-                               extract_features(encoder, tokenizer, ds, max_length=64, long_text=LongText("tail")),
+                               extract_features(encoder, tokenizer, ds, reading=Reading(64, truncation="tail")),
                                atol=1e-5)
 
 
@@ -480,8 +481,9 @@ def test_a_regression_models_windows_are_averaged(tiny_bert_dir, tmp_path):
 
     tokenizer = load_tokenizer(str(tiny_bert_dir))
     texts = [long_text(600, seed=21), "a good film"]
-    scores = infer.classifier_logits(model, tokenizer, TextDataset(texts), max_length=64, batch_size=8,
-                                     precision="fp32", long_text=LongText(mode="chunk", stride=16))
+    scores = infer.classifier_logits(model, tokenizer, TextDataset(texts), reading=Reading(64, "chunk", stride=16),
+                               batch_size=8,
+                                     precision="fp32", )
     windows = encode_windows(tokenizer, TextDataset(texts), 64, 16)
     per_window = window_logits_one_by_one(model, windows)
     expected = np.stack([per_window[windows.owner == row].mean(axis=0) for row in range(2)])

@@ -143,7 +143,7 @@ def test_metric_for_best_must_be_built_in_or_a_given_module():
 def test_finetune_picks_the_best_checkpoint_by_a_local_module(tiny_bert_dir, metric_dir, tmp_path, toy_rows):
     import torch
 
-    from bertkit.training.finetune import finetune
+    from bertkit.commands.finetune import run as finetune
 
     torch.set_num_threads(1)
     train = tmp_path / "train.tsv"
@@ -159,7 +159,7 @@ def test_finetune_picks_the_best_checkpoint_by_a_local_module(tiny_bert_dir, met
 
 
 def test_finetune_stops_before_work_on_a_module_it_cannot_load(tiny_bert_dir, tmp_path, toy_rows):
-    from bertkit.training.finetune import finetune
+    from bertkit.commands.finetune import run as finetune
 
     train = tmp_path / "train.tsv"
     train.write_text("sentence\tlabel\n" + "\n".join(f"{t}\t{y}" for t, y in toy_rows) + "\n", encoding="utf-8")

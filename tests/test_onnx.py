@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 from bertkit.cli import app
 from bertkit.commands.finetune import FinetuneConfig
 from bertkit.data.dataset import TextDataset
+from bertkit.encoding.reading import Reading
 from bertkit.features.extract import extract_features
 from bertkit.io import faults, ownership
 from bertkit.models import infer, loading, onnx
@@ -92,15 +93,15 @@ def test_classifier_export_runs_like_torch_and_reports_the_gate(classifier_dir, 
     assert info["kind"] == "classifier" and info["quantized"] == (None if quantize == "none" else "int8")
     precision = "fp32" if quantize == "none" else "int8"  # the export's own compute, not the source's training one
     assert record["compute"] == {"device": "cpu", "precision": precision}
-    assert infer.inference_compute(str(out), "auto") == onnx.export_compute(out) == Compute("cpu", precision)
+    assert infer.export_compute_of(str(out), "auto") == onnx.export_compute(out) == Compute("cpu", precision)
     assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == sorted(
         p for p in onnx.FOLDER_FILES if (out / p).exists())
-    model, tokenizer, labels = infer.load_for_inference(str(out), infer.inference_compute(str(out), "fp32"))
+    model, tokenizer, labels = infer.load_for_inference(str(out), infer.export_compute_of(str(out), "fp32"))
     assert isinstance(model, onnx.OnnxModel) and tuple(labels.labels) == ("neg", "pos")
     dataset = TextDataset(TEXTS, source="t")
-    exported = infer.classifier_logits(model, tokenizer, dataset, max_length=16, batch_size=2, precision="fp32")
+    exported = infer.classifier_logits(model, tokenizer, dataset, reading=Reading(16), batch_size=2, precision="fp32")
     torch_model = loading.load_classifier(str(classifier_dir), require_head=True)
-    reference = infer.classifier_logits(torch_model, tokenizer, dataset, max_length=16, batch_size=2, precision="fp32")
+    reference = infer.classifier_logits(torch_model, tokenizer, dataset, reading=Reading(16), batch_size=2, precision="fp32")
     tolerance = 1e-4 if quantize == "none" else 0.25 * max(1.0, float(np.abs(reference).max()))  # int8: measured ~5%
     np.testing.assert_allclose(exported, reference, atol=tolerance)
     if quantize == "none":
@@ -137,8 +138,8 @@ def test_the_folder_loads_with_plain_onnxruntime_and_the_tokenizer(classifier_di
     encoded = tokenizer(TEXTS, padding=True, truncation=True, max_length=128, return_tensors="np")
     logits = session.run(["logits"], {n: encoded[n].astype(np.int64) for n in names})[0]
     labels = [AutoConfig.from_pretrained(out).id2label[i] for i in logits.argmax(axis=1)]
-    model, tok, _ = infer.load_for_inference(str(out), infer.inference_compute(str(out), "fp32"))
-    ours = infer.classifier_logits(model, tok, TextDataset(TEXTS, source="t"), max_length=128, batch_size=8,
+    model, tok, _ = infer.load_for_inference(str(out), infer.export_compute_of(str(out), "fp32"))
+    ours = infer.classifier_logits(model, tok, TextDataset(TEXTS, source="t"), reading=Reading(128), batch_size=8,
                                    precision="fp32")
     np.testing.assert_allclose(logits, ours, atol=1e-5)
     assert set(labels) <= {"neg", "pos"} and len(labels) == len(TEXTS)
@@ -289,10 +290,10 @@ def test_features_export_equals_torch_features(base, pool, request, gate_tsv, tm
     model = onnx.load_export(out, "features")
     tokenizer = loading.load_tokenizer(str(out))
     dataset = TextDataset(TEXTS, source="t")
-    ours = extract_features(model, tokenizer, dataset, pool=pool, layers="-2,-1", max_length=16, batch_size=2,
+    ours = extract_features(model, tokenizer, dataset, pool=pool, layers="-2,-1", reading=Reading(16), batch_size=2,
                             device="cpu")
     reference = extract_features(loading.load_encoder(str(folder)), tokenizer, dataset, pool=pool, layers="-2,-1",
-                                 max_length=16, batch_size=2)
+                                 reading=Reading(16), batch_size=2)
     assert ours.shape == (len(TEXTS), 64)
     np.testing.assert_allclose(ours, reference, atol=1e-4)
 

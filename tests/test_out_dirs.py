@@ -659,7 +659,7 @@ def test_a_saved_model_folder_is_readable_as_the_umask_says(tiny_bert_dir, write
     import stat
 
     from bertkit.commands.finetune import FinetuneConfig
-    from bertkit.training.finetune import finetune
+    from bertkit.commands.finetune import run as finetune
 
     train = write_tsv("train.tsv", toy_rows, ("sentence", "label"))
     old = os.umask(0o022)

@@ -16,12 +16,13 @@ from typer.testing import CliRunner
 
 from bertkit.cli.app import app
 from bertkit.commands.finetune import FinetuneConfig
+from bertkit.commands.finetune import run as finetune
 from bertkit.commands.predict import PredictConfig
 from bertkit.data.dataset import TextDataset
 from bertkit.errors import UserError
-from bertkit.models.infer import inference_compute, load_for_inference
+from bertkit.models.compute import Compute
+from bertkit.models.infer import load_for_inference
 from bertkit.scoring.predictions import predict_proba
-from bertkit.training.finetune import finetune
 
 ROOT = Path(__file__).resolve().parent.parent
 runner = CliRunner()
@@ -55,7 +56,7 @@ def toy_rows_module() -> list[tuple[str, str]]:
 
 
 def test_probabilities_sum_to_one_and_keep_the_input_order(trained):
-    model, tokenizer, label_map = load_for_inference(str(trained), inference_compute(str(trained), "fp32"))
+    model, tokenizer, label_map = load_for_inference(str(trained), Compute.resolve(None, "fp32"))
     texts = ["short", "a much longer sentence with many more words in it than the others", "mid length one", "x y"]
     ds = TextDataset(texts)
     proba = predict_proba(model, tokenizer, ds, batch_size=2)
@@ -225,16 +226,15 @@ def test_predict_writes_windows_as_it_goes_with_the_bytes_of_one_pass(trained, t
     """Windows of 4 rows (13 rows: 4 windows): one row per batch, so the outputs do not depend on the batching and
     the file must be byte for byte the one the whole-dataset writer makes from one pass over every row."""
     from bertkit.encoding import batches
-    from bertkit.encoding.longtext import LongText
+    from bertkit.encoding.reading import Reading
 
     texts, pairs, data = _predict_data(write_tsv)
     out = tmp_path / "preds.csv"
-    model, tokenizer, label_map = load_for_inference(str(trained), inference_compute(str(trained), "fp32"))
+    model, tokenizer, label_map = load_for_inference(str(trained), Compute.resolve(None, "fp32"))
     dataset = TextDataset(texts, pairs=pairs if extra[:1] == ["--text-pair-column"] else None,
                           line_numbers=list(range(2, len(texts) + 2)))
-    long_text = LongText(mode="chunk", stride=4) if "chunk" in extra else None
-    proba = predict_proba(model, tokenizer, dataset, batch_size=1, long_text=long_text,
-                          max_length=16 if long_text else 128)
+    reading = Reading(16, "chunk", stride=4) if "chunk" in extra else Reading(128)
+    proba = predict_proba(model, tokenizer, dataset, batch_size=1, reading=reading)
     expected = _whole_csv(dataset, proba, list(label_map.labels))
 
     import bertkit.scoring.predictions as predictions_module
@@ -357,9 +357,9 @@ def test_int8_classifier_is_a_quantized_copy_close_to_fp32(trained, toy_rows_mod
     from bertkit.models import quantize
 
     monkeypatch.setenv("BERTKIT_DEVICE", "cpu")  # the fp32 model is quantized on the way below: int8 runs on the CPU
-    fp32_model, tokenizer, _ = load_for_inference(str(trained), inference_compute(str(trained), "fp32"))
+    fp32_model, tokenizer, _ = load_for_inference(str(trained), Compute.resolve(None, "fp32"))
     assert next(fp32_model.parameters()).device.type == "cpu"
-    int8_model, _, _ = load_for_inference(str(trained), inference_compute(str(trained), "int8"))
+    int8_model, _, _ = load_for_inference(str(trained), Compute.resolve(None, "int8"))
     assert quantize.is_int8(int8_model) and not quantize.is_int8(fp32_model)
     assert next(int8_model.parameters()).device.type == "cpu"
     ds = TextDataset([t for t, _ in toy_rows_module])
@@ -382,15 +382,15 @@ def test_on_cuda_a_classifier_predicts_as_on_the_cpu_and_int8_stays_on_the_cpu(t
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
     ds = TextDataset([t for t, _ in toy_rows_module])
-    on_gpu, tokenizer, _ = load_for_inference(str(trained), inference_compute(str(trained), "fp32"))  # auto: the GPU
+    on_gpu, tokenizer, _ = load_for_inference(str(trained), Compute.resolve(None, "fp32"))  # auto: the GPU
     assert next(on_gpu.parameters()).device.type == "cuda"
     gpu = predict_proba(on_gpu, tokenizer, ds, batch_size=8)
     with pytest.raises(UserError, match=r"--precision int8 is a CPU precision"):
         predict_proba(on_gpu, tokenizer, ds, batch_size=8, precision="int8")
-    int8, _, _ = load_for_inference(str(trained), inference_compute(str(trained), "int8"))  # auto with int8: the CPU
+    int8, _, _ = load_for_inference(str(trained), Compute.resolve(None, "int8"))  # auto with int8: the CPU
     assert next(int8.parameters()).device.type == "cpu"
     monkeypatch.setenv("BERTKIT_DEVICE", "cpu")
-    on_cpu, _, _ = load_for_inference(str(trained), inference_compute(str(trained), "fp32"))
+    on_cpu, _, _ = load_for_inference(str(trained), Compute.resolve(None, "fp32"))
     cpu = predict_proba(on_cpu, tokenizer, ds, batch_size=8)
     np.testing.assert_allclose(gpu, cpu, atol=1e-3, rtol=0)
     assert (gpu.argmax(1) == cpu.argmax(1)).all()

@@ -16,6 +16,7 @@ from bertkit.cli.app import app
 from bertkit.commands.probe import ProbeConfig
 from bertkit.data.dataset import TextDataset
 from bertkit.data.labels import LabelMap
+from bertkit.encoding.reading import Reading
 from bertkit.errors import UserError
 from bertkit.probe import baselines as probe_baselines
 from bertkit.probe import fit as probe_fit
@@ -371,12 +372,12 @@ def test_one_pass_pooling_equals_extract_features(tiny_bert_dir):
 
     tokenizer, encoder = loading.load_tokenizer(str(tiny_bert_dir)), loading.load_encoder(str(tiny_bert_dir))
     ds = TextDataset(["a short one", "a somewhat longer sentence with more words in it", "mid length text here"])
-    both = extract.extract_pooled(encoder, tokenizer, ds, pools=["cls", "mean"], layers=[0, 2], max_length=32,
+    both = extract.extract_pooled(encoder, tokenizer, ds, pools=["cls", "mean"], layers=[0, 2], reading=Reading(32),
                                   batch_size=2, dtype=torch.float32)
     for pool in ("cls", "mean"):
         assert both[pool].shape == (3, 2, 32)
         for position, layer in enumerate([0, 2]):
-            single = extract_features(encoder, tokenizer, ds, pool=pool, layers=str(layer), max_length=32, batch_size=2)
+            single = extract_features(encoder, tokenizer, ds, pool=pool, layers=str(layer), reading=Reading(32), batch_size=2)
             assert np.allclose(both[pool][:, position], single, atol=1e-5)
 
 
@@ -411,7 +412,7 @@ def test_probe_inputs_from_a_float32_store_are_views_of_its_mapping(tiny_bert_di
 
     train, dev = toy_files
     root = embed_store(tiny_bert_dir, train, dev, tmp_path / "store", "--store-dtype", "float32")
-    inputs = load_store_inputs(ProbeConfig(features=str(root), layers=layers))
+    inputs = load_store_inputs(ProbeConfig(features=str(root), layers=layers), Reading())
     pool = next(iter(inputs.train))
     stored = store.open_splits(root)
     positions = {"1,2": [1, 2], "-1": [2], "0,2": [0, 2]}[layers]

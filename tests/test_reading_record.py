@@ -15,10 +15,10 @@ from typer.testing import CliRunner
 from bertkit.cli.app import app
 from bertkit.commands import predict
 from bertkit.commands.finetune import FinetuneConfig
+from bertkit.commands.finetune import run as finetune
 from bertkit.commands.predict import PredictConfig
 from bertkit.encoding.reading import UNRECORDED, Reading
 from bertkit.models.metadata import MODEL_INFO, saved_reading
-from bertkit.training.finetune import finetune
 
 runner = CliRunner()
 FILLER = "the plot moves on and the cast keeps talking about the weather in the small town for a long while"
@@ -99,13 +99,17 @@ def test_an_explicit_flag_that_differs_from_the_record_is_applied_and_said_once(
 def test_a_model_saved_before_the_record_reads_with_the_defaults_and_a_note(model_16, tmp_path, caplog):
     import shutil
 
+    from bertkit.io import digests
     from bertkit.models import metadata
 
     old = tmp_path / "old"
     shutil.copytree(model_16, old)
+    tokenizer_config = json.loads((old / "tokenizer_config.json").read_text())
+    (old / "tokenizer_config.json").write_text(json.dumps({**tokenizer_config, "model_max_length": 512}))
     info = json.loads((old / MODEL_INFO).read_text())
-    info.pop("reading")
-    (old / MODEL_INFO).write_text(json.dumps(info))  # the files record is unchanged: the folder still verifies
+    info.pop("reading")  # as an older bertkit saved it: no reading, the tokenizer's own limit
+    info["files"].update(digests.folder_records(old, ["tokenizer_config.json"]))
+    (old / MODEL_INFO).write_text(json.dumps(info))  # the folder still verifies
     assert saved_reading(old) is UNRECORDED
     with caplog.at_level(logging.WARNING):
         read_default = _proba(model=str(old))
@@ -231,3 +235,72 @@ def test_a_store_records_its_compute_and_a_probe_on_it_keeps_the_stores(tiny_ber
                                  "--out", str(tmp_path / "probe"), "--quiet"])
     assert probed.exit_code == 0, probed.output
     assert load_probe(tmp_path / "probe").meta["compute"] == {"device": "cpu", "precision": "int8"}
+
+
+# ---------------------------------------------------------------- one Reading, read by every reader (issues 42, 43)
+
+
+def test_reading_holds_the_long_text_settings_and_round_trips():
+    chunked = Reading(64, "chunk", "tail", None)
+    assert Reading.from_json(chunked.to_json()) == chunked and chunked.chunked and chunked.window_stride == 16
+    assert chunked.long_text_json() == {"truncation": "tail", "long_text": "chunk", "stride": None}
+    # a manifest or probe.json written before the long-text keys (or the window) were recorded: the defaults
+    assert Reading.from_record({"max_length": 32}) == Reading(32)
+    assert Reading.from_record({"truncation": "tail"}) == Reading(128, truncation="tail")
+    assert not Reading(truncation="middle").known() and Reading().known()
+
+
+def test_a_saved_model_tells_plain_transformers_how_it_reads(model_16, tmp_path):
+    from transformers import AutoTokenizer
+
+    from bertkit.models.metadata import record_problems, write_tokenizer_reading
+
+    config = json.loads((model_16 / "tokenizer_config.json").read_text())
+    assert (config["model_max_length"], config["truncation_side"]) == (16, "right")
+    assert record_problems(model_16) == []  # the file's digest is taken after the edit
+    ids = AutoTokenizer.from_pretrained(str(model_16))(LONG_TEXTS[0], truncation=True)["input_ids"]
+    assert len(ids) == 16  # what a pipeline() script feeds the model: bertkit's 16 head tokens
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(config))
+    for truncation, side in (("tail", "left"), ("head+tail", "right")):  # head+tail: no transformers equivalent
+        write_tokenizer_reading(tmp_path, Reading(24, truncation=truncation))
+        written = json.loads((tmp_path / "tokenizer_config.json").read_text())
+        assert (written["model_max_length"], written["truncation_side"]) == (24, side)
+
+
+def test_a_model_recorded_at_16_may_still_be_read_at_64_when_asked(model_16):
+    assert _proba(model=str(model_16), max_length=64).shape == (3, 2)  # the written 16 is no limit of the model
+
+
+def test_tokens_reports_at_the_recorded_window_unless_asked(model_16, tmp_path, long_rows, caplog):
+    from bertkit.commands import tokens
+
+    data = tmp_path / "d.tsv"
+    data.write_text("sentence\tlabel\n" + "\n".join(f"{t}\t{y}" for t, y in long_rows) + "\n")
+    assert tokens.run(tokens.TokensConfig(model=str(model_16), data=str(data))).max_length == 16
+    with caplog.at_level(logging.WARNING):
+        asked = tokens.run(tokens.TokensConfig(model=str(model_16), data=str(data), max_length=128))
+    assert asked.max_length == 128  # a flag equal to the default still counts as given
+    assert any("--max-length 128" in r.getMessage() and "records 16" in r.getMessage() for r in caplog.records)
+
+
+def test_bench_times_a_model_at_its_recorded_window(model_16):
+    from bertkit.commands.bench import BenchConfig, read_as_recorded_models
+
+    assert read_as_recorded_models(BenchConfig(models=str(model_16))).max_length == 16
+    assert read_as_recorded_models(BenchConfig(models=f"minilm-offline,{model_16}")).max_length == 16
+    assert read_as_recorded_models(BenchConfig(models="minilm-offline")).max_length == 128
+    assert read_as_recorded_models(BenchConfig(models=str(model_16), max_length=64)).max_length == 64
+
+
+def test_distill_reads_the_teacher_as_it_was_trained(model_16, tmp_path, long_rows):
+    from bertkit.commands.distill import DistillConfig
+    from bertkit.commands.distill import run as distill
+
+    data = tmp_path / "d.tsv"
+    data.write_text("sentence\tlabel\n" + "\n".join(f"{t}\t{y}" for t, y in long_rows) + "\n")
+    cfg = DistillConfig(teacher=str(model_16), student_layers=1, data=str(data), dev=str(data), out=str(tmp_path / "s"),
+                        epochs=1, batch_size=8, save_every=None, precision="fp32", report=False)
+    distill(cfg, progress=False)
+    cached = json.loads((tmp_path / "s" / "teacher_logits.json").read_text())
+    assert (cached["max_length"], cached["truncation"]) == (16, "head")  # the soft targets: the teacher's reading
+    assert saved_reading(tmp_path / "s" / "best") == Reading(16)  # and the student learns to read the same way

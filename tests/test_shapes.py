@@ -22,6 +22,7 @@ from bertkit.cli.app import app
 from bertkit.commands.evaluate import EvaluateConfig
 from bertkit.commands.evaluate import run as run_evaluate
 from bertkit.commands.finetune import FinetuneConfig
+from bertkit.commands.finetune import run as finetune
 from bertkit.commands.predict import PredictConfig
 from bertkit.commands.predict import run as run_predict
 from bertkit.data.dataset import TextDataset
@@ -32,7 +33,6 @@ from bertkit.errors import UserError
 from bertkit.scoring import metrics
 from bertkit.scoring import shapes as objectives
 from bertkit.scoring.table import BUILT_IN, SHAPE
-from bertkit.training.finetune import finetune
 
 runner = CliRunner()
 

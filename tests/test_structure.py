@@ -128,13 +128,9 @@ def test_commands_holds_the_commands_and_their_table():
     assert modules == set(COMMANDS)
 
 
-RESOLVED_BELOW_COMMANDS = {
-    "bertkit.models.infer": "inference_compute: a classifier folder's resolution (an export's is baked in), which "
-                            "evaluate and predict share",
-    "bertkit.training.finetune": "finetune(compute=None): a sweep's trial (--precision may be searched) and library "
-                                 "callers such as benchmarks/gpu.py",
-}
-"""Where the library still resolves --device/--precision itself, and why."""
+RESOLVED_BELOW_COMMANDS: dict[str, str] = {}
+"""Where the library still resolves --device/--precision itself, and why: nowhere (a sweep's command hands its
+trials a resolver; `finetune` and `load_for_inference` take the resolved `Compute`)."""
 
 
 def test_compute_is_resolved_by_the_commands():

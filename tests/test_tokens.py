@@ -6,6 +6,7 @@ import numpy as np
 
 from bertkit.data.dataset import TextDataset
 from bertkit.encoding import report as tokens
+from bertkit.encoding.reading import Reading
 
 
 def test_padding_waste_arithmetic():
@@ -84,7 +85,7 @@ def test_length_report_streams_windows_with_exact_statistics(tiny_bert_dir, monk
     words = ["good", "bad", "film", "a", "the", "plot", "!"]
     texts = [" ".join(rng.choice(words, rng.integers(0, 40))) for _ in range(203)]
     ds = TextDataset(texts=texts, labels=[["neg", "pos"][i % 3 == 0] for i in range(203)])
-    encoded = encode_for(tok, ds, 24).encoded
+    encoded = encode_for(tok, ds, Reading(24)).encoded
     want = whole_array_report(encoded.full_lengths, encoded.lengths, 24, 8, 3)
     whole = tokens.length_report(tok, ds, "train", max_length=24, batch_size=8, model_limit=512, seed=3)
     assert {k: getattr(whole, k) for k in want} == want and whole.label_counts == {"neg": 135, "pos": 68}

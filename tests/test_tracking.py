@@ -12,13 +12,13 @@ from typer.testing import CliRunner
 
 from bertkit.cli.app import app
 from bertkit.commands.finetune import FinetuneConfig
+from bertkit.commands.finetune import run as finetune
 from bertkit.commands.sweep import SweepConfig
+from bertkit.commands.sweep import run as sweep
 from bertkit.errors import UserError
 from bertkit.io import ownership, record
 from bertkit.io.faults import FAIL_AFTER_STEPS_ENV, SimulatedFailure
-from bertkit.training.finetune import finetune
 from bertkit.training.resume import resume_key
-from bertkit.training.trials import run_sweep
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -132,14 +132,14 @@ def test_a_sweep_logs_each_trial_as_its_own_run(tiny_bert_dir, toy_files, tmp_pa
     cfg = SweepConfig(model=str(tiny_bert_dir), data=str(toy_files[0]), dev=str(toy_files[1]), out=str(tmp_path / "s"),
                       epochs=1, batch_size=8, save_every=None, precision="fp32", grid=("lr=1e-3,5e-3",),
                       report_to=("tensorboard",), log_every=5)
-    run_sweep(cfg, progress=False)
+    sweep(cfg, progress=False)
     trials = sorted((tmp_path / "s" / "trials").iterdir())
     assert len(trials) == 2
     for trial in trials:
         assert steps(scalars(trial / "tensorboard")["train/loss"]) == [5]
         assert json.loads((trial / "metrics.json").read_text())["trackers"]["tensorboard"]["run"] == trial.name
     assert ownership.unowned(tmp_path / "s") == []
-    run_sweep(cfg, progress=False)  # a re-run of the finished sweep is not refused
+    sweep(cfg, progress=False)  # a re-run of the finished sweep is not refused
 
 
 @pytest.mark.parametrize("tracker, package", [("wandb", "wandb"), ("tensorboard", "tensorboard"),

@@ -67,7 +67,7 @@ def _show_length_report(result: TokensResult, cfg: TokensConfig, view: View) -> 
     rows = [[r.split, r.rows, r.min, r.p50, r.p95, r.p99, r.max, f"{r.truncated} ({r.truncated_share:.1%})",
              r.suggested_max_length, f"{r.waste_static:.0%}", f"{r.waste_dynamic_random:.0%}", f"{r.waste_dynamic_sorted:.0%}"]
             for r in reports]
-    columns = ["split", "rows", "min", "p50", "p95", "p99", "max", f"cut@{cfg.max_length}", "suggest",
+    columns = ["split", "rows", "min", "p50", "p95", "p99", "max", f"cut@{result.max_length}", "suggest",
                "waste static", "dynamic", "sorted"]
     out_console.print(table(f"Token lengths — {cfg.model} (model limit {result.model_limit})", columns, rows))
     for r in reports:

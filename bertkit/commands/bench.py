@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from bertkit.commands.registry import command_module, config_for_command
 from bertkit.data.options import DataOptions
+from bertkit.encoding.reading import MaxLengthOption
 from bertkit.errors import raise_if_problems
 from bertkit.measure import quality
 from bertkit.measure.report import BenchReport, compute_claims, report_markdown
@@ -31,6 +32,7 @@ from bertkit.models.compute import (
     Compute,
     check_device,
 )
+from bertkit.models.metadata import read_as_saved, saved_reading
 from bertkit.models.preflight import DATA_FIELDS, check_inputs
 from bertkit.options import BENCH, MODEL, OUTPUT, option, overwrite_option
 
@@ -45,7 +47,7 @@ QUALITY_CONFIGS: dict[str, type] = {kind: config_for_command(kind) for kind in q
 
 
 @dataclass(frozen=True)
-class BenchConfig(DataOptions):
+class BenchConfig(MaxLengthOption, DataOptions):
     """`bertkit bench`: speed, size, memory and optional quality of several encoders, side by side."""
 
     # bench holds no dev set out itself: a --quality run's hold-out share goes in --quality-args (--dev-fraction)
@@ -62,7 +64,6 @@ class BenchConfig(DataOptions):
                                 "init, works offline.", panel=MODEL)
     random_init: bool = option(False, "Build --models from their configs with random weights (speed/size only).",
                                panel=MODEL)
-    max_length: int = option(128, "Truncation length, and the width of static padding.", panel=MODEL, above=0)
     protocol: str = option("standard", "standard (latency, throughput, training step) or paper (CPU, batch 1, one "
                            "full pass over the data).", panel=BENCH, choices=BENCH_PROTOCOLS)
     batch_sizes: str = option("1,8,32", "Throughput batch sizes, comma-separated.", panel=BENCH)
@@ -148,6 +149,8 @@ def benchmark(cfg: Any, clock: Clock = time.perf_counter,
     import numpy as np
     import torch
 
+    cfg = read_as_recorded_models(cfg)  # (again a no-op when `run` resolved it)
+
     from bertkit.measure.contenders import contender_notes, load_contenders
     from bertkit.measure.measure import BenchSettings, environment, run_bench
     from bertkit.measure.timing import Budget, busy_machine_note, sync_for
@@ -182,6 +185,14 @@ def benchmark(cfg: Any, clock: Clock = time.perf_counter,
     report["data_source"] = source
     report["environment"] = environment(device, dtype, int8=settings.int8)
     return report
+
+
+def read_as_recorded_models(cfg: Any) -> Any:
+    """`cfg` with --max-length (the truncation length and static padding width every model is timed at) as the first
+    of --models that records one (a bertkit model: `models.metadata.read_as_saved`, a note where a given flag differs
+    from it), else 128."""
+    recorded = [m for m in cfg.model_list if saved_reading(m) is not None]
+    return read_as_saved(cfg, recorded[0] if recorded else "")
 
 
 def device_and_dtype(cfg: Any) -> tuple[Any, Any, list[str]]:
@@ -244,6 +255,7 @@ def run(cfg: BenchConfig) -> BenchResult:
     plan_quality(cfg)  # every --quality-args value, before the models are looked for
     check_inputs(cfg, need_labels=bool(cfg.quality_kinds), models=cfg.model_list,
                  data_fields=DATA_FIELDS if cfg.quality_kinds else timed)
+    cfg = read_as_recorded_models(cfg)
     plan = rundir.inspect_run_dir(cfg.out or "runs/bench", "bench", overwrite=cfg.overwrite, inputs=ownership.input_paths(cfg),
                                   compare=trail.config_compare(vars(cfg)))  # read-only; claimed once models are measured
     from bertkit import plots

@@ -16,10 +16,12 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from bertkit.encoding.reading import Reading
 from bertkit.errors import UserError
 from bertkit.io import ownership, rundir
 from bertkit.measure.distill_report import DistillReport, measure_teacher_student, report_markdown
 from bertkit.models.compute import Compute
+from bertkit.models.metadata import read_as_saved
 from bertkit.models.preflight import check_inputs, check_model_limits
 from bertkit.training.options import DistillOptions
 from bertkit.training.outcome import TrainingRun
@@ -58,13 +60,15 @@ def run(cfg: DistillConfig, *, progress: bool = True) -> DistillResult:
     from bertkit.training.distill import REPORT, DistillTask
     from bertkit.training.finetune import finetune, training_device
 
-    task = DistillTask(cfg)
+    cfg = read_as_saved(cfg, cfg.teacher)  # the teacher read as it was trained; the student trained to read so too
+    task = DistillTask(cfg, Reading.from_options(cfg))
     cfg = _in_the_teachers_shape(cfg, task.teacher_labels.task)
     default_layers = next(f.default for f in dataclasses.fields(cfg) if f.name == "student_layers")
     if cfg.student and cfg.student_layers != default_layers:
         log.warning("--student-layers %d copies layers of the teacher; with --student %s the student is that encoder, "
                     "so it is ignored. Drop --student-layers.", cfg.student_layers, cfg.student)
-    result = finetune(cfg, progress=progress, task=task, compute=Compute.resolve(training_device(), cfg.precision))
+    result = finetune(cfg, progress=progress, task=task, compute=Compute.resolve(training_device(), cfg.precision),
+                      reading=task.reading)
     if not (result.is_main_process and cfg.report):
         return DistillResult(result)
     report_path = result.out / f"{REPORT}.json"

@@ -15,8 +15,7 @@ from typing import Any
 
 from bertkit import __version__
 from bertkit.data.options import DataOptions
-from bertkit.encoding.longtext import LongText
-from bertkit.encoding.reading import LongTextOptions
+from bertkit.encoding.reading import LongTextOptions, Reading
 from bertkit.errors import UserError, raise_if_problems
 from bertkit.features.settings import (
     COMBINES,
@@ -58,8 +57,6 @@ class EmbedConfig(LongTextOptions, DataOptions):
                          panel=MODEL)
     combine: str = option("concat", "How several --layers are combined (all + concat keeps a layer axis).",
                           panel=MODEL, choices=COMBINES)
-    max_length: int | None = option(None, "Truncate inputs to this many tokens (truncated rows are counted). Default: "
-                                    "as a saved model or export records it, else 128.", panel=MODEL, above=0)
     batch_size: str = option("auto", "Rows per batch, or auto (a padded-token budget from the model size).")
     precision: str = option("auto", INFERENCE_PRECISION_HELP, choices=INFERENCE_PRECISIONS, aliases=("--dtype",))
     store_dtype: str = option("float32", "Stored precision (float16 halves the disk).", panel=OUTPUT,
@@ -196,7 +193,8 @@ def load_embed_data(cfg: EmbedConfig) -> tuple[list[tuple[str, Any]], Any]:
     return named, label_map
 
 
-def store_identity(cfg: EmbedConfig, split: str, ds: Any, revision: str, precision: str) -> dict[str, Any]:
+def store_identity(cfg: EmbedConfig, reading: Reading, split: str, ds: Any, revision: str,
+                   precision: str) -> dict[str, Any]:
     """The settings that change a store's content; a re-run must match them to resume or to count as done.
     `precision`: the one the features are computed in (`loading.precision_name`: fp32, bf16, fp16 or int8), so
     a resume never mixes shards of two precisions.
@@ -205,11 +203,11 @@ def store_identity(cfg: EmbedConfig, split: str, ds: Any, revision: str, precisi
     """
     pooling = Pooling.from_options(cfg.pool, cfg.layers, cfg.combine, cfg.normalize)
     return {
-        "model": cfg.model, "revision": revision, **pooling.to_json(), "max_length": cfg.max_length,
+        "model": cfg.model, "revision": revision, **pooling.to_json(), "max_length": reading.max_length,
         "dtype": precision, "store_dtype": cfg.store_dtype, "split": split,
         "data_fingerprint": ds.fingerprint, "rows": len(ds), "limit": cfg.limit,
         "text_column": cfg.text_column, "text_pair_column": cfg.text_pair_column,
-        "label_column": cfg.label_column, "shard_size": cfg.shard_size, **LongText.from_config(cfg).to_json(),
+        "label_column": cfg.label_column, "shard_size": cfg.shard_size, **reading.long_text_json(),
     }
 
 
@@ -255,6 +253,8 @@ class _Encoder:
     revision: str
     backend: str | None
     """An export's backend (part of a store's identity: a resume never mixes ONNX and PyTorch rows)."""
+    reading: Reading
+    """How texts become its inputs: the run's one `Reading` (options over the model's record)."""
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -269,7 +269,9 @@ def _load_encoder(cfg: EmbedConfig, device: Any, dtype: Any, export: bool) -> _E
 
     tokenizer = loading.load_tokenizer(cfg.model, cfg.trust_remote_code)
     model_config = loading.load_config(cfg.model, cfg.trust_remote_code)
-    loading.check_max_length(cfg.max_length, tokenizer, model_config, cfg.model, pair=cfg.text_pair_column is not None)
+    reading = Reading.from_options(cfg)  # `cfg` is read as the model records already
+    loading.check_max_length(reading.max_length, tokenizer, model_config, cfg.model,
+                             pair=cfg.text_pair_column is not None)
     if export:
         encoder = onnx.load_export(cfg.model, "features", "embed")
         precision, backend = encoder.backend, encoder.backend
@@ -279,7 +281,7 @@ def _load_encoder(cfg: EmbedConfig, device: Any, dtype: Any, export: bool) -> _E
             encoder = quantize.quantized_int8(encoder, inplace=True)  # loaded for this run only
         precision, backend = loading.precision_name(encoder, dtype), None
     spec = Pooling.from_options(cfg.pool, cfg.layers, cfg.combine, cfg.normalize)
-    loaded = _Encoder(encoder, tokenizer, spec, precision, loading.model_revision(cfg.model), backend)
+    loaded = _Encoder(encoder, tokenizer, spec, precision, loading.model_revision(cfg.model), backend, reading)
     spec.resolve(loaded.shape[0])
     return loaded
 
@@ -293,7 +295,7 @@ def _embed_splits(cfg: EmbedConfig, dist: Any, root: Path, named: list[tuple[str
     n_layers, hidden = model.shape
     common = {**_manifest_common(cfg, model, label_map), "compute": Compute(str(device), model.precision).to_json()}
     backend = {"backend": model.backend} if model.backend else {}
-    identities = {split: {**store_identity(cfg, split, ds, model.revision, model.precision), **backend}
+    identities = {split: {**store_identity(cfg, model.reading, split, ds, model.revision, model.precision), **backend}
                   for split, ds in named}
     run_dir = _claim_store_dir(cfg, dist, root, identities, split_layout)
     results = []
@@ -344,8 +346,8 @@ def _manifest_common(cfg: EmbedConfig, model: _Encoder, label_map: Any) -> dict[
         "tokenizer": getattr(model.tokenizer, "name_or_path", cfg.model),
         "tokenizer_class": type(model.tokenizer).__name__, "architecture": type(model.model).__name__,
         "n_layers": n_layers, "hidden_size": hidden, **model.spec.to_json(), "layer_indices": model.spec.resolve(n_layers),
-        "layer_names": model.spec.layer_names(n_layers), "max_length": cfg.max_length,
-        **LongText.from_config(cfg).to_json(), "dtype": model.precision,
+        "layer_names": model.spec.layer_names(n_layers), "max_length": model.reading.max_length,
+        **model.reading.long_text_json(), "dtype": model.precision,
         "label_map": label_map.to_json() if label_map else None,
         "versions": {k: v for k, v in package_versions().items() if k in ("bertkit", "torch", "transformers")},
         **({"backend": model.backend} if model.backend else {}),
@@ -384,7 +386,7 @@ def _embed_split(cfg: EmbedConfig, dist: Any, writer: Any, split: str, ds: Any, 
         todo_rows = sum(writer.ranges[k][1] - writer.ranges[k][0] for k in mine)
         # with --long-text chunk the bar counts windows; its total grows as each shard's texts are tokenized
         with infer.closing(infer.progress_bar(todo_rows, f"embed {split}", progress and dist.is_main_process,
-                                              unit_of(LongText.from_config(cfg)))) as bar:
+                                              unit_of(model.reading))) as bar:
             _encode_shards(cfg, writer, ds, mine, model, device, dtype, bar)
         dist.wait_for_everyone()
         result.rows_encoded = sum(writer.ranges[k][1] - writer.ranges[k][0] for k in pending_all)
@@ -416,9 +418,8 @@ def _encode_shards(cfg: EmbedConfig, writer: Any, ds: Any, shards: list[int], mo
                    dtype: Any, bar: Any) -> None:
     from bertkit.features.extract import encode_shards
 
-    encode_shards(writer, ds, shards, model.model, model.tokenizer, model.spec, max_length=cfg.max_length,
-                  batch_size=cfg.rows_per_batch, long_text=LongText.from_config(cfg), device=device, dtype=dtype,
-                  bar=bar)
+    encode_shards(writer, ds, shards, model.model, model.tokenizer, model.spec, reading=model.reading,
+                  batch_size=cfg.rows_per_batch, device=device, dtype=dtype, bar=bar)
 
 
 def _summary(cfg: EmbedConfig, root: Any, results: list[SplitResult], precision: str, device: Any,

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from bertkit.data.options import LabelOptions
-from bertkit.encoding.reading import READ_AS_SAVED_MODEL_HELP, LongTextOptions
+from bertkit.encoding.reading import LongTextOptions, Reading, max_length_help
 from bertkit.errors import raise_if_problems
-from bertkit.models.compute import INFERENCE_PRECISION_HELP, INFERENCE_PRECISIONS
+from bertkit.models.compute import INFERENCE_PRECISION_HELP, INFERENCE_PRECISIONS, Compute
 from bertkit.models.metadata import read_as_saved
 from bertkit.models.preflight import check_inputs
 from bertkit.options import MODEL, OUTPUT, config_dict, option, overwrite_option
@@ -37,14 +37,14 @@ class EvaluateConfig(LongTextOptions, MetricOptions, LabelOptions):
     ADVANCED_OPTIONS = ("stride",)
     HELP_OVERRIDES = {"data": "The labelled data to score the model on: a .csv/.tsv/.txt/.json/.jsonl/.parquet file, or "
                               "a hub dataset name.",
-                      "limit": "Score only the first N rows of --data (quick runs)."}
+                      "limit": "Score only the first N rows of --data (quick runs).",
+                      "max_length": max_length_help("the model")}  # a fine-tuned model: no probe to record it
 
     model: str | None = option(None, "Fine-tuned model folder (e.g. runs/sst2/best).", panel=MODEL)
     out: str | None = option(None, "Run directory for metrics.json, predictions.csv and the confusion-matrix PNG.",
                              panel=OUTPUT)
     overwrite: bool = overwrite_option("an evaluate run")
     batch_size: int = option(64, "Rows per inference batch (sorted by length).", above=0)
-    max_length: int | None = option(None, READ_AS_SAVED_MODEL_HELP, panel=MODEL, above=0)
     precision: str = option("auto", INFERENCE_PRECISION_HELP, choices=INFERENCE_PRECISIONS, aliases=("--dtype",))
 
     def __post_init__(self) -> None:
@@ -124,10 +124,12 @@ def run(cfg: EvaluateConfig, *, progress: bool = False) -> EvaluateResult:
     from bertkit.scoring.shapes import inapplicable_options
 
     external = [metrics.load_metric(spec) for spec in cfg.external_metrics]  # before any work: a missing one stops here
-    compute = infer.inference_compute(cfg.model or "", cfg.precision)  # the one resolution of --precision for this run
+    # the one resolution of --precision for this run (an ONNX export: its own)
+    compute = infer.export_compute_of(cfg.model or "", cfg.precision) or Compute.resolve(None, cfg.precision)
     model, tokenizer, label_map = infer.load_for_inference(cfg.model or "", compute)
     given, cfg = cfg, read_as_saved(cfg)  # the model verified by its record first; the trail keeps the options given
-    loading.check_max_length(cfg.max_length, tokenizer, model.config, cfg.model or "",
+    reading = Reading.from_options(cfg)
+    loading.check_max_length(reading.max_length, tokenizer, model.config, cfg.model or "",
                               pair=cfg.text_pair_column is not None)
     for note in inapplicable_options(label_map.task, len(label_map.labels), cfg.metric_list):
         log.warning("%s", note)
@@ -136,7 +138,7 @@ def run(cfg: EvaluateConfig, *, progress: bool = False) -> EvaluateResult:
     check_tag_columns(label_map, dataset, f"model {cfg.model}")
     y = label_map.encode(dataset.labels or [], f"The data {dataset.source}")
     counted = RowsCut()
-    reader = OutputReader(label_map, classifier_read(model, tokenizer, cfg, compute, progress, counted),
+    reader = OutputReader(label_map, classifier_read(model, tokenizer, reading, cfg.batch_size, compute, progress, counted),
                           saved_threshold(cfg.model or ""), counted=counted)
     outputs = reader.all_outputs(dataset)  # a few numbers per row; the texts are read a window at a time
     scores = score_outputs(outputs, y)

@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any
 
 from bertkit import __version__
 from bertkit.data.options import LabelOptions
-from bertkit.encoding.longtext import LongText
 from bertkit.encoding.reading import LongTextOptions, Reading
 from bertkit.errors import UserError, raise_if_problems
 from bertkit.features.settings import COMBINES, POOLS, Pooling, layers_problem
@@ -82,9 +81,6 @@ class ExportConfig(LongTextOptions, LabelOptions):
     combine: str = option("concat", "Features: how several --layers are combined (as `embed --combine`).",
                           panel=MODEL, choices=COMBINES)
     normalize: bool = option(False, "Features: L2-normalise the feature vectors inside the graph.", panel=MODEL)
-    max_length: int | None = option(None, "Truncate inputs to this many tokens (the graph takes any length; the "
-                                    "export records it for predict and embed). Default: as the model records it, "
-                                    "else 128.", panel=MODEL, above=0)
     batch_size: int = option(64, "Rows per gate batch (sorted by length).", above=0)
     min_agreement: float = option(0.99, "Classifiers: the least share of gate rows whose label the export predicts as "
                                   "the PyTorch fp32 model does; below it nothing is kept (exit 2).", panel=RUN,
@@ -154,7 +150,9 @@ def run(cfg: ExportConfig, progress: bool = False) -> ExportResult:
     else:
         model = loading.load_encoder(cfg.model, attn_implementation="eager")
     model = model.float().eval()
-    loading.check_max_length(cfg.max_length, tokenizer, model.config, cfg.model, pair=cfg.text_pair_column is not None)
+    reading = Reading.from_options(cfg)  # the graph takes any length: the export records it for predict and embed
+    loading.check_max_length(reading.max_length, tokenizer, model.config, cfg.model,
+                             pair=cfg.text_pair_column is not None)
     spec = Pooling.from_options(cfg.pool, cfg.layers, cfg.combine, cfg.normalize) if kind == "features" else None
     if spec is not None:
         spec.resolve(encoder_shape(model)[0])  # an out-of-range --layers fails before the export
@@ -166,10 +164,10 @@ def run(cfg: ExportConfig, progress: bool = False) -> ExportResult:
             staged = scratch / "export"
             onnx.write_export(staged, model, tokenizer, kind=kind, quantize=cfg.quantized, source=cfg.model,
                               revision=loading.model_revision(cfg.model), source_info=read_model_info(source),
-                              reading=Reading.from_options(cfg).to_json(), features=spec.to_json() if spec else None,
+                              reading=reading.to_json(), features=spec.to_json() if spec else None,
                               features_fn=_features_fn(model, spec) if spec else None)
             faults.kill_point("export.built")
-            report, gate = _gated_report(cfg, kind, staged, model, tokenizer, dataset, spec)
+            report, gate = _gated_report(cfg, kind, staged, model, tokenizer, dataset, spec, reading)
             atomic.write_json_atomic(staged / onnx.REPORT_FILE, report)
             write_model_card(staged, export_card(cfg, report, dataset, model, source))
             for item in sorted(staged.iterdir()):  # each copied in atomically and recorded as bertkit's
@@ -184,15 +182,15 @@ def run(cfg: ExportConfig, progress: bool = False) -> ExportResult:
 
 
 def _gated_report(cfg: ExportConfig, kind: str, staged: Path, model: Any, tokenizer: Any, dataset: TextDataset,
-                  spec: Pooling | None) -> tuple[dict[str, Any], dict[str, Any]]:
+                  spec: Pooling | None, reading: Reading) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the export report, its gate's part): the export in `staged` through its gate (a UserError when it fails
     without --force)."""
     from bertkit.io.trail import package_versions
     from bertkit.models import onnx
 
     exported = onnx.load_export(staged, kind)
-    gate = (classifier_gate(model, exported, tokenizer, dataset, cfg) if kind == "classifier"
-            else features_gate(model, exported, tokenizer, dataset, cfg, spec))
+    gate = (classifier_gate(model, exported, tokenizer, dataset, cfg, reading) if kind == "classifier"
+            else features_gate(model, exported, tokenizer, dataset, cfg, spec, reading))
     report = {"model": cfg.model, "kind": kind, "quantized": cfg.quantized, "backend": exported.backend,
               "data": dataset.source, "data_fingerprint": dataset.fingerprint, **gate,
               "forced": bool(cfg.force and not gate["passed"]), "config": config_dict(cfg),
@@ -363,7 +361,8 @@ def _task(model: Any) -> str:
 # ---------------------------------------------------------------- the gate
 
 
-def classifier_gate(model: Any, exported: Any, tokenizer: Any, dataset: TextDataset, cfg: ExportConfig) -> dict:
+def classifier_gate(model: Any, exported: Any, tokenizer: Any, dataset: TextDataset, cfg: ExportConfig,
+                    reading: Reading) -> dict:
     """Label agreement with fp32, the headline metric before/after (labelled rows), the largest logit difference."""
     import numpy as np
 
@@ -373,10 +372,9 @@ def classifier_gate(model: Any, exported: Any, tokenizer: Any, dataset: TextData
     from bertkit.scoring.outputs import Outputs, score_outputs
     from bertkit.scoring.shapes import model_outputs
 
-    reading = {"max_length": cfg.max_length, "batch_size": cfg.batch_size, "precision": "fp32",
-               "long_text": LongText.from_config(cfg)}
-    reference = infer.classifier_logits(model, tokenizer, dataset, **reading)
-    logits = infer.classifier_logits(exported, tokenizer, dataset, **reading)
+    read = {"reading": reading, "batch_size": cfg.batch_size, "precision": "fp32"}
+    reference = infer.classifier_logits(model, tokenizer, dataset, **read)
+    logits = infer.classifier_logits(exported, tokenizer, dataset, **read)
     task = _task(model)
     id2label = getattr(model.config, "id2label", None) or {i: str(i) for i in range(model.config.num_labels)}
     label_map = LabelMap.from_id2label(id2label, getattr(model.config, "problem_type", None))
@@ -404,7 +402,7 @@ def classifier_gate(model: Any, exported: Any, tokenizer: Any, dataset: TextData
 
 
 def features_gate(model: Any, exported: Any, tokenizer: Any, dataset: TextDataset, cfg: ExportConfig,
-                  spec: Pooling) -> dict[str, Any]:
+                  spec: Pooling, reading: Reading) -> dict[str, Any]:
     """Per-row cosine similarity of the export's and the PyTorch fp32 features (mean, min) and the largest
     absolute difference; the mean is gated."""
     import numpy as np
@@ -412,10 +410,9 @@ def features_gate(model: Any, exported: Any, tokenizer: Any, dataset: TextDatase
 
     from bertkit.features.extract import encode_features
 
-    reading = {"max_length": cfg.max_length, "batch_size": cfg.batch_size, "device": torch.device("cpu"),
-               "dtype": torch.float32, "long_text": LongText.from_config(cfg)}
-    reference = encode_features(model, tokenizer, dataset, spec, **reading)[0].reshape(len(dataset), -1)
-    features = encode_features(exported, tokenizer, dataset, spec, **reading)[0].reshape(len(dataset), -1)
+    read = {"reading": reading, "batch_size": cfg.batch_size, "device": torch.device("cpu"), "dtype": torch.float32}
+    reference = encode_features(model, tokenizer, dataset, spec, **read)[0].reshape(len(dataset), -1)
+    features = encode_features(exported, tokenizer, dataset, spec, **read)[0].reshape(len(dataset), -1)
     norms = np.linalg.norm(reference, axis=1) * np.linalg.norm(features, axis=1)
     cosine = (reference * features).sum(axis=1) / np.maximum(norms, 1e-12)
     mean = float(cosine.mean()) if len(cosine) else 1.0

@@ -4,15 +4,18 @@
 The options are the training package's `FinetuneOptions` group, declared there once because the library builds
 them too (a sweep's trial, `training.space.finetune_config`) and distill and sweep extend them. The training loop
 returns a typed `TrainingRun` (`bertkit.training.outcome`); this module owns the command around it: its config, the
-checks before torch is imported, the one resolution of --precision, the run, and the `FinetuneResult` it reports."""
+checks before torch is imported, the one resolution of --precision and of how texts are read (--max-length and
+--truncation: as the --model records them, else 128 and head), the run, and the `FinetuneResult` it reports."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from bertkit.encoding.reading import Reading
 from bertkit.io import ownership, rundir
 from bertkit.models.compute import Compute
+from bertkit.models.metadata import read_as_saved
 from bertkit.models.preflight import check_inputs, check_model_limits
 from bertkit.training.options import FinetuneOptions
 from bertkit.training.outcome import EpochRow, Restored, RunSummary, TrainingRun
@@ -51,11 +54,12 @@ class FinetuneResult:
 def run(cfg: FinetuneConfig, *, progress: bool = True) -> FinetuneResult:
     """The run: its folder, metrics.json's content, the epoch table, what a resume restored, notes."""
     check_inputs(cfg, need_labels=True, models=(cfg.model,))  # before torch and transformers are imported
+    cfg = read_as_saved(cfg)  # the run config records the reading it trains with
     if cfg.out:  # --out's refusals (someone else's files, another command's run, an input inside it) before the data
         # is read or a learning rate chosen; the run's own settings are compared once its data is fingerprinted
         rundir.inspect_run_dir(cfg.out, "finetune", overwrite=cfg.overwrite, inputs=ownership.input_paths(cfg))
     check_model_limits(cfg.model, max_length=cfg.max_length)  # before the data is read or cached
     from bertkit.training.finetune import finetune, training_device
 
-    return FinetuneResult.of(finetune(cfg, progress=progress,
-                                      compute=Compute.resolve(training_device(), cfg.precision)))
+    return FinetuneResult.of(finetune(cfg, progress=progress, compute=Compute.resolve(training_device(), cfg.precision),
+                                      reading=Reading.from_options(cfg)))

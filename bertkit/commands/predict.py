@@ -12,11 +12,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bertkit.data.options import DataOptions, blank_text_problems
-from bertkit.encoding.longtext import LongText
-from bertkit.encoding.reading import READ_AS_SAVED_HELP, LongTextOptions
+from bertkit.encoding.reading import LongTextOptions, Reading
 from bertkit.errors import raise_if_problems
 from bertkit.features.settings import Pooling
-from bertkit.models.compute import INFERENCE_PRECISION_HELP, INFERENCE_PRECISIONS
+from bertkit.models.compute import INFERENCE_PRECISION_HELP, INFERENCE_PRECISIONS, Compute
 from bertkit.models.preflight import check_inputs, check_model_limits
 from bertkit.options import DATA, MODEL, OUTPUT, option
 from bertkit.recipes import recipe_path
@@ -52,7 +51,6 @@ class PredictConfig(LongTextOptions, DataOptions):
                              panel=OUTPUT)
     batch_size: int = option(64, "Rows per inference batch (sorted by length; output keeps the input order).",
                              above=0)
-    max_length: int | None = option(None, READ_AS_SAVED_HELP, panel=MODEL, above=0)
     precision: str = option("auto", INFERENCE_PRECISION_HELP + " With --probe, auto extracts features in the precision "
                             "the probe records, where this machine runs it natively.", choices=INFERENCE_PRECISIONS,
                             aliases=("--dtype",))
@@ -66,8 +64,8 @@ class PredictConfig(LongTextOptions, DataOptions):
             problems.append("Give exactly one of --text (repeatable) or --data (a file to label).")
         problems += blank_text_problems(self.text)
         problems += self.long_text_problems()
-        if self.probe is not None and (self.long_text or LongText.mode, self.truncation or LongText.truncation) != (
-                LongText.mode, LongText.truncation):
+        if self.probe is not None and (self.long_text or Reading.long_text, self.truncation or Reading.truncation) != (
+                Reading.long_text, Reading.truncation):
             problems.append("--long-text chunk and --truncation tail/head+tail work with --model; a saved --probe "
                             "reads texts as its features were extracted (the settings saved with it). Drop them, or "
                             "use a fine-tuned --model.")
@@ -152,7 +150,7 @@ def run(cfg: PredictConfig, *, recipe: str | None = None, progress: bool = False
                 on_window(part, outputs, predicted)
     head = np.concatenate(values) if values else np.zeros((0, reader.width), np.float32)
     return PredictResult(reader.label_map.task, reader.label_names, reader.threshold, cfg.out, reader.precision,
-                         cfg.max_length, cfg.truncation or LongText.truncation, reader.features,
+                         cfg.max_length, cfg.truncation or Reading.truncation, reader.features,
                          None if cfg.long_text == "chunk" else reader.counted.cut, dataset, labels, head)
 
 
@@ -208,8 +206,10 @@ def output_reader(cfg: Any, dataset: TextDataset, progress: bool) -> OutputReade
                                 compute.precision, counted, features)
         return OutputReader(LabelMap(names), lambda part: read(part)[1], precision=compute.precision, counted=counted,
                             features=features)
-    compute = infer.inference_compute(cfg.model, cfg.precision)  # the one resolution of --precision for this run
+    # the one resolution of --precision for this run (an ONNX export: its own)
+    compute = infer.export_compute_of(cfg.model, cfg.precision) or Compute.resolve(None, cfg.precision)
     model, tokenizer, label_map = infer.load_for_inference(cfg.model, compute)
-    loading.check_max_length(cfg.max_length, tokenizer, model.config, cfg.model, pair=dataset.pairs is not None)
-    return OutputReader(label_map, classifier_read(model, tokenizer, cfg, compute, progress, counted),
+    reading = Reading.from_options(cfg)  # `cfg` is read as the model records already
+    loading.check_max_length(reading.max_length, tokenizer, model.config, cfg.model, pair=dataset.pairs is not None)
+    return OutputReader(label_map, classifier_read(model, tokenizer, reading, cfg.batch_size, compute, progress, counted),
                         saved_threshold(cfg.model), infer.precision_of(model, compute), counted)

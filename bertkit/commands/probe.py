@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.data.options import TaskOptions
-from bertkit.encoding.reading import LongTextOptions
+from bertkit.encoding.reading import LongTextOptions, Reading
 from bertkit.errors import UserError, raise_if_problems
 from bertkit.features.settings import POOLS, layers_problem
 from bertkit.models.compute import INFERENCE_PRECISION_HELP, INFERENCE_PRECISIONS, TRUST_HELP, Compute
@@ -54,8 +54,6 @@ class ProbeConfig(LongTextOptions, MetricOptions, TaskOptions):
                                 "poolings x (layers + 1) x hidden x 4 bytes of memory, 2 GiB for 100,000 rows of "
                                 "minilm-offline with cls,mean: give --layers -1 for large data); with --features: "
                                 "every layer in the store.", panel=MODEL)
-    max_length: int | None = option(None, "Truncate inputs to this many tokens when extracting features (--data). "
-                                    "Default: as a saved --model records it, else 128.", panel=MODEL, above=0)
     batch_size: int = option(64, "Rows per batch for feature extraction.", above=0)
     precision: str = option("auto", INFERENCE_PRECISION_HELP, choices=INFERENCE_PRECISIONS, aliases=("--dtype",))
     normalize: bool = option(False, "L2-normalise features before the probe (extraction option).", panel=MODEL)
@@ -174,7 +172,7 @@ def run(cfg: ProbeConfig, progress: bool = False) -> ProbeResult:
     external = load_metrics(tuple(cfg.external_metrics))  # a --metric that cannot load stops before any work
     cache = (lambda: plan.claim().path / "features") if plan is not None else None
     check = functools.partial(check_shape_options, cfg, external)
-    inputs = probe_inputs(cfg, cache, check, progress)
+    inputs = probe_inputs(cfg, Reading.from_options(cfg), cache, check, progress)
     run_dir = plan.claim() if plan is not None else None
     cache = run_dir.path / "features" if run_dir is not None else None
     names = [str(x) for x in inputs.label_map.labels]
@@ -221,14 +219,16 @@ def run(cfg: ProbeConfig, progress: bool = False) -> ProbeResult:
     return ProbeResult.from_json(result)
 
 
-def probe_inputs(cfg: ProbeConfig, cache: Any, check: Callable[[Any, Any], None], progress: bool) -> Any:
+def probe_inputs(cfg: ProbeConfig, reading: Reading, cache: Any, check: Callable[[Any, Any], None],
+                 progress: bool) -> Any:
     """The features and labels (`ProbeInputs`): a --features store's, checked by `check` once its labels are read,
-    or extracted now from --data (`check` runs as soon as the data is read), on the CPU in --precision."""
+    or extracted now from --data as `reading` says (`check` runs as soon as the data is read), on the CPU in
+    --precision."""
     from bertkit.probe.inputs import load_store_inputs, load_text_inputs
 
     if not cfg.features:
-        return load_text_inputs(cfg, cache, Compute.resolve("cpu", cfg.precision), progress, on_labels=check)
-    inputs = load_store_inputs(cfg)  # a store's features are made already
+        return load_text_inputs(cfg, cache, Compute.resolve("cpu", cfg.precision), reading, progress, on_labels=check)
+    inputs = load_store_inputs(cfg, reading)  # a store's features are made already
     check(inputs.label_map, inputs.y_train)
     return inputs
 

@@ -3,8 +3,8 @@ best trial's best model (`bertkit.training.trials` runs them).
 
 The options are the training package's `SweepOptions` (the search space, parsed there into `Dimension`s, each value
 checked through a trial's `FinetuneOptions`); the result is `SweepResult`, what sweep.json holds as typed records
-(`training.trials_report.SweepSummary`). Each trial resolves its own --precision, which may be a dimension of the
-space."""
+(`training.trials_report.SweepSummary`). Here --max-length and --truncation are resolved once against the --model's
+record, and --precision resolved for each trial's value (it may be a dimension of the space, as may --max-length)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bertkit.models.compute import Compute
+from bertkit.models.metadata import read_as_saved
 from bertkit.models.preflight import check_inputs
 from bertkit.training.space import SweepOptions
 from bertkit.training.trials_report import SweepSummary, TrialRow
@@ -43,7 +45,10 @@ class SweepResult:
 def run(cfg: SweepConfig, *, progress: bool = True) -> SweepResult:
     """The sweep: its folder, sweep.json's content (main process), the ranked trials' rows."""
     check_inputs(cfg, need_labels=True, models=(cfg.model,))  # before torch and transformers are imported
+    cfg = read_as_saved(cfg)  # every trial reads texts as the --model records, unless the space says otherwise
+    from bertkit.training.finetune import training_device
     from bertkit.training.trials import run_sweep
 
-    outcome = run_sweep(cfg, progress=progress)
+    device = training_device()
+    outcome = run_sweep(cfg, lambda precision: Compute.resolve(device, precision), progress=progress)
     return SweepResult(outcome.out, outcome.summary, outcome.is_main_process)

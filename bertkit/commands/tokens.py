@@ -8,8 +8,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from bertkit.data.options import DataOptions
+from bertkit.encoding.reading import MaxLengthOption
 from bertkit.errors import raise_if_problems
 from bertkit.models.compute import TRUST_HELP
+from bertkit.models.metadata import read_as_saved
 from bertkit.models.preflight import check_inputs
 from bertkit.options import DATA, MODEL, OUTPUT, option, overwrite_option
 
@@ -18,7 +20,7 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class TokensConfig(DataOptions):
+class TokensConfig(MaxLengthOption, DataOptions):
     """`bertkit tokens`: how a tokenizer sees a sentence, or the token-length profile of a dataset."""
 
     ADVANCED_OPTIONS = ("trust_remote_code",)
@@ -27,7 +29,6 @@ class TokensConfig(DataOptions):
                         panel=MODEL)
     text: str | None = option(None, "A sentence to show token by token (instead of --data).", panel=DATA)
     text_pair: str | None = option(None, "Second sentence, encoded as a pair with --text.", panel=DATA)
-    max_length: int = option(128, "Max length used to report truncation and padding waste.", panel=MODEL, above=0)
     batch_size: int = option(32, "Batch size for the padding-waste estimate.", above=0)
     out: str | None = option(None, "Run directory for tokens.json and the histogram PNG.", panel=OUTPUT)
     overwrite: bool = overwrite_option("a tokens run")
@@ -81,6 +82,7 @@ def run(cfg: TokensConfig) -> TokensResult:
     """The sentence's tokens for --text, else the length report of every split (tokens.json + token_lengths.png in
     --out when given)."""
     check_inputs(cfg, need_labels=False, models=(cfg.model,), data_fields=())  # before transformers is imported
+    cfg = read_as_saved(cfg)  # truncation and padding waste at the window the model records (else 128)
     if cfg.data is not None:  # a refused --out (read-only look), then the data files, as the report orders them
         from bertkit.io import ownership, rundir, trail
 

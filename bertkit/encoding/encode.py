@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 
 from bertkit.data.dataset import CHUNK_ROWS, TextDataset
-from bertkit.encoding.longtext import LongText, Windows, row_windows, truncate_row
+from bertkit.encoding.longtext import TRUNCATIONS, Windows, row_windows, truncate_row
+from bertkit.encoding.reading import Reading
 from bertkit.encoding.rows import FlatColumn, TokenRows, flatten, offsets_of
 from bertkit.logs import quieted
 
@@ -174,7 +175,7 @@ def _tokenized(tokenizer: Any, part: TextDataset, want_types: bool) -> Any:
 
 
 def encode_dataset(tokenizer: Any, dataset: TextDataset, max_length: int, chunk: int = CHUNK_ROWS, *,
-                   truncation: str = LongText.truncation, cache_dir: str | None = None) -> Encoded:
+                   truncation: str = TRUNCATIONS[0], cache_dir: str | None = None) -> Encoded:
     """Tokenize every row (pairs as true pairs) with truncation to `max_length`; no padding.
 
     Rows are first tokenized untruncated to count truncation; only over-long rows are cut. `truncation` says
@@ -221,14 +222,13 @@ def encode_windows(tokenizer: Any, dataset: TextDataset, max_length: int, stride
     return Windows(out.encoded(max_length), owner_all, len(dataset))
 
 
-def encode_for(tokenizer: Any, dataset: Any, max_length: int, long_text: LongText | None = None, *,
-               cache_dir: str | None = None) -> Windows:
-    """The token ids a command runs its model on: one cut row per text (`--long-text cut`, cut by
-    `--truncation`), or every text's windows (`--long-text chunk`), as `long_text` says (None: head-cut). Pool
-    the model's outputs with `Windows.pool` (a no-op in cut mode). A large dataset's ids live in a memory-mapped
-    temporary file under `cache_dir` (--cache-dir; None: `bertkit.data.cachedir.cache_root`'s default)."""
-    long_text = long_text or LongText()
-    if long_text.chunked:
-        return encode_windows(tokenizer, dataset, max_length, long_text.stride_for(max_length), cache_dir=cache_dir)
-    encoded = encode_dataset(tokenizer, dataset, max_length, truncation=long_text.truncation, cache_dir=cache_dir)
+def encode_for(tokenizer: Any, dataset: Any, reading: Reading, *, cache_dir: str | None = None) -> Windows:
+    """The token ids a command runs its model on, read as `reading` says: one row per text cut to its
+    `max_length` (by its `truncation`), or every text's windows (`long_text` chunk). Pool the model's outputs with
+    `Windows.pool` (a no-op in cut mode). A large dataset's ids live in a memory-mapped temporary file under
+    `cache_dir` (--cache-dir; None: `bertkit.data.cachedir.cache_root`'s default)."""
+    if reading.chunked:
+        return encode_windows(tokenizer, dataset, reading.max_length, reading.window_stride, cache_dir=cache_dir)
+    encoded = encode_dataset(tokenizer, dataset, reading.max_length, truncation=reading.truncation,
+                             cache_dir=cache_dir)
     return Windows(encoded, np.arange(len(dataset), dtype=np.int64), len(dataset))

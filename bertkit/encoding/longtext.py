@@ -1,5 +1,6 @@
 """Texts longer than the model's window: which tokens a cut keeps (`--truncation`), and overlapping windows over
-a whole text with their outputs pooled back to one row per text (`--long-text chunk --stride N`).
+a whole text with their outputs pooled back to one row per text (`--long-text chunk --stride N`). The settings that
+choose between them are `bertkit.encoding.reading.Reading`'s; the functions here take their plain values.
 
 Everything here works on the token ids of one tokenized row and the tokenizer's `sequence_ids` (None for a
 special token, 0 for the first text, 1 for the second): the special tokens ([CLS], [SEP], RoBERTa's <s></s>, ...)
@@ -19,8 +20,8 @@ Pooling across a text's windows:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import astuple, dataclass
-from typing import Any, ClassVar
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -33,53 +34,6 @@ LONG_TEXT_MODES = ("cut", "chunk")
 HEAD_SHARE = 128 / 510
 """head+tail keeps this share of the budget from the start: Sun et al. 2019 ("How to Fine-Tune BERT for Text
 Classification?") found head 128 + tail 382 of 510 tokens best on IMDb."""
-
-
-
-@dataclass(frozen=True)
-class LongText:
-    """How texts longer than --max-length are read, end to end (config -> encoding -> manifests, saved probes):
-    cut (`truncation` says which tokens stay) or, with `mode="chunk"`, overlapping windows sharing `stride` tokens
-    (None: `default_stride`). A new long-text setting is a field here, its `JSON_KEYS` entry and its option."""
-
-    truncation: str = TRUNCATIONS[0]
-    mode: str = LONG_TEXT_MODES[0]
-    stride: int | None = None
-
-    JSON_KEYS: ClassVar[tuple[str, ...]] = ("truncation", "long_text", "stride")
-    """The fields' keys (same order) in manifests, store identities, probe.json and the feature-cache keys; also the
-    config's field names (--truncation, --long-text, --stride)."""
-
-    @classmethod
-    def from_json(cls, record: Any) -> LongText:
-        """The settings a manifest, saved probe or config (a dict) records; files made before a key was recorded
-        read as the default (before any was: head-cut)."""
-        default = cls().to_json()
-        return cls(*(record.get(key, default[key]) for key in cls.JSON_KEYS))
-
-    @classmethod
-    def from_config(cls, cfg: Any) -> LongText:
-        """The settings of a config with --truncation (and --long-text/--stride where the command has them); an
-        option unset (None) reads as the default."""
-        default = cls().to_json()
-        values = [getattr(cfg, key, None) for key in cls.JSON_KEYS]
-        return cls(*(default[key] if value is None else value for key, value in zip(cls.JSON_KEYS, values, strict=True)))
-
-    def to_json(self) -> dict[str, Any]:
-        """{truncation, long_text, stride}: what manifests, store identities and saved probes record."""
-        return dict(zip(self.JSON_KEYS, astuple(self), strict=True))
-
-    @property
-    def chunked(self) -> bool:
-        return self.mode == "chunk"
-
-    def known(self) -> bool:
-        """Whether truncation and mode are values this bertkit knows (a saved file may say anything)."""
-        return self.truncation in TRUNCATIONS and self.mode in LONG_TEXT_MODES
-
-    def stride_for(self, max_length: int) -> int:
-        """The windows' overlap at `max_length`: --stride, or `default_stride` when not given."""
-        return default_stride(max_length) if self.stride is None else self.stride
 
 
 # ---------------------------------------------------------------- which tokens a cut keeps

@@ -1,5 +1,6 @@
-"""How texts are read into token ids, as options (`TruncationOption`, `LongTextOptions`: the flags of every command
-that runs a model on text) and as the settings object those options resolve to and artifacts record (`Reading`)."""
+"""How texts are read into token ids, as options (`ReadingOptions`, `LongTextOptions`: the flags of every command
+that runs a model on text, --max-length declared once in `MaxLengthOption`) and as the one settings object those
+options resolve to, the library takes and artifacts record (`Reading`: window, cut or windows, stride)."""
 
 from __future__ import annotations
 
@@ -8,31 +9,45 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from bertkit.encoding.longtext import LONG_TEXT_MODES, TRUNCATIONS, LongText, default_stride
+from bertkit.encoding.longtext import LONG_TEXT_MODES, TRUNCATIONS, default_stride
 from bertkit.options import MODEL, option
 
 log = logging.getLogger(__name__)
 
 
+DEFAULT_MAX_LENGTH = 128
+"""The window of a model that records none (a hub id, the packaged encoder): BERT fine-tuning's usual 128."""
+
+
+def max_length_help(reads: str = "the model (or probe, export)") -> str:
+    """--max-length's help, for a command that `reads` a model (evaluate: a fine-tuned model only, no probe)."""
+    return f"Truncate inputs to this many tokens. Default: as {reads} records it, else {DEFAULT_MAX_LENGTH}."
+
+
 @dataclass(frozen=True)
-class TruncationOption:
-    """Which tokens of an over-long text are kept: every command that runs a model on text."""
+class MaxLengthOption:
+    """--max-length, declared here once with one meaning for every command that reads text: unset (None), it is what
+    the model (probe, export) read records (`read_as_recorded`), else `DEFAULT_MAX_LENGTH`."""
 
-    truncation: str = option(LongText.truncation, "Which tokens a text longer than --max-length keeps: head (the first), tail (the "
-                             "last), head+tail (the first quarter and the last three quarters of the budget; Sun et "
-                             "al. 2019).", panel=MODEL, choices=TRUNCATIONS)
+    max_length: int | None = option(None, max_length_help(), panel=MODEL, above=0)
 
 
 @dataclass(frozen=True)
-class LongTextOptions(TruncationOption):
-    """Texts longer than the window: cut them (--truncation), or run every window and pool (embed/probe/predict/
-    evaluate/export). Unset (None), each reads as the artifact read records it (a model's, a probe's, an export's),
-    else the default (`Reading.from_options`)."""
+class ReadingOptions(MaxLengthOption):
+    """The window and which tokens of an over-long text it keeps: every command that runs a model on text."""
 
     truncation: str | None = option(None, "Which tokens a text longer than --max-length keeps: head (the first), tail "
                                     "(the last), head+tail (the first quarter and the last three quarters of the "
                                     "budget; Sun et al. 2019). Default: as the model was trained, else head.",
                                     panel=MODEL, choices=TRUNCATIONS)
+
+
+@dataclass(frozen=True)
+class LongTextOptions(ReadingOptions):
+    """Texts longer than the window: cut them (--truncation), or run every window and pool (embed/probe/predict/
+    evaluate/export). Unset (None), each reads as the artifact read records it (a model's, a probe's, an export's),
+    else the default (`Reading.from_options`)."""
+
     long_text: str | None = option(None, "Texts longer than --max-length: cut (see --truncation) or chunk "
                                    "(overlapping windows of --max-length tokens, pooled: features by mean, logits by "
                                    "max; nothing is cut). Default: cut.", panel=MODEL, choices=LONG_TEXT_MODES)
@@ -54,27 +69,25 @@ class LongTextOptions(TruncationOption):
         return []
 
 
-DEFAULT_MAX_LENGTH = 128
-READ_AS_SAVED_HELP = (f"Truncate inputs to this many tokens. Default: as the model (or probe) records it, else "
-                      f"{DEFAULT_MAX_LENGTH}.")
-READ_AS_SAVED_MODEL_HELP = f"Truncate inputs to this many tokens. Default: as the model records it, else {DEFAULT_MAX_LENGTH}."
-"""--max-length of a command that reads a fine-tuned model only (evaluate): no probe to record it."""
-
-
 @dataclass(frozen=True)
 class Reading:
     """How texts become a model's inputs: at most `max_length` tokens, and a longer text cut (`truncation` says which
-    tokens stay) or read as overlapping windows sharing `stride` tokens (`long_text` chunk). Recorded in every
-    artifact made with it (bertkit_model.json, saved probes, store manifests, export folders) and read back from
-    there (`over_record`): a model fine-tuned on 16 tokens is read with 16 tokens."""
+    tokens stay) or read as overlapping windows sharing `stride` tokens (`long_text` chunk; None: `default_stride`).
+    The one settings object for it: a command builds it once from its options and the record of what it reads
+    (`over_record`), the library takes it (`encoding.encode.encode_for`, feature extraction, classifier logits), and
+    every artifact made with it records it (bertkit_model.json, saved probes, store manifests, export folders): a
+    model fine-tuned on 16 tokens is read with 16 tokens."""
 
     max_length: int = DEFAULT_MAX_LENGTH
-    long_text: str = LongText.mode
-    truncation: str = LongText.truncation
+    long_text: str = LONG_TEXT_MODES[0]
+    truncation: str = TRUNCATIONS[0]
     stride: int | None = None
 
     KEYS = ("max_length", "long_text", "truncation", "stride")
     """The keys in records; also the option names (--max-length, --long-text, --truncation, --stride)."""
+    LONG_TEXT_KEYS = ("truncation", "long_text", "stride")
+    """The long-text keys (this order) in store manifests and identities, probe.json and feature-cache keys, which
+    record the window under `max_length` beside them."""
 
     @classmethod
     def from_options(cls, cfg: Any) -> Reading:
@@ -84,19 +97,41 @@ class Reading:
 
     @classmethod
     def from_json(cls, record: Any) -> Reading | None:
-        """The reading an artifact records; None when it records none (saved before bertkit recorded it). Long-text
-        keys missing from an older record read as the defaults (before any was recorded: head-cut)."""
+        """The reading an artifact records; None when it records none (saved before bertkit recorded it)."""
         if not isinstance(record, dict) or not isinstance(record.get("max_length"), int):
             return None
+        return cls.from_record(record)
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> Reading:
+        """The reading a manifest, saved probe or feature-cache key records beside its other settings: keys missing
+        from an older record read as the defaults (before any long-text key was recorded: head-cut; no window: 128)."""
         default = cls()
-        return cls(*(record.get(key, getattr(default, key)) for key in cls.KEYS))
+        values = {key: record.get(key, getattr(default, key)) for key in cls.KEYS}
+        if not isinstance(values["max_length"], int):
+            values["max_length"] = default.max_length
+        return cls(**values)
 
     def to_json(self) -> dict[str, Any]:
         return {key: getattr(self, key) for key in self.KEYS}
 
+    def long_text_json(self) -> dict[str, Any]:
+        """{truncation, long_text, stride}: what store identities, manifests and saved probes record beside
+        `max_length`."""
+        return {key: getattr(self, key) for key in self.LONG_TEXT_KEYS}
+
     @property
-    def long_text_settings(self) -> LongText:
-        return LongText(self.truncation, self.long_text, self.stride)
+    def chunked(self) -> bool:
+        return self.long_text == "chunk"
+
+    @property
+    def window_stride(self) -> int:
+        """The windows' overlap: --stride, or `default_stride` of the window when not given."""
+        return default_stride(self.max_length) if self.stride is None else self.stride
+
+    def known(self) -> bool:
+        """Whether truncation and long_text are values this bertkit knows (a saved file may say anything)."""
+        return self.truncation in TRUNCATIONS and self.long_text in LONG_TEXT_MODES
 
     def applied_to(self, cfg: Any) -> Any:
         """`cfg` with this reading's values in its reading options (the resolved config a command runs with)."""

@@ -11,6 +11,7 @@ from bertkit.data.dataset import TextDataset
 from bertkit.encoding.batches import SORT_WINDOW, sorted_batches
 from bertkit.encoding.encode import encode_for
 from bertkit.encoding.longtext import default_stride
+from bertkit.encoding.reading import Reading
 
 
 @dataclass
@@ -164,7 +165,7 @@ def length_report(
     tally = _Tally(np.zeros(0, dtype=np.int64))
     rng = np.random.default_rng(seed)
     for _, window in dataset.chunks(SORT_WINDOW):
-        encoded = encode_for(tokenizer, window, max_length, cache_dir=cache_dir).encoded
+        encoded = encode_for(tokenizer, window, Reading(max_length), cache_dir=cache_dir).encoded
         tally.add(encoded.full_lengths, encoded.lengths.astype(np.int64), batch_size, rng)
         if window.labels is not None:
             tally.add_labels(window.labels)

@@ -23,7 +23,7 @@ from bertkit.data.dataset import TextDataset
 from bertkit.encoding import encode
 from bertkit.encoding.batches import ahead
 from bertkit.encoding.encode import Encoded, RowsCut
-from bertkit.encoding.longtext import LongText
+from bertkit.encoding.reading import Reading
 from bertkit.features.pooling import encoder_shape, forward_features, pool_tokens, prune_applies
 from bertkit.features.settings import Pooling
 from bertkit.models import infer, onnx
@@ -62,28 +62,27 @@ def count_windows(bar: Any, windows: Any) -> None:
         bar.refresh()
 
 
-def encode_features(encoder: Any, tokenizer: Any, dataset: TextDataset, spec: Pooling, *, max_length: int,
+def encode_features(encoder: Any, tokenizer: Any, dataset: TextDataset, spec: Pooling, *, reading: Reading,
                     batch_size: int | None, device: torch.device, dtype: torch.dtype, bar: Any = None,
-                    long_text: LongText | None = None, windows: Any = None) -> tuple[np.ndarray, EncodeStats]:
+                    windows: Any = None) -> tuple[np.ndarray, EncodeStats]:
     """Features for every row of `dataset` (input order) and what it took (`infer.run_batches` does the loop).
 
-    Over-long texts are cut as `long_text.truncation` says (None: head), or read as windows whose features are
-    averaged per text (`long_text.mode == "chunk"`, see `bertkit.encoding.longtext`); a `bar` then counts windows (see `count_windows`).
+    Texts are read as `reading` says: over-long ones cut (its `truncation`), or read as windows whose features are
+    averaged per text (`reading.chunked`, see `bertkit.encoding.longtext`); a `bar` then counts windows (see `count_windows`).
     `windows`: the dataset already tokenized so (`encode.encode_for`), e.g. on a worker thread ahead of the model."""
-    return start_features(encoder, tokenizer, dataset, spec, max_length=max_length, batch_size=batch_size,
-                          device=device, dtype=dtype, bar=bar, long_text=long_text, windows=windows)()
+    return start_features(encoder, tokenizer, dataset, spec, reading=reading, batch_size=batch_size,
+                          device=device, dtype=dtype, bar=bar, windows=windows)()
 
 
-def start_features(encoder: Any, tokenizer: Any, dataset: TextDataset, spec: Pooling, *, max_length: int,
+def start_features(encoder: Any, tokenizer: Any, dataset: TextDataset, spec: Pooling, *, reading: Reading,
                    batch_size: int | None, device: torch.device, dtype: torch.dtype, bar: Any = None,
-                   long_text: LongText | None = None,
                    windows: Any = None) -> Callable[[], tuple[np.ndarray, EncodeStats]]:
     """`encode_features` with its batches queued (`infer.start_batches`): calling the result waits for them and
     gives the features and stats. On a GPU the caller queues the next shard in between."""
     start = time.perf_counter()
     n_layers, hidden = encoder_shape(encoder)
     indices = spec.resolve(n_layers)
-    windows = windows if windows is not None else encode.encode_for(tokenizer, dataset, max_length, long_text)
+    windows = windows if windows is not None else encode.encode_for(tokenizer, dataset, reading)
     encoded: Encoded = windows.encoded
     count_windows(bar, windows)
     batches = infer.plan_batches(encoded.lengths, batch_size, infer.auto_token_budget(encoder, device))
@@ -111,7 +110,7 @@ def start_features(encoder: Any, tokenizer: Any, dataset: TextDataset, spec: Poo
 
 
 def encode_shards(writer: Any, dataset: TextDataset, shards: Sequence[int], encoder: Any, tokenizer: Any,
-                  spec: Pooling, *, max_length: int, batch_size: int | None, long_text: LongText, device: torch.device,
+                  spec: Pooling, *, reading: Reading, batch_size: int | None, device: torch.device,
                   dtype: torch.dtype, bar: Any = None) -> None:
     """Encode and write `shards` of a store (`writer`: `bertkit.features.store.StoreWriter`) as a pipeline: shard
     k+1 is tokenized on a worker thread and shard k-1 written on another while shard k runs on the model, so
@@ -119,7 +118,7 @@ def encode_shards(writer: Any, dataset: TextDataset, shards: Sequence[int], enco
     k-1's outputs are waited for, so the device does not idle between shards."""
     def tokenized(k: int) -> tuple[Any, Any]:
         part = dataset.subset(range(*writer.ranges[k]))
-        return part, encode.encode_for(tokenizer, part, max_length, long_text)
+        return part, encode.encode_for(tokenizer, part, reading)
 
     def write(k: int, finish: Callable[[], tuple[np.ndarray, EncodeStats]], written: Any) -> Any:
         features, stats = finish()
@@ -133,9 +132,9 @@ def encode_shards(writer: Any, dataset: TextDataset, shards: Sequence[int], enco
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="bertkit-store") as disk:
         written, queued = None, []
         for k, (part, windows) in ahead(shards, tokenized, depth=2):
-            queued.append((k, start_features(encoder, tokenizer, part, spec, max_length=max_length,
+            queued.append((k, start_features(encoder, tokenizer, part, spec, reading=reading,
                                              batch_size=batch_size, device=device, dtype=dtype, bar=bar,
-                                             long_text=long_text, windows=windows)))
+                                             windows=windows)))
             while len(queued) > ahead_of_writes:
                 written = write(*queued.pop(0), written)
         for k, finish in queued:
@@ -145,43 +144,43 @@ def encode_shards(writer: Any, dataset: TextDataset, shards: Sequence[int], enco
 
 
 def extract_features(encoder: Any, tokenizer: Any, dataset: TextDataset, *, pool: str = "cls", layers: str = "-1",
-                     combine: str = "concat", max_length: int = 128, batch_size: int | str = 64,
+                     combine: str = "concat", reading: Reading = Reading(), batch_size: int | str = 64,
                      dtype: torch.dtype = torch.float32, device: torch.device | str | None = None,
                      normalize: bool = False, progress: bool = False,
-                     long_text: LongText | None = None, counted: RowsCut | None = None) -> np.ndarray:
+                     counted: RowsCut | None = None) -> np.ndarray:
     """Pooled features of every row, in the dataset's order: (n, dim), or (n, layers, dim) for layers="all".
 
     `batch_size` is rows per batch or "auto" (a padded-token budget from the model size). Texts longer than
-    `max_length` are cut (`long_text.truncation`: head, tail, head+tail; None: head), or with `long_text.mode`
-    chunk read in overlapping windows sharing `long_text.stride` tokens whose features are averaged (one row per
-    text either way).
+    `reading.max_length` are cut (`reading.truncation`: head, tail, head+tail), or with `reading.long_text` chunk
+    read in overlapping windows sharing `reading.stride` tokens whose features are averaged (one row per text
+    either way).
     """
     spec = Pooling.from_options(pool, layers, combine, normalize)
     device = torch.device(device) if device is not None else next(encoder.parameters()).device
     rows = None if str(batch_size) == "auto" else int(batch_size)
-    with infer.closing(infer.progress_bar(len(dataset), "embed", progress, unit_of(long_text))) as bar:
-        features, stats = encode_features(encoder, tokenizer, dataset, spec, max_length=max_length, batch_size=rows,
-                                          device=device, dtype=dtype, bar=bar, long_text=long_text)
+    with infer.closing(infer.progress_bar(len(dataset), "embed", progress, unit_of(reading))) as bar:
+        features, stats = encode_features(encoder, tokenizer, dataset, spec, reading=reading, batch_size=rows,
+                                          device=device, dtype=dtype, bar=bar)
     if counted is not None:  # `counted`: rows read and cut at max_length, added up over calls
         counted.add(stats.rows, stats.n_truncated)
     return features
 
 
-def unit_of(long_text: LongText | None) -> str:
+def unit_of(reading: Reading) -> str:
     """What a progress bar counts: rows, or windows when texts are read in windows."""
-    return "windows" if long_text is not None and long_text.chunked else "rows"
+    return "windows" if reading.chunked else "rows"
 
 
 def extract_pooled(encoder: Any, tokenizer: Any, dataset: TextDataset, *, pools: Sequence[str], layers: Sequence[int],
-                   max_length: int, batch_size: int | None, dtype: torch.dtype, normalize: bool = False,
-                   progress: bool = False, long_text: LongText | None = None,
+                   reading: Reading, batch_size: int | None, dtype: torch.dtype, normalize: bool = False,
+                   progress: bool = False,
                    desc: str = "features") -> dict[str, np.ndarray]:
     """{pool: (n, len(layers), d)} from ONE forward pass per batch (`layers` are hidden-state indices,
     0 = embeddings). Pooling is `pool_tokens`, so each slice equals `extract_features` with that pool and layer:
-    comparing cls and mean costs one extraction, not two (`bertkit probe`). Over-long texts as `long_text` says
+    comparing cls and mean costs one extraction, not two (`bertkit probe`). Texts read as `reading` says
     (windows are averaged per text, as in `encode_features`); `desc` labels the progress bar."""
     device = next(encoder.parameters()).device
-    windows = encode.encode_for(tokenizer, dataset, max_length, long_text)
+    windows = encode.encode_for(tokenizer, dataset, reading)
     batches = infer.plan_batches(windows.encoded.lengths, batch_size, infer.auto_token_budget(encoder, device))
 
     def pooled_of(batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -191,7 +190,7 @@ def extract_pooled(encoder: Any, tokenizer: Any, dataset: TextDataset, *, pools:
                                for pool in pools], 1)
         return torch.nn.functional.normalize(stacked, p=2.0, dim=-1) if normalize else stacked
 
-    with infer.closing(infer.progress_bar(len(dataset), desc, progress, unit_of(long_text))) as bar:
+    with infer.closing(infer.progress_bar(len(dataset), desc, progress, unit_of(reading))) as bar:
         count_windows(bar, windows)
         outputs = infer.run_batches(pooled_of, windows.encoded, batches, model=encoder,
                                     pad_id=infer.pad_id_of(tokenizer), device=device, dtype=dtype, bar=bar,

@@ -8,16 +8,16 @@ import contextlib
 import json
 from typing import Any
 
-from bertkit.encoding.longtext import LongText
+from bertkit.encoding.reading import Reading
 from bertkit.errors import UserError
 from bertkit.features.settings import Pooling
 
-IDENTITY_DEFAULTS = LongText().to_json()
+IDENTITY_DEFAULTS = Reading().long_text_json()
 """Identity keys added after stores were first written, with the value every store made before had: such a store
 still resumes (and counts as complete) under the same settings."""
 
 SHARED_SETTINGS = ("model", "revision", "backend", *Pooling.KEYS, "dtype", "store_dtype",
-                   "max_length", *LongText().to_json())
+                   "max_length", *Reading.LONG_TEXT_KEYS)
 """The identity keys every split of one store must agree on."""
 
 

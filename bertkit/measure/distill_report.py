@@ -68,11 +68,11 @@ def measure_teacher_student(cfg: Any, task: Any, result: Any, compute: Compute) 
                             task.teacher_tokenizer, 0.0),
                   Contender("student", str(student_dir), False, student.to(device),
                             loading.load_tokenizer(str(student_dir)), 0.0)]
-    settings = bench_measure.BenchSettings(batch_sizes=(1, 32), max_length=cfg.max_length, train_batch_size=0,
+    settings = bench_measure.BenchSettings(batch_sizes=(1, 32), max_length=task.reading.max_length, train_batch_size=0,
                                            seed=cfg.seed,
                                            budget=timing.Budget(warmup=2, min_iters=10, min_seconds=2.0, rounds=2))
     latency = bench_measure.measure_latency(contenders, texts, settings, device, dtype)
-    encoded = encode_for(task.teacher_tokenizer, splits.dev, cfg.max_length, cache_dir=cfg.cache_dir).encoded
+    encoded = encode_for(task.teacher_tokenizer, splits.dev, task.reading, cache_dir=cfg.cache_dir).encoded
     throughput = bench_measure.measure_throughput(contenders, encoded, infer.pad_id_of(task.teacher_tokenizer),
                                                   settings, device, dtype)
     quality = _dev_quality(cfg, task, result, splits)
@@ -86,12 +86,13 @@ def measure_teacher_student(cfg: Any, task: Any, result: Any, compute: Compute) 
 
 
 def _dev_quality(cfg: Any, task: Any, result: Any, splits: Any) -> dict[str, Any]:
-    """Dev metrics of the teacher (computed now, on the same dev rows) and of the student's best checkpoint."""
+    """Dev metrics of the teacher (computed now, on the same dev rows, read as it records: `task.reading`) and of
+    the student's best checkpoint."""
     from bertkit.models import infer
     from bertkit.scoring.shapes import MultiLabel, Regression, SingleLabel
     labels = task.teacher_labels
     y_dev = labels.encode(splits.dev.labels or [], f"The dev data {splits.dev.source}")
-    logits = infer.classifier_logits(task.teacher, task.teacher_tokenizer, splits.dev, max_length=cfg.max_length,
+    logits = infer.classifier_logits(task.teacher, task.teacher_tokenizer, splits.dev, reading=task.reading,
                                      batch_size=64, precision=cfg.precision)
     names = [str(x) for x in labels.labels]
     hard = (Regression(y_dev, y_dev, names) if labels.task == "regression" else

@@ -16,6 +16,7 @@ import numpy as np
 
 from bertkit.data.dataset import TextDataset
 from bertkit.encoding.encode import Encoded, encode_for
+from bertkit.encoding.reading import Reading
 from bertkit.errors import UserError
 from bertkit.io import trail
 from bertkit.measure.contenders import Contender
@@ -223,7 +224,7 @@ def run_bench(
     for c in contenders:
         c.model.to(device)
     tokenizer = contenders[0].tokenizer
-    encoded = encode_for(tokenizer, TextDataset(list(texts)), settings.max_length).encoded
+    encoded = encode_for(tokenizer, TextDataset(list(texts)), Reading(settings.max_length)).encoded
     pad_id = infer.pad_id_of(tokenizer)
     report: dict[str, Any] = {"protocol": settings.protocol, "data": token_stats(encoded), "notes": [],
                               "loadavg_start": list(os.getloadavg())}

@@ -22,7 +22,7 @@ from bertkit.data.dataset import TextDataset
 from bertkit.data.labels import LabelMap
 from bertkit.encoding.batches import ahead, pad_batch, restore_order, sorted_batches, token_budget_batches
 from bertkit.encoding.encode import Encoded, RowsCut, encode_for
-from bertkit.encoding.longtext import LongText
+from bertkit.encoding.reading import Reading
 from bertkit.models import loading, onnx, quantize
 from bertkit.models.compute import Compute
 from bertkit.models.fastforward import SequenceClassifier
@@ -210,12 +210,11 @@ per row (measured: `bertkit predict` of three sentences spent 2-8 s wrapping aga
 first forward; benchmarks/bench_startup.py --only-predict)."""
 
 
-def classifier_logits(classifier: Any, tokenizer: Any, dataset: TextDataset, *, max_length: int, batch_size: int,
-                      precision: str, progress: bool = False, long_text: LongText | None = None,
-                      counted: RowsCut | None = None) -> np.ndarray:
+def classifier_logits(classifier: Any, tokenizer: Any, dataset: TextDataset, *, reading: Reading, batch_size: int,
+                      precision: str, progress: bool = False, counted: RowsCut | None = None) -> np.ndarray:
     """Logits of a sequence classifier for every row of `dataset`, in its order (predict, evaluate, distill).
 
-    Texts longer than `max_length` are cut (`long_text.truncation`; None: head), or with `long_text.mode` chunk read
+    Texts longer than `reading.max_length` are cut (`reading.truncation`), or with `reading.long_text` chunk read
     whole in overlapping windows pooled back to one row per text: the max per class, the mean of a regression
     model's numbers (why: `bertkit.encoding.longtext`). `precision` int8 wants a model `load_for_inference`
     quantized once; an fp32 one is quantized here, a copy per call. An ONNX export runs in its own precision."""
@@ -232,8 +231,8 @@ def classifier_logits(classifier: Any, tokenizer: Any, dataset: TextDataset, *, 
         model.eval()
         net = classifier if isinstance(classifier, SequenceClassifier) else SequenceClassifier(
             model, fast=len(dataset) >= FAST_PATH_MIN_ROWS)
-    windows = encode_for(tokenizer, dataset, max_length, long_text)
-    if counted is not None and not (long_text and long_text.chunked):  # chunked texts are read whole, never cut
+    windows = encode_for(tokenizer, dataset, reading)
+    if counted is not None and not reading.chunked:  # chunked texts are read whole, never cut
         counted.add(len(windows.encoded.lengths), windows.encoded.n_truncated)
     batches = sorted_batches(windows.encoded.lengths, batch_size)
     with closing(progress_bar(len(windows.owner), "predict", progress)) as bar:
@@ -244,18 +243,19 @@ def classifier_logits(classifier: Any, tokenizer: Any, dataset: TextDataset, *, 
     return windows.pool(per_window, "mean" if getattr(model.config, "problem_type", None) == "regression" else "max")
 
 
-def inference_compute(model_dir: str, precision: str) -> Compute:
-    """--precision resolved once for a classifier folder (`Compute.resolve`); an ONNX export runs in its own baked-in
-    precision on the CPU, so there only auto/fp32 may be asked for."""
-    if onnx.is_export(model_dir):
-        onnx.check_precision(precision, model_dir)
-        return onnx.export_compute(model_dir)
-    return Compute.resolve(None, precision)
+def export_compute_of(model_dir: str, precision: str) -> Compute | None:
+    """The `Compute` of an ONNX export folder, which runs in its own baked-in precision on the CPU (so there only
+    auto/fp32 may be asked for); None for a model folder, whose --precision the command resolves
+    (`Compute.resolve`)."""
+    if not onnx.is_export(model_dir):
+        return None
+    onnx.check_precision(precision, model_dir)
+    return onnx.export_compute(model_dir)
 
 
 def load_for_inference(model_dir: str, compute: Compute) -> tuple[Any, Any, LabelMap]:
     """A fine-tuned folder: classifier (eval mode, on `compute`'s device: the command's one resolution of --device
-    and --precision, `inference_compute`), tokenizer, and its label mapping. `compute` int8: on the CPU, its linear
+    and --precision, `export_compute_of` or `Compute.resolve`), tokenizer, and its label mapping. `compute` int8: on the CPU, its linear
     layers quantized (`quantize.quantized_int8`), for inference only. An ONNX export folder: its runner
     (`bertkit.models.onnx`), which takes only its own precision."""
     if onnx.is_export(model_dir):

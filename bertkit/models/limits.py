@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.errors import UserError
+from bertkit.models import metadata
 
 DEFAULT_POSITIONS = 512
 """What a config that names no `max_position_embeddings` is taken to accept (BERT's)."""
@@ -52,8 +53,10 @@ def saved_limits(folder: Path) -> SavedLimits | None:
     if config is None:
         return None
     tokenizer = _json_object(folder / "tokenizer_config.json") or {}
+    # a folder bertkit saved carries its recorded reading there: the window it was trained at, not a limit
+    declared = None if metadata.declares_reading(folder) else tokenizer.get("model_max_length")
     layers = config.get("num_hidden_layers", config.get("n_layers"))
-    return SavedLimits(accepted_length(config.get("max_position_embeddings"), tokenizer.get("model_max_length")),
+    return SavedLimits(accepted_length(config.get("max_position_embeddings"), declared),
                        layers if isinstance(layers, int) and not isinstance(layers, bool) else None)
 
 

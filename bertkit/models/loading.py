@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from bertkit.errors import UserError
-from bertkit.models import folders
+from bertkit.models import folders, metadata
 from bertkit.models.folders import (  # noqa: F401 - the names' one owner is folders (light: no torch); used as loading.X
     OFFLINE_HINT,
     OFFLINE_NAME,
@@ -188,8 +188,12 @@ HEAD_MODULES = {"classifier", "pre_classifier", "score"}
 
 
 def model_max_length(tokenizer: Any, config: Any) -> int:
-    """The longest input the model accepts: position embeddings bound it, the tokenizer may say less."""
-    return accepted_length(getattr(config, "max_position_embeddings", None), getattr(tokenizer, "model_max_length", None))
+    """The longest input the model accepts: position embeddings bound it, the tokenizer may say less (unless bertkit
+    wrote its recorded reading there: a model trained at 16 tokens may still be read at 64 when asked)."""
+    declared = getattr(tokenizer, "model_max_length", None)
+    if metadata.declares_reading(getattr(tokenizer, "name_or_path", "") or ""):
+        declared = None  # the window the model was trained at, not a limit of the model
+    return accepted_length(getattr(config, "max_position_embeddings", None), declared)
 
 
 def min_max_length(tokenizer: Any, pair: bool = False) -> int:

@@ -23,13 +23,44 @@ LOADABLE_NAMES = frozenset({"config.json", "model.safetensors.index.json", "toke
 """Files a loader reads from a model folder: one the record does not list would be read unverified, so it is refused."""
 
 
+TOKENIZER_CONFIG = "tokenizer_config.json"
+TRUNCATION_SIDES = {"head": "right", "tail": "left", "head+tail": "right"}
+"""transformers' `truncation_side` for each --truncation. head+tail (keep both ends) has no transformers
+equivalent: a plain `pipeline()` keeps the head (right-side truncation), which bertkit's head+tail starts with."""
+
+
 def write_model_info(folder: str | Path, info: dict[str, Any]) -> None:
     """`info` as the folder's bertkit_model.json (written atomically), with the record of every file the folder holds
-    now: callers save the weights, config and tokenizer first (a card or report written after is not recorded)."""
+    now: callers save the weights, config and tokenizer first (a card or report written after is not recorded).
+    The reading `info` records is also written where plain transformers reads it (`write_tokenizer_reading`), before
+    the files are digested."""
     folder = Path(folder)
+    reading = Reading.from_json(info.get("reading"))
+    if reading is not None:
+        write_tokenizer_reading(folder, reading)
     names = [p.name for p in folder.iterdir() if p.is_file() and p.name != MODEL_INFO and not p.name.startswith(".")]
     atomic.write_json_atomic(folder / MODEL_INFO, {**info, "format": FORMAT,
                                                    "files": digests.folder_records(folder, names)})
+
+
+def write_tokenizer_reading(folder: Path, reading: Reading) -> None:
+    """The folder's tokenizer_config.json with `model_max_length` = the recorded window and `truncation_side` as
+    `TRUNCATION_SIDES` says, so a `transformers.pipeline()` script reads the model as bertkit does. A folder without
+    that file (no tokenizer saved) is left as it is."""
+    file = folder / TOKENIZER_CONFIG
+    try:
+        config = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    if isinstance(config, dict):
+        side = TRUNCATION_SIDES.get(reading.truncation, "right")
+        atomic.write_json_atomic(file, {**config, "model_max_length": reading.max_length, "truncation_side": side})
+
+
+def declares_reading(folder: str | Path) -> bool:
+    """Whether bertkit wrote the folder's reading into its tokenizer_config.json (`write_tokenizer_reading`): its
+    `model_max_length` is then the window the model was trained at, not a limit of the model."""
+    return Reading.from_json(read_model_info(Path(folder).expanduser()).get("reading")) is not None
 
 
 def read_model_info(folder: str | Path) -> dict[str, Any]:
@@ -51,12 +82,14 @@ def saved_reading(folder: str | Path) -> Reading | None:
     return Reading.from_json(info.get("reading")) or UNRECORDED
 
 
-def read_as_saved(cfg: Any) -> Any:
-    """`cfg` with its reading options resolved against the record of its --model (`saved_reading`): every command
-    that runs a saved model (embed, probe, evaluate, export, predict) reads texts as the model was trained to; a
-    model bertkit did not save (a hub id) reads with the options and the defaults."""
-    recorded = saved_reading(cfg.model) if cfg.model else None
-    return read_as_recorded(cfg, recorded, f"The model {cfg.model}")
+def read_as_saved(cfg: Any, model: str | None = None) -> Any:
+    """`cfg` with its reading options resolved against the record of `model` (default: its --model;
+    `saved_reading`): every command that reads text with a model (tokens, embed, probe, finetune, distill's teacher,
+    sweep, evaluate, export, predict, bench) reads texts as the model was trained to; a model bertkit did not save (a
+    hub id) reads with the options and the defaults (--max-length 128)."""
+    model = model if model is not None else getattr(cfg, "model", None)
+    recorded = saved_reading(model) if model else None
+    return read_as_recorded(cfg, recorded, f"The model {model}")
 
 
 def saved_threshold(model_dir: str) -> float | list[float]:

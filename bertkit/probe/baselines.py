@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from bertkit.encoding.longtext import LongText
+from bertkit.encoding.reading import Reading
 from bertkit.probe import shapes as probe_shapes
 from bertkit.probe.fit import MAX_ITER, fit_probe
 from bertkit.probe.inputs import ProbeInputs, cached_features
@@ -122,9 +122,9 @@ def random_encoder_features(cfg: Any, inputs: ProbeInputs, pool: str, index: int
             state["tokenizer"] = loading.load_tokenizer(model, bool(meta.get("trust_remote_code")))
         dtype = loading.DTYPE_NAMES.get(str(meta.get("dtype")), torch.float32)
         return extract.extract_pooled(state["encoder"], state["tokenizer"], ds, pools=[pool], layers=[index],
-                              max_length=int(meta["max_length"]), batch_size=cfg.batch_size, dtype=dtype,
+                              reading=Reading.from_record(meta), batch_size=cfg.batch_size, dtype=dtype,
                               normalize=bool(meta.get("normalize")), progress=progress,
-                              long_text=LongText.from_json(meta), desc=f"random-init baseline, {split}")
+                              desc=f"random-init baseline, {split}")
 
     key = {**meta, "revision": f"random-init(seed={cfg.seed})/{meta.get('revision')}", "layers": str(index)}
     return {

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from bertkit.encoding.longtext import LongText
+from bertkit.encoding.reading import Reading
 from bertkit.errors import UserError
 from bertkit.features.settings import Pooling, check_distinct_layers, check_layers_exist, parse_layers
 from bertkit.io.digests import HashingWriter, record_problem
@@ -46,8 +46,9 @@ class ProbeInputs:
     source: str = "extracted"
 
 
-def load_store_inputs(cfg: Any) -> ProbeInputs:
-    """Features, labels and layer names from a `bertkit embed` store (--features)."""
+def load_store_inputs(cfg: Any, reading: Reading) -> ProbeInputs:
+    """Features, labels and layer names from a `bertkit embed` store (--features); `reading`: the command's options,
+    which may not ask for other long-text settings than the store's."""
     from bertkit.features import store
     from bertkit.models import loading
 
@@ -78,7 +79,7 @@ def load_store_inputs(cfg: Any) -> ProbeInputs:
         )
     notes: list[str] = []
     _warn_store_settings(cfg, manifest, train.path)
-    _check_store_long_text(cfg, manifest, train.path)
+    _check_store_long_text(reading, manifest, train.path)
     pools = _store_pools(cfg, manifest)
     positions, indices, names = _store_layers(cfg, train)
     if len(manifest.get("layer_indices") or []) == 1:
@@ -199,7 +200,7 @@ def _store_meta(manifest: dict[str, Any]) -> dict[str, Any]:
         meta["compute"] = recorded.to_json()
     meta["trust_remote_code"] = False
     # stores made before embed recorded how it read long texts were head-cut
-    meta.update(LongText.from_json(manifest).to_json())
+    meta.update(Reading.from_record(manifest).long_text_json())
     return meta
 
 
@@ -222,12 +223,12 @@ def _warn_store_settings(cfg: Any, manifest: dict[str, Any], path: Any) -> None:
                         flag, path, key, manifest.get(key), flag)
 
 
-def _check_store_long_text(cfg: Any, manifest: dict[str, Any], path: Any) -> None:
+def _check_store_long_text(reading: Reading, manifest: dict[str, Any], path: Any) -> None:
     """With --features the store's reading of long texts is used; a --truncation/--long-text/--stride that asks
     for another one (a value other than the default) is refused rather than silently ignored."""
-    stored, default = LongText.from_json(manifest).to_json(), LongText().to_json()
+    stored, default = Reading.from_record(manifest).long_text_json(), Reading().long_text_json()
     clashes = [f"--{k.replace('_', '-')} {v} (the store: {stored[k]})"
-               for k, v in LongText.from_config(cfg).to_json().items() if v != default[k] and v != stored[k]]
+               for k, v in reading.long_text_json().items() if v != default[k] and v != stored[k]]
     if clashes:
         raise UserError(
             f"The feature store {path} was embedded with other long-text settings than "
@@ -267,7 +268,8 @@ def _check_dev_targets_vary(splits: Any) -> None:
                         f"data, for a larger --dev-fraction hold-out).")
 
 
-def load_text_inputs(cfg: Any, cache_dir: Path | Callable[[], Path] | None, compute: Compute, progress: bool = False,
+def load_text_inputs(cfg: Any, cache_dir: Path | Callable[[], Path] | None, compute: Compute, reading: Reading,
+                     progress: bool = False,
                      on_labels: Callable[[Any, np.ndarray], None] | None = None) -> ProbeInputs:
     """Read --data/--dev/--test and extract features for every --pool and --layers (not given: `default_cells`) in
     one pass per split,
@@ -283,7 +285,7 @@ def load_text_inputs(cfg: Any, cache_dir: Path | Callable[[], Path] | None, comp
 
     model = cfg.model or loading.OFFLINE_NAME
     loading.check_model_folder(model)  # as saved, with its tokenizer: before the data is read
-    check_model_limits(model, max_length=cfg.max_length)  # what its files say it accepts: before the data is cached
+    check_model_limits(model, max_length=reading.max_length)  # what its files say it accepts: before the data is cached
     check_layers_exist(cfg.layers, model)
     splits = load_splits(cfg, need_labels=True, need_dev=True)
     lm = splits.label_map
@@ -292,7 +294,7 @@ def load_text_inputs(cfg: Any, cache_dir: Path | Callable[[], Path] | None, comp
         on_labels(lm, y_train)
     _check_dev_targets_vary(splits)
     tokenizer = loading.load_tokenizer(model, cfg.trust_remote_code)
-    loading.check_max_length(cfg.max_length, tokenizer, loading.load_config(model, cfg.trust_remote_code), model,
+    loading.check_max_length(reading.max_length, tokenizer, loading.load_config(model, cfg.trust_remote_code), model,
                               pair=cfg.text_pair_column is not None)
     encoder = loading.load_encoder(model, cfg.trust_remote_code)
     cache_dir = cache_dir() if callable(cache_dir) else cache_dir
@@ -307,15 +309,14 @@ def load_text_inputs(cfg: Any, cache_dir: Path | Callable[[], Path] | None, comp
     if compute.precision == loading.INT8:
         encoder = quantize.quantized_int8(encoder, inplace=True)  # loaded for the feature pass only
     pooled = {k: v for k, v in spec.to_json().items() if k != "pool"}
-    meta = {"model": model, "revision": loading.model_revision(model), "max_length": cfg.max_length, **pooled,
+    meta = {"model": model, "revision": loading.model_revision(model), "max_length": reading.max_length, **pooled,
             "architecture": type(encoder).__name__, "dtype": compute.precision, "compute": compute.to_json(),
-            "trust_remote_code": cfg.trust_remote_code, **LongText.from_config(cfg).to_json()}
+            "trust_remote_code": cfg.trust_remote_code, **reading.long_text_json()}
     features = {
         name: cached_features(cache_dir, name, ds, meta, pools, indices,
                               lambda ds=ds: extract.extract_pooled(
-                                  encoder, tokenizer, ds, pools=pools, layers=indices, max_length=cfg.max_length,
-                                  batch_size=cfg.batch_size, dtype=dtype, normalize=cfg.normalize, progress=progress,
-                                  long_text=LongText.from_config(cfg)))
+                                  encoder, tokenizer, ds, pools=pools, layers=indices, reading=reading,
+                                  batch_size=cfg.batch_size, dtype=dtype, normalize=cfg.normalize, progress=progress))
         for name, ds in named.items()
     }
     assert splits.dev is not None and lm is not None
@@ -380,7 +381,7 @@ def cached_features(
 
     layers = "all" if meta.get("layers") == "all" else "_".join(map(str, indices))
     key = {k: meta.get(k) for k in ("model", "revision", "max_length", "normalize", "dtype")}
-    key.update(LongText.from_json(meta).to_json())
+    key.update(Reading.from_record(meta).long_text_json())
     key.update(data=dataset.fingerprint, rows=len(dataset), source=dataset.source, layers=list(indices))
     files = {p: cache_dir / f"{prefix}{split}-{p}-{layers}.npy" for p in pools} if cache_dir else {}
     cached = _cached_arrays(files, key)

@@ -7,6 +7,7 @@ text by re-extracting the probe's features (`predict --probe`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Callable
@@ -16,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from bertkit.encoding.longtext import LONG_TEXT_MODES, TRUNCATIONS, LongText
+from bertkit.encoding.longtext import LONG_TEXT_MODES, TRUNCATIONS
 from bertkit.encoding.reading import UNRECORDED, Reading, read_as_recorded
 from bertkit.errors import UserError
 from bertkit.features.settings import POOLS, Pooling, layers_problem
@@ -202,7 +203,7 @@ def _read_probe_meta(root: Path) -> dict[str, Any]:
     problems += [f"layers {meta['layers']!r} is not a layer list" for _ in layers_problem(str(meta["layers"]))]
     if "max_length" in meta and (not isinstance(meta["max_length"], int) or meta["max_length"] <= 0):
         problems.append(f"max_length {meta['max_length']!r} is not a positive integer")
-    if not LongText.from_json(meta).known():
+    if not Reading.from_record(meta).known():
         problems.append(f"truncation {meta.get('truncation')!r} / long_text {meta.get('long_text')!r} are not "
                         f"{'/'.join(TRUNCATIONS)} / {'/'.join(LONG_TEXT_MODES)}")
     if not isinstance(meta["label_map"], dict) or not isinstance(meta["label_map"].get("labels"), list):
@@ -310,17 +311,17 @@ def probe_reader(
     encoder = loading.load_encoder(meta["model"], meta.get("trust_remote_code", False)).to(compute.torch_device)
     if compute.precision == loading.INT8:
         encoder = quantize.quantized_int8(encoder, inplace=True)  # loaded for the feature pass only
-    window = int(max_length or meta.get("max_length") or 128)
-    loading.check_max_length(window, tokenizer, encoder.config, meta["model"], pair=pair)
+    # probes saved before the long-text settings were recorded read texts head-cut (`Reading.from_record`)
+    reading = Reading.from_record(meta)
+    reading = dataclasses.replace(reading, max_length=max_length) if max_length else reading
+    loading.check_max_length(reading.max_length, tokenizer, encoder.config, meta["model"], pair=pair)
     pooling = Pooling.from_json(meta)  # as the probe's features were pooled (older probes: no combine/normalize kept)
 
     def read(dataset: Any) -> tuple[np.ndarray, np.ndarray]:
         features = extract.extract_features(
             encoder, tokenizer, dataset, pool=pooling.pool, layers=pooling.layers_option, combine=pooling.combine,
-            max_length=window, batch_size=batch_size, dtype=compute.dtype, normalize=pooling.normalize,
-            progress=progress,
-            long_text=LongText.from_json(meta),  # probes saved before these settings were recorded read texts head-cut
-            counted=counted,
+            reading=reading, batch_size=batch_size, dtype=compute.dtype, normalize=pooling.normalize,
+            progress=progress, counted=counted,
         )
         return _apply_probe(saved, np.asarray(features, dtype=np.float32).reshape(len(dataset), -1))
 

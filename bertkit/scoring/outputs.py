@@ -13,7 +13,7 @@ import numpy as np
 
 from bertkit.encoding import batches
 from bertkit.encoding.encode import RowsCut
-from bertkit.encoding.longtext import LongText
+from bertkit.encoding.reading import Reading
 from bertkit.models.compute import Compute
 from bertkit.scoring import metrics, predictions
 from bertkit.scoring.shapes import predicted_labels
@@ -100,10 +100,11 @@ def score_outputs(outputs: Outputs, y: np.ndarray) -> dict[str, Any]:
     return result
 
 
-def classifier_read(model: Any, tokenizer: Any, cfg: Any, compute: Compute, progress: bool,
+def classifier_read(model: Any, tokenizer: Any, reading: Reading, batch_size: int, compute: Compute, progress: bool,
                     counted: RowsCut | None = None) -> Callable[[TextDataset], np.ndarray]:
-    """The function of a window of rows giving the loaded classifier's outputs, read as `cfg` and `compute` say
-    (window, batch, long texts cut or chunked; the precision resolved once); `counted` adds up the rows cut."""
+    """The function of a window of rows giving the loaded classifier's outputs, read as the command's `reading`
+    says (window, long texts cut or chunked) in `batch_size` rows and `compute` (the precision resolved once);
+    `counted` adds up the rows cut."""
     return lambda part: predictions.predict_proba(
-        model, tokenizer, part, progress=progress, max_length=cfg.max_length, batch_size=cfg.batch_size,
-        precision=compute.precision, long_text=LongText.from_config(cfg), counted=counted)
+        model, tokenizer, part, progress=progress, reading=reading, batch_size=batch_size,
+        precision=compute.precision, counted=counted)

@@ -14,22 +14,22 @@ import numpy as np
 from bertkit.data.dataset import CHUNK_ROWS, TextDataset
 from bertkit.data.labels import task_of_problem_type
 from bertkit.encoding.encode import RowsCut
-from bertkit.encoding.longtext import LongText
+from bertkit.encoding.reading import Reading
 from bertkit.io import atomic, faults
 from bertkit.models import infer
 from bertkit.scoring.shapes import model_outputs
 
 
-def predict_proba(model: Any, tokenizer: Any, dataset: TextDataset, *, max_length: int = 128,
+def predict_proba(model: Any, tokenizer: Any, dataset: TextDataset, *, reading: Reading = Reading(),
                   batch_size: int = 64, precision: str = "fp32", progress: bool = False,
-                  long_text: LongText | None = None, counted: RowsCut | None = None) -> np.ndarray:
+                  counted: RowsCut | None = None) -> np.ndarray:
     """The model's outputs for every row of `dataset` (batched longest-first, returned in the original order):
     class probabilities, tag probabilities (multi-label) or predicted numbers (regression), as its problem_type says.
 
-    Texts longer than `max_length` are cut (`long_text.truncation`; None: head), or with `long_text.mode` chunk read
+    Texts longer than `reading.max_length` are cut (`reading.truncation`), or with `reading.long_text` chunk read
     whole in overlapping windows whose outputs are pooled (see `bertkit.models.infer.classifier_logits`)."""
-    logits = infer.classifier_logits(model, tokenizer, dataset, max_length=max_length, batch_size=batch_size,
-                                     precision=precision, progress=progress, long_text=long_text, counted=counted)
+    logits = infer.classifier_logits(model, tokenizer, dataset, reading=reading, batch_size=batch_size,
+                                     precision=precision, progress=progress, counted=counted)
     config = model.config
     return model_outputs(task_of_problem_type(getattr(config, "problem_type", None), config.num_labels), logits)
 

@@ -27,6 +27,7 @@ from bertkit.data.labels import LabelMap, check_tag_columns
 from bertkit.data.splits import Splits
 from bertkit.encoding.batches import restore_order, sorted_batches
 from bertkit.encoding.encode import encode_for
+from bertkit.encoding.reading import Reading
 from bertkit.errors import UserError
 from bertkit.io import atomic
 from bertkit.models import infer, loading
@@ -106,8 +107,10 @@ class DistillTask(Task):
 
     command = "distill"
 
-    def __init__(self, cfg: DistillOptions):
-        self.cfg = cfg
+    def __init__(self, cfg: DistillOptions, reading: Reading):
+        """`reading`: the command's one `Reading`, resolved against the teacher's record: the teacher's soft targets
+        and report numbers are read as it was trained (and the student learns to read the same way)."""
+        self.cfg, self.reading = cfg, reading
         self.teacher = loading.load_classifier(
             cfg.teacher or "", require_head=True,
             head_fix=f"A teacher is a fine-tuned model: fine-tune it first with `bertkit finetune --model {cfg.teacher} "
@@ -146,7 +149,7 @@ class DistillTask(Task):
         return self.teacher_labels
 
     def build_model(self, cfg: DistillOptions, label_map: LabelMap) -> tuple[Any, Any]:
-        loading.check_max_length(cfg.max_length, self.teacher_tokenizer, self.teacher.config, cfg.teacher or "",
+        loading.check_max_length(self.reading.max_length, self.teacher_tokenizer, self.teacher.config, cfg.teacher or "",
                                   pair=cfg.text_pair_column is not None)  # the teacher reads the training rows too
         if cfg.student:
             student = loading.load_classifier(cfg.student, label_map.id2label, cfg.trust_remote_code,
@@ -185,7 +188,8 @@ def teacher_outputs(task: DistillTask, train: TextDataset, out: Path, accelerato
     its sha256 in the cache's manifest (teacher_logits.json)."""
     cfg = task.cfg
     key = {"teacher": loading.model_revision(cfg.teacher or ""), "data": train.fingerprint, "rows": len(train),
-           "max_length": cfg.max_length, "precision": cfg.precision, "with_cls": with_cls}
+           "max_length": task.reading.max_length, "truncation": task.reading.truncation, "precision": cfg.precision,
+           "with_cls": with_cls}
     if accelerator.is_main_process and not _cache_usable(out, key, int(task.teacher.config.num_labels)):
         logits, cls = _compute_teacher_outputs(task, train, with_cls, Compute.of_accelerator(accelerator))
         with atomic.atomic_path(out / CACHE) as tmp, open(tmp, "wb") as handle:
@@ -258,7 +262,7 @@ def _compute_teacher_outputs(task: DistillTask, train: TextDataset, with_cls: bo
             captured.append(grab().float().cpu().numpy())
         return logits
 
-    encoded = encode_for(task.teacher_tokenizer, train, cfg.max_length, cache_dir=cfg.cache_dir).encoded
+    encoded = encode_for(task.teacher_tokenizer, train, task.reading, cache_dir=cfg.cache_dir).encoded
     batches = sorted_batches(encoded.lengths, max(cfg.batch_size * 2, 32))
     device = next(teacher.parameters()).device
     teacher.eval()

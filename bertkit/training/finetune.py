@@ -40,7 +40,7 @@ from bertkit.data.label_reader import MAX_TARGET
 from bertkit.data.labels import LabelMap
 from bertkit.data.splits import Splits, load_splits
 from bertkit.encoding.encode import encode_for
-from bertkit.encoding.longtext import LongText
+from bertkit.encoding.reading import Reading
 from bertkit.errors import UserError
 from bertkit.io import atomic, disk
 from bertkit.models import loading
@@ -109,20 +109,21 @@ class Task:
 
 # ---------------------------------------------------------------- the run
 
-def finetune(cfg: FinetuneOptions, *, progress: bool = True, task: Task | None = None,
-             on_evaluate: Any = None, compute: Compute | None = None) -> TrainingRun:
+def finetune(cfg: FinetuneOptions, *, compute: Compute, reading: Reading, progress: bool = True,
+             task: Task | None = None, on_evaluate: Any = None) -> TrainingRun:
     """Fine-tune `cfg.model` on the data in `cfg`, writing everything into `cfg.out` (see module docstring).
 
-    `compute`: the run's precision as the command resolved it (`Compute.resolve(training_device(), cfg.precision)`);
-    None resolves it from `cfg` here, for a sweep's trial (--precision may be one of its dimensions) and library
-    callers (benchmarks/gpu.py).
+    `compute`: the run's device and precision as the command resolved them (`Compute.resolve(training_device(),
+    cfg.precision)`; a sweep resolves each trial's, --precision being possibly one of its dimensions). `reading`:
+    how texts become token ids, as the command resolved it against the --model's record (`cfg`'s reading options
+    hold the same values, for the run's config.json and cards).
     `task` supplies the model and the objective (default: fine-tuning's; distill.py passes its own).
     `on_evaluate(history, metric_for_best) -> reason | None` is called after every dev evaluation; a reason stops
     the run there (`Session.on_evaluate`: a sweep's pruning)."""
     task = task or Task()
     metrics.load_metrics(tuple(cfg.external_metrics))  # a --metric that cannot be loaded stops the run before work
     tracking.check_trackers(cfg)  # so does a --report-to tracker that is not installed
-    accelerator = _accelerator(compute or trial_compute(cfg.precision))
+    accelerator = _accelerator(compute)
     splits = load_splits(cfg, need_labels=True, need_dev=True)
     assert splits.label_map is not None and splits.dev is not None
     splits.label_map = task.label_map(cfg, splits)
@@ -136,7 +137,7 @@ def finetune(cfg: FinetuneOptions, *, progress: bool = True, task: Task | None =
     done = on_main(accelerator, lambda: finished_run(cfg, key, task.command))  # read-only; refusals end here
     if done is not None:  # where the finished run is (a sweep's trial: in the staging folder while it replaces)
         return _finished_result(done, accelerator)
-    session = setup(cfg, accelerator, splits, key, task, lr_choice)
+    session = setup(cfg, accelerator, splits, key, task, reading, lr_choice)
     if session is None:  # an --overwrite run killed after its last save: its swap was finished just now
         return _finished_result(Path(cfg.out or "").expanduser(), accelerator)
     session.on_evaluate = on_evaluate
@@ -206,7 +207,7 @@ def _check_target_scale(split: TextDataset | None) -> None:
 
 
 def setup(cfg: FinetuneOptions, accelerator: Any, splits: Splits, key: dict[str, Any],
-          task: Task, lr_choice: LrChoice | None = None) -> Session | None:
+          task: Task, reading: Reading, lr_choice: LrChoice | None = None) -> Session | None:
     """Tokens, model, optimizer, schedule and the claimed run directory (claimed only after everything that can
     be refused was checked, so a refused start leaves --out as it was). None: the run turned out finished."""
     from accelerate.utils import set_seed
@@ -215,13 +216,12 @@ def setup(cfg: FinetuneOptions, accelerator: Any, splits: Splits, key: dict[str,
     label_map = splits.label_map
     set_seed(cfg.seed)  # before the head is initialised
     model, tokenizer = task.build_model(cfg, label_map)
-    loading.check_max_length(cfg.max_length, tokenizer, model.config, getattr(cfg, "model", "the model"),
+    loading.check_max_length(reading.max_length, tokenizer, model.config, getattr(cfg, "model", "the model"),
                               pair=cfg.text_pair_column is not None)
-    train_enc = encode_for(tokenizer, splits.train, cfg.max_length, LongText.from_config(cfg),
-                           cache_dir=cfg.cache_dir).encoded
-    dev_enc = encode_for(tokenizer, splits.dev, cfg.max_length, LongText.from_config(cfg), cache_dir=cfg.cache_dir).encoded
-    test_enc = (encode_for(tokenizer, splits.test, cfg.max_length, LongText.from_config(cfg), cache_dir=cfg.cache_dir)
-                .encoded if splits.test is not None and splits.test.labels is not None else None)
+    train_enc = encode_for(tokenizer, splits.train, reading, cache_dir=cfg.cache_dir).encoded
+    dev_enc = encode_for(tokenizer, splits.dev, reading, cache_dir=cfg.cache_dir).encoded
+    test_enc = (encode_for(tokenizer, splits.test, reading, cache_dir=cfg.cache_dir).encoded
+                if splits.test is not None and splits.test.labels is not None else None)
     if cfg.freeze_encoder:
         _freeze_encoder(model)
     optimizer = adamw_optimizer(model, float(cfg.lr), cfg.weight_decay)
@@ -248,7 +248,7 @@ def setup(cfg: FinetuneOptions, accelerator: Any, splits: Splits, key: dict[str,
     scheduler = get_linear_schedule_with_warmup(optimizer, math.ceil(cfg.warmup_ratio * total_steps), total_steps)
     net, optimizer, scheduler = accelerator.prepare(net, optimizer, scheduler)
     return Session(cfg, accelerator, run, run.path, tokenizer, net, optimizer, scheduler, objective, train_enc,
-                   dev_enc, splits.dev, label_map, steps_per_epoch, [], _checkpoint_bytes(model),
+                   dev_enc, splits.dev, label_map, steps_per_epoch, [], _checkpoint_bytes(model), reading=reading,
                    card=cards.run_card(cfg, splits, task.command, task.card_lineage(cfg), test_enc),
                    learning_rate=lr_record, baseline=baseline)
 
@@ -329,12 +329,6 @@ def _release_single_process_state(precision: str) -> None:
         return
     if AcceleratorState().mixed_precision != precision:
         AcceleratorState._reset_state(reset_partial_state=True)
-
-
-def trial_compute(precision: str) -> Compute:
-    """The `Compute` of a run whose command did not resolve one (a sweep's trial: --precision may be searched, and
-    the sweep checks every value with this before trial 0), or a UserError naming --precision."""
-    return Compute.resolve(training_device(), precision)
 
 
 def training_device() -> str | None:

@@ -103,6 +103,7 @@ class Session:
     notes: list[str]
     checkpoint_bytes: int
     """Disk a checkpoint needs (weights + AdamW moments + margin): checked before every save."""
+    reading: Reading = Reading()  # how the run reads texts (the command's one): recorded in every model it saves
     on_evaluate: Any = None
     """Optional `fn(history, metric_for_best) -> reason | None`, called (on every process) after each dev evaluation
     with the run's evaluation records so far; a reason stops the run there like early stopping (a sweep's pruning)."""
@@ -133,8 +134,7 @@ class Session:
     def settings_record(self) -> dict[str, Any]:
         """bertkit_model.json's `reading` (predict, evaluate and export read texts as the model was trained) and
         `compute` (where and in what precision it was trained: information)."""
-        return {"reading": Reading.from_options(self.cfg).to_json(),
-                "compute": Compute.of_accelerator(self.accelerator).to_json()}
+        return {"reading": self.reading.to_json(), "compute": Compute.of_accelerator(self.accelerator).to_json()}
 
 
 # ---------------------------------------------------------------- restore, train, evaluate

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 
 from bertkit.data.options import TaskOptions
-from bertkit.encoding.reading import TruncationOption
+from bertkit.encoding.reading import ReadingOptions
 from bertkit.errors import UserError, raise_if_problems
 from bertkit.models.compute import PRECISION_HELP, PRECISIONS, TRUST_HELP
 from bertkit.options import MODEL, OUTPUT, TRACKING, option, overwrite_option
@@ -86,7 +86,7 @@ NOT_REPRODUCED = frozenset({"overwrite", *TRACKING_FIELDS})
 
 
 @dataclass(frozen=True)
-class FinetuneOptions(TrackingOptions, TruncationOption, MetricOptions, TaskOptions):
+class FinetuneOptions(TrackingOptions, ReadingOptions, MetricOptions, TaskOptions):
     """What a fine-tuning run is (the `finetune` command's options; `distill` and `sweep` extend them): BERT paper grid
     defaults (batch 32, 3 epochs, warmup 0.1) with the learning rate chosen for the model's size (--lr auto)."""
 
@@ -110,8 +110,6 @@ class FinetuneOptions(TrackingOptions, TruncationOption, MetricOptions, TaskOpti
     weight_decay: float = option(0.01, "AdamW weight decay on weight matrices (never on biases and LayerNorm).",
                                  minimum=0)
     max_grad_norm: float = option(1.0, "Clip the gradient norm to this value (0 turns clipping off).", minimum=0)
-    max_length: int = option(128, "Truncate inputs to this many tokens (batches are padded to their longest row).",
-                             panel=MODEL, above=0)
     precision: str = option("auto", PRECISION_HELP, choices=PRECISIONS, aliases=("--dtype",))
     eval_every: str = option("epoch", "Evaluate on dev every N optimizer steps, or `epoch` (every epoch's end is "
                              "always evaluated).")
@@ -163,7 +161,8 @@ class DistillOptions(FinetuneOptions):
     """`bertkit distill`: a smaller student trained on a fine-tuned teacher's soft targets (DistilBERT's recipe), with
     the fine-tuning loop's options, checkpoints and exact resume, and a teacher-vs-student report."""
 
-    # the student comes from --teacher (or --student); the teacher's soft targets are computed on head-cut texts
+    # the student comes from --teacher (or --student); the teacher's soft targets are computed on texts cut as the
+    # teacher records (`commands.distill`: its --max-length and truncation), the student trained on the same cut
     NOT_OPTIONS = ("model", "truncation")
     REQUIRED_OPTIONS = ("teacher", "data", "out")
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from bertkit.data.splits import load_splits
 from bertkit.errors import UserError, raise_if_problems
 from bertkit.io import ownership
 from bertkit.models import loading
-from bertkit.training.finetune import _for_the_shape, too_few_rows, trial_compute  # a trial's own checks
+from bertkit.training.finetune import _for_the_shape, too_few_rows  # a trial's own checks
 from bertkit.training.space import Dimension, SweepOptions, finetune_config
 
 NAME_MAX, PATH_MAX = 255, 4096
@@ -31,11 +32,12 @@ DATA_FIELDS = tuple(f.name for f in dataclasses.fields(TaskOptions))
 """The options that decide what data a trial reads and its problem shape."""
 
 
-def check_space(cfg: SweepOptions, dims: list[Dimension], processes: int = 1) -> TrialCheck:
+def check_space(cfg: SweepOptions, dims: list[Dimension], compute_for: Callable[[str], Any],
+                processes: int = 1) -> TrialCheck:
     """A UserError listing every value of the space that would fail its trial, before anything runs; else the
     checker, whose models' configs (`config_of`) the trials' layout reads again."""
     where = "--grid" if cfg.search == "grid" else "--space"
-    checker = TrialCheck(cfg, processes)
+    checker = TrialCheck(cfg, compute_for, processes)
     problems = path_problems(cfg, dims, where)
     if not problems:
         problems = checker.problems(dims, where)
@@ -91,8 +93,9 @@ def _out_problem(cfg: SweepOptions, out: Path, dim: Dimension, value: str, where
 class TrialCheck:
     """What a trial checks before it trains, for any values of the space (models and data loaded once each)."""
 
-    def __init__(self, cfg: SweepOptions, processes: int = 1):
-        self.cfg, self.processes = cfg, processes
+    def __init__(self, cfg: SweepOptions, compute_for: Callable[[str], Any], processes: int = 1):
+        """`compute_for`: the command's resolution of a --precision value (it raises the refusal for this machine)."""
+        self.cfg, self.compute_for, self.processes = cfg, compute_for, processes
         self.splits: dict[tuple[Any, ...], Any] = {}
         self.models: dict[tuple[str, bool], tuple[Any, Any]] = {}
 
@@ -129,7 +132,7 @@ class TrialCheck:
     def check(self, trial: Any) -> None:
         """The trial's own checks before training: its --precision on this machine, its data and problem shape,
         one optimizer step's rows (processes x --grad-accum), its model and --max-length."""
-        trial_compute(trial.precision)
+        self.compute_for(trial.precision)
         splits = self._splits(trial)
         _for_the_shape(trial, dataclasses.replace(splits, notes=[]), warn=False)
         if len(splits.train) < self.processes * trial.grad_accum:  # setup's check: no step fits the rows

@@ -24,12 +24,15 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bertkit.encoding.reading import Reading
 from bertkit.errors import UserError
 from bertkit.io import ownership, rundir, trail
+from bertkit.models.compute import Compute
 from bertkit.options import config_dict, flag
 from bertkit.scoring.table import LOWER_IS_BETTER
 from bertkit.training import finetune as finetune_core
@@ -58,21 +61,26 @@ class SweepOutcome:
     is_main_process: bool = True
 
 
-def run_sweep(cfg: SweepOptions, *, progress: bool = True) -> SweepOutcome:
+ComputeFor = Callable[[str], Compute]
+"""The command's resolution of a --precision value (a trial's: it may be a dimension of the space) to a `Compute`."""
+
+
+def run_sweep(cfg: SweepOptions, compute_for: ComputeFor, *, progress: bool = True) -> SweepOutcome:
     """Run (or resume) every trial of `cfg`'s space, then rank them and write trials.csv, sweep.json, sweep.png and
-    OUT/best (the best trial's best model)."""
+    OUT/best (the best trial's best model). `cfg`'s reading options are resolved already (`commands.sweep`)."""
     dims = cfg.dimensions
     if cfg.search == "optuna":
         import_optuna()  # a missing Optuna stops the sweep before it claims --out
-    layout = on_main(_processes(), lambda: _lay_out(cfg, dims))  # every value checked, before any trial or claim
+    # every value checked, before any trial or claim
+    layout = on_main(_processes(), lambda: _lay_out(cfg, dims, compute_for))
     for note in layout.notes:
         log.info("%s", note)
     run = on_main(_processes(), lambda: _claim(cfg, dims))
     root = run.path
     if cfg.search == "grid":
-        rows = [run_trial(cfg, run.out, plan, progress) for plan in layout.plans]
+        rows = [run_trial(cfg, run.out, plan, compute_for, progress) for plan in layout.plans]
     else:
-        rows = OptunaSearch(cfg, dims).run(run.out, progress)
+        rows = OptunaSearch(cfg, dims, compute_for).run(run.out, progress)
     summary = None
     if _processes().is_main_process:
         summary = trials_report.write_outputs(cfg, dims, root, rows, layout.notes)
@@ -81,16 +89,17 @@ def run_sweep(cfg: SweepOptions, *, progress: bool = True) -> SweepOutcome:
     return SweepOutcome(run.out, summary, _processes().is_main_process)
 
 
-def _lay_out(cfg: SweepOptions, dims: list[Dimension]) -> trial_plans.GridLayout:
+def _lay_out(cfg: SweepOptions, dims: list[Dimension], compute_for: ComputeFor) -> trial_plans.GridLayout:
     """Every value of the space checked against the model, data and machine, then (grid) the trials laid out with
     their values resolved and duplicates merged (main process)."""
-    checked = trial_checks.check_space(cfg, dims, _processes().num_processes)
+    checked = trial_checks.check_space(cfg, dims, compute_for, _processes().num_processes)
     if cfg.search != "grid":
         return trial_plans.GridLayout(())
     return trial_plans.grid_plans(cfg, dims, checked.config_of)
 
 
-def run_trial(cfg: SweepOptions, out: Path, plan: Plan, progress: bool, on_evaluate: Any = None) -> TrialRow:
+def run_trial(cfg: SweepOptions, out: Path, plan: Plan, compute_for: ComputeFor, progress: bool,
+              on_evaluate: Any = None) -> TrialRow:
     """One trial through `finetune` (new, resumed, or finished already: finetune decides); its trials.csv row.
     The trial's --out is its final path `OUT/trials/NAME` (what its config.json, metrics.json and cards record);
     while the sweep replaces an earlier one it is written in the staging folder (`rundir.located`). A finished
@@ -98,7 +107,9 @@ def run_trial(cfg: SweepOptions, out: Path, plan: Plan, progress: bool, on_evalu
     shown = ", ".join(f"{flag(k)} {v}" for k, v in plan.params.items())
     log.info("trial %s: %s%s--seed %d", plan.name, shown, ", " if shown else "", plan.seed)
     trial_cfg = finetune_config(cfg, plan.params, plan.seed, str(out / "trials" / plan.name))
-    result = finetune(trial_cfg, progress=progress, on_evaluate=on_evaluate)
+    # the trial's own reading and compute: --max-length and --precision may be dimensions of the space
+    result = finetune(trial_cfg, compute=compute_for(trial_cfg.precision), reading=Reading.from_options(trial_cfg),
+                      progress=progress, on_evaluate=on_evaluate)
     if _processes().is_main_process and not cfg.keep_checkpoints:
         _keep_only_best(rundir.located(trial_cfg.out or ""))
     _processes().wait_for_everyone()
@@ -132,8 +143,8 @@ def make_pruner(cfg: SweepOptions) -> Any:
 class OptunaSearch:
     """--search optuna: an in-memory study, replayed from the trial folders on every run (see module docstring)."""
 
-    def __init__(self, cfg: SweepOptions, dims: list[Dimension]):
-        self.cfg, self.dims = cfg, dims
+    def __init__(self, cfg: SweepOptions, dims: list[Dimension], compute_for: ComputeFor):
+        self.cfg, self.dims, self.compute_for = cfg, dims, compute_for
         self.config_of = trial_plans.model_configs()  # lr=auto resolved per suggested model (main process)
         self.reported: dict[int, set[int]] = {}
         self.study = None
@@ -169,7 +180,7 @@ class OptunaSearch:
         for k in range(self.cfg.seeds):
             plan = dataclasses.replace(first, seed=first.seed + k)
             callback = self._pruning(trial) if k == 0 else None
-            rows.append(run_trial(self.cfg, out, plan, progress, on_evaluate=callback))
+            rows.append(run_trial(self.cfg, out, plan, self.compute_for, progress, on_evaluate=callback))
             if k == 0 and trial is not None:
                 self._report(trial, rows[0].history)  # a trial that ran before: replayed
             if rows[0].status == "pruned":
