@@ -77,6 +77,25 @@ def training_curves(history: Sequence[dict], metric: str, path: Path, title: str
     return _save(fig, path)
 
 
+def training_figures(out: Path, history: Sequence[dict], metric: str, title: str, train_log: Sequence[dict],
+                     best_dev: dict | None, y_dev: Sequence[float], proba, label_names: Sequence[str], task: str,
+                     best_step: int | None) -> list[Path]:
+    """A fine-tuning run's figures in `out`: curves.png, and the best model's dev plots from its scores (`best_dev`)
+    and dev outputs (`proba`): dev_scatter.png (regression), confusion_matrix.png and reliability.png (classes)."""
+    drawn = [training_curves(history, metric, out / "curves.png", title, train_log)]
+    best, at = best_dev or {}, f"best, step {best_step}"
+    if task == "regression":
+        drawn.append(regression_scatter(y_dev, proba[:, 0], out / "dev_scatter.png",
+                                        f"dev: true vs predicted {label_names[0]} ({at})"))
+    if best.get("confusion_matrix") is not None:
+        drawn.append(confusion_matrix(best["confusion_matrix"], label_names, out / "confusion_matrix.png",
+                                      f"dev confusion matrix ({at})"))
+    if best.get("reliability"):
+        drawn.append(reliability_diagram(best["reliability"], best["ece"], out / "reliability.png",
+                                         f"dev calibration ({at})"))
+    return drawn
+
+
 def confusion_matrix(matrix: Sequence[Sequence[int]], labels: Sequence[str], path: Path, title: str) -> Path:
     """Confusion matrix heat map (rows = true label, columns = predicted), counts in the cells: scikit-learn's
     ConfusionMatrixDisplay of the matrix the metrics computed."""

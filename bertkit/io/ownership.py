@@ -81,6 +81,14 @@ def unowned(folder: Path) -> list[Unowned]:
     return found
 
 
+def unowned_in_run(rec: Record) -> list[Unowned]:
+    """`unowned` of a whole run directory whose (existing) record the caller has read already (a run being
+    inspected or committed): that record is used as it is, not looked up again from the folder."""
+    found: list[Unowned] = []
+    _check(rec.root, rec, "", "", found)
+    return found
+
+
 def _check(folder: Path, rec: Record, rel: str, shown: str, found: list[Unowned]) -> None:
     entries = rec.entries()
     for path in sorted(folder.iterdir()):

@@ -43,7 +43,7 @@ from bertkit.io.ownership import (
     read_json_or_none,
     remove_temps,
     suggest_out,
-    unowned,
+    unowned_in_run,
     unowned_message,
     unrecorded_run_message,
 )
@@ -138,6 +138,11 @@ class RunDir:
         done = not self.replacing and not self.pending_swap and self.status() == "finished"
         return self.path if done else None
 
+    @property
+    def record(self) -> Record:
+        """The record of the run directory (`Record.at` keeps one object per directory in this process)."""
+        return Record.at(self.base)
+
     def commit(self) -> None:
         """Swap the staged output in for the previous one (nothing to do for a run written in place); the run
         directory's writes stop being recorded.
@@ -149,7 +154,7 @@ class RunDir:
             _close(self.base)
             return
         base, staging, old = self.base, self.base / STAGING, self.base / OLD
-        check_only_bertkit_files(base, self.command)  # again: a long run gives time to put a file into best/
+        check_only_bertkit_files(self.record, self.command)  # again: a long run gives time to put a file into best/
         record.make_dirs(old)
         for name in swap.owned_names(base):
             record.move(base / name, old / name)
@@ -287,7 +292,7 @@ def _holds_own_run(base: Path, command: str, out: Path) -> bool:
         )
     if rec.damaged():
         raise UserError(damaged_message(out, command, rec))
-    check_only_bertkit_files(base, owner or command, out)
+    check_only_bertkit_files(rec, owner or command, out)
     return bool(content)
 
 
@@ -351,13 +356,13 @@ def _cwd() -> Path | None:
         return None
 
 
-def check_only_bertkit_files(base: Path, command: str, out: Path | None = None) -> None:
-    """A UserError naming what the record of the run directory `base` (of `command`; --out `out`) does not vouch
+def check_only_bertkit_files(rec: Record, command: str, out: Path | None = None) -> None:
+    """A UserError naming what `rec`, the record of a run directory (of `command`; --out `out`), does not vouch
     for, anywhere in it (in best/, checkpoints/step-N/, the staging folder, a trial, ...): a run never starts,
     resumes or replaces where it would have to delete or replace it."""
-    found = unowned(base)
+    found = unowned_in_run(rec)
     if found:
-        raise UserError(unowned_message(out or base, command, found))
+        raise UserError(unowned_message(out or rec.root, command, found))
 
 
 def _read_marker(path: Path, out: Path | None = None) -> str | None:

@@ -47,18 +47,26 @@ def write_predictions_csv(
     Every row: written `CHUNK_ROWS` rows at a time (`open_predictions_csv`), so only a chunk's texts are held as a
     table. The errors only (`only_errors`, finetune's dev_errors.csv): one table, since they are sorted."""
     if only_errors:
-        frame, wrong, order = prediction_frame(dataset, proba, label_names, y_true=y_true, task=task,
-                                               threshold=threshold)
-        if wrong is not None:
-            frame = frame[wrong].sort_values(order, ascending=False)
-        with atomic.atomic_path(path) as tmp:
-            frame.to_csv(tmp, index=False)
-        return len(frame)
+        return write_errors_csv(path, dataset, proba, label_names, y_true=y_true, task=task, threshold=threshold)
     with open_predictions_csv(path, dataset, label_names, task=task, threshold=threshold) as append:
         for start, part in dataset.chunks(CHUNK_ROWS):
             end = start + len(part)
             append(start, part, proba[start:end], None if y_true is None else y_true[start:end])
     return len(dataset)
+
+
+def write_errors_csv(path: Path, dataset: TextDataset, proba: np.ndarray, label_names: list[str], *,
+                     y_true: np.ndarray | None = None, task: str = "single_label",
+                     threshold: float | list[float] = 0.5) -> int:
+    """The rows `write_predictions_csv` writes, wrong ones only, worst first (single-label: most confident first;
+    multi-label: wrong tag sets; regression: every row, largest error first), as one table: finetune's
+    dev_errors.csv. Returns the rows written."""
+    frame, wrong, order = prediction_frame(dataset, proba, label_names, y_true=y_true, task=task, threshold=threshold)
+    if wrong is not None:
+        frame = frame[wrong].sort_values(order, ascending=False)
+    with atomic.atomic_path(path) as tmp:
+        frame.to_csv(tmp, index=False)
+    return len(frame)
 
 
 @contextlib.contextmanager

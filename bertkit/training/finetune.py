@@ -47,10 +47,9 @@ from bertkit.models import loading
 from bertkit.models.compute import Compute
 from bertkit.models.fastforward import SequenceClassifier
 from bertkit.scoring import metrics
-from bertkit.scoring import shapes as objectives
 from bertkit.scoring.baseline import majority_baseline
+from bertkit.scoring.evaluation import choose_best_metric
 from bertkit.scoring.shapes import MultiLabel, Regression, SingleLabel
-from bertkit.scoring.table import BUILT_IN
 from bertkit.training import cards, checkpoints, reports, tracking
 from bertkit.training.launch import start_graphs
 from bertkit.training.learning_rate import AUTO, LrChoice, resolve_lr
@@ -173,42 +172,19 @@ def _for_the_shape(cfg: FinetuneOptions, splits: Splits, warn: bool = True) -> F
     if cfg.class_weight != "none" and task != "single_label":
         raise UserError(f"--class-weight {cfg.class_weight} weighs classes of single-label data; this is "
                         f"{task} data. Drop --class-weight.")
-    for note in objectives.inapplicable_options(task, n_labels, cfg.metric_list, cfg.threshold) if warn else ():
+    choice = choose_best_metric(task, n_labels, cfg.metric_for_best, cfg.metric_list, cfg.threshold,
+                                cfg.external_metrics, splits.dev)
+    for note in choice.warnings if warn else ():
         log.warning("%s", note)
-    scores = metrics.check_external(metrics.load_metrics(tuple(cfg.external_metrics)), task, n_labels)
-    metric = objectives.best_metric(task, cfg.metric_for_best, n_labels)
-    _check_best_is_scored(metric, scores, task, n_labels, splits.dev)
-    note = f"the best checkpoint is picked by dev {metric} (pass --metric-for-best to choose another)."
     if task == "regression":
         for split in (splits.train, splits.dev):
             _check_target_scale(split)
-        dev_targets = set((splits.dev.labels if splits.dev is not None else None) or [])
-        if metric in objectives.Regression.correlations and len(dev_targets) == 1:
-            metric = "mse"
-            note = (f"the dev targets are all {dev_targets.pop():g}, so Pearson and Spearman are undefined on dev "
-                    f"(reported as null): the best checkpoint is picked by dev mse. Pass --dev with varied targets "
-                    f"for correlations.")
+    metric, note = choice.metric, choice.note
     if metric == cfg.metric_for_best:
         return cfg
     if task != "single_label":
         splits.notes.append(f"{task} data: {note}")
     return dataclasses.replace(cfg, metric_for_best=metric)
-
-
-def _check_best_is_scored(metric: str, scores: dict[str, float], task: str, n_labels: int,
-                          dev: TextDataset | None) -> None:
-    """Before training: --metric-for-best names a score the dev evaluation will have: roc_auc needs both classes in
-    the dev data; a module's score must be one the module returned on the synthetic input (`scores`)."""
-    valid = " / ".join(objectives.shape_metrics(task, n_labels))
-    if metric == "roc_auc" and dev is not None and len({str(y) for y in dev.labels or []}) < 2:
-        raise UserError(f"--metric-for-best roc_auc needs both classes in the dev data; {dev.source} has only "
-                        f"{', '.join(sorted({str(y) for y in dev.labels or []})) or 'no labels'}. Pass --metric-for-best "
-                        f"{valid.replace(' / roc_auc', '')}, or dev data with both classes (--dev).")
-    if metric in BUILT_IN or metric == "loss" or metrics.best_value({"external": scores}, metric) is not None:
-        return
-    raise UserError(f"--metric-for-best {metric} is not a score the --metric modules return: on a synthetic input of "
-                    f"this data's shape they return {', '.join(scores) or 'no scores'}. Pass --metric-for-best with one "
-                    f"of those, or a built-in metric ({valid}).")
 
 
 def _check_target_scale(split: TextDataset | None) -> None:

@@ -27,8 +27,8 @@ from bertkit.io import atomic, faults, rundir
 from bertkit.models import infer, loading
 from bertkit.models.compute import Compute
 from bertkit.models.inputs import accepted_inputs
-from bertkit.scoring import metrics
 from bertkit.scoring.baseline import Baseline
+from bertkit.scoring.evaluation import judge_evaluation
 from bertkit.training import advice, cards, checkpoints
 from bertkit.training.launch import plain_optimizer_settings, steps_of
 from bertkit.training.options import FinetuneOptions
@@ -285,18 +285,19 @@ def evaluate(session: Session, state: TrainState, end_of_epoch: bool) -> None:
     scored = dev_scores(session)
     cards.remember(session, state.global_step, scored)
     state.model_info = _model_info(session, scored.metrics)
-    _add_requested(session, state, scored)  # --metric: evaluate modules
-    value = metrics.best_value(scored.metrics, cfg.metric_for_best)
-    if value is None:  # checked before training; a module may still leave a score out on the real predictions
-        raise UserError(_scoring_failed(session, state, scored, f"--metric-for-best {cfg.metric_for_best} has no "
-                                        f"value in the dev scores ({', '.join(metrics.headline(scored.metrics))})"))
+    judged = judge_evaluation(scored, session.objective.y_dev, metric_list=cfg.metric_list,
+                              external=cfg.external_metrics, metric_for_best=cfg.metric_for_best,
+                              best_so_far=state.best_metric, baseline=session.baseline)
+    if judged.problem is not None:  # a module may still fail, or leave a score out, on the real predictions
+        raise UserError(_scoring_failed(session, state, scored, judged.problem, judged.failed_spec))
+    value = judged.value
     record = {"epoch": state.epoch + 1, "step": state.global_step, "train_loss": train_loss,
               "samples_seen": state.train_rows, "eval_seconds": round(time.perf_counter() - started, 3),
-              **{f"dev_{k}": v for k, v in metrics.headline(scored.metrics).items()}, "dev_loss": scored.metrics["loss"]}
-    record["best"] = metrics.is_better(value, state.best_metric, cfg.metric_for_best)
-    if session.baseline is not None:
-        record["above_baseline"] = session.baseline.beaten_by(value)
-        if not record["above_baseline"]:
+              **{f"dev_{k}": v for k, v in judged.headline.items()}, "dev_loss": scored.metrics["loss"],
+              "best": judged.best}
+    if judged.above_baseline is not None:
+        record["above_baseline"] = judged.above_baseline
+        if not judged.above_baseline:
             state.baseline_note = advice.baseline_warning(session, state, value, train_loss)
             if accelerator.is_main_process:
                 log.warning("%s", state.baseline_note)
@@ -318,19 +319,6 @@ def evaluate(session: Session, state: TrainState, end_of_epoch: bool) -> None:
     if end_of_epoch:
         state.epoch_table.append(_epoch_row(state, train_loss, session.objective.table_metrics))
         state.epoch, state.step_in_epoch = state.epoch + 1, 0
-
-
-def _add_requested(session: Session, state: TrainState, scored: Any) -> None:
-    """The --metric scores of the dev predictions. A module that fails on them (it passed the synthetic check before
-    training) stops the run only after the model trained so far is saved (`_scoring_failed`)."""
-    cfg = session.cfg
-    try:
-        metrics.add_requested(scored.metrics, cfg.metric_list, metrics.load_metrics(tuple(cfg.external_metrics)),
-                              metrics.predicted(scored.outputs) if scored.decisions is None else scored.decisions,
-                              session.objective.y_dev)
-    except metrics.MetricFailed as exc:
-        raise UserError(_scoring_failed(session, state, scored, f"--metric {exc.spec} failed on the dev "
-                                        f"predictions: {exc.reason}", exc.spec)) from None
 
 
 def _scoring_failed(session: Session, state: TrainState, scored: Any, problem: str, spec: str | None = None) -> str:

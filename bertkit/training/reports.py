@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from bertkit.io import atomic
-from bertkit.scoring.predictions import write_predictions_csv
+from bertkit.scoring.predictions import write_errors_csv
 from bertkit.training.loop import Session, TrainState
 
 
@@ -54,27 +54,18 @@ metrics.json)."""
 
 
 def write_reports(session: Session, state: TrainState) -> None:
-    """training_table.csv, dev_errors.csv, curves.png and the best model's dev confusion matrix (main process)."""
+    """dev_errors.csv, the run's figures (curves.png, the best model's dev plots) and training_table.csv (main
+    process)."""
     import pandas as pd
 
     from bertkit import plots
 
     out, names, task = session.out, session.objective.label_names, session.label_map.task
     proba = np.load(out / "best_dev_proba.npy")
+    write_errors_csv(out / "dev_errors.csv", session.dev, proba, names, y_true=session.objective.y_dev, task=task,
+                     threshold=(state.best_dev or {}).get("threshold", 0.5))
+    plots.training_figures(out, state.history, session.cfg.metric_for_best,
+                           f"{session.run.command} {getattr(session.cfg, 'model', '')}", state.train_log,
+                           state.best_dev, session.objective.y_dev, proba, names, task, state.best_step)
     with atomic.atomic_path(out / "training_table.csv") as tmp:
         pd.DataFrame(state.epoch_table).to_csv(tmp, index=False)
-    write_predictions_csv(out / "dev_errors.csv", session.dev, proba, names, y_true=session.objective.y_dev,
-                          only_errors=True, task=task, threshold=(state.best_dev or {}).get("threshold", 0.5))
-    plots.training_curves(state.history, session.cfg.metric_for_best, out / "curves.png",
-                          f"{session.run.command} {getattr(session.cfg, 'model', '')}", state.train_log)
-    if task == "regression":
-        plots.regression_scatter(session.objective.y_dev, proba[:, 0], out / "dev_scatter.png",
-                                 f"dev: true vs predicted {names[0]} (best, step {state.best_step})")
-    matrix = (state.best_dev or {}).get("confusion_matrix")
-    if matrix is not None:
-        plots.confusion_matrix(matrix, names, out / "confusion_matrix.png",
-                               f"dev confusion matrix (best, step {state.best_step})")
-    reliability = (state.best_dev or {}).get("reliability")
-    if reliability:
-        plots.reliability_diagram(reliability, state.best_dev["ece"], out / "reliability.png",
-                                  f"dev calibration (best, step {state.best_step})")
