@@ -20,6 +20,7 @@ from bertkit.cli.output import (
     result_json,
     table,
 )
+from bertkit.cli.show_words import show_word_probe
 from bertkit.commands.bench import BenchResult
 from bertkit.commands.embed import EmbedResult
 from bertkit.commands.evaluate import EvaluateConfig, EvaluateResult
@@ -115,6 +116,9 @@ def show_embed(summary: EmbedResult, view: View) -> None:
 
 def show_probe(result: ProbeResult, view: View) -> None:
     """The probe table (every layer and pooling, baselines, the best cell), notes and the files written."""
+    if result.words is not None:  # tagged data: the word probes' own table
+        show_word_probe(result.words, view)
+        return
     if view.json:
         emit_json(result_json(result))
         return

@@ -4,23 +4,30 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from bertkit.data.options import TaskOptions
-from bertkit.encoding.reading import LongTextOptions, Reading
+from bertkit.data.options import WORD_TASK, TaskOptions
+from bertkit.data.tagged import TaggedColumns, is_tagged_file
+from bertkit.data.tagged_rows import is_json_path
+from bertkit.data.tagscheme import SCHEMES
+from bertkit.encoding.reading import DEFAULT_MAX_LENGTH, LongTextOptions, Reading
+from bertkit.encoding.words import WORD_POOLS, WordReading
 from bertkit.errors import UserError, raise_if_problems
 from bertkit.features.settings import POOLS, layers_problem
+from bertkit.features.words import COMBINES as WORD_COMBINES
+from bertkit.features.words import WordLayers
 from bertkit.models.compute import INFERENCE_PRECISION_HELP, INFERENCE_PRECISIONS, TRUST_HELP, Compute
 from bertkit.models.folders import OFFLINE_NAME
 from bertkit.models.metadata import read_as_saved
 from bertkit.models.preflight import check_inputs
-from bertkit.options import DATA, MODEL, OUTPUT, PROBE, config_dict, option, overwrite_option
+from bertkit.options import DATA, MODEL, OUTPUT, PROBE, config_dict, flag, option, overwrite_option
 from bertkit.probe.records import (
     Baselines,
     BestCell,
@@ -32,6 +39,9 @@ from bertkit.probe.records import (
 )
 from bertkit.scoring.options import CLASS_WEIGHTS, MetricOptions
 
+if TYPE_CHECKING:
+    from bertkit.probe.words_run import WordProbeRun
+
 log = logging.getLogger(__name__)
 
 
@@ -40,7 +50,12 @@ class ProbeConfig(LongTextOptions, MetricOptions, TaskOptions):
     """`bertkit probe`: linear probes on frozen features, per pooling and layer, with baselines: logistic regression
     (one label), one-vs-rest logistic regression (tags) or ridge regression (numbers)."""
 
-    ADVANCED_OPTIONS = ("stride", "trust_remote_code")
+    ADVANCED_OPTIONS = ("stride", "trust_remote_code", "tag_scheme")
+    READS_WORDS = True
+    WORD_OPTIONS = ("data", "dev", "text_column", "label_column", "task", "seed", "max_length", "stride", "model",
+                    "layers", "batch_size", "C", "baselines", "out", "overwrite", "trust_remote_code", "word_pool",
+                    "combine", "tag_scheme", "encoding", "cache_dir")
+    """The options the word path (tagged data) reads; any other one given there is refused, naming it."""
 
     features: str | None = option(None, "A `bertkit embed` store (its --out directory) instead of --data.",
                                   panel=DATA)
@@ -76,8 +91,19 @@ class ProbeConfig(LongTextOptions, MetricOptions, TaskOptions):
                              panel=OUTPUT)
     overwrite: bool = overwrite_option("a probe run")
     trust_remote_code: bool = option(False, TRUST_HELP, panel=MODEL)
+    word_pool: str | None = option(None, "Tagged data: a word's vector from its word pieces: first (default, BERT's NER "
+                                   "choice), last, first_last (concatenated) or mean.", panel=MODEL,
+                                   choices=WORD_POOLS)
+    combine: str | None = option(None, "Tagged data: one row of the --layers (default last4) summed or concatenated "
+                                 "instead of the default table (every layer, plus the BERT paper's sum/concat of the "
+                                 "last four and sum of all).", panel=MODEL, choices=WORD_COMBINES)
+    tag_scheme: str = option("auto", "Tagged data: the tags' scheme (IOB1 is scored as IOB2; none: plain labels such "
+                             "as POS, scored by token accuracy). auto detects it.", panel=DATA, choices=SCHEMES)
 
     def __post_init__(self) -> None:
+        if self.reads_words:  # the data options' own rules first: they also fill unset lists
+            raise_if_problems(self.data_problems() + self.word_problems())
+            return
         problems = self.data_problems()
         if (self.features is None) == (self.data is None):
             problems.append("Give exactly one of --features (a `bertkit embed` store) or --data (text to extract from).")
@@ -101,7 +127,45 @@ class ProbeConfig(LongTextOptions, MetricOptions, TaskOptions):
             except ValueError:
                 problems.append(f"--C-grid must be positive finite numbers separated by commas (e.g. 0.01,0.1,1), or "
                                 f"alammar; got {self.C_grid!r}.")
+        problems += [f"{flag(name)} reads tagged data (one tag per word); {self.data} is read as sentences. Pass a "
+                     f"CoNLL-style file (.iob2, .conll) or --task tags, or drop {flag(name)}."
+                     for name in ("word_pool", "combine") if getattr(self, name) is not None]
         raise_if_problems(problems)
+
+    @property
+    def reads_words(self) -> bool:
+        """Whether this run probes words: --task tags, or --data a tagged corpus (`data.tagged.is_tagged_file`)."""
+        return self.task == WORD_TASK or (self.task == "auto" and self.data is not None and is_tagged_file(self.data))
+
+    def word_problems(self) -> list[str]:
+        """The word path's refusals: --data and --dev tagged files, and no option it does not read."""
+        problems = []
+        if self.data is None or self.dev is None:
+            problems.append("Probing words needs --data (tagged training file) and --dev (tagged dev file); a dev "
+                            "split of a tagged file is not made. Pass --dev dev.iob2.")
+        for path in (self.data, self.dev):
+            if path is not None and not is_tagged_file(path) and not is_json_path(Path(path)):
+                problems.append(f"--task tags reads one tag per word, but {path} does not look like a tagged corpus "
+                                f"(a table of sentences?). Valid: a CoNLL-style column file (a word and its tag per "
+                                f"line, TAB-separated, a blank line between sentences; space-separated ones named "
+                                f".conll/.iob2) or JSON lines with token and tag lists. Pass such a file, or drop "
+                                f"--task tags to probe sentences.")
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        given = [f for f in defaults if f not in self.WORD_OPTIONS and getattr(self, f) != defaults[f]
+                 and (getattr(self, f) or defaults[f])]  # an empty list given for an empty tuple is not given
+        problems += [f"{flag(name)} does not apply to word probes (tagged data): they take {', '.join(flag(o) for o in self.WORD_OPTIONS[1:])}. Drop {flag(name)}." for name in given]
+        if self.combine is None:
+            problems += layers_problem(self.layers)
+        else:
+            try:
+                WordLayers(self.layers or "last4", self.combine)
+            except UserError as exc:
+                problems.append(str(exc))
+        try:
+            WordReading(self.word_pool or "first", self.max_length or DEFAULT_MAX_LENGTH, self.stride)
+        except UserError as exc:
+            problems.append(str(exc))
+        return problems
 
     @property
     def pools(self) -> list[str]:
@@ -144,6 +208,22 @@ class ProbeResult:
     baselines: Baselines | None = field(default=None, metadata={"omit_empty": True})
     repeats: Refits | None = field(default=None, metadata={"omit_empty": True})
     outputs: ProbeOutputs | None = field(default=None, metadata={"omit_empty": True})
+    words: WordProbeRun | None = field(default=None, metadata={"omit_empty": True})
+    """Tagged data: the word probes' table (a row per layer choice, baselines, scheme, reading); then `best` is its
+    best row and `sweep` is empty."""
+
+    @classmethod
+    def of_words(cls, words: WordProbeRun) -> ProbeResult:
+        """The result of the word path: its table, with the sentence fields saying what they can (sentences per
+        split, the tags, the best row)."""
+        best = words.table.best()
+        metric = best.scores.main_name.replace(" ", "_")
+        outputs = ProbeOutputs.from_json(dict(words.outputs))
+        return cls(words.model, words.revision, words.train, None, "float32", SplitRows(dict(words.sentences)),
+                   list(words.table.tags), ProbeSettings({"kind": "logistic regression per word", "C": words.C}), [],
+                   BestCell.from_json({"pool": f"word {words.reading.word_pool}", "layer": best.label, "C": words.C,
+                                       "dev": {metric: best.scores.main}}),
+                   list(words.notes), task=WORD_TASK, outputs=outputs, words=words)
 
     @classmethod
     def from_json(cls, record: dict[str, Any]) -> ProbeResult:
@@ -158,6 +238,11 @@ class ProbeResult:
 
 
 def run(cfg: ProbeConfig, progress: bool = False) -> ProbeResult:
+    """Tagged data: word probes (`run_words`); else sentence probes (`run_sentences`)."""
+    return run_words(cfg, progress) if cfg.reads_words else run_sentences(cfg, progress)
+
+
+def run_sentences(cfg: ProbeConfig, progress: bool = False) -> ProbeResult:
     """Inputs -> per-layer sweep -> baselines -> variance -> test -> run directory."""
     from bertkit.io import ownership, rundir, trail
 
@@ -217,6 +302,27 @@ def run(cfg: ProbeConfig, progress: bool = False) -> ProbeResult:
         raise UserError(f"--metric {failed.spec} failed on the best probe's predictions: {failed.reason}. {saved}Fix "
                         f"the metric script and re-run this command, or drop --metric {failed.spec}.")
     return ProbeResult.from_json(result)
+
+
+def run_words(cfg: ProbeConfig, progress: bool = False) -> ProbeResult:
+    """The word path: tagged train/dev read and checked, one extraction of every hidden state the table needs, a
+    word probe per row (`bertkit.probe.words_run`), then the run directory."""
+    from bertkit.io import ownership, rundir, trail
+    from bertkit.probe.fit import DEFAULT_C
+    from bertkit.probe.words_run import run_word_probe, write_word_probe_run
+
+    plan = rundir.inspect_run_dir(cfg.out, "probe", overwrite=cfg.overwrite, compare=trail.config_compare(config_dict(cfg)),
+                                  inputs=ownership.input_paths(cfg)) if cfg.out else None  # claimed once it ran
+    reading = WordReading(cfg.word_pool or "first", cfg.max_length or DEFAULT_MAX_LENGTH, cfg.stride)
+    columns = TaggedColumns(cfg.text_column, cfg.label_column, cfg.tag_scheme)
+    words = run_word_probe(str(cfg.data), str(cfg.dev), columns, reading, cfg.model or OFFLINE_NAME, cfg.layers,
+                           cfg.combine, cfg.batch_size, cfg.C or DEFAULT_C, cfg.seed, cfg.baselines,
+                           cfg.trust_remote_code, say=log.info if progress else None)
+    if plan is not None:
+        run_dir = plan.claim()
+        words = write_word_probe_run(run_dir.path, words, config_dict(cfg), final_dir=run_dir.out)
+        run_dir.commit()
+    return ProbeResult.of_words(words)
 
 
 def probe_inputs(cfg: ProbeConfig, reading: Reading, cache: Any, check: Callable[[Any, Any], None],

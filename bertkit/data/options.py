@@ -66,7 +66,9 @@ class DataOptions:
         return problems
 
 
-TASKS = ("auto", *SHAPE_NAMES)
+WORD_TASK = "tags"
+"""--task tags: one tag per word (a tagged corpus), read by the commands whose options set READS_WORDS."""
+TASKS = ("auto", *SHAPE_NAMES, WORD_TASK)
 THRESHOLD_MODES = ("tune", "tune-per-label")
 
 
@@ -116,9 +118,13 @@ class TaskOptions(LabelOptions):
     every shape (finetune, probe)."""
 
     ADVANCED_OPTIONS = ("threshold",)
+    READS_WORDS: ClassVar[bool] = False
+    """Whether the command reads tagged corpora (--task tags); the others refuse it."""
 
     task: str = option("auto", "Problem shape. auto: tag lists, --label-sep or several label columns -> multi_label; "
-                       "numbers with fractions -> regression; else single_label.", panel=DATA, choices=TASKS)
+                       "numbers with fractions -> regression; else single_label. tags: one tag per word (a CoNLL-style "
+                       "column file; detected from .iob2/.iob/.bio/.conll files and their content).", panel=DATA,
+                       choices=TASKS)
     threshold: str = option("tune", "Multi-label decision threshold on each sigmoid: a probability in (0, 1), tune "
                             "(one threshold, best dev micro-F1) or tune-per-label (one per label, best dev F1).",
                             numbers=True)
@@ -126,6 +132,10 @@ class TaskOptions(LabelOptions):
     def task_problems(self) -> list[str]:
         """--threshold in (0, 1) or a tuning mode; --label-sep only where tags are read."""
         problems = threshold_problems(self.threshold)
+        if self.task == WORD_TASK and not self.READS_WORDS:
+            problems.append("--task tags (one tag per word) is read by `bertkit probe` only so far; this command "
+                            "learns from one label (or tag set, or number) per row. Probe tagged data with `bertkit "
+                            "probe --data train.iob2 --dev dev.iob2`, or pass --task auto for row labels.")
         if self.label_sep is not None and self.task in ("single_label", "regression"):
             problems.append(f"--label-sep splits tag lists (multi-label data); it does not apply to --task {self.task}. "
                             f"Drop --label-sep, or pass --task multi_label (or auto).")

@@ -26,6 +26,10 @@ from bertkit.data.tagscheme import SCHEMES, SchemeEvidence, TagScheme, is_entity
 from bertkit.errors import UserError
 
 CHUNK_SENTENCES = 1000
+TAGGED_SUFFIXES = (".iob2", ".iob", ".bio", ".conll", ".conllu")
+"""Extensions that name a CoNLL-style column file (one word per line): always read as a tagged corpus."""
+SNIFF_LINES = 400
+"""Lines read to tell a column file with another extension (.tsv, .txt) from a table of sentences."""
 """Sentences per chunk when a corpus is read in chunks (`TaggedCorpus.chunks`)."""
 
 
@@ -107,6 +111,33 @@ class TaggedCorpus:
                 break
             out.append(sentence)
         return out
+
+
+def is_tagged_file(path: str | Path) -> bool:
+    """Whether `path` is a tagged corpus: a tagged extension, or (a .tsv/.txt...) the shape of a column file in its
+    first lines: a blank line between blocks of rows, every row two or more fields, and no field holding spaces
+    (a table of sentences has spaces in its text cells). JSON files are tagged only when asked (--task tags)."""
+    path = Path(path)
+    if path.suffix.lower() in TAGGED_SUFFIXES:
+        return True
+    if not path.is_file() or is_json_path(path) or path.suffix.lower() in (".csv", ".parquet", ".arrow"):
+        return False
+    rows, blank_between = 0, False
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        for number, line in enumerate(handle):
+            if number == SNIFF_LINES:
+                break
+            line = line.rstrip("\r\n")
+            if not line.strip():
+                blank_between = blank_between or rows > 0
+                continue
+            if line.startswith("#"):
+                continue
+            fields = line.split("\t")
+            if len(fields) < 2 or any(" " in f.strip() for f in fields):
+                return False
+            rows += 1
+    return blank_between and rows > 0
 
 
 def raw_sentences(path: Path, columns: TaggedColumns) -> Iterator[RawSentence]:

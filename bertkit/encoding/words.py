@@ -10,12 +10,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from bertkit.errors import UserError, raise_if_problems
+
+if TYPE_CHECKING:
+    import torch  # imported where vectors are pooled: reading the settings (a CLI's --help) needs no torch
 
 log = logging.getLogger(__name__)
 
@@ -188,6 +190,8 @@ def pool_word_vectors(hidden: torch.Tensor, rows: torch.Tensor, starts: torch.Te
                       word_pool: str) -> torch.Tensor:
     """(batch, seq, dim) hidden states -> (words, dim) fp32 vectors (first_last: (words, 2 * dim)), word i read
     from batch row `rows[i]`, pieces `starts[i]:ends[i]`."""
+    import torch
+
     hidden = hidden.float()
     if word_pool == "first":
         return hidden[rows, starts]

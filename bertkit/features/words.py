@@ -13,13 +13,15 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from bertkit.encoding.words import WordReading, WordWindows, align_words, pool_word_vectors
 from bertkit.errors import UserError, raise_if_problems
+
+if TYPE_CHECKING:
+    import torch  # imported where vectors are made: the settings (a CLI's --help) need no torch
 
 LAYER_NAMES = ("last4", "all")
 """last4: the last four encoder layers; all: every encoder layer (not the embeddings, as the paper's 'all 12')."""
@@ -123,6 +125,8 @@ def batch_plan(lengths: np.ndarray, batch_size: int) -> list[np.ndarray]:
 
 
 def padded_batch(windows: WordWindows, rows: np.ndarray, pad_id: int, device: torch.device) -> dict[str, torch.Tensor]:
+    import torch
+
     width = int(max(len(windows.ids[r]) for r in rows))
     ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.long)
@@ -135,6 +139,8 @@ def padded_batch(windows: WordWindows, rows: np.ndarray, pad_id: int, device: to
 def combined(pooled: dict[int, torch.Tensor], indices: list[int], combine: str) -> torch.Tensor:
     if len(indices) == 1:
         return pooled[indices[0]]
+    import torch
+
     parts = [pooled[i] for i in indices]
     return torch.cat(parts, dim=-1) if combine == "concat" else torch.stack(parts).sum(dim=0)
 
@@ -142,6 +148,8 @@ def combined(pooled: dict[int, torch.Tensor], indices: list[int], combine: str) 
 def encode_word_chunk(encoder: Any, tokenizer: Any, sentences: Sequence[Sequence[str]], reading: WordReading,
                       layers: Sequence[WordLayers], batch_size: int = 32) -> WordFeatures:
     """Word vectors of one chunk of sentences for every entry of `layers`, from one forward pass per batch."""
+    import torch
+
     n_layers, dim = int(encoder.config.num_hidden_layers), int(encoder.config.hidden_size) * reading.width
     resolved = [spec.resolve(n_layers) for spec in layers]
     needed = sorted({i for indices in resolved for i in indices})

@@ -99,6 +99,19 @@ def baseline_scores(train: Sequence[TaggedSentence], dev: Sequence[TaggedSentenc
             "most frequent tag per word": score_tags(gold, most_frequent_tags(train, dev), scheme)}
 
 
+def probe_word_row(label: str, layers: WordLayers, X: np.ndarray, y_train: Sequence[str], X_dev: np.ndarray,
+                   gold: Sequence[Sequence[str]], dev_offsets: np.ndarray, scheme: TagScheme, C: float = DEFAULT_C,
+                   seed: int = 0) -> WordProbeRow:
+    """One row of the table: a probe fitted on the training words' vectors `X`, scored on the dev words' `X_dev`
+    (sentence s's words are rows `dev_offsets[s]:dev_offsets[s + 1]`) against the `gold` tags."""
+    start = time.perf_counter()
+    model = fit_word_probe(X, y_train, C, seed)
+    seconds = time.perf_counter() - start
+    train_accuracy = float((model.predict(X) == np.asarray(y_train, dtype=object)).mean())
+    predicted = as_sentences(model.predict(X_dev).tolist(), dev_offsets)
+    return WordProbeRow(label, layers, X.shape[1], score_tags(gold, predicted, scheme), train_accuracy, seconds)
+
+
 def probe_word_layers(train: Sequence[TaggedSentence], train_features: WordFeatures,
                       dev: Sequence[TaggedSentence], dev_features: WordFeatures, scheme: TagScheme,
                       labels: Sequence[str] | None = None, C: float = DEFAULT_C, seed: int = 0) -> WordProbeTable:
@@ -109,16 +122,9 @@ def probe_word_layers(train: Sequence[TaggedSentence], train_features: WordFeatu
     if len(y_train) != train_features.n_words or len(flat_tags(dev)) != dev_features.n_words:
         raise ValueError("features and sentences must hold the same words")
     labels = list(labels) if labels is not None else [layers.name for layers in train_features.layers]
-    rows = []
-    for label, layers, X, X_dev in zip(labels, train_features.layers, train_features.vectors, dev_features.vectors,
-                                       strict=True):
-        start = time.perf_counter()
-        model = fit_word_probe(X, y_train, C, seed)
-        seconds = time.perf_counter() - start
-        train_accuracy = float((model.predict(X) == np.asarray(y_train, dtype=object)).mean())
-        predicted = as_sentences(model.predict(X_dev).tolist(), dev_features.sentence_offsets)
-        rows.append(WordProbeRow(label, layers, X.shape[1], score_tags(gold, predicted, scheme), train_accuracy,
-                                 seconds))
+    rows = [probe_word_row(label, layers, X, y_train, X_dev, gold, dev_features.sentence_offsets, scheme, C, seed)
+            for label, layers, X, X_dev in zip(labels, train_features.layers, train_features.vectors,
+                                               dev_features.vectors, strict=True)]
     return WordProbeTable(tuple(rows), scheme, tuple(sorted(set(y_train))), len(y_train), len(flat_tags(dev)),
                           baseline_scores(train, dev, scheme))
 

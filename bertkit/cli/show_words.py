@@ -1,0 +1,46 @@
+"""What `bertkit probe` prints for tagged data (the word path): the table of word probes, a row per layer choice
+with its width and its dev entity F1 (precision, recall) or token accuracy, the best row marked, the baselines
+beside them, and the files written."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from bertkit.cli.output import View, emit_json, info, out_console, table
+
+if TYPE_CHECKING:
+    from bertkit.probe.words_run import WordProbeRun
+    from bertkit.scoring.entities import TagScores
+
+BASELINE_MARK = "baseline"
+
+
+def score_cells(scores: TagScores) -> list[object]:
+    """The main score, then precision and recall (entity tags) or tag macro-F1 (plain tags)."""
+    if scores.entities is not None:
+        return [scores.entities.f1, scores.entities.precision, scores.entities.recall, scores.token_accuracy]
+    return [scores.token_accuracy, scores.tag_macro_f1]
+
+
+def show_word_probe(words: WordProbeRun, view: View) -> None:
+    """The word probe table (or the run's JSON with --json) and the files written."""
+    if view.json:
+        emit_json(words)
+        return
+    table_ = words.table
+    best = table_.best()
+    entities = table_.scheme.has_entities
+    header = (["row", "dim", "entity F1", "precision", "recall", "token acc"] if entities else
+              ["row", "dim", "token acc", "tag macro-F1"])
+    rows = [[row.label + (" *" if row is best else ""), row.dim, *score_cells(row.scores)] for row in table_.rows]
+    rows += [[f"{BASELINE_MARK}: {name}", "", *score_cells(scores)] for name, scores in table_.baselines.items()]
+    reading = words.reading
+    title = (f"Word probe — {words.model} — train {words.sentences['train']:,} sentences ({table_.n_train_words:,} "
+             f"words), dev {words.sentences['dev']:,} ({table_.n_dev_words:,} words); tags {table_.scheme.name}, "
+             f"word pool {reading.word_pool}, max length {reading.max_length} (* = best dev {best.scores.main_name})")
+    out_console.print(table(title, header, rows))
+    out_console.print(f"best: {best.label}, dev {best.scores.main_name} {best.scores.main:.3f}", highlight=False)
+    for note in words.notes:
+        info(note, view.quiet)
+    if words.outputs:
+        info(f"wrote {words.outputs['metrics']}, {words.outputs['layer_curve']}", view.quiet)

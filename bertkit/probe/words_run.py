@@ -1,0 +1,191 @@
+"""`bertkit probe` on tagged corpora (the word path): read and check train/dev once, load the encoder once, extract
+every hidden state the table needs for all words (one forward pass per batch, `bertkit.features.words`), build each
+row's vectors from those (a single layer, or a sum / concat of several), fit and score one word probe per row
+(`bertkit.probe.words`), and write the run (metrics.json with the reading and layer settings, the per-layer plot).
+
+The table's rows by default: every single hidden state (the per-layer curve: POS peaks lower than entities) and
+the BERT paper's combinations (sum of the last four, concat of the last four, sum of all layers); the paper's
+single rows (embeddings, second-to-last, last) are layers of the curve."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import operator
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from bertkit.data.tagged import TaggedColumns, TaggedCorpus, TaggedSentence, check_dev_tags, read_tagged
+from bertkit.encoding.words import WordReading
+from bertkit.features.words import LAYER_NAMES, WordFeatures, WordLayers, extract_word_features
+from bertkit.probe.fit import DEFAULT_C
+from bertkit.probe.words import WordProbeTable, baseline_scores, flat_tags, probe_word_row
+
+log = logging.getLogger(__name__)
+
+COMBINATION_ROWS = (
+    ("sum of last four", WordLayers("last4", "sum")),
+    ("concat of last four", WordLayers("last4", "concat")),
+    ("sum of all layers", WordLayers("all", "sum")),
+)
+"""The paper's rows that combine layers; its single-layer rows (embeddings, second-to-last, last) are on the curve."""
+BASELINE_KEYS = {"majority tag": "majority", "most frequent tag per word": "most_frequent_tag"}
+
+
+@dataclass(frozen=True)
+class WordProbeRun:
+    """What the word path found and how: the table (rows, baselines, scheme, tags, word counts), the files and
+    columns read, the reading and the rows' layer settings, the encoder, and the files written."""
+
+    JSON_RECORD: ClassVar[bool] = True  # written as `to_json` says (metrics.json and --json)
+
+    model: str
+    revision: str | None
+    train: str
+    dev: str
+    columns: TaggedColumns
+    """The word and tag columns as resolved, and the tag scheme as the files have it."""
+    reading: WordReading
+    C: float
+    sentences: Mapping[str, int]
+    """Sentences per split (train, dev)."""
+    table: WordProbeTable
+    notes: tuple[str, ...] = ()
+    outputs: Mapping[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        table = self.table.to_json()
+        best = self.table.best()
+        return {"task": "tags", "model": self.model, "revision": self.revision, "train": self.train, "dev": self.dev,
+                "columns": self.columns.to_json(), "reading": self.reading.to_json(), "C": self.C,
+                "sentences": dict(self.sentences), "words": {"train": table.pop("n_train_words"),
+                                                             "dev": table.pop("n_dev_words")},
+                "metric": best.scores.main_name, "best": best.label, **table, "notes": list(self.notes),
+                **({"outputs": dict(self.outputs)} if self.outputs else {})}
+
+
+def layer_label(index: int, n_layers: int) -> str:
+    """A single hidden state's row name, with the paper's name where it has one."""
+    named = {0: "embeddings (layer 0)", n_layers - 1: f"layer {n_layers - 1} (second-to-last)",
+             n_layers: f"layer {n_layers} (last)"}
+    return named.get(index, f"layer {index}")
+
+
+def table_rows(layers: str | None, combine: str | None, n_layers: int) -> list[tuple[str, WordLayers]]:
+    """(label, layers) of each row. Neither given: every hidden state, then the paper's combinations. --combine:
+    one row, the --layers (default last4) summed or concatenated. --layers alone: each of its layers a row (`all`:
+    every hidden state, embeddings included, as the sentence probe's --layers all)."""
+    if combine is not None:
+        spec = WordLayers(layers or "last4", combine)
+        spec.resolve(n_layers)  # a layer the model lacks stops here
+        known = {s: label for label, s in COMBINATION_ROWS}
+        return [(known.get(spec, spec.name), spec)]
+    if layers is None or layers.strip().lower() == "all":
+        singles = list(range(n_layers + 1))
+    else:
+        singles = WordLayers(layers.replace(" ", "")).resolve(n_layers)
+    rows = [(layer_label(i, n_layers), WordLayers(str(i))) for i in singles]
+    return rows + ([fitting(label, spec, n_layers) for label, spec in COMBINATION_ROWS] if layers is None else [])
+
+
+def fitting(label: str, spec: WordLayers, n_layers: int) -> tuple[str, WordLayers]:
+    """A default row as a model of `n_layers` can give it: fewer than four layers, "the last four" are all of them."""
+    if spec.layers != "last4" or n_layers >= 4:
+        return label, spec
+    every = ",".join(str(i) for i in range(1, n_layers + 1))
+    return label.replace("last four", f"last {n_layers}"), WordLayers(every, spec.combine)
+
+
+def read_tagged_splits(train: str, dev: str, columns: TaggedColumns) -> tuple[TaggedCorpus, TaggedCorpus]:
+    """Both files checked (ragged rows, tag columns, schemes; the columns detected in each unless given), and
+    every dev tag seen in training (`check_dev_tags`)."""
+    train_corpus, dev_corpus = read_tagged(train, columns), read_tagged(dev, columns)
+    check_dev_tags(train_corpus, dev_corpus)
+    return train_corpus, dev_corpus
+
+
+def row_vectors(features: WordFeatures, spec: WordLayers, n_layers: int) -> np.ndarray:
+    """A row's word vectors from the per-layer ones in `features` (one entry per single hidden state)."""
+    position = {int(s.layers): k for k, s in enumerate(features.layers)}
+    parts = [features.vectors[position[i]] for i in spec.resolve(n_layers)]
+    if len(parts) == 1:
+        return parts[0]
+    return np.concatenate(parts, axis=1) if spec.combine == "concat" else functools.reduce(operator.add, parts)
+
+
+def probe_word_table(encoder: Any, tokenizer: Any, train: Sequence[TaggedSentence], dev: Sequence[TaggedSentence],
+                     train_corpus: TaggedCorpus, rows: Sequence[tuple[str, WordLayers]], reading: WordReading,
+                     batch_size: int, C: float = DEFAULT_C, seed: int = 0, baselines: bool = True,
+                     say: Callable[[str], None] | None = None) -> WordProbeTable:
+    """Every hidden state the rows need, extracted once per split; then one probe per row, scored on dev."""
+    n_layers = int(encoder.config.num_hidden_layers)
+    needed = sorted({i for _, spec in rows for i in spec.resolve(n_layers)})
+    singles = [WordLayers(str(i)) for i in needed]
+    features = [extract_word_features(encoder, tokenizer, [s.words for s in part], reading, singles, batch_size)
+                for part in (train, dev)]
+    y_train, gold = flat_tags(train), [list(s.tags) for s in dev]
+    table_rows_ = []
+    for label, spec in rows:
+        X, X_dev = (row_vectors(f, spec, n_layers) for f in features)
+        row = probe_word_row(label, spec, X, y_train, X_dev, gold, features[1].sentence_offsets,
+                             train_corpus.scheme, C, seed)
+        if say is not None:
+            say(f"{label}: dev {row.scores.main_name} {row.scores.main:.3f} ({row.dim} dims, {row.fit_seconds:.1f}s)")
+        table_rows_.append(row)
+    return WordProbeTable(tuple(table_rows_), train_corpus.scheme, tuple(sorted(set(y_train))), len(y_train),
+                          len(flat_tags(dev)),
+                          baseline_scores(train, dev, train_corpus.scheme) if baselines else {})
+
+
+def run_word_probe(train: str, dev: str, columns: TaggedColumns, reading: WordReading, model: str,
+                   layers: str | None = None, combine: str | None = None, batch_size: int = 32, C: float = DEFAULT_C,
+                   seed: int = 0, baselines: bool = True, trust_remote_code: bool = False,
+                   say: Callable[[str], None] | None = None) -> WordProbeRun:
+    """Read and check the tagged files, load the encoder once, and probe every row (`table_rows`) on its words."""
+    from bertkit.models import loading
+
+    loading.check_model_folder(model)
+    train_corpus, dev_corpus = read_tagged_splits(train, dev, columns)
+    tokenizer = loading.load_tokenizer(model, trust_remote_code)
+    encoder = loading.load_encoder(model, trust_remote_code).eval()
+    rows = table_rows(layers, combine, int(encoder.config.num_hidden_layers))
+    if say is not None:
+        say(f"{train_corpus.n_sentences:,} train / {dev_corpus.n_sentences:,} dev sentences "
+            f"({train_corpus.n_words:,} / {dev_corpus.n_words:,} words, tags {train_corpus.scheme.name}); "
+            f"{len(rows)} rows")
+    table = probe_word_table(encoder, tokenizer, list(train_corpus.sentences()), list(dev_corpus.sentences()),
+                             train_corpus, rows, reading, batch_size, C, seed, baselines, say)
+    return WordProbeRun(model, loading.model_revision(model), str(train), str(dev), train_corpus.columns, reading, C,
+                        {"train": train_corpus.n_sentences, "dev": dev_corpus.n_sentences}, table)
+
+
+def write_word_probe_run(run_dir: Path, run: WordProbeRun, config: dict[str, Any],
+                         final_dir: Path | None = None) -> WordProbeRun:
+    """config.json, metrics.json and probe_layers.png written into `run_dir`; the run with the paths it will have
+    in `final_dir` (where a staged run ends up)."""
+    from bertkit import plots
+    from bertkit.io import atomic, trail
+
+    final = final_dir or run_dir
+    trail.write_run_config(run_dir, "probe", config, words={"reading": run.reading.to_json(),
+                                                             "columns": run.columns.to_json(), "model": run.model})
+    best = run.table.best()
+    curve_rows = [{"pool": "combined layers" if is_combination(r.layers) else f"word {run.reading.word_pool}",
+                   "layer_name": r.label, "score": r.scores.main, "best": r is best} for r in run.table.rows]
+    baselines = {name: scores.main for name, scores in run.table.baselines.items()}
+    curve = plots.probe_layer_curve(curve_rows, baselines, run_dir / "probe_layers.png",
+                                    f"Word probe per layer — {Path(run.model).name}", metric="score")
+    outputs = {"config": str(final / "config.json"), "metrics": str(final / "metrics.json"),
+               "layer_curve": str(final / curve.name)}
+    run = replace(run, outputs=outputs)
+    atomic.write_json_atomic(run_dir / "metrics.json", run.to_json())
+    return run
+
+
+def is_combination(spec: WordLayers) -> bool:
+    """Whether a row sums or concatenates several hidden states (drawn apart from the per-layer curve)."""
+    return spec.layers in LAYER_NAMES or "," in spec.layers

@@ -1,0 +1,161 @@
+"""`bertkit probe` on tagged data (the word path, issue 45): detected from the file or asked with --task tags, a table
+of word probes per layer choice with baselines, metrics.json recording the reading and layers, the per-layer plot,
+a typed ProbeResult; and every refusal exits 2 with nothing left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from bertkit.cli.app import app
+from bertkit.commands.probe import ProbeConfig, ProbeResult, run
+from bertkit.data.tagged import is_tagged_file
+from bertkit.probe.words_run import WordProbeRun, table_rows
+
+runner = CliRunner()
+
+SENTENCES = [
+    [("Anna", "B-PER"), ("met", "O"), ("Bob", "B-PER"), ("in", "O"), ("Paris", "B-LOC")],
+    [("Bob", "B-PER"), ("Smith", "I-PER"), ("left", "O"), ("Rome", "B-LOC")],
+    [("Paris", "B-LOC"), ("is", "O"), ("big", "O")],
+    [("Anna", "B-PER"), ("likes", "O"), ("Rome", "B-LOC"), ("a", "O"), ("lot", "O")],
+]
+DEV = [[("Anna", "B-PER"), ("saw", "O"), ("Paris", "B-LOC")], [("Bob", "B-PER"), ("left", "O")]]
+
+
+def write_conll(path: Path, sentences, sep: str = "\t") -> Path:
+    path.write_text("\n\n".join("\n".join(f"{w}{sep}{t}" for w, t in s) for s in sentences) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def tagged(tmp_path) -> tuple[Path, Path]:
+    return write_conll(tmp_path / "train.iob2", SENTENCES * 3), write_conll(tmp_path / "dev.iob2", DEV)
+
+
+def invoke(*args: str):
+    return runner.invoke(app, list(args), catch_exceptions=False)
+
+
+def test_tagged_files_are_detected_by_extension_and_by_content(tmp_path, write_tsv):
+    assert is_tagged_file(write_conll(tmp_path / "a.txt", SENTENCES))  # a column file under another name
+    assert is_tagged_file(tmp_path / "missing.conll")
+    sentences = write_tsv("s.tsv", [("a fine film", "1"), ("a dull film", "0")], header=("sentence", "label"))
+    assert not is_tagged_file(sentences)
+
+
+def test_default_rows_are_every_layer_then_the_papers_combinations():
+    rows = table_rows(None, None, 2)
+    assert [label for label, _ in rows] == ["embeddings (layer 0)", "layer 1 (second-to-last)", "layer 2 (last)",
+                                            "sum of last 2", "concat of last 2", "sum of all layers"]
+    assert [label for label, _ in table_rows("0,-1", None, 6)] == ["embeddings (layer 0)", "layer 6 (last)"]
+    assert [(label, s.layers, s.combine) for label, s in table_rows("-2,-1", "concat", 6)] == [
+        ("concat -2,-1", "-2,-1", "concat")]
+
+
+def test_probe_on_a_tagged_file_writes_the_word_table(tagged, tiny_bert_dir, tmp_path):
+    train, dev = tagged
+    out = tmp_path / "run"
+    result = invoke("probe", "--data", str(train), "--dev", str(dev), "--model", str(tiny_bert_dir), "--out", str(out),
+                    "--word-pool", "mean", "--max-length", "16", "--stride", "4")
+    assert result.exit_code == 0, result.output
+    assert "entity F1" in result.stdout and "most frequent tag per word" in result.stdout
+    assert "concat of last 2" in result.stdout and " *" in result.stdout
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["task"] == "tags" and metrics["scheme"] == {"name": "IOB2", "source": "IOB2"}
+    assert metrics["reading"] == {"word_pool": "mean", "max_length": 16, "stride": 4}
+    assert metrics["sentences"] == {"train": 12, "dev": 2} and metrics["words"] == {"train": 51, "dev": 5}
+    assert len(metrics["rows"]) == 2 + 1 + 3  # tiny BERT: embeddings + 2 layers, and the 3 combinations
+    assert {r["layers"]["combine"] for r in metrics["rows"]} == {"concat", "sum"}
+    assert set(metrics["baselines"]) == {"majority tag", "most frequent tag per word"}
+    assert metrics["best"] in {r["label"] for r in metrics["rows"]}
+    assert (out / "probe_layers.png").stat().st_size > 0 and (out / "config.json").is_file()
+
+
+def test_the_result_is_typed_and_json_matches(tagged, tiny_bert_dir):
+    train, dev = tagged
+    result = run(ProbeConfig(data=str(train), dev=str(dev), model=str(tiny_bert_dir), layers="-1",
+                             text_column="0", label_column="1"))
+    assert isinstance(result, ProbeResult) and isinstance(result.words, WordProbeRun)
+    assert [row.label for row in result.words.table.rows] == ["layer 2 (last)"]
+    assert result.best.layer == "layer 2 (last)" and result.sweep == [] and result.task == "tags"
+    assert result.rows.train == 12 and result.labels == ["B-LOC", "B-PER", "I-PER", "O"]
+    json_run = invoke("probe", "--data", str(train), "--dev", str(dev), "--model", str(tiny_bert_dir), "--layers", "-2,-1",
+                      "--combine", "sum", "--json", "--quiet")
+    record = json.loads(json_run.stdout)
+    assert record["rows"][0]["label"] == "sum -2,-1" and record["rows"][0]["layers"] == {"layers": "-2,-1",
+                                                                                     "combine": "sum"}
+
+
+def test_plain_tags_are_scored_by_token_accuracy_with_task_tags(tmp_path, tiny_bert_dir):
+    pos = [[(w, "NOUN" if t != "O" else "VERB") for w, t in s] for s in SENTENCES]
+    train = write_conll(tmp_path / "train.tsv", pos * 2)
+    dev = write_conll(tmp_path / "dev.tsv", [[(w, "NOUN" if t != "O" else "VERB") for w, t in s] for s in DEV])
+    result = invoke("probe", "--task", "tags", "--data", str(train), "--dev", str(dev), "--model", str(tiny_bert_dir),
+                    "--layers", "0,-1")
+    assert result.exit_code == 0, result.output
+    assert "token acc" in result.stdout and "entity F1" not in result.stdout and "tags none" in result.stdout
+
+
+@pytest.mark.parametrize(("args", "files", "expected"), [
+    (["--cv", "3"], "tagged", "--cv does not apply to word probes"),
+    (["--pool", "mean"], "tagged", "--pool does not apply to word probes"),
+    (["--features", "store"], "tagged", "--features does not apply"),
+    ([], "no-dev", "Pass --dev dev.iob2"),
+    (["--task", "tags"], "sentences", "does not look like a tagged corpus"),
+    (["--word-pool", "mean"], "sentences", "--word-pool reads tagged data"),
+    ([], "ragged", "line"),
+    ([], "unseen", "never seen in training"),
+])
+def test_bad_word_inputs_exit_2_and_leave_nothing(tagged, tmp_path, tiny_bert_dir, write_tsv, args, files, expected):
+    train, dev = tagged
+    if files == "sentences":
+        train = write_tsv("s.tsv", [("a fine film", "1"), ("a dull film", "0")] * 4, header=("sentence", "label"))
+        dev = write_tsv("d.tsv", [("a fine film", "1"), ("a dull film", "0")], header=("sentence", "label"))
+    elif files == "ragged":
+        train.write_text(train.read_text() + "\nword\tO\nshort\n")
+    elif files == "unseen":
+        write_conll(dev, DEV + [[("Acme", "B-ORG")]])
+    data = ["--data", str(train)] + ([] if files == "no-dev" else ["--dev", str(dev)])
+    out = tmp_path / "out"
+    result = invoke("probe", *data, "--model", str(tiny_bert_dir), "--out", str(out), *args)
+    assert result.exit_code == 2, result.output
+    assert expected in " ".join(result.output.split()), result.output
+    assert not out.exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "train", "dev", "n_train"), [
+    ("uner", "uner_ewt/train.iob2", "uner_ewt/dev.iob2", 600),  # the first 300 have no I-PER that dev has
+    ("upos", "ud_ewt_pos/train.tsv", "ud_ewt_pos/dev.tsv", 300),
+])
+def test_minilm_word_probe_beats_the_most_frequent_tag_on_a_few_hundred_sentences(shared_data, minilm_dir, tmp_path,
+                                                                                  name, train, dev, n_train):
+    def head(source: Path, n: int) -> Path:
+        blocks = source.read_text(encoding="utf-8").split("\n\n")
+        return _write(tmp_path / f"{name}-{n}-{source.name}", "\n\n".join(blocks[:n]) + "\n")
+
+    small_train, small_dev = head(shared_data / train, n_train), head(shared_data / dev, 150)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    result = run(ProbeConfig(data=str(small_train), dev=str(small_dev), model=str(minilm_dir), layers="3,-1"))
+    assert result.words is not None
+    best = result.words.table.best().scores.main
+    assert best > result.words.table.baselines["most frequent tag per word"].main, result.words.to_json()
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_commands_that_do_not_read_words_refuse_task_tags(tmp_path, write_tsv):
+    from bertkit.errors import UserError
+    from bertkit.training.options import FinetuneOptions
+
+    data = write_tsv("t.tsv", [("a fine film", "1"), ("a dull film", "0")], header=("sentence", "label"))
+    with pytest.raises(UserError, match="--task tags"):
+        FinetuneOptions(data=str(data), task="tags")
