@@ -58,14 +58,12 @@ class FinetuneResult:
 
 def run(cfg: FinetuneConfig, *, progress: bool = True) -> FinetuneResult:
     """The run: its folder, metrics.json's content, the epoch table, what a resume restored, notes."""
-    # every check before torch and transformers are imported, and before the data is read or cached; from the
-    # model down to the folders: the run config records the reading it trains with (the --model's, else 128/head)
-    cfg = read_as_saved(cfg)
-    check_model_limits(cfg.model, max_length=cfg.max_length)
-    check_inputs(cfg, need_labels=True, models=(cfg.model,))
+    check_inputs(cfg, need_labels=True, models=(cfg.model,))  # before torch and transformers are imported
+    cfg = read_as_saved(cfg)  # the run config records the reading it trains with (the --model's, else 128/head)
     if cfg.out:  # --out's refusals (someone else's files, another command's run, an input inside it) before the data
         # is read or a learning rate chosen; the run's own settings are compared once its data is fingerprinted
         rundir.inspect_run_dir(cfg.out, "finetune", overwrite=cfg.overwrite, inputs=ownership.input_paths(cfg))
+    check_model_limits(cfg.model, max_length=cfg.max_length)  # the model's own limits: after the folder's refusals
     from bertkit.training.finetune import finetune, training_device
 
     return FinetuneResult.of(finetune(cfg, progress=progress, compute=Compute.resolve(training_device(), cfg.precision),
