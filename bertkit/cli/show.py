@@ -275,7 +275,7 @@ def show_predictions(result: PredictResult, cfg: PredictConfig, view: View,
     if view.json:
         rest = {"task": task, **({"threshold": result.threshold} if task == "multi_label" else {}), "out": cfg.out,
                 "dtype": result.dtype, "max_length": result.max_length, "truncation": result.truncation,
-                "rows_cut": result.rows_cut,
+                "rows_cut": result.rows_cut, "temperature": result.temperature,
                 **({"pooling": result.pooling} if result.pooling else {})}
         if stream is None:  # the result holds every row
             stream = PredictionsJson()
@@ -297,7 +297,12 @@ def reading_line(result: PredictResult) -> str:
     """How the rows were read: the max length and truncation (and a probe's features), in the model's precision."""
     features = f"; features: {result.pooling}" if result.pooling else ""
     return f"{read_line(result.max_length, result.truncation, result.rows_cut, len(result.dataset))}{features}, " \
-           f"{result.dtype}"
+           f"{result.dtype}{calibration_words(result.temperature)}"
+
+
+def calibration_words(temperature: float | None) -> str:
+    """'; probabilities calibrated (logits / T, fitted on dev)' for a model trained with --calibrate temperature."""
+    return "" if temperature is None else f"; probabilities calibrated (logits / {temperature:.3g}, fitted on dev)"
 
 
 def read_line(max_length: int | None, truncation: str | None, cut: int | None, rows: int) -> str:
@@ -342,7 +347,8 @@ def show_evaluate(result: EvaluateResult, cfg: EvaluateConfig, view: View) -> No
                              for k, v in metrics.headline(result.metrics.to_json()).items()]))
     if result.note:
         info(f"note: {result.note}", view.quiet)
-    info(read_line(result.max_length, result.truncation, result.rows_cut, result.rows), view.quiet)
+    info(read_line(result.max_length, result.truncation, result.rows_cut, result.rows)
+         + calibration_words(result.temperature), view.quiet)
     plot = {"regression": "scatter.png", "multi_label": "per_label_f1.png"}.get(result.task, "confusion_matrix.png")
     if result.task == "multi_label":
         out_console.print(table(f"per tag (threshold {result.threshold})", ["tag", "F1", "precision", "recall",

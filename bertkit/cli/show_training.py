@@ -39,6 +39,11 @@ def show_finetune(result: FinetuneResult, view: View) -> None:
     removed = "" if summary.checkpoints_kept else "; checkpoints/ removed (--keep-checkpoints keeps them)"
     out_console.print(f"saved {result.out}/best, {result.out}/final{shared}, metrics.json, {', '.join(saved)}"
                       f"{removed}", highlight=False)
+    if summary.calibration is not None:
+        fit = summary.calibration
+        out_console.print(f"calibrated best/: temperature {fit.temperature:.3g} fitted on {fit.rows:,} dev rows (dev "
+                          f"ECE {fit.ece_before:.4f} -> {fit.ece_after:.4f}; measured on the rows it was fitted on: "
+                          f"evaluate other rows for the held-out effect)", highlight=False)
     for line in tracker_lines(summary.trackers):
         out_console.print(line, highlight=False)
 

@@ -73,6 +73,8 @@ class EvaluateResult:
     metrics: Scores
     rows_cut: int | None = None
     """Rows longer than max_length, cut as `truncation` says (None: read whole in windows)."""
+    temperature: float | None = None
+    """The temperature the model's logits were divided by (`finetune --calibrate temperature`); None: none recorded."""
 
     @property
     def task(self) -> str:
@@ -118,7 +120,7 @@ def run(cfg: EvaluateConfig, *, progress: bool = False) -> EvaluateResult:
     from bertkit.data.splits import load_dataset_split
     from bertkit.encoding.encode import RowsCut
     from bertkit.models import infer, loading
-    from bertkit.models.metadata import saved_threshold
+    from bertkit.models.metadata import saved_temperature, saved_threshold
     from bertkit.scoring import metrics, predictions
     from bertkit.scoring.outputs import OutputReader, classifier_read, score_outputs
     from bertkit.scoring.shapes import inapplicable_options
@@ -138,14 +140,16 @@ def run(cfg: EvaluateConfig, *, progress: bool = False) -> EvaluateResult:
     check_tag_columns(label_map, dataset, f"model {cfg.model}")
     y = label_map.encode(dataset.labels or [], f"The data {dataset.source}")
     counted = RowsCut()
-    reader = OutputReader(label_map, classifier_read(model, tokenizer, reading, cfg.batch_size, compute, progress, counted),
-                          saved_threshold(cfg.model or ""), counted=counted)
+    temperature = saved_temperature(cfg.model or "")  # --calibrate temperature at training
+    reader = OutputReader(label_map, classifier_read(model, tokenizer, reading, cfg.batch_size, compute, progress, counted,
+                                                     temperature),
+                          saved_threshold(cfg.model or ""), counted=counted, temperature=temperature)
     outputs = reader.all_outputs(dataset)  # a few numbers per row; the texts are read a window at a time
     scores = score_outputs(outputs, y)
     metrics.add_requested(scores, cfg.metric_list, external, outputs.decisions(), y)
     result = EvaluateResult(cfg.model or "", dataset.source, dataset.fingerprint, cfg.max_length, cfg.long_text, cfg.truncation,
                             infer.precision_of(model, compute), Scores.from_json(scores),
-                            None if cfg.long_text == "chunk" else counted.cut)
+                            None if cfg.long_text == "chunk" else counted.cut, temperature)
     if plan is not None:
         run_dir = plan.claim()
         trail.write_run_config(run_dir.path, "evaluate", config_dict(given), data_fingerprint=dataset.fingerprint)

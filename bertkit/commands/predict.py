@@ -95,6 +95,8 @@ class PredictResult:
     """With --probe: the features the probe reads (pool, layers), as its record says."""
     rows_cut: int | None = None
     """Rows longer than max_length, cut as `truncation` says (None: read whole in windows)."""
+    temperature: float | None = None
+    """The temperature the model's logits were divided by (`finetune --calibrate temperature`); None: none recorded."""
     dataset: TextDataset | None = field(default=None, metadata={"json": False})
     labels: list[Prediction] = field(default_factory=list)
     """The kept rows' predictions: a class name, the tuple of tags, or the number."""
@@ -151,7 +153,8 @@ def run(cfg: PredictConfig, *, recipe: str | None = None, progress: bool = False
     head = np.concatenate(values) if values else np.zeros((0, reader.width), np.float32)
     return PredictResult(reader.label_map.task, reader.label_names, reader.threshold, cfg.out, reader.precision,
                          cfg.max_length, cfg.truncation or Reading.truncation, reader.features,
-                         None if cfg.long_text == "chunk" else reader.counted.cut, dataset, labels, head)
+                         None if cfg.long_text == "chunk" else reader.counted.cut, reader.temperature, dataset, labels,
+                         head)
 
 
 
@@ -185,7 +188,7 @@ def output_reader(cfg: Any, dataset: TextDataset, progress: bool) -> OutputReade
     from bertkit.data.labels import LabelMap
     from bertkit.encoding.encode import RowsCut
     from bertkit.models import infer, loading
-    from bertkit.models.metadata import saved_threshold
+    from bertkit.models.metadata import saved_temperature, saved_threshold
     from bertkit.scoring.outputs import OutputReader, classifier_read
 
     counted = RowsCut()  # rows read and cut at the max length, as the reader tokenizes them
@@ -211,5 +214,7 @@ def output_reader(cfg: Any, dataset: TextDataset, progress: bool) -> OutputReade
     model, tokenizer, label_map = infer.load_for_inference(cfg.model, compute)
     reading = Reading.from_options(cfg)  # `cfg` is read as the model records already
     loading.check_max_length(reading.max_length, tokenizer, model.config, cfg.model, pair=dataset.pairs is not None)
-    return OutputReader(label_map, classifier_read(model, tokenizer, reading, cfg.batch_size, compute, progress, counted),
-                        saved_threshold(cfg.model), infer.precision_of(model, compute), counted)
+    temperature = saved_temperature(cfg.model)  # --calibrate temperature at training: honest probabilities
+    return OutputReader(label_map, classifier_read(model, tokenizer, reading, cfg.batch_size, compute, progress, counted,
+                                                   temperature),
+                        saved_threshold(cfg.model), infer.precision_of(model, compute), counted, temperature=temperature)

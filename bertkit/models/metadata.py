@@ -7,6 +7,7 @@ here: `verify_model_folder` refuses a folder whose files are not the ones record
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +91,22 @@ def read_as_saved(cfg: Any, model: str | None = None) -> Any:
     model = model if model is not None else getattr(cfg, "model", None)
     recorded = saved_reading(model) if model else None
     return read_as_recorded(cfg, recorded, f"The model {model}")
+
+
+def saved_temperature(model_dir: str) -> float | None:
+    """The temperature a fine-tuned folder's record says to divide its logits by (`finetune --calibrate temperature`:
+    `calibration` in bertkit_model.json); None when it records none, or something that is not a positive number
+    (also a hub id or the packaged encoder)."""
+    record = read_model_info(Path(model_dir).expanduser()).get("calibration")
+    value = record.get("temperature") if isinstance(record, dict) and record.get("method") == "temperature" else None
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+    return float(value) if ok else None
+
+
+def add_model_info(folder: str | Path, entries: dict[str, Any]) -> None:
+    """The folder's bertkit_model.json with `entries` added (its files' record written again: the same files)."""
+    info = {k: v for k, v in read_model_info(Path(folder)).items() if k not in ("files", "format")}
+    write_model_info(folder, {**info, **entries})
 
 
 def saved_threshold(model_dir: str) -> float | list[float]:

@@ -34,6 +34,16 @@ class TemperatureFit:
     ece_before: float
     ece_after: float
 
+    @classmethod
+    def from_json(cls, record: Any) -> TemperatureFit | None:
+        """A `calibration` record as `to_json` writes it; None for anything else."""
+        if not isinstance(record, dict) or record.get("method") != "temperature":
+            return None
+        keys = ("temperature", "rows", "dev_nll_before", "dev_nll_after", "dev_ece_before", "dev_ece_after")
+        if not all(isinstance(record.get(k), (int, float)) for k in keys):
+            return None
+        return cls(*(record[k] for k in keys))
+
     def to_json(self) -> dict[str, Any]:
         """The record in bertkit_model.json and metrics.json (`calibration`)."""
         return {"method": "temperature", "temperature": self.temperature, "fitted_on": "dev", "rows": self.rows,
@@ -64,12 +74,3 @@ def fit_temperature(proba: np.ndarray, y_true: np.ndarray) -> TemperatureFit:
     return TemperatureFit(round(temperature, 4), len(y_true), round(nll(1.0), 4), round(nll(temperature), 4),
                           round(expected_calibration_error(y_true, proba), 4),
                           round(expected_calibration_error(y_true, scaled(proba, temperature)), 4))
-
-
-def recorded_temperature(info: dict[str, Any]) -> float | None:
-    """The temperature a model folder's record (`bertkit_model.json`'s `calibration`) says to divide logits by; None
-    when it records none, or something that is not a positive number."""
-    record = info.get("calibration") if isinstance(info, dict) else None
-    value = record.get("temperature") if isinstance(record, dict) and record.get("method") == "temperature" else None
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and np.isfinite(value) and value > 0
-    return float(value) if ok else None

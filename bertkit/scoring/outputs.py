@@ -66,6 +66,8 @@ class OutputReader:
     """Rows read so far and how many of them were cut at the max length (filled by `read` as it tokenizes)."""
     features: str | None = None
     """A saved probe's: the features it reads ('POOL, layers L', as its record says); None for a model."""
+    temperature: float | None = None
+    """The temperature the model's logits are divided by (its record's calibration); None: not calibrated."""
 
     @property
     def label_names(self) -> list[str]:
@@ -101,10 +103,11 @@ def score_outputs(outputs: Outputs, y: np.ndarray) -> dict[str, Any]:
 
 
 def classifier_read(model: Any, tokenizer: Any, reading: Reading, batch_size: int, compute: Compute, progress: bool,
-                    counted: RowsCut | None = None) -> Callable[[TextDataset], np.ndarray]:
+                    counted: RowsCut | None = None,
+                    temperature: float | None = None) -> Callable[[TextDataset], np.ndarray]:
     """The function of a window of rows giving the loaded classifier's outputs, read as the command's `reading`
     says (window, long texts cut or chunked) in `batch_size` rows and `compute` (the precision resolved once);
-    `counted` adds up the rows cut."""
+    `counted` adds up the rows cut; `temperature` (the model's recorded calibration) divides the logits."""
     return lambda part: predictions.predict_proba(
         model, tokenizer, part, progress=progress, reading=reading, batch_size=batch_size,
-        precision=compute.precision, counted=counted)
+        precision=compute.precision, counted=counted, temperature=temperature)

@@ -22,16 +22,20 @@ from bertkit.scoring.shapes import model_outputs
 
 def predict_proba(model: Any, tokenizer: Any, dataset: TextDataset, *, reading: Reading = Reading(),
                   batch_size: int = 64, precision: str = "fp32", progress: bool = False,
-                  counted: RowsCut | None = None) -> np.ndarray:
+                  counted: RowsCut | None = None, temperature: float | None = None) -> np.ndarray:
     """The model's outputs for every row of `dataset` (batched longest-first, returned in the original order):
     class probabilities, tag probabilities (multi-label) or predicted numbers (regression), as its problem_type says.
 
     Texts longer than `reading.max_length` are cut (`reading.truncation`), or with `reading.long_text` chunk read
-    whole in overlapping windows whose outputs are pooled (see `bertkit.models.infer.classifier_logits`)."""
+    whole in overlapping windows whose outputs are pooled (see `bertkit.models.infer.classifier_logits`). A
+    single-label model's logits are divided by `temperature` before the softmax (`finetune --calibrate`)."""
     logits = infer.classifier_logits(model, tokenizer, dataset, reading=reading, batch_size=batch_size,
                                      precision=precision, progress=progress, counted=counted)
     config = model.config
-    return model_outputs(task_of_problem_type(getattr(config, "problem_type", None), config.num_labels), logits)
+    task = task_of_problem_type(getattr(config, "problem_type", None), config.num_labels)
+    if temperature is not None and task == "single_label":
+        logits = np.asarray(logits, dtype=np.float64) / temperature
+    return model_outputs(task, logits)
 
 
 def write_predictions_csv(

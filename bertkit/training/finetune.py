@@ -43,11 +43,12 @@ from bertkit.encoding.encode import encode_for
 from bertkit.encoding.reading import Reading
 from bertkit.errors import UserError
 from bertkit.io import atomic, disk
-from bertkit.models import loading
+from bertkit.models import loading, metadata
 from bertkit.models.compute import Compute
 from bertkit.models.fastforward import SequenceClassifier
 from bertkit.scoring import metrics
 from bertkit.scoring.baseline import majority_baseline
+from bertkit.scoring.calibration import fit_temperature
 from bertkit.scoring.evaluation import choose_best_metric
 from bertkit.scoring.shapes import MultiLabel, Regression, SingleLabel
 from bertkit.training import cards, checkpoints, reports, tracking
@@ -172,6 +173,9 @@ def _for_the_shape(cfg: FinetuneOptions, splits: Splits, warn: bool = True) -> F
     if cfg.class_weight != "none" and task != "single_label":
         raise UserError(f"--class-weight {cfg.class_weight} weighs classes of single-label data; this is "
                         f"{task} data. Drop --class-weight.")
+    if cfg.calibrate != "none" and task != "single_label":
+        raise UserError(f"--calibrate {cfg.calibrate} scales a single-label classifier's softmax; this is {task} "
+                        f"data. Drop --calibrate.")
     choice = choose_best_metric(task, n_labels, cfg.metric_for_best, cfg.metric_list, cfg.threshold,
                                 cfg.external_metrics, splits.dev)
     for note in choice.warnings if warn else ():
@@ -267,8 +271,10 @@ def finish(session: Session, state: TrainState, restored: dict[str, Any] | None,
     accelerator, cfg = session.accelerator, session.cfg
     dev, test = cards.final_scores(session, state.global_step, dev_scores) if session.card is not None else (None, None)
     same_as_best = state.best_step == state.global_step and (session.out / "best").is_dir()
+    calibration = on_main(accelerator, lambda: calibrate_best(session)) if cfg.calibrate == "temperature" else None
     checkpoints.save_model_folder(accelerator, session.net, session.tokenizer, session.out / "final",
-                                  {"step": state.global_step, **state.model_info, **session.settings_record},
+                                  {"step": state.global_step, **state.model_info, **session.settings_record,
+                                   **({"calibration": calibration} if calibration and same_as_best else {})},
                                   session.model_bytes,
                                   cards.card_for(session, state, "final", dev, test) if dev is not None else None,
                                   same_weights_as=session.out / "best" if same_as_best else None)
@@ -276,6 +282,8 @@ def finish(session: Session, state: TrainState, restored: dict[str, Any] | None,
     summary = reports.summary(session, state, restored)
     summary.update(learning_rate=session.learning_rate, final_same_as_best=same_as_best,
                    checkpoints_kept=bool(getattr(cfg, "keep_checkpoints", True)), notes=notes)
+    if calibration is not None:
+        summary.update(calibration=calibration)
     if session.card is not None and session.card.test is not None:
         summary.update(best_test=state.best_test, final_test=cards.test_summary(test))
     if accelerator.is_main_process:
@@ -287,6 +295,20 @@ def finish(session: Session, state: TrainState, restored: dict[str, Any] | None,
     accelerator.wait_for_everyone()
     return TrainingRun(session.run.out, RunSummary.from_json(summary), tuple(map(EpochRow, state.epoch_table)),
                        Restored.from_json(restored), False, accelerator.is_main_process, tuple(notes))
+
+
+def calibrate_best(session: Session) -> dict[str, Any] | None:
+    """--calibrate temperature: the temperature fitted on the best model's dev outputs (`best_dev_proba.npy`),
+    recorded in best/'s bertkit_model.json for predict and evaluate; its record (also metrics.json's
+    `calibration`). None when no evaluation saved a best model."""
+    proba_file = session.out / "best_dev_proba.npy"
+    if not proba_file.is_file() or not (session.out / "best").is_dir():
+        return None
+    fit = fit_temperature(np.load(proba_file), np.asarray(session.objective.y_dev))
+    log.info("calibrated: temperature %.3f fitted on %d dev rows (dev ECE %.4f -> %.4f, NLL %.4f -> %.4f)",
+             fit.temperature, fit.rows, fit.ece_before, fit.ece_after, fit.nll_before, fit.nll_after)
+    metadata.add_model_info(session.out / "best", {"calibration": fit.to_json()})
+    return fit.to_json()
 
 
 def _baseline_notes(session: Session, state: TrainState) -> list[str]:

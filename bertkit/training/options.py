@@ -17,6 +17,7 @@ from bertkit.encoding.reading import ReadingOptions
 from bertkit.errors import UserError, raise_if_problems
 from bertkit.models.compute import PRECISION_HELP, PRECISIONS, TRUST_HELP
 from bertkit.options import MODEL, OUTPUT, TRACKING, option, overwrite_option
+from bertkit.scoring.calibration import METHODS as CALIBRATIONS
 from bertkit.scoring.options import (
     CLASS_WEIGHTS,
     METRIC_FOR_BEST_HELP,
@@ -91,7 +92,7 @@ class FinetuneOptions(TrackingOptions, ReadingOptions, MetricOptions, TaskOption
     defaults (batch 32, 3 epochs, warmup 0.1) with the learning rate chosen for the model's size (--lr auto)."""
 
     REQUIRED_OPTIONS = ("data", "out")
-    ADVANCED_OPTIONS = ("grad_accum", "weight_decay", "max_grad_norm", "eval_every", "class_weight", "fast_forward",
+    ADVANCED_OPTIONS = ("grad_accum", "weight_decay", "max_grad_norm", "eval_every", "class_weight", "calibrate", "fast_forward",
                         "compile", "cuda_graphs", "save_every", "trust_remote_code")
 
     model: str = option("minilm-offline", "Pretrained encoder to fine-tune: hub id, local folder, or `minilm-offline`.",
@@ -118,6 +119,10 @@ class FinetuneOptions(TrackingOptions, ReadingOptions, MetricOptions, TaskOption
     metric_for_best: str | None = option(None, METRIC_FOR_BEST_HELP)
     class_weight: str = option("none", "balanced weighs the loss by inverse class frequency (imbalanced data).",
                                choices=CLASS_WEIGHTS)
+    calibrate: str = option("none", "temperature: after training, fit one temperature on the best model's dev outputs "
+                            "(Guo et al. 2017) and record it in best/; predict and evaluate divide the logits by it "
+                            "(the same predictions, honest probabilities). Single-label classifiers.",
+                            choices=CALIBRATIONS)
     freeze_encoder: bool = option(False, "Train only the classification head (the encoder stays frozen).",
                                   panel=MODEL)
     fast_forward: bool = option(True, "BERT/DistilBERT: compute the last layer only where the logits need it ([CLS]); "

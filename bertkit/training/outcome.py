@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bertkit.io.atomic import JsonRecord
+from bertkit.scoring.calibration import TemperatureFit
 from bertkit.scoring.scores import Scores
 
 
@@ -32,6 +33,8 @@ class RunSummary(JsonRecord):
     final_same_as_best: bool
     checkpoints_kept: bool
     record: Mapping[str, object] = field(repr=False)
+    calibration: TemperatureFit | None = None
+    """--calibrate temperature: the temperature fitted on dev and what it did there."""
 
     @classmethod
     def from_json(cls, record: Mapping[str, object]) -> RunSummary:
@@ -43,7 +46,8 @@ class RunSummary(JsonRecord):
                    float(record.get("train_samples_per_second") or 0.0),  # type: ignore[arg-type]
                    scores("best_dev") or Scores.from_json({}), scores("best_test"), scores("final_test"),
                    dict(record.get("outputs") or {}), dict(record.get("trackers") or {}),  # type: ignore[call-overload]
-                   bool(record.get("final_same_as_best")), bool(record.get("checkpoints_kept", True)), dict(record))
+                   bool(record.get("final_same_as_best")), bool(record.get("checkpoints_kept", True)), dict(record),
+                   TemperatureFit.from_json(record.get("calibration")))
 
     def to_json(self) -> dict[str, object]:
         return dict(self.record)
