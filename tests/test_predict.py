@@ -434,3 +434,25 @@ def test_predict_says_how_it_read_the_rows(trained):
     document = json.loads(as_json.stdout)
     assert (document["max_length"], document["truncation"], document["rows_cut"]) == (16, "head", 1)
     assert "pooling" not in document
+
+
+@pytest.mark.parametrize("native", ["0", "1"])
+def test_predict_auto_reads_in_the_precision_the_model_records(trained, monkeypatch, native):
+    """--precision auto runs a fine-tuned folder in the precision its record names (`compute`) where this CPU runs
+    it natively, and says so where it cannot; an explicit --precision wins."""
+    from bertkit.models import loading
+
+    recorded = json.loads((trained / "bertkit_model.json").read_text())["compute"]["precision"]
+    loading.cpu_supports_bf16.cache_clear()
+    monkeypatch.setenv("BERTKIT_ASSUME_BF16", native)
+    try:
+        shown = runner.invoke(app, ["predict", "--model", str(trained), "--text", "a lovely film", "--json"])
+        assert shown.exit_code == 0, shown.output
+        expected = recorded if native == "1" or recorded == "fp32" else "fp32"
+        assert json.loads(shown.stdout)["dtype"] == expected
+        assert ("does not run natively" in shown.stderr) == (expected != recorded)
+        asked = runner.invoke(app, ["predict", "--model", str(trained), "--text", "a lovely film", "--json",
+                                    "--precision", "fp32"])
+        assert json.loads(asked.stdout)["dtype"] == "fp32"
+    finally:
+        loading.cpu_supports_bf16.cache_clear()

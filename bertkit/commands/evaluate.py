@@ -4,6 +4,7 @@ predictions and the shape's plot in --out."""
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -120,14 +121,20 @@ def run(cfg: EvaluateConfig, *, progress: bool = False) -> EvaluateResult:
     from bertkit.data.splits import load_dataset_split
     from bertkit.encoding.encode import RowsCut
     from bertkit.models import infer, loading
-    from bertkit.models.metadata import saved_temperature, saved_threshold
+    from bertkit.models.metadata import read_model_info, saved_temperature, saved_threshold
     from bertkit.scoring import metrics, predictions
     from bertkit.scoring.outputs import OutputReader, classifier_read, score_outputs
     from bertkit.scoring.shapes import inapplicable_options
 
     external = [metrics.load_metric(spec) for spec in cfg.external_metrics]  # before any work: a missing one stops here
-    # the one resolution of --precision for this run (an ONNX export: its own)
-    compute = infer.export_compute_of(cfg.model or "", cfg.precision) or Compute.resolve(None, cfg.precision)
+    # the one resolution of --precision for this run (an ONNX export: its own): auto reads in the precision the
+    # model records where this device runs it natively, and says so where it cannot
+    compute = infer.export_compute_of(cfg.model or "", cfg.precision)
+    if compute is None:
+        recorded = Compute.recorded_in(read_model_info(os.path.expanduser(cfg.model or "")))
+        compute, notes = Compute.over_record(None, cfg.precision, recorded, f"The model {cfg.model}")
+        for note in notes:
+            log.warning("%s", note)
     model, tokenizer, label_map = infer.load_for_inference(cfg.model or "", compute)
     given, cfg = cfg, read_as_saved(cfg)  # the model verified by its record first; the trail keeps the options given
     reading = Reading.from_options(cfg)

@@ -188,7 +188,7 @@ def output_reader(cfg: Any, dataset: TextDataset, progress: bool) -> OutputReade
     from bertkit.data.labels import LabelMap
     from bertkit.encoding.encode import RowsCut
     from bertkit.models import infer, loading
-    from bertkit.models.metadata import saved_temperature, saved_threshold
+    from bertkit.models.metadata import read_model_info, saved_temperature, saved_threshold
     from bertkit.scoring.outputs import OutputReader, classifier_read
 
     counted = RowsCut()  # rows read and cut at the max length, as the reader tokenizes them
@@ -209,8 +209,14 @@ def output_reader(cfg: Any, dataset: TextDataset, progress: bool) -> OutputReade
                                 compute.precision, counted, features)
         return OutputReader(LabelMap(names), lambda part: read(part)[1], precision=compute.precision, counted=counted,
                             features=features)
-    # the one resolution of --precision for this run (an ONNX export: its own)
-    compute = infer.export_compute_of(cfg.model, cfg.precision) or Compute.resolve(None, cfg.precision)
+    # the one resolution of --precision for this run (an ONNX export: its own): auto reads in the precision the
+    # model records where this device runs it natively, and says so where it cannot
+    compute = infer.export_compute_of(cfg.model, cfg.precision)
+    if compute is None:
+        recorded = Compute.recorded_in(read_model_info(Path(cfg.model).expanduser()))
+        compute, notes = Compute.over_record(None, cfg.precision, recorded, f"The model {cfg.model}")
+        for note in notes:
+            log.warning("%s", note)
     model, tokenizer, label_map = infer.load_for_inference(cfg.model, compute)
     reading = Reading.from_options(cfg)  # `cfg` is read as the model records already
     loading.check_max_length(reading.max_length, tokenizer, model.config, cfg.model, pair=dataset.pairs is not None)
