@@ -223,8 +223,8 @@ def run(cfg: EmbedConfig, progress: bool = True) -> EmbedResult:
     """Every split to its store under --out; what was done (see `SplitResult`; tagged data: `WordEmbedRun`)."""
     from bertkit.io import ownership, rundir
 
-    if cfg.reads_words:  # tagged data: a word-level store (`features.word_embed`)
-        return EmbedResult.of_words(run_word_embed_options(cfg, progress))
+    if cfg.reads_words:  # tagged data: a word-level store (`features.word_embed`), Compute resolved here once
+        return EmbedResult.of_words(run_word_embed_options(cfg, Compute.resolve(cfg.device, cfg.precision), progress))
 
     root = Path(cfg.out or "").expanduser()
     rundir.inspect_run_dir(root, "embed", overwrite=cfg.overwrite, inputs=ownership.input_paths(cfg))  # read-only

@@ -7,15 +7,18 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from bertkit import __version__
 from bertkit.data.tagged import TaggedColumns, TaggedCorpus, read_tagged_splits
 from bertkit.encoding.words import WordReading
+from bertkit.errors import UserError
 from bertkit.features.words import WordLayers, check_fits_model, encode_word_chunk
 from bertkit.io import digests
+from bertkit.models.compute import Compute, check_device
+from bertkit.options import flag
 
 log = logging.getLogger(__name__)
 
@@ -225,12 +228,6 @@ def stored_differences(root: Path, identities: dict[str, dict[str, Any]], split_
 def word_options_problems(cfg: Any) -> list[str]:
     """`bertkit embed` on tagged data (`cfg`: its config): --data and --out given, the reading and layers valid, no
     option the word path does not read (`cfg.WORD_OPTIONS`), and no int8 (word vectors are read in float)."""
-    from dataclasses import fields
-
-    from bertkit.errors import UserError
-    from bertkit.models.compute import check_device
-    from bertkit.options import flag
-
     problems = [] if cfg.data else ["--data is required: the tagged file whose words to embed."]
     problems += [] if cfg.out else ["--out is required: the directory the word store is written to."]
     given = [f.name for f in fields(cfg) if f.name not in cfg.WORD_OPTIONS and getattr(cfg, f.name) != f.default
@@ -256,26 +253,24 @@ def word_reading(cfg: Any) -> WordReading:
     return WordReading(cfg.word_pool or "first", cfg.max_length or DEFAULT_MAX_LENGTH, cfg.stride)
 
 
-def load_word_encoder(name: str, device: str, precision: str, trust_remote_code: bool = False) -> WordEncoder:
-    """The encoder and fast tokenizer of `name`, on --device in --precision (resolved once: `Compute`)."""
+def load_word_encoder(name: str, compute: Compute, trust_remote_code: bool = False) -> WordEncoder:
+    """The encoder and fast tokenizer of `name`, where and in the precision `compute` says."""
     from bertkit.models import loading
-    from bertkit.models.compute import Compute
 
     loading.check_model_folder(name)
-    compute = Compute.resolve(device, precision)
     model = loading.cast_for_inference(loading.load_encoder(name, trust_remote_code).eval(), compute.torch_device,
                                        compute.dtype)
     return WordEncoder(model, loading.load_tokenizer(name, trust_remote_code), name, loading.model_revision(name),
                        loading.precision_name(model, compute.dtype))
 
 
-def run_word_embed_options(cfg: Any, progress: bool = False) -> WordEmbedRun:
+def run_word_embed_options(cfg: Any, compute: Compute, progress: bool = False) -> WordEmbedRun:
     """`bertkit embed` on tagged data (`cfg`: its config): --out checked before the model loads, then every split."""
     from bertkit.io import ownership, rundir
 
     out = Path(cfg.out).expanduser()
     rundir.inspect_run_dir(out, "embed", overwrite=cfg.overwrite, inputs=ownership.input_paths(cfg))  # read-only
-    encoder = load_word_encoder(cfg.model, cfg.device, cfg.precision, cfg.trust_remote_code)
+    encoder = load_word_encoder(cfg.model, compute, cfg.trust_remote_code)
     named = [("train", str(cfg.data))] + [(n, str(p)) for n, p in (("dev", cfg.dev), ("test", cfg.test)) if p]
     columns = TaggedColumns(cfg.text_column, cfg.label_column, cfg.tag_scheme)
     return run_word_embed(named, columns, word_reading(cfg), WordLayers(cfg.layers, cfg.combine), encoder, out,
