@@ -289,7 +289,7 @@ def test_merge_refuses_a_shard_of_another_shape(tmp_path):
     np.save(writer.shard_file(1), np.zeros((3, 4), np.float64))  # passes no check of the writer: the merge's own
     with open(writer.shard_file(1), "rb") as shard, open(tmp_path / "out", "wb") as out, \
             pytest.raises(ValueError, match="expected"):
-        store._copy_npy_data(shard, out, (3, 4), np.dtype("float32"))
+        store.copy_npy_data(shard, out, (3, 4), np.dtype("float32"))
 
 
 # ---------------------------------------------------------------- --precision int8

@@ -20,7 +20,7 @@ from bertkit.cli.output import (
     result_json,
     table,
 )
-from bertkit.cli.show_words import show_word_probe
+from bertkit.cli.show_words import show_word_embed, show_word_probe
 from bertkit.commands.bench import BenchResult
 from bertkit.commands.embed import EmbedResult
 from bertkit.commands.evaluate import EvaluateConfig, EvaluateResult
@@ -89,6 +89,9 @@ def show_embed(summary: EmbedResult, view: View) -> None:
         return
     if view.json:
         emit_json(summary)
+        return
+    if summary.words is not None:  # tagged data: the word stores
+        show_word_embed(summary.words)
         return
     for split in summary.splits:
         shape = "x".join(str(d) for d in split.shape)

@@ -1,4 +1,4 @@
-"""What `bertkit probe` prints for tagged data (the word path): the table of word probes, a row per layer choice
+"""What `bertkit embed` prints for tagged data (each word store), and what `bertkit probe` prints for it: the table of word probes, a row per layer choice
 with its width and its dev entity F1 (precision, recall) or token accuracy, the best row marked, the baselines
 beside them, and the files written."""
 
@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from bertkit.cli.output import View, emit_json, info, out_console, table
+from bertkit.cli.output import View, emit_json, format_size, info, out_console, table
 
 if TYPE_CHECKING:
+    from bertkit.features.word_embed import WordEmbedRun
     from bertkit.probe.words_run import WordProbeRun
     from bertkit.scoring.entities import TagScores
 
@@ -44,3 +45,23 @@ def show_word_probe(words: WordProbeRun, view: View) -> None:
         info(note, view.quiet)
     if words.outputs:
         info(f"wrote {words.outputs['metrics']}, {words.outputs['layer_curve']}", view.quiet)
+
+
+def show_word_embed(words: WordEmbedRun) -> None:
+    """Each split's word store (complete already, written, resumed), then the throughput."""
+    layers = words.layers.name
+    for split in words.splits:
+        shape = f"{split.words:,} words x {split.width}"
+        if split.status == "complete":
+            out_console.print(f"{split.split}: word store {split.path} is already complete ({shape}, same settings); "
+                              f"nothing to do.", highlight=False)
+            continue
+        resumed = (f", resumed: {split.chunks_skipped} of {split.chunks_total} chunks were already done"
+                   if split.status == "resumed" else "")
+        out_console.print(f"{split.split}: {split.sentences:,} sentences -> {split.path} ({shape}, "
+                          f"{format_size(split.size_bytes)}){resumed}", highlight=False)
+    if not words.complete_already:
+        rate = f"{words.words_per_s:,.0f} words/s" if words.words_per_s else "-"
+        out_console.print(f"embedded {words.words_encoded:,} words in {words.seconds:.1f} s ({rate}; {words.precision} "
+                          f"on {words.device}); {layers}, word pool {words.reading.word_pool}, tags {words.scheme}; "
+                          f"store {format_size(words.size_bytes)}", highlight=False)

@@ -4,18 +4,18 @@ barriers). Shards are tokenized ahead on a worker thread and written behind it."
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from bertkit import __version__
-from bertkit.data.options import DataOptions
+from bertkit.data.options import WORD_TASKS, DataOptions, reads_tagged
+from bertkit.data.tagscheme import SCHEMES
 from bertkit.encoding.reading import LongTextOptions, Reading
+from bertkit.encoding.words import WORD_POOLS
 from bertkit.errors import UserError, raise_if_problems
 from bertkit.features.settings import (
     COMBINES,
@@ -25,16 +25,18 @@ from bertkit.features.settings import (
     check_layers_exist,
     layers_problem,
 )
+from bertkit.features.word_embed import WordEmbedRun, run_word_embed_options, word_options_problems
 from bertkit.models.compute import (
     INFERENCE_PRECISION_HELP,
     INFERENCE_PRECISIONS,
     TRUST_HELP,
     Compute,
     check_device,
+    process_state,
 )
 from bertkit.models.metadata import read_as_saved
 from bertkit.models.preflight import check_inputs, check_model_limits
-from bertkit.options import MODEL, OUTPUT, option, overwrite_option
+from bertkit.options import DATA, MODEL, OUTPUT, option, overwrite_option
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +49,11 @@ class EmbedConfig(LongTextOptions, DataOptions):
     # DataOptions fields are not options of the command (nor valid recipe keys).
     NOT_OPTIONS = ("seed", "dev_fraction")
     REQUIRED_OPTIONS = ("data", "out")
-    ADVANCED_OPTIONS = ("stride", "shard_size", "trust_remote_code")
+    ADVANCED_OPTIONS = ("stride", "shard_size", "trust_remote_code", "tag_scheme")
+    WORD_OPTIONS = ("data", "dev", "test", "text_column", "label_column", "task", "max_length", "stride", "model",
+                    "layers", "combine", "batch_size", "precision", "device", "out", "overwrite", "shard_size",
+                    "trust_remote_code", "word_pool", "tag_scheme")
+    """The options the word path (tagged data: a word-level store) reads; any other one given there is refused."""
     HELP_OVERRIDES = {"dev": "Dev data (a file or a hub split), embedded into OUT/dev; no hold-out is made.",
                       "test": "Test data (a file or a hub split), embedded into OUT/test."}
 
@@ -69,8 +75,19 @@ class EmbedConfig(LongTextOptions, DataOptions):
     out: str | None = option(None, "Store directory (with --dev/--test: OUT/train, OUT/dev, OUT/test).", panel=OUTPUT)
     overwrite: bool = overwrite_option("a store")
     trust_remote_code: bool = option(False, TRUST_HELP, panel=MODEL)
+    task: str = option("auto", "tags: --data is a tagged corpus (one tag per word), written as a word-level store "
+                       "(a vector per word); auto: detected from .iob2/.conll files and their content.", panel=DATA,
+                       choices=WORD_TASKS)
+    word_pool: str | None = option(None, "Tagged data: a word's vector from its word pieces: first (default, BERT's NER "
+                                   "choice), last, first_last (concatenated) or mean.", panel=MODEL,
+                                   choices=WORD_POOLS)
+    tag_scheme: str = option("auto", "Tagged data: the tags' scheme (IOB1 is stored as IOB2; none: plain labels such "
+                             "as POS). auto detects it.", panel=DATA, choices=SCHEMES)
 
     def __post_init__(self) -> None:
+        if self.reads_words:  # tagged data: the word path's own rules
+            raise_if_problems(self.data_problems() + word_options_problems(self))
+            return
         problems = self.data_problems()
         if self.data is None:
             problems.append("--data is required: the file (or hub dataset) whose rows to embed.")
@@ -84,32 +101,14 @@ class EmbedConfig(LongTextOptions, DataOptions):
         raise_if_problems(problems)
 
     @property
+    def reads_words(self) -> bool:
+        """Whether --data is read as a tagged corpus (--task tags, or detected as `bertkit probe` does)."""
+        return reads_tagged(self.task, self.data)
+
+    @property
     def rows_per_batch(self) -> int | None:
         """--batch-size as a number, or None for `auto`."""
         return None if str(self.batch_size) == "auto" else int(self.batch_size)
-
-
-# ---------------------------------------------------------------- processes
-
-
-@contextlib.contextmanager
-def process_state(device: Any) -> Iterator[Any]:
-    """accelerate's `PartialState` for this run: rank, world size and barriers under torchrun/accelerate launch
-    (one process otherwise). A process group it starts (gloo on the CPU) is destroyed when the run ends."""
-    from datetime import timedelta
-
-    import torch.distributed as tdist
-    from accelerate import PartialState
-
-    had_group = tdist.is_available() and tdist.is_initialized()
-    # a long timeout: a rank may encode its shards for hours while the others wait at the next barrier
-    state = PartialState(cpu=device.type == "cpu", timeout=timedelta(hours=24))
-    try:
-        yield state
-    finally:
-        if state.num_processes > 1 and not had_group:
-            state.destroy_process_group()
-            PartialState._reset_state()
 
 
 # ---------------------------------------------------------------- to a store
@@ -161,6 +160,15 @@ class EmbedResult:
     windows: int
     size_bytes: int
     splits: list[SplitResult] = field(default_factory=list)
+    words: WordEmbedRun | None = field(default=None, metadata={"omit_empty": True})
+    """Tagged data: the word stores (a vector per word) and how they were made; `rows` are sentences then."""
+
+    @classmethod
+    def of_words(cls, words: WordEmbedRun) -> EmbedResult:
+        done = sum(s.sentences_encoded for s in words.splits)
+        return cls(words.out, words.model, words.device, words.precision, 1, True, words.complete_already,
+                   words.sentences, done, 0, words.seconds, words.sentences_per_s, None, 0, words.reading.max_length,
+                   "words", 0, words.size_bytes, words=words)
 
 
 def load_embed_data(cfg: EmbedConfig) -> tuple[list[tuple[str, Any]], Any]:
@@ -212,8 +220,11 @@ def store_identity(cfg: EmbedConfig, reading: Reading, split: str, ds: Any, revi
 
 
 def run(cfg: EmbedConfig, progress: bool = True) -> EmbedResult:
-    """Every split to its store under --out; what was done (see `SplitResult`)."""
+    """Every split to its store under --out; what was done (see `SplitResult`; tagged data: `WordEmbedRun`)."""
     from bertkit.io import ownership, rundir
+
+    if cfg.reads_words:  # tagged data: a word-level store (`features.word_embed`), Compute resolved here once
+        return EmbedResult.of_words(run_word_embed_options(cfg, Compute.resolve(cfg.device, cfg.precision), progress))
 
     root = Path(cfg.out or "").expanduser()
     rundir.inspect_run_dir(root, "embed", overwrite=cfg.overwrite, inputs=ownership.input_paths(cfg))  # read-only

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bertkit.data.options import WORD_TASK, TaskOptions
+from bertkit.data.options import WORD_TASK, TaskOptions, reads_tagged
 from bertkit.data.tagged import TaggedColumns, is_tagged_file
 from bertkit.data.tagged_rows import is_json_path
 from bertkit.data.tagscheme import SCHEMES
@@ -135,7 +135,7 @@ class ProbeConfig(LongTextOptions, MetricOptions, TaskOptions):
     @property
     def reads_words(self) -> bool:
         """Whether this run probes words: --task tags, or --data a tagged corpus (`data.tagged.is_tagged_file`)."""
-        return self.task == WORD_TASK or (self.task == "auto" and self.data is not None and is_tagged_file(self.data))
+        return reads_tagged(self.task, self.data)
 
     def word_problems(self) -> list[str]:
         """The word path's refusals: --data and --dev tagged files, and no option it does not read."""

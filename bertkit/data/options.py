@@ -13,6 +13,7 @@ from bertkit.data.cells import is_blank_text
 from bertkit.data.labels import TASKS as SHAPE_NAMES
 from bertkit.data.presets import NO_PRESET, PresetFill, apply_preset
 from bertkit.data.sources import HEADER_MODES
+from bertkit.data.tagged import is_tagged_file
 from bertkit.options import DATA, RUN, field_problems, field_type, option
 
 
@@ -69,7 +70,15 @@ class DataOptions:
 WORD_TASK = "tags"
 """--task tags: one tag per word (a tagged corpus), read by the commands whose options set READS_WORDS."""
 TASKS = ("auto", *SHAPE_NAMES, WORD_TASK)
+WORD_TASKS = ("auto", WORD_TASK)
+"""--task where a command reads either rows or tagged corpora and nothing else (embed)."""
 THRESHOLD_MODES = ("tune", "tune-per-label")
+
+
+def reads_tagged(task: str, data: str | None) -> bool:
+    """Whether a run reads --data as a tagged corpus: --task tags, or --task auto and a file that is one
+    (`data.tagged.is_tagged_file`: a tagged extension, or a column file's shape)."""
+    return task == WORD_TASK or (task == "auto" and data is not None and is_tagged_file(data))
 
 
 def blank_text_problems(texts: tuple[str, ...]) -> list[str]:

@@ -10,7 +10,7 @@ fields split on TABs when a line has one, else on whitespace. The raw line and r
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -190,6 +190,18 @@ def _check_entity_tags(path: Path, raw: RawSentence, scheme: str) -> None:
             raise UserError(f"{path} line {raw.line}: tag {tag!r} is not an entity tag, but --tag-scheme is {scheme}. "
                             f"Valid entity tags are O and prefix-type tags (B-PER, I-LOC, S-ORG). Pass --tag-scheme "
                             f"none for plain labels such as POS tags, or --label-column for the entity column.")
+
+
+def read_tagged_splits(train: str | Path, others: Sequence[str | Path],
+                       columns: TaggedColumns) -> list[TaggedCorpus]:
+    """The training file and each other split (dev, test) checked (ragged rows, tag columns, schemes; the columns
+    detected in each unless given), and every other split's tags seen in training (`check_dev_tags`)."""
+    train_corpus = read_tagged(train, columns)
+    corpora = [train_corpus]
+    for path in others:
+        corpora.append(read_tagged(path, columns))
+        check_dev_tags(train_corpus, corpora[-1])
+    return corpora
 
 
 def check_dev_tags(train: TaggedCorpus, dev: TaggedCorpus) -> None:

@@ -355,7 +355,7 @@ class StoreWriter:
             hashing = digests.HashingWriter(out, written_before=header.getvalue())
             for k, (start, end) in enumerate(self.ranges):
                 with self.shard_file(k).open("rb") as shard:
-                    _copy_npy_data(shard, hashing, (end - start, *self.row_shape), self.dtype)
+                    copy_npy_data(shard, hashing, (end - start, *self.row_shape), self.dtype)
         return hashing.record()
 
     def _remove_work_files(self) -> None:
@@ -366,7 +366,7 @@ class StoreWriter:
                 log.warning("kept %s: it holds what bertkit did not write (%s)", work, kept[:5])
 
 
-def _copy_npy_data(source: Any, out: Any, shape: tuple[int, ...], dtype: np.dtype, block: int = 1 << 24) -> None:
+def copy_npy_data(source: Any, out: Any, shape: tuple[int, ...], dtype: np.dtype, block: int = 1 << 24) -> None:
     """Append the data bytes of the .npy file open in `source` (C order, `shape` and `dtype` checked) to `out`."""
     version = np.lib.format.read_magic(source)
     read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0

@@ -1,8 +1,10 @@
 """Where and in what precision a model computes: the option values (--precision, --device) and their checks, and
-`Compute`, the settings object they resolve to once per command."""
+`Compute`, the settings object they resolve to once per command; `process_state`, the processes a run spans."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,3 +110,24 @@ class Compute:
         where = "this CPU" if here.device == "cpu" else here.device
         return here, [f"{what} records precision {recorded.precision}, which {where} does not run natively: run in "
                       f"{here.precision} (features may differ slightly; pass --precision to choose)"]
+
+
+
+@contextlib.contextmanager
+def process_state(device: Any) -> Iterator[Any]:
+    """accelerate's `PartialState` for this run: rank, world size and barriers under torchrun/accelerate launch
+    (one process otherwise). A process group it starts (gloo on the CPU) is destroyed when the run ends."""
+    from datetime import timedelta
+
+    import torch.distributed as tdist
+    from accelerate import PartialState
+
+    had_group = tdist.is_available() and tdist.is_initialized()
+    # a long timeout: a rank may encode its shards for hours while the others wait at the next barrier
+    state = PartialState(cpu=device.type == "cpu", timeout=timedelta(hours=24))
+    try:
+        yield state
+    finally:
+        if state.num_processes > 1 and not had_group:
+            state.destroy_process_group()
+            PartialState._reset_state()

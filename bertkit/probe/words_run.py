@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from bertkit.data.tagged import TaggedColumns, TaggedCorpus, TaggedSentence, check_dev_tags, read_tagged
+from bertkit.data.tagged import TaggedColumns, TaggedCorpus, TaggedSentence, read_tagged_splits
 from bertkit.encoding.words import WordReading
 from bertkit.features.words import LAYER_NAMES, WordFeatures, WordLayers, extract_word_features
 from bertkit.probe.fit import DEFAULT_C
@@ -100,11 +100,10 @@ def fitting(label: str, spec: WordLayers, n_layers: int) -> tuple[str, WordLayer
     return label.replace("last four", f"last {n_layers}"), WordLayers(every, spec.combine)
 
 
-def read_tagged_splits(train: str, dev: str, columns: TaggedColumns) -> tuple[TaggedCorpus, TaggedCorpus]:
+def read_train_dev(train: str, dev: str, columns: TaggedColumns) -> tuple[TaggedCorpus, TaggedCorpus]:
     """Both files checked (ragged rows, tag columns, schemes; the columns detected in each unless given), and
     every dev tag seen in training (`check_dev_tags`)."""
-    train_corpus, dev_corpus = read_tagged(train, columns), read_tagged(dev, columns)
-    check_dev_tags(train_corpus, dev_corpus)
+    train_corpus, dev_corpus = read_tagged_splits(train, [dev], columns)
     return train_corpus, dev_corpus
 
 
@@ -149,7 +148,7 @@ def run_word_probe(train: str, dev: str, columns: TaggedColumns, reading: WordRe
     from bertkit.models import loading
 
     loading.check_model_folder(model)
-    train_corpus, dev_corpus = read_tagged_splits(train, dev, columns)
+    train_corpus, dev_corpus = read_train_dev(train, dev, columns)
     tokenizer = loading.load_tokenizer(model, trust_remote_code)
     encoder = loading.load_encoder(model, trust_remote_code).eval()
     rows = table_rows(layers, combine, int(encoder.config.num_hidden_layers))

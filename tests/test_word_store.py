@@ -1,0 +1,175 @@
+"""`bertkit embed` on tagged data (issue 45): a word-level store per split (vectors, sentence offsets, words and
+tags, manifest with the settings and digests), equal to `extract_word_features`, verified on read, resumable to the
+same bytes, refusing other settings, and flat in memory in the number of sentences."""
+
+from __future__ import annotations
+
+import json
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from bertkit.cli.app import app
+from bertkit.commands.embed import EmbedConfig, EmbedResult, run
+from bertkit.encoding.words import WordReading
+from bertkit.features import word_store
+from bertkit.features.word_embed import WordEmbedRun, WordEncoder, run_word_embed
+from bertkit.features.words import WordLayers, extract_word_features
+from bertkit.io import faults
+
+runner = CliRunner()
+
+SENTENCES = [
+    [("Anna", "B-PER"), ("met", "O"), ("Bob", "B-PER"), ("in", "O"), ("Paris", "B-LOC")],
+    [("Bob", "B-PER"), ("Smith", "I-PER"), ("left", "O"), ("Rome", "B-LOC")],
+    [("Paris", "B-LOC"), ("is", "O"), ("big", "O")],
+    [("Anna", "B-PER"), ("likes", "O"), ("Rome", "B-LOC"), ("a", "O"), ("lot", "O")],
+]
+DEV = [[("Anna", "B-PER"), ("saw", "O"), ("Paris", "B-LOC")], [("Bob", "B-PER"), ("left", "O")]]
+
+
+def write_conll(path: Path, sentences) -> Path:
+    path.write_text("\n\n".join("\n".join(f"{w}\t{t}" for w, t in s) for s in sentences) + "\n", encoding="utf-8")
+    return path
+
+
+def invoke(*args: str, env: dict[str, str] | None = None):
+    return runner.invoke(app, list(args), env=env)
+
+
+@pytest.fixture
+def tagged(tmp_path) -> tuple[Path, Path]:
+    return write_conll(tmp_path / "train.iob2", SENTENCES * 3), write_conll(tmp_path / "dev.iob2", DEV)
+
+
+def tree_bytes(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and not p.name.startswith(".bertkit")}
+
+
+def test_store_shapes_offsets_words_tags_and_settings(tiny_bert_dir, tagged, tmp_path):
+    train, dev = tagged
+    out = tmp_path / "store"
+    result = run(EmbedConfig(data=str(train), dev=str(dev), out=str(out), model=str(tiny_bert_dir), layers="all",
+                             combine="concat", shard_size=5), progress=False)
+    assert isinstance(result, EmbedResult) and isinstance(result.words, WordEmbedRun)
+    assert [s.split for s in result.words.splits] == ["train", "dev"] and result.rows == 14
+    store = word_store.open_word_store(out / "train")
+    n_words = sum(len(s) for s in SENTENCES) * 3
+    assert store.vectors.shape == (n_words, 32 * 2)  # all: the model's two layers, concatenated
+    assert isinstance(store.vectors, np.memmap)
+    lengths = [len(s) for s in SENTENCES * 3]
+    assert store.sentence_offsets.tolist() == np.concatenate([[0], np.cumsum(lengths)]).tolist()
+    assert store.words[1] == ("Bob", "Smith", "left", "Rome") and store.tags[1] == ("B-PER", "I-PER", "O", "B-LOC")
+    assert store.reading == WordReading() and store.layers == WordLayers("all", "concat")
+    assert store.scheme == "IOB2" and store.n_sentences == 12
+    manifest = json.loads((out / "train" / "manifest.json").read_text())
+    assert set(manifest["digests"]) == {"vectors.npy", "sentence_offsets.npy", "sentences.jsonl"}
+    assert manifest["revision"] and manifest["counts"] == {"sentences": 12, "words": n_words}
+    assert word_store.open_word_store(out / "dev").n_words == 5
+    assert not (out / "train" / "shards").exists() and not (out / "train" / "identity.json").exists()
+
+
+def test_vectors_equal_extract_word_features(tiny_bert_dir, tagged, tmp_path):
+    from bertkit.models import loading
+
+    train, _ = tagged
+    out = tmp_path / "store"
+    reading, layers = WordReading("mean", 16, 4), WordLayers("-2,-1", "sum")
+    run(EmbedConfig(data=str(train), out=str(out), model=str(tiny_bert_dir), layers="-2,-1", combine="sum",
+                    word_pool="mean", max_length=16, stride=4, shard_size=5), progress=False)
+    store = word_store.open_word_store(out)
+    encoder, tokenizer = loading.load_encoder(str(tiny_bert_dir)).eval(), loading.load_tokenizer(str(tiny_bert_dir))
+    expected = extract_word_features(encoder, tokenizer, [[w for w, _ in s] for s in SENTENCES * 3], reading,
+                                     [layers])
+    np.testing.assert_allclose(store.vectors, expected.vectors[0], rtol=1e-5, atol=1e-5)
+    assert store.sentence_offsets.tolist() == expected.sentence_offsets.tolist()
+    assert store.reading == reading
+
+
+@pytest.mark.parametrize("name", ["vectors.npy", "sentence_offsets.npy", "sentences.jsonl"])
+def test_a_flipped_byte_is_refused_naming_the_file(tiny_bert_dir, tagged, tmp_path, name):
+    out = tmp_path / "store"
+    assert invoke("embed", "--data", str(tagged[0]), "--out", str(out), "--model", str(tiny_bert_dir)).exit_code == 0
+    target = out / name
+    data = bytearray(target.read_bytes())
+    data[-2] ^= 0x01
+    target.write_bytes(bytes(data))
+    with pytest.raises(Exception, match=name) as caught:
+        word_store.open_word_store(out)
+    assert type(caught.value).__name__ == "UserError"
+
+
+def test_interrupted_run_resumes_to_identical_files(tiny_bert_dir, tagged, tmp_path, monkeypatch):
+    args = ["embed", "--data", str(tagged[0]), "--model", str(tiny_bert_dir), "--shard-size", "3"]
+    clean, broken = tmp_path / "clean", tmp_path / "broken"
+    assert invoke(*args, "--out", str(clean)).exit_code == 0
+    monkeypatch.setenv(faults.FAIL_AFTER_SHARDS_ENV, "2")
+    failed = invoke(*args, "--out", str(broken))
+    assert failed.exit_code != 0 and not (broken / "manifest.json").exists()
+    assert len(list((broken / "shards").glob("chunk-*.npy"))) == 2
+    monkeypatch.delenv(faults.FAIL_AFTER_SHARDS_ENV)
+    resumed = invoke(*args, "--out", str(broken))
+    assert resumed.exit_code == 0, resumed.output
+    assert "resumed: 2 of 4 chunks" in resumed.output
+    assert tree_bytes(broken) == tree_bytes(clean)
+    again = invoke(*args, "--out", str(broken))
+    assert again.exit_code == 0 and "already complete" in again.output
+
+
+def test_other_settings_are_refused_on_resume_and_on_a_finished_store(tiny_bert_dir, tagged, tmp_path, monkeypatch):
+    args = ["embed", "--data", str(tagged[0]), "--model", str(tiny_bert_dir), "--shard-size", "3"]
+    out = tmp_path / "store"
+    monkeypatch.setenv(faults.FAIL_AFTER_SHARDS_ENV, "1")
+    assert invoke(*args, "--out", str(out)).exit_code != 0
+    monkeypatch.delenv(faults.FAIL_AFTER_SHARDS_ENV)
+    refused = invoke(*args, "--out", str(out), "--word-pool", "mean")
+    assert refused.exit_code == 2 and "word_pool: 'first' -> 'mean'" in refused.output
+    assert invoke(*args, "--out", str(out)).exit_code == 0
+    refused = invoke(*args, "--out", str(out), "--layers", "0")
+    assert refused.exit_code == 2 and "layers: '-1' -> '0'" in refused.output
+
+
+def test_options_the_word_path_does_not_read_are_refused(tiny_bert_dir, tagged, tmp_path):
+    refused = invoke("embed", "--data", str(tagged[0]), "--out", str(tmp_path / "o"), "--pool", "mean",
+                     "--layers", "last5")
+    assert refused.exit_code == 2 and "--pool does not apply to tagged data" in refused.output
+    assert "--layers 'last5'" in refused.output and not (tmp_path / "o").exists()
+
+
+def test_task_tags_reads_a_column_file_with_another_name(tiny_bert_dir, tmp_path):
+    data = write_conll(tmp_path / "train.tsv", SENTENCES)
+    result = invoke("embed", "--data", str(data), "--task", "tags", "--out", str(tmp_path / "o"),
+                    "--model", str(tiny_bert_dir))
+    assert result.exit_code == 0, result.output
+    assert word_store.open_word_store(tmp_path / "o").n_sentences == 4
+
+
+def peak_bytes(model_dir: Path, tmp_path: Path, copies: int, tag: str) -> int:
+    """Python/numpy peak (tracemalloc) of a word store written from `copies` x 4 sentences, 64 per chunk, 512 floats
+    per word (both layers, first_last)."""
+    from bertkit.data.tagged import TaggedColumns
+    from bertkit.models import loading
+
+    data = write_conll(tmp_path / f"{tag}.iob2", SENTENCES * copies)
+    model = loading.load_encoder(str(model_dir)).eval()
+    encoder = WordEncoder(model, loading.load_tokenizer(str(model_dir)), str(model_dir), "r", "fp32")
+    tracemalloc.start()
+    try:
+        run_word_embed([("train", str(data))], TaggedColumns(), WordReading("first_last"), WordLayers("all", "concat"),
+                       encoder, tmp_path / f"out-{tag}", False, 64, 32, "cpu")
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_memory_is_flat_in_the_number_of_sentences(tiny_bert_dir, tmp_path):
+    # both stores' files are larger than the 1 MiB blocks files are hashed and copied in (a smaller file is read
+    # whole: the peak would follow its size up to a block)
+    small = peak_bytes(tiny_bert_dir, tmp_path, 128, "small")  # 512 sentences, 2,176 words: 1.1 MB of vectors
+    large = peak_bytes(tiny_bert_dir, tmp_path, 512, "large")  # 4x
+    added = sum(len(s) for s in SENTENCES) * (512 - 128) * 128 * 4  # the bytes of vectors the large store holds more
+    assert large - small < added / 10, (small, large, added)
