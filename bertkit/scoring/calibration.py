@@ -14,10 +14,9 @@ from typing import Any
 import numpy as np
 
 from bertkit.scoring.metrics import expected_calibration_error
-from bertkit.scoring.shapes import softmax
+from bertkit.scoring.options import CALIBRATIONS as METHODS  # noqa: F401 - --calibrate's values, declared light
+from bertkit.scoring.table import softmax
 
-METHODS = ("none", "temperature")
-"""--calibrate's values; the first is the default."""
 BOUNDS = (0.05, 20.0)
 """The temperatures searched: far beyond what a trained classifier needs either way."""
 

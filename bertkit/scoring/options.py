@@ -19,6 +19,8 @@ METRIC_FOR_BEST_HELP = (
     f"({SHAPE['regression'].headline} / {SHAPE['multi_label'].headline} for those shapes), or the --task-preset's "
     f"official metric.")
 CLASS_WEIGHTS = ("none", "balanced")
+CALIBRATIONS = ("none", "temperature")
+"""--calibrate's values (the first is the default): temperature scaling, `bertkit.scoring.calibration`."""
 
 
 @dataclass(frozen=True)

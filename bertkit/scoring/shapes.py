@@ -14,14 +14,7 @@ import numpy as np
 import torch
 
 from bertkit.errors import UserError
-from bertkit.scoring.table import BUILT_IN, SHAPE, shape_of
-
-
-def softmax(logits: np.ndarray) -> np.ndarray:
-    """Row-wise softmax of a (rows, classes) array, stable for large logits."""
-    shifted = logits - logits.max(axis=1, keepdims=True)
-    exp = np.exp(shifted)
-    return exp / exp.sum(axis=1, keepdims=True)
+from bertkit.scoring.table import BUILT_IN, SHAPE, shape_of, sigmoid, softmax  # noqa: F401 - shapes' outputs
 
 
 @dataclass
@@ -92,11 +85,6 @@ class SingleLabel:
         result = metrics.classification_metrics(y, proba.argmax(axis=1), proba, self.label_names)
         result["loss"] = float(-np.mean(np.log(np.clip(proba[np.arange(len(y)), y], 1e-12, None))))
         return Scored(result, proba)
-
-
-def sigmoid(logits: np.ndarray) -> np.ndarray:
-    """Element-wise logistic function, stable for large |logits|."""
-    return 0.5 * (1.0 + np.tanh(0.5 * np.asarray(logits, dtype=np.float64)))
 
 
 class Regression:

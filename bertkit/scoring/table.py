@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 
 @dataclass(frozen=True)
 class Shape:
@@ -65,3 +67,18 @@ LOWER_IS_BETTER = frozenset({"loss", *(name for shape in SHAPE.values() for name
 def shape_of(task: str) -> Shape:
     """The facts of problem shape `task`; single-label's for any other name."""
     return SHAPE.get(task, SHAPE["single_label"])
+
+
+# ---------------------------------------------------------------- what a shape's logits mean (light: no torch)
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    """Row-wise softmax of a (rows, classes) array, stable for large logits."""
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    exp = np.exp(shifted)
+    return exp / exp.sum(axis=1, keepdims=True)
+
+
+def sigmoid(logits: np.ndarray) -> np.ndarray:
+    """Element-wise logistic function, stable for large |logits|."""
+    return 0.5 * (1.0 + np.tanh(0.5 * np.asarray(logits, dtype=np.float64)))

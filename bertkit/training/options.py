@@ -17,8 +17,8 @@ from bertkit.encoding.reading import ReadingOptions
 from bertkit.errors import UserError, raise_if_problems
 from bertkit.models.compute import PRECISION_HELP, PRECISIONS, TRUST_HELP
 from bertkit.options import MODEL, OUTPUT, TRACKING, option, overwrite_option
-from bertkit.scoring.calibration import METHODS as CALIBRATIONS
 from bertkit.scoring.options import (
+    CALIBRATIONS,
     CLASS_WEIGHTS,
     METRIC_FOR_BEST_HELP,
     MetricOptions,
