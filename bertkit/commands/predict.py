@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bertkit.data.options import DataOptions, blank_text_problems
-from bertkit.data.word_lines import words_problems
+from bertkit.data.tagged import TaggedColumns
+from bertkit.data.word_lines import file_sentences, text_sentence, words_problems, words_sentence
 from bertkit.encoding.reading import LongTextOptions, Reading
 from bertkit.errors import UserError, raise_if_problems
 from bertkit.features.settings import Pooling
@@ -209,9 +210,6 @@ def run_word_probe(cfg: PredictConfig, keep: int | None = None,
 
 def word_sentences(cfg: PredictConfig) -> Any:
     """The sentences to tag: --text (split on whitespace), --words, or --data streamed."""
-    from bertkit.data.tagged import TaggedColumns
-    from bertkit.data.word_lines import file_sentences, text_sentence, words_sentence
-
     if cfg.words is not None:
         return iter([words_sentence(cfg.words)])
     if cfg.text:
