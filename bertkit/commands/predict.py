@@ -12,8 +12,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bertkit.data.options import DataOptions, blank_text_problems
+from bertkit.data.tagged import TaggedColumns
+from bertkit.data.word_lines import file_sentences, text_sentence, words_problems, words_sentence
 from bertkit.encoding.reading import LongTextOptions, Reading
-from bertkit.errors import raise_if_problems
+from bertkit.errors import UserError, raise_if_problems
 from bertkit.features.settings import Pooling
 from bertkit.models.compute import INFERENCE_PRECISION_HELP, INFERENCE_PRECISIONS, Compute
 from bertkit.models.preflight import check_inputs, check_model_limits
@@ -25,6 +27,7 @@ if TYPE_CHECKING:
 
     from bertkit.data.dataset import TextDataset
     from bertkit.scoring.outputs import OutputReader, Outputs
+    from bertkit.scoring.spans import TaggedWords
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +49,11 @@ class PredictConfig(LongTextOptions, DataOptions):
 
     model: str | None = option(None, "Fine-tuned model folder (e.g. runs/sst2/best).", panel=MODEL)
     probe: str | None = option(None, "A probe saved by `bertkit probe` (instead of --model).", panel=MODEL)
-    text: tuple[str, ...] = option((), "A sentence to classify (repeatable), instead of --data.", panel=DATA)
+    text: tuple[str, ...] = option((), "A sentence to classify (repeatable), instead of --data. With a word probe: "
+                                   "tagged word by word (split on whitespace; spans point into it as given).",
+                                   panel=DATA)
+    words: str | None = option(None, "With a word probe: one sentence as a JSON list of words, e.g. "
+                               "'[\"New\", \"York\"]' (instead of --text or --data).", panel=DATA)
     out: str | None = option(None, "CSV file for the predictions (written atomically; never one of the inputs).",
                              panel=OUTPUT)
     batch_size: int = option(64, "Rows per inference batch (sorted by length; output keeps the input order).",
@@ -60,8 +67,10 @@ class PredictConfig(LongTextOptions, DataOptions):
         problems = self.data_problems()
         if (self.model is None) == (self.probe is None):
             problems.append("Give exactly one of --model (a fine-tuned folder) or --probe (a saved probe).")
-        if bool(self.text) == (self.data is not None):
-            problems.append("Give exactly one of --text (repeatable) or --data (a file to label).")
+        if bool(self.text) + (self.data is not None) + (self.words is not None) != 1:
+            problems.append("Give exactly one of --text (repeatable), --words (a JSON list of words, word probes) or "
+                            "--data (a file to label).")
+        problems += words_problems(self.words) if self.words is not None else []
         problems += blank_text_problems(self.text)
         problems += self.long_text_problems()
         if self.probe is not None and (self.long_text or Reading.long_text, self.truncation or Reading.truncation) != (
@@ -102,10 +111,15 @@ class PredictResult:
     """The kept rows' predictions: a class name, the tuple of tags, or the number."""
     proba: np.ndarray | None = field(default=None, metadata={"json": False})
     """The kept rows' outputs: class or tag probabilities, or the numbers (one column)."""
+    sentences: list[TaggedWords] = field(default_factory=list, metadata={"json": False})
+    """With a word probe (task `tags`): the kept sentences' words, tags and spans."""
+    n_sentences: int | None = None
+    """With a word probe: the sentences tagged (all of them are in --out, and reach `on_sentences`)."""
 
 
 def run(cfg: PredictConfig, *, recipe: str | None = None, progress: bool = False, keep: int | None = None,
-        on_window: Callable[[TextDataset, Outputs, list[Any]], None] | None = None) -> PredictResult:
+        on_window: Callable[[TextDataset, Outputs, list[Any]], None] | None = None,
+        on_sentences: Callable[[list[TaggedWords]], None] | None = None) -> PredictResult:
     """Labels + probabilities (tags + probabilities, or scores) for --text or --data (input order); the CSV at --out
     when given.
 
@@ -114,12 +128,19 @@ def run(cfg: PredictConfig, *, recipe: str | None = None, progress: bool = False
     the result keeps the first `keep` rows' labels and outputs (None: all of them), `on_window(part, outputs,
     labels)` sees every window in order (`--json` prints them as they come).
     `recipe` (the --recipe given) is one of the inputs --out must never overwrite.
+    A word probe (`probe.word_saved`) tags words instead: `run_word_probe`, `on_sentences` seeing every chunk.
     """
     from bertkit.io import predictions_out
+    from bertkit.probe.word_saved import is_word_probe
 
     if cfg.out:  # before any work: never over an input, never over a file bertkit did not write
         predictions_out.check_predictions_out(cfg.out, {"--data": cfg.data, "--model": cfg.model, "--probe": cfg.probe,
                                                         "--recipe": str(recipe_path(recipe)) if recipe else None})
+    if cfg.probe is not None and is_word_probe(cfg.probe):
+        return run_word_probe(cfg, keep=keep, on_sentences=on_sentences)
+    if cfg.words is not None:
+        raise UserError(f"--words gives one sentence as words, for a word probe; {cfg.probe or cfg.model} labels "
+                        f"whole sentences. Valid: --text or --data here. Pass the sentence as --text.")
     check_inputs(cfg, need_labels=False, models=(cfg.model,), data_fields=("data",))  # before torch is imported
     check_model_limits(cfg.model, max_length=cfg.max_length)  # before the data is read or cached
     import numpy as np
@@ -156,6 +177,51 @@ def run(cfg: PredictConfig, *, recipe: str | None = None, progress: bool = False
                          None if cfg.long_text == "chunk" else reader.counted.cut, reader.temperature, dataset, labels,
                          head)
 
+
+def run_word_probe(cfg: PredictConfig, keep: int | None = None,
+                   on_sentences: Callable[[list[TaggedWords]], None] | None = None) -> PredictResult:
+    """Tags and spans of --text, --words or --data's sentences from a saved word probe, chunk by chunk (flat in
+    memory): every chunk to --out (.jsonl or .csv) and `on_sentences`; the first `keep` kept in the result."""
+    from bertkit.io import predictions_out
+    from bertkit.models import loading
+    from bertkit.probe.word_predict import word_tagger
+    from bertkit.probe.word_saved import load_word_probe
+    from bertkit.scoring.word_outputs import open_word_predictions, word_out_problems
+
+    raise_if_problems(word_out_problems(cfg.out) + word_probe_option_problems(cfg))
+    probe = load_word_probe(cfg.probe or "")  # every file verified before the encoder is loaded
+    loading.check_model_folder(probe.source.model)
+    tagger = word_tagger(probe, cfg.batch_size)
+    kept: list[TaggedWords] = []
+    total = 0
+    sink = (open_word_predictions(Path(cfg.out), predictions_out.vouch(Path(cfg.out))) if cfg.out
+            else contextlib.nullcontext(lambda _: None))
+    with sink as append:
+        for chunk in tagger.tag(word_sentences(cfg)):
+            append(chunk)
+            kept.extend(chunk[:len(chunk) if keep is None else max(0, keep - len(kept))])
+            total += len(chunk)
+            if on_sentences is not None:
+                on_sentences(chunk)
+    reading = probe.source.reading
+    return PredictResult("tags", list(probe.tags), 0.5, cfg.out, "fp32", reading.max_length, None,
+                         f"word {reading.word_pool}, {probe.fit.layers.name}", sentences=kept, n_sentences=total)
+
+
+def word_sentences(cfg: PredictConfig) -> Any:
+    """The sentences to tag: --text (split on whitespace), --words, or --data streamed."""
+    if cfg.words is not None:
+        return iter([words_sentence(cfg.words)])
+    if cfg.text:
+        return (text_sentence(t) for t in cfg.text)
+    return file_sentences(cfg.data or "", TaggedColumns(cfg.text_column, cfg.label_column), cfg.limit)
+
+
+def word_probe_option_problems(cfg: PredictConfig) -> list[str]:
+    """Options a word probe does not read (it reads words as its record says)."""
+    given = [flag for flag, value in (("--max-length", cfg.max_length), ("--stride", cfg.stride)) if value]
+    return [f"{flag} does not apply to a word probe: it reads words as it was fitted (its probe.json). Drop {flag}."
+            for flag in given]
 
 
 def check_model_inputs(cfg: Any) -> None:

@@ -23,6 +23,7 @@ from bertkit.data.tagged import TaggedColumns, TaggedCorpus, TaggedSentence, rea
 from bertkit.encoding.words import WordReading
 from bertkit.features.words import LAYER_NAMES, WordFeatures, WordLayers, extract_word_features
 from bertkit.probe.fit import DEFAULT_C
+from bertkit.probe.word_saved import WordProbeFit, WordProbeSource, best_word_probe, save_word_probe
 from bertkit.probe.words import WordProbeTable, baseline_scores, flat_tags, probe_word_row
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,8 @@ class WordProbeRun:
     table: WordProbeTable
     notes: tuple[str, ...] = ()
     outputs: Mapping[str, str] = field(default_factory=dict)
+    best_probe: WordProbeFit | None = None
+    """The best row's probe, saved as OUT/probe (`bertkit.probe.word_saved`)."""
 
     def to_json(self) -> dict[str, Any]:
         table = self.table.to_json()
@@ -119,8 +122,9 @@ def row_vectors(features: WordFeatures, spec: WordLayers, n_layers: int) -> np.n
 def probe_word_table(encoder: Any, tokenizer: Any, train: Sequence[TaggedSentence], dev: Sequence[TaggedSentence],
                      train_corpus: TaggedCorpus, rows: Sequence[tuple[str, WordLayers]], reading: WordReading,
                      batch_size: int, C: float = DEFAULT_C, seed: int = 0, baselines: bool = True,
-                     say: Callable[[str], None] | None = None) -> WordProbeTable:
-    """Every hidden state the rows need, extracted once per split; then one probe per row, scored on dev."""
+                     say: Callable[[str], None] | None = None) -> tuple[WordProbeTable, WordProbeFit]:
+    """Every hidden state the rows need, extracted once per split; then one probe per row, scored on dev; and the
+    best row's probe, to save."""
     n_layers = int(encoder.config.num_hidden_layers)
     needed = sorted({i for _, spec in rows for i in spec.resolve(n_layers)})
     singles = [WordLayers(str(i)) for i in needed]
@@ -135,9 +139,11 @@ def probe_word_table(encoder: Any, tokenizer: Any, train: Sequence[TaggedSentenc
         if say is not None:
             say(f"{label}: dev {row.scores.main_name} {row.scores.main:.3f} ({row.dim} dims, {row.fit_seconds:.1f}s)")
         table_rows_.append(row)
-    return WordProbeTable(tuple(table_rows_), train_corpus.scheme, tuple(sorted(set(y_train))), len(y_train),
-                          len(flat_tags(dev)),
-                          baseline_scores(train, dev, train_corpus.scheme) if baselines else {})
+    table = WordProbeTable(tuple(table_rows_), train_corpus.scheme, tuple(sorted(set(y_train))), len(y_train),
+                           len(flat_tags(dev)),
+                           baseline_scores(train, dev, train_corpus.scheme) if baselines else {})
+    best = table.best()
+    return table, best_word_probe(best, row_vectors(features[0], best.layers, n_layers), y_train, C, seed)
 
 
 def run_word_probe(train: str, dev: str, columns: TaggedColumns, reading: WordReading, model: str,
@@ -156,10 +162,10 @@ def run_word_probe(train: str, dev: str, columns: TaggedColumns, reading: WordRe
         say(f"{train_corpus.n_sentences:,} train / {dev_corpus.n_sentences:,} dev sentences "
             f"({train_corpus.n_words:,} / {dev_corpus.n_words:,} words, tags {train_corpus.scheme.name}); "
             f"{len(rows)} rows")
-    table = probe_word_table(encoder, tokenizer, list(train_corpus.sentences()), list(dev_corpus.sentences()),
+    table, best = probe_word_table(encoder, tokenizer, list(train_corpus.sentences()), list(dev_corpus.sentences()),
                              train_corpus, rows, reading, batch_size, C, seed, baselines, say)
     return WordProbeRun(model, loading.model_revision(model), str(train), str(dev), train_corpus.columns, reading, C,
-                        {"train": train_corpus.n_sentences, "dev": dev_corpus.n_sentences}, table)
+                        {"train": train_corpus.n_sentences, "dev": dev_corpus.n_sentences}, table, best_probe=best)
 
 
 def write_word_probe_run(run_dir: Path, run: WordProbeRun, config: dict[str, Any],
@@ -180,6 +186,10 @@ def write_word_probe_run(run_dir: Path, run: WordProbeRun, config: dict[str, Any
                                     f"Word probe per layer — {Path(run.model).name}", metric="score")
     outputs = {"config": str(final / "config.json"), "metrics": str(final / "metrics.json"),
                "layer_curve": str(final / curve.name)}
+    if run.best_probe is not None:  # the best row's probe, for `predict --probe`
+        save_word_probe(run_dir / "probe", run.best_probe, WordProbeSource(run.model, run.revision, run.reading,
+                                                                           run.table.scheme))
+        outputs["probe"] = str(final / "probe")
     run = replace(run, outputs=outputs)
     atomic.write_json_atomic(run_dir / "metrics.json", run.to_json())
     return run

@@ -1,0 +1,206 @@
+"""The saved word probe: `probe.safetensors` (scaler statistics, coefficients, intercept, class ids; no pickle) and
+`probe.json` (format `bertkit-word-probe/1`: the encoder and its revision, the `WordReading`, the `WordLayers`, the
+tags, the `TagScheme`, the row it came from, the size and sha256 of probe.safetensors, and the sha256 of the record
+itself). Written and read here only; both files are checked before anything uses them, so a flipped byte in either
+is named as damage, never blamed on an option. The arithmetic is the sentence probe's (`SavedProbe.predict_proba`):
+one owner for how a saved logistic regression turns vectors into probabilities."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bertkit.data.tagscheme import TagScheme
+from bertkit.encoding.words import WordReading
+from bertkit.errors import UserError
+from bertkit.features.words import WordLayers
+from bertkit.io.digests import bytes_record, is_record, record_problem
+from bertkit.probe.saved import PROBE_META, PROBE_WEIGHTS, SavedProbe, _probe_arrays_problem
+
+WORD_PROBE_FORMAT = "bertkit-word-probe/1"
+ARRAYS = ("scaler_mean", "scaler_scale", "coef", "intercept", "classes")
+SELF_DIGEST = "record_sha256"
+"""probe.json's own sha256 (of the record without this key): a flipped byte in the record is seen as damage."""
+
+
+@dataclass(frozen=True)
+class WordProbeWeights:
+    """A fitted word probe as plain arrays (what probe.safetensors holds): `classes[k]` indexes `tags`."""
+
+    scaler_mean: np.ndarray
+    scaler_scale: np.ndarray
+    coef: np.ndarray
+    intercept: np.ndarray
+    classes: np.ndarray
+    tags: tuple[str, ...]
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {name: getattr(self, name) for name in ARRAYS}
+
+
+@dataclass(frozen=True)
+class WordProbeFit:
+    """The best row's probe and what it reads: its weights, the row's label and layers, C and its dev score."""
+
+    weights: WordProbeWeights
+    label: str
+    layers: WordLayers
+    C: float
+    dev_score: float
+    metric: str
+
+
+def word_probe_weights(pipeline: Any) -> WordProbeWeights:
+    """The arrays of a fitted scaler + logistic regression pipeline (`probe.words.fit_word_probe`)."""
+    scaler, lr = pipeline.named_steps["scaler"], pipeline.named_steps["lr"]
+    scale = scaler.scale_ if scaler.scale_ is not None else np.ones_like(scaler.mean_)
+    tags = tuple(str(t) for t in lr.classes_)
+    # C-contiguous float64 copies: safetensors writes raw buffers, and lbfgs leaves coef_ as a transposed view
+    return WordProbeWeights(np.ascontiguousarray(scaler.mean_, np.float64), np.ascontiguousarray(scale, np.float64),
+                            np.ascontiguousarray(lr.coef_, np.float64), np.ascontiguousarray(lr.intercept_, np.float64),
+                            np.arange(len(tags), dtype=np.int64), tags)
+
+
+@dataclass(frozen=True)
+class WordProbeSource:
+    """What the saved probe reads: the encoder (name, revision, remote code), the reading and the tag scheme."""
+
+    model: str
+    revision: str | None
+    reading: WordReading
+    scheme: TagScheme
+    trust_remote_code: bool = False
+
+
+@dataclass(frozen=True)
+class SavedWordProbe:
+    """A word probe read back and verified: the weights, the best row it came from, and what it reads."""
+
+    fit: WordProbeFit
+    source: WordProbeSource
+    path: Path
+
+    def predict_proba(self, X: np.ndarray) -> np.ndarray:
+        """(words, tags) probabilities, columns in `tags` order."""
+        from bertkit.data.labels import LabelMap
+
+        w = self.fit.weights
+        probe = SavedProbe(w.scaler_mean, w.scaler_scale, w.coef, w.intercept, w.classes, LabelMap(w.tags), {})
+        return probe.predict_proba(X)
+
+    @property
+    def tags(self) -> tuple[str, ...]:
+        return self.fit.weights.tags
+
+
+def save_word_probe(directory: Path, fit: WordProbeFit, source: WordProbeSource) -> Path:
+    """probe.safetensors then probe.json (its digests last, so a record always names bytes on disk), atomically."""
+    from safetensors.numpy import save
+
+    from bertkit.io.atomic import atomic_path, write_json_atomic
+
+    directory.mkdir(parents=True, exist_ok=True)
+    weights = save(fit.weights.arrays(), metadata={"format": WORD_PROBE_FORMAT})
+    with atomic_path(directory / PROBE_WEIGHTS) as tmp:
+        tmp.write_bytes(weights)
+    record = {"format": WORD_PROBE_FORMAT, "task": "tags", "model": source.model, "revision": source.revision,
+              "trust_remote_code": source.trust_remote_code, "reading": source.reading.to_json(),
+              "layers": fit.layers.to_json(), "tags": list(fit.weights.tags), "scheme": source.scheme.to_json(),
+              "row": fit.label, "C": fit.C, "dev": {"metric": fit.metric, "score": fit.dev_score},
+              "n_features": int(fit.weights.coef.shape[1]), "files": {PROBE_WEIGHTS: bytes_record(weights)}}
+    write_json_atomic(directory / PROBE_META, {**record, SELF_DIGEST: record_digest(record)})
+    return directory
+
+
+def record_digest(record: dict[str, Any]) -> str:
+    """sha256 of the record's canonical JSON (sorted keys), without its own digest."""
+    body = {k: v for k, v in record.items() if k != SELF_DIGEST}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode("utf-8")).hexdigest()
+
+
+def probe_root(path: str | Path) -> Path:
+    """The probe's folder: `path` itself, or its `probe/` (a run directory)."""
+    root = Path(path).expanduser()
+    return root / "probe" if not (root / PROBE_META).is_file() and (root / "probe" / PROBE_META).is_file() else root
+
+
+def is_word_probe(path: str | Path) -> bool:
+    """Whether `path` holds a word probe (its probe.json says so; a damaged JSON is judged by its format text)."""
+    file = probe_root(path) / PROBE_META
+    try:
+        return WORD_PROBE_FORMAT in file.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+
+
+def _damaged(file: Path, reason: str) -> UserError:
+    return UserError(f"The saved word probe file {file} is damaged ({reason}). Valid: the files `bertkit probe` wrote, "
+                     f"as they were. Re-run `bertkit probe --data TRAIN --dev DEV --out DIR` and pass --probe DIR.")
+
+
+def load_word_probe(path: str | Path) -> SavedWordProbe:
+    """A word probe from its folder (or a run directory holding `probe/`), every file checked first."""
+    root = probe_root(path)
+    if not (root / PROBE_META).is_file() or not (root / PROBE_WEIGHTS).is_file():
+        raise UserError(f"{path} is not a saved probe (no {PROBE_META} + {PROBE_WEIGHTS}). Valid: the run directory "
+                        f"of `bertkit probe --out DIR` (or its probe/ folder). Pass --probe DIR.")
+    record = _read_record(root / PROBE_META)
+    problem = record_problem(root / PROBE_WEIGHTS, record["files"][PROBE_WEIGHTS])
+    if problem:
+        raise _damaged(root / PROBE_WEIGHTS, f"{problem}; {PROBE_META} records it as saved")
+    weights = _read_weights(root / PROBE_WEIGHTS, tuple(record["tags"]))
+    fit = WordProbeFit(weights, str(record["row"]), WordLayers.from_json(record["layers"]), float(record["C"]),
+                       float(record["dev"]["score"]), str(record["dev"]["metric"]))
+    source = WordProbeSource(str(record["model"]), record.get("revision"), WordReading.from_json(record["reading"]),
+                             TagScheme.from_json(record["scheme"]), bool(record.get("trust_remote_code", False)))
+    return SavedWordProbe(fit, source, root)
+
+
+def _read_record(file: Path) -> dict[str, Any]:
+    """probe.json, parsed, matching its own digest, with its files record present."""
+    try:
+        record = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise _damaged(file, f"not valid JSON: {exc}") from None
+    if not isinstance(record, dict) or record.get("format") != WORD_PROBE_FORMAT:
+        raise _damaged(file, f"not a {WORD_PROBE_FORMAT} record")
+    if record.get(SELF_DIGEST) != record_digest(record):
+        raise _damaged(file, "its content does not match the sha256 it was saved with")
+    files = record.get("files")
+    if not isinstance(files, dict) or not is_record(files.get(PROBE_WEIGHTS)):
+        raise _damaged(file, f"its files record has no size and sha256 for {PROBE_WEIGHTS}")
+    return record
+
+
+def _read_weights(file: Path, tags: tuple[str, ...]) -> WordProbeWeights:
+    """probe.safetensors: every array present, shapes consistent, class ids within the recorded tags."""
+    from safetensors.numpy import load_file
+
+    try:
+        arrays = load_file(str(file))
+    except Exception as exc:  # SafetensorError (truncated header or data), OSError, ValueError
+        raise _damaged(file, (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]) from None
+    missing = [k for k in ARRAYS if k not in arrays]
+    problem = f"missing arrays {', '.join(missing)}" if missing else _probe_arrays_problem(arrays)
+    if problem is None and arrays["classes"].tolist() != list(range(len(tags))):
+        problem = f"class ids {arrays['classes'].tolist()} do not number the {len(tags)} recorded tags"
+    if problem:
+        raise _damaged(file, problem)
+    return WordProbeWeights(*(arrays[k] for k in ARRAYS), tags)
+
+
+def best_word_probe(row: Any, X: np.ndarray, tags: Sequence[str], C: float, seed: int) -> WordProbeFit:
+    """The best table row's probe (`row`: a `WordProbeRow`) fitted again on its training vectors `X`: lbfgs from the
+    same start with the same seed is deterministic, so these are the weights the row was scored with (refitting
+    one row keeps `probe.words` free of saving; it costs one more fit)."""
+    from bertkit.probe.words import fit_word_probe
+
+    pipeline = fit_word_probe(X, tags, C, seed)
+    return WordProbeFit(word_probe_weights(pipeline), row.label, row.layers, C, float(row.scores.main),
+                        row.scores.main_name)
