@@ -13,6 +13,7 @@ from bertkit import recipes
 from bertkit.cli.app import app
 from bertkit.commands.finetune import FinetuneConfig
 from bertkit.commands.registry import config_for_command, recipe_commands
+from bertkit.errors import UserError
 
 RECIPES = recipes.list_recipes()
 
@@ -124,3 +125,18 @@ def test_packaged_smoke_recipe_names_packaged_data(tmp_path, monkeypatch):
     package = Path(recipes.__file__).resolve().parent.parent
     assert Path(values["data"]) == package / "resources" / "demo" / "train.tsv" and Path(values["data"]).is_file()
     assert Path(values["dev"]).is_file()
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ('epochs = 3\nlr = "2e-5"\n', "has options at the top level (epochs, lr) and no [finetune] table"),
+    ("[probe]\nC = 1.0\n", "has no [finetune] table (it has: [probe]); it is for another command. Run `bertkit probe"),
+    ("", "holds no options. Add a [finetune] table"),
+])
+def test_a_recipe_without_the_commands_table_says_what_to_fix(tmp_path, text, says):
+    """Keys at the top level are options that need a [command] line above them (not a command to run); another
+    command's table names that command; an empty recipe says it holds nothing."""
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(text, encoding="utf-8")
+    with pytest.raises(UserError) as caught:
+        recipes.load_recipe(str(recipe), "finetune", FinetuneConfig)
+    assert says in str(caught.value)

@@ -61,6 +61,20 @@ def recipe_path(name_or_path: str, fix: str = RECIPE_FIX) -> Path:
     )
 
 
+def missing_table(path: Path, name_or_path: str, command: str, document: dict[str, Any]) -> str:
+    """Why a recipe without a `[command]` table cannot run it: keys at the top level belong in that table (the
+    fix names them); another command's table means the recipe is for that command."""
+    tables = [name for name, value in document.items() if isinstance(value, dict)]
+    loose = [name for name, value in document.items() if not isinstance(value, dict)]
+    if loose:
+        return (f"Recipe {path} has options at the top level ({', '.join(loose)}) and no [{command}] table: a "
+                f"recipe's options sit under the command they are for. Put a [{command}] line above them.")
+    if not tables:
+        return f"Recipe {path} holds no options. Add a [{command}] table with the options of `bertkit {command}`."
+    return (f"Recipe {path} has no [{command}] table (it has: {', '.join(f'[{t}]' for t in tables)}); it is for "
+            f"another command. Run `bertkit {tables[0]} --recipe {name_or_path}` or add a [{command}] table.")
+
+
 def load_recipe(name_or_path: str, command: str, config_cls: type) -> dict[str, Any]:
     """The `[command]` table of a recipe, keys normalised to field names; unknown keys are an error."""
     path = recipe_path(name_or_path)
@@ -68,12 +82,8 @@ def load_recipe(name_or_path: str, command: str, config_cls: type) -> dict[str, 
         document = tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise UserError(f"Recipe {path} is not valid TOML: {exc}. Fix the file or pick another recipe.") from None
-    if command not in document:
-        tables = ", ".join(f"[{t}]" for t in document) or "none"
-        raise UserError(
-            f"Recipe {path} has no [{command}] table (it has: {tables}); it is for another command. "
-            f"Run `bertkit {next(iter(document), command)} --recipe {name_or_path}` or add a [{command}] table."
-        )
+    if not isinstance(document.get(command), dict):
+        raise UserError(missing_table(path, name_or_path, command, document))
     aliases = alias_map(config_cls)  # an option's older name (e.g. dtype for precision) is still a valid key
     values = {aliases.get(k, k): value for k, value in ((key.replace("-", "_"), v) for key, v in document[command].items())}
     valid = option_fields(config_cls)
