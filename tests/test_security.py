@@ -424,3 +424,19 @@ def test_a_well_formed_arrow_file_put_in_a_cache_entry_is_not_read_as_the_data(t
     with caplog.at_level("WARNING", logger="bertkit"):
         assert list(load_dataset_split(opts, str(data)).texts) == ["a fine film", "an awful film"]
     assert "failed verification" in caplog.text
+
+
+def test_an_onnx_export_given_where_pytorch_weights_are_needed_is_named_as_such(tmp_path):
+    """bench, finetune or distill handed an export folder: the message says it is an ONNX export and names the
+    folder it was exported from (its record), instead of "no weights"."""
+    import json
+
+    folder = tmp_path / "export"
+    folder.mkdir()
+    (folder / "model.onnx").write_bytes(b"onnx graph")
+    (folder / "config.json").write_text(json.dumps({"model_type": "bert"}), encoding="utf-8")
+    (folder / "bertkit_model.json").write_text(json.dumps({"onnx": {"source_model": "runs/sst2/best"}}),
+                                               encoding="utf-8")
+    with pytest.raises(UserError, match="is an ONNX export") as err:
+        loading._check_weights(str(folder))
+    assert "runs/sst2/best" in str(err.value) and "no weights" not in str(err.value)

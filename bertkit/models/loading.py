@@ -53,6 +53,14 @@ def _check_weights(path: str) -> None:
             "only, because unpickling runs arbitrary code. Convert it once where you trust the file: "
             "`AutoModel.from_pretrained(folder).save_pretrained(folder, safe_serialization=True)`."
         )
+    if any(folder.glob("*.onnx")):  # an export: its graph is not a PyTorch model for training or benchmarking
+        section = metadata.read_model_info(folder).get("onnx")
+        source = section.get("source_model") if isinstance(section, dict) else None
+        origin = f" Pass the folder it was exported from ({source})" if isinstance(source, str) else \
+            " Pass the PyTorch folder it was exported from"
+        raise UserError(f"Model folder {folder} is an ONNX export (its weights are in the ONNX graph, not PyTorch "
+                        f"weights): predict, evaluate and embed run it; this command needs the PyTorch model."
+                        f"{origin}, or run `bertkit predict --model {folder}`.")
     raise UserError(f"Model folder {folder} has no weights (no *.safetensors file). {OFFLINE_HINT}")
 
 
