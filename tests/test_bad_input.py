@@ -1016,7 +1016,7 @@ CASES += [  # issue 36: ownership by record, never by name; every sweep value ch
          r"--grid data=WS/sweep: --data WS/sweep is --out WS/sweep", r"choose another --out"),
     Case("sweep-grid-model-holds-out", "sweep",
          lambda w: sweep(w, "--grid", f"model={w.tiny},{w.root}", out=w.path("sweep")),
-         r"--grid model=WS: --model WS holds --out WS/sweep", r"Copy it outside --out"),
+         r"--grid model=WS: --model WS holds --out WS/sweep", r"Pass an --out outside WS \(e\.g\. --out "),
     Case("sweep-grid-of-one-value-too-small", "sweep", lambda w: sweep(w, "--grid", "max-length=2"),
          r"--grid max-length=2: a trial with --max-length 2 would stop before training", SPACE_FIX),
     Case("sweep-data-missing-whatever-the-grid", "sweep",  # not the space's fault: said as finetune says it

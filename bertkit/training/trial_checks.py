@@ -85,9 +85,12 @@ def _out_problem(cfg: SweepOptions, out: Path, dim: Dimension, value: str, where
                 else "holds" if path in out.parents else None)
     if relation is None:
         return None
-    return (f"{where} {dim.flag[2:]}={value}: {dim.flag} {value} {relation} --out {cfg.out}, which the sweep "
-            f"writes (and --overwrite replaces) while trials read it. Copy it outside --out first (e.g. "
-            f"`cp -r {value} {out.parent / (path.name + '-copy')}`) and pass the copy, or choose another --out.")
+    head = (f"{where} {dim.flag[2:]}={value}: {dim.flag} {value} {relation} --out {cfg.out}, which the sweep "
+            f"writes (and --overwrite replaces) while trials read it.")
+    if relation == "holds":  # a copy of it would hold the sweep too: the sweep's folder has to move instead
+        return f"{head} Pass an --out outside {value} (e.g. --out {path.parent / (path.name + '-sweep')})."
+    return (f"{head} Copy it outside --out first (e.g. `cp -r {value} {out.parent / (path.name + '-copy')}`) and "
+            f"pass the copy, or choose another --out.")
 
 
 class TrialCheck:
