@@ -304,3 +304,32 @@ def test_distill_reads_the_teacher_as_it_was_trained(model_16, tmp_path, long_ro
     cached = json.loads((tmp_path / "s" / "teacher_logits.json").read_text())
     assert (cached["max_length"], cached["truncation"]) == (16, "head")  # the soft targets: the teacher's reading
     assert saved_reading(tmp_path / "s" / "best") == Reading(16)  # and the student learns to read the same way
+
+
+@pytest.mark.parametrize(("reading", "says"), [
+    ({"max_length": "16x"}, "reading.max_length is '16x', not a positive whole number"),
+    ({"max_length": 16, "truncation": "middle"}, "reading.truncation is 'middle', not one of head, tail, head+tail"),
+    ({"max_length": 16, "long_text": "fold"}, "reading.long_text is 'fold'"),
+    ({"max_length": 0}, "reading.max_length is 0"),
+    ({"max_length": 16, "stride": -1}, "reading.stride is -1"),
+    ([16], "its reading is list, not an object"),
+])
+def test_a_damaged_reading_record_is_named_as_damaged_not_blamed_on_a_flag(tmp_path, reading, says):
+    """A model folder whose record holds a reading bertkit never writes is damaged (exit 2 naming the file and the
+    value), never read as 128 tokens in silence nor reported as a --truncation the user did not give."""
+    import json
+
+    from bertkit.errors import UserError
+    from bertkit.models import metadata
+
+    (tmp_path / metadata.MODEL_INFO).write_text(json.dumps({"reading": reading, "files": {}}), encoding="utf-8")
+    with pytest.raises(UserError, match="is damaged") as err:
+        metadata.saved_reading(tmp_path)
+    assert says in str(err.value) and "--truncation must" not in str(err.value)
+
+
+def test_older_reading_records_without_long_text_keys_are_not_damaged():
+    from bertkit.encoding.reading import Reading
+
+    assert Reading.record_problems({"max_length": 64}) == []
+    assert Reading.record_problems(Reading(16, "chunk", "tail", 4).to_json()) == []

@@ -129,6 +129,23 @@ class Reading:
         """The windows' overlap: --stride, or `default_stride` of the window when not given."""
         return default_stride(self.max_length) if self.stride is None else self.stride
 
+    @classmethod
+    def record_problems(cls, record: Any) -> list[str]:
+        """How a recorded reading is damaged (empty: it is not): a record bertkit wrote has a positive whole
+        `max_length` and known values; a key an older record lacks is not a problem (it reads as the default)."""
+        if not isinstance(record, dict):
+            return [f"its reading is {type(record).__name__}, not an object"]
+        problems = []
+        length, stride = record.get("max_length", DEFAULT_MAX_LENGTH), record.get("stride")
+        if isinstance(length, bool) or not isinstance(length, int) or length < 1:
+            problems.append(f"reading.max_length is {length!r}, not a positive whole number")
+        for key, valid in (("truncation", TRUNCATIONS), ("long_text", LONG_TEXT_MODES)):
+            if key in record and record[key] not in valid:
+                problems.append(f"reading.{key} is {record[key]!r}, not one of {', '.join(valid)}")
+        if stride is not None and (isinstance(stride, bool) or not isinstance(stride, int) or stride < 0):
+            problems.append(f"reading.stride is {stride!r}, not a whole number of tokens")
+        return problems
+
     def known(self) -> bool:
         """Whether truncation and long_text are values this bertkit knows (a saved file may say anything)."""
         return self.truncation in TRUNCATIONS and self.long_text in LONG_TEXT_MODES

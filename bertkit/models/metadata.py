@@ -80,7 +80,14 @@ def saved_reading(folder: str | Path) -> Reading | None:
     info = read_model_info(Path(folder).expanduser())
     if not info:
         return None
-    return Reading.from_json(info.get("reading")) or UNRECORDED
+    if "reading" not in info:
+        return UNRECORDED
+    problems = Reading.record_problems(info["reading"])
+    if problems:  # a flag the user never gave would otherwise be blamed for the record's value
+        raise UserError(f"{Path(folder) / MODEL_INFO} is damaged: {'; '.join(problems)} (bertkit records a valid "
+                        f"reading in every folder it saves). Restore the folder from where it was saved, or save "
+                        f"the model again with `bertkit finetune`.")
+    return Reading.from_json(info["reading"]) or UNRECORDED
 
 
 def read_as_saved(cfg: Any, model: str | None = None) -> Any:

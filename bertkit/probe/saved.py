@@ -146,6 +146,9 @@ def load_probe(path: str | Path) -> SavedProbe:
             f"of a `bertkit probe --out DIR` run (or its probe/ folder)."
         )
     meta = _read_probe_meta(root)
+    reading = {key: meta[key] for key in Reading.KEYS if key in meta}
+    if reading and Reading.record_problems(reading):  # never blamed on a --truncation the user did not give
+        raise _damaged_probe(root / PROBE_META, "; ".join(Reading.record_problems(reading)))
     _verify_probe_weights(root, meta)
     arrays = _read_probe_arrays(root, meta["label_map"].get("task", "single_label"))
     n_labels, classes = len(meta["label_map"]["labels"]), arrays["classes"].tolist()
