@@ -71,8 +71,16 @@ def test_probe_on_a_tagged_file_writes_the_word_table(tagged, tiny_bert_dir, tmp
     assert metrics["sentences"] == {"train": 12, "dev": 2} and metrics["words"] == {"train": 51, "dev": 5}
     assert len(metrics["rows"]) == 2 + 1 + 3  # tiny BERT: embeddings + 2 layers, and the 3 combinations
     assert {r["layers"]["combine"] for r in metrics["rows"]} == {"concat", "sum"}
-    assert set(metrics["baselines"]) == {"majority tag", "most frequent tag per word"}
+    assert set(metrics["baselines"]) == {"majority tag", "most frequent tag per word", "random-init encoder"}
     assert metrics["best"] in {r["label"] for r in metrics["rows"]}
+    assert metrics["random_encoder_row"] == metrics["best"]  # the random weights read the best row's layers
+    singles = {r["label"] for r in metrics["rows"] if r["layers"]["layers"].lstrip("-").isdigit()}
+    assert len(singles) == 3 and metrics["peak_layer"] in singles  # where the per-layer curve peaks
+    for scores in [r["scores"] for r in metrics["rows"]] + list(metrics["baselines"].values()):
+        low, high = scores["interval"]  # every row and baseline: a 95% interval over the dev sentences
+        assert low <= scores["entities"]["f1"] <= high
+    assert "95% CI" in result.stdout and "peak layer:" in result.stdout
+    assert "baseline: random-init encoder (" in result.stdout
     assert (out / "probe_layers.png").stat().st_size > 0 and (out / "config.json").is_file()
 
 

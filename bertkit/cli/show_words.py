@@ -1,12 +1,15 @@
 """What `bertkit embed` prints for tagged data (each word store), and what `bertkit probe` prints for it: the table of word probes, a row per layer choice
-with its width and its dev entity F1 (precision, recall) or token accuracy, the best row marked, the baselines
-beside them, and the files written."""
+with its width and its dev entity F1 (precision, recall) or token accuracy with its 95% bootstrap interval over
+sentences, the best row marked, the baselines beside them, the layer where the per-layer curve peaks, and the
+files written."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from bertkit.cli.output import View, emit_json, format_size, info, out_console, table
+from bertkit.probe.words_run import RANDOM_ENCODER
+from bertkit.scoring.entities import BOOTSTRAP_RESAMPLES
 
 if TYPE_CHECKING:
     from bertkit.features.word_embed import WordEmbedRun
@@ -17,10 +20,20 @@ BASELINE_MARK = "baseline"
 
 
 def score_cells(scores: TagScores) -> list[object]:
-    """The main score, then precision and recall (entity tags) or tag macro-F1 (plain tags)."""
+    """The main score and its interval, then precision and recall (entity tags) or tag macro-F1 (plain tags)."""
     if scores.entities is not None:
-        return [scores.entities.f1, scores.entities.precision, scores.entities.recall, scores.token_accuracy]
-    return [scores.token_accuracy, scores.tag_macro_f1]
+        return [scores.entities.f1, interval_cell(scores), scores.entities.precision, scores.entities.recall,
+                scores.token_accuracy]
+    return [scores.token_accuracy, interval_cell(scores), scores.tag_macro_f1]
+
+
+def interval_cell(scores: TagScores) -> str:
+    return f"{scores.interval[0]:.3f}-{scores.interval[1]:.3f}" if scores.interval is not None else "-"
+
+
+def baseline_label(name: str, row: str | None) -> str:
+    """A baseline's name; the random-init encoder's with the row whose layers it read."""
+    return f"{BASELINE_MARK}: {name}" + (f" ({row})" if name == RANDOM_ENCODER and row else "")
 
 
 def show_word_probe(words: WordProbeRun, view: View) -> None:
@@ -31,16 +44,22 @@ def show_word_probe(words: WordProbeRun, view: View) -> None:
     table_ = words.table
     best = table_.best()
     entities = table_.scheme.has_entities
-    header = (["row", "dim", "entity F1", "precision", "recall", "token acc"] if entities else
-              ["row", "dim", "token acc", "tag macro-F1"])
+    header = (["row", "dim", "entity F1", "95% CI", "precision", "recall", "token acc"] if entities else
+              ["row", "dim", "token acc", "95% CI", "tag macro-F1"])
     rows = [[row.label + (" *" if row is best else ""), row.dim, *score_cells(row.scores)] for row in table_.rows]
-    rows += [[f"{BASELINE_MARK}: {name}", "", *score_cells(scores)] for name, scores in table_.baselines.items()]
+    rows += [[baseline_label(name, table_.random_encoder_row), "", *score_cells(scores)]
+             for name, scores in table_.baselines.items()]
     reading = words.reading
     title = (f"Word probe — {words.model} — train {words.sentences['train']:,} sentences ({table_.n_train_words:,} "
              f"words), dev {words.sentences['dev']:,} ({table_.n_dev_words:,} words); tags {table_.scheme.name}, "
-             f"word pool {reading.word_pool}, max length {reading.max_length} (* = best dev {best.scores.main_name})")
+             f"word pool {reading.word_pool}, max length {reading.max_length} (* = best dev {best.scores.main_name}; 95% "
+             f"CI: {BOOTSTRAP_RESAMPLES:,} resamples of the dev sentences)")
     out_console.print(table(title, header, rows))
     out_console.print(f"best: {best.label}, dev {best.scores.main_name} {best.scores.main:.3f}", highlight=False)
+    peak = table_.peak_layer()
+    if peak is not None:
+        out_console.print(f"peak layer: {peak.label}, dev {peak.scores.main_name} {peak.scores.main:.3f} "
+                          f"({interval_cell(peak.scores)})", highlight=False)
     for note in words.notes:
         info(note, view.quiet)
     if words.outputs:

@@ -54,7 +54,7 @@ class ProbeConfig(LongTextOptions, MetricOptions, TaskOptions):
     READS_WORDS = True
     WORD_OPTIONS = ("data", "dev", "text_column", "label_column", "task", "seed", "max_length", "stride", "model",
                     "layers", "batch_size", "C", "baselines", "out", "overwrite", "trust_remote_code", "word_pool",
-                    "combine", "tag_scheme", "encoding", "cache_dir")
+                    "combine", "tag_scheme", "encoding", "cache_dir", "limit")
     """The options the word path (tagged data) reads; any other one given there is refused, naming it."""
 
     features: str | None = option(None, "A `bertkit embed` store (its --out directory) instead of --data.",
@@ -317,7 +317,7 @@ def run_words(cfg: ProbeConfig, progress: bool = False) -> ProbeResult:
     columns = TaggedColumns(cfg.text_column, cfg.label_column, cfg.tag_scheme)
     words = run_word_probe(str(cfg.data), str(cfg.dev), columns, reading, cfg.model or OFFLINE_NAME, cfg.layers,
                            cfg.combine, cfg.batch_size, cfg.C or DEFAULT_C, cfg.seed, cfg.baselines,
-                           cfg.trust_remote_code, say=log.info if progress else None)
+                           cfg.trust_remote_code, say=log.info if progress else None, limit=cfg.limit)
     if plan is not None:
         run_dir = plan.claim()
         words = write_word_probe_run(run_dir.path, words, config_dict(cfg), final_dir=run_dir.out)

@@ -2,7 +2,9 @@
 `bertkit.probe.fit.make_pipeline`) fitted on the training words' vectors of each layer or layer combination and
 scored on dev as the tags need (`bertkit.scoring.entities`: entity F1 for entity tags, token accuracy for plain
 ones). `probe_word_layers` gives the table, one row per combination, with two baselines that need no encoder:
-the majority tag, and each word's most frequent training tag (the classic POS baseline)."""
+the majority tag, and each word's most frequent training tag (the classic POS baseline). Every row and baseline
+carries a 95% bootstrap interval of its main score over the dev sentences, from the predictions it made (no refit);
+one seed, so every row is resampled on the same sentences."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from bertkit.encoding.words import WordReading
 from bertkit.errors import UserError
 from bertkit.features.words import PAPER_ROWS, WordFeatures, WordLayers, extract_word_features
 from bertkit.probe.fit import DEFAULT_C, make_pipeline
-from bertkit.scoring.entities import TagScores, score_tags
+from bertkit.scoring.entities import BOOTSTRAP_RESAMPLES, TagScores, score_tags
 
 
 @dataclass(frozen=True)
@@ -45,10 +47,17 @@ class WordProbeTable:
     n_train_words: int
     n_dev_words: int
     baselines: Mapping[str, TagScores] = field(default_factory=dict)
+    random_encoder_row: str | None = None
+    """The row whose layers the random-init encoder baseline was probed on (the best row), when it ran."""
 
     def best(self) -> WordProbeRow:
         """The row with the highest main score (entity F1 or token accuracy); the first one on a tie."""
         return max(self.rows, key=lambda row: row.scores.main)
+
+    def peak_layer(self) -> WordProbeRow | None:
+        """The single hidden state scoring highest (where the per-layer curve peaks); None with no single-layer row."""
+        singles = [row for row in self.rows if is_single_layer(row.layers)]
+        return max(singles, key=lambda row: row.scores.main) if singles else None
 
     def to_json(self) -> dict[str, Any]:
         return {"scheme": self.scheme.to_json(), "tags": list(self.tags), "n_train_words": self.n_train_words,
@@ -56,7 +65,14 @@ class WordProbeTable:
                 "rows": [{"label": r.label, "layers": r.layers.to_json(), "dim": r.dim, "train_accuracy":
                           r.train_accuracy, "fit_seconds": r.fit_seconds, "scores": r.scores.to_json()}
                          for r in self.rows],
-                "baselines": {name: s.to_json() for name, s in self.baselines.items()}}
+                "baselines": {name: s.to_json() for name, s in self.baselines.items()},
+                "peak_layer": peak.label if (peak := self.peak_layer()) is not None else None,
+                **({"random_encoder_row": self.random_encoder_row} if self.random_encoder_row else {})}
+
+
+def is_single_layer(spec: WordLayers) -> bool:
+    """Whether a row reads one hidden state (a point of the per-layer curve), not a sum or concat of several."""
+    return spec.layers.lstrip("-").isdigit()
 
 
 def flat_tags(sentences: Sequence[TaggedSentence]) -> list[str]:
@@ -92,24 +108,27 @@ def most_frequent_tags(train: Sequence[TaggedSentence], dev: Sequence[TaggedSent
     return [[seen[w].most_common(1)[0][0] if w in seen else top for w in s.words] for s in dev]
 
 
-def baseline_scores(train: Sequence[TaggedSentence], dev: Sequence[TaggedSentence],
-                    scheme: TagScheme) -> dict[str, TagScores]:
+def baseline_scores(train: Sequence[TaggedSentence], dev: Sequence[TaggedSentence], scheme: TagScheme,
+                    n_boot: int = BOOTSTRAP_RESAMPLES, seed: int = 0) -> dict[str, TagScores]:
+    """The baselines that need no encoder, scored (and bootstrapped) as the rows are."""
     gold = [list(s.tags) for s in dev]
-    return {"majority tag": score_tags(gold, majority_tags(train, dev), scheme),
-            "most frequent tag per word": score_tags(gold, most_frequent_tags(train, dev), scheme)}
+    return {"majority tag": score_tags(gold, majority_tags(train, dev), scheme, n_boot, seed),
+            "most frequent tag per word": score_tags(gold, most_frequent_tags(train, dev), scheme, n_boot, seed)}
 
 
 def probe_word_row(label: str, layers: WordLayers, X: np.ndarray, y_train: Sequence[str], X_dev: np.ndarray,
                    gold: Sequence[Sequence[str]], dev_offsets: np.ndarray, scheme: TagScheme, C: float = DEFAULT_C,
-                   seed: int = 0) -> WordProbeRow:
+                   seed: int = 0, n_boot: int = BOOTSTRAP_RESAMPLES) -> WordProbeRow:
     """One row of the table: a probe fitted on the training words' vectors `X`, scored on the dev words' `X_dev`
-    (sentence s's words are rows `dev_offsets[s]:dev_offsets[s + 1]`) against the `gold` tags."""
+    (sentence s's words are rows `dev_offsets[s]:dev_offsets[s + 1]`) against the `gold` tags, with the main
+    score's interval over `n_boot` resamples of the dev sentences (seeded by `seed`)."""
     start = time.perf_counter()
     model = fit_word_probe(X, y_train, C, seed)
     seconds = time.perf_counter() - start
     train_accuracy = float((model.predict(X) == np.asarray(y_train, dtype=object)).mean())
     predicted = as_sentences(model.predict(X_dev).tolist(), dev_offsets)
-    return WordProbeRow(label, layers, X.shape[1], score_tags(gold, predicted, scheme), train_accuracy, seconds)
+    scores = score_tags(gold, predicted, scheme, n_boot, seed)
+    return WordProbeRow(label, layers, X.shape[1], scores, train_accuracy, seconds)
 
 
 def probe_word_layers(train: Sequence[TaggedSentence], train_features: WordFeatures,
@@ -126,7 +145,7 @@ def probe_word_layers(train: Sequence[TaggedSentence], train_features: WordFeatu
             for label, layers, X, X_dev in zip(labels, train_features.layers, train_features.vectors,
                                                dev_features.vectors, strict=True)]
     return WordProbeTable(tuple(rows), scheme, tuple(sorted(set(y_train))), len(y_train), len(flat_tags(dev)),
-                          baseline_scores(train, dev, scheme))
+                          baseline_scores(train, dev, scheme, seed=seed))
 
 
 def probe_words(encoder: Any, tokenizer: Any, train: Sequence[TaggedSentence], dev: Sequence[TaggedSentence],

@@ -5,7 +5,9 @@ row's vectors from those (a single layer, or a sum / concat of several), fit and
 
 The table's rows by default: every single hidden state (the per-layer curve: POS peaks lower than entities) and
 the BERT paper's combinations (sum of the last four, concat of the last four, sum of all layers); the paper's
-single rows (embeddings, second-to-last, last) are layers of the curve."""
+single rows (embeddings, second-to-last, last) are layers of the curve. Baselines (--baselines): the majority tag, the
+most frequent tag per word, and the same architecture with random weights probed on the best row's layers (what
+the pretrained weights add); every row and baseline with a 95% bootstrap interval over the dev sentences."""
 
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from bertkit.encoding.words import WordReading
 from bertkit.features.words import LAYER_NAMES, WordFeatures, WordLayers, extract_word_features
 from bertkit.probe.fit import DEFAULT_C
 from bertkit.probe.word_saved import WordProbeFit, WordProbeSource, best_word_probe, save_word_probe
-from bertkit.probe.words import WordProbeTable, baseline_scores, flat_tags, probe_word_row
+from bertkit.probe.words import WordProbeRow, WordProbeTable, baseline_scores, flat_tags, probe_word_row
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +36,10 @@ COMBINATION_ROWS = (
     ("sum of all layers", WordLayers("all", "sum")),
 )
 """The paper's rows that combine layers; its single-layer rows (embeddings, second-to-last, last) are on the curve."""
-BASELINE_KEYS = {"majority tag": "majority", "most frequent tag per word": "most_frequent_tag"}
+RANDOM_ENCODER = "random-init encoder"
+"""The baseline's name in the table, metrics.json and the plot (as the sentence probe's, `probe.baselines`)."""
+BASELINE_KEYS = {"majority tag": "majority", "most frequent tag per word": "most_frequent_tag",
+                 RANDOM_ENCODER: "random_encoder"}
 
 
 @dataclass(frozen=True)
@@ -141,31 +146,73 @@ def probe_word_table(encoder: Any, tokenizer: Any, train: Sequence[TaggedSentenc
         table_rows_.append(row)
     table = WordProbeTable(tuple(table_rows_), train_corpus.scheme, tuple(sorted(set(y_train))), len(y_train),
                            len(flat_tags(dev)),
-                           baseline_scores(train, dev, train_corpus.scheme) if baselines else {})
+                           baseline_scores(train, dev, train_corpus.scheme, seed=seed) if baselines else {})
     best = table.best()
     return table, best_word_probe(best, row_vectors(features[0], best.layers, n_layers), y_train, C, seed)
+
+
+def random_encoder_row(model: str, tokenizer: Any, train: Sequence[TaggedSentence], dev: Sequence[TaggedSentence],
+                       train_corpus: TaggedCorpus, best: WordProbeRow, reading: WordReading, batch_size: int,
+                       C: float = DEFAULT_C, seed: int = 0, trust_remote_code: bool = False) -> WordProbeRow:
+    """The best row's probe again on the same architecture with fresh weights, built as the sentence probe's
+    random-init baseline builds it (seeded before the model, `loading.load_encoder(random_init=True)`): what the
+    pretrained weights add at that row. Reads train and dev once more, for the best row's layers only."""
+    import torch
+
+    from bertkit.models import loading
+
+    torch.manual_seed(seed)
+    encoder = loading.load_encoder(model, trust_remote_code, random_init=True).eval()
+    features = [extract_word_features(encoder, tokenizer, [s.words for s in part], reading, [best.layers],
+                                      batch_size) for part in (train, dev)]
+    return probe_word_row(f"{RANDOM_ENCODER} ({best.label})", best.layers, features[0].vectors[0], flat_tags(train),
+                          features[1].vectors[0], [list(s.tags) for s in dev], features[1].sentence_offsets,
+                          train_corpus.scheme, C, seed)
+
+
+def with_random_encoder(table: WordProbeTable, row: WordProbeRow) -> tuple[WordProbeTable, tuple[str, ...]]:
+    """The table with the random-init baseline added, and a warning (with the fix) when the best row does not beat
+    it: then the pretrained weights add nothing the probe can read there."""
+    best = table.best()
+    table = replace(table, baselines={**table.baselines, RANDOM_ENCODER: row.scores}, random_encoder_row=best.label)
+    if best.scores.main > row.scores.main:
+        return table, ()
+    return table, (f"warning: the best row ({best.label}, dev {best.scores.main_name} {best.scores.main:.3f}) does "
+                   f"not beat the same encoder with random weights ({row.scores.main:.3f}): the pretrained weights "
+                   f"add nothing there. Fix: check that --model is the trained model you meant, or give more "
+                   f"training sentences.",)
 
 
 def run_word_probe(train: str, dev: str, columns: TaggedColumns, reading: WordReading, model: str,
                    layers: str | None = None, combine: str | None = None, batch_size: int = 32, C: float = DEFAULT_C,
                    seed: int = 0, baselines: bool = True, trust_remote_code: bool = False,
-                   say: Callable[[str], None] | None = None) -> WordProbeRun:
-    """Read and check the tagged files, load the encoder once, and probe every row (`table_rows`) on its words."""
+                   say: Callable[[str], None] | None = None, limit: int | None = None) -> WordProbeRun:
+    """Read and check the tagged files, load the encoder once, and probe every row (`table_rows`) on its words
+    (the first `limit` sentences of each file, when given); with `baselines`, the random-init encoder last."""
     from bertkit.models import loading
 
     loading.check_model_folder(model)
     train_corpus, dev_corpus = read_train_dev(train, dev, columns)
+    train_sentences, dev_sentences = (list(c.sentences()) if limit is None else c.head(limit)
+                                      for c in (train_corpus, dev_corpus))
     tokenizer = loading.load_tokenizer(model, trust_remote_code)
     encoder = loading.load_encoder(model, trust_remote_code).eval()
     rows = table_rows(layers, combine, int(encoder.config.num_hidden_layers))
     if say is not None:
-        say(f"{train_corpus.n_sentences:,} train / {dev_corpus.n_sentences:,} dev sentences "
-            f"({train_corpus.n_words:,} / {dev_corpus.n_words:,} words, tags {train_corpus.scheme.name}); "
-            f"{len(rows)} rows")
-    table, best = probe_word_table(encoder, tokenizer, list(train_corpus.sentences()), list(dev_corpus.sentences()),
-                             train_corpus, rows, reading, batch_size, C, seed, baselines, say)
+        say(f"{len(train_sentences):,} train / {len(dev_sentences):,} dev sentences "
+            f"({len(flat_tags(train_sentences)):,} / {len(flat_tags(dev_sentences)):,} words, tags "
+            f"{train_corpus.scheme.name}); {len(rows)} rows")
+    table, best = probe_word_table(encoder, tokenizer, train_sentences, dev_sentences, train_corpus, rows, reading,
+                                   batch_size, C, seed, baselines, say)
+    notes: tuple[str, ...] = ()
+    if baselines:
+        random_row = random_encoder_row(model, tokenizer, train_sentences, dev_sentences, train_corpus, table.best(),
+                                        reading, batch_size, C, seed, trust_remote_code)
+        if say is not None:
+            say(f"{random_row.label}: dev {random_row.scores.main_name} {random_row.scores.main:.3f}")
+        table, notes = with_random_encoder(table, random_row)
     return WordProbeRun(model, loading.model_revision(model), str(train), str(dev), train_corpus.columns, reading, C,
-                        {"train": train_corpus.n_sentences, "dev": dev_corpus.n_sentences}, table, best_probe=best)
+                        {"train": len(train_sentences), "dev": len(dev_sentences)}, table, notes, best_probe=best)
 
 
 def write_word_probe_run(run_dir: Path, run: WordProbeRun, config: dict[str, Any],

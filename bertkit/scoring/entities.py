@@ -1,6 +1,7 @@
 """Scores of tag sequences (one tag per word): token accuracy and macro-F1 over the gold tags for every tag set,
 and for entity tags seqeval's entity-level precision, recall and F1 in strict mode with the corpus's recorded
-scheme (IOB2 or IOBES; IOB1 files are read as IOB2 before they get here), micro, macro and per type."""
+scheme (IOB2 or IOBES; IOB1 files are read as IOB2 before they get here), micro, macro and per type; with a 95%
+bootstrap interval of the main score over sentences (`main_interval`), from the predictions as they are."""
 
 from __future__ import annotations
 
@@ -11,6 +12,10 @@ from typing import Any
 import numpy as np
 
 from bertkit.data.tagscheme import TagScheme
+from bertkit.scoring.intervals import resample_counts
+
+BOOTSTRAP_RESAMPLES = 1000
+"""Resamples of the dev sentences behind a word table's intervals."""
 
 
 @dataclass(frozen=True)
@@ -50,6 +55,8 @@ class TagScores:
     tag_macro_f1: float
     """F1 per gold tag, averaged: rare tags count as much as common ones."""
     entities: EntityScores | None = None
+    interval: tuple[float, float] | None = None
+    """95% bootstrap interval of `main`, dev sentences resampled with replacement (None when not asked for)."""
 
     @property
     def main(self) -> float:
@@ -99,8 +106,44 @@ def _type_counts(entities: list[list[Any]]) -> dict[str, int]:
     return counts
 
 
-def score_tags(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]], scheme: TagScheme) -> TagScores:
-    """Token accuracy, macro-F1 over gold tags and, for an entity scheme, strict entity scores."""
+def sentence_counts(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]],
+                    scheme: TagScheme) -> np.ndarray:
+    """(sentences, 3) counts whose sums give the main score as 2 * hits / (predicted + gold): per sentence the
+    strictly matched entities, predicted and gold entities (entity tags: micro F1), or the right words and the
+    words twice (plain tags: 2c / 2n is token accuracy). Sums, so a resample of sentences is a weighted sum."""
+    if not scheme.has_entities:
+        right = [sum(g == p for g, p in zip(gs, ps, strict=True)) for gs, ps in zip(gold, predicted, strict=True)]
+        sizes = [len(gs) for gs in gold]
+        return np.array([right, sizes, sizes], dtype=np.float64).T.reshape(len(gold), 3)
+    from seqeval.scheme import Entities
+
+    kind = seqeval_scheme(scheme.name)
+    found = [[{(e.tag, e.start, e.end) for e in sentence} for sentence in Entities([list(s) for s in y], kind,
+                                                                                    suffix=False).entities]
+             for y in (gold, predicted)]
+    return np.array([[len(g & p), len(p), len(g)] for g, p in zip(*found, strict=True)],
+                    dtype=np.float64).reshape(len(gold), 3)
+
+
+def main_interval(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]], scheme: TagScheme,
+                  n_boot: int = BOOTSTRAP_RESAMPLES, seed: int = 0) -> tuple[float, float] | None:
+    """Percentile 95% interval of the main score (strict entity F1, or token accuracy) over `n_boot` resamples of
+    the sentences, not the words: words of a sentence are not independent draws. The same seed gives every row of
+    a table the same resamples, so rows are compared on the same sentences. None with no sentences."""
+    counts = sentence_counts(gold, predicted, scheme)
+    if not len(counts) or n_boot < 1:
+        return None
+    sums = np.concatenate([w @ counts for w in resample_counts(len(counts), n_boot, seed)])
+    denominator = sums[:, 1] + sums[:, 2]
+    scores = np.divide(2 * sums[:, 0], denominator, out=np.zeros(len(sums)), where=denominator > 0)
+    low, high = np.percentile(scores, [2.5, 97.5])
+    return round(float(low), 6), round(float(high), 6)
+
+
+def score_tags(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]], scheme: TagScheme,
+               n_boot: int = 0, seed: int = 0) -> TagScores:
+    """Token accuracy, macro-F1 over gold tags and, for an entity scheme, strict entity scores; with `n_boot`
+    resamples, the main score's 95% interval over sentences (`main_interval`)."""
     from sklearn.metrics import f1_score
 
     if len(gold) != len(predicted) or any(len(g) != len(p) for g, p in zip(gold, predicted, strict=False)):
@@ -111,4 +154,5 @@ def score_tags(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]
     labels = sorted(set(flat_gold.tolist()))
     macro = float(f1_score(flat_gold, flat_pred, labels=labels, average="macro", zero_division=0)) if labels else 0.0
     entities = score_entities(gold, predicted, scheme.name) if scheme.has_entities else None
-    return TagScores(scheme.name, len(gold), len(flat_gold), accuracy, macro, entities)
+    interval = main_interval(gold, predicted, scheme, n_boot, seed) if n_boot > 0 else None
+    return TagScores(scheme.name, len(gold), len(flat_gold), accuracy, macro, entities, interval)
