@@ -787,3 +787,28 @@ def test_a_store_manifest_naming_a_file_outside_the_store_is_damaged(stores, tmp
     with pytest.raises(UserError, match=r"Store .*train is damaged: \.\./\.\./victim\.npy: the record names a path "
                                         r"outside the folder \(damaged\)"):
         store_io.open_splits(store)
+
+
+def test_a_probes_encoder_changed_in_the_middle_of_its_weights_is_noticed(tmp_path, tiny_bert_dir):
+    """The revision reads the first and last MiB of the weights; the probe also records their whole sha256, so a
+    change anywhere (here one byte in the middle of a 3.9 MB file) is said before predicting (issue 43)."""
+    encoder = tmp_path / "encoder"
+    shutil.copytree(tiny_bert_dir, encoder)
+    data = tmp_path / "train.tsv"
+    data.write_text("sentence\tlabel\n" + "".join(f"{t}\t{lab}\n" for t, lab in _rows()), encoding="utf-8")
+    made = invoke(["probe", "--model", str(encoder), "--data", str(data), "--out", str(tmp_path / "run"),
+                   "--no-baselines", "--quiet"])
+    assert made.exit_code == 0, made.output
+    meta = json.loads((tmp_path / "run" / "probe" / "probe.json").read_text())
+    assert len(meta["encoder_sha256"]) == 64
+    weights = encoder / "model.safetensors"
+    size = weights.stat().st_size
+    assert size > 3 * (1 << 20)  # a byte outside the first and last MiB exists
+    with open(weights, "r+b") as handle:
+        handle.seek(size // 2)
+        byte = handle.read(1)
+        handle.seek(size // 2)
+        handle.write(bytes([byte[0] ^ 0x01]))
+    shown = invoke(["predict", "--probe", str(tmp_path / "run" / "probe"), "--text", "a great film"])
+    assert shown.exit_code == 0, shown.output
+    assert "has changed since the probe was trained" in shown.output

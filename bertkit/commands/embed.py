@@ -350,10 +350,12 @@ def export_embed_config(cfg: EmbedConfig) -> EmbedConfig:
 def _manifest_common(cfg: EmbedConfig, model: _Encoder, label_map: Any) -> dict[str, Any]:
     """What every split's manifest records about the model and the features."""
     from bertkit.io.trail import package_versions
+    from bertkit.models import loading
 
     n_layers, hidden = model.shape
     return {
         "bertkit_version": __version__, "model": cfg.model, "revision": model.revision,
+        "encoder_sha256": loading.weights_digest(cfg.model) if cfg.model else None,
         "tokenizer": getattr(model.tokenizer, "name_or_path", cfg.model),
         "tokenizer_class": type(model.tokenizer).__name__, "architecture": type(model.model).__name__,
         "n_layers": n_layers, "hidden_size": hidden, **model.spec.to_json(), "layer_indices": model.spec.resolve(n_layers),

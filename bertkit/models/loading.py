@@ -244,6 +244,25 @@ def model_revision(name: str) -> str:
     return "hub:" + str(getattr(load_config(name), "_commit_hash", None) or "unknown")
 
 
+def weights_digest(name: str) -> str | None:
+    """The sha256 of a local model folder's whole weights (each weight file's name and full-content digest): what a
+    saved probe or a store records beside `model_revision`, so an encoder changed anywhere in its weights is noticed
+    (the revision reads the first and last MiB only; it stays the identity older records compare). Hashed once per
+    process and file (`io.digests.file_digest`). None for a hub name."""
+    import hashlib
+
+    from bertkit.io.digests import file_digest
+
+    path = Path(resolve_model_name(name))
+    weights = sorted([*path.glob("*.safetensors"), *path.glob("*.onnx")]) if path.is_dir() else []
+    if not weights:
+        return None
+    digest = hashlib.sha256()
+    for file in weights:
+        digest.update(f"{file.name}:{file_digest(file)[1]};".encode())
+    return digest.hexdigest()
+
+
 # ---------------------------------------------------------------- device and precision
 
 

@@ -77,6 +77,12 @@ def load_store_inputs(cfg: Any, reading: Reading) -> ProbeInputs:
             f"(revision {manifest.get('revision')}), not by --model {cfg.model} ({loading.model_revision(cfg.model)}). "
             f"Drop --model to probe the store as it is, or re-embed with `bertkit embed --model {cfg.model}`."
         )
+    recorded = manifest.get("encoder_sha256")
+    if cfg.model is not None and recorded and loading.weights_digest(cfg.model) not in (None, recorded):
+        raise UserError(
+            f"The feature store {train.path} was made by model {manifest.get('model')!r} with other weights than "
+            f"--model {cfg.model} has now (the sha256 of its weights differs from the store's record). Drop --model "
+            f"to probe the store as it is, or re-embed with `bertkit embed --model {cfg.model}`.")
     notes: list[str] = []
     _warn_store_settings(cfg, manifest, train.path)
     _check_store_long_text(reading, manifest, train.path)
@@ -309,7 +315,8 @@ def load_text_inputs(cfg: Any, cache_dir: Path | Callable[[], Path] | None, comp
     if compute.precision == loading.INT8:
         encoder = quantize.quantized_int8(encoder, inplace=True)  # loaded for the feature pass only
     pooled = {k: v for k, v in spec.to_json().items() if k != "pool"}
-    meta = {"model": model, "revision": loading.model_revision(model), "max_length": reading.max_length, **pooled,
+    meta = {"model": model, "revision": loading.model_revision(model), "encoder_sha256": loading.weights_digest(model),
+            "max_length": reading.max_length, **pooled,
             "architecture": type(encoder).__name__, "dtype": compute.precision, "compute": compute.to_json(),
             "trust_remote_code": cfg.trust_remote_code, **reading.long_text_json()}
     features = {

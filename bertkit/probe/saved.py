@@ -307,9 +307,13 @@ def probe_reader(
 
     meta = saved.meta
     revision = loading.model_revision(meta["model"])
-    if meta.get("revision") and revision != meta["revision"]:
-        log.warning("Model %s has changed since the probe was trained (revision %s, probe trained on %s); "
-                    "predictions may be off.", meta["model"], revision, meta["revision"])
+    changed = bool(meta.get("revision")) and revision != meta["revision"]
+    if not changed and meta.get("encoder_sha256"):  # the revision reads the ends of the file; this, all of it
+        changed = loading.weights_digest(meta["model"]) not in (None, meta["encoder_sha256"])
+    if changed:
+        log.warning("Model %s has changed since the probe was trained (revision %s, probe trained on %s; or its "
+                    "weights' sha256 differs from the probe's record); predictions may be off.", meta["model"],
+                    revision, meta.get("revision"))
     tokenizer = loading.load_tokenizer(meta["model"], meta.get("trust_remote_code", False))
     encoder = loading.load_encoder(meta["model"], meta.get("trust_remote_code", False)).to(compute.torch_device)
     if compute.precision == loading.INT8:
