@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from bertkit.errors import UserError
+from bertkit.io.digests import file_digest
 from bertkit.models import folders, metadata
 from bertkit.models.folders import (  # noqa: F401 - the names' one owner is folders (light: no torch); used as loading.X
     OFFLINE_HINT,
@@ -250,8 +251,6 @@ def weights_digest(name: str) -> str | None:
     (the revision reads the first and last MiB only; it stays the identity older records compare). Hashed once per
     process and file (`io.digests.file_digest`). None for a hub name."""
     import hashlib
-
-    from bertkit.io.digests import file_digest
 
     path = Path(resolve_model_name(name))
     weights = sorted([*path.glob("*.safetensors"), *path.glob("*.onnx")]) if path.is_dir() else []

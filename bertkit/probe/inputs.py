@@ -46,6 +46,24 @@ class ProbeInputs:
     source: str = "extracted"
 
 
+def _check_store_encoder(model: str, manifest: dict[str, Any], path: Any) -> None:
+    """--model given with a store: it must be the encoder the store was made by (its revision, and where the store
+    records it, the whole sha256 of its weights: the revision reads only the ends of the file)."""
+    from bertkit.models import loading
+
+    if loading.model_revision(model) != manifest.get("revision"):
+        raise UserError(
+            f"The feature store {path} was made by model {manifest.get('model')!r} "
+            f"(revision {manifest.get('revision')}), not by --model {model} ({loading.model_revision(model)}). "
+            f"Drop --model to probe the store as it is, or re-embed with `bertkit embed --model {model}`.")
+    recorded = manifest.get("encoder_sha256")
+    if recorded and loading.weights_digest(model) not in (None, recorded):
+        raise UserError(
+            f"The feature store {path} was made by model {manifest.get('model')!r} with other weights than --model "
+            f"{model} has now (the sha256 of its weights differs from the store's record). Drop --model to probe "
+            f"the store as it is, or re-embed with `bertkit embed --model {model}`.")
+
+
 def load_store_inputs(cfg: Any, reading: Reading) -> ProbeInputs:
     """Features, labels and layer names from a `bertkit embed` store (--features); `reading`: the command's options,
     which may not ask for other long-text settings than the store's."""
@@ -71,18 +89,8 @@ def load_store_inputs(cfg: Any, reading: Reading) -> ProbeInputs:
         )
     if cfg.model is not None:
         loading.check_model_folder(cfg.model)
-    if cfg.model is not None and loading.model_revision(cfg.model) != manifest.get("revision"):
-        raise UserError(
-            f"The feature store {train.path} was made by model {manifest.get('model')!r} "
-            f"(revision {manifest.get('revision')}), not by --model {cfg.model} ({loading.model_revision(cfg.model)}). "
-            f"Drop --model to probe the store as it is, or re-embed with `bertkit embed --model {cfg.model}`."
-        )
-    recorded = manifest.get("encoder_sha256")
-    if cfg.model is not None and recorded and loading.weights_digest(cfg.model) not in (None, recorded):
-        raise UserError(
-            f"The feature store {train.path} was made by model {manifest.get('model')!r} with other weights than "
-            f"--model {cfg.model} has now (the sha256 of its weights differs from the store's record). Drop --model "
-            f"to probe the store as it is, or re-embed with `bertkit embed --model {cfg.model}`.")
+    if cfg.model is not None:
+        _check_store_encoder(cfg.model, manifest, train.path)
     notes: list[str] = []
     _warn_store_settings(cfg, manifest, train.path)
     _check_store_long_text(reading, manifest, train.path)
