@@ -99,3 +99,40 @@ def test_word_layers_round_trip_names_and_errors(model_and_tokenizer):
         WordLayers("last4", "mean")
     with pytest.raises(UserError, match="--max-length 128 is longer than this model reads \\(64 positions\\)"):
         check_fits_model(model_and_tokenizer[0], WordReading(max_length=128))
+
+
+def test_token_budget_batches_give_the_vectors_of_one_sentence_a_batch(model_and_tokenizer):
+    """--batch-size auto on the word path: batches by padded-token budget, the vectors those of batch_size=1."""
+    model, tokenizer = model_and_tokenizer
+    reading, spec = WordReading("first", 32), [WordLayers("-1"), WordLayers("last4", "concat")]
+    one = extract_word_features(model, tokenizer, SENTENCES * 5, reading, spec, batch_size=1)
+    auto = extract_word_features(model, tokenizer, SENTENCES * 5, reading, spec, batch_size=None)
+    for a, b in zip(one.vectors, auto.vectors, strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+    assert one.sentence_offsets.tolist() == auto.sentence_offsets.tolist()
+
+
+def test_batch_plan_by_token_budget_covers_every_window_once_within_the_budget():
+    from bertkit.features.words import batch_plan
+
+    lengths = np.array([5, 40, 12, 3, 40, 7, 25, 9])
+    batches = batch_plan(lengths, None, budget=(80, 3))
+    assert sorted(np.concatenate(batches).tolist()) == list(range(8))
+    assert all(len(b) <= 3 and len(b) * lengths[b].max() <= 80 for b in batches)
+    assert [len(b) for b in batch_plan(lengths, 3)] == [3, 3, 2]
+
+
+def test_bf16_runs_under_autocast_on_the_cpu(model_and_tokenizer):
+    """A bf16 run with fp32 weights (the CPU's way, `cast_for_inference`) computes in bf16: its vectors differ from
+    fp32's by bf16 rounding, not more; dtype None or fp32 is the weights' own precision."""
+    from bertkit.features.words import encode_word_chunk
+
+    model, tokenizer = model_and_tokenizer
+    reading, spec = WordReading("first", 32), [WordLayers("-1")]
+    fp32 = encode_word_chunk(model, tokenizer, SENTENCES, reading, spec).vectors[0]
+    same = encode_word_chunk(model, tokenizer, SENTENCES, reading, spec, dtype=torch.float32).vectors[0]
+    bf16 = encode_word_chunk(model, tokenizer, SENTENCES, reading, spec, dtype=torch.bfloat16).vectors[0]
+    assert np.array_equal(fp32, same) and bf16.dtype == np.float32
+    assert not np.array_equal(fp32, bf16)
+    cosine = (fp32 * bf16).sum(1) / (np.linalg.norm(fp32, axis=1) * np.linalg.norm(bf16, axis=1))
+    assert cosine.min() > 0.99

@@ -80,7 +80,8 @@ def test_vectors_equal_extract_word_features(tiny_bert_dir, tagged, tmp_path):
     out = tmp_path / "store"
     reading, layers = WordReading("mean", 16, 4), WordLayers("-2,-1", "sum")
     run(EmbedConfig(data=str(train), out=str(out), model=str(tiny_bert_dir), layers="-2,-1", combine="sum",
-                    word_pool="mean", max_length=16, stride=4, shard_size=5), progress=False)
+                    word_pool="mean", max_length=16, stride=4, shard_size=5, precision="fp32"),
+        progress=False)  # fp32 as `extract_word_features` below (auto is bf16 where the CPU runs it natively)
     store = word_store.open_word_store(out)
     encoder, tokenizer = loading.load_encoder(str(tiny_bert_dir)).eval(), loading.load_tokenizer(str(tiny_bert_dir))
     expected = extract_word_features(encoder, tokenizer, [[w for w, _ in s] for s in SENTENCES * 3], reading,
@@ -173,3 +174,17 @@ def test_memory_is_flat_in_the_number_of_sentences(tiny_bert_dir, tmp_path):
     large = peak_bytes(tiny_bert_dir, tmp_path, 512, "large")  # 4x
     added = sum(len(s) for s in SENTENCES) * (512 - 128) * 128 * 4  # the bytes of vectors the large store holds more
     assert large - small < added / 10, (small, large, added)
+
+
+def test_the_recorded_precision_is_the_one_computed(tiny_bert_dir, tagged, tmp_path):
+    """--precision bf16 on a CPU: the store says bf16 and its vectors are bf16's (autocast), not fp32's."""
+    train, _ = tagged
+    stores = {}
+    for precision in ("fp32", "bf16"):
+        out = tmp_path / precision
+        result = run(EmbedConfig(data=str(train), out=str(out), model=str(tiny_bert_dir), precision=precision,
+                                 device="cpu"), progress=False)
+        assert result.words.precision == precision
+        stores[precision] = np.asarray(word_store.open_word_store(out).vectors)
+    assert not np.array_equal(stores["fp32"], stores["bf16"])
+    np.testing.assert_allclose(stores["fp32"], stores["bf16"], atol=0.1)

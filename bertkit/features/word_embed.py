@@ -97,6 +97,9 @@ class WordEncoder:
     name: str
     revision: str | None
     precision: str
+    dtype: Any = None
+    """The torch dtype the run computes in (bf16 on a CPU: under autocast, the weights staying fp32); None: the
+    weights' dtype."""
 
 
 def word_identity(encoder: WordEncoder, reading: WordReading, layers: WordLayers, corpus: TaggedCorpus,
@@ -133,7 +136,7 @@ def word_width(encoder: Any, reading: WordReading, layers: WordLayers) -> int:
 
 
 def embed_word_split(writer: Any, corpus: TaggedCorpus, encoder: WordEncoder, reading: WordReading,
-                     layers: WordLayers, batch_size: int, manifest: dict[str, Any], bar: Any) -> WordStoreSplit:
+                     layers: WordLayers, batch_size: int | None, manifest: dict[str, Any], bar: Any) -> WordStoreSplit:
     """The missing chunks of one split embedded and written, then the store finalized (or found complete)."""
     from bertkit.features.word_store import iter_chunks, verified_manifest
 
@@ -145,7 +148,7 @@ def embed_word_split(writer: Any, corpus: TaggedCorpus, encoder: WordEncoder, re
         chunk_size = writer.ranges[0][1] - writer.ranges[0][0]
         for k, sentences in iter_chunks(corpus.chunks(chunk_size), pending):
             features = encode_word_chunk(encoder.model, encoder.tokenizer, [s.words for s in sentences], reading,
-                                         [layers], batch_size)
+                                         [layers], batch_size, encoder.dtype)
             writer.write_chunk(k, features.vectors[0], sentences)
             words_encoded += features.n_words
             sentences_encoded += len(sentences)
@@ -173,7 +176,7 @@ def read_word_splits(named: list[tuple[str, str]], columns: TaggedColumns) -> li
 
 
 def run_word_embed(named: list[tuple[str, str]], columns: TaggedColumns, reading: WordReading, layers: WordLayers,
-                   encoder: WordEncoder, out: Path, overwrite: bool, chunk_sentences: int, batch_size: int,
+                   encoder: WordEncoder, out: Path, overwrite: bool, chunk_sentences: int, batch_size: int | None,
                    device: str, progress: bool = False) -> WordEmbedRun:
     """Every split to its word store under `out` (OUT, or OUT/<split> with dev/test): claimed, written, committed."""
     from bertkit.features.word_store import WordStoreWriter
@@ -261,7 +264,7 @@ def load_word_encoder(name: str, compute: Compute, trust_remote_code: bool = Fal
     model = loading.cast_for_inference(loading.load_encoder(name, trust_remote_code).eval(), compute.torch_device,
                                        compute.dtype)
     return WordEncoder(model, loading.load_tokenizer(name, trust_remote_code), name, loading.model_revision(name),
-                       loading.precision_name(model, compute.dtype))
+                       loading.precision_name(model, compute.dtype), compute.dtype)
 
 
 def run_word_embed_options(cfg: Any, compute: Compute, progress: bool = False) -> WordEmbedRun:
@@ -274,5 +277,5 @@ def run_word_embed_options(cfg: Any, compute: Compute, progress: bool = False) -
     named = [("train", str(cfg.data))] + [(n, str(p)) for n, p in (("dev", cfg.dev), ("test", cfg.test)) if p]
     columns = TaggedColumns(cfg.text_column, cfg.label_column, cfg.tag_scheme)
     return run_word_embed(named, columns, word_reading(cfg), WordLayers(cfg.layers, cfg.combine), encoder, out,
-                          cfg.overwrite, cfg.shard_size, int(cfg.rows_per_batch or 32), str(encoder.model.device),
+                          cfg.overwrite, cfg.shard_size, cfg.rows_per_batch, str(encoder.model.device),
                           progress)

@@ -118,10 +118,30 @@ def check_fits_model(encoder: Any, reading: WordReading) -> None:
                         f"Pass --max-length {positions} or less.")
 
 
-def batch_plan(lengths: np.ndarray, batch_size: int) -> list[np.ndarray]:
-    """Window indices in batches of similar length (sorted, so padding stays small), `batch_size` per batch."""
+def batch_plan(lengths: np.ndarray, batch_size: int | None, budget: tuple[int, int] = (4096, 256)
+               ) -> list[np.ndarray]:
+    """Window indices in batches of similar length (sorted, so padding stays small): `batch_size` per batch, or
+    with None (`--batch-size auto`) as many as fit `budget` = (padded tokens, rows), as the sentence path batches
+    (`models.infer.auto_token_budget`): short windows in big batches, which a CPU runs several times faster."""
+    if batch_size is None:
+        from bertkit.encoding.batches import token_budget_batches
+
+        return token_budget_batches(lengths, *budget)
     order = np.argsort(lengths, kind="stable")
     return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+
+
+def compute_context(encoder: Any, dtype: torch.dtype | None) -> Any:
+    """Where the run's precision is not the weights' (bf16/fp16 on a CPU, whose weights stay fp32: see
+    `models.loading.cast_for_inference`), autocast to it; else nothing."""
+    import contextlib
+
+    weights = next(iter(encoder.parameters()), None)
+    if dtype is None or weights is None or weights.dtype == dtype:
+        return contextlib.nullcontext()
+    from bertkit.models import loading
+
+    return loading.autocast(weights.device, dtype)
 
 
 def padded_batch(windows: WordWindows, rows: np.ndarray, pad_id: int, device: torch.device) -> dict[str, torch.Tensor]:
@@ -146,9 +166,14 @@ def combined(pooled: dict[int, torch.Tensor], indices: list[int], combine: str) 
 
 
 def encode_word_chunk(encoder: Any, tokenizer: Any, sentences: Sequence[Sequence[str]], reading: WordReading,
-                      layers: Sequence[WordLayers], batch_size: int = 32) -> WordFeatures:
-    """Word vectors of one chunk of sentences for every entry of `layers`, from one forward pass per batch."""
+                      layers: Sequence[WordLayers], batch_size: int | None = 32,
+                      dtype: torch.dtype | None = None) -> WordFeatures:
+    """Word vectors of one chunk of sentences for every entry of `layers`, from one forward pass per batch;
+    `batch_size` None: batches by token budget (see `batch_plan`); `dtype`: the run's precision (see
+    `compute_context`; None: the weights')."""
     import torch
+
+    from bertkit.models.infer import auto_token_budget
 
     n_layers, dim = int(encoder.config.num_hidden_layers), int(encoder.config.hidden_size) * reading.width
     resolved = [spec.resolve(n_layers) for spec in layers]
@@ -159,8 +184,8 @@ def encode_word_chunk(encoder: Any, tokenizer: Any, sentences: Sequence[Sequence
     first_word = np.searchsorted(windows.word_window[by_window], np.arange(len(windows.ids) + 1))
     device = next(encoder.parameters()).device
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    with torch.inference_mode():
-        for rows in batch_plan(windows.lengths, batch_size):
+    with torch.inference_mode(), compute_context(encoder, dtype):
+        for rows in batch_plan(windows.lengths, batch_size, auto_token_budget(encoder, device)):
             words = np.concatenate([by_window[first_word[r]:first_word[r + 1]] for r in rows])
             if not len(words):
                 continue
