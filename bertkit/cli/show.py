@@ -150,8 +150,11 @@ def _print_probe_report(result: ProbeResult) -> None:
         rows.append(["baseline", names.get(key, key) + where, base.scores["accuracy"], "", base.scores["f1"],
                      base.scores["mcc"], "" if base.C is None else f"{base.C:g}"])
     sizes = result.rows
-    title = (f"Linear probe — {result.model} — train {sizes.train:,} rows, dev {sizes.dev:,} rows "
-             f"(* = best dev accuracy)")
+    settings = result.probe.record if result.probe is not None else {}
+    searched = settings.get("C") is None and settings.get("cv") is None  # the default: the kept cell's C by CV
+    marker = ("* = best dev accuracy at C = 1, then its C chosen by 5-fold CV on log-loss" if searched
+              else "* = best dev accuracy")
+    title = f"Linear probe — {result.model} — train {sizes.train:,} rows, dev {sizes.dev:,} rows ({marker})"
     out_console.print(table(title, ["pool", "layer", "dev acc", "95% CI", "macro-F1", "MCC", "C"], rows))
     best = result.best
     if best.asked:  # --metric: the scores asked for, of the best cell's dev predictions
