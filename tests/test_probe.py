@@ -222,7 +222,8 @@ def test_cli_probe_sweep_writes_run_dir_and_reuses_cached_features(tiny_bert_dir
     assert (best_row["layer"], best_row["hidden_state"]) == (report["best"]["layer"], report["best"]["hidden_state"])
     assert set(report["baselines"]) == {"majority", "tfidf", "random_encoder"}
     assert report["repeats"]["repeats"] == 2
-    for name in ("config.json", "metrics.json", "probe_layers.png", "confusion_matrix.png", "probe/probe.safetensors",
+    for name in ("config.json", "metrics.json", "probe_layers.png", "confusion_matrix.png", "reliability.png",
+                 "probe/probe.safetensors",
                  "probe/probe.json", "features/train-cls-all.npy", "features/dev-mean-all.npy"):
         assert (out / name).is_file(), name
     config = json.loads((out / "config.json").read_text())

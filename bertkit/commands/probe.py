@@ -406,29 +406,31 @@ def write_probe_run(run_dir: Path, cfg: Any, inputs: Any, sweep: Any, result: di
     curve = plots.probe_layer_curve(sweep.rows(), {label.get(k, k): v for k, v in baselines.items()},
                                     run_dir / "probe_layers.png", f"Linear probe per layer — {model}",
                                     metric=sweep.metric)
-    figure_key, figure = best_cell_figure(run_dir, best, inputs.y_dev)
+    figures = best_cell_figures(run_dir, best, inputs.y_dev)
     index = inputs.layer_indices[best.layer]
     meta = {**inputs.feature_meta, "pool": best.pool, "layers": str(index) if index is not None else inputs.feature_meta["layers"],
             "layer_name": best.layer_name, f"dev_{sweep.metric}": best.metrics[sweep.metric]}
     save_probe(run_dir / "probe", best.fit, inputs.label_map, meta)
     final = final_dir or run_dir
     outputs = {"config": str(final / "config.json"), "metrics": str(final / "metrics.json"),
-               "layer_curve": str(final / curve.name), figure_key: str(final / figure.name),
+               "layer_curve": str(final / curve.name), **{k: str(final / f.name) for k, f in figures.items()},
                "probe": str(final / "probe")}
     atomic.write_json_atomic(run_dir / "metrics.json", {**result, "outputs": outputs})
     return outputs
 
 
-def best_cell_figure(run_dir: Path, best: Any, y_dev: Any) -> tuple[str, Path]:
-    """(outputs key, path) of the best cell's dev figure: confusion matrix, true-vs-predicted scatter (numbers) or
-    per-tag F1 bars (tags)."""
+def best_cell_figures(run_dir: Path, best: Any, y_dev: Any) -> dict[str, Path]:
+    """Outputs key -> path of the best cell's dev figures: confusion matrix and reliability diagram (classes),
+    true-vs-predicted scatter (numbers) or per-tag F1 bars (tags)."""
     from bertkit import plots
 
     title = f"{best.pool} {best.layer_name}"
     if best.fit.task == "regression":
-        return "scatter", plots.regression_scatter(y_dev, best.pred, run_dir / "scatter.png", f"Dev — {title}")
+        return {"scatter": plots.regression_scatter(y_dev, best.pred, run_dir / "scatter.png", f"Dev — {title}")}
     if best.fit.task == "multi_label":
-        return "per_label_f1", plots.per_label_f1(best.metrics["per_label"], run_dir / "per_label_f1.png",
-                                                  f"Dev per-tag F1 — {title}")
-    return "confusion_matrix", plots.confusion_matrix(best.metrics["confusion_matrix"], best.metrics["labels"],
-                                                      run_dir / "confusion_matrix.png", f"Dev confusion — {title}")
+        return {"per_label_f1": plots.per_label_f1(best.metrics["per_label"], run_dir / "per_label_f1.png",
+                                                   f"Dev per-tag F1 — {title}")}
+    return {"confusion_matrix": plots.confusion_matrix(best.metrics["confusion_matrix"], best.metrics["labels"],
+                                                       run_dir / "confusion_matrix.png", f"Dev confusion — {title}"),
+            "reliability": plots.reliability_diagram(best.metrics["reliability"], best.metrics["ece"],
+                                                     run_dir / "reliability.png", f"Dev calibration — {title}")}
