@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 
 import numpy as np
 import pandas as pd
@@ -168,3 +169,40 @@ def test_parquet_streams_its_batches(tmp_path, monkeypatch):
     frame.to_parquet(tmp_path / "d.parquet")
     ds = load_dataset_split(DataOptions(), str(tmp_path / "d.parquet"))
     assert list(ds.texts) == frame["text"].tolist() and list(ds.labels) == frame["label"].tolist()
+
+
+def test_one_process_at_a_time_checks_and_parses_a_cache_entry(tmp_path, monkeypatch):
+    """The entry's lock is held while it is parsed (another holder would wait: a second `flock` on it is refused
+    while the first runs), and released after; the lock file sits in the cache's locks/, apart from the entries
+    (issue 43)."""
+    import fcntl
+
+    from bertkit.data import ingest
+
+    data = tmp_path / "train.tsv"
+    data.write_text("sentence\tlabel\na fine film\t1\na dull film\t0\n", encoding="utf-8")
+    held_during_build = []
+    real_build = ingest._build
+
+    def build(folder, path, size, options):
+        lock = folder.parent.parent / "locks" / f"{folder.name}.lock"
+        fd = os.open(lock, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            held_during_build.append(False)
+        except BlockingIOError:
+            held_during_build.append(True)
+        finally:
+            os.close(fd)
+        return real_build(folder, path, size, options)
+
+    monkeypatch.setattr(ingest, "_build", build)
+    table, _ = ingest.local_table(data, "utf-8", "auto", False, None, cache_dir=str(tmp_path / "cache"))
+    assert len(table) == 2 and held_during_build == [True]
+    locks = list((tmp_path / "cache" / "locks").glob("*.lock"))
+    assert len(locks) == 1 and not list((tmp_path / "cache" / "tables").rglob("*.lock"))
+    fd = os.open(locks[0], os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released once the entry is written
+    finally:
+        os.close(fd)

@@ -15,6 +15,8 @@ truncated file) or cannot be opened is parsed again from the input, with a warni
 from __future__ import annotations
 
 import codecs
+import contextlib
+import fcntl
 import hashlib
 import json
 import logging
@@ -57,19 +59,21 @@ def local_table(path: Path, encoding: str, header: str, by_index: bool, label_in
                "by_index": by_index, "label_index": label_index, "version": CACHE_VERSION}
     key = hashlib.sha256(json.dumps(options, sort_keys=True).encode()).hexdigest()[:40]
     folder = cache_root(cache_dir) / "tables" / key
-    table, problem = cached_table(folder)
-    parsed_now = table is None
-    if parsed_now:
-        if problem is not None:
-            aside = _set_aside(folder)
-            log.warning("The cached copy of %s in %s failed verification (%s); parsing the file again. The changed "
-                        "copy is kept as %s (delete it when you have looked).", path, folder, problem, aside)
-        _build(folder, path, size, options)
+    with entry_lock(folder, path):  # one writer per entry: a second process waits, then reads the first one's
         table, problem = cached_table(folder)
-        if table is None:
-            raise UserError(f"The cache entry {folder} for {path} cannot be read back right after it was written "
-                            f"({problem}). Pass --cache-dir with a folder on a working disk (or set "
-                            f"BERTKIT_CACHE_DIR).")
+        parsed_now = table is None
+        if parsed_now:
+            if problem is not None:
+                aside = _set_aside(folder)
+                log.warning("The cached copy of %s in %s failed verification (%s); parsing the file again. The "
+                            "changed copy is kept as %s (delete it when you have looked).", path, folder, problem,
+                            aside)
+            _build(folder, path, size, options)
+            table, problem = cached_table(folder)
+            if table is None:
+                raise UserError(f"The cache entry {folder} for {path} cannot be read back right after it was "
+                                f"written ({problem}). Pass --cache-dir with a folder on a working disk (or set "
+                                f"BERTKIT_CACHE_DIR).")
     if parsed_now and size >= NOTE_BYTES:
         table.note = (f"Parsed {path} ({len(table):,} rows) once into the cache {folder} "
                       f"({_folder_mb(folder):,.0f} MB; --cache-dir or BERTKIT_CACHE_DIR moves it): later commands "
@@ -79,6 +83,31 @@ def local_table(path: Path, encoding: str, header: str, by_index: bool, label_in
 
 NOTE_BYTES = 64 << 20
 """Inputs from this size on get a note saying where their parsed copy went (and its size)."""
+
+
+@contextlib.contextmanager
+def entry_lock(folder: Path, path: Path) -> Iterator[None]:
+    """Hold the OS lock (`flock`) of the cache entry `folder` (`locks/<key>.lock` in the cache) while it is checked and, if
+    need be, parsed: a second process asking for the same entry waits (saying so) and then reads the entry the first
+    one wrote, instead of parsing the file a second time. The kernel releases the lock when its holder ends, a kill
+    included. A cache folder that cannot hold a lock file (read-only) is read without one."""
+    lock = folder.parent.parent / "locks" / f"{folder.name}.lock"  # apart: the tables folder holds entries only
+    try:
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    except OSError:
+        yield
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.warning("Another bertkit process is parsing %s into the cache entry %s: waiting for it, then reading "
+                        "its copy.", path, folder)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def cached_table(folder: Path) -> tuple[RowTable | None, str | None]:
