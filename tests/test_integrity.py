@@ -789,6 +789,36 @@ def test_a_store_manifest_naming_a_file_outside_the_store_is_damaged(stores, tmp
         store_io.open_splits(store)
 
 
+def _flip_a_middle_byte(weights: Path) -> None:
+    size = weights.stat().st_size
+    assert size > 3 * (1 << 20)  # a byte outside the first and last MiB exists
+    with open(weights, "r+b") as handle:
+        handle.seek(size // 2)
+        byte = handle.read(1)
+        handle.seek(size // 2)
+        handle.write(bytes([byte[0] ^ 0x01]))
+
+
+def test_a_store_is_not_resumed_or_reused_with_an_encoder_changed_in_the_middle(tmp_path, tiny_bert_dir):
+    """The store's identity records the whole sha256 of its encoder's weights: a re-run after one byte in the middle
+    changed is refused (it would mix features of two encoders), naming the key; an identity written before the key
+    existed still matches (issue 43)."""
+    from bertkit.features.identity import IDENTITY_DEFAULTS, identity_mismatch
+
+    encoder = tmp_path / "encoder"
+    shutil.copytree(tiny_bert_dir, encoder)
+    data = tmp_path / "train.tsv"
+    data.write_text("sentence\tlabel\n" + "".join(f"{t}\t{lab}\n" for t, lab in _rows()), encoding="utf-8")
+    argv = ["embed", "--model", str(encoder), "--data", str(data), "--out", str(tmp_path / "store"), "--quiet"]
+    assert invoke(argv).exit_code == 0
+    _flip_a_middle_byte(encoder / "model.safetensors")
+    again = invoke(argv)
+    assert again.exit_code == 2 and "encoder_sha256" in again.output, again.output
+    new = {**IDENTITY_DEFAULTS, "model": "m", "encoder_sha256": "abc"}
+    assert identity_mismatch({"model": "m"}, new) == []
+    assert identity_mismatch({"model": "m", "encoder_sha256": "x"}, new) == ["encoder_sha256: 'x' -> 'abc'"]
+
+
 def test_a_probes_encoder_changed_in_the_middle_of_its_weights_is_noticed(tmp_path, tiny_bert_dir):
     """The revision reads the first and last MiB of the weights; the probe also records their whole sha256, so a
     change anywhere (here one byte in the middle of a 3.9 MB file) is said before predicting (issue 43)."""
@@ -801,14 +831,7 @@ def test_a_probes_encoder_changed_in_the_middle_of_its_weights_is_noticed(tmp_pa
     assert made.exit_code == 0, made.output
     meta = json.loads((tmp_path / "run" / "probe" / "probe.json").read_text())
     assert len(meta["encoder_sha256"]) == 64
-    weights = encoder / "model.safetensors"
-    size = weights.stat().st_size
-    assert size > 3 * (1 << 20)  # a byte outside the first and last MiB exists
-    with open(weights, "r+b") as handle:
-        handle.seek(size // 2)
-        byte = handle.read(1)
-        handle.seek(size // 2)
-        handle.write(bytes([byte[0] ^ 0x01]))
+    _flip_a_middle_byte(encoder / "model.safetensors")
     shown = invoke(["predict", "--probe", str(tmp_path / "run" / "probe"), "--text", "a great film"])
     assert shown.exit_code == 0, shown.output
     assert "has changed since the probe was trained" in shown.output

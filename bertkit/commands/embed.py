@@ -209,9 +209,11 @@ def store_identity(cfg: EmbedConfig, reading: Reading, split: str, ds: Any, revi
 
     The data is identified by its fingerprint (content hash), not its path, so `./x.tsv` and `/abs/x.tsv` match.
     """
+    from bertkit.models import loading
     pooling = Pooling.from_options(cfg.pool, cfg.layers, cfg.combine, cfg.normalize)
-    return {
-        "model": cfg.model, "revision": revision, **pooling.to_json(), "max_length": reading.max_length,
+    return {  # the encoder's whole weights too: its revision reads only the ends of the file
+        "model": cfg.model, "revision": revision, "encoder_sha256": loading.weights_digest(cfg.model or ""),
+        **pooling.to_json(), "max_length": reading.max_length,
         "dtype": precision, "store_dtype": cfg.store_dtype, "split": split,
         "data_fingerprint": ds.fingerprint, "rows": len(ds), "limit": cfg.limit,
         "text_column": cfg.text_column, "text_pair_column": cfg.text_pair_column,
@@ -350,12 +352,10 @@ def export_embed_config(cfg: EmbedConfig) -> EmbedConfig:
 def _manifest_common(cfg: EmbedConfig, model: _Encoder, label_map: Any) -> dict[str, Any]:
     """What every split's manifest records about the model and the features."""
     from bertkit.io.trail import package_versions
-    from bertkit.models import loading
 
     n_layers, hidden = model.shape
     return {
         "bertkit_version": __version__, "model": cfg.model, "revision": model.revision,
-        "encoder_sha256": loading.weights_digest(cfg.model) if cfg.model else None,
         "tokenizer": getattr(model.tokenizer, "name_or_path", cfg.model),
         "tokenizer_class": type(model.tokenizer).__name__, "architecture": type(model.model).__name__,
         "n_layers": n_layers, "hidden_size": hidden, **model.spec.to_json(), "layer_indices": model.spec.resolve(n_layers),

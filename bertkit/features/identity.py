@@ -16,6 +16,10 @@ IDENTITY_DEFAULTS = Reading().long_text_json()
 """Identity keys added after stores were first written, with the value every store made before had: such a store
 still resumes (and counts as complete) under the same settings."""
 
+ADDED_UNKNOWN = ("encoder_sha256",)
+"""Identity keys added later whose value older stores never knew: compared only where both identities have one (an
+older unfinished store still resumes; from then on a changed encoder is refused)."""
+
 SHARED_SETTINGS = ("model", "revision", "backend", *Pooling.KEYS, "dtype", "store_dtype",
                    "max_length", *Reading.LONG_TEXT_KEYS)
 """The identity keys every split of one store must agree on."""
@@ -28,7 +32,8 @@ def identity_mismatch(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
         with contextlib.suppress(UserError):  # a pooling this bertkit cannot read is listed as it differs
             old = {**old, **Pooling.from_json(old).to_json()}
     keys = sorted(set(old) | set(new))
-    return [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys if old.get(k) != new.get(k)]
+    unknown = {k for k in ADDED_UNKNOWN if old and old.get(k) is None}
+    return [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys if old.get(k) != new.get(k) and k not in unknown]
 
 
 def split_differences(manifests: dict[str, dict[str, Any]]) -> list[str]:

@@ -56,7 +56,7 @@ def _check_store_encoder(model: str, manifest: dict[str, Any], path: Any) -> Non
             f"The feature store {path} was made by model {manifest.get('model')!r} "
             f"(revision {manifest.get('revision')}), not by --model {model} ({loading.model_revision(model)}). "
             f"Drop --model to probe the store as it is, or re-embed with `bertkit embed --model {model}`.")
-    recorded = manifest.get("encoder_sha256")
+    recorded = (manifest.get("identity") or {}).get("encoder_sha256")
     if recorded and loading.weights_digest(model) not in (None, recorded):
         raise UserError(
             f"The feature store {path} was made by model {manifest.get('model')!r} with other weights than --model "
