@@ -456,3 +456,17 @@ def test_predict_auto_reads_in_the_precision_the_model_records(trained, monkeypa
         assert json.loads(asked.stdout)["dtype"] == "fp32"
     finally:
         loading.cpu_supports_bf16.cache_clear()
+
+
+def test_predict_on_a_folder_bertkit_did_not_save_says_so_once(tiny_bert_dir, tmp_path):
+    """A plain transformers classifier folder (no bertkit_model.json) is read as its config says, with one line
+    saying it was not made by bertkit and its files are not verified (issue 43); a bertkit folder gets no such line."""
+    from transformers import AutoConfig, AutoTokenizer, BertForSequenceClassification
+
+    folder = tmp_path / "plain"
+    config = AutoConfig.from_pretrained(tiny_bert_dir, num_labels=2)
+    BertForSequenceClassification(config).save_pretrained(folder)
+    AutoTokenizer.from_pretrained(tiny_bert_dir).save_pretrained(folder)
+    shown = runner.invoke(app, ["predict", "--model", str(folder), "--text", "a lovely film"])
+    assert shown.exit_code == 0, shown.output
+    assert shown.output.count("was not made by bertkit") == 1 and "not verified" in shown.output

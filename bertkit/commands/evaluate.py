@@ -121,7 +121,7 @@ def run(cfg: EvaluateConfig, *, progress: bool = False) -> EvaluateResult:
     from bertkit.data.splits import load_dataset_split
     from bertkit.encoding.encode import RowsCut
     from bertkit.models import infer, loading
-    from bertkit.models.metadata import read_model_info, saved_temperature, saved_threshold
+    from bertkit.models.metadata import read_model_info, saved_temperature, saved_threshold, warn_if_foreign
     from bertkit.scoring import metrics, predictions
     from bertkit.scoring.outputs import OutputReader, classifier_read, score_outputs
     from bertkit.scoring.shapes import inapplicable_options
@@ -136,6 +136,7 @@ def run(cfg: EvaluateConfig, *, progress: bool = False) -> EvaluateResult:
         for note in notes:
             log.warning("%s", note)
     model, tokenizer, label_map = infer.load_for_inference(cfg.model or "", compute)
+    warn_if_foreign(cfg.model or "")  # a plain transformers folder: read as its config says, said once
     given, cfg = cfg, read_as_saved(cfg)  # the model verified by its record first; the trail keeps the options given
     reading = Reading.from_options(cfg)
     loading.check_max_length(reading.max_length, tokenizer, model.config, cfg.model or "",

@@ -254,7 +254,7 @@ def output_reader(cfg: Any, dataset: TextDataset, progress: bool) -> OutputReade
     from bertkit.data.labels import LabelMap
     from bertkit.encoding.encode import RowsCut
     from bertkit.models import infer, loading
-    from bertkit.models.metadata import read_model_info, saved_temperature, saved_threshold
+    from bertkit.models.metadata import read_model_info, saved_temperature, saved_threshold, warn_if_foreign
     from bertkit.scoring.outputs import OutputReader, classifier_read
 
     counted = RowsCut()  # rows read and cut at the max length, as the reader tokenizes them
@@ -284,6 +284,7 @@ def output_reader(cfg: Any, dataset: TextDataset, progress: bool) -> OutputReade
         for note in notes:
             log.warning("%s", note)
     model, tokenizer, label_map = infer.load_for_inference(cfg.model, compute)
+    warn_if_foreign(cfg.model)  # a plain transformers folder: read as its config says, said once
     reading = Reading.from_options(cfg)  # `cfg` is read as the model records already
     loading.check_max_length(reading.max_length, tokenizer, model.config, cfg.model, pair=dataset.pairs is not None)
     temperature = saved_temperature(cfg.model)  # --calibrate temperature at training: honest probabilities

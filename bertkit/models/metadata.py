@@ -7,6 +7,7 @@ here: `verify_model_folder` refuses a folder whose files are not the ones record
 from __future__ import annotations
 
 import json
+import logging
 import math
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,8 @@ from typing import Any
 from bertkit.encoding.reading import UNRECORDED, Reading, read_as_recorded
 from bertkit.errors import UserError
 from bertkit.io import atomic, digests
+
+log = logging.getLogger(__name__)
 
 MODEL_INFO = "bertkit_model.json"
 FORMAT = "bertkit-model/1"
@@ -62,6 +65,23 @@ def declares_reading(folder: str | Path) -> bool:
     """Whether bertkit wrote the folder's reading into its tokenizer_config.json (`write_tokenizer_reading`): its
     `model_max_length` is then the window the model was trained at, not a limit of the model."""
     return Reading.from_json(read_model_info(Path(folder).expanduser()).get("reading")) is not None
+
+
+def foreign_note(folder: str | Path) -> str | None:
+    """One line for a local model folder bertkit did not save (no bertkit_model.json): read as its own config says,
+    its files unverified; None for a folder bertkit saved, or a hub name."""
+    path = Path(folder).expanduser()
+    if not path.is_dir() or (path / MODEL_INFO).is_file():
+        return None
+    return (f"{path} was not made by bertkit: read with the settings of its config.json (max length, truncation: "
+            f"bertkit's defaults unless given), its files not verified against a record")
+
+
+def warn_if_foreign(folder: str | Path) -> None:
+    """Log `foreign_note` (once per read) for a folder bertkit did not save."""
+    note = foreign_note(folder)
+    if note is not None:
+        log.warning("%s", note)
 
 
 def read_model_info(folder: str | Path) -> dict[str, Any]:
