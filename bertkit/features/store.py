@@ -359,11 +359,16 @@ class StoreWriter:
         return hashing.record()
 
     def _remove_work_files(self) -> None:
-        """Shards and identity: only what the run's record says bertkit wrote (`ownership.remove_recorded`)."""
-        for work in (self.path / SHARDS, self.path / IDENTITY):
-            kept = remove_recorded(work)
-            if kept:
-                log.warning("kept %s: it holds what bertkit did not write (%s)", work, kept[:5])
+        remove_work_files(self.path)
+
+
+def remove_work_files(path: Path) -> None:
+    """A finished store's shards and identity (the sentence and the word store's): only what the run's record says
+    bertkit wrote (`ownership.remove_recorded`)."""
+    for work in (path / SHARDS, path / IDENTITY):
+        kept = remove_recorded(work)
+        if kept:
+            log.warning("kept %s: it holds what bertkit did not write (%s)", work, kept[:5])
 
 
 def copy_npy_data(source: Any, out: Any, shape: tuple[int, ...], dtype: np.dtype, block: int = 1 << 24) -> None:

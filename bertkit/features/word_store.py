@@ -36,11 +36,10 @@ import numpy as np
 from bertkit.data.tagged import TaggedColumns, TaggedSentence
 from bertkit.encoding.words import WordReading
 from bertkit.errors import UserError
-from bertkit.features.store import copy_npy_data, shard_ranges
+from bertkit.features.store import copy_npy_data, remove_work_files, shard_ranges
 from bertkit.features.words import WordLayers
 from bertkit.io import digests, disk, faults
 from bertkit.io.atomic import atomic_path, write_bytes_atomic, write_json_atomic
-from bertkit.io.ownership import remove_recorded
 from bertkit.io.record import make_dirs
 
 log = logging.getLogger(__name__)
@@ -338,11 +337,7 @@ class WordStoreWriter:
             return hashing.record()
 
     def remove_work_files(self) -> None:
-        """Chunks and identity: only what the run's record says bertkit wrote (`ownership.remove_recorded`)."""
-        for work in (self.path / SHARDS, self.path / IDENTITY):
-            kept = remove_recorded(work)
-            if kept:
-                log.warning("kept %s: it holds what bertkit did not write (%s)", work, kept[:5])
+        remove_work_files(self.path)  # chunks and identity, as the sentence store removes its shards
 
 
 def npy_header(shape: tuple[int, ...], dtype: np.dtype) -> bytes:
