@@ -103,7 +103,8 @@ def resolve_table_columns(where: str, table: ListColumns, word: str | None, tag:
                         f"list of words and a list of tags. Pass --text-column and --label-column with their names.")
     for name, flag, kinds in ((word, "--text-column", ("string",)), (tag, "--label-column", ("string", "integer"))):
         if table.kinds.get(name) not in kinds:
-            raise UserError(f"{flag} {name} of {where} is not a list of {' or '.join(kinds)}s (one per word). Valid "
+            plural = " or ".join({"string": "strings", "integer": "integer ids"}[kind] for kind in kinds)
+            raise UserError(f"{flag} {name} of {where} is not a list of {plural} (one per word). Valid "
                             f"list columns: {listed or 'none'}. Pass {flag} with one of them.")
     return word, tag
 
