@@ -52,7 +52,7 @@ class EmbedConfig(LongTextOptions, DataOptions):
     ADVANCED_OPTIONS = ("stride", "shard_size", "trust_remote_code", "tag_scheme")
     WORD_OPTIONS = ("data", "dev", "test", "text_column", "label_column", "task", "max_length", "stride", "model",
                     "layers", "combine", "batch_size", "precision", "device", "out", "overwrite", "shard_size",
-                    "trust_remote_code", "word_pool", "tag_scheme")
+                    "trust_remote_code", "word_pool", "tag_scheme", "data_config", "train_split")
     """The options the word path (tagged data: a word-level store) reads; any other one given there is refused."""
     HELP_OVERRIDES = {"dev": "Dev data (a file or a hub split), embedded into OUT/dev; no hold-out is made.",
                       "test": "Test data (a file or a hub split), embedded into OUT/test."}
@@ -103,7 +103,7 @@ class EmbedConfig(LongTextOptions, DataOptions):
     @property
     def reads_words(self) -> bool:
         """Whether --data is read as a tagged corpus (--task tags, or detected as `bertkit probe` does)."""
-        return reads_tagged(self.task, self.data)
+        return reads_tagged(self.task, self.data, self.data_config, self.train_split)
 
     @property
     def rows_per_batch(self) -> int | None:

@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bertkit.data.options import WORD_TASK, TaskOptions, reads_tagged
-from bertkit.data.tagged import TaggedColumns, is_tagged_file
-from bertkit.data.tagged_rows import is_json_path
+from bertkit.data.tagged import TaggedColumns, may_be_tagged, tagged_sources
 from bertkit.data.tagscheme import SCHEMES
 from bertkit.encoding.reading import DEFAULT_MAX_LENGTH, LongTextOptions, Reading
 from bertkit.encoding.words import WORD_POOLS, WordReading
@@ -54,7 +53,7 @@ class ProbeConfig(LongTextOptions, MetricOptions, TaskOptions):
     READS_WORDS = True
     WORD_OPTIONS = ("data", "dev", "text_column", "label_column", "task", "seed", "max_length", "stride", "model",
                     "layers", "batch_size", "C", "baselines", "out", "overwrite", "trust_remote_code", "word_pool",
-                    "combine", "tag_scheme", "encoding", "cache_dir", "limit")
+                    "combine", "tag_scheme", "encoding", "cache_dir", "limit", "data_config", "train_split")
     """The options the word path (tagged data) reads; any other one given there is refused, naming it."""
 
     features: str | None = option(None, "A `bertkit embed` store (its --out directory) instead of --data.",
@@ -134,22 +133,23 @@ class ProbeConfig(LongTextOptions, MetricOptions, TaskOptions):
 
     @property
     def reads_words(self) -> bool:
-        """Whether this run probes words: --task tags, or --data a tagged corpus (`data.tagged.is_tagged_file`)."""
-        return reads_tagged(self.task, self.data)
+        """Whether this run probes words: --task tags, or --data a tagged corpus (`data.options.reads_tagged`)."""
+        return reads_tagged(self.task, self.data, self.data_config, self.train_split)
 
     def word_problems(self) -> list[str]:
         """The word path's refusals: --data and --dev tagged files, and no option it does not read."""
         problems = []
         if self.data is None or self.dev is None:
-            problems.append("Probing words needs --data (tagged training file) and --dev (tagged dev file); a dev "
-                            "split of a tagged file is not made. Pass --dev dev.iob2.")
+            problems.append("Probing words needs --data (tagged training data) and --dev (tagged dev data: a file, or "
+                            "a split of the hub dataset --data); a dev split is not held out. Pass --dev dev.iob2 "
+                            "(hub: --dev validation).")
         for path in (self.data, self.dev):
-            if path is not None and not is_tagged_file(path) and not is_json_path(Path(path)):
+            if path is not None and not may_be_tagged(path):
                 problems.append(f"--task tags reads one tag per word, but {path} does not look like a tagged corpus "
                                 f"(a table of sentences?). Valid: a CoNLL-style column file (a word and its tag per "
                                 f"line, TAB-separated, a blank line between sentences; space-separated ones named "
-                                f".conll/.iob2) or JSON lines with token and tag lists. Pass such a file, or drop "
-                                f"--task tags to probe sentences.")
+                                f".conll/.iob2), JSON lines or parquet with token and tag lists, or a hub dataset. "
+                                f"Pass such data, or drop --task tags to probe sentences.")
         defaults = {f.name: f.default for f in dataclasses.fields(self)}
         given = [f for f in defaults if f not in self.WORD_OPTIONS and getattr(self, f) != defaults[f]
                  and (getattr(self, f) or defaults[f])]  # an empty list given for an empty tuple is not given
@@ -315,7 +315,8 @@ def run_words(cfg: ProbeConfig, progress: bool = False) -> ProbeResult:
                                   inputs=ownership.input_paths(cfg)) if cfg.out else None  # claimed once it ran
     reading = WordReading(cfg.word_pool or "first", cfg.max_length or DEFAULT_MAX_LENGTH, cfg.stride)
     columns = TaggedColumns(cfg.text_column, cfg.label_column, cfg.tag_scheme)
-    words = run_word_probe(str(cfg.data), str(cfg.dev), columns, reading, cfg.model or OFFLINE_NAME, cfg.layers,
+    train, dev = tagged_sources(str(cfg.data), [str(cfg.dev)], cfg.data_config, cfg.train_split)
+    words = run_word_probe(train, dev, columns, reading, cfg.model or OFFLINE_NAME, cfg.layers,
                            cfg.combine, cfg.batch_size, cfg.C or DEFAULT_C, cfg.seed, cfg.baselines,
                            cfg.trust_remote_code, say=log.info if progress else None, limit=cfg.limit)
     if plan is not None:

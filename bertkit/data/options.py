@@ -13,7 +13,7 @@ from bertkit.data.cells import is_blank_text
 from bertkit.data.labels import TASKS as SHAPE_NAMES
 from bertkit.data.presets import NO_PRESET, PresetFill, apply_preset
 from bertkit.data.sources import HEADER_MODES
-from bertkit.data.tagged import is_tagged_file
+from bertkit.data.tagged import is_file_value, is_tagged_file, is_tagged_hub
 from bertkit.options import DATA, RUN, field_problems, field_type, option
 
 
@@ -75,10 +75,15 @@ WORD_TASKS = ("auto", WORD_TASK)
 THRESHOLD_MODES = ("tune", "tune-per-label")
 
 
-def reads_tagged(task: str, data: str | None) -> bool:
+def reads_tagged(task: str, data: str | None, config: str | None = None, train_split: str = "train") -> bool:
     """Whether a run reads --data as a tagged corpus: --task tags, or --task auto and a file that is one
-    (`data.tagged.is_tagged_file`: a tagged extension, or a column file's shape)."""
-    return task == WORD_TASK or (task == "auto" and data is not None and is_tagged_file(data))
+    (`data.tagged.is_tagged_file`: a tagged extension, a column file's shape, a parquet file of word and tag lists)
+    or a hub dataset whose --train-split is one (`data.tagged.is_tagged_hub`: a list-of-ClassLabel tag feature)."""
+    if task == WORD_TASK:
+        return True
+    if task != "auto" or data is None:
+        return False
+    return is_tagged_file(data) if is_file_value(data) else is_tagged_hub(data, config, train_split)
 
 
 def blank_text_problems(texts: tuple[str, ...]) -> list[str]:

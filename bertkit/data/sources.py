@@ -280,8 +280,11 @@ def read_hub_split(name: str, config: str | None, split: str, limit: int | None 
         dataset = datasets.load_dataset(name, config, split=split if limit is None else f"{split}[:{limit}]")
     except Exception as exc:  # connection, missing dataset, missing config, missing split all land here
         reason = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+        script = ("That dataset is a loading script, which `datasets` 4 and later no longer run: pass a copy of it "
+                  "in parquet (on the hub, e.g. lhoestq/conll2003 for conll2003) or a local file. "
+                  if "scripts are no longer supported" in reason else "")
         raise UserError(
-            f"Could not load hub dataset {name!r} (config {config!r}, split {split!r}): {reason}. "
+            f"Could not load hub dataset {name!r} (config {config!r}, split {split!r}): {reason}. {script}"
             f"The hub may be unreachable (offline?) or the name/config/split wrong. Use a local file instead: "
             f"--data train.tsv [--dev dev.tsv] with --text-column/--label-column, or run where the hub is reachable."
         ) from None

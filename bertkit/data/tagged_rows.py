@@ -117,22 +117,46 @@ def json_sentences(path: Path, word_key: str, tag_key: str) -> Iterator[RawSente
     """Sentences of JSON rows; ragged rows, empty sentences and tag fields that are not lists stop the read."""
     for number, row in json_rows(path):
         words, tags = (row.get(word_key), row.get(tag_key)) if isinstance(row, dict) else (None, None)
-        where = f"{path} row {number}"
-        if not isinstance(words, list) or not isinstance(tags, list):
-            raise UserError(f"{where}: {word_key!r} and {tag_key!r} must both be lists (one entry per word), got "
-                            f"{type(words).__name__} and {type(tags).__name__}. Valid: list columns such as tokens "
-                            f"and tags. Choose them with --text-column/--label-column.")
-        if not words:
-            raise UserError(f"{where} is an empty sentence (no words). Valid: at least one word per row. Remove "
-                            f"the row from {path.name}.")
-        if len(words) != len(tags):
-            raise UserError(f"{where} is ragged: {len(words)} words but {len(tags)} tags. Valid: one tag per word. "
-                            f"Fix the row in {path.name} (or choose the tag list with --label-column).")
-        bad = [t for t in tags if not isinstance(t, str | int) or isinstance(t, bool)][:1]
-        if bad:
-            raise UserError(f"{where}: {tag_key!r} holds {bad[0]!r}, which is not a tag. Valid tags are strings (or "
-                            f"integer ids). Choose the tag list with --label-column.")
-        yield RawSentence([str(w) for w in words], [str(t) for t in tags], number)
+        yield checked_sentence(f"{path} row {number}", number, words, tags, word_key, tag_key)
+
+
+def checked_sentence(where: str, number: int, words: Any, tags: Any, word_key: str, tag_key: str,
+                     names: list[str] | None = None) -> RawSentence:
+    """One row's words and tags (JSON objects, parquet and hub rows alike) as a `RawSentence`, or a UserError naming
+    `where` (the file or split and the row): both lists, of one length, not empty, words text and tags strings or
+    integer ids (`names`: the tag names the ids index, as a hub dataset's ClassLabel gives them)."""
+    if not isinstance(words, list) or not isinstance(tags, list):
+        raise UserError(f"{where}: {word_key!r} and {tag_key!r} must both be lists (one entry per word), got "
+                        f"{type(words).__name__} and {type(tags).__name__}. Valid: list columns such as tokens "
+                        f"and tags. Choose them with --text-column/--label-column.")
+    if not words:
+        raise UserError(f"{where} is an empty sentence (no words). Valid: at least one word per row. Remove "
+                        f"the row from the data.")
+    if len(words) != len(tags):
+        raise UserError(f"{where} is ragged: {len(words)} words but {len(tags)} tags. Valid: one tag per word. "
+                        f"Fix the row (or choose the tag list with --label-column).")
+    if any(word is None for word in words):
+        raise UserError(f"{where}: {word_key!r} holds a missing word (null) at position {words.index(None) + 1}. "
+                        f"Valid: every word is text. Fix the row, or choose the word list with --text-column.")
+    bad = [t for t in tags if not isinstance(t, str | int) or isinstance(t, bool)][:1]
+    if bad:
+        raise UserError(f"{where}: {tag_key!r} holds {bad[0]!r}, which is not a tag. Valid tags are strings (or "
+                        f"integer ids). Choose the tag list with --label-column.")
+    return RawSentence([str(w) for w in words], named_tags(where, tags, tag_key, names), number)
+
+
+def named_tags(where: str, tags: list[Any], tag_key: str, names: list[str] | None) -> list[str]:
+    """Tags as text: integer ids through `names` when the data names them (else the ids as text, as JSON gives)."""
+    if names is None:
+        return [str(t) for t in tags]
+    out = []
+    for tag in tags:
+        if isinstance(tag, int) and not 0 <= tag < len(names):
+            raise UserError(f"{where}: tag id {tag} in {tag_key!r} names no tag: its {len(names)} names are ids 0 to "
+                            f"{len(names) - 1} ({', '.join(names[:10])}{' ...' if len(names) > 10 else ''}). Fix the "
+                            f"row, or choose the tag list with --label-column.")
+        out.append(names[tag] if isinstance(tag, int) else str(tag))
+    return out
 
 
 def resolve_file_columns(path: Path, word: str | None, tag: str | None) -> dict[str, str]:
@@ -140,8 +164,10 @@ def resolve_file_columns(path: Path, word: str | None, tag: str | None) -> dict[
     are checked, missing ones detected, and the tag column must look like tags (`check_tag_values`)."""
     if is_json_path(path):
         first = next((row for _, row in json_rows(path) if isinstance(row, dict)), {})
-        return {"word_column": word or _first_key(path, first, WORD_KEYS, "--text-column"),
+        keys = {"word_column": word or _first_key(path, first, WORD_KEYS, "--text-column"),
                 "tag_column": tag or _first_key(path, first, TAG_KEYS, "--label-column")}
+        _check_json_tags(path, keys["word_column"], keys["tag_column"])
+        return keys
     sample = list(itertools.islice(field_sentences(path), PEEK_SENTENCES))
     rows = [fields for _, sentence, _ in sample for fields in sentence]
     if not rows:
@@ -153,6 +179,15 @@ def resolve_file_columns(path: Path, word: str | None, tag: str | None) -> dict[
     tag_index = _index(path, tag, width, names, "--label-column") if tag else _detect_tag(rows, width, word_index)
     check_tag_values(path, [fields[tag_index] for fields in rows], tag_index, word_index)
     return {"word_column": str(word_index), "tag_column": str(tag_index)}
+
+
+def _check_json_tags(path: Path, word_key: str, tag_key: str) -> None:
+    """The tag lists of the first rows hold tags (`check_tag_values`; integer ids are numbers by design)."""
+    values = [tag for _, row in itertools.islice(json_rows(path), PEEK_SENTENCES)
+              if isinstance(row, dict) and isinstance(row.get(tag_key), list) for tag in row[tag_key]]
+    if values:
+        check_tag_values(path, [str(v) for v in values], tag_key, word_key,
+                         ids=all(isinstance(v, int) and not isinstance(v, bool) for v in values))
 
 
 def _first_key(path: Path, row: dict, keys: tuple[str, ...], flag: str) -> str:
@@ -196,18 +231,20 @@ def _detect_tag(rows: list[list[str]], width: int, word: int) -> int:
     return candidates[-1] if candidates else (width - 1)
 
 
-def check_tag_values(path: Path, values: list[str], tag: int, word: int) -> None:
-    """A tag column holds a small set of labels: not the words themselves, not a running index, not placeholders."""
+def check_tag_values(path: Path | str, values: list[str], tag: int | str, word: int | str, ids: bool = False) -> None:
+    """A tag column holds a small set of labels: not the words themselves, not a running index, not placeholders
+    (`ids`: the column holds integer tag ids without names, numbers by design)."""
     distinct = set(values)
     reason = None
     if tag == word:
         reason = "it is the word column"
     elif distinct <= PLACEHOLDERS:
         reason = f"it holds only placeholders ({', '.join(sorted(distinct))})"
-    elif all(v.isdigit() for v in values) and len(distinct) > 2:
+    elif not ids and all(v.isdigit() for v in values) and len(distinct) > 2:
         reason = "it holds numbers (a running index?)"
     elif len(distinct) > 64 and len(distinct) > 0.2 * len(values):
         reason = f"it has {len(distinct)} different values in {len(values)} words (words, not tags?)"
     if reason:
         raise UserError(f"Column {tag} of {path} is not a tag column: {reason}. Valid: a column of a few labels "
-                        f"(O, B-PER, NOUN ...). Pass --label-column with the tag column's index.")
+                        f"(O, B-PER, NOUN ...). Pass --label-column with the tag column's "
+                        f"{'index' if isinstance(tag, int) else 'name'}.")

@@ -1,16 +1,17 @@
 """Sentences to tag, as words: `--text` split on whitespace (the text kept, so spans point into it as given),
-`--words` a JSON list of words, or a file streamed one sentence at a time — a tagged corpus (its word column; its
-tags are not read) or plain text, one sentence per line split on whitespace (blank lines skipped)."""
+`--words` a JSON list of words, or a file streamed one sentence at a time — a tagged corpus (a column file or a
+parquet file of word and tag lists: its word column; its tags are not read) or plain text, one sentence per line
+split on whitespace (blank lines skipped)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
-from bertkit.data.tagged import TaggedColumns, is_tagged_file, raw_sentences
-from bertkit.data.tagged_rows import resolve_file_columns
+from bertkit.data.tagged import TaggedColumns, TaggedSource, is_tagged_file, open_tagged, raw_sentences
+from bertkit.data.tagged_tables import is_table_path
 from bertkit.errors import UserError
 
 
@@ -52,6 +53,10 @@ def file_sentences(path: str | Path, columns: TaggedColumns | None = None,
     if not path.is_file():
         raise UserError(f"--data {path} does not exist. Valid: a tagged corpus (CoNLL-style columns) or a text file "
                         f"with one sentence per line. Check the path.")
+    if is_table_path(path) and not is_tagged_file(path):
+        raise UserError(f"--data {path} is a parquet file without a list of words and a list of tags per row. Valid: "
+                        f"a tagged corpus (column file, JSON lines or parquet with token and tag lists) or a text file "
+                        f"with one sentence per line. Pass one of those.")
     sentences = _tagged(path, columns or TaggedColumns()) if is_tagged_file(path) else _lines(path)
     for n, sentence in enumerate(sentences):
         if limit is not None and n >= limit:
@@ -60,8 +65,9 @@ def file_sentences(path: str | Path, columns: TaggedColumns | None = None,
 
 
 def _tagged(path: Path, columns: TaggedColumns) -> Iterator[WordSentence]:
-    resolved = replace(columns, **resolve_file_columns(path, columns.word_column, columns.tag_column))
-    for raw in raw_sentences(path, resolved):
+    source = TaggedSource(str(path))
+    resolved, _ = open_tagged(source, columns)
+    for raw in raw_sentences(source, resolved):
         if raw.words:
             yield WordSentence(tuple(raw.words))
 

@@ -12,11 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from bertkit import __version__
-from bertkit.data.tagged import TaggedColumns, TaggedCorpus, read_tagged_splits
+from bertkit.data.tagged import TaggedColumns, TaggedCorpus, TaggedSource, read_tagged_splits, tagged_sources
 from bertkit.encoding.words import WordReading
 from bertkit.errors import UserError
 from bertkit.features.words import WordLayers, check_fits_model, encode_word_chunk
-from bertkit.io import digests
 from bertkit.models.compute import Compute, check_device
 from bertkit.options import flag
 
@@ -105,11 +104,10 @@ class WordEncoder:
 def word_identity(encoder: WordEncoder, reading: WordReading, layers: WordLayers, corpus: TaggedCorpus,
                   split: str, chunk_sentences: int) -> dict[str, Any]:
     """The settings that make a word store's content; a re-run must match them to resume or to count as done. The
-    file is identified by its size and sha256, not its path."""
-    size, sha256 = digests.file_digest(corpus.path)
+    data is identified by its content (a file's size and sha256, a hub split's fingerprint), not its path."""
     return {"kind": "words", "model": encoder.name, "revision": encoder.revision, "dtype": encoder.precision,
             **reading.to_json(), **layers.to_json(), "columns": corpus.columns.to_json(), "scheme": corpus.scheme.name,
-            "split": split, "data_size": size, "data_sha256": sha256, "sentences": corpus.n_sentences,
+            "split": split, **corpus.data_identity(), "sentences": corpus.n_sentences,
             "chunk_sentences": chunk_sentences}
 
 
@@ -125,7 +123,7 @@ def word_manifest(encoder: WordEncoder, reading: WordReading, layers: WordLayers
             "n_layers": n_layers, "hidden_size": int(config.hidden_size), "precision": encoder.precision,
             "reading": reading.to_json(), "layers": layers.to_json(), "layer_indices": layers.resolve(n_layers),
             "columns": corpus.columns.to_json(), "scheme": corpus.scheme.name, "tags": list(corpus.tags),
-            "split": split, "data": str(corpus.path),
+            "split": split, "data": str(corpus.source),
             "versions": {k: v for k, v in package_versions().items() if k in ("bertkit", "torch", "transformers")}}
 
 
@@ -169,13 +167,13 @@ def store_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
 
 
-def read_word_splits(named: list[tuple[str, str]], columns: TaggedColumns) -> list[tuple[str, TaggedCorpus]]:
+def read_word_splits(named: list[tuple[str, str | TaggedSource]], columns: TaggedColumns) -> list[tuple[str, TaggedCorpus]]:
     """(split, corpus) for train and any dev/test, each checked, their tags seen in training."""
     corpora = read_tagged_splits(named[0][1], [path for _, path in named[1:]], columns)
     return [(name, corpus) for (name, _), corpus in zip(named, corpora, strict=True)]
 
 
-def run_word_embed(named: list[tuple[str, str]], columns: TaggedColumns, reading: WordReading, layers: WordLayers,
+def run_word_embed(named: list[tuple[str, str | TaggedSource]], columns: TaggedColumns, reading: WordReading, layers: WordLayers,
                    encoder: WordEncoder, out: Path, overwrite: bool, chunk_sentences: int, batch_size: int | None,
                    device: str, progress: bool = False) -> WordEmbedRun:
     """Every split to its word store under `out` (OUT, or OUT/<split> with dev/test): claimed, written, committed."""
@@ -274,7 +272,9 @@ def run_word_embed_options(cfg: Any, compute: Compute, progress: bool = False) -
     out = Path(cfg.out).expanduser()
     rundir.inspect_run_dir(out, "embed", overwrite=cfg.overwrite, inputs=ownership.input_paths(cfg))  # read-only
     encoder = load_word_encoder(cfg.model, compute, cfg.trust_remote_code)
-    named = [("train", str(cfg.data))] + [(n, str(p)) for n, p in (("dev", cfg.dev), ("test", cfg.test)) if p]
+    others = [(name, str(value)) for name, value in (("dev", cfg.dev), ("test", cfg.test)) if value]
+    found = tagged_sources(str(cfg.data), [value for _, value in others], cfg.data_config, cfg.train_split)
+    named = list(zip(["train", *(name for name, _ in others)], found, strict=True))
     columns = TaggedColumns(cfg.text_column, cfg.label_column, cfg.tag_scheme)
     return run_word_embed(named, columns, word_reading(cfg), WordLayers(cfg.layers, cfg.combine), encoder, out,
                           cfg.overwrite, cfg.shard_size, cfg.rows_per_batch, str(encoder.model.device),

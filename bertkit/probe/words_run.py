@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from bertkit.data.tagged import TaggedColumns, TaggedCorpus, TaggedSentence, read_tagged_splits
+from bertkit.data.tagged import TaggedColumns, TaggedCorpus, TaggedSentence, TaggedSource, read_tagged_splits
 from bertkit.encoding.words import WordReading
 from bertkit.features.words import LAYER_NAMES, WordFeatures, WordLayers, extract_word_features
 from bertkit.probe.fit import DEFAULT_C
@@ -108,8 +108,9 @@ def fitting(label: str, spec: WordLayers, n_layers: int) -> tuple[str, WordLayer
     return label.replace("last four", f"last {n_layers}"), WordLayers(every, spec.combine)
 
 
-def read_train_dev(train: str, dev: str, columns: TaggedColumns) -> tuple[TaggedCorpus, TaggedCorpus]:
-    """Both files checked (ragged rows, tag columns, schemes; the columns detected in each unless given), and
+def read_train_dev(train: str | TaggedSource, dev: str | TaggedSource,
+                   columns: TaggedColumns) -> tuple[TaggedCorpus, TaggedCorpus]:
+    """Both corpora (files or hub splits) checked (ragged rows, tag columns, schemes; the columns detected in each unless given), and
     every dev tag seen in training (`check_dev_tags`)."""
     train_corpus, dev_corpus = read_tagged_splits(train, [dev], columns)
     return train_corpus, dev_corpus
@@ -183,9 +184,9 @@ def with_random_encoder(table: WordProbeTable, row: WordProbeRow) -> tuple[WordP
                    f"training sentences.",)
 
 
-def run_word_probe(train: str, dev: str, columns: TaggedColumns, reading: WordReading, model: str,
-                   layers: str | None = None, combine: str | None = None, batch_size: int = 32, C: float = DEFAULT_C,
-                   seed: int = 0, baselines: bool = True, trust_remote_code: bool = False,
+def run_word_probe(train: str | TaggedSource, dev: str | TaggedSource, columns: TaggedColumns, reading: WordReading,
+                   model: str, layers: str | None = None, combine: str | None = None, batch_size: int = 32,
+                   C: float = DEFAULT_C, seed: int = 0, baselines: bool = True, trust_remote_code: bool = False,
                    say: Callable[[str], None] | None = None, limit: int | None = None) -> WordProbeRun:
     """Read and check the tagged files, load the encoder once, and probe every row (`table_rows`) on its words
     (the first `limit` sentences of each file, when given); with `baselines`, the random-init encoder last."""
