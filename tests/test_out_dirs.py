@@ -482,6 +482,73 @@ def test_removals_take_only_bertkits_files_and_keep_the_rest(ws):
     assert sorted(snapshot(out / "best")) == ["README.md"]
 
 
+def _new_events(rec: record.Record, before: bytes) -> list[dict]:
+    """The events the record gained since it held `before` (every version holds the previous one's events)."""
+    old = len(before.splitlines())
+    return [json.loads(line) for line in rec.file.read_bytes().splitlines()[old:]]
+
+
+def test_a_removal_writes_the_record_once_however_many_files_go(ws, monkeypatch):
+    """One new version of the record per removal, not one per file: a folder that goes whole is one `gone` (it
+    takes everything below it); where something stays, each entry that went is named, the folders kept listed."""
+    out = ws.run_copy("finetune")
+    rec = record.Record.at(out)
+    writes: list[str] = []
+    monkeypatch.setattr(record.faults, "kill_point", writes.append)  # reached once per version written
+    whole, partly = out / "checkpoints" / "step-4", out / "checkpoints" / "step-2"
+    files = sorted(p.relative_to(out).as_posix() for p in partly.rglob("*") if p.is_file())
+    before = rec.file.read_bytes()
+    assert ownership.remove_recorded(whole) == [] and not whole.exists()
+    assert writes == ["record.draft"] and _new_events(rec, before) == [{"gone": "checkpoints/step-4"}]
+    assert not [rel for rel in rec.entries() if rel.startswith("checkpoints/step-4")]
+    _put(partly, "sub/notes.txt")
+    before, writes[:] = rec.file.read_bytes(), []
+    assert ownership.remove_recorded(partly) == [partly / "sub"]
+    assert writes == ["record.draft"] and sorted(e["gone"] for e in _new_events(rec, before)) == files
+    assert [rel for rel in rec.entries() if rel.startswith("checkpoints/step-2")] == ["checkpoints/step-2"]
+
+
+def test_a_nested_run_records_what_went_in_its_own_record_and_goes_whole_from_the_outer_one(tmp_path):
+    outer = tmp_path / "outer"
+    trial = outer / "trial"
+    (trial / "best").mkdir(parents=True)
+    outer_rec = record.Record.create(outer, "sweep")
+    outer_rec.add(record.RUN, "trial")
+    inner = record.Record.create(trial, "finetune")
+    inner.add(record.DIR, "best")
+    for name in ("metrics.json", "best/model.bin"):
+        (trial / name).write_text(name)
+        inner.add_file(name, *record.file_digest(trial / name))
+    _put(trial, "best/notes.txt")
+    before = outer_rec.file.read_bytes()
+    assert ownership.remove_recorded(trial) == [trial / "best" / "notes.txt"]
+    assert sorted(record.Record(trial).entries()) == ["best"] and outer_rec.file.read_bytes() == before
+    (trial / "best" / "notes.txt").unlink()
+    assert ownership.remove_recorded(trial) == [] and not trial.exists()
+    assert _new_events(outer_rec, before) == [{"gone": "trial"}] and outer_rec.entries() == {}
+
+
+def test_a_kill_between_a_removal_and_its_record_leaves_a_run_the_next_one_accepts(ws):
+    """What a removal took is recorded gone after it went: a kill in between (here: while the record's next
+    version is written) leaves entries for paths no longer there and the record's draft, both bertkit's by the
+    record. The run is still accepted as it is, and the next run that claims it tidies both away."""
+    out = ws.run_copy("finetune")
+    step = out / "checkpoints" / "step-2"
+    code = f"from bertkit.io import ownership; ownership.remove_recorded({str(step)!r})"
+    killed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "BERTKIT_KILL_AT": "record.draft"})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    rec = record.Record(out)
+    assert not step.exists() and rec.entry("checkpoints/step-2/" + record.RECORD) is None
+    assert rec.entry("checkpoints/step-2") is not None and (out / rec.draft()).is_file()
+    assert ownership.unowned(out) == []
+    finished = invoke([*ws.argv("finetune", out), "--json"])
+    assert finished.exit_code == 0 and json.loads(finished.stdout)["already_finished"], finished.output
+    again = invoke(ws.argv("finetune", out, "--overwrite"))
+    assert again.exit_code == 0, again.output
+    assert not [p for p in out.iterdir() if p.name.startswith(record.RECORD + ".")] and ownership.unowned(out) == []
+
+
 # ---------------------------------------------------------------- issue 20: no --out contains, or is inside, an input
 
 

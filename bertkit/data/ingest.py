@@ -15,8 +15,6 @@ truncated file) or cannot be opened is parsed again from the input, with a warni
 from __future__ import annotations
 
 import codecs
-import contextlib
-import fcntl
 import hashlib
 import json
 import logging
@@ -31,7 +29,7 @@ import pandas as pd
 import pyarrow as pa
 
 from bertkit.data import sources
-from bertkit.data.cachedir import cache_root
+from bertkit.data.cachedir import cache_root, entry_lock
 from bertkit.data.table import LINE_FIELD, RowTable
 from bertkit.errors import UserError
 from bertkit.io import digests, disk
@@ -58,8 +56,9 @@ def local_table(path: Path, encoding: str, header: str, by_index: bool, label_in
     options = {"fingerprint": fingerprint, "suffix": path.suffix.lower(), "encoding": encoding, "header": header,
                "by_index": by_index, "label_index": label_index, "version": CACHE_VERSION}
     key = hashlib.sha256(json.dumps(options, sort_keys=True).encode()).hexdigest()[:40]
-    folder = cache_root(cache_dir) / "tables" / key
-    with entry_lock(folder, path):  # one writer per entry: a second process waits, then reads the first one's
+    root = cache_root(cache_dir)
+    folder = root / "tables" / key
+    with entry_lock(root, key, path):  # one writer per entry: a second process waits, then reads the first one's
         table, problem = cached_table(folder)
         parsed_now = table is None
         if parsed_now:
@@ -83,31 +82,6 @@ def local_table(path: Path, encoding: str, header: str, by_index: bool, label_in
 
 NOTE_BYTES = 64 << 20
 """Inputs from this size on get a note saying where their parsed copy went (and its size)."""
-
-
-@contextlib.contextmanager
-def entry_lock(folder: Path, path: Path) -> Iterator[None]:
-    """Hold the OS lock (`flock`) of the cache entry `folder` (`locks/<key>.lock` in the cache) while it is checked and, if
-    need be, parsed: a second process asking for the same entry waits (saying so) and then reads the entry the first
-    one wrote, instead of parsing the file a second time. The kernel releases the lock when its holder ends, a kill
-    included. A cache folder that cannot hold a lock file (read-only) is read without one."""
-    lock = folder.parent.parent / "locks" / f"{folder.name}.lock"  # apart: the tables folder holds entries only
-    try:
-        lock.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(lock, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
-    except OSError:
-        yield
-        return
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log.warning("Another bertkit process is parsing %s into the cache entry %s: waiting for it, then reading "
-                        "its copy.", path, folder)
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # releases the lock
 
 
 def cached_table(folder: Path) -> tuple[RowTable | None, str | None]:

@@ -90,7 +90,7 @@ def unowned_in_run(rec: Record) -> list[Unowned]:
 
 
 def _check(folder: Path, rec: Record, rel: str, shown: str, found: list[Unowned]) -> None:
-    entries = rec.entries()
+    entries, runs = rec.entries(), rec.nested_runs()
     for path in sorted(folder.iterdir()):
         child, child_shown = _join(rel, path.name), _join(shown, path.name)
         if child in (RECORD, rec.draft()) and not path.is_symlink():
@@ -102,7 +102,7 @@ def _check(folder: Path, rec: Record, rel: str, shown: str, found: list[Unowned]
             if not record.matches(path, entry):
                 found.append(Unowned(child_shown, CHANGED))
         elif entry.kind == RUN:
-            nested = Record.at(path)
+            nested = runs[child]
             if nested.exists() and nested.damaged():
                 found.append(Unowned(_shown(path, child_shown), DAMAGED))
             elif nested.exists():
@@ -221,47 +221,66 @@ def remove_recorded(path: Path) -> list[Path]:
         return []
     if holder is None or not _resolves_inside(path.parent, holder[0].root) or holder[0].damaged():
         return [path]  # a record is trusted only for what lies inside its own folder, and only when all of it does
+    rec, rel = holder[0], _join(holder[1], path.name)
     kept: list[Path] = []
-    _remove(path, holder[0], _join(holder[1], path.name), kept)
+    rec.gone(*_remove(path, rec, rel, kept))
     return kept
 
 
-def _remove(path: Path, rec: Record, rel: str, kept: list[Path]) -> None:
+def _remove(path: Path, rec: Record, rel: str, kept: list[Path]) -> list[str]:
+    """Remove what `rec` vouches for at `path` (`rel` in it), adding what stays to `kept`; the entries removed, for
+    the caller to record gone all at once (a folder removed whole is one entry: gone takes everything below it).
+    Each is recorded after it is removed, so a kill in between leaves entries for paths no longer there, which
+    nothing acts on and the next claim compacts away."""
     entry = None if path.is_symlink() else rec.entry(rel)
-    if not _same_shape(entry, path):
+    if not _same_shape(entry, path) or (entry.kind == FILE and not record.matches(path, entry)):
         kept.append(path)
-        return
-    if entry.kind in (TEMP, OPEN) and not path.is_dir():
-        path.unlink()  # a temp file being written, a file a library writes: bertkit's whole
-    elif entry.kind == FILE:
-        if not record.matches(path, entry):
-            kept.append(path)
-            return
-        path.unlink()
-    else:
-        nested = Record.at(path) if entry.kind == RUN else None
-        if nested is not None and nested.exists() and nested.damaged():
-            kept.append(path)
-            return
-        inner = nested if nested is not None and nested.exists() else rec
-        before = len(kept)
-        for child in sorted(path.iterdir()):
-            if inner is nested and child.name == RECORD:
-                continue
-            if inner is nested and child.name == nested.draft() and not child.is_symlink():
-                child.unlink()  # a draft of the record a kill left: announced by the record, so bertkit's
-                continue
-            _remove(child, inner, child.name if inner is nested else _join(rel, child.name), kept)
-        if len(kept) > before:
-            return
-        if inner is nested:
-            nested.file.unlink()  # last: until now it said what the rest of the folder was
-        try:
-            path.rmdir()
-        except OSError:  # something appeared in it meanwhile: it stays
-            kept.append(path)
-            return
-    rec.gone(rel)
+        return []
+    if entry.kind in (FILE, TEMP, OPEN) and not path.is_dir():
+        path.unlink()  # a file with the bytes bertkit wrote; a temp file being written or a library's: whole
+        return [rel]
+    nested = rec.nested_runs().get(rel)
+    if nested is not None and nested.exists():
+        return _remove_run(path, nested, rel, kept)
+    before, removed = len(kept), []
+    for child in sorted(path.iterdir()):
+        removed += _remove(child, rec, _join(rel, child.name), kept)
+    if len(kept) > before:
+        return removed  # the folder stays, with what it holds
+    return [rel] if _rmdir(path, kept) else removed
+
+
+def _remove_run(path: Path, nested: Record, rel: str, kept: list[Path]) -> list[str]:
+    """`_remove` of a nested run directory with a record of its own: what that record vouches for, then the record
+    (last: until then it says what the rest of the folder is), then the folder; [rel] once it is gone, else []
+    (what went is recorded gone in the nested run's own record)."""
+    if nested.damaged():
+        kept.append(path)
+        return []
+    before, removed = len(kept), []
+    for child in sorted(path.iterdir()):
+        if child.name == RECORD:
+            continue
+        if child.name == nested.draft() and not child.is_symlink():
+            child.unlink()  # a draft of the record a kill left: announced by the record, so bertkit's
+            continue
+        removed += _remove(child, nested, child.name, kept)
+    if len(kept) > before:
+        nested.gone(*removed)
+        return []
+    nested.file.unlink()
+    return [rel] if _rmdir(path, kept) else []
+
+
+def _rmdir(path: Path, kept: list[Path]) -> bool:
+    """Remove the emptied folder `path`; False, with `path` added to `kept`, when something appeared in it
+    meanwhile."""
+    try:
+        path.rmdir()
+    except OSError:
+        kept.append(path)
+        return False
+    return True
 
 
 def remove_temps(root: Path) -> list[str]:
@@ -272,14 +291,16 @@ def remove_temps(root: Path) -> list[str]:
     if rec.damaged():
         return removed  # a damaged record is not acted on (`inspect_run_dir` refuses the run)
     kept: list[Path] = []
+    gone: list[str] = []
     for rel in sorted(rel for rel, entry in rec.entries().items() if entry.kind == TEMP):
         path = rec.root / rel
-        if rec.entry(rel) is None or not (path.exists() or path.is_symlink()):
+        if not (path.exists() or path.is_symlink()):
             continue  # inside a temp folder removed just now, or renamed into place (compaction drops them)
         before = len(kept)
-        _remove(path, rec, rel, kept)  # a temp folder: only what the record lists in it (`inspect_run_dir` names
-        if len(kept) == before:        # anything else, before any of this)
+        gone += _remove(path, rec, rel, kept)  # a temp folder: only what the record lists in it
+        if len(kept) == before:                # (`inspect_run_dir` names anything else, before any of this)
             removed.append(rel)
+    rec.gone(*gone)  # before the draft below: this new version of the record takes a draft a kill left
     draft = rec.root / rec.draft() if rec.draft() else None
     if draft is not None and draft.is_file() and not draft.is_symlink():
         draft.unlink()  # the next version of the record, never renamed in (a kill): the record announces its name

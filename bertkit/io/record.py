@@ -111,6 +111,11 @@ class Record:
     def entry(self, rel: str) -> Entry | None:
         return self.entries().get(rel)
 
+    def nested_runs(self) -> dict[str, Record]:
+        """The run directories inside this one that it lists (RUN entries), each with its own record (which may
+        not exist: a nested run whose record is missing)."""
+        return {rel: Record.at(self.root / rel) for rel, entry in self.entries().items() if entry.kind == RUN}
+
     def rel(self, path: str | Path) -> str:
         """`path` relative to the run directory ("" for the directory itself)."""
         rel = os.path.relpath(os.path.abspath(path), self.root)
@@ -123,7 +128,7 @@ class Record:
         none of it, so nothing is removed on its word (`rundir` refuses the run)."""
         self._refresh()
         root = os.path.realpath(self.root)
-        resolved = [rel for rel in self._entries if not _inside(os.path.realpath((self.root / rel).parent), root)]
+        resolved = [rel for rel in self._entries if not inside(os.path.realpath((self.root / rel).parent), root)]
         return [*self._outside, *resolved]
 
     def undigested(self) -> list[str]:
@@ -313,7 +318,7 @@ def track(root: str | Path) -> Record:
     `root` nor are held by it (a finished trial, a failed command of an earlier call) stop being tracked."""
     key = os.path.abspath(root)
     for other in list(_TRACKED):
-        if not (_inside(key, other) or _inside(other, key)):
+        if not (inside(key, other) or inside(other, key)):
             untrack(other)
     _TRACKED[key] = Record.at(key)
     return _TRACKED[key]
@@ -322,7 +327,7 @@ def track(root: str | Path) -> Record:
 def untrack(root: str | Path) -> None:
     """Stop recording writes below `root` (its run ended)."""
     key = os.path.abspath(root)
-    for other in [k for k in _TRACKED if _inside(k, key)]:
+    for other in [k for k in _TRACKED if inside(k, key)]:
         del _TRACKED[other]
 
 
@@ -334,7 +339,7 @@ def is_tracked(root: str | Path) -> bool:
 def tracking(path: str | Path) -> tuple[Record, str] | None:
     """(the record of the nearest tracked run directory holding `path`, `path` relative to it), or None."""
     key = os.path.abspath(path)
-    holders = [root for root in _TRACKED if _inside(key, root) and key != root]
+    holders = [root for root in _TRACKED if inside(key, root) and key != root]
     if not holders:
         return None
     record = _TRACKED[max(holders, key=len)]
@@ -343,10 +348,6 @@ def tracking(path: str | Path) -> tuple[Record, str] | None:
 
 def inside(path: str, root: str) -> bool:
     """Whether the absolute path `path` is `root` or below it (as written: links are not resolved here)."""
-    return _inside(path, root)
-
-
-def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
@@ -356,7 +357,7 @@ def outside_of(folder: str | Path, rels: list[Any]) -> list[str]:
     The rule every record's paths are held to, for readers that take a path list from a record (`bertkit push`)."""
     top = os.path.realpath(folder)
     return [str(rel) for rel in rels
-            if not confined(rel) or not _inside(os.path.realpath(os.path.join(top, rel)), top)]
+            if not confined(rel) or not inside(os.path.realpath(os.path.join(top, rel)), top)]
 
 
 # ---------------------------------------------------------------- recording writes below tracked run directories
