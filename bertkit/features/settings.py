@@ -160,8 +160,8 @@ class CombineOption:
     (None), several layers are concatenated (`Pooling.from_config`); probe's word path then probes each layer of its
     table alone."""
 
-    combine: str | None = option(None, "How several --layers are combined: concat (default; --layers all + concat "
-                                 "keeps a layer axis), mean or sum.", panel=MODEL, choices=COMBINES)
+    combine: str | None = option(None, "How several --layers are combined: concat (default; a sentence's --layers "
+                                 "all + concat keeps a layer axis), mean or sum.", panel=MODEL, choices=COMBINES)
 
 
 def check_layers_exist(layers: str | None, model: str | None) -> None:
