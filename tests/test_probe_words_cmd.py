@@ -14,6 +14,10 @@ from typer.testing import CliRunner
 from bertkit.cli.app import app
 from bertkit.commands.probe import ProbeConfig, ProbeResult, run
 from bertkit.data.tagged import is_tagged_file
+from bertkit.encoding.reading import Reading
+from bertkit.features.settings import Pooling
+from bertkit.models.compute import Compute
+from bertkit.probe import words_run
 from bertkit.probe.words_run import WordProbeRun, table_rows
 
 runner = CliRunner()
@@ -54,7 +58,12 @@ def test_default_rows_are_every_layer_then_the_papers_combinations():
                                             "sum of last 2", "concat of last 2", "sum of all layers"]
     assert [label for label, _ in table_rows("0,-1", None, 6)] == ["embeddings (layer 0)", "layer 6 (last)"]
     assert [(label, s.layers, s.combine) for label, s in table_rows("-2,-1", "concat", 6)] == [
-        ("concat -2,-1", "-2,-1", "concat")]
+        ("concat -2,-1", (-2, -1), "concat")]
+    assert [label for label, _ in table_rows("last4", "sum", 6)] == ["sum of last four"]  # the paper's row, named
+    assert [label for label, _ in table_rows("last4", "mean", 6)] == ["mean last4"]
+    all_rows = table_rows("all", None, 2)  # --layers all: every hidden state, as everywhere
+    assert [s.layers for _, s in all_rows] == [(0,), (1,), (2,)]
+    assert table_rows(None, None, 6)[-1][1].resolve(6) == [1, 2, 3, 4, 5, 6]  # the paper's sum of all 6 layers
 
 
 def test_probe_on_a_tagged_file_writes_the_word_table(tagged, tiny_bert_dir, tmp_path):
@@ -67,14 +76,16 @@ def test_probe_on_a_tagged_file_writes_the_word_table(tagged, tiny_bert_dir, tmp
     assert "concat of last 2" in result.stdout and " *" in result.stdout
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["task"] == "tags" and metrics["scheme"] == {"name": "IOB2", "source": "IOB2"}
-    assert metrics["reading"] == {"word_pool": "mean", "max_length": 16, "stride": 4}
+    assert Reading.from_json(metrics["reading"]) == Reading.of_words("mean", 16, 4)
+    assert metrics["reading"]["word_pool"] == "mean" and metrics["compute"]["device"] == "cpu"
     assert metrics["sentences"] == {"train": 12, "dev": 2} and metrics["words"] == {"train": 51, "dev": 5}
     assert len(metrics["rows"]) == 2 + 1 + 3  # tiny BERT: embeddings + 2 layers, and the 3 combinations
-    assert {r["layers"]["combine"] for r in metrics["rows"]} == {"concat", "sum"}
+    assert {r["pooling"]["combine"] for r in metrics["rows"]} == {"concat", "sum"}
+    assert {r["pooling"]["pool"] for r in metrics["rows"]} == {"word"}
     assert set(metrics["baselines"]) == {"majority tag", "most frequent tag per word", "random-init encoder"}
     assert metrics["best"] in {r["label"] for r in metrics["rows"]}
     assert metrics["random_encoder_row"] == metrics["best"]  # the random weights read the best row's layers
-    singles = {r["label"] for r in metrics["rows"] if r["layers"]["layers"].lstrip("-").isdigit()}
+    singles = {r["label"] for r in metrics["rows"] if Pooling.from_json(r["pooling"]).single_layer}
     assert len(singles) == 3 and metrics["peak_layer"] in singles  # where the per-layer curve peaks
     for scores in [r["scores"] for r in metrics["rows"]] + list(metrics["baselines"].values()):
         low, high = scores["interval"]  # every row and baseline: a 95% interval over the dev sentences
@@ -95,8 +106,40 @@ def test_the_result_is_typed_and_json_matches(tagged, tiny_bert_dir):
     json_run = invoke("probe", "--data", str(train), "--dev", str(dev), "--model", str(tiny_bert_dir), "--layers", "-2,-1",
                       "--combine", "sum", "--json", "--quiet")
     record = json.loads(json_run.stdout)
-    assert record["rows"][0]["label"] == "sum -2,-1" and record["rows"][0]["layers"] == {"layers": "-2,-1",
-                                                                                     "combine": "sum"}
+    assert record["rows"][0]["label"] == "sum -2,-1" and record["rows"][0]["pooling"] == {
+        "pool": "word", "layers": "-2,-1", "combine": "sum", "normalize": False}
+
+
+@pytest.mark.parametrize("native", ["0", "1"])
+def test_word_probes_read_words_in_the_precision_asked(tagged, tiny_bert_dir, monkeypatch, native):
+    """--precision on the word path, resolved once like the sentence probe's (on the CPU): auto is bf16 only where
+    the CPU runs it natively; bf16 runs under autocast (the words' vectors in bf16, passed down as the run's dtype);
+    the scores stay those of fp32 within bf16's rounding; the result and metrics record it."""
+    import torch
+
+    from bertkit.models import loading
+
+    train, dev = tagged
+    seen = []
+    extract = words_run.extract_word_features
+    monkeypatch.setattr(words_run, "extract_word_features", lambda *a, **kw: seen.append(kw["dtype"]) or extract(*a, **kw))
+    loading.cpu_supports_bf16.cache_clear()
+    monkeypatch.setenv("BERTKIT_ASSUME_BF16", native)
+    try:
+        results = {precision: run(ProbeConfig(data=str(train), dev=str(dev), model=str(tiny_bert_dir), layers="0,-1",
+                                              precision=precision, baselines=False))
+                   for precision in ("auto", "fp32", "bf16")}
+    finally:
+        loading.cpu_supports_bf16.cache_clear()
+    auto = "bf16" if native == "1" else "fp32"
+    assert {p: r.dtype for p, r in results.items()} == {"auto": auto, "fp32": "fp32", "bf16": "bf16"}
+    assert results["bf16"].words.compute == Compute("cpu", "bf16") and results["bf16"].words.to_json()["compute"] == {
+        "device": "cpu", "precision": "bf16"}
+    assert seen == [torch.bfloat16 if auto == "bf16" else torch.float32] * 2 + [torch.float32] * 2 + [torch.bfloat16] * 2
+    fp32, bf16 = (results[p].words.table.rows for p in ("fp32", "bf16"))
+    for a, b in zip(fp32, bf16, strict=True):
+        assert a.label == b.label and a.dim == b.dim
+        assert abs(a.scores.token_accuracy - b.scores.token_accuracy) <= 0.2  # 5 dev words: one may flip
 
 
 def test_plain_tags_are_scored_by_token_accuracy_with_task_tags(tmp_path, tiny_bert_dir):

@@ -250,6 +250,15 @@ def test_reading_holds_the_long_text_settings_and_round_trips():
     assert not Reading(truncation="middle").known() and Reading().known()
 
 
+@pytest.mark.parametrize("reading", [Reading.of_words(), Reading.of_words("first_last", 64, 8),
+                                     Reading.of_words("mean", 16, 0), Reading(32, "chunk", "tail", 4, "last")])
+def test_a_reading_of_words_round_trips(reading):
+    assert Reading.from_json(reading.to_json()) == reading
+    assert Reading.from_json(json.loads(json.dumps(reading.to_json()))) == reading  # through the file, too
+    assert reading.to_json()["word_pool"] == reading.word_pool and reading.known() and reading.reads_words
+    assert not Reading(word_pool="sum").known()
+
+
 def test_a_saved_model_tells_plain_transformers_how_it_reads(model_16, tmp_path):
     from transformers import AutoTokenizer
 

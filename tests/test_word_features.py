@@ -10,9 +10,17 @@ import numpy as np
 import pytest
 import torch
 
-from bertkit.encoding.words import WordReading, align_words
+from bertkit.encoding.reading import Reading
+from bertkit.encoding.words import align_words
 from bertkit.errors import UserError
-from bertkit.features.words import PAPER_ROWS, WordLayers, check_fits_model, extract_word_features
+from bertkit.features.settings import LAST4, WORD, Pooling
+from bertkit.features.words import (
+    check_fits_model,
+    extract_word_features,
+    paper_rows,
+    word_pooling,
+    word_pooling_from_json,
+)
 
 SENTENCES = [["Tokenization", "works", "well"], ["Paris", "is", "in", "France", "."], ["ok"]]
 
@@ -35,35 +43,37 @@ def hidden_of(model, ids: list[int]) -> tuple[torch.Tensor, ...]:
 
 def test_first_piece_vector_is_that_hidden_state(model_and_tokenizer):
     model, tokenizer = model_and_tokenizer
-    reading = WordReading("first", 32)
-    features = extract_word_features(model, tokenizer, SENTENCES, reading, [WordLayers("-1"), WordLayers("0")])
+    reading = Reading.of_words("first", 32)
+    features = extract_word_features(model, tokenizer, SENTENCES, reading, [word_pooling("-1"), word_pooling("0")])
     assert features.sentence_offsets.tolist() == [0, 3, 8, 9]
     windows = align_words(tokenizer, SENTENCES, reading)
     hidden = hidden_of(model, windows.ids[1])
     word = 3  # "France", the 4th word of sentence 1 = word 3 + 3 overall
     expected = hidden[-1][0, windows.word_start[3 + word]]
-    assert np.allclose(features.of(WordLayers("-1"))[3 + word], expected.numpy(), atol=1e-5)
-    assert np.allclose(features.of(WordLayers("0"))[3 + word], hidden[0][0, windows.word_start[3 + word]].numpy(),
+    assert np.allclose(features.of(word_pooling("-1"))[3 + word], expected.numpy(), atol=1e-5)
+    assert np.allclose(features.of(word_pooling("0"))[3 + word], hidden[0][0, windows.word_start[3 + word]].numpy(),
                        atol=1e-5)
 
 
 def test_combinations_are_sums_and_concatenations_of_single_layers(model_and_tokenizer):
     model, tokenizer = model_and_tokenizer
-    singles = [WordLayers(str(i)) for i in range(5)]
-    rows = [spec for _, spec in PAPER_ROWS]
-    features = extract_word_features(model, tokenizer, SENTENCES, WordReading("mean", 32), singles + rows)
+    singles = [word_pooling(str(i)) for i in range(5)]
+    rows = [spec for _, spec in paper_rows(4)]
+    every = word_pooling("all", "mean")
+    features = extract_word_features(model, tokenizer, SENTENCES, Reading.of_words("mean", 32), singles + rows + [every])
     layer = [features.of(s) for s in singles]
-    assert np.allclose(features.of(WordLayers("last4", "sum")), sum(layer[1:5]), atol=1e-4)
-    assert np.allclose(features.of(WordLayers("last4", "concat")), np.concatenate(layer[1:5], axis=1), atol=1e-5)
-    assert np.allclose(features.of(WordLayers("all", "sum")), sum(layer[1:5]), atol=1e-4)  # 4 layers: all = last4
-    assert np.allclose(features.of(WordLayers("-2")), layer[3], atol=1e-6)
-    assert features.of(WordLayers("last4", "concat")).shape == (9, 64)
+    assert np.allclose(features.of(word_pooling("last4", "sum")), sum(layer[1:5]), atol=1e-4)
+    assert np.allclose(features.of(word_pooling("last4", "concat")), np.concatenate(layer[1:5], axis=1), atol=1e-5)
+    assert np.allclose(features.of(rows[-1]), sum(layer[1:5]), atol=1e-4)  # the paper's all: the 4 encoder layers
+    assert np.allclose(features.of(every), sum(layer) / 5, atol=1e-5)  # Pooling's all: every hidden state
+    assert np.allclose(features.of(word_pooling("-2")), layer[3], atol=1e-6)
+    assert features.of(word_pooling("last4", "concat")).shape == (9, 64)
     assert all(v.dtype == np.float32 for v in features.vectors)
 
 
 def test_batching_and_chunking_do_not_change_vectors(model_and_tokenizer):
     model, tokenizer = model_and_tokenizer
-    reading, spec = WordReading("first_last", 32), [WordLayers("-1")]
+    reading, spec = Reading.of_words("first_last", 32), [word_pooling("-1")]
     one = extract_word_features(model, tokenizer, SENTENCES, reading, spec, batch_size=1, chunk_sentences=1)
     many = extract_word_features(model, tokenizer, SENTENCES, reading, spec, batch_size=8)
     assert np.allclose(one.vectors[0], many.vectors[0], atol=1e-5)
@@ -73,9 +83,9 @@ def test_batching_and_chunking_do_not_change_vectors(model_and_tokenizer):
 def test_long_sentences_read_in_windows_take_each_word_from_its_best_window(model_and_tokenizer):
     model, tokenizer = model_and_tokenizer
     words = ("the quick brown fox jumps over the lazy dog " * 3).split()
-    wide = extract_word_features(model, tokenizer, [words], WordReading("first", 64), [WordLayers("-1")])
-    narrow_reading = WordReading("first", 10, 4)
-    narrow = extract_word_features(model, tokenizer, [words], narrow_reading, [WordLayers("-1")])
+    wide = extract_word_features(model, tokenizer, [words], Reading.of_words("first", 64), [word_pooling("-1")])
+    narrow_reading = Reading.of_words("first", 10, 4)
+    narrow = extract_word_features(model, tokenizer, [words], narrow_reading, [word_pooling("-1")])
     windows = align_words(tokenizer, [words], narrow_reading)
     assert len(windows.ids) > 1 and narrow.n_words == wide.n_words == len(words)
     for w in (0, 13, len(words) - 1):
@@ -84,27 +94,45 @@ def test_long_sentences_read_in_windows_take_each_word_from_its_best_window(mode
     assert not np.allclose(narrow.vectors[0], wide.vectors[0], atol=1e-3)  # context differs
 
 
-def test_word_layers_round_trip_names_and_errors(model_and_tokenizer):
-    for _, spec in PAPER_ROWS:
-        assert WordLayers.from_json(json.loads(json.dumps(spec.to_json()))) == spec
-    assert WordLayers("last4", "sum").resolve(6) == [3, 4, 5, 6] and WordLayers("all").resolve(6) == [1, 2, 3, 4, 5, 6]
-    assert (WordLayers("-1").name, WordLayers("last4", "sum").name) == ("layer -1", "sum last4")
-    with pytest.raises(UserError, match="--layers 7 does not fit a model of 6 layers"):
-        WordLayers("7").resolve(6)
-    with pytest.raises(UserError, match="a layer named twice"):
-        WordLayers("-1,6").resolve(6)
-    with pytest.raises(UserError, match="--layers 'top' is not a layer choice"):
-        WordLayers("top")
-    with pytest.raises(UserError, match="--combine 'mean' is not a combination"):
-        WordLayers("last4", "mean")
+def test_word_poolings_are_poolings_round_trip_names_and_errors(model_and_tokenizer):
+    for _, spec in paper_rows(6):
+        assert spec.pool == WORD and not spec.normalize
+        assert Pooling.from_json(spec.to_json()) == spec
+        assert Pooling.from_json(json.loads(json.dumps(spec.to_json()))) == spec  # through the file, too
+    assert word_pooling("last4", "sum") == Pooling(WORD, LAST4, "sum", False)
+    assert word_pooling("last4", "sum").resolve(6) == [3, 4, 5, 6] and word_pooling("all").resolve(6) == list(range(7))
+    assert paper_rows(6)[-1][1].resolve(6) == [1, 2, 3, 4, 5, 6]  # the paper's "all 12": encoder layers only
+    assert (word_pooling("-1").label, word_pooling("last4", "sum").label) == ("layer -1", "sum last4")
+    assert word_pooling("-1").single_layer and not word_pooling("all").single_layer
+    with pytest.raises(UserError, match="--layers 7 is out of range"):
+        word_pooling("7").resolve(6)
+    with pytest.raises(UserError, match="names hidden state 6 twice"):
+        word_pooling("-1,6").resolve(6)
+    with pytest.raises(UserError, match="--layers must be"):
+        word_pooling("top")
+    with pytest.raises(UserError, match="--combine must be one of concat, mean, sum"):
+        word_pooling("last4", "max")
     with pytest.raises(UserError, match="--max-length 128 is longer than this model reads \\(64 positions\\)"):
-        check_fits_model(model_and_tokenizer[0], WordReading(max_length=128))
+        check_fits_model(model_and_tokenizer[0], Reading.of_words(max_length=128))
+    with pytest.raises(UserError, match="not by pool 'cls'"):
+        extract_word_features(model_and_tokenizer[0], model_and_tokenizer[1], SENTENCES, Reading.of_words(max_length=32),
+                              [Pooling()])
+
+
+def test_word_layers_written_before_the_fold_read_as_the_poolings_they_meant():
+    """Word stores and probes recorded {layers, combine} (no pool); their `all` was every encoder layer."""
+    assert word_pooling_from_json({"layers": "last4", "combine": "sum"}) == word_pooling("last4", "sum")
+    assert word_pooling_from_json({"layers": "-2", "combine": "concat"}) == word_pooling("-2")
+    assert word_pooling_from_json({"layers": "all", "combine": "sum"}, n_layers=3) == word_pooling("1,2,3", "sum")
+    with pytest.raises(UserError, match="older bertkit with --layers all"):
+        word_pooling_from_json({"layers": "all", "combine": "sum"})
+    assert word_pooling_from_json(word_pooling("all").to_json()) == word_pooling("all")  # the current record
 
 
 def test_token_budget_batches_give_the_vectors_of_one_sentence_a_batch(model_and_tokenizer):
     """--batch-size auto on the word path: batches by padded-token budget, the vectors those of batch_size=1."""
     model, tokenizer = model_and_tokenizer
-    reading, spec = WordReading("first", 32), [WordLayers("-1"), WordLayers("last4", "concat")]
+    reading, spec = Reading.of_words("first", 32), [word_pooling("-1"), word_pooling("last4", "concat")]
     one = extract_word_features(model, tokenizer, SENTENCES * 5, reading, spec, batch_size=1)
     auto = extract_word_features(model, tokenizer, SENTENCES * 5, reading, spec, batch_size=None)
     for a, b in zip(one.vectors, auto.vectors, strict=True):
@@ -128,7 +156,7 @@ def test_bf16_runs_under_autocast_on_the_cpu(model_and_tokenizer):
     from bertkit.features.words import encode_word_chunk
 
     model, tokenizer = model_and_tokenizer
-    reading, spec = WordReading("first", 32), [WordLayers("-1")]
+    reading, spec = Reading.of_words("first", 32), [word_pooling("-1")]
     fp32 = encode_word_chunk(model, tokenizer, SENTENCES, reading, spec).vectors[0]
     same = encode_word_chunk(model, tokenizer, SENTENCES, reading, spec, dtype=torch.float32).vectors[0]
     bf16 = encode_word_chunk(model, tokenizer, SENTENCES, reading, spec, dtype=torch.bfloat16).vectors[0]

@@ -12,8 +12,7 @@ import pytest
 
 from bertkit.data.tagged import TaggedColumns, read_tagged
 from bertkit.data.tagscheme import TagScheme
-from bertkit.encoding.words import WordReading
-from bertkit.probe.words import is_single_layer
+from bertkit.encoding.reading import Reading
 from bertkit.probe.words_run import RANDOM_ENCODER, run_word_probe, with_random_encoder
 from bertkit.scoring.entities import main_interval, score_entities, score_tags, sentence_counts
 
@@ -95,7 +94,7 @@ def tagged(tmp_path) -> tuple[str, str]:
 
 
 def test_random_init_encoder_runs_on_the_best_rows_layers_and_is_recorded(tagged, tiny_bert_dir):
-    reading = WordReading("first", 32)
+    reading = Reading.of_words("first", 32)
     run = run_word_probe(*tagged, TaggedColumns(), reading, str(tiny_bert_dir), layers="1,2", seed=3)
     table = run.table
     assert set(table.baselines) == {"majority tag", "most frequent tag per word", RANDOM_ENCODER}
@@ -111,17 +110,17 @@ def test_random_init_encoder_runs_on_the_best_rows_layers_and_is_recorded(tagged
 
 
 def test_no_baselines_skips_the_random_encoder_and_limit_reads_the_first_sentences(tagged, tiny_bert_dir):
-    run = run_word_probe(*tagged, TaggedColumns(), WordReading("first", 32), str(tiny_bert_dir), layers="2",
+    run = run_word_probe(*tagged, TaggedColumns(), Reading.of_words("first", 32), str(tiny_bert_dir), layers="2",
                          baselines=False, limit=2)
     assert run.table.baselines == {} and run.table.random_encoder_row is None
     assert dict(run.sentences) == {"train": 2, "dev": 2} and "random_encoder_row" not in run.to_json()
 
 
 def test_a_best_row_that_does_not_beat_random_weights_is_a_warning(tagged, tiny_bert_dir):
-    run = run_word_probe(*tagged, TaggedColumns(), WordReading("first", 32), str(tiny_bert_dir), layers="2",
+    run = run_word_probe(*tagged, TaggedColumns(), Reading.of_words("first", 32), str(tiny_bert_dir), layers="2",
                          baselines=False)
     best = run.table.best()
     stronger = replace(best, scores=replace(best.scores, entities=replace(best.scores.entities, f1=1.01)))
     _, notes = with_random_encoder(run.table, stronger)
     assert len(notes) == 1 and "does not beat the same encoder with random weights" in notes[0]
-    assert is_single_layer(best.layers) and not is_single_layer(replace(best.layers, layers="last4"))
+    assert best.pooling.single_layer and not replace(best.pooling, layers=(-4, -3, -2, -1)).single_layer

@@ -12,9 +12,10 @@ import torch
 
 from bertkit.data.tagged import TaggedSentence
 from bertkit.data.tagscheme import TagScheme
-from bertkit.encoding.words import WordReading
+from bertkit.encoding.reading import Reading
 from bertkit.errors import UserError
-from bertkit.features.words import WordFeatures, WordLayers
+from bertkit.features.settings import Pooling
+from bertkit.features.words import WordFeatures, word_pooling
 from bertkit.probe.words import (
     as_sentences,
     fit_word_probe,
@@ -30,7 +31,7 @@ TRAIN = [TaggedSentence(("Anna", "met", "Bob"), ("B-PER", "O", "B-PER")),
 DEV = [TaggedSentence(("Anna", "saw", "Paris"), ("B-PER", "O", "B-LOC")), TaggedSentence(("Zed", "left"), ("B-PER", "O"))]
 
 
-def one_hot_features(sentences, informative: bool, layers: WordLayers, seed: int = 0) -> WordFeatures:
+def one_hot_features(sentences, informative: bool, layers: Pooling, seed: int = 0) -> WordFeatures:
     """Vectors that encode the tag (informative) or pure noise."""
     rng = np.random.default_rng(seed)
     tags = ["O", "B-PER", "B-LOC"]
@@ -49,7 +50,7 @@ def test_baselines():
 
 
 def test_an_informative_layer_beats_noise_and_the_table_is_typed():
-    good, noise = WordLayers("-1"), WordLayers("0")
+    good, noise = word_pooling("-1"), word_pooling("0")
     scheme = TagScheme("IOB2", "IOB2")
     table_good = probe_word_layers(TRAIN, one_hot_features(TRAIN, True, good), DEV,
                                    one_hot_features(DEV, True, good), scheme)
@@ -58,7 +59,7 @@ def test_an_informative_layer_beats_noise_and_the_table_is_typed():
     assert table_good.best() is row and table_good.n_dev_words == 5 and table_good.tags == ("B-LOC", "B-PER", "O")
     assert table_good.baselines["most frequent tag per word"].entities.f1 == pytest.approx(0.8)
     record = json.loads(json.dumps(table_good.to_json()))
-    assert record["rows"][0]["layers"] == {"layers": "-1", "combine": "concat"}
+    assert record["rows"][0]["pooling"] == {"pool": "word", "layers": "-1", "combine": "concat", "normalize": False}
     table_noise = probe_word_layers(TRAIN, one_hot_features(TRAIN, False, noise), DEV,
                                     one_hot_features(DEV, False, noise), scheme)
     assert table_noise.rows[0].scores.main < row.scores.main
@@ -81,7 +82,7 @@ def test_probe_words_end_to_end_with_a_tiny_encoder():
     config = transformers.BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=16, num_hidden_layers=4,
                                      num_attention_heads=2, intermediate_size=32, max_position_embeddings=64)
     model = transformers.BertModel(config).eval()
-    table = probe_words(model, tokenizer, TRAIN, DEV, TagScheme("IOB2", "IOB2"), WordReading("mean", 16))
+    table = probe_words(model, tokenizer, TRAIN, DEV, TagScheme("IOB2", "IOB2"), Reading.of_words("mean", 16))
     assert [r.label for r in table.rows][:3] == ["embeddings", "second-to-last hidden", "last hidden"]
     assert len(table.rows) == 6 and table.rows[4].dim == 64
     assert all(0.0 <= r.scores.main <= 1.0 and r.scores.n_words == 5 for r in table.rows)

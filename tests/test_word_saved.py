@@ -12,14 +12,16 @@ from typer.testing import CliRunner
 
 from bertkit.cli.app import app
 from bertkit.data.tagscheme import TagScheme
-from bertkit.encoding.words import WordReading
+from bertkit.encoding.reading import Reading
 from bertkit.errors import UserError
-from bertkit.features.words import WordLayers
+from bertkit.features.words import word_pooling
+from bertkit.models.compute import Compute
 from bertkit.probe.word_saved import (
     WordProbeFit,
     WordProbeSource,
     is_word_probe,
     load_word_probe,
+    record_digest,
     save_word_probe,
     word_probe_weights,
 )
@@ -62,15 +64,15 @@ def test_spans_are_the_strict_entities_scoring_counts():
         word_offsets(["a", "b"], "a c")
 
 
-def _toy_fit(tmp_path, n_tags: int):
+def _toy_fit(tmp_path, n_tags: int, model: str = "some/model"):
     rng = np.random.default_rng(0)
     tags = ["O", "B-PER", "I-PER"][:n_tags]
     X = rng.normal(size=(60, 8))
     y = [tags[i % n_tags] for i in range(60)]
     X[:, 0] += np.array([tags.index(t) for t in y]) * 3.0
     pipeline = fit_word_probe(X, y)
-    fit = WordProbeFit(word_probe_weights(pipeline), "layer 1", WordLayers("1"), 1.0, 0.5, "entity F1")
-    source = WordProbeSource("some/model", "abc", WordReading("mean", 16, 4), IOB2)
+    fit = WordProbeFit(word_probe_weights(pipeline), "layer 1", word_pooling("1"), 1.0, 0.5, "entity F1")
+    source = WordProbeSource(model, "abc", Reading.of_words("mean", 16, 4), IOB2, compute=Compute("cpu", "bf16"))
     return pipeline, X, save_word_probe(tmp_path / "probe", fit, source)
 
 
@@ -82,8 +84,26 @@ def test_a_saved_probe_reloads_and_predicts_the_fitted_tags(tmp_path, n_tags):
     predicted = np.asarray(saved.tags, dtype=object)[saved.predict_proba(X).argmax(axis=1)]
     assert predicted.tolist() == pipeline.predict(X).tolist()
     np.testing.assert_allclose(saved.predict_proba(X), pipeline.predict_proba(X), atol=1e-9)
-    assert saved.source.reading.word_pool == "mean" and saved.source.scheme == IOB2
-    assert saved.fit.layers.layers == "1"
+    assert saved.source.reading == Reading.of_words("mean", 16, 4) and saved.source.scheme == IOB2
+    assert saved.fit.pooling == word_pooling("1") and saved.source.compute == Compute("cpu", "bf16")
+
+
+def test_a_probe_saved_before_the_fold_reads_as_it_meant(tmp_path, tiny_bert_dir):
+    """A bertkit-word-probe/1 record (reading {word_pool, max_length, stride}, layers {layers, combine}, no compute)
+    loads with the same settings; its layers `all` are its encoder's layers (the tiny model's 1 and 2)."""
+    _, X, folder = _toy_fit(tmp_path, 3, str(tiny_bert_dir))
+    record = json.loads((folder / "probe.json").read_text())
+    older = {k: v for k, v in record.items() if k not in ("pooling", "compute", "record_sha256")}
+    older.update(format="bertkit-word-probe/1", reading={"word_pool": "mean", "max_length": 16, "stride": 4},
+                 layers={"layers": "1", "combine": "concat"})
+    (folder / "probe.json").write_text(json.dumps({**older, "record_sha256": record_digest(older)}))
+    assert is_word_probe(folder)
+    saved = load_word_probe(folder)
+    assert saved.source.reading == Reading.of_words("mean", 16, 4) and saved.fit.pooling == word_pooling("1")
+    assert saved.source.compute is None
+    older["layers"] = {"layers": "all", "combine": "sum"}
+    (folder / "probe.json").write_text(json.dumps({**older, "record_sha256": record_digest(older)}))
+    assert load_word_probe(folder).fit.pooling == word_pooling("1,2", "sum")
 
 
 @pytest.mark.parametrize("name", ["probe.json", "probe.safetensors"])
@@ -115,8 +135,14 @@ def test_probe_saves_the_best_rows_probe_and_predict_reproduces_its_dev_score(wo
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["outputs"]["probe"] == str(out / "probe")
     record = json.loads((out / "probe" / "probe.json").read_text())
-    assert record["format"] == "bertkit-word-probe/1" and record["row"] == metrics["best"]
-    assert record["reading"] == {"word_pool": "mean", "max_length": 16, "stride": 4}
+    assert record["format"] == "bertkit-word-probe/2" and record["row"] == metrics["best"]
+    assert Reading.from_json(record["reading"]) == Reading.of_words("mean", 16, 4) == Reading.from_json(
+        metrics["reading"])
+    assert record["reading"] == {"max_length": 16, "long_text": "chunk", "truncation": "head", "stride": 4,
+                                 "word_pool": "mean"}
+    best_row = next(r for r in metrics["rows"] if r["label"] == metrics["best"])
+    assert record["pooling"] == best_row["pooling"] and record["pooling"]["pool"] == "word"
+    assert record["compute"] == metrics["compute"] and record["compute"]["device"] == "cpu"
     assert record["scheme"] == {"name": "IOB2", "source": "IOB2"} and record["tags"] == metrics["tags"]
     result = invoke("predict", "--probe", str(out), "--data", str(dev), "--json")
     assert result.exit_code == 0, result.output
@@ -174,3 +200,28 @@ def test_predict_refuses_a_damaged_word_probe(word_run, tmp_path):
     assert result.exit_code == 2 and "damaged" in result.output and "probe.safetensors" in result.output
     bad_words = invoke("predict", "--probe", str(out), "--words", "not json")
     assert bad_words.exit_code == 2 and "--words" in bad_words.output
+
+
+@pytest.mark.parametrize("native", ["0", "1"])
+def test_predict_reads_words_in_the_precision_the_probe_records(tmp_path, tiny_bert_dir, monkeypatch, native):
+    """A probe fitted on bf16 word vectors: predict's --precision auto reads in bf16 where the CPU runs it natively,
+    else in fp32 with a note; --precision fp32 is applied; the probabilities agree within bf16's rounding."""
+    from bertkit.commands.predict import PredictConfig, run
+    from bertkit.models import loading
+
+    train, dev = write_conll(tmp_path / "train.iob2", SENTENCES * 3), write_conll(tmp_path / "dev.iob2", DEV)
+    out = tmp_path / "run"
+    loading.cpu_supports_bf16.cache_clear()
+    monkeypatch.setenv("BERTKIT_ASSUME_BF16", native)
+    try:
+        fitted = invoke("probe", "--data", str(train), "--dev", str(dev), "--model", str(tiny_bert_dir), "--layers",
+                        "-1", "--no-baselines", "--precision", "bf16", "--out", str(out), "--quiet")
+        assert fitted.exit_code == 0, fitted.output
+        text = ("Anna met Bob in Paris",)
+        auto, fp32 = (run(PredictConfig(probe=str(out), text=text, precision=p)) for p in ("auto", "fp32"))
+    finally:
+        loading.cpu_supports_bf16.cache_clear()
+    assert json.loads((out / "probe" / "probe.json").read_text())["compute"] == {"device": "cpu", "precision": "bf16"}
+    assert (auto.dtype, fp32.dtype) == ("bf16" if native == "1" else "fp32", "fp32")
+    np.testing.assert_allclose(auto.sentences[0].probabilities, fp32.sentences[0].probabilities, atol=0.05)
+    assert invoke("predict", "--probe", str(out), "--text", text[0], "--precision", "int8").exit_code == 2

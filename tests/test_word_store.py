@@ -14,10 +14,11 @@ from typer.testing import CliRunner
 
 from bertkit.cli.app import app
 from bertkit.commands.embed import EmbedConfig, EmbedResult, run
-from bertkit.encoding.words import WordReading
+from bertkit.encoding.reading import Reading
 from bertkit.features import word_store
+from bertkit.features.settings import Pooling
 from bertkit.features.word_embed import WordEmbedRun, WordEncoder, run_word_embed
-from bertkit.features.words import WordLayers, extract_word_features
+from bertkit.features.words import extract_word_features, word_pooling
 from bertkit.io import faults
 
 runner = CliRunner()
@@ -59,12 +60,12 @@ def test_store_shapes_offsets_words_tags_and_settings(tiny_bert_dir, tagged, tmp
     assert [s.split for s in result.words.splits] == ["train", "dev"] and result.rows == 14
     store = word_store.open_word_store(out / "train")
     n_words = sum(len(s) for s in SENTENCES) * 3
-    assert store.vectors.shape == (n_words, 32 * 2)  # all: the model's two layers, concatenated
+    assert store.vectors.shape == (n_words, 32 * 3)  # all: every hidden state (embeddings, 2 layers), concatenated
     assert isinstance(store.vectors, np.memmap)
     lengths = [len(s) for s in SENTENCES * 3]
     assert store.sentence_offsets.tolist() == np.concatenate([[0], np.cumsum(lengths)]).tolist()
     assert store.words[1] == ("Bob", "Smith", "left", "Rome") and store.tags[1] == ("B-PER", "I-PER", "O", "B-LOC")
-    assert store.reading == WordReading() and store.layers == WordLayers("all", "concat")
+    assert store.reading == Reading.of_words() and store.pooling == word_pooling("all", "concat")
     assert store.scheme == "IOB2" and store.n_sentences == 12
     manifest = json.loads((out / "train" / "manifest.json").read_text())
     assert set(manifest["digests"]) == {"vectors.npy", "sentence_offsets.npy", "sentences.jsonl"}
@@ -78,7 +79,7 @@ def test_vectors_equal_extract_word_features(tiny_bert_dir, tagged, tmp_path):
 
     train, _ = tagged
     out = tmp_path / "store"
-    reading, layers = WordReading("mean", 16, 4), WordLayers("-2,-1", "sum")
+    reading, layers = Reading.of_words("mean", 16, 4), word_pooling("-2,-1", "sum")
     run(EmbedConfig(data=str(train), out=str(out), model=str(tiny_bert_dir), layers="-2,-1", combine="sum",
                     word_pool="mean", max_length=16, stride=4, shard_size=5, precision="fp32"),
         progress=False)  # fp32 as `extract_word_features` below (auto is bf16 where the CPU runs it natively)
@@ -138,7 +139,7 @@ def test_options_the_word_path_does_not_read_are_refused(tiny_bert_dir, tagged, 
     refused = invoke("embed", "--data", str(tagged[0]), "--out", str(tmp_path / "o"), "--pool", "mean",
                      "--layers", "last5")
     assert refused.exit_code == 2 and "--pool does not apply to tagged data" in refused.output
-    assert "--layers 'last5'" in refused.output and not (tmp_path / "o").exists()
+    assert "got 'last5'" in refused.output and not (tmp_path / "o").exists()
 
 
 def test_task_tags_reads_a_column_file_with_another_name(tiny_bert_dir, tmp_path):
@@ -160,7 +161,7 @@ def peak_bytes(model_dir: Path, tmp_path: Path, copies: int, tag: str) -> int:
     encoder = WordEncoder(model, loading.load_tokenizer(str(model_dir)), str(model_dir), "r", "fp32")
     tracemalloc.start()
     try:
-        run_word_embed([("train", str(data))], TaggedColumns(), WordReading("first_last"), WordLayers("all", "concat"),
+        run_word_embed([("train", str(data))], TaggedColumns(), Reading.of_words("first_last"), word_pooling("1,2"),
                        encoder, tmp_path / f"out-{tag}", False, 64, 32, "cpu")
         return tracemalloc.get_traced_memory()[1]
     finally:
@@ -188,3 +189,52 @@ def test_the_recorded_precision_is_the_one_computed(tiny_bert_dir, tagged, tmp_p
         stores[precision] = np.asarray(word_store.open_word_store(out).vectors)
     assert not np.array_equal(stores["fp32"], stores["bf16"])
     np.testing.assert_allclose(stores["fp32"], stores["bf16"], atol=0.1)
+
+
+def as_written_before_the_fold(record: dict) -> dict:
+    """A word store's identity or manifest as bertkit wrote it before the word settings were `Reading` and
+    `Pooling` (format /1: word_pool, max_length, stride; layers, combine)."""
+    old = {k: v for k, v in record.items() if k not in ("long_text", "truncation", "pool", "normalize")}
+    if "pooling" in record:
+        old["layers"] = {k: record["pooling"][k] for k in ("layers", "combine")}
+        old["reading"] = {k: record["reading"][k] for k in ("word_pool", "max_length", "stride")}
+        old["identity"] = as_written_before_the_fold(record["identity"])
+        old["format"] = "bertkit-word-store/1"
+        del old["pooling"]
+    return old
+
+
+def test_a_store_written_before_the_fold_reads_with_its_settings_and_its_identity_matches(tiny_bert_dir, tagged,
+                                                                                          tmp_path):
+    out = tmp_path / "store"
+    assert invoke("embed", "--data", str(tagged[0]), "--model", str(tiny_bert_dir), "--word-pool", "mean",
+                  "--layers", "-2,-1", "--combine", "sum", "--out", str(out)).exit_code == 0
+    manifest_file = out / "manifest.json"
+    manifest = json.loads(manifest_file.read_text())
+    assert manifest["format"] == word_store.FORMAT and manifest["pooling"]["pool"] == "word"
+    older = as_written_before_the_fold(manifest)
+    manifest_file.write_text(json.dumps(older))
+    store = word_store.open_word_store(out)
+    assert store.reading == Reading.of_words("mean") and store.pooling == word_pooling("-2,-1", "sum")
+    assert word_store.identity_differences(older["identity"], manifest["identity"]) == []  # the same run: done
+    assert word_store.identity_differences({**older["identity"], "word_pool": "first"}, manifest["identity"]) == [
+        "word_pool: 'first' -> 'mean'"]
+    manifest_file.write_text(json.dumps({**older, "layers": {"layers": "all", "combine": "concat"}}))
+    # its `all` meant every encoder layer (1, 2 of the tiny model), as its n_layers says; now `all` is every state
+    assert word_store.open_word_store(out).pooling == Pooling("word", (1, 2), "concat", False)
+    all_before = {**older["identity"], "layers": "all", "combine": "concat"}
+    assert word_store.identity_differences(all_before, {**manifest["identity"], **word_pooling("all").to_json()}) == [
+        f"layers: {word_store.ALL_BEFORE!r} -> 'all'"]
+
+
+def test_an_unfinished_store_written_before_the_fold_resumes(tiny_bert_dir, tagged, tmp_path, monkeypatch):
+    args = ["embed", "--data", str(tagged[0]), "--model", str(tiny_bert_dir), "--shard-size", "3"]
+    out, clean = tmp_path / "store", tmp_path / "clean"
+    assert invoke(*args, "--out", str(clean)).exit_code == 0
+    monkeypatch.setenv(faults.FAIL_AFTER_SHARDS_ENV, "2")
+    assert invoke(*args, "--out", str(out)).exit_code != 0
+    monkeypatch.delenv(faults.FAIL_AFTER_SHARDS_ENV)
+    identity = json.loads((clean / "manifest.json").read_text())["identity"]
+    (out / "identity.json").write_text(json.dumps(as_written_before_the_fold(identity)))
+    writer = word_store.WordStoreWriter(out, identity, 12, 3, 32)
+    assert writer.status() == "partial" and writer.pending_chunks() == [2, 3]

@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 import torch
 
+from bertkit.encoding.reading import Reading
 from bertkit.encoding.words import (
-    WordReading,
     align_words,
     best_windows,
+    pieces_per_word,
     plan_windows,
     pool_word_vectors,
     word_pieces,
@@ -29,17 +30,33 @@ def tokenizer():
     return transformers.AutoTokenizer.from_pretrained(os.path.join(os.path.dirname(minilm.__file__), "model"))
 
 
-def test_reading_round_trip_and_errors():
-    reading = WordReading("first_last", 64, 8)
-    assert WordReading.from_json(json.loads(json.dumps(reading.to_json()))) == reading
-    assert (reading.budget, reading.overlap, reading.width) == (62, 8, 2)
-    assert WordReading(max_length=64).overlap == 16
-    with pytest.raises(UserError, match="--word-pool 'sum' is not a word pooling"):
-        WordReading("sum")
+def test_a_word_reading_is_a_reading_round_trip_and_errors(tokenizer):
+    reading = Reading.of_words("first_last", 64, 8)
+    assert reading == Reading(64, "chunk", "head", 8, "first_last") and reading.reads_words
+    assert Reading.from_json(reading.to_json()) == reading
+    assert Reading.from_json(json.loads(json.dumps(reading.to_json()))) == reading  # through the file, too
+    assert (reading.word_budget, reading.window_stride, pieces_per_word(reading.word_pool)) == (62, 8, 2)
+    assert Reading.of_words(max_length=64).window_stride == 16 and Reading.of_words().word_pool == "first"
+    assert Reading.of_words("sum").word_problems() == [
+        "--word-pool 'sum' is not a word pooling: valid are first, last, first_last, mean. Pass one of them."]
+    assert "--stride 62 must be between 0 and 61" in Reading.of_words(max_length=64, stride=62).word_problems()[0]
+    assert "--max-length 3 leaves no room" in Reading.of_words(max_length=3).word_problems()[0]
     with pytest.raises(UserError, match="--stride 62 must be between 0 and 61"):
-        WordReading(max_length=64, stride=62)
-    with pytest.raises(UserError, match="--max-length 3 leaves no room"):
-        WordReading(max_length=3)
+        align_words(tokenizer, [["a"]], Reading.of_words(max_length=64, stride=62))
+
+
+def test_a_word_reading_written_before_the_fold_reads_as_the_same_reading():
+    """Word stores and word probes recorded {word_pool, max_length, stride}: read back, they are read in windows."""
+    older = {"word_pool": "mean", "max_length": 16, "stride": 4}
+    assert Reading.from_json(older) == Reading.of_words("mean", 16, 4)
+    assert Reading.from_json({"word_pool": "first", "max_length": 128, "stride": None}) == Reading.of_words()
+    assert Reading.record_problems({**older, "word_pool": "sum"}) == [
+        "reading.word_pool is 'sum', not one of first, last, first_last, mean"]
+
+
+def test_a_sentence_reading_records_no_word_pool():
+    assert "word_pool" not in Reading().to_json() and not Reading().reads_words
+    assert Reading.from_json(Reading(64, "chunk", "tail", 8).to_json()) == Reading(64, "chunk", "tail", 8)
 
 
 def test_windows_hold_whole_words_overlap_and_cover_every_word():
@@ -72,7 +89,7 @@ def test_a_word_longer_than_the_window_gets_its_own():
 
 def test_align_words_maps_split_words_to_their_pieces(tokenizer):
     sentences = [["Tokenization", "works"], ["a"]]
-    windows = align_words(tokenizer, sentences, WordReading(max_length=32))
+    windows = align_words(tokenizer, sentences, Reading.of_words(max_length=32))
     pieces = tokenizer.convert_ids_to_tokens(windows.ids[0])
     assert pieces[0] == "[CLS]" and pieces[-1] == "[SEP]"
     assert pieces[windows.word_start[0]:windows.word_end[0]] == ["token", "##ization"]
@@ -82,7 +99,7 @@ def test_align_words_maps_split_words_to_their_pieces(tokenizer):
 
 def test_long_sentence_windows_fit_and_every_word_points_into_its_window(tokenizer):
     words = ("the quick brown fox jumps over the lazy dog " * 6).split()
-    reading = WordReading(max_length=12, stride=3)
+    reading = Reading.of_words(max_length=12, stride=3)
     windows = align_words(tokenizer, [words], reading)
     assert len(windows.ids) > 1 and max(len(ids) for ids in windows.ids) <= 12
     for w, word in enumerate(words):

@@ -52,7 +52,7 @@ def show_word_probe(words: WordProbeRun, view: View) -> None:
     reading = words.reading
     title = (f"Word probe — {words.model} — train {words.sentences['train']:,} sentences ({table_.n_train_words:,} "
              f"words), dev {words.sentences['dev']:,} ({table_.n_dev_words:,} words); tags {table_.scheme.name}, "
-             f"word pool {reading.word_pool}, max length {reading.max_length} (* = best dev {best.scores.main_name}; 95% "
+             f"word pool {reading.word_pool}, max length {reading.max_length}, {words.compute.precision} (* = best dev {best.scores.main_name}; 95% "
              f"CI: {BOOTSTRAP_RESAMPLES:,} resamples of the dev sentences)")
     out_console.print(table(title, header, rows))
     out_console.print(f"best: {best.label}, dev {best.scores.main_name} {best.scores.main:.3f}", highlight=False)
@@ -68,7 +68,7 @@ def show_word_probe(words: WordProbeRun, view: View) -> None:
 
 def show_word_embed(words: WordEmbedRun) -> None:
     """Each split's word store (complete already, written, resumed), then the throughput."""
-    layers = words.layers.name
+    layers = words.pooling.label
     for split in words.splits:
         shape = f"{split.words:,} words x {split.width}"
         if split.status == "complete":

@@ -13,14 +13,13 @@ from typing import Any
 
 from bertkit import __version__
 from bertkit.data.options import WORD_TASKS, DataOptions, reads_tagged
-from bertkit.data.tagscheme import SCHEMES
-from bertkit.encoding.reading import LongTextOptions, Reading
-from bertkit.encoding.words import WORD_POOLS
+from bertkit.data.tagscheme import TagSchemeOption
+from bertkit.encoding.reading import LongTextOptions, Reading, WordPoolOption
 from bertkit.errors import UserError, raise_if_problems
 from bertkit.features.settings import (
-    COMBINES,
     POOLS,
     STORE_DTYPES,
+    CombineOption,
     Pooling,
     check_layers_exist,
     layers_problem,
@@ -42,14 +41,14 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class EmbedConfig(LongTextOptions, DataOptions):
+class EmbedConfig(WordPoolOption, TagSchemeOption, CombineOption, LongTextOptions, DataOptions):
     """`bertkit embed`: pooled encoder features for every row, written to a sharded, resumable store."""
 
     # embed writes every row of every split it is given and makes no hold-out split, so these
     # DataOptions fields are not options of the command (nor valid recipe keys).
     NOT_OPTIONS = ("seed", "dev_fraction")
     REQUIRED_OPTIONS = ("data", "out")
-    ADVANCED_OPTIONS = ("stride", "shard_size", "trust_remote_code", "tag_scheme")
+    ADVANCED_OPTIONS = ("stride", "shard_size", "trust_remote_code")
     WORD_OPTIONS = ("data", "dev", "test", "text_column", "label_column", "task", "max_length", "stride", "model",
                     "layers", "combine", "batch_size", "precision", "device", "out", "overwrite", "shard_size",
                     "trust_remote_code", "word_pool", "tag_scheme", "data_config", "train_split")
@@ -59,10 +58,8 @@ class EmbedConfig(LongTextOptions, DataOptions):
 
     model: str = option("minilm-offline", "Encoder: a hub id, a local folder, or `minilm-offline`.", panel=MODEL)
     pool: str = option("cls", "Token pooling (mean/max ignore padding).", panel=MODEL, choices=POOLS)
-    layers: str = option("-1", "Hidden states to pool: -1 (last), a list like -4,-3,-2,-1 (0 = embeddings), or all.",
-                         panel=MODEL)
-    combine: str = option("concat", "How several --layers are combined (all + concat keeps a layer axis).",
-                          panel=MODEL, choices=COMBINES)
+    layers: str = option("-1", "Hidden states to pool: -1 (last), a list like -4,-3,-2,-1 (0 = embeddings), last4 or "
+                         "all.", panel=MODEL)
     batch_size: str = option("auto", "Rows per batch, or auto (a padded-token budget from the model size).")
     precision: str = option("auto", INFERENCE_PRECISION_HELP, choices=INFERENCE_PRECISIONS, aliases=("--dtype",))
     store_dtype: str = option("float32", "Stored precision (float16 halves the disk).", panel=OUTPUT,
@@ -78,11 +75,6 @@ class EmbedConfig(LongTextOptions, DataOptions):
     task: str = option("auto", "tags: --data is a tagged corpus (one tag per word), written as a word-level store "
                        "(a vector per word); auto: detected from .iob2/.conll files and their content.", panel=DATA,
                        choices=WORD_TASKS)
-    word_pool: str | None = option(None, "Tagged data: a word's vector from its word pieces: first (default, BERT's NER "
-                                   "choice), last, first_last (concatenated) or mean.", panel=MODEL,
-                                   choices=WORD_POOLS)
-    tag_scheme: str = option("auto", "Tagged data: the tags' scheme (IOB1 is stored as IOB2; none: plain labels such "
-                             "as POS). auto detects it.", panel=DATA, choices=SCHEMES)
 
     def __post_init__(self) -> None:
         if self.reads_words:  # tagged data: the word path's own rules
@@ -210,7 +202,7 @@ def store_identity(cfg: EmbedConfig, reading: Reading, split: str, ds: Any, revi
     The data is identified by its fingerprint (content hash), not its path, so `./x.tsv` and `/abs/x.tsv` match.
     """
     from bertkit.models import loading
-    pooling = Pooling.from_options(cfg.pool, cfg.layers, cfg.combine, cfg.normalize)
+    pooling = Pooling.from_config(cfg)
     return {  # the encoder's whole weights too: its revision reads only the ends of the file
         "model": cfg.model, "revision": revision, "encoder_sha256": loading.weights_digest(cfg.model or ""),
         **pooling.to_json(), "max_length": reading.max_length,
@@ -293,7 +285,7 @@ def _load_encoder(cfg: EmbedConfig, device: Any, dtype: Any, export: bool) -> _E
         if cfg.precision == loading.INT8:
             encoder = quantize.quantized_int8(encoder, inplace=True)  # loaded for this run only
         precision, backend = loading.precision_name(encoder, dtype), None
-    spec = Pooling.from_options(cfg.pool, cfg.layers, cfg.combine, cfg.normalize)
+    spec = Pooling.from_config(cfg)
     loaded = _Encoder(encoder, tokenizer, spec, precision, loading.model_revision(cfg.model), backend, reading)
     spec.resolve(loaded.shape[0])
     return loaded

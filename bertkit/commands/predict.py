@@ -191,7 +191,12 @@ def run_word_probe(cfg: PredictConfig, keep: int | None = None,
     raise_if_problems(word_out_problems(cfg.out) + word_probe_option_problems(cfg))
     probe = load_word_probe(cfg.probe or "")  # every file verified before the encoder is loaded
     loading.check_model_folder(probe.source.model)
-    tagger = word_tagger(probe, cfg.batch_size)
+    # the one resolution of --precision: auto reads words in the precision the probe's were read in, where the CPU
+    # runs it natively (a probe saved before it recorded one: as auto resolves here)
+    compute, notes = Compute.over_record("cpu", cfg.precision, probe.source.compute, f"The word probe {probe.path}")
+    for note in notes:
+        log.warning("%s", note)
+    tagger = word_tagger(probe, cfg.batch_size, compute)
     kept: list[TaggedWords] = []
     total = 0
     sink = (open_word_predictions(Path(cfg.out), predictions_out.vouch(Path(cfg.out))) if cfg.out
@@ -204,8 +209,8 @@ def run_word_probe(cfg: PredictConfig, keep: int | None = None,
             if on_sentences is not None:
                 on_sentences(chunk)
     reading = probe.source.reading
-    return PredictResult("tags", list(probe.tags), 0.5, cfg.out, "fp32", reading.max_length, None,
-                         f"word {reading.word_pool}, {probe.fit.layers.name}", sentences=kept, n_sentences=total)
+    return PredictResult("tags", list(probe.tags), 0.5, cfg.out, compute.precision, reading.max_length, None,
+                         f"word {reading.word_pool}, {probe.fit.pooling.label}", sentences=kept, n_sentences=total)
 
 
 def word_sentences(cfg: PredictConfig) -> Any:
@@ -220,8 +225,10 @@ def word_sentences(cfg: PredictConfig) -> Any:
 def word_probe_option_problems(cfg: PredictConfig) -> list[str]:
     """Options a word probe does not read (it reads words as its record says)."""
     given = [flag for flag, value in (("--max-length", cfg.max_length), ("--stride", cfg.stride)) if value]
+    int8 = ["--precision int8 does not apply to a word probe: word vectors are read in float. Pass --precision auto, "
+            "fp32 or bf16."] if cfg.precision == "int8" else []
     return [f"{flag} does not apply to a word probe: it reads words as it was fitted (its probe.json). Drop {flag}."
-            for flag in given]
+            for flag in given] + int8
 
 
 def check_model_inputs(cfg: Any) -> None:

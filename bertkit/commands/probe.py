@@ -15,13 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 from bertkit.data.options import WORD_TASK, TaskOptions, reads_tagged
 from bertkit.data.tagged import TaggedColumns, may_be_tagged, tagged_sources
-from bertkit.data.tagscheme import SCHEMES
-from bertkit.encoding.reading import DEFAULT_MAX_LENGTH, LongTextOptions, Reading
-from bertkit.encoding.words import WORD_POOLS, WordReading
+from bertkit.data.tagscheme import TagSchemeOption
+from bertkit.encoding.reading import LongTextOptions, Reading, WordPoolOption
 from bertkit.errors import UserError, raise_if_problems
-from bertkit.features.settings import POOLS, layers_problem
-from bertkit.features.words import COMBINES as WORD_COMBINES
-from bertkit.features.words import WordLayers
+from bertkit.features.settings import POOLS, CombineOption, layers_problem
+from bertkit.features.words import word_settings_problems
 from bertkit.models.compute import INFERENCE_PRECISION_HELP, INFERENCE_PRECISIONS, TRUST_HELP, Compute
 from bertkit.models.folders import OFFLINE_NAME
 from bertkit.models.metadata import read_as_saved
@@ -45,16 +43,19 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class ProbeConfig(LongTextOptions, MetricOptions, TaskOptions):
+class ProbeConfig(WordPoolOption, TagSchemeOption, CombineOption, LongTextOptions, MetricOptions, TaskOptions):
     """`bertkit probe`: linear probes on frozen features, per pooling and layer, with baselines: logistic regression
     (one label), one-vs-rest logistic regression (tags) or ridge regression (numbers)."""
 
-    ADVANCED_OPTIONS = ("stride", "trust_remote_code", "tag_scheme")
+    ADVANCED_OPTIONS = ("stride", "trust_remote_code")
     READS_WORDS = True
     WORD_OPTIONS = ("data", "dev", "text_column", "label_column", "task", "seed", "max_length", "stride", "model",
-                    "layers", "batch_size", "C", "baselines", "out", "overwrite", "trust_remote_code", "word_pool",
-                    "combine", "tag_scheme", "encoding", "cache_dir", "limit", "data_config", "train_split")
+                    "layers", "batch_size", "precision", "C", "baselines", "out", "overwrite", "trust_remote_code",
+                    "word_pool", "combine", "tag_scheme", "encoding", "cache_dir", "limit", "data_config", "train_split")
     """The options the word path (tagged data) reads; any other one given there is refused, naming it."""
+    HELP_OVERRIDES = {"combine": "Tagged data: one row of the --layers (default last4) combined (concat, mean or sum) "
+                                 "instead of the default table (every layer, plus the BERT paper's sum/concat of the "
+                                 "last four and sum of all)."}
 
     features: str | None = option(None, "A `bertkit embed` store (its --out directory) instead of --data.",
                                   panel=DATA)
@@ -90,14 +91,6 @@ class ProbeConfig(LongTextOptions, MetricOptions, TaskOptions):
                              panel=OUTPUT)
     overwrite: bool = overwrite_option("a probe run")
     trust_remote_code: bool = option(False, TRUST_HELP, panel=MODEL)
-    word_pool: str | None = option(None, "Tagged data: a word's vector from its word pieces: first (default, BERT's NER "
-                                   "choice), last, first_last (concatenated) or mean.", panel=MODEL,
-                                   choices=WORD_POOLS)
-    combine: str | None = option(None, "Tagged data: one row of the --layers (default last4) summed or concatenated "
-                                 "instead of the default table (every layer, plus the BERT paper's sum/concat of the "
-                                 "last four and sum of all).", panel=MODEL, choices=WORD_COMBINES)
-    tag_scheme: str = option("auto", "Tagged data: the tags' scheme (IOB1 is scored as IOB2; none: plain labels such "
-                             "as POS, scored by token accuracy). auto detects it.", panel=DATA, choices=SCHEMES)
 
     def __post_init__(self) -> None:
         if self.reads_words:  # the data options' own rules first: they also fill unset lists
@@ -154,18 +147,7 @@ class ProbeConfig(LongTextOptions, MetricOptions, TaskOptions):
         given = [f for f in defaults if f not in self.WORD_OPTIONS and getattr(self, f) != defaults[f]
                  and (getattr(self, f) or defaults[f])]  # an empty list given for an empty tuple is not given
         problems += [f"{flag(name)} does not apply to word probes (tagged data): they take {', '.join(flag(o) for o in self.WORD_OPTIONS[1:])}. Drop {flag(name)}." for name in given]
-        if self.combine is None:
-            problems += layers_problem(self.layers)
-        else:
-            try:
-                WordLayers(self.layers or "last4", self.combine)
-            except UserError as exc:
-                problems.append(str(exc))
-        try:
-            WordReading(self.word_pool or "first", self.max_length or DEFAULT_MAX_LENGTH, self.stride)
-        except UserError as exc:
-            problems.append(str(exc))
-        return problems
+        return problems + word_settings_problems(self, self.layers)
 
     @property
     def pools(self) -> list[str]:
@@ -219,7 +201,8 @@ class ProbeResult:
         best = words.table.best()
         metric = best.scores.main_name.replace(" ", "_")
         outputs = ProbeOutputs.from_json(dict(words.outputs))
-        return cls(words.model, words.revision, words.train, None, "float32", SplitRows(dict(words.sentences)),
+        return cls(words.model, words.revision, words.train, None, words.compute.precision,
+                   SplitRows(dict(words.sentences)),
                    list(words.table.tags), ProbeSettings({"kind": "logistic regression per word", "C": words.C}), [],
                    BestCell.from_json({"pool": f"word {words.reading.word_pool}", "layer": best.label, "C": words.C,
                                        "dev": {metric: best.scores.main}}),
@@ -313,12 +296,14 @@ def run_words(cfg: ProbeConfig, progress: bool = False) -> ProbeResult:
 
     plan = rundir.inspect_run_dir(cfg.out, "probe", overwrite=cfg.overwrite, compare=trail.config_compare(config_dict(cfg)),
                                   inputs=ownership.input_paths(cfg)) if cfg.out else None  # claimed once it ran
-    reading = WordReading(cfg.word_pool or "first", cfg.max_length or DEFAULT_MAX_LENGTH, cfg.stride)
+    reading = Reading.of_words(cfg.word_pool, cfg.max_length, cfg.stride)
     columns = TaggedColumns(cfg.text_column, cfg.label_column, cfg.tag_scheme)
     train, dev = tagged_sources(str(cfg.data), [str(cfg.dev)], cfg.data_config, cfg.train_split)
+    compute = Compute.resolve("cpu", cfg.precision)  # once: words are read on the CPU, as sentence probes' text
     words = run_word_probe(train, dev, columns, reading, cfg.model or OFFLINE_NAME, cfg.layers,
                            cfg.combine, cfg.batch_size, cfg.C or DEFAULT_C, cfg.seed, cfg.baselines,
-                           cfg.trust_remote_code, say=log.info if progress else None, limit=cfg.limit)
+                           cfg.trust_remote_code, say=log.info if progress else None, limit=cfg.limit,
+                           compute=compute)
     if plan is not None:
         run_dir = plan.claim()
         words = write_word_probe_run(run_dir.path, words, config_dict(cfg), final_dir=run_dir.out)

@@ -1,6 +1,7 @@
 """Tag schemes of tagged corpora: which one a file's tags follow (`detect_scheme`), IOB1 rewritten as IOB2
-(`to_iob2`: CoNLL-2003 ships IOB1, and strict entity scoring needs every entity to open with B-), and the
-settings object the reading records (`TagScheme`), so scoring reads entities the way the file meant them."""
+(`to_iob2`: CoNLL-2003 ships IOB1, and strict entity scoring needs every entity to open with B-), the settings
+object the reading records (`TagScheme`), so scoring reads entities the way the file meant them, and --tag-scheme,
+the option it is built from (`TagSchemeOption`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bertkit.errors import UserError
+from bertkit.options import DATA, option
 
 SCHEMES = ("auto", "IOB1", "IOB2", "IOBES", "none")
 """As given (--tag-scheme): auto detects; none means tags are plain labels (POS), scored by token accuracy."""
@@ -19,6 +21,16 @@ SCORED_SCHEMES = ("IOB2", "IOBES", "none")
 ENTITY_TAG = re.compile(r"^([BIESLU])[-_](.+)$")
 """An entity tag: a prefix, - or _, a type (B-PER, I_ORG, S-LOC). BILOU's L/U read as IOBES's E/S."""
 OUTSIDE = "O"
+
+
+@dataclass(frozen=True)
+class TagSchemeOption:
+    """--tag-scheme, declared here once for every command that reads tagged data (`bertkit embed`, `bertkit probe`):
+    the scheme `data.tagged.TaggedColumns` reads the tags in, resolved to the `TagScheme` a corpus records."""
+
+    ADVANCED_OPTIONS = ("tag_scheme",)
+    tag_scheme: str = option("auto", "Tagged data: the tags' scheme (IOB1 is read as IOB2; none: plain labels such as "
+                             "POS, scored by token accuracy). auto detects it.", panel=DATA, choices=SCHEMES)
 
 
 @dataclass(frozen=True)

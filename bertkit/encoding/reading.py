@@ -1,6 +1,7 @@
 """How texts are read into token ids, as options (`ReadingOptions`, `LongTextOptions`: the flags of every command
-that runs a model on text, --max-length declared once in `MaxLengthOption`) and as the one settings object those
-options resolve to, the library takes and artifacts record (`Reading`: window, cut or windows, stride)."""
+that runs a model on text, --max-length declared once in `MaxLengthOption`; `WordPoolOption`: --word-pool of the
+commands that read tagged data) and as the one settings object those options resolve to, the library takes and
+artifacts record (`Reading`: window, cut or windows, stride, and for sentences given as words the word pooling)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,12 @@ from bertkit.encoding.longtext import LONG_TEXT_MODES, TRUNCATIONS, default_stri
 from bertkit.options import MODEL, option
 
 log = logging.getLogger(__name__)
+
+WORD_POOLS = ("first", "last", "first_last", "mean")
+"""--word-pool's values (Flair's choices; the first is the default): a word's vector from its pieces' first, last,
+both (concatenated) or their mean (`encoding.words.pool_word_vectors`)."""
+SPECIAL_TOKENS = 2
+"""[CLS] and [SEP] around every window of words."""
 
 
 DEFAULT_MAX_LENGTH = 128
@@ -70,21 +77,37 @@ class LongTextOptions(ReadingOptions):
 
 
 @dataclass(frozen=True)
+class WordPoolOption:
+    """--word-pool, declared here once for every command that reads tagged data (`bertkit embed`, `bertkit probe`):
+    unset (None), the word path reads `WORD_POOLS[0]` (`Reading.of_words`); the sentence path refuses it."""
+
+    word_pool: str | None = option(None, "Tagged data: a word's vector from its word pieces: first (default, BERT's NER "
+                                   "choice), last, first_last (concatenated) or mean.", panel=MODEL,
+                                   choices=WORD_POOLS)
+
+
+@dataclass(frozen=True)
 class Reading:
     """How texts become a model's inputs: at most `max_length` tokens, and a longer text cut (`truncation` says which
     tokens stay) or read as overlapping windows sharing `stride` tokens (`long_text` chunk; None: `default_stride`).
     The one settings object for it: a command builds it once from its options and the record of what it reads
     (`over_record`), the library takes it (`encoding.encode.encode_for`, feature extraction, classifier logits), and
     every artifact made with it records it (bertkit_model.json, saved probes, store manifests, export folders): a
-    model fine-tuned on 16 tokens is read with 16 tokens."""
+    model fine-tuned on 16 tokens is read with 16 tokens.
+
+    Sentences given as words (tagged data, `of_words`) are read the same way, as windows (`long_text` chunk) of
+    `max_length` tokens sharing `stride` pieces, cut at word boundaries (`encoding.words.align_words`), each word's
+    vector pooled from its pieces by `word_pool`; a sentence reading has no `word_pool` (None) and records none."""
 
     max_length: int = DEFAULT_MAX_LENGTH
     long_text: str = LONG_TEXT_MODES[0]
     truncation: str = TRUNCATIONS[0]
     stride: int | None = None
+    word_pool: str | None = None
+    """Sentences of words: how a word's vector comes from its pieces (`WORD_POOLS`); None: texts, not words."""
 
-    KEYS = ("max_length", "long_text", "truncation", "stride")
-    """The keys in records; also the option names (--max-length, --long-text, --truncation, --stride)."""
+    KEYS = ("max_length", "long_text", "truncation", "stride", "word_pool")
+    """The keys in records; also the option names (--max-length, --long-text, --truncation, --stride, --word-pool)."""
     LONG_TEXT_KEYS = ("truncation", "long_text", "stride")
     """The long-text keys (this order) in store manifests and identities, probe.json and feature-cache keys, which
     record the window under `max_length` beside them."""
@@ -94,6 +117,14 @@ class Reading:
         """The reading a config's options ask for; an option it lacks, or leaves unset (None), takes the default."""
         default = cls()
         return cls(*(_given(cfg, key, getattr(default, key)) for key in cls.KEYS))
+
+    @classmethod
+    def of_words(cls, word_pool: str | None = None, max_length: int | None = None,
+                 stride: int | None = None) -> Reading:
+        """How sentences given as words are read (unset values: the defaults): windows of `max_length` tokens
+        sharing `stride` pieces (None: a quarter of the window), a word longer than a window keeping its first
+        pieces (head), and each word's vector pooled from its pieces by `word_pool`."""
+        return cls(max_length or DEFAULT_MAX_LENGTH, "chunk", TRUNCATIONS[0], stride, word_pool or WORD_POOLS[0])
 
     @classmethod
     def from_json(cls, record: Any) -> Reading | None:
@@ -110,10 +141,13 @@ class Reading:
         values = {key: record.get(key, getattr(default, key)) for key in cls.KEYS}
         if not isinstance(values["max_length"], int):
             values["max_length"] = default.max_length
+        if values["word_pool"] is not None and "long_text" not in record:  # an older word reading (word_pool,
+            values["long_text"] = "chunk"  # max_length, stride): its sentences were read in windows
         return cls(**values)
 
     def to_json(self) -> dict[str, Any]:
-        return {key: getattr(self, key) for key in self.KEYS}
+        """The record: every key, `word_pool` only for words (a sentence reading records what it always did)."""
+        return {key: getattr(self, key) for key in self.KEYS if key != "word_pool" or self.word_pool is not None}
 
     def long_text_json(self) -> dict[str, Any]:
         """{truncation, long_text, stride}: what store identities, manifests and saved probes record beside
@@ -128,6 +162,32 @@ class Reading:
     def window_stride(self) -> int:
         """The windows' overlap: --stride, or `default_stride` of the window when not given."""
         return default_stride(self.max_length) if self.stride is None else self.stride
+
+    @property
+    def reads_words(self) -> bool:
+        """Whether this reads sentences given as words (tagged data), one vector per word."""
+        return self.word_pool is not None
+
+    @property
+    def word_budget(self) -> int:
+        """Word pieces a window of words holds next to [CLS] and [SEP]."""
+        return self.max_length - SPECIAL_TOKENS
+
+    def word_problems(self) -> list[str]:
+        """How this reading cannot read words (empty: it can): a known word pooling, windows with room for words
+        next to [CLS] and [SEP], and an overlap that moves on (the sentence windows' rule, `long_text_problems`)."""
+        problems = []
+        if self.word_pool not in WORD_POOLS:
+            problems.append(f"--word-pool {self.word_pool!r} is not a word pooling: valid are {', '.join(WORD_POOLS)}. "
+                            f"Pass one of them.")
+        if isinstance(self.max_length, bool) or not isinstance(self.max_length, int) or self.max_length < 4:
+            problems.append(f"--max-length {self.max_length} leaves no room for words next to [CLS] and [SEP]: "
+                            f"valid is 4 or more. Pass a larger --max-length (e.g. 128).")
+        elif self.stride is not None and not 0 <= self.stride < self.word_budget:
+            problems.append(f"--stride {self.stride} must be between 0 and {self.word_budget - 1}: windows of "
+                            f"--max-length {self.max_length} hold {self.word_budget} pieces, and sharing all of them "
+                            f"never moves on. Pass a smaller --stride (e.g. {default_stride(self.max_length)}).")
+        return problems
 
     @classmethod
     def record_problems(cls, record: Any) -> list[str]:
@@ -144,11 +204,14 @@ class Reading:
                 problems.append(f"reading.{key} is {record[key]!r}, not one of {', '.join(valid)}")
         if stride is not None and (isinstance(stride, bool) or not isinstance(stride, int) or stride < 0):
             problems.append(f"reading.stride is {stride!r}, not a whole number of tokens")
+        if record.get("word_pool") not in (None, *WORD_POOLS):
+            problems.append(f"reading.word_pool is {record['word_pool']!r}, not one of {', '.join(WORD_POOLS)}")
         return problems
 
     def known(self) -> bool:
-        """Whether truncation and long_text are values this bertkit knows (a saved file may say anything)."""
-        return self.truncation in TRUNCATIONS and self.long_text in LONG_TEXT_MODES
+        """Whether truncation, long_text and word_pool are values this bertkit knows (a saved file may say anything)."""
+        return (self.truncation in TRUNCATIONS and self.long_text in LONG_TEXT_MODES
+                and self.word_pool in (None, *WORD_POOLS))
 
     def applied_to(self, cfg: Any) -> Any:
         """`cfg` with this reading's values in its reading options (the resolved config a command runs with)."""

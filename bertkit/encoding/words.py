@@ -1,9 +1,9 @@
 """Words <-> word pieces, once: `align_words` tokenizes sentences given as words with a fast tokenizer
-(`is_split_into_words`, whose `word_ids` say which word each piece comes from), cuts a sentence longer than
-`max_length` into overlapping windows at word boundaries, and says for every word which window gives its vector
-(the one where it is farthest from an edge) and where its pieces sit there. `pool_word_vectors` turns a batch's
-hidden states into one vector per word as `WordReading.word_pool` says (Flair's choices: first, last,
-first_last, mean)."""
+(`is_split_into_words`, whose `word_ids` say which word each piece comes from), cuts a sentence longer than the
+reading's `max_length` into windows at word boundaries sharing its `window_stride` pieces, and says for every word
+which window gives its vector (the one where it is farthest from an edge) and where its pieces sit there.
+`pool_word_vectors` turns a batch's hidden states into one vector per word as the reading's `word_pool` says (Flair's
+choices: first, last, first_last, mean). The settings are `bertkit.encoding.reading.Reading`'s (`Reading.of_words`)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from bertkit.encoding.reading import Reading
 from bertkit.errors import UserError, raise_if_problems
 
 if TYPE_CHECKING:
@@ -21,61 +22,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-WORD_POOLS = ("first", "last", "first_last", "mean")
-SPECIAL_TOKENS = 2
-"""[CLS] and [SEP] around every window."""
 EDGE = 1 << 30
 """The context a word has on a side where its window ends with the sentence: more than any window can give."""
 
 
-@dataclass(frozen=True)
-class WordReading:
-    """How sentences of words are read: windows of at most `max_length` tokens sharing about `stride` pieces
-    (None: a quarter of the window), and a word's vector pooled from its pieces by `word_pool`."""
-
-    word_pool: str = "first"
-    """--word-pool: first (BERT's NER choice), last, first_last (the two concatenated) or mean of the pieces."""
-    max_length: int = 128
-    """--max-length: tokens per window, [CLS] and [SEP] included."""
-    stride: int | None = None
-    """--stride: pieces neighbouring windows share at most (None: max_length // 4)."""
-
-    def __post_init__(self) -> None:
-        problems = []
-        if self.word_pool not in WORD_POOLS:
-            problems.append(f"--word-pool {self.word_pool!r} is not a word pooling: valid are "
-                            f"{', '.join(WORD_POOLS)}. Pass one of them.")
-        if not isinstance(self.max_length, int) or self.max_length < SPECIAL_TOKENS + 2:
-            problems.append(f"--max-length {self.max_length} leaves no room for words next to [CLS] and [SEP]: "
-                            f"valid is 4 or more. Pass a larger --max-length (e.g. 128).")
-        elif self.stride is not None and not 0 <= self.stride < self.budget:
-            problems.append(f"--stride {self.stride} must be between 0 and {self.budget - 1}: windows of "
-                            f"--max-length {self.max_length} hold {self.budget} pieces, and sharing all of them "
-                            f"never moves on. Pass a smaller --stride (e.g. {self.max_length // 4}).")
-        raise_if_problems(problems, "Invalid word reading")
-
-    @property
-    def budget(self) -> int:
-        """Word pieces a window holds."""
-        return self.max_length - SPECIAL_TOKENS
-
-    @property
-    def overlap(self) -> int:
-        return min(self.max_length // 4, self.budget - 1) if self.stride is None else self.stride
-
-    @property
-    def width(self) -> int:
-        """How many hidden vectors one word vector holds: 2 for first_last, else 1."""
-        return 2 if self.word_pool == "first_last" else 1
-
-    def to_json(self) -> dict[str, Any]:
-        return {"word_pool": self.word_pool, "max_length": self.max_length, "stride": self.stride}
-
-    @classmethod
-    def from_json(cls, record: dict[str, Any]) -> WordReading:
-        default = cls()
-        return cls(str(record.get("word_pool", default.word_pool)), int(record.get("max_length", default.max_length)),
-                   record.get("stride"))
+def pieces_per_word(word_pool: str) -> int:
+    """How many hidden vectors one word vector holds under `word_pool`: 2 for first_last (concatenated), else 1."""
+    return 2 if word_pool == "first_last" else 1
 
 
 @dataclass
@@ -160,18 +113,21 @@ def best_windows(bounds: np.ndarray, spans: list[tuple[int, int]]) -> np.ndarray
     return best
 
 
-def align_words(tokenizer: Any, sentences: Sequence[Sequence[str]], reading: WordReading) -> WordWindows:
-    """Sentences (lists of words) -> windows of piece ids and each word's window and piece span there."""
+def align_words(tokenizer: Any, sentences: Sequence[Sequence[str]], reading: Reading) -> WordWindows:
+    """Sentences (lists of words) -> windows of piece ids and each word's window and piece span there, as `reading`
+    (a reading of words, `Reading.of_words`) says: windows of `word_budget` pieces sharing `window_stride`."""
+    raise_if_problems(reading.word_problems(), "Invalid word reading")
+    budget, overlap = reading.word_budget, reading.window_stride
     ids: list[list[int]] = []
     window_sentence, word_window, word_start, word_end, offsets = [], [], [], [], [0]
     cls_id, sep_id = tokenizer.cls_token_id, tokenizer.sep_token_id
     for s, (pieces, bounds) in enumerate(word_pieces(tokenizer, sentences)):
-        spans = plan_windows(bounds, reading.budget, reading.overlap)
+        spans = plan_windows(bounds, budget, overlap)
         chosen = best_windows(bounds, spans)
         base = len(ids)
         for first, last in spans:
             start = int(bounds[first])
-            ids.append([cls_id, *pieces[start:min(int(bounds[last]), start + reading.budget)], sep_id])
+            ids.append([cls_id, *pieces[start:min(int(bounds[last]), start + budget)], sep_id])
             window_sentence.append(s)
         for w, k in enumerate(chosen):
             shift = 1 - int(bounds[spans[k][0]])  # piece index -> position in its window, after [CLS]

@@ -1,18 +1,29 @@
 """What pooled features are, as options and as the settings object artifacts record: the poolings (--pool), the
-hidden states pooled (--layers), how several layers are combined and normalised, and the stored precision."""
+hidden states pooled (--layers), how several layers are combined and normalised, and the stored precision. Word
+vectors (tagged data) are pooled features too: `Pooling` with pool `WORD` (each word's pieces pooled as the reading's
+`word_pool` says) and the same layers and combinations."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from bertkit.errors import UserError, raise_if_problems
 from bertkit.models.preflight import saved_model_limits
+from bertkit.options import MODEL, option
 
 POOLS = ("cls", "mean", "max")
+WORD = "word"
+"""The pool of word vectors (tagged data): not a --pool choice, the word path's marker in its `Pooling` (how a word's
+pieces are pooled is the reading's `word_pool`, `bertkit.encoding.reading.Reading`)."""
 COMBINES = ("concat", "mean", "sum")
 STORE_DTYPES = ("float32", "float16")
+LAST4 = (-4, -3, -2, -1)
+LAYER_NAMES = {"all": None, "last4": LAST4}
+"""--layers by name: all = every hidden state (the embeddings and each layer); last4 = the last four layers (the BERT
+paper's feature-based rows sum or concatenate them)."""
 
 
 def layers_problem(spec: str | None, default: str = "-1") -> list[str]:
@@ -21,19 +32,21 @@ def layers_problem(spec: str | None, default: str = "-1") -> list[str]:
         parse_layers(spec if spec is not None else default)
     except ValueError:
         return [f"--layers must be -1, a comma list of distinct layer indices (e.g. -4,-3,-2,-1; 0 = embeddings), "
-                f"or all; got {spec!r}."]
+                f"last4 or all; got {spec!r}."]
     return []
 
 
 def parse_layers(spec: str | int) -> list[int] | None:
-    """`--layers`: `all` -> None; `-1` / `-4,-3,-2,-1` / `0,6` -> list of hidden-state indices.
+    """`--layers`: `all` -> None; `last4` -> the last four; `-1` / `-4,-3,-2,-1` / `0,6` -> list of hidden-state
+    indices.
 
     Index 0 is the embedding output, 1..L the encoder layers; negative indices count from the last layer.
     Raises ValueError on anything else.
     """
     text = str(spec).strip().lower()
-    if text == "all":
-        return None
+    if text in LAYER_NAMES:
+        named = LAYER_NAMES[text]
+        return None if named is None else list(named)
     parts = [p.strip() for p in text.split(",")]
     if not parts or any(not p.lstrip("-").isdigit() for p in parts):
         raise ValueError(spec)
@@ -46,7 +59,8 @@ def parse_layers(spec: str | int) -> list[int] | None:
 @dataclass(frozen=True)
 class Pooling:
     """Which hidden states are pooled, how, and how several are combined (normalised or not): the settings every
-    feature artifact records (store manifests, saved probes, feature exports) and is read back with."""
+    feature artifact records (store manifests, saved probes, feature exports; word stores and saved word probes, with
+    pool `WORD`) and is read back with."""
 
     pool: str = "cls"
     layers: tuple[int, ...] | None = (-1,)
@@ -61,11 +75,22 @@ class Pooling:
     def from_options(cls, pool: str, layers: str | int, combine: str, normalize: bool) -> Pooling:
         """The spec for these option values (the library path: the same rules as the CLI's, from config.py)."""
         problems = layers_problem(str(layers))
-        problems += [f"--pool must be one of {', '.join(POOLS)}; got {pool!r}."] if pool not in POOLS else []
+        problems += [f"--pool must be one of {', '.join(POOLS)}; got {pool!r}."] if pool not in (*POOLS, WORD) else []
         problems += [f"--combine must be one of {', '.join(COMBINES)}; got {combine!r}."] if combine not in COMBINES else []
         raise_if_problems(problems)
         parsed = parse_layers(layers)
         return cls(pool, None if parsed is None else tuple(parsed), combine, normalize)
+
+    @classmethod
+    def from_config(cls, cfg: Any, pool: str | None = None) -> Pooling:
+        """The pooling a command's options ask for (--pool or `pool`, --layers, --combine, --normalize); an option
+        the config lacks, or leaves unset (None), takes the default."""
+        default = cls()
+        layers = getattr(cfg, "layers", None)
+        return cls.from_options(pool or getattr(cfg, "pool", None) or default.pool,
+                                default.layers_option if layers is None else layers,
+                                getattr(cfg, "combine", None) or default.combine,
+                                bool(getattr(cfg, "normalize", default.normalize)))
 
     def resolve(self, n_layers: int) -> list[int]:
         """Positive hidden-state indices for a model with `n_layers` encoder layers (n_layers + 1 states)."""
@@ -95,6 +120,22 @@ class Pooling:
     def layer_names(self, n_layers: int) -> list[str]:
         return ["embeddings" if i == 0 else f"layer {i}" for i in self.resolve(n_layers)]
 
+    def width(self, n_layers: int, hidden: int) -> int:
+        """The length of one row's features flattened (a word vector: `hidden` per layer for concat)."""
+        return math.prod(self.row_shape(n_layers, hidden))
+
+    @property
+    def single_layer(self) -> bool:
+        """Whether one hidden state is pooled (a point of a per-layer curve), not a combination of several."""
+        return self.layers is not None and len(self.layers) == 1
+
+    @property
+    def label(self) -> str:
+        """The name of a row in a table: 'layer -1', 'sum last4', 'concat -2,-1', 'mean all'."""
+        if self.single_layer:
+            return f"layer {self.layers_option}"
+        return f"{self.combine} {'last4' if self.layers == LAST4 else self.layers_option}"
+
     @property
     def layers_option(self) -> str:
         """--layers as given: `all`, `-1`, `0,6`."""
@@ -111,6 +152,16 @@ class Pooling:
         values = {key: record.get(key, default[key]) for key in cls.KEYS}
         return cls.from_options(str(values["pool"]), str(values["layers"]), str(values["combine"]),
                                 bool(values["normalize"]))
+
+
+@dataclass(frozen=True)
+class CombineOption:
+    """--combine, declared here once for `bertkit embed` (sentences and words) and `bertkit probe` (words): unset
+    (None), several layers are concatenated (`Pooling.from_config`); probe's word path then probes each layer of its
+    table alone."""
+
+    combine: str | None = option(None, "How several --layers are combined: concat (default; a sentence's --layers "
+                                 "all + concat keeps a layer axis), mean or sum.", panel=MODEL, choices=COMBINES)
 
 
 def check_layers_exist(layers: str | None, model: str | None) -> None:

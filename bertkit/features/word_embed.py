@@ -13,9 +13,10 @@ from typing import Any
 
 from bertkit import __version__
 from bertkit.data.tagged import TaggedColumns, TaggedCorpus, TaggedSource, read_tagged_splits, tagged_sources
-from bertkit.encoding.words import WordReading
-from bertkit.errors import UserError
-from bertkit.features.words import WordLayers, check_fits_model, encode_word_chunk
+from bertkit.encoding.reading import Reading
+from bertkit.encoding.words import pieces_per_word
+from bertkit.features.settings import Pooling
+from bertkit.features.words import check_fits_model, encode_word_chunk, word_pooling, word_settings_problems
 from bertkit.models.compute import Compute, check_device
 from bertkit.options import flag
 
@@ -51,8 +52,8 @@ class WordEmbedRun:
     revision: str | None
     precision: str
     device: str
-    reading: WordReading
-    layers: WordLayers
+    reading: Reading
+    pooling: Pooling
     columns: TaggedColumns
     scheme: str
     splits: tuple[WordStoreSplit, ...]
@@ -101,17 +102,17 @@ class WordEncoder:
     weights' dtype."""
 
 
-def word_identity(encoder: WordEncoder, reading: WordReading, layers: WordLayers, corpus: TaggedCorpus,
+def word_identity(encoder: WordEncoder, reading: Reading, pooling: Pooling, corpus: TaggedCorpus,
                   split: str, chunk_sentences: int) -> dict[str, Any]:
     """The settings that make a word store's content; a re-run must match them to resume or to count as done. The
     data is identified by its content (a file's size and sha256, a hub split's fingerprint), not its path."""
     return {"kind": "words", "model": encoder.name, "revision": encoder.revision, "dtype": encoder.precision,
-            **reading.to_json(), **layers.to_json(), "columns": corpus.columns.to_json(), "scheme": corpus.scheme.name,
+            **reading.to_json(), **pooling.to_json(), "columns": corpus.columns.to_json(), "scheme": corpus.scheme.name,
             "split": split, **corpus.data_identity(), "sentences": corpus.n_sentences,
             "chunk_sentences": chunk_sentences}
 
 
-def word_manifest(encoder: WordEncoder, reading: WordReading, layers: WordLayers, corpus: TaggedCorpus,
+def word_manifest(encoder: WordEncoder, reading: Reading, pooling: Pooling, corpus: TaggedCorpus,
                   split: str) -> dict[str, Any]:
     """What a split's manifest records besides its identity, counts and digests."""
     from bertkit.io.trail import package_versions
@@ -121,20 +122,21 @@ def word_manifest(encoder: WordEncoder, reading: WordReading, layers: WordLayers
     return {"bertkit_version": __version__, "model": encoder.name, "revision": encoder.revision,
             "tokenizer_class": type(encoder.tokenizer).__name__, "architecture": type(encoder.model).__name__,
             "n_layers": n_layers, "hidden_size": int(config.hidden_size), "precision": encoder.precision,
-            "reading": reading.to_json(), "layers": layers.to_json(), "layer_indices": layers.resolve(n_layers),
+            "reading": reading.to_json(), "pooling": pooling.to_json(), "layer_indices": pooling.resolve(n_layers),
             "columns": corpus.columns.to_json(), "scheme": corpus.scheme.name, "tags": list(corpus.tags),
             "split": split, "data": str(corpus.source),
             "versions": {k: v for k, v in package_versions().items() if k in ("bertkit", "torch", "transformers")}}
 
 
-def word_width(encoder: Any, reading: WordReading, layers: WordLayers) -> int:
+def word_width(encoder: Any, reading: Reading, pooling: Pooling) -> int:
     """The length of one stored word vector."""
     config = encoder.config
-    return layers.width(int(config.num_hidden_layers), int(config.hidden_size) * reading.width)
+    return pooling.width(int(config.num_hidden_layers),
+                         int(config.hidden_size) * pieces_per_word(str(reading.word_pool)))
 
 
-def embed_word_split(writer: Any, corpus: TaggedCorpus, encoder: WordEncoder, reading: WordReading,
-                     layers: WordLayers, batch_size: int | None, manifest: dict[str, Any], bar: Any) -> WordStoreSplit:
+def embed_word_split(writer: Any, corpus: TaggedCorpus, encoder: WordEncoder, reading: Reading,
+                     pooling: Pooling, batch_size: int | None, manifest: dict[str, Any], bar: Any) -> WordStoreSplit:
     """The missing chunks of one split embedded and written, then the store finalized (or found complete)."""
     from bertkit.features.word_store import iter_chunks, verified_manifest
 
@@ -146,7 +148,7 @@ def embed_word_split(writer: Any, corpus: TaggedCorpus, encoder: WordEncoder, re
         chunk_size = writer.ranges[0][1] - writer.ranges[0][0]
         for k, sentences in iter_chunks(corpus.chunks(chunk_size), pending):
             features = encode_word_chunk(encoder.model, encoder.tokenizer, [s.words for s in sentences], reading,
-                                         [layers], batch_size, encoder.dtype)
+                                         [pooling], batch_size, encoder.dtype)
             writer.write_chunk(k, features.vectors[0], sentences)
             words_encoded += features.n_words
             sentences_encoded += len(sentences)
@@ -173,7 +175,7 @@ def read_word_splits(named: list[tuple[str, str | TaggedSource]], columns: Tagge
     return [(name, corpus) for (name, _), corpus in zip(named, corpora, strict=True)]
 
 
-def run_word_embed(named: list[tuple[str, str | TaggedSource]], columns: TaggedColumns, reading: WordReading, layers: WordLayers,
+def run_word_embed(named: list[tuple[str, str | TaggedSource]], columns: TaggedColumns, reading: Reading, pooling: Pooling,
                    encoder: WordEncoder, out: Path, overwrite: bool, chunk_sentences: int, batch_size: int | None,
                    device: str, progress: bool = False) -> WordEmbedRun:
     """Every split to its word store under `out` (OUT, or OUT/<split> with dev/test): claimed, written, committed."""
@@ -182,25 +184,25 @@ def run_word_embed(named: list[tuple[str, str | TaggedSource]], columns: TaggedC
     from bertkit.models import infer
 
     check_fits_model(encoder.model, reading)
-    layers.resolve(int(encoder.model.config.num_hidden_layers))  # a layer the model lacks stops here
+    pooling.resolve(int(encoder.model.config.num_hidden_layers))  # a layer the model lacks stops here
     corpora = read_word_splits(named, columns)
     split_layout = len(corpora) > 1
-    identities = {split: word_identity(encoder, reading, layers, corpus, split, chunk_sentences)
+    identities = {split: word_identity(encoder, reading, pooling, corpus, split, chunk_sentences)
                   for split, corpus in corpora}
     run = rundir.claim_run_dir(out, "embed", overwrite=overwrite,
                                compare=lambda path: stored_differences(path, identities, split_layout))
-    width = word_width(encoder.model, reading, layers)
+    width = word_width(encoder.model, reading, pooling)
     splits = []
     for split, corpus in corpora:
         path = run.path / split if split_layout else run.path
         writer = WordStoreWriter(path, identities[split], corpus.n_sentences, chunk_sentences, width)
-        manifest = word_manifest(encoder, reading, layers, corpus, split)
+        manifest = word_manifest(encoder, reading, pooling, corpus, split)
         with infer.closing(infer.progress_bar(corpus.n_sentences, f"embed {split}", progress, "sentences")) as bar:
-            splits.append(embed_word_split(writer, corpus, encoder, reading, layers, batch_size, manifest, bar))
+            splits.append(embed_word_split(writer, corpus, encoder, reading, pooling, batch_size, manifest, bar))
     run.commit()  # with --overwrite: the new stores replace the previous ones only now
     final = tuple(_moved(s, out / s.split if split_layout else out) for s in splits)
     train = corpora[0][1]
-    return WordEmbedRun(str(out), encoder.name, encoder.revision, encoder.precision, device, reading, layers,
+    return WordEmbedRun(str(out), encoder.name, encoder.revision, encoder.precision, device, reading, pooling,
                         train.columns, train.scheme.name, final)
 
 
@@ -227,7 +229,7 @@ def stored_differences(root: Path, identities: dict[str, dict[str, Any]], split_
 
 
 def word_options_problems(cfg: Any) -> list[str]:
-    """`bertkit embed` on tagged data (`cfg`: its config): --data and --out given, the reading and layers valid, no
+    """`bertkit embed` on tagged data (`cfg`: its config): --data and --out given, the reading and pooling valid, no
     option the word path does not read (`cfg.WORD_OPTIONS`), and no int8 (word vectors are read in float)."""
     problems = [] if cfg.data else ["--data is required: the tagged file whose words to embed."]
     problems += [] if cfg.out else ["--out is required: the directory the word store is written to."]
@@ -235,23 +237,9 @@ def word_options_problems(cfg: Any) -> list[str]:
              and (getattr(cfg, f.name) or f.default)]  # an empty list given for an empty tuple is not given
     problems += [f"{flag(name)} does not apply to tagged data (a word store); it takes "
                  f"{', '.join(flag(o) for o in cfg.WORD_OPTIONS)}. Drop {flag(name)}." for name in given]
-    for build in (lambda: word_reading(cfg), lambda: WordLayers(cfg.layers, cfg.combine)):
-        try:
-            build()
-        except UserError as exc:
-            problems.append(str(exc))
-    if cfg.precision == "int8":
-        problems.append("--precision int8 does not apply to word stores: word vectors are read in float. Pass "
-                        "--precision auto, fp32, bf16 or fp16.")
+    problems += word_settings_problems(cfg, cfg.layers)
     check_device(problems, cfg.device)
     return problems
-
-
-def word_reading(cfg: Any) -> WordReading:
-    """The `WordReading` of `bertkit embed`'s options (--word-pool, --max-length, --stride)."""
-    from bertkit.encoding.reading import DEFAULT_MAX_LENGTH
-
-    return WordReading(cfg.word_pool or "first", cfg.max_length or DEFAULT_MAX_LENGTH, cfg.stride)
 
 
 def load_word_encoder(name: str, compute: Compute, trust_remote_code: bool = False) -> WordEncoder:
@@ -276,6 +264,7 @@ def run_word_embed_options(cfg: Any, compute: Compute, progress: bool = False) -
     found = tagged_sources(str(cfg.data), [value for _, value in others], cfg.data_config, cfg.train_split)
     named = list(zip(["train", *(name for name, _ in others)], found, strict=True))
     columns = TaggedColumns(cfg.text_column, cfg.label_column, cfg.tag_scheme)
-    return run_word_embed(named, columns, word_reading(cfg), WordLayers(cfg.layers, cfg.combine), encoder, out,
+    reading = Reading.of_words(cfg.word_pool, cfg.max_length, cfg.stride)
+    return run_word_embed(named, columns, reading, word_pooling(cfg.layers, cfg.combine or "concat"), encoder, out,
                           cfg.overwrite, cfg.shard_size, cfg.rows_per_batch, str(encoder.model.device),
                           progress)

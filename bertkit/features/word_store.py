@@ -3,8 +3,9 @@ boundaries, the words and their tags, and a manifest. Written in chunks of sente
 
 Layout of a complete store (a directory)::
 
-    manifest.json          format, the encoder (model, revision), the `WordReading` (word pool, max length, stride),
-                           the `WordLayers` (layers, combine), the tag scheme and columns, counts, and the size and
+    manifest.json          format, the encoder (model, revision), the `Reading` (word pool, max length, windows,
+                           stride), the `Pooling` (pool word, layers, combine), the tag scheme and columns, counts,
+                           and the size and
                            sha256 of the three files below (`digests`, taken as they are written); written last,
                            so its presence means "complete"
     vectors.npy            float32 (n_words, width): word i of the corpus, in file order; `np.load(mmap_mode="r")`
@@ -34,17 +35,20 @@ from typing import Any
 import numpy as np
 
 from bertkit.data.tagged import TaggedColumns, TaggedSentence
-from bertkit.encoding.words import WordReading
+from bertkit.encoding.reading import Reading
 from bertkit.errors import UserError
+from bertkit.features.settings import Pooling
 from bertkit.features.store import copy_npy_data, remove_work_files, shard_ranges
-from bertkit.features.words import WordLayers
+from bertkit.features.words import word_pooling, word_pooling_from_json
 from bertkit.io import digests, disk, faults
 from bertkit.io.atomic import atomic_path, write_bytes_atomic, write_json_atomic
 from bertkit.io.record import make_dirs
 
 log = logging.getLogger(__name__)
 
-FORMAT = "bertkit-word-store/1"
+FORMAT = "bertkit-word-store/2"
+READABLE_FORMATS = ("bertkit-word-store/1", FORMAT)
+"""Formats this bertkit reads: /1 recorded the word settings before they were `Reading` and `Pooling`."""
 MANIFEST = "manifest.json"
 IDENTITY = "identity.json"
 VECTORS = "vectors.npy"
@@ -52,6 +56,8 @@ OFFSETS = "sentence_offsets.npy"
 SENTENCES = "sentences.jsonl"
 FILES = (VECTORS, OFFSETS, SENTENCES)
 SHARDS = "shards"
+ALL_BEFORE = "every encoder layer (--layers all before bertkit-word-store/2)"
+"""How an identity of format /1 with --layers all reads: its `all` did not hold the embeddings."""
 DTYPE = np.dtype(np.float32)
 
 
@@ -70,8 +76,8 @@ class WordStore:
     tags: tuple[tuple[str, ...], ...]
     model: str
     revision: str | None
-    reading: WordReading
-    layers: WordLayers
+    reading: Reading
+    pooling: Pooling
     columns: TaggedColumns
     scheme: str
     """The tag scheme the tags are scored in (IOB2 for IOB1 files; none for plain tags)."""
@@ -93,7 +99,7 @@ def is_word_store(path: str | Path) -> bool:
     """Whether `path` holds a finished word store (its manifest says so)."""
     manifest = Path(path).expanduser() / MANIFEST
     try:
-        return json.loads(manifest.read_text(encoding="utf-8")).get("format") == FORMAT
+        return json.loads(manifest.read_text(encoding="utf-8")).get("format") in READABLE_FORMATS
     except (OSError, ValueError, AttributeError):
         return False
 
@@ -118,9 +124,21 @@ def open_word_store(path: str | Path, verify: bool = True) -> WordStore:
         raise UserError(f"Word store {root} is damaged: {VECTORS} {vectors.shape}, {len(offsets) - 1} sentence offsets "
                         f"and {len(words)} sentences do not match the manifest's {counts}. Re-run `bertkit embed` "
                         f"with --overwrite.")
-    return WordStore(root, vectors, offsets, words, tags, manifest["model"], manifest.get("revision"),
-                     WordReading.from_json(manifest["reading"]), WordLayers.from_json(manifest["layers"]),
-                     TaggedColumns.from_json(manifest["columns"]), manifest["scheme"])
+    reading, pooling = recorded_settings(manifest)
+    return WordStore(root, vectors, offsets, words, tags, manifest["model"], manifest.get("revision"), reading,
+                     pooling, TaggedColumns.from_json(manifest["columns"]), manifest["scheme"])
+
+
+def recorded_settings(manifest: dict[str, Any]) -> tuple[Reading, Pooling]:
+    """The `Reading` and `Pooling` a word store's manifest records (`from_json` of each); a manifest written before
+    they were the word settings (keys `reading` {word_pool, max_length, stride} and `layers` {layers, combine}) reads
+    as the same settings, its layers `all` as the encoder layers it recorded (`layer_indices`)."""
+    reading = Reading.from_json(manifest.get("reading"))
+    if reading is None:
+        raise UserError(f"The word store manifest records no reading ({manifest.get('reading')!r}). Rebuild the store "
+                        f"with `bertkit embed --overwrite`.")
+    n_layers = manifest.get("n_layers") if isinstance(manifest.get("n_layers"), int) else None
+    return reading, word_pooling_from_json(manifest.get("pooling") or manifest.get("layers") or {}, n_layers)
 
 
 def read_sentences(path: Path) -> tuple[tuple[tuple[str, ...], ...], tuple[tuple[str, ...], ...]]:
@@ -166,7 +184,7 @@ def read_manifest(root: Path) -> dict[str, Any]:
         manifest = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise UserError(f"{root / MANIFEST} is not valid JSON ({exc}). Rebuild the store with --overwrite.") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+    if not isinstance(manifest, dict) or manifest.get("format") not in READABLE_FORMATS:
         found = manifest.get("format") if isinstance(manifest, dict) else None
         raise UserError(f"{root} has format {found!r}; a word store has {FORMAT!r}. Pass a word store, or rebuild "
                         f"it with `bertkit embed --overwrite`.")
@@ -177,8 +195,27 @@ def read_manifest(root: Path) -> dict[str, Any]:
 
 
 def identity_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """`key: old -> new` lines for the settings two identities do not share."""
+    """`key: old -> new` lines for the settings two identities do not share (an older identity read as written now,
+    `current_identity`)."""
+    old = current_identity(old)
     return [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+
+
+def current_identity(identity: dict[str, Any]) -> dict[str, Any]:
+    """An identity as this bertkit writes it: one written before the word settings were `Reading` and `Pooling`
+    (word_pool, max_length, stride, layers, combine) gets their records' keys, so a store made with the same settings
+    still resumes and counts as done. Its layers `all` meant every encoder layer (the embeddings not included, where
+    `all` is every hidden state now): named so, it differs from any layers asked for now."""
+    if "pool" in identity or "word_pool" not in identity:
+        return identity
+    reading = Reading.from_json(identity)
+    upgraded = {**identity, **reading.to_json()} if reading is not None else dict(identity)
+    if str(identity.get("layers", "")).strip().lower() == "all":
+        return {**upgraded, **word_pooling("-1", str(identity.get("combine"))).to_json(), "layers": ALL_BEFORE}
+    try:
+        return {**upgraded, **word_pooling_from_json(identity).to_json()}
+    except UserError:  # a pooling this bertkit cannot read is listed as it differs
+        return upgraded
 
 
 def stored_identity(path: Path) -> dict[str, Any] | None:

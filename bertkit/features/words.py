@@ -1,8 +1,8 @@
 """Word vectors from an encoder: one vector per word (`bertkit.encoding.words` aligns words and pieces and pools
-a word's pieces), for a single hidden state or a combination of several (`WordLayers`: sum or concat of a list,
-`last4`, `all`), several combinations from one forward pass. `PAPER_ROWS` are the feature-based rows of the BERT
-paper's CoNLL-2003 table (embeddings, second-to-last, last, sum of the last four, concat of the last four, sum
-of all layers).
+a word's pieces as the `Reading`'s `word_pool` says), for a single hidden state or a combination of several (a
+`Pooling` with pool `WORD`: concat, mean or sum of a list, `last4`, `all`), several combinations from one forward
+pass. `paper_rows` are the feature-based rows of the BERT paper's CoNLL-2003 table (embeddings, second-to-last,
+last, sum of the last four, concat of the last four, sum of all encoder layers).
 
 Speed: a chunk of sentences is tokenized once, its windows sorted by length and batched with dynamic padding,
 run under `torch.inference_mode()` with `output_hidden_states`; each batch's word vectors are gathered straight
@@ -10,86 +10,78 @@ from the hidden states into the chunk's output arrays. Memory: `iter_word_featur
 
 from __future__ import annotations
 
-import re
+import functools
+import operator
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bertkit.encoding.words import WordReading, WordWindows, align_words, pool_word_vectors
+from bertkit.encoding.reading import Reading
+from bertkit.encoding.words import WordWindows, align_words, pieces_per_word, pool_word_vectors
 from bertkit.errors import UserError, raise_if_problems
+from bertkit.features.settings import WORD, Pooling
 
 if TYPE_CHECKING:
     import torch  # imported where vectors are made: the settings (a CLI's --help) need no torch
 
-LAYER_NAMES = ("last4", "all")
-"""last4: the last four encoder layers; all: every encoder layer (not the embeddings, as the paper's 'all 12')."""
-COMBINES = ("sum", "concat")
 CHUNK_SENTENCES = 1000
 
 
-@dataclass(frozen=True)
-class WordLayers:
-    """Which hidden states make a word vector and how several are combined: `layers` is one index (0 =
-    embeddings, negative from the top), a comma list, `last4` or `all`; `combine` sums or concatenates them."""
-
-    layers: str = "-1"
-    """--layers: -1, 0, -4,-3,-2,-1, last4 or all."""
-    combine: str = "concat"
-    """--combine: sum or concat, for several layers."""
-
-    def __post_init__(self) -> None:
-        problems = []
-        if self.layers not in LAYER_NAMES and not re.fullmatch(r"-?\d+(,-?\d+)*", self.layers.replace(" ", "")):
-            problems.append(f"--layers {self.layers!r} is not a layer choice: valid are an index (0 = embeddings, "
-                            f"-1 = last), a comma list (-4,-3,-2,-1) or a name ({', '.join(LAYER_NAMES)}). Pass one.")
-        if self.combine not in COMBINES:
-            problems.append(f"--combine {self.combine!r} is not a combination: valid are {', '.join(COMBINES)}. "
-                            f"Pass one of them.")
-        raise_if_problems(problems, "Invalid word layers")
-
-    def resolve(self, n_layers: int) -> list[int]:
-        """Hidden-state indices (0 = embeddings, n_layers = last) for a model of `n_layers` layers."""
-        if self.layers == "all":
-            return list(range(1, n_layers + 1))
-        asked = list(range(-4, 0)) if self.layers == "last4" else [int(x) for x in self.layers.split(",")]
-        resolved = [i + n_layers + 1 if i < 0 else i for i in asked]
-        bad = [a for a, r in zip(asked, resolved, strict=True) if not 0 <= r <= n_layers]
-        if bad or len(set(resolved)) != len(resolved):
-            raise UserError(f"--layers {self.layers} does not fit a model of {n_layers} layers "
-                            f"({'out of range: ' + ', '.join(map(str, bad)) if bad else 'a layer named twice'}): "
-                            f"valid are 0 (embeddings) to {n_layers}, or -1 to -{n_layers + 1}, each once. Pass "
-                            f"--layers within that range.")
-        return resolved
-
-    @property
-    def name(self) -> str:
-        """The row name in a table: 'layer -1', 'sum last4', 'concat -2,-1'."""
-        single = self.layers not in LAYER_NAMES and "," not in self.layers
-        return f"layer {self.layers}" if single else f"{self.combine} {self.layers}"
-
-    def width(self, n_layers: int, dim: int) -> int:
-        """The length of one word vector, for per-layer vectors of length `dim`."""
-        return dim * len(self.resolve(n_layers)) if self.combine == "concat" else dim
-
-    def to_json(self) -> dict[str, Any]:
-        return {"layers": self.layers, "combine": self.combine}
-
-    @classmethod
-    def from_json(cls, record: dict[str, Any]) -> WordLayers:
-        return cls(str(record.get("layers", "-1")), str(record.get("combine", "concat")))
+def word_pooling(layers: str | int = "-1", combine: str = "concat") -> Pooling:
+    """The `Pooling` of word vectors made from `layers` (an index, a comma list, `last4` or `all`) combined by
+    `combine` (concat, mean or sum)."""
+    return Pooling.from_options(WORD, layers, combine, False)
 
 
-PAPER_ROWS = (
-    ("embeddings", WordLayers("0")),
-    ("second-to-last hidden", WordLayers("-2")),
-    ("last hidden", WordLayers("-1")),
-    ("sum of last four", WordLayers("last4", "sum")),
-    ("concat of last four", WordLayers("last4", "concat")),
-    ("sum of all layers", WordLayers("all", "sum")),
-)
-"""(label, layers): the BERT paper's feature-based NER rows (Devlin et al. 2019, table 7)."""
+def word_pooling_problems(pooling: Pooling) -> list[str]:
+    """How `pooling` cannot make word vectors (empty: it can): its pool is `WORD`, and it is not normalised (the word
+    path has no --normalize)."""
+    problems = [] if pooling.pool == WORD else [f"Word vectors are pooled by the reading's --word-pool, not by pool "
+                                                f"{pooling.pool!r}: pass a word pooling (`word_pooling`)."]
+    return problems + (["--normalize does not apply to word vectors. Drop it."] if pooling.normalize else [])
+
+
+def word_settings_problems(cfg: Any, layers: str | None) -> list[str]:
+    """What is wrong with a config's word reading (--word-pool, --max-length, --stride), its word pooling (`layers`,
+    --combine) and --precision (no int8: word vectors are read in float): `bertkit embed` and `bertkit probe` on
+    tagged data."""
+    problems = Reading.of_words(cfg.word_pool, cfg.max_length, cfg.stride).word_problems()
+    try:
+        word_pooling(layers or "-1", cfg.combine or "concat")
+    except UserError as exc:
+        problems.append(str(exc))
+    if cfg.precision == "int8":
+        problems.append("--precision int8 does not apply to word vectors: they are read in float. Pass --precision "
+                        "auto, fp32, bf16 or fp16.")
+    return problems
+
+
+def paper_rows(n_layers: int) -> tuple[tuple[str, Pooling], ...]:
+    """(label, pooling): the BERT paper's feature-based NER rows (Devlin et al. 2019, table 7) for a model of
+    `n_layers` layers; its "all" is every encoder layer (1 to n_layers, the embeddings not included)."""
+    encoder_layers = ",".join(str(i) for i in range(1, n_layers + 1))
+    return (("embeddings", word_pooling("0")), ("second-to-last hidden", word_pooling("-2")),
+            ("last hidden", word_pooling("-1")), ("sum of last four", word_pooling("last4", "sum")),
+            ("concat of last four", word_pooling("last4", "concat")),
+            ("sum of all layers", word_pooling(encoder_layers, "sum")))
+
+
+def word_pooling_from_json(record: dict[str, Any], n_layers: int | None = None) -> Pooling:
+    """The word pooling an artifact records (`Pooling.from_json`). An older record (bertkit's `WordLayers`: layers and
+    combine, no pool) is read as it meant: its `all` was every encoder layer (1 to `n_layers`, the depth the
+    artifact records or its encoder states; not known: a UserError saying how to write the artifact again)."""
+    if "pool" in record:
+        return Pooling.from_json(record)
+    layers = str(record.get("layers", "-1"))
+    if layers.strip().lower() == "all":
+        if n_layers is None:
+            raise UserError("This word store or probe was written by an older bertkit with --layers all (every "
+                            "encoder layer) and its encoder's depth cannot be read. Re-run the `bertkit embed` or "
+                            "`bertkit probe` command that wrote it.")
+        layers = ",".join(str(i) for i in range(1, n_layers + 1))
+    return word_pooling(layers, str(record.get("combine", "concat")))
 
 
 @dataclass(frozen=True)
@@ -97,11 +89,11 @@ class WordFeatures:
     """Word vectors of a run of sentences: `vectors[k]` is (n_words, width) float32 for `layers[k]`; the words of
     sentence s are rows `sentence_offsets[s]:sentence_offsets[s + 1]`."""
 
-    layers: tuple[WordLayers, ...]
+    layers: tuple[Pooling, ...]
     vectors: tuple[np.ndarray, ...]
     sentence_offsets: np.ndarray
 
-    def of(self, layers: WordLayers) -> np.ndarray:
+    def of(self, layers: Pooling) -> np.ndarray:
         return self.vectors[self.layers.index(layers)]
 
     @property
@@ -109,7 +101,7 @@ class WordFeatures:
         return int(self.sentence_offsets[-1])
 
 
-def check_fits_model(encoder: Any, reading: WordReading) -> None:
+def check_fits_model(encoder: Any, reading: Reading) -> None:
     """A window longer than the model's position table cannot be read: say how to read it."""
     positions = getattr(encoder.config, "max_position_embeddings", None)
     if positions is not None and reading.max_length > positions:
@@ -156,26 +148,35 @@ def padded_batch(windows: WordWindows, rows: np.ndarray, pad_id: int, device: to
     return {"input_ids": ids.to(device), "attention_mask": mask.to(device)}
 
 
-def combined(pooled: dict[int, torch.Tensor], indices: list[int], combine: str) -> torch.Tensor:
-    if len(indices) == 1:
-        return pooled[indices[0]]
-    import torch
-
+def combined(pooled: dict[int, Any], indices: list[int], combine: str) -> Any:
+    """One vector per word from the per-layer ones of `indices` (torch tensors, or numpy arrays): concatenated,
+    averaged or summed."""
     parts = [pooled[i] for i in indices]
-    return torch.cat(parts, dim=-1) if combine == "concat" else torch.stack(parts).sum(dim=0)
+    if len(parts) == 1:
+        return parts[0]
+    if combine == "concat" and isinstance(parts[0], np.ndarray):
+        return np.concatenate(parts, axis=-1)
+    if combine == "concat":
+        import torch
+
+        return torch.cat(parts, dim=-1)
+    total = functools.reduce(operator.add, parts)
+    return total / len(parts) if combine == "mean" else total
 
 
-def encode_word_chunk(encoder: Any, tokenizer: Any, sentences: Sequence[Sequence[str]], reading: WordReading,
-                      layers: Sequence[WordLayers], batch_size: int | None = 32,
+def encode_word_chunk(encoder: Any, tokenizer: Any, sentences: Sequence[Sequence[str]], reading: Reading,
+                      layers: Sequence[Pooling], batch_size: int | None = 32,
                       dtype: torch.dtype | None = None) -> WordFeatures:
-    """Word vectors of one chunk of sentences for every entry of `layers`, from one forward pass per batch;
-    `batch_size` None: batches by token budget (see `batch_plan`); `dtype`: the run's precision (see
+    """Word vectors of one chunk of sentences for every entry of `layers` (word poolings), from one forward pass per
+    batch; `batch_size` None: batches by token budget (see `batch_plan`); `dtype`: the run's precision (see
     `compute_context`; None: the weights')."""
     import torch
 
     from bertkit.models.infer import auto_token_budget
 
-    n_layers, dim = int(encoder.config.num_hidden_layers), int(encoder.config.hidden_size) * reading.width
+    raise_if_problems([p for spec in layers for p in word_pooling_problems(spec)], "Invalid word pooling")
+    n_layers = int(encoder.config.num_hidden_layers)
+    dim = int(encoder.config.hidden_size) * pieces_per_word(str(reading.word_pool))
     resolved = [spec.resolve(n_layers) for spec in layers]
     needed = sorted({i for indices in resolved for i in indices})
     windows = align_words(tokenizer, sentences, reading)
@@ -200,24 +201,25 @@ def encode_word_chunk(encoder: Any, tokenizer: Any, sentences: Sequence[Sequence
 
 
 def iter_word_features(encoder: Any, tokenizer: Any, chunks: Iterable[Sequence[Sequence[str]]],
-                       reading: WordReading, layers: Sequence[WordLayers],
-                       batch_size: int = 32) -> Iterator[WordFeatures]:
+                       reading: Reading, layers: Sequence[Pooling], batch_size: int = 32,
+                       dtype: torch.dtype | None = None) -> Iterator[WordFeatures]:
     """`encode_word_chunk` over a stream of sentence chunks: one chunk's vectors in memory at a time."""
     check_fits_model(encoder, reading)
     for chunk in chunks:
-        yield encode_word_chunk(encoder, tokenizer, chunk, reading, layers, batch_size)
+        yield encode_word_chunk(encoder, tokenizer, chunk, reading, layers, batch_size, dtype)
 
 
-def extract_word_features(encoder: Any, tokenizer: Any, sentences: Sequence[Sequence[str]], reading: WordReading,
-                          layers: Sequence[WordLayers], batch_size: int = 32,
-                          chunk_sentences: int = CHUNK_SENTENCES) -> WordFeatures:
-    """Word vectors of all `sentences` (lists of words) for each of `layers`, one array per entry, in order."""
+def extract_word_features(encoder: Any, tokenizer: Any, sentences: Sequence[Sequence[str]], reading: Reading,
+                          layers: Sequence[Pooling], batch_size: int = 32,
+                          chunk_sentences: int = CHUNK_SENTENCES, dtype: torch.dtype | None = None) -> WordFeatures:
+    """Word vectors of all `sentences` (lists of words) for each of `layers`, one array per entry, in order, computed
+    in `dtype` (the run's precision, `compute_context`; None: the weights')."""
     chunks = (sentences[i:i + chunk_sentences] for i in range(0, len(sentences), chunk_sentences))
-    parts = list(iter_word_features(encoder, tokenizer, chunks, reading, layers, batch_size))
+    parts = list(iter_word_features(encoder, tokenizer, chunks, reading, layers, batch_size, dtype))
     return concatenated(parts, tuple(layers))
 
 
-def concatenated(parts: Sequence[WordFeatures], layers: tuple[WordLayers, ...]) -> WordFeatures:
+def concatenated(parts: Sequence[WordFeatures], layers: tuple[Pooling, ...]) -> WordFeatures:
     """Chunks' features as one run (offsets shifted)."""
     if not parts:
         return WordFeatures(layers, tuple(np.empty((0, 0), np.float32) for _ in layers), np.zeros(1, np.int64))

@@ -1,6 +1,6 @@
 """A saved word probe applied to new sentences (`predict --probe` on a word probe): the encoder loaded once, each
-chunk of sentences read into word vectors exactly as the probe's training words were (the recorded `WordReading`
-and `WordLayers`, `bertkit.features.words`), the probe's tag probabilities per word, and per sentence its tags and
+chunk of sentences read into word vectors exactly as the probe's training words were (the recorded `Reading` and
+`Pooling`, `bertkit.features.words`), the probe's tag probabilities per word, and per sentence its tags and
 entity spans (`bertkit.scoring.spans`). One chunk's vectors in memory at a time."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import numpy as np
 
 from bertkit.data.word_lines import WordSentence
 from bertkit.errors import UserError
+from bertkit.models.compute import Compute
 from bertkit.probe.word_saved import SavedWordProbe
 from bertkit.scoring.spans import TaggedWords, tagged_words
 
@@ -40,9 +41,10 @@ class WordTagger:
             yield self.tag_chunk(part)
 
 
-def word_tagger(probe: SavedWordProbe, batch_size: int = 32) -> WordTagger:
+def word_tagger(probe: SavedWordProbe, batch_size: int = 32, compute: Compute = Compute()) -> WordTagger:
     """The encoder and tokenizer the probe records (a changed folder: a warning, as for sentence probes), ready to
-    tag chunks of sentences on the CPU in float32, as the probe's features were extracted."""
+    tag chunks of sentences where and in the precision `compute` says (the command's, resolved once against the
+    compute the probe records)."""
     from bertkit.models import loading
 
     source = probe.source
@@ -51,22 +53,23 @@ def word_tagger(probe: SavedWordProbe, batch_size: int = 32) -> WordTagger:
         log.warning("Model %s has changed since the probe was trained (revision %s, probe trained on %s); "
                     "predictions may be off.", source.model, revision, source.revision)
     tokenizer = loading.load_tokenizer(source.model, source.trust_remote_code)
-    encoder = loading.load_encoder(source.model, source.trust_remote_code).eval()
+    encoder = loading.cast_for_inference(loading.load_encoder(source.model, source.trust_remote_code).eval(),
+                                         compute.torch_device, compute.dtype)
 
     def tag_chunk(sentences: Sequence[WordSentence]) -> list[TaggedWords]:
-        return tagged_chunk(probe, encoder, tokenizer, sentences, batch_size)
+        return tagged_chunk(probe, encoder, tokenizer, sentences, batch_size, compute.dtype)
 
     return WordTagger(probe, tag_chunk)
 
 
 def tagged_chunk(probe: SavedWordProbe, encoder: object, tokenizer: object, sentences: Sequence[WordSentence],
-                 batch_size: int) -> list[TaggedWords]:
+                 batch_size: int, dtype: object = None) -> list[TaggedWords]:
     """Tags, their probabilities and the spans of each sentence of one chunk."""
     from bertkit.features.words import check_fits_model, encode_word_chunk
 
     check_fits_model(encoder, probe.source.reading)
     features = encode_word_chunk(encoder, tokenizer, [list(s.words) for s in sentences], probe.source.reading,
-                                 [probe.fit.layers], batch_size)
+                                 [probe.fit.pooling], batch_size, dtype)
     X = features.vectors[0]
     if X.shape[1] != probe.fit.weights.coef.shape[1]:
         raise UserError(f"The word probe in {probe.path} expects {probe.fit.weights.coef.shape[1]} features but model "

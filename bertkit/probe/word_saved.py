@@ -1,7 +1,8 @@
 """The saved word probe: `probe.safetensors` (scaler statistics, coefficients, intercept, class ids; no pickle) and
-`probe.json` (format `bertkit-word-probe/1`: the encoder and its revision, the `WordReading`, the `WordLayers`, the
-tags, the `TagScheme`, the row it came from, the size and sha256 of probe.safetensors, and the sha256 of the record
-itself). Written and read here only; both files are checked before anything uses them, so a flipped byte in either
+`probe.json` (format `bertkit-word-probe/2`: the encoder and its revision, the `Reading`, the `Pooling`, the
+`Compute` its training words were read in, the tags, the `TagScheme`, the row it came from, the size and sha256 of
+probe.safetensors, and the sha256 of the record itself; /1 records, from before the word settings were `Reading`
+and `Pooling`, are read as they meant). Written and read here only; both files are checked before anything uses them, so a flipped byte in either
 is named as damage, never blamed on an option. The arithmetic is the sentence probe's (`SavedProbe.predict_proba`):
 one owner for how a saved logistic regression turns vectors into probabilities."""
 
@@ -17,13 +18,17 @@ from typing import Any
 import numpy as np
 
 from bertkit.data.tagscheme import TagScheme
-from bertkit.encoding.words import WordReading
+from bertkit.encoding.reading import Reading
 from bertkit.errors import UserError
-from bertkit.features.words import WordLayers
+from bertkit.features.settings import Pooling
+from bertkit.features.words import word_pooling_from_json
 from bertkit.io.digests import bytes_record, is_record, record_problem
+from bertkit.models.compute import Compute
+from bertkit.models.preflight import saved_model_limits
 from bertkit.probe.saved import PROBE_META, PROBE_WEIGHTS, SavedProbe, _probe_arrays_problem
 
-WORD_PROBE_FORMAT = "bertkit-word-probe/1"
+WORD_PROBE_FORMAT = "bertkit-word-probe/2"
+READABLE_FORMATS = ("bertkit-word-probe/1", WORD_PROBE_FORMAT)
 ARRAYS = ("scaler_mean", "scaler_scale", "coef", "intercept", "classes")
 SELF_DIGEST = "record_sha256"
 """probe.json's own sha256 (of the record without this key): a flipped byte in the record is seen as damage."""
@@ -46,11 +51,11 @@ class WordProbeWeights:
 
 @dataclass(frozen=True)
 class WordProbeFit:
-    """The best row's probe and what it reads: its weights, the row's label and layers, C and its dev score."""
+    """The best row's probe and what it reads: its weights, the row's label and pooling, C and its dev score."""
 
     weights: WordProbeWeights
     label: str
-    layers: WordLayers
+    pooling: Pooling
     C: float
     dev_score: float
     metric: str
@@ -69,13 +74,15 @@ def word_probe_weights(pipeline: Any) -> WordProbeWeights:
 
 @dataclass(frozen=True)
 class WordProbeSource:
-    """What the saved probe reads: the encoder (name, revision, remote code), the reading and the tag scheme."""
+    """What the saved probe reads: the encoder (name, revision, remote code), the reading, the tag scheme, and the
+    compute its training words were read in (None: recorded before bertkit recorded it, fp32 on the CPU)."""
 
     model: str
     revision: str | None
-    reading: WordReading
+    reading: Reading
     scheme: TagScheme
     trust_remote_code: bool = False
+    compute: Compute | None = None
 
 
 @dataclass(frozen=True)
@@ -111,7 +118,8 @@ def save_word_probe(directory: Path, fit: WordProbeFit, source: WordProbeSource)
         tmp.write_bytes(weights)
     record = {"format": WORD_PROBE_FORMAT, "task": "tags", "model": source.model, "revision": source.revision,
               "trust_remote_code": source.trust_remote_code, "reading": source.reading.to_json(),
-              "layers": fit.layers.to_json(), "tags": list(fit.weights.tags), "scheme": source.scheme.to_json(),
+              "pooling": fit.pooling.to_json(), **({"compute": source.compute.to_json()} if source.compute else {}),
+              "tags": list(fit.weights.tags), "scheme": source.scheme.to_json(),
               "row": fit.label, "C": fit.C, "dev": {"metric": fit.metric, "score": fit.dev_score},
               "n_features": int(fit.weights.coef.shape[1]), "files": {PROBE_WEIGHTS: bytes_record(weights)}}
     write_json_atomic(directory / PROBE_META, {**record, SELF_DIGEST: record_digest(record)})
@@ -134,9 +142,10 @@ def is_word_probe(path: str | Path) -> bool:
     """Whether `path` holds a word probe (its probe.json says so; a damaged JSON is judged by its format text)."""
     file = probe_root(path) / PROBE_META
     try:
-        return WORD_PROBE_FORMAT in file.read_text(encoding="utf-8", errors="replace")
+        text = file.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return False
+    return any(name in text for name in READABLE_FORMATS)
 
 
 def _damaged(file: Path, reason: str) -> UserError:
@@ -155,11 +164,25 @@ def load_word_probe(path: str | Path) -> SavedWordProbe:
     if problem:
         raise _damaged(root / PROBE_WEIGHTS, f"{problem}; {PROBE_META} records it as saved")
     weights = _read_weights(root / PROBE_WEIGHTS, tuple(record["tags"]))
-    fit = WordProbeFit(weights, str(record["row"]), WordLayers.from_json(record["layers"]), float(record["C"]),
+    reading = Reading.from_json(record.get("reading"))
+    problems = Reading.record_problems(record.get("reading"))
+    if reading is None or problems or not reading.reads_words:
+        raise _damaged(root / PROBE_META, "; ".join(problems) or "its reading records no word pooling")
+    fit = WordProbeFit(weights, str(record["row"]), recorded_pooling(record), float(record["C"]),
                        float(record["dev"]["score"]), str(record["dev"]["metric"]))
-    source = WordProbeSource(str(record["model"]), record.get("revision"), WordReading.from_json(record["reading"]),
-                             TagScheme.from_json(record["scheme"]), bool(record.get("trust_remote_code", False)))
+    source = WordProbeSource(str(record["model"]), record.get("revision"), reading,
+                             TagScheme.from_json(record["scheme"]), bool(record.get("trust_remote_code", False)),
+                             Compute.from_json(record.get("compute")))
     return SavedWordProbe(fit, source, root)
+
+
+def recorded_pooling(record: dict[str, Any]) -> Pooling:
+    """The pooling probe.json records (`pooling`); a /1 record's `layers` (layers and combine) read as it meant,
+    its `all` being every encoder layer of its model (the depth its config.json states)."""
+    if "pooling" in record:
+        return word_pooling_from_json(record["pooling"])
+    limits = saved_model_limits(str(record.get("model")))
+    return word_pooling_from_json(record["layers"], limits.layers if limits is not None else None)
 
 
 def _read_record(file: Path) -> dict[str, Any]:
@@ -168,7 +191,7 @@ def _read_record(file: Path) -> dict[str, Any]:
         record = json.loads(file.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise _damaged(file, f"not valid JSON: {exc}") from None
-    if not isinstance(record, dict) or record.get("format") != WORD_PROBE_FORMAT:
+    if not isinstance(record, dict) or record.get("format") not in READABLE_FORMATS:
         raise _damaged(file, f"not a {WORD_PROBE_FORMAT} record")
     if record.get(SELF_DIGEST) != record_digest(record):
         raise _damaged(file, "its content does not match the sha256 it was saved with")
@@ -202,5 +225,5 @@ def best_word_probe(row: Any, X: np.ndarray, tags: Sequence[str], C: float, seed
     from bertkit.probe.words import fit_word_probe
 
     pipeline = fit_word_probe(X, tags, C, seed)
-    return WordProbeFit(word_probe_weights(pipeline), row.label, row.layers, C, float(row.scores.main),
+    return WordProbeFit(word_probe_weights(pipeline), row.label, row.pooling, C, float(row.scores.main),
                         row.scores.main_name)

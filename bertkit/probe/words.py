@@ -18,19 +18,21 @@ import numpy as np
 
 from bertkit.data.tagged import TaggedSentence
 from bertkit.data.tagscheme import TagScheme
-from bertkit.encoding.words import WordReading
+from bertkit.encoding.reading import Reading
 from bertkit.errors import UserError
-from bertkit.features.words import PAPER_ROWS, WordFeatures, WordLayers, extract_word_features
+from bertkit.features.settings import Pooling
+from bertkit.features.words import WordFeatures, extract_word_features, paper_rows
 from bertkit.probe.fit import DEFAULT_C, make_pipeline
 from bertkit.scoring.entities import BOOTSTRAP_RESAMPLES, TagScores, score_tags
 
 
 @dataclass(frozen=True)
 class WordProbeRow:
-    """One layer choice's probe: its dev scores, its training-word accuracy (how far it fits) and vector size."""
+    """One layer choice's probe (its word `Pooling`): its dev scores, its training-word accuracy (how far it fits)
+    and vector size."""
 
     label: str
-    layers: WordLayers
+    pooling: Pooling
     dim: int
     scores: TagScores
     train_accuracy: float
@@ -56,23 +58,18 @@ class WordProbeTable:
 
     def peak_layer(self) -> WordProbeRow | None:
         """The single hidden state scoring highest (where the per-layer curve peaks); None with no single-layer row."""
-        singles = [row for row in self.rows if is_single_layer(row.layers)]
+        singles = [row for row in self.rows if row.pooling.single_layer]
         return max(singles, key=lambda row: row.scores.main) if singles else None
 
     def to_json(self) -> dict[str, Any]:
         return {"scheme": self.scheme.to_json(), "tags": list(self.tags), "n_train_words": self.n_train_words,
                 "n_dev_words": self.n_dev_words,
-                "rows": [{"label": r.label, "layers": r.layers.to_json(), "dim": r.dim, "train_accuracy":
+                "rows": [{"label": r.label, "pooling": r.pooling.to_json(), "dim": r.dim, "train_accuracy":
                           r.train_accuracy, "fit_seconds": r.fit_seconds, "scores": r.scores.to_json()}
                          for r in self.rows],
                 "baselines": {name: s.to_json() for name, s in self.baselines.items()},
                 "peak_layer": peak.label if (peak := self.peak_layer()) is not None else None,
                 **({"random_encoder_row": self.random_encoder_row} if self.random_encoder_row else {})}
-
-
-def is_single_layer(spec: WordLayers) -> bool:
-    """Whether a row reads one hidden state (a point of the per-layer curve), not a sum or concat of several."""
-    return spec.layers.lstrip("-").isdigit()
 
 
 def flat_tags(sentences: Sequence[TaggedSentence]) -> list[str]:
@@ -116,7 +113,7 @@ def baseline_scores(train: Sequence[TaggedSentence], dev: Sequence[TaggedSentenc
             "most frequent tag per word": score_tags(gold, most_frequent_tags(train, dev), scheme, n_boot, seed)}
 
 
-def probe_word_row(label: str, layers: WordLayers, X: np.ndarray, y_train: Sequence[str], X_dev: np.ndarray,
+def probe_word_row(label: str, pooling: Pooling, X: np.ndarray, y_train: Sequence[str], X_dev: np.ndarray,
                    gold: Sequence[Sequence[str]], dev_offsets: np.ndarray, scheme: TagScheme, C: float = DEFAULT_C,
                    seed: int = 0, n_boot: int = BOOTSTRAP_RESAMPLES) -> WordProbeRow:
     """One row of the table: a probe fitted on the training words' vectors `X`, scored on the dev words' `X_dev`
@@ -128,7 +125,7 @@ def probe_word_row(label: str, layers: WordLayers, X: np.ndarray, y_train: Seque
     train_accuracy = float((model.predict(X) == np.asarray(y_train, dtype=object)).mean())
     predicted = as_sentences(model.predict(X_dev).tolist(), dev_offsets)
     scores = score_tags(gold, predicted, scheme, n_boot, seed)
-    return WordProbeRow(label, layers, X.shape[1], scores, train_accuracy, seconds)
+    return WordProbeRow(label, pooling, X.shape[1], scores, train_accuracy, seconds)
 
 
 def probe_word_layers(train: Sequence[TaggedSentence], train_features: WordFeatures,
@@ -140,21 +137,22 @@ def probe_word_layers(train: Sequence[TaggedSentence], train_features: WordFeatu
     y_train, gold = flat_tags(train), [list(s.tags) for s in dev]
     if len(y_train) != train_features.n_words or len(flat_tags(dev)) != dev_features.n_words:
         raise ValueError("features and sentences must hold the same words")
-    labels = list(labels) if labels is not None else [layers.name for layers in train_features.layers]
-    rows = [probe_word_row(label, layers, X, y_train, X_dev, gold, dev_features.sentence_offsets, scheme, C, seed)
-            for label, layers, X, X_dev in zip(labels, train_features.layers, train_features.vectors,
-                                               dev_features.vectors, strict=True)]
+    labels = list(labels) if labels is not None else [pooling.label for pooling in train_features.layers]
+    rows = [probe_word_row(label, pooling, X, y_train, X_dev, gold, dev_features.sentence_offsets, scheme, C, seed)
+            for label, pooling, X, X_dev in zip(labels, train_features.layers, train_features.vectors,
+                                                dev_features.vectors, strict=True)]
     return WordProbeTable(tuple(rows), scheme, tuple(sorted(set(y_train))), len(y_train), len(flat_tags(dev)),
                           baseline_scores(train, dev, scheme, seed=seed))
 
 
 def probe_words(encoder: Any, tokenizer: Any, train: Sequence[TaggedSentence], dev: Sequence[TaggedSentence],
-                scheme: TagScheme, reading: WordReading | None = None,
-                rows: Sequence[tuple[str, WordLayers]] = PAPER_ROWS, batch_size: int = 32,
+                scheme: TagScheme, reading: Reading | None = None,
+                rows: Sequence[tuple[str, Pooling]] | None = None, batch_size: int = 32,
                 C: float = DEFAULT_C, seed: int = 0) -> WordProbeTable:
     """Extract every row's word vectors (one forward pass per batch for all rows) and probe them: the paper's
-    feature-based table by default."""
-    reading = reading or WordReading()
+    feature-based table (`paper_rows`) by default."""
+    reading = reading or Reading.of_words()
+    rows = rows if rows is not None else paper_rows(int(encoder.config.num_hidden_layers))
     layers = [spec for _, spec in rows]
     features = [extract_word_features(encoder, tokenizer, [s.words for s in part], reading, layers, batch_size)
                 for part in (train, dev)]

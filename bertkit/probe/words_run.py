@@ -11,9 +11,7 @@ the pretrained weights add); every row and baseline with a 95% bootstrap interva
 
 from __future__ import annotations
 
-import functools
 import logging
-import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -22,20 +20,19 @@ from typing import Any, ClassVar
 import numpy as np
 
 from bertkit.data.tagged import TaggedColumns, TaggedCorpus, TaggedSentence, TaggedSource, read_tagged_splits
-from bertkit.encoding.words import WordReading
-from bertkit.features.words import LAYER_NAMES, WordFeatures, WordLayers, extract_word_features
+from bertkit.encoding.reading import Reading
+from bertkit.features.settings import LAST4, Pooling
+from bertkit.features.words import WordFeatures, combined, extract_word_features, paper_rows, word_pooling
+from bertkit.models.compute import Compute
 from bertkit.probe.fit import DEFAULT_C
 from bertkit.probe.word_saved import WordProbeFit, WordProbeSource, best_word_probe, save_word_probe
 from bertkit.probe.words import WordProbeRow, WordProbeTable, baseline_scores, flat_tags, probe_word_row
 
 log = logging.getLogger(__name__)
 
-COMBINATION_ROWS = (
-    ("sum of last four", WordLayers("last4", "sum")),
-    ("concat of last four", WordLayers("last4", "concat")),
-    ("sum of all layers", WordLayers("all", "sum")),
-)
-"""The paper's rows that combine layers; its single-layer rows (embeddings, second-to-last, last) are on the curve."""
+COMBINED_PAPER_ROWS = 3
+"""The last rows of `features.words.paper_rows` combine layers (sum and concat of the last four, sum of all encoder
+layers); the paper's single-layer rows (embeddings, second-to-last, last) are on the curve."""
 RANDOM_ENCODER = "random-init encoder"
 """The baseline's name in the table, metrics.json and the plot (as the sentence probe's, `probe.baselines`)."""
 BASELINE_KEYS = {"majority tag": "majority", "most frequent tag per word": "most_frequent_tag",
@@ -55,7 +52,7 @@ class WordProbeRun:
     dev: str
     columns: TaggedColumns
     """The word and tag columns as resolved, and the tag scheme as the files have it."""
-    reading: WordReading
+    reading: Reading
     C: float
     sentences: Mapping[str, int]
     """Sentences per split (train, dev)."""
@@ -64,12 +61,15 @@ class WordProbeRun:
     outputs: Mapping[str, str] = field(default_factory=dict)
     best_probe: WordProbeFit | None = None
     """The best row's probe, saved as OUT/probe (`bertkit.probe.word_saved`)."""
+    compute: Compute = Compute()
+    """Where and in what precision the words were read (the command's --precision, resolved once)."""
 
     def to_json(self) -> dict[str, Any]:
         table = self.table.to_json()
         best = self.table.best()
         return {"task": "tags", "model": self.model, "revision": self.revision, "train": self.train, "dev": self.dev,
-                "columns": self.columns.to_json(), "reading": self.reading.to_json(), "C": self.C,
+                "columns": self.columns.to_json(), "reading": self.reading.to_json(),
+                "compute": self.compute.to_json(), "C": self.C,
                 "sentences": dict(self.sentences), "words": {"train": table.pop("n_train_words"),
                                                              "dev": table.pop("n_dev_words")},
                 "metric": best.scores.main_name, "best": best.label, **table, "notes": list(self.notes),
@@ -83,29 +83,31 @@ def layer_label(index: int, n_layers: int) -> str:
     return named.get(index, f"layer {index}")
 
 
-def table_rows(layers: str | None, combine: str | None, n_layers: int) -> list[tuple[str, WordLayers]]:
-    """(label, layers) of each row. Neither given: every hidden state, then the paper's combinations. --combine:
-    one row, the --layers (default last4) summed or concatenated. --layers alone: each of its layers a row (`all`:
-    every hidden state, embeddings included, as the sentence probe's --layers all)."""
+def combination_rows(n_layers: int) -> tuple[tuple[str, Pooling], ...]:
+    """The paper's rows that combine layers, as a model of `n_layers` can give them (`fitting`)."""
+    return tuple(fitting(label, spec, n_layers) for label, spec in paper_rows(n_layers)[-COMBINED_PAPER_ROWS:])
+
+
+def table_rows(layers: str | None, combine: str | None, n_layers: int) -> list[tuple[str, Pooling]]:
+    """(label, pooling) of each row. Neither given: every hidden state, then the paper's combinations. --combine:
+    one row, the --layers (default last4) combined. --layers alone: each of its layers a row (`all`: every hidden
+    state, embeddings included, as everywhere)."""
     if combine is not None:
-        spec = WordLayers(layers or "last4", combine)
+        spec = word_pooling(layers or "last4", combine)
         spec.resolve(n_layers)  # a layer the model lacks stops here
-        known = {s: label for label, s in COMBINATION_ROWS}
-        return [(known.get(spec, spec.name), spec)]
-    if layers is None or layers.strip().lower() == "all":
-        singles = list(range(n_layers + 1))
-    else:
-        singles = WordLayers(layers.replace(" ", "")).resolve(n_layers)
-    rows = [(layer_label(i, n_layers), WordLayers(str(i))) for i in singles]
-    return rows + ([fitting(label, spec, n_layers) for label, spec in COMBINATION_ROWS] if layers is None else [])
+        known = {s: label for label, s in combination_rows(n_layers)}
+        return [(known.get(spec, spec.label), spec)]
+    singles = word_pooling(layers or "all").resolve(n_layers)
+    rows = [(layer_label(i, n_layers), word_pooling(str(i))) for i in singles]
+    return rows + (list(combination_rows(n_layers)) if layers is None else [])
 
 
-def fitting(label: str, spec: WordLayers, n_layers: int) -> tuple[str, WordLayers]:
+def fitting(label: str, spec: Pooling, n_layers: int) -> tuple[str, Pooling]:
     """A default row as a model of `n_layers` can give it: fewer than four layers, "the last four" are all of them."""
-    if spec.layers != "last4" or n_layers >= 4:
+    if spec.layers != LAST4 or n_layers >= 4:
         return label, spec
     every = ",".join(str(i) for i in range(1, n_layers + 1))
-    return label.replace("last four", f"last {n_layers}"), WordLayers(every, spec.combine)
+    return label.replace("last four", f"last {n_layers}"), word_pooling(every, spec.combine)
 
 
 def read_train_dev(train: str | TaggedSource, dev: str | TaggedSource,
@@ -116,26 +118,24 @@ def read_train_dev(train: str | TaggedSource, dev: str | TaggedSource,
     return train_corpus, dev_corpus
 
 
-def row_vectors(features: WordFeatures, spec: WordLayers, n_layers: int) -> np.ndarray:
+def row_vectors(features: WordFeatures, spec: Pooling, n_layers: int) -> np.ndarray:
     """A row's word vectors from the per-layer ones in `features` (one entry per single hidden state)."""
-    position = {int(s.layers): k for k, s in enumerate(features.layers)}
-    parts = [features.vectors[position[i]] for i in spec.resolve(n_layers)]
-    if len(parts) == 1:
-        return parts[0]
-    return np.concatenate(parts, axis=1) if spec.combine == "concat" else functools.reduce(operator.add, parts)
+    by_state = {s.resolve(n_layers)[0]: vectors for s, vectors in zip(features.layers, features.vectors, strict=True)}
+    return combined(by_state, spec.resolve(n_layers), spec.combine)
 
 
 def probe_word_table(encoder: Any, tokenizer: Any, train: Sequence[TaggedSentence], dev: Sequence[TaggedSentence],
-                     train_corpus: TaggedCorpus, rows: Sequence[tuple[str, WordLayers]], reading: WordReading,
+                     train_corpus: TaggedCorpus, rows: Sequence[tuple[str, Pooling]], reading: Reading,
                      batch_size: int, C: float = DEFAULT_C, seed: int = 0, baselines: bool = True,
-                     say: Callable[[str], None] | None = None) -> tuple[WordProbeTable, WordProbeFit]:
-    """Every hidden state the rows need, extracted once per split; then one probe per row, scored on dev; and the
-    best row's probe, to save."""
+                     say: Callable[[str], None] | None = None, dtype: Any = None
+                     ) -> tuple[WordProbeTable, WordProbeFit]:
+    """Every hidden state the rows need, extracted once per split (in `dtype`, the run's precision); then one probe
+    per row, scored on dev; and the best row's probe, to save."""
     n_layers = int(encoder.config.num_hidden_layers)
     needed = sorted({i for _, spec in rows for i in spec.resolve(n_layers)})
-    singles = [WordLayers(str(i)) for i in needed]
-    features = [extract_word_features(encoder, tokenizer, [s.words for s in part], reading, singles, batch_size)
-                for part in (train, dev)]
+    singles = [word_pooling(str(i)) for i in needed]
+    features = [extract_word_features(encoder, tokenizer, [s.words for s in part], reading, singles, batch_size,
+                                      dtype=dtype) for part in (train, dev)]
     y_train, gold = flat_tags(train), [list(s.tags) for s in dev]
     table_rows_ = []
     for label, spec in rows:
@@ -149,24 +149,27 @@ def probe_word_table(encoder: Any, tokenizer: Any, train: Sequence[TaggedSentenc
                            len(flat_tags(dev)),
                            baseline_scores(train, dev, train_corpus.scheme, seed=seed) if baselines else {})
     best = table.best()
-    return table, best_word_probe(best, row_vectors(features[0], best.layers, n_layers), y_train, C, seed)
+    return table, best_word_probe(best, row_vectors(features[0], best.pooling, n_layers), y_train, C, seed)
 
 
 def random_encoder_row(model: str, tokenizer: Any, train: Sequence[TaggedSentence], dev: Sequence[TaggedSentence],
-                       train_corpus: TaggedCorpus, best: WordProbeRow, reading: WordReading, batch_size: int,
-                       C: float = DEFAULT_C, seed: int = 0, trust_remote_code: bool = False) -> WordProbeRow:
+                       train_corpus: TaggedCorpus, best: WordProbeRow, reading: Reading, batch_size: int,
+                       C: float = DEFAULT_C, seed: int = 0, trust_remote_code: bool = False,
+                       compute: Compute = Compute()) -> WordProbeRow:
     """The best row's probe again on the same architecture with fresh weights, built as the sentence probe's
     random-init baseline builds it (seeded before the model, `loading.load_encoder(random_init=True)`): what the
-    pretrained weights add at that row. Reads train and dev once more, for the best row's layers only."""
+    pretrained weights add at that row. Reads train and dev once more, for the best row's layers only, where and in
+    the precision `compute` says."""
     import torch
 
     from bertkit.models import loading
 
     torch.manual_seed(seed)
-    encoder = loading.load_encoder(model, trust_remote_code, random_init=True).eval()
-    features = [extract_word_features(encoder, tokenizer, [s.words for s in part], reading, [best.layers],
-                                      batch_size) for part in (train, dev)]
-    return probe_word_row(f"{RANDOM_ENCODER} ({best.label})", best.layers, features[0].vectors[0], flat_tags(train),
+    encoder = loading.cast_for_inference(loading.load_encoder(model, trust_remote_code, random_init=True).eval(),
+                                         compute.torch_device, compute.dtype)
+    features = [extract_word_features(encoder, tokenizer, [s.words for s in part], reading, [best.pooling],
+                                      batch_size, dtype=compute.dtype) for part in (train, dev)]
+    return probe_word_row(f"{RANDOM_ENCODER} ({best.label})", best.pooling, features[0].vectors[0], flat_tags(train),
                           features[1].vectors[0], [list(s.tags) for s in dev], features[1].sentence_offsets,
                           train_corpus.scheme, C, seed)
 
@@ -184,12 +187,14 @@ def with_random_encoder(table: WordProbeTable, row: WordProbeRow) -> tuple[WordP
                    f"training sentences.",)
 
 
-def run_word_probe(train: str | TaggedSource, dev: str | TaggedSource, columns: TaggedColumns, reading: WordReading,
+def run_word_probe(train: str | TaggedSource, dev: str | TaggedSource, columns: TaggedColumns, reading: Reading,
                    model: str, layers: str | None = None, combine: str | None = None, batch_size: int = 32,
                    C: float = DEFAULT_C, seed: int = 0, baselines: bool = True, trust_remote_code: bool = False,
-                   say: Callable[[str], None] | None = None, limit: int | None = None) -> WordProbeRun:
-    """Read and check the tagged files, load the encoder once, and probe every row (`table_rows`) on its words
-    (the first `limit` sentences of each file, when given); with `baselines`, the random-init encoder last."""
+                   say: Callable[[str], None] | None = None, limit: int | None = None,
+                   compute: Compute = Compute()) -> WordProbeRun:
+    """Read and check the tagged files, load the encoder once (where and in the precision `compute` says: the
+    command's --precision, resolved once), and probe every row (`table_rows`) on its words (the first `limit`
+    sentences of each file, when given); with `baselines`, the random-init encoder last."""
     from bertkit.models import loading
 
     loading.check_model_folder(model)
@@ -197,23 +202,25 @@ def run_word_probe(train: str | TaggedSource, dev: str | TaggedSource, columns: 
     train_sentences, dev_sentences = (list(c.sentences()) if limit is None else c.head(limit)
                                       for c in (train_corpus, dev_corpus))
     tokenizer = loading.load_tokenizer(model, trust_remote_code)
-    encoder = loading.load_encoder(model, trust_remote_code).eval()
+    encoder = loading.cast_for_inference(loading.load_encoder(model, trust_remote_code).eval(), compute.torch_device,
+                                         compute.dtype)
     rows = table_rows(layers, combine, int(encoder.config.num_hidden_layers))
     if say is not None:
         say(f"{len(train_sentences):,} train / {len(dev_sentences):,} dev sentences "
             f"({len(flat_tags(train_sentences)):,} / {len(flat_tags(dev_sentences)):,} words, tags "
             f"{train_corpus.scheme.name}); {len(rows)} rows")
     table, best = probe_word_table(encoder, tokenizer, train_sentences, dev_sentences, train_corpus, rows, reading,
-                                   batch_size, C, seed, baselines, say)
+                                   batch_size, C, seed, baselines, say, compute.dtype)
     notes: tuple[str, ...] = ()
     if baselines:
         random_row = random_encoder_row(model, tokenizer, train_sentences, dev_sentences, train_corpus, table.best(),
-                                        reading, batch_size, C, seed, trust_remote_code)
+                                        reading, batch_size, C, seed, trust_remote_code, compute)
         if say is not None:
             say(f"{random_row.label}: dev {random_row.scores.main_name} {random_row.scores.main:.3f}")
         table, notes = with_random_encoder(table, random_row)
     return WordProbeRun(model, loading.model_revision(model), str(train), str(dev), train_corpus.columns, reading, C,
-                        {"train": len(train_sentences), "dev": len(dev_sentences)}, table, notes, best_probe=best)
+                        {"train": len(train_sentences), "dev": len(dev_sentences)}, table, notes, best_probe=best,
+                        compute=compute)
 
 
 def write_word_probe_run(run_dir: Path, run: WordProbeRun, config: dict[str, Any],
@@ -225,9 +232,10 @@ def write_word_probe_run(run_dir: Path, run: WordProbeRun, config: dict[str, Any
 
     final = final_dir or run_dir
     trail.write_run_config(run_dir, "probe", config, words={"reading": run.reading.to_json(),
-                                                             "columns": run.columns.to_json(), "model": run.model})
+                                                             "columns": run.columns.to_json(), "model": run.model,
+                                                             "compute": run.compute.to_json()})
     best = run.table.best()
-    curve_rows = [{"pool": "combined layers" if is_combination(r.layers) else f"word {run.reading.word_pool}",
+    curve_rows = [{"pool": f"word {run.reading.word_pool}" if r.pooling.single_layer else "combined layers",
                    "layer_name": r.label, "score": r.scores.main, "best": r is best} for r in run.table.rows]
     baselines = {name: scores.main for name, scores in run.table.baselines.items()}
     curve = plots.probe_layer_curve(curve_rows, baselines, run_dir / "probe_layers.png",
@@ -235,14 +243,10 @@ def write_word_probe_run(run_dir: Path, run: WordProbeRun, config: dict[str, Any
     outputs = {"config": str(final / "config.json"), "metrics": str(final / "metrics.json"),
                "layer_curve": str(final / curve.name)}
     if run.best_probe is not None:  # the best row's probe, for `predict --probe`
-        save_word_probe(run_dir / "probe", run.best_probe, WordProbeSource(run.model, run.revision, run.reading,
-                                                                           run.table.scheme))
+        source = WordProbeSource(run.model, run.revision, run.reading, run.table.scheme, compute=run.compute)
+        save_word_probe(run_dir / "probe", run.best_probe, source)
         outputs["probe"] = str(final / "probe")
     run = replace(run, outputs=outputs)
     atomic.write_json_atomic(run_dir / "metrics.json", run.to_json())
     return run
 
-
-def is_combination(spec: WordLayers) -> bool:
-    """Whether a row sums or concatenates several hidden states (drawn apart from the per-layer curve)."""
-    return spec.layers in LAYER_NAMES or "," in spec.layers
