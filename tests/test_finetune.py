@@ -17,11 +17,11 @@ from typer.testing import CliRunner
 from bertkit.cli.app import app
 from bertkit.commands.finetune import FinetuneConfig
 from bertkit.commands.finetune import run as finetune
+from bertkit.encoding.batches import global_batches, micro_batches
 from bertkit.errors import UserError
 from bertkit.io.faults import FAIL_AFTER_STEPS_ENV as FAIL_HOOK_ENV
 from bertkit.io.faults import FAIL_MODE_ENV, SimulatedFailure
 from bertkit.training.checkpoints import latest_checkpoint
-from bertkit.training.loop import global_batches, micro_batches
 
 ROOT = Path(__file__).resolve().parent.parent
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}

@@ -39,6 +39,7 @@ from bertkit.data.dataset import TextDataset
 from bertkit.data.label_reader import MAX_TARGET
 from bertkit.data.labels import LabelMap
 from bertkit.data.splits import Splits, load_splits
+from bertkit.encoding.batches import global_batches
 from bertkit.encoding.encode import encode_for
 from bertkit.encoding.reading import Reading
 from bertkit.errors import UserError
@@ -58,7 +59,6 @@ from bertkit.training.loop import (
     Session,
     TrainState,
     dev_scores,
-    global_batches,
     on_main,
     restore,
     train_epoch,
