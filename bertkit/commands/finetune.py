@@ -66,5 +66,5 @@ def run(cfg: FinetuneConfig, *, progress: bool = True) -> FinetuneResult:
     check_model_limits(cfg.model, max_length=cfg.max_length)  # the model's own limits: after the folder's refusals
     from bertkit.training.finetune import finetune, training_device
 
-    return FinetuneResult.of(finetune(cfg, progress=progress, compute=Compute.resolve(training_device(), cfg.precision),
-                                      reading=Reading.from_options(cfg)))
+    compute, reading = Compute.resolve(training_device(), cfg.precision), Reading.from_options(cfg)
+    return FinetuneResult.of(finetune(cfg, progress=progress, compute=compute, reading=reading))

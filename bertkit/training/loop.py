@@ -23,7 +23,7 @@ from bertkit.encoding.batches import restore_order, sorted_batches
 from bertkit.encoding.encode import Encoded
 from bertkit.encoding.reading import Reading
 from bertkit.errors import UserError
-from bertkit.io import atomic, faults, rundir
+from bertkit.io import atomic, checkpoint_folders, faults, rundir
 from bertkit.models import infer, loading
 from bertkit.models.compute import Compute
 from bertkit.scoring.baseline import Baseline
@@ -153,7 +153,7 @@ def restore(session: Session) -> tuple[TrainState, dict[str, Any] | None]:
         restored = {"checkpoint": str(found.path), "epoch": state.epoch + 1, "step": state.global_step,
                     "batch_in_epoch": state.step_in_epoch, "steps_per_epoch": session.steps_per_epoch,
                     "lr": session.scheduler.get_last_lr()[0], "best_metric": state.best_metric,
-                    "verified": (found.path / checkpoints.MANIFEST).is_file()}  # False: saved before checksums
+                    "verified": (found.path / checkpoint_folders.MANIFEST).is_file()}  # False: saved before checksums
         log.info("resumed from %s: epoch %d, step %d (batch %d/%d of the epoch), lr %.3e, best %s so far %s",
                  found.path, restored["epoch"], restored["step"], restored["batch_in_epoch"],
                  session.steps_per_epoch, restored["lr"], session.cfg.metric_for_best, state.best_metric)
@@ -162,12 +162,12 @@ def restore(session: Session) -> tuple[TrainState, dict[str, Any] | None]:
     return state, restored
 
 
-def _choose_checkpoint(out: Path) -> checkpoints.Restored | None:
+def _choose_checkpoint(out: Path) -> checkpoint_folders.Restored | None:
     """The verified checkpoint to resume from (main process), after removing what interrupted saves left."""
-    removed = checkpoints.remove_unfinished_saves(out)
+    removed = checkpoint_folders.remove_unfinished_saves(out)
     if removed:
         log.info("removed the unfinished checkpoint save(s) of the interrupted run: %s", ", ".join(removed))
-    return checkpoints.choose_checkpoint(out)
+    return checkpoint_folders.choose_checkpoint(out)
 
 
 def train_epoch(session: Session, state: TrainState, bar: Any) -> None:
@@ -318,9 +318,10 @@ def _scoring_failed(session: Session, state: TrainState, scored: Any, problem: s
     """Save the model trained so far into final/ (with what using it needs), then the message: the problem, where
     the model is, and how to score it once the metric is fixed."""
     cfg, folder = session.cfg, session.out / "final"
+    card = cards.card_for(session, state, "final", scored, None)
     checkpoints.save_model_folder(session.accelerator, session.net, session.tokenizer, folder,
                                   {"step": state.global_step, **state.model_info, **session.settings_record},
-                                  session.model_bytes, cards.card_for(session, state, "final", scored, None))
+                                  session.model_bytes, card)
     shown = ", ".join(f"{k} {scored.metrics[k]:.4f}" for k in session.objective.table_metrics if k in scored.metrics)
     fix = (f"Fix the metric script, then score that model with `bertkit evaluate --model {folder} --data "
            f"{cfg.dev or 'DEV_DATA'} --metric {spec}`, or re-run this command (it resumes from the last checkpoint, "
@@ -367,11 +368,11 @@ def _keep_best(session: Session, state: TrainState, scored: Any, value: float) -
     test = cards.test_scored(session, scored, dev_scores)
     cards.remember(session, state.global_step, scored, test)
     state.best_test = cards.test_summary(test)
+    card = cards.card_for(session, state, "best", scored, test)
     checkpoints.save_model_folder(session.accelerator, session.net, session.tokenizer, session.out / "best",
                                   {"step": state.global_step, "metric": session.cfg.metric_for_best, "value": value,
                                    "labels": session.label_map.to_json()["labels"], **state.model_info,
-                                   **session.settings_record},
-                                  session.model_bytes, cards.card_for(session, state, "best", scored, test))
+                                   **session.settings_record}, session.model_bytes, card)
     if session.accelerator.is_main_process:
         with atomic.atomic_path(session.out / "best_dev_proba.npy") as tmp, open(tmp, "wb") as handle:
             np.save(handle, scored.outputs)
