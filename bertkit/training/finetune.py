@@ -274,7 +274,7 @@ def finish(session: Session, state: TrainState, restored: dict[str, Any] | None,
     dev, test = cards.final_scores(session, state.global_step, dev_scores) if session.card is not None else (None, None)
     card = cards.card_for(session, state, "final", dev, test) if dev is not None else None
     calibration, same_as_best = _save_final_model(session, state, card)
-    notes = notes + session.notes + _baseline_notes(session, state)
+    notes = notes + session.notes + _baseline_notes(state)
     summary = reports.summary(session, state, restored, notes=notes, same_as_best=same_as_best,
                               calibration=calibration, test=test)
     run = TrainingRun(session.run.out, RunSummary.from_json(summary), tuple(map(EpochRow, state.epoch_table)),
@@ -312,11 +312,11 @@ def calibrate_best(session: Session) -> dict[str, Any] | None:
     return fit.to_json()
 
 
-def _baseline_notes(session: Session, state: TrainState) -> list[str]:
-    """The constant-baseline warning when no evaluation's dev metric got above it (the best model is no better than
-    always predicting the majority class), for the result's notes and metrics.json."""
-    base = session.baseline
-    if base is None or state.best_metric is None or base.beaten_by(state.best_metric) or not state.baseline_note:
+def _baseline_notes(state: TrainState) -> list[str]:
+    """The constant-baseline warning when no evaluation's dev metric got above it (so neither did the best model's:
+    it is no better than always predicting the majority class), for the result's notes and metrics.json. Each
+    evaluation's record says whether it was above (`judge_evaluation`'s judgement, kept in the history)."""
+    if not state.baseline_note or any(record.get("above_baseline") for record in state.history):
         return []
     return [state.baseline_note]
 
