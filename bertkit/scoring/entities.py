@@ -98,6 +98,15 @@ def score_entities(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[s
                         sum(counted["gold"].values()), sum(counted["predicted"].values()), per_type)
 
 
+def read_entities(tags: Sequence[Sequence[str]], scheme: str) -> list[set[tuple[str, int, int]]]:
+    """Per sentence, the entities strict seqeval reads with `scheme` as (type, first word, end word exclusive): the
+    entities every score here counts, so an I- with no B- before it is none of them."""
+    from seqeval.scheme import Entities
+
+    sentences = Entities([list(s) for s in tags], seqeval_scheme(scheme), suffix=False).entities
+    return [{(e.tag, e.start, e.end) for e in sentence} for sentence in sentences]
+
+
 def _type_counts(entities: list[list[Any]]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for sentence in entities:
@@ -115,12 +124,7 @@ def sentence_counts(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[
         right = [sum(g == p for g, p in zip(gs, ps, strict=True)) for gs, ps in zip(gold, predicted, strict=True)]
         sizes = [len(gs) for gs in gold]
         return np.array([right, sizes, sizes], dtype=np.float64).T.reshape(len(gold), 3)
-    from seqeval.scheme import Entities
-
-    kind = seqeval_scheme(scheme.name)
-    found = [[{(e.tag, e.start, e.end) for e in sentence} for sentence in Entities([list(s) for s in y], kind,
-                                                                                    suffix=False).entities]
-             for y in (gold, predicted)]
+    found = [read_entities(y, scheme.name) for y in (gold, predicted)]
     return np.array([[len(g & p), len(p), len(g)] for g, p in zip(*found, strict=True)],
                     dtype=np.float64).reshape(len(gold), 3)
 
