@@ -17,6 +17,7 @@ from bertkit.data.tagged import is_tagged_file
 from bertkit.encoding.reading import Reading
 from bertkit.features.settings import Pooling
 from bertkit.models.compute import Compute
+from bertkit.features import word_layers
 from bertkit.probe import words_run
 from bertkit.probe.words_run import WordProbeRun, table_rows
 
@@ -121,8 +122,8 @@ def test_word_probes_read_words_in_the_precision_asked(tagged, tiny_bert_dir, mo
 
     train, dev = tagged
     seen = []
-    extract = words_run.extract_word_features
-    monkeypatch.setattr(words_run, "extract_word_features", lambda *a, **kw: seen.append(kw["dtype"]) or extract(*a, **kw))
+    encode = word_layers.encode_word_chunk  # each split's words: one chunk here, written to the layer files
+    monkeypatch.setattr(word_layers, "encode_word_chunk", lambda *a: seen.append(a[-1]) or encode(*a))
     loading.cpu_supports_bf16.cache_clear()
     monkeypatch.setenv("BERTKIT_ASSUME_BF16", native)
     try:
