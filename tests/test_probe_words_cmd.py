@@ -15,10 +15,9 @@ from bertkit.cli.app import app
 from bertkit.commands.probe import ProbeConfig, ProbeResult, run
 from bertkit.data.tagged import is_tagged_file
 from bertkit.encoding.reading import Reading
+from bertkit.features import word_layers
 from bertkit.features.settings import Pooling
 from bertkit.models.compute import Compute
-from bertkit.features import word_layers
-from bertkit.probe import words_run
 from bertkit.probe.words_run import WordProbeRun, table_rows
 
 runner = CliRunner()

@@ -12,7 +12,13 @@ import pytest
 from bertkit.data.tagged import TaggedColumns
 from bertkit.encoding.reading import Reading
 from bertkit.features import word_layers
-from bertkit.features.word_layers import MemoryLayers, row_matrix, scratch_folder, store_gives, write_layer_files
+from bertkit.features.word_layers import (
+    MemoryLayers,
+    row_matrix,
+    scratch_folder,
+    store_gives,
+    write_layer_files,
+)
 from bertkit.features.word_store import open_word_store
 from bertkit.features.words import combined, extract_word_features, word_pooling
 from bertkit.probe.words_run import run_word_probe
