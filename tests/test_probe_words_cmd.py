@@ -155,7 +155,7 @@ def test_plain_tags_are_scored_by_token_accuracy_with_task_tags(tmp_path, tiny_b
 @pytest.mark.parametrize(("args", "files", "expected"), [
     (["--cv", "3"], "tagged", "--cv does not apply to word probes"),
     (["--pool", "mean"], "tagged", "--pool does not apply to word probes"),
-    (["--features", "store"], "tagged", "--features does not apply"),
+    (["--features", "store"], "tagged", "--data does not apply with --features store (a word store"),
     ([], "no-dev", "Pass --dev dev.iob2"),
     (["--task", "tags"], "sentences", "does not look like a tagged corpus"),
     (["--word-pool", "mean"], "sentences", "--word-pool reads tagged data"),

@@ -24,6 +24,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from bertkit.data.cachedir import cache_root
 from bertkit.encoding.reading import Reading
 from bertkit.encoding.words import pieces_per_word
 from bertkit.features.settings import Pooling
@@ -194,8 +195,6 @@ class StoreLayers(WordLayers):
 def scratch_folder(cache_dir: str | None) -> Path:
     """Where layer files are made: the cache's scratch folder (--cache-dir, else $BERTKIT_CACHE_DIR or
     ~/.cache/bertkit), not the system's temp folder, which may be memory (tmpfs)."""
-    from bertkit.data.cachedir import cache_root
-
     folder = cache_root(cache_dir) / SCRATCH
     folder.mkdir(parents=True, exist_ok=True)
     return folder
