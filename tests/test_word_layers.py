@@ -66,8 +66,8 @@ def test_layer_files_hold_every_state_as_extracted_and_leave_no_file(encoder, mo
     encode = word_layers.encode_word_chunk
     monkeypatch.setattr(word_layers, "encode_word_chunk", lambda *a: chunks.append(len(a[2])) or encode(*a))
     with write_layer_files(model, tokenizer, words, reading, [0, 1, 2], str(tmp_path / "cache"),
-                           chunk_bytes=3 * 64 * 4 * 20) as layers:  # about 20 words a chunk
-        assert len(chunks) > 3 and sum(chunks) == len(words)
+                           chunk_sentences=3) as layers:
+        assert chunks == [3] * 6 + [2]
         assert list(scratch_folder(str(tmp_path / "cache")).iterdir()) == []  # unlinked: no name to leave behind
         assert np.array_equal(layers.sentence_offsets, expected.sentence_offsets)
         for k in range(3):

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -29,12 +29,16 @@ from bertkit.encoding.reading import Reading
 from bertkit.encoding.words import pieces_per_word
 from bertkit.features.settings import Pooling
 from bertkit.features.word_store import WordStore
-from bertkit.features.words import WordFeatures, check_fits_model, encode_word_chunk, word_pooling
+from bertkit.features.words import (
+    CHUNK_SENTENCES,
+    WordFeatures,
+    check_fits_model,
+    encode_word_chunk,
+    word_pooling,
+)
 from bertkit.io import disk
 
 DTYPE = np.dtype(np.float32)
-CHUNK_BYTES = 64 << 20
-"""About how many bytes of word vectors (all states of a chunk of sentences) are held while writing layer files."""
 SCRATCH = "scratch"
 """The folder of the cache (`data.cachedir.cache_root`) that holds the unlinked layer files."""
 
@@ -200,25 +204,15 @@ def scratch_folder(cache_dir: str | None) -> Path:
     return folder
 
 
-def chunks_of_words(sentences: Sequence[Sequence[str]], max_words: int) -> Iterator[Sequence[Sequence[str]]]:
-    """The sentences in runs of about `max_words` words (one sentence at least)."""
-    start, words = 0, 0
-    for end, sentence in enumerate(sentences, 1):
-        words += len(sentence)
-        if words >= max_words:
-            yield sentences[start:end]
-            start, words = end, 0
-    if start < len(sentences):
-        yield sentences[start:]
-
-
 def write_layer_files(encoder: Any, tokenizer: Any, sentences: Sequence[Sequence[str]], reading: Reading,
                       states: Sequence[int], cache_dir: str | None = None, batch_size: int | None = 32,
-                      dtype: Any = None, chunk_bytes: int = CHUNK_BYTES) -> LayerFiles:
+                      dtype: Any = None, chunk_sentences: int = CHUNK_SENTENCES) -> LayerFiles:
     """Every hidden state in `states` of every word of `sentences`, extracted once (one forward pass per batch, in
-    `dtype`: the run's precision) chunk by chunk into unlinked files in the scratch folder (`scratch_folder`):
-    memory holds one chunk of about `chunk_bytes` of vectors; the disk needs n_words x states x width x 4 bytes,
-    checked before the first write."""
+    `dtype`: the run's precision) chunk by chunk into unlinked files in the scratch folder (`scratch_folder`).
+    Memory holds one chunk's vectors (`chunk_sentences` sentences, all their states: 1,000 sentences of 16 words
+    are 175 MiB for 7 states of 384); the disk needs n_words x states x width x 4 bytes, checked before the first
+    write. The chunks are `features.words.extract_word_features`'s, so the batches and the vectors are too, bit for
+    bit."""
     check_fits_model(encoder, reading)
     n_layers = int(encoder.config.num_hidden_layers)
     width = int(encoder.config.hidden_size) * pieces_per_word(str(reading.word_pool))
@@ -231,8 +225,7 @@ def write_layer_files(encoder: Any, tokenizer: Any, sentences: Sequence[Sequence
         undo.callback(layers.close)  # an error on the way gives the disk back
         layers.files = {i: tempfile.TemporaryFile(dir=folder, prefix="bertkit-word-layer-") for i in states}
         singles = [word_pooling(str(i)) for i in states]
-        max_words = max(1, chunk_bytes // max(1, len(states) * width * DTYPE.itemsize))
-        for chunk in chunks_of_words(sentences, max_words):
+        for chunk in (sentences[i:i + chunk_sentences] for i in range(0, len(sentences), chunk_sentences)):
             part = encode_word_chunk(encoder, tokenizer, chunk, reading, singles, batch_size, dtype)
             for state, vectors in zip(states, part.vectors, strict=True):
                 layers.files[state].write(memoryview(np.ascontiguousarray(vectors, dtype=DTYPE)).cast("B"))
