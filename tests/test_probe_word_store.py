@@ -83,6 +83,9 @@ def test_a_store_of_one_layer_gives_that_row_and_names_the_rest(tagged, tiny_ber
     assert result.words is not None and [r.label for r in result.words.table.rows] == ["layer 2 (last)"]
     assert any("5 of the table's rows skipped" in note and "hidden state 2 (--layers -1)" in note
                for note in result.notes), result.notes
+    head = run(ProbeConfig(features=str(store), baselines=False, limit=5))  # the first 5 sentences of each split
+    assert head.words is not None and dict(head.words.sentences) == {"train": 5, "dev": 2}
+    assert head.words.table.n_train_words == sum(len(s) for s in SENTENCES) + len(SENTENCES[0])
     refused = invoke("probe", "--features", str(store), "--layers", "0,-1")
     assert refused.exit_code == 2 and "cannot give (embeddings (layer 0))" in " ".join(refused.output.split())
 
