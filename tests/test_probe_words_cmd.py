@@ -15,9 +15,9 @@ from bertkit.cli.app import app
 from bertkit.commands.probe import ProbeConfig, ProbeResult, run
 from bertkit.data.tagged import is_tagged_file
 from bertkit.encoding.reading import Reading
+from bertkit.features import word_layers
 from bertkit.features.settings import Pooling
 from bertkit.models.compute import Compute
-from bertkit.probe import words_run
 from bertkit.probe.words_run import WordProbeRun, table_rows
 
 runner = CliRunner()
@@ -121,8 +121,8 @@ def test_word_probes_read_words_in_the_precision_asked(tagged, tiny_bert_dir, mo
 
     train, dev = tagged
     seen = []
-    extract = words_run.extract_word_features
-    monkeypatch.setattr(words_run, "extract_word_features", lambda *a, **kw: seen.append(kw["dtype"]) or extract(*a, **kw))
+    encode = word_layers.encode_word_chunk  # each split's words: one chunk here, written to the layer files
+    monkeypatch.setattr(word_layers, "encode_word_chunk", lambda *a: seen.append(a[-1]) or encode(*a))
     loading.cpu_supports_bf16.cache_clear()
     monkeypatch.setenv("BERTKIT_ASSUME_BF16", native)
     try:
@@ -155,7 +155,7 @@ def test_plain_tags_are_scored_by_token_accuracy_with_task_tags(tmp_path, tiny_b
 @pytest.mark.parametrize(("args", "files", "expected"), [
     (["--cv", "3"], "tagged", "--cv does not apply to word probes"),
     (["--pool", "mean"], "tagged", "--pool does not apply to word probes"),
-    (["--features", "store"], "tagged", "--features does not apply"),
+    (["--features", "store"], "tagged", "--data does not apply with --features store (a word store"),
     ([], "no-dev", "Pass --dev dev.iob2"),
     (["--task", "tags"], "sentences", "does not look like a tagged corpus"),
     (["--word-pool", "mean"], "sentences", "--word-pool reads tagged data"),

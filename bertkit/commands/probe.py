@@ -19,6 +19,7 @@ from bertkit.data.tagscheme import TagSchemeOption
 from bertkit.encoding.reading import LongTextOptions, Reading, WordPoolOption
 from bertkit.errors import UserError, raise_if_problems
 from bertkit.features.settings import POOLS, CombineOption, layers_problem
+from bertkit.features.word_store import word_store_splits
 from bertkit.features.words import word_settings_problems
 from bertkit.models.compute import INFERENCE_PRECISION_HELP, INFERENCE_PRECISIONS, TRUST_HELP, Compute
 from bertkit.models.folders import OFFLINE_NAME
@@ -34,6 +35,7 @@ from bertkit.probe.records import (
     Refits,
     SplitRows,
 )
+from bertkit.probe.word_store_run import run_word_store_probe, word_store_problems
 from bertkit.scoring.options import CLASS_WEIGHTS, MetricOptions
 
 if TYPE_CHECKING:
@@ -57,8 +59,8 @@ class ProbeConfig(WordPoolOption, TagSchemeOption, CombineOption, LongTextOption
                                  "instead of the default table (every layer, plus the BERT paper's sum/concat of the "
                                  "last four and sum of all)."}
 
-    features: str | None = option(None, "A `bertkit embed` store (its --out directory) instead of --data.",
-                                  panel=DATA)
+    features: str | None = option(None, "A `bertkit embed` store (its --out directory) instead of --data; a word "
+                                  "store (embed on tagged data, with --dev) probes its words.", panel=DATA)
     model: str | None = option(None, "Encoder for on-the-fly features (default minilm-offline); with --features it "
                                "must match the store.", panel=MODEL)
     pool: str | None = option(None, "Poolings to compare: cls, mean, max, comma-separated. Default with --data: cls "
@@ -126,11 +128,16 @@ class ProbeConfig(WordPoolOption, TagSchemeOption, CombineOption, LongTextOption
 
     @property
     def reads_words(self) -> bool:
-        """Whether this run probes words: --task tags, or --data a tagged corpus (`data.options.reads_tagged`)."""
-        return reads_tagged(self.task, self.data, self.data_config, self.train_split)
+        """Whether this run probes words: --task tags, --data a tagged corpus (`data.options.reads_tagged`), or
+        --features a word store (`bertkit embed` on tagged data)."""
+        return (reads_tagged(self.task, self.data, self.data_config, self.train_split)
+                or (self.features is not None and bool(word_store_splits(self.features))))
 
     def word_problems(self) -> list[str]:
-        """The word path's refusals: --data and --dev tagged files, and no option it does not read."""
+        """The word path's refusals: --data and --dev tagged files (or --features a word store), and no option it
+        does not read."""
+        if self.features is not None:
+            return word_store_problems(self) + word_settings_problems(self, self.layers)
         problems = []
         if self.data is None or self.dev is None:
             problems.append("Probing words needs --data (tagged training data) and --dev (tagged dev data: a file, or "
@@ -201,7 +208,7 @@ class ProbeResult:
         best = words.table.best()
         metric = best.scores.main_name.replace(" ", "_")
         outputs = ProbeOutputs.from_json(dict(words.outputs))
-        return cls(words.model, words.revision, words.train, None, words.compute.precision,
+        return cls(words.model, words.revision, words.train, words.features, words.compute.precision,
                    SplitRows(dict(words.sentences)),
                    list(words.table.tags), ProbeSettings({"kind": "logistic regression per word", "C": words.C}), [],
                    BestCell.from_json({"pool": f"word {words.reading.word_pool}", "layer": best.label, "C": words.C,
@@ -296,14 +303,17 @@ def run_words(cfg: ProbeConfig, progress: bool = False) -> ProbeResult:
 
     plan = rundir.inspect_run_dir(cfg.out, "probe", overwrite=cfg.overwrite, compare=trail.config_compare(config_dict(cfg)),
                                   inputs=ownership.input_paths(cfg)) if cfg.out else None  # claimed once it ran
-    reading = Reading.of_words(cfg.word_pool, cfg.max_length, cfg.stride)
-    columns = TaggedColumns(cfg.text_column, cfg.label_column, cfg.tag_scheme)
-    train, dev = tagged_sources(str(cfg.data), [str(cfg.dev)], cfg.data_config, cfg.train_split)
-    compute = Compute.resolve("cpu", cfg.precision)  # once: words are read on the CPU, as sentence probes' text
-    words = run_word_probe(train, dev, columns, reading, cfg.model or OFFLINE_NAME, cfg.layers,
-                           cfg.combine, cfg.batch_size, cfg.C or DEFAULT_C, cfg.seed, cfg.baselines,
-                           cfg.trust_remote_code, say=log.info if progress else None, limit=cfg.limit,
-                           compute=compute)
+    if cfg.features is not None:  # a word store: its settings are the store's (`probe.word_store_run`)
+        words = run_word_store_probe(cfg, say=log.info if progress else None)
+    else:
+        reading = Reading.of_words(cfg.word_pool, cfg.max_length, cfg.stride)
+        columns = TaggedColumns(cfg.text_column, cfg.label_column, cfg.tag_scheme)
+        train, dev = tagged_sources(str(cfg.data), [str(cfg.dev)], cfg.data_config, cfg.train_split)
+        compute = Compute.resolve("cpu", cfg.precision)  # once: words are read on the CPU, as sentence probes' text
+        words = run_word_probe(train, dev, columns, reading, cfg.model or OFFLINE_NAME, cfg.layers, cfg.combine,
+                               cfg.batch_size, cfg.C or DEFAULT_C, cfg.seed, cfg.baselines, cfg.trust_remote_code,
+                               say=log.info if progress else None, limit=cfg.limit, compute=compute,
+                               cache_dir=cfg.cache_dir)
     if plan is not None:
         run_dir = plan.claim()
         words = write_word_probe_run(run_dir.path, words, config_dict(cfg), final_dir=run_dir.out)

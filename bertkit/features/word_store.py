@@ -28,7 +28,7 @@ import json
 import logging
 import shutil
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +56,8 @@ OFFSETS = "sentence_offsets.npy"
 SENTENCES = "sentences.jsonl"
 FILES = (VECTORS, OFFSETS, SENTENCES)
 SHARDS = "shards"
+SPLITS = ("train", "dev", "test")
+"""The folders of a store with splits (`bertkit embed --dev/--test`)."""
 ALL_BEFORE = "every encoder layer (--layers all before bertkit-word-store/2)"
 """How an identity of format /1 with --layers all reads: its `all` did not hold the embeddings."""
 DTYPE = np.dtype(np.float32)
@@ -81,10 +83,32 @@ class WordStore:
     columns: TaggedColumns
     scheme: str
     """The tag scheme the tags are scored in (IOB2 for IOB1 files; none for plain tags)."""
+    manifest: dict[str, Any] = field(default_factory=dict)
+    """The whole record (its encoder's depth `n_layers`, the `precision` the words were read in, ...)."""
 
     @property
     def n_sentences(self) -> int:
         return len(self.sentence_offsets) - 1
+
+    def read_columns(self, start: int, stop: int, n_words: int | None = None,
+                     block_bytes: int = 16 << 20) -> np.ndarray:
+        """Columns `start:stop` of the first `n_words` vectors (None: all), as a float32 array in memory, read from
+        vectors.npy in blocks of rows by plain reads, not through the memory map: the process holds the result and
+        one block of about `block_bytes`, never the pages of the whole file."""
+        n, width = self.n_words if n_words is None else n_words, int(self.vectors.shape[1])
+        out = np.empty((n, stop - start), dtype=DTYPE)
+        block = np.empty((max(1, min(n, block_bytes // (width * DTYPE.itemsize))), width), dtype=DTYPE)
+        with (self.path / VECTORS).open("rb") as handle:
+            version = np.lib.format.read_magic(handle)
+            header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            header(handle)  # the data starts where the header ends
+            for first in range(0, n, len(block)):
+                rows = block[:min(len(block), n - first)]
+                if handle.readinto(memoryview(rows).cast("B")) != rows.nbytes:
+                    raise UserError(f"Word store {self.path} is damaged: {VECTORS} ends early. Re-run `bertkit "
+                                    f"embed` with --overwrite.")
+                out[first:first + len(rows)] = rows[:, start:stop]
+        return out
 
     @property
     def n_words(self) -> int:
@@ -126,7 +150,17 @@ def open_word_store(path: str | Path, verify: bool = True) -> WordStore:
                         f"with --overwrite.")
     reading, pooling = recorded_settings(manifest)
     return WordStore(root, vectors, offsets, words, tags, manifest["model"], manifest.get("revision"), reading,
-                     pooling, TaggedColumns.from_json(manifest["columns"]), manifest["scheme"])
+                     pooling, TaggedColumns.from_json(manifest["columns"]), manifest["scheme"], manifest)
+
+
+def word_store_splits(path: str | Path) -> dict[str, Path]:
+    """{split: folder} of the word store(s) in `path`: `path` itself (one store: train), or its train/dev/test
+    folders (`bertkit embed --dev/--test`); empty when it holds no word store (a manifest of another format, an
+    unfinished store)."""
+    root = Path(path).expanduser()
+    if (root / MANIFEST).is_file():
+        return {"train": root} if is_word_store(root) else {}
+    return {name: root / name for name in SPLITS if is_word_store(root / name)}
 
 
 def recorded_settings(manifest: dict[str, Any]) -> tuple[Reading, Pooling]:

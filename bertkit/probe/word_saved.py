@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -218,12 +217,9 @@ def _read_weights(file: Path, tags: tuple[str, ...]) -> WordProbeWeights:
     return WordProbeWeights(*(arrays[k] for k in ARRAYS), tags)
 
 
-def best_word_probe(row: Any, X: np.ndarray, tags: Sequence[str], C: float, seed: int) -> WordProbeFit:
-    """The best table row's probe (`row`: a `WordProbeRow`) fitted again on its training vectors `X`: lbfgs from the
-    same start with the same seed is deterministic, so these are the weights the row was scored with (refitting
-    one row keeps `probe.words` free of saving; it costs one more fit)."""
-    from bertkit.probe.words import fit_word_probe
-
-    pipeline = fit_word_probe(X, tags, C, seed)
+def fitted_word_probe(row: Any, pipeline: Any, C: float) -> WordProbeFit:
+    """The best table row's probe (`row`: a `WordProbeRow`) as it was fitted and scored (`pipeline`: the scaler +
+    logistic regression `probe.words.fit_word_row` returned): the weights saved are those the table scored, with no
+    second fit and no second copy of the row's vectors."""
     return WordProbeFit(word_probe_weights(pipeline), row.label, row.pooling, C, float(row.scores.main),
                         row.scores.main_name)

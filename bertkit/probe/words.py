@@ -113,19 +113,27 @@ def baseline_scores(train: Sequence[TaggedSentence], dev: Sequence[TaggedSentenc
             "most frequent tag per word": score_tags(gold, most_frequent_tags(train, dev), scheme, n_boot, seed)}
 
 
-def probe_word_row(label: str, pooling: Pooling, X: np.ndarray, y_train: Sequence[str], X_dev: np.ndarray,
-                   gold: Sequence[Sequence[str]], dev_offsets: np.ndarray, scheme: TagScheme, C: float = DEFAULT_C,
-                   seed: int = 0, n_boot: int = BOOTSTRAP_RESAMPLES) -> WordProbeRow:
-    """One row of the table: a probe fitted on the training words' vectors `X`, scored on the dev words' `X_dev`
-    (sentence s's words are rows `dev_offsets[s]:dev_offsets[s + 1]`) against the `gold` tags, with the main
-    score's interval over `n_boot` resamples of the dev sentences (seeded by `seed`)."""
+def fit_word_row(label: str, pooling: Pooling, X: np.ndarray, y_train: Sequence[str], X_dev: np.ndarray,
+                 gold: Sequence[Sequence[str]], dev_offsets: np.ndarray, scheme: TagScheme, C: float = DEFAULT_C,
+                 seed: int = 0, n_boot: int = BOOTSTRAP_RESAMPLES) -> tuple[WordProbeRow, Any]:
+    """One row of the table and its fitted probe (the scaler + logistic regression pipeline): fitted on the
+    training words' vectors `X`, scored on the dev words' `X_dev` (sentence s's words are rows
+    `dev_offsets[s]:dev_offsets[s + 1]`) against the `gold` tags, with the main score's interval over `n_boot`
+    resamples of the dev sentences (seeded by `seed`)."""
     start = time.perf_counter()
     model = fit_word_probe(X, y_train, C, seed)
     seconds = time.perf_counter() - start
     train_accuracy = float((model.predict(X) == np.asarray(y_train, dtype=object)).mean())
     predicted = as_sentences(model.predict(X_dev).tolist(), dev_offsets)
     scores = score_tags(gold, predicted, scheme, n_boot, seed)
-    return WordProbeRow(label, pooling, X.shape[1], scores, train_accuracy, seconds)
+    return WordProbeRow(label, pooling, X.shape[1], scores, train_accuracy, seconds), model
+
+
+def probe_word_row(label: str, pooling: Pooling, X: np.ndarray, y_train: Sequence[str], X_dev: np.ndarray,
+                   gold: Sequence[Sequence[str]], dev_offsets: np.ndarray, scheme: TagScheme, C: float = DEFAULT_C,
+                   seed: int = 0, n_boot: int = BOOTSTRAP_RESAMPLES) -> WordProbeRow:
+    """One row of the table (`fit_word_row` without its probe)."""
+    return fit_word_row(label, pooling, X, y_train, X_dev, gold, dev_offsets, scheme, C, seed, n_boot)[0]
 
 
 def probe_word_layers(train: Sequence[TaggedSentence], train_features: WordFeatures,

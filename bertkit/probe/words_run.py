@@ -1,7 +1,10 @@
 """`bertkit probe` on tagged corpora (the word path): read and check train/dev once, load the encoder once, extract
-every hidden state the table needs for all words (one forward pass per batch, `bertkit.features.words`), build each
-row's vectors from those (a single layer, or a sum / concat of several), fit and score one word probe per row
-(`bertkit.probe.words`), and write the run (metrics.json with the reading and layer settings, the per-layer plot).
+every hidden state the table needs for all words once (one forward pass per batch), into unlinked files on disk
+(`bertkit.features.word_layers`: memory holds one chunk of words while they are written), then for each row build
+its vectors from those states (a single layer, or a sum / concat of several), fit and score its word probe
+(`bertkit.probe.words`) and drop them: memory holds one row's matrices at a time, not every state of every word.
+`bertkit.probe.word_store_run` runs the same table on a word store (`probe --features`). Then the run is written
+(metrics.json with the reading and layer settings, the per-layer plot, the best row's probe).
 
 The table's rows by default: every single hidden state (the per-layer curve: POS peaks lower than entities) and
 the BERT paper's combinations (sum of the last four, concat of the last four, sum of all layers); the paper's
@@ -17,16 +20,23 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-import numpy as np
-
 from bertkit.data.tagged import TaggedColumns, TaggedCorpus, TaggedSentence, TaggedSource, read_tagged_splits
+from bertkit.data.tagscheme import TagScheme
 from bertkit.encoding.reading import Reading
 from bertkit.features.settings import LAST4, Pooling
-from bertkit.features.words import WordFeatures, combined, extract_word_features, paper_rows, word_pooling
+from bertkit.features.word_layers import MemoryLayers, WordLayers, write_layer_files
+from bertkit.features.words import extract_word_features, paper_rows, word_pooling
 from bertkit.models.compute import Compute
 from bertkit.probe.fit import DEFAULT_C
-from bertkit.probe.word_saved import WordProbeFit, WordProbeSource, best_word_probe, save_word_probe
-from bertkit.probe.words import WordProbeRow, WordProbeTable, baseline_scores, flat_tags, probe_word_row
+from bertkit.probe.word_saved import WordProbeFit, WordProbeSource, fitted_word_probe, save_word_probe
+from bertkit.probe.words import (
+    WordProbeRow,
+    WordProbeTable,
+    baseline_scores,
+    fit_word_row,
+    flat_tags,
+    probe_word_row,
+)
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +72,10 @@ class WordProbeRun:
     best_probe: WordProbeFit | None = None
     """The best row's probe, saved as OUT/probe (`bertkit.probe.word_saved`)."""
     compute: Compute = Compute()
-    """Where and in what precision the words were read (the command's --precision, resolved once)."""
+    """Where and in what precision the words were read (the command's --precision, resolved once; a word store's:
+    the precision it records)."""
+    features: str | None = None
+    """The word store probed (`probe --features`); None: the words were read from `train` and `dev` now."""
 
     def to_json(self) -> dict[str, Any]:
         table = self.table.to_json()
@@ -72,6 +85,7 @@ class WordProbeRun:
                 "compute": self.compute.to_json(), "C": self.C,
                 "sentences": dict(self.sentences), "words": {"train": table.pop("n_train_words"),
                                                              "dev": table.pop("n_dev_words")},
+                **({"features": self.features} if self.features else {}),
                 "metric": best.scores.main_name, "best": best.label, **table, "notes": list(self.notes),
                 **({"outputs": dict(self.outputs)} if self.outputs else {})}
 
@@ -118,48 +132,68 @@ def read_train_dev(train: str | TaggedSource, dev: str | TaggedSource,
     return train_corpus, dev_corpus
 
 
-def row_vectors(features: WordFeatures, spec: Pooling, n_layers: int) -> np.ndarray:
-    """A row's word vectors from the per-layer ones in `features` (one entry per single hidden state)."""
-    by_state = {s.resolve(n_layers)[0]: vectors for s, vectors in zip(features.layers, features.vectors, strict=True)}
-    return combined(by_state, spec.resolve(n_layers), spec.combine)
+def needed_states(rows: Sequence[tuple[str, Pooling]], n_layers: int) -> list[int]:
+    """Every single hidden state the rows read, in order."""
+    return sorted({i for _, spec in rows for i in spec.resolve(n_layers)})
 
 
-def probe_word_table(encoder: Any, tokenizer: Any, train: Sequence[TaggedSentence], dev: Sequence[TaggedSentence],
-                     train_corpus: TaggedCorpus, rows: Sequence[tuple[str, Pooling]], reading: Reading,
-                     batch_size: int, C: float = DEFAULT_C, seed: int = 0, baselines: bool = True,
-                     say: Callable[[str], None] | None = None, dtype: Any = None
-                     ) -> tuple[WordProbeTable, WordProbeFit]:
-    """Every hidden state the rows need, extracted once per split (in `dtype`, the run's precision); then one probe
-    per row, scored on dev; and the best row's probe, to save."""
+def read_word_layers(encoder: Any, tokenizer: Any, parts: Sequence[Sequence[TaggedSentence]], reading: Reading,
+                     states: Sequence[int], batch_size: int | None, dtype: Any = None, cache_dir: str | None = None,
+                     in_memory: bool = False) -> list[WordLayers]:
+    """The hidden states `states` of every word of each part (train, dev), extracted once, one forward pass per
+    batch: into unlinked files in the cache's scratch folder (`features.word_layers.write_layer_files`: memory
+    holds one chunk of words), or with `in_memory` all in memory (every state of every word at once)."""
     n_layers = int(encoder.config.num_hidden_layers)
-    needed = sorted({i for _, spec in rows for i in spec.resolve(n_layers)})
-    singles = [word_pooling(str(i)) for i in needed]
-    features = [extract_word_features(encoder, tokenizer, [s.words for s in part], reading, singles, batch_size,
-                                      dtype=dtype) for part in (train, dev)]
+    if in_memory:
+        singles = [word_pooling(str(i)) for i in states]
+        return [MemoryLayers.of(extract_word_features(encoder, tokenizer, [s.words for s in part], reading, singles,
+                                                      batch_size, dtype=dtype), n_layers) for part in parts]
+    made: list[WordLayers] = []
+    try:
+        for part in parts:
+            made.append(write_layer_files(encoder, tokenizer, [s.words for s in part], reading, states, cache_dir,
+                                          batch_size, dtype))
+    except BaseException:
+        for layers in made:
+            layers.close()
+        raise
+    return made
+
+
+def probe_word_table(train_layers: WordLayers, dev_layers: WordLayers, train: Sequence[TaggedSentence],
+                     dev: Sequence[TaggedSentence], scheme: TagScheme, rows: Sequence[tuple[str, Pooling]],
+                     C: float = DEFAULT_C, seed: int = 0, baselines: bool = True,
+                     say: Callable[[str], None] | None = None) -> tuple[WordProbeTable, WordProbeFit]:
+    """One probe per row, its vectors built from the layers (`WordLayers.matrix`) just before its fit and dropped
+    after it: memory holds one row's train and dev matrices at a time. Scored on dev; the best row's fitted probe
+    kept, to save."""
     y_train, gold = flat_tags(train), [list(s.tags) for s in dev]
-    table_rows_ = []
+    table_rows_, best, best_model = [], None, None
     for label, spec in rows:
-        X, X_dev = (row_vectors(f, spec, n_layers) for f in features)
-        row = probe_word_row(label, spec, X, y_train, X_dev, gold, features[1].sentence_offsets,
-                             train_corpus.scheme, C, seed)
+        X, X_dev = train_layers.matrix(spec), dev_layers.matrix(spec)
+        row, model = fit_word_row(label, spec, X, y_train, X_dev, gold, dev_layers.sentence_offsets, scheme, C,
+                                  seed)
+        del X, X_dev  # before the next row's are built
         if say is not None:
             say(f"{label}: dev {row.scores.main_name} {row.scores.main:.3f} ({row.dim} dims, {row.fit_seconds:.1f}s)")
         table_rows_.append(row)
-    table = WordProbeTable(tuple(table_rows_), train_corpus.scheme, tuple(sorted(set(y_train))), len(y_train),
-                           len(flat_tags(dev)),
-                           baseline_scores(train, dev, train_corpus.scheme, seed=seed) if baselines else {})
-    best = table.best()
-    return table, best_word_probe(best, row_vectors(features[0], best.pooling, n_layers), y_train, C, seed)
+        if best is None or row.scores.main > best.scores.main:  # the first on a tie, as `WordProbeTable.best`
+            best, best_model = row, model
+    table = WordProbeTable(tuple(table_rows_), scheme, tuple(sorted(set(y_train))), len(y_train),
+                           len(flat_tags(dev)), baseline_scores(train, dev, scheme, seed=seed) if baselines else {})
+    assert best is not None
+    return table, fitted_word_probe(best, best_model, C)
 
 
 def random_encoder_row(model: str, tokenizer: Any, train: Sequence[TaggedSentence], dev: Sequence[TaggedSentence],
-                       train_corpus: TaggedCorpus, best: WordProbeRow, reading: Reading, batch_size: int,
+                       scheme: TagScheme, best: WordProbeRow, reading: Reading, batch_size: int | None,
                        C: float = DEFAULT_C, seed: int = 0, trust_remote_code: bool = False,
-                       compute: Compute = Compute()) -> WordProbeRow:
+                       compute: Compute = Compute(), cache_dir: str | None = None,
+                       in_memory: bool = False) -> WordProbeRow:
     """The best row's probe again on the same architecture with fresh weights, built as the sentence probe's
     random-init baseline builds it (seeded before the model, `loading.load_encoder(random_init=True)`): what the
     pretrained weights add at that row. Reads train and dev once more, for the best row's layers only, where and in
-    the precision `compute` says."""
+    the precision `compute` says, as the table's pass did (`read_word_layers`)."""
     import torch
 
     from bertkit.models import loading
@@ -167,11 +201,14 @@ def random_encoder_row(model: str, tokenizer: Any, train: Sequence[TaggedSentenc
     torch.manual_seed(seed)
     encoder = loading.cast_for_inference(loading.load_encoder(model, trust_remote_code, random_init=True).eval(),
                                          compute.torch_device, compute.dtype)
-    features = [extract_word_features(encoder, tokenizer, [s.words for s in part], reading, [best.pooling],
-                                      batch_size, dtype=compute.dtype) for part in (train, dev)]
-    return probe_word_row(f"{RANDOM_ENCODER} ({best.label})", best.pooling, features[0].vectors[0], flat_tags(train),
-                          features[1].vectors[0], [list(s.tags) for s in dev], features[1].sentence_offsets,
-                          train_corpus.scheme, C, seed)
+    states = best.pooling.resolve(int(encoder.config.num_hidden_layers))
+    train_layers, dev_layers = read_word_layers(encoder, tokenizer, (train, dev), reading, states, batch_size,
+                                                compute.dtype, cache_dir, in_memory)
+    del encoder
+    with train_layers, dev_layers:
+        return probe_word_row(f"{RANDOM_ENCODER} ({best.label})", best.pooling, train_layers.matrix(best.pooling),
+                              flat_tags(train), dev_layers.matrix(best.pooling), [list(s.tags) for s in dev],
+                              dev_layers.sentence_offsets, scheme, C, seed)
 
 
 def with_random_encoder(table: WordProbeTable, row: WordProbeRow) -> tuple[WordProbeTable, tuple[str, ...]]:
@@ -191,10 +228,11 @@ def run_word_probe(train: str | TaggedSource, dev: str | TaggedSource, columns: 
                    model: str, layers: str | None = None, combine: str | None = None, batch_size: int = 32,
                    C: float = DEFAULT_C, seed: int = 0, baselines: bool = True, trust_remote_code: bool = False,
                    say: Callable[[str], None] | None = None, limit: int | None = None,
-                   compute: Compute = Compute()) -> WordProbeRun:
+                   compute: Compute = Compute(), cache_dir: str | None = None, in_memory: bool = False) -> WordProbeRun:
     """Read and check the tagged files, load the encoder once (where and in the precision `compute` says: the
-    command's --precision, resolved once), and probe every row (`table_rows`) on its words (the first `limit`
-    sentences of each file, when given); with `baselines`, the random-init encoder last."""
+    command's --precision, resolved once), extract every hidden state the rows (`table_rows`) need once
+    (`read_word_layers`: to disk, or `in_memory`), and probe each row on its words (the first `limit` sentences of
+    each file, when given); with `baselines`, the random-init encoder last."""
     from bertkit.models import loading
 
     loading.check_model_folder(model)
@@ -204,17 +242,24 @@ def run_word_probe(train: str | TaggedSource, dev: str | TaggedSource, columns: 
     tokenizer = loading.load_tokenizer(model, trust_remote_code)
     encoder = loading.cast_for_inference(loading.load_encoder(model, trust_remote_code).eval(), compute.torch_device,
                                          compute.dtype)
-    rows = table_rows(layers, combine, int(encoder.config.num_hidden_layers))
+    n_layers = int(encoder.config.num_hidden_layers)
+    rows = table_rows(layers, combine, n_layers)
     if say is not None:
         say(f"{len(train_sentences):,} train / {len(dev_sentences):,} dev sentences "
             f"({len(flat_tags(train_sentences)):,} / {len(flat_tags(dev_sentences)):,} words, tags "
             f"{train_corpus.scheme.name}); {len(rows)} rows")
-    table, best = probe_word_table(encoder, tokenizer, train_sentences, dev_sentences, train_corpus, rows, reading,
-                                   batch_size, C, seed, baselines, say, compute.dtype)
+    train_layers, dev_layers = read_word_layers(encoder, tokenizer, (train_sentences, dev_sentences), reading,
+                                                needed_states(rows, n_layers), batch_size, compute.dtype, cache_dir,
+                                                in_memory)
+    del encoder  # the fits need the vectors only
+    with train_layers, dev_layers:
+        table, best = probe_word_table(train_layers, dev_layers, train_sentences, dev_sentences, train_corpus.scheme,
+                                       rows, C, seed, baselines, say)
     notes: tuple[str, ...] = ()
     if baselines:
-        random_row = random_encoder_row(model, tokenizer, train_sentences, dev_sentences, train_corpus, table.best(),
-                                        reading, batch_size, C, seed, trust_remote_code, compute)
+        random_row = random_encoder_row(model, tokenizer, train_sentences, dev_sentences, train_corpus.scheme,
+                                        table.best(), reading, batch_size, C, seed, trust_remote_code, compute,
+                                        cache_dir, in_memory)
         if say is not None:
             say(f"{random_row.label}: dev {random_row.scores.main_name} {random_row.scores.main:.3f}")
         table, notes = with_random_encoder(table, random_row)

@@ -1,0 +1,124 @@
+"""Word probes read one row at a time (issue 45): hidden states written once to unlinked layer files (or read from a
+word store one block of columns at a time) give each row the vectors an in-memory extraction gives, so the table
+of the disk path equals the in-memory one, while memory holds one row's matrix, not every state of every word."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bertkit.data.tagged import TaggedColumns
+from bertkit.encoding.reading import Reading
+from bertkit.features import word_layers
+from bertkit.features.word_layers import (
+    MemoryLayers,
+    row_matrix,
+    scratch_folder,
+    store_gives,
+    write_layer_files,
+)
+from bertkit.features.word_store import open_word_store
+from bertkit.features.words import combined, extract_word_features, word_pooling
+from bertkit.probe.words_run import run_word_probe
+
+SENTENCES = [
+    [("Anna", "B-PER"), ("met", "O"), ("Bob", "B-PER"), ("in", "O"), ("Paris", "B-LOC")],
+    [("Bob", "B-PER"), ("Smith", "I-PER"), ("left", "O"), ("Rome", "B-LOC")],
+    [("Paris", "B-LOC"), ("is", "O"), ("big", "O")],
+    [("Anna", "B-PER"), ("likes", "O"), ("Rome", "B-LOC"), ("a", "O"), ("lot", "O")],
+]
+DEV = [[("Anna", "B-PER"), ("saw", "O"), ("Paris", "B-LOC")], [("Bob", "B-PER"), ("left", "O")]]
+
+
+def write_conll(path: Path, sentences) -> Path:
+    path.write_text("\n\n".join("\n".join(f"{w}\t{t}" for w, t in s) for s in sentences) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def tagged(tmp_path) -> tuple[Path, Path]:
+    return write_conll(tmp_path / "train.iob2", SENTENCES * 3), write_conll(tmp_path / "dev.iob2", DEV)
+
+
+@pytest.fixture
+def encoder(tiny_bert_dir):
+    from bertkit.models import loading
+
+    return loading.load_encoder(str(tiny_bert_dir)).eval(), loading.load_tokenizer(str(tiny_bert_dir))
+
+
+@pytest.mark.parametrize("combine", ["concat", "sum", "mean"])
+def test_a_row_from_single_states_is_the_combination_bit_for_bit(combine):
+    rng = np.random.default_rng(0)
+    states = {i: rng.normal(size=(7, 3)).astype(np.float32) for i in range(4)}
+    assert np.array_equal(row_matrix(states.__getitem__, [1, 2, 3], combine), combined(states, [1, 2, 3], combine))
+    assert row_matrix(states.__getitem__, [2], combine) is states[2]
+
+
+def test_layer_files_hold_every_state_as_extracted_and_leave_no_file(encoder, monkeypatch, tmp_path):
+    model, tokenizer = encoder
+    words = [[w for w, _ in s] for s in SENTENCES * 5]
+    reading = Reading.of_words("first_last", 8, 2)  # windows, and two pieces per word
+    expected = extract_word_features(model, tokenizer, words, reading, [word_pooling(str(i)) for i in range(3)])
+    chunks = []
+    encode = word_layers.encode_word_chunk
+    monkeypatch.setattr(word_layers, "encode_word_chunk", lambda *a: chunks.append(len(a[2])) or encode(*a))
+    with write_layer_files(model, tokenizer, words, reading, [0, 1, 2], str(tmp_path / "cache"),
+                           chunk_sentences=3) as layers:
+        assert chunks == [3] * 6 + [2]
+        assert list(scratch_folder(str(tmp_path / "cache")).iterdir()) == []  # unlinked: no name to leave behind
+        assert np.array_equal(layers.sentence_offsets, expected.sentence_offsets)
+        for k in range(3):
+            assert np.array_equal(layers.layer(k), expected.vectors[k])
+        spec = word_pooling("0,2", "sum")
+        assert np.array_equal(layers.matrix(spec), combined(dict(enumerate(expected.vectors)), [0, 2], "sum"))
+    assert layers.files == {}
+
+
+def test_the_disk_path_gives_the_in_memory_table(tagged, tiny_bert_dir, tmp_path):
+    """The default path (states on disk, one row in memory) and the in-memory one: the same table, to float
+    tolerance (here bit for bit: the same vectors, the same fits), and the same saved probe."""
+    reading = Reading.of_words("first", 32)
+    runs = {in_memory: run_word_probe(*tagged, TaggedColumns(), reading, str(tiny_bert_dir), seed=3, in_memory=in_memory,
+                                      cache_dir=str(tmp_path / "cache"))
+            for in_memory in (False, True)}
+    disk, memory = runs[False], runs[True]
+    assert [r.label for r in disk.table.rows] == [r.label for r in memory.table.rows]
+    assert len(disk.table.rows) == 6  # tiny BERT: 3 states and the paper's 3 combinations
+    for a, b in zip(disk.table.rows, memory.table.rows, strict=True):
+        assert a.dim == b.dim and a.train_accuracy == pytest.approx(b.train_accuracy, abs=1e-9)
+        assert a.scores.main == pytest.approx(b.scores.main, abs=1e-9)
+        assert a.scores.interval == pytest.approx(b.scores.interval, abs=1e-9)
+    assert disk.table.baselines.keys() == memory.table.baselines.keys()
+    assert disk.table.baselines["random-init encoder"].main == pytest.approx(
+        memory.table.baselines["random-init encoder"].main, abs=1e-9)
+    assert disk.best_probe is not None and memory.best_probe is not None
+    assert np.allclose(disk.best_probe.weights.coef, memory.best_probe.weights.coef, atol=1e-6)
+
+
+def test_memory_layers_are_the_extracted_arrays(encoder):
+    model, tokenizer = encoder
+    words = [[w for w, _ in s] for s in SENTENCES]
+    features = extract_word_features(model, tokenizer, words, Reading.of_words(), [word_pooling("0"), word_pooling("2")])
+    layers = MemoryLayers.of(features, 2)
+    assert layers.states == (0, 2) and layers.missing(word_pooling("-2")) == [1]
+    assert layers.matrix(word_pooling("-1")) is features.vectors[1]
+
+
+def test_a_store_gives_its_states_apart_or_its_own_row(tiny_bert_dir, tagged, tmp_path):
+    from bertkit.commands.embed import EmbedConfig, run
+
+    train, dev = tagged
+    run(EmbedConfig(data=str(train), dev=str(dev), out=str(tmp_path / "all"), model=str(tiny_bert_dir),
+                    layers="all", precision="fp32"))
+    store = open_word_store(tmp_path / "all" / "train")
+    layers = word_layers.StoreLayers.of(store, 5)
+    assert layers.states == (0, 1, 2) and layers.block == 32 and layers.n_words == int(store.sentence_offsets[5])
+    full = np.asarray(store.vectors)
+    assert np.array_equal(store.read_columns(32, 64, 17, block_bytes=96 * 4 * 3), full[:17, 32:64])  # 3 rows a block
+    assert np.array_equal(layers.matrix(word_pooling("1,2", "sum")), full[:layers.n_words, 32:64] + full[:layers.n_words, 64:])
+    summed = word_pooling("1,2", "sum")
+    assert store_gives(summed, 2, summed) and not store_gives(summed, 2, word_pooling("1"))
+    assert store_gives(word_pooling("all"), 2, word_pooling("0,2", "concat"))
