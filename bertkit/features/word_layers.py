@@ -210,7 +210,7 @@ def write_layer_files(encoder: Any, tokenizer: Any, sentences: Sequence[Sequence
     """Every hidden state in `states` of every word of `sentences`, extracted once (one forward pass per batch, in
     `dtype`: the run's precision) chunk by chunk into unlinked files in the scratch folder (`scratch_folder`).
     Memory holds one chunk's vectors (`chunk_sentences` sentences, all their states: 1,000 sentences of 16 words
-    are 175 MiB for 7 states of 384); the disk needs n_words x states x width x 4 bytes, checked before the first
+    are about 165 MiB for 7 states of 384); the disk needs n_words x states x width x 4 bytes, checked before the first
     write. The chunks are `features.words.extract_word_features`'s, so the batches and the vectors are too, bit for
     bit."""
     check_fits_model(encoder, reading)
