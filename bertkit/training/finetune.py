@@ -50,7 +50,7 @@ from bertkit.models.compute import Compute
 from bertkit.models.fastforward import SequenceClassifier
 from bertkit.scoring import metrics
 from bertkit.scoring.baseline import majority_baseline
-from bertkit.scoring.calibration import fit_temperature
+from bertkit.scoring.calibration import TemperatureFit, fit_temperature
 from bertkit.scoring.evaluation import choose_best_metric
 from bertkit.scoring.shapes import MultiLabel, Regression, SingleLabel
 from bertkit.training import cards, checkpoints, reports, tracking
@@ -277,7 +277,7 @@ def finish(session: Session, state: TrainState, restored: dict[str, Any] | None,
     notes = notes + session.notes + _baseline_notes(state)
     summary = reports.summary(session, state, restored, notes=notes, same_as_best=same_as_best,
                               calibration=calibration, test=test)
-    run = TrainingRun(session.run.out, RunSummary.from_json(summary), tuple(map(EpochRow, state.epoch_table)),
+    run = TrainingRun(session.run.out, summary, tuple(map(EpochRow, state.epoch_table)),
                       Restored.from_json(restored), False, accelerator.is_main_process, tuple(notes))
     if accelerator.is_main_process:
         reports.write_finished_run(session, state, run)
@@ -285,23 +285,23 @@ def finish(session: Session, state: TrainState, restored: dict[str, Any] | None,
     return run
 
 
-def _save_final_model(session: Session, state: TrainState, card: Any) -> tuple[dict[str, Any] | None, bool]:
+def _save_final_model(session: Session, state: TrainState, card: Any) -> tuple[TemperatureFit | None, bool]:
     """final/ with its `card`, after --calibrate temperature fitted the best model's temperature (recorded in final/
-    too when it holds the best weights); (the calibration's record, whether final/ holds the best weights)."""
+    too when it holds the best weights); (the calibration's fit, whether final/ holds the best weights)."""
     accelerator, cfg = session.accelerator, session.cfg
     same_as_best = state.best_step == state.global_step and (session.out / "best").is_dir()
     calibration = on_main(accelerator, lambda: calibrate_best(session)) if cfg.calibrate == "temperature" else None
+    calibrated = {"calibration": calibration.to_json()} if calibration is not None and same_as_best else {}
     checkpoints.save_model_folder(accelerator, session.net, session.tokenizer, session.out / "final",
-                                  {"step": state.global_step, **state.model_info, **session.settings_record,
-                                   **({"calibration": calibration} if calibration and same_as_best else {})},
+                                  {"step": state.global_step, **state.model_info, **session.settings_record, **calibrated},
                                   session.model_bytes, card, same_weights_as=session.out / "best" if same_as_best else None)
     return calibration, same_as_best
 
 
-def calibrate_best(session: Session) -> dict[str, Any] | None:
+def calibrate_best(session: Session) -> TemperatureFit | None:
     """--calibrate temperature: the temperature fitted on the best model's dev outputs (`best_dev_proba.npy`),
-    recorded in best/'s bertkit_model.json for predict and evaluate; its record (also metrics.json's
-    `calibration`). None when no evaluation saved a best model."""
+    recorded in best/'s bertkit_model.json for predict and evaluate (its record is metrics.json's `calibration`
+    too). None when no evaluation saved a best model."""
     proba_file = session.out / "best_dev_proba.npy"
     if not proba_file.is_file() or not (session.out / "best").is_dir():
         return None
@@ -309,7 +309,7 @@ def calibrate_best(session: Session) -> dict[str, Any] | None:
     log.info("calibrated: temperature %.3f fitted on %d dev rows (dev ECE %.4f -> %.4f, NLL %.4f -> %.4f)",
              fit.temperature, fit.rows, fit.ece_before, fit.ece_after, fit.nll_before, fit.nll_after)
     metadata.add_model_info(session.out / "best", {"calibration": fit.to_json()})
-    return fit.to_json()
+    return fit
 
 
 def _baseline_notes(state: TrainState) -> list[str]:
