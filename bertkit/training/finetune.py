@@ -40,11 +40,10 @@ from bertkit.data.dataset import TextDataset
 from bertkit.data.label_reader import MAX_TARGET
 from bertkit.data.labels import LabelMap
 from bertkit.data.splits import Splits, load_splits
-from bertkit.encoding.batches import global_batches
-from bertkit.encoding.encode import encode_for
 from bertkit.encoding.reading import Reading
+from bertkit.encoding.run_tokens import encode_run, too_few_rows  # noqa: F401 - too_few_rows: a trial's checks
 from bertkit.errors import UserError
-from bertkit.io import disk
+from bertkit.io import disk, rundir
 from bertkit.models import loading, metadata
 from bertkit.models.compute import Compute
 from bertkit.models.fastforward import SequenceClassifier
@@ -66,7 +65,7 @@ from bertkit.training.loop import (
 )
 from bertkit.training.options import FinetuneOptions
 from bertkit.training.outcome import EpochRow, Restored, RunSummary, TrainingRun
-from bertkit.training.resume import claim_out, finished_run, resume_key
+from bertkit.training.resume import finished_run, resume_key, run_record
 
 log = logging.getLogger(__name__)
 
@@ -227,6 +226,8 @@ def setup(cfg: FinetuneOptions, accelerator: Any, splits: Splits, key: dict[str,
         _freeze_encoder(model)
     optimizer = adamw_optimizer(model, float(cfg.lr), cfg.weight_decay)
     checkpoint_bytes = _checkpoint_bytes(model)
+    lr_record = (lr_choice or LrChoice(float(cfg.lr), "given")).to_json()
+    record = run_record(cfg, accelerator, task, lr_record)  # what a new run's config.json says, claimed with --out
     net = SequenceClassifier(model, fast=cfg.fast_forward)  # trains `model`'s parameters; logits only
     if cfg.fast_forward and not net.fast:
         log.info("--fast-forward does not apply (%s): using the model's own forward", net.unsupported)
@@ -234,35 +235,23 @@ def setup(cfg: FinetuneOptions, accelerator: Any, splits: Splits, key: dict[str,
     # and state_dict keys stay those of `model`: checkpoints, saves)
     if cfg.compile and not (accelerator.device.type == "cuda" and cfg.cuda_graphs != "off" and net.compile_layers()):
         net.compile(dynamic=True)
-    train_enc = encode_for(tokenizer, splits.train, reading, cache_dir=cfg.cache_dir).encoded
-    dev_enc = encode_for(tokenizer, splits.dev, reading, cache_dir=cfg.cache_dir).encoded
-    test_enc = (encode_for(tokenizer, splits.test, reading, cache_dir=cfg.cache_dir).encoded
-                if splits.test is not None and splits.test.labels is not None else None)
-    min_rows = accelerator.num_processes * cfg.grad_accum
-    steps_per_epoch = len(global_batches(train_enc.lengths, cfg.batch_size * min_rows, cfg.seed, 0, min_rows))
-    if steps_per_epoch == 0:
-        raise too_few_rows(len(splits.train), min_rows)
-    lr_record = (lr_choice or LrChoice(float(cfg.lr), "given")).to_json()
-    run, status = on_main(accelerator, lambda: claim_out(cfg, key, accelerator, task, lr_record))
+    tokens = encode_run(tokenizer, splits, reading, cache_dir=cfg.cache_dir, batch_size=cfg.batch_size,
+                        seed=cfg.seed, min_rows=accelerator.num_processes * cfg.grad_accum)
+    run, status = on_main(accelerator, lambda: rundir.claim_resumable(cfg.out or "", task.command, key,
+                                                                      overwrite=cfg.overwrite, **record))
     if status == "finished":
         return None
     objective = task.objective(cfg, splits, run.path, accelerator)
     if hasattr(objective, "init_head"):  # before any checkpoint is restored over it
         objective.init_head(model)
     baseline = majority_baseline(objective, label_map.task, cfg.metric_for_best or "")
-    total_steps = steps_per_epoch * cfg.epochs
+    total_steps = tokens.steps_per_epoch * cfg.epochs
     scheduler = get_linear_schedule_with_warmup(optimizer, math.ceil(cfg.warmup_ratio * total_steps), total_steps)
     net, optimizer, scheduler = accelerator.prepare(net, optimizer, scheduler)
-    return Session(cfg, accelerator, run, run.path, tokenizer, net, optimizer, scheduler, objective, train_enc,
-                   dev_enc, splits.dev, label_map, steps_per_epoch, [], checkpoint_bytes, reading=reading,
-                   card=cards.run_card(cfg, splits, task.command, task.card_lineage(cfg), test_enc),
+    return Session(cfg, accelerator, run, run.path, tokenizer, net, optimizer, scheduler, objective, tokens.train,
+                   tokens.dev, splits.dev, label_map, tokens.steps_per_epoch, [], checkpoint_bytes, reading=reading,
+                   card=cards.run_card(cfg, splits, task.command, task.card_lineage(cfg), tokens.test),
                    learning_rate=lr_record, baseline=baseline)
-
-
-def too_few_rows(n_rows: int, min_rows: int) -> UserError:
-    """The refusal of training data with fewer rows than one optimizer step's micro-batches (one row each)."""
-    return UserError(f"Training data has {n_rows} rows: too few for one batch of {min_rows} micro-batches. Add "
-                     f"data or lower --grad-accum.")
 
 
 def finish(session: Session, state: TrainState, restored: dict[str, Any] | None, notes: list[str]) -> TrainingRun:
