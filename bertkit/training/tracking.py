@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.errors import UserError
-from bertkit.io import atomic, library_files, ownership, record
+from bertkit.io import atomic, library_files, record
 from bertkit.options import config_dict
 from bertkit.training.loop import Session, TrainState
 from bertkit.training.options import FinetuneOptions
@@ -187,7 +187,7 @@ def start_trackers(session: Session, state: TrainState, fingerprints: dict[str, 
         return None
     if not session.accelerator.is_main_process:
         return RunTrackers(cfg, [], {})
-    saved = ownership.read_json_or_none(session.out / RECORD)
+    saved = atomic.read_json_or_none(session.out / RECORD)
     saved = saved if isinstance(saved, dict) and saved.get("format") == RECORD_FORMAT else {}
     hparams = hyper_parameters(cfg, fingerprints)
     name = Path(session.run.out).name
