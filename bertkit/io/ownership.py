@@ -20,7 +20,11 @@ from typing import Any
 
 from bertkit.errors import UserError
 from bertkit.io import record
-from bertkit.io.atomic import atomic_path, read_json_or_none, write_json_atomic  # noqa: F401 - read_json_or_none: read as ownership.* too
+from bertkit.io.atomic import (
+    atomic_path,
+    read_json_or_none,  # noqa: F401 - atomic's, read as ownership.read_json_or_none too
+    write_json_atomic,
+)
 from bertkit.io.record import FILE, OPEN, RECORD, RUN, TEMP, Record
 
 MARKER = ".bertkit-run.json"

@@ -1,8 +1,8 @@
 """The model card of a saved model folder: README.md with Hugging Face YAML metadata (library_name, pipeline_tag,
 base_model, tags, label names, metrics in model-index form) and a body written from what the run measured - data,
 hyper-parameters, dev/test metrics with bootstrap 95% intervals, the label map, speed, versions and the command
-that reproduces it. Rendered (`card_text`), written (`write_model_card`) and checked (`check_model_card`) here, read through
-`huggingface_hub.ModelCard`.
+that reproduces it. Rendered (`card_text`), written (`write_model_card`) and checked (`check_model_card`) here, read
+through `huggingface_hub.ModelCard`.
 """
 
 from __future__ import annotations

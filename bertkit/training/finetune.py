@@ -41,12 +41,13 @@ from bertkit.data.label_reader import MAX_TARGET
 from bertkit.data.labels import LabelMap
 from bertkit.data.splits import Splits, load_splits
 from bertkit.encoding.reading import Reading
-from bertkit.encoding.run_tokens import encode_run, too_few_rows  # noqa: F401 - too_few_rows: a trial's checks
+from bertkit.encoding.run_tokens import encode_run, too_few_rows  # noqa: F401 - too_few_rows: read from here too
 from bertkit.errors import UserError
 from bertkit.io import disk, rundir
 from bertkit.models import loading, metadata
 from bertkit.models.compute import Compute
 from bertkit.models.fastforward import SequenceClassifier
+from bertkit.options import command_line
 from bertkit.scoring import metrics
 from bertkit.scoring.baseline import majority_baseline
 from bertkit.scoring.calibration import TemperatureFit, fit_temperature
@@ -63,7 +64,7 @@ from bertkit.training.loop import (
     restore,
     train_epoch,
 )
-from bertkit.training.options import FinetuneOptions
+from bertkit.training.options import NOT_REPRODUCED, FinetuneOptions
 from bertkit.training.outcome import EpochRow, Restored, RunSummary, TrainingRun
 from bertkit.training.resume import finished_run, resume_key, run_record
 
@@ -142,12 +143,13 @@ def finetune(cfg: FinetuneOptions, *, compute: Compute, reading: Reading, progre
     if session is None:  # an --overwrite run killed after its last save: its swap was finished just now
         return _finished_result(Path(cfg.out or "").expanduser(), accelerator)
     session.on_evaluate = on_evaluate
+    recorded = tracking.recorded_runs(session)  # the tracker runs this run directory follows (a resumed run's)
     with disk.reported(session.out, session.checkpoint_bytes):  # metrics, reports, best_dev_proba: a full disk
         state, restored = restore(session)                       # there too is one message, and a re-run resumes
         session.graphs = start_graphs(session, state)
         if session.graphs is not None:  # the captures are part of what training costs
             state.train_seconds += session.graphs.capture_seconds
-        session.tracker = tracking.start_trackers(session, state, key["data"])  # a resumed run: the same tracker runs
+        session.tracker = tracking.started_trackers(session, state, key["data"], recorded)
         try:
             bar = _progress(session, state, progress)
             while state.epoch < cfg.epochs and not state.stopped_early:
@@ -241,6 +243,7 @@ def setup(cfg: FinetuneOptions, accelerator: Any, splits: Splits, key: dict[str,
                                                                       overwrite=cfg.overwrite, **record))
     if status == "finished":
         return None
+    reproduce = command_line(task.command, cfg, skip=NOT_REPRODUCED)  # the cards' line: this config, as claimed
     objective = task.objective(cfg, splits, run.path, accelerator)
     if hasattr(objective, "init_head"):  # before any checkpoint is restored over it
         objective.init_head(model)
@@ -250,7 +253,7 @@ def setup(cfg: FinetuneOptions, accelerator: Any, splits: Splits, key: dict[str,
     net, optimizer, scheduler = accelerator.prepare(net, optimizer, scheduler)
     return Session(cfg, accelerator, run, run.path, tokenizer, net, optimizer, scheduler, objective, tokens.train,
                    tokens.dev, splits.dev, label_map, tokens.steps_per_epoch, [], checkpoint_bytes, reading=reading,
-                   card=cards.run_card(cfg, splits, task.command, task.card_lineage(cfg), tokens.test),
+                   card=cards.run_card(cfg, splits, task.command, task.card_lineage(cfg), tokens.test, reproduce),
                    learning_rate=lr_record, baseline=baseline)
 
 
@@ -281,8 +284,8 @@ def _save_final_model(session: Session, state: TrainState, card: Any) -> tuple[T
     same_as_best = state.best_step == state.global_step and (session.out / "best").is_dir()
     calibration = on_main(accelerator, lambda: calibrate_best(session)) if cfg.calibrate == "temperature" else None
     calibrated = {"calibration": calibration.to_json()} if calibration is not None and same_as_best else {}
-    checkpoints.save_model_folder(accelerator, session.net, session.tokenizer, session.out / "final",
-                                  {"step": state.global_step, **state.model_info, **session.settings_record, **calibrated},
+    info = {"step": state.global_step, **state.model_info, **session.settings_record, **calibrated}
+    checkpoints.save_model_folder(accelerator, session.net, session.tokenizer, session.out / "final", info,
                                   session.model_bytes, card, same_weights_as=session.out / "best" if same_as_best else None)
     return calibration, same_as_best
 
