@@ -228,14 +228,14 @@ def export_card(cfg: ExportConfig, report: dict[str, Any], dataset: TextDataset,
 
 def _compare(cfg: ExportConfig) -> Any:
     """An export run with other options at --out (its export_report.json's config) needs --overwrite."""
-    from bertkit.io import ownership
+    from bertkit.io import atomic
     from bertkit.io.trail import config_differences
     from bertkit.models import onnx
 
     new = config_dict(cfg)
 
     def compare(path: Path) -> list[str]:
-        record = ownership.read_json_or_none(Path(path) / onnx.REPORT_FILE)
+        record = atomic.read_json_or_none(Path(path) / onnx.REPORT_FILE)
         old = record.get("config") if isinstance(record, dict) else None
         return config_differences(old, new) if isinstance(old, dict) else []
 
@@ -315,11 +315,11 @@ def gate_data(cfg: ExportConfig, classifier: Any) -> TextDataset:
 def run_dev_set(cfg: ExportConfig) -> TextDataset:
     """The dev set of the `bertkit finetune`/`distill` run holding --model (RUN/best or RUN/final), as it read it."""
     from bertkit.data.splits import load_splits
-    from bertkit.io import ownership
+    from bertkit.io import atomic
     from bertkit.models import loading
 
     folder = Path(loading.resolve_model_name(cfg.model or ""))
-    record = ownership.read_json_or_none(folder.parent / "config.json") if folder.is_dir() else None
+    record = atomic.read_json_or_none(folder.parent / "config.json") if folder.is_dir() else None
     command = record.get("command") if isinstance(record, dict) else None
     fix = (f"Pass --data with rows to compare the PyTorch and the exported model on (labelled rows also give the "
            f"metric before and after), e.g. `bertkit export --model {cfg.model} --data dev.tsv --out {cfg.out}`.")

@@ -169,6 +169,14 @@ def _digest_state(path: Path, size: int) -> Any:
     return digest
 
 
+def read_json_or_none(path: Path) -> Any:
+    """The JSON in `path`; None when it is missing or unreadable."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    except (OSError, ValueError):
+        return None
+
+
 def read_json_record(file: Path, valid: Any) -> tuple[Any, str | None]:
     """(the JSON in `file`, None) when it parses and `valid(record)` says None; else (None, why not): what a reader
     of bertkit's own records (markers, config.json) turns into its message."""

@@ -152,7 +152,7 @@ def file_digests(folder: Path) -> dict[str, dict[str, Any]]:
 
 def _saved_files(folders: list[Path]) -> list[str]:
     """The files the checkpoint folders `folders` list in their manifests (what the next save writes again)."""
-    found = [ownership.read_json_or_none(folder / MANIFEST) or {} for folder in folders]
+    found = [atomic.read_json_or_none(folder / MANIFEST) or {} for folder in folders]
     return sorted({name for manifest in found if isinstance(manifest.get("files"), dict) for name in manifest["files"]})
 
 

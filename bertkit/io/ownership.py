@@ -12,7 +12,6 @@ inputs is refused too (`check_out_not_input`).
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from dataclasses import dataclass
@@ -21,7 +20,11 @@ from typing import Any
 
 from bertkit.errors import UserError
 from bertkit.io import record
-from bertkit.io.atomic import atomic_path, write_json_atomic
+from bertkit.io.atomic import (
+    atomic_path,
+    read_json_or_none,  # noqa: F401 - atomic's, read as ownership.read_json_or_none too
+    write_json_atomic,
+)
 from bertkit.io.record import FILE, OPEN, RECORD, RUN, TEMP, Record
 
 MARKER = ".bertkit-run.json"
@@ -77,7 +80,7 @@ def unowned(folder: Path) -> list[Unowned]:
     if holder is None:
         return [Unowned(_shown(p, p.name), NO_RECORD) for p in sorted(folder.iterdir())] if folder.is_dir() else []
     found: list[Unowned] = []
-    _check(folder, holder[0], holder[1], "", found)
+    _check(folder, holder[0], holder[0].nested_runs(), holder[1], "", found)
     return found
 
 
@@ -85,12 +88,14 @@ def unowned_in_run(rec: Record) -> list[Unowned]:
     """`unowned` of a whole run directory whose (existing) record the caller has read already (a run being
     inspected or committed): that record is used as it is, not looked up again from the folder."""
     found: list[Unowned] = []
-    _check(rec.root, rec, "", "", found)
+    _check(rec.root, rec, rec.nested_runs(), "", "", found)
     return found
 
 
-def _check(folder: Path, rec: Record, rel: str, shown: str, found: list[Unowned]) -> None:
-    entries, runs = rec.entries(), rec.nested_runs()
+def _check(folder: Path, rec: Record, runs: dict[str, Record], rel: str, shown: str, found: list[Unowned]) -> None:
+    """Add to `found` what `rec` (listing the nested runs `runs`: asked once per record, not per folder) does not
+    vouch for in `folder` (`rel` in it, named `shown`)."""
+    entries = rec.entries()
     for path in sorted(folder.iterdir()):
         child, child_shown = _join(rel, path.name), _join(shown, path.name)
         if child in (RECORD, rec.draft()) and not path.is_symlink():
@@ -106,11 +111,11 @@ def _check(folder: Path, rec: Record, rel: str, shown: str, found: list[Unowned]
             if nested.exists() and nested.damaged():
                 found.append(Unowned(_shown(path, child_shown), DAMAGED))
             elif nested.exists():
-                _check(path, nested, "", child_shown, found)
+                _check(path, nested, nested.nested_runs(), "", child_shown, found)
             elif any(path.iterdir()):
                 found.append(Unowned(_shown(path, child_shown), NO_RECORD))
         elif path.is_dir():  # a folder bertkit made, a temp folder or a library's: only what its record lists
-            _check(path, rec, child, child_shown, found)
+            _check(path, rec, runs, child, child_shown, found)
         # a TEMP or OPEN file: bertkit's whole (a temp being written, a file a library writes)
 
 
@@ -172,35 +177,17 @@ def foreign_message(out: Path, command: str, names: list[str]) -> str:
     )
 
 
-def damaged_message(out: Path, command: str, rec: Record) -> str:
-    """The record of the run at --out names paths outside it (or leading out of it through a link), or files
-    without their digests."""
-    parts = [f"{words} ({_listed(paths)})" for words, paths in (
-        (f"names paths outside {out}, directly or through a link", rec.outside()), ("lists files without their size and sha256", rec.undigested()))
-        if paths]
-    return (
-        f"--out {out} has a damaged record: {rec.file} {' and '.join(parts)}. bertkit removes or replaces only what "
-        f"a record says it wrote inside the folder it describes, with the size and sha256 it wrote, so it trusts none "
-        f"of this one and has removed nothing. {_move_aside(out, command)}"
-    )
-
-
-def _listed(paths: list[str]) -> str:
-    more = f", and {len(paths) - 5} more" if len(paths) > 5 else ""
-    return ", ".join(map(str, paths[:5])) + more
-
-
 def unrecorded_run_message(out: Path, owner: str) -> str:
     """A run of `owner` made before bertkit kept records (or with its record removed)."""
     return (
         f"--out {out} holds a `bertkit {owner}` run without the record of the files bertkit wrote there ({RECORD}): "
         f"it was made by an older bertkit, or its record was removed. bertkit deletes or replaces only files its "
         f"record says it wrote, so it does not guess which of these are its own (not even with --overwrite). "
-        f"{_move_aside(out, owner)}"
+        f"{move_aside(out, owner)}"
     )
 
 
-def _move_aside(out: Path, command: str) -> str:
+def move_aside(out: Path, command: str) -> str:
     """The fix for a run bertkit will not touch: move it aside, or write elsewhere."""
     aside = out.with_name(f"{out.name}.old") if out.name else Path("old-run")
     return (f"Move that run aside (e.g. `mv {out} {aside}`) and re-run, or choose another --out, e.g. --out "
@@ -320,12 +307,6 @@ def place_file(source: Path, target: Path) -> None:
         shutil.copyfile(source, tmp)
 
 
-def read_json_or_none(path: Path) -> Any:
-    """The JSON in `path`; None when it is missing or unreadable."""
-    try:
-        return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
-    except (OSError, ValueError):
-        return None
 
 
 def suggest_out(out: Path, command: str) -> Path:

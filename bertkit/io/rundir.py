@@ -26,7 +26,7 @@ from typing import Any
 from bertkit import __version__
 from bertkit.errors import UserError
 from bertkit.io import record, runlock, swap
-from bertkit.io.atomic import read_json_record, write_json_atomic
+from bertkit.io.atomic import read_json_or_none, read_json_record, write_json_atomic
 from bertkit.io.faults import kill_point
 from bertkit.io.ownership import (
     COMMANDS,
@@ -38,9 +38,8 @@ from bertkit.io.ownership import (
     STAGING,
     STORE_FORMAT,
     check_out_not_input,
-    damaged_message,
     foreign_message,
-    read_json_or_none,
+    move_aside,
     remove_temps,
     suggest_out,
     unowned_in_run,
@@ -291,9 +290,27 @@ def _holds_own_run(base: Path, command: str, out: Path) -> bool:
             f"--out, e.g. --out {suggest_out(out, command)}."
         )
     if rec.damaged():
-        raise UserError(damaged_message(out, command, rec))
+        raise UserError(_damaged_message(out, command, rec))
     check_only_bertkit_files(rec, owner or command, out)
     return bool(content)
+
+
+def _damaged_message(out: Path, command: str, rec: Record) -> str:
+    """The record of the run at --out names paths outside it (or leading out of it through a link), or files
+    without their digests: like a record bertkit did not write (above), it is trusted for nothing."""
+    parts = [f"{words} ({_listed(paths)})" for words, paths in (
+        (f"names paths outside {out}, directly or through a link", rec.outside()),
+        ("lists files without their size and sha256", rec.undigested())) if paths]
+    return (
+        f"--out {out} has a damaged record: {rec.file} {' and '.join(parts)}. bertkit removes or replaces only what "
+        f"a record says it wrote inside the folder it describes, with the size and sha256 it wrote, so it trusts none "
+        f"of this one and has removed nothing. {move_aside(out, command)}"
+    )
+
+
+def _listed(paths: list[str]) -> str:
+    more = f", and {len(paths) - 5} more" if len(paths) > 5 else ""
+    return ", ".join(map(str, paths[:5])) + more
 
 
 def claim_run_dir(out: str | Path, command: str, *, overwrite: bool = False, compare: Compare | None = None) -> RunDir:

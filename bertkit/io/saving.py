@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from bertkit.errors import UserError
-from bertkit.io import disk, faults, library_files, ownership, record
+from bertkit.io import atomic, disk, faults, library_files, ownership, record
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ def replace_folder(tmp: Path, path: Path, kill_at: str | None = None) -> None:
 def listed_files(folder: Path | None) -> list[str]:
     """The files a folder saved earlier in this run lists (`ownership.FILE_LIST`: what the next save of it writes
     again)."""
-    listed = (ownership.read_json_or_none(folder / ownership.FILE_LIST) or {}) if folder is not None else {}
+    listed = (atomic.read_json_or_none(folder / ownership.FILE_LIST) or {}) if folder is not None else {}
     files = listed.get("files") if isinstance(listed, dict) else None
     return [name for name in files if isinstance(name, str)] if isinstance(files, list) else []
 

@@ -1,8 +1,8 @@
 """The model card of a saved model folder: README.md with Hugging Face YAML metadata (library_name, pipeline_tag,
 base_model, tags, label names, metrics in model-index form) and a body written from what the run measured - data,
 hyper-parameters, dev/test metrics with bootstrap 95% intervals, the label map, speed, versions and the command
-that reproduces it. Written (`write_model_card`) and checked (`check_model_card`) here, read through
-`huggingface_hub.ModelCard`.
+that reproduces it. Rendered (`card_text`), written (`write_model_card`) and checked (`check_model_card`) here, read
+through `huggingface_hub.ModelCard`.
 """
 
 from __future__ import annotations
@@ -92,14 +92,19 @@ def card_data(facts: CardFacts) -> Any:
 
 def write_model_card(folder: str | Path, facts: CardFacts) -> Path:
     """README.md (metadata + body) in `folder`, written atomically; its path."""
-    from huggingface_hub import ModelCard
-
     from bertkit.io import atomic
 
-    content = f"---\n{card_data(facts).to_yaml()}\n---\n\n{card_body(facts)}"
     path = Path(folder) / CARD_FILE
-    atomic.write_text_atomic(path, str(ModelCard(content)))
+    atomic.write_text_atomic(path, card_text(facts))
     return path
+
+
+def card_text(facts: CardFacts) -> str:
+    """README.md's text (YAML metadata + body) as `huggingface_hub.ModelCard` writes it: what a folder saver writes
+    once its folder is started, the card rendered before anything is written."""
+    from huggingface_hub import ModelCard
+
+    return str(ModelCard(f"---\n{card_data(facts).to_yaml()}\n---\n\n{card_body(facts)}"))
 
 
 def card_body(facts: CardFacts) -> str:

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 from bertkit.errors import UserError
-from bertkit.io import ownership, record
+from bertkit.io import atomic, ownership, record
 from bertkit.models.card import CARD_FILE, check_model_card, read_model_card
 from bertkit.models.folders import CONNECT_SECONDS, endpoint_reachable, offline_variables
 from bertkit.models.metadata import MODEL_INFO, record_problems
@@ -62,7 +62,7 @@ def model_files(folder: Path) -> list[str]:
         raise UserError(f"{folder} is not a complete saved model: {'; '.join(problems)}. Push a folder bertkit saved "
                         f"whole (a run's best/ or final/, a sweep's OUT/best, an export folder); re-run the command "
                         f"that wrote it to finish or rewrite it.")
-    listed = ownership.read_json_or_none(folder / ownership.FILE_LIST)
+    listed = atomic.read_json_or_none(folder / ownership.FILE_LIST)
     if isinstance(listed, dict) and isinstance(listed.get("files"), list):
         names = [str(n) for n in listed["files"]]
     else:  # an export folder: the format's names
@@ -75,7 +75,7 @@ def model_files(folder: Path) -> list[str]:
 def check_file_list_confined(folder: Path) -> None:
     """A UserError naming the folder's file list and the paths in it that are not inside the folder (absolute, with
     `..`, or leading out through a link): the folder is damaged, and nothing of it is uploaded."""
-    listed = ownership.read_json_or_none(folder / ownership.FILE_LIST)
+    listed = atomic.read_json_or_none(folder / ownership.FILE_LIST)
     files = listed.get("files") if isinstance(listed, dict) else None
     outside = record.outside_of(folder, files) if isinstance(files, list) else []
     if outside:
@@ -110,7 +110,7 @@ def saved_model_problems(folder: Path) -> list[str]:
     problems += [p.replace(str(folder / CARD_FILE), CARD_FILE) for p in check_model_card(folder)]
     problems += [f"not as saved ({problem}; {MODEL_INFO} records each file's size and sha256)"
                  for problem in record_problems(folder)]
-    listed = ownership.read_json_or_none(folder / ownership.FILE_LIST)
+    listed = atomic.read_json_or_none(folder / ownership.FILE_LIST)
     if isinstance(listed, dict):
         missing = [n for n in listed.get("files", []) if not (folder / n).is_file()]
         if missing:

@@ -16,10 +16,8 @@ from bertkit import __version__
 from bertkit.data.dataset import TextDataset
 from bertkit.encoding.encode import Encoded
 from bertkit.models.card import CardFacts
-from bertkit.options import command_line
 from bertkit.scoring.evaluation import split_result
 from bertkit.scoring.shapes import MultiLabel
-from bertkit.training.options import NOT_REPRODUCED
 
 HYPERPARAMETERS = ("epochs", "lr", "batch_size", "grad_accum", "warmup_ratio", "weight_decay", "max_grad_norm",
                    "max_length", "precision", "seed", "metric_for_best", "class_weight", "freeze_encoder",
@@ -55,8 +53,10 @@ def final_scores(session: Any, step: int, dev_scores: Any) -> tuple[Any, Any]:
     return dev, test if test is not None else test_scored(session, dev, dev_scores)
 
 
-def run_card(cfg: Any, splits: Any, command: str, lineage: dict[str, Any], test_enc: Encoded | None) -> RunCard:
-    """The facts every card of this run shares (data, hyper-parameters, reproduce line, versions, lineage)."""
+def run_card(cfg: Any, splits: Any, command: str, lineage: dict[str, Any], test_enc: Encoded | None,
+             reproduce: str) -> RunCard:
+    """The facts every card of this run shares (data, hyper-parameters, the command line that runs it again:
+    `reproduce`, versions, lineage)."""
     from bertkit.io.trail import package_versions
 
     label_map = splits.label_map
@@ -65,7 +65,7 @@ def run_card(cfg: Any, splits: Any, command: str, lineage: dict[str, Any], test_
     versions = {k: v for k, v in package_versions().items() if k in ("torch", "transformers", "accelerate")}
     facts = CardFacts(command=command, model=cfg.model, task=label_map.task, labels=[str(x) for x in label_map.labels],
                       data=data, hyperparameters={k: getattr(cfg, k) for k in HYPERPARAMETERS if hasattr(cfg, k)},
-                      command_line=command_line(command, cfg, skip=NOT_REPRODUCED), versions={"bertkit": __version__, **versions},
+                      command_line=reproduce, versions={"bertkit": __version__, **versions},
                       lineage=lineage)
     y_test = None
     if splits.test is not None and splits.test.labels is not None:

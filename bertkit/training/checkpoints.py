@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.errors import UserError
-from bertkit.io import checkpoint_folders, disk, ownership, record, saving
+from bertkit.io import atomic, checkpoint_folders, disk, ownership, record, saving
 from bertkit.io.checkpoint_folders import Restored
-from bertkit.models.card import CardFacts, write_model_card
+from bertkit.models.card import CARD_FILE, CardFacts, card_text
 from bertkit.models.metadata import write_model_info
 
 log = logging.getLogger(__name__)
@@ -59,6 +59,7 @@ def save_model_folder(accelerator: Any, net: Any, tokenizer: Any, path: Path, ex
     state_dict = None if linked else {k.removeprefix("model."): v for k, v in accelerator.get_state_dict(net).items()}
     if accelerator.is_main_process:
         expected = saving.listed_files(path) or saving.listed_files(same_weights_as) or _model_folder_files(tokenizer)
+        readme = card_text(card) if card is not None else None  # rendered before the folder is started
         tmp = saving.start_folder(path, MODEL_FOLDER_MARGIN if linked else need_bytes, expected)
         with saving.full_disk_cleanup(tmp, need_bytes):
             hf_logging.disable_progress_bar()  # loading turns transformers' bars back on; a one-file save needs none
@@ -71,8 +72,8 @@ def save_model_folder(accelerator: Any, net: Any, tokenizer: Any, path: Path, ex
                 model.save_pretrained(tmp, safe_serialization=True, state_dict=state_dict)
             tokenizer.save_pretrained(tmp)
             write_model_info(tmp, {**extra, **({"weights_shared_with": same_weights_as.name} if linked else {})})
-            if card is not None:
-                write_model_card(tmp, card)
+            if readme is not None:
+                atomic.write_text_atomic(tmp / CARD_FILE, readme)
             disk.umask_permissions(tmp)  # transformers writes the weights 0600: other users could not read them
             ownership.write_file_list(tmp)  # what push uploads
             record.seal(tmp)

@@ -40,17 +40,17 @@ from bertkit.data.dataset import TextDataset
 from bertkit.data.label_reader import MAX_TARGET
 from bertkit.data.labels import LabelMap
 from bertkit.data.splits import Splits, load_splits
-from bertkit.encoding.batches import global_batches
-from bertkit.encoding.encode import encode_for
 from bertkit.encoding.reading import Reading
+from bertkit.encoding.run_tokens import encode_run, too_few_rows  # noqa: F401 - too_few_rows: read from here too
 from bertkit.errors import UserError
-from bertkit.io import disk
+from bertkit.io import disk, rundir
 from bertkit.models import loading, metadata
 from bertkit.models.compute import Compute
 from bertkit.models.fastforward import SequenceClassifier
+from bertkit.options import command_line
 from bertkit.scoring import metrics
 from bertkit.scoring.baseline import majority_baseline
-from bertkit.scoring.calibration import fit_temperature
+from bertkit.scoring.calibration import TemperatureFit, fit_temperature
 from bertkit.scoring.evaluation import choose_best_metric
 from bertkit.scoring.shapes import MultiLabel, Regression, SingleLabel
 from bertkit.training import cards, checkpoints, reports, tracking
@@ -64,9 +64,9 @@ from bertkit.training.loop import (
     restore,
     train_epoch,
 )
-from bertkit.training.options import FinetuneOptions
+from bertkit.training.options import NOT_REPRODUCED, FinetuneOptions
 from bertkit.training.outcome import EpochRow, Restored, RunSummary, TrainingRun
-from bertkit.training.resume import claim_out, finished_run, resume_key
+from bertkit.training.resume import finished_run, resume_key, run_record
 
 log = logging.getLogger(__name__)
 
@@ -143,12 +143,13 @@ def finetune(cfg: FinetuneOptions, *, compute: Compute, reading: Reading, progre
     if session is None:  # an --overwrite run killed after its last save: its swap was finished just now
         return _finished_result(Path(cfg.out or "").expanduser(), accelerator)
     session.on_evaluate = on_evaluate
+    recorded = tracking.recorded_runs(session)  # the tracker runs this run directory follows (a resumed run's)
     with disk.reported(session.out, session.checkpoint_bytes):  # metrics, reports, best_dev_proba: a full disk
         state, restored = restore(session)                       # there too is one message, and a re-run resumes
         session.graphs = start_graphs(session, state)
         if session.graphs is not None:  # the captures are part of what training costs
             state.train_seconds += session.graphs.capture_seconds
-        session.tracker = tracking.start_trackers(session, state, key["data"])  # a resumed run: the same tracker runs
+        session.tracker = tracking.started_trackers(session, state, key["data"], recorded)
         try:
             bar = _progress(session, state, progress)
             while state.epoch < cfg.epochs and not state.stopped_early:
@@ -227,6 +228,8 @@ def setup(cfg: FinetuneOptions, accelerator: Any, splits: Splits, key: dict[str,
         _freeze_encoder(model)
     optimizer = adamw_optimizer(model, float(cfg.lr), cfg.weight_decay)
     checkpoint_bytes = _checkpoint_bytes(model)
+    lr_record = (lr_choice or LrChoice(float(cfg.lr), "given")).to_json()
+    record = run_record(cfg, accelerator, task, lr_record)  # what a new run's config.json says, claimed with --out
     net = SequenceClassifier(model, fast=cfg.fast_forward)  # trains `model`'s parameters; logits only
     if cfg.fast_forward and not net.fast:
         log.info("--fast-forward does not apply (%s): using the model's own forward", net.unsupported)
@@ -234,35 +237,24 @@ def setup(cfg: FinetuneOptions, accelerator: Any, splits: Splits, key: dict[str,
     # and state_dict keys stay those of `model`: checkpoints, saves)
     if cfg.compile and not (accelerator.device.type == "cuda" and cfg.cuda_graphs != "off" and net.compile_layers()):
         net.compile(dynamic=True)
-    train_enc = encode_for(tokenizer, splits.train, reading, cache_dir=cfg.cache_dir).encoded
-    dev_enc = encode_for(tokenizer, splits.dev, reading, cache_dir=cfg.cache_dir).encoded
-    test_enc = (encode_for(tokenizer, splits.test, reading, cache_dir=cfg.cache_dir).encoded
-                if splits.test is not None and splits.test.labels is not None else None)
-    min_rows = accelerator.num_processes * cfg.grad_accum
-    steps_per_epoch = len(global_batches(train_enc.lengths, cfg.batch_size * min_rows, cfg.seed, 0, min_rows))
-    if steps_per_epoch == 0:
-        raise too_few_rows(len(splits.train), min_rows)
-    lr_record = (lr_choice or LrChoice(float(cfg.lr), "given")).to_json()
-    run, status = on_main(accelerator, lambda: claim_out(cfg, key, accelerator, task, lr_record))
+    tokens = encode_run(tokenizer, splits, reading, cache_dir=cfg.cache_dir, batch_size=cfg.batch_size,
+                        seed=cfg.seed, min_rows=accelerator.num_processes * cfg.grad_accum)
+    run, status = on_main(accelerator, lambda: rundir.claim_resumable(cfg.out or "", task.command, key,
+                                                                      overwrite=cfg.overwrite, **record))
     if status == "finished":
         return None
+    reproduce = command_line(task.command, cfg, skip=NOT_REPRODUCED)  # the cards' line: this config, as claimed
     objective = task.objective(cfg, splits, run.path, accelerator)
     if hasattr(objective, "init_head"):  # before any checkpoint is restored over it
         objective.init_head(model)
     baseline = majority_baseline(objective, label_map.task, cfg.metric_for_best or "")
-    total_steps = steps_per_epoch * cfg.epochs
+    total_steps = tokens.steps_per_epoch * cfg.epochs
     scheduler = get_linear_schedule_with_warmup(optimizer, math.ceil(cfg.warmup_ratio * total_steps), total_steps)
     net, optimizer, scheduler = accelerator.prepare(net, optimizer, scheduler)
-    return Session(cfg, accelerator, run, run.path, tokenizer, net, optimizer, scheduler, objective, train_enc,
-                   dev_enc, splits.dev, label_map, steps_per_epoch, [], checkpoint_bytes, reading=reading,
-                   card=cards.run_card(cfg, splits, task.command, task.card_lineage(cfg), test_enc),
+    return Session(cfg, accelerator, run, run.path, tokenizer, net, optimizer, scheduler, objective, tokens.train,
+                   tokens.dev, splits.dev, label_map, tokens.steps_per_epoch, [], checkpoint_bytes, reading=reading,
+                   card=cards.run_card(cfg, splits, task.command, task.card_lineage(cfg), tokens.test, reproduce),
                    learning_rate=lr_record, baseline=baseline)
-
-
-def too_few_rows(n_rows: int, min_rows: int) -> UserError:
-    """The refusal of training data with fewer rows than one optimizer step's micro-batches (one row each)."""
-    return UserError(f"Training data has {n_rows} rows: too few for one batch of {min_rows} micro-batches. Add "
-                     f"data or lower --grad-accum.")
 
 
 def finish(session: Session, state: TrainState, restored: dict[str, Any] | None, notes: list[str]) -> TrainingRun:
@@ -277,7 +269,7 @@ def finish(session: Session, state: TrainState, restored: dict[str, Any] | None,
     notes = notes + session.notes + _baseline_notes(state)
     summary = reports.summary(session, state, restored, notes=notes, same_as_best=same_as_best,
                               calibration=calibration, test=test)
-    run = TrainingRun(session.run.out, RunSummary.from_json(summary), tuple(map(EpochRow, state.epoch_table)),
+    run = TrainingRun(session.run.out, summary, tuple(map(EpochRow, state.epoch_table)),
                       Restored.from_json(restored), False, accelerator.is_main_process, tuple(notes))
     if accelerator.is_main_process:
         reports.write_finished_run(session, state, run)
@@ -285,23 +277,23 @@ def finish(session: Session, state: TrainState, restored: dict[str, Any] | None,
     return run
 
 
-def _save_final_model(session: Session, state: TrainState, card: Any) -> tuple[dict[str, Any] | None, bool]:
+def _save_final_model(session: Session, state: TrainState, card: Any) -> tuple[TemperatureFit | None, bool]:
     """final/ with its `card`, after --calibrate temperature fitted the best model's temperature (recorded in final/
-    too when it holds the best weights); (the calibration's record, whether final/ holds the best weights)."""
+    too when it holds the best weights); (the calibration's fit, whether final/ holds the best weights)."""
     accelerator, cfg = session.accelerator, session.cfg
     same_as_best = state.best_step == state.global_step and (session.out / "best").is_dir()
     calibration = on_main(accelerator, lambda: calibrate_best(session)) if cfg.calibrate == "temperature" else None
-    checkpoints.save_model_folder(accelerator, session.net, session.tokenizer, session.out / "final",
-                                  {"step": state.global_step, **state.model_info, **session.settings_record,
-                                   **({"calibration": calibration} if calibration and same_as_best else {})},
+    calibrated = {"calibration": calibration.to_json()} if calibration is not None and same_as_best else {}
+    info = {"step": state.global_step, **state.model_info, **session.settings_record, **calibrated}
+    checkpoints.save_model_folder(accelerator, session.net, session.tokenizer, session.out / "final", info,
                                   session.model_bytes, card, same_weights_as=session.out / "best" if same_as_best else None)
     return calibration, same_as_best
 
 
-def calibrate_best(session: Session) -> dict[str, Any] | None:
+def calibrate_best(session: Session) -> TemperatureFit | None:
     """--calibrate temperature: the temperature fitted on the best model's dev outputs (`best_dev_proba.npy`),
-    recorded in best/'s bertkit_model.json for predict and evaluate; its record (also metrics.json's
-    `calibration`). None when no evaluation saved a best model."""
+    recorded in best/'s bertkit_model.json for predict and evaluate (its record is metrics.json's `calibration`
+    too). None when no evaluation saved a best model."""
     proba_file = session.out / "best_dev_proba.npy"
     if not proba_file.is_file() or not (session.out / "best").is_dir():
         return None
@@ -309,7 +301,7 @@ def calibrate_best(session: Session) -> dict[str, Any] | None:
     log.info("calibrated: temperature %.3f fitted on %d dev rows (dev ECE %.4f -> %.4f, NLL %.4f -> %.4f)",
              fit.temperature, fit.rows, fit.ece_before, fit.ece_after, fit.nll_before, fit.nll_after)
     metadata.add_model_info(session.out / "best", {"calibration": fit.to_json()})
-    return fit.to_json()
+    return fit
 
 
 def _baseline_notes(state: TrainState) -> list[str]:

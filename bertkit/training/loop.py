@@ -115,6 +115,13 @@ class Session:
     """The dev split's constant (majority-class) baseline for --metric-for-best (`bertkit.scoring.baseline`)."""
     learning_rate: dict[str, Any] = field(default_factory=dict)
     """How --lr was chosen (`learning_rate.LrChoice.to_json`): metrics.json and config.json record it."""
+    dev_batches: list[np.ndarray] = field(init=False, repr=False)
+    """`dev_enc`'s rows in length-sorted batches of twice --batch-size (32 at least): every evaluation runs these,
+    planned once with the session (a session for other rows, `dataclasses.replace(session, dev_enc=...)`, plans
+    its own)."""
+
+    def __post_init__(self) -> None:
+        self.dev_batches = sorted_batches(self.dev_enc.lengths, max(self.cfg.batch_size * 2, 32))
 
     @property
     def pad_id(self) -> int:
@@ -333,7 +340,8 @@ def _scoring_failed(session: Session, state: TrainState, scored: Any, problem: s
 
 def dev_scores(session: Session) -> Any:
     """The objective's scores of the dev logits, computed in any number of processes: each evaluates a share of
-    the length-sorted batches, `gather_object` collects (rows, logits) from all, every row counted once.
+    the length-sorted batches (`Session.dev_batches`), `gather_object` collects (rows, logits) from all, every row
+    counted once.
 
     The forward runs on the *unwrapped* model: a DDP-wrapped forward is itself a collective (it broadcasts
     buffers from rank 0 before every call), so ranks with different numbers of dev batches - e.g. 20 dev rows in
@@ -345,8 +353,7 @@ def dev_scores(session: Session) -> Any:
     accelerator = session.accelerator
     local = accelerator.unwrap_model(session.net)
     local.eval()
-    batches = sorted_batches(session.dev_enc.lengths, max(session.cfg.batch_size * 2, 32))
-    mine = batches[accelerator.process_index :: accelerator.num_processes]
+    mine = session.dev_batches[accelerator.process_index :: accelerator.num_processes]
     dtype = loading.DTYPE_NAMES[{"no": "fp32", "bf16": "bf16", "fp16": "fp16"}[accelerator.mixed_precision]]
     logits = infer.run_batches(lambda batch: local(**batch), session.dev_enc, mine, model=local.model,
                                pad_id=session.pad_id, device=accelerator.device, dtype=dtype, unmasked=True)

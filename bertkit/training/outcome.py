@@ -38,6 +38,13 @@ class RunSummary(JsonRecord):
 
     @classmethod
     def from_json(cls, record: Mapping[str, object]) -> RunSummary:
+        """metrics.json as read back (its calibration too)."""
+        return cls.of(record, TemperatureFit.from_json(record.get("calibration")))
+
+    @classmethod
+    def of(cls, record: Mapping[str, object], calibration: TemperatureFit | None) -> RunSummary:
+        """metrics.json's object and the calibration it records, as the run that writes it holds them (the fit in
+        hand, not read back from its own record)."""
         def scores(key: str) -> Scores | None:
             return Scores.from_json(record[key]) if record.get(key) else None  # type: ignore[arg-type]
 
@@ -47,7 +54,7 @@ class RunSummary(JsonRecord):
                    scores("best_dev") or Scores.from_json({}), scores("best_test"), scores("final_test"),
                    dict(record.get("outputs") or {}), dict(record.get("trackers") or {}),  # type: ignore[call-overload]
                    bool(record.get("final_same_as_best")), bool(record.get("checkpoints_kept", True)), dict(record),
-                   TemperatureFit.from_json(record.get("calibration")))
+                   calibration)
 
     def to_json(self) -> dict[str, object]:
         return dict(self.record)

@@ -1,4 +1,4 @@
-"""What a finished fine-tuning run reports (`summary`: metrics.json's object) and leaves on disk
+"""What a finished fine-tuning run reports (`summary`: metrics.json, typed) and leaves on disk
 (`write_finished_run`: curves.png and the best model's dev plots, dev_errors.csv, training_table.csv, metrics.json; its
 checkpoints removed unless kept; an --overwrite run's output in place of the previous one)."""
 
@@ -10,24 +10,25 @@ from typing import Any
 import numpy as np
 
 from bertkit.io import atomic, checkpoint_folders
+from bertkit.scoring.calibration import TemperatureFit
 from bertkit.scoring.predictions import write_errors_csv
 from bertkit.training.cards import test_summary
 from bertkit.training.loop import Session, TrainState
-from bertkit.training.outcome import TrainingRun
+from bertkit.training.outcome import RunSummary, TrainingRun
 
 
 def summary(session: Session, state: TrainState, restored: dict[str, Any] | None, *, notes: list[str],
-            same_as_best: bool, calibration: dict[str, Any] | None, test: Any) -> dict[str, Any]:
-    """metrics.json's object: the best and final dev scores, history, throughput, outputs, how --lr was chosen,
-    whether final/ holds the best weights, the `notes`; --calibrate's record and the --test scores when there are."""
+            same_as_best: bool, calibration: TemperatureFit | None, test: Any) -> RunSummary:
+    """metrics.json, typed: the best and final dev scores, history, throughput, outputs, how --lr was chosen,
+    whether final/ holds the best weights, the `notes`; --calibrate's fit and the --test scores when there are."""
     record = _summary(session, state, restored)
     record.update(learning_rate=session.learning_rate, final_same_as_best=same_as_best,
                   checkpoints_kept=bool(getattr(session.cfg, "keep_checkpoints", True)), notes=notes)
     if calibration is not None:
-        record.update(calibration=calibration)
+        record.update(calibration=calibration.to_json())
     if session.card is not None and session.card.test is not None:
         record.update(best_test=state.best_test, final_test=test_summary(test))
-    return record
+    return RunSummary.of(record, calibration)
 
 
 def _summary(session: Session, state: TrainState, restored: dict[str, Any] | None) -> dict[str, Any]:

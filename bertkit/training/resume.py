@@ -1,7 +1,7 @@
 """Whether --out holds this run: the resume key (what must match for a re-run to continue it), and what is asked of
 the run directory with it (`bertkit.io.rundir`: whether it holds this run finished; claiming it, with a new run's
-config.json). The comparison of keys and the run's status are the run directory's (`trail.key_compare`,
-`RunDir.status`)."""
+config.json as `run_record` gathers it). The comparison of keys and the run's status are the run directory's
+(`trail.key_compare`, `RunDir.status`)."""
 
 from __future__ import annotations
 
@@ -42,12 +42,20 @@ def finished_run(cfg: FinetuneOptions, key: dict[str, Any], command: str) -> Pat
     return plan.finished()
 
 
-def claim_out(cfg: FinetuneOptions, key: dict[str, Any], accelerator: Any, task: Any,
-              learning_rate: dict[str, Any] | None = None) -> tuple[rundir.RunDir, str]:
-    """Claim --out (main process): the run directory to write into and its status; a new run's config.json (with
-    how --lr was chosen, `learning_rate`). What config.json records is gathered here, then handed to `rundir` whole."""
+def run_record(cfg: FinetuneOptions, accelerator: Any, task: Any,
+               learning_rate: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What a new run's config.json records, gathered once: its `config` (`recorded_config`) and `extra` (how --lr
+    was chosen, `learning_rate`; the model's revision; processes, precision and device). Handed to `rundir` whole when
+    --out is claimed (`claim_resumable(..., **record)`)."""
     extra = {"learning_rate": learning_rate, "model_revision": task.model_revision(cfg),
              "processes": accelerator.num_processes, "mixed_precision": accelerator.mixed_precision,
              "device": str(accelerator.device)}
+    return {"config": recorded_config(cfg), "extra": extra}
+
+
+def claim_out(cfg: FinetuneOptions, key: dict[str, Any], accelerator: Any, task: Any,
+              learning_rate: dict[str, Any] | None = None) -> tuple[rundir.RunDir, str]:
+    """Claim --out (main process): the run directory to write into and its status; a new run's config.json
+    (`run_record`, with how --lr was chosen: `learning_rate`)."""
     return rundir.claim_resumable(cfg.out or "", task.command, key, overwrite=cfg.overwrite,
-                                  config=recorded_config(cfg), extra=extra)
+                                  **run_record(cfg, accelerator, task, learning_rate))

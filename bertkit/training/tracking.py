@@ -1,10 +1,10 @@
 """Experiment trackers (--report-to) through accelerate's tracker classes: TensorBoard, MLflow, Trackio, W&B.
 
 `check_trackers` runs before anything is claimed or trained (a tracker whose package is missing, or an MLflow store
-that cannot work, is one UserError). `start_trackers` runs after the checkpoint is restored: on the main process it
-starts each tracker - continuing the tracker run recorded in OUT/trackers.json when there is one - and logs the
-hyper-parameters of a new tracker run; every process gets a `RunTrackers` (the loss mean is a collective).
-The loop calls `RunTrackers.step_done` after each optimizer step and `RunTrackers.evaluated` after each dev
+that cannot work, is one UserError). `started_trackers` runs after the checkpoint is restored: on the main process it
+starts each tracker - continuing the tracker run recorded in OUT/trackers.json when there is one (`recorded_runs`,
+read once the run directory is claimed) - and logs the hyper-parameters of a new tracker run; every process gets a
+`RunTrackers` (the loss mean is a collective). The loop calls `RunTrackers.step_done` after each optimizer step and `RunTrackers.evaluated` after each dev
 evaluation; everything is logged at step = the global optimizer step:
 
     train/loss (mean since the last log), train/learning_rate, train/grad_norm, train/samples_per_second,
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.errors import UserError
-from bertkit.io import atomic, library_files, ownership, record
+from bertkit.io import atomic, library_files, record
 from bertkit.options import config_dict
 from bertkit.training.loop import Session, TrainState
 from bertkit.training.options import FinetuneOptions
@@ -180,15 +180,29 @@ class RunTrackers:
                 log.warning("could not close the %s run: %s", backend.name, exc)
 
 
+def recorded_runs(session: Session) -> dict[str, Any]:
+    """What the run directory's trackers.json records of the tracker runs following this run (a resumed run continues
+    them), read once the run directory is claimed: {} without --report-to, on the other processes, or for a new run."""
+    if not session.cfg.trackers or not session.accelerator.is_main_process:
+        return {}
+    saved = atomic.read_json_or_none(session.out / RECORD)
+    return saved if isinstance(saved, dict) and saved.get("format") == RECORD_FORMAT else {}
+
+
 def start_trackers(session: Session, state: TrainState, fingerprints: dict[str, str]) -> RunTrackers | None:
-    """The run's trackers (None without --report-to), started on the main process after the restore."""
+    """`started_trackers` continuing the runs `recorded_runs` reads now."""
+    return started_trackers(session, state, fingerprints, recorded_runs(session))
+
+
+def started_trackers(session: Session, state: TrainState, fingerprints: dict[str, str],
+                     saved: dict[str, Any]) -> RunTrackers | None:
+    """The run's trackers (None without --report-to), started on the main process after the restore, continuing the
+    tracker runs `saved` records (`recorded_runs`)."""
     cfg = session.cfg
     if not cfg.trackers:
         return None
     if not session.accelerator.is_main_process:
         return RunTrackers(cfg, [], {})
-    saved = ownership.read_json_or_none(session.out / RECORD)
-    saved = saved if isinstance(saved, dict) and saved.get("format") == RECORD_FORMAT else {}
     hparams = hyper_parameters(cfg, fingerprints)
     name = Path(session.run.out).name
     backends, where = [], {}

@@ -20,10 +20,11 @@ from typing import Any
 
 from bertkit.data.options import TaskOptions
 from bertkit.data.splits import load_splits
+from bertkit.encoding.run_tokens import too_few_rows
 from bertkit.errors import UserError, raise_if_problems
 from bertkit.io import ownership
 from bertkit.models import loading
-from bertkit.training.finetune import _for_the_shape, too_few_rows  # a trial's own checks
+from bertkit.training.finetune import _for_the_shape  # a trial's own checks
 from bertkit.training.space import Dimension, SweepOptions, finetune_config
 
 NAME_MAX, PATH_MAX = 255, 4096
