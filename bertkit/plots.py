@@ -1,4 +1,6 @@
-"""matplotlib figures, drawn headless (Agg) and written atomically by the caller's path."""
+"""matplotlib figures, drawn headless (Agg) and written atomically by the caller's path. The figures of a model's dev
+predictions and a run's curves are drawn by one function each and written by `save_figure`, so a caller that draws
+several (a fine-tuning run's `training_figures`) writes them together."""
 
 from __future__ import annotations
 
@@ -14,7 +16,8 @@ from bertkit.io.atomic import atomic_path  # noqa: E402
 from bertkit.measure.report import peak_memory_mb
 
 
-def _save(fig, path: Path) -> Path:
+def save_figure(fig, path: Path) -> Path:
+    """Write a drawn figure as PNG at `path` (atomically) and close it."""
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
     plt.close(fig)
@@ -37,7 +40,7 @@ def length_histogram(counts_by_split: dict[str, Sequence[int]], max_length: int,
     ax.set_ylabel("rows")
     ax.set_title(title)
     ax.legend()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def curve_series(history: Sequence[dict], metric: str,
@@ -55,8 +58,7 @@ def curve_series(history: Sequence[dict], metric: str,
     return series
 
 
-def training_curves(history: Sequence[dict], metric: str, path: Path, title: str,
-                    train_log: Sequence[dict] = ()) -> Path:
+def training_curves(history: Sequence[dict], metric: str, title: str, train_log: Sequence[dict] = ()):
     """Fine-tuning curves: the training loss at every logged step and the dev loss (left axis), the dev metrics
     at every evaluation (right axis), by optimizer step."""
     fig, ax = plt.subplots(figsize=(7, 4))
@@ -74,29 +76,28 @@ def training_curves(history: Sequence[dict], metric: str, path: Path, title: str
     more = right.get_legend_handles_labels()
     ax.legend(lines[0] + more[0], lines[1] + more[1], loc="center right")
     ax.set_title(title)
-    return _save(fig, path)
+    return fig
 
 
 def training_figures(out: Path, history: Sequence[dict], metric: str, title: str, train_log: Sequence[dict],
                      best_dev: dict | None, y_dev: Sequence[float], proba, label_names: Sequence[str], task: str,
                      best_step: int | None) -> list[Path]:
     """A fine-tuning run's figures in `out`: curves.png, and the best model's dev plots from its scores (`best_dev`)
-    and dev outputs (`proba`): dev_scatter.png (regression), confusion_matrix.png and reliability.png (classes)."""
-    drawn = [training_curves(history, metric, out / "curves.png", title, train_log)]
+    and dev outputs (`proba`): dev_scatter.png (regression), confusion_matrix.png and reliability.png (classes).
+    All are drawn, then written."""
+    drawn = {"curves.png": training_curves(history, metric, title, train_log)}
     best, at = best_dev or {}, f"best, step {best_step}"
     if task == "regression":
-        drawn.append(regression_scatter(y_dev, proba[:, 0], out / "dev_scatter.png",
-                                        f"dev: true vs predicted {label_names[0]} ({at})"))
+        drawn["dev_scatter.png"] = regression_scatter(y_dev, proba[:, 0], f"dev: true vs predicted {label_names[0]} ({at})")
     if best.get("confusion_matrix") is not None:
-        drawn.append(confusion_matrix(best["confusion_matrix"], label_names, out / "confusion_matrix.png",
-                                      f"dev confusion matrix ({at})"))
+        drawn["confusion_matrix.png"] = confusion_matrix(best["confusion_matrix"], label_names,
+                                                         f"dev confusion matrix ({at})")
     if best.get("reliability"):
-        drawn.append(reliability_diagram(best["reliability"], best["ece"], out / "reliability.png",
-                                         f"dev calibration ({at})"))
-    return drawn
+        drawn["reliability.png"] = reliability_diagram(best["reliability"], best["ece"], f"dev calibration ({at})")
+    return [save_figure(fig, out / name) for name, fig in drawn.items()]
 
 
-def confusion_matrix(matrix: Sequence[Sequence[int]], labels: Sequence[str], path: Path, title: str) -> Path:
+def confusion_matrix(matrix: Sequence[Sequence[int]], labels: Sequence[str], title: str):
     """Confusion matrix heat map (rows = true label, columns = predicted), counts in the cells: scikit-learn's
     ConfusionMatrixDisplay of the matrix the metrics computed."""
     import numpy as np
@@ -109,10 +110,10 @@ def confusion_matrix(matrix: Sequence[Sequence[int]], labels: Sequence[str], pat
     ax.set_xlabel("predicted")
     ax.set_ylabel("true")
     ax.set_title(title)
-    return _save(fig, path)
+    return fig
 
 
-def reliability_diagram(table: Sequence[dict], ece: float, path: Path, title: str) -> Path:
+def reliability_diagram(table: Sequence[dict], ece: float, title: str):
     """Reliability diagram of a classifier's dev predictions: per confidence bin (`scoring.metrics.reliability_table`)
     the accuracy against the mean confidence, the diagonal where they agree, and the rows per bin underneath (a bar
     over few rows says little). Bars under the diagonal are over-confidence."""
@@ -128,10 +129,10 @@ def reliability_diagram(table: Sequence[dict], ece: float, path: Path, title: st
     top.legend(loc="upper left", fontsize=8)
     bottom.bar(centres, [row["n"] for row in table], width=widths, color="grey")
     bottom.set(xlim=(0, 1), xlabel="confidence (top class probability)", ylabel="rows")
-    return _save(fig, path)
+    return fig
 
 
-def regression_scatter(y_true: Sequence[float], y_pred: Sequence[float], path: Path, title: str) -> Path:
+def regression_scatter(y_true: Sequence[float], y_pred: Sequence[float], title: str):
     """True vs predicted values, one dot per row, with the y = x line a perfect model would sit on."""
     import numpy as np
 
@@ -144,7 +145,7 @@ def regression_scatter(y_true: Sequence[float], y_pred: Sequence[float], path: P
     ax.set_ylabel("predicted")
     ax.legend(loc="upper left")
     ax.set_title(title)
-    return _save(fig, path)
+    return fig
 
 
 def per_label_f1(per_label: dict[str, dict], path: Path, title: str) -> Path:
@@ -157,7 +158,7 @@ def per_label_f1(per_label: dict[str, dict], path: Path, title: str) -> Path:
     ax.set_xlim(0, 1)
     ax.set_xlabel("F1 (tag support in brackets)")
     ax.set_title(title)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def probe_layer_curve(rows: Sequence[dict], baselines: dict[str, float], path: Path, title: str,
@@ -186,7 +187,7 @@ def probe_layer_curve(rows: Sequence[dict], baselines: dict[str, float], path: P
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="best")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def bench_bars(report: dict, path: Path) -> Path:
@@ -205,7 +206,7 @@ def bench_bars(report: dict, path: Path) -> Path:
         ax.axis("off")
     fig.suptitle(_bench_title(report), fontsize=11)
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 class _ModelBars:
@@ -380,7 +381,7 @@ def distill_bars(report: dict, path: Path) -> Path:
     verdicts = ", ".join(f"{k.split('_')[0]} {'pass' if c['pass'] else 'FAIL'}" for k, c in report["claims"].items())
     fig.suptitle(f"distilled student vs teacher — DistilBERT claims: {verdicts}", fontsize=10)
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def sweep_figure(rows: Sequence[dict], params: Sequence[str], metric: str, path: Path, title: str) -> Path:
@@ -410,7 +411,7 @@ def sweep_figure(rows: Sequence[dict], params: Sequence[str], metric: str, path:
         _sweep_heatmap(axes[0][-1], rows, varied, metric)
     fig.suptitle(title)
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def _sweep_heatmap(ax, rows: Sequence[dict], names: Sequence[str], metric: str) -> None:

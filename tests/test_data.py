@@ -521,7 +521,7 @@ def test_named_split_sources():
 def test_confusion_matrix_plot_is_written(tmp_path):
     from bertkit import plots
 
-    path = plots.confusion_matrix([[3, 1], [0, 4]], ["neg", "pos"], tmp_path / "cm.png", "t")
+    path = plots.save_figure(plots.confusion_matrix([[3, 1], [0, 4]], ["neg", "pos"], "t"), tmp_path / "cm.png")
     assert path.is_file() and path.stat().st_size > 1000
 
 

@@ -218,7 +218,7 @@ def assert_same_training(out: Path, reference: Path) -> None:
     pytest.param(FINETUNE_CHAINS[2:], marks=pytest.mark.slow),
 ], ids=["first-step+checkpoint-save", "best-swap+checkpoint-rename"])
 def test_finetune_killed_and_resumed_equals_uninterrupted(points, tiny_bert_dir, data, tmp_path):
-    from bertkit.training.checkpoints import latest_checkpoint
+    from bertkit.io.checkpoint_folders import latest_checkpoint
 
     reference = tmp_path / "reference"
     run_ok(finetune_argv(tiny_bert_dir, data, reference))

@@ -17,11 +17,11 @@ from typer.testing import CliRunner
 from bertkit.cli.app import app
 from bertkit.commands.finetune import FinetuneConfig
 from bertkit.commands.finetune import run as finetune
+from bertkit.encoding.batches import global_batches, micro_batches
 from bertkit.errors import UserError
+from bertkit.io.checkpoint_folders import latest_checkpoint
 from bertkit.io.faults import FAIL_AFTER_STEPS_ENV as FAIL_HOOK_ENV
 from bertkit.io.faults import FAIL_MODE_ENV, SimulatedFailure
-from bertkit.training.checkpoints import latest_checkpoint
-from bertkit.training.loop import global_batches, micro_batches
 
 ROOT = Path(__file__).resolve().parent.parent
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -343,7 +343,7 @@ def test_an_update_that_overflows_the_weights_is_never_saved(tiny_bert_dir, toy_
 def test_a_checkpoint_saved_before_checksums_still_resumes_and_says_so(tiny_bert_dir, toy_files, tmp_path, monkeypatch):
     """A checkpoint without bertkit_checkpoint.json (written by an older bertkit) is loaded as before; the run's
     result and metrics.json record that it was not verified."""
-    from bertkit.training import checkpoints
+    from bertkit.io import checkpoint_folders as checkpoints
 
     train, dev = toy_files
     cfg = make_cfg(tiny_bert_dir, train, dev, tmp_path / "cut", save_every=3, epochs=1)

@@ -23,9 +23,9 @@ from typer.testing import CliRunner
 
 from bertkit.cli.app import app
 from bertkit.errors import UserError
+from bertkit.io import checkpoint_folders as checkpoints
 from bertkit.io import faults
 from bertkit.models.compute import Compute
-from bertkit.training import checkpoints
 
 runner = CliRunner()
 Usage = namedtuple("Usage", "total used free")

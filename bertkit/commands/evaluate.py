@@ -174,13 +174,15 @@ def _plot(outputs: Outputs, y: np.ndarray, result: dict[str, Any], folder: Path,
     from bertkit import plots
 
     if outputs.task == "regression":
-        plots.regression_scatter(y, outputs.values[:, 0], folder / "scatter.png", title)
+        plots.save_figure(plots.regression_scatter(y, outputs.values[:, 0], title), folder / "scatter.png")
     elif outputs.task == "multi_label":
         plots.per_label_f1(result["per_label"], folder / "per_label_f1.png", title)
     else:
-        plots.confusion_matrix(result["confusion_matrix"], outputs.label_names, folder / "confusion_matrix.png", title)
+        plots.save_figure(plots.confusion_matrix(result["confusion_matrix"], outputs.label_names, title),
+                          folder / "confusion_matrix.png")
         if result.get("reliability"):
-            plots.reliability_diagram(result["reliability"], result["ece"], folder / "reliability.png", title)
+            plots.save_figure(plots.reliability_diagram(result["reliability"], result["ece"], title),
+                              folder / "reliability.png")
 
 
 

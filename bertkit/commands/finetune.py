@@ -13,10 +13,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from bertkit.encoding.reading import Reading
-from bertkit.io import ownership, rundir
 from bertkit.models.compute import Compute
-from bertkit.models.metadata import read_as_saved
-from bertkit.models.preflight import check_inputs, check_model_limits
+from bertkit.models.preflight import checked_as_saved
 from bertkit.training.options import FinetuneOptions
 from bertkit.training.outcome import EpochRow, Restored, RunSummary, TrainingRun
 
@@ -58,13 +56,8 @@ class FinetuneResult:
 
 def run(cfg: FinetuneConfig, *, progress: bool = True) -> FinetuneResult:
     """The run: its folder, metrics.json's content, the epoch table, what a resume restored, notes."""
-    check_inputs(cfg, need_labels=True, models=(cfg.model,))  # before torch and transformers are imported
-    cfg = read_as_saved(cfg)  # the run config records the reading it trains with (the --model's, else 128/head)
-    if cfg.out:  # --out's refusals (someone else's files, another command's run, an input inside it) before the data
-        # is read or a learning rate chosen; the run's own settings are compared once its data is fingerprinted
-        rundir.inspect_run_dir(cfg.out, "finetune", overwrite=cfg.overwrite, inputs=ownership.input_paths(cfg))
-    check_model_limits(cfg.model, max_length=cfg.max_length)  # the model's own limits: after the folder's refusals
+    cfg = checked_as_saved(cfg, "finetune")  # every check before torch and transformers are imported
     from bertkit.training.finetune import finetune, training_device
 
-    return FinetuneResult.of(finetune(cfg, progress=progress, compute=Compute.resolve(training_device(), cfg.precision),
-                                      reading=Reading.from_options(cfg)))
+    compute, reading = Compute.resolve(training_device(), cfg.precision), Reading.from_options(cfg)
+    return FinetuneResult.of(finetune(cfg, progress=progress, compute=compute, reading=reading))

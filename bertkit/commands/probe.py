@@ -412,11 +412,12 @@ def best_cell_figures(run_dir: Path, best: Any, y_dev: Any) -> dict[str, Path]:
 
     title = f"{best.pool} {best.layer_name}"
     if best.fit.task == "regression":
-        return {"scatter": plots.regression_scatter(y_dev, best.pred, run_dir / "scatter.png", f"Dev — {title}")}
+        return {"scatter": plots.save_figure(plots.regression_scatter(y_dev, best.pred, f"Dev — {title}"),
+                                             run_dir / "scatter.png")}
     if best.fit.task == "multi_label":
         return {"per_label_f1": plots.per_label_f1(best.metrics["per_label"], run_dir / "per_label_f1.png",
                                                    f"Dev per-tag F1 — {title}")}
-    return {"confusion_matrix": plots.confusion_matrix(best.metrics["confusion_matrix"], best.metrics["labels"],
-                                                       run_dir / "confusion_matrix.png", f"Dev confusion — {title}"),
-            "reliability": plots.reliability_diagram(best.metrics["reliability"], best.metrics["ece"],
-                                                     run_dir / "reliability.png", f"Dev calibration — {title}")}
+    matrix = plots.confusion_matrix(best.metrics["confusion_matrix"], best.metrics["labels"], f"Dev confusion — {title}")
+    reliability = plots.reliability_diagram(best.metrics["reliability"], best.metrics["ece"], f"Dev calibration — {title}")
+    return {"confusion_matrix": plots.save_figure(matrix, run_dir / "confusion_matrix.png"),
+            "reliability": plots.save_figure(reliability, run_dir / "reliability.png")}

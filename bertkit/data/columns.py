@@ -3,6 +3,7 @@ or by default), and the text cells of a column, validated."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -84,6 +85,15 @@ class _HeaderOnly:
 
     def column(self, name: Any) -> list[Any]:
         return []
+
+
+def check_data_files(opts: Any, fields: Iterable[str], need_labels: bool) -> None:
+    """`check_columns` for each of the options `fields` (data, dev, test) that names data (`opts`: a config holding
+    `DataOptions`)."""
+    for name in fields:
+        source = getattr(opts, name, None)
+        if source:
+            check_columns(opts, str(source), need_labels)
 
 
 def check_columns(opts: DataOptions, source: str, need_labels: bool) -> None:

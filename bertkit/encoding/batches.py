@@ -1,6 +1,6 @@
 """Length-aware batches of encoded rows: inference batches sorted by length (by rows or by a padded-token
-budget), training batches grouped by length in a fresh random order per epoch; dynamic padding to tensors; outputs
-put back in the rows' order."""
+budget), training batches grouped by length in a fresh random order per epoch (an epoch's global batches and each
+process's micro-batches of them); dynamic padding to tensors; outputs put back in the rows' order."""
 
 from __future__ import annotations
 
@@ -57,6 +57,23 @@ def grouped_batches(lengths: np.ndarray, batch_size: int, seed: int, epoch: int,
         batches.extend(chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size))
     rng.shuffle(batches)  # type: ignore[arg-type]
     return batches
+
+
+def global_batches(lengths: np.ndarray, batch_size: int, seed: int, epoch: int, min_rows: int) -> list[np.ndarray]:
+    """A training epoch's optimizer-step batches (`grouped_batches`: length-grouped, shuffled, deterministic for
+    (seed, epoch)). The same whether the steps run in one process, across processes or accumulated, so a resumed run
+    skips exactly the batches it already consumed.
+
+    A last batch with fewer rows than `min_rows` (= processes x grad_accum, one row per micro-batch) is dropped.
+    """
+    batches = grouped_batches(lengths, batch_size, seed, epoch)
+    return [b for b in batches if len(b) >= min_rows]
+
+
+def micro_batches(batch: np.ndarray, n_processes: int, grad_accum: int, process_index: int) -> list[np.ndarray]:
+    """This process's `grad_accum` slices of a global batch (contiguous, so similar lengths share a slice)."""
+    pieces = np.array_split(batch, n_processes * grad_accum)
+    return pieces[process_index * grad_accum : (process_index + 1) * grad_accum]
 
 
 def pad_batch(encoded: Encoded, indices: Sequence[int], pad_id: int, pad_to: int | None = None,

@@ -20,7 +20,7 @@ left on device"); `torch.save` raises torch's ``RuntimeError: [enforce fail at i
 The kill is ``os.kill(os.getpid(), SIGKILL)``: no exception handlers, ``finally`` blocks or atexit hooks run,
 exactly like the OOM killer or a pulled plug. `install_from_env` (called by the CLI at start-up) wires the
 generic points (os.replace, torch.save, optimizer steps); explicit points need a ``kill_point("name")`` call in
-the code, e.g. in `store.StoreWriter.write_shard` and `checkpoints.save_checkpoint`; counted points (`fail_point`)
+the code, e.g. in `store.StoreWriter.write_shard` and `checkpoint_folders.put_in_place`; counted points (`fail_point`)
 fail after the N-th optimizer step or shard.
 """
 

@@ -86,8 +86,8 @@ def start_batches(fn: BatchFn, encoded: Encoded, batches: Sequence[np.ndarray], 
     done when it returns."""
     accepted = accepted_inputs(model)
     if device.type == "cuda":
-        return _run_on_gpu(fn, encoded, batches, accepted, pad_id, device, _compute_context(model, device, dtype),
-                           bar, unmasked, capturable)
+        compute = _compute_context(model, device, dtype)
+        return _run_on_gpu(fn, encoded, batches, accepted, pad_id, device, compute, bar, unmasked, capturable)
     outputs = []
     with torch.inference_mode(), loading.autocast(device, dtype):
         for rows in batches:

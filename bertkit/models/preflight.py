@@ -3,7 +3,10 @@
 (`bertkit.data.columns.check_columns`), and a --model is `minilm-offline`, a hub id, or a local model folder as saved
 (`bertkit.models.folders.check_model_folder`). The checks and their messages are the library's own; run here first,
 a wrong path or column is refused in well under a second, and --out is not touched. Every command runs it, so it
-lives below `commands/`, in `models/`: the lowest package that knows both model folders and data files."""
+lives below `commands/`, in `models/`: the lowest package that knows both model folders and data files.
+
+`checked_as_saved` is a training command's whole preflight in one call: the checks above, the config read as its
+--model records, --out looked at, and --max-length against the model's own files."""
 
 from __future__ import annotations
 
@@ -11,9 +14,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from bertkit.data.columns import check_columns
+from bertkit.data.columns import check_data_files
+from bertkit.io import ownership, rundir
 from bertkit.models.folders import check_model_folder, resolve_model_name
 from bertkit.models.limits import SavedLimits, check_length_accepted, saved_limits
+from bertkit.models.metadata import read_as_saved
 
 DATA_FIELDS = ("data", "dev", "test")
 """The options that name data to read (a file, or a hub dataset / split)."""
@@ -28,10 +33,24 @@ def check_inputs(cfg: Any, *, need_labels: bool, models: Iterable[str | None] = 
     for model in models:
         if model:
             check_model_folder(model)
-    for name in data_fields:
-        source = getattr(cfg, name, None)
-        if source:
-            check_columns(cfg, str(source), need_labels)
+    check_data_files(cfg, data_fields, need_labels)
+
+
+def checked_as_saved(cfg: Any, command: str) -> Any:
+    """`cfg` read as its --model records how it reads texts (`metadata.read_as_saved`: the run config records the
+    reading it trains with; the --model's, else 128/head), once what a training command refuses before torch is
+    imported was checked, each as the library would later refuse it: the --model as saved and its record, the data
+    files (labels needed), --out (someone else's files, another command's run, an input inside it: before the data is
+    read or a learning rate chosen; the run's own settings are compared once its data is fingerprinted), and last
+    --max-length against the model's own files (the folder's problem is the one a user meets first)."""
+    if cfg.model:
+        check_model_folder(cfg.model)
+    cfg = read_as_saved(cfg)
+    check_data_files(cfg, DATA_FIELDS, need_labels=True)
+    if cfg.out:
+        rundir.inspect_run_dir(cfg.out, command, overwrite=cfg.overwrite, inputs=ownership.input_paths(cfg))
+    check_model_limits(cfg.model, max_length=cfg.max_length)
+    return cfg
 
 
 def saved_model_limits(model: str | None) -> SavedLimits | None:

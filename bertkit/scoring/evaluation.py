@@ -1,7 +1,8 @@
-"""The two scoring jobs a training run hands over whole: before training, which dev metric picks the best model
+"""The scoring jobs a training run hands over whole: before training, which dev metric picks the best model
 (`choose_best_metric`: checked against the data's shape and the --metric modules); at each evaluation, the dev
-scores completed and judged against the best so far and the constant baseline (`judge_evaluation`). The loop keeps
-what it decides with them (checkpoints, early stopping); what the metric names mean stays here."""
+scores completed and judged against the best so far and the constant baseline (`judge_evaluation`); for a saved
+model's card, one split's record (`split_result`: headline metrics, bootstrap intervals, rows). The loop keeps what
+it decides with them (checkpoints, early stopping); what the metric names mean stays here."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from bertkit.data.dataset import TextDataset
 from bertkit.errors import UserError
 from bertkit.scoring import metrics, shapes
 from bertkit.scoring.baseline import Baseline
+from bertkit.scoring.intervals import bootstrap_intervals
 from bertkit.scoring.table import BUILT_IN
 
 
@@ -96,3 +98,13 @@ def judge_evaluation(scored: shapes.Scored, references: Any, *, metric_list: Seq
                                                  f"({', '.join(headline)})")
     return Judgement(value, headline, metrics.is_better(value, best_so_far, metric_for_best),
                      None if baseline is None else baseline.beaten_by(value))
+
+
+def split_result(scored: shapes.Scored, y: Any, source: str, *, task: str, n_labels: int,
+                 seed: int) -> dict[str, Any]:
+    """One split's record in a model card: headline metrics (loss too), bootstrap intervals (`seed`), rows."""
+    decisions = metrics.predicted(scored.outputs) if scored.decisions is None else scored.decisions
+    intervals = bootstrap_intervals(task, y, decisions, scored.outputs, n_labels=n_labels, seed=seed)
+    shown = {**metrics.headline(scored.metrics), "loss": scored.metrics.get("loss")}
+    return {"metrics": {k: v for k, v in shown.items() if v is not None}, "intervals": intervals, "rows": len(y),
+            "source": source}

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from bertkit.training import checkpoints
+from bertkit.io import checkpoint_folders
 from bertkit.training.learning_rate import lr_text
 
 
@@ -38,7 +38,7 @@ def not_finite_message(session: Any, what: str, step: int | None, epoch: int | N
     """`step`: the optimizer step (1-based) after which `what` was found NaN/inf; `epoch`: 0-based."""
     cfg = session.cfg
     where = f" at step {step} (epoch {(epoch or 0) + 1})" if step is not None else ""
-    last = checkpoints.latest_checkpoint(session.out)
+    last = checkpoint_folders.latest_checkpoint(session.out)
     kept = f"The last good checkpoint, {last}, is kept." if last else "No checkpoint was saved before it."
     causes = " or fp16 overflow (use --precision bf16 or fp32)" if cfg.precision == "fp16" else ""
     if session.label_map.task == "regression":  # huge targets are refused before training; say what these span

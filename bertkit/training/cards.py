@@ -17,8 +17,7 @@ from bertkit.data.dataset import TextDataset
 from bertkit.encoding.encode import Encoded
 from bertkit.models.card import CardFacts
 from bertkit.options import command_line
-from bertkit.scoring import metrics
-from bertkit.scoring.intervals import bootstrap_intervals
+from bertkit.scoring.evaluation import split_result
 from bertkit.scoring.shapes import MultiLabel
 from bertkit.training.options import NOT_REPRODUCED
 
@@ -74,17 +73,6 @@ def run_card(cfg: Any, splits: Any, command: str, lineage: dict[str, Any], test_
     return RunCard(facts, splits.test if y_test is not None else None, test_enc if y_test is not None else None, y_test)
 
 
-def split_result(session: Any, scored: Any, y: np.ndarray, source: str) -> dict[str, Any]:
-    """One split's card record: headline metrics (loss too), bootstrap intervals, rows."""
-    task = session.label_map.task
-    decisions = metrics.predicted(scored.outputs) if scored.decisions is None else scored.decisions
-    intervals = bootstrap_intervals(task, y, decisions, scored.outputs, n_labels=len(session.label_map.labels),
-                                    seed=session.cfg.seed)
-    shown = {**metrics.headline(scored.metrics), "loss": scored.metrics.get("loss")}
-    return {"metrics": {k: v for k, v in shown.items() if v is not None}, "intervals": intervals, "rows": len(y),
-            "source": source}
-
-
 def test_scored(session: Any, dev_scored: Any, dev_scores: Any) -> Any:
     """The current weights' scores on the labelled --test data, by `dev_scores` (the loop's: every process takes
     part) on the test rows, at the dev-tuned threshold for tags; None without test data."""
@@ -103,9 +91,10 @@ def card_for(session: Any, state: Any, role: str, dev_scored: Any, test: Any) ->
     card = session.card
     if card is None or not session.accelerator.is_main_process:  # the main process writes the folders
         return None
-    results = {"dev": split_result(session, dev_scored, session.objective.y_dev, str(session.dev.source))}
+    shape = {"task": session.label_map.task, "n_labels": len(session.label_map.labels), "seed": session.cfg.seed}
+    results = {"dev": split_result(dev_scored, session.objective.y_dev, str(session.dev.source), **shape)}
     if test is not None:
-        results["test"] = split_result(session, test, card.y_test, str(card.test.source))
+        results["test"] = split_result(test, card.y_test, str(card.test.source), **shape)
     speed = {"train_samples_per_second": round(state.train_rows / max(state.train_seconds, 1e-9), 1),
              "processes": session.accelerator.num_processes,
              "mixed_precision": session.accelerator.mixed_precision}

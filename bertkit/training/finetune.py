@@ -12,8 +12,9 @@ schedule, gradient clipping, MCC) as a loop that runs on a CPU, one GPU, or many
   rows / global-batch rows x processes before `backward`, so after DDP averages the gradients over processes the
   summed gradient is the mean over the whole global batch. Micro-batches before the last of a global batch run
   under `accelerator.no_sync` (no gradient all-reduce until the last one), as Accelerate documents.
-* Checkpoints (`checkpoints.py`: model, optimizer, scheduler, RNG, trainer state, checksums) are written atomically
-  every `--save-every` steps and at every epoch's end, and verified before a resume trusts them.
+* Checkpoints (`checkpoints.py`, `io/checkpoint_folders.py`: model, optimizer, scheduler, RNG, trainer state,
+  checksums) are written atomically every `--save-every` steps and at every epoch's end, and verified before a
+  resume trusts them.
 * A loss that becomes NaN/inf stops the run with the step, the cause and the last good checkpoint.
 * The best model by `--metric-for-best` and the final model are saved with `save_pretrained` (safetensors,
   id2label/label2id, tokenizer) so `from_pretrained` and `transformers.pipeline` load them.
@@ -39,10 +40,11 @@ from bertkit.data.dataset import TextDataset
 from bertkit.data.label_reader import MAX_TARGET
 from bertkit.data.labels import LabelMap
 from bertkit.data.splits import Splits, load_splits
+from bertkit.encoding.batches import global_batches
 from bertkit.encoding.encode import encode_for
 from bertkit.encoding.reading import Reading
 from bertkit.errors import UserError
-from bertkit.io import atomic, disk
+from bertkit.io import disk
 from bertkit.models import loading, metadata
 from bertkit.models.compute import Compute
 from bertkit.models.fastforward import SequenceClassifier
@@ -58,7 +60,6 @@ from bertkit.training.loop import (
     Session,
     TrainState,
     dev_scores,
-    global_batches,
     on_main,
     restore,
     train_epoch,
@@ -212,7 +213,7 @@ def _check_target_scale(split: TextDataset | None) -> None:
 
 def setup(cfg: FinetuneOptions, accelerator: Any, splits: Splits, key: dict[str, Any],
           task: Task, reading: Reading, lr_choice: LrChoice | None = None) -> Session | None:
-    """Tokens, model, optimizer, schedule and the claimed run directory (claimed only after everything that can
+    """Model, optimizer, tokens, schedule and the claimed run directory (claimed only after everything that can
     be refused was checked, so a refused start leaves --out as it was). None: the run turned out finished."""
     from accelerate.utils import set_seed
     from transformers import get_linear_schedule_with_warmup
@@ -222,13 +223,10 @@ def setup(cfg: FinetuneOptions, accelerator: Any, splits: Splits, key: dict[str,
     model, tokenizer = task.build_model(cfg, label_map)
     loading.check_max_length(reading.max_length, tokenizer, model.config, getattr(cfg, "model", "the model"),
                               pair=cfg.text_pair_column is not None)
-    train_enc = encode_for(tokenizer, splits.train, reading, cache_dir=cfg.cache_dir).encoded
-    dev_enc = encode_for(tokenizer, splits.dev, reading, cache_dir=cfg.cache_dir).encoded
-    test_enc = (encode_for(tokenizer, splits.test, reading, cache_dir=cfg.cache_dir).encoded
-                if splits.test is not None and splits.test.labels is not None else None)
     if cfg.freeze_encoder:
         _freeze_encoder(model)
     optimizer = adamw_optimizer(model, float(cfg.lr), cfg.weight_decay)
+    checkpoint_bytes = _checkpoint_bytes(model)
     net = SequenceClassifier(model, fast=cfg.fast_forward)  # trains `model`'s parameters; logits only
     if cfg.fast_forward and not net.fast:
         log.info("--fast-forward does not apply (%s): using the model's own forward", net.unsupported)
@@ -236,6 +234,10 @@ def setup(cfg: FinetuneOptions, accelerator: Any, splits: Splits, key: dict[str,
     # and state_dict keys stay those of `model`: checkpoints, saves)
     if cfg.compile and not (accelerator.device.type == "cuda" and cfg.cuda_graphs != "off" and net.compile_layers()):
         net.compile(dynamic=True)
+    train_enc = encode_for(tokenizer, splits.train, reading, cache_dir=cfg.cache_dir).encoded
+    dev_enc = encode_for(tokenizer, splits.dev, reading, cache_dir=cfg.cache_dir).encoded
+    test_enc = (encode_for(tokenizer, splits.test, reading, cache_dir=cfg.cache_dir).encoded
+                if splits.test is not None and splits.test.labels is not None else None)
     min_rows = accelerator.num_processes * cfg.grad_accum
     steps_per_epoch = len(global_batches(train_enc.lengths, cfg.batch_size * min_rows, cfg.seed, 0, min_rows))
     if steps_per_epoch == 0:
@@ -252,7 +254,7 @@ def setup(cfg: FinetuneOptions, accelerator: Any, splits: Splits, key: dict[str,
     scheduler = get_linear_schedule_with_warmup(optimizer, math.ceil(cfg.warmup_ratio * total_steps), total_steps)
     net, optimizer, scheduler = accelerator.prepare(net, optimizer, scheduler)
     return Session(cfg, accelerator, run, run.path, tokenizer, net, optimizer, scheduler, objective, train_enc,
-                   dev_enc, splits.dev, label_map, steps_per_epoch, [], _checkpoint_bytes(model), reading=reading,
+                   dev_enc, splits.dev, label_map, steps_per_epoch, [], checkpoint_bytes, reading=reading,
                    card=cards.run_card(cfg, splits, task.command, task.card_lineage(cfg), test_enc),
                    learning_rate=lr_record, baseline=baseline)
 
@@ -265,36 +267,35 @@ def too_few_rows(n_rows: int, min_rows: int) -> UserError:
 
 def finish(session: Session, state: TrainState, restored: dict[str, Any] | None, notes: list[str]) -> TrainingRun:
     """final/ model and card (the final weights' dev and --test scores; its weights linked to best/'s when the last
-    evaluation was the best), metrics.json, the epoch table, curves, confusion matrix and dev_errors.csv; a finished
-    run's checkpoints/ removed (unless --keep-checkpoints); then an --overwrite run's output replaces the previous
-    one."""
-    accelerator, cfg = session.accelerator, session.cfg
+    evaluation was the best), then the finished run, typed, and what it leaves on disk (`reports.write_finished_run`:
+    metrics.json, the epoch table, curves, confusion matrix and dev_errors.csv; checkpoints/ removed unless
+    --keep-checkpoints; an --overwrite run's output in place of the previous one)."""
+    accelerator = session.accelerator
     dev, test = cards.final_scores(session, state.global_step, dev_scores) if session.card is not None else (None, None)
+    card = cards.card_for(session, state, "final", dev, test) if dev is not None else None
+    calibration, same_as_best = _save_final_model(session, state, card)
+    notes = notes + session.notes + _baseline_notes(state)
+    summary = reports.summary(session, state, restored, notes=notes, same_as_best=same_as_best,
+                              calibration=calibration, test=test)
+    run = TrainingRun(session.run.out, RunSummary.from_json(summary), tuple(map(EpochRow, state.epoch_table)),
+                      Restored.from_json(restored), False, accelerator.is_main_process, tuple(notes))
+    if accelerator.is_main_process:
+        reports.write_finished_run(session, state, run)
+    accelerator.wait_for_everyone()
+    return run
+
+
+def _save_final_model(session: Session, state: TrainState, card: Any) -> tuple[dict[str, Any] | None, bool]:
+    """final/ with its `card`, after --calibrate temperature fitted the best model's temperature (recorded in final/
+    too when it holds the best weights); (the calibration's record, whether final/ holds the best weights)."""
+    accelerator, cfg = session.accelerator, session.cfg
     same_as_best = state.best_step == state.global_step and (session.out / "best").is_dir()
     calibration = on_main(accelerator, lambda: calibrate_best(session)) if cfg.calibrate == "temperature" else None
     checkpoints.save_model_folder(accelerator, session.net, session.tokenizer, session.out / "final",
                                   {"step": state.global_step, **state.model_info, **session.settings_record,
                                    **({"calibration": calibration} if calibration and same_as_best else {})},
-                                  session.model_bytes,
-                                  cards.card_for(session, state, "final", dev, test) if dev is not None else None,
-                                  same_weights_as=session.out / "best" if same_as_best else None)
-    notes = notes + session.notes + _baseline_notes(session, state)
-    summary = reports.summary(session, state, restored)
-    summary.update(learning_rate=session.learning_rate, final_same_as_best=same_as_best,
-                   checkpoints_kept=bool(getattr(cfg, "keep_checkpoints", True)), notes=notes)
-    if calibration is not None:
-        summary.update(calibration=calibration)
-    if session.card is not None and session.card.test is not None:
-        summary.update(best_test=state.best_test, final_test=cards.test_summary(test))
-    if accelerator.is_main_process:
-        reports.write_reports(session, state)
-        atomic.write_json_atomic(session.out / "metrics.json", summary)
-        if not summary["checkpoints_kept"]:  # after metrics.json says finished: a kill before leaves a resumable run
-            checkpoints.remove_finished_checkpoints(session.out)
-        session.run.commit()  # an --overwrite run: the new output replaces the previous one only now
-    accelerator.wait_for_everyone()
-    return TrainingRun(session.run.out, RunSummary.from_json(summary), tuple(map(EpochRow, state.epoch_table)),
-                       Restored.from_json(restored), False, accelerator.is_main_process, tuple(notes))
+                                  session.model_bytes, card, same_weights_as=session.out / "best" if same_as_best else None)
+    return calibration, same_as_best
 
 
 def calibrate_best(session: Session) -> dict[str, Any] | None:
@@ -311,11 +312,11 @@ def calibrate_best(session: Session) -> dict[str, Any] | None:
     return fit.to_json()
 
 
-def _baseline_notes(session: Session, state: TrainState) -> list[str]:
-    """The constant-baseline warning when no evaluation's dev metric got above it (the best model is no better than
-    always predicting the majority class), for the result's notes and metrics.json."""
-    base = session.baseline
-    if base is None or state.best_metric is None or base.beaten_by(state.best_metric) or not state.baseline_note:
+def _baseline_notes(state: TrainState) -> list[str]:
+    """The constant-baseline warning when no evaluation's dev metric got above it (so neither did the best model's:
+    it is no better than always predicting the majority class), for the result's notes and metrics.json. Each
+    evaluation's record says whether it was above (`judge_evaluation`'s judgement, kept in the history)."""
+    if not state.baseline_note or any(record.get("above_baseline") for record in state.history):
         return []
     return [state.baseline_note]
 

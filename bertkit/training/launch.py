@@ -1,20 +1,22 @@
 """How a run's optimizer steps are launched: replayed as CUDA graphs (`bertkit.training.graphs.StepRunner`) where
-that applies - one CUDA GPU, one process, bf16 or fp32, bertkit's own forward - or eagerly. The loop asks here for its
-steps (`steps_of`: prepared ahead on a worker thread when graphed) and restores the optimizer as an eager step expects
-it (`plain_optimizer_settings`)."""
+that applies - one CUDA GPU, one process, bf16 or fp32, bertkit's own forward - or eagerly. The loop asks here for an
+epoch's steps (`steps_of`: the epoch's plan from `encoding.batches`, each step's micro-batches prepared for the way it
+runs - padded tensors for an eager step, the graphs' pinned buffers on a worker thread ahead of the GPU) and restores
+the optimizer as an eager step expects it (`plain_optimizer_settings`)."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from bertkit.encoding.batches import ahead
+from bertkit.encoding.batches import ahead, global_batches, micro_batches, pad_batch
 from bertkit.models import loading
 from bertkit.models.inputs import accepted_inputs
 from bertkit.training.graphs import StepRunner, planned_shapes
-from bertkit.training.plan import global_batches, micro_batches
 
 log = logging.getLogger(__name__)
 
@@ -78,16 +80,34 @@ def _remaining_pieces(session: Any, state: Any) -> Any:
             yield micro_batches(batch, accelerator.num_processes, cfg.grad_accum, accelerator.process_index)
 
 
-def steps_of(session: Any, batches: list[np.ndarray]) -> Any:
-    """(global batch, its prepared micro-batches) in order: prepared on a worker thread ahead of the GPU on a graphed
-    run (`graphs.StepRunner.prepare`: padded to the bucket width, pinned), None otherwise."""
-    if session.graphs is None:
-        return ((batch, None) for batch in batches)
-    accelerator, grad_accum = session.accelerator, session.cfg.grad_accum
-    runner = session.graphs
+@dataclass(frozen=True)
+class Step:
+    """One optimizer step of an epoch, ready to run."""
+
+    rows: np.ndarray
+    """Its global batch: the rows every process's micro-batches together hold."""
+    prepared: Any
+    """This process's micro-batches of it: (rows, padded input tensors on the device) each for an eager step, the
+    graphs' prepared buffers (`graphs.StepRunner.prepare`) for a replayed one."""
+    last: bool
+    """The epoch's last step (it is always evaluated and checkpointed)."""
+
+
+def steps_of(session: Any, epoch: int, start: int) -> Iterator[Step]:
+    """The steps of `epoch` from its `start`-th on, in order (the epoch's global batches, `encoding.batches`), each
+    prepared as it runs: on a graphed run on a worker thread ahead of the GPU (padded to the bucket width, pinned)."""
+    cfg, accelerator, runner = session.cfg, session.accelerator, session.graphs
+    accepted = accepted_inputs(accelerator.unwrap_model(session.net).model)
+    batches = global_batches(session.train_enc.lengths, cfg.batch_size * session.min_rows, cfg.seed, epoch,
+                             session.min_rows)
 
     def prepare(batch: np.ndarray) -> Any:
-        pieces = micro_batches(batch, accelerator.num_processes, grad_accum, accelerator.process_index)
-        return runner.prepare(pieces, len(batch))
+        pieces = micro_batches(batch, accelerator.num_processes, cfg.grad_accum, accelerator.process_index)
+        if runner is not None:
+            return runner.prepare(pieces, len(batch))
+        return [(rows, pad_batch(session.train_enc, rows, session.pad_id, inputs=accepted, device=accelerator.device))
+                for rows in pieces]
 
-    return ahead(batches, prepare)
+    todo = batches[start:]
+    ready = ahead(todo, prepare) if runner is not None else ((batch, prepare(batch)) for batch in todo)
+    return (Step(batch, prepared, start + i + 1 == len(batches)) for i, (batch, prepared) in enumerate(ready))

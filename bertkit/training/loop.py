@@ -1,7 +1,7 @@
 """The fine-tuning loop, one epoch at a time: the run's state (`TrainState`, saved with every checkpoint) and
-everything it needs (`Session`, built by `finetune.setup`), global batches and their micro-batches, restoring the
-newest verified checkpoint, one optimizer step, dev evaluation (any number of processes), keeping the best model,
-and the NaN/inf stops. How batches, loss scaling and checkpoints work: `bertkit.training.finetune`.
+everything it needs (`Session`, built by `finetune.setup`), restoring the newest verified checkpoint, one optimizer
+step on the micro-batches `launch.steps_of` prepared, dev evaluation (any number of processes), keeping the best
+model, and the NaN/inf stops. How batches, loss scaling and checkpoints work: `bertkit.training.finetune`.
 """
 
 from __future__ import annotations
@@ -19,20 +19,18 @@ import torch
 
 from bertkit.data.dataset import TextDataset
 from bertkit.data.labels import LabelMap
-from bertkit.encoding.batches import pad_batch, restore_order, sorted_batches
+from bertkit.encoding.batches import restore_order, sorted_batches
 from bertkit.encoding.encode import Encoded
 from bertkit.encoding.reading import Reading
 from bertkit.errors import UserError
-from bertkit.io import atomic, faults, rundir
+from bertkit.io import atomic, checkpoint_folders, faults, rundir
 from bertkit.models import infer, loading
 from bertkit.models.compute import Compute
-from bertkit.models.inputs import accepted_inputs
 from bertkit.scoring.baseline import Baseline
 from bertkit.scoring.evaluation import judge_evaluation
 from bertkit.training import advice, cards, checkpoints
-from bertkit.training.launch import plain_optimizer_settings, steps_of
+from bertkit.training.launch import Step, plain_optimizer_settings, steps_of
 from bertkit.training.options import FinetuneOptions
-from bertkit.training.plan import global_batches, micro_batches
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +153,7 @@ def restore(session: Session) -> tuple[TrainState, dict[str, Any] | None]:
         restored = {"checkpoint": str(found.path), "epoch": state.epoch + 1, "step": state.global_step,
                     "batch_in_epoch": state.step_in_epoch, "steps_per_epoch": session.steps_per_epoch,
                     "lr": session.scheduler.get_last_lr()[0], "best_metric": state.best_metric,
-                    "verified": (found.path / checkpoints.MANIFEST).is_file()}  # False: saved before checksums
+                    "verified": (found.path / checkpoint_folders.MANIFEST).is_file()}  # False: saved before checksums
         log.info("resumed from %s: epoch %d, step %d (batch %d/%d of the epoch), lr %.3e, best %s so far %s",
                  found.path, restored["epoch"], restored["step"], restored["batch_in_epoch"],
                  session.steps_per_epoch, restored["lr"], session.cfg.metric_for_best, state.best_metric)
@@ -164,12 +162,12 @@ def restore(session: Session) -> tuple[TrainState, dict[str, Any] | None]:
     return state, restored
 
 
-def _choose_checkpoint(out: Path) -> checkpoints.Restored | None:
+def _choose_checkpoint(out: Path) -> checkpoint_folders.Restored | None:
     """The verified checkpoint to resume from (main process), after removing what interrupted saves left."""
-    removed = checkpoints.remove_unfinished_saves(out)
+    removed = checkpoint_folders.remove_unfinished_saves(out)
     if removed:
         log.info("removed the unfinished checkpoint save(s) of the interrupted run: %s", ", ".join(removed))
-    return checkpoints.choose_checkpoint(out)
+    return checkpoint_folders.choose_checkpoint(out)
 
 
 def train_epoch(session: Session, state: TrainState, bar: Any) -> None:
@@ -177,21 +175,19 @@ def train_epoch(session: Session, state: TrainState, bar: Any) -> None:
     schedule. The state moves on to the next epoch at the end."""
     cfg, accelerator = session.cfg, session.accelerator
     epoch = state.epoch
-    batches = global_batches(session.train_enc.lengths, cfg.batch_size * session.min_rows, cfg.seed, epoch,
-                             session.min_rows)
     eval_every = None if cfg.eval_every == "epoch" else int(cfg.eval_every)
     session.net.train()
     started = time.perf_counter()
-    for batch, prepared in steps_of(session, batches[state.step_in_epoch :]):
+    for step in steps_of(session, epoch, state.step_in_epoch):
         if session.graphs is None:
-            loss_sum, rows = train_step(session, batch, state)
+            loss_sum, rows = train_step(session, step, state)
         else:  # queued on the GPU; its loss is read below only when a number is needed
-            session.graphs.step(prepared, state.global_step)
+            session.graphs.step(step.prepared, state.global_step)
             session.scheduler.step()  # fills the learning-rate tensors the next replay reads
             loss_sum, rows = None, 0
         state.global_step, state.step_in_epoch, state.train_rows = (state.global_step + 1, state.step_in_epoch + 1,
-                                                                    state.train_rows + len(batch))
-        end_of_epoch = state.step_in_epoch == len(batches)
+                                                                    state.train_rows + len(step.rows))
+        end_of_epoch = step.last
         evaluating = end_of_epoch or (eval_every and state.global_step % eval_every == 0)
         saving = end_of_epoch or (cfg.save_every and state.global_step % cfg.save_every == 0)
         logging_now = state.global_step % cfg.log_every == 0 or (end_of_epoch and epoch + 1 == cfg.epochs)  # + the last
@@ -204,7 +200,7 @@ def train_epoch(session: Session, state: TrainState, bar: Any) -> None:
         state.log_loss = (state.log_loss[0] + (loss_sum or 0.0), state.log_loss[1] + rows)
         logged = _log_training(session, state) if logging_now else None  # every --log-every steps
         if session.tracker is not None:  # on log steps: train loss, lr, grad norm, samples/s
-            session.tracker.step_done(session, state, logged, len(batch))
+            session.tracker.step_done(session, state, logged, len(step.rows))
         bar.update(1)
         if evaluating or saving:
             _stop_if_weights_not_finite(session, state)  # nothing diverged is evaluated or saved
@@ -249,20 +245,17 @@ def _read_graphed(session: Session, state: TrainState) -> tuple[float, int]:
     return loss_sum, rows
 
 
-def train_step(session: Session, batch: np.ndarray, state: TrainState) -> tuple[float, int]:
-    """One optimizer step on a global batch: this process's micro-batches, backward, clip, step. Returns this
-    process's (loss x rows, rows); a non-finite loss stops the run before anything is updated or saved. The gradient
-    norm (before clipping) goes to the trackers on their log steps."""
+def train_step(session: Session, step: Step, state: TrainState) -> tuple[float, int]:
+    """One optimizer step on a global batch: this process's micro-batches (padded by `steps_of`), backward, clip,
+    step. Returns this process's (loss x rows, rows); a non-finite loss stops the run before anything is updated or
+    saved. The gradient norm (before clipping) goes to the trackers on their log steps."""
     cfg, accelerator, net = session.cfg, session.accelerator, session.net
-    pieces = micro_batches(batch, accelerator.num_processes, cfg.grad_accum, accelerator.process_index)
-    accepted = accepted_inputs(accelerator.unwrap_model(net).model)
     loss_sum = 0.0
-    for i, rows in enumerate(pieces):
-        inputs = pad_batch(session.train_enc, rows, session.pad_id, inputs=accepted, device=accelerator.device)
-        last = i == len(pieces) - 1  # gradients are all-reduced with the last micro-batch only
+    for i, (rows, inputs) in enumerate(step.prepared):
+        last = i == len(step.prepared) - 1  # gradients are all-reduced with the last micro-batch only
         with accelerator.no_sync(net) if not last else _nothing():
             loss = session.objective.loss(net(**inputs), rows)
-            accelerator.backward(loss * (len(rows) * accelerator.num_processes / len(batch)))
+            accelerator.backward(loss * (len(rows) * accelerator.num_processes / len(step.rows)))
         loss_sum += loss.item() * len(rows)
     _stop_if_not_finite(session, state, loss_sum)
     logging = session.tracker is not None and session.tracker.due(state.global_step + 1)
@@ -273,7 +266,7 @@ def train_step(session: Session, batch: np.ndarray, state: TrainState) -> tuple[
     session.optimizer.step()
     session.scheduler.step()
     session.optimizer.zero_grad(set_to_none=True)
-    return loss_sum, sum(len(r) for r in pieces)
+    return loss_sum, sum(len(rows) for rows, _ in step.prepared)
 
 
 def evaluate(session: Session, state: TrainState, end_of_epoch: bool) -> None:
@@ -325,9 +318,10 @@ def _scoring_failed(session: Session, state: TrainState, scored: Any, problem: s
     """Save the model trained so far into final/ (with what using it needs), then the message: the problem, where
     the model is, and how to score it once the metric is fixed."""
     cfg, folder = session.cfg, session.out / "final"
+    card = cards.card_for(session, state, "final", scored, None)
     checkpoints.save_model_folder(session.accelerator, session.net, session.tokenizer, folder,
                                   {"step": state.global_step, **state.model_info, **session.settings_record},
-                                  session.model_bytes, cards.card_for(session, state, "final", scored, None))
+                                  session.model_bytes, card)
     shown = ", ".join(f"{k} {scored.metrics[k]:.4f}" for k in session.objective.table_metrics if k in scored.metrics)
     fix = (f"Fix the metric script, then score that model with `bertkit evaluate --model {folder} --data "
            f"{cfg.dev or 'DEV_DATA'} --metric {spec}`, or re-run this command (it resumes from the last checkpoint, "
@@ -374,11 +368,11 @@ def _keep_best(session: Session, state: TrainState, scored: Any, value: float) -
     test = cards.test_scored(session, scored, dev_scores)
     cards.remember(session, state.global_step, scored, test)
     state.best_test = cards.test_summary(test)
+    card = cards.card_for(session, state, "best", scored, test)
     checkpoints.save_model_folder(session.accelerator, session.net, session.tokenizer, session.out / "best",
                                   {"step": state.global_step, "metric": session.cfg.metric_for_best, "value": value,
                                    "labels": session.label_map.to_json()["labels"], **state.model_info,
-                                   **session.settings_record},
-                                  session.model_bytes, cards.card_for(session, state, "best", scored, test))
+                                   **session.settings_record}, session.model_bytes, card)
     if session.accelerator.is_main_process:
         with atomic.atomic_path(session.out / "best_dev_proba.npy") as tmp, open(tmp, "wb") as handle:
             np.save(handle, scored.outputs)

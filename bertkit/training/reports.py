@@ -1,5 +1,6 @@
-"""What a finished fine-tuning run reports: the metrics.json summary, and training_table.csv, dev_errors.csv,
-curves.png and the best model's dev plot (confusion matrix or true-vs-predicted scatter)."""
+"""What a finished fine-tuning run reports (`summary`: metrics.json's object) and leaves on disk
+(`write_finished_run`: curves.png and the best model's dev plots, dev_errors.csv, training_table.csv, metrics.json; its
+checkpoints removed unless kept; an --overwrite run's output in place of the previous one)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,28 @@ from typing import Any
 
 import numpy as np
 
-from bertkit.io import atomic
+from bertkit.io import atomic, checkpoint_folders
 from bertkit.scoring.predictions import write_errors_csv
+from bertkit.training.cards import test_summary
 from bertkit.training.loop import Session, TrainState
+from bertkit.training.outcome import TrainingRun
 
 
-def summary(session: Session, state: TrainState, restored: dict[str, Any] | None) -> dict[str, Any]:
+def summary(session: Session, state: TrainState, restored: dict[str, Any] | None, *, notes: list[str],
+            same_as_best: bool, calibration: dict[str, Any] | None, test: Any) -> dict[str, Any]:
+    """metrics.json's object: the best and final dev scores, history, throughput, outputs, how --lr was chosen,
+    whether final/ holds the best weights, the `notes`; --calibrate's record and the --test scores when there are."""
+    record = _summary(session, state, restored)
+    record.update(learning_rate=session.learning_rate, final_same_as_best=same_as_best,
+                  checkpoints_kept=bool(getattr(session.cfg, "keep_checkpoints", True)), notes=notes)
+    if calibration is not None:
+        record.update(calibration=calibration)
+    if session.card is not None and session.card.test is not None:
+        record.update(best_test=state.best_test, final_test=test_summary(test))
+    return record
+
+
+def _summary(session: Session, state: TrainState, restored: dict[str, Any] | None) -> dict[str, Any]:
     cfg, accelerator = session.cfg, session.accelerator
     forward = "fast" if accelerator.unwrap_model(session.net).fast else "transformers"
     return {
@@ -53,19 +70,24 @@ REPORT_PLOTS = {"single_label": ("confusion_matrix.png", "reliability.png"), "re
 metrics.json)."""
 
 
-def write_reports(session: Session, state: TrainState) -> None:
-    """dev_errors.csv, the run's figures (curves.png, the best model's dev plots) and training_table.csv (main
-    process)."""
+def write_finished_run(session: Session, state: TrainState, run: TrainingRun) -> None:
+    """What the finished `run` leaves (main process): its figures (curves.png, the best model's dev plots),
+    dev_errors.csv and training_table.csv, then metrics.json - the run is finished once it is there -, its
+    checkpoints/ removed unless --keep-checkpoints, and an --overwrite run's output put in place of the previous one."""
     import pandas as pd
 
     from bertkit import plots
 
     out, names, task = session.out, session.objective.label_names, session.label_map.task
     proba = np.load(out / "best_dev_proba.npy")
-    write_errors_csv(out / "dev_errors.csv", session.dev, proba, names, y_true=session.objective.y_dev, task=task,
-                     threshold=(state.best_dev or {}).get("threshold", 0.5))
     plots.training_figures(out, state.history, session.cfg.metric_for_best,
                            f"{session.run.command} {getattr(session.cfg, 'model', '')}", state.train_log,
                            state.best_dev, session.objective.y_dev, proba, names, task, state.best_step)
+    write_errors_csv(out / "dev_errors.csv", session.dev, proba, names, y_true=session.objective.y_dev, task=task,
+                     threshold=(state.best_dev or {}).get("threshold", 0.5))
     with atomic.atomic_path(out / "training_table.csv") as tmp:
         pd.DataFrame(state.epoch_table).to_csv(tmp, index=False)
+    atomic.write_json_atomic(out / "metrics.json", run.summary.to_json())
+    if not run.summary.checkpoints_kept:  # after metrics.json says finished: a kill before leaves a resumable run
+        checkpoint_folders.remove_finished_checkpoints(out)
+    session.run.commit()  # an --overwrite run: the new output replaces the previous one only now

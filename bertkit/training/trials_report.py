@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.io import atomic, disk, library_files, record
+from bertkit.io.saving import replace_folder
 from bertkit.scoring import metrics
 from bertkit.scoring.table import LOWER_IS_BETTER
-from bertkit.training.checkpoints import replace_folder
 from bertkit.training.space import Dimension, SweepOptions
 
 CSV_FIXED = ("seed", "status", "metric", "best", "best_step", "steps", "epochs_run", "train_seconds",
