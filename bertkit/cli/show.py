@@ -365,8 +365,13 @@ def show_evaluate(result: EvaluateResult, cfg: EvaluateConfig, view: View) -> No
         names, matrix = result.confusion
         out_console.print(table("confusion matrix (rows = true)", ["true \\ predicted", *names],
                                 [[names[i], *row] for i, row in enumerate(matrix)]))
+    elif result.task == "tags" and result.per_type:
+        out_console.print(table("per entity type (strict)", ["type", "precision", "recall", "F1", "gold", "predicted"],
+                                [[name, r["precision"], r["recall"], r["f1"], r["support"], r["predicted"]]
+                                 for name, r in result.per_type.items()]))
     if cfg.out:
-        info(f"wrote {cfg.out}/metrics.json, predictions.csv, {plot}", view.quiet)
+        files = "predictions.jsonl" if result.task == "tags" else f"predictions.csv, {plot}"
+        info(f"wrote {cfg.out}/metrics.json, {files}", view.quiet)
 
 
 # ---------------------------------------------------------------- export
