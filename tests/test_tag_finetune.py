@@ -176,3 +176,12 @@ def test_dev_tags_unseen_in_training_and_tag_options_on_sentences_are_refused(ti
     rows = write_tsv("rows.tsv", toy_rows, ("sentence", "label"))
     with pytest.raises(UserError, match=r"--label-all-pieces applies to tagged data"):
         tag_cfg(tiny_bert_dir, rows, rows, tmp_path / "run", label_all_pieces=True)
+
+
+def test_commands_without_a_tagging_path_refuse_a_tagged_file(tagged_files):
+    from bertkit.training.options import DistillOptions, FinetuneOptions
+
+    train, dev = tagged_files
+    for options, extra in ((FinetuneOptions, {}), (DistillOptions, {"teacher": "runs/t/best"})):  # sweep, distill
+        with pytest.raises(UserError, match=r"Tagged data .* is read by `bertkit probe`, `embed` and `finetune`"):
+            options(data=str(train), dev=str(dev), out="runs/x", **extra)

@@ -142,6 +142,8 @@ def setup_tags(cfg: FinetuneOptions, accelerator: Any, data: TaggedTraining, key
     train, dev = (tag_windows(cfg, tokenizer, sentences, data.tags, reading)
                   for sentences in (data.train_sentences, data.dev_sentences))
     net = TokenClassifier(model, width=int(dev.encoded.lengths.max()) if dev.n_windows else None)
+    if cfg.fast_forward:
+        log.info("--fast-forward does not apply (%s): using the model's own forward", NOT_FAST)
     if cfg.compile:  # the model's own forward and backward, dynamic shapes
         net.compile(dynamic=True)
     min_rows = accelerator.num_processes * cfg.grad_accum
