@@ -106,3 +106,13 @@ def test_the_cli_prints_jsonl_and_the_per_type_table(tagger):
     scored = runner.invoke(app, ["evaluate", "--model", str(model), "--data", str(dev)])
     assert scored.exit_code == 0, scored.output
     assert "per entity type" in scored.stdout and "f1" in scored.stdout
+
+
+def test_export_refuses_a_tagger_and_leaves_nothing(tagger, tmp_path):
+    from bertkit.commands.export import ExportConfig
+    from bertkit.commands.export import run as export
+
+    model, _ = tagger
+    with pytest.raises(UserError, match=r"is a tagging model \(one tag per word\)"):
+        export(ExportConfig(model=str(model), out=str(tmp_path / "export")))
+    assert not (tmp_path / "export").exists()

@@ -170,6 +170,10 @@ def load_classifier(
 
     path = check_model_folder(name)
     _check_weights(path)
+    if require_head and not tokens and metadata.is_tagger(path):  # its head tags words: no sentence head to read
+        raise UserError(f"{name} is a tagging model (one tag per word): this command reads sentence classifiers "
+                        f"so far. `bertkit predict` and `bertkit evaluate` read it as a tagger; pass a model "
+                        f"fine-tuned on rows of text here.")
     auto = AutoModelForTokenClassification if tokens else AutoModelForSequenceClassification
     kwargs: dict[str, Any] = dict(overrides)
     if id2label is not None:
