@@ -348,7 +348,8 @@ def show_evaluate(result: EvaluateResult, cfg: EvaluateConfig, view: View) -> No
     if view.json:
         emit_json(result)
         return
-    out_console.print(table(f"{cfg.model} on {result.data} ({result.rows} rows)", ["metric", "value"],
+    unit = "words" if result.task == "tags" else "rows"
+    out_console.print(table(f"{cfg.model} on {result.data} ({result.rows} {unit})", ["metric", "value"],
                             [[k, "undefined" if v is None else v]
                              for k, v in metrics.headline(result.metrics.to_json()).items()]))
     if result.note:
