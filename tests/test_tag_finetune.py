@@ -185,3 +185,25 @@ def test_commands_without_a_tagging_path_refuse_a_tagged_file(tagged_files):
     for options, extra in ((FinetuneOptions, {}), (DistillOptions, {"teacher": "runs/t/best"})):  # sweep, distill
         with pytest.raises(UserError, match=r"Tagged data .* is read by `bertkit probe`, `embed` and `finetune`"):
             options(data=str(train), dev=str(dev), out="runs/x", **extra)
+
+
+def test_plain_tags_pick_best_by_word_accuracy_and_predict_no_spans(tiny_bert_dir, tmp_path):
+    from bertkit.commands.evaluate import EvaluateConfig
+    from bertkit.commands.evaluate import run as evaluate
+    from bertkit.commands.predict import PredictConfig
+    from bertkit.commands.predict import run as predict
+
+    kinds = {"the": "DET", "a": "DET", "dog": "NOUN", "cat": "NOUN", "saw": "VERB", "ran": "VERB", "big": "ADJ"}
+    rng = random.Random(5)
+    rows = [(words, [kinds[w] for w in words]) for words in
+            ([rng.choice(list(kinds)) for _ in range(rng.randint(3, 7))] for _ in range(60))]
+    train, dev = write_iob(tmp_path / "train.conll", rows[:45]), write_iob(tmp_path / "dev.conll", rows[45:])
+    result = finetune(tag_cfg(tiny_bert_dir, train, dev, tmp_path / "run", class_weight="balanced"), progress=False)
+    assert result.metrics["best_metric_name"] == "accuracy" and result.metrics["best_metric"] > 0.6
+    assert "f1" not in result.metrics["best_dev"] and "macro_f1" in result.metrics["best_dev"]
+    record = json.loads((tmp_path / "run" / "best" / "bertkit_model.json").read_text())
+    assert record["tag_scheme"] == {"name": "none", "source": "none"}
+    tagged = predict(PredictConfig(model=str(tmp_path / "run" / "best"), text=("the dog saw a cat",))).sentences[0]
+    assert len(tagged.tags) == 5 and tagged.spans == ()
+    scored = evaluate(EvaluateConfig(model=str(tmp_path / "run" / "best"), data=str(dev)))
+    assert scored.metrics.score("accuracy") == pytest.approx(result.metrics["best_metric"])
