@@ -223,3 +223,17 @@ def test_minilm_learns_entities_on_uner_ewt(shared_data, tmp_path):
     assert result.metrics["best_metric"] > 0.3 and set(result.metrics["best_dev"]["per_type"]) == {"LOC", "ORG", "PER"}
     scored = evaluate(EvaluateConfig(model=str(tmp_path / "run" / "best"), data=str(data / "dev.iob2"), limit=500))
     assert scored.metrics.score("f1") == pytest.approx(result.metrics["best_metric"], abs=0.02)  # bf16 may differ
+
+
+def test_iob1_training_data_is_read_and_recorded_as_iob2(tiny_bert_dir, tmp_path):
+    def iob1(sentences):
+        return [(words, [("I" + t[1:]) if t.startswith("B-") and (i == 0 or tags[i - 1][2:] != t[2:]) else t
+                         for i, t in enumerate(tags)]) for words, tags in sentences]
+
+    train = write_iob(tmp_path / "train.iob", iob1(synthetic_sentences(30, 0)))
+    dev = write_iob(tmp_path / "dev.iob", iob1(synthetic_sentences(10, 1)))
+    result = finetune(tag_cfg(tiny_bert_dir, train, dev, tmp_path / "run", epochs=1), progress=False)
+    assert "IOB1 tags read as IOB2 (strict seqeval)" in result.notes
+    record = json.loads((tmp_path / "run" / "best" / "bertkit_model.json").read_text())
+    assert record["tag_scheme"] == {"name": "IOB2", "source": "IOB1"}
+    assert "B-PER" in json.loads((tmp_path / "run" / "best" / "config.json").read_text())["label2id"]

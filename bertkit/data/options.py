@@ -147,7 +147,7 @@ class TaskOptions(LabelOptions):
     def task_problems(self) -> list[str]:
         """--threshold in (0, 1) or a tuning mode; --label-sep only where tags are read."""
         problems = threshold_problems(self.threshold)
-        tagged_file = (self.task == "auto" and isinstance(self.data, str) and is_file_value(self.data)
+        tagged_file = (self.task == "auto" and isinstance(self.data, str)  # by its name: nothing is opened here
                        and Path(self.data).suffix.lower() in TAGGED_SUFFIXES)
         if (self.task == WORD_TASK or tagged_file) and not self.READS_WORDS:
             problems.append("Tagged data (one tag per word: --task tags, or a .iob2/.conll file) is read by `bertkit "

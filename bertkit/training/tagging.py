@@ -92,8 +92,9 @@ def finetune_tags(cfg: FinetuneOptions, data: TaggedTraining, *, compute: Comput
     cfg = dataclasses.replace(cfg, metric_for_best=tag_metric_for_best(cfg.metric_for_best, data.scheme))
     accelerator = _accelerator(compute)
     cfg, lr_choice = resolve_lr(cfg, lambda: loading.load_config(cfg.model, cfg.trust_remote_code))
-    notes = [f"{data.scheme.source} tags scored as {data.scheme.name}" if data.scheme.has_entities
-             else "plain tags (no entity scheme): scored by word accuracy"]
+    scheme = data.scheme
+    notes = ([f"{scheme.source} tags read as {scheme.name} (strict seqeval)"] if scheme.source != scheme.name else
+             [] if scheme.has_entities else ["plain tags (no entity scheme): scored by word accuracy"])
     if lr_choice.source == AUTO:
         notes.append(lr_choice.line)
         if accelerator.is_main_process:
