@@ -237,3 +237,13 @@ def test_iob1_training_data_is_read_and_recorded_as_iob2(tiny_bert_dir, tmp_path
     record = json.loads((tmp_path / "run" / "best" / "bertkit_model.json").read_text())
     assert record["tag_scheme"] == {"name": "IOB2", "source": "IOB1"}
     assert "B-PER" in json.loads((tmp_path / "run" / "best" / "config.json").read_text())["label2id"]
+
+
+def test_a_missing_tagged_dev_file_is_refused_before_torch_and_leaves_no_out(tagged_files, tmp_path):
+    from test_fast_start import run_cli
+
+    train, _ = tagged_files
+    code, output, imported = run_cli("finetune", "--data", str(train), "--dev", "missing.iob2", "--out", "OUT",
+                                     cwd=tmp_path)
+    assert code == 2 and "Tagged file missing.iob2 does not exist" in output and "Traceback" not in output
+    assert imported == [] and not (tmp_path / "OUT").exists()
