@@ -247,3 +247,14 @@ def test_a_missing_tagged_dev_file_is_refused_before_torch_and_leaves_no_out(tag
                                      cwd=tmp_path)
     assert code == 2 and "Tagged file missing.iob2 does not exist" in output and "Traceback" not in output
     assert imported == [] and not (tmp_path / "OUT").exists()
+
+
+def test_a_tagged_tsv_is_refused_by_sweep_and_an_unopenable_path_is_not_read_as_tags(tmp_path):
+    from bertkit.training.options import FinetuneOptions
+
+    pos = tmp_path / "pos.tsv"  # a column file named .tsv (as ud_ewt_pos): told by its lines
+    pos.write_text("the\tDET\ndog\tNOUN\n\na\tDET\ncat\tNOUN\n", encoding="utf-8")
+    with pytest.raises(UserError, match=r"Tagged data"):
+        FinetuneOptions(data=str(pos), dev=str(pos), out=str(tmp_path / "x"))
+    too_long = str(tmp_path / ("d" * 256) / "train.iob2")
+    assert not FinetuneConfig(data=too_long, dev=too_long, out=str(tmp_path / "run")).reads_words  # no OSError

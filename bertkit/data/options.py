@@ -84,7 +84,19 @@ def reads_tagged(task: str, data: str | None, config: str | None = None, train_s
         return True
     if task != "auto" or data is None:
         return False
-    return is_tagged_file(data) if is_file_value(data) else is_tagged_hub(data, config, train_split)
+    try:
+        return is_tagged_file(data) if is_file_value(data) else is_tagged_hub(data, config, train_split)
+    except OSError:  # a path this machine cannot open (too long...): the data options' checks say why
+        return False
+
+
+def is_local_tagged_file(data: str) -> bool:
+    """Whether --data is a local tagged corpus, told by its extension or its first lines (`data.tagged.is_tagged_file`)
+    without looking a hub dataset up; a path that cannot be opened is not."""
+    try:
+        return Path(data).suffix.lower() in TAGGED_SUFFIXES or (is_file_value(data) and is_tagged_file(data))
+    except OSError:
+        return False
 
 
 def blank_text_problems(texts: tuple[str, ...]) -> list[str]:
@@ -147,8 +159,7 @@ class TaskOptions(LabelOptions):
     def task_problems(self) -> list[str]:
         """--threshold in (0, 1) or a tuning mode; --label-sep only where tags are read."""
         problems = threshold_problems(self.threshold)
-        tagged_file = (self.task == "auto" and isinstance(self.data, str)  # by its name: nothing is opened here
-                       and Path(self.data).suffix.lower() in TAGGED_SUFFIXES)
+        tagged_file = self.task == "auto" and isinstance(self.data, str) and is_local_tagged_file(self.data)
         if (self.task == WORD_TASK or tagged_file) and not self.READS_WORDS:
             problems.append("Tagged data (one tag per word: --task tags, or a .iob2/.conll file) is read by `bertkit "
                             "probe`, `embed` and `finetune` so far; this command learns from one label (or tag set, or "
