@@ -344,7 +344,8 @@ def probe(cfg: ProbeConfig, view: View) -> None:
 
 @config_command(FinetuneConfig)
 def finetune(cfg: FinetuneConfig, view: View) -> None:
-    """Fine-tune a BERT-style model for classification (Accelerate; resumable; runs under torchrun/accelerate launch)."""
+    """Fine-tune a BERT-style model for classification, or a tagger on tagged data (Accelerate; resumable; runs under
+    torchrun/accelerate launch)."""
     show_training.show_finetune(finetune_command.run(cfg, progress=not view.quiet), view)
 
 

@@ -348,7 +348,8 @@ def show_evaluate(result: EvaluateResult, cfg: EvaluateConfig, view: View) -> No
     if view.json:
         emit_json(result)
         return
-    out_console.print(table(f"{cfg.model} on {result.data} ({result.rows} rows)", ["metric", "value"],
+    unit = "words" if result.task == "tags" else "rows"
+    out_console.print(table(f"{cfg.model} on {result.data} ({result.rows} {unit})", ["metric", "value"],
                             [[k, "undefined" if v is None else v]
                              for k, v in metrics.headline(result.metrics.to_json()).items()]))
     if result.note:
@@ -365,8 +366,13 @@ def show_evaluate(result: EvaluateResult, cfg: EvaluateConfig, view: View) -> No
         names, matrix = result.confusion
         out_console.print(table("confusion matrix (rows = true)", ["true \\ predicted", *names],
                                 [[names[i], *row] for i, row in enumerate(matrix)]))
+    elif result.task == "tags" and result.per_type:
+        out_console.print(table("per entity type (strict)", ["type", "precision", "recall", "F1", "gold", "predicted"],
+                                [[name, r["precision"], r["recall"], r["f1"], r["support"], r["predicted"]]
+                                 for name, r in result.per_type.items()]))
     if cfg.out:
-        info(f"wrote {cfg.out}/metrics.json, predictions.csv, {plot}", view.quiet)
+        files = "predictions.jsonl" if result.task == "tags" else f"predictions.csv, {plot}"
+        info(f"wrote {cfg.out}/metrics.json, {files}", view.quiet)
 
 
 # ---------------------------------------------------------------- export

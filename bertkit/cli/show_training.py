@@ -66,7 +66,8 @@ def _print_best(summary: RunSummary, shown: list[str]) -> None:
     others = [f"{k} {format_score(best.score(k))}" for k in shown if k != summary.best_metric_name]
     others += [f"threshold {best.threshold}"] if best.has("threshold") else []
     also = f" ({', '.join(others)})" if others else ""
-    rows = f" on {best.n:,} dev rows" if best.n is not None else ""
+    unit = "words" if best.has("sentences") else "rows"  # a tagger's scores are per word
+    rows = f" on {best.n:,} dev {unit}" if best.n is not None else ""
     out_console.print(
         f"best {summary.best_metric_name} {format_score(summary.best_metric)} at step {summary.best_step}"
         f"{rows}{also}; {summary.train_samples_per_second:.1f} train samples/s",

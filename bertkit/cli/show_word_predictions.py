@@ -1,4 +1,4 @@
-"""`bertkit predict` with a word probe: each sentence's words with their tags and its entity spans as a table, or
+"""`bertkit predict` with a word probe or a tagging model: each sentence's words with their tags and its entity spans as a table, or
 `--json` one JSON object per sentence per line (JSONL, printed as the chunks come)."""
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ def show_word_predictions(result: PredictResult, cfg: PredictConfig, view: View)
         title = f"{total} sentence(s)" + (f" (first {len(shown)})" if len(shown) < total else "")
         out_console.print(table(title, ["#", "words/tags", "spans"], rows, formats={"#": "d"},
                                 prose=("words/tags", "spans")))
-    info(f"word probe: features {result.pooling}, windows of {result.max_length} tokens, {result.dtype}", view.quiet)
+    what = f"word probe: features {result.pooling}" if result.pooling else "tagging model: each word's first piece"
+    info(f"{what}, windows of {result.max_length} tokens, {result.dtype}", view.quiet)
     if cfg.out:
         kind = "one row per word" if cfg.out.lower().endswith(".csv") else "one JSON object per sentence"
         info(f"wrote {cfg.out} ({total} sentences, {kind})", view.quiet)

@@ -9,10 +9,19 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from bertkit.data.options import LabelOptions
+from bertkit.data.tagged import TaggedColumns, read_tagged
+from bertkit.data.tagged_splits import corpus_fingerprint
 from bertkit.encoding.reading import LongTextOptions, Reading, max_length_help
 from bertkit.errors import raise_if_problems
 from bertkit.models.compute import INFERENCE_PRECISION_HELP, INFERENCE_PRECISIONS, Compute
-from bertkit.models.metadata import read_as_saved
+from bertkit.models.metadata import (
+    is_tagger,
+    read_as_saved,
+    read_model_info,
+    saved_temperature,
+    saved_threshold,
+    warn_if_foreign,
+)
 from bertkit.models.preflight import check_inputs
 from bertkit.options import MODEL, OUTPUT, config_dict, option, overwrite_option
 from bertkit.scoring.options import MetricOptions
@@ -102,6 +111,11 @@ class EvaluateResult:
         return dict(self.metrics.value("per_label") or {})  # type: ignore[call-overload]
 
     @property
+    def per_type(self) -> dict[str, dict[str, float]]:
+        """A tagging model's strict entity scores per type (precision, recall, f1, support, predicted); else empty."""
+        return dict(self.metrics.value("per_type") or {})  # type: ignore[call-overload]
+
+    @property
     def confusion(self) -> tuple[list[str], list[list[int]]]:
         """A single-label model's label names and confusion matrix (rows = true); empty for other shapes."""
         return (list(self.metrics.value("labels") or []),  # type: ignore[call-overload]
@@ -109,19 +123,19 @@ class EvaluateResult:
 
 
 def run(cfg: EvaluateConfig, *, progress: bool = False) -> EvaluateResult:
-    """Metrics of a fine-tuned model on labelled --data (read in the model's problem shape); metrics.json,
-    predictions.csv and the shape's plot (confusion matrix, true-vs-predicted scatter, per-tag F1) in --out when
-    given."""
+    """Metrics of a fine-tuned model on labelled --data in the model's problem shape (a tagger: `run_tagger`); with
+    --out metrics.json, predictions.csv and the shape's plot (confusion matrix, true-vs-predicted scatter, per-tag F1)."""
     from bertkit.io import atomic, ownership, rundir, trail
 
     plan = rundir.inspect_run_dir(cfg.out, "evaluate", overwrite=cfg.overwrite, inputs=ownership.input_paths(cfg),
                                   compare=trail.config_compare(config_dict(cfg))) if cfg.out else None  # read-only, early
+    if cfg.model and is_tagger(cfg.model):
+        return run_tagger(cfg, plan)
     check_inputs(cfg, need_labels=True, models=(cfg.model,), data_fields=("data",))  # then the inputs, before torch
     from bertkit.data.labels import check_tag_columns
     from bertkit.data.splits import load_dataset_split
     from bertkit.encoding.encode import RowsCut
     from bertkit.models import infer, loading
-    from bertkit.models.metadata import read_model_info, saved_temperature, saved_threshold, warn_if_foreign
     from bertkit.scoring import metrics, predictions
     from bertkit.scoring.outputs import OutputReader, classifier_read, score_outputs
     from bertkit.scoring.shapes import inapplicable_options
@@ -168,6 +182,51 @@ def run(cfg: EvaluateConfig, *, progress: bool = False) -> EvaluateResult:
         _plot(outputs, y, scores, run_dir.path, f"{cfg.model} on {dataset.source}")
         run_dir.commit()
     return result
+
+
+def run_tagger(cfg: EvaluateConfig, plan: Any) -> EvaluateResult:
+    """A tagging model on tagged --data (IOB1 read as IOB2): strict entity P/R/F1 with the model's scheme (micro,
+    macro, per type, the F1's interval over sentences) and word accuracy, or word accuracy and macro-F1 for plain tags;
+    with --out: config.json, metrics.json and predictions.jsonl (predict's shape: words, tags, spans per sentence)."""
+    from bertkit.io import atomic, trail
+    from bertkit.scoring.tag_outputs import check_gold_scheme, score_tagger, tag_reader
+    from bertkit.scoring.tags import tag_scores_record
+    from bertkit.scoring.word_outputs import open_word_predictions
+
+    given = [f for f, v in (("--text-pair-column", cfg.text_pair_column), ("--label-sep", cfg.label_sep),
+                            ("--metric", cfg.metric), ("--task-preset", cfg.task_preset)) if v]
+    given += [f for f, v, unset in (("--long-text", cfg.long_text, "chunk"), ("--truncation", cfg.truncation, "head"))
+              if v not in (None, unset)]
+    raise_if_problems([f"{f} does not apply to a tagging model (tagged --data, words read in windows). Drop {f}."
+                       for f in given])
+    check_inputs(cfg, need_labels=True, models=(cfg.model,), data_fields=())  # the model as saved, before torch
+    corpus = read_tagged(cfg.data or "", TaggedColumns(cfg.text_column, cfg.label_column))  # and the gold data
+    given_cfg, cfg = cfg, read_as_saved(cfg)
+    compute, notes = Compute.over_record(None, cfg.precision, Compute.recorded_in(read_model_info(
+        os.path.expanduser(cfg.model or ""))), f"The model {cfg.model}")
+    reading = Reading.of_words("first", cfg.max_length, cfg.stride)
+    reader = tag_reader(cfg.model or "", compute, reading, cfg.batch_size)
+    notes += check_gold_scheme(reader, corpus)
+    for note in notes:
+        log.warning("%s", note)
+    run_dir = plan.claim() if plan is not None else None
+    out = run_dir.path / "predictions.jsonl" if run_dir is not None else None
+    with open_word_predictions(out) if out is not None else _no_file() as append:
+        scores = score_tagger(reader, corpus, limit=cfg.limit, seed=cfg.seed, on_chunk=append)
+    record = {"task": "tags", **tag_scores_record(scores), **({"notes": notes} if notes else {})}
+    result = EvaluateResult(cfg.model or "", str(corpus.source), corpus_fingerprint(corpus), reading.max_length,
+                            reading.long_text, reading.truncation, compute.precision, Scores.from_json(record))
+    if run_dir is not None:
+        trail.write_run_config(run_dir.path, "evaluate", config_dict(given_cfg), data_fingerprint=result.data_fingerprint)
+        atomic.write_json_atomic(run_dir.path / "metrics.json", result)
+        run_dir.commit()
+    return result
+
+
+def _no_file() -> Any:
+    import contextlib
+
+    return contextlib.nullcontext(lambda _: None)
 
 
 def _plot(outputs: Outputs, y: np.ndarray, result: dict[str, Any], folder: Path, title: str) -> None:

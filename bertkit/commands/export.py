@@ -29,7 +29,7 @@ from bertkit.errors import UserError, raise_if_problems
 from bertkit.features.settings import COMBINES, POOLS, Pooling, layers_problem
 from bertkit.models.card import CARD_FILE, CardFacts, read_model_card, write_model_card
 from bertkit.models.export_gate import GateReport, refusal_message
-from bertkit.models.metadata import read_as_saved
+from bertkit.models.metadata import is_tagger, read_as_saved
 from bertkit.models.preflight import check_inputs
 from bertkit.options import MODEL, OUTPUT, RUN, command_line, config_dict, option, overwrite_option
 from bertkit.scoring.table import SHAPE
@@ -243,9 +243,14 @@ def _compare(cfg: ExportConfig) -> Any:
 
 
 def export_kind(cfg: ExportConfig) -> str:
-    """--kind, or for auto: classifier when the folder's config names a sequence classifier, else features."""
+    """--kind, or for auto: classifier when the folder's config names a sequence classifier, else features (a tagging
+    model is refused: its export is still to come)."""
     from bertkit.models import loading
 
+    if is_tagger(cfg.model or ""):
+        raise UserError(f"{cfg.model} is a tagging model (one tag per word): exporting one is not supported yet. "
+                        f"`bertkit predict` and `bertkit evaluate` run it as it is; export a model fine-tuned on rows "
+                        f"of text, or an encoder.")
     if cfg.kind != "auto":
         return cfg.kind
     architectures = getattr(loading.load_config(cfg.model or ""), "architectures", None) or []

@@ -18,9 +18,11 @@ from bertkit.encoding.reading import LongTextOptions, Reading
 from bertkit.errors import UserError, raise_if_problems
 from bertkit.features.settings import Pooling
 from bertkit.models.compute import INFERENCE_PRECISION_HELP, INFERENCE_PRECISIONS, Compute
+from bertkit.models.metadata import is_tagger, read_as_saved, read_model_info
 from bertkit.models.preflight import check_inputs, check_model_limits
 from bertkit.options import DATA, MODEL, OUTPUT, option
 from bertkit.recipes import recipe_path
+from bertkit.scoring.word_outputs import word_out_problems
 
 if TYPE_CHECKING:
     import numpy as np
@@ -49,11 +51,12 @@ class PredictConfig(LongTextOptions, DataOptions):
 
     model: str | None = option(None, "Fine-tuned model folder (e.g. runs/sst2/best).", panel=MODEL)
     probe: str | None = option(None, "A probe saved by `bertkit probe` (instead of --model).", panel=MODEL)
-    text: tuple[str, ...] = option((), "A sentence to classify (repeatable), instead of --data. With a word probe: "
-                                   "tagged word by word (split on whitespace; spans point into it as given).",
+    text: tuple[str, ...] = option((), "A sentence to classify (repeatable), instead of --data. With a word probe or "
+                                   "a tagging model: tagged word by word (split on whitespace; spans point into it as "
+                                   "given).",
                                    panel=DATA)
-    words: str | None = option(None, "With a word probe: one sentence as a JSON list of words, e.g. "
-                               "'[\"New\", \"York\"]' (instead of --text or --data).", panel=DATA)
+    words: str | None = option(None, "With a word probe or a tagging model: one sentence as a JSON list of words, "
+                               "e.g. '[\"New\", \"York\"]' (instead of --text or --data).", panel=DATA)
     out: str | None = option(None, "CSV file for the predictions (written atomically; never one of the inputs).",
                              panel=OUTPUT)
     batch_size: int = option(64, "Rows per inference batch (sorted by length; output keeps the input order).",
@@ -136,10 +139,11 @@ def run(cfg: PredictConfig, *, recipe: str | None = None, progress: bool = False
     if cfg.out:  # before any work: never over an input, never over a file bertkit did not write
         predictions_out.check_predictions_out(cfg.out, {"--data": cfg.data, "--model": cfg.model, "--probe": cfg.probe,
                                                         "--recipe": str(recipe_path(recipe)) if recipe else None})
-    if cfg.probe is not None and is_word_probe(cfg.probe):
-        return run_word_probe(cfg, keep=keep, on_sentences=on_sentences)
+    if (cfg.probe is not None and is_word_probe(cfg.probe)) or (cfg.model is not None and is_tagger(cfg.model)):
+        return (run_tagger if cfg.model else run_word_probe)(cfg, keep=keep, on_sentences=on_sentences)
     if cfg.words is not None:
-        raise UserError(f"--words gives one sentence as words, for a word probe; {cfg.probe or cfg.model} labels "
+        raise UserError(f"--words gives one sentence as words, for a word probe or a tagging model; "
+                        f"{cfg.probe or cfg.model} labels "
                         f"whole sentences. Valid: --text or --data here. Pass the sentence as --text.")
     check_inputs(cfg, need_labels=False, models=(cfg.model,), data_fields=("data",))  # before torch is imported
     check_model_limits(cfg.model, max_length=cfg.max_length)  # before the data is read or cached
@@ -147,7 +151,6 @@ def run(cfg: PredictConfig, *, recipe: str | None = None, progress: bool = False
 
     from bertkit.data.dataset import TextDataset
     from bertkit.encoding import batches
-    from bertkit.models.metadata import read_as_saved
     from bertkit.probe.saved import read_as_fitted
 
     check_model_inputs(cfg)  # a model or probe that is not as saved stops here, before the data is read
@@ -182,11 +185,9 @@ def run_word_probe(cfg: PredictConfig, keep: int | None = None,
                    on_sentences: Callable[[list[TaggedWords]], None] | None = None) -> PredictResult:
     """Tags and spans of --text, --words or --data's sentences from a saved word probe, chunk by chunk (flat in
     memory): every chunk to --out (.jsonl or .csv) and `on_sentences`; the first `keep` kept in the result."""
-    from bertkit.io import predictions_out
     from bertkit.models import loading
     from bertkit.probe.word_predict import word_tagger
     from bertkit.probe.word_saved import load_word_probe
-    from bertkit.scoring.word_outputs import open_word_predictions, word_out_problems
 
     raise_if_problems(word_out_problems(cfg.out) + word_probe_option_problems(cfg))
     probe = load_word_probe(cfg.probe or "")  # every file verified before the encoder is loaded
@@ -197,20 +198,60 @@ def run_word_probe(cfg: PredictConfig, keep: int | None = None,
     for note in notes:
         log.warning("%s", note)
     tagger = word_tagger(probe, cfg.batch_size, compute)
+    kept, total = _write_word_predictions(cfg.out, tagger.tag(word_sentences(cfg)), keep, on_sentences)
+    reading = probe.source.reading
+    return PredictResult("tags", list(probe.tags), 0.5, cfg.out, compute.precision, reading.max_length, None,
+                         f"word {reading.word_pool}, {probe.fit.pooling.label}", sentences=kept, n_sentences=total)
+
+
+def run_tagger(cfg: PredictConfig, keep: int | None = None,
+               on_sentences: Callable[[list[TaggedWords]], None] | None = None) -> PredictResult:
+    """Tags and spans of --text, --words or --data's sentences from a tagging model (`bertkit finetune` on tagged
+    data), read in windows of the max length it was trained with (--max-length, --stride given: as asked), chunk by
+    chunk: every chunk to --out (.jsonl or .csv) and `on_sentences`; the first `keep` kept in the result."""
+    from bertkit.scoring.tag_outputs import tag_reader
+
+    raise_if_problems(word_out_problems(cfg.out) + tagger_option_problems(cfg))
+    check_model_inputs(cfg)  # its files as recorded, before anything reads them
+    cfg = read_as_saved(cfg)
+    compute, notes = Compute.over_record(None, cfg.precision, Compute.recorded_in(read_model_info(
+        Path(cfg.model or "").expanduser())), f"The model {cfg.model}")
+    for note in notes:
+        log.warning("%s", note)
+    reading = Reading.of_words("first", cfg.max_length, cfg.stride)
+    reader = tag_reader(cfg.model or "", compute, reading, cfg.batch_size)
+    kept, total = _write_word_predictions(cfg.out, reader.tag(word_sentences(cfg)), keep, on_sentences)
+    return PredictResult("tags", list(reader.tagger.tags), 0.5, cfg.out, compute.precision, reading.max_length, None,
+                         None, sentences=kept, n_sentences=total)
+
+
+def tagger_option_problems(cfg: PredictConfig) -> list[str]:
+    """Options a tagging model does not read: it reads words in windows, nothing is cut."""
+    given = [flag for flag, value, unset in (("--long-text", cfg.long_text, "chunk"),
+                                             ("--truncation", cfg.truncation, Reading.truncation))
+             if value not in (None, unset)]
+    return [f"{flag} does not apply to a tagging model: it reads every word, a long sentence in windows of its "
+            f"max length. Drop {flag}." for flag in given]
+
+
+def _write_word_predictions(out: str | None, chunks: Any, keep: int | None,
+                            on_sentences: Callable[[list[TaggedWords]], None] | None) -> tuple[list[TaggedWords], int]:
+    """Every chunk of tagged sentences to --out (none: nowhere) and `on_sentences`; (the first `keep`, the count)."""
+    from bertkit.io import predictions_out
+    from bertkit.scoring.word_outputs import open_word_predictions
+
     kept: list[TaggedWords] = []
     total = 0
-    sink = (open_word_predictions(Path(cfg.out), predictions_out.vouch(Path(cfg.out))) if cfg.out
+    sink = (open_word_predictions(Path(out), predictions_out.vouch(Path(out))) if out
             else contextlib.nullcontext(lambda _: None))
     with sink as append:
-        for chunk in tagger.tag(word_sentences(cfg)):
+        for chunk in chunks:
             append(chunk)
             kept.extend(chunk[:len(chunk) if keep is None else max(0, keep - len(kept))])
             total += len(chunk)
             if on_sentences is not None:
                 on_sentences(chunk)
-    reading = probe.source.reading
-    return PredictResult("tags", list(probe.tags), 0.5, cfg.out, compute.precision, reading.max_length, None,
-                         f"word {reading.word_pool}, {probe.fit.pooling.label}", sentences=kept, n_sentences=total)
+    return kept, total
 
 
 def word_sentences(cfg: PredictConfig) -> Any:

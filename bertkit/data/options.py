@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import ClassVar
 
 from bertkit.data.cachedir import cache_in_out_problem
@@ -13,7 +14,7 @@ from bertkit.data.cells import is_blank_text
 from bertkit.data.labels import TASKS as SHAPE_NAMES
 from bertkit.data.presets import NO_PRESET, PresetFill, apply_preset
 from bertkit.data.sources import HEADER_MODES
-from bertkit.data.tagged import is_file_value, is_tagged_file, is_tagged_hub
+from bertkit.data.tagged import TAGGED_SUFFIXES, is_file_value, is_tagged_file, is_tagged_hub
 from bertkit.options import DATA, RUN, field_problems, field_type, option
 
 
@@ -83,7 +84,19 @@ def reads_tagged(task: str, data: str | None, config: str | None = None, train_s
         return True
     if task != "auto" or data is None:
         return False
-    return is_tagged_file(data) if is_file_value(data) else is_tagged_hub(data, config, train_split)
+    try:
+        return is_tagged_file(data) if is_file_value(data) else is_tagged_hub(data, config, train_split)
+    except OSError:  # a path this machine cannot open (too long...): the data options' checks say why
+        return False
+
+
+def is_local_tagged_file(data: str) -> bool:
+    """Whether --data is a local tagged corpus, told by its extension or its first lines (`data.tagged.is_tagged_file`)
+    without looking a hub dataset up; a path that cannot be opened is not."""
+    try:
+        return Path(data).suffix.lower() in TAGGED_SUFFIXES or (is_file_value(data) and is_tagged_file(data))
+    except OSError:
+        return False
 
 
 def blank_text_problems(texts: tuple[str, ...]) -> list[str]:
@@ -146,10 +159,12 @@ class TaskOptions(LabelOptions):
     def task_problems(self) -> list[str]:
         """--threshold in (0, 1) or a tuning mode; --label-sep only where tags are read."""
         problems = threshold_problems(self.threshold)
-        if self.task == WORD_TASK and not self.READS_WORDS:
-            problems.append("--task tags (one tag per word) is read by `bertkit probe` only so far; this command "
-                            "learns from one label (or tag set, or number) per row. Probe tagged data with `bertkit "
-                            "probe --data train.iob2 --dev dev.iob2`, or pass --task auto for row labels.")
+        tagged_file = self.task == "auto" and isinstance(self.data, str) and is_local_tagged_file(self.data)
+        if (self.task == WORD_TASK or tagged_file) and not self.READS_WORDS:
+            problems.append("Tagged data (one tag per word: --task tags, or a .iob2/.conll file) is read by `bertkit "
+                            "probe`, `embed` and `finetune` so far; this command learns from one label (or tag set, or "
+                            "number) per row. Fine-tune a tagger with `bertkit finetune --data train.iob2 --dev "
+                            "dev.iob2`, or pass row-labelled data (--task auto).")
         if self.label_sep is not None and self.task in ("single_label", "regression"):
             problems.append(f"--label-sep splits tag lists (multi-label data); it does not apply to --task {self.task}. "
                             f"Drop --label-sep, or pass --task multi_label (or auto).")

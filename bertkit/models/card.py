@@ -16,7 +16,7 @@ from typing import Any
 CARD_FILE = "README.md"
 OFFLINE_MODELS = {"minilm-offline": "sentence-transformers/all-MiniLM-L6-v2"}
 """bertkit's offline names of hub models -> the hub id the weights came from."""
-PIPELINE_TAGS = ("text-classification", "feature-extraction")
+PIPELINE_TAGS = ("text-classification", "feature-extraction", "token-classification")
 SPLIT_NAMES = {"dev": "validation", "test": "test", "gate": "validation"}
 """model-index dataset splits, the hub's names."""
 FILE_TYPES = {".csv": "csv", ".tsv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet", ".txt": "text"}
@@ -75,7 +75,7 @@ def card_data(facts: CardFacts) -> Any:
     """The YAML metadata (`huggingface_hub.ModelCardData`)."""
     from huggingface_hub import EvalResult, ModelCardData
 
-    pipeline = "feature-extraction" if facts.task == "features" else "text-classification"
+    pipeline = {"features": "feature-extraction", "tags": "token-classification"}.get(facts.task, "text-classification")
     evals = [EvalResult(task_type=pipeline, dataset_type=_dataset_type(facts, split), dataset_name=_dataset_name(facts, split),
                         dataset_split=SPLIT_NAMES.get(split, split), metric_type=name, metric_value=value)
              for split, result in facts.results.items() for name, value in result.get("metrics", {}).items()
@@ -148,19 +148,24 @@ def _lineage(facts: CardFacts) -> list[str]:
 def _results_table(split: str, result: dict[str, Any]) -> list[str]:
     """One split's metrics with their bootstrap 95% intervals."""
     heading = {"dev": "Dev metrics", "test": "Test metrics", "gate": "Gate metrics"}.get(split, split)
-    rows = f" ({result['rows']} rows" + (f", {result['source']}" if result.get("source") else "") + ")" \
+    rows = f" ({result['rows']} {result.get('unit', 'rows')}" + (f", {result['source']}" if result.get("source") else "") + ")" \
         if result.get("rows") else ""
     lines = [f"## {heading}{rows}", "", "| metric | value | 95% interval (bootstrap) |", "|---|---|---|"]
     for name, value in result.get("metrics", {}).items():
         low_high = result.get("intervals", {}).get(name)
         shown = f"{low_high[0]:.4f} - {low_high[1]:.4f}" if low_high else ""
         lines.append(f"| {name} | {_cell(value)} | {shown} |")
+    if result.get("per_type"):  # a tagger: strict entity scores per type
+        lines += ["", "| entity type | precision | recall | F1 | gold | predicted |", "|---|---|---|---|---|---|"]
+        lines += [f"| {name} | {_cell(r['precision'])} | {_cell(r['recall'])} | {_cell(r['f1'])} | {r['support']} | "
+                  f"{r['predicted']} |" for name, r in result["per_type"].items()]
     return lines + [""]
 
 
 def _shape_words(task: str) -> str:
     return {"single_label": "text-classification", "regression": "text-regression",
-            "multi_label": "multi-label text-classification", "features": "feature-extraction"}.get(task, task)
+            "multi_label": "multi-label text-classification", "features": "feature-extraction",
+            "tags": "token-classification (tagging)"}.get(task, task)
 
 
 def _model_name(facts: CardFacts) -> str:

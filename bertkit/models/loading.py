@@ -156,19 +156,25 @@ def build_encoder(config: Any) -> Any:
 
 def load_classifier(
     name: str, id2label: dict[int, str] | None = None, trust_remote_code: bool = False, *, require_head: bool = False,
-    head_fix: str | None = None, **overrides: Any,
+    head_fix: str | None = None, tokens: bool = False, **overrides: Any,
 ) -> Any:
-    """`AutoModelForSequenceClassification` (BertForSequenceClassification for BERT checkpoints).
+    """`AutoModelForSequenceClassification` (BertForSequenceClassification for BERT checkpoints); `tokens`: the
+    token-classification model instead (`AutoModelForTokenClassification`: one output per word piece, tagging).
 
     With `id2label`, the head is sized and named for those labels (a new head if the checkpoint's differs).
     `require_head` (predict, evaluate, distill's teacher): the folder must hold a trained classification head; a base
     encoder would get a random one and give random labels, so it is refused. `head_fix`: the end of that message,
     naming the calling command's own options (default: predict's and evaluate's, --model or --probe).
     """
-    from transformers import AutoModelForSequenceClassification
+    from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
 
     path = check_model_folder(name)
     _check_weights(path)
+    if require_head and not tokens and metadata.is_tagger(path):  # its head tags words: no sentence head to read
+        raise UserError(f"{name} is a tagging model (one tag per word): this command reads sentence classifiers "
+                        f"so far. `bertkit predict` and `bertkit evaluate` read it as a tagger; pass a model "
+                        f"fine-tuned on rows of text here.")
+    auto = AutoModelForTokenClassification if tokens else AutoModelForSequenceClassification
     kwargs: dict[str, Any] = dict(overrides)
     if id2label is not None:
         kwargs.update(
@@ -178,7 +184,7 @@ def load_classifier(
             ignore_mismatched_sizes=True,
         )
     with _loading(path):
-        model, info = AutoModelForSequenceClassification.from_pretrained(
+        model, info = auto.from_pretrained(
             path, use_safetensors=True, trust_remote_code=trust_remote_code, output_loading_info=True, **kwargs
         )
     untrained = sorted(k for k in info.get("missing_keys", ()) if k.split(".")[0] in HEAD_MODULES)

@@ -12,6 +12,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from bertkit.data.tagscheme import TagScheme
 from bertkit.encoding.reading import UNRECORDED, Reading, read_as_recorded
 from bertkit.errors import UserError
 from bertkit.io import atomic, digests
@@ -134,6 +135,21 @@ def add_model_info(folder: str | Path, entries: dict[str, Any]) -> None:
     """The folder's bertkit_model.json with `entries` added (its files' record written again: the same files)."""
     info = {k: v for k, v in read_model_info(Path(folder)).items() if k not in ("files", "format")}
     write_model_info(folder, {**info, **entries})
+
+
+TAGS_TASK = "tags"
+"""The task a tagging model records (`bertkit finetune` on tagged data: one tag per word)."""
+
+
+def is_tagger(model_dir: str | Path) -> bool:
+    """Whether the folder holds a tagging model bertkit saved (its record's task is `tags`)."""
+    return read_model_info(Path(model_dir).expanduser()).get("task") == TAGS_TASK
+
+
+def saved_tag_scheme(model_dir: str | Path) -> TagScheme:
+    """The tag scheme a tagging model records (`tag_scheme`): how its tags name entities (plain tags: none)."""
+    record = read_model_info(Path(model_dir).expanduser()).get("tag_scheme")
+    return TagScheme.from_json(record) if isinstance(record, dict) else TagScheme()
 
 
 def saved_threshold(model_dir: str) -> float | list[float]:

@@ -36,17 +36,18 @@ def check_inputs(cfg: Any, *, need_labels: bool, models: Iterable[str | None] = 
     check_data_files(cfg, data_fields, need_labels)
 
 
-def checked_as_saved(cfg: Any, command: str) -> Any:
+def checked_as_saved(cfg: Any, command: str, data_fields: Iterable[str] = DATA_FIELDS) -> Any:
     """`cfg` read as its --model records how it reads texts (`metadata.read_as_saved`: the run config records the
     reading it trains with; the --model's, else 128/head), once what a training command refuses before torch is
     imported was checked, each as the library would later refuse it: the --model as saved and its record, the data
     files (labels needed), --out (someone else's files, another command's run, an input inside it: before the data is
     read or a learning rate chosen; the run's own settings are compared once its data is fingerprinted), and last
-    --max-length against the model's own files (the folder's problem is the one a user meets first)."""
+    --max-length against the model's own files (the folder's problem is the one a user meets first). `data_fields`:
+    the data options checked as tables (none for tagged data, which its own reader checks)."""
     if cfg.model:
         check_model_folder(cfg.model)
     cfg = read_as_saved(cfg)
-    check_data_files(cfg, DATA_FIELDS, need_labels=True)
+    check_data_files(cfg, data_fields, need_labels=True)
     if cfg.out:
         rundir.inspect_run_dir(cfg.out, command, overwrite=cfg.overwrite, inputs=ownership.input_paths(cfg))
     check_model_limits(cfg.model, max_length=cfg.max_length)

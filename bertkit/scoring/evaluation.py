@@ -102,9 +102,14 @@ def judge_evaluation(scored: shapes.Scored, references: Any, *, metric_list: Seq
 
 def split_result(scored: shapes.Scored, y: Any, source: str, *, task: str, n_labels: int,
                  seed: int) -> dict[str, Any]:
-    """One split's record in a model card: headline metrics (loss too), bootstrap intervals (`seed`), rows."""
+    """One split's record in a model card: headline metrics (loss too), bootstrap intervals (`seed`), rows (tags:
+    words, and the per-type scores)."""
+    shown = {**metrics.headline(scored.metrics), "loss": scored.metrics.get("loss")}
+    if task == "tags":  # words: the main score's interval resamples sentences (`scoring.tags`); per-type scores
+        return {"metrics": {k: v for k, v in shown.items() if v is not None},
+                "intervals": scored.metrics.get("intervals", {}), "rows": len(y), "unit": "words", "source": source,
+                "per_type": scored.metrics.get("per_type", {})}
     decisions = metrics.predicted(scored.outputs) if scored.decisions is None else scored.decisions
     intervals = bootstrap_intervals(task, y, decisions, scored.outputs, n_labels=n_labels, seed=seed)
-    shown = {**metrics.headline(scored.metrics), "loss": scored.metrics.get("loss")}
     return {"metrics": {k: v for k, v in shown.items() if v is not None}, "intervals": intervals, "rows": len(y),
             "source": source}

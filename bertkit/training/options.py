@@ -162,6 +162,16 @@ class FinetuneOptions(TrackingOptions, ReadingOptions, MetricOptions, TaskOption
 
 
 @dataclass(frozen=True)
+class TagTrainingOptions:
+    """How a tagger (fine-tuning on tagged data, `bertkit.training.tagging`) is taught its tags, declared once."""
+
+    ADVANCED_OPTIONS = ("label_all_pieces",)
+    label_all_pieces: bool = option(False, "Tagged data: learn every word piece's tag, not only each word's first "
+                                    "piece's (run_ner's --label_all_tokens; a B- word's later pieces learn its I- tag). "
+                                    "Scores are per word, from the first piece, either way.", panel=MODEL)
+
+
+@dataclass(frozen=True)
 class DistillOptions(FinetuneOptions):
     """`bertkit distill`: a smaller student trained on a fine-tuned teacher's soft targets (DistilBERT's recipe), with
     the fine-tuning loop's options, checkpoints and exact resume, and a teacher-vs-student report."""

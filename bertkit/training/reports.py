@@ -50,7 +50,7 @@ def _summary(session: Session, state: TrainState, restored: dict[str, Any] | Non
         "baseline": session.baseline.to_json() if session.baseline is not None else None,
         "outputs": {name: str(Path(cfg.out or session.out) / name) for name in
                     ("best", "final", "metrics.jsonl", "training_table.csv", "curves.png",
-                     *REPORT_PLOTS[session.label_map.task], "dev_errors.csv")},
+                     *REPORT_PLOTS.get(session.label_map.task, ()), "dev_errors.csv")},
     }
 
 
@@ -66,9 +66,9 @@ def _step_launch(session: Session) -> dict[str, Any]:
 
 
 REPORT_PLOTS = {"single_label": ("confusion_matrix.png", "reliability.png"), "regression": ("dev_scatter.png",),
-                "multi_label": ()}
-"""The plots of the best model's dev predictions, per problem shape (multi-label: the per-tag table is in
-metrics.json)."""
+                "multi_label": (), "tags": ()}
+"""The plots of the best model's dev predictions, per problem shape (multi-label and tags: the per-tag or per-type
+table is in metrics.json)."""
 
 
 def write_finished_run(session: Session, state: TrainState, run: TrainingRun) -> None:
@@ -84,8 +84,11 @@ def write_finished_run(session: Session, state: TrainState, run: TrainingRun) ->
     plots.training_figures(out, state.history, session.cfg.metric_for_best,
                            f"{session.run.command} {getattr(session.cfg, 'model', '')}", state.train_log,
                            state.best_dev, session.objective.y_dev, proba, names, task, state.best_step)
-    write_errors_csv(out / "dev_errors.csv", session.dev, proba, names, y_true=session.objective.y_dev, task=task,
-                     threshold=(state.best_dev or {}).get("threshold", 0.5))
+    if hasattr(session.objective, "write_errors"):  # tags: one row per wrong word (`scoring.tags`)
+        session.objective.write_errors(out / "dev_errors.csv", proba)
+    else:
+        write_errors_csv(out / "dev_errors.csv", session.dev, proba, names, y_true=session.objective.y_dev, task=task,
+                         threshold=(state.best_dev or {}).get("threshold", 0.5))
     with atomic.atomic_path(out / "training_table.csv") as tmp:
         pd.DataFrame(state.epoch_table).to_csv(tmp, index=False)
     atomic.write_json_atomic(out / "metrics.json", run.summary.to_json())

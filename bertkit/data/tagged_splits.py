@@ -1,0 +1,62 @@
+"""The tagged data of a training run (`bertkit finetune` on tagged data): --data and --dev read and checked as
+tagged corpora (`bertkit.data.tagged.read_tagged_splits`: columns, scheme, dev tags seen in training), their
+sentences kept in memory (the first --limit of each: a run holds its windows of word pieces anyway), the tags the
+model outputs (the training corpus's, sorted) and what identifies each corpus in the run's resume key and cards."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bertkit.data.tagged import (
+    TaggedColumns,
+    TaggedCorpus,
+    TaggedSentence,
+    read_tagged_splits,
+    tagged_sources,
+)
+from bertkit.data.tagscheme import TagScheme
+
+
+@dataclass(frozen=True)
+class TaggedTraining:
+    """A run's tagged training and dev data: the corpora as checked, their sentences (within --limit), the tags
+    (the training corpus's: the model's outputs in this order) and the scheme both are scored with."""
+
+    train: TaggedCorpus
+    dev: TaggedCorpus
+    train_sentences: tuple[TaggedSentence, ...]
+    dev_sentences: tuple[TaggedSentence, ...]
+
+    @property
+    def tags(self) -> tuple[str, ...]:
+        return self.train.tags
+
+    @property
+    def scheme(self) -> TagScheme:
+        return self.train.scheme
+
+    def fingerprints(self) -> dict[str, str]:
+        """{train, dev}: each corpus's `corpus_fingerprint`."""
+        return {"train": corpus_fingerprint(self.train), "dev": corpus_fingerprint(self.dev)}
+
+
+def corpus_fingerprint(corpus: TaggedCorpus) -> str:
+    """What identifies a tagged corpus in a run's resume key and cards: a file's sha256 (its first 16 hex digits),
+    a hub split's name and `datasets` fingerprint."""
+    identity = corpus.data_identity()
+    if corpus.source.is_hub:
+        return f"hub:{corpus.source}:{identity.get('data_fingerprint')}"
+    return f"sha256:{str(identity['data_sha256'])[:16]}"
+
+
+def load_tagged_training(data: str, dev: str, columns: TaggedColumns, config: str | None = None,
+                         train_split: str = "train", limit: int | None = None) -> TaggedTraining:
+    """--data and --dev (files, or the hub dataset --data and its splits) read, checked and kept (the first
+    `limit` sentences of each)."""
+    sources = tagged_sources(data, [dev], config, train_split)
+    train_corpus, dev_corpus = read_tagged_splits(sources[0], sources[1:], columns)
+
+    def kept(corpus: TaggedCorpus) -> tuple[TaggedSentence, ...]:
+        return tuple(corpus.head(limit) if limit else corpus.sentences())
+
+    return TaggedTraining(train_corpus, dev_corpus, kept(train_corpus), kept(dev_corpus))

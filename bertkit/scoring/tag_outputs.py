@@ -1,0 +1,96 @@
+"""A tagging model's outputs read as predict and evaluate read them: per sentence (given as words) its tags, one per
+word, from the first piece's logits in the window where the word has the most context (`bertkit.models.tagger`),
+the tags' probabilities and the entity spans (`bertkit.scoring.spans`, the JSONL shape a word probe writes), chunk
+by chunk so a file of any length streams (`TagReader.tag`); and a tagged corpus scored against them (`score_tagger`:
+strict seqeval with the model's scheme, `bertkit.scoring.entities.score_tags`, the same entities the spans show)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from bertkit.data.tagged import TaggedCorpus
+from bertkit.data.word_lines import WordSentence
+from bertkit.encoding.reading import Reading
+from bertkit.errors import UserError
+from bertkit.models import loading
+from bertkit.models.compute import Compute
+from bertkit.models.tagger import SavedTagger, load_tagger, word_logits
+from bertkit.scoring.entities import BOOTSTRAP_RESAMPLES, TagScores, score_tags
+from bertkit.scoring.spans import TaggedWords, tagged_words
+from bertkit.scoring.table import softmax
+
+CHUNK_SENTENCES = 256
+"""Sentences read (windows run, outputs kept) at a time."""
+
+
+@dataclass
+class TagReader:
+    """A loaded tagger and how many windows run per batch: `tag_chunk` a list of sentences, `tag` a stream."""
+
+    tagger: SavedTagger
+    batch_size: int = 64
+
+    def tag_chunk(self, sentences: Sequence[WordSentence]) -> list[TaggedWords]:
+        """Each sentence's tags, their probabilities and its spans (offsets into its text as given)."""
+        logits, offsets = word_logits(self.tagger, [list(s.words) for s in sentences], self.batch_size)
+        proba = softmax(np.asarray(logits, dtype=np.float64)) if len(logits) else np.zeros((0, 1))
+        best = proba.argmax(axis=1)
+        tags = np.asarray(self.tagger.tags, dtype=object)[best]
+        top = proba[np.arange(len(best)), best]
+        return [tagged_words(s.words, tags[offsets[k]:offsets[k + 1]].tolist(), top[offsets[k]:offsets[k + 1]].tolist(),
+                             self.tagger.scheme, s.text) for k, s in enumerate(sentences)]
+
+    def tag(self, sentences: Iterable[WordSentence], chunk: int = CHUNK_SENTENCES) -> Iterator[list[TaggedWords]]:
+        """Each chunk's predictions in input order, as they come (one chunk's windows in memory at a time)."""
+        part: list[WordSentence] = []
+        for sentence in sentences:
+            part.append(sentence)
+            if len(part) == chunk:
+                yield self.tag_chunk(part)
+                part = []
+        if part:
+            yield self.tag_chunk(part)
+
+
+def tag_reader(model_dir: str, compute: Compute, reading: Reading, batch_size: int = 64) -> TagReader:
+    """The tagging model in `model_dir` loaded on `compute`, reading words as `reading` says (the record's, or the
+    flags given), its --max-length checked against what the model accepts."""
+    tagger = load_tagger(model_dir, compute, reading)
+    loading.check_max_length(reading.max_length, tagger.tokenizer, tagger.model.config, model_dir)
+    return TagReader(tagger, batch_size)
+
+
+def check_gold_scheme(reader: TagReader, corpus: TaggedCorpus) -> list[str]:
+    """Refuse gold tags that name entities another way than the model's (a POS file for an entity tagger, IOBES
+    against IOB2: IOB1 reads as IOB2); notes for gold tags the model never predicts (they count as missed)."""
+    model, gold = reader.tagger.scheme, corpus.scheme
+    if model.name != gold.name:
+        raise UserError(f"{corpus.source} reads as {gold.name} tags but the model {reader.tagger.path} was trained on "
+                        f"{model.name} tags: its entities would be read differently. Valid: gold data in the model's "
+                        f"scheme ({model.name}; IOB1 and IOB2 both read as IOB2). Pass such data, or convert it.")
+    unseen = sorted(set(corpus.tags) - set(reader.tagger.tags))
+    return [f"{corpus.source} has tags the model never predicts (they count as missed): {', '.join(unseen[:10])}"
+            ] if unseen else []
+
+
+def score_tagger(reader: TagReader, corpus: TaggedCorpus, *, limit: int | None = None, seed: int = 0,
+                 on_chunk: Callable[[list[TaggedWords]], Any] | None = None) -> TagScores:
+    """The model's tags of the corpus's sentences (the first `limit`) scored against its gold tags as the model's
+    scheme reads them, with the main score's bootstrap interval over sentences; `on_chunk` sees every chunk's
+    predictions in order (the predictions file)."""
+    gold: list[list[str]] = []
+    predicted: list[list[str]] = []
+    for chunk in corpus.chunks(CHUNK_SENTENCES):
+        chunk = chunk[:max(0, limit - len(gold))] if limit is not None else chunk
+        if not chunk:
+            break
+        tagged = reader.tag_chunk([WordSentence(s.words) for s in chunk])
+        gold.extend(list(s.tags) for s in chunk)
+        predicted.extend(list(t.tags) for t in tagged)
+        if on_chunk is not None:
+            on_chunk(tagged)
+    return score_tags(gold, predicted, reader.tagger.scheme, BOOTSTRAP_RESAMPLES, seed)
