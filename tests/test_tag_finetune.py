@@ -258,3 +258,15 @@ def test_a_tagged_tsv_is_refused_by_sweep_and_an_unopenable_path_is_not_read_as_
         FinetuneOptions(data=str(pos), dev=str(pos), out=str(tmp_path / "x"))
     too_long = str(tmp_path / ("d" * 256) / "train.iob2")
     assert not FinetuneConfig(data=too_long, dev=too_long, out=str(tmp_path / "run")).reads_words  # no OSError
+
+
+def test_the_tagging_options_at_their_defaults_stay_out_of_the_resume_key(tmp_path, write_tsv, toy_rows,
+                                                                         tagged_files):
+    from bertkit.training.resume import resume_key
+
+    rows = write_tsv("rows.tsv", toy_rows, ("sentence", "label"))
+    key = resume_key(FinetuneConfig(data=str(rows), out=str(tmp_path / "run")), {})
+    assert "tag_scheme" not in key["config"] and "label_all_pieces" not in key["config"]  # runs from before resume
+    train, dev = tagged_files
+    assert resume_key(tag_cfg("m", train, dev, tmp_path / "r", label_all_pieces=True),
+                      {})["config"]["label_all_pieces"] is True

@@ -332,7 +332,9 @@ def run_dev_set(cfg: ExportConfig) -> TextDataset:
         raise UserError(f"No gate data: --data is not given and {cfg.model} is not a model saved by `bertkit "
                         f"finetune` (whose dev set would be used). {fix}")
     try:
-        run_cfg = RUN_CONFIGS[command](**_paths_from(record["config"], record.get("cwd")))
+        known = {f.name for f in dataclasses.fields(RUN_CONFIGS[command])}  # finetune's tagging options: not here
+        run_cfg = RUN_CONFIGS[command](**{k: v for k, v in _paths_from(record["config"], record.get("cwd")).items()
+                                         if k in known})
         dev = load_splits(run_cfg, need_labels=True).dev
     except (TypeError, UserError) as exc:
         raise UserError(f"Could not read the dev set of the {command} run {folder.parent} ({str(exc)[:200]}). "

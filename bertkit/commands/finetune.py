@@ -65,7 +65,7 @@ class FinetuneConfig(TagSchemeOption, TagTrainingOptions, FinetuneOptions):
             problems.append("Fine-tuning a tagger needs --dev (tagged dev data: a file, or a split of the hub dataset "
                             "--data); no dev split is held out of tagged data. Pass --dev dev.iob2 (hub: --dev "
                             "validation).")
-        for path in (self.data, self.dev):
+        for path in dict.fromkeys((self.data, self.dev)):
             if path is not None and not may_be_tagged(path):
                 problems.append(f"--task tags reads one tag per word, but {path} does not look like a tagged corpus. "
                                 f"Valid: a CoNLL-style column file (a word and its tag per line, a blank line between "

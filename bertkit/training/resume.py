@@ -17,6 +17,11 @@ NOT_IN_RESUME_KEY = {"quiet", "overwrite", "out", "save_every", "keep_checkpoint
 resume. --cuda-graphs changes how steps are launched, like the device, not what they compute."""
 
 
+ADDED_AT_DEFAULT = {"tag_scheme": "auto", "label_all_pieces": False}
+"""Options added after runs were recorded (the tagging ones, issue 46): at these defaults they are left out of the
+resume key, so a run started before them still resumes."""
+
+
 def recorded_config(cfg: FinetuneOptions) -> dict[str, Any]:
     """The config as config.json and the resume key hold it: --lr as a number once resolved (runs recorded before
     `--lr auto` hold a number there too, so they still resume)."""
@@ -30,7 +35,8 @@ def recorded_config(cfg: FinetuneOptions) -> dict[str, Any]:
 
 def resume_key(cfg: FinetuneOptions, fingerprints: dict[str, str]) -> dict[str, Any]:
     """What must match for a re-run to continue an existing --out: the config (less cosmetics) and the data."""
-    values = {k: v for k, v in recorded_config(cfg).items() if k not in NOT_IN_RESUME_KEY}
+    values = {k: v for k, v in recorded_config(cfg).items()
+              if k not in NOT_IN_RESUME_KEY and not (k in ADDED_AT_DEFAULT and v == ADDED_AT_DEFAULT[k])}
     return {"config": values, "data": fingerprints}
 
 
