@@ -1380,3 +1380,14 @@ def test_a_model_or_fold_refusal_creates_nothing(argv, problem, workspace: Works
     cache = workspace.root / "cache"
     if "--cv" not in args:
         assert not cache.exists() or not any(cache.rglob("*")), sorted(map(str, cache.rglob("*")))
+
+
+@pytest.mark.parametrize("name", ["a" * 300, "a" * 300 + ".tsv"])
+def test_a_data_name_too_long_to_stat_is_one_readable_error(tmp_path, name):
+    """A --data name the system cannot stat (longer than a file name may be) is refused by the data reader with exit 2
+    and no traceback, whether it looks like a file or a hub name, and --out is not created."""
+    out = tmp_path / "run"
+    result = runner.invoke(app, ["finetune", "--data", name, "--out", str(out)])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and "--data" in result.output and "too long" in result.output
+    assert not out.exists()

@@ -29,7 +29,12 @@ HEADER_MODES = ("auto", "yes", "no")
 def is_local_source(source: str) -> bool:
     """A path on disk (or one that looks like a file) rather than a hub dataset name."""
     path = Path(source)
-    return path.exists() or path.suffix.lower() in LOCAL_SUFFIXES or source.startswith((".", "/", "~"))
+    if path.suffix.lower() in LOCAL_SUFFIXES or source.startswith((".", "/", "~")):
+        return True
+    try:
+        return path.exists()
+    except OSError:  # a name this system cannot stat (too long): a path all the same, refused as one by its reader
+        return True
 
 
 BYTE_ORDER_MARKS = (
