@@ -11,7 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from safetensors.numpy import load_file
+from typer.testing import CliRunner
 
+from bertkit.cli.app import app
 from bertkit.commands.finetune import FinetuneConfig
 from bertkit.commands.finetune import run as finetune
 from bertkit.encoding.reading import Reading
@@ -256,8 +258,11 @@ def test_a_tagged_tsv_is_refused_by_sweep_and_an_unopenable_path_is_not_read_as_
     pos.write_text("the\tDET\ndog\tNOUN\n\na\tDET\ncat\tNOUN\n", encoding="utf-8")
     with pytest.raises(UserError, match=r"Tagged data"):
         FinetuneOptions(data=str(pos), dev=str(pos), out=str(tmp_path / "x"))
-    too_long = str(tmp_path / ("d" * 256) / "train.iob2")
-    assert not FinetuneConfig(data=too_long, dev=too_long, out=str(tmp_path / "run")).reads_words  # no OSError
+    too_long = str(tmp_path / ("d" * 256) / "train.iob2")  # a name this system cannot stat: no OSError traceback
+    assert FinetuneConfig(data=too_long, dev=too_long, out=str(tmp_path / "run")).reads_words  # named as tagged
+    refused = CliRunner().invoke(app, ["finetune", "--data", too_long, "--dev", too_long, "--out", str(tmp_path / "r")])
+    assert refused.exit_code == 2 and "Cannot read tagged file" in refused.output and "Traceback" not in refused.output
+    assert not (tmp_path / "r").exists()
 
 
 def test_the_tagging_options_at_their_defaults_stay_out_of_the_resume_key(tmp_path, write_tsv, toy_rows,

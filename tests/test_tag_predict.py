@@ -116,3 +116,31 @@ def test_export_refuses_a_tagger_and_leaves_nothing(tagger, tmp_path):
     with pytest.raises(UserError, match=r"is a tagging model \(one tag per word\)"):
         export(ExportConfig(model=str(model), out=str(tmp_path / "export")))
     assert not (tmp_path / "export").exists()
+
+
+def test_aggregate_reads_a_words_tag_from_its_pieces_as_the_pipeline_does(tagger, tiny_bert_dir):
+    """--aggregate first is the default; max and average read every piece of a word split in several, with the
+    probabilities `scoring.word_tags` computes from the tagger's own window logits; a model that is not a tagger
+    refuses the flag."""
+    import numpy as np
+
+    from bertkit.models.compute import Compute
+    from bertkit.models.tagger import load_tagger, window_logits
+    from bertkit.scoring.word_tags import piece_probabilities, word_distribution
+
+    model, _ = tagger
+    text = "alicexqzj went to newyorkish with bobbington"
+    first = predict(PredictConfig(model=str(model), text=(text,))).sentences[0]
+    assert predict(PredictConfig(model=str(model), text=(text,), aggregate="first")).sentences[0] == first
+    saved = load_tagger(str(model), Compute.resolve("cpu", "fp32"), None)
+    logits, windows = window_logits(saved, [text.split()], 8)
+    pieces = [piece_probabilities(logits[w, a:b]) for w, a, b in
+              zip(windows.word_window, windows.word_start, windows.word_end, strict=True)]
+    assert max(len(p) for p in pieces) > 1  # some word has several pieces: the ways can differ
+    for way in ("max", "average"):
+        tagged = predict(PredictConfig(model=str(model), text=(text,), aggregate=way)).sentences[0]
+        expected = [word_distribution(p, way) for p in pieces]
+        assert list(tagged.tags) == [saved.tags[int(np.argmax(e))] for e in expected]
+        assert np.allclose(tagged.probabilities, [float(e.max()) for e in expected], atol=1e-6)
+    with pytest.raises(UserError, match="--aggregate max .* not a tagging model"):
+        predict(PredictConfig(model=str(tiny_bert_dir), text=("a sentence",), aggregate="max"))

@@ -15,7 +15,7 @@ from bertkit.data.options import DataOptions, blank_text_problems
 from bertkit.data.tagged import TaggedColumns
 from bertkit.data.word_lines import file_sentences, text_sentence, words_problems, words_sentence
 from bertkit.encoding.reading import LongTextOptions, Reading
-from bertkit.errors import UserError, raise_if_problems
+from bertkit.errors import raise_if_problems
 from bertkit.features.settings import Pooling
 from bertkit.models.compute import INFERENCE_PRECISION_HELP, INFERENCE_PRECISIONS, Compute
 from bertkit.models.metadata import is_tagger, read_as_saved, read_model_info
@@ -23,6 +23,7 @@ from bertkit.models.preflight import check_inputs, check_model_limits
 from bertkit.options import DATA, MODEL, OUTPUT, option
 from bertkit.recipes import recipe_path
 from bertkit.scoring.word_outputs import word_out_problems
+from bertkit.scoring.word_tags import AGGREGATIONS
 
 if TYPE_CHECKING:
     import numpy as np
@@ -61,6 +62,10 @@ class PredictConfig(LongTextOptions, DataOptions):
                              panel=OUTPUT)
     batch_size: int = option(64, "Rows per inference batch (sorted by length; output keeps the input order).",
                              above=0)
+    aggregate: str = option("first", "A tagging model: how a word's tag is read from its word pieces, as the transformers "
+                            "token-classification pipeline aggregates them: first (the piece taggers are trained on; "
+                            "simple is the same), max (the piece with the highest score) or average (the mean of the "
+                            "pieces' probabilities).", choices=AGGREGATIONS)
     precision: str = option("auto", INFERENCE_PRECISION_HELP + " With --probe, auto extracts features in the precision "
                             "the probe records, where this machine runs it natively.", choices=INFERENCE_PRECISIONS,
                             aliases=("--dtype",))
@@ -139,12 +144,11 @@ def run(cfg: PredictConfig, *, recipe: str | None = None, progress: bool = False
     if cfg.out:  # before any work: never over an input, never over a file bertkit did not write
         predictions_out.check_predictions_out(cfg.out, {"--data": cfg.data, "--model": cfg.model, "--probe": cfg.probe,
                                                         "--recipe": str(recipe_path(recipe)) if recipe else None})
-    if (cfg.probe is not None and is_word_probe(cfg.probe)) or (cfg.model is not None and is_tagger(cfg.model)):
-        return (run_tagger if cfg.model else run_word_probe)(cfg, keep=keep, on_sentences=on_sentences)
-    if cfg.words is not None:
-        raise UserError(f"--words gives one sentence as words, for a word probe or a tagging model; "
-                        f"{cfg.probe or cfg.model} labels "
-                        f"whole sentences. Valid: --text or --data here. Pass the sentence as --text.")
+    tagger = cfg.model is not None and is_tagger(cfg.model)
+    word_probe = cfg.probe is not None and is_word_probe(cfg.probe)
+    raise_if_problems(word_option_problems(cfg, tagger, word_probe))
+    if tagger or word_probe:
+        return (run_tagger if tagger else run_word_probe)(cfg, keep=keep, on_sentences=on_sentences)
     check_inputs(cfg, need_labels=False, models=(cfg.model,), data_fields=("data",))  # before torch is imported
     check_model_limits(cfg.model, max_length=cfg.max_length)  # before the data is read or cached
     import numpy as np
@@ -219,10 +223,25 @@ def run_tagger(cfg: PredictConfig, keep: int | None = None,
     for note in notes:
         log.warning("%s", note)
     reading = Reading.of_words("first", cfg.max_length, cfg.stride)
-    reader = tag_reader(cfg.model or "", compute, reading, cfg.batch_size)
+    reader = tag_reader(cfg.model or "", compute, reading, cfg.batch_size, cfg.aggregate)
     kept, total = _write_word_predictions(cfg.out, reader.tag(word_sentences(cfg)), keep, on_sentences)
     return PredictResult("tags", list(reader.tagger.tags), 0.5, cfg.out, compute.precision, reading.max_length, None,
                          None, sentences=kept, n_sentences=total)
+
+
+def word_option_problems(cfg: PredictConfig, tagger: bool, word_probe: bool) -> list[str]:
+    """--aggregate reads a tagging model's word pieces; --words gives one sentence as words to a word probe or a
+    tagging model: both refused for what reads whole sentences (and --aggregate for a word probe too)."""
+    problems = []
+    if cfg.aggregate != "first" and not tagger:
+        problems.append(f"--aggregate {cfg.aggregate} reads a word's tag from a tagging model's word pieces; "
+                        f"{cfg.probe or cfg.model} is not a tagging model (a word probe is fitted on pooled word "
+                        f"vectors). Drop --aggregate.")
+    if cfg.words is not None and not (tagger or word_probe):
+        problems.append(f"--words gives one sentence as words, for a word probe or a tagging model; "
+                        f"{cfg.probe or cfg.model} labels whole sentences. Valid: --text or --data here. Pass the "
+                        f"sentence as --text.")
+    return problems
 
 
 def tagger_option_problems(cfg: PredictConfig) -> list[str]:

@@ -253,7 +253,12 @@ def open_tagged(source: TaggedSource, columns: TaggedColumns) -> tuple[TaggedCol
         word, tag = resolve_dataset_columns(dataset, str(source), columns.word_column, columns.tag_column)
         return replace(columns, word_column=word, tag_column=tag), dataset
     path = Path(source.name)
-    if not path.is_file():
+    try:
+        found = path.is_file()
+    except OSError as exc:  # a name this system cannot stat (too long): refused as a name, not a traceback
+        raise UserError(f"Cannot read tagged file {path}: {exc.strerror} (OS error {exc.errno}). Pass a path this "
+                        f"system can open to --data/--dev.") from None
+    if not found:
         raise UserError(f"Tagged file {path} does not exist. Valid inputs are CoNLL-style column files, .jsonl/.json "
                         f"and .parquet files with token and tag lists, and hub datasets. Check the path.")
     if is_table_path(path):

@@ -344,7 +344,7 @@ def check_out_not_input(out: str | Path, inputs: list[tuple[str, str | None]], c
     target = path.resolve()
     for flag, value in inputs:
         source = Path(value).expanduser() if value else None
-        relation = _relation(path, target, source) if source is not None and source.exists() else None
+        relation = _relation(path, target, source) if source is not None and _exists(source) else None
         if relation is not None:
             example = suggestion or (Path("runs") / command if relation == "is inside" else suggest_out(path, command))
             raise UserError(
@@ -361,3 +361,12 @@ def _relation(path: Path, target: Path, source: Path) -> str | None:
     if real in target.parents:
         return "is inside"
     return "contains" if target in real.parents else None
+
+
+def _exists(path: Path) -> bool:
+    """Whether `path` exists; False for a name this system cannot even stat (too long): nothing there to protect,
+    and the command's reader refuses the name itself."""
+    try:
+        return path.exists()
+    except OSError:
+        return False

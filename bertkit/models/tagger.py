@@ -1,8 +1,9 @@
 """Tagging models (token classification: one tag per word): `TokenClassifier`, the module fine-tuning trains and
 inference runs (per-piece logits from the model's own forward), and a saved tagger read back (`load_tagger`: the
 folder verified, its model and tokenizer, its tags, the tag scheme and the reading of words it was trained with) and
-run on sentences given as words (`word_logits`: each word's logits from its first piece, in the window where it has
-the most context, `bertkit.encoding.words.align_words`). The record itself is `bertkit.models.metadata`'s."""
+run on sentences given as words (`window_logits`: every piece's logits in the tagger's windows, with
+`bertkit.encoding.words.align_words`' map of each word to the window where it has the most context; how a word's
+tag is read from its pieces is `bertkit.scoring.word_tags`'). The record itself is `bertkit.models.metadata`'s."""
 
 from __future__ import annotations
 
@@ -91,13 +92,12 @@ def load_tagger(model_dir: str, compute: Compute, reading: Reading | None = None
     return SavedTagger(path, model, tokenizer, tags, metadata.saved_tag_scheme(path), reading, compute)
 
 
-def word_logits(tagger: SavedTagger, sentences: Sequence[Sequence[str]], batch_size: int) -> tuple[np.ndarray,
-                                                                                                    np.ndarray]:
-    """(each word's logits (words, tags) read at its first piece in the window where it has the most context, the
-    sentence offsets into the words: n_sentences + 1), for sentences given as words, read in the tagger's windows."""
+def window_logits(tagger: SavedTagger, sentences: Sequence[Sequence[str]], batch_size: int) -> tuple[np.ndarray, Any]:
+    """(the logits of every piece of every window (windows, positions, tags), the windows: `align_words`' map from
+    each word to its window and pieces), for sentences given as words, read in the tagger's windows."""
     windows = align_words(tagger.tokenizer, sentences, tagger.reading)
     if not windows.n_words:
-        return np.zeros((0, len(tagger.tags)), np.float32), windows.sentence_offsets
+        return np.zeros((0, 1, len(tagger.tags)), np.float32), windows
     lengths = windows.lengths
     encoded = Encoded(windows.ids, None, lengths, lengths, tagger.reading.max_length)
     net = TokenClassifier(tagger.model, width=int(lengths.max())).eval()
@@ -106,5 +106,5 @@ def word_logits(tagger: SavedTagger, sentences: Sequence[Sequence[str]], batch_s
     outputs = infer.run_batches(lambda batch: net(**batch), encoded, batches, model=tagger.model,
                                 pad_id=infer.pad_id_of(tagger.tokenizer), device=compute.torch_device,
                                 dtype=compute.dtype)
-    logits = restore_order(batches, outputs)
-    return logits[windows.word_window, windows.word_start], windows.sentence_offsets
+    return restore_order(batches, outputs), windows
+

@@ -18,10 +18,10 @@ from bertkit.encoding.reading import Reading
 from bertkit.errors import UserError
 from bertkit.models import loading
 from bertkit.models.compute import Compute
-from bertkit.models.tagger import SavedTagger, load_tagger, word_logits
+from bertkit.models.tagger import SavedTagger, load_tagger, window_logits
 from bertkit.scoring.entities import BOOTSTRAP_RESAMPLES, TagScores, score_tags
 from bertkit.scoring.spans import TaggedWords, tagged_words
-from bertkit.scoring.table import softmax
+from bertkit.scoring.word_tags import windowed_word_distributions
 
 CHUNK_SENTENCES = 256
 """Sentences read (windows run, outputs kept) at a time."""
@@ -33,11 +33,15 @@ class TagReader:
 
     tagger: SavedTagger
     batch_size: int = 64
+    aggregate: str = "first"
+    """--aggregate: how a word's tag is read from its pieces (`scoring.word_tags`; first: the piece taggers learn on)."""
 
     def tag_chunk(self, sentences: Sequence[WordSentence]) -> list[TaggedWords]:
         """Each sentence's tags, their probabilities and its spans (offsets into its text as given)."""
-        logits, offsets = word_logits(self.tagger, [list(s.words) for s in sentences], self.batch_size)
-        proba = softmax(np.asarray(logits, dtype=np.float64)) if len(logits) else np.zeros((0, 1))
+        logits, windows = window_logits(self.tagger, [list(s.words) for s in sentences], self.batch_size)
+        offsets = windows.sentence_offsets
+        proba = windowed_word_distributions(logits, windows.word_window, windows.word_start, windows.word_end,
+                                            self.aggregate) if windows.n_words else np.zeros((0, 1))
         best = proba.argmax(axis=1)
         tags = np.asarray(self.tagger.tags, dtype=object)[best]
         top = proba[np.arange(len(best)), best]
@@ -56,12 +60,13 @@ class TagReader:
             yield self.tag_chunk(part)
 
 
-def tag_reader(model_dir: str, compute: Compute, reading: Reading, batch_size: int = 64) -> TagReader:
+def tag_reader(model_dir: str, compute: Compute, reading: Reading, batch_size: int = 64,
+               aggregate: str = "first") -> TagReader:
     """The tagging model in `model_dir` loaded on `compute`, reading words as `reading` says (the record's, or the
-    flags given), its --max-length checked against what the model accepts."""
+    flags given), its --max-length checked against what the model accepts; a word's tag read by `aggregate`."""
     tagger = load_tagger(model_dir, compute, reading)
     loading.check_max_length(reading.max_length, tagger.tokenizer, tagger.model.config, model_dir)
-    return TagReader(tagger, batch_size)
+    return TagReader(tagger, batch_size, aggregate)
 
 
 def check_gold_scheme(reader: TagReader, corpus: TaggedCorpus) -> list[str]:

@@ -77,7 +77,7 @@ def aggregate_problems(aggregate: str) -> list[str]:
             f"{', '.join(AGGREGATIONS)}. Pass --aggregate first (the piece taggers are trained on)."]
 
 
-def _word_distribution(probabilities: np.ndarray, aggregate: str) -> np.ndarray:
+def word_distribution(probabilities: np.ndarray, aggregate: str) -> np.ndarray:
     """The probability vector one word's tag is read from, given its pieces' probabilities (pieces x tags)."""
     if aggregate in ("first", "simple"):
         return probabilities[0]
@@ -96,9 +96,22 @@ def word_tags(logits: np.ndarray, word_ids: Sequence[int | None], aggregate: str
                          f"{len(word_ids)} word ids")
     probabilities = piece_probabilities(logits)
     pieces = word_pieces(word_ids)
-    distributions = np.stack([_word_distribution(probabilities[at], aggregate) for at in pieces.values()]) \
+    distributions = np.stack([word_distribution(probabilities[at], aggregate) for at in pieces.values()]) \
         if pieces else np.zeros((0, logits.shape[1]))
     tag_ids = distributions.argmax(axis=1) if len(distributions) else np.zeros(0, dtype=np.int64)
     scores = distributions[np.arange(len(tag_ids)), tag_ids]
     return WordTags(tuple(pieces), tuple(int(t) for t in tag_ids), tuple(float(s) for s in scores), distributions,
                     aggregate)
+
+
+def windowed_word_distributions(logits: np.ndarray, word_window: np.ndarray, word_start: np.ndarray,
+                                word_end: np.ndarray, aggregate: str) -> np.ndarray:
+    """Each word's tag probabilities (words x tags) by `aggregate`, from the piece logits of every window (windows x
+    positions x tags) and where each word's pieces are (its window, pieces word_start:word_end there: the window
+    where it has the most context)."""
+    if not len(word_window):
+        return np.zeros((0, logits.shape[-1]))
+    if aggregate in ("first", "simple"):  # one piece a word: no per-word loop
+        return piece_probabilities(logits[word_window, word_start])
+    return np.stack([word_distribution(piece_probabilities(logits[w, a:b]), aggregate)
+                     for w, a, b in zip(word_window.tolist(), word_start.tolist(), word_end.tolist(), strict=True)])
