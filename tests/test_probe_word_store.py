@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from tagged_samples import DEV, SENTENCES, write_conll
 from typer.testing import CliRunner
 
 from bertkit.cli.app import app
@@ -19,20 +20,6 @@ from bertkit.encoding.reading import Reading
 from bertkit.features.settings import Pooling
 
 runner = CliRunner()
-
-SENTENCES = [
-    [("Anna", "B-PER"), ("met", "O"), ("Bob", "B-PER"), ("in", "O"), ("Paris", "B-LOC")],
-    [("Bob", "B-PER"), ("Smith", "I-PER"), ("left", "O"), ("Rome", "B-LOC")],
-    [("Paris", "B-LOC"), ("is", "O"), ("big", "O")],
-    [("Anna", "B-PER"), ("likes", "O"), ("Rome", "B-LOC"), ("a", "O"), ("lot", "O")],
-]
-DEV = [[("Anna", "B-PER"), ("saw", "O"), ("Paris", "B-LOC")], [("Bob", "B-PER"), ("left", "O")]]
-
-
-def write_conll(path: Path, sentences) -> Path:
-    path.write_text("\n\n".join("\n".join(f"{w}\t{t}" for w, t in s) for s in sentences) + "\n", encoding="utf-8")
-    return path
-
 
 def invoke(*args: str):
     return runner.invoke(app, list(args), catch_exceptions=False)

@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
+from tagged_samples import DEV, SENTENCES, write_conll
 from typer.testing import CliRunner
 
 from bertkit.cli.app import app
@@ -21,20 +22,6 @@ from bertkit.models.compute import Compute
 from bertkit.probe.words_run import WordProbeRun, table_rows
 
 runner = CliRunner()
-
-SENTENCES = [
-    [("Anna", "B-PER"), ("met", "O"), ("Bob", "B-PER"), ("in", "O"), ("Paris", "B-LOC")],
-    [("Bob", "B-PER"), ("Smith", "I-PER"), ("left", "O"), ("Rome", "B-LOC")],
-    [("Paris", "B-LOC"), ("is", "O"), ("big", "O")],
-    [("Anna", "B-PER"), ("likes", "O"), ("Rome", "B-LOC"), ("a", "O"), ("lot", "O")],
-]
-DEV = [[("Anna", "B-PER"), ("saw", "O"), ("Paris", "B-LOC")], [("Bob", "B-PER"), ("left", "O")]]
-
-
-def write_conll(path: Path, sentences, sep: str = "\t") -> Path:
-    path.write_text("\n\n".join("\n".join(f"{w}{sep}{t}" for w, t in s) for s in sentences) + "\n", encoding="utf-8")
-    return path
-
 
 @pytest.fixture
 def tagged(tmp_path) -> tuple[Path, Path]:

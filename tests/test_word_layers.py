@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tagged_samples import DEV, SENTENCES, write_conll
 
 from bertkit.data.tagged import TaggedColumns
 from bertkit.encoding.reading import Reading
@@ -22,19 +23,6 @@ from bertkit.features.word_layers import (
 from bertkit.features.word_store import open_word_store
 from bertkit.features.words import combined, extract_word_features, word_pooling
 from bertkit.probe.words_run import run_word_probe
-
-SENTENCES = [
-    [("Anna", "B-PER"), ("met", "O"), ("Bob", "B-PER"), ("in", "O"), ("Paris", "B-LOC")],
-    [("Bob", "B-PER"), ("Smith", "I-PER"), ("left", "O"), ("Rome", "B-LOC")],
-    [("Paris", "B-LOC"), ("is", "O"), ("big", "O")],
-    [("Anna", "B-PER"), ("likes", "O"), ("Rome", "B-LOC"), ("a", "O"), ("lot", "O")],
-]
-DEV = [[("Anna", "B-PER"), ("saw", "O"), ("Paris", "B-LOC")], [("Bob", "B-PER"), ("left", "O")]]
-
-
-def write_conll(path: Path, sentences) -> Path:
-    path.write_text("\n\n".join("\n".join(f"{w}\t{t}" for w, t in s) for s in sentences) + "\n", encoding="utf-8")
-    return path
 
 
 @pytest.fixture

@@ -11,10 +11,10 @@ fields split on TABs when a line has one, else on whitespace. The raw line and r
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from bertkit.data import sources
 from bertkit.data.tagged_rows import (
@@ -73,6 +73,21 @@ def is_file_value(value: str) -> bool:
     """Whether a --data/--dev value names a local file (`sources.is_local_source`, or a tagged extension), not a hub
     dataset or split."""
     return sources.is_local_source(value) or Path(value).suffix.lower() in TAGGED_SUFFIXES
+
+
+T = TypeVar("T")
+
+
+def in_chunks(items: Iterable[T], size: int) -> Iterator[list[T]]:
+    """`items` in lists of at most `size`, in order, as they come (one list in memory at a time)."""
+    chunk: list[T] = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
 
 
 def tagged_sources(data: str, others: Sequence[str], config: str | None = None,
@@ -162,14 +177,7 @@ class TaggedCorpus:
 
     def chunks(self, size: int = CHUNK_SENTENCES) -> Iterator[list[TaggedSentence]]:
         """The sentences in lists of at most `size`."""
-        chunk: list[TaggedSentence] = []
-        for sentence in self.sentences():
-            chunk.append(sentence)
-            if len(chunk) == size:
-                yield chunk
-                chunk = []
-        if chunk:
-            yield chunk
+        return in_chunks(self.sentences(), size)
 
     def head(self, n: int) -> list[TaggedSentence]:
         """The first `n` sentences (all of them when there are fewer)."""

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from bertkit.data.tagged import in_chunks
 from bertkit.data.word_lines import WordSentence
 from bertkit.errors import UserError
 from bertkit.models.compute import Compute
@@ -31,14 +32,7 @@ class WordTagger:
 
     def tag(self, sentences: Iterable[WordSentence], chunk: int = CHUNK_SENTENCES) -> Iterator[list[TaggedWords]]:
         """Each chunk's predictions in input order, as they come."""
-        part: list[WordSentence] = []
-        for sentence in sentences:
-            part.append(sentence)
-            if len(part) == chunk:
-                yield self.tag_chunk(part)
-                part = []
-        if part:
-            yield self.tag_chunk(part)
+        return (self.tag_chunk(part) for part in in_chunks(sentences, chunk))
 
 
 def word_tagger(probe: SavedWordProbe, batch_size: int = 32, compute: Compute = Compute()) -> WordTagger:

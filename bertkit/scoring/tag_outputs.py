@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from bertkit.data.tagged import TaggedCorpus
+from bertkit.data.tagged import TaggedCorpus, in_chunks
 from bertkit.data.word_lines import WordSentence
 from bertkit.encoding.reading import Reading
 from bertkit.errors import UserError
@@ -50,14 +50,7 @@ class TagReader:
 
     def tag(self, sentences: Iterable[WordSentence], chunk: int = CHUNK_SENTENCES) -> Iterator[list[TaggedWords]]:
         """Each chunk's predictions in input order, as they come (one chunk's windows in memory at a time)."""
-        part: list[WordSentence] = []
-        for sentence in sentences:
-            part.append(sentence)
-            if len(part) == chunk:
-                yield self.tag_chunk(part)
-                part = []
-        if part:
-            yield self.tag_chunk(part)
+        return (self.tag_chunk(part) for part in in_chunks(sentences, chunk))
 
 
 def tag_reader(model_dir: str, compute: Compute, reading: Reading, batch_size: int = 64,
