@@ -138,7 +138,9 @@ def test_aggregate_reads_a_words_tag_from_its_pieces_as_the_pipeline_does(tagger
               zip(windows.word_window, windows.word_start, windows.word_end, strict=True)]
     assert max(len(p) for p in pieces) > 1  # some word has several pieces: the ways can differ
     for way in ("max", "average"):
-        tagged = predict(PredictConfig(model=str(model), text=(text,), aggregate=way)).sentences[0]
+        result = predict(PredictConfig(model=str(model), text=(text,), aggregate=way))
+        tagged = result.sentences[0]
+        assert result.aggregate == way  # the result (and the CLI's summary line) says how words were read
         expected = [word_distribution(p, way) for p in pieces]
         assert list(tagged.tags) == [saved.tags[int(np.argmax(e))] for e in expected]
         assert np.allclose(tagged.probabilities, [float(e.max()) for e in expected], atol=1e-6)

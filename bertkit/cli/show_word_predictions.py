@@ -38,7 +38,9 @@ def show_word_predictions(result: PredictResult, cfg: PredictConfig, view: View)
         title = f"{total} sentence(s)" + (f" (first {len(shown)})" if len(shown) < total else "")
         out_console.print(table(title, ["#", "words/tags", "spans"], rows, formats={"#": "d"},
                                 prose=("words/tags", "spans")))
-    what = f"word probe: features {result.pooling}" if result.pooling else "tagging model: each word's first piece"
+    from_pieces = ("each word's first piece" if result.aggregate in (None, "first", "simple") else
+                   f"each word's pieces, {result.aggregate}")
+    what = f"word probe: features {result.pooling}" if result.pooling else f"tagging model: {from_pieces}"
     info(f"{what}, windows of {result.max_length} tokens, {result.dtype}", view.quiet)
     if cfg.out:
         kind = "one row per word" if cfg.out.lower().endswith(".csv") else "one JSON object per sentence"

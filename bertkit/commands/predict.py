@@ -123,6 +123,8 @@ class PredictResult:
     """With a word probe (task `tags`): the kept sentences' words, tags and spans."""
     n_sentences: int | None = None
     """With a word probe: the sentences tagged (all of them are in --out, and reach `on_sentences`)."""
+    aggregate: str | None = None
+    """With a tagging model: how each word's tag was read from its pieces (--aggregate)."""
 
 
 def run(cfg: PredictConfig, *, recipe: str | None = None, progress: bool = False, keep: int | None = None,
@@ -226,7 +228,7 @@ def run_tagger(cfg: PredictConfig, keep: int | None = None,
     reader = tag_reader(cfg.model or "", compute, reading, cfg.batch_size, cfg.aggregate)
     kept, total = _write_word_predictions(cfg.out, reader.tag(word_sentences(cfg)), keep, on_sentences)
     return PredictResult("tags", list(reader.tagger.tags), 0.5, cfg.out, compute.precision, reading.max_length, None,
-                         None, sentences=kept, n_sentences=total)
+                         None, sentences=kept, n_sentences=total, aggregate=cfg.aggregate)
 
 
 def word_option_problems(cfg: PredictConfig, tagger: bool, word_probe: bool) -> list[str]:
