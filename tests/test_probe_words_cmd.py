@@ -197,3 +197,13 @@ def test_commands_that_do_not_read_words_refuse_task_tags(tmp_path, write_tsv):
     data = write_tsv("t.tsv", [("a fine film", "1"), ("a dull film", "0")], header=("sentence", "label"))
     with pytest.raises(UserError, match="--task tags"):
         FinetuneOptions(data=str(data), task="tags")
+
+
+def test_a_missing_data_file_with_word_options_is_refused_as_missing(tmp_path):
+    """A recipe's word options (--word-pool) with a --data that is not there: the error names the missing file, not
+    the word options (which only apply to tagged data)."""
+    missing = tmp_path / "nowhere" / "train.tsv"
+    result = invoke("probe", "--data", str(missing), "--dev", str(missing), "--word-pool", "first",
+                    "--out", str(tmp_path / "out"))
+    assert result.exit_code == 2 and "does not exist" in result.output and "--word-pool reads" not in result.output
+    assert not (tmp_path / "out").exists()

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bertkit.data.options import WORD_TASK, TaskOptions, reads_tagged
-from bertkit.data.tagged import TaggedColumns, may_be_tagged, tagged_sources
+from bertkit.data.tagged import TaggedColumns, is_file_value, may_be_tagged, tagged_sources
 from bertkit.data.tagscheme import TagSchemeOption
 from bertkit.encoding.reading import LongTextOptions, Reading, WordPoolOption
 from bertkit.errors import UserError, raise_if_problems
@@ -123,8 +123,19 @@ class ProbeConfig(WordPoolOption, TagSchemeOption, CombineOption, LongTextOption
                                 f"alammar; got {self.C_grid!r}.")
         problems += [f"{flag(name)} reads tagged data (one tag per word); {self.data} is read as sentences. Pass a "
                      f"CoNLL-style file (.iob2, .conll) or --task tags, or drop {flag(name)}."
-                     for name in ("word_pool", "combine") if getattr(self, name) is not None]
+                     for name in ("word_pool", "combine") if getattr(self, name) is not None
+                     and self.data_found]  # a --data that is not there: the data reader names it, with the fix
         raise_if_problems(problems)
+
+    @property
+    def data_found(self) -> bool:
+        """Whether --data is a hub name or a file that is there (a missing file is refused as missing, first)."""
+        if self.data is None or not is_file_value(self.data):
+            return self.data is not None
+        try:
+            return Path(self.data).expanduser().exists()
+        except OSError:  # a name this system cannot stat: its reader refuses it
+            return False
 
     @property
     def reads_words(self) -> bool:
