@@ -109,27 +109,22 @@ class FinetuneResult:
 
 
 def run(cfg: FinetuneConfig, *, progress: bool = True) -> FinetuneResult:
-    """The run: its folder, metrics.json's content, the epoch table, what a resume restored, notes."""
+    """The run: its folder, metrics.json's content, the epoch table, what a resume restored, notes. Every check
+    before torch and transformers are imported: the --model, --out and --max-length, and the data (a tagger's
+    tagged --data and --dev are read and checked here, by their own reader: `load_tagged_training`)."""
+    data = None
     if cfg.reads_words:
-        return run_tagger(cfg, progress=progress)
-    cfg = checked_as_saved(cfg, "finetune")  # every check before torch and transformers are imported
+        cfg = checked_as_saved(cfg, "finetune", data_fields=())
+        data = load_tagged_training(str(cfg.data), str(cfg.dev), TaggedColumns(cfg.text_column, cfg.label_column,
+                                                                              cfg.tag_scheme),
+                                    cfg.data_config, cfg.train_split, cfg.limit)
+    else:
+        cfg = checked_as_saved(cfg, "finetune")
     from bertkit.training.finetune import finetune, training_device
-
-    compute, reading = Compute.resolve(training_device(), cfg.precision), Reading.from_options(cfg)
-    return FinetuneResult.of(finetune(cfg, progress=progress, compute=compute, reading=reading))
-
-
-def run_tagger(cfg: FinetuneConfig, *, progress: bool = True) -> FinetuneResult:
-    """A tagger (`bertkit.training.tagging`): the --model, --out and --max-length checks, then the tagged --data and
-    --dev read and checked, all before torch is imported; windows of --max-length pieces, words read at their first
-    piece."""
-    cfg = checked_as_saved(cfg, "finetune", data_fields=())  # the tagged data is checked by its own reader
-    data = load_tagged_training(str(cfg.data), str(cfg.dev), TaggedColumns(cfg.text_column, cfg.label_column,
-                                                                          cfg.tag_scheme),
-                                cfg.data_config, cfg.train_split, cfg.limit)
-    from bertkit.training.finetune import training_device
-    from bertkit.training.tagging import finetune_tags
+    from bertkit.training.tagging import TagTask
 
     compute = Compute.resolve(training_device(), cfg.precision)
-    reading = Reading.of_words(TAGGER_WORD_POOL, cfg.max_length)
-    return FinetuneResult.of(finetune_tags(cfg, data, progress=progress, compute=compute, reading=reading))
+    # a tagger reads words in windows of --max-length pieces, each word at its first piece
+    reading = Reading.from_options(cfg) if data is None else Reading.of_words(TAGGER_WORD_POOL, cfg.max_length)
+    task = None if data is None else TagTask(data)
+    return FinetuneResult.of(finetune(cfg, progress=progress, compute=compute, reading=reading, task=task))

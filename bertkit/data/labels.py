@@ -17,6 +17,9 @@ from bertkit.errors import UserError
 
 TASKS = ("single_label", "multi_label", "regression")
 """Problem shapes (--task without auto)."""
+TAGS_TASK = "tags"
+"""The task of a tagger's labels, and what a tagging model records (`bertkit finetune` on tagged data: one tag per
+word)."""
 
 
 def task_of_problem_type(problem_type: str | None, num_labels: int) -> str:

@@ -33,6 +33,11 @@ class Splits:
     label_map: LabelMap | None = None
     notes: list[str] = field(default_factory=list)
 
+    def fingerprints(self) -> dict[str, str]:
+        """{train, dev}: what identifies each split's content in a training run's resume key."""
+        assert self.dev is not None
+        return {"train": self.train.fingerprint, "dev": self.dev.fingerprint}
+
 
 # ---------------------------------------------------------------- one split
 

@@ -18,12 +18,12 @@ from typing import Any, TypeVar
 
 from bertkit.data import sources
 from bertkit.data.tagged_rows import (
-    RawSentence,
     column_sentences,
     is_json_path,
     json_sentences,
     resolve_file_columns,
 )
+from bertkit.data.tagged_sentence import RawSentence
 from bertkit.data.tagged_tables import (
     dataset_columns,
     dataset_sentences,

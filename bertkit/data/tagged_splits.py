@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from bertkit.data.labels import TAGS_TASK, LabelMap
 from bertkit.data.tagged import (
     TaggedColumns,
     TaggedCorpus,
@@ -34,6 +35,19 @@ class TaggedTraining:
     @property
     def scheme(self) -> TagScheme:
         return self.train.scheme
+
+    @property
+    def label_map(self) -> LabelMap:
+        """The model's outputs: one per training tag, in `tags`' order."""
+        return LabelMap(self.tags, TAGS_TASK)
+
+    @property
+    def notes(self) -> list[str]:
+        """What the run's summary says of how the tags are scored (as the fine-tuning loop reads a split's notes)."""
+        scheme = self.scheme
+        if scheme.source != scheme.name:
+            return [f"{scheme.source} tags read as {scheme.name} (strict seqeval)"]
+        return [] if scheme.has_entities else ["plain tags (no entity scheme): scored by word accuracy"]
 
     def fingerprints(self) -> dict[str, str]:
         """{train, dev}: each corpus's `corpus_fingerprint`."""

@@ -1,7 +1,7 @@
 """Tagged corpora stored as Arrow tables with list columns, one sentence per row: parquet files, read one record
 batch (`BATCH_ROWS` rows) at a time, and hub dataset splits (a `datasets.Dataset`, memory-mapped from the hub
 cache), read the same way. Each row holds a list of words and a list of tags, checked as JSON rows are
-(`tagged_rows.checked_sentence`). Integer tag ids are read as the names of their ClassLabel: a hub split's features
+(`tagged_sentence.checked_sentence`). Integer tag ids are read as the names of their ClassLabel: a hub split's features
 record them, and a parquet file written by `datasets` keeps those features in its schema metadata. Ids without
 names are read as text, as JSON's are."""
 
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bertkit.data.tagged_rows import (
+from bertkit.data.tagged_sentence import (
     PEEK_SENTENCES,
     TAG_KEYS,
     WORD_KEYS,
@@ -130,7 +130,7 @@ def table_sentences(batches: Iterable[Any], word: str, tag: str, names: list[str
 
 
 def check_table_tags(where: str, sentences: Iterable[RawSentence], table: ListColumns, word: str, tag: str) -> None:
-    """The first sentences' tags look like tags (`tagged_rows.check_tag_values`; unnamed integer ids are numbers by
+    """The first sentences' tags look like tags (`tagged_sentence.check_tag_values`; unnamed integer ids are numbers by
     design)."""
     values = [t for raw in itertools.islice(sentences, PEEK_SENTENCES) for t in raw.tags]
     ids = table.kinds.get(tag) == "integer" and tag not in table.names

@@ -36,10 +36,16 @@ def encode_run(tokenizer: Any, splits: Splits, reading: Reading, *, cache_dir: s
     dev = encode_for(tokenizer, splits.dev, reading, cache_dir=cache_dir).encoded
     test = (encode_for(tokenizer, splits.test, reading, cache_dir=cache_dir).encoded
             if splits.test is not None and splits.test.labels is not None else None)
-    steps_per_epoch = len(global_batches(train.lengths, batch_size * min_rows, seed, 0, min_rows))
-    if steps_per_epoch == 0:
-        raise too_few_rows(len(splits.train), min_rows)
-    return RunTokens(train, dev, test, steps_per_epoch)
+    return RunTokens(train, dev, test, epoch_steps(train.lengths, batch_size, seed, min_rows, len(splits.train)))
+
+
+def epoch_steps(lengths: Any, batch_size: int, seed: int, min_rows: int, n_rows: int) -> int:
+    """Optimizer steps of one epoch over rows of `lengths` (global batches of `batch_size x min_rows` rows); a
+    UserError naming the `n_rows` of training data (rows, or a tagger's windows) when not one step fits."""
+    steps = len(global_batches(lengths, batch_size * min_rows, seed, 0, min_rows))
+    if steps == 0:
+        raise too_few_rows(n_rows, min_rows)
+    return steps
 
 
 def too_few_rows(n_rows: int, min_rows: int) -> UserError:

@@ -12,6 +12,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from bertkit.data.labels import TAGS_TASK
 from bertkit.data.tagscheme import TagScheme
 from bertkit.encoding.reading import UNRECORDED, Reading, read_as_recorded
 from bertkit.errors import UserError
@@ -135,10 +136,6 @@ def add_model_info(folder: str | Path, entries: dict[str, Any]) -> None:
     """The folder's bertkit_model.json with `entries` added (its files' record written again: the same files)."""
     info = {k: v for k, v in read_model_info(Path(folder)).items() if k not in ("files", "format")}
     write_model_info(folder, {**info, **entries})
-
-
-TAGS_TASK = "tags"
-"""The task a tagging model records (`bertkit finetune` on tagged data: one tag per word)."""
 
 
 def is_tagger(model_dir: str | Path) -> bool:

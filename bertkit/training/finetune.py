@@ -41,7 +41,7 @@ from bertkit.data.label_reader import MAX_TARGET
 from bertkit.data.labels import LabelMap
 from bertkit.data.splits import Splits, load_splits
 from bertkit.encoding.reading import Reading
-from bertkit.encoding.run_tokens import encode_run, too_few_rows  # noqa: F401 - too_few_rows: read from here too
+from bertkit.encoding.run_tokens import RunTokens, encode_run
 from bertkit.errors import UserError
 from bertkit.io import disk, rundir
 from bertkit.models import loading, metadata
@@ -108,6 +108,46 @@ class Task:
         """What the model cards say of where the model came from beyond --model (distillation: the teacher)."""
         return {}
 
+    def training_data(self, cfg: FinetuneOptions, warn: bool) -> tuple[FinetuneOptions, Any]:
+        """The run's data, read and checked, with the label mapping the model outputs (`label_map`), and `cfg`
+        fitted to its problem shape (`_for_the_shape`; `warn`: this process logs). The data answers `label_map`,
+        `dev`, `notes` and `fingerprints()` (`data.splits.Splits`; a tagger's `data.tagged_splits.TaggedTraining`)."""
+        splits = load_splits(cfg, need_labels=True, need_dev=True)
+        assert splits.label_map is not None and splits.dev is not None
+        splits.label_map = self.label_map(cfg, splits)
+        return _for_the_shape(cfg, splits, warn), splits
+
+    def tokens(self, cfg: FinetuneOptions, tokenizer: Any, splits: Splits, reading: Reading,
+               min_rows: int) -> RunTokens:
+        """The run's token ids and the steps of an epoch, before --out is claimed (too little data: refused)."""
+        return encode_run(tokenizer, splits, reading, cache_dir=cfg.cache_dir, batch_size=cfg.batch_size,
+                          seed=cfg.seed, min_rows=min_rows)
+
+    def network(self, cfg: FinetuneOptions, model: Any, accelerator: Any, tokens: RunTokens) -> Any:
+        """What the loop trains and evaluates: `model` behind the [CLS]-only fast forward where it applies
+        (`models.fastforward.SequenceClassifier`: trains `model`'s parameters, logits only), compiled with --compile."""
+        net = SequenceClassifier(model, fast=cfg.fast_forward)
+        if cfg.fast_forward and not net.fast:
+            log.info("--fast-forward does not apply (%s): using the model's own forward", net.unsupported)
+        # On a GPU the layers are compiled inside the CUDA-graph steps; elsewhere the whole module, in place
+        # (parameters and state_dict keys stay those of `model`: checkpoints, saves)
+        if cfg.compile and not (accelerator.device.type == "cuda" and cfg.cuda_graphs != "off"
+                                and net.compile_layers()):
+            net.compile(dynamic=True)
+        return net
+
+    def baseline(self, cfg: FinetuneOptions, objective: Any, label_map: LabelMap) -> Any:
+        """The dev split's constant baseline for --metric-for-best (`scoring.baseline`; None where none applies)."""
+        return majority_baseline(objective, label_map.task, cfg.metric_for_best or "")
+
+    def card(self, cfg: FinetuneOptions, splits: Splits, tokens: RunTokens, reproduce: str) -> cards.RunCard:
+        """The facts every model card of the run states (data, hyper-parameters, `reproduce`: the command line)."""
+        return cards.run_card(cfg, splits, self.command, self.card_lineage(cfg), tokens.test, reproduce)
+
+    def model_record(self) -> dict[str, Any]:
+        """What best/ and final/ record of the task beyond the reading and compute (a tagger: its tag scheme)."""
+        return {}
+
 
 # ---------------------------------------------------------------- the run
 
@@ -126,16 +166,14 @@ def finetune(cfg: FinetuneOptions, *, compute: Compute, reading: Reading, progre
     metrics.load_metrics(tuple(cfg.external_metrics))  # a --metric that cannot be loaded stops the run before work
     tracking.check_trackers(cfg)  # so does a --report-to tracker that is not installed
     accelerator = _accelerator(compute)
-    splits = load_splits(cfg, need_labels=True, need_dev=True)
-    assert splits.label_map is not None and splits.dev is not None
-    splits.label_map = task.label_map(cfg, splits)
-    cfg = _for_the_shape(cfg, splits, accelerator.is_main_process)
+    cfg, splits = task.training_data(cfg, accelerator.is_main_process)
+    notes = list(splits.notes)
     cfg, lr_choice = resolve_lr(cfg, lambda: loading.load_config(cfg.model, cfg.trust_remote_code))
     if lr_choice.source == AUTO:
-        splits.notes.append(lr_choice.line)
+        notes.append(lr_choice.line)
         if accelerator.is_main_process:
             log.info("%s", lr_choice.line)
-    key = resume_key(cfg, {"train": splits.train.fingerprint, "dev": splits.dev.fingerprint})
+    key = resume_key(cfg, splits.fingerprints())
     done = on_main(accelerator, lambda: finished_run(cfg, key, task.command))  # read-only; refusals end here
     if done is not None:  # where the finished run is (a sweep's trial: in the staging folder while it replaces)
         return _finished_result(done, accelerator)
@@ -151,13 +189,12 @@ def finetune(cfg: FinetuneOptions, *, compute: Compute, reading: Reading, progre
             state.train_seconds += session.graphs.capture_seconds
         session.tracker = tracking.started_trackers(session, state, key["data"], recorded)
         try:
-            bar = _progress(session, state, progress)
-            while state.epoch < cfg.epochs and not state.stopped_early:
-                train_epoch(session, state, bar)
-            bar.close()
+            with _progress(session, state, progress) as bar:  # closed on a failure too
+                while state.epoch < cfg.epochs and not state.stopped_early:
+                    train_epoch(session, state, bar)
             if session.tracker is not None:  # closed before finish() may move the run directory (--overwrite)
                 session.tracker.finish(ok=True)
-            return finish(session, state, restored, splits.notes)
+            return finish(session, state, restored, notes)
         finally:
             if session.tracker is not None:  # a failed run: its tracker runs end as failed (no-op once finished)
                 session.tracker.finish(ok=False)
@@ -230,15 +267,8 @@ def setup(cfg: FinetuneOptions, accelerator: Any, splits: Splits, key: dict[str,
     checkpoint_bytes = _checkpoint_bytes(model)
     lr_record = (lr_choice or LrChoice(float(cfg.lr), "given")).to_json()
     record = run_record(cfg, accelerator, task, lr_record)  # what a new run's config.json says, claimed with --out
-    net = SequenceClassifier(model, fast=cfg.fast_forward)  # trains `model`'s parameters; logits only
-    if cfg.fast_forward and not net.fast:
-        log.info("--fast-forward does not apply (%s): using the model's own forward", net.unsupported)
-    # On a GPU the layers are compiled inside the CUDA-graph steps; elsewhere the whole module, in place (parameters
-    # and state_dict keys stay those of `model`: checkpoints, saves)
-    if cfg.compile and not (accelerator.device.type == "cuda" and cfg.cuda_graphs != "off" and net.compile_layers()):
-        net.compile(dynamic=True)
-    tokens = encode_run(tokenizer, splits, reading, cache_dir=cfg.cache_dir, batch_size=cfg.batch_size,
-                        seed=cfg.seed, min_rows=accelerator.num_processes * cfg.grad_accum)
+    tokens = task.tokens(cfg, tokenizer, splits, reading, accelerator.num_processes * cfg.grad_accum)
+    net = task.network(cfg, model, accelerator, tokens)
     run, status = on_main(accelerator, lambda: rundir.claim_resumable(cfg.out or "", task.command, key,
                                                                       overwrite=cfg.overwrite, **record))
     if status == "finished":
@@ -247,14 +277,14 @@ def setup(cfg: FinetuneOptions, accelerator: Any, splits: Splits, key: dict[str,
     objective = task.objective(cfg, splits, run.path, accelerator)
     if hasattr(objective, "init_head"):  # before any checkpoint is restored over it
         objective.init_head(model)
-    baseline = majority_baseline(objective, label_map.task, cfg.metric_for_best or "")
+    baseline = task.baseline(cfg, objective, label_map)
     total_steps = tokens.steps_per_epoch * cfg.epochs
     scheduler = get_linear_schedule_with_warmup(optimizer, math.ceil(cfg.warmup_ratio * total_steps), total_steps)
     net, optimizer, scheduler = accelerator.prepare(net, optimizer, scheduler)
     return Session(cfg, accelerator, run, run.path, tokenizer, net, optimizer, scheduler, objective, tokens.train,
                    tokens.dev, splits.dev, label_map, tokens.steps_per_epoch, [], checkpoint_bytes, reading=reading,
-                   card=cards.run_card(cfg, splits, task.command, task.card_lineage(cfg), tokens.test, reproduce),
-                   learning_rate=lr_record, baseline=baseline)
+                   card=task.card(cfg, splits, tokens, reproduce), learning_rate=lr_record, baseline=baseline,
+                   task_record=task.model_record())
 
 
 def finish(session: Session, state: TrainState, restored: dict[str, Any] | None, notes: list[str]) -> TrainingRun:

@@ -115,6 +115,8 @@ class Session:
     """The dev split's constant (majority-class) baseline for --metric-for-best (`bertkit.scoring.baseline`)."""
     learning_rate: dict[str, Any] = field(default_factory=dict)
     """How --lr was chosen (`learning_rate.LrChoice.to_json`): metrics.json and config.json record it."""
+    task_record: dict[str, Any] = field(default_factory=dict)
+    """What the saved models record of the task beyond reading and compute (`Task.model_record`: a tag scheme)."""
     dev_batches: list[np.ndarray] = field(init=False, repr=False)
     """`dev_enc`'s rows in length-sorted batches of twice --batch-size (32 at least): every evaluation runs these,
     planned once with the session (a session for other rows, `dataclasses.replace(session, dev_enc=...)`, plans
@@ -139,7 +141,8 @@ class Session:
     def settings_record(self) -> dict[str, Any]:
         """bertkit_model.json's `reading` (predict, evaluate and export read texts as the model was trained) and
         `compute` (where and in what precision it was trained: information)."""
-        return {"reading": self.reading.to_json(), "compute": Compute.of_accelerator(self.accelerator).to_json()}
+        return {"reading": self.reading.to_json(), "compute": Compute.of_accelerator(self.accelerator).to_json(),
+                **self.task_record}
 
 
 # ---------------------------------------------------------------- restore, train, evaluate
