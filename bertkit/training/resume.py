@@ -58,10 +58,3 @@ def run_record(cfg: FinetuneOptions, accelerator: Any, task: Any,
              "device": str(accelerator.device)}
     return {"config": recorded_config(cfg), "extra": extra}
 
-
-def claim_out(cfg: FinetuneOptions, key: dict[str, Any], accelerator: Any, task: Any,
-              learning_rate: dict[str, Any] | None = None) -> tuple[rundir.RunDir, str]:
-    """Claim --out (main process): the run directory to write into and its status; a new run's config.json
-    (`run_record`, with how --lr was chosen: `learning_rate`)."""
-    return rundir.claim_resumable(cfg.out or "", task.command, key, overwrite=cfg.overwrite,
-                                  **run_record(cfg, accelerator, task, learning_rate))

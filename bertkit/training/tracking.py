@@ -189,11 +189,6 @@ def recorded_runs(session: Session) -> dict[str, Any]:
     return saved if isinstance(saved, dict) and saved.get("format") == RECORD_FORMAT else {}
 
 
-def start_trackers(session: Session, state: TrainState, fingerprints: dict[str, str]) -> RunTrackers | None:
-    """`started_trackers` continuing the runs `recorded_runs` reads now."""
-    return started_trackers(session, state, fingerprints, recorded_runs(session))
-
-
 def started_trackers(session: Session, state: TrainState, fingerprints: dict[str, str],
                      saved: dict[str, Any]) -> RunTrackers | None:
     """The run's trackers (None without --report-to), started on the main process after the restore, continuing the
