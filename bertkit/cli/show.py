@@ -20,6 +20,7 @@ from bertkit.cli.output import (
     result_json,
     table,
 )
+from bertkit.cli.show_tag_report import show_tag_report
 from bertkit.cli.show_words import show_word_embed, show_word_probe
 from bertkit.commands.bench import BenchResult
 from bertkit.commands.embed import EmbedResult
@@ -342,7 +343,7 @@ def _prediction_rows(task: str, texts: list[str], labels: list[Any], proba: Any,
 
 
 def show_evaluate(result: EvaluateResult, cfg: EvaluateConfig, view: View) -> None:
-    """The headline metrics, per tag or confusion matrix, and the files written."""
+    """The headline metrics, per tag or confusion matrix (a tagging model: its report), and the files written."""
     from bertkit.scoring import metrics
 
     if view.json:
@@ -366,10 +367,8 @@ def show_evaluate(result: EvaluateResult, cfg: EvaluateConfig, view: View) -> No
         names, matrix = result.confusion
         out_console.print(table("confusion matrix (rows = true)", ["true \\ predicted", *names],
                                 [[names[i], *row] for i, row in enumerate(matrix)]))
-    elif result.task == "tags" and result.per_type:
-        out_console.print(table("per entity type (strict)", ["type", "precision", "recall", "F1", "gold", "predicted"],
-                                [[name, r["precision"], r["recall"], r["f1"], r["support"], r["predicted"]]
-                                 for name, r in result.per_type.items()]))
+    elif result.task == "tags":
+        show_tag_report(result)
     if cfg.out:
         files = "predictions.jsonl" if result.task == "tags" else f"predictions.csv, {plot}"
         info(f"wrote {cfg.out}/metrics.json, {files}", view.quiet)

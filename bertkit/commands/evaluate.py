@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from bertkit.scoring.outputs import Outputs
+    from bertkit.scoring.tag_report import TagMistakes
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +86,9 @@ class EvaluateResult:
     """Rows longer than max_length, cut as `truncation` says (None: read whole in windows)."""
     temperature: float | None = None
     """The temperature the model's logits were divided by (`finetune --calibrate temperature`); None: none recorded."""
+    mistakes: TagMistakes | None = None
+    """A tagging model's mistakes: the confusion of entity types (with `none`) and the entity error counts, or for
+    plain tags (POS) the confusion of tags and per-tag scores; None for other shapes."""
 
     @property
     def task(self) -> str:
@@ -187,7 +191,8 @@ def run(cfg: EvaluateConfig, *, progress: bool = False) -> EvaluateResult:
 def run_tagger(cfg: EvaluateConfig, plan: Any) -> EvaluateResult:
     """A tagging model on tagged --data (IOB1 read as IOB2): strict entity P/R/F1 with the model's scheme (micro,
     macro, per type, the F1's interval over sentences) and word accuracy, or word accuracy and macro-F1 for plain tags;
-    with --out: config.json, metrics.json and predictions.jsonl (predict's shape: words, tags, spans per sentence)."""
+    and its mistakes (`scoring.tag_report.TagMistakes`); with --out: config.json, metrics.json and predictions.jsonl
+    (predict's shape: words, tags, spans per sentence)."""
     from bertkit.io import atomic, trail
     from bertkit.scoring.tag_outputs import check_gold_scheme, score_tagger, tag_reader
     from bertkit.scoring.tags import tag_scores_record
@@ -212,10 +217,11 @@ def run_tagger(cfg: EvaluateConfig, plan: Any) -> EvaluateResult:
     run_dir = plan.claim() if plan is not None else None
     out = run_dir.path / "predictions.jsonl" if run_dir is not None else None
     with open_word_predictions(out) if out is not None else _no_file() as append:
-        scores = score_tagger(reader, corpus, limit=cfg.limit, seed=cfg.seed, on_chunk=append)
-    record = {"task": "tags", **tag_scores_record(scores), **({"notes": notes} if notes else {})}
+        report = score_tagger(reader, corpus, limit=cfg.limit, seed=cfg.seed, on_chunk=append)
+    record = {"task": "tags", **tag_scores_record(report.scores), **({"notes": notes} if notes else {})}
     result = EvaluateResult(cfg.model or "", str(corpus.source), corpus_fingerprint(corpus), reading.max_length,
-                            reading.long_text, reading.truncation, compute.precision, Scores.from_json(record))
+                            reading.long_text, reading.truncation, compute.precision, Scores.from_json(record),
+                            mistakes=report.mistakes)
     if run_dir is not None:
         trail.write_run_config(run_dir.path, "evaluate", config_dict(given_cfg), data_fingerprint=result.data_fingerprint)
         atomic.write_json_atomic(run_dir.path / "metrics.json", result)

@@ -2,7 +2,8 @@
 word, from the first piece's logits in the window where the word has the most context (`bertkit.models.tagger`),
 the tags' probabilities and the entity spans (`bertkit.scoring.spans`, the JSONL shape a word probe writes), chunk
 by chunk so a file of any length streams (`TagReader.tag`); and a tagged corpus scored against them (`score_tagger`:
-strict seqeval with the model's scheme, `bertkit.scoring.entities.score_tags`, the same entities the spans show)."""
+strict seqeval with the model's scheme, `bertkit.scoring.entities.score_tags`, the same entities the spans show,
+with the mistakes `bertkit.scoring.tag_report` counts)."""
 
 from __future__ import annotations
 
@@ -19,8 +20,9 @@ from bertkit.errors import UserError
 from bertkit.models import loading
 from bertkit.models.compute import Compute
 from bertkit.models.tagger import SavedTagger, load_tagger, window_logits
-from bertkit.scoring.entities import BOOTSTRAP_RESAMPLES, TagScores, score_tags
+from bertkit.scoring.entities import BOOTSTRAP_RESAMPLES
 from bertkit.scoring.spans import TaggedWords, tagged_words
+from bertkit.scoring.tag_report import TagReport, tag_report
 from bertkit.scoring.word_tags import windowed_word_distributions
 
 CHUNK_SENTENCES = 256
@@ -64,22 +66,23 @@ def tag_reader(model_dir: str, compute: Compute, reading: Reading, batch_size: i
 
 def check_gold_scheme(reader: TagReader, corpus: TaggedCorpus) -> list[str]:
     """Refuse gold tags that name entities another way than the model's (a POS file for an entity tagger, IOBES
-    against IOB2: IOB1 reads as IOB2); notes for gold tags the model never predicts (they count as missed)."""
+    against IOB2: IOB1 reads as IOB2); notes for gold tags the model never predicts (no prediction can match them)."""
     model, gold = reader.tagger.scheme, corpus.scheme
     if model.name != gold.name:
         raise UserError(f"{corpus.source} reads as {gold.name} tags but the model {reader.tagger.path} was trained on "
                         f"{model.name} tags: its entities would be read differently. Valid: gold data in the model's "
                         f"scheme ({model.name}; IOB1 and IOB2 both read as IOB2). Pass such data, or convert it.")
     unseen = sorted(set(corpus.tags) - set(reader.tagger.tags))
-    return [f"{corpus.source} has tags the model never predicts (they count as missed): {', '.join(unseen[:10])}"
-            ] if unseen else []
+    return [f"{corpus.source} has tags the model never predicts (no prediction can match them): "
+            f"{', '.join(unseen[:10])}"] if unseen else []
 
 
 def score_tagger(reader: TagReader, corpus: TaggedCorpus, *, limit: int | None = None, seed: int = 0,
-                 on_chunk: Callable[[list[TaggedWords]], Any] | None = None) -> TagScores:
-    """The model's tags of the corpus's sentences (the first `limit`) scored against its gold tags as the model's
-    scheme reads them, with the main score's bootstrap interval over sentences; `on_chunk` sees every chunk's
-    predictions in order (the predictions file)."""
+                 on_chunk: Callable[[list[TaggedWords]], Any] | None = None) -> TagReport:
+    """The model's tags of the corpus's sentences (the first `limit`) scored against its gold tags as the scheme they
+    were read with reads them (the model's: `check_gold_scheme`), with the main score's bootstrap interval over
+    sentences and the mistakes (`tag_report`); `on_chunk` sees every chunk's predictions in order (the predictions
+    file). Only the tags are held, a list per sentence; a chunk's windows go once its tags are read."""
     gold: list[list[str]] = []
     predicted: list[list[str]] = []
     for chunk in corpus.chunks(CHUNK_SENTENCES):
@@ -91,4 +94,4 @@ def score_tagger(reader: TagReader, corpus: TaggedCorpus, *, limit: int | None =
         predicted.extend(list(t.tags) for t in tagged)
         if on_chunk is not None:
             on_chunk(tagged)
-    return score_tags(gold, predicted, reader.tagger.scheme, BOOTSTRAP_RESAMPLES, seed)
+    return tag_report(gold, predicted, corpus.scheme, BOOTSTRAP_RESAMPLES, seed)

@@ -62,32 +62,64 @@ class EntityErrors:
     wrong_boundary: int
     wrong_type_and_boundary: int
 
+    @property
+    def predicted(self) -> int:
+        """The predicted entities: each counted once, as correct or as one of the four prediction errors."""
+        return self.correct + self.false_positives
+
+    @property
+    def false_positives(self) -> int:
+        """seqeval's false positives, split into the four prediction errors."""
+        return self.wrong_type + self.wrong_boundary + self.wrong_type_and_boundary + self.spurious
+
     def to_json(self) -> dict[str, int]:
         return asdict(self)
 
 
 @dataclass(frozen=True)
-class TagReport:
-    """What `evaluate` prints for a tagging model: the word table's scores, the confusion (entity types with `none`,
-    or tags), the entity errors (entity tags) or per-tag scores (plain tags)."""
+class TagMistakes:
+    """Where the tags went wrong, beside the scores: the confusion (entity types with `none`, or tags), and the
+    entity errors (entity tags) or the per-tag scores (plain tags, where entity errors do not apply)."""
 
-    scores: TagScores
     confusion: Confusion
     errors: EntityErrors | None = None
     """Entity tags only."""
     per_tag: Mapping[str, TypeScore] | None = None
     """Plain tags only: every tag of gold or predictions, `support` its gold words, `predicted` its predicted ones."""
 
+    def to_json(self) -> dict[str, Any]:
+        return {"confusion": self.confusion.to_json(),
+                "errors": self.errors.to_json() if self.errors is not None else None,
+                "per_tag": {tag: asdict(row) for tag, row in self.per_tag.items()} if self.per_tag is not None
+                else None}
+
+
+@dataclass(frozen=True)
+class TagReport:
+    """What `evaluate` prints for a tagging model: the word table's scores and its `TagMistakes`."""
+
+    scores: TagScores
+    mistakes: TagMistakes
+
     @property
     def main(self) -> float:
         return self.scores.main
 
+    @property
+    def confusion(self) -> Confusion:
+        return self.mistakes.confusion
+
+    @property
+    def errors(self) -> EntityErrors | None:
+        return self.mistakes.errors
+
+    @property
+    def per_tag(self) -> Mapping[str, TypeScore] | None:
+        return self.mistakes.per_tag
+
     def to_json(self) -> dict[str, Any]:
         return {**self.scores.to_json(), "main": self.scores.main, "main_name": self.scores.main_name,
-                "confusion": self.confusion.to_json(),
-                "errors": self.errors.to_json() if self.errors is not None else None,
-                "per_tag": {tag: asdict(row) for tag, row in self.per_tag.items()} if self.per_tag is not None
-                else None}
+                **self.mistakes.to_json()}
 
 
 def tag_report(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]], scheme: TagScheme,
@@ -98,10 +130,10 @@ def tag_report(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]
     predicted = [canonical_tags(s) if scheme.has_entities else list(s) for s in predicted]
     scores = score_tags(gold, predicted, scheme, n_boot, seed)  # also refuses sentences of different lengths
     if not scheme.has_entities:
-        return TagReport(scores, tag_confusion(gold, predicted), per_tag=per_tag_scores(gold, predicted))
+        return TagReport(scores, TagMistakes(tag_confusion(gold, predicted), per_tag=per_tag_scores(gold, predicted)))
     gold_entities, predicted_entities = read_entities(gold, scheme.name), read_entities(predicted, scheme.name)
-    return TagReport(scores, entity_confusion(gold_entities, predicted_entities),
-                     errors=entity_errors(gold_entities, predicted_entities))
+    return TagReport(scores, TagMistakes(entity_confusion(gold_entities, predicted_entities),
+                                         errors=entity_errors(gold_entities, predicted_entities)))
 
 
 def _confusion(pairs: Iterable[tuple[str, str]], labels: Iterable[str]) -> Confusion:

@@ -6,9 +6,9 @@ The loss is cross-entropy over the labelled pieces of a batch's windows (`bertki
 first piece, or every piece with --label-all-pieces), in fp32. The scores are the words': each dev word's tag is the
 argmax at its first piece in the window where it has the most context, scored by strict seqeval with the recorded
 scheme (`bertkit.scoring.entities.score_tags`). The names are run_ner's and seqeval's: `f1`, `precision`, `recall`
-(entities, micro), `macro_f1` (over entity types), `accuracy` (words), with per-type P/R/F1 (`per_type`), the
-main score's 95% bootstrap interval over dev sentences and `loss` (mean over dev words); plain tags (POS):
-`accuracy` and `macro_f1` (over tags)."""
+(entities, micro), `macro_f1` (over entity types, with `macro_precision` and `macro_recall`: seqeval's macro
+average), `accuracy` (words), with per-type P/R/F1 (`per_type`), the main score's 95% bootstrap interval over dev
+sentences and `loss` (mean over dev words); plain tags (POS): `accuracy` and `macro_f1` (over tags)."""
 
 from __future__ import annotations
 
@@ -148,7 +148,8 @@ def tag_scores_record(scores: Any) -> dict[str, Any]:
         record["macro_f1"] = scores.tag_macro_f1
     else:
         record.update(f1=entities.f1, precision=entities.precision, recall=entities.recall,
-                      macro_f1=entities.macro_f1, tag_macro_f1=scores.tag_macro_f1, entities=entities.n_gold,
+                      macro_f1=entities.macro_f1, macro_precision=entities.macro_precision,
+                      macro_recall=entities.macro_recall, tag_macro_f1=scores.tag_macro_f1, entities=entities.n_gold,
                       predicted_entities=entities.n_predicted,
                       per_type={name: asdict(row) for name, row in sorted(entities.per_type.items())})
     if scores.interval is not None:
