@@ -36,7 +36,7 @@ class FinetuneConfig(TagSchemeOption, TagTrainingOptions, FinetuneOptions):
     tagger: one tag per word, best/ by dev entity F1 (strict seqeval) or word accuracy for plain tags."""
 
     READS_WORDS = True
-    NOT_FOR_WORDS = ("text_pair_column", "label_sep", "dev_fraction", "test", "task_preset", "metric", "calibrate",
+    NOT_FOR_WORDS = ("text_pair_column", "label_sep", "dev_fraction", "task_preset", "metric", "calibrate",
                      "threshold", "truncation")
     """The options the tagging path does not read (given: refused, naming them)."""
 
@@ -49,7 +49,8 @@ class FinetuneConfig(TagSchemeOption, TagTrainingOptions, FinetuneOptions):
         problems += self.word_problems() if self.reads_words else [
             f"{flag(name)} applies to tagged data (one tag per word); {self.data} is read as rows of text. Pass a "
             f"CoNLL-style file (.iob2, .conll) or --task tags, or drop {flag(name)}."
-            for name, unset in (("tag_scheme", "auto"), ("label_all_pieces", False)) if getattr(self, name) != unset]
+            for name, unset in (("tag_scheme", "auto"), ("label_all_pieces", False), ("stride", None))
+            if getattr(self, name) != unset]
         raise_if_problems(problems)
 
     @property
@@ -115,9 +116,11 @@ def run(cfg: FinetuneConfig, *, progress: bool = True) -> FinetuneResult:
     data = None
     if cfg.reads_words:
         cfg = checked_as_saved(cfg, "finetune", data_fields=())
+        # --stride against the window as resolved (given, or as the --model records it)
+        raise_if_problems(Reading.of_words(TAGGER_WORD_POOL, cfg.max_length, cfg.stride).word_problems())
         data = load_tagged_training(str(cfg.data), str(cfg.dev), TaggedColumns(cfg.text_column, cfg.label_column,
                                                                               cfg.tag_scheme),
-                                    cfg.data_config, cfg.train_split, cfg.limit)
+                                    cfg.data_config, cfg.train_split, cfg.limit, test=cfg.test)
     else:
         cfg = checked_as_saved(cfg, "finetune")
     from bertkit.training.finetune import finetune, training_device
@@ -125,6 +128,7 @@ def run(cfg: FinetuneConfig, *, progress: bool = True) -> FinetuneResult:
 
     compute = Compute.resolve(training_device(), cfg.precision)
     # a tagger reads words in windows of --max-length pieces, each word at its first piece
-    reading = Reading.from_options(cfg) if data is None else Reading.of_words(TAGGER_WORD_POOL, cfg.max_length)
+    reading = (Reading.from_options(cfg) if data is None
+               else Reading.of_words(TAGGER_WORD_POOL, cfg.max_length, cfg.stride))
     task = None if data is None else TagTask(data)
     return FinetuneResult.of(finetune(cfg, progress=progress, compute=compute, reading=reading, task=task))

@@ -1,5 +1,6 @@
-"""The tagged data of a training run (`bertkit finetune` on tagged data): --data and --dev read and checked as
-tagged corpora (`bertkit.data.tagged.read_tagged_splits`: columns, scheme, dev tags seen in training), their
+"""The tagged data of a training run (`bertkit finetune` on tagged data): --data, --dev and a labelled --test read and
+checked as tagged corpora (`bertkit.data.tagged.read_tagged_splits`: columns, scheme, dev and test tags seen in
+training), their
 sentences kept in memory (the first --limit of each: a run holds its windows of word pieces anyway), the tags the
 model outputs (the training corpus's, sorted) and what identifies each corpus in the run's resume key and cards."""
 
@@ -20,13 +21,16 @@ from bertkit.data.tagscheme import TagScheme
 
 @dataclass(frozen=True)
 class TaggedTraining:
-    """A run's tagged training and dev data: the corpora as checked, their sentences (within --limit), the tags
-    (the training corpus's: the model's outputs in this order) and the scheme both are scored with."""
+    """A run's tagged training, dev and (optional) test data: the corpora as checked, their sentences (within
+    --limit), the tags (the training corpus's: the model's outputs in this order) and the scheme all are scored with."""
 
     train: TaggedCorpus
     dev: TaggedCorpus
     train_sentences: tuple[TaggedSentence, ...]
     dev_sentences: tuple[TaggedSentence, ...]
+    test: TaggedCorpus | None = None
+    """--test: scored at each new best and at the end (its tags seen in training); None without --test."""
+    test_sentences: tuple[TaggedSentence, ...] = ()
 
     @property
     def tags(self) -> tuple[str, ...]:
@@ -64,13 +68,17 @@ def corpus_fingerprint(corpus: TaggedCorpus) -> str:
 
 
 def load_tagged_training(data: str, dev: str, columns: TaggedColumns, config: str | None = None,
-                         train_split: str = "train", limit: int | None = None) -> TaggedTraining:
-    """--data and --dev (files, or the hub dataset --data and its splits) read, checked and kept (the first
-    `limit` sentences of each)."""
-    sources = tagged_sources(data, [dev], config, train_split)
-    train_corpus, dev_corpus = read_tagged_splits(sources[0], sources[1:], columns)
+                         train_split: str = "train", limit: int | None = None,
+                         test: str | None = None) -> TaggedTraining:
+    """--data, --dev and --test when given (files, or the hub dataset --data and its splits) read, checked (a dev or
+    test tag unseen in training refused: `data.tagged.check_dev_tags`) and kept (the first `limit` sentences of
+    each)."""
+    sources = tagged_sources(data, [dev] if test is None else [dev, test], config, train_split)
+    train_corpus, dev_corpus, *test_corpus = read_tagged_splits(sources[0], sources[1:], columns)
 
     def kept(corpus: TaggedCorpus) -> tuple[TaggedSentence, ...]:
         return tuple(corpus.head(limit) if limit else corpus.sentences())
 
-    return TaggedTraining(train_corpus, dev_corpus, kept(train_corpus), kept(dev_corpus))
+    tested = test_corpus[0] if test_corpus else None
+    return TaggedTraining(train_corpus, dev_corpus, kept(train_corpus), kept(dev_corpus), tested,
+                          kept(tested) if tested is not None else ())

@@ -8,7 +8,8 @@ argmax at its first piece in the window where it has the most context, scored by
 scheme (`bertkit.scoring.entities.score_tags`). The names are run_ner's and seqeval's: `f1`, `precision`, `recall`
 (entities, micro), `macro_f1` (over entity types, with `macro_precision` and `macro_recall`: seqeval's macro
 average), `accuracy` (words), with per-type P/R/F1 (`per_type`), the main score's 95% bootstrap interval over dev
-sentences and `loss` (mean over dev words); plain tags (POS): `accuracy` and `macro_f1` (over tags)."""
+sentences and `loss` (mean over dev words); plain tags (POS): `accuracy` and `macro_f1` (over tags). A labelled
+--test split is scored the same way, by the objective made for its windows (`TagObjective.for_split`)."""
 
 from __future__ import annotations
 
@@ -82,6 +83,13 @@ class TagObjective:
     @property
     def num_outputs(self) -> int:
         return len(self.label_names)
+
+    def for_split(self, windows: LabelledWindows, words: Sequence[str]) -> TagObjective:
+        """This objective scoring another split's windows (a labelled --test: at each new best and at the end) with
+        the same tags, scheme and seed; its loss is the training windows' as here."""
+        split = TagObjective(self.labels, windows, words, self.label_names, self.scheme, self._weights, self.seed)
+        split._weight = self._weight  # on the device this one was moved to
+        return split
 
     def to(self, device: torch.device) -> TagObjective:
         if self._weights is not None:

@@ -14,6 +14,7 @@ import numpy as np
 
 from bertkit import __version__
 from bertkit.data.dataset import TextDataset
+from bertkit.data.tagged import TaggedCorpus
 from bertkit.encoding.encode import Encoded
 from bertkit.models.card import CardFacts
 from bertkit.scoring.evaluation import split_result
@@ -30,9 +31,14 @@ class RunCard:
     """`Session.card`: the run's card facts, and the labelled --test data scored at each new best and at the end."""
 
     facts: CardFacts
-    test: TextDataset | None = None
+    test: TextDataset | TaggedCorpus | None = None
+    """The labelled --test data (its `source` names it in the cards); a tagger's is a tagged corpus."""
     test_enc: Encoded | None = None
     y_test: np.ndarray | None = None
+    """The test rows' label ids (a tagger's: its words' tag ids, as `test_objective` reads them)."""
+    test_objective: Any = None
+    """What scores the test logits where the run's objective cannot by swapping its labels for `y_test` (a tagger's:
+    the objective of the test windows, `scoring.tags.TagObjective.for_split`); None: the run's objective."""
     scored_at: tuple[int, Any, Any] | None = None
     """(step, dev scores, --test scores or None) of the last evaluation: the final card reuses them when no step
     came after it (the last step is always evaluated), instead of scoring the same weights again."""
@@ -75,14 +81,17 @@ def run_card(cfg: Any, splits: Any, command: str, lineage: dict[str, Any], test_
 
 def test_scored(session: Any, dev_scored: Any, dev_scores: Any) -> Any:
     """The current weights' scores on the labelled --test data, by `dev_scores` (the loop's: every process takes
-    part) on the test rows, at the dev-tuned threshold for tags; None without test data."""
+    part) on the test rows, at the dev-tuned threshold for multi-label tags (a tagger's test words: by the card's
+    `test_objective`); None without test data."""
     card = session.card
     if card is None or card.test_enc is None:
         return None
-    scorer = copy.copy(getattr(session.objective, "hard", session.objective))
-    scorer.y_dev = card.y_test
-    if isinstance(scorer, MultiLabel):
-        scorer.threshold = dev_scored.metrics.get("threshold", 0.5)
+    scorer = card.test_objective
+    if scorer is None:
+        scorer = copy.copy(getattr(session.objective, "hard", session.objective))
+        scorer.y_dev = card.y_test
+        if isinstance(scorer, MultiLabel):
+            scorer.threshold = dev_scored.metrics.get("threshold", 0.5)
     return dev_scores(dataclasses.replace(session, dev_enc=card.test_enc, objective=scorer))
 
 

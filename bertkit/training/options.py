@@ -165,10 +165,13 @@ class FinetuneOptions(TrackingOptions, ReadingOptions, MetricOptions, TaskOption
 class TagTrainingOptions:
     """How a tagger (fine-tuning on tagged data, `bertkit.training.tagging`) is taught its tags, declared once."""
 
-    ADVANCED_OPTIONS = ("label_all_pieces",)
+    ADVANCED_OPTIONS = ("label_all_pieces", "stride")
     label_all_pieces: bool = option(False, "Tagged data: learn every word piece's tag, not only each word's first "
                                     "piece's (run_ner's --label_all_tokens; a B- word's later pieces learn its I- tag). "
                                     "Scores are per word, from the first piece, either way.", panel=MODEL)
+    stride: int | None = option(None, "Tagged data: word pieces neighbouring windows of a sentence longer than "
+                                "--max-length share (default: a quarter of --max-length). Recorded in the model: "
+                                "predict and evaluate read in the same windows.", panel=MODEL, minimum=0)
 
 
 @dataclass(frozen=True)

@@ -2,14 +2,17 @@
 which the fine-tuning run (`finetune.finetune`: AdamW, linear schedule, clipping, length-grouped batches, checkpoints
 and exact resume, early stopping, trackers) trains a tagger - only the data, the model and the objective differ:
 
-* the data is a tagged corpus (`bertkit.data.tagged`: --data and --dev checked, scheme detected or --tag-scheme,
-  dev tags unseen in training refused), read into windows of word pieces with a label per piece
-  (`bertkit.encoding.word_labels`, the reading of words: `Reading.of_words`, windows of --max-length);
+* the data is a tagged corpus (`bertkit.data.tagged`: --data, --dev and a labelled --test checked, scheme detected
+  or --tag-scheme, dev and test tags unseen in training refused), read into windows of word pieces with a label per
+  piece (`bertkit.encoding.word_labels`, the reading of words: `Reading.of_words`, windows of --max-length sharing
+  --stride pieces);
 * the model is `AutoModelForTokenClassification` (`models.loading.load_classifier(tokens=True)`, id2label = the
   tags) run by its own forward (`bertkit.models.tagger.TokenClassifier`: the [CLS]-only fast path and the CUDA-graph
   steps are for sentence heads, so its steps run eagerly, which the run's summary records);
 * the objective is `bertkit.scoring.tags.TagObjective`: the loss over labelled pieces, dev scores per word by strict
-  seqeval with the recorded scheme (entity F1 picks best/) or word accuracy for plain tags.
+  seqeval with the recorded scheme (entity F1 picks best/) or word accuracy for plain tags; a labelled --test is
+  scored the same way (its own objective, `TagObjective.for_split`) at each new best and at the end, as sentence
+  runs score theirs (`training.cards.test_scored`: metrics.json's best_test and final_test, the cards).
 
 best/ and final/ record the task `tags`, the tag scheme and the reading of words (bertkit_model.json), so predict,
 evaluate and a later finetune read the model as it was trained."""
@@ -36,19 +39,21 @@ from bertkit.training.options import FinetuneOptions
 
 log = logging.getLogger(__name__)
 
-TAG_HYPERPARAMETERS = ("tag_scheme", "label_all_pieces")
+TAG_HYPERPARAMETERS = ("tag_scheme", "label_all_pieces", "stride")
 """The tagging options a card's hyper-parameter table shows besides the sentence runs' (`cards.HYPERPARAMETERS`)."""
 
 
 class TagTask(Task):
-    """A tagger's run: its tagged `data` (--data and --dev as `data.tagged_splits.load_tagged_training` read and
-    checked them, before torch was imported), a new token-classification head (one output per tag) on the
-    pretrained encoder, the windows of both splits and the per-word objective."""
+    """A tagger's run: its tagged `data` (--data, --dev and --test as `data.tagged_splits.load_tagged_training` read
+    and checked them, before torch was imported), a new token-classification head (one output per tag) on the
+    pretrained encoder, the windows of each split and the per-word objective."""
 
     def __init__(self, data: TaggedTraining) -> None:
         self.data = data
-        self.windows: tuple[LabelledWindows, LabelledWindows] | None = None
-        """The training and dev windows (`tokens`), which the objective reads."""
+        self.windows: tuple[LabelledWindows, LabelledWindows, LabelledWindows | None] | None = None
+        """The training, dev and test (None: no --test) windows (`tokens`), which the objectives read."""
+        self.test_objective: TagObjective | None = None
+        """The objective scoring the test windows (`objective`), which the cards' test scoring uses."""
 
     def training_data(self, cfg: FinetuneOptions, warn: bool) -> tuple[FinetuneOptions, TaggedTraining]:
         """The tagged data, and `cfg` with the --metric-for-best its tags score (entity F1, or word accuracy)."""
@@ -64,17 +69,22 @@ class TagTask(Task):
 
     def tokens(self, cfg: FinetuneOptions, tokenizer: Any, splits: Any, reading: Reading,
                min_rows: int) -> RunTokens:
-        """Both splits' sentences as labelled windows of --max-length pieces (`reading`: the reading of words)."""
-        train, dev = (tag_windows(cfg, tokenizer, sentences, self.data.tags, reading)
-                      for sentences in (self.data.train_sentences, self.data.dev_sentences))
-        self.windows = train, dev
+        """Each split's sentences as labelled windows of --max-length pieces (`reading`: the reading of words)."""
+        data = self.data
+        train, dev = (tag_windows(cfg, tokenizer, sentences, data.tags, reading)
+                      for sentences in (data.train_sentences, data.dev_sentences))
+        test = tag_windows(cfg, tokenizer, data.test_sentences, data.tags, reading) if data.test is not None else None
+        self.windows = train, dev, test
         steps = epoch_steps(train.encoded.lengths, cfg.batch_size, cfg.seed, min_rows, train.n_windows)
-        return RunTokens(train.encoded, dev.encoded, None, steps)
+        return RunTokens(train.encoded, dev.encoded, test.encoded if test is not None else None, steps)
 
     def network(self, cfg: FinetuneOptions, model: Any, accelerator: Any, tokens: RunTokens) -> Any:
-        """The model's own forward, its dev logits cut to the widest dev window (`models.tagger.TokenClassifier`);
-        the [CLS]-only fast path is a sentence head's, so --fast-forward does not apply (and steps run eagerly)."""
-        net = TokenClassifier(model, width=int(tokens.dev.lengths.max()) if len(tokens.dev.lengths) else None)
+        """The model's own forward, its dev (and test) logits cut to the widest window they have
+        (`models.tagger.TokenClassifier`); the [CLS]-only fast path is a sentence head's, so --fast-forward does not
+        apply (and steps run eagerly)."""
+        scored = [tokens.dev.lengths] + ([tokens.test.lengths] if tokens.test is not None else [])
+        widest = max((int(lengths.max()) for lengths in scored if len(lengths)), default=None)
+        net = TokenClassifier(model, width=widest)
         if cfg.fast_forward:
             log.info("--fast-forward does not apply (%s): using the model's own forward", NOT_FAST)
         if cfg.compile:  # the model's own forward and backward, dynamic shapes
@@ -82,21 +92,28 @@ class TagTask(Task):
         return net
 
     def objective(self, cfg: FinetuneOptions, splits: Any, out: Any, accelerator: Any) -> TagObjective:
-        """Cross-entropy over the labelled pieces (balanced tag weights with --class-weight balanced); dev scored
-        per word with the recorded scheme."""
+        """Cross-entropy over the labelled pieces (balanced tag weights with --class-weight balanced); dev (and
+        --test: `test_objective`) scored per word with the recorded scheme."""
         assert self.windows is not None, "tokens() makes the windows first"
-        train, dev = self.windows
+        train, dev, test = self.windows
         data = self.data
         weights = tag_class_weights(train.tag_ids, len(data.tags)) if cfg.class_weight == "balanced" else None
-        dev_words = [word for sentence in data.dev_sentences for word in sentence.words]
-        return TagObjective(train.labels, dev, dev_words, data.tags, data.scheme, weights,
-                            cfg.seed).to(accelerator.device)
+        objective = TagObjective(train.labels, dev, words_of(data.dev_sentences), data.tags, data.scheme, weights,
+                                 cfg.seed).to(accelerator.device)
+        if test is not None:
+            self.test_objective = objective.for_split(test, words_of(data.test_sentences))
+        return objective
 
     def baseline(self, cfg: FinetuneOptions, objective: Any, label_map: LabelMap) -> None:
         return None  # a constant tag is no entity: entity F1 0, nothing to warn about
 
     def card(self, cfg: FinetuneOptions, splits: Any, tokens: RunTokens, reproduce: str) -> RunCard:
-        return RunCard(tag_card_facts(cfg, self.data, self.command, reproduce))
+        """The cards' facts, and the --test words that are scored with them (`test_objective`)."""
+        facts = tag_card_facts(cfg, self.data, self.command, reproduce)
+        objective = self.test_objective
+        if objective is None:
+            return RunCard(facts)
+        return RunCard(facts, self.data.test, tokens.test, objective.y_dev, test_objective=objective)
 
     def model_record(self) -> dict[str, Any]:
         return {"tag_scheme": self.data.scheme.to_json()}
@@ -109,16 +126,24 @@ def tag_windows(cfg: Any, tokenizer: Any, sentences: Any, tags: tuple[str, ...],
                          reading, label_all_pieces=cfg.label_all_pieces, continuation=continuation_ids(tags))
 
 
+def words_of(sentences: Any) -> list[str]:
+    """The sentences' words, flat (as a split's objective reads them: `TagObjective.dev_words`)."""
+    return [word for sentence in sentences for word in sentence.words]
+
+
 def tag_card_facts(cfg: Any, data: TaggedTraining, command: str, reproduce: str) -> CardFacts:
     """What every card of a tagging run says besides its scores: data (sentences per split), hyper-parameters
-    (the tag scheme and --label-all-pieces too), the reproduce line, versions."""
+    (the tag scheme, --label-all-pieces and --stride too), the reproduce line, versions."""
     from bertkit.io.trail import package_versions
 
-    splits = (("train", data.train, data.train_sentences), ("dev", data.dev, data.dev_sentences))
+    splits = (("train", data.train, data.train_sentences), ("dev", data.dev, data.dev_sentences),
+              ("test", data.test, data.test_sentences))
     rows = [{"split": name, "source": str(corpus.source), "fingerprint": corpus_fingerprint(corpus),
-             "rows": len(sentences)} for name, corpus, sentences in splits]
+             "rows": len(sentences)} for name, corpus, sentences in splits if corpus is not None]
     hyper = {k: getattr(cfg, k) for k in (*HYPERPARAMETERS, *TAG_HYPERPARAMETERS) if hasattr(cfg, k)}
     hyper["tag_scheme"] = f"{data.scheme.source} (scored as {data.scheme.name})"
+    # the overlap the windows were read with (--stride unset: a quarter of the window, as predict reads them too)
+    hyper["stride"] = Reading.of_words(None, cfg.max_length, getattr(cfg, "stride", None)).window_stride
     versions = {k: v for k, v in package_versions().items() if k in ("torch", "transformers", "accelerate")}
     return CardFacts(command=command, model=cfg.model, task=TAGS_TASK, labels=list(data.tags), data=rows,
                      hyperparameters=hyper, command_line=reproduce, versions={"bertkit": __version__, **versions})
