@@ -15,12 +15,12 @@ from pathlib import Path
 
 from bertkit.data.options import reads_tagged
 from bertkit.data.tagged import TaggedColumns, may_be_tagged
-from bertkit.data.tagged_splits import load_tagged_training
+from bertkit.data.tagged_splits import TaggedTraining, load_tagged_training
 from bertkit.data.tagscheme import TagSchemeOption
 from bertkit.encoding.reading import Reading
 from bertkit.errors import UserError, raise_if_problems
 from bertkit.models.compute import Compute
-from bertkit.models.preflight import checked_as_saved
+from bertkit.models.preflight import DATA_FIELDS, checked_as_saved
 from bertkit.options import flag
 from bertkit.training.options import FinetuneOptions, TagTrainingOptions
 from bertkit.training.outcome import EpochRow, Restored, RunSummary, TrainingRun
@@ -113,22 +113,24 @@ def run(cfg: FinetuneConfig, *, progress: bool = True) -> FinetuneResult:
     """The run: its folder, metrics.json's content, the epoch table, what a resume restored, notes. Every check
     before torch and transformers are imported: the --model, --out and --max-length, and the data (a tagger's
     tagged --data and --dev are read and checked here, by their own reader: `load_tagged_training`)."""
-    data = None
-    if cfg.reads_words:
-        cfg = checked_as_saved(cfg, "finetune", data_fields=())
-        # --stride against the window as resolved (given, or as the --model records it)
-        raise_if_problems(Reading.of_words(TAGGER_WORD_POOL, cfg.max_length, cfg.stride).word_problems())
-        data = load_tagged_training(str(cfg.data), str(cfg.dev), TaggedColumns(cfg.text_column, cfg.label_column,
-                                                                              cfg.tag_scheme),
-                                    cfg.data_config, cfg.train_split, cfg.limit, test=cfg.test)
-    else:
-        cfg = checked_as_saved(cfg, "finetune")
+    words = cfg.reads_words
+    cfg = checked_as_saved(cfg, "finetune", data_fields=() if words else DATA_FIELDS)  # tagged: its reader checks
+    # a tagger reads words in windows of --max-length pieces (given, or as the --model records it), each word at its
+    # first piece
+    reading = Reading.of_words(TAGGER_WORD_POOL, cfg.max_length, cfg.stride) if words else Reading.from_options(cfg)
+    data = checked_tagged_data(cfg, reading) if words else None
     from bertkit.training.finetune import finetune, training_device
     from bertkit.training.tagging import TagTask
 
     compute = Compute.resolve(training_device(), cfg.precision)
-    # a tagger reads words in windows of --max-length pieces, each word at its first piece
-    reading = (Reading.from_options(cfg) if data is None
-               else Reading.of_words(TAGGER_WORD_POOL, cfg.max_length, cfg.stride))
     task = None if data is None else TagTask(data)
     return FinetuneResult.of(finetune(cfg, progress=progress, compute=compute, reading=reading, task=task))
+
+
+def checked_tagged_data(cfg: FinetuneConfig, reading: Reading) -> TaggedTraining:
+    """A tagger's --data, --dev and --test read and checked by the tagged reader, once `reading` (its windows:
+    --stride against --max-length) was."""
+    raise_if_problems(reading.word_problems())
+    return load_tagged_training(str(cfg.data), str(cfg.dev), TaggedColumns(cfg.text_column, cfg.label_column,
+                                                                          cfg.tag_scheme),
+                                cfg.data_config, cfg.train_split, cfg.limit, test=cfg.test)

@@ -52,6 +52,8 @@ class TagTask(Task):
         self.data = data
         self.windows: tuple[LabelledWindows, LabelledWindows, LabelledWindows | None] | None = None
         """The training, dev and test (None: no --test) windows (`tokens`), which the objectives read."""
+        self.reading: Reading | None = None
+        """How the windows were read (`tokens`: the run's reading of words), which the cards state."""
         self.test_objective: TagObjective | None = None
         """The objective scoring the test windows (`objective`), which the cards' test scoring uses."""
 
@@ -74,7 +76,7 @@ class TagTask(Task):
         train, dev = (tag_windows(cfg, tokenizer, sentences, data.tags, reading)
                       for sentences in (data.train_sentences, data.dev_sentences))
         test = tag_windows(cfg, tokenizer, data.test_sentences, data.tags, reading) if data.test is not None else None
-        self.windows = train, dev, test
+        self.windows, self.reading = (train, dev, test), reading
         steps = epoch_steps(train.encoded.lengths, cfg.batch_size, cfg.seed, min_rows, train.n_windows)
         return RunTokens(train.encoded, dev.encoded, test.encoded if test is not None else None, steps)
 
@@ -109,7 +111,8 @@ class TagTask(Task):
 
     def card(self, cfg: FinetuneOptions, splits: Any, tokens: RunTokens, reproduce: str) -> RunCard:
         """The cards' facts, and the --test words that are scored with them (`test_objective`)."""
-        facts = tag_card_facts(cfg, self.data, self.command, reproduce)
+        assert self.reading is not None, "tokens() reads the windows first"
+        facts = tag_card_facts(cfg, self.data, self.command, reproduce, self.reading.window_stride)
         objective = self.test_objective
         if objective is None:
             return RunCard(facts)
@@ -131,7 +134,7 @@ def words_of(sentences: Any) -> list[str]:
     return [word for sentence in sentences for word in sentence.words]
 
 
-def tag_card_facts(cfg: Any, data: TaggedTraining, command: str, reproduce: str) -> CardFacts:
+def tag_card_facts(cfg: Any, data: TaggedTraining, command: str, reproduce: str, stride: int) -> CardFacts:
     """What every card of a tagging run says besides its scores: data (sentences per split), hyper-parameters
     (the tag scheme, --label-all-pieces and --stride too), the reproduce line, versions."""
     from bertkit.io.trail import package_versions
@@ -142,8 +145,7 @@ def tag_card_facts(cfg: Any, data: TaggedTraining, command: str, reproduce: str)
              "rows": len(sentences)} for name, corpus, sentences in splits if corpus is not None]
     hyper = {k: getattr(cfg, k) for k in (*HYPERPARAMETERS, *TAG_HYPERPARAMETERS) if hasattr(cfg, k)}
     hyper["tag_scheme"] = f"{data.scheme.source} (scored as {data.scheme.name})"
-    # the overlap the windows were read with (--stride unset: a quarter of the window, as predict reads them too)
-    hyper["stride"] = Reading.of_words(None, cfg.max_length, getattr(cfg, "stride", None)).window_stride
+    hyper["stride"] = stride  # the overlap the windows were read with (--stride unset: a quarter of the window)
     versions = {k: v for k, v in package_versions().items() if k in ("torch", "transformers", "accelerate")}
     return CardFacts(command=command, model=cfg.model, task=TAGS_TASK, labels=list(data.tags), data=rows,
                      hyperparameters=hyper, command_line=reproduce, versions={"bertkit": __version__, **versions})
