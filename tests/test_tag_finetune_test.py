@@ -65,7 +65,7 @@ def test_a_test_tag_unseen_in_training_is_refused_and_nothing_is_written(tmp_pat
     assert not (tmp_path / "run").exists()
 
 
-def test_stride_is_recorded_in_the_tagger_and_read_back_by_predict(tiny_bert_dir, tmp_path):
+def test_stride_is_recorded_in_the_tagger_and_read_back_by_predict(tiny_bert_dir, tmp_path, write_tsv, toy_rows):
     from bertkit.commands.predict import PredictConfig
     from bertkit.commands.predict import run as predict
     from bertkit.models.metadata import read_as_saved, saved_reading
@@ -83,6 +83,11 @@ def test_stride_is_recorded_in_the_tagger_and_read_back_by_predict(tiny_bert_dir
     assert (asked.max_length, asked.stride) == (16, 3)  # predict reads in the windows it was trained in
     assert len(predict(PredictConfig(model=str(best), text=(long,))).sentences[0].tags) == 54
     assert result.metrics["best_dev"]["n"] == sum(len(s[0]) for s in synthetic_sentences(4, 3, words=(20, 30)))
+    again = read_as_saved(FinetuneConfig(data=str(train), dev=str(dev), model=str(best), out=str(tmp_path / "t2")))
+    assert (again.max_length, again.stride) == (16, 3)  # a tagger fine-tuned on from it reads in the same windows
+    rows = write_tsv("rows.tsv", toy_rows, ("sentence", "label"))
+    text = read_as_saved(FinetuneConfig(data=str(rows), model=str(best), out=str(tmp_path / "t3")))
+    assert (text.max_length, text.stride) == (16, None)  # rows of text from its encoder: no tagger's --stride
 
 
 @pytest.mark.parametrize(("overrides", "message"), [

@@ -216,6 +216,8 @@ class Reading:
     def applied_to(self, cfg: Any) -> Any:
         """`cfg` with this reading's values in its reading options (the resolved config a command runs with)."""
         names = {f.name for f in dataclasses.fields(cfg)}
+        if "long_text" not in names and not getattr(cfg, "reads_words", False):
+            names.discard("stride")  # finetune on rows of text: --stride is a tagger's option, not read from a record
         return dataclasses.replace(cfg, **{k: v for k, v in self.to_json().items() if k in names})
 
     def over_record(self, cfg: Any, recorded: Reading | None, what: str) -> tuple[Reading, list[str]]:
