@@ -4,7 +4,10 @@ best trial's best model (`bertkit.training.trials` runs them).
 The options are the training package's `SweepOptions` (the search space, parsed there into `Dimension`s, each value
 checked through a trial's `FinetuneOptions`); the result is `SweepResult`, what sweep.json holds as typed records
 (`training.trials_report.SweepSummary`). Here --max-length and --truncation are resolved once against the --model's
-record, and --precision resolved for each trial's value (it may be a dimension of the space, as may --max-length)."""
+record, and --precision resolved for each trial's value (it may be a dimension of the space, as may --max-length).
+On tagged data (--task tags, or a CoNLL-style --data) every trial is a tagger, ranked by what its tags score (entity
+F1, or word accuracy for plain tags); the tagged --data and --dev are read and checked here once, before torch is
+imported, and every trial trains on them."""
 
 from __future__ import annotations
 
@@ -12,16 +15,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bertkit.data.tagged_splits import load_tagged_training_for
 from bertkit.models.compute import Compute
 from bertkit.models.metadata import read_as_saved
-from bertkit.models.preflight import check_inputs
+from bertkit.models.preflight import DATA_FIELDS, check_inputs
 from bertkit.training.space import SweepOptions
 from bertkit.training.trials_report import SweepSummary, TrialRow
 
 
 @dataclass(frozen=True)
 class SweepConfig(SweepOptions):
-    """`bertkit sweep`: many `finetune` runs over a grid or an Optuna search, ranked by --metric-for-best."""
+    """`bertkit sweep`: many `finetune` runs over a grid or an Optuna search, ranked by --metric-for-best; on tagged
+    data (--task tags, or a CoNLL-style --data) taggers, ranked by dev entity F1 (or word accuracy for plain tags)."""
 
 
 @dataclass(frozen=True)
@@ -44,11 +49,13 @@ class SweepResult:
 
 def run(cfg: SweepConfig, *, progress: bool = True) -> SweepResult:
     """The sweep: its folder, sweep.json's content (main process), the ranked trials' rows."""
-    check_inputs(cfg, need_labels=True, models=(cfg.model,))  # before torch and transformers are imported
+    tagged = cfg.reads_words  # tagged data is checked by its own reader, not as a table
+    check_inputs(cfg, need_labels=True, models=(cfg.model,), data_fields=() if tagged else DATA_FIELDS)
     cfg = read_as_saved(cfg)  # every trial reads texts as the --model records, unless the space says otherwise
+    data = load_tagged_training_for(cfg) if tagged else None  # once, for every trial; before torch is imported
     from bertkit.training.finetune import training_device
     from bertkit.training.trials import run_sweep
 
     device = training_device()
-    outcome = run_sweep(cfg, lambda precision: Compute.resolve(device, precision), progress=progress)
+    outcome = run_sweep(cfg, lambda precision: Compute.resolve(device, precision), progress=progress, tagged=data)
     return SweepResult(outcome.out, outcome.summary, outcome.is_main_process)

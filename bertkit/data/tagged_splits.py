@@ -1,12 +1,13 @@
-"""The tagged data of a training run (`bertkit finetune` on tagged data): --data, --dev and a labelled --test read and
-checked as tagged corpora (`bertkit.data.tagged.read_tagged_splits`: columns, scheme, dev and test tags seen in
-training), their
+"""The tagged data of a training run (`bertkit finetune` or `sweep` on tagged data): --data, --dev and a labelled
+--test read and checked as tagged corpora (`bertkit.data.tagged.read_tagged_splits`: columns, scheme, dev and
+test tags seen in training), their
 sentences kept in memory (the first --limit of each: a run holds its windows of word pieces anyway), the tags the
 model outputs (the training corpus's, sorted) and what identifies each corpus in the run's resume key and cards."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from bertkit.data.labels import TAGS_TASK, LabelMap
 from bertkit.data.tagged import (
@@ -82,3 +83,16 @@ def load_tagged_training(data: str, dev: str, columns: TaggedColumns, config: st
     tested = test_corpus[0] if test_corpus else None
     return TaggedTraining(train_corpus, dev_corpus, kept(train_corpus), kept(dev_corpus), tested,
                           kept(tested) if tested is not None else ())
+
+
+TAGGED_TRAINING_OPTIONS = ("data", "dev", "test", "text_column", "label_column", "tag_scheme", "data_config",
+                           "train_split", "limit")
+"""The options `load_tagged_training_for` reads: what decides a run's tagged sentences and tags."""
+
+
+def load_tagged_training_for(options: Any) -> TaggedTraining:
+    """The tagged data of a run's options (a fine-tuning run's, or a sweep's: read once for all its trials): --data,
+    --dev and a labelled --test, their columns and --tag-scheme, the hub dataset's config and --train-split, --limit."""
+    columns = TaggedColumns(options.text_column, options.label_column, options.tag_scheme)
+    return load_tagged_training(str(options.data), str(options.dev), columns, options.data_config,
+                                options.train_split, options.limit, test=options.test)

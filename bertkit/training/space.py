@@ -1,6 +1,6 @@
-"""A sweep's options: every fine-tuning option (`SweepOptions` extends `FinetuneOptions`) plus the search space,
-parsed and checked here into `Dimension`s, each value through the `FinetuneOptions` of a trial, so a bad value is
-refused before anything runs, naming its flag.
+"""A sweep's options: every fine-tuning option (`SweepOptions` extends `FinetuneRunOptions`: on tagged data the
+trials are taggers) plus the search space, parsed and checked here into `Dimension`s, each value through the
+`FinetuneRunOptions` of a trial, so a bad value is refused before anything runs, naming its flag.
 
 Space syntax (keys are `finetune` option names, dashes or underscores):
     --grid "lr=5e-5,3e-5,2e-5"          a grid dimension: every value (repeat --grid for more dimensions)
@@ -17,10 +17,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from bertkit.data.tagged_splits import TAGGED_TRAINING_OPTIONS
 from bertkit.errors import UserError, raise_if_problems
 from bertkit.options import OUTPUT, field_type, flag, option
 from bertkit.training.learning_rate import AUTO
-from bertkit.training.options import FinetuneOptions
+from bertkit.training.tag_options import FinetuneRunOptions
 
 SWEEP = "Sweep"
 """The help panel of the search-space options."""
@@ -32,10 +33,13 @@ CHANGES_THE_RANKING = {
     "task": "the kind of labels the dev score compares with", "task_preset": "the data's columns, labels and task",
     "label_column": "the labels the dev score compares with", "label_sep": "the labels the dev score compares with",
     "dev": "the dev rows the score is computed on", "dev_fraction": "the dev rows the score is computed on",
+    "tag_scheme": "the entities the dev tags are read into",
 }
 """Options whose values change what the ranking metric means (option -> what it changes): trials run with two of
 their values would be ranked by numbers that cannot be compared (a loss against an accuracy, a Pearson r against an
 accuracy, scores on two dev sets), so a space may not vary them."""
+READS_WORDS_FROM = ("data", "data_config", "train_split")
+"""Searchable options that decide whether a trial reads tagged data (a tagger) or rows of text (a classifier)."""
 
 
 @dataclass(frozen=True)
@@ -70,8 +74,9 @@ class Dimension:
 
 
 @dataclass(frozen=True)
-class SweepOptions(FinetuneOptions):
-    """A sweep: many fine-tuning runs over a grid or an Optuna search, ranked by --metric-for-best."""
+class SweepOptions(FinetuneRunOptions):
+    """A sweep: many fine-tuning runs over a grid or an Optuna search, ranked by --metric-for-best (on tagged data:
+    taggers, ranked by what the tags score: entity F1, or word accuracy for plain tags)."""
 
     grid: tuple[str, ...] = option((), "A grid dimension, repeatable: OPTION=V1,V2,... with a finetune option name, "
                                    "e.g. --grid lr=5e-5,3e-5,2e-5 --grid batch-size=16,32 (every combination runs).",
@@ -107,13 +112,13 @@ class SweepOptions(FinetuneOptions):
         return parse_space(self)
 
 
-FINETUNE_FIELDS = {f.name: f for f in dataclasses.fields(FinetuneOptions)}
+FINETUNE_FIELDS = {f.name: f for f in dataclasses.fields(FinetuneRunOptions)}
 
 
-def finetune_config(cfg: SweepOptions, params: dict[str, Any], seed: int, out: str) -> FinetuneOptions:
-    """The `FinetuneOptions` of one trial: the sweep's finetune options with `params`, `seed` and `out`."""
+def finetune_config(cfg: SweepOptions, params: dict[str, Any], seed: int, out: str) -> FinetuneRunOptions:
+    """The `FinetuneRunOptions` of one trial: the sweep's finetune options with `params`, `seed` and `out`."""
     values = {name: getattr(cfg, name) for name in FINETUNE_FIELDS}
-    return FinetuneOptions(**{**values, **params, "seed": seed, "out": out, "overwrite": False})
+    return FinetuneRunOptions(**{**values, **params, "seed": seed, "out": out, "overwrite": False})
 
 
 def space_problems(cfg: SweepOptions) -> list[str]:
@@ -168,6 +173,10 @@ def _parse_one(cfg: SweepOptions, text: str, where: str) -> Dimension:
         raise UserError(f"{where} {text!r}: {flag(name)} changes {CHANGES_THE_RANKING[name]}, so its trials would be "
                         f"ranked by numbers that mean different things. Give {flag(name)} once as an option of the "
                         f"sweep (every trial the same), or run one sweep per value.")
+    if name in TAGGED_TRAINING_OPTIONS and cfg.reads_words:
+        raise UserError(f"{where} {text!r}: {flag(name)} decides which tagged sentences and tags the trials read, and "
+                        f"a tagger sweep reads its tagged --data and --dev once, before the trials. Give "
+                        f"{flag(name)} once as an option of the sweep, or run one sweep per value.")
     base = _base(name)
     if base is tuple:
         raise UserError(f"{where} {text!r}: {flag(name)} is a list option; a sweep varies single values. "
@@ -216,9 +225,16 @@ def _typed(base: type, value: str, text: str, where: str) -> Any:
 
 
 def _check(cfg: SweepOptions, name: str, value: Any, text: str, where: str) -> Any:
-    """`value` if a trial's FinetuneOptions takes it; else a UserError naming the flag and the finetune rule."""
+    """`value` if a trial's FinetuneRunOptions takes it and trains what the sweep's options do (a tagger on tagged
+    data, else a classifier); else a UserError naming the flag and the finetune rule."""
     try:
-        finetune_config(cfg, {name: value}, cfg.seed, cfg.out or "out")
+        trial = finetune_config(cfg, {name: value}, cfg.seed, cfg.out or "out")
     except UserError as exc:
         raise UserError(f"{where} {text!r}: {flag(name)} {value!r} is refused by finetune: {exc}") from None
+    if name in READS_WORDS_FROM and trial.reads_words != cfg.reads_words:
+        kinds = ("a tagger (tagged data)", "a classifier (rows of text)")
+        trained, swept = kinds if trial.reads_words else kinds[::-1]
+        raise UserError(f"{where} {text!r}: with {flag(name)} {value!r} a trial would train {trained}, but the "
+                        f"sweep's options train {swept}, and their dev scores cannot be ranked together. Run one "
+                        f"sweep per kind of data.")
     return value

@@ -5,8 +5,10 @@ otherwise fail only when its trial starts, after earlier trials trained.
 
 What each trial would check before it trains is checked here for every value alone and for every combination of
 the values (for --space ranges: their ends): the model's tokenizer and config (not its weights), --max-length
-against them, the data and its problem shape (labels, --metric-for-best, --class-weight). Path values (a --model,
---data folder or file) may not be, hold or be inside --out: a sweep replaces what it writes there.
+against them, the data and its problem shape (labels, --metric-for-best, --class-weight); a tagger sweep's tagged
+data is read once by the command, and --metric-for-best checked against what its tags score before the values.
+Path values (a --model, --data folder or file) may not be, hold or be inside --out: a sweep replaces what it writes
+there.
 """
 
 from __future__ import annotations
@@ -20,10 +22,12 @@ from typing import Any
 
 from bertkit.data.options import TaskOptions
 from bertkit.data.splits import load_splits
+from bertkit.data.tagged_splits import TaggedTraining
 from bertkit.encoding.run_tokens import too_few_rows
 from bertkit.errors import UserError, raise_if_problems
 from bertkit.io import ownership
 from bertkit.models import loading
+from bertkit.scoring.tags import tag_metric_for_best
 from bertkit.training.finetune import _for_the_shape  # a trial's own checks
 from bertkit.training.space import Dimension, SweepOptions, finetune_config
 
@@ -34,11 +38,14 @@ DATA_FIELDS = tuple(f.name for f in dataclasses.fields(TaskOptions))
 
 
 def check_space(cfg: SweepOptions, dims: list[Dimension], compute_for: Callable[[str], Any],
-                processes: int = 1) -> TrialCheck:
+                processes: int = 1, tagged: TaggedTraining | None = None) -> TrialCheck:
     """A UserError listing every value of the space that would fail its trial, before anything runs; else the
-    checker, whose models' configs (`config_of`) the trials' layout reads again."""
+    checker, whose models' configs (`config_of`) the trials' layout reads again. `tagged`: a tagger sweep's data
+    (its --metric-for-best is refused first, alone: no value of the space changes it)."""
     where = "--grid" if cfg.search == "grid" else "--space"
-    checker = TrialCheck(cfg, compute_for, processes)
+    if tagged is not None:
+        tag_metric_for_best(cfg.metric_for_best, tagged.scheme)
+    checker = TrialCheck(cfg, compute_for, processes, tagged)
     problems = path_problems(cfg, dims, where)
     if not problems:
         problems = checker.problems(dims, where)
@@ -97,9 +104,11 @@ def _out_problem(cfg: SweepOptions, out: Path, dim: Dimension, value: str, where
 class TrialCheck:
     """What a trial checks before it trains, for any values of the space (models and data loaded once each)."""
 
-    def __init__(self, cfg: SweepOptions, compute_for: Callable[[str], Any], processes: int = 1):
-        """`compute_for`: the command's resolution of a --precision value (it raises the refusal for this machine)."""
-        self.cfg, self.compute_for, self.processes = cfg, compute_for, processes
+    def __init__(self, cfg: SweepOptions, compute_for: Callable[[str], Any], processes: int = 1,
+                 tagged: TaggedTraining | None = None):
+        """`compute_for`: the command's resolution of a --precision value (it raises the refusal for this machine);
+        `tagged`: a tagger sweep's data, read once (None: rows of text, read here once per data options)."""
+        self.cfg, self.compute_for, self.processes, self.tagged = cfg, compute_for, processes, tagged
         self.splits: dict[tuple[Any, ...], Any] = {}
         self.models: dict[tuple[str, bool], tuple[Any, Any]] = {}
 
@@ -135,12 +144,14 @@ class TrialCheck:
 
     def check(self, trial: Any) -> None:
         """The trial's own checks before training: its --precision on this machine, its data and problem shape,
-        one optimizer step's rows (processes x --grad-accum), its model and --max-length."""
+        one optimizer step's rows (processes x --grad-accum; a tagger's windows are counted once its trial cuts
+        them), its model and --max-length."""
         self.compute_for(trial.precision)
-        splits = self._splits(trial)
-        _for_the_shape(trial, dataclasses.replace(splits, notes=[]), warn=False)
-        if len(splits.train) < self.processes * trial.grad_accum:  # setup's check: no step fits the rows
-            raise too_few_rows(len(splits.train), self.processes * trial.grad_accum)
+        if self.tagged is None:
+            splits = self._splits(trial)
+            _for_the_shape(trial, dataclasses.replace(splits, notes=[]), warn=False)
+            if len(splits.train) < self.processes * trial.grad_accum:  # setup's check: no step fits the rows
+                raise too_few_rows(len(splits.train), self.processes * trial.grad_accum)
         tokenizer, config = self._model(trial)
         loading.check_max_length(trial.max_length, tokenizer, config, trial.model,
                                   pair=trial.text_pair_column is not None)
