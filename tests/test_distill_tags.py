@@ -190,12 +190,13 @@ def test_teachers_and_data_of_another_kind_and_unknown_tags_are_refused(tag_teac
     sentence_teacher = tmp_path / "sentence-teacher"
     assert runner.invoke(app, ["finetune", "--model", str(tiny_bert_dir), "--data", str(rows), "--dev", str(rows),
                                "--out", str(sentence_teacher), "--epochs", "1", "--quiet"]).exit_code == 0
-    other = write_iob(tmp_path / "other.iob2", [(["alice", "in", "acme"], ["B-PER", "O", "B-ORG"])] * 10)
+    other = write_iob(tmp_path / "other.iob2", [*synthetic_sentences(20, 0), (["alice", "in", "acme"], ["B-PER", "O",
+                                                                                                      "B-ORG"])])
     cases = [
-        (argv(tag_teacher, (rows, rows), tmp_path / "a"), r"--teacher .* is a tagger .* rows\.tsv is read as rows of text"),
+        (argv(tag_teacher, (rows, rows), tmp_path / "a"), r"--teacher .* is a tagger .* is read as rows of text .*passed as --data"),
         (argv(sentence_teacher / "best", tagged, tmp_path / "b"),
          r"is a sentence classifier .* --data .* is read as tagged data"),
-        (argv(tag_teacher, (other, tagged[1]), tmp_path / "c"), r"--data .*other\.iob2 has tags the teacher .* does "
+        (argv(tag_teacher, (other, tagged[1]), tmp_path / "c"), r"--data .* has tags the teacher .* does "
                                                                 r"not know: B-ORG"),
         (argv(tag_teacher, (tagged[0], None), tmp_path / "d"), r"Distilling a tagger needs --dev"),
         (argv(tag_teacher, tagged, tmp_path / "e", "--cos-weight", "1"), r"--cos-weight does not apply to distilling a "

@@ -110,9 +110,9 @@ def _tagging_task(cfg: DistillConfig) -> tuple[DistillConfig, Any]:
     teacher_scheme = saved_tag_scheme(str(cfg.teacher))
     data = load_tagged_training(str(cfg.data), str(cfg.dev), TaggedColumns(cfg.text_column, cfg.label_column),
                                 cfg.data_config, cfg.train_split, cfg.limit)
-    for flag, corpus in (("--data", data.train), ("--dev", data.dev)):
+    for option, corpus in (("--data", data.train), ("--dev", data.dev)):
         if corpus.scheme.name != teacher_scheme.name:
-            raise UserError(f"{flag} {corpus.source} reads as {corpus.scheme.name} tags, but the teacher {cfg.teacher} "
+            raise UserError(f"{option} {corpus.source} reads as {corpus.scheme.name} tags, but the teacher {cfg.teacher} "
                             f"was trained on {teacher_scheme.name} tags: their entities would be read differently. "
                             f"Valid: data in the teacher's scheme ({teacher_scheme.name}; IOB1 and IOB2 both read as "
                             f"IOB2). Pass such data, or convert it.")
