@@ -204,6 +204,7 @@ def test_teachers_and_data_of_another_kind_and_unknown_tags_are_refused(tag_teac
         (argv(sentence_teacher / "best", (rows, rows), tmp_path / "f", "--label-all-pieces"),
          r"--label-all-pieces applies to a tagging teacher"),
         (argv(tag_teacher, tagged, tmp_path / "g", "--student-layers", "2"), r"--student-layers 2 is as many as"),
+        (argv(tag_teacher, (tmp_path / "missing.tsv", tagged[1]), tmp_path / "h"), r"missing\.tsv"),
     ]
     for args, message in cases:
         result = runner.invoke(app, args)

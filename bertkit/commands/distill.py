@@ -14,6 +14,7 @@ import dataclasses
 import json
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from bertkit.data.columns import check_data_files
@@ -143,7 +144,8 @@ def _distils_a_tagger(cfg: DistillConfig) -> bool:
 def _tagging_problems(cfg: DistillConfig) -> list[str]:
     """What a tagging teacher cannot distil with: --data or --dev that is not tagged, no --dev, options of rows of
     text."""
-    unread = [path for path in dict.fromkeys((cfg.data, cfg.dev)) if path is not None and not may_be_tagged(path)]
+    unread = [path for path in dict.fromkeys((cfg.data, cfg.dev))  # a missing file: the tagged reader says so
+              if path is not None and Path(path).expanduser().is_file() and not may_be_tagged(path)]
     problems = [f"--teacher {cfg.teacher} is a tagger (one tag per word), but {path} is read as rows of text (passed "
                 f"as {'--data' if path == cfg.data else '--dev'}): the student learns the teacher's tags per word. "
                 f"Pass tagged data (a CoNLL-style file such as train.iob2: a word and its tag per line), or a teacher "
