@@ -14,25 +14,40 @@ import dataclasses
 import json
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from bertkit.data.columns import check_data_files
+from bertkit.data.labels import TAGS_TASK
+from bertkit.data.options import reads_tagged
+from bertkit.data.tagged import TaggedColumns, may_be_tagged
+from bertkit.data.tagged_splits import load_tagged_training
 from bertkit.encoding.reading import Reading
-from bertkit.errors import UserError
+from bertkit.errors import UserError, raise_if_problems
 from bertkit.io import ownership, rundir
 from bertkit.measure.distill_report import DistillReport, measure_teacher_student, report_markdown
 from bertkit.models.compute import Compute
-from bertkit.models.metadata import read_as_saved
-from bertkit.models.preflight import check_inputs, check_model_limits
-from bertkit.training.options import DistillOptions
+from bertkit.models.metadata import is_tagger, read_as_saved, saved_tag_scheme
+from bertkit.models.preflight import DATA_FIELDS, check_inputs, check_model_limits
+from bertkit.options import flag
+from bertkit.training.options import DistillOptions, TagTrainingOptions
 from bertkit.training.outcome import TrainingRun
 
 log = logging.getLogger(__name__)
 
 
+NOT_FOR_TAGS = ("text_pair_column", "label_sep", "dev_fraction", "test", "task_preset", "metric", "calibrate",
+                "threshold", "cos_weight")
+"""The options distilling a tagger does not read (given: refused, naming them)."""
+
+
 @dataclass(frozen=True)
-class DistillConfig(DistillOptions):
+class DistillConfig(TagTrainingOptions, DistillOptions):
     """`bertkit distill`: a smaller student trained on a fine-tuned teacher's soft targets (DistilBERT's recipe), with
-    the fine-tuning loop's options, checkpoints and exact resume, and a teacher-vs-student report."""
+    the fine-tuning loop's options, checkpoints and exact resume, and a teacher-vs-student report; a tagging teacher
+    (fine-tuned on tagged data) gives a tagging student, compared by dev entity F1."""
+
+    READS_WORDS = True  # a tagging teacher's student learns on tagged data (`run` refuses it for other teachers)
 
 
 @dataclass(frozen=True)
@@ -52,21 +67,24 @@ class DistillResult:
 
 
 def run(cfg: DistillConfig, *, progress: bool = True) -> DistillResult:
-    """Train the student (resumable, like finetune), then the teacher-vs-student report (main process)."""
-    check_inputs(cfg, need_labels=True, models=(cfg.teacher, cfg.student))  # before torch and transformers
+    """Train the student (resumable, like finetune), then the teacher-vs-student report (main process). A tagging
+    teacher (`models.metadata.is_tagger`) distils into a tagging student on tagged --data and --dev."""
+    check_inputs(cfg, need_labels=True, models=(cfg.teacher, cfg.student), data_fields=())  # before torch
+    tags = _distils_a_tagger(cfg)
+    if not tags:
+        check_data_files(cfg, DATA_FIELDS, need_labels=True)
     if cfg.out:  # --out's refusals before the teacher is loaded and the data read (as finetune's)
         rundir.inspect_run_dir(cfg.out, "distill", overwrite=cfg.overwrite, inputs=ownership.input_paths(cfg))
     check_model_limits(cfg.teacher, max_length=cfg.max_length)
-    from bertkit.training.distill import REPORT, DistillTask
-    from bertkit.training.finetune import finetune, training_device
-
     cfg = read_as_saved(cfg, cfg.teacher)  # the teacher read as it was trained; the student trained to read so too
-    task = DistillTask(cfg, Reading.from_options(cfg))
-    cfg = _in_the_teachers_shape(cfg, task.teacher_labels.task)
+    cfg, task = _tagging_task(cfg) if tags else _sentence_task(cfg)
     default_layers = next(f.default for f in dataclasses.fields(cfg) if f.name == "student_layers")
     if cfg.student and cfg.student_layers != default_layers:
         log.warning("--student-layers %d copies layers of the teacher; with --student %s the student is that encoder, "
                     "so it is ignored. Drop --student-layers.", cfg.student_layers, cfg.student)
+    from bertkit.training.distill import REPORT
+    from bertkit.training.finetune import finetune, training_device
+
     result = finetune(cfg, progress=progress, task=task, compute=Compute.resolve(training_device(), cfg.precision),
                       reading=task.reading)
     if not (result.is_main_process and cfg.report):
@@ -75,6 +93,70 @@ def run(cfg: DistillConfig, *, progress: bool = True) -> DistillResult:
     if result.already_finished and report_path.is_file():
         return DistillResult(result, DistillReport.from_json(json.loads(report_path.read_text(encoding="utf-8"))))
     return DistillResult(result, write_report(cfg, task, result))  # a new run, or a finished one killed before it
+
+
+def _sentence_task(cfg: DistillConfig) -> tuple[DistillConfig, Any]:
+    """A sentence classifier's distillation: `cfg` in the teacher's problem shape, and its `DistillTask`."""
+    from bertkit.training.distill import DistillTask
+
+    task = DistillTask(cfg, Reading.from_options(cfg))
+    return _in_the_teachers_shape(cfg, task.teacher_labels.task), task
+
+
+def _tagging_task(cfg: DistillConfig) -> tuple[DistillConfig, Any]:
+    """A tagger's distillation: --data and --dev read as tagged corpora (before torch is imported), checked against
+    the teacher's tag scheme, and its `DistillTagTask` reading words as the teacher does (windows of the recorded
+    --max-length, each word at its first piece)."""
+    cfg = _in_the_teachers_shape(cfg, TAGS_TASK)
+    teacher_scheme = saved_tag_scheme(str(cfg.teacher))
+    data = load_tagged_training(str(cfg.data), str(cfg.dev), TaggedColumns(cfg.text_column, cfg.label_column),
+                                cfg.data_config, cfg.train_split, cfg.limit)
+    for option, corpus in (("--data", data.train), ("--dev", data.dev)):
+        if corpus.scheme.name != teacher_scheme.name:
+            raise UserError(f"{option} {corpus.source} reads as {corpus.scheme.name} tags, but the teacher {cfg.teacher} "
+                            f"was trained on {teacher_scheme.name} tags: their entities would be read differently. "
+                            f"Valid: data in the teacher's scheme ({teacher_scheme.name}; IOB1 and IOB2 both read as "
+                            f"IOB2). Pass such data, or convert it.")
+    from bertkit.training.distill_tags import DistillTagTask
+
+    return cfg, DistillTagTask(cfg, data, teacher_scheme, Reading.of_words(max_length=cfg.max_length))
+
+
+def _distils_a_tagger(cfg: DistillConfig) -> bool:
+    """Whether --teacher is a tagger (a tagging student is then trained); a teacher that cannot read --data (a
+    tagger on rows of text, a sentence classifier on tagged data) and options the other kind reads are refused,
+    naming them."""
+    tagger = is_tagger(str(cfg.teacher))
+    if tagger:
+        problems = _tagging_problems(cfg)
+    elif reads_tagged(cfg.task, cfg.data, cfg.data_config, cfg.train_split):
+        problems = [f"--teacher {cfg.teacher} is a sentence classifier (one label per text), but --data {cfg.data} is "
+                    f"read as tagged data (one tag per word): the student learns the teacher's outputs, so both must "
+                    f"be of one kind. Pass a tagger fine-tuned on tagged data (`bertkit finetune --data train.iob2 "
+                    f"--dev dev.iob2`) as --teacher, or rows of text as --data."]
+    else:
+        problems = [f"--label-all-pieces applies to a tagging teacher; --teacher {cfg.teacher} is a sentence "
+                    f"classifier. Drop --label-all-pieces."] if cfg.label_all_pieces else []
+    raise_if_problems(problems)
+    return tagger
+
+
+def _tagging_problems(cfg: DistillConfig) -> list[str]:
+    """What a tagging teacher cannot distil with: --data or --dev that is not tagged, no --dev, options of rows of
+    text."""
+    unread = [path for path in dict.fromkeys((cfg.data, cfg.dev))  # a missing file: the tagged reader says so
+              if path is not None and Path(path).expanduser().is_file() and not may_be_tagged(path)]
+    problems = [f"--teacher {cfg.teacher} is a tagger (one tag per word), but {path} is read as rows of text (passed "
+                f"as {'--data' if path == cfg.data else '--dev'}): the student learns the teacher's tags per word. "
+                f"Pass tagged data (a CoNLL-style file such as train.iob2: a word and its tag per line), or a teacher "
+                f"fine-tuned on rows of text as --teacher." for path in unread]
+    if cfg.dev is None:
+        problems.append("Distilling a tagger needs --dev (tagged dev data: a file, or a split of the hub dataset "
+                        "--data); no dev split is held out of tagged data. Pass --dev dev.iob2.")
+    defaults = {f.name: f.default for f in dataclasses.fields(cfg)}
+    given = [name for name in NOT_FOR_TAGS if getattr(cfg, name) != defaults[name]]
+    return problems + [f"{flag(name)} does not apply to distilling a tagger (--teacher {cfg.teacher} tags words). "
+                       f"Drop {flag(name)}." for name in given]
 
 
 def _in_the_teachers_shape(cfg: DistillConfig, shape: str) -> DistillConfig:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bertkit.data.labels import TAGS_TASK
 from bertkit.io.atomic import JsonRecord
 from bertkit.models.compute import Compute
 from bertkit.scoring.table import LOWER_IS_BETTER
@@ -50,19 +51,20 @@ class DistillReport(JsonRecord):
 
 def measure_teacher_student(cfg: Any, task: Any, result: Any, compute: Compute) -> dict[str, Any]:
     """Parameters, disk size, batch-1 latency, best-batch throughput and dev quality of teacher and student (`cfg`:
-    the DistillConfig, `task`: its DistillTask, `result`: the student's `TrainingRun`), run as `compute` says."""
-    from bertkit.data.splits import load_splits
-    from bertkit.encoding.encode import encode_for
+    the DistillConfig, `task`: its DistillTask or DistillTagTask, `result`: the student's `TrainingRun`), run as
+    `compute` says. Taggers are timed by their own forward (per-piece logits) and compared by dev entity F1 (word
+    accuracy for plain tags)."""
     from bertkit.io import trail
     from bertkit.measure import measure as bench_measure
     from bertkit.measure import timing
     from bertkit.measure.contenders import Contender
     from bertkit.models import infer, loading
 
+    tagging = task.teacher_labels.task == TAGS_TASK
     student_dir = result.out / "best"
-    student = loading.load_classifier(str(student_dir), require_head=True).eval()
-    splits = load_splits(cfg, need_labels=True, need_dev=True)
-    texts = list(splits.dev.texts)
+    student = loading.load_classifier(str(student_dir), require_head=True, tokens=tagging).eval()
+    texts, encoded, quality, metric = (_tag_dev(cfg, task, student_dir, compute) if tagging else
+                                       _sentence_dev(cfg, task, result))
     device, dtype = compute.torch_device, compute.dtype
     contenders = [Contender("teacher", cfg.teacher or "", False, task.teacher.to(device).eval(),
                             task.teacher_tokenizer, 0.0),
@@ -72,17 +74,45 @@ def measure_teacher_student(cfg: Any, task: Any, result: Any, compute: Compute) 
                                            seed=cfg.seed,
                                            budget=timing.Budget(warmup=2, min_iters=10, min_seconds=2.0, rounds=2))
     latency = bench_measure.measure_latency(contenders, texts, settings, device, dtype)
-    encoded = encode_for(task.teacher_tokenizer, splits.dev, task.reading, cache_dir=cfg.cache_dir).encoded
     throughput = bench_measure.measure_throughput(contenders, encoded, infer.pad_id_of(task.teacher_tokenizer),
                                                   settings, device, dtype)
-    quality = _dev_quality(cfg, task, result, splits)
     models = {c.label: _model_record(c, latency[c.label], throughput[c.label], quality[c.label]) for c in contenders}
-    metric = result.summary.best_metric_name or cfg.metric_for_best  # the shape's (regression: pearson)
     return {"teacher": cfg.teacher, "student": str(student_dir), "student_layers": task.kept_layers,
-            "teacher_layers": int(task.teacher.config.num_hidden_layers),
+            "teacher_layers": int(task.teacher.config.num_hidden_layers), "task": task.teacher_labels.task,
             "metric": metric, "dev_rows": len(texts), "device": str(device),
             "dtype": loading.dtype_name(dtype), "machine": trail.machine_info(), "models": models,
             "claims": claims(models, metric)}
+
+
+def _sentence_dev(cfg: Any, task: Any, result: Any) -> tuple[list[str], Any, dict[str, Any], str]:
+    """(dev texts, their token ids as the teacher reads them, dev quality of teacher and student, the metric they are
+    compared by) of a sentence classifier's distillation."""
+    from bertkit.data.splits import load_splits
+    from bertkit.encoding.encode import encode_for
+
+    splits = load_splits(cfg, need_labels=True, need_dev=True)
+    encoded = encode_for(task.teacher_tokenizer, splits.dev, task.reading, cache_dir=cfg.cache_dir).encoded
+    metric = result.summary.best_metric_name or cfg.metric_for_best  # the shape's (regression: pearson)
+    return list(splits.dev.texts), encoded, _dev_quality(cfg, task, result, splits), metric
+
+
+def _tag_dev(cfg: Any, task: Any, student_dir: Path, compute: Compute) -> tuple[list[str], Any, dict[str, Any], str]:
+    """(the dev sentences as text, in the teacher's windows of word pieces, dev quality of teacher and student, the
+    metric they are compared by: entity F1, word accuracy for plain tags) of a tagger's distillation. Both models
+    are scored now, the same way (`scoring.tag_outputs.score_tagger`: each word at its first piece, strict seqeval
+    with the teacher's scheme), as `bertkit evaluate` scores a tagger."""
+    from bertkit.encoding.encode import Encoded
+    from bertkit.encoding.words import align_words
+    from bertkit.scoring.tag_outputs import score_tagger, tag_reader
+    from bertkit.scoring.tags import tag_metrics, tag_scores_record
+
+    sentences = [list(s.words) for s in task.data.dev_sentences]
+    windows = align_words(task.teacher_tokenizer, sentences, task.reading)
+    encoded = Encoded(windows.ids, None, windows.lengths, windows.lengths, task.reading.max_length)
+    quality = {label: tag_scores_record(score_tagger(tag_reader(str(folder), compute, task.reading), task.data.dev,
+                                                     limit=len(sentences), seed=cfg.seed))
+               for label, folder in (("teacher", cfg.teacher), ("student", student_dir))}
+    return [" ".join(words) for words in sentences], encoded, quality, tag_metrics(task.data.scheme)[0]
 
 
 def _dev_quality(cfg: Any, task: Any, result: Any, splits: Any) -> dict[str, Any]:

@@ -38,8 +38,9 @@ from bertkit.training.options import DistillOptions
 
 log = logging.getLogger(__name__)
 
-COPYABLE = ("BertForSequenceClassification", "DistilBertForSequenceClassification")
-"""Teachers whose layers the student copies (same layer layout and names)."""
+COPYABLE = ("BertForSequenceClassification", "DistilBertForSequenceClassification", "BertForTokenClassification",
+            "DistilBertForTokenClassification")
+"""Teachers whose layers the student copies (same layer layout and names): sentence classifiers and taggers."""
 LAYER_KEY = re.compile(r"^(.*\.layer\.)(\d+)(\..*)$")
 CACHE, CACHE_KEY, REPORT = "teacher_logits.npy", "teacher_logits.json", "distill_report"
 
@@ -99,6 +100,24 @@ def cls_vectors(model: Any) -> Any:
     return lambda: seen["cls"]
 
 
+def check_student_fits(cfg: DistillOptions, teacher: Any, teacher_tokenizer: Any) -> None:
+    """--max-length and --student-layers against the teacher, once it is loaded and before any data is read or
+    cached (a refusal leaves nothing behind); the length first, as `build_model` checks it."""
+    if cfg.max_length is not None:
+        loading.check_max_length(cfg.max_length, teacher_tokenizer, teacher.config, cfg.teacher or "",
+                                  pair=cfg.text_pair_column is not None)
+    if not cfg.student:
+        copied_layers(int(teacher.config.num_hidden_layers), cfg.student_layers)
+
+
+def student_lineage(cfg: DistillOptions, kept_layers: list[int] | None) -> dict[str, Any]:
+    """What a student's cards say of where it came from: the teacher and how the student was made (the layers
+    copied from it, or the --student encoder)."""
+    student = (f"{cfg.student} (its own pretrained encoder)" if cfg.student else
+               f"{len(kept_layers or [])} layers copied from the teacher: {kept_layers}")
+    return {"teacher": cfg.teacher, "student": student, "temperature": cfg.temperature, "alpha": cfg.alpha}
+
+
 # ---------------------------------------------------------------- the task fine-tuning runs
 
 
@@ -116,20 +135,11 @@ class DistillTask(Task):
             head_fix=f"A teacher is a fine-tuned model: fine-tune it first with `bertkit finetune --model {cfg.teacher} "
                      f"...`, then pass that run's best/ folder as --teacher.")
         self.teacher_tokenizer = loading.load_tokenizer(cfg.teacher or "")
-        self._check_student_fits(cfg)
+        check_student_fits(cfg, self.teacher, self.teacher_tokenizer)
         self.teacher_labels = LabelMap.from_id2label(self.teacher.config.id2label,
                                                           getattr(self.teacher.config, "problem_type", None))
         self.kept_layers: list[int] | None = None
         self.cls_of: Any = None
-
-    def _check_student_fits(self, cfg: DistillOptions) -> None:
-        """--max-length and --student-layers against the teacher, once it is loaded and before any data is read or
-        cached (a refusal leaves nothing behind); the length first, as `build_model` checks it."""
-        if cfg.max_length is not None:
-            loading.check_max_length(cfg.max_length, self.teacher_tokenizer, self.teacher.config, cfg.teacher or "",
-                                      pair=cfg.text_pair_column is not None)
-        if not cfg.student:
-            copied_layers(int(self.teacher.config.num_hidden_layers), cfg.student_layers)
 
     def label_map(self, cfg: DistillOptions, splits: Splits) -> LabelMap:
         """The teacher's mapping: the student predicts the teacher's labels; the data may not bring new ones."""
@@ -175,29 +185,37 @@ class DistillTask(Task):
         return loading.model_revision(cfg.student or cfg.teacher or "")
 
     def card_lineage(self, cfg: DistillOptions) -> dict[str, Any]:
-        """The teacher and how the student was made (the layers copied from it, or the --student encoder)."""
-        student = (f"{cfg.student} (its own pretrained encoder)" if cfg.student else
-                   f"{len(self.kept_layers or [])} layers copied from the teacher: {self.kept_layers}")
-        return {"teacher": cfg.teacher, "student": student, "temperature": cfg.temperature, "alpha": cfg.alpha}
+        return student_lineage(cfg, self.kept_layers)
 
 
 def teacher_outputs(task: DistillTask, train: TextDataset, out: Path, accelerator: Any,
                     with_cls: bool) -> tuple[np.ndarray, np.ndarray | None]:
-    """The teacher's logits (and [CLS] vectors) for every training row: read from the run's cache when it was made
-    for the same teacher, data and settings and is intact, else computed once (main process) and cached atomically,
-    its sha256 in the cache's manifest (teacher_logits.json)."""
+    """The teacher's logits (and [CLS] vectors) for every training row, from the run's cache
+    (`cached_teacher_outputs`)."""
     cfg = task.cfg
     key = {"teacher": loading.model_revision(cfg.teacher or ""), "data": train.fingerprint, "rows": len(train),
            "max_length": task.reading.max_length, "truncation": task.reading.truncation, "precision": cfg.precision,
            "with_cls": with_cls}
-    if accelerator.is_main_process and not _cache_usable(out, key, int(task.teacher.config.num_labels)):
-        logits, cls = _compute_teacher_outputs(task, train, with_cls, Compute.of_accelerator(accelerator))
+    cached = cached_teacher_outputs(
+        out, key, int(task.teacher.config.num_labels), accelerator,
+        lambda: _compute_teacher_outputs(task, train, with_cls, Compute.of_accelerator(accelerator)))
+    return cached["logits"], (cached["cls"] if with_cls else None)
+
+
+def cached_teacher_outputs(out: Path, key: dict[str, Any], width: int, accelerator: Any,
+                           compute: Any) -> dict[str, np.ndarray]:
+    """The teacher's outputs {logits: (key["rows"], width)[, cls]}: read from the run's cache when it was made for
+    `key` (the same teacher, data and settings) and is intact, else computed once (`compute()` -> (logits, cls or
+    None), main process) and cached atomically, its sha256 in the cache's manifest (teacher_logits.json). Shared by
+    sentence and tagging distillation (a tagger's rows: the labelled pieces of its training windows)."""
+    if accelerator.is_main_process and not _cache_usable(out, key, width):
+        logits, cls = compute()
         with atomic.atomic_path(out / CACHE) as tmp, open(tmp, "wb") as handle:
             np.savez(handle, logits=logits, **({"cls": cls} if cls is not None else {}))
         atomic.write_json_atomic(out / CACHE_KEY, {**key, "sha256": _sha256(out / CACHE)})
     accelerator.wait_for_everyone()
     with np.load(out / CACHE) as cached:
-        return cached["logits"], (cached["cls"] if with_cls else None)
+        return {name: cached[name] for name in cached.files}
 
 
 def _cache_usable(out: Path, key: dict[str, Any], width: int) -> bool:
@@ -210,7 +228,7 @@ def _cache_usable(out: Path, key: dict[str, Any], width: int) -> bool:
         return False
     if not isinstance(saved, dict) or {k: v for k, v in saved.items() if k != "sha256"} != key:
         return False  # none yet, or made for another teacher, data or settings
-    problem = _cache_problem(out / CACHE, saved.get("sha256"), (key["rows"], width), key["with_cls"])
+    problem = _cache_problem(out / CACHE, saved.get("sha256"), (key["rows"], width), bool(key.get("with_cls")))
     if problem is not None:
         log.warning("The teacher-logit cache %s is damaged (%s): recomputing the teacher's logits (one pass over the "
                     "training data); the run continues as if it had never been damaged.", out / CACHE, problem)
