@@ -110,7 +110,7 @@ def _tag_dev(cfg: Any, task: Any, student_dir: Path, compute: Compute) -> tuple[
     windows = align_words(task.teacher_tokenizer, sentences, task.reading)
     encoded = Encoded(windows.ids, None, windows.lengths, windows.lengths, task.reading.max_length)
     quality = {label: tag_scores_record(score_tagger(tag_reader(str(folder), compute, task.reading), task.data.dev,
-                                                     limit=len(sentences), seed=cfg.seed))
+                                                     limit=len(sentences), seed=cfg.seed).scores)
                for label, folder in (("teacher", cfg.teacher), ("student", student_dir))}
     return [" ".join(words) for words in sentences], encoded, quality, tag_metrics(task.data.scheme)[0]
 

@@ -105,6 +105,7 @@ class DistillTagTask(TagTask):
             raise UserError(" ".join(problems))
         fields = {f.name: getattr(data, f.name) for f in dataclasses.fields(TaggedTraining)}
         super().__init__(TeacherTagged(**fields, teacher_tags=tags, teacher_scheme=scheme))
+        self.reading = reading  # known from the start here (TagTask learns its reading with the windows)
         self.teacher_labels = LabelMap(tags, TAGS_TASK)
         self.kept_layers: list[int] | None = None
         self.teacher_windows: LabelledWindows | None = None
