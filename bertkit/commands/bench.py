@@ -7,10 +7,16 @@ the user's machine and data: parameter count, safetensors size (fp32/fp16), load
 sentences (tokenization timed apart from the model), throughput per batch size (length-sorted dynamic padding vs
 static padding to --max-length), peak memory, a training step, or the paper's protocol (one full pass at batch
 size 1 on the CPU).
+
+On tagged data (a CoNLL-style --data, or --task tags) every contender is a tagger: the encoder with one output
+per tag (the training corpus's), timed on the sentences' windows of word pieces as a tagger reads words, its
+training step scoring every real piece, and its quality a tagger fine-tuned on the same sentences (`bertkit
+finetune` on tagged data: dev entity F1, or word accuracy for plain tags).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import tempfile
 import time
@@ -20,9 +26,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from bertkit.commands.registry import command_module, config_for_command
-from bertkit.data.options import DataOptions
-from bertkit.encoding.reading import MaxLengthOption
-from bertkit.errors import raise_if_problems
+from bertkit.data.options import WORD_TASKS, DataOptions, reads_tagged
+from bertkit.data.tagged import TaggedColumns, may_be_tagged, read_tagged_splits, tagged_sources
+from bertkit.data.tagged_splits import corpus_fingerprint
+from bertkit.data.tagscheme import TagSchemeOption
+from bertkit.encoding.reading import MaxLengthOption, Reading
+from bertkit.errors import UserError, raise_if_problems
 from bertkit.measure import quality
 from bertkit.measure.report import BenchReport, compute_claims, report_markdown
 from bertkit.models.compute import (
@@ -34,7 +43,7 @@ from bertkit.models.compute import (
 )
 from bertkit.models.metadata import read_as_saved, saved_reading
 from bertkit.models.preflight import DATA_FIELDS, check_inputs
-from bertkit.options import BENCH, MODEL, OUTPUT, option, overwrite_option
+from bertkit.options import BENCH, DATA, MODEL, OUTPUT, flag, option, overwrite_option
 
 if TYPE_CHECKING:
     from bertkit.measure.timing import Clock
@@ -43,18 +52,21 @@ BENCH_PROTOCOLS = ("standard", "paper")
 BENCH_QUALITY = ("none", "probe", "finetune", "probe,finetune")
 QUALITY_CONFIGS: dict[str, type] = {kind: config_for_command(kind) for kind in quality.QUALITY_COMMANDS}
 """The --quality commands' configs, from the command table: bench runs other commands by name, as the CLI does."""
+NOT_FOR_TAGS = ("text_pair_column", "test", "task_preset")
+"""Data options of rows of text that tagged data has no use for (given there: refused, naming them)."""
 
 
 
 @dataclass(frozen=True)
-class BenchConfig(MaxLengthOption, DataOptions):
+class BenchConfig(TagSchemeOption, MaxLengthOption, DataOptions):
     """`bertkit bench`: speed, size, memory and optional quality of several encoders, side by side."""
 
     # bench holds no dev set out itself: a --quality run's hold-out share goes in --quality-args (--dev-fraction)
     NOT_OPTIONS = ("dev_fraction",)
     ADVANCED_OPTIONS = ("warmup", "min_iters", "min_seconds", "rounds", "threads", "trust_remote_code")
     HELP_OVERRIDES = {"data": "The data whose texts are timed (unless --dev is given), and the --quality runs' training "
-                              "data: a .csv/.tsv/.txt/.json/.jsonl/.parquet file, or a hub dataset name.",
+                              "data: a .csv/.tsv/.txt/.json/.jsonl/.parquet file, or a hub dataset name; a tagged "
+                              "corpus (.iob2, .conll, or --task tags) benchmarks the models as taggers.",
                       "dev": "Dev data (a file, or a split of the hub --data): timed instead of --data, and the "
                              "--quality runs' dev set."}
 
@@ -83,9 +95,18 @@ class BenchConfig(MaxLengthOption, DataOptions):
                              panel=OUTPUT)
     overwrite: bool = overwrite_option("a bench run")
     trust_remote_code: bool = option(False, TRUST_HELP, panel=MODEL)
+    task: str = option("auto", "tags: --data is a tagged corpus (one tag per word) and the models are benchmarked as "
+                       "taggers; auto: detected from .iob2/.conll files and their content, as finetune detects it.",
+                       panel=DATA, choices=WORD_TASKS)
 
     def __post_init__(self) -> None:
         problems = self.data_problems()
+        if self.reads_words:
+            problems += self.tag_problems()
+        elif self.tag_scheme != "auto":
+            problems.append(f"--tag-scheme applies to tagged data (one tag per word); {self.data or 'the demo data'} "
+                            f"is read as rows of text. Pass a CoNLL-style file (.iob2, .conll) or --task tags, or drop "
+                            f"--tag-scheme.")
         if (self.models is None) == (self.preset is None):
             problems.append("Give exactly one of --models (comma-separated names) or --preset (e.g. distilbert-vs-bert).")
         if self.preset is not None and self.random_init:
@@ -105,6 +126,30 @@ class BenchConfig(MaxLengthOption, DataOptions):
         check_device(problems, self.device, check_available=self.protocol != "paper")  # paper runs on the CPU
         problems += quality.quality_args_problems(QUALITY_CONFIGS, self.quality_kinds, self.quality_args)
         raise_if_problems(problems)
+
+    @property
+    def reads_words(self) -> bool:
+        """Whether the models are benchmarked as taggers: --task tags, or --data a tagged corpus (detected as
+        `bertkit finetune` detects it: `data.options.reads_tagged`)."""
+        return reads_tagged(self.task, self.data, self.data_config, self.train_split)
+
+    def tag_problems(self) -> list[str]:
+        """Tagged data's refusals: --data given and both files tagged, no option of rows of text, and a tagged --dev
+        for the quality runs."""
+        problems = [] if self.data else ["--task tags needs --data (a tagged corpus, e.g. train.iob2). Pass it."]
+        for path in dict.fromkeys((self.data, self.dev)):
+            if path is not None and not may_be_tagged(path):
+                problems.append(f"--task tags reads one tag per word, but {path} does not look like a tagged corpus. "
+                                f"Valid: a CoNLL-style column file, JSON lines or parquet with token and tag lists, or "
+                                f"a hub dataset. Pass such data, or drop --task tags to time rows of text.")
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        problems += [f"{flag(name)} does not apply to tagged data (one tag per word): bench times its sentences as "
+                     f"a tagger reads them. Drop {flag(name)}." for name in NOT_FOR_TAGS
+                     if getattr(self, name) not in (defaults[name], None, ())]
+        if self.quality_kinds and self.dev is None:
+            problems.append("--quality on tagged data needs --dev (tagged dev data: the fine-tuned taggers are scored "
+                            "there by entity F1); no dev split is held out of tagged data. Pass --dev dev.iob2.")
+        return problems
 
     @property
     def model_list(self) -> list[str]:
@@ -138,13 +183,46 @@ def benchmark_texts(cfg: Any) -> tuple[list[str], dict[str, Any]]:
     return list(dataset.texts), {"source": dataset.source, "fingerprint": dataset.fingerprint}
 
 
+@dataclass(frozen=True)
+class TimedData:
+    """What bench times: rows of text, or (tagged data) sentences given as words with the tags the taggers output
+    (the training corpus's); and where they come from (`source`, `fingerprint`)."""
+
+    texts: list[Any]
+    source: dict[str, Any]
+    tags: tuple[str, ...] | None = None
+
+
+def tagged_benchmark_data(cfg: Any) -> TimedData:
+    """Tagged data's timed sentences: --dev if given, else --data (its first --limit), read and checked as
+    `bertkit finetune` reads them (columns, scheme, dev tags seen in training), with --data's tags."""
+    sources = tagged_sources(cfg.data, [cfg.dev] if cfg.dev else [], cfg.data_config, cfg.train_split)
+    corpora = read_tagged_splits(sources[0], sources[1:], TaggedColumns(cfg.text_column, cfg.label_column,
+                                                                         cfg.tag_scheme))
+    timed = corpora[-1]
+    sentences = timed.head(cfg.limit) if cfg.limit else list(timed.sentences())
+    if not sentences:
+        raise UserError(f"No sentences to benchmark on: {timed.source} holds none. Pass a tagged corpus with "
+                        f"sentences (a word and its tag per line, a blank line between sentences).")
+    return TimedData([s.words for s in sentences], {"source": str(timed.source),
+                                                    "fingerprint": corpus_fingerprint(timed)}, corpora[0].tags)
+
+
+def benchmark_data(cfg: Any) -> TimedData:
+    """What the benchmark times: tagged sentences (`tagged_benchmark_data`) or rows of text (`benchmark_texts`)."""
+    if getattr(cfg, "reads_words", False):
+        return tagged_benchmark_data(cfg)
+    return TimedData(*benchmark_texts(cfg))
+
+
 def benchmark(cfg: Any, clock: Clock = time.perf_counter,
-              quality_dir: Path | Callable[[], Path] | None = None) -> dict[str, Any]:
+              quality_dir: Path | Callable[[], Path] | None = None, data: TimedData | None = None) -> dict[str, Any]:
     """The whole `bertkit bench` run for a BenchConfig: models, texts, measurements, quality, claims.
 
     `quality_dir` holds the run directories of the quality runs (probe/finetune), one per model; a callable is
     called only when quality is measured, after the models loaded and were timed (it may claim --out). Without
-    it they go into the benchmark's temporary folder.
+    it they go into the benchmark's temporary folder. `data`: what is timed, when the caller already read it
+    (`benchmark_data`).
     """
     import numpy as np
     import torch
@@ -162,15 +240,18 @@ def benchmark(cfg: Any, clock: Clock = time.perf_counter,
     device, dtype, notes = device_and_dtype(cfg)
     busy = busy_machine_note()
     notes += [busy] if busy else []
-    texts, source = benchmark_texts(cfg)
+    data = data or benchmark_data(cfg)
+    texts = data.texts
     order = np.random.default_rng(cfg.seed).permutation(len(texts))
     torch.manual_seed(cfg.seed)
-    contenders = load_contenders(cfg.model_list, cfg.preset, cfg.random_init, cfg.trust_remote_code, clock)
+    contenders = load_contenders(cfg.model_list, cfg.preset, cfg.random_init, cfg.trust_remote_code, clock,
+                                 tags=data.tags)
     notes += contender_notes(cfg, contenders)
     settings = BenchSettings(
         batch_sizes=cfg.batch_size_list, max_length=cfg.max_length, train_batch_size=cfg.train_batch_size,
         protocol=cfg.protocol, seed=cfg.seed, int8=cfg.precision == loading.INT8,
         budget=Budget(cfg.warmup, cfg.min_iters, cfg.min_seconds, cfg.rounds, clock, sync_for(device)),
+        words=None if data.tags is None else Reading.of_words(max_length=cfg.max_length),  # as a tagger reads words
     )
     timed_texts = texts if cfg.protocol == "paper" else [texts[i] for i in order]
     with tempfile.TemporaryDirectory(prefix="bertkit-bench-") as tmp:
@@ -182,7 +263,7 @@ def benchmark(cfg: Any, clock: Clock = time.perf_counter,
         record.pop("folder", None)
     report["claims"] = compute_claims(report["models"])
     report["notes"] = notes + report["notes"]
-    report["data_source"] = source
+    report["data_source"] = data.source
     report["environment"] = environment(device, dtype, int8=settings.int8)
     return report
 
@@ -253,14 +334,15 @@ def run(cfg: BenchConfig) -> BenchResult:
     # whatever --out holds): the quality runs read every split with labels; the timing alone reads --dev, else --data
     timed = ("dev",) if cfg.dev else ("data",)
     plan_quality(cfg)  # every --quality-args value, before the models are looked for
-    check_inputs(cfg, need_labels=bool(cfg.quality_kinds), models=cfg.model_list,
-                 data_fields=DATA_FIELDS if cfg.quality_kinds else timed)
+    tables = () if cfg.reads_words else DATA_FIELDS if cfg.quality_kinds else timed  # tagged: its own reader checks
+    check_inputs(cfg, need_labels=bool(cfg.quality_kinds), models=cfg.model_list, data_fields=tables)
     cfg = read_as_recorded_models(cfg)
+    data = tagged_benchmark_data(cfg) if cfg.reads_words else None  # read and checked before torch is imported
     plan = rundir.inspect_run_dir(cfg.out or "runs/bench", "bench", overwrite=cfg.overwrite, inputs=ownership.input_paths(cfg),
                                   compare=trail.config_compare(vars(cfg)))  # read-only; claimed once models are measured
     from bertkit import plots
 
-    report = benchmark(cfg, quality_dir=lambda: plan.claim().path / "quality")
+    report = benchmark(cfg, quality_dir=lambda: plan.claim().path / "quality", data=data)
     run = plan.claim()
     trail.write_run_config(run.path, "bench", vars(cfg), data_fingerprint=report["data_source"]["fingerprint"])
     report["outputs"] = {name: str(run.out / name) for name in ("bench.json", "bench.md", "bench.png")}

@@ -1,5 +1,7 @@
 """The models under test ("contenders") of `bertkit bench`: a preset's exact shapes with random weights, or
---models loaded from the hub or folders; and what the report must say about where they came from."""
+--models loaded from the hub or folders; and what the report must say about where they came from. On tagged data
+each contender is a tagger (token classification: the encoder and one output per tag, a new head as fine-tuning
+starts from), timed as a tagger runs."""
 
 from __future__ import annotations
 
@@ -34,6 +36,8 @@ class Contender:
     tokenizer: Any
     build_seconds: float
     """Time to build (random init) or load (pretrained) the model the first time."""
+    tagger: bool = False
+    """A token classifier (one output per tag per piece: tagged data) rather than a bare encoder."""
     forwards: dict[Any, Any] = field(default_factory=dict)
     """The inference forward per (device, dtype) (`steps.inference_forward`), built once."""
 
@@ -54,29 +58,52 @@ def preset_configs(name: str) -> list[tuple[str, Any]]:
 
 def load_contenders(
     models: Sequence[str], preset: str | None, random_init: bool, trust_remote_code: bool = False,
-    clock: Clock = time.perf_counter,
+    clock: Clock = time.perf_counter, tags: Sequence[str] | None = None,
 ) -> list[Contender]:
-    """Build the preset's models (random init, offline) or load each of `models` (hub id or folder)."""
+    """Build the preset's models (random init, offline) or load each of `models` (hub id or folder); with `tags`
+    (tagged data), each as a tagger with one output per tag."""
     found: list[Contender] = []
+    tagger = tags is not None
     if preset:
         tokenizer = loading.load_tokenizer(PRESET_TOKENIZER)
         for label, config in preset_configs(preset):
             start = clock()
-            model = loading.build_encoder(config)
+            model = tagger_from_config(config, tags) if tags is not None else loading.build_encoder(config)
             found.append(Contender(f"{label} (random init)", f"{type(config).__name__}()", True, model, tokenizer,
-                                   clock() - start))
+                                   clock() - start, tagger))
         return found
     for name in models:
         try:
             tokenizer = loading.load_tokenizer(name, trust_remote_code)
             start = clock()
-            model = loading.load_encoder(name, trust_remote_code, random_init=random_init)
+            model = load_model(name, random_init, trust_remote_code, tags)
         except UserError as exc:
             raise UserError(f"{exc} Offline, `--preset distilbert-vs-bert` compares the exact BERT/DistilBERT "
                             "shapes with random weights (speed, size, memory).") from None
         label = f"{name} (random init)" if random_init else name
-        found.append(Contender(label, name, random_init, model, tokenizer, clock() - start))
+        found.append(Contender(label, name, random_init, model, tokenizer, clock() - start, tagger))
     return found
+
+
+def load_model(name: str, random_init: bool, trust_remote_code: bool, tags: Sequence[str] | None) -> Any:
+    """`name`'s encoder, or with `tags` its tagger (the pretrained encoder with a new head of one output per tag, as
+    `bertkit finetune` starts a tagger; a saved tagger with the same tags keeps its own head)."""
+    if tags is None:
+        return loading.load_encoder(name, trust_remote_code, random_init=random_init)
+    if random_init:
+        return tagger_from_config(loading.load_config(name, trust_remote_code), tags)
+    return loading.load_classifier(name, dict(enumerate(tags)), trust_remote_code, tokens=True).eval()
+
+
+def tagger_from_config(config: Any, tags: Sequence[str]) -> Any:
+    """A token classifier with fresh random weights from a transformers config, one output per tag (no weights
+    read, no network): the exact shapes of the published taggers' encoders, for speed and size only."""
+    import transformers
+
+    config.num_labels = len(tags)
+    config.id2label = dict(enumerate(tags))
+    config.label2id = {tag: i for i, tag in enumerate(tags)}
+    return transformers.AutoModelForTokenClassification.from_config(config).eval()
 
 
 def contender_notes(cfg: Any, contenders: Sequence[Contender]) -> list[str]:
@@ -87,6 +114,12 @@ def contender_notes(cfg: Any, contenders: Sequence[Contender]) -> list[str]:
     if cfg.preset:
         notes.append(f"--preset {cfg.preset}: transformers' default configs (the published base shapes), "
                      f"tokenizer = bert-base-uncased vocabulary from the packaged `{PRESET_TOKENIZER}` folder.")
+    taggers = [c for c in contenders if c.tagger]
+    if taggers:
+        notes.append(f"Tagged data: each model timed as a tagger (token classification, "
+                     f"{taggers[0].model.config.num_labels} tags) on the sentences' windows of at most --max-length "
+                     f"word pieces, as a tagger reads words; rows = windows, tokens = real word pieces with "
+                     f"[CLS]/[SEP], never padding.")
     if cfg.quality_kinds and any(c.random_init for c in contenders):
         notes.append("Quality of random-init models was measured because --quality was given; it is meaningless.")
     return notes

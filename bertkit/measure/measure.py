@@ -1,5 +1,7 @@
 """The measurements of `bertkit bench`: size on disk and load time, batch-1 latency, throughput per batch size,
-a training step, or the paper's protocol; `run_bench` runs them all for every model, interleaved (timing.py)."""
+a training step, or the paper's protocol; `run_bench` runs them all for every model, interleaved (timing.py).
+Sentences are timed as rows of text; tagged sentences (given as words, `BenchSettings.reading` a reading of words)
+as a tagger reads them: each in its windows of word pieces."""
 
 from __future__ import annotations
 
@@ -17,12 +19,13 @@ import numpy as np
 from bertkit.data.dataset import TextDataset
 from bertkit.encoding.encode import Encoded, encode_for
 from bertkit.encoding.reading import Reading
+from bertkit.encoding.words import align_words
 from bertkit.errors import UserError
 from bertkit.io import trail
 from bertkit.measure.contenders import Contender
 from bertkit.measure.report import compute_claims
-from bertkit.measure.steps import forward_step, latency_step, prepare_batches, train_step
-from bertkit.measure.timing import Budget, interleaved, summarize
+from bertkit.measure.steps import forward_step, latency_step, prepare_batches, tag_latency_step, train_step
+from bertkit.measure.timing import Budget, Step, interleaved, summarize
 from bertkit.models import infer, loading, quantize
 
 log = logging.getLogger(__name__)
@@ -40,6 +43,16 @@ class BenchSettings:
     budget: Budget = field(default_factory=Budget)
     int8: bool = False
     """--precision int8: each model's dynamic-int8 copy is timed beside it (fp32), interleaved; see `int8_twins`."""
+    words: Reading | None = None
+    """Tagged data: how its sentences (given as words) are read, windows of `max_length` pieces
+    (`Reading.of_words`); None: the texts are rows of text."""
+
+
+def batch1_step(c: Contender, texts: Sequence[Any], s: BenchSettings, device: Any, dtype: Any) -> Step:
+    """The batch-1 step of `c` over `texts`: a row of text, or a sentence given as words read as a tagger reads it."""
+    if s.words is not None:
+        return tag_latency_step(c, texts, s.words, device, s.budget, dtype)
+    return latency_step(c, texts, s.max_length, device, s.budget, dtype)
 
 
 def measure_sizes(contenders: Sequence[Contender], workdir: Path, budget: Budget) -> dict[str, dict[str, Any]]:
@@ -65,7 +78,8 @@ def measure_sizes(contenders: Sequence[Contender], workdir: Path, budget: Budget
     for _ in range(max(1, budget.rounds)):
         for c in contenders:
             start = budget.clock()
-            loaded = loading.load_encoder(str(folders[c.label]))
+            loaded = (loading.load_classifier(str(folders[c.label]), tokens=True) if c.tagger
+                      else loading.load_encoder(str(folders[c.label])))
             loads[c.label].append(budget.clock() - start)
             del loaded
     for label, seconds in loads.items():
@@ -99,7 +113,7 @@ def measure_latency(
     import torch
 
     budget = s.budget
-    steps = {c.label: latency_step(c, texts, s.max_length, device, budget, dtype) for c in contenders}
+    steps = {c.label: batch1_step(c, texts, s, device, dtype) for c in contenders}
     with torch.inference_mode(), loading.autocast(device, dtype):
         samples, memory = interleaved([c.label for c in contenders], steps, budget, device)
     out = {}
@@ -181,14 +195,14 @@ def measure_paper_protocol(
     totals = {c.label: {"model_seconds": 0.0, "tokenize_seconds": 0.0, "rows": 0} for c in contenders}
     with torch.inference_mode(), loading.autocast(device, dtype):
         for c in contenders:  # warm-up on the first sentences (not counted)
-            step = latency_step(c, texts, s.max_length, device, budget, dtype)
+            step = batch1_step(c, texts, s, device, dtype)
             for _ in range(budget.warmup):
                 step()
         for r, chunk in enumerate(chunks):
             part = [texts[i] for i in chunk]
             for c in contenders:
                 log.info("paper protocol: %s, part %d/%d (%d sentences)", c.label, r + 1, len(chunks), len(part))
-                step = latency_step(c, part, s.max_length, device, budget, dtype)
+                step = batch1_step(c, part, s, device, dtype)
                 for _ in part:
                     model_s, tok_s = step()
                     totals[c.label]["model_seconds"] += model_s
@@ -209,6 +223,19 @@ def token_stats(encoded: Encoded) -> dict[str, Any]:
             "max_tokens": int(lengths.max()), "truncated": encoded.n_truncated}
 
 
+def timed_encoding(tokenizer: Any, texts: Sequence[Any], s: BenchSettings) -> tuple[Encoded, dict[str, Any]]:
+    """The timed sentences as model rows, and the report's `data`: rows of text cut at --max-length, or (tagged
+    data) every sentence's windows of word pieces, a row per window, with the sentences and words they hold."""
+    if s.words is None:
+        encoded = encode_for(tokenizer, TextDataset(list(texts)), Reading(s.max_length)).encoded
+        return encoded, token_stats(encoded)
+    windows = align_words(tokenizer, texts, s.words)
+    lengths = windows.lengths
+    encoded = Encoded(windows.ids, None, lengths, lengths, s.words.max_length)
+    # a window is a row; no word is cut (a longer sentence gets more windows), so none is truncated
+    return encoded, {**token_stats(encoded), "task": "tags", "sentences": len(texts), "words": windows.n_words}
+
+
 def run_bench(
     contenders: Sequence[Contender], texts: Sequence[str], settings: BenchSettings, device: Any, dtype: Any,
     workdir: Path | None = None, keep_folders: bool = False,
@@ -224,9 +251,9 @@ def run_bench(
     for c in contenders:
         c.model.to(device)
     tokenizer = contenders[0].tokenizer
-    encoded = encode_for(tokenizer, TextDataset(list(texts)), Reading(settings.max_length)).encoded
+    encoded, data = timed_encoding(tokenizer, texts, settings)
     pad_id = infer.pad_id_of(tokenizer)
-    report: dict[str, Any] = {"protocol": settings.protocol, "data": token_stats(encoded), "notes": [],
+    report: dict[str, Any] = {"protocol": settings.protocol, "data": data, "notes": [],
                               "loadavg_start": list(os.getloadavg())}
     records = {c.label: {"label": c.label, "source": c.source, "random_init": c.random_init,
                          "model_type": getattr(c.model.config, "model_type", "?")} for c in contenders}
@@ -258,7 +285,7 @@ def int8_twins(contenders: Sequence[Contender]) -> list[tuple[Contender, str]]:
     """(a dynamic-int8 copy of each model, labelled `<label> · int8`; the model's label). Copies: the models
     themselves stay fp32, as they are saved (sizes, quality) and trained (the training step)."""
     return [(Contender(f"{c.label} · int8", c.source, c.random_init, quantize.quantized_int8(c.model), c.tokenizer,
-                       c.build_seconds), c.label) for c in contenders]
+                       c.build_seconds, c.tagger), c.label) for c in contenders]
 
 
 def _measure_standard(contenders, timed, texts, encoded, pad_id, settings, device, dtype, records) -> None:

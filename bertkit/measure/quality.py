@@ -8,7 +8,9 @@ declarations (the config fields its CLI flags come from): one reader (`read_qual
 building a BenchConfig reports what it finds wrong (`quality_args_problems`), and the bench turns the same reading
 into the quality command's config values (`parse_quality_args`), typed as the CLI types them, after those of a
 `--recipe` given there. Each command's config is built - and so validated - before any benchmark runs. The score is the command's primary dev metric: the probe's best cell's dev accuracy (the metric its layer
-sweep picks the best cell by), fine-tuning's --metric-for-best at its best evaluation.
+sweep picks the best cell by), fine-tuning's --metric-for-best at its best evaluation. On tagged data (bench
+benchmarks taggers) the commands read the same corpus as tagged (`--task tags` and bench's --tag-scheme): fine-tuning
+trains a tagger, scored by its dev entity F1 (word accuracy for plain tags), the probe its word probes.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bertkit.data.options import WORD_TASK as TAGS
 from bertkit.data.options import DataOptions
 from bertkit.errors import UserError
 from bertkit.options import command_flags as _command_flags
@@ -36,6 +39,8 @@ PROBE_METRIC = "accuracy"
 """The dev metric the probe's layer sweep picks its best cell by."""
 SHARED_FIELDS = (*(f.name for f in dataclasses.fields(DataOptions)), "max_length")
 """bench options every quality run gets from bench itself: the data settings and the truncation length."""
+WORD_FIELDS = ("task", "tag_scheme")
+"""bench options the quality runs get too when bench reads tagged data: it is read as tagged there as well."""
 EACH_MODEL = "(set for each model)"
 """--model and --out of the plan's config: replaced per model by `measure_quality`."""
 
@@ -62,6 +67,8 @@ def quality_config(kind: str, config_cls: type, cfg: Any, extra: tuple[str, ...]
     recipe, values = parse_quality_args(kind, config_cls, extra)
     # unset (None) bench options leave a recipe's value alone, as omitted flags did on the command line
     shared = {name: getattr(cfg, name) for name in SHARED_FIELDS if getattr(cfg, name) is not None}
+    if getattr(cfg, "reads_words", False):  # detected or --task tags: the quality run reads the same tagged corpus
+        shared.update({name: getattr(cfg, name) for name in WORD_FIELDS}, task=TAGS)
     try:
         config = config_cls(**{**recipe, **shared, "model": EACH_MODEL, "out": EACH_MODEL, **values})
     except UserError as exc:
@@ -107,12 +114,17 @@ def command_line(plan: QualityPlan, config: Any) -> str:
         value = getattr(config, name)
         if value is not None:
             args += [flag(name), str(value)]
+    if getattr(config, "task", None) == TAGS:
+        args += [part for name in WORD_FIELDS for part in (flag(name), str(getattr(config, name)))]
     return shlex.join([*args, "--out", config.out, *plan.extra])
 
 
 def probe_score(result: Any) -> tuple[str, float]:
-    """`bertkit probe`'s best cell (of its ProbeResult): (where in its results, dev accuracy)."""
-    return f"best.dev.{PROBE_METRIC}", result.best.dev[PROBE_METRIC]
+    """`bertkit probe`'s best cell (of its ProbeResult): (where in its results, dev accuracy; tagged data: the one
+    dev score of its best word probe, entity F1 or word accuracy)."""
+    dev = result.best.dev
+    name = PROBE_METRIC if PROBE_METRIC in dev else next(iter(dev))
+    return f"best.dev.{name}", float(dev[name])
 
 
 def finetune_score(result: Any) -> tuple[str, float]:

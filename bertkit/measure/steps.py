@@ -1,5 +1,7 @@
 """The timed steps of `bertkit bench`: each step times exactly its counted work (batch-1 latency, a forward pass
-over a prepared batch, a training step), and the prepared batches they run on."""
+over a prepared batch, a training step), and the prepared batches they run on. A tagger (tagged data) is timed on
+sentences given as words, each read in its windows of word pieces (`encoding.words.align_words`), and trained on
+a label per piece."""
 
 from __future__ import annotations
 
@@ -13,6 +15,9 @@ import numpy as np
 
 from bertkit.encoding.batches import pad_batch, sorted_batches
 from bertkit.encoding.encode import Encoded
+from bertkit.encoding.reading import Reading
+from bertkit.encoding.word_labels import IGNORE
+from bertkit.encoding.words import align_words
 from bertkit.measure.contenders import Contender
 from bertkit.measure.timing import Budget, Step
 from bertkit.models import fastforward, infer, loading
@@ -90,6 +95,38 @@ def padded_to(batch: dict[str, Any], width: int, pad_id: int) -> dict[str, Any]:
             for name, t in batch.items()}
 
 
+def tag_latency_step(c: Contender, sentences: Sequence[Sequence[str]], reading: Reading, device: Any,
+                     budget: Budget, dtype: Any = None) -> Step:
+    """One sentence (given as words) at a time, as a tagger reads it: its windows of word pieces made (timed as
+    tokenization: word pieces, windows, padding), then the model's forward over them (one window for a sentence
+    that fits --max-length); returns (model seconds, tokenization seconds)."""
+    position = itertools.count()
+    accepted, clock, sync = c.input_names, budget.clock, budget.sync
+    forward = inference_forward(c, device, dtype)
+    pad_to = getattr(device, "type", None) == "cuda"
+    pad_id = infer.pad_id_of(c.tokenizer)
+
+    def step() -> tuple[float, ...]:
+        words = sentences[next(position) % len(sentences)]
+        t0 = clock()
+        windows = align_words(c.tokenizer, [words], reading)
+        lengths = windows.lengths
+        encoded = Encoded(windows.ids, None, lengths, lengths, reading.max_length)
+        inputs = pad_batch(encoded, range(len(lengths)), pad_id)
+        if pad_to:
+            inputs = padded_to(inputs, infer.gpu_padded_width(inputs["input_ids"].shape[1]), pad_id)
+        t1 = clock()
+        inputs = model_inputs(inputs, accepted, device)
+        sync()
+        t2 = clock()
+        forward(inputs)
+        sync()
+        t3 = clock()
+        return t3 - t2, t1 - t0
+
+    return step
+
+
 @dataclass
 class PreparedBatch:
     """A padded batch, ready before the clock starts, with what it counts."""
@@ -123,13 +160,15 @@ def forward_step(c: Contender, batches: Sequence[PreparedBatch], device: Any, bu
 
 
 def train_step(c: Contender, batches: Sequence[PreparedBatch], device: Any, dtype: Any, budget: Budget) -> Step:
-    """Forward + backward + AdamW step of the encoder and a linear head: returns (seconds, rows, tokens)."""
+    """Forward + backward + AdamW step of the encoder and a linear head (a sentence's label read at [CLS]), or of a
+    tagger (its own head, a label at every real piece): returns (seconds, rows, tokens)."""
     import torch
 
-    hidden = _hidden_size(c.model)
-    head = torch.nn.Linear(hidden, 2).to(device)
+    head = torch.nn.Identity() if c.tagger else torch.nn.Linear(_hidden_size(c.model), 2).to(device)
     optimizer = torch.optim.AdamW(list(c.model.parameters()) + list(head.parameters()), lr=1e-5)
-    moved = [(model_inputs(b.inputs, c.input_names, device), b.labels.to(device)) for b in batches]
+    moved = [(model_inputs(b.inputs, c.input_names, device),
+              (piece_labels(b.inputs, c.model.config.num_labels) if c.tagger else b.labels).to(device))
+             for b in batches]
     position = itertools.count()
     clock, sync = budget.clock, budget.sync
 
@@ -139,9 +178,11 @@ def train_step(c: Contender, batches: Sequence[PreparedBatch], device: Any, dtyp
         sync()
         t0 = clock()
         with loading.autocast(device, dtype):
-            hidden_states = c.model(**inputs).last_hidden_state
-            logits = head(hidden_states[:, 0])
-        loss = torch.nn.functional.cross_entropy(logits.float(), labels)
+            if c.tagger:
+                logits = c.model(**inputs).logits.flatten(0, 1)
+            else:
+                logits = head(c.model(**inputs).last_hidden_state[:, 0])
+        loss = torch.nn.functional.cross_entropy(logits.float(), labels.flatten(), ignore_index=IGNORE)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -150,6 +191,16 @@ def train_step(c: Contender, batches: Sequence[PreparedBatch], device: Any, dtyp
         return t1 - t0, batches[i].rows, batches[i].tokens
 
     return step
+
+
+def piece_labels(inputs: dict[str, Any], n_tags: int) -> Any:
+    """A tag id at every real piece of a padded batch and `IGNORE` at padding (the values do not change step time;
+    which pieces count does: the loss reads real pieces only, as a tagger's does)."""
+    import torch
+
+    ids = inputs["input_ids"]
+    labels = torch.arange(ids.numel()).view_as(ids) % n_tags
+    return labels.masked_fill(inputs["attention_mask"] == 0, IGNORE)
 
 
 def _hidden_size(model: Any) -> int:
