@@ -124,3 +124,23 @@ def read_run_config(path: Path) -> dict[str, Any] | None:
             f"{path} holds. Choose another --out, or pass --overwrite to replace that run."
         )
     return record
+
+
+DATA_PATHS = ("data", "dev", "test")
+"""The config keys of a run that name data files."""
+
+
+def config_as_run_read_it(record: dict[str, Any]) -> dict[str, Any]:
+    """A run's recorded config (`record`: its config.json) with its data paths as the run read them: a relative one
+    that does not resolve from here, but did from the folder the run was started in (its `cwd`), made absolute. Hub
+    names and absolute paths stay. What `bertkit export` reads a finetune run's dev set with."""
+    config, cwd = record["config"], record.get("cwd")
+    if not isinstance(cwd, str):
+        return config
+    fixed = dict(config)
+    for key in DATA_PATHS:
+        value = config.get(key)
+        if isinstance(value, str) and not Path(value).is_absolute() and not Path(value).exists() \
+                and (Path(cwd) / value).exists():
+            fixed[key] = str(Path(cwd) / value)
+    return fixed

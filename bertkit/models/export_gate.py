@@ -13,7 +13,8 @@ from bertkit.io.atomic import JsonRecord
 @dataclass(frozen=True)
 class GateReport(JsonRecord):
     """The export against the PyTorch fp32 model on the gate rows: `statistic` (agreement for a classifier,
-    mean_cosine for features) against `threshold`, and the numbers behind it."""
+    mean_cosine for features; for a tagger entity_agreement, or agreement per word for plain tags) against
+    `threshold`, and the numbers behind it."""
 
     statistic: str
     threshold: float
@@ -26,6 +27,11 @@ class GateReport(JsonRecord):
     """The headline metric on labelled gate rows, before (fp32) and after (the export)."""
     metric_fp32: float | None = None
     metric_export: float | None = None
+    words: int | None = None
+    """A tagger's gate: the words of its `rows` (sentences); `agreement` is then per word."""
+    disagreeing_words: int | None = None
+    entity_agreement: float | None = None
+    """A tagger's gate: strict seqeval F1 of the export's entities against the fp32 model's (entity schemes)."""
     mean_cosine: float | None = None
     min_cosine: float | None = None
     max_abs_diff: float | None = None
@@ -51,7 +57,10 @@ def refusal_message(report: dict[str, Any], cfg: Any) -> str:
     """The gate's refusal (`cfg`: the ExportConfig): the numbers (with the digits that show them below the
     threshold), that nothing was written, and the fixes."""
     what = f"The {'int8 ' if cfg.quantized else ''}ONNX export of {cfg.model}"
-    if report["statistic"] == "agreement":
+    if report.get("words") is not None:
+        numbers = _tagger_numbers(report, cfg.min_agreement)
+        lower = "--min-agreement"
+    elif report["statistic"] == "agreement":
         share = below(report["agreement"], cfg.min_agreement)
         numbers = (f"predicts the PyTorch fp32 model's label on a share {share} of {report['rows']} gate rows "
                    f"({report['disagreeing_rows']} disagree), below --min-agreement {cfg.min_agreement!r}; largest "
@@ -68,3 +77,19 @@ def refusal_message(report: dict[str, Any], cfg: Any) -> str:
            "Check the model with the PyTorch folder, ")
     return (f"{what} {numbers}. Nothing was written (--out {cfg.out} is as it was). {fix}lower {lower} if that "
             f"loss is acceptable, or pass --force to keep it anyway (its export_report.json then says forced).")
+
+
+def _tagger_numbers(report: dict[str, Any], threshold: float) -> str:
+    """A tagger's gate numbers: the gated agreement (entities, or tags per word) first, shown below `threshold`."""
+    same, words, rows = report["words"] - report["disagreeing_words"], report["words"], report["rows"]
+    if report["statistic"] == "entity_agreement":
+        numbers = (f"finds the PyTorch fp32 model's entities with F1 {below(report['entity_agreement'], threshold)} "
+                   f"on {rows} gate sentences, below --min-agreement {threshold!r}; it tags {same} of {words} words "
+                   f"as that model does (agreement {report['agreement']:.4f})")
+    else:
+        numbers = (f"tags {same} of {words} words of {rows} gate sentences as the PyTorch fp32 model does, a share "
+                   f"{below(report['agreement'], threshold)}, below --min-agreement {threshold!r}")
+    numbers += f"; largest logit difference {report['max_abs_logit_diff']:.3g}"
+    if report.get("metric"):
+        numbers += f"; {report['metric']} {report['metric_fp32']:.4f} -> {report['metric_export']:.4f}"
+    return numbers
