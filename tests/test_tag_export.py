@@ -1,7 +1,8 @@
 """`bertkit export` of a tagging model (issue 46): the ONNX folder records the tagger (task, scheme, reading of words,
 tags) and `predict`/`evaluate` read it back through the same windows and word tags as the PyTorch folder; the gate
-compares the export's tags with the fp32 model's (entity agreement, tag agreement, entity F1 on gold tags), refuses
-below --min-agreement, and refuses options that do not fit a tagger; a tampered export is refused on read."""
+compares the export's tags with the fp32 model's (tag agreement, entity agreement, entity F1 on gold tags), refuses
+below --min-agreement or above --max-drop, and refuses options that do not fit a tagger; a tampered export is refused
+on read."""
 
 from __future__ import annotations
 
@@ -77,11 +78,12 @@ def test_an_fp32_export_records_the_tagger_and_its_gate(tagger, fp32_export):
     assert json.loads((fp32_export / "config.json").read_text())["id2label"] == \
         json.loads((model / "config.json").read_text())["id2label"]
     report = _report(fp32_export)
-    assert report["kind"] == "tagger" and report["statistic"] == "entity_agreement" and report["passed"]
+    assert report["kind"] == "tagger" and report["statistic"] == "agreement" and report["passed"]
     assert report["rows"] == 30 and report["words"] == sum(len(w) for w, _ in synthetic_sentences(30, 1))
     assert report["entity_agreement"] == 1.0 and report["agreement"] == 1.0 and report["disagreeing_words"] == 0
     assert report["max_abs_logit_diff"] < 1e-4
     assert report["metric"] == "f1" and report["metric_fp32"] == report["metric_export"] > 0.5
+    assert report["metric_drop"] == 0.0 and report["max_drop"] == 0.01
     assert report["data"] == str(dev)
 
 
@@ -105,18 +107,18 @@ def test_an_int8_export_of_the_runs_dev_set_records_both_entity_f1s(tagger, tmp_
     """No --data: the gate reads the tagging run's dev set; int8 weights, so the numbers are measured, not equal."""
     model, dev = tagger
     out = tmp_path / "int8"
-    result = invoke("export", "--model", model, "--out", out, "--min-agreement", "0", "-q", "--json")
+    result = invoke("export", "--model", model, "--out", out, "--min-agreement", "0", "--max-drop", "1", "-q", "--json")
     assert result.exit_code == 0, result.output
     report = _report(out)
     shown = json.loads(result.stdout)
     assert shown["quantized"] == "int8" and shown["backend"] == "onnx-int8" and shown["gate"]["words"] == report["words"]
     assert report["data"] == str(dev) and report["rows"] == 30 and report["metric"] == "f1"
-    for key in ("entity_agreement", "agreement", "metric_fp32", "metric_export", "max_abs_logit_diff"):
+    for key in ("entity_agreement", "agreement", "metric_fp32", "metric_export", "metric_drop", "max_abs_logit_diff"):
         assert isinstance(report[key], float), key
     assert 0 <= report["entity_agreement"] <= 1 and report["passed"]
     assert metadata.read_model_info(out)["compute"] == {"device": "cpu", "precision": "int8"}
     card = (out / "README.md").read_text()
-    assert "token-classification" in card and "entity_agreement" in card
+    assert "pipeline_tag: token-classification" in card and "entity agreement: " in card and "metric drop: " in card
     predicted = _predict(out, "--data", dev)
     assert len(predicted) == 30 and all(len(p["tags"]) == len(w) for p, (w, _) in
                                         zip(predicted, synthetic_sentences(30, 1), strict=True))
@@ -135,25 +137,28 @@ def _shift_tags(monkeypatch):
     monkeypatch.setattr(onnx, "tagger_function", shifted)
 
 
-def test_the_gate_refuses_an_export_whose_entities_differ_and_force_keeps_it(tagger, tmp_path, monkeypatch):
+def test_the_gate_refuses_an_export_whose_tags_differ_and_force_keeps_it(tagger, tmp_path, monkeypatch):
+    """Below --min-agreement (tags per word) or above --max-drop (entity F1 on gold tags), each on its own."""
     model, dev = tagger
     _shift_tags(monkeypatch)
     out = tmp_path / "export"
     refused = invoke("export", "--model", model, "--out", out, "--quantize", "none", "--data", dev)
-    assert refused.exit_code == 2
-    assert "finds the PyTorch fp32 model's entities with F1" in refused.output
-    assert "--min-agreement" in refused.output and "Nothing was written" in refused.output
+    assert refused.exit_code == 2 and "Nothing was written" in refused.output
+    assert "words (30 gate sentences) as the PyTorch fp32 model does, below --min-agreement 0.99" in refused.output
+    assert "above --max-drop 0.01" in refused.output and "its entities agree with" in refused.output
     assert not out.exists()
+    by_drop = invoke("export", "--model", model, "--out", out, "--quantize", "none", "--data", dev, "--min-agreement", "0")
+    assert by_drop.exit_code == 2 and "above --max-drop" in by_drop.output and "below --min-agreement" not in by_drop.output
     forced = invoke("export", "--model", model, "--out", out, "--quantize", "none", "--data", dev, "--force", "-q")
     assert forced.exit_code == 0, forced.output
     report = _report(out)
-    assert report["forced"] and not report["passed"] and report["entity_agreement"] < 0.99
-    assert report["metric_export"] < report["metric_fp32"]
+    assert report["forced"] and not report["passed"] and report["agreement"] < 0.99 and report["entity_agreement"] < 0.99
+    assert report["metric_drop"] == report["metric_fp32"] - report["metric_export"] > 0.01
 
 
 def test_plain_tags_are_gated_by_tag_agreement_on_sentences_without_gold(tagger, tmp_path):
-    """A tagger whose record says plain tags (POS-like): the gate's statistic is the tag agreement per word; a text
-    file of sentences is gate data without gold tags (no metric)."""
+    """A tagger whose record says plain tags (POS-like): no entity agreement; a text file of sentences is gate data
+    without gold tags (no metric, no drop)."""
     model, _ = tagger
     plain = tmp_path / "plain"
     shutil.copytree(model, plain)
@@ -165,7 +170,7 @@ def test_plain_tags_are_gated_by_tag_agreement_on_sentences_without_gold(tagger,
     assert result.exit_code == 0, result.output
     report = _report(out)
     assert report["statistic"] == "agreement" and report["entity_agreement"] is None and report["agreement"] == 1.0
-    assert report["rows"] == 3 and report["words"] == 4 + 4 + 54 and "metric" not in report
+    assert report["rows"] == 3 and report["words"] == 4 + 4 + 54 and "metric" not in report and report["passed"]
     assert _predict(out, "--text", "alice went to paris")[0]["spans"] == []
 
 

@@ -35,8 +35,8 @@ def show_export(result: ExportResult, view: View) -> None:
 
 
 def _gate_rows(gate: GateReport) -> list[list[Any]]:
-    """The gate's numbers, the gated one with its threshold: features' cosines, a classifier's label agreement per
-    row, a tagger's entity agreement (or tag agreement, plain tags) over its sentences' words."""
+    """The gate's numbers, each gated one with its threshold: features' cosines; a classifier's label agreement per
+    row; a tagger's tag agreement per word, its entity agreement and, on gold tags, the drop of its score."""
     minimum = f" (min {gate.threshold:g})"
     if gate.statistic == "mean_cosine":
         return [["rows", gate.rows], ["mean cosine with fp32", f"{gate.mean_cosine:.4f}{minimum}"],
@@ -44,13 +44,14 @@ def _gate_rows(gate: GateReport) -> list[list[Any]]:
     if gate.words is None:
         rows: list[list[Any]] = [["rows", gate.rows], ["label agreement with fp32", f"{gate.agreement:.4f}{minimum}"]]
     else:
-        entities = gate.statistic == "entity_agreement"
-        rows = [["sentences", gate.rows], ["words", gate.words]]
-        if entities:
-            rows.append(["entity agreement with fp32 (F1)", f"{gate.entity_agreement:.4f}{minimum}"])
-        rows.append(["tag agreement with fp32", f"{gate.agreement:.4f}{'' if entities else minimum}"])
+        rows = [["sentences", gate.rows], ["words", gate.words], ["tag agreement with fp32", f"{gate.agreement:.4f}"
+                                                                  f"{minimum}"]]
+        if gate.entity_agreement is not None:
+            rows.append(["entity agreement with fp32 (F1)", f"{gate.entity_agreement:.4f}"])
     rows.append(["largest logit difference", f"{gate.max_abs_logit_diff:.4g}"])
     if gate.metric:
         rows.append([f"{gate.metric} fp32 -> export",
                      f"{format_score(gate.metric_fp32)} -> {format_score(gate.metric_export)}"])
+    if gate.metric_drop is not None:
+        rows.append([f"{gate.metric} drop", f"{gate.metric_drop:.4f} (max {gate.max_drop:g})"])
     return rows

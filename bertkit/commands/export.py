@@ -10,8 +10,8 @@ label agreement with fp32, the headline metric before and after when the rows ha
 logit difference. Features: the mean and minimum cosine similarity of each row's features and the largest absolute
 difference; the mean cosine is gated (--min-cosine), since one odd row should not refuse a model whose features
 are otherwise the same. Taggers (`bertkit.scoring.tag_gate`): the sentences of --data (default: the tagging run's dev
-set) read by predict's path of windows and word tags, the export's entities against fp32's (strict F1; plain tags:
-the tag agreement per word) gated by --min-agreement, entity F1 (or word accuracy) before and after with gold tags. Below the threshold nothing is kept (the export is built in a temp folder; the previous
+set) read by predict's path of windows and word tags; the tag agreement per word gated by --min-agreement, and with
+gold tags the drop of entity F1 (plain tags: word accuracy) by --max-drop; the entity agreement reported. Below the threshold nothing is kept (the export is built in a temp folder; the previous
 --out stays as it was) and a UserError gives the numbers and the fixes, unless --force.
 """
 
@@ -85,10 +85,12 @@ class ExportConfig(LongTextOptions, LabelOptions):
                           panel=MODEL, choices=COMBINES)
     normalize: bool = option(False, "Features: L2-normalise the feature vectors inside the graph.", panel=MODEL)
     batch_size: int = option(64, "Rows per gate batch (sorted by length).", above=0)
-    min_agreement: float = option(0.99, "Classifiers: the least share of gate rows whose label the export predicts as "
-                                  "the PyTorch fp32 model does; taggers: the least F1 of the export's entities against "
-                                  "the fp32 model's (plain tags: the share of words tagged alike). Below it nothing is "
-                                  "kept (exit 2).", panel=RUN, minimum=0)
+    min_agreement: float = option(0.99, "The least share of gate rows (a tagger: of words) whose label (tag) the export "
+                                  "predicts as the PyTorch fp32 model does; below it nothing is kept (exit 2).",
+                                  panel=RUN, minimum=0)
+    max_drop: float = option(0.01, "Taggers, gate data with gold tags: the most the export's entity F1 (plain tags: word "
+                             "accuracy) may fall below the PyTorch fp32 model's; more and nothing is kept (exit 2).",
+                             panel=RUN, minimum=0)
     min_cosine: float = option(MIN_COSINE, "Features: the least mean (over the gate rows) cosine similarity between the "
                                "export's and the PyTorch fp32 features; below it nothing is kept (exit 2). Measured "
                                "on MiniLM, SST-2 dev: fp32 1.000; int8 0.995 with --pool cls, 0.991 with mean.",
@@ -104,6 +106,8 @@ class ExportConfig(LongTextOptions, LabelOptions):
             problems.append("--out is required: the folder the export is written to.")
         if self.min_agreement > 1:
             problems.append(f"--min-agreement is a share of rows, at most 1; got {self.min_agreement}.")
+        if self.max_drop > 1:
+            problems.append(f"--max-drop is a fall of a score between 0 and 1, at most 1; got {self.max_drop}.")
         if self.min_cosine > 1:
             problems.append(f"--min-cosine is a cosine similarity, at most 1; got {self.min_cosine}.")
         problems += layers_problem(self.layers)
@@ -140,7 +144,7 @@ def run(cfg: ExportConfig, progress: bool = False) -> ExportResult:
     raise_if_problems(tagger_problems(cfg, tagged))  # before torch, before the data is looked at
     check_inputs(cfg, need_labels=False, models=(cfg.model,), data_fields=() if tagged else ("data",))  # before torch
     from bertkit.features.pooling import encoder_shape
-    from bertkit.io import atomic, faults, ownership, rundir
+    from bertkit.io import atomic, faults, ownership, rundir, trail
     from bertkit.models import loading, onnx
     from bertkit.models.metadata import read_model_info
     from bertkit.scoring import tag_gate
@@ -150,7 +154,7 @@ def run(cfg: ExportConfig, progress: bool = False) -> ExportResult:
     kind = export_kind(cfg)
     cfg = read_as_saved(applicable_config(cfg, kind))  # what the export is made with: also its record and card
     plan = rundir.inspect_run_dir(cfg.out, "export", overwrite=cfg.overwrite, inputs=ownership.input_paths(cfg),
-                                  compare=_compare(cfg))  # read-only: refusals happen before any work
+                                  compare=trail.report_compare(config_dict(cfg), onnx.REPORT_FILE))  # read-only
     tokenizer = loading.load_tokenizer(cfg.model)
     model = onnx.load_source_model(cfg.model, kind)
     # the graph takes any length: the export records the reading for predict and embed (a tagger's: its windows)
@@ -202,7 +206,8 @@ def _gated_report(cfg: ExportConfig, kind: str, staged: Path, model: Any, tokeni
     exported = onnx.load_export(staged, kind)
     if isinstance(dataset, GateSentences):
         gate = tag_gate.export_tagger_gate(cfg.model or "", model, exported, tokenizer, reading, dataset,
-                                           batch_size=cfg.batch_size, min_agreement=cfg.min_agreement)
+                                           batch_size=cfg.batch_size, min_agreement=cfg.min_agreement,
+                                           max_drop=cfg.max_drop)
     elif kind == "classifier":
         gate = classifier_gate(model, exported, tokenizer, dataset, cfg, reading)
     else:
@@ -216,22 +221,6 @@ def _gated_report(cfg: ExportConfig, kind: str, staged: Path, model: Any, tokeni
     if not gate["passed"] and not cfg.force:
         raise UserError(refusal_message(report, cfg))
     return report, gate
-
-
-def _compare(cfg: ExportConfig) -> Any:
-    """An export run with other options at --out (its export_report.json's config) needs --overwrite."""
-    from bertkit.io import atomic
-    from bertkit.io.trail import config_differences
-    from bertkit.models import onnx
-
-    new = config_dict(cfg)
-
-    def compare(path: Path) -> list[str]:
-        record = atomic.read_json_or_none(Path(path) / onnx.REPORT_FILE)
-        old = record.get("config") if isinstance(record, dict) else None
-        return config_differences(old, new) if isinstance(old, dict) else []
-
-    return compare
 
 
 def export_kind(cfg: ExportConfig) -> str:
@@ -267,10 +256,11 @@ def tagger_problems(cfg: ExportConfig, tagged: bool) -> list[str]:
                        for flag in given]
 
 
-NOT_FOR = {"classifier": (*Pooling.KEYS, "min_cosine"), "features": ("min_agreement",),
+NOT_FOR = {"classifier": (*Pooling.KEYS, "min_cosine", "max_drop"), "features": ("min_agreement", "max_drop"),
            "tagger": (*Pooling.KEYS, "min_cosine")}
 """The options each kind of export ignores: a classifier's graph ends in its head, a tagger's in per-piece logits
-(no pooling; gated by agreement), an encoder's in pooled features (gated by cosine)."""
+(no pooling; gated by agreement, a tagger's also by the drop of its score on gold tags), an encoder's in pooled
+features (gated by cosine)."""
 
 
 def applicable_config(cfg: ExportConfig, kind: str) -> ExportConfig:
@@ -282,7 +272,7 @@ def applicable_config(cfg: ExportConfig, kind: str) -> ExportConfig:
             "tagger": "a tagging model (its graph ends in per-piece logits)"}[kind]
     for name, value in given.items():
         flag = f"--{name.replace('_', '-')}" + ("" if isinstance(value, bool) else f" {value}")
-        other = "classifier" if kind == "features" else "features"
+        other = {"max_drop": "tagger", "min_agreement": "classifier and tagger"}.get(name, "features")
         log.warning("%s does not apply to the export of %s and is ignored (it is an option of --kind %s exports). "
                     "Drop it.", flag, what, other)
     return dataclasses.replace(cfg, **{name: defaults[name] for name in given}) if given else cfg

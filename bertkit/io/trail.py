@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.errors import UserError
-from bertkit.io.atomic import read_json_record, to_json, write_json_atomic
+from bertkit.io.atomic import read_json_or_none, read_json_record, to_json, write_json_atomic
 
 NOT_COMPARED = frozenset({"out", "overwrite", "quiet", "json_output"})
 """Config fields that do not change a run's results: a re-run may change them and still be the same run."""
@@ -75,6 +75,18 @@ def config_compare(config: dict[str, Any]) -> Compare:
     def compare(path: Path) -> list[str]:
         record = read_run_config(path)
         return [] if record is None else config_differences(record["config"], config)
+
+    return compare
+
+
+def report_compare(config: dict[str, Any], report: str) -> Compare:
+    """`compare` for a command whose run records its config in the file `report` (an export's export_report.json,
+    under `config`): the compared options that differ; none when the file is missing or unreadable."""
+
+    def compare(path: Path) -> list[str]:
+        record = read_json_or_none(Path(path) / report)
+        old = record.get("config") if isinstance(record, dict) else None
+        return config_differences(old, config) if isinstance(old, dict) else []
 
     return compare
 

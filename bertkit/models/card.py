@@ -240,7 +240,7 @@ def check_model_card(folder: str | Path) -> list[str]:
 
 EXPORT_GATE_KEYS = ("statistic", "threshold", "agreement", "disagreeing_rows", "words", "disagreeing_words",
                     "entity_agreement", "max_abs_logit_diff", "mean_cosine", "min_cosine", "metric", "metric_fp32",
-                    "metric_export", "passed", "forced")
+                    "metric_export", "metric_drop", "max_drop", "passed", "forced")
 """The numbers of an export's gate its card shows (those the gate of its kind measured)."""
 
 

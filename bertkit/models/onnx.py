@@ -158,9 +158,8 @@ def load_export(folder: str | Path, kind: str | None = None, command: str = "thi
         raise UserError(f"{path} is not a bertkit ONNX export folder (no model.onnx, or no onnx section in "
                         f"bertkit_model.json). Export one with `bertkit export --model MODEL --out {path}`.")
     if kind is not None and info["kind"] != kind:
-        raise UserError(f"{path} is an ONNX export of {WANTED[info['kind']]} but {command} needs {WANTED[kind]}. "
-                        f"Export such a model with `bertkit export --kind {kind} ...`, or pass the PyTorch model "
-                        f"folder.")
+        raise UserError(f"{path} is an ONNX export of {info['kind']} but {command} needs {WANTED[kind]}. Export the "
+                        f"model with `bertkit export --kind {kind} ...`, or pass the PyTorch model folder.")
     loading.check_model_folder(str(path))  # model.onnx, config and tokenizer as recorded at export
     session = open_session(path / MODEL_FILE)
     runner = OnnxTokenClassifier if info["kind"] == "tagger" else OnnxModel
