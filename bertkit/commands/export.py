@@ -11,8 +11,9 @@ logit difference. Features: the mean and minimum cosine similarity of each row's
 difference; the mean cosine is gated (--min-cosine), since one odd row should not refuse a model whose features
 are otherwise the same. Taggers (`bertkit.scoring.tag_gate`): the sentences of --data (default: the tagging run's dev
 set) read by predict's path of windows and word tags; the tag agreement per word gated by --min-agreement, and with
-gold tags the drop of entity F1 (plain tags: word accuracy) by --max-drop; the entity agreement reported. Below the threshold nothing is kept (the export is built in a temp folder; the previous
---out stays as it was) and a UserError gives the numbers and the fixes, unless --force.
+gold tags the drop of entity F1 (plain tags: word accuracy) by --max-drop; the entity agreement reported. Below the
+threshold nothing is kept (the export is built in a temp folder; the previous --out stays as it was) and a
+UserError gives the numbers and the fixes, unless --force.
 """
 
 from __future__ import annotations
@@ -30,8 +31,10 @@ from bertkit.data.tagged import TaggedColumns
 from bertkit.encoding.reading import LongTextOptions, Reading
 from bertkit.errors import UserError, raise_if_problems
 from bertkit.features.settings import COMBINES, POOLS, Pooling, layers_problem
+from bertkit.io import atomic, trail
 from bertkit.models.card import export_card_facts, write_model_card
 from bertkit.models.export_gate import GateReport, refusal_message
+from bertkit.models.folders import resolve_model_name
 from bertkit.models.metadata import is_tagger, read_as_saved
 from bertkit.models.preflight import check_inputs
 from bertkit.options import MODEL, OUTPUT, RUN, command_line, config_dict, option, overwrite_option
@@ -143,8 +146,9 @@ def run(cfg: ExportConfig, progress: bool = False) -> ExportResult:
     tagged = is_tagger(cfg.model or "")  # its gate data is tagged: read by its own reader
     raise_if_problems(tagger_problems(cfg, tagged))  # before torch, before the data is looked at
     check_inputs(cfg, need_labels=False, models=(cfg.model,), data_fields=() if tagged else ("data",))  # before torch
+    sentences = tagger_gate_data(cfg) if tagged else None  # tagged data: read and checked before torch too
     from bertkit.features.pooling import encoder_shape
-    from bertkit.io import atomic, faults, ownership, rundir, trail
+    from bertkit.io import faults, ownership, rundir
     from bertkit.models import loading, onnx
     from bertkit.models.metadata import read_model_info
     from bertkit.scoring import tag_gate
@@ -164,7 +168,7 @@ def run(cfg: ExportConfig, progress: bool = False) -> ExportResult:
     spec = Pooling.from_options(cfg.pool, cfg.layers, cfg.combine, cfg.normalize) if kind == "features" else None
     if spec is not None:
         spec.resolve(encoder_shape(model)[0])  # an out-of-range --layers fails before the export
-    dataset = gate_data(cfg, model, kind)
+    dataset = sentences if sentences is not None else gate_data(cfg, model, kind)
     if isinstance(dataset, GateSentences):  # gold tags in another scheme than the model's: refused before the export
         for note in tag_gate.gold_tag_notes(cfg.model, model, tokenizer, reading, dataset):
             log.warning("%s", note)
@@ -180,8 +184,8 @@ def run(cfg: ExportConfig, progress: bool = False) -> ExportResult:
             faults.kill_point("export.built")
             report, gate = _gated_report(cfg, kind, staged, model, tokenizer, dataset, spec, reading)
             atomic.write_json_atomic(staged / onnx.REPORT_FILE, report)
-            read = {"source": str(dataset.source), "fingerprint": dataset.fingerprint, "rows": len(dataset)}
-            write_model_card(staged, export_card_facts(report, cfg.model, source, read, model.config.id2label,
+            gate_rows = {"source": str(dataset.source), "fingerprint": dataset.fingerprint, "rows": len(dataset)}
+            write_model_card(staged, export_card_facts(report, cfg.model, source, gate_rows, model.config.id2label,
                                                        command_line("export", cfg, skip=("overwrite",))))
             for item in sorted(staged.iterdir()):  # each copied in atomically and recorded as bertkit's
                 ownership.place_file(item, run.path / item.name)
@@ -297,16 +301,23 @@ def _features_fn(model: Any, spec: Pooling) -> Any:
 # ---------------------------------------------------------------- gate data
 
 
-def gate_data(cfg: ExportConfig, model: Any, kind: str) -> TextDataset | GateSentences:
-    """--data (labels when it has them; a tagger's: sentences, gold tags when it has them), or the dev set of the
-    finetune/distill run the model folder was saved in."""
+def tagger_gate_data(cfg: ExportConfig) -> GateSentences:
+    """A tagger's gate sentences (the first --limit): --data (gold tags when it has them), or the dev set of the
+    tagging run the model folder was saved in."""
+    columns = TaggedColumns(cfg.text_column, cfg.label_column)
+    sentences = read_gate_sentences(cfg.data, columns, cfg.limit, cfg.data_config, cfg.train_split) if cfg.data \
+        else run_dev_set(cfg, tagged=True)
+    if len(sentences) == 0:
+        raise UserError(f"The gate data {sentences.source} has no sentences. Pass --data with sentences to compare "
+                        f"the models on.")
+    return sentences
+
+
+def gate_data(cfg: ExportConfig, model: Any, kind: str) -> TextDataset:
+    """--data (labels when it has them), or the dev set of the finetune/distill run the model folder was saved in."""
     from bertkit.data.splits import load_dataset_split
 
-    if kind == "tagger":
-        dataset: TextDataset | GateSentences = read_gate_sentences(
-            cfg.data, TaggedColumns(cfg.text_column, cfg.label_column), cfg.limit, cfg.data_config,
-            cfg.train_split) if cfg.data else run_dev_set(cfg, tagged=True)
-    elif cfg.data:
+    if cfg.data:
         task = _task(model) if kind == "classifier" else None
         try:
             dataset = load_dataset_split(cfg, cfg.data, need_labels=True, task=task)
@@ -316,7 +327,7 @@ def gate_data(cfg: ExportConfig, model: Any, kind: str) -> TextDataset | GateSen
             dataset = load_dataset_split(cfg, cfg.data, need_labels=False)
     else:
         dataset = run_dev_set(cfg)
-    if cfg.limit is not None and len(dataset) > cfg.limit and not isinstance(dataset, GateSentences):
+    if cfg.limit is not None and len(dataset) > cfg.limit:
         dataset = dataset.subset(range(cfg.limit))
     if len(dataset) == 0:
         raise UserError(f"The gate data {dataset.source} has no rows. Pass --data with rows to compare the models on.")
@@ -327,10 +338,8 @@ def run_dev_set(cfg: ExportConfig, tagged: bool = False) -> Any:
     """The dev set of the `bertkit finetune`/`distill` run holding --model (RUN/best or RUN/final), as it read it:
     rows of text (`TextDataset`), or for a tagging run (`tagged`) its sentences (`GateSentences`, --limit applied)."""
     from bertkit.data.splits import load_splits
-    from bertkit.io import atomic, trail
-    from bertkit.models import loading
 
-    folder = Path(loading.resolve_model_name(cfg.model or ""))
+    folder = Path(resolve_model_name(cfg.model or ""))
     record = atomic.read_json_or_none(folder.parent / "config.json") if folder.is_dir() else None
     command = record.get("command") if isinstance(record, dict) else None
     fix = (f"Pass --data with rows to compare the PyTorch and the exported model on (labelled rows also give the "

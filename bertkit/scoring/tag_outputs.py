@@ -1,5 +1,6 @@
-"""A tagging model's outputs read as predict and evaluate read them: per sentence (given as words) its tags, one per
-word, from the first piece's logits in the window where the word has the most context (`bertkit.models.tagger`),
+"""A tagging model's outputs (its PyTorch folder or its ONNX export: `bertkit.models.onnx_tagger`) read as predict,
+evaluate and the export gate read them: per sentence (given as words) its tags, one per word, from the first
+piece's logits in the window where the word has the most context (`bertkit.models.tagger`),
 the tags' probabilities and the entity spans (`bertkit.scoring.spans`, the JSONL shape a word probe writes), chunk
 by chunk so a file of any length streams (`TagReader.tag`); and a tagged corpus scored against them (`score_tagger`:
 strict seqeval with the model's scheme, `bertkit.scoring.entities.score_tags`, the same entities the spans show)."""
