@@ -108,16 +108,6 @@ def test_the_cli_prints_jsonl_and_the_per_type_table(tagger):
     assert "per entity type" in scored.stdout and "f1" in scored.stdout
 
 
-def test_export_refuses_a_tagger_and_leaves_nothing(tagger, tmp_path):
-    from bertkit.commands.export import ExportConfig
-    from bertkit.commands.export import run as export
-
-    model, _ = tagger
-    with pytest.raises(UserError, match=r"is a tagging model \(one tag per word\)"):
-        export(ExportConfig(model=str(model), out=str(tmp_path / "export")))
-    assert not (tmp_path / "export").exists()
-
-
 def test_aggregate_reads_a_words_tag_from_its_pieces_as_the_pipeline_does(tagger, tiny_bert_dir):
     """--aggregate first is the default; max and average read every piece of a word split in several, with the
     probabilities `scoring.word_tags` computes from the tagger's own window logits; a model that is not a tagger

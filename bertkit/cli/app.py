@@ -372,7 +372,7 @@ def evaluate(cfg: EvaluateConfig, view: View) -> None:
 def export(cfg: ExportConfig, view: View) -> None:
     """A fine-tuned classifier or an encoder to an ONNX folder (int8 by default), kept only if it passes the accuracy
     gate against the PyTorch fp32 model; predict/evaluate/embed take the folder as --model."""
-    show.show_export(export_command.run(cfg, progress=view.progress), view)
+    show_models.show_export(export_command.run(cfg, progress=view.progress), view)
 
 
 @config_command(DistillConfig)

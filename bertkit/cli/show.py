@@ -25,7 +25,6 @@ from bertkit.cli.show_words import show_word_embed, show_word_probe
 from bertkit.commands.bench import BenchResult
 from bertkit.commands.embed import EmbedResult
 from bertkit.commands.evaluate import EvaluateConfig, EvaluateResult
-from bertkit.commands.export import ExportResult
 from bertkit.commands.predict import PredictConfig, PredictResult
 from bertkit.commands.probe import ProbeResult
 from bertkit.commands.tokens import TokensConfig, TokensResult
@@ -372,34 +371,6 @@ def show_evaluate(result: EvaluateResult, cfg: EvaluateConfig, view: View) -> No
     if cfg.out:
         files = "predictions.jsonl" if result.task == "tags" else f"predictions.csv, {plot}"
         info(f"wrote {cfg.out}/metrics.json, {files}", view.quiet)
-
-
-# ---------------------------------------------------------------- export
-
-
-def show_export(result: ExportResult, view: View) -> None:
-    """The accuracy gate's numbers and where the export is."""
-    if view.json:
-        emit_json(result)
-        return
-    gate = result.gate
-    backend = "ONNX int8" if result.quantized else "ONNX fp32"
-    rows: list[list[Any]] = [["rows", gate.rows]]
-    if gate.statistic == "agreement":
-        rows += [["label agreement with fp32", f"{gate.agreement:.4f} (min {gate.threshold:g})"],
-                 ["largest logit difference", f"{gate.max_abs_logit_diff:.4g}"]]
-        if gate.metric:
-            rows.append([f"{gate.metric} fp32 -> export",
-                         f"{format_score(gate.metric_fp32)} -> {format_score(gate.metric_export)}"])
-    else:
-        rows += [["mean cosine with fp32", f"{gate.mean_cosine:.4f} (min {gate.threshold:g})"],
-                 ["lowest cosine", f"{gate.min_cosine:.4f}"],
-                 ["largest difference", f"{gate.max_abs_diff:.4g}"]]
-    out_console.print(table(f"{backend} {result.kind} export of {result.model}: gate on {result.data}",
-                            ["measure", "value"], rows))
-    if result.forced:
-        info("the gate refused this export; kept because of --force (export_report.json says forced)", view.quiet)
-    info(f"wrote {result.out} (model.onnx {format_size(result.size_bytes)}, export_report.json)", view.quiet)
 
 
 # ---------------------------------------------------------------- bench

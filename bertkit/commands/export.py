@@ -1,5 +1,5 @@
-"""`bertkit export`: a fine-tuned classifier or an encoder to an ONNX folder (optionally int8), kept only when the
-accuracy gate passes. Returns the gate's report; `cli` prints it.
+"""`bertkit export`: a fine-tuned classifier, a tagging model or an encoder to an ONNX folder (optionally int8), kept
+only when the accuracy gate passes. Returns the gate's report; `cli` prints it.
 
 The gate runs the PyTorch model and the export through the same reading as `predict`/`evaluate`
 (`infer.classifier_logits`, the problem shape's metrics of `bertkit.scoring.outputs`) and,
@@ -9,8 +9,11 @@ The gate (every export, fp32 or int8): both models run on --data (default: the f
 label agreement with fp32, the headline metric before and after when the rows have labels, the largest absolute
 logit difference. Features: the mean and minimum cosine similarity of each row's features and the largest absolute
 difference; the mean cosine is gated (--min-cosine), since one odd row should not refuse a model whose features
-are otherwise the same. Below the threshold nothing is kept (the export is built in a temp folder; the previous
---out stays as it was) and a UserError gives the numbers and the fixes, unless --force.
+are otherwise the same. Taggers (`bertkit.scoring.tag_gate`): the sentences of --data (default: the tagging run's dev
+set) read by predict's path of windows and word tags; the tag agreement per word gated by --min-agreement, and with
+gold tags the drop of entity F1 (plain tags: word accuracy) by --max-drop; the entity agreement reported. Below the
+threshold nothing is kept (the export is built in a temp folder; the previous --out stays as it was) and a
+UserError gives the numbers and the fixes, unless --force.
 """
 
 from __future__ import annotations
@@ -22,13 +25,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bertkit import __version__
+from bertkit.data.gate_sentences import GateSentences, read_gate_sentences, run_dev_sentences
 from bertkit.data.options import LabelOptions
+from bertkit.data.tagged import TaggedColumns
 from bertkit.encoding.reading import LongTextOptions, Reading
 from bertkit.errors import UserError, raise_if_problems
 from bertkit.features.settings import COMBINES, POOLS, Pooling, layers_problem
-from bertkit.models.card import CARD_FILE, CardFacts, read_model_card, write_model_card
+from bertkit.io import atomic, trail
+from bertkit.models.card import export_card_facts, write_model_card
 from bertkit.models.export_gate import GateReport, refusal_message
+from bertkit.models.folders import resolve_model_name
 from bertkit.models.metadata import is_tagger, read_as_saved
 from bertkit.models.preflight import check_inputs
 from bertkit.options import MODEL, OUTPUT, RUN, command_line, config_dict, option, overwrite_option
@@ -37,12 +43,11 @@ from bertkit.training.options import DistillOptions, FinetuneOptions
 
 if TYPE_CHECKING:
     from bertkit.data.dataset import TextDataset
-    from bertkit.models.card import CardFacts
 
 log = logging.getLogger(__name__)
 
 
-EXPORT_KINDS = ("auto", "classifier", "features")
+EXPORT_KINDS = ("auto", "classifier", "features", "tagger")
 QUANTIZE = ("int8", "none")
 MIN_COSINE = 0.98
 """The default --min-cosine of a features export. Measured on minilm-offline, SST-2 dev (872 rows): fp32 ONNX gives
@@ -62,17 +67,18 @@ class ExportConfig(LongTextOptions, LabelOptions):
     REQUIRED_OPTIONS = ("model", "out")
     ADVANCED_OPTIONS = ("stride",)
     HELP_OVERRIDES = {"data": "Gate data: rows the PyTorch fp32 model and the export both run on (labels optional: with "
-                              "them the metric before and after is reported). Default for a model saved by `bertkit "
-                              "finetune` (RUN/best, RUN/final): that run's dev set.",
+                              "them the metric before and after is reported; a tagger: a tagged file, or text with a "
+                              "sentence per line). Default for a model saved by `bertkit finetune` (RUN/best, "
+                              "RUN/final): that run's dev set.",
                       "limit": "Run the gate on the first N rows only (quicker, less sure)."}
 
     model: str | None = option(None, "What to export: a fine-tuned model folder (e.g. runs/sst2/best) or an encoder "
                                "(a folder, hub id, or `minilm-offline`).", panel=MODEL)
     out: str | None = option(None, "The export folder: model.onnx, config.json, tokenizer, bertkit_model.json, "
                              "export_report.json.", panel=OUTPUT)
-    kind: str = option("auto", "classifier (logits of a fine-tuned head) or features (pooled encoder features); auto: "
-                       "classifier when the folder has a trained classification head.", panel=MODEL,
-                       choices=EXPORT_KINDS)
+    kind: str = option("auto", "classifier (logits of a fine-tuned head), tagger (per-piece logits of a tagging model) "
+                       "or features (pooled encoder features); auto: tagger for a tagging model, classifier when the "
+                       "folder has a trained classification head.", panel=MODEL, choices=EXPORT_KINDS)
     quantize: str = option("int8", "int8: onnxruntime dynamic int8 weights (smaller, faster on a CPU); none: fp32.",
                            panel=MODEL, choices=QUANTIZE)
     pool: str = option("cls", "Features: token pooling baked into the graph (as `embed --pool`).", panel=MODEL,
@@ -82,9 +88,12 @@ class ExportConfig(LongTextOptions, LabelOptions):
                           panel=MODEL, choices=COMBINES)
     normalize: bool = option(False, "Features: L2-normalise the feature vectors inside the graph.", panel=MODEL)
     batch_size: int = option(64, "Rows per gate batch (sorted by length).", above=0)
-    min_agreement: float = option(0.99, "Classifiers: the least share of gate rows whose label the export predicts as "
-                                  "the PyTorch fp32 model does; below it nothing is kept (exit 2).", panel=RUN,
-                                  minimum=0)
+    min_agreement: float = option(0.99, "The least share of gate rows (a tagger: of words) whose label (tag) the export "
+                                  "predicts as the PyTorch fp32 model does; below it nothing is kept (exit 2).",
+                                  panel=RUN, minimum=0)
+    max_drop: float = option(0.01, "Taggers, gate data with gold tags: the most the export's entity F1 (plain tags: word "
+                             "accuracy) may fall below the PyTorch fp32 model's; more and nothing is kept (exit 2).",
+                             panel=RUN, minimum=0)
     min_cosine: float = option(MIN_COSINE, "Features: the least mean (over the gate rows) cosine similarity between the "
                                "export's and the PyTorch fp32 features; below it nothing is kept (exit 2). Measured "
                                "on MiniLM, SST-2 dev: fp32 1.000; int8 0.995 with --pool cls, 0.991 with mean.",
@@ -100,6 +109,8 @@ class ExportConfig(LongTextOptions, LabelOptions):
             problems.append("--out is required: the folder the export is written to.")
         if self.min_agreement > 1:
             problems.append(f"--min-agreement is a share of rows, at most 1; got {self.min_agreement}.")
+        if self.max_drop > 1:
+            problems.append(f"--max-drop is a fall of a score between 0 and 1, at most 1; got {self.max_drop}.")
         if self.min_cosine > 1:
             problems.append(f"--min-cosine is a cosine similarity, at most 1; got {self.min_cosine}.")
         problems += layers_problem(self.layers)
@@ -132,31 +143,35 @@ class ExportResult:
 
 def run(cfg: ExportConfig, progress: bool = False) -> ExportResult:
     """Export --model to --out through the gate; the report (also export_report.json in the folder)."""
-    check_inputs(cfg, need_labels=False, models=(cfg.model,), data_fields=("data",))  # before torch is imported
+    tagged = is_tagger(cfg.model or "")  # its gate data is tagged: read by its own reader
+    raise_if_problems(tagger_problems(cfg, tagged))  # before torch, before the data is looked at
+    check_inputs(cfg, need_labels=False, models=(cfg.model,), data_fields=() if tagged else ("data",))  # before torch
+    sentences = tagger_gate_data(cfg) if tagged else None  # tagged data: read and checked before torch too
     from bertkit.features.pooling import encoder_shape
-    from bertkit.io import atomic, faults, ownership, rundir
+    from bertkit.io import faults, ownership, rundir
     from bertkit.models import loading, onnx
     from bertkit.models.metadata import read_model_info
+    from bertkit.scoring import tag_gate
 
     onnx.require_onnxruntime(exporting=True)
     assert cfg.model and cfg.out
     kind = export_kind(cfg)
     cfg = read_as_saved(applicable_config(cfg, kind))  # what the export is made with: also its record and card
     plan = rundir.inspect_run_dir(cfg.out, "export", overwrite=cfg.overwrite, inputs=ownership.input_paths(cfg),
-                                  compare=_compare(cfg))  # read-only: refusals happen before any work
+                                  compare=trail.report_compare(config_dict(cfg), onnx.REPORT_FILE))  # read-only
     tokenizer = loading.load_tokenizer(cfg.model)
-    if kind == "classifier":
-        model = loading.load_classifier(cfg.model, require_head=True, attn_implementation="eager")
-    else:
-        model = loading.load_encoder(cfg.model, attn_implementation="eager")
-    model = model.float().eval()
-    reading = Reading.from_options(cfg)  # the graph takes any length: the export records it for predict and embed
+    model = onnx.load_source_model(cfg.model, kind)
+    # the graph takes any length: the export records the reading for predict and embed (a tagger's: its windows)
+    reading = Reading.of_words("first", cfg.max_length, cfg.stride) if kind == "tagger" else Reading.from_options(cfg)
     loading.check_max_length(reading.max_length, tokenizer, model.config, cfg.model,
                              pair=cfg.text_pair_column is not None)
     spec = Pooling.from_options(cfg.pool, cfg.layers, cfg.combine, cfg.normalize) if kind == "features" else None
     if spec is not None:
         spec.resolve(encoder_shape(model)[0])  # an out-of-range --layers fails before the export
-    dataset = gate_data(cfg, model if kind == "classifier" else None)
+    dataset = sentences if sentences is not None else gate_data(cfg, model, kind)
+    if isinstance(dataset, GateSentences):  # gold tags in another scheme than the model's: refused before the export
+        for note in tag_gate.gold_tag_notes(cfg.model, model, tokenizer, reading, dataset):
+            log.warning("%s", note)
     source = loading.resolve_model_name(cfg.model)
     run = plan.claim()  # the export is built inside --out (a kill leaves nothing elsewhere); a refusal takes it back
     try:
@@ -169,7 +184,9 @@ def run(cfg: ExportConfig, progress: bool = False) -> ExportResult:
             faults.kill_point("export.built")
             report, gate = _gated_report(cfg, kind, staged, model, tokenizer, dataset, spec, reading)
             atomic.write_json_atomic(staged / onnx.REPORT_FILE, report)
-            write_model_card(staged, export_card(cfg, report, dataset, model, source))
+            gate_rows = {"source": str(dataset.source), "fingerprint": dataset.fingerprint, "rows": len(dataset)}
+            write_model_card(staged, export_card_facts(report, cfg.model, source, gate_rows, model.config.id2label,
+                                                       command_line("export", cfg, skip=("overwrite",))))
             for item in sorted(staged.iterdir()):  # each copied in atomically and recorded as bertkit's
                 ownership.place_file(item, run.path / item.name)
     except UserError:
@@ -181,16 +198,24 @@ def run(cfg: ExportConfig, progress: bool = False) -> ExportResult:
                         os.path.getsize(Path(cfg.out or "").expanduser() / onnx.MODEL_FILE))
 
 
-def _gated_report(cfg: ExportConfig, kind: str, staged: Path, model: Any, tokenizer: Any, dataset: TextDataset,
-                  spec: Pooling | None, reading: Reading) -> tuple[dict[str, Any], dict[str, Any]]:
+def _gated_report(cfg: ExportConfig, kind: str, staged: Path, model: Any, tokenizer: Any,
+                  dataset: TextDataset | GateSentences, spec: Pooling | None,
+                  reading: Reading) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the export report, its gate's part): the export in `staged` through its gate (a UserError when it fails
     without --force)."""
     from bertkit.io.trail import package_versions
     from bertkit.models import onnx
+    from bertkit.scoring import tag_gate
 
     exported = onnx.load_export(staged, kind)
-    gate = (classifier_gate(model, exported, tokenizer, dataset, cfg, reading) if kind == "classifier"
-            else features_gate(model, exported, tokenizer, dataset, cfg, spec, reading))
+    if isinstance(dataset, GateSentences):
+        gate = tag_gate.export_tagger_gate(cfg.model or "", model, exported, tokenizer, reading, dataset,
+                                           batch_size=cfg.batch_size, min_agreement=cfg.min_agreement,
+                                           max_drop=cfg.max_drop)
+    elif kind == "classifier":
+        gate = classifier_gate(model, exported, tokenizer, dataset, cfg, reading)
+    else:
+        gate = features_gate(model, exported, tokenizer, dataset, cfg, spec, reading)
     report = {"model": cfg.model, "kind": kind, "quantized": cfg.quantized, "backend": exported.backend,
               "data": dataset.source, "data_fingerprint": dataset.fingerprint, **gate,
               "forced": bool(cfg.force and not gate["passed"]), "config": config_dict(cfg),
@@ -202,64 +227,44 @@ def _gated_report(cfg: ExportConfig, kind: str, staged: Path, model: Any, tokeni
     return report, gate
 
 
-def export_card(cfg: ExportConfig, report: dict[str, Any], dataset: TextDataset, model: Any, source: str) -> CardFacts:
-    """The export folder's card: the source model (and the hub model it came from, as its own card says), the
-    precision, and the gate's numbers - its metric on the gate data after export, agreement or cosine with fp32."""
-
-    source_card = Path(source) / CARD_FILE
-    base = read_model_card(source).data.base_model if source_card.is_file() else None
-    gate_keys = ("statistic", "threshold", "agreement", "disagreeing_rows", "max_abs_logit_diff", "mean_cosine",
-                 "min_cosine", "metric", "metric_fp32", "metric_export", "passed", "forced")
-    labels = [str(v) for _, v in sorted((model.config.id2label or {}).items())] if report["kind"] == "classifier" else []
-    results = {}
-    if report.get("metric") and isinstance(report.get("metric_export"), (int, float)):
-        results["gate"] = {"metrics": {report["metric"]: report["metric_export"]}, "rows": report["rows"],
-                           "source": dataset.source}
-    return CardFacts(
-        command="export", model=base if isinstance(base, str) else cfg.model or "",
-        task="features" if report["kind"] == "features" else report.get("task", "single_label"), labels=labels,
-        data=[{"split": "gate", "source": str(dataset.source), "fingerprint": dataset.fingerprint, "rows": len(dataset)}],
-        command_line=command_line("export", cfg, skip=("overwrite",)), role="export", results=results,
-        versions={"bertkit": __version__, **{k: v for k, v in report["versions"].items() if k != "bertkit"}},
-        speed={k: report[k] for k in gate_keys if report.get(k) is not None},
-        lineage={"source_model": cfg.model, "precision": "int8 (dynamic, per-channel weights)" if cfg.quantized
-                 else "fp32", "kind": report["kind"]})
-
-
-def _compare(cfg: ExportConfig) -> Any:
-    """An export run with other options at --out (its export_report.json's config) needs --overwrite."""
-    from bertkit.io import atomic
-    from bertkit.io.trail import config_differences
-    from bertkit.models import onnx
-
-    new = config_dict(cfg)
-
-    def compare(path: Path) -> list[str]:
-        record = atomic.read_json_or_none(Path(path) / onnx.REPORT_FILE)
-        old = record.get("config") if isinstance(record, dict) else None
-        return config_differences(old, new) if isinstance(old, dict) else []
-
-    return compare
-
-
 def export_kind(cfg: ExportConfig) -> str:
-    """--kind, or for auto: classifier when the folder's config names a sequence classifier, else features (a tagging
-    model is refused: its export is still to come)."""
+    """--kind, or for auto: tagger for a tagging model (its record's task `tags`), classifier when the folder's config
+    names a sequence classifier, else features (`tagger_problems` refused a kind that does not fit a tagger)."""
     from bertkit.models import loading
 
     if is_tagger(cfg.model or ""):
-        raise UserError(f"{cfg.model} is a tagging model (one tag per word): exporting one is not supported yet. "
-                        f"`bertkit predict` and `bertkit evaluate` run it as it is; export a model fine-tuned on rows "
-                        f"of text, or an encoder.")
+        return "tagger"
     if cfg.kind != "auto":
         return cfg.kind
     architectures = getattr(loading.load_config(cfg.model or ""), "architectures", None) or []
     return "classifier" if any(str(a).endswith("ForSequenceClassification") for a in architectures) else "features"
 
 
-NOT_FOR = {"classifier": (*Pooling.KEYS, "min_cosine"), "features": ("min_agreement",)}
-"""The options each kind of export ignores: a classifier's graph ends in its head (no pooling; gated by label
-agreement), an encoder's in pooled features (gated by cosine)."""
+def tagger_problems(cfg: ExportConfig, tagged: bool) -> list[str]:
+    """--kind tagger for a model that is not a tagging model (`tagged`); for one, another --kind and the options of
+    sentence rows: it reads words in windows."""
+    if not tagged:
+        return [f"--kind tagger exports a tagging model (`bertkit finetune` on tagged data: its bertkit_model.json "
+                f"records the task `tags`); {cfg.model} is not one. Drop --kind (auto), or pass a tagging model's "
+                f"best/ folder."] if cfg.kind == "tagger" else []
+    problems = [f"--kind {cfg.kind} does not apply to {cfg.model}: it is a tagging model (one tag per word), exported "
+                f"with its logits per word piece. Drop --kind (auto), or pass --kind tagger."
+                ] if cfg.kind not in ("auto", "tagger") else []
+    given = [flag for flag, value, unset in (("--text-pair-column", cfg.text_pair_column, None),
+                                             ("--long-text", cfg.long_text, "chunk"),
+                                             ("--truncation", cfg.truncation, Reading.truncation),
+                                             ("--label-sep", cfg.label_sep, None),
+                                             ("--task-preset", cfg.task_preset, None)) if value not in (None, unset)]
+    return problems + [f"{flag} does not apply to a tagging model: its gate reads sentences of words (a tagged file, "
+                       f"or text with one sentence per line), a long one in windows of its max length. Drop {flag}."
+                       for flag in given]
+
+
+NOT_FOR = {"classifier": (*Pooling.KEYS, "min_cosine", "max_drop"), "features": ("min_agreement", "max_drop"),
+           "tagger": (*Pooling.KEYS, "min_cosine")}
+"""The options each kind of export ignores: a classifier's graph ends in its head, a tagger's in per-piece logits
+(no pooling; gated by agreement, a tagger's also by the drop of its score on gold tags), an encoder's in pooled
+features (gated by cosine)."""
 
 
 def applicable_config(cfg: ExportConfig, kind: str) -> ExportConfig:
@@ -267,10 +272,11 @@ def applicable_config(cfg: ExportConfig, kind: str) -> ExportConfig:
     record and the card's Reproduce line hold only what made the export."""
     defaults = {f.name: f.default for f in dataclasses.fields(ExportConfig) if f.name in NOT_FOR[kind]}
     given = {name: getattr(cfg, name) for name in NOT_FOR[kind] if getattr(cfg, name) != defaults[name]}
-    what = "a classifier (its graph ends in the trained head)" if kind == "classifier" else "an encoder's features"
+    what = {"classifier": "a classifier (its graph ends in the trained head)", "features": "an encoder's features",
+            "tagger": "a tagging model (its graph ends in per-piece logits)"}[kind]
     for name, value in given.items():
         flag = f"--{name.replace('_', '-')}" + ("" if isinstance(value, bool) else f" {value}")
-        other = "classifier" if kind == "features" else "features"
+        other = {"max_drop": "tagger", "min_agreement": "classifier and tagger"}.get(name, "features")
         log.warning("%s does not apply to the export of %s and is ignored (it is an option of --kind %s exports). "
                     "Drop it.", flag, what, other)
     return dataclasses.replace(cfg, **{name: defaults[name] for name in given}) if given else cfg
@@ -295,13 +301,24 @@ def _features_fn(model: Any, spec: Pooling) -> Any:
 # ---------------------------------------------------------------- gate data
 
 
-def gate_data(cfg: ExportConfig, classifier: Any) -> TextDataset:
-    """--data (labels when it has them), or the dev set of the finetune/distill run the model folder was saved in."""
+def tagger_gate_data(cfg: ExportConfig) -> GateSentences:
+    """A tagger's gate sentences (the first --limit): --data (gold tags when it has them), or the dev set of the
+    tagging run the model folder was saved in."""
+    columns = TaggedColumns(cfg.text_column, cfg.label_column)
+    sentences = read_gate_sentences(cfg.data, columns, cfg.limit, cfg.data_config, cfg.train_split) if cfg.data \
+        else run_dev_set(cfg, tagged=True)
+    if len(sentences) == 0:
+        raise UserError(f"The gate data {sentences.source} has no sentences. Pass --data with sentences to compare "
+                        f"the models on.")
+    return sentences
 
+
+def gate_data(cfg: ExportConfig, model: Any, kind: str) -> TextDataset:
+    """--data (labels when it has them), or the dev set of the finetune/distill run the model folder was saved in."""
     from bertkit.data.splits import load_dataset_split
 
     if cfg.data:
-        task = _task(classifier) if classifier is not None else None
+        task = _task(model) if kind == "classifier" else None
         try:
             dataset = load_dataset_split(cfg, cfg.data, need_labels=True, task=task)
         except UserError as exc:
@@ -317,46 +334,35 @@ def gate_data(cfg: ExportConfig, classifier: Any) -> TextDataset:
     return dataset
 
 
-def run_dev_set(cfg: ExportConfig) -> TextDataset:
-    """The dev set of the `bertkit finetune`/`distill` run holding --model (RUN/best or RUN/final), as it read it."""
+def run_dev_set(cfg: ExportConfig, tagged: bool = False) -> Any:
+    """The dev set of the `bertkit finetune`/`distill` run holding --model (RUN/best or RUN/final), as it read it:
+    rows of text (`TextDataset`), or for a tagging run (`tagged`) its sentences (`GateSentences`, --limit applied)."""
     from bertkit.data.splits import load_splits
-    from bertkit.io import atomic
-    from bertkit.models import loading
 
-    folder = Path(loading.resolve_model_name(cfg.model or ""))
+    folder = Path(resolve_model_name(cfg.model or ""))
     record = atomic.read_json_or_none(folder.parent / "config.json") if folder.is_dir() else None
     command = record.get("command") if isinstance(record, dict) else None
     fix = (f"Pass --data with rows to compare the PyTorch and the exported model on (labelled rows also give the "
-           f"metric before and after), e.g. `bertkit export --model {cfg.model} --data dev.tsv --out {cfg.out}`.")
+           f"metric before and after), e.g. `bertkit export --model {cfg.model} --data "
+           f"{'dev.iob2' if tagged else 'dev.tsv'} --out {cfg.out}`.")
     if command not in RUN_CONFIGS or not isinstance(record.get("config"), dict):
         raise UserError(f"No gate data: --data is not given and {cfg.model} is not a model saved by `bertkit "
                         f"finetune` (whose dev set would be used). {fix}")
+    config = trail.config_as_run_read_it(record)
     try:
-        known = {f.name for f in dataclasses.fields(RUN_CONFIGS[command])}  # finetune's tagging options: not here
-        run_cfg = RUN_CONFIGS[command](**{k: v for k, v in _paths_from(record["config"], record.get("cwd")).items()
-                                         if k in known})
-        dev = load_splits(run_cfg, need_labels=True).dev
+        if tagged:
+            dev = run_dev_sentences(config, cfg.limit)
+        else:
+            known = {f.name for f in dataclasses.fields(RUN_CONFIGS[command])}  # finetune's tagging options: not here
+            dev = load_splits(RUN_CONFIGS[command](**{k: v for k, v in config.items() if k in known}),
+                              need_labels=True).dev
     except (TypeError, UserError) as exc:
         raise UserError(f"Could not read the dev set of the {command} run {folder.parent} ({str(exc)[:200]}). "
                         f"{fix}") from None
     if dev is None:
         raise UserError(f"The {command} run {folder.parent} has no dev set. {fix}")
-    log.info("gate data: the dev set of %s (%d rows)", folder.parent, len(dev))
+    log.info("gate data: the dev set of %s (%d %s)", folder.parent, len(dev), "sentences" if tagged else "rows")
     return dev
-
-
-def _paths_from(config: dict[str, Any], cwd: Any) -> dict[str, Any]:
-    """The run's data paths as it read them: a relative one that does not resolve from here, but did from the
-    folder the run was started in (config.json's `cwd`), made absolute. Hub names and absolute paths stay."""
-    if not isinstance(cwd, str):
-        return config
-    fixed = dict(config)
-    for key in ("data", "dev", "test"):
-        value = config.get(key)
-        if isinstance(value, str) and not Path(value).is_absolute() and not Path(value).exists() \
-                and (Path(cwd) / value).exists():
-            fixed[key] = str(Path(cwd) / value)
-    return fixed
 
 
 def _task(model: Any) -> str:

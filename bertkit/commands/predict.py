@@ -215,20 +215,23 @@ def run_tagger(cfg: PredictConfig, keep: int | None = None,
     """Tags and spans of --text, --words or --data's sentences from a tagging model (`bertkit finetune` on tagged
     data), read in windows of the max length it was trained with (--max-length, --stride given: as asked), chunk by
     chunk: every chunk to --out (.jsonl or .csv) and `on_sentences`; the first `keep` kept in the result."""
+    from bertkit.models import infer
     from bertkit.scoring.tag_outputs import tag_reader
 
     raise_if_problems(word_out_problems(cfg.out) + tagger_option_problems(cfg))
     check_model_inputs(cfg)  # its files as recorded, before anything reads them
     cfg = read_as_saved(cfg)
-    compute, notes = Compute.over_record(None, cfg.precision, Compute.recorded_in(read_model_info(
-        Path(cfg.model or "").expanduser())), f"The model {cfg.model}")
+    compute, notes = infer.export_compute_of(cfg.model or "", cfg.precision), []  # an export: its own, on the CPU
+    if compute is None:
+        compute, notes = Compute.over_record(None, cfg.precision, Compute.recorded_in(read_model_info(
+            Path(cfg.model or "").expanduser())), f"The model {cfg.model}")
     for note in notes:
         log.warning("%s", note)
     reading = Reading.of_words("first", cfg.max_length, cfg.stride)
     reader = tag_reader(cfg.model or "", compute, reading, cfg.batch_size, cfg.aggregate)
     kept, total = _write_word_predictions(cfg.out, reader.tag(word_sentences(cfg)), keep, on_sentences)
-    return PredictResult("tags", list(reader.tagger.tags), 0.5, cfg.out, compute.precision, reading.max_length, None,
-                         None, sentences=kept, n_sentences=total, aggregate=cfg.aggregate)
+    return PredictResult("tags", list(reader.tagger.tags), 0.5, cfg.out, infer.precision_of(reader.tagger.model, compute),
+                         reading.max_length, None, None, sentences=kept, n_sentences=total, aggregate=cfg.aggregate)
 
 
 def word_option_problems(cfg: PredictConfig, tagger: bool, word_probe: bool) -> list[str]:

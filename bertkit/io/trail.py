@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.errors import UserError
-from bertkit.io.atomic import read_json_record, to_json, write_json_atomic
+from bertkit.io.atomic import read_json_or_none, read_json_record, to_json, write_json_atomic
 
 NOT_COMPARED = frozenset({"out", "overwrite", "quiet", "json_output"})
 """Config fields that do not change a run's results: a re-run may change them and still be the same run."""
@@ -79,6 +79,18 @@ def config_compare(config: dict[str, Any]) -> Compare:
     return compare
 
 
+def report_compare(config: dict[str, Any], report: str) -> Compare:
+    """`compare` for a command whose run records its config in the file `report` (an export's export_report.json,
+    under `config`): the compared options that differ; none when the file is missing or unreadable."""
+
+    def compare(path: Path) -> list[str]:
+        record = read_json_or_none(Path(path) / report)
+        old = record.get("config") if isinstance(record, dict) else None
+        return config_differences(old, config) if isinstance(old, dict) else []
+
+    return compare
+
+
 def key_compare(key: dict[str, Any]) -> Compare:
     """`compare` for runs that resume (finetune, distill): the same run is the same resume key, `{"config": ...,
     "data": {split: fingerprint}}`, as the run's config.json records it."""
@@ -124,3 +136,23 @@ def read_run_config(path: Path) -> dict[str, Any] | None:
             f"{path} holds. Choose another --out, or pass --overwrite to replace that run."
         )
     return record
+
+
+DATA_PATHS = ("data", "dev", "test")
+"""The config keys of a run that name data files."""
+
+
+def config_as_run_read_it(record: dict[str, Any]) -> dict[str, Any]:
+    """A run's recorded config (`record`: its config.json) with its data paths as the run read them: a relative one
+    that does not resolve from here, but did from the folder the run was started in (its `cwd`), made absolute. Hub
+    names and absolute paths stay. What `bertkit export` reads a finetune run's dev set with."""
+    config, cwd = record["config"], record.get("cwd")
+    if not isinstance(cwd, str):
+        return config
+    fixed = dict(config)
+    for key in DATA_PATHS:
+        value = config.get(key)
+        if isinstance(value, str) and not Path(value).is_absolute() and not Path(value).exists() \
+                and (Path(cwd) / value).exists():
+            fixed[key] = str(Path(cwd) / value)
+    return fixed

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bertkit import __version__
+
 CARD_FILE = "README.md"
 OFFLINE_MODELS = {"minilm-offline": "sentence-transformers/all-MiniLM-L6-v2"}
 """bertkit's offline names of hub models -> the hub id the weights came from."""
@@ -234,3 +236,32 @@ def check_model_card(folder: str | Path) -> list[str]:
         except HFValidationError as exc:
             problems.append(f"{path}: base_model {base!r} is not a hub repo id ({exc})")
     return problems
+
+
+EXPORT_GATE_KEYS = ("statistic", "threshold", "agreement", "disagreeing_rows", "words", "disagreeing_words",
+                    "entity_agreement", "max_abs_logit_diff", "mean_cosine", "min_cosine", "metric", "metric_fp32",
+                    "metric_export", "metric_drop", "max_drop", "passed", "forced")
+"""The numbers of an export's gate its card shows (those the gate of its kind measured)."""
+
+
+def export_card_facts(report: dict[str, Any], model: str, source: str, data: dict[str, Any],
+                      id2label: dict[int, str] | None, command_line: str) -> CardFacts:
+    """An export folder's card (`report`: its export_report.json's object): the source `model` (the folder `source`;
+    the hub model it came from, as that folder's own card says), its labels or tags (`id2label`; none for features),
+    the precision, and the gate's numbers - its metric on the gate data (`data`: source, fingerprint, rows) after
+    export, agreement or cosine with fp32."""
+    labels = [str(v) for _, v in sorted((id2label or {}).items())] if report["kind"] != "features" else []
+    source_card = Path(source) / CARD_FILE
+    base = read_model_card(source).data.base_model if source_card.is_file() else None
+    results = {}
+    if report.get("metric") and isinstance(report.get("metric_export"), (int, float)):
+        results["gate"] = {"metrics": {report["metric"]: report["metric_export"]}, "rows": report["rows"],
+                           "source": data["source"]}
+    return CardFacts(
+        command="export", model=base if isinstance(base, str) else model,
+        task="features" if report["kind"] == "features" else report.get("task", "single_label"), labels=labels,
+        data=[{"split": "gate", **data}], command_line=command_line, role="export", results=results,
+        versions={"bertkit": __version__, **{k: v for k, v in report["versions"].items() if k != "bertkit"}},
+        speed={k: report[k] for k in EXPORT_GATE_KEYS if report.get(k) is not None},
+        lineage={"source_model": model, "precision": "int8 (dynamic, per-channel weights)" if report["quantized"]
+                 else "fp32", "kind": report["kind"]})

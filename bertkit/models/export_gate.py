@@ -12,8 +12,9 @@ from bertkit.io.atomic import JsonRecord
 
 @dataclass(frozen=True)
 class GateReport(JsonRecord):
-    """The export against the PyTorch fp32 model on the gate rows: `statistic` (agreement for a classifier,
-    mean_cosine for features) against `threshold`, and the numbers behind it."""
+    """The export against the PyTorch fp32 model on the gate rows: `statistic` (agreement for a classifier and a
+    tagger, mean_cosine for features) against `threshold` (and a tagger's `metric_drop` against `max_drop`), and the
+    numbers behind it."""
 
     statistic: str
     threshold: float
@@ -26,6 +27,14 @@ class GateReport(JsonRecord):
     """The headline metric on labelled gate rows, before (fp32) and after (the export)."""
     metric_fp32: float | None = None
     metric_export: float | None = None
+    words: int | None = None
+    """A tagger's gate: the words of its `rows` (sentences); `agreement` is then per word."""
+    disagreeing_words: int | None = None
+    entity_agreement: float | None = None
+    """A tagger's gate: strict seqeval F1 of the export's entities against the fp32 model's (entity schemes)."""
+    metric_drop: float | None = None
+    """A tagger's gate on gold tags: metric_fp32 - metric_export, at most `max_drop` to pass."""
+    max_drop: float | None = None
     mean_cosine: float | None = None
     min_cosine: float | None = None
     max_abs_diff: float | None = None
@@ -51,7 +60,10 @@ def refusal_message(report: dict[str, Any], cfg: Any) -> str:
     """The gate's refusal (`cfg`: the ExportConfig): the numbers (with the digits that show them below the
     threshold), that nothing was written, and the fixes."""
     what = f"The {'int8 ' if cfg.quantized else ''}ONNX export of {cfg.model}"
-    if report["statistic"] == "agreement":
+    if report.get("words") is not None:
+        numbers = _tagger_numbers(report, cfg)
+        lower = "--min-agreement (or raise --max-drop)"
+    elif report["statistic"] == "agreement":
         share = below(report["agreement"], cfg.min_agreement)
         numbers = (f"predicts the PyTorch fp32 model's label on a share {share} of {report['rows']} gate rows "
                    f"({report['disagreeing_rows']} disagree), below --min-agreement {cfg.min_agreement!r}; largest "
@@ -68,3 +80,21 @@ def refusal_message(report: dict[str, Any], cfg: Any) -> str:
            "Check the model with the PyTorch folder, ")
     return (f"{what} {numbers}. Nothing was written (--out {cfg.out} is as it was). {fix}lower {lower} if that "
             f"loss is acceptable, or pass --force to keep it anyway (its export_report.json then says forced).")
+
+
+def _tagger_numbers(report: dict[str, Any], cfg: Any) -> str:
+    """A tagger's gate numbers: what failed first (the tag agreement below --min-agreement, the score's drop above
+    --max-drop), then the rest."""
+    failed = []
+    if report["agreement"] < cfg.min_agreement:
+        failed.append(f"tags a share {below(report['agreement'], cfg.min_agreement)} of {report['words']} words "
+                      f"({report['rows']} gate sentences) as the PyTorch fp32 model does, below --min-agreement "
+                      f"{cfg.min_agreement!r}")
+    drop = report.get("metric_drop")
+    if drop is not None and drop > cfg.max_drop:
+        failed.append(f"scores {report['metric']} {report['metric_export']:.4f} on the gold tags against the fp32 "
+                      f"model's {report['metric_fp32']:.4f}, a drop of {drop:.4f}, above --max-drop {cfg.max_drop!r}")
+    numbers = " and ".join(failed)
+    if report.get("entity_agreement") is not None:
+        numbers += f"; its entities agree with the fp32 model's at F1 {report['entity_agreement']:.4f}"
+    return numbers + f"; largest logit difference {report['max_abs_logit_diff']:.3g}"

@@ -3,10 +3,13 @@ runner the inference loop (`bertkit.models.infer.run_batches`) calls like a mode
 in, a torch tensor out), so predict, evaluate and embed read an export folder as they read a PyTorch one.
 
 A folder holds `model.onnx` (inputs input_ids, attention_mask and - where the model takes them - token_type_ids,
-int64, dynamic batch and sequence axes; output `logits` for a classifier, `features` for an encoder), `config.json`
-(the model's Hugging Face config, id2label included, so optimum's ORTModelForSequenceClassification loads it), the
-tokenizer files, `bertkit_model.json` with an `"onnx"` section (kind, quantized, the baked-in feature spec, opset,
-source model and revision) and `export_report.json` (the accuracy gate's numbers, `bertkit.commands.export`).
+int64, dynamic batch and sequence axes; output `logits` for a classifier (batch, labels) and for a tagger (batch,
+pieces, tags: one row per word piece), `features` for an encoder), `config.json` (the model's Hugging Face config,
+id2label included, so optimum's ORTModelFor{Sequence,Token}Classification loads it), the tokenizer files,
+`bertkit_model.json` with an `"onnx"` section (kind, quantized, the baked-in feature spec, opset, source model and
+revision) beside the source's own record for a classifier or a tagger (a tagger's task `tags`, tag scheme and reading
+of words: read back by `bertkit.models.onnx_tagger`), and `export_report.json` (the accuracy gate's numbers,
+`bertkit.commands.export`).
 
 The graph is traced through bertkit's own fast forward, so it skips the same work: a classifier's last layer runs
 for [CLS] alone (`fastforward.SequenceClassifier`), an encoder runs only the layers its features read and pools
@@ -19,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,8 +47,10 @@ MODEL_FILE = "model.onnx"
 REPORT_FILE = "export_report.json"
 FORMAT = "bertkit-onnx/1"
 OPSET = 17
-KINDS = ("classifier", "features")
-OUTPUT_NAMES = {"classifier": "logits", "features": "features"}
+KINDS = ("classifier", "features", "tagger")
+OUTPUT_NAMES = {"classifier": "logits", "features": "features", "tagger": "logits"}
+WANTED = {"classifier": "a fine-tuned classifier", "features": "an encoder's features", "tagger": "a tagging model"}
+"""What a command that needs each kind of export asks for, in its refusal of another kind."""
 INSTALL_HINT = "pip install 'bertkit[onnx]' (or `make install`)"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt", "vocab.json",
                    "merges.txt", "added_tokens.json", "chat_template.jinja")
@@ -99,13 +105,33 @@ class OnnxModel:
         return "onnx-int8" if self.info.get("quantized") == "int8" else "onnx"
 
     def __call__(self, batch: dict[str, torch.Tensor] | None = None, **inputs: torch.Tensor) -> torch.Tensor:
-        """`runner(batch)` or `runner(**batch)`, as the feature loop and the classifier loop call a model."""
+        """`runner(batch)` or `runner(**batch)`, as the feature loop and the classifier loop call a model. Rows
+        given without token_type_ids (a tagger's windows of one segment) are segment 0, as transformers reads them."""
         batch = inputs if batch is None else batch
-        feeds = {name: batch[name].cpu().numpy().astype(np.int64, copy=False) for name in self.accepted_input_names}
+        feeds = {name: (batch[name] if name in batch else torch.zeros_like(batch["input_ids"])).cpu().numpy()
+                 .astype(np.int64, copy=False) for name in self.accepted_input_names}
         return torch.from_numpy(self.session.run(None, feeds)[0])
 
     def eval(self) -> OnnxModel:
         return self
+
+
+@dataclass(frozen=True)
+class TokenLogits:
+    """What a transformers token classifier returns, as far as its callers read it: per-piece `logits`."""
+
+    logits: torch.Tensor
+
+
+class OnnxTokenClassifier(OnnxModel):
+    """A tagger export's session called as a transformers token classifier is (`models.tagger.TokenClassifier` calls
+    it): keyword inputs -> an output whose `logits` are (batch, pieces, tags). Never in training mode."""
+
+    training = False
+
+    def __call__(self, batch: dict[str, torch.Tensor] | None = None,  # type: ignore[override]
+                 **inputs: torch.Tensor) -> TokenLogits:
+        return TokenLogits(super().__call__(batch, **inputs))
 
 
 def open_session(path: Path) -> Any:
@@ -132,12 +158,12 @@ def load_export(folder: str | Path, kind: str | None = None, command: str = "thi
         raise UserError(f"{path} is not a bertkit ONNX export folder (no model.onnx, or no onnx section in "
                         f"bertkit_model.json). Export one with `bertkit export --model MODEL --out {path}`.")
     if kind is not None and info["kind"] != kind:
-        want = "a fine-tuned classifier" if kind == "classifier" else "an encoder's features"
-        raise UserError(f"{path} is an ONNX export of {info['kind']} but {command} needs {want}. Export the model "
-                        f"with `bertkit export --kind {kind} ...`, or pass the PyTorch model folder.")
+        raise UserError(f"{path} is an ONNX export of {info['kind']} but {command} needs {WANTED[kind]}. Export the "
+                        f"model with `bertkit export --kind {kind} ...`, or pass the PyTorch model folder.")
     loading.check_model_folder(str(path))  # model.onnx, config and tokenizer as recorded at export
     session = open_session(path / MODEL_FILE)
-    return OnnxModel(path, session, loading.load_config(str(path)), info)
+    runner = OnnxTokenClassifier if info["kind"] == "tagger" else OnnxModel
+    return runner(path, session, loading.load_config(str(path)), info)
 
 
 def load_for_inference(folder: str) -> tuple[OnnxModel, Any, LabelMap]:
@@ -178,6 +204,22 @@ def classifier_function(model: Any) -> Any:
     return lambda b: net(**b)
 
 
+def tagger_function(model: Any) -> Any:
+    """A tagger's graph as a batch -> per-piece logits function: the model's own forward, every position (what
+    `models.tagger.TokenClassifier` runs at inference, without its padding to a common width)."""
+    return lambda b: model(**b).logits
+
+
+def load_source_model(name: str, kind: str) -> Any:
+    """The PyTorch model an export of `kind` traces (a classifier, a tagger with its token head, or an encoder):
+    fp32, eval mode, eager attention (what the tracer reads)."""
+    if kind == "features":
+        model = loading.load_encoder(name, attn_implementation="eager")
+    else:
+        model = loading.load_classifier(name, require_head=True, tokens=kind == "tagger", attn_implementation="eager")
+    return model.float().eval()
+
+
 def sample_batch(model: Any, tokenizer: Any) -> dict[str, torch.Tensor]:
     """Two padded rows of the inputs the model takes: what the exporter traces."""
     names = [n for n in INPUT_NAMES if n in accepted_inputs(model)]
@@ -195,9 +237,14 @@ def export_onnx(model: Any, tokenizer: Any, kind: str, features_fn: Any, path: P
     model = model.float().eval()
     batch = sample_batch(model, tokenizer)
     names = tuple(batch)
-    fn = classifier_function(model) if kind == "classifier" else features_fn(batch)
+    if kind == "features":
+        fn = features_fn(batch)
+    else:
+        fn = (classifier_function if kind == "classifier" else tagger_function)(model)
     output = OUTPUT_NAMES[kind]
-    axes = {n: {0: "batch", 1: "sequence"} for n in names} | {output: {0: "batch"}}
+    per_piece = kind == "tagger"  # a tagger's logits have a row per piece: the sequence axis is dynamic too
+    axes = {n: {0: "batch", 1: "sequence"} for n in names} | {output: {0: "batch", 1: "sequence"} if per_piece
+                                                               else {0: "batch"}}
     with torch.no_grad(), warnings.catch_warnings(), _quiet_exporter():
         warnings.simplefilter("ignore")
         # eval mode on the wrapper too: the exporter restores the wrapper's mode, and with it its submodules'
@@ -253,7 +300,7 @@ def write_export(folder: Path, model: Any, tokenizer: Any, *, kind: str, quantiz
                "inputs": [n for n in INPUT_NAMES if n in accepted_inputs(model)], "source_model": source,
                "source_revision": revision}
     section.update(features or {})
-    kept = {k: v for k, v in source_info.items() if k != "onnx"} if kind == "classifier" else {}
+    kept = {k: v for k, v in source_info.items() if k != "onnx"} if kind != "features" else {}
     compute = Compute("cpu", "int8" if quantize == "int8" else "fp32")  # onnxruntime's CPU provider, its weights
     write_model_info(folder, {**kept, **({"reading": reading} if reading else {}), "compute": compute.to_json(),
                               "onnx": section})

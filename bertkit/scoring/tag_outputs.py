@@ -1,5 +1,6 @@
-"""A tagging model's outputs read as predict and evaluate read them: per sentence (given as words) its tags, one per
-word, from the first piece's logits in the window where the word has the most context (`bertkit.models.tagger`),
+"""A tagging model's outputs (its PyTorch folder or its ONNX export: `bertkit.models.onnx_tagger`) read as predict,
+evaluate and the export gate read them: per sentence (given as words) its tags, one per word, from the first
+piece's logits in the window where the word has the most context (`bertkit.models.tagger`),
 the tags' probabilities and the entity spans (`bertkit.scoring.spans`, the JSONL shape a word probe writes), chunk
 by chunk so a file of any length streams (`TagReader.tag`); and a tagged corpus scored against them (`score_tagger`:
 strict seqeval with the model's scheme, `bertkit.scoring.entities.score_tags`, the same entities the spans show,
@@ -19,7 +20,8 @@ from bertkit.encoding.reading import Reading
 from bertkit.errors import UserError
 from bertkit.models import loading
 from bertkit.models.compute import Compute
-from bertkit.models.tagger import SavedTagger, load_tagger, window_logits
+from bertkit.models.onnx_tagger import load_any_tagger
+from bertkit.models.tagger import SavedTagger, window_logits
 from bertkit.scoring.entities import BOOTSTRAP_RESAMPLES
 from bertkit.scoring.spans import TaggedWords, tagged_words
 from bertkit.scoring.tag_report import TagReport, tag_report
@@ -38,12 +40,18 @@ class TagReader:
     aggregate: str = "first"
     """--aggregate: how a word's tag is read from its pieces (`scoring.word_tags`; first: the piece taggers learn on)."""
 
-    def tag_chunk(self, sentences: Sequence[WordSentence]) -> list[TaggedWords]:
-        """Each sentence's tags, their probabilities and its spans (offsets into its text as given)."""
-        logits, windows = window_logits(self.tagger, [list(s.words) for s in sentences], self.batch_size)
-        offsets = windows.sentence_offsets
+    def word_probabilities(self, sentences: Sequence[Sequence[str]]) -> tuple[np.ndarray, np.ndarray, Any]:
+        """(every word's tag probabilities (words, tags), its sentences' words in order, read by --aggregate; the
+        logits of every piece of every window; the windows, `window_logits`')."""
+        logits, windows = window_logits(self.tagger, [list(s) for s in sentences], self.batch_size)
         proba = windowed_word_distributions(logits, windows.word_window, windows.word_start, windows.word_end,
                                             self.aggregate) if windows.n_words else np.zeros((0, 1))
+        return proba, logits, windows
+
+    def tag_chunk(self, sentences: Sequence[WordSentence]) -> list[TaggedWords]:
+        """Each sentence's tags, their probabilities and its spans (offsets into its text as given)."""
+        proba, _, windows = self.word_probabilities([s.words for s in sentences])
+        offsets = windows.sentence_offsets
         best = proba.argmax(axis=1)
         tags = np.asarray(self.tagger.tags, dtype=object)[best]
         top = proba[np.arange(len(best)), best]
@@ -57,9 +65,10 @@ class TagReader:
 
 def tag_reader(model_dir: str, compute: Compute, reading: Reading, batch_size: int = 64,
                aggregate: str = "first") -> TagReader:
-    """The tagging model in `model_dir` loaded on `compute`, reading words as `reading` says (the record's, or the
-    flags given), its --max-length checked against what the model accepts; a word's tag read by `aggregate`."""
-    tagger = load_tagger(model_dir, compute, reading)
+    """The tagging model in `model_dir` (a PyTorch folder or its ONNX export, `load_any_tagger`) loaded on `compute`,
+    reading words as `reading` says (the record's, or the flags given), its --max-length checked against what the
+    model accepts; a word's tag read by `aggregate`."""
+    tagger = load_any_tagger(model_dir, compute, reading)
     loading.check_max_length(reading.max_length, tagger.tokenizer, tagger.model.config, model_dir)
     return TagReader(tagger, batch_size, aggregate)
 
