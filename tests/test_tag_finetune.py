@@ -76,7 +76,7 @@ def test_a_tagger_learns_an_easy_set_and_its_folders_record_task_scheme_and_read
     history = result.metrics["history"]
     assert history[-1]["train_loss"] < history[0]["train_loss"] * 0.5
     assert result.metrics["task"] == "tags" and result.metrics["best_metric_name"] == "f1"
-    assert result.metrics["best_metric"] > 0.8 and result.metrics["forward"] == "transformers"
+    assert result.metrics["best_metric"] > 0.8 and result.metrics["forward"] == "fast"  # own layers on a CPU
     best = result.metrics["best_dev"]
     assert set(best["per_type"]) == {"LOC", "PER"} and best["n"] == sum(len(s[0]) for s in synthetic_sentences(20, 1))
     assert best["intervals"]["f1"][0] <= best["f1"] <= best["intervals"]["f1"][1]
