@@ -43,6 +43,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from anchor_common import bf16_is_native, reset_accelerate  # noqa: E402
 
 from bertkit.measure.timing import Budget, Stopwatch, interleaved, timed_step  # noqa: E402
 
@@ -218,25 +221,6 @@ def padding_left(train) -> dict:
             "padding_share_random_order": round(1 - real / random_padded, 4)}
 
 
-def bf16_is_native() -> bool:
-    """bf16 runs natively here: a CUDA GPU with bf16, or a CPU with AVX512-BF16/AMX (BERTKIT_ASSUME_BF16 overrides)."""
-    import torch
-
-    from bertkit.models import loading
-
-    if torch.cuda.is_available():
-        return torch.cuda.is_bf16_supported()
-    return loading.cpu_supports_bf16()
-
-
-def _reset_accelerate() -> None:
-    from accelerate.state import AcceleratorState, GradientState, PartialState
-
-    AcceleratorState._reset_state(reset_partial_state=True)
-    GradientState._reset_state()
-    PartialState._reset_state()
-
-
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="Train on a slice (--rows) instead of all 6920 rows.")
@@ -265,7 +249,7 @@ def main(argv: list[str] | None = None) -> dict:
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         for name in variants:
-            _reset_accelerate()  # each variant picks its own mixed precision
+            reset_accelerate()  # each variant picks its own mixed precision
             watch = Stopwatch().start()
             if name.startswith("bertkit"):
                 result = run_bertkit(DATA / "train.tsv", DATA / "dev.tsv", rows, f"{tmp}/{name}",

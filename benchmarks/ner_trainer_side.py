@@ -1,13 +1,14 @@
 """The Trainer side of the tagging anchor (issue 46): a named-entity tagger fine-tuned the way transformers'
 `examples/pytorch/token-classification/run_ner.py` does it, with `transformers.Trainer` at its best on this machine,
-so `bertkit finetune` for tags has a number to meet. Not in `make bench` yet: the bertkit side comes with finetune.
+so `bertkit finetune` for tags has a number to meet. `bench_ner.py` runs it and bertkit on the same rows in one
+process; run alone, it writes the Trainer side's result only.
 
 The run_ner idiom: words tokenized with `is_split_into_words=True`, a word's label on its first piece and -100 on
 its other pieces and on special tokens (label_all_tokens off), `DataCollatorForTokenClassification` padding each
 batch, a word's prediction read from its first piece, seqeval on the words. Trainer at its best on a CPU:
 batches grouped by length (`train_sampling_strategy="group_by_length"`, so little padding), no evaluation or saving
-during training (one prediction pass over dev at the end), no dataloader workers (they would share the compute
-cores) and no pinned memory off a GPU, bf16 only where it runs natively (`--bf16 auto`: a GPU with bf16, or a CPU
+during training (one prediction pass over dev at the end), fused AdamW (`optim="adamw_torch_fused"`, Trainer's
+default, named), no dataloader workers (they would share the compute cores) and no pinned memory off a GPU, bf16 only where it runs natively (`--bf16 auto`: a GPU with bf16, or a CPU
 whose oneDNN reports bf16 and whose flags have AVX512-BF16 or AMX; emulated bf16 is several times slower than fp32).
 
 Where this parts from run_ner, and why:
@@ -31,7 +32,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import re
 import sys
 import tempfile
@@ -43,6 +43,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from anchor_common import bf16_is_native, load_avg, machine_record  # noqa: E402
+
 DATA = ROOT.parent / "shared" / "data" / "uner_ewt"
 COMMENT = re.compile(r"^#\s*(?:[\w.-]+(?: [\w.-]+)?\s*=|newdoc\s*$|newpar\s*$)")
 """A CoNLL-U-style comment (`# sent_id = ...`, `# newdoc id = ...`, `# newpar`); a word `#` in a column file
@@ -76,19 +80,6 @@ def read_columns(path: Path, word_column: int | None = None, tag_column: int | N
         sentences[-1][1].append(fields[tag_column])
     kept = [s for s in sentences if s[0]]
     return [w for w, _ in kept], [t for _, t in kept]
-
-
-def bf16_is_native() -> bool:
-    """bf16 is a real speed-up here: a CUDA GPU with bf16, or a CPU with AVX512-BF16/AMX that oneDNN uses."""
-    import torch
-
-    if torch.cuda.is_available():
-        return torch.cuda.is_bf16_supported()
-    try:
-        flags = Path("/proc/cpuinfo").read_text(encoding="utf-8").split()
-    except OSError:
-        flags = []
-    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported()) and any(f in flags for f in ("avx512_bf16", "amx_bf16"))
 
 
 def encode(tokenizer: Any, words: list[list[str]], tags: list[list[str]], label_to_id: dict[str, int],
@@ -156,6 +147,7 @@ def training_arguments(args: argparse.Namespace, out: str, bf16: bool) -> Any:
     return TrainingArguments(
         output_dir=out, per_device_train_batch_size=args.batch_size, per_device_eval_batch_size=64,
         learning_rate=args.lr, num_train_epochs=args.epochs, warmup_steps=args.warmup_ratio, seed=args.seed,
+        weight_decay=args.weight_decay, max_grad_norm=1.0, optim="adamw_torch_fused",
         train_sampling_strategy="group_by_length", eval_strategy="no", save_strategy="no", logging_strategy="no",
         report_to=[], disable_tqdm=True, use_cpu=not gpu, bf16=bf16, dataloader_num_workers=0,
         dataloader_pin_memory=gpu)
@@ -206,18 +198,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "dev_words": sum(map(len, dev_words)), "dev_words_cut_by_max_length": cut, "labels": labels}
 
 
-def machine() -> dict[str, Any]:
-    import torch
-    import transformers
-
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
-    return {"cpu": cpu, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-            "torch": torch.__version__, "transformers": transformers.__version__, "python": platform.python_version(),
-            "load_avg_1m": round(os.getloadavg()[0], 2)}
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -229,6 +209,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--lr", type=float, default=5e-5)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--warmup-ratio", type=float, default=0.1)
+    parser.add_argument("--weight-decay", type=float, default=0.0, help="AdamW weight decay (run_ner's default: 0)")
     parser.add_argument("--limit", type=int, default=None, help="train on the first LIMIT sentences only")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--bf16", choices=("auto", "on", "off"), default="auto",
@@ -243,7 +224,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     args.model = args.model or minilm_folder()
     result = {"benchmark": "ner trainer side (run_ner idiom, Trainer at its best)", **run(args),
-              "settings": {k: v for k, v in vars(args).items() if k != "out"}, "machine": machine()}
+              "settings": {k: v for k, v in vars(args).items() if k != "out"}, "load_avg_after": load_avg(),
+              **machine_record()}
     text = json.dumps(result, indent=2)
     print(text)
     if args.out:

@@ -18,7 +18,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from bertkit.measure.timing import Stopwatch  # noqa: E402
 
-ORDER = ["startup", "embed", "int8", "probe", "finetune", "models", "distill", "memory", "throughput"]
+ORDER = ["startup", "embed", "int8", "probe", "finetune", "ner", "models", "distill", "memory", "throughput"]
 
 
 def main() -> int:

@@ -76,7 +76,7 @@ def test_a_tagger_learns_an_easy_set_and_its_folders_record_task_scheme_and_read
     history = result.metrics["history"]
     assert history[-1]["train_loss"] < history[0]["train_loss"] * 0.5
     assert result.metrics["task"] == "tags" and result.metrics["best_metric_name"] == "f1"
-    assert result.metrics["best_metric"] > 0.8 and result.metrics["forward"] == "transformers"
+    assert result.metrics["best_metric"] > 0.8 and result.metrics["forward"] == "fast"  # own layers on a CPU
     best = result.metrics["best_dev"]
     assert set(best["per_type"]) == {"LOC", "PER"} and best["n"] == sum(len(s[0]) for s in synthetic_sentences(20, 1))
     assert best["intervals"]["f1"][0] <= best["f1"] <= best["intervals"]["f1"][1]
@@ -275,3 +275,10 @@ def test_the_tagging_options_at_their_defaults_stay_out_of_the_resume_key(tmp_pa
     train, dev = tagged_files
     assert resume_key(tag_cfg("m", train, dev, tmp_path / "r", label_all_pieces=True),
                       {})["config"]["label_all_pieces"] is True
+
+
+def test_no_fast_forward_trains_a_tagger_with_the_models_own_forward(tiny_bert_dir, tagged_files, tmp_path):
+    train, dev = tagged_files
+    result = finetune(tag_cfg(tiny_bert_dir, train, dev, tmp_path / "run", epochs=1, fast_forward=False),
+                      progress=False)
+    assert result.metrics["forward"] == "transformers" and result.metrics["task"] == "tags"

@@ -7,8 +7,9 @@ and exact resume, early stopping, trackers) trains a tagger - only the data, the
   piece (`bertkit.encoding.word_labels`, the reading of words: `Reading.of_words`, windows of --max-length sharing
   --stride pieces);
 * the model is `AutoModelForTokenClassification` (`models.loading.load_classifier(tokens=True)`, id2label = the
-  tags) run by its own forward (`bertkit.models.tagger.TokenClassifier`: the [CLS]-only fast path and the CUDA-graph
-  steps are for sentence heads, so its steps run eagerly, which the run's summary records);
+  tags) run by `bertkit.models.tagger.TokenClassifier` (bertkit's own layers in training on a CPU, the model's own
+  forward elsewhere; the CUDA-graph steps are for sentence heads, so its steps run eagerly, which the run's summary
+  records);
 * the objective is `bertkit.scoring.tags.TagObjective`: the loss over labelled pieces, dev scores per word by strict
   seqeval with the recorded scheme (entity F1 picks best/) or word accuracy for plain tags; a labelled --test is
   scored the same way (its own objective, `TagObjective.for_split`) at each new best and at the end, as sentence
@@ -31,7 +32,7 @@ from bertkit.encoding.run_tokens import RunTokens, epoch_steps
 from bertkit.encoding.word_labels import LabelledWindows, continuation_ids, label_windows
 from bertkit.models import loading
 from bertkit.models.card import CardFacts
-from bertkit.models.tagger import NOT_FAST, TokenClassifier
+from bertkit.models.tagger import TokenClassifier
 from bertkit.scoring.tags import TagObjective, tag_class_weights, tag_metric_for_best
 from bertkit.training.cards import HYPERPARAMETERS, RunCard
 from bertkit.training.finetune import Task
@@ -81,14 +82,14 @@ class TagTask(Task):
         return RunTokens(train.encoded, dev.encoded, test.encoded if test is not None else None, steps)
 
     def network(self, cfg: FinetuneOptions, model: Any, accelerator: Any, tokens: RunTokens) -> Any:
-        """The model's own forward, its dev (and test) logits cut to the widest window they have
-        (`models.tagger.TokenClassifier`); the [CLS]-only fast path is a sentence head's, so --fast-forward does not
-        apply (and steps run eagerly)."""
+        """The tagger's forward (`models.tagger.TokenClassifier`: bertkit's own layers in training on a CPU where
+        they apply and --fast-forward is on, else the model's own), its dev (and test) logits cut to the widest
+        window they have."""
         scored = [tokens.dev.lengths] + ([tokens.test.lengths] if tokens.test is not None else [])
         widest = max((int(lengths.max()) for lengths in scored if len(lengths)), default=None)
-        net = TokenClassifier(model, width=widest)
-        if cfg.fast_forward:
-            log.info("--fast-forward does not apply (%s): using the model's own forward", NOT_FAST)
+        net = TokenClassifier(model, width=widest, fast=cfg.fast_forward)
+        if cfg.fast_forward and net.unsupported is not None:
+            log.info("--fast-forward does not apply (%s): using the model's own forward", net.unsupported)
         if cfg.compile:  # the model's own forward and backward, dynamic shapes
             net.compile(dynamic=True)
         return net
