@@ -95,6 +95,15 @@ def no_dropout_bert(tiny_bert_dir, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_tagger(tiny_bert_dir, tmp_path_factory) -> tuple[Path, Path]:
+    """(a tiny entity tagger's best/, trained at --max-length 16 on an easy synthetic set, its dev file): shared by
+    the tests that read a tagger (predict, export, evaluate); they must not change it."""
+    from tagged_samples import trained_tagger
+
+    return trained_tagger(tiny_bert_dir, tmp_path_factory.mktemp("tagger"))
+
+
+@pytest.fixture(scope="session")
 def minilm_dir() -> Path:
     """The packaged real pretrained encoder (slow tests only)."""
     return _minilm_dir()

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 from safetensors.numpy import load_file
-from test_tag_finetune import synthetic_sentences, write_iob
+from tagged_samples import synthetic_sentences, write_iob
 from typer.testing import CliRunner
 
 from bertkit.cli.app import app

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_tag_finetune import synthetic_sentences, write_iob
+from tagged_samples import synthetic_sentences, write_iob
 from typer.testing import CliRunner
 
 from bertkit.cli.app import app

@@ -10,7 +10,7 @@ import random
 from pathlib import Path
 
 import pytest
-from test_tag_finetune import synthetic_sentences, write_iob
+from tagged_samples import synthetic_sentences, write_iob
 from typer.testing import CliRunner
 
 from bertkit.cli.app import app
@@ -50,15 +50,10 @@ def as_iob1(sentences: list[tuple[list[str], list[str]]]) -> list[tuple[list[str
 
 
 @pytest.fixture(scope="module")
-def tagger(tiny_bert_dir, tmp_path_factory) -> tuple[Path, Path]:
+def tagger(tiny_tagger, tmp_path_factory) -> tuple[Path, Path]:
     """(a tiny entity tagger trained on the easy synthetic set, altered gold for it)."""
-    root = tmp_path_factory.mktemp("tagger")
-    train = write_iob(root / "train.iob2", synthetic_sentences(80, 0))
-    dev = write_iob(root / "dev.iob2", synthetic_sentences(30, 1))
-    finetune(FinetuneConfig(model=str(tiny_bert_dir), data=str(train), dev=str(dev), out=str(root / "run"), epochs=5,
-                            lr="5e-3", batch_size=8, save_every=None, precision="fp32", max_length=16),
-             progress=False)
-    return root / "run" / "best", write_iob(root / "gold.iob2", altered(synthetic_sentences(40, 2)))
+    best, _ = tiny_tagger
+    return best, write_iob(tmp_path_factory.mktemp("gold") / "gold.iob2", altered(synthetic_sentences(40, 2)))
 
 
 def seqeval_entities(tags: list[list[str]]) -> list[set[tuple[str, int, int]]]:

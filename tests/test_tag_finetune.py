@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from safetensors.numpy import load_file
+from tagged_samples import synthetic_sentences, write_iob
 from typer.testing import CliRunner
 
 from bertkit.cli.app import app
@@ -23,39 +24,6 @@ from bertkit.io.checkpoint_folders import latest_checkpoint
 from bertkit.io.faults import FAIL_AFTER_STEPS_ENV, SimulatedFailure
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-PEOPLE = ["alice", "bob", "carol", "dave"]
-PLACES = [["paris"], ["london"], ["new", "york"], ["los", "angeles"]]
-OTHER = ["the", "met", "in", "went", "to", "saw", "a", "dog", "and", "today", "with", "from"]
-
-
-def synthetic_sentences(n: int, seed: int, words: tuple[int, int] = (3, 8)) -> list[tuple[list[str], list[str]]]:
-    """Sentences whose tags follow from the words alone: people B-PER, places B-LOC (I-LOC), the rest O."""
-    rng = random.Random(seed)
-    out = []
-    for _ in range(n):
-        sentence: tuple[list[str], list[str]] = ([], [])
-        for _ in range(rng.randint(*words)):
-            draw = rng.random()
-            if draw < 0.2:
-                sentence[0].append(rng.choice(PEOPLE))
-                sentence[1].append("B-PER")
-            elif draw < 0.35:
-                place = rng.choice(PLACES)
-                sentence[0].extend(place)
-                sentence[1].extend(["B-LOC"] + ["I-LOC"] * (len(place) - 1))
-            else:
-                sentence[0].append(rng.choice(OTHER))
-                sentence[1].append("O")
-        out.append(sentence)
-    return out
-
-
-def write_iob(path: Path, sentences: list[tuple[list[str], list[str]]]) -> Path:
-    path.write_text("".join("".join(f"{w}\t{t}\n" for w, t in zip(*s, strict=True)) + "\n" for s in sentences),
-                    encoding="utf-8")
-    return path
-
 
 @pytest.fixture
 def tagged_files(tmp_path):

@@ -8,7 +8,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_tag_finetune import synthetic_sentences, tag_cfg, write_iob
+from tagged_samples import synthetic_sentences, write_iob
+from test_tag_finetune import tag_cfg
 from typer.testing import CliRunner
 
 from bertkit.cli.app import app

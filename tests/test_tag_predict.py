@@ -8,14 +8,12 @@ import json
 from pathlib import Path
 
 import pytest
-from test_tag_finetune import synthetic_sentences, write_iob
+from tagged_samples import synthetic_sentences, write_iob
 from typer.testing import CliRunner
 
 from bertkit.cli.app import app
 from bertkit.commands.evaluate import EvaluateConfig
 from bertkit.commands.evaluate import run as evaluate
-from bertkit.commands.finetune import FinetuneConfig
-from bertkit.commands.finetune import run as finetune
 from bertkit.commands.predict import PredictConfig
 from bertkit.commands.predict import run as predict
 from bertkit.errors import UserError
@@ -24,15 +22,9 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
-def tagger(tiny_bert_dir, tmp_path_factory) -> tuple[Path, Path]:
+def tagger(tiny_tagger) -> tuple[Path, Path]:
     """(a tiny tagger trained at --max-length 16 on the easy synthetic set, its dev file)."""
-    root = tmp_path_factory.mktemp("tagger")
-    train = write_iob(root / "train.iob2", synthetic_sentences(80, 0))
-    dev = write_iob(root / "dev.iob2", synthetic_sentences(30, 1))
-    finetune(FinetuneConfig(model=str(tiny_bert_dir), data=str(train), dev=str(dev), out=str(root / "run"), epochs=5,
-                            lr="5e-3", batch_size=8, save_every=None, precision="fp32", max_length=16),
-             progress=False)
-    return root / "run" / "best", dev
+    return tiny_tagger
 
 
 def test_spans_slice_the_text_as_given_and_long_sentences_read_in_the_trained_windows(tagger):
