@@ -62,16 +62,26 @@ def latency_step(c: Contender, texts: Sequence[str], max_length: int, device: An
     """Batch 1 over real sentences in turn: returns (model seconds, tokenization seconds). On a GPU the row is
     padded to its bucket width (`infer.gpu_padded_width`), as `bertkit predict` pads, so shapes repeat."""
     position = itertools.count()
+
+    def tokenized() -> dict[str, Any]:
+        text = texts[next(position) % len(texts)]
+        return dict(c.tokenizer(text, truncation=True, max_length=max_length, return_tensors="pt"))
+
+    return _batch_one_step(c, tokenized, device, budget, dtype)
+
+
+def _batch_one_step(c: Contender, tokenized: Callable[[], dict[str, Any]], device: Any, budget: Budget,
+                    dtype: Any) -> Step:
+    """One input at a time: `tokenized()` (timed as tokenization, with the GPU's bucket padding), then the model's
+    forward (timed as the model); returns (model seconds, tokenization seconds)."""
     accepted, clock, sync = c.input_names, budget.clock, budget.sync
     forward = inference_forward(c, device, dtype)
     pad_to = getattr(device, "type", None) == "cuda"
-    pad_id = infer.pad_id_of(c.tokenizer) if pad_to else 0
+    pad_id = infer.pad_id_of(c.tokenizer)
 
     def step() -> tuple[float, ...]:
-        text = texts[next(position) % len(texts)]
         t0 = clock()
-        encoded = c.tokenizer(text, truncation=True, max_length=max_length, return_tensors="pt")
-        inputs = dict(encoded)
+        inputs = tokenized()
         if pad_to:
             inputs = padded_to(inputs, infer.gpu_padded_width(inputs["input_ids"].shape[1]), pad_id)
         t1 = clock()
@@ -101,30 +111,15 @@ def tag_latency_step(c: Contender, sentences: Sequence[Sequence[str]], reading: 
     tokenization: word pieces, windows, padding), then the model's forward over them (one window for a sentence
     that fits --max-length); returns (model seconds, tokenization seconds)."""
     position = itertools.count()
-    accepted, clock, sync = c.input_names, budget.clock, budget.sync
-    forward = inference_forward(c, device, dtype)
-    pad_to = getattr(device, "type", None) == "cuda"
     pad_id = infer.pad_id_of(c.tokenizer)
 
-    def step() -> tuple[float, ...]:
-        words = sentences[next(position) % len(sentences)]
-        t0 = clock()
-        windows = align_words(c.tokenizer, [words], reading)
+    def tokenized() -> dict[str, Any]:
+        windows = align_words(c.tokenizer, [sentences[next(position) % len(sentences)]], reading)
         lengths = windows.lengths
         encoded = Encoded(windows.ids, None, lengths, lengths, reading.max_length)
-        inputs = pad_batch(encoded, range(len(lengths)), pad_id)
-        if pad_to:
-            inputs = padded_to(inputs, infer.gpu_padded_width(inputs["input_ids"].shape[1]), pad_id)
-        t1 = clock()
-        inputs = model_inputs(inputs, accepted, device)
-        sync()
-        t2 = clock()
-        forward(inputs)
-        sync()
-        t3 = clock()
-        return t3 - t2, t1 - t0
+        return pad_batch(encoded, range(len(lengths)), pad_id)
 
-    return step
+    return _batch_one_step(c, tokenized, device, budget, dtype)
 
 
 @dataclass
