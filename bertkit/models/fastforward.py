@@ -245,6 +245,15 @@ def check_batch(model: Any) -> dict[str, torch.Tensor]:
     return batch
 
 
+def model_logits(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                 token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+    """The model's own forward's logits (the inputs it was given only: None ones are left out)."""
+    extra = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
+    if attention_mask is not None:
+        extra["attention_mask"] = attention_mask
+    return model(input_ids=input_ids, **extra).logits
+
+
 class SequenceClassifier(nn.Module):
     """A `transformers` sequence classifier whose forward returns logits, by the fast path where it applies
     (allowlisted, and equal to the model's own logits on a check batch at wrap time)."""
@@ -294,10 +303,7 @@ class SequenceClassifier(nn.Module):
 
     def own_logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                    token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
-        extra = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
-        if attention_mask is not None:
-            extra["attention_mask"] = attention_mask
-        return self.model(input_ids=input_ids, **extra).logits
+        return model_logits(self.model, input_ids, attention_mask, token_type_ids)
 
     def fast_logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                     token_type_ids: torch.Tensor | None = None, own_layers: bool | None = None) -> torch.Tensor:

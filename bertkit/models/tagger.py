@@ -91,10 +91,7 @@ class TokenClassifier(nn.Module):
     def own_logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                    token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
         """The model's own forward's logits."""
-        extra = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
-        if attention_mask is not None:
-            extra["attention_mask"] = attention_mask
-        return self.model(input_ids=input_ids, **extra).logits
+        return fastforward.model_logits(self.model, input_ids, attention_mask, token_type_ids)
 
     def fast_logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                     token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
