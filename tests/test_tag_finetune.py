@@ -153,7 +153,7 @@ def test_commands_without_a_tagging_path_refuse_a_tagged_file(tagged_files):
 
     train, dev = tagged_files
     for options, extra in ((FinetuneOptions, {}), (DistillOptions, {"teacher": "runs/t/best"})):  # sweep, distill
-        with pytest.raises(UserError, match=r"Tagged data .* is read by `bertkit probe`, `embed` and `finetune`"):
+        with pytest.raises(UserError, match=r"Tagged data .* is read by the commands that learn or score a tag per word"):
             options(data=str(train), dev=str(dev), out="runs/x", **extra)
 
 

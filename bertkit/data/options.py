@@ -161,10 +161,11 @@ class TaskOptions(LabelOptions):
         problems = threshold_problems(self.threshold)
         tagged_file = self.task == "auto" and isinstance(self.data, str) and is_local_tagged_file(self.data)
         if (self.task == WORD_TASK or tagged_file) and not self.READS_WORDS:
-            problems.append("Tagged data (one tag per word: --task tags, or a .iob2/.conll file) is read by `bertkit "
-                            "probe`, `embed` and `finetune` so far; this command learns from one label (or tag set, or "
-                            "number) per row. Fine-tune a tagger with `bertkit finetune --data train.iob2 --dev "
-                            "dev.iob2`, or pass row-labelled data (--task auto).")
+            problems.append("Tagged data (one tag per word: --task tags, or a .iob2/.conll file) is read by the "
+                            "commands that learn or score a tag per word (`bertkit finetune`, `sweep`, `distill`, "
+                            "`probe`, `embed`, `bench`; `evaluate` and `export` with a tagging model); this one reads "
+                            "one label (or tag set, or number) per row. Fine-tune a tagger with `bertkit finetune "
+                            "--data train.iob2 --dev dev.iob2`, or pass row-labelled data (--task auto).")
         if self.label_sep is not None and self.task in ("single_label", "regression"):
             problems.append(f"--label-sep splits tag lists (multi-label data); it does not apply to --task {self.task}. "
                             f"Drop --label-sep, or pass --task multi_label (or auto).")
