@@ -97,6 +97,8 @@ def test_the_tagging_options_are_sweepable_and_fixed_ones_reach_the_trials(tiny_
     (("--grid", "tag-scheme=IOB2,none"), "--tag-scheme changes the entities the dev tags are read into"),
     (("--grid", "text-pair-column=a,b"), "--text-pair-column does not apply to fine-tuning on tagged data"),
     (("--grid", "max-length=32,1000"), "--grid max-length=1000: a trial with --max-length 1000 would stop before"),
+    (("--max-length", "32", "--grid", "stride=4,30"), "--grid stride=30: a trial with --stride 30 would stop before "
+                                                       "training: --stride 30 must be between 0 and 29"),
 ])
 def test_what_a_tagger_sweep_cannot_do_is_refused_before_anything_is_made(tiny_bert_dir, tagged_files, tmp_path,
                                                                           extra, message):

@@ -23,6 +23,7 @@ from typing import Any
 from bertkit.data.options import TaskOptions
 from bertkit.data.splits import load_splits
 from bertkit.data.tagged_splits import TaggedTraining
+from bertkit.encoding.reading import Reading
 from bertkit.encoding.run_tokens import too_few_rows
 from bertkit.errors import UserError, raise_if_problems
 from bertkit.io import ownership
@@ -30,6 +31,7 @@ from bertkit.models import loading
 from bertkit.scoring.tags import tag_metric_for_best
 from bertkit.training.finetune import _for_the_shape  # a trial's own checks
 from bertkit.training.space import Dimension, SweepOptions, finetune_config
+from bertkit.training.tag_options import TAGGER_WORD_POOL
 
 NAME_MAX, PATH_MAX = 255, 4096
 """The longest name in a path (bytes; ext4, xfs, btrfs, APFS, NTFS) and the longest path (Linux, with its NUL)."""
@@ -143,11 +145,13 @@ class TrialCheck:
         return None
 
     def check(self, trial: Any) -> None:
-        """The trial's own checks before training: its --precision on this machine, its data and problem shape,
-        one optimizer step's rows (processes x --grad-accum; a tagger's windows are counted once its trial cuts
-        them), its model and --max-length."""
+        """The trial's own checks before training: its --precision on this machine, a tagger's windows (--stride), or
+        its data and problem shape and one optimizer step's rows (processes x --grad-accum; a tagger's windows are
+        counted once its trial cuts them), its model and --max-length."""
         self.compute_for(trial.precision)
-        if self.tagged is None:
+        if self.tagged is not None:  # the windows a tagger trial reads in: --stride against its --max-length
+            raise_if_problems(Reading.of_words(TAGGER_WORD_POOL, trial.max_length, trial.stride).word_problems())
+        else:
             splits = self._splits(trial)
             _for_the_shape(trial, dataclasses.replace(splits, notes=[]), warn=False)
             if len(splits.train) < self.processes * trial.grad_accum:  # setup's check: no step fits the rows
