@@ -245,13 +245,21 @@ def check_batch(model: Any) -> dict[str, torch.Tensor]:
     return batch
 
 
+def given_inputs(input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                 token_type_ids: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """A model's keyword inputs, the None ones left out (no mask: nothing padded; no types: all zero)."""
+    batch = {"input_ids": input_ids}
+    if attention_mask is not None:
+        batch["attention_mask"] = attention_mask
+    if token_type_ids is not None:
+        batch["token_type_ids"] = token_type_ids
+    return batch
+
+
 def model_logits(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                  token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
     """The model's own forward's logits (the inputs it was given only: None ones are left out)."""
-    extra = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
-    if attention_mask is not None:
-        extra["attention_mask"] = attention_mask
-    return model(input_ids=input_ids, **extra).logits
+    return model(**given_inputs(input_ids, attention_mask, token_type_ids)).logits
 
 
 class SequenceClassifier(nn.Module):
@@ -309,11 +317,7 @@ class SequenceClassifier(nn.Module):
                     token_type_ids: torch.Tensor | None = None, own_layers: bool | None = None) -> torch.Tensor:
         assert self.top is not None
         training = self.model.training  # the wrapped model's mode decides, as in its own forward
-        batch = {"input_ids": input_ids}
-        if attention_mask is not None:
-            batch["attention_mask"] = attention_mask
-        if token_type_ids is not None:
-            batch["token_type_ids"] = token_type_ids
+        batch = given_inputs(input_ids, attention_mask, token_type_ids)
         own = own_layers_for(input_ids.device) if own_layers is None else own_layers
         cls = last_layer_cls(self.model, self.top, batch, training, own_layers=own, layer=self.layer)
         if self.kind == "BertForSequenceClassification":

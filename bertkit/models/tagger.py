@@ -97,11 +97,7 @@ class TokenClassifier(nn.Module):
                     token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
         """The logits by bertkit's own layers (see the class docstring); `attention_mask` None: nothing padded."""
         training = self.model.training  # the wrapped model's mode decides, as in its own forward
-        batch = {"input_ids": input_ids}
-        if attention_mask is not None:
-            batch["attention_mask"] = attention_mask
-        if token_type_ids is not None:
-            batch["token_type_ids"] = token_type_ids
+        batch = fastforward.given_inputs(input_ids, attention_mask, token_type_ids)
         encoder = fastforward.base_model(self.model)
         depth = len(fastforward.encoder_layers(encoder))
         hidden = fastforward.hidden_states(encoder, batch, depth, training, layer=self.layer)[depth]
