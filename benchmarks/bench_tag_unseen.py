@@ -15,7 +15,8 @@ the packaged MiniLM and the BERT paper's layer combinations; the best row is "th
 Both score strict seqeval entity F1 on the same dev words. Writes benchmarks/results/tag-unseen.json
 (tag-unseen-quick.json with --limit).
 
-    .venv/bin/python benchmarks/bench_tag_unseen.py --limit 300        # a quick look (short runs may stay all-O)
+    .venv/bin/python benchmarks/bench_tag_unseen.py --limit 500        # a quick look (500: the first slice whose dev
+                                                                       # tags all occur in training; short runs may stay all-O)
     .venv/bin/python benchmarks/bench_tag_unseen.py                    # all 2,001 train / 2,077 dev sentences
 """
 
