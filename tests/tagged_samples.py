@@ -49,6 +49,16 @@ def synthetic_sentences(n: int, seed: int, words: tuple[int, int] = (3, 8)) -> l
     return out
 
 
+POS_OF = {"the": "DET", "a": "DET", "dog": "NOUN", "cat": "NOUN", "saw": "VERB", "ran": "VERB", "big": "ADJ"}
+
+
+def pos_sentences(n: int, seed: int) -> list[tuple[list[str], list[str]]]:
+    """Sentences of plain tags (POS-like, no entity scheme) that follow from the words alone."""
+    rng = random.Random(seed)
+    return [(words, [POS_OF[w] for w in words]) for words in
+            ([rng.choice(list(POS_OF)) for _ in range(rng.randint(3, 7))] for _ in range(n))]
+
+
 def write_iob(path: Path, sentences: list[tuple[list[str], list[str]]]) -> Path:
     path.write_text("".join("".join(f"{w}\t{t}\n" for w, t in zip(*s, strict=True)) + "\n" for s in sentences),
                     encoding="utf-8")

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from benchmark_scripts import benchmark_module
 from typer.testing import CliRunner
 
 from bertkit.cli.app import app
@@ -458,14 +459,7 @@ def test_quality_probe_through_the_real_cli(tiny_bert_dir, tiny_distilbert_dir, 
 @pytest.fixture(scope="module")
 def bench_scripts():
     """The two benchmark scripts as modules (benchmarks/ is not a package)."""
-    import importlib
-
-    bench_dir = str(Path(__file__).resolve().parent.parent / "benchmarks")
-    sys.path.insert(0, bench_dir)
-    try:
-        return importlib.import_module("bench_memory"), importlib.import_module("bench_throughput")
-    finally:
-        sys.path.remove(bench_dir)
+    return benchmark_module("bench_memory"), benchmark_module("bench_throughput")
 
 
 def test_memory_bench_generates_files_block_by_block(bench_scripts, tmp_path, monkeypatch):

@@ -4,13 +4,8 @@ goal of issue 46)."""
 
 from __future__ import annotations
 
-import importlib
-import sys
-from pathlib import Path
-
 import pytest
-
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+from benchmark_scripts import benchmark_module
 
 TAGGED = """# newdoc id = d1
 # sent_id = 1
@@ -28,11 +23,7 @@ TAGGED = """# newdoc id = d1
 
 @pytest.fixture(scope="module")
 def bench():
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        return importlib.import_module("bench_ner")
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+    return benchmark_module("bench_ner")
 
 
 def test_a_slice_holds_the_first_sentences_as_both_sides_read_them(bench, tmp_path):

@@ -4,18 +4,13 @@ entities: CoNLL-2003's four columns in IOB1 and WNUT-17's two TAB columns with r
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
+from benchmark_scripts import benchmark_module
 from seqeval.metrics.sequence_labeling import get_entities
 
 from bertkit.data.tagged import TaggedColumns, read_tagged
 
-ROOT = Path(__file__).resolve().parent.parent
-spec = importlib.util.spec_from_file_location("bench_tag_unseen", ROOT / "benchmarks" / "bench_tag_unseen.py")
-bench = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(bench)
+bench = benchmark_module("bench_tag_unseen")
 
 
 def test_iob1_opens_entities_with_i_and_keeps_b_only_between_neighbours_of_one_type():

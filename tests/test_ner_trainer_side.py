@@ -4,14 +4,11 @@ put back in file order, and a whole run on a tiny random BERT."""
 
 from __future__ import annotations
 
-import importlib
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+from benchmark_scripts import benchmark_module
 
 UNER_LIKE = """# newdoc id = doc-1
 # sent_id = doc-1-0001
@@ -39,11 +36,7 @@ German JJ B-NP B-MISC
 
 @pytest.fixture(scope="module")
 def side():
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        return importlib.import_module("ner_trainer_side")
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+    return benchmark_module("ner_trainer_side")
 
 
 def test_column_files_in_both_layouts(side, tmp_path):

@@ -6,11 +6,10 @@ do not change with IOB1 gold; a POS tagger gets per-tag scores and a tag confusi
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 
 import pytest
-from tagged_samples import synthetic_sentences, write_iob
+from tagged_samples import pos_sentences, synthetic_sentences, write_iob
 from typer.testing import CliRunner
 
 from bertkit.cli.app import app
@@ -128,10 +127,7 @@ def test_the_cli_prints_the_report_and_json_carries_the_mistakes(tagger):
 def test_a_pos_tagger_gets_per_tag_scores_and_a_tag_confusion(tiny_bert_dir, tmp_path):
     from sklearn.metrics import confusion_matrix
 
-    kinds = {"the": "DET", "a": "DET", "dog": "NOUN", "cat": "NOUN", "saw": "VERB", "ran": "VERB", "big": "ADJ"}
-    rng = random.Random(5)
-    rows = [(words, [kinds[w] for w in words]) for words in
-            ([rng.choice(list(kinds)) for _ in range(rng.randint(3, 7))] for _ in range(60))]
+    rows = pos_sentences(60, 5)
     train, dev = write_iob(tmp_path / "train.conll", rows[:45]), write_iob(tmp_path / "dev.conll", rows[45:])
     finetune(FinetuneConfig(model=str(tiny_bert_dir), data=str(train), dev=str(dev), out=str(tmp_path / "run"),
                             epochs=2, lr="5e-3", batch_size=8, save_every=None, precision="fp32"), progress=False)

@@ -5,13 +5,12 @@ windows label each word once, and the refusals come before anything is written."
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 
 import numpy as np
 import pytest
 from safetensors.numpy import load_file
-from tagged_samples import synthetic_sentences, write_iob
+from tagged_samples import pos_sentences, synthetic_sentences, write_iob
 from typer.testing import CliRunner
 
 from bertkit.cli.app import app
@@ -163,10 +162,7 @@ def test_plain_tags_pick_best_by_word_accuracy_and_predict_no_spans(tiny_bert_di
     from bertkit.commands.predict import PredictConfig
     from bertkit.commands.predict import run as predict
 
-    kinds = {"the": "DET", "a": "DET", "dog": "NOUN", "cat": "NOUN", "saw": "VERB", "ran": "VERB", "big": "ADJ"}
-    rng = random.Random(5)
-    rows = [(words, [kinds[w] for w in words]) for words in
-            ([rng.choice(list(kinds)) for _ in range(rng.randint(3, 7))] for _ in range(60))]
+    rows = pos_sentences(60, 5)
     train, dev = write_iob(tmp_path / "train.conll", rows[:45]), write_iob(tmp_path / "dev.conll", rows[45:])
     result = finetune(tag_cfg(tiny_bert_dir, train, dev, tmp_path / "run", class_weight="balanced"), progress=False)
     assert result.metrics["best_metric_name"] == "accuracy" and result.metrics["best_metric"] > 0.6
