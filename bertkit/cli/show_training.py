@@ -66,8 +66,7 @@ def _print_best(summary: RunSummary, shown: list[str]) -> None:
     others = [f"{k} {format_score(best.score(k))}" for k in shown if k != summary.best_metric_name]
     others += [f"threshold {best.threshold}"] if best.has("threshold") else []
     also = f" ({', '.join(others)})" if others else ""
-    unit = "words" if best.has("sentences") else "rows"  # a tagger's scores are per word
-    rows = f" on {best.n:,} dev {unit}" if best.n is not None else ""
+    rows = f" on {best.n:,} dev {_unit(best)}" if best.n is not None else ""
     out_console.print(
         f"best {summary.best_metric_name} {format_score(summary.best_metric)} at step {summary.best_step}"
         f"{rows}{also}; {summary.train_samples_per_second:.1f} train samples/s",
@@ -79,9 +78,14 @@ def _print_tests(summary: RunSummary, shown: list[str]) -> None:
     """Labelled --test data, scored with the best and the final model's weights."""
     for role, test in (("best", summary.best_test), ("final", summary.final_test)):
         if test:
-            out_console.print(f"test ({role} model, {test.value('n')} rows): "
+            out_console.print(f"test ({role} model, {test.value('n')} {_unit(test)}): "
                               f"{', '.join(f'{k} {format_score(test.score(k))}' for k in shown if test.has(k))}",
                               highlight=False)
+
+
+def _unit(scores: Any) -> str:
+    """What one evaluation's `n` counts: a tagger's scores are per word, others per row."""
+    return "words" if scores.has("sentences") else "rows"
 
 
 def tracker_lines(trackers: Mapping[str, Mapping[str, Any]]) -> list[str]:
