@@ -74,7 +74,7 @@ def disk_bytes(folder: Path) -> int:
 def run_finetune(task: str, lr: str, epochs: int, out: Path) -> dict[str, Any]:
     from bertkit.commands.finetune import FinetuneConfig, run
 
-    cfg = FinetuneConfig(**TASKS[task], limit=ROWS, epochs=epochs, lr=lr, out=str(out), seed=42)
+    cfg = FinetuneConfig.of(**TASKS[task], limit=ROWS, epochs=epochs, lr=lr, out=str(out), seed=42)
     started = time.perf_counter()
     result = run(cfg, progress=False)
     wall = time.perf_counter() - started
@@ -100,7 +100,7 @@ def run_finetune(task: str, lr: str, epochs: int, out: Path) -> dict[str, Any]:
 def run_probe(task: str, out: Path) -> dict[str, Any]:
     from bertkit.commands.probe import ProbeConfig, run
 
-    cfg = ProbeConfig(**TASKS[task], limit=ROWS, out=str(out), seed=42, pool="cls", layers="-1")
+    cfg = ProbeConfig.of(**TASKS[task], limit=ROWS, out=str(out), seed=42, pool="cls", layers="-1")
     started = time.perf_counter()
     run(cfg, progress=False)
     return probe_row(json.loads((out / "metrics.json").read_text()), time.perf_counter() - started)

@@ -55,7 +55,7 @@ def teacher_run(spec: dict, out: Path) -> dict:
     from bertkit.commands.finetune import FinetuneConfig
     from bertkit.commands.finetune import run as finetune
 
-    cfg = FinetuneConfig(model="minilm-offline", data=str(spec["train"]), dev=str(spec["dev"]), out=str(out),
+    cfg = FinetuneConfig.of(model="minilm-offline", data=str(spec["train"]), dev=str(spec["dev"]), out=str(out),
                          save_every=None, seed=42, **spec["columns"], **spec["teacher"])
     with Stopwatch() as watch:
         metrics = finetune(cfg, progress=False).metrics
@@ -67,7 +67,7 @@ def student_run(spec: dict, teacher: Path, out: Path, alpha: float, cos_weight: 
     from bertkit.commands.distill import DistillConfig
     from bertkit.training.distill import distill
 
-    cfg = DistillConfig(teacher=str(teacher), data=str(spec["train"]), dev=str(spec["dev"]), out=str(out),
+    cfg = DistillConfig.of(teacher=str(teacher), data=str(spec["train"]), dev=str(spec["dev"]), out=str(out),
                         student_layers=3, temperature=2.0, alpha=alpha, cos_weight=cos_weight, save_every=None, seed=42, report=report,
                         **spec["columns"], **spec["student"])
     with Stopwatch() as watch:

@@ -114,15 +114,15 @@ def run_bertkit(
     from bertkit.commands.finetune import FinetuneConfig
     from bertkit.commands.finetune import run as finetune
 
-    cfg = FinetuneConfig(model="minilm-offline", data=str(train_path), dev=str(dev_path), text_column="0",
+    cfg = FinetuneConfig.of(model="minilm-offline", data=str(train_path), dev=str(dev_path), text_column="0",
                          label_column="1", limit=None, epochs=HPARAMS["epochs"], batch_size=HPARAMS["batch_size"],
                          lr=HPARAMS["lr"], warmup_ratio=HPARAMS["warmup_ratio"], max_length=HPARAMS["max_length"],
                          seed=HPARAMS["seed"], precision="auto", save_every=None, out=out, fast_forward=fast_forward,
                          compile=compile)
     if rows is not None:  # the same first rows as the Trainer variants
-        cfg = FinetuneConfig(**{**cfg.__dict__, "data": str(_head(train_path, rows, Path(out).parent / "train-slice.tsv"))})
+        cfg = FinetuneConfig.of(**{**cfg.__dict__, "data": str(_head(train_path, rows, Path(out).parent / "train-slice.tsv"))})
     if dev_rows is not None:
-        cfg = FinetuneConfig(**{**cfg.__dict__, "dev": str(_head(dev_path, dev_rows, Path(out).parent / "dev-slice.tsv"))})
+        cfg = FinetuneConfig.of(**{**cfg.__dict__, "dev": str(_head(dev_path, dev_rows, Path(out).parent / "dev-slice.tsv"))})
     with Stopwatch() as watch:
         metrics = finetune(cfg, progress=False).metrics
     return {"train_samples_per_second": metrics["train_samples_per_second"],

@@ -86,7 +86,7 @@ def run_bertkit_side(args: argparse.Namespace, train: Path, dev: Path, seed: int
     from bertkit.commands.finetune import FinetuneConfig
     from bertkit.commands.finetune import run as finetune
 
-    cfg = FinetuneConfig(model="minilm-offline", data=str(train), dev=str(dev), epochs=int(args.epochs),
+    cfg = FinetuneConfig.of(model="minilm-offline", data=str(train), dev=str(dev), epochs=int(args.epochs),
                          batch_size=args.batch_size, lr=str(args.lr), warmup_ratio=args.warmup_ratio,
                          weight_decay=args.weight_decay, max_grad_norm=1.0, max_length=args.max_length,
                          seed=seed, precision="auto", save_every=None, out=str(out))

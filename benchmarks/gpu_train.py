@@ -38,7 +38,7 @@ def bertkit_finetune(model: Path, train: Path, dev: Path, out: Path, max_length:
     GradientState._reset_state()
     PartialState._reset_state()
     shutil.rmtree(out, ignore_errors=True)
-    cfg = FinetuneConfig(model=str(model), data=str(train), dev=str(dev), text_column="0", label_column="1",
+    cfg = FinetuneConfig.of(model=str(model), data=str(train), dev=str(dev), text_column="0", label_column="1",
                          epochs=1, batch_size=HPARAMS["batch_size"], lr=lr, warmup_ratio=HPARAMS["warmup_ratio"],
                          weight_decay=HPARAMS["weight_decay"], max_length=max_length, seed=seed,
                          precision="bf16" if GPU else "fp32", save_every=None, out=str(out),

@@ -1,10 +1,16 @@
 """How an option is declared once and checked everywhere: the ground the option groups and command configs stand on.
 
-An option is a field of a command's config dataclass, declared with `option(default, help, ...)`. The field is the
-single definition: the CLI flag (`text_column` -> `--text-column`), its default, its help text and panel, its
-choices and bounds all come from it. `cli/app.py` turns the fields into Typer options, `recipes.load_recipe` checks
-recipe values against the same fields, and `field_problems` validates a built config the same way whether its
-values came from the command line, a recipe, or Python code.
+An option is a field of an option group (a small frozen dataclass declared beside the settings object it builds:
+`DataOptions` in `data/`, `ReadingOptions` beside `Reading`, `TrainingOptions` in `training/`) or of a command's
+config itself, declared with `option(default, help, ...)`. The field is the single definition: the CLI flag
+(`text_column` -> `--text-column`), its default, its help text and panel, its choices and bounds all come from it.
+
+A command's config (a `Config`) is a few nested groups (`group(DataOptions)`: read as `cfg.inputs.text_column`) and
+the command's own options. Flags, recipe keys and config.json stay flat (`--text-column`, `text_column = ...`): an
+option's name is unique in its command, so `build` puts a flat value into its group and `flat_values` reads it back.
+`cli/app.py` turns the options into Typer options, `recipes.load_recipe` checks recipe values against the same
+fields, and `field_problems` validates a built config the same way whether its values came from the command line, a
+recipe, or Python code.
 """
 
 from __future__ import annotations
@@ -12,9 +18,9 @@ from __future__ import annotations
 import dataclasses
 import math
 import shlex
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import field, fields
-from typing import Any
+from typing import Any, ClassVar
 
 DATA, MODEL, RUN, OUTPUT, PROBE, BENCH, TRACKING = "Data", "Model", "Run", "Output", "Probe", "Benchmark", "Tracking"
 """Help panels (`bertkit COMMAND --help` groups options under these titles)."""
@@ -54,10 +60,117 @@ def flag(field_name: str) -> str:
     return "--" + field_name.replace("_", "-")
 
 
+# ---------------------------------------------------------------- option groups nested in a config
+
+
+def group(group_cls: type) -> Any:
+    """A config field holding an option group (`inputs: DataOptions = group(DataOptions)`): the group's options are
+    the command's flags, flat (--text-column, not --inputs-text-column), read as `cfg.inputs.text_column`."""
+    return field(default_factory=group_cls, metadata={"group": group_cls})
+
+
+def group_class(f: dataclasses.Field) -> type | None:
+    """The option group a config field holds (`group`), or None for an option."""
+    return f.metadata.get("group")
+
+
+def all_fields(config_cls: type) -> list[dataclasses.Field]:
+    """Every option field of `config_cls`, its groups' flattened in declaration order (NOT_OPTIONS included)."""
+    found: list[dataclasses.Field] = []
+    for f in fields(config_cls):
+        inner = group_class(f)
+        found += fields(inner) if inner is not None else [f]
+    return found
+
+
+def group_names(config_cls: type) -> dict[str, str | None]:
+    """Each option of `config_cls` -> the config field of the group holding it (None: the config's own)."""
+    names: dict[str, str | None] = {}
+    for f in fields(config_cls):
+        inner = group_class(f)
+        names.update({g.name: f.name for g in fields(inner)} if inner is not None else {f.name: None})
+    return names
+
+
+def holder(config: Any, name: str) -> Any:
+    """The object holding option `name` of `config`: the config, or the group it is in."""
+    where = group_names(type(config)).get(name)
+    if where is None and name not in {f.name for f in fields(config)}:
+        raise AttributeError(f"{type(config).__name__} has no option {name!r}")
+    return config if where is None else getattr(config, where)
+
+
+def value(config: Any, name: str, default: Any = dataclasses.MISSING) -> Any:
+    """Option `name` of `config`, wherever it is (`default`, if given, for a config without it)."""
+    try:
+        return getattr(holder(config, name), name)
+    except AttributeError:
+        if default is dataclasses.MISSING:
+            raise
+        return default
+
+
+def set_value(config: Any, name: str, new: Any) -> None:
+    """Set option `name` of a frozen config in place: only while it is being built (`__post_init__`'s own
+    normalisation, a --task-preset filling unset options)."""
+    object.__setattr__(holder(config, name), name, new)
+
+
+def flat_values(config: Any) -> dict[str, Any]:
+    """Every option of `config` -> its value, flat (config.json's keys, a recipe's, the resume key's)."""
+    return {f.name: value(config, f.name) for f in all_fields(type(config))}
+
+
+def build(config_cls: type, values: Mapping[str, Any]) -> Any:
+    """`config_cls` from flat option values (the CLI's, a recipe's, config.json's): each value goes into the group
+    that holds it; an option not given keeps its default. An unknown name is a TypeError, as for a dataclass."""
+    where = group_names(config_cls)
+    unknown = sorted(set(values) - set(where))
+    if unknown:
+        raise TypeError(f"{config_cls.__name__} has no option {', '.join(map(repr, unknown))}")
+    kwargs: dict[str, Any] = {}
+    for f in fields(config_cls):
+        inner = group_class(f)
+        if inner is not None:
+            kwargs[f.name] = inner(**{g.name: values[g.name] for g in fields(inner) if g.name in values})
+        elif f.name in values:
+            kwargs[f.name] = values[f.name]
+    return config_cls(**kwargs)
+
+
+def replaced(config: Any, **changes: Any) -> Any:
+    """A copy of `config` with `changes` (flat option names), checked again as a new config is."""
+    return build(type(config), {**flat_values(config), **changes})
+
+
+class Config:
+    """A command's config: its option groups (`group`) and its own options. `of(**flat)` builds one from flat option
+    values, as the CLI and recipes do."""
+
+    NOT_OPTIONS: ClassVar[tuple[str, ...]] = ()
+    """Options of its groups that are not the command's (no flag, no recipe key): they keep their defaults."""
+
+    @classmethod
+    def of(cls, **values: Any) -> Any:
+        """The config for flat option values (`FinetuneConfig.of(data="train.csv", out="runs/a", epochs=1)`)."""
+        return build(cls, values)
+
+    def __getattr__(self, name: str) -> Any:
+        # TRANSITION: a read of a group's option or property by its flat name (`cfg.text_column`) finds it in its
+        # group, while the reads move to the groups (`cfg.inputs.text_column`)
+        if name.startswith("__"):
+            raise AttributeError(name)
+        for f in fields(type(self)):
+            if group_class(f) is not None and hasattr(group_class(f), name):
+                return getattr(object.__getattribute__(self, f.name), name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+
 def option_fields(config_cls: type) -> list[dataclasses.Field]:
-    """The fields of `config_cls` that are options of its command (all but the class's NOT_OPTIONS)."""
+    """The fields of `config_cls` that are options of its command, its groups' included (all but the class's
+    NOT_OPTIONS)."""
     excluded = set(getattr(config_cls, "NOT_OPTIONS", ()))
-    return [f for f in fields(config_cls) if f.name not in excluded]
+    return [f for f in all_fields(config_cls) if f.name not in excluded]
 
 
 def help_text(config_cls: type, f: dataclasses.Field) -> str:
@@ -67,16 +180,22 @@ def help_text(config_cls: type, f: dataclasses.Field) -> str:
     return f"{text} One of: {', '.join(choices)}." if choices and "One of" not in text else text
 
 
+def _made_of(config_cls: type) -> list[type]:
+    """The classes `config_cls` is made of: its own (and those it extends), then its groups' (and theirs)."""
+    groups = [inner for f in fields(config_cls) if (inner := group_class(f)) is not None]
+    return [cls for owner in (config_cls, *groups) for cls in owner.__mro__]
+
+
 def advanced_options(config_cls: type) -> frozenset[str]:
-    """The options of `config_cls` shown only by --help-all: the ADVANCED_OPTIONS of every class it is made of (an
-    option group names its own rarely changed options; a command's config may add more)."""
-    names = {name for cls in config_cls.__mro__ for name in vars(cls).get("ADVANCED_OPTIONS", ())}
+    """The options of `config_cls` shown only by --help-all: the ADVANCED_OPTIONS of the config and of every group
+    it holds (a group names its own rarely changed options; a command's config may add more)."""
+    names = {name for cls in _made_of(config_cls) for name in vars(cls).get("ADVANCED_OPTIONS", ())}
     return frozenset(names & {f.name for f in option_fields(config_cls)})
 
 
 def required_options(config_cls: type) -> tuple[str, ...]:
-    """The options the command cannot run without (REQUIRED_OPTIONS of the config or a group it is made of; its
-    `__post_init__` refuses a config that lacks one). Options of which exactly one must be given are not listed."""
+    """The options the command cannot run without (the config's REQUIRED_OPTIONS; its `__post_init__` refuses a
+    config that lacks one). Options of which exactly one must be given are not listed."""
     return next((vars(cls)["REQUIRED_OPTIONS"] for cls in config_cls.__mro__ if "REQUIRED_OPTIONS" in vars(cls)), ())
 
 
@@ -87,10 +206,9 @@ def help_panel(config_cls: type, f: dataclasses.Field) -> str:
 
 def help_order(config_cls: type) -> list[dataclasses.Field]:
     """The options of `config_cls` in --help order: by panel (`PANEL_ORDER`); in a panel --model, --data and --out
-    first, then the command's own options (those of the class that declares its fields, e.g. predict's --probe),
-    then those of the groups it is made of (--truncation), each as declared."""
-    own_class = next((cls for cls in config_cls.__mro__ if vars(cls).get("__annotations__")), config_cls)
-    own = set(vars(own_class).get("__annotations__", {}))
+    first, then the command's own options (the config's, e.g. predict's --probe), then those of its groups
+    (--truncation), each as declared."""
+    own = {name for name, where in group_names(config_cls).items() if where is None}
 
     def rank(item: tuple[int, dataclasses.Field]) -> tuple[float, bool, bool, int]:
         index, f = item
@@ -179,16 +297,18 @@ def field_problems(config: Any) -> list[str]:
     so a config built from Python code gets exactly what the CLI and recipes get.
     """
     problems = []
-    for f in fields(config):
-        value = getattr(config, f.name)
+    for f in all_fields(type(config)):
+        given = value(config, f.name)
+        if given is None and f.default == () and field_type(f)[0] is tuple:  # a repeatable option not given (CLI)
+            given = ()
         try:
-            value = check_value(f, value)
+            given = check_value(f, given)
         except TypeError as exc:
             problems.append(f"{flag(f.name)} {exc}.")
             continue
-        object.__setattr__(config, f.name, value)
-        problems += _value_problems(f, value)
-    seed = getattr(config, "seed", 0)
+        set_value(config, f.name, given)
+        problems += _value_problems(f, given)
+    seed = value(config, "seed", 0)
     if isinstance(seed, int) and not 0 <= seed <= SEED_MAX:
         problems.append(f"--seed must be between 0 and {SEED_MAX} (the seeds numpy accepts); got {seed}. "
                         f"Pass e.g. --seed 42.")
@@ -237,8 +357,9 @@ def command_flags(config_cls: type, cli_only: dict[str, bool]) -> dict[str, bool
 
 
 def config_dict(config: Any) -> dict[str, Any]:
-    """The resolved config as a plain dict (for config.json in a run directory)."""
-    return dataclasses.asdict(config)
+    """The resolved config as a plain dict of its options, flat (config.json in a run directory: the keys are the
+    option names, as a recipe's, so older runs' records read the same)."""
+    return flat_values(config)
 
 
 def command_line(command: str, cfg: Any, *, skip: tuple[str, ...] | frozenset[str] = ()) -> str:
@@ -247,10 +368,10 @@ def command_line(command: str, cfg: Any, *, skip: tuple[str, ...] | frozenset[st
     resolved config), so the line needs no recipe file to run."""
     words = ["bertkit", command]
     for f in option_fields(type(cfg)):
-        value = getattr(cfg, f.name)
-        if f.name in skip or value == f.default:
+        given = value(cfg, f.name)
+        if f.name in skip or given == f.default:
             continue
-        words += _flag_words(f, value)
+        words += _flag_words(f, given)
     return " ".join(shlex.quote(w) for w in words)
 
 

@@ -72,7 +72,7 @@ def trained_tagger(model_dir: Path, root: Path) -> tuple[Path, Path]:
 
     train = write_iob(root / "train.iob2", synthetic_sentences(80, 0))
     dev = write_iob(root / "dev.iob2", synthetic_sentences(30, 1))
-    finetune(FinetuneConfig(model=str(model_dir), data=str(train), dev=str(dev), out=str(root / "run"), epochs=5,
+    finetune(FinetuneConfig.of(model=str(model_dir), data=str(train), dev=str(dev), out=str(root / "run"), epochs=5,
                             lr="5e-3", batch_size=8, save_every=None, precision="fp32", max_length=16),
              progress=False)
     return root / "run" / "best", dev

@@ -221,7 +221,7 @@ def test_claims_need_two_models():
 def _quality_cfg(demo_dir, models="a,b", **kw):
     from bertkit.commands.bench import BenchConfig
 
-    return BenchConfig(models=models, data=str(demo_dir / "train.tsv"), dev=str(demo_dir / "dev.tsv"), **kw)
+    return BenchConfig.of(models=models, data=str(demo_dir / "train.tsv"), dev=str(demo_dir / "dev.tsv"), **kw)
 
 
 def test_quality_args_are_typed_by_the_command_options(demo_dir):
@@ -431,14 +431,14 @@ def test_quality_needs_labelled_data():
     with pytest.raises(UserError, match="--quality needs labelled --data"):
         from bertkit.commands.bench import BenchConfig
 
-        BenchConfig(preset="distilbert-vs-bert", quality="probe")
+        BenchConfig.of(preset="distilbert-vs-bert", quality="probe")
 
 
 def test_recipe_loads_into_bench_config():
     from bertkit.commands.bench import BenchConfig
     from bertkit.recipes import load_recipe
 
-    cfg = BenchConfig(**load_recipe("distilbert-vs-bert", "bench", BenchConfig))
+    cfg = BenchConfig.of(**load_recipe("distilbert-vs-bert", "bench", BenchConfig))
     assert cfg.preset == "distilbert-vs-bert" and cfg.batch_size_list == (1, 8) and cfg.text_column == "0"
 
 

@@ -75,7 +75,7 @@ def calibrated_run(tiny_bert_dir, tmp_path_factory):
     header, rows = "sentence\tlabel\n", separable_rows()
     (folder / "train.tsv").write_text(header + "".join(f"{t}\t{y}\n" for t, y in rows), encoding="utf-8")
     (folder / "dev.tsv").write_text(header + "".join(f"{t}\t{y}\n" for t, y in rows[:20]), encoding="utf-8")
-    cfg = FinetuneConfig(model=str(tiny_bert_dir), data=str(folder / "train.tsv"), dev=str(folder / "dev.tsv"),
+    cfg = FinetuneConfig.of(model=str(tiny_bert_dir), data=str(folder / "train.tsv"), dev=str(folder / "dev.tsv"),
                          out=str(folder / "run"), epochs=2, lr=5e-3, batch_size=8, save_every=None, precision="fp32",
                          calibrate="temperature")
     return finetune(cfg, progress=False), folder
@@ -125,7 +125,7 @@ def test_calibrate_is_refused_on_numbers(tiny_bert_dir, tmp_path):
 
     rows = "".join(f"text number {i}\t{i / 10}\n" for i in range(20))
     (tmp_path / "train.tsv").write_text("sentence\tscore\n" + rows, encoding="utf-8")
-    cfg = FinetuneConfig(model=str(tiny_bert_dir), data=str(tmp_path / "train.tsv"), out=str(tmp_path / "run"),
+    cfg = FinetuneConfig.of(model=str(tiny_bert_dir), data=str(tmp_path / "train.tsv"), out=str(tmp_path / "run"),
                          label_column="score", epochs=1, precision="fp32", calibrate="temperature")
     with pytest.raises(UserError, match="--calibrate temperature scales a single-label"):
         finetune(cfg, progress=False)

@@ -4,7 +4,6 @@ run measured (those of metrics.json), with bootstrap intervals, and a command li
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shlex
 from pathlib import Path
@@ -19,7 +18,7 @@ from bertkit.commands.finetune import FinetuneConfig
 from bertkit.commands.finetune import run as finetune
 from bertkit.commands.registry import config_for_command
 from bertkit.models.card import CardFacts, check_model_card, hub_base_model, read_model_card, write_model_card
-from bertkit.options import command_line
+from bertkit.options import command_line, replaced
 from bertkit.scoring.intervals import bootstrap_interval, bootstrap_intervals
 from bertkit.training.options import NOT_REPRODUCED
 
@@ -36,7 +35,7 @@ def run_files(write_tsv, toy_rows):
 @pytest.fixture
 def finished_run(tiny_bert_dir, run_files, tmp_path):
     train, dev, test = run_files
-    cfg = FinetuneConfig(model=str(tiny_bert_dir), data=str(train), dev=str(dev), test=str(test),
+    cfg = FinetuneConfig.of(model=str(tiny_bert_dir), data=str(train), dev=str(dev), test=str(test),
                          out=str(tmp_path / "run"), epochs=2, lr=5e-3, batch_size=8, save_every=1000, precision="fp32")
     result = finetune(cfg, progress=False)
     return cfg, result, tmp_path / "run"
@@ -88,19 +87,19 @@ def test_reproduce_line_parses_back_to_the_same_config(finished_run):
     cfg, result, run = finished_run
     # the run resolved the metric from the data's shape, and its reading against the --model (a hub-like tiny BERT:
     # no record, so 128 and head): the reproduce line spells what the run used
-    resolved = dataclasses.replace(cfg, metric_for_best="accuracy", max_length=128, truncation="head")
+    resolved = replaced(cfg, metric_for_best="accuracy", max_length=128, truncation="head")
     assert card_command(run / "best") == card_command(run / "final") == command_line("finetune", resolved, skip=NOT_REPRODUCED)
     assert parse_back(card_command(run / "best")) == resolved
-    odd = FinetuneConfig(model="minilm-offline", data="my data.tsv", out="o", metric=("f1", "mcc"),
+    odd = FinetuneConfig.of(model="minilm-offline", data="my data.tsv", out="o", metric=("f1", "mcc"),
                          fast_forward=False, lr=3e-05, freeze_encoder=True, overwrite=True)
-    assert parse_back(command_line("finetune", odd, skip=NOT_REPRODUCED)) == dataclasses.replace(odd, overwrite=False)
+    assert parse_back(command_line("finetune", odd, skip=NOT_REPRODUCED)) == replaced(odd, overwrite=False)
 
 
 def test_distilled_student_card_names_the_teacher(finished_run, tmp_path):
     from bertkit.commands.distill import run as distill
 
     cfg, _, run = finished_run
-    dcfg = DistillConfig(teacher=str(run / "best"), student_layers=1, data=cfg.data, dev=cfg.dev,
+    dcfg = DistillConfig.of(teacher=str(run / "best"), student_layers=1, data=cfg.data, dev=cfg.dev,
                          out=str(tmp_path / "student"), epochs=1, lr=5e-3, batch_size=8, save_every=1000,
                          precision="fp32", report=False)
     distill(dcfg, progress=False)
@@ -114,7 +113,7 @@ def test_distilled_student_card_names_the_teacher(finished_run, tmp_path):
     line = card_command(tmp_path / "student" / "best")
     assert line.startswith("bertkit distill ") and f"--teacher {run / 'best'}" in line
     # --max-length as the teacher records it (distill has no --truncation: the teacher's is read)
-    assert parse_back(line) == dataclasses.replace(dcfg, metric_for_best="accuracy", task="single_label",
+    assert parse_back(line) == replaced(dcfg, metric_for_best="accuracy", task="single_label",
                                                    max_length=128)
 
 

@@ -19,21 +19,22 @@ from bertkit.commands.registry import config_for_command, recipe_commands
 from bertkit.commands.tokens import TokensConfig
 from bertkit.errors import UserError
 from bertkit.measure import quality as quality_args
+from bertkit.options import all_fields
 from bertkit.scoring import options as groups
 
 
 def test_all_problems_reported_at_once():
     with pytest.raises(UserError) as err:
-        TokensConfig(text="hi", max_length=0, batch_size=-1, header="maybe")
+        TokensConfig.of(text="hi", max_length=0, batch_size=-1, header="maybe")
     message = str(err.value)
     assert "--max-length" in message and "--batch-size" in message and "--header" in message
 
 
 def test_text_or_data_exclusive():
     with pytest.raises(UserError, match="exactly one of --text"):
-        TokensConfig()
+        TokensConfig.of()
     with pytest.raises(UserError, match="exactly one of --text"):
-        TokensConfig(text="a", data="b.tsv")
+        TokensConfig.of(text="a", data="b.tsv")
 
 
 def test_recipe_precedence(tiny_bert_dir, demo_dir, tmp_path):
@@ -77,7 +78,7 @@ def test_recipe_wrong_table_and_bad_toml(tmp_path):
 # ---------------------------------------------------------------- issue 13: value types, numbers, devices, quality args
 
 
-FIELDS = {f.name: f for f in dataclasses.fields(FinetuneConfig)}
+FIELDS = {f.name: f for f in all_fields(FinetuneConfig)}
 
 
 def test_check_value_accepts_the_field_types():
@@ -88,7 +89,7 @@ def test_check_value_accepts_the_field_types():
     assert options.check_value(FIELDS["text_column"], 0) == "0"
     assert options.check_value(FIELDS["text_column"], None) is None
     assert options.check_value(FIELDS["freeze_encoder"], True) is True
-    text = {f.name: f for f in dataclasses.fields(PredictConfig)}["text"]
+    text = {f.name: f for f in all_fields(PredictConfig)}["text"]
     assert options.check_value(text, ["a", "b"]) == ("a", "b") and options.check_value(text, "one") == ("one",)
 
 
@@ -110,7 +111,7 @@ def test_check_value_refuses_wrong_types(name, value, message):
 
 def test_every_config_field_has_a_checkable_type():
     for command in recipe_commands():
-        for f in dataclasses.fields(config_for_command(command)):
+        for f in options.all_fields(config_for_command(command)):
             options.field_type(f)  # raises for a type check_value does not know
 
 
@@ -135,21 +136,21 @@ def test_recipe_values_of_the_wrong_type_name_the_key(tmp_path):
 ])
 def test_numbers_must_be_finite_and_seeds_in_range(kw, message):
     with pytest.raises(UserError, match=message):
-        FinetuneConfig(data="x.tsv", out="o", **kw)
+        FinetuneConfig.of(data="x.tsv", out="o", **kw)
 
 
 def test_seed_bounds_are_accepted():
-    assert FinetuneConfig(data="x.tsv", out="o", seed=0).seed == 0
-    assert FinetuneConfig(data="x.tsv", out="o", seed=2**32 - 1).seed == 2**32 - 1
+    assert FinetuneConfig.of(data="x.tsv", out="o", seed=0).seed == 0
+    assert FinetuneConfig.of(data="x.tsv", out="o", seed=2**32 - 1).seed == 2**32 - 1
 
 
 def test_probe_c_and_grid_must_be_finite():
     with pytest.raises(UserError, match="--C must be a finite number"):
-        ProbeConfig(data="x.tsv", C=float("nan"))
+        ProbeConfig.of(data="x.tsv", C=float("nan"))
     with pytest.raises(UserError, match="--C-grid must be positive finite numbers"):
-        ProbeConfig(data="x.tsv", cv=3, C_grid="nan,1")
+        ProbeConfig.of(data="x.tsv", cv=3, C_grid="nan,1")
     with pytest.raises(UserError, match="--min-seconds must be a finite number"):
-        BenchConfig(preset="distilbert-vs-bert", min_seconds=float("inf"))
+        BenchConfig.of(preset="distilbert-vs-bert", min_seconds=float("inf"))
 
 
 @pytest.mark.parametrize(("device", "message"), [
@@ -159,7 +160,7 @@ def test_probe_c_and_grid_must_be_finite():
 ])
 def test_device_names_are_checked(device, message):
     with pytest.raises(UserError, match=message):
-        EmbedConfig(data="x.tsv", out="o", device=device)
+        EmbedConfig.of(data="x.tsv", out="o", device=device)
 
 
 def test_device_availability_is_checked(monkeypatch):
@@ -169,18 +170,18 @@ def test_device_availability_is_checked(monkeypatch):
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(UserError, match=r"--device cuda: CUDA is not available.*--device cpu"):
-        EmbedConfig(data="x.tsv", out="o", device="cuda")
+        EmbedConfig.of(data="x.tsv", out="o", device="cuda")
     with pytest.raises(UserError, match=r"CUDA is not available"):
         loading.choose_device("cuda")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     with pytest.raises(UserError, match=r"--device cuda:1: this machine has 1 CUDA device\(s\), cuda:0 to cuda:0"):
-        BenchConfig(preset="distilbert-vs-bert", device="cuda:1")
+        BenchConfig.of(preset="distilbert-vs-bert", device="cuda:1")
     assert loading.device_problem("cuda:0") is None and loading.device_problem("CPU") is None
     assert loading.choose_device("cpu").type == "cpu"
     # the paper protocol runs on the CPU whatever --device says: only the name is checked there
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert BenchConfig(preset="distilbert-vs-bert", device="cuda", protocol="paper").device == "cuda"
+    assert BenchConfig.of(preset="distilbert-vs-bert", device="cuda", protocol="paper").device == "cuda"
 
 
 def test_command_flags_match_the_real_commands():
@@ -206,21 +207,21 @@ def test_command_flags_match_the_real_commands():
 ])
 def test_quality_args_are_checked_before_the_benchmark(quality, args, message):
     with pytest.raises(UserError, match=message):
-        BenchConfig(preset="distilbert-vs-bert", data="x.tsv", quality=quality, quality_args=args)
+        BenchConfig.of(preset="distilbert-vs-bert", data="x.tsv", quality=quality, quality_args=args)
 
 
 def test_valid_quality_args_pass():
-    cfg = BenchConfig(preset="distilbert-vs-bert", data="x.tsv", quality="probe,finetune",
+    cfg = BenchConfig.of(preset="distilbert-vs-bert", data="x.tsv", quality="probe,finetune",
                              quality_args="--batch-size 8 --class-weight=balanced -q --max-length 64")
     assert cfg.quality_args
-    cfg = BenchConfig(preset="distilbert-vs-bert", data="x.tsv", quality="probe",
+    cfg = BenchConfig.of(preset="distilbert-vs-bert", data="x.tsv", quality="probe",
                              quality_args="--layers -1 --no-baselines --C 0.5")
     assert cfg.quality_kinds == ["probe"]
 
 
 def test_predict_refuses_empty_texts():
     with pytest.raises(UserError, match=r"--text number 2, 3 \(of 3\) is empty"):
-        PredictConfig(model="m", text=("fine", "", "\u200b"))
+        PredictConfig.of(model="m", text=("fine", "", "\u200b"))
 
 
 def test_a_recipe_threshold_may_be_a_number(tmp_path):
@@ -231,7 +232,7 @@ def test_a_recipe_threshold_may_be_a_number(tmp_path):
     recipe.write_text('[finetune]\ndata = "x.tsv"\nout = "o"\nthreshold = 0.4\n')
     values = load_recipe(str(recipe), "finetune", FinetuneConfig)
     assert values["threshold"] == "0.4"
-    assert FinetuneConfig(**values).threshold == "0.4"
+    assert FinetuneConfig.of(**values).threshold == "0.4"
 
 
 def test_metric_for_best_is_left_to_the_shape_unless_given():
@@ -239,8 +240,8 @@ def test_metric_for_best_is_left_to_the_shape_unless_given():
     explicit `accuracy` on regression data can be refused while the default becomes pearson."""
     from bertkit.scoring import shapes as objectives
 
-    assert FinetuneConfig(data="x.tsv", out="o").metric_for_best is None
-    assert DistillConfig(data="x.tsv", out="o", teacher="t").metric_for_best is None
+    assert FinetuneConfig.of(data="x.tsv", out="o").metric_for_best is None
+    assert DistillConfig.of(data="x.tsv", out="o", teacher="t").metric_for_best is None
     assert groups.metric_for_best_problems(None, []) == []
     assert [objectives.best_metric(task, None) for task in ("single_label", "regression", "multi_label")] == \
         ["accuracy", "pearson", "micro_f1"]
@@ -254,12 +255,12 @@ def test_int8_is_an_inference_precision_only():
     from bertkit.models.compute import INFERENCE_PRECISIONS, PRECISIONS
 
     assert INFERENCE_PRECISIONS == (*PRECISIONS, "int8")
-    for cfg in (EmbedConfig(data="x.tsv", out="o", precision="int8"),
-                PredictConfig(model="m", text=("a",), precision="int8"),
-                EvaluateConfig(model="m", data="x.tsv", precision="int8"),
-                ProbeConfig(data="x.tsv", precision="int8"),
-                BenchConfig(preset="distilbert-vs-bert", precision="int8")):
+    for cfg in (EmbedConfig.of(data="x.tsv", out="o", precision="int8"),
+                PredictConfig.of(model="m", text=("a",), precision="int8"),
+                EvaluateConfig.of(model="m", data="x.tsv", precision="int8"),
+                ProbeConfig.of(data="x.tsv", precision="int8"),
+                BenchConfig.of(preset="distilbert-vs-bert", precision="int8")):
         assert cfg.precision == "int8"
     for training, extra in ((FinetuneConfig, {}), (DistillConfig, {"teacher": "t"})):
         with pytest.raises(UserError, match=r"--precision must be one of auto, fp32, bf16, fp16; got 'int8'"):
-            training(data="x.tsv", precision="int8", **extra)
+            training.of(data="x.tsv", precision="int8", **extra)

@@ -169,7 +169,7 @@ def test_bad_distill_input(teacher, toy, tmp_path, tiny_bert_dir, write_tsv):
 
         assert re.search(message, result.output, re.S), (message, result.output)
     with pytest.raises(UserError, match="--teacher is required"):
-        DistillConfig(data="x", out="y")
+        DistillConfig.of(data="x", out="y")
 
 
 # ---------------------------------------------------------------- a damaged teacher-logit cache; messages (issue 20)

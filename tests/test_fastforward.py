@@ -165,7 +165,7 @@ def test_finetune_fast_and_transformers_forward_train_the_same_weights(no_dropou
     dev = write_tsv("dev.tsv", toy_rows[:20], ("sentence", "label"))
     runs = {}
     for fast in (True, False):
-        cfg = FinetuneConfig(model=str(model_dir), data=str(train), dev=str(dev), out=str(tmp_path / f"run-{fast}"),
+        cfg = FinetuneConfig.of(model=str(model_dir), data=str(train), dev=str(dev), out=str(tmp_path / f"run-{fast}"),
                              epochs=2, lr=5e-3, batch_size=8, save_every=None, fast_forward=fast,
                              precision="fp32")
         result = finetune(cfg, progress=False)
@@ -268,7 +268,7 @@ def test_compiled_finetune_trains_the_same_weights_and_resumes(no_dropout_bert, 
     dev = write_tsv("dev.tsv", toy_rows[:20], ("sentence", "label"))
     weights = {}
     for compiled in (False, True):
-        cfg = FinetuneConfig(model=str(no_dropout_bert), data=str(train), dev=str(dev),
+        cfg = FinetuneConfig.of(model=str(no_dropout_bert), data=str(train), dev=str(dev),
                              out=str(tmp_path / f"run-{compiled}"), epochs=1, lr=5e-3, batch_size=8, save_every=None,
                              compile=compiled, precision="fp32")
         result = finetune(cfg, progress=False)

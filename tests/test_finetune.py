@@ -42,7 +42,7 @@ def make_cfg(model: Path, train: Path, dev: Path, out: Path, **overrides) -> Fin
     values = dict(model=str(model), data=str(train), dev=str(dev), out=str(out), epochs=2, lr=5e-3, batch_size=8,
                   warmup_ratio=0.1, save_every=None, precision="fp32")
     values.update(overrides)
-    return FinetuneConfig(**values)
+    return FinetuneConfig.of(**values)
 
 
 def weights(folder: Path) -> dict[str, np.ndarray]:
@@ -220,7 +220,7 @@ def test_cli_refuses_a_different_config_on_the_same_out_and_reports_finished(tin
 
 def test_config_validation_names_the_flags(tmp_path):
     with pytest.raises(UserError) as err:
-        FinetuneConfig(data="x.tsv", out=str(tmp_path), epochs=0, eval_every="sometimes", metric_for_best="bleu",
+        FinetuneConfig.of(data="x.tsv", out=str(tmp_path), epochs=0, eval_every="sometimes", metric_for_best="bleu",
                        precision="int8")
     message = str(err.value)
     for flag in ("--epochs", "--eval-every", "--metric-for-best", "--precision"):
@@ -251,7 +251,7 @@ def test_two_cpu_processes_agree_with_one(no_dropout_bert, toy_files, tmp_path):
 
 @pytest.mark.slow
 def test_minilm_full_sst2_one_epoch(minilm_dir, shared_data, tmp_path):
-    cfg = FinetuneConfig(model=str(minilm_dir), data=str(shared_data / "sst2" / "train.tsv"),
+    cfg = FinetuneConfig.of(model=str(minilm_dir), data=str(shared_data / "sst2" / "train.tsv"),
                          dev=str(shared_data / "sst2" / "dev.tsv"), text_column="0", label_column="1", epochs=1,
                          lr=5e-5, batch_size=32, out=str(tmp_path / "sst2"), save_every=None)
     result = finetune(cfg, progress=False)

@@ -27,7 +27,7 @@ def make_cfg(model: Path, train: Path, dev: Path, out: Path, **overrides) -> Fin
     values = dict(model=str(model), data=str(train), dev=str(dev), out=str(out), epochs=1, batch_size=8,
                   save_every=2, precision="fp32")
     values.update(overrides)
-    return FinetuneConfig(**values)
+    return FinetuneConfig.of(**values)
 
 
 @pytest.fixture
@@ -47,19 +47,19 @@ def test_auto_lr_scales_with_width_and_keeps_the_bert_paper_range_for_base_and_l
 
 def test_lr_is_auto_by_default_an_explicit_number_wins_and_equal_numbers_are_one_run(tmp_path):
     base = dict(data="x.tsv", out=str(tmp_path / "o"))
-    assert FinetuneConfig(**base).lr == "auto"
-    assert FinetuneConfig(**base, lr="1e-4").lr == FinetuneConfig(**base, lr=0.0001).lr == "0.0001"
-    assert FinetuneConfig(**base, lr="AUTO").lr == "auto"
+    assert FinetuneConfig.of(**base).lr == "auto"
+    assert FinetuneConfig.of(**base, lr="1e-4").lr == FinetuneConfig.of(**base, lr=0.0001).lr == "0.0001"
+    assert FinetuneConfig.of(**base, lr="AUTO").lr == "auto"
     with pytest.raises(UserError, match=r"--lr must be a number or auto; got 'fast'"):
-        FinetuneConfig(**base, lr="fast")
+        FinetuneConfig.of(**base, lr="fast")
     with pytest.raises(UserError, match=r"--lr must be a positive number"):
-        FinetuneConfig(**base, lr=0)
+        FinetuneConfig.of(**base, lr=0)
 
 
 def test_resolve_lr_reads_the_model_config_only_for_auto(tmp_path):
     minilm = SimpleNamespace(hidden_size=384, num_hidden_layers=6, vocab_size=30522, intermediate_size=1536,
                              max_position_embeddings=512)
-    cfg = FinetuneConfig(data="x.tsv", out=str(tmp_path / "o"))
+    cfg = FinetuneConfig.of(data="x.tsv", out=str(tmp_path / "o"))
     resolved, choice = learning_rate.resolve_lr(cfg, lambda: minilm)
     assert resolved.lr == "0.0001" and (choice.value, choice.source, choice.hidden_size) == (1e-4, "auto", 384)
     assert 22e6 < choice.parameters < 23.5e6  # MiniLM-L6: 22.7M
@@ -68,18 +68,18 @@ def test_resolve_lr_reads_the_model_config_only_for_auto(tmp_path):
     def never():
         raise AssertionError("an explicit --lr needs no model config")
 
-    given = FinetuneConfig(data="x.tsv", out=str(tmp_path / "o"), lr="3e-5")
+    given = FinetuneConfig.of(data="x.tsv", out=str(tmp_path / "o"), lr="3e-5")
     assert learning_rate.resolve_lr(given, never) == (given, learning_rate.LrChoice(3e-5, "given"))
 
 
 def test_sweep_grids_and_ranges_take_numbers_and_auto(tmp_path):
     base = dict(data="x.tsv", out=str(tmp_path / "s"))
-    (dim,) = SweepConfig(**base, grid=("lr=auto,1e-4,5e-5",)).dimensions
+    (dim,) = SweepConfig.of(**base, grid=("lr=auto,1e-4,5e-5",)).dimensions
     assert dim.values == ("auto", 1e-4, 5e-5)
-    (dim,) = SweepConfig(**base, search="optuna", space=("lr=1e-5:1e-4:log",)).dimensions
+    (dim,) = SweepConfig.of(**base, search="optuna", space=("lr=1e-5:1e-4:log",)).dimensions
     assert (dim.low, dim.high, dim.log) == (1e-5, 1e-4, True)
     with pytest.raises(UserError, match=r"--lr 'slow' is not a number|is not a number"):
-        SweepConfig(**base, grid=("lr=slow",))
+        SweepConfig.of(**base, grid=("lr=slow",))
 
 
 def test_a_run_records_and_logs_the_resolved_lr(tiny_bert_dir, toy_files, tmp_path, caplog):
@@ -185,8 +185,8 @@ def test_the_predict_command_reads_a_linked_final(tiny_bert_dir, toy_files, tmp_
     train, dev = toy_files
     out = tmp_path / "run"
     finetune(make_cfg(tiny_bert_dir, train, dev, out, lr=5e-3), progress=False)
-    best = run(PredictConfig(model=str(out / "best"), text=("a great film",)))
-    final = run(PredictConfig(model=str(out / "final"), text=("a great film",)))
+    best = run(PredictConfig.of(model=str(out / "best"), text=("a great film",)))
+    final = run(PredictConfig.of(model=str(out / "final"), text=("a great film",)))
     assert best.labels == final.labels and np.allclose(best.proba, final.proba)
 
 

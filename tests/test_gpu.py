@@ -43,7 +43,7 @@ def cfg_for(model: Path, train: Path, dev: Path, out: Path, **overrides) -> Fine
     values = dict(model=str(model), data=str(train), dev=str(dev), out=str(out), epochs=2, lr=5e-3, batch_size=8,
                   warmup_ratio=0.1, save_every=None, precision="fp32")
     values.update(overrides)
-    return FinetuneConfig(**values)
+    return FinetuneConfig.of(**values)
 
 
 def weights(folder: Path) -> dict[str, np.ndarray]:
@@ -185,7 +185,7 @@ def test_gpu_embed_store_across_shards_equals_the_cpu_fp32_store(tiny_bert_dir, 
     stores = {}
     for device, precision in (("cpu", "fp32"), ("cuda", "bf16")):
         out = tmp_path / f"store-{device}"
-        run(EmbedConfig(model=str(tiny_bert_dir), data=str(data), text_column="sentence", out=str(out),
+        run(EmbedConfig.of(model=str(tiny_bert_dir), data=str(data), text_column="sentence", out=str(out),
                         device=device, precision=precision, shard_size=7), progress=False)
         stores[device] = np.asarray(store.open(out).features)
     got, reference = stores["cuda"], stores["cpu"]

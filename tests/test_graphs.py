@@ -41,7 +41,7 @@ def make_cfg(model: Path, train: Path, dev: Path, out: Path, **overrides) -> Fin
     values = dict(model=str(model), data=str(train), dev=str(dev), out=str(out), epochs=2, lr=5e-3, batch_size=8,
                   warmup_ratio=0.1, save_every=None, precision="fp32")
     values.update(overrides)
-    return FinetuneConfig(**values)
+    return FinetuneConfig.of(**values)
 
 
 def weights(folder: Path) -> dict[str, np.ndarray]:

@@ -57,10 +57,10 @@ def test_required_options_are_marked_and_are_refused_when_missing(command):
             "evaluate": {"model": "m", "data": "x.tsv"}, "export": {"model": "m", "out": "o"},
             "push": {"model": "m", "repo_id": "me/m"}}.get(command, {})
     if required:
-        cls(**base)  # all given: accepted
+        cls.of(**base)  # all given: accepted
     for name in required:
         with pytest.raises(UserError, match=re.escape(f"{options.flag(name)} is required")):
-            cls(**{k: v for k, v in base.items() if k != name})
+            cls.of(**{k: v for k, v in base.items() if k != name})
 
 
 def test_finetune_marks_data_and_out():
@@ -96,7 +96,12 @@ def test_advanced_and_required_options_name_real_fields():
     for command in recipe_commands():
         cls = config_for_command(command)
         declared = {n for c in cls.__mro__ for n in vars(c).get("ADVANCED_OPTIONS", ())}
-        assert declared <= {f.name for f in dataclasses.fields(cls)}, (command, declared)  # no typo
+        assert declared <= {f.name for f in options.all_fields(cls)}, (command, declared)  # no typo
+        for f in dataclasses.fields(cls):  # a group names only its own options
+            group = options.group_class(f)
+            if group is not None:
+                own = {n for c in group.__mro__ for n in vars(c).get("ADVANCED_OPTIONS", ())}
+                assert own <= {g.name for g in dataclasses.fields(group)}, (command, group.__name__, own)
         assert set(options.required_options(cls)) <= {f.name for f in options.option_fields(cls)}, command
         assert not set(options.required_options(cls)) & options.advanced_options(cls), command
 
@@ -108,7 +113,7 @@ def test_bench_quality_runs_take_their_hold_out_share_from_quality_args():
     from bertkit.commands.bench import BenchConfig, plan_quality
 
     demo = Path(bertkit.__file__).parent / "resources" / "demo" / "train.tsv"
-    cfg = BenchConfig(preset="distilbert-vs-bert", data=str(demo), quality="finetune",
+    cfg = BenchConfig.of(preset="distilbert-vs-bert", data=str(demo), quality="finetune",
                       quality_args="--dev-fraction 0.2 --epochs 1")
     assert plan_quality(cfg)[0].config.dev_fraction == 0.2
 

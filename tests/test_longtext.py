@@ -244,18 +244,18 @@ def test_long_text_options_are_checked_together():
     from bertkit.models.metadata import read_as_saved
 
     with pytest.raises(UserError, match="--long-text chunk"):
-        EvaluateConfig(model="m", data="d.tsv", stride=8)  # a stride without chunking would be ignored
+        EvaluateConfig.of(model="m", data="d.tsv", stride=8)  # a stride without chunking would be ignored
     with pytest.raises(UserError, match="--stride"):
-        EmbedConfig(data="d.tsv", out="o", long_text="chunk", stride=126, max_length=128)
+        EmbedConfig.of(data="d.tsv", out="o", long_text="chunk", stride=126, max_length=128)
     # no --max-length: the window is the model's record (or 128), known once the command reads it
-    unresolved = EmbedConfig(data="d.tsv", out="o", long_text="chunk", stride=126)
+    unresolved = EmbedConfig.of(data="d.tsv", out="o", long_text="chunk", stride=126)
     with pytest.raises(UserError, match="--stride 126 must be smaller than the window: --max-length 128"):
         read_as_saved(unresolved)
     with pytest.raises(UserError, match="--truncation"):
-        PredictConfig(model="m", data="d.tsv", truncation="middle")
+        PredictConfig.of(model="m", data="d.tsv", truncation="middle")
     with pytest.raises(UserError, match="--probe"):
-        PredictConfig(probe="p", text=("x",), long_text="chunk")
-    assert PredictConfig(model="m", text=("x",), long_text="chunk", stride=0).stride == 0
+        PredictConfig.of(probe="p", text=("x",), long_text="chunk")
+    assert PredictConfig.of(model="m", text=("x",), long_text="chunk", stride=0).stride == 0
 
 
 def test_tokens_report_suggests_chunking_when_many_rows_are_cut(tiny_bert_dir, tmp_path):
@@ -265,11 +265,11 @@ def test_tokens_report_suggests_chunking_when_many_rows_are_cut(tiny_bert_dir, t
     path.write_text("text\n" + "\n".join(long_text(300, seed=s) for s in range(5)) + "\nshort\n", encoding="utf-8")
     from bertkit.commands.tokens import TokensConfig
 
-    report = tokens_command.run(TokensConfig(model=str(tiny_bert_dir), data=str(path), max_length=64))
+    report = tokens_command.run(TokensConfig.of(model=str(tiny_bert_dir), data=str(path), max_length=64))
     assert any("--long-text chunk" in note and "5 of 6 rows" in note for note in report.notes)
     few = tmp_path / "few.tsv"
     few.write_text("text\n" + long_text(300, seed=1) + "\n" + "\n".join(["a short one"] * 30) + "\n", encoding="utf-8")
-    report = tokens_command.run(TokensConfig(model=str(tiny_bert_dir), data=str(few), max_length=64))
+    report = tokens_command.run(TokensConfig.of(model=str(tiny_bert_dir), data=str(few), max_length=64))
     assert report.splits[0]["truncated"] == 1 and not any("--long-text" in note for note in report.notes)
 
 
@@ -288,7 +288,7 @@ def test_finetune_reads_head_plus_tail_of_2000_token_texts(tiny_bert_dir, tmp_pa
     seen = []
     encode = encode_dataset
     monkeypatch.setattr(encode_module, "encode_dataset", lambda *a, **kw: seen.append(kw["truncation"]) or encode(*a, **kw))
-    cfg = FinetuneConfig(model=str(tiny_bert_dir), data=str(path), dev=str(path), out=str(tmp_path / "run"),
+    cfg = FinetuneConfig.of(model=str(tiny_bert_dir), data=str(path), dev=str(path), out=str(tmp_path / "run"),
                          epochs=1, batch_size=4, max_length=64, truncation="head+tail", save_every=None)
     result = run(cfg, progress=False)
     assert seen == ["head+tail", "head+tail"] and result.metrics["global_step"] == 2
@@ -381,7 +381,7 @@ def test_embed_cli_chunk_and_truncation_are_part_of_the_stores_identity(tiny_ber
     assert (m["long_text"], m["stride"], m["truncation"], m["n_truncated"]) == ("chunk", 16, "head", 0)
     assert m["windows"] > 4 * 30 and chunked.features.shape == (4, 32)  # one row per text, not per window
     assert f"as {m['windows']:,} windows" in result.output
-    ds = load_dataset_split(EmbedConfig(data=str(path), out="x"), str(path), need_labels=False)
+    ds = load_dataset_split(EmbedConfig.of(data=str(path), out="x"), str(path), need_labels=False)
     direct = extract_features(encoder, tokenizer, ds, pool="mean", reading=Reading(64, "chunk", stride=16),
                               )
     np.testing.assert_allclose(chunked.features, direct, atol=1e-5)
@@ -418,7 +418,7 @@ def test_probe_reads_long_texts_as_asked_and_its_saved_probe_does_too(tiny_bert_
                                  "--max-length", "64", "--long-text", "chunk", "--stride", "16", "--pool", "mean",
                                  "--layers", "-1", "--no-baselines", "--precision", "fp32", "--out", str(out), "--quiet", "--json"])
     assert result.exit_code == 0, result.output
-    ds = load_dataset_split(EmbedConfig(data=str(dev), out="x"), str(dev), need_labels=False)
+    ds = load_dataset_split(EmbedConfig.of(data=str(dev), out="x"), str(dev), need_labels=False)
     cached = np.load(out / "features" / "dev-mean-2.npy")
     direct = extract_features(encoder, tokenizer, ds, pool="mean", reading=Reading(64, "chunk", stride=16),
                               )

@@ -123,20 +123,20 @@ def test_an_uncached_hub_metric_offline_exits_2_naming_the_fix(classifier_dir, t
 
 
 def test_metric_options_split_comma_lists_and_keep_built_ins_offline():
-    cfg = EvaluateConfig(model="m", data="d.tsv", metric=("accuracy,mcc", "glue:mrpc", "mcc"))
+    cfg = EvaluateConfig.of(model="m", data="d.tsv", metric=("accuracy,mcc", "glue:mrpc", "mcc"))
     assert cfg.metric_list == ["accuracy", "mcc", "glue:mrpc"] and cfg.external_metrics == ["glue:mrpc"]
 
 
 def test_metric_for_best_must_be_built_in_or_a_given_module():
-    assert FinetuneConfig(data="x.tsv", out="o").metric_for_best is None  # the shape's headline, once data is read
+    assert FinetuneConfig.of(data="x.tsv", out="o").metric_for_best is None  # the shape's headline, once data is read
     with pytest.raises(UserError) as err:
-        FinetuneConfig(data="x.tsv", out="o", metric_for_best="acuracy")
+        FinetuneConfig.of(data="x.tsv", out="o", metric_for_best="acuracy")
     assert "--metric-for-best" in str(err.value) and "did you mean accuracy" in str(err.value)
     with pytest.raises(UserError, match="--metric matthews_correlation"):
-        FinetuneConfig(data="x.tsv", out="o", metric_for_best="matthews_correlation")
+        FinetuneConfig.of(data="x.tsv", out="o", metric_for_best="matthews_correlation")
     for best in ("matthews_correlation",):
-        assert FinetuneConfig(data="x.tsv", out="o", metric=(best,), metric_for_best=best).metric_for_best == best
-    cfg = FinetuneConfig(data="x.tsv", out="o", metric=("metrics/my_scores.py",), metric_for_best="my_scores/f1")
+        assert FinetuneConfig.of(data="x.tsv", out="o", metric=(best,), metric_for_best=best).metric_for_best == best
+    cfg = FinetuneConfig.of(data="x.tsv", out="o", metric=("metrics/my_scores.py",), metric_for_best="my_scores/f1")
     assert cfg.external_metrics == ["metrics/my_scores.py"]
 
 
@@ -148,7 +148,7 @@ def test_finetune_picks_the_best_checkpoint_by_a_local_module(tiny_bert_dir, met
     torch.set_num_threads(1)
     train = tmp_path / "train.tsv"
     train.write_text("sentence\tlabel\n" + "\n".join(f"{t}\t{y}" for t, y in toy_rows) + "\n", encoding="utf-8")
-    cfg = FinetuneConfig(model=str(tiny_bert_dir), data=str(train), dev=str(train), out=str(tmp_path / "run"),
+    cfg = FinetuneConfig.of(model=str(tiny_bert_dir), data=str(train), dev=str(train), out=str(tmp_path / "run"),
                          epochs=2, lr=5e-3, batch_size=8, save_every=None, metric=(str(metric_dir),),
                          metric_for_best="my_scores/accuracy")
     result = finetune(cfg, progress=False)
@@ -163,7 +163,7 @@ def test_finetune_stops_before_work_on_a_module_it_cannot_load(tiny_bert_dir, tm
 
     train = tmp_path / "train.tsv"
     train.write_text("sentence\tlabel\n" + "\n".join(f"{t}\t{y}" for t, y in toy_rows) + "\n", encoding="utf-8")
-    cfg = FinetuneConfig(model=str(tiny_bert_dir), data=str(train), out=str(tmp_path / "run"), epochs=1,
+    cfg = FinetuneConfig.of(model=str(tiny_bert_dir), data=str(train), out=str(tmp_path / "run"), epochs=1,
                          metric=(str(tmp_path / "missing_metric.py"),))
     with pytest.raises(UserError, match="no metric script at .*missing_metric.py"):
         finetune(cfg, progress=False)
@@ -393,7 +393,7 @@ def test_explicit_accuracy_on_regression_exits_2_and_the_default_becomes_pearson
     from bertkit.data.splits import load_splits
     from bertkit.training.finetune import _for_the_shape
 
-    cfg = FinetuneConfig(data=str(scores), out=str(tmp_path / "b"))
+    cfg = FinetuneConfig.of(data=str(scores), out=str(tmp_path / "b"))
     splits = load_splits(cfg, need_labels=True, need_dev=True)
     assert _for_the_shape(cfg, splits).metric_for_best == "pearson"
 
@@ -402,7 +402,7 @@ def test_options_the_shape_ignores_are_warned_about(classifier_dir, toy_tsv, tmp
     from bertkit.data.splits import load_splits
     from bertkit.training.finetune import _for_the_shape
 
-    cfg = FinetuneConfig(data=str(toy_tsv), out=str(tmp_path / "run"), threshold="0.3", metric=("mcc", "pearson"))
+    cfg = FinetuneConfig.of(data=str(toy_tsv), out=str(tmp_path / "run"), threshold="0.3", metric=("mcc", "pearson"))
     monkeypatch.setattr(logging.getLogger("bertkit"), "propagate", True)  # the CLI turns it off; caplog is at the root
     with caplog.at_level("WARNING", logger="bertkit"):
         resolved = _for_the_shape(cfg, load_splits(cfg, need_labels=True, need_dev=True))

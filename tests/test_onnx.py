@@ -240,7 +240,7 @@ def test_no_gate_data_exits_2_and_a_finetune_runs_dev_set_is_the_default(classif
     run = tmp_path / "run"
     run.mkdir()
     shutil.copytree(classifier_dir, run / "best")
-    cfg = FinetuneConfig(data=str(gate_tsv), model=str(classifier_dir), out=str(run), limit=30, dev_fraction=0.2)
+    cfg = FinetuneConfig.of(data=str(gate_tsv), model=str(classifier_dir), out=str(run), limit=30, dev_fraction=0.2)
     (run / "config.json").write_text(json.dumps({"command": "finetune", "config": config_dict(cfg)}))
     assert _export(run / "best", tmp_path / "e", "--quantize", "none").exit_code == 0
     report = _report(tmp_path / "e")
@@ -253,7 +253,7 @@ def test_a_runs_relative_dev_path_is_read_from_where_the_run_was_started(classif
     run = tmp_path / "run"
     run.mkdir()
     shutil.copytree(classifier_dir, run / "best")
-    cfg = FinetuneConfig(data=gate_tsv.name, model=str(classifier_dir), out=str(run), limit=30, dev_fraction=0.2)
+    cfg = FinetuneConfig.of(data=gate_tsv.name, model=str(classifier_dir), out=str(run), limit=30, dev_fraction=0.2)
     (run / "config.json").write_text(json.dumps({"command": "finetune", "config": config_dict(cfg),
                                                  "cwd": str(started)}))
     elsewhere = tmp_path / "elsewhere"
@@ -394,12 +394,12 @@ def test_the_gate_refusal_shows_the_digits_that_put_it_below_the_threshold():
 
     assert below(0.999987, 0.99999) == "0.999987" and below(0.5, 0.99) == "0.5000"
     cosine = refusal_message({"statistic": "mean_cosine", "mean_cosine": 0.9999897, "min_cosine": 0.9999, "rows": 40},
-                             ExportConfig(model="m", out="o", min_cosine=0.99999))
+                             ExportConfig.of(model="m", out="o", min_cosine=0.99999))
     assert "mean cosine similarity 0.9999897 (lowest row 0.9999)" in cosine and "below --min-cosine 0.99999" in cosine
     assert "1.0000" not in cosine
     agreement = refusal_message({"statistic": "agreement", "agreement": 49999 / 50000, "rows": 50000,
                                  "disagreeing_rows": 1, "max_abs_logit_diff": 0.25},
-                                ExportConfig(model="m", out="o", min_agreement=0.99999))
+                                ExportConfig.of(model="m", out="o", min_agreement=0.99999))
     assert "on a share 0.99998 of 50000 gate rows (1 disagree), below --min-agreement 0.99999" in agreement
     assert "100.00%" not in agreement
 

@@ -731,7 +731,7 @@ def test_a_saved_model_folder_is_readable_as_the_umask_says(tiny_bert_dir, write
     train = write_tsv("train.tsv", toy_rows, ("sentence", "label"))
     old = os.umask(0o022)
     try:
-        finetune(FinetuneConfig(model=str(tiny_bert_dir), data=str(train), out=str(tmp_path / "run"), epochs=1,
+        finetune(FinetuneConfig.of(model=str(tiny_bert_dir), data=str(train), out=str(tmp_path / "run"), epochs=1,
                                 batch_size=8, save_every=None, precision="fp32"), progress=False)
     finally:
         os.umask(old)

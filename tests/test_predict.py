@@ -38,7 +38,7 @@ def trained(tiny_bert_dir, tmp_path_factory, toy_rows_module) -> Path:
     folder = tmp_path_factory.mktemp("predict")
     train = folder / "train.tsv"
     train.write_text("sentence\tlabel\n" + "\n".join(f"{t}\t{y}" for t, y in toy_rows_module) + "\n")
-    cfg = FinetuneConfig(model=str(tiny_bert_dir), data=str(train), dev=str(train), out=str(folder / "run"),
+    cfg = FinetuneConfig.of(model=str(tiny_bert_dir), data=str(train), dev=str(train), out=str(folder / "run"),
                          epochs=2, lr=5e-3, batch_size=8, save_every=None)
     finetune(cfg, progress=False)
     torch.set_num_threads(before)
@@ -132,11 +132,11 @@ def test_evaluate_refuses_labels_the_model_does_not_know(trained, write_tsv):
 
 def test_predict_config_needs_exactly_one_model_and_one_input():
     with pytest.raises(UserError) as err:
-        PredictConfig(model=None, probe=None, text=())
+        PredictConfig.of(model=None, probe=None, text=())
     assert "--model" in str(err.value) and "--text" in str(err.value)
     with pytest.raises(UserError):
-        PredictConfig(model="m", probe="p", text=("x",))
-    assert PredictConfig(model="m", text=["a", "b"]).text == ("a", "b")
+        PredictConfig.of(model="m", probe="p", text=("x",))
+    assert PredictConfig.of(model="m", text=["a", "b"]).text == ("a", "b")
 
 
 @pytest.mark.parametrize("max_length", ["1", "2"])
@@ -402,21 +402,21 @@ def test_predict_and_evaluate_run_and_record_int8(trained, tmp_path, toy_rows_mo
     from bertkit.commands.predict import run as run_predict
 
     texts = ["a wonderful film", "an awful movie , really boring"]
-    result = run_predict(PredictConfig(model=str(trained), text=tuple(texts), precision="int8"))
+    result = run_predict(PredictConfig.of(model=str(trained), text=tuple(texts), precision="int8"))
     assert result.dtype == "int8" and len(result.labels) == 2
-    assert run_predict(PredictConfig(model=str(trained), text=tuple(texts))).dtype == auto_dtype  # the default: auto
+    assert run_predict(PredictConfig.of(model=str(trained), text=tuple(texts))).dtype == auto_dtype  # the default: auto
     cli = runner.invoke(app, ["predict", "--model", str(trained), "--text", texts[0], "--precision", "int8", "--json"])
     assert cli.exit_code == 0, cli.output
     assert json.loads(cli.stdout)["predictions"][0]["label"] in {"neg", "pos"}
     data = write_tsv("dev.tsv", toy_rows_module, ("sentence", "label"))
     out = tmp_path / "eval"
-    scored = run_evaluate(EvaluateConfig(model=str(trained), data=str(data), out=str(out), precision="int8"))
+    scored = run_evaluate(EvaluateConfig.of(model=str(trained), data=str(data), out=str(out), precision="int8"))
     assert scored.dtype == "int8" and scored.metrics.n == len(toy_rows_module)
     assert isinstance(scored.metrics.value("precision"), float)  # the macro precision metric, not the compute precision
     assert json.loads((out / "metrics.json").read_text())["dtype"] == "int8"
     assert json.loads((out / "config.json").read_text())["config"]["precision"] == "int8"
-    fp32 = run_evaluate(EvaluateConfig(model=str(trained), data=str(data), precision="fp32"))
-    assert run_evaluate(EvaluateConfig(model=str(trained), data=str(data))).dtype == auto_dtype  # the default
+    fp32 = run_evaluate(EvaluateConfig.of(model=str(trained), data=str(data), precision="fp32"))
+    assert run_evaluate(EvaluateConfig.of(model=str(trained), data=str(data))).dtype == auto_dtype  # the default
     assert fp32.dtype == "fp32" and abs(scored.metrics.score("accuracy") - fp32.metrics.score("accuracy")) <= 0.05
 
 

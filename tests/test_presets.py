@@ -13,6 +13,7 @@ from bertkit.commands.probe import ProbeConfig
 from bertkit.data import presets
 from bertkit.data.splits import load_dataset_split, load_splits
 from bertkit.errors import UserError
+from bertkit.options import replaced
 
 HUB = {  # task: (text, pair, label) in nyu-mll/glue
     "cola": ("sentence", None, "label"), "sst2": ("sentence", None, "label"),
@@ -38,19 +39,19 @@ def columns(cfg) -> tuple:
 
 @pytest.mark.parametrize("task", list(HUB))
 def test_hub_preset_fills_columns_splits_and_metrics(task):
-    cfg = FinetuneConfig(task_preset=f"glue/{task}", out="o")
+    cfg = FinetuneConfig.of(task_preset=f"glue/{task}", out="o")
     assert (cfg.data, cfg.data_config) == ("nyu-mll/glue", task)
     assert columns(cfg) == HUB[task]
     assert cfg.dev == ("validation_matched" if task == "mnli" else "validation")
     assert cfg.test == ("validation_mismatched" if task == "mnli" else None)
     assert cfg.metric == OFFICIAL[task] and cfg.metric_for_best == OFFICIAL[task][0]
-    evaluate = EvaluateConfig(task_preset=f"glue/{task}", model="m", data="nyu-mll/glue", train_split="validation")
+    evaluate = EvaluateConfig.of(task_preset=f"glue/{task}", model="m", data="nyu-mll/glue", train_split="validation")
     assert evaluate.data_config == task and columns(evaluate) == HUB[task] and evaluate.metric == OFFICIAL[task]
 
 
 @pytest.mark.parametrize("task", list(TSV))
 def test_tsv_preset_fills_the_download_column_names(task):
-    cfg = ProbeConfig(task_preset=f"glue/{task}", data=f"glue_data/{task}/train.tsv")
+    cfg = ProbeConfig.of(task_preset=f"glue/{task}", data=f"glue_data/{task}/train.tsv")
     assert columns(cfg) == TSV[task] and cfg.data_config is None and cfg.dev is None
     assert cfg.header == ("no" if task == "cola" else "auto")
 
@@ -60,41 +61,40 @@ def test_problem_type_is_recorded_and_passed_where_the_command_has_it():
     assert {p.problem for name, p in presets.PRESETS.items() if name != "stsb"} == {"single_label"}
     values = presets.preset_values(presets.find_preset("stsb"), None)
     assert values["task"] == "regression"
-    cfg = FinetuneConfig(task_preset="glue/stsb", out="o")
+    cfg = FinetuneConfig.of(task_preset="glue/stsb", out="o")
     assert getattr(cfg, "task", "regression") == "regression"  # set when the command has a --task option
 
 
 def test_explicit_values_win_over_the_preset():
-    cfg = FinetuneConfig(task_preset="glue/mrpc", data="my/train.tsv", out="o", text_column="a", label_column="y",
+    cfg = FinetuneConfig.of(task_preset="glue/mrpc", data="my/train.tsv", out="o", text_column="a", label_column="y",
                          metric_for_best="accuracy", header="yes")
     assert columns(cfg) == ("a", "#2 String", "y") and cfg.metric_for_best == "accuracy" and cfg.header == "yes"
-    assert FinetuneConfig(task_preset="glue/cola", out="o", dev="my_dev.tsv").dev == "my_dev.tsv"
-    assert FinetuneConfig(out="o", data="x.tsv").metric_for_best is None  # no preset: the shape's, once data is read
+    assert FinetuneConfig.of(task_preset="glue/cola", out="o", dev="my_dev.tsv").dev == "my_dev.tsv"
+    assert FinetuneConfig.of(out="o", data="x.tsv").metric_for_best is None  # no preset: the shape's, once data is read
 
 
 def test_the_preset_records_once_which_options_it_set():
-    cfg = FinetuneConfig(task_preset="glue/mrpc", data="my/train.tsv", out="o", text_column="a")
+    cfg = FinetuneConfig.of(task_preset="glue/mrpc", data="my/train.tsv", out="o", text_column="a")
     fill = cfg.preset_fill
     assert fill.preset == "glue/mrpc"
     assert {"text_pair_column", "label_column", "header", "metric_for_best"} <= fill.options
     assert "text_column" not in fill.options  # the user's own column is not the preset's
-    assert FinetuneConfig(out="o", data="x.tsv").preset_fill == presets.NO_PRESET
+    assert FinetuneConfig.of(out="o", data="x.tsv").preset_fill == presets.NO_PRESET
 
 
 def test_a_copy_of_a_config_keeps_the_presets_record():
     """`dataclasses.replace` runs `__post_init__` on values no longer unset: they still read as the preset's."""
-    import dataclasses
 
-    cfg = FinetuneConfig(task_preset="glue/rte", data="my/train.tsv", out="o")
-    copy = dataclasses.replace(cfg, metric_for_best="accuracy")
+    cfg = FinetuneConfig.of(task_preset="glue/rte", data="my/train.tsv", out="o")
+    copy = replaced(cfg, metric_for_best="accuracy")
     assert {"text_column", "text_pair_column", "label_column"} <= copy.preset_fill.options
-    assert "text_column" not in dataclasses.replace(cfg, text_column="mine").preset_fill.options
+    assert "text_column" not in replaced(cfg, text_column="mine").preset_fill.options
 
 
 def test_a_column_message_does_not_go_back_to_the_presets(tmp_path, monkeypatch):
     path = tmp_path / "train.tsv"
     path.write_text("review\tstars\n" + "".join(f"row {i}\t{i % 2}\n" for i in range(10)), encoding="utf-8")
-    cfg = FinetuneConfig(task_preset="glue/rte", data=str(path), out="o")
+    cfg = FinetuneConfig.of(task_preset="glue/rte", data=str(path), out="o")
 
     def asked(*args, **kwargs):
         raise AssertionError("the presets were asked again")
@@ -110,28 +110,28 @@ def test_recipe_values_win_over_the_preset_and_flags_over_both(tmp_path):
     recipe.write_text('[finetune]\ntask-preset = "glue/cola"\nout = "o"\nmetric-for-best = "accuracy"\n'
                       'text-column = "2"\n', encoding="utf-8")
     values = recipes.load_recipe(str(recipe), "finetune", FinetuneConfig)
-    cfg = FinetuneConfig(**{**values, "data": "cola/train.tsv"})
+    cfg = FinetuneConfig.of(**{**values, "data": "cola/train.tsv"})
     assert (cfg.text_column, cfg.label_column, cfg.metric_for_best) == ("2", "1", "accuracy")
-    flags = FinetuneConfig(**{**values, "data": "cola/train.tsv", "text_column": "3", "metric_for_best": "f1"})
+    flags = FinetuneConfig.of(**{**values, "data": "cola/train.tsv", "text_column": "3", "metric_for_best": "f1"})
     assert (flags.text_column, flags.metric_for_best) == ("3", "f1")
 
 
 def test_predict_uses_the_text_columns_but_needs_no_labels():
-    cfg = PredictConfig(task_preset="glue/rte", model="m", data="RTE/test.tsv")
+    cfg = PredictConfig.of(task_preset="glue/rte", model="m", data="RTE/test.tsv")
     assert columns(cfg) == ("sentence1", "sentence2", None)
-    assert PredictConfig(task_preset="glue/sst2", model="m", text=("a fine film",)).data is None
+    assert PredictConfig.of(task_preset="glue/sst2", model="m", text=("a fine film",)).data is None
 
 
 def test_an_unknown_preset_lists_the_valid_ones():
     with pytest.raises(UserError) as err:
-        FinetuneConfig(task_preset="glue/squad", out="o")
+        FinetuneConfig.of(task_preset="glue/squad", out="o")
     message = str(err.value)
     assert "--task-preset" in message and "glue/cola" in message and "glue/wnli" in message
     assert presets.find_preset("RTE") is presets.find_preset("glue/rte")
 
 
 def test_rte_tsv_reads_with_the_preset_alone(shared_data):
-    cfg = ProbeConfig(task_preset="glue/rte", data=str(shared_data / "rte" / "train.tsv"),
+    cfg = ProbeConfig.of(task_preset="glue/rte", data=str(shared_data / "rte" / "train.tsv"),
                       dev=str(shared_data / "rte" / "dev.tsv"), limit=20)
     splits = load_splits(cfg)
     assert len(splits.train) == 20 and splits.train.pairs is not None
@@ -142,12 +142,12 @@ def test_glue_download_layouts_read_with_the_preset(tmp_path):
     cola = tmp_path / "cola.tsv"  # headerless: source, label, original mark, sentence
     cola.write_text("gj04\t1\t\tThe cat sat on the mat.\ngj04\t0\t*\tCat the mat on sat.\n"
                     "gj04\t1\t\tShe left early.\ngj04\t0\t*\tLeft she early the.\n", encoding="utf-8")
-    rows = load_dataset_split(FinetuneConfig(task_preset="glue/cola", data=str(cola), out="o"), str(cola))
+    rows = load_dataset_split(FinetuneConfig.of(task_preset="glue/cola", data=str(cola), out="o"), str(cola))
     assert rows.texts[0] == "The cat sat on the mat." and rows.labels == [1, 0, 1, 0]
     mrpc = tmp_path / "mrpc.tsv"
     mrpc.write_text("Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n1\t1\t2\tHe said hi.\tHe greeted.\n"
                     "0\t3\t4\tIt rained.\tThe sun shone.\n", encoding="utf-8")
-    rows = load_dataset_split(FinetuneConfig(task_preset="glue/mrpc", data=str(mrpc), out="o"), str(mrpc))
+    rows = load_dataset_split(FinetuneConfig.of(task_preset="glue/mrpc", data=str(mrpc), out="o"), str(mrpc))
     assert rows.texts == ["He said hi.", "It rained."] and rows.pairs == ["He greeted.", "The sun shone."]
     assert rows.labels == [1, 0]
 
@@ -156,9 +156,9 @@ def test_glue_download_layouts_read_with_the_preset(tmp_path):
 def test_glue_recipes_load_for_finetune_and_evaluate(task):
     for command, cls in (("finetune", FinetuneConfig), ("evaluate", EvaluateConfig)):
         values = recipes.load_recipe(f"glue-{task}", command, cls)
-        cfg = cls(**values)
+        cfg = cls.of(**values)
         assert cfg.task_preset == f"glue/{task}" and cfg.data_config == task and columns(cfg) == HUB[task]
-    assert EvaluateConfig(**recipes.load_recipe("glue-mnli", "evaluate", EvaluateConfig)).train_split == \
+    assert EvaluateConfig.of(**recipes.load_recipe("glue-mnli", "evaluate", EvaluateConfig)).train_split == \
         "validation_mismatched"
 
 
@@ -172,16 +172,16 @@ def test_a_column_the_preset_chose_is_named_as_the_presets_with_the_override(tmp
     path.write_text("review\tstars\n" + "".join(f"row {i}\t{i % 2}\n" for i in range(10)), encoding="utf-8")
     for preset, column, flag in (("glue/rte", "sentence1", "--text-column"), ("glue/cola", "3", "--text-column")):
         with pytest.raises(UserError) as err:
-            load_dataset_split(FinetuneConfig(task_preset=preset, data=str(path), out="o"), str(path))
+            load_dataset_split(FinetuneConfig.of(task_preset=preset, data=str(path), out="o"), str(path))
         message = str(err.value)
         assert f"Column '{column}' (set by --task-preset {preset}, which expects the GLUE files' columns)" in message
         assert f"Pass {flag} with one of them to override the preset." in message
     with pytest.raises(UserError, match=r"Column 'stars_given' \(from --label-column\).*Pass --label-column with one "
                                         r"of them\.$"):
-        load_dataset_split(FinetuneConfig(task_preset="glue/sst2", data=str(path), out="o",
+        load_dataset_split(FinetuneConfig.of(task_preset="glue/sst2", data=str(path), out="o",
                                                text_column="review", label_column="stars_given"), str(path))
     with pytest.raises(UserError, match=r"Column 'label' \(set by --task-preset glue/sst2.*Pass --label-column"):
-        load_dataset_split(FinetuneConfig(task_preset="glue/sst2", data=str(path), out="o",
+        load_dataset_split(FinetuneConfig.of(task_preset="glue/sst2", data=str(path), out="o",
                                                text_column="review"), str(path))
     result = CliRunner().invoke(app, ["tokens", "--data", str(path), "--task-preset", "glue/mrpc"])
     assert result.exit_code == 2 and "set by --task-preset glue/mrpc" in " ".join(result.output.split())

@@ -18,6 +18,7 @@ from bertkit.data.dataset import TextDataset
 from bertkit.data.labels import LabelMap
 from bertkit.encoding.reading import Reading
 from bertkit.errors import UserError
+from bertkit.options import all_fields
 from bertkit.probe import baselines as probe_baselines
 from bertkit.probe import fit as probe_fit
 from bertkit.probe import saved as probe_io
@@ -181,14 +182,14 @@ def test_load_probe_of_a_folder_without_probe_is_a_user_error(tmp_path):
 
 def test_config_validation_names_the_flags():
     with pytest.raises(UserError, match="--C fixes"):
-        ProbeConfig(data="x.tsv", C=1.0, cv=5)
+        ProbeConfig.of(data="x.tsv", C=1.0, cv=5)
     with pytest.raises(UserError, match="--C-grid"):
-        ProbeConfig(data="x.tsv", C_grid="0.1,1")
+        ProbeConfig.of(data="x.tsv", C_grid="0.1,1")
     with pytest.raises(UserError, match="--pool"):
-        ProbeConfig(data="x.tsv", pool="cls,avg")
+        ProbeConfig.of(data="x.tsv", pool="cls,avg")
     with pytest.raises(UserError, match="exactly one of --features"):
-        ProbeConfig()
-    assert ProbeConfig(data="x.tsv", cv=5, C_grid="alammar").c_values[-1] == pytest.approx(100.0)
+        ProbeConfig.of()
+    assert ProbeConfig.of(data="x.tsv", cv=5, C_grid="alammar").c_values[-1] == pytest.approx(100.0)
 
 
 # ---------------------------------------------------------------- CLI (tiny BERT)
@@ -383,22 +384,21 @@ def test_one_pass_pooling_equals_extract_features(tiny_bert_dir):
 
 
 def test_config_fields_are_probe_options_and_recipes_load():
-    import dataclasses
     import inspect
 
     from bertkit.cli.app import probe
     from bertkit.recipes import load_recipe
 
     params = set(inspect.signature(probe).parameters)
-    assert {f.name for f in dataclasses.fields(ProbeConfig)} <= params
+    assert {f.name for f in all_fields(ProbeConfig)} <= params
     for name in ("alammar-sst2-probe", "alammar-sst2-probe-offline"):
-        cfg = ProbeConfig(**load_recipe(name, "probe", ProbeConfig))
+        cfg = ProbeConfig.of(**load_recipe(name, "probe", ProbeConfig))
         assert cfg.data and cfg.text_column == "0"
         if name == "alammar-sst2-probe":  # the notebook: first 2,000 rows, 25% held out
             assert (cfg.limit, cfg.dev_fraction, cfg.dev) == (2000, 0.25, None)
         else:
             assert cfg.dev
-    assert ProbeConfig(**load_recipe("alammar-sst2-probe", "probe", ProbeConfig)).cv == 5
+    assert ProbeConfig.of(**load_recipe("alammar-sst2-probe", "probe", ProbeConfig)).cv == 5
 
 
 # ---------------------------------------------------------------- issue 22: probes read the store's mapping
@@ -413,7 +413,7 @@ def test_probe_inputs_from_a_float32_store_are_views_of_its_mapping(tiny_bert_di
 
     train, dev = toy_files
     root = embed_store(tiny_bert_dir, train, dev, tmp_path / "store", "--store-dtype", "float32")
-    inputs = load_store_inputs(ProbeConfig(features=str(root), layers=layers), Reading())
+    inputs = load_store_inputs(ProbeConfig.of(features=str(root), layers=layers), Reading())
     pool = next(iter(inputs.train))
     stored = store.open_splits(root)
     positions = {"1,2": [1, 2], "-1": [2], "0,2": [0, 2]}[layers]
@@ -513,16 +513,16 @@ def test_the_packaged_minilm_folder_says_it_was_trained_with_mean_pooling(tmp_pa
 def test_default_cells_on_minilm_are_cls_and_its_mean_over_every_hidden_state():
     from bertkit.probe.inputs import default_cells
 
-    cfg = ProbeConfig(data="train.tsv")
+    cfg = ProbeConfig.of(data="train.tsv")
     pools, layers, note = default_cells(cfg, "minilm-offline", (6, 384), 1000)
     assert (pools, layers) == (["cls", "mean"], "all")
     assert note is not None and note.startswith(
         "default: cls and mean (the model's sentence-transformers pooling, 1_Pooling/config.json) over all 7 hidden "
         "states (embeddings + 6 layers) - 14 probes")
     assert "20.5 MiB" in note  # 1000 rows x 2 poolings x 7 states x 384 float32
-    explicit = ProbeConfig(data="train.tsv", pool="max", layers="-1")
+    explicit = ProbeConfig.of(data="train.tsv", pool="max", layers="-1")
     assert default_cells(explicit, "minilm-offline", (6, 384), 1000) == (["max"], "-1", None)
-    pools, layers, note = default_cells(ProbeConfig(data="train.tsv", layers="2"), "minilm-offline", (6, 384), 10)
+    pools, layers, note = default_cells(ProbeConfig.of(data="train.tsv", layers="2"), "minilm-offline", (6, 384), 10)
     assert (pools, layers) == (["cls", "mean"], "2") and note is not None and "hidden states" not in note
 
 

@@ -4,7 +4,6 @@ data (MiniLM) in the slow tests at the end. The data generators are test_shapes.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import numpy as np
@@ -17,6 +16,7 @@ from bertkit.commands.finetune import FinetuneConfig
 from bertkit.commands.probe import ProbeConfig
 from bertkit.data.labels import LabelMap
 from bertkit.errors import UserError
+from bertkit.options import all_fields
 from bertkit.probe import fit as probe_fit
 from bertkit.probe import saved as probe_io
 from bertkit.probe import search as probe_sweep
@@ -169,11 +169,11 @@ def test_damaged_shaped_probe_records_are_named(tmp_path, change, reason):
 
 
 def test_probe_and_finetune_share_the_task_options():
-    probe_fields = {f.name: f for f in dataclasses.fields(ProbeConfig)}
-    finetune_fields = {f.name: f for f in dataclasses.fields(FinetuneConfig)}
+    probe_fields = {f.name: f for f in all_fields(ProbeConfig)}
+    finetune_fields = {f.name: f for f in all_fields(FinetuneConfig)}
     for name in ("task", "threshold", "label_sep"):
         assert probe_fields[name] is finetune_fields[name]  # defined once, in the shared TaskOptions
-    assert ProbeConfig(data="x.jsonl", task="regression").task == "regression"
+    assert ProbeConfig.of(data="x.jsonl", task="regression").task == "regression"
 
 
 @pytest.mark.parametrize("kwargs, flag", [
@@ -183,7 +183,7 @@ def test_probe_and_finetune_share_the_task_options():
 ])
 def test_probe_shape_options_are_checked(kwargs, flag):
     with pytest.raises(UserError, match=flag):
-        ProbeConfig(**kwargs)
+        ProbeConfig.of(**kwargs)
 
 
 # ---------------------------------------------------------------- the command (tiny BERT)

@@ -50,7 +50,7 @@ def test_a_store_of_every_state_gives_the_whole_table_as_the_data_path(tagged, t
     assert len(metrics["rows"]) == 3 + 3  # every state, then the paper's combinations
     assert set(metrics["baselines"]) == {"majority tag", "most frequent tag per word", "random-init encoder"}
     train, dev = tagged  # the same table from the files, read now in the store's settings
-    direct = run(ProbeConfig(data=str(train), dev=str(dev), model=str(tiny_bert_dir), word_pool="mean",
+    direct = run(ProbeConfig.of(data=str(train), dev=str(dev), model=str(tiny_bert_dir), word_pool="mean",
                              max_length=16, stride=4, precision="fp32"))
     assert direct.words is not None
     assert [r["label"] for r in metrics["rows"]] == [r.label for r in direct.words.table.rows]
@@ -66,11 +66,11 @@ def test_a_store_of_every_state_gives_the_whole_table_as_the_data_path(tagged, t
 
 def test_a_store_of_one_layer_gives_that_row_and_names_the_rest(tagged, tiny_bert_dir, tmp_path):
     store = embed(tagged, tiny_bert_dir, tmp_path / "words", "--layers", "-1")
-    result = run(ProbeConfig(features=str(store), baselines=False))
+    result = run(ProbeConfig.of(features=str(store), baselines=False))
     assert result.words is not None and [r.label for r in result.words.table.rows] == ["layer 2 (last)"]
     assert any("5 of the table's rows skipped" in note and "hidden state 2 (--layers -1)" in note
                for note in result.notes), result.notes
-    head = run(ProbeConfig(features=str(store), baselines=False, limit=5))  # the first 5 sentences of each split
+    head = run(ProbeConfig.of(features=str(store), baselines=False, limit=5))  # the first 5 sentences of each split
     assert head.words is not None and dict(head.words.sentences) == {"train": 5, "dev": 2}
     assert head.words.table.n_train_words == sum(len(s) for s in SENTENCES) + len(SENTENCES[0])
     refused = invoke("probe", "--features", str(store), "--layers", "0,-1")
@@ -79,7 +79,7 @@ def test_a_store_of_one_layer_gives_that_row_and_names_the_rest(tagged, tiny_ber
 
 def test_a_store_of_summed_layers_gives_its_own_row(tagged, tiny_bert_dir, tmp_path):
     store = embed(tagged, tiny_bert_dir, tmp_path / "words", "--layers", "0,1", "--combine", "sum")
-    result = run(ProbeConfig(features=str(store), baselines=False))
+    result = run(ProbeConfig.of(features=str(store), baselines=False))
     assert result.words is not None
     assert [(r.label, r.pooling) for r in result.words.table.rows] == [("sum 0,1", Pooling("word", (0, 1), "sum"))]
 
@@ -89,11 +89,11 @@ def test_the_random_init_baseline_says_why_not_when_the_model_is_gone(tagged, ti
     shutil.copytree(tiny_bert_dir, model)
     store = embed(tagged, model, tmp_path / "words", "--layers", "-1")
     shutil.rmtree(model)
-    result = run(ProbeConfig(features=str(store)))
+    result = run(ProbeConfig.of(features=str(store)))
     assert result.words is not None and "random-init encoder" not in result.words.table.baselines
     assert "most frequent tag per word" in result.words.table.baselines
     assert any(note.startswith("random-init encoder baseline skipped") for note in result.notes), result.notes
-    again = run(ProbeConfig(features=str(store), model=str(tiny_bert_dir)))  # the same weights, elsewhere
+    again = run(ProbeConfig.of(features=str(store), model=str(tiny_bert_dir)))  # the same weights, elsewhere
     assert again.words is not None and "random-init encoder" in again.words.table.baselines
 
 

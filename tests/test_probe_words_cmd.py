@@ -84,7 +84,7 @@ def test_probe_on_a_tagged_file_writes_the_word_table(tagged, tiny_bert_dir, tmp
 
 def test_the_result_is_typed_and_json_matches(tagged, tiny_bert_dir):
     train, dev = tagged
-    result = run(ProbeConfig(data=str(train), dev=str(dev), model=str(tiny_bert_dir), layers="-1",
+    result = run(ProbeConfig.of(data=str(train), dev=str(dev), model=str(tiny_bert_dir), layers="-1",
                              text_column="0", label_column="1"))
     assert isinstance(result, ProbeResult) and isinstance(result.words, WordProbeRun)
     assert [row.label for row in result.words.table.rows] == ["layer 2 (last)"]
@@ -113,7 +113,7 @@ def test_word_probes_read_words_in_the_precision_asked(tagged, tiny_bert_dir, mo
     loading.cpu_supports_bf16.cache_clear()
     monkeypatch.setenv("BERTKIT_ASSUME_BF16", native)
     try:
-        results = {precision: run(ProbeConfig(data=str(train), dev=str(dev), model=str(tiny_bert_dir), layers="0,-1",
+        results = {precision: run(ProbeConfig.of(data=str(train), dev=str(dev), model=str(tiny_bert_dir), layers="0,-1",
                                               precision=precision, baselines=False))
                    for precision in ("auto", "fp32", "bf16")}
     finally:
@@ -179,7 +179,7 @@ def test_minilm_word_probe_beats_the_most_frequent_tag_on_a_few_hundred_sentence
 
     small_train, small_dev = head(shared_data / train, n_train), head(shared_data / dev, 150)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    result = run(ProbeConfig(data=str(small_train), dev=str(small_dev), model=str(minilm_dir), layers="3,-1"))
+    result = run(ProbeConfig.of(data=str(small_train), dev=str(small_dev), model=str(minilm_dir), layers="3,-1"))
     assert result.words is not None
     best = result.words.table.best().scores.main
     assert best > result.words.table.baselines["most frequent tag per word"].main, result.words.to_json()
@@ -196,7 +196,7 @@ def test_commands_that_do_not_read_words_refuse_task_tags(tmp_path, write_tsv):
 
     data = write_tsv("t.tsv", [("a fine film", "1"), ("a dull film", "0")], header=("sentence", "label"))
     with pytest.raises(UserError, match="--task tags"):
-        FinetuneOptions(data=str(data), task="tags")
+        FinetuneOptions.of(data=str(data), task="tags")
 
 
 def test_a_missing_data_file_with_word_options_is_refused_as_missing(tmp_path):

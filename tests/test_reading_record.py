@@ -43,14 +43,14 @@ def model_16(tiny_bert_dir, tmp_path_factory, long_rows) -> Path:
     folder = tmp_path_factory.mktemp("reading")
     train = folder / "train.tsv"
     train.write_text("sentence\tlabel\n" + "\n".join(f"{t}\t{y}" for t, y in long_rows) + "\n")
-    cfg = FinetuneConfig(model=str(tiny_bert_dir), data=str(train), dev=str(train), out=str(folder / "run"),
+    cfg = FinetuneConfig.of(model=str(tiny_bert_dir), data=str(train), dev=str(train), out=str(folder / "run"),
                          epochs=1, lr=5e-3, batch_size=8, save_every=None, max_length=16, precision="fp32")
     finetune(cfg, progress=False)
     return folder / "run" / "best"
 
 
 def _proba(**options) -> np.ndarray:
-    return predict.run(PredictConfig(text=tuple(LONG_TEXTS), precision="fp32", **options)).proba
+    return predict.run(PredictConfig.of(text=tuple(LONG_TEXTS), precision="fp32", **options)).proba
 
 
 def test_a_fine_tuned_model_records_how_it_read_texts(model_16):
@@ -147,9 +147,9 @@ def test_a_probe_on_a_saved_model_extracts_as_the_model_was_trained(model_16, tm
 
     data = tmp_path / "train.tsv"
     data.write_text("sentence\tlabel\n" + "\n".join(f"{t}\t{y}" for t, y in long_rows) + "\n")
-    cfg = read_as_saved(ProbeConfig(model=str(model_16), data=str(data)))
+    cfg = read_as_saved(ProbeConfig.of(model=str(model_16), data=str(data)))
     assert (cfg.max_length, cfg.truncation, cfg.long_text) == (16, "head", "cut")
-    assert read_as_saved(ProbeConfig(data=str(data))).max_length == 128  # the packaged encoder: the default
+    assert read_as_saved(ProbeConfig.of(data=str(data))).max_length == 128  # the packaged encoder: the default
 
 
 # ---------------------------------------------------------------- compute: the precision features were made in
@@ -204,7 +204,7 @@ def test_predict_extracts_a_probes_features_in_the_precision_it_records(probe_in
     assert load_probe(probe_int8).meta["compute"] == {"device": "cpu", "precision": "int8"}
 
     def predicted(**options):
-        return predict.run(PredictConfig(text=tuple(LONG_TEXTS), probe=str(probe_int8), **options))
+        return predict.run(PredictConfig.of(text=tuple(LONG_TEXTS), probe=str(probe_int8), **options))
 
     with caplog.at_level(logging.WARNING):
         as_recorded = predicted()  # --precision auto: as the probe's features were made
@@ -295,10 +295,10 @@ def test_tokens_reports_at_the_recorded_window_unless_asked(model_16, tmp_path, 
 def test_bench_times_a_model_at_its_recorded_window(model_16):
     from bertkit.commands.bench import BenchConfig, read_as_recorded_models
 
-    assert read_as_recorded_models(BenchConfig(models=str(model_16))).max_length == 16
-    assert read_as_recorded_models(BenchConfig(models=f"minilm-offline,{model_16}")).max_length == 16
-    assert read_as_recorded_models(BenchConfig(models="minilm-offline")).max_length == 128
-    assert read_as_recorded_models(BenchConfig(models=str(model_16), max_length=64)).max_length == 64
+    assert read_as_recorded_models(BenchConfig.of(models=str(model_16))).max_length == 16
+    assert read_as_recorded_models(BenchConfig.of(models=f"minilm-offline,{model_16}")).max_length == 16
+    assert read_as_recorded_models(BenchConfig.of(models="minilm-offline")).max_length == 128
+    assert read_as_recorded_models(BenchConfig.of(models=str(model_16), max_length=64)).max_length == 64
 
 
 def test_distill_reads_the_teacher_as_it_was_trained(model_16, tmp_path, long_rows):
@@ -307,7 +307,7 @@ def test_distill_reads_the_teacher_as_it_was_trained(model_16, tmp_path, long_ro
 
     data = tmp_path / "d.tsv"
     data.write_text("sentence\tlabel\n" + "\n".join(f"{t}\t{y}" for t, y in long_rows) + "\n")
-    cfg = DistillConfig(teacher=str(model_16), student_layers=1, data=str(data), dev=str(data), out=str(tmp_path / "s"),
+    cfg = DistillConfig.of(teacher=str(model_16), student_layers=1, data=str(data), dev=str(data), out=str(tmp_path / "s"),
                         epochs=1, batch_size=8, save_every=None, precision="fp32", report=False)
     distill(cfg, progress=False)
     cached = json.loads((tmp_path / "s" / "teacher_logits.json").read_text())

@@ -7,7 +7,6 @@ models: they load in plain `transformers` (AutoModelForSequenceClassification, p
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import random
 from pathlib import Path
@@ -30,6 +29,7 @@ from bertkit.data.labels import TASKS, LabelMap
 from bertkit.data.options import DataOptions
 from bertkit.data.splits import load_dataset_split, load_splits
 from bertkit.errors import UserError
+from bertkit.options import replaced
 from bertkit.scoring import metrics
 from bertkit.scoring import shapes as objectives
 from bertkit.scoring.table import BUILT_IN, SHAPE
@@ -72,7 +72,7 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
 
 
 def read(path: Path, **kw) -> TextDataset:
-    return load_dataset_split(FinetuneConfig(data=str(path), out="unused", **kw), str(path))
+    return load_dataset_split(FinetuneConfig.of(data=str(path), out="unused", **kw), str(path))
 
 
 # ---------------------------------------------------------------- reading labels of every shape
@@ -214,12 +214,12 @@ def test_empty_tag_lists_and_bad_zero_one_cells_are_refused(tmp_path):
 
 def test_dev_tags_must_be_known_and_dev_is_a_random_hold_out(tmp_path):
     train = write_jsonl(tmp_path / "t.jsonl", topic_rows(30, 0))
-    splits = load_splits(FinetuneConfig(data=str(train), out="x"))
+    splits = load_splits(FinetuneConfig.of(data=str(train), out="x"))
     assert splits.label_map.task == "multi_label" and len(splits.dev) == 3 and len(splits.train) == 27
     assert "random" in splits.notes[0]
     dev = write_jsonl(tmp_path / "d.jsonl", [{"text": "a", "labels": ["food", "chess"]}])
     with pytest.raises(UserError, match=r"tags not seen in the training data: 'chess'"):
-        load_splits(FinetuneConfig(data=str(train), dev=str(dev), out="x"))
+        load_splits(FinetuneConfig.of(data=str(train), dev=str(dev), out="x"))
 
 
 def test_commands_without_tags_keep_refusing_lists_and_predict_ignores_them(tmp_path):
@@ -245,18 +245,18 @@ def test_label_map_round_trips_through_a_transformers_config():
 @pytest.mark.parametrize("value", ["0", "1", "1.5", "-0.2", "half", "nan"])
 def test_threshold_outside_zero_one_is_refused(value):
     with pytest.raises(UserError, match=r"--threshold must be a probability strictly between 0 and 1"):
-        FinetuneConfig(data="x.tsv", out="o", threshold=value)
+        FinetuneConfig.of(data="x.tsv", out="o", threshold=value)
 
 
 def test_threshold_modes_and_label_sep_rules():
     for value in ("0.3", "tune", "tune-per-label"):
-        assert FinetuneConfig(data="x.tsv", out="o", threshold=value).threshold == value
+        assert FinetuneConfig.of(data="x.tsv", out="o", threshold=value).threshold == value
     with pytest.raises(UserError, match=r"--label-sep .* does not apply to --task regression"):
-        FinetuneConfig(data="x.tsv", out="o", label_sep="|", task="regression")
+        FinetuneConfig.of(data="x.tsv", out="o", label_sep="|", task="regression")
     with pytest.raises(UserError, match=r"--label-sep must be a visible separator"):
-        EvaluateConfig(data="x.tsv", model="m", label_sep=" ")
+        EvaluateConfig.of(data="x.tsv", model="m", label_sep=" ")
     with pytest.raises(UserError, match=r"--task must be one of auto, single_label, multi_label, regression"):
-        FinetuneConfig(data="x.tsv", out="o", task="ranking")
+        FinetuneConfig.of(data="x.tsv", out="o", task="ranking")
 
 
 # ---------------------------------------------------------------- metrics and objectives
@@ -340,7 +340,7 @@ def test_class_weight_is_refused_for_numbers_and_tags(tmp_path):
     train = write_jsonl(tmp_path / "r.jsonl", rating_rows(20, 0))
     with pytest.raises(UserError, match=r"--class-weight balanced weighs classes of single-label data; this is "
                                         r"regression data\. Drop --class-weight"):
-        finetune(FinetuneConfig(data=str(train), out=str(tmp_path / "o"), class_weight="balanced"), progress=False)
+        finetune(FinetuneConfig.of(data=str(train), out=str(tmp_path / "o"), class_weight="balanced"), progress=False)
     assert not (tmp_path / "o").exists()
 
 
@@ -367,7 +367,7 @@ def shaped_runs(tiny_bert_dir, tmp_path_factory) -> dict[str, Path]:
     torch.set_num_threads(1)  # tiny matrices: threads cost more than they give on a shared machine
     for name, rows in (("regression", rating_rows(40, 1)), ("multi_label", topic_rows(40, 1))):
         train = write_jsonl(folder / f"{name}.jsonl", rows)
-        cfg = FinetuneConfig(model=str(tiny_bert_dir), data=str(train), out=str(folder / name), epochs=2, lr=5e-3,
+        cfg = FinetuneConfig.of(model=str(tiny_bert_dir), data=str(train), out=str(folder / name), epochs=2, lr=5e-3,
                              batch_size=8, save_every=None, dev_fraction=0.25)
         finetune(cfg, progress=False)
         runs[name] = folder / name
@@ -395,7 +395,7 @@ def test_regression_model_gives_the_same_scores_in_transformers_and_bertkit(shap
 
     best = str(shaped_runs["regression"] / "best")
     texts = ["the film was great today", "my meal was awful", "our trip was okay"]
-    ours = run_predict(PredictConfig(model=best, text=tuple(texts), precision="fp32"))  # transformers runs fp32
+    ours = run_predict(PredictConfig.of(model=best, text=tuple(texts), precision="fp32"))  # transformers runs fp32
     assert ours.task == "regression" and all(isinstance(x, float) for x in ours.labels)
     model = AutoModelForSequenceClassification.from_pretrained(best)
     assert model.config.problem_type == "regression" and model.config.num_labels == 1
@@ -419,7 +419,7 @@ def test_multilabel_run_saves_its_threshold_and_transformers_agrees(shaped_runs)
     saved = json.loads((run / "best" / "bertkit_model.json").read_text())
     assert saved["task"] == "multi_label" and saved["threshold"] == summary["best_dev"]["threshold"]
     texts = ["pizza and a guitar song", "the football match", "a train to the beach"]
-    ours = run_predict(PredictConfig(model=str(run / "best"), text=tuple(texts), precision="fp32"))
+    ours = run_predict(PredictConfig.of(model=str(run / "best"), text=tuple(texts), precision="fp32"))
     piped = pipeline("text-classification", model=str(run / "best"), function_to_apply="sigmoid", top_k=None)(texts)
     for row, (tags, proba) in enumerate(zip(ours.labels, ours.proba, strict=True)):
         theirs = {r["label"]: r["score"] for r in piped[row]}
@@ -441,7 +441,7 @@ def test_predict_and_evaluate_cli_for_tags_and_scores(shaped_runs, tmp_path):
     written = json.loads((out / "metrics.json").read_text())
     assert written["metrics"]["task"] == "multi_label" and set(written["metrics"]["per_label"]) == set(TOPICS)
     assert (out / "per_label_f1.png").is_file()
-    scored = run_evaluate(EvaluateConfig(model=str(shaped_runs["regression"] / "best"),
+    scored = run_evaluate(EvaluateConfig.of(model=str(shaped_runs["regression"] / "best"),
                                          data=str(shaped_runs["regression_data"]), out=str(tmp_path / "reg")))
     assert scored.task == "regression" and 0 <= scored.metrics.value("mae") and (tmp_path / "reg" / "scatter.png").is_file()
     frame = pd.read_csv(tmp_path / "reg" / "predictions.csv")
@@ -453,7 +453,7 @@ def test_distilling_a_regression_or_multilabel_teacher_keeps_its_shape(shaped_ru
     from bertkit.commands import distill as distill_command
     from bertkit.commands.distill import DistillConfig
 
-    cfg = DistillConfig(teacher=str(shaped_runs[shape] / "best"), data=str(shaped_runs[f"{shape}_data"]),
+    cfg = DistillConfig.of(teacher=str(shaped_runs[shape] / "best"), data=str(shaped_runs[f"{shape}_data"]),
                         out=str(tmp_path / "student"), student_layers=1, epochs=1, batch_size=8, lr=5e-3,
                         save_every=None, report=False, dev_fraction=0.25)
     result = distill_command.run(cfg, progress=False).training
@@ -463,7 +463,7 @@ def test_distilling_a_regression_or_multilabel_teacher_keeps_its_shape(shaped_ru
     assert result.metrics["best_metric_name"] == {"regression": "pearson", "multi_label": "micro_f1"}[shape]
     assert np.isfinite(result.metrics["best_dev"]["loss"])
     with pytest.raises(UserError, match=rf"--task single_label: the teacher .* is a {shape} model"):
-        distill_command.run(dataclasses.replace(cfg, task="single_label", out=str(tmp_path / "other")), progress=False)
+        distill_command.run(replaced(cfg, task="single_label", out=str(tmp_path / "other")), progress=False)
 
 
 # ---------------------------------------------------------------- a model saved is the model trained
@@ -482,7 +482,7 @@ def single_from_regression(shaped_runs, tmp_path_factory) -> dict[str, Path]:
     dev = write_jsonl(folder / "hilo-dev.jsonl", hi_lo_rows(12, 2))
     before = torch.get_num_threads()
     torch.set_num_threads(1)
-    finetune(FinetuneConfig(model=str(shaped_runs["regression"] / "best"), data=str(train), dev=str(dev),
+    finetune(FinetuneConfig.of(model=str(shaped_runs["regression"] / "best"), data=str(train), dev=str(dev),
                             out=str(folder / "run"), epochs=2, lr=5e-3, batch_size=8, save_every=None), progress=False)
     torch.set_num_threads(before)
     return {"run": folder / "run", "train": train, "dev": dev}
@@ -502,7 +502,7 @@ def test_single_label_started_from_a_regression_folder_is_saved_single_label(sin
     assert json.loads(result.output)["task"] == "single_label"
     assert all(p["label"] in ("hi", "lo") and set(p["probabilities"]) == {"hi", "lo"} for p in predictions)
     trained = json.loads((run / "metrics.json").read_text())["best_dev"]
-    scored = run_evaluate(EvaluateConfig(model=str(run / "best"), data=str(single_from_regression["dev"])))
+    scored = run_evaluate(EvaluateConfig.of(model=str(run / "best"), data=str(single_from_regression["dev"])))
     assert scored.task == "single_label" and scored.metrics.value("accuracy") == pytest.approx(trained["accuracy"])
 
 
@@ -510,7 +510,7 @@ def test_single_label_started_from_a_regression_folder_is_saved_single_label(sin
 def test_numbers_or_tags_started_from_a_single_label_folder_are_saved_in_their_shape(single_from_regression,
                                                                                     shaped_runs, shape, tmp_path):
     start = single_from_regression["run"] / "best"
-    finetune(FinetuneConfig(model=str(start), data=str(shaped_runs[f"{shape}_data"]), out=str(tmp_path / "run"),
+    finetune(FinetuneConfig.of(model=str(start), data=str(shaped_runs[f"{shape}_data"]), out=str(tmp_path / "run"),
                             epochs=1, lr=5e-3, batch_size=8, save_every=None, dev_fraction=0.25), progress=False)
     config = json.loads((tmp_path / "run" / "best" / "config.json").read_text())
     if shape == "regression":
@@ -519,7 +519,7 @@ def test_numbers_or_tags_started_from_a_single_label_folder_are_saved_in_their_s
     else:
         assert config["problem_type"] == "multi_label_classification"
         assert sorted(config["id2label"].values()) == sorted(TOPICS) and len(config["label2id"]) == 4
-    ours = run_predict(PredictConfig(model=str(tmp_path / "run" / "best"), text=("pizza and a guitar song",)))
+    ours = run_predict(PredictConfig.of(model=str(tmp_path / "run" / "best"), text=("pizza and a guitar song",)))
     assert ours.task == shape
     assert isinstance(ours.labels[0], float if shape == "regression" else tuple)
 
@@ -529,14 +529,14 @@ def test_a_student_started_from_a_regression_folder_is_saved_in_the_teachers_sha
     from bertkit.commands import distill as distill_command
     from bertkit.commands.distill import DistillConfig
 
-    cfg = DistillConfig(teacher=str(single_from_regression["run"] / "best"),
+    cfg = DistillConfig.of(teacher=str(single_from_regression["run"] / "best"),
                         student=str(shaped_runs["regression"] / "best"), data=str(single_from_regression["train"]),
                         out=str(tmp_path / "student"), epochs=1, batch_size=8, lr=5e-3, save_every=None, report=False,
                         dev_fraction=0.25)
     result = distill_command.run(cfg, progress=False).training
     config = json.loads((result.out / "best" / "config.json").read_text())
     assert config["problem_type"] == "single_label_classification" and config["id2label"] == {"0": "hi", "1": "lo"}
-    assert run_predict(PredictConfig(model=str(result.out / "best"), text=("good",))).labels[0] in ("hi", "lo")
+    assert run_predict(PredictConfig.of(model=str(result.out / "best"), text=("good",))).labels[0] in ("hi", "lo")
 
 
 # ---------------------------------------------------------------- targets that cannot be trained on or scored
@@ -546,7 +546,7 @@ def test_huge_regression_targets_are_refused_before_training_naming_the_file(tmp
     rows = [{"text": r["text"], "label": r["label"] * 1e30} for r in rating_rows(20, 0)]
     train = write_jsonl(tmp_path / "huge.jsonl", rows)
     with pytest.raises(UserError) as err:
-        finetune(FinetuneConfig(data=str(train), out=str(tmp_path / "o"), task="regression"), progress=False)
+        finetune(FinetuneConfig.of(data=str(train), out=str(tmp_path / "o"), task="regression"), progress=False)
     message = str(err.value)
     assert "Regression targets in column 'label' of" in message and "huge.jsonl reach" in message
     assert "Scale the targets" in message and "whatever the --lr" in message and "too high" not in message
@@ -556,7 +556,7 @@ def test_huge_regression_targets_are_refused_before_training_naming_the_file(tmp
 def test_a_diverging_regression_names_the_span_of_its_targets_next_to_the_lr(tiny_bert_dir, tmp_path):
     rows = [{"text": r["text"], "label": r["label"] * 1000} for r in rating_rows(24, 0)]
     train = write_jsonl(tmp_path / "wide.jsonl", rows)
-    cfg = FinetuneConfig(model=str(tiny_bert_dir), data=str(train), out=str(tmp_path / "o"), task="regression", lr=5e5,
+    cfg = FinetuneConfig.of(model=str(tiny_bert_dir), data=str(train), out=str(tmp_path / "o"), task="regression", lr=5e5,
                          max_grad_norm=0, epochs=1, batch_size=8, save_every=None)
     with pytest.raises(UserError, match=r"became NaN/inf.*--lr 500000 is too high \(the regression targets span "
                                         r"\d+ to \d+: if that is wide, scale them\)"):
@@ -590,16 +590,16 @@ def test_evaluate_refuses_zero_one_columns_that_leave_out_or_add_tags(shaped_run
     path = tmp_path / "tags.csv"
     frame.to_csv(path, index=False)
     with pytest.raises(UserError) as err:
-        run_evaluate(EvaluateConfig(model=best, data=str(path), label_column="food,music,sports"))
+        run_evaluate(EvaluateConfig.of(model=best, data=str(path), label_column="food,music,sports"))
     assert "no column for its tag(s) 'travel' (each would read as never on)" in str(err.value)
     assert "Pass --label-column food,music,sports,travel" in str(err.value)
     with pytest.raises(UserError, match=r"column\(s\) 'extra' that are not its tags"):
-        run_evaluate(EvaluateConfig(model=best, data=str(path), label_column="food,music,sports,travel,extra"))
+        run_evaluate(EvaluateConfig.of(model=best, data=str(path), label_column="food,music,sports,travel,extra"))
     with pytest.raises(UserError, match=r"no column for its tag\(s\) 'food', 'music', 'sports'"):
-        run_evaluate(EvaluateConfig(model=best, data=str(path), label_column="travel"))
+        run_evaluate(EvaluateConfig.of(model=best, data=str(path), label_column="travel"))
     listed = write_jsonl(tmp_path / "tags.jsonl", topic_rows(12, 5))
-    whole = run_evaluate(EvaluateConfig(model=best, data=str(path), label_column="food,music,sports,travel"))
-    assert whole.metrics.value("micro_f1") == pytest.approx(run_evaluate(EvaluateConfig(model=best, data=str(listed))).metrics.value("micro_f1"))
+    whole = run_evaluate(EvaluateConfig.of(model=best, data=str(path), label_column="food,music,sports,travel"))
+    assert whole.metrics.value("micro_f1") == pytest.approx(run_evaluate(EvaluateConfig.of(model=best, data=str(listed))).metrics.value("micro_f1"))
 
 
 def test_soft_losses_per_shape():
@@ -628,9 +628,9 @@ def test_minilm_regression_learns_a_learnable_score(minilm_dir, tmp_path):
     train = write_jsonl(tmp_path / "train.jsonl", rating_rows(240, 2))
     held_out = write_jsonl(tmp_path / "test.jsonl", rating_rows(100, 3))
     dev = write_jsonl(tmp_path / "dev.jsonl", rating_rows(60, 4))
-    finetune(FinetuneConfig(model=str(minilm_dir), data=str(train), dev=str(dev), out=str(tmp_path / "run"),
+    finetune(FinetuneConfig.of(model=str(minilm_dir), data=str(train), dev=str(dev), out=str(tmp_path / "run"),
                             epochs=3, lr=1e-4, batch_size=16, save_every=None), progress=False)
-    scored = run_evaluate(EvaluateConfig(model=str(tmp_path / "run" / "best"), data=str(held_out)))
+    scored = run_evaluate(EvaluateConfig.of(model=str(tmp_path / "run" / "best"), data=str(held_out)))
     assert scored.metrics.value("pearson") > 0.8, scored
 
 
@@ -639,9 +639,9 @@ def test_minilm_multilabel_beats_the_per_label_majority(minilm_dir, tmp_path):
     train = write_jsonl(tmp_path / "train.jsonl", topic_rows(240, 2))
     held_out = write_jsonl(tmp_path / "test.jsonl", topic_rows(100, 3))
     dev = write_jsonl(tmp_path / "dev.jsonl", topic_rows(60, 4))
-    finetune(FinetuneConfig(model=str(minilm_dir), data=str(train), dev=str(dev), out=str(tmp_path / "run"),
+    finetune(FinetuneConfig.of(model=str(minilm_dir), data=str(train), dev=str(dev), out=str(tmp_path / "run"),
                             epochs=2, lr=1e-4, batch_size=16, save_every=None), progress=False)
-    scored = run_evaluate(EvaluateConfig(model=str(tmp_path / "run" / "best"), data=str(held_out)))
+    scored = run_evaluate(EvaluateConfig.of(model=str(tmp_path / "run" / "best"), data=str(held_out)))
     label_map = LabelMap(tuple(scored.metrics.value("labels")), "multi_label")
     majority = per_label_majority_micro_f1(label_map.encode([tuple(r["labels"]) for r in topic_rows(240, 2)], "t"),
                                            label_map.encode([tuple(r["labels"]) for r in topic_rows(100, 3)], "h"))

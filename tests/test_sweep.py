@@ -197,7 +197,7 @@ def test_space_syntax_is_checked():
     from bertkit.commands.sweep import SweepConfig
     from bertkit.errors import UserError
 
-    dims = SweepConfig(data="x", out="o", search="optuna", trials=3,
+    dims = SweepConfig.of(data="x", out="o", search="optuna", trials=3,
                        space=("lr=1e-5:1e-4:log", "epochs=1:3", "batch-size=16,32")).dimensions
     assert [(d.name, d.log, d.integer, d.values) for d in dims] == [("lr", True, False, ()), ("epochs", False, True, ()),
                                                                      ("batch_size", False, False, (16, 32))]
@@ -207,9 +207,9 @@ def test_space_syntax_is_checked():
                         ({"grid": ("lr=1e-4",)}, "--grid is for --search grid"),
                         ({"space": ()}, "needs at least one --space")]:
         with pytest.raises(UserError, match=message):
-            SweepConfig(data="x", out="o", search="optuna", **kw)
+            SweepConfig.of(data="x", out="o", search="optuna", **kw)
     with pytest.raises(UserError, match="given twice"):
-        SweepConfig(data="x", out="o", grid=("lr=1e-4", "lr=2e-4"))
+        SweepConfig.of(data="x", out="o", grid=("lr=1e-4", "lr=2e-4"))
 
 
 def test_two_launched_processes_run_the_same_trials_together(tiny_bert_dir, toy_files, tmp_path):
@@ -352,7 +352,7 @@ def test_a_space_over_what_the_ranking_metric_means_is_refused(space):
     option = space.partition("=")[0]
     for kw in ({"grid": (space,)}, {"search": "optuna", "space": (space,)}):
         with pytest.raises(UserError) as err:
-            SweepConfig(data="x", out="o", **kw)
+            SweepConfig.of(data="x", out="o", **kw)
         message = " ".join(str(err.value).split())
         assert f"--{option} changes" in message and "numbers that mean different things" in message, message
         assert f"Give --{option} once as an option of the sweep" in message

@@ -67,7 +67,7 @@ def overlaps(a: tuple[str, int, int], b: tuple[str, int, int]) -> bool:
 
 def test_the_error_counts_add_up_to_seqevals_and_are_the_written_predictions_report(tagger, tmp_path):
     model, gold_file = tagger
-    result = evaluate(EvaluateConfig(model=str(model), data=str(gold_file), out=str(tmp_path / "eval")))
+    result = evaluate(EvaluateConfig.of(model=str(model), data=str(gold_file), out=str(tmp_path / "eval")))
     errors, confusion = result.mistakes.errors, result.mistakes.confusion
     assert result.mistakes.per_tag is None
     assert min(errors.to_json().values()) > 0  # every kind happens on this gold
@@ -100,9 +100,9 @@ def test_the_error_counts_add_up_to_seqevals_and_are_the_written_predictions_rep
 def test_iob1_gold_gives_the_same_mistakes(tagger, tmp_path):
     model, gold_file = tagger
     iob1 = write_iob(tmp_path / "gold.iob", as_iob1(altered(synthetic_sentences(40, 2))))
-    as_read = evaluate(EvaluateConfig(model=str(model), data=str(iob1)))
+    as_read = evaluate(EvaluateConfig.of(model=str(model), data=str(iob1)))
     assert as_read.metrics.value("scheme") == "IOB2" and as_read.mistakes.errors.wrong_type > 0
-    assert as_read.mistakes == evaluate(EvaluateConfig(model=str(model), data=str(gold_file))).mistakes
+    assert as_read.mistakes == evaluate(EvaluateConfig.of(model=str(model), data=str(gold_file))).mistakes
 
 
 def test_the_cli_prints_the_report_and_json_carries_the_mistakes(tagger):
@@ -129,10 +129,10 @@ def test_a_pos_tagger_gets_per_tag_scores_and_a_tag_confusion(tiny_bert_dir, tmp
 
     rows = pos_sentences(60, 5)
     train, dev = write_iob(tmp_path / "train.conll", rows[:45]), write_iob(tmp_path / "dev.conll", rows[45:])
-    finetune(FinetuneConfig(model=str(tiny_bert_dir), data=str(train), dev=str(dev), out=str(tmp_path / "run"),
+    finetune(FinetuneConfig.of(model=str(tiny_bert_dir), data=str(train), dev=str(dev), out=str(tmp_path / "run"),
                             epochs=2, lr="5e-3", batch_size=8, save_every=None, precision="fp32"), progress=False)
     model = str(tmp_path / "run" / "best")
-    result = evaluate(EvaluateConfig(model=model, data=str(dev), out=str(tmp_path / "eval")))
+    result = evaluate(EvaluateConfig.of(model=model, data=str(dev), out=str(tmp_path / "eval")))
     mistakes = result.mistakes
     assert mistakes.errors is None and set(mistakes.per_tag) >= {"DET", "NOUN", "VERB", "ADJ"}
     gold = [t for _, tags in rows[45:] for t in tags]

@@ -33,7 +33,7 @@ def tagged_files(tmp_path):
 def tag_cfg(model: Path, train: Path, dev: Path | None, out: Path, **overrides) -> FinetuneConfig:
     values = dict(model=str(model), data=str(train), dev=dev and str(dev), out=str(out), epochs=4, lr="5e-3", batch_size=8,
                   save_every=None, precision="fp32")
-    return FinetuneConfig(**{**values, **overrides})
+    return FinetuneConfig.of(**{**values, **overrides})
 
 
 def test_a_tagger_learns_an_easy_set_and_its_folders_record_task_scheme_and_reading(tiny_bert_dir, tagged_files,
@@ -169,9 +169,9 @@ def test_plain_tags_pick_best_by_word_accuracy_and_predict_no_spans(tiny_bert_di
     assert "f1" not in result.metrics["best_dev"] and "macro_f1" in result.metrics["best_dev"]
     record = json.loads((tmp_path / "run" / "best" / "bertkit_model.json").read_text())
     assert record["tag_scheme"] == {"name": "none", "source": "none"}
-    tagged = predict(PredictConfig(model=str(tmp_path / "run" / "best"), text=("the dog saw a cat",))).sentences[0]
+    tagged = predict(PredictConfig.of(model=str(tmp_path / "run" / "best"), text=("the dog saw a cat",))).sentences[0]
     assert len(tagged.tags) == 5 and tagged.spans == ()
-    scored = evaluate(EvaluateConfig(model=str(tmp_path / "run" / "best"), data=str(dev)))
+    scored = evaluate(EvaluateConfig.of(model=str(tmp_path / "run" / "best"), data=str(dev)))
     assert scored.metrics.score("accuracy") == pytest.approx(result.metrics["best_metric"])
 
 
@@ -184,10 +184,10 @@ def test_minilm_learns_entities_on_uner_ewt(shared_data, tmp_path):
     from bertkit.commands.evaluate import run as evaluate
 
     data = shared_data / "uner_ewt"
-    result = finetune(FinetuneConfig(data=str(data / "train.iob2"), dev=str(data / "dev.iob2"), limit=500, epochs=3,
+    result = finetune(FinetuneConfig.of(data=str(data / "train.iob2"), dev=str(data / "dev.iob2"), limit=500, epochs=3,
                                      batch_size=16, out=str(tmp_path / "run"), save_every=None), progress=False)
     assert result.metrics["best_metric"] > 0.3 and set(result.metrics["best_dev"]["per_type"]) == {"LOC", "ORG", "PER"}
-    scored = evaluate(EvaluateConfig(model=str(tmp_path / "run" / "best"), data=str(data / "dev.iob2"), limit=500))
+    scored = evaluate(EvaluateConfig.of(model=str(tmp_path / "run" / "best"), data=str(data / "dev.iob2"), limit=500))
     assert scored.metrics.score("f1") == pytest.approx(result.metrics["best_metric"], abs=0.02)  # bf16 may differ
 
 
@@ -221,9 +221,9 @@ def test_a_tagged_tsv_is_refused_by_sweep_and_an_unopenable_path_is_not_read_as_
     pos = tmp_path / "pos.tsv"  # a column file named .tsv (as ud_ewt_pos): told by its lines
     pos.write_text("the\tDET\ndog\tNOUN\n\na\tDET\ncat\tNOUN\n", encoding="utf-8")
     with pytest.raises(UserError, match=r"Tagged data"):
-        FinetuneOptions(data=str(pos), dev=str(pos), out=str(tmp_path / "x"))
+        FinetuneOptions.of(data=str(pos), dev=str(pos), out=str(tmp_path / "x"))
     too_long = str(tmp_path / ("d" * 256) / "train.iob2")  # a name this system cannot stat: no OSError traceback
-    assert FinetuneConfig(data=too_long, dev=too_long, out=str(tmp_path / "run")).reads_words  # named as tagged
+    assert FinetuneConfig.of(data=too_long, dev=too_long, out=str(tmp_path / "run")).reads_words  # named as tagged
     refused = CliRunner().invoke(app, ["finetune", "--data", too_long, "--dev", too_long, "--out", str(tmp_path / "r")])
     assert refused.exit_code == 2 and "Cannot read tagged file" in refused.output and "Traceback" not in refused.output
     assert not (tmp_path / "r").exists()
@@ -234,7 +234,7 @@ def test_the_tagging_options_at_their_defaults_stay_out_of_the_resume_key(tmp_pa
     from bertkit.training.resume import resume_key
 
     rows = write_tsv("rows.tsv", toy_rows, ("sentence", "label"))
-    key = resume_key(FinetuneConfig(data=str(rows), out=str(tmp_path / "run")), {})
+    key = resume_key(FinetuneConfig.of(data=str(rows), out=str(tmp_path / "run")), {})
     assert "tag_scheme" not in key["config"] and "label_all_pieces" not in key["config"]  # runs from before resume
     train, dev = tagged_files
     assert resume_key(tag_cfg("m", train, dev, tmp_path / "r", label_all_pieces=True),

@@ -44,10 +44,10 @@ def test_a_tagged_test_split_is_scored_at_best_and_end_as_evaluate_and_seqeval_s
         assert scores["n"] == sum(len(words) for words, _ in test_sentences)
     best = on_disk["best_test"]
     assert 0 < best["f1"] < 1 and best == result.metrics["best_test"]  # not perfect: the equalities below tell
-    scored = evaluate(EvaluateConfig(model=str(run / "best"), data=str(test)))
+    scored = evaluate(EvaluateConfig.of(model=str(run / "best"), data=str(test)))
     for name in ("f1", "precision", "recall", "accuracy"):
         assert scored.metrics.score(name) == pytest.approx(best[name]), name
-    predicted = predict(PredictConfig(model=str(run / "best"), data=str(test))).sentences
+    predicted = predict(PredictConfig.of(model=str(run / "best"), data=str(test))).sentences
     gold = [tags for _, tags in test_sentences]
     assert f1_score(gold, [list(s.tags) for s in predicted], mode="strict", scheme=IOB2) == pytest.approx(best["f1"])
     for folder in ("best", "final"):
@@ -80,14 +80,14 @@ def test_stride_is_recorded_in_the_tagger_and_read_back_by_predict(tiny_bert_dir
     assert json.loads((tmp_path / "run" / "config.json").read_text())["config"]["stride"] == 3
     assert "| `--stride` | 3 |" in (best / "README.md").read_text()
     long = " ".join(["alice", "went", "to", "paris", "and", "the", "dog", "saw", "bob"] * 6)
-    asked = read_as_saved(PredictConfig(model=str(best), text=(long,)))
+    asked = read_as_saved(PredictConfig.of(model=str(best), text=(long,)))
     assert (asked.max_length, asked.stride) == (16, 3)  # predict reads in the windows it was trained in
-    assert len(predict(PredictConfig(model=str(best), text=(long,))).sentences[0].tags) == 54
+    assert len(predict(PredictConfig.of(model=str(best), text=(long,))).sentences[0].tags) == 54
     assert result.metrics["best_dev"]["n"] == sum(len(s[0]) for s in synthetic_sentences(4, 3, words=(20, 30)))
-    again = read_as_saved(FinetuneConfig(data=str(train), dev=str(dev), model=str(best), out=str(tmp_path / "t2")))
+    again = read_as_saved(FinetuneConfig.of(data=str(train), dev=str(dev), model=str(best), out=str(tmp_path / "t2")))
     assert (again.max_length, again.stride) == (16, 3)  # a tagger fine-tuned on from it reads in the same windows
     rows = write_tsv("rows.tsv", toy_rows, ("sentence", "label"))
-    text = read_as_saved(FinetuneConfig(data=str(rows), model=str(best), out=str(tmp_path / "t3")))
+    text = read_as_saved(FinetuneConfig.of(data=str(rows), model=str(best), out=str(tmp_path / "t3")))
     assert (text.max_length, text.stride) == (16, None)  # rows of text from its encoder: no tagger's --stride
 
 
@@ -109,5 +109,5 @@ def test_stride_on_rows_of_text_is_refused_and_stays_out_of_older_runs_resume_ke
 
     rows = write_tsv("rows.tsv", toy_rows, ("sentence", "label"))
     with pytest.raises(UserError, match=r"--stride applies to tagged data"):
-        FinetuneConfig(data=str(rows), out=str(tmp_path / "run"), stride=8)
-    assert "stride" not in resume_key(FinetuneConfig(data=str(rows), out=str(tmp_path / "run")), {})["config"]
+        FinetuneConfig.of(data=str(rows), out=str(tmp_path / "run"), stride=8)
+    assert "stride" not in resume_key(FinetuneConfig.of(data=str(rows), out=str(tmp_path / "run")), {})["config"]

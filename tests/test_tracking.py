@@ -33,7 +33,7 @@ def make_cfg(model: Path, files: tuple[Path, Path], out: Path, **overrides) -> F
     """A tiny run: 40 rows, batch 8 -> 5 optimizer steps per epoch, 2 epochs, dev evaluated at steps 5 and 10."""
     values = dict(model=str(model), data=str(files[0]), dev=str(files[1]), out=str(out), epochs=2, lr=5e-3,
                   batch_size=8, save_every=None, precision="fp32")
-    return FinetuneConfig(**{**values, **overrides})
+    return FinetuneConfig.of(**{**values, **overrides})
 
 
 def scalars(logdir: Path) -> dict[str, list[tuple[int, float]]]:
@@ -129,7 +129,7 @@ def test_a_killed_and_resumed_run_logs_the_steps_of_an_uninterrupted_one(tiny_be
 
 
 def test_a_sweep_logs_each_trial_as_its_own_run(tiny_bert_dir, toy_files, tmp_path):
-    cfg = SweepConfig(model=str(tiny_bert_dir), data=str(toy_files[0]), dev=str(toy_files[1]), out=str(tmp_path / "s"),
+    cfg = SweepConfig.of(model=str(tiny_bert_dir), data=str(toy_files[0]), dev=str(toy_files[1]), out=str(tmp_path / "s"),
                       epochs=1, batch_size=8, save_every=None, precision="fp32", grid=("lr=1e-3,5e-3",),
                       report_to=("tensorboard",), log_every=5)
     sweep(cfg, progress=False)
@@ -180,17 +180,17 @@ def test_a_tracker_that_fails_to_start_is_one_message_and_the_rerun_resumes(tiny
 
 
 def test_tracker_options_are_checked_and_stay_out_of_the_resume_key(tmp_path):
-    cfg = FinetuneConfig(data="x.tsv", out="o", report_to=("tensorboard,MLflow", "tensorboard"))
+    cfg = FinetuneConfig.of(data="x.tsv", out="o", report_to=("tensorboard,MLflow", "tensorboard"))
     assert cfg.trackers == ("tensorboard", "mlflow")
-    assert FinetuneConfig(data="x.tsv", out="o", report_to=("none",)).trackers == ()
+    assert FinetuneConfig.of(data="x.tsv", out="o", report_to=("none",)).trackers == ()
     with pytest.raises(UserError, match="--report-to neptune: not a tracker.*Valid: none, tensorboard"):
-        FinetuneConfig(data="x.tsv", out="o", report_to=("neptune",))
+        FinetuneConfig.of(data="x.tsv", out="o", report_to=("neptune",))
     with pytest.raises(UserError, match="--tracking-uri .* does not include mlflow"):
-        FinetuneConfig(data="x.tsv", out="o", tracking_uri="mlruns")
+        FinetuneConfig.of(data="x.tsv", out="o", tracking_uri="mlruns")
     with pytest.raises(UserError, match="--log-every"):
-        FinetuneConfig(data="x.tsv", out="o", log_every=0)
-    plain = FinetuneConfig(data="x.tsv", out="o")
-    tracked = FinetuneConfig(data="x.tsv", out="o", report_to=("mlflow",), tracking_uri="m", project="p", log_every=3)
+        FinetuneConfig.of(data="x.tsv", out="o", log_every=0)
+    plain = FinetuneConfig.of(data="x.tsv", out="o")
+    tracked = FinetuneConfig.of(data="x.tsv", out="o", report_to=("mlflow",), tracking_uri="m", project="p", log_every=3)
     assert resume_key(plain, {"train": "a"}) == resume_key(tracked, {"train": "a"})
 
 

@@ -99,7 +99,7 @@ def test_a_store_gives_its_states_apart_or_its_own_row(tiny_bert_dir, tagged, tm
     from bertkit.commands.embed import EmbedConfig, run
 
     train, dev = tagged
-    run(EmbedConfig(data=str(train), dev=str(dev), out=str(tmp_path / "all"), model=str(tiny_bert_dir),
+    run(EmbedConfig.of(data=str(train), dev=str(dev), out=str(tmp_path / "all"), model=str(tiny_bert_dir),
                     layers="all", precision="fp32"))
     store = open_word_store(tmp_path / "all" / "train")
     layers = word_layers.StoreLayers.of(store, 5)

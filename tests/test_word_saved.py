@@ -218,7 +218,7 @@ def test_predict_reads_words_in_the_precision_the_probe_records(tmp_path, tiny_b
                         "-1", "--no-baselines", "--precision", "bf16", "--out", str(out), "--quiet")
         assert fitted.exit_code == 0, fitted.output
         text = ("Anna met Bob in Paris",)
-        auto, fp32 = (run(PredictConfig(probe=str(out), text=text, precision=p)) for p in ("auto", "fp32"))
+        auto, fp32 = (run(PredictConfig.of(probe=str(out), text=text, precision=p)) for p in ("auto", "fp32"))
     finally:
         loading.cpu_supports_bf16.cache_clear()
     assert json.loads((out / "probe" / "probe.json").read_text())["compute"] == {"device": "cpu", "precision": "bf16"}

@@ -41,7 +41,7 @@ def tree_bytes(root: Path) -> dict[str, bytes]:
 def test_store_shapes_offsets_words_tags_and_settings(tiny_bert_dir, tagged, tmp_path):
     train, dev = tagged
     out = tmp_path / "store"
-    result = run(EmbedConfig(data=str(train), dev=str(dev), out=str(out), model=str(tiny_bert_dir), layers="all",
+    result = run(EmbedConfig.of(data=str(train), dev=str(dev), out=str(out), model=str(tiny_bert_dir), layers="all",
                              combine="concat", shard_size=5), progress=False)
     assert isinstance(result, EmbedResult) and isinstance(result.words, WordEmbedRun)
     assert [s.split for s in result.words.splits] == ["train", "dev"] and result.rows == 14
@@ -67,7 +67,7 @@ def test_vectors_equal_extract_word_features(tiny_bert_dir, tagged, tmp_path):
     train, _ = tagged
     out = tmp_path / "store"
     reading, layers = Reading.of_words("mean", 16, 4), word_pooling("-2,-1", "sum")
-    run(EmbedConfig(data=str(train), out=str(out), model=str(tiny_bert_dir), layers="-2,-1", combine="sum",
+    run(EmbedConfig.of(data=str(train), out=str(out), model=str(tiny_bert_dir), layers="-2,-1", combine="sum",
                     word_pool="mean", max_length=16, stride=4, shard_size=5, precision="fp32"),
         progress=False)  # fp32 as `extract_word_features` below (auto is bf16 where the CPU runs it natively)
     store = word_store.open_word_store(out)
@@ -170,7 +170,7 @@ def test_the_recorded_precision_is_the_one_computed(tiny_bert_dir, tagged, tmp_p
     stores = {}
     for precision in ("fp32", "bf16"):
         out = tmp_path / precision
-        result = run(EmbedConfig(data=str(train), out=str(out), model=str(tiny_bert_dir), precision=precision,
+        result = run(EmbedConfig.of(data=str(train), out=str(out), model=str(tiny_bert_dir), precision=precision,
                                  device="cpu"), progress=False)
         assert result.words.precision == precision
         stores[precision] = np.asarray(word_store.open_word_store(out).vectors)

@@ -58,6 +58,7 @@ from bertkit.options import (
     OUTPUT,
     RUN,
     advanced_options,
+    build,
     field_type,
     flag,
     flag_names,
@@ -294,7 +295,7 @@ def config_command(config_cls: type, name: str | None = None) -> Callable[[Calla
             values.pop("help_all", None)  # eager: it printed the help and exited, or was not given
             view = View(values.pop("quiet"), values.pop("json_output"), values.pop("recipe"))
             _setup_logging(view.quiet or view.json)
-            return fn(config_cls(**values), view)
+            return fn(build(config_cls, values), view)
 
         run.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
         run.__doc__ = fn.__doc__

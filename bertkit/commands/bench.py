@@ -16,7 +16,6 @@ finetune` on tagged data: dev entity F1, or word accuracy for plain tags).
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import tempfile
 import time
@@ -26,11 +25,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from bertkit.commands.registry import command_module, config_for_command
-from bertkit.data.options import WORD_TASKS, DataOptions, reads_tagged
+from bertkit.data.options import WORD_TASKS, DataOptions, config_problems, reads_tagged
 from bertkit.data.tagged import TaggedColumns, may_be_tagged, read_tagged_splits, tagged_sources
 from bertkit.data.tagged_splits import corpus_fingerprint
-from bertkit.data.tagscheme import TagSchemeOption
-from bertkit.encoding.reading import MaxLengthOption, Reading
+from bertkit.data.tagscheme import tag_scheme_option
+from bertkit.encoding.reading import Reading, max_length_option
 from bertkit.errors import UserError, raise_if_problems
 from bertkit.measure import quality
 from bertkit.measure.report import BenchReport, compute_claims, report_markdown
@@ -43,7 +42,20 @@ from bertkit.models.compute import (
 )
 from bertkit.models.metadata import read_as_saved, saved_reading
 from bertkit.models.preflight import DATA_FIELDS, check_inputs
-from bertkit.options import BENCH, DATA, MODEL, OUTPUT, flag, option, overwrite_option
+from bertkit.options import (
+    BENCH,
+    DATA,
+    MODEL,
+    OUTPUT,
+    Config,
+    all_fields,
+    config_dict,
+    flag,
+    group,
+    option,
+    overwrite_option,
+    value,
+)
 
 if TYPE_CHECKING:
     from bertkit.measure.timing import Clock
@@ -58,12 +70,12 @@ NOT_FOR_TAGS = ("text_pair_column", "test", "task_preset")
 
 
 @dataclass(frozen=True)
-class BenchConfig(TagSchemeOption, MaxLengthOption, DataOptions):
+class BenchConfig(Config):
     """`bertkit bench`: speed, size, memory and optional quality of several encoders, side by side."""
 
     # bench holds no dev set out itself: a --quality run's hold-out share goes in --quality-args (--dev-fraction)
     NOT_OPTIONS = ("dev_fraction",)
-    ADVANCED_OPTIONS = ("warmup", "min_iters", "min_seconds", "rounds", "threads", "trust_remote_code")
+    ADVANCED_OPTIONS = ("warmup", "min_iters", "min_seconds", "rounds", "threads", "trust_remote_code", "tag_scheme")
     HELP_OVERRIDES = {"data": "The data whose texts are timed (unless --dev is given), and the --quality runs' training "
                               "data: a .csv/.tsv/.txt/.json/.jsonl/.parquet file, or a hub dataset name; a tagged "
                               "corpus (.iob2, .conll, or --task tags) benchmarks the models as taggers.",
@@ -72,6 +84,9 @@ class BenchConfig(TagSchemeOption, MaxLengthOption, DataOptions):
 
     models: str | None = option(None, "Comma-separated hub ids or folders, e.g. "
                                 "distilbert-base-uncased,bert-base-uncased.", panel=MODEL)
+    inputs: DataOptions = group(DataOptions)
+    max_length: int | None = max_length_option()
+    tag_scheme: str = tag_scheme_option()
     preset: str | None = option(None, "distilbert-vs-bert: exact DistilBertConfig() vs BertConfig() shapes, random "
                                 "init, works offline.", panel=MODEL)
     random_init: bool = option(False, "Build --models from their configs with random weights (speed/size only).",
@@ -100,7 +115,7 @@ class BenchConfig(TagSchemeOption, MaxLengthOption, DataOptions):
                        panel=DATA, choices=WORD_TASKS)
 
     def __post_init__(self) -> None:
-        problems = self.data_problems()
+        problems = config_problems(self)
         if self.reads_words:
             problems += self.tag_problems()
         elif self.tag_scheme != "auto":
@@ -142,10 +157,10 @@ class BenchConfig(TagSchemeOption, MaxLengthOption, DataOptions):
                 problems.append(f"--task tags reads one tag per word, but {path} does not look like a tagged corpus. "
                                 f"Valid: a CoNLL-style column file, JSON lines or parquet with token and tag lists, or "
                                 f"a hub dataset. Pass such data, or drop --task tags to time rows of text.")
-        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        defaults = {f.name: f.default for f in all_fields(type(self))}
         problems += [f"{flag(name)} does not apply to tagged data (one tag per word): bench times its sentences as "
                      f"a tagger reads them. Drop {flag(name)}." for name in NOT_FOR_TAGS
-                     if getattr(self, name) not in (defaults[name], None, ())]
+                     if value(self, name) not in (defaults[name], None, ())]
         if self.quality_kinds and self.dev is None:
             problems.append("--quality on tagged data needs --dev (tagged dev data: the fine-tuned taggers are scored "
                             "there by entity F1); no dev split is held out of tagged data. Pass --dev dev.iob2.")
@@ -339,12 +354,12 @@ def run(cfg: BenchConfig) -> BenchResult:
     cfg = read_as_recorded_models(cfg)
     data = tagged_benchmark_data(cfg) if cfg.reads_words else None  # read and checked before torch is imported
     plan = rundir.inspect_run_dir(cfg.out or "runs/bench", "bench", overwrite=cfg.overwrite, inputs=ownership.input_paths(cfg),
-                                  compare=trail.config_compare(vars(cfg)))  # read-only; claimed once models are measured
+                                  compare=trail.config_compare(config_dict(cfg)))  # read-only; claimed once models are measured
     from bertkit import plots
 
     report = benchmark(cfg, quality_dir=lambda: plan.claim().path / "quality", data=data)
     run = plan.claim()
-    trail.write_run_config(run.path, "bench", vars(cfg), data_fingerprint=report["data_source"]["fingerprint"])
+    trail.write_run_config(run.path, "bench", config_dict(cfg), data_fingerprint=report["data_source"]["fingerprint"])
     report["outputs"] = {name: str(run.out / name) for name in ("bench.json", "bench.md", "bench.png")}
     plots.bench_bars(report, run.path / "bench.png")
     atomic.write_json_atomic(run.path / "bench.json", report)

@@ -10,7 +10,6 @@ DistilBERT paper's three claims as ratios with pass/fail.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 from dataclasses import dataclass
@@ -29,8 +28,8 @@ from bertkit.measure.distill_report import DistillReport, measure_teacher_studen
 from bertkit.models.compute import Compute
 from bertkit.models.metadata import is_tagger, read_as_saved, saved_tag_scheme
 from bertkit.models.preflight import DATA_FIELDS, check_inputs, check_model_limits
-from bertkit.options import flag
-from bertkit.training.options import DistillOptions, TagTrainingOptions
+from bertkit.options import all_fields, flag, replaced, value
+from bertkit.training.options import DistillOptions
 from bertkit.training.outcome import TrainingRun
 
 log = logging.getLogger(__name__)
@@ -42,12 +41,12 @@ NOT_FOR_TAGS = ("text_pair_column", "label_sep", "dev_fraction", "test", "task_p
 
 
 @dataclass(frozen=True)
-class DistillConfig(TagTrainingOptions, DistillOptions):
+class DistillConfig(DistillOptions):
     """`bertkit distill`: a smaller student trained on a fine-tuned teacher's soft targets (DistilBERT's recipe), with
     the fine-tuning loop's options, checkpoints and exact resume, and a teacher-vs-student report; a tagging teacher
     (fine-tuned on tagged data) gives a tagging student, compared by dev entity F1."""
 
-    READS_WORDS = True  # a tagging teacher's student learns on tagged data (`run` refuses it for other teachers)
+    # a tagging teacher's student learns on tagged data (READS_WORDS; `run` refuses it for other teachers)
 
 
 @dataclass(frozen=True)
@@ -78,7 +77,7 @@ def run(cfg: DistillConfig, *, progress: bool = True) -> DistillResult:
     check_model_limits(cfg.teacher, max_length=cfg.max_length)
     cfg = read_as_saved(cfg, cfg.teacher)  # the teacher read as it was trained; the student trained to read so too
     cfg, task = _tagging_task(cfg) if tags else _sentence_task(cfg)
-    default_layers = next(f.default for f in dataclasses.fields(cfg) if f.name == "student_layers")
+    default_layers = next(f.default for f in all_fields(type(cfg)) if f.name == "student_layers")
     if cfg.student and cfg.student_layers != default_layers:
         log.warning("--student-layers %d copies layers of the teacher; with --student %s the student is that encoder, "
                     "so it is ignored. Drop --student-layers.", cfg.student_layers, cfg.student)
@@ -153,8 +152,8 @@ def _tagging_problems(cfg: DistillConfig) -> list[str]:
     if cfg.dev is None:
         problems.append("Distilling a tagger needs --dev (tagged dev data: a file, or a split of the hub dataset "
                         "--data); no dev split is held out of tagged data. Pass --dev dev.iob2.")
-    defaults = {f.name: f.default for f in dataclasses.fields(cfg)}
-    given = [name for name in NOT_FOR_TAGS if getattr(cfg, name) != defaults[name]]
+    defaults = {f.name: f.default for f in all_fields(type(cfg))}
+    given = [name for name in NOT_FOR_TAGS if value(cfg, name) != defaults[name]]
     return problems + [f"{flag(name)} does not apply to distilling a tagger (--teacher {cfg.teacher} tags words). "
                        f"Drop {flag(name)}." for name in given]
 
@@ -166,7 +165,7 @@ def _in_the_teachers_shape(cfg: DistillConfig, shape: str) -> DistillConfig:
     if cfg.task != "auto":
         raise UserError(f"--task {cfg.task}: the teacher {cfg.teacher} is a {shape} model, and the student learns its "
                         f"outputs. Drop --task (the teacher's shape is used), or distil a {cfg.task} teacher.")
-    return dataclasses.replace(cfg, task=shape)
+    return replaced(cfg, task=shape)
 
 
 # ---------------------------------------------------------------- the report

@@ -4,7 +4,6 @@ barriers). Shards are tokenized ahead on a worker thread and written behind it."
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
@@ -12,15 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from bertkit import __version__
-from bertkit.data.options import WORD_TASKS, DataOptions, reads_tagged
-from bertkit.data.tagscheme import TagSchemeOption
-from bertkit.encoding.reading import LongTextOptions, Reading, WordPoolOption
+from bertkit.data.options import WORD_TASKS, DataOptions, config_problems, reads_tagged
+from bertkit.data.tagscheme import tag_scheme_option
+from bertkit.encoding.reading import LongTextOptions, Reading, word_pool_option
 from bertkit.errors import UserError, raise_if_problems
 from bertkit.features.settings import (
-    POOLS,
     STORE_DTYPES,
-    CombineOption,
     Pooling,
+    PoolingOptions,
     check_layers_exist,
     layers_problem,
 )
@@ -35,20 +33,20 @@ from bertkit.models.compute import (
 )
 from bertkit.models.metadata import read_as_saved
 from bertkit.models.preflight import check_inputs, check_model_limits
-from bertkit.options import DATA, MODEL, OUTPUT, option, overwrite_option
+from bertkit.options import DATA, MODEL, OUTPUT, Config, all_fields, group, option, overwrite_option, replaced
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class EmbedConfig(WordPoolOption, TagSchemeOption, CombineOption, LongTextOptions, DataOptions):
+class EmbedConfig(Config):
     """`bertkit embed`: pooled encoder features for every row, written to a sharded, resumable store."""
 
     # embed writes every row of every split it is given and makes no hold-out split, so these
     # DataOptions fields are not options of the command (nor valid recipe keys).
     NOT_OPTIONS = ("seed", "dev_fraction")
     REQUIRED_OPTIONS = ("data", "out")
-    ADVANCED_OPTIONS = ("stride", "shard_size", "trust_remote_code")
+    ADVANCED_OPTIONS = ("stride", "shard_size", "trust_remote_code", "tag_scheme")
     WORD_OPTIONS = ("data", "dev", "test", "text_column", "label_column", "task", "max_length", "stride", "model",
                     "layers", "combine", "batch_size", "precision", "device", "out", "overwrite", "shard_size",
                     "trust_remote_code", "word_pool", "tag_scheme", "data_config", "train_split")
@@ -57,15 +55,15 @@ class EmbedConfig(WordPoolOption, TagSchemeOption, CombineOption, LongTextOption
                       "test": "Test data (a file or a hub split), embedded into OUT/test."}
 
     model: str = option("minilm-offline", "Encoder: a hub id, a local folder, or `minilm-offline`.", panel=MODEL)
-    pool: str = option("cls", "Token pooling (mean/max ignore padding).", panel=MODEL, choices=POOLS)
-    layers: str = option("-1", "Hidden states to pool: -1 (last), a list like -4,-3,-2,-1 (0 = embeddings), last4 or "
-                         "all.", panel=MODEL)
+    inputs: DataOptions = group(DataOptions)
+    reading: LongTextOptions = group(LongTextOptions)
+    pooling: PoolingOptions = group(PoolingOptions)
+    word_pool: str | None = word_pool_option()
+    tag_scheme: str = tag_scheme_option()
     batch_size: str = option("auto", "Rows per batch, or auto (a padded-token budget from the model size).")
     precision: str = option("auto", INFERENCE_PRECISION_HELP, choices=INFERENCE_PRECISIONS, aliases=("--dtype",))
     store_dtype: str = option("float32", "Stored precision (float16 halves the disk).", panel=OUTPUT,
                               choices=STORE_DTYPES)
-    normalize: bool = option(False, "L2-normalise every feature vector (each layer's for --layers all).",
-                             panel=OUTPUT)
     shard_size: int = option(2048, "Rows per shard: the unit of streaming writes and of resume.", panel=OUTPUT,
                              above=0)
     device: str = option("auto", "cpu, cuda, cuda:N, mps or auto.")
@@ -78,15 +76,15 @@ class EmbedConfig(WordPoolOption, TagSchemeOption, CombineOption, LongTextOption
 
     def __post_init__(self) -> None:
         if self.reads_words:  # tagged data: the word path's own rules
-            raise_if_problems(self.data_problems() + word_options_problems(self))
+            raise_if_problems(config_problems(self) + word_options_problems(self))
             return
-        problems = self.data_problems()
-        if self.data is None:
+        problems = config_problems(self)
+        if self.inputs.data is None:
             problems.append("--data is required: the file (or hub dataset) whose rows to embed.")
         if not self.out:
             problems.append("--out is required: the directory the feature store is written to.")
-        problems += layers_problem(self.layers)
-        problems += self.long_text_problems()
+        problems += layers_problem(self.pooling.layers)
+        problems += self.reading.long_text_problems()
         if str(self.batch_size) != "auto" and (not str(self.batch_size).isdigit() or int(self.batch_size) <= 0):
             problems.append(f"--batch-size must be a positive integer or auto; got {self.batch_size!r}.")
         check_device(problems, self.device)
@@ -329,7 +327,7 @@ def export_embed_config(cfg: EmbedConfig) -> EmbedConfig:
         raise UserError(f"--device {cfg.device}: the ONNX export {cfg.model} runs on the CPU (onnxruntime's CPU "
                         "provider). Drop --device (or pass --device cpu), or embed with the PyTorch model folder.")
     baked = onnx.read_feature_options(cfg.model or "")
-    defaults = {f.name: f.default for f in dataclasses.fields(EmbedConfig) if f.name in baked}
+    defaults = {f.name: f.default for f in all_fields(EmbedConfig) if f.name in baked}
     conflicts = [f"--{name} {getattr(cfg, name)} (the export has {baked[name]})" for name in baked
                  if getattr(cfg, name) != defaults[name] and str(getattr(cfg, name)) != str(baked[name])]
     if conflicts:
@@ -338,7 +336,7 @@ def export_embed_config(cfg: EmbedConfig) -> EmbedConfig:
                         f"{' --normalize' if baked['normalize'] else ''}, baked into the graph, but this run asks for "
                         f"{'; '.join(conflicts)}. Drop those options (the export's are used), or export again with "
                         f"`bertkit export --kind features` and the options you want.")
-    return dataclasses.replace(cfg, **{k: v for k, v in baked.items() if k in defaults})
+    return replaced(cfg, **{k: v for k, v in baked.items() if k in defaults})
 
 
 def _manifest_common(cfg: EmbedConfig, model: _Encoder, label_map: Any) -> dict[str, Any]:

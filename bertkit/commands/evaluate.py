@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from bertkit.data.options import LabelOptions
+from bertkit.data.options import LabelOptions, config_problems
 from bertkit.data.tagged import TaggedColumns, read_tagged
 from bertkit.data.tagged_splits import corpus_fingerprint
 from bertkit.encoding.reading import LongTextOptions, Reading, max_length_help
@@ -23,7 +23,7 @@ from bertkit.models.metadata import (
     warn_if_foreign,
 )
 from bertkit.models.preflight import check_inputs
-from bertkit.options import MODEL, OUTPUT, config_dict, option, overwrite_option
+from bertkit.options import MODEL, OUTPUT, Config, config_dict, group, option, overwrite_option
 from bertkit.scoring.options import MetricOptions
 from bertkit.scoring.scores import Scores
 
@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class EvaluateConfig(LongTextOptions, MetricOptions, LabelOptions):
+class EvaluateConfig(Config):
     """`bertkit evaluate`: metrics of a fine-tuned model on labelled data."""
 
     # reads one --data file and makes no split: these DataOptions fields are not its options.
@@ -52,6 +52,9 @@ class EvaluateConfig(LongTextOptions, MetricOptions, LabelOptions):
                       "max_length": max_length_help("the model")}  # a fine-tuned model: no probe to record it
 
     model: str | None = option(None, "Fine-tuned model folder (e.g. runs/sst2/best).", panel=MODEL)
+    inputs: LabelOptions = group(LabelOptions)
+    reading: LongTextOptions = group(LongTextOptions)
+    metrics: MetricOptions = group(MetricOptions)
     out: str | None = option(None, "Run directory for metrics.json, predictions.csv and the confusion-matrix PNG.",
                              panel=OUTPUT)
     overwrite: bool = overwrite_option("an evaluate run")
@@ -59,12 +62,12 @@ class EvaluateConfig(LongTextOptions, MetricOptions, LabelOptions):
     precision: str = option("auto", INFERENCE_PRECISION_HELP, choices=INFERENCE_PRECISIONS, aliases=("--dtype",))
 
     def __post_init__(self) -> None:
-        problems = self.data_problems()
+        problems = config_problems(self)
         if self.model is None:
             problems.append("--model is required: a fine-tuned model folder (e.g. runs/sst2/best).")
-        if self.data is None:
+        if self.inputs.data is None:
             problems.append("--data is required: a labelled file (pass --label-column if it is not `label`).")
-        problems += self.long_text_problems()
+        problems += self.reading.long_text_problems()
         raise_if_problems(problems)
 
 

@@ -18,7 +18,6 @@ UserError gives the numbers and the fixes, unless --force.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 from dataclasses import dataclass
@@ -26,18 +25,31 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bertkit.data.gate_sentences import GateSentences, read_gate_sentences, run_dev_sentences
-from bertkit.data.options import LabelOptions
+from bertkit.data.options import LabelOptions, config_problems
 from bertkit.data.tagged import TaggedColumns
 from bertkit.encoding.reading import LongTextOptions, Reading
 from bertkit.errors import UserError, raise_if_problems
-from bertkit.features.settings import COMBINES, POOLS, Pooling, layers_problem
+from bertkit.features.settings import Pooling, PoolingOptions, layers_problem
 from bertkit.io import atomic, trail
 from bertkit.models.card import export_card_facts, write_model_card
 from bertkit.models.export_gate import GateReport, refusal_message
 from bertkit.models.folders import resolve_model_name
 from bertkit.models.metadata import is_tagger, read_as_saved
 from bertkit.models.preflight import check_inputs
-from bertkit.options import MODEL, OUTPUT, RUN, command_line, config_dict, option, overwrite_option
+from bertkit.options import (
+    MODEL,
+    OUTPUT,
+    RUN,
+    Config,
+    all_fields,
+    build,
+    command_line,
+    config_dict,
+    group,
+    option,
+    overwrite_option,
+    replaced,
+)
 from bertkit.scoring.table import SHAPE
 from bertkit.training.options import DistillOptions, FinetuneOptions
 
@@ -58,7 +70,7 @@ not refuse features that are otherwise the same."""
 
 
 @dataclass(frozen=True)
-class ExportConfig(LongTextOptions, LabelOptions):
+class ExportConfig(Config):
     """`bertkit export`: a fine-tuned classifier (logits) or an encoder (pooled features) to an ONNX folder,
     optionally int8, kept only when the accuracy gate against the PyTorch fp32 model passes."""
 
@@ -70,7 +82,11 @@ class ExportConfig(LongTextOptions, LabelOptions):
                               "them the metric before and after is reported; a tagger: a tagged file, or text with a "
                               "sentence per line). Default for a model saved by `bertkit finetune` (RUN/best, "
                               "RUN/final): that run's dev set.",
-                      "limit": "Run the gate on the first N rows only (quicker, less sure)."}
+                      "limit": "Run the gate on the first N rows only (quicker, less sure).",
+                      "pool": "Features: token pooling baked into the graph (as `embed --pool`).",
+                      "layers": "Features: hidden states to pool (as `embed --layers`).",
+                      "combine": "Features: how several --layers are combined (as `embed --combine`; default concat).",
+                      "normalize": "Features: L2-normalise the feature vectors inside the graph."}
 
     model: str | None = option(None, "What to export: a fine-tuned model folder (e.g. runs/sst2/best) or an encoder "
                                "(a folder, hub id, or `minilm-offline`).", panel=MODEL)
@@ -81,12 +97,9 @@ class ExportConfig(LongTextOptions, LabelOptions):
                        "folder has a trained classification head.", panel=MODEL, choices=EXPORT_KINDS)
     quantize: str = option("int8", "int8: onnxruntime dynamic int8 weights (smaller, faster on a CPU); none: fp32.",
                            panel=MODEL, choices=QUANTIZE)
-    pool: str = option("cls", "Features: token pooling baked into the graph (as `embed --pool`).", panel=MODEL,
-                       choices=POOLS)
-    layers: str = option("-1", "Features: hidden states to pool (as `embed --layers`).", panel=MODEL)
-    combine: str = option("concat", "Features: how several --layers are combined (as `embed --combine`).",
-                          panel=MODEL, choices=COMBINES)
-    normalize: bool = option(False, "Features: L2-normalise the feature vectors inside the graph.", panel=MODEL)
+    inputs: LabelOptions = group(LabelOptions)
+    reading: LongTextOptions = group(LongTextOptions)
+    pooling: PoolingOptions = group(PoolingOptions)
     batch_size: int = option(64, "Rows per gate batch (sorted by length).", above=0)
     min_agreement: float = option(0.99, "The least share of gate rows (a tagger: of words) whose label (tag) the export "
                                   "predicts as the PyTorch fp32 model does; below it nothing is kept (exit 2).",
@@ -102,7 +115,7 @@ class ExportConfig(LongTextOptions, LabelOptions):
     overwrite: bool = overwrite_option("an export", done="passed the gate")
 
     def __post_init__(self) -> None:
-        problems = self.data_problems()
+        problems = config_problems(self)
         if not self.model:
             problems.append("--model is required: a fine-tuned model folder (e.g. runs/sst2/best) or an encoder.")
         if not self.out:
@@ -113,8 +126,8 @@ class ExportConfig(LongTextOptions, LabelOptions):
             problems.append(f"--max-drop is a fall of a score between 0 and 1, at most 1; got {self.max_drop}.")
         if self.min_cosine > 1:
             problems.append(f"--min-cosine is a cosine similarity, at most 1; got {self.min_cosine}.")
-        problems += layers_problem(self.layers)
-        problems += self.long_text_problems()
+        problems += layers_problem(self.pooling.layers)
+        problems += self.reading.long_text_problems()
         raise_if_problems(problems)
 
     @property
@@ -270,7 +283,7 @@ features (gated by cosine)."""
 def applicable_config(cfg: ExportConfig, kind: str) -> ExportConfig:
     """`cfg` with the options `kind` ignores back at their defaults, after one warning for each one given, so the
     record and the card's Reproduce line hold only what made the export."""
-    defaults = {f.name: f.default for f in dataclasses.fields(ExportConfig) if f.name in NOT_FOR[kind]}
+    defaults = {f.name: f.default for f in all_fields(ExportConfig) if f.name in NOT_FOR[kind]}
     given = {name: getattr(cfg, name) for name in NOT_FOR[kind] if getattr(cfg, name) != defaults[name]}
     what = {"classifier": "a classifier (its graph ends in the trained head)", "features": "an encoder's features",
             "tagger": "a tagging model (its graph ends in per-piece logits)"}[kind]
@@ -279,7 +292,7 @@ def applicable_config(cfg: ExportConfig, kind: str) -> ExportConfig:
         other = {"max_drop": "tagger", "min_agreement": "classifier and tagger"}.get(name, "features")
         log.warning("%s does not apply to the export of %s and is ignored (it is an option of --kind %s exports). "
                     "Drop it.", flag, what, other)
-    return dataclasses.replace(cfg, **{name: defaults[name] for name in given}) if given else cfg
+    return replaced(cfg, **{name: defaults[name] for name in given}) if given else cfg
 
 
 def _features_fn(model: Any, spec: Pooling) -> Any:
@@ -353,8 +366,8 @@ def run_dev_set(cfg: ExportConfig, tagged: bool = False) -> Any:
         if tagged:
             dev = run_dev_sentences(config, cfg.limit)
         else:
-            known = {f.name for f in dataclasses.fields(RUN_CONFIGS[command])}  # finetune's tagging options: not here
-            dev = load_splits(RUN_CONFIGS[command](**{k: v for k, v in config.items() if k in known}),
+            known = {f.name for f in all_fields(RUN_CONFIGS[command])}  # an older record may hold more
+            dev = load_splits(build(RUN_CONFIGS[command], {k: v for k, v in config.items() if k in known}),
                               need_labels=True).dev
     except (TypeError, UserError) as exc:
         raise UserError(f"Could not read the dev set of the {command} run {folder.parent} ({str(exc)[:200]}). "

@@ -1,8 +1,9 @@
 """`bertkit finetune`: full fine-tuning of a BERT-style classifier (the McCormick recipe as an Accelerate loop:
 `bertkit.training.finetune`), resumable, on a CPU, one GPU (steps replayed as CUDA graphs) or several processes.
 
-The options are the training package's `FinetuneOptions` group, declared there once because the library builds
-them too (a sweep's trial, `training.space.finetune_config`) and distill and sweep extend them. The training loop
+The options are the training package's `FinetuneOptions`, its nested groups (data, reading, tagging, training,
+metrics, compute, tracking, output) declared there once because the library builds them too (a sweep's trial,
+`training.space.finetune_config`) and distill and sweep extend them. The training loop
 returns a typed `TrainingRun` (`bertkit.training.outcome`); this module owns the command around it: its config, the
 checks before torch is imported, the one resolution of --precision and of how texts are read (--max-length and
 --truncation: as the --model records them, else 128 and head), the run, and the `FinetuneResult` it reports."""
@@ -17,12 +18,13 @@ from bertkit.encoding.reading import Reading
 from bertkit.errors import raise_if_problems
 from bertkit.models.compute import Compute
 from bertkit.models.preflight import DATA_FIELDS, checked_as_saved
+from bertkit.training.options import FinetuneOptions
 from bertkit.training.outcome import EpochRow, Restored, RunSummary, TrainingRun
-from bertkit.training.tag_options import TAGGER_WORD_POOL, FinetuneRunOptions
+from bertkit.training.tag_options import TAGGER_WORD_POOL
 
 
 @dataclass(frozen=True)
-class FinetuneConfig(FinetuneRunOptions):
+class FinetuneConfig(FinetuneOptions):
     """`bertkit finetune`: full fine-tuning (batch 32, 3 epochs, warmup 0.1; --lr auto: chosen from the model's width,
     the BERT paper's 5e-5 for BERT-base, 1e-4 for MiniLM-L6); on tagged data (--task tags, or a CoNLL-style --data) a
     tagger: one tag per word, best/ by dev entity F1 (strict seqeval) or word accuracy for plain tags."""

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bertkit.data.options import DataOptions, blank_text_problems
+from bertkit.data.options import DataOptions, blank_text_problems, config_problems
 from bertkit.data.tagged import TaggedColumns
 from bertkit.data.word_lines import file_sentences, text_sentence, words_problems, words_sentence
 from bertkit.encoding.reading import LongTextOptions, Reading
@@ -20,7 +20,7 @@ from bertkit.features.settings import Pooling
 from bertkit.models.compute import INFERENCE_PRECISION_HELP, INFERENCE_PRECISIONS, Compute
 from bertkit.models.metadata import is_tagger, read_as_saved, read_model_info
 from bertkit.models.preflight import check_inputs, check_model_limits
-from bertkit.options import DATA, MODEL, OUTPUT, option
+from bertkit.options import DATA, MODEL, OUTPUT, Config, group, option
 from bertkit.recipes import recipe_path
 from bertkit.scoring.word_outputs import word_out_problems
 from bertkit.scoring.word_tags import AGGREGATIONS
@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class PredictConfig(LongTextOptions, DataOptions):
+class PredictConfig(Config):
     """`bertkit predict`: labels and probabilities from a fine-tuned model (or a saved probe)."""
 
     # reads one --data file (or --text) and makes no split: these DataOptions fields are not its options.
@@ -52,6 +52,8 @@ class PredictConfig(LongTextOptions, DataOptions):
 
     model: str | None = option(None, "Fine-tuned model folder (e.g. runs/sst2/best).", panel=MODEL)
     probe: str | None = option(None, "A probe saved by `bertkit probe` (instead of --model).", panel=MODEL)
+    inputs: DataOptions = group(DataOptions)
+    reading: LongTextOptions = group(LongTextOptions)
     text: tuple[str, ...] = option((), "A sentence to classify (repeatable), instead of --data. With a word probe or "
                                    "a tagging model: tagged word by word (split on whitespace; spans point into it as "
                                    "given).",
@@ -72,16 +74,17 @@ class PredictConfig(LongTextOptions, DataOptions):
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "text", tuple(self.text or ()))
-        problems = self.data_problems()
+        problems = config_problems(self)
         if (self.model is None) == (self.probe is None):
             problems.append("Give exactly one of --model (a fine-tuned folder) or --probe (a saved probe).")
-        if bool(self.text) + (self.data is not None) + (self.words is not None) != 1:
+        if bool(self.text) + (self.inputs.data is not None) + (self.words is not None) != 1:
             problems.append("Give exactly one of --text (repeatable), --words (a JSON list of words, word probes) or "
                             "--data (a file to label).")
         problems += words_problems(self.words) if self.words is not None else []
         problems += blank_text_problems(self.text)
-        problems += self.long_text_problems()
-        if self.probe is not None and (self.long_text or Reading.long_text, self.truncation or Reading.truncation) != (
+        problems += self.reading.long_text_problems()
+        if self.probe is not None and (self.reading.long_text or Reading.long_text,
+                                       self.reading.truncation or Reading.truncation) != (
                 Reading.long_text, Reading.truncation):
             problems.append("--long-text chunk and --truncation tail/head+tail work with --model; a saved --probe "
                             "reads texts as its features were extracted (the settings saved with it). Drop them, or "

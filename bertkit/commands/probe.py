@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
 import math
@@ -13,19 +12,32 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bertkit.data.options import WORD_TASK, TaskOptions, reads_tagged
+from bertkit.data.options import WORD_TASK, TaskOptions, config_problems, reads_tagged
 from bertkit.data.tagged import TaggedColumns, is_file_value, may_be_tagged, tagged_sources
-from bertkit.data.tagscheme import TagSchemeOption
-from bertkit.encoding.reading import LongTextOptions, Reading, WordPoolOption
+from bertkit.data.tagscheme import tag_scheme_option
+from bertkit.encoding.reading import LongTextOptions, Reading, word_pool_option
 from bertkit.errors import UserError, raise_if_problems
-from bertkit.features.settings import POOLS, CombineOption, layers_problem
+from bertkit.features.settings import POOLS, combine_option, layers_problem
 from bertkit.features.word_store import word_store_splits
 from bertkit.features.words import word_settings_problems
 from bertkit.models.compute import INFERENCE_PRECISION_HELP, INFERENCE_PRECISIONS, TRUST_HELP, Compute
 from bertkit.models.folders import OFFLINE_NAME
 from bertkit.models.metadata import read_as_saved
 from bertkit.models.preflight import check_inputs
-from bertkit.options import DATA, MODEL, OUTPUT, PROBE, config_dict, flag, option, overwrite_option
+from bertkit.options import (
+    DATA,
+    MODEL,
+    OUTPUT,
+    PROBE,
+    Config,
+    all_fields,
+    config_dict,
+    flag,
+    group,
+    option,
+    overwrite_option,
+    value,
+)
 from bertkit.probe.records import (
     Baselines,
     BestCell,
@@ -45,12 +57,11 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class ProbeConfig(WordPoolOption, TagSchemeOption, CombineOption, LongTextOptions, MetricOptions, TaskOptions):
+class ProbeConfig(Config):
     """`bertkit probe`: linear probes on frozen features, per pooling and layer, with baselines: logistic regression
     (one label), one-vs-rest logistic regression (tags) or ridge regression (numbers)."""
 
-    ADVANCED_OPTIONS = ("stride", "trust_remote_code")
-    READS_WORDS = True
+    ADVANCED_OPTIONS = ("stride", "trust_remote_code", "tag_scheme")
     WORD_OPTIONS = ("data", "dev", "text_column", "label_column", "task", "seed", "max_length", "stride", "model",
                     "layers", "batch_size", "precision", "C", "baselines", "out", "overwrite", "trust_remote_code",
                     "word_pool", "combine", "tag_scheme", "encoding", "cache_dir", "limit", "data_config", "train_split")
@@ -63,6 +74,12 @@ class ProbeConfig(WordPoolOption, TagSchemeOption, CombineOption, LongTextOption
                                   "store (embed on tagged data, with --dev) probes its words.", panel=DATA)
     model: str | None = option(None, "Encoder for on-the-fly features (default minilm-offline); with --features it "
                                "must match the store.", panel=MODEL)
+    inputs: TaskOptions = group(TaskOptions)
+    reading: LongTextOptions = group(LongTextOptions)
+    metrics: MetricOptions = group(MetricOptions)
+    word_pool: str | None = word_pool_option()
+    tag_scheme: str = tag_scheme_option()
+    combine: str | None = combine_option()
     pool: str | None = option(None, "Poolings to compare: cls, mean, max, comma-separated. Default with --data: cls "
                               "plus the pooling the model was trained with (its sentence-transformers folder's: mean "
                               "for minilm-offline); with --features: the store's.", panel=MODEL)
@@ -96,18 +113,18 @@ class ProbeConfig(WordPoolOption, TagSchemeOption, CombineOption, LongTextOption
 
     def __post_init__(self) -> None:
         if self.reads_words:  # the data options' own rules first: they also fill unset lists
-            raise_if_problems(self.data_problems() + self.word_problems())
+            raise_if_problems(config_problems(self) + self.word_problems())
             return
-        problems = self.data_problems()
-        if (self.features is None) == (self.data is None):
+        problems = config_problems(self)
+        if (self.features is None) == (self.inputs.data is None):
             problems.append("Give exactly one of --features (a `bertkit embed` store) or --data (text to extract from).")
-        problems += self.long_text_problems()
+        problems += self.reading.long_text_problems()
         problems += [f"--pool must be one of {', '.join(POOLS)}; got {pool!r}." for pool in self.pools
                      if pool not in POOLS]
         if len(set(self.pools)) != len(self.pools) or not self.pools:
             problems.append(f"--pool must list distinct poolings (cls, mean, max), e.g. cls,mean; got {self.pool!r}.")
         problems += layers_problem(self.layers)
-        problems += self.task_problems()
+        problems += self.inputs.task_problems(reads_words=True)
         if self.features is not None and (self.task in ("multi_label", "regression") or self.label_sep is not None):
             problems.append("--features stores hold one class per row; probe tags or numbers from the text with --data "
                             "(and --task / --label-sep).")
@@ -161,9 +178,9 @@ class ProbeConfig(WordPoolOption, TagSchemeOption, CombineOption, LongTextOption
                                 f"line, TAB-separated, a blank line between sentences; space-separated ones named "
                                 f".conll/.iob2), JSON lines or parquet with token and tag lists, or a hub dataset. "
                                 f"Pass such data, or drop --task tags to probe sentences.")
-        defaults = {f.name: f.default for f in dataclasses.fields(self)}
-        given = [f for f in defaults if f not in self.WORD_OPTIONS and getattr(self, f) != defaults[f]
-                 and (getattr(self, f) or defaults[f])]  # an empty list given for an empty tuple is not given
+        defaults = {f.name: f.default for f in all_fields(type(self))}
+        given = [f for f in defaults if f not in self.WORD_OPTIONS and value(self, f) != defaults[f]
+                 and (value(self, f) or defaults[f])]  # an empty list given for an empty tuple is not given
         problems += [f"{flag(name)} does not apply to word probes (tagged data): they take {', '.join(flag(o) for o in self.WORD_OPTIONS[1:])}. Drop {flag(name)}." for name in given]
         return problems + word_settings_problems(self, self.layers)
 

@@ -7,11 +7,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bertkit.errors import raise_if_problems
-from bertkit.options import MODEL, OUTPUT, option
+from bertkit.options import MODEL, OUTPUT, Config, option
 
 
 @dataclass(frozen=True)
-class PushConfig:
+class PushConfig(Config):
     """`bertkit push`: upload a saved model folder (with its model card) to the Hugging Face hub."""
 
     REQUIRED_OPTIONS = ("model", "repo_id")

@@ -7,36 +7,38 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from bertkit.data.options import DataOptions
-from bertkit.encoding.reading import MaxLengthOption
+from bertkit.data.options import DataOptions, config_problems
+from bertkit.encoding.reading import max_length_option
 from bertkit.errors import raise_if_problems
 from bertkit.models.compute import TRUST_HELP
 from bertkit.models.metadata import read_as_saved
 from bertkit.models.preflight import check_inputs
-from bertkit.options import DATA, MODEL, OUTPUT, option, overwrite_option
+from bertkit.options import DATA, MODEL, OUTPUT, Config, config_dict, group, option, overwrite_option
 
 if TYPE_CHECKING:
     from bertkit.encoding.report import LengthReport, SentenceTokens
 
 
 @dataclass(frozen=True)
-class TokensConfig(MaxLengthOption, DataOptions):
+class TokensConfig(Config):
     """`bertkit tokens`: how a tokenizer sees a sentence, or the token-length profile of a dataset."""
 
     ADVANCED_OPTIONS = ("trust_remote_code",)
 
     model: str = option("minilm-offline", "Model (tokenizer): a hub id, a local folder, or `minilm-offline`.",
                         panel=MODEL)
+    inputs: DataOptions = group(DataOptions)
     text: str | None = option(None, "A sentence to show token by token (instead of --data).", panel=DATA)
     text_pair: str | None = option(None, "Second sentence, encoded as a pair with --text.", panel=DATA)
+    max_length: int | None = max_length_option()
     batch_size: int = option(32, "Batch size for the padding-waste estimate.", above=0)
     out: str | None = option(None, "Run directory for tokens.json and the histogram PNG.", panel=OUTPUT)
     overwrite: bool = overwrite_option("a tokens run")
     trust_remote_code: bool = option(False, TRUST_HELP, panel=MODEL)
 
     def __post_init__(self) -> None:
-        problems = self.data_problems()
-        if (self.text is None) == (self.data is None):
+        problems = config_problems(self)
+        if (self.text is None) == (self.inputs.data is None):
             problems.append("Give exactly one of --text (a sentence) or --data (a dataset).")
         if self.text_pair is not None and self.text is None:
             problems.append("--text-pair needs --text.")
@@ -87,7 +89,7 @@ def run(cfg: TokensConfig) -> TokensResult:
         from bertkit.io import ownership, rundir, trail
 
         if cfg.out:
-            rundir.inspect_run_dir(cfg.out, "tokens", overwrite=cfg.overwrite, compare=trail.config_compare(vars(cfg)),
+            rundir.inspect_run_dir(cfg.out, "tokens", overwrite=cfg.overwrite, compare=trail.config_compare(config_dict(cfg)),
                                    inputs=ownership.input_paths(cfg))
         check_inputs(cfg, need_labels=cfg.label_column is not None)
     from bertkit.models import loading
@@ -107,7 +109,7 @@ def _length_reports(tokenizer: Any, cfg: TokensConfig) -> TokensResult:
     from bertkit.io import atomic, ownership, rundir, trail
     from bertkit.models import loading
 
-    plan = rundir.inspect_run_dir(cfg.out, "tokens", overwrite=cfg.overwrite, compare=trail.config_compare(vars(cfg)),
+    plan = rundir.inspect_run_dir(cfg.out, "tokens", overwrite=cfg.overwrite, compare=trail.config_compare(config_dict(cfg)),
                                   inputs=ownership.input_paths(cfg)) if cfg.out else None  # read-only, early
     model_config = loading.load_config(cfg.model, cfg.trust_remote_code)
     limit = loading.model_max_length(tokenizer, model_config)
@@ -121,7 +123,7 @@ def _length_reports(tokenizer: Any, cfg: TokensConfig) -> TokensResult:
                           notes=notes)
     if plan is not None:
         run_dir = plan.claim()
-        trail.write_run_config(run_dir.path, "tokens", vars(cfg),
+        trail.write_run_config(run_dir.path, "tokens", config_dict(cfg),
                                data_fingerprints={name: ds.fingerprint for name, ds in named})
         atomic.write_json_atomic(run_dir.path / "tokens.json", {"model": cfg.model, "max_length": cfg.max_length,
                                                                 "model_limit": limit, "splits": result.splits})

@@ -1,13 +1,14 @@
-"""The options of every command that reads a dataset: where the data comes from, which columns to use, how a
-dev set is held out, and --task-preset (which fills the options left unset); how labels are read (`LabelOptions`)
-and the problem shape with its multi-label threshold (`TaskOptions`)."""
+"""The data group of every command that reads a dataset (`inputs: DataOptions = group(DataOptions)`): where the data
+comes from, which columns to use, how a dev set is held out, and --task-preset (which fills the options left unset);
+with how labels are read (`LabelOptions`) and the problem shape with its multi-label threshold (`TaskOptions`).
+`config_problems` is the first check of every command's config: the preset, then every option's declaration."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from bertkit.data.cachedir import cache_in_out_problem
 from bertkit.data.cells import is_blank_text
@@ -15,16 +16,17 @@ from bertkit.data.labels import TASKS as SHAPE_NAMES
 from bertkit.data.presets import NO_PRESET, PresetFill, apply_preset
 from bertkit.data.sources import HEADER_MODES
 from bertkit.data.tagged import TAGGED_SUFFIXES, is_file_value, is_tagged_file, is_tagged_hub
-from bertkit.options import DATA, RUN, field_problems, field_type, option
+from bertkit.options import DATA, RUN, field_problems, option, value
 
 
 @dataclass(frozen=True)
 class DataOptions:
-    """Where the data comes from and which columns to use; shared by every command that reads a dataset."""
+    """Where the data comes from and which columns to use: the data group of every command that reads a dataset."""
 
     ADVANCED_OPTIONS = ("data_config", "train_split", "encoding", "header", "dev_fraction", "cache_dir")
     preset_fill: ClassVar[PresetFill] = NO_PRESET
-    """Which options --task-preset set (not a field: `apply_preset` records it on the instance, in `data_problems`)."""
+    """Which options --task-preset set (not a field: `apply_preset` records it on the instance, in
+    `config_problems`)."""
 
     data: str | None = option(None, "Training (or only) data: a .csv/.tsv/.txt/.json/.jsonl/.parquet file, or a hub "
                               "dataset name.", panel=DATA)
@@ -53,19 +55,24 @@ class DataOptions:
                                      "metrics that no flag or recipe sets.", panel=DATA)
 
     def data_problems(self) -> list[str]:
-        """The option-level problems plus the data options' own rules (a --task-preset fills unset options first)."""
-        for f in fields(self):  # a repeatable option not given arrives from the CLI as None
-            if getattr(self, f.name) is None and f.default == () and field_type(f)[0] is tuple:
-                object.__setattr__(self, f.name, ())
-        problems = apply_preset(self)
-        problems += field_problems(self)
-        cache_problem = cache_in_out_problem(self.cache_dir, getattr(self, "out", None))  # commands with a run dir
-        if cache_problem:
-            problems.append(cache_problem)
+        """The data options' own rules (once the declarations were checked: `config_problems`)."""
         fraction = self.dev_fraction
         if isinstance(fraction, float) and math.isfinite(fraction) and not 0.0 < fraction < 1.0:
-            problems.append(f"--dev-fraction must be between 0 and 1 (exclusive); got {fraction}.")
-        return problems
+            return [f"--dev-fraction must be between 0 and 1 (exclusive); got {fraction}."]
+        return []
+
+
+def config_problems(config: Any) -> list[str]:
+    """The first checks of a command's config: its --task-preset fills the options left unset, every option is
+    checked against its declaration (`options.field_problems`), then the data group's own rules and where the
+    cache is against the run directory."""
+    problems = apply_preset(config)
+    problems += field_problems(config)
+    cache_problem = cache_in_out_problem(value(config, "cache_dir", None), value(config, "out", None))
+    if cache_problem:
+        problems.append(cache_problem)
+    inputs = getattr(config, "inputs", None)
+    return problems + (inputs.data_problems() if inputs is not None else [])
 
 
 WORD_TASK = "tags"
@@ -145,8 +152,6 @@ class TaskOptions(LabelOptions):
     every shape (finetune, probe)."""
 
     ADVANCED_OPTIONS = ("threshold",)
-    READS_WORDS: ClassVar[bool] = False
-    """Whether the command reads tagged corpora (--task tags); the others refuse it."""
 
     task: str = option("auto", "Problem shape. auto: tag lists, --label-sep or several label columns -> multi_label; "
                        "numbers with fractions -> regression; else single_label. tags: one tag per word (a CoNLL-style "
@@ -156,11 +161,12 @@ class TaskOptions(LabelOptions):
                             "(one threshold, best dev micro-F1) or tune-per-label (one per label, best dev F1).",
                             numbers=True)
 
-    def task_problems(self) -> list[str]:
-        """--threshold in (0, 1) or a tuning mode; --label-sep only where tags are read."""
+    def task_problems(self, reads_words: bool) -> list[str]:
+        """--threshold in (0, 1) or a tuning mode; --label-sep only where tags are read; tagged data only for a
+        command that `reads_words` (the others refuse it)."""
         problems = threshold_problems(self.threshold)
         tagged_file = self.task == "auto" and isinstance(self.data, str) and is_local_tagged_file(self.data)
-        if (self.task == WORD_TASK or tagged_file) and not self.READS_WORDS:
+        if (self.task == WORD_TASK or tagged_file) and not reads_words:
             problems.append("Tagged data (one tag per word: --task tags, or a .iob2/.conll file) is read by the "
                             "commands that learn or score a tag per word (`bertkit finetune`, `sweep`, `distill`, "
                             "`probe`, `embed`, `bench`; `evaluate` and `export` with a tagging model); this one reads "

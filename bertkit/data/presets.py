@@ -7,11 +7,11 @@ list), so the precedence is: explicit flag > recipe > preset > default.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 from bertkit.data.sources import is_local_source
-from bertkit.options import option_fields
+from bertkit.options import holder, option_fields, set_value, value
 
 HUB_DATASET = "nyu-mll/glue"
 HUB_NAMES = (HUB_DATASET, "glue")
@@ -95,26 +95,28 @@ def is_unset(value: Any) -> bool:
 
 
 def apply_preset(config: Any) -> list[str]:
-    """Fill the unset options of a config from its --task-preset, in place (configs are frozen: this runs in
-    `__post_init__`), and record which options hold the preset's values as `config.preset_fill` (a `PresetFill`);
-    the problems found (an unknown preset name)."""
-    name = getattr(config, "task_preset", None)
+    """Fill the unset options of a config (its groups' included) from its --task-preset, in place (configs are
+    frozen: this runs in `__post_init__`), and record which options hold the preset's values as the data group's
+    `preset_fill` (a `PresetFill`); the problems found (an unknown preset name)."""
+    name = value(config, "task_preset", None)
+    if name is None and not hasattr(config, "inputs"):
+        return []  # a command that reads no dataset
+    inputs = holder(config, "task_preset")
     preset = find_preset(name) if name is not None else None
     if preset is None:
-        object.__setattr__(config, "preset_fill", NO_PRESET)
+        object.__setattr__(inputs, "preset_fill", NO_PRESET)
         return [] if name is None else [f"--task-preset must be one of {', '.join(PRESET_NAMES)}; got {name!r}."]
-    values = preset_values(preset, config.data, text_given=bool(getattr(config, "text", None)))
+    values = preset_values(preset, value(config, "data"), text_given=bool(value(config, "text", None)))
     options = {f.name for f in option_fields(type(config))} - set(getattr(config, "NO_PRESET", ()))
-    by_name = {f.name: f for f in fields(config)}
-    for key, value in values.items():
-        if key in options and key in by_name and value is not None and is_unset(getattr(config, key)):
-            object.__setattr__(config, key, value)
-    object.__setattr__(config, "preset_fill", PresetFill(f"glue/{preset.task}", _holding(config, values)))
+    for key, filled in values.items():
+        if key in options and filled is not None and is_unset(value(config, key)):
+            set_value(config, key, filled)
+    object.__setattr__(inputs, "preset_fill", PresetFill(f"glue/{preset.task}", _holding(config, values)))
     return []
 
 
 def _holding(config: Any, values: dict[str, Any]) -> frozenset[str]:
     """The options of `config` that hold their preset value: those just filled, and those a copy of a filled config
-    (`dataclasses.replace` runs `__post_init__` again, on values no longer unset) or the user gave alike."""
-    return frozenset(key for key, value in values.items()
-                     if value is not None and str(getattr(config, key, None)) == str(value))
+    (`options.replaced` runs `__post_init__` again, on values no longer unset) or the user gave alike."""
+    return frozenset(key for key, filled in values.items()
+                     if filled is not None and str(value(config, key, None)) == str(filled))

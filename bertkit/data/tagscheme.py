@@ -1,7 +1,7 @@
 """Tag schemes of tagged corpora: which one a file's tags follow (`detect_scheme`), IOB1 rewritten as IOB2
 (`to_iob2`: CoNLL-2003 ships IOB1, and strict entity scoring needs every entity to open with B-), the settings
 object the reading records (`TagScheme`), so scoring reads entities the way the file meant them, and --tag-scheme,
-the option it is built from (`TagSchemeOption`)."""
+the option it is built from (`tag_scheme_option`)."""
 
 from __future__ import annotations
 
@@ -23,14 +23,12 @@ ENTITY_TAG = re.compile(r"^([BIESLU])[-_](.+)$")
 OUTSIDE = "O"
 
 
-@dataclass(frozen=True)
-class TagSchemeOption:
-    """--tag-scheme, declared here once for every command that reads tagged data (`bertkit embed`, `bertkit probe`):
-    the scheme `data.tagged.TaggedColumns` reads the tags in, resolved to the `TagScheme` a corpus records."""
-
-    ADVANCED_OPTIONS = ("tag_scheme",)
-    tag_scheme: str = option("auto", "Tagged data: the tags' scheme (IOB1 is read as IOB2; none: plain labels such as "
-                             "POS, scored by token accuracy). auto detects it.", panel=DATA, choices=SCHEMES)
+def tag_scheme_option() -> Any:
+    """--tag-scheme, declared here once for every command that reads tagged data (`bertkit embed`, `bertkit probe`,
+    `bertkit finetune`, `bertkit bench`): the scheme `data.tagged.TaggedColumns` reads the tags in, resolved to the
+    `TagScheme` a corpus records."""
+    return option("auto", "Tagged data: the tags' scheme (IOB1 is read as IOB2; none: plain labels such as POS, scored "
+                  "by token accuracy). auto detects it.", panel=DATA, choices=SCHEMES)
 
 
 @dataclass(frozen=True)

@@ -1,17 +1,16 @@
-"""How texts are read into token ids, as options (`ReadingOptions`, `LongTextOptions`: the flags of every command
-that runs a model on text, --max-length declared once in `MaxLengthOption`; `WordPoolOption`: --word-pool of the
-commands that read tagged data) and as the one settings object those options resolve to, the library takes and
-artifacts record (`Reading`: window, cut or windows, stride, and for sentences given as words the word pooling)."""
+"""How texts are read into token ids, as an option group (`ReadingOptions`, `LongTextOptions`: the `reading` group of
+every command that runs a model on text; --max-length declared once in `max_length_option`, --word-pool in
+`word_pool_option`) and as the one settings object those options resolve to, the library takes and artifacts record
+(`Reading`: window, cut or windows, stride, and for sentences given as words the word pooling)."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from dataclasses import dataclass
 from typing import Any
 
 from bertkit.encoding.longtext import LONG_TEXT_MODES, TRUNCATIONS, default_stride
-from bertkit.options import MODEL, option
+from bertkit.options import MODEL, all_fields, option, replaced
 
 log = logging.getLogger(__name__)
 
@@ -31,18 +30,19 @@ def max_length_help(reads: str = "the model (or probe, export)") -> str:
     return f"Truncate inputs to this many tokens. Default: as {reads} records it, else {DEFAULT_MAX_LENGTH}."
 
 
-@dataclass(frozen=True)
-class MaxLengthOption:
+def max_length_option() -> Any:
     """--max-length, declared here once with one meaning for every command that reads text: unset (None), it is what
-    the model (probe, export) read records (`read_as_recorded`), else `DEFAULT_MAX_LENGTH`."""
-
-    max_length: int | None = option(None, max_length_help(), panel=MODEL, above=0)
+    the model (probe, export) read records (`read_as_recorded`), else `DEFAULT_MAX_LENGTH`. (A field: in the reading
+    group, or a command's own where it is the only reading option, as in `tokens` and `bench`.)"""
+    return option(None, max_length_help(), panel=MODEL, above=0)
 
 
 @dataclass(frozen=True)
-class ReadingOptions(MaxLengthOption):
-    """The window and which tokens of an over-long text it keeps: every command that runs a model on text."""
+class ReadingOptions:
+    """The window and which tokens of an over-long text it keeps: the reading group of every command that runs a
+    model on text."""
 
+    max_length: int | None = max_length_option()
     truncation: str | None = option(None, "Which tokens a text longer than --max-length keeps: head (the first), tail "
                                     "(the last), head+tail (the first quarter and the last three quarters of the "
                                     "budget; Sun et al. 2019). Default: as the model was trained, else head.",
@@ -76,14 +76,11 @@ class LongTextOptions(ReadingOptions):
         return []
 
 
-@dataclass(frozen=True)
-class WordPoolOption:
+def word_pool_option() -> Any:
     """--word-pool, declared here once for every command that reads tagged data (`bertkit embed`, `bertkit probe`):
     unset (None), the word path reads `WORD_POOLS[0]` (`Reading.of_words`); the sentence path refuses it."""
-
-    word_pool: str | None = option(None, "Tagged data: a word's vector from its word pieces: first (default, BERT's NER "
-                                   "choice), last, first_last (concatenated) or mean.", panel=MODEL,
-                                   choices=WORD_POOLS)
+    return option(None, "Tagged data: a word's vector from its word pieces: first (default, BERT's NER choice), last, "
+                  "first_last (concatenated) or mean.", panel=MODEL, choices=WORD_POOLS)
 
 
 @dataclass(frozen=True)
@@ -215,10 +212,10 @@ class Reading:
 
     def applied_to(self, cfg: Any) -> Any:
         """`cfg` with this reading's values in its reading options (the resolved config a command runs with)."""
-        names = {f.name for f in dataclasses.fields(cfg)}
+        names = {f.name for f in all_fields(type(cfg))}
         if "long_text" not in names and not getattr(cfg, "reads_words", False):
             names.discard("stride")  # finetune on rows of text: --stride is a tagger's option, not read from a record
-        return dataclasses.replace(cfg, **{k: v for k, v in self.to_json().items() if k in names})
+        return replaced(cfg, **{k: v for k, v in self.to_json().items() if k in names})
 
     def over_record(self, cfg: Any, recorded: Reading | None, what: str) -> tuple[Reading, list[str]]:
         """The reading to run `what` with: each of `cfg`'s reading options that is set wins (a note says so where it

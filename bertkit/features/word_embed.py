@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,7 @@ from bertkit.encoding.words import pieces_per_word
 from bertkit.features.settings import Pooling
 from bertkit.features.words import check_fits_model, encode_word_chunk, word_pooling, word_settings_problems
 from bertkit.models.compute import Compute, check_device
-from bertkit.options import flag
+from bertkit.options import all_fields, flag
 
 log = logging.getLogger(__name__)
 
@@ -233,7 +233,7 @@ def word_options_problems(cfg: Any) -> list[str]:
     option the word path does not read (`cfg.WORD_OPTIONS`), and no int8 (word vectors are read in float)."""
     problems = [] if cfg.data else ["--data is required: the tagged file whose words to embed."]
     problems += [] if cfg.out else ["--out is required: the directory the word store is written to."]
-    given = [f.name for f in fields(cfg) if f.name not in cfg.WORD_OPTIONS and getattr(cfg, f.name) != f.default
+    given = [f.name for f in all_fields(type(cfg)) if f.name not in cfg.WORD_OPTIONS and getattr(cfg, f.name) != f.default
              and (getattr(cfg, f.name) or f.default)]  # an empty list given for an empty tuple is not given
     problems += [f"{flag(name)} does not apply to tagged data (a word store); it takes "
                  f"{', '.join(flag(o) for o in cfg.WORD_OPTIONS)}. Drop {flag(name)}." for name in given]

@@ -27,8 +27,8 @@ from typing import Any
 from bertkit.data.options import WORD_TASK as TAGS
 from bertkit.data.options import DataOptions
 from bertkit.errors import UserError
+from bertkit.options import build, field_type, flag, flag_fields
 from bertkit.options import command_flags as _command_flags
-from bertkit.options import field_type, flag, flag_fields
 from bertkit.recipes import load_recipe
 
 log = logging.getLogger(__name__)
@@ -70,7 +70,7 @@ def quality_config(kind: str, config_cls: type, cfg: Any, extra: tuple[str, ...]
     if getattr(cfg, "reads_words", False):  # detected or --task tags: the quality run reads the same tagged corpus
         shared.update({name: getattr(cfg, name) for name in WORD_FIELDS}, task=TAGS)
     try:
-        config = config_cls(**{**recipe, **shared, "model": EACH_MODEL, "out": EACH_MODEL, **values})
+        config = build(config_cls, {**recipe, **shared, "model": EACH_MODEL, "out": EACH_MODEL, **values})
     except UserError as exc:
         raise UserError(f"--quality {kind} with --quality-args {cfg.quality_args!r}: {exc}") from None
     if kind == "finetune" and config.metric_for_best == "loss":

@@ -20,6 +20,7 @@ from bertkit.features.settings import Pooling, check_distinct_layers, check_laye
 from bertkit.io.digests import HashingWriter, record_problem
 from bertkit.models.compute import Compute
 from bertkit.models.preflight import check_model_limits
+from bertkit.options import all_fields
 
 log = logging.getLogger(__name__)
 
@@ -225,9 +226,8 @@ STORE_FIXED = {"precision": "dtype", "max_length": "max_length", "normalize": "n
 def _warn_store_settings(cfg: Any, manifest: dict[str, Any], path: Any) -> None:
     """--precision, --max-length and --normalize make features; a store's were made already, so given with
     --features (other than the default) they change nothing: one warning each, naming what the store used."""
-    import dataclasses
 
-    defaults = {f.name: f.default for f in dataclasses.fields(cfg) if f.name in STORE_FIXED}
+    defaults = {f.name: f.default for f in all_fields(type(cfg)) if f.name in STORE_FIXED}
     for option, key in STORE_FIXED.items():
         value = getattr(cfg, option)
         if value != defaults[option]:

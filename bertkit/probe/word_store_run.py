@@ -16,7 +16,6 @@ else the note says why not."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -35,7 +34,7 @@ from bertkit.features.word_store import (
     word_store_splits,
 )
 from bertkit.models.compute import Compute
-from bertkit.options import flag
+from bertkit.options import all_fields, flag
 from bertkit.probe.fit import DEFAULT_C
 from bertkit.probe.words_run import (
     WordProbeRun,
@@ -57,7 +56,7 @@ EMBED_BOTH = "bertkit embed --task tags --data TRAIN --dev DEV --out {root} --la
 
 def word_store_problems(cfg: Any) -> list[str]:
     """`bertkit probe --features` on a word store (`cfg`: the probe's config): no option the store fixed already."""
-    defaults = {f.name: f.default for f in dataclasses.fields(cfg)}
+    defaults = {f.name: f.default for f in all_fields(type(cfg))}
     given = [name for name, default in defaults.items() if name not in STORE_OPTIONS
              and getattr(cfg, name) != default and (getattr(cfg, name) or default)]
     return [f"{flag(name)} does not apply with --features {cfg.features} (a word store: its words, tags, columns and "

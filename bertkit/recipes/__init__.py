@@ -10,12 +10,12 @@ flag given wins over the recipe, and the recipe over the field's default.
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bertkit.errors import UserError
-from bertkit.options import alias_map, check_value, flag
+from bertkit.options import alias_map, all_fields, check_value, flag
 from bertkit.options import option_fields as _option_fields
 
 RECIPES_DIR = Path(__file__).resolve().parent  # the packaged *.toml beside this reader: a wheel install has them
@@ -28,7 +28,7 @@ def option_fields(config_cls: type) -> set[str]:
 
 def check_values(config_cls: type, values: dict[str, Any], where: str) -> dict[str, Any]:
     """Every value type-checked against `config_cls` (see `options.check_value`); all problems in one UserError."""
-    by_name = {f.name: f for f in fields(config_cls)}
+    by_name = {f.name: f for f in all_fields(config_cls)}
     checked, problems = {}, []
     for name, value in values.items():
         try:

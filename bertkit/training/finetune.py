@@ -25,7 +25,6 @@ Library code: returns values and logs; `bertkit.cli` prints.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import math
@@ -47,7 +46,7 @@ from bertkit.io import disk, rundir
 from bertkit.models import loading, metadata
 from bertkit.models.compute import Compute
 from bertkit.models.fastforward import SequenceClassifier
-from bertkit.options import command_line
+from bertkit.options import command_line, replaced
 from bertkit.scoring import metrics
 from bertkit.scoring.baseline import majority_baseline
 from bertkit.scoring.calibration import TemperatureFit, fit_temperature
@@ -227,7 +226,7 @@ def _for_the_shape(cfg: FinetuneOptions, splits: Splits, warn: bool = True) -> F
         return cfg
     if task != "single_label":
         splits.notes.append(f"{task} data: {note}")
-    return dataclasses.replace(cfg, metric_for_best=metric)
+    return replaced(cfg, metric_for_best=metric)
 
 
 def _check_target_scale(split: TextDataset | None) -> None:

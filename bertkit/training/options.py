@@ -1,6 +1,9 @@
-"""What a training run is, as options the training package owns: the experiment trackers (`TrackingOptions`), a
-fine-tuning run (`FinetuneOptions`) and a distillation (`DistillOptions`). The commands' configs (`bertkit.commands`)
-are these groups; the loop, checkpoints, cards and trackers read them.
+"""What a training run is, as option groups the training package owns: how it trains (`TrainingOptions`), on what
+compute (`TrainingComputeOptions`), where it writes and checkpoints (`RunOutputOptions`), the experiment trackers
+(`TrackingOptions`) and a distillation's teacher and loss (`DistillationOptions`); and the configs made of them with
+the data, reading, tagging and metric groups: a fine-tuning run (`FinetuneOptions`) and a distillation
+(`DistillOptions`). The commands' configs (`bertkit.commands`) are these; the loop, checkpoints, cards and trackers
+read them.
 
 Tracking: which trackers follow a run (--report-to), where MLflow keeps it (--tracking-uri), the project it is filed
 under and how often the training numbers are logged. None of them changes what is computed: a re-run may add or
@@ -11,12 +14,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
-from bertkit.data.options import TaskOptions
+from bertkit.data.options import TaskOptions, config_problems, reads_tagged
 from bertkit.encoding.reading import ReadingOptions
-from bertkit.errors import UserError, raise_if_problems
+from bertkit.errors import raise_if_problems
 from bertkit.models.compute import PRECISION_HELP, PRECISIONS, TRUST_HELP
-from bertkit.options import MODEL, OUTPUT, TRACKING, option, overwrite_option
+from bertkit.options import MODEL, OUTPUT, TRACKING, Config, group, option, overwrite_option
 from bertkit.scoring.options import (
     CALIBRATIONS,
     CLASS_WEIGHTS,
@@ -25,6 +29,7 @@ from bertkit.scoring.options import (
     metric_for_best_problems,
 )
 from bertkit.training.learning_rate import canonical_lr, lr_problems
+from bertkit.training.tag_options import TaggingOptions, tagging_problems
 
 TRACKERS = ("tensorboard", "mlflow", "trackio", "wandb")
 """The trackers --report-to names (accelerate's tracker classes underneath)."""
@@ -56,12 +61,6 @@ class TrackingOptions:
         names = [part.strip().lower() for value in self.report_to for part in str(value).split(",") if part.strip()]
         return tuple(name for name in dict.fromkeys(names) if name != "none")
 
-    def data_problems(self) -> list[str]:
-        """The other groups' problems (cooperative: `DataOptions.data_problems` checks the declarations), then
-        this group's."""
-        problems: list[str] = super().data_problems()  # type: ignore[misc]
-        return problems + self.tracking_problems()
-
     def tracking_problems(self) -> list[str]:
         """--report-to names known trackers, `none` alone; --project is not empty; --tracking-uri only with mlflow."""
         if not all(isinstance(value, str) for value in self.report_to or ()):
@@ -87,18 +86,12 @@ NOT_REPRODUCED = frozenset({"overwrite", *TRACKING_FIELDS})
 
 
 @dataclass(frozen=True)
-class FinetuneOptions(TrackingOptions, ReadingOptions, MetricOptions, TaskOptions):
-    """What a fine-tuning run is (the `finetune` command's options; `distill` and `sweep` extend them): BERT paper grid
-    defaults (batch 32, 3 epochs, warmup 0.1) with the learning rate chosen for the model's size (--lr auto)."""
+class TrainingOptions:
+    """How a model is trained: BERT paper grid defaults (batch 32, 3 epochs, warmup 0.1) with the learning rate
+    chosen for the model's size (--lr auto), and how the best checkpoint is picked."""
 
-    REQUIRED_OPTIONS = ("data", "out")
-    ADVANCED_OPTIONS = ("grad_accum", "weight_decay", "max_grad_norm", "eval_every", "class_weight", "calibrate", "fast_forward",
-                        "compile", "cuda_graphs", "save_every", "trust_remote_code")
+    ADVANCED_OPTIONS = ("grad_accum", "weight_decay", "max_grad_norm", "eval_every", "class_weight", "calibrate")
 
-    model: str = option("minilm-offline", "Pretrained encoder to fine-tune: hub id, local folder, or `minilm-offline`.",
-                        panel=MODEL)
-    out: str | None = option(None, "Run directory: checkpoints, best/ and final/ models, metrics, plots. Re-running "
-                             "the same command resumes it.", panel=OUTPUT)
     epochs: int = option(3, "Passes over the training data (BERT paper: 2-4).", above=0)
     lr: str = option("auto", "Peak AdamW learning rate, or auto: chosen from the model's width (5e-5 x 768 / hidden, "
                      "at most 3e-4: MiniLM-L6 1e-4, BERT-base 5e-5, BERT-large 2e-5), logged and recorded in the run.",
@@ -111,7 +104,6 @@ class FinetuneOptions(TrackingOptions, ReadingOptions, MetricOptions, TaskOption
     weight_decay: float = option(0.01, "AdamW weight decay on weight matrices (never on biases and LayerNorm).",
                                  minimum=0)
     max_grad_norm: float = option(1.0, "Clip the gradient norm to this value (0 turns clipping off).", minimum=0)
-    precision: str = option("auto", PRECISION_HELP, choices=PRECISIONS, aliases=("--dtype",))
     eval_every: str = option("epoch", "Evaluate on dev every N optimizer steps, or `epoch` (every epoch's end is "
                              "always evaluated).")
     early_stopping_patience: int | None = option(None, "Stop after N evaluations without improvement of "
@@ -125,6 +117,30 @@ class FinetuneOptions(TrackingOptions, ReadingOptions, MetricOptions, TaskOption
                             choices=CALIBRATIONS)
     freeze_encoder: bool = option(False, "Train only the classification head (the encoder stays frozen).",
                                   panel=MODEL)
+
+    def training_problems(self, external_metrics: list[str]) -> list[str]:
+        """--lr a number or auto (recorded canonically), --warmup-ratio below 1, --eval-every steps or `epoch`, and
+        --metric-for-best a built-in metric or one of the `external_metrics` (--metric's evaluate modules)."""
+        problems = []
+        if isinstance(self.lr, str):  # another type: the declarations' check reported it
+            problems += lr_problems(self.lr)
+            object.__setattr__(self, "lr", canonical_lr(self.lr))
+        if isinstance(self.warmup_ratio, float) and math.isfinite(self.warmup_ratio) and not self.warmup_ratio < 1.0:
+            problems.append(f"--warmup-ratio must be in [0, 1); got {self.warmup_ratio}.")
+        if self.eval_every != "epoch" and not (str(self.eval_every).isdigit() and int(self.eval_every) > 0):
+            problems.append(f"--eval-every must be a positive number of steps or `epoch`; got {self.eval_every!r}.")
+        # None (no flag, recipe or preset): the problem shape's headline metric, chosen once the data is read
+        return problems + metric_for_best_problems(self.metric_for_best, external_metrics)
+
+
+@dataclass(frozen=True)
+class TrainingComputeOptions:
+    """What a training step runs on and how: the precision, and the faster paths (bertkit's own last layer,
+    torch.compile, CUDA graphs) that compute the same steps."""
+
+    ADVANCED_OPTIONS = ("fast_forward", "compile", "cuda_graphs")
+
+    precision: str = option("auto", PRECISION_HELP, choices=PRECISIONS, aliases=("--dtype",))
     fast_forward: bool = option(True, "BERT/DistilBERT: compute the last layer only where the logits need it ([CLS]); "
                                 "same logits and gradients, fewer FLOPs. Off: the model's own forward.", panel=MODEL)
     compile: bool = option(False, "torch.compile (Inductor). On a GPU with CUDA-graph steps: each layer compiled "
@@ -134,55 +150,77 @@ class FinetuneOptions(TrackingOptions, ReadingOptions, MetricOptions, TaskOption
     cuda_graphs: str = option("auto", "On one CUDA GPU in bf16/fp32, replay each step as CUDA graphs (one per padded "
                               "length bucket): the GPU stops waiting on Python between kernels. off: launch every "
                               "kernel from Python.", choices=("auto", "off"), panel=MODEL)
+
+
+@dataclass(frozen=True)
+class RunOutputOptions:
+    """Where a training run writes (its run directory), how often it checkpoints for resuming, and what it keeps."""
+
+    ADVANCED_OPTIONS = ("save_every",)
+
+    out: str | None = option(None, "Run directory: checkpoints, best/ and final/ models, metrics, plots. Re-running "
+                             "the same command resumes it.", panel=OUTPUT)
     save_every: int | None = option(100, "Checkpoint every N optimizer steps (and at every epoch's end) for resuming.",
                                     panel=OUTPUT, above=0)
     keep_checkpoints: bool = option(False, "Keep checkpoints/ once the run has finished (they are only needed to "
                                     "resume an unfinished run; a finished run keeps best/, final/ and its reports).",
                                     panel=OUTPUT)
     overwrite: bool = overwrite_option("a run")
+
+
+@dataclass(frozen=True)
+class FinetuneOptions(Config):
+    """What a fine-tuning run is (the `finetune` command's options, each trial of a sweep; `distill` and `sweep`
+    extend them): the model, then its groups: the data, how texts are read, tagging (on tagged data: --task tags, or
+    a CoNLL-style --data, the run trains a tagger and refuses what it does not read; on rows of text the tagging
+    options are refused), training, metrics, compute, trackers and the run directory."""
+
+    REQUIRED_OPTIONS = ("data", "out")
+    ADVANCED_OPTIONS = ("trust_remote_code",)
+    READS_WORDS: ClassVar[bool] = True
+    """Tagged data is read (--task tags, or a CoNLL-style --data): the run trains a tagger."""
+
+    model: str = option("minilm-offline", "Pretrained encoder to fine-tune: hub id, local folder, or `minilm-offline`.",
+                        panel=MODEL)
+    inputs: TaskOptions = group(TaskOptions)
+    reading: ReadingOptions = group(ReadingOptions)
+    tagging: TaggingOptions = group(TaggingOptions)
+    training: TrainingOptions = group(TrainingOptions)
+    metrics: MetricOptions = group(MetricOptions)
+    compute: TrainingComputeOptions = group(TrainingComputeOptions)
+    tracking: TrackingOptions = group(TrackingOptions)
+    output: RunOutputOptions = group(RunOutputOptions)
     trust_remote_code: bool = option(False, TRUST_HELP, panel=MODEL)
 
     def __post_init__(self) -> None:
-        problems = self.data_problems()
-        if isinstance(self.lr, str):  # another type: the declarations' check reported it
-            problems += lr_problems(self.lr)
-            object.__setattr__(self, "lr", canonical_lr(self.lr))
-        if self.data is None:
+        raise_if_problems(self.problems())
+
+    def problems(self) -> list[str]:
+        """Every problem of a fine-tuning run's options: those of a training run (`run_problems`), then tagging's
+        (`tag_options.tagging_problems`)."""
+        return self.run_problems() + tagging_problems(self)
+
+    def run_problems(self) -> list[str]:
+        """The problems of any training run's options (a distillation's too): the declarations and the data group's
+        rules, the trackers, the training options, --data and --out given, the task and threshold."""
+        problems = config_problems(self) + self.tracking.tracking_problems()
+        problems += self.training.training_problems(self.metrics.external_metrics)
+        if self.inputs.data is None:
             problems.append("--data is required: the training file (or hub dataset).")
-        if not self.out:
+        if not self.output.out:
             problems.append("--out is required: the run directory (re-running with the same --out resumes).")
-        if isinstance(self.warmup_ratio, float) and math.isfinite(self.warmup_ratio) and not self.warmup_ratio < 1.0:
-            problems.append(f"--warmup-ratio must be in [0, 1); got {self.warmup_ratio}.")
-        if self.eval_every != "epoch" and not (str(self.eval_every).isdigit() and int(self.eval_every) > 0):
-            problems.append(f"--eval-every must be a positive number of steps or `epoch`; got {self.eval_every!r}.")
-        # None (no flag, recipe or preset): the problem shape's headline metric, chosen once the data is read
-        problems += metric_for_best_problems(self.metric_for_best, self.external_metrics)
-        problems += self.task_problems()
-        raise_if_problems(problems)
+        return problems + self.inputs.task_problems(self.READS_WORDS)
+
+    @property
+    def reads_words(self) -> bool:
+        """Whether this run trains a tagger: --task tags, or --data a tagged corpus (`data.options.reads_tagged`)."""
+        data = self.inputs
+        return reads_tagged(data.task, data.data, data.data_config, data.train_split)
 
 
 @dataclass(frozen=True)
-class TagTrainingOptions:
-    """How a tagger (fine-tuning on tagged data, `bertkit.training.tagging`) is taught its tags, declared once."""
-
-    ADVANCED_OPTIONS = ("label_all_pieces", "stride")
-    label_all_pieces: bool = option(False, "Tagged data: learn every word piece's tag, not only each word's first "
-                                    "piece's (run_ner's --label_all_tokens; a B- word's later pieces learn its I- tag). "
-                                    "Scores are per word, from the first piece, either way.", panel=MODEL)
-    stride: int | None = option(None, "Tagged data: word pieces neighbouring windows of a sentence longer than "
-                                "--max-length share (default: a quarter of --max-length). Recorded in the model: "
-                                "predict and evaluate read in the same windows.", panel=MODEL, minimum=0)
-
-
-@dataclass(frozen=True)
-class DistillOptions(FinetuneOptions):
-    """`bertkit distill`: a smaller student trained on a fine-tuned teacher's soft targets (DistilBERT's recipe), with
-    the fine-tuning loop's options, checkpoints and exact resume, and a teacher-vs-student report."""
-
-    # the student comes from --teacher (or --student); the teacher's soft targets are computed on texts cut as the
-    # teacher records (`commands.distill`: its --max-length and truncation), the student trained on the same cut
-    NOT_OPTIONS = ("model", "truncation")
-    REQUIRED_OPTIONS = ("teacher", "data", "out")
+class DistillationOptions:
+    """A distillation's teacher, student and loss (DistilBERT's recipe)."""
 
     teacher: str | None = option(None, "The fine-tuned teacher: a `bertkit finetune` best/ or final/ folder (any "
                                  "folder with a trained sequence-classification head).", panel=MODEL)
@@ -195,19 +233,35 @@ class DistillOptions(FinetuneOptions):
                           "labels. In [0, 1].", minimum=0)
     cos_weight: float = option(0.0, "Weight of a cosine loss between student and teacher [CLS] vectors (DistilBERT "
                                "used one; needs the same hidden size).", minimum=0)
-    report: bool = option(True, "After training, measure teacher vs student (size, batch-1 latency, throughput, "
-                          "dev quality) and check the DistilBERT claims.", panel=OUTPUT)
 
-    def __post_init__(self) -> None:
-        if self.teacher is not None:  # messages and records name the teacher where a command names its model
-            object.__setattr__(self, "model", self.student or self.teacher)
-        problems: list[str] = []
-        try:
-            super().__post_init__()
-        except UserError as exc:
-            problems.append(str(exc))
+    def distillation_problems(self) -> list[str]:
+        """--teacher given, --alpha a share."""
+        problems = []
         if self.teacher is None:
             problems.append("--teacher is required: the fine-tuned model to distil (e.g. runs/sst2/best).")
         if isinstance(self.alpha, float) and not 0.0 <= self.alpha <= 1.0:
             problems.append(f"--alpha must be in [0, 1] (the share of the soft-target loss); got {self.alpha}.")
-        raise_if_problems(problems)
+        return problems
+
+
+@dataclass(frozen=True)
+class DistillOptions(FinetuneOptions):
+    """`bertkit distill`: a smaller student trained on a fine-tuned teacher's soft targets (DistilBERT's recipe), with
+    the fine-tuning loop's options, checkpoints and exact resume, and a teacher-vs-student report."""
+
+    # the student comes from --teacher (or --student); the teacher's soft targets are computed on texts cut as the
+    # teacher records (`commands.distill`: its --max-length and truncation), the student trained on the same cut and
+    # tagged (a tagging teacher) in the teacher's scheme
+    NOT_OPTIONS = ("model", "truncation", "tag_scheme")
+    REQUIRED_OPTIONS = ("teacher", "data", "out")
+
+    distillation: DistillationOptions = group(DistillationOptions)
+    report: bool = option(True, "After training, measure teacher vs student (size, batch-1 latency, throughput, "
+                          "dev quality) and check the DistilBERT claims.", panel=OUTPUT)
+
+    def problems(self) -> list[str]:
+        """A training run's problems and the distillation's; messages and records name the student where a command
+        names its model (the teacher's copy, or --student)."""
+        if self.distillation.teacher is not None:
+            object.__setattr__(self, "model", self.distillation.student or self.distillation.teacher)
+        return self.run_problems() + self.distillation.distillation_problems()

@@ -1,6 +1,6 @@
-"""A sweep's options: every fine-tuning option (`SweepOptions` extends `FinetuneRunOptions`: on tagged data the
-trials are taggers) plus the search space, parsed and checked here into `Dimension`s, each value through the
-`FinetuneRunOptions` of a trial, so a bad value is refused before anything runs, naming its flag.
+"""A sweep's options: every fine-tuning option (`SweepOptions` extends `FinetuneOptions`: on tagged data the trials
+are taggers) plus the search group (`SearchOptions`: the space, parsed and checked here into `Dimension`s, each value
+through the `FinetuneOptions` of a trial, so a bad value is refused before anything runs, naming its flag).
 
 Space syntax (keys are `finetune` option names, dashes or underscores):
     --grid "lr=5e-5,3e-5,2e-5"          a grid dimension: every value (repeat --grid for more dimensions)
@@ -12,16 +12,15 @@ Space syntax (keys are `finetune` option names, dashes or underscores):
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from bertkit.data.tagged_splits import TAGGED_TRAINING_OPTIONS
 from bertkit.errors import UserError, raise_if_problems
-from bertkit.options import OUTPUT, field_type, flag, option
+from bertkit.options import all_fields, build, field_type, flag, flat_values, group, option
 from bertkit.training.learning_rate import AUTO
-from bertkit.training.tag_options import FinetuneRunOptions
+from bertkit.training.options import FinetuneOptions
 
 SWEEP = "Sweep"
 """The help panel of the search-space options."""
@@ -74,9 +73,9 @@ class Dimension:
 
 
 @dataclass(frozen=True)
-class SweepOptions(FinetuneRunOptions):
-    """A sweep: many fine-tuning runs over a grid or an Optuna search, ranked by --metric-for-best (on tagged data:
-    taggers, ranked by what the tags score: entity F1, or word accuracy for plain tags)."""
+class SearchOptions:
+    """What a sweep searches: the space (--grid, or --search optuna's --space and --trials), the seeds every
+    configuration runs with, and Optuna's pruning."""
 
     grid: tuple[str, ...] = option((), "A grid dimension, repeatable: OPTION=V1,V2,... with a finetune option name, "
                                    "e.g. --grid lr=5e-5,3e-5,2e-5 --grid batch-size=16,32 (every combination runs).",
@@ -92,19 +91,23 @@ class SweepOptions(FinetuneRunOptions):
                         "mean; the spread is shown.", panel=SWEEP, above=0)
     prune: bool = option(True, "--search optuna: stop trials whose dev metric falls below the median of earlier "
                          "trials at the same evaluation (Optuna's MedianPruner).", panel=SWEEP)
-    keep_checkpoints: bool = option(False, "Keep every trial's checkpoints/ and final/ (by default a finished trial "
-                                    "keeps only its best/ model, so a large grid does not fill the disk).",
-                                    panel=OUTPUT)
 
-    def __post_init__(self) -> None:
-        problems: list[str] = []
-        try:
-            super().__post_init__()
-        except UserError as exc:
-            problems.append(str(exc))
-        if not problems:  # the values are checked through a trial's FinetuneOptions, built from valid options
-            problems += space_problems(self)
-        raise_if_problems(problems)
+
+@dataclass(frozen=True)
+class SweepOptions(FinetuneOptions):
+    """A sweep: many fine-tuning runs over a grid or an Optuna search, ranked by --metric-for-best (on tagged data:
+    taggers, ranked by what the tags score: entity F1, or word accuracy for plain tags)."""
+
+    HELP_OVERRIDES = {"keep_checkpoints": "Keep every trial's checkpoints/ and final/ (by default a finished trial "
+                                          "keeps only its best/ model, so a large grid does not fill the disk)."}
+
+    search: SearchOptions = group(SearchOptions)
+
+    def problems(self) -> list[str]:
+        """A fine-tuning run's problems; then (the values are checked through a trial's `FinetuneOptions`, built
+        from valid options) the space's."""
+        problems = super().problems()
+        return problems or space_problems(self)
 
     @property
     def dimensions(self) -> list[Dimension]:
@@ -112,13 +115,13 @@ class SweepOptions(FinetuneRunOptions):
         return parse_space(self)
 
 
-FINETUNE_FIELDS = {f.name: f for f in dataclasses.fields(FinetuneRunOptions)}
+FINETUNE_FIELDS = {f.name: f for f in all_fields(FinetuneOptions)}
 
 
-def finetune_config(cfg: SweepOptions, params: dict[str, Any], seed: int, out: str) -> FinetuneRunOptions:
-    """The `FinetuneRunOptions` of one trial: the sweep's finetune options with `params`, `seed` and `out`."""
-    values = {name: getattr(cfg, name) for name in FINETUNE_FIELDS}
-    return FinetuneRunOptions(**{**values, **params, "seed": seed, "out": out, "overwrite": False})
+def finetune_config(cfg: SweepOptions, params: dict[str, Any], seed: int, out: str) -> FinetuneOptions:
+    """The `FinetuneOptions` of one trial: the sweep's finetune options with `params`, `seed` and `out`."""
+    values = {name: given for name, given in flat_values(cfg).items() if name in FINETUNE_FIELDS}
+    return build(FinetuneOptions, {**values, **params, "seed": seed, "out": out, "overwrite": False})
 
 
 def space_problems(cfg: SweepOptions) -> list[str]:
@@ -225,7 +228,7 @@ def _typed(base: type, value: str, text: str, where: str) -> Any:
 
 
 def _check(cfg: SweepOptions, name: str, value: Any, text: str, where: str) -> Any:
-    """`value` if a trial's FinetuneRunOptions takes it and trains what the sweep's options do (a tagger on tagged
+    """`value` if a trial's FinetuneOptions takes it and trains what the sweep's options do (a tagger on tagged
     data, else a classifier); else a UserError naming the flag and the finetune rule."""
     try:
         trial = finetune_config(cfg, {name: value}, cfg.seed, cfg.out or "out")
