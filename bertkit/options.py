@@ -89,6 +89,9 @@ def group_names(config_cls: type) -> dict[str, str | None]:
     for f in fields(config_cls):
         inner = group_class(f)
         names.update({g.name: f.name for g in fields(inner)} if inner is not None else {f.name: None})
+    clash = {f.name for f in fields(config_cls) if group_class(f) is not None} & set(names)
+    if clash:  # `cfg.search` would be the group, never the option: a group is named apart from every option
+        raise TypeError(f"{config_cls.__name__}: the group {', '.join(sorted(clash))} is named as an option")
     return names
 
 
@@ -162,6 +165,12 @@ class Config:
             raise AttributeError(name)
         for f in fields(type(self)):
             if group_class(f) is not None and hasattr(group_class(f), name):
+                import os  # noqa: E401  TEMPORARY: record flat reads
+                import sys
+                if os.environ.get("BERTKIT_FLAT_READS"):
+                    frame = sys._getframe(1)
+                    with open(os.environ["BERTKIT_FLAT_READS"], "a") as fh:
+                        fh.write(f"{frame.f_code.co_filename}:{frame.f_lineno}:{type(self).__name__}.{name}\n")
                 return getattr(object.__getattribute__(self, f.name), name)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 

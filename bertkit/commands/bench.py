@@ -119,7 +119,7 @@ class BenchConfig(Config):
         if self.reads_words:
             problems += self.tag_problems()
         elif self.tag_scheme != "auto":
-            problems.append(f"--tag-scheme applies to tagged data (one tag per word); {self.data or 'the demo data'} "
+            problems.append(f"--tag-scheme applies to tagged data (one tag per word); {self.inputs.data or 'the demo data'} "
                             f"is read as rows of text. Pass a CoNLL-style file (.iob2, .conll) or --task tags, or drop "
                             f"--tag-scheme.")
         if (self.models is None) == (self.preset is None):
@@ -136,7 +136,7 @@ class BenchConfig(Config):
                 raise ValueError
         except ValueError:
             problems.append(f"--batch-sizes must be comma-separated positive integers, e.g. 1,8,32; got {self.batch_sizes!r}.")
-        if self.quality_kinds and self.data is None:
+        if self.quality_kinds and self.inputs.data is None:
             problems.append("--quality needs labelled --data (and usually --dev); pass them, or drop --quality.")
         check_device(problems, self.device, check_available=self.protocol != "paper")  # paper runs on the CPU
         problems += quality.quality_args_problems(QUALITY_CONFIGS, self.quality_kinds, self.quality_args)
@@ -146,13 +146,13 @@ class BenchConfig(Config):
     def reads_words(self) -> bool:
         """Whether the models are benchmarked as taggers: --task tags, or --data a tagged corpus (detected as
         `bertkit finetune` detects it: `data.options.reads_tagged`)."""
-        return reads_tagged(self.task, self.data, self.data_config, self.train_split)
+        return reads_tagged(self.task, self.inputs.data, self.inputs.data_config, self.inputs.train_split)
 
     def tag_problems(self) -> list[str]:
         """Tagged data's refusals: --data given and both files tagged, no option of rows of text, and a tagged --dev
         for the quality runs."""
-        problems = [] if self.data else ["--task tags needs --data (a tagged corpus, e.g. train.iob2). Pass it."]
-        for path in dict.fromkeys((self.data, self.dev)):
+        problems = [] if self.inputs.data else ["--task tags needs --data (a tagged corpus, e.g. train.iob2). Pass it."]
+        for path in dict.fromkeys((self.inputs.data, self.inputs.dev)):
             if path is not None and not may_be_tagged(path):
                 problems.append(f"--task tags reads one tag per word, but {path} does not look like a tagged corpus. "
                                 f"Valid: a CoNLL-style column file, JSON lines or parquet with token and tag lists, or "
@@ -161,7 +161,7 @@ class BenchConfig(Config):
         problems += [f"{flag(name)} does not apply to tagged data (one tag per word): bench times its sentences as "
                      f"a tagger reads them. Drop {flag(name)}." for name in NOT_FOR_TAGS
                      if value(self, name) not in (defaults[name], None, ())]
-        if self.quality_kinds and self.dev is None:
+        if self.quality_kinds and self.inputs.dev is None:
             problems.append("--quality on tagged data needs --dev (tagged dev data: the fine-tuned taggers are scored "
                             "there by entity F1); no dev split is held out of tagged data. Pass --dev dev.iob2.")
         return problems
@@ -186,14 +186,14 @@ def benchmark_texts(cfg: Any) -> tuple[list[str], dict[str, Any]]:
     """The sentences to time: --dev if given (a file or a split of the hub --data), else --data, else the demo dev."""
     from bertkit.data.splits import load_dataset_split, named_source
 
-    if cfg.dev:
-        source, split = named_source(cfg.data, cfg.dev)
-        dataset = load_dataset_split(cfg, source, split=split, need_labels=False)
-    elif cfg.data:
-        dataset = load_dataset_split(cfg, cfg.data, need_labels=False)
+    if cfg.inputs.dev:
+        source, split = named_source(cfg.inputs.data, cfg.inputs.dev)
+        dataset = load_dataset_split(cfg.inputs, source, split=split, need_labels=False, task=cfg.task)
+    elif cfg.inputs.data:
+        dataset = load_dataset_split(cfg.inputs, cfg.inputs.data, need_labels=False, task=cfg.task)
     else:
         demo = Path(__file__).resolve().parent.parent / "resources" / "demo" / "dev.tsv"
-        dataset = load_dataset_split(cfg, str(demo), need_labels=False)
+        dataset = load_dataset_split(cfg.inputs, str(demo), need_labels=False, task=cfg.task)
     # Sentence pairs: the first text of each row is timed (the benchmark measures the encoder, not the task).
     return list(dataset.texts), {"source": dataset.source, "fingerprint": dataset.fingerprint}
 
@@ -211,11 +211,11 @@ class TimedData:
 def tagged_benchmark_data(cfg: Any) -> TimedData:
     """Tagged data's timed sentences: --dev if given, else --data (its first --limit), read and checked as
     `bertkit finetune` reads them (columns, scheme, dev tags seen in training), with --data's tags."""
-    sources = tagged_sources(cfg.data, [cfg.dev] if cfg.dev else [], cfg.data_config, cfg.train_split)
-    corpora = read_tagged_splits(sources[0], sources[1:], TaggedColumns(cfg.text_column, cfg.label_column,
+    sources = tagged_sources(cfg.inputs.data, [cfg.inputs.dev] if cfg.inputs.dev else [], cfg.inputs.data_config, cfg.inputs.train_split)
+    corpora = read_tagged_splits(sources[0], sources[1:], TaggedColumns(cfg.inputs.text_column, cfg.inputs.label_column,
                                                                          cfg.tag_scheme))
     timed = corpora[-1]
-    sentences = timed.head(cfg.limit) if cfg.limit else list(timed.sentences())
+    sentences = timed.head(cfg.inputs.limit) if cfg.inputs.limit else list(timed.sentences())
     if not sentences:
         raise UserError(f"No sentences to benchmark on: {timed.source} holds none. Pass a tagged corpus with "
                         f"sentences (a word and its tag per line, a blank line between sentences).")
@@ -257,14 +257,14 @@ def benchmark(cfg: Any, clock: Clock = time.perf_counter,
     notes += [busy] if busy else []
     data = data or benchmark_data(cfg)
     texts = data.texts
-    order = np.random.default_rng(cfg.seed).permutation(len(texts))
-    torch.manual_seed(cfg.seed)
+    order = np.random.default_rng(cfg.inputs.seed).permutation(len(texts))
+    torch.manual_seed(cfg.inputs.seed)
     contenders = load_contenders(cfg.model_list, cfg.preset, cfg.random_init, cfg.trust_remote_code, clock,
                                  tags=data.tags)
     notes += contender_notes(cfg, contenders)
     settings = BenchSettings(
         batch_sizes=cfg.batch_size_list, max_length=cfg.max_length, train_batch_size=cfg.train_batch_size,
-        protocol=cfg.protocol, seed=cfg.seed, int8=cfg.precision == loading.INT8,
+        protocol=cfg.protocol, seed=cfg.inputs.seed, int8=cfg.precision == loading.INT8,
         budget=Budget(cfg.warmup, cfg.min_iters, cfg.min_seconds, cfg.rounds, clock, sync_for(device)),
         words=None if data.tags is None else Reading.of_words(max_length=cfg.max_length),  # as a tagger reads words
     )
@@ -347,7 +347,7 @@ def run(cfg: BenchConfig) -> BenchResult:
 
     # the inputs first, before torch is imported and before --out is looked at (a wrong input is named as such
     # whatever --out holds): the quality runs read every split with labels; the timing alone reads --dev, else --data
-    timed = ("dev",) if cfg.dev else ("data",)
+    timed = ("dev",) if cfg.inputs.dev else ("data",)
     plan_quality(cfg)  # every --quality-args value, before the models are looked for
     tables = () if cfg.reads_words else DATA_FIELDS if cfg.quality_kinds else timed  # tagged: its own reader checks
     check_inputs(cfg, need_labels=bool(cfg.quality_kinds), models=cfg.model_list, data_fields=tables)

@@ -68,23 +68,23 @@ class DistillResult:
 def run(cfg: DistillConfig, *, progress: bool = True) -> DistillResult:
     """Train the student (resumable, like finetune), then the teacher-vs-student report (main process). A tagging
     teacher (`models.metadata.is_tagger`) distils into a tagging student on tagged --data and --dev."""
-    check_inputs(cfg, need_labels=True, models=(cfg.teacher, cfg.student), data_fields=())  # before torch
+    check_inputs(cfg, need_labels=True, models=(cfg.distillation.teacher, cfg.distillation.student), data_fields=())  # before torch
     tags = _distils_a_tagger(cfg)
     if not tags:
-        check_data_files(cfg, DATA_FIELDS, need_labels=True)
-    if cfg.out:  # --out's refusals before the teacher is loaded and the data read (as finetune's)
-        rundir.inspect_run_dir(cfg.out, "distill", overwrite=cfg.overwrite, inputs=ownership.input_paths(cfg))
-    check_model_limits(cfg.teacher, max_length=cfg.max_length)
-    cfg = read_as_saved(cfg, cfg.teacher)  # the teacher read as it was trained; the student trained to read so too
+        check_data_files(cfg.inputs, DATA_FIELDS, need_labels=True)
+    if cfg.output.out:  # --out's refusals before the teacher is loaded and the data read (as finetune's)
+        rundir.inspect_run_dir(cfg.output.out, "distill", overwrite=cfg.output.overwrite, inputs=ownership.input_paths(cfg))
+    check_model_limits(cfg.distillation.teacher, max_length=cfg.reading.max_length)
+    cfg = read_as_saved(cfg, cfg.distillation.teacher)  # the teacher read as it was trained; the student trained to read so too
     cfg, task = _tagging_task(cfg) if tags else _sentence_task(cfg)
     default_layers = next(f.default for f in all_fields(type(cfg)) if f.name == "student_layers")
-    if cfg.student and cfg.student_layers != default_layers:
+    if cfg.distillation.student and cfg.distillation.student_layers != default_layers:
         log.warning("--student-layers %d copies layers of the teacher; with --student %s the student is that encoder, "
-                    "so it is ignored. Drop --student-layers.", cfg.student_layers, cfg.student)
+                    "so it is ignored. Drop --student-layers.", cfg.distillation.student_layers, cfg.distillation.student)
     from bertkit.training.distill import REPORT
     from bertkit.training.finetune import finetune, training_device
 
-    result = finetune(cfg, progress=progress, task=task, compute=Compute.resolve(training_device(), cfg.precision),
+    result = finetune(cfg, progress=progress, task=task, compute=Compute.resolve(training_device(), cfg.compute.precision),
                       reading=task.reading)
     if not (result.is_main_process and cfg.report):
         return DistillResult(result)
@@ -98,7 +98,7 @@ def _sentence_task(cfg: DistillConfig) -> tuple[DistillConfig, Any]:
     """A sentence classifier's distillation: `cfg` in the teacher's problem shape, and its `DistillTask`."""
     from bertkit.training.distill import DistillTask
 
-    task = DistillTask(cfg, Reading.from_options(cfg))
+    task = DistillTask(cfg, Reading.from_options(cfg.reading))
     return _in_the_teachers_shape(cfg, task.teacher_labels.task), task
 
 
@@ -107,35 +107,35 @@ def _tagging_task(cfg: DistillConfig) -> tuple[DistillConfig, Any]:
     the teacher's tag scheme, and its `DistillTagTask` reading words as the teacher does (windows of the recorded
     --max-length, each word at its first piece)."""
     cfg = _in_the_teachers_shape(cfg, TAGS_TASK)
-    teacher_scheme = saved_tag_scheme(str(cfg.teacher))
-    data = load_tagged_training(str(cfg.data), str(cfg.dev), TaggedColumns(cfg.text_column, cfg.label_column),
-                                cfg.data_config, cfg.train_split, cfg.limit)
+    teacher_scheme = saved_tag_scheme(str(cfg.distillation.teacher))
+    data = load_tagged_training(str(cfg.inputs.data), str(cfg.inputs.dev), TaggedColumns(cfg.inputs.text_column, cfg.inputs.label_column),
+                                cfg.inputs.data_config, cfg.inputs.train_split, cfg.inputs.limit)
     for option, corpus in (("--data", data.train), ("--dev", data.dev)):
         if corpus.scheme.name != teacher_scheme.name:
-            raise UserError(f"{option} {corpus.source} reads as {corpus.scheme.name} tags, but the teacher {cfg.teacher} "
+            raise UserError(f"{option} {corpus.source} reads as {corpus.scheme.name} tags, but the teacher {cfg.distillation.teacher} "
                             f"was trained on {teacher_scheme.name} tags: their entities would be read differently. "
                             f"Valid: data in the teacher's scheme ({teacher_scheme.name}; IOB1 and IOB2 both read as "
                             f"IOB2). Pass such data, or convert it.")
     from bertkit.training.distill_tags import DistillTagTask
 
-    return cfg, DistillTagTask(cfg, data, teacher_scheme, Reading.of_words(max_length=cfg.max_length))
+    return cfg, DistillTagTask(cfg, data, teacher_scheme, Reading.of_words(max_length=cfg.reading.max_length))
 
 
 def _distils_a_tagger(cfg: DistillConfig) -> bool:
     """Whether --teacher is a tagger (a tagging student is then trained); a teacher that cannot read --data (a
     tagger on rows of text, a sentence classifier on tagged data) and options the other kind reads are refused,
     naming them."""
-    tagger = is_tagger(str(cfg.teacher))
+    tagger = is_tagger(str(cfg.distillation.teacher))
     if tagger:
         problems = _tagging_problems(cfg)
-    elif reads_tagged(cfg.task, cfg.data, cfg.data_config, cfg.train_split):
-        problems = [f"--teacher {cfg.teacher} is a sentence classifier (one label per text), but --data {cfg.data} is "
+    elif reads_tagged(cfg.inputs.task, cfg.inputs.data, cfg.inputs.data_config, cfg.inputs.train_split):
+        problems = [f"--teacher {cfg.distillation.teacher} is a sentence classifier (one label per text), but --data {cfg.inputs.data} is "
                     f"read as tagged data (one tag per word): the student learns the teacher's outputs, so both must "
                     f"be of one kind. Pass a tagger fine-tuned on tagged data (`bertkit finetune --data train.iob2 "
                     f"--dev dev.iob2`) as --teacher, or rows of text as --data."]
     else:
-        problems = [f"--label-all-pieces applies to a tagging teacher; --teacher {cfg.teacher} is a sentence "
-                    f"classifier. Drop --label-all-pieces."] if cfg.label_all_pieces else []
+        problems = [f"--label-all-pieces applies to a tagging teacher; --teacher {cfg.distillation.teacher} is a sentence "
+                    f"classifier. Drop --label-all-pieces."] if cfg.tagging.label_all_pieces else []
     raise_if_problems(problems)
     return tagger
 
@@ -143,28 +143,28 @@ def _distils_a_tagger(cfg: DistillConfig) -> bool:
 def _tagging_problems(cfg: DistillConfig) -> list[str]:
     """What a tagging teacher cannot distil with: --data or --dev that is not tagged, no --dev, options of rows of
     text."""
-    unread = [path for path in dict.fromkeys((cfg.data, cfg.dev))  # a missing file: the tagged reader says so
+    unread = [path for path in dict.fromkeys((cfg.inputs.data, cfg.inputs.dev))  # a missing file: the tagged reader says so
               if path is not None and Path(path).expanduser().is_file() and not may_be_tagged(path)]
-    problems = [f"--teacher {cfg.teacher} is a tagger (one tag per word), but {path} is read as rows of text (passed "
-                f"as {'--data' if path == cfg.data else '--dev'}): the student learns the teacher's tags per word. "
+    problems = [f"--teacher {cfg.distillation.teacher} is a tagger (one tag per word), but {path} is read as rows of text (passed "
+                f"as {'--data' if path == cfg.inputs.data else '--dev'}): the student learns the teacher's tags per word. "
                 f"Pass tagged data (a CoNLL-style file such as train.iob2: a word and its tag per line), or a teacher "
                 f"fine-tuned on rows of text as --teacher." for path in unread]
-    if cfg.dev is None:
+    if cfg.inputs.dev is None:
         problems.append("Distilling a tagger needs --dev (tagged dev data: a file, or a split of the hub dataset "
                         "--data); no dev split is held out of tagged data. Pass --dev dev.iob2.")
     defaults = {f.name: f.default for f in all_fields(type(cfg))}
     given = [name for name in NOT_FOR_TAGS if value(cfg, name) != defaults[name]]
-    return problems + [f"{flag(name)} does not apply to distilling a tagger (--teacher {cfg.teacher} tags words). "
+    return problems + [f"{flag(name)} does not apply to distilling a tagger (--teacher {cfg.distillation.teacher} tags words). "
                        f"Drop {flag(name)}." for name in given]
 
 
 def _in_the_teachers_shape(cfg: DistillConfig, shape: str) -> DistillConfig:
     """`cfg` reading the data in the teacher's problem shape (--task auto); another --task is refused."""
-    if cfg.task == shape:
+    if cfg.inputs.task == shape:
         return cfg
-    if cfg.task != "auto":
-        raise UserError(f"--task {cfg.task}: the teacher {cfg.teacher} is a {shape} model, and the student learns its "
-                        f"outputs. Drop --task (the teacher's shape is used), or distil a {cfg.task} teacher.")
+    if cfg.inputs.task != "auto":
+        raise UserError(f"--task {cfg.inputs.task}: the teacher {cfg.distillation.teacher} is a {shape} model, and the student learns its "
+                        f"outputs. Drop --task (the teacher's shape is used), or distil a {cfg.inputs.task} teacher.")
     return replaced(cfg, task=shape)
 
 
@@ -177,7 +177,7 @@ def write_report(cfg: DistillConfig, task: Any, result: TrainingRun) -> DistillR
     from bertkit.io import atomic
     from bertkit.training.distill import REPORT
 
-    compute = Compute.resolve(None, cfg.precision)  # the report's one resolution of --precision, default device
+    compute = Compute.resolve(None, cfg.compute.precision)  # the report's one resolution of --precision, default device
     report = measure_teacher_student(cfg, task, result, compute)
     out = result.out
     atomic.write_json_atomic(out / f"{REPORT}.json", report)

@@ -93,7 +93,7 @@ class EmbedConfig(Config):
     @property
     def reads_words(self) -> bool:
         """Whether --data is read as a tagged corpus (--task tags, or detected as `bertkit probe` does)."""
-        return reads_tagged(self.task, self.data, self.data_config, self.train_split)
+        return reads_tagged(self.task, self.inputs.data, self.inputs.data_config, self.inputs.train_split)
 
     @property
     def rows_per_batch(self) -> int | None:
@@ -170,18 +170,18 @@ def load_embed_data(cfg: EmbedConfig) -> tuple[list[tuple[str, Any]], Any]:
     from bertkit.data.splits import load_dataset_split, load_named_split
 
     def load(source: str, first: bool) -> Any:
-        loader = (lambda need: load_dataset_split(cfg, source, need_labels=need)) if first else (
-            lambda need: load_named_split(cfg, source, need))
+        loader = (lambda need: load_dataset_split(cfg.inputs, source, need_labels=need, task=cfg.task)) if first else (
+            lambda need: load_named_split(cfg.inputs, source, need, cfg.task))
         try:
             return loader(True)
         except UserError as exc:
-            if cfg.label_column is None and str(exc).startswith("No label column"):
+            if cfg.inputs.label_column is None and str(exc).startswith("No label column"):
                 return loader(False)
             raise
 
-    assert cfg.data is not None
-    named = [("train", load(cfg.data, True))]
-    named += [(name, load(src, False)) for name, src in (("dev", cfg.dev), ("test", cfg.test)) if src]
+    assert cfg.inputs.data is not None
+    named = [("train", load(cfg.inputs.data, True))]
+    named += [(name, load(src, False)) for name, src in (("dev", cfg.inputs.dev), ("test", cfg.inputs.test)) if src]
     train = named[0][1]
     label_map = LabelMap.build(train.labels) if train.labels is not None else None
     if label_map is not None:
@@ -200,14 +200,14 @@ def store_identity(cfg: EmbedConfig, reading: Reading, split: str, ds: Any, revi
     The data is identified by its fingerprint (content hash), not its path, so `./x.tsv` and `/abs/x.tsv` match.
     """
     from bertkit.models import loading
-    pooling = Pooling.from_config(cfg)
+    pooling = Pooling.from_config(cfg.pooling)
     return {  # the encoder's whole weights too: its revision reads only the ends of the file
         "model": cfg.model, "revision": revision, "encoder_sha256": loading.weights_digest(cfg.model or ""),
         **pooling.to_json(), "max_length": reading.max_length,
         "dtype": precision, "store_dtype": cfg.store_dtype, "split": split,
-        "data_fingerprint": ds.fingerprint, "rows": len(ds), "limit": cfg.limit,
-        "text_column": cfg.text_column, "text_pair_column": cfg.text_pair_column,
-        "label_column": cfg.label_column, "shard_size": cfg.shard_size, **reading.long_text_json(),
+        "data_fingerprint": ds.fingerprint, "rows": len(ds), "limit": cfg.inputs.limit,
+        "text_column": cfg.inputs.text_column, "text_pair_column": cfg.inputs.text_pair_column,
+        "label_column": cfg.inputs.label_column, "shard_size": cfg.shard_size, **reading.long_text_json(),
     }
 
 
@@ -221,8 +221,8 @@ def run(cfg: EmbedConfig, progress: bool = True) -> EmbedResult:
     root = Path(cfg.out or "").expanduser()
     rundir.inspect_run_dir(root, "embed", overwrite=cfg.overwrite, inputs=ownership.input_paths(cfg))  # read-only
     check_inputs(cfg, need_labels=False, models=(cfg.model,))  # then the inputs, before torch is imported
-    check_model_limits(cfg.model, max_length=cfg.max_length)  # and what the model accepts, before the data is cached
-    check_layers_exist(cfg.layers, cfg.model)
+    check_model_limits(cfg.model, max_length=cfg.reading.max_length)  # and what the model accepts, before the data is cached
+    check_layers_exist(cfg.pooling.layers, cfg.model)
 
     from bertkit.models import loading, onnx
 
@@ -272,9 +272,9 @@ def _load_encoder(cfg: EmbedConfig, device: Any, dtype: Any, export: bool) -> _E
 
     tokenizer = loading.load_tokenizer(cfg.model, cfg.trust_remote_code)
     model_config = loading.load_config(cfg.model, cfg.trust_remote_code)
-    reading = Reading.from_options(cfg)  # `cfg` is read as the model records already
+    reading = Reading.from_options(cfg.reading)  # `cfg` is read as the model records already
     loading.check_max_length(reading.max_length, tokenizer, model_config, cfg.model,
-                             pair=cfg.text_pair_column is not None)
+                             pair=cfg.inputs.text_pair_column is not None)
     if export:
         encoder = onnx.load_export(cfg.model, "features", "embed")
         precision, backend = encoder.backend, encoder.backend
@@ -283,7 +283,7 @@ def _load_encoder(cfg: EmbedConfig, device: Any, dtype: Any, export: bool) -> _E
         if cfg.precision == loading.INT8:
             encoder = quantize.quantized_int8(encoder, inplace=True)  # loaded for this run only
         precision, backend = loading.precision_name(encoder, dtype), None
-    spec = Pooling.from_config(cfg)
+    spec = Pooling.from_config(cfg.pooling)
     loaded = _Encoder(encoder, tokenizer, spec, precision, loading.model_revision(cfg.model), backend, reading)
     spec.resolve(loaded.shape[0])
     return loaded
@@ -398,8 +398,8 @@ def _embed_split(cfg: EmbedConfig, dist: Any, writer: Any, split: str, ds: Any, 
             result.tokens_encoded = sum(metas[k]["tokens"] for k in pending_all)
             labels = label_map.encode(ds.labels, f"{split} data") if (label_map and ds.labels is not None) else None
             manifest = {**common, "split": split, "data": ds.source, "data_fingerprint": ds.fingerprint,
-                        "rows": len(ds), "limit": cfg.limit, "text_column": cfg.text_column,
-                        "text_pair_column": cfg.text_pair_column, "label_column": cfg.label_column,
+                        "rows": len(ds), "limit": cfg.inputs.limit, "text_column": cfg.inputs.text_column,
+                        "text_pair_column": cfg.inputs.text_pair_column, "label_column": cfg.inputs.label_column,
                         "tokens": sum(m["tokens"] for m in metas),
                         "n_truncated": sum(m["n_truncated"] for m in metas),
                         "windows": sum(m.get("windows", 0) for m in metas),
@@ -436,5 +436,5 @@ def _summary(cfg: EmbedConfig, root: Any, results: list[SplitResult], precision:
         rows=sum(r.rows for r in results), rows_encoded=rows, tokens_encoded=tokens, seconds=round(seconds, 3),
         rows_per_s=round(rows / seconds, 1) if seconds and rows else None,
         tokens_per_s=round(tokens / seconds, 1) if seconds and rows else None,
-        n_truncated=sum(r.n_truncated for r in results), max_length=cfg.max_length, long_text=cfg.long_text,
+        n_truncated=sum(r.n_truncated for r in results), max_length=cfg.reading.max_length, long_text=cfg.reading.long_text,
         windows=sum(r.windows for r in results), size_bytes=sum(r.size_bytes for r in results), splits=results)

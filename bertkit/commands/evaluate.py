@@ -147,7 +147,7 @@ def run(cfg: EvaluateConfig, *, progress: bool = False) -> EvaluateResult:
     from bertkit.scoring.outputs import OutputReader, classifier_read, score_outputs
     from bertkit.scoring.shapes import inapplicable_options
 
-    external = [metrics.load_metric(spec) for spec in cfg.external_metrics]  # before any work: a missing one stops here
+    external = [metrics.load_metric(spec) for spec in cfg.metrics.external_metrics]  # before any work: a missing one stops here
     # the one resolution of --precision for this run (an ONNX export: its own): auto reads in the precision the
     # model records where this device runs it natively, and says so where it cannot
     compute = infer.export_compute_of(cfg.model or "", cfg.precision)
@@ -159,13 +159,13 @@ def run(cfg: EvaluateConfig, *, progress: bool = False) -> EvaluateResult:
     model, tokenizer, label_map = infer.load_for_inference(cfg.model or "", compute)
     warn_if_foreign(cfg.model or "")  # a plain transformers folder: read as its config says, said once
     given, cfg = cfg, read_as_saved(cfg)  # the model verified by its record first; the trail keeps the options given
-    reading = Reading.from_options(cfg)
+    reading = Reading.from_options(cfg.reading)
     loading.check_max_length(reading.max_length, tokenizer, model.config, cfg.model or "",
-                              pair=cfg.text_pair_column is not None)
-    for note in inapplicable_options(label_map.task, len(label_map.labels), cfg.metric_list):
+                              pair=cfg.inputs.text_pair_column is not None)
+    for note in inapplicable_options(label_map.task, len(label_map.labels), cfg.metrics.metric_list):
         log.warning("%s", note)
     metrics.check_external(external, label_map.task, len(label_map.labels))  # a module that fails on the shape
-    dataset = load_dataset_split(cfg, cfg.data or "", need_labels=True, task=label_map.task)
+    dataset = load_dataset_split(cfg.inputs, cfg.inputs.data or "", need_labels=True, task=label_map.task)
     check_tag_columns(label_map, dataset, f"model {cfg.model}")
     y = label_map.encode(dataset.labels or [], f"The data {dataset.source}")
     counted = RowsCut()
@@ -175,10 +175,10 @@ def run(cfg: EvaluateConfig, *, progress: bool = False) -> EvaluateResult:
                           saved_threshold(cfg.model or ""), counted=counted, temperature=temperature)
     outputs = reader.all_outputs(dataset)  # a few numbers per row; the texts are read a window at a time
     scores = score_outputs(outputs, y)
-    metrics.add_requested(scores, cfg.metric_list, external, outputs.decisions(), y)
-    result = EvaluateResult(cfg.model or "", dataset.source, dataset.fingerprint, cfg.max_length, cfg.long_text, cfg.truncation,
+    metrics.add_requested(scores, cfg.metrics.metric_list, external, outputs.decisions(), y)
+    result = EvaluateResult(cfg.model or "", dataset.source, dataset.fingerprint, cfg.reading.max_length, cfg.reading.long_text, cfg.reading.truncation,
                             infer.precision_of(model, compute), Scores.from_json(scores),
-                            None if cfg.long_text == "chunk" else counted.cut, temperature)
+                            None if cfg.reading.long_text == "chunk" else counted.cut, temperature)
     if plan is not None:
         run_dir = plan.claim()
         trail.write_run_config(run_dir.path, "evaluate", config_dict(given), data_fingerprint=dataset.fingerprint)
@@ -201,18 +201,18 @@ def run_tagger(cfg: EvaluateConfig, plan: Any) -> EvaluateResult:
     from bertkit.scoring.tags import tag_scores_record
     from bertkit.scoring.word_outputs import open_word_predictions
 
-    given = [f for f, v in (("--text-pair-column", cfg.text_pair_column), ("--label-sep", cfg.label_sep),
-                            ("--metric", cfg.metric), ("--task-preset", cfg.task_preset)) if v]
-    given += [f for f, v, unset in (("--long-text", cfg.long_text, "chunk"), ("--truncation", cfg.truncation, "head"))
+    given = [f for f, v in (("--text-pair-column", cfg.inputs.text_pair_column), ("--label-sep", cfg.inputs.label_sep),
+                            ("--metric", cfg.metrics.metric), ("--task-preset", cfg.inputs.task_preset)) if v]
+    given += [f for f, v, unset in (("--long-text", cfg.reading.long_text, "chunk"), ("--truncation", cfg.reading.truncation, "head"))
               if v not in (None, unset)]
     raise_if_problems([f"{f} does not apply to a tagging model (tagged --data, words read in windows). Drop {f}."
                        for f in given])
     check_inputs(cfg, need_labels=True, models=(cfg.model,), data_fields=())  # the model as saved, before torch
-    corpus = read_tagged(cfg.data or "", TaggedColumns(cfg.text_column, cfg.label_column))  # and the gold data
+    corpus = read_tagged(cfg.inputs.data or "", TaggedColumns(cfg.inputs.text_column, cfg.inputs.label_column))  # and the gold data
     given_cfg, cfg = cfg, read_as_saved(cfg)
     compute, notes = Compute.over_record(None, cfg.precision, Compute.recorded_in(read_model_info(
         os.path.expanduser(cfg.model or ""))), f"The model {cfg.model}")
-    reading = Reading.of_words("first", cfg.max_length, cfg.stride)
+    reading = Reading.of_words("first", cfg.reading.max_length, cfg.reading.stride)
     reader = tag_reader(cfg.model or "", compute, reading, cfg.batch_size)
     notes += check_gold_scheme(reader, corpus)
     for note in notes:
@@ -220,7 +220,7 @@ def run_tagger(cfg: EvaluateConfig, plan: Any) -> EvaluateResult:
     run_dir = plan.claim() if plan is not None else None
     out = run_dir.path / "predictions.jsonl" if run_dir is not None else None
     with open_word_predictions(out) if out is not None else _no_file() as append:
-        report = score_tagger(reader, corpus, limit=cfg.limit, seed=cfg.seed, on_chunk=append)
+        report = score_tagger(reader, corpus, limit=cfg.inputs.limit, seed=cfg.inputs.seed, on_chunk=append)
     record = {"task": "tags", **tag_scores_record(report.scores), **({"notes": notes} if notes else {})}
     result = EvaluateResult(cfg.model or "", str(corpus.source), corpus_fingerprint(corpus), reading.max_length,
                             reading.long_text, reading.truncation, compute.precision, Scores.from_json(record),

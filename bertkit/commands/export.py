@@ -175,10 +175,10 @@ def run(cfg: ExportConfig, progress: bool = False) -> ExportResult:
     tokenizer = loading.load_tokenizer(cfg.model)
     model = onnx.load_source_model(cfg.model, kind)
     # the graph takes any length: the export records the reading for predict and embed (a tagger's: its windows)
-    reading = Reading.of_words("first", cfg.max_length, cfg.stride) if kind == "tagger" else Reading.from_options(cfg)
+    reading = Reading.of_words("first", cfg.reading.max_length, cfg.reading.stride) if kind == "tagger" else Reading.from_options(cfg.reading)
     loading.check_max_length(reading.max_length, tokenizer, model.config, cfg.model,
-                             pair=cfg.text_pair_column is not None)
-    spec = Pooling.from_options(cfg.pool, cfg.layers, cfg.combine, cfg.normalize) if kind == "features" else None
+                             pair=cfg.inputs.text_pair_column is not None)
+    spec = Pooling.from_config(cfg.pooling) if kind == "features" else None
     if spec is not None:
         spec.resolve(encoder_shape(model)[0])  # an out-of-range --layers fails before the export
     dataset = sentences if sentences is not None else gate_data(cfg, model, kind)
@@ -263,11 +263,11 @@ def tagger_problems(cfg: ExportConfig, tagged: bool) -> list[str]:
     problems = [f"--kind {cfg.kind} does not apply to {cfg.model}: it is a tagging model (one tag per word), exported "
                 f"with its logits per word piece. Drop --kind (auto), or pass --kind tagger."
                 ] if cfg.kind not in ("auto", "tagger") else []
-    given = [flag for flag, value, unset in (("--text-pair-column", cfg.text_pair_column, None),
-                                             ("--long-text", cfg.long_text, "chunk"),
-                                             ("--truncation", cfg.truncation, Reading.truncation),
-                                             ("--label-sep", cfg.label_sep, None),
-                                             ("--task-preset", cfg.task_preset, None)) if value not in (None, unset)]
+    given = [flag for flag, value, unset in (("--text-pair-column", cfg.inputs.text_pair_column, None),
+                                             ("--long-text", cfg.reading.long_text, "chunk"),
+                                             ("--truncation", cfg.reading.truncation, Reading.truncation),
+                                             ("--label-sep", cfg.inputs.label_sep, None),
+                                             ("--task-preset", cfg.inputs.task_preset, None)) if value not in (None, unset)]
     return problems + [f"{flag} does not apply to a tagging model: its gate reads sentences of words (a tagged file, "
                        f"or text with one sentence per line), a long one in windows of its max length. Drop {flag}."
                        for flag in given]
@@ -317,8 +317,8 @@ def _features_fn(model: Any, spec: Pooling) -> Any:
 def tagger_gate_data(cfg: ExportConfig) -> GateSentences:
     """A tagger's gate sentences (the first --limit): --data (gold tags when it has them), or the dev set of the
     tagging run the model folder was saved in."""
-    columns = TaggedColumns(cfg.text_column, cfg.label_column)
-    sentences = read_gate_sentences(cfg.data, columns, cfg.limit, cfg.data_config, cfg.train_split) if cfg.data \
+    columns = TaggedColumns(cfg.inputs.text_column, cfg.inputs.label_column)
+    sentences = read_gate_sentences(cfg.inputs.data, columns, cfg.inputs.limit, cfg.inputs.data_config, cfg.inputs.train_split) if cfg.inputs.data \
         else run_dev_set(cfg, tagged=True)
     if len(sentences) == 0:
         raise UserError(f"The gate data {sentences.source} has no sentences. Pass --data with sentences to compare "
@@ -330,18 +330,18 @@ def gate_data(cfg: ExportConfig, model: Any, kind: str) -> TextDataset:
     """--data (labels when it has them), or the dev set of the finetune/distill run the model folder was saved in."""
     from bertkit.data.splits import load_dataset_split
 
-    if cfg.data:
+    if cfg.inputs.data:
         task = _task(model) if kind == "classifier" else None
         try:
-            dataset = load_dataset_split(cfg, cfg.data, need_labels=True, task=task)
+            dataset = load_dataset_split(cfg.inputs, cfg.inputs.data, need_labels=True, task=task)
         except UserError as exc:
-            if cfg.label_column is not None or not str(exc).startswith("No label column"):
+            if cfg.inputs.label_column is not None or not str(exc).startswith("No label column"):
                 raise
-            dataset = load_dataset_split(cfg, cfg.data, need_labels=False)
+            dataset = load_dataset_split(cfg.inputs, cfg.inputs.data, need_labels=False)
     else:
         dataset = run_dev_set(cfg)
-    if cfg.limit is not None and len(dataset) > cfg.limit:
-        dataset = dataset.subset(range(cfg.limit))
+    if cfg.inputs.limit is not None and len(dataset) > cfg.inputs.limit:
+        dataset = dataset.subset(range(cfg.inputs.limit))
     if len(dataset) == 0:
         raise UserError(f"The gate data {dataset.source} has no rows. Pass --data with rows to compare the models on.")
     return dataset
@@ -364,10 +364,10 @@ def run_dev_set(cfg: ExportConfig, tagged: bool = False) -> Any:
     config = trail.config_as_run_read_it(record)
     try:
         if tagged:
-            dev = run_dev_sentences(config, cfg.limit)
+            dev = run_dev_sentences(config, cfg.inputs.limit)
         else:
             known = {f.name for f in all_fields(RUN_CONFIGS[command])}  # an older record may hold more
-            dev = load_splits(build(RUN_CONFIGS[command], {k: v for k, v in config.items() if k in known}),
+            dev = load_splits(build(RUN_CONFIGS[command], {k: v for k, v in config.items() if k in known}).inputs,
                               need_labels=True).dev
     except (TypeError, UserError) as exc:
         raise UserError(f"Could not read the dev set of the {command} run {folder.parent} ({str(exc)[:200]}). "

@@ -67,12 +67,12 @@ def run(cfg: FinetuneConfig, *, progress: bool = True) -> FinetuneResult:
     cfg = checked_as_saved(cfg, "finetune", data_fields=() if words else DATA_FIELDS)  # tagged: its reader checks
     # a tagger reads words in windows of --max-length pieces (given, or as the --model records it), each word at its
     # first piece
-    reading = Reading.of_words(TAGGER_WORD_POOL, cfg.max_length, cfg.stride) if words else Reading.from_options(cfg)
+    reading = Reading.of_words(TAGGER_WORD_POOL, cfg.reading.max_length, cfg.tagging.stride) if words else Reading.from_options(cfg.reading)
     data = checked_tagged_data(cfg, reading) if words else None
     from bertkit.training.finetune import finetune, training_device
     from bertkit.training.tagging import TagTask
 
-    compute = Compute.resolve(training_device(), cfg.precision)
+    compute = Compute.resolve(training_device(), cfg.compute.precision)
     task = None if data is None else TagTask(data)
     return FinetuneResult.of(finetune(cfg, progress=progress, compute=compute, reading=reading, task=task))
 
@@ -81,4 +81,4 @@ def checked_tagged_data(cfg: FinetuneConfig, reading: Reading) -> TaggedTraining
     """A tagger's --data, --dev and --test read and checked by the tagged reader (`load_tagged_training_for`), once
     `reading` (its windows: --stride against --max-length) was."""
     raise_if_problems(reading.word_problems())
-    return load_tagged_training_for(cfg)
+    return load_tagged_training_for(cfg.inputs, cfg.tagging.tag_scheme)

@@ -147,7 +147,7 @@ def run(cfg: PredictConfig, *, recipe: str | None = None, progress: bool = False
     from bertkit.probe.word_saved import is_word_probe
 
     if cfg.out:  # before any work: never over an input, never over a file bertkit did not write
-        predictions_out.check_predictions_out(cfg.out, {"--data": cfg.data, "--model": cfg.model, "--probe": cfg.probe,
+        predictions_out.check_predictions_out(cfg.out, {"--data": cfg.inputs.data, "--model": cfg.model, "--probe": cfg.probe,
                                                         "--recipe": str(recipe_path(recipe)) if recipe else None})
     tagger = cfg.model is not None and is_tagger(cfg.model)
     word_probe = cfg.probe is not None and is_word_probe(cfg.probe)
@@ -155,7 +155,7 @@ def run(cfg: PredictConfig, *, recipe: str | None = None, progress: bool = False
     if tagger or word_probe:
         return (run_tagger if tagger else run_word_probe)(cfg, keep=keep, on_sentences=on_sentences)
     check_inputs(cfg, need_labels=False, models=(cfg.model,), data_fields=("data",))  # before torch is imported
-    check_model_limits(cfg.model, max_length=cfg.max_length)  # before the data is read or cached
+    check_model_limits(cfg.model, max_length=cfg.reading.max_length)  # before the data is read or cached
     import numpy as np
 
     from bertkit.data.dataset import TextDataset
@@ -169,7 +169,7 @@ def run(cfg: PredictConfig, *, recipe: str | None = None, progress: bool = False
     else:  # the file reader (pandas, pyarrow) only where a file is read
         from bertkit.data.splits import load_dataset_split
 
-        dataset = load_dataset_split(cfg, cfg.data or "", need_labels=False)
+        dataset = load_dataset_split(cfg.inputs, cfg.inputs.data or "", need_labels=False)
     reader = output_reader(cfg, dataset, progress)
     labels: list[Prediction] = []
     values: list[np.ndarray] = []
@@ -185,8 +185,8 @@ def run(cfg: PredictConfig, *, recipe: str | None = None, progress: bool = False
                 on_window(part, outputs, predicted)
     head = np.concatenate(values) if values else np.zeros((0, reader.width), np.float32)
     return PredictResult(reader.label_map.task, reader.label_names, reader.threshold, cfg.out, reader.precision,
-                         cfg.max_length, cfg.truncation or Reading.truncation, reader.features,
-                         None if cfg.long_text == "chunk" else reader.counted.cut, reader.temperature, dataset, labels,
+                         cfg.reading.max_length, cfg.reading.truncation or Reading.truncation, reader.features,
+                         None if cfg.reading.long_text == "chunk" else reader.counted.cut, reader.temperature, dataset, labels,
                          head)
 
 
@@ -230,7 +230,7 @@ def run_tagger(cfg: PredictConfig, keep: int | None = None,
             Path(cfg.model or "").expanduser())), f"The model {cfg.model}")
     for note in notes:
         log.warning("%s", note)
-    reading = Reading.of_words("first", cfg.max_length, cfg.stride)
+    reading = Reading.of_words("first", cfg.reading.max_length, cfg.reading.stride)
     reader = tag_reader(cfg.model or "", compute, reading, cfg.batch_size, cfg.aggregate)
     kept, total = _write_word_predictions(cfg.out, reader.tag(word_sentences(cfg)), keep, on_sentences)
     return PredictResult("tags", list(reader.tagger.tags), 0.5, cfg.out, infer.precision_of(reader.tagger.model, compute),
@@ -254,8 +254,8 @@ def word_option_problems(cfg: PredictConfig, tagger: bool, word_probe: bool) -> 
 
 def tagger_option_problems(cfg: PredictConfig) -> list[str]:
     """Options a tagging model does not read: it reads words in windows, nothing is cut."""
-    given = [flag for flag, value, unset in (("--long-text", cfg.long_text, "chunk"),
-                                             ("--truncation", cfg.truncation, Reading.truncation))
+    given = [flag for flag, value, unset in (("--long-text", cfg.reading.long_text, "chunk"),
+                                             ("--truncation", cfg.reading.truncation, Reading.truncation))
              if value not in (None, unset)]
     return [f"{flag} does not apply to a tagging model: it reads every word, a long sentence in windows of its "
             f"max length. Drop {flag}." for flag in given]
@@ -287,12 +287,12 @@ def word_sentences(cfg: PredictConfig) -> Any:
         return iter([words_sentence(cfg.words)])
     if cfg.text:
         return (text_sentence(t) for t in cfg.text)
-    return file_sentences(cfg.data or "", TaggedColumns(cfg.text_column, cfg.label_column), cfg.limit)
+    return file_sentences(cfg.inputs.data or "", TaggedColumns(cfg.inputs.text_column, cfg.inputs.label_column), cfg.inputs.limit)
 
 
 def word_probe_option_problems(cfg: PredictConfig) -> list[str]:
     """Options a word probe does not read (it reads words as its record says)."""
-    given = [flag for flag, value in (("--max-length", cfg.max_length), ("--stride", cfg.stride)) if value]
+    given = [flag for flag, value in (("--max-length", cfg.reading.max_length), ("--stride", cfg.reading.stride)) if value]
     int8 = ["--precision int8 does not apply to a word probe: word vectors are read in float. Pass --precision auto, "
             "fp32 or bf16."] if cfg.precision == "int8" else []
     return [f"{flag} does not apply to a word probe: it reads words as it was fitted (its probe.json). Drop {flag}."
@@ -341,7 +341,7 @@ def output_reader(cfg: Any, dataset: TextDataset, progress: bool) -> OutputReade
         for note in notes:
             log.warning("%s", note)
         read = probe_reader(saved, compute, pair=dataset.pairs is not None, batch_size=cfg.batch_size,
-                            max_length=cfg.max_length, progress=progress, counted=counted)
+                            max_length=cfg.reading.max_length, progress=progress, counted=counted)
         names = tuple(str(x) for x in saved.label_map.labels)
         pooling = Pooling.from_json(saved.meta)
         features = f"{pooling.pool}, layers {pooling.layers_option}"
@@ -360,7 +360,7 @@ def output_reader(cfg: Any, dataset: TextDataset, progress: bool) -> OutputReade
             log.warning("%s", note)
     model, tokenizer, label_map = infer.load_for_inference(cfg.model, compute)
     warn_if_foreign(cfg.model)  # a plain transformers folder: read as its config says, said once
-    reading = Reading.from_options(cfg)  # `cfg` is read as the model records already
+    reading = Reading.from_options(cfg.reading)  # `cfg` is read as the model records already
     loading.check_max_length(reading.max_length, tokenizer, model.config, cfg.model, pair=dataset.pairs is not None)
     temperature = saved_temperature(cfg.model)  # --calibrate temperature at training: honest probabilities
     return OutputReader(label_map, classifier_read(model, tokenizer, reading, cfg.batch_size, compute, progress, counted,

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +27,6 @@ from bertkit.options import (
     DATA,
     MODEL,
     OUTPUT,
-    PROBE,
     Config,
     all_fields,
     config_dict,
@@ -38,6 +36,7 @@ from bertkit.options import (
     overwrite_option,
     value,
 )
+from bertkit.probe.fit import FitOptions
 from bertkit.probe.records import (
     Baselines,
     BestCell,
@@ -48,7 +47,7 @@ from bertkit.probe.records import (
     SplitRows,
 )
 from bertkit.probe.word_store_run import run_word_store_probe, word_store_problems
-from bertkit.scoring.options import CLASS_WEIGHTS, MetricOptions
+from bertkit.scoring.options import MetricOptions
 
 if TYPE_CHECKING:
     from bertkit.probe.words_run import WordProbeRun
@@ -91,21 +90,7 @@ class ProbeConfig(Config):
     batch_size: int = option(64, "Rows per batch for feature extraction.", above=0)
     precision: str = option("auto", INFERENCE_PRECISION_HELP, choices=INFERENCE_PRECISIONS, aliases=("--dtype",))
     normalize: bool = option(False, "L2-normalise features before the probe (extraction option).", panel=MODEL)
-    C: float | None = option(None, "Inverse regularisation strength. Default: cells compared at 1.0, the best one's "
-                             "chosen by 5-fold CV on log-loss (regression: ridge alpha = 1/C, chosen by --cv 5 unless "
-                             "given).", panel=PROBE,
-                             above=0)
-    cv: int | None = option(None, "Choose C by K-fold cross-validation (data order; stratified for one label per "
-                            "row): the lowest held-out log-loss (the C whose probabilities are honest).", panel=PROBE,
-                            minimum=2)
-    C_grid: str | None = option(None, "C values for --cv, comma-separated, or `alammar` (linspace(0.0001, 100, 20)). "
-                                "Default: 0.001..10.", panel=PROBE)
-    class_weight: str = option("none", "balanced weighs classes by inverse frequency (imbalanced data).",
-                               panel=PROBE, choices=CLASS_WEIGHTS)
-    repeats: int = option(0, "Refit the best cell N times on random 80% train subsets (mean ± std).", panel=PROBE,
-                          minimum=0)
-    baselines: bool = option(True, "Also score majority class, TF-IDF + LR on the raw text, and the same encoder with "
-                             "random weights.", panel=PROBE)
+    fit: FitOptions = group(FitOptions)
     out: str | None = option(None, "Run directory: config, metrics, plots, saved probe, cached features.",
                              panel=OUTPUT)
     overwrite: bool = overwrite_option("a probe run")
@@ -125,20 +110,11 @@ class ProbeConfig(Config):
             problems.append(f"--pool must list distinct poolings (cls, mean, max), e.g. cls,mean; got {self.pool!r}.")
         problems += layers_problem(self.layers)
         problems += self.inputs.task_problems(reads_words=True)
-        if self.features is not None and (self.task in ("multi_label", "regression") or self.label_sep is not None):
+        if self.features is not None and (self.inputs.task in ("multi_label", "regression") or self.inputs.label_sep is not None):
             problems.append("--features stores hold one class per row; probe tags or numbers from the text with --data "
                             "(and --task / --label-sep).")
-        if self.C is not None and self.cv is not None:
-            problems.append("--C fixes the regularisation and --cv searches for it; give one of them.")
-        if self.C_grid is not None:
-            if self.cv is None:
-                problems.append("--C-grid is searched with cross-validation; add --cv K (e.g. --cv 5).")
-            try:
-                _ = self.c_values
-            except ValueError:
-                problems.append(f"--C-grid must be positive finite numbers separated by commas (e.g. 0.01,0.1,1), or "
-                                f"alammar; got {self.C_grid!r}.")
-        problems += [f"{flag(name)} reads tagged data (one tag per word); {self.data} is read as sentences. Pass a "
+        problems += self.fit.fit_problems()
+        problems += [f"{flag(name)} reads tagged data (one tag per word); {self.inputs.data} is read as sentences. Pass a "
                      f"CoNLL-style file (.iob2, .conll) or --task tags, or drop {flag(name)}."
                      for name in ("word_pool", "combine") if getattr(self, name) is not None
                      and self.data_found]  # a --data that is not there: the data reader names it, with the fix
@@ -147,10 +123,10 @@ class ProbeConfig(Config):
     @property
     def data_found(self) -> bool:
         """Whether --data is a hub name or a file that is there (a missing file is refused as missing, first)."""
-        if self.data is None or not is_file_value(self.data):
-            return self.data is not None
+        if self.inputs.data is None or not is_file_value(self.inputs.data):
+            return self.inputs.data is not None
         try:
-            return Path(self.data).expanduser().exists()
+            return Path(self.inputs.data).expanduser().exists()
         except OSError:  # a name this system cannot stat: its reader refuses it
             return False
 
@@ -158,7 +134,7 @@ class ProbeConfig(Config):
     def reads_words(self) -> bool:
         """Whether this run probes words: --task tags, --data a tagged corpus (`data.options.reads_tagged`), or
         --features a word store (`bertkit embed` on tagged data)."""
-        return (reads_tagged(self.task, self.data, self.data_config, self.train_split)
+        return (reads_tagged(self.inputs.task, self.inputs.data, self.inputs.data_config, self.inputs.train_split)
                 or (self.features is not None and bool(word_store_splits(self.features))))
 
     def word_problems(self) -> list[str]:
@@ -167,11 +143,11 @@ class ProbeConfig(Config):
         if self.features is not None:
             return word_store_problems(self) + word_settings_problems(self, self.layers)
         problems = []
-        if self.data is None or self.dev is None:
+        if self.inputs.data is None or self.inputs.dev is None:
             problems.append("Probing words needs --data (tagged training data) and --dev (tagged dev data: a file, or "
                             "a split of the hub dataset --data); a dev split is not held out. Pass --dev dev.iob2 "
                             "(hub: --dev validation).")
-        for path in (self.data, self.dev):
+        for path in (self.inputs.data, self.inputs.dev):
             if path is not None and not may_be_tagged(path):
                 problems.append(f"--task tags reads one tag per word, but {path} does not look like a tagged corpus "
                                 f"(a table of sentences?). Valid: a CoNLL-style column file (a word and its tag per "
@@ -188,18 +164,6 @@ class ProbeConfig(Config):
     def pools(self) -> list[str]:
         """--pool as a list (not given: cls; with --data, `probe.inputs.default_cells` adds the model's pooling)."""
         return [p.strip() for p in str(self.pool or "cls").split(",") if p.strip()]
-
-    @property
-    def c_values(self) -> list[float] | None:
-        """--C-grid as numbers (None: the default grid). Raises ValueError on a bad grid."""
-        if self.C_grid is None:
-            return None
-        if self.C_grid.strip().lower() == "alammar":
-            return [0.0001 + i * (100 - 0.0001) / 19 for i in range(20)]
-        values = [float(v) for v in self.C_grid.split(",") if v.strip()]
-        if not values or any(not math.isfinite(v) or v <= 0 for v in values):
-            raise ValueError(self.C_grid)
-        return values
 
 
 @dataclass
@@ -264,25 +228,25 @@ def run_sentences(cfg: ProbeConfig, progress: bool = False) -> ProbeResult:
     """Inputs -> per-layer sweep -> baselines -> variance -> test -> run directory."""
     from bertkit.io import ownership, rundir, trail
 
-    cfg = read_as_saved(cfg) if cfg.data else cfg  # features made now: texts read as a saved --model records it
+    cfg = read_as_saved(cfg) if cfg.inputs.data else cfg  # features made now: texts read as a saved --model records it
     plan = rundir.inspect_run_dir(cfg.out, "probe", overwrite=cfg.overwrite, compare=trail.config_compare(config_dict(cfg)),
                                   inputs=ownership.input_paths(cfg)) if cfg.out else None  # claimed once valid
-    check_inputs(cfg, need_labels=True, models=(cfg.model or (OFFLINE_NAME if cfg.data else None),))  # before torch
+    check_inputs(cfg, need_labels=True, models=(cfg.model or (OFFLINE_NAME if cfg.inputs.data else None),))  # before torch
     from bertkit.probe.baselines import losing_to_baselines, run_baselines
     from bertkit.probe.search import repeat_probe, score_probe, shape_kwargs, sweep_layers
     from bertkit.scoring.metrics import load_metrics
 
-    external = load_metrics(tuple(cfg.external_metrics))  # a --metric that cannot load stops before any work
+    external = load_metrics(tuple(cfg.metrics.external_metrics))  # a --metric that cannot load stops before any work
     cache = (lambda: plan.claim().path / "features") if plan is not None else None
     check = functools.partial(check_shape_options, cfg, external)
-    inputs = probe_inputs(cfg, Reading.from_options(cfg), cache, check, progress)
+    inputs = probe_inputs(cfg, Reading.from_options(cfg.reading), cache, check, progress)
     run_dir = plan.claim() if plan is not None else None
     cache = run_dir.path / "features" if run_dir is not None else None
     names = [str(x) for x in inputs.label_map.labels]
     kwargs, metric = shape_kwargs(cfg, inputs.label_map.task)
     say = (lambda msg: log.info(msg)) if progress else None
     sweep = sweep_layers(inputs.train, inputs.y_train, inputs.dev, inputs.y_dev, layer_names=inputs.layer_names,
-                         label_names=names, progress=say, metric=metric, threshold=cfg.threshold, **kwargs)
+                         label_names=names, progress=say, metric=metric, threshold=cfg.inputs.threshold, **kwargs)
     best = sweep.best
     result: dict[str, Any] = {
         "model": inputs.feature_meta.get("model"), "revision": inputs.feature_meta.get("revision"),
@@ -299,15 +263,15 @@ def run_sentences(cfg: ProbeConfig, progress: bool = False) -> ProbeResult:
         result["task"] = kwargs["task"]
         result["best"].update({f"{metric}_ci95": result["best"].pop("accuracy_ci95")},
                               **{k: v for k, v in best.row().items() if k in ("alpha", "threshold")})
-    if cfg.baselines:
+    if cfg.fit.baselines:
         result["baselines"] = run_baselines(cfg, inputs, best, names, cache, progress)
         searched_all = len(inputs.train) == len(POOLS) and inputs.feature_meta.get("layers") == "all"
         result["notes"] += losing_to_baselines(f"{best.pool} {best.layer_name}", best.metrics[metric],
                                                result["baselines"], metric, searched_all)
-    if cfg.repeats:
+    if cfg.fit.repeats:
         result["repeats"] = repeat_probe(inputs.train[best.pool][:, best.layer], inputs.y_train,
-                                         inputs.dev[best.pool][:, best.layer], inputs.y_dev, repeats=cfg.repeats,
-                                         label_names=names, threshold=cfg.threshold, **kwargs)
+                                         inputs.dev[best.pool][:, best.layer], inputs.y_dev, repeats=cfg.fit.repeats,
+                                         label_names=names, threshold=cfg.inputs.threshold, **kwargs)
     if inputs.test is not None and inputs.y_test is not None:
         result["best"]["test"] = score_probe(best.fit, inputs.test[best.pool][:, best.layer], inputs.y_test, names)
     failed = requested_metrics_or_failure(cfg, result, best, inputs, external)
@@ -334,14 +298,14 @@ def run_words(cfg: ProbeConfig, progress: bool = False) -> ProbeResult:
     if cfg.features is not None:  # a word store: its settings are the store's (`probe.word_store_run`)
         words = run_word_store_probe(cfg, say=log.info if progress else None)
     else:
-        reading = Reading.of_words(cfg.word_pool, cfg.max_length, cfg.stride)
-        columns = TaggedColumns(cfg.text_column, cfg.label_column, cfg.tag_scheme)
-        train, dev = tagged_sources(str(cfg.data), [str(cfg.dev)], cfg.data_config, cfg.train_split)
+        reading = Reading.of_words(cfg.word_pool, cfg.reading.max_length, cfg.reading.stride)
+        columns = TaggedColumns(cfg.inputs.text_column, cfg.inputs.label_column, cfg.tag_scheme)
+        train, dev = tagged_sources(str(cfg.inputs.data), [str(cfg.inputs.dev)], cfg.inputs.data_config, cfg.inputs.train_split)
         compute = Compute.resolve("cpu", cfg.precision)  # once: words are read on the CPU, as sentence probes' text
         words = run_word_probe(train, dev, columns, reading, cfg.model or OFFLINE_NAME, cfg.layers, cfg.combine,
-                               cfg.batch_size, cfg.C or DEFAULT_C, cfg.seed, cfg.baselines, cfg.trust_remote_code,
-                               say=log.info if progress else None, limit=cfg.limit, compute=compute,
-                               cache_dir=cfg.cache_dir)
+                               cfg.batch_size, cfg.fit.C or DEFAULT_C, cfg.inputs.seed, cfg.fit.baselines, cfg.trust_remote_code,
+                               say=log.info if progress else None, limit=cfg.inputs.limit, compute=compute,
+                               cache_dir=cfg.inputs.cache_dir)
     if plan is not None:
         run_dir = plan.claim()
         words = write_word_probe_run(run_dir.path, words, config_dict(cfg), final_dir=run_dir.out)
@@ -374,10 +338,10 @@ def check_shape_options(cfg: Any, external: Sequence[Any], labels: Any, y_train:
     from bertkit.scoring.shapes import inapplicable_options
 
     shape_kwargs(cfg, labels.task)
-    folds = folds_for(labels.task, cfg.C, cfg.cv)
+    folds = folds_for(labels.task, cfg.fit.C, cfg.fit.cv)
     if folds is not None:
         check_folds(y_train, folds, labels.task)
-    for note in inapplicable_options(labels.task, len(labels.labels), cfg.metric_list, cfg.threshold):
+    for note in inapplicable_options(labels.task, len(labels.labels), cfg.metrics.metric_list, cfg.inputs.threshold):
         log.warning("%s", note)
     check_external(external, labels.task, len(labels.labels))
 
@@ -403,12 +367,12 @@ def add_requested_metrics(cfg: Any, best_result: dict[str, Any], best: Any, inpu
     from bertkit.probe.search import predicted_ids
     from bertkit.scoring.metrics import add_requested
 
-    if not cfg.metric_list:
+    if not cfg.metrics.metric_list:
         return
-    add_requested(best_result["dev"], cfg.metric_list, external, best.pred, inputs.y_dev)
+    add_requested(best_result["dev"], cfg.metrics.metric_list, external, best.pred, inputs.y_dev)
     if "test" in best_result and inputs.test is not None and inputs.y_test is not None:
         test_pred = predicted_ids(best.fit, inputs.test[best.pool][:, best.layer])
-        add_requested(best_result["test"], cfg.metric_list, external, test_pred, inputs.y_test)
+        add_requested(best_result["test"], cfg.metrics.metric_list, external, test_pred, inputs.y_test)
 
 
 def write_probe_run(run_dir: Path, cfg: Any, inputs: Any, sweep: Any, result: dict[str, Any],

@@ -85,13 +85,13 @@ def run(cfg: TokensConfig) -> TokensResult:
     --out when given)."""
     check_inputs(cfg, need_labels=False, models=(cfg.model,), data_fields=())  # before transformers is imported
     cfg = read_as_saved(cfg)  # truncation and padding waste at the window the model records (else 128)
-    if cfg.data is not None:  # a refused --out (read-only look), then the data files, as the report orders them
+    if cfg.inputs.data is not None:  # a refused --out (read-only look), then the data files, as the report orders them
         from bertkit.io import ownership, rundir, trail
 
         if cfg.out:
             rundir.inspect_run_dir(cfg.out, "tokens", overwrite=cfg.overwrite, compare=trail.config_compare(config_dict(cfg)),
                                    inputs=ownership.input_paths(cfg))
-        check_inputs(cfg, need_labels=cfg.label_column is not None)
+        check_inputs(cfg, need_labels=cfg.inputs.label_column is not None)
     from bertkit.models import loading
 
     tokenizer = loading.load_tokenizer(cfg.model, cfg.trust_remote_code)
@@ -113,10 +113,10 @@ def _length_reports(tokenizer: Any, cfg: TokensConfig) -> TokensResult:
                                   inputs=ownership.input_paths(cfg)) if cfg.out else None  # read-only, early
     model_config = loading.load_config(cfg.model, cfg.trust_remote_code)
     limit = loading.model_max_length(tokenizer, model_config)
-    loading.check_max_length(cfg.max_length, tokenizer, model_config, cfg.model, pair=cfg.text_pair_column is not None)
-    splits = load_splits(cfg, need_labels=cfg.label_column is not None, need_dev=False)
+    loading.check_max_length(cfg.max_length, tokenizer, model_config, cfg.model, pair=cfg.inputs.text_pair_column is not None)
+    splits = load_splits(cfg.inputs, need_labels=cfg.inputs.label_column is not None, need_dev=False)
     named = [(name, ds) for name, ds in (("train", splits.train), ("dev", splits.dev), ("test", splits.test)) if ds]
-    reports = [length_report(tokenizer, ds, name, cfg.max_length, cfg.batch_size, limit, cfg.seed, cfg.cache_dir)
+    reports = [length_report(tokenizer, ds, name, cfg.max_length, cfg.batch_size, limit, cfg.inputs.seed, cfg.inputs.cache_dir)
                for name, ds in named]
     notes = (*splits.notes, *[note for r in reports if (note := long_text_note(r, cfg.max_length, limit))])
     result = TokensResult(model=cfg.model, max_length=cfg.max_length, model_limit=limit, reports=tuple(reports),

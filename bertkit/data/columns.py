@@ -87,9 +87,9 @@ class _HeaderOnly:
         return []
 
 
-def check_data_files(opts: Any, fields: Iterable[str], need_labels: bool) -> None:
-    """`check_columns` for each of the options `fields` (data, dev, test) that names data (`opts`: a config holding
-    `DataOptions`)."""
+def check_data_files(opts: DataOptions, fields: Iterable[str], need_labels: bool) -> None:
+    """`check_columns` for each of the options `fields` (data, dev, test) that names data (`opts`: a config's data
+    group)."""
     for name in fields:
         source = getattr(opts, name, None)
         if source:

@@ -7,9 +7,9 @@ model outputs (the training corpus's, sorted) and what identifies each corpus in
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from bertkit.data.labels import TAGS_TASK, LabelMap
+from bertkit.data.options import DataOptions
 from bertkit.data.tagged import (
     TaggedColumns,
     TaggedCorpus,
@@ -90,9 +90,10 @@ TAGGED_TRAINING_OPTIONS = ("data", "dev", "test", "text_column", "label_column",
 """The options `load_tagged_training_for` reads: what decides a run's tagged sentences and tags."""
 
 
-def load_tagged_training_for(options: Any) -> TaggedTraining:
-    """The tagged data of a run's options (a fine-tuning run's, or a sweep's: read once for all its trials): --data,
-    --dev and a labelled --test, their columns and --tag-scheme, the hub dataset's config and --train-split, --limit."""
-    columns = TaggedColumns(options.text_column, options.label_column, options.tag_scheme)
+def load_tagged_training_for(options: DataOptions, tag_scheme: str) -> TaggedTraining:
+    """The tagged data of a run's data group (a fine-tuning run's, or a sweep's: read once for all its trials) read
+    in `tag_scheme` (--tag-scheme): --data, --dev and a labelled --test, their columns, the hub dataset's config and
+    --train-split, --limit."""
+    columns = TaggedColumns(options.text_column, options.label_column, tag_scheme)
     return load_tagged_training(str(options.data), str(options.dev), columns, options.data_config,
                                 options.train_split, options.limit, test=options.test)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bertkit.encoding.longtext import LONG_TEXT_MODES, TRUNCATIONS, default_stride
-from bertkit.options import MODEL, all_fields, option, replaced
+from bertkit.options import MODEL, all_fields, option, replaced, value
 
 log = logging.getLogger(__name__)
 
@@ -252,5 +252,5 @@ def read_as_recorded(cfg: Any, recorded: Reading | None, what: str) -> Any:
 
 
 def _given(cfg: Any, key: str, default: Any) -> Any:
-    value = getattr(cfg, key, None)
-    return default if value is None else value
+    given = value(cfg, key, None)  # a config's (in its reading group, or its own) or a reading group's
+    return default if given is None else given

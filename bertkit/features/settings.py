@@ -82,15 +82,10 @@ class Pooling:
         return cls(pool, None if parsed is None else tuple(parsed), combine, normalize)
 
     @classmethod
-    def from_config(cls, cfg: Any, pool: str | None = None) -> Pooling:
-        """The pooling a command's options ask for (--pool or `pool`, --layers, --combine, --normalize); an option
-        the config lacks, or leaves unset (None), takes the default."""
-        default = cls()
-        layers = getattr(cfg, "layers", None)
-        return cls.from_options(pool or getattr(cfg, "pool", None) or default.pool,
-                                default.layers_option if layers is None else layers,
-                                getattr(cfg, "combine", None) or default.combine,
-                                bool(getattr(cfg, "normalize", default.normalize)))
+    def from_config(cls, options: PoolingOptions) -> Pooling:
+        """The pooling a command's pooling group asks for (--pool, --layers, --combine, --normalize); --combine
+        unset (None) concatenates."""
+        return cls.from_options(options.pool, options.layers, options.combine or cls.combine, options.normalize)
 
     def resolve(self, n_layers: int) -> list[int]:
         """Positive hidden-state indices for a model with `n_layers` encoder layers (n_layers + 1 states)."""

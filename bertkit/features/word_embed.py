@@ -231,13 +231,13 @@ def stored_differences(root: Path, identities: dict[str, dict[str, Any]], split_
 def word_options_problems(cfg: Any) -> list[str]:
     """`bertkit embed` on tagged data (`cfg`: its config): --data and --out given, the reading and pooling valid, no
     option the word path does not read (`cfg.WORD_OPTIONS`), and no int8 (word vectors are read in float)."""
-    problems = [] if cfg.data else ["--data is required: the tagged file whose words to embed."]
+    problems = [] if cfg.inputs.data else ["--data is required: the tagged file whose words to embed."]
     problems += [] if cfg.out else ["--out is required: the directory the word store is written to."]
     given = [f.name for f in all_fields(type(cfg)) if f.name not in cfg.WORD_OPTIONS and getattr(cfg, f.name) != f.default
              and (getattr(cfg, f.name) or f.default)]  # an empty list given for an empty tuple is not given
     problems += [f"{flag(name)} does not apply to tagged data (a word store); it takes "
                  f"{', '.join(flag(o) for o in cfg.WORD_OPTIONS)}. Drop {flag(name)}." for name in given]
-    problems += word_settings_problems(cfg, cfg.layers)
+    problems += word_settings_problems(cfg, cfg.pooling.layers)
     check_device(problems, cfg.device)
     return problems
 
@@ -260,11 +260,11 @@ def run_word_embed_options(cfg: Any, compute: Compute, progress: bool = False) -
     out = Path(cfg.out).expanduser()
     rundir.inspect_run_dir(out, "embed", overwrite=cfg.overwrite, inputs=ownership.input_paths(cfg))  # read-only
     encoder = load_word_encoder(cfg.model, compute, cfg.trust_remote_code)
-    others = [(name, str(value)) for name, value in (("dev", cfg.dev), ("test", cfg.test)) if value]
-    found = tagged_sources(str(cfg.data), [value for _, value in others], cfg.data_config, cfg.train_split)
+    others = [(name, str(value)) for name, value in (("dev", cfg.inputs.dev), ("test", cfg.inputs.test)) if value]
+    found = tagged_sources(str(cfg.inputs.data), [value for _, value in others], cfg.inputs.data_config, cfg.inputs.train_split)
     named = list(zip(["train", *(name for name, _ in others)], found, strict=True))
-    columns = TaggedColumns(cfg.text_column, cfg.label_column, cfg.tag_scheme)
-    reading = Reading.of_words(cfg.word_pool, cfg.max_length, cfg.stride)
-    return run_word_embed(named, columns, reading, word_pooling(cfg.layers, cfg.combine or "concat"), encoder, out,
+    columns = TaggedColumns(cfg.inputs.text_column, cfg.inputs.label_column, cfg.tag_scheme)
+    reading = Reading.of_words(cfg.word_pool, cfg.reading.max_length, cfg.reading.stride)
+    return run_word_embed(named, columns, reading, word_pooling(cfg.pooling.layers, cfg.pooling.combine or "concat"), encoder, out,
                           cfg.overwrite, cfg.shard_size, cfg.rows_per_batch, str(encoder.model.device),
                           progress)

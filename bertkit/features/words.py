@@ -47,7 +47,7 @@ def word_settings_problems(cfg: Any, layers: str | None) -> list[str]:
     """What is wrong with a config's word reading (--word-pool, --max-length, --stride), its word pooling (`layers`,
     --combine) and --precision (no int8: word vectors are read in float): `bertkit embed` and `bertkit probe` on
     tagged data."""
-    problems = Reading.of_words(cfg.word_pool, cfg.max_length, cfg.stride).word_problems()
+    problems = Reading.of_words(cfg.word_pool, cfg.reading.max_length, cfg.reading.stride).word_problems()
     try:
         word_pooling(layers or "-1", cfg.combine or "concat")
     except UserError as exc:

@@ -26,6 +26,7 @@ from bertkit.io.atomic import (
     write_json_atomic,
 )
 from bertkit.io.record import FILE, OPEN, RECORD, RUN, TEMP, Record
+from bertkit.options import value
 
 MARKER = ".bertkit-run.json"
 """Written first into every run directory bertkit creates or adopts: which command owns it."""
@@ -324,15 +325,16 @@ def input_paths(cfg: Any) -> list[tuple[str, str]]:
 
     (--recipe is read before the config exists; inside an --out it is a file bertkit did not write, so
     `inspect_run_dir` refuses it, and an --out inside a file is refused as a path below a file.)"""
-    fields = [(f"--{name}", getattr(cfg, name, None)) for name in ("teacher", "student", "model")]
+    fields = [(f"--{name}", value(cfg, name, None)) for name in ("teacher", "student", "model")]
     fields += [("--models", name) for name in getattr(cfg, "model_list", [])]
-    fields += [(f"--{name}", getattr(cfg, name, None)) for name in ("features", "probe", "data", "dev", "test")]
-    fields += [("--metric", spec.partition(":")[0]) for spec in getattr(cfg, "external_metrics", [])]
+    fields += [(f"--{name}", value(cfg, name, None)) for name in ("features", "probe", "data", "dev", "test")]
+    metrics = getattr(cfg, "metrics", None)  # the metrics group of a command that has one
+    fields += [("--metric", spec.partition(":")[0]) for spec in (metrics.external_metrics if metrics else [])]
     found: dict[str, str] = {}
-    for flag, value in fields:
-        if isinstance(value, str) and value and value not in found:
-            found[value] = flag
-    return [(flag, value) for value, flag in found.items()]
+    for flag, given in fields:
+        if isinstance(given, str) and given and given not in found:
+            found[given] = flag
+    return [(flag, given) for given, flag in found.items()]
 
 
 def check_out_not_input(out: str | Path, inputs: list[tuple[str, str | None]], command: str,
@@ -342,13 +344,13 @@ def check_out_not_input(out: str | Path, inputs: list[tuple[str, str | None]], c
     paths (hub ids, split names, `minilm-offline`) have nothing to protect and are skipped."""
     path = Path(out).expanduser()
     target = path.resolve()
-    for flag, value in inputs:
-        source = Path(value).expanduser() if value else None
+    for flag, given in inputs:
+        source = Path(given).expanduser() if given else None
         relation = _relation(path, target, source) if source is not None and _exists(source) else None
         if relation is not None:
             example = suggestion or (Path("runs") / command if relation == "is inside" else suggest_out(path, command))
             raise UserError(
-                f"--out {out} {relation} the {flag} {value}: `bertkit {command}` never writes over what it reads. "
+                f"--out {out} {relation} the {flag} {given}: `bertkit {command}` never writes over what it reads. "
                 f"Choose another --out, e.g. --out {example}."
             )
 

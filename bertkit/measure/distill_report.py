@@ -66,18 +66,18 @@ def measure_teacher_student(cfg: Any, task: Any, result: Any, compute: Compute) 
     texts, encoded, quality, metric = (_tag_dev(cfg, task, student_dir, compute) if tagging else
                                        _sentence_dev(cfg, task, result))
     device, dtype = compute.torch_device, compute.dtype
-    contenders = [Contender("teacher", cfg.teacher or "", False, task.teacher.to(device).eval(),
+    contenders = [Contender("teacher", cfg.distillation.teacher or "", False, task.teacher.to(device).eval(),
                             task.teacher_tokenizer, 0.0),
                   Contender("student", str(student_dir), False, student.to(device),
                             loading.load_tokenizer(str(student_dir)), 0.0)]
     settings = bench_measure.BenchSettings(batch_sizes=(1, 32), max_length=task.reading.max_length, train_batch_size=0,
-                                           seed=cfg.seed,
+                                           seed=cfg.inputs.seed,
                                            budget=timing.Budget(warmup=2, min_iters=10, min_seconds=2.0, rounds=2))
     latency = bench_measure.measure_latency(contenders, texts, settings, device, dtype)
     throughput = bench_measure.measure_throughput(contenders, encoded, infer.pad_id_of(task.teacher_tokenizer),
                                                   settings, device, dtype)
     models = {c.label: _model_record(c, latency[c.label], throughput[c.label], quality[c.label]) for c in contenders}
-    return {"teacher": cfg.teacher, "student": str(student_dir), "student_layers": task.kept_layers,
+    return {"teacher": cfg.distillation.teacher, "student": str(student_dir), "student_layers": task.kept_layers,
             "teacher_layers": int(task.teacher.config.num_hidden_layers), "task": task.teacher_labels.task,
             "metric": metric, "dev_rows": len(texts), "device": str(device),
             "dtype": loading.dtype_name(dtype), "machine": trail.machine_info(), "models": models,
@@ -90,9 +90,9 @@ def _sentence_dev(cfg: Any, task: Any, result: Any) -> tuple[list[str], Any, dic
     from bertkit.data.splits import load_splits
     from bertkit.encoding.encode import encode_for
 
-    splits = load_splits(cfg, need_labels=True, need_dev=True)
-    encoded = encode_for(task.teacher_tokenizer, splits.dev, task.reading, cache_dir=cfg.cache_dir).encoded
-    metric = result.summary.best_metric_name or cfg.metric_for_best  # the shape's (regression: pearson)
+    splits = load_splits(cfg.inputs, need_labels=True, need_dev=True)
+    encoded = encode_for(task.teacher_tokenizer, splits.dev, task.reading, cache_dir=cfg.inputs.cache_dir).encoded
+    metric = result.summary.best_metric_name or cfg.training.metric_for_best  # the shape's (regression: pearson)
     return list(splits.dev.texts), encoded, _dev_quality(cfg, task, result, splits), metric
 
 
@@ -110,8 +110,8 @@ def _tag_dev(cfg: Any, task: Any, student_dir: Path, compute: Compute) -> tuple[
     windows = align_words(task.teacher_tokenizer, sentences, task.reading)
     encoded = Encoded(windows.ids, None, windows.lengths, windows.lengths, task.reading.max_length)
     quality = {label: tag_scores_record(score_tagger(tag_reader(str(folder), compute, task.reading), task.data.dev,
-                                                     limit=len(sentences), seed=cfg.seed).scores)
-               for label, folder in (("teacher", cfg.teacher), ("student", student_dir))}
+                                                     limit=len(sentences), seed=cfg.inputs.seed).scores)
+               for label, folder in (("teacher", cfg.distillation.teacher), ("student", student_dir))}
     return [" ".join(words) for words in sentences], encoded, quality, tag_metrics(task.data.scheme)[0]
 
 
@@ -123,10 +123,10 @@ def _dev_quality(cfg: Any, task: Any, result: Any, splits: Any) -> dict[str, Any
     labels = task.teacher_labels
     y_dev = labels.encode(splits.dev.labels or [], f"The dev data {splits.dev.source}")
     logits = infer.classifier_logits(task.teacher, task.teacher_tokenizer, splits.dev, reading=task.reading,
-                                     batch_size=64, precision=cfg.precision)
+                                     batch_size=64, precision=cfg.compute.precision)
     names = [str(x) for x in labels.labels]
     hard = (Regression(y_dev, y_dev, names) if labels.task == "regression" else
-            MultiLabel(y_dev, y_dev, names, cfg.threshold) if labels.task == "multi_label" else
+            MultiLabel(y_dev, y_dev, names, cfg.inputs.threshold) if labels.task == "multi_label" else
             SingleLabel(y_dev, y_dev, names))
     teacher = hard.score(logits).metrics
     return {"teacher": teacher, "student": result.summary.best_dev.to_json()}

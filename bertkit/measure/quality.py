@@ -27,7 +27,7 @@ from typing import Any
 from bertkit.data.options import WORD_TASK as TAGS
 from bertkit.data.options import DataOptions
 from bertkit.errors import UserError
-from bertkit.options import build, field_type, flag, flag_fields
+from bertkit.options import build, field_type, flag, flag_fields, replaced, value
 from bertkit.options import command_flags as _command_flags
 from bertkit.recipes import load_recipe
 
@@ -66,14 +66,14 @@ def quality_config(kind: str, config_cls: type, cfg: Any, extra: tuple[str, ...]
     --quality-args."""
     recipe, values = parse_quality_args(kind, config_cls, extra)
     # unset (None) bench options leave a recipe's value alone, as omitted flags did on the command line
-    shared = {name: getattr(cfg, name) for name in SHARED_FIELDS if getattr(cfg, name) is not None}
+    shared = {name: value(cfg, name) for name in SHARED_FIELDS if value(cfg, name) is not None}
     if getattr(cfg, "reads_words", False):  # detected or --task tags: the quality run reads the same tagged corpus
-        shared.update({name: getattr(cfg, name) for name in WORD_FIELDS}, task=TAGS)
+        shared.update({name: value(cfg, name) for name in WORD_FIELDS}, task=TAGS)
     try:
         config = build(config_cls, {**recipe, **shared, "model": EACH_MODEL, "out": EACH_MODEL, **values})
     except UserError as exc:
         raise UserError(f"--quality {kind} with --quality-args {cfg.quality_args!r}: {exc}") from None
-    if kind == "finetune" and config.metric_for_best == "loss":
+    if kind == "finetune" and value(config, "metric_for_best") == "loss":
         raise UserError("--quality-args --metric-for-best loss: the quality score is compared as a share of the "
                         "baseline's (higher is better), which a loss is not. Pick accuracy, f1 or mcc.")
     return config
@@ -91,7 +91,7 @@ def measure_quality(plan: QualityPlan, models: dict[str, str], out_dir: Path,
     """
     out = {}
     for i, (label, source) in enumerate(models.items()):
-        config = dataclasses.replace(plan.config, model=source, out=str(out_dir / f"{plan.kind}-{i}"))
+        config = replaced(plan.config, model=source, out=str(out_dir / f"{plan.kind}-{i}"))
         record: dict[str, Any] = {"command": command_line(plan, config)}
         log.info("quality (%s): %s", plan.kind, record["command"])
         try:
@@ -111,12 +111,12 @@ def command_line(plan: QualityPlan, config: Any) -> str:
     """The `bertkit <kind> ...` command that runs the same as this in-process run (for the report)."""
     args = ["bertkit", plan.kind, "--model", config.model]
     for name in SHARED_FIELDS:
-        value = getattr(config, name)
-        if value is not None:
-            args += [flag(name), str(value)]
-    if getattr(config, "task", None) == TAGS:
-        args += [part for name in WORD_FIELDS for part in (flag(name), str(getattr(config, name)))]
-    return shlex.join([*args, "--out", config.out, *plan.extra])
+        given = value(config, name)
+        if given is not None:
+            args += [flag(name), str(given)]
+    if value(config, "task", None) == TAGS:
+        args += [part for name in WORD_FIELDS for part in (flag(name), str(value(config, name)))]
+    return shlex.join([*args, "--out", value(config, "out"), *plan.extra])
 
 
 def probe_score(result: Any) -> tuple[str, float]:

@@ -19,6 +19,7 @@ from bertkit.io import ownership, rundir
 from bertkit.models.folders import check_model_folder, resolve_model_name
 from bertkit.models.limits import SavedLimits, check_length_accepted, saved_limits
 from bertkit.models.metadata import read_as_saved
+from bertkit.options import holder, value
 
 DATA_FIELDS = ("data", "dev", "test")
 """The options that name data to read (a file, or a hub dataset / split)."""
@@ -33,7 +34,9 @@ def check_inputs(cfg: Any, *, need_labels: bool, models: Iterable[str | None] = 
     for model in models:
         if model:
             check_model_folder(model)
-    check_data_files(cfg, data_fields, need_labels)
+    data_fields = tuple(data_fields)
+    if data_fields:
+        check_data_files(holder(cfg, "data"), data_fields, need_labels)  # the config's data group
 
 
 def checked_as_saved(cfg: Any, command: str, data_fields: Iterable[str] = DATA_FIELDS) -> Any:
@@ -47,10 +50,11 @@ def checked_as_saved(cfg: Any, command: str, data_fields: Iterable[str] = DATA_F
     if cfg.model:
         check_model_folder(cfg.model)
     cfg = read_as_saved(cfg)
-    check_data_files(cfg, data_fields, need_labels=True)
-    if cfg.out:
-        rundir.inspect_run_dir(cfg.out, command, overwrite=cfg.overwrite, inputs=ownership.input_paths(cfg))
-    check_model_limits(cfg.model, max_length=cfg.max_length)
+    check_data_files(cfg.inputs, data_fields, need_labels=True)
+    out = value(cfg, "out")
+    if out:
+        rundir.inspect_run_dir(out, command, overwrite=value(cfg, "overwrite"), inputs=ownership.input_paths(cfg))
+    check_model_limits(cfg.model, max_length=value(cfg, "max_length"))
     return cfg
 
 

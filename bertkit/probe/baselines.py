@@ -79,10 +79,10 @@ def run_baselines(cfg: Any, inputs: ProbeInputs, best: Cell, names: list[str], c
     if task == "single_label":
         baselines["tfidf"] = tfidf_baseline(
             texts[0], inputs.y_train, texts[1], inputs.y_dev, label_names=names,
-            class_weight=fit_kwargs_from(cfg)["class_weight"], seed=cfg.seed)
+            class_weight=fit_kwargs_from(cfg)["class_weight"], seed=cfg.inputs.seed)
     else:
         baselines["tfidf"] = probe_shapes.tfidf_shaped_baseline(task, texts[0], inputs.y_train, texts[1],
-                                                                 inputs.y_dev, names, seed=cfg.seed)
+                                                                 inputs.y_dev, names, seed=cfg.inputs.seed)
     index = inputs.layer_indices[best.layer]
     if index is None or not inputs.feature_meta.get("model"):
         inputs.notes.append("Random-encoder baseline skipped: the best features combine several layers.")
@@ -93,7 +93,7 @@ def run_baselines(cfg: Any, inputs: ProbeInputs, best: Cell, names: list[str], c
         random = score_probe(fit, X["dev"], inputs.y_dev, names)
     else:
         random = shaped_cell(fit, best.pool, best.layer, best.layer_name, X["dev"], inputs.y_dev, names,
-                              cfg.threshold, cfg.seed).metrics
+                              cfg.inputs.threshold, cfg.inputs.seed).metrics
     random.update(pool=best.pool, layer=best.layer_name, C=fit.C)
     baselines["random_encoder"] = random
     return baselines
@@ -115,7 +115,7 @@ def random_encoder_features(cfg: Any, inputs: ProbeInputs, pool: str, index: int
         if "encoder" not in state:
             log.info("random-init baseline: the same architecture with fresh weights reads train and dev again at "
                      "%s layer %s (the slowest baseline; --no-baselines skips the baselines)", pool, index)
-            torch.manual_seed(cfg.seed)
+            torch.manual_seed(cfg.inputs.seed)
             state["encoder"] = loading.load_encoder(model, bool(meta.get("trust_remote_code")), random_init=True)
             if meta.get("dtype") == loading.INT8:  # the baseline reads texts in the probed features' precision
                 state["encoder"] = quantize.quantized_int8(state["encoder"], inplace=True)
@@ -126,7 +126,7 @@ def random_encoder_features(cfg: Any, inputs: ProbeInputs, pool: str, index: int
                               normalize=bool(meta.get("normalize")), progress=progress,
                               desc=f"random-init baseline, {split}")
 
-    key = {**meta, "revision": f"random-init(seed={cfg.seed})/{meta.get('revision')}", "layers": str(index)}
+    key = {**meta, "revision": f"random-init(seed={cfg.inputs.seed})/{meta.get('revision')}", "layers": str(index)}
     return {
         split: cached_features(cache, split, inputs.datasets[split], key, [pool], [index],
                                lambda ds=inputs.datasets[split], split=split: compute(ds, split),

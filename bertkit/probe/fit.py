@@ -9,6 +9,7 @@ larger C, weaker penalty); the tag probe uses C = 1 unless --cv searches --C-gri
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -18,12 +19,67 @@ from typing import Any
 import numpy as np
 
 from bertkit.errors import UserError
+from bertkit.options import PROBE, option
+from bertkit.scoring.options import CLASS_WEIGHTS
 
 MAX_ITER = 2000
 DEFAULT_C = 1.0
 DEFAULT_C_GRID = (0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0)
 ALPHA_GRID = (0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0, 300.0, 1000.0, 3000.0, 10000.0)
 DEFAULT_CV = 5
+
+
+@dataclass(frozen=True)
+class FitOptions:
+    """The fit group of `bertkit probe`: how each probe is regularised and fitted (`fit_kwargs`: `fit_probe`'s
+    keyword arguments), refitted on subsets, and compared with baselines."""
+
+    C: float | None = option(None, "Inverse regularisation strength. Default: cells compared at 1.0, the best one's "
+                             "chosen by 5-fold CV on log-loss (regression: ridge alpha = 1/C, chosen by --cv 5 unless "
+                             "given).", panel=PROBE, above=0)
+    cv: int | None = option(None, "Choose C by K-fold cross-validation (data order; stratified for one label per "
+                            "row): the lowest held-out log-loss (the C whose probabilities are honest).", panel=PROBE,
+                            minimum=2)
+    C_grid: str | None = option(None, "C values for --cv, comma-separated, or `alammar` (linspace(0.0001, 100, 20)). "
+                                "Default: 0.001..10.", panel=PROBE)
+    class_weight: str = option("none", "balanced weighs classes by inverse frequency (imbalanced data).",
+                               panel=PROBE, choices=CLASS_WEIGHTS)
+    repeats: int = option(0, "Refit the best cell N times on random 80% train subsets (mean ± std).", panel=PROBE,
+                          minimum=0)
+    baselines: bool = option(True, "Also score majority class, TF-IDF + LR on the raw text, and the same encoder with "
+                             "random weights.", panel=PROBE)
+
+    def fit_problems(self) -> list[str]:
+        """--C or --cv, not both; --C-grid only with --cv, and positive finite numbers (or alammar)."""
+        problems = []
+        if self.C is not None and self.cv is not None:
+            problems.append("--C fixes the regularisation and --cv searches for it; give one of them.")
+        if self.C_grid is not None:
+            if self.cv is None:
+                problems.append("--C-grid is searched with cross-validation; add --cv K (e.g. --cv 5).")
+            try:
+                _ = self.c_values
+            except ValueError:
+                problems.append(f"--C-grid must be positive finite numbers separated by commas (e.g. 0.01,0.1,1), or "
+                                f"alammar; got {self.C_grid!r}.")
+        return problems
+
+    @property
+    def c_values(self) -> list[float] | None:
+        """--C-grid as numbers (None: the default grid). Raises ValueError on a bad grid."""
+        if self.C_grid is None:
+            return None
+        if self.C_grid.strip().lower() == "alammar":
+            return [0.0001 + i * (100 - 0.0001) / 19 for i in range(20)]
+        values = [float(v) for v in self.C_grid.split(",") if v.strip()]
+        if not values or any(not math.isfinite(v) or v <= 0 for v in values):
+            raise ValueError(self.C_grid)
+        return values
+
+    def fit_kwargs(self, seed: int) -> dict[str, Any]:
+        """`fit_probe`'s keyword arguments for these options and `seed` (--seed)."""
+        return {"C": self.C, "cv": self.cv, "C_grid": self.c_values, "seed": seed,
+                "class_weight": None if self.class_weight == "none" else self.class_weight}
 
 
 @dataclass

@@ -108,10 +108,10 @@ def load_store_inputs(cfg: Any, reading: Reading) -> ProbeInputs:
     else:
         from bertkit.data.splits import stratified_split
 
-        tr, dv = stratified_split(list(y_train), cfg.dev_fraction, cfg.seed)
+        tr, dv = stratified_split(list(y_train), cfg.inputs.dev_fraction, cfg.inputs.seed)
         X_train, X_dev, y_train, y_dev = X_train[tr], X_train[dv], y_train[tr], y_train[dv]
         notes.append(f"The store has no dev split: held out {len(dv)} of {len(tr) + len(dv)} rows as dev "
-                     f"(stratified, --dev-fraction {cfg.dev_fraction}, seed {cfg.seed}).")
+                     f"(stratified, --dev-fraction {cfg.inputs.dev_fraction}, seed {cfg.inputs.seed}).")
     inputs = ProbeInputs({pools[0]: np.asarray(X_train, np.float32)}, {pools[0]: np.asarray(X_dev, np.float32)},
                          y_train, y_dev, train.label_map, indices, names, _store_meta(manifest), notes=notes, source="store")
     if "test" in splits and splits["test"].labels is not None:
@@ -301,7 +301,7 @@ def load_text_inputs(cfg: Any, cache_dir: Path | Callable[[], Path] | None, comp
     loading.check_model_folder(model)  # as saved, with its tokenizer: before the data is read
     check_model_limits(model, max_length=reading.max_length)  # what its files say it accepts: before the data is cached
     check_layers_exist(cfg.layers, model)
-    splits = load_splits(cfg, need_labels=True, need_dev=True)
+    splits = load_splits(cfg.inputs, need_labels=True, need_dev=True)
     lm = splits.label_map
     y_train = lm.encode(splits.train.labels or [], "train")
     if on_labels is not None:
@@ -309,7 +309,7 @@ def load_text_inputs(cfg: Any, cache_dir: Path | Callable[[], Path] | None, comp
     _check_dev_targets_vary(splits)
     tokenizer = loading.load_tokenizer(model, cfg.trust_remote_code)
     loading.check_max_length(reading.max_length, tokenizer, loading.load_config(model, cfg.trust_remote_code), model,
-                              pair=cfg.text_pair_column is not None)
+                              pair=cfg.inputs.text_pair_column is not None)
     encoder = loading.load_encoder(model, cfg.trust_remote_code)
     cache_dir = cache_dir() if callable(cache_dir) else cache_dir
     shape = pooling.encoder_shape(encoder)

@@ -233,9 +233,8 @@ def _repeat_shaped(X_train: np.ndarray, y_train: np.ndarray, X_dev: np.ndarray, 
 
 
 def fit_kwargs_from(cfg: Any) -> dict[str, Any]:
-    """fit_probe keyword arguments from a ProbeConfig."""
-    return {"C": cfg.C, "cv": cfg.cv, "C_grid": cfg.c_values, "seed": cfg.seed,
-            "class_weight": None if cfg.class_weight == "none" else cfg.class_weight}
+    """fit_probe keyword arguments from a ProbeConfig (its fit group and --seed)."""
+    return cfg.fit.fit_kwargs(cfg.inputs.seed)
 
 
 def shape_kwargs(cfg: Any, task: str) -> tuple[dict[str, Any], str]:
@@ -244,7 +243,7 @@ def shape_kwargs(cfg: Any, task: str) -> tuple[dict[str, Any], str]:
     kwargs = fit_kwargs_from(cfg)
     if task == "single_label":
         return kwargs, SHAPE[task].headline
-    if cfg.class_weight != "none":
-        raise UserError(f"--class-weight {cfg.class_weight} weighs classes of single-label data; this is {task} data. "
+    if cfg.fit.class_weight != "none":
+        raise UserError(f"--class-weight {cfg.fit.class_weight} weighs classes of single-label data; this is {task} data. "
                         f"Drop --class-weight.")
     return {**kwargs, "task": task}, SHAPE[task].headline

@@ -85,7 +85,7 @@ def read_store_manifests(root: Path) -> dict[str, dict[str, Any]]:
 
 def check_reading_flags(cfg: Any, stored: Reading, root: Path) -> None:
     """--word-pool, --max-length and --stride made the vectors: given, they must be the store's."""
-    asked = {"word_pool": cfg.word_pool, "max_length": cfg.max_length, "stride": cfg.stride}
+    asked = {"word_pool": cfg.word_pool, "max_length": cfg.reading.max_length, "stride": cfg.reading.stride}
     clashes = [f"{flag(name)} {value} (the store: {getattr(stored, name)})" for name, value in asked.items()
                if value is not None and value != getattr(stored, name)]
     if clashes:
@@ -160,10 +160,10 @@ def store_compute(cfg: Any, manifest: dict[str, Any], root: Path) -> tuple[Compu
     says so."""
     recorded = Compute.from_json({"device": "cpu", "precision": manifest.get("precision")}) or Compute()
     compute, notes = Compute.over_record("cpu", cfg.precision, recorded, f"the word store {root}")
-    if not cfg.baselines and cfg.precision not in ("auto", recorded.precision):
+    if not cfg.fit.baselines and cfg.precision not in ("auto", recorded.precision):
         notes = [f"--precision {cfg.precision} applies to nothing here: the store's vectors were read in "
                  f"{recorded.precision}, and with --no-baselines no encoder runs."]
-    elif not cfg.baselines:
+    elif not cfg.fit.baselines:
         notes = []
     return recorded, compute, notes
 
@@ -200,25 +200,25 @@ def run_word_store_probe(cfg: Any, say: Callable[[str], None] | None = None) -> 
     recorded, compute, compute_notes = store_compute(cfg, manifest, root)
     splits = word_store_splits(root)
     train_store, dev_store = (open_word_store(splits[name]) for name in ("train", "dev"))  # every file verified
-    train, dev = (stored_sentences(store, cfg.limit) for store in (train_store, dev_store))
+    train, dev = (stored_sentences(store, cfg.inputs.limit) for store in (train_store, dev_store))
     check_stored_tags(train, dev, root)
     scheme = TagScheme(train_store.scheme, train_store.scheme)
     if say is not None:
         say(f"word store {root}: {len(train):,} train / {len(dev):,} dev sentences, tags {scheme.name}; "
             f"{len(rows)} rows")
-    C = cfg.C or DEFAULT_C
+    C = cfg.fit.C or DEFAULT_C
     with StoreLayers.of(train_store, len(train)) as train_layers, StoreLayers.of(dev_store, len(dev)) as dev_layers:
-        table, best = probe_word_table(train_layers, dev_layers, train, dev, scheme, rows, C, cfg.seed, cfg.baselines,
+        table, best = probe_word_table(train_layers, dev_layers, train, dev, scheme, rows, C, cfg.inputs.seed, cfg.fit.baselines,
                                        say)
     model = cfg.model or train_store.model
-    skipped = random_encoder_note(cfg, manifest, model) if cfg.baselines else None
+    skipped = random_encoder_note(cfg, manifest, model) if cfg.fit.baselines else None
     notes += [skipped] if skipped else compute_notes
-    if cfg.baselines and skipped is None:
+    if cfg.fit.baselines and skipped is None:
         from bertkit.models import loading
 
         tokenizer = loading.load_tokenizer(model, cfg.trust_remote_code)
         random_row = random_encoder_row(model, tokenizer, train, dev, scheme, table.best(), reading, cfg.batch_size,
-                                        C, cfg.seed, cfg.trust_remote_code, compute, cfg.cache_dir)
+                                        C, cfg.inputs.seed, cfg.trust_remote_code, compute, cfg.inputs.cache_dir)
         table, warning = with_random_encoder(table, random_row)
         notes += list(warning)
     return WordProbeRun(train_store.model, train_store.revision, str(train_store.path), str(dev_store.path),

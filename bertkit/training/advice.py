@@ -19,7 +19,7 @@ def baseline_warning(session: Any, state: Any, value: float, train_loss: float) 
     constant predictor's: --lr too low or too few steps; fallen: --lr too high, or too few rows) and the fix."""
     cfg, base = session.cfg, session.baseline
     assert base is not None
-    lr, metric = float(cfg.lr), cfg.metric_for_best
+    lr, metric = float(cfg.training.lr), cfg.training.metric_for_best
     name = "majority-class baseline" if session.label_map.task == "single_label" else "constant baseline"
     head = (f"dev {metric} {value:.4f} at step {state.global_step} is not above the {name} {base.value:.4f} "
             f"({base.predicts}): the model has learnt nothing beyond the label counts.")
@@ -31,7 +31,7 @@ def baseline_warning(session: Any, state: Any, value: float, train_loss: float) 
     loss = f"The training loss {train_loss:.3f} is still near the constant predictor's {base.loss:.3f}: " if comparable \
         else ""
     return (f"{head} {loss}--lr {lr_text(lr)} is likely too low for this model, or {state.global_step} optimizer steps are "
-            f"too few. Fix: --lr {lr_text(lr * 2)}, or more --epochs (now {cfg.epochs}) or training rows (--limit).")
+            f"too few. Fix: --lr {lr_text(lr * 2)}, or more --epochs (now {cfg.training.epochs}) or training rows (--limit).")
 
 
 def not_finite_message(session: Any, what: str, step: int | None, epoch: int | None) -> str:
@@ -40,10 +40,10 @@ def not_finite_message(session: Any, what: str, step: int | None, epoch: int | N
     where = f" at step {step} (epoch {(epoch or 0) + 1})" if step is not None else ""
     last = checkpoint_folders.latest_checkpoint(session.out)
     kept = f"The last good checkpoint, {last}, is kept." if last else "No checkpoint was saved before it."
-    causes = " or fp16 overflow (use --precision bf16 or fp32)" if cfg.precision == "fp16" else ""
+    causes = " or fp16 overflow (use --precision bf16 or fp32)" if cfg.compute.precision == "fp16" else ""
     if session.label_map.task == "regression":  # huge targets are refused before training; say what these span
         y = np.asarray(getattr(getattr(session.objective, "hard", session.objective), "y_train", []), np.float64)
         causes += f" (the regression targets span {y.min():g} to {y.max():g}: if that is wide, scale them)" if y.size else ""
-    return (f"{what[0].upper() + what[1:]} became NaN/inf{where}: the run diverged, most likely because --lr {float(cfg.lr):g} "
+    return (f"{what[0].upper() + what[1:]} became NaN/inf{where}: the run diverged, most likely because --lr {float(cfg.training.lr):g} "
             f"is too high{causes}. {kept} Re-run with a smaller --lr (the BERT paper uses 2e-5 to 5e-5) and "
             f"--overwrite, or a new --out.")

@@ -103,19 +103,19 @@ def cls_vectors(model: Any) -> Any:
 def check_student_fits(cfg: DistillOptions, teacher: Any, teacher_tokenizer: Any) -> None:
     """--max-length and --student-layers against the teacher, once it is loaded and before any data is read or
     cached (a refusal leaves nothing behind); the length first, as `build_model` checks it."""
-    if cfg.max_length is not None:
-        loading.check_max_length(cfg.max_length, teacher_tokenizer, teacher.config, cfg.teacher or "",
-                                  pair=cfg.text_pair_column is not None)
-    if not cfg.student:
-        copied_layers(int(teacher.config.num_hidden_layers), cfg.student_layers)
+    if cfg.reading.max_length is not None:
+        loading.check_max_length(cfg.reading.max_length, teacher_tokenizer, teacher.config, cfg.distillation.teacher or "",
+                                  pair=cfg.inputs.text_pair_column is not None)
+    if not cfg.distillation.student:
+        copied_layers(int(teacher.config.num_hidden_layers), cfg.distillation.student_layers)
 
 
 def student_lineage(cfg: DistillOptions, kept_layers: list[int] | None) -> dict[str, Any]:
     """What a student's cards say of where it came from: the teacher and how the student was made (the layers
     copied from it, or the --student encoder)."""
-    student = (f"{cfg.student} (its own pretrained encoder)" if cfg.student else
+    student = (f"{cfg.distillation.student} (its own pretrained encoder)" if cfg.distillation.student else
                f"{len(kept_layers or [])} layers copied from the teacher: {kept_layers}")
-    return {"teacher": cfg.teacher, "student": student, "temperature": cfg.temperature, "alpha": cfg.alpha}
+    return {"teacher": cfg.distillation.teacher, "student": student, "temperature": cfg.distillation.temperature, "alpha": cfg.distillation.alpha}
 
 
 # ---------------------------------------------------------------- the task fine-tuning runs
@@ -131,10 +131,10 @@ class DistillTask(Task):
         and report numbers are read as it was trained (and the student learns to read the same way)."""
         self.cfg, self.reading = cfg, reading
         self.teacher = loading.load_classifier(
-            cfg.teacher or "", require_head=True,
-            head_fix=f"A teacher is a fine-tuned model: fine-tune it first with `bertkit finetune --model {cfg.teacher} "
+            cfg.distillation.teacher or "", require_head=True,
+            head_fix=f"A teacher is a fine-tuned model: fine-tune it first with `bertkit finetune --model {cfg.distillation.teacher} "
                      f"...`, then pass that run's best/ folder as --teacher.")
-        self.teacher_tokenizer = loading.load_tokenizer(cfg.teacher or "")
+        self.teacher_tokenizer = loading.load_tokenizer(cfg.distillation.teacher or "")
         check_student_fits(cfg, self.teacher, self.teacher_tokenizer)
         self.teacher_labels = LabelMap.from_id2label(self.teacher.config.id2label,
                                                           getattr(self.teacher.config, "problem_type", None))
@@ -144,7 +144,7 @@ class DistillTask(Task):
     def label_map(self, cfg: DistillOptions, splits: Splits) -> LabelMap:
         """The teacher's mapping: the student predicts the teacher's labels; the data may not bring new ones."""
         for name, split in (("training", splits.train), ("dev", splits.dev)):
-            check_tag_columns(self.teacher_labels, split, f"the teacher {cfg.teacher}")
+            check_tag_columns(self.teacher_labels, split, f"the teacher {cfg.distillation.teacher}")
             if self.teacher_labels.task == "regression":
                 continue  # numbers: nothing the teacher could not know
             seen = {str(t) for row in split.labels or [] for t in row} if self.teacher_labels.task == "multi_label" \
@@ -152,23 +152,23 @@ class DistillTask(Task):
             unknown = sorted(seen - {str(x) for x in self.teacher_labels.labels})
             if unknown:
                 raise UserError(
-                    f"The {name} data {split.source} has labels the teacher {cfg.teacher} was not trained on: "
+                    f"The {name} data {split.source} has labels the teacher {cfg.distillation.teacher} was not trained on: "
                     f"{', '.join(unknown[:10])}. The teacher knows: {', '.join(map(str, self.teacher_labels.labels))}. "
                     f"Distil on data with the teacher's labels (or fine-tune a teacher on this data first)."
                 )
         return self.teacher_labels
 
     def build_model(self, cfg: DistillOptions, label_map: LabelMap) -> tuple[Any, Any]:
-        loading.check_max_length(self.reading.max_length, self.teacher_tokenizer, self.teacher.config, cfg.teacher or "",
-                                  pair=cfg.text_pair_column is not None)  # the teacher reads the training rows too
-        if cfg.student:
-            student = loading.load_classifier(cfg.student, label_map.id2label, cfg.trust_remote_code,
+        loading.check_max_length(self.reading.max_length, self.teacher_tokenizer, self.teacher.config, cfg.distillation.teacher or "",
+                                  pair=cfg.inputs.text_pair_column is not None)  # the teacher reads the training rows too
+        if cfg.distillation.student:
+            student = loading.load_classifier(cfg.distillation.student, label_map.id2label, cfg.trust_remote_code,
                                                problem_type=label_map.problem_type)
-            tokenizer = loading.load_tokenizer(cfg.student, cfg.trust_remote_code)
+            tokenizer = loading.load_tokenizer(cfg.distillation.student, cfg.trust_remote_code)
         else:
-            student, self.kept_layers = student_from_teacher(self.teacher, cfg.student_layers)
+            student, self.kept_layers = student_from_teacher(self.teacher, cfg.distillation.student_layers)
             tokenizer = self.teacher_tokenizer
-        if cfg.cos_weight > 0:
+        if cfg.distillation.cos_weight > 0:
             if student.config.hidden_size != self.teacher.config.hidden_size:
                 raise UserError(f"--cos-weight compares [CLS] vectors, but the student's width "
                                 f"({student.config.hidden_size}) is not the teacher's ({self.teacher.config.hidden_size}). "
@@ -178,11 +178,11 @@ class DistillTask(Task):
 
     def objective(self, cfg: DistillOptions, splits: Splits, out: Path, accelerator: Any) -> Any:
         hard = super().objective(cfg, splits, out, accelerator)
-        logits, cls = teacher_outputs(self, splits.train, out, accelerator, with_cls=cfg.cos_weight > 0)
-        return Distillation(hard, logits, cfg.temperature, cfg.alpha, cfg.cos_weight, cls, self.cls_of).to(accelerator.device)
+        logits, cls = teacher_outputs(self, splits.train, out, accelerator, with_cls=cfg.distillation.cos_weight > 0)
+        return Distillation(hard, logits, cfg.distillation.temperature, cfg.distillation.alpha, cfg.distillation.cos_weight, cls, self.cls_of).to(accelerator.device)
 
     def model_revision(self, cfg: DistillOptions) -> str:
-        return loading.model_revision(cfg.student or cfg.teacher or "")
+        return loading.model_revision(cfg.distillation.student or cfg.distillation.teacher or "")
 
     def card_lineage(self, cfg: DistillOptions) -> dict[str, Any]:
         return student_lineage(cfg, self.kept_layers)
@@ -193,8 +193,8 @@ def teacher_outputs(task: DistillTask, train: TextDataset, out: Path, accelerato
     """The teacher's logits (and [CLS] vectors) for every training row, from the run's cache
     (`cached_teacher_outputs`)."""
     cfg = task.cfg
-    key = {"teacher": loading.model_revision(cfg.teacher or ""), "data": train.fingerprint, "rows": len(train),
-           "max_length": task.reading.max_length, "truncation": task.reading.truncation, "precision": cfg.precision,
+    key = {"teacher": loading.model_revision(cfg.distillation.teacher or ""), "data": train.fingerprint, "rows": len(train),
+           "max_length": task.reading.max_length, "truncation": task.reading.truncation, "precision": cfg.compute.precision,
            "with_cls": with_cls}
     cached = cached_teacher_outputs(
         out, key, int(task.teacher.config.num_labels), accelerator,
@@ -280,8 +280,8 @@ def _compute_teacher_outputs(task: DistillTask, train: TextDataset, with_cls: bo
             captured.append(grab().float().cpu().numpy())
         return logits
 
-    encoded = encode_for(task.teacher_tokenizer, train, task.reading, cache_dir=cfg.cache_dir).encoded
-    batches = sorted_batches(encoded.lengths, max(cfg.batch_size * 2, 32))
+    encoded = encode_for(task.teacher_tokenizer, train, task.reading, cache_dir=cfg.inputs.cache_dir).encoded
+    batches = sorted_batches(encoded.lengths, max(cfg.training.batch_size * 2, 32))
     device = next(teacher.parameters()).device
     teacher.eval()
     outputs = infer.run_batches(forward, encoded, batches, model=teacher, pad_id=infer.pad_id_of(task.teacher_tokenizer),

@@ -95,12 +95,12 @@ class DistillTagTask(TagTask):
         """`data`: --data and --dev read with the teacher's scheme (`scheme`, as it records it); `reading`: the
         reading of words the teacher was trained with (the student learns to read so too)."""
         self.cfg, self.reading = cfg, reading
-        self.teacher = loading.load_classifier(cfg.teacher or "", require_head=True, tokens=True,
+        self.teacher = loading.load_classifier(cfg.distillation.teacher or "", require_head=True, tokens=True,
                                                head_fix=TEACHER_HEAD_FIX)
-        self.teacher_tokenizer = loading.load_tokenizer(cfg.teacher or "")
+        self.teacher_tokenizer = loading.load_tokenizer(cfg.distillation.teacher or "")
         check_student_fits(cfg, self.teacher, self.teacher_tokenizer)
         tags = teacher_tags(self.teacher)
-        problems = unknown_tag_problems(data, tags, str(cfg.teacher))
+        problems = unknown_tag_problems(data, tags, str(cfg.distillation.teacher))
         if problems:
             raise UserError(" ".join(problems))
         fields = {f.name: getattr(data, f.name) for f in dataclasses.fields(TaggedTraining)}
@@ -115,12 +115,12 @@ class DistillTagTask(TagTask):
         """The student: the teacher's token classifier with --student-layers of its layers, or --student with a new
         tagging head for the teacher's tags."""
         loading.check_max_length(self.reading.max_length, self.teacher_tokenizer, self.teacher.config,
-                                  cfg.teacher or "")  # the teacher reads the training windows too
-        if not cfg.student:
-            student, self.kept_layers = student_from_teacher(self.teacher, cfg.student_layers)
+                                  cfg.distillation.teacher or "")  # the teacher reads the training windows too
+        if not cfg.distillation.student:
+            student, self.kept_layers = student_from_teacher(self.teacher, cfg.distillation.student_layers)
             return student, self.teacher_tokenizer
-        student = loading.load_classifier(cfg.student, label_map.id2label, cfg.trust_remote_code, tokens=True)
-        return student, loading.load_tokenizer(cfg.student, cfg.trust_remote_code)
+        student = loading.load_classifier(cfg.distillation.student, label_map.id2label, cfg.trust_remote_code, tokens=True)
+        return student, loading.load_tokenizer(cfg.distillation.student, cfg.trust_remote_code)
 
     def tokens(self, cfg: DistillOptions, tokenizer: Any, splits: Any, reading: Reading, min_rows: int) -> RunTokens:
         """The student's windows (`TagTask.tokens`), and the teacher's: the same ones when the student reads with the
@@ -131,9 +131,9 @@ class DistillTagTask(TagTask):
         student = self.windows[0]
         self.teacher_windows = student if tokenizer is self.teacher_tokenizer else tag_windows(
             cfg, self.teacher_tokenizer, self.data.train_sentences, self.data.tags, reading)
-        if cfg.label_all_pieces and not same_windows(self.teacher_windows, student):
+        if cfg.tagging.label_all_pieces and not same_windows(self.teacher_windows, student):
             raise UserError(f"--label-all-pieces learns every word piece from the teacher's outputs there, but "
-                            f"--student {cfg.student} splits words into other pieces than the teacher {cfg.teacher}: "
+                            f"--student {cfg.distillation.student} splits words into other pieces than the teacher {cfg.distillation.teacher}: "
                             f"their pieces do not line up. Drop --label-all-pieces (each word is then learnt at its "
                             f"first piece), or pass a --student with the teacher's vocabulary.")
         return run_tokens
@@ -143,10 +143,10 @@ class DistillTagTask(TagTask):
         assert self.windows is not None and self.teacher_windows is not None, "tokens() makes the windows first"
         pieces = teacher_piece_logits(self, out, accelerator)
         targets = teacher_targets(self.teacher_windows, self.windows[0], pieces)
-        return TagDistillation(hard, targets, cfg.temperature, cfg.alpha).to(accelerator.device)
+        return TagDistillation(hard, targets, cfg.distillation.temperature, cfg.distillation.alpha).to(accelerator.device)
 
     def model_revision(self, cfg: DistillOptions) -> str:
-        return loading.model_revision(cfg.student or cfg.teacher or "")
+        return loading.model_revision(cfg.distillation.student or cfg.distillation.teacher or "")
 
     def card_lineage(self, cfg: DistillOptions) -> dict[str, Any]:
         return student_lineage(cfg, self.kept_layers)
@@ -163,10 +163,10 @@ def teacher_piece_logits(task: DistillTagTask, out: Path, accelerator: Any) -> n
     run's cache when it was made for the same teacher, data, reading and precision (`cached_teacher_outputs`)."""
     cfg, windows, reading = task.cfg, task.teacher_windows, task.reading
     assert windows is not None
-    key = {"teacher": loading.model_revision(cfg.teacher or ""), "data": corpus_fingerprint(task.data.train),
+    key = {"teacher": loading.model_revision(cfg.distillation.teacher or ""), "data": corpus_fingerprint(task.data.train),
            "sentences": len(task.data.train_sentences), "windows": windows.n_windows,
            "rows": int(len(labelled_positions(windows))), "max_length": reading.max_length,
-           "stride": reading.window_stride, "label_all_pieces": cfg.label_all_pieces, "precision": cfg.precision}
+           "stride": reading.window_stride, "label_all_pieces": cfg.tagging.label_all_pieces, "precision": cfg.compute.precision}
     cached = cached_teacher_outputs(out, key, len(task.data.tags), accelerator,
                                     lambda: (_compute_piece_logits(task, Compute.of_accelerator(accelerator)), None))
     return cached["logits"]

@@ -97,8 +97,8 @@ class Task:
         if label_map.task == "regression":
             return Regression(y_train, y_dev, names)
         if label_map.task == "multi_label":
-            return MultiLabel(y_train, y_dev, names, cfg.threshold)
-        return SingleLabel(y_train, y_dev, names, cfg.class_weight).to(accelerator.device)
+            return MultiLabel(y_train, y_dev, names, cfg.inputs.threshold)
+        return SingleLabel(y_train, y_dev, names, cfg.training.class_weight).to(accelerator.device)
 
     def model_revision(self, cfg: FinetuneOptions) -> str:
         return loading.model_revision(cfg.model)
@@ -111,7 +111,7 @@ class Task:
         """The run's data, read and checked, with the label mapping the model outputs (`label_map`), and `cfg`
         fitted to its problem shape (`_for_the_shape`; `warn`: this process logs). The data answers `label_map`,
         `dev`, `notes` and `fingerprints()` (`data.splits.Splits`; a tagger's `data.tagged_splits.TaggedTraining`)."""
-        splits = load_splits(cfg, need_labels=True, need_dev=True)
+        splits = load_splits(cfg.inputs, need_labels=True, need_dev=True)
         assert splits.label_map is not None and splits.dev is not None
         splits.label_map = self.label_map(cfg, splits)
         return _for_the_shape(cfg, splits, warn), splits
@@ -119,25 +119,25 @@ class Task:
     def tokens(self, cfg: FinetuneOptions, tokenizer: Any, splits: Splits, reading: Reading,
                min_rows: int) -> RunTokens:
         """The run's token ids and the steps of an epoch, before --out is claimed (too little data: refused)."""
-        return encode_run(tokenizer, splits, reading, cache_dir=cfg.cache_dir, batch_size=cfg.batch_size,
-                          seed=cfg.seed, min_rows=min_rows)
+        return encode_run(tokenizer, splits, reading, cache_dir=cfg.inputs.cache_dir, batch_size=cfg.training.batch_size,
+                          seed=cfg.inputs.seed, min_rows=min_rows)
 
     def network(self, cfg: FinetuneOptions, model: Any, accelerator: Any, tokens: RunTokens) -> Any:
         """What the loop trains and evaluates: `model` behind the [CLS]-only fast forward where it applies
         (`models.fastforward.SequenceClassifier`: trains `model`'s parameters, logits only), compiled with --compile."""
-        net = SequenceClassifier(model, fast=cfg.fast_forward)
-        if cfg.fast_forward and not net.fast:
+        net = SequenceClassifier(model, fast=cfg.compute.fast_forward)
+        if cfg.compute.fast_forward and not net.fast:
             log.info("--fast-forward does not apply (%s): using the model's own forward", net.unsupported)
         # On a GPU the layers are compiled inside the CUDA-graph steps; elsewhere the whole module, in place
         # (parameters and state_dict keys stay those of `model`: checkpoints, saves)
-        if cfg.compile and not (accelerator.device.type == "cuda" and cfg.cuda_graphs != "off"
+        if cfg.compute.compile and not (accelerator.device.type == "cuda" and cfg.compute.cuda_graphs != "off"
                                 and net.compile_layers()):
             net.compile(dynamic=True)
         return net
 
     def baseline(self, cfg: FinetuneOptions, objective: Any, label_map: LabelMap) -> Any:
         """The dev split's constant baseline for --metric-for-best (`scoring.baseline`; None where none applies)."""
-        return majority_baseline(objective, label_map.task, cfg.metric_for_best or "")
+        return majority_baseline(objective, label_map.task, cfg.training.metric_for_best or "")
 
     def card(self, cfg: FinetuneOptions, splits: Splits, tokens: RunTokens, reproduce: str) -> cards.RunCard:
         """The facts every model card of the run states (data, hyper-parameters, `reproduce`: the command line)."""
@@ -162,7 +162,7 @@ def finetune(cfg: FinetuneOptions, *, compute: Compute, reading: Reading, progre
     `on_evaluate(history, metric_for_best) -> reason | None` is called after every dev evaluation; a reason stops
     the run there (`Session.on_evaluate`: a sweep's pruning)."""
     task = task or Task()
-    metrics.load_metrics(tuple(cfg.external_metrics))  # a --metric that cannot be loaded stops the run before work
+    metrics.load_metrics(tuple(cfg.metrics.external_metrics))  # a --metric that cannot be loaded stops the run before work
     tracking.check_trackers(cfg)  # so does a --report-to tracker that is not installed
     accelerator = _accelerator(compute)
     cfg, splits = task.training_data(cfg, accelerator.is_main_process)
@@ -178,7 +178,7 @@ def finetune(cfg: FinetuneOptions, *, compute: Compute, reading: Reading, progre
         return _finished_result(done, accelerator)
     session = setup(cfg, accelerator, splits, key, task, reading, lr_choice)
     if session is None:  # an --overwrite run killed after its last save: its swap was finished just now
-        return _finished_result(Path(cfg.out or "").expanduser(), accelerator)
+        return _finished_result(Path(cfg.output.out or "").expanduser(), accelerator)
     session.on_evaluate = on_evaluate
     recorded = tracking.recorded_runs(session)  # the tracker runs this run directory follows (a resumed run's)
     with disk.reported(session.out, session.checkpoint_bytes):  # metrics, reports, best_dev_proba: a full disk
@@ -189,7 +189,7 @@ def finetune(cfg: FinetuneOptions, *, compute: Compute, reading: Reading, progre
         session.tracker = tracking.started_trackers(session, state, key["data"], recorded)
         try:
             with _progress(session, state, progress) as bar:  # closed on a failure too
-                while state.epoch < cfg.epochs and not state.stopped_early:
+                while state.epoch < cfg.training.epochs and not state.stopped_early:
                     train_epoch(session, state, bar)
             if session.tracker is not None:  # closed before finish() may move the run directory (--overwrite)
                 session.tracker.finish(ok=True)
@@ -208,21 +208,21 @@ def _for_the_shape(cfg: FinetuneOptions, splits: Splits, warn: bool = True) -> F
     undefined) picks by dev mse."""
     assert splits.label_map is not None
     task, n_labels = splits.label_map.task, len(splits.label_map.labels)
-    if cfg.class_weight != "none" and task != "single_label":
-        raise UserError(f"--class-weight {cfg.class_weight} weighs classes of single-label data; this is "
+    if cfg.training.class_weight != "none" and task != "single_label":
+        raise UserError(f"--class-weight {cfg.training.class_weight} weighs classes of single-label data; this is "
                         f"{task} data. Drop --class-weight.")
-    if cfg.calibrate != "none" and task != "single_label":
-        raise UserError(f"--calibrate {cfg.calibrate} scales a single-label classifier's softmax; this is {task} "
+    if cfg.training.calibrate != "none" and task != "single_label":
+        raise UserError(f"--calibrate {cfg.training.calibrate} scales a single-label classifier's softmax; this is {task} "
                         f"data. Drop --calibrate.")
-    choice = choose_best_metric(task, n_labels, cfg.metric_for_best, cfg.metric_list, cfg.threshold,
-                                cfg.external_metrics, splits.dev)
+    choice = choose_best_metric(task, n_labels, cfg.training.metric_for_best, cfg.metrics.metric_list, cfg.inputs.threshold,
+                                cfg.metrics.external_metrics, splits.dev)
     for note in choice.warnings if warn else ():
         log.warning("%s", note)
     if task == "regression":
         for split in (splits.train, splits.dev):
             _check_target_scale(split)
     metric, note = choice.metric, choice.note
-    if metric == cfg.metric_for_best:
+    if metric == cfg.training.metric_for_best:
         return cfg
     if task != "single_label":
         splits.notes.append(f"{task} data: {note}")
@@ -256,20 +256,20 @@ def setup(cfg: FinetuneOptions, accelerator: Any, splits: Splits, key: dict[str,
     from transformers import get_linear_schedule_with_warmup
 
     label_map = splits.label_map
-    set_seed(cfg.seed)  # before the head is initialised
+    set_seed(cfg.inputs.seed)  # before the head is initialised
     model, tokenizer = task.build_model(cfg, label_map)
     loading.check_max_length(reading.max_length, tokenizer, model.config, getattr(cfg, "model", "the model"),
-                              pair=cfg.text_pair_column is not None)
-    if cfg.freeze_encoder:
+                              pair=cfg.inputs.text_pair_column is not None)
+    if cfg.training.freeze_encoder:
         _freeze_encoder(model)
-    optimizer = adamw_optimizer(model, float(cfg.lr), cfg.weight_decay)
+    optimizer = adamw_optimizer(model, float(cfg.training.lr), cfg.training.weight_decay)
     checkpoint_bytes = _checkpoint_bytes(model)
-    lr_record = (lr_choice or LrChoice(float(cfg.lr), "given")).to_json()
+    lr_record = (lr_choice or LrChoice(float(cfg.training.lr), "given")).to_json()
     record = run_record(cfg, accelerator, task, lr_record)  # what a new run's config.json says, claimed with --out
-    tokens = task.tokens(cfg, tokenizer, splits, reading, accelerator.num_processes * cfg.grad_accum)
+    tokens = task.tokens(cfg, tokenizer, splits, reading, accelerator.num_processes * cfg.training.grad_accum)
     net = task.network(cfg, model, accelerator, tokens)
-    run, status = on_main(accelerator, lambda: rundir.claim_resumable(cfg.out or "", task.command, key,
-                                                                      overwrite=cfg.overwrite, **record))
+    run, status = on_main(accelerator, lambda: rundir.claim_resumable(cfg.output.out or "", task.command, key,
+                                                                      overwrite=cfg.output.overwrite, **record))
     if status == "finished":
         return None
     reproduce = command_line(task.command, cfg, skip=NOT_REPRODUCED)  # the cards' line: this config, as claimed
@@ -277,8 +277,8 @@ def setup(cfg: FinetuneOptions, accelerator: Any, splits: Splits, key: dict[str,
     if hasattr(objective, "init_head"):  # before any checkpoint is restored over it
         objective.init_head(model)
     baseline = task.baseline(cfg, objective, label_map)
-    total_steps = tokens.steps_per_epoch * cfg.epochs
-    scheduler = get_linear_schedule_with_warmup(optimizer, math.ceil(cfg.warmup_ratio * total_steps), total_steps)
+    total_steps = tokens.steps_per_epoch * cfg.training.epochs
+    scheduler = get_linear_schedule_with_warmup(optimizer, math.ceil(cfg.training.warmup_ratio * total_steps), total_steps)
     net, optimizer, scheduler = accelerator.prepare(net, optimizer, scheduler)
     return Session(cfg, accelerator, run, run.path, tokenizer, net, optimizer, scheduler, objective, tokens.train,
                    tokens.dev, splits.dev, label_map, tokens.steps_per_epoch, [], checkpoint_bytes, reading=reading,
@@ -311,7 +311,7 @@ def _save_final_model(session: Session, state: TrainState, card: Any) -> tuple[T
     too when it holds the best weights); (the calibration's fit, whether final/ holds the best weights)."""
     accelerator, cfg = session.accelerator, session.cfg
     same_as_best = state.best_step == state.global_step and (session.out / "best").is_dir()
-    calibration = on_main(accelerator, lambda: calibrate_best(session)) if cfg.calibrate == "temperature" else None
+    calibration = on_main(accelerator, lambda: calibrate_best(session)) if cfg.training.calibrate == "temperature" else None
     calibrated = {"calibration": calibration.to_json()} if calibration is not None and same_as_best else {}
     info = {"step": state.global_step, **state.model_info, **session.settings_record, **calibrated}
     checkpoints.save_model_folder(accelerator, session.net, session.tokenizer, session.out / "final", info,

@@ -36,11 +36,11 @@ def graphs_unavailable(session: Any) -> str | None:
     cfg, accelerator = session.cfg, session.accelerator
     unwrapped = accelerator.unwrap_model(session.net)
     reasons = [
-        (cfg.cuda_graphs == "off", "--cuda-graphs off"),
+        (cfg.compute.cuda_graphs == "off", "--cuda-graphs off"),
         (accelerator.device.type != "cuda", f"the run is on {accelerator.device.type}, not a CUDA GPU"),
         (accelerator.num_processes > 1, "several processes (their gradients are all-reduced eagerly)"),
         (accelerator.mixed_precision == "fp16", "fp16 (its loss scaling runs eagerly; bf16 needs none)"),
-        (cfg.compile and getattr(unwrapped, "layer", None) is None, "--compile on the model's own forward"),
+        (cfg.compute.compile and getattr(unwrapped, "layer", None) is None, "--compile on the model's own forward"),
         (not getattr(unwrapped, "fast", False), "the model runs its own transformers forward (--fast-forward off or "
                                                 "not applicable), which reads a mask value back every call"),
     ]
@@ -60,7 +60,7 @@ def start_graphs(session: Any, state: Any) -> Any:
     runner = StepRunner(net, getattr(session.optimizer, "optimizer", session.optimizer), session.objective,
                         session.train_enc, session.pad_id, accepted_inputs(net.model),
                         loading.DTYPE_NAMES[{"no": "fp32", "bf16": "bf16"}[accelerator.mixed_precision]],
-                        cfg.max_grad_norm, accelerator.device, cfg.max_length)
+                        cfg.training.max_grad_norm, accelerator.device, cfg.reading.max_length)
     try:
         runner.capture_shapes(planned_shapes(runner, _remaining_pieces(session, state)))
     except RuntimeError as exc:  # a driver, library or model that cannot be captured: the steps still run
@@ -73,11 +73,11 @@ def start_graphs(session: Any, state: Any) -> Any:
 def _remaining_pieces(session: Any, state: Any) -> Any:
     """The micro-batches of every optimizer step still to run, epoch by epoch from the state's position."""
     cfg, accelerator = session.cfg, session.accelerator
-    for epoch in range(state.epoch, cfg.epochs):
-        batches = global_batches(session.train_enc.lengths, cfg.batch_size * session.min_rows, cfg.seed, epoch,
+    for epoch in range(state.epoch, cfg.training.epochs):
+        batches = global_batches(session.train_enc.lengths, cfg.training.batch_size * session.min_rows, cfg.inputs.seed, epoch,
                                  session.min_rows)
         for batch in batches[state.step_in_epoch if epoch == state.epoch else 0 :]:
-            yield micro_batches(batch, accelerator.num_processes, cfg.grad_accum, accelerator.process_index)
+            yield micro_batches(batch, accelerator.num_processes, cfg.training.grad_accum, accelerator.process_index)
 
 
 @dataclass(frozen=True)
@@ -98,11 +98,11 @@ def steps_of(session: Any, epoch: int, start: int) -> Iterator[Step]:
     prepared as it runs: on a graphed run on a worker thread ahead of the GPU (padded to the bucket width, pinned)."""
     cfg, accelerator, runner = session.cfg, session.accelerator, session.graphs
     accepted = accepted_inputs(accelerator.unwrap_model(session.net).model)
-    batches = global_batches(session.train_enc.lengths, cfg.batch_size * session.min_rows, cfg.seed, epoch,
+    batches = global_batches(session.train_enc.lengths, cfg.training.batch_size * session.min_rows, cfg.inputs.seed, epoch,
                              session.min_rows)
 
     def prepare(batch: np.ndarray) -> Any:
-        pieces = micro_batches(batch, accelerator.num_processes, cfg.grad_accum, accelerator.process_index)
+        pieces = micro_batches(batch, accelerator.num_processes, cfg.training.grad_accum, accelerator.process_index)
         if runner is not None:
             return runner.prepare(pieces, len(batch))
         return [(rows, pad_batch(session.train_enc, rows, session.pad_id, inputs=accepted, device=accelerator.device))

@@ -120,7 +120,7 @@ class LrChoice:
 def resolve_lr(cfg: Any, load_config: Any) -> tuple[Any, LrChoice]:
     """`cfg` with --lr as a number (an explicit one wins; `auto` from the width of `load_config()`'s encoder, read
     only then), and what was chosen."""
-    given = parse_lr(cfg.lr)
+    given = parse_lr(cfg.training.lr)
     if given is not None:
         return cfg, LrChoice(given, "given")
     config = load_config()

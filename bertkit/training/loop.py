@@ -185,7 +185,7 @@ def train_epoch(session: Session, state: TrainState, bar: Any) -> None:
     schedule. The state moves on to the next epoch at the end."""
     cfg, accelerator = session.cfg, session.accelerator
     epoch = state.epoch
-    eval_every = None if cfg.eval_every == "epoch" else int(cfg.eval_every)
+    eval_every = None if cfg.training.eval_every == "epoch" else int(cfg.training.eval_every)
     session.net.train()
     started = time.perf_counter()
     for step in steps_of(session, epoch, state.step_in_epoch):
@@ -199,8 +199,8 @@ def train_epoch(session: Session, state: TrainState, bar: Any) -> None:
                                                                     state.train_rows + len(step.rows))
         end_of_epoch = step.last
         evaluating = end_of_epoch or (eval_every and state.global_step % eval_every == 0)
-        saving = end_of_epoch or (cfg.save_every and state.global_step % cfg.save_every == 0)
-        logging_now = state.global_step % cfg.log_every == 0 or (end_of_epoch and epoch + 1 == cfg.epochs)  # + the last
+        saving = end_of_epoch or (cfg.output.save_every and state.global_step % cfg.output.save_every == 0)
+        logging_now = state.global_step % cfg.tracking.log_every == 0 or (end_of_epoch and epoch + 1 == cfg.training.epochs)  # + the last
         if loss_sum is None and (evaluating or saving or logging_now or state.global_step % READ_EVERY == 0):
             loss_sum, rows = _read_graphed(session, state)
         if loss_sum is not None:
@@ -269,8 +269,8 @@ def train_step(session: Session, step: Step, state: TrainState) -> tuple[float, 
         loss_sum += loss.item() * len(rows)
     _stop_if_not_finite(session, state, loss_sum)
     logging = session.tracker is not None and session.tracker.due(state.global_step + 1)
-    if cfg.max_grad_norm > 0 or logging:  # max_norm inf: the norm only, the gradients stay as they are
-        norm = accelerator.clip_grad_norm_(net.parameters(), cfg.max_grad_norm if cfg.max_grad_norm > 0 else math.inf)
+    if cfg.training.max_grad_norm > 0 or logging:  # max_norm inf: the norm only, the gradients stay as they are
+        norm = accelerator.clip_grad_norm_(net.parameters(), cfg.training.max_grad_norm if cfg.training.max_grad_norm > 0 else math.inf)
         if logging:
             session.tracker.grad_norm = float(norm)
     session.optimizer.step()
@@ -288,8 +288,8 @@ def evaluate(session: Session, state: TrainState, end_of_epoch: bool) -> None:
     scored = dev_scores(session)
     cards.remember(session, state.global_step, scored)
     state.model_info = _model_info(session, scored.metrics)
-    judged = judge_evaluation(scored, session.objective.y_dev, metric_list=cfg.metric_list,
-                              external=cfg.external_metrics, metric_for_best=cfg.metric_for_best,
+    judged = judge_evaluation(scored, session.objective.y_dev, metric_list=cfg.metrics.metric_list,
+                              external=cfg.metrics.external_metrics, metric_for_best=cfg.training.metric_for_best,
                               best_so_far=state.best_metric, baseline=session.baseline)
     if judged.problem is not None:  # a module may still fail, or leave a score out, on the real predictions
         raise UserError(_scoring_failed(session, state, scored, judged.problem, judged.failed_spec))
@@ -309,11 +309,11 @@ def evaluate(session: Session, state: TrainState, end_of_epoch: bool) -> None:
         _keep_best(session, state, scored, value)
     else:
         state.evals_since_best += 1
-        patience = cfg.early_stopping_patience
+        patience = cfg.training.early_stopping_patience
         state.stopped_early = bool(patience and state.evals_since_best >= patience)
         state.stop_reason = "early_stopping" if state.stopped_early else None
     if session.on_evaluate is not None and not state.stopped_early:
-        state.stop_reason = session.on_evaluate(state.history, cfg.metric_for_best)
+        state.stop_reason = session.on_evaluate(state.history, cfg.training.metric_for_best)
         state.stopped_early = state.stop_reason is not None
     if accelerator.is_main_process:
         atomic.append_jsonl(session.out / "metrics.jsonl", record)
@@ -334,10 +334,10 @@ def _scoring_failed(session: Session, state: TrainState, scored: Any, problem: s
                                   session.model_bytes, card)
     shown = ", ".join(f"{k} {scored.metrics[k]:.4f}" for k in session.objective.table_metrics if k in scored.metrics)
     fix = (f"Fix the metric script, then score that model with `bertkit evaluate --model {folder} --data "
-           f"{cfg.dev or 'DEV_DATA'} --metric {spec}`, or re-run this command (it resumes from the last checkpoint, "
+           f"{cfg.inputs.dev or 'DEV_DATA'} --metric {spec}`, or re-run this command (it resumes from the last checkpoint, "
            f"if any)." if spec else
            "Pass --metric-for-best with one of those and --overwrite (or a new --out) to train again.")
-    return (f"{problem}, at step {state.global_step} (epoch {state.epoch + 1} of {cfg.epochs}). The model trained so "
+    return (f"{problem}, at step {state.global_step} (epoch {state.epoch + 1} of {cfg.training.epochs}). The model trained so "
             f"far is saved, not lost: {folder} (dev {shown}). {fix}")
 
 

@@ -35,7 +35,7 @@ def _summary(session: Session, state: TrainState, restored: dict[str, Any] | Non
     cfg, accelerator = session.cfg, session.accelerator
     forward = "fast" if accelerator.unwrap_model(session.net).fast else "transformers"
     return {
-        "finished": True, "task": session.label_map.task, "best_metric_name": cfg.metric_for_best,
+        "finished": True, "task": session.label_map.task, "best_metric_name": cfg.training.metric_for_best,
         "best_metric": state.best_metric,
         "best_step": state.best_step, "best_dev": state.best_dev,
         "final_dev": state.history[-1] if state.history else None, "global_step": state.global_step,
@@ -48,7 +48,7 @@ def _summary(session: Session, state: TrainState, restored: dict[str, Any] | Non
         "history": state.history, "train_log": state.train_log, "epoch_table": state.epoch_table, "resumed_from": restored,
         "trackers": session.tracker.where if session.tracker is not None else {},  # where the run is logged
         "baseline": session.baseline.to_json() if session.baseline is not None else None,
-        "outputs": {name: str(Path(cfg.out or session.out) / name) for name in
+        "outputs": {name: str(Path(cfg.output.out or session.out) / name) for name in
                     ("best", "final", "metrics.jsonl", "training_table.csv", "curves.png",
                      *REPORT_PLOTS.get(session.label_map.task, ()), "dev_errors.csv")},
     }

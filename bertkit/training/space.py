@@ -101,7 +101,7 @@ class SweepOptions(FinetuneOptions):
     HELP_OVERRIDES = {"keep_checkpoints": "Keep every trial's checkpoints/ and final/ (by default a finished trial "
                                           "keeps only its best/ model, so a large grid does not fill the disk)."}
 
-    search: SearchOptions = group(SearchOptions)
+    sweep: SearchOptions = group(SearchOptions)
 
     def problems(self) -> list[str]:
         """A fine-tuning run's problems; then (the values are checked through a trial's `FinetuneOptions`, built
@@ -127,13 +127,13 @@ def finetune_config(cfg: SweepOptions, params: dict[str, Any], seed: int, out: s
 def space_problems(cfg: SweepOptions) -> list[str]:
     """Every problem of --grid / --space / --search, each naming its flag."""
     problems: list[str] = []
-    if cfg.search == "grid" and cfg.space:
+    if cfg.sweep.search == "grid" and cfg.sweep.space:
         problems.append("--space is for --search optuna; a grid sweep takes --grid OPTION=V1,V2,... "
                         "Pass --search optuna, or turn each --space into a --grid.")
-    if cfg.search == "optuna" and cfg.grid:
+    if cfg.sweep.search == "optuna" and cfg.sweep.grid:
         problems.append("--grid is for --search grid; an Optuna search takes --space OPTION=LOW:HIGH[:log] or "
                         "OPTION=V1,V2. Drop --search optuna, or turn each --grid into a --space.")
-    if cfg.search == "optuna" and not cfg.space:
+    if cfg.sweep.search == "optuna" and not cfg.sweep.space:
         problems.append("--search optuna needs at least one --space, e.g. --space lr=1e-5:1e-4:log.")
     if problems:
         return problems
@@ -146,7 +146,7 @@ def space_problems(cfg: SweepOptions) -> list[str]:
 
 def parse_space(cfg: SweepOptions) -> list[Dimension]:
     """The dimensions of --grid (grid) or --space (optuna); a UserError listing every bad one."""
-    texts, where = (cfg.grid, "--grid") if cfg.search == "grid" else (cfg.space, "--space")
+    texts, where = (cfg.sweep.grid, "--grid") if cfg.sweep.search == "grid" else (cfg.sweep.space, "--space")
     dims, problems, seen = [], [], set()
     for text in texts:
         try:
@@ -231,7 +231,7 @@ def _check(cfg: SweepOptions, name: str, value: Any, text: str, where: str) -> A
     """`value` if a trial's FinetuneOptions takes it and trains what the sweep's options do (a tagger on tagged
     data, else a classifier); else a UserError naming the flag and the finetune rule."""
     try:
-        trial = finetune_config(cfg, {name: value}, cfg.seed, cfg.out or "out")
+        trial = finetune_config(cfg, {name: value}, cfg.inputs.seed, cfg.output.out or "out")
     except UserError as exc:
         raise UserError(f"{where} {text!r}: {flag(name)} {value!r} is refused by finetune: {exc}") from None
     if name in READS_WORDS_FROM and trial.reads_words != cfg.reads_words:

@@ -60,7 +60,7 @@ class TagTask(Task):
 
     def training_data(self, cfg: FinetuneOptions, warn: bool) -> tuple[FinetuneOptions, TaggedTraining]:
         """The tagged data, and `cfg` with the --metric-for-best its tags score (entity F1, or word accuracy)."""
-        return replaced(cfg, metric_for_best=tag_metric_for_best(cfg.metric_for_best,
+        return replaced(cfg, metric_for_best=tag_metric_for_best(cfg.training.metric_for_best,
                                                                             self.data.scheme)), self.data
 
     def label_map(self, cfg: FinetuneOptions, splits: Any) -> LabelMap:
@@ -78,7 +78,7 @@ class TagTask(Task):
                       for sentences in (data.train_sentences, data.dev_sentences))
         test = tag_windows(cfg, tokenizer, data.test_sentences, data.tags, reading) if data.test is not None else None
         self.windows, self.reading = (train, dev, test), reading
-        steps = epoch_steps(train.encoded.lengths, cfg.batch_size, cfg.seed, min_rows, train.n_windows)
+        steps = epoch_steps(train.encoded.lengths, cfg.training.batch_size, cfg.inputs.seed, min_rows, train.n_windows)
         return RunTokens(train.encoded, dev.encoded, test.encoded if test is not None else None, steps)
 
     def network(self, cfg: FinetuneOptions, model: Any, accelerator: Any, tokens: RunTokens) -> Any:
@@ -87,10 +87,10 @@ class TagTask(Task):
         window they have."""
         scored = [tokens.dev.lengths] + ([tokens.test.lengths] if tokens.test is not None else [])
         widest = max((int(lengths.max()) for lengths in scored if len(lengths)), default=None)
-        net = TokenClassifier(model, width=widest, fast=cfg.fast_forward)
-        if cfg.fast_forward and net.unsupported is not None:
+        net = TokenClassifier(model, width=widest, fast=cfg.compute.fast_forward)
+        if cfg.compute.fast_forward and net.unsupported is not None:
             log.info("--fast-forward does not apply (%s): using the model's own forward", net.unsupported)
-        if cfg.compile:  # the model's own forward and backward, dynamic shapes
+        if cfg.compute.compile:  # the model's own forward and backward, dynamic shapes
             net.compile(dynamic=True)
         return net
 
@@ -100,9 +100,9 @@ class TagTask(Task):
         assert self.windows is not None, "tokens() makes the windows first"
         train, dev, test = self.windows
         data = self.data
-        weights = tag_class_weights(train.tag_ids, len(data.tags)) if cfg.class_weight == "balanced" else None
+        weights = tag_class_weights(train.tag_ids, len(data.tags)) if cfg.training.class_weight == "balanced" else None
         objective = TagObjective(train.labels, dev, words_of(data.dev_sentences), data.tags, data.scheme, weights,
-                                 cfg.seed).to(accelerator.device)
+                                 cfg.inputs.seed).to(accelerator.device)
         if test is not None:
             self.test_objective = objective.for_split(test, words_of(data.test_sentences))
         return objective
@@ -127,7 +127,7 @@ def tag_windows(cfg: Any, tokenizer: Any, sentences: Any, tags: tuple[str, ...],
     """One split's sentences as labelled windows (their tags as the model's ids)."""
     index = {tag: i for i, tag in enumerate(tags)}
     return label_windows(tokenizer, [s.words for s in sentences], [[index[t] for t in s.tags] for s in sentences],
-                         reading, label_all_pieces=cfg.label_all_pieces, continuation=continuation_ids(tags))
+                         reading, label_all_pieces=cfg.tagging.label_all_pieces, continuation=continuation_ids(tags))
 
 
 def words_of(sentences: Any) -> list[str]:

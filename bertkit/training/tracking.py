@@ -52,20 +52,20 @@ SQL_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")
 def check_trackers(cfg: FinetuneOptions) -> None:
     """Refuse, before anything is claimed or trained, a tracker that cannot start: its package missing, or an MLflow
     store that needs SQLAlchemy without it, or one inside --out (the run directory holds only bertkit's files)."""
-    for name in cfg.trackers:
+    for name in cfg.tracking.trackers:
         package = PACKAGES[name]
         if importlib.util.find_spec(package) is None:
             raise UserError(f"--report-to {name} needs the {package} package, which is not installed. Install the "
                             f"trackers with: pip install 'bertkit[track]'  (or: pip install {package}), or drop "
                             f"--report-to {name}.")
-    if "mlflow" in cfg.trackers:
+    if "mlflow" in cfg.tracking.trackers:
         _check_mlflow_store(cfg)
 
 
 def mlflow_uri(cfg: FinetuneOptions) -> str | None:
     """The MLflow tracking URI: --tracking-uri (a plain folder becomes its file: URI), else MLFLOW_TRACKING_URI;
     None: MLflow's own default."""
-    uri = cfg.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or None
+    uri = cfg.tracking.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or None
     if uri is None or "://" in uri or uri.startswith("file:"):
         return uri
     return Path(uri).expanduser().resolve().as_uri()  # a folder (file store)
@@ -77,15 +77,15 @@ def _check_mlflow_store(cfg: FinetuneOptions) -> None:
         import mlflow
 
         uri = mlflow.get_tracking_uri()
-    given = f"--tracking-uri {cfg.tracking_uri}" if cfg.tracking_uri else f"MLflow's store {uri}"
+    given = f"--tracking-uri {cfg.tracking.tracking_uri}" if cfg.tracking.tracking_uri else f"MLflow's store {uri}"
     if uri.split(":", 1)[0].split("+", 1)[0] in SQL_SCHEMES and importlib.util.find_spec("sqlalchemy") is None:
         raise UserError(f"{given} is a database store, which needs the sqlalchemy package (not installed). Pass "
                         f"--tracking-uri with a local folder (e.g. --tracking-uri mlruns, works offline) or an MLflow "
                         f"server (http://host:5000), or install it: pip install sqlalchemy.")
     folder = _file_store(uri)
-    out = Path(cfg.out or "").expanduser().resolve()
+    out = Path(cfg.output.out or "").expanduser().resolve()
     if folder is not None and (folder == out or out in folder.parents):
-        raise UserError(f"--tracking-uri {cfg.tracking_uri or uri} is inside --out {cfg.out}: a run directory holds "
+        raise UserError(f"--tracking-uri {cfg.tracking.tracking_uri or uri} is inside --out {cfg.output.out}: a run directory holds "
                         f"only the files bertkit writes, so the next run would refuse it. Pass a folder outside it, "
                         f"e.g. --tracking-uri {out.parent / 'mlruns'}.")
 
@@ -194,7 +194,7 @@ def started_trackers(session: Session, state: TrainState, fingerprints: dict[str
     """The run's trackers (None without --report-to), started on the main process after the restore, continuing the
     tracker runs `saved` records (`recorded_runs`)."""
     cfg = session.cfg
-    if not cfg.trackers:
+    if not cfg.tracking.trackers:
         return None
     if not session.accelerator.is_main_process:
         return RunTrackers(cfg, [], {})
@@ -202,7 +202,7 @@ def started_trackers(session: Session, state: TrainState, fingerprints: dict[str
     name = Path(session.run.out).name
     backends, where = [], {}
     try:
-        for tracker in cfg.trackers:
+        for tracker in cfg.tracking.trackers:
             backend, where[tracker] = _started(tracker, session, state, name, saved.get(tracker) or {}, hparams)
             backends.append(backend)
     except BaseException:
@@ -280,7 +280,7 @@ def _mlflow(session: Session, state: TrainState, name: str, saved: dict[str, Any
         if run_id is not None and not _mlflow_run_exists(run_id):
             log.warning("the MLflow run %s of this run directory is gone from %s: a new MLflow run starts", run_id, uri)
             run_id = None
-        tracker = MLflowTracker(experiment_name=cfg.project, run_id=run_id, run_name=name)
+        tracker = MLflowTracker(experiment_name=cfg.tracking.project, run_id=run_id, run_name=name)
         tracker.start()
     except Exception as exc:  # noqa: BLE001 - whatever the store says, one message naming the option
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -293,7 +293,7 @@ def _mlflow(session: Session, state: TrainState, name: str, saved: dict[str, Any
     else:
         backend.done = _mlflow_last_steps(run_id)
     info = tracker.active_run.info
-    return backend, {"tracking_uri": uri, "experiment": cfg.project, "experiment_id": info.experiment_id,
+    return backend, {"tracking_uri": uri, "experiment": cfg.tracking.project, "experiment_id": info.experiment_id,
                      "run_id": info.run_id, "run": name}
 
 

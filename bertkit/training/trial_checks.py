@@ -44,9 +44,9 @@ def check_space(cfg: SweepOptions, dims: list[Dimension], compute_for: Callable[
     """A UserError listing every value of the space that would fail its trial, before anything runs; else the
     checker, whose models' configs (`config_of`) the trials' layout reads again. `tagged`: a tagger sweep's data
     (its --metric-for-best is refused first, alone: no value of the space changes it)."""
-    where = "--grid" if cfg.search == "grid" else "--space"
+    where = "--grid" if cfg.sweep.search == "grid" else "--space"
     if tagged is not None:
-        tag_metric_for_best(cfg.metric_for_best, tagged.scheme)
+        tag_metric_for_best(cfg.training.metric_for_best, tagged.scheme)
     checker = TrialCheck(cfg, compute_for, processes, tagged)
     problems = path_problems(cfg, dims, where)
     if not problems:
@@ -65,11 +65,11 @@ def candidates(dim: Dimension) -> tuple[Any, ...]:
 def path_problems(cfg: SweepOptions, dims: list[Dimension], where: str) -> list[str]:
     """Path values (what a trial reads: --model, --data, ...) too long for the file system, or that are, hold or are
     inside --out."""
-    out = Path(cfg.out or "").expanduser().resolve()
+    out = Path(cfg.output.out or "").expanduser().resolve()
     problems = []
     for dim in dims:
         for value in candidates(dim):
-            trial = finetune_config(cfg, {dim.name: value}, cfg.seed, cfg.out or "")
+            trial = finetune_config(cfg, {dim.name: value}, cfg.inputs.seed, cfg.output.out or "")
             if isinstance(value, str) and value in {v for _, v in ownership.input_paths(trial)}:
                 problems += [p for p in (_too_long(dim, value, where) or _out_problem(cfg, out, dim, value, where),)
                              if p is not None]
@@ -95,7 +95,7 @@ def _out_problem(cfg: SweepOptions, out: Path, dim: Dimension, value: str, where
                 else "holds" if path in out.parents else None)
     if relation is None:
         return None
-    head = (f"{where} {dim.flag[2:]}={value}: {dim.flag} {value} {relation} --out {cfg.out}, which the sweep "
+    head = (f"{where} {dim.flag[2:]}={value}: {dim.flag} {value} {relation} --out {cfg.output.out}, which the sweep "
             f"writes (and --overwrite replaces) while trials read it.")
     if relation == "holds":  # a copy of it would hold the sweep too: the sweep's folder has to move instead
         return f"{head} Pass an --out outside {value} (e.g. --out {path.parent / (path.name + '-sweep')})."
@@ -148,17 +148,17 @@ class TrialCheck:
         """The trial's own checks before training: its --precision on this machine, a tagger's windows (--stride), or
         its data and problem shape and one optimizer step's rows (processes x --grad-accum; a tagger's windows are
         counted once its trial cuts them), its model and --max-length."""
-        self.compute_for(trial.precision)
+        self.compute_for(trial.compute.precision)
         if self.tagged is not None:  # the windows a tagger trial reads in: --stride against its --max-length
-            raise_if_problems(Reading.of_words(TAGGER_WORD_POOL, trial.max_length, trial.stride).word_problems())
+            raise_if_problems(Reading.of_words(TAGGER_WORD_POOL, trial.reading.max_length, trial.tagging.stride).word_problems())
         else:
             splits = self._splits(trial)
             _for_the_shape(trial, dataclasses.replace(splits, notes=[]), warn=False)
-            if len(splits.train) < self.processes * trial.grad_accum:  # setup's check: no step fits the rows
-                raise too_few_rows(len(splits.train), self.processes * trial.grad_accum)
+            if len(splits.train) < self.processes * trial.training.grad_accum:  # setup's check: no step fits the rows
+                raise too_few_rows(len(splits.train), self.processes * trial.training.grad_accum)
         tokenizer, config = self._model(trial)
-        loading.check_max_length(trial.max_length, tokenizer, config, trial.model,
-                                  pair=trial.text_pair_column is not None)
+        loading.check_max_length(trial.reading.max_length, tokenizer, config, trial.model,
+                                  pair=trial.inputs.text_pair_column is not None)
 
     def config_of(self, model: str, trust_remote_code: bool) -> Any:
         """A model's config, read once for the checks and the layout."""
@@ -167,7 +167,7 @@ class TrialCheck:
     def _splits(self, trial: Any) -> Any:
         key = tuple(str(getattr(trial, name)) for name in DATA_FIELDS)
         if key not in self.splits:
-            self.splits[key] = load_splits(trial, need_labels=True, need_dev=True)
+            self.splits[key] = load_splits(trial.inputs, need_labels=True, need_dev=True)
         return self.splits[key]
 
     def _model(self, trial: Any) -> tuple[Any, Any]:

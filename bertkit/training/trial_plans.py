@@ -74,7 +74,7 @@ def resolved_params(cfg: SweepOptions, params: dict[str, Any], config_of: Config
     """`params` with a searched `lr=auto` as the number `auto` gives the trial's model (what finetune will use)."""
     if params.get("lr") != AUTO:
         return dict(params)
-    trial = finetune_config(cfg, params, cfg.seed, cfg.out or "out")
+    trial = finetune_config(cfg, params, cfg.inputs.seed, cfg.output.out or "out")
     _, choice = resolve_lr(trial, lambda: config_of(trial.model, trial.trust_remote_code))
     return {**params, "lr": choice.value}
 
@@ -89,10 +89,10 @@ def grid_plans(cfg: SweepOptions, dims: list[Dimension], config_of: ConfigOf) ->
         resolved = resolved_params(cfg, given, config_of)
         key = tuple(resolved.items())
         if key in first_with:
-            notes.append(_merged_note(first_with[key], Plan(number, given, cfg.seed, resolved)))
+            notes.append(_merged_note(first_with[key], Plan(number, given, cfg.inputs.seed, resolved)))
             continue
-        first_with[key] = Plan(number, given, cfg.seed, resolved)
-        plans += [Plan(number, given, cfg.seed + k, resolved) for k in range(cfg.seeds)]
+        first_with[key] = Plan(number, given, cfg.inputs.seed, resolved)
+        plans += [Plan(number, given, cfg.inputs.seed + k, resolved) for k in range(cfg.sweep.seeds)]
     return GridLayout(tuple(plans), tuple(notes))
 
 

@@ -75,7 +75,7 @@ def run_sweep(cfg: SweepOptions, compute_for: ComputeFor, *, progress: bool = Tr
     OUT/best (the best trial's best model). `cfg`'s reading options are resolved already (`commands.sweep`).
     `tagged`: the tagged data every trial trains a tagger on (read once by the command); None: rows of text."""
     dims = cfg.dimensions
-    if cfg.search == "optuna":
+    if cfg.sweep.search == "optuna":
         import_optuna()  # a missing Optuna stops the sweep before it claims --out
     # every value checked, before any trial or claim
     layout = on_main(_processes(), lambda: _lay_out(cfg, dims, compute_for, tagged))
@@ -83,7 +83,7 @@ def run_sweep(cfg: SweepOptions, compute_for: ComputeFor, *, progress: bool = Tr
         log.info("%s", note)
     run = on_main(_processes(), lambda: _claim(cfg, dims))
     root = run.path
-    if cfg.search == "grid":
+    if cfg.sweep.search == "grid":
         rows = [run_trial(cfg, run.out, plan, compute_for, progress, tagged=tagged) for plan in layout.plans]
     else:
         rows = OptunaSearch(cfg, dims, compute_for, tagged).run(run.out, progress)
@@ -100,7 +100,7 @@ def _lay_out(cfg: SweepOptions, dims: list[Dimension], compute_for: ComputeFor,
     """Every value of the space checked against the model, data and machine, then (grid) the trials laid out with
     their values resolved and duplicates merged (main process)."""
     checked = trial_checks.check_space(cfg, dims, compute_for, _processes().num_processes, tagged)
-    if cfg.search != "grid":
+    if cfg.sweep.search != "grid":
         return trial_plans.GridLayout(())
     return trial_plans.grid_plans(cfg, dims, checked.config_of)
 
@@ -117,12 +117,12 @@ def run_trial(cfg: SweepOptions, out: Path, plan: Plan, compute_for: ComputeFor,
     log.info("trial %s: %s%s--seed %d", plan.name, shown, ", " if shown else "", plan.seed)
     trial_cfg = finetune_config(cfg, plan.params, plan.seed, str(out / "trials" / plan.name))
     # the trial's own reading and compute: --max-length and --precision may be dimensions of the space
-    reading = (Reading.from_options(trial_cfg) if tagged is None
-               else Reading.of_words(TAGGER_WORD_POOL, trial_cfg.max_length, trial_cfg.stride))
-    result = finetune(trial_cfg, compute=compute_for(trial_cfg.precision), reading=reading, progress=progress,
+    reading = (Reading.from_options(trial_cfg.reading) if tagged is None
+               else Reading.of_words(TAGGER_WORD_POOL, trial_cfg.reading.max_length, trial_cfg.tagging.stride))
+    result = finetune(trial_cfg, compute=compute_for(trial_cfg.compute.precision), reading=reading, progress=progress,
                       on_evaluate=on_evaluate, task=None if tagged is None else TagTask(tagged))
-    if _processes().is_main_process and not cfg.keep_checkpoints:
-        _keep_only_best(rundir.located(trial_cfg.out or ""))
+    if _processes().is_main_process and not cfg.output.keep_checkpoints:
+        _keep_only_best(rundir.located(trial_cfg.output.out or ""))
     _processes().wait_for_everyone()
     return trials_report.trial_row(plan.name, {flag(k)[2:]: v for k, v in plan.values.items()}, plan.seed,
                                   result.summary.to_json())
@@ -146,7 +146,7 @@ def make_pruner(cfg: SweepOptions) -> Any:
     """The pruner: Optuna's MedianPruner from the third trial on (a trial below the median of the earlier trials at
     the same evaluation stops), or none (--no-prune)."""
     optuna = import_optuna()
-    if not cfg.prune:
+    if not cfg.sweep.prune:
         return optuna.pruners.NopPruner()
     return optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=0)
 
@@ -162,9 +162,9 @@ class OptunaSearch:
         self.study = None
         if _processes().is_main_process:
             optuna = import_optuna()
-            direction = "minimize" if cfg.metric_for_best in LOWER_IS_BETTER else "maximize"
+            direction = "minimize" if cfg.training.metric_for_best in LOWER_IS_BETTER else "maximize"
             self.study = optuna.create_study(direction=direction, pruner=make_pruner(cfg),
-                                             sampler=optuna.samplers.TPESampler(seed=cfg.seed))
+                                             sampler=optuna.samplers.TPESampler(seed=cfg.inputs.seed))
 
     def run(self, out: Path, progress: bool) -> list[TrialRow]:
         rows: list[TrialRow] = []
@@ -241,9 +241,9 @@ def _claim(cfg: SweepOptions, dims: list[Dimension]) -> rundir.RunDir:
     compared = {k: v for k, v in config_dict(cfg).items()
                 if k not in NOT_COMPARED and not (k in ADDED_AT_DEFAULT and v == ADDED_AT_DEFAULT[k])}
     compare = lambda path: _differences(path, compared)  # noqa: E731
-    rundir.inspect_run_dir(cfg.out or "", "sweep", overwrite=cfg.overwrite, compare=compare,
+    rundir.inspect_run_dir(cfg.output.out or "", "sweep", overwrite=cfg.output.overwrite, compare=compare,
                            inputs=ownership.input_paths(cfg))
-    run = rundir.claim_run_dir(cfg.out or "", "sweep", overwrite=cfg.overwrite, compare=compare)
+    run = rundir.claim_run_dir(cfg.output.out or "", "sweep", overwrite=cfg.output.overwrite, compare=compare)
     if not (run.path / "config.json").is_file():
         trail.write_run_config(run.path, "sweep", config_dict(cfg), space=[d.to_json() for d in dims],
                                compared=compared)

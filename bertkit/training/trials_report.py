@@ -212,13 +212,13 @@ def write_outputs(cfg: SweepOptions, dims: list[Dimension], root: Path, rows: Se
     best = best_trial(ranking, rows)
     if best is not None:
         copy_model(root / "trials" / best.trial / "best", root / OUTPUTS["best"])
-    metric = rows[0].metric if rows else (cfg.metric_for_best or "accuracy")
-    summary = SweepSummary(cfg.search, tuple(dims), metric, cfg.seeds, tuple(rows), ranking,
+    metric = rows[0].metric if rows else (cfg.training.metric_for_best or "accuracy")
+    summary = SweepSummary(cfg.sweep.search, tuple(dims), metric, cfg.sweep.seeds, tuple(rows), ranking,
                            None if best is None else BestTrial(best, _model_folder(root, best)), notes=tuple(notes))
     atomic.write_json_atomic(root / "sweep.json", summary.to_json())
     if table:
         plots.sweep_figure(table, params, metric, root / "sweep.png",
-                           f"sweep: dev {metric} ({cfg.search}, {len(table)} trials)")
+                           f"sweep: dev {metric} ({cfg.sweep.search}, {len(table)} trials)")
     return summary
 
 
