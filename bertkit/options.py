@@ -158,22 +158,6 @@ class Config:
         """The config for flat option values (`FinetuneConfig.of(data="train.csv", out="runs/a", epochs=1)`)."""
         return build(cls, values)
 
-    def __getattr__(self, name: str) -> Any:
-        # TRANSITION: a read of a group's option or property by its flat name (`cfg.text_column`) finds it in its
-        # group, while the reads move to the groups (`cfg.inputs.text_column`)
-        if name.startswith("__"):
-            raise AttributeError(name)
-        for f in fields(type(self)):
-            if group_class(f) is not None and hasattr(group_class(f), name):
-                import os  # noqa: E401  TEMPORARY: record flat reads
-                import sys
-                if os.environ.get("BERTKIT_FLAT_READS"):
-                    frame = sys._getframe(1)
-                    with open(os.environ["BERTKIT_FLAT_READS"], "a") as fh:
-                        fh.write(f"{frame.f_code.co_filename}:{frame.f_lineno}:{type(self).__name__}.{name}\n")
-                return getattr(object.__getattribute__(self, f.name), name)
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-
 
 def option_fields(config_cls: type) -> list[dataclasses.Field]:
     """The fields of `config_cls` that are options of its command, its groups' included (all but the class's

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import pytest
@@ -140,8 +139,8 @@ def test_numbers_must_be_finite_and_seeds_in_range(kw, message):
 
 
 def test_seed_bounds_are_accepted():
-    assert FinetuneConfig.of(data="x.tsv", out="o", seed=0).seed == 0
-    assert FinetuneConfig.of(data="x.tsv", out="o", seed=2**32 - 1).seed == 2**32 - 1
+    assert FinetuneConfig.of(data="x.tsv", out="o", seed=0).inputs.seed == 0
+    assert FinetuneConfig.of(data="x.tsv", out="o", seed=2**32 - 1).inputs.seed == 2**32 - 1
 
 
 def test_probe_c_and_grid_must_be_finite():
@@ -232,7 +231,7 @@ def test_a_recipe_threshold_may_be_a_number(tmp_path):
     recipe.write_text('[finetune]\ndata = "x.tsv"\nout = "o"\nthreshold = 0.4\n')
     values = load_recipe(str(recipe), "finetune", FinetuneConfig)
     assert values["threshold"] == "0.4"
-    assert FinetuneConfig.of(**values).threshold == "0.4"
+    assert FinetuneConfig.of(**values).inputs.threshold == "0.4"
 
 
 def test_metric_for_best_is_left_to_the_shape_unless_given():
@@ -240,8 +239,8 @@ def test_metric_for_best_is_left_to_the_shape_unless_given():
     explicit `accuracy` on regression data can be refused while the default becomes pearson."""
     from bertkit.scoring import shapes as objectives
 
-    assert FinetuneConfig.of(data="x.tsv", out="o").metric_for_best is None
-    assert DistillConfig.of(data="x.tsv", out="o", teacher="t").metric_for_best is None
+    assert FinetuneConfig.of(data="x.tsv", out="o").training.metric_for_best is None
+    assert DistillConfig.of(data="x.tsv", out="o", teacher="t").training.metric_for_best is None
     assert groups.metric_for_best_problems(None, []) == []
     assert [objectives.best_metric(task, None) for task in ("single_label", "regression", "multi_label")] == \
         ["accuracy", "pearson", "micro_f1"]

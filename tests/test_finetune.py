@@ -277,18 +277,18 @@ def test_loop_equals_a_hand_written_pytorch_loop(no_dropout_bert, toy_files, tmp
     tokenizer = loading.load_tokenizer(str(no_dropout_bert))
     enc = encode_dataset(tokenizer, splits.train, DEFAULT_MAX_LENGTH)  # the run read the tiny model (no record) at 128
     y = torch.as_tensor(splits.label_map.encode(splits.train.labels, "train"))
-    torch.manual_seed(cfg.seed)
+    torch.manual_seed(cfg.inputs.seed)
     from accelerate.utils import set_seed
 
-    set_seed(cfg.seed)
+    set_seed(cfg.inputs.seed)
     model = loading.load_classifier(str(no_dropout_bert), splits.label_map.id2label).train()
     decay = [p for p in model.parameters() if p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.ndim < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}], lr=1e-3)
-    per_epoch = len(global_batches(enc.lengths, 8, cfg.seed, 0, 1))
+    per_epoch = len(global_batches(enc.lengths, 8, cfg.inputs.seed, 0, 1))
     sched = get_linear_schedule_with_warmup(opt, int(np.ceil(0.1 * per_epoch * 2)), per_epoch * 2)
     for epoch in range(2):
-        for batch in global_batches(enc.lengths, 8, cfg.seed, epoch, 1):
+        for batch in global_batches(enc.lengths, 8, cfg.inputs.seed, epoch, 1):
             logits = model(**pad_batch(enc, batch, tokenizer.pad_token_id)).logits
             torch.nn.functional.cross_entropy(logits, y[batch]).backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)

@@ -47,9 +47,9 @@ def test_auto_lr_scales_with_width_and_keeps_the_bert_paper_range_for_base_and_l
 
 def test_lr_is_auto_by_default_an_explicit_number_wins_and_equal_numbers_are_one_run(tmp_path):
     base = dict(data="x.tsv", out=str(tmp_path / "o"))
-    assert FinetuneConfig.of(**base).lr == "auto"
-    assert FinetuneConfig.of(**base, lr="1e-4").lr == FinetuneConfig.of(**base, lr=0.0001).lr == "0.0001"
-    assert FinetuneConfig.of(**base, lr="AUTO").lr == "auto"
+    assert FinetuneConfig.of(**base).training.lr == "auto"
+    assert FinetuneConfig.of(**base, lr="1e-4").training.lr == FinetuneConfig.of(**base, lr=0.0001).training.lr == "0.0001"
+    assert FinetuneConfig.of(**base, lr="AUTO").training.lr == "auto"
     with pytest.raises(UserError, match=r"--lr must be a number or auto; got 'fast'"):
         FinetuneConfig.of(**base, lr="fast")
     with pytest.raises(UserError, match=r"--lr must be a positive number"):

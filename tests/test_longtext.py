@@ -255,7 +255,7 @@ def test_long_text_options_are_checked_together():
         PredictConfig.of(model="m", data="d.tsv", truncation="middle")
     with pytest.raises(UserError, match="--probe"):
         PredictConfig.of(probe="p", text=("x",), long_text="chunk")
-    assert PredictConfig.of(model="m", text=("x",), long_text="chunk", stride=0).stride == 0
+    assert PredictConfig.of(model="m", text=("x",), long_text="chunk", stride=0).reading.stride == 0
 
 
 def test_tokens_report_suggests_chunking_when_many_rows_are_cut(tiny_bert_dir, tmp_path):

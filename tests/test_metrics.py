@@ -124,20 +124,20 @@ def test_an_uncached_hub_metric_offline_exits_2_naming_the_fix(classifier_dir, t
 
 def test_metric_options_split_comma_lists_and_keep_built_ins_offline():
     cfg = EvaluateConfig.of(model="m", data="d.tsv", metric=("accuracy,mcc", "glue:mrpc", "mcc"))
-    assert cfg.metric_list == ["accuracy", "mcc", "glue:mrpc"] and cfg.external_metrics == ["glue:mrpc"]
+    assert cfg.metrics.metric_list == ["accuracy", "mcc", "glue:mrpc"] and cfg.metrics.external_metrics == ["glue:mrpc"]
 
 
 def test_metric_for_best_must_be_built_in_or_a_given_module():
-    assert FinetuneConfig.of(data="x.tsv", out="o").metric_for_best is None  # the shape's headline, once data is read
+    assert FinetuneConfig.of(data="x.tsv", out="o").training.metric_for_best is None  # the shape's headline, once data is read
     with pytest.raises(UserError) as err:
         FinetuneConfig.of(data="x.tsv", out="o", metric_for_best="acuracy")
     assert "--metric-for-best" in str(err.value) and "did you mean accuracy" in str(err.value)
     with pytest.raises(UserError, match="--metric matthews_correlation"):
         FinetuneConfig.of(data="x.tsv", out="o", metric_for_best="matthews_correlation")
     for best in ("matthews_correlation",):
-        assert FinetuneConfig.of(data="x.tsv", out="o", metric=(best,), metric_for_best=best).metric_for_best == best
+        assert FinetuneConfig.of(data="x.tsv", out="o", metric=(best,), metric_for_best=best).training.metric_for_best == best
     cfg = FinetuneConfig.of(data="x.tsv", out="o", metric=("metrics/my_scores.py",), metric_for_best="my_scores/f1")
-    assert cfg.external_metrics == ["metrics/my_scores.py"]
+    assert cfg.metrics.external_metrics == ["metrics/my_scores.py"]
 
 
 def test_finetune_picks_the_best_checkpoint_by_a_local_module(tiny_bert_dir, metric_dir, tmp_path, toy_rows):

@@ -40,20 +40,20 @@ def columns(cfg) -> tuple:
 @pytest.mark.parametrize("task", list(HUB))
 def test_hub_preset_fills_columns_splits_and_metrics(task):
     cfg = FinetuneConfig.of(task_preset=f"glue/{task}", out="o")
-    assert (cfg.data, cfg.data_config) == ("nyu-mll/glue", task)
+    assert (cfg.inputs.data, cfg.inputs.data_config) == ("nyu-mll/glue", task)
     assert columns(cfg) == HUB[task]
-    assert cfg.dev == ("validation_matched" if task == "mnli" else "validation")
-    assert cfg.test == ("validation_mismatched" if task == "mnli" else None)
-    assert cfg.metric == OFFICIAL[task] and cfg.metric_for_best == OFFICIAL[task][0]
+    assert cfg.inputs.dev == ("validation_matched" if task == "mnli" else "validation")
+    assert cfg.inputs.test == ("validation_mismatched" if task == "mnli" else None)
+    assert cfg.metrics.metric == OFFICIAL[task] and cfg.training.metric_for_best == OFFICIAL[task][0]
     evaluate = EvaluateConfig.of(task_preset=f"glue/{task}", model="m", data="nyu-mll/glue", train_split="validation")
-    assert evaluate.data_config == task and columns(evaluate) == HUB[task] and evaluate.metric == OFFICIAL[task]
+    assert evaluate.inputs.data_config == task and columns(evaluate) == HUB[task] and evaluate.metrics.metric == OFFICIAL[task]
 
 
 @pytest.mark.parametrize("task", list(TSV))
 def test_tsv_preset_fills_the_download_column_names(task):
     cfg = ProbeConfig.of(task_preset=f"glue/{task}", data=f"glue_data/{task}/train.tsv")
-    assert columns(cfg) == TSV[task] and cfg.data_config is None and cfg.dev is None
-    assert cfg.header == ("no" if task == "cola" else "auto")
+    assert columns(cfg) == TSV[task] and cfg.inputs.data_config is None and cfg.inputs.dev is None
+    assert cfg.inputs.header == ("no" if task == "cola" else "auto")
 
 
 def test_problem_type_is_recorded_and_passed_where_the_command_has_it():
@@ -68,18 +68,18 @@ def test_problem_type_is_recorded_and_passed_where_the_command_has_it():
 def test_explicit_values_win_over_the_preset():
     cfg = FinetuneConfig.of(task_preset="glue/mrpc", data="my/train.tsv", out="o", text_column="a", label_column="y",
                          metric_for_best="accuracy", header="yes")
-    assert columns(cfg) == ("a", "#2 String", "y") and cfg.metric_for_best == "accuracy" and cfg.header == "yes"
-    assert FinetuneConfig.of(task_preset="glue/cola", out="o", dev="my_dev.tsv").dev == "my_dev.tsv"
-    assert FinetuneConfig.of(out="o", data="x.tsv").metric_for_best is None  # no preset: the shape's, once data is read
+    assert columns(cfg) == ("a", "#2 String", "y") and cfg.training.metric_for_best == "accuracy" and cfg.inputs.header == "yes"
+    assert FinetuneConfig.of(task_preset="glue/cola", out="o", dev="my_dev.tsv").inputs.dev == "my_dev.tsv"
+    assert FinetuneConfig.of(out="o", data="x.tsv").training.metric_for_best is None  # no preset: the shape's, once data is read
 
 
 def test_the_preset_records_once_which_options_it_set():
     cfg = FinetuneConfig.of(task_preset="glue/mrpc", data="my/train.tsv", out="o", text_column="a")
-    fill = cfg.preset_fill
+    fill = cfg.inputs.preset_fill
     assert fill.preset == "glue/mrpc"
     assert {"text_pair_column", "label_column", "header", "metric_for_best"} <= fill.options
     assert "text_column" not in fill.options  # the user's own column is not the preset's
-    assert FinetuneConfig.of(out="o", data="x.tsv").preset_fill == presets.NO_PRESET
+    assert FinetuneConfig.of(out="o", data="x.tsv").inputs.preset_fill == presets.NO_PRESET
 
 
 def test_a_copy_of_a_config_keeps_the_presets_record():
@@ -87,8 +87,8 @@ def test_a_copy_of_a_config_keeps_the_presets_record():
 
     cfg = FinetuneConfig.of(task_preset="glue/rte", data="my/train.tsv", out="o")
     copy = replaced(cfg, metric_for_best="accuracy")
-    assert {"text_column", "text_pair_column", "label_column"} <= copy.preset_fill.options
-    assert "text_column" not in replaced(cfg, text_column="mine").preset_fill.options
+    assert {"text_column", "text_pair_column", "label_column"} <= copy.inputs.preset_fill.options
+    assert "text_column" not in replaced(cfg, text_column="mine").inputs.preset_fill.options
 
 
 def test_a_column_message_does_not_go_back_to_the_presets(tmp_path, monkeypatch):
@@ -111,15 +111,15 @@ def test_recipe_values_win_over_the_preset_and_flags_over_both(tmp_path):
                       'text-column = "2"\n', encoding="utf-8")
     values = recipes.load_recipe(str(recipe), "finetune", FinetuneConfig)
     cfg = FinetuneConfig.of(**{**values, "data": "cola/train.tsv"})
-    assert (cfg.text_column, cfg.label_column, cfg.metric_for_best) == ("2", "1", "accuracy")
+    assert (cfg.inputs.text_column, cfg.inputs.label_column, cfg.training.metric_for_best) == ("2", "1", "accuracy")
     flags = FinetuneConfig.of(**{**values, "data": "cola/train.tsv", "text_column": "3", "metric_for_best": "f1"})
-    assert (flags.text_column, flags.metric_for_best) == ("3", "f1")
+    assert (flags.inputs.text_column, flags.training.metric_for_best) == ("3", "f1")
 
 
 def test_predict_uses_the_text_columns_but_needs_no_labels():
     cfg = PredictConfig.of(task_preset="glue/rte", model="m", data="RTE/test.tsv")
     assert columns(cfg) == ("sentence1", "sentence2", None)
-    assert PredictConfig.of(task_preset="glue/sst2", model="m", text=("a fine film",)).data is None
+    assert PredictConfig.of(task_preset="glue/sst2", model="m", text=("a fine film",)).inputs.data is None
 
 
 def test_an_unknown_preset_lists_the_valid_ones():
@@ -158,7 +158,7 @@ def test_glue_recipes_load_for_finetune_and_evaluate(task):
         values = recipes.load_recipe(f"glue-{task}", command, cls)
         cfg = cls.of(**values)
         assert cfg.task_preset == f"glue/{task}" and cfg.data_config == task and columns(cfg) == HUB[task]
-    assert EvaluateConfig.of(**recipes.load_recipe("glue-mnli", "evaluate", EvaluateConfig)).train_split == \
+    assert EvaluateConfig.of(**recipes.load_recipe("glue-mnli", "evaluate", EvaluateConfig)).inputs.train_split == \
         "validation_mismatched"
 
 

@@ -189,7 +189,7 @@ def test_config_validation_names_the_flags():
         ProbeConfig.of(data="x.tsv", pool="cls,avg")
     with pytest.raises(UserError, match="exactly one of --features"):
         ProbeConfig.of()
-    assert ProbeConfig.of(data="x.tsv", cv=5, C_grid="alammar").c_values[-1] == pytest.approx(100.0)
+    assert ProbeConfig.of(data="x.tsv", cv=5, C_grid="alammar").fit.c_values[-1] == pytest.approx(100.0)
 
 
 # ---------------------------------------------------------------- CLI (tiny BERT)
@@ -393,12 +393,12 @@ def test_config_fields_are_probe_options_and_recipes_load():
     assert {f.name for f in all_fields(ProbeConfig)} <= params
     for name in ("alammar-sst2-probe", "alammar-sst2-probe-offline"):
         cfg = ProbeConfig.of(**load_recipe(name, "probe", ProbeConfig))
-        assert cfg.data and cfg.text_column == "0"
+        assert cfg.inputs.data and cfg.inputs.text_column == "0"
         if name == "alammar-sst2-probe":  # the notebook: first 2,000 rows, 25% held out
-            assert (cfg.limit, cfg.dev_fraction, cfg.dev) == (2000, 0.25, None)
+            assert (cfg.inputs.limit, cfg.inputs.dev_fraction, cfg.inputs.dev) == (2000, 0.25, None)
         else:
-            assert cfg.dev
-    assert ProbeConfig.of(**load_recipe("alammar-sst2-probe", "probe", ProbeConfig)).cv == 5
+            assert cfg.inputs.dev
+    assert ProbeConfig.of(**load_recipe("alammar-sst2-probe", "probe", ProbeConfig)).fit.cv == 5
 
 
 # ---------------------------------------------------------------- issue 22: probes read the store's mapping

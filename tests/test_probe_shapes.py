@@ -173,7 +173,7 @@ def test_probe_and_finetune_share_the_task_options():
     finetune_fields = {f.name: f for f in all_fields(FinetuneConfig)}
     for name in ("task", "threshold", "label_sep"):
         assert probe_fields[name] is finetune_fields[name]  # defined once, in the shared TaskOptions
-    assert ProbeConfig.of(data="x.jsonl", task="regression").task == "regression"
+    assert ProbeConfig.of(data="x.jsonl", task="regression").inputs.task == "regression"
 
 
 @pytest.mark.parametrize("kwargs, flag", [

@@ -250,7 +250,7 @@ def test_threshold_outside_zero_one_is_refused(value):
 
 def test_threshold_modes_and_label_sep_rules():
     for value in ("0.3", "tune", "tune-per-label"):
-        assert FinetuneConfig.of(data="x.tsv", out="o", threshold=value).threshold == value
+        assert FinetuneConfig.of(data="x.tsv", out="o", threshold=value).inputs.threshold == value
     with pytest.raises(UserError, match=r"--label-sep .* does not apply to --task regression"):
         FinetuneConfig.of(data="x.tsv", out="o", label_sep="|", task="regression")
     with pytest.raises(UserError, match=r"--label-sep must be a visible separator"):

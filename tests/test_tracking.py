@@ -181,8 +181,8 @@ def test_a_tracker_that_fails_to_start_is_one_message_and_the_rerun_resumes(tiny
 
 def test_tracker_options_are_checked_and_stay_out_of_the_resume_key(tmp_path):
     cfg = FinetuneConfig.of(data="x.tsv", out="o", report_to=("tensorboard,MLflow", "tensorboard"))
-    assert cfg.trackers == ("tensorboard", "mlflow")
-    assert FinetuneConfig.of(data="x.tsv", out="o", report_to=("none",)).trackers == ()
+    assert cfg.tracking.trackers == ("tensorboard", "mlflow")
+    assert FinetuneConfig.of(data="x.tsv", out="o", report_to=("none",)).tracking.trackers == ()
     with pytest.raises(UserError, match="--report-to neptune: not a tracker.*Valid: none, tensorboard"):
         FinetuneConfig.of(data="x.tsv", out="o", report_to=("neptune",))
     with pytest.raises(UserError, match="--tracking-uri .* does not include mlflow"):

@@ -211,7 +211,8 @@ class TimedData:
 def tagged_benchmark_data(cfg: Any) -> TimedData:
     """Tagged data's timed sentences: --dev if given, else --data (its first --limit), read and checked as
     `bertkit finetune` reads them (columns, scheme, dev tags seen in training), with --data's tags."""
-    sources = tagged_sources(cfg.inputs.data, [cfg.inputs.dev] if cfg.inputs.dev else [], cfg.inputs.data_config, cfg.inputs.train_split)
+    sources = tagged_sources(cfg.inputs.data, [cfg.inputs.dev] if cfg.inputs.dev else [], cfg.inputs.data_config,
+                             cfg.inputs.train_split)
     corpora = read_tagged_splits(sources[0], sources[1:], TaggedColumns(cfg.inputs.text_column, cfg.inputs.label_column,
                                                                          cfg.tag_scheme))
     timed = corpora[-1]

@@ -68,14 +68,17 @@ class DistillResult:
 def run(cfg: DistillConfig, *, progress: bool = True) -> DistillResult:
     """Train the student (resumable, like finetune), then the teacher-vs-student report (main process). A tagging
     teacher (`models.metadata.is_tagger`) distils into a tagging student on tagged --data and --dev."""
-    check_inputs(cfg, need_labels=True, models=(cfg.distillation.teacher, cfg.distillation.student), data_fields=())  # before torch
+    check_inputs(cfg, need_labels=True, models=(cfg.distillation.teacher, cfg.distillation.student),
+                 data_fields=())  # before torch
     tags = _distils_a_tagger(cfg)
     if not tags:
         check_data_files(cfg.inputs, DATA_FIELDS, need_labels=True)
     if cfg.output.out:  # --out's refusals before the teacher is loaded and the data read (as finetune's)
-        rundir.inspect_run_dir(cfg.output.out, "distill", overwrite=cfg.output.overwrite, inputs=ownership.input_paths(cfg))
+        rundir.inspect_run_dir(cfg.output.out, "distill", overwrite=cfg.output.overwrite,
+                               inputs=ownership.input_paths(cfg))
     check_model_limits(cfg.distillation.teacher, max_length=cfg.reading.max_length)
-    cfg = read_as_saved(cfg, cfg.distillation.teacher)  # the teacher read as it was trained; the student trained to read so too
+    # the teacher read as it was trained; the student trained to read so too
+    cfg = read_as_saved(cfg, cfg.distillation.teacher)
     cfg, task = _tagging_task(cfg) if tags else _sentence_task(cfg)
     default_layers = next(f.default for f in all_fields(type(cfg)) if f.name == "student_layers")
     if cfg.distillation.student and cfg.distillation.student_layers != default_layers:
@@ -84,8 +87,8 @@ def run(cfg: DistillConfig, *, progress: bool = True) -> DistillResult:
     from bertkit.training.distill import REPORT
     from bertkit.training.finetune import finetune, training_device
 
-    result = finetune(cfg, progress=progress, task=task, compute=Compute.resolve(training_device(), cfg.compute.precision),
-                      reading=task.reading)
+    compute = Compute.resolve(training_device(), cfg.compute.precision)
+    result = finetune(cfg, progress=progress, task=task, compute=compute, reading=task.reading)
     if not (result.is_main_process and cfg.report):
         return DistillResult(result)
     report_path = result.out / f"{REPORT}.json"
@@ -108,8 +111,9 @@ def _tagging_task(cfg: DistillConfig) -> tuple[DistillConfig, Any]:
     --max-length, each word at its first piece)."""
     cfg = _in_the_teachers_shape(cfg, TAGS_TASK)
     teacher_scheme = saved_tag_scheme(str(cfg.distillation.teacher))
-    data = load_tagged_training(str(cfg.inputs.data), str(cfg.inputs.dev), TaggedColumns(cfg.inputs.text_column, cfg.inputs.label_column),
-                                cfg.inputs.data_config, cfg.inputs.train_split, cfg.inputs.limit)
+    inputs = cfg.inputs
+    data = load_tagged_training(str(inputs.data), str(inputs.dev), TaggedColumns(inputs.text_column, inputs.label_column),
+                                inputs.data_config, inputs.train_split, inputs.limit)
     for option, corpus in (("--data", data.train), ("--dev", data.dev)):
         if corpus.scheme.name != teacher_scheme.name:
             raise UserError(f"{option} {corpus.source} reads as {corpus.scheme.name} tags, but the teacher {cfg.distillation.teacher} "
@@ -143,7 +147,8 @@ def _distils_a_tagger(cfg: DistillConfig) -> bool:
 def _tagging_problems(cfg: DistillConfig) -> list[str]:
     """What a tagging teacher cannot distil with: --data or --dev that is not tagged, no --dev, options of rows of
     text."""
-    unread = [path for path in dict.fromkeys((cfg.inputs.data, cfg.inputs.dev))  # a missing file: the tagged reader says so
+    # a missing file: the tagged reader says so
+    unread = [path for path in dict.fromkeys((cfg.inputs.data, cfg.inputs.dev))
               if path is not None and Path(path).expanduser().is_file() and not may_be_tagged(path)]
     problems = [f"--teacher {cfg.distillation.teacher} is a tagger (one tag per word), but {path} is read as rows of text (passed "
                 f"as {'--data' if path == cfg.inputs.data else '--dev'}): the student learns the teacher's tags per word. "

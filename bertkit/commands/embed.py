@@ -33,7 +33,18 @@ from bertkit.models.compute import (
 )
 from bertkit.models.metadata import read_as_saved
 from bertkit.models.preflight import check_inputs, check_model_limits
-from bertkit.options import DATA, MODEL, OUTPUT, Config, all_fields, group, option, overwrite_option, replaced
+from bertkit.options import (
+    DATA,
+    MODEL,
+    OUTPUT,
+    Config,
+    all_fields,
+    group,
+    option,
+    overwrite_option,
+    replaced,
+    value,
+)
 
 log = logging.getLogger(__name__)
 
@@ -221,7 +232,8 @@ def run(cfg: EmbedConfig, progress: bool = True) -> EmbedResult:
     root = Path(cfg.out or "").expanduser()
     rundir.inspect_run_dir(root, "embed", overwrite=cfg.overwrite, inputs=ownership.input_paths(cfg))  # read-only
     check_inputs(cfg, need_labels=False, models=(cfg.model,))  # then the inputs, before torch is imported
-    check_model_limits(cfg.model, max_length=cfg.reading.max_length)  # and what the model accepts, before the data is cached
+    check_model_limits(cfg.model,
+                       max_length=cfg.reading.max_length)  # and what the model accepts, before the data is cached
     check_layers_exist(cfg.pooling.layers, cfg.model)
 
     from bertkit.models import loading, onnx
@@ -328,8 +340,8 @@ def export_embed_config(cfg: EmbedConfig) -> EmbedConfig:
                         "provider). Drop --device (or pass --device cpu), or embed with the PyTorch model folder.")
     baked = onnx.read_feature_options(cfg.model or "")
     defaults = {f.name: f.default for f in all_fields(EmbedConfig) if f.name in baked}
-    conflicts = [f"--{name} {getattr(cfg, name)} (the export has {baked[name]})" for name in baked
-                 if getattr(cfg, name) != defaults[name] and str(getattr(cfg, name)) != str(baked[name])]
+    conflicts = [f"--{name} {value(cfg, name)} (the export has {baked[name]})" for name in baked
+                 if value(cfg, name) != defaults[name] and str(value(cfg, name)) != str(baked[name])]
     if conflicts:
         given = " ".join(f"--{k} {v}" for k, v in baked.items() if k != "normalize")
         raise UserError(f"The ONNX export {cfg.model} computes its features with {given}"

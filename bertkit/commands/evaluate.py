@@ -176,7 +176,8 @@ def run(cfg: EvaluateConfig, *, progress: bool = False) -> EvaluateResult:
     outputs = reader.all_outputs(dataset)  # a few numbers per row; the texts are read a window at a time
     scores = score_outputs(outputs, y)
     metrics.add_requested(scores, cfg.metrics.metric_list, external, outputs.decisions(), y)
-    result = EvaluateResult(cfg.model or "", dataset.source, dataset.fingerprint, cfg.reading.max_length, cfg.reading.long_text, cfg.reading.truncation,
+    result = EvaluateResult(cfg.model or "", dataset.source, dataset.fingerprint, cfg.reading.max_length,
+                            cfg.reading.long_text, cfg.reading.truncation,
                             infer.precision_of(model, compute), Scores.from_json(scores),
                             None if cfg.reading.long_text == "chunk" else counted.cut, temperature)
     if plan is not None:
@@ -203,12 +204,14 @@ def run_tagger(cfg: EvaluateConfig, plan: Any) -> EvaluateResult:
 
     given = [f for f, v in (("--text-pair-column", cfg.inputs.text_pair_column), ("--label-sep", cfg.inputs.label_sep),
                             ("--metric", cfg.metrics.metric), ("--task-preset", cfg.inputs.task_preset)) if v]
-    given += [f for f, v, unset in (("--long-text", cfg.reading.long_text, "chunk"), ("--truncation", cfg.reading.truncation, "head"))
+    given += [f for f, v, unset in (("--long-text", cfg.reading.long_text, "chunk"), ("--truncation",
+                                                                                      cfg.reading.truncation, "head"))
               if v not in (None, unset)]
     raise_if_problems([f"{f} does not apply to a tagging model (tagged --data, words read in windows). Drop {f}."
                        for f in given])
     check_inputs(cfg, need_labels=True, models=(cfg.model,), data_fields=())  # the model as saved, before torch
-    corpus = read_tagged(cfg.inputs.data or "", TaggedColumns(cfg.inputs.text_column, cfg.inputs.label_column))  # and the gold data
+    inputs = cfg.inputs  # and the gold data
+    corpus = read_tagged(inputs.data or "", TaggedColumns(inputs.text_column, inputs.label_column))
     given_cfg, cfg = cfg, read_as_saved(cfg)
     compute, notes = Compute.over_record(None, cfg.precision, Compute.recorded_in(read_model_info(
         os.path.expanduser(cfg.model or ""))), f"The model {cfg.model}")

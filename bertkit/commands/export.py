@@ -49,6 +49,7 @@ from bertkit.options import (
     option,
     overwrite_option,
     replaced,
+    value,
 )
 from bertkit.scoring.table import SHAPE
 from bertkit.training.options import DistillOptions, FinetuneOptions
@@ -175,7 +176,9 @@ def run(cfg: ExportConfig, progress: bool = False) -> ExportResult:
     tokenizer = loading.load_tokenizer(cfg.model)
     model = onnx.load_source_model(cfg.model, kind)
     # the graph takes any length: the export records the reading for predict and embed (a tagger's: its windows)
-    reading = Reading.of_words("first", cfg.reading.max_length, cfg.reading.stride) if kind == "tagger" else Reading.from_options(cfg.reading)
+    options = cfg.reading
+    reading = Reading.of_words("first", options.max_length, options.stride) if kind == "tagger" \
+        else Reading.from_options(options)
     loading.check_max_length(reading.max_length, tokenizer, model.config, cfg.model,
                              pair=cfg.inputs.text_pair_column is not None)
     spec = Pooling.from_config(cfg.pooling) if kind == "features" else None
@@ -267,7 +270,8 @@ def tagger_problems(cfg: ExportConfig, tagged: bool) -> list[str]:
                                              ("--long-text", cfg.reading.long_text, "chunk"),
                                              ("--truncation", cfg.reading.truncation, Reading.truncation),
                                              ("--label-sep", cfg.inputs.label_sep, None),
-                                             ("--task-preset", cfg.inputs.task_preset, None)) if value not in (None, unset)]
+                                             ("--task-preset", cfg.inputs.task_preset, None))
+             if value not in (None, unset)]
     return problems + [f"{flag} does not apply to a tagging model: its gate reads sentences of words (a tagged file, "
                        f"or text with one sentence per line), a long one in windows of its max length. Drop {flag}."
                        for flag in given]
@@ -284,11 +288,11 @@ def applicable_config(cfg: ExportConfig, kind: str) -> ExportConfig:
     """`cfg` with the options `kind` ignores back at their defaults, after one warning for each one given, so the
     record and the card's Reproduce line hold only what made the export."""
     defaults = {f.name: f.default for f in all_fields(ExportConfig) if f.name in NOT_FOR[kind]}
-    given = {name: getattr(cfg, name) for name in NOT_FOR[kind] if getattr(cfg, name) != defaults[name]}
+    given = {name: value(cfg, name) for name in NOT_FOR[kind] if value(cfg, name) != defaults[name]}
     what = {"classifier": "a classifier (its graph ends in the trained head)", "features": "an encoder's features",
             "tagger": "a tagging model (its graph ends in per-piece logits)"}[kind]
-    for name, value in given.items():
-        flag = f"--{name.replace('_', '-')}" + ("" if isinstance(value, bool) else f" {value}")
+    for name, asked in given.items():
+        flag = f"--{name.replace('_', '-')}" + ("" if isinstance(asked, bool) else f" {asked}")
         other = {"max_drop": "tagger", "min_agreement": "classifier and tagger"}.get(name, "features")
         log.warning("%s does not apply to the export of %s and is ignored (it is an option of --kind %s exports). "
                     "Drop it.", flag, what, other)
@@ -318,7 +322,8 @@ def tagger_gate_data(cfg: ExportConfig) -> GateSentences:
     """A tagger's gate sentences (the first --limit): --data (gold tags when it has them), or the dev set of the
     tagging run the model folder was saved in."""
     columns = TaggedColumns(cfg.inputs.text_column, cfg.inputs.label_column)
-    sentences = read_gate_sentences(cfg.inputs.data, columns, cfg.inputs.limit, cfg.inputs.data_config, cfg.inputs.train_split) if cfg.inputs.data \
+    sentences = read_gate_sentences(cfg.inputs.data, columns, cfg.inputs.limit, cfg.inputs.data_config,
+                                    cfg.inputs.train_split) if cfg.inputs.data \
         else run_dev_set(cfg, tagged=True)
     if len(sentences) == 0:
         raise UserError(f"The gate data {sentences.source} has no sentences. Pass --data with sentences to compare "

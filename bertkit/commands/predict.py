@@ -147,7 +147,8 @@ def run(cfg: PredictConfig, *, recipe: str | None = None, progress: bool = False
     from bertkit.probe.word_saved import is_word_probe
 
     if cfg.out:  # before any work: never over an input, never over a file bertkit did not write
-        predictions_out.check_predictions_out(cfg.out, {"--data": cfg.inputs.data, "--model": cfg.model, "--probe": cfg.probe,
+        predictions_out.check_predictions_out(cfg.out, {"--data": cfg.inputs.data, "--model": cfg.model,
+                                                        "--probe": cfg.probe,
                                                         "--recipe": str(recipe_path(recipe)) if recipe else None})
     tagger = cfg.model is not None and is_tagger(cfg.model)
     word_probe = cfg.probe is not None and is_word_probe(cfg.probe)
@@ -287,12 +288,14 @@ def word_sentences(cfg: PredictConfig) -> Any:
         return iter([words_sentence(cfg.words)])
     if cfg.text:
         return (text_sentence(t) for t in cfg.text)
-    return file_sentences(cfg.inputs.data or "", TaggedColumns(cfg.inputs.text_column, cfg.inputs.label_column), cfg.inputs.limit)
+    return file_sentences(cfg.inputs.data or "", TaggedColumns(cfg.inputs.text_column, cfg.inputs.label_column),
+                          cfg.inputs.limit)
 
 
 def word_probe_option_problems(cfg: PredictConfig) -> list[str]:
     """Options a word probe does not read (it reads words as its record says)."""
-    given = [flag for flag, value in (("--max-length", cfg.reading.max_length), ("--stride", cfg.reading.stride)) if value]
+    reading = cfg.reading
+    given = [flag for flag, value in (("--max-length", reading.max_length), ("--stride", reading.stride)) if value]
     int8 = ["--precision int8 does not apply to a word probe: word vectors are read in float. Pass --precision auto, "
             "fp32 or bf16."] if cfg.precision == "int8" else []
     return [f"{flag} does not apply to a word probe: it reads words as it was fitted (its probe.json). Drop {flag}."

@@ -110,7 +110,8 @@ class ProbeConfig(Config):
             problems.append(f"--pool must list distinct poolings (cls, mean, max), e.g. cls,mean; got {self.pool!r}.")
         problems += layers_problem(self.layers)
         problems += self.inputs.task_problems(reads_words=True)
-        if self.features is not None and (self.inputs.task in ("multi_label", "regression") or self.inputs.label_sep is not None):
+        if self.features is not None and (self.inputs.task in ("multi_label",
+                                                               "regression") or self.inputs.label_sep is not None):
             problems.append("--features stores hold one class per row; probe tags or numbers from the text with --data "
                             "(and --task / --label-sep).")
         problems += self.fit.fit_problems()
@@ -231,7 +232,8 @@ def run_sentences(cfg: ProbeConfig, progress: bool = False) -> ProbeResult:
     cfg = read_as_saved(cfg) if cfg.inputs.data else cfg  # features made now: texts read as a saved --model records it
     plan = rundir.inspect_run_dir(cfg.out, "probe", overwrite=cfg.overwrite, compare=trail.config_compare(config_dict(cfg)),
                                   inputs=ownership.input_paths(cfg)) if cfg.out else None  # claimed once valid
-    check_inputs(cfg, need_labels=True, models=(cfg.model or (OFFLINE_NAME if cfg.inputs.data else None),))  # before torch
+    check_inputs(cfg, need_labels=True, models=(cfg.model or (OFFLINE_NAME if cfg.inputs.data else None),
+                                                ))  # before torch
     from bertkit.probe.baselines import losing_to_baselines, run_baselines
     from bertkit.probe.search import repeat_probe, score_probe, shape_kwargs, sweep_layers
     from bertkit.scoring.metrics import load_metrics
@@ -300,7 +302,8 @@ def run_words(cfg: ProbeConfig, progress: bool = False) -> ProbeResult:
     else:
         reading = Reading.of_words(cfg.word_pool, cfg.reading.max_length, cfg.reading.stride)
         columns = TaggedColumns(cfg.inputs.text_column, cfg.inputs.label_column, cfg.tag_scheme)
-        train, dev = tagged_sources(str(cfg.inputs.data), [str(cfg.inputs.dev)], cfg.inputs.data_config, cfg.inputs.train_split)
+        train, dev = tagged_sources(str(cfg.inputs.data), [str(cfg.inputs.dev)], cfg.inputs.data_config,
+                                    cfg.inputs.train_split)
         compute = Compute.resolve("cpu", cfg.precision)  # once: words are read on the CPU, as sentence probes' text
         words = run_word_probe(train, dev, columns, reading, cfg.model or OFFLINE_NAME, cfg.layers, cfg.combine,
                                cfg.batch_size, cfg.fit.C or DEFAULT_C, cfg.inputs.seed, cfg.fit.baselines, cfg.trust_remote_code,

@@ -52,7 +52,8 @@ def run(cfg: SweepConfig, *, progress: bool = True) -> SweepResult:
     tagged = cfg.reads_words  # tagged data is checked by its own reader, not as a table
     check_inputs(cfg, need_labels=True, models=(cfg.model,), data_fields=() if tagged else DATA_FIELDS)
     cfg = read_as_saved(cfg)  # every trial reads texts as the --model records, unless the space says otherwise
-    data = load_tagged_training_for(cfg.inputs, cfg.tagging.tag_scheme) if tagged else None  # once, for every trial; before torch is imported
+    # once, for every trial; before torch is imported
+    data = load_tagged_training_for(cfg.inputs, cfg.tagging.tag_scheme) if tagged else None
     from bertkit.training.finetune import training_device
     from bertkit.training.trials import run_sweep
 

@@ -89,7 +89,8 @@ def run(cfg: TokensConfig) -> TokensResult:
         from bertkit.io import ownership, rundir, trail
 
         if cfg.out:
-            rundir.inspect_run_dir(cfg.out, "tokens", overwrite=cfg.overwrite, compare=trail.config_compare(config_dict(cfg)),
+            rundir.inspect_run_dir(cfg.out, "tokens", overwrite=cfg.overwrite,
+                                   compare=trail.config_compare(config_dict(cfg)),
                                    inputs=ownership.input_paths(cfg))
         check_inputs(cfg, need_labels=cfg.inputs.label_column is not None)
     from bertkit.models import loading
@@ -109,14 +110,17 @@ def _length_reports(tokenizer: Any, cfg: TokensConfig) -> TokensResult:
     from bertkit.io import atomic, ownership, rundir, trail
     from bertkit.models import loading
 
-    plan = rundir.inspect_run_dir(cfg.out, "tokens", overwrite=cfg.overwrite, compare=trail.config_compare(config_dict(cfg)),
+    plan = rundir.inspect_run_dir(cfg.out, "tokens", overwrite=cfg.overwrite,
+                                  compare=trail.config_compare(config_dict(cfg)),
                                   inputs=ownership.input_paths(cfg)) if cfg.out else None  # read-only, early
     model_config = loading.load_config(cfg.model, cfg.trust_remote_code)
     limit = loading.model_max_length(tokenizer, model_config)
-    loading.check_max_length(cfg.max_length, tokenizer, model_config, cfg.model, pair=cfg.inputs.text_pair_column is not None)
+    loading.check_max_length(cfg.max_length, tokenizer, model_config, cfg.model,
+                             pair=cfg.inputs.text_pair_column is not None)
     splits = load_splits(cfg.inputs, need_labels=cfg.inputs.label_column is not None, need_dev=False)
     named = [(name, ds) for name, ds in (("train", splits.train), ("dev", splits.dev), ("test", splits.test)) if ds]
-    reports = [length_report(tokenizer, ds, name, cfg.max_length, cfg.batch_size, limit, cfg.inputs.seed, cfg.inputs.cache_dir)
+    reports = [length_report(tokenizer, ds, name, cfg.max_length, cfg.batch_size, limit, cfg.inputs.seed,
+                             cfg.inputs.cache_dir)
                for name, ds in named]
     notes = (*splits.notes, *[note for r in reports if (note := long_text_note(r, cfg.max_length, limit))])
     result = TokensResult(model=cfg.model, max_length=cfg.max_length, model_limit=limit, reports=tuple(reports),

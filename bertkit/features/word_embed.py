@@ -18,7 +18,7 @@ from bertkit.encoding.words import pieces_per_word
 from bertkit.features.settings import Pooling
 from bertkit.features.words import check_fits_model, encode_word_chunk, word_pooling, word_settings_problems
 from bertkit.models.compute import Compute, check_device
-from bertkit.options import all_fields, flag
+from bertkit.options import all_fields, flag, value
 
 log = logging.getLogger(__name__)
 
@@ -233,8 +233,8 @@ def word_options_problems(cfg: Any) -> list[str]:
     option the word path does not read (`cfg.WORD_OPTIONS`), and no int8 (word vectors are read in float)."""
     problems = [] if cfg.inputs.data else ["--data is required: the tagged file whose words to embed."]
     problems += [] if cfg.out else ["--out is required: the directory the word store is written to."]
-    given = [f.name for f in all_fields(type(cfg)) if f.name not in cfg.WORD_OPTIONS and getattr(cfg, f.name) != f.default
-             and (getattr(cfg, f.name) or f.default)]  # an empty list given for an empty tuple is not given
+    given = [f.name for f in all_fields(type(cfg)) if f.name not in cfg.WORD_OPTIONS and value(cfg, f.name) != f.default
+             and (value(cfg, f.name) or f.default)]  # an empty list given for an empty tuple is not given
     problems += [f"{flag(name)} does not apply to tagged data (a word store); it takes "
                  f"{', '.join(flag(o) for o in cfg.WORD_OPTIONS)}. Drop {flag(name)}." for name in given]
     problems += word_settings_problems(cfg, cfg.pooling.layers)
@@ -261,10 +261,12 @@ def run_word_embed_options(cfg: Any, compute: Compute, progress: bool = False) -
     rundir.inspect_run_dir(out, "embed", overwrite=cfg.overwrite, inputs=ownership.input_paths(cfg))  # read-only
     encoder = load_word_encoder(cfg.model, compute, cfg.trust_remote_code)
     others = [(name, str(value)) for name, value in (("dev", cfg.inputs.dev), ("test", cfg.inputs.test)) if value]
-    found = tagged_sources(str(cfg.inputs.data), [value for _, value in others], cfg.inputs.data_config, cfg.inputs.train_split)
+    found = tagged_sources(str(cfg.inputs.data), [value for _, value in others], cfg.inputs.data_config,
+                           cfg.inputs.train_split)
     named = list(zip(["train", *(name for name, _ in others)], found, strict=True))
     columns = TaggedColumns(cfg.inputs.text_column, cfg.inputs.label_column, cfg.tag_scheme)
     reading = Reading.of_words(cfg.word_pool, cfg.reading.max_length, cfg.reading.stride)
-    return run_word_embed(named, columns, reading, word_pooling(cfg.pooling.layers, cfg.pooling.combine or "concat"), encoder, out,
+    return run_word_embed(named, columns, reading, word_pooling(cfg.pooling.layers, cfg.pooling.combine or "concat"),
+                          encoder, out,
                           cfg.overwrite, cfg.shard_size, cfg.rows_per_batch, str(encoder.model.device),
                           progress)

@@ -15,8 +15,10 @@ from typing import Any
 from bertkit.errors import UserError
 from bertkit.io.atomic import read_json_or_none, read_json_record, to_json, write_json_atomic
 
-NOT_COMPARED = frozenset({"out", "overwrite", "quiet", "json_output"})
-"""Config fields that do not change a run's results: a re-run may change them and still be the same run."""
+NOT_COMPARED = frozenset({"out", "overwrite", "quiet", "json_output", "preset_fill"})
+"""Config fields that do not change a run's results: a re-run may change them and still be the same run.
+(`preset_fill`, which options a --task-preset set, is derived from the options: tokens and bench runs recorded it
+in their config.json before the options were nested groups; it is no longer recorded.)"""
 
 Compare = Callable[[Path], list[str]]
 """A command's check of a run of its own in a directory: the settings that differ (empty: the same run)."""

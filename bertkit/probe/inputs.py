@@ -20,7 +20,7 @@ from bertkit.features.settings import Pooling, check_distinct_layers, check_laye
 from bertkit.io.digests import HashingWriter, record_problem
 from bertkit.models.compute import Compute
 from bertkit.models.preflight import check_model_limits
-from bertkit.options import all_fields
+from bertkit.options import all_fields, value
 
 log = logging.getLogger(__name__)
 
@@ -229,9 +229,9 @@ def _warn_store_settings(cfg: Any, manifest: dict[str, Any], path: Any) -> None:
 
     defaults = {f.name: f.default for f in all_fields(type(cfg)) if f.name in STORE_FIXED}
     for option, key in STORE_FIXED.items():
-        value = getattr(cfg, option)
-        if value != defaults[option]:
-            flag = f"--{option.replace('_', '-')}" + ("" if isinstance(value, bool) else f" {value}")
+        given = value(cfg, option)
+        if given != defaults[option]:
+            flag = f"--{option.replace('_', '-')}" + ("" if isinstance(given, bool) else f" {given}")
             log.warning("%s does not apply with --features and is ignored: the store %s was embedded with %s %s, "
                         "and its features are probed as they are. Drop it, or re-embed with `bertkit embed %s`.",
                         flag, path, key, manifest.get(key), flag)

@@ -34,7 +34,7 @@ from bertkit.features.word_store import (
     word_store_splits,
 )
 from bertkit.models.compute import Compute
-from bertkit.options import all_fields, flag
+from bertkit.options import all_fields, flag, value
 from bertkit.probe.fit import DEFAULT_C
 from bertkit.probe.words_run import (
     WordProbeRun,
@@ -58,7 +58,7 @@ def word_store_problems(cfg: Any) -> list[str]:
     """`bertkit probe --features` on a word store (`cfg`: the probe's config): no option the store fixed already."""
     defaults = {f.name: f.default for f in all_fields(type(cfg))}
     given = [name for name, default in defaults.items() if name not in STORE_OPTIONS
-             and getattr(cfg, name) != default and (getattr(cfg, name) or default)]
+             and value(cfg, name) != default and (value(cfg, name) or default)]
     return [f"{flag(name)} does not apply with --features {cfg.features} (a word store: its words, tags, columns and "
             f"dev split were read when it was embedded). Drop {flag(name)}"
             + (", or drop --features to read --data now." if name in ("data", "dev") else ".") for name in given]
@@ -208,7 +208,8 @@ def run_word_store_probe(cfg: Any, say: Callable[[str], None] | None = None) -> 
             f"{len(rows)} rows")
     C = cfg.fit.C or DEFAULT_C
     with StoreLayers.of(train_store, len(train)) as train_layers, StoreLayers.of(dev_store, len(dev)) as dev_layers:
-        table, best = probe_word_table(train_layers, dev_layers, train, dev, scheme, rows, C, cfg.inputs.seed, cfg.fit.baselines,
+        table, best = probe_word_table(train_layers, dev_layers, train, dev, scheme, rows, C, cfg.inputs.seed,
+                                       cfg.fit.baselines,
                                        say)
     model = cfg.model or train_store.model
     skipped = random_encoder_note(cfg, manifest, model) if cfg.fit.baselines else None

@@ -17,6 +17,7 @@ from bertkit.data.dataset import TextDataset
 from bertkit.data.tagged import TaggedCorpus
 from bertkit.encoding.encode import Encoded
 from bertkit.models.card import CardFacts
+from bertkit.options import flat_values
 from bertkit.scoring.evaluation import split_result
 from bertkit.scoring.shapes import MultiLabel
 
@@ -59,6 +60,12 @@ def final_scores(session: Any, step: int, dev_scores: Any) -> tuple[Any, Any]:
     return dev, test if test is not None else test_scored(session, dev, dev_scores)
 
 
+def hyperparameters(cfg: Any, names: tuple[str, ...]) -> dict[str, Any]:
+    """The options `names` of a run's config (those it has), for a card's hyper-parameter table."""
+    values = flat_values(cfg)
+    return {name: values[name] for name in names if name in values}
+
+
 def run_card(cfg: Any, splits: Any, command: str, lineage: dict[str, Any], test_enc: Encoded | None,
              reproduce: str) -> RunCard:
     """The facts every card of this run shares (data, hyper-parameters, the command line that runs it again:
@@ -70,7 +77,7 @@ def run_card(cfg: Any, splits: Any, command: str, lineage: dict[str, Any], test_
             for name, split in (("train", splits.train), ("dev", splits.dev), ("test", splits.test)) if split is not None]
     versions = {k: v for k, v in package_versions().items() if k in ("torch", "transformers", "accelerate")}
     facts = CardFacts(command=command, model=cfg.model, task=label_map.task, labels=[str(x) for x in label_map.labels],
-                      data=data, hyperparameters={k: getattr(cfg, k) for k in HYPERPARAMETERS if hasattr(cfg, k)},
+                      data=data, hyperparameters=hyperparameters(cfg, HYPERPARAMETERS),
                       command_line=reproduce, versions={"bertkit": __version__, **versions},
                       lineage=lineage)
     y_test = None
@@ -100,7 +107,7 @@ def card_for(session: Any, state: Any, role: str, dev_scored: Any, test: Any) ->
     card = session.card
     if card is None or not session.accelerator.is_main_process:  # the main process writes the folders
         return None
-    shape = {"task": session.label_map.task, "n_labels": len(session.label_map.labels), "seed": session.cfg.seed}
+    shape = {"task": session.label_map.task, "n_labels": len(session.label_map.labels), "seed": session.cfg.inputs.seed}
     results = {"dev": split_result(dev_scored, session.objective.y_dev, str(session.dev.source), **shape)}
     if test is not None:
         results["test"] = split_result(test, card.y_test, str(card.test.source), **shape)

@@ -104,7 +104,8 @@ def check_student_fits(cfg: DistillOptions, teacher: Any, teacher_tokenizer: Any
     """--max-length and --student-layers against the teacher, once it is loaded and before any data is read or
     cached (a refusal leaves nothing behind); the length first, as `build_model` checks it."""
     if cfg.reading.max_length is not None:
-        loading.check_max_length(cfg.reading.max_length, teacher_tokenizer, teacher.config, cfg.distillation.teacher or "",
+        loading.check_max_length(cfg.reading.max_length, teacher_tokenizer, teacher.config,
+                                 cfg.distillation.teacher or "",
                                   pair=cfg.inputs.text_pair_column is not None)
     if not cfg.distillation.student:
         copied_layers(int(teacher.config.num_hidden_layers), cfg.distillation.student_layers)
@@ -115,7 +116,8 @@ def student_lineage(cfg: DistillOptions, kept_layers: list[int] | None) -> dict[
     copied from it, or the --student encoder)."""
     student = (f"{cfg.distillation.student} (its own pretrained encoder)" if cfg.distillation.student else
                f"{len(kept_layers or [])} layers copied from the teacher: {kept_layers}")
-    return {"teacher": cfg.distillation.teacher, "student": student, "temperature": cfg.distillation.temperature, "alpha": cfg.distillation.alpha}
+    return {"teacher": cfg.distillation.teacher, "student": student, "temperature": cfg.distillation.temperature,
+            "alpha": cfg.distillation.alpha}
 
 
 # ---------------------------------------------------------------- the task fine-tuning runs
@@ -159,7 +161,8 @@ class DistillTask(Task):
         return self.teacher_labels
 
     def build_model(self, cfg: DistillOptions, label_map: LabelMap) -> tuple[Any, Any]:
-        loading.check_max_length(self.reading.max_length, self.teacher_tokenizer, self.teacher.config, cfg.distillation.teacher or "",
+        loading.check_max_length(self.reading.max_length, self.teacher_tokenizer, self.teacher.config,
+                                 cfg.distillation.teacher or "",
                                   pair=cfg.inputs.text_pair_column is not None)  # the teacher reads the training rows too
         if cfg.distillation.student:
             student = loading.load_classifier(cfg.distillation.student, label_map.id2label, cfg.trust_remote_code,
@@ -179,7 +182,8 @@ class DistillTask(Task):
     def objective(self, cfg: DistillOptions, splits: Splits, out: Path, accelerator: Any) -> Any:
         hard = super().objective(cfg, splits, out, accelerator)
         logits, cls = teacher_outputs(self, splits.train, out, accelerator, with_cls=cfg.distillation.cos_weight > 0)
-        return Distillation(hard, logits, cfg.distillation.temperature, cfg.distillation.alpha, cfg.distillation.cos_weight, cls, self.cls_of).to(accelerator.device)
+        return Distillation(hard, logits, cfg.distillation.temperature, cfg.distillation.alpha,
+                            cfg.distillation.cos_weight, cls, self.cls_of).to(accelerator.device)
 
     def model_revision(self, cfg: DistillOptions) -> str:
         return loading.model_revision(cfg.distillation.student or cfg.distillation.teacher or "")
@@ -193,7 +197,8 @@ def teacher_outputs(task: DistillTask, train: TextDataset, out: Path, accelerato
     """The teacher's logits (and [CLS] vectors) for every training row, from the run's cache
     (`cached_teacher_outputs`)."""
     cfg = task.cfg
-    key = {"teacher": loading.model_revision(cfg.distillation.teacher or ""), "data": train.fingerprint, "rows": len(train),
+    key = {"teacher": loading.model_revision(cfg.distillation.teacher or ""), "data": train.fingerprint,
+           "rows": len(train),
            "max_length": task.reading.max_length, "truncation": task.reading.truncation, "precision": cfg.compute.precision,
            "with_cls": with_cls}
     cached = cached_teacher_outputs(

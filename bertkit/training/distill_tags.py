@@ -119,7 +119,8 @@ class DistillTagTask(TagTask):
         if not cfg.distillation.student:
             student, self.kept_layers = student_from_teacher(self.teacher, cfg.distillation.student_layers)
             return student, self.teacher_tokenizer
-        student = loading.load_classifier(cfg.distillation.student, label_map.id2label, cfg.trust_remote_code, tokens=True)
+        student = loading.load_classifier(cfg.distillation.student, label_map.id2label, cfg.trust_remote_code,
+                                          tokens=True)
         return student, loading.load_tokenizer(cfg.distillation.student, cfg.trust_remote_code)
 
     def tokens(self, cfg: DistillOptions, tokenizer: Any, splits: Any, reading: Reading, min_rows: int) -> RunTokens:
@@ -143,7 +144,8 @@ class DistillTagTask(TagTask):
         assert self.windows is not None and self.teacher_windows is not None, "tokens() makes the windows first"
         pieces = teacher_piece_logits(self, out, accelerator)
         targets = teacher_targets(self.teacher_windows, self.windows[0], pieces)
-        return TagDistillation(hard, targets, cfg.distillation.temperature, cfg.distillation.alpha).to(accelerator.device)
+        loss = TagDistillation(hard, targets, cfg.distillation.temperature, cfg.distillation.alpha)
+        return loss.to(accelerator.device)
 
     def model_revision(self, cfg: DistillOptions) -> str:
         return loading.model_revision(cfg.distillation.student or cfg.distillation.teacher or "")
@@ -163,7 +165,8 @@ def teacher_piece_logits(task: DistillTagTask, out: Path, accelerator: Any) -> n
     run's cache when it was made for the same teacher, data, reading and precision (`cached_teacher_outputs`)."""
     cfg, windows, reading = task.cfg, task.teacher_windows, task.reading
     assert windows is not None
-    key = {"teacher": loading.model_revision(cfg.distillation.teacher or ""), "data": corpus_fingerprint(task.data.train),
+    key = {"teacher": loading.model_revision(cfg.distillation.teacher or ""),
+           "data": corpus_fingerprint(task.data.train),
            "sentences": len(task.data.train_sentences), "windows": windows.n_windows,
            "rows": int(len(labelled_positions(windows))), "max_length": reading.max_length,
            "stride": reading.window_stride, "label_all_pieces": cfg.tagging.label_all_pieces, "precision": cfg.compute.precision}
@@ -180,7 +183,7 @@ def _compute_piece_logits(task: DistillTagTask, compute: Compute) -> np.ndarray:
     teacher = task.teacher.to(compute.torch_device).eval()
     lengths = windows.encoded.lengths
     net = TokenClassifier(teacher, width=int(lengths.max()) if len(lengths) else None).eval()
-    batches = sorted_batches(lengths, max(task.cfg.batch_size * 2, 32))
+    batches = sorted_batches(lengths, max(task.cfg.training.batch_size * 2, 32))
     outputs = infer.run_batches(lambda batch: net(**batch), windows.encoded, batches, model=teacher,
                                 pad_id=infer.pad_id_of(task.teacher_tokenizer), device=compute.torch_device,
                                 dtype=compute.dtype)

@@ -119,7 +119,8 @@ class Task:
     def tokens(self, cfg: FinetuneOptions, tokenizer: Any, splits: Splits, reading: Reading,
                min_rows: int) -> RunTokens:
         """The run's token ids and the steps of an epoch, before --out is claimed (too little data: refused)."""
-        return encode_run(tokenizer, splits, reading, cache_dir=cfg.inputs.cache_dir, batch_size=cfg.training.batch_size,
+        return encode_run(tokenizer, splits, reading, cache_dir=cfg.inputs.cache_dir,
+                          batch_size=cfg.training.batch_size,
                           seed=cfg.inputs.seed, min_rows=min_rows)
 
     def network(self, cfg: FinetuneOptions, model: Any, accelerator: Any, tokens: RunTokens) -> Any:
@@ -214,7 +215,8 @@ def _for_the_shape(cfg: FinetuneOptions, splits: Splits, warn: bool = True) -> F
     if cfg.training.calibrate != "none" and task != "single_label":
         raise UserError(f"--calibrate {cfg.training.calibrate} scales a single-label classifier's softmax; this is {task} "
                         f"data. Drop --calibrate.")
-    choice = choose_best_metric(task, n_labels, cfg.training.metric_for_best, cfg.metrics.metric_list, cfg.inputs.threshold,
+    choice = choose_best_metric(task, n_labels, cfg.training.metric_for_best, cfg.metrics.metric_list,
+                                cfg.inputs.threshold,
                                 cfg.metrics.external_metrics, splits.dev)
     for note in choice.warnings if warn else ():
         log.warning("%s", note)
@@ -278,7 +280,8 @@ def setup(cfg: FinetuneOptions, accelerator: Any, splits: Splits, key: dict[str,
         objective.init_head(model)
     baseline = task.baseline(cfg, objective, label_map)
     total_steps = tokens.steps_per_epoch * cfg.training.epochs
-    scheduler = get_linear_schedule_with_warmup(optimizer, math.ceil(cfg.training.warmup_ratio * total_steps), total_steps)
+    scheduler = get_linear_schedule_with_warmup(optimizer, math.ceil(cfg.training.warmup_ratio * total_steps),
+                                                total_steps)
     net, optimizer, scheduler = accelerator.prepare(net, optimizer, scheduler)
     return Session(cfg, accelerator, run, run.path, tokenizer, net, optimizer, scheduler, objective, tokens.train,
                    tokens.dev, splits.dev, label_map, tokens.steps_per_epoch, [], checkpoint_bytes, reading=reading,
@@ -311,7 +314,8 @@ def _save_final_model(session: Session, state: TrainState, card: Any) -> tuple[T
     too when it holds the best weights); (the calibration's fit, whether final/ holds the best weights)."""
     accelerator, cfg = session.accelerator, session.cfg
     same_as_best = state.best_step == state.global_step and (session.out / "best").is_dir()
-    calibration = on_main(accelerator, lambda: calibrate_best(session)) if cfg.training.calibrate == "temperature" else None
+    calibration = on_main(accelerator,
+                          lambda: calibrate_best(session)) if cfg.training.calibrate == "temperature" else None
     calibrated = {"calibration": calibration.to_json()} if calibration is not None and same_as_best else {}
     info = {"step": state.global_step, **state.model_info, **session.settings_record, **calibrated}
     checkpoints.save_model_folder(accelerator, session.net, session.tokenizer, session.out / "final", info,
@@ -390,7 +394,7 @@ def force_cpu() -> bool:
 def _progress(session: Session, state: TrainState, enabled: bool) -> Any:
     from tqdm.auto import tqdm
 
-    total = session.steps_per_epoch * session.cfg.epochs
+    total = session.steps_per_epoch * session.cfg.training.epochs
     return tqdm(total=total, initial=state.global_step, desc="finetune", unit="step",
                 disable=not (enabled and session.accelerator.is_main_process), dynamic_ncols=True)
 

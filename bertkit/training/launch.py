@@ -74,7 +74,8 @@ def _remaining_pieces(session: Any, state: Any) -> Any:
     """The micro-batches of every optimizer step still to run, epoch by epoch from the state's position."""
     cfg, accelerator = session.cfg, session.accelerator
     for epoch in range(state.epoch, cfg.training.epochs):
-        batches = global_batches(session.train_enc.lengths, cfg.training.batch_size * session.min_rows, cfg.inputs.seed, epoch,
+        batches = global_batches(session.train_enc.lengths, cfg.training.batch_size * session.min_rows,
+                                 cfg.inputs.seed, epoch,
                                  session.min_rows)
         for batch in batches[state.step_in_epoch if epoch == state.epoch else 0 :]:
             yield micro_batches(batch, accelerator.num_processes, cfg.training.grad_accum, accelerator.process_index)
@@ -98,7 +99,8 @@ def steps_of(session: Any, epoch: int, start: int) -> Iterator[Step]:
     prepared as it runs: on a graphed run on a worker thread ahead of the GPU (padded to the bucket width, pinned)."""
     cfg, accelerator, runner = session.cfg, session.accelerator, session.graphs
     accepted = accepted_inputs(accelerator.unwrap_model(session.net).model)
-    batches = global_batches(session.train_enc.lengths, cfg.training.batch_size * session.min_rows, cfg.inputs.seed, epoch,
+    batches = global_batches(session.train_enc.lengths, cfg.training.batch_size * session.min_rows, cfg.inputs.seed,
+                             epoch,
                              session.min_rows)
 
     def prepare(batch: np.ndarray) -> Any:

@@ -123,7 +123,7 @@ class Session:
     its own)."""
 
     def __post_init__(self) -> None:
-        self.dev_batches = sorted_batches(self.dev_enc.lengths, max(self.cfg.batch_size * 2, 32))
+        self.dev_batches = sorted_batches(self.dev_enc.lengths, max(self.cfg.training.batch_size * 2, 32))
 
     @property
     def pad_id(self) -> int:
@@ -131,7 +131,7 @@ class Session:
 
     @property
     def min_rows(self) -> int:
-        return self.accelerator.num_processes * self.cfg.grad_accum
+        return self.accelerator.num_processes * self.cfg.training.grad_accum
 
     @property
     def model_bytes(self) -> int:
@@ -166,7 +166,7 @@ def restore(session: Session) -> tuple[TrainState, dict[str, Any] | None]:
                     "verified": (found.path / checkpoint_folders.MANIFEST).is_file()}  # False: saved before checksums
         log.info("resumed from %s: epoch %d, step %d (batch %d/%d of the epoch), lr %.3e, best %s so far %s",
                  found.path, restored["epoch"], restored["step"], restored["batch_in_epoch"],
-                 session.steps_per_epoch, restored["lr"], session.cfg.metric_for_best, state.best_metric)
+                 session.steps_per_epoch, restored["lr"], session.cfg.training.metric_for_best, state.best_metric)
     if accelerator.is_main_process:  # evaluations after the checkpoint will be redone: keep the log consistent
         atomic.write_text_atomic(out / "metrics.jsonl", "".join(atomic.to_json(r, indent=None) + "\n" for r in state.history))
     return state, restored
@@ -250,7 +250,7 @@ def _read_graphed(session: Session, state: TrainState) -> tuple[float, int]:
     if first_bad:
         raise UserError(advice.not_finite_message(session, "the training loss or its gradients", first_bad,
                                             state.epoch))
-    if session.tracker is not None and state.global_step % session.cfg.log_every == 0:
+    if session.tracker is not None and state.global_step % session.cfg.tracking.log_every == 0:
         session.tracker.grad_norm = runner.last_grad_norm()
     return loss_sum, rows
 
@@ -270,7 +270,8 @@ def train_step(session: Session, step: Step, state: TrainState) -> tuple[float, 
     _stop_if_not_finite(session, state, loss_sum)
     logging = session.tracker is not None and session.tracker.due(state.global_step + 1)
     if cfg.training.max_grad_norm > 0 or logging:  # max_norm inf: the norm only, the gradients stay as they are
-        norm = accelerator.clip_grad_norm_(net.parameters(), cfg.training.max_grad_norm if cfg.training.max_grad_norm > 0 else math.inf)
+        norm = accelerator.clip_grad_norm_(net.parameters(),
+                                           cfg.training.max_grad_norm if cfg.training.max_grad_norm > 0 else math.inf)
         if logging:
             session.tracker.grad_norm = float(norm)
     session.optimizer.step()
@@ -380,7 +381,8 @@ def _keep_best(session: Session, state: TrainState, scored: Any, value: float) -
     state.best_test = cards.test_summary(test)
     card = cards.card_for(session, state, "best", scored, test)
     checkpoints.save_model_folder(session.accelerator, session.net, session.tokenizer, session.out / "best",
-                                  {"step": state.global_step, "metric": session.cfg.metric_for_best, "value": value,
+                                  {"step": state.global_step, "metric": session.cfg.training.metric_for_best,
+                                   "value": value,
                                    "labels": session.label_map.to_json()["labels"], **state.model_info,
                                    **session.settings_record}, session.model_bytes, card)
     if session.accelerator.is_main_process:

@@ -23,7 +23,7 @@ def summary(session: Session, state: TrainState, restored: dict[str, Any] | None
     whether final/ holds the best weights, the `notes`; --calibrate's fit and the --test scores when there are."""
     record = _summary(session, state, restored)
     record.update(learning_rate=session.learning_rate, final_same_as_best=same_as_best,
-                  checkpoints_kept=bool(getattr(session.cfg, "keep_checkpoints", True)), notes=notes)
+                  checkpoints_kept=session.cfg.output.keep_checkpoints, notes=notes)
     if calibration is not None:
         record.update(calibration=calibration.to_json())
     if session.card is not None and session.card.test is not None:
@@ -81,7 +81,7 @@ def write_finished_run(session: Session, state: TrainState, run: TrainingRun) ->
 
     out, names, task = session.out, session.objective.label_names, session.label_map.task
     proba = np.load(out / "best_dev_proba.npy")
-    plots.training_figures(out, state.history, session.cfg.metric_for_best,
+    plots.training_figures(out, state.history, session.cfg.training.metric_for_best,
                            f"{session.run.command} {getattr(session.cfg, 'model', '')}", state.train_log,
                            state.best_dev, session.objective.y_dev, proba, names, task, state.best_step)
     if hasattr(session.objective, "write_errors"):  # tags: one row per wrong word (`scoring.tags`)

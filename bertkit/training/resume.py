@@ -43,7 +43,8 @@ def resume_key(cfg: FinetuneOptions, fingerprints: dict[str, str]) -> dict[str, 
 def finished_run(cfg: FinetuneOptions, key: dict[str, Any], command: str) -> Path | None:
     """A read-only look at --out before any work (its refusals end the run here): where it holds this run,
     finished (None: it does not). One question to `rundir`: the same run is the same resume key."""
-    plan = rundir.inspect_run_dir(cfg.output.out or "", command, overwrite=cfg.output.overwrite, compare=trail.key_compare(key),
+    plan = rundir.inspect_run_dir(cfg.output.out or "", command, overwrite=cfg.output.overwrite,
+                                  compare=trail.key_compare(key),
                                   inputs=ownership.input_paths(cfg))
     return plan.finished()
 

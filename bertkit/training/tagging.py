@@ -34,7 +34,7 @@ from bertkit.models.card import CardFacts
 from bertkit.models.tagger import TokenClassifier
 from bertkit.options import replaced
 from bertkit.scoring.tags import TagObjective, tag_class_weights, tag_metric_for_best
-from bertkit.training.cards import HYPERPARAMETERS, RunCard
+from bertkit.training.cards import HYPERPARAMETERS, RunCard, hyperparameters
 from bertkit.training.finetune import Task
 from bertkit.training.options import FinetuneOptions
 
@@ -144,7 +144,7 @@ def tag_card_facts(cfg: Any, data: TaggedTraining, command: str, reproduce: str,
               ("test", data.test, data.test_sentences))
     rows = [{"split": name, "source": str(corpus.source), "fingerprint": corpus_fingerprint(corpus),
              "rows": len(sentences)} for name, corpus, sentences in splits if corpus is not None]
-    hyper = {k: getattr(cfg, k) for k in (*HYPERPARAMETERS, *TAG_HYPERPARAMETERS) if hasattr(cfg, k)}
+    hyper = hyperparameters(cfg, (*HYPERPARAMETERS, *TAG_HYPERPARAMETERS))
     hyper["tag_scheme"] = f"{data.scheme.source} (scored as {data.scheme.name})"
     hyper["stride"] = stride  # the overlap the windows were read with (--stride unset: a quarter of the window)
     versions = {k: v for k, v in package_versions().items() if k in ("torch", "transformers", "accelerate")}

@@ -137,7 +137,7 @@ class RunTrackers:
 
     def due(self, step: int) -> bool:
         """Whether optimizer step `step` is a log step."""
-        return step % self.cfg.log_every == 0
+        return step % self.cfg.tracking.log_every == 0
 
     def step_done(self, session: Session, state: TrainState, logged: dict[str, float] | None, batch_rows: int) -> None:
         """After an optimizer step; on a log step (`logged`: the loop's mean training loss and learning rate since
@@ -183,7 +183,7 @@ class RunTrackers:
 def recorded_runs(session: Session) -> dict[str, Any]:
     """What the run directory's trackers.json records of the tracker runs following this run (a resumed run continues
     them), read once the run directory is claimed: {} without --report-to, on the other processes, or for a new run."""
-    if not session.cfg.trackers or not session.accelerator.is_main_process:
+    if not session.cfg.tracking.trackers or not session.accelerator.is_main_process:
         return {}
     saved = atomic.read_json_or_none(session.out / RECORD)
     return saved if isinstance(saved, dict) and saved.get("format") == RECORD_FORMAT else {}
@@ -321,10 +321,10 @@ def _wandb(session: Session, state: TrainState, name: str, saved: dict[str, Any]
     from accelerate.tracking import WandBTracker
 
     run_id = saved.get("id") or secrets.token_hex(4)  # W&B run ids: short lowercase letters and digits
-    tracker = WandBTracker(session.cfg.project, name=name, id=run_id, resume="allow", config=hparams)
+    tracker = WandBTracker(session.cfg.tracking.project, name=name, id=run_id, resume="allow", config=hparams)
     tracker.start()
     backend = Backend("wandb", tracker, done_before=max(int(getattr(tracker.run, "step", 0) or 0) - 1, 0))
-    return backend, {"project": session.cfg.project, "id": run_id, "run": name,
+    return backend, {"project": session.cfg.tracking.project, "id": run_id, "run": name,
                      "url": getattr(tracker.run, "url", None)}
 
 
@@ -333,7 +333,7 @@ def _trackio(session: Session, state: TrainState, name: str, saved: dict[str, An
     """A Trackio run in --project named after the run directory; the recorded one again (resume="allow")."""
     from accelerate.tracking import TrackioTracker
 
-    project, run_name = saved.get("project", session.cfg.project), saved.get("name", name)
+    project, run_name = saved.get("project", session.cfg.tracking.project), saved.get("name", name)
     tracker = TrackioTracker(project, name=run_name, resume="allow" if saved else "never", config=hparams)
     tracker.start()
     next_step = int(getattr(tracker.run, "_next_step", 0) or 0)  # trackio: the resumed run's last step + 1

@@ -137,7 +137,7 @@ class TrialCheck:
 
     def why_refused(self, params: dict[str, Any]) -> str | None:
         """Why a trial with `params` would stop before training (None: it would start)."""
-        trial = finetune_config(self.cfg, params, self.cfg.seed, self.cfg.out or "")
+        trial = finetune_config(self.cfg, params, self.cfg.inputs.seed, self.cfg.output.out or "")
         try:
             self.check(trial)
         except UserError as exc:
@@ -150,7 +150,8 @@ class TrialCheck:
         counted once its trial cuts them), its model and --max-length."""
         self.compute_for(trial.compute.precision)
         if self.tagged is not None:  # the windows a tagger trial reads in: --stride against its --max-length
-            raise_if_problems(Reading.of_words(TAGGER_WORD_POOL, trial.reading.max_length, trial.tagging.stride).word_problems())
+            windows = Reading.of_words(TAGGER_WORD_POOL, trial.reading.max_length, trial.tagging.stride)
+            raise_if_problems(windows.word_problems())
         else:
             splits = self._splits(trial)
             _for_the_shape(trial, dataclasses.replace(splits, notes=[]), warn=False)
@@ -165,7 +166,7 @@ class TrialCheck:
         return self._model_of(model, trust_remote_code)[1]
 
     def _splits(self, trial: Any) -> Any:
-        key = tuple(str(getattr(trial, name)) for name in DATA_FIELDS)
+        key = tuple(str(getattr(trial.inputs, name)) for name in DATA_FIELDS)
         if key not in self.splits:
             self.splits[key] = load_splits(trial.inputs, need_labels=True, need_dev=True)
         return self.splits[key]

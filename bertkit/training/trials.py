@@ -168,7 +168,7 @@ class OptunaSearch:
 
     def run(self, out: Path, progress: bool) -> list[TrialRow]:
         rows: list[TrialRow] = []
-        for number in range(self.cfg.trials):
+        for number in range(self.cfg.sweep.trials):
             trial = self.study.ask() if self.study is not None else None
             plan = on_main(_processes(), lambda t=trial, n=number: self._suggest(t, n))  # every process: the main's
             rows += self._run_configuration(out, plan, trial, progress)
@@ -184,12 +184,12 @@ class OptunaSearch:
                 params[d.name] = trial.suggest_int(d.name, int(d.low), int(d.high), log=d.log)
             else:
                 params[d.name] = trial.suggest_float(d.name, d.low, d.high, log=d.log)
-        return Plan(number, params, self.cfg.seed, trial_plans.resolved_params(self.cfg, params, self.config_of))
+        return Plan(number, params, self.cfg.inputs.seed, trial_plans.resolved_params(self.cfg, params, self.config_of))
 
     def _run_configuration(self, out: Path, first: Plan, trial: Any, progress: bool) -> list[TrialRow]:
         """The configuration's seeds: the first reported to the pruner (and stopped if pruned), then the others."""
         rows = []
-        for k in range(self.cfg.seeds):
+        for k in range(self.cfg.sweep.seeds):
             plan = dataclasses.replace(first, seed=first.seed + k)
             callback = self._pruning(trial) if k == 0 else None
             rows.append(run_trial(self.cfg, out, plan, self.compute_for, progress, on_evaluate=callback,
