@@ -229,18 +229,18 @@ def test_quality_args_are_typed_by_the_command_options(demo_dir):
                        quality_args="--C 0.5 --no-baselines --layers -1 --max-length=32 -q")
     (plan,) = bench.plan_quality(cfg)
     probe_cfg = plan.config
-    assert plan.kind == "probe" and probe_cfg.C == 0.5 and probe_cfg.baselines is False and probe_cfg.layers == "-1"
-    assert probe_cfg.max_length == 32  # --quality-args override bench's own settings, as flags given later did
-    assert probe_cfg.data == cfg.data and probe_cfg.dev == cfg.dev and probe_cfg.limit == 30 and probe_cfg.seed == 42
+    assert plan.kind == "probe" and probe_cfg.fit.C == 0.5 and probe_cfg.fit.baselines is False and probe_cfg.layers == "-1"
+    assert probe_cfg.reading.max_length == 32  # --quality-args override bench's own settings, as flags given later did
+    assert probe_cfg.inputs.data == cfg.inputs.data and probe_cfg.inputs.dev == cfg.inputs.dev and probe_cfg.inputs.limit == 30 and probe_cfg.inputs.seed == 42
     cfg = _quality_cfg(demo_dir, quality="finetune", dev_fraction=0.2, max_length=64,
                        quality_args="--epochs 2 --lr=3e-5 --metric-for-best f1")
     (plan,) = bench.plan_quality(cfg)
-    assert (plan.config.epochs, float(plan.config.lr), plan.config.metric_for_best) == (2, 3e-5, "f1")
-    assert plan.config.max_length == 64 and plan.config.dev_fraction == 0.2  # bench's data settings reach it
+    assert (plan.config.training.epochs, float(plan.config.training.lr), plan.config.training.metric_for_best) == (2, 3e-5, "f1")
+    assert plan.config.reading.max_length == 64 and plan.config.inputs.dev_fraction == 0.2  # bench's data settings reach it
     cfg = _quality_cfg(demo_dir, quality="probe", quality_args="--recipe alammar-sst2-probe-offline --C 2")
     (plan,) = bench.plan_quality(cfg)  # recipe < bench's data settings < the other --quality-args
-    assert (plan.config.pool, plan.config.layers, plan.config.text_column) == ("cls,mean", "all", "0")
-    assert plan.config.data == cfg.data and plan.config.C == 2.0
+    assert (plan.config.pool, plan.config.layers, plan.config.inputs.text_column) == ("cls,mean", "all", "0")
+    assert plan.config.inputs.data == cfg.inputs.data and plan.config.fit.C == 2.0
 
 
 @pytest.mark.parametrize("kind, args, message", [

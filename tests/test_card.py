@@ -99,7 +99,7 @@ def test_distilled_student_card_names_the_teacher(finished_run, tmp_path):
     from bertkit.commands.distill import run as distill
 
     cfg, _, run = finished_run
-    dcfg = DistillConfig.of(teacher=str(run / "best"), student_layers=1, data=cfg.data, dev=cfg.dev,
+    dcfg = DistillConfig.of(teacher=str(run / "best"), student_layers=1, data=cfg.inputs.data, dev=cfg.inputs.dev,
                          out=str(tmp_path / "student"), epochs=1, lr=5e-3, batch_size=8, save_every=1000,
                          precision="fp32", report=False)
     distill(dcfg, progress=False)

@@ -61,7 +61,7 @@ def test_resolve_lr_reads_the_model_config_only_for_auto(tmp_path):
                              max_position_embeddings=512)
     cfg = FinetuneConfig.of(data="x.tsv", out=str(tmp_path / "o"))
     resolved, choice = learning_rate.resolve_lr(cfg, lambda: minilm)
-    assert resolved.lr == "0.0001" and (choice.value, choice.source, choice.hidden_size) == (1e-4, "auto", 384)
+    assert resolved.training.lr == "0.0001" and (choice.value, choice.source, choice.hidden_size) == (1e-4, "auto", 384)
     assert 22e6 < choice.parameters < 23.5e6  # MiniLM-L6: 22.7M
     assert choice.line.startswith("lr auto -> 1e-4 for a ~23M-parameter encoder, hidden 384")
 

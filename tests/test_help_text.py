@@ -115,7 +115,7 @@ def test_bench_quality_runs_take_their_hold_out_share_from_quality_args():
     demo = Path(bertkit.__file__).parent / "resources" / "demo" / "train.tsv"
     cfg = BenchConfig.of(preset="distilbert-vs-bert", data=str(demo), quality="finetune",
                       quality_args="--dev-fraction 0.2 --epochs 1")
-    assert plan_quality(cfg)[0].config.dev_fraction == 0.2
+    assert plan_quality(cfg)[0].config.inputs.dev_fraction == 0.2
 
 
 ALIASED = [c for c in recipe_commands() if any(f.metadata.get("aliases") for f in options.option_fields(config_for_command(c)))]

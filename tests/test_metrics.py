@@ -395,7 +395,7 @@ def test_explicit_accuracy_on_regression_exits_2_and_the_default_becomes_pearson
 
     cfg = FinetuneConfig.of(data=str(scores), out=str(tmp_path / "b"))
     splits = load_splits(cfg, need_labels=True, need_dev=True)
-    assert _for_the_shape(cfg, splits).metric_for_best == "pearson"
+    assert _for_the_shape(cfg, splits).training.metric_for_best == "pearson"
 
 
 def test_options_the_shape_ignores_are_warned_about(classifier_dir, toy_tsv, tmp_path, caplog, monkeypatch):
@@ -409,7 +409,7 @@ def test_options_the_shape_ignores_are_warned_about(classifier_dir, toy_tsv, tmp
     warned = " ".join(r.getMessage() for r in caplog.records)
     assert "--threshold 0.3 is the decision threshold of multi-label (tag) data; this is single-label data" in warned
     assert "--metric pearson is not computed for single-label data" in warned and "--metric mcc" not in warned
-    assert resolved.metric_for_best == "accuracy"
+    assert resolved.training.metric_for_best == "accuracy"
     result = runner.invoke(app, ["evaluate", "--model", str(classifier_dir), "--data", str(toy_tsv), "--quiet",
                                  "--metric", "spearman,mcc"])
     assert result.exit_code == 0, result.output

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bertkit.encoding.longtext import LONG_TEXT_MODES, TRUNCATIONS, default_stride
-from bertkit.options import MODEL, all_fields, option, replaced, value
+from bertkit.options import MODEL, all_fields, option, replaced
 
 log = logging.getLogger(__name__)
 
@@ -252,5 +252,11 @@ def read_as_recorded(cfg: Any, recorded: Reading | None, what: str) -> Any:
 
 
 def _given(cfg: Any, key: str, default: Any) -> Any:
-    given = value(cfg, key, None)  # a config's (in its reading group, or its own) or a reading group's
+    given = getattr(reading_options(cfg), key, None)
     return default if given is None else given
+
+
+def reading_options(cfg: Any) -> Any:
+    """The options a config reads texts by: its reading group (`ReadingOptions`), or where --max-length is its only
+    reading option (tokens, bench) the config itself; a reading group is its own."""
+    return getattr(cfg, "reading", cfg)

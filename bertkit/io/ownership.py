@@ -26,7 +26,6 @@ from bertkit.io.atomic import (
     write_json_atomic,
 )
 from bertkit.io.record import FILE, OPEN, RECORD, RUN, TEMP, Record
-from bertkit.options import value
 
 MARKER = ".bertkit-run.json"
 """Written first into every run directory bertkit creates or adopts: which command owns it."""
@@ -325,10 +324,12 @@ def input_paths(cfg: Any) -> list[tuple[str, str]]:
 
     (--recipe is read before the config exists; inside an --out it is a file bertkit did not write, so
     `inspect_run_dir` refuses it, and an --out inside a file is refused as a path below a file.)"""
-    fields = [(f"--{name}", value(cfg, name, None)) for name in ("teacher", "student", "model")]
+    teacher, data, metrics = (getattr(cfg, name, None) for name in ("distillation", "inputs", "metrics"))  # groups
+    fields = [(f"--{name}", getattr(teacher, name, None)) for name in ("teacher", "student")]
+    fields += [("--model", getattr(cfg, "model", None))]
     fields += [("--models", name) for name in getattr(cfg, "model_list", [])]
-    fields += [(f"--{name}", value(cfg, name, None)) for name in ("features", "probe", "data", "dev", "test")]
-    metrics = getattr(cfg, "metrics", None)  # the metrics group of a command that has one
+    fields += [(f"--{name}", getattr(cfg, name, None)) for name in ("features", "probe")]
+    fields += [(f"--{name}", getattr(data, name, None)) for name in ("data", "dev", "test")]
     fields += [("--metric", spec.partition(":")[0]) for spec in (metrics.external_metrics if metrics else [])]
     found: dict[str, str] = {}
     for flag, given in fields:

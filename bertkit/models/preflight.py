@@ -19,7 +19,7 @@ from bertkit.io import ownership, rundir
 from bertkit.models.folders import check_model_folder, resolve_model_name
 from bertkit.models.limits import SavedLimits, check_length_accepted, saved_limits
 from bertkit.models.metadata import read_as_saved
-from bertkit.options import holder, value
+from bertkit.options import holder
 
 DATA_FIELDS = ("data", "dev", "test")
 """The options that name data to read (a file, or a hub dataset / split)."""
@@ -50,11 +50,11 @@ def checked_as_saved(cfg: Any, command: str, data_fields: Iterable[str] = DATA_F
     if cfg.model:
         check_model_folder(cfg.model)
     cfg = read_as_saved(cfg)
-    check_data_files(cfg.inputs, data_fields, need_labels=True)
-    out = value(cfg, "out")
-    if out:
-        rundir.inspect_run_dir(out, command, overwrite=value(cfg, "overwrite"), inputs=ownership.input_paths(cfg))
-    check_model_limits(cfg.model, max_length=value(cfg, "max_length"))
+    check_data_files(cfg.inputs, data_fields, need_labels=True)  # a training run's config: its groups by name
+    if cfg.output.out:
+        rundir.inspect_run_dir(cfg.output.out, command, overwrite=cfg.output.overwrite,
+                               inputs=ownership.input_paths(cfg))
+    check_model_limits(cfg.model, max_length=cfg.reading.max_length)
     return cfg
 
 

@@ -25,6 +25,7 @@ Library code: returns values and logs; `bertkit.cli` prints.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -46,7 +47,7 @@ from bertkit.io import disk, rundir
 from bertkit.models import loading, metadata
 from bertkit.models.compute import Compute
 from bertkit.models.fastforward import SequenceClassifier
-from bertkit.options import command_line, replaced
+from bertkit.options import command_line
 from bertkit.scoring import metrics
 from bertkit.scoring.baseline import majority_baseline
 from bertkit.scoring.calibration import TemperatureFit, fit_temperature
@@ -228,7 +229,7 @@ def _for_the_shape(cfg: FinetuneOptions, splits: Splits, warn: bool = True) -> F
         return cfg
     if task != "single_label":
         splits.notes.append(f"{task} data: {note}")
-    return replaced(cfg, metric_for_best=metric)
+    return dataclasses.replace(cfg, training=dataclasses.replace(cfg.training, metric_for_best=metric))
 
 
 def _check_target_scale(split: TextDataset | None) -> None:
@@ -286,7 +287,7 @@ def setup(cfg: FinetuneOptions, accelerator: Any, splits: Splits, key: dict[str,
     return Session(cfg, accelerator, run, run.path, tokenizer, net, optimizer, scheduler, objective, tokens.train,
                    tokens.dev, splits.dev, label_map, tokens.steps_per_epoch, [], checkpoint_bytes, reading=reading,
                    card=task.card(cfg, splits, tokens, reproduce), learning_rate=lr_record, baseline=baseline,
-                   task_record=task.model_record())
+                   task_record=task.model_record(), config_record=record["config"])
 
 
 def finish(session: Session, state: TrainState, restored: dict[str, Any] | None, notes: list[str]) -> TrainingRun:

@@ -20,8 +20,6 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from bertkit.options import replaced
-
 AUTO = "auto"
 BASE_HIDDEN, BASE_LR = 768, 5e-5
 """BERT-base's width and the BERT paper's largest grid rate: the anchor of the width rule."""
@@ -129,4 +127,4 @@ def resolve_lr(cfg: Any, load_config: Any) -> tuple[Any, LrChoice]:
         choice = LrChoice(BASE_LR, AUTO, None, estimated_parameters(config))
     else:
         choice = LrChoice(lr_for_width(hidden), AUTO, hidden, estimated_parameters(config))
-    return replaced(cfg, lr=repr(choice.value)), choice
+    return dataclasses.replace(cfg, training=dataclasses.replace(cfg.training, lr=repr(choice.value))), choice

@@ -117,6 +117,8 @@ class Session:
     """How --lr was chosen (`learning_rate.LrChoice.to_json`): metrics.json and config.json record it."""
     task_record: dict[str, Any] = field(default_factory=dict)
     """What the saved models record of the task beyond reading and compute (`Task.model_record`: a tag scheme)."""
+    config_record: dict[str, Any] = field(default_factory=dict)
+    """The run's options as its config.json records them (`resume.recorded_config`, flat): the trackers log them."""
     dev_batches: list[np.ndarray] = field(init=False, repr=False)
     """`dev_enc`'s rows in length-sorted batches of twice --batch-size (32 at least): every evaluation runs these,
     planned once with the session (a session for other rows, `dataclasses.replace(session, dev_enc=...)`, plans

@@ -20,6 +20,7 @@ evaluate and a later finetune read the model as it was trained."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
@@ -32,7 +33,6 @@ from bertkit.encoding.word_labels import LabelledWindows, continuation_ids, labe
 from bertkit.models import loading
 from bertkit.models.card import CardFacts
 from bertkit.models.tagger import TokenClassifier
-from bertkit.options import replaced
 from bertkit.scoring.tags import TagObjective, tag_class_weights, tag_metric_for_best
 from bertkit.training.cards import HYPERPARAMETERS, RunCard, hyperparameters
 from bertkit.training.finetune import Task
@@ -60,8 +60,8 @@ class TagTask(Task):
 
     def training_data(self, cfg: FinetuneOptions, warn: bool) -> tuple[FinetuneOptions, TaggedTraining]:
         """The tagged data, and `cfg` with the --metric-for-best its tags score (entity F1, or word accuracy)."""
-        return replaced(cfg, metric_for_best=tag_metric_for_best(cfg.training.metric_for_best,
-                                                                            self.data.scheme)), self.data
+        metric = tag_metric_for_best(cfg.training.metric_for_best, self.data.scheme)
+        return dataclasses.replace(cfg, training=dataclasses.replace(cfg.training, metric_for_best=metric)), self.data
 
     def label_map(self, cfg: FinetuneOptions, splits: Any) -> LabelMap:
         return self.data.label_map

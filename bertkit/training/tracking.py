@@ -29,7 +29,6 @@ from typing import Any
 
 from bertkit.errors import UserError
 from bertkit.io import atomic, library_files, record
-from bertkit.options import config_dict
 from bertkit.training.loop import Session, TrainState
 from bertkit.training.options import FinetuneOptions
 
@@ -198,7 +197,7 @@ def started_trackers(session: Session, state: TrainState, fingerprints: dict[str
         return None
     if not session.accelerator.is_main_process:
         return RunTrackers(cfg, [], {})
-    hparams = hyper_parameters(cfg, fingerprints)
+    hparams = hyper_parameters(session.config_record, fingerprints)
     name = Path(session.run.out).name
     backends, where = [], {}
     try:
@@ -230,11 +229,11 @@ def _started(tracker: str, session: Session, state: TrainState, name: str, saved
                         f"the run resumes.") from None
 
 
-def hyper_parameters(cfg: FinetuneOptions, fingerprints: dict[str, str]) -> dict[str, Any]:
-    """The resolved config as tracker parameters (scalars; lists joined by commas; None as "none") and the data
-    fingerprints."""
+def hyper_parameters(config: dict[str, Any], fingerprints: dict[str, str]) -> dict[str, Any]:
+    """The run's recorded options (config.json's `config`) as tracker parameters (scalars; lists joined by commas;
+    None as "none") and the data fingerprints."""
     values: dict[str, Any] = {}
-    for key, value in config_dict(cfg).items():
+    for key, value in config.items():
         if isinstance(value, (list, tuple)):
             value = ",".join(map(str, value))
         values[key] = "none" if value is None else value
