@@ -129,7 +129,7 @@ def bertkit_way(model: str, data: Path, limit: int, dtype: str, out: Path, batch
     from bertkit.commands import embed
 
     shutil.rmtree(out, ignore_errors=True)
-    cfg = embed.EmbedConfig(model=model, data=str(data), text_column="0", label_column="1", limit=limit, precision=dtype,
+    cfg = embed.EmbedConfig.of(model=model, data=str(data), text_column="0", label_column="1", limit=limit, precision=dtype,
                       out=str(out), batch_size=batch_size)
     return dataclasses.asdict(embed.run(cfg, progress=False))
 

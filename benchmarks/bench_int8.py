@@ -86,7 +86,7 @@ def embed_split(model: str, data: Path, precision: str, out: Path, limit: int | 
     from bertkit.features import store
 
     shutil.rmtree(out, ignore_errors=True)
-    cfg = embed.EmbedConfig(model=model, data=str(data), text_column="0", label_column="1", limit=limit,
+    cfg = embed.EmbedConfig.of(model=model, data=str(data), text_column="0", label_column="1", limit=limit,
                             precision=precision, out=str(out))
     with Stopwatch() as watch:
         embed.run(cfg, progress=False)
@@ -156,7 +156,7 @@ def predictions(model: str, precision: str, data: Path, limit: int | None) -> tu
     from bertkit.commands import evaluate
 
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = evaluate.EvaluateConfig(model=model, data=str(data), text_column="0", label_column="1", limit=limit,
+        cfg = evaluate.EvaluateConfig.of(model=model, data=str(data), text_column="0", label_column="1", limit=limit,
                              precision=precision, out=str(Path(tmp) / "eval"))
         result = evaluate.run(cfg).metrics.to_json()
         import pandas as pd

@@ -65,14 +65,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         docs = Path(tmp) / "sst2-documents.tsv"
         n_docs = write_documents(docs)
-        report = tokens.run(tokens.TokensConfig(model=args.model, data=str(docs), max_length=args.max_length))
+        report = tokens.run(tokens.TokensConfig.of(model=args.model, data=str(docs), max_length=args.max_length))
         lengths = dataclasses.asdict(report.reports[0])
         modes = {"head": {}, "tail": {"truncation": "tail"}, "head+tail": {"truncation": "head+tail"},
                  "chunk": {"long_text": "chunk", "stride": args.stride}}
         results = {}
         for name, options in modes.items():
             with Stopwatch() as watch:
-                scores = evaluate.run(evaluate.EvaluateConfig(model=args.model, data=str(docs),
+                scores = evaluate.run(evaluate.EvaluateConfig.of(model=args.model, data=str(docs),
                                                               max_length=args.max_length, **options)).metrics.to_json()
             results[name] = {"accuracy": scores["accuracy"], "f1": scores["f1"], "mcc": scores["mcc"],
                              "seconds": round(watch.seconds, 1)}

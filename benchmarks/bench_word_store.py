@@ -111,7 +111,7 @@ def word_store(data: Path, out: Path, precision: str) -> dict[str, Any]:
     from bertkit.commands import embed
 
     shutil.rmtree(out, ignore_errors=True)
-    result = embed.run(embed.EmbedConfig(data=str(data), task="tags", out=str(out), precision=precision,
+    result = embed.run(embed.EmbedConfig.of(data=str(data), task="tags", out=str(out), precision=precision,
                                          max_length=MAX_LENGTH), progress=False)
     words = result.words
     return {"words": words.words_encoded, "encode_seconds": words.seconds, "size_bytes": words.size_bytes,
@@ -123,7 +123,7 @@ def sentence_store(data: Path, out: Path, precision: str) -> dict[str, Any]:
     from bertkit.commands import embed
 
     shutil.rmtree(out, ignore_errors=True)
-    result = embed.run(embed.EmbedConfig(data=str(data), text_column="text", out=str(out), precision=precision,
+    result = embed.run(embed.EmbedConfig.of(data=str(data), text_column="text", out=str(out), precision=precision,
                                          max_length=MAX_LENGTH), progress=False)
     return {"rows": result.rows_encoded, "tokens": result.tokens_encoded, "encode_seconds": result.seconds,
             "size_bytes": result.size_bytes, "precision_recorded": result.dtype}

@@ -84,7 +84,7 @@ def bertkit_embed(folder: Path, data: Path, out: Path, precision: str, max_lengt
 
     shutil.rmtree(out, ignore_errors=True)
     extra = {} if shard_size is None else {"shard_size": shard_size}
-    cfg = embed.EmbedConfig(model=str(folder), data=str(data), text_column="0", label_column="1", precision=precision,
+    cfg = embed.EmbedConfig.of(model=str(folder), data=str(data), text_column="0", label_column="1", precision=precision,
                             out=str(out), max_length=max_length, **extra)
     with Stopwatch(SYNC) as watch:
         summary = dataclasses.asdict(embed.run(cfg, progress=False))

@@ -50,7 +50,7 @@ def parse_back(line: str) -> object:
     for name in (*CLI_ONLY, "recipe"):
         params.pop(name, None)
     cls = config_for_command(words[1])
-    return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in params.items()})
+    return cls.of(**{k: tuple(v) if isinstance(v, list) else v for k, v in params.items()})
 
 
 def card_command(folder: Path) -> str:

@@ -262,7 +262,8 @@ def test_compile_on_a_gpu_keeps_the_graphed_steps_only_with_compiled_layers(capl
     unwrapped = SimpleNamespace(fast=True, layer=layers.compiled_layer())
     accelerator = SimpleNamespace(device=torch.device("cuda"), num_processes=1, mixed_precision="bf16",
                                   unwrap_model=lambda net: unwrapped)
-    session = SimpleNamespace(cfg=SimpleNamespace(cuda_graphs="auto", compile=True), accelerator=accelerator, net=None)
+    compute = SimpleNamespace(cuda_graphs="auto", compile=True)
+    session = SimpleNamespace(cfg=SimpleNamespace(compute=compute), accelerator=accelerator, net=None)
     assert launch.graphs_unavailable(session) is None
     unwrapped.layer = None
     assert launch.graphs_unavailable(session) == "--compile on the model's own forward"

@@ -601,16 +601,18 @@ def test_evaluate_never_overwrites_the_data_it_reads(ws):
 
 
 def test_input_paths_names_every_input_by_the_flag_typed():
-    from types import SimpleNamespace
+    from bertkit.commands.bench import BenchConfig
+    from bertkit.commands.distill import DistillConfig
+    from bertkit.commands.probe import ProbeConfig
 
-    distill = SimpleNamespace(teacher="runs/t/best", student=None, model="runs/t/best", data="a.tsv", dev="b.tsv",
-                              test=None, external_metrics=["my_metric.py:strict", "glue:mrpc"])
+    distill = DistillConfig.of(teacher="runs/t/best", data="a.tsv", dev="b.tsv", out="runs/s",
+                               metric=("my_metric.py:strict", "glue:mrpc"), metric_for_best="glue")
     assert ownership.input_paths(distill) == [("--teacher", "runs/t/best"), ("--data", "a.tsv"), ("--dev", "b.tsv"),
                                               ("--metric", "my_metric.py"), ("--metric", "glue")]
-    bench = SimpleNamespace(models="x,y", model_list=["x", "y"], data=None, features=None)
+    bench = BenchConfig.of(models="x,y")
     assert ownership.input_paths(bench) == [("--models", "x"), ("--models", "y")]
-    probe = SimpleNamespace(model="minilm-offline", features="store", probe=None, data=None, dev=None, test="t.tsv")
-    assert ownership.input_paths(probe) == [("--model", "minilm-offline"), ("--features", "store"), ("--test", "t.tsv")]
+    probe = ProbeConfig.of(features="store", test="t.tsv")
+    assert ownership.input_paths(probe) == [("--features", "store"), ("--test", "t.tsv")]
 
 
 # ---------------------------------------------------------------- issue 20: predict replaces its own predictions

@@ -285,9 +285,9 @@ def test_tokens_reports_at_the_recorded_window_unless_asked(model_16, tmp_path, 
 
     data = tmp_path / "d.tsv"
     data.write_text("sentence\tlabel\n" + "\n".join(f"{t}\t{y}" for t, y in long_rows) + "\n")
-    assert tokens.run(tokens.TokensConfig(model=str(model_16), data=str(data))).max_length == 16
+    assert tokens.run(tokens.TokensConfig.of(model=str(model_16), data=str(data))).max_length == 16
     with caplog.at_level(logging.WARNING):
-        asked = tokens.run(tokens.TokensConfig(model=str(model_16), data=str(data), max_length=128))
+        asked = tokens.run(tokens.TokensConfig.of(model=str(model_16), data=str(data), max_length=128))
     assert asked.max_length == 128  # a flag equal to the default still counts as given
     assert any("--max-length 128" in r.getMessage() and "records 16" in r.getMessage() for r in caplog.records)
 

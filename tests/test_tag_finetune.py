@@ -147,13 +147,16 @@ def test_dev_tags_unseen_in_training_and_tag_options_on_sentences_are_refused(ti
         tag_cfg(tiny_bert_dir, rows, rows, tmp_path / "run", label_all_pieces=True)
 
 
-def test_commands_without_a_tagging_path_refuse_a_tagged_file(tagged_files):
+def test_every_training_config_reads_a_tagged_file_as_tagged_data(tagged_files):
+    from bertkit.commands.distill import DistillConfig
+    from bertkit.commands.sweep import SweepConfig
     from bertkit.training.options import DistillOptions, FinetuneOptions
 
     train, dev = tagged_files
-    for options, extra in ((FinetuneOptions, {}), (DistillOptions, {"teacher": "runs/t/best"})):  # sweep, distill
-        with pytest.raises(UserError, match=r"Tagged data .* is read by the commands that learn or score a tag per word"):
-            options(data=str(train), dev=str(dev), out="runs/x", **extra)
+    for options, extra in ((FinetuneOptions, {}), (SweepConfig, {}), (DistillOptions, {"teacher": "runs/t/best"}),
+                           (DistillConfig, {"teacher": "runs/t/best"})):  # a tagging teacher's: `distill.run` checks it
+        cfg = options.of(data=str(train), dev=str(dev), out="runs/x", **extra)
+        assert cfg.reads_words and cfg.inputs.data == str(train)
 
 
 def test_plain_tags_pick_best_by_word_accuracy_and_predict_no_spans(tiny_bert_dir, tmp_path):
@@ -215,13 +218,12 @@ def test_a_missing_tagged_dev_file_is_refused_before_torch_and_leaves_no_out(tag
     assert imported == [] and not (tmp_path / "OUT").exists()
 
 
-def test_a_tagged_tsv_is_refused_by_sweep_and_an_unopenable_path_is_not_read_as_tags(tmp_path):
+def test_a_tagged_tsv_is_read_as_tags_and_an_unopenable_path_is_not_read(tmp_path):
     from bertkit.training.options import FinetuneOptions
 
     pos = tmp_path / "pos.tsv"  # a column file named .tsv (as ud_ewt_pos): told by its lines
     pos.write_text("the\tDET\ndog\tNOUN\n\na\tDET\ncat\tNOUN\n", encoding="utf-8")
-    with pytest.raises(UserError, match=r"Tagged data"):
-        FinetuneOptions.of(data=str(pos), dev=str(pos), out=str(tmp_path / "x"))
+    assert FinetuneOptions.of(data=str(pos), dev=str(pos), out=str(tmp_path / "x")).reads_words  # a tagger's run
     too_long = str(tmp_path / ("d" * 256) / "train.iob2")  # a name this system cannot stat: no OSError traceback
     assert FinetuneConfig.of(data=too_long, dev=too_long, out=str(tmp_path / "run")).reads_words  # named as tagged
     refused = CliRunner().invoke(app, ["finetune", "--data", too_long, "--dev", too_long, "--out", str(tmp_path / "r")])

@@ -46,7 +46,7 @@ class DistillConfig(DistillOptions):
     the fine-tuning loop's options, checkpoints and exact resume, and a teacher-vs-student report; a tagging teacher
     (fine-tuned on tagged data) gives a tagging student, compared by dev entity F1."""
 
-    # a tagging teacher's student learns on tagged data (READS_WORDS; `run` refuses it for other teachers)
+    # a tagging teacher's student learns on tagged data (`run` refuses tagged data for other teachers)
 
 
 @dataclass(frozen=True)

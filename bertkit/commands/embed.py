@@ -16,9 +16,9 @@ from bertkit.data.tagscheme import tag_scheme_option
 from bertkit.encoding.reading import LongTextOptions, Reading, word_pool_option
 from bertkit.errors import UserError, raise_if_problems
 from bertkit.features.settings import (
-    STORE_DTYPES,
     Pooling,
     PoolingOptions,
+    StoreOptions,
     check_layers_exist,
     layers_problem,
 )
@@ -36,12 +36,10 @@ from bertkit.models.preflight import check_inputs, check_model_limits
 from bertkit.options import (
     DATA,
     MODEL,
-    OUTPUT,
     Config,
     all_fields,
     group,
     option,
-    overwrite_option,
     replaced,
     value,
 )
@@ -57,7 +55,7 @@ class EmbedConfig(Config):
     # DataOptions fields are not options of the command (nor valid recipe keys).
     NOT_OPTIONS = ("seed", "dev_fraction")
     REQUIRED_OPTIONS = ("data", "out")
-    ADVANCED_OPTIONS = ("stride", "shard_size", "trust_remote_code", "tag_scheme")
+    ADVANCED_OPTIONS = ("stride", "trust_remote_code", "tag_scheme")
     WORD_OPTIONS = ("data", "dev", "test", "text_column", "label_column", "task", "max_length", "stride", "model",
                     "layers", "combine", "batch_size", "precision", "device", "out", "overwrite", "shard_size",
                     "trust_remote_code", "word_pool", "tag_scheme", "data_config", "train_split")
@@ -69,17 +67,12 @@ class EmbedConfig(Config):
     inputs: DataOptions = group(DataOptions)
     reading: LongTextOptions = group(LongTextOptions)
     pooling: PoolingOptions = group(PoolingOptions)
+    output: StoreOptions = group(StoreOptions)
     word_pool: str | None = word_pool_option()
     tag_scheme: str = tag_scheme_option()
     batch_size: str = option("auto", "Rows per batch, or auto (a padded-token budget from the model size).")
     precision: str = option("auto", INFERENCE_PRECISION_HELP, choices=INFERENCE_PRECISIONS, aliases=("--dtype",))
-    store_dtype: str = option("float32", "Stored precision (float16 halves the disk).", panel=OUTPUT,
-                              choices=STORE_DTYPES)
-    shard_size: int = option(2048, "Rows per shard: the unit of streaming writes and of resume.", panel=OUTPUT,
-                             above=0)
     device: str = option("auto", "cpu, cuda, cuda:N, mps or auto.")
-    out: str | None = option(None, "Store directory (with --dev/--test: OUT/train, OUT/dev, OUT/test).", panel=OUTPUT)
-    overwrite: bool = overwrite_option("a store")
     trust_remote_code: bool = option(False, TRUST_HELP, panel=MODEL)
     task: str = option("auto", "tags: --data is a tagged corpus (one tag per word), written as a word-level store "
                        "(a vector per word); auto: detected from .iob2/.conll files and their content.", panel=DATA,
@@ -92,7 +85,7 @@ class EmbedConfig(Config):
         problems = config_problems(self)
         if self.inputs.data is None:
             problems.append("--data is required: the file (or hub dataset) whose rows to embed.")
-        if not self.out:
+        if not self.output.out:
             problems.append("--out is required: the directory the feature store is written to.")
         problems += layers_problem(self.pooling.layers)
         problems += self.reading.long_text_problems()
@@ -215,10 +208,10 @@ def store_identity(cfg: EmbedConfig, reading: Reading, split: str, ds: Any, revi
     return {  # the encoder's whole weights too: its revision reads only the ends of the file
         "model": cfg.model, "revision": revision, "encoder_sha256": loading.weights_digest(cfg.model or ""),
         **pooling.to_json(), "max_length": reading.max_length,
-        "dtype": precision, "store_dtype": cfg.store_dtype, "split": split,
+        "dtype": precision, "store_dtype": cfg.output.store_dtype, "split": split,
         "data_fingerprint": ds.fingerprint, "rows": len(ds), "limit": cfg.inputs.limit,
         "text_column": cfg.inputs.text_column, "text_pair_column": cfg.inputs.text_pair_column,
-        "label_column": cfg.inputs.label_column, "shard_size": cfg.shard_size, **reading.long_text_json(),
+        "label_column": cfg.inputs.label_column, "shard_size": cfg.output.shard_size, **reading.long_text_json(),
     }
 
 
@@ -229,8 +222,8 @@ def run(cfg: EmbedConfig, progress: bool = True) -> EmbedResult:
     if cfg.reads_words:  # tagged data: a word-level store (`features.word_embed`), Compute resolved here once
         return EmbedResult.of_words(run_word_embed_options(cfg, Compute.resolve(cfg.device, cfg.precision), progress))
 
-    root = Path(cfg.out or "").expanduser()
-    rundir.inspect_run_dir(root, "embed", overwrite=cfg.overwrite, inputs=ownership.input_paths(cfg))  # read-only
+    root = Path(cfg.output.out or "").expanduser()
+    rundir.inspect_run_dir(root, "embed", overwrite=cfg.output.overwrite, inputs=ownership.input_paths(cfg))  # read-only
     check_inputs(cfg, need_labels=False, models=(cfg.model,))  # then the inputs, before torch is imported
     check_model_limits(cfg.model,
                        max_length=cfg.reading.max_length)  # and what the model accepts, before the data is cached
@@ -247,7 +240,7 @@ def run(cfg: EmbedConfig, progress: bool = True) -> EmbedResult:
         if compute.device.startswith("cuda") and dist.num_processes > 1:
             compute = compute.on(dist.device)  # this process's GPU
         device, dtype = compute.torch_device, compute.dtype
-        rundir.inspect_run_dir(root, "embed", overwrite=cfg.overwrite,  # again: refusals end every rank here
+        rundir.inspect_run_dir(root, "embed", overwrite=cfg.output.overwrite,  # again: refusals end every rank here
                                inputs=ownership.input_paths(cfg))
         loading.check_model_folder(cfg.model)  # as saved, with its tokenizer: before the data is read
         named, label_map = load_embed_data(cfg)
@@ -316,7 +309,7 @@ def _embed_splits(cfg: EmbedConfig, dist: Any, root: Path, named: list[tuple[str
     results = []
     for split, ds in named:
         writer = store.StoreWriter(run_dir.path / split if split_layout else run_dir.path, identities[split], len(ds),
-                                   cfg.shard_size, model.spec.row_shape(n_layers, hidden), cfg.store_dtype)
+                                   cfg.output.shard_size, model.spec.row_shape(n_layers, hidden), cfg.output.store_dtype)
         results.append(_embed_split(cfg, dist, writer, split, ds, model, device, dtype, label_map, common, progress))
     if split_layout and dist.is_main_process:
         store.write_splits_index(run_dir.path, [name for name, _ in named])
@@ -375,10 +368,10 @@ def _claim_store_dir(cfg: EmbedConfig, dist: Any, root: Any, identities: dict[st
     from bertkit.features import store
     from bertkit.io import rundir
 
-    run = rundir.claim_run_dir(root, "embed", overwrite=cfg.overwrite, compare=lambda path: store.run_differences(
+    run = rundir.claim_run_dir(root, "embed", overwrite=cfg.output.overwrite, compare=lambda path: store.run_differences(
         path, identities, split_layout)) if dist.is_main_process else None
     dist.wait_for_everyone()
-    return run or rundir.RunDir(root, "embed", cfg.overwrite, path=rundir.write_path(root, cfg.overwrite))
+    return run or rundir.RunDir(root, "embed", cfg.output.overwrite, path=rundir.write_path(root, cfg.output.overwrite))
 
 
 def _embed_split(cfg: EmbedConfig, dist: Any, writer: Any, split: str, ds: Any, model: _Encoder, device: Any,
@@ -415,7 +408,7 @@ def _embed_split(cfg: EmbedConfig, dist: Any, writer: Any, split: str, ds: Any, 
                         "tokens": sum(m["tokens"] for m in metas),
                         "n_truncated": sum(m["n_truncated"] for m in metas),
                         "windows": sum(m.get("windows", 0) for m in metas),
-                        "shard_size": cfg.shard_size, "n_shards": len(writer.ranges)}
+                        "shard_size": cfg.output.shard_size, "n_shards": len(writer.ranges)}
             writer.finalize(manifest, labels)
         if status == "partial":
             result.status = "resumed"

@@ -32,14 +32,13 @@ from bertkit.errors import UserError, raise_if_problems
 from bertkit.features.settings import Pooling, PoolingOptions, layers_problem
 from bertkit.io import atomic, trail
 from bertkit.models.card import export_card_facts, write_model_card
-from bertkit.models.export_gate import GateReport, refusal_message
+from bertkit.models.export_gate import GateOptions, GateReport, refusal_message
 from bertkit.models.folders import resolve_model_name
 from bertkit.models.metadata import is_tagger, read_as_saved
 from bertkit.models.preflight import check_inputs
 from bertkit.options import (
     MODEL,
     OUTPUT,
-    RUN,
     Config,
     all_fields,
     build,
@@ -62,14 +61,6 @@ log = logging.getLogger(__name__)
 
 EXPORT_KINDS = ("auto", "classifier", "features", "tagger")
 QUANTIZE = ("int8", "none")
-MIN_COSINE = 0.98
-"""The default --min-cosine of a features export. Measured on minilm-offline, SST-2 dev (872 rows): fp32 ONNX gives
-cosine 1.0000 on every row; int8 (per-channel weights) [CLS] features a mean of 0.995 (lowest row 0.989), mean
-pooling 0.991 (lowest 0.966). Per-tensor int8 gave 0.983 and 0.958 (lowest row 0.78): 0.98 keeps the first and
-refuses the second; broken int8 encoders (onnxruntime#9599) land far below. The mean is gated: one odd row should
-not refuse features that are otherwise the same."""
-
-
 @dataclass(frozen=True)
 class ExportConfig(Config):
     """`bertkit export`: a fine-tuned classifier (logits) or an encoder (pooled features) to an ONNX folder,
@@ -102,17 +93,7 @@ class ExportConfig(Config):
     reading: LongTextOptions = group(LongTextOptions)
     pooling: PoolingOptions = group(PoolingOptions)
     batch_size: int = option(64, "Rows per gate batch (sorted by length).", above=0)
-    min_agreement: float = option(0.99, "The least share of gate rows (a tagger: of words) whose label (tag) the export "
-                                  "predicts as the PyTorch fp32 model does; below it nothing is kept (exit 2).",
-                                  panel=RUN, minimum=0)
-    max_drop: float = option(0.01, "Taggers, gate data with gold tags: the most the export's entity F1 (plain tags: word "
-                             "accuracy) may fall below the PyTorch fp32 model's; more and nothing is kept (exit 2).",
-                             panel=RUN, minimum=0)
-    min_cosine: float = option(MIN_COSINE, "Features: the least mean (over the gate rows) cosine similarity between the "
-                               "export's and the PyTorch fp32 features; below it nothing is kept (exit 2). Measured "
-                               "on MiniLM, SST-2 dev: fp32 1.000; int8 0.995 with --pool cls, 0.991 with mean.",
-                               panel=RUN, minimum=-1)
-    force: bool = option(False, "Keep an export the gate refuses (its export_report.json says so).", panel=OUTPUT)
+    gate: GateOptions = group(GateOptions)
     overwrite: bool = overwrite_option("an export", done="passed the gate")
 
     def __post_init__(self) -> None:
@@ -121,12 +102,7 @@ class ExportConfig(Config):
             problems.append("--model is required: a fine-tuned model folder (e.g. runs/sst2/best) or an encoder.")
         if not self.out:
             problems.append("--out is required: the folder the export is written to.")
-        if self.min_agreement > 1:
-            problems.append(f"--min-agreement is a share of rows, at most 1; got {self.min_agreement}.")
-        if self.max_drop > 1:
-            problems.append(f"--max-drop is a fall of a score between 0 and 1, at most 1; got {self.max_drop}.")
-        if self.min_cosine > 1:
-            problems.append(f"--min-cosine is a cosine similarity, at most 1; got {self.min_cosine}.")
+        problems += self.gate.gate_problems()
         problems += layers_problem(self.pooling.layers)
         problems += self.reading.long_text_problems()
         raise_if_problems(problems)
@@ -226,19 +202,19 @@ def _gated_report(cfg: ExportConfig, kind: str, staged: Path, model: Any, tokeni
     exported = onnx.load_export(staged, kind)
     if isinstance(dataset, GateSentences):
         gate = tag_gate.export_tagger_gate(cfg.model or "", model, exported, tokenizer, reading, dataset,
-                                           batch_size=cfg.batch_size, min_agreement=cfg.min_agreement,
-                                           max_drop=cfg.max_drop)
+                                           batch_size=cfg.batch_size, min_agreement=cfg.gate.min_agreement,
+                                           max_drop=cfg.gate.max_drop)
     elif kind == "classifier":
         gate = classifier_gate(model, exported, tokenizer, dataset, cfg, reading)
     else:
         gate = features_gate(model, exported, tokenizer, dataset, cfg, spec, reading)
     report = {"model": cfg.model, "kind": kind, "quantized": cfg.quantized, "backend": exported.backend,
               "data": dataset.source, "data_fingerprint": dataset.fingerprint, **gate,
-              "forced": bool(cfg.force and not gate["passed"]), "config": config_dict(cfg),
+              "forced": bool(cfg.gate.force and not gate["passed"]), "config": config_dict(cfg),
               "versions": {k: v for k, v in package_versions().items()
                            if k in ("bertkit", "torch", "transformers", "onnxruntime", "onnx")}}
     del exported  # the session holds model.onnx open
-    if not gate["passed"] and not cfg.force:
+    if not gate["passed"] and not cfg.gate.force:
         raise UserError(refusal_message(report, cfg))
     return report, gate
 
@@ -420,10 +396,10 @@ def classifier_gate(model: Any, exported: Any, tokenizer: Any, dataset: TextData
         same = (a == b) if a.ndim == 1 else (a == b).all(axis=1)
     agreement = float(same.mean()) if len(same) else 1.0
     result: dict[str, Any] = {
-        "statistic": "agreement", "threshold": cfg.min_agreement, "rows": len(dataset), "task": task,
+        "statistic": "agreement", "threshold": cfg.gate.min_agreement, "rows": len(dataset), "task": task,
         "agreement": agreement, "disagreeing_rows": int((~same).sum()),
         "max_abs_logit_diff": float(np.abs(reference - logits).max()) if len(dataset) else 0.0,
-        "passed": agreement >= cfg.min_agreement}
+        "passed": agreement >= cfg.gate.min_agreement}
     if dataset.labels is not None:
         y = label_map.encode(dataset.labels, f"The gate data {dataset.source}")
         metric = SHAPE[task].headline
@@ -447,7 +423,7 @@ def features_gate(model: Any, exported: Any, tokenizer: Any, dataset: TextDatase
     norms = np.linalg.norm(reference, axis=1) * np.linalg.norm(features, axis=1)
     cosine = (reference * features).sum(axis=1) / np.maximum(norms, 1e-12)
     mean = float(cosine.mean()) if len(cosine) else 1.0
-    return {"statistic": "mean_cosine", "threshold": cfg.min_cosine, "rows": len(dataset),
+    return {"statistic": "mean_cosine", "threshold": cfg.gate.min_cosine, "rows": len(dataset),
             "mean_cosine": mean, "min_cosine": float(cosine.min()) if len(cosine) else 1.0,
             "max_abs_diff": float(np.abs(reference - features).max()) if len(cosine) else 0.0,
-            "passed": mean >= cfg.min_cosine}
+            "passed": mean >= cfg.gate.min_cosine}

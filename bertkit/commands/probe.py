@@ -109,7 +109,7 @@ class ProbeConfig(Config):
         if len(set(self.pools)) != len(self.pools) or not self.pools:
             problems.append(f"--pool must list distinct poolings (cls, mean, max), e.g. cls,mean; got {self.pool!r}.")
         problems += layers_problem(self.layers)
-        problems += self.inputs.task_problems(reads_words=True)
+        problems += self.inputs.task_problems()
         if self.features is not None and (self.inputs.task in ("multi_label",
                                                                "regression") or self.inputs.label_sep is not None):
             problems.append("--features stores hold one class per row; probe tags or numbers from the text with --data "

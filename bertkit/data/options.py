@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, ClassVar
 
 from bertkit.data.cachedir import cache_in_out_problem
@@ -15,7 +14,7 @@ from bertkit.data.cells import is_blank_text
 from bertkit.data.labels import TASKS as SHAPE_NAMES
 from bertkit.data.presets import NO_PRESET, PresetFill, apply_preset
 from bertkit.data.sources import HEADER_MODES
-from bertkit.data.tagged import TAGGED_SUFFIXES, is_file_value, is_tagged_file, is_tagged_hub
+from bertkit.data.tagged import is_file_value, is_tagged_file, is_tagged_hub
 from bertkit.options import DATA, RUN, field_problems, option, value
 
 
@@ -76,7 +75,7 @@ def config_problems(config: Any) -> list[str]:
 
 
 WORD_TASK = "tags"
-"""--task tags: one tag per word (a tagged corpus), read by the commands whose options set READS_WORDS."""
+"""--task tags: one tag per word (a tagged corpus): the word path of every command that has --task."""
 TASKS = ("auto", *SHAPE_NAMES, WORD_TASK)
 WORD_TASKS = ("auto", WORD_TASK)
 """--task where a command reads either rows or tagged corpora and nothing else (embed)."""
@@ -94,15 +93,6 @@ def reads_tagged(task: str, data: str | None, config: str | None = None, train_s
     try:
         return is_tagged_file(data) if is_file_value(data) else is_tagged_hub(data, config, train_split)
     except OSError:  # a path this machine cannot open (too long...): the data options' checks say why
-        return False
-
-
-def is_local_tagged_file(data: str) -> bool:
-    """Whether --data is a local tagged corpus, told by its extension or its first lines (`data.tagged.is_tagged_file`)
-    without looking a hub dataset up; a path that cannot be opened is not."""
-    try:
-        return Path(data).suffix.lower() in TAGGED_SUFFIXES or (is_file_value(data) and is_tagged_file(data))
-    except OSError:
         return False
 
 
@@ -161,17 +151,10 @@ class TaskOptions(LabelOptions):
                             "(one threshold, best dev micro-F1) or tune-per-label (one per label, best dev F1).",
                             numbers=True)
 
-    def task_problems(self, reads_words: bool) -> list[str]:
-        """--threshold in (0, 1) or a tuning mode; --label-sep only where tags are read; tagged data only for a
-        command that `reads_words` (the others refuse it)."""
+    def task_problems(self) -> list[str]:
+        """--threshold in (0, 1) or a tuning mode; --label-sep only where tags are read. (Every command with a task
+        reads tagged data too: --task tags, or a tagged --data, is its word path.)"""
         problems = threshold_problems(self.threshold)
-        tagged_file = self.task == "auto" and isinstance(self.data, str) and is_local_tagged_file(self.data)
-        if (self.task == WORD_TASK or tagged_file) and not reads_words:
-            problems.append("Tagged data (one tag per word: --task tags, or a .iob2/.conll file) is read by the "
-                            "commands that learn or score a tag per word (`bertkit finetune`, `sweep`, `distill`, "
-                            "`probe`, `embed`, `bench`; `evaluate` and `export` with a tagging model); this one reads "
-                            "one label (or tag set, or number) per row. Fine-tune a tagger with `bertkit finetune "
-                            "--data train.iob2 --dev dev.iob2`, or pass row-labelled data (--task auto).")
         if self.label_sep is not None and self.task in ("single_label", "regression"):
             problems.append(f"--label-sep splits tag lists (multi-label data); it does not apply to --task {self.task}. "
                             f"Drop --label-sep, or pass --task multi_label (or auto).")

@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 from bertkit.errors import UserError, raise_if_problems
 from bertkit.models.preflight import saved_model_limits
-from bertkit.options import MODEL, option
+from bertkit.options import MODEL, OUTPUT, option, overwrite_option
 
 POOLS = ("cls", "mean", "max")
 WORD = "word"
@@ -167,6 +167,20 @@ class PoolingOptions:
                          "all.", panel=MODEL)
     combine: str | None = combine_option()
     normalize: bool = option(False, "L2-normalise every feature vector (each layer's for --layers all).", panel=MODEL)
+
+
+@dataclass(frozen=True)
+class StoreOptions:
+    """The output group of `bertkit embed`: where the feature store goes, in what precision and shard size."""
+
+    ADVANCED_OPTIONS = ("shard_size",)
+
+    out: str | None = option(None, "Store directory (with --dev/--test: OUT/train, OUT/dev, OUT/test).", panel=OUTPUT)
+    store_dtype: str = option("float32", "Stored precision (float16 halves the disk).", panel=OUTPUT,
+                              choices=STORE_DTYPES)
+    shard_size: int = option(2048, "Rows per shard: the unit of streaming writes and of resume.", panel=OUTPUT,
+                             above=0)
+    overwrite: bool = overwrite_option("a store")
 
 
 def check_layers_exist(layers: str | None, model: str | None) -> None:

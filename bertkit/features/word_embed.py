@@ -232,7 +232,7 @@ def word_options_problems(cfg: Any) -> list[str]:
     """`bertkit embed` on tagged data (`cfg`: its config): --data and --out given, the reading and pooling valid, no
     option the word path does not read (`cfg.WORD_OPTIONS`), and no int8 (word vectors are read in float)."""
     problems = [] if cfg.inputs.data else ["--data is required: the tagged file whose words to embed."]
-    problems += [] if cfg.out else ["--out is required: the directory the word store is written to."]
+    problems += [] if cfg.output.out else ["--out is required: the directory the word store is written to."]
     given = [f.name for f in all_fields(type(cfg)) if f.name not in cfg.WORD_OPTIONS and value(cfg, f.name) != f.default
              and (value(cfg, f.name) or f.default)]  # an empty list given for an empty tuple is not given
     problems += [f"{flag(name)} does not apply to tagged data (a word store); it takes "
@@ -257,8 +257,8 @@ def run_word_embed_options(cfg: Any, compute: Compute, progress: bool = False) -
     """`bertkit embed` on tagged data (`cfg`: its config): --out checked before the model loads, then every split."""
     from bertkit.io import ownership, rundir
 
-    out = Path(cfg.out).expanduser()
-    rundir.inspect_run_dir(out, "embed", overwrite=cfg.overwrite, inputs=ownership.input_paths(cfg))  # read-only
+    out = Path(cfg.output.out).expanduser()
+    rundir.inspect_run_dir(out, "embed", overwrite=cfg.output.overwrite, inputs=ownership.input_paths(cfg))  # read-only
     encoder = load_word_encoder(cfg.model, compute, cfg.trust_remote_code)
     others = [(name, str(value)) for name, value in (("dev", cfg.inputs.dev), ("test", cfg.inputs.test)) if value]
     found = tagged_sources(str(cfg.inputs.data), [value for _, value in others], cfg.inputs.data_config,
@@ -268,5 +268,5 @@ def run_word_embed_options(cfg: Any, compute: Compute, progress: bool = False) -
     reading = Reading.of_words(cfg.word_pool, cfg.reading.max_length, cfg.reading.stride)
     return run_word_embed(named, columns, reading, word_pooling(cfg.pooling.layers, cfg.pooling.combine or "concat"),
                           encoder, out,
-                          cfg.overwrite, cfg.shard_size, cfg.rows_per_batch, str(encoder.model.device),
+                          cfg.output.overwrite, cfg.output.shard_size, cfg.rows_per_batch, str(encoder.model.device),
                           progress)

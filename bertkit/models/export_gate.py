@@ -1,6 +1,7 @@
-"""The export gate's report, typed (`bertkit export` returns it, `cli/show.py` reads its attributes; it writes back
-the object export_report.json holds), and the refusal message with the digits that show a number below its
-threshold. Beside `models.onnx`, whose export folder holds the report."""
+"""The export gate: its thresholds as the options group of `bertkit export` (`GateOptions`), its report, typed
+(`bertkit export` returns it, `cli/show.py` reads its attributes; it writes back the object export_report.json holds),
+and the refusal message with the digits that show a number below its threshold. Beside `models.onnx`, whose export
+folder holds the report."""
 
 from __future__ import annotations
 
@@ -8,6 +9,43 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bertkit.io.atomic import JsonRecord
+from bertkit.options import OUTPUT, RUN, option
+
+MIN_COSINE = 0.98
+"""The default --min-cosine of a features export. Measured on minilm-offline, SST-2 dev (872 rows): fp32 ONNX gives
+cosine 1.0000 on every row; int8 (per-channel weights) [CLS] features a mean of 0.995 (lowest row 0.989), mean
+pooling 0.991 (lowest 0.966). Per-tensor int8 gave 0.983 and 0.958 (lowest row 0.78): 0.98 keeps the first and
+refuses the second; broken int8 encoders (onnxruntime#9599) land far below. The mean is gated: one odd row should
+not refuse features that are otherwise the same."""
+
+
+@dataclass(frozen=True)
+class GateOptions:
+    """The gate group of `bertkit export`: the least agreement, the most score drop and the least cosine an export
+    must show against the PyTorch fp32 model to be kept, and --force."""
+
+    min_agreement: float = option(0.99, "The least share of gate rows (a tagger: of words) whose label (tag) the export "
+                                  "predicts as the PyTorch fp32 model does; below it nothing is kept (exit 2).",
+                                  panel=RUN, minimum=0)
+    max_drop: float = option(0.01, "Taggers, gate data with gold tags: the most the export's entity F1 (plain tags: word "
+                             "accuracy) may fall below the PyTorch fp32 model's; more and nothing is kept (exit 2).",
+                             panel=RUN, minimum=0)
+    min_cosine: float = option(MIN_COSINE, "Features: the least mean (over the gate rows) cosine similarity between the "
+                               "export's and the PyTorch fp32 features; below it nothing is kept (exit 2). Measured "
+                               "on MiniLM, SST-2 dev: fp32 1.000; int8 0.995 with --pool cls, 0.991 with mean.",
+                               panel=RUN, minimum=-1)
+    force: bool = option(False, "Keep an export the gate refuses (its export_report.json says so).", panel=OUTPUT)
+
+    def gate_problems(self) -> list[str]:
+        """Each threshold within its range (the lower bounds are the declarations')."""
+        problems = []
+        if self.min_agreement > 1:
+            problems.append(f"--min-agreement is a share of rows, at most 1; got {self.min_agreement}.")
+        if self.max_drop > 1:
+            problems.append(f"--max-drop is a fall of a score between 0 and 1, at most 1; got {self.max_drop}.")
+        if self.min_cosine > 1:
+            problems.append(f"--min-cosine is a cosine similarity, at most 1; got {self.min_cosine}.")
+        return problems
 
 
 @dataclass(frozen=True)
@@ -64,17 +102,17 @@ def refusal_message(report: dict[str, Any], cfg: Any) -> str:
         numbers = _tagger_numbers(report, cfg)
         lower = "--min-agreement (or raise --max-drop)"
     elif report["statistic"] == "agreement":
-        share = below(report["agreement"], cfg.min_agreement)
+        share = below(report["agreement"], cfg.gate.min_agreement)
         numbers = (f"predicts the PyTorch fp32 model's label on a share {share} of {report['rows']} gate rows "
-                   f"({report['disagreeing_rows']} disagree), below --min-agreement {cfg.min_agreement!r}; largest "
+                   f"({report['disagreeing_rows']} disagree), below --min-agreement {cfg.gate.min_agreement!r}; largest "
                    f"logit difference {report['max_abs_logit_diff']:.3g}")
         if report.get("metric"):
             numbers += f"; {report['metric']} {report['metric_fp32']:.4f} -> {report['metric_export']:.4f}"
         lower = "--min-agreement"
     else:
-        numbers = (f"has features with mean cosine similarity {below(report['mean_cosine'], cfg.min_cosine)} "
+        numbers = (f"has features with mean cosine similarity {below(report['mean_cosine'], cfg.gate.min_cosine)} "
                    f"(lowest row {report['min_cosine']:.6g}) to the PyTorch fp32 features on {report['rows']} gate "
-                   f"rows, below --min-cosine {cfg.min_cosine!r}")
+                   f"rows, below --min-cosine {cfg.gate.min_cosine!r}")
         lower = "--min-cosine"
     fix = ("Export with --quantize none (fp32 ONNX, which matches PyTorch), " if cfg.quantized else
            "Check the model with the PyTorch folder, ")
@@ -86,14 +124,14 @@ def _tagger_numbers(report: dict[str, Any], cfg: Any) -> str:
     """A tagger's gate numbers: what failed first (the tag agreement below --min-agreement, the score's drop above
     --max-drop), then the rest."""
     failed = []
-    if report["agreement"] < cfg.min_agreement:
-        failed.append(f"tags a share {below(report['agreement'], cfg.min_agreement)} of {report['words']} words "
+    if report["agreement"] < cfg.gate.min_agreement:
+        failed.append(f"tags a share {below(report['agreement'], cfg.gate.min_agreement)} of {report['words']} words "
                       f"({report['rows']} gate sentences) as the PyTorch fp32 model does, below --min-agreement "
-                      f"{cfg.min_agreement!r}")
+                      f"{cfg.gate.min_agreement!r}")
     drop = report.get("metric_drop")
-    if drop is not None and drop > cfg.max_drop:
+    if drop is not None and drop > cfg.gate.max_drop:
         failed.append(f"scores {report['metric']} {report['metric_export']:.4f} on the gold tags against the fp32 "
-                      f"model's {report['metric_fp32']:.4f}, a drop of {drop:.4f}, above --max-drop {cfg.max_drop!r}")
+                      f"model's {report['metric_fp32']:.4f}, a drop of {drop:.4f}, above --max-drop {cfg.gate.max_drop!r}")
     numbers = " and ".join(failed)
     if report.get("entity_agreement") is not None:
         numbers += f"; its entities agree with the fp32 model's at F1 {report['entity_agreement']:.4f}"

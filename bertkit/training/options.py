@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar
 
 from bertkit.data.options import TaskOptions, config_problems, reads_tagged
 from bertkit.encoding.reading import ReadingOptions
@@ -177,9 +176,6 @@ class FinetuneOptions(Config):
 
     REQUIRED_OPTIONS = ("data", "out")
     ADVANCED_OPTIONS = ("trust_remote_code",)
-    READS_WORDS: ClassVar[bool] = True
-    """Tagged data is read (--task tags, or a CoNLL-style --data): the run trains a tagger."""
-
     model: str = option("minilm-offline", "Pretrained encoder to fine-tune: hub id, local folder, or `minilm-offline`.",
                         panel=MODEL)
     inputs: TaskOptions = group(TaskOptions)
@@ -209,7 +205,7 @@ class FinetuneOptions(Config):
             problems.append("--data is required: the training file (or hub dataset).")
         if not self.output.out:
             problems.append("--out is required: the run directory (re-running with the same --out resumes).")
-        return problems + self.inputs.task_problems(self.READS_WORDS)
+        return problems + self.inputs.task_problems()
 
     @property
     def reads_words(self) -> bool:
