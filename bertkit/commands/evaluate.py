@@ -147,7 +147,8 @@ def run(cfg: EvaluateConfig, *, progress: bool = False) -> EvaluateResult:
     from bertkit.scoring.outputs import OutputReader, classifier_read, score_outputs
     from bertkit.scoring.shapes import inapplicable_options
 
-    external = [metrics.load_metric(spec) for spec in cfg.metrics.external_metrics]  # before any work: a missing one stops here
+    # before any work: a missing one stops here
+    external = [metrics.load_metric(spec) for spec in cfg.metrics.external_metrics]
     # the one resolution of --precision for this run (an ONNX export: its own): auto reads in the precision the
     # model records where this device runs it natively, and says so where it cannot
     compute = infer.export_compute_of(cfg.model or "", cfg.precision)
@@ -170,16 +171,14 @@ def run(cfg: EvaluateConfig, *, progress: bool = False) -> EvaluateResult:
     y = label_map.encode(dataset.labels or [], f"The data {dataset.source}")
     counted = RowsCut()
     temperature = saved_temperature(cfg.model or "")  # --calibrate temperature at training
-    reader = OutputReader(label_map, classifier_read(model, tokenizer, reading, cfg.batch_size, compute, progress, counted,
-                                                     temperature),
-                          saved_threshold(cfg.model or ""), counted=counted, temperature=temperature)
+    read = classifier_read(model, tokenizer, reading, cfg.batch_size, compute, progress, counted, temperature)
+    reader = OutputReader(label_map, read, saved_threshold(cfg.model or ""), counted=counted, temperature=temperature)
     outputs = reader.all_outputs(dataset)  # a few numbers per row; the texts are read a window at a time
     scores = score_outputs(outputs, y)
     metrics.add_requested(scores, cfg.metrics.metric_list, external, outputs.decisions(), y)
-    result = EvaluateResult(cfg.model or "", dataset.source, dataset.fingerprint, cfg.reading.max_length,
-                            cfg.reading.long_text, cfg.reading.truncation,
-                            infer.precision_of(model, compute), Scores.from_json(scores),
-                            None if cfg.reading.long_text == "chunk" else counted.cut, temperature)
+    result = EvaluateResult(cfg.model or "", dataset.source, dataset.fingerprint, reading.max_length,
+                            reading.long_text, reading.truncation, infer.precision_of(model, compute),
+                            Scores.from_json(scores), None if reading.chunked else counted.cut, temperature)
     if plan is not None:
         run_dir = plan.claim()
         trail.write_run_config(run_dir.path, "evaluate", config_dict(given), data_fingerprint=dataset.fingerprint)
