@@ -273,7 +273,7 @@ def test_loop_equals_a_hand_written_pytorch_loop(no_dropout_bert, toy_files, tmp
     cfg = make_cfg(no_dropout_bert, train, dev, tmp_path / "run", epochs=2, lr=1e-3, weight_decay=0.1, max_grad_norm=0.5)
     finetune(cfg, progress=False)
 
-    splits = load_splits(cfg)
+    splits = load_splits(cfg.inputs)
     tokenizer = loading.load_tokenizer(str(no_dropout_bert))
     enc = encode_dataset(tokenizer, splits.train, DEFAULT_MAX_LENGTH)  # the run read the tiny model (no record) at 128
     y = torch.as_tensor(splits.label_map.encode(splits.train.labels, "train"))

@@ -381,7 +381,7 @@ def test_embed_cli_chunk_and_truncation_are_part_of_the_stores_identity(tiny_ber
     assert (m["long_text"], m["stride"], m["truncation"], m["n_truncated"]) == ("chunk", 16, "head", 0)
     assert m["windows"] > 4 * 30 and chunked.features.shape == (4, 32)  # one row per text, not per window
     assert f"as {m['windows']:,} windows" in result.output
-    ds = load_dataset_split(EmbedConfig.of(data=str(path), out="x"), str(path), need_labels=False)
+    ds = load_dataset_split(EmbedConfig.of(data=str(path), out="x").inputs, str(path), need_labels=False)
     direct = extract_features(encoder, tokenizer, ds, pool="mean", reading=Reading(64, "chunk", stride=16),
                               )
     np.testing.assert_allclose(chunked.features, direct, atol=1e-5)
@@ -418,7 +418,7 @@ def test_probe_reads_long_texts_as_asked_and_its_saved_probe_does_too(tiny_bert_
                                  "--max-length", "64", "--long-text", "chunk", "--stride", "16", "--pool", "mean",
                                  "--layers", "-1", "--no-baselines", "--precision", "fp32", "--out", str(out), "--quiet", "--json"])
     assert result.exit_code == 0, result.output
-    ds = load_dataset_split(EmbedConfig.of(data=str(dev), out="x"), str(dev), need_labels=False)
+    ds = load_dataset_split(EmbedConfig.of(data=str(dev), out="x").inputs, str(dev), need_labels=False)
     cached = np.load(out / "features" / "dev-mean-2.npy")
     direct = extract_features(encoder, tokenizer, ds, pool="mean", reading=Reading(64, "chunk", stride=16),
                               )

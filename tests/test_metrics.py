@@ -394,7 +394,7 @@ def test_explicit_accuracy_on_regression_exits_2_and_the_default_becomes_pearson
     from bertkit.training.finetune import _for_the_shape
 
     cfg = FinetuneConfig.of(data=str(scores), out=str(tmp_path / "b"))
-    splits = load_splits(cfg, need_labels=True, need_dev=True)
+    splits = load_splits(cfg.inputs, need_labels=True, need_dev=True)
     assert _for_the_shape(cfg, splits).training.metric_for_best == "pearson"
 
 
@@ -405,7 +405,7 @@ def test_options_the_shape_ignores_are_warned_about(classifier_dir, toy_tsv, tmp
     cfg = FinetuneConfig.of(data=str(toy_tsv), out=str(tmp_path / "run"), threshold="0.3", metric=("mcc", "pearson"))
     monkeypatch.setattr(logging.getLogger("bertkit"), "propagate", True)  # the CLI turns it off; caplog is at the root
     with caplog.at_level("WARNING", logger="bertkit"):
-        resolved = _for_the_shape(cfg, load_splits(cfg, need_labels=True, need_dev=True))
+        resolved = _for_the_shape(cfg, load_splits(cfg.inputs, need_labels=True, need_dev=True))
     warned = " ".join(r.getMessage() for r in caplog.records)
     assert "--threshold 0.3 is the decision threshold of multi-label (tag) data; this is single-label data" in warned
     assert "--metric pearson is not computed for single-label data" in warned and "--metric mcc" not in warned

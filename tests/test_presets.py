@@ -34,7 +34,7 @@ OFFICIAL = {"cola": ("mcc",), "sst2": ("accuracy",), "mrpc": ("binary_f1", "accu
 
 
 def columns(cfg) -> tuple:
-    return cfg.text_column, cfg.text_pair_column, cfg.label_column
+    return cfg.inputs.text_column, cfg.inputs.text_pair_column, cfg.inputs.label_column
 
 
 @pytest.mark.parametrize("task", list(HUB))
@@ -102,7 +102,7 @@ def test_a_column_message_does_not_go_back_to_the_presets(tmp_path, monkeypatch)
     monkeypatch.setattr(presets, "preset_values", asked)
     monkeypatch.setattr(presets, "find_preset", asked)
     with pytest.raises(UserError, match=r"Column 'sentence1' \(set by --task-preset glue/rte"):
-        load_dataset_split(cfg, str(path))
+        load_dataset_split(cfg.inputs, str(path))
 
 
 def test_recipe_values_win_over_the_preset_and_flags_over_both(tmp_path):
@@ -133,7 +133,7 @@ def test_an_unknown_preset_lists_the_valid_ones():
 def test_rte_tsv_reads_with_the_preset_alone(shared_data):
     cfg = ProbeConfig.of(task_preset="glue/rte", data=str(shared_data / "rte" / "train.tsv"),
                       dev=str(shared_data / "rte" / "dev.tsv"), limit=20)
-    splits = load_splits(cfg)
+    splits = load_splits(cfg.inputs)
     assert len(splits.train) == 20 and splits.train.pairs is not None
     assert set(splits.label_map.labels) == {"entailment", "not_entailment"}
 
@@ -142,12 +142,12 @@ def test_glue_download_layouts_read_with_the_preset(tmp_path):
     cola = tmp_path / "cola.tsv"  # headerless: source, label, original mark, sentence
     cola.write_text("gj04\t1\t\tThe cat sat on the mat.\ngj04\t0\t*\tCat the mat on sat.\n"
                     "gj04\t1\t\tShe left early.\ngj04\t0\t*\tLeft she early the.\n", encoding="utf-8")
-    rows = load_dataset_split(FinetuneConfig.of(task_preset="glue/cola", data=str(cola), out="o"), str(cola))
+    rows = load_dataset_split(FinetuneConfig.of(task_preset="glue/cola", data=str(cola), out="o").inputs, str(cola))
     assert rows.texts[0] == "The cat sat on the mat." and rows.labels == [1, 0, 1, 0]
     mrpc = tmp_path / "mrpc.tsv"
     mrpc.write_text("Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n1\t1\t2\tHe said hi.\tHe greeted.\n"
                     "0\t3\t4\tIt rained.\tThe sun shone.\n", encoding="utf-8")
-    rows = load_dataset_split(FinetuneConfig.of(task_preset="glue/mrpc", data=str(mrpc), out="o"), str(mrpc))
+    rows = load_dataset_split(FinetuneConfig.of(task_preset="glue/mrpc", data=str(mrpc), out="o").inputs, str(mrpc))
     assert rows.texts == ["He said hi.", "It rained."] and rows.pairs == ["He greeted.", "The sun shone."]
     assert rows.labels == [1, 0]
 
@@ -157,7 +157,7 @@ def test_glue_recipes_load_for_finetune_and_evaluate(task):
     for command, cls in (("finetune", FinetuneConfig), ("evaluate", EvaluateConfig)):
         values = recipes.load_recipe(f"glue-{task}", command, cls)
         cfg = cls.of(**values)
-        assert cfg.task_preset == f"glue/{task}" and cfg.data_config == task and columns(cfg) == HUB[task]
+        assert cfg.inputs.task_preset == f"glue/{task}" and cfg.inputs.data_config == task and columns(cfg) == HUB[task]
     assert EvaluateConfig.of(**recipes.load_recipe("glue-mnli", "evaluate", EvaluateConfig)).inputs.train_split == \
         "validation_mismatched"
 
@@ -172,16 +172,16 @@ def test_a_column_the_preset_chose_is_named_as_the_presets_with_the_override(tmp
     path.write_text("review\tstars\n" + "".join(f"row {i}\t{i % 2}\n" for i in range(10)), encoding="utf-8")
     for preset, column, flag in (("glue/rte", "sentence1", "--text-column"), ("glue/cola", "3", "--text-column")):
         with pytest.raises(UserError) as err:
-            load_dataset_split(FinetuneConfig.of(task_preset=preset, data=str(path), out="o"), str(path))
+            load_dataset_split(FinetuneConfig.of(task_preset=preset, data=str(path), out="o").inputs, str(path))
         message = str(err.value)
         assert f"Column '{column}' (set by --task-preset {preset}, which expects the GLUE files' columns)" in message
         assert f"Pass {flag} with one of them to override the preset." in message
     with pytest.raises(UserError, match=r"Column 'stars_given' \(from --label-column\).*Pass --label-column with one "
                                         r"of them\.$"):
         load_dataset_split(FinetuneConfig.of(task_preset="glue/sst2", data=str(path), out="o",
-                                               text_column="review", label_column="stars_given"), str(path))
+                                               text_column="review", label_column="stars_given").inputs, str(path))
     with pytest.raises(UserError, match=r"Column 'label' \(set by --task-preset glue/sst2.*Pass --label-column"):
         load_dataset_split(FinetuneConfig.of(task_preset="glue/sst2", data=str(path), out="o",
-                                               text_column="review"), str(path))
+                                               text_column="review").inputs, str(path))
     result = CliRunner().invoke(app, ["tokens", "--data", str(path), "--task-preset", "glue/mrpc"])
     assert result.exit_code == 2 and "set by --task-preset glue/mrpc" in " ".join(result.output.split())

@@ -148,8 +148,8 @@ def test_a_probe_on_a_saved_model_extracts_as_the_model_was_trained(model_16, tm
     data = tmp_path / "train.tsv"
     data.write_text("sentence\tlabel\n" + "\n".join(f"{t}\t{y}" for t, y in long_rows) + "\n")
     cfg = read_as_saved(ProbeConfig.of(model=str(model_16), data=str(data)))
-    assert (cfg.max_length, cfg.truncation, cfg.long_text) == (16, "head", "cut")
-    assert read_as_saved(ProbeConfig.of(data=str(data))).max_length == 128  # the packaged encoder: the default
+    assert (cfg.reading.max_length, cfg.reading.truncation, cfg.reading.long_text) == (16, "head", "cut")
+    assert read_as_saved(ProbeConfig.of(data=str(data))).reading.max_length == 128  # the packaged encoder: the default
 
 
 # ---------------------------------------------------------------- compute: the precision features were made in

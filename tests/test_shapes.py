@@ -72,7 +72,7 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
 
 
 def read(path: Path, **kw) -> TextDataset:
-    return load_dataset_split(FinetuneConfig.of(data=str(path), out="unused", **kw), str(path))
+    return load_dataset_split(FinetuneConfig.of(data=str(path), out="unused", **kw).inputs, str(path))
 
 
 # ---------------------------------------------------------------- reading labels of every shape
@@ -214,12 +214,12 @@ def test_empty_tag_lists_and_bad_zero_one_cells_are_refused(tmp_path):
 
 def test_dev_tags_must_be_known_and_dev_is_a_random_hold_out(tmp_path):
     train = write_jsonl(tmp_path / "t.jsonl", topic_rows(30, 0))
-    splits = load_splits(FinetuneConfig.of(data=str(train), out="x"))
+    splits = load_splits(FinetuneConfig.of(data=str(train), out="x").inputs)
     assert splits.label_map.task == "multi_label" and len(splits.dev) == 3 and len(splits.train) == 27
     assert "random" in splits.notes[0]
     dev = write_jsonl(tmp_path / "d.jsonl", [{"text": "a", "labels": ["food", "chess"]}])
     with pytest.raises(UserError, match=r"tags not seen in the training data: 'chess'"):
-        load_splits(FinetuneConfig.of(data=str(train), dev=str(dev), out="x"))
+        load_splits(FinetuneConfig.of(data=str(train), dev=str(dev), out="x").inputs)
 
 
 def test_commands_without_tags_keep_refusing_lists_and_predict_ignores_them(tmp_path):

@@ -81,14 +81,14 @@ def test_stride_is_recorded_in_the_tagger_and_read_back_by_predict(tiny_bert_dir
     assert "| `--stride` | 3 |" in (best / "README.md").read_text()
     long = " ".join(["alice", "went", "to", "paris", "and", "the", "dog", "saw", "bob"] * 6)
     asked = read_as_saved(PredictConfig.of(model=str(best), text=(long,)))
-    assert (asked.max_length, asked.stride) == (16, 3)  # predict reads in the windows it was trained in
+    assert (asked.reading.max_length, asked.reading.stride) == (16, 3)  # predict reads in the windows it was trained in
     assert len(predict(PredictConfig.of(model=str(best), text=(long,))).sentences[0].tags) == 54
     assert result.metrics["best_dev"]["n"] == sum(len(s[0]) for s in synthetic_sentences(4, 3, words=(20, 30)))
     again = read_as_saved(FinetuneConfig.of(data=str(train), dev=str(dev), model=str(best), out=str(tmp_path / "t2")))
-    assert (again.max_length, again.stride) == (16, 3)  # a tagger fine-tuned on from it reads in the same windows
+    assert (again.reading.max_length, again.reading.stride) == (16, 3)  # a tagger fine-tuned on from it reads in the same windows
     rows = write_tsv("rows.tsv", toy_rows, ("sentence", "label"))
     text = read_as_saved(FinetuneConfig.of(data=str(rows), model=str(best), out=str(tmp_path / "t3")))
-    assert (text.max_length, text.stride) == (16, None)  # rows of text from its encoder: no tagger's --stride
+    assert (text.reading.max_length, text.reading.stride) == (16, None)  # rows of text from its encoder: no tagger's --stride
 
 
 @pytest.mark.parametrize(("overrides", "message"), [

@@ -67,7 +67,7 @@ def run(cfg: FinetuneConfig, *, progress: bool = True) -> FinetuneResult:
     cfg = checked_as_saved(cfg, "finetune", data_fields=() if words else DATA_FIELDS)  # tagged: its reader checks
     # a tagger reads words in windows of --max-length pieces (given, or as the --model records it), each word at its
     # first piece
-    reading = Reading.of_words(TAGGER_WORD_POOL, cfg.reading.max_length, cfg.tagging.stride) if words \
+    reading = Reading.of_words(TAGGER_WORD_POOL, cfg.reading.max_length, cfg.reading.stride) if words \
         else Reading.from_options(cfg.reading)
     data = checked_tagged_data(cfg, reading) if words else None
     from bertkit.training.finetune import finetune, training_device

@@ -142,7 +142,7 @@ class ProbeConfig(Config):
         """The word path's refusals: --data and --dev tagged files (or --features a word store), and no option it
         does not read."""
         if self.features is not None:
-            return word_store_problems(self) + word_settings_problems(self, self.layers)
+            return word_store_problems(self) + word_settings_problems(self, self.layers, self.combine)
         problems = []
         if self.inputs.data is None or self.inputs.dev is None:
             problems.append("Probing words needs --data (tagged training data) and --dev (tagged dev data: a file, or "
@@ -159,7 +159,7 @@ class ProbeConfig(Config):
         given = [f for f in defaults if f not in self.WORD_OPTIONS and value(self, f) != defaults[f]
                  and (value(self, f) or defaults[f])]  # an empty list given for an empty tuple is not given
         problems += [f"{flag(name)} does not apply to word probes (tagged data): they take {', '.join(flag(o) for o in self.WORD_OPTIONS[1:])}. Drop {flag(name)}." for name in given]
-        return problems + word_settings_problems(self, self.layers)
+        return problems + word_settings_problems(self, self.layers, self.combine)
 
     @property
     def pools(self) -> list[str]:

@@ -50,6 +50,18 @@ class ReadingOptions:
 
 
 @dataclass(frozen=True)
+class WindowOptions(ReadingOptions):
+    """The reading group of fine-tuning (`bertkit finetune`, `sweep`, `distill`): the window, the cut of an over-long
+    text, and for a tagger (its sentences read as windows of words) the windows' overlap."""
+
+    ADVANCED_OPTIONS = ("stride",)
+
+    stride: int | None = option(None, "Tagged data: word pieces neighbouring windows of a sentence longer than "
+                                "--max-length share (default: a quarter of --max-length). Recorded in the model: "
+                                "predict and evaluate read in the same windows.", panel=MODEL, minimum=0)
+
+
+@dataclass(frozen=True)
 class LongTextOptions(ReadingOptions):
     """Texts longer than the window: cut them (--truncation), or run every window and pool (embed/probe/predict/
     evaluate/export). Unset (None), each reads as the artifact read records it (a model's, a probe's, an export's),

@@ -237,7 +237,7 @@ def word_options_problems(cfg: Any) -> list[str]:
              and (value(cfg, f.name) or f.default)]  # an empty list given for an empty tuple is not given
     problems += [f"{flag(name)} does not apply to tagged data (a word store); it takes "
                  f"{', '.join(flag(o) for o in cfg.WORD_OPTIONS)}. Drop {flag(name)}." for name in given]
-    problems += word_settings_problems(cfg, cfg.pooling.layers)
+    problems += word_settings_problems(cfg, cfg.pooling.layers, cfg.pooling.combine)
     check_device(problems, cfg.device)
     return problems
 

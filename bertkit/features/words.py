@@ -43,13 +43,13 @@ def word_pooling_problems(pooling: Pooling) -> list[str]:
     return problems + (["--normalize does not apply to word vectors. Drop it."] if pooling.normalize else [])
 
 
-def word_settings_problems(cfg: Any, layers: str | None) -> list[str]:
+def word_settings_problems(cfg: Any, layers: str | None, combine: str | None) -> list[str]:
     """What is wrong with a config's word reading (--word-pool, --max-length, --stride), its word pooling (`layers`,
-    --combine) and --precision (no int8: word vectors are read in float): `bertkit embed` and `bertkit probe` on
-    tagged data."""
+    `combine`: its --layers and --combine) and --precision (no int8: word vectors are read in float): `bertkit embed`
+    and `bertkit probe` on tagged data."""
     problems = Reading.of_words(cfg.word_pool, cfg.reading.max_length, cfg.reading.stride).word_problems()
     try:
-        word_pooling(layers or "-1", cfg.combine or "concat")
+        word_pooling(layers or "-1", combine or "concat")
     except UserError as exc:
         problems.append(str(exc))
     if cfg.precision == "int8":

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 
 from bertkit.data.options import TaskOptions, config_problems, reads_tagged
-from bertkit.encoding.reading import ReadingOptions
+from bertkit.encoding.reading import WindowOptions
 from bertkit.errors import raise_if_problems
 from bertkit.models.compute import PRECISION_HELP, PRECISIONS, TRUST_HELP
 from bertkit.options import MODEL, OUTPUT, TRACKING, Config, group, option, overwrite_option
@@ -179,7 +179,7 @@ class FinetuneOptions(Config):
     model: str = option("minilm-offline", "Pretrained encoder to fine-tune: hub id, local folder, or `minilm-offline`.",
                         panel=MODEL)
     inputs: TaskOptions = group(TaskOptions)
-    reading: ReadingOptions = group(ReadingOptions)
+    reading: WindowOptions = group(WindowOptions)
     tagging: TaggingOptions = group(TaggingOptions)
     training: TrainingOptions = group(TrainingOptions)
     metrics: MetricOptions = group(MetricOptions)

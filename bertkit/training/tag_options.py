@@ -1,5 +1,5 @@
-"""The tagging group of a fine-tuning run (`TaggingOptions`: --tag-scheme, --label-all-pieces, --stride) and its
-checks (`tagging_problems`), declared once for every command that fine-tunes a tagger (`bertkit finetune`, `bertkit
+"""The tagging group of a fine-tuning run (`TaggingOptions`: --tag-scheme, --label-all-pieces; a tagger's --stride is
+in its reading group, `encoding.reading.WindowOptions`) and the tagging checks (`tagging_problems`), declared once for every command that fine-tunes a tagger (`bertkit finetune`, `bertkit
 sweep`, whose trials are fine-tuning runs, and `bertkit distill` with a tagging teacher), and how a tagger reads its
 words (`TAGGER_WORD_POOL`)."""
 
@@ -24,15 +24,12 @@ NOT_FOR_WORDS = ("text_pair_column", "label_sep", "dev_fraction", "task_preset",
 class TaggingOptions:
     """How a tagger (fine-tuning on tagged data, `bertkit.training.tagging`) reads its tags and is taught them."""
 
-    ADVANCED_OPTIONS = ("tag_scheme", "label_all_pieces", "stride")
+    ADVANCED_OPTIONS = ("tag_scheme", "label_all_pieces")
 
     tag_scheme: str = tag_scheme_option()
     label_all_pieces: bool = option(False, "Tagged data: learn every word piece's tag, not only each word's first "
                                     "piece's (run_ner's --label_all_tokens; a B- word's later pieces learn its I- tag). "
                                     "Scores are per word, from the first piece, either way.", panel=MODEL)
-    stride: int | None = option(None, "Tagged data: word pieces neighbouring windows of a sentence longer than "
-                                "--max-length share (default: a quarter of --max-length). Recorded in the model: "
-                                "predict and evaluate read in the same windows.", panel=MODEL, minimum=0)
 
 
 def tagging_problems(cfg: Any) -> list[str]:
@@ -40,10 +37,11 @@ def tagging_problems(cfg: Any) -> list[str]:
     refusals (`word_problems`); on rows of text, any tagging option given."""
     if cfg.reads_words:
         return word_problems(cfg)
-    unset = {"tag_scheme": "auto", "label_all_pieces": False, "stride": None}
+    given = {"tag_scheme": (cfg.tagging.tag_scheme, "auto"), "label_all_pieces": (cfg.tagging.label_all_pieces, False),
+             "stride": (cfg.reading.stride, None)}
     return [f"{flag(name)} applies to tagged data (one tag per word); {cfg.inputs.data} is read as rows of text. Pass "
             f"a CoNLL-style file (.iob2, .conll) or --task tags, or drop {flag(name)}."
-            for name, default in unset.items() if getattr(cfg.tagging, name) != default]
+            for name, (asked, default) in given.items() if asked != default]
 
 
 def word_problems(cfg: Any) -> list[str]:

@@ -150,7 +150,7 @@ class TrialCheck:
         counted once its trial cuts them), its model and --max-length."""
         self.compute_for(trial.compute.precision)
         if self.tagged is not None:  # the windows a tagger trial reads in: --stride against its --max-length
-            windows = Reading.of_words(TAGGER_WORD_POOL, trial.reading.max_length, trial.tagging.stride)
+            windows = Reading.of_words(TAGGER_WORD_POOL, trial.reading.max_length, trial.reading.stride)
             raise_if_problems(windows.word_problems())
         else:
             splits = self._splits(trial)

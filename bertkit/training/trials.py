@@ -118,7 +118,7 @@ def run_trial(cfg: SweepOptions, out: Path, plan: Plan, compute_for: ComputeFor,
     trial_cfg = finetune_config(cfg, plan.params, plan.seed, str(out / "trials" / plan.name))
     # the trial's own reading and compute: --max-length and --precision may be dimensions of the space
     reading = (Reading.from_options(trial_cfg.reading) if tagged is None
-               else Reading.of_words(TAGGER_WORD_POOL, trial_cfg.reading.max_length, trial_cfg.tagging.stride))
+               else Reading.of_words(TAGGER_WORD_POOL, trial_cfg.reading.max_length, trial_cfg.reading.stride))
     result = finetune(trial_cfg, compute=compute_for(trial_cfg.compute.precision), reading=reading, progress=progress,
                       on_evaluate=on_evaluate, task=None if tagged is None else TagTask(tagged))
     if _processes().is_main_process and not cfg.output.keep_checkpoints:
