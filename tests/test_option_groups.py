@@ -94,3 +94,15 @@ def test_a_group_named_as_an_option_is_refused():
 
     with pytest.raises(TypeError, match="the group search is named as an option"):
         options.group_names(Clash)
+
+
+def test_a_run_recorded_before_the_groups_is_the_same_run(tmp_path):
+    """config.json keeps its flat keys; a tokens or bench run recorded before also held `preset_fill` (not an option:
+    which options a --task-preset set), which a re-run does not compare."""
+    from bertkit.commands.tokens import TokensConfig
+    from bertkit.io import trail
+
+    now = options.config_dict(TokensConfig.of(data="train.tsv", out=str(tmp_path / "t")))
+    before = {**now, "preset_fill": {"preset": None, "options": []}}
+    assert trail.config_differences(before, now) == []
+    assert trail.config_differences({**before, "limit": 5}, now) == ["--limit: 5 -> None"]
