@@ -34,11 +34,10 @@ from bertkit.errors import UserError, raise_if_problems
 from bertkit.measure import quality
 from bertkit.measure.report import BenchReport, compute_claims, report_markdown
 from bertkit.models.compute import (
-    INFERENCE_PRECISION_HELP,
-    INFERENCE_PRECISIONS,
     TRUST_HELP,
     Compute,
     check_device,
+    precision_option,
 )
 from bertkit.models.metadata import read_as_saved, saved_reading
 from bertkit.models.preflight import DATA_FIELDS, check_inputs
@@ -100,7 +99,7 @@ class BenchConfig(Config):
     min_seconds: float = option(2.0, "Minimum timed seconds per measurement and model.", panel=BENCH, minimum=0)
     rounds: int = option(2, "Chunks per measurement, alternating models (A B A B) so drift hits both.", panel=BENCH,
                          above=0)
-    precision: str = option("auto", INFERENCE_PRECISION_HELP, panel=BENCH, choices=INFERENCE_PRECISIONS, aliases=("--dtype",))
+    precision: str = precision_option(panel=BENCH)
     device: str = option("auto", "cpu, cuda, cuda:N, mps or auto.", panel=BENCH)
     threads: int | None = option(None, "torch intra-op threads (default: torch's choice).", panel=BENCH, above=0)
     quality: str = option("none", "none, probe, finetune or probe,finetune: score each model through those commands, "

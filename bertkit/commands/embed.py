@@ -24,11 +24,10 @@ from bertkit.features.settings import (
 )
 from bertkit.features.word_embed import WordEmbedRun, run_word_embed_options, word_options_problems
 from bertkit.models.compute import (
-    INFERENCE_PRECISION_HELP,
-    INFERENCE_PRECISIONS,
     TRUST_HELP,
     Compute,
     check_device,
+    precision_option,
     process_state,
 )
 from bertkit.models.metadata import read_as_saved
@@ -71,7 +70,7 @@ class EmbedConfig(Config):
     word_pool: str | None = word_pool_option()
     tag_scheme: str = tag_scheme_option()
     batch_size: str = option("auto", "Rows per batch, or auto (a padded-token budget from the model size).")
-    precision: str = option("auto", INFERENCE_PRECISION_HELP, choices=INFERENCE_PRECISIONS, aliases=("--dtype",))
+    precision: str = precision_option()
     device: str = option("auto", "cpu, cuda, cuda:N, mps or auto.")
     trust_remote_code: bool = option(False, TRUST_HELP, panel=MODEL)
     task: str = option("auto", "tags: --data is a tagged corpus (one tag per word), written as a word-level store "

@@ -13,7 +13,7 @@ from bertkit.data.tagged import TaggedColumns, read_tagged
 from bertkit.data.tagged_splits import corpus_fingerprint
 from bertkit.encoding.reading import LongTextOptions, Reading, max_length_help
 from bertkit.errors import raise_if_problems
-from bertkit.models.compute import INFERENCE_PRECISION_HELP, INFERENCE_PRECISIONS, Compute
+from bertkit.models.compute import Compute, precision_option
 from bertkit.models.metadata import (
     is_tagger,
     read_as_saved,
@@ -59,7 +59,7 @@ class EvaluateConfig(Config):
                              panel=OUTPUT)
     overwrite: bool = overwrite_option("an evaluate run")
     batch_size: int = option(64, "Rows per inference batch (sorted by length).", above=0)
-    precision: str = option("auto", INFERENCE_PRECISION_HELP, choices=INFERENCE_PRECISIONS, aliases=("--dtype",))
+    precision: str = precision_option()
 
     def __post_init__(self) -> None:
         problems = config_problems(self)

@@ -17,7 +17,7 @@ from bertkit.data.word_lines import file_sentences, text_sentence, words_problem
 from bertkit.encoding.reading import LongTextOptions, Reading
 from bertkit.errors import raise_if_problems
 from bertkit.features.settings import Pooling
-from bertkit.models.compute import INFERENCE_PRECISION_HELP, INFERENCE_PRECISIONS, Compute
+from bertkit.models.compute import Compute, precision_option
 from bertkit.models.metadata import is_tagger, read_as_saved, read_model_info
 from bertkit.models.preflight import check_inputs, check_model_limits
 from bertkit.options import DATA, MODEL, OUTPUT, Config, group, option
@@ -68,9 +68,8 @@ class PredictConfig(Config):
                             "token-classification pipeline aggregates them: first (the piece taggers are trained on; "
                             "simple is the same), max (the piece with the highest score) or average (the mean of the "
                             "pieces' probabilities).", choices=AGGREGATIONS)
-    precision: str = option("auto", INFERENCE_PRECISION_HELP + " With --probe, auto extracts features in the precision "
-                            "the probe records, where this machine runs it natively.", choices=INFERENCE_PRECISIONS,
-                            aliases=("--dtype",))
+    precision: str = precision_option(more_help=" With --probe, auto extracts features in the precision the probe "
+                                                "records, where this machine runs it natively.")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "text", tuple(self.text or ()))

@@ -19,7 +19,7 @@ from bertkit.errors import UserError, raise_if_problems
 from bertkit.features.settings import POOLS, combine_option, layers_problem
 from bertkit.features.word_store import word_store_splits
 from bertkit.features.words import word_settings_problems
-from bertkit.models.compute import INFERENCE_PRECISION_HELP, INFERENCE_PRECISIONS, TRUST_HELP, Compute
+from bertkit.models.compute import TRUST_HELP, Compute, precision_option
 from bertkit.models.folders import OFFLINE_NAME
 from bertkit.models.metadata import read_as_saved
 from bertkit.models.preflight import check_inputs
@@ -88,7 +88,7 @@ class ProbeConfig(Config):
                                 "minilm-offline with cls,mean: give --layers -1 for large data); with --features: "
                                 "every layer in the store.", panel=MODEL)
     batch_size: int = option(64, "Rows per batch for feature extraction.", above=0)
-    precision: str = option("auto", INFERENCE_PRECISION_HELP, choices=INFERENCE_PRECISIONS, aliases=("--dtype",))
+    precision: str = precision_option()
     normalize: bool = option(False, "L2-normalise features before the probe (extraction option).", panel=MODEL)
     fit: FitOptions = group(FitOptions)
     out: str | None = option(None, "Run directory: config, metrics, plots, saved probe, cached features.",

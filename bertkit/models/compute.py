@@ -8,6 +8,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from bertkit.options import RUN, option
+
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 """Compute precisions of every command (finetune and distill train in these)."""
 INFERENCE_PRECISIONS = PRECISIONS + ("int8",)
@@ -16,6 +18,14 @@ TRUST_HELP = "Allow custom code from the model repository (off by default: it ru
 PRECISION_HELP = "Compute precision. auto = bf16 where the hardware runs it natively (GPU, AVX512-BF16/AMX CPU), else fp32."
 INT8_HELP = " int8 = the linear layers' weights in int8, activations quantized per batch (dynamic int8); CPU only."
 INFERENCE_PRECISION_HELP = PRECISION_HELP + INT8_HELP
+
+
+def precision_option(*, training: bool = False, more_help: str = "", panel: str = RUN) -> Any:
+    """--precision (alias --dtype), declared here once with one meaning: `auto` is bf16 where the hardware runs it
+    natively, else fp32, resolved once per command (`Compute.resolve`); an inference command also takes int8 (not a
+    `training` one). `more_help`: what the command adds (predict: a probe's recorded precision)."""
+    return option("auto", (PRECISION_HELP if training else INFERENCE_PRECISION_HELP) + more_help, panel=panel,
+                  choices=PRECISIONS if training else INFERENCE_PRECISIONS, aliases=("--dtype",))
 
 
 def check_device(problems: list[str], value: str, *, check_available: bool = True) -> None:

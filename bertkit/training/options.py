@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from bertkit.data.options import TaskOptions, config_problems, reads_tagged
 from bertkit.encoding.reading import WindowOptions
 from bertkit.errors import raise_if_problems
-from bertkit.models.compute import PRECISION_HELP, PRECISIONS, TRUST_HELP
+from bertkit.models.compute import TRUST_HELP, precision_option
 from bertkit.options import MODEL, OUTPUT, TRACKING, Config, group, option, overwrite_option
 from bertkit.scoring.options import (
     CALIBRATIONS,
@@ -139,7 +139,7 @@ class TrainingComputeOptions:
 
     ADVANCED_OPTIONS = ("fast_forward", "compile", "cuda_graphs")
 
-    precision: str = option("auto", PRECISION_HELP, choices=PRECISIONS, aliases=("--dtype",))
+    precision: str = precision_option(training=True)
     fast_forward: bool = option(True, "BERT/DistilBERT: compute the last layer only where the logits need it ([CLS]); "
                                 "same logits and gradients, fewer FLOPs. Off: the model's own forward.", panel=MODEL)
     compile: bool = option(False, "torch.compile (Inductor). On a GPU with CUDA-graph steps: each layer compiled "
