@@ -439,7 +439,7 @@ def test_recipe_loads_into_bench_config():
     from bertkit.recipes import load_recipe
 
     cfg = BenchConfig.of(**load_recipe("distilbert-vs-bert", "bench", BenchConfig))
-    assert cfg.preset == "distilbert-vs-bert" and cfg.batch_size_list == (1, 8) and cfg.inputs.text_column == "0"
+    assert cfg.preset == "distilbert-vs-bert" and cfg.timing.batch_size_list == (1, 8) and cfg.inputs.text_column == "0"
 
 
 @pytest.mark.slow

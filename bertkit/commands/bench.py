@@ -33,6 +33,7 @@ from bertkit.encoding.reading import Reading, max_length_option
 from bertkit.errors import UserError, raise_if_problems
 from bertkit.measure import quality
 from bertkit.measure.report import BenchReport, compute_claims, report_markdown
+from bertkit.measure.timing import TimingOptions
 from bertkit.models.compute import (
     TRUST_HELP,
     Compute,
@@ -59,7 +60,6 @@ from bertkit.options import (
 if TYPE_CHECKING:
     from bertkit.measure.timing import Clock
 
-BENCH_PROTOCOLS = ("standard", "paper")
 BENCH_QUALITY = ("none", "probe", "finetune", "probe,finetune")
 QUALITY_CONFIGS: dict[str, type] = {kind: config_for_command(kind) for kind in quality.QUALITY_COMMANDS}
 """The --quality commands' configs, from the command table: bench runs other commands by name, as the CLI does."""
@@ -74,7 +74,7 @@ class BenchConfig(Config):
 
     # bench holds no dev set out itself: a --quality run's hold-out share goes in --quality-args (--dev-fraction)
     NOT_OPTIONS = ("dev_fraction",)
-    ADVANCED_OPTIONS = ("warmup", "min_iters", "min_seconds", "rounds", "threads", "trust_remote_code", "tag_scheme")
+    ADVANCED_OPTIONS = ("trust_remote_code", "tag_scheme")
     HELP_OVERRIDES = {"data": "The data whose texts are timed (unless --dev is given), and the --quality runs' training "
                               "data: a .csv/.tsv/.txt/.json/.jsonl/.parquet file, or a hub dataset name; a tagged "
                               "corpus (.iob2, .conll, or --task tags) benchmarks the models as taggers.",
@@ -90,18 +90,9 @@ class BenchConfig(Config):
                                 "init, works offline.", panel=MODEL)
     random_init: bool = option(False, "Build --models from their configs with random weights (speed/size only).",
                                panel=MODEL)
-    protocol: str = option("standard", "standard (latency, throughput, training step) or paper (CPU, batch 1, one "
-                           "full pass over the data).", panel=BENCH, choices=BENCH_PROTOCOLS)
-    batch_sizes: str = option("1,8,32", "Throughput batch sizes, comma-separated.", panel=BENCH)
-    train_batch_size: int = option(32, "Batch size of the timed training step (0 skips it).", panel=BENCH, minimum=0)
-    warmup: int = option(1, "Untimed warm-up iterations per model and measurement.", panel=BENCH, minimum=0)
-    min_iters: int = option(3, "Minimum timed iterations per measurement and model.", panel=BENCH, above=0)
-    min_seconds: float = option(2.0, "Minimum timed seconds per measurement and model.", panel=BENCH, minimum=0)
-    rounds: int = option(2, "Chunks per measurement, alternating models (A B A B) so drift hits both.", panel=BENCH,
-                         above=0)
+    timing: TimingOptions = group(TimingOptions)
     precision: str = precision_option(panel=BENCH)
     device: str = option("auto", "cpu, cuda, cuda:N, mps or auto.", panel=BENCH)
-    threads: int | None = option(None, "torch intra-op threads (default: torch's choice).", panel=BENCH, above=0)
     quality: str = option("none", "none, probe, finetune or probe,finetune: score each model through those commands, "
                           "same settings.", panel=BENCH)
     quality_args: str | None = option(None, "Extra flags for every quality command, e.g. \"--epochs 1\".", panel=BENCH)
@@ -129,15 +120,10 @@ class BenchConfig(Config):
             problems.append("--models is empty; pass comma-separated names, e.g. --models distilbert-base-uncased,bert-base-uncased.")
         if (",".join(self.quality_kinds) or "none") not in BENCH_QUALITY:
             problems.append(f"--quality must be one of {', '.join(BENCH_QUALITY)}; got {self.quality!r}.")
-        try:
-            sizes = self.batch_size_list
-            if not sizes or min(sizes) <= 0:
-                raise ValueError
-        except ValueError:
-            problems.append(f"--batch-sizes must be comma-separated positive integers, e.g. 1,8,32; got {self.batch_sizes!r}.")
+        problems += self.timing.timing_problems()
         if self.quality_kinds and self.inputs.data is None:
             problems.append("--quality needs labelled --data (and usually --dev); pass them, or drop --quality.")
-        check_device(problems, self.device, check_available=self.protocol != "paper")  # paper runs on the CPU
+        check_device(problems, self.device, check_available=self.timing.protocol != "paper")  # paper runs on the CPU
         problems += quality.quality_args_problems(QUALITY_CONFIGS, self.quality_kinds, self.quality_args)
         raise_if_problems(problems)
 
@@ -168,10 +154,6 @@ class BenchConfig(Config):
     @property
     def model_list(self) -> list[str]:
         return [m.strip() for m in (self.models or "").split(",") if m.strip()]
-
-    @property
-    def batch_size_list(self) -> tuple[int, ...]:
-        return tuple(int(v) for v in str(self.batch_sizes).split(",") if v.strip())
 
     @property
     def quality_kinds(self) -> list[str]:
@@ -246,12 +228,12 @@ def benchmark(cfg: Any, clock: Clock = time.perf_counter,
 
     from bertkit.measure.contenders import contender_notes, load_contenders
     from bertkit.measure.measure import BenchSettings, environment, run_bench
-    from bertkit.measure.timing import Budget, busy_machine_note, sync_for
+    from bertkit.measure.timing import busy_machine_note, sync_for
     from bertkit.models import loading
 
     plans = plan_quality(cfg)  # every --quality-args value is checked before anything is measured
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    if cfg.timing.threads:
+        torch.set_num_threads(cfg.timing.threads)
     device, dtype, notes = device_and_dtype(cfg)
     busy = busy_machine_note()
     notes += [busy] if busy else []
@@ -263,12 +245,12 @@ def benchmark(cfg: Any, clock: Clock = time.perf_counter,
                                  tags=data.tags)
     notes += contender_notes(cfg, contenders)
     settings = BenchSettings(
-        batch_sizes=cfg.batch_size_list, max_length=cfg.max_length, train_batch_size=cfg.train_batch_size,
-        protocol=cfg.protocol, seed=cfg.inputs.seed, int8=cfg.precision == loading.INT8,
-        budget=Budget(cfg.warmup, cfg.min_iters, cfg.min_seconds, cfg.rounds, clock, sync_for(device)),
+        batch_sizes=cfg.timing.batch_size_list, max_length=cfg.max_length, train_batch_size=cfg.timing.train_batch_size,
+        protocol=cfg.timing.protocol, seed=cfg.inputs.seed, int8=cfg.precision == loading.INT8,
+        budget=cfg.timing.budget(clock, sync_for(device)),
         words=None if data.tags is None else Reading.of_words(max_length=cfg.max_length),  # as a tagger reads words
     )
-    timed_texts = texts if cfg.protocol == "paper" else [texts[i] for i in order]
+    timed_texts = texts if cfg.timing.protocol == "paper" else [texts[i] for i in order]
     with tempfile.TemporaryDirectory(prefix="bertkit-bench-") as tmp:
         report = run_bench(contenders, timed_texts, settings, device, dtype, Path(tmp), keep_folders=True)
         if plans:
@@ -298,8 +280,8 @@ def device_and_dtype(cfg: Any) -> tuple[Any, Any, list[str]]:
     from bertkit.models import loading
 
     notes: list[str] = []
-    compute = Compute.resolve("cpu" if cfg.protocol == "paper" else cfg.device, cfg.precision)
-    if cfg.protocol == "paper" and cfg.device not in ("auto", "cpu"):
+    compute = Compute.resolve("cpu" if cfg.timing.protocol == "paper" else cfg.device, cfg.precision)
+    if cfg.timing.protocol == "paper" and cfg.device not in ("auto", "cpu"):
         notes.append(f"--protocol paper runs on the CPU (as the paper did); --device {cfg.device} ignored.")
     device, dtype = compute.torch_device, compute.dtype
     if device.type == "cpu" and dtype == torch.bfloat16 and not loading.cpu_supports_bf16():

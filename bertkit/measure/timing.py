@@ -19,7 +19,11 @@ from typing import Any
 
 import numpy as np
 
+from bertkit.options import BENCH, option
+
 Clock = Callable[[], float]
+BENCH_PROTOCOLS = ("standard", "paper")
+"""--protocol: standard (latency, throughput, training step) or the paper's (CPU, batch 1, one pass)."""
 
 
 def no_sync() -> None:
@@ -39,6 +43,44 @@ class Budget:
     clock: Clock = time.perf_counter
     sync: Callable[[], None] = no_sync
     """Waits for queued device work (torch.cuda.synchronize on GPU) so the clock sees finished work."""
+
+
+@dataclass(frozen=True)
+class TimingOptions:
+    """The timing group of `bertkit bench`: what is timed (--protocol, the batch sizes, the training step), for how
+    long (the `Budget` they build) and on how many threads."""
+
+    ADVANCED_OPTIONS = ("warmup", "min_iters", "min_seconds", "rounds", "threads")
+
+    protocol: str = option("standard", "standard (latency, throughput, training step) or paper (CPU, batch 1, one "
+                           "full pass over the data).", panel=BENCH, choices=BENCH_PROTOCOLS)
+    batch_sizes: str = option("1,8,32", "Throughput batch sizes, comma-separated.", panel=BENCH)
+    train_batch_size: int = option(32, "Batch size of the timed training step (0 skips it).", panel=BENCH, minimum=0)
+    warmup: int = option(1, "Untimed warm-up iterations per model and measurement.", panel=BENCH, minimum=0)
+    min_iters: int = option(3, "Minimum timed iterations per measurement and model.", panel=BENCH, above=0)
+    min_seconds: float = option(2.0, "Minimum timed seconds per measurement and model.", panel=BENCH, minimum=0)
+    rounds: int = option(2, "Chunks per measurement, alternating models (A B A B) so drift hits both.", panel=BENCH,
+                         above=0)
+    threads: int | None = option(None, "torch intra-op threads (default: torch's choice).", panel=BENCH, above=0)
+
+    @property
+    def batch_size_list(self) -> tuple[int, ...]:
+        """--batch-sizes as numbers (a ValueError on a word that is not one)."""
+        return tuple(int(v) for v in str(self.batch_sizes).split(",") if v.strip())
+
+    def timing_problems(self) -> list[str]:
+        """--batch-sizes: positive whole numbers."""
+        try:
+            sizes = self.batch_size_list
+            if sizes and min(sizes) > 0:
+                return []
+        except ValueError:
+            pass
+        return [f"--batch-sizes must be comma-separated positive integers, e.g. 1,8,32; got {self.batch_sizes!r}."]
+
+    def budget(self, clock: Clock, sync: Callable[[], None]) -> Budget:
+        """How long each measurement runs, read by `clock` after `sync` (the device's)."""
+        return Budget(self.warmup, self.min_iters, self.min_seconds, self.rounds, clock, sync)
 
 
 Step = Callable[[], tuple[float, ...]]
