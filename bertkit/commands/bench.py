@@ -109,9 +109,9 @@ class BenchConfig(Config):
         if self.reads_words:
             problems += self.tag_problems()
         elif self.tag_scheme != "auto":
-            problems.append(f"--tag-scheme applies to tagged data (one tag per word); {self.inputs.data or 'the demo data'} "
-                            f"is read as rows of text. Pass a CoNLL-style file (.iob2, .conll) or --task tags, or drop "
-                            f"--tag-scheme.")
+            problems.append(f"--tag-scheme applies to tagged data (one tag per word); "
+                            f"{self.inputs.data or 'the demo data'} is read as rows of text. Pass a CoNLL-style file "
+                            f"(.iob2, .conll) or --task tags, or drop --tag-scheme.")
         if (self.models is None) == (self.preset is None):
             problems.append("Give exactly one of --models (comma-separated names) or --preset (e.g. distilbert-vs-bert).")
         if self.preset is not None and self.random_init:
@@ -335,8 +335,9 @@ def run(cfg: BenchConfig) -> BenchResult:
     check_inputs(cfg, need_labels=bool(cfg.quality_kinds), models=cfg.model_list, data_fields=tables)
     cfg = read_as_recorded_models(cfg)
     data = tagged_benchmark_data(cfg) if cfg.reads_words else None  # read and checked before torch is imported
-    plan = rundir.inspect_run_dir(cfg.out or "runs/bench", "bench", overwrite=cfg.overwrite, inputs=ownership.input_paths(cfg),
-                                  compare=trail.config_compare(config_dict(cfg)))  # read-only; claimed once models are measured
+    # read-only; claimed once the models are measured
+    plan = rundir.inspect_run_dir(cfg.out or "runs/bench", "bench", overwrite=cfg.overwrite,
+                                  inputs=ownership.input_paths(cfg), compare=trail.config_compare(config_dict(cfg)))
     from bertkit import plots
 
     report = benchmark(cfg, quality_dir=lambda: plan.claim().path / "quality", data=data)

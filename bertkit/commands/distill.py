@@ -116,10 +116,10 @@ def _tagging_task(cfg: DistillConfig) -> tuple[DistillConfig, Any]:
                                 inputs.data_config, inputs.train_split, inputs.limit)
     for option, corpus in (("--data", data.train), ("--dev", data.dev)):
         if corpus.scheme.name != teacher_scheme.name:
-            raise UserError(f"{option} {corpus.source} reads as {corpus.scheme.name} tags, but the teacher {cfg.distillation.teacher} "
-                            f"was trained on {teacher_scheme.name} tags: their entities would be read differently. "
-                            f"Valid: data in the teacher's scheme ({teacher_scheme.name}; IOB1 and IOB2 both read as "
-                            f"IOB2). Pass such data, or convert it.")
+            raise UserError(f"{option} {corpus.source} reads as {corpus.scheme.name} tags, but the teacher "
+                            f"{cfg.distillation.teacher} was trained on {teacher_scheme.name} tags: their entities "
+                            f"would be read differently. Valid: data in the teacher's scheme ({teacher_scheme.name}; "
+                            f"IOB1 and IOB2 both read as IOB2). Pass such data, or convert it.")
     from bertkit.training.distill_tags import DistillTagTask
 
     return cfg, DistillTagTask(cfg, data, teacher_scheme, Reading.of_words(max_length=cfg.reading.max_length))
@@ -133,13 +133,13 @@ def _distils_a_tagger(cfg: DistillConfig) -> bool:
     if tagger:
         problems = _tagging_problems(cfg)
     elif reads_tagged(cfg.inputs.task, cfg.inputs.data, cfg.inputs.data_config, cfg.inputs.train_split):
-        problems = [f"--teacher {cfg.distillation.teacher} is a sentence classifier (one label per text), but --data {cfg.inputs.data} is "
-                    f"read as tagged data (one tag per word): the student learns the teacher's outputs, so both must "
-                    f"be of one kind. Pass a tagger fine-tuned on tagged data (`bertkit finetune --data train.iob2 "
-                    f"--dev dev.iob2`) as --teacher, or rows of text as --data."]
+        problems = [f"--teacher {cfg.distillation.teacher} is a sentence classifier (one label per text), but --data "
+                    f"{cfg.inputs.data} is read as tagged data (one tag per word): the student learns the teacher's "
+                    f"outputs, so both must be of one kind. Pass a tagger fine-tuned on tagged data (`bertkit finetune "
+                    f"--data train.iob2 --dev dev.iob2`) as --teacher, or rows of text as --data."]
     else:
-        problems = [f"--label-all-pieces applies to a tagging teacher; --teacher {cfg.distillation.teacher} is a sentence "
-                    f"classifier. Drop --label-all-pieces."] if cfg.tagging.label_all_pieces else []
+        problems = [f"--label-all-pieces applies to a tagging teacher; --teacher {cfg.distillation.teacher} is a "
+                    f"sentence classifier. Drop --label-all-pieces."] if cfg.tagging.label_all_pieces else []
     raise_if_problems(problems)
     return tagger
 
@@ -150,17 +150,17 @@ def _tagging_problems(cfg: DistillConfig) -> list[str]:
     # a missing file: the tagged reader says so
     unread = [path for path in dict.fromkeys((cfg.inputs.data, cfg.inputs.dev))
               if path is not None and Path(path).expanduser().is_file() and not may_be_tagged(path)]
-    problems = [f"--teacher {cfg.distillation.teacher} is a tagger (one tag per word), but {path} is read as rows of text (passed "
-                f"as {'--data' if path == cfg.inputs.data else '--dev'}): the student learns the teacher's tags per word. "
-                f"Pass tagged data (a CoNLL-style file such as train.iob2: a word and its tag per line), or a teacher "
-                f"fine-tuned on rows of text as --teacher." for path in unread]
+    problems = [f"--teacher {cfg.distillation.teacher} is a tagger (one tag per word), but {path} is read as rows of "
+                f"text (passed as {'--data' if path == cfg.inputs.data else '--dev'}): the student learns the "
+                f"teacher's tags per word. Pass tagged data (a CoNLL-style file such as train.iob2: a word and its tag "
+                f"per line), or a teacher fine-tuned on rows of text as --teacher." for path in unread]
     if cfg.inputs.dev is None:
         problems.append("Distilling a tagger needs --dev (tagged dev data: a file, or a split of the hub dataset "
                         "--data); no dev split is held out of tagged data. Pass --dev dev.iob2.")
     defaults = {f.name: f.default for f in all_fields(type(cfg))}
     given = [name for name in NOT_FOR_TAGS if value(cfg, name) != defaults[name]]
-    return problems + [f"{flag(name)} does not apply to distilling a tagger (--teacher {cfg.distillation.teacher} tags words). "
-                       f"Drop {flag(name)}." for name in given]
+    return problems + [f"{flag(name)} does not apply to distilling a tagger (--teacher {cfg.distillation.teacher} tags "
+                       f"words). Drop {flag(name)}." for name in given]
 
 
 def _in_the_teachers_shape(cfg: DistillConfig, shape: str) -> DistillConfig:
@@ -168,8 +168,9 @@ def _in_the_teachers_shape(cfg: DistillConfig, shape: str) -> DistillConfig:
     if cfg.inputs.task == shape:
         return cfg
     if cfg.inputs.task != "auto":
-        raise UserError(f"--task {cfg.inputs.task}: the teacher {cfg.distillation.teacher} is a {shape} model, and the student learns its "
-                        f"outputs. Drop --task (the teacher's shape is used), or distil a {cfg.inputs.task} teacher.")
+        raise UserError(f"--task {cfg.inputs.task}: the teacher {cfg.distillation.teacher} is a {shape} model, and the "
+                        f"student learns its outputs. Drop --task (the teacher's shape is used), or distil a "
+                        f"{cfg.inputs.task} teacher.")
     return replaced(cfg, task=shape)
 
 

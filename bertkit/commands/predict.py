@@ -186,8 +186,8 @@ def run(cfg: PredictConfig, *, recipe: str | None = None, progress: bool = False
     head = np.concatenate(values) if values else np.zeros((0, reader.width), np.float32)
     return PredictResult(reader.label_map.task, reader.label_names, reader.threshold, cfg.out, reader.precision,
                          cfg.reading.max_length, cfg.reading.truncation or Reading.truncation, reader.features,
-                         None if cfg.reading.long_text == "chunk" else reader.counted.cut, reader.temperature, dataset, labels,
-                         head)
+                         None if cfg.reading.long_text == "chunk" else reader.counted.cut, reader.temperature, dataset,
+                         labels, head)
 
 
 def run_word_probe(cfg: PredictConfig, keep: int | None = None,

@@ -115,8 +115,8 @@ class ProbeConfig(Config):
             problems.append("--features stores hold one class per row; probe tags or numbers from the text with --data "
                             "(and --task / --label-sep).")
         problems += self.fit.fit_problems()
-        problems += [f"{flag(name)} reads tagged data (one tag per word); {self.inputs.data} is read as sentences. Pass a "
-                     f"CoNLL-style file (.iob2, .conll) or --task tags, or drop {flag(name)}."
+        problems += [f"{flag(name)} reads tagged data (one tag per word); {self.inputs.data} is read as sentences. "
+                     f"Pass a CoNLL-style file (.iob2, .conll) or --task tags, or drop {flag(name)}."
                      for name in ("word_pool", "combine") if getattr(self, name) is not None
                      and self.data_found]  # a --data that is not there: the data reader names it, with the fix
         raise_if_problems(problems)
@@ -305,7 +305,8 @@ def run_words(cfg: ProbeConfig, progress: bool = False) -> ProbeResult:
                                     cfg.inputs.train_split)
         compute = Compute.resolve("cpu", cfg.precision)  # once: words are read on the CPU, as sentence probes' text
         words = run_word_probe(train, dev, columns, reading, cfg.model or OFFLINE_NAME, cfg.layers, cfg.combine,
-                               cfg.batch_size, cfg.fit.C or DEFAULT_C, cfg.inputs.seed, cfg.fit.baselines, cfg.trust_remote_code,
+                               cfg.batch_size, cfg.fit.C or DEFAULT_C, cfg.inputs.seed, cfg.fit.baselines,
+                               cfg.trust_remote_code,
                                say=log.info if progress else None, limit=cfg.inputs.limit, compute=compute,
                                cache_dir=cfg.inputs.cache_dir)
     if plan is not None:

@@ -104,8 +104,8 @@ def refusal_message(report: dict[str, Any], cfg: Any) -> str:
     elif report["statistic"] == "agreement":
         share = below(report["agreement"], cfg.gate.min_agreement)
         numbers = (f"predicts the PyTorch fp32 model's label on a share {share} of {report['rows']} gate rows "
-                   f"({report['disagreeing_rows']} disagree), below --min-agreement {cfg.gate.min_agreement!r}; largest "
-                   f"logit difference {report['max_abs_logit_diff']:.3g}")
+                   f"({report['disagreeing_rows']} disagree), below --min-agreement {cfg.gate.min_agreement!r}; "
+                   f"largest logit difference {report['max_abs_logit_diff']:.3g}")
         if report.get("metric"):
             numbers += f"; {report['metric']} {report['metric_fp32']:.4f} -> {report['metric_export']:.4f}"
         lower = "--min-agreement"

@@ -244,6 +244,6 @@ def shape_kwargs(cfg: Any, task: str) -> tuple[dict[str, Any], str]:
     if task == "single_label":
         return kwargs, SHAPE[task].headline
     if cfg.fit.class_weight != "none":
-        raise UserError(f"--class-weight {cfg.fit.class_weight} weighs classes of single-label data; this is {task} data. "
-                        f"Drop --class-weight.")
+        raise UserError(f"--class-weight {cfg.fit.class_weight} weighs classes of single-label data; this is {task} "
+                        f"data. Drop --class-weight.")
     return {**kwargs, "task": task}, SHAPE[task].headline

@@ -31,7 +31,8 @@ def baseline_warning(session: Any, state: Any, value: float, train_loss: float) 
     loss = f"The training loss {train_loss:.3f} is still near the constant predictor's {base.loss:.3f}: " if comparable \
         else ""
     return (f"{head} {loss}--lr {lr_text(lr)} is likely too low for this model, or {state.global_step} optimizer steps are "
-            f"too few. Fix: --lr {lr_text(lr * 2)}, or more --epochs (now {cfg.training.epochs}) or training rows (--limit).")
+            f"too few. Fix: --lr {lr_text(lr * 2)}, or more --epochs (now {cfg.training.epochs}) or training rows "
+            f"(--limit).")
 
 
 def not_finite_message(session: Any, what: str, step: int | None, epoch: int | None) -> str:
@@ -44,6 +45,6 @@ def not_finite_message(session: Any, what: str, step: int | None, epoch: int | N
     if session.label_map.task == "regression":  # huge targets are refused before training; say what these span
         y = np.asarray(getattr(getattr(session.objective, "hard", session.objective), "y_train", []), np.float64)
         causes += f" (the regression targets span {y.min():g} to {y.max():g}: if that is wide, scale them)" if y.size else ""
-    return (f"{what[0].upper() + what[1:]} became NaN/inf{where}: the run diverged, most likely because --lr {float(cfg.training.lr):g} "
-            f"is too high{causes}. {kept} Re-run with a smaller --lr (the BERT paper uses 2e-5 to 5e-5) and "
-            f"--overwrite, or a new --out.")
+    return (f"{what[0].upper() + what[1:]} became NaN/inf{where}: the run diverged, most likely because --lr "
+            f"{float(cfg.training.lr):g} is too high{causes}. {kept} Re-run with a smaller --lr (the BERT paper uses "
+            f"2e-5 to 5e-5) and --overwrite, or a new --out.")

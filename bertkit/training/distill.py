@@ -134,8 +134,8 @@ class DistillTask(Task):
         self.cfg, self.reading = cfg, reading
         self.teacher = loading.load_classifier(
             cfg.distillation.teacher or "", require_head=True,
-            head_fix=f"A teacher is a fine-tuned model: fine-tune it first with `bertkit finetune --model {cfg.distillation.teacher} "
-                     f"...`, then pass that run's best/ folder as --teacher.")
+            head_fix=f"A teacher is a fine-tuned model: fine-tune it first with `bertkit finetune --model "
+                     f"{cfg.distillation.teacher} ...`, then pass that run's best/ folder as --teacher.")
         self.teacher_tokenizer = loading.load_tokenizer(cfg.distillation.teacher or "")
         check_student_fits(cfg, self.teacher, self.teacher_tokenizer)
         self.teacher_labels = LabelMap.from_id2label(self.teacher.config.id2label,
@@ -154,9 +154,10 @@ class DistillTask(Task):
             unknown = sorted(seen - {str(x) for x in self.teacher_labels.labels})
             if unknown:
                 raise UserError(
-                    f"The {name} data {split.source} has labels the teacher {cfg.distillation.teacher} was not trained on: "
-                    f"{', '.join(unknown[:10])}. The teacher knows: {', '.join(map(str, self.teacher_labels.labels))}. "
-                    f"Distil on data with the teacher's labels (or fine-tune a teacher on this data first)."
+                    f"The {name} data {split.source} has labels the teacher {cfg.distillation.teacher} was not trained "
+                    f"on: {', '.join(unknown[:10])}. The teacher knows: "
+                    f"{', '.join(map(str, self.teacher_labels.labels))}. Distil on data with the teacher's labels (or "
+                    f"fine-tune a teacher on this data first)."
                 )
         return self.teacher_labels
 

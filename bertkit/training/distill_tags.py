@@ -134,9 +134,10 @@ class DistillTagTask(TagTask):
             cfg, self.teacher_tokenizer, self.data.train_sentences, self.data.tags, reading)
         if cfg.tagging.label_all_pieces and not same_windows(self.teacher_windows, student):
             raise UserError(f"--label-all-pieces learns every word piece from the teacher's outputs there, but "
-                            f"--student {cfg.distillation.student} splits words into other pieces than the teacher {cfg.distillation.teacher}: "
-                            f"their pieces do not line up. Drop --label-all-pieces (each word is then learnt at its "
-                            f"first piece), or pass a --student with the teacher's vocabulary.")
+                            f"--student {cfg.distillation.student} splits words into other pieces than the teacher "
+                            f"{cfg.distillation.teacher}: their pieces do not line up. Drop --label-all-pieces (each "
+                            f"word is then learnt at its first piece), or pass a --student with the teacher's "
+                            f"vocabulary.")
         return run_tokens
 
     def objective(self, cfg: DistillOptions, splits: Any, out: Path, accelerator: Any) -> TagDistillation:
@@ -169,7 +170,8 @@ def teacher_piece_logits(task: DistillTagTask, out: Path, accelerator: Any) -> n
            "data": corpus_fingerprint(task.data.train),
            "sentences": len(task.data.train_sentences), "windows": windows.n_windows,
            "rows": int(len(labelled_positions(windows))), "max_length": reading.max_length,
-           "stride": reading.window_stride, "label_all_pieces": cfg.tagging.label_all_pieces, "precision": cfg.compute.precision}
+           "stride": reading.window_stride, "label_all_pieces": cfg.tagging.label_all_pieces,
+           "precision": cfg.compute.precision}
     cached = cached_teacher_outputs(out, key, len(task.data.tags), accelerator,
                                     lambda: (_compute_piece_logits(task, Compute.of_accelerator(accelerator)), None))
     return cached["logits"]

@@ -214,8 +214,8 @@ def _for_the_shape(cfg: FinetuneOptions, splits: Splits, warn: bool = True) -> F
         raise UserError(f"--class-weight {cfg.training.class_weight} weighs classes of single-label data; this is "
                         f"{task} data. Drop --class-weight.")
     if cfg.training.calibrate != "none" and task != "single_label":
-        raise UserError(f"--calibrate {cfg.training.calibrate} scales a single-label classifier's softmax; this is {task} "
-                        f"data. Drop --calibrate.")
+        raise UserError(f"--calibrate {cfg.training.calibrate} scales a single-label classifier's softmax; this is "
+                        f"{task} data. Drop --calibrate.")
     choice = choose_best_metric(task, n_labels, cfg.training.metric_for_best, cfg.metrics.metric_list,
                                 cfg.inputs.threshold,
                                 cfg.metrics.external_metrics, splits.dev)

@@ -202,7 +202,8 @@ def train_epoch(session: Session, state: TrainState, bar: Any) -> None:
         end_of_epoch = step.last
         evaluating = end_of_epoch or (eval_every and state.global_step % eval_every == 0)
         saving = end_of_epoch or (cfg.output.save_every and state.global_step % cfg.output.save_every == 0)
-        logging_now = state.global_step % cfg.tracking.log_every == 0 or (end_of_epoch and epoch + 1 == cfg.training.epochs)  # + the last
+        final_step = end_of_epoch and epoch + 1 == cfg.training.epochs  # logged too
+        logging_now = state.global_step % cfg.tracking.log_every == 0 or final_step
         if loss_sum is None and (evaluating or saving or logging_now or state.global_step % READ_EVERY == 0):
             loss_sum, rows = _read_graphed(session, state)
         if loss_sum is not None:
@@ -337,11 +338,11 @@ def _scoring_failed(session: Session, state: TrainState, scored: Any, problem: s
                                   session.model_bytes, card)
     shown = ", ".join(f"{k} {scored.metrics[k]:.4f}" for k in session.objective.table_metrics if k in scored.metrics)
     fix = (f"Fix the metric script, then score that model with `bertkit evaluate --model {folder} --data "
-           f"{cfg.inputs.dev or 'DEV_DATA'} --metric {spec}`, or re-run this command (it resumes from the last checkpoint, "
-           f"if any)." if spec else
+           f"{cfg.inputs.dev or 'DEV_DATA'} --metric {spec}`, or re-run this command (it resumes from the last "
+           f"checkpoint, if any)." if spec else
            "Pass --metric-for-best with one of those and --overwrite (or a new --out) to train again.")
-    return (f"{problem}, at step {state.global_step} (epoch {state.epoch + 1} of {cfg.training.epochs}). The model trained so "
-            f"far is saved, not lost: {folder} (dev {shown}). {fix}")
+    return (f"{problem}, at step {state.global_step} (epoch {state.epoch + 1} of {cfg.training.epochs}). The model "
+            f"trained so far is saved, not lost: {folder} (dev {shown}). {fix}")
 
 
 def dev_scores(session: Session) -> Any:

@@ -1,7 +1,7 @@
 """The tagging group of a fine-tuning run (`TaggingOptions`: --tag-scheme, --label-all-pieces; a tagger's --stride is
-in its reading group, `encoding.reading.WindowOptions`) and the tagging checks (`tagging_problems`), declared once for every command that fine-tunes a tagger (`bertkit finetune`, `bertkit
-sweep`, whose trials are fine-tuning runs, and `bertkit distill` with a tagging teacher), and how a tagger reads its
-words (`TAGGER_WORD_POOL`)."""
+in its reading group, `encoding.reading.WindowOptions`) and the tagging checks (`tagging_problems`), declared once
+for every command that fine-tunes a tagger (`bertkit finetune`, `bertkit sweep`, whose trials are fine-tuning runs,
+and `bertkit distill` with a tagging teacher), and how a tagger reads its words (`TAGGER_WORD_POOL`)."""
 
 from __future__ import annotations
 
@@ -28,8 +28,8 @@ class TaggingOptions:
 
     tag_scheme: str = tag_scheme_option()
     label_all_pieces: bool = option(False, "Tagged data: learn every word piece's tag, not only each word's first "
-                                    "piece's (run_ner's --label_all_tokens; a B- word's later pieces learn its I- tag). "
-                                    "Scores are per word, from the first piece, either way.", panel=MODEL)
+                                    "piece's (run_ner's --label_all_tokens; a B- word's later pieces learn its I- "
+                                    "tag). Scores are per word, from the first piece, either way.", panel=MODEL)
 
 
 def tagging_problems(cfg: Any) -> list[str]:

@@ -84,9 +84,9 @@ def _check_mlflow_store(cfg: FinetuneOptions) -> None:
     folder = _file_store(uri)
     out = Path(cfg.output.out or "").expanduser().resolve()
     if folder is not None and (folder == out or out in folder.parents):
-        raise UserError(f"--tracking-uri {cfg.tracking.tracking_uri or uri} is inside --out {cfg.output.out}: a run directory holds "
-                        f"only the files bertkit writes, so the next run would refuse it. Pass a folder outside it, "
-                        f"e.g. --tracking-uri {out.parent / 'mlruns'}.")
+        raise UserError(f"--tracking-uri {cfg.tracking.tracking_uri or uri} is inside --out {cfg.output.out}: a run "
+                        f"directory holds only the files bertkit writes, so the next run would refuse it. Pass a "
+                        f"folder outside it, e.g. --tracking-uri {out.parent / 'mlruns'}.")
 
 
 def _file_store(uri: str) -> Path | None:
