@@ -16,6 +16,7 @@ recipe, or Python code.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import shlex
 from collections.abc import Iterator, Mapping
@@ -83,8 +84,10 @@ def all_fields(config_cls: type) -> list[dataclasses.Field]:
     return found
 
 
+@functools.cache  # a class's layout never changes; every option lookup of a config asks it
 def group_names(config_cls: type) -> dict[str, str | None]:
-    """Each option of `config_cls` -> the config field of the group holding it (None: the config's own)."""
+    """Each option of `config_cls` -> the config field of the group holding it (None: the config's own). A group's
+    own class answers too: its options, each its own."""
     names: dict[str, str | None] = {}
     for f in fields(config_cls):
         inner = group_class(f)
@@ -97,10 +100,10 @@ def group_names(config_cls: type) -> dict[str, str | None]:
 
 def holder(config: Any, name: str) -> Any:
     """The object holding option `name` of `config`: the config, or the group it is in."""
-    where = group_names(type(config)).get(name)
-    if where is None and name not in {f.name for f in fields(config)}:
+    names = group_names(type(config))
+    if name not in names:
         raise AttributeError(f"{type(config).__name__} has no option {name!r}")
-    return config if where is None else getattr(config, where)
+    return config if names[name] is None else getattr(config, names[name])
 
 
 def value(config: Any, name: str, default: Any = dataclasses.MISSING) -> Any:
