@@ -37,7 +37,7 @@ class DataOptions:
     text_column: str | None = option(None, "Text column: a name, or a 0-based index for headerless files. Default: "
                                      "sentence/text/first column.", panel=DATA)
     text_pair_column: str | None = option(None, "Second text column for sentence pairs (encoded as a true pair).",
-                                          panel=DATA)
+                                          panel=DATA, families=("sentences",))
     label_column: str | None = option(None, "Label column: a name or 0-based index; integer or string labels.",
                                       panel=DATA)
     encoding: str = option("utf-8", "Text encoding of local files.", panel=DATA)
@@ -51,7 +51,7 @@ class DataOptions:
     seed: int = option(42, "Random seed (splits, sampling, initialisation).", panel=RUN)
     task_preset: str | None = option(None, "A GLUE task: glue/cola, sst2, mrpc, qqp, stsb, mnli, qnli, rte or wnli. "
                                      "Fills the columns (hub data or the GLUE TSV files), problem type and official "
-                                     "metrics that no flag or recipe sets.", panel=DATA)
+                                     "metrics that no flag or recipe sets.", panel=DATA, families=("sentences",))
 
     def data_problems(self) -> list[str]:
         """The data options' own rules (once the declarations were checked: `config_problems`)."""
@@ -113,7 +113,7 @@ class LabelOptions(DataOptions):
 
     label_sep: str | None = option(None, "Multi-label data: the separator of the tags in one label cell (e.g. \"|\"). "
                                    "JSON/parquet list cells and several 0/1 columns (--label-column a,b,c) need none.",
-                                   panel=DATA)
+                                   panel=DATA, families=("sentences",))
 
     def data_problems(self) -> list[str]:
         problems = super().data_problems()
@@ -149,7 +149,7 @@ class TaskOptions(LabelOptions):
                        choices=TASKS)
     threshold: str = option("tune", "Multi-label decision threshold on each sigmoid: a probability in (0, 1), tune "
                             "(one threshold, best dev micro-F1) or tune-per-label (one per label, best dev F1).",
-                            numbers=True)
+                            numbers=True, families=("sentences",))
 
     def task_problems(self) -> list[str]:
         """--threshold in (0, 1) or a tuning mode; --label-sep only where tags are read. (Every command with a task

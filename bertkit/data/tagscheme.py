@@ -28,7 +28,8 @@ def tag_scheme_option() -> Any:
     `bertkit finetune`, `bertkit bench`): the scheme `data.tagged.TaggedColumns` reads the tags in, resolved to the
     `TagScheme` a corpus records."""
     return option("auto", "Tagged data: the tags' scheme (IOB1 is read as IOB2; none: plain labels such as POS, scored "
-                  "by token accuracy). auto detects it.", panel=DATA, choices=SCHEMES)
+                  "by token accuracy). auto detects it.", panel=DATA, choices=SCHEMES,
+                  families=("words",))
 
 
 @dataclass(frozen=True)

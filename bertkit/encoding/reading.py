@@ -46,7 +46,7 @@ class ReadingOptions:
     truncation: str | None = option(None, "Which tokens a text longer than --max-length keeps: head (the first), tail "
                                     "(the last), head+tail (the first quarter and the last three quarters of the "
                                     "budget; Sun et al. 2019). Default: as the model was trained, else head.",
-                                    panel=MODEL, choices=TRUNCATIONS)
+                                    panel=MODEL, choices=TRUNCATIONS, families=("sentences",))
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,8 @@ class WindowOptions(ReadingOptions):
 
     stride: int | None = option(None, "Tagged data: word pieces neighbouring windows of a sentence longer than "
                                 "--max-length share (default: a quarter of --max-length). Recorded in the model: "
-                                "predict and evaluate read in the same windows.", panel=MODEL, minimum=0)
+                                "predict and evaluate read in the same windows.", panel=MODEL, minimum=0,
+                                families=("words",))
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,8 @@ class LongTextOptions(ReadingOptions):
 
     long_text: str | None = option(None, "Texts longer than --max-length: cut (see --truncation) or chunk "
                                    "(overlapping windows of --max-length tokens, pooled: features by mean, logits by "
-                                   "max; nothing is cut). Default: cut.", panel=MODEL, choices=LONG_TEXT_MODES)
+                                   "max; nothing is cut). Default: cut.", panel=MODEL, choices=LONG_TEXT_MODES,
+                                   families=("sentences",))
     stride: int | None = option(None, "Tokens neighbouring windows share with --long-text chunk (default: a quarter of "
                                 "--max-length).", panel=MODEL, minimum=0)
 
@@ -92,7 +94,8 @@ def word_pool_option() -> Any:
     """--word-pool, declared here once for every command that reads tagged data (`bertkit embed`, `bertkit probe`):
     unset (None), the word path reads `WORD_POOLS[0]` (`Reading.of_words`); the sentence path refuses it."""
     return option(None, "Tagged data: a word's vector from its word pieces: first (default, BERT's NER choice), last, "
-                  "first_last (concatenated) or mean.", panel=MODEL, choices=WORD_POOLS)
+                  "first_last (concatenated) or mean.", panel=MODEL, choices=WORD_POOLS,
+                  families=("words",))
 
 
 @dataclass(frozen=True)
@@ -223,10 +226,12 @@ class Reading:
                 and self.word_pool in (None, *WORD_POOLS))
 
     def applied_to(self, cfg: Any) -> Any:
-        """`cfg` with this reading's values in its reading options (the resolved config a command runs with)."""
-        names = {f.name for f in all_fields(type(cfg))}
-        if "long_text" not in names and not getattr(cfg, "reads_words", False):
-            names.discard("stride")  # finetune on rows of text: --stride is a tagger's option, not read from a record
+        """`cfg` with this reading's values in its reading options (the resolved config a command runs with): those
+        its problem family reads (an option declared for other families, such as a tagger's --stride on rows of
+        text or --truncation on tagged data, is not read from a record)."""
+        family = family_name(cfg)
+        names = {f.name for f in all_fields(type(cfg))
+                 if not f.metadata.get("families") or family in f.metadata["families"]}
         return replaced(cfg, **{k: v for k, v in self.to_json().items() if k in names})
 
     def over_record(self, cfg: Any, recorded: Reading | None, what: str) -> tuple[Reading, list[str]]:
@@ -261,6 +266,15 @@ def read_as_recorded(cfg: Any, recorded: Reading | None, what: str) -> Any:
     for note in notes:
         log.warning("%s", note)
     return reading.applied_to(cfg)
+
+
+def family_name(cfg: Any) -> str:
+    """The problem family a command's config reads (`cfg.family`, asked once by the command: `bertkit.families`); a
+    run's own config (a sweep's trial) says whether it reads words."""
+    family = getattr(cfg, "family", None)
+    if family is not None:
+        return str(family.name)
+    return "words" if getattr(cfg, "reads_words", False) else "sentences"
 
 
 def _given(cfg: Any, key: str, default: Any) -> Any:

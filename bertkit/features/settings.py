@@ -149,12 +149,12 @@ class Pooling:
                                 bool(values["normalize"]))
 
 
-def combine_option() -> Any:
+def combine_option(families: tuple[str, ...] = ()) -> Any:
     """--combine, declared here once for `bertkit embed` (sentences and words) and `bertkit probe` (words): unset
     (None), several layers are concatenated (`Pooling.from_config`); probe's word path then probes each layer of its
     table alone."""
     return option(None, "How several --layers are combined: concat (default; a sentence's --layers all + concat keeps "
-                  "a layer axis), mean or sum.", panel=MODEL, choices=COMBINES)
+                  "a layer axis), mean or sum.", panel=MODEL, choices=COMBINES, families=families)
 
 
 @dataclass(frozen=True)
@@ -162,11 +162,13 @@ class PoolingOptions:
     """The pooling group of the commands that write pooled features (`bertkit embed`, `bertkit export --kind
     features`): the options `Pooling.from_config` builds the one `Pooling` from."""
 
-    pool: str = option("cls", "Token pooling (mean/max ignore padding).", panel=MODEL, choices=POOLS)
+    pool: str = option("cls", "Token pooling (mean/max ignore padding).", panel=MODEL, choices=POOLS,
+                       families=("sentences",))
     layers: str = option("-1", "Hidden states to pool: -1 (last), a list like -4,-3,-2,-1 (0 = embeddings), last4 or "
                          "all.", panel=MODEL)
     combine: str | None = combine_option()
-    normalize: bool = option(False, "L2-normalise every feature vector (each layer's for --layers all).", panel=MODEL)
+    normalize: bool = option(False, "L2-normalise every feature vector (each layer's for --layers all).", panel=MODEL,
+                             families=("sentences",))
 
 
 @dataclass(frozen=True)

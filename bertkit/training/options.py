@@ -28,7 +28,7 @@ from bertkit.scoring.options import (
     metric_for_best_problems,
 )
 from bertkit.training.learning_rate import canonical_lr, lr_problems
-from bertkit.training.tag_options import TaggingOptions, tagging_problems
+from bertkit.training.tag_options import TaggingOptions
 
 TRACKERS = ("tensorboard", "mlflow", "trackio", "wandb")
 """The trackers --report-to names (accelerate's tracker classes underneath)."""
@@ -113,7 +113,7 @@ class TrainingOptions:
     calibrate: str = option("none", "temperature: after training, fit one temperature on the best model's dev outputs "
                             "(Guo et al. 2017) and record it in best/; predict and evaluate divide the logits by it "
                             "(the same predictions, honest probabilities). Single-label classifiers.",
-                            choices=CALIBRATIONS)
+                            choices=CALIBRATIONS, families=("sentences",))
     freeze_encoder: bool = option(False, "Train only the classification head (the encoder stays frozen).",
                                   panel=MODEL)
 
@@ -192,9 +192,9 @@ class FinetuneOptions(Config):
         raise_if_problems(self.problems())
 
     def problems(self) -> list[str]:
-        """Every problem of a fine-tuning run's options: those of a training run (`run_problems`), then tagging's
-        (`tag_options.tagging_problems`)."""
-        return self.run_problems() + tagging_problems(self)
+        """Every problem of a fine-tuning run's options (`run_problems`; the command adds its problem family's
+        refusals, `bertkit.families`)."""
+        return self.run_problems()
 
     def run_problems(self) -> list[str]:
         """The problems of any training run's options (a distillation's too): the declarations and the data group's
@@ -228,7 +228,8 @@ class DistillationOptions:
     alpha: float = option(0.5, "Weight of the soft-target loss (KL to the teacher); 1 - alpha weighs the hard "
                           "labels. In [0, 1].", minimum=0)
     cos_weight: float = option(0.0, "Weight of a cosine loss between student and teacher [CLS] vectors (DistilBERT "
-                               "used one; needs the same hidden size).", minimum=0)
+                               "used one; needs the same hidden size).", minimum=0,
+                               families=("sentences",))
 
     def distillation_problems(self) -> list[str]:
         """--teacher given, --alpha a share."""

@@ -1,0 +1,103 @@
+"""What a problem family is: one kind of problem bertkit reads, trains, predicts and scores - `sentences` (a label,
+value or label set per text), `words` (a tag per word) - as one object the commands call (`Family`).
+
+A family recognises its data and what it saved (models, probes, stores: `reads`, `made`, `saved_probe`, `stores`),
+says which options it reads (an option declared `families=(...)` is another family's; `not_read` names what its path
+through a command does not read yet), and does a command's family-specific part: the training `Task`, predict's and
+evaluate's readers and scorers, probe's table, embed's store, export's kind and gate, bench's workload. A command
+asks `bertkit.families.family_of(...)` once and calls the family; it never branches on which family it got.
+
+The base class holds the defaults: a family that lacks a command's part says so (`missing`), exit 2."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from bertkit.errors import UserError
+from bertkit.options import all_fields, flag, given_options
+
+
+class Family:
+    """A kind of problem, behind the one protocol every command calls (see the module docstring). Subclasses set
+    the class attributes and override the parts they do; the registry (`bertkit.families.registry`) finds them."""
+
+    name: ClassVar[str] = ""
+    """The family's name in records and messages: sentences, words."""
+    rows: ClassVar[str] = ""
+    """What its data is, for messages: "rows of text", "tagged data (one tag per word)"."""
+    chosen_by: ClassVar[str] = ""
+    """How data is read as this family, for messages: "a CoNLL-style file (.iob2, .conll) or --task tags"."""
+    doing: ClassVar[Mapping[str, str]] = {}
+    """Command -> what the command does on this family's data or models, for messages ("fine-tuning on tagged
+    data"); a command not named: `rows`."""
+    not_read: ClassVar[Mapping[str, tuple[str, ...]]] = {}
+    """Command -> options every family may have but this family's path through that command does not read (given:
+    refused, naming them)."""
+
+    # ---------------------------------------------------------------- what it recognises (cheap: before torch)
+
+    def reads(self, inputs: Any, task: str) -> bool:
+        """Whether data (a data group: --data, --data-config, --train-split) under --task `task` is this family's."""
+        return False
+
+    def made(self, folder: str) -> bool:
+        """Whether the model folder (or export, or hub id) is this family's."""
+        return False
+
+    def saved_probe(self, path: str) -> bool:
+        """Whether the saved probe at `path` is this family's."""
+        return False
+
+    def stores(self, path: str) -> bool:
+        """Whether the feature store at `path` holds this family's rows."""
+        return False
+
+    # ---------------------------------------------------------------- options
+
+    def doing_in(self, command: str) -> str:
+        return self.doing.get(command, self.rows)
+
+    def refusal(self, name: str, owners: tuple[Family, ...], command: str, source: str | None) -> str:
+        """The message refusing option `name` (of the families `owners`; none: an option this family's path through
+        `command` does not read)."""
+        return f"{flag(name)} does not apply to {self.doing_in(command)}. Drop {flag(name)}."
+
+    def option_problems(self, cfg: Any, command: str) -> list[str]:
+        """The family's own rules on `cfg`'s options beyond which options it reads (default: none)."""
+        return []
+
+    def refused_options(self, cfg: Any, command: str, source: str | None = None) -> list[str]:
+        """Every option given in `cfg` that this family does not read, refused naming it: another family's option
+        (declared `option(families=...)`), or one its path through `command` does not read (`not_read`); then the
+        family's own rules (`option_problems`). `source`: what is read (for the messages)."""
+        owned = option_families(type(cfg))
+        problems = []
+        for name in given_options(cfg):
+            if (name in owned and self.name not in owned[name]) or name in self.not_read.get(command, ()):
+                owners = tuple(f for f in FAMILIES if f.name in owned.get(name, ()))
+                problems.append(self.refusal(name, owners, command, source))
+        return problems + self.option_problems(cfg, command)
+
+    # ---------------------------------------------------------------- the commands' parts (defaults: missing)
+
+    table_fields: ClassVar[tuple[str, ...]] = ()
+    """The data options a training command checks as tables before torch is imported."""
+
+    def training(self, cfg: Any) -> Any:
+        """How this family's fine-tuning runs train (`training.plans.Training`), its data read and checked."""
+        raise self.missing("finetune")
+
+    def missing(self, what: str) -> UserError:
+        """The refusal of a part this family does not have (`what`: e.g. "probe")."""
+        return UserError(f"`bertkit {what}` does not read {self.rows} yet. Use another command, or data of another "
+                         f"kind.")
+
+
+FAMILIES: list[Family] = []
+"""The registered families, in the order they are asked (`bertkit.families.registry` fills it)."""
+
+
+def option_families(config_cls: type) -> dict[str, tuple[str, ...]]:
+    """Option name -> the families it is declared for (`option(families=...)`), for the options that declare any."""
+    return {f.name: tuple(f.metadata["families"]) for f in all_fields(config_cls) if f.metadata.get("families")}

@@ -1,0 +1,125 @@
+"""The words family: one tag per word (named entities, POS) - tagged corpora (CoNLL-style column files, JSON lines or
+parquet with token and tag lists, hub datasets with a tag sequence), taggers fine-tuned on them, word probes and word
+stores. What differs from sentences lives here; the work itself is the layers' (`data.tagged`, `encoding.words`,
+`training.tagging`, `scoring.tag_outputs`, `probe.words_run`, `features.word_embed`)."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from bertkit.data.options import reads_tagged
+from bertkit.data.tagged import may_be_tagged
+from bertkit.data.tagged_splits import TaggedTraining, load_tagged_training_for
+from bertkit.encoding.reading import Reading
+from bertkit.errors import raise_if_problems
+from bertkit.families.base import Family
+from bertkit.features.word_store import word_store_splits
+from bertkit.models.metadata import is_tagger
+from bertkit.probe.word_saved import is_word_probe
+from bertkit.training.plans import Training
+from bertkit.training.tag_options import TAGGER_WORD_POOL
+
+TRAINING_NOT_READ = ("dev_fraction", "metric")
+"""What a tagger's fine-tuning does not read: no dev split is held out of tagged data, and --metric scores sentence
+labels."""
+
+
+class Words(Family):
+    name = "words"
+    rows = "tagged data (one tag per word)"
+    chosen_by = "a CoNLL-style file (.iob2, .conll) or --task tags"
+    doing: ClassVar[dict[str, str]] = {
+        "finetune": "fine-tuning on tagged data (one tag per word)", "sweep": "fine-tuning on tagged data (one tag "
+        "per word)", "probe": "word probes (tagged data)", "embed": "tagged data (one tag per word)",
+        "bench": "tagged data (one tag per word): bench times its sentences as a tagger reads them",
+        "predict": "a tagging model (or word probe): it reads every word, a long sentence in windows of its max length",
+        "evaluate": "a tagging model (tagged --data, words read in windows)",
+        "export": "a tagging model: its gate reads sentences of words (a tagged file, or text with one sentence per "
+                  "line), a long one in windows of its max length"}
+    not_read: ClassVar[dict[str, tuple[str, ...]]] = {
+        "finetune": TRAINING_NOT_READ, "sweep": TRAINING_NOT_READ,
+        "distill": (*TRAINING_NOT_READ, "test"),
+        "probe": ("test", "header", "cv", "C_grid", "class_weight", "repeats", "metric", "dev_fraction"),
+        "embed": ("limit", "encoding", "header", "cache_dir", "store_dtype"),
+        "bench": ("test",),
+        "evaluate": ("metric",),
+    }
+
+    def reads(self, inputs: Any, task: str) -> bool:
+        return reads_tagged(task, inputs.data, inputs.data_config, inputs.train_split)
+
+    def made(self, folder: str) -> bool:
+        return is_tagger(folder)
+
+    def saved_probe(self, path: str) -> bool:
+        return is_word_probe(path)
+
+    def stores(self, path: str) -> bool:
+        return bool(word_store_splits(path))
+
+    def option_problems(self, cfg: Any, command: str) -> list[str]:
+        """Fine-tuning a tagger (finetune, sweep): a tagged --dev is needed (no hold-out is made), and both files look
+        tagged."""
+        if command not in ("finetune", "sweep"):
+            return []
+        return dev_problems(cfg.inputs.dev, "Fine-tuning a tagger") + not_tagged_problems(
+            (cfg.inputs.data, cfg.inputs.dev), "fine-tune on rows of text")
+
+    # ---------------------------------------------------------------- fine-tuning (finetune, sweep)
+
+    table_fields: ClassVar[tuple[str, ...]] = ()
+    """Tagged data is checked by its own reader, not as a table."""
+
+    def training(self, cfg: Any) -> TagTraining:
+        """A tagger's runs: its windows of words checked against --max-length, then its tagged --data, --dev and
+        --test read and checked (before torch is imported)."""
+        training = TagTraining(None, lambda trial: self.refused_options(trial, "sweep"))
+        raise_if_problems(training.reading(cfg).word_problems())
+        training.data = load_tagged_training_for(cfg.inputs, cfg.tagging.tag_scheme)
+        return training
+
+
+class TagTraining(Training):
+    """A tagger's fine-tuning runs (`training.tagging.TagTask`): windows of --max-length word pieces, each word read at
+    its first piece, its tagged data read once for every run."""
+
+    def __init__(self, data: TaggedTraining | None, option_problems: Any) -> None:
+        super().__init__(option_problems)
+        self.data = data
+
+    def reading(self, cfg: Any) -> Reading:
+        return Reading.of_words(TAGGER_WORD_POOL, cfg.reading.max_length, cfg.reading.stride)
+
+    def task(self) -> Any:
+        from bertkit.training.tagging import TagTask
+
+        return TagTask(self.data)
+
+    def check_sweep(self, cfg: Any) -> None:
+        """--metric-for-best is one its tags score (no value of the space changes the tags)."""
+        from bertkit.scoring.tags import tag_metric_for_best
+
+        tag_metric_for_best(cfg.training.metric_for_best, self.data.scheme)
+
+    def check_trial(self, checker: Any, trial: Any) -> None:
+        """A trial's options, and its windows: --stride against its --max-length (its windows are counted once its
+        run cuts them)."""
+        raise_if_problems(self.option_problems(trial) + self.reading(trial).word_problems())
+
+
+def dev_problems(dev: str | None, doing: str) -> list[str]:
+    """No hold-out is made of tagged data: a tagged --dev is needed."""
+    return [] if dev is not None else [
+        f"{doing} needs --dev (tagged dev data: a file, or a split of the hub dataset --data); no dev split is held "
+        f"out of tagged data. Pass --dev dev.iob2 (hub: --dev validation)."]
+
+
+def not_tagged_problems(paths: tuple[str | None, ...], instead: str) -> list[str]:
+    """Each of `paths` that is a file that does not look like a tagged corpus (a missing one: its reader says so)."""
+    return [f"--task tags reads one tag per word, but {path} does not look like a tagged corpus. Valid: a CoNLL-style "
+            f"column file (a word and its tag per line, a blank line between sentences), JSON lines or parquet with "
+            f"token and tag lists, or a hub dataset. Pass such data, or drop --task tags to {instead}."
+            for path in dict.fromkeys(paths) if path is not None and not may_be_tagged(path)]
+
+
+WORDS = Words()
