@@ -3,7 +3,6 @@ their results as JSON (--json). The rest of the commands' output is `bertkit.cli
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ from bertkit.commands.sweep import SweepResult
 from bertkit.measure import distill_report
 from bertkit.scoring.table import SHAPE
 from bertkit.training.outcome import EpochRow, RunSummary
+from bertkit.training.trackers import summary_lines
 
 # ---------------------------------------------------------------- finetune / distill
 
@@ -44,7 +44,7 @@ def show_finetune(result: FinetuneResult, view: View) -> None:
         out_console.print(f"calibrated best/: temperature {fit.temperature:.3g} fitted on {fit.rows:,} dev rows (dev "
                           f"ECE {fit.ece_before:.4f} -> {fit.ece_after:.4f}; measured on the rows it was fitted on: "
                           f"evaluate other rows for the held-out effect)", highlight=False)
-    for line in tracker_lines(summary.trackers):
+    for line in summary_lines(summary.trackers):
         out_console.print(line, highlight=False)
 
 
@@ -88,23 +88,6 @@ def _unit(scores: Any) -> str:
     return "words" if scores.has("sentences") else "rows"
 
 
-def tracker_lines(trackers: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """Where the run is logged, one line per tracker, with the command that shows it."""
-    lines = []
-    for name, where in trackers.items():
-        if name == "tensorboard":
-            lines.append(f"tensorboard: {where['logdir']}  (view: tensorboard --logdir {where['logdir']})")
-        elif name == "mlflow":
-            lines.append(f"mlflow: run {where['run_id']} in experiment {where['experiment']} at {where['tracking_uri']}"
-                         f"  (view: mlflow ui --backend-store-uri {where['tracking_uri']})")
-        elif name == "wandb":
-            lines.append(f"wandb: run {where['id']} in project {where['project']}" +
-                         (f"  ({where['url']})" if where.get("url") else ""))
-        else:
-            lines.append(f"{name}: run {where.get('name')} in project {where.get('project')}  (view: trackio show)")
-    return lines
-
-
 EPOCH_COLUMNS = {f"dev_{k}": f"dev {METRIC_HEADERS[k]}" for shape in SHAPE.values() for k in shape.table_metrics}
 
 
@@ -139,7 +122,7 @@ def show_distill(result: DistillResult, view: View) -> None:
         info(report.claims_context(), view.quiet)
     out_console.print(f"saved {training.out}/best, {training.out}/final, metrics.json"
                       + (", distill_report.json/.md/.png" if report is not None else ""), highlight=False)
-    for line in tracker_lines(training.summary.trackers):
+    for line in summary_lines(training.summary.trackers):
         out_console.print(line, highlight=False)
 
 

@@ -6,8 +6,9 @@ the data, reading, tagging and metric groups: a fine-tuning run (`FinetuneOption
 read them.
 
 Tracking: which trackers follow a run (--report-to), where MLflow keeps it (--tracking-uri), the project it is filed
-under and how often the training numbers are logged. None of them changes what is computed: a re-run may add or
-change them and still resume (`bertkit.training.resume.NOT_IN_RESUME_KEY`). Starting them: `bertkit.training.tracking`.
+under and how often the training numbers are logged (the trackers --report-to accepts: those in
+`bertkit.training.trackers.REGISTRY`). None of them changes what is computed: a re-run may add or change them and
+still resume (`bertkit.training.resume.NOT_IN_RESUME_KEY`). Starting them: `bertkit.training.tracking`.
 """
 
 from __future__ import annotations
@@ -29,10 +30,8 @@ from bertkit.scoring.options import (
 )
 from bertkit.training.learning_rate import canonical_lr, lr_problems
 from bertkit.training.tag_options import TaggingOptions
+from bertkit.training.trackers import REGISTRY, tracker_names
 
-TRACKERS = ("tensorboard", "mlflow", "trackio", "wandb")
-"""The trackers --report-to names (accelerate's tracker classes underneath)."""
-REPORT_TO_VALUES = ("none", *TRACKERS)
 TRACKING_FIELDS = frozenset({"report_to", "tracking_uri", "project", "log_every"})
 """The option names of this group (a re-run may change them and still resume, or continue a sweep)."""
 
@@ -44,8 +43,8 @@ class TrackingOptions:
     ADVANCED_OPTIONS = ("tracking_uri", "project", "log_every")
 
     report_to: tuple[str, ...] = option((), "Experiment tracker to log the run to (repeatable, or a comma list): "
-                                        "tensorboard (OUT/tensorboard), mlflow (see --tracking-uri), trackio, wandb, "
-                                        "or none (the default).", panel=TRACKING)
+                                        f"{', '.join(tracker.choice for tracker in REGISTRY.values())}, or none (the "
+                                        "default).", panel=TRACKING)
     tracking_uri: str | None = option(None, "MLflow tracking URI: a local folder (works offline), file:/..., or a "
                                       "server http://host:5000. Default: MLFLOW_TRACKING_URI, else MLflow's own "
                                       "default (./mlflow.db).", panel=TRACKING)
@@ -66,10 +65,11 @@ class TrackingOptions:
             return []  # a wrong type is reported by the declarations' check
         given = [part.strip().lower() for value in self.report_to for part in value.split(",") if part.strip()]
         problems = []
-        unknown = [name for name in given if name not in REPORT_TO_VALUES]
+        valid = ("none", *tracker_names())  # read when checked: a tracker registered since counts
+        unknown = [name for name in given if name not in valid]
         if unknown:
             problems.append(f"--report-to {', '.join(unknown)}: not a tracker bertkit logs to. Valid: "
-                            f"{', '.join(REPORT_TO_VALUES)}. Pass e.g. --report-to tensorboard.")
+                            f"{', '.join(valid)}. Pass e.g. --report-to tensorboard.")
         elif "none" in given and len(set(given)) > 1:
             problems.append(f"--report-to none turns the trackers off, but {', '.join(self.trackers)} was also "
                             f"given. Drop --report-to none, or the others.")
