@@ -12,8 +12,11 @@ The base class holds the defaults: a family that lacks a command's part says so 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
+from bertkit.data.tagged import is_file_value
 from bertkit.errors import UserError
 from bertkit.options import all_fields, flag, given_options
 
@@ -28,6 +31,11 @@ class Family:
     """What its data is, for messages: "rows of text", "tagged data (one tag per word)"."""
     chosen_by: ClassVar[str] = ""
     """How data is read as this family, for messages: "a CoNLL-style file (.iob2, .conll) or --task tags"."""
+    model_noun: ClassVar[str] = ""
+    """What its models are, for messages: "a sentence classifier (one label per text)"."""
+    owner_phrase: ClassVar[Mapping[str, str]] = {}
+    """Command -> how another family's refusal of this family's option names what the option applies to ("a tagging
+    teacher"); a command not named: `rows`."""
     doing: ClassVar[Mapping[str, str]] = {}
     """Command -> what the command does on this family's data or models, for messages ("fine-tuning on tagged
     data"); a command not named: `rows`."""
@@ -57,6 +65,12 @@ class Family:
 
     def doing_in(self, command: str) -> str:
         return self.doing.get(command, self.rows)
+
+    def describe(self, source: str | None, command: str) -> str:
+        """What `source` (the data, or the model a command reads) is as this family's, for messages."""
+        if command in MODEL_COMMANDS:
+            return f"{source or 'the model'} is {self.model_noun}"
+        return f"{source or 'the data'} is read as {self.rows}"
 
     def refusal(self, name: str, owners: tuple[Family, ...], command: str, source: str | None) -> str:
         """The message refusing option `name` (of the families `owners`; none: an option this family's path through
@@ -88,14 +102,64 @@ class Family:
         """How this family's fine-tuning runs train (`training.plans.Training`), its data read and checked."""
         raise self.missing("finetune")
 
+    def distillation(self, cfg: Any) -> tuple[Any, Any]:
+        """(the distillation's config in the teacher's problem shape, its `Task`: the student and its objective)."""
+        raise self.missing("distill")
+
     def missing(self, what: str) -> UserError:
         """The refusal of a part this family does not have (`what`: e.g. "probe")."""
         return UserError(f"`bertkit {what}` does not read {self.rows} yet. Use another command, or data of another "
                          f"kind.")
 
 
+MODEL_COMMANDS = ("distill", "predict", "evaluate", "export")
+"""Commands whose family is their model's (the teacher's): the others' is their data's."""
+
 FAMILIES: list[Family] = []
 """The registered families, in the order they are asked (`bertkit.families.registry` fills it)."""
+
+
+def family_of(*, data: Any = None, task: str = "auto", model: str | None = None, probe: str | None = None,
+              store: str | None = None) -> Family:
+    """The family of what a command reads: a feature store, a saved probe, a model folder, or data (a data group,
+    with --task `task`), asked in that order of what is given; the last family when nothing else claims it."""
+    for family in FAMILIES[:-1]:
+        if store is not None:
+            claimed = family.stores(store)
+        elif probe is not None:
+            claimed = family.saved_probe(probe)
+        elif model is not None:
+            claimed = family.made(model)
+        else:
+            claimed = data is not None and family.reads(data, task)
+        if claimed:
+            return family
+    return FAMILIES[-1]
+
+
+@dataclass(frozen=True)
+class DataAt:
+    """One data option's value as a data group (`Family.reads` takes one): a file, or a hub dataset."""
+
+    data: str
+    data_config: str | None = None
+    train_split: str = "train"
+
+
+def teacher_data_problems(family: Family, inputs: Any, teacher: str) -> list[str]:
+    """--data and --dev files that another family reads, refused for a teacher of `family` (`teacher`: its folder):
+    a student learns the teacher's outputs on them."""
+    problems = []
+    for option, path in (("--data", inputs.data), ("--dev", inputs.dev)):
+        if path is None or not is_file_value(path) or not Path(path).expanduser().is_file():
+            continue  # a hub dataset's split, or a missing file: the data reader names it
+        other = family_of(data=DataAt(path, inputs.data_config, inputs.train_split))
+        if other is not family:
+            problems.append(f"--teacher {teacher} is {family.model_noun}, but {option} {path} is read as {other.rows}: "
+                            f"the student learns the teacher's outputs, so both must be of one kind. Pass "
+                            f"{family.rows} as {option} ({family.chosen_by}), or a teacher fine-tuned on "
+                            f"{other.rows} as --teacher.")
+    return problems
 
 
 def option_families(config_cls: type) -> dict[str, tuple[str, ...]]:

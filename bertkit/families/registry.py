@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from bertkit.errors import UserError
-from bertkit.families.base import FAMILIES, Family
+from bertkit.families.base import FAMILIES, Family, family_of
 from bertkit.families.sentences import SENTENCES
 from bertkit.families.words import WORDS
 
@@ -33,24 +33,6 @@ def family_named(name: str) -> Family:
             return family
     raise UserError(f"No problem family named {name!r}: bertkit knows {', '.join(f.name for f in FAMILIES)}. The "
                     f"record naming it was made by a newer bertkit: upgrade bertkit to read it.")
-
-
-def family_of(*, data: Any = None, task: str = "auto", model: str | None = None, probe: str | None = None,
-              store: str | None = None) -> Family:
-    """The family of what a command reads: a feature store, a saved probe, a model folder, or data (a data group,
-    with --task `task`), asked in that order of what is given; the last family when nothing else claims it."""
-    for family in FAMILIES[:-1]:
-        if store is not None:
-            claimed = family.stores(store)
-        elif probe is not None:
-            claimed = family.saved_probe(probe)
-        elif model is not None:
-            claimed = family.made(model)
-        else:
-            claimed = data is not None and family.reads(data, task)
-        if claimed:
-            return family
-    return FAMILIES[-1]
 
 
 def cached_family(cfg: Any, **sources: Any) -> Family:

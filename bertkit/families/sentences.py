@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from bertkit.families.base import Family
+from bertkit.encoding.reading import Reading
+from bertkit.families.base import MODEL_COMMANDS, Family
 from bertkit.models.preflight import DATA_FIELDS
 from bertkit.options import flag
 from bertkit.training.plans import Training
@@ -16,6 +17,7 @@ from bertkit.training.plans import Training
 class Sentences(Family):
     name = "sentences"
     rows = "rows of text"
+    model_noun = "a sentence classifier (one label per text)"
     chosen_by = "a table with a text column"
 
     def reads(self, inputs: Any, task: str) -> bool:
@@ -30,13 +32,23 @@ class Sentences(Family):
         """A sequence classifier's runs: each reads its rows as its data options say (`training.finetune.Task`)."""
         return Training(lambda trial: self.refused_options(trial, "sweep"))
 
+    def distillation(self, cfg: Any) -> tuple[Any, Any]:
+        """A sentence classifier's student (`training.distill.DistillTask`: the teacher's soft targets over the
+        rows), and `cfg` reading the data in the teacher's problem shape."""
+        from bertkit.training.distill import DistillTask
+
+        task = DistillTask(cfg, Reading.from_options(cfg.reading))
+        return cfg.in_the_teachers_shape(task.teacher_labels.task), task
+
     def refusal(self, name: str, owners: tuple[Family, ...], command: str, source: str | None) -> str:
         """Another family's option given for rows of text: what it applies to, and how data is read as that."""
         if not owners:
             return super().refusal(name, owners, command, source)
         owner = owners[0]
-        read = f"{source} is read as {self.rows}" if source else f"this is read as {self.rows}"
-        return f"{flag(name)} applies to {owner.rows}; {read}. Pass {owner.chosen_by}, or drop {flag(name)}."
+        what = f"{flag(name)} applies to {owner.owner_phrase.get(command, owner.rows)}; {self.describe(source, command)}"
+        if command in MODEL_COMMANDS:  # the model decides the family: only dropping the option helps
+            return f"{what}. Drop {flag(name)}."
+        return f"{what}. Pass {owner.chosen_by}, or drop {flag(name)}."
 
 
 SENTENCES = Sentences()

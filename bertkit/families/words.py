@@ -7,14 +7,15 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from bertkit.data.labels import TAGS_TASK
 from bertkit.data.options import reads_tagged
-from bertkit.data.tagged import may_be_tagged
-from bertkit.data.tagged_splits import TaggedTraining, load_tagged_training_for
+from bertkit.data.tagged import TaggedColumns, may_be_tagged
+from bertkit.data.tagged_splits import TaggedTraining, load_tagged_training, load_tagged_training_for
 from bertkit.encoding.reading import Reading
-from bertkit.errors import raise_if_problems
+from bertkit.errors import UserError, raise_if_problems
 from bertkit.families.base import Family
 from bertkit.features.word_store import word_store_splits
-from bertkit.models.metadata import is_tagger
+from bertkit.models.metadata import is_tagger, saved_tag_scheme
 from bertkit.probe.word_saved import is_word_probe
 from bertkit.training.plans import Training
 from bertkit.training.tag_options import TAGGER_WORD_POOL
@@ -28,9 +29,11 @@ class Words(Family):
     name = "words"
     rows = "tagged data (one tag per word)"
     chosen_by = "a CoNLL-style file (.iob2, .conll) or --task tags"
+    model_noun = "a tagger (one tag per word)"
+    owner_phrase: ClassVar[dict[str, str]] = {"distill": "a tagging teacher"}
     doing: ClassVar[dict[str, str]] = {
         "finetune": "fine-tuning on tagged data (one tag per word)", "sweep": "fine-tuning on tagged data (one tag "
-        "per word)", "probe": "word probes (tagged data)", "embed": "tagged data (one tag per word)",
+        "per word)", "distill": "distilling a tagger", "probe": "word probes (tagged data)", "embed": "tagged data (one tag per word)",
         "bench": "tagged data (one tag per word): bench times its sentences as a tagger reads them",
         "predict": "a tagging model (or word probe): it reads every word, a long sentence in windows of its max length",
         "evaluate": "a tagging model (tagged --data, words read in windows)",
@@ -58,8 +61,10 @@ class Words(Family):
         return bool(word_store_splits(path))
 
     def option_problems(self, cfg: Any, command: str) -> list[str]:
-        """Fine-tuning a tagger (finetune, sweep): a tagged --dev is needed (no hold-out is made), and both files look
-        tagged."""
+        """Fine-tuning or distilling a tagger: a tagged --dev is needed (no hold-out is made), and (fine-tuning) both
+        files look tagged."""
+        if command == "distill":
+            return dev_problems(cfg.inputs.dev, "Distilling a tagger")
         if command not in ("finetune", "sweep"):
             return []
         return dev_problems(cfg.inputs.dev, "Fine-tuning a tagger") + not_tagged_problems(
@@ -77,6 +82,26 @@ class Words(Family):
         raise_if_problems(training.reading(cfg).word_problems())
         training.data = load_tagged_training_for(cfg.inputs, cfg.tagging.tag_scheme)
         return training
+
+    def distillation(self, cfg: Any) -> tuple[Any, Any]:
+        """A tagging student (`training.distill_tags.DistillTagTask`): --data and --dev read as tagged corpora in the
+        teacher's tag scheme (before torch is imported), words read as the teacher reads them (windows of its recorded
+        --max-length, each word at its first piece)."""
+        cfg = cfg.in_the_teachers_shape(TAGS_TASK)
+        teacher = str(cfg.distillation.teacher)
+        scheme = saved_tag_scheme(teacher)
+        inputs = cfg.inputs
+        data = load_tagged_training(str(inputs.data), str(inputs.dev), TaggedColumns(inputs.text_column,
+                                    inputs.label_column), inputs.data_config, inputs.train_split, inputs.limit)
+        for option, corpus in (("--data", data.train), ("--dev", data.dev)):
+            if corpus.scheme.name != scheme.name:
+                raise UserError(f"{option} {corpus.source} reads as {corpus.scheme.name} tags, but the teacher {teacher} "
+                                f"was trained on {scheme.name} tags: their entities would be read differently. Valid: "
+                                f"data in the teacher's scheme ({scheme.name}; IOB1 and IOB2 both read as IOB2). Pass "
+                                f"such data, or convert it.")
+        from bertkit.training.distill_tags import DistillTagTask
+
+        return cfg, DistillTagTask(cfg, data, scheme, Reading.of_words(max_length=cfg.reading.max_length))
 
 
 class TagTraining(Training):

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 from bertkit.data.options import TaskOptions, config_problems, reads_tagged
 from bertkit.encoding.reading import WindowOptions
-from bertkit.errors import raise_if_problems
+from bertkit.errors import UserError, raise_if_problems
 from bertkit.models.compute import TRUST_HELP, precision_option
-from bertkit.options import MODEL, OUTPUT, TRACKING, Config, group, option, overwrite_option
+from bertkit.options import MODEL, OUTPUT, TRACKING, Config, group, option, overwrite_option, replaced
 from bertkit.scoring.options import (
     CALIBRATIONS,
     CLASS_WEIGHTS,
@@ -262,3 +262,13 @@ class DistillOptions(FinetuneOptions):
         if self.distillation.teacher is not None:
             object.__setattr__(self, "model", self.distillation.student or self.distillation.teacher)
         return self.run_problems() + self.distillation.distillation_problems()
+
+    def in_the_teachers_shape(self, shape: str) -> DistillOptions:
+        """This config reading the data in the teacher's problem shape (--task auto); another --task is refused."""
+        if self.inputs.task == shape:
+            return self
+        if self.inputs.task != "auto":
+            raise UserError(f"--task {self.inputs.task}: the teacher {self.distillation.teacher} is a {shape} model, "
+                            f"and the student learns its outputs. Drop --task (the teacher's shape is used), or distil "
+                            f"a {self.inputs.task} teacher.")
+        return replaced(self, task=shape)
