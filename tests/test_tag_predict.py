@@ -126,5 +126,5 @@ def test_aggregate_reads_a_words_tag_from_its_pieces_as_the_pipeline_does(tagger
         expected = [word_distribution(p, way) for p in pieces]
         assert list(tagged.tags) == [saved.tags[int(np.argmax(e))] for e in expected]
         assert np.allclose(tagged.probabilities, [float(e.max()) for e in expected], atol=1e-6)
-    with pytest.raises(UserError, match="--aggregate max .* not a tagging model"):
+    with pytest.raises(UserError, match="--aggregate applies to a tagging model .* is a sentence classifier"):
         predict(PredictConfig.of(model=str(tiny_bert_dir), text=("a sentence",), aggregate="max"))

@@ -27,7 +27,6 @@ from typer.core import TyperArgument, TyperCommand, TyperGroup
 from bertkit import __version__
 from bertkit.cli import show, show_models, show_training
 from bertkit.cli.output import LOGGED, View, err_console, out_console
-from bertkit.cli.show_word_predictions import print_sentences_jsonl, show_word_predictions
 from bertkit.commands import bench as bench_command
 from bertkit.commands import distill as distill_command
 from bertkit.commands import embed as embed_command
@@ -355,11 +354,7 @@ def predict(cfg: PredictConfig, view: View) -> None:
     """Label sentences (--text) or a file (--data) with a fine-tuned model or a saved probe: labels + probabilities."""
     stream = show.PredictionsJson() if view.json else None  # --json: every row, printed window by window
     result = predict_command.run(cfg, recipe=view.recipe, progress=not view.quiet,
-                                  keep=0 if view.json else show.predictions_shown(cfg), on_window=stream,
-                                  on_sentences=print_sentences_jsonl if view.json else None)
-    if result.n_sentences is not None:  # a word probe: tags and spans per sentence
-        show_word_predictions(result, cfg, view)
-        return
+                                  keep=0 if view.json else show.predictions_shown(cfg), on_chunk=stream)
     show.show_predictions(result, cfg, view, stream)
 
 

@@ -21,6 +21,7 @@ from bertkit.cli.output import (
     table,
 )
 from bertkit.cli.show_tag_report import show_tag_report
+from bertkit.cli.show_word_predictions import print_sentences_jsonl, show_word_predictions
 from bertkit.cli.show_words import show_word_embed, show_word_probe
 from bertkit.commands.bench import BenchResult
 from bertkit.commands.embed import EmbedResult
@@ -28,6 +29,7 @@ from bertkit.commands.evaluate import EvaluateConfig, EvaluateResult
 from bertkit.commands.predict import PredictConfig, PredictResult
 from bertkit.commands.probe import ProbeResult
 from bertkit.commands.tokens import TokensConfig, TokensResult
+from bertkit.families.sentence_runs import PredictedWindow
 from bertkit.scoring.table import SHAPE
 
 if TYPE_CHECKING:
@@ -262,20 +264,31 @@ def predictions_shown(cfg: PredictConfig) -> int:
 
 
 class PredictionsJson:
-    """`predict --json`: each window's predictions printed as they come (`on_window` of `bertkit.commands.predict.run`); the text is
-    the one `emit_json` of all of them prints."""
+    """`predict --json`: each window's (or chunk's) predictions printed as they come (`on_chunk` of
+    `bertkit.commands.predict.run`): rows of text as the one JSON object `emit_json` of all of them prints, tagged
+    sentences as JSON lines (one object per sentence)."""
 
     def __init__(self) -> None:
         self.stream = JsonStream("predictions")
 
-    def __call__(self, part: Any, outputs: Any, labels: list[Any]) -> None:
-        for t, lab, p in zip(part.texts, labels, outputs.values, strict=True):
+    def __call__(self, chunk: Any) -> None:
+        if not isinstance(chunk, PredictedWindow):  # tagged sentences: a line each
+            print_sentences_jsonl(chunk)
+            return
+        outputs = chunk.outputs
+        for t, lab, p in zip(chunk.part.texts, chunk.labels, outputs.values, strict=True):
             self.stream.add(_prediction_json(outputs.task, t, lab, p, outputs.label_names))
 
 
 def show_predictions(result: PredictResult, cfg: PredictConfig, view: View,
                      stream: PredictionsJson | None = None) -> None:
-    """The predictions (the first 20 or 200 rows), or all of them as JSON (printed as they came: `stream`)."""
+    """The predictions as their problem family shows them (rows of text: the first 20 or 200 rows, or all of them
+    as JSON, printed as they came: `stream`; tagged sentences: `show_word_predictions`)."""
+    PREDICTION_VIEWS.get(result.family, _show_row_predictions)(result, cfg, view, stream)
+
+
+def _show_row_predictions(result: PredictResult, cfg: PredictConfig, view: View,
+                          stream: PredictionsJson | None = None) -> None:
     dataset, labels, proba, names = result.dataset, result.labels, result.proba, result.label_names
     task = result.task
     if view.json:
@@ -285,7 +298,8 @@ def show_predictions(result: PredictResult, cfg: PredictConfig, view: View,
                 **({"pooling": result.pooling} if result.pooling else {})}
         if stream is None:  # the result holds every row
             stream = PredictionsJson()
-            stream(dataset, SimpleNamespace(task=task, label_names=names, values=proba), labels)
+            outputs = SimpleNamespace(task=task, label_names=names, values=proba)
+            stream(PredictedWindow(dataset, outputs, labels))
         stream.stream.close(rest)
         return
     shown = min(len(dataset), predictions_shown(cfg))
@@ -297,6 +311,10 @@ def show_predictions(result: PredictResult, cfg: PredictConfig, view: View,
         columns = {"regression": "predicted", "multi_label": "predicted (tags joined by |), p_<tag>"}.get(
             task, "predicted, confidence, p_<label>")
         info(f"wrote {cfg.out} ({len(dataset)} rows, columns: {columns})", view.quiet)
+
+
+PREDICTION_VIEWS = {"words": lambda result, cfg, view, stream: show_word_predictions(result, cfg, view)}
+"""How a problem family's predictions are shown, where not as rows of text."""
 
 
 def reading_line(result: PredictResult) -> str:

@@ -28,8 +28,10 @@ def text_sentence(text: str) -> WordSentence:
     return WordSentence(tuple(text.split()), text)
 
 
-def words_problems(given: str) -> list[str]:
-    """Why --words is not a JSON list of words (empty: it is)."""
+def words_problems(given: str | None) -> list[str]:
+    """Why --words is not a JSON list of words (empty: it is, or it is not given)."""
+    if given is None:
+        return []
     try:
         words = json.loads(given)
     except ValueError as exc:

@@ -106,6 +106,11 @@ class Family:
         """(the distillation's config in the teacher's problem shape, its `Task`: the student and its objective)."""
         raise self.missing("distill")
 
+    def predict(self, cfg: Any, *, keep: int | None, progress: bool, on_chunk: Any) -> Any:
+        """`bertkit predict`'s predictions (`results.Predictions`): the first `keep` kept, every chunk written to
+        --out and handed to `on_chunk` as it comes."""
+        raise self.missing("predict")
+
     def missing(self, what: str) -> UserError:
         """The refusal of a part this family does not have (`what`: e.g. "probe")."""
         return UserError(f"`bertkit {what}` does not read {self.rows} yet. Use another command, or data of another "

@@ -9,6 +9,8 @@ from typing import Any, ClassVar
 
 from bertkit.encoding.reading import Reading
 from bertkit.families.base import MODEL_COMMANDS, Family
+from bertkit.families.results import Predictions
+from bertkit.families.sentence_runs import row_predictions
 from bertkit.models.preflight import DATA_FIELDS
 from bertkit.options import flag
 from bertkit.training.plans import Training
@@ -31,6 +33,10 @@ class Sentences(Family):
     def training(self, cfg: Any) -> Training:
         """A sequence classifier's runs: each reads its rows as its data options say (`training.finetune.Task`)."""
         return Training(lambda trial: self.refused_options(trial, "sweep"))
+
+    def predict(self, cfg: Any, *, keep: int | None, progress: bool, on_chunk: Any) -> Predictions:
+        """A classifier's or a saved probe's labels (or numbers) of rows of text (`sentence_runs.row_predictions`)."""
+        return row_predictions(cfg, keep, progress, on_chunk)
 
     def distillation(self, cfg: Any) -> tuple[Any, Any]:
         """A sentence classifier's student (`training.distill.DistillTask`: the teacher's soft targets over the

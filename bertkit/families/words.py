@@ -14,9 +14,12 @@ from bertkit.data.tagged_splits import TaggedTraining, load_tagged_training, loa
 from bertkit.encoding.reading import Reading
 from bertkit.errors import UserError, raise_if_problems
 from bertkit.families.base import Family
+from bertkit.families.results import Predictions
+from bertkit.families.word_runs import word_predictions, word_probe_option_problems
 from bertkit.features.word_store import word_store_splits
 from bertkit.models.metadata import is_tagger, saved_tag_scheme
 from bertkit.probe.word_saved import is_word_probe
+from bertkit.scoring.word_outputs import word_out_problems
 from bertkit.training.plans import Training
 from bertkit.training.tag_options import TAGGER_WORD_POOL
 
@@ -30,7 +33,8 @@ class Words(Family):
     rows = "tagged data (one tag per word)"
     chosen_by = "a CoNLL-style file (.iob2, .conll) or --task tags"
     model_noun = "a tagger (one tag per word)"
-    owner_phrase: ClassVar[dict[str, str]] = {"distill": "a tagging teacher"}
+    owner_phrase: ClassVar[dict[str, str]] = {"distill": "a tagging teacher",
+                                              "predict": "a tagging model or word probe (one tag per word)"}
     doing: ClassVar[dict[str, str]] = {
         "finetune": "fine-tuning on tagged data (one tag per word)", "sweep": "fine-tuning on tagged data (one tag "
         "per word)", "distill": "distilling a tagger", "probe": "word probes (tagged data)", "embed": "tagged data (one tag per word)",
@@ -62,13 +66,20 @@ class Words(Family):
 
     def option_problems(self, cfg: Any, command: str) -> list[str]:
         """Fine-tuning or distilling a tagger: a tagged --dev is needed (no hold-out is made), and (fine-tuning) both
-        files look tagged."""
+        files look tagged; predict: word predictions go to .jsonl or .csv, and a word probe reads words as it was
+        fitted."""
+        if command == "predict":
+            return word_out_problems(cfg.out) + (word_probe_option_problems(cfg) if cfg.probe is not None else [])
         if command == "distill":
             return dev_problems(cfg.inputs.dev, "Distilling a tagger")
         if command not in ("finetune", "sweep"):
             return []
         return dev_problems(cfg.inputs.dev, "Fine-tuning a tagger") + not_tagged_problems(
             (cfg.inputs.data, cfg.inputs.dev), "fine-tune on rows of text")
+
+    def predict(self, cfg: Any, *, keep: int | None, progress: bool, on_chunk: Any) -> Predictions:
+        """A tagging model's or a word probe's tags and spans of sentences (`word_runs.word_predictions`)."""
+        return word_predictions(cfg, keep, on_chunk)
 
     # ---------------------------------------------------------------- fine-tuning (finetune, sweep)
 

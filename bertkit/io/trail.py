@@ -108,13 +108,16 @@ def key_compare(key: dict[str, Any]) -> Compare:
 
 
 def key_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """`--flag: old -> new` for each option and `split data: old -> new` for each fingerprint that differs."""
+    """`--flag: old -> new` for each option of the new key and `split data: old -> new` for each fingerprint that
+    differs. An option only the old key holds is one this bertkit no longer counts (left out of the key since, as a
+    tagger's --truncation is): it does not change what the run computes."""
     changed = []
     for section in ("config", "data"):
         a, b = old.get(section, {}), new.get(section, {})
+        keys = set(b) if section == "config" else set(a) | set(b)
         changed += [f"--{k.replace('_', '-')}: {a.get(k)!r} -> {b.get(k)!r}" if section == "config"
                     else f"{k} data: {a.get(k)} -> {b.get(k)}"
-                    for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+                    for k in sorted(keys) if a.get(k) != b.get(k)]
     return changed
 
 

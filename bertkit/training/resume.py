@@ -8,8 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from bertkit.encoding.reading import family_name
 from bertkit.io import ownership, rundir, trail
-from bertkit.options import config_dict
+from bertkit.options import all_fields, config_dict
 from bertkit.training.options import TRACKING_FIELDS, FinetuneOptions
 
 NOT_IN_RESUME_KEY = {"quiet", "overwrite", "out", "save_every", "keep_checkpoints", "cuda_graphs", *TRACKING_FIELDS}
@@ -34,10 +35,19 @@ def recorded_config(cfg: FinetuneOptions) -> dict[str, Any]:
 
 
 def resume_key(cfg: FinetuneOptions, fingerprints: dict[str, str]) -> dict[str, Any]:
-    """What must match for a re-run to continue an existing --out: the config (less cosmetics) and the data."""
+    """What must match for a re-run to continue an existing --out: the config (less cosmetics, and less the options
+    of other problem families, which the run does not read) and the data."""
+    foreign = foreign_options(cfg)
     values = {k: v for k, v in recorded_config(cfg).items()
-              if k not in NOT_IN_RESUME_KEY and not (k in ADDED_AT_DEFAULT and v == ADDED_AT_DEFAULT[k])}
+              if k not in NOT_IN_RESUME_KEY and k not in foreign
+              and not (k in ADDED_AT_DEFAULT and v == ADDED_AT_DEFAULT[k])}
     return {"config": values, "data": fingerprints}
+
+
+def foreign_options(cfg: Any) -> set[str]:
+    """The options of `cfg` declared for other problem families than the one it reads (`option(families=...)`)."""
+    family = family_name(cfg)
+    return {f.name for f in all_fields(type(cfg)) if f.metadata.get("families") and family not in f.metadata["families"]}
 
 
 def finished_run(cfg: FinetuneOptions, key: dict[str, Any], command: str) -> Path | None:

@@ -1,0 +1,116 @@
+"""The words family's part of `bertkit predict`: a tagging model (`bertkit finetune` on tagged data, or its ONNX
+export) or a saved word probe tags the words of --text, --words or --data's sentences, chunk by chunk, every chunk
+written to --out (.jsonl or .csv) and handed to the command's `on_chunk` (a list of `scoring.spans.TaggedWords`)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from bertkit.data.tagged import TaggedColumns
+from bertkit.data.word_lines import file_sentences, text_sentence, words_sentence
+from bertkit.encoding.reading import Reading
+from bertkit.families.results import Predictions
+from bertkit.models.compute import Compute
+from bertkit.models.metadata import read_as_saved, read_model_info
+from bertkit.training.tag_options import TAGGER_WORD_POOL
+
+log = logging.getLogger(__name__)
+
+
+def word_predictions(cfg: Any, keep: int | None, on_chunk: Callable[[Any], None] | None) -> Predictions:
+    """Tags and spans of the sentences, from a saved word probe (`--probe`) or a tagging model (`--model`); the first
+    `keep` sentences kept in the record."""
+    return (probe_predictions if cfg.probe is not None else tagger_predictions)(cfg, keep, on_chunk)
+
+
+def probe_predictions(cfg: Any, keep: int | None, on_chunk: Callable[[Any], None] | None) -> Predictions:
+    """A saved word probe's tags, its words read as the probe's record says (its encoder verified first)."""
+    from bertkit.models import loading
+    from bertkit.probe.word_predict import word_tagger
+    from bertkit.probe.word_saved import load_word_probe
+
+    probe = load_word_probe(cfg.probe or "")  # every file verified before the encoder is loaded
+    loading.check_model_folder(probe.source.model)
+    # the one resolution of --precision: auto reads words in the precision the probe's were read in, where the CPU
+    # runs it natively (a probe saved before it recorded one: as auto resolves here)
+    compute, notes = Compute.over_record("cpu", cfg.precision, probe.source.compute, f"The word probe {probe.path}")
+    for note in notes:
+        log.warning("%s", note)
+    tagger = word_tagger(probe, cfg.batch_size, compute)
+    kept, total = written_sentences(cfg.out, tagger.tag(sentences_of(cfg)), keep, on_chunk)
+    reading = probe.source.reading
+    return Predictions("tags", list(probe.tags), 0.5, cfg.out, compute.precision, reading.max_length, None,
+                       f"word {reading.word_pool}, {probe.fit.pooling.label}", sentences=kept, n_sentences=total,
+                       family="words")
+
+
+def tagger_predictions(cfg: Any, keep: int | None, on_chunk: Callable[[Any], None] | None) -> Predictions:
+    """A tagging model's tags, read in windows of the max length it was trained with (--max-length, --stride given:
+    as asked), each word's tag from its pieces as --aggregate says."""
+    from bertkit.models import infer, loading
+    from bertkit.scoring.tag_outputs import tag_reader
+
+    loading.check_model_folder(cfg.model or "")  # its files as recorded, before anything reads them
+    cfg = read_as_saved(cfg)
+    compute, notes = infer.export_compute_of(cfg.model or "", cfg.precision), []  # an export: its own, on the CPU
+    if compute is None:
+        compute, notes = Compute.over_record(None, cfg.precision, Compute.recorded_in(read_model_info(
+            Path(cfg.model or "").expanduser())), f"The model {cfg.model}")
+    for note in notes:
+        log.warning("%s", note)
+    reading = Reading.of_words(TAGGER_WORD_POOL, cfg.reading.max_length, cfg.reading.stride)
+    reader = tag_reader(cfg.model or "", compute, reading, cfg.batch_size, cfg.aggregate)
+    kept, total = written_sentences(cfg.out, reader.tag(sentences_of(cfg)), keep, on_chunk)
+    return Predictions("tags", list(reader.tagger.tags), 0.5, cfg.out, infer.precision_of(reader.tagger.model, compute),
+                       reading.max_length, sentences=kept, n_sentences=total, aggregate=cfg.aggregate, family="words")
+
+
+def written_sentences(out: str | None, chunks: Any, keep: int | None,
+                      on_chunk: Callable[[Any], None] | None) -> tuple[list[Any], int]:
+    """Every chunk of tagged sentences to --out (none: nowhere) and `on_chunk`; (the first `keep`, the count)."""
+    from bertkit.io import predictions_out
+    from bertkit.scoring.word_outputs import open_word_predictions
+
+    kept: list[Any] = []
+    total = 0
+    sink = (open_word_predictions(Path(out), predictions_out.vouch(Path(out))) if out
+            else contextlib.nullcontext(lambda _: None))
+    with sink as append:
+        for chunk in chunks:
+            append(chunk)
+            kept.extend(chunk[:len(chunk) if keep is None else max(0, keep - len(kept))])
+            total += len(chunk)
+            if on_chunk is not None:
+                on_chunk(chunk)
+    return kept, total
+
+
+def sentences_of(cfg: Any) -> Iterator[Any]:
+    """The sentences to tag: --text (split on whitespace), --words, or --data streamed."""
+    if cfg.words is not None:
+        return iter([words_sentence(cfg.words)])
+    if cfg.text:
+        return (text_sentence(t) for t in cfg.text)
+    return file_sentences(cfg.inputs.data or "", TaggedColumns(cfg.inputs.text_column, cfg.inputs.label_column),
+                          cfg.inputs.limit)
+
+
+def word_probe_option_problems(cfg: Any) -> list[str]:
+    """Options a word probe does not read (it reads words as it was fitted): --max-length, --stride, --precision
+    int8, --aggregate (a tagging model's pieces)."""
+    reading = cfg.reading
+    given = [flag for flag, value in (("--max-length", reading.max_length), ("--stride", reading.stride)) if value]
+    problems = [f"{flag} does not apply to a word probe: it reads words as it was fitted (its probe.json). Drop "
+                f"{flag}." for flag in given]
+    if cfg.precision == "int8":
+        problems.append("--precision int8 does not apply to a word probe: word vectors are read in float. Pass "
+                        "--precision auto, fp32 or bf16.")
+    if cfg.aggregate != "first":
+        problems.append(f"--aggregate {cfg.aggregate} reads a word's tag from a tagging model's word pieces; "
+                        f"{cfg.probe} is not a tagging model (a word probe is fitted on pooled word vectors). Drop "
+                        f"--aggregate.")
+    return problems
