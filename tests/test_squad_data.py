@@ -252,3 +252,21 @@ def test_tydiqa_goldp_reads_as_squad_v11(shared_data):
     assert (train.version, train.n_questions, dev.version, dev.n_questions) == ("1.1", 3691, "1.1", 440)
     assert sum(len(q.answers) == 2 for q in dev.questions) == 246  # the README's count: every gold answer kept
     assert looks_like_squad(folder / "dev.json")
+
+
+def test_a_hub_split_is_read_through_datasets_and_its_name_declares_the_version(tmp_path):
+    """`datasets.load_dataset` on a local folder stands in for the hub (offline): the split's rows are the flat
+    layout, `squad_v2` declares v2.0 and `squad` v1.1 (where a question without an answer is refused)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = flat_rows() + [{"id": "q3", "title": "SB", "context": CONTEXT, "question": "Who lost Super Bowl 60?",
+                           "answers": {"text": [], "answer_start": []}}]
+    for name in ("squad_v2", "squad"):
+        (tmp_path / name).mkdir()
+        pq.write_table(pa.Table.from_pylist(rows), tmp_path / name / "validation.parquet")
+    corpus = read_squad(QASource(str(tmp_path / "squad_v2"), "validation"))
+    assert (corpus.version, corpus.n_questions, corpus.n_impossible) == ("2.0", 3, 1)
+    assert corpus.data_identity()["data_fingerprint"] and corpus.data_identity()["data_hub"].endswith("[validation]")
+    with pytest.raises(UserError, match=r"have no answer; the first is 'q3' \(row 3\)"):
+        read_squad(QASource(str(tmp_path / "squad"), "validation"))
