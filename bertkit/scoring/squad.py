@@ -236,8 +236,8 @@ class SquadScores:
 def breakdown(scores: Sequence[QuestionScore]) -> Breakdown | None:
     if not scores:
         return None
-    return Breakdown(100.0 * sum(s.exact for s in scores) / len(scores), 100.0 * sum(s.f1 for s in scores) / len(scores),
-                     len(scores))
+    n = len(scores)
+    return Breakdown(100.0 * sum(s.exact for s in scores) / n, 100.0 * sum(s.f1 for s in scores) / n, n)
 
 
 def question_word(text: str) -> str:
