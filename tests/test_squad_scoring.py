@@ -107,7 +107,9 @@ def test_v20_null_threshold_counts_questions_over_it_as_unanswered():
     scores = score_squad(V20, V20_PREDICTIONS, rules="2.0", null_odds=V20_ODDS, null_threshold=0.0)
     # exact: A 1, B 0, C 1, D 1, E 0 = 60%; f1: 1 + 2/3 + 1 + 1 + 0 = 11/3 -> 73.33%
     assert scores.exact == pytest.approx(60.0) and scores.f1 == pytest.approx(100 * (11 / 3) / 5)
-    assert next(s for s in scores.questions if s.id == "C").kind == "correct"
+    assert next(s for s in scores.questions if s.id == "C").to_json() == {
+        "id": "C", "question": "Who lost Super Bowl 60?", "prediction": "", "gold": ("",), "has_answer": False,
+        "exact": 1.0, "f1": 1.0, "kind": "correct"}
     assert scores.best.f1 == pytest.approx(100 * (11 / 3) / 5)  # the search reads the predictions, not the threshold
 
 
@@ -123,6 +125,8 @@ def test_v11_rules_refuse_an_unanswerable_question_and_unknown_rules_are_refused
         score_squad(V20, V20_PREDICTIONS, rules="1.1")
     with pytest.raises(UserError, match="rules '3'"):
         score_squad(V11, {}, rules="3")
+    with pytest.raises(UserError, match="only SQuAD v2.0 scoring has"):
+        score_squad(V11, V11_PREDICTIONS, rules="1.1", null_odds={"who": 1.0}, null_threshold=0.0)
 
 
 def test_normalisation_edge_cases_of_the_official_scripts():

@@ -129,7 +129,8 @@ def question_answer(question: Question, windows: QAWindows, ks: range, start_log
     if settings.allow_null and null_row not in chosen:
         chosen.append(null_row)
     scores = np.asarray([r[0] for r in chosen], dtype=np.float64)
-    probs = np.exp(scores - scores.max()) / np.exp(scores - scores.max()).sum() if len(scores) else scores
+    weights = np.exp(scores - scores.max()) if len(scores) else scores
+    probs = weights / weights.sum() if len(scores) else scores
     candidates = tuple(AnswerCandidate("" if s is None else question.context[s:e], s, e, score, sl, el, float(p))
                        for (score, sl, el, s, e), p in zip(chosen, probs, strict=True))
     return _chosen(question, candidates, float(null[0]) if settings.allow_null else None, settings)

@@ -12,7 +12,8 @@ per-question null odds (--na-prob-file) the threshold that would score best (`fi
 
 A question without a prediction scores 0 and counts in the total (the v1.1 script's rule, for both: the v2.0
 script leaves it out of the total and then fails on its breakdowns). `null_threshold` with `null_odds` applies the
-v2.0 script's --na-prob-thresh: a question whose odds exceed it counts as answered "" whatever was predicted."""
+v2.0 script's --na-prob-thresh: a question whose odds exceed it counts as answered "" whatever was predicted (v2.0
+rules only; the search for the best threshold reads the predictions as given)."""
 
 from __future__ import annotations
 
@@ -38,7 +39,6 @@ WORD_ALIASES = {"whom": "who", "whose": "who"}
 ERROR_KINDS = ("missing", "answered_unanswerable", "missed_answerable", "no_overlap", "partial_overlap")
 """What a wrong answer is, in the order a question is tested: no prediction; an answer to an unanswerable question;
 no answer to an answerable one; an answer sharing no token with any gold answer; one sharing some."""
-BOOTSTRAP_RESAMPLES = 1000
 
 
 def normalize_answer(text: str) -> str:
@@ -93,6 +93,9 @@ class QuestionScore:
     exact: float
     f1: float
     kind: str
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 def answer_kind(has_answer: bool, prediction: str | None, exact: float, f1: float) -> str:
@@ -280,6 +283,10 @@ def score_squad(questions: Sequence[Question], predictions: Mapping[str, str], *
     the scores at that threshold; with `n_boot`, intervals over questions."""
     if rules not in RULES:
         raise UserError(f"SQuAD scoring rules {rules!r} are not one of {', '.join(RULES)}. Pass 1.1 or 2.0.")
+    if rules == "1.1" and null_threshold is not None:
+        raise UserError(f"A null threshold ({null_threshold}) decides which questions are unanswerable, which only "
+                        f"SQuAD v2.0 scoring has; these questions are scored by the v1.1 rules. Drop the threshold, "
+                        f"or score with the v2.0 rules.")
     raw = [question_score(q, predictions.get(q.id), rules) for q in questions]
     odds = null_odds or {}
     scored = raw if null_threshold is None else [with_null_threshold(s, odds.get(s.id), null_threshold) for s in raw]
