@@ -111,6 +111,11 @@ class Family:
         --out and handed to `on_chunk` as it comes."""
         raise self.missing("predict")
 
+    def evaluate(self, cfg: Any, claim: Any, progress: bool) -> Any:
+        """`bertkit evaluate`'s scores of the model on labelled --data (`results.Evaluation`); its files (predictions,
+        plots) written into `claim()` (the run's folder, claimed once everything was checked), if given."""
+        raise self.missing("evaluate")
+
     def missing(self, what: str) -> UserError:
         """The refusal of a part this family does not have (`what`: e.g. "probe")."""
         return UserError(f"`bertkit {what}` does not read {self.rows} yet. Use another command, or data of another "

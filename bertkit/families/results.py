@@ -7,11 +7,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING
 
+from bertkit.scoring.scores import Scores
+
 if TYPE_CHECKING:
     import numpy as np
 
     from bertkit.data.dataset import TextDataset
     from bertkit.scoring.spans import TaggedWords
+    from bertkit.scoring.tag_report import TagMistakes
 
 Prediction = str | tuple[str, ...] | float
 """One row's prediction: a class name (single-label), its tags (multi-label), or a number (regression)."""
@@ -56,3 +59,66 @@ class Predictions:
     def of(cls, record: Predictions) -> Predictions:
         """This class (a command's result) holding `record`'s values."""
         return cls(**{f.name: getattr(record, f.name) for f in fields(record)})
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """The metrics of a model on labelled data (`metrics`: its problem shape's, with the per-tag table or confusion
+    matrix and `n` rows), and what they were computed on and how - apart, so no setting takes a metric's name."""
+
+    model: str
+    data: str
+    data_fingerprint: str
+    max_length: int
+    long_text: str
+    truncation: str
+    dtype: str
+    """The compute precision the model ran in (`precision` is the macro precision metric in `metrics`)."""
+    metrics: Scores
+    rows_cut: int | None = None
+    """Rows longer than max_length, cut as `truncation` says (None: read whole in windows)."""
+    temperature: float | None = None
+    """The temperature the model's logits were divided by (`finetune --calibrate temperature`); None: none recorded."""
+    mistakes: TagMistakes | None = None
+    """A tagging model's mistakes: the confusion of entity types (with `none`) and the entity error counts, or for
+    plain tags (POS) the confusion of tags and per-tag scores; None for other shapes."""
+
+    @classmethod
+    def of(cls, record: Evaluation) -> Evaluation:
+        """This class (a command's result) holding `record`'s values."""
+        return cls(**{f.name: getattr(record, f.name) for f in fields(record)})
+
+    @property
+    def task(self) -> str:
+        return str(self.metrics.value("task"))
+
+    @property
+    def rows(self) -> int:
+        return int(self.metrics.n or 0)
+
+    @property
+    def note(self) -> str | None:
+        """Why a metric is undefined or limited on these rows (e.g. one class only), if it is."""
+        note = self.metrics.value("note")
+        return str(note) if note else None
+
+    @property
+    def threshold(self) -> object:
+        """A tag model's decision threshold (tags: one for all, or one per tag)."""
+        return self.metrics.threshold
+
+    @property
+    def per_tag(self) -> dict[str, dict[str, float]]:
+        """A tag model's scores per tag (F1, precision, recall, support); empty for other shapes."""
+        return dict(self.metrics.value("per_label") or {})  # type: ignore[call-overload]
+
+    @property
+    def per_type(self) -> dict[str, dict[str, float]]:
+        """A tagging model's strict entity scores per type (precision, recall, f1, support, predicted); else empty."""
+        return dict(self.metrics.value("per_type") or {})  # type: ignore[call-overload]
+
+    @property
+    def confusion(self) -> tuple[list[str], list[list[int]]]:
+        """A single-label model's label names and confusion matrix (rows = true); empty for other shapes."""
+        return (list(self.metrics.value("labels") or []),  # type: ignore[call-overload]
+                list(self.metrics.value("confusion_matrix") or []))  # type: ignore[call-overload]

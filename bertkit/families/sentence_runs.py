@@ -13,11 +13,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bertkit.encoding.reading import Reading
-from bertkit.families.results import Prediction, Predictions
+from bertkit.families.results import Evaluation, Prediction, Predictions
 from bertkit.features.settings import Pooling
 from bertkit.models.compute import Compute
-from bertkit.models.metadata import read_as_saved, read_model_info
+from bertkit.models.metadata import (
+    read_as_saved,
+    read_model_info,
+    saved_temperature,
+    saved_threshold,
+    warn_if_foreign,
+)
 from bertkit.models.preflight import check_inputs, check_model_limits
+from bertkit.scoring.scores import Scores
 
 if TYPE_CHECKING:
     from bertkit.data.dataset import TextDataset
@@ -138,24 +145,102 @@ def probe_reader(cfg: Any, dataset: TextDataset, progress: bool, counted: Any) -
 
 
 def model_reader(cfg: Any, dataset: TextDataset, progress: bool, counted: Any) -> OutputReader:
-    """A fine-tuned classifier (or its export) in the run's one resolution of --precision (an ONNX export: its
-    own): auto reads in the precision the model records where this device runs it natively, and says so where it
-    cannot."""
+    """A fine-tuned classifier (or its export), loaded in the run's one resolution of --precision."""
     from bertkit.models import infer, loading
-    from bertkit.models.metadata import saved_temperature, saved_threshold, warn_if_foreign
     from bertkit.scoring.outputs import OutputReader, classifier_read
 
-    compute = infer.export_compute_of(cfg.model, cfg.precision)
-    if compute is None:
-        recorded = Compute.recorded_in(read_model_info(Path(cfg.model).expanduser()))
-        compute, notes = Compute.over_record(None, cfg.precision, recorded, f"The model {cfg.model}")
-        for note in notes:
-            log.warning("%s", note)
-    model, tokenizer, label_map = infer.load_for_inference(cfg.model, compute)
-    warn_if_foreign(cfg.model)  # a plain transformers folder: read as its config says, said once
+    model, tokenizer, label_map, compute = loaded_classifier(cfg)
     reading = Reading.from_options(cfg.reading)  # `cfg` is read as the model records already
     loading.check_max_length(reading.max_length, tokenizer, model.config, cfg.model, pair=dataset.pairs is not None)
     temperature = saved_temperature(cfg.model)  # --calibrate temperature at training: honest probabilities
     return OutputReader(label_map, classifier_read(model, tokenizer, reading, cfg.batch_size, compute, progress, counted,
                                                    temperature),
                         saved_threshold(cfg.model), infer.precision_of(model, compute), counted, temperature=temperature)
+
+
+# ---------------------------------------------------------------- evaluate
+
+
+def row_evaluation(cfg: Any, claim: Callable[[], Path] | None, progress: bool) -> Evaluation:
+    """A fine-tuned classifier on labelled --data, in its problem shape: the shape's metrics, and with `claim` (the
+    evaluate run's folder, claimed once everything was checked) predictions.csv and the shape's plot (confusion
+    matrix, true-vs-predicted scatter, per-tag F1)."""
+    check_inputs(cfg, need_labels=True, models=(cfg.model,), data_fields=("data",))  # before torch
+    from bertkit.data.labels import check_tag_columns
+    from bertkit.data.splits import load_dataset_split
+    from bertkit.encoding.encode import RowsCut
+    from bertkit.models import infer
+    from bertkit.scoring import metrics
+    from bertkit.scoring.outputs import OutputReader, classifier_read, score_outputs
+
+    external = [metrics.load_metric(spec) for spec in cfg.metrics.external_metrics]  # a missing one stops here
+    model, tokenizer, label_map, compute = loaded_classifier(cfg)
+    cfg = read_as_saved(cfg)  # the model verified by its record first
+    reading = Reading.from_options(cfg.reading)
+    checked_for_shape(cfg, model, tokenizer, label_map, external, reading)
+    dataset = load_dataset_split(cfg.inputs, cfg.inputs.data or "", need_labels=True, task=label_map.task)
+    check_tag_columns(label_map, dataset, f"model {cfg.model}")
+    y = label_map.encode(dataset.labels or [], f"The data {dataset.source}")
+    counted = RowsCut()
+    temperature = saved_temperature(cfg.model or "")  # --calibrate temperature at training
+    read = classifier_read(model, tokenizer, reading, cfg.batch_size, compute, progress, counted, temperature)
+    reader = OutputReader(label_map, read, saved_threshold(cfg.model or ""), counted=counted, temperature=temperature)
+    outputs = reader.all_outputs(dataset)  # a few numbers per row; the texts are read a window at a time
+    scores = score_outputs(outputs, y)
+    metrics.add_requested(scores, cfg.metrics.metric_list, external, outputs.decisions(), y)
+    if claim is not None:
+        write_evaluation(claim(), dataset, outputs, y, scores, f"{cfg.model} on {dataset.source}")
+    return Evaluation(cfg.model or "", dataset.source, dataset.fingerprint, reading.max_length, reading.long_text,
+                      reading.truncation, infer.precision_of(model, compute), Scores.from_json(scores),
+                      None if reading.chunked else counted.cut, temperature)
+
+
+def loaded_classifier(cfg: Any) -> tuple[Any, Any, Any, Compute]:
+    """(model, tokenizer, label map, compute) of --model in the run's one resolution of --precision (an ONNX
+    export: its own): auto reads in the precision the model records where this device runs it natively."""
+    from bertkit.models import infer
+
+    compute = infer.export_compute_of(cfg.model or "", cfg.precision)
+    if compute is None:
+        recorded = Compute.recorded_in(read_model_info(Path(cfg.model or "").expanduser()))
+        compute, notes = Compute.over_record(None, cfg.precision, recorded, f"The model {cfg.model}")
+        for note in notes:
+            log.warning("%s", note)
+    model, tokenizer, label_map = infer.load_for_inference(cfg.model or "", compute)
+    warn_if_foreign(cfg.model or "")  # a plain transformers folder: read as its config says, said once
+    return model, tokenizer, label_map, compute
+
+
+def checked_for_shape(cfg: Any, model: Any, tokenizer: Any, label_map: Any, external: list[Any],
+                      reading: Reading) -> None:
+    """--max-length against the model; options the model's problem shape ignores warned about; a --metric module
+    that fails on the shape refused."""
+    from bertkit.models import loading
+    from bertkit.scoring import metrics
+    from bertkit.scoring.shapes import inapplicable_options
+
+    loading.check_max_length(reading.max_length, tokenizer, model.config, cfg.model or "",
+                              pair=cfg.inputs.text_pair_column is not None)
+    for note in inapplicable_options(label_map.task, len(label_map.labels), cfg.metrics.metric_list):
+        log.warning("%s", note)
+    metrics.check_external(external, label_map.task, len(label_map.labels))  # a module that fails on the shape
+
+
+def write_evaluation(folder: Path, dataset: TextDataset, outputs: Outputs, y: Any, scores: dict[str, Any],
+                     title: str) -> None:
+    """predictions.csv and the shape's plot into the evaluate run's folder."""
+    from bertkit import plots
+    from bertkit.scoring import predictions
+
+    predictions.write_predictions_csv(folder / "predictions.csv", dataset, outputs.values, outputs.label_names,
+                                      y_true=y, task=outputs.task, threshold=outputs.threshold)
+    if outputs.task == "regression":
+        plots.save_figure(plots.regression_scatter(y, outputs.values[:, 0], title), folder / "scatter.png")
+    elif outputs.task == "multi_label":
+        plots.per_label_f1(scores["per_label"], folder / "per_label_f1.png", title)
+    else:
+        plots.save_figure(plots.confusion_matrix(scores["confusion_matrix"], outputs.label_names, title),
+                          folder / "confusion_matrix.png")
+        if scores.get("reliability"):
+            plots.save_figure(plots.reliability_diagram(scores["reliability"], scores["ece"], title),
+                              folder / "reliability.png")

@@ -9,8 +9,8 @@ from typing import Any, ClassVar
 
 from bertkit.encoding.reading import Reading
 from bertkit.families.base import MODEL_COMMANDS, Family
-from bertkit.families.results import Predictions
-from bertkit.families.sentence_runs import row_predictions
+from bertkit.families.results import Evaluation, Predictions
+from bertkit.families.sentence_runs import row_evaluation, row_predictions
 from bertkit.models.preflight import DATA_FIELDS
 from bertkit.options import flag
 from bertkit.training.plans import Training
@@ -33,6 +33,10 @@ class Sentences(Family):
     def training(self, cfg: Any) -> Training:
         """A sequence classifier's runs: each reads its rows as its data options say (`training.finetune.Task`)."""
         return Training(lambda trial: self.refused_options(trial, "sweep"))
+
+    def evaluate(self, cfg: Any, claim: Any, progress: bool) -> Evaluation:
+        """`bertkit evaluate`'s scores of the model on labelled --data (`row_evaluation`)."""
+        return row_evaluation(cfg, claim, progress)
 
     def predict(self, cfg: Any, *, keep: int | None, progress: bool, on_chunk: Any) -> Predictions:
         """A classifier's or a saved probe's labels (or numbers) of rows of text (`sentence_runs.row_predictions`)."""

@@ -13,9 +13,10 @@ from typing import Any
 from bertkit.data.tagged import TaggedColumns
 from bertkit.data.word_lines import file_sentences, text_sentence, words_sentence
 from bertkit.encoding.reading import Reading
-from bertkit.families.results import Predictions
+from bertkit.families.results import Evaluation, Predictions
 from bertkit.models.compute import Compute
 from bertkit.models.metadata import read_as_saved, read_model_info
+from bertkit.scoring.scores import Scores
 from bertkit.training.tag_options import TAGGER_WORD_POOL
 
 log = logging.getLogger(__name__)
@@ -114,3 +115,38 @@ def word_probe_option_problems(cfg: Any) -> list[str]:
                         f"{cfg.probe} is not a tagging model (a word probe is fitted on pooled word vectors). Drop "
                         f"--aggregate.")
     return problems
+
+
+# ---------------------------------------------------------------- evaluate
+
+
+def tagger_evaluation(cfg: Any, claim: Callable[[], Path] | None, progress: bool) -> Evaluation:
+    """A tagging model on tagged --data (IOB1 read as IOB2): entity P/R/F1 with the model's scheme (micro, macro,
+    per type, the F1's interval over sentences) and word accuracy, or word accuracy and macro-F1 for plain tags; its
+    mistakes (`scoring.tag_report.TagMistakes`); with `claim` (the evaluate run's folder, claimed once the model and
+    data were checked) predictions.jsonl, predict's shape (words, tags, spans per sentence)."""
+    from bertkit.data.tagged import read_tagged
+    from bertkit.data.tagged_splits import corpus_fingerprint
+    from bertkit.models.preflight import check_inputs
+    from bertkit.scoring.tag_outputs import check_gold_scheme, score_tagger, tag_reader
+    from bertkit.scoring.tags import tag_scores_record
+    from bertkit.scoring.word_outputs import open_word_predictions
+
+    check_inputs(cfg, need_labels=True, models=(cfg.model,), data_fields=())  # the model as saved, before torch
+    inputs = cfg.inputs  # and the gold data
+    corpus = read_tagged(inputs.data or "", TaggedColumns(inputs.text_column, inputs.label_column))
+    cfg = read_as_saved(cfg)
+    compute, notes = Compute.over_record(None, cfg.precision, Compute.recorded_in(read_model_info(
+        Path(cfg.model or "").expanduser())), f"The model {cfg.model}")
+    reading = Reading.of_words(TAGGER_WORD_POOL, cfg.reading.max_length, cfg.reading.stride)
+    reader = tag_reader(cfg.model or "", compute, reading, cfg.batch_size)
+    notes += check_gold_scheme(reader, corpus)
+    for note in notes:
+        log.warning("%s", note)
+    out = claim() / "predictions.jsonl" if claim is not None else None
+    with open_word_predictions(out) if out is not None else contextlib.nullcontext(lambda _: None) as append:
+        report = score_tagger(reader, corpus, limit=cfg.inputs.limit, seed=cfg.inputs.seed, on_chunk=append)
+    record = {"task": "tags", **tag_scores_record(report.scores), **({"notes": notes} if notes else {})}
+    return Evaluation(cfg.model or "", str(corpus.source), corpus_fingerprint(corpus), reading.max_length,
+                      reading.long_text, reading.truncation, compute.precision, Scores.from_json(record),
+                      mistakes=report.mistakes)

@@ -14,8 +14,8 @@ from bertkit.data.tagged_splits import TaggedTraining, load_tagged_training, loa
 from bertkit.encoding.reading import Reading
 from bertkit.errors import UserError, raise_if_problems
 from bertkit.families.base import Family
-from bertkit.families.results import Predictions
-from bertkit.families.word_runs import word_predictions, word_probe_option_problems
+from bertkit.families.results import Evaluation, Predictions
+from bertkit.families.word_runs import tagger_evaluation, word_predictions, word_probe_option_problems
 from bertkit.features.word_store import word_store_splits
 from bertkit.models.metadata import is_tagger, saved_tag_scheme
 from bertkit.probe.word_saved import is_word_probe
@@ -76,6 +76,10 @@ class Words(Family):
             return []
         return dev_problems(cfg.inputs.dev, "Fine-tuning a tagger") + not_tagged_problems(
             (cfg.inputs.data, cfg.inputs.dev), "fine-tune on rows of text")
+
+    def evaluate(self, cfg: Any, claim: Any, progress: bool) -> Evaluation:
+        """`bertkit evaluate`'s scores of the model on labelled --data (`tagger_evaluation`)."""
+        return tagger_evaluation(cfg, claim, progress)
 
     def predict(self, cfg: Any, *, keep: int | None, progress: bool, on_chunk: Any) -> Predictions:
         """A tagging model's or a word probe's tags and spans of sentences (`word_runs.word_predictions`)."""
