@@ -7,13 +7,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
 from bertkit.data.cachedir import cache_in_out_problem
 from bertkit.data.cells import is_blank_text
+from bertkit.data.labels import SPANS_TASK
 from bertkit.data.labels import TASKS as SHAPE_NAMES
 from bertkit.data.presets import NO_PRESET, PresetFill, apply_preset
 from bertkit.data.sources import HEADER_MODES
+from bertkit.data.squad import looks_like_squad
+from bertkit.data.squad_rows import HUB_VERSIONS
 from bertkit.data.tagged import is_file_value, is_tagged_file, is_tagged_hub
 from bertkit.options import DATA, RUN, field_problems, option, value
 
@@ -76,7 +80,7 @@ def config_problems(config: Any) -> list[str]:
 
 WORD_TASK = "tags"
 """--task tags: one tag per word (a tagged corpus): the word path of every command that has --task."""
-TASKS = ("auto", *SHAPE_NAMES, WORD_TASK)
+TASKS = ("auto", *SHAPE_NAMES, WORD_TASK, SPANS_TASK)
 WORD_TASKS = ("auto", WORD_TASK)
 """--task where a command reads either rows or tagged corpora and nothing else (embed)."""
 THRESHOLD_MODES = ("tune", "tune-per-label")
@@ -94,6 +98,19 @@ def reads_tagged(task: str, data: str | None, config: str | None = None, train_s
         return is_tagged_file(data) if is_file_value(data) else is_tagged_hub(data, config, train_split)
     except OSError:  # a path this machine cannot open (too long...): the data options' checks say why
         return False
+
+
+def reads_questions(task: str, data: str | None, config: str | None = None, train_split: str = "train") -> bool:
+    """Whether a run reads --data as questions on passages (extractive question answering): --task spans, or --task
+    auto and a local file that holds SQuAD questions (`data.squad.looks_like_squad`: SQuAD JSON, or rows with
+    context, question and answers) or a hub dataset named squad or squad_v2 (its name declares its version)."""
+    if task == SPANS_TASK:
+        return True
+    if task != "auto" or data is None:
+        return False
+    if is_file_value(data):
+        return looks_like_squad(Path(data).expanduser())
+    return data.rsplit("/", 1)[-1] in HUB_VERSIONS
 
 
 def blank_text_problems(texts: tuple[str, ...]) -> list[str]:
@@ -145,7 +162,9 @@ class TaskOptions(LabelOptions):
 
     task: str = option("auto", "Problem shape. auto: tag lists, --label-sep or several label columns -> multi_label; "
                        "numbers with fractions -> regression; else single_label. tags: one tag per word (a CoNLL-style "
-                       "column file; detected from .iob2/.iob/.bio/.conll files and their content).", panel=DATA,
+                       "column file; detected from .iob2/.iob/.bio/.conll files and their content). spans: an answer "
+                       "span of a passage per question (SQuAD; detected from a SQuAD file's content, or the hub's "
+                       "squad and squad_v2).", panel=DATA,
                        choices=TASKS)
     threshold: str = option("tune", "Multi-label decision threshold on each sigmoid: a probability in (0, 1), tune "
                             "(one threshold, best dev micro-F1) or tune-per-label (one per label, best dev F1).",

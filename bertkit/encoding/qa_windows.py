@@ -27,6 +27,7 @@ import numpy as np
 from bertkit.data.squad import Question
 from bertkit.encoding.batches import global_batches, pad_batch, sorted_batches
 from bertkit.encoding.encode import TYPE_DTYPE, Encoded
+from bertkit.encoding.reading import DOC_STRIDE, QUESTION_MAX_LENGTH, Reading
 from bertkit.encoding.rows import TokenRows, flatten, offsets_of
 from bertkit.errors import UserError, raise_if_problems
 
@@ -43,8 +44,8 @@ class QAReading:
     """How questions and passages become windows: `max_length` tokens each, neighbouring windows of one passage
     sharing `doc_stride` tokens (run_qa.py's defaults, 384 and 128), questions cut to `question_budget` tokens."""
 
-    max_length: int = 384
-    doc_stride: int = 128
+    max_length: int = QUESTION_MAX_LENGTH
+    doc_stride: int = DOC_STRIDE
     max_question_length: int = 64
 
     KEYS = ("max_length", "doc_stride", "max_question_length")
@@ -71,6 +72,18 @@ class QAReading:
 
     def to_json(self) -> dict[str, Any]:
         return {key: getattr(self, key) for key in self.KEYS}
+
+    @classmethod
+    def of(cls, reading: Reading, max_question_length: int | None = None) -> QAReading:
+        """How a run or a model with `reading` (its window, and its `stride` as the doc stride: None,
+        `DOC_STRIDE`) reads questions; `max_question_length` None: the default."""
+        return cls(reading.max_length, DOC_STRIDE if reading.stride is None else reading.stride,
+                   max_question_length or cls.max_question_length)
+
+    def as_reading(self) -> Reading:
+        """The `Reading` a model records (bertkit_model.json's `reading`, and `model_max_length` in its tokenizer
+        config): windows (chunk) of `max_length` tokens sharing `doc_stride`."""
+        return Reading(self.max_length, "chunk", "head", self.doc_stride)
 
     @classmethod
     def from_json(cls, record: dict[str, Any]) -> QAReading:

@@ -23,11 +23,28 @@ SPECIAL_TOKENS = 2
 
 DEFAULT_MAX_LENGTH = 128
 """The window of a model that records none (a hub id, the packaged encoder): BERT fine-tuning's usual 128."""
+QUESTION_MAX_LENGTH = 384
+"""The window of questions on passages (the spans family) where no model records one: run_qa.py's 384, which holds
+a question and most of a SQuAD paragraph."""
+DOC_STRIDE = 128
+"""Tokens neighbouring windows of one passage share where no model records it (run_qa.py's --doc_stride)."""
+FAMILY_MAX_LENGTH = {"spans": QUESTION_MAX_LENGTH}
+"""A problem family's window where neither the options nor a record say (others: `DEFAULT_MAX_LENGTH`)."""
 
 
 def max_length_help(reads: str = "the model (or probe, export)") -> str:
     """--max-length's help, for a command that `reads` a model (evaluate: a fine-tuned model only, no probe)."""
-    return f"Truncate inputs to this many tokens. Default: as {reads} records it, else {DEFAULT_MAX_LENGTH}."
+    return (f"Truncate inputs to this many tokens. Default: as {reads} records it, else {DEFAULT_MAX_LENGTH} "
+            f"({QUESTION_MAX_LENGTH} for questions on passages).")
+
+
+def doc_stride_option() -> Any:
+    """--doc-stride, declared here once for every command that reads questions on passages (finetune and sweep in
+    their reading group, predict and evaluate in their answers group): unset (None), as the model records it, else
+    `DOC_STRIDE`."""
+    return option(None, f"Questions on passages: tokens neighbouring windows of a passage longer than --max-length "
+                  f"share (run_qa.py's --doc_stride). Default: as the model records it, else {DOC_STRIDE}.",
+                  panel=MODEL, minimum=0, families=("spans",))
 
 
 def max_length_option() -> Any:
@@ -60,6 +77,7 @@ class WindowOptions(ReadingOptions):
                                 "--max-length share (default: a quarter of --max-length). Recorded in the model: "
                                 "predict and evaluate read in the same windows.", panel=MODEL, minimum=0,
                                 families=("words",))
+    doc_stride: int | None = doc_stride_option()
 
 
 @dataclass(frozen=True)
@@ -73,7 +91,7 @@ class LongTextOptions(ReadingOptions):
                                    "max; nothing is cut). Default: cut.", panel=MODEL, choices=LONG_TEXT_MODES,
                                    families=("sentences",))
     stride: int | None = option(None, "Tokens neighbouring windows share with --long-text chunk (default: a quarter of "
-                                "--max-length).", panel=MODEL, minimum=0)
+                                "--max-length).", panel=MODEL, minimum=0, families=("sentences", "words"))
 
     def long_text_problems(self) -> list[str]:
         """--stride only with chunking, and smaller than the text part of a window (it would never move on)."""
@@ -126,8 +144,9 @@ class Reading:
 
     @classmethod
     def from_options(cls, cfg: Any) -> Reading:
-        """The reading a config's options ask for; an option it lacks, or leaves unset (None), takes the default."""
-        default = cls()
+        """The reading a config's options ask for; an option it lacks, or leaves unset (None), takes the default (the
+        window: its problem family's, `FAMILY_MAX_LENGTH`)."""
+        default = cls(max_length=FAMILY_MAX_LENGTH.get(family_name(cfg), DEFAULT_MAX_LENGTH))
         return cls(*(_given(cfg, key, getattr(default, key)) for key in cls.KEYS))
 
     @classmethod
@@ -270,11 +289,13 @@ def read_as_recorded(cfg: Any, recorded: Reading | None, what: str) -> Any:
 
 def family_name(cfg: Any) -> str:
     """The problem family a command's config reads (`cfg.family`, asked once by the command: `bertkit.families`); a
-    run's own config (a sweep's trial) says whether it reads words."""
+    run's own config (a sweep's trial) says whether it reads words or questions."""
     family = getattr(cfg, "family", None)
     if family is not None:
         return str(family.name)
-    return "words" if getattr(cfg, "reads_words", False) else "sentences"
+    if getattr(cfg, "reads_words", False):
+        return "words"
+    return "spans" if getattr(cfg, "reads_questions", False) else "sentences"
 
 
 def _given(cfg: Any, key: str, default: Any) -> Any:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from bertkit.data.options import TaskOptions, config_problems, reads_tagged
+from bertkit.data.options import TaskOptions, config_problems, reads_questions, reads_tagged
 from bertkit.encoding.reading import WindowOptions
 from bertkit.errors import UserError, raise_if_problems
 from bertkit.models.compute import TRUST_HELP, precision_option
@@ -212,6 +212,13 @@ class FinetuneOptions(Config):
         """Whether this run trains a tagger: --task tags, or --data a tagged corpus (`data.options.reads_tagged`)."""
         data = self.inputs
         return reads_tagged(data.task, data.data, data.data_config, data.train_split)
+
+    @property
+    def reads_questions(self) -> bool:
+        """Whether this run trains a question-answering model: --task spans, or --data a SQuAD set
+        (`data.options.reads_questions`)."""
+        data = self.inputs
+        return reads_questions(data.task, data.data, data.data_config, data.train_split)
 
 
 @dataclass(frozen=True)
