@@ -20,6 +20,8 @@ import numpy as np
 
 from bertkit.data.squad import Question
 from bertkit.encoding.qa_windows import NOT_CONTEXT, QAWindows
+from bertkit.encoding.reading import doc_stride_option
+from bertkit.options import RUN, option
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,31 @@ class AnswerSettings:
     def from_json(cls, record: dict[str, Any]) -> AnswerSettings:
         kinds = {"n_best": int, "max_answer_length": int, "allow_null": bool, "null_threshold": float}
         return cls(**{key: kinds[key](record[key]) for key in cls.KEYS if key in record})
+
+
+@dataclass(frozen=True)
+class AnswerOptions:
+    """How a question-answering model's scores become answers (predict, evaluate): the candidates, the longest
+    answer, the no-answer threshold of a SQuAD v2.0 model, and the windows' overlap (--doc-stride)."""
+
+    ADVANCED_OPTIONS = ("n_best", "doc_stride")
+
+    n_best: int = option(20, "Questions on passages: candidate answers kept per question (run_qa.py's --n_best_size); "
+                         "predict writes them as each answer's n_best.", panel=RUN, above=0, families=("spans",))
+    max_answer_length: int = option(30, "Questions on passages: the longest answer, in tokens (run_qa.py's "
+                                    "--max_answer_length).", panel=RUN, above=0, families=("spans",))
+    null_threshold: float | None = option(None, "Questions on passages, a SQuAD v2.0 model: leave a question "
+                                          "unanswered when the no-answer score beats the best span's by more than "
+                                          "this (run_qa.py's --null_score_diff_threshold). Default: the threshold "
+                                          "the model's dev set chose (its record), else 0.", panel=RUN,
+                                          families=("spans",))
+    doc_stride: int | None = doc_stride_option()
+
+    def settings(self, allow_null: bool, recorded_threshold: float | None) -> AnswerSettings:
+        """The answer settings these options ask for, a model that may leave questions unanswered (`allow_null`)
+        keeping its `recorded_threshold` unless --null-threshold says otherwise."""
+        threshold = self.null_threshold if self.null_threshold is not None else recorded_threshold
+        return AnswerSettings(self.n_best, self.max_answer_length, allow_null, float(threshold or 0.0))
 
 
 @dataclass(frozen=True)

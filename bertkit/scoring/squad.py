@@ -313,3 +313,25 @@ def error_rows(scores: SquadScores, confidence: Mapping[str, float | None] | Non
     wrong = [s for s in scores.questions if s.exact < 1]
     rows = [ErrorRow(s.id, s.question, s.prediction or "", s.gold, s.kind, s.f1, confidence.get(s.id)) for s in wrong]
     return sorted(rows, key=lambda r: (r.confidence is None, -(r.confidence or 0.0)))
+
+
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+COMMON_WORDS = frozenset({*QUESTION_WORDS, *WORD_ALIASES, "is", "are", "was", "were", "be", "been", "do", "does", "did",
+                          "of", "in", "on", "at", "to", "for", "from", "by", "with", "as", "and", "or", "it", "its",
+                          "many", "much", "name", "called"})
+"""Words too common to tell one sentence from another: the question words and the commonest function words."""
+
+
+def overlap_sentence(question: Question) -> str:
+    """The overlap baseline's answer: the passage sentence (split after . ! or ?) that holds the most distinct words
+    of the question (normalised as the scores normalise answers, `COMMON_WORDS` left out); the first on a tie."""
+    wanted = set(normalize_answer(question.question).split()) - COMMON_WORDS
+    sentences = [s.strip() for s in SENTENCE_END.split(question.context) if s.strip()] or [question.context.strip()]
+    counts = [len(wanted & set(normalize_answer(s).split())) for s in sentences]
+    return sentences[int(np.argmax(counts))]
+
+
+def overlap_answers(questions: Sequence[Question]) -> dict[str, str]:
+    """{question id: `overlap_sentence`}: what a reader that only matches the question's words to the passage
+    answers, the baseline a question-answering model must beat (scored by `score_squad` like any predictions)."""
+    return {q.id: overlap_sentence(q) for q in questions}
