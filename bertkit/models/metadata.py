@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from bertkit.data.labels import TAGS_TASK
+from bertkit.data.labels import SPANS_TASK, TAGS_TASK
 from bertkit.data.tagscheme import TagScheme
 from bertkit.encoding.reading import UNRECORDED, Reading, read_as_recorded
 from bertkit.errors import UserError
@@ -141,6 +141,35 @@ def add_model_info(folder: str | Path, entries: dict[str, Any]) -> None:
 def is_tagger(model_dir: str | Path) -> bool:
     """Whether the folder holds a tagging model bertkit saved (its record's task is `tags`)."""
     return read_model_info(Path(model_dir).expanduser()).get("task") == TAGS_TASK
+
+
+def is_question_answerer(model_dir: str | Path) -> bool:
+    """Whether the folder holds a question-answering model: the record of a folder bertkit saved says task (or family)
+    `spans`; a folder bertkit did not save is one when its config.json's architectures end in ForQuestionAnswering (a
+    hub id: not known here)."""
+    path = Path(model_dir).expanduser()
+    info = read_model_info(path)
+    if info:
+        return SPANS_TASK in (info.get("task"), info.get("family"))
+    try:
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    architectures = config.get("architectures") if isinstance(config, dict) else None
+    return isinstance(architectures, list) and any(str(a).endswith("ForQuestionAnswering") for a in architectures)
+
+
+def saved_question_answering(model_dir: str | Path) -> tuple[str | None, int | None, float | None]:
+    """(the SQuAD version, the longest question in tokens, the no-answer threshold) a question-answering folder's
+    record says (`spans` and `threshold` in bertkit_model.json; None where it says nothing: a folder bertkit did not
+    save, or a v1.1 model's threshold)."""
+    info = read_model_info(Path(model_dir).expanduser())
+    record = info.get("spans") if isinstance(info.get("spans"), dict) else {}
+    version = record.get("version") if record.get("version") in ("1.1", "2.0") else None
+    length, threshold = record.get("max_question_length"), info.get("threshold")
+    length_ok = isinstance(length, int) and not isinstance(length, bool) and length > 0
+    number = isinstance(threshold, (int, float)) and not isinstance(threshold, bool) and math.isfinite(threshold)
+    return version, length if length_ok else None, float(threshold) if number else None
 
 
 def saved_tag_scheme(model_dir: str | Path) -> TagScheme:
