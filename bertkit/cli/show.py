@@ -20,6 +20,7 @@ from bertkit.cli.output import (
     result_json,
     table,
 )
+from bertkit.cli.show_answers import print_answers_jsonl, show_answer_evaluation, show_answer_predictions
 from bertkit.cli.show_tag_report import show_tag_report
 from bertkit.cli.show_word_predictions import print_sentences_jsonl, show_word_predictions
 from bertkit.cli.show_words import show_word_embed, show_word_probe
@@ -30,6 +31,7 @@ from bertkit.commands.predict import PredictConfig, PredictResult
 from bertkit.commands.probe import ProbeResult
 from bertkit.commands.tokens import TokensConfig, TokensResult
 from bertkit.families.sentence_runs import PredictedWindow
+from bertkit.families.span_runs import AnsweredChunk
 from bertkit.scoring.table import SHAPE
 
 if TYPE_CHECKING:
@@ -197,7 +199,7 @@ def _repeats_and_test(result: ProbeResult, metric: str, name: str) -> str:
 
 METRIC_HEADERS = {"accuracy": "acc", "f1": "F1", "mcc": "MCC", "pearson": "Pearson", "spearman": "Spearman",
                   "mse": "MSE", "mae": "MAE", "micro_f1": "micro-F1", "macro_f1": "macro-F1",
-                  "subset_accuracy": "subset acc", "hamming_loss": "Hamming"}
+                  "subset_accuracy": "subset acc", "hamming_loss": "Hamming", "exact_match": "EM"}
 """A metric's column header in the regression and tag probe tables and (after `dev `) the training table."""
 PROBE_BASELINE_NAMES = {"mean": "mean predictor", "majority": "per-label majority", "random_encoder": "random-init encoder"}
 
@@ -272,6 +274,9 @@ class PredictionsJson:
         self.stream = JsonStream("predictions")
 
     def __call__(self, chunk: Any) -> None:
+        if isinstance(chunk, AnsweredChunk):  # answers to questions: a line each
+            print_answers_jsonl(chunk)
+            return
         if not isinstance(chunk, PredictedWindow):  # tagged sentences: a line each
             print_sentences_jsonl(chunk)
             return
@@ -313,7 +318,8 @@ def _show_row_predictions(result: PredictResult, cfg: PredictConfig, view: View,
         info(f"wrote {cfg.out} ({len(dataset)} rows, columns: {columns})", view.quiet)
 
 
-PREDICTION_VIEWS = {"words": lambda result, cfg, view, stream: show_word_predictions(result, cfg, view)}
+PREDICTION_VIEWS = {"words": lambda result, cfg, view, stream: show_word_predictions(result, cfg, view),
+                    "spans": lambda result, cfg, view, stream: show_answer_predictions(result, cfg, view)}
 """How a problem family's predictions are shown, where not as rows of text."""
 
 
@@ -359,10 +365,17 @@ def _prediction_rows(task: str, texts: list[str], labels: list[Any], proba: Any,
                                               for t, lab, p in zip(short, labels, proba, strict=True)]
 
 
+EVALUATION_VIEWS = {"spans": show_answer_evaluation}
+"""How a problem shape's scores are shown, where not as the headline metrics table."""
+
+
 def show_evaluate(result: EvaluateResult, cfg: EvaluateConfig, view: View) -> None:
     """The headline metrics, per tag or confusion matrix (a tagging model: its report), and the files written."""
     from bertkit.scoring import metrics
 
+    if result.task in EVALUATION_VIEWS:
+        EVALUATION_VIEWS[result.task](result, cfg, view)
+        return
     if view.json:
         emit_json(result)
         return

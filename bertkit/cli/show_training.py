@@ -12,7 +12,7 @@ from bertkit.commands.distill import DistillResult
 from bertkit.commands.finetune import FinetuneResult
 from bertkit.commands.sweep import SweepResult
 from bertkit.measure import distill_report
-from bertkit.scoring.table import SHAPE
+from bertkit.scoring.table import SHAPE, SPAN_METRICS
 from bertkit.training.outcome import EpochRow, RunSummary
 from bertkit.training.trackers import summary_lines
 
@@ -31,7 +31,7 @@ def show_finetune(result: FinetuneResult, view: View) -> None:
     _print_start(result)
     _print_epoch_table(result.epoch_table)
     summary = result.summary
-    shown = [k for shape in SHAPE.values() for k in shape.table_metrics if summary.best_dev.has(k)]  # its shape's
+    shown = [k for k in dict.fromkeys(TABLE_METRICS) if summary.best_dev.has(k)]  # its shape's
     _print_best(summary, shown)
     _print_tests(summary, shown)
     saved = [Path(p).name for k, p in summary.outputs.items() if k not in ("best", "final", "metrics.jsonl")]
@@ -84,11 +84,14 @@ def _print_tests(summary: RunSummary, shown: list[str]) -> None:
 
 
 def _unit(scores: Any) -> str:
-    """What one evaluation's `n` counts: a tagger's scores are per word, others per row."""
-    return "words" if scores.has("sentences") else "rows"
+    """What one evaluation's `n` counts: a tagger's scores are per word, a question-answering model's per question,
+    others per row."""
+    return "words" if scores.has("sentences") else "questions" if scores.has("rules") else "rows"
 
 
-EPOCH_COLUMNS = {f"dev_{k}": f"dev {METRIC_HEADERS[k]}" for shape in SHAPE.values() for k in shape.table_metrics}
+TABLE_METRICS = (*(k for shape in SHAPE.values() for k in shape.table_metrics), *SPAN_METRICS[:2])
+"""The dev metrics a training summary shows, those its run scored: its shape's, or a question-answering run's."""
+EPOCH_COLUMNS = {f"dev_{k}": f"dev {METRIC_HEADERS[k]}" for k in TABLE_METRICS}
 
 
 def _print_epoch_table(rows: tuple[EpochRow, ...]) -> None:

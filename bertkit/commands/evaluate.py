@@ -12,7 +12,8 @@ from bertkit.families.base import Family
 from bertkit.families.registry import cached_family
 from bertkit.families.results import Evaluation
 from bertkit.models.compute import precision_option
-from bertkit.options import MODEL, OUTPUT, Config, config_dict, group, option, overwrite_option
+from bertkit.options import DATA, MODEL, OUTPUT, Config, config_dict, group, option, overwrite_option
+from bertkit.scoring.answers import AnswerOptions
 from bertkit.scoring.options import MetricOptions
 
 
@@ -33,27 +34,36 @@ class EvaluateConfig(Config):
     inputs: LabelOptions = group(LabelOptions)
     reading: LongTextOptions = group(LongTextOptions)
     metrics: MetricOptions = group(MetricOptions)
-    out: str | None = option(None, "Run directory for metrics.json, predictions.csv and the confusion-matrix PNG.",
-                             panel=OUTPUT)
+    answers: AnswerOptions = group(AnswerOptions)
+    predictions: str | None = option(None, "Questions on passages: a predictions file in the official SQuAD format "
+                                     "({id: answer}, from any system), scored against --data as the official scripts "
+                                     "score it, instead of a --model's answers.", panel=DATA, families=("spans",))
+    null_odds: str | None = option(None, "With --predictions on SQuAD v2.0 data: each question's no-answer odds "
+                                   "({id: number}, the official script's --na-prob-file), for the best no-answer "
+                                   "threshold.", panel=DATA, families=("spans",))
+    out: str | None = option(None, "Run directory for metrics.json, predictions.csv and the confusion-matrix PNG (a "
+                             "question-answering model: predictions.json, answers.jsonl, errors.csv).", panel=OUTPUT)
     overwrite: bool = overwrite_option("an evaluate run")
     batch_size: int = option(64, "Rows per inference batch (sorted by length).", above=0)
     precision: str = precision_option()
 
     def __post_init__(self) -> None:
         problems = config_problems(self)
-        if self.model is None:
-            problems.append("--model is required: a fine-tuned model folder (e.g. runs/sst2/best).")
+        if self.model is None and self.predictions is None:
+            problems.append("--model is required: a fine-tuned model folder (e.g. runs/sst2/best); or, on questions "
+                            "on passages, --predictions (a file of answers to score).")
         if self.inputs.data is None:
             problems.append("--data is required: a labelled file (pass --label-column if it is not `label`).")
         problems += self.reading.long_text_problems()
-        if self.model is not None and not problems:  # the model decides the family
-            problems += self.family.refused_options(self, "evaluate", self.model)
+        if not problems:  # the model decides the family (without one: the data)
+            problems += self.family.refused_options(self, "evaluate", self.model or self.inputs.data)
         raise_if_problems(problems)
 
     @property
     def family(self) -> Family:
-        """The problem family of the --model (`bertkit.families`), asked once."""
-        return cached_family(self, model=self.model)
+        """The problem family of the --model, or without one (--predictions) of the --data (`bertkit.families`),
+        asked once."""
+        return cached_family(self, model=self.model, data=self.inputs)
 
 
 @dataclass(frozen=True)

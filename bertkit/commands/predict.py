@@ -18,6 +18,7 @@ from bertkit.families.results import Prediction, Predictions
 from bertkit.models.compute import precision_option
 from bertkit.options import DATA, MODEL, OUTPUT, Config, group, option
 from bertkit.recipes import recipe_path
+from bertkit.scoring.answers import AnswerOptions
 from bertkit.scoring.word_tags import AGGREGATIONS
 
 __all__ = ["Prediction", "PredictConfig", "PredictResult", "run"]
@@ -49,8 +50,16 @@ class PredictConfig(Config):
     words: str | None = option(None, "With a word probe or a tagging model: one sentence as a JSON list of words, "
                                "e.g. '[\"New\", \"York\"]' (instead of --text or --data).", panel=DATA,
                                families=("words",))
-    out: str | None = option(None, "CSV file for the predictions (written atomically; never one of the inputs).",
-                             panel=OUTPUT)
+    question: str | None = option(None, "With a question-answering model: a question, answered from --context or "
+                                  "--context-file (instead of --data, a SQuAD file).", panel=DATA, families=("spans",))
+    context: str | None = option(None, "With --question: the passage its answer is cut from (character offsets point "
+                                 "into it).", panel=DATA, families=("spans",))
+    context_file: str | None = option(None, "With --question: a UTF-8 text file holding the passage (instead of "
+                                      "--context).", panel=DATA, families=("spans",))
+    answers: AnswerOptions = group(AnswerOptions)
+    out: str | None = option(None, "File for the predictions, written atomically, never one of the inputs: a CSV (a "
+                             "tagging model: .jsonl or .csv; a question-answering model: answers.jsonl, or a .json "
+                             "name for the official {id: answer} mapping).", panel=OUTPUT)
     batch_size: int = option(64, "Rows per inference batch (sorted by length; output keeps the input order).",
                              above=0)
     aggregate: str = option("first", "A tagging model: how a word's tag is read from its word pieces, as the transformers "
@@ -68,10 +77,10 @@ class PredictConfig(Config):
         if len(sources) != 1:
             problems.append("Give exactly one of --model (a fine-tuned folder) or --probe (a saved probe).")
         inputs = [name for name, given in (("--text", self.text), ("--words", self.words),
-                                           ("--data", self.inputs.data)) if given]
+                                           ("--question", self.question), ("--data", self.inputs.data)) if given]
         if len(inputs) != 1:
-            problems.append("Give exactly one of --text (repeatable), --words (a JSON list of words, word probes) or "
-                            "--data (a file to label).")
+            problems.append("Give exactly one of --text (repeatable), --words (a JSON list of words, word probes), "
+                            "--question (with --context, question-answering models) or --data (a file to label).")
         problems += words_problems(self.words)
         problems += blank_text_problems(self.text)
         problems += self.reading.long_text_problems()

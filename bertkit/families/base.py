@@ -1,5 +1,6 @@
 """What a problem family is: one kind of problem bertkit reads, trains, predicts and scores - `sentences` (a label,
-value or label set per text), `words` (a tag per word) - as one object the commands call (`Family`).
+value or label set per text), `words` (a tag per word), `spans` (an answer span of a passage per question) - as one
+object the commands call (`Family`).
 
 A family recognises its data and what it saved (models, probes, stores: `reads`, `made`, `saved_probe`, `stores`),
 says which options it reads (an option declared `families=(...)` is another family's; `not_read` names what its path

@@ -9,9 +9,11 @@ from typing import Any
 from bertkit.errors import UserError
 from bertkit.families.base import FAMILIES, Family, family_of
 from bertkit.families.sentences import SENTENCES
+from bertkit.families.spans import SPANS
 from bertkit.families.words import WORDS
 
-FAMILIES[:] = [WORDS, SENTENCES]  # asked in order; the last one reads whatever the others do not
+FAMILIES[:] = [SPANS, WORDS, SENTENCES]  # asked in order (SQuAD sets by their content first); the last one reads
+# whatever the others do not
 
 
 def register(family: Family, *, before: str | None = None) -> None:

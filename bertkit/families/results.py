@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from bertkit.data.dataset import TextDataset
+    from bertkit.scoring.answers import PredictedAnswer
     from bertkit.scoring.spans import TaggedWords
     from bertkit.scoring.tag_report import TagMistakes
 
@@ -52,6 +53,15 @@ class Predictions:
     """Words: the sentences tagged (all of them are in --out, and reach `on_chunk`)."""
     aggregate: str | None = None
     """A tagging model: how each word's tag was read from its pieces (--aggregate)."""
+    answers: list[PredictedAnswer] = field(default_factory=list, metadata={"json": False})
+    """Questions (a question-answering model): the kept questions' answers, with their n-best candidates."""
+    n_questions: int | None = None
+    """Questions: the questions answered (all of them are in --out, and reach `on_chunk`)."""
+    doc_stride: int | None = None
+    """Questions: the tokens neighbouring windows of a passage shared."""
+    allow_null: bool | None = None
+    """Questions: whether the model may leave a question unanswered (SQuAD v2.0; `threshold` is then the no-answer
+    threshold)."""
     family: str = "sentences"
     """The problem family that read the model or probe (`bertkit.families`)."""
 
@@ -67,13 +77,18 @@ class Evaluation:
     matrix and `n` rows), and what they were computed on and how - apart, so no setting takes a metric's name."""
 
     model: str
+    """The model scored (--predictions: the predictions file; no model ran)."""
     data: str
     data_fingerprint: str
-    max_length: int
-    long_text: str
-    truncation: str
-    dtype: str
-    """The compute precision the model ran in (`precision` is the macro precision metric in `metrics`)."""
+    max_length: int | None
+    """The window texts were read in (None: no model ran, --predictions)."""
+    long_text: str | None
+    truncation: str | None
+    """Which tokens an over-long text kept (None: none was cut - questions' passages are read whole in windows - or
+    no model ran)."""
+    dtype: str | None
+    """The compute precision the model ran in (`precision` is the macro precision metric in `metrics`; None: no model
+    ran)."""
     metrics: Scores
     rows_cut: int | None = None
     """Rows longer than max_length, cut as `truncation` says (None: read whole in windows)."""
@@ -82,6 +97,8 @@ class Evaluation:
     mistakes: TagMistakes | None = None
     """A tagging model's mistakes: the confusion of entity types (with `none`) and the entity error counts, or for
     plain tags (POS) the confusion of tags and per-tag scores; None for other shapes."""
+    doc_stride: int | None = None
+    """A question-answering model: the tokens neighbouring windows of a passage shared."""
 
     @classmethod
     def of(cls, record: Evaluation) -> Evaluation:
