@@ -219,6 +219,6 @@ def test_a_split_name_beside_a_local_tagged_file_exits_2(tmp_path, tiny_bert_dir
 def test_the_conll2003_recipe_reads_the_hub_dataset_as_words(hub):
     values = recipes.load_recipe("words-conll2003", "probe", ProbeConfig)
     assert (values["data"], values["dev"], values["model"]) == ("lhoestq/conll2003", "validation", "bert-base-cased")
-    assert ProbeConfig.of(**values).reads_words  # detected from the ClassLabel tag feature, no --task tags
+    assert ProbeConfig.of(**values).family.name == "words"  # detected from the ClassLabel tag feature, no --task tags
     assert hub[-1] == ("lhoestq/conll2003", None, "train")
     assert "Needs the hub" in recipes.recipe_path("words-conll2003").read_text(encoding="utf-8")

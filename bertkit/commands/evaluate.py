@@ -45,7 +45,6 @@ class EvaluateConfig(Config):
             problems.append("--model is required: a fine-tuned model folder (e.g. runs/sst2/best).")
         if self.inputs.data is None:
             problems.append("--data is required: a labelled file (pass --label-column if it is not `label`).")
-        problems += self.reading.long_text_problems()
         if self.model is not None and not problems:  # the model decides the family
             problems += self.family.refused_options(self, "evaluate", self.model)
         raise_if_problems(problems)

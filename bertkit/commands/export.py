@@ -104,7 +104,6 @@ class ExportConfig(Config):
             problems.append("--out is required: the folder the export is written to.")
         problems += self.gate.gate_problems()
         problems += layers_problem(self.pooling.layers)
-        problems += self.reading.long_text_problems()
         raise_if_problems(problems)
 
     @property

@@ -1,6 +1,8 @@
-"""The words family's part of `bertkit predict`: a tagging model (`bertkit finetune` on tagged data, or its ONNX
-export) or a saved word probe tags the words of --text, --words or --data's sentences, chunk by chunk, every chunk
-written to --out (.jsonl or .csv) and handed to the command's `on_chunk` (a list of `scoring.spans.TaggedWords`)."""
+"""The words family's parts of the commands that read a model or data of its own: `bertkit predict` (a tagging
+model - `bertkit finetune` on tagged data, or its ONNX export - or a saved word probe tags the words of --text,
+--words or --data's sentences, chunk by chunk, every chunk written to --out (.jsonl or .csv) and handed to the
+command's `on_chunk`, a list of `scoring.spans.TaggedWords`), `bertkit evaluate` (a tagging model's entity scores
+and mistakes) and `bertkit probe` (the word probe table, from tagged files or a word store)."""
 
 from __future__ import annotations
 
@@ -10,12 +12,16 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from bertkit.data.tagged import TaggedColumns
+from bertkit.data.tagged import TaggedColumns, tagged_sources
 from bertkit.data.word_lines import file_sentences, text_sentence, words_sentence
 from bertkit.encoding.reading import Reading
 from bertkit.families.results import Evaluation, Predictions
 from bertkit.models.compute import Compute
+from bertkit.models.folders import OFFLINE_NAME
 from bertkit.models.metadata import read_as_saved, read_model_info
+from bertkit.options import config_dict
+from bertkit.probe.records import ProbeReport
+from bertkit.probe.word_store_run import run_word_store_probe
 from bertkit.scoring.scores import Scores
 from bertkit.training.tag_options import TAGGER_WORD_POOL
 
@@ -150,3 +156,35 @@ def tagger_evaluation(cfg: Any, claim: Callable[[], Path] | None, progress: bool
     return Evaluation(cfg.model or "", str(corpus.source), corpus_fingerprint(corpus), reading.max_length,
                       reading.long_text, reading.truncation, compute.precision, Scores.from_json(record),
                       mistakes=report.mistakes)
+
+
+# ---------------------------------------------------------------- probe
+
+
+def word_probe(cfg: Any, progress: bool = False) -> ProbeReport:
+    """The word path: tagged train/dev read and checked, one extraction of every hidden state the table needs, a
+    word probe per row (`bertkit.probe.words_run`), then the run directory."""
+    from bertkit.io import ownership, rundir, trail
+    from bertkit.probe.fit import DEFAULT_C
+    from bertkit.probe.words_run import run_word_probe, write_word_probe_run
+
+    plan = rundir.inspect_run_dir(cfg.out, "probe", overwrite=cfg.overwrite, compare=trail.config_compare(config_dict(cfg)),
+                                  inputs=ownership.input_paths(cfg)) if cfg.out else None  # claimed once it ran
+    if cfg.features is not None:  # a word store: its settings are the store's (`probe.word_store_run`)
+        words = run_word_store_probe(cfg, say=log.info if progress else None)
+    else:
+        reading = Reading.of_words(cfg.word_pool, cfg.reading.max_length, cfg.reading.stride)
+        columns = TaggedColumns(cfg.inputs.text_column, cfg.inputs.label_column, cfg.tag_scheme)
+        train, dev = tagged_sources(str(cfg.inputs.data), [str(cfg.inputs.dev)], cfg.inputs.data_config,
+                                    cfg.inputs.train_split)
+        compute = Compute.resolve("cpu", cfg.precision)  # once: words are read on the CPU, as sentence probes' text
+        words = run_word_probe(train, dev, columns, reading, cfg.model or OFFLINE_NAME, cfg.layers, cfg.combine,
+                               cfg.batch_size, cfg.fit.C or DEFAULT_C, cfg.inputs.seed, cfg.fit.baselines,
+                               cfg.trust_remote_code,
+                               say=log.info if progress else None, limit=cfg.inputs.limit, compute=compute,
+                               cache_dir=cfg.inputs.cache_dir)
+    if plan is not None:
+        run_dir = plan.claim()
+        words = write_word_probe_run(run_dir.path, words, config_dict(cfg), final_dir=run_dir.out)
+        run_dir.commit()
+    return ProbeReport.of_words(words)

@@ -15,10 +15,18 @@ from bertkit.encoding.reading import Reading
 from bertkit.errors import UserError, raise_if_problems
 from bertkit.families.base import Family
 from bertkit.families.results import Evaluation, Predictions
-from bertkit.families.word_runs import tagger_evaluation, word_predictions, word_probe_option_problems
+from bertkit.families.word_runs import (
+    tagger_evaluation,
+    word_predictions,
+    word_probe,
+    word_probe_option_problems,
+)
 from bertkit.features.word_store import word_store_splits
+from bertkit.features.words import word_settings_problems
 from bertkit.models.metadata import is_tagger, saved_tag_scheme
+from bertkit.probe.records import ProbeReport
 from bertkit.probe.word_saved import is_word_probe
+from bertkit.probe.word_store_run import word_store_problems
 from bertkit.scoring.word_outputs import word_out_problems
 from bertkit.training.plans import Training
 from bertkit.training.tag_options import TAGGER_WORD_POOL
@@ -70,6 +78,8 @@ class Words(Family):
         fitted."""
         if command == "predict":
             return word_out_problems(cfg.out) + (word_probe_option_problems(cfg) if cfg.probe is not None else [])
+        if command == "probe":
+            return word_table_problems(cfg)
         if command == "distill":
             return dev_problems(cfg.inputs.dev, "Distilling a tagger")
         if command not in ("finetune", "sweep"):
@@ -84,6 +94,17 @@ class Words(Family):
     def predict(self, cfg: Any, *, keep: int | None, progress: bool, on_chunk: Any) -> Predictions:
         """A tagging model's or a word probe's tags and spans of sentences (`word_runs.word_predictions`)."""
         return word_predictions(cfg, keep, on_chunk)
+
+    def probe(self, cfg: Any, progress: bool) -> ProbeReport:
+        """The word probe table (`word_runs.word_probe`: from tagged files, or a word store)."""
+        return word_probe(cfg, progress)
+
+    def refused_options(self, cfg: Any, command: str, source: str | None = None) -> list[str]:
+        """As every family refuses them; a word store (`probe --features`) fixed its options when it was embedded:
+        it refuses every other one itself (`word_store_problems`)."""
+        if command == "probe" and cfg.features is not None:
+            return word_table_problems(cfg)
+        return super().refused_options(cfg, command, source)
 
     # ---------------------------------------------------------------- fine-tuning (finetune, sweep)
 
@@ -145,6 +166,18 @@ class TagTraining(Training):
         """A trial's options, and its windows: --stride against its --max-length (its windows are counted once its
         run cuts them)."""
         raise_if_problems(self.option_problems(trial) + self.reading(trial).word_problems())
+
+
+def word_table_problems(cfg: Any) -> list[str]:
+    """The word probe's own refusals: a word store's fixed options, or tagged --data and --dev (no dev split is held
+    out); and its reading, layers and precision."""
+    settings = word_settings_problems(cfg, cfg.layers, cfg.combine)
+    if cfg.features is not None:
+        return word_store_problems(cfg) + settings
+    problems = [] if cfg.inputs.data is not None and cfg.inputs.dev is not None else [
+        "Probing words needs --data (tagged training data) and --dev (tagged dev data: a file, or a split of the hub "
+        "dataset --data); a dev split is not held out. Pass --dev dev.iob2 (hub: --dev validation)."]
+    return problems + not_tagged_problems((cfg.inputs.data, cfg.inputs.dev), "probe sentences") + settings
 
 
 def dev_problems(dev: str | None, doing: str) -> list[str]:
