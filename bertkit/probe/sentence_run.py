@@ -27,12 +27,7 @@ log = logging.getLogger(__name__)
 def probe_sentences(cfg: Any, compute_for: Callable[[], Compute], progress: bool = False) -> ProbeReport:
     """Inputs -> per-layer sweep -> baselines -> variance -> test -> run directory. `compute_for`: the command's one
     resolution of --precision, asked where features are extracted now (a store's are made already)."""
-    from bertkit.io import ownership, rundir, trail
-
-    cfg = read_as_saved(cfg) if cfg.inputs.data else cfg  # features made now: texts read as a saved --model records it
-    plan = rundir.inspect_run_dir(cfg.out, "probe", overwrite=cfg.overwrite, compare=trail.config_compare(config_dict(cfg)),
-                                  inputs=ownership.input_paths(cfg)) if cfg.out else None  # claimed once valid
-    check_inputs(cfg, need_labels=True, models=(cfg.model or (OFFLINE_NAME if cfg.inputs.data else None),))  # no torch
+    cfg, plan = checked_plan(cfg)
     from bertkit.probe.baselines import losing_to_baselines, run_baselines
     from bertkit.probe.search import repeat_probe, score_probe, shape_kwargs, sweep_layers
     from bertkit.scoring.metrics import load_metrics
@@ -85,6 +80,18 @@ def probe_sentences(cfg: Any, compute_for: Callable[[], Compute], progress: bool
         raise UserError(f"--metric {failed.spec} failed on the best probe's predictions: {failed.reason}. {saved}Fix "
                         f"the metric script and re-run this command, or drop --metric {failed.spec}.")
     return ProbeReport.from_json(result)
+
+
+def checked_plan(cfg: Any) -> tuple[Any, Any]:
+    """(`cfg` read as a saved --model records it, where features are made now; the --out plan, claimed once
+    everything is valid), once the inputs were checked (before torch is imported)."""
+    from bertkit.io import ownership, rundir, trail
+
+    cfg = read_as_saved(cfg) if cfg.inputs.data else cfg  # features made now: texts read as a saved --model records it
+    plan = rundir.inspect_run_dir(cfg.out, "probe", overwrite=cfg.overwrite, compare=trail.config_compare(config_dict(cfg)),
+                                  inputs=ownership.input_paths(cfg)) if cfg.out else None  # claimed once valid
+    check_inputs(cfg, need_labels=True, models=(cfg.model or (OFFLINE_NAME if cfg.inputs.data else None),))  # no torch
+    return cfg, plan
 
 
 def probe_inputs(cfg: Any, reading: Reading, cache: Any, check: Callable[[Any, Any], None], progress: bool,
