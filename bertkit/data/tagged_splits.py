@@ -51,7 +51,7 @@ class TaggedTraining:
         """What the run's summary says of how the tags are scored (as the fine-tuning loop reads a split's notes)."""
         scheme = self.scheme
         if scheme.source != scheme.name:
-            return [f"{scheme.source} tags read as {scheme.name} (strict seqeval)"]
+            return [f"{scheme.source} tags read as {scheme.name}"]
         return [] if scheme.has_entities else ["plain tags (no entity scheme): scored by word accuracy"]
 
     def fingerprints(self) -> dict[str, str]:

@@ -3,7 +3,8 @@ evaluate and the export gate read them: per sentence (given as words) its tags, 
 piece's logits in the window where the word has the most context (`bertkit.models.tagger`),
 the tags' probabilities and the entity spans (`bertkit.scoring.spans`, the JSONL shape a word probe writes), chunk
 by chunk so a file of any length streams (`TagReader.tag`); and a tagged corpus scored against them (`score_tagger`:
-strict seqeval with the model's scheme, `bertkit.scoring.entities.score_tags`, the same entities the spans show,
+entity F1 as conlleval counts, strict beside it, with the model's scheme: `bertkit.scoring.entities.score_tags`, the
+same entities the spans show,
 with the mistakes `bertkit.scoring.tag_report` counts)."""
 
 from __future__ import annotations
