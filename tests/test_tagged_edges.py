@@ -203,3 +203,14 @@ def test_unseen_entity_tags_map_only_to_o(tmp_path):
     assert mapped.head(1)[0].tags == ("O", "O", "B-PER")
     with pytest.raises(UserError, match=r"can only be read as O \(entity tags\)"):
         read_tagged_splits(train, [dev], TaggedColumns(), "B-PER")
+
+
+def test_a_runs_notes_carry_each_corpus_notes_and_its_encoding(tmp_path):
+    from bertkit.data.tagged_splits import load_tagged_training_for
+
+    train = write(tmp_path, "train.iob2", NER.replace("Anna", "Zoë"), "latin-1")
+    dev = write(tmp_path, "dev.iob2", "Rome\tI-LOC\nfell\tO\n\nEU\tB-ORG\nsaid\tO\nAnna\tB-PER\n\n", "latin-1")
+    data = load_tagged_training_for(DataOptions(data=str(train), dev=str(dev), encoding="latin-1"), "auto", "drop")
+    assert data.train_sentences[0].words[0] == "Zoë" and len(data.dev_sentences) == 1
+    assert any("entity opens with I-" in note for note in data.notes)
+    assert any("left out for tags never seen in training: B-ORG (1)" in note for note in data.notes)

@@ -184,26 +184,36 @@ def column_sentences(path: Path, word: int, tag: int, encoding: str = "utf-8") -
 def looks_like_column_file(path: Path, max_lines: int) -> bool:
     """Whether the first `max_lines` lines of `path` have a column file's shape: blocks of word rows between blank
     lines, most blocks of several rows (plain text with a sentence per line has one per block), and the rows of two
-    or more fields without spaces in a TAB-separated field, the space-separated ones of one width — a few rows
-    (one in fifty, at least one) may break that (a missing tag is then named by line when the file is read)."""
-    rows, odd, sizes, size, separated, widths = 0, 0, [], 0, False, Counter()
+    or more fields without spaces in a TAB-separated field, the space-separated ones of one width. A few rows may
+    break that (a missing tag is then named by line when the file is read): one in fifty, or one where the other
+    rows have a column of entity tags (`_has_entity_column`: no table of sentences has one)."""
+    rows: list[list[str]] = []
+    odd, sizes, size, separated, widths = 0, [], 0, False, Counter()
     with open(path, encoding="utf-8", errors="replace") as handle:
         for line in itertools.islice(handle, max_lines):
             line = line.rstrip("\r\n")
             if not line.strip():
-                separated, sizes, size = separated or rows > 0, sizes + [size] if size else sizes, 0
+                separated, sizes, size = separated or bool(rows), sizes + [size] if size else sizes, 0
                 continue
             fields = split_fields(line)
             if comment_kind(line) == "comment" or fields[0] == DOCSTART:
                 continue
-            size, rows = size + 1, rows + 1
+            size += 1
+            rows.append(fields)
             if "\t" not in line:
                 widths[len(fields)] += 1
             odd += len(fields) < 2 or ("\t" in line and any(" " in f.strip() for f in fields))
     sizes += [size] if size else []
-    odd += sum(widths.values()) - (widths.most_common(1)[0][1] if widths else 0)
-    several = sum(n > 1 for n in sizes)
-    return separated and odd <= max(1, rows // 50) and 2 * several >= len(sizes)
+    width = widths.most_common(1)[0][0] if widths else None
+    odd += sum(widths.values()) - (widths[width] if width else 0)
+    allowed = max(len(rows) // 50, int(_has_entity_column([r for r in rows if len(r) == width or not widths])))
+    return separated and odd <= allowed and 2 * sum(n > 1 for n in sizes) >= len(sizes)
+
+
+def _has_entity_column(rows: list[list[str]]) -> bool:
+    """Whether some column past the first holds only entity tags, prefix-type ones among them (B-PER...)."""
+    width = min((len(r) for r in rows), default=0)
+    return any(all(is_entity_tag(r[c]) for r in rows) and any(r[c] != "O" for r in rows) for c in range(1, width))
 
 
 def json_rows(path: Path, encoding: str = "utf-8") -> Iterator[tuple[int, Any]]:
