@@ -96,7 +96,8 @@ class Sighting:
 
 class SchemeEvidence:
     """What the tags read so far say about their scheme, gathered one sentence at a time (files are streamed), with
-    where each oddity first is: tags that are neither O nor prefix-type (`malformed`), entities that open with B-
+    where each oddity first is: tags that are neither O nor prefix-type (`malformed_tags`, the first at
+    `first_malformed`), entities that open with B-
     after O or another type (IOB2's way: `b_opens`) or with I- (IOB1's way, or a stray I- in IOB2: `i_opens`),
     B-/I- tags no I-/E- of their type follows (`unclosed`: an IOBES entity closes with E-) and E-/S- tags
     (`iobes_tags`)."""
@@ -104,10 +105,9 @@ class SchemeEvidence:
     def __init__(self) -> None:
         self.words = 0
         self.prefixed = 0  # prefix-type tags (B-PER...), O not counted
-        self.prefixes: set[str] = set()
-        self.malformed, self.b_opens, self.i_opens = Sighting(), Sighting(), Sighting()
-        self.unclosed, self.iobes_tags = Sighting(), Sighting()
+        self.b_opens, self.i_opens, self.unclosed, self.iobes_tags = Sighting(), Sighting(), Sighting(), Sighting()
         self.malformed_tags: Counter[str] = Counter()
+        self.first_malformed = ""
 
     def add(self, tags: Sequence[str], where: Callable[[int], str] | None = None) -> None:
         """One sentence's tags; `where(i)`: where its word `i` is, for messages (`line 12`)."""
@@ -116,11 +116,9 @@ class SchemeEvidence:
         self.words += len(split)
         for i, (prefix, kind) in enumerate(split):
             if prefix == "":
-                if not self.malformed.count:
-                    self.malformed.add(place, i, tags[i])
+                self.first_malformed = self.first_malformed or f"{place(i)}: {tags[i]!r}"
                 self.malformed_tags[tags[i]] += 1
                 continue
-            self.prefixes.add(prefix)
             if prefix == OUTSIDE:
                 continue
             self.prefixed += 1
@@ -165,12 +163,12 @@ def _counted(counts: Counter[str]) -> str:
 def scheme_problem(evidence: SchemeEvidence, declared: str, source: str) -> str | None:
     """Why the tags cannot be read in the `declared` --tag-scheme (auto: the detected one), naming the first line
     that says so and the fix; None when they can."""
-    bad, count = evidence.malformed, evidence.malformed_count
+    count = evidence.malformed_count
     if count and (declared not in ("auto", "none") or declared == "auto" and evidence.mostly_entity_tags):
         share = f", but --tag-scheme is {declared}" if declared != "auto" else (
             f", but {1 - count / evidence.words:.1%} of the words have entity tags (O, B-PER, I-LOC ...): read as "
             f"plain labels, the file would be scored by word accuracy instead of entity F1")
-        return (f"{source} {bad.first} is not an entity tag{share}. {count} word(s) have such tags: "
+        return (f"{source} {evidence.first_malformed} is not an entity tag{share}. {count} word(s) have such tags: "
                 f"{_counted(evidence.malformed_tags)}. Valid entity tags are O and a prefix (B-, I-, E-, S-), '-' and "
                 f"a type (B-PER). Fix those lines, or pass --tag-scheme none to read every tag as a plain label "
                 f"(POS-like, scored by word accuracy).")
