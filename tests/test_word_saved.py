@@ -52,10 +52,11 @@ def test_span_offsets_slice_the_text_as_given():
     assert [joined.text[s.start:s.end] for s in joined.spans] == ["Anna Smith", "Bob", "New York"]
 
 
-def test_spans_are_the_strict_entities_scoring_counts():
-    """A stray I- (no B- before it) is no span, as strict entity scoring counts it as nothing; IOBES read too."""
+def test_spans_are_the_entities_the_headline_f1_counts():
+    """A stray I- (no B- before it) opens a span, as conlleval (and the headline entity F1) counts it; IOBES read
+    too."""
     sentence = tagged_words(["a", "b", "c"], ["I-PER", "O", "B-LOC"], [1.0] * 3, IOB2)
-    assert [(s.type, s.text) for s in sentence.spans] == [("LOC", "c")]
+    assert [(s.type, s.text) for s in sentence.spans] == [("PER", "a"), ("LOC", "c")]
     iobes = tagged_words(["New", "York", "in", "Rome"], ["B-LOC", "E-LOC", "O", "S-LOC"], [1.0] * 4,
                          TagScheme("IOBES", "IOBES"))
     assert [s.text for s in iobes.spans] == ["New York", "Rome"]
