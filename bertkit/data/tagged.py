@@ -67,7 +67,8 @@ def unseen_tags_option() -> Any:
     test tag the training data never has."""
     return option("refuse", "Tagged dev/test data: a tag the training data never has is refused (refuse), its "
                   "sentences left out (drop), or mapped to a training tag given here (e.g. O, or X for POS). What "
-                  "was dropped or mapped is counted in the notes.", panel=DATA)
+                  "was dropped or mapped is counted in the notes.", panel=DATA,
+                  families=("words",))
 
 
 @dataclass(frozen=True)

@@ -157,6 +157,8 @@ class DataAt:
 def teacher_data_problems(family: Family, inputs: Any, teacher: str) -> list[str]:
     """--data and --dev files that another family reads, refused for a teacher of `family` (`teacher`: its folder):
     a student learns the teacher's outputs on them."""
+    if not Path(teacher).expanduser().is_dir():  # a hub id, or a missing folder (refused as such when the run starts)
+        return []
     problems = []
     for option, path in (("--data", inputs.data), ("--dev", inputs.dev)):
         if path is None or not is_file_value(path) or not Path(path).expanduser().is_file():

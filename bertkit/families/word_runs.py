@@ -12,8 +12,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from bertkit.data.tagged import TaggedColumns, tagged_sources
-from bertkit.data.word_lines import file_sentences, text_sentence, words_sentence
+from bertkit.data.tagged import tagged_sources
+from bertkit.data.tagged_splits import tagged_columns
+from bertkit.data.word_lines import data_sentences, text_sentence, words_sentence
 from bertkit.encoding.reading import Reading
 from bertkit.families.results import Evaluation, Predictions
 from bertkit.models.compute import Compute
@@ -102,8 +103,7 @@ def sentences_of(cfg: Any) -> Iterator[Any]:
         return iter([words_sentence(cfg.words)])
     if cfg.text:
         return (text_sentence(t) for t in cfg.text)
-    return file_sentences(cfg.inputs.data or "", TaggedColumns(cfg.inputs.text_column, cfg.inputs.label_column),
-                          cfg.inputs.limit)
+    return data_sentences(cfg.inputs)
 
 
 def word_probe_option_problems(cfg: Any) -> list[str]:
@@ -140,7 +140,7 @@ def tagger_evaluation(cfg: Any, claim: Callable[[], Path] | None, progress: bool
 
     check_inputs(cfg, need_labels=True, models=(cfg.model,), data_fields=())  # the model as saved, before torch
     inputs = cfg.inputs  # and the gold data
-    corpus = read_tagged(inputs.data or "", TaggedColumns(inputs.text_column, inputs.label_column))
+    corpus = read_tagged(inputs.data or "", tagged_columns(inputs))
     cfg = read_as_saved(cfg)
     compute, notes = Compute.over_record(None, cfg.precision, Compute.recorded_in(read_model_info(
         Path(cfg.model or "").expanduser())), f"The model {cfg.model}")
@@ -174,7 +174,7 @@ def word_probe(cfg: Any, progress: bool = False) -> ProbeReport:
         words = run_word_store_probe(cfg, say=log.info if progress else None)
     else:
         reading = Reading.of_words(cfg.word_pool, cfg.reading.max_length, cfg.reading.stride)
-        columns = TaggedColumns(cfg.inputs.text_column, cfg.inputs.label_column, cfg.tag_scheme)
+        columns = tagged_columns(cfg.inputs, cfg.tag_scheme)
         train, dev = tagged_sources(str(cfg.inputs.data), [str(cfg.inputs.dev)], cfg.inputs.data_config,
                                     cfg.inputs.train_split)
         compute = Compute.resolve("cpu", cfg.precision)  # once: words are read on the CPU, as sentence probes' text

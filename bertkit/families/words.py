@@ -9,8 +9,13 @@ from typing import Any, ClassVar
 
 from bertkit.data.labels import TAGS_TASK
 from bertkit.data.options import reads_tagged
-from bertkit.data.tagged import TaggedColumns, may_be_tagged
-from bertkit.data.tagged_splits import TaggedTraining, load_tagged_training, load_tagged_training_for
+from bertkit.data.tagged import may_be_tagged, unseen_tags_problems
+from bertkit.data.tagged_splits import (
+    TaggedTraining,
+    load_tagged_training,
+    load_tagged_training_for,
+    tagged_columns,
+)
 from bertkit.encoding.reading import Reading
 from bertkit.errors import UserError, raise_if_problems
 from bertkit.families.base import Family
@@ -24,6 +29,7 @@ from bertkit.families.word_runs import (
 from bertkit.features.word_store import word_store_splits
 from bertkit.features.words import word_settings_problems
 from bertkit.models.metadata import is_tagger, saved_tag_scheme
+from bertkit.options import value
 from bertkit.probe.records import ProbeReport
 from bertkit.probe.word_saved import is_word_probe
 from bertkit.probe.word_store_run import word_store_problems
@@ -73,9 +79,12 @@ class Words(Family):
         return bool(word_store_splits(path))
 
     def option_problems(self, cfg: Any, command: str) -> list[str]:
-        """Fine-tuning or distilling a tagger: a tagged --dev is needed (no hold-out is made), and (fine-tuning) both
-        files look tagged; predict: word predictions go to .jsonl or .csv, and a word probe reads words as it was
-        fitted."""
+        """--unseen-tags refuse, drop or a tag; fine-tuning or distilling a tagger: a tagged --dev is needed (no
+        hold-out is made), and (fine-tuning) both files look tagged; predict: word predictions go to .jsonl or .csv,
+        and a word probe reads words as it was fitted; probe: the word table's own refusals."""
+        return unseen_tags_problems(value(cfg, "unseen_tags", "refuse")) + self.command_problems(cfg, command)
+
+    def command_problems(self, cfg: Any, command: str) -> list[str]:
         if command == "predict":
             return word_out_problems(cfg.out) + (word_probe_option_problems(cfg) if cfg.probe is not None else [])
         if command == "probe":
@@ -116,7 +125,7 @@ class Words(Family):
         --test read and checked (before torch is imported)."""
         training = TagTraining(None, lambda trial: self.refused_options(trial, "sweep"))
         raise_if_problems(training.reading(cfg).word_problems())
-        training.data = load_tagged_training_for(cfg.inputs, cfg.tagging.tag_scheme)
+        training.data = load_tagged_training_for(cfg.inputs, cfg.tagging.tag_scheme, cfg.tagging.unseen_tags)
         return training
 
     def distillation(self, cfg: Any) -> tuple[Any, Any]:
@@ -127,8 +136,8 @@ class Words(Family):
         teacher = str(cfg.distillation.teacher)
         scheme = saved_tag_scheme(teacher)
         inputs = cfg.inputs
-        data = load_tagged_training(str(inputs.data), str(inputs.dev), TaggedColumns(inputs.text_column,
-                                    inputs.label_column), inputs.data_config, inputs.train_split, inputs.limit)
+        data = load_tagged_training(str(inputs.data), str(inputs.dev), tagged_columns(inputs), inputs.data_config,
+                                    inputs.train_split, inputs.limit, unseen_tags=cfg.tagging.unseen_tags)
         for option, corpus in (("--data", data.train), ("--dev", data.dev)):
             if corpus.scheme.name != scheme.name:
                 raise UserError(f"{option} {corpus.source} reads as {corpus.scheme.name} tags, but the teacher {teacher} "

@@ -18,7 +18,7 @@ NOT_IN_RESUME_KEY = {"quiet", "overwrite", "out", "save_every", "keep_checkpoint
 resume. --cuda-graphs changes how steps are launched, like the device, not what they compute."""
 
 
-ADDED_AT_DEFAULT = {"tag_scheme": "auto", "label_all_pieces": False, "stride": None}
+ADDED_AT_DEFAULT = {"tag_scheme": "auto", "label_all_pieces": False, "stride": None, "unseen_tags": "refuse"}
 """Options added after runs were recorded (the tagging ones, issue 46): at these defaults they are left out of the
 resume key, so a run started before them still resumes."""
 
