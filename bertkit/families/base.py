@@ -120,6 +120,10 @@ class Family:
         """`bertkit probe`'s linear probes on frozen features (`probe.records.ProbeReport`), its run folder written."""
         raise self.missing("probe")
 
+    def embed(self, cfg: Any, progress: bool) -> Any:
+        """`bertkit embed`'s store of the data's features (`features.sentence_embed.EmbedReport`)."""
+        raise self.missing("embed")
+
     def missing(self, what: str) -> UserError:
         """The refusal of a part this family does not have (`what`: e.g. "probe")."""
         return UserError(f"`bertkit {what}` does not read {self.rows} yet. Use another command, or data of another "

@@ -13,6 +13,7 @@ from bertkit.encoding.reading import LongTextOptions, Reading
 from bertkit.families.base import MODEL_COMMANDS, Family, option_families
 from bertkit.families.results import Evaluation, Predictions
 from bertkit.families.sentence_runs import row_evaluation, row_predictions
+from bertkit.features.sentence_embed import EmbedReport
 from bertkit.features.settings import POOLS, layers_problem
 from bertkit.models.compute import Compute
 from bertkit.models.preflight import DATA_FIELDS
@@ -53,6 +54,12 @@ class Sentences(Family):
 
         return probe_sentences(cfg, lambda: Compute.resolve("cpu", cfg.precision), progress)  # read on the CPU
 
+    def embed(self, cfg: Any, progress: bool) -> EmbedReport:
+        """Pooled features of every row into a store (`features.sentence_embed.embed_rows`)."""
+        from bertkit.features.sentence_embed import embed_rows
+
+        return embed_rows(cfg, Compute.resolve, progress)
+
     def distillation(self, cfg: Any) -> tuple[Any, Any]:
         """A sentence classifier's student (`training.distill.DistillTask`: the teacher's soft targets over the
         rows), and `cfg` reading the data in the teacher's problem shape."""
@@ -66,6 +73,8 @@ class Sentences(Family):
         layers, the problem shape's options, and what a feature store cannot give."""
         reading = getattr(cfg, "reading", None)
         problems = reading.long_text_problems() if isinstance(reading, LongTextOptions) else []
+        if command == "embed":
+            problems += layers_problem(cfg.pooling.layers)
         return problems + (probe_problems(cfg) if command == "probe" else [])
 
     def refused_options(self, cfg: Any, command: str, source: str | None = None) -> list[str]:

@@ -172,8 +172,9 @@ def word_probe(cfg: Any, progress: bool = False) -> ProbeReport:
                                   inputs=ownership.input_paths(cfg)) if cfg.out else None  # claimed once it ran
     if cfg.features is not None:  # a word store: its settings are the store's (`probe.word_store_run`)
         words = run_word_store_probe(cfg, say=log.info if progress else None)
-    else:
-        reading = Reading.of_words(cfg.word_pool, cfg.reading.max_length, cfg.reading.stride)
+    else:  # words read as a saved --model records (a tagger's window, overlap, word pooling), unless given
+        read = read_as_saved(cfg)
+        reading = Reading.of_words(read.word_pool, read.reading.max_length, read.reading.stride)
         columns = tagged_columns(cfg.inputs, cfg.tag_scheme)
         train, dev = tagged_sources(str(cfg.inputs.data), [str(cfg.inputs.dev)], cfg.inputs.data_config,
                                     cfg.inputs.train_split)

@@ -26,8 +26,11 @@ from bertkit.families.word_runs import (
     word_probe,
     word_probe_option_problems,
 )
+from bertkit.features.sentence_embed import EmbedReport
+from bertkit.features.word_embed import run_word_embed_options
 from bertkit.features.word_store import word_store_splits
 from bertkit.features.words import word_settings_problems
+from bertkit.models.compute import Compute
 from bertkit.models.metadata import is_tagger, saved_tag_scheme
 from bertkit.options import value
 from bertkit.probe.records import ProbeReport
@@ -61,7 +64,7 @@ class Words(Family):
         "finetune": TRAINING_NOT_READ, "sweep": TRAINING_NOT_READ,
         "distill": (*TRAINING_NOT_READ, "test"),
         "probe": ("test", "header", "cv", "C_grid", "class_weight", "repeats", "metric", "dev_fraction"),
-        "embed": ("limit", "encoding", "header", "cache_dir", "store_dtype"),
+        "embed": ("limit", "header", "cache_dir", "store_dtype"),
         "bench": ("test",),
         "evaluate": ("metric",),
     }
@@ -89,6 +92,8 @@ class Words(Family):
             return word_out_problems(cfg.out) + (word_probe_option_problems(cfg) if cfg.probe is not None else [])
         if command == "probe":
             return word_table_problems(cfg)
+        if command == "embed":
+            return word_settings_problems(cfg, cfg.pooling.layers, cfg.pooling.combine)
         if command == "distill":
             return dev_problems(cfg.inputs.dev, "Distilling a tagger")
         if command not in ("finetune", "sweep"):
@@ -127,6 +132,10 @@ class Words(Family):
         raise_if_problems(training.reading(cfg).word_problems())
         training.data = load_tagged_training_for(cfg.inputs, cfg.tagging.tag_scheme, cfg.tagging.unseen_tags)
         return training
+
+    def embed(self, cfg: Any, progress: bool) -> EmbedReport:
+        """Word vectors of every sentence into a word store (`features.word_embed`), Compute resolved once here."""
+        return EmbedReport.of_words(run_word_embed_options(cfg, Compute.resolve(cfg.device, cfg.precision), progress))
 
     def distillation(self, cfg: Any) -> tuple[Any, Any]:
         """A tagging student (`training.distill_tags.DistillTagTask`): --data and --dev read as tagged corpora in the
