@@ -124,6 +124,10 @@ class Family:
         """`bertkit embed`'s store of the data's features (`features.sentence_embed.EmbedReport`)."""
         raise self.missing("embed")
 
+    def exporter(self, cfg: Any) -> Any:
+        """`bertkit export`'s kind of export of the --model (`families.exports.Exporter`)."""
+        raise self.missing("export")
+
     def missing(self, what: str) -> UserError:
         """The refusal of a part this family does not have (`what`: e.g. "probe")."""
         return UserError(f"`bertkit {what}` does not read {self.rows} yet. Use another command, or data of another "

@@ -11,7 +11,9 @@ from typing import Any, ClassVar
 from bertkit.data.tagged import is_file_value
 from bertkit.encoding.reading import LongTextOptions, Reading
 from bertkit.families.base import MODEL_COMMANDS, Family, option_families
+from bertkit.families.exports import Exporter
 from bertkit.families.results import Evaluation, Predictions
+from bertkit.families.sentence_exports import row_exporter
 from bertkit.families.sentence_runs import row_evaluation, row_predictions
 from bertkit.features.sentence_embed import EmbedReport
 from bertkit.features.settings import POOLS, layers_problem
@@ -60,6 +62,10 @@ class Sentences(Family):
 
         return embed_rows(cfg, Compute.resolve, progress)
 
+    def exporter(self, cfg: Any) -> Exporter:
+        """A classifier's logits, or an encoder's pooled features (--kind; auto: by the folder's architecture)."""
+        return row_exporter(cfg)
+
     def distillation(self, cfg: Any) -> tuple[Any, Any]:
         """A sentence classifier's student (`training.distill.DistillTask`: the teacher's soft targets over the
         rows), and `cfg` reading the data in the teacher's problem shape."""
@@ -73,8 +79,12 @@ class Sentences(Family):
         layers, the problem shape's options, and what a feature store cannot give."""
         reading = getattr(cfg, "reading", None)
         problems = reading.long_text_problems() if isinstance(reading, LongTextOptions) else []
-        if command == "embed":
+        if command in ("embed", "export"):
             problems += layers_problem(cfg.pooling.layers)
+        if command == "export" and cfg.kind == "tagger":
+            problems.append(f"--kind tagger exports a tagging model (`bertkit finetune` on tagged data: its "
+                            f"bertkit_model.json records the task `tags`); {cfg.model} is not one. Drop --kind (auto), "
+                            f"or pass a tagging model's best/ folder.")
         return problems + (probe_problems(cfg) if command == "probe" else [])
 
     def refused_options(self, cfg: Any, command: str, source: str | None = None) -> list[str]:

@@ -12,11 +12,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from bertkit.data.gate_sentences import GateSentences, read_gate_sentences, run_dev_sentences
 from bertkit.data.tagged import tagged_sources
 from bertkit.data.tagged_splits import tagged_columns
 from bertkit.data.word_lines import data_sentences, text_sentence, words_sentence
 from bertkit.encoding.reading import Reading
+from bertkit.errors import UserError
+from bertkit.families.exports import Exporter, run_dev_set
 from bertkit.families.results import Evaluation, Predictions
+from bertkit.features.settings import Pooling
 from bertkit.models.compute import Compute
 from bertkit.models.folders import OFFLINE_NAME
 from bertkit.models.metadata import read_as_saved, read_model_info
@@ -189,3 +193,44 @@ def word_probe(cfg: Any, progress: bool = False) -> ProbeReport:
         words = write_word_probe_run(run_dir.path, words, config_dict(cfg), final_dir=run_dir.out)
         run_dir.commit()
     return ProbeReport.of_words(words)
+
+
+# ---------------------------------------------------------------- export
+
+
+class TaggerExport(Exporter):
+    """A tagging model: the graph ends in per-piece logits, read in the windows the model records; gated by the tag
+    agreement per word with the PyTorch fp32 model and, with gold tags, the drop of its score."""
+
+    kind = "tagger"
+    ignores = (*Pooling.KEYS, "min_cosine")
+    what = "a tagging model (its graph ends in per-piece logits)"
+
+    def checked_data(self, cfg: Any) -> GateSentences:
+        """The gate sentences (the first --limit): --data (gold tags when it has them), or the dev set of the tagging
+        run the model folder was saved in; read and checked before torch is imported."""
+        inputs = cfg.inputs
+        sentences = read_gate_sentences(inputs.data, tagged_columns(inputs), inputs.limit, inputs.data_config,
+                                        inputs.train_split) if inputs.data \
+            else run_dev_set(cfg, lambda config, _: run_dev_sentences(config, inputs.limit), "sentences", "dev.iob2")
+        if len(sentences) == 0:
+            raise UserError(f"The gate data {sentences.source} has no sentences. Pass --data with sentences to compare "
+                            f"the models on.")
+        return sentences
+
+    def reading(self, cfg: Any) -> Reading:
+        return Reading.of_words(TAGGER_WORD_POOL, cfg.reading.max_length, cfg.reading.stride)
+
+    def notes(self, cfg: Any, model: Any, tokenizer: Any, reading: Reading, dataset: Any) -> list[str]:
+        """Gold tags in another scheme than the model's are refused before the export."""
+        from bertkit.scoring import tag_gate
+
+        return list(tag_gate.gold_tag_notes(cfg.model, model, tokenizer, reading, dataset))
+
+    def gate(self, cfg: Any, model: Any, exported: Any, tokenizer: Any, dataset: Any, spec: Any,
+             reading: Reading) -> dict[str, Any]:
+        from bertkit.scoring import tag_gate
+
+        return tag_gate.export_tagger_gate(cfg.model or "", model, exported, tokenizer, reading, dataset,
+                                           batch_size=cfg.batch_size, min_agreement=cfg.gate.min_agreement,
+                                           max_drop=cfg.gate.max_drop)

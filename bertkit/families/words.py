@@ -21,6 +21,7 @@ from bertkit.errors import UserError, raise_if_problems
 from bertkit.families.base import Family
 from bertkit.families.results import Evaluation, Predictions
 from bertkit.families.word_runs import (
+    TaggerExport,
     tagger_evaluation,
     word_predictions,
     word_probe,
@@ -94,6 +95,9 @@ class Words(Family):
             return word_table_problems(cfg)
         if command == "embed":
             return word_settings_problems(cfg, cfg.pooling.layers, cfg.pooling.combine)
+        if command == "export" and cfg.kind not in ("auto", "tagger"):
+            return [f"--kind {cfg.kind} does not apply to {cfg.model}: it is a tagging model (one tag per word), "
+                    f"exported with its logits per word piece. Drop --kind (auto), or pass --kind tagger."]
         if command == "distill":
             return dev_problems(cfg.inputs.dev, "Distilling a tagger")
         if command not in ("finetune", "sweep"):
@@ -112,6 +116,10 @@ class Words(Family):
     def probe(self, cfg: Any, progress: bool) -> ProbeReport:
         """The word probe table (`word_runs.word_probe`: from tagged files, or a word store)."""
         return word_probe(cfg, progress)
+
+    def exporter(self, cfg: Any) -> TaggerExport:
+        """A tagger's per-piece logits (`word_runs.TaggerExport`)."""
+        return TaggerExport()
 
     def refused_options(self, cfg: Any, command: str, source: str | None = None) -> list[str]:
         """As every family refuses them; a word store (`probe --features`) fixed its options when it was embedded:

@@ -9,7 +9,7 @@ id2label included, so optimum's ORTModelFor{Sequence,Token}Classification loads 
 `bertkit_model.json` with an `"onnx"` section (kind, quantized, the baked-in feature spec, opset, source model and
 revision) beside the source's own record for a classifier or a tagger (a tagger's task `tags`, tag scheme and reading
 of words: read back by `bertkit.models.onnx_tagger`), and `export_report.json` (the accuracy gate's numbers,
-`bertkit.commands.export`).
+`bertkit.families.sentence_exports`).
 
 The graph is traced through bertkit's own fast forward, so it skips the same work: a classifier's last layer runs
 for [CLS] alone (`fastforward.SequenceClassifier`), an encoder runs only the layers its features read and pools
@@ -199,7 +199,7 @@ class _Positional(nn.Module):
 
 def classifier_function(model: Any) -> Any:
     """A classifier's graph as a batch -> logits function: the [CLS]-only last layer where it applies. (An encoder's
-    pooled-features function is the caller's, `bertkit.commands.export`: pooling lives above this layer.)"""
+    pooled-features function is the caller's, `bertkit.families.sentence_exports`: pooling lives above this layer.)"""
     net = SequenceClassifier(model)
     return lambda b: net(**b)
 
@@ -274,7 +274,7 @@ def quantize_int8(source: Path, target: Path) -> None:
 def write_export(folder: Path, model: Any, tokenizer: Any, *, kind: str, quantize: str | None, source: str,
                  revision: str, source_info: dict[str, Any], reading: dict[str, Any] | None = None,
                  features: dict[str, Any] | None = None, features_fn: Any = None) -> None:
-    """A complete export folder in `folder` (an empty one bertkit made; see `bertkit.commands.export`). `reading` is
+    """A complete export folder in `folder` (an empty one bertkit made; see `bertkit.families.sentence_exports`). `reading` is
     how its inputs are read (`Reading.to_json`: predict and embed read it back). For an encoder, `features` are the
     baked-in options (pool, layers, combine, normalize) and `features_fn` their graph.
 
