@@ -128,6 +128,14 @@ class Family:
         """`bertkit export`'s kind of export of the --model (`families.exports.Exporter`)."""
         raise self.missing("export")
 
+    def bench_data(self, cfg: Any) -> Any:
+        """What `bertkit bench` times (`results.TimedData`), read and checked before torch is imported."""
+        raise self.missing("bench")
+
+    def quality_options(self, cfg: Any) -> dict[str, Any]:
+        """The options a `bench --quality` run gets so that it reads the data as this family does."""
+        return {}
+
     def missing(self, what: str) -> UserError:
         """The refusal of a part this family does not have (`what`: e.g. "probe")."""
         return UserError(f"`bertkit {what}` does not read {self.rows} yet. Use another command, or data of another "

@@ -12,9 +12,9 @@ from bertkit.data.tagged import is_file_value
 from bertkit.encoding.reading import LongTextOptions, Reading
 from bertkit.families.base import MODEL_COMMANDS, Family, option_families
 from bertkit.families.exports import Exporter
-from bertkit.families.results import Evaluation, Predictions
+from bertkit.families.results import Evaluation, Predictions, TimedData
 from bertkit.families.sentence_exports import row_exporter
-from bertkit.families.sentence_runs import row_evaluation, row_predictions
+from bertkit.families.sentence_runs import row_evaluation, row_predictions, rows_to_time
 from bertkit.features.sentence_embed import EmbedReport
 from bertkit.features.settings import POOLS, layers_problem
 from bertkit.models.compute import Compute
@@ -65,6 +65,10 @@ class Sentences(Family):
     def exporter(self, cfg: Any) -> Exporter:
         """A classifier's logits, or an encoder's pooled features (--kind; auto: by the folder's architecture)."""
         return row_exporter(cfg)
+
+    def bench_data(self, cfg: Any) -> TimedData:
+        """Rows of text: --dev if given, else --data, else the demo dev set (`sentence_runs.rows_to_time`)."""
+        return rows_to_time(cfg)
 
     def distillation(self, cfg: Any) -> tuple[Any, Any]:
         """A sentence classifier's student (`training.distill.DistillTask`: the teacher's soft targets over the

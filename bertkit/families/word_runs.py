@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.data.gate_sentences import GateSentences, read_gate_sentences, run_dev_sentences
-from bertkit.data.tagged import tagged_sources
-from bertkit.data.tagged_splits import tagged_columns
+from bertkit.data.tagged import read_tagged_splits, tagged_sources
+from bertkit.data.tagged_splits import corpus_fingerprint, tagged_columns
 from bertkit.data.word_lines import data_sentences, text_sentence, words_sentence
 from bertkit.encoding.reading import Reading
 from bertkit.errors import UserError
 from bertkit.families.exports import Exporter, run_dev_set
-from bertkit.families.results import Evaluation, Predictions
+from bertkit.families.results import Evaluation, Predictions, TimedData
 from bertkit.features.settings import Pooling
 from bertkit.models.compute import Compute
 from bertkit.models.folders import OFFLINE_NAME
@@ -234,3 +234,22 @@ class TaggerExport(Exporter):
         return tag_gate.export_tagger_gate(cfg.model or "", model, exported, tokenizer, reading, dataset,
                                            batch_size=cfg.batch_size, min_agreement=cfg.gate.min_agreement,
                                            max_drop=cfg.gate.max_drop)
+
+
+# ---------------------------------------------------------------- bench
+
+
+def sentences_to_time(cfg: Any) -> TimedData:
+    """Tagged data's timed sentences: --dev if given, else --data (its first --limit), read and checked as
+    `bertkit finetune` reads them (columns, scheme, dev tags seen in training), with --data's tags."""
+    sources = tagged_sources(cfg.inputs.data, [cfg.inputs.dev] if cfg.inputs.dev else [], cfg.inputs.data_config,
+                             cfg.inputs.train_split)
+    corpora = read_tagged_splits(sources[0], sources[1:], tagged_columns(cfg.inputs, cfg.tag_scheme),
+                                 unseen_tags=cfg.unseen_tags)
+    timed = corpora[-1]
+    sentences = timed.head(cfg.inputs.limit) if cfg.inputs.limit else list(timed.sentences())
+    if not sentences:
+        raise UserError(f"No sentences to benchmark on: {timed.source} holds none. Pass a tagged corpus with "
+                        f"sentences (a word and its tag per line, a blank line between sentences).")
+    return TimedData([s.words for s in sentences], {"source": str(timed.source),
+                                                    "fingerprint": corpus_fingerprint(timed)}, corpora[0].tags)

@@ -19,9 +19,10 @@ from bertkit.data.tagged_splits import (
 from bertkit.encoding.reading import Reading
 from bertkit.errors import UserError, raise_if_problems
 from bertkit.families.base import Family
-from bertkit.families.results import Evaluation, Predictions
+from bertkit.families.results import Evaluation, Predictions, TimedData
 from bertkit.families.word_runs import (
     TaggerExport,
+    sentences_to_time,
     tagger_evaluation,
     word_predictions,
     word_probe,
@@ -95,6 +96,8 @@ class Words(Family):
             return word_table_problems(cfg)
         if command == "embed":
             return word_settings_problems(cfg, cfg.pooling.layers, cfg.pooling.combine)
+        if command == "bench":
+            return bench_problems(cfg)
         if command == "export" and cfg.kind not in ("auto", "tagger"):
             return [f"--kind {cfg.kind} does not apply to {cfg.model}: it is a tagging model (one tag per word), "
                     f"exported with its logits per word piece. Drop --kind (auto), or pass --kind tagger."]
@@ -120,6 +123,14 @@ class Words(Family):
     def exporter(self, cfg: Any) -> TaggerExport:
         """A tagger's per-piece logits (`word_runs.TaggerExport`)."""
         return TaggerExport()
+
+    def bench_data(self, cfg: Any) -> TimedData:
+        """Tagged sentences given as words, with the training corpus's tags (`word_runs.sentences_to_time`)."""
+        return sentences_to_time(cfg)
+
+    def quality_options(self, cfg: Any) -> dict[str, Any]:
+        """The quality runs read the same corpus as tagged data, in bench's --tag-scheme and --unseen-tags."""
+        return {"task": TAGS_TASK, "tag_scheme": cfg.tag_scheme, "unseen_tags": cfg.unseen_tags}
 
     def refused_options(self, cfg: Any, command: str, source: str | None = None) -> list[str]:
         """As every family refuses them; a word store (`probe --features`) fixed its options when it was embedded:
@@ -204,6 +215,16 @@ def word_table_problems(cfg: Any) -> list[str]:
         "Probing words needs --data (tagged training data) and --dev (tagged dev data: a file, or a split of the hub "
         "dataset --data); a dev split is not held out. Pass --dev dev.iob2 (hub: --dev validation)."]
     return problems + not_tagged_problems((cfg.inputs.data, cfg.inputs.dev), "probe sentences") + settings
+
+
+def bench_problems(cfg: Any) -> list[str]:
+    """Timing taggers: --data given and both files tagged, and a tagged --dev for the quality runs."""
+    problems = [] if cfg.inputs.data else ["--task tags needs --data (a tagged corpus, e.g. train.iob2). Pass it."]
+    problems += not_tagged_problems((cfg.inputs.data, cfg.inputs.dev), "time rows of text")
+    if cfg.quality_kinds and cfg.inputs.dev is None:
+        problems.append("--quality on tagged data needs --dev (tagged dev data: the fine-tuned taggers are scored "
+                        "there by entity F1); no dev split is held out of tagged data. Pass --dev dev.iob2.")
+    return problems
 
 
 def dev_problems(dev: str | None, doing: str) -> list[str]:
