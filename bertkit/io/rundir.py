@@ -407,7 +407,7 @@ def _legacy_owner(path: Path) -> str | None:
     for base in (path, *(path / n for n in SPLIT_NAMES)):
         for name in ("manifest.json", "splits.json"):
             manifest = read_json_or_none(base / name)
-            if isinstance(manifest, dict) and manifest.get("format") == STORE_FORMAT:
+            if isinstance(manifest, dict) and str(manifest.get("format")).startswith(STORE_FORMAT.rsplit("/", 1)[0]):
                 return "embed"
         identity = read_json_or_none(base / "identity.json")  # an unfinished store
         if isinstance(identity, dict) and {"model", "shard_size", "data_fingerprint"} <= set(identity):
