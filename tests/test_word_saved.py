@@ -14,8 +14,8 @@ from bertkit.cli.app import app
 from bertkit.data.tagscheme import TagScheme
 from bertkit.encoding.reading import Reading
 from bertkit.errors import UserError
-from bertkit.io.record_format import record_digest
 from bertkit.features.words import word_pooling
+from bertkit.io.record_format import record_digest
 from bertkit.models.compute import Compute
 from bertkit.probe.word_saved import (
     WordProbeFit,
