@@ -336,9 +336,9 @@ MODEL_DAMAGE = {
     "a byte flipped in the middle of the weights": (
         lambda f: flip_middle_byte(f / "model.safetensors"), r"model\.safetensors: its bytes changed since it was written"),
     "weights truncated": (lambda f: (f / "model.safetensors").write_bytes((f / "model.safetensors").read_bytes()[:-512]),
-                          r"model\.safetensors: it is [\d,]+ bytes but was written as [\d,]+ \(truncated since\)"),
+                          r"model\.safetensors: it is [\d,]+ bytes but was written as [\d,]+ \(changed since it was written\)"),
     "weights extended": (lambda f: (f / "model.safetensors").open("ab").write(b"\0" * 8),
-                         r"model\.safetensors: .*\(extended since\)"),
+                         r"model\.safetensors: .*\(changed since it was written\)"),
     "labels swapped in config.json": (_edit_config, r"config\.json: (its bytes changed|it is [\d,]+ bytes but was)"),
     "tokenizer.json edited": (lambda f: flip_middle_byte(f / "tokenizer.json"), r"tokenizer\.json: its bytes changed"),
     "tokenizer.json removed": (lambda f: (f / "tokenizer.json").unlink(), r"tokenizer\.json: it is missing"),
@@ -819,9 +819,10 @@ def test_a_store_is_not_resumed_or_reused_with_an_encoder_changed_in_the_middle(
     assert identity_mismatch({"model": "m", "encoder_sha256": "x"}, new) == ["encoder_sha256: 'x' -> 'abc'"]
 
 
-def test_a_probes_encoder_changed_in_the_middle_of_its_weights_is_noticed(tmp_path, tiny_bert_dir):
+def test_a_probes_encoder_changed_in_the_middle_of_its_weights_is_refused(tmp_path, tiny_bert_dir):
     """The revision reads the first and last MiB of the weights; the probe also records their whole sha256, so a
-    change anywhere (here one byte in the middle of a 3.9 MB file) is said before predicting (issue 43)."""
+    change anywhere (here one byte in the middle of a 3.9 MB file) is refused before predicting, naming the encoder
+    and the digests, as a store in the same case is (issues 43, 57)."""
     encoder = tmp_path / "encoder"
     shutil.copytree(tiny_bert_dir, encoder)
     data = tmp_path / "train.tsv"
@@ -833,5 +834,5 @@ def test_a_probes_encoder_changed_in_the_middle_of_its_weights_is_noticed(tmp_pa
     assert len(meta["encoder_sha256"]) == 64
     _flip_a_middle_byte(encoder / "model.safetensors")
     shown = invoke(["predict", "--probe", str(tmp_path / "run" / "probe"), "--text", "a great film"])
-    assert shown.exit_code == 0, shown.output
-    assert "has changed since the probe was trained" in shown.output
+    assert shown.exit_code == 2, shown.output
+    assert f"The encoder {encoder} of the probe" in shown.output and meta["encoder_sha256"] in shown.output
