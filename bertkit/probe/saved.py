@@ -380,8 +380,9 @@ def check_probe_encoder(probe: Path | None, model: str, revision: str | None, sh
     digest = loading.weights_digest(model) if sha256 else None
     if (not revision or found == revision) and digest in (None, sha256):
         return
-    what = (f"the sha256 of its weights is {digest}, the probe records {sha256}" if found == revision or not revision
-            else f"its revision is {found}, the probe records {revision}")
+    what = "; ".join([f"its revision is {found}, the probe records {revision}"] * bool(revision and found != revision)
+                     + [f"the sha256 of its weights is {digest}, the probe records {sha256}"] * bool(
+                         digest and digest != sha256))
     raise UserError(f"The encoder {model} of the probe {probe} has changed since the probe was fitted ({what}): its "
                     f"features are not the ones the probe learned from. Restore the encoder folder the probe was "
                     f"fitted on, or fit the probe again on this one (`bertkit probe --model {model} ... --out DIR`).")
