@@ -22,7 +22,16 @@ from typing import Any
 from bertkit.errors import UserError
 from bertkit.io.atomic import read_json_or_none, read_json_record, to_json, write_json_atomic
 from bertkit.io.ownership import move_aside
-from bertkit.io.record_format import FAMILY, RecordKind, RecordProblem, checked_version, sealed, upgrade
+from bertkit.io.record_format import (
+    FAMILY,
+    SEAL,
+    RecordKind,
+    RecordProblem,
+    checked_version,
+    record_digest,
+    sealed,
+    upgrade,
+)
 
 CONFIG = "config.json"
 RUN_RECORD = RecordKind("bertkit-config", current=2, sealed_since=2, family_since=2)
@@ -160,10 +169,15 @@ def config_compare(config: dict[str, Any]) -> Compare:
 
 def report_compare(config: dict[str, Any], report: str) -> Compare:
     """`compare` for a command whose run records its config in the file `report` (an export's export_report.json,
-    under `config`): the compared options that differ; none when the file is missing or unreadable."""
+    under `config`, in every layout): the compared options that differ; none when the file is missing or unreadable.
+    A sealed report edited since it was written is refused: it says nothing about the run."""
 
     def compare(path: Path) -> list[str]:
         record = read_json_or_none(Path(path) / report)
+        if isinstance(record, dict) and SEAL in record and record[SEAL] != record_digest(record):
+            raise UserError(f"{Path(path) / report} was edited or damaged since it was written (its content does not "
+                            f"match its {SEAL}), so bertkit cannot tell which run {path} holds. Choose another --out, "
+                            f"or pass --overwrite to replace that run.")
         old = record.get("config") if isinstance(record, dict) else None
         return config_differences(old, config) if isinstance(old, dict) else []
 
