@@ -31,7 +31,6 @@ from bertkit.io.record_format import (
     sealed,
     upgrade,
 )
-from bertkit.models.compute import Compute
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +141,7 @@ def _model_layout_2(record: dict[str, Any]) -> dict[str, Any]:
     onnx = record.get("onnx")
     compute = record.get("compute")
     if isinstance(onnx, dict) and compute is None:
-        compute = Compute("cpu", "int8" if onnx.get("quantized") == "int8" else "fp32").to_json()
+        compute = {"device": "cpu", "precision": "int8" if onnx.get("quantized") == "int8" else "fp32"}  # a Compute
     return {**record, FAMILY: family_of_task(record.get("task")), "reading": record.get("reading"),
             **({"compute": compute} if compute is not None else {})}
 
