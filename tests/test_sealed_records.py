@@ -195,3 +195,26 @@ def test_an_old_store_manifest_reads_with_its_family(records):
     assert read_store_manifest(records / "stores/sentences/train")["family"] == "sentences"
     assert read_manifest(records / "stores/words/train")["family"] == "words"
     assert record_digest({"b": 1, "a": 2}) == record_digest({"a": 2, "b": 1})
+
+
+# ---------------------------------------------------------------- sweep.json
+
+
+def test_sweep_json_is_sealed_and_an_older_one_reads_with_a_family(tmp_path):
+    from bertkit.training.trials_report import SWEEP_RECORD, SweepSummary, read_sweep_summary
+
+    row = {"trial": "000_lr=0.001_seed=7", "lr": 0.001, "seed": 7, "status": "complete", "metric": "f1", "best": 0.9,
+           "best_step": 4, "steps": 4, "epochs_run": 1, "train_seconds": 0.5, "samples_per_second": 80.0}
+    older = {"search": "grid", "space": [{"option": "lr", "values": [0.001]}], "metric": "f1", "seeds": 1,
+             "best": {**row, "rank": 1, "model": "best"}, "rows": [row],
+             "ranking": [{"params": {"lr": 0.001}, "trials": [row["trial"]], "seeds": [7], "values": [0.9],
+                          "mean": 0.9, "std": 0.0, "pruned": False, "rank": 1}]}
+    (tmp_path / "sweep.json").write_text(json.dumps(older))  # layout 1: no format, no seal
+    summary = read_sweep_summary(tmp_path, "words")
+    assert summary == SweepSummary.from_json(older)
+    written = sealed(summary.to_json(), SWEEP_RECORD, "words")
+    (tmp_path / "sweep.json").write_text(json.dumps(written))
+    assert read_sweep_summary(tmp_path) == summary
+    (tmp_path / "sweep.json").write_text(json.dumps({**written, "metric": "accuracy"}))
+    with pytest.raises(RecordProblem, match="does not match the sha256"):
+        read_sweep_summary(tmp_path)

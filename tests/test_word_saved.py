@@ -72,7 +72,8 @@ def _toy_fit(tmp_path, n_tags: int, model: str = "some/model"):
     X[:, 0] += np.array([tags.index(t) for t in y]) * 3.0
     pipeline = fit_word_probe(X, y)
     fit = WordProbeFit(word_probe_weights(pipeline), "layer 1", word_pooling("1"), 1.0, 0.5, "entity F1")
-    source = WordProbeSource(model, "abc", Reading.of_words("mean", 16, 4), IOB2, compute=Compute("cpu", "bf16"))
+    source = WordProbeSource(model, "abc", Reading.of_words("mean", 16, 4), IOB2, compute=Compute("cpu", "bf16"),
+                             encoder_sha256="0" * 64)
     return pipeline, X, save_word_probe(tmp_path / "probe", fit, source)
 
 
@@ -86,6 +87,7 @@ def test_a_saved_probe_reloads_and_predicts_the_fitted_tags(tmp_path, n_tags):
     np.testing.assert_allclose(saved.predict_proba(X), pipeline.predict_proba(X), atol=1e-9)
     assert saved.source.reading == Reading.of_words("mean", 16, 4) and saved.source.scheme == IOB2
     assert saved.fit.pooling == word_pooling("1") and saved.source.compute == Compute("cpu", "bf16")
+    assert saved.source.encoder_sha256 == "0" * 64
 
 
 def test_a_probe_saved_before_the_fold_reads_as_it_meant(tmp_path, tiny_bert_dir):

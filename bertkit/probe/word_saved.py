@@ -77,8 +77,10 @@ def word_probe_weights(pipeline: Any) -> WordProbeWeights:
 
 @dataclass(frozen=True)
 class WordProbeSource:
-    """What the saved probe reads: the encoder (name, revision, remote code), the reading, the tag scheme, and the
-    compute its training words were read in (None: recorded before bertkit recorded it, fp32 on the CPU)."""
+    """What the saved probe reads: the encoder (name, revision, remote code), the reading, the tag scheme, the
+    compute its training words were read in (None: recorded before bertkit recorded it, fp32 on the CPU) and the
+    sha256 of all the encoder's weights (`loading.weights_digest`; None: not recorded, a hub encoder), which
+    `probe.saved.check_probe_encoder` compares before the probe predicts."""
 
     model: str
     revision: str | None
@@ -86,6 +88,7 @@ class WordProbeSource:
     scheme: TagScheme
     trust_remote_code: bool = False
     compute: Compute | None = None
+    encoder_sha256: str | None = None
 
 
 @dataclass(frozen=True)
@@ -123,6 +126,7 @@ def save_word_probe(directory: Path, fit: WordProbeFit, source: WordProbeSource,
     record = {"format": WORD_PROBE_FORMAT, "task": "tags", "model": source.model, "revision": source.revision,
               "trust_remote_code": source.trust_remote_code, "reading": source.reading.to_json(),
               "pooling": fit.pooling.to_json(), **({"compute": source.compute.to_json()} if source.compute else {}),
+              **({"encoder_sha256": source.encoder_sha256} if source.encoder_sha256 else {}),
               "tags": list(fit.weights.tags), "scheme": source.scheme.to_json(),
               "row": fit.label, "C": fit.C, "dev": {"metric": fit.metric, "score": fit.dev_score},
               "n_features": int(fit.weights.coef.shape[1]), "files": {PROBE_WEIGHTS: bytes_record(weights)}}
@@ -170,7 +174,7 @@ def load_word_probe(path: str | Path) -> SavedWordProbe:
                        float(record["dev"]["score"]), str(record["dev"]["metric"]))
     source = WordProbeSource(str(record["model"]), record.get("revision"), reading,
                              TagScheme.from_json(record["scheme"]), bool(record.get("trust_remote_code", False)),
-                             Compute.from_json(record.get("compute")))
+                             Compute.from_json(record.get("compute")), record.get("encoder_sha256"))
     return SavedWordProbe(fit, source, root)
 
 
