@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bertkit.io.record_format import FAMILY, FORMAT, SEAL
+from bertkit.io.record_format import FAMILY, FORMAT, SEAL, record_digest
 
 
 def unsealed(record: dict[str, Any], layout: str | None) -> dict[str, Any]:
@@ -12,3 +12,10 @@ def unsealed(record: dict[str, Any], layout: str | None) -> dict[str, Any]:
     config.json and export_report.json had none)."""
     older = {k: v for k, v in record.items() if k not in (FORMAT, FAMILY, SEAL)}
     return older if layout is None else {FORMAT: layout, **older}
+
+
+def resealed(record: dict[str, Any]) -> dict[str, Any]:
+    """`record`, changed by a test, sealed again: as a writer that wrote these values would have sealed them (its
+    other checks are then what must catch what is wrong with it)."""
+    body = {k: v for k, v in record.items() if k != SEAL}
+    return {**body, SEAL: record_digest(body)}
