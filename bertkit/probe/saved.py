@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 PROBE_WEIGHTS = "probe.safetensors"
 PROBE_META = "probe.json"
 PROBE_RECORD = RecordKind("bertkit-probe", current=2, sealed_since=2, family_since=2)
-"""Layout 1 (`bertkit-probe/1`): no family, no seal, maybe no max_length (saved before bertkit recorded it), no
+"""Layout 1 (`bertkit-probe/1`, or no format): no family, no seal, maybe no max_length (saved before bertkit recorded it), no
 long-text keys or no combine/normalize (older still). Layout 2: all of them, the family and the seal."""
 PROBE_FORMAT = PROBE_RECORD.format
 
@@ -187,7 +187,7 @@ def migrated_probe_record(meta: dict[str, Any]) -> dict[str, Any]:
     trust: edited since it was sealed, made by a newer bertkit). The only place layout 1 is understood: its family is
     sentences (a sentence probe's), a max_length it lacks is null (read with the options, `read_as_fitted` says so),
     long-text keys it lacks are those of then (head-cut), and a pooling without combine/normalize the defaults."""
-    return upgrade(meta, PROBE_RECORD, checked_version(meta, PROBE_RECORD, unversioned=None), {1: _probe_layout_2})
+    return upgrade(meta, PROBE_RECORD, checked_version(meta, PROBE_RECORD), {1: _probe_layout_2})
 
 
 def _probe_layout_2(meta: dict[str, Any]) -> dict[str, Any]:
