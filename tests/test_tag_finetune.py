@@ -231,13 +231,17 @@ def test_a_tagged_tsv_is_read_as_tags_and_an_unopenable_path_is_not_read(tmp_pat
     assert not (tmp_path / "r").exists()
 
 
-def test_the_tagging_options_at_their_defaults_stay_out_of_the_resume_key(tmp_path, write_tsv, toy_rows,
-                                                                         tagged_files):
+def test_a_resume_key_recorded_before_the_tagging_options_reads_as_todays(tmp_path, write_tsv, toy_rows,
+                                                                          tagged_files):
+    from bertkit.io import trail
     from bertkit.training.resume import resume_key
 
     rows = write_tsv("rows.tsv", toy_rows, ("sentence", "label"))
     key = resume_key(FinetuneConfig.of(data=str(rows), out=str(tmp_path / "run")), {})
-    assert "tag_scheme" not in key["config"] and "label_all_pieces" not in key["config"]  # runs from before resume
+    assert key["config"]["tag_scheme"] == "auto" and key["config"]["label_all_pieces"] is False
+    older = {k: v for k, v in key["config"].items() if k not in ("tag_scheme", "label_all_pieces", "stride")}
+    record = trail.migrated_run_config({"command": "finetune", "config": {}, "resume_key": {"config": older}})
+    assert record["resume_key"]["config"] == key["config"]  # a run from before them resumes
     train, dev = tagged_files
     assert resume_key(tag_cfg("m", train, dev, tmp_path / "r", label_all_pieces=True),
                       {})["config"]["label_all_pieces"] is True

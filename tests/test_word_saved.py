@@ -15,13 +15,13 @@ from bertkit.data.tagscheme import TagScheme
 from bertkit.encoding.reading import Reading
 from bertkit.errors import UserError
 from bertkit.features.words import word_pooling
+from bertkit.io.record_format import record_digest
 from bertkit.models.compute import Compute
 from bertkit.probe.word_saved import (
     WordProbeFit,
     WordProbeSource,
     is_word_probe,
     load_word_probe,
-    record_digest,
     save_word_probe,
     word_probe_weights,
 )
@@ -73,7 +73,8 @@ def _toy_fit(tmp_path, n_tags: int, model: str = "some/model"):
     X[:, 0] += np.array([tags.index(t) for t in y]) * 3.0
     pipeline = fit_word_probe(X, y)
     fit = WordProbeFit(word_probe_weights(pipeline), "layer 1", word_pooling("1"), 1.0, 0.5, "entity F1")
-    source = WordProbeSource(model, "abc", Reading.of_words("mean", 16, 4), IOB2, compute=Compute("cpu", "bf16"))
+    source = WordProbeSource(model, "abc", Reading.of_words("mean", 16, 4), IOB2, compute=Compute("cpu", "bf16"),
+                             encoder_sha256="0" * 64)
     return pipeline, X, save_word_probe(tmp_path / "probe", fit, source)
 
 
@@ -87,6 +88,7 @@ def test_a_saved_probe_reloads_and_predicts_the_fitted_tags(tmp_path, n_tags):
     np.testing.assert_allclose(saved.predict_proba(X), pipeline.predict_proba(X), atol=1e-9)
     assert saved.source.reading == Reading.of_words("mean", 16, 4) and saved.source.scheme == IOB2
     assert saved.fit.pooling == word_pooling("1") and saved.source.compute == Compute("cpu", "bf16")
+    assert saved.source.encoder_sha256 == "0" * 64
 
 
 def test_a_probe_saved_before_the_fold_reads_as_it_meant(tmp_path, tiny_bert_dir):
@@ -94,7 +96,7 @@ def test_a_probe_saved_before_the_fold_reads_as_it_meant(tmp_path, tiny_bert_dir
     loads with the same settings; its layers `all` are its encoder's layers (the tiny model's 1 and 2)."""
     _, X, folder = _toy_fit(tmp_path, 3, str(tiny_bert_dir))
     record = json.loads((folder / "probe.json").read_text())
-    older = {k: v for k, v in record.items() if k not in ("pooling", "compute", "record_sha256")}
+    older = {k: v for k, v in record.items() if k not in ("pooling", "compute", "record_sha256", "family")}
     older.update(format="bertkit-word-probe/1", reading={"word_pool": "mean", "max_length": 16, "stride": 4},
                  layers={"layers": "1", "combine": "concat"})
     (folder / "probe.json").write_text(json.dumps({**older, "record_sha256": record_digest(older)}))
@@ -136,7 +138,8 @@ def test_probe_saves_the_best_rows_probe_and_predict_reproduces_its_dev_score(wo
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["outputs"]["probe"] == str(out / "probe")
     record = json.loads((out / "probe" / "probe.json").read_text())
-    assert record["format"] == "bertkit-word-probe/2" and record["row"] == metrics["best"]
+    assert record["format"] == "bertkit-word-probe/3" and record["row"] == metrics["best"]
+    assert record["family"] == "words"
     assert Reading.from_json(record["reading"]) == Reading.of_words("mean", 16, 4) == Reading.from_json(
         metrics["reading"])
     assert record["reading"] == {"max_length": 16, "long_text": "chunk", "truncation": "head", "stride": 4,
