@@ -233,18 +233,20 @@ def test_a_tagged_tsv_is_read_as_tags_and_an_unopenable_path_is_not_read(tmp_pat
 
 def test_a_resume_key_recorded_before_the_tagging_options_reads_as_todays(tmp_path, write_tsv, toy_rows,
                                                                           tagged_files):
+    """A run on rows of text does not read the tagging options: its key leaves them out (an older key that holds
+    them, migrated, is the same run); a tagger's key holds them."""
     from bertkit.io import trail
     from bertkit.training.resume import resume_key
 
     rows = write_tsv("rows.tsv", toy_rows, ("sentence", "label"))
     key = resume_key(FinetuneConfig.of(data=str(rows), out=str(tmp_path / "run")), {})
-    assert key["config"]["tag_scheme"] == "auto" and key["config"]["label_all_pieces"] is False
-    older = {k: v for k, v in key["config"].items() if k not in ("tag_scheme", "label_all_pieces", "stride")}
-    record = trail.migrated_run_config({"command": "finetune", "config": {}, "resume_key": {"config": older}})
-    assert record["resume_key"]["config"] == key["config"]  # a run from before them resumes
+    assert not {"tag_scheme", "label_all_pieces", "stride", "unseen_tags"} & set(key["config"])
+    record = trail.migrated_run_config({"command": "finetune", "config": {}, "resume_key": {"config": key["config"]}})
+    assert record["resume_key"]["config"]["tag_scheme"] == "auto"  # filled in by the migration
+    assert trail.key_differences(record["resume_key"], key) == []  # a run from before them resumes
     train, dev = tagged_files
-    assert resume_key(tag_cfg("m", train, dev, tmp_path / "r", label_all_pieces=True),
-                      {})["config"]["label_all_pieces"] is True
+    tagger = resume_key(tag_cfg("m", train, dev, tmp_path / "r", label_all_pieces=True), {})["config"]
+    assert tagger["label_all_pieces"] is True and tagger["unseen_tags"] == "refuse" and "truncation" not in tagger
 
 
 def test_no_fast_forward_trains_a_tagger_with_the_models_own_forward(tiny_bert_dir, tagged_files, tmp_path):
