@@ -274,7 +274,8 @@ def run(cfg: BenchConfig) -> BenchResult:
 
     report = benchmark(cfg, quality_dir=lambda: plan.claim().path / "quality", data=data)
     run = plan.claim()
-    trail.write_run_config(run.path, "bench", config_dict(cfg), data_fingerprint=report["data_source"]["fingerprint"])
+    trail.write_run_config(run.path, "bench", config_dict(cfg), cfg.family.name,
+                           data_fingerprint=report["data_source"]["fingerprint"])
     report["outputs"] = {name: str(run.out / name) for name in ("bench.json", "bench.md", "bench.png")}
     plots.bench_bars(report, run.path / "bench.png")
     atomic.write_json_atomic(run.path / "bench.json", report)

@@ -74,7 +74,8 @@ def run(cfg: EvaluateConfig, *, progress: bool = False) -> EvaluateResult:
     result = EvaluateResult.of(cfg.family.evaluate(cfg, claim, progress))
     if plan is not None:
         run_dir = plan.claim()
-        trail.write_run_config(run_dir.path, "evaluate", config_dict(cfg), data_fingerprint=result.data_fingerprint)
+        trail.write_run_config(run_dir.path, "evaluate", config_dict(cfg), cfg.family.name,
+                               data_fingerprint=result.data_fingerprint)
         atomic.write_json_atomic(run_dir.path / "metrics.json", result)
         run_dir.commit()
     return result

@@ -159,10 +159,10 @@ def run(cfg: ExportConfig, progress: bool = False) -> ExportResult:
             onnx.write_export(staged, model, tokenizer, kind=exporter.kind, quantize=cfg.quantized, source=cfg.model,
                               revision=loading.model_revision(cfg.model), source_info=read_model_info(source),
                               reading=reading.to_json(), features=spec.to_json() if spec else None,
-                              features_fn=exporter.features_fn(model, spec))
+                              features_fn=exporter.features_fn(model, spec), family=cfg.family.name)
             faults.kill_point("export.built")
             report, gate = _gated_report(cfg, exporter, staged, model, tokenizer, dataset, spec, reading)
-            atomic.write_json_atomic(staged / onnx.REPORT_FILE, report)
+            atomic.write_json_atomic(staged / onnx.REPORT_FILE, onnx.export_report_record(report, cfg.family.name))
             gate_rows = {"source": str(dataset.source), "fingerprint": dataset.fingerprint, "rows": len(dataset)}
             write_model_card(staged, export_card_facts(report, cfg.model, source, gate_rows, model.config.id2label,
                                                        command_line("export", cfg, skip=("overwrite",))))

@@ -167,7 +167,7 @@ def write_probe_run(run_dir: Path, cfg: Any, inputs: Any, sweep: Any, result: di
 
     best = sweep.best
     fingerprints = {name: ds.fingerprint for name, ds in inputs.datasets.items()}
-    trail.write_run_config(run_dir, "probe", config_dict(cfg), data_fingerprints=fingerprints,
+    trail.write_run_config(run_dir, "probe", config_dict(cfg), "sentences", data_fingerprints=fingerprints,
                            features=inputs.feature_meta)
     baselines = {name: b[sweep.metric] for name, b in result.get("baselines", {}).items()}
     label = BASELINE_NAMES.get(best.fit.task, BASELINE_NAMES["single_label"])
