@@ -19,15 +19,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from bertkit.io.atomic import to_json
 
-FAMILIES = ("sentences", "words")
-"""The problem families a record may name (`bertkit.families` registers one module per name; a new family adds its
-name here, where the records that name it are checked)."""
+FAMILY_NAME = re.compile(r"[a-z][a-z0-9_]*")
+"""What a family's name looks like (sentences, words): the records check its form; which families exist is the
+registry's (`bertkit.families.registry.family_named`, which refuses one this bertkit does not know), so a new family
+adds no name here."""
 FORMAT, FAMILY, SEAL = "format", "family", "record_sha256"
 """The keys every current record carries: its layout, its family, its seal."""
 
@@ -74,10 +76,10 @@ def record_digest(record: Mapping[str, Any]) -> str:
 
 
 def sealed(record: Mapping[str, Any], kind: RecordKind, family: str) -> dict[str, Any]:
-    """`record` in the current layout of `kind`: its format first, its `family` (checked: one of FAMILIES), its seal
+    """`record` in the current layout of `kind`: its format first, its `family` (checked: a family's name), its seal
     last, computed over the values as they will read back (numpy scalars, paths and tuples as JSON writes them)."""
-    if family not in FAMILIES:
-        raise ValueError(f"family {family!r} is not one of {', '.join(FAMILIES)}")
+    if not FAMILY_NAME.fullmatch(str(family)):
+        raise ValueError(f"family {family!r} is not a family's name")
     rest = {k: v for k, v in record.items() if k not in (FORMAT, FAMILY, SEAL)}
     body = json.loads(to_json({FORMAT: kind.format, FAMILY: family, **rest}))
     return {**body, SEAL: record_digest(body)}
@@ -97,8 +99,8 @@ def checked_version(record: Any, kind: RecordKind, unversioned: int | None = 1) 
         if record[SEAL] != record_digest(record):
             raise RecordProblem(f"its content does not match the sha256 it was written with ({SEAL}): it was edited "
                                 f"or damaged since")
-    if version >= kind.family_since and record.get(FAMILY) not in FAMILIES:
-        raise RecordProblem(f"its family is {record.get(FAMILY)!r}, not one of {', '.join(FAMILIES)}")
+    if version >= kind.family_since and not FAMILY_NAME.fullmatch(str(record.get(FAMILY))):
+        raise RecordProblem(f"its family is {record.get(FAMILY)!r}, not a problem family's name")
     newer = [key for key, since in ((SEAL, kind.sealed_since), (FAMILY, kind.family_since))
              if version < since and key in record]
     if newer:
