@@ -22,6 +22,7 @@ import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from bertkit.io.atomic import to_json
@@ -121,3 +122,17 @@ def upgrade(record: Mapping[str, Any], kind: RecordKind, version: int, steps: Ma
         current = steps[step](current)
     current.pop(SEAL, None)
     return {**current, FORMAT: kind.format}
+
+
+def read_record_file(file: Path, migrate: Callable[[Any], dict[str, Any]],
+                     refused: Callable[[str], Exception]) -> dict[str, Any]:
+    """The record in `file`, parsed and migrated to the current layout by its kind's `migrate`; what stops it (not
+    JSON, a `RecordProblem`) raised as `refused(why)`, the kind's own wording of the refusal."""
+    try:
+        record = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise refused(f"not valid JSON: {exc}") from None
+    try:
+        return migrate(record)
+    except RecordProblem as exc:
+        raise refused(str(exc)) from None

@@ -9,7 +9,6 @@ text by re-extracting the probe's features (`predict --probe`)."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ from bertkit.encoding.reading import Reading, read_as_recorded
 from bertkit.errors import UserError
 from bertkit.features.settings import POOLS, Pooling, layers_problem
 from bertkit.io.digests import bytes_record, is_record, record_problem
-from bertkit.io.record_format import FAMILY, RecordKind, RecordProblem, checked_version, sealed, upgrade
+from bertkit.io.record_format import FAMILY, RecordKind, checked_version, read_record_file, sealed, upgrade
 from bertkit.models.compute import Compute
 from bertkit.probe.fit import ProbeFit
 from bertkit.probe.shapes import shaped_arrays
@@ -219,14 +218,7 @@ def _read_probe_meta(root: Path) -> dict[str, Any]:
     """probe.json, with every key prediction needs present and valid."""
 
     file = root / PROBE_META
-    try:
-        meta = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise _damaged_probe(file, f"not valid JSON: {exc}") from None
-    try:
-        meta = migrated_probe_record(meta)
-    except RecordProblem as exc:
-        raise _damaged_probe(file, str(exc)) from None
+    meta = read_record_file(file, migrated_probe_record, lambda why: _damaged_probe(file, why))
     missing = [k for k in PROBE_META_KEYS if k not in meta]
     if missing:
         raise _damaged_probe(file, f"missing {', '.join(missing)}")

@@ -9,7 +9,6 @@ by `migrated_word_probe_record`, the one place that knows them. The arithmetic i
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,16 @@ from bertkit.errors import UserError
 from bertkit.features.settings import Pooling
 from bertkit.features.words import word_pooling_from_json
 from bertkit.io.digests import bytes_record, is_record, record_problem
-from bertkit.io.record_format import FAMILY, SEAL, RecordKind, RecordProblem, checked_version, sealed, upgrade
+from bertkit.io.record_format import (
+    FAMILY,
+    SEAL,
+    RecordKind,
+    RecordProblem,
+    checked_version,
+    read_record_file,
+    sealed,
+    upgrade,
+)
 from bertkit.models.compute import Compute
 from bertkit.models.preflight import saved_model_limits
 from bertkit.probe.saved import PROBE_META, PROBE_WEIGHTS, SavedProbe, _probe_arrays_problem
@@ -207,14 +215,7 @@ def _word_probe_layout_3(record: dict[str, Any]) -> dict[str, Any]:
 
 def _read_record(file: Path) -> dict[str, Any]:
     """probe.json, parsed, matching its own digest, in the current layout, with its files record present."""
-    try:
-        record = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise _damaged(file, f"not valid JSON: {exc}") from None
-    try:
-        record = migrated_word_probe_record(record)
-    except RecordProblem as exc:
-        raise _damaged(file, str(exc)) from None
+    record = read_record_file(file, migrated_word_probe_record, lambda why: _damaged(file, why))
     files = record.get("files")
     if not isinstance(files, dict) or not is_record(files.get(PROBE_WEIGHTS)):
         raise _damaged(file, f"its files record has no size and sha256 for {PROBE_WEIGHTS}")
