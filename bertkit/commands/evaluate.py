@@ -54,7 +54,6 @@ class EvaluateConfig(Config):
                             "on passages, --predictions (a file of answers to score).")
         if self.inputs.data is None:
             problems.append("--data is required: a labelled file (pass --label-column if it is not `label`).")
-        problems += self.reading.long_text_problems()
         if not problems:  # the model decides the family (without one: the data)
             problems += self.family.refused_options(self, "evaluate", self.model or self.inputs.data)
         raise_if_problems(problems)
@@ -85,7 +84,8 @@ def run(cfg: EvaluateConfig, *, progress: bool = False) -> EvaluateResult:
     result = EvaluateResult.of(cfg.family.evaluate(cfg, claim, progress))
     if plan is not None:
         run_dir = plan.claim()
-        trail.write_run_config(run_dir.path, "evaluate", config_dict(cfg), data_fingerprint=result.data_fingerprint)
+        trail.write_run_config(run_dir.path, "evaluate", config_dict(cfg), cfg.family.name,
+                               data_fingerprint=result.data_fingerprint)
         atomic.write_json_atomic(run_dir.path / "metrics.json", result)
         run_dir.commit()
     return result

@@ -13,8 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from bertkit.families.base import Family
-from bertkit.families.registry import cached_family
+from bertkit.families.registry import ReadsItsData
 from bertkit.models.compute import Compute
 from bertkit.models.preflight import checked_as_saved
 from bertkit.training.options import FinetuneOptions
@@ -22,19 +21,12 @@ from bertkit.training.outcome import EpochRow, Restored, RunSummary, TrainingRun
 
 
 @dataclass(frozen=True)
-class FinetuneConfig(FinetuneOptions):
+class FinetuneConfig(ReadsItsData, FinetuneOptions):
     """`bertkit finetune`: full fine-tuning (batch 32, 3 epochs, warmup 0.1; --lr auto: chosen from the model's width,
     the BERT paper's 5e-5 for BERT-base, 1e-4 for MiniLM-L6); on tagged data (--task tags, or a CoNLL-style --data) a
-    tagger: one tag per word, best/ by dev entity F1 (strict seqeval) or word accuracy for plain tags."""
+    tagger: one tag per word, best/ by dev entity F1 (conlleval counting) or word accuracy for plain tags."""
 
-    def problems(self) -> list[str]:
-        """A training run's problems, then the options its problem family does not read."""
-        return super().problems() + self.family.refused_options(self, "finetune", self.inputs.data)
-
-    @property
-    def family(self) -> Family:
-        """The problem family of --data (`bertkit.families`), asked once."""
-        return cached_family(self, data=self.inputs, task=self.inputs.task)
+    COMMAND = "finetune"
 
 
 @dataclass(frozen=True)

@@ -83,7 +83,6 @@ class PredictConfig(Config):
                             "--question (with --context, question-answering models) or --data (a file to label).")
         problems += words_problems(self.words)
         problems += blank_text_problems(self.text)
-        problems += self.reading.long_text_problems()
         if self.probe is not None and (self.reading.long_text or Reading.long_text,
                                        self.reading.truncation or Reading.truncation) != (
                 Reading.long_text, Reading.truncation):

@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bertkit.families.base import Family
-from bertkit.families.registry import cached_family
+from bertkit.families.registry import ReadsItsData
 from bertkit.models.compute import Compute
 from bertkit.models.metadata import read_as_saved
 from bertkit.models.preflight import check_inputs
@@ -25,18 +24,11 @@ from bertkit.training.trials_report import SweepSummary, TrialRow
 
 
 @dataclass(frozen=True)
-class SweepConfig(SweepOptions):
+class SweepConfig(ReadsItsData, SweepOptions):
     """`bertkit sweep`: many `finetune` runs over a grid or an Optuna search, ranked by --metric-for-best; on tagged
     data (--task tags, or a CoNLL-style --data) taggers, ranked by dev entity F1 (or word accuracy for plain tags)."""
 
-    def problems(self) -> list[str]:
-        """A sweep's problems, then the options its problem family does not read."""
-        return super().problems() + self.family.refused_options(self, "sweep", self.inputs.data)
-
-    @property
-    def family(self) -> Family:
-        """The problem family of --data (`bertkit.families`), asked once."""
-        return cached_family(self, data=self.inputs, task=self.inputs.task)
+    COMMAND = "sweep"
 
 
 @dataclass(frozen=True)

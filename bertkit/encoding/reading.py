@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bertkit.encoding.longtext import LONG_TEXT_MODES, TRUNCATIONS, default_stride
+from bertkit.errors import UserError
 from bertkit.options import MODEL, all_fields, option, replaced
 
 log = logging.getLogger(__name__)
@@ -235,6 +236,10 @@ class Reading:
                 problems.append(f"reading.{key} is {record[key]!r}, not one of {', '.join(valid)}")
         if stride is not None and (isinstance(stride, bool) or not isinstance(stride, int) or stride < 0):
             problems.append(f"reading.stride is {stride!r}, not a whole number of tokens")
+        elif stride is not None and not problems and record.get("long_text") == "chunk" \
+                and stride >= length - SPECIAL_TOKENS:
+            problems.append(f"reading.stride {stride} is not smaller than the {length - SPECIAL_TOKENS} tokens a "
+                            f"window of reading.max_length {length} holds beside [CLS] and [SEP]")
         if record.get("word_pool") not in (None, *WORD_POOLS):
             problems.append(f"reading.word_pool is {record['word_pool']!r}, not one of {', '.join(WORD_POOLS)}")
         return problems
@@ -255,14 +260,11 @@ class Reading:
 
     def over_record(self, cfg: Any, recorded: Reading | None, what: str) -> tuple[Reading, list[str]]:
         """The reading to run `what` with: each of `cfg`'s reading options that is set wins (a note says so where it
-        differs from the record), the others come from the record; no record: the options, defaults for the rest
-        (a note when `what` was saved by an older bertkit, `recorded` being then the marker `UNRECORDED`)."""
+        differs from the record), the others come from the record; no record (None: not saved by bertkit, or before
+        it recorded readings): the options, defaults for the rest. A recorded stride the given window cannot hold is
+        refused naming the record, never blamed on a --stride the user did not give."""
         if recorded is None:
             return self, []
-        if recorded is UNRECORDED:
-            note = (f"{what} was saved before bertkit recorded how it reads texts: read with --max-length "
-                    f"{self.max_length} (pass --max-length to match its training)")
-            return self, [] if _given(cfg, "max_length", None) is not None else [note]
         values, notes = {}, []
         for key in self.KEYS:
             given = _given(cfg, key, None)
@@ -270,11 +272,14 @@ class Reading:
             if given is not None and given != getattr(recorded, key):
                 notes.append(f"--{key.replace('_', '-')} {given}: {what} records {getattr(recorded, key)} (read with "
                              f"{given}, as asked)")
-        return Reading(**values), notes
-
-
-UNRECORDED = Reading(max_length=-1)
-"""The record of an artifact bertkit saved before it recorded its reading (`over_record` notes it)."""
+        merged = Reading(**values)
+        if _given(cfg, "stride", None) is None and merged.stride is not None and merged.chunked \
+                and merged.stride >= merged.word_budget:
+            raise UserError(f"{what} records stride {merged.stride} (the word pieces its windows share), which windows "
+                            f"of --max-length {merged.max_length} ({merged.word_budget} pieces beside [CLS] and "
+                            f"[SEP]) cannot share. Pass a smaller --stride too (e.g. --stride "
+                            f"{default_stride(merged.max_length)}), or a --max-length above {merged.stride + 2}.")
+        return merged, notes
 
 
 def read_as_recorded(cfg: Any, recorded: Reading | None, what: str) -> Any:

@@ -117,6 +117,26 @@ class Family:
         plots) written into `claim()` (the run's folder, claimed once everything was checked), if given."""
         raise self.missing("evaluate")
 
+    def probe(self, cfg: Any, progress: bool) -> Any:
+        """`bertkit probe`'s linear probes on frozen features (`probe.records.ProbeReport`), its run folder written."""
+        raise self.missing("probe")
+
+    def embed(self, cfg: Any, progress: bool) -> Any:
+        """`bertkit embed`'s store of the data's features (`features.sentence_embed.EmbedReport`)."""
+        raise self.missing("embed")
+
+    def exporter(self, cfg: Any) -> Any:
+        """`bertkit export`'s kind of export of the --model (`families.exports.Exporter`)."""
+        raise self.missing("export")
+
+    def bench_data(self, cfg: Any) -> Any:
+        """What `bertkit bench` times (`results.TimedData`), read and checked before torch is imported."""
+        raise self.missing("bench")
+
+    def quality_options(self, cfg: Any) -> dict[str, Any]:
+        """The options a `bench --quality` run gets so that it reads the data as this family does."""
+        return {}
+
     def missing(self, what: str) -> UserError:
         """The refusal of a part this family does not have (`what`: e.g. "probe")."""
         return UserError(f"`bertkit {what}` does not read {self.rows} yet. Use another command, or data of another "
@@ -132,18 +152,12 @@ FAMILIES: list[Family] = []
 
 def family_of(*, data: Any = None, task: str = "auto", model: str | None = None, probe: str | None = None,
               store: str | None = None) -> Family:
-    """The family of what a command reads: a feature store, a saved probe, a model folder, or data (a data group,
-    with --task `task`), asked in that order of what is given; the last family when nothing else claims it."""
+    """The family of what a command reads - a feature store, a saved probe, a model folder, or data (a data group,
+    with --task `task`) - the first family that claims any of them; the last family when none does."""
     for family in FAMILIES[:-1]:
-        if store is not None:
-            claimed = family.stores(store)
-        elif probe is not None:
-            claimed = family.saved_probe(probe)
-        elif model is not None:
-            claimed = family.made(model)
-        else:
-            claimed = data is not None and family.reads(data, task)
-        if claimed:
+        claims = ((store is not None and family.stores(store)) or (probe is not None and family.saved_probe(probe))
+                  or (model is not None and family.made(model)) or (data is not None and family.reads(data, task)))
+        if claims:
             return family
     return FAMILIES[-1]
 
@@ -160,6 +174,8 @@ class DataAt:
 def teacher_data_problems(family: Family, inputs: Any, teacher: str) -> list[str]:
     """--data and --dev files that another family reads, refused for a teacher of `family` (`teacher`: its folder):
     a student learns the teacher's outputs on them."""
+    if not Path(teacher).expanduser().is_dir():  # a hub id, or a missing folder (refused as such when the run starts)
+        return []
     problems = []
     for option, path in (("--data", inputs.data), ("--dev", inputs.dev)):
         if path is None or not is_file_value(path) or not Path(path).expanduser().is_file():

@@ -4,7 +4,7 @@ store. Adding a family = its module and one line in `FAMILIES` (or `register` at
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from bertkit.errors import UserError
 from bertkit.families.base import FAMILIES, Family, family_of
@@ -45,3 +45,19 @@ def cached_family(cfg: Any, **sources: Any) -> Family:
         family = family_of(**sources)
         object.__setattr__(cfg, "_family", family)
     return family
+
+
+class ReadsItsData:
+    """A training command's config whose problem family is its --data's (`finetune`, `sweep`): the family asked once
+    (`family`), and the options it does not read refused with the config's other problems (`COMMAND`: the command's
+    name, for the family's messages)."""
+
+    COMMAND: ClassVar[str] = ""
+
+    def problems(self) -> list[str]:
+        return super().problems() + self.family.refused_options(self, self.COMMAND, self.inputs.data)  # type: ignore[misc]
+
+    @property
+    def family(self) -> Family:
+        """The problem family of --data (`bertkit.families`), asked once."""
+        return cached_family(self, data=self.inputs, task=self.inputs.task)  # type: ignore[attr-defined]

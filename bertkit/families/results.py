@@ -5,7 +5,7 @@ family does not produce stay at their defaults). A command's `*Result` is this r
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from bertkit.scoring.scores import Scores
 
@@ -139,3 +139,13 @@ class Evaluation:
         """A single-label model's label names and confusion matrix (rows = true); empty for other shapes."""
         return (list(self.metrics.value("labels") or []),  # type: ignore[call-overload]
                 list(self.metrics.value("confusion_matrix") or []))  # type: ignore[call-overload]
+
+
+@dataclass(frozen=True)
+class TimedData:
+    """What bench times: rows of text, or (tagged data) sentences given as words with the tags the taggers output
+    (the training corpus's); and where they come from (`source`, `fingerprint`)."""
+
+    texts: list[Any]
+    source: dict[str, Any]
+    tags: tuple[str, ...] | None = None

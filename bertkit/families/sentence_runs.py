@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bertkit.encoding.reading import Reading
-from bertkit.families.results import Evaluation, Prediction, Predictions
+from bertkit.families.results import Evaluation, Prediction, Predictions, TimedData
 from bertkit.features.settings import Pooling
 from bertkit.models.compute import Compute
 from bertkit.models.metadata import (
@@ -244,3 +244,22 @@ def write_evaluation(folder: Path, dataset: TextDataset, outputs: Outputs, y: An
         if scores.get("reliability"):
             plots.save_figure(plots.reliability_diagram(scores["reliability"], scores["ece"], title),
                               folder / "reliability.png")
+
+
+# ---------------------------------------------------------------- bench
+
+
+def rows_to_time(cfg: Any) -> TimedData:
+    """The sentences to time: --dev if given (a file or a split of the hub --data), else --data, else the demo dev."""
+    from bertkit.data.splits import load_dataset_split, named_source
+
+    if cfg.inputs.dev:
+        source, split = named_source(cfg.inputs.data, cfg.inputs.dev)
+        dataset = load_dataset_split(cfg.inputs, source, split=split, need_labels=False, task=cfg.task)
+    elif cfg.inputs.data:
+        dataset = load_dataset_split(cfg.inputs, cfg.inputs.data, need_labels=False, task=cfg.task)
+    else:
+        demo = Path(__file__).resolve().parent.parent / "resources" / "demo" / "dev.tsv"  # bertkit/resources
+        dataset = load_dataset_split(cfg.inputs, str(demo), need_labels=False, task=cfg.task)
+    # Sentence pairs: the first text of each row is timed (the benchmark measures the encoder, not the task).
+    return TimedData(list(dataset.texts), {"source": dataset.source, "fingerprint": dataset.fingerprint})

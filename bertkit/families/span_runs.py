@@ -55,12 +55,11 @@ def answer_reading(cfg: Any) -> QAReading:
     (--doc-stride, else the model's record, else run_qa.py's 128) and its question budget; refused (before torch)
     where a window has no room for a question token and new context."""
     recorded = saved_reading(cfg.model or "")
-    known = recorded is not None and recorded.max_length > 0
     given = cfg.answers.doc_stride
-    if given is not None and known and recorded.stride is not None and given != recorded.stride:
+    if given is not None and recorded is not None and recorded.stride is not None and given != recorded.stride:
         log.warning("--doc-stride %d: the model %s records %d (read with %d, as asked)", given, cfg.model,
                     recorded.stride, given)
-    stride = given if given is not None else recorded.stride if known else None
+    stride = given if given is not None else recorded.stride if recorded is not None else None
     reading = QAReading.of(Reading(cfg.reading.max_length, stride=stride), saved_question_answering(cfg.model or "")[1])
     raise_if_problems(reading.problems())
     return reading

@@ -103,7 +103,7 @@ class SpanTraining(Training):
         stride = cfg.reading.doc_stride
         if stride is None and is_question_answerer(cfg.model):
             recorded = saved_reading(cfg.model)
-            stride = recorded.stride if recorded is not None and recorded.max_length > 0 else None
+            stride = recorded.stride if recorded is not None else None
         return QAReading.of(Reading(cfg.reading.max_length, stride=stride)).as_reading()
 
     def task(self) -> Any:

@@ -1,6 +1,8 @@
-"""The words family's part of `bertkit predict`: a tagging model (`bertkit finetune` on tagged data, or its ONNX
-export) or a saved word probe tags the words of --text, --words or --data's sentences, chunk by chunk, every chunk
-written to --out (.jsonl or .csv) and handed to the command's `on_chunk` (a list of `scoring.spans.TaggedWords`)."""
+"""The words family's parts of the commands that read a model or data of its own: `bertkit predict` (a tagging
+model - `bertkit finetune` on tagged data, or its ONNX export - or a saved word probe tags the words of --text,
+--words or --data's sentences, chunk by chunk, every chunk written to --out (.jsonl or .csv) and handed to the
+command's `on_chunk`, a list of `scoring.spans.TaggedWords`), `bertkit evaluate` (a tagging model's entity scores
+and mistakes) and `bertkit probe` (the word probe table, from tagged files or a word store)."""
 
 from __future__ import annotations
 
@@ -10,12 +12,21 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from bertkit.data.tagged import TaggedColumns
-from bertkit.data.word_lines import file_sentences, text_sentence, words_sentence
+from bertkit.data.gate_sentences import GateSentences, read_gate_sentences, run_dev_sentences
+from bertkit.data.tagged import read_tagged_splits, tagged_sources
+from bertkit.data.tagged_splits import corpus_fingerprint, tagged_columns
+from bertkit.data.word_lines import data_sentences, text_sentence, words_sentence
 from bertkit.encoding.reading import Reading
-from bertkit.families.results import Evaluation, Predictions
+from bertkit.errors import UserError
+from bertkit.families.exports import Exporter, run_dev_set
+from bertkit.families.results import Evaluation, Predictions, TimedData
+from bertkit.features.settings import Pooling
 from bertkit.models.compute import Compute
+from bertkit.models.folders import OFFLINE_NAME
 from bertkit.models.metadata import read_as_saved, read_model_info
+from bertkit.options import config_dict
+from bertkit.probe.records import ProbeReport
+from bertkit.probe.word_store_run import run_word_store_probe
 from bertkit.scoring.scores import Scores
 from bertkit.training.tag_options import TAGGER_WORD_POOL
 
@@ -96,8 +107,7 @@ def sentences_of(cfg: Any) -> Iterator[Any]:
         return iter([words_sentence(cfg.words)])
     if cfg.text:
         return (text_sentence(t) for t in cfg.text)
-    return file_sentences(cfg.inputs.data or "", TaggedColumns(cfg.inputs.text_column, cfg.inputs.label_column),
-                          cfg.inputs.limit)
+    return data_sentences(cfg.inputs)
 
 
 def word_probe_option_problems(cfg: Any) -> list[str]:
@@ -134,7 +144,7 @@ def tagger_evaluation(cfg: Any, claim: Callable[[], Path] | None, progress: bool
 
     check_inputs(cfg, need_labels=True, models=(cfg.model,), data_fields=())  # the model as saved, before torch
     inputs = cfg.inputs  # and the gold data
-    corpus = read_tagged(inputs.data or "", TaggedColumns(inputs.text_column, inputs.label_column))
+    corpus = read_tagged(inputs.data or "", tagged_columns(inputs))
     cfg = read_as_saved(cfg)
     compute, notes = Compute.over_record(None, cfg.precision, Compute.recorded_in(read_model_info(
         Path(cfg.model or "").expanduser())), f"The model {cfg.model}")
@@ -150,3 +160,96 @@ def tagger_evaluation(cfg: Any, claim: Callable[[], Path] | None, progress: bool
     return Evaluation(cfg.model or "", str(corpus.source), corpus_fingerprint(corpus), reading.max_length,
                       reading.long_text, reading.truncation, compute.precision, Scores.from_json(record),
                       mistakes=report.mistakes)
+
+
+# ---------------------------------------------------------------- probe
+
+
+def word_probe(cfg: Any, progress: bool = False) -> ProbeReport:
+    """The word path: tagged train/dev read and checked, one extraction of every hidden state the table needs, a
+    word probe per row (`bertkit.probe.words_run`), then the run directory."""
+    from bertkit.io import ownership, rundir, trail
+    from bertkit.probe.fit import DEFAULT_C
+    from bertkit.probe.words_run import run_word_probe, write_word_probe_run
+
+    plan = rundir.inspect_run_dir(cfg.out, "probe", overwrite=cfg.overwrite, compare=trail.config_compare(config_dict(cfg)),
+                                  inputs=ownership.input_paths(cfg)) if cfg.out else None  # claimed once it ran
+    if cfg.features is not None:  # a word store: its settings are the store's (`probe.word_store_run`)
+        words = run_word_store_probe(cfg, say=log.info if progress else None)
+    else:  # words read as a saved --model records (a tagger's window, overlap, word pooling), unless given
+        read = read_as_saved(cfg)
+        reading = Reading.of_words(read.word_pool, read.reading.max_length, read.reading.stride)
+        columns = tagged_columns(cfg.inputs, cfg.tag_scheme)
+        train, dev = tagged_sources(str(cfg.inputs.data), [str(cfg.inputs.dev)], cfg.inputs.data_config,
+                                    cfg.inputs.train_split)
+        compute = Compute.resolve("cpu", cfg.precision)  # once: words are read on the CPU, as sentence probes' text
+        words = run_word_probe(train, dev, columns, reading, cfg.model or OFFLINE_NAME, cfg.layers, cfg.combine,
+                               cfg.batch_size, cfg.fit.C or DEFAULT_C, cfg.inputs.seed, cfg.fit.baselines,
+                               cfg.trust_remote_code,
+                               say=log.info if progress else None, limit=cfg.inputs.limit, compute=compute,
+                               cache_dir=cfg.inputs.cache_dir)
+    if plan is not None:
+        run_dir = plan.claim()
+        words = write_word_probe_run(run_dir.path, words, config_dict(cfg), final_dir=run_dir.out)
+        run_dir.commit()
+    return ProbeReport.of_words(words)
+
+
+# ---------------------------------------------------------------- export
+
+
+class TaggerExport(Exporter):
+    """A tagging model: the graph ends in per-piece logits, read in the windows the model records; gated by the tag
+    agreement per word with the PyTorch fp32 model and, with gold tags, the drop of its score."""
+
+    kind = "tagger"
+    ignores = (*Pooling.KEYS, "min_cosine")
+    what = "a tagging model (its graph ends in per-piece logits)"
+
+    def checked_data(self, cfg: Any) -> GateSentences:
+        """The gate sentences (the first --limit): --data (gold tags when it has them), or the dev set of the tagging
+        run the model folder was saved in; read and checked before torch is imported."""
+        inputs = cfg.inputs
+        sentences = read_gate_sentences(inputs.data, tagged_columns(inputs), inputs.limit, inputs.data_config,
+                                        inputs.train_split) if inputs.data \
+            else run_dev_set(cfg, lambda config, _: run_dev_sentences(config, inputs.limit), "sentences", "dev.iob2")
+        if len(sentences) == 0:
+            raise UserError(f"The gate data {sentences.source} has no sentences. Pass --data with sentences to compare "
+                            f"the models on.")
+        return sentences
+
+    def reading(self, cfg: Any) -> Reading:
+        return Reading.of_words(TAGGER_WORD_POOL, cfg.reading.max_length, cfg.reading.stride)
+
+    def notes(self, cfg: Any, model: Any, tokenizer: Any, reading: Reading, dataset: Any) -> list[str]:
+        """Gold tags in another scheme than the model's are refused before the export."""
+        from bertkit.scoring import tag_gate
+
+        return list(tag_gate.gold_tag_notes(cfg.model, model, tokenizer, reading, dataset))
+
+    def gate(self, cfg: Any, model: Any, exported: Any, tokenizer: Any, dataset: Any, spec: Any,
+             reading: Reading) -> dict[str, Any]:
+        from bertkit.scoring import tag_gate
+
+        return tag_gate.export_tagger_gate(cfg.model or "", model, exported, tokenizer, reading, dataset,
+                                           batch_size=cfg.batch_size, min_agreement=cfg.gate.min_agreement,
+                                           max_drop=cfg.gate.max_drop)
+
+
+# ---------------------------------------------------------------- bench
+
+
+def sentences_to_time(cfg: Any) -> TimedData:
+    """Tagged data's timed sentences: --dev if given, else --data (its first --limit), read and checked as
+    `bertkit finetune` reads them (columns, scheme, dev tags seen in training), with --data's tags."""
+    sources = tagged_sources(cfg.inputs.data, [cfg.inputs.dev] if cfg.inputs.dev else [], cfg.inputs.data_config,
+                             cfg.inputs.train_split)
+    corpora = read_tagged_splits(sources[0], sources[1:], tagged_columns(cfg.inputs, cfg.tag_scheme),
+                                 unseen_tags=cfg.unseen_tags)
+    timed = corpora[-1]
+    sentences = timed.head(cfg.inputs.limit) if cfg.inputs.limit else list(timed.sentences())
+    if not sentences:
+        raise UserError(f"No sentences to benchmark on: {timed.source} holds none. Pass a tagged corpus with "
+                        f"sentences (a word and its tag per line, a blank line between sentences).")
+    return TimedData([s.words for s in sentences], {"source": str(timed.source),
+                                                    "fingerprint": corpus_fingerprint(timed)}, corpora[0].tags)

@@ -9,16 +9,35 @@ from typing import Any, ClassVar
 
 from bertkit.data.labels import TAGS_TASK
 from bertkit.data.options import reads_tagged
-from bertkit.data.tagged import TaggedColumns, may_be_tagged
-from bertkit.data.tagged_splits import TaggedTraining, load_tagged_training, load_tagged_training_for
+from bertkit.data.tagged import may_be_tagged, unseen_tags_problems
+from bertkit.data.tagged_splits import (
+    TaggedTraining,
+    load_tagged_training,
+    load_tagged_training_for,
+    tagged_columns,
+)
 from bertkit.encoding.reading import Reading
 from bertkit.errors import UserError, raise_if_problems
 from bertkit.families.base import Family
-from bertkit.families.results import Evaluation, Predictions
-from bertkit.families.word_runs import tagger_evaluation, word_predictions, word_probe_option_problems
+from bertkit.families.results import Evaluation, Predictions, TimedData
+from bertkit.families.word_runs import (
+    TaggerExport,
+    sentences_to_time,
+    tagger_evaluation,
+    word_predictions,
+    word_probe,
+    word_probe_option_problems,
+)
+from bertkit.features.sentence_embed import EmbedReport
+from bertkit.features.word_embed import run_word_embed_options
 from bertkit.features.word_store import word_store_splits
+from bertkit.features.words import word_settings_problems
+from bertkit.models.compute import Compute
 from bertkit.models.metadata import is_tagger, saved_tag_scheme
+from bertkit.options import value
+from bertkit.probe.records import ProbeReport
 from bertkit.probe.word_saved import is_word_probe
+from bertkit.probe.word_store_run import word_store_problems
 from bertkit.scoring.word_outputs import word_out_problems
 from bertkit.training.plans import Training
 from bertkit.training.tag_options import TAGGER_WORD_POOL
@@ -47,7 +66,7 @@ class Words(Family):
         "finetune": TRAINING_NOT_READ, "sweep": TRAINING_NOT_READ,
         "distill": (*TRAINING_NOT_READ, "test"),
         "probe": ("test", "header", "cv", "C_grid", "class_weight", "repeats", "metric", "dev_fraction"),
-        "embed": ("limit", "encoding", "header", "cache_dir", "store_dtype"),
+        "embed": ("limit", "header", "cache_dir", "store_dtype"),
         "bench": ("test",),
         "evaluate": ("metric",),
     }
@@ -65,11 +84,23 @@ class Words(Family):
         return bool(word_store_splits(path))
 
     def option_problems(self, cfg: Any, command: str) -> list[str]:
-        """Fine-tuning or distilling a tagger: a tagged --dev is needed (no hold-out is made), and (fine-tuning) both
-        files look tagged; predict: word predictions go to .jsonl or .csv, and a word probe reads words as it was
-        fitted."""
+        """--unseen-tags refuse, drop or a tag; fine-tuning or distilling a tagger: a tagged --dev is needed (no
+        hold-out is made), and (fine-tuning) both files look tagged; predict: word predictions go to .jsonl or .csv,
+        and a word probe reads words as it was fitted; probe: the word table's own refusals."""
+        return unseen_tags_problems(value(cfg, "unseen_tags", "refuse")) + self.command_problems(cfg, command)
+
+    def command_problems(self, cfg: Any, command: str) -> list[str]:
         if command == "predict":
             return word_out_problems(cfg.out) + (word_probe_option_problems(cfg) if cfg.probe is not None else [])
+        if command == "probe":
+            return word_table_problems(cfg)
+        if command == "embed":
+            return word_settings_problems(cfg, cfg.pooling.layers, cfg.pooling.combine)
+        if command == "bench":
+            return bench_problems(cfg)
+        if command == "export" and cfg.kind not in ("auto", "tagger"):
+            return [f"--kind {cfg.kind} does not apply to {cfg.model}: it is a tagging model (one tag per word), "
+                    f"exported with its logits per word piece. Drop --kind (auto), or pass --kind tagger."]
         if command == "distill":
             return dev_problems(cfg.inputs.dev, "Distilling a tagger")
         if command not in ("finetune", "sweep"):
@@ -85,6 +116,29 @@ class Words(Family):
         """A tagging model's or a word probe's tags and spans of sentences (`word_runs.word_predictions`)."""
         return word_predictions(cfg, keep, on_chunk)
 
+    def probe(self, cfg: Any, progress: bool) -> ProbeReport:
+        """The word probe table (`word_runs.word_probe`: from tagged files, or a word store)."""
+        return word_probe(cfg, progress)
+
+    def exporter(self, cfg: Any) -> TaggerExport:
+        """A tagger's per-piece logits (`word_runs.TaggerExport`)."""
+        return TaggerExport()
+
+    def bench_data(self, cfg: Any) -> TimedData:
+        """Tagged sentences given as words, with the training corpus's tags (`word_runs.sentences_to_time`)."""
+        return sentences_to_time(cfg)
+
+    def quality_options(self, cfg: Any) -> dict[str, Any]:
+        """The quality runs read the same corpus as tagged data, in bench's --tag-scheme and --unseen-tags."""
+        return {"task": TAGS_TASK, "tag_scheme": cfg.tag_scheme, "unseen_tags": cfg.unseen_tags}
+
+    def refused_options(self, cfg: Any, command: str, source: str | None = None) -> list[str]:
+        """As every family refuses them; a word store (`probe --features`) fixed its options when it was embedded:
+        it refuses every other one itself (`word_store_problems`)."""
+        if command == "probe" and cfg.features is not None:
+            return word_table_problems(cfg)
+        return super().refused_options(cfg, command, source)
+
     # ---------------------------------------------------------------- fine-tuning (finetune, sweep)
 
     table_fields: ClassVar[tuple[str, ...]] = ()
@@ -95,8 +149,12 @@ class Words(Family):
         --test read and checked (before torch is imported)."""
         training = TagTraining(None, lambda trial: self.refused_options(trial, "sweep"))
         raise_if_problems(training.reading(cfg).word_problems())
-        training.data = load_tagged_training_for(cfg.inputs, cfg.tagging.tag_scheme)
+        training.data = load_tagged_training_for(cfg.inputs, cfg.tagging.tag_scheme, cfg.tagging.unseen_tags)
         return training
+
+    def embed(self, cfg: Any, progress: bool) -> EmbedReport:
+        """Word vectors of every sentence into a word store (`features.word_embed`), Compute resolved once here."""
+        return EmbedReport.of_words(run_word_embed_options(cfg, Compute.resolve(cfg.device, cfg.precision), progress))
 
     def distillation(self, cfg: Any) -> tuple[Any, Any]:
         """A tagging student (`training.distill_tags.DistillTagTask`): --data and --dev read as tagged corpora in the
@@ -106,8 +164,8 @@ class Words(Family):
         teacher = str(cfg.distillation.teacher)
         scheme = saved_tag_scheme(teacher)
         inputs = cfg.inputs
-        data = load_tagged_training(str(inputs.data), str(inputs.dev), TaggedColumns(inputs.text_column,
-                                    inputs.label_column), inputs.data_config, inputs.train_split, inputs.limit)
+        data = load_tagged_training(str(inputs.data), str(inputs.dev), tagged_columns(inputs), inputs.data_config,
+                                    inputs.train_split, inputs.limit, unseen_tags=cfg.tagging.unseen_tags)
         for option, corpus in (("--data", data.train), ("--dev", data.dev)):
             if corpus.scheme.name != scheme.name:
                 raise UserError(f"{option} {corpus.source} reads as {corpus.scheme.name} tags, but the teacher {teacher} "
@@ -145,6 +203,28 @@ class TagTraining(Training):
         """A trial's options, and its windows: --stride against its --max-length (its windows are counted once its
         run cuts them)."""
         raise_if_problems(self.option_problems(trial) + self.reading(trial).word_problems())
+
+
+def word_table_problems(cfg: Any) -> list[str]:
+    """The word probe's own refusals: a word store's fixed options, or tagged --data and --dev (no dev split is held
+    out); and its reading, layers and precision."""
+    settings = word_settings_problems(cfg, cfg.layers, cfg.combine)
+    if cfg.features is not None:
+        return word_store_problems(cfg) + settings
+    problems = [] if cfg.inputs.data is not None and cfg.inputs.dev is not None else [
+        "Probing words needs --data (tagged training data) and --dev (tagged dev data: a file, or a split of the hub "
+        "dataset --data); a dev split is not held out. Pass --dev dev.iob2 (hub: --dev validation)."]
+    return problems + not_tagged_problems((cfg.inputs.data, cfg.inputs.dev), "probe sentences") + settings
+
+
+def bench_problems(cfg: Any) -> list[str]:
+    """Timing taggers: --data given and both files tagged, and a tagged --dev for the quality runs."""
+    problems = [] if cfg.inputs.data else ["--task tags needs --data (a tagged corpus, e.g. train.iob2). Pass it."]
+    problems += not_tagged_problems((cfg.inputs.data, cfg.inputs.dev), "time rows of text")
+    if cfg.quality_kinds and cfg.inputs.dev is None:
+        problems.append("--quality on tagged data needs --dev (tagged dev data: the fine-tuned taggers are scored "
+                        "there by entity F1); no dev split is held out of tagged data. Pass --dev dev.iob2.")
+    return problems
 
 
 def dev_problems(dev: str | None, doing: str) -> list[str]:

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from bertkit.features.settings import Pooling
+from bertkit.features.settings import Pooling, combine_layers
 from bertkit.models import fastforward
 
 
@@ -106,18 +106,13 @@ def _hidden_states(encoder: Any, batch: dict[str, torch.Tensor], run: int, wante
 
 
 def combine_pooled(pooled: list[torch.Tensor], spec: Pooling) -> torch.Tensor:
-    """Per-layer (batch, dim) features -> one row per input: concatenated, stacked (`all`), averaged or summed,
-    then L2-normalised if asked."""
-    if len(pooled) == 1:
-        features = pooled[0]
-    elif spec.combine == "mean":
-        features = torch.stack(pooled, dim=1).mean(dim=1)
-    elif spec.combine == "sum":
-        features = torch.stack(pooled, dim=1).sum(dim=1)
-    elif spec.layers is None:
+    """Per-layer (batch, dim) features -> one row per input: combined as every feature is (`combine_layers`:
+    concatenated, averaged or summed), or stacked on a layer axis (`--layers all` concatenated: a store keeps every
+    layer apart), then L2-normalised if asked."""
+    if len(pooled) > 1 and spec.combine == "concat" and spec.layers is None:
         features = torch.stack(pooled, dim=1)
     else:
-        features = torch.cat(pooled, dim=-1)
+        features = combine_layers(pooled, spec.combine)
     if spec.normalize:
         features = torch.nn.functional.normalize(features, p=2.0, dim=-1)
     return features

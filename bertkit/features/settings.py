@@ -5,7 +5,9 @@ vectors (tagged data) are pooled features too: `Pooling` with pool `WORD` (each 
 
 from __future__ import annotations
 
+import functools
 import math
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -147,6 +149,24 @@ class Pooling:
         values = {key: record.get(key, default[key]) for key in cls.KEYS}
         return cls.from_options(str(values["pool"]), str(values["layers"]), str(values["combine"]),
                                 bool(values["normalize"]))
+
+
+def combine_layers(parts: Sequence[Any], combine: str) -> Any:
+    """One vector per row (or word) from its per-layer vectors (torch tensors or numpy arrays, the same shape): the
+    one part, or the parts concatenated, averaged or summed (`combine`) - the one combination of layers every
+    feature bertkit makes goes through (sentence features, word vectors)."""
+    if len(parts) == 1:
+        return parts[0]
+    if combine != "concat":
+        total = functools.reduce(operator.add, parts)
+        return total / len(parts) if combine == "mean" else total
+    import numpy as np
+
+    if isinstance(parts[0], np.ndarray):
+        return np.concatenate(parts, axis=-1)
+    import torch
+
+    return torch.cat(list(parts), dim=-1)
 
 
 def combine_option(families: tuple[str, ...] = ()) -> Any:

@@ -11,16 +11,7 @@ from typing import Any
 from bertkit.encoding.reading import family_name
 from bertkit.io import ownership, rundir, trail
 from bertkit.options import all_fields, config_dict
-from bertkit.training.options import TRACKING_FIELDS, FinetuneOptions
-
-NOT_IN_RESUME_KEY = {"quiet", "overwrite", "out", "save_every", "keep_checkpoints", "cuda_graphs", *TRACKING_FIELDS}
-"""Options that do not change what is computed (where it is logged included); a re-run may change them and still
-resume. --cuda-graphs changes how steps are launched, like the device, not what they compute."""
-
-
-ADDED_AT_DEFAULT = {"tag_scheme": "auto", "label_all_pieces": False, "stride": None}
-"""Options added after runs were recorded (the tagging ones, issue 46): at these defaults they are left out of the
-resume key, so a run started before them still resumes."""
+from bertkit.training.options import FinetuneOptions
 
 
 def recorded_config(cfg: FinetuneOptions) -> dict[str, Any]:
@@ -35,37 +26,40 @@ def recorded_config(cfg: FinetuneOptions) -> dict[str, Any]:
 
 
 def resume_key(cfg: FinetuneOptions, fingerprints: dict[str, str]) -> dict[str, Any]:
-    """What must match for a re-run to continue an existing --out: the config (less cosmetics, and less the options
-    of other problem families, which the run does not read) and the data."""
+    """What must match for a re-run to continue an existing --out: every option but those a re-run may change
+    (`trail.RERUN_MAY_CHANGE`: where the run is written, launched or logged) and those of other problem families
+    (which the run does not read), and the data."""
     foreign = foreign_options(cfg)
-    values = {k: v for k, v in recorded_config(cfg).items()
-              if k not in NOT_IN_RESUME_KEY and k not in foreign
-              and not (k in ADDED_AT_DEFAULT and v == ADDED_AT_DEFAULT[k])}
+    values = {k: v for k, v in recorded_config(cfg).items() if k not in trail.RERUN_MAY_CHANGE and k not in foreign}
     return {"config": values, "data": fingerprints}
 
 
 def foreign_options(cfg: Any) -> set[str]:
     """The options of `cfg` declared for other problem families than the one it reads (`option(families=...)`)."""
-    family = family_name(cfg)
+    family = run_family(cfg)
     return {f.name for f in all_fields(type(cfg)) if f.metadata.get("families") and family not in f.metadata["families"]}
+
+
+def run_family(cfg: Any) -> str:
+    """The problem family a training run reads (`encoding.reading.family_name`: its command's, or a tagger's)."""
+    return family_name(cfg)
 
 
 def finished_run(cfg: FinetuneOptions, key: dict[str, Any], command: str) -> Path | None:
     """A read-only look at --out before any work (its refusals end the run here): where it holds this run,
     finished (None: it does not). One question to `rundir`: the same run is the same resume key."""
     plan = rundir.inspect_run_dir(cfg.output.out or "", command, overwrite=cfg.output.overwrite,
-                                  compare=trail.key_compare(key),
+                                  compare=trail.key_compare(key, command, run_family(cfg)),
                                   inputs=ownership.input_paths(cfg))
     return plan.finished()
 
 
 def run_record(cfg: FinetuneOptions, accelerator: Any, task: Any,
                learning_rate: dict[str, Any] | None = None) -> dict[str, Any]:
-    """What a new run's config.json records, gathered once: its `config` (`recorded_config`) and `extra` (how --lr
-    was chosen, `learning_rate`; the model's revision; processes, precision and device). Handed to `rundir` whole when
-    --out is claimed (`claim_resumable(..., **record)`)."""
+    """What a new run's config.json records, gathered once: its `config` (`recorded_config`), `extra` (how --lr
+    was chosen, `learning_rate`; the model's revision; processes, precision and device) and its `family`. Handed to
+    `rundir` whole when --out is claimed (`claim_resumable(..., **record)`)."""
     extra = {"learning_rate": learning_rate, "model_revision": task.model_revision(cfg),
              "processes": accelerator.num_processes, "mixed_precision": accelerator.mixed_precision,
              "device": str(accelerator.device)}
-    return {"config": recorded_config(cfg), "extra": extra}
-
+    return {"config": recorded_config(cfg), "extra": extra, "family": run_family(cfg)}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from bertkit.data.tagged import unseen_tags_option
 from bertkit.data.tagscheme import tag_scheme_option
 from bertkit.options import MODEL, option
 
@@ -19,10 +20,11 @@ TAGGER_WORD_POOL = "first"
 class TaggingOptions:
     """How a tagger (fine-tuning on tagged data, `bertkit.training.tagging`) reads its tags and is taught them."""
 
-    ADVANCED_OPTIONS = ("tag_scheme", "label_all_pieces")
+    ADVANCED_OPTIONS = ("tag_scheme", "label_all_pieces", "unseen_tags")
 
     tag_scheme: str = tag_scheme_option()
     label_all_pieces: bool = option(False, "Tagged data: learn every word piece's tag, not only each word's first "
                                     "piece's (run_ner's --label_all_tokens; a B- word's later pieces learn its I- "
                                     "tag). Scores are per word, from the first piece, either way.", panel=MODEL,
                                     families=("words",))
+    unseen_tags: str = unseen_tags_option()

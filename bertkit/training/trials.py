@@ -31,6 +31,7 @@ from typing import Any
 
 from bertkit.errors import UserError
 from bertkit.io import ownership, rundir, trail
+from bertkit.io.ownership import move_aside
 from bertkit.models.compute import Compute
 from bertkit.options import config_dict, flag
 from bertkit.scoring.table import LOWER_IS_BETTER
@@ -38,19 +39,13 @@ from bertkit.training import finetune as finetune_core
 from bertkit.training import trial_checks, trial_plans, trials_report
 from bertkit.training.finetune import finetune
 from bertkit.training.loop import on_main
-from bertkit.training.options import TRACKING_FIELDS
 from bertkit.training.plans import Training
-from bertkit.training.resume import ADDED_AT_DEFAULT
+from bertkit.training.resume import run_family
 from bertkit.training.space import Dimension, SweepOptions, finetune_config
 from bertkit.training.trial_plans import Plan
 from bertkit.training.trials_report import TrialRow
 
 log = logging.getLogger(__name__)
-
-NOT_COMPARED = frozenset({"out", "overwrite", "keep_checkpoints", "save_every", "trials", *TRACKING_FIELDS})
-"""Sweep options a re-run may change and still continue the sweep (--trials: a longer Optuna study continues; the
-trackers: each trial resumes as a finetune run does)."""
-
 
 @dataclass(frozen=True)
 class SweepOutcome:
@@ -231,23 +226,30 @@ class OptunaSearch:
 
 def _claim(cfg: SweepOptions, dims: list[Dimension]) -> rundir.RunDir:
     """Claim --out for the sweep (main process): refused if it holds a sweep of another space (unless --overwrite);
-    a new sweep's config.json records what a re-run must match (the tagging options at their defaults left out, as
-    from a trial's resume key: a sweep recorded before them still continues)."""
-    compared = {k: v for k, v in config_dict(cfg).items()
-                if k not in NOT_COMPARED and not (k in ADDED_AT_DEFAULT and v == ADDED_AT_DEFAULT[k])}
+    a new sweep's config.json records what a re-run must match: every option but those a re-run may change
+    (`trail.RERUN_MAY_CHANGE`: --trials, where it is written and logged)."""
+    compared = {k: v for k, v in config_dict(cfg).items() if k not in trail.RERUN_MAY_CHANGE}
     compare = lambda path: _differences(path, compared)  # noqa: E731
     rundir.inspect_run_dir(cfg.output.out or "", "sweep", overwrite=cfg.output.overwrite, compare=compare,
                            inputs=ownership.input_paths(cfg))
     run = rundir.claim_run_dir(cfg.output.out or "", "sweep", overwrite=cfg.output.overwrite, compare=compare)
     if not (run.path / "config.json").is_file():
-        trail.write_run_config(run.path, "sweep", config_dict(cfg), space=[d.to_json() for d in dims],
+        trail.write_run_config(run.path, "sweep", config_dict(cfg), run_family(cfg), space=[d.to_json() for d in dims],
                                compared=compared)
     return dataclasses.replace(run, compare=None)  # sent to every process: no closures
 
 
 def _differences(path: Path, compared: dict[str, Any]) -> list[str]:
+    """The compared options of the sweep in `path` that differ from `compared`; a sweep whose trials ran without its
+    config.json, or whose config.json compares nothing (an older bertkit's), is refused: nothing says it is this one."""
     record = trail.read_run_config(path)
-    return [] if record is None else trail.config_differences(record.get("compared") or {}, compared)
+    if record is None and (Path(path) / "trials").is_dir():
+        raise UserError(f"--out {path} holds a `bertkit sweep` whose config.json is missing (its trials remain): "
+                        f"bertkit cannot tell which space it searched. {move_aside(Path(path), 'sweep')}")
+    if record is not None and not isinstance(record.get("compared"), dict):
+        raise UserError(f"--out {path} holds a `bertkit sweep` made by an older bertkit: its config.json records no "
+                        f"compared options. {move_aside(Path(path), 'sweep')}")
+    return [] if record is None else trail.config_differences(record["compared"], compared)
 
 
 def _keep_only_best(trial_dir: Path) -> None:
