@@ -135,7 +135,7 @@ def test_a_sweep_ranks_question_answering_trials_by_f1(tiny_bert_dir, tmp_path):
 @pytest.mark.slow
 def test_minilm_learns_tydiqa_above_the_overlap_baseline_and_plain_transformers_agrees(minilm_dir, shared_data,
                                                                                        tmp_path):
-    """MiniLM fine-tuned briefly (the first 1,000 TyDi QA GoldP English training questions, one epoch, the defaults
+    """MiniLM fine-tuned briefly (the first 1,000 TyDi QA GoldP English training questions, two epochs, the defaults
     otherwise: 384-token windows sharing 128) scores the 440 dev questions well above the overlap baseline, and plain
     transformers answers a sample of them as bertkit predict does."""
     from bertkit.commands.evaluate import EvaluateConfig
@@ -148,10 +148,10 @@ def test_minilm_learns_tydiqa_above_the_overlap_baseline_and_plain_transformers_
         pytest.skip("tydiqa_goldp_en is not in ../shared/data")
     run = tmp_path / "run"
     finetune(FinetuneConfig.of(model=str(minilm_dir), data=str(data / "train.json"), dev=str(data / "dev.json"),
-                               out=str(run), epochs=1, limit=1000, save_every=None), progress=False)
+                               out=str(run), epochs=2, limit=1000, save_every=None), progress=False)
     questions = read_squad(data / "dev.json").questions
     baseline = score_squad(questions, overlap_answers(questions)).f1
     scored = evaluate(EvaluateConfig.of(model=str(run / "best"), data=str(data / "dev.json")))
-    assert scored.rows == 440 and scored.metrics.score("f1") > baseline + 5
+    assert scored.rows == 440 and scored.metrics.score("f1") > baseline + 10  # measured: 37.4 against 16.4
     agreement = benchmark_module("bench_spans").transformers_agreement(run / "best", data / "dev.json", 40)
     assert agreement["same_answer"] >= 36, agreement["differ"]
