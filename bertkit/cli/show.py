@@ -15,6 +15,7 @@ from bertkit.cli.output import (
     emit_json,
     format_score,
     format_size,
+    format_threshold,
     info,
     out_console,
     result_json,
@@ -225,7 +226,7 @@ def _print_shaped_probe_report(result: ProbeResult) -> None:
     out_console.print(table(title, ["pool", "layer", f"dev {header[0]}", "95% CI", *header[1:], penalty], rows))
     best = result.best
     line = f"best: {best.pool} {best.layer}, dev {header[0]} {best.dev[metric]:.3f}"
-    line += f" (ridge alpha {best.alpha:g})" if task == "regression" else f" (threshold {best.threshold})"
+    line += f" (ridge alpha {best.alpha:g})" if task == "regression" else f" (threshold {format_threshold(best.threshold)})"
     out_console.print(line + _repeats_and_test(result, metric, header[0]), highlight=False)
 
 
