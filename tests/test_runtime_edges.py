@@ -1,7 +1,7 @@
 """Issue 57, the first hour at run time: SIGTERM ends a command as Ctrl-C does (exit 143, one line, its locks
 released); a stopped training run says what a re-run resumes from, and checkpoints on the clock as well as by steps;
 progress written to a log is a plain line every few seconds from the one bar factory; the resume and summary lines
-format their numbers. No sleeps: fault points, injected clocks."""
+format their numbers; the word probe's closing line names its saved probe; the probe table says why a row can score above the * row. No sleeps: fault points, injected clocks."""
 
 from __future__ import annotations
 
@@ -16,10 +16,11 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from tagged_samples import DEV, SENTENCES, write_conll
 from typer.testing import CliRunner
 
 import bertkit
-from bertkit.cli import show_training
+from bertkit.cli import show, show_training
 from bertkit.cli.app import app
 from bertkit.cli.interrupts import RERUN, Terminated, interrupted_line
 from bertkit.cli.output import format_threshold
@@ -27,6 +28,7 @@ from bertkit.commands.finetune import FinetuneConfig
 from bertkit.io import faults
 from bertkit.io.checkpoint_folders import latest_checkpoint
 from bertkit.models import infer
+from bertkit.probe.records import ProbeReport
 from bertkit.training import checkpoints
 from bertkit.training.outcome import Restored
 
@@ -218,3 +220,42 @@ def test_the_resume_line_formats_its_numbers_and_is_shown_once(capsys):
     assert checkpoints.resumed_line({**restored.to_json(), "best_metric": None}, "f1").endswith("best f1 so far none yet")
     assert format_threshold(0.3611822996753801) == "0.361"
     assert format_threshold([0.25, 0.5, 0.4]) == "0.25-0.5 (one per tag)"
+
+
+# ---------------------------------------------------------------- probe closing lines and table
+
+
+def test_the_word_probe_names_its_saved_probe_and_how_to_use_it(tiny_bert_dir, tmp_path):
+    train = write_conll(tmp_path / "train.iob2", SENTENCES * 3)
+    dev = write_conll(tmp_path / "dev.iob2", DEV)
+    out = tmp_path / "run"
+    result = runner.invoke(app, ["probe", "--data", str(train), "--dev", str(dev), "--model", str(tiny_bert_dir),
+                                 "--out", str(out), "--layers", "-1", "--no-baselines", "--max-length", "16"],
+                           catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.stderr.split())
+    assert f"saved probe: {out / 'probe'}" in said and f"bertkit predict --probe {out / 'probe'}" in said, said
+    assert (out / "probe" / "probe.json").is_file()
+
+
+def probe_report(cells: list[tuple[str, str, float, float, bool]]) -> ProbeReport:
+    """A sentence probe's result with these (pool, layer, dev accuracy, C, best) cells, searched C (the default)."""
+    sweep = [{"pool": pool, "layer": layer, "layer_name": layer, "accuracy": acc, "f1": acc, "mcc": 0.5, "C": C,
+              "accuracy_ci95": [acc - 0.02, acc + 0.02], "best": best} for pool, layer, acc, C, best in cells]
+    best = next(c for c in sweep if c["best"])
+    return ProbeReport.from_json({
+        "model": "tiny", "revision": None, "source": "train.tsv", "features": None, "dtype": "fp32",
+        "rows": {"train": 100, "dev": 50}, "labels": ["neg", "pos"], "probe": {"C": None, "cv": None},
+        "sweep": sweep, "best": {"pool": best["pool"], "layer": best["layer"], "C": best["C"],
+                                 "dev": {"accuracy": best["accuracy"]}}})
+
+
+def test_the_probe_table_says_why_a_row_scores_above_the_saved_one(capsys):
+    show._print_probe_report(probe_report([("mean", "layer 3", 0.811, 0.1, True), ("mean", "layer 4", 0.812, 1.0, False),
+                                           ("cls", "layer 4", 0.70, 1.0, False)]))
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "* = the saved probe: best dev accuracy at C = 1, then refit at the C that 5-fold CV" in printed
+    assert ("mean layer 4 scores above the * row (0.812 vs 0.811) (inside the * row's 95% CI): the rows were "
+            "compared at C = 1, where mean layer 3 was best; its refit at C = 0.1") in printed, printed
+    show._print_probe_report(probe_report([("mean", "layer 3", 0.82, 0.1, True), ("mean", "layer 4", 0.812, 1.0, False)]))
+    assert "scores above the * row" not in capsys.readouterr().out
