@@ -1,7 +1,8 @@
 """Issue 57, the first hour at run time: SIGTERM ends a command as Ctrl-C does (exit 143, one line, its locks
 released); a stopped training run says what a re-run resumes from, and checkpoints on the clock as well as by steps;
 progress written to a log is a plain line every few seconds from the one bar factory; the resume and summary lines
-format their numbers; the word probe's closing line names its saved probe; the probe table says why a row can score above the * row. No sleeps: fault points, injected clocks."""
+format their numbers; training data with one tag is refused before torch; the word probe's closing line names its
+saved probe; the probe table says why a row can score above the * row. No sleeps: fault points, injected clocks."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from types import SimpleNamespace
 
 import pytest
 from tagged_samples import DEV, SENTENCES, write_conll
+from test_fast_start import run_cli
 from typer.testing import CliRunner
 
 import bertkit
@@ -25,6 +27,9 @@ from bertkit.cli.app import app
 from bertkit.cli.interrupts import RERUN, Terminated, interrupted_line
 from bertkit.cli.output import format_threshold
 from bertkit.commands.finetune import FinetuneConfig
+from bertkit.data.tagged import TaggedColumns, read_tagged_splits
+from bertkit.data.tagged_splits import load_tagged_training
+from bertkit.errors import UserError
 from bertkit.io import faults
 from bertkit.io.checkpoint_folders import latest_checkpoint
 from bertkit.models import infer
@@ -220,6 +225,36 @@ def test_the_resume_line_formats_its_numbers_and_is_shown_once(capsys):
     assert checkpoints.resumed_line({**restored.to_json(), "best_metric": None}, "f1").endswith("best f1 so far none yet")
     assert format_threshold(0.3611822996753801) == "0.361"
     assert format_threshold([0.25, 0.5, 0.4]) == "0.25-0.5 (one per tag)"
+
+
+# ---------------------------------------------------------------- training data with one tag
+
+
+def test_training_data_with_one_tag_is_refused_naming_the_file_and_the_tag(tmp_path):
+    dev = write_conll(tmp_path / "dev.iob2", DEV)
+    all_o = write_conll(tmp_path / "train.iob2", [[(w, "O") for w, _ in s] for s in SENTENCES])
+    with pytest.raises(UserError, match=r"The training data .*train\.iob2 has one tag only: all 17 of its words are "
+                                        r"tagged 'O'\..*two tags or more.*--label-column"):
+        read_tagged_splits(all_o, [dev], TaggedColumns())
+    nouns = write_conll(tmp_path / "nouns.tsv", [[(w, "NOUN") for w, _ in s] for s in SENTENCES])
+    with pytest.raises(UserError, match=r"nouns\.tsv has one tag only: all 17 of its words are tagged 'NOUN'"):
+        read_tagged_splits(nouns, [], TaggedColumns())
+    late = write_conll(tmp_path / "late.iob2", [[(w, "O") for w, _ in s] for s in SENTENCES[:2]] + SENTENCES[2:])
+    with pytest.raises(UserError, match=r"late\.iob2 has one tag only: the words of its first 2 sentences "
+                                        r"\(--limit 2\) are tagged 'O'.*a larger --limit"):
+        load_tagged_training(str(late), str(dev), TaggedColumns(), limit=2)
+    assert len(load_tagged_training(str(late), str(dev), TaggedColumns(), limit=3).train_sentences) == 3
+
+
+@pytest.mark.parametrize(("command", "heavy"), [("finetune", []), ("probe", ["torch"])])
+def test_finetune_refuses_one_tag_before_torch_and_the_word_probe_before_any_model(command, heavy, tmp_path):
+    """The word probe imports torch before it reads its data (bertkit/probe), but loads no model (no transformers)."""
+    write_conll(tmp_path / "dev.iob2", DEV)
+    write_conll(tmp_path / "train.iob2", [[(w, "O") for w, _ in s] for s in SENTENCES])
+    code, output, imported = run_cli(command, "--data", "train.iob2", "--dev", "dev.iob2", "--model", "minilm-offline",
+                                     "--out", "run", cwd=tmp_path)
+    assert code == 2 and "has one tag only" in output and "Traceback" not in output, output
+    assert imported == heavy and not (tmp_path / "run").exists()
 
 
 # ---------------------------------------------------------------- probe closing lines and table
