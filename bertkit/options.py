@@ -142,6 +142,13 @@ def flat_values(config: Any) -> dict[str, Any]:
     return {f.name: value(config, f.name) for f in all_fields(type(config))}
 
 
+def family_values(config: Any, family: str) -> dict[str, Any]:
+    """The options of `config` a problem family reads, flat: those declared for other families
+    (`option(families=...)`) left out."""
+    return {f.name: value(config, f.name) for f in all_fields(type(config))
+            if not f.metadata.get("families") or family in f.metadata["families"]}
+
+
 def build(config_cls: type, values: Mapping[str, Any]) -> Any:
     """`config_cls` from flat option values (the CLI's, a recipe's, config.json's): each value goes into the group
     that holds it; an option not given keeps its default. An unknown name is a TypeError, as for a dataclass."""

@@ -3,7 +3,6 @@ JSON (--json; then nothing else goes to stdout). The commands (`bertkit.cli.app`
 
 from __future__ import annotations
 
-from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +14,7 @@ from bertkit.cli.output import (
     emit_json,
     format_score,
     format_size,
+    format_threshold,
     info,
     out_console,
     result_json,
@@ -156,10 +156,13 @@ def _print_probe_report(result: ProbeResult) -> None:
     sizes = result.rows
     settings = result.probe.record if result.probe is not None else {}
     searched = settings.get("C") is None and settings.get("cv") is None  # the default: the kept cell's C by CV
-    marker = ("* = best dev accuracy at C = 1, then its C chosen by 5-fold CV on log-loss" if searched
-              else "* = best dev accuracy")
+    marker = ("* = the saved probe: best dev accuracy at C = 1, then refit at the C that 5-fold CV on log-loss "
+              "chose; its row shows the refit's scores" if searched else "* = best dev accuracy")
     title = f"Linear probe — {result.model} — train {sizes.train:,} rows, dev {sizes.dev:,} rows ({marker})"
     out_console.print(table(title, ["pool", "layer", "dev acc", "95% CI", "macro-F1", "MCC", "C"], rows))
+    above = refit_below_another(result)
+    if above:
+        out_console.print(above, highlight=False)
     best = result.best
     if best.asked:  # --metric: the scores asked for, of the best cell's dev predictions
         out_console.print(table(f"--metric on dev — best cell ({best.pool} {best.layer})", ["metric", "value"],
@@ -169,6 +172,27 @@ def _print_probe_report(result: ProbeResult) -> None:
     calibration = calibration_line(best.dev.get("ece"))
     if calibration:
         out_console.print(calibration, highlight=False)
+
+
+def refit_below_another(result: ProbeResult) -> str | None:
+    """Why a row scores above the * row, when one does: the rows were compared at C = 1 and the * row's C chosen
+    afterwards by cross-validated log-loss, which moved its dev accuracy (None when the * row is the top one)."""
+    starred = next((cell for cell in result.sweep if cell.best), None)
+    if starred is None or starred.scores.get("accuracy") is None:
+        return None
+    score = starred.scores["accuracy"]
+    higher = [cell for cell in result.sweep if not cell.best and (cell.scores.get("accuracy") or 0.0) > score]
+    if not higher:
+        return None
+    top = max(higher, key=lambda cell: cell.scores["accuracy"] or 0.0)
+    low, high = starred.intervals.get("accuracy", (score, score))
+    other = top.scores["accuracy"] or 0.0
+    within = " (inside the * row's 95% CI)" if low <= other <= high else ""
+    spec = ".3f" if format(other, ".3f") != format(score, ".3f") else ".4f"
+    return (f"{top.pool} {top.layer_name} scores above the * row ({other:{spec}} vs {score:{spec}}){within}: "
+            f"the rows were compared at C = 1, where {starred.pool} {starred.layer_name} was best; its refit at C = "
+            f"{starred.C:g}, chosen by cross-validated log-loss rather than dev accuracy, moved its dev score. The "
+            f"saved probe is the * row's refit.")
 
 
 OVERCONFIDENT = 0.1
@@ -227,34 +251,13 @@ def _print_shaped_probe_report(result: ProbeResult) -> None:
     out_console.print(table(title, ["pool", "layer", f"dev {header[0]}", "95% CI", *header[1:], penalty], rows))
     best = result.best
     line = f"best: {best.pool} {best.layer}, dev {header[0]} {best.dev[metric]:.3f}"
-    line += f" (ridge alpha {best.alpha:g})" if task == "regression" else f" (threshold {best.threshold})"
+    line += f" (ridge alpha {best.alpha:g})" if task == "regression" else f" (threshold {format_threshold(best.threshold)})"
     out_console.print(line + _repeats_and_test(result, metric, header[0]), highlight=False)
 
 
 def _penalty(task: str, C: float) -> str:
     """The regularisation shown in the probe table: ridge alpha (= 1/C) for regression, else C."""
     return f"{1.0 / C:g}" if task == "regression" else f"{C:g}"
-
-
-# ---------------------------------------------------------------- recipes
-
-
-def show_recipes(found: list[Any], json_output: bool) -> None:
-    """Every recipe: name, command(s), what it does, measured result."""
-    if json_output:
-        emit_json([{"name": r.name, "commands": list(r.commands), "summary": r.summary, "result": r.result,
-                    "path": str(r.path)} for r in found])
-        return
-    rows = [[r.name, "\n".join(r.commands), escape(r.summary) + (f"\n[dim]measured: {escape(r.result)}[/]" if r.result else "")]
-            for r in found]
-    out_console.print(table("Recipes (bertkit COMMAND --recipe NAME)", ["name", "command", "what it does"], rows,
-                            prose=("what it does",)))
-
-
-def show_recipe(path: Path) -> None:
-    """A recipe file, as it is."""
-    out_console.print(f"# {path}", highlight=False)
-    out_console.print(path.read_text(encoding="utf-8"), highlight=False, markup=False)
 
 
 # ---------------------------------------------------------------- predict / evaluate

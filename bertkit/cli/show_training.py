@@ -6,13 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bertkit.cli.output import View, emit_json, format_score, info, out_console, table
+from bertkit.cli.output import View, emit_json, format_score, format_threshold, info, out_console, table
 from bertkit.cli.show import METRIC_HEADERS
 from bertkit.commands.distill import DistillResult
 from bertkit.commands.finetune import FinetuneResult
 from bertkit.commands.sweep import SweepResult
 from bertkit.measure import distill_report
 from bertkit.scoring.table import SHAPE, SPAN_METRICS
+from bertkit.training.checkpoints import resumed_line
 from bertkit.training.outcome import EpochRow, RunSummary
 from bertkit.training.trackers import summary_lines
 
@@ -53,18 +54,15 @@ def _print_start(result: FinetuneResult) -> None:
     if result.already_finished:
         out_console.print(f"{result.out} holds a finished run (step {result.summary.global_step}); nothing to do. "
                           "Use a new --out, or --overwrite to train again.", highlight=False)
-    elif result.restored is not None:
-        r = result.restored
-        info(f"resumed from {r.checkpoint}: epoch {r.epoch}, step {r.step} "
-             f"(batch {r.batch_in_epoch}/{r.steps_per_epoch} of the epoch), lr {r.lr:.3e}, "
-             f"best {result.summary.best_metric_name} so far {r.best_metric}")
+    elif result.restored is not None:  # the line the run logged as it resumed (shown once)
+        info(resumed_line(result.restored.to_json(), result.summary.best_metric_name))
 
 
 def _print_best(summary: RunSummary, shown: list[str]) -> None:
     """The best evaluation's --metric-for-best (named once), the shape's other metrics, its rows and throughput."""
     best = summary.best_dev
     others = [f"{k} {format_score(best.score(k))}" for k in shown if k != summary.best_metric_name]
-    others += [f"threshold {best.threshold}"] if best.has("threshold") else []
+    others += [f"threshold {format_threshold(best.threshold)}"] if best.has("threshold") else []
     also = f" ({', '.join(others)})" if others else ""
     rows = f" on {best.n:,} dev {_unit(best)}" if best.n is not None else ""
     out_console.print(

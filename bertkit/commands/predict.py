@@ -63,9 +63,11 @@ class PredictConfig(Config):
     batch_size: int = option(64, "Rows per inference batch (sorted by length; output keeps the input order).",
                              above=0)
     aggregate: str = option("first", "A tagging model: how a word's tag is read from its word pieces, as the transformers "
-                            "token-classification pipeline aggregates them: first (the piece taggers are trained on; "
-                            "simple is the same), max (the piece with the highest score) or average (the mean of the "
-                            "pieces' probabilities).", choices=AGGREGATIONS,
+                            "token-classification pipeline's aggregation_strategy of the same name reads them: first "
+                            "(the piece taggers are trained on), max (the piece with the highest score) or average "
+                            "(the mean of the pieces' probabilities). simple reads the first piece too; unlike the "
+                            "pipeline's simple, which tags each piece alone and can split a word, every word gets one "
+                            "tag.", choices=AGGREGATIONS,
                             families=("words",))
     precision: str = precision_option(more_help=" With --probe, auto extracts features in the precision the probe "
                                                 "records, where this machine runs it natively.")

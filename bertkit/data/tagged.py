@@ -348,14 +348,30 @@ def _scored_counts(source: TaggedSource, columns: TaggedColumns, dataset: Any, s
 def read_tagged_splits(train: str | Path | TaggedSource, others: Sequence[str | Path | TaggedSource],
                        columns: TaggedColumns, unseen_tags: str = "refuse") -> list[TaggedCorpus]:
     """The training corpus and each other split (dev, test) checked (ragged rows, tag columns, schemes; the columns
-    detected in each unless given), every other split's tags seen in training or handled as --unseen-tags says
-    (`with_unseen_tags`), then `check_dev_tags`."""
+    detected in each unless given; training data with one tag refused: `check_training_tags`), every other split's
+    tags seen in training or handled as --unseen-tags says (`with_unseen_tags`), then `check_dev_tags`."""
     train_corpus = read_tagged(train, columns)
+    check_training_tags(train_corpus, train_corpus.tags)
     corpora = [train_corpus]
     for other in others:
         corpora.append(with_unseen_tags(train_corpus, read_tagged(other, columns), unseen_tags))
         check_dev_tags(train_corpus, corpora[-1])
     return corpora
+
+
+def check_training_tags(train: TaggedCorpus, tags: Sequence[str], limit: int | None = None) -> None:
+    """Training data with one tag (`tags`: the corpus's, or those of its first `limit` sentences, --limit) teaches a
+    tagger or a word probe nothing to tell apart: refused before any model is loaded, naming the file and the tag."""
+    if len(set(tags)) >= 2:
+        return
+    tag = next(iter(tags), "none")
+    first = "sentence" if limit == 1 else f"{limit or 0:,} sentences"
+    which = f"the words of its first {first} (--limit {limit}) are" if limit else f"all {train.n_words:,} of its words are"
+    raise UserError(
+        f"The training data {train.source} has one tag only: {which} tagged {tag!r}. A tagger or a word probe learns "
+        f"to tell tags apart, so it needs training data with two tags or more. Check that --label-column names the "
+        f"tag column (the tags were read from column {train.columns.tag_column}), or pass training data with more "
+        f"tags{' (a larger --limit)' if limit else ''}.")
 
 
 def check_dev_tags(train: TaggedCorpus, dev: TaggedCorpus) -> None:

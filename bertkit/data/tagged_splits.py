@@ -14,6 +14,7 @@ from bertkit.data.tagged import (
     TaggedColumns,
     TaggedCorpus,
     TaggedSentence,
+    check_training_tags,
     read_tagged_splits,
     tagged_sources,
 )
@@ -74,9 +75,9 @@ def corpus_fingerprint(corpus: TaggedCorpus) -> str:
 def load_tagged_training(data: str, dev: str, columns: TaggedColumns, config: str | None = None,
                          train_split: str = "train", limit: int | None = None,
                          test: str | None = None, unseen_tags: str = "refuse") -> TaggedTraining:
-    """--data, --dev and --test when given (files, or the hub dataset --data and its splits) read, checked (a dev or
-    test tag unseen in training refused, dropped or mapped as --unseen-tags says: `data.tagged.read_tagged_splits`)
-    and kept (the first `limit` sentences of each)."""
+    """--data, --dev and --test when given (files, or the hub dataset --data and its splits) read, checked (training
+    data with one tag refused, also within --limit; a dev or test tag unseen in training refused, dropped or mapped
+    as --unseen-tags says: `data.tagged.read_tagged_splits`) and kept (the first `limit` sentences of each)."""
     sources = tagged_sources(data, [dev] if test is None else [dev, test], config, train_split)
     train_corpus, dev_corpus, *test_corpus = read_tagged_splits(sources[0], sources[1:], columns, unseen_tags)
 
@@ -84,7 +85,10 @@ def load_tagged_training(data: str, dev: str, columns: TaggedColumns, config: st
         return tuple(corpus.head(limit) if limit else corpus.sentences())
 
     tested = test_corpus[0] if test_corpus else None
-    return TaggedTraining(train_corpus, dev_corpus, kept(train_corpus), kept(dev_corpus), tested,
+    train_sentences = kept(train_corpus)
+    if limit:  # the whole file has two tags or more (`read_tagged_splits`); the sentences trained on may not
+        check_training_tags(train_corpus, {tag for s in train_sentences for tag in s.tags}, limit)
+    return TaggedTraining(train_corpus, dev_corpus, train_sentences, kept(dev_corpus), tested,
                           kept(tested) if tested is not None else ())
 
 

@@ -199,6 +199,15 @@ def scheme_notes(evidence: SchemeEvidence, scheme: str, source: str) -> list[str
     return []
 
 
+def scheme_of_labels(labels: Iterable[str]) -> str:
+    """The scheme a tagging model's label set names (its config's id2label, where no record says): IOBES with E-/S-
+    tags, IOB2 with B-/I- ones, none for plain labels (POS)."""
+    prefixes = {split_tag(label)[0] for label in labels}
+    if "" in prefixes or not prefixes - {OUTSIDE}:  # a label that is no entity tag, or only O
+        return "none"
+    return "IOBES" if prefixes & {"E", "S"} else "IOB2"
+
+
 def detect_scheme(sentences_tags: Iterable[Sequence[str]]) -> str:
     """The scheme the tag sequences follow (see `SchemeEvidence.scheme`)."""
     evidence = SchemeEvidence()

@@ -17,7 +17,7 @@ log = logging.getLogger(__name__)
 
 WORD_POOLS = ("first", "last", "first_last", "mean")
 """--word-pool's values (Flair's choices; the first is the default): a word's vector from its pieces' first, last,
-both (concatenated) or their mean (`encoding.words.pool_word_vectors`)."""
+both (concatenated) or their mean (`features.pooling.pool_word_vectors`)."""
 SPECIAL_TOKENS = 2
 """[CLS] and [SEP] around every window of words."""
 

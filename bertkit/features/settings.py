@@ -151,6 +151,11 @@ class Pooling:
                                 bool(values["normalize"]))
 
 
+def pieces_per_word(word_pool: str) -> int:
+    """How many hidden vectors one word vector holds under `word_pool`: 2 for first_last (concatenated), else 1."""
+    return 2 if word_pool == "first_last" else 1
+
+
 def combine_layers(parts: Sequence[Any], combine: str) -> Any:
     """One vector per row (or word) from its per-layer vectors (torch tensors or numpy arrays, the same shape): the
     one part, or the parts concatenated, averaged or summed (`combine`) - the one combination of layers every

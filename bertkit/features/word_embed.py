@@ -15,8 +15,7 @@ from bertkit import __version__
 from bertkit.data.tagged import TaggedColumns, TaggedCorpus, TaggedSource, read_tagged_splits, tagged_sources
 from bertkit.data.tagged_splits import tagged_columns
 from bertkit.encoding.reading import Reading
-from bertkit.encoding.words import pieces_per_word
-from bertkit.features.settings import Pooling
+from bertkit.features.settings import Pooling, pieces_per_word
 from bertkit.features.words import check_fits_model, encode_word_chunk, word_pooling
 from bertkit.models.compute import Compute
 from bertkit.models.metadata import read_as_saved

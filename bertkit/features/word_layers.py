@@ -26,8 +26,7 @@ import numpy as np
 
 from bertkit.data.cachedir import cache_root
 from bertkit.encoding.reading import Reading
-from bertkit.encoding.words import pieces_per_word
-from bertkit.features.settings import Pooling
+from bertkit.features.settings import Pooling, pieces_per_word
 from bertkit.features.word_store import WordStore
 from bertkit.features.words import (
     CHUNK_SENTENCES,

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from bertkit.encoding.reading import Reading
-from bertkit.encoding.words import WordWindows, align_words, pieces_per_word, pool_word_vectors
+from bertkit.encoding.words import WordWindows, align_words
 from bertkit.errors import UserError, raise_if_problems
-from bertkit.features.settings import WORD, Pooling, combine_layers
+from bertkit.features.settings import WORD, Pooling, combine_layers, pieces_per_word
 
 if TYPE_CHECKING:
     import torch  # imported where vectors are made: the settings (a CLI's --help) need no torch
@@ -154,6 +154,7 @@ def encode_word_chunk(encoder: Any, tokenizer: Any, sentences: Sequence[Sequence
     `compute_context`; None: the weights')."""
     import torch
 
+    from bertkit.features.pooling import pool_word_vectors
     from bertkit.models.infer import auto_token_budget
 
     raise_if_problems([p for spec in layers for p in word_pooling_problems(spec)], "Invalid word pooling")

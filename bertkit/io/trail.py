@@ -43,6 +43,7 @@ RERUN_MAY_CHANGE = {
     "out": "where the run is written",
     "overwrite": "whether an earlier run there is replaced",
     "save_every": "how often a training run checkpoints for resuming",
+    "save_every_minutes": "how often, by the clock, a training run checkpoints for resuming",
     "keep_checkpoints": "what a finished run keeps besides its results",
     "cuda_graphs": "how the same steps are launched on a GPU, like the device",
     "report_to": "which trackers follow the run",

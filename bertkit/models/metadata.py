@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.data.labels import SPANS_TASK, TAGS_TASK
-from bertkit.data.tagscheme import TagScheme
+from bertkit.data.tagscheme import TagScheme, scheme_of_labels
 from bertkit.encoding.reading import Reading, read_as_recorded
 from bertkit.errors import UserError
 from bertkit.io import atomic, digests
@@ -200,8 +200,22 @@ def add_model_info(folder: str | Path, entries: dict[str, Any]) -> None:
 
 
 def is_tagger(model_dir: str | Path) -> bool:
-    """Whether the folder holds a tagging model bertkit saved (its record's task is `tags`)."""
-    return read_model_info(Path(model_dir).expanduser()).get("task") == TAGS_TASK
+    """Whether the folder holds a tagging model: one bertkit saved (its record's task is `tags`), or a plain
+    transformers folder (no record) whose config.json names a token classifier."""
+    folder = Path(model_dir).expanduser()
+    info = read_model_info(folder)
+    if info:
+        return info.get("task") == TAGS_TASK
+    return any(str(a).endswith("ForTokenClassification") for a in foreign_config(folder).get("architectures") or [])
+
+
+def foreign_config(folder: Path) -> dict[str, Any]:
+    """The config.json of a local folder bertkit did not save, read as JSON ({} where there is none)."""
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return config if isinstance(config, dict) else {}
 
 
 def is_question_answerer(model_dir: str | Path) -> bool:
@@ -212,11 +226,7 @@ def is_question_answerer(model_dir: str | Path) -> bool:
     info = read_model_info(path)
     if info:
         return SPANS_TASK in (info.get("task"), info.get("family"))
-    try:
-        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    architectures = config.get("architectures") if isinstance(config, dict) else None
+    architectures = foreign_config(path).get("architectures")
     return isinstance(architectures, list) and any(str(a).endswith("ForQuestionAnswering") for a in architectures)
 
 
@@ -234,9 +244,15 @@ def saved_question_answering(model_dir: str | Path) -> tuple[str | None, int | N
 
 
 def saved_tag_scheme(model_dir: str | Path) -> TagScheme:
-    """The tag scheme a tagging model records (`tag_scheme`): how its tags name entities (plain tags: none)."""
-    record = read_model_info(Path(model_dir).expanduser()).get("tag_scheme")
-    return TagScheme.from_json(record) if isinstance(record, dict) else TagScheme()
+    """The tag scheme a tagging model records (`tag_scheme`): how its tags name entities (plain tags: none); a plain
+    transformers token classifier's, as its labels name it (`scheme_of_labels` of its config's id2label)."""
+    folder = Path(model_dir).expanduser()
+    info = read_model_info(folder)
+    record = info.get("tag_scheme")
+    if isinstance(record, dict):
+        return TagScheme.from_json(record)
+    labels = (foreign_config(folder).get("id2label") or {}).values() if not info else ()
+    return TagScheme.read_as(scheme_of_labels(str(label) for label in labels)) if labels else TagScheme()
 
 
 def saved_threshold(model_dir: str) -> float | list[float]:

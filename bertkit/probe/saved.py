@@ -224,7 +224,7 @@ def _read_probe_meta(root: Path) -> dict[str, Any]:
         raise _damaged_probe(file, f"missing {', '.join(missing)}")
     problems = [] if meta["pool"] in POOLS else [f"pool {meta['pool']!r} is not one of {', '.join(POOLS)}"]
     problems += [f"layers {meta['layers']!r} is not a layer list" for _ in layers_problem(str(meta["layers"]))]
-    if meta["max_length"] is not None and (not isinstance(meta["max_length"], int) or meta["max_length"] <= 0):
+    if meta.get("max_length") is not None and (not isinstance(meta["max_length"], int) or meta["max_length"] <= 0):
         problems.append(f"max_length {meta['max_length']!r} is not a positive integer")
     if not Reading.from_record(meta).known():
         problems.append(f"truncation {meta.get('truncation')!r} / long_text {meta.get('long_text')!r} are not "

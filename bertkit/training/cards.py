@@ -41,7 +41,7 @@ NOT_HYPERPARAMETERS = {
     "compile": "how the same steps are computed (the same logits and gradients)",
     "trust_remote_code": "whether a model's own code may run", "report": "distill's teacher-vs-student report",
     **dict.fromkeys(("cuda_graphs", "report_to", "tracking_uri", "project", "log_every", "out", "save_every",
-                     "keep_checkpoints", "overwrite"), _RUN),
+                     "save_every_minutes", "keep_checkpoints", "overwrite"), _RUN),
 }
 """Every other option of a training run, with where the card (or nothing) shows it instead: an option is in one of
 the two (`tests/test_run_records.py`), so a new one is placed when it is added."""

@@ -155,12 +155,16 @@ class TrainingComputeOptions:
 class RunOutputOptions:
     """Where a training run writes (its run directory), how often it checkpoints for resuming, and what it keeps."""
 
-    ADVANCED_OPTIONS = ("save_every",)
+    ADVANCED_OPTIONS = ("save_every", "save_every_minutes")
 
     out: str | None = option(None, "Run directory: checkpoints, best/ and final/ models, metrics, plots. Re-running "
                              "the same command resumes it.", panel=OUTPUT)
     save_every: int | None = option(100, "Checkpoint every N optimizer steps (and at every epoch's end) for resuming.",
                                     panel=OUTPUT, above=0)
+    save_every_minutes: float = option(5.0, "Also checkpoint once this many minutes have passed since the last "
+                                       "checkpoint (or the start), so a run stopped early loses minutes at most, "
+                                       "however slow its steps. 0: by steps and epoch ends only.", panel=OUTPUT,
+                                       minimum=0)
     keep_checkpoints: bool = option(False, "Keep checkpoints/ once the run has finished (they are only needed to "
                                     "resume an unfinished run; a finished run keeps best/, final/ and its reports).",
                                     panel=OUTPUT)

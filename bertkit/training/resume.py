@@ -10,14 +10,15 @@ from typing import Any
 
 from bertkit.encoding.reading import family_name
 from bertkit.io import ownership, rundir, trail
-from bertkit.options import all_fields, config_dict
+from bertkit.options import config_dict, family_values
 from bertkit.training.options import FinetuneOptions
 
 
-def recorded_config(cfg: FinetuneOptions) -> dict[str, Any]:
-    """The config as config.json and the resume key hold it: --lr as a number once resolved (runs recorded before
-    `--lr auto` hold a number there too, so they still resume)."""
-    values = config_dict(cfg)
+def recorded_config(cfg: FinetuneOptions, family: str | None = None) -> dict[str, Any]:
+    """The config as config.json (every option) and the resume key (`family`: the options that family reads,
+    `options.family_values`) hold it: --lr as a number once resolved (runs recorded before `--lr auto` hold a number
+    there too, so they still resume)."""
+    values = config_dict(cfg) if family is None else family_values(cfg, family)
     try:
         values["lr"] = float(values["lr"])
     except (KeyError, TypeError, ValueError):
@@ -26,18 +27,10 @@ def recorded_config(cfg: FinetuneOptions) -> dict[str, Any]:
 
 
 def resume_key(cfg: FinetuneOptions, fingerprints: dict[str, str]) -> dict[str, Any]:
-    """What must match for a re-run to continue an existing --out: every option but those a re-run may change
-    (`trail.RERUN_MAY_CHANGE`: where the run is written, launched or logged) and those of other problem families
-    (which the run does not read), and the data."""
-    foreign = foreign_options(cfg)
-    values = {k: v for k, v in recorded_config(cfg).items() if k not in trail.RERUN_MAY_CHANGE and k not in foreign}
+    """What must match for a re-run to continue an existing --out: every option its problem family reads but those
+    a re-run may change (`trail.RERUN_MAY_CHANGE`: where the run is written, launched or logged), and the data."""
+    values = {k: v for k, v in recorded_config(cfg, run_family(cfg)).items() if k not in trail.RERUN_MAY_CHANGE}
     return {"config": values, "data": fingerprints}
-
-
-def foreign_options(cfg: Any) -> set[str]:
-    """The options of `cfg` declared for other problem families than the one it reads (`option(families=...)`)."""
-    family = run_family(cfg)
-    return {f.name for f in all_fields(type(cfg)) if f.metadata.get("families") and family not in f.metadata["families"]}
 
 
 def run_family(cfg: Any) -> str:
