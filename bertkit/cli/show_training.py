@@ -20,15 +20,23 @@ from bertkit.training.trackers import summary_lines
 # ---------------------------------------------------------------- finetune / distill
 
 
-def show_finetune(result: FinetuneResult, view: View) -> None:
-    """A training run's summary: resumed or finished already, the epoch table, the best dev scores, what it saved."""
-    if not result.is_main_process:
-        return
+def _shown_whole(main_process: bool, result: Any, notes: Any, view: View) -> bool:
+    """Whether a training summary is done already: nothing on another process, the whole result with --json; else
+    its notes were shown, and the tables follow."""
+    if not main_process:
+        return True
     if view.json:
         emit_json(result.to_json())
-        return
-    for note in result.notes:
+        return True
+    for note in notes:
         info(note, view.quiet)
+    return False
+
+
+def show_finetune(result: FinetuneResult, view: View) -> None:
+    """A training run's summary: resumed or finished already, the epoch table, the best dev scores, what it saved."""
+    if _shown_whole(result.is_main_process, result, result.notes, view):
+        return
     _print_start(result)
     _print_epoch_table(result.epoch_table)
     summary = result.summary
@@ -107,13 +115,8 @@ def _print_epoch_table(rows: tuple[EpochRow, ...]) -> None:
 def show_distill(result: DistillResult, view: View) -> None:
     """The student's training summary, teacher vs student and DistilBERT's claims measured."""
     training, report = result.training, result.report
-    if not training.is_main_process:
+    if _shown_whole(training.is_main_process, result, training.notes, view):
         return
-    if view.json:
-        emit_json(result.to_json())
-        return
-    for note in training.notes:
-        info(note, view.quiet)
     _print_epoch_table(training.epoch_table)
     if report is not None:
         out_console.print(table("Teacher vs student (dev data)", distill_report.MODEL_COLUMNS,

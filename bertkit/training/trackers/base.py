@@ -93,12 +93,19 @@ class Tracker(ABC):
 
     name: str
     """Its --report-to value."""
-    package: str
-    """The package it needs (import name = pip name): --report-to checks it is installed before the run."""
-    choice: str
-    """How --report-to's help names it: its name, and where it logs when that is worth saying."""
     start_hint: str = ""
     """How to fix a start its library refused, as " (...)" after "Fix that" in the message."""
+
+    @property
+    def package(self) -> str:
+        """The package it needs (import name = pip name): --report-to checks it is installed before the run. Its
+        name, unless a tracker says otherwise."""
+        return self.name
+
+    @property
+    def choice(self) -> str:
+        """How --report-to's help names it: its name, and where it logs when that is worth saying."""
+        return self.name
 
     def check(self, plan: TrackingPlan) -> None:  # noqa: B027 - most trackers have nothing more to check
         """Raise a UserError, before anything is claimed, for options with which it cannot start (its package is

@@ -32,8 +32,7 @@ def mlflow_uri(plan: TrackingPlan) -> str | None:
 
 class MLflow(Tracker):
     name = "mlflow"
-    package = "mlflow"
-    choice = "mlflow (see --tracking-uri)"
+    choice = "mlflow (see --tracking-uri)"  # type: ignore[assignment]
 
     def check(self, plan: TrackingPlan) -> None:
         """Refuse a store that needs SQLAlchemy without it, or one inside --out (the run directory holds only

@@ -15,8 +15,7 @@ FOLDER = "tensorboard"
 
 class TensorBoard(Tracker):
     name = "tensorboard"
-    package = "tensorboard"
-    choice = "tensorboard (OUT/tensorboard)"
+    choice = "tensorboard (OUT/tensorboard)"  # type: ignore[assignment]
 
     def start(self, run: RunStart) -> TrackerRun:
         from accelerate.tracking import TensorBoardTracker

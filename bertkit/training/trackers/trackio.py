@@ -11,8 +11,6 @@ from bertkit.training.trackers.base import RunStart, Tracker, TrackerRun
 
 class Trackio(Tracker):
     name = "trackio"
-    package = "trackio"
-    choice = "trackio"
     start_hint = " (Trackio logs locally by default; check TRACKIO_DIR and the space/server settings)"
 
     def start(self, run: RunStart) -> TrackerRun:

@@ -12,8 +12,6 @@ from bertkit.training.trackers.base import RunStart, Tracker, TrackerRun
 
 class WandB(Tracker):
     name = "wandb"
-    package = "wandb"
-    choice = "wandb"
     start_hint = " (log in with `wandb login`, or set WANDB_MODE=offline to log locally)"
 
     def start(self, run: RunStart) -> TrackerRun:
