@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bertkit.data.squad import Answer, QACorpus, QASource, Question, looks_like_squad, read_squad
+from bertkit.data.squad import Answer, DataSource, QACorpus, Question, looks_like_squad, read_squad
 from bertkit.errors import UserError
 
 CONTEXT = "Denver Broncos won Super Bowl 50 in 2016. The game was played at Levi's Stadium."
@@ -230,7 +230,7 @@ def test_looks_like_squad_reads_the_content_not_the_name(tmp_path):
 
 def test_a_hub_split_offline_is_a_clear_error():
     with pytest.raises(UserError, match=r"'squad' \(config None, split 'validation'\).*offline.*Pass a SQuAD JSON"):
-        read_squad(QASource("squad", "validation"))
+        read_squad(DataSource("squad", "validation"))
 
 
 def test_the_data_identity_is_the_file_digest(tmp_path):
@@ -265,8 +265,8 @@ def test_a_hub_split_is_read_through_datasets_and_its_name_declares_the_version(
     for name in ("squad_v2", "squad"):
         (tmp_path / name).mkdir()
         pq.write_table(pa.Table.from_pylist(rows), tmp_path / name / "validation.parquet")
-    corpus = read_squad(QASource(str(tmp_path / "squad_v2"), "validation"))
+    corpus = read_squad(DataSource(str(tmp_path / "squad_v2"), "validation"))
     assert (corpus.version, corpus.n_questions, corpus.n_impossible) == ("2.0", 3, 1)
     assert corpus.data_identity()["data_fingerprint"] and corpus.data_identity()["data_hub"].endswith("[validation]")
     with pytest.raises(UserError, match=r"have no answer; the first is 'q3' \(row 3\)"):
-        read_squad(QASource(str(tmp_path / "squad"), "validation"))
+        read_squad(DataSource(str(tmp_path / "squad"), "validation"))

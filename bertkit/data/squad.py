@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bertkit.data.sources import DataSource
 from bertkit.data.squad_rows import (
     FLAT_COLUMNS,
     SQUAD_SUFFIXES,
@@ -76,27 +77,11 @@ class Question:
 
 
 @dataclass(frozen=True)
-class QASource:
-    """Where questions are read from: a local file (`split` None), or a split of a hub dataset."""
-
-    name: str
-    split: str | None = None
-    config: str | None = None
-
-    @property
-    def is_hub(self) -> bool:
-        return self.split is not None
-
-    def __str__(self) -> str:
-        return f"{self.name}[{self.split}]" if self.is_hub else self.name
-
-
-@dataclass(frozen=True)
 class QACorpus:
     """A checked set of questions: where it was read, its SQuAD version ("1.1" or "2.0") and its questions in file
     order (questions on one passage share its context string)."""
 
-    source: QASource
+    source: DataSource
     version: str
     questions: tuple[Question, ...] = field(repr=False)
     hub_fingerprint: str | None = None
@@ -127,9 +112,9 @@ class QACorpus:
         return {q.id: q for q in self.questions}
 
 
-def as_qa_source(value: str | Path | QASource) -> QASource:
+def as_qa_source(value: str | Path | DataSource) -> DataSource:
     """A source as given: a path is a local file."""
-    return value if isinstance(value, QASource) else QASource(str(value))
+    return value if isinstance(value, DataSource) else DataSource(str(value))
 
 
 def looks_like_squad(path: str | Path) -> bool:
@@ -156,7 +141,7 @@ def looks_like_squad(path: str | Path) -> bool:
     return all(k.search(head) for k in keys)
 
 
-def read_squad(source: str | Path | QASource, version: str | None = None) -> QACorpus:
+def read_squad(source: str | Path | DataSource, version: str | None = None) -> QACorpus:
     """Read and check a SQuAD set (see the module docstring); `version` ("1.1" or "2.0") overrides what the set
     says. Every problem found is raised together, naming the file, the question id and the fix."""
     source = as_qa_source(source)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bertkit.data.sources import json_objects
 from bertkit.errors import UserError
 
 FLAT_COLUMNS = ("context", "question", "answers")
@@ -190,13 +191,8 @@ def json_document(path: Path) -> Any:
 
 
 def json_lines(lines: Iterable[str], path: Path) -> Iterator[tuple[int, Any]]:
-    for number, line in enumerate(lines, 1):
-        if line.strip():
-            try:
-                yield number, json.loads(line)
-            except json.JSONDecodeError as error:
-                raise UserError(f"{path} line {number} is not a JSON object ({error}). Valid: one question row per "
-                                f"line. Fix that line.") from None
+    """(line number, object) of JSON lines (`sources.json_objects`)."""
+    return json_objects(enumerate(lines, 1), path, "one question row per line")
 
 
 def csv_rows(path: Path) -> Iterator[tuple[int, dict[str, str]]]:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bertkit.data.labels import SPANS_TASK, LabelMap
-from bertkit.data.squad import QACorpus, QASource, Question, read_squad
+from bertkit.data.squad import DataSource, QACorpus, Question, read_squad
 from bertkit.data.tagged import is_file_value
 from bertkit.errors import UserError
 
@@ -67,15 +67,15 @@ def qa_fingerprint(corpus: QACorpus) -> str:
     return f"sha256:{str(identity['data_sha256'])[:16]}"
 
 
-def qa_source(value: str, option: str, data: str, config: str | None) -> QASource:
+def qa_source(value: str, option: str, data: str, config: str | None) -> DataSource:
     """Where --dev or --test (`option`) reads: a file, or a split of the hub dataset --data."""
     if is_file_value(value):
-        return QASource(value)
+        return DataSource(value)
     if is_file_value(data):
         raise UserError(f"{option} {value} is not a file, and --data {data} is a file (not a hub dataset whose split "
                         f"it could name). Valid: a SQuAD file (.json, .jsonl, .csv, .parquet), or a split name with a "
                         f"hub --data such as squad. Pass {option} as a file path.")
-    return QASource(data, value, config)
+    return DataSource(data, value, config)
 
 
 def load_qa_training(inputs: Any) -> QATraining:
@@ -83,7 +83,7 @@ def load_qa_training(inputs: Any) -> QATraining:
     whole (`read_squad`: every problem named with its question id), the first --limit questions of each kept. A
     question id in both the training and the dev set is refused: dev would score questions the model learnt."""
     data, config = str(inputs.data), inputs.data_config
-    train_source = QASource(data) if is_file_value(data) else QASource(data, inputs.train_split, config)
+    train_source = DataSource(data) if is_file_value(data) else DataSource(data, inputs.train_split, config)
     train = read_squad(train_source)
     dev = read_squad(qa_source(str(inputs.dev), "--dev", data, config))
     test = read_squad(qa_source(str(inputs.test), "--test", data, config)) if inputs.test is not None else None

@@ -1,5 +1,5 @@
 """Tagged corpora (one tag per word): CoNLL-style column files, JSON(L) rows and parquet files with list columns, and
-splits of hub datasets with a list-of-ClassLabel tag feature (`TaggedSource`), read as `TaggedSentence`s one at a
+splits of hub datasets with a list-of-ClassLabel tag feature (`DataSource`), read as `TaggedSentence`s one at a
 time so a corpus of any size costs the memory of one chunk.
 
 `read_tagged` checks a file in one streaming pass (ragged rows, a tag column that is not tags, empty sentences,
@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from bertkit.data import sources
+from bertkit.data.sources import DataSource
 from bertkit.data.tagged_rows import (
     column_sentences,
     is_json_path,
@@ -71,27 +72,9 @@ def unseen_tags_option() -> Any:
                   families=("words",))
 
 
-@dataclass(frozen=True)
-class TaggedSource:
-    """Where a tagged corpus is read from: a local file (`split` None), or a split of a hub dataset."""
-
-    name: str
-    """The file, or the hub dataset."""
-    split: str | None = None
-    config: str | None = None
-    """The hub dataset's configuration (--data-config)."""
-
-    @property
-    def is_hub(self) -> bool:
-        return self.split is not None
-
-    def __str__(self) -> str:
-        return f"{self.name}[{self.split}]" if self.is_hub else self.name
-
-
-def as_source(value: str | Path | TaggedSource) -> TaggedSource:
+def as_source(value: str | Path | DataSource) -> DataSource:
     """A source as given: a path is a local file."""
-    return value if isinstance(value, TaggedSource) else TaggedSource(str(value))
+    return value if isinstance(value, DataSource) else DataSource(str(value))
 
 
 def is_file_value(value: str) -> bool:
@@ -116,7 +99,7 @@ def in_chunks(items: Iterable[T], size: int) -> Iterator[list[T]]:
 
 
 def tagged_sources(data: str, others: Sequence[str], config: str | None = None,
-                   train_split: str = "train") -> list[TaggedSource]:
+                   train_split: str = "train") -> list[DataSource]:
     """--data and each --dev/--test value as sources: local files, or, when --data is a hub dataset, its
     --train-split and the splits the others name (a file among them stays a file). A split name beside a local
     --data is refused, as `data.splits.named_split_source` refuses it for sentences."""
@@ -125,9 +108,9 @@ def tagged_sources(data: str, others: Sequence[str], config: str | None = None,
         if names:
             raise UserError(f"--dev/--test {names[0]!r} looks like a split name of a hub dataset, but --data {data} is "
                             f"a local file. Pass --dev/--test with local tagged files (e.g. --dev dev.iob2).")
-        return [TaggedSource(data)] + [TaggedSource(value) for value in others]
-    return [TaggedSource(data, train_split, config)] + [
-        TaggedSource(value) if is_file_value(value) else TaggedSource(data, value, config) for value in others]
+        return [DataSource(data)] + [DataSource(value) for value in others]
+    return [DataSource(data, train_split, config)] + [
+        DataSource(value) if is_file_value(value) else DataSource(data, value, config) for value in others]
 
 
 @dataclass(frozen=True)
@@ -176,7 +159,7 @@ class TaggedCorpus:
     """A checked tagged corpus: where it is, how it is read (resolved columns, scheme), and what it holds. Its
     sentences are read again from the source on each call (`sentences`, `chunks`): nothing per sentence is kept."""
 
-    source: TaggedSource
+    source: DataSource
     columns: TaggedColumns
     scheme: TagScheme
     n_sentences: int
@@ -270,7 +253,7 @@ def may_be_tagged(value: str) -> bool:
     return is_tagged_file(value) or is_json_path(Path(value)) or not is_file_value(value)
 
 
-def raw_sentences(source: TaggedSource, columns: TaggedColumns, dataset: Any = None) -> Iterator[RawSentence]:
+def raw_sentences(source: DataSource, columns: TaggedColumns, dataset: Any = None) -> Iterator[RawSentence]:
     """The source's sentences as read (tags not normalised), with `columns` already resolved (`dataset`: a hub
     source's opened split)."""
     word, tag = str(columns.word_column), str(columns.tag_column)
@@ -284,7 +267,7 @@ def raw_sentences(source: TaggedSource, columns: TaggedColumns, dataset: Any = N
     return column_sentences(path, int(word), int(tag), columns.encoding)
 
 
-def open_tagged(source: TaggedSource, columns: TaggedColumns) -> tuple[TaggedColumns, Any]:
+def open_tagged(source: DataSource, columns: TaggedColumns) -> tuple[TaggedColumns, Any]:
     """(`columns` resolved for `source`, the hub split opened once or None): given columns checked, missing ones
     detected, the tag column checked to hold tags."""
     if source.is_hub:
@@ -307,7 +290,7 @@ def open_tagged(source: TaggedSource, columns: TaggedColumns) -> tuple[TaggedCol
     return replace(columns, **resolved), None
 
 
-def read_tagged(source: str | Path | TaggedSource, columns: TaggedColumns | None = None) -> TaggedCorpus:
+def read_tagged(source: str | Path | DataSource, columns: TaggedColumns | None = None) -> TaggedCorpus:
     """Check a tagged corpus in one streaming pass and describe it (see the module docstring); every problem is a
     `UserError` naming the file or split, the line or row and the flag that fixes it."""
     source = as_source(source)
@@ -333,7 +316,7 @@ def read_tagged(source: str | Path | TaggedSource, columns: TaggedColumns | None
                         dataset, tuple(scheme_notes(evidence, scheme_read, str(source))))
 
 
-def _scored_counts(source: TaggedSource, columns: TaggedColumns, dataset: Any, scheme: TagScheme,
+def _scored_counts(source: DataSource, columns: TaggedColumns, dataset: Any, scheme: TagScheme,
                    raw_counts: Counter) -> Counter:
     """Words per tag as scored: a second pass only when rewriting changes tags (IOB1, BILOU or I_ spellings)."""
     respelled = any(normalised_tags([tag], scheme) != [tag] for tag in raw_counts)
@@ -345,7 +328,7 @@ def _scored_counts(source: TaggedSource, columns: TaggedColumns, dataset: Any, s
     return counts
 
 
-def read_tagged_splits(train: str | Path | TaggedSource, others: Sequence[str | Path | TaggedSource],
+def read_tagged_splits(train: str | Path | DataSource, others: Sequence[str | Path | DataSource],
                        columns: TaggedColumns, unseen_tags: str = "refuse") -> list[TaggedCorpus]:
     """The training corpus and each other split (dev, test) checked (ragged rows, tag columns, schemes; the columns
     detected in each unless given; training data with one tag refused: `check_training_tags`), every other split's

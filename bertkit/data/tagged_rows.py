@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bertkit.data.sources import json_objects
 from bertkit.data.tagged_sentence import (
     PEEK_SENTENCES,
     PLACEHOLDERS,
@@ -226,13 +227,7 @@ def json_rows(path: Path, encoding: str = "utf-8") -> Iterator[tuple[int, Any]]:
                             f"lists. Fix the file, or write it as JSON lines (.jsonl).") from error
         yield from enumerate(data if isinstance(data, list) else [data], 1)
         return
-    for number, line in text_lines(path, encoding):
-        if line.strip():
-            try:
-                yield number, json.loads(line)
-            except json.JSONDecodeError as error:
-                raise UserError(f"{path} line {number} is not a JSON object ({error}). Valid: one object per "
-                                f"line with token and tag lists. Fix that line.") from error
+    yield from json_objects(text_lines(path, encoding), path, "one object per line with token and tag lists")
 
 
 def json_sentences(path: Path, word_key: str, tag_key: str, encoding: str = "utf-8") -> Iterator[RawSentence]:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from bertkit.data.dataset import TextDataset
 from bertkit.data.options import DataOptions
-from bertkit.data.tagged import TaggedColumns, TaggedSource, open_tagged, raw_sentences
+from bertkit.data.tagged import DataSource, TaggedColumns, open_tagged, raw_sentences
 from bertkit.errors import UserError
 from bertkit.io.digests import file_digest
 
@@ -21,7 +21,7 @@ def tagged_text_dataset(path: Path, opts: DataOptions, need_labels: bool) -> Tex
     if need_labels:
         raise UserError(f"{path} is a tagged corpus (one tag per word), but this reads one label per text. Pass "
                         f"--task tags (where the command has it) to read its tags, or a table of texts and labels.")
-    source = TaggedSource(str(path))
+    source = DataSource(str(path))
     columns, _ = open_tagged(source, TaggedColumns(opts.text_column, opts.label_column, encoding=opts.encoding))
     texts: list[str] = []
     lines: list[int] = []

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bertkit.data.options import DataOptions
-from bertkit.data.tagged import TaggedColumns, TaggedSource, is_tagged_file, open_tagged, raw_sentences
+from bertkit.data.tagged import DataSource, TaggedColumns, is_tagged_file, open_tagged, raw_sentences
 from bertkit.data.tagged_rows import is_json_path, json_rows, text_lines
 from bertkit.data.tagged_sentence import WORD_KEYS
 from bertkit.data.tagged_tables import is_table_path
@@ -103,7 +103,7 @@ def _sentences(path: Path, columns: TaggedColumns, inputs: DataOptions) -> Itera
 
 
 def _tagged(path: Path, columns: TaggedColumns) -> Iterator[WordSentence]:
-    source = TaggedSource(str(path))
+    source = DataSource(str(path))
     resolved, _ = open_tagged(source, columns)
     for raw in raw_sentences(source, resolved):
         if raw.words:

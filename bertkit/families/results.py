@@ -4,7 +4,10 @@ family does not produce stay at their defaults). A command's `*Result` is this r
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bertkit.scoring.scores import Scores
@@ -149,3 +152,24 @@ class TimedData:
     texts: list[Any]
     source: dict[str, Any]
     tags: tuple[str, ...] | None = None
+
+
+def written_chunks(out: str | None, open_out: Callable[..., Any], chunks: Iterable[Sequence[Any]], keep: int | None,
+                   on_chunk: Callable[[Any], None] | None,
+                   handed: Callable[[Sequence[Any]], Any] = lambda chunk: chunk) -> tuple[list[Any], int]:
+    """Every chunk of a family's predictions to --out (`open_out(path, vouch)`: the family's writer of that file; no
+    --out: nowhere) and to the command's `on_chunk` (as `handed` wraps it), as they come: (the first `keep`
+    predictions, how many there were)."""
+    from bertkit.io import predictions_out
+
+    kept: list[Any] = []
+    total = 0
+    sink = open_out(Path(out), predictions_out.vouch(Path(out))) if out else contextlib.nullcontext(lambda _: None)
+    with sink as append:
+        for chunk in chunks:
+            append(chunk)
+            kept.extend(chunk[:len(chunk) if keep is None else max(0, keep - len(kept))])
+            total += len(chunk)
+            if on_chunk is not None:
+                on_chunk(handed(chunk))
+    return kept, total

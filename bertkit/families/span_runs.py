@@ -8,7 +8,6 @@ answers and the errors CSV (most confident first)."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -16,13 +15,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bertkit.data.answer_files import read_answer_predictions, read_context_file, read_null_odds
-from bertkit.data.squad import QACorpus, QASource, Question, read_squad
+from bertkit.data.squad import DataSource, QACorpus, Question, read_squad
 from bertkit.data.squad_splits import qa_fingerprint
 from bertkit.data.tagged import is_file_value
 from bertkit.encoding.qa_windows import QAReading
 from bertkit.encoding.reading import Reading
 from bertkit.errors import raise_if_problems
-from bertkit.families.results import Evaluation, Predictions
+from bertkit.families.results import Evaluation, Predictions, written_chunks
 from bertkit.models.compute import Compute
 from bertkit.models.metadata import read_as_saved, read_model_info, saved_question_answering, saved_reading
 from bertkit.scoring.scores import Scores
@@ -133,30 +132,19 @@ def questions_to_answer(cfg: Any) -> list[Question]:
     return list(corpus.questions[:cfg.inputs.limit] if cfg.inputs.limit else corpus.questions)
 
 
-def data_source(inputs: Any) -> QASource:
+def data_source(inputs: Any) -> DataSource:
     """--data as a SQuAD source: a file, or the hub dataset's --train-split."""
     data = str(inputs.data)
-    return QASource(data) if is_file_value(data) else QASource(data, inputs.train_split, inputs.data_config)
+    return DataSource(data) if is_file_value(data) else DataSource(data, inputs.train_split, inputs.data_config)
 
 
 def written_answers(out: str | None, chunks: Any, keep: int | None,
                     on_chunk: Callable[[Any], None] | None) -> tuple[list[PredictedAnswer], int]:
-    """Every chunk of answers to --out (none: nowhere) and `on_chunk`; (the first `keep`, the count)."""
-    from bertkit.io import predictions_out
+    """Every chunk of answers to --out (answers.jsonl, or the official predictions.json; none: nowhere) and
+    `on_chunk` (an `AnsweredChunk`); (the first `keep`, the count)."""
     from bertkit.scoring.answer_outputs import open_answer_predictions
 
-    kept: list[PredictedAnswer] = []
-    total = 0
-    sink = (open_answer_predictions(Path(out), predictions_out.vouch(Path(out))) if out
-            else contextlib.nullcontext(lambda _: None))
-    with sink as append:
-        for chunk in chunks:
-            append(chunk)
-            kept.extend(chunk[:len(chunk) if keep is None else max(0, keep - len(kept))])
-            total += len(chunk)
-            if on_chunk is not None:
-                on_chunk(AnsweredChunk(chunk))
-    return kept, total
+    return written_chunks(out, open_answer_predictions, chunks, keep, on_chunk, AnsweredChunk)
 
 
 # ---------------------------------------------------------------- evaluate

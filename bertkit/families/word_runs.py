@@ -19,7 +19,7 @@ from bertkit.data.word_lines import data_sentences, text_sentence, words_sentenc
 from bertkit.encoding.reading import Reading
 from bertkit.errors import UserError
 from bertkit.families.exports import Exporter, run_dev_set
-from bertkit.families.results import Evaluation, Predictions, TimedData
+from bertkit.families.results import Evaluation, Predictions, TimedData, written_chunks
 from bertkit.features.settings import Pooling
 from bertkit.models.compute import Compute
 from bertkit.models.folders import OFFLINE_NAME
@@ -83,22 +83,11 @@ def tagger_predictions(cfg: Any, keep: int | None, on_chunk: Callable[[Any], Non
 
 def written_sentences(out: str | None, chunks: Any, keep: int | None,
                       on_chunk: Callable[[Any], None] | None) -> tuple[list[Any], int]:
-    """Every chunk of tagged sentences to --out (none: nowhere) and `on_chunk`; (the first `keep`, the count)."""
-    from bertkit.io import predictions_out
+    """Every chunk of tagged sentences to --out (.jsonl or .csv; none: nowhere) and `on_chunk`; (the first `keep`,
+    the count)."""
     from bertkit.scoring.word_outputs import open_word_predictions
 
-    kept: list[Any] = []
-    total = 0
-    sink = (open_word_predictions(Path(out), predictions_out.vouch(Path(out))) if out
-            else contextlib.nullcontext(lambda _: None))
-    with sink as append:
-        for chunk in chunks:
-            append(chunk)
-            kept.extend(chunk[:len(chunk) if keep is None else max(0, keep - len(kept))])
-            total += len(chunk)
-            if on_chunk is not None:
-                on_chunk(chunk)
-    return kept, total
+    return written_chunks(out, open_word_predictions, chunks, keep, on_chunk)
 
 
 def sentences_of(cfg: Any) -> Iterator[Any]:

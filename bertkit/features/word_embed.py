@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit import __version__
-from bertkit.data.tagged import TaggedColumns, TaggedCorpus, TaggedSource, read_tagged_splits, tagged_sources
+from bertkit.data.tagged import DataSource, TaggedColumns, TaggedCorpus, read_tagged_splits, tagged_sources
 from bertkit.data.tagged_splits import tagged_columns
 from bertkit.encoding.reading import Reading
 from bertkit.features.settings import Pooling, pieces_per_word
@@ -169,7 +169,7 @@ def store_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
 
 
-def read_word_splits(named: list[tuple[str, str | TaggedSource]], columns: TaggedColumns,
+def read_word_splits(named: list[tuple[str, str | DataSource]], columns: TaggedColumns,
                      unseen_tags: str = "refuse") -> list[tuple[str, TaggedCorpus]]:
     """(split, corpus) for train and any dev/test, each checked, their tags seen in training (else as `unseen_tags`,
     --unseen-tags, says)."""
@@ -177,7 +177,7 @@ def read_word_splits(named: list[tuple[str, str | TaggedSource]], columns: Tagge
     return [(name, corpus) for (name, _), corpus in zip(named, corpora, strict=True)]
 
 
-def run_word_embed(named: list[tuple[str, str | TaggedSource]], columns: TaggedColumns, reading: Reading, pooling: Pooling,
+def run_word_embed(named: list[tuple[str, str | DataSource]], columns: TaggedColumns, reading: Reading, pooling: Pooling,
                    encoder: WordEncoder, out: Path, overwrite: bool, chunk_sentences: int, batch_size: int | None,
                    device: str, progress: bool = False, unseen_tags: str = "refuse") -> WordEmbedRun:
     """Every split to its word store under `out` (OUT, or OUT/<split> with dev/test): claimed, written, committed."""
