@@ -24,6 +24,7 @@ from bertkit.training import cards
 from bertkit.training.options import TRACKING_FIELDS, DistillOptions, FinetuneOptions
 from bertkit.training.resume import resume_key
 from bertkit.training.space import SweepOptions
+from bertkit.training.spans import SPAN_HYPERPARAMETERS
 from bertkit.training.tagging import TAG_HYPERPARAMETERS
 
 LEGACY = Path(__file__).resolve().parent / "legacy" / "records"
@@ -58,7 +59,8 @@ def test_every_compared_option_is_in_the_oldest_layout_or_added_by_a_migration_s
 @pytest.mark.parametrize("config_cls", (FinetuneOptions, DistillOptions), ids=lambda c: c.__name__)
 def test_every_training_option_is_a_cards_hyperparameter_or_named_as_shown_elsewhere(config_cls):
     names = {f.name for f in option_fields(config_cls)}
-    shown = set(cards.HYPERPARAMETERS) | set(TAG_HYPERPARAMETERS) | set(cards.NOT_HYPERPARAMETERS)
+    shown = set(cards.HYPERPARAMETERS) | set(TAG_HYPERPARAMETERS) | set(SPAN_HYPERPARAMETERS)
+    shown |= set(cards.NOT_HYPERPARAMETERS)
     assert names <= shown, f"options the card neither shows nor places: {sorted(names - shown)}"
     assert not set(cards.HYPERPARAMETERS) & set(cards.NOT_HYPERPARAMETERS)
 

@@ -65,8 +65,9 @@ LAYOUT_1_KEY = frozenset({
     "teacher", "student_layers", "student", "temperature", "alpha", "cos_weight", "report",
     "grid", "search", "space", "seeds", "prune"})
 """The options a layout-1 resume key (finetune, distill) or sweep `compared` always held."""
-LAYOUT_2_FILLS = {"tag_scheme": "auto", "label_all_pieces": False, "stride": None, "unseen_tags": "refuse"}
-"""Options a layout-1 key held only away from these defaults (the tagging options, issue 46) or did not hold (--unseen-tags, issue 57): layout 2 holds them
+LAYOUT_2_FILLS = {"tag_scheme": "auto", "label_all_pieces": False, "stride": None, "unseen_tags": "refuse",
+                  "doc_stride": None}
+"""Options a layout-1 key held only away from these defaults (the tagging options, issue 46) or did not hold (--unseen-tags, issue 57; --doc-stride, issue 55): layout 2 holds them
 always, so migrating a layout-1 key fills them in with these values. A step that adds an option to the compared
 options names it and the default it had, here, for the next layout."""
 LAYOUT_1_ONLY = frozenset({"quiet", "json_output", "preset_fill"})
