@@ -182,57 +182,64 @@ def shard_ranges(n_rows: int, shard_size: int) -> list[tuple[int, int]]:
     return [(start, min(start + shard_size, n_rows)) for start in range(0, n_rows, shard_size)]
 
 
-class StoreWriter:
-    """Writes one store: `prepare` (identity check, resume), `write_shard` per shard, `finalize` at the end.
+class ShardedWriter:
+    """What both stores' writers share: a claimed --out folder written in numbered parts (`ranges`, shards of rows or
+    chunks of sentences) after an identity file, each part committed by its array's atomic rename, the finished
+    store's manifest written last. `status` and `prepare` start or resume it; a store with other settings is
+    refused. A writer says what it is (`what`: "an embedding store"), how its two identities read and how two
+    differ, and what its finished files need on disk."""
 
-    Several processes may write disjoint shards of the same store (multi-process runs); only one of them
-    (rank 0) calls `prepare(..., create=True)` and `finalize`.
-    """
+    what = "a store"
 
-    def __init__(self, path: str | Path, identity: dict[str, Any], n_rows: int, shard_size: int,
-                 row_shape: tuple[int, ...], store_dtype: str):
-        if store_dtype not in STORE_DTYPES:
-            raise UserError(f"--store-dtype must be one of {', '.join(STORE_DTYPES)}; got {store_dtype!r}.")
+    def __init__(self, path: str | Path, identity: dict[str, Any], n_items: int, part_size: int) -> None:
         self.path = Path(path).expanduser()
         self.identity = identity
-        self.n_rows = n_rows
-        self.shard_size = shard_size
-        self.row_shape = tuple(row_shape)
-        self.dtype = np.dtype(store_dtype)
-        self.ranges = shard_ranges(n_rows, shard_size)
+        self.ranges = shard_ranges(n_items, part_size)
         self.written_here = 0
 
-    # -- state of the directory
+    def finished_identity(self) -> dict[str, Any]:
+        """The identity the manifest of a finished store in `path` records."""
+        raise NotImplementedError
+
+    def unfinished_identity(self) -> dict[str, Any] | None:
+        """The identity an unfinished store in `path` was started with (None: none was)."""
+        if not (self.path / IDENTITY).is_file():
+            return None
+        try:
+            return dict(json.loads((self.path / IDENTITY).read_text(encoding="utf-8")))
+        except (ValueError, TypeError, UnicodeDecodeError):
+            return {"unreadable": True}
+
+    def differences(self, old: dict[str, Any]) -> list[str]:
+        """`key: old -> new` lines for the settings `old` and this writer's identity do not share."""
+        raise NotImplementedError
+
+    def final_bytes(self) -> int:
+        """What the finished store's files need on disk (a disk-full message asks for it)."""
+        return disk.MARGIN_BYTES
 
     def status(self) -> str:
         """'complete' (same identity, finished), 'partial' (same identity, unfinished) or 'new' (empty dir)."""
         if (self.path / MANIFEST).is_file():
-            manifest = read_store_manifest(self.path)
-            self._check_identity(manifest.get("identity", {}), finished=True)
-            self._remove_work_files()  # a run killed right after its manifest left them behind
+            self.check_identity(self.finished_identity(), self.what)
+            remove_work_files(self.path)  # a run killed right after its manifest left them behind
             return "complete"
-        if (self.path / IDENTITY).is_file():
-            try:
-                old = json.loads((self.path / IDENTITY).read_text(encoding="utf-8"))
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                old = {"unreadable": True}
-            self._check_identity(old, finished=False)
+        old = self.unfinished_identity()
+        if old is not None:
+            self.check_identity(old, f"an unfinished {self.what.split(' ', 1)[1]}")
             return "partial"
         return "new"
 
-    def _check_identity(self, old: dict[str, Any], finished: bool) -> None:
-        diff = identity_mismatch(old, self.identity)
-        if diff:
-            what = "an embedding store" if finished else "an unfinished embedding store"
-            raise UserError(
-                f"--out {self.path} already holds {what} made with different settings:\n  "
-                + "\n  ".join(diff)
-                + "\nUse a new --out directory, re-run with the store's settings, or pass --overwrite to replace it."
-            )
+    def check_identity(self, old: dict[str, Any], what: str) -> None:
+        differences = self.differences(old)
+        if differences:
+            raise UserError(f"--out {self.path} already holds {what} made with different settings:\n  "
+                            + "\n  ".join(differences) + "\nUse a new --out directory, re-run with the store's "
+                            "settings, or pass --overwrite to replace it.")
 
     def prepare(self, create: bool = True) -> str:
-        """Start or resume in a claimed run directory (`rundir.claim_run_dir`); returns the status before this call
-        ('new'/'partial'/'complete')."""
+        """Start or resume in a claimed run directory (`rundir.claim_run_dir`); the status before this call
+        ('new'/'partial'/'complete'). Only the process that `create`s writes the folder (others write parts)."""
         status = self.status()
         if status != "complete" and create:  # (temp files a killed run left: removed by the claim, by record)
             try:
@@ -241,11 +248,48 @@ class StoreWriter:
                     write_json_atomic(self.path / IDENTITY, self.identity)
             except OSError as exc:
                 if disk.is_disk_full(exc):
-                    raise disk.full_error(self.path, disk.with_margin(self.features_bytes())) from None
-                raise UserError(
-                    f"Cannot write to --out {self.path} ({exc.strerror or exc}). Choose a directory you can write to."
-                ) from None
+                    raise disk.full_error(self.path, self.final_bytes()) from None
+                raise UserError(f"Cannot write to --out {self.path} ({exc.strerror or exc}). Choose a directory you "
+                                f"can write to.") from None
         return status
+
+    def commit_array(self, path: Path, array: np.ndarray) -> None:
+        """A part's array, saved atomically (its presence commits the part), then counted (the fault points)."""
+        with atomic_path(path) as tmp:
+            with tmp.open("wb") as handle:
+                np.save(handle, array)
+            faults.kill_point("embed.shard.before_rename")
+        self.written_here += 1
+        faults.fail_point("embed.shard", self.written_here)
+
+
+class StoreWriter(ShardedWriter):
+    """Writes one store: `prepare` (identity check, resume), `write_shard` per shard, `finalize` at the end.
+
+    Several processes may write disjoint shards of the same store (multi-process runs); only one of them
+    (rank 0) calls `prepare(..., create=True)` and `finalize`.
+    """
+
+    what = "an embedding store"
+
+    def __init__(self, path: str | Path, identity: dict[str, Any], n_rows: int, shard_size: int,
+                 row_shape: tuple[int, ...], store_dtype: str):
+        if store_dtype not in STORE_DTYPES:
+            raise UserError(f"--store-dtype must be one of {', '.join(STORE_DTYPES)}; got {store_dtype!r}.")
+        super().__init__(path, identity, n_rows, shard_size)
+        self.n_rows = n_rows
+        self.shard_size = shard_size
+        self.row_shape = tuple(row_shape)
+        self.dtype = np.dtype(store_dtype)
+
+    def finished_identity(self) -> dict[str, Any]:
+        return read_store_manifest(self.path).get("identity", {})
+
+    def differences(self, old: dict[str, Any]) -> list[str]:
+        return identity_mismatch(old, self.identity)
+
+    def final_bytes(self) -> int:
+        return disk.with_margin(self.features_bytes())
 
     def features_bytes(self) -> int:
         """Size of the finished features.npy (the shards hold as much again until the merge removes them)."""
@@ -283,12 +327,7 @@ class StoreWriter:
         array = np.ascontiguousarray(features, dtype=self.dtype)
         with disk.writing(self.path / SHARDS, disk.with_margin(array.nbytes)):
             write_json_atomic(self.shard_meta_file(k), {"shard": k, "rows": [start, end], **meta})
-            with atomic_path(self.shard_file(k)) as tmp:
-                with tmp.open("wb") as handle:
-                    np.save(handle, array)
-                faults.kill_point("embed.shard.before_rename")
-        self.written_here += 1
-        faults.fail_point("embed.shard", self.written_here)
+            self.commit_array(self.shard_file(k), array)
 
     def all_shards_done(self) -> bool:
         return all(self.shard_done(k) for k in range(len(self.ranges)))
@@ -318,7 +357,7 @@ class StoreWriter:
                     "digests": records}
             faults.kill_point("embed.finalize.before_manifest")
             write_json_atomic(self.path / MANIFEST, store_manifest(full, family))
-        self._remove_work_files()
+        remove_work_files(self.path)
         return open(self.path, verify=False)  # its digests were taken from these very bytes, just now
 
     def _merge_shards(self, target: Path, shape: tuple[int, ...]) -> dict[str, Any]:
@@ -340,9 +379,6 @@ class StoreWriter:
                 with self.shard_file(k).open("rb") as shard:
                     copy_npy_data(shard, hashing, (end - start, *self.row_shape), self.dtype)
         return hashing.record()
-
-    def _remove_work_files(self) -> None:
-        remove_work_files(self.path)
 
 
 def remove_work_files(path: Path) -> None:

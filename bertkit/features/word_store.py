@@ -40,7 +40,7 @@ from bertkit.data.tagged import TaggedColumns, TaggedSentence
 from bertkit.encoding.reading import Reading
 from bertkit.errors import UserError
 from bertkit.features.settings import Pooling
-from bertkit.features.store import copy_npy_data, remove_work_files, shard_ranges
+from bertkit.features.store import ShardedWriter, copy_npy_data, remove_work_files
 from bertkit.features.store_manifests import (
     IDENTITY,
     MANIFEST,
@@ -52,7 +52,6 @@ from bertkit.features.store_manifests import (
 from bertkit.features.words import word_pooling, word_pooling_from_json
 from bertkit.io import digests, disk, faults
 from bertkit.io.atomic import atomic_path, write_bytes_atomic, write_json_atomic
-from bertkit.io.record import make_dirs
 
 log = logging.getLogger(__name__)
 
@@ -255,51 +254,22 @@ def sentences_jsonl(sentences: Sequence[TaggedSentence]) -> bytes:
                                separators=(",", ":")).encode("utf-8") + b"\n" for s in sentences)
 
 
-class WordStoreWriter:
+class WordStoreWriter(ShardedWriter):
     """Writes one word store: `prepare` (identity check, resume), `write_chunk` per chunk, `finalize` at the end."""
+
+    what = "a word store"
 
     def __init__(self, path: str | Path, identity: dict[str, Any], n_sentences: int, chunk_sentences: int,
                  width: int):
-        self.path = Path(path).expanduser()
-        self.identity = identity
+        super().__init__(path, identity, n_sentences, chunk_sentences)
         self.n_sentences = n_sentences
         self.width = width
-        self.ranges = shard_ranges(n_sentences, chunk_sentences)
-        self.written_here = 0
 
-    def status(self) -> str:
-        """'complete' (same identity, finished), 'partial' (same identity, unfinished) or 'new'."""
-        if (self.path / MANIFEST).is_file():
-            self.check_identity(read_manifest(self.path).get("identity", {}), "a word store")
-            self.remove_work_files()  # a run killed right after its manifest left them behind
-            return "complete"
-        old = stored_identity(self.path)
-        if old is not None:
-            self.check_identity(old, "an unfinished word store")
-            return "partial"
-        return "new"
+    def finished_identity(self) -> dict[str, Any]:
+        return read_manifest(self.path).get("identity", {})
 
-    def check_identity(self, old: dict[str, Any], what: str) -> None:
-        differences = identity_differences(old, self.identity)
-        if differences:
-            raise UserError(f"--out {self.path} already holds {what} made with different settings:\n  "
-                            + "\n  ".join(differences) + "\nUse a new --out directory, re-run with the store's "
-                            "settings, or pass --overwrite to replace it.")
-
-    def prepare(self) -> str:
-        """Start or resume in a claimed run directory; the status before this call."""
-        status = self.status()
-        if status != "complete":
-            try:
-                make_dirs(self.path / SHARDS)
-                if status == "new":
-                    write_json_atomic(self.path / IDENTITY, self.identity)
-            except OSError as exc:
-                if disk.is_disk_full(exc):
-                    raise disk.full_error(self.path, disk.MARGIN_BYTES) from None
-                raise UserError(f"Cannot write to --out {self.path} ({exc.strerror or exc}). Choose a directory you "
-                                f"can write to.") from None
-        return status
+    def differences(self, old: dict[str, Any]) -> list[str]:
+        return identity_differences(old, self.identity)
 
     def chunk_file(self, k: int, suffix: str) -> Path:
         return self.path / SHARDS / f"chunk-{k:05d}{suffix}"
@@ -333,12 +303,7 @@ class WordStoreWriter:
             write_bytes_atomic(self.chunk_file(k, ".jsonl"), sentences_jsonl(sentences))
             write_json_atomic(self.chunk_file(k, ".json"), {"chunk": k, "sentences": [start, end],
                                                             "words": sum(lengths), "lengths": lengths})
-            with atomic_path(self.chunk_file(k, ".npy")) as tmp:
-                with tmp.open("wb") as handle:
-                    np.save(handle, array)
-                faults.kill_point("embed.shard.before_rename")
-        self.written_here += 1
-        faults.fail_point("embed.shard", self.written_here)
+            self.commit_array(self.chunk_file(k, ".npy"), array)
 
     def finalize(self, manifest: dict[str, Any], family: str = "words") -> dict[str, Any]:
         """Stream the chunks into the store's files, write the manifest (last; of `family`), remove the chunks; the
@@ -357,7 +322,7 @@ class WordStoreWriter:
                                                   "sentences": SENTENCES}, "digests": records}, family)
             faults.kill_point("embed.finalize.before_manifest")
             write_json_atomic(self.path / MANIFEST, full)
-        self.remove_work_files()
+        remove_work_files(self.path)  # chunks and identity, as the sentence store removes its shards
         return full
 
     def merge_vectors(self, n_words: int) -> dict[str, Any]:
@@ -391,9 +356,6 @@ class WordStoreWriter:
                 with self.chunk_file(k, ".jsonl").open("rb") as chunk:
                     shutil.copyfileobj(chunk, hashing)
             return hashing.record()
-
-    def remove_work_files(self) -> None:
-        remove_work_files(self.path)  # chunks and identity, as the sentence store removes its shards
 
 
 def npy_header(shape: tuple[int, ...], dtype: np.dtype) -> bytes:
