@@ -23,7 +23,7 @@ from bertkit.cli.output import (
 from bertkit.cli.show_answers import print_answers_jsonl, show_answer_evaluation, show_answer_predictions
 from bertkit.cli.show_tag_report import show_tag_report
 from bertkit.cli.show_word_predictions import print_sentences_jsonl, show_word_predictions
-from bertkit.cli.show_words import show_word_embed, show_word_probe
+from bertkit.cli.show_words import show_store_split, show_word_embed, show_word_probe
 from bertkit.commands.bench import BenchResult
 from bertkit.commands.embed import EmbedResult
 from bertkit.commands.evaluate import EvaluateConfig, EvaluateResult
@@ -98,15 +98,9 @@ def show_embed(summary: EmbedResult, view: View) -> None:
         show_word_embed(summary.words)
         return
     for split in summary.splits:
-        shape = "x".join(str(d) for d in split.shape)
-        if split.status == "complete":
-            out_console.print(f"{split.split}: store {split.path} is already complete ({shape}, same settings); "
-                              f"nothing to do.", highlight=False)
-            continue
-        resumed = (f", resumed: {split.shards_skipped} of {split.shards_total} shards were already done"
-                   if split.status == "resumed" else "")
-        out_console.print(f"{split.split}: {split.rows:,} rows -> {split.path} ({shape}, "
-                          f"{format_size(split.size_bytes)}){resumed}", highlight=False)
+        show_store_split(split.split, split.status, split.path, f"{split.rows:,} rows",
+                         "x".join(str(d) for d in split.shape), split.size_bytes, "shards", split.shards_skipped,
+                         split.shards_total)
     if not summary.complete_already:
         rate = (f"{summary.rows_per_s:,.1f} rows/s, {summary.tokens_per_s:,.0f} tokens/s" if summary.rows_per_s
                 else "-")

@@ -70,19 +70,26 @@ def show_word_probe(words: WordProbeRun, view: View) -> None:
         info(f"wrote {outputs['metrics']}, {outputs['layer_curve']}{saved}", view.quiet)
 
 
+def show_store_split(split: str, status: str, path: str, rows: str, shape: str, size_bytes: int, parts: str,
+                     done: int, total: int) -> None:
+    """One split of `embed`'s stores: complete already (nothing to do), or `rows` written to `path` (`shape`,
+    `size_bytes`), resumed where `done` of its `total` `parts` (shards, chunks) were already written."""
+    store = "word store" if parts == "chunks" else "store"
+    if status == "complete":
+        out_console.print(f"{split}: {store} {path} is already complete ({shape}, same settings); nothing to do.",
+                          highlight=False)
+        return
+    resumed = f", resumed: {done} of {total} {parts} were already done" if status == "resumed" else ""
+    out_console.print(f"{split}: {rows} -> {path} ({shape}, {format_size(size_bytes)}){resumed}", highlight=False)
+
+
 def show_word_embed(words: WordEmbedRun) -> None:
     """Each split's word store (complete already, written, resumed), then the throughput."""
     layers = words.pooling.label
     for split in words.splits:
-        shape = f"{split.words:,} words x {split.width}"
-        if split.status == "complete":
-            out_console.print(f"{split.split}: word store {split.path} is already complete ({shape}, same settings); "
-                              f"nothing to do.", highlight=False)
-            continue
-        resumed = (f", resumed: {split.chunks_skipped} of {split.chunks_total} chunks were already done"
-                   if split.status == "resumed" else "")
-        out_console.print(f"{split.split}: {split.sentences:,} sentences -> {split.path} ({shape}, "
-                          f"{format_size(split.size_bytes)}){resumed}", highlight=False)
+        show_store_split(split.split, split.status, split.path, f"{split.sentences:,} sentences",
+                         f"{split.words:,} words x {split.width}", split.size_bytes, "chunks", split.chunks_skipped,
+                         split.chunks_total)
     if not words.complete_already:
         rate = f"{words.words_per_s:,.0f} words/s" if words.words_per_s else "-"
         out_console.print(f"embedded {words.words_encoded:,} words in {words.seconds:.1f} s ({rate}; {words.precision} "

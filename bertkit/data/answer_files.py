@@ -35,7 +35,9 @@ def read_context_file(path: str) -> str:
     return text
 
 
-def _json_object(path: str, option: str, what: str) -> dict[str, Any]:
+def _json_object(path: str, option: str, what: str, valid: Any, values: str, fix: str) -> dict[str, Any]:
+    """The JSON object in file `path` (`option`'s), every value of which passes `valid`: one error names the file,
+    how many `values` fail and the first failing question id, with `what` is valid and the `fix`."""
     file = _existing(path, option, what)
     try:
         document = json.loads(file.read_text(encoding="utf-8-sig"))
@@ -44,29 +46,28 @@ def _json_object(path: str, option: str, what: str) -> dict[str, Any]:
     if not isinstance(document, dict):
         raise UserError(f"{option} {path} holds a JSON {type(document).__name__}, not an object. Valid: {what}. "
                         f"Write one object keyed by question id.")
+    wrong = [(qid, value) for qid, value in document.items() if not valid(value)]
+    if wrong:
+        qid, value = wrong[0]
+        raise UserError(f"{option} {path}: {len(wrong)} {values}; the first is question {qid!r}: "
+                        f"{json.dumps(value)[:80]}. Valid: {what}. {fix}")
     return document
 
 
 def read_answer_predictions(path: str) -> dict[str, str]:
     """{question id: answer text} of an official SQuAD predictions file ("" is no answer, SQuAD v2.0)."""
     what = 'the official SQuAD predictions format, {"question id": "answer text", ...} ("" for no answer)'
-    document = _json_object(path, "--predictions", what)
-    wrong = [(qid, value) for qid, value in document.items() if not isinstance(value, str)]
-    if wrong:
-        qid, value = wrong[0]
-        raise UserError(f"--predictions {path}: {len(wrong)} answer(s) are not text; the first is question {qid!r}: "
-                        f"{json.dumps(value)[:80]}. Valid: {what}. Write each answer as a string.")
-    return document
+    return _json_object(path, "--predictions", what, lambda value: isinstance(value, str),
+                        "answer(s) are not text", "Write each answer as a string.")
+
+
+def _finite_number(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
 
 
 def read_null_odds(path: str) -> dict[str, float]:
     """{question id: null odds} (the v2.0 script's --na-prob-file: higher means more likely unanswerable)."""
     what = '{"question id": number, ...}: each question\'s odds of having no answer (the SQuAD v2.0 --na-prob-file)'
-    document = _json_object(path, "--null-odds", what)
-    wrong = [(qid, value) for qid, value in document.items()
-             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)]
-    if wrong:
-        qid, value = wrong[0]
-        raise UserError(f"--null-odds {path}: {len(wrong)} value(s) are not finite numbers; the first is question "
-                        f"{qid!r}: {json.dumps(value)[:80]}. Valid: {what}. Write a number for each question.")
+    document = _json_object(path, "--null-odds", what, _finite_number, "value(s) are not finite numbers",
+                            "Write a number for each question.")
     return {qid: float(value) for qid, value in document.items()}

@@ -162,7 +162,7 @@ def unowned_message(out: Path, command: str, found: list[Unowned]) -> str:
         f"else (not even with --overwrite). Move them out of {out}"
         + (" (or delete the changed ones, if they are bertkit's own files, damaged)"
            if any(u.why == CHANGED for u in found) else "")
-        + f", or choose another --out, e.g. --out {suggest_out(out, command)}."
+        + f", or {another_out(out, command)}"
     )
 
 
@@ -173,25 +173,22 @@ def foreign_message(out: Path, command: str, names: list[str]) -> str:
     return (
         f"--out {out} holds files bertkit did not write ({', '.join(shown)}{more}); bertkit only writes into a new "
         f"or empty directory or one of its own runs, and never deletes what it did not write (not even with "
-        f"--overwrite). Choose another --out, e.g. --out {suggest_out(out, command)}."
+        f"--overwrite). {another_out(out, command, 'Choose')}"
     )
 
 
 def unrecorded_run_message(out: Path, owner: str) -> str:
     """A run of `owner` made before bertkit kept records (or with its record removed)."""
-    return (
-        f"--out {out} holds a `bertkit {owner}` run without the record of the files bertkit wrote there ({RECORD}): "
-        f"it was made by an older bertkit, or its record was removed. bertkit deletes or replaces only files its "
-        f"record says it wrote, so it does not guess which of these are its own (not even with --overwrite). "
-        f"{move_aside(out, owner)}"
-    )
+    return (f"--out {out} holds a `bertkit {owner}` run without the record of the files bertkit wrote there ({RECORD}): "
+            f"it was made by an older bertkit, or its record was removed. bertkit deletes or replaces only files its "
+            f"record says it wrote, so it does not guess which of these are its own (not even with --overwrite). "
+            + move_aside(out, owner))
 
 
 def move_aside(out: Path, command: str) -> str:
     """The fix for a run bertkit will not touch: move it aside, or write elsewhere."""
     aside = out.with_name(f"{out.name}.old") if out.name else Path("old-run")
-    return (f"Move that run aside (e.g. `mv {out} {aside}`) and re-run, or choose another --out, e.g. --out "
-            f"{suggest_out(out, command)}.")
+    return f"Move that run aside (e.g. `mv {out} {aside}`) and re-run, or {another_out(out, command)}"
 
 
 
@@ -312,6 +309,11 @@ def place_file(source: Path, target: Path) -> None:
 def suggest_out(out: Path, command: str) -> Path:
     """The --out an error message suggests instead of `out`."""
     return out.with_name(f"{out.name}-{command}") if out.name else Path("runs") / command
+
+
+def another_out(out: Path, command: str, verb: str = "choose") -> str:
+    """The end of a refusal's fix: another --out to write to, named (`verb` "Choose" to start a sentence)."""
+    return f"{verb} another --out, e.g. --out {suggest_out(out, command)}."
 
 
 # ---------------------------------------------------------------- what a command reads is never inside its --out

@@ -37,6 +37,7 @@ from bertkit.io.ownership import (
     SPLIT_NAMES,
     STAGING,
     STORE_FORMAT,
+    another_out,
     check_out_not_input,
     foreign_message,
     move_aside,
@@ -275,7 +276,7 @@ def _holds_own_run(base: Path, command: str, out: Path) -> bool:
     if owner is not None and content and owner != command:
         raise UserError(
             f"--out {out} holds a `bertkit {owner}` run; `bertkit {command}` never writes into another command's "
-            f"run (not even with --overwrite). Choose another --out, e.g. --out {suggest_out(out, command)}."
+            f"run (not even with --overwrite). {another_out(out, command, 'Choose')}"
         )
     if not rec.exists():
         if names and owner is None:

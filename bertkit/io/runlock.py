@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 
 from bertkit.errors import UserError
-from bertkit.io.ownership import suggest_out
+from bertkit.io.ownership import another_out
 
 LOCK = ".bertkit-lock"
 
@@ -91,8 +91,7 @@ def busy_message(out: Path, command: str, pid: int | None) -> str:
     return (
         f"--out {out} is being written right now by another bertkit run ({who} holds its lock, {Path(out) / LOCK}); "
         f"one run writes a folder at a time, or they would remove and replace each other's files. Wait for that run "
-        f"to end (or stop it: its lock goes with it), then re-run; or choose another --out, e.g. --out "
-        f"{suggest_out(Path(out), command)}."
+        f"to end (or stop it: its lock goes with it), then re-run; or {another_out(Path(out), command)}"
     )
 
 
