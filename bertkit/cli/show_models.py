@@ -36,13 +36,18 @@ def show_export(result: ExportResult, view: View) -> None:
 
 def _gate_rows(gate: GateReport) -> list[list[Any]]:
     """The gate's numbers, each gated one with its threshold: features' cosines; a classifier's label agreement per
-    row; a tagger's tag agreement per word, its entity agreement and, on gold tags, the drop of its score."""
+    row; a tagger's tag agreement per word, its entity agreement and, on gold tags, the drop of its score; a
+    question-answering model's answer agreement per question, its overlap, and the drop of its F1."""
     minimum = f" (min {gate.threshold:g})"
     if gate.statistic == "mean_cosine":
         return [["rows", gate.rows], ["mean cosine with fp32", f"{gate.mean_cosine:.4f}{minimum}"],
                 ["lowest cosine", f"{gate.min_cosine:.4f}"], ["largest difference", f"{gate.max_abs_diff:.4g}"]]
-    if gate.words is None:
-        rows: list[list[Any]] = [["rows", gate.rows], ["label agreement with fp32", f"{gate.agreement:.4f}{minimum}"]]
+    if gate.answer_f1_agreement is not None:  # a question-answering model: answers per question
+        rows: list[list[Any]] = [["questions", gate.rows], ["answer agreement with fp32", f"{gate.agreement:.4f}"
+                                                                                          f"{minimum}"],
+                                 ["answer overlap with fp32 (F1)", f"{gate.answer_f1_agreement:.4f}"]]
+    elif gate.words is None:
+        rows = [["rows", gate.rows], ["label agreement with fp32", f"{gate.agreement:.4f}{minimum}"]]
     else:
         rows = [["sentences", gate.rows], ["words", gate.words], ["tag agreement with fp32", f"{gate.agreement:.4f}"
                                                                   f"{minimum}"]]

@@ -50,7 +50,7 @@ from bertkit.options import (
 log = logging.getLogger(__name__)
 
 
-EXPORT_KINDS = ("auto", "classifier", "features", "tagger")
+EXPORT_KINDS = ("auto", "classifier", "features", "tagger", "answerer")
 QUANTIZE = ("int8", "none")
 @dataclass(frozen=True)
 class ExportConfig(Config):
@@ -75,9 +75,11 @@ class ExportConfig(Config):
                                "(a folder, hub id, or `minilm-offline`).", panel=MODEL)
     out: str | None = option(None, "The export folder: model.onnx, config.json, tokenizer, bertkit_model.json, "
                              "export_report.json.", panel=OUTPUT)
-    kind: str = option("auto", "classifier (logits of a fine-tuned head), tagger (per-piece logits of a tagging model) "
-                       "or features (pooled encoder features); auto: tagger for a tagging model, classifier when the "
-                       "folder has a trained classification head.", panel=MODEL, choices=EXPORT_KINDS)
+    kind: str = option("auto", "classifier (logits of a fine-tuned head), tagger (per-piece logits of a tagging model), "
+                       "answerer (start and end logits of a question-answering model) or features (pooled encoder "
+                       "features); auto: tagger for a tagging model, answerer for a question-answering model, "
+                       "classifier when the folder has a trained classification head.", panel=MODEL,
+                       choices=EXPORT_KINDS)
     quantize: str = option("int8", "int8: onnxruntime dynamic int8 weights (smaller, faster on a CPU); none: fp32.",
                            panel=MODEL, choices=QUANTIZE)
     inputs: LabelOptions = group(LabelOptions)
@@ -177,7 +179,7 @@ def run(cfg: ExportConfig, progress: bool = False) -> ExportResult:
                         os.path.getsize(Path(cfg.out or "").expanduser() / onnx.MODEL_FILE))
 
 
-OPTION_OF = {"max_drop": "tagger", "min_agreement": "classifier and tagger"}
+OPTION_OF = {"max_drop": "tagger and answerer", "min_agreement": "classifier, tagger and answerer"}
 """The kinds of export an option is read by, where not only features exports (the warning about an ignored one)."""
 
 

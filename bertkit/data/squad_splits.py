@@ -98,3 +98,42 @@ def load_qa_training(inputs: Any) -> QATraining:
                         f"{dev.source} (the first is {shared[0]!r}): dev would score questions the model learnt. "
                         f"Valid: disjoint sets. Pass a dev set of other questions.")
     return QATraining(train, dev, kept(train), kept(dev), test, kept(test) if test is not None else ())
+
+
+@dataclass(frozen=True)
+class GateQuestions:
+    """The questions a question-answering model's export gate reads (`bertkit export`; compared by
+    `bertkit.scoring.answer_gate`): a SQuAD set as checked, the first --limit of its questions, with their gold
+    answers (so the gate scores both models officially)."""
+
+    corpus: QACorpus
+    questions: tuple[Question, ...]
+
+    @property
+    def source(self) -> str:
+        return str(self.corpus.source)
+
+    @property
+    def fingerprint(self) -> str:
+        return qa_fingerprint(self.corpus)
+
+    def __len__(self) -> int:
+        return len(self.questions)
+
+
+def read_gate_questions(data: str, limit: int | None = None, data_config: str | None = None,
+                        split: str = "train") -> GateQuestions:
+    """--data for a question-answering export's gate: a SQuAD file (or the `split` of a hub dataset) read and checked
+    whole under its own version, as `bertkit evaluate` reads it; its first `limit` questions."""
+    corpus = read_squad(DataSource(data) if is_file_value(data) else DataSource(data, split, data_config))
+    return GateQuestions(corpus, corpus.questions[:limit] if limit else corpus.questions)
+
+
+def run_dev_questions(config: dict[str, Any], limit: int | None = None) -> GateQuestions:
+    """The dev set of a `bertkit finetune` run on questions, from its recorded config (paths as it read them): --dev,
+    a file or a split of the hub dataset --data."""
+    data, dev = config.get("data"), config.get("dev")
+    if not data or not dev:
+        raise UserError("the run records no --data and --dev")
+    corpus = read_squad(qa_source(str(dev), "--dev", str(data), config.get("data_config")))
+    return GateQuestions(corpus, corpus.questions[:limit] if limit else corpus.questions)

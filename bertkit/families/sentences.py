@@ -89,6 +89,10 @@ class Sentences(Family):
             problems.append(f"--kind tagger exports a tagging model (`bertkit finetune` on tagged data: its "
                             f"bertkit_model.json records the task `tags`); {cfg.model} is not one. Drop --kind (auto), "
                             f"or pass a tagging model's best/ folder.")
+        if command == "export" and cfg.kind == "answerer":
+            problems.append(f"--kind answerer exports a question-answering model (`bertkit finetune` on SQuAD data: "
+                            f"its bertkit_model.json records the family `spans`); {cfg.model} is not one. Drop --kind "
+                            f"(auto), or pass a question-answering model's best/ folder.")
         return problems + (probe_problems(cfg) if command == "probe" else [])
 
     def refused_options(self, cfg: Any, command: str, source: str | None = None) -> list[str]:

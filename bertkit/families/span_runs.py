@@ -65,10 +65,11 @@ def answer_reading(cfg: Any) -> QAReading:
 
 
 def loaded_answerer(cfg: Any) -> tuple[Any, SavedAnswerer, AnswerSettings]:
-    """(`cfg` read as the model records, the model loaded in the run's one resolution of --precision, how its answers
-    are read: run_qa.py's post-processing with --n-best and --max-answer-length; unanswerable questions where the model
-    was trained on SQuAD v2.0 or --null-threshold is given, at --null-threshold or the threshold its dev set chose).
-    The folder and the reading are checked before torch is imported."""
+    """(`cfg` read as the model records, the model (a PyTorch folder, or its ONNX export in the precision baked into
+    it) loaded in the run's one resolution of --precision, how its answers are read: run_qa.py's post-processing with
+    --n-best and --max-answer-length; unanswerable questions where the model was trained on SQuAD v2.0 or
+    --null-threshold is given, at --null-threshold or the threshold its dev set chose). The folder and the reading
+    are checked before torch is imported."""
     from bertkit.models import loading
 
     loading.check_model_folder(cfg.model or "")  # its files as recorded, before anything reads them
@@ -77,13 +78,16 @@ def loaded_answerer(cfg: Any) -> tuple[Any, SavedAnswerer, AnswerSettings]:
     version, _, threshold = saved_question_answering(cfg.model or "")
     settings = cfg.answers.settings(version == "2.0" or cfg.answers.null_threshold is not None, threshold)
     raise_if_problems(settings.problems())
-    from bertkit.models.answerer import load_answerer
+    from bertkit.models import infer  # torch
+    from bertkit.models.onnx_answerer import load_any_answerer
 
-    compute, notes = Compute.over_record(None, cfg.precision, Compute.recorded_in(read_model_info(
-        Path(cfg.model or "").expanduser())), f"The model {cfg.model}")
+    compute, notes = infer.export_compute_of(cfg.model or "", cfg.precision), []  # an export: its own, on the CPU
+    if compute is None:
+        compute, notes = Compute.over_record(None, cfg.precision, Compute.recorded_in(read_model_info(
+            Path(cfg.model or "").expanduser())), f"The model {cfg.model}")
     for note in notes:
         log.warning("%s", note)
-    return cfg, load_answerer(cfg.model or "", compute, reading), settings
+    return cfg, load_any_answerer(cfg.model or "", compute, reading), settings
 
 
 def answered(answerer: SavedAnswerer, questions: Sequence[Question], settings: AnswerSettings, batch_size: int,

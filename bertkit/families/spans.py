@@ -17,6 +17,7 @@ from bertkit.encoding.reading import Reading
 from bertkit.errors import raise_if_problems
 from bertkit.families.base import Family
 from bertkit.families.results import Evaluation, Predictions
+from bertkit.families.span_exports import AnswererExport
 from bertkit.families.span_runs import span_evaluation, span_predictions
 from bertkit.models.metadata import is_question_answerer, saved_reading
 from bertkit.options import flag, is_given
@@ -41,11 +42,14 @@ class Spans(Family):
     doing: ClassVar[dict[str, str]] = {
         "finetune": "fine-tuning on questions on passages (SQuAD)", "sweep": "fine-tuning on questions on passages "
         "(SQuAD)", "predict": "a question-answering model (it reads --question with --context, or SQuAD --data)",
-        "evaluate": "a question-answering model (or --predictions) on SQuAD --data"}
+        "evaluate": "a question-answering model (or --predictions) on SQuAD --data",
+        "export": "a question-answering model: its gate reads SQuAD questions, each passage in the windows the model "
+                  "records"}
     not_read: ClassVar[dict[str, tuple[str, ...]]] = {
         "finetune": TRAINING_NOT_READ, "sweep": TRAINING_NOT_READ,
         "predict": DATA_NOT_READ,
         "evaluate": (*DATA_NOT_READ, "metric"),
+        "export": (*DATA_NOT_READ, "text_pair_column", "label_sep", "task_preset", "truncation", "long_text", "stride"),
     }
 
     def reads(self, inputs: Any, task: str) -> bool:
@@ -62,6 +66,9 @@ class Spans(Family):
             return predict_problems(cfg)
         if command == "evaluate":
             return evaluate_problems(cfg)
+        if command == "export" and cfg.kind not in ("auto", AnswererExport.kind):
+            return [f"--kind {cfg.kind} does not apply to {cfg.model}: it is a question-answering model, exported with "
+                    f"its start and end logits per token. Drop --kind (auto), or pass --kind answerer."]
         if command not in ("finetune", "sweep"):
             return []
         return dev_problems(cfg.inputs.dev) + not_squad_problems((cfg.inputs.data, cfg.inputs.dev, cfg.inputs.test))
@@ -74,6 +81,10 @@ class Spans(Family):
         """The official SQuAD scores of a model's (or a --predictions file's) answers on --data
         (`span_runs.span_evaluation`)."""
         return span_evaluation(cfg, claim, progress)
+
+    def exporter(self, cfg: Any) -> AnswererExport:
+        """A question-answering model's start and end logits (`span_exports.AnswererExport`)."""
+        return AnswererExport()
 
     # ---------------------------------------------------------------- fine-tuning (finetune, sweep)
 

@@ -117,8 +117,9 @@ def card_body(facts: CardFacts) -> str:
     base = hub_base_model(facts.model)
     origin = f"[{base}](https://huggingface.co/{base})" if base else f"the local model `{facts.model}`"
     where = f" (the `{facts.role}/` model, step {facts.step})" if facts.role in ("best", "final") else ""
+    shape = _shape_words(facts.task)
     lines = [f"# {_model_name(facts)}", "",
-             f"A {_shape_words(facts.task)} model {title} {origin} with [bertkit](https://pypi.org/project/bertkit)"
+             f"{'An' if shape[0] in 'aeiou' else 'A'} {shape} model {title} {origin} with [bertkit](https://pypi.org/project/bertkit)"
              f"{where}.", ""]
     lines += _lineage(facts)
     if facts.data:
@@ -242,9 +243,13 @@ def check_model_card(folder: str | Path) -> list[str]:
 
 
 EXPORT_GATE_KEYS = ("statistic", "threshold", "agreement", "disagreeing_rows", "words", "disagreeing_words",
-                    "entity_agreement", "max_abs_logit_diff", "mean_cosine", "min_cosine", "metric", "metric_fp32",
-                    "metric_export", "metric_drop", "max_drop", "passed", "forced")
+                    "entity_agreement", "answer_f1_agreement", "max_abs_logit_diff", "mean_cosine", "min_cosine",
+                    "metric", "metric_fp32", "metric_export", "metric_drop", "max_drop", "passed", "forced")
 """The numbers of an export's gate its card shows (those the gate of its kind measured)."""
+
+
+LABELLESS_KINDS = ("features", "answerer")
+"""Exports whose outputs name no labels (an encoder's features; a question-answering model's start and end scores)."""
 
 
 def export_card_facts(report: dict[str, Any], model: str, source: str, data: dict[str, Any],
@@ -253,7 +258,7 @@ def export_card_facts(report: dict[str, Any], model: str, source: str, data: dic
     the hub model it came from, as that folder's own card says), its labels or tags (`id2label`; none for features),
     the precision, and the gate's numbers - its metric on the gate data (`data`: source, fingerprint, rows) after
     export, agreement or cosine with fp32."""
-    labels = [str(v) for _, v in sorted((id2label or {}).items())] if report["kind"] != "features" else []
+    labels = [str(v) for _, v in sorted((id2label or {}).items())] if report["kind"] not in LABELLESS_KINDS else []
     source_card = Path(source) / CARD_FILE
     base = read_model_card(source).data.base_model if source_card.is_file() else None
     results = {}

@@ -24,11 +24,12 @@ class GateOptions:
     """The gate group of `bertkit export`: the least agreement, the most score drop and the least cosine an export
     must show against the PyTorch fp32 model to be kept, and --force."""
 
-    min_agreement: float = option(0.99, "The least share of gate rows (a tagger: of words) whose label (tag) the export "
-                                  "predicts as the PyTorch fp32 model does; below it nothing is kept (exit 2).",
-                                  panel=RUN, minimum=0)
+    min_agreement: float = option(0.99, "The least share of gate rows (a tagger: of words; a question-answering model: "
+                                  "of questions) whose label (tag, answer text) the export predicts as the PyTorch "
+                                  "fp32 model does; below it nothing is kept (exit 2).", panel=RUN, minimum=0)
     max_drop: float = option(0.01, "Taggers, gate data with gold tags: the most the export's entity F1 (plain tags: word "
-                             "accuracy) may fall below the PyTorch fp32 model's; more and nothing is kept (exit 2).",
+                             "accuracy) may fall below the PyTorch fp32 model's; question-answering models: its "
+                             "official F1 as a share (0.01: one point); more and nothing is kept (exit 2).",
                              panel=RUN, minimum=0)
     min_cosine: float = option(MIN_COSINE, "Features: the least mean (over the gate rows) cosine similarity between the "
                                "export's and the PyTorch fp32 features; below it nothing is kept (exit 2). Measured "
@@ -71,7 +72,10 @@ class GateReport(JsonRecord):
     entity_agreement: float | None = None
     """A tagger's gate: strict seqeval F1 of the export's entities against the fp32 model's (entity schemes)."""
     metric_drop: float | None = None
-    """A tagger's gate on gold tags: metric_fp32 - metric_export, at most `max_drop` to pass."""
+    """A tagger's gate on gold tags (a question-answering model's on gold answers): metric_fp32 - metric_export, at
+    most `max_drop` to pass."""
+    answer_f1_agreement: float | None = None
+    """A question-answering model's gate: the mean SQuAD F1 of the export's answers against the fp32 model's."""
     max_drop: float | None = None
     mean_cosine: float | None = None
     min_cosine: float | None = None
@@ -98,8 +102,8 @@ def refusal_message(report: dict[str, Any], cfg: Any) -> str:
     """The gate's refusal (`cfg`: the ExportConfig): the numbers (with the digits that show them below the
     threshold), that nothing was written, and the fixes."""
     what = f"The {'int8 ' if cfg.quantized else ''}ONNX export of {cfg.model}"
-    if report.get("words") is not None:
-        numbers = _tagger_numbers(report, cfg)
+    if report.get("words") is not None or report.get("task") == "spans":
+        numbers = (_tagger_numbers if report.get("words") is not None else _answer_numbers)(report, cfg)
         lower = "--min-agreement (or raise --max-drop)"
     elif report["statistic"] == "agreement":
         share = below(report["agreement"], cfg.gate.min_agreement)
@@ -137,6 +141,23 @@ def _tagger_numbers(report: dict[str, Any], cfg: Any) -> str:
     if report.get("entity_agreement") is not None:
         numbers += f"; its entities agree with the fp32 model's at F1 {report['entity_agreement']:.4f}"
     return numbers + f"; largest logit difference {report['max_abs_logit_diff']:.3g}"
+
+
+def _answer_numbers(report: dict[str, Any], cfg: Any) -> str:
+    """A question-answering model's gate numbers: what failed (the answer agreement below --min-agreement, the F1's
+    drop above --max-drop), then the rest."""
+    failed = []
+    if report["agreement"] < cfg.gate.min_agreement:
+        failed.append(f"answers a share {below(report['agreement'], cfg.gate.min_agreement)} of {report['rows']} gate "
+                      f"questions with the PyTorch fp32 model's answer text ({report['disagreeing_rows']} differ), "
+                      f"below --min-agreement {cfg.gate.min_agreement!r}")
+    drop = report.get("metric_drop")
+    if drop is not None and drop > cfg.gate.max_drop:
+        failed.append(f"scores F1 {_number(report['metric_export'])} on the gold answers against the fp32 model's "
+                      f"{_number(report['metric_fp32'])}, a drop of {drop:.4f} (as shares: 0.01 is one point), above "
+                      f"--max-drop {cfg.gate.max_drop!r}")
+    return " and ".join(failed) + (f"; its answers overlap the fp32 model's at F1 {report['answer_f1_agreement']:.4f}; "
+                                   f"largest logit difference {report['max_abs_logit_diff']:.3g}")
 
 
 def _number(score: float | None) -> str:

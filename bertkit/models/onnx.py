@@ -3,13 +3,15 @@ runner the inference loop (`bertkit.models.infer.run_batches`) calls like a mode
 in, a torch tensor out), so predict, evaluate and embed read an export folder as they read a PyTorch one.
 
 A folder holds `model.onnx` (inputs input_ids, attention_mask and - where the model takes them - token_type_ids,
-int64, dynamic batch and sequence axes; output `logits` for a classifier (batch, labels) and for a tagger (batch,
-pieces, tags: one row per word piece), `features` for an encoder), `config.json` (the model's Hugging Face config,
-id2label included, so optimum's ORTModelFor{Sequence,Token}Classification loads it), the tokenizer files,
-`bertkit_model.json` with an `"onnx"` section (kind, quantized, the baked-in feature spec, opset, source model and
-revision) beside the source's own record for a classifier or a tagger (a tagger's task `tags`, tag scheme and reading
-of words: read back by `bertkit.models.onnx_tagger`), and `export_report.json` (the accuracy gate's numbers,
-`bertkit.families.sentence_exports`).
+int64, dynamic batch and sequence axes; output `logits` for a classifier (batch, labels), for a tagger (batch,
+pieces, tags: one row per word piece) and for a question-answering model (batch, tokens, 2: its start and end
+scores stacked, as `models.answerer.SpanLogits` gives them), `features` for an encoder), `config.json` (the model's
+Hugging Face config, id2label included, so optimum's ORTModelFor{Sequence,Token}Classification loads it), the
+tokenizer files, `bertkit_model.json` with an `"onnx"` section (kind, quantized, the baked-in feature spec, opset,
+source model and revision) beside the source's own record for a classifier, a tagger (a tagger's task `tags`, tag
+scheme and reading of words: read back by `bertkit.models.onnx_tagger`) or a question-answering model (its family
+`spans`, SQuAD version, window and doc stride: read back by `bertkit.models.onnx_answerer`), and
+`export_report.json` (the accuracy gate's numbers, `bertkit.families.sentence_exports`).
 
 The graph is traced through bertkit's own fast forward, so it skips the same work: a classifier's last layer runs
 for [CLS] alone (`fastforward.SequenceClassifier`), an encoder runs only the layers its features read and pools
@@ -49,10 +51,13 @@ MODEL_FILE = "model.onnx"
 REPORT_FILE = "export_report.json"
 FORMAT = "bertkit-onnx/1"
 OPSET = 17
-KINDS = ("classifier", "features", "tagger")
-OUTPUT_NAMES = {"classifier": "logits", "features": "features", "tagger": "logits"}
-WANTED = {"classifier": "a fine-tuned classifier", "features": "an encoder's features", "tagger": "a tagging model"}
+KINDS = ("classifier", "features", "tagger", "answerer")
+OUTPUT_NAMES = {"classifier": "logits", "features": "features", "tagger": "logits", "answerer": "logits"}
+WANTED = {"classifier": "a fine-tuned classifier", "features": "an encoder's features", "tagger": "a tagging model",
+          "answerer": "a question-answering model"}
 """What a command that needs each kind of export asks for, in its refusal of another kind."""
+PER_TOKEN = ("tagger", "answerer")
+"""Kinds whose output has a row per token: the sequence axis of the output is dynamic too."""
 INSTALL_HINT = "pip install 'bertkit[onnx]' (or `make install`)"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt", "vocab.json",
                    "merges.txt", "added_tokens.json", "chat_template.jinja")
@@ -125,6 +130,29 @@ class TokenLogits:
     logits: torch.Tensor
 
 
+@dataclass(frozen=True)
+class SpanScores:
+    """What a transformers question-answering model returns, as far as its callers read it: `start_logits` and
+    `end_logits`, (batch, tokens) each."""
+
+    start_logits: torch.Tensor
+    end_logits: torch.Tensor
+
+
+class OnnxQuestionAnswerer(OnnxModel):
+    """A question-answering export's session called as a transformers question-answering model is
+    (`models.answerer.SpanLogits` calls it): keyword inputs -> `start_logits` and `end_logits`. Never in training
+    mode."""
+
+    training = False
+
+    def __call__(self, batch: dict[str, torch.Tensor] | None = None,  # type: ignore[override]
+                 **inputs: torch.Tensor) -> SpanScores:
+        given = {name: tensor for name, tensor in (inputs if batch is None else batch).items() if tensor is not None}
+        logits = super().__call__(given)
+        return SpanScores(logits[..., 0], logits[..., 1])
+
+
 class OnnxTokenClassifier(OnnxModel):
     """A tagger export's session called as a transformers token classifier is (`models.tagger.TokenClassifier` calls
     it): keyword inputs -> an output whose `logits` are (batch, pieces, tags). Never in training mode."""
@@ -164,8 +192,12 @@ def load_export(folder: str | Path, kind: str | None = None, command: str = "thi
                         f"model with `bertkit export --kind {kind} ...`, or pass the PyTorch model folder.")
     loading.check_model_folder(str(path))  # model.onnx, config and tokenizer as recorded at export
     session = open_session(path / MODEL_FILE)
-    runner = OnnxTokenClassifier if info["kind"] == "tagger" else OnnxModel
+    runner = RUNNERS.get(info["kind"], OnnxModel)
     return runner(path, session, loading.load_config(str(path)), info)
+
+
+RUNNERS: dict[str, type[OnnxModel]] = {"tagger": OnnxTokenClassifier, "answerer": OnnxQuestionAnswerer}
+"""The runner of each kind called as its transformers model is (any other kind: `OnnxModel`)."""
 
 
 def load_for_inference(folder: str) -> tuple[OnnxModel, Any, LabelMap]:
@@ -212,13 +244,30 @@ def tagger_function(model: Any) -> Any:
     return lambda b: model(**b).logits
 
 
+def answerer_function(model: Any) -> Any:
+    """A question-answering model's graph as a batch -> (batch, tokens, 2) function: its own forward, the start and
+    end logits stacked (what `models.answerer.SpanLogits` returns)."""
+    def logits(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        out = model(**batch)
+        return torch.stack([out.start_logits, out.end_logits], dim=-1)
+
+    return logits
+
+
+def graph_function(kind: str, model: Any) -> Any:
+    """The batch -> output function of the model an export of `kind` traces (features: the caller's
+    `features_fn`)."""
+    return {"classifier": classifier_function, "tagger": tagger_function, "answerer": answerer_function}[kind](model)
+
+
 def load_source_model(name: str, kind: str) -> Any:
-    """The PyTorch model an export of `kind` traces (a classifier, a tagger with its token head, or an encoder):
-    fp32, eval mode, eager attention (what the tracer reads)."""
+    """The PyTorch model an export of `kind` traces (a classifier, a tagger with its token head, a question-answering
+    model with its span head, or an encoder): fp32, eval mode, eager attention (what the tracer reads)."""
     if kind == "features":
         model = loading.load_encoder(name, attn_implementation="eager")
     else:
-        model = loading.load_classifier(name, require_head=True, tokens=kind == "tagger", attn_implementation="eager")
+        model = loading.load_classifier(name, require_head=True, tokens=kind == "tagger",
+                                        questions=kind == "answerer", attn_implementation="eager")
     return model.float().eval()
 
 
@@ -239,12 +288,9 @@ def export_onnx(model: Any, tokenizer: Any, kind: str, features_fn: Any, path: P
     model = model.float().eval()
     batch = sample_batch(model, tokenizer)
     names = tuple(batch)
-    if kind == "features":
-        fn = features_fn(batch)
-    else:
-        fn = (classifier_function if kind == "classifier" else tagger_function)(model)
+    fn = features_fn(batch) if kind == "features" else graph_function(kind, model)
     output = OUTPUT_NAMES[kind]
-    per_piece = kind == "tagger"  # a tagger's logits have a row per piece: the sequence axis is dynamic too
+    per_piece = kind in PER_TOKEN  # a row per piece (token): the sequence axis is dynamic too
     axes = {n: {0: "batch", 1: "sequence"} for n in names} | {output: {0: "batch", 1: "sequence"} if per_piece
                                                                else {0: "batch"}}
     with torch.no_grad(), warnings.catch_warnings(), _quiet_exporter():
