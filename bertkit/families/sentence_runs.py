@@ -18,7 +18,6 @@ from bertkit.features.settings import Pooling
 from bertkit.models.compute import Compute
 from bertkit.models.metadata import (
     read_as_saved,
-    read_model_info,
     saved_temperature,
     saved_threshold,
     warn_if_foreign,
@@ -200,12 +199,7 @@ def loaded_classifier(cfg: Any) -> tuple[Any, Any, Any, Compute]:
     export: its own): auto reads in the precision the model records where this device runs it natively."""
     from bertkit.models import infer
 
-    compute = infer.export_compute_of(cfg.model or "", cfg.precision)
-    if compute is None:
-        recorded = Compute.recorded_in(read_model_info(Path(cfg.model or "").expanduser()))
-        compute, notes = Compute.over_record(None, cfg.precision, recorded, f"The model {cfg.model}")
-        for note in notes:
-            log.warning("%s", note)
+    compute = infer.compute_of_model(cfg.model or "", cfg.precision)
     model, tokenizer, label_map = infer.load_for_inference(cfg.model or "", compute)
     warn_if_foreign(cfg.model or "")  # a plain transformers folder: read as its config says, said once
     return model, tokenizer, label_map, compute

@@ -22,8 +22,7 @@ from bertkit.encoding.qa_windows import QAReading
 from bertkit.encoding.reading import Reading
 from bertkit.errors import raise_if_problems
 from bertkit.families.results import Evaluation, Predictions, written_chunks
-from bertkit.models.compute import Compute
-from bertkit.models.metadata import read_as_saved, read_model_info, saved_question_answering, saved_reading
+from bertkit.models.metadata import read_as_saved, saved_question_answering, saved_reading
 from bertkit.scoring.scores import Scores
 
 if TYPE_CHECKING:
@@ -81,12 +80,7 @@ def loaded_answerer(cfg: Any) -> tuple[Any, SavedAnswerer, AnswerSettings]:
     from bertkit.models import infer  # torch
     from bertkit.models.onnx_answerer import load_any_answerer
 
-    compute, notes = infer.export_compute_of(cfg.model or "", cfg.precision), []  # an export: its own, on the CPU
-    if compute is None:
-        compute, notes = Compute.over_record(None, cfg.precision, Compute.recorded_in(read_model_info(
-            Path(cfg.model or "").expanduser())), f"The model {cfg.model}")
-    for note in notes:
-        log.warning("%s", note)
+    compute = infer.compute_of_model(cfg.model or "", cfg.precision)  # an export: its own, on the CPU
     return cfg, load_any_answerer(cfg.model or "", compute, reading), settings
 
 

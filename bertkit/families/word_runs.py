@@ -68,12 +68,7 @@ def tagger_predictions(cfg: Any, keep: int | None, on_chunk: Callable[[Any], Non
 
     loading.check_model_folder(cfg.model or "")  # its files as recorded, before anything reads them
     cfg = read_as_saved(cfg)
-    compute, notes = infer.export_compute_of(cfg.model or "", cfg.precision), []  # an export: its own, on the CPU
-    if compute is None:
-        compute, notes = Compute.over_record(None, cfg.precision, Compute.recorded_in(read_model_info(
-            Path(cfg.model or "").expanduser())), f"The model {cfg.model}")
-    for note in notes:
-        log.warning("%s", note)
+    compute = infer.compute_of_model(cfg.model or "", cfg.precision)  # an export: its own, on the CPU
     reading = Reading.of_words(TAGGER_WORD_POOL, cfg.reading.max_length, cfg.reading.stride)
     reader = tag_reader(cfg.model or "", compute, reading, cfg.batch_size, cfg.aggregate)
     kept, total = written_sentences(cfg.out, reader.tag(sentences_of(cfg)), keep, on_chunk)

@@ -127,17 +127,9 @@ def refusal_message(report: dict[str, Any], cfg: Any) -> str:
 def _tagger_numbers(report: dict[str, Any], cfg: Any) -> str:
     """A tagger's gate numbers: what failed first (the tag agreement below --min-agreement, the score's drop above
     --max-drop), then the rest."""
-    failed = []
-    if report["agreement"] < cfg.gate.min_agreement:
-        failed.append(f"tags a share {below(report['agreement'], cfg.gate.min_agreement)} of {report['words']} words "
-                      f"({report['rows']} gate sentences) as the PyTorch fp32 model does, below --min-agreement "
-                      f"{cfg.gate.min_agreement!r}")
-    drop = report.get("metric_drop")
-    if drop is not None and drop > cfg.gate.max_drop:
-        failed.append(f"scores {report['metric']} {_number(report['metric_export'])} on the gold tags against the "
-                      f"fp32 model's {_number(report['metric_fp32'])}, a drop of {drop:.4f}, above --max-drop "
-                      f"{cfg.gate.max_drop!r}")
-    numbers = " and ".join(failed)
+    share = below(report["agreement"], cfg.gate.min_agreement)
+    numbers = _failed(report, cfg, f"tags a share {share} of {report['words']} words ({report['rows']} gate "
+                      f"sentences) as the PyTorch fp32 model does", f"{report['metric']} {{}} on the gold tags", "")
     if report.get("entity_agreement") is not None:
         numbers += f"; its entities agree with the fp32 model's at F1 {report['entity_agreement']:.4f}"
     return numbers + f"; largest logit difference {report['max_abs_logit_diff']:.3g}"
@@ -146,18 +138,27 @@ def _tagger_numbers(report: dict[str, Any], cfg: Any) -> str:
 def _answer_numbers(report: dict[str, Any], cfg: Any) -> str:
     """A question-answering model's gate numbers: what failed (the answer agreement below --min-agreement, the F1's
     drop above --max-drop), then the rest."""
+    share = below(report["agreement"], cfg.gate.min_agreement)
+    numbers = _failed(report, cfg, f"answers a share {share} of {report['rows']} gate questions with the PyTorch fp32 "
+                      f"model's answer text ({report['disagreeing_rows']} differ)", "F1 {} on the gold answers",
+                      " (as shares: 0.01 is one point)")
+    return numbers + (f"; its answers overlap the fp32 model's at F1 {report['answer_f1_agreement']:.4f}; "
+                      f"largest logit difference {report['max_abs_logit_diff']:.3g}")
+
+
+def _failed(report: dict[str, Any], cfg: Any, agreed: str, scored: str, unit: str) -> str:
+    """Which of a gate's two tests failed: the model `agreed` with the fp32 model's outputs on a share below
+    --min-agreement; it `scored` (a format for its score) with a drop (`unit` says how to read it) above
+    --max-drop."""
     failed = []
     if report["agreement"] < cfg.gate.min_agreement:
-        failed.append(f"answers a share {below(report['agreement'], cfg.gate.min_agreement)} of {report['rows']} gate "
-                      f"questions with the PyTorch fp32 model's answer text ({report['disagreeing_rows']} differ), "
-                      f"below --min-agreement {cfg.gate.min_agreement!r}")
+        failed.append(f"{agreed}, below --min-agreement {cfg.gate.min_agreement!r}")
     drop = report.get("metric_drop")
     if drop is not None and drop > cfg.gate.max_drop:
-        failed.append(f"scores F1 {_number(report['metric_export'])} on the gold answers against the fp32 model's "
-                      f"{_number(report['metric_fp32'])}, a drop of {drop:.4f} (as shares: 0.01 is one point), above "
-                      f"--max-drop {cfg.gate.max_drop!r}")
-    return " and ".join(failed) + (f"; its answers overlap the fp32 model's at F1 {report['answer_f1_agreement']:.4f}; "
-                                   f"largest logit difference {report['max_abs_logit_diff']:.3g}")
+        failed.append(f"scores {scored.format(_number(report['metric_export']))} against the fp32 model's "
+                      f"{_number(report['metric_fp32'])}, a drop of {drop:.4f}{unit}, above --max-drop "
+                      f"{cfg.gate.max_drop!r}")
+    return " and ".join(failed)
 
 
 def _number(score: float | None) -> str:

@@ -9,11 +9,13 @@ a model takes (DistilBERT has no token_type_ids) is asked in one place, `bertkit
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import sys
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -28,10 +30,13 @@ from bertkit.models import loading, onnx, quantize
 from bertkit.models.compute import Compute
 from bertkit.models.fastforward import SequenceClassifier
 from bertkit.models.inputs import accepted_inputs
+from bertkit.models.metadata import read_model_info
 from bertkit.models.replay import Replayed
 
 BatchFn = Callable[[dict[str, torch.Tensor]], torch.Tensor]
 """One padded batch (on the device, only the inputs the model takes) -> a tensor with one row per input row."""
+
+log = logging.getLogger(__name__)
 
 
 def auto_token_budget(model: Any, device: torch.device) -> tuple[int, int]:
@@ -328,6 +333,20 @@ def export_compute_of(model_dir: str, precision: str) -> Compute | None:
         return None
     onnx.check_precision(precision, model_dir)
     return onnx.export_compute(model_dir)
+
+
+def compute_of_model(model_dir: str, precision: str) -> Compute:
+    """The one resolution of --precision for reading the model or export in `model_dir`: an export's own, on the
+    CPU; a model folder's `auto` the precision it records where this device runs it natively (a note logged where
+    the ask overrides the record)."""
+    compute = export_compute_of(model_dir, precision)
+    if compute is not None:
+        return compute
+    recorded = Compute.recorded_in(read_model_info(Path(model_dir).expanduser()))
+    compute, notes = Compute.over_record(None, precision, recorded, f"The model {model_dir}")
+    for note in notes:
+        log.warning("%s", note)
+    return compute
 
 
 def load_for_inference(model_dir: str, compute: Compute) -> tuple[Any, Any, LabelMap]:
