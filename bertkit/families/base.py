@@ -21,6 +21,10 @@ from bertkit.data.tagged import is_file_value
 from bertkit.errors import UserError
 from bertkit.options import all_fields, flag, given_options
 
+RUNS_AS = {"sweep": "finetune"}
+"""A command whose runs are another's (a sweep's trials are fine-tunes): a family's `doing` and `not_read` for it
+are that command's."""
+
 
 class Family:
     """A kind of problem, behind the one protocol every command calls (see the module docstring). Subclasses set
@@ -39,10 +43,10 @@ class Family:
     teacher"); a command not named: `rows`."""
     doing: ClassVar[Mapping[str, str]] = {}
     """Command -> what the command does on this family's data or models, for messages ("fine-tuning on tagged
-    data"); a command not named: `rows`."""
+    data"); a command not named: `rows` (sweep: finetune's, `RUNS_AS`)."""
     not_read: ClassVar[Mapping[str, tuple[str, ...]]] = {}
     """Command -> options every family may have but this family's path through that command does not read (given:
-    refused, naming them)."""
+    refused, naming them; sweep: finetune's, `RUNS_AS`)."""
 
     # ---------------------------------------------------------------- what it recognises (cheap: before torch)
 
@@ -65,7 +69,10 @@ class Family:
     # ---------------------------------------------------------------- options
 
     def doing_in(self, command: str) -> str:
-        return self.doing.get(command, self.rows)
+        return self.doing.get(RUNS_AS.get(command, command), self.rows)
+
+    def options_not_read(self, command: str) -> tuple[str, ...]:
+        return self.not_read.get(RUNS_AS.get(command, command), ())
 
     def describe(self, source: str | None, command: str) -> str:
         """What `source` (the data, or the model a command reads) is as this family's, for messages."""
@@ -89,7 +96,7 @@ class Family:
         owned = option_families(type(cfg))
         problems = []
         for name in given_options(cfg):
-            if (name in owned and self.name not in owned[name]) or name in self.not_read.get(command, ()):
+            if (name in owned and self.name not in owned[name]) or name in self.options_not_read(command):
                 owners = tuple(f for f in FAMILIES if f.name in owned.get(name, ()))
                 problems.append(self.refusal(name, owners, command, source))
         return problems + self.option_problems(cfg, command)

@@ -40,13 +40,13 @@ class Spans(Family):
     owner_phrase: ClassVar[dict[str, str]] = {"predict": "a question-answering model",
                                               "evaluate": "a question-answering model (or --predictions)"}
     doing: ClassVar[dict[str, str]] = {
-        "finetune": "fine-tuning on questions on passages (SQuAD)", "sweep": "fine-tuning on questions on passages "
-        "(SQuAD)", "predict": "a question-answering model (it reads --question with --context, or SQuAD --data)",
+        "finetune": "fine-tuning on questions on passages (SQuAD)",
+        "predict": "a question-answering model (it reads --question with --context, or SQuAD --data)",
         "evaluate": "a question-answering model (or --predictions) on SQuAD --data",
         "export": "a question-answering model: its gate reads SQuAD questions, each passage in the windows the model "
                   "records"}
     not_read: ClassVar[dict[str, tuple[str, ...]]] = {
-        "finetune": TRAINING_NOT_READ, "sweep": TRAINING_NOT_READ,
+        "finetune": TRAINING_NOT_READ,
         "predict": DATA_NOT_READ,
         "evaluate": (*DATA_NOT_READ, "metric"),
         "export": (*DATA_NOT_READ, "text_pair_column", "label_sep", "task_preset", "truncation", "long_text", "stride"),

@@ -55,15 +55,15 @@ class Words(Family):
     owner_phrase: ClassVar[dict[str, str]] = {"distill": "a tagging teacher",
                                               "predict": "a tagging model or word probe (one tag per word)"}
     doing: ClassVar[dict[str, str]] = {
-        "finetune": "fine-tuning on tagged data (one tag per word)", "sweep": "fine-tuning on tagged data (one tag "
-        "per word)", "distill": "distilling a tagger", "probe": "word probes (tagged data)", "embed": "tagged data (one tag per word)",
+        "finetune": "fine-tuning on tagged data (one tag per word)", "distill": "distilling a tagger",
+        "probe": "word probes (tagged data)", "embed": "tagged data (one tag per word)",
         "bench": "tagged data (one tag per word): bench times its sentences as a tagger reads them",
         "predict": "a tagging model (or word probe): it reads every word, a long sentence in windows of its max length",
         "evaluate": "a tagging model (tagged --data, words read in windows)",
         "export": "a tagging model: its gate reads sentences of words (a tagged file, or text with one sentence per "
                   "line), a long one in windows of its max length"}
     not_read: ClassVar[dict[str, tuple[str, ...]]] = {
-        "finetune": TRAINING_NOT_READ, "sweep": TRAINING_NOT_READ,
+        "finetune": TRAINING_NOT_READ,
         "distill": (*TRAINING_NOT_READ, "test"),
         "probe": ("test", "header", "cv", "C_grid", "class_weight", "repeats", "metric", "dev_fraction"),
         "embed": ("limit", "header", "cache_dir", "store_dtype"),
