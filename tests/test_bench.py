@@ -518,6 +518,7 @@ def test_run_measured_is_the_childs_own_peak_rss(bench_scripts, tmp_path):
     del ballast
 
 
+@pytest.mark.slow  # a benchmark script end to end (minutes on CI)
 def test_memory_bench_quick_path_runs_the_real_command(bench_scripts, tmp_path):
     bm, _ = bench_scripts
     out = tmp_path / "results" / "memory.json"
@@ -559,6 +560,7 @@ def test_memory_and_throughput_benches_with_models(bench_scripts, tmp_path):
     assert all(r["exit_code"] == 0 for r in report["runs"]), report["runs"]
 
 
+@pytest.mark.slow  # int8 reading: tests/test_quantize.py; bench itself: test_throughput_bench_side_by_side
 def test_cli_int8_times_each_model_beside_its_int8_copy(tiny_bert_dir, tiny_distilbert_dir, tmp_path, demo_dir):
     models = f"{tiny_distilbert_dir},{tiny_bert_dir}"
     report = _bench_json(["--models", models, "--data", str(demo_dir / "dev.tsv"), *FAST, "--precision", "int8"],

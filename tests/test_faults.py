@@ -255,6 +255,7 @@ def run_disk_full(argv: list[str], point: str) -> subprocess.CompletedProcess:
     return proc
 
 
+@pytest.mark.slow  # the full disk at a checkpoint and before one: tests/test_integrity.py, in the default run
 def test_finetune_full_disk_in_small_writes_then_same_command_finishes_exactly(tiny_bert_dir, data, tmp_path):
     """Not only checkpoints and model folders: the run's small files hit a full disk too - the best model's dev
     probabilities, then (re-run) the metrics log, then (re-run) metrics.json at the very end. Each is the disk-full
@@ -272,6 +273,7 @@ def test_finetune_full_disk_in_small_writes_then_same_command_finishes_exactly(t
     assert_same_training(out, reference)
 
 
+@pytest.mark.slow  # a full disk in embed: tests/test_integrity.py, in the default run
 def test_embed_full_disk_at_start_and_at_the_manifest_then_same_command_is_byte_identical(tiny_bert_dir, data, tmp_path):
     """The store's first file (identity.json) and its last (manifest.json, after the merge) hit a full disk: each
     is the disk-full message, not a traceback or "choose a directory you can write to"; the re-run finishes the

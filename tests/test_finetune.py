@@ -154,6 +154,7 @@ def test_interrupted_and_resumed_run_matches_an_uninterrupted_one(tiny_bert_dir,
     assert again.already_finished and again.metrics["global_step"] == 10
 
 
+@pytest.mark.slow  # kills at every finetune point: tests/test_faults.py, in the default run
 def test_sigkill_mid_run_leaves_a_resumable_run(tiny_bert_dir, toy_files, tmp_path, record_as_bertkit):
     train, dev = toy_files
     out = tmp_path / "run"

@@ -84,7 +84,10 @@ def cut_run(model: Path, data: Path, out: Path, after_step: int, monkeypatch) ->
 # ---------------------------------------------------------------- verified resume
 
 
-@pytest.mark.parametrize("damage", ["random_states_0.pkl", "trainer_state.json", "model.safetensors"])
+@pytest.mark.parametrize("damage", [  # one in the default run; the others the same path (`make test-slow`)
+    pytest.param("random_states_0.pkl", marks=pytest.mark.slow),
+    pytest.param("trainer_state.json", marks=pytest.mark.slow),
+    "model.safetensors"])
 def test_a_damaged_checkpoint_is_refused_naming_the_intact_one(tiny_bert_dir, data, tmp_path, monkeypatch, damage):
     """Accelerate would skip a damaged RNG file and the resumed run would quietly differ: the checksum manifest
     catches every file, the run refuses and names the intact checkpoint; resuming from that one ends exact."""
@@ -156,6 +159,7 @@ def test_a_diverging_run_stops_with_the_step_the_cause_and_the_last_good_checkpo
 # ---------------------------------------------------------------- a full disk
 
 
+@pytest.mark.slow  # the full disk while writing a checkpoint: test_full_disk_while_writing_a_checkpoint
 def test_full_disk_before_a_checkpoint_is_one_message_and_the_same_command_resumes(
         tiny_bert_dir, data, tmp_path, monkeypatch):
     whole = tmp_path / "whole"

@@ -129,6 +129,7 @@ def test_resume_after_injected_failure_is_byte_identical(tiny_bert_dir, toy_tsv,
         np.testing.assert_allclose(np.linalg.norm(st.features.astype(np.float32), axis=-1), 1.0, atol=2e-3)
 
 
+@pytest.mark.slow  # kills at every embed point: tests/test_faults.py, in the default run
 def test_sigkill_then_rerun_is_byte_identical(tiny_bert_dir, toy_tsv, tmp_path):
     """A real SIGKILL (self-inflicted after 3 shards, through the test hook) in a subprocess, then resume."""
     common = [sys.executable, "-m", "bertkit", "embed", "--quiet", "--model", str(tiny_bert_dir), "--data",

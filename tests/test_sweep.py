@@ -212,6 +212,7 @@ def test_space_syntax_is_checked():
         SweepConfig.of(data="x", out="o", grid=("lr=1e-4", "lr=2e-4"))
 
 
+@pytest.mark.slow  # two processes, each a whole sweep
 def test_two_launched_processes_run_the_same_trials_together(tiny_bert_dir, toy_files, tmp_path):
     """torchrun with 2 CPU processes: one sweep (not two racing ones), every trial trained by both processes."""
     out = tmp_path / "sweep"
@@ -229,6 +230,7 @@ def test_two_launched_processes_run_the_same_trials_together(tiny_bert_dir, toy_
     assert (out / "best" / "model.safetensors").is_file()
 
 
+@pytest.mark.slow  # a killed sweep resumes: test_killed_in_the_second_trial_resumes_without_rerunning_the_first
 def test_optuna_search_killed_in_its_second_trial_replays_to_the_uninterrupted_table(tiny_bert_dir, toy_files,
                                                                                     tmp_path):
     pytest.importorskip("optuna")
