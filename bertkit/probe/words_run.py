@@ -2,7 +2,11 @@
 every hidden state the table needs for all words once (one forward pass per batch), into unlinked files on disk
 (`bertkit.features.word_layers`: memory holds one chunk of words while they are written), then for each row build
 its vectors from those states (a single layer, or a sum / concat of several), fit and score its word probe
-(`bertkit.probe.words`) and drop them: memory holds one row's matrices at a time, not every state of every word.
+(`bertkit.probe.words`) and drop them: memory holds one row's matrices at a time, not every state of every word;
+a row bigger than `ROW_MEMORY_BYTES` (the concat of the last four layers of ~200k words) is not built at all: its
+fit reads it from the layer files block by block at every pass (`words.StreamedMatrix`). Each row's fit starts
+from the row before's solution where their vectors have the same size (neighbouring layers' standardised states
+are alike: fewer iterations to the same optimum).
 `bertkit.probe.word_store_run` runs the same table on a word store (`probe --features`). Then the run is written
 (metrics.json with the reading and layer settings, the per-layer plot, the best row's probe).
 
@@ -30,12 +34,12 @@ from bertkit.models.compute import Compute
 from bertkit.probe.fit import DEFAULT_C
 from bertkit.probe.word_saved import WordProbeFit, WordProbeSource, fitted_word_probe, save_word_probe
 from bertkit.probe.words import (
+    StreamedMatrix,
     WordProbeRow,
     WordProbeTable,
     baseline_scores,
     fit_word_row,
     flat_tags,
-    probe_word_row,
 )
 
 log = logging.getLogger(__name__)
@@ -45,6 +49,10 @@ COMBINED_PAPER_ROWS = 3
 layers); the paper's single-layer rows (embeddings, second-to-last, last) are on the curve."""
 RANDOM_ENCODER = "random-init encoder"
 """The baseline's name in the table, metrics.json and the plot (as the sentence probe's, `probe.baselines`)."""
+ROW_MEMORY_BYTES = 768 << 20
+"""A row's training matrix up to this size is built in memory for its fit; a bigger one is streamed from the layer
+files (`row_features`). 768 MiB: one layer of ~500k words of width 384, or ~200k of width 768, in memory; the peak
+of a 200k-word table (the concat row, 1.2 GiB, streamed) under 2 GB."""
 BASELINE_KEYS = {"majority tag": "majority", "most frequent tag per word": "most_frequent_tag",
                  RANDOM_ENCODER: "random_encoder"}
 
@@ -160,25 +168,35 @@ def read_word_layers(encoder: Any, tokenizer: Any, parts: Sequence[Sequence[Tagg
     return made
 
 
+def row_features(layers: WordLayers, spec: Pooling, memory_bytes: int = ROW_MEMORY_BYTES) -> Any:
+    """A row's vectors as its fit reads them: the (n_words, width) matrix (a new array: the fit may standardise it in
+    place), or, above `memory_bytes`, a `StreamedMatrix` reading them from the layers block by block."""
+    width = layers.row_width(spec)
+    if layers.n_words * width * 4 <= memory_bytes:
+        return layers.matrix(spec)
+    return StreamedMatrix(lambda start, stop: layers.rows(spec, start, stop), layers.n_words, width)
+
+
 def probe_word_table(train_layers: WordLayers, dev_layers: WordLayers, train: Sequence[TaggedSentence],
                      dev: Sequence[TaggedSentence], scheme: TagScheme, rows: Sequence[tuple[str, Pooling]],
                      C: float = DEFAULT_C, seed: int = 0, baselines: bool = True,
                      say: Callable[[str], None] | None = None) -> tuple[WordProbeTable, WordProbeFit]:
-    """One probe per row, its vectors built from the layers (`WordLayers.matrix`) just before its fit and dropped
-    after it: memory holds one row's train and dev matrices at a time. Scored on dev; the best row's fitted probe
-    kept, to save."""
+    """One probe per row, its vectors built from the layers just before its fit and dropped after it
+    (`row_features`: memory holds one row's train and dev matrices at a time, or a block of a big row's), each fit
+    from the previous row's solution when the sizes agree. Scored on dev; the best row's fitted probe kept, to save."""
     y_train, gold = flat_tags(train), [list(s.tags) for s in dev]
-    table_rows_, best, best_model = [], None, None
+    table_rows_, best, best_model, previous = [], None, None, None
     for label, spec in rows:
-        X, X_dev = train_layers.matrix(spec), dev_layers.matrix(spec)
-        row, model = fit_word_row(label, spec, X, y_train, X_dev, gold, dev_layers.sentence_offsets, scheme, C,
-                                  seed)
+        X, X_dev = row_features(train_layers, spec), dev_layers.matrix(spec)
+        fitted = fit_word_row(label, spec, X, y_train, X_dev, gold, dev_layers.sentence_offsets, scheme, C, seed,
+                              init=previous, owned=True)
         del X, X_dev  # before the next row's are built
+        row, previous = fitted.row, fitted.solution
         if say is not None:
             say(f"{label}: dev {row.scores.main_name} {row.scores.main:.3f} ({row.dim} dims, {row.fit_seconds:.1f}s)")
         table_rows_.append(row)
         if best is None or row.scores.main > best.scores.main:  # the first on a tie, as `WordProbeTable.best`
-            best, best_model = row, model
+            best, best_model = row, fitted.model
     table = WordProbeTable(tuple(table_rows_), scheme, tuple(sorted(set(y_train))), len(y_train),
                            len(flat_tags(dev)), baseline_scores(train, dev, scheme, seed=seed) if baselines else {})
     assert best is not None
@@ -206,9 +224,9 @@ def random_encoder_row(model: str, tokenizer: Any, train: Sequence[TaggedSentenc
                                                 compute.dtype, cache_dir, in_memory)
     del encoder
     with train_layers, dev_layers:
-        return probe_word_row(f"{RANDOM_ENCODER} ({best.label})", best.pooling, train_layers.matrix(best.pooling),
-                              flat_tags(train), dev_layers.matrix(best.pooling), [list(s.tags) for s in dev],
-                              dev_layers.sentence_offsets, scheme, C, seed)
+        return fit_word_row(f"{RANDOM_ENCODER} ({best.label})", best.pooling, row_features(train_layers, best.pooling),
+                            flat_tags(train), dev_layers.matrix(best.pooling), [list(s.tags) for s in dev],
+                            dev_layers.sentence_offsets, scheme, C, seed, owned=True).row
 
 
 def with_random_encoder(table: WordProbeTable, row: WordProbeRow) -> tuple[WordProbeTable, tuple[str, ...]]:
