@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -43,11 +44,12 @@ log = logging.getLogger(__name__)
 
 TOL = 1e-4
 MAX_ITER = 2000
-HISTORY = 10
+HISTORY = 20
 BLOCK_BYTES = 64 << 20
 """Rows per block: as many as fill 64 MiB of float32 features. Big blocks: each block costs a few parallel regions
 (a matrix product, a softmax), whose start-up is the price of a block, and a busy 2-core machine makes it high."""
 SOFTMAX, SIGMOID = "softmax", "sigmoid"
+SMALL_PASS = 1 << 24
 FLAT = 1e-6
 """Relative change of the objective below which float32 sums cannot tell a decrease from rounding."""
 
@@ -316,13 +318,30 @@ def fit_linear(rows: Any, targets: Targets, C: float, *, init: LinearSolution | 
         value, gW, gb = loss_and_gradient(rows, targets, W, b, C)
         return value, torch.cat([gW.reshape(-1), gb]).double()
 
-    with torch.inference_mode():
-        x, value, n_iter, converged = minimize_lbfgs(fun, x0, tol=tol, max_iter=max_iter)
+    with torch.inference_mode(), threads_for(rows.n * d * k):
+        x, value, n_iter, converged = minimize_lbfgs(fun, x0, tol=tol, max_iter=max_iter, history=HISTORY)
     if not converged:
         log.warning("the probe's fit stopped after %d iterations, before its gradient reached %g (C=%g): its scores "
                     "stand, its objective may improve a little with more iterations", n_iter, tol, C)
     coef = x[:d * k].reshape(d, k).float().double().numpy().T.copy()
     return LinearSolution(coef, x[d * k:].float().double().numpy(), n_iter, converged, value)
+
+
+@contextmanager
+def threads_for(size: int) -> Iterator[None]:
+    """One thread for a fit whose passes are small (`size` = rows x features x outputs below `SMALL_PASS`): there
+    the start-up of a parallel region costs more than the arithmetic it shares; torch's threads otherwise."""
+    import torch
+
+    threads = torch.get_num_threads()
+    if size >= SMALL_PASS or threads == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 # ---------------------------------------------------------------- ridge

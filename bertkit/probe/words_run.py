@@ -19,10 +19,13 @@ the pretrained weights add); every row and baseline with a 95% bootstrap interva
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
+
+import numpy as np
 
 from bertkit.data.tagged import TaggedColumns, TaggedCorpus, TaggedSentence, TaggedSource, read_tagged_splits
 from bertkit.data.tagscheme import TagScheme
@@ -31,6 +34,7 @@ from bertkit.features.settings import LAST4, Pooling
 from bertkit.features.word_layers import MemoryLayers, WordLayers, write_layer_files
 from bertkit.features.words import extract_word_features, paper_rows, word_pooling
 from bertkit.models.compute import Compute
+from bertkit.probe.engine import LinearSolution
 from bertkit.probe.fit import DEFAULT_C
 from bertkit.probe.word_saved import WordProbeFit, WordProbeSource, fitted_word_probe, save_word_probe
 from bertkit.probe.words import (
@@ -177,21 +181,38 @@ def row_features(layers: WordLayers, spec: Pooling, memory_bytes: int = ROW_MEMO
     return StreamedMatrix(lambda start, stop: layers.rows(spec, start, stop), layers.n_words, width)
 
 
+def concat_start(spec: Pooling, n_layers: int, singles: dict[int, LinearSolution]) -> LinearSolution | None:
+    """Where a concat row's fit starts: its states' own solutions side by side, each divided by their number (its
+    logits then start as the mean of theirs: a row's standardised concat is its states' standardised vectors side
+    by side). None: not a concat row, or a state not fitted alone."""
+    states = spec.resolve(n_layers)
+    if spec.combine != "concat" or len(states) < 2 or any(i not in singles for i in states):
+        return None
+    parts = [singles[i] for i in states]
+    return LinearSolution(np.concatenate([p.coef for p in parts], axis=1) / len(parts),
+                          np.mean([p.intercept for p in parts], axis=0), 0, False, math.nan)
+
+
 def probe_word_table(train_layers: WordLayers, dev_layers: WordLayers, train: Sequence[TaggedSentence],
                      dev: Sequence[TaggedSentence], scheme: TagScheme, rows: Sequence[tuple[str, Pooling]],
                      C: float = DEFAULT_C, seed: int = 0, baselines: bool = True,
                      say: Callable[[str], None] | None = None) -> tuple[WordProbeTable, WordProbeFit]:
     """One probe per row, its vectors built from the layers just before its fit and dropped after it
     (`row_features`: memory holds one row's train and dev matrices at a time, or a block of a big row's), each fit
-    from the previous row's solution when the sizes agree. Scored on dev; the best row's fitted probe kept, to save."""
+    from the previous row's solution when the sizes agree (a concat row: from its states' solutions,
+    `concat_start`). Scored on dev; the best row's fitted probe kept, to save."""
     y_train, gold = flat_tags(train), [list(s.tags) for s in dev]
     table_rows_, best, best_model, previous = [], None, None, None
+    singles: dict[int, LinearSolution] = {}
     for label, spec in rows:
         X, X_dev = row_features(train_layers, spec), dev_layers.matrix(spec)
+        start = concat_start(spec, train_layers.n_layers, singles) or previous
         fitted = fit_word_row(label, spec, X, y_train, X_dev, gold, dev_layers.sentence_offsets, scheme, C, seed,
-                              init=previous, owned=True)
+                              init=start, owned=True)
         del X, X_dev  # before the next row's are built
         row, previous = fitted.row, fitted.solution
+        if spec.single_layer:
+            singles[spec.resolve(train_layers.n_layers)[0]] = fitted.solution
         if say is not None:
             say(f"{label}: dev {row.scores.main_name} {row.scores.main:.3f} ({row.dim} dims, {row.fit_seconds:.1f}s)")
         table_rows_.append(row)
