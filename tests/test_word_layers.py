@@ -64,6 +64,10 @@ def test_layer_files_hold_every_state_as_extracted_and_leave_no_file(encoder, mo
         assert np.array_equal(layers.matrix(spec), combined(dict(enumerate(expected.vectors)), [0, 2], "sum"))
         concat = word_pooling("0,1,2", "concat")
         assert np.array_equal(layers.rows(concat, 4, 11), layers.matrix(concat)[4:11])  # read at the words' offset
+        for row in (concat, spec, word_pooling("1,2", "mean"), word_pooling("2")):
+            reader = word_layers.RowReader(layers, row)
+            assert np.array_equal(reader(4, 11), layers.matrix(row)[4:11])
+            assert np.array_equal(reader(0, 3), layers.matrix(row)[:3])  # the buffers reused, the values right
         assert layers.row_width(concat) == 3 * layers.width
     assert layers.files == {}
 

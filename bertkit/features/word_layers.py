@@ -92,9 +92,16 @@ class WordLayers:
         """The row `spec` (a word pooling) as an (n_words, width) float32 matrix."""
         return row_matrix(self.layer, spec.resolve(self.n_layers), spec.combine)
 
-    def state_rows(self, state: int, start: int, stop: int) -> np.ndarray:
-        """Words start:stop of state `state`, (stop - start, d) float32."""
-        return self.layer(state)[start:stop]
+    reads_states: bool = field(default=True, init=False, repr=False)
+    """Whether `state_rows` reads a state's block apart (a store reads its rows whole: `RowReader` asks `rows`)."""
+
+    def state_rows(self, state: int, start: int, stop: int, out: np.ndarray | None = None) -> np.ndarray:
+        """Words start:stop of state `state`, (stop - start, d) float32 (into `out` when given)."""
+        block = self.layer(state)[start:stop]
+        if out is None:
+            return block
+        np.copyto(out, block)
+        return out
 
     def rows(self, spec: Pooling, start: int, stop: int) -> np.ndarray:
         """Words start:stop of the row `spec`, (stop - start, width) float32: what `matrix` holds there."""
@@ -156,10 +163,10 @@ class LayerFiles(WordLayers):
             done += got
         return out
 
-    def state_rows(self, state: int, start: int, stop: int) -> np.ndarray:
+    def state_rows(self, state: int, start: int, stop: int, out: np.ndarray | None = None) -> np.ndarray:
         """Words start:stop of state `state`, read at their offset in its file (no memory map: the process holds
-        the block only)."""
-        out = np.empty((stop - start, self.width), dtype=DTYPE)
+        the block only), into `out` when given."""
+        out = np.empty((stop - start, self.width), dtype=DTYPE) if out is None else out
         read_at(self.files[state].fileno(), out, start * self.width * DTYPE.itemsize)
         return out
 
@@ -167,6 +174,45 @@ class LayerFiles(WordLayers):
         for handle in self.files.values():
             handle.close()
         self.files = {}
+
+
+class RowReader:
+    """A row's words start:stop (`reader(start, stop)`), block after block, into two buffers made once and reused
+    (the row's block, and one state's to build a sum or concat from): a fit that reads a big row at every pass
+    allocates nothing per block. The block returned is overwritten by the next call. The values are `matrix`'s,
+    bit for bit (the same additions in the same order)."""
+
+    def __init__(self, layers: WordLayers, spec: Pooling) -> None:
+        self.layers, self.spec = layers, spec
+        self.indices = spec.resolve(layers.n_layers)
+        self.buffers: dict[str, np.ndarray] = {}
+
+    def buffer(self, name: str, rows: int, width: int) -> np.ndarray:
+        held = self.buffers.get(name)
+        if held is None or held.shape[0] < rows:
+            held = self.buffers[name] = np.empty((rows, width), dtype=DTYPE)
+        return held[:rows]
+
+    def __call__(self, start: int, stop: int) -> np.ndarray:
+        layers, indices, n = self.layers, self.indices, stop - start
+        if not layers.reads_states:
+            return layers.rows(self.spec, start, stop)
+        width = int(layers.state_rows(indices[0], 0, 1).shape[1])
+        concat = self.spec.combine == "concat" and len(indices) > 1
+        out = self.buffer("row", n, width * len(indices) if concat else width)
+        if len(indices) == 1:
+            return layers.state_rows(indices[0], start, stop, out)
+        state = self.buffer("state", n, width)
+        if concat:
+            for k, i in enumerate(indices):
+                out[:, k * width:(k + 1) * width] = layers.state_rows(i, start, stop, state)
+            return out
+        layers.state_rows(indices[0], start, stop, out)
+        for i in indices[1:]:
+            out += layers.state_rows(i, start, stop, state)
+        if self.spec.combine == "mean":
+            out /= len(indices)
+        return out
 
 
 def read_at(fd: int, out: np.ndarray, offset: int) -> None:
@@ -207,6 +253,7 @@ class StoreLayers(WordLayers):
 
     store: WordStore | None = None
     block: int = 0
+    reads_states: bool = field(default=False, init=False, repr=False)
     """The width of one state's columns (0: the vectors are one combination, not split into states)."""
 
     @classmethod

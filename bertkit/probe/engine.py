@@ -20,9 +20,9 @@ Hessian-vector products of Newton-CG numbered in the hundreds per Newton step on
 A fit can start from another's solution (`init`): a C path is fitted from the smallest C up, each C from the last.
 
 Rows come in blocks (`MemoryRows`: an in-memory matrix, standardised once, viewed block by block; `StreamedRows`:
-raw rows read block by block - from a layer file or a memory map - and standardised into one reused buffer), so
-the same arithmetic serves a matrix that fits in memory and one that does not, and the two give the same
-solution (the same blocks, the same sums)."""
+raw rows read block by block - from layer files - with the standardisation folded into the weights), so the same
+arithmetic serves a matrix that fits in memory and one that does not, and the two give the same solution to
+float32 rounding (tested)."""
 
 from __future__ import annotations
 
@@ -108,10 +108,21 @@ class MemoryRows:
         for start in range(0, self.n, self.block_rows):
             yield start, self.tensor[start:start + self.block_rows]
 
+    def raw_weights(self, W: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The weights that give the standardised rows' logits from the blocks as they come: these blocks are."""
+        return W, b
+
+    def standardized_gradient(self, gW: torch.Tensor, gb: torch.Tensor) -> torch.Tensor:
+        """The gradient in W from the blocks' share X^T R (and R's column sums `gb`): the same here."""
+        return gW
+
 
 class StreamedRows:
-    """Raw rows read `block_rows` at a time (`read(start, stop)`: rows start:stop as float32, (stop - start, d))
-    and standardised by `scaler` into one buffer reused for every block: memory holds one block, whatever n is."""
+    """Raw rows read `block_rows` at a time (`read(start, stop)`: rows start:stop as a C-contiguous float32 array,
+    which may be a buffer the next call reuses) and never standardised: the standardisation is folded into the
+    weights instead (logits = X (W / scale) + b - (mean / scale) W; the gradient unfolded the same way), so a block
+    costs its reading and the two products, and memory holds one block, whatever n is. Folding cancels large terms
+    only where the intercept's gradient is large (mean * sum of residuals), which vanishes at the optimum."""
 
     def __init__(self, read: Callable[[int, int], np.ndarray], n: int, scaler: Standardizer,
                  block_rows: int | None = None) -> None:
@@ -119,19 +130,21 @@ class StreamedRows:
 
         self.read, self.n, self.d = read, n, scaler.n_features_in_
         self.block_rows = block_rows or block_rows_for(self.d)
-        self.mean = torch.from_numpy(scaler.mean_.astype(np.float32))
         self.inverse = torch.from_numpy((1.0 / scaler.scale_).astype(np.float32))
-        self.buffer = torch.empty((min(self.block_rows, max(n, 1)), self.d), dtype=torch.float32)
+        self.shift = torch.from_numpy((scaler.mean_ / scaler.scale_).astype(np.float32))
 
     def blocks(self) -> Iterator[tuple[int, torch.Tensor]]:
         import torch
 
         for start in range(0, self.n, self.block_rows):
-            stop = min(self.n, start + self.block_rows)
-            out = self.buffer[:stop - start]
-            torch.sub(torch.from_numpy(np.ascontiguousarray(self.read(start, stop), dtype=np.float32)), self.mean,
-                      out=out)
-            yield start, out.mul_(self.inverse)
+            block = self.read(start, min(self.n, start + self.block_rows))
+            yield start, torch.from_numpy(np.ascontiguousarray(block, dtype=np.float32))
+
+    def raw_weights(self, W: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return W * self.inverse[:, None], b - self.shift @ W
+
+    def standardized_gradient(self, gW: torch.Tensor, gb: torch.Tensor) -> torch.Tensor:
+        return gW.mul_(self.inverse[:, None]).sub_(self.shift[:, None] * gb[None, :])
 
 
 # ---------------------------------------------------------------- targets and objective
@@ -186,9 +199,10 @@ def loss_and_gradient(rows: Any, targets: Targets, W: torch.Tensor, b: torch.Ten
     import torch.nn.functional as F
 
     gW, gb, loss = torch.zeros_like(W), torch.zeros_like(b), 0.0
+    W_raw, b_raw = rows.raw_weights(W, b)
     for start, Z in rows.blocks():
         values, weights = targets.block(start, len(Z))
-        logits = torch.addmm(b, Z, W)
+        logits = torch.addmm(b_raw, Z, W_raw)
         if targets.kind == SOFTMAX:
             log_p = torch.log_softmax(logits, dim=1)
             picked = log_p.gather(1, values[:, None])[:, 0]
@@ -204,6 +218,7 @@ def loss_and_gradient(rows: Any, targets: Targets, W: torch.Tensor, b: torch.Ten
         loss += float(row_loss.sum(dtype=torch.float64))
         gW.addmm_(Z.T, residual)
         gb += residual.sum(dim=0)
+    gW = rows.standardized_gradient(gW, gb)
     scale, penalty = 1.0 / targets.total, 1.0 / (C * targets.total)
     objective = loss * scale + 0.5 * penalty * float((W.double() ** 2).sum())
     return objective, gW.mul_(scale).add_(W, alpha=penalty), gb.mul_(scale)
@@ -213,8 +228,8 @@ def decisions(rows: Any, coef: np.ndarray, intercept: np.ndarray) -> np.ndarray:
     """The logits (n, outputs) float32 of a head (`coef` (outputs, d), `intercept`) on `rows`, block by block."""
     import torch
 
-    W = torch.from_numpy(np.ascontiguousarray(coef.T, dtype=np.float32))
-    b = torch.from_numpy(np.asarray(intercept, dtype=np.float32))
+    W, b = rows.raw_weights(torch.from_numpy(np.ascontiguousarray(coef.T, dtype=np.float32)),
+                            torch.from_numpy(np.asarray(intercept, dtype=np.float32)))
     out = np.empty((rows.n, len(intercept)), dtype=np.float32)
     with torch.inference_mode():
         for start, Z in rows.blocks():

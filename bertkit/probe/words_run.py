@@ -31,7 +31,7 @@ from bertkit.data.tagged import TaggedColumns, TaggedCorpus, TaggedSentence, Tag
 from bertkit.data.tagscheme import TagScheme
 from bertkit.encoding.reading import Reading
 from bertkit.features.settings import LAST4, Pooling
-from bertkit.features.word_layers import MemoryLayers, WordLayers, write_layer_files
+from bertkit.features.word_layers import MemoryLayers, RowReader, WordLayers, write_layer_files
 from bertkit.features.words import extract_word_features, paper_rows, word_pooling
 from bertkit.models.compute import Compute
 from bertkit.probe.engine import LinearSolution
@@ -174,11 +174,12 @@ def read_word_layers(encoder: Any, tokenizer: Any, parts: Sequence[Sequence[Tagg
 
 def row_features(layers: WordLayers, spec: Pooling, memory_bytes: int = ROW_MEMORY_BYTES) -> Any:
     """A row's vectors as its fit reads them: the (n_words, width) matrix (a new array: the fit may standardise it in
-    place), or, above `memory_bytes`, a `StreamedMatrix` reading them from the layers block by block."""
+    place), or, above `memory_bytes`, a `StreamedMatrix` reading them from the layers block by block into reused
+    buffers (`features.word_layers.RowReader`)."""
     width = layers.row_width(spec)
     if layers.n_words * width * 4 <= memory_bytes:
         return layers.matrix(spec)
-    return StreamedMatrix(lambda start, stop: layers.rows(spec, start, stop), layers.n_words, width)
+    return StreamedMatrix(RowReader(layers, spec), layers.n_words, width)
 
 
 def concat_start(spec: Pooling, n_layers: int, singles: dict[int, LinearSolution]) -> LinearSolution | None:
