@@ -37,15 +37,17 @@ SEED_MAX = 2**32 - 1
 
 def option(default: Any, help: str, *, panel: str = RUN, choices: tuple[str, ...] | None = None,
            minimum: float | None = None, above: float | None = None, aliases: tuple[str, ...] = (),
-           short: str | None = None, numbers: bool = False) -> Any:
+           short: str | None = None, numbers: bool = False, families: tuple[str, ...] = ()) -> Any:
     """A config field that is a CLI option (and a recipe key).
 
     `numbers`: a text option whose values may also be numbers (a recipe's `threshold = 0.4` means "0.4").
     `choices`: the allowed values. `minimum`/`above`: inclusive/exclusive lower bound for numbers (None values
     pass: they mean "not set"). `aliases`: other accepted flags, e.g. an older name. `short`: a one-letter flag.
+    `families`: the problem families (`bertkit.families`: sentences, words, spans) whose data the option means
+    something for; empty: every family. Given for another family's data, the family refuses it, naming it.
     """
     meta = {"help": help, "panel": panel, "choices": choices, "minimum": minimum, "above": above,
-            "aliases": aliases, "short": short, "numbers": numbers}
+            "aliases": aliases, "short": short, "numbers": numbers, "families": families}
     return field(default=default, metadata=meta)
 
 
@@ -116,6 +118,19 @@ def value(config: Any, name: str, default: Any = dataclasses.MISSING) -> Any:
         return default
 
 
+def is_given(config: Any, name: str) -> bool:
+    """Whether option `name` of `config` differs from its default (an empty list or text given for an empty or
+    unset default is not given)."""
+    default = next(f.default for f in all_fields(type(config)) if f.name == name)
+    given = value(config, name)
+    return given != default and bool(given or default)
+
+
+def given_options(config: Any) -> list[str]:
+    """The options of `config` (its command's: NOT_OPTIONS left out) that differ from their defaults (`is_given`)."""
+    return [f.name for f in option_fields(type(config)) if is_given(config, f.name)]
+
+
 def set_value(config: Any, name: str, new: Any) -> None:
     """Set option `name` of a frozen config in place: only while it is being built (`__post_init__`'s own
     normalisation, a --task-preset filling unset options)."""
@@ -125,6 +140,13 @@ def set_value(config: Any, name: str, new: Any) -> None:
 def flat_values(config: Any) -> dict[str, Any]:
     """Every option of `config` -> its value, flat (config.json's keys, a recipe's, the resume key's)."""
     return {f.name: value(config, f.name) for f in all_fields(type(config))}
+
+
+def family_values(config: Any, family: str) -> dict[str, Any]:
+    """The options of `config` a problem family reads, flat: those declared for other families
+    (`option(families=...)`) left out."""
+    return {f.name: value(config, f.name) for f in all_fields(type(config))
+            if not f.metadata.get("families") or family in f.metadata["families"]}
 
 
 def build(config_cls: type, values: Mapping[str, Any]) -> Any:

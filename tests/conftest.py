@@ -191,3 +191,13 @@ def record_as_bertkit():
             record.untrack(run_dir)
 
     return put
+
+
+@pytest.fixture(scope="session")
+def tiny_answerer(tiny_bert_dir, tmp_path_factory) -> tuple[Path, Path]:
+    """(a tiny question-answering model's best/, trained at --max-length 64 --doc-stride 16 on an easy synthetic SQuAD
+    set, its dev file): shared by the tests that read one (predict, evaluate, the pipeline); they must not change
+    it."""
+    from squad_samples import trained_answerer
+
+    return trained_answerer(tiny_bert_dir, tmp_path_factory.mktemp("answerer"))

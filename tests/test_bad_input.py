@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import typer
+from older_records import resealed
 from typer.testing import CliRunner
 
 from bertkit.cli.app import app
@@ -648,7 +649,7 @@ def _damaged_probe(w: Workspace, kind: str) -> str:
     if kind == "truncated":
         weights.write_bytes(weights.read_bytes()[:-16])
     elif kind == "layers-bad":
-        meta_file.write_text(json.dumps({**meta, "layers": "last"}))
+        meta_file.write_text(json.dumps(resealed({**meta, "layers": "last"})))  # as a writer would seal it
     else:
         arrays["coef"] = arrays["coef"] * float("nan") if kind == "nan-coef" else arrays["coef"]
         arrays["intercept"] = np.zeros(3) if kind == "intercept-shape" else arrays["intercept"]
@@ -657,7 +658,7 @@ def _damaged_probe(w: Workspace, kind: str) -> str:
         # recorded as saved, as a writer that made them would record them: the content checks are what must catch it
         meta["files"]["probe.safetensors"] = {"size": weights.stat().st_size,
                                               "sha256": hashlib.sha256(weights.read_bytes()).hexdigest()}
-        meta_file.write_text(json.dumps(meta))
+        meta_file.write_text(json.dumps(resealed(meta)))
     return str(target)
 
 
@@ -1150,7 +1151,7 @@ CASES += [  # issue 36: every artifact bertkit reads is verified against its rec
     Case("evaluate-model-weights-truncated", "evaluate",
          lambda w: ["evaluate", "--model", _changed(w, "clf", "model.safetensors", "truncate"), "--data", w.good(),
                     "--quiet"],
-         r"model\.safetensors: it is [\d,]+ bytes but was written as [\d,]+ \(truncated since\)", RECORD_FIX),
+         r"model\.safetensors: it is [\d,]+ bytes but was written as [\d,]+ \(changed since it was written\)", RECORD_FIX),
     Case("export-model-tokenizer-json-removed", "export",
          lambda w: ["export", "--model", _changed(w, "clf", "tokenizer.json", "remove"), "--data", w.good(), "--out",
                     w.path("export-out"), "--quiet"],
@@ -1176,7 +1177,7 @@ CASES += [  # issue 36: every artifact bertkit reads is verified against its rec
          r"model\.onnx: its bytes changed since it was written", RECORD_FIX),
     Case("evaluate-export-model-onnx-truncated", "evaluate",
          lambda w: ["evaluate", "--model", _changed_export(w, "truncated"), "--data", w.good(), "--quiet"],
-         r"model\.onnx: it is [\d,]+ bytes but was written as [\d,]+ \(truncated since\)", RECORD_FIX),
+         r"model\.onnx: it is [\d,]+ bytes but was written as [\d,]+ \(changed since it was written\)", RECORD_FIX),
     Case("predict-probe-weights-byte-flipped", "predict",
          lambda w: ["predict", "--probe", _changed_probe(w), "--text", "a great film"],
          r"probe\.safetensors is damaged \(its bytes changed since it was written", r"Re-run `bertkit probe"),

@@ -193,7 +193,7 @@ def test_teachers_and_data_of_another_kind_and_unknown_tags_are_refused(tag_teac
     other = write_iob(tmp_path / "other.iob2", [*synthetic_sentences(20, 0), (["alice", "in", "acme"], ["B-PER", "O",
                                                                                                       "B-ORG"])])
     cases = [
-        (argv(tag_teacher, (rows, rows), tmp_path / "a"), r"--teacher .* is a tagger .* is read as rows of text .*passed as --data"),
+        (argv(tag_teacher, (rows, rows), tmp_path / "a"), r"--teacher .* is a tagger .* --data .* is read as rows of text"),
         (argv(sentence_teacher / "best", tagged, tmp_path / "b"),
          r"is a sentence classifier .* --data .* is read as tagged data"),
         (argv(tag_teacher, (other, tagged[1]), tmp_path / "c"), r"--data .* has tags the teacher .* does "

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from older_records import unsealed
 from safetensors.numpy import load_file
 from typer.testing import CliRunner
 
@@ -336,9 +337,9 @@ MODEL_DAMAGE = {
     "a byte flipped in the middle of the weights": (
         lambda f: flip_middle_byte(f / "model.safetensors"), r"model\.safetensors: its bytes changed since it was written"),
     "weights truncated": (lambda f: (f / "model.safetensors").write_bytes((f / "model.safetensors").read_bytes()[:-512]),
-                          r"model\.safetensors: it is [\d,]+ bytes but was written as [\d,]+ \(truncated since\)"),
+                          r"model\.safetensors: it is [\d,]+ bytes but was written as [\d,]+ \(changed since it was written\)"),
     "weights extended": (lambda f: (f / "model.safetensors").open("ab").write(b"\0" * 8),
-                         r"model\.safetensors: .*\(extended since\)"),
+                         r"model\.safetensors: .*\(changed since it was written\)"),
     "labels swapped in config.json": (_edit_config, r"config\.json: (its bytes changed|it is [\d,]+ bytes but was)"),
     "tokenizer.json edited": (lambda f: flip_middle_byte(f / "tokenizer.json"), r"tokenizer\.json: its bytes changed"),
     "tokenizer.json removed": (lambda f: (f / "tokenizer.json").unlink(), r"tokenizer\.json: it is missing"),
@@ -388,9 +389,8 @@ def test_a_model_record_without_its_digests_is_damaged_not_older(finetuned, tmp_
 
     folder = tmp_path / "old"
     shutil.copytree(finetuned, folder)
-    info = json.loads((folder / "bertkit_model.json").read_text())
-    for key in ("files", "format"):
-        info.pop(key)
+    info = unsealed(json.loads((folder / "bertkit_model.json").read_text()), None)  # older: a sealed one is
+    info.pop("files")  # refused by its seal first
     (folder / "bertkit_model.json").write_text(json.dumps(info))
     for load in (lambda: loading.load_tokenizer(str(folder)), lambda: loading.load_classifier(str(folder),
                                                                                              require_head=True)):
@@ -494,8 +494,8 @@ def test_a_damaged_model_onnx_is_refused_and_never_a_traceback(exported, tmp_pat
     else:
         model.write_bytes(model.read_bytes()[: model.stat().st_size // 2])
     if damage.endswith("without digests"):  # issue 43: damaged, not older - refused before the graph is read
-        info = json.loads((folder / "bertkit_model.json").read_text())
-        info.pop("files")
+        info = unsealed(json.loads((folder / "bertkit_model.json").read_text()), "bertkit-model/1")
+        info.pop("files")  # an older layout (unsealed): a sealed record is refused by its seal first
         (folder / "bertkit_model.json").write_text(json.dumps(info))
     for argv in (["predict", "--model", str(folder), "--text", "a great film"],
                  ["evaluate", "--model", str(folder), "--data", str(exported[1])]):
@@ -547,8 +547,8 @@ def test_a_probe_record_without_its_digests_is_damaged_not_older(saved_probe, tm
     """Issue 43: a probe.json without the digest of its weights was read as older and its weights used unverified."""
     probe = tmp_path / "probe"
     shutil.copytree(saved_probe, probe)
-    meta = json.loads((probe / "probe.json").read_text())
-    meta.pop("files")
+    meta = unsealed(json.loads((probe / "probe.json").read_text()), "bertkit-probe/1")  # older: a sealed one is
+    meta.pop("files")  # refused by its seal first
     (probe / "probe.json").write_text(json.dumps(meta))
     result = runner.invoke(app, ["predict", "--probe", str(probe), "--text", "a great film", "--quiet"])
     assert result.exit_code == 2 and "Traceback" not in result.output, result.output
@@ -583,7 +583,7 @@ STORE_DAMAGE = {
     "a byte flipped in the middle of train features": (lambda s: flip_middle_byte(s / "train" / "features.npy"),
                                                         r"Store .*train is damaged: features\.npy: its bytes changed"),
     "dev features truncated": (lambda s: (s / "dev" / "features.npy").write_bytes(
-        (s / "dev" / "features.npy").read_bytes()[:-64]), r"Store .*dev is damaged: features\.npy: it is .*truncated"),
+        (s / "dev" / "features.npy").read_bytes()[:-64]), r"Store .*dev is damaged: features\.npy: it is .*changed since it was written"),
     "a dev label changed": (lambda s: np.save(s / "dev" / "labels.npy", 1 - np.load(s / "dev" / "labels.npy")),
                             r"Store .*dev is damaged: labels\.npy: its bytes changed"),
 }
@@ -622,8 +622,8 @@ def test_a_store_manifest_without_its_digests_is_damaged_not_older(stores, tmp_p
 
     store = tmp_path / "store"
     shutil.copytree(stores["cls"], store)
-    manifest = json.loads((store / "dev" / "manifest.json").read_text())
-    manifest.pop("digests")
+    manifest = unsealed(json.loads((store / "dev" / "manifest.json").read_text()), "bertkit-store/1")  # older: a
+    manifest.pop("digests")  # sealed one is refused by its seal first
     (store / "dev" / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(UserError, match=r"Store .*dev is damaged: the digests in its manifest.json are not valid"):
         store_io.open_splits(store)
@@ -768,8 +768,8 @@ def test_a_model_record_naming_a_file_outside_its_folder_is_damaged(name, finetu
     shutil.copytree(finetuned, folder)
     (tmp_path / "victim.txt").write_text("not the model's\n")
     (folder / "link").symlink_to(tmp_path)
-    info = json.loads((folder / "bertkit_model.json").read_text())
-    info["files"][name] = {"size": 16, "sha256": "0" * 64}
+    info = unsealed(json.loads((folder / "bertkit_model.json").read_text()), "bertkit-model/1")  # older: a sealed
+    info["files"][name] = {"size": 16, "sha256": "0" * 64}  # one is refused by its seal first
     (folder / "bertkit_model.json").write_text(json.dumps(info))
     assert metadata.record_problems(folder) == [f"{name}: the record names a path outside the folder (damaged)"]
     result = runner.invoke(app, ["predict", "--model", str(folder), "--text", "a great film", "--quiet"])
@@ -781,7 +781,7 @@ def test_a_store_manifest_naming_a_file_outside_the_store_is_damaged(stores, tmp
 
     store = tmp_path / "store"
     shutil.copytree(stores["cls"], store)
-    manifest = json.loads((store / "train" / "manifest.json").read_text())
+    manifest = unsealed(json.loads((store / "train" / "manifest.json").read_text()), "bertkit-store/1")  # older
     manifest["digests"]["../../victim.npy"] = manifest["digests"]["features.npy"]
     (store / "train" / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(UserError, match=r"Store .*train is damaged: \.\./\.\./victim\.npy: the record names a path "
@@ -819,9 +819,10 @@ def test_a_store_is_not_resumed_or_reused_with_an_encoder_changed_in_the_middle(
     assert identity_mismatch({"model": "m", "encoder_sha256": "x"}, new) == ["encoder_sha256: 'x' -> 'abc'"]
 
 
-def test_a_probes_encoder_changed_in_the_middle_of_its_weights_is_noticed(tmp_path, tiny_bert_dir):
+def test_a_probes_encoder_changed_in_the_middle_of_its_weights_is_refused(tmp_path, tiny_bert_dir):
     """The revision reads the first and last MiB of the weights; the probe also records their whole sha256, so a
-    change anywhere (here one byte in the middle of a 3.9 MB file) is said before predicting (issue 43)."""
+    change anywhere (here one byte in the middle of a 3.9 MB file) is refused before predicting, naming the encoder
+    and the digests, as a store in the same case is (issues 43, 57)."""
     encoder = tmp_path / "encoder"
     shutil.copytree(tiny_bert_dir, encoder)
     data = tmp_path / "train.tsv"
@@ -833,5 +834,5 @@ def test_a_probes_encoder_changed_in_the_middle_of_its_weights_is_noticed(tmp_pa
     assert len(meta["encoder_sha256"]) == 64
     _flip_a_middle_byte(encoder / "model.safetensors")
     shown = invoke(["predict", "--probe", str(tmp_path / "run" / "probe"), "--text", "a great film"])
-    assert shown.exit_code == 0, shown.output
-    assert "has changed since the probe was trained" in shown.output
+    assert shown.exit_code == 2, shown.output
+    assert f"The encoder {encoder} of the probe" in shown.output and meta["encoder_sha256"] in shown.output

@@ -104,5 +104,9 @@ def test_a_run_recorded_before_the_groups_is_the_same_run(tmp_path):
 
     now = options.config_dict(TokensConfig.of(data="train.tsv", out=str(tmp_path / "t")))
     before = {**now, "preset_fill": {"preset": None, "options": []}}
-    assert trail.config_differences(before, now) == []
-    assert trail.config_differences({**before, "limit": 5}, now) == ["--limit: 5 -> None"]
+
+    def read(config: dict) -> dict:  # a layout-1 config.json (no format), as its migration reads it
+        return trail.migrated_run_config({"command": "tokens", "config": config})["config"]
+
+    assert trail.config_differences(read(before), now) == []
+    assert trail.config_differences(read({**before, "limit": 5}), now) == ["--limit: 5 -> None"]

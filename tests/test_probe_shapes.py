@@ -8,6 +8,7 @@ import json
 
 import numpy as np
 import pytest
+from older_records import resealed
 from test_shapes import rating_rows, topic_rows, write_jsonl
 from typer.testing import CliRunner
 
@@ -159,7 +160,7 @@ def test_damaged_shaped_probe_records_are_named(tmp_path, change, reason):
     probe_io.save_probe(tmp_path, probe_fit.fit_probe(X, Y, task="multi_label"), LabelMap(tuple(TAGS), "multi_label"),
                         {"model": "m", "pool": "cls", "layers": "-1"})
     meta = tmp_path / probe_io.PROBE_META
-    meta.write_text(json.dumps({**json.loads(meta.read_text()), **change}))
+    meta.write_text(json.dumps(resealed({**json.loads(meta.read_text()), **change})))  # as a writer would seal it
     with pytest.raises(UserError, match="damaged") as err:
         probe_io.load_probe(tmp_path)
     assert reason in str(err.value)

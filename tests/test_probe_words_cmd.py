@@ -145,7 +145,7 @@ def test_plain_tags_are_scored_by_token_accuracy_with_task_tags(tmp_path, tiny_b
     (["--features", "store"], "tagged", "--data does not apply with --features store (a word store"),
     ([], "no-dev", "Pass --dev dev.iob2"),
     (["--task", "tags"], "sentences", "does not look like a tagged corpus"),
-    (["--word-pool", "mean"], "sentences", "--word-pool reads tagged data"),
+    (["--word-pool", "mean"], "sentences", "--word-pool applies to tagged data"),
     ([], "ragged", "line"),
     ([], "unseen", "never seen in training"),
 ])
@@ -191,12 +191,12 @@ def _write(path: Path, text: str) -> Path:
 
 
 def test_commands_that_do_not_read_words_refuse_task_tags(tmp_path, write_tsv):
+    from bertkit.commands.finetune import FinetuneConfig
     from bertkit.errors import UserError
-    from bertkit.training.options import FinetuneOptions
 
     data = write_tsv("t.tsv", [("a fine film", "1"), ("a dull film", "0")], header=("sentence", "label"))
     with pytest.raises(UserError, match="--task tags"):
-        FinetuneOptions.of(data=str(data), task="tags")
+        FinetuneConfig.of(data=str(data), task="tags")
 
 
 def test_a_missing_data_file_with_word_options_is_refused_as_missing(tmp_path):

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from older_records import unsealed
 from typer.testing import CliRunner
 
 from bertkit.cli.app import app
@@ -17,7 +18,7 @@ from bertkit.commands import predict
 from bertkit.commands.finetune import FinetuneConfig
 from bertkit.commands.finetune import run as finetune
 from bertkit.commands.predict import PredictConfig
-from bertkit.encoding.reading import UNRECORDED, Reading
+from bertkit.encoding.reading import Reading
 from bertkit.models.metadata import MODEL_INFO, saved_reading
 
 runner = CliRunner()
@@ -106,11 +107,11 @@ def test_a_model_saved_before_the_record_reads_with_the_defaults_and_a_note(mode
     shutil.copytree(model_16, old)
     tokenizer_config = json.loads((old / "tokenizer_config.json").read_text())
     (old / "tokenizer_config.json").write_text(json.dumps({**tokenizer_config, "model_max_length": 512}))
-    info = json.loads((old / MODEL_INFO).read_text())
+    info = unsealed(json.loads((old / MODEL_INFO).read_text()), "bertkit-model/1")
     info.pop("reading")  # as an older bertkit saved it: no reading, the tokenizer's own limit
     info["files"].update(digests.folder_records(old, ["tokenizer_config.json"]))
     (old / MODEL_INFO).write_text(json.dumps(info))  # the folder still verifies
-    assert saved_reading(old) is UNRECORDED
+    assert saved_reading(old) is None and metadata.read_model_info(old)["reading"] is None
     with caplog.at_level(logging.WARNING):
         read_default = _proba(model=str(old))
     np.testing.assert_array_equal(read_default, _proba(model=str(model_16), max_length=128))

@@ -62,9 +62,11 @@ def problems_of(cls: type, top: bool, seen: set[type] | None = None) -> list[str
     if cls in seen:
         return []
     seen.add(cls)
-    scope = names_in_scope(sys.modules[cls.__module__])
     found = []
     for f in dataclasses.fields(cls):
+        # an inherited field's annotation is read where it is declared (a Result that is a family's record)
+        owner = next(c for c in cls.__mro__ if f.name in vars(c).get("__annotations__", {}))
+        scope = names_in_scope(sys.modules[owner.__module__])
         annotation = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
         loose = (MAPPING.search(annotation) or ANY.search(annotation)) if top else (
             ANY.search(_without_mapping_contents(annotation)) or LIST_OF_DICTS.search(annotation))

@@ -14,6 +14,7 @@ from tagged_samples import synthetic_sentences, write_iob
 from typer.testing import CliRunner
 
 from bertkit.cli.app import app
+from bertkit.io import trail
 
 runner = CliRunner()
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -132,7 +133,10 @@ def test_a_sweep_of_rows_recorded_before_the_tagging_options_still_continues(tin
     first = runner.invoke(app, argv, catch_exceptions=False)
     assert first.exit_code == 0, first.output
     record = json.loads((out / "config.json").read_text())
-    assert "tag_scheme" not in record["compared"] and "label_all_pieces" not in record["compared"]
+    older = {k: v for k, v in record["compared"].items() if k not in ("tag_scheme", "label_all_pieces", "stride")}
+    layout_1 = {k: v for k, v in record.items() if k not in ("format", "family", "record_sha256")}
+    assert trail.migrated_run_config({**layout_1, "compared": older})["compared"] == record["compared"]
+    assert record["family"] == "sentences"
     changed = runner.invoke(app, [*argv, "--epochs", "2"])
     assert changed.exit_code == 2 and "--epochs: 1 -> 2" in changed.output  # the comparison still holds
     again = runner.invoke(app, argv, catch_exceptions=False)

@@ -202,7 +202,7 @@ def test_iob1_training_data_is_read_and_recorded_as_iob2(tiny_bert_dir, tmp_path
     train = write_iob(tmp_path / "train.iob", iob1(synthetic_sentences(30, 0)))
     dev = write_iob(tmp_path / "dev.iob", iob1(synthetic_sentences(10, 1)))
     result = finetune(tag_cfg(tiny_bert_dir, train, dev, tmp_path / "run", epochs=1), progress=False)
-    assert "IOB1 tags read as IOB2 (strict seqeval)" in result.notes
+    assert "IOB1 tags read as IOB2" in result.notes
     record = json.loads((tmp_path / "run" / "best" / "bertkit_model.json").read_text())
     assert record["tag_scheme"] == {"name": "IOB2", "source": "IOB1"}
     assert "B-PER" in json.loads((tmp_path / "run" / "best" / "config.json").read_text())["label2id"]
@@ -231,16 +231,22 @@ def test_a_tagged_tsv_is_read_as_tags_and_an_unopenable_path_is_not_read(tmp_pat
     assert not (tmp_path / "r").exists()
 
 
-def test_the_tagging_options_at_their_defaults_stay_out_of_the_resume_key(tmp_path, write_tsv, toy_rows,
-                                                                         tagged_files):
+def test_a_resume_key_recorded_before_the_tagging_options_reads_as_todays(tmp_path, write_tsv, toy_rows,
+                                                                          tagged_files):
+    """A run on rows of text does not read the tagging options: its key leaves them out (an older key that holds
+    them, migrated, is the same run); a tagger's key holds them."""
+    from bertkit.io import trail
     from bertkit.training.resume import resume_key
 
     rows = write_tsv("rows.tsv", toy_rows, ("sentence", "label"))
     key = resume_key(FinetuneConfig.of(data=str(rows), out=str(tmp_path / "run")), {})
-    assert "tag_scheme" not in key["config"] and "label_all_pieces" not in key["config"]  # runs from before resume
+    assert not {"tag_scheme", "label_all_pieces", "stride", "unseen_tags"} & set(key["config"])
+    record = trail.migrated_run_config({"command": "finetune", "config": {}, "resume_key": {"config": key["config"]}})
+    assert record["resume_key"]["config"]["tag_scheme"] == "auto"  # filled in by the migration
+    assert trail.key_differences(record["resume_key"], key) == []  # a run from before them resumes
     train, dev = tagged_files
-    assert resume_key(tag_cfg("m", train, dev, tmp_path / "r", label_all_pieces=True),
-                      {})["config"]["label_all_pieces"] is True
+    tagger = resume_key(tag_cfg("m", train, dev, tmp_path / "r", label_all_pieces=True), {})["config"]
+    assert tagger["label_all_pieces"] is True and tagger["unseen_tags"] == "refuse" and "truncation" not in tagger
 
 
 def test_no_fast_forward_trains_a_tagger_with_the_models_own_forward(tiny_bert_dir, tagged_files, tmp_path):

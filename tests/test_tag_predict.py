@@ -1,6 +1,7 @@
 """predict and evaluate on a tagging model (`bertkit finetune` on tagged data): tags and spans per word in the word
 probe's JSONL shape, spans that slice the text given, long sentences in the windows the model was trained with,
-evaluate's entity F1 equal to seqeval's on predict's own output (IOB2 or IOB1 gold), and the refusals."""
+evaluate's entity F1 equal to seqeval's on predict's own output (default mode, strict beside; IOB2 or IOB1
+gold), and the refusals."""
 
 from __future__ import annotations
 
@@ -56,9 +57,13 @@ def test_predict_writes_the_word_probes_jsonl_shape_and_evaluate_f1_equals_seqev
     result = evaluate(EvaluateConfig.of(model=str(model), data=str(dev), out=str(tmp_path / "eval")))
     scores = result.metrics
     assert result.task == "tags" and result.rows == sum(len(t) for t in gold)
-    assert scores.score("f1") == pytest.approx(f1_score(gold, predicted, mode="strict", scheme=IOB2))
-    assert scores.score("precision") == pytest.approx(precision_score(gold, predicted, mode="strict", scheme=IOB2))
-    assert scores.score("recall") == pytest.approx(recall_score(gold, predicted, mode="strict", scheme=IOB2))
+    assert scores.score("f1") == pytest.approx(f1_score(gold, predicted))  # conlleval's counting: run_ner's
+    assert scores.score("precision") == pytest.approx(precision_score(gold, predicted))
+    assert scores.score("recall") == pytest.approx(recall_score(gold, predicted))
+    assert scores.score("f1_strict") == pytest.approx(f1_score(gold, predicted, mode="strict", scheme=IOB2))
+    assert scores.score("precision_strict") == pytest.approx(precision_score(gold, predicted, mode="strict",
+                                                                             scheme=IOB2))
+    assert scores.score("recall_strict") == pytest.approx(recall_score(gold, predicted, mode="strict", scheme=IOB2))
     assert scores.score("f1") > 0.5 and set(result.per_type) <= {"LOC", "PER"}
     written = [json.loads(line) for line in (tmp_path / "eval" / "predictions.jsonl").read_text().splitlines()]
     assert written == lines
@@ -126,5 +131,5 @@ def test_aggregate_reads_a_words_tag_from_its_pieces_as_the_pipeline_does(tagger
         expected = [word_distribution(p, way) for p in pieces]
         assert list(tagged.tags) == [saved.tags[int(np.argmax(e))] for e in expected]
         assert np.allclose(tagged.probabilities, [float(e.max()) for e in expected], atol=1e-6)
-    with pytest.raises(UserError, match="--aggregate max .* not a tagging model"):
+    with pytest.raises(UserError, match="--aggregate applies to a tagging model .* is a sentence classifier"):
         predict(PredictConfig.of(model=str(tiny_bert_dir), text=("a sentence",), aggregate="max"))

@@ -1,4 +1,5 @@
-"""A tagging model's evaluation report: seqeval's strict per-type report and averages (IOB1 gold read as IOB2 first),
+"""A tagging model's evaluation report: seqeval's per-type report and averages in its default mode (conlleval's
+counting; its strict micro scores beside them; IOB1 gold read as IOB2 first),
 the entity-type confusion with its `none` row and column, each entity error kind counted on a crafted sentence,
 and for plain tags (POS) sklearn's per-tag scores and confusion."""
 
@@ -26,8 +27,7 @@ CRAFTED_PRED = [["B-PER", "I-PER", "O", "B-ORG", "O", "B-ORG", "O", "O", "O", "O
 
 
 def _assert_equals_seqeval_report(report, gold_iob2, pred):
-    expected = seqeval_metrics.classification_report(gold_iob2, pred, mode="strict", scheme=IOB2, output_dict=True,
-                                                     zero_division=0)
+    expected = seqeval_metrics.classification_report(gold_iob2, pred, output_dict=True, zero_division=0)
     entities = report.scores.entities
     for name, row in expected.items():
         if name.endswith(" avg"):
@@ -41,7 +41,8 @@ def _assert_equals_seqeval_report(report, gold_iob2, pred):
         (micro["precision"], micro["recall"], micro["f1-score"]))
     assert (entities.macro_precision, entities.macro_recall, entities.macro_f1) == pytest.approx(
         (macro["precision"], macro["recall"], macro["f1-score"]))
-    assert entities.f1 == pytest.approx(seqeval_metrics.f1_score(gold_iob2, pred, mode="strict", scheme=IOB2))
+    assert entities.f1 == pytest.approx(seqeval_metrics.f1_score(gold_iob2, pred))
+    assert entities.f1_strict == pytest.approx(seqeval_metrics.f1_score(gold_iob2, pred, mode="strict", scheme=IOB2))
 
 
 def test_entity_scores_equal_seqevals_strict_report():
@@ -69,11 +70,13 @@ def test_each_entity_error_kind_is_counted_on_a_crafted_sentence():
                                 "wrong_type_and_boundary": 1}
 
 
-def test_a_prediction_that_breaks_the_scheme_is_no_entity_and_the_gold_one_is_missed():
+def test_a_prediction_that_breaks_the_scheme_opens_an_entity_as_conlleval_reads_it():
     report = tag_report([["B-PER", "I-PER", "O"]], [["I-PER", "I-PER", "O"]], TagScheme("IOB2", "IOB2"))
-    assert report.errors.to_json() == {"correct": 0, "missed": 1, "spurious": 0, "wrong_type": 0,
+    assert report.errors.to_json() == {"correct": 1, "missed": 0, "spurious": 0, "wrong_type": 0,
                                        "wrong_boundary": 0, "wrong_type_and_boundary": 0}
-    assert report.confusion.count("PER", NONE) == 1 and report.scores.entities.n_predicted == 0
+    entities = report.scores.entities
+    assert report.confusion.count("PER", "PER") == 1 and entities.n_predicted == 1 and entities.f1 == 1.0
+    assert (entities.n_predicted_strict, entities.f1_strict) == (0, 0.0)  # strict mode: no entity, the gold missed
 
 
 def test_entity_type_confusion_pairs_entities_of_the_same_boundaries():

@@ -20,8 +20,8 @@ from datasets import Sequence as HubSequence
 from bertkit.data import tagged_tables
 from bertkit.data.options import reads_tagged
 from bertkit.data.tagged import (
+    DataSource,
     TaggedColumns,
-    TaggedSource,
     is_tagged_file,
     may_be_tagged,
     read_tagged,
@@ -177,11 +177,11 @@ def test_predict_reads_a_parquet_files_words(tmp_path):
 def test_hub_names_and_split_names_become_sources(tmp_path):
     local = tmp_path / "train.iob2"
     assert tagged_sources("eriktks/conll2003", ["validation", "test"], "conll2003", "train") == [
-        TaggedSource("eriktks/conll2003", "train", "conll2003"), TaggedSource("eriktks/conll2003", "validation",
+        DataSource("eriktks/conll2003", "train", "conll2003"), DataSource("eriktks/conll2003", "validation",
                                                                              "conll2003"),
-        TaggedSource("eriktks/conll2003", "test", "conll2003")]
-    assert tagged_sources("wnut_17", [str(local)]) == [TaggedSource("wnut_17", "train"), TaggedSource(str(local))]
-    assert str(TaggedSource("wnut_17", "validation")) == "wnut_17[validation]"
+        DataSource("eriktks/conll2003", "test", "conll2003")]
+    assert tagged_sources("wnut_17", [str(local)]) == [DataSource("wnut_17", "train"), DataSource(str(local))]
+    assert str(DataSource("wnut_17", "validation")) == "wnut_17[validation]"
     with pytest.raises(UserError, match="'validation' looks like a split name .* --dev dev.iob2"):
         tagged_sources(str(local), ["validation"])
     assert may_be_tagged("conll2003") and may_be_tagged("validation")
@@ -201,7 +201,7 @@ def test_a_hub_split_with_classlabel_tags_is_detected_and_read_as_names(fake_hub
     assert train.scheme == TagScheme("IOB2", "IOB2") and train.tags == ("B-LOC", "B-PER", "I-PER", "O")
     identity = train.data_identity()
     assert identity["data_hub"] == "someone/conll2003[train]" and identity["data_fingerprint"]
-    pos = read_tagged(TaggedSource("someone/conll2003", "train"), TaggedColumns(tag_column="pos_tags"))
+    pos = read_tagged(DataSource("someone/conll2003", "train"), TaggedColumns(tag_column="pos_tags"))
     assert pos.scheme.name == "none" and pos.tags == ("NNP", "VBD")
 
 
@@ -210,7 +210,7 @@ def test_a_split_saved_to_disk_is_read_memory_mapped(fake_hub, tmp_path):
     hub_split().save_to_disk(str(tmp_path / "saved"))
     splits["train"] = datasets.load_from_disk(str(tmp_path / "saved"))
     assert splits["train"].cache_files  # arrow files on disk, not a table in memory
-    corpus = read_tagged(TaggedSource("someone/wnut", "train"))
+    corpus = read_tagged(DataSource("someone/wnut", "train"))
     assert corpus.n_words == 7 and corpus.head(1)[0].tags == ("B-PER", "O", "B-PER", "I-PER")
 
 
@@ -219,14 +219,14 @@ def test_hub_splits_that_are_not_tagged_or_not_there(fake_hub):
     splits["train"] = Dataset.from_dict({"sentence": ["a fine film"], "label": [1]})
     assert not reads_tagged("auto", "nyu-mll/glue", "sst2")
     with pytest.raises(UserError, match=r"nyu-mll/glue\[train\] has no list column of words"):
-        read_tagged(TaggedSource("nyu-mll/glue", "train", "sst2"))
+        read_tagged(DataSource("nyu-mll/glue", "train", "sst2"))
     with pytest.raises(UserError, match="Could not load hub dataset 'nyu-mll/glue'.*split 'validation'"):
-        read_tagged(TaggedSource("nyu-mll/glue", "validation", "sst2"))
+        read_tagged(DataSource("nyu-mll/glue", "validation", "sst2"))
     splits["train"] = hub_split({"tokens": [["a", "b"]], "pos_tags": [[0, 1]], "ner_tags": [[0, 9]]},
                                 Features({"tokens": HubSequence(Value("string")), "pos_tags": HubSequence(Value("int64")),
                                           "ner_tags": HubSequence(Value("int64"))}))
     with pytest.raises(UserError, match="row 1"):
-        read_tagged(TaggedSource("x/y", "train"), TaggedColumns(tag_column="ner_tags", tag_scheme="IOB2"))
+        read_tagged(DataSource("x/y", "train"), TaggedColumns(tag_column="ner_tags", tag_scheme="IOB2"))
 
 
 def test_a_classlabel_id_out_of_range_names_the_row(tmp_path):
@@ -244,4 +244,4 @@ def test_offline_a_hub_name_is_the_houses_clear_error():
     """conftest sets HF_HUB_OFFLINE=1: the real `datasets.load_dataset` cannot reach the hub."""
     assert not reads_tagged("auto", "eriktks/conll2003")
     with pytest.raises(UserError, match="Could not load hub dataset 'eriktks/conll2003'.*offline.*local file"):
-        read_tagged(TaggedSource("eriktks/conll2003", "train"))
+        read_tagged(DataSource("eriktks/conll2003", "train"))

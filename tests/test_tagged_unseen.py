@@ -109,8 +109,9 @@ def probe_and_predict(train: Path, dev: Path, model: Path, out: Path) -> tuple[d
     return json.loads((out / "metrics.json").read_text()), tags, result.stdout
 
 
-def best_entity_f1(metrics: dict) -> float:
-    return next(r for r in metrics["rows"] if r["label"] == metrics["best"])["scores"]["entities"]["f1"]
+def best_entity_f1(metrics: dict, name: str = "f1") -> float:
+    """The best row's entity F1 (`f1`: conlleval's counting; `f1_strict`: seqeval's strict mode)."""
+    return next(r for r in metrics["rows"] if r["label"] == metrics["best"])["scores"]["entities"][name]
 
 
 def test_conll2003_like_iob1_file_is_probed_as_iob2_and_scored_as_seqeval_does(tmp_path, tiny_bert_dir):
@@ -125,7 +126,9 @@ def test_conll2003_like_iob1_file_is_probed_as_iob2_and_scored_as_seqeval_does(t
     assert metrics["sentences"] == {"train": 12, "dev": 2} and "I-ORG" not in metrics["tags"]
     f1 = best_entity_f1(metrics)
     assert f1 > 0.5  # the embeddings row tells these seen words apart: not an all-O agreement
-    assert f1 == pytest.approx(f1_score(CONLL_DEV_IOB2, predicted, mode="strict", scheme=IOB2))
+    assert f1 == pytest.approx(f1_score(CONLL_DEV_IOB2, predicted))
+    assert best_entity_f1(metrics, "f1_strict") == pytest.approx(f1_score(CONLL_DEV_IOB2, predicted, mode="strict",
+                                                                          scheme=IOB2))
 
 
 def test_wnut_like_iob2_file_with_hyphenated_types_is_scored_as_seqeval_does(tmp_path, tiny_bert_dir):
@@ -138,7 +141,8 @@ def test_wnut_like_iob2_file_with_hyphenated_types_is_scored_as_seqeval_does(tmp
     gold = [[t for _, t in s] for s in WNUT_DEV]
     f1 = best_entity_f1(metrics)
     assert f1 > 0  # some entities found: not an all-O agreement
-    assert f1 == pytest.approx(f1_score(gold, predicted, mode="strict", scheme=IOB2))
+    assert f1 == pytest.approx(f1_score(gold, predicted))
+    assert best_entity_f1(metrics, "f1_strict") == pytest.approx(f1_score(gold, predicted, mode="strict", scheme=IOB2))
 
 
 NER = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
@@ -219,6 +223,6 @@ def test_a_split_name_beside_a_local_tagged_file_exits_2(tmp_path, tiny_bert_dir
 def test_the_conll2003_recipe_reads_the_hub_dataset_as_words(hub):
     values = recipes.load_recipe("words-conll2003", "probe", ProbeConfig)
     assert (values["data"], values["dev"], values["model"]) == ("lhoestq/conll2003", "validation", "bert-base-cased")
-    assert ProbeConfig.of(**values).reads_words  # detected from the ClassLabel tag feature, no --task tags
+    assert ProbeConfig.of(**values).family.name == "words"  # detected from the ClassLabel tag feature, no --task tags
     assert hub[-1] == ("lhoestq/conll2003", None, "train")
     assert "Needs the hub" in recipes.recipe_path("words-conll2003").read_text(encoding="utf-8")

@@ -160,12 +160,12 @@ def test_a_tracker_that_fails_to_start_is_one_message_and_the_rerun_resumes(tiny
                                                                           monkeypatch):
     """Whatever a tracker library raises while starting (no login, an API it changed) is exit 2 naming the option,
     before any step is trained; once it starts, the same command runs the run through."""
-    from bertkit.training import tracking
+    from bertkit.training.trackers import REGISTRY
 
     def broken(*args, **kwargs):
         raise AttributeError("module 'wandb.util' has no attribute 'generate_id'")
 
-    monkeypatch.setitem(tracking.STARTERS, "tensorboard", broken)
+    monkeypatch.setattr(REGISTRY["tensorboard"], "start", broken)
     out = tmp_path / "run"
     argv = ["finetune", "--model", str(tiny_bert_dir), "--data", str(toy_files[0]), "--dev", str(toy_files[1]),
             "--out", str(out), "--report-to", "tensorboard", "--quiet"]
@@ -239,7 +239,7 @@ def test_a_tracker_that_fails_to_start_leaves_the_folder_as_it_was(tiny_bert_dir
                                                                     where):
     """A refused start takes back what its claim made: files in a folder it found empty (the folder stays), the
     staging folder of an --overwrite run (the previous run stays byte for byte), folders it created."""
-    from bertkit.training import tracking
+    from bertkit.training.trackers import REGISTRY
 
     out = tmp_path / "runs" / "a" / "run" if where == "nested-new-folder" else tmp_path / "run"
     argv = ["finetune", "--model", str(tiny_bert_dir), "--data", str(toy_files[0]), "--dev", str(toy_files[1]),
@@ -254,7 +254,7 @@ def test_a_tracker_that_fails_to_start_leaves_the_folder_as_it_was(tiny_bert_dir
     def broken(*args, **kwargs):
         raise RuntimeError("no connection to the tracking server")
 
-    monkeypatch.setitem(tracking.STARTERS, "tensorboard", broken)
+    monkeypatch.setattr(REGISTRY["tensorboard"], "start", broken)
     result = CliRunner().invoke(app, [*argv, "--report-to", "tensorboard", *(["--overwrite"] if where == "overwrite"
                                                                                  else [])])
     assert result.exit_code == 2 and "--report-to tensorboard could not start its run" in result.output

@@ -13,6 +13,7 @@ from tagged_samples import DEV, SENTENCES, write_conll
 from bertkit.data.tagged import TaggedColumns
 from bertkit.encoding.reading import Reading
 from bertkit.features import word_layers
+from bertkit.features.settings import combine_layers
 from bertkit.features.word_layers import (
     MemoryLayers,
     row_matrix,
@@ -21,7 +22,7 @@ from bertkit.features.word_layers import (
     write_layer_files,
 )
 from bertkit.features.word_store import open_word_store
-from bertkit.features.words import combined, extract_word_features, word_pooling
+from bertkit.features.words import extract_word_features, word_pooling
 from bertkit.probe.words_run import run_word_probe
 
 
@@ -41,7 +42,7 @@ def encoder(tiny_bert_dir):
 def test_a_row_from_single_states_is_the_combination_bit_for_bit(combine):
     rng = np.random.default_rng(0)
     states = {i: rng.normal(size=(7, 3)).astype(np.float32) for i in range(4)}
-    assert np.array_equal(row_matrix(states.__getitem__, [1, 2, 3], combine), combined(states, [1, 2, 3], combine))
+    assert np.array_equal(row_matrix(states.__getitem__, [1, 2, 3], combine), combine_layers([states[i] for i in [1, 2, 3]], combine))
     assert row_matrix(states.__getitem__, [2], combine) is states[2]
 
 
@@ -61,7 +62,7 @@ def test_layer_files_hold_every_state_as_extracted_and_leave_no_file(encoder, mo
         for k in range(3):
             assert np.array_equal(layers.layer(k), expected.vectors[k])
         spec = word_pooling("0,2", "sum")
-        assert np.array_equal(layers.matrix(spec), combined(dict(enumerate(expected.vectors)), [0, 2], "sum"))
+        assert np.array_equal(layers.matrix(spec), combine_layers([expected.vectors[0], expected.vectors[2]], "sum"))
         concat = word_pooling("0,1,2", "concat")
         assert np.array_equal(layers.rows(concat, 4, 11), layers.matrix(concat)[4:11])  # read at the words' offset
         for row in (concat, spec, word_pooling("1,2", "mean"), word_pooling("2")):

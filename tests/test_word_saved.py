@@ -15,13 +15,13 @@ from bertkit.data.tagscheme import TagScheme
 from bertkit.encoding.reading import Reading
 from bertkit.errors import UserError
 from bertkit.features.words import word_pooling
+from bertkit.io.record_format import record_digest
 from bertkit.models.compute import Compute
 from bertkit.probe.word_saved import (
     WordProbeFit,
     WordProbeSource,
     is_word_probe,
     load_word_probe,
-    record_digest,
     save_word_probe,
     word_probe_weights,
 )
@@ -52,10 +52,11 @@ def test_span_offsets_slice_the_text_as_given():
     assert [joined.text[s.start:s.end] for s in joined.spans] == ["Anna Smith", "Bob", "New York"]
 
 
-def test_spans_are_the_strict_entities_scoring_counts():
-    """A stray I- (no B- before it) is no span, as strict entity scoring counts it as nothing; IOBES read too."""
+def test_spans_are_the_entities_the_headline_f1_counts():
+    """A stray I- (no B- before it) opens a span, as conlleval (and the headline entity F1) counts it; IOBES read
+    too."""
     sentence = tagged_words(["a", "b", "c"], ["I-PER", "O", "B-LOC"], [1.0] * 3, IOB2)
-    assert [(s.type, s.text) for s in sentence.spans] == [("LOC", "c")]
+    assert [(s.type, s.text) for s in sentence.spans] == [("PER", "a"), ("LOC", "c")]
     iobes = tagged_words(["New", "York", "in", "Rome"], ["B-LOC", "E-LOC", "O", "S-LOC"], [1.0] * 4,
                          TagScheme("IOBES", "IOBES"))
     assert [s.text for s in iobes.spans] == ["New York", "Rome"]
@@ -72,7 +73,8 @@ def _toy_fit(tmp_path, n_tags: int, model: str = "some/model"):
     X[:, 0] += np.array([tags.index(t) for t in y]) * 3.0
     pipeline = fit_word_probe(X, y)
     fit = WordProbeFit(word_probe_weights(pipeline), "layer 1", word_pooling("1"), 1.0, 0.5, "entity F1")
-    source = WordProbeSource(model, "abc", Reading.of_words("mean", 16, 4), IOB2, compute=Compute("cpu", "bf16"))
+    source = WordProbeSource(model, "abc", Reading.of_words("mean", 16, 4), IOB2, compute=Compute("cpu", "bf16"),
+                             encoder_sha256="0" * 64)
     return pipeline, X, save_word_probe(tmp_path / "probe", fit, source)
 
 
@@ -86,6 +88,7 @@ def test_a_saved_probe_reloads_and_predicts_the_fitted_tags(tmp_path, n_tags):
     np.testing.assert_allclose(saved.predict_proba(X), pipeline.predict_proba(X), atol=1e-9)
     assert saved.source.reading == Reading.of_words("mean", 16, 4) and saved.source.scheme == IOB2
     assert saved.fit.pooling == word_pooling("1") and saved.source.compute == Compute("cpu", "bf16")
+    assert saved.source.encoder_sha256 == "0" * 64
 
 
 def test_a_probe_saved_before_the_fold_reads_as_it_meant(tmp_path, tiny_bert_dir):
@@ -93,7 +96,7 @@ def test_a_probe_saved_before_the_fold_reads_as_it_meant(tmp_path, tiny_bert_dir
     loads with the same settings; its layers `all` are its encoder's layers (the tiny model's 1 and 2)."""
     _, X, folder = _toy_fit(tmp_path, 3, str(tiny_bert_dir))
     record = json.loads((folder / "probe.json").read_text())
-    older = {k: v for k, v in record.items() if k not in ("pooling", "compute", "record_sha256")}
+    older = {k: v for k, v in record.items() if k not in ("pooling", "compute", "record_sha256", "family")}
     older.update(format="bertkit-word-probe/1", reading={"word_pool": "mean", "max_length": 16, "stride": 4},
                  layers={"layers": "1", "combine": "concat"})
     (folder / "probe.json").write_text(json.dumps({**older, "record_sha256": record_digest(older)}))
@@ -135,7 +138,8 @@ def test_probe_saves_the_best_rows_probe_and_predict_reproduces_its_dev_score(wo
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["outputs"]["probe"] == str(out / "probe")
     record = json.loads((out / "probe" / "probe.json").read_text())
-    assert record["format"] == "bertkit-word-probe/2" and record["row"] == metrics["best"]
+    assert record["format"] == "bertkit-word-probe/3" and record["row"] == metrics["best"]
+    assert record["family"] == "words"
     assert Reading.from_json(record["reading"]) == Reading.of_words("mean", 16, 4) == Reading.from_json(
         metrics["reading"])
     assert record["reading"] == {"max_length": 16, "long_text": "chunk", "truncation": "head", "stride": 4,

@@ -181,7 +181,8 @@ def test_the_recorded_precision_is_the_one_computed(tiny_bert_dir, tagged, tmp_p
 def as_written_before_the_fold(record: dict) -> dict:
     """A word store's identity or manifest as bertkit wrote it before the word settings were `Reading` and
     `Pooling` (format /1: word_pool, max_length, stride; layers, combine)."""
-    old = {k: v for k, v in record.items() if k not in ("long_text", "truncation", "pool", "normalize")}
+    old = {k: v for k, v in record.items() if k not in ("long_text", "truncation", "pool", "normalize", "family",
+                                                         "record_sha256")}
     if "pooling" in record:
         old["layers"] = {k: record["pooling"][k] for k in ("layers", "combine")}
         old["reading"] = {k: record["reading"][k] for k in ("word_pool", "max_length", "stride")}

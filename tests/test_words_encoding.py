@@ -10,15 +10,10 @@ import pytest
 import torch
 
 from bertkit.encoding.reading import Reading
-from bertkit.encoding.words import (
-    align_words,
-    best_windows,
-    pieces_per_word,
-    plan_windows,
-    pool_word_vectors,
-    word_pieces,
-)
+from bertkit.encoding.words import align_words, best_windows, plan_windows, word_pieces
 from bertkit.errors import UserError
+from bertkit.features.pooling import pool_word_vectors
+from bertkit.features.settings import pieces_per_word
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,8 @@ Every command is `@config_command(SomeConfig)`: its options are generated from t
 (flag, type, default, help and panel all come from their declarations in `bertkit.commands`), `--recipe`
 feeds a recipe's values in as defaults through the same option types (precedence: flag > recipe > default),
 and the command body is parse -> `bertkit.commands.<name>.run` -> show. A `UserError` anywhere below becomes a one-paragraph
-message on stderr and exit code 2, never a traceback; Ctrl-C exits 130.
+message on stderr and exit code 2, never a traceback; Ctrl-C exits 130, SIGTERM 143, each with one line saying what
+a re-run does.
 """
 
 from __future__ import annotations
@@ -25,9 +26,9 @@ from rich.markup import escape
 from typer.core import TyperArgument, TyperCommand, TyperGroup
 
 from bertkit import __version__
-from bertkit.cli import show, show_models, show_training
+from bertkit.cli import show, show_models, show_recipes, show_training
+from bertkit.cli.interrupts import Terminated, interrupted_line, sigterm_as_interrupt
 from bertkit.cli.output import LOGGED, View, err_console, out_console
-from bertkit.cli.show_word_predictions import print_sentences_jsonl, show_word_predictions
 from bertkit.commands import bench as bench_command
 from bertkit.commands import distill as distill_command
 from bertkit.commands import embed as embed_command
@@ -185,17 +186,19 @@ def fail(message: str, code: int = 2) -> None:
 
 
 def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Run a command; a UserError becomes a message and exit code 2, Ctrl-C exit 130, never a traceback."""
+    """Run a command; a UserError becomes a message and exit code 2, Ctrl-C exit 130 and SIGTERM exit 143 with one
+    line saying what a re-run does, never a traceback."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            return fn(*args, **kwargs)
+            with sigterm_as_interrupt():
+                return fn(*args, **kwargs)
         except UserError as exc:
             fail(escape(str(exc)))
-        except KeyboardInterrupt:
-            err_console.print("interrupted; re-run the same command to resume where it supports resuming.")
-            raise typer.Exit(130) from None
+        except KeyboardInterrupt as exc:
+            err_console.print(escape(interrupted_line(exc)), highlight=False)
+            raise typer.Exit(143 if isinstance(exc, Terminated) else 130) from None
         finally:
             runlock.release_all()  # the command ended, however it ended: its run directories are free again
 
@@ -355,11 +358,7 @@ def predict(cfg: PredictConfig, view: View) -> None:
     """Label sentences (--text) or a file (--data) with a fine-tuned model or a saved probe: labels + probabilities."""
     stream = show.PredictionsJson() if view.json else None  # --json: every row, printed window by window
     result = predict_command.run(cfg, recipe=view.recipe, progress=not view.quiet,
-                                  keep=0 if view.json else show.predictions_shown(cfg), on_window=stream,
-                                  on_sentences=print_sentences_jsonl if view.json else None)
-    if result.n_sentences is not None:  # a word probe: tags and spans per sentence
-        show_word_predictions(result, cfg, view)
-        return
+                                  keep=0 if view.json else show.predictions_shown(cfg), on_chunk=stream)
     show.show_predictions(result, cfg, view, stream)
 
 
@@ -411,11 +410,11 @@ app.add_typer(recipes_app, name="recipes")
 @user_errors
 def recipes_list(json_output: JsonOpt = False) -> None:
     """Every recipe: name, command(s), what it does, measured result."""
-    show.show_recipes(list_recipes(), json_output)
+    show_recipes.show_recipes(list_recipes(), json_output)
 
 
 @recipes_app.command("show", cls=Command)
 @user_errors
 def recipes_show(name: Annotated[str, typer.Argument(help="Recipe name (or path to a .toml file).", metavar="NAME")]) -> None:
     """Print a recipe file."""
-    show.show_recipe(recipe_path(name, fix="Show one of those names, or give the path of a .toml file"))
+    show_recipes.show_recipe(recipe_path(name, fix="Show one of those names, or give the path of a .toml file"))

@@ -178,6 +178,13 @@ def format_score(value: float | None, spec: str = ".4f") -> str:
     return "undefined" if value is None else format(value, spec)
 
 
+def format_threshold(value: Any) -> str:
+    """A decision threshold for a summary line: one number (3 significant digits), or one per tag as their range."""
+    if isinstance(value, (list, tuple)) and value:
+        return f"{min(value):.3g}-{max(value):.3g} (one per tag)"
+    return format(value, ".3g") if isinstance(value, (int, float)) else str(value)
+
+
 def format_size(n_bytes: float) -> str:
     """A size in bytes for a summary line: B, KiB, MiB or GiB."""
     for unit in ("B", "KiB", "MiB", "GiB"):

@@ -3,7 +3,6 @@ JSON (--json; then nothing else goes to stdout). The commands (`bertkit.cli.app`
 
 from __future__ import annotations
 
-from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
@@ -15,12 +14,15 @@ from bertkit.cli.output import (
     emit_json,
     format_score,
     format_size,
+    format_threshold,
     info,
     out_console,
     result_json,
     table,
 )
+from bertkit.cli.show_answers import print_answers_jsonl, show_answer_evaluation, show_answer_predictions
 from bertkit.cli.show_tag_report import show_tag_report
+from bertkit.cli.show_word_predictions import print_sentences_jsonl, show_word_predictions
 from bertkit.cli.show_words import show_word_embed, show_word_probe
 from bertkit.commands.bench import BenchResult
 from bertkit.commands.embed import EmbedResult
@@ -28,6 +30,8 @@ from bertkit.commands.evaluate import EvaluateConfig, EvaluateResult
 from bertkit.commands.predict import PredictConfig, PredictResult
 from bertkit.commands.probe import ProbeResult
 from bertkit.commands.tokens import TokensConfig, TokensResult
+from bertkit.families.sentence_runs import PredictedWindow
+from bertkit.families.span_runs import AnsweredChunk
 from bertkit.scoring.table import SHAPE
 
 if TYPE_CHECKING:
@@ -152,10 +156,13 @@ def _print_probe_report(result: ProbeResult) -> None:
     sizes = result.rows
     settings = result.probe.record if result.probe is not None else {}
     searched = settings.get("C") is None and settings.get("cv") is None  # the default: the kept cell's C by CV
-    marker = ("* = best dev accuracy at C = 1, then its C chosen by 5-fold CV on log-loss" if searched
-              else "* = best dev accuracy")
+    marker = ("* = the saved probe: best dev accuracy at C = 1, then refit at the C that 5-fold CV on log-loss "
+              "chose; its row shows the refit's scores" if searched else "* = best dev accuracy")
     title = f"Linear probe — {result.model} — train {sizes.train:,} rows, dev {sizes.dev:,} rows ({marker})"
     out_console.print(table(title, ["pool", "layer", "dev acc", "95% CI", "macro-F1", "MCC", "C"], rows))
+    above = refit_below_another(result)
+    if above:
+        out_console.print(above, highlight=False)
     best = result.best
     if best.asked:  # --metric: the scores asked for, of the best cell's dev predictions
         out_console.print(table(f"--metric on dev — best cell ({best.pool} {best.layer})", ["metric", "value"],
@@ -165,6 +172,27 @@ def _print_probe_report(result: ProbeResult) -> None:
     calibration = calibration_line(best.dev.get("ece"))
     if calibration:
         out_console.print(calibration, highlight=False)
+
+
+def refit_below_another(result: ProbeResult) -> str | None:
+    """Why a row scores above the * row, when one does: the rows were compared at C = 1 and the * row's C chosen
+    afterwards by cross-validated log-loss, which moved its dev accuracy (None when the * row is the top one)."""
+    starred = next((cell for cell in result.sweep if cell.best), None)
+    if starred is None or starred.scores.get("accuracy") is None:
+        return None
+    score = starred.scores["accuracy"]
+    higher = [cell for cell in result.sweep if not cell.best and (cell.scores.get("accuracy") or 0.0) > score]
+    if not higher:
+        return None
+    top = max(higher, key=lambda cell: cell.scores["accuracy"] or 0.0)
+    low, high = starred.intervals.get("accuracy", (score, score))
+    other = top.scores["accuracy"] or 0.0
+    within = " (inside the * row's 95% CI)" if low <= other <= high else ""
+    spec = ".3f" if format(other, ".3f") != format(score, ".3f") else ".4f"
+    return (f"{top.pool} {top.layer_name} scores above the * row ({other:{spec}} vs {score:{spec}}){within}: "
+            f"the rows were compared at C = 1, where {starred.pool} {starred.layer_name} was best; its refit at C = "
+            f"{starred.C:g}, chosen by cross-validated log-loss rather than dev accuracy, moved its dev score. The "
+            f"saved probe is the * row's refit.")
 
 
 OVERCONFIDENT = 0.1
@@ -195,7 +223,7 @@ def _repeats_and_test(result: ProbeResult, metric: str, name: str) -> str:
 
 METRIC_HEADERS = {"accuracy": "acc", "f1": "F1", "mcc": "MCC", "pearson": "Pearson", "spearman": "Spearman",
                   "mse": "MSE", "mae": "MAE", "micro_f1": "micro-F1", "macro_f1": "macro-F1",
-                  "subset_accuracy": "subset acc", "hamming_loss": "Hamming"}
+                  "subset_accuracy": "subset acc", "hamming_loss": "Hamming", "exact_match": "EM"}
 """A metric's column header in the regression and tag probe tables and (after `dev `) the training table."""
 PROBE_BASELINE_NAMES = {"mean": "mean predictor", "majority": "per-label majority", "random_encoder": "random-init encoder"}
 
@@ -223,34 +251,13 @@ def _print_shaped_probe_report(result: ProbeResult) -> None:
     out_console.print(table(title, ["pool", "layer", f"dev {header[0]}", "95% CI", *header[1:], penalty], rows))
     best = result.best
     line = f"best: {best.pool} {best.layer}, dev {header[0]} {best.dev[metric]:.3f}"
-    line += f" (ridge alpha {best.alpha:g})" if task == "regression" else f" (threshold {best.threshold})"
+    line += f" (ridge alpha {best.alpha:g})" if task == "regression" else f" (threshold {format_threshold(best.threshold)})"
     out_console.print(line + _repeats_and_test(result, metric, header[0]), highlight=False)
 
 
 def _penalty(task: str, C: float) -> str:
     """The regularisation shown in the probe table: ridge alpha (= 1/C) for regression, else C."""
     return f"{1.0 / C:g}" if task == "regression" else f"{C:g}"
-
-
-# ---------------------------------------------------------------- recipes
-
-
-def show_recipes(found: list[Any], json_output: bool) -> None:
-    """Every recipe: name, command(s), what it does, measured result."""
-    if json_output:
-        emit_json([{"name": r.name, "commands": list(r.commands), "summary": r.summary, "result": r.result,
-                    "path": str(r.path)} for r in found])
-        return
-    rows = [[r.name, "\n".join(r.commands), escape(r.summary) + (f"\n[dim]measured: {escape(r.result)}[/]" if r.result else "")]
-            for r in found]
-    out_console.print(table("Recipes (bertkit COMMAND --recipe NAME)", ["name", "command", "what it does"], rows,
-                            prose=("what it does",)))
-
-
-def show_recipe(path: Path) -> None:
-    """A recipe file, as it is."""
-    out_console.print(f"# {path}", highlight=False)
-    out_console.print(path.read_text(encoding="utf-8"), highlight=False, markup=False)
 
 
 # ---------------------------------------------------------------- predict / evaluate
@@ -262,20 +269,34 @@ def predictions_shown(cfg: PredictConfig) -> int:
 
 
 class PredictionsJson:
-    """`predict --json`: each window's predictions printed as they come (`on_window` of `bertkit.commands.predict.run`); the text is
-    the one `emit_json` of all of them prints."""
+    """`predict --json`: each window's (or chunk's) predictions printed as they come (`on_chunk` of
+    `bertkit.commands.predict.run`): rows of text as the one JSON object `emit_json` of all of them prints, tagged
+    sentences as JSON lines (one object per sentence)."""
 
     def __init__(self) -> None:
         self.stream = JsonStream("predictions")
 
-    def __call__(self, part: Any, outputs: Any, labels: list[Any]) -> None:
-        for t, lab, p in zip(part.texts, labels, outputs.values, strict=True):
+    def __call__(self, chunk: Any) -> None:
+        if isinstance(chunk, AnsweredChunk):  # answers to questions: a line each
+            print_answers_jsonl(chunk)
+            return
+        if not isinstance(chunk, PredictedWindow):  # tagged sentences: a line each
+            print_sentences_jsonl(chunk)
+            return
+        outputs = chunk.outputs
+        for t, lab, p in zip(chunk.part.texts, chunk.labels, outputs.values, strict=True):
             self.stream.add(_prediction_json(outputs.task, t, lab, p, outputs.label_names))
 
 
 def show_predictions(result: PredictResult, cfg: PredictConfig, view: View,
                      stream: PredictionsJson | None = None) -> None:
-    """The predictions (the first 20 or 200 rows), or all of them as JSON (printed as they came: `stream`)."""
+    """The predictions as their problem family shows them (rows of text: the first 20 or 200 rows, or all of them
+    as JSON, printed as they came: `stream`; tagged sentences: `show_word_predictions`)."""
+    PREDICTION_VIEWS.get(result.family, _show_row_predictions)(result, cfg, view, stream)
+
+
+def _show_row_predictions(result: PredictResult, cfg: PredictConfig, view: View,
+                          stream: PredictionsJson | None = None) -> None:
     dataset, labels, proba, names = result.dataset, result.labels, result.proba, result.label_names
     task = result.task
     if view.json:
@@ -285,7 +306,8 @@ def show_predictions(result: PredictResult, cfg: PredictConfig, view: View,
                 **({"pooling": result.pooling} if result.pooling else {})}
         if stream is None:  # the result holds every row
             stream = PredictionsJson()
-            stream(dataset, SimpleNamespace(task=task, label_names=names, values=proba), labels)
+            outputs = SimpleNamespace(task=task, label_names=names, values=proba)
+            stream(PredictedWindow(dataset, outputs, labels))
         stream.stream.close(rest)
         return
     shown = min(len(dataset), predictions_shown(cfg))
@@ -297,6 +319,11 @@ def show_predictions(result: PredictResult, cfg: PredictConfig, view: View,
         columns = {"regression": "predicted", "multi_label": "predicted (tags joined by |), p_<tag>"}.get(
             task, "predicted, confidence, p_<label>")
         info(f"wrote {cfg.out} ({len(dataset)} rows, columns: {columns})", view.quiet)
+
+
+PREDICTION_VIEWS = {"words": lambda result, cfg, view, stream: show_word_predictions(result, cfg, view),
+                    "spans": lambda result, cfg, view, stream: show_answer_predictions(result, cfg, view)}
+"""How a problem family's predictions are shown, where not as rows of text."""
 
 
 def reading_line(result: PredictResult) -> str:
@@ -341,10 +368,17 @@ def _prediction_rows(task: str, texts: list[str], labels: list[Any], proba: Any,
                                               for t, lab, p in zip(short, labels, proba, strict=True)]
 
 
+EVALUATION_VIEWS = {"spans": show_answer_evaluation}
+"""How a problem shape's scores are shown, where not as the headline metrics table."""
+
+
 def show_evaluate(result: EvaluateResult, cfg: EvaluateConfig, view: View) -> None:
     """The headline metrics, per tag or confusion matrix (a tagging model: its report), and the files written."""
     from bertkit.scoring import metrics
 
+    if result.task in EVALUATION_VIEWS:
+        EVALUATION_VIEWS[result.task](result, cfg, view)
+        return
     if view.json:
         emit_json(result)
         return

@@ -1,5 +1,6 @@
-"""What `bertkit evaluate` prints for a tagging model under its headline scores: for entity tags seqeval's strict
-report (per type, micro and macro averages), the entity errors (each predicted entity counted once, and the gold
+"""What `bertkit evaluate` prints for a tagging model under its headline scores: for entity tags the entity report
+counted as conlleval counts (seqeval's default mode: an I- after O opens an entity; per type, micro and macro
+averages, and the strict micro average beside them), the entity errors (each predicted entity counted once, and the gold
 entities no prediction overlaps) and the confusion of entity types; for plain tags (POS) the per-tag scores and the
 confusion of tags. A confusion too wide for a terminal is shown as its largest off-diagonal cells."""
 
@@ -27,14 +28,15 @@ CONFUSED_SHOWN = 15
 def show_tag_report(result: EvaluateResult) -> None:
     """The report tables of a tagging model's evaluation (entity or plain tags)."""
     if result.per_type:
-        out_console.print(table("per entity type (seqeval's strict report)",
+        out_console.print(table("per entity type (conlleval counting; strict: seqeval's strict mode)",
                                 ["type", "precision", "recall", "F1", "gold", "predicted"], entity_report_rows(result)))
     mistakes = result.mistakes
     if mistakes is None:
         return
     if mistakes.errors is not None:
         gold = int(result.metrics.score("entities") or 0)
-        out_console.print(table("entity errors (strict; each predicted entity counted once, by its first kind)",
+        out_console.print(table("entity errors (conlleval counting; each predicted entity counted once, by its first "
+                                "kind)",
                                 ["kind", "entities", "share"], error_rows(mistakes.errors, gold)))
         out_console.print(false_counts_line(mistakes.errors, gold), highlight=False)
     if mistakes.per_tag is not None:
@@ -46,7 +48,8 @@ def show_tag_report(result: EvaluateResult) -> None:
 
 
 def entity_report_rows(result: EvaluateResult) -> list[list[object]]:
-    """seqeval's classification report: a row per entity type, then the micro and macro averages."""
+    """The entity report: a row per entity type, then the micro and macro averages (conlleval counting), and the
+    strict micro average."""
     rows: list[list[object]] = [[escape(name), r["precision"], r["recall"], r["f1"], r["support"], r["predicted"]]
                                 for name, r in result.per_type.items()]
     scores = result.metrics
@@ -54,6 +57,9 @@ def entity_report_rows(result: EvaluateResult) -> list[list[object]]:
                  scores.value("entities"), scores.value("predicted_entities")])
     rows.append(["macro avg", scores.score("macro_precision"), scores.score("macro_recall"), scores.score("macro_f1"),
                  None, None])
+    if scores.score("f1_strict") is not None:  # the other counting, named: strict entities only
+        rows.append(["micro avg, strict", scores.score("precision_strict"), scores.score("recall_strict"),
+                     scores.score("f1_strict"), scores.value("entities"), None])
     return rows
 
 

@@ -3,35 +3,44 @@ their results as JSON (--json). The rest of the commands' output is `bertkit.cli
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from bertkit.cli.output import View, emit_json, format_score, info, out_console, table
+from bertkit.cli.output import View, emit_json, format_score, format_threshold, info, out_console, table
 from bertkit.cli.show import METRIC_HEADERS
 from bertkit.commands.distill import DistillResult
 from bertkit.commands.finetune import FinetuneResult
 from bertkit.commands.sweep import SweepResult
 from bertkit.measure import distill_report
-from bertkit.scoring.table import SHAPE
+from bertkit.scoring.table import SHAPE, SPAN_METRICS
+from bertkit.training.checkpoints import resumed_line
 from bertkit.training.outcome import EpochRow, RunSummary
+from bertkit.training.trackers import summary_lines
 
 # ---------------------------------------------------------------- finetune / distill
 
 
-def show_finetune(result: FinetuneResult, view: View) -> None:
-    """A training run's summary: resumed or finished already, the epoch table, the best dev scores, what it saved."""
-    if not result.is_main_process:
-        return
+def _shown_whole(main_process: bool, result: Any, notes: Any, view: View) -> bool:
+    """Whether a training summary is done already: nothing on another process, the whole result with --json; else
+    its notes were shown, and the tables follow."""
+    if not main_process:
+        return True
     if view.json:
         emit_json(result.to_json())
-        return
-    for note in result.notes:
+        return True
+    for note in notes:
         info(note, view.quiet)
+    return False
+
+
+def show_finetune(result: FinetuneResult, view: View) -> None:
+    """A training run's summary: resumed or finished already, the epoch table, the best dev scores, what it saved."""
+    if _shown_whole(result.is_main_process, result, result.notes, view):
+        return
     _print_start(result)
     _print_epoch_table(result.epoch_table)
     summary = result.summary
-    shown = [k for shape in SHAPE.values() for k in shape.table_metrics if summary.best_dev.has(k)]  # its shape's
+    shown = [k for k in dict.fromkeys(TABLE_METRICS) if summary.best_dev.has(k)]  # its shape's
     _print_best(summary, shown)
     _print_tests(summary, shown)
     saved = [Path(p).name for k, p in summary.outputs.items() if k not in ("best", "final", "metrics.jsonl")]
@@ -44,7 +53,7 @@ def show_finetune(result: FinetuneResult, view: View) -> None:
         out_console.print(f"calibrated best/: temperature {fit.temperature:.3g} fitted on {fit.rows:,} dev rows (dev "
                           f"ECE {fit.ece_before:.4f} -> {fit.ece_after:.4f}; measured on the rows it was fitted on: "
                           f"evaluate other rows for the held-out effect)", highlight=False)
-    for line in tracker_lines(summary.trackers):
+    for line in summary_lines(summary.trackers):
         out_console.print(line, highlight=False)
 
 
@@ -53,18 +62,15 @@ def _print_start(result: FinetuneResult) -> None:
     if result.already_finished:
         out_console.print(f"{result.out} holds a finished run (step {result.summary.global_step}); nothing to do. "
                           "Use a new --out, or --overwrite to train again.", highlight=False)
-    elif result.restored is not None:
-        r = result.restored
-        info(f"resumed from {r.checkpoint}: epoch {r.epoch}, step {r.step} "
-             f"(batch {r.batch_in_epoch}/{r.steps_per_epoch} of the epoch), lr {r.lr:.3e}, "
-             f"best {result.summary.best_metric_name} so far {r.best_metric}")
+    elif result.restored is not None:  # the line the run logged as it resumed (shown once)
+        info(resumed_line(result.restored.to_json(), result.summary.best_metric_name))
 
 
 def _print_best(summary: RunSummary, shown: list[str]) -> None:
     """The best evaluation's --metric-for-best (named once), the shape's other metrics, its rows and throughput."""
     best = summary.best_dev
     others = [f"{k} {format_score(best.score(k))}" for k in shown if k != summary.best_metric_name]
-    others += [f"threshold {best.threshold}"] if best.has("threshold") else []
+    others += [f"threshold {format_threshold(best.threshold)}"] if best.has("threshold") else []
     also = f" ({', '.join(others)})" if others else ""
     rows = f" on {best.n:,} dev {_unit(best)}" if best.n is not None else ""
     out_console.print(
@@ -84,28 +90,14 @@ def _print_tests(summary: RunSummary, shown: list[str]) -> None:
 
 
 def _unit(scores: Any) -> str:
-    """What one evaluation's `n` counts: a tagger's scores are per word, others per row."""
-    return "words" if scores.has("sentences") else "rows"
+    """What one evaluation's `n` counts: a tagger's scores are per word, a question-answering model's per question,
+    others per row."""
+    return "words" if scores.has("sentences") else "questions" if scores.has("rules") else "rows"
 
 
-def tracker_lines(trackers: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """Where the run is logged, one line per tracker, with the command that shows it."""
-    lines = []
-    for name, where in trackers.items():
-        if name == "tensorboard":
-            lines.append(f"tensorboard: {where['logdir']}  (view: tensorboard --logdir {where['logdir']})")
-        elif name == "mlflow":
-            lines.append(f"mlflow: run {where['run_id']} in experiment {where['experiment']} at {where['tracking_uri']}"
-                         f"  (view: mlflow ui --backend-store-uri {where['tracking_uri']})")
-        elif name == "wandb":
-            lines.append(f"wandb: run {where['id']} in project {where['project']}" +
-                         (f"  ({where['url']})" if where.get("url") else ""))
-        else:
-            lines.append(f"{name}: run {where.get('name')} in project {where.get('project')}  (view: trackio show)")
-    return lines
-
-
-EPOCH_COLUMNS = {f"dev_{k}": f"dev {METRIC_HEADERS[k]}" for shape in SHAPE.values() for k in shape.table_metrics}
+TABLE_METRICS = (*(k for shape in SHAPE.values() for k in shape.table_metrics), *SPAN_METRICS[:2])
+"""The dev metrics a training summary shows, those its run scored: its shape's, or a question-answering run's."""
+EPOCH_COLUMNS = {f"dev_{k}": f"dev {METRIC_HEADERS[k]}" for k in TABLE_METRICS}
 
 
 def _print_epoch_table(rows: tuple[EpochRow, ...]) -> None:
@@ -123,13 +115,8 @@ def _print_epoch_table(rows: tuple[EpochRow, ...]) -> None:
 def show_distill(result: DistillResult, view: View) -> None:
     """The student's training summary, teacher vs student and DistilBERT's claims measured."""
     training, report = result.training, result.report
-    if not training.is_main_process:
+    if _shown_whole(training.is_main_process, result, training.notes, view):
         return
-    if view.json:
-        emit_json(result.to_json())
-        return
-    for note in training.notes:
-        info(note, view.quiet)
     _print_epoch_table(training.epoch_table)
     if report is not None:
         out_console.print(table("Teacher vs student (dev data)", distill_report.MODEL_COLUMNS,
@@ -139,7 +126,7 @@ def show_distill(result: DistillResult, view: View) -> None:
         info(report.claims_context(), view.quiet)
     out_console.print(f"saved {training.out}/best, {training.out}/final, metrics.json"
                       + (", distill_report.json/.md/.png" if report is not None else ""), highlight=False)
-    for line in tracker_lines(training.summary.trackers):
+    for line in summary_lines(training.summary.trackers):
         out_console.print(line, highlight=False)
 
 

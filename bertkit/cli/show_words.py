@@ -62,8 +62,12 @@ def show_word_probe(words: WordProbeRun, view: View) -> None:
                           f"({interval_cell(peak.scores)})", highlight=False)
     for note in words.notes:
         info(note, view.quiet)
-    if words.outputs:
-        info(f"wrote {words.outputs['metrics']}, {words.outputs['layer_curve']}", view.quiet)
+    outputs = words.outputs
+    if outputs:
+        probe = outputs.get("probe")
+        saved = (f"; saved probe: {probe} (the best row's; use: bertkit predict --probe {probe} --text ..., or "
+                 f"--data FILE)") if probe else ""
+        info(f"wrote {outputs['metrics']}, {outputs['layer_curve']}{saved}", view.quiet)
 
 
 def show_word_embed(words: WordEmbedRun) -> None:

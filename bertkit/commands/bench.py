@@ -25,12 +25,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from bertkit.commands.registry import command_module, config_for_command
-from bertkit.data.options import WORD_TASKS, DataOptions, config_problems, reads_tagged
-from bertkit.data.tagged import TaggedColumns, may_be_tagged, read_tagged_splits, tagged_sources
-from bertkit.data.tagged_splits import corpus_fingerprint
+from bertkit.data.options import WORD_TASKS, DataOptions, config_problems
+from bertkit.data.tagged import unseen_tags_option
 from bertkit.data.tagscheme import tag_scheme_option
 from bertkit.encoding.reading import Reading, max_length_option
-from bertkit.errors import UserError, raise_if_problems
+from bertkit.errors import raise_if_problems
+from bertkit.families.base import Family
+from bertkit.families.registry import cached_family
+from bertkit.families.results import TimedData
 from bertkit.measure import quality
 from bertkit.measure.report import BenchReport, compute_claims, report_markdown
 from bertkit.measure.timing import TimingOptions
@@ -41,20 +43,17 @@ from bertkit.models.compute import (
     precision_option,
 )
 from bertkit.models.metadata import read_as_saved, saved_reading
-from bertkit.models.preflight import DATA_FIELDS, check_inputs
+from bertkit.models.preflight import check_inputs
 from bertkit.options import (
     BENCH,
     DATA,
     MODEL,
     OUTPUT,
     Config,
-    all_fields,
     config_dict,
-    flag,
     group,
     option,
     overwrite_option,
-    value,
 )
 
 if TYPE_CHECKING:
@@ -63,8 +62,6 @@ if TYPE_CHECKING:
 BENCH_QUALITY = ("none", "probe", "finetune", "probe,finetune")
 QUALITY_CONFIGS: dict[str, type] = {kind: config_for_command(kind) for kind in quality.QUALITY_COMMANDS}
 """The --quality commands' configs, from the command table: bench runs other commands by name, as the CLI does."""
-NOT_FOR_TAGS = ("text_pair_column", "test", "task_preset")
-"""Data options of rows of text that tagged data has no use for (given there: refused, naming them)."""
 
 
 
@@ -74,7 +71,7 @@ class BenchConfig(Config):
 
     # bench holds no dev set out itself: a --quality run's hold-out share goes in --quality-args (--dev-fraction)
     NOT_OPTIONS = ("dev_fraction",)
-    ADVANCED_OPTIONS = ("trust_remote_code", "tag_scheme")
+    ADVANCED_OPTIONS = ("trust_remote_code", "tag_scheme", "unseen_tags")
     HELP_OVERRIDES = {"data": "The data whose texts are timed (unless --dev is given), and the --quality runs' training "
                               "data: a .csv/.tsv/.txt/.json/.jsonl/.parquet file, or a hub dataset name; a tagged "
                               "corpus (.iob2, .conll, or --task tags) benchmarks the models as taggers.",
@@ -86,6 +83,7 @@ class BenchConfig(Config):
     inputs: DataOptions = group(DataOptions)
     max_length: int | None = max_length_option()
     tag_scheme: str = tag_scheme_option()
+    unseen_tags: str = unseen_tags_option()
     preset: str | None = option(None, "distilbert-vs-bert: exact DistilBertConfig() vs BertConfig() shapes, random "
                                 "init, works offline.", panel=MODEL)
     random_init: bool = option(False, "Build --models from their configs with random weights (speed/size only).",
@@ -106,12 +104,6 @@ class BenchConfig(Config):
 
     def __post_init__(self) -> None:
         problems = config_problems(self)
-        if self.reads_words:
-            problems += self.tag_problems()
-        elif self.tag_scheme != "auto":
-            problems.append(f"--tag-scheme applies to tagged data (one tag per word); "
-                            f"{self.inputs.data or 'the demo data'} is read as rows of text. Pass a CoNLL-style file "
-                            f"(.iob2, .conll) or --task tags, or drop --tag-scheme.")
         if (self.models is None) == (self.preset is None):
             problems.append("Give exactly one of --models (comma-separated names) or --preset (e.g. distilbert-vs-bert).")
         if self.preset is not None and self.random_init:
@@ -125,31 +117,12 @@ class BenchConfig(Config):
             problems.append("--quality needs labelled --data (and usually --dev); pass them, or drop --quality.")
         check_device(problems, self.device, check_available=self.timing.protocol != "paper")  # paper runs on the CPU
         problems += quality.quality_args_problems(QUALITY_CONFIGS, self.quality_kinds, self.quality_args)
-        raise_if_problems(problems)
+        raise_if_problems(problems + self.family.refused_options(self, "bench", self.inputs.data))
 
     @property
-    def reads_words(self) -> bool:
-        """Whether the models are benchmarked as taggers: --task tags, or --data a tagged corpus (detected as
-        `bertkit finetune` detects it: `data.options.reads_tagged`)."""
-        return reads_tagged(self.task, self.inputs.data, self.inputs.data_config, self.inputs.train_split)
-
-    def tag_problems(self) -> list[str]:
-        """Tagged data's refusals: --data given and both files tagged, no option of rows of text, and a tagged --dev
-        for the quality runs."""
-        problems = [] if self.inputs.data else ["--task tags needs --data (a tagged corpus, e.g. train.iob2). Pass it."]
-        for path in dict.fromkeys((self.inputs.data, self.inputs.dev)):
-            if path is not None and not may_be_tagged(path):
-                problems.append(f"--task tags reads one tag per word, but {path} does not look like a tagged corpus. "
-                                f"Valid: a CoNLL-style column file, JSON lines or parquet with token and tag lists, or "
-                                f"a hub dataset. Pass such data, or drop --task tags to time rows of text.")
-        defaults = {f.name: f.default for f in all_fields(type(self))}
-        problems += [f"{flag(name)} does not apply to tagged data (one tag per word): bench times its sentences as "
-                     f"a tagger reads them. Drop {flag(name)}." for name in NOT_FOR_TAGS
-                     if value(self, name) not in (defaults[name], None, ())]
-        if self.quality_kinds and self.inputs.dev is None:
-            problems.append("--quality on tagged data needs --dev (tagged dev data: the fine-tuned taggers are scored "
-                            "there by entity F1); no dev split is held out of tagged data. Pass --dev dev.iob2.")
-        return problems
+    def family(self) -> Family:
+        """The problem family of --data (`bertkit.families`): rows of text, or tagged data (taggers timed)."""
+        return cached_family(self, data=self.inputs, task=self.task)
 
     @property
     def model_list(self) -> list[str]:
@@ -163,53 +136,10 @@ class BenchConfig(Config):
 
 
 
-def benchmark_texts(cfg: Any) -> tuple[list[str], dict[str, Any]]:
-    """The sentences to time: --dev if given (a file or a split of the hub --data), else --data, else the demo dev."""
-    from bertkit.data.splits import load_dataset_split, named_source
-
-    if cfg.inputs.dev:
-        source, split = named_source(cfg.inputs.data, cfg.inputs.dev)
-        dataset = load_dataset_split(cfg.inputs, source, split=split, need_labels=False, task=cfg.task)
-    elif cfg.inputs.data:
-        dataset = load_dataset_split(cfg.inputs, cfg.inputs.data, need_labels=False, task=cfg.task)
-    else:
-        demo = Path(__file__).resolve().parent.parent / "resources" / "demo" / "dev.tsv"
-        dataset = load_dataset_split(cfg.inputs, str(demo), need_labels=False, task=cfg.task)
-    # Sentence pairs: the first text of each row is timed (the benchmark measures the encoder, not the task).
-    return list(dataset.texts), {"source": dataset.source, "fingerprint": dataset.fingerprint}
-
-
-@dataclass(frozen=True)
-class TimedData:
-    """What bench times: rows of text, or (tagged data) sentences given as words with the tags the taggers output
-    (the training corpus's); and where they come from (`source`, `fingerprint`)."""
-
-    texts: list[Any]
-    source: dict[str, Any]
-    tags: tuple[str, ...] | None = None
-
-
-def tagged_benchmark_data(cfg: Any) -> TimedData:
-    """Tagged data's timed sentences: --dev if given, else --data (its first --limit), read and checked as
-    `bertkit finetune` reads them (columns, scheme, dev tags seen in training), with --data's tags."""
-    sources = tagged_sources(cfg.inputs.data, [cfg.inputs.dev] if cfg.inputs.dev else [], cfg.inputs.data_config,
-                             cfg.inputs.train_split)
-    corpora = read_tagged_splits(sources[0], sources[1:], TaggedColumns(cfg.inputs.text_column, cfg.inputs.label_column,
-                                                                         cfg.tag_scheme))
-    timed = corpora[-1]
-    sentences = timed.head(cfg.inputs.limit) if cfg.inputs.limit else list(timed.sentences())
-    if not sentences:
-        raise UserError(f"No sentences to benchmark on: {timed.source} holds none. Pass a tagged corpus with "
-                        f"sentences (a word and its tag per line, a blank line between sentences).")
-    return TimedData([s.words for s in sentences], {"source": str(timed.source),
-                                                    "fingerprint": corpus_fingerprint(timed)}, corpora[0].tags)
-
-
 def benchmark_data(cfg: Any) -> TimedData:
-    """What the benchmark times: tagged sentences (`tagged_benchmark_data`) or rows of text (`benchmark_texts`)."""
-    if getattr(cfg, "reads_words", False):
-        return tagged_benchmark_data(cfg)
-    return TimedData(*benchmark_texts(cfg))
+    """What the benchmark times, as the data's problem family reads it: rows of text, or tagged sentences given as
+    words (the models timed as taggers)."""
+    return cfg.family.bench_data(cfg)
 
 
 def benchmark(cfg: Any, clock: Clock = time.perf_counter,
@@ -291,8 +221,9 @@ def device_and_dtype(cfg: Any) -> tuple[Any, Any, list[str]]:
 
 
 def plan_quality(cfg: BenchConfig) -> list[quality.QualityPlan]:
-    """The --quality commands' plans, every config built (so every --quality-args value checked) before measuring."""
-    return quality.plan_quality(cfg, QUALITY_CONFIGS)
+    """The --quality commands' plans, every config built (so every --quality-args value checked) before measuring;
+    each reads the data as bench's problem family does (`Family.quality_options`)."""
+    return quality.plan_quality(cfg, QUALITY_CONFIGS, cfg.family.quality_options(cfg))
 
 
 def measure_quality(plan: quality.QualityPlan, models: dict[str, str], out_dir: Path) -> dict[str, dict[str, Any]]:
@@ -331,10 +262,11 @@ def run(cfg: BenchConfig) -> BenchResult:
     # whatever --out holds): the quality runs read every split with labels; the timing alone reads --dev, else --data
     timed = ("dev",) if cfg.inputs.dev else ("data",)
     plan_quality(cfg)  # every --quality-args value, before the models are looked for
-    tables = () if cfg.reads_words else DATA_FIELDS if cfg.quality_kinds else timed  # tagged: its own reader checks
+    # the family's tables: all with --quality (its runs read every split), else the timed one
+    tables = tuple(name for name in cfg.family.table_fields if cfg.quality_kinds or name in timed)
     check_inputs(cfg, need_labels=bool(cfg.quality_kinds), models=cfg.model_list, data_fields=tables)
     cfg = read_as_recorded_models(cfg)
-    data = tagged_benchmark_data(cfg) if cfg.reads_words else None  # read and checked before torch is imported
+    data = benchmark_data(cfg)  # read and checked before torch is imported
     # read-only; claimed once the models are measured
     plan = rundir.inspect_run_dir(cfg.out or "runs/bench", "bench", overwrite=cfg.overwrite,
                                   inputs=ownership.input_paths(cfg), compare=trail.config_compare(config_dict(cfg)))
@@ -342,7 +274,8 @@ def run(cfg: BenchConfig) -> BenchResult:
 
     report = benchmark(cfg, quality_dir=lambda: plan.claim().path / "quality", data=data)
     run = plan.claim()
-    trail.write_run_config(run.path, "bench", config_dict(cfg), data_fingerprint=report["data_source"]["fingerprint"])
+    trail.write_run_config(run.path, "bench", config_dict(cfg), cfg.family.name,
+                           data_fingerprint=report["data_source"]["fingerprint"])
     report["outputs"] = {name: str(run.out / name) for name in ("bench.json", "bench.md", "bench.png")}
     plots.bench_bars(report, run.path / "bench.png")
     atomic.write_json_atomic(run.path / "bench.json", report)

@@ -13,21 +13,20 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from bertkit.data.tagged_splits import TaggedTraining, load_tagged_training_for
-from bertkit.encoding.reading import Reading
-from bertkit.errors import raise_if_problems
+from bertkit.families.registry import ReadsItsData
 from bertkit.models.compute import Compute
-from bertkit.models.preflight import DATA_FIELDS, checked_as_saved
+from bertkit.models.preflight import checked_as_saved
 from bertkit.training.options import FinetuneOptions
 from bertkit.training.outcome import EpochRow, Restored, RunSummary, TrainingRun
-from bertkit.training.tag_options import TAGGER_WORD_POOL
 
 
 @dataclass(frozen=True)
-class FinetuneConfig(FinetuneOptions):
+class FinetuneConfig(ReadsItsData, FinetuneOptions):
     """`bertkit finetune`: full fine-tuning (batch 32, 3 epochs, warmup 0.1; --lr auto: chosen from the model's width,
     the BERT paper's 5e-5 for BERT-base, 1e-4 for MiniLM-L6); on tagged data (--task tags, or a CoNLL-style --data) a
-    tagger: one tag per word, best/ by dev entity F1 (strict seqeval) or word accuracy for plain tags."""
+    tagger: one tag per word, best/ by dev entity F1 (conlleval counting) or word accuracy for plain tags."""
+
+    COMMAND = "finetune"
 
 
 @dataclass(frozen=True)
@@ -61,25 +60,13 @@ class FinetuneResult:
 
 def run(cfg: FinetuneConfig, *, progress: bool = True) -> FinetuneResult:
     """The run: its folder, metrics.json's content, the epoch table, what a resume restored, notes. Every check
-    before torch and transformers are imported: the --model, --out and --max-length, and the data (a tagger's
-    tagged --data and --dev are read and checked here, by their own reader: `load_tagged_training`)."""
-    words = cfg.reads_words
-    cfg = checked_as_saved(cfg, "finetune", data_fields=() if words else DATA_FIELDS)  # tagged: its reader checks
-    # a tagger reads words in windows of --max-length pieces (given, or as the --model records it), each word at its
-    # first piece
-    reading = Reading.of_words(TAGGER_WORD_POOL, cfg.reading.max_length, cfg.reading.stride) if words \
-        else Reading.from_options(cfg.reading)
-    data = checked_tagged_data(cfg, reading) if words else None
+    before torch and transformers are imported: the --model, --out and --max-length, and the data (the family's:
+    rows of text checked as tables, a tagger's tagged --data and --dev read and checked by their own reader)."""
+    family = cfg.family
+    cfg = checked_as_saved(cfg, "finetune", data_fields=family.table_fields)
+    training = family.training(cfg)  # how its runs read texts, its data read and checked: before torch
     from bertkit.training.finetune import finetune, training_device
-    from bertkit.training.tagging import TagTask
 
     compute = Compute.resolve(training_device(), cfg.compute.precision)
-    task = None if data is None else TagTask(data)
-    return FinetuneResult.of(finetune(cfg, progress=progress, compute=compute, reading=reading, task=task))
-
-
-def checked_tagged_data(cfg: FinetuneConfig, reading: Reading) -> TaggedTraining:
-    """A tagger's --data, --dev and --test read and checked by the tagged reader (`load_tagged_training_for`), once
-    `reading` (its windows: --stride against --max-length) was."""
-    raise_if_problems(reading.word_problems())
-    return load_tagged_training_for(cfg.inputs, cfg.tagging.tag_scheme)
+    return FinetuneResult.of(finetune(cfg, progress=progress, compute=compute, reading=training.reading(cfg),
+                                      task=training.task()))

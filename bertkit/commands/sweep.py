@@ -15,18 +15,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bertkit.data.tagged_splits import load_tagged_training_for
+from bertkit.families.registry import ReadsItsData
 from bertkit.models.compute import Compute
 from bertkit.models.metadata import read_as_saved
-from bertkit.models.preflight import DATA_FIELDS, check_inputs
+from bertkit.models.preflight import check_inputs
 from bertkit.training.space import SweepOptions
 from bertkit.training.trials_report import SweepSummary, TrialRow
 
 
 @dataclass(frozen=True)
-class SweepConfig(SweepOptions):
+class SweepConfig(ReadsItsData, SweepOptions):
     """`bertkit sweep`: many `finetune` runs over a grid or an Optuna search, ranked by --metric-for-best; on tagged
     data (--task tags, or a CoNLL-style --data) taggers, ranked by dev entity F1 (or word accuracy for plain tags)."""
+
+    COMMAND = "sweep"
 
 
 @dataclass(frozen=True)
@@ -49,14 +51,13 @@ class SweepResult:
 
 def run(cfg: SweepConfig, *, progress: bool = True) -> SweepResult:
     """The sweep: its folder, sweep.json's content (main process), the ranked trials' rows."""
-    tagged = cfg.reads_words  # tagged data is checked by its own reader, not as a table
-    check_inputs(cfg, need_labels=True, models=(cfg.model,), data_fields=() if tagged else DATA_FIELDS)
+    family = cfg.family
+    check_inputs(cfg, need_labels=True, models=(cfg.model,), data_fields=family.table_fields)
     cfg = read_as_saved(cfg)  # every trial reads texts as the --model records, unless the space says otherwise
-    # once, for every trial; before torch is imported
-    data = load_tagged_training_for(cfg.inputs, cfg.tagging.tag_scheme) if tagged else None
+    training = family.training(cfg)  # once, for every trial; before torch is imported
     from bertkit.training.finetune import training_device
     from bertkit.training.trials import run_sweep
 
     device = training_device()
-    outcome = run_sweep(cfg, lambda precision: Compute.resolve(device, precision), progress=progress, tagged=data)
+    outcome = run_sweep(cfg, lambda precision: Compute.resolve(device, precision), training, progress=progress)
     return SweepResult(outcome.out, outcome.summary, outcome.is_main_process)

@@ -14,6 +14,7 @@ from bertkit.data.cells import is_blank_text, is_int_text, is_missing, is_nested
 from bertkit.data.findings import Found
 from bertkit.data.options import DataOptions
 from bertkit.data.sources import check_data_file, column_names, is_local_source
+from bertkit.data.tagged import has_tagged_suffix
 from bertkit.errors import UserError
 
 DEFAULT_TEXT_COLUMNS = ("sentence", "text", "sentence1", "question", "premise")
@@ -104,6 +105,8 @@ def check_columns(opts: DataOptions, source: str, need_labels: bool) -> None:
     if not is_local_source(source):
         return
     path = Path(source).expanduser()
+    if has_tagged_suffix(path) and path.is_file():  # its own reader checks it (`tagged_text`, the tagged path)
+        return
     check_data_file(path)
     names = column_names(path, opts.encoding, opts.header, *by_index_reading(opts))
     if names is not None:

@@ -41,9 +41,10 @@ class GateSentences:
 def read_gate_sentences(data: str, columns: TaggedColumns, limit: int | None = None, data_config: str | None = None,
                         split: str = "train") -> GateSentences:
     """--data for a tagger's gate (the first `limit` sentences): a tagged corpus (a column file, JSON or parquet
-    rows with word and tag lists, or the `split` of a hub dataset), or a text file of one sentence per line."""
+    rows with word and tag lists, or the `split` of a hub dataset), or sentences without tags as `file_sentences`
+    reads them (plain text, a table's --text-column), in `columns`' encoding."""
     if is_file_value(data) and Path(data).expanduser().is_file() and not is_tagged_file(data):
-        words = tuple(s.words for s in file_sentences(data, limit=limit))
+        words = tuple(s.words for s in file_sentences(data, columns, limit=limit))
         return GateSentences(data, f"sha256:{file_digest(Path(data).expanduser())[1][:16]}", words)
     return tagged_gate_sentences(read_tagged(tagged_sources(data, [], data_config, split)[0], columns), limit)
 
@@ -64,7 +65,8 @@ def run_dev_sentences(config: dict[str, Any], limit: int | None = None) -> GateS
 
     if not given("data") or not given("dev"):
         raise UserError("the run records no --data and --dev")
-    columns = TaggedColumns(given("text_column"), given("label_column"), given("tag_scheme", "auto") or "auto")
+    columns = TaggedColumns(given("text_column"), given("label_column"), given("tag_scheme", "auto") or "auto",
+                            given("encoding", "utf-8") or "utf-8")
     sources = tagged_sources(given("data") or "", [given("dev") or ""], given("data_config"),
                              given("train_split", "train") or "train")
     return tagged_gate_sentences(read_tagged(sources[1], columns), limit)

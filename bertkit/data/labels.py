@@ -20,6 +20,9 @@ TASKS = ("single_label", "multi_label", "regression")
 TAGS_TASK = "tags"
 """The task of a tagger's labels, and what a tagging model records (`bertkit finetune` on tagged data: one tag per
 word)."""
+SPANS_TASK = "spans"
+"""The task of extractive question answering (an answer span of a passage per question), and what a
+question-answering model records (`bertkit finetune` on SQuAD data)."""
 
 
 def task_of_problem_type(problem_type: str | None, num_labels: int) -> str:

@@ -7,13 +7,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
 from bertkit.data.cachedir import cache_in_out_problem
 from bertkit.data.cells import is_blank_text
+from bertkit.data.labels import SPANS_TASK
 from bertkit.data.labels import TASKS as SHAPE_NAMES
 from bertkit.data.presets import NO_PRESET, PresetFill, apply_preset
 from bertkit.data.sources import HEADER_MODES
+from bertkit.data.squad import looks_like_squad
+from bertkit.data.squad_rows import HUB_VERSIONS
 from bertkit.data.tagged import is_file_value, is_tagged_file, is_tagged_hub
 from bertkit.options import DATA, RUN, field_problems, option, value
 
@@ -37,7 +41,7 @@ class DataOptions:
     text_column: str | None = option(None, "Text column: a name, or a 0-based index for headerless files. Default: "
                                      "sentence/text/first column.", panel=DATA)
     text_pair_column: str | None = option(None, "Second text column for sentence pairs (encoded as a true pair).",
-                                          panel=DATA)
+                                          panel=DATA, families=("sentences",))
     label_column: str | None = option(None, "Label column: a name or 0-based index; integer or string labels.",
                                       panel=DATA)
     encoding: str = option("utf-8", "Text encoding of local files.", panel=DATA)
@@ -51,7 +55,7 @@ class DataOptions:
     seed: int = option(42, "Random seed (splits, sampling, initialisation).", panel=RUN)
     task_preset: str | None = option(None, "A GLUE task: glue/cola, sst2, mrpc, qqp, stsb, mnli, qnli, rte or wnli. "
                                      "Fills the columns (hub data or the GLUE TSV files), problem type and official "
-                                     "metrics that no flag or recipe sets.", panel=DATA)
+                                     "metrics that no flag or recipe sets.", panel=DATA, families=("sentences",))
 
     def data_problems(self) -> list[str]:
         """The data options' own rules (once the declarations were checked: `config_problems`)."""
@@ -76,7 +80,7 @@ def config_problems(config: Any) -> list[str]:
 
 WORD_TASK = "tags"
 """--task tags: one tag per word (a tagged corpus): the word path of every command that has --task."""
-TASKS = ("auto", *SHAPE_NAMES, WORD_TASK)
+TASKS = ("auto", *SHAPE_NAMES, WORD_TASK, SPANS_TASK)
 WORD_TASKS = ("auto", WORD_TASK)
 """--task where a command reads either rows or tagged corpora and nothing else (embed)."""
 THRESHOLD_MODES = ("tune", "tune-per-label")
@@ -96,6 +100,19 @@ def reads_tagged(task: str, data: str | None, config: str | None = None, train_s
         return False
 
 
+def reads_questions(task: str, data: str | None, config: str | None = None, train_split: str = "train") -> bool:
+    """Whether a run reads --data as questions on passages (extractive question answering): --task spans, or --task
+    auto and a local file that holds SQuAD questions (`data.squad.looks_like_squad`: SQuAD JSON, or rows with
+    context, question and answers) or a hub dataset named squad or squad_v2 (its name declares its version)."""
+    if task == SPANS_TASK:
+        return True
+    if task != "auto" or data is None:
+        return False
+    if is_file_value(data):
+        return looks_like_squad(Path(data).expanduser())
+    return data.rsplit("/", 1)[-1] in HUB_VERSIONS
+
+
 def blank_text_problems(texts: tuple[str, ...]) -> list[str]:
     """--text values that are empty or only invisible characters, refused as the --data path refuses empty cells."""
     blank = [str(i) for i, text in enumerate(texts, start=1) if is_blank_text(text)]
@@ -113,7 +130,7 @@ class LabelOptions(DataOptions):
 
     label_sep: str | None = option(None, "Multi-label data: the separator of the tags in one label cell (e.g. \"|\"). "
                                    "JSON/parquet list cells and several 0/1 columns (--label-column a,b,c) need none.",
-                                   panel=DATA)
+                                   panel=DATA, families=("sentences",))
 
     def data_problems(self) -> list[str]:
         problems = super().data_problems()
@@ -145,11 +162,13 @@ class TaskOptions(LabelOptions):
 
     task: str = option("auto", "Problem shape. auto: tag lists, --label-sep or several label columns -> multi_label; "
                        "numbers with fractions -> regression; else single_label. tags: one tag per word (a CoNLL-style "
-                       "column file; detected from .iob2/.iob/.bio/.conll files and their content).", panel=DATA,
+                       "column file; detected from .iob2/.iob/.bio/.conll files and their content). spans: an answer "
+                       "span of a passage per question (SQuAD; detected from a SQuAD file's content, or the hub's "
+                       "squad and squad_v2).", panel=DATA,
                        choices=TASKS)
     threshold: str = option("tune", "Multi-label decision threshold on each sigmoid: a probability in (0, 1), tune "
                             "(one threshold, best dev micro-F1) or tune-per-label (one per label, best dev F1).",
-                            numbers=True)
+                            numbers=True, families=("sentences",))
 
     def task_problems(self) -> list[str]:
         """--threshold in (0, 1) or a tuning mode; --label-sep only where tags are read. (Every command with a task

@@ -11,7 +11,8 @@ import os
 import re
 import stat
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +25,37 @@ if TYPE_CHECKING:
 LOCAL_SUFFIXES = {".csv", ".tsv", ".txt", ".json", ".jsonl", ".parquet"}
 HEADER_MODES = ("auto", "yes", "no")
 """--header: whether the first row of a CSV/TSV file is a header (auto guesses)."""
+
+
+@dataclass(frozen=True)
+class DataSource:
+    """Where a split is read from: a local file (`split` None), or a split of a hub dataset (tagged corpora and
+    question sets read their sources alike)."""
+
+    name: str
+    """The file, or the hub dataset."""
+    split: str | None = None
+    config: str | None = None
+    """The hub dataset's configuration (--data-config)."""
+
+    @property
+    def is_hub(self) -> bool:
+        return self.split is not None
+
+    def __str__(self) -> str:
+        return f"{self.name}[{self.split}]" if self.is_hub else self.name
+
+
+def json_objects(lines: Iterable[tuple[int, str]], path: Path, valid: str) -> Iterator[tuple[int, Any]]:
+    """(line number, object) of each non-blank line of a JSON lines file; a line that is not JSON refused naming the
+    file and the line (`valid`: what a line holds, for the message)."""
+    for number, line in lines:
+        if line.strip():
+            try:
+                yield number, json.loads(line)
+            except json.JSONDecodeError as error:
+                raise UserError(f"{path} line {number} is not a JSON object ({error}). Valid: {valid}. Fix that "
+                                f"line.") from None
 
 
 def is_local_source(source: str) -> bool:

@@ -20,6 +20,8 @@ from bertkit.data.labels import LabelMap
 from bertkit.data.options import DataOptions
 from bertkit.data.sources import is_local_source, read_hub_split
 from bertkit.data.table import RowTable, line_column
+from bertkit.data.tagged import has_tagged_suffix
+from bertkit.data.tagged_text import tagged_text_dataset
 from bertkit.errors import UserError, raise_if_problems
 
 
@@ -74,6 +76,8 @@ def read_split(opts: DataOptions, where: SplitSource, need_labels: bool = True,
     source = where.name
     if where.local:
         path = Path(source).expanduser()
+        if has_tagged_suffix(path):  # its sentences' words as text (`bertkit tokens` on a .iob2 file)
+            return tagged_text_dataset(path, opts, need_labels)
         by_index, label_index = by_index_reading(opts)
         table, fingerprint = local_table(path, opts.encoding, opts.header, by_index, label_index,
                                          getattr(opts, "cache_dir", None))

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bertkit.data.tagscheme import OUTSIDE, is_entity_tag
 from bertkit.errors import UserError
 
 WORD_KEYS = ("tokens", "words")
@@ -22,7 +23,15 @@ class RawSentence:
     words: list[str]
     tags: list[str]
     line: int
-    """Line (column files) or row (JSON) the sentence starts on, 1-based."""
+    """Line (column files) or row (JSON, parquet, hub splits) the sentence starts on, 1-based."""
+    word_lines: tuple[int, ...] | None = None
+    """Column files: each word's line (comments and skipped lines may sit between them); None for rows."""
+
+    def where(self, index: int) -> str:
+        """Where word `index` is, for a message: `line N` (column files) or `row N, word K`."""
+        if self.word_lines is not None:
+            return f"line {self.word_lines[index]}"
+        return f"row {self.line}, word {index + 1}"
 
 
 def checked_sentence(where: str, number: int, words: Any, tags: Any, word_key: str, tag_key: str,
@@ -64,9 +73,11 @@ def named_tags(where: str, tags: list[Any], tag_key: str, names: list[str] | Non
     return out
 
 
-def check_tag_values(path: Path | str, values: list[str], tag: int | str, word: int | str, ids: bool = False) -> None:
+def check_tag_values(path: Path | str, values: list[str], tag: int | str, word: int | str, ids: bool = False,
+                     words: list[str] | None = None) -> None:
     """A tag column holds a small set of labels: not the words themselves, not a running index, not placeholders
-    (`ids`: the column holds integer tag ids without names, numbers by design)."""
+    (`ids`: the column holds integer tag ids without names, numbers by design); and the word column's values
+    (`words`, one per value) are not the tags (a tag column given as --text-column)."""
     distinct = set(values)
     reason = None
     if tag == word:
@@ -81,3 +92,18 @@ def check_tag_values(path: Path | str, values: list[str], tag: int | str, word: 
         raise UserError(f"Column {tag} of {path} is not a tag column: {reason}. Valid: a column of a few labels "
                         f"(O, B-PER, NOUN ...). Pass --label-column with the tag column's "
                         f"{'index' if isinstance(tag, int) else 'name'}.")
+    if words and _look_like_tags(words, distinct):
+        raise UserError(f"Column {word} of {path}, read as the words, holds tags ({', '.join(sorted(set(words))[:6])}"
+                        f"{' ...' if len(set(words)) > 6 else ''}) while column {tag}, read as the tags, holds "
+                        f"{len(distinct)} different values: the words would be the labels. Pass --text-column with "
+                        f"the words' column and --label-column with the tags' "
+                        f"{'index' if isinstance(word, int) else 'name'}.")
+
+
+def _look_like_tags(words: list[str], tags: set[str]) -> bool:
+    """Whether a word column holds tags: entity tags only (some of them prefixed), or far fewer values than the
+    tag column (tags are the small set)."""
+    distinct = set(words)
+    if all(is_entity_tag(w) for w in distinct) and distinct - {OUTSIDE}:
+        return True
+    return len(tags) >= 6 and 2 * len(distinct) <= len(tags)

@@ -130,12 +130,13 @@ def table_sentences(batches: Iterable[Any], word: str, tag: str, names: list[str
 
 
 def check_table_tags(where: str, sentences: Iterable[RawSentence], table: ListColumns, word: str, tag: str) -> None:
-    """The first sentences' tags look like tags (`tagged_sentence.check_tag_values`; unnamed integer ids are numbers by
-    design)."""
-    values = [t for raw in itertools.islice(sentences, PEEK_SENTENCES) for t in raw.tags]
+    """The first sentences' tags look like tags and their words not (`tagged_sentence.check_tag_values`; unnamed
+    integer ids are numbers by design)."""
+    sample = list(itertools.islice(sentences, PEEK_SENTENCES))
+    values = [t for raw in sample for t in raw.tags]
     ids = table.kinds.get(tag) == "integer" and tag not in table.names
     if values:
-        check_tag_values(where, values, tag, word, ids=ids)
+        check_tag_values(where, values, tag, word, ids=ids, words=[w for raw in sample for w in raw.words])
     if ids:
         log.warning("%s: the tags %r are integer ids without names, so they are read as their numbers (plain labels, "
                     "scored by token accuracy). For entity F1, write the tags as strings, or save the data with "

@@ -6,8 +6,10 @@ the option it is built from (`tag_scheme_option`)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from bertkit.errors import UserError
@@ -28,7 +30,8 @@ def tag_scheme_option() -> Any:
     `bertkit finetune`, `bertkit bench`): the scheme `data.tagged.TaggedColumns` reads the tags in, resolved to the
     `TagScheme` a corpus records."""
     return option("auto", "Tagged data: the tags' scheme (IOB1 is read as IOB2; none: plain labels such as POS, scored "
-                  "by token accuracy). auto detects it.", panel=DATA, choices=SCHEMES)
+                  "by token accuracy). auto detects it.", panel=DATA, choices=SCHEMES,
+                  families=("words",))
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,7 @@ def is_entity_tag(tag: str) -> bool:
     return tag == OUTSIDE or ENTITY_TAG.match(tag) is not None
 
 
+@lru_cache(maxsize=65536)
 def split_tag(tag: str) -> tuple[str, str]:
     """(prefix, type): ("B", "PER") for B-PER, ("O", "") for O; L/U as E/S."""
     if tag == OUTSIDE:
@@ -77,33 +81,131 @@ def split_tag(tag: str) -> tuple[str, str]:
     return prefix, found.group(2)
 
 
+@dataclass
+class Sighting:
+    """How often something was seen in a corpus's tags, and where first (`line 12: I-PER`)."""
+
+    count: int = 0
+    first: str = ""
+
+    def add(self, where: Callable[[int], str], index: int, tag: str) -> None:
+        """One more, at word `index` (`where(index)`: its place, e.g. `line 12`) tagged `tag`."""
+        if not self.count:
+            self.first = f"{where(index)}: {tag!r}"
+        self.count += 1
+
+
 class SchemeEvidence:
-    """What the tags read so far say about their scheme, gathered one sentence at a time (files are streamed)."""
+    """What the tags read so far say about their scheme, gathered one sentence at a time (files are streamed), with
+    where each oddity first is: tags that are neither O nor prefix-type (`malformed_tags`, the first at
+    `first_malformed`), entities that open with B-
+    after O or another type (IOB2's way: `b_opens`) or with I- (IOB1's way, or a stray I- in IOB2: `i_opens`),
+    B-/I- tags no I-/E- of their type follows (`unclosed`: an IOBES entity closes with E-) and E-/S- tags
+    (`iobes_tags`)."""
 
     def __init__(self) -> None:
-        self.plain = False  # a tag that is not O nor prefix-type: plain labels
-        self.prefixes: set[str] = set()
-        self.opens_with_inside = False  # an I- that no B-/I- of its type precedes: IOB1
+        self.words = 0
+        self.prefixed = 0  # prefix-type tags (B-PER...), O not counted
+        self.b_opens, self.i_opens, self.unclosed, self.iobes_tags = Sighting(), Sighting(), Sighting(), Sighting()
+        self.malformed_tags: Counter[str] = Counter()
+        self.first_malformed = ""
 
-    def add(self, tags: Sequence[str]) -> None:
-        previous = ""
-        for tag in tags:
-            prefix, kind = split_tag(tag)
+    def add(self, tags: Sequence[str], where: Callable[[int], str] | None = None) -> None:
+        """One sentence's tags; `where(i)`: where its word `i` is, for messages (`line 12`)."""
+        place = where or (lambda _: "?")
+        split = [split_tag(tag) for tag in tags]
+        self.words += len(split)
+        for i, (prefix, kind) in enumerate(split):
             if prefix == "":
-                self.plain = True
-                return
-            self.prefixes.add(prefix)
-            if prefix == "I" and previous not in (f"B-{kind}", f"I-{kind}"):
-                self.opens_with_inside = True
-            previous = f"{prefix}-{kind}" if prefix in ("B", "I") else ""
+                self.first_malformed = self.first_malformed or f"{place(i)}: {tags[i]!r}"
+                self.malformed_tags[tags[i]] += 1
+                continue
+            if prefix == OUTSIDE:
+                continue
+            self.prefixed += 1
+            before = split[i - 1] if i else (OUTSIDE, "")
+            if prefix in ("E", "S"):
+                self.iobes_tags.add(place, i, tags[i])
+            elif before[1] != kind or before[0] in (OUTSIDE, "E", "S", ""):  # B-/I- opening an entity
+                (self.b_opens if prefix == "B" else self.i_opens).add(place, i, tags[i])
+            after = split[i + 1] if i + 1 < len(split) else (OUTSIDE, "")
+            if prefix in ("B", "I") and (after[0] not in ("I", "E") or after[1] != kind):
+                self.unclosed.add(place, i, tags[i])
+
+    @property
+    def mostly_entity_tags(self) -> bool:
+        """Prefix-type tags are there and O or prefix-type tags are most of the words: the few other tags are
+        malformed entity tags, not the plain labels of a POS-like tag set."""
+        return bool(self.prefixed) and self.malformed_count < 0.5 * self.words
+
+    @property
+    def malformed_count(self) -> int:
+        """Words whose tag is neither O nor prefix-type."""
+        return sum(self.malformed_tags.values())
 
     def scheme(self) -> str:
-        """IOBES when E-/S- occur, IOB1 when an entity opens with I-, IOB2 for other prefix-type tags, else none."""
-        if self.plain or self.prefixes <= {OUTSIDE}:
-            return "none" if self.plain or not self.prefixes else "IOB2"
-        if self.prefixes & {"E", "S"}:
+        """IOBES when E-/S- occur; IOB1 when more entities open with I- than with B- after O (IOB1 writes B- only
+        between two adjacent entities of one type), else IOB2 (a stray I- does not switch a whole file); none for plain
+        labels (POS-like tags, or nothing read); IOB2 for O only."""
+        if self.malformed_tags and not self.mostly_entity_tags or not self.words:
+            return "none"
+        if not self.prefixed:
+            return "IOB2" if not self.malformed_tags else "none"
+        if self.iobes_tags.count:
             return "IOBES"
-        return "IOB1" if self.opens_with_inside else "IOB2"
+        return "IOB1" if self.i_opens.count > self.b_opens.count else "IOB2"
+
+
+def _counted(counts: Counter[str]) -> str:
+    shown = ", ".join(f"{tag!r} ({n})" for tag, n in counts.most_common(5))
+    return shown + (" ..." if len(counts) > 5 else "")
+
+
+def scheme_problem(evidence: SchemeEvidence, declared: str, source: str) -> str | None:
+    """Why the tags cannot be read in the `declared` --tag-scheme (auto: the detected one), naming the first line
+    that says so and the fix; None when they can."""
+    count = evidence.malformed_count
+    if count and (declared not in ("auto", "none") or declared == "auto" and evidence.mostly_entity_tags):
+        share = f", but --tag-scheme is {declared}" if declared != "auto" else (
+            f", but {1 - count / evidence.words:.1%} of the words have entity tags (O, B-PER, I-LOC ...): read as "
+            f"plain labels, the file would be scored by word accuracy instead of entity F1")
+        return (f"{source} {evidence.first_malformed} is not an entity tag{share}. {count} word(s) have such tags: "
+                f"{_counted(evidence.malformed_tags)}. Valid entity tags are O and a prefix (B-, I-, E-, S-), '-' and "
+                f"a type (B-PER). Fix those lines, or pass --tag-scheme none to read every tag as a plain label "
+                f"(POS-like, scored by word accuracy).")
+    if declared in ("IOB1", "IOB2") and evidence.iobes_tags.count:
+        return (f"{source} {evidence.iobes_tags.first} is an IOBES tag (E-/S-, or BILOU's L-/U-), but --tag-scheme is "
+                f"{declared}. Pass --tag-scheme IOBES (or auto, which reads these tags as IOBES).")
+    if declared == "IOBES" and evidence.unclosed.count:
+        reading = "" if evidence.iobes_tags.count else " (no E- or S- tag at all: these tags read as IOB2)"
+        return (f"{source} {evidence.unclosed.first} opens or continues an entity that no I- or E- of its type "
+                f"follows, but --tag-scheme is IOBES, where every entity closes with E- (a one-word entity is S-); "
+                f"{evidence.unclosed.count} entit{'y is' if evidence.unclosed.count == 1 else 'ies are'} left "
+                f"open{reading}. Pass --tag-scheme IOB2 (or auto), or fix the tags.")
+    return None
+
+
+def scheme_notes(evidence: SchemeEvidence, scheme: str, source: str) -> list[str]:
+    """What a person should know of how the tags were read: stray I- tags in an IOB2 file (counted as entities by
+    the headline F1, as conlleval counts them, and as none by the strict F1), stray B- tags in an IOB1 file."""
+    if scheme == "IOB2" and evidence.i_opens.count:
+        n = evidence.i_opens.count
+        return [f"{source}: {n} entit{'y opens' if n == 1 else 'ies open'} with I- where IOB2 opens with B- (first at "
+                f"{evidence.i_opens.first}); read as IOB2: entity F1 counts {'it' if n == 1 else 'them'} as "
+                f"conlleval does (an entity), the strict F1 beside it does not."]
+    if scheme == "IOB1" and evidence.b_opens.count:
+        return [f"{source}: read as IOB1 (entities open with I-), though {evidence.b_opens.count} open with B- after "
+                f"O or another type (first at {evidence.b_opens.first}): each opens an entity either way."]
+    return []
+
+
+def scheme_of_labels(labels: Iterable[str]) -> str:
+    """The scheme a tagging model's label set names (its config's id2label, where no record says): IOBES with E-/S-
+    tags, IOB2 with B-/I- ones, none for plain labels (POS)."""
+    prefixes = {split_tag(label)[0] for label in labels}
+    if "" in prefixes or not prefixes - {OUTSIDE}:  # a label that is no entity tag, or only O
+        return "none"
+    return "IOBES" if prefixes & {"E", "S"} else "IOB2"
 
 
 def detect_scheme(sentences_tags: Iterable[Sequence[str]]) -> str:

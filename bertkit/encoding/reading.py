@@ -10,24 +10,42 @@ from dataclasses import dataclass
 from typing import Any
 
 from bertkit.encoding.longtext import LONG_TEXT_MODES, TRUNCATIONS, default_stride
+from bertkit.errors import UserError
 from bertkit.options import MODEL, all_fields, option, replaced
 
 log = logging.getLogger(__name__)
 
 WORD_POOLS = ("first", "last", "first_last", "mean")
 """--word-pool's values (Flair's choices; the first is the default): a word's vector from its pieces' first, last,
-both (concatenated) or their mean (`encoding.words.pool_word_vectors`)."""
+both (concatenated) or their mean (`features.pooling.pool_word_vectors`)."""
 SPECIAL_TOKENS = 2
 """[CLS] and [SEP] around every window of words."""
 
 
 DEFAULT_MAX_LENGTH = 128
 """The window of a model that records none (a hub id, the packaged encoder): BERT fine-tuning's usual 128."""
+QUESTION_MAX_LENGTH = 384
+"""The window of questions on passages (the spans family) where no model records one: run_qa.py's 384, which holds
+a question and most of a SQuAD paragraph."""
+DOC_STRIDE = 128
+"""Tokens neighbouring windows of one passage share where no model records it (run_qa.py's --doc_stride)."""
+FAMILY_MAX_LENGTH = {"spans": QUESTION_MAX_LENGTH}
+"""A problem family's window where neither the options nor a record say (others: `DEFAULT_MAX_LENGTH`)."""
 
 
 def max_length_help(reads: str = "the model (or probe, export)") -> str:
     """--max-length's help, for a command that `reads` a model (evaluate: a fine-tuned model only, no probe)."""
-    return f"Truncate inputs to this many tokens. Default: as {reads} records it, else {DEFAULT_MAX_LENGTH}."
+    return (f"Truncate inputs to this many tokens. Default: as {reads} records it, else {DEFAULT_MAX_LENGTH} "
+            f"({QUESTION_MAX_LENGTH} for questions on passages).")
+
+
+def doc_stride_option() -> Any:
+    """--doc-stride, declared here once for every command that reads questions on passages (finetune and sweep in
+    their reading group, predict and evaluate in their answers group): unset (None), as the model records it, else
+    `DOC_STRIDE`."""
+    return option(None, f"Questions on passages: tokens neighbouring windows of a passage longer than --max-length "
+                  f"share (run_qa.py's --doc_stride). Default: as the model records it, else {DOC_STRIDE}.",
+                  panel=MODEL, minimum=0, families=("spans",))
 
 
 def max_length_option() -> Any:
@@ -46,7 +64,7 @@ class ReadingOptions:
     truncation: str | None = option(None, "Which tokens a text longer than --max-length keeps: head (the first), tail "
                                     "(the last), head+tail (the first quarter and the last three quarters of the "
                                     "budget; Sun et al. 2019). Default: as the model was trained, else head.",
-                                    panel=MODEL, choices=TRUNCATIONS)
+                                    panel=MODEL, choices=TRUNCATIONS, families=("sentences",))
 
 
 @dataclass(frozen=True)
@@ -58,7 +76,9 @@ class WindowOptions(ReadingOptions):
 
     stride: int | None = option(None, "Tagged data: word pieces neighbouring windows of a sentence longer than "
                                 "--max-length share (default: a quarter of --max-length). Recorded in the model: "
-                                "predict and evaluate read in the same windows.", panel=MODEL, minimum=0)
+                                "predict and evaluate read in the same windows.", panel=MODEL, minimum=0,
+                                families=("words",))
+    doc_stride: int | None = doc_stride_option()
 
 
 @dataclass(frozen=True)
@@ -69,9 +89,10 @@ class LongTextOptions(ReadingOptions):
 
     long_text: str | None = option(None, "Texts longer than --max-length: cut (see --truncation) or chunk "
                                    "(overlapping windows of --max-length tokens, pooled: features by mean, logits by "
-                                   "max; nothing is cut). Default: cut.", panel=MODEL, choices=LONG_TEXT_MODES)
+                                   "max; nothing is cut). Default: cut.", panel=MODEL, choices=LONG_TEXT_MODES,
+                                   families=("sentences",))
     stride: int | None = option(None, "Tokens neighbouring windows share with --long-text chunk (default: a quarter of "
-                                "--max-length).", panel=MODEL, minimum=0)
+                                "--max-length).", panel=MODEL, minimum=0, families=("sentences", "words"))
 
     def long_text_problems(self) -> list[str]:
         """--stride only with chunking, and smaller than the text part of a window (it would never move on)."""
@@ -92,7 +113,8 @@ def word_pool_option() -> Any:
     """--word-pool, declared here once for every command that reads tagged data (`bertkit embed`, `bertkit probe`):
     unset (None), the word path reads `WORD_POOLS[0]` (`Reading.of_words`); the sentence path refuses it."""
     return option(None, "Tagged data: a word's vector from its word pieces: first (default, BERT's NER choice), last, "
-                  "first_last (concatenated) or mean.", panel=MODEL, choices=WORD_POOLS)
+                  "first_last (concatenated) or mean.", panel=MODEL, choices=WORD_POOLS,
+                  families=("words",))
 
 
 @dataclass(frozen=True)
@@ -123,8 +145,9 @@ class Reading:
 
     @classmethod
     def from_options(cls, cfg: Any) -> Reading:
-        """The reading a config's options ask for; an option it lacks, or leaves unset (None), takes the default."""
-        default = cls()
+        """The reading a config's options ask for; an option it lacks, or leaves unset (None), takes the default (the
+        window: its problem family's, `FAMILY_MAX_LENGTH`)."""
+        default = cls(max_length=FAMILY_MAX_LENGTH.get(family_name(cfg), DEFAULT_MAX_LENGTH))
         return cls(*(_given(cfg, key, getattr(default, key)) for key in cls.KEYS))
 
     @classmethod
@@ -213,6 +236,10 @@ class Reading:
                 problems.append(f"reading.{key} is {record[key]!r}, not one of {', '.join(valid)}")
         if stride is not None and (isinstance(stride, bool) or not isinstance(stride, int) or stride < 0):
             problems.append(f"reading.stride is {stride!r}, not a whole number of tokens")
+        elif stride is not None and not problems and record.get("long_text") == "chunk" \
+                and stride >= length - SPECIAL_TOKENS:
+            problems.append(f"reading.stride {stride} is not smaller than the {length - SPECIAL_TOKENS} tokens a "
+                            f"window of reading.max_length {length} holds beside [CLS] and [SEP]")
         if record.get("word_pool") not in (None, *WORD_POOLS):
             problems.append(f"reading.word_pool is {record['word_pool']!r}, not one of {', '.join(WORD_POOLS)}")
         return problems
@@ -223,22 +250,21 @@ class Reading:
                 and self.word_pool in (None, *WORD_POOLS))
 
     def applied_to(self, cfg: Any) -> Any:
-        """`cfg` with this reading's values in its reading options (the resolved config a command runs with)."""
-        names = {f.name for f in all_fields(type(cfg))}
-        if "long_text" not in names and not getattr(cfg, "reads_words", False):
-            names.discard("stride")  # finetune on rows of text: --stride is a tagger's option, not read from a record
+        """`cfg` with this reading's values in its reading options (the resolved config a command runs with): those
+        its problem family reads (an option declared for other families, such as a tagger's --stride on rows of
+        text or --truncation on tagged data, is not read from a record)."""
+        family = family_name(cfg)
+        names = {f.name for f in all_fields(type(cfg))
+                 if not f.metadata.get("families") or family in f.metadata["families"]}
         return replaced(cfg, **{k: v for k, v in self.to_json().items() if k in names})
 
     def over_record(self, cfg: Any, recorded: Reading | None, what: str) -> tuple[Reading, list[str]]:
         """The reading to run `what` with: each of `cfg`'s reading options that is set wins (a note says so where it
-        differs from the record), the others come from the record; no record: the options, defaults for the rest
-        (a note when `what` was saved by an older bertkit, `recorded` being then the marker `UNRECORDED`)."""
+        differs from the record), the others come from the record; no record (None: not saved by bertkit, or before
+        it recorded readings): the options, defaults for the rest. A recorded stride the given window cannot hold is
+        refused naming the record, never blamed on a --stride the user did not give."""
         if recorded is None:
             return self, []
-        if recorded is UNRECORDED:
-            note = (f"{what} was saved before bertkit recorded how it reads texts: read with --max-length "
-                    f"{self.max_length} (pass --max-length to match its training)")
-            return self, [] if _given(cfg, "max_length", None) is not None else [note]
         values, notes = {}, []
         for key in self.KEYS:
             given = _given(cfg, key, None)
@@ -246,11 +272,14 @@ class Reading:
             if given is not None and given != getattr(recorded, key):
                 notes.append(f"--{key.replace('_', '-')} {given}: {what} records {getattr(recorded, key)} (read with "
                              f"{given}, as asked)")
-        return Reading(**values), notes
-
-
-UNRECORDED = Reading(max_length=-1)
-"""The record of an artifact bertkit saved before it recorded its reading (`over_record` notes it)."""
+        merged = Reading(**values)
+        if _given(cfg, "stride", None) is None and merged.stride is not None and merged.chunked \
+                and merged.stride >= merged.word_budget:
+            raise UserError(f"{what} records stride {merged.stride} (the word pieces its windows share), which windows "
+                            f"of --max-length {merged.max_length} ({merged.word_budget} pieces beside [CLS] and "
+                            f"[SEP]) cannot share. Pass a smaller --stride too (e.g. --stride "
+                            f"{default_stride(merged.max_length)}), or a --max-length above {merged.stride + 2}.")
+        return merged, notes
 
 
 def read_as_recorded(cfg: Any, recorded: Reading | None, what: str) -> Any:
@@ -261,6 +290,17 @@ def read_as_recorded(cfg: Any, recorded: Reading | None, what: str) -> Any:
     for note in notes:
         log.warning("%s", note)
     return reading.applied_to(cfg)
+
+
+def family_name(cfg: Any) -> str:
+    """The problem family a command's config reads (`cfg.family`, asked once by the command: `bertkit.families`); a
+    run's own config (a sweep's trial) says whether it reads words or questions."""
+    family = getattr(cfg, "family", None)
+    if family is not None:
+        return str(family.name)
+    if getattr(cfg, "reads_words", False):
+        return "words"
+    return "spans" if getattr(cfg, "reads_questions", False) else "sentences"
 
 
 def _given(cfg: Any, key: str, default: Any) -> Any:

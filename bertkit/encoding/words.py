@@ -1,34 +1,26 @@
 """Words <-> word pieces, once: `align_words` tokenizes sentences given as words with a fast tokenizer
 (`is_split_into_words`, whose `word_ids` say which word each piece comes from), cuts a sentence longer than the
 reading's `max_length` into windows at word boundaries sharing its `window_stride` pieces, and says for every word
-which window gives its vector (the one where it is farthest from an edge) and where its pieces sit there.
-`pool_word_vectors` turns a batch's hidden states into one vector per word as the reading's `word_pool` says (Flair's
-choices: first, last, first_last, mean). The settings are `bertkit.encoding.reading.Reading`'s (`Reading.of_words`)."""
+which window gives its vector (the one where it is farthest from an edge) and where its pieces sit there (pooled into
+one vector per word by `features.pooling.pool_word_vectors`, as the reading's `word_pool` says). The settings are
+`bertkit.encoding.reading.Reading`'s (`Reading.of_words`)."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from bertkit.encoding.reading import Reading
 from bertkit.errors import UserError, raise_if_problems
 
-if TYPE_CHECKING:
-    import torch  # imported where vectors are pooled: reading the settings (a CLI's --help) needs no torch
-
 log = logging.getLogger(__name__)
 
 EDGE = 1 << 30
 """The context a word has on a side where its window ends with the sentence: more than any window can give."""
-
-
-def pieces_per_word(word_pool: str) -> int:
-    """How many hidden vectors one word vector holds under `word_pool`: 2 for first_last (concatenated), else 1."""
-    return 2 if word_pool == "first_last" else 1
 
 
 @dataclass
@@ -140,22 +132,3 @@ def align_words(tokenizer: Any, sentences: Sequence[Sequence[str]], reading: Rea
     return WordWindows(ids, as_array(window_sentence, dtype=np.int64), as_array(word_window, dtype=np.int64),
                        as_array(word_start, dtype=np.int64), as_array(word_end, dtype=np.int64),
                        as_array(offsets, dtype=np.int64))
-
-
-def pool_word_vectors(hidden: torch.Tensor, rows: torch.Tensor, starts: torch.Tensor, ends: torch.Tensor,
-                      word_pool: str) -> torch.Tensor:
-    """(batch, seq, dim) hidden states -> (words, dim) fp32 vectors (first_last: (words, 2 * dim)), word i read
-    from batch row `rows[i]`, pieces `starts[i]:ends[i]`."""
-    import torch
-
-    hidden = hidden.float()
-    if word_pool == "first":
-        return hidden[rows, starts]
-    if word_pool == "last":
-        return hidden[rows, ends - 1]
-    if word_pool == "first_last":
-        return torch.cat([hidden[rows, starts], hidden[rows, ends - 1]], dim=-1)
-    # mean: prefix sums over positions, so each word's sum is one subtraction whatever its length
-    sums = torch.nn.functional.pad(hidden.cumsum(dim=1), (0, 0, 1, 0))
-    counts = (ends - starts).unsqueeze(-1).to(hidden.dtype)
-    return (sums[rows, ends] - sums[rows, starts]) / counts

@@ -1,4 +1,4 @@
-"""A store's identity: the settings that make its features what they are (`bertkit.commands.embed.store_identity`
+"""A store's identity: the settings that make its features what they are (`bertkit.features.sentence_embed.store_identity`
 builds it; the store's manifest keeps it). Compared with the next run's (a resume must match, `identity_mismatch`) and
 across the splits of one store (train, dev and test must be features of the same function, `split_differences`)."""
 

@@ -1,4 +1,6 @@
-"""One batch through the encoder to its pooled features (`forward_features`), as `Pooling` says
+"""The one home of pooling: a batch's hidden states to one vector per sentence (`pool_tokens`: [CLS], mean or max)
+or per word (`pool_word_vectors`: its first, last, first and last, or mean piece), and one batch through the encoder
+to its pooled features (`forward_features`), as `Pooling` says
 (`bertkit.features.settings`: [CLS]/mean/max over one layer, several layers, or all of them, combined and
 optionally L2-normalised).
 
@@ -16,7 +18,7 @@ from typing import Any
 
 import torch
 
-from bertkit.features.settings import Pooling
+from bertkit.features.settings import Pooling, combine_layers
 from bertkit.models import fastforward
 
 
@@ -42,6 +44,23 @@ def pool_tokens(hidden: torch.Tensor, mask: torch.Tensor | None, pool: str) -> t
         summed = hidden.masked_fill(~keep, 0.0).sum(dim=1)
         return summed / keep.sum(dim=1).clamp(min=1)
     return hidden.masked_fill(~keep, float("-inf")).max(dim=1).values
+
+
+def pool_word_vectors(hidden: torch.Tensor, rows: torch.Tensor, starts: torch.Tensor, ends: torch.Tensor,
+                      word_pool: str) -> torch.Tensor:
+    """(batch, seq, dim) hidden states -> (words, dim) fp32 vectors (first_last: (words, 2 * dim)), word i read
+    from batch row `rows[i]`, pieces `starts[i]:ends[i]`: a word's pooling, as `pool_tokens` is a sentence's."""
+    hidden = hidden.float()
+    if word_pool == "first":
+        return hidden[rows, starts]
+    if word_pool == "last":
+        return hidden[rows, ends - 1]
+    if word_pool == "first_last":
+        return torch.cat([hidden[rows, starts], hidden[rows, ends - 1]], dim=-1)
+    # mean: prefix sums over positions, so each word's sum is one subtraction whatever its length
+    sums = torch.nn.functional.pad(hidden.cumsum(dim=1), (0, 0, 1, 0))
+    counts = (ends - starts).unsqueeze(-1).to(hidden.dtype)
+    return (sums[rows, ends] - sums[rows, starts]) / counts
 
 
 PRUNE_LAYERS = True
@@ -106,18 +125,13 @@ def _hidden_states(encoder: Any, batch: dict[str, torch.Tensor], run: int, wante
 
 
 def combine_pooled(pooled: list[torch.Tensor], spec: Pooling) -> torch.Tensor:
-    """Per-layer (batch, dim) features -> one row per input: concatenated, stacked (`all`), averaged or summed,
-    then L2-normalised if asked."""
-    if len(pooled) == 1:
-        features = pooled[0]
-    elif spec.combine == "mean":
-        features = torch.stack(pooled, dim=1).mean(dim=1)
-    elif spec.combine == "sum":
-        features = torch.stack(pooled, dim=1).sum(dim=1)
-    elif spec.layers is None:
+    """Per-layer (batch, dim) features -> one row per input: combined as every feature is (`combine_layers`:
+    concatenated, averaged or summed), or stacked on a layer axis (`--layers all` concatenated: a store keeps every
+    layer apart), then L2-normalised if asked."""
+    if len(pooled) > 1 and spec.combine == "concat" and spec.layers is None:
         features = torch.stack(pooled, dim=1)
     else:
-        features = torch.cat(pooled, dim=-1)
+        features = combine_layers(pooled, spec.combine)
     if spec.normalize:
         features = torch.nn.functional.normalize(features, p=2.0, dim=-1)
     return features

@@ -5,7 +5,9 @@ vectors (tagged data) are pooled features too: `Pooling` with pool `WORD` (each 
 
 from __future__ import annotations
 
+import functools
 import math
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -149,12 +151,35 @@ class Pooling:
                                 bool(values["normalize"]))
 
 
-def combine_option() -> Any:
+def pieces_per_word(word_pool: str) -> int:
+    """How many hidden vectors one word vector holds under `word_pool`: 2 for first_last (concatenated), else 1."""
+    return 2 if word_pool == "first_last" else 1
+
+
+def combine_layers(parts: Sequence[Any], combine: str) -> Any:
+    """One vector per row (or word) from its per-layer vectors (torch tensors or numpy arrays, the same shape): the
+    one part, or the parts concatenated, averaged or summed (`combine`) - the one combination of layers every
+    feature bertkit makes goes through (sentence features, word vectors)."""
+    if len(parts) == 1:
+        return parts[0]
+    if combine != "concat":
+        total = functools.reduce(operator.add, parts)
+        return total / len(parts) if combine == "mean" else total
+    import numpy as np
+
+    if isinstance(parts[0], np.ndarray):
+        return np.concatenate(parts, axis=-1)
+    import torch
+
+    return torch.cat(list(parts), dim=-1)
+
+
+def combine_option(families: tuple[str, ...] = ()) -> Any:
     """--combine, declared here once for `bertkit embed` (sentences and words) and `bertkit probe` (words): unset
     (None), several layers are concatenated (`Pooling.from_config`); probe's word path then probes each layer of its
     table alone."""
     return option(None, "How several --layers are combined: concat (default; a sentence's --layers all + concat keeps "
-                  "a layer axis), mean or sum.", panel=MODEL, choices=COMBINES)
+                  "a layer axis), mean or sum.", panel=MODEL, choices=COMBINES, families=families)
 
 
 @dataclass(frozen=True)
@@ -162,11 +187,13 @@ class PoolingOptions:
     """The pooling group of the commands that write pooled features (`bertkit embed`, `bertkit export --kind
     features`): the options `Pooling.from_config` builds the one `Pooling` from."""
 
-    pool: str = option("cls", "Token pooling (mean/max ignore padding).", panel=MODEL, choices=POOLS)
+    pool: str = option("cls", "Token pooling (mean/max ignore padding).", panel=MODEL, choices=POOLS,
+                       families=("sentences",))
     layers: str = option("-1", "Hidden states to pool: -1 (last), a list like -4,-3,-2,-1 (0 = embeddings), last4 or "
                          "all.", panel=MODEL)
     combine: str | None = combine_option()
-    normalize: bool = option(False, "L2-normalise every feature vector (each layer's for --layers all).", panel=MODEL)
+    normalize: bool = option(False, "L2-normalise every feature vector (each layer's for --layers all).", panel=MODEL,
+                             families=("sentences",))
 
 
 @dataclass(frozen=True)

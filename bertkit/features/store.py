@@ -3,12 +3,14 @@
 Layout of a complete store (a directory)::
 
     manifest.json    provenance + identity + shapes + the size and sha256 of the two arrays (`digests`, taken as
-                     they are written); written last, so its presence means "complete"
+                     they are written), format `bertkit-store/2`, the family (`sentences`) and the sha256 of the
+                     manifest itself (`record_sha256`); written last, so its presence means "complete"
     features.npy     float32/float16, shape (n, dim) or (n, layers, dim); plain .npy, `numpy.load(mmap_mode="r")`
     labels.npy       int64 label ids (only when the data had labels; the mapping is in the manifest)
 
-Reading verifies (`open`): each array against its record (one streaming pass; a manifest without the digests is
-damaged, not older), and, for a split store, that every split was made by the same feature function
+Reading verifies (`open`): the manifest against its seal (an edited one is refused; `read_store_manifest`, which
+reads an older layout through `migrated_store_manifest`), each array against its record (one streaming pass; a
+manifest without the digests is damaged, not older), and, for a split store, that every split was made by the same feature function
 (model, revision, pooling, layers, precision, ...: `identity.split_differences`), so a probe never fits on one
 split and scores another.
 
@@ -42,16 +44,22 @@ from bertkit.data.labels import LabelMap
 from bertkit.errors import UserError
 from bertkit.features.identity import identity_mismatch, split_differences
 from bertkit.features.settings import STORE_DTYPES
+from bertkit.features.store_manifests import (
+    IDENTITY,
+    MANIFEST,
+    STORE_RECORD,
+    not_a_store_message,
+    read_store_manifest,
+    store_manifest,
+)
 from bertkit.io import digests, disk, faults
 from bertkit.io.atomic import atomic_path, write_json_atomic
-from bertkit.io.ownership import SPLIT_NAMES, STORE_FORMAT, remove_recorded
+from bertkit.io.ownership import SPLIT_NAMES, remove_recorded
 from bertkit.io.record import make_dirs
 
 log = logging.getLogger(__name__)
 
-FORMAT = STORE_FORMAT
-MANIFEST = "manifest.json"
-IDENTITY = "identity.json"
+FORMAT = STORE_RECORD.format
 FEATURES = "features.npy"
 LABELS = "labels.npy"
 SHARDS = "shards"
@@ -92,7 +100,7 @@ def open(path: str | Path, verify: bool = True) -> Store:  # noqa: A001 - `bertk
     root = Path(path).expanduser()
     if not (root / MANIFEST).is_file() and (root / "train" / MANIFEST).is_file():
         root = root / "train"
-    manifest = _read_manifest(root)
+    manifest = read_store_manifest(root)
     if verify:
         verify_arrays(root, manifest)
     try:
@@ -124,12 +132,12 @@ def open_splits(path: str | Path) -> dict[str, Store]:
     if index.is_file():
         names = _read_splits_index(index)
     if not names:
-        raise UserError(_not_a_store_message(root))
+        raise UserError(not_a_store_message(root))
     missing = [n for n in names if not (root / n / MANIFEST).is_file()]
     if missing:
         raise UserError(f"Store {root} is damaged: {SPLITS_INDEX} lists the split(s) {', '.join(missing)}, which have "
                         f"no {MANIFEST}. Re-run the `bertkit embed` command that made it, with --overwrite.")
-    manifests = {name: _read_manifest(root / name) for name in names}
+    manifests = {name: read_store_manifest(root / name) for name in names}
     differences = split_differences(manifests)
     if differences:
         raise UserError(
@@ -166,32 +174,6 @@ def verify_arrays(root: Path, manifest: dict[str, Any]) -> None:
                         f"the `bertkit embed` command that made it, with --overwrite, to rebuild it.")
 
 
-def _not_a_store_message(root: Path) -> str:
-    if (root / IDENTITY).is_file() or any((root / n / IDENTITY).is_file() for n in SPLIT_NAMES):
-        return (
-            f"{root} is an unfinished embedding store (a run was interrupted). Re-run the same `bertkit embed` "
-            f"command to finish it."
-        )
-    return (
-        f"{root} is not a bertkit embedding store (no {MANIFEST}). Pass the --out directory of a finished "
-        f"`bertkit embed` run."
-    )
-
-
-def _read_manifest(root: Path) -> dict[str, Any]:
-    if not (root / MANIFEST).is_file():
-        raise UserError(_not_a_store_message(root))
-    try:
-        manifest = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UserError(f"{root / MANIFEST} is not valid JSON ({exc}). Rebuild the store with --overwrite.") from None
-    if manifest.get("format") != FORMAT:
-        raise UserError(
-            f"{root} has format {manifest.get('format')!r}; this bertkit reads {FORMAT!r}. Rebuild it with --overwrite."
-        )
-    return manifest
-
-
 # ---------------------------------------------------------------- writing
 
 
@@ -225,7 +207,7 @@ class StoreWriter:
     def status(self) -> str:
         """'complete' (same identity, finished), 'partial' (same identity, unfinished) or 'new' (empty dir)."""
         if (self.path / MANIFEST).is_file():
-            manifest = _read_manifest(self.path)
+            manifest = read_store_manifest(self.path)
             self._check_identity(manifest.get("identity", {}), finished=True)
             self._remove_work_files()  # a run killed right after its manifest left them behind
             return "complete"
@@ -314,8 +296,9 @@ class StoreWriter:
     def shard_metas(self) -> list[dict[str, Any]]:
         return [json.loads(self.shard_meta_file(k).read_text(encoding="utf-8")) for k in range(len(self.ranges))]
 
-    def finalize(self, manifest: dict[str, Any], labels: np.ndarray | None) -> Store:
-        """Merge the shards into features.npy, write labels and the manifest (last), remove the shards."""
+    def finalize(self, manifest: dict[str, Any], labels: np.ndarray | None, family: str = "sentences") -> Store:
+        """Merge the shards into features.npy, write labels and the manifest (last; of `family`), remove the
+        shards."""
         missing = [k for k in range(len(self.ranges)) if not self.shard_done(k)]
         if missing:
             raise RuntimeError(f"cannot finalize {self.path}: shards {missing[:10]} are missing")
@@ -330,11 +313,11 @@ class StoreWriter:
                         hashing = digests.HashingWriter(handle)
                         np.save(hashing, np.asarray(labels, dtype=np.int64))
                 records[LABELS] = hashing.record()
-            full = {"format": FORMAT, **manifest, "identity": self.identity, "shape": list(shape), "store_dtype":
-                    str(self.dtype), "files": {"features": FEATURES, "labels": LABELS if labels is not None else None},
+            full = {**manifest, "identity": self.identity, "shape": list(shape), "store_dtype": str(self.dtype),
+                    "files": {"features": FEATURES, "labels": LABELS if labels is not None else None},
                     "digests": records}
             faults.kill_point("embed.finalize.before_manifest")
-            write_json_atomic(self.path / MANIFEST, full)
+            write_json_atomic(self.path / MANIFEST, store_manifest(full, family))
         self._remove_work_files()
         return open(self.path, verify=False)  # its digests were taken from these very bytes, just now
 
@@ -410,7 +393,7 @@ def run_differences(root: Path, identities: dict[str, dict[str, Any]], split_lay
 def _stored_identity(path: Path) -> dict[str, Any] | None:
     """The identity a (complete or unfinished) store in `path` was made with; None when there is none."""
     if (path / MANIFEST).is_file():
-        return dict(_read_manifest(path).get("identity", {}))
+        return dict(read_store_manifest(path).get("identity", {}))
     if (path / IDENTITY).is_file():
         try:
             return dict(json.loads((path / IDENTITY).read_text(encoding="utf-8")))

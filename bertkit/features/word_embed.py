@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from bertkit import __version__
-from bertkit.data.tagged import TaggedColumns, TaggedCorpus, TaggedSource, read_tagged_splits, tagged_sources
+from bertkit.data.tagged import DataSource, TaggedColumns, TaggedCorpus, read_tagged_splits, tagged_sources
+from bertkit.data.tagged_splits import tagged_columns
 from bertkit.encoding.reading import Reading
-from bertkit.encoding.words import pieces_per_word
-from bertkit.features.settings import Pooling
-from bertkit.features.words import check_fits_model, encode_word_chunk, word_pooling, word_settings_problems
-from bertkit.models.compute import Compute, check_device
-from bertkit.options import all_fields, flag, value
+from bertkit.features.settings import Pooling, pieces_per_word
+from bertkit.features.words import check_fits_model, encode_word_chunk, word_pooling
+from bertkit.models.compute import Compute
+from bertkit.models.metadata import read_as_saved
 
 log = logging.getLogger(__name__)
 
@@ -169,15 +169,17 @@ def store_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
 
 
-def read_word_splits(named: list[tuple[str, str | TaggedSource]], columns: TaggedColumns) -> list[tuple[str, TaggedCorpus]]:
-    """(split, corpus) for train and any dev/test, each checked, their tags seen in training."""
-    corpora = read_tagged_splits(named[0][1], [path for _, path in named[1:]], columns)
+def read_word_splits(named: list[tuple[str, str | DataSource]], columns: TaggedColumns,
+                     unseen_tags: str = "refuse") -> list[tuple[str, TaggedCorpus]]:
+    """(split, corpus) for train and any dev/test, each checked, their tags seen in training (else as `unseen_tags`,
+    --unseen-tags, says)."""
+    corpora = read_tagged_splits(named[0][1], [path for _, path in named[1:]], columns, unseen_tags=unseen_tags)
     return [(name, corpus) for (name, _), corpus in zip(named, corpora, strict=True)]
 
 
-def run_word_embed(named: list[tuple[str, str | TaggedSource]], columns: TaggedColumns, reading: Reading, pooling: Pooling,
+def run_word_embed(named: list[tuple[str, str | DataSource]], columns: TaggedColumns, reading: Reading, pooling: Pooling,
                    encoder: WordEncoder, out: Path, overwrite: bool, chunk_sentences: int, batch_size: int | None,
-                   device: str, progress: bool = False) -> WordEmbedRun:
+                   device: str, progress: bool = False, unseen_tags: str = "refuse") -> WordEmbedRun:
     """Every split to its word store under `out` (OUT, or OUT/<split> with dev/test): claimed, written, committed."""
     from bertkit.features.word_store import WordStoreWriter
     from bertkit.io import rundir
@@ -185,7 +187,7 @@ def run_word_embed(named: list[tuple[str, str | TaggedSource]], columns: TaggedC
 
     check_fits_model(encoder.model, reading)
     pooling.resolve(int(encoder.model.config.num_hidden_layers))  # a layer the model lacks stops here
-    corpora = read_word_splits(named, columns)
+    corpora = read_word_splits(named, columns, unseen_tags)
     split_layout = len(corpora) > 1
     identities = {split: word_identity(encoder, reading, pooling, corpus, split, chunk_sentences)
                   for split, corpus in corpora}
@@ -228,20 +230,6 @@ def stored_differences(root: Path, identities: dict[str, dict[str, Any]], split_
 # ---------------------------------------------------------------- from `bertkit embed`'s options
 
 
-def word_options_problems(cfg: Any) -> list[str]:
-    """`bertkit embed` on tagged data (`cfg`: its config): --data and --out given, the reading and pooling valid, no
-    option the word path does not read (`cfg.WORD_OPTIONS`), and no int8 (word vectors are read in float)."""
-    problems = [] if cfg.inputs.data else ["--data is required: the tagged file whose words to embed."]
-    problems += [] if cfg.output.out else ["--out is required: the directory the word store is written to."]
-    given = [f.name for f in all_fields(type(cfg)) if f.name not in cfg.WORD_OPTIONS and value(cfg, f.name) != f.default
-             and (value(cfg, f.name) or f.default)]  # an empty list given for an empty tuple is not given
-    problems += [f"{flag(name)} does not apply to tagged data (a word store); it takes "
-                 f"{', '.join(flag(o) for o in cfg.WORD_OPTIONS)}. Drop {flag(name)}." for name in given]
-    problems += word_settings_problems(cfg, cfg.pooling.layers, cfg.pooling.combine)
-    check_device(problems, cfg.device)
-    return problems
-
-
 def load_word_encoder(name: str, compute: Compute, trust_remote_code: bool = False) -> WordEncoder:
     """The encoder and fast tokenizer of `name`, where and in the precision `compute` says."""
     from bertkit.models import loading
@@ -254,9 +242,11 @@ def load_word_encoder(name: str, compute: Compute, trust_remote_code: bool = Fal
 
 
 def run_word_embed_options(cfg: Any, compute: Compute, progress: bool = False) -> WordEmbedRun:
-    """`bertkit embed` on tagged data (`cfg`: its config): --out checked before the model loads, then every split."""
+    """`bertkit embed` on tagged data (`cfg`: its config): --out checked before the model loads, then every split, its
+    words read as a saved --model records (a tagger's window, overlap and word pooling), unless given."""
     from bertkit.io import ownership, rundir
 
+    cfg = read_as_saved(cfg)
     out = Path(cfg.output.out).expanduser()
     rundir.inspect_run_dir(out, "embed", overwrite=cfg.output.overwrite, inputs=ownership.input_paths(cfg))  # read-only
     encoder = load_word_encoder(cfg.model, compute, cfg.trust_remote_code)
@@ -264,9 +254,9 @@ def run_word_embed_options(cfg: Any, compute: Compute, progress: bool = False) -
     found = tagged_sources(str(cfg.inputs.data), [value for _, value in others], cfg.inputs.data_config,
                            cfg.inputs.train_split)
     named = list(zip(["train", *(name for name, _ in others)], found, strict=True))
-    columns = TaggedColumns(cfg.inputs.text_column, cfg.inputs.label_column, cfg.tag_scheme)
+    columns = tagged_columns(cfg.inputs, cfg.tag_scheme)
     reading = Reading.of_words(cfg.word_pool, cfg.reading.max_length, cfg.reading.stride)
     return run_word_embed(named, columns, reading, word_pooling(cfg.pooling.layers, cfg.pooling.combine or "concat"),
                           encoder, out,
                           cfg.output.overwrite, cfg.output.shard_size, cfg.rows_per_batch, str(encoder.model.device),
-                          progress)
+                          progress, cfg.unseen_tags)

@@ -4,8 +4,8 @@ holds one row's matrix in memory, not every hidden state of every word.
 `WordLayers` gives, for a row's `Pooling` (one hidden state, or a sum / mean / concat of several), the row's
 (n_words, width) float32 matrix, a new array the caller owns (`matrix`), or the same row for a range of words
 (`rows`: what a fit reads block by block when the whole row would not fit in memory), built from the single hidden
-states it holds (`row_matrix`: the arithmetic of `features.words.combined`, so the vectors are those an in-memory
-extraction makes, bit for bit):
+states it holds (`row_matrix`: the arithmetic of `features.settings.combine_layers`, so the vectors are those an
+in-memory extraction makes, bit for bit):
 - `MemoryLayers`: states extracted into memory (`features.words.WordFeatures`), for small runs and tests;
 - `LayerFiles`: states written once, chunk by chunk, into unlinked temporary files (one per hidden state, float32,
   words in order) and read back one state at a time; a killed process leaves nothing behind (the files have no
@@ -29,8 +29,7 @@ import numpy as np
 
 from bertkit.data.cachedir import cache_root
 from bertkit.encoding.reading import Reading
-from bertkit.encoding.words import pieces_per_word
-from bertkit.features.settings import Pooling
+from bertkit.features.settings import Pooling, pieces_per_word
 from bertkit.features.word_store import WordStore
 from bertkit.features.words import (
     CHUNK_SENTENCES,
@@ -48,7 +47,7 @@ SCRATCH = "scratch"
 
 def row_matrix(layer: Callable[[int], np.ndarray], indices: Sequence[int], combine: str) -> np.ndarray:
     """A row's word vectors from the single hidden states `indices` (`layer(i)`: state i's (n_words, d) float32):
-    that state itself, or the states summed, averaged (in order, as `features.words.combined` adds them) or
+    that state itself, or the states summed, averaged (in order, as `features.settings.combine_layers` adds them) or
     concatenated. At most the row and one state are in memory at a time."""
     if len(indices) == 1:
         return layer(indices[0])

@@ -3,11 +3,13 @@ boundaries, the words and their tags, and a manifest. Written in chunks of sente
 
 Layout of a complete store (a directory)::
 
-    manifest.json          format, the encoder (model, revision), the `Reading` (word pool, max length, windows,
-                           stride), the `Pooling` (pool word, layers, combine), the tag scheme and columns, counts,
-                           and the size and
-                           sha256 of the three files below (`digests`, taken as they are written); written last,
-                           so its presence means "complete"
+    manifest.json          format (`bertkit-word-store/3`), the encoder (model, revision), the `Reading` (word
+                           pool, max length, windows, stride), the `Pooling` (pool word, layers, combine), the tag
+                           scheme and columns, counts, the size and sha256 of the three files below (`digests`,
+                           taken as they are written), the family (`words`) and the sha256 of the manifest itself
+                           (`record_sha256`: an edited one is refused); written last, so its presence means
+                           "complete". `word_store_manifest` writes it, `read_manifest` reads it (older layouts
+                           through `migrated_word_store_manifest`, the one place that knows them)
     vectors.npy            float32 (n_words, width): word i of the corpus, in file order; `np.load(mmap_mode="r")`
     sentence_offsets.npy   int64 (n_sentences + 1): sentence s's words are rows offsets[s]:offsets[s + 1]
     sentences.jsonl        one line per sentence: {"words": [...], "tags": [...]} (tags as scored: IOB1 as IOB2)
@@ -39,6 +41,14 @@ from bertkit.encoding.reading import Reading
 from bertkit.errors import UserError
 from bertkit.features.settings import Pooling
 from bertkit.features.store import copy_npy_data, remove_work_files, shard_ranges
+from bertkit.features.store_manifests import (
+    IDENTITY,
+    MANIFEST,
+    READABLE_FORMATS,
+    WORD_STORE_RECORD,
+    read_manifest,
+    word_store_manifest,
+)
 from bertkit.features.words import word_pooling, word_pooling_from_json
 from bertkit.io import digests, disk, faults
 from bertkit.io.atomic import atomic_path, write_bytes_atomic, write_json_atomic
@@ -46,11 +56,7 @@ from bertkit.io.record import make_dirs
 
 log = logging.getLogger(__name__)
 
-FORMAT = "bertkit-word-store/2"
-READABLE_FORMATS = ("bertkit-word-store/1", FORMAT)
-"""Formats this bertkit reads: /1 recorded the word settings before they were `Reading` and `Pooling`."""
-MANIFEST = "manifest.json"
-IDENTITY = "identity.json"
+FORMAT = WORD_STORE_RECORD.format
 VECTORS = "vectors.npy"
 OFFSETS = "sentence_offsets.npy"
 SENTENCES = "sentences.jsonl"
@@ -164,15 +170,12 @@ def word_store_splits(path: str | Path) -> dict[str, Path]:
 
 
 def recorded_settings(manifest: dict[str, Any]) -> tuple[Reading, Pooling]:
-    """The `Reading` and `Pooling` a word store's manifest records (`from_json` of each); a manifest written before
-    they were the word settings (keys `reading` {word_pool, max_length, stride} and `layers` {layers, combine}) reads
-    as the same settings, its layers `all` as the encoder layers it recorded (`layer_indices`)."""
+    """The `Reading` and `Pooling` a word store's manifest (as `read_manifest` returns it) records."""
     reading = Reading.from_json(manifest.get("reading"))
     if reading is None:
         raise UserError(f"The word store manifest records no reading ({manifest.get('reading')!r}). Rebuild the store "
                         f"with `bertkit embed --overwrite`.")
-    n_layers = manifest.get("n_layers") if isinstance(manifest.get("n_layers"), int) else None
-    return reading, word_pooling_from_json(manifest.get("pooling") or manifest.get("layers") or {}, n_layers)
+    return reading, word_pooling_from_json(manifest.get("pooling") or {})
 
 
 def read_sentences(path: Path) -> tuple[tuple[tuple[str, ...], ...], tuple[tuple[str, ...], ...]]:
@@ -205,24 +208,6 @@ def verify_word_store(root: Path, manifest: dict[str, Any]) -> None:
         detail = "; ".join(f"{name}: {why}" for name, why in problems)
         raise UserError(f"Word store {root} is damaged: {detail}, so it is not what it recorded. Re-run the `bertkit "
                         f"embed` command that made it, with --overwrite, to rebuild it.")
-
-
-def read_manifest(root: Path) -> dict[str, Any]:
-    if not (root / MANIFEST).is_file():
-        unfinished = (root / IDENTITY).is_file()
-        raise UserError(f"{root} is an unfinished word store (a run was interrupted). Re-run the same `bertkit embed` "
-                        f"command to finish it." if unfinished else f"{root} is not a bertkit word store (no "
-                        f"{MANIFEST}). Pass the --out directory (or OUT/train) of a finished `bertkit embed` run on "
-                        f"tagged data.")
-    try:
-        manifest = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UserError(f"{root / MANIFEST} is not valid JSON ({exc}). Rebuild the store with --overwrite.") from None
-    if not isinstance(manifest, dict) or manifest.get("format") not in READABLE_FORMATS:
-        found = manifest.get("format") if isinstance(manifest, dict) else None
-        raise UserError(f"{root} has format {found!r}; a word store has {FORMAT!r}. Pass a word store, or rebuild "
-                        f"it with `bertkit embed --overwrite`.")
-    return manifest
 
 
 # ---------------------------------------------------------------- writing
@@ -355,9 +340,9 @@ class WordStoreWriter:
         self.written_here += 1
         faults.fail_point("embed.shard", self.written_here)
 
-    def finalize(self, manifest: dict[str, Any]) -> dict[str, Any]:
-        """Stream the chunks into the store's files, write the manifest (last), remove the chunks; the manifest
-        (nothing per sentence is read back: memory stays flat)."""
+    def finalize(self, manifest: dict[str, Any], family: str = "words") -> dict[str, Any]:
+        """Stream the chunks into the store's files, write the manifest (last; of `family`), remove the chunks; the
+        manifest (nothing per sentence is read back: memory stays flat)."""
         missing = self.pending_chunks()
         if missing:
             raise RuntimeError(f"cannot finalize {self.path}: chunks {missing[:10]} are missing")
@@ -366,10 +351,10 @@ class WordStoreWriter:
         with disk.writing(self.path, need):
             records = {VECTORS: self.merge_vectors(n_words), OFFSETS: self.merge_offsets(),
                        SENTENCES: self.merge_sentences()}
-            full = {"format": FORMAT, **manifest, "identity": self.identity, "width": self.width,
-                    "dtype": str(DTYPE), "counts": {"sentences": self.n_sentences, "words": n_words},
-                    "files": {"vectors": VECTORS, "sentence_offsets": OFFSETS, "sentences": SENTENCES},
-                    "digests": records}
+            full = word_store_manifest({**manifest, "identity": self.identity, "width": self.width,
+                                        "dtype": str(DTYPE), "counts": {"sentences": self.n_sentences, "words": n_words},
+                                        "files": {"vectors": VECTORS, "sentence_offsets": OFFSETS,
+                                                  "sentences": SENTENCES}, "digests": records}, family)
             faults.kill_point("embed.finalize.before_manifest")
             write_json_atomic(self.path / MANIFEST, full)
         self.remove_work_files()

@@ -10,8 +10,6 @@ from the hidden states into the chunk's output arrays. Memory: `iter_word_featur
 
 from __future__ import annotations
 
-import functools
-import operator
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -19,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from bertkit.encoding.reading import Reading
-from bertkit.encoding.words import WordWindows, align_words, pieces_per_word, pool_word_vectors
+from bertkit.encoding.words import WordWindows, align_words
 from bertkit.errors import UserError, raise_if_problems
-from bertkit.features.settings import WORD, Pooling
+from bertkit.features.settings import WORD, Pooling, combine_layers, pieces_per_word
 
 if TYPE_CHECKING:
     import torch  # imported where vectors are made: the settings (a CLI's --help) need no torch
@@ -148,22 +146,6 @@ def padded_batch(windows: WordWindows, rows: np.ndarray, pad_id: int, device: to
     return {"input_ids": ids.to(device), "attention_mask": mask.to(device)}
 
 
-def combined(pooled: dict[int, Any], indices: list[int], combine: str) -> Any:
-    """One vector per word from the per-layer ones of `indices` (torch tensors, or numpy arrays): concatenated,
-    averaged or summed."""
-    parts = [pooled[i] for i in indices]
-    if len(parts) == 1:
-        return parts[0]
-    if combine == "concat" and isinstance(parts[0], np.ndarray):
-        return np.concatenate(parts, axis=-1)
-    if combine == "concat":
-        import torch
-
-        return torch.cat(parts, dim=-1)
-    total = functools.reduce(operator.add, parts)
-    return total / len(parts) if combine == "mean" else total
-
-
 def encode_word_chunk(encoder: Any, tokenizer: Any, sentences: Sequence[Sequence[str]], reading: Reading,
                       layers: Sequence[Pooling], batch_size: int | None = 32,
                       dtype: torch.dtype | None = None) -> WordFeatures:
@@ -172,6 +154,7 @@ def encode_word_chunk(encoder: Any, tokenizer: Any, sentences: Sequence[Sequence
     `compute_context`; None: the weights')."""
     import torch
 
+    from bertkit.features.pooling import pool_word_vectors
     from bertkit.models.infer import auto_token_budget
 
     raise_if_problems([p for spec in layers for p in word_pooling_problems(spec)], "Invalid word pooling")
@@ -196,7 +179,7 @@ def encode_word_chunk(encoder: Any, tokenizer: Any, sentences: Sequence[Sequence
             at = [torch.as_tensor(a, device=device) for a in (row_of, windows.word_start[words], windows.word_end[words])]
             pooled = {i: pool_word_vectors(hidden[i], *at, reading.word_pool) for i in needed}
             for out, indices, spec in zip(outputs, resolved, layers, strict=True):
-                out[words] = combined(pooled, indices, spec.combine).cpu().numpy()
+                out[words] = combine_layers([pooled[i] for i in indices], spec.combine).cpu().numpy()
     return WordFeatures(tuple(layers), tuple(outputs), windows.sentence_offsets)
 
 

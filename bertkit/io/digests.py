@@ -99,8 +99,8 @@ def is_record(value: Any) -> bool:
 
 
 def record_problem(path: Path, record: dict[str, Any]) -> str | None:
-    """Why the file at `path` is not the one `record` describes (None: it is): missing, another size (truncated or
-    extended), or other bytes."""
+    """Why the file at `path` is not the one `record` describes (None: it is): missing, another size, or other
+    bytes."""
     if not is_record(record):
         return "its record is not a size and a sha256"
     try:
@@ -109,9 +109,8 @@ def record_problem(path: Path, record: dict[str, Any]) -> str | None:
         return "it is missing"
     if not Path(path).is_file():
         return "it is not a file"
-    if stat.st_size != record["size"]:
-        cut = "truncated" if stat.st_size < record["size"] else "extended"
-        return f"it is {stat.st_size:,} bytes but was written as {record['size']:,} ({cut} since)"
+    if stat.st_size != record["size"]:  # edited, cut short or appended to: its size alone does not say which
+        return f"it is {stat.st_size:,} bytes but was written as {record['size']:,} (changed since it was written)"
     key = (str(Path(path).resolve()), stat.st_size, stat.st_mtime_ns, record["sha256"])
     if key in _verified:
         return None

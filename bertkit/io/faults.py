@@ -12,6 +12,9 @@ Never active in normal use. The environment variable ``BERTKIT_KILL_AT`` lists k
     BERTKIT_KILL_AT=optimizer.step@1                 # right after the first optimizer step (any torch optimizer)
     BERTKIT_KILL_AT=enospc:optimizer.bin@2           # the 2nd write of a file named like the glob fails: disk full
 
+``BERTKIT_KILL_SIGNAL=TERM`` makes every kill a SIGTERM instead (the orderly stop a scheduler or `kill` sends): the
+CLI then ends the command as on Ctrl-C (exit 143), and the test sees what it says.
+
 ``enospc:GLOB`` does not kill: the write of a matching file fails the way a full disk makes it fail, after part of
 the file is on disk. Python writes (`open` for writing, which `np.save`, JSON and `np.lib.format.open_memmap` use)
 and `os.posix_fallocate` raise ``OSError(ENOSPC)``; `safetensors` saves raise its ``SafetensorError`` ("No space
@@ -54,8 +57,13 @@ def kill_points() -> dict[str, int]:
     return points
 
 
+KILL_SIGNAL_ENV = "BERTKIT_KILL_SIGNAL"
+"""TERM: a kill point sends SIGTERM to this process instead of SIGKILL."""
+
+
 def _die() -> None:
-    os.kill(os.getpid(), signal.SIGKILL)
+    term = os.environ.get(KILL_SIGNAL_ENV, "").upper() in {"TERM", "SIGTERM"}
+    os.kill(os.getpid(), signal.SIGTERM if term else signal.SIGKILL)
 
 
 def maybe_kill(point: str) -> None:

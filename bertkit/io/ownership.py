@@ -319,7 +319,8 @@ def suggest_out(out: Path, command: str) -> Path:
 
 def input_paths(cfg: Any) -> list[tuple[str, str]]:
     """(flag, value) of everything a command's config reads that may be a path: --teacher, --student, --model, each
-    of bench's --models, --features, --probe, --data, --dev, --test and each --metric script. A value given under two
+    of bench's --models, --features, --probe, --data, --dev, --test, each --metric script, and the files questions
+    on passages read (--predictions, --null-odds, --context-file). A value given under two
     names (distill's `model` is its --student or --teacher) is named by the flag the user typed.
 
     (--recipe is read before the config exists; inside an --out it is a file bertkit did not write, so
@@ -331,6 +332,8 @@ def input_paths(cfg: Any) -> list[tuple[str, str]]:
     fields += [(f"--{name}", getattr(cfg, name, None)) for name in ("features", "probe")]
     fields += [(f"--{name}", getattr(data, name, None)) for name in ("data", "dev", "test")]
     fields += [("--metric", spec.partition(":")[0]) for spec in (metrics.external_metrics if metrics else [])]
+    fields += [(f"--{name.replace('_', '-')}", getattr(cfg, name, None)) for name in ("predictions", "null_odds",
+                                                                                       "context_file")]
     found: dict[str, str] = {}
     for flag, given in fields:
         if isinstance(given, str) and given and given not in found:

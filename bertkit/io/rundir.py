@@ -319,16 +319,16 @@ def claim_run_dir(out: str | Path, command: str, *, overwrite: bool = False, com
 
 
 def claim_resumable(out: str | Path, command: str, key: dict[str, Any], *, overwrite: bool, config: dict[str, Any],
-                    extra: dict[str, Any]) -> tuple[RunDir, str]:
+                    extra: dict[str, Any], family: str | None = None) -> tuple[RunDir, str]:
     """Claim --out for a run that resumes (the same run: the same resume `key`, `trail.key_compare`): the run
     directory (without its compare closure, so it can be sent to every process) and its status; a finished run
-    committed, a new one's config.json written (`config`, the `key`, `extra`)."""
-    run = claim_run_dir(out, command, overwrite=overwrite, compare=key_compare(key))
+    committed, a new one's config.json written (`config`, the `key`, `extra`; of `family`, the run's)."""
+    run = claim_run_dir(out, command, overwrite=overwrite, compare=key_compare(key, command, family))
     status = run.status()
     if status == "finished":
         run.commit()
     elif status == "new":
-        write_run_config(run.path, command, config, resume_key=key, data_fingerprints=key["data"], **extra)
+        write_run_config(run.path, command, config, family, resume_key=key, data_fingerprints=key["data"], **extra)
     return replace(run, compare=None), status
 
 
@@ -407,7 +407,7 @@ def _legacy_owner(path: Path) -> str | None:
     for base in (path, *(path / n for n in SPLIT_NAMES)):
         for name in ("manifest.json", "splits.json"):
             manifest = read_json_or_none(base / name)
-            if isinstance(manifest, dict) and manifest.get("format") == STORE_FORMAT:
+            if isinstance(manifest, dict) and str(manifest.get("format")).startswith(STORE_FORMAT.rsplit("/", 1)[0]):
                 return "embed"
         identity = read_json_or_none(base / "identity.json")  # an unfinished store
         if isinstance(identity, dict) and {"model", "shard_size", "data_fingerprint"} <= set(identity):

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bertkit.data.options import WORD_TASK as TAGS
 from bertkit.data.options import DataOptions
 from bertkit.errors import UserError
 from bertkit.options import build, field_type, flag, flag_fields, replaced, value
@@ -39,8 +38,6 @@ PROBE_METRIC = "accuracy"
 """The dev metric the probe's layer sweep picks its best cell by."""
 SHARED_FIELDS = (*(f.name for f in dataclasses.fields(DataOptions)), "max_length")
 """bench options every quality run gets from bench itself: the data settings and the truncation length."""
-WORD_FIELDS = ("task", "tag_scheme")
-"""bench options the quality runs get too when bench reads tagged data: it is read as tagged there as well."""
 EACH_MODEL = "(set for each model)"
 """--model and --out of the plan's config: replaced per model by `measure_quality`."""
 
@@ -52,23 +49,27 @@ class QualityPlan:
     kind: str
     config: Any
     extra: tuple[str, ...] = ()
+    reading: tuple[tuple[str, Any], ...] = ()
+    """The options the run reads the data with as bench's problem family does (`plan_quality`'s `reading`)."""
 
 
-def plan_quality(cfg: Any, configs: dict[str, type]) -> list[QualityPlan]:
+def plan_quality(cfg: Any, configs: dict[str, type], reading: dict[str, Any] | None = None) -> list[QualityPlan]:
     """The --quality commands of a BenchConfig (`configs`: command -> its config class), their configs built (so
-    every value checked) before benchmarking."""
+    every value checked) before benchmarking. `reading`: the options every quality run gets so that it reads the
+    data as bench's problem family does (tagged data: `--task tags` and bench's --tag-scheme)."""
     extra = tuple(shlex.split(cfg.quality_args or ""))
-    return [QualityPlan(kind, quality_config(kind, configs[kind], cfg, extra), extra) for kind in cfg.quality_kinds]
+    return [QualityPlan(kind, quality_config(kind, configs[kind], cfg, extra, reading or {}), extra,
+                        tuple((reading or {}).items())) for kind in cfg.quality_kinds]
 
 
-def quality_config(kind: str, config_cls: type, cfg: Any, extra: tuple[str, ...]) -> Any:
-    """`kind`'s config (of class `config_cls`): a --recipe in --quality-args < bench's data settings < the other
-    --quality-args."""
+def quality_config(kind: str, config_cls: type, cfg: Any, extra: tuple[str, ...],
+                   reading: dict[str, Any] | None = None) -> Any:
+    """`kind`'s config (of class `config_cls`): a --recipe in --quality-args < bench's data settings (and `reading`,
+    the family's) < the other --quality-args."""
     recipe, values = parse_quality_args(kind, config_cls, extra)
     # unset (None) bench options leave a recipe's value alone, as omitted flags did on the command line
     shared = {name: value(cfg, name) for name in SHARED_FIELDS if value(cfg, name) is not None}
-    if getattr(cfg, "reads_words", False):  # detected or --task tags: the quality run reads the same tagged corpus
-        shared.update({name: value(cfg, name) for name in WORD_FIELDS}, task=TAGS)
+    shared.update(reading or {})
     try:
         config = build(config_cls, {**recipe, **shared, "model": EACH_MODEL, "out": EACH_MODEL, **values})
     except UserError as exc:
@@ -114,8 +115,7 @@ def command_line(plan: QualityPlan, config: Any) -> str:
         given = value(config, name)
         if given is not None:
             args += [flag(name), str(given)]
-    if value(config, "task", None) == TAGS:
-        args += [part for name in WORD_FIELDS for part in (flag(name), str(value(config, name)))]
+    args += [part for name, given in plan.reading if name not in SHARED_FIELDS for part in (flag(name), str(given))]
     return shlex.join([*args, "--out", value(config, "out"), *plan.extra])
 
 

@@ -18,7 +18,9 @@ from bertkit import __version__
 CARD_FILE = "README.md"
 OFFLINE_MODELS = {"minilm-offline": "sentence-transformers/all-MiniLM-L6-v2"}
 """bertkit's offline names of hub models -> the hub id the weights came from."""
-PIPELINE_TAGS = ("text-classification", "feature-extraction", "token-classification")
+PIPELINE_TAGS = ("text-classification", "feature-extraction", "token-classification", "question-answering")
+PIPELINES = {"features": "feature-extraction", "tags": "token-classification", "spans": "question-answering"}
+"""The transformers pipeline of each task that is not text classification."""
 SPLIT_NAMES = {"dev": "validation", "test": "test", "gate": "validation"}
 """model-index dataset splits, the hub's names."""
 FILE_TYPES = {".csv": "csv", ".tsv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet", ".txt": "text"}
@@ -34,7 +36,7 @@ class CardFacts:
     model: str
     """Where the weights started: a hub id, a local folder, `minilm-offline` (export: the exported folder)."""
     task: str
-    """single_label, regression, multi_label, or features (an encoder export)."""
+    """single_label, regression, multi_label, tags, spans, or features (an encoder export)."""
     labels: list[str] = field(default_factory=list)
     data: list[dict[str, Any]] = field(default_factory=list)
     """One record per split: split, source, fingerprint, rows."""
@@ -77,7 +79,7 @@ def card_data(facts: CardFacts) -> Any:
     """The YAML metadata (`huggingface_hub.ModelCardData`)."""
     from huggingface_hub import EvalResult, ModelCardData
 
-    pipeline = {"features": "feature-extraction", "tags": "token-classification"}.get(facts.task, "text-classification")
+    pipeline = PIPELINES.get(facts.task, "text-classification")
     evals = [EvalResult(task_type=pipeline, dataset_type=_dataset_type(facts, split), dataset_name=_dataset_name(facts, split),
                         dataset_split=SPLIT_NAMES.get(split, split), metric_type=name, metric_value=value)
              for split, result in facts.results.items() for name, value in result.get("metrics", {}).items()
@@ -167,7 +169,8 @@ def _results_table(split: str, result: dict[str, Any]) -> list[str]:
 def _shape_words(task: str) -> str:
     return {"single_label": "text-classification", "regression": "text-regression",
             "multi_label": "multi-label text-classification", "features": "feature-extraction",
-            "tags": "token-classification (tagging)"}.get(task, task)
+            "tags": "token-classification (tagging)",
+            "spans": "extractive question-answering (an answer span of a passage per question)"}.get(task, task)
 
 
 def _model_name(facts: CardFacts) -> str:

@@ -107,7 +107,7 @@ def refusal_message(report: dict[str, Any], cfg: Any) -> str:
                    f"({report['disagreeing_rows']} disagree), below --min-agreement {cfg.gate.min_agreement!r}; "
                    f"largest logit difference {report['max_abs_logit_diff']:.3g}")
         if report.get("metric"):
-            numbers += f"; {report['metric']} {report['metric_fp32']:.4f} -> {report['metric_export']:.4f}"
+            numbers += f"; {report['metric']} {_number(report['metric_fp32'])} -> {_number(report['metric_export'])}"
         lower = "--min-agreement"
     else:
         numbers = (f"has features with mean cosine similarity {below(report['mean_cosine'], cfg.gate.min_cosine)} "
@@ -130,9 +130,15 @@ def _tagger_numbers(report: dict[str, Any], cfg: Any) -> str:
                       f"{cfg.gate.min_agreement!r}")
     drop = report.get("metric_drop")
     if drop is not None and drop > cfg.gate.max_drop:
-        failed.append(f"scores {report['metric']} {report['metric_export']:.4f} on the gold tags against the fp32 "
-                      f"model's {report['metric_fp32']:.4f}, a drop of {drop:.4f}, above --max-drop {cfg.gate.max_drop!r}")
+        failed.append(f"scores {report['metric']} {_number(report['metric_export'])} on the gold tags against the "
+                      f"fp32 model's {_number(report['metric_fp32'])}, a drop of {drop:.4f}, above --max-drop "
+                      f"{cfg.gate.max_drop!r}")
     numbers = " and ".join(failed)
     if report.get("entity_agreement") is not None:
         numbers += f"; its entities agree with the fp32 model's at F1 {report['entity_agreement']:.4f}"
     return numbers + f"; largest logit difference {report['max_abs_logit_diff']:.3g}"
+
+
+def _number(score: float | None) -> str:
+    """A score to four places, or `undefined` (no gold entity to score)."""
+    return "undefined" if score is None else f"{score:.4f}"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import math
 import sys
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -180,14 +181,90 @@ def pad_id_of(tokenizer: Any) -> int:
     return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
 
 
-def progress_bar(total: int, desc: str, enabled: bool, unit: str = "rows") -> Any:
-    """A tqdm bar on stderr counting rows (or `unit`: windows of long texts), or None (`--quiet`, --json, or not
+PLAIN_EVERY = 10.0
+"""Seconds between two lines of a progress report written where no terminal reads it (a log file, a CI pipe)."""
+
+
+def progress_bar(total: int, desc: str, enabled: bool, unit: str = "rows", *, initial: int = 0, stream: Any = None,
+                 clock: Callable[[], float] = time.monotonic) -> Any:
+    """The progress bar of every command (embed, probe, predict, evaluate, export, finetune, distill, sweep), on
+    stderr (`stream`) counting rows or `unit` (windows of long texts, steps) from `initial`: on a terminal a tqdm bar;
+    elsewhere a plain line every `PLAIN_EVERY` seconds of `clock` and one at the end (`PlainProgress`), since a bar's
+    carriage-return redraws fill a log with thousands of updates. None when not `enabled` (--quiet, --json, or not
     the main process)."""
     if not enabled:
         return None
+    stream = sys.stderr if stream is None else stream
+    if not _is_terminal(stream):
+        return PlainProgress(total, desc, unit, stream, clock, initial)
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, dynamic_ncols=True, smoothing=0.1)
+    return tqdm(total=total, initial=initial, desc=desc, unit=unit, file=stream, dynamic_ncols=True, smoothing=0.1)
+
+
+def _is_terminal(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
+
+
+class PlainProgress:
+    """A progress report for a log: `desc: n/total unit (p%), rate, elapsed, time left, loss=...` as one line at most
+    every `every` seconds of `clock` and once when closed (where it ended, a failure's too). Answers what callers ask
+    of a tqdm bar: `update`, `set_postfix`, `total` (which may grow), `refresh`, `close`."""
+
+    def __init__(self, total: int | None, desc: str, unit: str, stream: Any,
+                 clock: Callable[[], float] = time.monotonic, initial: int = 0, every: float = PLAIN_EVERY):
+        self.total, self.desc, self.unit, self.stream, self.clock, self.every = total, desc, unit, stream, clock, every
+        self.n = self.initial = self.shown = initial
+        self.started = self.last = clock()
+        self.postfix, self.closed = "", False
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        if self.clock() - self.last >= self.every:
+            self._write()
+
+    def set_postfix(self, ordered_dict: Any = None, refresh: bool = True, **values: Any) -> None:
+        self.postfix = ", ".join(f"{k}={v}" for k, v in {**(ordered_dict or {}), **values}.items())
+
+    def refresh(self) -> None:
+        """A new total is shown with the next line."""
+
+    def close(self) -> None:
+        if not self.closed and self.n != self.shown:
+            self._write()
+        self.closed = True
+
+    def line(self, now: float) -> str:
+        """The report at `now` (seconds of the clock)."""
+        elapsed, done = now - self.started, self.n - self.initial
+        count = f"{self.n:,}/{self.total:,} {self.unit}" if self.total else f"{self.n:,} {self.unit}"
+        parts = [count + (f" ({self.n / self.total:.0%})" if self.total else "")]
+        rate = done / elapsed if elapsed > 0 else 0.0
+        if rate > 0:
+            parts.append(f"{rate:,.2f} {self.unit}/s" if rate < 10 else f"{rate:,.0f} {self.unit}/s")
+        parts.append(f"{duration(elapsed)} elapsed")
+        if rate > 0 and self.total and self.n < self.total:
+            parts.append(f"about {duration((self.total - self.n) / rate)} left")
+        return f"{self.desc}: {', '.join(parts + ([self.postfix] if self.postfix else []))}"
+
+    def _write(self) -> None:
+        self.last = self.clock()
+        self.shown = self.n
+        self.stream.write(self.line(self.last) + "\n")
+        self.stream.flush()
+
+
+def duration(seconds: float) -> str:
+    """A progress line's time: 42s, 3m05s, 2h07m."""
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
 @contextlib.contextmanager

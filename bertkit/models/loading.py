@@ -156,25 +156,27 @@ def build_encoder(config: Any) -> Any:
 
 def load_classifier(
     name: str, id2label: dict[int, str] | None = None, trust_remote_code: bool = False, *, require_head: bool = False,
-    head_fix: str | None = None, tokens: bool = False, **overrides: Any,
+    head_fix: str | None = None, tokens: bool = False, questions: bool = False, **overrides: Any,
 ) -> Any:
     """`AutoModelForSequenceClassification` (BertForSequenceClassification for BERT checkpoints); `tokens`: the
-    token-classification model instead (`AutoModelForTokenClassification`: one output per word piece, tagging).
+    token-classification model instead (`AutoModelForTokenClassification`: one output per word piece, tagging);
+    `questions`: the question-answering model (`AutoModelForQuestionAnswering`: a start and an end score per token).
 
     With `id2label`, the head is sized and named for those labels (a new head if the checkpoint's differs).
     `require_head` (predict, evaluate, distill's teacher): the folder must hold a trained classification head; a base
     encoder would get a random one and give random labels, so it is refused. `head_fix`: the end of that message,
     naming the calling command's own options (default: predict's and evaluate's, --model or --probe).
     """
-    from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
+    import transformers
 
     path = check_model_folder(name)
     _check_weights(path)
-    if require_head and not tokens and metadata.is_tagger(path):  # its head tags words: no sentence head to read
+    if require_head and not (tokens or questions) and metadata.is_tagger(path):  # its head tags words: no sentence head to read
         raise UserError(f"{name} is a tagging model (one tag per word): this command reads sentence classifiers "
                         f"so far. `bertkit predict` and `bertkit evaluate` read it as a tagger; pass a model "
                         f"fine-tuned on rows of text here.")
-    auto = AutoModelForTokenClassification if tokens else AutoModelForSequenceClassification
+    auto = getattr(transformers, "AutoModelForQuestionAnswering" if questions else "AutoModelForTokenClassification"
+                   if tokens else "AutoModelForSequenceClassification")
     kwargs: dict[str, Any] = dict(overrides)
     if id2label is not None:
         kwargs.update(
@@ -198,8 +200,9 @@ def load_classifier(
     return model
 
 
-HEAD_MODULES = {"classifier", "pre_classifier", "score"}
-"""Top-level names of sequence-classification heads (BERT: classifier; DistilBERT: pre_classifier + classifier)."""
+HEAD_MODULES = {"classifier", "pre_classifier", "score", "qa_outputs"}
+"""Top-level names of task heads (BERT: classifier; DistilBERT: pre_classifier + classifier; question answering:
+qa_outputs)."""
 
 
 def model_max_length(tokenizer: Any, config: Any) -> int:

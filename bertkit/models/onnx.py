@@ -9,7 +9,7 @@ id2label included, so optimum's ORTModelFor{Sequence,Token}Classification loads 
 `bertkit_model.json` with an `"onnx"` section (kind, quantized, the baked-in feature spec, opset, source model and
 revision) beside the source's own record for a classifier or a tagger (a tagger's task `tags`, tag scheme and reading
 of words: read back by `bertkit.models.onnx_tagger`), and `export_report.json` (the accuracy gate's numbers,
-`bertkit.commands.export`).
+`bertkit.families.sentence_exports`).
 
 The graph is traced through bertkit's own fast forward, so it skips the same work: a classifier's last layer runs
 for [CLS] alone (`fastforward.SequenceClassifier`), an encoder runs only the layers its features read and pools
@@ -20,6 +20,7 @@ per channel: see `quantize_int8`). onnxruntime is an optional extra; without it,
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import warnings
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ from bertkit.data.labels import LabelMap
 from bertkit.errors import UserError
 from bertkit.io import library_files, record
 from bertkit.io.atomic import scratch_folder
+from bertkit.io.record_format import FAMILY, RecordKind, checked_version, sealed, upgrade
 from bertkit.logs import quieted
 from bertkit.models import loading
 from bertkit.models.compute import Compute
@@ -199,7 +201,7 @@ class _Positional(nn.Module):
 
 def classifier_function(model: Any) -> Any:
     """A classifier's graph as a batch -> logits function: the [CLS]-only last layer where it applies. (An encoder's
-    pooled-features function is the caller's, `bertkit.commands.export`: pooling lives above this layer.)"""
+    pooled-features function is the caller's, `bertkit.families.sentence_exports`: pooling lives above this layer.)"""
     net = SequenceClassifier(model)
     return lambda b: net(**b)
 
@@ -273,10 +275,11 @@ def quantize_int8(source: Path, target: Path) -> None:
 
 def write_export(folder: Path, model: Any, tokenizer: Any, *, kind: str, quantize: str | None, source: str,
                  revision: str, source_info: dict[str, Any], reading: dict[str, Any] | None = None,
-                 features: dict[str, Any] | None = None, features_fn: Any = None) -> None:
-    """A complete export folder in `folder` (an empty one bertkit made; see `bertkit.commands.export`). `reading` is
+                 features: dict[str, Any] | None = None, features_fn: Any = None, family: str | None = None) -> None:
+    """A complete export folder in `folder` (an empty one bertkit made; see `bertkit.families.sentence_exports`). `reading` is
     how its inputs are read (`Reading.to_json`: predict and embed read it back). For an encoder, `features` are the
-    baked-in options (pool, layers, combine, normalize) and `features_fn` their graph.
+    baked-in options (pool, layers, combine, normalize) and `features_fn` their graph. `family`: the export's
+    problem family (None: its source's, `source_info`; an encoder's features: sentences).
 
     Every file is written beside `folder` or in it (never in the system's temp folder), each name recorded before a
     library writes it when `folder` is in a run directory (`commands.export` builds in a recorded temp folder of
@@ -303,7 +306,7 @@ def write_export(folder: Path, model: Any, tokenizer: Any, *, kind: str, quantiz
     kept = {k: v for k, v in source_info.items() if k != "onnx"} if kind != "features" else {}
     compute = Compute("cpu", "int8" if quantize == "int8" else "fp32")  # onnxruntime's CPU provider, its weights
     write_model_info(folder, {**kept, **({"reading": reading} if reading else {}), "compute": compute.to_json(),
-                              "onnx": section})
+                              "onnx": section}, family)
 
 
 def _vocabulary_files(tokenizer: Any) -> list[str]:
@@ -313,12 +316,46 @@ def _vocabulary_files(tokenizer: Any) -> list[str]:
 
 
 def export_compute(folder: str | Path) -> Compute:
-    """Where and in what precision an export runs, as its record says (exports made before it was recorded: from
-    the `quantized` of its onnx section); always the CPU, in the precision baked into its weights."""
-    info = read_model_info(Path(folder).expanduser())
-    recorded = Compute.from_json(info.get("compute"))
-    quantized = (info.get("onnx") or {}).get("quantized") == "int8"
-    return recorded if recorded is not None else Compute("cpu", "int8" if quantized else "fp32")
+    """Where and in what precision an export runs, as its record says: always the CPU, in the precision baked into
+    its weights (exports made before it was recorded: `metadata.migrated_model_record` reads it from `quantized`)."""
+    recorded = Compute.from_json(read_model_info(Path(folder).expanduser()).get("compute"))
+    return recorded if recorded is not None else Compute("cpu", "fp32")
+
+
+# ---------------------------------------------------------------- export_report.json
+
+
+EXPORT_REPORT = RecordKind("bertkit-export-report", current=2, sealed_since=2, family_since=2)
+"""Layout 1 (no format): no family, no seal. Layout 2: the family and the seal."""
+
+
+def export_report_record(report: dict[str, Any], family: str) -> dict[str, Any]:
+    """export_report.json as written: the gate's report (its numbers, the export's `config`) of `family`, sealed."""
+    return sealed(report, EXPORT_REPORT, family)
+
+
+def read_export_report(folder: str | Path) -> dict[str, Any] | None:
+    """An export folder's export_report.json in the current layout (None: it has none); a UserError naming it when
+    it is not JSON, was edited or damaged since it was written, or was made by a newer bertkit."""
+    file = Path(folder).expanduser() / REPORT_FILE
+    if not file.is_file():
+        return None
+    try:
+        return migrated_export_report(json.loads(file.read_text(encoding="utf-8")))
+    except ValueError as exc:  # not JSON, or a RecordProblem
+        raise UserError(f"{file} is damaged ({exc}). Export the model again: `bertkit export --model MODEL --out "
+                        f"{file.parent} --overwrite`.") from None
+
+
+def migrated_export_report(record: Any) -> dict[str, Any]:
+    """export_report.json in the current layout from any layout this bertkit reads (a `RecordProblem` for one it
+    cannot trust). The only place layout 1 is understood: its family is words for a tagger's export (task tags),
+    else sentences."""
+    def layout_2(old: dict[str, Any]) -> dict[str, Any]:
+        tagger = old.get("task") == "tags" or old.get("kind") == "tagger"
+        return {**old, FAMILY: "words" if tagger else "sentences"}
+
+    return upgrade(record, EXPORT_REPORT, checked_version(record, EXPORT_REPORT), {1: layout_2})
 
 
 FEATURE_OPTIONS = ("pool", "layers", "combine", "normalize")

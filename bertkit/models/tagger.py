@@ -123,8 +123,10 @@ def load_tagger(model_dir: str, compute: Compute, reading: Reading | None = None
     says (`reading`: the command's resolution of it, --max-length given included)."""
     path = Path(model_dir).expanduser()
     if not metadata.is_tagger(path):
-        raise UserError(f"{model_dir} is not a tagging model: its {metadata.MODEL_INFO} records no task `tags`. Valid: "
-                        f"the best/ or final/ folder of `bertkit finetune` on tagged data. Pass such a folder.")
+        raise UserError(f"{model_dir} is not a tagging model: its {metadata.MODEL_INFO} records no task `tags` (nor "
+                        f"does its config.json name a token classifier). Valid: the best/ or final/ folder of `bertkit "
+                        f"finetune` on tagged data, or a transformers token-classification folder. Pass such a folder.")
+    metadata.warn_if_foreign(path)  # a plain transformers folder: read as its config says, said once
     model = loading.load_classifier(str(path), require_head=True, tokens=True,
                                     head_fix="Fine-tune it on tagged data with `bertkit finetune --data train.iob2 "
                                              "--dev dev.iob2` and pass its best/ folder.")

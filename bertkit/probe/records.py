@@ -1,4 +1,5 @@
-"""The parts of a probe result as typed records: the sweep's cells, the best cell, the baselines and the refits.
+"""A probe's result (`ProbeReport`, what metrics.json holds) and its parts as typed records: the sweep's cells, the
+best cell, the baselines and the refits.
 `bertkit probe` returns them (`cli/show.py` reads their attributes); each is read from the JSON object metrics.json
 holds (`from_json`) and writes that object back unchanged (`JsonRecord`), so --json and metrics.json stay as they were.
 Scores stay a map from metric name to value: which metrics a probe reports depends on its problem shape."""
@@ -6,10 +7,14 @@ Scores stay a map from metric name to value: which metrics a probe reports depen
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any
 
+from bertkit.data.options import WORD_TASK
 from bertkit.io.atomic import JsonRecord
+
+if TYPE_CHECKING:
+    from bertkit.probe.words_run import WordProbeRun
 
 PLACE_KEYS = frozenset({"layer", "hidden_state", "C", "alpha", "threshold", "n", "cv"})
 """Entries of a record that say where or how it was fitted (or on how many rows), not how well it scored."""
@@ -174,3 +179,61 @@ class ProbeOutputs(JsonRecord):
 
     def to_json(self) -> dict[str, str]:
         return dict(self.paths)
+
+
+@dataclass
+class ProbeReport:
+    """What `bertkit probe` found (what metrics.json holds): the sweep over layers and poolings, the best cell with
+    its dev (and test) scores, the baselines, the repeated fits, and the files written."""
+
+    model: str | None
+    revision: str | None
+    source: str
+    features: str | None
+    dtype: str | None
+    """The precision the features were computed in."""
+    rows: SplitRows
+    labels: list[str]
+    probe: ProbeSettings
+    """The probe's kind and settings (C or its search, class weights; the shape for numbers and tags)."""
+    sweep: list[ProbeCell]
+    best: BestCell
+    notes: list[str] = field(default_factory=list)
+    task: str | None = field(default=None, metadata={"omit_empty": True})
+    """regression or multi_label (their own metrics); None for one label per row."""
+    baselines: Baselines | None = field(default=None, metadata={"omit_empty": True})
+    repeats: Refits | None = field(default=None, metadata={"omit_empty": True})
+    outputs: ProbeOutputs | None = field(default=None, metadata={"omit_empty": True})
+    words: WordProbeRun | None = field(default=None, metadata={"omit_empty": True})
+    """Tagged data: the word probes' table (a row per layer choice, baselines, scheme, reading); then `best` is its
+    best row and `sweep` is empty."""
+
+    @classmethod
+    def of_words(cls, words: WordProbeRun) -> ProbeReport:
+        """The result of the word path: its table, with the sentence fields saying what they can (sentences per
+        split, the tags, the best row)."""
+        best = words.table.best()
+        metric = best.scores.main_name.replace(" ", "_")
+        outputs = ProbeOutputs.from_json(dict(words.outputs))
+        return cls(words.model, words.revision, words.train, words.features, words.compute.precision,
+                   SplitRows(dict(words.sentences)),
+                   list(words.table.tags), ProbeSettings({"kind": "logistic regression per word", "C": words.C}), [],
+                   BestCell.from_json({"pool": f"word {words.reading.word_pool}", "layer": best.label, "C": words.C,
+                                       "dev": {metric: best.scores.main}}),
+                   list(words.notes), task=WORD_TASK, outputs=outputs, words=words)
+
+    @classmethod
+    def from_json(cls, record: dict[str, Any]) -> ProbeReport:
+        """The result from the object metrics.json holds (its nested records typed, see `bertkit.probe.records`)."""
+        typed = {"sweep": [ProbeCell.from_json(row) for row in record["sweep"]],
+                 "best": BestCell.from_json(record["best"]),
+                 "rows": SplitRows(dict(record["rows"])), "probe": ProbeSettings(dict(record["probe"])),
+                 "baselines": Baselines.from_json(record.get("baselines")),
+                 "repeats": Refits.from_json(record["repeats"]) if record.get("repeats") else None,
+                 "outputs": ProbeOutputs.from_json(record.get("outputs"))}
+        return cls(**{**record, **typed})
+
+    @classmethod
+    def of(cls, report: ProbeReport) -> ProbeReport:
+        """This class (a command's result) holding `report`'s values."""
+        return cls(**{f.name: getattr(report, f.name) for f in fields(report)})

@@ -1,6 +1,7 @@
 """The saved-probe format: `probe.safetensors` (scaler statistics, coefficients, intercept, class ids; no
-pickle) and `probe.json` (label map and the feature recipe: model, revision, pooling, layers, max length,
-normalization). Regression and tag probes keep the same arrays (one coefficient row per output: the ridge, or one
+pickle) and `probe.json` (format `bertkit-probe/2`: label map and the feature recipe: model, revision, the sha256 of
+its weights, pooling, layers, max length, normalization; the family, `sentences`, and the sha256 of the record itself,
+`record_sha256`: an edited probe.json is refused; layout 1 is read by `migrated_probe_record`). Regression and tag probes keep the same arrays (one coefficient row per output: the ridge, or one
 logistic regression per tag) and record their shape in the label map (`task`) and, for tags, the decision
 `threshold`. Saving, loading with every file checked (a damaged one is named as such), and prediction on new
 text by re-extracting the probe's features (`predict --probe`)."""
@@ -8,7 +9,6 @@ text by re-extracting the probe's features (`predict --probe`)."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,10 +18,11 @@ from typing import Any
 import numpy as np
 
 from bertkit.encoding.longtext import LONG_TEXT_MODES, TRUNCATIONS
-from bertkit.encoding.reading import UNRECORDED, Reading, read_as_recorded
+from bertkit.encoding.reading import Reading, read_as_recorded
 from bertkit.errors import UserError
 from bertkit.features.settings import POOLS, Pooling, layers_problem
 from bertkit.io.digests import bytes_record, is_record, record_problem
+from bertkit.io.record_format import FAMILY, RecordKind, checked_version, read_record_file, sealed, upgrade
 from bertkit.models.compute import Compute
 from bertkit.probe.fit import ProbeFit
 from bertkit.probe.shapes import shaped_arrays
@@ -30,7 +31,10 @@ log = logging.getLogger(__name__)
 
 PROBE_WEIGHTS = "probe.safetensors"
 PROBE_META = "probe.json"
-PROBE_FORMAT = "bertkit-probe/1"
+PROBE_RECORD = RecordKind("bertkit-probe", current=2, sealed_since=2, family_since=2)
+"""Layout 1 (`bertkit-probe/1`, or no format): no family, no seal, maybe no max_length (saved before bertkit recorded it), no
+long-text keys or no combine/normalize (older still). Layout 2: all of them, the family and the seal."""
+PROBE_FORMAT = PROBE_RECORD.format
 
 
 @dataclass
@@ -112,8 +116,10 @@ def probe_arrays(fit: ProbeFit) -> dict[str, np.ndarray]:
     }
 
 
-def save_probe(directory: str | Path, fit: ProbeFit, label_map: Any, meta: dict[str, Any]) -> Path:
-    """Write `probe.safetensors` (arrays) and `probe.json` (label map + feature recipe) into `directory`."""
+def save_probe(directory: str | Path, fit: ProbeFit, label_map: Any, meta: dict[str, Any],
+               family: str = "sentences") -> Path:
+    """Write `probe.safetensors` (arrays) and `probe.json` (label map + feature recipe, sealed, of `family`) into
+    `directory`."""
     from safetensors.numpy import save
 
     from bertkit.io.atomic import atomic_path, write_json_atomic
@@ -128,7 +134,7 @@ def save_probe(directory: str | Path, fit: ProbeFit, label_map: Any, meta: dict[
               "n_features": int(arrays["coef"].shape[1]), **meta, "files": {PROBE_WEIGHTS: bytes_record(weights)}}
     if fit.task == "multi_label":
         record["threshold"] = 0.5 if fit.threshold is None else fit.threshold
-    write_json_atomic(directory / PROBE_META, record)
+    write_json_atomic(directory / PROBE_META, sealed(record, PROBE_RECORD, family))
     return directory
 
 
@@ -146,7 +152,7 @@ def load_probe(path: str | Path) -> SavedProbe:
             f"of a `bertkit probe --out DIR` run (or its probe/ folder)."
         )
     meta = _read_probe_meta(root)
-    reading = {key: meta[key] for key in Reading.KEYS if key in meta}
+    reading = {key: meta[key] for key in Reading.KEYS if key in meta and meta[key] is not None}
     if reading and Reading.record_problems(reading):  # never blamed on a --truncation the user did not give
         raise _damaged_probe(root / PROBE_META, "; ".join(Reading.record_problems(reading)))
     _verify_probe_weights(root, meta)
@@ -168,8 +174,27 @@ PROBE_ARRAYS = ("scaler_mean", "scaler_scale", "coef", "intercept", "classes")
 def read_as_fitted(cfg: Any) -> Any:
     """`cfg` with its reading options resolved against the record of its --probe (probe.json): texts are read as the
     probe's features were extracted, unless an option given says otherwise (with a note)."""
-    recorded = Reading.from_json(load_probe(cfg.probe).meta) or UNRECORDED
+    recorded = Reading.from_json(load_probe(cfg.probe).meta)
+    if recorded is None and getattr(getattr(cfg, "reading", cfg), "max_length", None) is None:
+        log.warning("The probe %s was saved before bertkit recorded how it reads texts: read with --max-length %d "
+                    "(pass --max-length to match its training)", cfg.probe, Reading.from_options(cfg).max_length)
     return read_as_recorded(cfg, recorded, f"The probe {cfg.probe}")
+
+
+def migrated_probe_record(meta: dict[str, Any]) -> dict[str, Any]:
+    """probe.json in the current layout, from any layout this bertkit reads (a `RecordProblem` for one it cannot
+    trust: edited since it was sealed, made by a newer bertkit). The only place layout 1 is understood: its family is
+    sentences (a sentence probe's), a max_length it lacks is null (read with the options, `read_as_fitted` says so),
+    long-text keys it lacks are those of then (head-cut), and a pooling without combine/normalize the defaults."""
+    return upgrade(meta, PROBE_RECORD, checked_version(meta, PROBE_RECORD), {1: _probe_layout_2})
+
+
+def _probe_layout_2(meta: dict[str, Any]) -> dict[str, Any]:
+    """Layout 1 -> 2."""
+    defaults = {**{k: v for k, v in Pooling().to_json().items() if k in ("combine", "normalize")},
+                **Reading().long_text_json()}
+    filled = {key: meta.get(key, default) for key, default in defaults.items()}
+    return {**meta, **filled, "max_length": meta.get("max_length"), FAMILY: "sentences"}
 
 
 def _damaged_probe(file: Path, reason: str) -> UserError:
@@ -193,18 +218,13 @@ def _read_probe_meta(root: Path) -> dict[str, Any]:
     """probe.json, with every key prediction needs present and valid."""
 
     file = root / PROBE_META
-    try:
-        meta = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise _damaged_probe(file, f"not valid JSON: {exc}") from None
-    if not isinstance(meta, dict):
-        raise _damaged_probe(file, "not a JSON object")
+    meta = read_record_file(file, migrated_probe_record, lambda why: _damaged_probe(file, why))
     missing = [k for k in PROBE_META_KEYS if k not in meta]
     if missing:
         raise _damaged_probe(file, f"missing {', '.join(missing)}")
     problems = [] if meta["pool"] in POOLS else [f"pool {meta['pool']!r} is not one of {', '.join(POOLS)}"]
     problems += [f"layers {meta['layers']!r} is not a layer list" for _ in layers_problem(str(meta["layers"]))]
-    if "max_length" in meta and (not isinstance(meta["max_length"], int) or meta["max_length"] <= 0):
+    if meta.get("max_length") is not None and (not isinstance(meta["max_length"], int) or meta["max_length"] <= 0):
         problems.append(f"max_length {meta['max_length']!r} is not a positive integer")
     if not Reading.from_record(meta).known():
         problems.append(f"truncation {meta.get('truncation')!r} / long_text {meta.get('long_text')!r} are not "
@@ -306,14 +326,7 @@ def probe_reader(
     from bertkit.models import loading, quantize
 
     meta = saved.meta
-    revision = loading.model_revision(meta["model"])
-    changed = bool(meta.get("revision")) and revision != meta["revision"]
-    if not changed and meta.get("encoder_sha256"):  # the revision reads the ends of the file; this, all of it
-        changed = loading.weights_digest(meta["model"]) not in (None, meta["encoder_sha256"])
-    if changed:
-        log.warning("Model %s has changed since the probe was trained (revision %s, probe trained on %s; or its "
-                    "weights' sha256 differs from the probe's record); predictions may be off.", meta["model"],
-                    revision, meta.get("revision"))
+    check_probe_encoder(saved.path, str(meta["model"]), meta.get("revision"), meta.get("encoder_sha256"))
     tokenizer = loading.load_tokenizer(meta["model"], meta.get("trust_remote_code", False))
     encoder = loading.load_encoder(meta["model"], meta.get("trust_remote_code", False)).to(compute.torch_device)
     if compute.precision == loading.INT8:
@@ -322,7 +335,8 @@ def probe_reader(
     reading = Reading.from_record(meta)
     reading = dataclasses.replace(reading, max_length=max_length) if max_length else reading
     loading.check_max_length(reading.max_length, tokenizer, encoder.config, meta["model"], pair=pair)
-    pooling = Pooling.from_json(meta)  # as the probe's features were pooled (older probes: no combine/normalize kept)
+    pooling = Pooling.from_json(meta)  # as the probe's features were pooled
+    _check_recorded_layers(saved, pooling, encoder.config)
 
     def read(dataset: Any) -> tuple[np.ndarray, np.ndarray]:
         features = extract.extract_features(
@@ -333,6 +347,37 @@ def probe_reader(
         return _apply_probe(saved, np.asarray(features, dtype=np.float32).reshape(len(dataset), -1))
 
     return read
+
+
+def _check_recorded_layers(saved: SavedProbe, pooling: Pooling, config: Any) -> None:
+    """The layers probe.json records exist in its encoder (`config`): a damaged or foreign record is named as such,
+    never blamed on a --layers the user did not give."""
+    depth = getattr(config, "num_hidden_layers", None) or getattr(config, "n_layers", None)
+    if not isinstance(depth, int):
+        return
+    try:
+        pooling.resolve(depth)
+    except UserError:
+        raise _damaged_probe(Path(saved.path or ".") / PROBE_META, f"it records layers {pooling.layers_option}, but "
+                             f"its encoder {saved.meta['model']} has {depth} layers") from None
+
+
+def check_probe_encoder(probe: Path | None, model: str, revision: str | None, sha256: str | None) -> None:
+    """A UserError unless the encoder `model` a saved probe (`probe`: its folder) records is the one it was fitted
+    on: the same revision (the ends of its weights) and, where the probe records it, the same sha256 of all of them.
+    Features of other weights would feed the probe numbers it never saw (a store in the same case is refused too)."""
+    from bertkit.models import loading
+
+    found = loading.model_revision(model)
+    digest = loading.weights_digest(model) if sha256 else None
+    if (not revision or found == revision) and digest in (None, sha256):
+        return
+    what = "; ".join([f"its revision is {found}, the probe records {revision}"] * bool(revision and found != revision)
+                     + [f"the sha256 of its weights is {digest}, the probe records {sha256}"] * bool(
+                         digest and digest != sha256))
+    raise UserError(f"The encoder {model} of the probe {probe} has changed since the probe was fitted ({what}): its "
+                    f"features are not the ones the probe learned from. Restore the encoder folder the probe was "
+                    f"fitted on, or fit the probe again on this one (`bertkit probe --model {model} ... --out DIR`).")
 
 
 def _apply_probe(saved: SavedProbe, features: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -36,16 +36,14 @@ class WordTagger:
 
 
 def word_tagger(probe: SavedWordProbe, batch_size: int = 32, compute: Compute = Compute()) -> WordTagger:
-    """The encoder and tokenizer the probe records (a changed folder: a warning, as for sentence probes), ready to
-    tag chunks of sentences where and in the precision `compute` says (the command's, resolved once against the
-    compute the probe records)."""
+    """The encoder and tokenizer the probe records (a changed encoder is refused, as for sentence probes and
+    stores: `saved.check_probe_encoder`), ready to tag chunks of sentences where and in the precision `compute` says
+    (the command's, resolved once against the compute the probe records)."""
     from bertkit.models import loading
+    from bertkit.probe.saved import check_probe_encoder
 
     source = probe.source
-    revision = loading.model_revision(source.model)
-    if source.revision and revision != source.revision:
-        log.warning("Model %s has changed since the probe was trained (revision %s, probe trained on %s); "
-                    "predictions may be off.", source.model, revision, source.revision)
+    check_probe_encoder(probe.path, source.model, source.revision, source.encoder_sha256)
     tokenizer = loading.load_tokenizer(source.model, source.trust_remote_code)
     encoder = loading.cast_for_inference(loading.load_encoder(source.model, source.trust_remote_code).eval(),
                                          compute.torch_device, compute.dtype)

@@ -1,15 +1,14 @@
 """The saved word probe: `probe.safetensors` (scaler statistics, coefficients, intercept, class ids; no pickle) and
-`probe.json` (format `bertkit-word-probe/2`: the encoder and its revision, the `Reading`, the `Pooling`, the
-`Compute` its training words were read in, the tags, the `TagScheme`, the row it came from, the size and sha256 of
-probe.safetensors, and the sha256 of the record itself; /1 records, from before the word settings were `Reading`
-and `Pooling`, are read as they meant). Written and read here only; both files are checked before anything uses them, so a flipped byte in either
-is named as damage, never blamed on an option. The arithmetic is the sentence probe's (`SavedProbe.predict_proba`):
-one owner for how a saved logistic regression turns vectors into probabilities."""
+`probe.json` (format `bertkit-word-probe/3`: the encoder and its revision, the `Reading`, the `Pooling`, the `Compute`
+its training words were read in, the tags, the `TagScheme`, the row it came from, the size and sha256 of
+probe.safetensors, the family (`words`) and the sha256 of the record itself, `record_sha256`). Written and read here
+only; both files are checked before anything uses them, so a flipped byte in either is named as damage, never blamed
+on an option. Older layouts (/1: the word settings before they were `Reading` and `Pooling`; /2: no family) are read
+by `migrated_word_probe_record`, the one place that knows them. The arithmetic is the sentence probe's
+(`SavedProbe.predict_proba`): one owner for how a saved logistic regression turns vectors into probabilities."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,14 +21,27 @@ from bertkit.errors import UserError
 from bertkit.features.settings import Pooling
 from bertkit.features.words import word_pooling_from_json
 from bertkit.io.digests import bytes_record, is_record, record_problem
+from bertkit.io.record_format import (
+    FAMILY,
+    SEAL,
+    RecordKind,
+    RecordProblem,
+    checked_version,
+    read_record_file,
+    sealed,
+    upgrade,
+)
 from bertkit.models.compute import Compute
 from bertkit.models.preflight import saved_model_limits
 from bertkit.probe.saved import PROBE_META, PROBE_WEIGHTS, SavedProbe, _probe_arrays_problem
 
-WORD_PROBE_FORMAT = "bertkit-word-probe/2"
-READABLE_FORMATS = ("bertkit-word-probe/1", WORD_PROBE_FORMAT)
+WORD_PROBE_RECORD = RecordKind("bertkit-word-probe", current=3, sealed_since=1, family_since=3)
+"""Layout 1: reading {word_pool, max_length, stride}, layers {layers, combine}, no compute. Layout 2: `reading` a
+`Reading`, `pooling` a `Pooling`. Layout 3: the family. Every layout is sealed."""
+WORD_PROBE_FORMAT = WORD_PROBE_RECORD.format
+READABLE_FORMATS = tuple(f"{WORD_PROBE_RECORD.name}/{v}" for v in range(1, WORD_PROBE_RECORD.current + 1))
 ARRAYS = ("scaler_mean", "scaler_scale", "coef", "intercept", "classes")
-SELF_DIGEST = "record_sha256"
+SELF_DIGEST = SEAL
 """probe.json's own sha256 (of the record without this key): a flipped byte in the record is seen as damage."""
 
 
@@ -73,8 +85,10 @@ def word_probe_weights(pipeline: Any) -> WordProbeWeights:
 
 @dataclass(frozen=True)
 class WordProbeSource:
-    """What the saved probe reads: the encoder (name, revision, remote code), the reading, the tag scheme, and the
-    compute its training words were read in (None: recorded before bertkit recorded it, fp32 on the CPU)."""
+    """What the saved probe reads: the encoder (name, revision, remote code), the reading, the tag scheme, the
+    compute its training words were read in (None: recorded before bertkit recorded it, fp32 on the CPU) and the
+    sha256 of all the encoder's weights (`loading.weights_digest`; None: not recorded, a hub encoder), which
+    `probe.saved.check_probe_encoder` compares before the probe predicts."""
 
     model: str
     revision: str | None
@@ -82,6 +96,7 @@ class WordProbeSource:
     scheme: TagScheme
     trust_remote_code: bool = False
     compute: Compute | None = None
+    encoder_sha256: str | None = None
 
 
 @dataclass(frozen=True)
@@ -105,8 +120,9 @@ class SavedWordProbe:
         return self.fit.weights.tags
 
 
-def save_word_probe(directory: Path, fit: WordProbeFit, source: WordProbeSource) -> Path:
-    """probe.safetensors then probe.json (its digests last, so a record always names bytes on disk), atomically."""
+def save_word_probe(directory: Path, fit: WordProbeFit, source: WordProbeSource, family: str = "words") -> Path:
+    """probe.safetensors then probe.json (its digests last, so a record always names bytes on disk; sealed, of
+    `family`), atomically."""
     from safetensors.numpy import save
 
     from bertkit.io.atomic import atomic_path, write_json_atomic
@@ -118,17 +134,12 @@ def save_word_probe(directory: Path, fit: WordProbeFit, source: WordProbeSource)
     record = {"format": WORD_PROBE_FORMAT, "task": "tags", "model": source.model, "revision": source.revision,
               "trust_remote_code": source.trust_remote_code, "reading": source.reading.to_json(),
               "pooling": fit.pooling.to_json(), **({"compute": source.compute.to_json()} if source.compute else {}),
+              **({"encoder_sha256": source.encoder_sha256} if source.encoder_sha256 else {}),
               "tags": list(fit.weights.tags), "scheme": source.scheme.to_json(),
               "row": fit.label, "C": fit.C, "dev": {"metric": fit.metric, "score": fit.dev_score},
               "n_features": int(fit.weights.coef.shape[1]), "files": {PROBE_WEIGHTS: bytes_record(weights)}}
-    write_json_atomic(directory / PROBE_META, {**record, SELF_DIGEST: record_digest(record)})
+    write_json_atomic(directory / PROBE_META, sealed(record, WORD_PROBE_RECORD, family))
     return directory
-
-
-def record_digest(record: dict[str, Any]) -> str:
-    """sha256 of the record's canonical JSON (sorted keys), without its own digest."""
-    body = {k: v for k, v in record.items() if k != SELF_DIGEST}
-    return hashlib.sha256(json.dumps(body, sort_keys=True).encode("utf-8")).hexdigest()
 
 
 def probe_root(path: str | Path) -> Path:
@@ -167,33 +178,44 @@ def load_word_probe(path: str | Path) -> SavedWordProbe:
     problems = Reading.record_problems(record.get("reading"))
     if reading is None or problems or not reading.reads_words:
         raise _damaged(root / PROBE_META, "; ".join(problems) or "its reading records no word pooling")
-    fit = WordProbeFit(weights, str(record["row"]), recorded_pooling(record), float(record["C"]),
+    fit = WordProbeFit(weights, str(record["row"]), word_pooling_from_json(record["pooling"]), float(record["C"]),
                        float(record["dev"]["score"]), str(record["dev"]["metric"]))
     source = WordProbeSource(str(record["model"]), record.get("revision"), reading,
                              TagScheme.from_json(record["scheme"]), bool(record.get("trust_remote_code", False)),
-                             Compute.from_json(record.get("compute")))
+                             Compute.from_json(record.get("compute")), record.get("encoder_sha256"))
     return SavedWordProbe(fit, source, root)
 
 
-def recorded_pooling(record: dict[str, Any]) -> Pooling:
-    """The pooling probe.json records (`pooling`); a /1 record's `layers` (layers and combine) read as it meant,
-    its `all` being every encoder layer of its model (the depth its config.json states)."""
-    if "pooling" in record:
-        return word_pooling_from_json(record["pooling"])
+def migrated_word_probe_record(record: dict[str, Any]) -> dict[str, Any]:
+    """probe.json in the current layout, from any layout this bertkit reads (a `RecordProblem` for one it cannot
+    trust: its seal does not match, a newer bertkit made it). The only place the older layouts are understood."""
+    return upgrade(record, WORD_PROBE_RECORD, checked_version(record, WORD_PROBE_RECORD, unversioned=None),
+                   {1: _word_probe_layout_2, 2: _word_probe_layout_3})
+
+
+def _word_probe_layout_2(record: dict[str, Any]) -> dict[str, Any]:
+    """Layout 1 -> 2: its reading {word_pool, max_length, stride} read sentences in windows cut at the head; its
+    `layers` {layers, combine} are the pooling, `all` being every encoder layer of its model (the depth its
+    config.json states)."""
+    reading = record.get("reading")
+    if isinstance(reading, dict):
+        reading = {**reading, "long_text": "chunk", "truncation": "head"}
     limits = saved_model_limits(str(record.get("model")))
-    return word_pooling_from_json(record["layers"], limits.layers if limits is not None else None)
+    try:
+        pooling = word_pooling_from_json(record.get("layers") or {}, limits.layers if limits else None).to_json()
+    except UserError as exc:
+        raise RecordProblem(f"its layers {record.get('layers')!r} are not a word pooling ({exc})") from None
+    return {**{k: v for k, v in record.items() if k != "layers"}, "reading": reading, "pooling": pooling}
+
+
+def _word_probe_layout_3(record: dict[str, Any]) -> dict[str, Any]:
+    """Layout 2 -> 3: the family (a word probe's: words)."""
+    return {**record, FAMILY: "words"}
 
 
 def _read_record(file: Path) -> dict[str, Any]:
-    """probe.json, parsed, matching its own digest, with its files record present."""
-    try:
-        record = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise _damaged(file, f"not valid JSON: {exc}") from None
-    if not isinstance(record, dict) or record.get("format") not in READABLE_FORMATS:
-        raise _damaged(file, f"not a {WORD_PROBE_FORMAT} record")
-    if record.get(SELF_DIGEST) != record_digest(record):
-        raise _damaged(file, "its content does not match the sha256 it was saved with")
+    """probe.json, parsed, matching its own digest, in the current layout, with its files record present."""
+    record = read_record_file(file, migrated_word_probe_record, lambda why: _damaged(file, why))
     files = record.get("files")
     if not isinstance(files, dict) or not is_record(files.get(PROBE_WEIGHTS)):
         raise _damaged(file, f"its files record has no size and sha256 for {PROBE_WEIGHTS}")

@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from bertkit.data.tagged import TaggedColumns, TaggedCorpus, TaggedSentence, TaggedSource, read_tagged_splits
+from bertkit.data.tagged import DataSource, TaggedColumns, TaggedCorpus, TaggedSentence, read_tagged_splits
 from bertkit.data.tagscheme import TagScheme
 from bertkit.encoding.reading import Reading
 from bertkit.features.settings import LAST4, Pooling
@@ -136,7 +136,7 @@ def fitting(label: str, spec: Pooling, n_layers: int) -> tuple[str, Pooling]:
     return label.replace("last four", f"last {n_layers}"), word_pooling(every, spec.combine)
 
 
-def read_train_dev(train: str | TaggedSource, dev: str | TaggedSource,
+def read_train_dev(train: str | DataSource, dev: str | DataSource,
                    columns: TaggedColumns) -> tuple[TaggedCorpus, TaggedCorpus]:
     """Both corpora (files or hub splits) checked (ragged rows, tag columns, schemes; the columns detected in each unless given), and
     every dev tag seen in training (`check_dev_tags`)."""
@@ -264,7 +264,7 @@ def with_random_encoder(table: WordProbeTable, row: WordProbeRow) -> tuple[WordP
                    f"training sentences.",)
 
 
-def run_word_probe(train: str | TaggedSource, dev: str | TaggedSource, columns: TaggedColumns, reading: Reading,
+def run_word_probe(train: str | DataSource, dev: str | DataSource, columns: TaggedColumns, reading: Reading,
                    model: str, layers: str | None = None, combine: str | None = None, batch_size: int = 32,
                    C: float = DEFAULT_C, seed: int = 0, baselines: bool = True, trust_remote_code: bool = False,
                    say: Callable[[str], None] | None = None, limit: int | None = None,

@@ -1,7 +1,16 @@
-"""Scores of tag sequences (one tag per word): token accuracy and macro-F1 over the gold tags for every tag set,
-and for entity tags seqeval's entity-level precision, recall and F1 in strict mode with the corpus's recorded
-scheme (IOB2 or IOBES; IOB1 files are read as IOB2 before they get here), micro, macro and per type; with a 95%
-bootstrap interval of the main score over sentences (`main_interval`), from the predictions as they are."""
+"""Scores of tag sequences (one tag per word): token accuracy and macro-F1 over the gold tags for every tag set, and
+for entity tags entity-level precision, recall and F1 counted two ways, with the corpus's recorded scheme (IOB2 or
+IOBES; IOB1 files are read as IOB2 before they get here):
+
+- the headline (`precision`, `recall`, `f1`, the macro averages and the per-type scores): conlleval's counting, the
+  F1 the CoNLL shared task, the BERT paper and transformers' `run_ner.py` (seqeval's default mode) report, where an
+  `I-X` after `O` (or after another type) opens an entity as a `B-X` would;
+- beside it (`precision_strict`, `recall_strict`, `f1_strict`): seqeval's strict mode, where such an `I-X` breaks
+  the scheme and is no entity at all.
+
+On IOB2 predictions without stray `I-` tags the two are equal. A score with nothing to count is undefined (None),
+never NaN and never a 0 that reads as a result: recall and F1 without any gold entity, a macro average without any
+entity type. With a 95% bootstrap interval of the main score over sentences (`main_interval`)."""
 
 from __future__ import annotations
 
@@ -16,11 +25,19 @@ from bertkit.scoring.intervals import resample_counts
 
 BOOTSTRAP_RESAMPLES = 1000
 """Resamples of the dev sentences behind a word table's intervals."""
+CONLLEVAL = "conlleval"
+STRICT = "strict"
+ENTITY_COUNTINGS = (CONLLEVAL, STRICT)
+"""How entities are read from tags: conlleval's way (the headline) and seqeval's strict mode (beside it)."""
+
+Entity = tuple[str, int, int]
+"""(type, first word, end word exclusive)."""
 
 
 @dataclass(frozen=True)
 class TypeScore:
-    """One entity type's strict scores; `support` is its gold entities, `predicted` its predicted ones."""
+    """One entity type's scores (conlleval counting); `support` is its gold entities, `predicted` its predicted
+    ones. A type one side lacks scores 0 where undefined, as seqeval's report does."""
 
     precision: float
     recall: float
@@ -31,17 +48,26 @@ class TypeScore:
 
 @dataclass(frozen=True)
 class EntityScores:
-    """Entity-level scores (seqeval, strict): micro over all entities, macro over types, and per type."""
+    """Entity-level scores: micro over all entities, macro over types and per type, counted as conlleval counts
+    (the headline); micro precision, recall and F1 in seqeval's strict mode beside them. None: undefined (no gold
+    entity: recall and F1; no entity at all: precision; no type: the macro averages)."""
 
-    precision: float
-    recall: float
-    f1: float
-    macro_precision: float
-    macro_recall: float
-    macro_f1: float
+    precision: float | None
+    recall: float | None
+    f1: float | None
+    macro_precision: float | None
+    macro_recall: float | None
+    macro_f1: float | None
     n_gold: int
     n_predicted: int
     per_type: Mapping[str, TypeScore] = field(default_factory=dict)
+    precision_strict: float | None = None
+    recall_strict: float | None = None
+    f1_strict: float | None = None
+    n_gold_strict: int = 0
+    n_predicted_strict: int = 0
+    counting: str = CONLLEVAL
+    """How the headline counts entities (records without this key counted them strictly)."""
 
 
 @dataclass(frozen=True)
@@ -56,12 +82,19 @@ class TagScores:
     """F1 per gold tag, averaged: rare tags count as much as common ones."""
     entities: EntityScores | None = None
     interval: tuple[float, float] | None = None
-    """95% bootstrap interval of `main`, dev sentences resampled with replacement (None when not asked for)."""
+    """95% bootstrap interval of `main`, dev sentences resampled with replacement (None when not asked for, or when
+    `main` is undefined)."""
 
     @property
-    def main(self) -> float:
-        """The number a table ranks by: entity F1 for entity tags, else token accuracy."""
+    def main(self) -> float | None:
+        """The number a table ranks by: entity F1 (conlleval counting; None without gold entities) for entity tags,
+        else token accuracy."""
         return self.entities.f1 if self.entities is not None else self.token_accuracy
+
+    @property
+    def main_strict(self) -> float | None:
+        """`main` with entities read in seqeval's strict mode (token accuracy for plain tags)."""
+        return self.entities.f1_strict if self.entities is not None else self.token_accuracy
 
     @property
     def main_name(self) -> str:
@@ -77,49 +110,67 @@ def seqeval_scheme(name: str) -> Any:
     return {"IOB2": IOB2, "IOBES": IOBES}[name]
 
 
+def read_entities(tags: Sequence[Sequence[str]], scheme: str, counting: str = CONLLEVAL) -> list[set[Entity]]:
+    """Per sentence, the entities the tags mark, as (type, first word, end word exclusive): read as conlleval reads
+    them (seqeval's default mode: an I- that continues no entity opens one) or, `counting` strict, as seqeval's strict
+    mode with `scheme` reads them (such an I- is no entity)."""
+    if counting == STRICT:
+        from seqeval.scheme import Entities
+
+        sentences = Entities([list(s) for s in tags], seqeval_scheme(scheme), suffix=False).entities
+        return [{(e.tag, e.start, e.end) for e in sentence} for sentence in sentences]
+    from seqeval.metrics.sequence_labeling import get_entities
+
+    return [{(kind, start, end + 1) for kind, start, end in get_entities(list(sentence))} for sentence in tags]
+
+
+def _ratio(hits: int, total: int) -> float | None:
+    return hits / total if total else None
+
+
+def _micro(gold: Sequence[set[Entity]], predicted: Sequence[set[Entity]]) -> tuple[Any, ...]:
+    """(precision, recall, F1, gold entities, predicted entities): None where undefined (module docstring)."""
+    hits = sum(len(g & p) for g, p in zip(gold, predicted, strict=True))
+    n_gold, n_predicted = sum(map(len, gold)), sum(map(len, predicted))
+    precision = hits / n_predicted if n_predicted else (0.0 if n_gold else None)  # seqeval's 0: nothing found
+    return (precision, _ratio(hits, n_gold), _ratio(2 * hits, n_gold + n_predicted) if n_gold else None, n_gold,
+            n_predicted)
+
+
+def _per_type(gold: Sequence[set[Entity]], predicted: Sequence[set[Entity]]) -> dict[str, TypeScore]:
+    """Every type of gold or predictions: precision, recall and F1 (0 where undefined: seqeval's zero_division)."""
+    counts: dict[str, list[int]] = {}
+    for gold_here, predicted_here in zip(gold, predicted, strict=True):
+        for index, entities in enumerate((gold_here & predicted_here, gold_here, predicted_here)):
+            for kind, _, _ in entities:
+                counts.setdefault(kind, [0, 0, 0])[index] += 1
+    return {kind: TypeScore(hits / n_pred if n_pred else 0.0, hits / n_gold if n_gold else 0.0,
+                            2 * hits / (n_gold + n_pred), n_gold, n_pred)
+            for kind, (hits, n_gold, n_pred) in sorted(counts.items())}
+
+
 def score_entities(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]], scheme: str) -> EntityScores:
-    """seqeval's strict entity scores with `scheme` (IOB2 or IOBES). A predicted entity that breaks the scheme
-    (an I- with no B- before it) is not an entity in strict mode: it counts as nothing, not as a guess."""
-    from seqeval.metrics import classification_report
-    from seqeval.scheme import Entities
+    """Entity scores of `predicted` against `gold` with `scheme` (IOB2 or IOBES): conlleval's counting for the
+    headline, micro, macro and per type (equal to seqeval's default mode), and seqeval's strict mode beside it."""
+    read = {counting: (read_entities(gold, scheme, counting), read_entities(predicted, scheme, counting))
+            for counting in ENTITY_COUNTINGS}
+    precision, recall, f1, n_gold, n_predicted = _micro(*read[CONLLEVAL])
+    strict = _micro(*read[STRICT])
+    per_type = _per_type(*read[CONLLEVAL])
 
-    y_true, y_pred = [list(s) for s in gold], [list(s) for s in predicted]
-    kind = seqeval_scheme(scheme)
-    report = classification_report(y_true, y_pred, mode="strict", scheme=kind, output_dict=True, zero_division=0)
-    counted = {name: _type_counts(Entities(y, kind, suffix=False).entities) for name, y in
-               (("gold", y_true), ("predicted", y_pred))}
-    per_type = {name: TypeScore(float(row["precision"]), float(row["recall"]), float(row["f1-score"]),
-                                counted["gold"].get(name, 0), counted["predicted"].get(name, 0))
-                for name, row in report.items() if not name.endswith(" avg")}
-    micro, macro = report.get("micro avg", {}), report.get("macro avg", {})
-    return EntityScores(float(micro.get("precision", 0.0)), float(micro.get("recall", 0.0)),
-                        float(micro.get("f1-score", 0.0)), float(macro.get("precision", 0.0)),
-                        float(macro.get("recall", 0.0)), float(macro.get("f1-score", 0.0)),
-                        sum(counted["gold"].values()), sum(counted["predicted"].values()), per_type)
+    def macro(name: str) -> float | None:
+        return float(np.mean([getattr(row, name) for row in per_type.values()])) if per_type else None
 
-
-def read_entities(tags: Sequence[Sequence[str]], scheme: str) -> list[set[tuple[str, int, int]]]:
-    """Per sentence, the entities strict seqeval reads with `scheme` as (type, first word, end word exclusive): the
-    entities every score here counts, so an I- with no B- before it is none of them."""
-    from seqeval.scheme import Entities
-
-    sentences = Entities([list(s) for s in tags], seqeval_scheme(scheme), suffix=False).entities
-    return [{(e.tag, e.start, e.end) for e in sentence} for sentence in sentences]
-
-
-def _type_counts(entities: list[list[Any]]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for sentence in entities:
-        for entity in sentence:
-            counts[entity.tag] = counts.get(entity.tag, 0) + 1
-    return counts
+    return EntityScores(precision, recall, f1, macro("precision"), macro("recall"), macro("f1"), n_gold, n_predicted,
+                        per_type, strict[0], strict[1], strict[2], strict[3], strict[4])
 
 
 def sentence_counts(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]],
                     scheme: TagScheme) -> np.ndarray:
     """(sentences, 3) counts whose sums give the main score as 2 * hits / (predicted + gold): per sentence the
-    strictly matched entities, predicted and gold entities (entity tags: micro F1), or the right words and the
-    words twice (plain tags: 2c / 2n is token accuracy). Sums, so a resample of sentences is a weighted sum."""
+    matched entities, predicted and gold entities as conlleval counts them (entity tags: micro F1), or the right
+    words and the words twice (plain tags: 2c / 2n is token accuracy). Sums, so a resample of sentences is a
+    weighted sum."""
     if not scheme.has_entities:
         right = [sum(g == p for g, p in zip(gs, ps, strict=True)) for gs, ps in zip(gold, predicted, strict=True)]
         sizes = [len(gs) for gs in gold]
@@ -131,11 +182,12 @@ def sentence_counts(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[
 
 def main_interval(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]], scheme: TagScheme,
                   n_boot: int = BOOTSTRAP_RESAMPLES, seed: int = 0) -> tuple[float, float] | None:
-    """Percentile 95% interval of the main score (strict entity F1, or token accuracy) over `n_boot` resamples of
-    the sentences, not the words: words of a sentence are not independent draws. The same seed gives every row of
-    a table the same resamples, so rows are compared on the same sentences. None with no sentences."""
+    """Percentile 95% interval of the main score (entity F1 as conlleval counts, or token accuracy) over `n_boot`
+    resamples of the sentences, not the words: words of a sentence are not independent draws. The same seed gives
+    every row of a table the same resamples, so rows are compared on the same sentences. None with no sentences, or
+    no gold entity (the score itself is undefined then)."""
     counts = sentence_counts(gold, predicted, scheme)
-    if not len(counts) or n_boot < 1:
+    if not len(counts) or n_boot < 1 or (scheme.has_entities and not counts[:, 2].sum()):
         return None
     sums = np.concatenate([w @ counts for w in resample_counts(len(counts), n_boot, seed)])
     denominator = sums[:, 1] + sums[:, 2]
@@ -146,8 +198,8 @@ def main_interval(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[st
 
 def score_tags(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]], scheme: TagScheme,
                n_boot: int = 0, seed: int = 0) -> TagScores:
-    """Token accuracy, macro-F1 over gold tags and, for an entity scheme, strict entity scores; with `n_boot`
-    resamples, the main score's 95% interval over sentences (`main_interval`)."""
+    """Token accuracy, macro-F1 over gold tags and, for an entity scheme, entity scores (conlleval's counting, seqeval's
+    strict mode beside it); with `n_boot` resamples, the main score's 95% interval over sentences (`main_interval`)."""
     from sklearn.metrics import f1_score
 
     if len(gold) != len(predicted) or any(len(g) != len(p) for g, p in zip(gold, predicted, strict=False)):

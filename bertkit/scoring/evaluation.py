@@ -105,6 +105,10 @@ def split_result(scored: shapes.Scored, y: Any, source: str, *, task: str, n_lab
     """One split's record in a model card: headline metrics (loss too), bootstrap intervals (`seed`), rows (tags:
     words, and the per-type scores)."""
     shown = {**metrics.headline(scored.metrics), "loss": scored.metrics.get("loss")}
+    if task == "spans":  # questions: the objective's intervals over questions (`scoring.answer_objective`), in %
+        return {"metrics": {k: v for k, v in shown.items() if v is not None},
+                "intervals": scored.metrics.get("intervals", {}), "rows": len(y), "unit": "questions",
+                "source": source}
     if task == "tags":  # words: the main score's interval resamples sentences (`scoring.tags`); per-type scores
         return {"metrics": {k: v for k, v in shown.items() if v is not None},
                 "intervals": scored.metrics.get("intervals", {}), "rows": len(y), "unit": "words", "source": source,

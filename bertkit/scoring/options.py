@@ -8,16 +8,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bertkit.options import RUN, option
-from bertkit.scoring.table import SHAPE
+from bertkit.scoring.table import SHAPE, SPAN_METRICS
 
-BEST_METRICS = tuple(dict.fromkeys(name for shape in SHAPE.values() for name in shape.scored()))
+BEST_METRICS = tuple(dict.fromkeys([*(name for shape in SHAPE.values() for name in shape.scored()), *SPAN_METRICS]))
 """The built-in metrics (scikit-learn/scipy, offline; `bertkit.scoring.metrics`); any other --metric is an evaluate module."""
 METRIC_FOR_BEST_HELP = (
     f"Dev metric that picks the best checkpoint: a built-in one ({', '.join(SHAPE['single_label'].scored())}), or a "
     f"--metric evaluate module or one of its scores. Regression: {', '.join(SHAPE['regression'].metrics)}; "
-    f"multi-label: {', '.join(SHAPE['multi_label'].metrics)}. Default: {SHAPE['single_label'].headline} "
-    f"({SHAPE['regression'].headline} / {SHAPE['multi_label'].headline} for those shapes), or the --task-preset's "
-    f"official metric.")
+    f"multi-label: {', '.join(SHAPE['multi_label'].metrics)}; questions on passages: {', '.join(SPAN_METRICS)}. "
+    f"Default: {SHAPE['single_label'].headline} ({SHAPE['regression'].headline} / {SHAPE['multi_label'].headline} / "
+    f"f1 for those), or the --task-preset's official metric.")
 CLASS_WEIGHTS = ("none", "balanced")
 CALIBRATIONS = ("none", "temperature")
 """--calibrate's values (the first is the default): temperature scaling, `bertkit.scoring.calibration`."""

@@ -223,7 +223,7 @@ def best_metric(task: str, requested: str | None, n_labels: int = 2) -> str:
     valid = shape.scored(n_labels)
     if requested in valid or requested not in BUILT_IN:
         return requested
-    owner = next(t for t, other in SHAPE.items() if requested in other.metrics)
+    owner = next((t for t, other in SHAPE.items() if requested in other.metrics), "question-answering")
     what = (f"needs two classes; this single-label data has {n_labels}" if owner == task
             else f"is a {owner.replace('_', '-')} metric; this is {task.replace('_', '-')} data")
     raise UserError(f"--metric-for-best {requested} {what}. Pass --metric-for-best {' / '.join(valid)} (or drop it: "

@@ -1,7 +1,8 @@
-"""Entity spans from predicted word tags: `decode_spans` reads the entities with seqeval's strict `Entities` and
-the recorded scheme (IOB2 or IOBES) — the very entities `bertkit.scoring.entities.score_entities` counts, so what
-`predict` shows is what the entity F1 scores. A tag run that breaks the scheme (an I- with no B- before it, an
-IOBES entity without its E-) is no span, as strict scoring counts it as nothing.
+"""Entity spans from predicted word tags: `decode_spans` reads the entities as conlleval counts them
+(`bertkit.scoring.entities.read_entities`, seqeval's default mode) — the very entities the headline entity F1
+counts, so what `predict` shows is what that F1 scores, and what transformers' token-classification pipeline
+(`aggregation_strategy="first"`) groups on the same tags: an I- that continues no entity (after O, or after another
+type) opens one, a B- always opens one.
 
 A span's character offsets point into the sentence's text: the `--text` as given (irregular spacing kept), or
 the words joined by single spaces; `text[start:end]` is the span's text. Its score is the mean probability of its
@@ -74,20 +75,18 @@ def word_offsets(words: Sequence[str], text: str | None = None) -> tuple[str, li
 
 def decode_spans(tags: Sequence[str], probabilities: Sequence[float], scheme: TagScheme, text: str,
                  offsets: Sequence[tuple[int, int]]) -> list[Span]:
-    """The strict entities of one sentence's tags (none when the scheme marks no entities)."""
+    """The entities of one sentence's tags as conlleval counts them, in word order (none when the scheme marks no
+    entities)."""
     if not scheme.has_entities or not tags:
         return []
-    from seqeval.scheme import Entities
+    from bertkit.scoring.entities import read_entities
 
-    from bertkit.scoring.entities import seqeval_scheme
-
-    entities = Entities([list(tags)], seqeval_scheme(scheme.name), suffix=False).entities[0]
     spans = []
-    for entity in entities:  # seqeval's end is exclusive
-        first, last = entity.start, entity.end - 1
+    for kind, first, stop in sorted(read_entities([tags], scheme.name)[0], key=lambda e: e[1]):  # stop: exclusive
+        last = stop - 1
         start, end = offsets[first][0], offsets[last][1]
         score = float(np.mean(probabilities[first:last + 1]))
-        spans.append(Span(entity.tag, text[start:end], start, end, first, last, score))
+        spans.append(Span(kind, text[start:end], start, end, first, last, score))
     return spans
 
 

@@ -59,8 +59,13 @@ SHAPE = {
 }
 """Each problem shape's facts, by its TASKS name."""
 
-BUILT_IN = tuple(name for shape in SHAPE.values() for name in shape.metrics)
-"""The built-in metric names, shape by shape; `loss` is every shape's."""
+SPAN_METRICS = ("exact_match", "f1", "HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1", "best_exact", "best_f1")
+"""The scores of extractive question answering (the spans family, `bertkit.scoring.answer_objective`), in %: the
+official SQuAD scripts' exact match and F1, and for SQuAD v2.0 their answerable (HasAns) and unanswerable (NoAns)
+parts and the scores at the best no-answer threshold (best_*)."""
+
+BUILT_IN = tuple(dict.fromkeys([*(name for shape in SHAPE.values() for name in shape.metrics), *SPAN_METRICS]))
+"""The built-in metric names, shape by shape, then question answering's; `loss` is every shape's."""
 LOWER_IS_BETTER = frozenset({"loss", *(name for shape in SHAPE.values() for name in shape.lower_is_better)})
 
 

@@ -2,8 +2,8 @@
 the token-level twin of `bertkit.scoring.shapes.Distillation`. The loss is
 `alpha x T^2 x KL(teacher at T || student at T) + (1 - alpha) x cross-entropy`, both over the labelled pieces of a
 batch's windows (each word's first piece, or every piece with --label-all-pieces: the pieces `TagObjective` learns
-on); the dev scores are the hard objective's (`scoring.tags.TagObjective`: per word, strict seqeval), so a student
-picks best/ by the same entity F1 as a tagger fine-tuned alone. `teacher_targets` lines the teacher's cached
+on); the dev scores are the hard objective's (`scoring.tags.TagObjective`: per word, entity F1 as conlleval counts),
+so a student picks best/ by the same entity F1 as a tagger fine-tuned alone. `teacher_targets` lines the teacher's cached
 per-piece logits up with the student's windows."""
 
 from __future__ import annotations

@@ -3,7 +3,8 @@ evaluate and the export gate read them: per sentence (given as words) its tags, 
 piece's logits in the window where the word has the most context (`bertkit.models.tagger`),
 the tags' probabilities and the entity spans (`bertkit.scoring.spans`, the JSONL shape a word probe writes), chunk
 by chunk so a file of any length streams (`TagReader.tag`); and a tagged corpus scored against them (`score_tagger`:
-strict seqeval with the model's scheme, `bertkit.scoring.entities.score_tags`, the same entities the spans show,
+entity F1 as conlleval counts, strict beside it, with the model's scheme: `bertkit.scoring.entities.score_tags`, the
+same entities the spans show,
 with the mistakes `bertkit.scoring.tag_report` counts)."""
 
 from __future__ import annotations
@@ -75,15 +76,16 @@ def tag_reader(model_dir: str, compute: Compute, reading: Reading, batch_size: i
 
 def check_gold_scheme(reader: TagReader, corpus: TaggedCorpus) -> list[str]:
     """Refuse gold tags that name entities another way than the model's (a POS file for an entity tagger, IOBES
-    against IOB2: IOB1 reads as IOB2); notes for gold tags the model never predicts (no prediction can match them)."""
+    against IOB2: IOB1 reads as IOB2); the corpus's own notes (stray I- tags counted) and notes for gold tags the
+    model never predicts (no prediction can match them)."""
     model, gold = reader.tagger.scheme, corpus.scheme
     if model.name != gold.name:
         raise UserError(f"{corpus.source} reads as {gold.name} tags but the model {reader.tagger.path} was trained on "
                         f"{model.name} tags: its entities would be read differently. Valid: gold data in the model's "
                         f"scheme ({model.name}; IOB1 and IOB2 both read as IOB2). Pass such data, or convert it.")
     unseen = sorted(set(corpus.tags) - set(reader.tagger.tags))
-    return [f"{corpus.source} has tags the model never predicts (no prediction can match them): "
-            f"{', '.join(unseen[:10])}"] if unseen else []
+    return [*corpus.notes, *([f"{corpus.source} has tags the model never predicts (no prediction can match them): "
+                              f"{', '.join(unseen[:10])}"] if unseen else [])]
 
 
 def score_tagger(reader: TagReader, corpus: TaggedCorpus, *, limit: int | None = None, seed: int = 0,

@@ -1,6 +1,7 @@
 """The evaluation of a tagging model (what `evaluate` prints for one tag per word): the scores `score_tags` gives
-every word table (token accuracy, macro-F1 over gold tags, seqeval's strict per-type report with micro and macro
-averages for entity tags), and what a person reads next to find the mistakes:
+every word table (token accuracy, macro-F1 over gold tags; for entity tags the per-type report with micro and macro
+averages as conlleval counts entities, and seqeval's strict micro scores beside them), and what a person reads next
+to find the mistakes (entities counted as the headline counts them, `entities.read_entities`):
 
 - entity tags: a confusion of entity types over entities with the same boundaries, with a `none` row for predicted
   entities no gold entity has the boundaries of and a `none` column for gold entities no prediction has the
@@ -9,8 +10,8 @@ averages for entity tags), and what a person reads next to find the mistakes:
 
 Gold is read with the recorded scheme first (IOB1 rewritten as IOB2, I_ORG spelled I-ORG), as everything scored
 from that corpus was. Predicted tags are only respelled, never rewritten from IOB1: a model trained on the scored
-scheme predicts it, and a predicted I- with no B- before it is a scheme break strict scoring counts as no entity;
-repairing it would credit the model with an entity it did not mark."""
+scheme predicts it. A predicted I- with no B- before it opens an entity in the headline (conlleval's reading, the
+one `predict`'s spans and the transformers pipeline show) and is none in the strict scores beside it."""
 
 from __future__ import annotations
 
@@ -52,8 +53,8 @@ class EntityErrors:
     boundaries), `wrong_type` (same boundaries, other type), `wrong_boundary` (overlaps a gold entity of its type),
     `wrong_type_and_boundary` (overlaps gold entities of other types only), `spurious` (overlaps none); and each gold
     entity no prediction overlaps counted as `missed`. So correct + the four prediction errors = predicted entities.
-    Entities are the strict ones the F1 counts: a predicted I- with no B- before it is none, and the gold entity
-    under it is missed."""
+    Entities are the ones the headline F1 counts (conlleval's reading: a predicted I- with no B- before it opens
+    one)."""
 
     correct: int
     missed: int

@@ -4,17 +4,21 @@ a batch's loss and for the scores of the dev logits (the contract of `bertkit.sc
 
 The loss is cross-entropy over the labelled pieces of a batch's windows (`bertkit.encoding.word_labels`: each word's
 first piece, or every piece with --label-all-pieces), in fp32. The scores are the words': each dev word's tag is the
-argmax at its first piece in the window where it has the most context, scored by strict seqeval with the recorded
-scheme (`bertkit.scoring.entities.score_tags`). The names are run_ner's and seqeval's: `f1`, `precision`, `recall`
-(entities, micro), `macro_f1` (over entity types, with `macro_precision` and `macro_recall`: seqeval's macro
-average), `accuracy` (words), with per-type P/R/F1 (`per_type`), the main score's 95% bootstrap interval over dev
-sentences and `loss` (mean over dev words); plain tags (POS): `accuracy` and `macro_f1` (over tags). A labelled
---test split is scored the same way, by the objective made for its windows (`TagObjective.for_split`)."""
+argmax at its first piece in the window where it has the most context, scored with the recorded scheme
+(`bertkit.scoring.entities.score_tags`). The names are run_ner's and seqeval's: `f1`, `precision`, `recall`
+(entities, micro, counted as conlleval and run_ner count them: seqeval's default mode, where an I- after O opens an
+entity), `macro_f1` (over entity types, with `macro_precision` and `macro_recall`), `accuracy` (words), with per-type
+P/R/F1 (`per_type`), `f1_strict`, `precision_strict`, `recall_strict` (seqeval's strict mode: such an I- is no
+entity), `entity_counting` (conlleval: how `f1` counts), the main score's 95% bootstrap interval over dev sentences and
+`loss` (mean over dev words); plain tags (POS): `accuracy` and `macro_f1` (over tags). A score with nothing to count
+(no gold entity) is None. A labelled --test split is scored the same way, by the objective made for its windows
+(`TagObjective.for_split`). Records written before `entity_counting` existed hold strict scores under `f1`:
+`read_tag_scores_record` reads them as such."""
 
 from __future__ import annotations
 
 import csv
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -32,7 +36,10 @@ from bertkit.scoring.shapes import Scored
 from bertkit.scoring.table import softmax
 
 ENTITY_METRICS = ("f1", "precision", "recall", "macro_f1", "accuracy")
-"""Dev metrics of entity tags: strict entity micro F1/P/R, entity macro F1, word accuracy (the first picks best/)."""
+"""Dev metrics of entity tags: entity micro F1/P/R (conlleval's counting), entity macro F1, word accuracy (the first
+picks best/)."""
+STRICT_METRICS = ("f1_strict", "precision_strict", "recall_strict")
+"""Entity micro F1/P/R in seqeval's strict mode: recorded beside the headline in every tagging record."""
 PLAIN_METRICS = ("accuracy", "macro_f1")
 """Dev metrics of plain tags (POS): word accuracy, macro F1 over the tags (the first picks best/)."""
 
@@ -49,7 +56,7 @@ def tag_metric_for_best(requested: str | None, scheme: TagScheme) -> str:
     if requested is None:
         return valid[0]
     if requested not in valid:
-        kind = "entity tags (strict seqeval)" if scheme.has_entities else "plain tags (no entities)"
+        kind = "entity tags" if scheme.has_entities else "plain tags (no entities)"
         raise UserError(f"--metric-for-best {requested} is not a score of tagged data with {kind}: valid are "
                         f"{', '.join(valid)}. Pass one of them, or drop --metric-for-best (default {valid[0]}).")
     return requested
@@ -156,6 +163,8 @@ def tag_scores_record(scores: Any) -> dict[str, Any]:
         record["macro_f1"] = scores.tag_macro_f1
     else:
         record.update(f1=entities.f1, precision=entities.precision, recall=entities.recall,
+                      f1_strict=entities.f1_strict, precision_strict=entities.precision_strict,
+                      recall_strict=entities.recall_strict, entity_counting=entities.counting,
                       macro_f1=entities.macro_f1, macro_precision=entities.macro_precision,
                       macro_recall=entities.macro_recall, tag_macro_f1=scores.tag_macro_f1, entities=entities.n_gold,
                       predicted_entities=entities.n_predicted,
@@ -163,3 +172,19 @@ def tag_scores_record(scores: Any) -> dict[str, Any]:
     if scores.interval is not None:
         record["intervals"] = {"f1" if entities is not None else "accuracy": list(scores.interval)}
     return record
+
+
+def read_tag_scores_record(record: Mapping[str, Any]) -> dict[str, Any]:
+    """A tagging record (metrics.json's scores, evaluate's, a card's) as today's names mean: one written before the
+    headline counted entities as conlleval does (no `entity_counting`) holds strict scores under `f1`, `precision`
+    and `recall`: they move to `f1_strict`, `precision_strict`, `recall_strict`, the headline's become None (not
+    recomputable from a record) and `entity_counting` says strict (its macro and per-type scores were counted so
+    too). Plain tags and today's records are returned as they are."""
+    out = dict(record)
+    if out.get("entity_counting") is not None or "f1" not in out or out.get("scheme") == "none":
+        return out
+    for name in ("f1", "precision", "recall"):
+        out[f"{name}_strict"] = out.pop(name)
+        out[name] = None
+    out["entity_counting"] = "strict"
+    return out

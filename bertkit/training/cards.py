@@ -22,9 +22,29 @@ from bertkit.scoring.evaluation import split_result
 from bertkit.scoring.shapes import MultiLabel
 
 HYPERPARAMETERS = ("epochs", "lr", "batch_size", "grad_accum", "warmup_ratio", "weight_decay", "max_grad_norm",
-                   "max_length", "precision", "seed", "metric_for_best", "class_weight", "freeze_encoder",
-                   "early_stopping_patience", "temperature", "alpha", "cos_weight", "student_layers")
-"""The options a card's hyper-parameter table shows (those the config has); the reproduce line holds the rest."""
+                   "max_length", "truncation", "precision", "seed", "eval_every", "metric_for_best", "class_weight",
+                   "calibrate", "freeze_encoder", "early_stopping_patience", "temperature", "alpha", "cos_weight",
+                   "student_layers")
+"""The options a card's hyper-parameter table shows (those the config has; a tagger's adds its tagging options,
+`training.tagging.TAG_HYPERPARAMETERS`); the reproduce line holds every option away from its default."""
+
+_DATA = "the card's data table (each split's source, fingerprint and rows)"
+_RUN = "where or how the run is written, launched or logged (`io.trail.RERUN_MAY_CHANGE`), not what it trains"
+NOT_HYPERPARAMETERS = {
+    "model": "the card's base model", "teacher": "the card's lineage", "student": "the card's lineage",
+    **dict.fromkeys(("data", "dev", "test", "data_config", "train_split", "text_column", "text_pair_column",
+                     "label_column", "encoding", "header", "dev_fraction", "limit", "task_preset", "label_sep"), _DATA),
+    "cache_dir": "where parsed data is cached, not what it holds", "task": "the card's task",
+    "threshold": "multi-label data: the decision threshold bertkit_model.json records",
+    "metric": "the extra scores the card's results show",
+    "fast_forward": "how the same steps are computed (the same logits and gradients)",
+    "compile": "how the same steps are computed (the same logits and gradients)",
+    "trust_remote_code": "whether a model's own code may run", "report": "distill's teacher-vs-student report",
+    **dict.fromkeys(("cuda_graphs", "report_to", "tracking_uri", "project", "log_every", "out", "save_every",
+                     "save_every_minutes", "keep_checkpoints", "overwrite"), _RUN),
+}
+"""Every other option of a training run, with where the card (or nothing) shows it instead: an option is in one of
+the two (`tests/test_run_records.py`), so a new one is placed when it is added."""
 
 
 @dataclass

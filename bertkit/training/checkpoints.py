@@ -3,6 +3,10 @@ process, completed, verified and put in place by `io.checkpoint_folders`) and it
 bertkit_model.json and the card, swapped in whole by `io.saving`); loading a verified checkpoint; and `_on_main`, the
 main process's answer on every process.
 
+When: every --save-every steps and at each epoch's end (the loop's schedule), and once --save-every-minutes have
+passed since the last checkpoint (`Checkpointing`, whose clock a test can give), so a run stopped early loses minutes
+at most; `Checkpointing` also says what a re-run resumes from (`Checkpointing.resume_note`).
+
 Disk space is checked before each save from the size of what is saved, and a write that fails for lack of space
 removes its temporary folder and ends in one message (`disk.full_error`), so the same command resumes once space
 is freed.
@@ -11,6 +15,9 @@ is freed.
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +48,68 @@ def save_checkpoint(accelerator: Any, out: Path, state: dict[str, Any], need_byt
         checkpoint_folders.put_in_place(tmp, final)
     accelerator.wait_for_everyone()
     return final
+
+
+@dataclass
+class Checkpointing:
+    """A run's checkpoints by the clock (--save-every-minutes, on top of the step schedule) and the last one made or
+    restored: what a re-run resumes from."""
+
+    minutes: float = 0.0
+    """Checkpoint once this many minutes have passed since the last checkpoint (or the run's start); 0: never by time."""
+    clock: Callable[[], float] = time.monotonic
+    """Seconds, from any origin (tests give their own)."""
+    last: dict[str, int] | None = None
+    """The last checkpoint's `global_step`, `epoch` (0-based: the epoch it resumes in) and `step_in_epoch`."""
+    since: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.since = self.clock()
+
+    def due(self, accelerator: Any) -> bool:
+        """Whether --save-every-minutes have passed since the last checkpoint. In a run of several processes one
+        collective: a process whose clock says so decides for all, since every process takes part in a save."""
+        if not self.minutes:
+            return False
+        due = self.clock() - self.since >= self.minutes * 60
+        if accelerator is not None and accelerator.num_processes > 1:
+            import torch
+
+            flag = torch.tensor([1.0 if due else 0.0], device=accelerator.device)
+            due = bool(accelerator.reduce(flag, reduction="sum").item() > 0)
+        return due
+
+    def saved(self, state: dict[str, Any]) -> None:
+        """A checkpoint of the trainer state `state` is in place (saved, or restored): the clock starts again."""
+        self.since = self.clock()
+        self.last = {k: int(state[k]) for k in ("global_step", "epoch", "step_in_epoch")}
+
+    def resume_note(self, steps_per_epoch: int) -> str:
+        """What a re-run of the same command does now: resume from the last checkpoint (its step and where in its
+        epoch of `steps_per_epoch` steps), or start over when there is none yet."""
+        if self.last is None:
+            return "no checkpoint yet: a re-run of the same command starts the run over"
+        step, epoch, batch = self.last["global_step"], self.last["epoch"], self.last["step_in_epoch"]
+        where = (f"the end of epoch {epoch}" if batch == 0 else
+                 f"epoch {epoch + 1}, batch {batch}/{steps_per_epoch}")
+        return f"a re-run of the same command resumes from the checkpoint at step {step} ({where})"
+
+
+def save_run_checkpoint(session: Any, state: dict[str, Any]) -> None:
+    """A checkpoint of a training run (`loop.Session`) with its trainer `state`, on every process, and the clock of
+    --save-every-minutes started again."""
+    save_checkpoint(session.accelerator, session.out, state, session.checkpoint_bytes)
+    session.checkpointing.saved(state)
+
+
+def resumed_line(restored: dict[str, Any], metric: str | None) -> str:
+    """Where a resumed run started again (a `loop.restore` record: checkpoint, epoch, step, batch_in_epoch,
+    steps_per_epoch, lr, best_metric), its numbers as summary lines show them; logged when it resumes and shown in
+    the summary (once: the CLI does not repeat a line that was logged)."""
+    best = restored.get("best_metric")
+    return (f"resumed from {restored['checkpoint']}: epoch {restored['epoch']}, step {restored['step']} (batch "
+            f"{restored['batch_in_epoch']}/{restored['steps_per_epoch']} of the epoch), lr {restored['lr']:.3e}, "
+            f"best {metric} so far {'none yet' if best is None else format(best, '.4f')}")
 
 
 def save_model_folder(accelerator: Any, net: Any, tokenizer: Any, path: Path, extra: dict[str, Any],

@@ -13,8 +13,9 @@ schedule, gradient clipping, MCC) as a loop that runs on a CPU, one GPU, or many
   summed gradient is the mean over the whole global batch. Micro-batches before the last of a global batch run
   under `accelerator.no_sync` (no gradient all-reduce until the last one), as Accelerate documents.
 * Checkpoints (`checkpoints.py`, `io/checkpoint_folders.py`: model, optimizer, scheduler, RNG, trainer state,
-  checksums) are written atomically every `--save-every` steps and at every epoch's end, and verified before a
-  resume trusts them.
+  checksums) are written atomically every `--save-every` steps, at every epoch's end and once `--save-every-minutes`
+  have passed since the last one, and verified before a resume trusts them. A run stopped by Ctrl-C or SIGTERM says
+  what a re-run resumes from (the interrupt's note, which `bertkit.cli` prints).
 * A loss that becomes NaN/inf stops the run with the step, the cause and the last good checkpoint.
 * The best model by `--metric-for-best` and the final model are saved with `save_pretrained` (safetensors,
   id2label/label2id, tokenizer) so `from_pretrained` and `transformers.pipeline` load them.
@@ -30,6 +31,8 @@ import json
 import logging
 import math
 import os
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +47,7 @@ from bertkit.encoding.reading import Reading
 from bertkit.encoding.run_tokens import RunTokens, encode_run
 from bertkit.errors import UserError
 from bertkit.io import disk, rundir
-from bertkit.models import loading, metadata
+from bertkit.models import infer, loading, metadata
 from bertkit.models.compute import Compute
 from bertkit.models.fastforward import SequenceClassifier
 from bertkit.options import command_line
@@ -153,7 +156,8 @@ class Task:
 # ---------------------------------------------------------------- the run
 
 def finetune(cfg: FinetuneOptions, *, compute: Compute, reading: Reading, progress: bool = True,
-             task: Task | None = None, on_evaluate: Any = None) -> TrainingRun:
+             task: Task | None = None, on_evaluate: Any = None,
+             clock: Callable[[], float] = time.monotonic) -> TrainingRun:
     """Fine-tune `cfg.model` on the data in `cfg`, writing everything into `cfg.out` (see module docstring).
 
     `compute`: the run's device and precision as the command resolved them (`Compute.resolve(training_device(),
@@ -162,7 +166,9 @@ def finetune(cfg: FinetuneOptions, *, compute: Compute, reading: Reading, progre
     hold the same values, for the run's config.json and cards).
     `task` supplies the model and the objective (default: fine-tuning's; distill.py passes its own).
     `on_evaluate(history, metric_for_best) -> reason | None` is called after every dev evaluation; a reason stops
-    the run there (`Session.on_evaluate`: a sweep's pruning)."""
+    the run there (`Session.on_evaluate`: a sweep's pruning). `clock`: what --save-every-minutes is measured by.
+    Ctrl-C or SIGTERM (a KeyboardInterrupt) once the run is restored goes on up with a note: what a re-run resumes
+    from."""
     task = task or Task()
     metrics.load_metrics(tuple(cfg.metrics.external_metrics))  # a --metric that cannot be loaded stops the run before work
     tracking.check_trackers(cfg)  # so does a --report-to tracker that is not installed
@@ -182,6 +188,7 @@ def finetune(cfg: FinetuneOptions, *, compute: Compute, reading: Reading, progre
     if session is None:  # an --overwrite run killed after its last save: its swap was finished just now
         return _finished_result(Path(cfg.output.out or "").expanduser(), accelerator)
     session.on_evaluate = on_evaluate
+    session.checkpointing = checkpoints.Checkpointing(cfg.output.save_every_minutes, clock)
     recorded = tracking.recorded_runs(session)  # the tracker runs this run directory follows (a resumed run's)
     with disk.reported(session.out, session.checkpoint_bytes):  # metrics, reports, best_dev_proba: a full disk
         state, restored = restore(session)                       # there too is one message, and a re-run resumes
@@ -196,6 +203,9 @@ def finetune(cfg: FinetuneOptions, *, compute: Compute, reading: Reading, progre
             if session.tracker is not None:  # closed before finish() may move the run directory (--overwrite)
                 session.tracker.finish(ok=True)
             return finish(session, state, restored, notes)
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM as the CLI raises it: say what a re-run resumes from
+            exc.add_note(session.checkpointing.resume_note(session.steps_per_epoch))
+            raise
         finally:
             if session.tracker is not None:  # a failed run: its tracker runs end as failed (no-op once finished)
                 session.tracker.finish(ok=False)
@@ -393,11 +403,12 @@ def force_cpu() -> bool:
 
 
 def _progress(session: Session, state: TrainState, enabled: bool) -> Any:
-    from tqdm.auto import tqdm
-
+    """The run's bar in steps (the one progress bar, `infer.progress_bar`), from where it resumed; closed however the
+    run ends. None inside on other processes than the main one, or with `enabled` off (--quiet)."""
     total = session.steps_per_epoch * session.cfg.training.epochs
-    return tqdm(total=total, initial=state.global_step, desc="finetune", unit="step",
-                disable=not (enabled and session.accelerator.is_main_process), dynamic_ncols=True)
+    bar = infer.progress_bar(total, "finetune", enabled and session.accelerator.is_main_process, "step",
+                             initial=state.global_step)
+    return infer.closing(bar)
 
 
 def _checkpoint_bytes(model: Any) -> int:

@@ -6,6 +6,7 @@ model, and the NaN/inf stops. How batches, loss scaling and checkpoints work: `b
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
@@ -119,6 +120,8 @@ class Session:
     """What the saved models record of the task beyond reading and compute (`Task.model_record`: a tag scheme)."""
     config_record: dict[str, Any] = field(default_factory=dict)
     """The run's options as its config.json records them (`resume.recorded_config`, flat): the trackers log them."""
+    checkpointing: checkpoints.Checkpointing = field(default_factory=checkpoints.Checkpointing)
+    """Checkpoints by the clock (--save-every-minutes; the default: by steps only) and the last one made or restored."""
     dev_batches: list[np.ndarray] = field(init=False, repr=False)
     """`dev_enc`'s rows in length-sorted batches of twice --batch-size (32 at least): every evaluation runs these,
     planned once with the session (a session for other rows, `dataclasses.replace(session, dev_enc=...)`, plans
@@ -159,6 +162,7 @@ def restore(session: Session) -> tuple[TrainState, dict[str, Any] | None]:
         checkpoints.load(accelerator, found)
         plain_optimizer_settings(session)
         state = TrainState.from_json(found.state)
+        session.checkpointing.saved(found.state)
         session.notes.extend(found.notes)
         for note in found.notes:
             log.warning("%s", note)
@@ -166,9 +170,7 @@ def restore(session: Session) -> tuple[TrainState, dict[str, Any] | None]:
                     "batch_in_epoch": state.step_in_epoch, "steps_per_epoch": session.steps_per_epoch,
                     "lr": session.scheduler.get_last_lr()[0], "best_metric": state.best_metric,
                     "verified": (found.path / checkpoint_folders.MANIFEST).is_file()}  # False: saved before checksums
-        log.info("resumed from %s: epoch %d, step %d (batch %d/%d of the epoch), lr %.3e, best %s so far %s",
-                 found.path, restored["epoch"], restored["step"], restored["batch_in_epoch"],
-                 session.steps_per_epoch, restored["lr"], session.cfg.training.metric_for_best, state.best_metric)
+        log.info("%s", checkpoints.resumed_line(restored, session.cfg.training.metric_for_best))
     if accelerator.is_main_process:  # evaluations after the checkpoint will be redone: keep the log consistent
         atomic.write_text_atomic(out / "metrics.jsonl", "".join(atomic.to_json(r, indent=None) + "\n" for r in state.history))
     return state, restored
@@ -201,20 +203,19 @@ def train_epoch(session: Session, state: TrainState, bar: Any) -> None:
                                                                     state.train_rows + len(step.rows))
         end_of_epoch = step.last
         evaluating = end_of_epoch or (eval_every and state.global_step % eval_every == 0)
-        saving = end_of_epoch or (cfg.output.save_every and state.global_step % cfg.output.save_every == 0)
+        saving = (end_of_epoch or (cfg.output.save_every and state.global_step % cfg.output.save_every == 0)
+                  or session.checkpointing.due(accelerator))
         final_step = end_of_epoch and epoch + 1 == cfg.training.epochs  # logged too
         logging_now = state.global_step % cfg.tracking.log_every == 0 or final_step
         if loss_sum is None and (evaluating or saving or logging_now or state.global_step % READ_EVERY == 0):
             loss_sum, rows = _read_graphed(session, state)
         if loss_sum is not None:
             state.running_loss = (state.running_loss[0] + loss_sum, state.running_loss[1] + rows)
-            bar.set_postfix(loss=f"{state.running_loss[0] / max(state.running_loss[1], 1):.4f}",
-                            lr=f"{float(session.scheduler.get_last_lr()[0]):.2e}")
         state.log_loss = (state.log_loss[0] + (loss_sum or 0.0), state.log_loss[1] + rows)
         logged = _log_training(session, state) if logging_now else None  # every --log-every steps
         if session.tracker is not None:  # on log steps: train loss, lr, grad norm, samples/s
             session.tracker.step_done(session, state, logged, len(step.rows))
-        bar.update(1)
+        _show_progress(bar, session, state, loss_sum is not None)
         if evaluating or saving:
             _stop_if_weights_not_finite(session, state)  # nothing diverged is evaluated or saved
         if evaluating:
@@ -223,11 +224,21 @@ def train_epoch(session: Session, state: TrainState, bar: Any) -> None:
             started = time.perf_counter()
         if saving or state.stopped_early:
             state.train_seconds += time.perf_counter() - started
-            checkpoints.save_checkpoint(accelerator, session.out, state.to_json(), session.checkpoint_bytes)
+            checkpoints.save_run_checkpoint(session, state.to_json())
             started = time.perf_counter()
         faults.fail_point("finetune.step", state.global_step)
         if state.stopped_early:
             break
+
+
+def _show_progress(bar: Any, session: Session, state: TrainState, loss_read: bool) -> None:
+    """One step on the bar (None: --quiet, or not the main process), with the mean loss and lr when it was read."""
+    if bar is None:
+        return
+    if loss_read:
+        bar.set_postfix(loss=f"{state.running_loss[0] / max(state.running_loss[1], 1):.4f}",
+                        lr=f"{float(session.scheduler.get_last_lr()[0]):.2e}")
+    bar.update(1)
 
 
 def _log_training(session: Session, state: TrainState) -> dict[str, float]:
@@ -266,7 +277,7 @@ def train_step(session: Session, step: Step, state: TrainState) -> tuple[float, 
     loss_sum = 0.0
     for i, (rows, inputs) in enumerate(step.prepared):
         last = i == len(step.prepared) - 1  # gradients are all-reduced with the last micro-batch only
-        with accelerator.no_sync(net) if not last else _nothing():
+        with accelerator.no_sync(net) if not last else contextlib.nullcontext():
             loss = session.objective.loss(net(**inputs), rows)
             accelerator.backward(loss * (len(rows) * accelerator.num_processes / len(step.rows)))
         loss_sum += loss.item() * len(rows)
@@ -385,8 +396,7 @@ def _keep_best(session: Session, state: TrainState, scored: Any, value: float) -
     card = cards.card_for(session, state, "best", scored, test)
     checkpoints.save_model_folder(session.accelerator, session.net, session.tokenizer, session.out / "best",
                                   {"step": state.global_step, "metric": session.cfg.training.metric_for_best,
-                                   "value": value,
-                                   "labels": session.label_map.to_json()["labels"], **state.model_info,
+                                   "value": value, "labels": session.label_map.to_json()["labels"], **state.model_info,
                                    **session.settings_record}, session.model_bytes, card)
     if session.accelerator.is_main_process:
         with atomic.atomic_path(session.out / "best_dev_proba.npy") as tmp, open(tmp, "wb") as handle:
@@ -412,12 +422,6 @@ def _epoch_row(state: TrainState, train_loss: float, names: tuple[str, ...]) -> 
 
 # ---------------------------------------------------------------- stops and small pieces
 
-def _nothing() -> Any:
-    import contextlib
-
-    return contextlib.nullcontext()
-
-
 def _stop_if_not_finite(session: Session, state: TrainState, loss_sum: float) -> None:
     """A NaN/inf loss (on any process) stops the run before the optimizer step: nothing diverged is saved."""
     bad = torch.tensor([0.0 if math.isfinite(loss_sum) else 1.0], device=session.accelerator.device)
@@ -436,8 +440,7 @@ def _stop_if_weights_not_finite(session: Session, state: TrainState) -> None:
         raise UserError(advice.not_finite_message(session, "the model weights", state.global_step, state.epoch))
 
 
-def on_main(accelerator: Any, fn: Any) -> Any:
-    return checkpoints._on_main(accelerator, fn)
+on_main = checkpoints._on_main  # fn() on the main process; its result, or its UserError, on every process
 
 
 def mean_across(accelerator: Any, loss_sum: float, rows: int) -> float:

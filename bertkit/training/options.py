@@ -6,8 +6,9 @@ the data, reading, tagging and metric groups: a fine-tuning run (`FinetuneOption
 read them.
 
 Tracking: which trackers follow a run (--report-to), where MLflow keeps it (--tracking-uri), the project it is filed
-under and how often the training numbers are logged. None of them changes what is computed: a re-run may add or
-change them and still resume (`bertkit.training.resume.NOT_IN_RESUME_KEY`). Starting them: `bertkit.training.tracking`.
+under and how often the training numbers are logged (the trackers --report-to accepts: those in
+`bertkit.training.trackers.REGISTRY`). None of them changes what is computed: a re-run may add or change them and
+still resume (`bertkit.training.resume.NOT_IN_RESUME_KEY`). Starting them: `bertkit.training.tracking`.
 """
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from bertkit.data.options import TaskOptions, config_problems, reads_tagged
+from bertkit.data.options import TaskOptions, config_problems, reads_questions, reads_tagged
 from bertkit.encoding.reading import WindowOptions
-from bertkit.errors import raise_if_problems
+from bertkit.errors import UserError, raise_if_problems
 from bertkit.models.compute import TRUST_HELP, precision_option
-from bertkit.options import MODEL, OUTPUT, TRACKING, Config, group, option, overwrite_option
+from bertkit.options import MODEL, OUTPUT, TRACKING, Config, group, option, overwrite_option, replaced
 from bertkit.scoring.options import (
     CALIBRATIONS,
     CLASS_WEIGHTS,
@@ -28,11 +29,9 @@ from bertkit.scoring.options import (
     metric_for_best_problems,
 )
 from bertkit.training.learning_rate import canonical_lr, lr_problems
-from bertkit.training.tag_options import TaggingOptions, tagging_problems
+from bertkit.training.tag_options import TaggingOptions
+from bertkit.training.trackers import REGISTRY, tracker_names
 
-TRACKERS = ("tensorboard", "mlflow", "trackio", "wandb")
-"""The trackers --report-to names (accelerate's tracker classes underneath)."""
-REPORT_TO_VALUES = ("none", *TRACKERS)
 TRACKING_FIELDS = frozenset({"report_to", "tracking_uri", "project", "log_every"})
 """The option names of this group (a re-run may change them and still resume, or continue a sweep)."""
 
@@ -44,8 +43,8 @@ class TrackingOptions:
     ADVANCED_OPTIONS = ("tracking_uri", "project", "log_every")
 
     report_to: tuple[str, ...] = option((), "Experiment tracker to log the run to (repeatable, or a comma list): "
-                                        "tensorboard (OUT/tensorboard), mlflow (see --tracking-uri), trackio, wandb, "
-                                        "or none (the default).", panel=TRACKING)
+                                        f"{', '.join(tracker.choice for tracker in REGISTRY.values())}, or none (the "
+                                        "default).", panel=TRACKING)
     tracking_uri: str | None = option(None, "MLflow tracking URI: a local folder (works offline), file:/..., or a "
                                       "server http://host:5000. Default: MLFLOW_TRACKING_URI, else MLflow's own "
                                       "default (./mlflow.db).", panel=TRACKING)
@@ -66,10 +65,11 @@ class TrackingOptions:
             return []  # a wrong type is reported by the declarations' check
         given = [part.strip().lower() for value in self.report_to for part in value.split(",") if part.strip()]
         problems = []
-        unknown = [name for name in given if name not in REPORT_TO_VALUES]
+        valid = ("none", *tracker_names())  # read when checked: a tracker registered since counts
+        unknown = [name for name in given if name not in valid]
         if unknown:
             problems.append(f"--report-to {', '.join(unknown)}: not a tracker bertkit logs to. Valid: "
-                            f"{', '.join(REPORT_TO_VALUES)}. Pass e.g. --report-to tensorboard.")
+                            f"{', '.join(valid)}. Pass e.g. --report-to tensorboard.")
         elif "none" in given and len(set(given)) > 1:
             problems.append(f"--report-to none turns the trackers off, but {', '.join(self.trackers)} was also "
                             f"given. Drop --report-to none, or the others.")
@@ -113,7 +113,7 @@ class TrainingOptions:
     calibrate: str = option("none", "temperature: after training, fit one temperature on the best model's dev outputs "
                             "(Guo et al. 2017) and record it in best/; predict and evaluate divide the logits by it "
                             "(the same predictions, honest probabilities). Single-label classifiers.",
-                            choices=CALIBRATIONS)
+                            choices=CALIBRATIONS, families=("sentences",))
     freeze_encoder: bool = option(False, "Train only the classification head (the encoder stays frozen).",
                                   panel=MODEL)
 
@@ -155,12 +155,16 @@ class TrainingComputeOptions:
 class RunOutputOptions:
     """Where a training run writes (its run directory), how often it checkpoints for resuming, and what it keeps."""
 
-    ADVANCED_OPTIONS = ("save_every",)
+    ADVANCED_OPTIONS = ("save_every", "save_every_minutes")
 
     out: str | None = option(None, "Run directory: checkpoints, best/ and final/ models, metrics, plots. Re-running "
                              "the same command resumes it.", panel=OUTPUT)
     save_every: int | None = option(100, "Checkpoint every N optimizer steps (and at every epoch's end) for resuming.",
                                     panel=OUTPUT, above=0)
+    save_every_minutes: float = option(5.0, "Also checkpoint once this many minutes have passed since the last "
+                                       "checkpoint (or the start), so a run stopped early loses minutes at most, "
+                                       "however slow its steps. 0: by steps and epoch ends only.", panel=OUTPUT,
+                                       minimum=0)
     keep_checkpoints: bool = option(False, "Keep checkpoints/ once the run has finished (they are only needed to "
                                     "resume an unfinished run; a finished run keeps best/, final/ and its reports).",
                                     panel=OUTPUT)
@@ -192,9 +196,9 @@ class FinetuneOptions(Config):
         raise_if_problems(self.problems())
 
     def problems(self) -> list[str]:
-        """Every problem of a fine-tuning run's options: those of a training run (`run_problems`), then tagging's
-        (`tag_options.tagging_problems`)."""
-        return self.run_problems() + tagging_problems(self)
+        """Every problem of a fine-tuning run's options (`run_problems`; the command adds its problem family's
+        refusals, `bertkit.families`)."""
+        return self.run_problems()
 
     def run_problems(self) -> list[str]:
         """The problems of any training run's options (a distillation's too): the declarations and the data group's
@@ -213,6 +217,13 @@ class FinetuneOptions(Config):
         data = self.inputs
         return reads_tagged(data.task, data.data, data.data_config, data.train_split)
 
+    @property
+    def reads_questions(self) -> bool:
+        """Whether this run trains a question-answering model: --task spans, or --data a SQuAD set
+        (`data.options.reads_questions`)."""
+        data = self.inputs
+        return reads_questions(data.task, data.data, data.data_config, data.train_split)
+
 
 @dataclass(frozen=True)
 class DistillationOptions:
@@ -228,7 +239,8 @@ class DistillationOptions:
     alpha: float = option(0.5, "Weight of the soft-target loss (KL to the teacher); 1 - alpha weighs the hard "
                           "labels. In [0, 1].", minimum=0)
     cos_weight: float = option(0.0, "Weight of a cosine loss between student and teacher [CLS] vectors (DistilBERT "
-                               "used one; needs the same hidden size).", minimum=0)
+                               "used one; needs the same hidden size).", minimum=0,
+                               families=("sentences",))
 
     def distillation_problems(self) -> list[str]:
         """--teacher given, --alpha a share."""
@@ -261,3 +273,13 @@ class DistillOptions(FinetuneOptions):
         if self.distillation.teacher is not None:
             object.__setattr__(self, "model", self.distillation.student or self.distillation.teacher)
         return self.run_problems() + self.distillation.distillation_problems()
+
+    def in_the_teachers_shape(self, shape: str) -> DistillOptions:
+        """This config reading the data in the teacher's problem shape (--task auto); another --task is refused."""
+        if self.inputs.task == shape:
+            return self
+        if self.inputs.task != "auto":
+            raise UserError(f"--task {self.inputs.task}: the teacher {self.distillation.teacher} is a {shape} model, "
+                            f"and the student learns its outputs. Drop --task (the teacher's shape is used), or distil "
+                            f"a {self.inputs.task} teacher.")
+        return replaced(self, task=shape)

@@ -40,7 +40,7 @@ from bertkit.training.options import FinetuneOptions
 
 log = logging.getLogger(__name__)
 
-TAG_HYPERPARAMETERS = ("tag_scheme", "label_all_pieces", "stride")
+TAG_HYPERPARAMETERS = ("tag_scheme", "label_all_pieces", "stride", "unseen_tags")
 """The tagging options a card's hyper-parameter table shows besides the sentence runs' (`cards.HYPERPARAMETERS`)."""
 
 

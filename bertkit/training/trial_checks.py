@@ -5,8 +5,9 @@ otherwise fail only when its trial starts, after earlier trials trained.
 
 What each trial would check before it trains is checked here for every value alone and for every combination of
 the values (for --space ranges: their ends): the model's tokenizer and config (not its weights), --max-length
-against them, the data and its problem shape (labels, --metric-for-best, --class-weight); a tagger sweep's tagged
-data is read once by the command, and --metric-for-best checked against what its tags score before the values.
+against them, and what the problem family checks (`plans.Training`: rows of text, their problem shape - labels,
+--metric-for-best, --class-weight; a tagger sweep's tagged data, read once by the command, and --metric-for-best
+checked against what its tags score before the values).
 Path values (a --model, --data folder or file) may not be, hold or be inside --out: a sweep replaces what it writes
 there.
 """
@@ -22,16 +23,13 @@ from typing import Any
 
 from bertkit.data.options import TaskOptions
 from bertkit.data.splits import load_splits
-from bertkit.data.tagged_splits import TaggedTraining
-from bertkit.encoding.reading import Reading
 from bertkit.encoding.run_tokens import too_few_rows
 from bertkit.errors import UserError, raise_if_problems
 from bertkit.io import ownership
 from bertkit.models import loading
-from bertkit.scoring.tags import tag_metric_for_best
 from bertkit.training.finetune import _for_the_shape  # a trial's own checks
+from bertkit.training.plans import Training
 from bertkit.training.space import Dimension, SweepOptions, finetune_config
-from bertkit.training.tag_options import TAGGER_WORD_POOL
 
 NAME_MAX, PATH_MAX = 255, 4096
 """The longest name in a path (bytes; ext4, xfs, btrfs, APFS, NTFS) and the longest path (Linux, with its NUL)."""
@@ -39,15 +37,14 @@ DATA_FIELDS = tuple(f.name for f in dataclasses.fields(TaskOptions))
 """The options that decide what data a trial reads and its problem shape."""
 
 
-def check_space(cfg: SweepOptions, dims: list[Dimension], compute_for: Callable[[str], Any],
-                processes: int = 1, tagged: TaggedTraining | None = None) -> TrialCheck:
+def check_space(cfg: SweepOptions, dims: list[Dimension], compute_for: Callable[[str], Any], training: Training,
+                processes: int = 1) -> TrialCheck:
     """A UserError listing every value of the space that would fail its trial, before anything runs; else the
-    checker, whose models' configs (`config_of`) the trials' layout reads again. `tagged`: a tagger sweep's data
-    (its --metric-for-best is refused first, alone: no value of the space changes it)."""
+    checker, whose models' configs (`config_of`) the trials' layout reads again. `training`: the family's runs (what
+    the sweep's own options must satisfy is refused first, alone: no value of the space changes it)."""
     where = "--grid" if cfg.sweep.search == "grid" else "--space"
-    if tagged is not None:
-        tag_metric_for_best(cfg.training.metric_for_best, tagged.scheme)
-    checker = TrialCheck(cfg, compute_for, processes, tagged)
+    training.check_sweep(cfg)
+    checker = TrialCheck(cfg, compute_for, training, processes)
     problems = path_problems(cfg, dims, where)
     if not problems:
         problems = checker.problems(dims, where)
@@ -106,11 +103,10 @@ def _out_problem(cfg: SweepOptions, out: Path, dim: Dimension, value: str, where
 class TrialCheck:
     """What a trial checks before it trains, for any values of the space (models and data loaded once each)."""
 
-    def __init__(self, cfg: SweepOptions, compute_for: Callable[[str], Any], processes: int = 1,
-                 tagged: TaggedTraining | None = None):
+    def __init__(self, cfg: SweepOptions, compute_for: Callable[[str], Any], training: Training, processes: int = 1):
         """`compute_for`: the command's resolution of a --precision value (it raises the refusal for this machine);
-        `tagged`: a tagger sweep's data, read once (None: rows of text, read here once per data options)."""
-        self.cfg, self.compute_for, self.processes, self.tagged = cfg, compute_for, processes, tagged
+        `training`: how the family's runs train (its checks of a trial)."""
+        self.cfg, self.compute_for, self.training, self.processes = cfg, compute_for, training, processes
         self.splits: dict[tuple[Any, ...], Any] = {}
         self.models: dict[tuple[str, bool], tuple[Any, Any]] = {}
 
@@ -145,21 +141,22 @@ class TrialCheck:
         return None
 
     def check(self, trial: Any) -> None:
-        """The trial's own checks before training: its --precision on this machine, a tagger's windows (--stride), or
-        its data and problem shape and one optimizer step's rows (processes x --grad-accum; a tagger's windows are
-        counted once its trial cuts them), its model and --max-length."""
+        """The trial's own checks before training: its --precision on this machine, its family's checks of its
+        options and data (`plans.Training.check_trial`: the rows' problem shape and one optimizer step's rows, a
+        tagger's windows), its model and --max-length."""
         self.compute_for(trial.compute.precision)
-        if self.tagged is not None:  # the windows a tagger trial reads in: --stride against its --max-length
-            windows = Reading.of_words(TAGGER_WORD_POOL, trial.reading.max_length, trial.reading.stride)
-            raise_if_problems(windows.word_problems())
-        else:
-            splits = self._splits(trial)
-            _for_the_shape(trial, dataclasses.replace(splits, notes=[]), warn=False)
-            if len(splits.train) < self.processes * trial.training.grad_accum:  # setup's check: no step fits the rows
-                raise too_few_rows(len(splits.train), self.processes * trial.training.grad_accum)
+        self.training.check_trial(self, trial)
         tokenizer, config = self._model(trial)
         loading.check_max_length(trial.reading.max_length, tokenizer, config, trial.model,
                                   pair=trial.inputs.text_pair_column is not None)
+
+    def check_rows(self, trial: Any) -> None:
+        """A trial on rows of text: its data and problem shape, and one optimizer step's rows (processes x
+        --grad-accum)."""
+        splits = self._splits(trial)
+        _for_the_shape(trial, dataclasses.replace(splits, notes=[]), warn=False)
+        if len(splits.train) < self.processes * trial.training.grad_accum:  # setup's check: no step fits the rows
+            raise too_few_rows(len(splits.train), self.processes * trial.training.grad_accum)
 
     def config_of(self, model: str, trust_remote_code: bool) -> Any:
         """A model's config, read once for the checks and the layout."""

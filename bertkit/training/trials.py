@@ -29,10 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bertkit.data.tagged_splits import TaggedTraining
-from bertkit.encoding.reading import Reading
 from bertkit.errors import UserError
 from bertkit.io import ownership, rundir, trail
+from bertkit.io.ownership import move_aside
 from bertkit.models.compute import Compute
 from bertkit.options import config_dict, flag
 from bertkit.scoring.table import LOWER_IS_BETTER
@@ -40,20 +39,13 @@ from bertkit.training import finetune as finetune_core
 from bertkit.training import trial_checks, trial_plans, trials_report
 from bertkit.training.finetune import finetune
 from bertkit.training.loop import on_main
-from bertkit.training.options import TRACKING_FIELDS
-from bertkit.training.resume import ADDED_AT_DEFAULT
+from bertkit.training.plans import Training
+from bertkit.training.resume import run_family
 from bertkit.training.space import Dimension, SweepOptions, finetune_config
-from bertkit.training.tag_options import TAGGER_WORD_POOL
-from bertkit.training.tagging import TagTask
 from bertkit.training.trial_plans import Plan
 from bertkit.training.trials_report import TrialRow
 
 log = logging.getLogger(__name__)
-
-NOT_COMPARED = frozenset({"out", "overwrite", "keep_checkpoints", "save_every", "trials", *TRACKING_FIELDS})
-"""Sweep options a re-run may change and still continue the sweep (--trials: a longer Optuna study continues; the
-trackers: each trial resumes as a finetune run does)."""
-
 
 @dataclass(frozen=True)
 class SweepOutcome:
@@ -69,24 +61,25 @@ ComputeFor = Callable[[str], Compute]
 """The command's resolution of a --precision value (a trial's: it may be a dimension of the space) to a `Compute`."""
 
 
-def run_sweep(cfg: SweepOptions, compute_for: ComputeFor, *, progress: bool = True,
-              tagged: TaggedTraining | None = None) -> SweepOutcome:
+def run_sweep(cfg: SweepOptions, compute_for: ComputeFor, training: Training, *,
+              progress: bool = True) -> SweepOutcome:
     """Run (or resume) every trial of `cfg`'s space, then rank them and write trials.csv, sweep.json, sweep.png and
     OUT/best (the best trial's best model). `cfg`'s reading options are resolved already (`commands.sweep`).
-    `tagged`: the tagged data every trial trains a tagger on (read once by the command); None: rows of text."""
+    `training`: how the problem family's runs train (each trial's reading and task; its data, read once by the
+    command where the family reads it so)."""
     dims = cfg.dimensions
     if cfg.sweep.search == "optuna":
         import_optuna()  # a missing Optuna stops the sweep before it claims --out
     # every value checked, before any trial or claim
-    layout = on_main(_processes(), lambda: _lay_out(cfg, dims, compute_for, tagged))
+    layout = on_main(_processes(), lambda: _lay_out(cfg, dims, compute_for, training))
     for note in layout.notes:
         log.info("%s", note)
     run = on_main(_processes(), lambda: _claim(cfg, dims))
     root = run.path
     if cfg.sweep.search == "grid":
-        rows = [run_trial(cfg, run.out, plan, compute_for, progress, tagged=tagged) for plan in layout.plans]
+        rows = [run_trial(cfg, run.out, plan, compute_for, training, progress) for plan in layout.plans]
     else:
-        rows = OptunaSearch(cfg, dims, compute_for, tagged).run(run.out, progress)
+        rows = OptunaSearch(cfg, dims, compute_for, training).run(run.out, progress)
     summary = None
     if _processes().is_main_process:
         summary = trials_report.write_outputs(cfg, dims, root, rows, layout.notes)
@@ -96,20 +89,20 @@ def run_sweep(cfg: SweepOptions, compute_for: ComputeFor, *, progress: bool = Tr
 
 
 def _lay_out(cfg: SweepOptions, dims: list[Dimension], compute_for: ComputeFor,
-             tagged: TaggedTraining | None) -> trial_plans.GridLayout:
+             training: Training) -> trial_plans.GridLayout:
     """Every value of the space checked against the model, data and machine, then (grid) the trials laid out with
     their values resolved and duplicates merged (main process)."""
-    checked = trial_checks.check_space(cfg, dims, compute_for, _processes().num_processes, tagged)
+    checked = trial_checks.check_space(cfg, dims, compute_for, training, _processes().num_processes)
     if cfg.sweep.search != "grid":
         return trial_plans.GridLayout(())
     return trial_plans.grid_plans(cfg, dims, checked.config_of)
 
 
-def run_trial(cfg: SweepOptions, out: Path, plan: Plan, compute_for: ComputeFor, progress: bool,
-              on_evaluate: Any = None, tagged: TaggedTraining | None = None) -> TrialRow:
+def run_trial(cfg: SweepOptions, out: Path, plan: Plan, compute_for: ComputeFor, training: Training, progress: bool,
+              on_evaluate: Any = None) -> TrialRow:
     """One trial through `finetune` (new, resumed, or finished already: finetune decides); its trials.csv row.
-    On `tagged` data the trial is a tagger (`TagTask`, a new one per trial: it holds the trial's windows), reading
-    words in windows of its --max-length, ranked by its tags' metric.
+    The trial's reading and task are its family's (`training`: a new task per trial, which holds the trial's
+    windows; a tagger reads words in windows of its --max-length and is ranked by its tags' metric).
     The trial's --out is its final path `OUT/trials/NAME` (what its config.json, metrics.json and cards record);
     while the sweep replaces an earlier one it is written in the staging folder (`rundir.located`). A finished
     trial keeps only its best/ model unless --keep-checkpoints."""
@@ -117,10 +110,8 @@ def run_trial(cfg: SweepOptions, out: Path, plan: Plan, compute_for: ComputeFor,
     log.info("trial %s: %s%s--seed %d", plan.name, shown, ", " if shown else "", plan.seed)
     trial_cfg = finetune_config(cfg, plan.params, plan.seed, str(out / "trials" / plan.name))
     # the trial's own reading and compute: --max-length and --precision may be dimensions of the space
-    reading = (Reading.from_options(trial_cfg.reading) if tagged is None
-               else Reading.of_words(TAGGER_WORD_POOL, trial_cfg.reading.max_length, trial_cfg.reading.stride))
-    result = finetune(trial_cfg, compute=compute_for(trial_cfg.compute.precision), reading=reading, progress=progress,
-                      on_evaluate=on_evaluate, task=None if tagged is None else TagTask(tagged))
+    result = finetune(trial_cfg, compute=compute_for(trial_cfg.compute.precision), reading=training.reading(trial_cfg),
+                      progress=progress, on_evaluate=on_evaluate, task=training.task())
     if _processes().is_main_process and not cfg.output.keep_checkpoints:
         _keep_only_best(rundir.located(trial_cfg.output.out or ""))
     _processes().wait_for_everyone()
@@ -154,9 +145,8 @@ def make_pruner(cfg: SweepOptions) -> Any:
 class OptunaSearch:
     """--search optuna: an in-memory study, replayed from the trial folders on every run (see module docstring)."""
 
-    def __init__(self, cfg: SweepOptions, dims: list[Dimension], compute_for: ComputeFor,
-                 tagged: TaggedTraining | None = None):
-        self.cfg, self.dims, self.compute_for, self.tagged = cfg, dims, compute_for, tagged
+    def __init__(self, cfg: SweepOptions, dims: list[Dimension], compute_for: ComputeFor, training: Training):
+        self.cfg, self.dims, self.compute_for, self.training = cfg, dims, compute_for, training
         self.config_of = trial_plans.model_configs()  # lr=auto resolved per suggested model (main process)
         self.reported: dict[int, set[int]] = {}
         self.study = None
@@ -192,8 +182,8 @@ class OptunaSearch:
         for k in range(self.cfg.sweep.seeds):
             plan = dataclasses.replace(first, seed=first.seed + k)
             callback = self._pruning(trial) if k == 0 else None
-            rows.append(run_trial(self.cfg, out, plan, self.compute_for, progress, on_evaluate=callback,
-                                  tagged=self.tagged))
+            rows.append(run_trial(self.cfg, out, plan, self.compute_for, self.training, progress,
+                                  on_evaluate=callback))
             if k == 0 and trial is not None:
                 self._report(trial, rows[0].history)  # a trial that ran before: replayed
             if rows[0].status == "pruned":
@@ -236,23 +226,30 @@ class OptunaSearch:
 
 def _claim(cfg: SweepOptions, dims: list[Dimension]) -> rundir.RunDir:
     """Claim --out for the sweep (main process): refused if it holds a sweep of another space (unless --overwrite);
-    a new sweep's config.json records what a re-run must match (the tagging options at their defaults left out, as
-    from a trial's resume key: a sweep recorded before them still continues)."""
-    compared = {k: v for k, v in config_dict(cfg).items()
-                if k not in NOT_COMPARED and not (k in ADDED_AT_DEFAULT and v == ADDED_AT_DEFAULT[k])}
+    a new sweep's config.json records what a re-run must match: every option but those a re-run may change
+    (`trail.RERUN_MAY_CHANGE`: --trials, where it is written and logged)."""
+    compared = {k: v for k, v in config_dict(cfg).items() if k not in trail.RERUN_MAY_CHANGE}
     compare = lambda path: _differences(path, compared)  # noqa: E731
     rundir.inspect_run_dir(cfg.output.out or "", "sweep", overwrite=cfg.output.overwrite, compare=compare,
                            inputs=ownership.input_paths(cfg))
     run = rundir.claim_run_dir(cfg.output.out or "", "sweep", overwrite=cfg.output.overwrite, compare=compare)
     if not (run.path / "config.json").is_file():
-        trail.write_run_config(run.path, "sweep", config_dict(cfg), space=[d.to_json() for d in dims],
+        trail.write_run_config(run.path, "sweep", config_dict(cfg), run_family(cfg), space=[d.to_json() for d in dims],
                                compared=compared)
     return dataclasses.replace(run, compare=None)  # sent to every process: no closures
 
 
 def _differences(path: Path, compared: dict[str, Any]) -> list[str]:
+    """The compared options of the sweep in `path` that differ from `compared`; a sweep whose trials ran without its
+    config.json, or whose config.json compares nothing (an older bertkit's), is refused: nothing says it is this one."""
     record = trail.read_run_config(path)
-    return [] if record is None else trail.config_differences(record.get("compared") or {}, compared)
+    if record is None and (Path(path) / "trials").is_dir():
+        raise UserError(f"--out {path} holds a `bertkit sweep` whose config.json is missing (its trials remain): "
+                        f"bertkit cannot tell which space it searched. {move_aside(Path(path), 'sweep')}")
+    if record is not None and not isinstance(record.get("compared"), dict):
+        raise UserError(f"--out {path} holds a `bertkit sweep` made by an older bertkit: its config.json records no "
+                        f"compared options. {move_aside(Path(path), 'sweep')}")
+    return [] if record is None else trail.config_differences(record["compared"], compared)
 
 
 def _keep_only_best(trial_dir: Path) -> None:

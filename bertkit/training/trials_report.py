@@ -5,6 +5,7 @@ model, swapped in whole."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import shutil
 import statistics
 from collections.abc import Mapping, Sequence
@@ -13,9 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.io import atomic, disk, library_files, record
+from bertkit.io.record_format import FAMILY, RecordKind, checked_version, sealed, upgrade
 from bertkit.io.saving import replace_folder
 from bertkit.scoring import metrics
 from bertkit.scoring.table import LOWER_IS_BETTER
+from bertkit.training.resume import run_family
 from bertkit.training.space import Dimension, SweepOptions
 
 CSV_FIXED = ("seed", "status", "metric", "best", "best_step", "steps", "epochs_run", "train_seconds",
@@ -148,6 +151,26 @@ class SweepSummary:
                    dict(record.get("outputs") or OUTPUTS), tuple(record.get("notes") or ()))
 
 
+SWEEP_RECORD = RecordKind("bertkit-sweep", current=2, sealed_since=2, family_since=2)
+"""sweep.json's layouts: 1 (no format) without family and seal, 2 with them (what `SweepSummary.to_json` holds, plus
+format, family and seal)."""
+
+
+def read_sweep_summary(root: Path, family: str | None = None) -> SweepSummary:
+    """A finished sweep's sweep.json, checked against its seal (a `RecordProblem` says why not), as typed records:
+    `migrated_sweep_record` reads a layout-1 file (of `family`, the sweep's config.json's)."""
+    record = json.loads((root / "sweep.json").read_text(encoding="utf-8"))
+    return SweepSummary.from_json(migrated_sweep_record(record, family))
+
+
+def migrated_sweep_record(record: Any, family: str | None = None) -> dict[str, Any]:
+    """sweep.json in the current layout from any layout this bertkit reads. Layout 1 does not say which family made
+    it: `family` (its config.json's), else sentences; its older keys (`best.model` "best", no `notes`)
+    `SweepSummary.from_json` reads as written."""
+    return upgrade(record, SWEEP_RECORD, checked_version(record, SWEEP_RECORD),
+                   {1: lambda old: {**old, FAMILY: family or "sentences"}})
+
+
 def trial_row(name: str, params: dict[str, Any], seed: int, summary: Mapping[str, Any]) -> TrialRow:
     """A trial's row from its metrics.json (`summary`)."""
     return TrialRow(name, params, seed, summary.get("stop_reason") or "complete", summary["best_metric_name"],
@@ -215,7 +238,7 @@ def write_outputs(cfg: SweepOptions, dims: list[Dimension], root: Path, rows: Se
     metric = rows[0].metric if rows else (cfg.training.metric_for_best or "accuracy")
     summary = SweepSummary(cfg.sweep.search, tuple(dims), metric, cfg.sweep.seeds, tuple(rows), ranking,
                            None if best is None else BestTrial(best, _model_folder(root, best)), notes=tuple(notes))
-    atomic.write_json_atomic(root / "sweep.json", summary.to_json())
+    atomic.write_json_atomic(root / "sweep.json", sealed(summary.to_json(), SWEEP_RECORD, run_family(cfg)))
     if table:
         plots.sweep_figure(table, params, metric, root / "sweep.png",
                            f"sweep: dev {metric} ({cfg.sweep.search}, {len(table)} trials)")
