@@ -30,6 +30,7 @@ import numpy as np
 from bertkit.data.tagged import DataSource, TaggedColumns, TaggedCorpus, TaggedSentence, read_tagged_splits
 from bertkit.data.tagscheme import TagScheme
 from bertkit.encoding.reading import Reading
+from bertkit.errors import UserError
 from bertkit.features.settings import LAST4, Pooling
 from bertkit.features.word_layers import MemoryLayers, RowReader, WordLayers, write_layer_files
 from bertkit.features.words import extract_word_features, paper_rows, word_pooling
@@ -88,6 +89,9 @@ class WordProbeRun:
     the precision it records)."""
     features: str | None = None
     """The word store probed (`probe --features`); None: the words were read from `train` and `dev` now."""
+    encoder_sha256: str | None = None
+    """The sha256 of the encoder's whole weights (`loading.weights_digest`; None: a hub encoder, or a word store that
+    does not record it): the saved probe records it, and `predict --probe` refuses an encoder changed since."""
 
     def to_json(self) -> dict[str, Any]:
         table = self.table.to_json()
@@ -136,11 +140,12 @@ def fitting(label: str, spec: Pooling, n_layers: int) -> tuple[str, Pooling]:
     return label.replace("last four", f"last {n_layers}"), word_pooling(every, spec.combine)
 
 
-def read_train_dev(train: str | DataSource, dev: str | DataSource,
-                   columns: TaggedColumns) -> tuple[TaggedCorpus, TaggedCorpus]:
-    """Both corpora (files or hub splits) checked (ragged rows, tag columns, schemes; the columns detected in each unless given), and
-    every dev tag seen in training (`check_dev_tags`)."""
-    train_corpus, dev_corpus = read_tagged_splits(train, [dev], columns)
+def read_train_dev(train: str | DataSource, dev: str | DataSource, columns: TaggedColumns,
+                   unseen_tags: str = "refuse") -> tuple[TaggedCorpus, TaggedCorpus]:
+    """Both corpora (files or hub splits) checked (ragged rows, tag columns, schemes; the columns detected in each
+    unless given), and every dev tag seen in training or handled as --unseen-tags says (`unseen_tags`: refuse, drop
+    or a training tag; `data.tagged.read_tagged_splits`, as fine-tuning reads them)."""
+    train_corpus, dev_corpus = read_tagged_splits(train, [dev], columns, unseen_tags)
     return train_corpus, dev_corpus
 
 
@@ -268,17 +273,23 @@ def run_word_probe(train: str | DataSource, dev: str | DataSource, columns: Tagg
                    model: str, layers: str | None = None, combine: str | None = None, batch_size: int = 32,
                    C: float = DEFAULT_C, seed: int = 0, baselines: bool = True, trust_remote_code: bool = False,
                    say: Callable[[str], None] | None = None, limit: int | None = None,
-                   compute: Compute = Compute(), cache_dir: str | None = None, in_memory: bool = False) -> WordProbeRun:
-    """Read and check the tagged files, load the encoder once (where and in the precision `compute` says: the
+                   compute: Compute = Compute(), cache_dir: str | None = None, in_memory: bool = False,
+                   unseen_tags: str = "refuse") -> WordProbeRun:
+    """Read and check the tagged files (dev tags unseen in training as `unseen_tags` says; what was dropped or
+    mapped, and the files' other notes, in the run's notes), load the encoder once (where and in the precision `compute` says: the
     command's --precision, resolved once), extract every hidden state the rows (`table_rows`) need once
     (`read_word_layers`: to disk, or `in_memory`), and probe each row on its words (the first `limit` sentences of
     each file, when given); with `baselines`, the random-init encoder last."""
     from bertkit.models import loading
 
     loading.check_model_folder(model)
-    train_corpus, dev_corpus = read_train_dev(train, dev, columns)
+    train_corpus, dev_corpus = read_train_dev(train, dev, columns, unseen_tags)
     train_sentences, dev_sentences = (list(c.sentences()) if limit is None else c.head(limit)
                                       for c in (train_corpus, dev_corpus))
+    if limit is not None and dev_corpus.scheme.has_entities and not any(t != "O" for s in dev_sentences for t in s.tags):
+        raise UserError(f"The first {limit:,} sentences of {dev_corpus.source} (--dev, --limit {limit}) hold no entity "
+                        f"(every tag is O): entity F1 is undefined on them. Pass a larger --limit, or --dev data with "
+                        f"entities in its first sentences, or --tag-scheme none to score the tags by word accuracy.")
     tokenizer = loading.load_tokenizer(model, trust_remote_code)
     encoder = loading.cast_for_inference(loading.load_encoder(model, trust_remote_code).eval(), compute.torch_device,
                                          compute.dtype)
@@ -295,17 +306,18 @@ def run_word_probe(train: str | DataSource, dev: str | DataSource, columns: Tagg
     with train_layers, dev_layers:
         table, best = probe_word_table(train_layers, dev_layers, train_sentences, dev_sentences, train_corpus.scheme,
                                        rows, C, seed, baselines, say)
-    notes: tuple[str, ...] = ()
+    notes: tuple[str, ...] = (*train_corpus.notes, *dev_corpus.notes)
     if baselines:
         random_row = random_encoder_row(model, tokenizer, train_sentences, dev_sentences, train_corpus.scheme,
                                         table.best(), reading, batch_size, C, seed, trust_remote_code, compute,
                                         cache_dir, in_memory)
         if say is not None:
             say(f"{random_row.label}: dev {random_row.scores.main_name} {random_row.scores.main:.3f}")
-        table, notes = with_random_encoder(table, random_row)
+        table, warning = with_random_encoder(table, random_row)
+        notes += warning
     return WordProbeRun(model, loading.model_revision(model), str(train), str(dev), train_corpus.columns, reading, C,
                         {"train": len(train_sentences), "dev": len(dev_sentences)}, table, notes, best_probe=best,
-                        compute=compute)
+                        compute=compute, encoder_sha256=loading.weights_digest(model))
 
 
 def write_word_probe_run(run_dir: Path, run: WordProbeRun, config: dict[str, Any],
@@ -328,7 +340,8 @@ def write_word_probe_run(run_dir: Path, run: WordProbeRun, config: dict[str, Any
     outputs = {"config": str(final / "config.json"), "metrics": str(final / "metrics.json"),
                "layer_curve": str(final / curve.name)}
     if run.best_probe is not None:  # the best row's probe, for `predict --probe`
-        source = WordProbeSource(run.model, run.revision, run.reading, run.table.scheme, compute=run.compute)
+        source = WordProbeSource(run.model, run.revision, run.reading, run.table.scheme, compute=run.compute,
+                                 encoder_sha256=run.encoder_sha256)
         save_word_probe(run_dir / "probe", run.best_probe, source)
         outputs["probe"] = str(final / "probe")
     run = replace(run, outputs=outputs)
