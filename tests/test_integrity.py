@@ -840,3 +840,24 @@ def test_a_probes_encoder_changed_in_the_middle_of_its_weights_is_refused(tmp_pa
     shown = invoke(["predict", "--probe", str(tmp_path / "run" / "probe"), "--text", "a great film"])
     assert shown.exit_code == 2, shown.output
     assert f"The encoder {encoder} of the probe" in shown.output and meta["encoder_sha256"] in shown.output
+
+
+def test_a_word_probes_encoder_changed_in_the_middle_of_its_weights_is_refused(tmp_path, tiny_bert_dir):
+    """The word probe records the whole sha256 of its encoder's weights as the sentence probe does: one byte changed
+    in the middle of them is refused before tagging, naming the encoder and the digest."""
+    from tagged_samples import DEV, SENTENCES, write_conll
+
+    encoder = tmp_path / "encoder"
+    shutil.copytree(tiny_bert_dir, encoder)
+    train, dev = write_conll(tmp_path / "train.iob2", SENTENCES * 3), write_conll(tmp_path / "dev.iob2", DEV)
+    made = invoke(["probe", "--model", str(encoder), "--data", str(train), "--dev", str(dev), "--layers", "-1",
+                   "--out", str(tmp_path / "run"), "--no-baselines", "--quiet"])
+    assert made.exit_code == 0, made.output
+    meta = json.loads((tmp_path / "run" / "probe" / "probe.json").read_text())
+    assert len(meta["encoder_sha256"]) == 64
+    tagged = invoke(["predict", "--probe", str(tmp_path / "run" / "probe"), "--words", '["Anna", "met", "Bob"]'])
+    assert tagged.exit_code == 0, tagged.output  # the encoder it was fitted on: accepted
+    _flip_a_middle_byte(encoder / "model.safetensors")
+    shown = invoke(["predict", "--probe", str(tmp_path / "run" / "probe"), "--words", '["Anna", "met", "Bob"]'])
+    assert shown.exit_code == 2, shown.output
+    assert f"The encoder {encoder} of the probe" in shown.output and meta["encoder_sha256"] in shown.output

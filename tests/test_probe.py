@@ -36,6 +36,17 @@ def blobs(n: int, d: int, classes: int = 2, seed: int = 0, gap: float = 4.0) -> 
     return X, y
 
 
+def sklearn_pipeline(C: float = 1.0, class_weight: str | None = None):
+    """The reference the engine is compared with: scikit-learn's StandardScaler + LogisticRegression(lbfgs), as
+    bertkit fitted probes before it had its own engine."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    return Pipeline([("scaler", StandardScaler()),
+                     ("lr", LogisticRegression(C=C, max_iter=probe_fit.MAX_ITER, class_weight=class_weight))])
+
+
 # ---------------------------------------------------------------- core on arrays
 
 
@@ -72,7 +83,7 @@ def test_cv_path_matches_grid_search_on_the_same_folds():
     X, y = blobs(240, 10, gap=1.0, seed=3)
     grid = [0.001, 0.01, 0.1, 1.0, 10.0]
     fit = probe_fit.fit_probe(X, y, cv=4, C_grid=grid, seed=0, criterion="accuracy")
-    search = GridSearchCV(probe_fit.make_pipeline(1.0, None, 0), {"lr__C": grid}, cv=probe_fit.cv_folds(y, 4)).fit(X, y)
+    search = GridSearchCV(sklearn_pipeline(), {"lr__C": grid}, cv=probe_fit.cv_folds(y, 4)).fit(X, y)
     ours = [r["mean"] for r in fit.cv_results or []]
     assert np.allclose(ours, search.cv_results_["mean_test_score"], atol=1e-9)
     assert fit.C == search.best_params_["lr__C"]
@@ -86,7 +97,7 @@ def test_cv_chooses_C_by_log_loss_as_grid_search_scores_it():
     X, y = blobs(240, 10, gap=1.0, seed=3)
     grid = [0.001, 0.01, 0.1, 1.0, 10.0]
     fit = probe_fit.fit_probe(X, y, cv=4, C_grid=grid, seed=0)
-    search = GridSearchCV(probe_fit.make_pipeline(1.0, None, 0), {"lr__C": grid}, cv=probe_fit.cv_folds(y, 4),
+    search = GridSearchCV(sklearn_pipeline(), {"lr__C": grid}, cv=probe_fit.cv_folds(y, 4),
                           scoring="neg_log_loss").fit(X, y)
     ours = [r["log_loss"] for r in fit.cv_results or []]
     assert np.allclose(ours, -search.cv_results_["mean_test_score"], atol=1e-4)  # warm starts: lbfgs tolerance

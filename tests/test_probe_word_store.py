@@ -105,6 +105,7 @@ def test_the_random_init_baseline_says_why_not_when_the_model_is_gone(tagged, ti
     (["--label-column", "1"], "--label-column does not apply with --features"),
     (["--model", "OTHER"], "not by --model"),
     (["--layers", "1", "--combine", "sum"], "cannot give"),
+    (["--unseen-tags", "drop"], "--unseen-tags does not apply with --features"),
 ])
 def test_flags_the_store_cannot_honour_are_refused(tagged, tiny_bert_dir, tiny_distilbert_dir, tmp_path, args,
                                                    expected):
@@ -114,6 +115,20 @@ def test_flags_the_store_cannot_honour_are_refused(tagged, tiny_bert_dir, tiny_d
     result = invoke("probe", "--features", str(store), "--out", str(out), *[values.get(a, a) for a in args])
     assert result.exit_code == 2, result.output
     assert expected in " ".join(result.output.split()), result.output
+    assert not out.exists()
+
+
+def test_a_dev_split_without_entities_in_the_sentences_probed_is_refused(tmp_path, tiny_bert_dir):
+    """Entity F1 needs an entity in dev: a store whose first --limit dev sentences hold none is refused, naming --dev
+    and --limit, before any row is fitted."""
+    train = write_conll(tmp_path / "train.iob2", SENTENCES * 3)
+    dev = write_conll(tmp_path / "dev.iob2", [[("the", "O"), ("cat", "O")]] + DEV)
+    store = embed((train, dev), tiny_bert_dir, tmp_path / "words", "--layers", "-1")
+    out = tmp_path / "run"
+    result = invoke("probe", "--features", str(store), "--out", str(out), "--limit", "1", "--no-baselines")
+    assert result.exit_code == 2, result.output
+    text = " ".join(result.output.split())
+    assert "holds no entity in its first 1 sentences (--limit 1)" in text and "--dev" in text, text
     assert not out.exists()
 
 

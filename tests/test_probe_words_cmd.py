@@ -166,6 +166,33 @@ def test_bad_word_inputs_exit_2_and_leave_nothing(tagged, tmp_path, tiny_bert_di
     assert not out.exists()
 
 
+@pytest.mark.parametrize(("policy", "n_dev", "note"), [("drop", 2, "left out"), ("O", 3, "B-ORG (1)")])
+def test_unseen_dev_tags_are_handled_as_unseen_tags_says(tagged, tmp_path, tiny_bert_dir, policy, n_dev, note):
+    """--unseen-tags reads the word probe's dev file as fine-tuning reads it: a sentence with a tag training never has
+    left out (drop) or its tag read as O; what was done is in the run's notes."""
+    train, dev = tagged
+    write_conll(dev, DEV + [[("Acme", "B-ORG"), ("left", "O")]])
+    out = tmp_path / "run"
+    result = invoke("probe", "--data", str(train), "--dev", str(dev), "--model", str(tiny_bert_dir), "--out", str(out),
+                    "--layers", "-1", "--no-baselines", "--unseen-tags", policy)
+    assert result.exit_code == 0, result.output
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["sentences"]["dev"] == n_dev
+    assert any("--unseen-tags" in n and note in n for n in metrics["notes"]), metrics["notes"]
+    refused = invoke("probe", "--data", str(train), "--dev", str(dev), "--model", str(tiny_bert_dir), "--layers", "-1",
+                     "--no-baselines", "--unseen-tags", "B-PER")
+    assert refused.exit_code == 2 and "can only be read as O" in " ".join(refused.output.split()), refused.output
+
+
+def test_a_limited_dev_set_without_entities_is_refused_naming_dev(tagged, tmp_path, tiny_bert_dir):
+    train, dev = tagged
+    write_conll(dev, [[("the", "O"), ("cat", "O")]] + DEV)
+    result = invoke("probe", "--data", str(train), "--dev", str(dev), "--model", str(tiny_bert_dir), "--layers", "-1",
+                    "--no-baselines", "--limit", "1")
+    assert result.exit_code == 2, result.output
+    assert "(--dev, --limit 1) hold no entity" in " ".join(result.output.split()), result.output
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(("name", "train", "dev", "n_train"), [
     ("uner", "uner_ewt/train.iob2", "uner_ewt/dev.iob2", 600),  # the first 300 have no I-PER that dev has

@@ -63,6 +63,13 @@ def test_layer_files_hold_every_state_as_extracted_and_leave_no_file(encoder, mo
             assert np.array_equal(layers.layer(k), expected.vectors[k])
         spec = word_pooling("0,2", "sum")
         assert np.array_equal(layers.matrix(spec), combine_layers([expected.vectors[0], expected.vectors[2]], "sum"))
+        concat = word_pooling("0,1,2", "concat")
+        assert np.array_equal(layers.rows(concat, 4, 11), layers.matrix(concat)[4:11])  # read at the words' offset
+        for row in (concat, spec, word_pooling("1,2", "mean"), word_pooling("2")):
+            reader = word_layers.RowReader(layers, row)
+            assert np.array_equal(reader(4, 11), layers.matrix(row)[4:11])
+            assert np.array_equal(reader(0, 3), layers.matrix(row)[:3])  # the buffers reused, the values right
+        assert layers.row_width(concat) == 3 * layers.width
     assert layers.files == {}
 
 
@@ -93,7 +100,9 @@ def test_memory_layers_are_the_extracted_arrays(encoder):
     features = extract_word_features(model, tokenizer, words, Reading.of_words(), [word_pooling("0"), word_pooling("2")])
     layers = MemoryLayers.of(features, 2)
     assert layers.states == (0, 2) and layers.missing(word_pooling("-2")) == [1]
-    assert layers.matrix(word_pooling("-1")) is features.vectors[1]
+    row = layers.matrix(word_pooling("-1"))
+    assert np.array_equal(row, features.vectors[1]) and row is not features.vectors[1]  # a copy the fit may change
+    assert np.array_equal(layers.rows(word_pooling("-1"), 2, 5), features.vectors[1][2:5])
 
 
 def test_a_store_gives_its_states_apart_or_its_own_row(tiny_bert_dir, tagged, tmp_path):
@@ -108,6 +117,30 @@ def test_a_store_gives_its_states_apart_or_its_own_row(tiny_bert_dir, tagged, tm
     full = np.asarray(store.vectors)
     assert np.array_equal(store.read_columns(32, 64, 17, block_bytes=96 * 4 * 3), full[:17, 32:64])  # 3 rows a block
     assert np.array_equal(layers.matrix(word_pooling("1,2", "sum")), full[:layers.n_words, 32:64] + full[:layers.n_words, 64:])
+    assert np.array_equal(layers.rows(word_pooling("1,2", "sum"), 3, 9), layers.matrix(word_pooling("1,2", "sum"))[3:9])
+    assert np.array_equal(layers.rows(word_pooling("all"), 3, 9), full[3:9])  # the store's own row
     summed = word_pooling("1,2", "sum")
     assert store_gives(summed, 2, summed) and not store_gives(summed, 2, word_pooling("1"))
     assert store_gives(word_pooling("all"), 2, word_pooling("0,2", "concat"))
+
+
+def test_a_row_streamed_from_the_layers_is_fitted_as_the_row_in_memory(encoder):
+    """A row bigger than the memory allowance is read block by block at every pass of its fit: the same probe, to
+    float32 tolerance, as the row held in memory."""
+    from bertkit.probe.words import StreamedMatrix, fit_word_tags
+    from bertkit.probe.words_run import row_features
+
+    model, tokenizer = encoder
+    words = [[w for w, _ in s] for s in SENTENCES * 4]
+    tags = [t for s in SENTENCES * 4 for _, t in s]
+    features = extract_word_features(model, tokenizer, words, Reading.of_words(), [word_pooling(str(i)) for i in range(3)])
+    layers = MemoryLayers.of(features, 2)
+    spec = word_pooling("1,2", "concat")
+    streamed = row_features(layers, spec, memory_bytes=64)
+    assert isinstance(streamed, StreamedMatrix) and streamed.n == layers.n_words and streamed.dim == 64
+    held = row_features(layers, spec)
+    assert isinstance(held, np.ndarray)
+    from_disk, _, accuracy_disk = fit_word_tags(streamed, tags, 1.0)
+    in_memory, _, accuracy_memory = fit_word_tags(held, tags, 1.0, owned=True)
+    np.testing.assert_allclose(from_disk.head.coef_, in_memory.head.coef_, atol=1e-4)
+    assert accuracy_disk == accuracy_memory

@@ -171,7 +171,7 @@ def word_probe(cfg: Any, progress: bool = False) -> ProbeReport:
                                cfg.batch_size, cfg.fit.C or DEFAULT_C, cfg.inputs.seed, cfg.fit.baselines,
                                cfg.trust_remote_code,
                                say=log.info if progress else None, limit=cfg.inputs.limit, compute=compute,
-                               cache_dir=cfg.inputs.cache_dir)
+                               cache_dir=cfg.inputs.cache_dir, unseen_tags=cfg.unseen_tags)
     if plan is not None:
         run_dir = plan.claim()
         words = write_word_probe_run(run_dir.path, words, config_dict(cfg), final_dir=run_dir.out)

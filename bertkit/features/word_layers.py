@@ -2,8 +2,10 @@
 holds one row's matrix in memory, not every hidden state of every word.
 
 `WordLayers` gives, for a row's `Pooling` (one hidden state, or a sum / mean / concat of several), the row's
-(n_words, width) float32 matrix, built from the single hidden states it holds (`row_matrix`: the arithmetic of
-`features.settings.combine_layers`, so the vectors are those an in-memory extraction makes, bit for bit):
+(n_words, width) float32 matrix, a new array the caller owns (`matrix`), or the same row for a range of words
+(`rows`: what a fit reads block by block when the whole row would not fit in memory), built from the single hidden
+states it holds (`row_matrix`: the arithmetic of `features.settings.combine_layers`, so the vectors are those an
+in-memory extraction makes, bit for bit):
 - `MemoryLayers`: states extracted into memory (`features.words.WordFeatures`), for small runs and tests;
 - `LayerFiles`: states written once, chunk by chunk, into unlinked temporary files (one per hidden state, float32,
   words in order) and read back one state at a time; a killed process leaves nothing behind (the files have no
@@ -16,6 +18,7 @@ disk but round every feature to 11 bits, and the fit reads float32 anyway)."""
 from __future__ import annotations
 
 import contextlib
+import os
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -88,6 +91,26 @@ class WordLayers:
         """The row `spec` (a word pooling) as an (n_words, width) float32 matrix."""
         return row_matrix(self.layer, spec.resolve(self.n_layers), spec.combine)
 
+    reads_states: bool = field(default=True, init=False, repr=False)
+    """Whether `state_rows` reads a state's block apart (a store reads its rows whole: `RowReader` asks `rows`)."""
+
+    def state_rows(self, state: int, start: int, stop: int, out: np.ndarray | None = None) -> np.ndarray:
+        """Words start:stop of state `state`, (stop - start, d) float32 (into `out` when given)."""
+        block = self.layer(state)[start:stop]
+        if out is None:
+            return block
+        np.copyto(out, block)
+        return out
+
+    def rows(self, spec: Pooling, start: int, stop: int) -> np.ndarray:
+        """Words start:stop of the row `spec`, (stop - start, width) float32: what `matrix` holds there."""
+        return row_matrix(lambda state: self.state_rows(state, start, stop), spec.resolve(self.n_layers),
+                          spec.combine)
+
+    def row_width(self, spec: Pooling) -> int:
+        """The row's vector size."""
+        return int(self.rows(spec, 0, min(1, self.n_words)).shape[1])
+
     def close(self) -> None:
         """Give back what the states hold outside memory (nothing here)."""
 
@@ -113,6 +136,11 @@ class MemoryLayers(WordLayers):
         assert self.features is not None
         return self.features.vectors[self.states.index(state)]
 
+    def matrix(self, spec: Pooling) -> np.ndarray:
+        """The row `spec`, a copy where it is one state (the caller owns it: a fit may standardise it in place)."""
+        out = super().matrix(spec)
+        return out.copy() if len(spec.resolve(self.n_layers)) == 1 else out
+
 
 @dataclass
 class LayerFiles(WordLayers):
@@ -134,10 +162,66 @@ class LayerFiles(WordLayers):
             done += got
         return out
 
+    def state_rows(self, state: int, start: int, stop: int, out: np.ndarray | None = None) -> np.ndarray:
+        """Words start:stop of state `state`, read at their offset in its file (no memory map: the process holds
+        the block only), into `out` when given."""
+        out = np.empty((stop - start, self.width), dtype=DTYPE) if out is None else out
+        read_at(self.files[state].fileno(), out, start * self.width * DTYPE.itemsize)
+        return out
+
     def close(self) -> None:
         for handle in self.files.values():
             handle.close()
         self.files = {}
+
+
+class RowReader:
+    """A row's words start:stop (`reader(start, stop)`), block after block, into two buffers made once and reused
+    (the row's block, and one state's to build a sum or concat from): a fit that reads a big row at every pass
+    allocates nothing per block. The block returned is overwritten by the next call. The values are `matrix`'s,
+    bit for bit (the same additions in the same order)."""
+
+    def __init__(self, layers: WordLayers, spec: Pooling) -> None:
+        self.layers, self.spec = layers, spec
+        self.indices = spec.resolve(layers.n_layers)
+        self.buffers: dict[str, np.ndarray] = {}
+
+    def buffer(self, name: str, rows: int, width: int) -> np.ndarray:
+        held = self.buffers.get(name)
+        if held is None or held.shape[0] < rows:
+            held = self.buffers[name] = np.empty((rows, width), dtype=DTYPE)
+        return held[:rows]
+
+    def __call__(self, start: int, stop: int) -> np.ndarray:
+        layers, indices, n = self.layers, self.indices, stop - start
+        if not layers.reads_states:
+            return layers.rows(self.spec, start, stop)
+        width = int(layers.state_rows(indices[0], 0, 1).shape[1])
+        concat = self.spec.combine == "concat" and len(indices) > 1
+        out = self.buffer("row", n, width * len(indices) if concat else width)
+        if len(indices) == 1:
+            return layers.state_rows(indices[0], start, stop, out)
+        state = self.buffer("state", n, width)
+        if concat:
+            for k, i in enumerate(indices):
+                out[:, k * width:(k + 1) * width] = layers.state_rows(i, start, stop, state)
+            return out
+        layers.state_rows(indices[0], start, stop, out)
+        for i in indices[1:]:
+            out += layers.state_rows(i, start, stop, state)
+        if self.spec.combine == "mean":
+            out /= len(indices)
+        return out
+
+
+def read_at(fd: int, out: np.ndarray, offset: int) -> None:
+    """Fill `out` with the bytes of file `fd` from `offset` (positional reads: the file's position stays)."""
+    view, done = memoryview(out).cast("B"), 0
+    while done < out.nbytes:
+        got = os.preadv(fd, [view[done:]], offset + done)
+        if not got:
+            raise OSError(f"a layer file holds {done} of the {out.nbytes} bytes asked for at {offset}")
+        done += got
 
 
 def stored_states(stored: Pooling, n_layers: int) -> tuple[int, ...]:
@@ -168,6 +252,7 @@ class StoreLayers(WordLayers):
 
     store: WordStore | None = None
     block: int = 0
+    reads_states: bool = field(default=False, init=False, repr=False)
     """The width of one state's columns (0: the vectors are one combination, not split into states)."""
 
     @classmethod
@@ -193,6 +278,28 @@ class StoreLayers(WordLayers):
         if is_stored_row(self.store.pooling, self.n_layers, spec):
             return self.store.read_columns(0, int(self.store.vectors.shape[1]), self.n_words)
         return super().matrix(spec)
+
+    def rows(self, spec: Pooling, start: int, stop: int) -> np.ndarray:
+        """Words start:stop of the row `spec`: their stored vectors read once, by a positional read of
+        vectors.npy (no memory map), and the row's states taken from them."""
+        assert self.store is not None
+        stored = np.empty((stop - start, int(self.store.vectors.shape[1])), dtype=DTYPE)
+        data_start = npy_data_offset(self.store.path / "vectors.npy")
+        with (self.store.path / "vectors.npy").open("rb") as handle:
+            read_at(handle.fileno(), stored, data_start + start * stored.shape[1] * DTYPE.itemsize)
+        if is_stored_row(self.store.pooling, self.n_layers, spec):
+            return stored
+        return row_matrix(lambda state: stored[:, self.states.index(state) * self.block:][:, :self.block],
+                          spec.resolve(self.n_layers), spec.combine)
+
+
+def npy_data_offset(path: Path) -> int:
+    """Where the data of the .npy file `path` starts (after its header)."""
+    with path.open("rb") as handle:
+        version = np.lib.format.read_magic(handle)
+        header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        header(handle)
+        return handle.tell()
 
 
 def scratch_folder(cache_dir: str | None) -> Path:

@@ -1,10 +1,13 @@
 """Fitting probes on frozen features, every problem shape: `fit_probe` takes features `X` (n, d) and targets `y`
-and returns a `ProbeFit`. A single-label probe is `StandardScaler` + `LogisticRegression(lbfgs)`: standardizing
-makes lbfgs converge in a few dozen iterations instead of running into its iteration cap on raw BERT features
-(benchmarks/bench_probe.py measures the difference). Numbers get ridge regression, tag sets one-vs-rest logistic
-regression (`fit_shaped`): both standardize first too. Ridge always chooses its alpha by K-fold cross-validation
-(--cv, default 5 folds in data order; alpha = 1/C, so --C and --C-grid mean what they mean for the classifier:
-larger C, weaker penalty); the tag probe uses C = 1 unless --cv searches --C-grid.
+and returns a `ProbeFit`. Every probe is standardised features + a linear head fitted by one engine
+(`bertkit.probe.engine`: torch, float32, all threads, L-BFGS, scikit-learn's objective and tolerance), so its
+scores are those of scikit-learn's `StandardScaler` + `LogisticRegression(lbfgs)` at the same C. Standardizing
+makes L-BFGS converge in a few dozen iterations instead of running into its iteration cap on raw BERT features
+(benchmarks/bench_probe.py measures the difference). One label per row: multinomial logistic regression (binary for
+two classes); numbers: ridge regression, closed-form; tag sets: one logistic regression per tag (`fit_shaped`).
+Ridge always chooses its alpha by K-fold cross-validation (--cv, default 5 folds in data order; alpha = 1/C, so --C
+and --C-grid mean what they mean for the classifier: larger C, weaker penalty); the tag probe uses C = 1 unless
+--cv searches --C-grid. A fit can start from a neighbouring one's solution (`init`: the layer before, in a sweep).
 """
 
 from __future__ import annotations
@@ -20,9 +23,12 @@ import numpy as np
 
 from bertkit.errors import UserError
 from bertkit.options import PROBE, option
+from bertkit.probe import cv as folds_cv
+from bertkit.probe import engine
+from bertkit.probe.heads import ConstantTag, LogisticHead, OneVsRestHead, ProbeModel, RidgeHead, Standardizer
 from bertkit.scoring.options import CLASS_WEIGHTS
 
-MAX_ITER = 2000
+MAX_ITER = engine.MAX_ITER
 DEFAULT_C = 1.0
 DEFAULT_C_GRID = (0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0)
 ALPHA_GRID = (0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0, 300.0, 1000.0, 3000.0, 10000.0)
@@ -84,15 +90,18 @@ class FitOptions:
 
 @dataclass
 class ProbeFit:
-    """A fitted probe: the scaler + logistic regression pipeline, the C it used, and CV scores if it searched."""
+    """A fitted probe: the standardiser + linear head (`model`, a `heads.ProbeModel`), the C it used, and CV scores
+    if it searched."""
 
-    model: Any
+    model: ProbeModel
     C: float
     cv_results: list[dict[str, float]] | None = None
     task: str = "single_label"
     """single_label (logistic regression), regression (ridge) or multi_label (one-vs-rest; see probe_shapes)."""
     threshold: float | list[float] | None = None
     """multi_label: the decision threshold on each tag's probability (set on dev by the sweep)."""
+    solution: engine.LinearSolution | None = None
+    """The logistic head's solution on standardised features, where a neighbouring fit can start (None: ridge)."""
 
     @property
     def scaler(self) -> Any:
@@ -109,21 +118,29 @@ class ProbeFit:
         return self.model.predict_proba(X)
 
 
-def make_pipeline(C: float, class_weight: str | None, seed: int) -> Any:
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.pipeline import Pipeline
-    from sklearn.preprocessing import StandardScaler
-
-    lr = LogisticRegression(C=C, solver="lbfgs", max_iter=MAX_ITER, class_weight=class_weight, random_state=seed)
-    return Pipeline([("scaler", StandardScaler()), ("lr", lr)])
+def standardized(X: np.ndarray) -> tuple[Standardizer, engine.MemoryRows]:
+    """The standardiser of `X` (n, d) and `X` standardised by it, as the engine's rows (a float32 copy: `X` stays)."""
+    scaler = engine.standardizer_of(engine.array_blocks(X))
+    return scaler, engine.MemoryRows(scaler.transform_in_place(np.array(X, dtype=np.float32, order="C")))
 
 
-def cv_folds(y: np.ndarray, cv: int) -> Any:
+def fit_logistic(X: np.ndarray, y: np.ndarray, C: float, class_weight: str | None = None,
+                 init: engine.LinearSolution | None = None) -> tuple[ProbeModel, engine.LinearSolution]:
+    """Standardised `X` + logistic regression on labels `y` (any sortable values: the head's `classes_`) at `C`,
+    from `init` or zero; the fitted model and the engine's solution."""
+    classes, ids = np.unique(np.asarray(y), return_inverse=True)
+    scaler, rows = standardized(X)
+    solution = engine.fit_linear(rows, engine.Targets.classes(ids.reshape(-1), len(classes), class_weight), C,
+                                 init=init)
+    head = LogisticHead(solution.coef, solution.intercept, classes, float(C), class_weight,
+                        np.asarray([solution.n_iter], dtype=np.int32))
+    return ProbeModel.of(scaler, head), solution
+
+
+def cv_folds(y: np.ndarray, cv: int) -> list[folds_cv.Fold]:
     """Stratified K folds in data order (no shuffle): the same folds `GridSearchCV(cv=K)` uses for a classifier."""
-    from sklearn.model_selection import StratifiedKFold
-
     check_folds(y, cv, "single_label")
-    return StratifiedKFold(n_splits=cv)
+    return folds_cv.stratified_folds(np.asarray(y), cv)
 
 
 def folds_for(task: str, C: float | None, cv: int | None) -> int | None:
@@ -158,6 +175,7 @@ def fit_probe(
     seed: int = 42,
     task: str = "single_label",
     criterion: str = "log_loss",
+    init: engine.LinearSolution | None = None,
 ) -> ProbeFit:
     """Standardize + logistic regression on `X` (n, d) with label ids `y` (another `task`: ridge on numbers or
     one-vs-rest logistic regression on a 0/1 tag matrix, see `fit_shaped`).
@@ -165,55 +183,35 @@ def fit_probe(
     With `cv`, C is chosen over `C_grid` (default `DEFAULT_C_GRID`) by K-fold cross-validation (the scaler is refit
     inside every fold, no leakage; ties go to the earlier grid value, as in GridSearchCV): by the lowest mean
     log-loss (`criterion="log_loss"`, the default) or the highest mean accuracy (`"accuracy"`, GridSearchCV's
-    default scoring). Then the pipeline is refit on all of `X` with that C. Otherwise `C` (default 1.0) is used.
+    default scoring). Then the probe is refit on all of `X` with that C. Otherwise `C` (default 1.0) is used.
+    `init`: a solution to start from (a neighbouring layer's, of the same shape); the optimum is the same.
 
     Why log-loss: accuracy is a step function of C that often ties across half the grid and says nothing about the
     probabilities; the C with the best held-out log-loss is the one whose probabilities are honest, which is what the
-    reported calibration (ECE) and every threshold read downstream depend on.
-
-    BLAS runs single-threaded here: for a d of a few hundred, multi-threaded OpenBLAS only adds overhead, and on
-    a busy machine its spinning threads slow a fit down many times over.
+    reported calibration (ECE) and every threshold read downstream depend on. `seed` is kept for the callers: the
+    fit is deterministic (L-BFGS from zero or from `init`), as lbfgs was.
     """
-    from threadpoolctl import threadpool_limits
-
     if task != "single_label":
-        return fit_shaped(X, y, task, C=C, cv=cv, C_grid=C_grid, seed=seed)
+        return fit_shaped(X, y, task, C=C, cv=cv, C_grid=C_grid, seed=seed, init=init)
     X, y = _check_xy(X, y)
-    with threadpool_limits(limits=1, user_api="blas"):
-        results = None
-        if cv is not None:
-            grid = [float(c) for c in (C_grid or DEFAULT_C_GRID)]
-            results = cross_validate_C(X, y, grid, cv, class_weight, seed)
-            C = grid[best_C_index(results, criterion)]
-        model = make_pipeline(DEFAULT_C if C is None else float(C), class_weight, seed).fit(X, y)
-    return ProbeFit(model, float(model.named_steps["lr"].C), results)
+    results = None
+    if cv is not None:
+        grid = [float(c) for c in (C_grid or DEFAULT_C_GRID)]
+        results = cross_validate_C(X, y, grid, cv, class_weight, seed)
+        C = grid[best_C_index(results, criterion)]
+    model, solution = fit_logistic(X, y, DEFAULT_C if C is None else float(C), class_weight, init)
+    return ProbeFit(model, float(model.head.C), results, solution=solution)
 
 
 def cross_validate_C(
     X: np.ndarray, y: np.ndarray, grid: Sequence[float], cv: int, class_weight: str | None, seed: int
 ) -> list[dict[str, float]]:
     """Mean/std K-fold accuracy (`mean`, `std`) and mean log-loss (`log_loss`) for every C of `grid` (same folds as
-    `GridSearchCV(cv=K)`).
-
-    Per fold, the C values are fitted in increasing order, each warm-started from the previous solution (the
-    regularisation path): neighbouring C values have nearby optima, so lbfgs needs few iterations for each.
-    """
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.metrics import log_loss
-    from sklearn.preprocessing import StandardScaler
-
-    order = np.argsort(grid, kind="stable")
-    scores, losses = np.zeros((cv, len(grid))), np.zeros((cv, len(grid)))
-    for k, (tr, te) in enumerate(cv_folds(y, cv).split(X, y)):
-        scaler = StandardScaler().fit(X[tr])
-        X_tr, X_te = scaler.transform(X[tr]), scaler.transform(X[te])
-        lr = LogisticRegression(solver="lbfgs", max_iter=MAX_ITER, class_weight=class_weight, random_state=seed,
-                                warm_start=True)
-        for i in order:
-            lr.set_params(C=float(grid[i])).fit(X_tr, y[tr])
-            proba = lr.predict_proba(X_te)
-            scores[k, i] = float((lr.classes_[proba.argmax(axis=1)] == y[te]).mean())
-            losses[k, i] = float(log_loss(y[te], proba, labels=lr.classes_))
+    `GridSearchCV(cv=K)`; per fold the C values fitted from the smallest up, each from the last one's solution:
+    `probe.cv.logistic_path_scores`). `seed` is unused: the folds keep the data order."""
+    classes, ids = np.unique(np.asarray(y), return_inverse=True)
+    scores, losses = folds_cv.logistic_path_scores(np.asarray(X, dtype=np.float32), ids.reshape(-1), len(classes),
+                                                   grid, cv_folds(y, cv), class_weight)
     return [{"C": float(c), "mean": float(scores[:, i].mean()), "std": float(scores[:, i].std()),
              "log_loss": float(losses[:, i].mean())} for i, c in enumerate(grid)]
 
@@ -243,45 +241,49 @@ def _check_xy(X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return X, y
 
 
-def make_shaped_pipeline(task: str, C: float, seed: int) -> Any:
-    """Scaler + ridge (alpha = 1/C) for numbers, scaler + one logistic regression per tag for tag sets."""
-    from sklearn.linear_model import LogisticRegression, Ridge
-    from sklearn.multiclass import OneVsRestClassifier
-    from sklearn.pipeline import Pipeline
-    from sklearn.preprocessing import StandardScaler
-
-    if task == "regression":
-        return Pipeline([("scaler", StandardScaler()), ("ridge", Ridge(alpha=1.0 / C))])
-    lr = LogisticRegression(C=C, solver="lbfgs", max_iter=MAX_ITER, random_state=seed)
-    return Pipeline([("scaler", StandardScaler()), ("ovr", OneVsRestClassifier(lr))])
-
-
 def fit_shaped(X: np.ndarray, y: np.ndarray, task: str, *, C: float | None = None, cv: int | None = None,
-               C_grid: Sequence[float] | None = None, seed: int = 42, class_weight: str | None = None) -> ProbeFit:
+               C_grid: Sequence[float] | None = None, seed: int = 42, class_weight: str | None = None,
+               init: engine.LinearSolution | None = None) -> ProbeFit:
     """A fitted regression or tag probe on features `X` (n, d) and targets `y` (numbers, or an (n, tags) 0/1
     matrix). With `cv` (always for regression, default 5 folds) C is chosen over the grid by K-fold CV in data
     order - mean squared error for numbers, micro-F1 for tags - with the scaler refit inside every fold."""
-    from threadpoolctl import threadpool_limits
-
     X, y = _check_shaped(X, y, task)
     cv = folds_for(task, C, cv)
     default_grid = [1.0 / a for a in ALPHA_GRID] if task == "regression" else list(DEFAULT_C_GRID)
-    with threadpool_limits(limits=1, user_api="blas"), constant_tags_allowed():
-        results = None
-        if cv is not None:
-            grid = [float(c) for c in C_grid] if C_grid else default_grid
-            results = cross_validate_shaped(X, y, task, grid, cv, seed)
-            best = max(range(len(results)), key=lambda i: (round(results[i]["mean"], 12), -i))  # ties: earlier C
-            C = results[best]["C"]
-        C = DEFAULT_C if C is None else float(C)
-        model = make_shaped_pipeline(task, C, seed).fit(X, y)
-    return ProbeFit(model, C, results, task=task)
+    results = None
+    if cv is not None:
+        grid = [float(c) for c in C_grid] if C_grid else default_grid
+        results = cross_validate_shaped(X, y, task, grid, cv, seed)
+        best = max(range(len(results)), key=lambda i: (round(results[i]["mean"], 12), -i))  # ties: earlier C
+        C = results[best]["C"]
+    C = DEFAULT_C if C is None else float(C)
+    if task == "regression":
+        scaler, rows = standardized(X)
+        coef, intercept = engine.ridge_solutions(rows.tensor.numpy(), y, [1.0 / C])[0]
+        return ProbeFit(ProbeModel.of(scaler, RidgeHead(coef, intercept, 1.0 / C)), C, results, task=task)
+    model, solution = fit_tags(X, y, C, init)
+    return ProbeFit(model, C, results, task=task, solution=solution)
+
+
+def fit_tags(X: np.ndarray, Y: np.ndarray, C: float,
+             init: engine.LinearSolution | None = None) -> tuple[ProbeModel, engine.LinearSolution]:
+    """Standardised `X` + one logistic regression per tag of the 0/1 matrix `Y` (their sum solved as one problem);
+    a tag on in every training row, or in none, is kept as that constant (`heads.ConstantTag`)."""
+    scaler, rows = standardized(X)
+    varying = np.flatnonzero(Y.min(axis=0) != Y.max(axis=0))
+    solution = engine.fit_linear(rows, engine.Targets.columns(Y[:, varying]), C, init=init)
+    estimators: list[LogisticHead | ConstantTag] = [ConstantTag(Y[:1, j].copy()) for j in range(Y.shape[1])]
+    for row, j in enumerate(varying):
+        estimators[j] = LogisticHead(solution.coef[row:row + 1], solution.intercept[row:row + 1],
+                                     np.array([0, 1]), C)
+    return ProbeModel.of(scaler, OneVsRestHead(estimators, C)), solution
 
 
 @contextmanager
 def constant_tags_allowed() -> Iterator[None]:
     """Silence sklearn's warning about a tag on in every (or no) training row: one-vs-rest then predicts it as a
-    constant, which is right, and the saved probe keeps it as such (`shaped_arrays`)."""
+    constant, which is right, and the saved probe keeps it as such (`shaped_arrays`). (The TF-IDF baseline's
+    one-vs-rest is scikit-learn's.)"""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Label .* is present in all training examples")
         yield
@@ -289,18 +291,16 @@ def constant_tags_allowed() -> Iterator[None]:
 
 def cross_validate_shaped(X: np.ndarray, y: np.ndarray, task: str, grid: Sequence[float], cv: int,
                           seed: int) -> list[dict[str, Any]]:
-    """Mean/std K-fold score (negative MSE for numbers, micro-F1 for tags) for every C of `grid`."""
-    from sklearn.model_selection import GridSearchCV, KFold
-
+    """Mean/std K-fold score (negative MSE for numbers, micro-F1 for tags) for every C of `grid`, on
+    `KFold(cv)`'s folds (`probe.cv`)."""
     check_folds(y, cv, task)
-    step = "ridge__alpha" if task == "regression" else "ovr__estimator__C"
-    values = [1.0 / c for c in grid] if task == "regression" else list(grid)
-    scoring = "neg_mean_squared_error" if task == "regression" else "f1_micro"
-    search = GridSearchCV(make_shaped_pipeline(task, 1.0, seed), {step: values}, cv=KFold(n_splits=cv),
-                          scoring=scoring, refit=False).fit(X, y)
-    means, stds = search.cv_results_["mean_test_score"], search.cv_results_["std_test_score"]
+    folds = folds_cv.plain_folds(len(y), cv)
+    if task == "regression":
+        scores = folds_cv.ridge_path_scores(X, y, grid, folds)
+    else:
+        scores = folds_cv.tag_path_scores(X, y, grid, folds)
     return [{"C": float(c), **({"alpha": float(1.0 / c)} if task == "regression" else {}),
-             "mean": float(means[i]), "std": float(stds[i])} for i, c in enumerate(grid)]
+             "mean": float(scores[:, i].mean()), "std": float(scores[:, i].std())} for i, c in enumerate(grid)]
 
 
 def _check_shaped(X: np.ndarray, y: np.ndarray, task: str) -> tuple[np.ndarray, np.ndarray]:

@@ -116,18 +116,20 @@ def sweep_layers(
 
     `layers` are the indexes of the layer axis to probe (default: all of them); `layer_names` label that
     axis (e.g. `embeddings`, `layer 1`, ...). `fit_kwargs` go to `fit_probe` (C, cv, C_grid, class_weight, seed,
-    task). Tag probes decide at `threshold` (--threshold: a number, or tuned on dev per cell).
+    task). Tag probes decide at `threshold` (--threshold: a number, or tuned on dev per cell). Within a pooling,
+    each layer's fit starts from the layer before's solution (neighbouring layers' standardised features are alike).
     """
     cells = []
     for pool, train in train_by_pool.items():
-        dev = dev_by_pool[pool]
+        dev, previous = dev_by_pool[pool], None
         if train.ndim == 2:
             train, dev = train[:, None, :], dev[:, None, :]
         for layer in layers if layers is not None else range(train.shape[1]):
             name = layer_names[layer] if layer_names is not None else str(layer)
             if progress:
                 progress(f"probing {pool} {name}")
-            fit = fit_probe(np.asarray(train[:, layer]), y_train, **fit_kwargs)
+            fit = fit_probe(np.asarray(train[:, layer]), y_train, init=previous, **fit_kwargs)
+            previous = fit.solution  # the next layer's fit starts here: the same optimum, fewer iterations
             if fit.task != "single_label":
                 cells.append(shaped_cell(fit, pool, int(layer), name, np.asarray(dev[:, layer]), y_dev,
                                           label_names or [], threshold, fit_kwargs.get("seed", 42)))

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.data.tagged import TaggedSentence
-from bertkit.data.tagscheme import TagScheme
+from bertkit.data.tagscheme import OUTSIDE, TagScheme
 from bertkit.encoding.reading import Reading
 from bertkit.errors import UserError
 from bertkit.features.settings import Pooling
@@ -144,14 +144,26 @@ def stored_sentences(store: WordStore, limit: int | None) -> list[TaggedSentence
     return [TaggedSentence(store.words[s], store.tags[s]) for s in range(n)]
 
 
-def check_stored_tags(train: Sequence[TaggedSentence], dev: Sequence[TaggedSentence], root: Path) -> None:
-    """A dev tag the train split never has cannot be predicted (as `data.tagged.check_dev_tags` says of files)."""
+def check_stored_tags(train: Sequence[TaggedSentence], dev: Sequence[TaggedSentence], root: Path,
+                      scheme: TagScheme, limit: int | None = None) -> None:
+    """A dev tag the train split never has cannot be predicted, and a dev split of entity tags without any entity
+    (in the sentences probed: the first `limit`, --limit) leaves entity F1 undefined (as `data.tagged.check_dev_tags`
+    says of files)."""
     seen = {tag for s in train for tag in s.tags}
-    unseen = sorted({tag for s in dev for tag in s.tags} - seen)
+    dev_tags = {tag for s in dev for tag in s.tags}
+    unseen = sorted(dev_tags - seen)
     if unseen:
         raise UserError(f"The dev split of the word store {root} has tags its train split never has: "
                         f"{', '.join(unseen[:10])}. A probe predicts only training tags. Embed training data with "
-                        f"these tags (or with more sentences: --limit), or map them to a training tag in the dev file.")
+                        f"these tags (or with more sentences: --limit), or embed again with --unseen-tags drop or "
+                        f"--unseen-tags O (a training tag to read them as).")
+    if scheme.has_entities and dev_tags <= {OUTSIDE}:
+        which = f"its first {limit:,} sentences (--limit {limit})" if limit is not None else "its sentences"
+        raise UserError(f"The dev split of the word store {root} holds no entity in {which} (every tag is O): entity "
+                        f"F1 is undefined on it, so it cannot score the rows or choose the best. Embed dev data with "
+                        f"entities (`bertkit embed --task tags --data TRAIN --dev DEV --out {root} --overwrite`, --dev "
+                        f"a file with entities){', or pass a larger --limit' if limit is not None else ''}, or embed "
+                        f"with --tag-scheme none to score the tags by word accuracy.")
 
 
 def store_compute(cfg: Any, manifest: dict[str, Any], root: Path) -> tuple[Compute, Compute, list[str]]:
@@ -201,8 +213,8 @@ def run_word_store_probe(cfg: Any, say: Callable[[str], None] | None = None) -> 
     splits = word_store_splits(root)
     train_store, dev_store = (open_word_store(splits[name]) for name in ("train", "dev"))  # every file verified
     train, dev = (stored_sentences(store, cfg.inputs.limit) for store in (train_store, dev_store))
-    check_stored_tags(train, dev, root)
     scheme = TagScheme(train_store.scheme, train_store.scheme)
+    check_stored_tags(train, dev, root, scheme, cfg.inputs.limit)
     if say is not None:
         say(f"word store {root}: {len(train):,} train / {len(dev):,} dev sentences, tags {scheme.name}; "
             f"{len(rows)} rows")
@@ -224,4 +236,5 @@ def run_word_store_probe(cfg: Any, say: Callable[[str], None] | None = None) -> 
         notes += list(warning)
     return WordProbeRun(train_store.model, train_store.revision, str(train_store.path), str(dev_store.path),
                         train_store.columns, reading, C, {"train": len(train), "dev": len(dev)}, table, tuple(notes),
-                        best_probe=best, compute=recorded, features=str(root))
+                        best_probe=best, compute=recorded, features=str(root),
+                        encoder_sha256=(manifest.get("identity") or {}).get("encoder_sha256"))

@@ -1,16 +1,20 @@
-"""Word probes: a logistic regression per word (the sentence probe's scaler + lbfgs pipeline,
-`bertkit.probe.fit.make_pipeline`) fitted on the training words' vectors of each layer or layer combination and
-scored on dev as the tags need (`bertkit.scoring.entities`: entity F1 for entity tags, token accuracy for plain
+"""Word probes: a logistic regression per word (the sentence probe's standardised features + logistic regression,
+fitted by the same engine, `bertkit.probe.engine`) fitted on the training words' vectors of each layer or layer
+combination and scored on dev as the tags need (`bertkit.scoring.entities`: entity F1 for entity tags, token accuracy for plain
 ones). `probe_word_layers` gives the table, one row per combination, with two baselines that need no encoder:
 the majority tag, and each word's most frequent training tag (the classic POS baseline). Every row and baseline
 carries a 95% bootstrap interval of its main score over the dev sentences, from the predictions it made (no refit);
-one seed, so every row is resampled on the same sentences."""
+one seed, so every row is resampled on the same sentences.
+
+A row's training vectors are a matrix in memory (standardised where it lies when the caller hands it over,
+`owned`) or, when they would not fit, a `StreamedMatrix` read block by block from the layer files at every pass of
+the fit: memory then holds one block of them. A row's fit can start from the row before's solution (`init`)."""
 
 from __future__ import annotations
 
 import time
 from collections import Counter, defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +26,9 @@ from bertkit.encoding.reading import Reading
 from bertkit.errors import UserError
 from bertkit.features.settings import Pooling
 from bertkit.features.words import WordFeatures, extract_word_features, paper_rows
-from bertkit.probe.fit import DEFAULT_C, make_pipeline
+from bertkit.probe import engine
+from bertkit.probe.fit import DEFAULT_C, fit_logistic
+from bertkit.probe.heads import LogisticHead, ProbeModel, Standardizer
 from bertkit.scoring.entities import BOOTSTRAP_RESAMPLES, TagScores, score_tags
 
 
@@ -81,12 +87,56 @@ def as_sentences(flat: Sequence[str], offsets: np.ndarray) -> list[list[str]]:
     return [list(flat[offsets[s]:offsets[s + 1]]) for s in range(len(offsets) - 1)]
 
 
-def fit_word_probe(X: np.ndarray, tags: Sequence[str], C: float = DEFAULT_C, seed: int = 0) -> Any:
-    """A fitted scaler + logistic regression pipeline predicting each word's tag from its vector."""
+@dataclass(frozen=True)
+class StreamedMatrix:
+    """A row's training vectors too big to hold: `read(start, stop)` gives words start:stop, (stop - start, dim)
+    float32, read afresh at every pass of the fit."""
+
+    read: Callable[[int, int], np.ndarray]
+    n: int
+    dim: int
+
+
+def check_tags(tags: Sequence[str]) -> None:
     if len(set(tags)) < 2:
         raise UserError(f"The training words carry one tag only ({tags[0] if tags else 'none'}): a probe needs two "
                         f"or more. Valid: a training file with several tags. Check --label-column and the file.")
-    return make_pipeline(C, None, seed).fit(X, np.asarray(tags, dtype=object))
+
+
+def fit_word_probe(X: np.ndarray, tags: Sequence[str], C: float = DEFAULT_C, seed: int = 0) -> ProbeModel:
+    """A fitted standardiser + logistic regression (`heads.ProbeModel`) predicting each word's tag from its
+    vector (`seed`: kept for the callers; the fit is deterministic)."""
+    check_tags(tags)
+    return fit_logistic(X, np.asarray(tags, dtype=object), C)[0]
+
+
+def standardized_rows(X: np.ndarray | StreamedMatrix, owned: bool) -> tuple[Standardizer, Any]:
+    """The standardiser of a row's training vectors and the vectors as the engine reads them: in memory
+    (standardised in place when `owned`, else in a copy), or streamed (standardised block by block)."""
+    if isinstance(X, StreamedMatrix):
+        blocks = (X.read(start, min(X.n, start + engine.block_rows_for(X.dim)))
+                  for start in range(0, X.n, engine.block_rows_for(X.dim)))
+        scaler = engine.standardizer_of(blocks)
+        return scaler, engine.StreamedRows(X.read, X.n, scaler)
+    scaler = engine.standardizer_of(engine.array_blocks(X))
+    mine = owned and X.dtype == np.float32 and X.flags.c_contiguous and X.flags.writeable
+    Z = X if mine else np.array(X, dtype=np.float32, order="C")
+    return scaler, engine.MemoryRows(scaler.transform_in_place(Z))
+
+
+def fit_word_tags(X: np.ndarray | StreamedMatrix, y_train: Sequence[str], C: float, init: Any = None,
+                  owned: bool = False) -> tuple[ProbeModel, engine.LinearSolution, float]:
+    """The fitted probe of a row's training vectors, the engine's solution (where the next row can start) and the
+    training words' accuracy (how far it fits)."""
+    check_tags(y_train)
+    classes, ids = np.unique(np.asarray(y_train, dtype=object), return_inverse=True)
+    ids = ids.reshape(-1)
+    scaler, rows = standardized_rows(X, owned)
+    solution = engine.fit_linear(rows, engine.Targets.classes(ids, len(classes)), C, init=init)
+    predicted = engine.decisions(rows, solution.coef, solution.intercept)
+    hits = (predicted[:, 0] > 0) == (ids == 1) if len(classes) == 2 else predicted.argmax(axis=1) == ids
+    head = LogisticHead(solution.coef, solution.intercept, classes, C, None, np.asarray([solution.n_iter], np.int32))
+    return ProbeModel.of(scaler, head), solution, float(hits.mean())
 
 
 def majority_tags(train: Sequence[TaggedSentence], dev: Sequence[TaggedSentence]) -> list[list[str]]:
@@ -113,27 +163,38 @@ def baseline_scores(train: Sequence[TaggedSentence], dev: Sequence[TaggedSentenc
             "most frequent tag per word": score_tags(gold, most_frequent_tags(train, dev), scheme, n_boot, seed)}
 
 
-def fit_word_row(label: str, pooling: Pooling, X: np.ndarray, y_train: Sequence[str], X_dev: np.ndarray,
-                 gold: Sequence[Sequence[str]], dev_offsets: np.ndarray, scheme: TagScheme, C: float = DEFAULT_C,
-                 seed: int = 0, n_boot: int = BOOTSTRAP_RESAMPLES) -> tuple[WordProbeRow, Any]:
-    """One row of the table and its fitted probe (the scaler + logistic regression pipeline): fitted on the
-    training words' vectors `X`, scored on the dev words' `X_dev` (sentence s's words are rows
-    `dev_offsets[s]:dev_offsets[s + 1]`) against the `gold` tags, with the main score's interval over `n_boot`
-    resamples of the dev sentences (seeded by `seed`)."""
+@dataclass(frozen=True)
+class FittedRow:
+    """A table row with its fitted probe and the engine's solution (where the next row's fit can start)."""
+
+    row: WordProbeRow
+    model: ProbeModel
+    solution: engine.LinearSolution
+
+
+def fit_word_row(label: str, pooling: Pooling, X: np.ndarray | StreamedMatrix, y_train: Sequence[str],
+                 X_dev: np.ndarray, gold: Sequence[Sequence[str]], dev_offsets: np.ndarray, scheme: TagScheme,
+                 C: float = DEFAULT_C, seed: int = 0, n_boot: int = BOOTSTRAP_RESAMPLES, init: Any = None,
+                 owned: bool = False) -> FittedRow:
+    """One row of the table and its fitted probe (standardiser + logistic regression): fitted on the training
+    words' vectors `X` (from `init`, a neighbouring row's solution, when given; `owned`: `X` may be standardised
+    where it lies), scored on the dev words' `X_dev` (sentence s's words are rows `dev_offsets[s]:dev_offsets[s +
+    1]`) against the `gold` tags, with the main score's interval over `n_boot` resamples of the dev sentences
+    (seeded by `seed`). `fit_seconds`: the fit, standardisation included."""
     start = time.perf_counter()
-    model = fit_word_probe(X, y_train, C, seed)
+    model, solution, train_accuracy = fit_word_tags(X, y_train, C, init, owned)
     seconds = time.perf_counter() - start
-    train_accuracy = float((model.predict(X) == np.asarray(y_train, dtype=object)).mean())
     predicted = as_sentences(model.predict(X_dev).tolist(), dev_offsets)
     scores = score_tags(gold, predicted, scheme, n_boot, seed)
-    return WordProbeRow(label, pooling, X.shape[1], scores, train_accuracy, seconds), model
+    dim = X.dim if isinstance(X, StreamedMatrix) else int(X.shape[1])
+    return FittedRow(WordProbeRow(label, pooling, dim, scores, train_accuracy, seconds), model, solution)
 
 
 def probe_word_row(label: str, pooling: Pooling, X: np.ndarray, y_train: Sequence[str], X_dev: np.ndarray,
                    gold: Sequence[Sequence[str]], dev_offsets: np.ndarray, scheme: TagScheme, C: float = DEFAULT_C,
                    seed: int = 0, n_boot: int = BOOTSTRAP_RESAMPLES) -> WordProbeRow:
     """One row of the table (`fit_word_row` without its probe)."""
-    return fit_word_row(label, pooling, X, y_train, X_dev, gold, dev_offsets, scheme, C, seed, n_boot)[0]
+    return fit_word_row(label, pooling, X, y_train, X_dev, gold, dev_offsets, scheme, C, seed, n_boot).row
 
 
 def probe_word_layers(train: Sequence[TaggedSentence], train_features: WordFeatures,

@@ -2,7 +2,11 @@
 every hidden state the table needs for all words once (one forward pass per batch), into unlinked files on disk
 (`bertkit.features.word_layers`: memory holds one chunk of words while they are written), then for each row build
 its vectors from those states (a single layer, or a sum / concat of several), fit and score its word probe
-(`bertkit.probe.words`) and drop them: memory holds one row's matrices at a time, not every state of every word.
+(`bertkit.probe.words`) and drop them: memory holds one row's matrices at a time, not every state of every word;
+a row bigger than `ROW_MEMORY_BYTES` (the concat of the last four layers of ~200k words) is not built at all: its
+fit reads it from the layer files block by block at every pass (`words.StreamedMatrix`). Each row's fit starts
+from the row before's solution where their vectors have the same size (neighbouring layers' standardised states
+are alike: fewer iterations to the same optimum).
 `bertkit.probe.word_store_run` runs the same table on a word store (`probe --features`). Then the run is written
 (metrics.json with the reading and layer settings, the per-layer plot, the best row's probe).
 
@@ -15,27 +19,32 @@ the pretrained weights add); every row and baseline with a 95% bootstrap interva
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
+import numpy as np
+
 from bertkit.data.tagged import DataSource, TaggedColumns, TaggedCorpus, TaggedSentence, read_tagged_splits
 from bertkit.data.tagscheme import TagScheme
 from bertkit.encoding.reading import Reading
+from bertkit.errors import UserError
 from bertkit.features.settings import LAST4, Pooling
-from bertkit.features.word_layers import MemoryLayers, WordLayers, write_layer_files
+from bertkit.features.word_layers import MemoryLayers, RowReader, WordLayers, write_layer_files
 from bertkit.features.words import extract_word_features, paper_rows, word_pooling
 from bertkit.models.compute import Compute
+from bertkit.probe.engine import LinearSolution
 from bertkit.probe.fit import DEFAULT_C
 from bertkit.probe.word_saved import WordProbeFit, WordProbeSource, fitted_word_probe, save_word_probe
 from bertkit.probe.words import (
+    StreamedMatrix,
     WordProbeRow,
     WordProbeTable,
     baseline_scores,
     fit_word_row,
     flat_tags,
-    probe_word_row,
 )
 
 log = logging.getLogger(__name__)
@@ -45,6 +54,10 @@ COMBINED_PAPER_ROWS = 3
 layers); the paper's single-layer rows (embeddings, second-to-last, last) are on the curve."""
 RANDOM_ENCODER = "random-init encoder"
 """The baseline's name in the table, metrics.json and the plot (as the sentence probe's, `probe.baselines`)."""
+ROW_MEMORY_BYTES = 768 << 20
+"""A row's training matrix up to this size is built in memory for its fit; a bigger one is streamed from the layer
+files (`row_features`). 768 MiB: one layer of ~500k words of width 384, or ~200k of width 768, in memory; the peak
+of a 200k-word table (the concat row, 1.2 GiB, streamed) under 2 GB."""
 BASELINE_KEYS = {"majority tag": "majority", "most frequent tag per word": "most_frequent_tag",
                  RANDOM_ENCODER: "random_encoder"}
 
@@ -76,6 +89,9 @@ class WordProbeRun:
     the precision it records)."""
     features: str | None = None
     """The word store probed (`probe --features`); None: the words were read from `train` and `dev` now."""
+    encoder_sha256: str | None = None
+    """The sha256 of the encoder's whole weights (`loading.weights_digest`; None: a hub encoder, or a word store that
+    does not record it): the saved probe records it, and `predict --probe` refuses an encoder changed since."""
 
     def to_json(self) -> dict[str, Any]:
         table = self.table.to_json()
@@ -124,11 +140,12 @@ def fitting(label: str, spec: Pooling, n_layers: int) -> tuple[str, Pooling]:
     return label.replace("last four", f"last {n_layers}"), word_pooling(every, spec.combine)
 
 
-def read_train_dev(train: str | DataSource, dev: str | DataSource,
-                   columns: TaggedColumns) -> tuple[TaggedCorpus, TaggedCorpus]:
-    """Both corpora (files or hub splits) checked (ragged rows, tag columns, schemes; the columns detected in each unless given), and
-    every dev tag seen in training (`check_dev_tags`)."""
-    train_corpus, dev_corpus = read_tagged_splits(train, [dev], columns)
+def read_train_dev(train: str | DataSource, dev: str | DataSource, columns: TaggedColumns,
+                   unseen_tags: str = "refuse") -> tuple[TaggedCorpus, TaggedCorpus]:
+    """Both corpora (files or hub splits) checked (ragged rows, tag columns, schemes; the columns detected in each
+    unless given), and every dev tag seen in training or handled as --unseen-tags says (`unseen_tags`: refuse, drop
+    or a training tag; `data.tagged.read_tagged_splits`, as fine-tuning reads them)."""
+    train_corpus, dev_corpus = read_tagged_splits(train, [dev], columns, unseen_tags)
     return train_corpus, dev_corpus
 
 
@@ -160,25 +177,53 @@ def read_word_layers(encoder: Any, tokenizer: Any, parts: Sequence[Sequence[Tagg
     return made
 
 
+def row_features(layers: WordLayers, spec: Pooling, memory_bytes: int = ROW_MEMORY_BYTES) -> Any:
+    """A row's vectors as its fit reads them: the (n_words, width) matrix (a new array: the fit may standardise it in
+    place), or, above `memory_bytes`, a `StreamedMatrix` reading them from the layers block by block into reused
+    buffers (`features.word_layers.RowReader`)."""
+    width = layers.row_width(spec)
+    if layers.n_words * width * 4 <= memory_bytes:
+        return layers.matrix(spec)
+    return StreamedMatrix(RowReader(layers, spec), layers.n_words, width)
+
+
+def concat_start(spec: Pooling, n_layers: int, singles: dict[int, LinearSolution]) -> LinearSolution | None:
+    """Where a concat row's fit starts: its states' own solutions side by side, each divided by their number (its
+    logits then start as the mean of theirs: a row's standardised concat is its states' standardised vectors side
+    by side). None: not a concat row, or a state not fitted alone."""
+    states = spec.resolve(n_layers)
+    if spec.combine != "concat" or len(states) < 2 or any(i not in singles for i in states):
+        return None
+    parts = [singles[i] for i in states]
+    return LinearSolution(np.concatenate([p.coef for p in parts], axis=1) / len(parts),
+                          np.mean([p.intercept for p in parts], axis=0), 0, False, math.nan)
+
+
 def probe_word_table(train_layers: WordLayers, dev_layers: WordLayers, train: Sequence[TaggedSentence],
                      dev: Sequence[TaggedSentence], scheme: TagScheme, rows: Sequence[tuple[str, Pooling]],
                      C: float = DEFAULT_C, seed: int = 0, baselines: bool = True,
                      say: Callable[[str], None] | None = None) -> tuple[WordProbeTable, WordProbeFit]:
-    """One probe per row, its vectors built from the layers (`WordLayers.matrix`) just before its fit and dropped
-    after it: memory holds one row's train and dev matrices at a time. Scored on dev; the best row's fitted probe
-    kept, to save."""
+    """One probe per row, its vectors built from the layers just before its fit and dropped after it
+    (`row_features`: memory holds one row's train and dev matrices at a time, or a block of a big row's), each fit
+    from the previous row's solution when the sizes agree (a concat row: from its states' solutions,
+    `concat_start`). Scored on dev; the best row's fitted probe kept, to save."""
     y_train, gold = flat_tags(train), [list(s.tags) for s in dev]
-    table_rows_, best, best_model = [], None, None
+    table_rows_, best, best_model, previous = [], None, None, None
+    singles: dict[int, LinearSolution] = {}
     for label, spec in rows:
-        X, X_dev = train_layers.matrix(spec), dev_layers.matrix(spec)
-        row, model = fit_word_row(label, spec, X, y_train, X_dev, gold, dev_layers.sentence_offsets, scheme, C,
-                                  seed)
+        X, X_dev = row_features(train_layers, spec), dev_layers.matrix(spec)
+        start = concat_start(spec, train_layers.n_layers, singles) or previous
+        fitted = fit_word_row(label, spec, X, y_train, X_dev, gold, dev_layers.sentence_offsets, scheme, C, seed,
+                              init=start, owned=True)
         del X, X_dev  # before the next row's are built
+        row, previous = fitted.row, fitted.solution
+        if spec.single_layer:
+            singles[spec.resolve(train_layers.n_layers)[0]] = fitted.solution
         if say is not None:
             say(f"{label}: dev {row.scores.main_name} {row.scores.main:.3f} ({row.dim} dims, {row.fit_seconds:.1f}s)")
         table_rows_.append(row)
         if best is None or row.scores.main > best.scores.main:  # the first on a tie, as `WordProbeTable.best`
-            best, best_model = row, model
+            best, best_model = row, fitted.model
     table = WordProbeTable(tuple(table_rows_), scheme, tuple(sorted(set(y_train))), len(y_train),
                            len(flat_tags(dev)), baseline_scores(train, dev, scheme, seed=seed) if baselines else {})
     assert best is not None
@@ -206,9 +251,9 @@ def random_encoder_row(model: str, tokenizer: Any, train: Sequence[TaggedSentenc
                                                 compute.dtype, cache_dir, in_memory)
     del encoder
     with train_layers, dev_layers:
-        return probe_word_row(f"{RANDOM_ENCODER} ({best.label})", best.pooling, train_layers.matrix(best.pooling),
-                              flat_tags(train), dev_layers.matrix(best.pooling), [list(s.tags) for s in dev],
-                              dev_layers.sentence_offsets, scheme, C, seed)
+        return fit_word_row(f"{RANDOM_ENCODER} ({best.label})", best.pooling, row_features(train_layers, best.pooling),
+                            flat_tags(train), dev_layers.matrix(best.pooling), [list(s.tags) for s in dev],
+                            dev_layers.sentence_offsets, scheme, C, seed, owned=True).row
 
 
 def with_random_encoder(table: WordProbeTable, row: WordProbeRow) -> tuple[WordProbeTable, tuple[str, ...]]:
@@ -228,17 +273,23 @@ def run_word_probe(train: str | DataSource, dev: str | DataSource, columns: Tagg
                    model: str, layers: str | None = None, combine: str | None = None, batch_size: int = 32,
                    C: float = DEFAULT_C, seed: int = 0, baselines: bool = True, trust_remote_code: bool = False,
                    say: Callable[[str], None] | None = None, limit: int | None = None,
-                   compute: Compute = Compute(), cache_dir: str | None = None, in_memory: bool = False) -> WordProbeRun:
-    """Read and check the tagged files, load the encoder once (where and in the precision `compute` says: the
+                   compute: Compute = Compute(), cache_dir: str | None = None, in_memory: bool = False,
+                   unseen_tags: str = "refuse") -> WordProbeRun:
+    """Read and check the tagged files (dev tags unseen in training as `unseen_tags` says; what was dropped or
+    mapped, and the files' other notes, in the run's notes), load the encoder once (where and in the precision `compute` says: the
     command's --precision, resolved once), extract every hidden state the rows (`table_rows`) need once
     (`read_word_layers`: to disk, or `in_memory`), and probe each row on its words (the first `limit` sentences of
     each file, when given); with `baselines`, the random-init encoder last."""
     from bertkit.models import loading
 
     loading.check_model_folder(model)
-    train_corpus, dev_corpus = read_train_dev(train, dev, columns)
+    train_corpus, dev_corpus = read_train_dev(train, dev, columns, unseen_tags)
     train_sentences, dev_sentences = (list(c.sentences()) if limit is None else c.head(limit)
                                       for c in (train_corpus, dev_corpus))
+    if limit is not None and dev_corpus.scheme.has_entities and not any(t != "O" for s in dev_sentences for t in s.tags):
+        raise UserError(f"The first {limit:,} sentences of {dev_corpus.source} (--dev, --limit {limit}) hold no entity "
+                        f"(every tag is O): entity F1 is undefined on them. Pass a larger --limit, or --dev data with "
+                        f"entities in its first sentences, or --tag-scheme none to score the tags by word accuracy.")
     tokenizer = loading.load_tokenizer(model, trust_remote_code)
     encoder = loading.cast_for_inference(loading.load_encoder(model, trust_remote_code).eval(), compute.torch_device,
                                          compute.dtype)
@@ -255,17 +306,18 @@ def run_word_probe(train: str | DataSource, dev: str | DataSource, columns: Tagg
     with train_layers, dev_layers:
         table, best = probe_word_table(train_layers, dev_layers, train_sentences, dev_sentences, train_corpus.scheme,
                                        rows, C, seed, baselines, say)
-    notes: tuple[str, ...] = ()
+    notes: tuple[str, ...] = (*train_corpus.notes, *dev_corpus.notes)
     if baselines:
         random_row = random_encoder_row(model, tokenizer, train_sentences, dev_sentences, train_corpus.scheme,
                                         table.best(), reading, batch_size, C, seed, trust_remote_code, compute,
                                         cache_dir, in_memory)
         if say is not None:
             say(f"{random_row.label}: dev {random_row.scores.main_name} {random_row.scores.main:.3f}")
-        table, notes = with_random_encoder(table, random_row)
+        table, warning = with_random_encoder(table, random_row)
+        notes += warning
     return WordProbeRun(model, loading.model_revision(model), str(train), str(dev), train_corpus.columns, reading, C,
                         {"train": len(train_sentences), "dev": len(dev_sentences)}, table, notes, best_probe=best,
-                        compute=compute)
+                        compute=compute, encoder_sha256=loading.weights_digest(model))
 
 
 def write_word_probe_run(run_dir: Path, run: WordProbeRun, config: dict[str, Any],
@@ -288,7 +340,8 @@ def write_word_probe_run(run_dir: Path, run: WordProbeRun, config: dict[str, Any
     outputs = {"config": str(final / "config.json"), "metrics": str(final / "metrics.json"),
                "layer_curve": str(final / curve.name)}
     if run.best_probe is not None:  # the best row's probe, for `predict --probe`
-        source = WordProbeSource(run.model, run.revision, run.reading, run.table.scheme, compute=run.compute)
+        source = WordProbeSource(run.model, run.revision, run.reading, run.table.scheme, compute=run.compute,
+                                 encoder_sha256=run.encoder_sha256)
         save_word_probe(run_dir / "probe", run.best_probe, source)
         outputs["probe"] = str(final / "probe")
     run = replace(run, outputs=outputs)

@@ -1,0 +1,379 @@
+"""The fitting engine every probe uses: linear heads on standardised features, solved in torch, float32, on all the
+threads torch has, one block of rows at a time.
+
+The objective is scikit-learn's, so a probe fitted here is comparable to one fitted by `LogisticRegression(lbfgs)`
+on the same standardised features: C * sum_i s_i * loss_i + 1/2 ||W||^2 (the intercept unpenalised; s_i the sample
+weights, 1 or the class weights of `balanced`: n / (classes * rows of the class)), minimised in the scale scikit-
+learn minimises it, divided by C * sum_i s_i, and stopped as it stops: the largest absolute gradient entry at most
+`TOL` (1e-4, LogisticRegression's tol), or `MAX_ITER` iterations. The losses:
+- `SOFTMAX`: multinomial cross-entropy over K >= 3 classes, one weight row per class;
+- `SIGMOID`: binary cross-entropy per output column: one column for two classes (the second class's row, as
+  LogisticRegression keeps it), or one per tag for tag sets (one-vs-rest: the tags' independent problems solved as
+  one, their sum, whose optimum is every tag's own).
+Ridge regression (`ridge_solutions`) is closed-form: one eigendecomposition of the standardised Gram matrix
+gives every alpha.
+
+The solver is L-BFGS (`minimize_lbfgs`: a history of `HISTORY` pairs, a backtracking line search on the Armijo
+condition). Why L-BFGS: one pass over the rows per iteration (the loss and its gradient together); Newton-CG and a
+whitened L-BFGS were tried on MiniLM's UD-EWT POS features and needed more passes to the same objective (the
+Hessian-vector products of Newton-CG numbered in the hundreds per Newton step on these nearly separable tags).
+A fit can start from another's solution (`init`): a C path is fitted from the smallest C up, each C from the last.
+
+Rows come in blocks (`MemoryRows`: an in-memory matrix, standardised once, viewed block by block; `StreamedRows`:
+raw rows read block by block - from layer files - with the standardisation folded into the weights), so the same
+arithmetic serves a matrix that fits in memory and one that does not, and the two give the same solution to
+float32 rounding (tested)."""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from bertkit.probe.heads import Standardizer
+
+if TYPE_CHECKING:
+    import torch
+
+log = logging.getLogger(__name__)
+
+TOL = 1e-4
+MAX_ITER = 2000
+HISTORY = 20
+BLOCK_BYTES = 64 << 20
+"""Rows per block: as many as fill 64 MiB of float32 features. Big blocks: each block costs a few parallel regions
+(a matrix product, a softmax), whose start-up is the price of a block, and a busy 2-core machine makes it high."""
+SOFTMAX, SIGMOID = "softmax", "sigmoid"
+SMALL_PASS = 1 << 24
+FLAT = 1e-6
+"""Relative change of the objective below which float32 sums cannot tell a decrease from rounding."""
+
+
+# ---------------------------------------------------------------- rows
+
+
+def standardizer_of(blocks: Iterator[np.ndarray]) -> Standardizer:
+    """Mean and scale of rows given block by block, accumulated in float64 (per block, then merged: Chan et al.,
+    as StandardScaler's incremental mean and variance); a feature constant to rounding gets scale 1."""
+    n, mean, m2 = 0, None, None
+    for block in blocks:
+        block = np.asarray(block, dtype=np.float64)
+        k, block_mean = len(block), block.mean(axis=0)
+        block_m2 = ((block - block_mean) ** 2).sum(axis=0)
+        if mean is None:
+            n, mean, m2 = k, block_mean, block_m2
+            continue
+        delta, total = block_mean - mean, n + k
+        mean = mean + delta * (k / total)
+        m2 = m2 + block_m2 + delta ** 2 * (n * k / total)
+        n = total
+    if mean is None or m2 is None:
+        raise ValueError("no rows to standardise")
+    var = m2 / n
+    eps = np.finfo(np.float64).eps
+    constant = var <= n * eps * var + (n * mean * eps) ** 2  # StandardScaler's test for a constant feature
+    scale = np.where(constant, 1.0, np.sqrt(var))
+    return Standardizer(mean, var, scale, n)
+
+
+def block_rows_for(d: int, block_bytes: int = BLOCK_BYTES) -> int:
+    """How many rows of `d` float32 features make one block."""
+    return max(1024, block_bytes // (4 * max(d, 1)))
+
+
+def array_blocks(X: np.ndarray, block_rows: int | None = None) -> Iterator[np.ndarray]:
+    block_rows = block_rows or block_rows_for(int(X.shape[1]))
+    for start in range(0, len(X), block_rows):
+        yield X[start:start + block_rows]
+
+
+class MemoryRows:
+    """Standardised float32 rows held in memory (`Z`, (n, d)), given as views of `block_rows` rows."""
+
+    def __init__(self, Z: np.ndarray, block_rows: int | None = None) -> None:
+        import torch
+
+        if Z.dtype != np.float32 or not Z.flags.c_contiguous:
+            raise ValueError("MemoryRows needs a C-contiguous float32 matrix")
+        self.n, self.d = int(Z.shape[0]), int(Z.shape[1])
+        self.block_rows = block_rows or block_rows_for(self.d)
+        self.tensor = torch.from_numpy(Z)
+
+    def blocks(self) -> Iterator[tuple[int, torch.Tensor]]:
+        for start in range(0, self.n, self.block_rows):
+            yield start, self.tensor[start:start + self.block_rows]
+
+    def raw_weights(self, W: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The weights that give the standardised rows' logits from the blocks as they come: these blocks are."""
+        return W, b
+
+    def standardized_gradient(self, gW: torch.Tensor, gb: torch.Tensor) -> torch.Tensor:
+        """The gradient in W from the blocks' share X^T R (and R's column sums `gb`): the same here."""
+        return gW
+
+
+class StreamedRows:
+    """Raw rows read `block_rows` at a time (`read(start, stop)`: rows start:stop as a C-contiguous float32 array,
+    which may be a buffer the next call reuses) and never standardised: the standardisation is folded into the
+    weights instead (logits = X (W / scale) + b - (mean / scale) W; the gradient unfolded the same way), so a block
+    costs its reading and the two products, and memory holds one block, whatever n is. Folding cancels large terms
+    only where the intercept's gradient is large (mean * sum of residuals), which vanishes at the optimum."""
+
+    def __init__(self, read: Callable[[int, int], np.ndarray], n: int, scaler: Standardizer,
+                 block_rows: int | None = None) -> None:
+        import torch
+
+        self.read, self.n, self.d = read, n, scaler.n_features_in_
+        self.block_rows = block_rows or block_rows_for(self.d)
+        self.inverse = torch.from_numpy((1.0 / scaler.scale_).astype(np.float32))
+        self.shift = torch.from_numpy((scaler.mean_ / scaler.scale_).astype(np.float32))
+
+    def blocks(self) -> Iterator[tuple[int, torch.Tensor]]:
+        import torch
+
+        for start in range(0, self.n, self.block_rows):
+            block = self.read(start, min(self.n, start + self.block_rows))
+            yield start, torch.from_numpy(np.ascontiguousarray(block, dtype=np.float32))
+
+    def raw_weights(self, W: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return W * self.inverse[:, None], b - self.shift @ W
+
+    def standardized_gradient(self, gW: torch.Tensor, gb: torch.Tensor) -> torch.Tensor:
+        return gW.mul_(self.inverse[:, None]).sub_(self.shift[:, None] * gb[None, :])
+
+
+# ---------------------------------------------------------------- targets and objective
+
+
+@dataclass(frozen=True)
+class Targets:
+    """What a logistic head is fitted to: class ids (n,) for `SOFTMAX` over `n_outputs` classes, or 0/1 columns
+    (n, n_outputs) for `SIGMOID`; sample weights (None: all 1) and their sum."""
+
+    kind: str
+    values: Any
+    n_outputs: int
+    weights: Any = None
+    total: float = 0.0
+
+    @classmethod
+    def classes(cls, ids: np.ndarray, n_classes: int, class_weight: str | None = None) -> Targets:
+        """Class ids 0..n_classes-1: softmax for three or more, one sigmoid column (class 1) for two."""
+        import torch
+
+        ids = np.asarray(ids, dtype=np.int64)
+        weights = None
+        if class_weight == "balanced":  # n / (classes * count), as compute_class_weight("balanced")
+            counts = np.bincount(ids, minlength=n_classes).astype(np.float64)
+            weights = torch.from_numpy((len(ids) / (n_classes * counts[ids])).astype(np.float32))
+        elif class_weight is not None:
+            raise ValueError(f"class_weight must be None or 'balanced'; got {class_weight!r}")
+        total = float(len(ids)) if weights is None else float(weights.double().sum())
+        if n_classes == 2:
+            return cls(SIGMOID, torch.from_numpy((ids == 1).astype(np.float32)[:, None]), 1, weights, total)
+        return cls(SOFTMAX, torch.from_numpy(ids), n_classes, weights, total)
+
+    @classmethod
+    def columns(cls, Y: np.ndarray) -> Targets:
+        """0/1 columns (n, tags), each its own binary problem (one-vs-rest)."""
+        import torch
+
+        Y = np.asarray(Y, dtype=np.float32)
+        return cls(SIGMOID, torch.from_numpy(np.ascontiguousarray(Y)), int(Y.shape[1]), None, float(len(Y)))
+
+    def block(self, start: int, size: int) -> tuple[Any, Any]:
+        weights = None if self.weights is None else self.weights[start:start + size]
+        return self.values[start:start + size], weights
+
+
+def loss_and_gradient(rows: Any, targets: Targets, W: torch.Tensor, b: torch.Tensor,
+                      C: float) -> tuple[float, torch.Tensor, torch.Tensor]:
+    """The objective (scaled by 1 / (C * sum of weights)) at (W (d, outputs), b (outputs,)), and its gradient: one
+    pass over the rows, block by block (logits, the loss, the residuals, the gradient's share)."""
+    import torch
+    import torch.nn.functional as F
+
+    gW, gb, loss = torch.zeros_like(W), torch.zeros_like(b), 0.0
+    W_raw, b_raw = rows.raw_weights(W, b)
+    for start, Z in rows.blocks():
+        values, weights = targets.block(start, len(Z))
+        logits = torch.addmm(b_raw, Z, W_raw)
+        if targets.kind == SOFTMAX:
+            log_p = torch.log_softmax(logits, dim=1)
+            picked = log_p.gather(1, values[:, None])[:, 0]
+            residual = log_p.exp_()
+            residual.scatter_add_(1, values[:, None], torch.full((len(Z), 1), -1.0))
+            row_loss = -picked
+        else:
+            row_loss = (F.softplus(logits) - values * logits).sum(dim=1)
+            residual = torch.sigmoid(logits).sub_(values)
+        if weights is not None:
+            row_loss = row_loss * weights
+            residual.mul_(weights[:, None])
+        loss += float(row_loss.sum(dtype=torch.float64))
+        gW.addmm_(Z.T, residual)
+        gb += residual.sum(dim=0)
+    gW = rows.standardized_gradient(gW, gb)
+    scale, penalty = 1.0 / targets.total, 1.0 / (C * targets.total)
+    objective = loss * scale + 0.5 * penalty * float((W.double() ** 2).sum())
+    return objective, gW.mul_(scale).add_(W, alpha=penalty), gb.mul_(scale)
+
+
+def decisions(rows: Any, coef: np.ndarray, intercept: np.ndarray) -> np.ndarray:
+    """The logits (n, outputs) float32 of a head (`coef` (outputs, d), `intercept`) on `rows`, block by block."""
+    import torch
+
+    W, b = rows.raw_weights(torch.from_numpy(np.ascontiguousarray(coef.T, dtype=np.float32)),
+                            torch.from_numpy(np.asarray(intercept, dtype=np.float32)))
+    out = np.empty((rows.n, len(intercept)), dtype=np.float32)
+    with torch.inference_mode():
+        for start, Z in rows.blocks():
+            out[start:start + len(Z)] = torch.addmm(b, Z, W).numpy()
+    return out
+
+
+# ---------------------------------------------------------------- solver
+
+
+@dataclass(frozen=True)
+class LinearSolution:
+    """A fitted linear head: `coef` (outputs, d), `intercept` (outputs,), float64 copies of the float32 solution;
+    the iterations it took, whether it met the tolerance, and the objective it reached."""
+
+    coef: np.ndarray
+    intercept: np.ndarray
+    n_iter: int
+    converged: bool
+    objective: float
+
+
+def minimize_lbfgs(fun: Callable[[torch.Tensor], tuple[float, torch.Tensor]], x0: torch.Tensor, *, tol: float = TOL,
+                   max_iter: int = MAX_ITER, history: int = HISTORY) -> tuple[torch.Tensor, float, int, bool]:
+    """L-BFGS on `fun` (x -> (value, gradient)) from `x0` (float64, flat): (x, value, iterations, converged). Stops
+    when max |gradient| <= `tol`, after `max_iter` iterations, or when no step along the direction lowers the value
+    (float32 resolution: the solution is as good as the arithmetic can tell)."""
+    x = x0.clone()
+    f, g = fun(x)
+    pairs: list[tuple[Any, Any, float]] = []
+    for iteration in range(max_iter):
+        if float(g.abs().max()) <= tol:
+            return x, f, iteration, True
+        direction = -two_loop(g, pairs)
+        slope = float(g @ direction)
+        if slope >= 0:  # not a descent direction (rounding): restart from the gradient
+            pairs, direction, slope = [], -g, -float(g @ g)
+        first = 1.0 if pairs else min(1.0, 1.0 / float(g.abs().sum()))
+        found = backtrack(fun, x, f, direction, slope, first)
+        if found is None:
+            return x, f, iteration, False
+        x_new, f_new, g_new = found
+        s, y = x_new - x, g_new - g
+        sy = float(s @ y)
+        if sy > 1e-10 * float(y @ y):
+            pairs = [*pairs[-(history - 1):], (s, y, 1.0 / sy)]
+        x, f, g = x_new, f_new, g_new
+    return x, f, max_iter, float(g.abs().max()) <= tol
+
+
+def two_loop(g: torch.Tensor, pairs: Sequence[tuple[Any, Any, float]]) -> torch.Tensor:
+    """The L-BFGS product H g of the inverse-Hessian estimate from the (s, y, 1 / s.y) pairs, the first matrix the
+    scaled identity s.y / y.y of the latest pair."""
+    q, alphas = g.clone(), []
+    for s, y, rho in reversed(pairs):
+        alpha = rho * float(s @ q)
+        alphas.append(alpha)
+        q.sub_(y, alpha=alpha)
+    if pairs:
+        s, y, rho = pairs[-1]
+        q.mul_(1.0 / (rho * float(y @ y)))
+    for (s, y, rho), alpha in zip(pairs, reversed(alphas), strict=True):
+        q.add_(s, alpha=alpha - rho * float(y @ q))
+    return q
+
+
+def backtrack(fun: Callable[[Any], tuple[float, Any]], x: Any, f: float, direction: Any, slope: float,
+              step: float, shrink_limit: int = 40) -> tuple[Any, float, Any] | None:
+    """The first step along `direction` (from `step`, then smaller: the minimum of the quadratic through the values
+    seen, at least a tenth of the last step) that meets the Armijo condition, or, where the values differ by less
+    than float32 rounding can tell (`FLAT`), Hager and Zhang's approximate Wolfe conditions on the slope there (the
+    gradient stays exact to ~1e-8 where the value no longer resolves a decrease); None if no step does."""
+    for _ in range(shrink_limit):
+        x_new = x + step * direction
+        f_new, g_new = fun(x_new)
+        if math.isfinite(f_new) and f_new <= f + 1e-4 * step * slope:
+            return x_new, f_new, g_new
+        if math.isfinite(f_new) and abs(f_new - f) <= FLAT * max(abs(f), 1e-12):
+            new_slope = float(g_new @ direction)
+            if 0.9 * slope <= new_slope <= -0.8 * slope:  # (2 delta - 1) slope >= slope(step) >= sigma slope
+                return x_new, f_new, g_new
+        fitted = -slope * step * step / (2.0 * (f_new - f - slope * step)) if math.isfinite(f_new) else 0.0
+        step = min(0.5 * step, max(0.1 * step, fitted))
+    return None
+
+
+def fit_linear(rows: Any, targets: Targets, C: float, *, init: LinearSolution | None = None, tol: float = TOL,
+               max_iter: int = MAX_ITER) -> LinearSolution:
+    """The logistic head minimising the objective (see the module) on `rows` at `C`, from `init` (a solution of the
+    same shape: a neighbouring C's or layer's) or from zero."""
+    import torch
+
+    d, k = rows.d, targets.n_outputs
+    x0 = torch.zeros(d * k + k, dtype=torch.float64)
+    if init is not None and init.coef.shape == (k, d):
+        x0[:d * k] = torch.from_numpy(np.ascontiguousarray(init.coef.T)).reshape(-1)
+        x0[d * k:] = torch.from_numpy(np.asarray(init.intercept, dtype=np.float64))
+
+    def fun(x: torch.Tensor) -> tuple[float, torch.Tensor]:
+        W, b = x[:d * k].reshape(d, k).float(), x[d * k:].float()
+        value, gW, gb = loss_and_gradient(rows, targets, W, b, C)
+        return value, torch.cat([gW.reshape(-1), gb]).double()
+
+    with torch.inference_mode(), threads_for(rows.n * d * k):
+        x, value, n_iter, converged = minimize_lbfgs(fun, x0, tol=tol, max_iter=max_iter, history=HISTORY)
+    if not converged:
+        log.warning("the probe's fit stopped after %d iterations, before its gradient reached %g (C=%g): its scores "
+                    "stand, its objective may improve a little with more iterations", n_iter, tol, C)
+    coef = x[:d * k].reshape(d, k).float().double().numpy().T.copy()
+    return LinearSolution(coef, x[d * k:].float().double().numpy(), n_iter, converged, value)
+
+
+@contextmanager
+def threads_for(size: int) -> Iterator[None]:
+    """One thread for a fit whose passes are small (`size` = rows x features x outputs below `SMALL_PASS`): there
+    the start-up of a parallel region costs more than the arithmetic it shares; torch's threads otherwise."""
+    import torch
+
+    threads = torch.get_num_threads()
+    if size >= SMALL_PASS or threads == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+# ---------------------------------------------------------------- ridge
+
+
+def ridge_solutions(Z: np.ndarray, y: np.ndarray, alphas: Sequence[float]) -> list[tuple[np.ndarray, float]]:
+    """(coef (d,), intercept) of ridge regression (||y - Z w - b||^2 + alpha ||w||^2, b unpenalised) on
+    standardised `Z` for every alpha: the centred Gram matrix decomposed once, in float64."""
+    import torch
+
+    Zt = torch.from_numpy(np.ascontiguousarray(Z, dtype=np.float32)).double()
+    center, target = Zt.mean(dim=0), torch.from_numpy(np.asarray(y, dtype=np.float64))
+    Zc = Zt - center
+    eigenvalues, U = torch.linalg.eigh(Zc.T @ Zc)
+    projected = U.T @ (Zc.T @ (target - target.mean()))
+    out = []
+    for alpha in alphas:
+        coef = U @ (projected / (eigenvalues.clamp_min(0) + float(alpha)))
+        out.append((coef.numpy(), float(target.mean() - center @ coef)))
+    return out

@@ -1,0 +1,215 @@
+"""The probe engine (bertkit.probe.engine) against scikit-learn, the reference it replaces: the same objective
+solved to a tight tolerance gives the same coefficients and probabilities (binary, multiclass with balanced class
+weights and a rare class, one-vs-rest tags, ridge); warm starts reach the same optimum; rows read in blocks,
+streamed or in memory, give the same solution; the fit is deterministic; the folds and the standardisation are
+scikit-learn's."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from bertkit.probe import cv as folds_cv
+from bertkit.probe import engine
+from bertkit.probe import fit as probe_fit
+from bertkit.probe.heads import LogisticHead
+
+TIGHT = 1e-7  # the engine's tolerance here (its default, scikit-learn's, is 1e-4)
+
+
+def overlapping(n: int, d: int, classes: int, seed: int = 0, offset: float = 3.0) -> tuple[np.ndarray, np.ndarray]:
+    """Classes that overlap (a unique, well-conditioned optimum), on features with means and scales far from 0 and
+    1 (the standardisation matters)."""
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, classes, size=n)
+    centers = rng.normal(size=(classes, d))
+    X = centers[y] + rng.normal(size=(n, d))
+    return (X * rng.uniform(0.5, 3.0, size=d) + offset * rng.normal(size=d)).astype(np.float32), y
+
+
+def reference(X: np.ndarray, y: np.ndarray, C: float, class_weight: str | None = None):
+    """scikit-learn's StandardScaler + LogisticRegression(lbfgs), solved to 1e-10 in float64 (on float32 features
+    its own solution stops at float32's resolution)."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.preprocessing import StandardScaler
+
+    scaler = StandardScaler().fit(X)
+    lr = LogisticRegression(C=C, class_weight=class_weight, tol=1e-10, max_iter=10000)
+    return scaler, lr.fit(scaler.transform(X).astype(np.float64), y)
+
+
+def engine_fit(X: np.ndarray, ids: np.ndarray, n_classes: int, C: float, class_weight: str | None = None,
+               **kwargs) -> tuple[engine.LinearSolution, np.ndarray]:
+    scaler = engine.standardizer_of(engine.array_blocks(X))
+    Z = scaler.transform(X)
+    targets = engine.Targets.classes(ids, n_classes, class_weight)
+    return engine.fit_linear(engine.MemoryRows(Z.copy()), targets, C, tol=TIGHT, **kwargs), Z
+
+
+@pytest.mark.parametrize("classes, class_weight", [(2, None), (2, "balanced"), (4, None), (5, "balanced")])
+def test_logistic_regression_matches_scikit_learn(classes, class_weight):
+    X, y = overlapping(400, 12, classes)
+    if class_weight:  # a rare class: 12 rows of 400
+        y = np.where(np.arange(len(y)) % 33 == 0, classes - 1, y % (classes - 1))
+    solution, Z = engine_fit(X, y, classes, 0.3, class_weight)
+    scaler, lr = reference(X, y, 0.3, class_weight)
+    assert solution.converged
+    assert solution.coef.shape == lr.coef_.shape == ((1 if classes == 2 else classes), 12)
+    np.testing.assert_allclose(solution.coef, lr.coef_, atol=1e-3)
+    np.testing.assert_allclose(solution.intercept, lr.intercept_, atol=1e-3)
+    head = LogisticHead(solution.coef, solution.intercept, np.arange(classes), 0.3)
+    np.testing.assert_allclose(head.predict_proba(Z), lr.predict_proba(scaler.transform(X)), atol=1e-4)
+    assert (head.predict(Z) == lr.predict(scaler.transform(X))).mean() > 0.995
+
+
+def test_fit_probe_scores_as_scikit_learn_does_at_the_default_tolerance():
+    """fit_probe (tol 1e-4, scikit-learn's default) on held-out rows: the same predictions but for a rare
+    borderline row, probabilities within a few thousandths."""
+    X, y = overlapping(1200, 20, 3, seed=1)
+    ours = probe_fit.fit_probe(X[:900], y[:900], C=1.0)
+    scaler, lr = reference(X[:900], y[:900], 1.0)
+    Z = scaler.transform(X[900:])
+    assert (ours.predict(X[900:]) == lr.predict(Z)).mean() >= 0.99
+    np.testing.assert_allclose(ours.predict_proba(X[900:]), lr.predict_proba(Z), atol=5e-3)
+    np.testing.assert_allclose(ours.scaler.mean_, scaler.mean_, rtol=1e-9)
+    np.testing.assert_allclose(ours.scaler.scale_, scaler.scale_, rtol=1e-9)
+
+
+def test_one_vs_rest_tags_match_scikit_learn_and_keep_a_constant_tag():
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.multiclass import OneVsRestClassifier
+    from sklearn.preprocessing import StandardScaler
+
+    X, _ = overlapping(300, 8, 2, seed=2)
+    rng = np.random.default_rng(3)
+    Y = (X[:, :3] + rng.normal(scale=2.0, size=(300, 3)) > X[:, :3].mean(axis=0)).astype(np.int64)
+    Y = np.concatenate([Y, np.ones((300, 1), dtype=np.int64)], axis=1)  # a tag every row has
+    scaler = StandardScaler().fit(X)
+    with probe_fit.constant_tags_allowed():
+        ovr = OneVsRestClassifier(LogisticRegression(C=0.5, tol=1e-10, max_iter=10000)).fit(scaler.transform(X), Y)
+    ours = probe_fit.fit_probe(X, Y, task="multi_label", C=0.5)
+    np.testing.assert_allclose(ours.predict_proba(X), ovr.predict_proba(scaler.transform(X)), atol=2e-3)
+    assert ours.predict_proba(X)[:, -1].min() == 1.0
+    for est, ref in zip(ours.classifier.estimators_[:3], ovr.estimators_[:3], strict=True):
+        np.testing.assert_allclose(est.coef_, ref.coef_, atol=5e-3)
+
+
+def test_ridge_matches_scikit_learn():
+    from sklearn.linear_model import Ridge
+    from sklearn.preprocessing import StandardScaler
+
+    X, _ = overlapping(200, 10, 2, seed=4)
+    y = X @ np.random.default_rng(5).normal(size=10) + 3.0
+    ours = probe_fit.fit_probe(X, y, task="regression", C=0.1)
+    scaler = StandardScaler().fit(X)
+    ridge = Ridge(alpha=10.0).fit(scaler.transform(X).astype(np.float64), y)
+    np.testing.assert_allclose(ours.classifier.coef_, ridge.coef_, rtol=1e-4, atol=1e-5)
+    assert ours.classifier.intercept_ == pytest.approx(ridge.intercept_, rel=1e-6)
+    np.testing.assert_allclose(ours.predict(X), ridge.predict(scaler.transform(X).astype(np.float64)), atol=1e-4)
+
+
+def test_warm_starts_reach_the_same_optimum():
+    X, y = overlapping(500, 10, 3, seed=6)
+    cold, _ = engine_fit(X, y, 3, 1.0)
+    other, _ = engine_fit(X, (y + 1) % 3, 3, 0.01)  # a far-off start: another problem's solution
+    warm, _ = engine_fit(X, y, 3, 1.0, init=other)
+    np.testing.assert_allclose(warm.coef, cold.coef, atol=2e-4)
+    assert warm.objective == pytest.approx(cold.objective, abs=1e-7)
+    near, _ = engine_fit(X, y, 3, 1.2, init=cold)  # a neighbouring C: few iterations
+    assert near.n_iter < cold.n_iter
+
+
+def test_blocks_and_streamed_rows_give_the_full_batch_solution():
+    X, y = overlapping(700, 9, 4, seed=7)
+    scaler = engine.standardizer_of(engine.array_blocks(X, 64))
+    Z = scaler.transform(X)
+    targets = engine.Targets.classes(y, 4)
+    full = engine.fit_linear(engine.MemoryRows(Z.copy(), block_rows=700), targets, 1.0, tol=TIGHT)
+    blocked = engine.fit_linear(engine.MemoryRows(Z.copy(), block_rows=50), targets, 1.0, tol=TIGHT)
+    streamed = engine.fit_linear(engine.StreamedRows(lambda a, b: X[a:b], 700, scaler, block_rows=50), targets, 1.0,
+                                 tol=TIGHT)
+    np.testing.assert_allclose(blocked.coef, full.coef, atol=1e-4)  # other sums, the same optimum
+    np.testing.assert_allclose(streamed.coef, blocked.coef, atol=1e-4)  # standardised in float32, block by block
+    assert streamed.objective == pytest.approx(full.objective, abs=1e-6)
+
+
+def test_the_fit_is_deterministic_in_float32():
+    X, y = overlapping(600, 16, 5, seed=8)
+    first, _ = engine_fit(X, y, 5, 1.0)
+    second, _ = engine_fit(X, y, 5, 1.0)
+    assert first.coef.dtype == np.float64 and np.array_equal(first.coef, second.coef)
+    assert np.array_equal(first.intercept, second.intercept) and first.n_iter == second.n_iter
+    assert np.array_equal(first.coef, first.coef.astype(np.float32))  # the float32 solution, widened
+
+
+def test_small_and_large_thread_counts_agree():
+    X, y = overlapping(400, 8, 3, seed=9)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one, _ = engine_fit(X, y, 3, 1.0)
+    finally:
+        torch.set_num_threads(threads)
+    many, _ = engine_fit(X, y, 3, 1.0)
+    np.testing.assert_allclose(one.coef, many.coef, atol=1e-4)
+
+
+def test_standardizer_is_standard_scalers():
+    from sklearn.preprocessing import StandardScaler
+
+    X, _ = overlapping(300, 6, 2, seed=10)
+    X[:, 2] = 7.25  # a constant feature: scale 1
+    ours = engine.standardizer_of(engine.array_blocks(X, 37))
+    ref = StandardScaler().fit(X)
+    np.testing.assert_allclose(ours.mean_, ref.mean_, rtol=1e-12)
+    np.testing.assert_allclose(ours.scale_, ref.scale_, rtol=1e-10)
+    assert ours.scale_[2] == 1.0 and ours.n_samples_seen_ == 300
+    np.testing.assert_allclose(ours.transform(X), ref.transform(X), atol=1e-5)
+
+
+def test_folds_are_scikit_learns():
+    from sklearn.model_selection import KFold, StratifiedKFold
+
+    y = np.array([2, 0, 1, 1, 0, 2, 2, 2, 1, 0, 0, 1, 2, 0, 1, 1, 2, 0, 2, 2, 1])
+    for (tr, te), (ref_tr, ref_te) in zip(folds_cv.stratified_folds(y, 3), StratifiedKFold(3).split(y, y),
+                                          strict=True):
+        assert tr.tolist() == ref_tr.tolist() and te.tolist() == ref_te.tolist()
+    for (tr, te), (ref_tr, ref_te) in zip(folds_cv.plain_folds(23, 4), KFold(4).split(np.zeros(23)), strict=True):
+        assert tr.tolist() == ref_tr.tolist() and te.tolist() == ref_te.tolist()
+
+
+def test_cv_path_log_loss_matches_scikit_learn_per_fold():
+    """The warm-started C path gives each fold's log-loss as a cold scikit-learn fit at that C does."""
+    from sklearn.metrics import log_loss
+
+    X, y = overlapping(240, 8, 3, seed=11)
+    grid = [0.01, 0.1, 1.0]
+    folds = folds_cv.stratified_folds(y, 3)
+    _, losses = folds_cv.logistic_path_scores(X, y, 3, grid, folds, None)
+    for k, (tr, te) in enumerate(folds):
+        for i, C in enumerate(grid):
+            scaler, lr = reference(X[tr], y[tr], C)
+            expected = log_loss(y[te], lr.predict_proba(scaler.transform(X[te])))
+            assert losses[k, i] == pytest.approx(expected, abs=5e-4)  # the path stops at tol 1e-4, as lbfgs does
+
+
+def test_saved_arrays_have_the_layout_scikit_learn_fits_had(tmp_path):
+    """probe.safetensors holds the same arrays, dtypes and shapes for an engine fit as for a scikit-learn one."""
+    from safetensors.numpy import load_file
+
+    from bertkit.data.labels import LabelMap
+    from bertkit.probe import saved as probe_io
+
+    X, y = overlapping(150, 6, 3, seed=12)
+    probe_io.save_probe(tmp_path, probe_fit.fit_probe(X, y), LabelMap.build(["a", "b", "c"]),
+                        {"model": "m", "pool": "cls", "layers": "-1"})
+    arrays = load_file(str(tmp_path / probe_io.PROBE_WEIGHTS))
+    scaler, lr = reference(X, y, 1.0)
+    expected = {"scaler_mean": scaler.mean_, "scaler_scale": scaler.scale_, "coef": lr.coef_,
+                "intercept": lr.intercept_, "classes": lr.classes_}
+    assert sorted(arrays) == sorted(expected)
+    for name, value in expected.items():
+        assert arrays[name].shape == value.shape
+        assert arrays[name].dtype == (np.int64 if name == "classes" else np.float64)
+    np.testing.assert_allclose(arrays["coef"], lr.coef_, atol=5e-3)
