@@ -40,7 +40,7 @@ from bertkit.data.tagged import TaggedColumns, TaggedSentence
 from bertkit.encoding.reading import Reading
 from bertkit.errors import UserError
 from bertkit.features.settings import Pooling
-from bertkit.features.store import ShardedWriter, copy_npy_data, remove_work_files
+from bertkit.features.store import SHARDS, ShardedWriter, copy_npy_data, remove_work_files
 from bertkit.features.store_manifests import (
     IDENTITY,
     MANIFEST,
@@ -60,7 +60,6 @@ VECTORS = "vectors.npy"
 OFFSETS = "sentence_offsets.npy"
 SENTENCES = "sentences.jsonl"
 FILES = (VECTORS, OFFSETS, SENTENCES)
-SHARDS = "shards"
 SPLITS = ("train", "dev", "test")
 """The folders of a store with splits (`bertkit embed --dev/--test`)."""
 ALL_BEFORE = "every encoder layer (--layers all before bertkit-word-store/2)"
