@@ -11,38 +11,19 @@ import shutil
 from pathlib import Path
 
 import pytest
+from export_runs import export_report, fp32_export_of, invoke, predicted_lines
 from squad_samples import long_passage
-from typer.testing import CliRunner
 
-from bertkit.cli import app
 from bertkit.models import metadata, onnx
 
 pytest.importorskip("onnxruntime")
 pytestmark = pytest.mark.usefixtures("one_thread")
-runner = CliRunner()
-
-
-def invoke(*args):
-    return runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
 
 
 @pytest.fixture(scope="module")
 def fp32_export(tiny_answerer, tmp_path_factory) -> Path:
     model, dev = tiny_answerer
-    out = tmp_path_factory.mktemp("exports") / "fp32"
-    result = invoke("export", "--model", model, "--out", out, "--quantize", "none", "--data", dev, "-q", "--json")
-    assert result.exit_code == 0, result.output
-    return out
-
-
-def _report(out: Path) -> dict:
-    return json.loads((out / onnx.REPORT_FILE).read_text())
-
-
-def _answers(model: Path, *args) -> list[dict]:
-    result = invoke("predict", "--model", model, "--json", "-q", *args)
-    assert result.exit_code == 0, result.output
-    return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    return fp32_export_of(model, dev, tmp_path_factory.mktemp("exports") / "fp32")
 
 
 def test_an_fp32_export_records_the_answerer_and_its_gate(tiny_answerer, fp32_export):
@@ -53,7 +34,7 @@ def test_an_fp32_export_records_the_answerer_and_its_gate(tiny_answerer, fp32_ex
     assert record["reading"] == source["reading"] and record["reading"]["max_length"] == 64
     assert record["reading"]["stride"] == 16 and record["spans"] == source["spans"]
     assert "model.onnx" in record["files"]
-    report = _report(fp32_export)
+    report = export_report(fp32_export)
     assert report["kind"] == "answerer" and report["task"] == "spans" and report["passed"]
     assert report["rows"] == 24 and report["agreement"] == 1.0 and report["disagreeing_rows"] == 0
     assert report["answer_f1_agreement"] == 1.0 and report["max_abs_logit_diff"] < 1e-4
@@ -67,11 +48,11 @@ def test_predict_and_evaluate_read_the_export_as_the_pytorch_folder(tiny_answere
     passage = tmp_path / "passage.txt"
     passage.write_text(context, encoding="utf-8")
     for args in (["--data", dev], ["--question", "what colour is it?", "--context-file", passage]):
-        exported, source = _answers(fp32_export, *args), _answers(model, *args)
+        exported, source = predicted_lines(fp32_export, *args), predicted_lines(model, *args)
         keys = ("id", "answer", "start", "end")
         assert [[a[k] for k in keys] for a in exported] == [[a[k] for k in keys] for a in source]
         assert [a["score"] for a in exported] == pytest.approx([a["score"] for a in source], abs=1e-4)
-    assert _answers(fp32_export, "--question", "what colour is it?", "--context-file", passage)[0]["start"] == start
+    assert predicted_lines(fp32_export, "--question", "what colour is it?", "--context-file", passage)[0]["start"] == start
     scores = [json.loads(invoke("evaluate", "--model", m, "--data", dev, "--json", "-q").stdout)["metrics"]
               for m in (model, fp32_export)]
     assert scores[0]["f1"] == scores[1]["f1"] and scores[0]["exact_match"] == scores[1]["exact_match"]
@@ -85,13 +66,13 @@ def test_an_int8_export_gated_on_the_runs_dev_set(tiny_answerer, tmp_path):
     out = tmp_path / "int8"
     result = invoke("export", "--model", model, "--out", out, "--min-agreement", "0", "--max-drop", "1", "-q", "--json")
     assert result.exit_code == 0, result.output
-    shown, report = json.loads(result.stdout), _report(out)
+    shown, report = json.loads(result.stdout), export_report(out)
     assert shown["kind"] == "answerer" and shown["backend"] == "onnx-int8" and shown["gate"]["rows"] == 24
     assert report["data"] == str(dev) and report["metric"] == "f1" and report["passed"]
     for key in ("agreement", "answer_f1_agreement", "metric_fp32", "metric_export", "metric_drop"):
         assert isinstance(report[key], float) and -1 <= report[key] <= 1, key
     assert metadata.read_model_info(out)["compute"] == {"device": "cpu", "precision": "int8"}
-    assert len(_answers(out, "--data", dev)) == 24
+    assert len(predicted_lines(out, "--data", dev)) == 24
     human = invoke("export", "--model", model, "--out", out, "--min-agreement", "0", "--max-drop", "1", "--overwrite")
     assert human.exit_code == 0 and "answer agreement with fp32" in human.output
     refused = invoke("predict", "--model", out, "--question", "q?", "--context", "a b", "--precision", "bf16")
@@ -112,7 +93,7 @@ def test_the_gate_refuses_an_export_whose_answers_differ_and_force_keeps_it(tiny
     assert not out.exists()
     forced = invoke("export", "--model", model, "--out", out, "--quantize", "none", "--data", dev, "--force", "-q")
     assert forced.exit_code == 0, forced.output
-    report = _report(out)
+    report = export_report(out)
     assert report["forced"] and not report["passed"] and report["agreement"] < 0.99
     assert report["metric_drop"] == pytest.approx(report["metric_fp32"] - report["metric_export"])
     assert report["metric_drop"] > 0.01

@@ -11,22 +11,16 @@ import shutil
 from pathlib import Path
 
 import pytest
+from export_runs import export_report, fp32_export_of, invoke, predicted_lines
 from tagged_samples import synthetic_sentences, write_iob
-from typer.testing import CliRunner
 
-from bertkit.cli import app
 from bertkit.data.tagscheme import TagScheme
 from bertkit.models import metadata, onnx
 
 pytest.importorskip("onnxruntime")
 pytestmark = pytest.mark.usefixtures("one_thread")
-runner = CliRunner()
 LONG = " ".join(["alice", "went", "to", "paris", "and", "the", "dog", "saw", "bob"] * 6)
 """54 words: more pieces than the tagger's window of 16, read in several windows."""
-
-
-def invoke(*args):
-    return runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
 
 
 @pytest.fixture(scope="module")
@@ -38,20 +32,7 @@ def tagger(tiny_tagger) -> tuple[Path, Path]:
 @pytest.fixture(scope="module")
 def fp32_export(tagger, tmp_path_factory) -> Path:
     model, dev = tagger
-    out = tmp_path_factory.mktemp("exports") / "fp32"
-    result = invoke("export", "--model", model, "--out", out, "--quantize", "none", "--data", dev, "-q", "--json")
-    assert result.exit_code == 0, result.output
-    return out
-
-
-def _report(out: Path) -> dict:
-    return json.loads((out / onnx.REPORT_FILE).read_text())
-
-
-def _predict(model: Path, *args) -> list[dict]:
-    result = invoke("predict", "--model", model, "--json", "-q", *args)
-    assert result.exit_code == 0, result.output
-    return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    return fp32_export_of(model, dev, tmp_path_factory.mktemp("exports") / "fp32")
 
 
 def _without_scores(lines: list[dict]) -> list[dict]:
@@ -69,7 +50,7 @@ def test_an_fp32_export_records_the_tagger_and_its_gate(tagger, fp32_export):
     assert record["reading"]["max_length"] == 16
     assert json.loads((fp32_export / "config.json").read_text())["id2label"] == \
         json.loads((model / "config.json").read_text())["id2label"]
-    report = _report(fp32_export)
+    report = export_report(fp32_export)
     assert report["kind"] == "tagger" and report["statistic"] == "agreement" and report["passed"]
     assert report["rows"] == 30 and report["words"] == sum(len(w) for w, _ in synthetic_sentences(30, 1))
     assert report["entity_agreement"] == 1.0 and report["agreement"] == 1.0 and report["disagreeing_words"] == 0
@@ -82,11 +63,11 @@ def test_an_fp32_export_records_the_tagger_and_its_gate(tagger, fp32_export):
 def test_predict_and_evaluate_read_the_export_as_the_pytorch_folder(tagger, fp32_export, tmp_path):
     model, dev = tagger
     for args in (["--data", dev], ["--text", LONG], ["--text", "alicexqzj went to newyorkish", "--aggregate", "max"]):
-        exported, source = _predict(fp32_export, *args), _predict(model, *args)
+        exported, source = predicted_lines(fp32_export, *args), predicted_lines(model, *args)
         assert _without_scores(exported) == _without_scores(source)  # the same words, tags and spans
         scores = [[span["score"] for line in lines for span in line["spans"]] for lines in (exported, source)]
         assert scores[0] == pytest.approx(scores[1], abs=1e-5)  # fp32 ONNX and PyTorch: about 1e-6 apart
-    long = _predict(fp32_export, "--text", LONG)[0]
+    long = predicted_lines(fp32_export, "--text", LONG)[0]
     assert len(long["tags"]) == 54 and long["spans"]
     scores = [json.loads(invoke("evaluate", "--model", m, "--data", dev, "--json", "-q").stdout)["metrics"]
               for m in (model, fp32_export)]
@@ -101,7 +82,7 @@ def test_an_int8_export_of_the_runs_dev_set_records_both_entity_f1s(tagger, tmp_
     out = tmp_path / "int8"
     result = invoke("export", "--model", model, "--out", out, "--min-agreement", "0", "--max-drop", "1", "-q", "--json")
     assert result.exit_code == 0, result.output
-    report = _report(out)
+    report = export_report(out)
     shown = json.loads(result.stdout)
     assert shown["quantized"] == "int8" and shown["backend"] == "onnx-int8" and shown["gate"]["words"] == report["words"]
     assert report["data"] == str(dev) and report["rows"] == 30 and report["metric"] == "f1"
@@ -111,7 +92,7 @@ def test_an_int8_export_of_the_runs_dev_set_records_both_entity_f1s(tagger, tmp_
     assert metadata.read_model_info(out)["compute"] == {"device": "cpu", "precision": "int8"}
     card = (out / "README.md").read_text()
     assert "pipeline_tag: token-classification" in card and "entity agreement: " in card and "metric drop: " in card
-    predicted = _predict(out, "--data", dev)
+    predicted = predicted_lines(out, "--data", dev)
     assert len(predicted) == 30 and all(len(p["tags"]) == len(w) for p, (w, _) in
                                         zip(predicted, synthetic_sentences(30, 1), strict=True))
     refused = invoke("predict", "--model", out, "--text", "bob met alice", "--precision", "bf16")
@@ -143,7 +124,7 @@ def test_the_gate_refuses_an_export_whose_tags_differ_and_force_keeps_it(tagger,
     assert by_drop.exit_code == 2 and "above --max-drop" in by_drop.output and "below --min-agreement" not in by_drop.output
     forced = invoke("export", "--model", model, "--out", out, "--quantize", "none", "--data", dev, "--force", "-q")
     assert forced.exit_code == 0, forced.output
-    report = _report(out)
+    report = export_report(out)
     assert report["forced"] and not report["passed"] and report["agreement"] < 0.99 and report["entity_agreement"] < 0.99
     assert report["metric_drop"] == report["metric_fp32"] - report["metric_export"] > 0.01
 
@@ -160,10 +141,10 @@ def test_plain_tags_are_gated_by_tag_agreement_on_sentences_without_gold(tagger,
     out = tmp_path / "export"
     result = invoke("export", "--model", plain, "--out", out, "--quantize", "none", "--data", lines, "-q")
     assert result.exit_code == 0, result.output
-    report = _report(out)
+    report = export_report(out)
     assert report["statistic"] == "agreement" and report["entity_agreement"] is None and report["agreement"] == 1.0
     assert report["rows"] == 3 and report["words"] == 4 + 4 + 54 and "metric" not in report and report["passed"]
-    assert _predict(out, "--text", "alice went to paris")[0]["spans"] == []
+    assert predicted_lines(out, "--text", "alice went to paris")[0]["spans"] == []
 
 
 def test_options_that_do_not_fit_a_tagger_are_refused_before_anything_is_written(tagger, tiny_bert_dir, tmp_path):
