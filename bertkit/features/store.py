@@ -186,10 +186,11 @@ class ShardedWriter:
     """What both stores' writers share: a claimed --out folder written in numbered parts (`ranges`, shards of rows or
     chunks of sentences) after an identity file, each part committed by its array's atomic rename, the finished
     store's manifest written last. `status` and `prepare` start or resume it; a store with other settings is
-    refused. A writer says what it is (`what`: "an embedding store"), how its two identities read and how two
+    refused. A writer says what it is (`what`: "an embedding store"; `unfinished`: "an unfinished ..."), how its two identities read and how two
     differ, and what its finished files need on disk."""
 
     what = "a store"
+    unfinished = "an unfinished store"
 
     def __init__(self, path: str | Path, identity: dict[str, Any], n_items: int, part_size: int) -> None:
         self.path = Path(path).expanduser()
@@ -226,7 +227,7 @@ class ShardedWriter:
             return "complete"
         old = self.unfinished_identity()
         if old is not None:
-            self.check_identity(old, f"an unfinished {self.what.split(' ', 1)[1]}")
+            self.check_identity(old, self.unfinished)
             return "partial"
         return "new"
 
@@ -271,6 +272,7 @@ class StoreWriter(ShardedWriter):
     """
 
     what = "an embedding store"
+    unfinished = "an unfinished embedding store"
 
     def __init__(self, path: str | Path, identity: dict[str, Any], n_rows: int, shard_size: int,
                  row_shape: tuple[int, ...], store_dtype: str):

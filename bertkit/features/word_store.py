@@ -257,6 +257,7 @@ class WordStoreWriter(ShardedWriter):
     """Writes one word store: `prepare` (identity check, resume), `write_chunk` per chunk, `finalize` at the end."""
 
     what = "a word store"
+    unfinished = "an unfinished word store"
 
     def __init__(self, path: str | Path, identity: dict[str, Any], n_sentences: int, chunk_sentences: int,
                  width: int):
