@@ -333,7 +333,8 @@ def test_encode_shards_queues_the_next_shard_before_waiting_on_a_gpu(monkeypatch
 
         def finish():
             events.append(("finish", k))
-            return np.full((len(part.texts), 2), k, np.float32), extract.EncodeStats(len(part.texts))
+            rows = len(part.texts)
+            return np.full((rows, 2), k, np.float32), extract.EncodeStats(rows, 0, 0, 0, 0.0, rows)
 
         return finish
 

@@ -18,6 +18,7 @@ from bertkit.commands.embed import EmbedConfig, EmbedResult, run
 from bertkit.encoding.reading import Reading
 from bertkit.features import word_store
 from bertkit.features.settings import Pooling
+from bertkit.features.store_manifests import WORD_STORE_RECORD
 from bertkit.features.word_embed import WordEmbedRun, WordEncoder, run_word_embed
 from bertkit.features.words import extract_word_features, word_pooling
 from bertkit.io import faults
@@ -199,7 +200,7 @@ def test_a_store_written_before_the_fold_reads_with_its_settings_and_its_identit
                   "--layers", "-2,-1", "--combine", "sum", "--out", str(out)).exit_code == 0
     manifest_file = out / "manifest.json"
     manifest = json.loads(manifest_file.read_text())
-    assert manifest["format"] == word_store.FORMAT and manifest["pooling"]["pool"] == "word"
+    assert manifest["format"] == WORD_STORE_RECORD.format and manifest["pooling"]["pool"] == "word"
     older = as_written_before_the_fold(manifest)
     manifest_file.write_text(json.dumps(older))
     store = word_store.open_word_store(out)

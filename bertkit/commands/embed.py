@@ -7,9 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bertkit.data.options import WORD_TASKS, DataOptions, config_problems
-from bertkit.data.tagged import unseen_tags_option
-from bertkit.data.tagscheme import tag_scheme_option
-from bertkit.encoding.reading import LongTextOptions, word_pool_option
+from bertkit.encoding.reading import LongTextOptions, TaggedReadingOptions
 from bertkit.errors import raise_if_problems
 from bertkit.families.base import Family
 from bertkit.families.registry import cached_family
@@ -29,7 +27,7 @@ class EmbedConfig(Config):
     # DataOptions fields are not options of the command (nor valid recipe keys).
     NOT_OPTIONS = ("seed", "dev_fraction")
     REQUIRED_OPTIONS = ("data", "out")
-    ADVANCED_OPTIONS = ("stride", "trust_remote_code", "tag_scheme", "unseen_tags")
+    ADVANCED_OPTIONS = ("stride", "trust_remote_code")
     HELP_OVERRIDES = {"dev": "Dev data (a file or a hub split), embedded into OUT/dev; no hold-out is made.",
                       "test": "Test data (a file or a hub split), embedded into OUT/test."}
 
@@ -38,9 +36,7 @@ class EmbedConfig(Config):
     reading: LongTextOptions = group(LongTextOptions)
     pooling: PoolingOptions = group(PoolingOptions)
     output: StoreOptions = group(StoreOptions)
-    word_pool: str | None = word_pool_option()
-    tag_scheme: str = tag_scheme_option()
-    unseen_tags: str = unseen_tags_option()
+    tagged: TaggedReadingOptions = group(TaggedReadingOptions)
     batch_size: str = option("auto", "Rows per batch, or auto (a padded-token budget from the model size).")
     precision: str = precision_option()
     device: str = option("auto", "cpu, cuda, cuda:N, mps or auto.")

@@ -9,9 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bertkit.data.options import TaskOptions, config_problems
-from bertkit.data.tagged import is_file_value, unseen_tags_option
-from bertkit.data.tagscheme import tag_scheme_option
-from bertkit.encoding.reading import LongTextOptions, word_pool_option
+from bertkit.data.tagged import is_file_value
+from bertkit.encoding.reading import LongTextOptions, TaggedReadingOptions
 from bertkit.errors import raise_if_problems
 from bertkit.families.base import Family
 from bertkit.families.registry import cached_family
@@ -28,7 +27,7 @@ class ProbeConfig(Config):
     """`bertkit probe`: linear probes on frozen features, per pooling and layer, with baselines: logistic regression
     (one label), one-vs-rest logistic regression (tags) or ridge regression (numbers)."""
 
-    ADVANCED_OPTIONS = ("stride", "trust_remote_code", "tag_scheme", "unseen_tags")
+    ADVANCED_OPTIONS = ("stride", "trust_remote_code")
     HELP_OVERRIDES = {"combine": "Tagged data: one row of the --layers (default last4) combined (concat, mean or sum) "
                                  "instead of the default table (every layer, plus the BERT paper's sum/concat of the "
                                  "last four and sum of all)."}
@@ -40,9 +39,7 @@ class ProbeConfig(Config):
     inputs: TaskOptions = group(TaskOptions)
     reading: LongTextOptions = group(LongTextOptions)
     metrics: MetricOptions = group(MetricOptions)
-    word_pool: str | None = word_pool_option()
-    tag_scheme: str = tag_scheme_option()
-    unseen_tags: str = unseen_tags_option()
+    tagged: TaggedReadingOptions = group(TaggedReadingOptions)
     combine: str | None = combine_option(families=("words",))
     pool: str | None = option(None, "Poolings to compare: cls, mean, max, comma-separated. Default with --data: cls "
                               "plus the pooling the model was trained with (its sentence-transformers folder's: mean "

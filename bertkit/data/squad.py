@@ -48,6 +48,7 @@ class Answer:
 
     @property
     def end(self) -> int:
+        """Exclusive, so that `context[start:end]` is the answer's text (checked as the set is read)."""
         return self.start + len(self.text)
 
 

@@ -9,6 +9,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from bertkit.data.tagged import unseen_tags_option
+from bertkit.data.tagscheme import tag_scheme_option
 from bertkit.encoding.longtext import LONG_TEXT_MODES, TRUNCATIONS, default_stride
 from bertkit.errors import UserError
 from bertkit.options import MODEL, all_fields, option, replaced
@@ -116,6 +118,20 @@ def word_pool_option() -> Any:
                   "first_last (concatenated) or mean.", panel=MODEL, choices=WORD_POOLS,
                   families=("words",))
 
+
+
+@dataclass(frozen=True)
+class TaggedReadingOptions:
+    """How a command that writes or probes word vectors reads tagged data (`bertkit embed`, `bertkit probe`): a word's
+    vector from its pieces (--word-pool), the tags' scheme and what becomes of a dev or test tag training never has.
+    Flags stay flat (--word-pool, --tag-scheme, --unseen-tags); sentence data refuses them (each is the words
+    family's)."""
+
+    ADVANCED_OPTIONS = ("tag_scheme", "unseen_tags")
+
+    word_pool: str | None = word_pool_option()
+    tag_scheme: str = tag_scheme_option()
+    unseen_tags: str = unseen_tags_option()
 
 @dataclass(frozen=True)
 class Reading:

@@ -162,8 +162,8 @@ def word_probe(cfg: Any, progress: bool = False) -> ProbeReport:
         words = run_word_store_probe(cfg, say=log.info if progress else None)
     else:  # words read as a saved --model records (a tagger's window, overlap, word pooling), unless given
         read = read_as_saved(cfg)
-        reading = Reading.of_words(read.word_pool, read.reading.max_length, read.reading.stride)
-        columns = tagged_columns(cfg.inputs, cfg.tag_scheme)
+        reading = Reading.of_words(read.tagged.word_pool, read.reading.max_length, read.reading.stride)
+        columns = tagged_columns(cfg.inputs, cfg.tagged.tag_scheme)
         train, dev = tagged_sources(str(cfg.inputs.data), [str(cfg.inputs.dev)], cfg.inputs.data_config,
                                     cfg.inputs.train_split)
         compute = Compute.resolve("cpu", cfg.precision)  # once: words are read on the CPU, as sentence probes' text
@@ -171,7 +171,7 @@ def word_probe(cfg: Any, progress: bool = False) -> ProbeReport:
                                cfg.batch_size, cfg.fit.C or DEFAULT_C, cfg.inputs.seed, cfg.fit.baselines,
                                cfg.trust_remote_code,
                                say=log.info if progress else None, limit=cfg.inputs.limit, compute=compute,
-                               cache_dir=cfg.inputs.cache_dir, unseen_tags=cfg.unseen_tags)
+                               cache_dir=cfg.inputs.cache_dir, unseen_tags=cfg.tagged.unseen_tags)
     if plan is not None:
         run_dir = plan.claim()
         words = write_word_probe_run(run_dir.path, words, config_dict(cfg), final_dir=run_dir.out)

@@ -31,14 +31,17 @@ from bertkit.models import infer, onnx
 # ---------------------------------------------------------------- extraction
 
 
-@dataclass
+@dataclass(frozen=True)
 class EncodeStats:
-    rows: int = 0
-    tokens: int = 0
-    padded_tokens: int = 0
-    n_truncated: int = 0
-    seconds: float = 0.0
-    windows: int = 0
+    """What encoding one dataset took: its rows and their tokens (real and as padded in batches), the rows cut at
+    max length, the seconds and the model inputs run."""
+
+    rows: int
+    tokens: int
+    padded_tokens: int
+    n_truncated: int
+    seconds: float
+    windows: int
     """Model inputs run: one per row, or more for texts read in overlapping windows (`--long-text chunk`)."""
 
 

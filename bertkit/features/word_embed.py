@@ -254,9 +254,9 @@ def run_word_embed_options(cfg: Any, compute: Compute, progress: bool = False) -
     found = tagged_sources(str(cfg.inputs.data), [value for _, value in others], cfg.inputs.data_config,
                            cfg.inputs.train_split)
     named = list(zip(["train", *(name for name, _ in others)], found, strict=True))
-    columns = tagged_columns(cfg.inputs, cfg.tag_scheme)
-    reading = Reading.of_words(cfg.word_pool, cfg.reading.max_length, cfg.reading.stride)
+    columns = tagged_columns(cfg.inputs, cfg.tagged.tag_scheme)
+    reading = Reading.of_words(cfg.tagged.word_pool, cfg.reading.max_length, cfg.reading.stride)
     return run_word_embed(named, columns, reading, word_pooling(cfg.pooling.layers, cfg.pooling.combine or "concat"),
                           encoder, out,
                           cfg.output.overwrite, cfg.output.shard_size, cfg.rows_per_batch, str(encoder.model.device),
-                          progress, cfg.unseen_tags)
+                          progress, cfg.tagged.unseen_tags)

@@ -40,12 +40,17 @@ from bertkit.data.tagged import TaggedColumns, TaggedSentence
 from bertkit.encoding.reading import Reading
 from bertkit.errors import UserError
 from bertkit.features.settings import Pooling
-from bertkit.features.store import SHARDS, ShardedWriter, copy_npy_data, remove_work_files
+from bertkit.features.store import (
+    SHARDS,
+    ShardedWriter,
+    copy_npy_data,
+    remove_work_files,
+    verify_recorded_files,
+)
 from bertkit.features.store_manifests import (
     IDENTITY,
     MANIFEST,
     READABLE_FORMATS,
-    WORD_STORE_RECORD,
     read_manifest,
     word_store_manifest,
 )
@@ -55,7 +60,6 @@ from bertkit.io.atomic import atomic_path, write_bytes_atomic, write_json_atomic
 
 log = logging.getLogger(__name__)
 
-FORMAT = WORD_STORE_RECORD.format
 VECTORS = "vectors.npy"
 OFFSETS = "sentence_offsets.npy"
 SENTENCES = "sentences.jsonl"
@@ -196,16 +200,7 @@ def verified_manifest(root: Path) -> dict[str, Any]:
 
 def verify_word_store(root: Path, manifest: dict[str, Any]) -> None:
     """Each file against the size and sha256 recorded as it was written; a manifest without them is damaged."""
-    records = manifest.get("digests")
-    if (not isinstance(records, dict) or set(records) != set(FILES)
-            or not all(digests.is_record(r) for r in records.values())):
-        raise UserError(f"Word store {root} is damaged: the digests in its {MANIFEST} are not valid. Re-run `bertkit "
-                        f"embed` with --overwrite to rebuild it.")
-    problems = digests.records_problems(root, records)
-    if problems:
-        detail = "; ".join(f"{name}: {why}" for name, why in problems)
-        raise UserError(f"Word store {root} is damaged: {detail}, so it is not what it recorded. Re-run the `bertkit "
-                        f"embed` command that made it, with --overwrite, to rebuild it.")
+    verify_recorded_files(root, manifest, "Word store", "it is not what it recorded", FILES)
 
 
 # ---------------------------------------------------------------- writing

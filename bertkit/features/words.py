@@ -45,7 +45,7 @@ def word_settings_problems(cfg: Any, layers: str | None, combine: str | None) ->
     """What is wrong with a config's word reading (--word-pool, --max-length, --stride), its word pooling (`layers`,
     `combine`: its --layers and --combine) and --precision (no int8: word vectors are read in float): `bertkit embed`
     and `bertkit probe` on tagged data."""
-    problems = Reading.of_words(cfg.word_pool, cfg.reading.max_length, cfg.reading.stride).word_problems()
+    problems = Reading.of_words(cfg.tagged.word_pool, cfg.reading.max_length, cfg.reading.stride).word_problems()
     try:
         word_pooling(layers or "-1", combine or "concat")
     except UserError as exc:

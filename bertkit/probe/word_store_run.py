@@ -85,7 +85,7 @@ def read_store_manifests(root: Path) -> dict[str, dict[str, Any]]:
 
 def check_reading_flags(cfg: Any, stored: Reading, root: Path) -> None:
     """--word-pool, --max-length and --stride made the vectors: given, they must be the store's."""
-    asked = {"word_pool": cfg.word_pool, "max_length": cfg.reading.max_length, "stride": cfg.reading.stride}
+    asked = {"word_pool": cfg.tagged.word_pool, "max_length": cfg.reading.max_length, "stride": cfg.reading.stride}
     clashes = [f"{flag(name)} {value} (the store: {getattr(stored, name)})" for name, value in asked.items()
                if value is not None and value != getattr(stored, name)]
     if clashes:
