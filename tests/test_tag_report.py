@@ -49,7 +49,7 @@ def test_entity_scores_equal_seqevals_strict_report():
     report = tag_report(GOLD, PRED, TagScheme("IOB2", "IOB2"))
     _assert_equals_seqeval_report(report, GOLD, PRED)
     assert report.scores.entities.f1 == pytest.approx(2 * 2 / (5 + 4))  # 2 hits, 5 gold, 4 predicted
-    assert report.scores.token_accuracy == pytest.approx(9 / 12) and report.main == report.scores.entities.f1
+    assert report.scores.token_accuracy == pytest.approx(9 / 12) and report.scores.main == report.scores.entities.f1
 
 
 def test_iob1_gold_is_read_as_iob2_before_scoring():
@@ -65,23 +65,23 @@ def test_iob1_gold_is_read_as_iob2_before_scoring():
 
 
 def test_each_entity_error_kind_is_counted_on_a_crafted_sentence():
-    errors = tag_report(CRAFTED_GOLD, CRAFTED_PRED, TagScheme("IOB2", "IOB2")).errors
+    errors = tag_report(CRAFTED_GOLD, CRAFTED_PRED, TagScheme("IOB2", "IOB2")).mistakes.errors
     assert errors.to_json() == {"correct": 1, "missed": 1, "spurious": 1, "wrong_type": 1, "wrong_boundary": 1,
                                 "wrong_type_and_boundary": 1}
 
 
 def test_a_prediction_that_breaks_the_scheme_opens_an_entity_as_conlleval_reads_it():
     report = tag_report([["B-PER", "I-PER", "O"]], [["I-PER", "I-PER", "O"]], TagScheme("IOB2", "IOB2"))
-    assert report.errors.to_json() == {"correct": 1, "missed": 0, "spurious": 0, "wrong_type": 0,
+    assert report.mistakes.errors.to_json() == {"correct": 1, "missed": 0, "spurious": 0, "wrong_type": 0,
                                        "wrong_boundary": 0, "wrong_type_and_boundary": 0}
     entities = report.scores.entities
-    assert report.confusion.count("PER", "PER") == 1 and entities.n_predicted == 1 and entities.f1 == 1.0
+    assert report.mistakes.confusion.count("PER", "PER") == 1 and entities.n_predicted == 1 and entities.f1 == 1.0
     assert (entities.n_predicted_strict, entities.f1_strict) == (0, 0.0)  # strict mode: no entity, the gold missed
 
 
 def test_entity_type_confusion_pairs_entities_of_the_same_boundaries():
     report = tag_report(CRAFTED_GOLD, CRAFTED_PRED, TagScheme("IOB2", "IOB2"))
-    confusion = report.confusion
+    confusion = report.mistakes.confusion
     assert confusion.labels == ("LOC", "ORG", "PER", NONE)
     assert [list(row) for row in confusion.counts] == [[0, 1, 0, 1],   # LOC: as ORG once, unmatched once
                                                         [0, 0, 0, 1],   # ORG: boundary error, no same-span partner
@@ -91,7 +91,7 @@ def test_entity_type_confusion_pairs_entities_of_the_same_boundaries():
     for i, kind in enumerate(confusion.labels[:-1]):  # rows are gold entities, columns predicted ones
         assert sum(confusion.counts[i]) == entities.per_type[kind].support
         assert sum(row[i] for row in confusion.counts) == entities.per_type[kind].predicted
-    assert sum(confusion.count(k, k) for k in ("LOC", "ORG", "PER")) == report.errors.correct
+    assert sum(confusion.count(k, k) for k in ("LOC", "ORG", "PER")) == report.mistakes.errors.correct
 
 
 def test_plain_tags_get_per_tag_scores_and_a_tag_confusion_equal_to_sklearns():
@@ -102,18 +102,18 @@ def test_plain_tags_get_per_tag_scores_and_a_tag_confusion_equal_to_sklearns():
     report = tag_report(gold, pred, TagScheme())
     flat_gold, flat_pred = sum(gold, []), sum(pred, [])
     expected = classification_report(flat_gold, flat_pred, output_dict=True, zero_division=0)
-    assert set(report.per_tag) == {"ADJ", "ADV", "DET", "NOUN", "PRON", "VERB"}
-    for tag, row in report.per_tag.items():
+    assert set(report.mistakes.per_tag) == {"ADJ", "ADV", "DET", "NOUN", "PRON", "VERB"}
+    for tag, row in report.mistakes.per_tag.items():
         assert (row.precision, row.recall, row.f1, row.support) == pytest.approx(
             (expected[tag]["precision"], expected[tag]["recall"], expected[tag]["f1-score"], expected[tag]["support"]))
-    assert report.per_tag["NOUN"].predicted == 3 and report.per_tag["ADV"].support == 0
+    assert report.mistakes.per_tag["NOUN"].predicted == 3 and report.mistakes.per_tag["ADV"].support == 0
     gold_tags = sorted(set(flat_gold))  # macro over the gold tags: a tag only predicted does not dilute it
     assert report.scores.tag_macro_f1 == pytest.approx(f1_score(flat_gold, flat_pred, labels=gold_tags,
                                                                 average="macro"))
-    assert report.scores.token_accuracy == pytest.approx(5 / 7) and report.errors is None
-    labels = list(report.confusion.labels)
-    assert [list(r) for r in report.confusion.counts] == confusion_matrix(flat_gold, flat_pred, labels=labels).tolist()
-    assert report.confusion.count("VERB", "NOUN") == 1 and report.confusion.count("VERB", "X") == 0
+    assert report.scores.token_accuracy == pytest.approx(5 / 7) and report.mistakes.errors is None
+    labels = list(report.mistakes.confusion.labels)
+    assert [list(r) for r in report.mistakes.confusion.counts] == confusion_matrix(flat_gold, flat_pred, labels=labels).tolist()
+    assert report.mistakes.confusion.count("VERB", "NOUN") == 1 and report.mistakes.confusion.count("VERB", "X") == 0
 
 
 def test_report_is_json_and_refuses_sentences_of_different_lengths():
@@ -148,9 +148,9 @@ def test_on_real_entity_tags_the_counts_add_up_and_equal_seqeval(shared_data):
         pred.append(out)
     report = tag_report(gold, pred, TagScheme("IOB2", "IOB2"))
     _assert_equals_seqeval_report(report, gold, pred)
-    errors, entities = report.errors, report.scores.entities
+    errors, entities = report.mistakes.errors, report.scores.entities
     assert errors.correct + errors.wrong_type + errors.wrong_boundary + errors.wrong_type_and_boundary \
         + errors.spurious == entities.n_predicted
     assert min(errors.to_json().values()) > 0
-    confusion = report.confusion
+    confusion = report.mistakes.confusion
     assert [sum(row) for row in confusion.counts[:-1]] == [entities.per_type[k].support for k in confusion.labels[:-1]]

@@ -102,22 +102,6 @@ class TagReport:
     scores: TagScores
     mistakes: TagMistakes
 
-    @property
-    def main(self) -> float:
-        return self.scores.main
-
-    @property
-    def confusion(self) -> Confusion:
-        return self.mistakes.confusion
-
-    @property
-    def errors(self) -> EntityErrors | None:
-        return self.mistakes.errors
-
-    @property
-    def per_tag(self) -> Mapping[str, TypeScore] | None:
-        return self.mistakes.per_tag
-
     def to_json(self) -> dict[str, Any]:
         return {**self.scores.to_json(), "main": self.scores.main, "main_name": self.scores.main_name,
                 **self.mistakes.to_json()}
