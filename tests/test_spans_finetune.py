@@ -73,18 +73,6 @@ def test_a_later_finetune_reads_passages_as_the_model_records(tiny_answerer, tmp
     assert Reading.from_json(record["reading"]) == Reading(MAX_LENGTH, "chunk", "head", DOC_STRIDE)
 
 
-def test_distilling_a_question_answering_model_is_refused_for_now(tiny_answerer, tmp_path):
-    from typer.testing import CliRunner
-
-    from bertkit.cli.app import app
-
-    best, dev = tiny_answerer
-    result = CliRunner().invoke(app, ["distill", "--teacher", str(best), "--data", str(dev), "--dev", str(dev), "--out",
-                                      str(tmp_path / "student")])
-    assert result.exit_code == 2 and "`bertkit distill` does not read questions on passages" in result.output
-    assert not (tmp_path / "student").exists()
-
-
 def test_a_labelled_test_set_is_scored_like_dev(tiny_bert_dir, tmp_path):
     train = write_squad(tmp_path / "train.json", squad_questions(40, 0))
     dev = write_squad(tmp_path / "dev.json", squad_questions(8, 1))

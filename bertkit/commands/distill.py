@@ -106,13 +106,17 @@ def run(cfg: DistillConfig, *, progress: bool = True) -> DistillResult:
 def write_report(cfg: DistillConfig, task: Any, result: TrainingRun) -> DistillReport:
     """Measure teacher vs student and write distill_report.json, .md and .png into the run directory."""
     from bertkit import plots
-    from bertkit.io import atomic
+    from bertkit.io import atomic, record
     from bertkit.training.distill import REPORT
 
     compute = Compute.resolve(None, cfg.compute.precision)  # the report's one resolution of --precision, default device
     report = measure_teacher_student(cfg, task, result, compute)
     out = result.out
-    atomic.write_json_atomic(out / f"{REPORT}.json", report)
-    atomic.write_text_atomic(out / f"{REPORT}.md", report_markdown(report))
-    plots.distill_bars(report, out / f"{REPORT}.png")
+    record.track(out)  # the report is the run's: its files go into the run's record, so a re-run reads them as its own
+    try:
+        atomic.write_json_atomic(out / f"{REPORT}.json", report)
+        atomic.write_text_atomic(out / f"{REPORT}.md", report_markdown(report))
+        plots.distill_bars(report, out / f"{REPORT}.png")
+    finally:
+        record.untrack(out)
     return DistillReport.from_json(report, tuple(str(out / f"{REPORT}.{ext}") for ext in ("json", "md", "png")))

@@ -1,5 +1,5 @@
 """The spans family's part of `bertkit predict` and `bertkit evaluate`. predict: a question-answering model answers
---question on --context (or --context-file), or --data's questions, `CHUNK_QUESTIONS` at a time (their windows read
+--question on --context (or --context-file), or --data's questions, `scoring.answers.CHUNK_QUESTIONS` at a time (their windows read
 as the model records, its n-best spans post-processed as run_qa.py does), each chunk written to --out (.jsonl rows or
 the official .json mapping) and handed to the command's `on_chunk` (an `AnsweredChunk`). evaluate: the official SQuAD
 exact match and F1 of the model's answers on --data (or of another system's --predictions file, no model run), with
@@ -9,7 +9,7 @@ answers and the errors CSV (most confident first)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,8 +31,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-CHUNK_QUESTIONS = 256
-"""Questions read, answered and written at a time: their windows' logits are the most predict holds."""
 BOOTSTRAP_RESAMPLES = 1000
 QUESTION_ID = "q1"
 """The id of the one question --question asks."""
@@ -84,22 +82,6 @@ def loaded_answerer(cfg: Any) -> tuple[Any, SavedAnswerer, AnswerSettings]:
     return cfg, load_any_answerer(cfg.model or "", compute, reading), settings
 
 
-def answered(answerer: SavedAnswerer, questions: Sequence[Question], settings: AnswerSettings, batch_size: int,
-             bar: Any = None) -> Iterator[list[PredictedAnswer]]:
-    """The questions' answers, `CHUNK_QUESTIONS` at a time (each chunk's windows read, scored and post-processed)."""
-    from bertkit.encoding.qa_windows import qa_windows
-    from bertkit.models.answerer import answer_logits
-    from bertkit.scoring.answers import predicted_answers
-
-    for start in range(0, len(questions), CHUNK_QUESTIONS):
-        chunk = questions[start:start + CHUNK_QUESTIONS]
-        windows = qa_windows(answerer.tokenizer, chunk, answerer.reading)
-        starts, ends = answer_logits(answerer, windows, batch_size)
-        yield predicted_answers(chunk, windows, starts, ends, settings)
-        if bar is not None:
-            bar.update(len(chunk))
-
-
 # ---------------------------------------------------------------- predict
 
 
@@ -107,6 +89,7 @@ def span_predictions(cfg: Any, keep: int | None, progress: bool, on_chunk: Calla
     """The answers of --question (on --context or --context-file) or of --data's questions; the first `keep` kept in
     the record, every chunk written to --out and handed to `on_chunk`."""
     from bertkit.models import infer
+    from bertkit.scoring.answers import answered
 
     cfg, answerer, settings = loaded_answerer(cfg)
     questions = questions_to_answer(cfg)
@@ -158,6 +141,7 @@ def span_evaluation(cfg: Any, claim: Callable[[], Path] | None, progress: bool) 
         return predictions_evaluation(cfg, claim)
     from bertkit.models import infer
     from bertkit.scoring.answer_objective import answer_scores_record, scored_answers
+    from bertkit.scoring.answers import answered
 
     cfg, answerer, settings = loaded_answerer(cfg)
     corpus, questions = gold_questions(cfg)

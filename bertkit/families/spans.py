@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar
 
+from bertkit.data.labels import SPANS_TASK
 from bertkit.data.options import reads_questions
 from bertkit.data.squad import looks_like_squad
 from bertkit.data.squad_splits import QATraining, load_qa_training
@@ -38,15 +39,18 @@ class Spans(Family):
     chosen_by = "a SQuAD file (SQuAD JSON, or rows with context, question and answers), a hub squad dataset, or --task spans"
     model_noun = "a question-answering model (an answer span of a passage per question)"
     owner_phrase: ClassVar[dict[str, str]] = {"predict": "a question-answering model",
-                                              "evaluate": "a question-answering model (or --predictions)"}
+                                              "evaluate": "a question-answering model (or --predictions)",
+                                              "distill": "a question-answering teacher"}
     doing: ClassVar[dict[str, str]] = {
         "finetune": "fine-tuning on questions on passages (SQuAD)",
+        "distill": "distilling a question-answering model (SQuAD --data and --dev, read in the teacher's windows)",
         "predict": "a question-answering model (it reads --question with --context, or SQuAD --data)",
         "evaluate": "a question-answering model (or --predictions) on SQuAD --data",
         "export": "a question-answering model: its gate reads SQuAD questions, each passage in the windows the model "
                   "records"}
     not_read: ClassVar[dict[str, tuple[str, ...]]] = {
         "finetune": TRAINING_NOT_READ,
+        "distill": (*TRAINING_NOT_READ, "test"),
         "predict": DATA_NOT_READ,
         "evaluate": (*DATA_NOT_READ, "metric"),
         "export": (*DATA_NOT_READ, "text_pair_column", "label_sep", "task_preset", "truncation", "long_text", "stride"),
@@ -69,9 +73,10 @@ class Spans(Family):
         if command == "export" and cfg.kind not in ("auto", AnswererExport.kind):
             return [f"--kind {cfg.kind} does not apply to {cfg.model}: it is a question-answering model, exported with "
                     f"its start and end logits per token. Drop --kind (auto), or pass --kind answerer."]
-        if command not in ("finetune", "sweep"):
+        if command not in ("finetune", "sweep", "distill"):
             return []
-        return dev_problems(cfg.inputs.dev) + not_squad_problems((cfg.inputs.data, cfg.inputs.dev, cfg.inputs.test))
+        doing = "Distilling a question-answering model" if command == "distill" else "Fine-tuning on questions"
+        return dev_problems(cfg.inputs.dev, doing) + not_squad_problems((cfg.inputs.data, cfg.inputs.dev, cfg.inputs.test))
 
     def predict(self, cfg: Any, *, keep: int | None, progress: bool, on_chunk: Any) -> Predictions:
         """A question-answering model's answers of --question or --data's questions (`span_runs.span_predictions`)."""
@@ -100,6 +105,19 @@ class Spans(Family):
         return training
 
 
+    def distillation(self, cfg: Any) -> tuple[Any, Any]:
+        """A question-answering student (`training.distill_spans.DistillSpanTask`): --data and --dev read and checked
+        as SQuAD sets (before torch is imported), in the teacher's windows (its recorded --max-length and doc
+        stride, unless --doc-stride is given)."""
+        cfg = cfg.in_the_teachers_shape(SPANS_TASK)
+        reading = qa_reading_of(cfg, str(cfg.distillation.teacher))
+        raise_if_problems(QAReading.of(reading).problems())
+        data = load_qa_training(cfg.inputs)
+        from bertkit.training.distill_spans import DistillSpanTask
+
+        return cfg, DistillSpanTask(cfg, data, reading)
+
+
 class SpanTraining(Training):
     """A question-answering model's fine-tuning runs (`training.spans.SpanTask`): windows of --max-length tokens
     sharing --doc-stride, its SQuAD sets read once for every run."""
@@ -109,13 +127,9 @@ class SpanTraining(Training):
         self.data = data
 
     def reading(self, cfg: Any) -> Reading:
-        """The window (as the command resolved it) and the doc stride: --doc-stride, else the stride the --model
-        records when it is a question-answering model, else `DOC_STRIDE`."""
-        stride = cfg.reading.doc_stride
-        if stride is None and is_question_answerer(cfg.model):
-            recorded = saved_reading(cfg.model)
-            stride = recorded.stride if recorded is not None else None
-        return QAReading.of(Reading(cfg.reading.max_length, stride=stride)).as_reading()
+        """The windows of --model (`qa_reading_of`)."""
+        return qa_reading_of(cfg, cfg.model)
+
 
     def task(self) -> Any:
         from bertkit.training.spans import SpanTask
@@ -133,11 +147,21 @@ class SpanTraining(Training):
         raise_if_problems(self.option_problems(trial) + QAReading.of(self.reading(trial)).problems())
 
 
-def dev_problems(dev: str | None) -> list[str]:
+def qa_reading_of(cfg: Any, model: str) -> Reading:
+    """The window (as the command resolved it) and the doc stride: --doc-stride, else the stride `model` records when
+    it is a question-answering model, else `DOC_STRIDE`."""
+    stride = cfg.reading.doc_stride
+    if stride is None and is_question_answerer(model):
+        recorded = saved_reading(model)
+        stride = recorded.stride if recorded is not None else None
+    return QAReading.of(Reading(cfg.reading.max_length, stride=stride)).as_reading()
+
+
+def dev_problems(dev: str | None, doing: str = "Fine-tuning on questions") -> list[str]:
     """No hold-out is made of questions (a passage's questions would straddle the split): a --dev set is needed."""
     return [] if dev is not None else [
-        "Fine-tuning on questions needs --dev (SQuAD dev questions: a file, or a split of the hub dataset --data); no "
-        "dev split is held out of the training questions. Pass --dev dev.json (hub: --dev validation)."]
+        f"{doing} needs --dev (SQuAD dev questions: a file, or a split of the hub dataset --data); no dev split is "
+        f"held out of the training questions. Pass --dev dev.json (hub: --dev validation)."]
 
 
 def not_squad_problems(paths: tuple[str | None, ...]) -> list[str]:

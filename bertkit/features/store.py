@@ -51,6 +51,7 @@ from bertkit.features.store_manifests import (
     not_a_store_message,
     read_store_manifest,
     store_manifest,
+    verify_recorded_files,
 )
 from bertkit.io import digests, disk, faults
 from bertkit.io.atomic import atomic_path, write_json_atomic
@@ -164,23 +165,6 @@ def verify_arrays(root: Path, manifest: dict[str, Any]) -> None:
     """features.npy and labels.npy against the size and sha256 the manifest recorded as they were written; a manifest
     without them is damaged (bertkit records them in every store it makes)."""
     verify_recorded_files(root, manifest, "Store", "its features are not the ones it recorded")
-
-
-def verify_recorded_files(root: Path, manifest: dict[str, Any], noun: str, broken: str,
-                          files: tuple[str, ...] | None = None) -> None:
-    """Every file `manifest` records digests of (exactly `files` where given) against the size and sha256 recorded
-    as it was written. A manifest without valid digests is damaged: the error names the store as `noun` and says
-    what a changed file means (`broken`); both end with the command that rebuilds it."""
-    records = manifest.get("digests")
-    if (not isinstance(records, dict) or (files is not None and set(records) != set(files))
-            or not all(digests.is_record(r) for r in records.values())):
-        raise UserError(f"{noun} {root} is damaged: the digests in its {MANIFEST} are not valid. Re-run `bertkit "
-                        f"embed` with --overwrite to rebuild it.")
-    problems = digests.records_problems(root, records)
-    if problems:
-        detail = "; ".join(f"{name}: {why}" for name, why in problems)
-        raise UserError(f"{noun} {root} is damaged: {detail}, so {broken}. Re-run the `bertkit embed` command that "
-                        f"made it, with --overwrite, to rebuild it.")
 
 
 # ---------------------------------------------------------------- writing

@@ -13,6 +13,7 @@ from typing import Any
 from bertkit.encoding.reading import Reading
 from bertkit.errors import UserError
 from bertkit.features.words import word_pooling_from_json
+from bertkit.io import digests
 from bertkit.io.ownership import SPLIT_NAMES
 from bertkit.io.record_format import FAMILY, RecordKind, RecordProblem, checked_version, sealed, upgrade
 
@@ -135,3 +136,20 @@ def _word_store_layout_2(manifest: dict[str, Any]) -> dict[str, Any]:
 def _word_store_layout_3(manifest: dict[str, Any]) -> dict[str, Any]:
     """Layout 2 -> 3: the family (a word store's: words)."""
     return {**manifest, FAMILY: "words"}
+
+
+def verify_recorded_files(root: Path, manifest: dict[str, Any], noun: str, broken: str,
+                          files: tuple[str, ...] | None = None) -> None:
+    """Every file `manifest` records digests of (exactly `files` where given) against the size and sha256 recorded
+    as it was written. A manifest without valid digests is damaged: the error names the store as `noun` and says
+    what a changed file means (`broken`); both end with the command that rebuilds it."""
+    records = manifest.get("digests")
+    if (not isinstance(records, dict) or (files is not None and set(records) != set(files))
+            or not all(digests.is_record(r) for r in records.values())):
+        raise UserError(f"{noun} {root} is damaged: the digests in its {MANIFEST} are not valid. Re-run `bertkit "
+                        f"embed` with --overwrite to rebuild it.")
+    problems = digests.records_problems(root, records)
+    if problems:
+        detail = "; ".join(f"{name}: {why}" for name, why in problems)
+        raise UserError(f"{noun} {root} is damaged: {detail}, so {broken}. Re-run the `bertkit embed` command that "
+                        f"made it, with --overwrite, to rebuild it.")

@@ -45,13 +45,13 @@ from bertkit.features.store import (
     ShardedWriter,
     copy_npy_data,
     remove_work_files,
-    verify_recorded_files,
 )
 from bertkit.features.store_manifests import (
     IDENTITY,
     MANIFEST,
     READABLE_FORMATS,
     read_manifest,
+    verify_recorded_files,
     word_store_manifest,
 )
 from bertkit.features.words import word_pooling, word_pooling_from_json

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bertkit.data.labels import TAGS_TASK
+from bertkit.data.labels import SPANS_TASK, TAGS_TASK
 from bertkit.io.atomic import JsonRecord
 from bertkit.models.compute import Compute
 from bertkit.scoring.table import LOWER_IS_BETTER
@@ -60,11 +60,11 @@ def measure_teacher_student(cfg: Any, task: Any, result: Any, compute: Compute) 
     from bertkit.measure.contenders import Contender
     from bertkit.models import infer, loading
 
-    tagging = task.teacher_labels.task == TAGS_TASK
+    kind = task.teacher_labels.task
     student_dir = result.out / "best"
-    student = loading.load_classifier(str(student_dir), require_head=True, tokens=tagging).eval()
-    texts, encoded, quality, metric = (_tag_dev(cfg, task, student_dir, compute) if tagging else
-                                       _sentence_dev(cfg, task, result))
+    student = loading.load_classifier(str(student_dir), require_head=True, tokens=kind == TAGS_TASK,
+                                      questions=kind == SPANS_TASK).eval()
+    texts, encoded, quality, metric = DEV_OF_KIND.get(kind, _sentence_dev)(cfg, task, result, compute)
     device, dtype = compute.torch_device, compute.dtype
     contenders = [Contender("teacher", cfg.distillation.teacher or "", False, task.teacher.to(device).eval(),
                             task.teacher_tokenizer, 0.0),
@@ -84,7 +84,7 @@ def measure_teacher_student(cfg: Any, task: Any, result: Any, compute: Compute) 
             "claims": claims(models, metric)}
 
 
-def _sentence_dev(cfg: Any, task: Any, result: Any) -> tuple[list[str], Any, dict[str, Any], str]:
+def _sentence_dev(cfg: Any, task: Any, result: Any, compute: Compute) -> tuple[list[str], Any, dict[str, Any], str]:
     """(dev texts, their token ids as the teacher reads them, dev quality of teacher and student, the metric they are
     compared by) of a sentence classifier's distillation."""
     from bertkit.data.splits import load_splits
@@ -96,7 +96,7 @@ def _sentence_dev(cfg: Any, task: Any, result: Any) -> tuple[list[str], Any, dic
     return list(splits.dev.texts), encoded, _dev_quality(cfg, task, result, splits), metric
 
 
-def _tag_dev(cfg: Any, task: Any, student_dir: Path, compute: Compute) -> tuple[list[str], Any, dict[str, Any], str]:
+def _tag_dev(cfg: Any, task: Any, result: Any, compute: Compute) -> tuple[list[str], Any, dict[str, Any], str]:
     """(the dev sentences as text, in the teacher's windows of word pieces, dev quality of teacher and student, the
     metric they are compared by: entity F1, word accuracy for plain tags) of a tagger's distillation. Both models
     are scored now, the same way (`scoring.tag_outputs.score_tagger`: each word at its first piece, strict seqeval
@@ -111,8 +111,33 @@ def _tag_dev(cfg: Any, task: Any, student_dir: Path, compute: Compute) -> tuple[
     encoded = Encoded(windows.ids, None, windows.lengths, windows.lengths, task.reading.max_length)
     quality = {label: tag_scores_record(score_tagger(tag_reader(str(folder), compute, task.reading), task.data.dev,
                                                      limit=len(sentences), seed=cfg.inputs.seed).scores)
-               for label, folder in (("teacher", cfg.distillation.teacher), ("student", student_dir))}
+               for label, folder in (("teacher", cfg.distillation.teacher), ("student", result.out / "best"))}
     return [" ".join(words) for words in sentences], encoded, quality, tag_metrics(task.data.scheme)[0]
+
+
+def _span_dev(cfg: Any, task: Any, result: Any, compute: Compute) -> tuple[list[str], Any, dict[str, Any], str]:
+    """(each dev question with its passage as one text - batch-1 latency reads it cut at the window -, the dev
+    questions in the teacher's windows, dev quality of teacher and student, F1) of a question-answering
+    distillation. Both models answer now, the same way (`scoring.answers.answered`: run_qa.py's post-processing),
+    scored by the official rules of the dev set's SQuAD version, as `bertkit evaluate` scores them."""
+    from bertkit.encoding.qa_windows import QAReading, qa_windows
+    from bertkit.models.answerer import load_answerer
+    from bertkit.scoring.answer_objective import answer_scores_record, scored_answers
+    from bertkit.scoring.answers import answered
+
+    questions, reading = list(task.data.dev_questions), QAReading.of(task.teacher_reading)
+    quality = {}
+    for label, folder in (("teacher", cfg.distillation.teacher), ("student", result.out / "best")):
+        answerer = load_answerer(str(folder), compute, reading)
+        answers = [a for chunk in answered(answerer, questions, task.settings, cfg.training.batch_size) for a in chunk]
+        scores = scored_answers(questions, answers, task.data.dev.version, task.settings, 0, cfg.inputs.seed)
+        quality[label] = answer_scores_record(scores)
+    encoded = qa_windows(task.teacher_tokenizer, questions, reading).encoded
+    return [f"{q.question} {q.context}" for q in questions], encoded, quality, "f1"
+
+
+DEV_OF_KIND = {TAGS_TASK: _tag_dev, SPANS_TASK: _span_dev}
+"""How a distillation's dev set is read and scored for the report, by the teacher's task (others: rows of text)."""
 
 
 def _dev_quality(cfg: Any, task: Any, result: Any, splits: Any) -> dict[str, Any]:

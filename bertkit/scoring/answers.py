@@ -12,14 +12,14 @@ with no score. Only numpy: the logits come in as arrays (one per window, or a pa
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
 from bertkit.data.squad import Question
-from bertkit.encoding.qa_windows import NOT_CONTEXT, QAWindows
+from bertkit.encoding.qa_windows import NOT_CONTEXT, QAWindows, qa_windows
 from bertkit.encoding.reading import doc_stride_option
 from bertkit.options import RUN, option
 
@@ -203,3 +203,23 @@ def null_odds(answers: Sequence[PredictedAnswer]) -> dict[str, float | None]:
     """{question id: null score - best span score} (run_qa.py's null_odds.json; the official v2.0 script's
     --na-prob-file); None where there is no null answer or no span."""
     return {a.id: a.null_odds for a in answers}
+
+
+CHUNK_QUESTIONS = 256
+"""Questions read, answered and written at a time: their windows' logits are the most predict, evaluate and a
+distillation's report hold."""
+
+
+def answered(answerer: Any, questions: Sequence[Question], settings: AnswerSettings, batch_size: int,
+             bar: Any = None) -> Iterator[list[PredictedAnswer]]:
+    """The questions' answers by `answerer` (a `models.answerer.SavedAnswerer`, or its ONNX export's),
+    `CHUNK_QUESTIONS` at a time (each chunk's windows read, scored and post-processed)."""
+    from bertkit.models.answerer import answer_logits  # torch
+
+    for start in range(0, len(questions), CHUNK_QUESTIONS):
+        chunk = questions[start:start + CHUNK_QUESTIONS]
+        windows = qa_windows(answerer.tokenizer, chunk, answerer.reading)
+        starts, ends = answer_logits(answerer, windows, batch_size)
+        yield predicted_answers(chunk, windows, starts, ends, settings)
+        if bar is not None:
+            bar.update(len(chunk))

@@ -39,8 +39,9 @@ from bertkit.training.options import DistillOptions
 log = logging.getLogger(__name__)
 
 COPYABLE = ("BertForSequenceClassification", "DistilBertForSequenceClassification", "BertForTokenClassification",
-            "DistilBertForTokenClassification")
-"""Teachers whose layers the student copies (same layer layout and names): sentence classifiers and taggers."""
+            "DistilBertForTokenClassification", "BertForQuestionAnswering", "DistilBertForQuestionAnswering")
+"""Teachers whose layers the student copies (same layer layout and names): sentence classifiers, taggers and
+question-answering models."""
 LAYER_KEY = re.compile(r"^(.*\.layer\.)(\d+)(\..*)$")
 CACHE, CACHE_KEY, REPORT = "teacher_logits.npy", "teacher_logits.json", "distill_report"
 
