@@ -325,7 +325,7 @@ def int8_twins(contenders: Sequence[Contender]) -> list[tuple[Contender, str]]:
     """(a dynamic-int8 copy of each model, labelled `<label> · int8`; the model's label). Copies: the models
     themselves stay fp32, as they are saved (sizes, quality) and trained (the training step)."""
     return [(Contender(f"{c.label} · int8", c.source, c.random_init, quantize.quantized_int8(c.model), c.tokenizer,
-                       c.build_seconds, c.tagger), c.label) for c in contenders]
+                       c.build_seconds, c.tagger, c.answerer), c.label) for c in contenders]
 
 
 def _measure_standard(contenders, timed, texts, encoded, pad_id, settings, device, dtype, records) -> None:
