@@ -20,7 +20,7 @@ from bertkit.data.squad_splits import (
     read_gate_questions,
 )
 from bertkit.encoding.qa_windows import QAReading
-from bertkit.encoding.reading import QUESTION_MAX_LENGTH, Reading
+from bertkit.encoding.reading import Reading
 from bertkit.errors import UserError, raise_if_problems
 from bertkit.families.base import Family
 from bertkit.families.results import Evaluation, Predictions, TimedData
@@ -218,10 +218,10 @@ def question_reading(max_length: int, doc_stride: int | None, model: str | None)
 
 def bench_reading(cfg: Any) -> QAReading:
     """The windows bench times questions in: --max-length (as bench resolved it: the first of --models that records
-    a reading, else 384) sharing the doc stride `question_reading` resolves against the first question-answering
-    model of --models (a base encoder records none)."""
+    a reading, else the family's 384, `Reading.from_options`) sharing the doc stride `question_reading` resolves
+    against the first question-answering model of --models (a base encoder records none)."""
     answerers = [m for m in cfg.model_list if is_question_answerer(m)]
-    return question_reading(cfg.max_length or QUESTION_MAX_LENGTH, cfg.doc_stride, next(iter(answerers), None))
+    return question_reading(Reading.from_options(cfg).max_length, cfg.doc_stride, next(iter(answerers), None))
 
 
 def questions_to_time(cfg: Any) -> TimedData:
