@@ -423,7 +423,8 @@ def show_bench(result: BenchResult, view: View) -> None:
     columns, rows = report.throughput_rows()
     if rows:
         out_console.print(table("Throughput (dynamic = length-sorted batches; static = padded to --max-length)",
-                                columns, rows, formats={"rows/s": ",.1f", "tokens/s": ",.0f"}, wrap_first=28))
+                                columns, rows, formats={"rows/s": ",.1f", "windows/s": ",.1f", "questions/s": ",.1f",
+                                                        "tokens/s": ",.0f"}, wrap_first=28))
     out_console.print("[bold]Claims vs the DistilBERT paper[/]")
     for line in report.claim_lines():
         out_console.print(f"  {escape(line)}", highlight=False)

@@ -12,6 +12,11 @@ On tagged data (a CoNLL-style --data, or --task tags) every contender is a tagge
 per tag (the training corpus's), timed on the sentences' windows of word pieces as a tagger reads words, its
 training step scoring every real piece, and its quality a tagger fine-tuned on the same sentences (`bertkit
 finetune` on tagged data: dev entity F1, or word accuracy for plain tags).
+
+On questions on passages (a SQuAD --data, or --task spans) every contender is a question-answering model (a start and
+an end score per token), timed on each question's windows as `bertkit finetune` and `predict` read them (question
+first, only the passage cut, overlapping windows sharing the doc stride): a row is a window, batch 1 one question with
+all its windows; its quality a question-answering model fine-tuned on the same sets (dev F1).
 """
 
 from __future__ import annotations
@@ -25,10 +30,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from bertkit.commands.registry import command_module, config_for_command
+from bertkit.data.labels import SPANS_TASK
 from bertkit.data.options import WORD_TASKS, DataOptions, config_problems
 from bertkit.data.tagged import unseen_tags_option
 from bertkit.data.tagscheme import tag_scheme_option
-from bertkit.encoding.reading import Reading, max_length_option
+from bertkit.encoding.reading import Reading, doc_stride_option, max_length_option
 from bertkit.errors import raise_if_problems
 from bertkit.families.base import Family
 from bertkit.families.registry import cached_family
@@ -71,10 +77,11 @@ class BenchConfig(Config):
 
     # bench holds no dev set out itself: a --quality run's hold-out share goes in --quality-args (--dev-fraction)
     NOT_OPTIONS = ("dev_fraction",)
-    ADVANCED_OPTIONS = ("trust_remote_code", "tag_scheme", "unseen_tags")
+    ADVANCED_OPTIONS = ("trust_remote_code", "tag_scheme", "unseen_tags", "doc_stride")
     HELP_OVERRIDES = {"data": "The data whose texts are timed (unless --dev is given), and the --quality runs' training "
                               "data: a .csv/.tsv/.txt/.json/.jsonl/.parquet file, or a hub dataset name; a tagged "
-                              "corpus (.iob2, .conll, or --task tags) benchmarks the models as taggers.",
+                              "corpus (.iob2, .conll, or --task tags) benchmarks the models as taggers, a SQuAD set "
+                              "(or --task spans) as question-answering models.",
                       "dev": "Dev data (a file, or a split of the hub --data): timed instead of --data, and the "
                              "--quality runs' dev set."}
 
@@ -82,6 +89,7 @@ class BenchConfig(Config):
                                 "distilbert-base-uncased,bert-base-uncased.", panel=MODEL)
     inputs: DataOptions = group(DataOptions)
     max_length: int | None = max_length_option()
+    doc_stride: int | None = doc_stride_option()
     tag_scheme: str = tag_scheme_option()
     unseen_tags: str = unseen_tags_option()
     preset: str | None = option(None, "distilbert-vs-bert: exact DistilBertConfig() vs BertConfig() shapes, random "
@@ -99,8 +107,9 @@ class BenchConfig(Config):
     overwrite: bool = overwrite_option("a bench run")
     trust_remote_code: bool = option(False, TRUST_HELP, panel=MODEL)
     task: str = option("auto", "tags: --data is a tagged corpus (one tag per word) and the models are benchmarked as "
-                       "taggers; auto: detected from .iob2/.conll files and their content, as finetune detects it.",
-                       panel=DATA, choices=WORD_TASKS)
+                       "taggers; spans: --data holds SQuAD questions on passages and the models are benchmarked as "
+                       "question-answering models; auto: detected from the files' content, as finetune detects it.",
+                       panel=DATA, choices=(*WORD_TASKS, SPANS_TASK))
 
     def __post_init__(self) -> None:
         problems = config_problems(self)
@@ -172,13 +181,14 @@ def benchmark(cfg: Any, clock: Clock = time.perf_counter,
     order = np.random.default_rng(cfg.inputs.seed).permutation(len(texts))
     torch.manual_seed(cfg.inputs.seed)
     contenders = load_contenders(cfg.model_list, cfg.preset, cfg.random_init, cfg.trust_remote_code, clock,
-                                 tags=data.tags)
+                                 tags=data.tags, questions=data.questions is not None)
     notes += contender_notes(cfg, contenders)
     settings = BenchSettings(
         batch_sizes=cfg.timing.batch_size_list, max_length=cfg.max_length, train_batch_size=cfg.timing.train_batch_size,
         protocol=cfg.timing.protocol, seed=cfg.inputs.seed, int8=cfg.precision == loading.INT8,
         budget=cfg.timing.budget(clock, sync_for(device)),
         words=None if data.tags is None else Reading.of_words(max_length=cfg.max_length),  # as a tagger reads words
+        questions=data.questions,  # as a question-answering model reads them: windows sharing the doc stride
     )
     timed_texts = texts if cfg.timing.protocol == "paper" else [texts[i] for i in order]
     with tempfile.TemporaryDirectory(prefix="bertkit-bench-") as tmp:

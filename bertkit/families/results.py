@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from bertkit.data.dataset import TextDataset
+    from bertkit.encoding.qa_windows import QAReading
     from bertkit.scoring.answers import PredictedAnswer
     from bertkit.scoring.spans import TaggedWords
     from bertkit.scoring.tag_report import TagMistakes
@@ -146,12 +147,16 @@ class Evaluation:
 
 @dataclass(frozen=True)
 class TimedData:
-    """What bench times: rows of text, or (tagged data) sentences given as words with the tags the taggers output
-    (the training corpus's); and where they come from (`source`, `fingerprint`)."""
+    """What bench times: rows of text, (tagged data) sentences given as words with the tags the taggers output
+    (the training corpus's), or (questions on passages) SQuAD questions with the windows they are read in; and where
+    they come from (`source`, `fingerprint`)."""
 
     texts: list[Any]
     source: dict[str, Any]
     tags: tuple[str, ...] | None = None
+    questions: QAReading | None = None
+    """Questions on passages (`texts` are `data.squad.Question`s): how each is read, in windows of `max_length`
+    tokens sharing `doc_stride` (the models are timed as question-answering models); None: not questions."""
 
 
 def written_chunks(out: str | None, open_out: Callable[..., Any], chunks: Iterable[Sequence[Any]], keep: int | None,

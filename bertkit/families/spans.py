@@ -11,13 +11,19 @@ from typing import Any, ClassVar
 
 from bertkit.data.labels import SPANS_TASK
 from bertkit.data.options import reads_questions
-from bertkit.data.squad import looks_like_squad
-from bertkit.data.squad_splits import QATraining, load_qa_training
+from bertkit.data.squad import looks_like_squad, read_squad
+from bertkit.data.squad_splits import (
+    QATraining,
+    load_qa_training,
+    qa_fingerprint,
+    qa_source,
+    read_gate_questions,
+)
 from bertkit.encoding.qa_windows import QAReading
 from bertkit.encoding.reading import Reading
-from bertkit.errors import raise_if_problems
+from bertkit.errors import UserError, raise_if_problems
 from bertkit.families.base import Family
-from bertkit.families.results import Evaluation, Predictions
+from bertkit.families.results import Evaluation, Predictions, TimedData
 from bertkit.families.span_exports import AnswererExport
 from bertkit.families.span_runs import span_evaluation, span_predictions
 from bertkit.models.metadata import is_question_answerer, saved_reading
@@ -47,13 +53,15 @@ class Spans(Family):
         "predict": "a question-answering model (it reads --question with --context, or SQuAD --data)",
         "evaluate": "a question-answering model (or --predictions) on SQuAD --data",
         "export": "a question-answering model: its gate reads SQuAD questions, each passage in the windows the model "
-                  "records"}
+                  "records",
+        "bench": "questions on passages (SQuAD): bench times them as a question-answering model reads them"}
     not_read: ClassVar[dict[str, tuple[str, ...]]] = {
         "finetune": TRAINING_NOT_READ,
         "distill": (*TRAINING_NOT_READ, "test"),
         "predict": DATA_NOT_READ,
         "evaluate": (*DATA_NOT_READ, "metric"),
         "export": (*DATA_NOT_READ, "text_pair_column", "label_sep", "task_preset", "truncation", "long_text", "stride"),
+        "bench": (*DATA_NOT_READ, "test"),
     }
 
     def reads(self, inputs: Any, task: str) -> bool:
@@ -70,6 +78,8 @@ class Spans(Family):
             return predict_problems(cfg)
         if command == "evaluate":
             return evaluate_problems(cfg)
+        if command == "bench":
+            return bench_problems(cfg)
         if command == "export" and cfg.kind not in ("auto", AnswererExport.kind):
             return [f"--kind {cfg.kind} does not apply to {cfg.model}: it is a question-answering model, exported with "
                     f"its start and end logits per token. Drop --kind (auto), or pass --kind answerer."]
@@ -91,6 +101,15 @@ class Spans(Family):
         """A question-answering model's start and end logits (`span_exports.AnswererExport`)."""
         return AnswererExport()
 
+    def bench_data(self, cfg: Any) -> TimedData:
+        """The questions bench times, with their passages and the windows they are read in (`questions_to_time`)."""
+        return questions_to_time(cfg)
+
+    def quality_options(self, cfg: Any) -> dict[str, Any]:
+        """The quality runs fine-tune question-answering models on the same SQuAD sets, reading them in the windows
+        bench times (--doc-stride as bench resolved it; --max-length comes with bench's data settings)."""
+        return {"task": SPANS_TASK, "doc_stride": bench_reading(cfg).doc_stride}
+
     # ---------------------------------------------------------------- fine-tuning (finetune, sweep)
 
     table_fields: ClassVar[tuple[str, ...]] = ()
@@ -110,7 +129,8 @@ class Spans(Family):
         as SQuAD sets (before torch is imported), in the teacher's windows (its recorded --max-length and doc
         stride, unless --doc-stride is given)."""
         cfg = cfg.in_the_teachers_shape(SPANS_TASK)
-        reading = qa_reading_of(cfg, str(cfg.distillation.teacher))
+        reading = question_reading(cfg.reading.max_length, cfg.reading.doc_stride,
+                                   str(cfg.distillation.teacher)).as_reading()
         raise_if_problems(QAReading.of(reading).problems())
         data = load_qa_training(cfg.inputs)
         from bertkit.training.distill_spans import DistillSpanTask
@@ -127,9 +147,8 @@ class SpanTraining(Training):
         self.data = data
 
     def reading(self, cfg: Any) -> Reading:
-        """The windows of --model (`qa_reading_of`)."""
-        return qa_reading_of(cfg, cfg.model)
-
+        """The window (as the command resolved it) and the doc stride (`question_reading`)."""
+        return question_reading(cfg.reading.max_length, cfg.reading.doc_stride, cfg.model).as_reading()
 
     def task(self) -> Any:
         from bertkit.training.spans import SpanTask
@@ -145,16 +164,6 @@ class SpanTraining(Training):
     def check_trial(self, checker: Any, trial: Any) -> None:
         """A trial's options, and its windows: --doc-stride against its --max-length."""
         raise_if_problems(self.option_problems(trial) + QAReading.of(self.reading(trial)).problems())
-
-
-def qa_reading_of(cfg: Any, model: str) -> Reading:
-    """The window (as the command resolved it) and the doc stride: --doc-stride, else the stride `model` records when
-    it is a question-answering model, else `DOC_STRIDE`."""
-    stride = cfg.reading.doc_stride
-    if stride is None and is_question_answerer(model):
-        recorded = saved_reading(model)
-        stride = recorded.stride if recorded is not None else None
-    return QAReading.of(Reading(cfg.reading.max_length, stride=stride)).as_reading()
 
 
 def dev_problems(dev: str | None, doing: str = "Fine-tuning on questions") -> list[str]:
@@ -209,6 +218,64 @@ def evaluate_problems(cfg: Any) -> list[str]:
         flags = ", ".join(given)
         return [f"{flags} read a model's answers; --predictions are scored as they are. Drop {flags}."]
     return []
+
+
+def question_reading(max_length: int, doc_stride: int | None, model: str | None) -> QAReading:
+    """How questions are read, the one resolution fine-tuning and bench share: windows of `max_length` tokens (as the
+    command resolved --max-length) sharing --doc-stride, else the stride `model` records when it is a
+    question-answering model, else `DOC_STRIDE`."""
+    stride = doc_stride
+    if stride is None and model is not None and is_question_answerer(model):
+        recorded = saved_reading(model)
+        stride = recorded.stride if recorded is not None else None
+    return QAReading.of(Reading(max_length, stride=stride))
+
+
+# ---------------------------------------------------------------- bench
+
+
+def bench_reading(cfg: Any) -> QAReading:
+    """The windows bench times questions in: --max-length (as bench resolved it: the first of --models that records
+    a reading, else the family's 384, `Reading.from_options`) sharing the doc stride `question_reading` resolves
+    against the first question-answering model of --models (a base encoder records none)."""
+    answerers = [m for m in cfg.model_list if is_question_answerer(m)]
+    return question_reading(Reading.from_options(cfg).max_length, cfg.doc_stride, next(iter(answerers), None))
+
+
+def questions_to_time(cfg: Any) -> TimedData:
+    """The timed questions: --dev's if given, else --data's (a SQuAD file, or the --train-split of a hub squad
+    dataset), read and checked whole as `bertkit evaluate` reads a set, its first --limit kept; their windows'
+    settings checked (all before torch is imported)."""
+    reading = bench_reading(cfg)
+    raise_if_problems(reading.problems())
+    inputs = cfg.inputs
+    if inputs.dev is None:
+        timed = read_gate_questions(str(inputs.data), None, inputs.data_config, inputs.train_split).corpus
+    else:
+        timed = read_squad(qa_source(str(inputs.dev), "--dev", str(inputs.data), inputs.data_config))
+    questions = list(timed.questions[:inputs.limit] if inputs.limit else timed.questions)
+    if not questions:  # read_squad refuses an empty set; a --limit of 0 is refused by the data options
+        raise UserError(f"No questions to benchmark on: {timed.source} holds none. Pass a SQuAD set with questions.")
+    return TimedData(questions, {"source": str(timed.source), "fingerprint": qa_fingerprint(timed)},
+                     questions=reading)
+
+
+def bench_problems(cfg: Any) -> list[str]:
+    """Timing question-answering models: --data given, the files SQuAD sets; --quality finetune needs --dev (no
+    hold-out is made of questions), and --quality probe is not read yet (no probe on questions)."""
+    problems = [] if cfg.inputs.data else [
+        "--task spans needs --data (SQuAD questions on passages: a file such as dev.json, or the hub dataset squad). "
+        "Pass --data."]
+    problems += not_squad_problems((cfg.inputs.data, cfg.inputs.dev))
+    if "probe" in cfg.quality_kinds:
+        problems.append("--quality probe does not read questions on passages yet (no probe of question answering). "
+                        "Pass --quality finetune (each model fine-tuned on --data, scored by F1 on --dev), or drop "
+                        "--quality.")
+    if "finetune" in cfg.quality_kinds and cfg.inputs.dev is None:
+        problems.append("--quality finetune on questions needs --dev (SQuAD dev questions, where each fine-tuned model "
+                        "is scored by F1); no dev split is held out of the training questions. Pass --dev dev.json "
+                        "(hub: --dev validation).")
+    return problems
 
 
 SPANS = Spans()

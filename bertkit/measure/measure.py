@@ -1,7 +1,8 @@
 """The measurements of `bertkit bench`: size on disk and load time, batch-1 latency, throughput per batch size,
 a training step, or the paper's protocol; `run_bench` runs them all for every model, interleaved (timing.py).
 Sentences are timed as rows of text; tagged sentences (given as words, `BenchSettings.reading` a reading of words)
-as a tagger reads them: each in its windows of word pieces."""
+as a tagger reads them: each in its windows of word pieces; questions on passages (`BenchSettings.questions`) as a
+question-answering model reads them: each question in its windows, counted per window (rows) and per question."""
 
 from __future__ import annotations
 
@@ -18,13 +19,21 @@ import numpy as np
 
 from bertkit.data.dataset import TextDataset
 from bertkit.encoding.encode import Encoded, encode_for
+from bertkit.encoding.qa_windows import QAReading, qa_windows
 from bertkit.encoding.reading import Reading
 from bertkit.encoding.words import align_words
 from bertkit.errors import UserError
 from bertkit.io import trail
 from bertkit.measure.contenders import Contender
 from bertkit.measure.report import compute_claims
-from bertkit.measure.steps import forward_step, latency_step, prepare_batches, tag_latency_step, train_step
+from bertkit.measure.steps import (
+    forward_step,
+    latency_step,
+    prepare_batches,
+    question_latency_step,
+    tag_latency_step,
+    train_step,
+)
 from bertkit.measure.timing import Budget, Step, interleaved, summarize
 from bertkit.models import infer, loading, quantize
 
@@ -46,10 +55,16 @@ class BenchSettings:
     words: Reading | None = None
     """Tagged data: how its sentences (given as words) are read, windows of `max_length` pieces
     (`Reading.of_words`); None: the texts are rows of text."""
+    questions: QAReading | None = None
+    """Questions on passages (the texts are `data.squad.Question`s): how each is read, windows of `max_length` tokens
+    sharing `doc_stride` (`encoding.qa_windows`); None: not questions."""
 
 
 def batch1_step(c: Contender, texts: Sequence[Any], s: BenchSettings, device: Any, dtype: Any) -> Step:
-    """The batch-1 step of `c` over `texts`: a row of text, or a sentence given as words read as a tagger reads it."""
+    """The batch-1 step of `c` over `texts`: a row of text, a sentence given as words read as a tagger reads it, or a
+    question read in its windows as a question-answering model reads it."""
+    if s.questions is not None:
+        return question_latency_step(c, texts, s.questions, device, s.budget, dtype)
     if s.words is not None:
         return tag_latency_step(c, texts, s.words, device, s.budget, dtype)
     return latency_step(c, texts, s.max_length, device, s.budget, dtype)
@@ -78,8 +93,8 @@ def measure_sizes(contenders: Sequence[Contender], workdir: Path, budget: Budget
     for _ in range(max(1, budget.rounds)):
         for c in contenders:
             start = budget.clock()
-            loaded = (loading.load_classifier(str(folders[c.label]), tokens=True) if c.tagger
-                      else loading.load_encoder(str(folders[c.label])))
+            loaded = (loading.load_classifier(str(folders[c.label]), tokens=c.tagger, questions=c.answerer)
+                      if c.tagger or c.answerer else loading.load_encoder(str(folders[c.label])))
             loads[c.label].append(budget.clock() - start)
             del loaded
     for label, seconds in loads.items():
@@ -225,7 +240,10 @@ def token_stats(encoded: Encoded) -> dict[str, Any]:
 
 def timed_encoding(tokenizer: Any, texts: Sequence[Any], s: BenchSettings) -> tuple[Encoded, dict[str, Any]]:
     """The timed sentences as model rows, and the report's `data`: rows of text cut at --max-length, or (tagged
-    data) every sentence's windows of word pieces, a row per window, with the sentences and words they hold."""
+    data) every sentence's windows of word pieces, a row per window, with the sentences and words they hold, or
+    (questions on passages) every question's windows, a row per window, with the questions they hold."""
+    if s.questions is not None:
+        return question_encoding(tokenizer, texts, s.questions)
     if s.words is None:
         encoded = encode_for(tokenizer, TextDataset(list(texts)), Reading(s.max_length)).encoded
         return encoded, token_stats(encoded)
@@ -234,6 +252,26 @@ def timed_encoding(tokenizer: Any, texts: Sequence[Any], s: BenchSettings) -> tu
     encoded = Encoded(windows.ids, None, lengths, lengths, s.words.max_length)
     # a window is a row; no word is cut (a longer sentence gets more windows), so none is truncated
     return encoded, {**token_stats(encoded), "task": "tags", "sentences": len(texts), "words": windows.n_words}
+
+
+def question_encoding(tokenizer: Any, questions: Sequence[Any], reading: QAReading) -> tuple[Encoded, dict[str, Any]]:
+    """The questions' windows as model rows (`qa_windows`: question first, only the passage cut, windows sharing the
+    doc stride), and the report's `data`: the questions, their windows and how they were read."""
+    windows = qa_windows(tokenizer, questions, reading)
+    # a window is a row; no passage is cut (a longer one gets more windows), so none is truncated
+    return windows.encoded, {**token_stats(windows.encoded), "task": "spans", "questions": windows.n_questions,
+                             "windows": windows.n_windows, "questions_cut": windows.n_questions_cut,
+                             "max_length": reading.max_length, "doc_stride": reading.doc_stride}
+
+
+def add_question_rates(records: Sequence[dict[str, Any]], data: dict[str, Any]) -> None:
+    """Each throughput record's questions/s beside its rows (windows)/s: every batch reads windows of the timed
+    questions, `data["windows"]` of them for `data["questions"]` questions, so a question is read per that many
+    windows."""
+    for record in records:
+        for row in record.get("throughput", []):
+            row["windows_per_s"] = row["rows_per_s"]
+            row["questions_per_s"] = row["rows_per_s"] * data["questions"] / data["windows"]
 
 
 def run_bench(
@@ -274,6 +312,8 @@ def run_bench(
         for twin, _ in twins:
             records.pop(twin.label)
         report["models"] = list(records.values())
+    if settings.questions is not None:
+        add_question_rates([*report["models"], *(m["int8"] for m in report["models"] if "int8" in m)], data)
     for record in report["models"]:
         if not keep_folders:
             record.pop("folder", None)
@@ -285,7 +325,7 @@ def int8_twins(contenders: Sequence[Contender]) -> list[tuple[Contender, str]]:
     """(a dynamic-int8 copy of each model, labelled `<label> · int8`; the model's label). Copies: the models
     themselves stay fp32, as they are saved (sizes, quality) and trained (the training step)."""
     return [(Contender(f"{c.label} · int8", c.source, c.random_init, quantize.quantized_int8(c.model), c.tokenizer,
-                       c.build_seconds, c.tagger), c.label) for c in contenders]
+                       c.build_seconds, c.tagger, c.answerer), c.label) for c in contenders]
 
 
 def _measure_standard(contenders, timed, texts, encoded, pad_id, settings, device, dtype, records) -> None:

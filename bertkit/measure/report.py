@@ -187,6 +187,8 @@ def summary_rows(report: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
     else:
         columns += ["b1 model ms (p50)", "b1 p90 ms", "b1 tokenize ms (p50)", "best rows/s", "train step ms",
                     "peak +MB"]
+    questions = any("questions_per_s" in r for m in report["models"] for r in m.get("throughput", []))
+    columns += ["best questions/s"] if questions and not paper else []
     columns += [f"{k} score" for k in QUALITY_KINDS if any(_get(m, "quality", k) for m in report["models"])]
     rows = []
     for m in speed_records(report["models"]):
@@ -201,6 +203,7 @@ def summary_rows(report: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
                     _get(m, "latency", "tokenize_ms", CENTRE),
                     None if best is None else f"{best['rows_per_s']:.1f} (b{best['batch_size']} {best['padding']})",
                     _get(m, "train_step", "step_ms", "mean"), peak_memory_mb(m)]
+            row += [None if best is None else best["questions_per_s"]] if questions else []
         for kind in columns[len(row):]:
             q = _get(m, "quality", kind.split()[0]) or {}
             row.append(q.get("score") if q.get("status") == "ok" else q.get("status"))
@@ -217,11 +220,15 @@ def peak_memory_mb(model: dict[str, Any]) -> float | None:
 
 
 def throughput_rows(report: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
-    """One row per model, batch size and padding: rows/s, tokens/s, the share of padding tokens, the median batch time."""
-    columns = ["model", "batch", "padding", "rows/s", "tokens/s", "pad %", "p50 ms", "iters"]
+    """One row per model, batch size and padding: rows/s, tokens/s, the share of padding tokens, the median batch time;
+    on questions on passages the rows are windows, and questions/s stands beside them."""
+    records = [(m, r) for m in speed_records(report["models"]) for r in m.get("throughput", [])]
+    questions = any("questions_per_s" in r for _, r in records)
+    columns = ["model", "batch", "padding", "windows/s" if questions else "rows/s", "tokens/s", "pad %", "p50 ms",
+               "iters"] + (["questions/s"] if questions else [])
     rows = [[m["label"], r["batch_size"], r["padding"], r["rows_per_s"], r["tokens_per_s"],
              f"{r['padding_share']:.0%}", r["batch_ms"].get("p50"), r["iterations"]]
-            for m in speed_records(report["models"]) for r in m.get("throughput", [])]
+            + ([r.get("questions_per_s")] if questions else []) for m, r in records]
     return columns, rows
 
 
@@ -307,6 +314,10 @@ def report_markdown(report: dict[str, Any], png_name: str | None = "bench.png") 
 def data_line(data: dict[str, Any]) -> str:
     """What was timed, in words: rows of text, or (tagged data) sentences read in windows of word pieces."""
     tokens = f"mean {data['mean_tokens']:.1f} tokens, max {data['max_tokens']}"
+    if data.get("task") == "spans":
+        return (f"{data['questions']} questions on passages read as a question-answering model reads them, in "
+                f"{data['rows']} windows of at most {data['max_length']} tokens sharing {data['doc_stride']}: {tokens} "
+                f"([CLS] question [SEP] passage [SEP])")
     if data.get("task") == "tags":
         return (f"{data['sentences']} tagged sentences ({data['words']} words) read as a tagger reads them, in "
                 f"{data['rows']} windows: {tokens} (word pieces with [CLS]/[SEP])")

@@ -1,7 +1,8 @@
 """The timed steps of `bertkit bench`: each step times exactly its counted work (batch-1 latency, a forward pass
 over a prepared batch, a training step), and the prepared batches they run on. A tagger (tagged data) is timed on
 sentences given as words, each read in its windows of word pieces (`encoding.words.align_words`), and trained on
-a label per piece."""
+a label per piece. A question-answering model is timed on questions (with their passages), each read in its
+windows (`encoding.qa_windows.qa_windows`), and trained on a start and an end position per window."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import numpy as np
 
 from bertkit.encoding.batches import pad_batch, sorted_batches
 from bertkit.encoding.encode import Encoded
+from bertkit.encoding.qa_windows import QAReading, qa_windows
 from bertkit.encoding.reading import Reading
 from bertkit.encoding.word_labels import IGNORE
 from bertkit.encoding.words import align_words
@@ -122,6 +124,21 @@ def tag_latency_step(c: Contender, sentences: Sequence[Sequence[str]], reading: 
     return _batch_one_step(c, tokenized, device, budget, dtype)
 
 
+def question_latency_step(c: Contender, questions: Sequence[Any], reading: QAReading, device: Any, budget: Budget,
+                          dtype: Any = None) -> Step:
+    """One question (with its passage) at a time, as a question-answering model reads it: its windows made (timed as
+    tokenization: the question cut, the passage in windows sharing the doc stride, padding), then the model's forward
+    over all of them in one batch; returns (model seconds, tokenization seconds)."""
+    position = itertools.count()
+    pad_id = infer.pad_id_of(c.tokenizer)
+
+    def tokenized() -> dict[str, Any]:
+        windows = qa_windows(c.tokenizer, [questions[next(position) % len(questions)]], reading)
+        return pad_batch(windows.encoded, range(windows.n_windows), pad_id)
+
+    return _batch_one_step(c, tokenized, device, budget, dtype)
+
+
 @dataclass
 class PreparedBatch:
     """A padded batch, ready before the clock starts, with what it counts."""
@@ -155,11 +172,12 @@ def forward_step(c: Contender, batches: Sequence[PreparedBatch], device: Any, bu
 
 
 def train_step(c: Contender, batches: Sequence[PreparedBatch], device: Any, dtype: Any, budget: Budget) -> Step:
-    """Forward + backward + AdamW step of the encoder and a linear head (a sentence's label read at [CLS]), or of a
-    tagger (its own head, a label at every real piece): returns (seconds, rows, tokens)."""
+    """Forward + backward + AdamW step of the encoder and a linear head (a sentence's label read at [CLS]), of a
+    tagger (its own head, a label at every real piece), or of a question-answering model (its own head, a start and an
+    end position per window): returns (seconds, rows, tokens)."""
     import torch
 
-    head = torch.nn.Identity() if c.tagger else torch.nn.Linear(_hidden_size(c.model), 2).to(device)
+    head = torch.nn.Identity() if c.tagger or c.answerer else torch.nn.Linear(_hidden_size(c.model), 2).to(device)
     optimizer = torch.optim.AdamW(list(c.model.parameters()) + list(head.parameters()), lr=1e-5)
     moved = [(model_inputs(b.inputs, c.input_names, device),
               (piece_labels(b.inputs, c.model.config.num_labels) if c.tagger else b.labels).to(device))
@@ -173,11 +191,8 @@ def train_step(c: Contender, batches: Sequence[PreparedBatch], device: Any, dtyp
         sync()
         t0 = clock()
         with loading.autocast(device, dtype):
-            if c.tagger:
-                logits = c.model(**inputs).logits.flatten(0, 1)
-            else:
-                logits = head(c.model(**inputs).last_hidden_state[:, 0])
-        loss = torch.nn.functional.cross_entropy(logits.float(), labels.flatten(), ignore_index=IGNORE)
+            logits, targets = training_logits(c, head, inputs, labels)
+        loss = torch.nn.functional.cross_entropy(logits.float(), targets, ignore_index=IGNORE)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -186,6 +201,20 @@ def train_step(c: Contender, batches: Sequence[PreparedBatch], device: Any, dtyp
         return t1 - t0, batches[i].rows, batches[i].tokens
 
     return step
+
+
+def training_logits(c: Contender, head: Any, inputs: dict[str, Any], labels: Any) -> tuple[Any, Any]:
+    """(the logits the training step's loss reads, their targets): a tagger's at every piece; a question-answering
+    model's start and end scores of each window, both against its position label (the mean of the two losses, as its
+    own loss takes them); else the head's over the [CLS] vector."""
+    import torch
+
+    if c.tagger:
+        return c.model(**inputs).logits.flatten(0, 1), labels.flatten()
+    if c.answerer:
+        out = c.model(**inputs)
+        return torch.cat([out.start_logits, out.end_logits]), torch.cat([labels, labels])
+    return head(c.model(**inputs).last_hidden_state[:, 0]), labels.flatten()
 
 
 def piece_labels(inputs: dict[str, Any], n_tags: int) -> Any:
