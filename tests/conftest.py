@@ -201,3 +201,12 @@ def tiny_answerer(tiny_bert_dir, tmp_path_factory) -> tuple[Path, Path]:
     from squad_samples import trained_answerer
 
     return trained_answerer(tiny_bert_dir, tmp_path_factory.mktemp("answerer"))
+
+
+@pytest.fixture(scope="session")
+def tiny_answerer_v2(tiny_bert_dir, tmp_path_factory) -> tuple[Path, Path]:
+    """`tiny_answerer` trained on SQuAD v2.0 (a quarter of the questions unanswerable: it records a no-answer
+    threshold); shared, not to be changed."""
+    from squad_samples import trained_answerer
+
+    return trained_answerer(tiny_bert_dir, tmp_path_factory.mktemp("answerer-v2"), version="2.0")

@@ -127,3 +127,20 @@ def test_a_tampered_export_is_refused_on_read(tiny_answerer, fp32_export, tmp_pa
         handle.write(b" ")
     result = invoke("predict", "--model", copy, "--question", "what colour is it?", "--context", "the red car")
     assert result.exit_code == 2 and "model.onnx" in result.output and "Traceback" not in result.output
+
+
+def test_a_squad_v2_export_keeps_the_threshold_and_the_unanswered_questions(tiny_answerer_v2, tmp_path):
+    """SQuAD v2.0: the export records the model's no-answer threshold, and predict and evaluate leave the same
+    questions unanswered as the PyTorch folder (HasAns/NoAns scores equal)."""
+    model, dev = tiny_answerer_v2
+    exported = fp32_export_of(model, dev, tmp_path / "v2")
+    record, source = metadata.read_model_info(exported), metadata.read_model_info(model)
+    assert record["spans"]["version"] == "2.0" and record["threshold"] == source["threshold"]
+    assert export_report(exported)["passed"]
+    ours, theirs = predicted_lines(exported, "--data", dev), predicted_lines(model, "--data", dev)
+    assert [(a["id"], a["answer"]) for a in ours] == [(a["id"], a["answer"]) for a in theirs]
+    assert any(a["answer"] == "" for a in ours)  # some questions are left unanswered, by both
+    scores = [json.loads(invoke("evaluate", "--model", m, "--data", dev, "--json", "-q").stdout)["metrics"]
+              for m in (model, exported)]
+    for key in ("f1", "exact_match", "HasAns_f1", "NoAns_f1"):
+        assert scores[0][key] == scores[1][key], key

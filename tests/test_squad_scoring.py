@@ -265,3 +265,15 @@ def test_the_threshold_search_is_the_official_one_on_many_questions():
     assert (scores.best.exact, scores.best.exact_threshold) == (pytest.approx(best_exact[0]), best_exact[1])
     assert (scores.best.f1, scores.best.f1_threshold) == (pytest.approx(best_f1[0]), best_f1[1])
     assert scores.best.f1 > scores.f1  # the search finds a better threshold than answering everything
+
+
+def test_the_recorded_threshold_sits_between_dev_questions_odds_not_on_one():
+    from bertkit.scoring.answer_objective import clear_threshold
+    from bertkit.scoring.answers import PredictedAnswer
+
+    def answer(odds):
+        return PredictedAnswer("q", "", "x", 0, 1, 1.0, 1.0, 0.0, odds, "x", ())
+
+    answers = [answer(o) for o in (-2.0, 0.5, 1.5, None)]
+    assert clear_threshold(answers, 0.5) == 1.0  # halfway to the next odds: 0.5 stays answered, 1.5 does not
+    assert clear_threshold(answers, 1.5) == 2.5  # none above: any larger value keeps every question answered

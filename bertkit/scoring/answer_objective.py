@@ -74,6 +74,15 @@ def answer_scores_record(scores: SquadScores) -> dict[str, Any]:
     return record
 
 
+def clear_threshold(answers: Sequence[PredictedAnswer], at: float) -> float:
+    """The no-answer threshold a model records: `at` (the v2.0 script's best threshold, the null odds of a dev question
+    it keeps answered) moved halfway to the next larger null odds of `answers`. Dev scores the same (no question's
+    odds lie between), but that question no longer flips to "no answer" on a rounding difference (an fp32 ONNX export's
+    1e-6 logits, another device): at `at` itself it sat exactly on the line."""
+    above = [float(a.null_odds) for a in answers if a.null_odds is not None and a.null_odds > at]
+    return (at + min(above)) / 2 if above else at + 1.0
+
+
 def answer_at(answer: PredictedAnswer, threshold: float | None) -> tuple[int, int, float]:
     """(start, end, probability) of the answer a question gets at no-answer `threshold` (None: as predicted): the
     best span, or no answer (-1, -1, the null answer's probability) where the null odds exceed the threshold."""
@@ -147,7 +156,7 @@ class AnswerObjective:
         scores = scored_answers(self.questions, answers, self.rules, replace(self.settings, null_threshold=threshold),
                                 self.n_boot, self.seed)
         if self.settings.allow_null and self.rules == "2.0":
-            best = scores.best.f1_threshold if scores.best is not None else threshold
+            best = clear_threshold(answers, scores.best.f1_threshold) if scores.best is not None else threshold
             self.threshold = best if self.tuned is None else threshold
         return scores
 
