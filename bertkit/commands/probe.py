@@ -11,7 +11,7 @@ from pathlib import Path
 from bertkit.data.options import TaskOptions, config_problems
 from bertkit.data.tagged import is_file_value, unseen_tags_option
 from bertkit.data.tagscheme import tag_scheme_option
-from bertkit.encoding.reading import LongTextOptions, word_pool_option
+from bertkit.encoding.reading import LongTextOptions, doc_stride_option, word_pool_option
 from bertkit.errors import raise_if_problems
 from bertkit.families.base import Family
 from bertkit.families.registry import cached_family
@@ -28,7 +28,7 @@ class ProbeConfig(Config):
     """`bertkit probe`: linear probes on frozen features, per pooling and layer, with baselines: logistic regression
     (one label), one-vs-rest logistic regression (tags) or ridge regression (numbers)."""
 
-    ADVANCED_OPTIONS = ("stride", "trust_remote_code", "tag_scheme", "unseen_tags")
+    ADVANCED_OPTIONS = ("stride", "doc_stride", "trust_remote_code", "tag_scheme", "unseen_tags")
     HELP_OVERRIDES = {"combine": "Tagged data: one row of the --layers (default last4) combined (concat, mean or sum) "
                                  "instead of the default table (every layer, plus the BERT paper's sum/concat of the "
                                  "last four and sum of all)."}
@@ -40,6 +40,7 @@ class ProbeConfig(Config):
     inputs: TaskOptions = group(TaskOptions)
     reading: LongTextOptions = group(LongTextOptions)
     metrics: MetricOptions = group(MetricOptions)
+    doc_stride: int | None = doc_stride_option()
     word_pool: str | None = word_pool_option()
     tag_scheme: str = tag_scheme_option()
     unseen_tags: str = unseen_tags_option()
@@ -93,7 +94,7 @@ class ProbeConfig(Config):
 class ProbeResult(ProbeReport):
     """What `bertkit probe` found (what metrics.json holds): the sweep over layers and poolings, the best cell with
     its dev (and test) scores, the baselines, the repeated fits, and the files written; on tagged data the word probes'
-    table (`words`), `best` its best row."""
+    table (`words`), `best` its best row; on questions on passages the span probes' table (`spans`)."""
 
 
 def run(cfg: ProbeConfig, progress: bool = False) -> ProbeResult:

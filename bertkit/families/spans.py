@@ -18,9 +18,11 @@ from bertkit.errors import raise_if_problems
 from bertkit.families.base import Family
 from bertkit.families.results import Evaluation, Predictions
 from bertkit.families.span_exports import AnswererExport
-from bertkit.families.span_runs import span_evaluation, span_predictions
-from bertkit.models.metadata import is_question_answerer, saved_reading
+from bertkit.families.span_probe import PROBE_NOT_READ, span_probe
+from bertkit.families.span_runs import span_evaluation, span_predictions, training_reading
+from bertkit.models.metadata import is_question_answerer
 from bertkit.options import flag, is_given
+from bertkit.probe.records import ProbeReport
 from bertkit.scoring.answer_outputs import answer_out_problems
 from bertkit.training.plans import Training
 
@@ -44,11 +46,13 @@ class Spans(Family):
         "predict": "a question-answering model (it reads --question with --context, or SQuAD --data)",
         "evaluate": "a question-answering model (or --predictions) on SQuAD --data",
         "export": "a question-answering model: its gate reads SQuAD questions, each passage in the windows the model "
-                  "records"}
+                  "records",
+        "probe": "span probes (questions on passages, SQuAD: a linear start and end head per layer)"}
     not_read: ClassVar[dict[str, tuple[str, ...]]] = {
         "finetune": TRAINING_NOT_READ,
         "predict": DATA_NOT_READ,
         "evaluate": (*DATA_NOT_READ, "metric"),
+        "probe": PROBE_NOT_READ,
         "export": (*DATA_NOT_READ, "text_pair_column", "label_sep", "task_preset", "truncation", "long_text", "stride"),
     }
 
@@ -66,6 +70,8 @@ class Spans(Family):
             return predict_problems(cfg)
         if command == "evaluate":
             return evaluate_problems(cfg)
+        if command == "probe":
+            return span_probe_problems(cfg)
         if command == "export" and cfg.kind not in ("auto", AnswererExport.kind):
             return [f"--kind {cfg.kind} does not apply to {cfg.model}: it is a question-answering model, exported with "
                     f"its start and end logits per token. Drop --kind (auto), or pass --kind answerer."]
@@ -81,6 +87,10 @@ class Spans(Family):
         """The official SQuAD scores of a model's (or a --predictions file's) answers on --data
         (`span_runs.span_evaluation`)."""
         return span_evaluation(cfg, claim, progress)
+
+    def probe(self, cfg: Any, progress: bool) -> ProbeReport:
+        """Which layer answers: a linear start and end head per layer (`span_probe.span_probe`)."""
+        return span_probe(cfg, progress)
 
     def exporter(self, cfg: Any) -> AnswererExport:
         """A question-answering model's start and end logits (`span_exports.AnswererExport`)."""
@@ -111,11 +121,7 @@ class SpanTraining(Training):
     def reading(self, cfg: Any) -> Reading:
         """The window (as the command resolved it) and the doc stride: --doc-stride, else the stride the --model
         records when it is a question-answering model, else `DOC_STRIDE`."""
-        stride = cfg.reading.doc_stride
-        if stride is None and is_question_answerer(cfg.model):
-            recorded = saved_reading(cfg.model)
-            stride = recorded.stride if recorded is not None else None
-        return QAReading.of(Reading(cfg.reading.max_length, stride=stride)).as_reading()
+        return training_reading(cfg.reading.max_length, cfg.reading.doc_stride, cfg.model).as_reading()
 
     def task(self) -> Any:
         from bertkit.training.spans import SpanTask
@@ -148,6 +154,16 @@ def not_squad_problems(paths: tuple[str | None, ...]) -> list[str]:
             f"answers (.json, .jsonl, .csv, .parquet). Pass such data, or drop --task spans."
             for path in dict.fromkeys(paths) if path is not None and Path(path).expanduser().is_file()
             and not looks_like_squad(Path(path).expanduser())]
+
+
+def span_probe_problems(cfg: Any) -> list[str]:
+    """probe: --data and --dev (no dev split is held out of questions), both files SQuAD sets."""
+    inputs = cfg.inputs
+    problems = [] if inputs.data is not None and inputs.dev is not None else [
+        "Probing questions on passages needs --data (SQuAD training questions) and --dev (SQuAD dev questions: a file, "
+        "or a split of the hub dataset --data); no dev split is held out of the training questions. Pass --data "
+        "train.json --dev dev.json (hub: --dev validation)."]
+    return problems + not_squad_problems((inputs.data, inputs.dev))
 
 
 def predict_problems(cfg: Any) -> list[str]:
