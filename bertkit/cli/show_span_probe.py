@@ -1,6 +1,6 @@
 """What `bertkit probe` prints for questions on passages (SQuAD): which layer answers - a row per layer choice with
 its width and the official dev exact match and F1 (with the F1's 95% bootstrap interval over the dev questions), the
-best row starred, the baselines beside them (the overlap sentence, the random-init encoder's best layer), the layer
+best row starred, the baselines beside them (the overlap sentence, the random-init encoder at the best row), the layer
 where the per-layer curve peaks, and the files written."""
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ from bertkit.encoding.qa_windows import QAWindows, inference_batches
 from bertkit.features.word_layers import DTYPE, LayerFiles, scratch_folder
 from bertkit.features.words import compute_context
 from bertkit.io import disk
+from bertkit.models.inputs import accepted_inputs
 
 
 @dataclass
@@ -60,8 +61,6 @@ def write_window_layers(encoder: Any, windows: QAWindows, states: Sequence[int],
     (in `dtype`: the run's precision), into unlinked files in the cache's scratch folder (`scratch_folder`: the disk
     needs tokens x states x width x 4 bytes, checked before the first write). `bar`: told each batch's windows."""
     import torch
-
-    from bertkit.models.inputs import accepted_inputs
 
     batches = inference_batches(windows, batch_size)
     order = np.concatenate(batches).astype(np.int64) if batches else np.empty(0, dtype=np.int64)

@@ -58,8 +58,8 @@ RANDOM_ENCODER = "random-init encoder"
 
 @dataclass(frozen=True)
 class SpanProbeTable:
-    """Span heads side by side: a row per layer choice, the baselines by name (`OVERLAP`, `RANDOM_ENCODER`: its
-    best single layer, `random_encoder_row`), and the windows and tokens they were fitted and scored on."""
+    """Span heads side by side: a row per layer choice, the baselines by name (`OVERLAP`, `RANDOM_ENCODER`: at the
+    best row's layers, `random_encoder_row`), and the windows and tokens they were fitted and scored on."""
 
     rows: tuple[SpanProbeRow, ...]
     windows: Mapping[str, int]

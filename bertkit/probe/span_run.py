@@ -12,7 +12,7 @@ questions. Memory holds one row's training matrix (a row above `words_run.ROW_ME
 layer files block by block at every pass of its fit).
 
 Baselines: the passage sentence with the most question words (`scoring.squad.overlap_answers`, fine-tuning's
-baseline), and the same architecture with random weights, every single hidden state probed, its best one kept."""
+baseline), and the same architecture with random weights probed at the best row's layers (as the word probe's)."""
 
 from __future__ import annotations
 
@@ -165,20 +165,17 @@ def read_layers(encoder: Encoder, windows: Sequence[QAWindows], states: Sequence
     return made
 
 
-def random_encoder_row(encoder: Encoder, train: QAWindows, dev: DevSet, C: float, seed: int, n_layers: int,
-                       say: Callable[[str], None] | None = None,
-                       progress: bool = False) -> SpanProbeRow:
-    """The same architecture with random weights, every single hidden state probed as the table's are: its best
-    row (what the pretrained weights add is the gap to it)."""
-    states = list(range(n_layers + 1))
-    train_layers, dev_layers = read_layers(encoder, (train, dev.windows), states, random_init=True, seed=seed,
-                                           progress=progress)
+def random_encoder_row(encoder: Encoder, train: QAWindows, dev: DevSet, best: SpanProbeRow, C: float, seed: int,
+                       n_layers: int, progress: bool = False) -> SpanProbeRow:
+    """The best row's head again on the same architecture with random weights (seeded before it is built), as the
+    word probe's baseline: what the pretrained weights add at that row. Reads train and dev once more, for the
+    row's hidden states only."""
+    train_layers, dev_layers = read_layers(encoder, (train, dev.windows), best.pooling.resolve(n_layers),
+                                           random_init=True, seed=seed, progress=progress)
     with train_layers, dev_layers:
-        singles = table_rows("all", None, n_layers)
-        rows = probe_span_rows(train_layers, span_targets(train, train_layers), dev_layers, dev, singles, C,
-                               (lambda line: say(f"{RANDOM_ENCODER}, {line}")) if say is not None else None)
-    best = max(rows, key=lambda row: row.scores.f1)
-    return replace(best, label=f"{RANDOM_ENCODER} ({best.label})")
+        row = probe_span_rows(train_layers, span_targets(train, train_layers), dev_layers, dev,
+                              [(best.label, best.pooling)], C)[0]
+    return replace(row, label=f"{RANDOM_ENCODER} ({best.label})")
 
 
 def run_span_probe(data: QATraining, reading: QAReading, encoder: Encoder, layers: str | None = None,
@@ -209,8 +206,10 @@ def run_span_probe(data: QATraining, reading: QAReading, encoder: Encoder, layer
                            {"train": int(train.lengths.sum()), "dev": int(dev_windows.lengths.sum())})
     notes = tuple(data.notes)
     if baselines:
-        table, notes = with_baselines(table, notes, scored_predictions(dev, overlap_answers(dev_q)),
-                                      random_encoder_row(encoder, train, dev, C, seed, n_layers, say, progress))
+        random_row = random_encoder_row(encoder, train, dev, table.best(), C, seed, n_layers, progress)
+        if say is not None:
+            say(f"{random_row.label}: dev EM {random_row.scores.exact_match:.1f} F1 {random_row.scores.f1:.1f}")
+        table, notes = with_baselines(table, notes, scored_predictions(dev, overlap_answers(dev_q)), random_row)
     return SpanProbeRun(encoder.model, loading.model_revision(encoder.model), str(data.train.source),
                         str(data.dev.source), dev.rules, reading, dev.settings, C,
                         {"train": len(train_q), "dev": len(dev_q)}, table, encoder.compute, notes)
