@@ -131,7 +131,7 @@ def test_quality_is_each_models_dev_f1(tiny_bert_dir, tiny_distilbert_dir, squad
 
 
 @pytest.mark.parametrize("extra, message", [
-    (["--quality", "probe", "--dev", "{dev}"], "--quality probe does not read questions on passages yet"),
+    (["--quality", "probe", "--dev", "{dev}"], "--quality probe does not time questions on passages"),
     (["--quality", "finetune"], "--quality finetune on questions needs --dev"),
     (["--test", "{dev}"], "--test does not apply to questions on passages"),
     (["--text-column", "context"], "--text-column does not apply to questions on passages"),

@@ -21,6 +21,7 @@ from bertkit.cli.output import (
     table,
 )
 from bertkit.cli.show_answers import print_answers_jsonl, show_answer_evaluation, show_answer_predictions
+from bertkit.cli.show_span_probe import show_span_probe
 from bertkit.cli.show_tag_report import show_tag_report
 from bertkit.cli.show_word_predictions import print_sentences_jsonl, show_word_predictions
 from bertkit.cli.show_words import show_store_split, show_word_embed, show_word_probe
@@ -119,6 +120,9 @@ def show_probe(result: ProbeResult, view: View) -> None:
     """The probe table (every layer and pooling, baselines, the best cell), notes and the files written."""
     if result.words is not None:  # tagged data: the word probes' own table
         show_word_probe(result.words, view)
+        return
+    if result.spans is not None:  # questions on passages: the span probes' own table
+        show_span_probe(result.spans, view)
         return
     if view.json:
         emit_json(result_json(result))

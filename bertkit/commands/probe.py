@@ -10,7 +10,7 @@ from pathlib import Path
 
 from bertkit.data.options import TaskOptions, config_problems
 from bertkit.data.tagged import is_file_value
-from bertkit.encoding.reading import LongTextOptions, TaggedReadingOptions
+from bertkit.encoding.reading import LongTextOptions, TaggedReadingOptions, doc_stride_option
 from bertkit.errors import raise_if_problems
 from bertkit.families.base import Family
 from bertkit.families.registry import cached_family
@@ -27,7 +27,7 @@ class ProbeConfig(Config):
     """`bertkit probe`: linear probes on frozen features, per pooling and layer, with baselines: logistic regression
     (one label), one-vs-rest logistic regression (tags) or ridge regression (numbers)."""
 
-    ADVANCED_OPTIONS = ("stride", "trust_remote_code")
+    ADVANCED_OPTIONS = ("stride", "doc_stride", "trust_remote_code")
     HELP_OVERRIDES = {"combine": "Tagged data: one row of the --layers (default last4) combined (concat, mean or sum) "
                                  "instead of the default table (every layer, plus the BERT paper's sum/concat of the "
                                  "last four and sum of all)."}
@@ -39,6 +39,7 @@ class ProbeConfig(Config):
     inputs: TaskOptions = group(TaskOptions)
     reading: LongTextOptions = group(LongTextOptions)
     metrics: MetricOptions = group(MetricOptions)
+    doc_stride: int | None = doc_stride_option()
     tagged: TaggedReadingOptions = group(TaggedReadingOptions)
     combine: str | None = combine_option(families=("words",))
     pool: str | None = option(None, "Poolings to compare: cls, mean, max, comma-separated. Default with --data: cls "
@@ -90,7 +91,7 @@ class ProbeConfig(Config):
 class ProbeResult(ProbeReport):
     """What `bertkit probe` found (what metrics.json holds): the sweep over layers and poolings, the best cell with
     its dev (and test) scores, the baselines, the repeated fits, and the files written; on tagged data the word probes'
-    table (`words`), `best` its best row."""
+    table (`words`), `best` its best row; on questions on passages the span probes' table (`spans`)."""
 
 
 def run(cfg: ProbeConfig, progress: bool = False) -> ProbeResult:

@@ -22,7 +22,12 @@ from bertkit.encoding.qa_windows import QAReading
 from bertkit.encoding.reading import Reading
 from bertkit.errors import raise_if_problems
 from bertkit.families.results import Evaluation, Predictions, written_chunks
-from bertkit.models.metadata import read_as_saved, saved_question_answering, saved_reading
+from bertkit.models.metadata import (
+    is_question_answerer,
+    read_as_saved,
+    saved_question_answering,
+    saved_reading,
+)
 from bertkit.scoring.scores import Scores
 
 if TYPE_CHECKING:
@@ -44,6 +49,17 @@ class AnsweredChunk:
 
 
 # ---------------------------------------------------------------- the model, read as saved
+
+
+def question_reading(max_length: int | None, doc_stride: int | None, model: str | None) -> QAReading:
+    """How a run that reads questions with `model` windows them, the one resolution `bertkit finetune`, `distill`,
+    `bench` and the span probe share: `max_length` (the command's, resolved against the model's record), and --doc-stride `doc_stride`, else the
+    stride the model records when it is a question-answering model, else `DOC_STRIDE`."""
+    stride = doc_stride
+    if stride is None and model is not None and is_question_answerer(model):
+        recorded = saved_reading(model)
+        stride = recorded.stride if recorded is not None else None
+    return QAReading.of(Reading(max_length, stride=stride))
 
 
 def answer_reading(cfg: Any) -> QAReading:

@@ -25,9 +25,11 @@ from bertkit.errors import UserError, raise_if_problems
 from bertkit.families.base import Family
 from bertkit.families.results import Evaluation, Predictions, TimedData
 from bertkit.families.span_exports import AnswererExport
-from bertkit.families.span_runs import span_evaluation, span_predictions
-from bertkit.models.metadata import is_question_answerer, saved_reading
+from bertkit.families.span_probe import PROBE_NOT_READ, span_probe
+from bertkit.families.span_runs import question_reading, span_evaluation, span_predictions
+from bertkit.models.metadata import is_question_answerer
 from bertkit.options import flag, is_given
+from bertkit.probe.records import ProbeReport
 from bertkit.scoring.answer_outputs import answer_out_problems
 from bertkit.training.plans import Training
 
@@ -54,12 +56,14 @@ class Spans(Family):
         "evaluate": "a question-answering model (or --predictions) on SQuAD --data",
         "export": "a question-answering model: its gate reads SQuAD questions, each passage in the windows the model "
                   "records",
-        "bench": "questions on passages (SQuAD): bench times them as a question-answering model reads them"}
+        "bench": "questions on passages (SQuAD): bench times them as a question-answering model reads them",
+        "probe": "span probes (questions on passages, SQuAD: a linear start and end head per layer)"}
     not_read: ClassVar[dict[str, tuple[str, ...]]] = {
         "finetune": TRAINING_NOT_READ,
         "distill": (*TRAINING_NOT_READ, "test"),
         "predict": DATA_NOT_READ,
         "evaluate": (*DATA_NOT_READ, "metric"),
+        "probe": PROBE_NOT_READ,
         "export": (*DATA_NOT_READ, "text_pair_column", "label_sep", "task_preset", "truncation", "long_text", "stride"),
         "bench": (*DATA_NOT_READ, "test"),
     }
@@ -80,6 +84,8 @@ class Spans(Family):
             return evaluate_problems(cfg)
         if command == "bench":
             return bench_problems(cfg)
+        if command == "probe":
+            return span_probe_problems(cfg)
         if command == "export" and cfg.kind not in ("auto", AnswererExport.kind):
             return [f"--kind {cfg.kind} does not apply to {cfg.model}: it is a question-answering model, exported with "
                     f"its start and end logits per token. Drop --kind (auto), or pass --kind answerer."]
@@ -96,6 +102,10 @@ class Spans(Family):
         """The official SQuAD scores of a model's (or a --predictions file's) answers on --data
         (`span_runs.span_evaluation`)."""
         return span_evaluation(cfg, claim, progress)
+
+    def probe(self, cfg: Any, progress: bool) -> ProbeReport:
+        """Which layer answers: a linear start and end head per layer (`span_probe.span_probe`)."""
+        return span_probe(cfg, progress)
 
     def exporter(self, cfg: Any) -> AnswererExport:
         """A question-answering model's start and end logits (`span_exports.AnswererExport`)."""
@@ -183,6 +193,16 @@ def not_squad_problems(paths: tuple[str | None, ...]) -> list[str]:
             and not looks_like_squad(Path(path).expanduser())]
 
 
+def span_probe_problems(cfg: Any) -> list[str]:
+    """probe: --data and --dev (no dev split is held out of questions), both files SQuAD sets."""
+    inputs = cfg.inputs
+    problems = [] if inputs.data is not None and inputs.dev is not None else [
+        "Probing questions on passages needs --data (SQuAD training questions) and --dev (SQuAD dev questions: a file, "
+        "or a split of the hub dataset --data); no dev split is held out of the training questions. Pass --data "
+        "train.json --dev dev.json (hub: --dev validation)."]
+    return problems + not_squad_problems((inputs.data, inputs.dev))
+
+
 def predict_problems(cfg: Any) -> list[str]:
     """predict with a question-answering model: --question with exactly one of --context and --context-file (or
     --data), no --text, answers to .jsonl or .json."""
@@ -220,17 +240,6 @@ def evaluate_problems(cfg: Any) -> list[str]:
     return []
 
 
-def question_reading(max_length: int, doc_stride: int | None, model: str | None) -> QAReading:
-    """How questions are read, the one resolution fine-tuning and bench share: windows of `max_length` tokens (as the
-    command resolved --max-length) sharing --doc-stride, else the stride `model` records when it is a
-    question-answering model, else `DOC_STRIDE`."""
-    stride = doc_stride
-    if stride is None and model is not None and is_question_answerer(model):
-        recorded = saved_reading(model)
-        stride = recorded.stride if recorded is not None else None
-    return QAReading.of(Reading(max_length, stride=stride))
-
-
 # ---------------------------------------------------------------- bench
 
 
@@ -262,15 +271,16 @@ def questions_to_time(cfg: Any) -> TimedData:
 
 def bench_problems(cfg: Any) -> list[str]:
     """Timing question-answering models: --data given, the files SQuAD sets; --quality finetune needs --dev (no
-    hold-out is made of questions), and --quality probe is not read yet (no probe on questions)."""
+    hold-out is made of questions); --quality probe is not bench's on questions (the span probe's table is its own
+    command)."""
     problems = [] if cfg.inputs.data else [
         "--task spans needs --data (SQuAD questions on passages: a file such as dev.json, or the hub dataset squad). "
         "Pass --data."]
     problems += not_squad_problems((cfg.inputs.data, cfg.inputs.dev))
     if "probe" in cfg.quality_kinds:
-        problems.append("--quality probe does not read questions on passages yet (no probe of question answering). "
-                        "Pass --quality finetune (each model fine-tuned on --data, scored by F1 on --dev), or drop "
-                        "--quality.")
+        problems.append("--quality probe does not time questions on passages: bench scores them by fine-tuning. Pass "
+                        "--quality finetune (each model fine-tuned on --data, scored by F1 on --dev), or drop "
+                        "--quality; `bertkit probe --data train.json --dev dev.json` gives each layer's F1.")
     if "finetune" in cfg.quality_kinds and cfg.inputs.dev is None:
         problems.append("--quality finetune on questions needs --dev (SQuAD dev questions, where each fine-tuned model "
                         "is scored by F1); no dev split is held out of the training questions. Pass --dev dev.json "

@@ -14,6 +14,7 @@ from bertkit.data.options import WORD_TASK
 from bertkit.io.atomic import JsonRecord
 
 if TYPE_CHECKING:
+    from bertkit.probe.span_records import SpanProbeRun
     from bertkit.probe.words_run import WordProbeRun
 
 PLACE_KEYS = frozenset({"layer", "hidden_state", "C", "alpha", "threshold", "n", "cv"})
@@ -207,6 +208,9 @@ class ProbeReport:
     words: WordProbeRun | None = field(default=None, metadata={"omit_empty": True})
     """Tagged data: the word probes' table (a row per layer choice, baselines, scheme, reading); then `best` is its
     best row and `sweep` is empty."""
+    spans: SpanProbeRun | None = field(default=None, metadata={"omit_empty": True})
+    """Questions on passages: the span probes' table (a row per layer choice, its official dev EM and F1, the
+    baselines); then `best` is its best row and `sweep` is empty."""
 
     @classmethod
     def of_words(cls, words: WordProbeRun) -> ProbeReport:
@@ -221,6 +225,18 @@ class ProbeReport:
                    BestCell.from_json({"pool": f"word {words.reading.word_pool}", "layer": best.label, "C": words.C,
                                        "dev": {metric: best.scores.main}}),
                    list(words.notes), task=WORD_TASK, outputs=outputs, words=words)
+
+    @classmethod
+    def of_spans(cls, spans: SpanProbeRun) -> ProbeReport:
+        """The result of the span path: its table, with the sentence fields saying what they can (questions per
+        split, the heads' two outputs, the best row by dev F1)."""
+        best = spans.table.best()
+        return cls(spans.model, spans.revision, spans.train, None, spans.compute.precision,
+                   SplitRows(dict(spans.questions)), ["start", "end"],
+                   ProbeSettings({"kind": "linear start and end heads per token", "C": spans.C}), [],
+                   BestCell.from_json({"pool": "tokens", "layer": best.label, "C": spans.C,
+                                       "dev": {"f1": best.scores.f1, "exact_match": best.scores.exact_match}}),
+                   list(spans.notes), task="spans", outputs=ProbeOutputs.from_json(dict(spans.outputs)), spans=spans)
 
     @classmethod
     def from_json(cls, record: dict[str, Any]) -> ProbeReport:
