@@ -63,6 +63,14 @@ def emit_json(obj: Any) -> None:
     sys.stdout.flush()
 
 
+def table_unless_json(run: Any, view: View) -> Any:
+    """A probe run's table to show, or None where --json printed the run instead (nothing more to show)."""
+    if view.json:
+        emit_json(run)
+        return None
+    return run.table
+
+
 class JsonStream:
     """`emit_json({key: [items...], **rest})` printed item by item as the items come (the same text, without holding
     the list): `add(item)` for each, then `close(rest)` with the other keys (which follow the list)."""

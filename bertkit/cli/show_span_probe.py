@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from bertkit.cli.output import View, emit_json, info, out_console, table
+from bertkit.cli.output import View, info, out_console, table, table_unless_json
 
 if TYPE_CHECKING:
     from bertkit.probe.span_records import SpanProbeRun, SpanScore
@@ -21,10 +21,9 @@ def interval_cell(scores: SpanScore) -> str:
 
 def show_span_probe(spans: SpanProbeRun, view: View) -> None:
     """The span probe table (or the run's JSON with --json) and the files written."""
-    if view.json:
-        emit_json(spans)
+    table_ = table_unless_json(spans, view)
+    if table_ is None:
         return
-    table_ = spans.table
     best = table_.best()
     rows = [[row.label + (" *" if row is best else ""), row.dim, row.scores.exact_match, row.scores.f1,
              interval_cell(row.scores)] for row in table_.rows]

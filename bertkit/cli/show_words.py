@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from bertkit.cli.output import View, emit_json, format_size, info, out_console, table
+from bertkit.cli.output import View, format_size, info, out_console, table, table_unless_json
 from bertkit.probe.words_run import RANDOM_ENCODER
 from bertkit.scoring.entities import BOOTSTRAP_RESAMPLES
 
@@ -38,10 +38,9 @@ def baseline_label(name: str, row: str | None) -> str:
 
 def show_word_probe(words: WordProbeRun, view: View) -> None:
     """The word probe table (or the run's JSON with --json) and the files written."""
-    if view.json:
-        emit_json(words)
+    table_ = table_unless_json(words, view)
+    if table_ is None:
         return
-    table_ = words.table
     best = table_.best()
     entities = table_.scheme.has_entities
     header = (["row", "dim", "entity F1", "95% CI", "precision", "recall", "token acc"] if entities else

@@ -333,24 +333,32 @@ def fit_linear(rows: Any, targets: Targets, C: float, *, init: LinearSolution | 
                max_iter: int = MAX_ITER) -> LinearSolution:
     """The logistic head minimising the objective (see the module) on `rows` at `C`, from `init` (a solution of the
     same shape: a neighbouring C's or layer's) or from zero."""
+    solution = fit_head(rows.n, rows.d, targets.n_outputs,
+                        lambda W, b: loss_and_gradient(rows, targets, W, b, C), init=init, tol=tol, max_iter=max_iter)
+    if not solution.converged:
+        log.warning("the probe's fit stopped after %d iterations, before its gradient reached %g (C=%g): its scores "
+                    "stand, its objective may improve a little with more iterations", solution.n_iter, tol, C)
+    return solution
+
+
+def fit_head(n: int, d: int, k: int, objective: Callable[[Any, Any], tuple[float, Any, Any]], *,
+             init: LinearSolution | None = None, tol: float = TOL, max_iter: int = MAX_ITER) -> LinearSolution:
+    """The linear head (W (d, k), b (k,)) minimising `objective(W, b)` -> (value, gradient in W, in b) over `n` rows
+    with L-BFGS in float64 steps on float32 passes, from `init` (a solution of the same shape: a neighbouring C's or
+    layer's) or from zero. Every head of the probes is solved here (`fit_linear`, the span head)."""
     import torch
 
-    d, k = rows.d, targets.n_outputs
     x0 = torch.zeros(d * k + k, dtype=torch.float64)
     if init is not None and init.coef.shape == (k, d):
         x0[:d * k] = torch.from_numpy(np.ascontiguousarray(init.coef.T)).reshape(-1)
         x0[d * k:] = torch.from_numpy(np.asarray(init.intercept, dtype=np.float64))
 
     def fun(x: torch.Tensor) -> tuple[float, torch.Tensor]:
-        W, b = x[:d * k].reshape(d, k).float(), x[d * k:].float()
-        value, gW, gb = loss_and_gradient(rows, targets, W, b, C)
+        value, gW, gb = objective(x[:d * k].reshape(d, k).float(), x[d * k:].float())
         return value, torch.cat([gW.reshape(-1), gb]).double()
 
-    with torch.inference_mode(), threads_for(rows.n * d * k):
+    with torch.inference_mode(), threads_for(n * d * k):
         x, value, n_iter, converged = minimize_lbfgs(fun, x0, tol=tol, max_iter=max_iter, history=HISTORY)
-    if not converged:
-        log.warning("the probe's fit stopped after %d iterations, before its gradient reached %g (C=%g): its scores "
-                    "stand, its objective may improve a little with more iterations", n_iter, tol, C)
     coef = x[:d * k].reshape(d, k).float().double().numpy().T.copy()
     return LinearSolution(coef, x[d * k:].float().double().numpy(), n_iter, converged, value)
 

@@ -148,25 +148,11 @@ def span_loss_and_gradient(rows: Any, targets: SpanTargets, index: dict[int, Blo
 def fit_span_head(rows: Any, targets: SpanTargets, C: float, *, init: engine.LinearSolution | None = None,
                   tol: float = engine.TOL, max_iter: int = engine.MAX_ITER) -> engine.LinearSolution:
     """The start and end heads minimising the objective on `rows` at `C` (coef (2, d), intercept (2,)), from `init`
-    (a solution of the same shape: a neighbouring layer's) or from zero."""
-    import torch
-
-    d, k = rows.d, OUTPUTS
+    (a solution of the same shape: a neighbouring layer's) or from zero (`engine.fit_head`)."""
     index = block_indices(rows.cuts, targets)
-    x0 = torch.zeros(d * k + k, dtype=torch.float64)
-    if init is not None and init.coef.shape == (k, d):
-        x0[:d * k] = torch.from_numpy(np.ascontiguousarray(init.coef.T)).reshape(-1)
-        x0[d * k:] = torch.from_numpy(np.asarray(init.intercept, dtype=np.float64))
-
-    def fun(x: torch.Tensor) -> tuple[float, torch.Tensor]:
-        W, b = x[:d * k].reshape(d, k).float(), x[d * k:].float()
-        value, gW, gb = span_loss_and_gradient(rows, targets, index, W, b, C)
-        return value, torch.cat([gW.reshape(-1), gb]).double()
-
-    with torch.inference_mode(), engine.threads_for(rows.n * d * k):
-        x, value, n_iter, converged = engine.minimize_lbfgs(fun, x0, tol=tol, max_iter=max_iter)
-    coef = x[:d * k].reshape(d, k).float().double().numpy().T.copy()
-    return engine.LinearSolution(coef, x[d * k:].float().double().numpy(), n_iter, converged, value)
+    return engine.fit_head(rows.n, rows.d, OUTPUTS,
+                           lambda W, b: span_loss_and_gradient(rows, targets, index, W, b, C), init=init, tol=tol,
+                           max_iter=max_iter)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 from bertkit.encoding.qa_windows import QAReading
 from bertkit.features.settings import Pooling
 from bertkit.models.compute import Compute
+from bertkit.probe.layer_rows import LayerRows
 from bertkit.scoring.answers import AnswerSettings
 from bertkit.scoring.squad import SquadScores
 
@@ -57,7 +58,7 @@ RANDOM_ENCODER = "random-init encoder"
 
 
 @dataclass(frozen=True)
-class SpanProbeTable:
+class SpanProbeTable(LayerRows):
     """Span heads side by side: a row per layer choice, the baselines by name (`OVERLAP`, `RANDOM_ENCODER`: at the
     best row's layers, `random_encoder_row`), and the windows and tokens they were fitted and scored on."""
 
@@ -67,14 +68,9 @@ class SpanProbeTable:
     baselines: Mapping[str, SpanScore] = field(default_factory=dict)
     random_encoder_row: str | None = None
 
-    def best(self) -> SpanProbeRow:
-        """The row with the highest dev F1 (the first on a tie)."""
-        return max(self.rows, key=lambda row: row.scores.f1)
-
-    def peak_layer(self) -> SpanProbeRow | None:
-        """The single hidden state with the highest dev F1; None with no single-layer row."""
-        singles = [row for row in self.rows if row.pooling.single_layer]
-        return max(singles, key=lambda row: row.scores.f1) if singles else None
+    def row_score(self, row: SpanProbeRow) -> float:
+        """Rows rank by dev F1."""
+        return row.scores.f1
 
     def to_json(self) -> dict[str, Any]:
         peak = self.peak_layer()

@@ -29,6 +29,7 @@ from bertkit.features.words import WordFeatures, extract_word_features, paper_ro
 from bertkit.probe import engine
 from bertkit.probe.fit import DEFAULT_C, fit_logistic
 from bertkit.probe.heads import LogisticHead, ProbeModel, Standardizer
+from bertkit.probe.layer_rows import LayerRows
 from bertkit.scoring.entities import BOOTSTRAP_RESAMPLES, TagScores, score_tags
 
 
@@ -46,7 +47,7 @@ class WordProbeRow:
 
 
 @dataclass(frozen=True)
-class WordProbeTable:
+class WordProbeTable(LayerRows):
     """Word probes side by side: one row per layer choice, baselines, and what they were fitted and scored on."""
 
     rows: tuple[WordProbeRow, ...]
@@ -58,14 +59,9 @@ class WordProbeTable:
     random_encoder_row: str | None = None
     """The row whose layers the random-init encoder baseline was probed on (the best row), when it ran."""
 
-    def best(self) -> WordProbeRow:
-        """The row with the highest main score (entity F1 or token accuracy); the first one on a tie."""
-        return max(self.rows, key=lambda row: row.scores.main)
-
-    def peak_layer(self) -> WordProbeRow | None:
-        """The single hidden state scoring highest (where the per-layer curve peaks); None with no single-layer row."""
-        singles = [row for row in self.rows if row.pooling.single_layer]
-        return max(singles, key=lambda row: row.scores.main) if singles else None
+    def row_score(self, row: WordProbeRow) -> float:
+        """Rows rank by their main score (entity F1 or token accuracy)."""
+        return row.scores.main
 
     def to_json(self) -> dict[str, Any]:
         return {"scheme": self.scheme.to_json(), "tags": list(self.tags), "n_train_words": self.n_train_words,

@@ -14,6 +14,7 @@ per epoch, and none on resume.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import logging
 import re
@@ -33,6 +34,7 @@ from bertkit.io import atomic
 from bertkit.models import infer, loading
 from bertkit.models.compute import Compute
 from bertkit.scoring.shapes import Distillation
+from bertkit.training.cards import RunCard
 from bertkit.training.finetune import Task
 from bertkit.training.options import DistillOptions
 
@@ -124,7 +126,27 @@ def student_lineage(cfg: DistillOptions, kept_layers: list[int] | None) -> dict[
 # ---------------------------------------------------------------- the task fine-tuning runs
 
 
-class DistillTask(Task):
+class Student:
+    """What a distillation task of any family says of its student (mixed in before the family's task): the revision
+    its card names (--student, else the teacher's) and its lineage (the teacher, the layers kept), on the card the
+    family's run makes."""
+
+    kept_layers: list[int] | None = None
+
+    def model_revision(self, cfg: DistillOptions) -> str:
+        return loading.model_revision(cfg.distillation.student or cfg.distillation.teacher or "")
+
+    def card_lineage(self, cfg: DistillOptions) -> dict[str, Any]:
+        return student_lineage(cfg, self.kept_layers)
+
+    def card(self, cfg: DistillOptions, splits: Any, tokens: Any, reproduce: str) -> RunCard:
+        """The family's card facts, with the teacher and how the student was made."""
+        card = super().card(cfg, splits, tokens, reproduce)  # type: ignore[misc]
+        card.facts = dataclasses.replace(card.facts, lineage=self.card_lineage(cfg))
+        return card
+
+
+class DistillTask(Student, Task):
     """Fine-tuning's loop with a student built from the teacher and the distillation objective."""
 
     command = "distill"
@@ -187,11 +209,22 @@ class DistillTask(Task):
         return Distillation(hard, logits, cfg.distillation.temperature, cfg.distillation.alpha,
                             cfg.distillation.cos_weight, cls, self.cls_of).to(accelerator.device)
 
-    def model_revision(self, cfg: DistillOptions) -> str:
-        return loading.model_revision(cfg.distillation.student or cfg.distillation.teacher or "")
 
-    def card_lineage(self, cfg: DistillOptions) -> dict[str, Any]:
-        return student_lineage(cfg, self.kept_layers)
+def teacher_window_outputs(task: Any, encoded: Any, wrap: Any, compute: Compute) -> np.ndarray | None:
+    """The teacher's outputs for every window of `encoded` (input order, padded to the widest window), where and in
+    the precision the run trains: `wrap(teacher, width)` is the forward that gives them (a tagger's logits per piece,
+    an answerer's start and end scores), run on length-sorted batches; None without windows. Shared by the tagging
+    and question-answering distillations (a sentence teacher's rows: `teacher_outputs`)."""
+    log.info("teacher logits for %d training windows (computed once, cached in the run directory)",
+             len(encoded.lengths))
+    teacher = task.teacher.to(compute.torch_device).eval()
+    lengths = encoded.lengths
+    net = wrap(teacher, int(lengths.max()) if len(lengths) else None).eval()
+    batches = sorted_batches(lengths, max(task.cfg.training.batch_size * 2, 32))
+    outputs = infer.run_batches(lambda batch: net(**batch), encoded, batches, model=teacher,
+                                pad_id=infer.pad_id_of(task.teacher_tokenizer), device=compute.torch_device,
+                                dtype=compute.dtype)
+    return restore_order(batches, outputs) if outputs else None
 
 
 def teacher_outputs(task: DistillTask, train: TextDataset, out: Path, accelerator: Any,

@@ -17,7 +17,6 @@ best/ and final/ record what a question-answering model's do (task `spans`, the 
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from pathlib import Path
 from typing import Any
@@ -25,22 +24,15 @@ from typing import Any
 import numpy as np
 
 from bertkit.data.squad_splits import QATraining, qa_fingerprint
-from bertkit.encoding.batches import restore_order, sorted_batches
 from bertkit.encoding.qa_windows import QAReading, qa_windows
 from bertkit.encoding.reading import Reading
 from bertkit.encoding.run_tokens import RunTokens
 from bertkit.errors import UserError
-from bertkit.models import infer, loading
+from bertkit.models import loading
 from bertkit.models.answerer import SpanLogits
 from bertkit.models.compute import Compute
 from bertkit.scoring.answer_distill import AnswerDistillation, TeacherSpans
-from bertkit.training.cards import RunCard
-from bertkit.training.distill import (
-    cached_teacher_outputs,
-    check_student_fits,
-    student_from_teacher,
-    student_lineage,
-)
+from bertkit.training import distill
 from bertkit.training.options import DistillOptions
 from bertkit.training.spans import SpanTask
 
@@ -50,7 +42,7 @@ TEACHER_HEAD_FIX = ("A teacher is a fine-tuned question-answering model: fine-tu
                     "--data train.json --dev dev.json ...`, then pass that run's best/ folder as --teacher.")
 
 
-class DistillSpanTask(SpanTask):
+class DistillSpanTask(distill.Student, SpanTask):
     """A question-answering run with a student built from a question-answering teacher and the span distillation
     objective."""
 
@@ -67,7 +59,7 @@ class DistillSpanTask(SpanTask):
         self.teacher = loading.load_classifier(cfg.distillation.teacher or "", require_head=True, questions=True,
                                                head_fix=TEACHER_HEAD_FIX)
         self.teacher_tokenizer = loading.load_tokenizer(cfg.distillation.teacher or "")
-        check_student_fits(cfg, self.teacher, self.teacher_tokenizer)
+        distill.check_student_fits(cfg, self.teacher, self.teacher_tokenizer)
         self.teacher_labels = data.label_map
         self.kept_layers: list[int] | None = None
 
@@ -77,7 +69,7 @@ class DistillSpanTask(SpanTask):
         loading.check_max_length(self.teacher_reading.max_length, self.teacher_tokenizer, self.teacher.config,
                                  cfg.distillation.teacher or "")  # the teacher reads the training windows too
         if not cfg.distillation.student:
-            student, self.kept_layers = student_from_teacher(self.teacher, cfg.distillation.student_layers)
+            student, self.kept_layers = distill.student_from_teacher(self.teacher, cfg.distillation.student_layers)
             return student, self.teacher_tokenizer
         student = loading.load_classifier(cfg.distillation.student, trust_remote_code=cfg.trust_remote_code,
                                           questions=True)
@@ -111,18 +103,6 @@ class DistillSpanTask(SpanTask):
         """The overlap baseline on the dev questions the hard objective scores."""
         return super().baseline(cfg, objective.hard, label_map)
 
-    def model_revision(self, cfg: DistillOptions) -> str:
-        return loading.model_revision(cfg.distillation.student or cfg.distillation.teacher or "")
-
-    def card_lineage(self, cfg: DistillOptions) -> dict[str, Any]:
-        return student_lineage(cfg, self.kept_layers)
-
-    def card(self, cfg: DistillOptions, splits: Any, tokens: RunTokens, reproduce: str) -> RunCard:
-        """A question-answering run's card facts, with the teacher and how the student was made."""
-        card = super().card(cfg, splits, tokens, reproduce)
-        card.facts = dataclasses.replace(card.facts, lineage=self.card_lineage(cfg))
-        return card
-
 
 def same_windows(a: Any, b: Any) -> bool:
     """Whether two windowings of the same questions hold the same tokens, window by window."""
@@ -139,7 +119,7 @@ def teacher_span_logits(task: DistillSpanTask, out: Path, accelerator: Any) -> T
            "questions": len(task.data.train_questions), "windows": int(windows.n_windows),
            "rows": int(lengths.sum()), "max_length": reading.max_length, "doc_stride": reading.stride,
            "precision": cfg.compute.precision}
-    cached = cached_teacher_outputs(out, key, 2, accelerator,
+    cached = distill.cached_teacher_outputs(out, key, 2, accelerator,
                                     lambda: (_compute_span_logits(task, Compute.of_accelerator(accelerator)), None))
     return TeacherSpans(cached["logits"], np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64))
 
@@ -148,14 +128,7 @@ def _compute_span_logits(task: DistillSpanTask, compute: Compute) -> np.ndarray:
     """The teacher's start and end logits at every token of its training windows, one window after another, where
     and in the precision the run trains."""
     windows = task.train_windows()
-    log.info("teacher logits for %d training windows (computed once, cached in the run directory)", windows.n_windows)
-    teacher = task.teacher.to(compute.torch_device).eval()
-    lengths = windows.lengths
-    net = SpanLogits(teacher, width=int(lengths.max()) if len(lengths) else None).eval()
-    batches = sorted_batches(lengths, max(task.cfg.training.batch_size * 2, 32))
-    outputs = infer.run_batches(lambda batch: net(**batch), windows.encoded, batches, model=teacher,
-                                pad_id=infer.pad_id_of(task.teacher_tokenizer), device=compute.torch_device,
-                                dtype=compute.dtype)
-    if not outputs:
+    padded = distill.teacher_window_outputs(task, windows.encoded, lambda model, width: SpanLogits(model, width=width), compute)
+    if padded is None:
         return np.zeros((0, 2), np.float32)
-    return TeacherSpans.of_windows(restore_order(batches, outputs), lengths).logits
+    return TeacherSpans.of_windows(padded, windows.lengths).logits

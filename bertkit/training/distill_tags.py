@@ -27,21 +27,20 @@ import numpy as np
 from bertkit.data.labels import TAGS_TASK, LabelMap
 from bertkit.data.tagged_splits import TaggedTraining, corpus_fingerprint
 from bertkit.data.tagscheme import TagScheme
-from bertkit.encoding.batches import restore_order, sorted_batches
 from bertkit.encoding.reading import Reading
 from bertkit.encoding.run_tokens import RunTokens
 from bertkit.encoding.word_labels import LabelledWindows
 from bertkit.errors import UserError
-from bertkit.models import infer, loading
+from bertkit.models import loading
 from bertkit.models.compute import Compute
 from bertkit.models.tagger import TokenClassifier
 from bertkit.scoring.tag_distill import TagDistillation, labelled_positions, same_windows, teacher_targets
-from bertkit.training.cards import RunCard
 from bertkit.training.distill import (
+    Student,
     cached_teacher_outputs,
     check_student_fits,
     student_from_teacher,
-    student_lineage,
+    teacher_window_outputs,
 )
 from bertkit.training.options import DistillOptions
 from bertkit.training.tagging import TagTask, tag_windows
@@ -86,7 +85,7 @@ def unknown_tag_problems(data: TaggedTraining, tags: tuple[str, ...], teacher: s
     return problems
 
 
-class DistillTagTask(TagTask):
+class DistillTagTask(Student, TagTask):
     """A tagger's run with a student built from a tagging teacher and the token-level distillation objective."""
 
     command = "distill"
@@ -148,18 +147,6 @@ class DistillTagTask(TagTask):
         loss = TagDistillation(hard, targets, cfg.distillation.temperature, cfg.distillation.alpha)
         return loss.to(accelerator.device)
 
-    def model_revision(self, cfg: DistillOptions) -> str:
-        return loading.model_revision(cfg.distillation.student or cfg.distillation.teacher or "")
-
-    def card_lineage(self, cfg: DistillOptions) -> dict[str, Any]:
-        return student_lineage(cfg, self.kept_layers)
-
-    def card(self, cfg: DistillOptions, splits: Any, tokens: RunTokens, reproduce: str) -> RunCard:
-        """A tagger's card facts, with the teacher and how the student was made."""
-        card = super().card(cfg, splits, tokens, reproduce)
-        card.facts = dataclasses.replace(card.facts, lineage=self.card_lineage(cfg))
-        return card
-
 
 def teacher_piece_logits(task: DistillTagTask, out: Path, accelerator: Any) -> np.ndarray:
     """The teacher's logits at each labelled piece of its training windows (`labelled_positions` order), from the
@@ -181,17 +168,10 @@ def _compute_piece_logits(task: DistillTagTask, compute: Compute) -> np.ndarray:
     """The teacher's logits at the labelled pieces of its windows, where and in the precision the run trains."""
     windows = task.teacher_windows
     assert windows is not None
-    log.info("teacher logits for %d training windows (computed once, cached in the run directory)", windows.n_windows)
-    teacher = task.teacher.to(compute.torch_device).eval()
-    lengths = windows.encoded.lengths
-    net = TokenClassifier(teacher, width=int(lengths.max()) if len(lengths) else None).eval()
-    batches = sorted_batches(lengths, max(task.cfg.training.batch_size * 2, 32))
-    outputs = infer.run_batches(lambda batch: net(**batch), windows.encoded, batches, model=teacher,
-                                pad_id=infer.pad_id_of(task.teacher_tokenizer), device=compute.torch_device,
-                                dtype=compute.dtype)
-    if not outputs:
+    logits = teacher_window_outputs(task, windows.encoded, lambda model, width: TokenClassifier(model, width=width),
+                                    compute)  # (windows, widest window, tags)
+    if logits is None:
         return np.zeros((0, len(task.data.tags)), np.float32)
-    logits = restore_order(batches, outputs)  # (windows, widest window, tags)
     positions = labelled_positions(windows)
     window_of = np.searchsorted(windows.labels.offsets, positions, side="right") - 1
     return np.ascontiguousarray(logits[window_of, positions - windows.labels.offsets[window_of]], dtype=np.float32)
