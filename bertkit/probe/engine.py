@@ -227,11 +227,14 @@ def loss_and_gradient(rows: Any, targets: Targets, W: torch.Tensor, b: torch.Ten
 
 
 def add_gradient(gW: torch.Tensor, Z: torch.Tensor, residual: torch.Tensor) -> None:
-    """gW += Z^T R, the block's share of the gradient. With 2 to `NARROW` - 1 output columns it is computed as
-    (R^T Z)^T: CPU BLAS runs Z^T R that narrow 3-10x slower than R^T Z (measured with torch 2.13 on 2 cores: 204,577
-    x 384 rows and 7 columns 1.16 s against 0.33 s; 4 columns on 1,536 features 2.1 s against 0.22 s); one column
-    and wider ones are as fast or faster as Z^T R."""
-    if 1 < residual.shape[1] < NARROW:
+    """gW += Z^T R, the block's share of the gradient. With 2 to `NARROW` - 1 output columns, on a block of at least
+    `SMALL_PASS` products, it is computed as (R^T Z)^T: CPU BLAS runs Z^T R that narrow 3-15x slower than R^T Z
+    (measured with torch 2.13 on 2 cores: 204,577 x 384 rows and 7 columns 1.16 s against 0.33 s; 4 columns on 1,536
+    features 2.1 s against 0.22 s), and no more exactly. One column, wider ones and small blocks keep Z^T R: as fast,
+    and a small fit's float32 sums stay those it has always had (a fit to a tolerance at float32's noise floor, as the
+    engine's tests run, converges on them)."""
+    k = residual.shape[1]
+    if 1 < k < NARROW and Z.shape[0] * Z.shape[1] * k >= SMALL_PASS:
         gW.add_((residual.T @ Z).T)
     else:
         gW.addmm_(Z.T, residual)
