@@ -331,7 +331,7 @@ def int8_twins(contenders: Sequence[Contender]) -> list[tuple[Contender, str]]:
 def _measure_standard(contenders, timed, texts, encoded, pad_id, settings, device, dtype, records) -> None:
     """Latency and throughput of every `timed` model (the contenders, and their int8 twins with --precision
     int8); the training step of the contenders only (int8 is an inference precision)."""
-    log.info("batch-1 latency over %d sentences", len(texts))
+    log.info("batch-1 latency over %d inputs (rows of text, sentences or questions)", len(texts))
     for label, result in measure_latency(timed, texts, settings, device, dtype).items():
         records[label]["latency"] = result
     for label, result in measure_throughput(timed, encoded, pad_id, settings, device, dtype).items():
