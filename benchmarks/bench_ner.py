@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import ner_trainer_side as trainer_side  # noqa: E402
-from anchor_common import bf16_is_native, load_avg, machine_record, reset_accelerate  # noqa: E402
+from anchor_common import alternating_rounds, bf16_is_native, load_avg, machine_record  # noqa: E402
 
 from bertkit.measure.timing import Stopwatch  # noqa: E402
 
@@ -137,21 +137,13 @@ def compared(sides: dict[str, dict[str, Any]], runs: list[dict[str, Any]]) -> di
 
 
 def run_rounds(args: argparse.Namespace, train: Path, dev: Path, tmp: Path) -> list[dict[str, Any]]:
-    """Every round: each side once, seed --seed + round, in the order --sides gives and reversed every other round
-    (A B B A ...), so a drift in the machine's load hits both sides alike."""
-    runs = []
-    for round_ in range(args.rounds):
-        seed = args.seed + round_
-        for side in args.sides if round_ % 2 == 0 else args.sides[::-1]:
-            reset_accelerate()  # each side picks its own mixed precision
-            before = load_avg()
-            with Stopwatch() as watch:
-                result = (run_trainer_side(args, train, dev, seed) if side == "trainer" else
-                          run_bertkit_side(args, train, dev, seed, tmp / f"bertkit-{round_}"))
-            runs.append({"side": side, "seed": seed, **result, "load_avg_before": before, "load_avg_after": load_avg(),
-                         "wall_seconds": round(watch.seconds, 1)})
-            print(json.dumps(runs[-1]), flush=True)
-    return runs
+    """Both sides over --rounds, A B B A (`anchor_common.alternating_rounds`)."""
+    def run_side(side: str, seed: int, round_: int) -> dict[str, Any]:
+        if side == "trainer":
+            return run_trainer_side(args, train, dev, seed)
+        return run_bertkit_side(args, train, dev, seed, tmp / f"bertkit-{round_}")
+
+    return alternating_rounds(args.rounds, args.seed, args.sides, run_side)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -53,7 +53,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from anchor_common import bf16_is_native, load_avg, machine_record  # noqa: E402
+from anchor_common import bf16_is_native, trainer_side_result  # noqa: E402
 from ner_trainer_side import in_file_order, minilm_folder  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "tydiqa_goldp_en"
@@ -273,15 +273,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     args.model = args.model or minilm_folder()
-    result = {"benchmark": "question-answering trainer side (run_qa idiom, Trainer at its best)", **run(args),
-              "settings": {k: v for k, v in vars(args).items() if k != "out"}, "load_avg_after": load_avg(),
-              **machine_record()}
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text + "\n", encoding="utf-8")
-    return result
+    return trainer_side_result("question-answering trainer side (run_qa idiom, Trainer at its best)", args, run(args))
 
 
 if __name__ == "__main__":
