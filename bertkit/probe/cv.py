@@ -67,9 +67,9 @@ def logistic_path_scores(X: np.ndarray, ids: np.ndarray, n_classes: int, grid: S
     for k, fold in enumerate(folds):
         rows, Z_test = standardized_fold(X, fold)
         targets = engine.Targets.classes(ids[fold[0]], n_classes, class_weight)
-        previous = None
+        previous, hessian = None, engine.loss_curvature(rows, targets)
         for i in ascending(grid):
-            previous = engine.fit_linear(rows, targets, float(grid[i]), init=previous)
+            previous = engine.fit_linear(rows, targets, float(grid[i]), init=previous, loss_hessian=hessian)
             proba = LogisticHead(previous.coef, previous.intercept, classes, float(grid[i])).predict_proba(Z_test)
             truth = ids[fold[1]]
             accuracy[k, i] = float((proba.argmax(axis=1) == truth).mean())
@@ -88,8 +88,9 @@ def tag_path_scores(X: np.ndarray, Y: np.ndarray, grid: Sequence[float], folds: 
         varying = np.flatnonzero(Y_train.min(axis=0) != Y_train.max(axis=0))
         predicted = np.tile(Y_train[0], (len(Z_test), 1)).astype(np.int64)
         targets, previous = engine.Targets.columns(Y_train[:, varying]), None
+        hessian = engine.loss_curvature(rows, targets)
         for i in ascending(grid):
-            previous = engine.fit_linear(rows, targets, float(grid[i]), init=previous)
+            previous = engine.fit_linear(rows, targets, float(grid[i]), init=previous, loss_hessian=hessian)
             decided = sigmoid(Z_test @ previous.coef.T + previous.intercept) > 0.5
             predicted[:, varying] = decided
             scores[k, i] = micro_f1(Y_test, predicted)
