@@ -20,7 +20,9 @@ time slices. The `wait_policy` section measures what that costs: one row's fit (
 20,000 training words) by each tree's `probe.words.fit_word_probe` in a process with the policy unset, then
 PASSIVE.
 
-Sentence probes: the fits of `bertkit probe --recipe alammar-sst2-probe-offline` (SST-2, 6,920 train / 872 dev
+Sentence probes (torch imported before the clock in both trees' processes, as the command's encoder has it loaded
+before any fit; the torch engine imports it lazily, which a first fit would otherwise pay): the fits of `bertkit
+probe --recipe alammar-sst2-probe-offline` (SST-2, 6,920 train / 872 dev
 sentences, MiniLM [CLS] and mean pooling x 7 hidden states at C = 1, then the best cell's C by 5-fold CV on log-loss
 over the default grid): the features extracted once, then each tree's `search.sweep_layers` run on them in its own
 process, its `fit_probe` calls timed.
@@ -70,6 +72,7 @@ print(json.dumps({"fit_seconds": time.perf_counter() - start}))
 SENTENCE_CHILD = r"""
 import json, sys, time
 import numpy as np
+import torch  # loaded before the clock, as in `bertkit probe`, whose encoder loads it before any fit
 from bertkit.probe import search
 arrays = np.load(sys.argv[1], allow_pickle=False)
 meta = json.loads(str(arrays["meta"]))

@@ -14,9 +14,15 @@ Ridge regression (`ridge_solutions`) is closed-form: one eigendecomposition of t
 gives every alpha.
 
 The solver is L-BFGS (`minimize_lbfgs`: a history of `HISTORY` pairs, a backtracking line search on the Armijo
-condition). Why L-BFGS: one pass over the rows per iteration (the loss and its gradient together); Newton-CG and a
-whitened L-BFGS were tried on MiniLM's UD-EWT POS features and needed more passes to the same objective (the
-Hessian-vector products of Newton-CG numbered in the hundreds per Newton step on these nearly separable tags).
+condition), its first inverse-Hessian estimate the objective's curvature at zero weights (`Curvature`: the Gram
+matrix of the standardised rows, one Cholesky factor) instead of a scaled identity. Why L-BFGS: one pass over the
+rows per iteration (the loss and its gradient together); Newton-CG needed more passes to the same objective on
+MiniLM's UD-EWT POS features (the Hessian-vector products numbered in the hundreds per Newton step on these nearly
+separable tags). Why that start: an encoder layer's features are strongly correlated even standardised, and plain
+L-BFGS spent most of its iterations learning it (SST-2 [CLS] probes ~260 iterations, ~8 from the curvature; the
+concat of the last four layers on 204k POS words 44 passes, where 184 s at ~0.9 s a pass were ~200). The curvature at the starting point
+itself (its rows' p (1 - p)) was tried too: on warm-started softmax rows its first steps went too far, a second
+pass each.
 A fit can start from another's solution (`init`): a C path is fitted from the smallest C up, each C from the last.
 
 Rows come in blocks (`MemoryRows`: an in-memory matrix, standardised once, viewed block by block; `StreamedRows`:
@@ -270,17 +276,11 @@ CURVATURE_ROWS = 20_000
 @dataclass(frozen=True)
 class Curvature:
     """L-BFGS's first inverse-Hessian estimate (`apply`): the objective's curvature at zero weights, where every
-    output's probability is uniform, (w0 G + penalty I)^-1 on each output column's weights and intercept (the penalty on the weights only, as in the objective). G is the
-    Gram matrix of the standardised rows and a column of ones (the intercept's), weighted by the rows' sample
-    weights; w0 the loss's second derivative there: p (1 - p) at p = 1 / classes (softmax), or 1/4 (sigmoid). Kept
-    as the Cholesky factor of that one (d + 1, d + 1) matrix, shared by the columns.
-
-    Why: the standardised features of an encoder's layer are far from independent (a few directions carry most of
-    their variance), so plain L-BFGS, whose first estimate is a scaled identity, spends most of its iterations
-    learning that correlation. Starting from it took MiniLM's SST-2 [CLS] probes from ~260 iterations to ~8, and the
-    UD-EWT POS layers from 110-200 to 50-140 (benchmarks/bench_probe_engine.py). At a warm start the estimate at
-    zero weights did better than the one at the start itself (measured: its rows' p (1 - p) put the first steps of
-    a softmax too far, and every one cost a second pass)."""
+    output's probability is uniform, inverted: (w0 G + penalty on the weights)^-1 on each output column's weights and
+    intercept. G is the Gram matrix of the standardised rows and a column of ones (the intercept's), weighted by the
+    rows' sample weights; w0 the loss's second derivative there, p (1 - p) at p = 1 / classes (softmax) or 1/4
+    (sigmoid). Kept as the Cholesky factor of that one (d + 1, d + 1) matrix, which every column shares. For a
+    sigmoid head it is the Hessian at zero weights; for a softmax, that Hessian's diagonal blocks."""
 
     factor: torch.Tensor
 
