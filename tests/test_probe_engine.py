@@ -286,3 +286,17 @@ def test_starting_from_the_curvature_needs_far_fewer_iterations_to_the_same_opti
     assert started.converged and plain.converged
     np.testing.assert_allclose(started.coef, plain.coef, atol=1e-3)
     assert started.n_iter * 3 <= plain.n_iter, (started.n_iter, plain.n_iter)
+
+
+def test_curvature_is_the_softmax_hessians_diagonal_blocks_at_zero_weights():
+    """For a softmax head the estimate is each class's own block of the Hessian at zero weights (the classes'
+    coupling, -p_j p_k, left out): w0 = p (1 - p) at p = 1 / classes, the penalty on the weights only."""
+    X, y = overlapping(500, 4, 3)
+    scaler = engine.standardizer_of(engine.array_blocks(X))
+    rows, targets, C = engine.MemoryRows(scaler.transform(X)), engine.Targets.classes(y, 3), 2.0
+    H = hessian_at_zero(rows, targets, C)
+    estimate = engine.loss_curvature(rows, targets).numpy().copy()
+    estimate[np.arange(4), np.arange(4)] += 1.0 / (C * targets.total)
+    for j in range(3):
+        block = [i * 3 + j for i in range(4)] + [4 * 3 + j]
+        np.testing.assert_allclose(H[np.ix_(block, block)], estimate, atol=2e-4)

@@ -20,6 +20,7 @@ from bertkit.probe.span_head import (
     block_indices,
     fit_span_head,
     span_loss_and_gradient,
+    window_curvature,
     window_cuts,
 )
 
@@ -84,6 +85,23 @@ def test_the_fit_reaches_the_plain_objectives_minimum():
     standardised = fit_span_head(WindowMemoryRows(scaler.transform_in_place(X.copy()), targets.window_offsets),
                                  targets, C=1.0)
     assert np.allclose(streamed.coef, standardised.coef, atol=1e-3)
+
+
+def test_the_curvature_l_bfgs_starts_from_is_each_heads_hessian_at_zero_weights():
+    """Where every token of a window is equally likely, the Hessian of a head's weights is the mean over windows of
+    their tokens' covariance (plus the penalty); the estimate on every block is that exactly, and the start and end
+    heads share it (their Hessian is block-diagonal)."""
+    X, targets = tiny_problem(seed=5, windows=30, d=4)
+    rows = WindowMemoryRows(X.copy(), targets.window_offsets)
+    rows.cuts = window_cuts(targets.window_offsets, 40)
+    C = 0.5
+    hessian = torch.autograd.functional.hessian(
+        lambda W: reference_objective(X, targets, W.reshape(4, 2), torch.zeros(2, dtype=torch.float64), C),
+        torch.zeros(8, dtype=torch.float64))
+    estimate = window_curvature(rows, block_indices(rows.cuts, targets)).numpy()[:4, :4] + np.eye(4) / (C * 30)
+    for head in (0, 1):
+        np.testing.assert_allclose(hessian[head::2, head::2].numpy(), estimate, atol=1e-5)
+    np.testing.assert_allclose(hessian[0::2, 1::2].numpy(), 0.0, atol=1e-12)
 
 
 @pytest.fixture(scope="module")

@@ -310,24 +310,26 @@ def loss_curvature(rows: Any, targets: Targets, max_rows: int = CURVATURE_ROWS) 
     is more), read block by block as the fit reads them. It does not depend on C: a C path computes it once."""
     import torch
 
-    D = rows.d + 1
-    stride = max(1, rows.n // max(max_rows, 16 * D))
-    G, total = torch.zeros(D, D, dtype=torch.float64), 0.0
+    d = rows.d
+    stride = max(1, rows.n // max(max_rows, 16 * (d + 1)))
+    G = torch.zeros(d + 1, d + 1, dtype=torch.float64)
     with torch.inference_mode():
         for start, block in rows.blocks():
             first = (-start) % stride
             Z = rows.standardized(block[first::stride])
             if not len(Z):
                 continue
-            Z1 = torch.cat([Z, torch.ones(len(Z), 1)], dim=1)
             _, weights = targets.block(start, len(block))
             if weights is None:
-                G += (Z1.T @ Z1).double()
-                total += len(Z)
+                weighted, weight = Z, float(len(Z))
             else:
                 picked = weights[first::stride]
-                G += ((Z1 * picked[:, None]).T @ Z1).double()
-                total += float(picked.double().sum())
+                weighted, weight = Z * picked[:, None], float(picked.double().sum())
+            G[:d, :d] += (weighted.T @ Z).double()  # Z^T diag(s) Z, then the ones column's share: no (n, d + 1) copy
+            G[d, :d] += weighted.sum(dim=0, dtype=torch.float64)
+            G[d, d] += weight
+    G[:d, d] = G[d, :d]
+    total = float(G[d, d])
     second = 0.25 if targets.kind == SIGMOID else (1.0 - 1.0 / targets.n_outputs) / targets.n_outputs
     return G.mul_(second / total)
 

@@ -145,14 +145,46 @@ def span_loss_and_gradient(rows: Any, targets: SpanTargets, index: dict[int, Blo
     return objective, gW.div_(n).add_(W, alpha=1.0 / (C * n)), gb.div_(n)
 
 
+def window_curvature(rows: Any, index: dict[int, BlockIndex], max_rows: int = engine.CURVATURE_ROWS) -> torch.Tensor:
+    """The loss's Hessian at zero weights for each head ((d + 1, d + 1) float64, `engine.Curvature`): there every
+    token of a window is equally likely, so it is the mean over windows of the covariance of a window's standardised
+    token vectors, (1 / N) sum_w (1 / L_w) sum_t (z_t - mean_w)(z_t - mean_w)^T, estimated on every r-th block of
+    whole windows (about `max_rows` tokens, or 16 per feature where that is more). The intercepts cancel in every window's softmax (no curvature, no gradient): 1 on their diagonal
+    keeps the factor whole."""
+    import torch
+
+    D = rows.d + 1
+    stride = max(1, rows.n // max(max_rows, 16 * D))
+    G, windows = torch.zeros(D, D, dtype=torch.float64), 0
+    with torch.inference_mode():
+        for number, (start, block) in enumerate(rows.blocks()):
+            if number % stride:  # every r-th block: blocks hold whole windows
+                continue
+            Z, window_of = rows.standardized(block), index[start].window_of
+            n_windows = len(index[start].gold)
+            counts = torch.bincount(window_of, minlength=n_windows).to(Z.dtype)
+            means = torch.zeros(n_windows, Z.shape[1]).index_add_(0, window_of, Z).div_(counts[:, None])
+            centred = Z - means[window_of]
+            G[:-1, :-1] += ((centred / counts[window_of][:, None]).T @ centred).double()
+            windows += n_windows
+    G[:-1, :-1] /= max(windows, 1)
+    G[-1, -1] = 1.0
+    return G
+
+
 def fit_span_head(rows: Any, targets: SpanTargets, C: float, *, init: engine.LinearSolution | None = None,
                   tol: float = engine.TOL, max_iter: int = engine.MAX_ITER) -> engine.LinearSolution:
     """The start and end heads minimising the objective on `rows` at `C` (coef (2, d), intercept (2,)), from `init`
-    (a solution of the same shape: a neighbouring layer's) or from zero (`engine.fit_head`)."""
+    (a solution of the same shape: a neighbouring layer's) or from zero (`engine.fit_head`), L-BFGS started from the
+    curvature at zero weights (`window_curvature`)."""
     index = block_indices(rows.cuts, targets)
+
+    def curvature() -> Callable[[Any], Any]:
+        return engine.Curvature.of(window_curvature(rows, index), 1.0 / (C * targets.n_windows)).apply
+
     return engine.fit_head(rows.n, rows.d, OUTPUTS,
                            lambda W, b: span_loss_and_gradient(rows, targets, index, W, b, C), init=init, tol=tol,
-                           max_iter=max_iter)
+                           max_iter=max_iter, curvature=curvature)
 
 
 @dataclass(frozen=True)
