@@ -19,10 +19,10 @@ matrix of the standardised rows, one Cholesky factor) instead of a scaled identi
 rows per iteration (the loss and its gradient together); Newton-CG needed more passes to the same objective on
 MiniLM's UD-EWT POS features (the Hessian-vector products numbered in the hundreds per Newton step on these nearly
 separable tags). Why that start: an encoder layer's features are strongly correlated even standardised, and plain
-L-BFGS spent most of its iterations learning it (SST-2 [CLS] probes ~260 iterations, ~8 from the curvature; the
-concat of the last four layers on 204k POS words 44 passes, where 184 s at ~0.9 s a pass were ~200). The curvature at the starting point
-itself (its rows' p (1 - p)) was tried too: on warm-started softmax rows its first steps went too far, a second
-pass each.
+L-BFGS spent most of its iterations learning it (SST-2 [CLS] probes ~260 iterations, 7-16 from the curvature; the
+concat of the last four layers on 204k POS words 44 passes, where it had needed ~200). The curvature at the
+starting point itself (its rows' p (1 - p)) was tried too: on warm-started softmax rows its first steps went too
+far, a second pass each.
 A fit can start from another's solution (`init`): a C path is fitted from the smallest C up, each C from the last.
 
 Rows come in blocks (`MemoryRows`: an in-memory matrix, standardised once, viewed block by block; `StreamedRows`:

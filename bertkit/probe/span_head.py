@@ -149,8 +149,8 @@ def window_curvature(rows: Any, index: dict[int, BlockIndex], max_rows: int = en
     """The loss's Hessian at zero weights for each head ((d + 1, d + 1) float64, `engine.Curvature`): there every
     token of a window is equally likely, so it is the mean over windows of the covariance of a window's standardised
     token vectors, (1 / N) sum_w (1 / L_w) sum_t (z_t - mean_w)(z_t - mean_w)^T, estimated on every r-th block of
-    whole windows (about `max_rows` tokens, or 16 per feature where that is more). The intercepts cancel in every window's softmax (no curvature, no gradient): 1 on their diagonal
-    keeps the factor whole."""
+    whole windows (about `max_rows` tokens, or 16 per feature where that is more). The intercepts cancel in every
+    window's softmax (no curvature, no gradient): 1 on their diagonal keeps the factor whole."""
     import torch
 
     D = rows.d + 1
