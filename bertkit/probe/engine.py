@@ -13,16 +13,12 @@ learn minimises it, divided by C * sum_i s_i, and stopped as it stops: the large
 Ridge regression (`ridge_solutions`) is closed-form: one eigendecomposition of the standardised Gram matrix
 gives every alpha.
 
-The solver is L-BFGS (`minimize_lbfgs`: a history of `HISTORY` pairs, a backtracking line search on the Armijo
-condition), its first inverse-Hessian estimate the objective's curvature at zero weights (`Curvature`: the Gram
-matrix of the standardised rows, one Cholesky factor) instead of a scaled identity. Why L-BFGS: one pass over the
-rows per iteration (the loss and its gradient together); Newton-CG needed more passes to the same objective on
-MiniLM's UD-EWT POS features (the Hessian-vector products numbered in the hundreds per Newton step on these nearly
-separable tags). Why that start: an encoder layer's features are strongly correlated even standardised, and plain
-L-BFGS spent most of its iterations learning it (SST-2 [CLS] probes ~260 iterations, 7-16 from the curvature; the
-concat of the last four layers on 204k POS words 44 passes, where it had needed ~200). The curvature at the
-starting point itself (its rows' p (1 - p)) was tried too: on warm-started softmax rows its first steps went too
-far, a second pass each.
+The solver is L-BFGS (`bertkit.probe.lbfgs`), its first inverse-Hessian estimate the objective's curvature at zero
+weights (`Curvature`: the Gram matrix of the standardised rows, one Cholesky factor) instead of a scaled identity: an
+encoder layer's features are strongly correlated even standardised, and plain L-BFGS spent most of its iterations
+learning it (SST-2 [CLS] probes ~260 iterations, 7-16 from the curvature; the concat of the last four layers on 204k
+POS words 44 passes, where it had needed ~200). The curvature at the starting point itself (its rows' p (1 - p)) was
+tried too: on warm-started softmax rows its first steps went too far, a second pass each.
 A fit can start from another's solution (`init`): a C path is fitted from the smallest C up, each C from the last.
 
 Rows come in blocks (`MemoryRows`: an in-memory matrix, standardised once, viewed block by block; `StreamedRows`:
@@ -33,7 +29,6 @@ float32 rounding (tested)."""
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -42,15 +37,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from bertkit.probe.heads import Standardizer
+from bertkit.probe.lbfgs import HISTORY, MAX_ITER, TOL, minimize_lbfgs
 
 if TYPE_CHECKING:
     import torch
 
 log = logging.getLogger(__name__)
 
-TOL = 1e-4
-MAX_ITER = 2000
-HISTORY = 20
 BLOCK_BYTES = 64 << 20
 """Rows per block: as many as fill 64 MiB of float32 features. Big blocks: each block costs a few parallel regions
 (a matrix product, a softmax), whose start-up is the price of a block, and a busy 2-core machine makes it high."""
@@ -58,8 +51,6 @@ SOFTMAX, SIGMOID = "softmax", "sigmoid"
 NARROW = 12
 """Output columns from which Z^T R is the faster way to the gradient (`add_gradient`)."""
 SMALL_PASS = 1 << 24
-FLAT = 1e-6
-"""Relative change of the objective below which float32 sums cannot tell a decrease from rounding."""
 
 
 # ---------------------------------------------------------------- rows
@@ -347,78 +338,6 @@ class LinearSolution:
     n_iter: int
     converged: bool
     objective: float
-
-
-def minimize_lbfgs(fun: Callable[[torch.Tensor], tuple[float, torch.Tensor]], x0: torch.Tensor, *, tol: float = TOL,
-                   max_iter: int = MAX_ITER, history: int = HISTORY,
-                   precondition: Callable[[torch.Tensor], torch.Tensor] | None = None,
-                   ) -> tuple[torch.Tensor, float, int, bool]:
-    """L-BFGS on `fun` (x -> (value, gradient)) from `x0` (float64, flat): (x, value, iterations, converged). Stops
-    when max |gradient| <= `tol`, after `max_iter` iterations, or when no step along the direction lowers the value
-    (float32 resolution: the solution is as good as the arithmetic can tell). `precondition`: the first inverse-
-    Hessian estimate (v -> H0 v, e.g. `Curvature.apply`) in place of the latest pair's scaled identity."""
-    x = x0.clone()
-    f, g = fun(x)
-    pairs: list[tuple[Any, Any, float]] = []
-    for iteration in range(max_iter):
-        if float(g.abs().max()) <= tol:
-            return x, f, iteration, True
-        direction = -two_loop(g, pairs, precondition)
-        slope = float(g @ direction)
-        if slope >= 0:  # not a descent direction (rounding): restart from the first estimate
-            pairs = []
-            direction = -g if precondition is None else -precondition(g)
-            slope = float(g @ direction)
-        first = 1.0 if pairs or precondition is not None else min(1.0, 1.0 / float(g.abs().sum()))
-        found = backtrack(fun, x, f, direction, slope, first)
-        if found is None:
-            return x, f, iteration, False
-        x_new, f_new, g_new = found
-        s, y = x_new - x, g_new - g
-        sy = float(s @ y)
-        if sy > 1e-10 * float(y @ y):
-            pairs = [*pairs[-(history - 1):], (s, y, 1.0 / sy)]
-        x, f, g = x_new, f_new, g_new
-    return x, f, max_iter, float(g.abs().max()) <= tol
-
-
-def two_loop(g: torch.Tensor, pairs: Sequence[tuple[Any, Any, float]],
-             precondition: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
-    """The L-BFGS product H g of the inverse-Hessian estimate from the (s, y, 1 / s.y) pairs, the first matrix
-    `precondition`'s, or the scaled identity s.y / y.y of the latest pair."""
-    q, alphas = g.clone(), []
-    for s, y, rho in reversed(pairs):
-        alpha = rho * float(s @ q)
-        alphas.append(alpha)
-        q.sub_(y, alpha=alpha)
-    if precondition is not None:
-        q = precondition(q)
-    elif pairs:
-        s, y, rho = pairs[-1]
-        q.mul_(1.0 / (rho * float(y @ y)))
-    for (s, y, rho), alpha in zip(pairs, reversed(alphas), strict=True):
-        q.add_(s, alpha=alpha - rho * float(y @ q))
-    return q
-
-
-def backtrack(fun: Callable[[Any], tuple[float, Any]], x: Any, f: float, direction: Any, slope: float,
-              step: float, shrink_limit: int = 40) -> tuple[Any, float, Any] | None:
-    """The first step along `direction` (from `step`, then smaller: the minimum of the quadratic through the values
-    seen, at least a tenth of the last step) that meets the Armijo condition, or, where the values differ by less
-    than float32 rounding can tell (`FLAT`), Hager and Zhang's approximate Wolfe conditions on the slope there (the
-    gradient stays exact to ~1e-8 where the value no longer resolves a decrease); None if no step does."""
-    for _ in range(shrink_limit):
-        x_new = x + step * direction
-        f_new, g_new = fun(x_new)
-        if math.isfinite(f_new) and f_new <= f + 1e-4 * step * slope:
-            return x_new, f_new, g_new
-        if math.isfinite(f_new) and abs(f_new - f) <= FLAT * max(abs(f), 1e-12):
-            new_slope = float(g_new @ direction)
-            if 0.9 * slope <= new_slope <= -0.8 * slope:  # (2 delta - 1) slope >= slope(step) >= sigma slope
-                return x_new, f_new, g_new
-        fitted = -slope * step * step / (2.0 * (f_new - f - slope * step)) if math.isfinite(f_new) else 0.0
-        step = min(0.5 * step, max(0.1 * step, fitted))
-    return None
 
 
 def fit_linear(rows: Any, targets: Targets, C: float, *, init: LinearSolution | None = None, tol: float = TOL,
