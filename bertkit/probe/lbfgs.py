@@ -40,9 +40,9 @@ def minimize_lbfgs(fun: Callable[[torch.Tensor], tuple[float, torch.Tensor]], x0
             return x, f, iteration, True
         direction = -two_loop(g, pairs, precondition)
         slope = float(g @ direction)
-        if slope >= 0:  # not a descent direction (rounding): restart from the first estimate
+        if slope >= 0:  # not a descent direction (rounding): restart from the first estimate alone
             pairs = []
-            direction = -g if precondition is None else -precondition(g)
+            direction = -two_loop(g, pairs, precondition)
             slope = float(g @ direction)
         first = 1.0 if pairs or precondition is not None else min(1.0, 1.0 / float(g.abs().sum()))
         found = backtrack(fun, x, f, direction, slope, first)
