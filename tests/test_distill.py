@@ -52,7 +52,7 @@ def teacher(toy, tiny_bert_dir, tmp_path_factory) -> Path:
 def argv(teacher: Path, toy: tuple[Path, Path], out: Path, *extra: str) -> list[str]:
     return ["distill", "--teacher", str(teacher), "--data", str(toy[0]), "--dev", str(toy[1]), "--out", str(out),
             "--student-layers", "1", "--epochs", "2", "--batch-size", "8", "--lr", "5e-3", "--save-every", "3",
-            "--precision", "fp32", "--quiet", *extra]
+            "--precision", "fp32", "--report-seconds", "0", "--quiet", *extra]
 
 
 def test_copied_layers_are_evenly_spaced():
@@ -114,6 +114,9 @@ def test_distill_trains_a_smaller_student_caches_the_teacher_and_reports(teacher
                                      "quality_retained_pct"}
     assert report["models"]["student"]["parameters"] < report["models"]["teacher"]["parameters"]
     assert all(isinstance(c["pass"], bool) for c in report["claims"].values())
+    # --report-seconds 0: each model's timings are the 10-iteration minimum, and the report says so
+    assert report["timing"] == {"warmup": 2, "min_iters": 10, "min_seconds": 0.0, "rounds": 2}
+    assert all(m["latency_b1_ms"] > 0 and m["best_rows_per_s"] > 0 for m in report["models"].values())
     for ext in ("json", "md", "png"):
         assert (out / f"distill_report.{ext}").is_file()
     # the saved student is a normal transformers folder

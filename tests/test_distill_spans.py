@@ -24,7 +24,7 @@ def argv(teacher, train, dev, out, *extra: str) -> list[str]:
     dev_args = ["--dev", str(dev)] if dev is not None else []
     return ["distill", "--teacher", str(teacher), "--data", str(train), *dev_args, "--out", str(out),
             "--student-layers", "1", "--epochs", "1", "--batch-size", "8", "--lr", "5e-3", "--precision", "fp32",
-            "--quiet", *extra]
+            "--report-seconds", "0", "--quiet", *extra]
 
 
 class HardLoss:

@@ -50,7 +50,7 @@ def argv(teacher: Path, data: tuple[Path, Path | None], out: Path, *extra: str) 
     dev = ["--dev", str(data[1])] if data[1] is not None else []
     return ["distill", "--teacher", str(teacher), "--data", str(data[0]), *dev, "--out", str(out),
             "--student-layers", "1", "--epochs", "1", "--batch-size", "8", "--lr", "5e-3", "--save-every", "3",
-            "--precision", "fp32", "--quiet", *extra]
+            "--precision", "fp32", "--report-seconds", "0", "--quiet", *extra]
 
 
 def counting(monkeypatch) -> list[int]:

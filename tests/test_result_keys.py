@@ -115,7 +115,7 @@ class Outputs:
 
     def _distill(self):
         return self._run("distill", "distill", "--teacher", self.best(), "--data", self.data, "--student-layers", "1",
-                         *self.TRAIN)
+                         "--report-seconds", "0", *self.TRAIN)
 
     def _sweep(self):
         return self._run("sweep", "sweep", "--model", self.tiny, "--data", self.data, "--grid", "lr=5e-3", *self.TRAIN)

@@ -50,6 +50,7 @@ RERUN_MAY_CHANGE = {
     "tracking_uri": "where MLflow keeps the run",
     "project": "the project the run is filed under",
     "log_every": "how often the training numbers are logged",
+    "report_seconds": "how long distill's report times each model, not what the student learns",
     "trials": "how long an Optuna sweep searches (a longer study continues the same sweep)",
 }
 """The options a re-run may change and still be the same run (resumed, continued, recognised as done), with why: each

@@ -56,7 +56,6 @@ def measure_teacher_student(cfg: Any, task: Any, result: Any, compute: Compute) 
     accuracy for plain tags)."""
     from bertkit.io import trail
     from bertkit.measure import measure as bench_measure
-    from bertkit.measure import timing
     from bertkit.measure.contenders import Contender
     from bertkit.models import infer, loading
 
@@ -72,7 +71,7 @@ def measure_teacher_student(cfg: Any, task: Any, result: Any, compute: Compute) 
                             loading.load_tokenizer(str(student_dir)), 0.0)]
     settings = bench_measure.BenchSettings(batch_sizes=(1, 32), max_length=task.reading.max_length, train_batch_size=0,
                                            seed=cfg.inputs.seed,
-                                           budget=timing.Budget(warmup=2, min_iters=10, min_seconds=2.0, rounds=2))
+                                           budget=report_budget(cfg.report_seconds))
     latency = bench_measure.measure_latency(contenders, texts, settings, device, dtype)
     throughput = bench_measure.measure_throughput(contenders, encoded, infer.pad_id_of(task.teacher_tokenizer),
                                                   settings, device, dtype)
@@ -80,8 +79,23 @@ def measure_teacher_student(cfg: Any, task: Any, result: Any, compute: Compute) 
     return {"teacher": cfg.distillation.teacher, "student": str(student_dir), "student_layers": task.kept_layers,
             "teacher_layers": int(task.teacher.config.num_hidden_layers), "task": task.teacher_labels.task,
             "metric": metric, "dev_rows": len(texts), "device": str(device),
-            "dtype": loading.dtype_name(dtype), "machine": trail.machine_info(), "models": models,
+            "dtype": loading.dtype_name(dtype), "machine": trail.machine_info(),
+            "timing": timing_record(settings.budget), "models": models,
             "claims": claims(models, metric)}
+
+
+def report_budget(seconds: float) -> Any:
+    """How long the report times each model per measurement: 2 warm-up iterations, then at least 10 timed ones and
+    `seconds` (--report-seconds) of timed work, in 2 interleaved rounds."""
+    from bertkit.measure import timing
+
+    return timing.Budget(warmup=2, min_iters=10, min_seconds=float(seconds), rounds=2)
+
+
+def timing_record(budget: Any) -> dict[str, Any]:
+    """The budget the report's timings were measured with, as the report records it."""
+    return {"warmup": budget.warmup, "min_iters": budget.min_iters, "min_seconds": budget.min_seconds,
+            "rounds": budget.rounds}
 
 
 def _sentence_dev(cfg: Any, task: Any, result: Any, compute: Compute) -> tuple[list[str], Any, dict[str, Any], str]:

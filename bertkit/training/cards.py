@@ -40,6 +40,7 @@ NOT_HYPERPARAMETERS = {
     "fast_forward": "how the same steps are computed (the same logits and gradients)",
     "compile": "how the same steps are computed (the same logits and gradients)",
     "trust_remote_code": "whether a model's own code may run", "report": "distill's teacher-vs-student report",
+    "report_seconds": "how long distill's report times each model (the report records it)",
     **dict.fromkeys(("cuda_graphs", "report_to", "tracking_uri", "project", "log_every", "out", "save_every",
                      "save_every_minutes", "keep_checkpoints", "overwrite"), _RUN),
 }

@@ -266,6 +266,9 @@ class DistillOptions(FinetuneOptions):
     distillation: DistillationOptions = group(DistillationOptions)
     report: bool = option(True, "After training, measure teacher vs student (size, batch-1 latency, throughput, "
                           "dev quality) and check the DistilBERT claims.", panel=OUTPUT)
+    report_seconds: float = option(2.0, "The report's timing: seconds each model is timed per measurement (batch-1 "
+                                   "latency, each throughput setting), at least 10 iterations each. Lower it for a "
+                                   "quicker, noisier report.", panel=OUTPUT, minimum=0)
 
     def problems(self) -> list[str]:
         """A training run's problems and the distillation's; messages and records name the student where a command
