@@ -6,6 +6,9 @@ PIP := $(PY) -m pip
 TORCH_VERSION ?= 2.13.0
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+# The fast suite in parallel, one pytest-xdist worker per core (at most 4; each takes its share of the cores as torch
+# threads, tests/conftest.py). PARALLEL= runs it in one process.
+PARALLEL ?= -n auto --maxprocesses=4
 
 .DEFAULT_GOAL := help
 .PHONY: help install test test-slow lint bench demo docs clean
@@ -23,8 +26,8 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP) ## create .venv: CPU torch first (keeps an existing torch), then bertkit[dev,offline,onnx,sweep,track]
 
-test: $(STAMP) ## fast test suite (tiny models, a few minutes)
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -q $(PYTEST_ARGS)
+test: $(STAMP) ## fast test suite (tiny models, in parallel)
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q $(PARALLEL) $(PYTEST_ARGS)
 
 test-slow: $(STAMP) ## slow tests too (real MiniLM weights, full SST-2 runs)
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m "slow" $(PYTEST_ARGS)

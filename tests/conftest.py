@@ -14,15 +14,26 @@ import pytest
 for _name in [n for n in os.environ if n.startswith(("HF_", "HUGGINGFACE_", "TRANSFORMERS_"))]:
     del os.environ[_name]
 os.environ["HF_HUB_OFFLINE"] = "1"
+# Nor the terminal's size: reports are piped here (200 columns, `cli.output`), also in pytest-xdist's workers, which
+# are handed the controller's terminal width as COLUMNS.
+for _name in ("COLUMNS", "LINES"):
+    os.environ.pop(_name, None)
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # The fast suite runs on the CPU on every machine: its reference numbers, its `auto` precision (`auto_dtype`) and its
 # int8 paths are the CPU's. BERTKIT_DEVICE=cpu is what `auto` means then (`loading.choose_device`; Accelerate through
 # `finetune.force_cpu`), so on a GPU machine no test lands on cuda unasked; tests marked gpu run without it.
 PINNED_CPU = os.environ.setdefault("BERTKIT_DEVICE", "cpu") == "cpu"
-if "BERTKIT_CACHE_DIR" not in os.environ:  # never the user's ~/.cache: one fresh cache per test session
+# `make test` runs the suite in parallel (pytest-xdist, one worker per core): each worker gets its share of the cores
+# as torch threads (before torch is imported; subprocesses inherit it) - workers that each took every core would
+# oversubscribe them - and a cache of its own, so that no test finds what another worker's test computed.
+WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+if WORKER is not None:
+    _workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _workers)))
+if "BERTKIT_CACHE_DIR" not in os.environ or WORKER is not None:  # never the user's ~/.cache: a fresh one per session
     import tempfile
 
-    os.environ["BERTKIT_CACHE_DIR"] = tempfile.mkdtemp(prefix="bertkit-test-cache-")
+    os.environ["BERTKIT_CACHE_DIR"] = tempfile.mkdtemp(prefix=f"bertkit-test-cache-{WORKER or 'main'}-")
 os.environ["HF_HOME"] = os.path.join(os.environ["BERTKIT_CACHE_DIR"], "hf-home")
 
 ROOT = Path(__file__).resolve().parent.parent
