@@ -29,7 +29,8 @@ PINNED_CPU = os.environ.setdefault("BERTKIT_DEVICE", "cpu") == "cpu"
 WORKER = os.environ.get("PYTEST_XDIST_WORKER")
 if WORKER is not None:
     _workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _workers)))
+    _cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)  # usable
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, _cores // _workers)))
 if "BERTKIT_CACHE_DIR" not in os.environ or WORKER is not None:  # never the user's ~/.cache: a fresh one per session
     import tempfile
 
