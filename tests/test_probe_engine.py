@@ -300,3 +300,58 @@ def test_curvature_is_the_softmax_hessians_diagonal_blocks_at_zero_weights():
     for j in range(3):
         block = [i * 3 + j for i in range(4)] + [4 * 3 + j]
         np.testing.assert_allclose(H[np.ix_(block, block)], estimate, atol=2e-4)
+
+
+def test_first_scale_is_the_curvature_measured_along_the_step():
+    """On a quadratic whose Hessian is c times P^-1 (P the first estimate), s.y / y.P y of any step is 1 / c:
+    the factor that makes P the exact inverse Hessian."""
+    from bertkit.probe.lbfgs import first_scale
+
+    rng = np.random.default_rng(0)
+    M = rng.normal(size=(6, 6))
+    P = torch.from_numpy(M @ M.T + 6 * np.eye(6))
+    for c in (0.01, 1.0, 50.0):
+        A = c * torch.linalg.inv(P)
+        s = torch.from_numpy(rng.normal(size=6))
+        assert first_scale(s, A @ s, lambda v: P @ v) == pytest.approx(1.0 / c, rel=1e-9)
+
+
+def quadratic_from(P: torch.Tensor, c: float, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """A quadratic's Hessian c P^-1/2 E P^-1/2 (E: eigenvalues 0.2-5 on random axes: P has the Hessian's scale 1 / c
+    off and its shape only roughly right, as the curvature at zero weights is for a fit far from zero) and its
+    linear term."""
+    rng = np.random.default_rng(seed)
+    n = P.shape[0]
+    w, U = np.linalg.eigh(P.numpy())
+    root = U @ np.diag(w ** -0.5) @ U.T
+    Q, _ = np.linalg.qr(rng.normal(size=(n, n)))
+    E = Q @ np.diag(rng.uniform(0.2, 5.0, n)) @ Q.T
+    return torch.from_numpy(c * root @ E @ root), torch.from_numpy(rng.normal(size=n))
+
+
+def iterations_on_quadratic(c: float) -> int:
+    from bertkit.probe.lbfgs import minimize_lbfgs
+
+    rng = np.random.default_rng(0)
+    M = rng.normal(size=(60, 60))
+    P = torch.from_numpy(M @ M.T / 60 + np.eye(60))
+    A, b = quadratic_from(P, c)
+    x, _, n_iter, converged = minimize_lbfgs(lambda x: (float(0.5 * x @ A @ x - b @ x), A @ x - b),
+                                             torch.zeros(60, dtype=torch.float64), tol=1e-8, history=5,
+                                             precondition=lambda v: P @ v)
+    assert converged
+    np.testing.assert_allclose(x.numpy(), torch.linalg.solve(A, b).numpy(), rtol=1e-5, atol=1e-6)
+    return n_iter
+
+
+def test_a_first_estimate_off_by_a_factor_costs_no_iterations(monkeypatch):
+    """L-BFGS scales its first estimate P at every iteration, as it scales the identity: a quadratic whose curvature
+    is 100 times below P's (nearly separable tags, where the probabilities saturate) or 100 times above is solved in
+    about as many iterations as one at P's own scale; P left unscaled, the first takes several times more."""
+    from bertkit.probe import lbfgs
+
+    at_scale = iterations_on_quadratic(1.0)
+    below, above = iterations_on_quadratic(0.01), iterations_on_quadratic(100.0)
+    assert below <= 1.25 * at_scale and above <= 1.25 * at_scale, (at_scale, below, above)
+    monkeypatch.setattr(lbfgs, "first_scale", lambda s, y, precondition: 1.0)
+    assert iterations_on_quadratic(0.01) >= 3 * below

@@ -1,7 +1,14 @@
 """L-BFGS for the probe engine (`bertkit.probe.engine`): float64 steps on an objective whose value and gradient come
 from float32 passes over the rows, a history of `HISTORY` pairs, a backtracking line search on the Armijo condition
 (with approximate Wolfe conditions where float32 sums no longer resolve a decrease), and an optional first
-inverse-Hessian estimate (`precondition`) in place of the scaled identity.
+inverse-Hessian estimate (`precondition`, P) in place of the identity, scaled at every iteration as the identity is
+(`first_scale`: s.y / y.P y of the latest pair, the preconditioned form of Shanno and Phua's s.y / y.y).
+
+Why the scaling: P is the objective's curvature at zero weights (`engine.Curvature`). On nearly separable tags most
+rows' probabilities saturate as the weights grow, the curvature falls far below P's, and an unscaled P keeps every
+step that the history does not cover that much too short: on 201,192 NER-shaped words (7 tags, C = 1) L-BFGS
+needed 162 iterations with P as it is and 56 with it scaled, 142 against 99 on UD-EWT POS embeddings (17 tags), and
+about as many on rows where the curvature stays near P's (POS layer 6: 59 and 62).
 
 Why L-BFGS: one pass over the rows per iteration (the loss and its gradient together); Newton-CG needed more passes
 to the same objective on MiniLM's UD-EWT POS features (the Hessian-vector products numbered in the hundreds per
@@ -35,14 +42,15 @@ def minimize_lbfgs(fun: Callable[[torch.Tensor], tuple[float, torch.Tensor]], x0
     x = x0.clone()
     f, g = fun(x)
     pairs: list[tuple[Any, Any, float]] = []
+    scale = 1.0
     for iteration in range(max_iter):
         if float(g.abs().max()) <= tol:
             return x, f, iteration, True
-        direction = -two_loop(g, pairs, precondition)
+        direction = -two_loop(g, pairs, precondition, scale)
         slope = float(g @ direction)
         if slope >= 0:  # not a descent direction (rounding): restart from the first estimate alone
-            pairs = []
-            direction = -two_loop(g, pairs, precondition)
+            pairs, scale = [], 1.0
+            direction = -two_loop(g, pairs, precondition, scale)
             slope = float(g @ direction)
         first = 1.0 if pairs or precondition is not None else min(1.0, 1.0 / float(g.abs().sum()))
         found = backtrack(fun, x, f, direction, slope, first)
@@ -53,14 +61,23 @@ def minimize_lbfgs(fun: Callable[[torch.Tensor], tuple[float, torch.Tensor]], x0
         sy = float(s @ y)
         if sy > 1e-10 * float(y @ y):
             pairs = [*pairs[-(history - 1):], (s, y, 1.0 / sy)]
+            if precondition is not None:
+                scale = first_scale(s, y, precondition)
         x, f, g = x_new, f_new, g_new
     return x, f, max_iter, float(g.abs().max()) <= tol
 
 
+def first_scale(s: torch.Tensor, y: torch.Tensor, precondition: Callable[[torch.Tensor], torch.Tensor]) -> float:
+    """The factor on the first inverse-Hessian estimate P from the latest pair: s.y / y.P y, so that P scaled
+    matches the curvature measured along the last step (1 where it can't be told)."""
+    yPy = float(y @ precondition(y))
+    return float(s @ y) / yPy if yPy > 0 and math.isfinite(yPy) else 1.0
+
+
 def two_loop(g: torch.Tensor, pairs: Sequence[tuple[Any, Any, float]],
-             precondition: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
+             precondition: Callable[[torch.Tensor], torch.Tensor] | None = None, scale: float = 1.0) -> torch.Tensor:
     """The L-BFGS product H g of the inverse-Hessian estimate from the (s, y, 1 / s.y) pairs, the first matrix
-    `precondition`'s, or the scaled identity s.y / y.y of the latest pair."""
+    `precondition`'s times `scale` (`first_scale`), or the scaled identity s.y / y.y of the latest pair."""
     q, alphas = g.clone(), []
     for s, y, rho in reversed(pairs):
         alpha = rho * float(s @ q)
@@ -68,6 +85,8 @@ def two_loop(g: torch.Tensor, pairs: Sequence[tuple[Any, Any, float]],
         q.sub_(y, alpha=alpha)
     if precondition is not None:
         q = precondition(q)
+        if scale != 1.0:
+            q.mul_(scale)
     elif pairs:
         s, y, rho = pairs[-1]
         q.mul_(1.0 / (rho * float(y @ y)))
