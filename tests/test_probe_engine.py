@@ -194,6 +194,44 @@ def test_cv_path_log_loss_matches_scikit_learn_per_fold():
             assert losses[k, i] == pytest.approx(expected, abs=5e-4)  # the path stops at tol 1e-4, as lbfgs does
 
 
+def test_a_narrow_heads_products_at_sixteen_columns_are_its_own():
+    """Blocks of at least SMALL_PASS products with 2-15 output columns are computed at WIDE columns (zero-padded
+    weights and residuals): the logits and the gradient share of their own width, to float32 rounding; one column,
+    16 and small blocks keep their width."""
+    from bertkit.probe import products
+
+    g = torch.Generator().manual_seed(0)
+    for k in (2, 7, 15):
+        n = products.SMALL_PASS // (64 * k) + 1
+        Z, W, b, R = (torch.randn(*shape, generator=g) for shape in ((n, 64), (64, k), (k,), (n, k)))
+        assert products.wide(k, Z) and not products.wide(k, Z[: n // 2])
+        logits = products.logits_of(Z, W, b, products.widened(W, b))
+        assert logits.shape == (n, k)
+        torch.testing.assert_close(logits.double(), Z.double() @ W.double() + b.double(), rtol=1e-4, atol=1e-3)
+        gW = torch.zeros(64, k)
+        products.add_gradient(gW, Z, R)
+        torch.testing.assert_close(gW.double(), Z.double().T @ R.double(), rtol=1e-4, atol=1e-2)
+    big = torch.zeros(products.SMALL_PASS, 1)
+    assert not products.wide(1, big) and not products.wide(16, big) and products.wide(2, big)
+
+
+def test_a_fit_at_sixteen_columns_reaches_the_optimum_of_its_own_width(monkeypatch):
+    """A 7-class fit on one block of 60,000 x 40 rows (16.8M products: `products.wide`) reaches the solution the same
+    fit computed at its own width reaches."""
+    from bertkit.probe import products
+
+    X, y = overlapping(60_000, 40, 7, seed=13, offset=1.0)
+    Z = engine.standardizer_of(engine.array_blocks(X)).transform(X).astype(np.float32)
+    rows, targets = engine.MemoryRows(np.ascontiguousarray(Z)), engine.Targets.classes(y, 7)
+    assert products.wide(7, rows.tensor)
+    padded = engine.fit_linear(rows, targets, 1.0)
+    monkeypatch.setattr(products, "WIDE", 2)  # no width below 2: every product at its own width
+    own = engine.fit_linear(rows, targets, 1.0)
+    assert padded.converged and own.converged
+    np.testing.assert_allclose(padded.coef, own.coef, atol=2e-3)
+    assert abs(padded.objective - own.objective) < 1e-6
+
+
 def test_saved_arrays_have_the_layout_scikit_learn_fits_had(tmp_path):
     """probe.safetensors holds the same arrays, dtypes and shapes for an engine fit as for a scikit-learn one."""
     from safetensors.numpy import load_file

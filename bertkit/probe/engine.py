@@ -38,6 +38,7 @@ import numpy as np
 
 from bertkit.probe.heads import Standardizer
 from bertkit.probe.lbfgs import HISTORY, MAX_ITER, TOL, minimize_lbfgs
+from bertkit.probe.products import SMALL_PASS, add_gradient, logits_of, widened
 
 if TYPE_CHECKING:
     import torch
@@ -48,9 +49,6 @@ BLOCK_BYTES = 64 << 20
 """Rows per block: as many as fill 64 MiB of float32 features. Big blocks: each block costs a few parallel regions
 (a matrix product, a softmax), whose start-up is the price of a block, and a busy 2-core machine makes it high."""
 SOFTMAX, SIGMOID = "softmax", "sigmoid"
-NARROW = 12
-"""Output columns from which Z^T R is the faster way to the gradient (`add_gradient`)."""
-SMALL_PASS = 1 << 24
 
 
 # ---------------------------------------------------------------- rows
@@ -206,9 +204,10 @@ def loss_and_gradient(rows: Any, targets: Targets, W: torch.Tensor, b: torch.Ten
 
     gW, gb, loss = torch.zeros_like(W), torch.zeros_like(b), 0.0
     W_raw, b_raw = rows.raw_weights(W, b)
+    wide_weights = widened(W_raw, b_raw)
     for start, Z in rows.blocks():
         values, weights = targets.block(start, len(Z))
-        logits = torch.addmm(b_raw, Z, W_raw)
+        logits = logits_of(Z, W_raw, b_raw, wide_weights)
         if targets.kind == SOFTMAX:
             log_p = torch.log_softmax(logits, dim=1)
             picked = log_p.gather(1, values[:, None])[:, 0]
@@ -230,20 +229,6 @@ def loss_and_gradient(rows: Any, targets: Targets, W: torch.Tensor, b: torch.Ten
     return objective, gW.mul_(scale).add_(W, alpha=penalty), gb.mul_(scale)
 
 
-def add_gradient(gW: torch.Tensor, Z: torch.Tensor, residual: torch.Tensor) -> None:
-    """gW += Z^T R, the block's share of the gradient. With 2 to `NARROW` - 1 output columns, on a block of at least
-    `SMALL_PASS` products, it is computed as (R^T Z)^T: CPU BLAS runs Z^T R that narrow 3-15x slower than R^T Z
-    (measured with torch 2.13 on 2 cores: 204,577 x 384 rows and 7 columns 1.16 s against 0.33 s; 4 columns on 1,536
-    features 2.1 s against 0.22 s), and no more exactly. One column, wider ones and small blocks keep Z^T R: as fast,
-    and a small fit's float32 sums stay those it has always had (a fit to a tolerance at float32's noise floor, as the
-    engine's tests run, converges on them)."""
-    k = residual.shape[1]
-    if 1 < k < NARROW and Z.shape[0] * Z.shape[1] * k >= SMALL_PASS:
-        gW.add_((residual.T @ Z).T)
-    else:
-        gW.addmm_(Z.T, residual)
-
-
 def decisions(rows: Any, coef: np.ndarray, intercept: np.ndarray) -> np.ndarray:
     """The logits (n, outputs) float32 of a head (`coef` (outputs, d), `intercept`) on `rows`, block by block."""
     import torch
@@ -252,8 +237,9 @@ def decisions(rows: Any, coef: np.ndarray, intercept: np.ndarray) -> np.ndarray:
                             torch.from_numpy(np.asarray(intercept, dtype=np.float32)))
     out = np.empty((rows.n, len(intercept)), dtype=np.float32)
     with torch.inference_mode():
+        wide_weights = widened(W, b)
         for start, Z in rows.blocks():
-            out[start:start + len(Z)] = torch.addmm(b, Z, W).numpy()
+            out[start:start + len(Z)] = logits_of(Z, W, b, wide_weights).numpy()
     return out
 
 
