@@ -119,7 +119,8 @@ def fits(tiles: int, before: str) -> dict:
         for tree in ("before", "after", "after", "before"):  # A B B A
             env = {**os.environ, "PYTHONPATH": str(trees[tree]), "OMP_WAIT_POLICY": "PASSIVE"}
             done = subprocess.run([sys.executable, "-c", FIT_CHILD, str(work / "X.npy"), str(work / "ids.npy")],
-                                  env=env, capture_output=True, text=True, check=True)
+                                  env=env, capture_output=True, text=True, check=True,
+                                  cwd=str(work))  # not this checkout: `python -c` puts the cwd first on sys.path
             runs.append({"tree": tree, **json.loads(done.stdout.strip().splitlines()[-1])})
             print(json.dumps(runs[-1]), flush=True)
     old = min(r["seconds"] for r in runs if r["tree"] == "before")

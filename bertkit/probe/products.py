@@ -19,17 +19,16 @@ width here, and a fit of such passes runs on one thread (`engine.threads_for`)."
 def wide(k: int, Z: torch.Tensor) -> bool:
     """Whether a block's products for `k` output columns are computed at `WIDE` columns, the weights padded with zero
     columns and the residuals with zeros: for 2 to 15 columns on a block of at least `SMALL_PASS` products. MKL's
-    float32 GEMM (torch 2.13, AVX2, 2 AMD EPYC cores) runs 16 columns faster than any narrower width from 2 up: on
-    201,192 x 384 rows the logits took 51 ms at 16 columns against 70-115 ms at 2-8, the gradient share Z^T R 43 ms
-    against 372-504 ms (and R^T Z, the faster way round at those widths, 69-139 ms); on 1,536 features a pass's two
-    products at 7 columns 736 ms against 404 ms at 16 (`benchmarks/bench_probe_gradient.py`). The narrow products'
-    speed is not steady on a shared machine: a whole 7-tag fit on 201,192 x 384 rows in fresh processes took 19.8 s
-    at 7 columns against 21.4 s at 16 in one spell (162 iterations each, 01:50 UTC), and 15.1-16.7 s against 7.0-8.4
-    s in another (56 iterations, A B B A twice, 03:54 the next session); a pass at 7 columns took 120-280 ms within
-    those hours, one at 16 120-150 ms. At 16 a pass is about as fast as the narrow one at its best, and does not lose
-    2x when the narrow one slows. One column (a GEMV), 16 or more and small blocks keep their width: as fast, and a
-    small fit's float32 sums stay those it has always had (a fit to a tolerance at float32's noise floor, as the
-    engine's tests run, converges on them)."""
+    float32 GEMM (torch 2.13, AVX2, 2 AMD EPYC cores) runs those narrow products slower than 16 columns
+    (`benchmarks/bench_probe_gradient.py` -> `benchmarks/results/probe-gradient.json`): on 204,577 x 384 rows and 7
+    columns the logits 82 ms against 45 ms at 16, the gradient share Z^T R 414 ms against 37 ms (R^T Z, the faster
+    way round at 7, 107 ms); on 67,349 x 1,536 rows and 4 columns Z^T R 969 ms against 61 ms. A whole 7-tag fit on
+    201,192 words in fresh processes, A B B A: 6.7-7.1 s at 16 columns against 14.1-16.7 s at 7 (48 and 52
+    iterations). An earlier whole-fit measurement found no gain and reverted this (fd1e9d2), but it had run both
+    sides on this checkout: its fit processes started in it, and `python -c` puts the working directory first on
+    sys.path. One column (a GEMV), 16 or more and small blocks keep their width: as fast, and a small fit's float32
+    sums stay those it has always had (a fit to a tolerance at float32's noise floor, as the engine's tests run,
+    converges on them)."""
     k = int(k)
     return 1 < k < WIDE and Z.shape[0] * Z.shape[1] * k >= SMALL_PASS
 
