@@ -14,7 +14,7 @@ launcher), on ~200k training words:
 "before" is the tree at --before (default: where this branch left main; on main itself, pass the scikit-learn
 engine's commit, 63c0419), exported with `git archive` to a temporary folder: its word path fits each row with
 scikit-learn. Its per-row fit seconds and scores come from its own run. `--table-runs 2` runs each corpus's tables
-A B B A (this machine's pass times drift up to 2x within an hour): each tree's fastest run counts, every run's
+A B B A (this machine's speed drifts: scikit-learn's NER table took 346 s, then 278-304 s an hour later): each tree's fastest run counts, every run's
 seconds kept beside it.
 
 Every child process runs with OMP_WAIT_POLICY=PASSIVE (both trees): on a machine shared with other jobs, OpenMP's
