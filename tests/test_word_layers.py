@@ -140,7 +140,12 @@ def test_a_row_streamed_from_the_layers_is_fitted_as_the_row_in_memory(encoder):
     assert isinstance(streamed, StreamedMatrix) and streamed.n == layers.n_words and streamed.dim == 64
     held = row_features(layers, spec)
     assert isinstance(held, np.ndarray)
-    from_disk, _, accuracy_disk = fit_word_tags(streamed, tags, 1.0)
-    in_memory, _, accuracy_memory = fit_word_tags(held, tags, 1.0, owned=True)
-    np.testing.assert_allclose(from_disk.head.coef_, in_memory.head.coef_, atol=1e-4)
+    from_disk, disk_solution, accuracy_disk = fit_word_tags(streamed, tags, 1.0)
+    in_memory, memory_solution, accuracy_memory = fit_word_tags(held, tags, 1.0, owned=True)
+    # The same objective (7e-6 apart, measured) and the same predictions. The coefficients only as near as a fit to the
+    # default tolerance (max |gradient| <= 1e-4) pins them: the folded standardisation rounds differently, and the
+    # flat directions of this small problem are left undetermined at ~1e-3 (8e-4 measured). At a tight tolerance
+    # the two give one solution: tests/test_probe_engine.py's blocks-and-streamed test.
+    assert disk_solution.objective == pytest.approx(memory_solution.objective, rel=5e-5)
+    np.testing.assert_allclose(from_disk.head.coef_, in_memory.head.coef_, atol=3e-3)
     assert accuracy_disk == accuracy_memory
