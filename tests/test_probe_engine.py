@@ -76,6 +76,27 @@ def test_fit_probe_scores_as_scikit_learn_does_at_the_default_tolerance():
     np.testing.assert_allclose(ours.scaler.scale_, scaler.scale_, rtol=1e-9)
 
 
+def test_the_standardiser_is_scikit_learns_across_chunks_and_blocks(tmp_path):
+    """`standardizer_of` merges float64 moments of MOMENT_ROWS-row chunks: StandardScaler's mean and scale to 1e-10
+    on features far from zero (where one-pass sums lose digits), a constant feature scale 1, blocks that split
+    chunks unevenly, and a read-only memory map as the word stores give it."""
+    from sklearn.preprocessing import StandardScaler
+
+    rng = np.random.default_rng(21)
+    n = 2 * engine.MOMENT_ROWS + 777
+    X = (rng.normal(size=(n, 6)) * [1e-3, 1, 10, 1, 0.5, 2] + [1e4, 0, -50, 3, 7, 0]).astype(np.float32)
+    X[:, 3] = 3.0
+    path = tmp_path / "rows.npy"
+    np.save(path, X)
+    stored = np.load(path, mmap_mode="r")
+    reference = StandardScaler().fit(X)
+    for blocks in (engine.array_blocks(X), engine.array_blocks(stored, 1000), [X[:5], X[5:]]):
+        ours = engine.standardizer_of(blocks)
+        np.testing.assert_allclose(ours.mean_, reference.mean_, rtol=1e-10)
+        np.testing.assert_allclose(ours.scale_, reference.scale_, rtol=1e-10)
+        assert ours.scale_[3] == 1.0 and ours.n_samples_seen_ == n
+
+
 def test_one_vs_rest_tags_match_scikit_learn_and_keep_a_constant_tag():
     from sklearn.linear_model import LogisticRegression
     from sklearn.multiclass import OneVsRestClassifier
@@ -195,35 +216,34 @@ def test_cv_path_log_loss_matches_scikit_learn_per_fold():
 
 
 def test_a_narrow_heads_products_at_sixteen_columns_are_its_own():
-    """Blocks of at least SMALL_PASS products with 2-15 output columns are computed at WIDE columns (zero-padded
-    weights and residuals): the logits and the gradient share of their own width, to float32 rounding; one column,
-    16 and small blocks keep their width."""
+    """Blocks with 2-15 output columns, big or small, are computed at WIDE columns (zero-padded weights and
+    residuals): the logits and the gradient share of their own width, to float32 rounding; one column and 16 keep
+    their width."""
     from bertkit.probe import products
 
     g = torch.Generator().manual_seed(0)
     for k in (2, 7, 15):
-        n = products.SMALL_PASS // (64 * k) + 1
-        Z, W, b, R = (torch.randn(*shape, generator=g) for shape in ((n, 64), (64, k), (k,), (n, k)))
-        assert products.wide(k, Z) and not products.wide(k, Z[: n // 2])
-        logits = products.logits_of(Z, W, b, products.widened(W, b))
-        assert logits.shape == (n, k)
-        torch.testing.assert_close(logits.double(), Z.double() @ W.double() + b.double(), rtol=1e-4, atol=1e-3)
-        gW = torch.zeros(64, k)
-        products.add_gradient(gW, Z, R)
-        torch.testing.assert_close(gW.double(), Z.double().T @ R.double(), rtol=1e-4, atol=1e-2)
-    big = torch.zeros(products.SMALL_PASS, 1)
-    assert not products.wide(1, big) and not products.wide(16, big) and products.wide(2, big)
+        for n in (50, products.SMALL_PASS // (64 * k) + 1):
+            Z, W, b, R = (torch.randn(*shape, generator=g) for shape in ((n, 64), (64, k), (k,), (n, k)))
+            assert products.wide(k)
+            logits = products.logits_of(Z, W, b, products.widened(W, b))
+            assert logits.shape == (n, k)
+            torch.testing.assert_close(logits.double(), Z.double() @ W.double() + b.double(), rtol=1e-4, atol=1e-3)
+            gW = torch.zeros(64, k)
+            products.add_gradient(gW, Z, R)
+            torch.testing.assert_close(gW.double(), Z.double().T @ R.double(), rtol=1e-4, atol=1e-2)
+    assert not products.wide(1) and not products.wide(16) and products.wide(2)
 
 
 def test_a_fit_at_sixteen_columns_reaches_the_optimum_of_its_own_width(monkeypatch):
-    """A 7-class fit on one block of 60,000 x 40 rows (16.8M products: `products.wide`) reaches the solution the same
-    fit computed at its own width reaches."""
+    """A 7-class fit on one block of 60,000 x 40 rows (computed at 16 columns: `products.wide`) reaches the solution
+    the same fit computed at its own width reaches."""
     from bertkit.probe import products
 
     X, y = overlapping(60_000, 40, 7, seed=13, offset=1.0)
     Z = engine.standardizer_of(engine.array_blocks(X)).transform(X).astype(np.float32)
     rows, targets = engine.MemoryRows(np.ascontiguousarray(Z)), engine.Targets.classes(y, 7)
-    assert products.wide(7, rows.tensor)
+    assert products.wide(7)
     padded = engine.fit_linear(rows, targets, 1.0)
     monkeypatch.setattr(products, "WIDE", 2)  # no width below 2: every product at its own width
     own = engine.fit_linear(rows, targets, 1.0)

@@ -49,29 +49,36 @@ BLOCK_BYTES = 64 << 20
 """Rows per block: as many as fill 64 MiB of float32 features. Big blocks: each block costs a few parallel regions
 (a matrix product, a softmax), whose start-up is the price of a block, and a busy 2-core machine makes it high."""
 SOFTMAX, SIGMOID = "softmax", "sigmoid"
+MOMENT_ROWS = 2048
+"""Rows per chunk of `standardizer_of`'s float64 moments."""
 
 
 # ---------------------------------------------------------------- rows
 
 
 def standardizer_of(blocks: Iterator[np.ndarray]) -> Standardizer:
-    """Mean and scale of rows given block by block, accumulated in float64 (per block, then merged: Chan et al.,
-    as StandardScaler's incremental mean and variance); a feature constant to rounding gets scale 1."""
+    """Mean and scale of rows given block by block, as StandardScaler's (to ~1e-14): float64 moments of `MOMENT_ROWS`
+    rows at a time, merged (Chan et al., as StandardScaler's incremental mean and variance); a feature constant to
+    rounding gets scale 1. Chunks that small stay in cache: 204,577 x 384 rows in ~0.1 s, where whole-block float64
+    arrays took ~0.6 s (6,920 x 384 SST-2 rows: 5 ms against 21, once per cell and fold of a sweep)."""
+    import torch
+
     n, mean, m2 = 0, None, None
     for block in blocks:
-        block = np.asarray(block, dtype=np.float64)
-        k, block_mean = len(block), block.mean(axis=0)
-        block_m2 = ((block - block_mean) ** 2).sum(axis=0)
-        if mean is None:
-            n, mean, m2 = k, block_mean, block_m2
-            continue
-        delta, total = block_mean - mean, n + k
-        mean = mean + delta * (k / total)
-        m2 = m2 + block_m2 + delta ** 2 * (n * k / total)
-        n = total
+        for start in range(0, len(block), MOMENT_ROWS):
+            chunk = torch.tensor(block[start:start + MOMENT_ROWS], dtype=torch.float64)  # a copy: centred in place
+            k, chunk_mean = len(chunk), chunk.mean(dim=0)
+            chunk_m2 = chunk.sub_(chunk_mean).square_().sum(dim=0)
+            if mean is None:
+                n, mean, m2 = k, chunk_mean, chunk_m2
+                continue
+            delta, total = chunk_mean - mean, n + k
+            mean = mean + delta * (k / total)
+            m2 = m2 + chunk_m2 + delta ** 2 * (n * k / total)
+            n = total
     if mean is None or m2 is None:
         raise ValueError("no rows to standardise")
-    var = m2 / n
+    mean, var = mean.numpy(), (m2 / n).numpy()
     eps = np.finfo(np.float64).eps
     constant = var <= n * eps * var + (n * mean * eps) ** 2  # StandardScaler's test for a constant feature
     scale = np.where(constant, 1.0, np.sqrt(var))
