@@ -158,9 +158,15 @@ def peak_bytes(model_dir: Path, tmp_path: Path, copies: int, tag: str) -> int:
 
 def test_memory_is_flat_in_the_number_of_sentences(tiny_bert_dir, tmp_path):
     # both stores' files are larger than the 1 MiB blocks files are hashed and copied in (a smaller file is read
-    # whole: the peak would follow its size up to a block)
-    small = peak_bytes(tiny_bert_dir, tmp_path, 128, "small")  # 512 sentences, 2,176 words: 1.1 MB of vectors
-    large = peak_bytes(tiny_bert_dir, tmp_path, 512, "large")  # 4x
+    # whole: the peak would follow its size up to a block). Each size's peak is the lower of two runs, in the order
+    # small, large, small, large: what else lands in a peak only adds to it (a process's first run allocates ~0.34 MB
+    # that later runs reuse; measured 2.74 then 2.40 MB small, 2.60 and 2.59 MB large), so the lower one is the run's
+    # own. One run each failed about one full suite in four under xdist (large - small 491,523 bytes, limit 334,234).
+    peaks: dict[int, list[int]] = {128: [], 512: []}
+    for attempt in range(2):
+        for copies in peaks:
+            peaks[copies].append(peak_bytes(tiny_bert_dir, tmp_path, copies, f"{copies}-{attempt}"))
+    small, large = min(peaks[128]), min(peaks[512])  # 512 sentences, 2,176 words: 1.1 MB of vectors; then 4x
     added = sum(len(s) for s in SENTENCES) * (512 - 128) * 128 * 4  # the bytes of vectors the large store holds more
     assert large - small < added / 10, (small, large, added)
 
