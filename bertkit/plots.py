@@ -13,6 +13,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from bertkit.io.atomic import atomic_path  # noqa: E402
+from bertkit.measure.distill_report import throughput_unit
 from bertkit.measure.report import peak_memory_mb
 
 
@@ -371,7 +372,7 @@ def distill_bars(report: dict, path: Path) -> Path:
     names = list(models)
     panels = [("parameters (M)", [models[n]["parameters"] / 1e6 for n in names]),
               ("batch-1 latency (ms)", [models[n]["latency_b1_ms"] for n in names]),
-              ("best throughput (rows/s)", [models[n]["best_rows_per_s"] for n in names]),
+              (f"best throughput ({throughput_unit(report)})", [models[n]["best_rows_per_s"] for n in names]),
               (f"dev {report['metric']}", [models[n]["dev"].get(report["metric"]) or 0.0 for n in names])]
     fig, axes = plt.subplots(1, len(panels), figsize=(12, 3.4))
     for ax, (title, values) in zip(axes, panels, strict=True):

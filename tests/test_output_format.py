@@ -94,6 +94,20 @@ def test_the_distil_claim_check_reads_as_a_measurement_with_what_it_compares():
     assert "3 of the teacher's 6 layers" in distill_report.claims_context(report)
 
 
+def test_a_question_answering_distil_report_counts_windows_per_second():
+    """A question-answering student is timed on the teacher's windows (a long context is several), so its report
+    says windows/s where a sentence or tag report says rows/s: in the table, the markdown and the bar chart."""
+    from bertkit.data.labels import SPANS_TASK, TAGS_TASK
+
+    model = {"parameters": 2e6, "size_mb": 8.0, "latency_b1_ms": 3.0, "best_rows_per_s": 90.0, "dev": {"f1": 0.5}}
+    report = {"metric": "f1", "task": SPANS_TASK, "teacher": "t", "student": "s", "student_layers": [0, 2],
+              "dev_rows": 4, "device": "cpu", "dtype": "fp32", "machine": {"cpu": "x"},
+              "models": {"teacher": model, "student": model}, "claims": {}}
+    assert distill_report.DistillReport.from_json(report).model_columns()[4] == "best windows/s"
+    assert "| best windows/s |" in distill_report.report_markdown(report)
+    assert distill_report.model_columns({**report, "task": TAGS_TASK})[4] == "best rows/s"
+
+
 def test_the_demo_refuses_an_output_folder_it_did_not_make(tmp_path):
     mine = tmp_path / "mine"
     mine.mkdir()

@@ -119,8 +119,7 @@ def show_distill(result: DistillResult, view: View) -> None:
         return
     _print_epoch_table(training.epoch_table)
     if report is not None:
-        out_console.print(table("Teacher vs student (dev data)", distill_report.MODEL_COLUMNS,
-                                report.model_rows()))
+        out_console.print(table("Teacher vs student (dev data)", report.model_columns(), report.model_rows()))
         out_console.print(table("DistilBERT's claims, measured", distill_report.CLAIM_COLUMNS,
                                 report.claim_rows()))
         info(report.claims_context(), view.quiet)

@@ -37,8 +37,12 @@ class DistillReport(JsonRecord):
         """The report as written, with the files it was written to (when this run wrote them)."""
         return {**self.record, "outputs": list(self.outputs)} if self.outputs else dict(self.record)
 
+    def model_columns(self) -> list[str]:
+        """The columns of `model_rows`."""
+        return model_columns(dict(self.record))
+
     def model_rows(self) -> list[list[Any]]:
-        """MODEL_COLUMNS rows: teacher, then student."""
+        """`model_columns` rows: teacher, then student."""
         return model_rows(dict(self.record))
 
     def claim_rows(self) -> list[list[Any]]:
@@ -238,7 +242,16 @@ def model_rows(report: dict[str, Any]) -> list[list[Any]]:
             for name, m in report["models"].items()]
 
 
-MODEL_COLUMNS = ["model", "params (M)", "disk MB", "batch-1 ms", "best rows/s", "dev metric"]
+def throughput_unit(report: dict[str, Any]) -> str:
+    """What the throughput counts: the teacher's windows for question answering (a question's long context is
+    several), rows otherwise."""
+    return "windows/s" if report.get("task") == SPANS_TASK else "rows/s"
+
+
+def model_columns(report: dict[str, Any]) -> list[str]:
+    return ["model", "params (M)", "disk MB", "batch-1 ms", f"best {throughput_unit(report)}", "dev metric"]
+
+
 CLAIM_COLUMNS = ["claim (DistilBERT paper)", "measured", "paper", "verdict"]
 
 
@@ -251,7 +264,7 @@ def report_markdown(report: dict[str, Any]) -> str:
              f"{report['student_layers']})",
              f"- dev rows: {report['dev_rows']}; device: {report['device']}, {report.get('dtype', report.get('precision'))}; CPU: "
              f"{report['machine'].get('cpu')}", "",
-             "| " + " | ".join(MODEL_COLUMNS) + " |", "|" + "---|" * len(MODEL_COLUMNS)]
+             "| " + " | ".join(model_columns(report)) + " |", "|" + "---|" * len(model_columns(report))]
     lines += [row(r) for r in model_rows(report)]
     lines += ["", "| " + " | ".join(CLAIM_COLUMNS) + " |", "|" + "---|" * len(CLAIM_COLUMNS)]
     lines += [row(r) for r in claim_rows(report)]
