@@ -166,6 +166,39 @@ def test_bad_word_inputs_exit_2_and_leave_nothing(tagged, tmp_path, tiny_bert_di
     assert not out.exists()
 
 
+def test_a_word_probe_holds_its_out_while_it_works_and_a_failure_leaves_nothing(tagged, tmp_path, tiny_bert_dir,
+                                                                                 monkeypatch):
+    """The word probe writes --out only at its end, but holds it from the start: a second run on the same --out is
+    refused at once (exit 2, naming the first), not after its own extraction and fits; a run that fails leaves --out
+    as it was (here: not there)."""
+    import subprocess
+    import sys
+
+    from bertkit.families import word_runs
+    from bertkit.io import runlock
+
+    train, dev = tagged
+    out = tmp_path / "run"
+    args = ["probe", "--data", str(train), "--dev", str(dev), "--model", str(tiny_bert_dir), "--out", str(out),
+            "--layers", "-1", "--no-baselines"]
+    seen = {}
+
+    def table(cfg, progress):
+        seen["holder"] = runlock.holder(out / runlock.LOCK)
+        second = subprocess.run([sys.executable, "-m", "bertkit", *args], capture_output=True, text=True,
+                                env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=120)
+        seen["second"] = (second.returncode, " ".join((second.stdout + second.stderr).split()))
+        raise RuntimeError("the table failed")
+
+    monkeypatch.setattr(word_runs, "word_probe_table", table)
+    with pytest.raises(RuntimeError, match="the table failed"):
+        invoke(*args)
+    assert seen["holder"] == os.getpid()
+    code, said = seen["second"]
+    assert code == 2 and "is being written right now by another bertkit run" in said and "Traceback" not in said
+    assert not out.exists()
+
+
 @pytest.mark.parametrize(("policy", "n_dev", "note"), [("drop", 2, "left out"), ("O", 3, "B-ORG (1)")])
 def test_unseen_dev_tags_are_handled_as_unseen_tags_says(tagged, tmp_path, tiny_bert_dir, policy, n_dev, note):
     """--unseen-tags reads the word probe's dev file as fine-tuning reads it: a sentence with a tag training never has

@@ -5,6 +5,7 @@ combinations, the run folder records the family, and bad input exits 2 naming th
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -178,6 +179,27 @@ def test_options_that_do_not_apply_exit_2_and_leave_nothing(tiny_bert_dir, squad
     assert result.exit_code == 2, result.output
     assert message in " ".join(result.output.split()) and "Traceback" not in result.output
     assert not out.exists()
+
+
+def test_the_span_probe_holds_its_out_while_it_works_and_a_failure_leaves_nothing(tiny_bert_dir, squad_files, tmp_path,
+                                                                                   monkeypatch):
+    """As the word probe: --out held (its lock) from the start of the table, so a second run there is refused at
+    once rather than after its work; a failed run leaves --out as it was."""
+    from bertkit.families import span_probe
+    from bertkit.io import runlock
+
+    train, dev = squad_files
+    out = tmp_path / "run"
+    seen = {}
+
+    def table(*args, **kwargs):
+        seen["holder"] = runlock.holder(out / runlock.LOCK)
+        raise RuntimeError("the table failed")
+
+    monkeypatch.setattr(span_probe, "probe_table", table)
+    with pytest.raises(RuntimeError, match="the table failed"):
+        CliRunner().invoke(app, probe_args(tiny_bert_dir, train, dev, "--out", str(out)), catch_exceptions=False)
+    assert seen["holder"] == os.getpid() and not out.exists()
 
 
 def test_no_dev_set_and_a_dev_file_that_is_not_squad_exit_2(tiny_bert_dir, squad_files, tmp_path):

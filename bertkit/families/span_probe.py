@@ -34,20 +34,20 @@ def span_probe(cfg: Any, progress: bool = False) -> ProbeReport:
     from bertkit.io import ownership, rundir, trail
 
     plan = rundir.inspect_run_dir(cfg.out, "probe", overwrite=cfg.overwrite, compare=trail.config_compare(
-        config_dict(cfg)), inputs=ownership.input_paths(cfg)) if cfg.out else None  # claimed once it ran
+        config_dict(cfg)), inputs=ownership.input_paths(cfg)) if cfg.out else None
     model = cfg.model or OFFLINE_NAME
     read = read_as_saved(cfg, model)
     reading = question_reading(read.reading.max_length, cfg.doc_stride, model)
     raise_if_problems(reading.problems())
-    data = load_qa_training(cfg.inputs)
-    compute = Compute.resolve("cpu", cfg.precision)  # once: windows are read on the CPU, as the other probes read
-    run = probe_table(cfg, data, reading, model, compute, progress)
-    if plan is not None:
-        from bertkit.probe.span_run import write_span_probe_run
+    with rundir.claimed_for_the_run(plan) as run_dir:
+        data = load_qa_training(cfg.inputs)
+        compute = Compute.resolve("cpu", cfg.precision)  # once: windows are read on the CPU, as the other probes read
+        run = probe_table(cfg, data, reading, model, compute, progress)
+        if run_dir is not None:
+            from bertkit.probe.span_run import write_span_probe_run
 
-        run_dir = plan.claim()
-        run = write_span_probe_run(Path(run_dir.path), run, config_dict(cfg), final_dir=run_dir.out)
-        run_dir.commit()
+            run = write_span_probe_run(Path(run_dir.path), run, config_dict(cfg), final_dir=run_dir.out)
+            run_dir.commit()
     return ProbeReport.of_spans(run)
 
 

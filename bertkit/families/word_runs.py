@@ -153,30 +153,36 @@ def word_probe(cfg: Any, progress: bool = False) -> ProbeReport:
     """The word path: tagged train/dev read and checked, one extraction of every hidden state the table needs, a
     word probe per row (`bertkit.probe.words_run`), then the run directory."""
     from bertkit.io import ownership, rundir, trail
-    from bertkit.probe.fit import DEFAULT_C
-    from bertkit.probe.words_run import run_word_probe, write_word_probe_run
+    from bertkit.probe.words_run import write_word_probe_run
 
     plan = rundir.inspect_run_dir(cfg.out, "probe", overwrite=cfg.overwrite, compare=trail.config_compare(config_dict(cfg)),
-                                  inputs=ownership.input_paths(cfg)) if cfg.out else None  # claimed once it ran
-    if cfg.features is not None:  # a word store: its settings are the store's (`probe.word_store_run`)
-        words = run_word_store_probe(cfg, say=log.info if progress else None)
-    else:  # words read as a saved --model records (a tagger's window, overlap, word pooling), unless given
-        read = read_as_saved(cfg)
-        reading = Reading.of_words(read.tagged.word_pool, read.reading.max_length, read.reading.stride)
-        columns = tagged_columns(cfg.inputs, cfg.tagged.tag_scheme)
-        train, dev = tagged_sources(str(cfg.inputs.data), [str(cfg.inputs.dev)], cfg.inputs.data_config,
-                                    cfg.inputs.train_split)
-        compute = Compute.resolve("cpu", cfg.precision)  # once: words are read on the CPU, as sentence probes' text
-        words = run_word_probe(train, dev, columns, reading, cfg.model or OFFLINE_NAME, cfg.layers, cfg.combine,
-                               cfg.batch_size, cfg.fit.C or DEFAULT_C, cfg.inputs.seed, cfg.fit.baselines,
-                               cfg.trust_remote_code,
-                               say=log.info if progress else None, limit=cfg.inputs.limit, compute=compute,
-                               cache_dir=cfg.inputs.cache_dir, unseen_tags=cfg.tagged.unseen_tags)
-    if plan is not None:
-        run_dir = plan.claim()
-        words = write_word_probe_run(run_dir.path, words, config_dict(cfg), final_dir=run_dir.out)
-        run_dir.commit()
+                                  inputs=ownership.input_paths(cfg)) if cfg.out else None
+    with rundir.claimed_for_the_run(plan) as run_dir:
+        words = word_probe_table(cfg, progress)
+        if run_dir is not None:
+            words = write_word_probe_run(run_dir.path, words, config_dict(cfg), final_dir=run_dir.out)
+            run_dir.commit()
     return ProbeReport.of_words(words)
+
+
+def word_probe_table(cfg: Any, progress: bool) -> Any:
+    """The word probe's table (a `WordProbeRun`): from a word store (its settings are the store's), or from words
+    read as a saved --model records them (a tagger's window, overlap, word pooling), unless given."""
+    from bertkit.probe.fit import DEFAULT_C
+    from bertkit.probe.words_run import run_word_probe
+
+    if cfg.features is not None:  # `probe.word_store_run`
+        return run_word_store_probe(cfg, say=log.info if progress else None)
+    read = read_as_saved(cfg)
+    reading = Reading.of_words(read.tagged.word_pool, read.reading.max_length, read.reading.stride)
+    columns = tagged_columns(cfg.inputs, cfg.tagged.tag_scheme)
+    train, dev = tagged_sources(str(cfg.inputs.data), [str(cfg.inputs.dev)], cfg.inputs.data_config,
+                                cfg.inputs.train_split)
+    compute = Compute.resolve("cpu", cfg.precision)  # once: words are read on the CPU, as sentence probes' text
+    return run_word_probe(train, dev, columns, reading, cfg.model or OFFLINE_NAME, cfg.layers, cfg.combine,
+                          cfg.batch_size, cfg.fit.C or DEFAULT_C, cfg.inputs.seed, cfg.fit.baselines,
+                          cfg.trust_remote_code, say=log.info if progress else None, limit=cfg.inputs.limit,
+                          compute=compute, cache_dir=cfg.inputs.cache_dir, unseen_tags=cfg.tagged.unseen_tags)
 
 
 # ---------------------------------------------------------------- export
