@@ -50,6 +50,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -187,12 +188,17 @@ def table_order(runs: int, skip_before: bool) -> list[str]:
     return [tree for pair in pairs for tree in pair if not (tree == "before" and skip_before)]
 
 
+def fastest(runs: list[dict[str, Any]], finished: Callable[[dict[str, Any]], bool], key: str) -> dict[str, Any]:
+    """The run with the least `key` among the `finished` ones (all of them if none finished): the fits are
+    deterministic, so a tree's runs differ only in the machine's state."""
+    done = [r for r in runs if finished(r)] or runs
+    return min(done, key=lambda r: r.get(key, float("inf")))
+
+
 def fastest_table(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """A tree's fastest finished table run (its rows and fits are that run's), with every run's seconds beside it:
-    the fits are deterministic, so the runs differ only in the machine's state."""
-    finished = [r for r in runs if r.get("exit_code") == 0] or runs
-    fastest = min(finished, key=lambda r: r.get("seconds", float("inf")))
-    return {**fastest, "seconds_all": [r.get("seconds") for r in runs],
+    """A tree's fastest finished table run (its rows and fits are that run's), with every run's seconds beside it."""
+    return {**fastest(runs, lambda r: r.get("exit_code") == 0, "seconds"),
+            "seconds_all": [r.get("seconds") for r in runs],
             "fit_seconds_total_all": [r.get("fit_seconds_total") for r in runs]}
 
 
@@ -271,13 +277,9 @@ def sentence_runs(trees: dict[str, Path], features: Path, work: Path, repeats: i
     for _ in range(max(1, repeats)):
         for tree in ("before", "after"):
             runs[tree].append(sentence_run(trees[tree], features, work, f"sst2-{tree}"))
-    best: dict[str, Any] = {}
-    for tree, done in runs.items():
-        finished = [r for r in done if "fit_seconds" in r] or done
-        fastest = min(finished, key=lambda r: r.get("fit_seconds", float("inf")))
-        best[tree] = {**fastest, "fit_seconds_all": [round(r["fit_seconds"], 3) for r in finished
-                                                      if "fit_seconds" in r]}
-    return best
+    return {tree: {**fastest(done, lambda r: "fit_seconds" in r, "fit_seconds"),
+                   "fit_seconds_all": [round(r["fit_seconds"], 3) for r in done if "fit_seconds" in r]}
+            for tree, done in runs.items()}
 
 
 def layer_features(work: Path, words: int = 20000, state: int = 3) -> Path:
