@@ -31,7 +31,7 @@ the sentence probe's C search, class weights or refits."""
 
 def span_probe(cfg: Any, progress: bool = False) -> ProbeReport:
     """The span probe table: data and reading checked (before torch), --out inspected, the table, the run folder."""
-    from bertkit.io import ownership, rundir, trail
+    from bertkit.io import ownership, run_claim, rundir, trail
 
     plan = rundir.inspect_run_dir(cfg.out, "probe", overwrite=cfg.overwrite, compare=trail.config_compare(
         config_dict(cfg)), inputs=ownership.input_paths(cfg)) if cfg.out else None
@@ -39,7 +39,7 @@ def span_probe(cfg: Any, progress: bool = False) -> ProbeReport:
     read = read_as_saved(cfg, model)
     reading = question_reading(read.reading.max_length, cfg.doc_stride, model)
     raise_if_problems(reading.problems())
-    with rundir.claimed_for_the_run(plan) as run_dir:
+    with run_claim.claimed_for_the_run(plan) as run_dir:
         data = load_qa_training(cfg.inputs)
         compute = Compute.resolve("cpu", cfg.precision)  # once: windows are read on the CPU, as the other probes read
         run = probe_table(cfg, data, reading, model, compute, progress)

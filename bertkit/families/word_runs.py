@@ -152,12 +152,12 @@ def tagger_evaluation(cfg: Any, claim: Callable[[], Path] | None, progress: bool
 def word_probe(cfg: Any, progress: bool = False) -> ProbeReport:
     """The word path: tagged train/dev read and checked, one extraction of every hidden state the table needs, a
     word probe per row (`bertkit.probe.words_run`), then the run directory."""
-    from bertkit.io import ownership, rundir, trail
+    from bertkit.io import ownership, run_claim, rundir, trail
     from bertkit.probe.words_run import write_word_probe_run
 
     plan = rundir.inspect_run_dir(cfg.out, "probe", overwrite=cfg.overwrite, compare=trail.config_compare(config_dict(cfg)),
                                   inputs=ownership.input_paths(cfg)) if cfg.out else None
-    with rundir.claimed_for_the_run(plan) as run_dir:
+    with run_claim.claimed_for_the_run(plan) as run_dir:
         words = word_probe_table(cfg, progress)
         if run_dir is not None:
             words = write_word_probe_run(run_dir.path, words, config_dict(cfg), final_dir=run_dir.out)

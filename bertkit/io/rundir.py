@@ -19,8 +19,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -314,22 +312,6 @@ def _damaged_message(out: Path, command: str, rec: Record) -> str:
 def _listed(paths: list[str]) -> str:
     more = f", and {len(paths) - 5} more" if len(paths) > 5 else ""
     return ", ".join(map(str, paths[:5])) + more
-
-
-@contextmanager
-def claimed_for_the_run(plan: RunDir | None) -> Iterator[RunDir | None]:
-    """`plan` (None: no --out) claimed now and held for the whole of a run that writes its folder only at its end (the
-    word and span probes): its lock refuses a second run on the same --out from the start, not after that run's
-    work too. A failure, a refusal or Ctrl-C takes the claim back (`RunDir.abandon`): --out is left as it was."""
-    if plan is None:
-        yield None
-        return
-    run = plan.claim()
-    try:
-        yield run
-    except BaseException:
-        run.abandon()
-        raise
 
 
 def claim_run_dir(out: str | Path, command: str, *, overwrite: bool = False, compare: Compare | None = None) -> RunDir:
