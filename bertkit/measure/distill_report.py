@@ -12,6 +12,7 @@ from typing import Any
 
 from bertkit.data.labels import SPANS_TASK, TAGS_TASK
 from bertkit.io.atomic import JsonRecord
+from bertkit.measure.report import rate_unit
 from bertkit.models.compute import Compute
 from bertkit.scoring.table import LOWER_IS_BETTER
 
@@ -243,9 +244,8 @@ def model_rows(report: dict[str, Any]) -> list[list[Any]]:
 
 
 def throughput_unit(report: dict[str, Any]) -> str:
-    """What the throughput counts: the teacher's windows for question answering (a question's long context is
-    several), rows otherwise."""
-    return "windows/s" if report.get("task") == SPANS_TASK else "rows/s"
+    """What the throughput counts: the teacher's windows for question answering, rows otherwise."""
+    return rate_unit(report.get("task") == SPANS_TASK)
 
 
 def model_columns(report: dict[str, Any]) -> list[str]:

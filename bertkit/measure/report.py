@@ -182,12 +182,12 @@ def summary_rows(report: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
     paper = report.get("protocol") == "paper"
     # One time unit per protocol: the paper's full passes in seconds, the standard per-call timings in ms.
     columns = ["model", "params (M)", "fp32 MB", "fp16 MB", "load s" if paper else "load ms"]
+    questions = any("questions_per_s" in r for m in report["models"] for r in m.get("throughput", []))
     if paper:
         columns += ["pass model s", "pass tokenize s", "pass total s"]
     else:
-        columns += ["b1 model ms (p50)", "b1 p90 ms", "b1 tokenize ms (p50)", "best rows/s", "train step ms",
-                    "peak +MB"]
-    questions = any("questions_per_s" in r for m in report["models"] for r in m.get("throughput", []))
+        columns += ["b1 model ms (p50)", "b1 p90 ms", "b1 tokenize ms (p50)", f"best {rate_unit(questions)}",
+                    "train step ms", "peak +MB"]
     columns += ["best questions/s"] if questions and not paper else []
     columns += [f"{k} score" for k in QUALITY_KINDS if any(_get(m, "quality", k) for m in report["models"])]
     rows = []
@@ -219,12 +219,17 @@ def peak_memory_mb(model: dict[str, Any]) -> float | None:
     return max(values) if values else None
 
 
+def rate_unit(questions: bool) -> str:
+    """What a throughput counts: windows for questions on passages (a long context is several), rows otherwise."""
+    return "windows/s" if questions else "rows/s"
+
+
 def throughput_rows(report: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
     """One row per model, batch size and padding: rows/s, tokens/s, the share of padding tokens, the median batch time;
     on questions on passages the rows are windows, and questions/s stands beside them."""
     records = [(m, r) for m in speed_records(report["models"]) for r in m.get("throughput", [])]
     questions = any("questions_per_s" in r for _, r in records)
-    columns = ["model", "batch", "padding", "windows/s" if questions else "rows/s", "tokens/s", "pad %", "p50 ms",
+    columns = ["model", "batch", "padding", rate_unit(questions), "tokens/s", "pad %", "p50 ms",
                "iters"] + (["questions/s"] if questions else [])
     rows = [[m["label"], r["batch_size"], r["padding"], r["rows_per_s"], r["tokens_per_s"],
              f"{r['padding_share']:.0%}", r["batch_ms"].get("p50"), r["iterations"]]
