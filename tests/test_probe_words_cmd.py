@@ -183,14 +183,14 @@ def test_a_word_probe_holds_its_out_while_it_works_and_a_failure_leaves_nothing(
             "--layers", "-1", "--no-baselines"]
     seen = {}
 
-    def table(cfg, progress):
+    def table():
         seen["holder"] = runlock.holder(out / runlock.LOCK)
         second = subprocess.run([sys.executable, "-m", "bertkit", *args], capture_output=True, text=True,
                                 env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=120)
         seen["second"] = (second.returncode, " ".join((second.stdout + second.stderr).split()))
         raise RuntimeError("the table failed")
 
-    monkeypatch.setattr(word_runs, "word_probe_table", table)
+    monkeypatch.setattr(word_runs, "word_probe_table", lambda cfg, progress: table)
     with pytest.raises(RuntimeError, match="the table failed"):
         invoke(*args)
     assert seen["holder"] == os.getpid()

@@ -39,8 +39,8 @@ def span_probe(cfg: Any, progress: bool = False) -> ProbeReport:
     read = read_as_saved(cfg, model)
     reading = question_reading(read.reading.max_length, cfg.doc_stride, model)
     raise_if_problems(reading.problems())
+    data = load_qa_training(cfg.inputs)  # bad questions are refused before --out is claimed
     with run_claim.claimed_for_the_run(plan) as run_dir:
-        data = load_qa_training(cfg.inputs)
         compute = Compute.resolve("cpu", cfg.precision)  # once: windows are read on the CPU, as the other probes read
         run = probe_table(cfg, data, reading, model, compute, progress)
         if run_dir is not None:

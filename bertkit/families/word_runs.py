@@ -157,32 +157,35 @@ def word_probe(cfg: Any, progress: bool = False) -> ProbeReport:
 
     plan = rundir.inspect_run_dir(cfg.out, "probe", overwrite=cfg.overwrite, compare=trail.config_compare(config_dict(cfg)),
                                   inputs=ownership.input_paths(cfg)) if cfg.out else None
+    table = word_probe_table(cfg, progress)  # the tagged files read and checked before --out is claimed
     with run_claim.claimed_for_the_run(plan) as run_dir:
-        words = word_probe_table(cfg, progress)
+        words = table()
         if run_dir is not None:
             words = write_word_probe_run(run_dir.path, words, config_dict(cfg), final_dir=run_dir.out)
             run_dir.commit()
     return ProbeReport.of_words(words)
 
 
-def word_probe_table(cfg: Any, progress: bool) -> Any:
-    """The word probe's table (a `WordProbeRun`): from a word store (its settings are the store's), or from words
-    read as a saved --model records them (a tagger's window, overlap, word pooling), unless given."""
+def word_probe_table(cfg: Any, progress: bool) -> Callable[[], Any]:
+    """The word probe's table (a `WordProbeRun`) to compute: from a word store (its settings are the store's, checked
+    as it is read), or from words read as a saved --model records them (a tagger's window, overlap, word pooling),
+    unless given - the tagged files read and checked now."""
     from bertkit.probe.fit import DEFAULT_C
     from bertkit.probe.words_run import run_word_probe
 
+    say = log.info if progress else None
     if cfg.features is not None:  # `probe.word_store_run`
-        return run_word_store_probe(cfg, say=log.info if progress else None)
+        return lambda: run_word_store_probe(cfg, say=say)
     read = read_as_saved(cfg)
     reading = Reading.of_words(read.tagged.word_pool, read.reading.max_length, read.reading.stride)
     columns = tagged_columns(cfg.inputs, cfg.tagged.tag_scheme)
     train, dev = tagged_sources(str(cfg.inputs.data), [str(cfg.inputs.dev)], cfg.inputs.data_config,
                                 cfg.inputs.train_split)
     compute = Compute.resolve("cpu", cfg.precision)  # once: words are read on the CPU, as sentence probes' text
-    return run_word_probe(train, dev, columns, reading, cfg.model or OFFLINE_NAME, cfg.layers, cfg.combine,
-                          cfg.batch_size, cfg.fit.C or DEFAULT_C, cfg.inputs.seed, cfg.fit.baselines,
-                          cfg.trust_remote_code, say=log.info if progress else None, limit=cfg.inputs.limit,
-                          compute=compute, cache_dir=cfg.inputs.cache_dir, unseen_tags=cfg.tagged.unseen_tags)
+    return lambda: run_word_probe(train, dev, columns, reading, cfg.model or OFFLINE_NAME, cfg.layers, cfg.combine,
+                                  cfg.batch_size, cfg.fit.C or DEFAULT_C, cfg.inputs.seed, cfg.fit.baselines,
+                                  cfg.trust_remote_code, say=say, limit=cfg.inputs.limit, compute=compute,
+                                  cache_dir=cfg.inputs.cache_dir, unseen_tags=cfg.tagged.unseen_tags)
 
 
 # ---------------------------------------------------------------- export
