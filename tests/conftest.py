@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
@@ -35,6 +36,8 @@ if "BERTKIT_CACHE_DIR" not in os.environ or WORKER is not None:  # never the use
     import tempfile
 
     os.environ["BERTKIT_CACHE_DIR"] = tempfile.mkdtemp(prefix=f"bertkit-test-cache-{WORKER or 'main'}-")
+    # ...and gone when this process ends: left behind, every run's caches would pile up on a machine that runs CI.
+    atexit.register(shutil.rmtree, os.environ["BERTKIT_CACHE_DIR"], ignore_errors=True)
 os.environ["HF_HOME"] = os.path.join(os.environ["BERTKIT_CACHE_DIR"], "hf-home")
 
 ROOT = Path(__file__).resolve().parent.parent
