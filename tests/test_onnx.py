@@ -390,15 +390,16 @@ def test_options_an_export_kind_ignores_warn_and_stay_off_its_record_and_card(ti
 
 def test_the_gate_refusal_shows_the_digits_that_put_it_below_the_threshold():
     from bertkit.commands.export import ExportConfig
-    from bertkit.models.export_gate import below, refusal_message
+    from bertkit.models.export_gate import GateReport, below, refusal_message
 
     assert below(0.999987, 0.99999) == "0.999987" and below(0.5, 0.99) == "0.5000"
-    cosine = refusal_message({"statistic": "mean_cosine", "mean_cosine": 0.9999897, "min_cosine": 0.9999, "rows": 40},
+    cosine = refusal_message(GateReport.of(statistic="mean_cosine", threshold=0.99999, rows=40, passed=False,
+                                           mean_cosine=0.9999897, min_cosine=0.9999),
                              ExportConfig.of(model="m", out="o", min_cosine=0.99999))
     assert "mean cosine similarity 0.9999897 (lowest row 0.9999)" in cosine and "below --min-cosine 0.99999" in cosine
     assert "1.0000" not in cosine
-    agreement = refusal_message({"statistic": "agreement", "agreement": 49999 / 50000, "rows": 50000,
-                                 "disagreeing_rows": 1, "max_abs_logit_diff": 0.25},
+    agreement = refusal_message(GateReport.of(statistic="agreement", threshold=0.99999, rows=50000, passed=False,
+                                              agreement=49999 / 50000, disagreeing_rows=1, max_abs_logit_diff=0.25),
                                 ExportConfig.of(model="m", out="o", min_agreement=0.99999))
     assert "on a share 0.99998 of 50000 gate rows (1 disagree), below --min-agreement 0.99999" in agreement
     assert "100.00%" not in agreement
@@ -420,6 +421,23 @@ def test_the_gate_report_is_typed_and_writes_back_export_reports_object():
                                                                                              1.0, 0.9)
     assert gate.mean_cosine is None
     assert json.loads(to_json({"gate": gate})) == {"gate": record}
+    made = GateReport.of(**record)  # as a gate makes it: the same object back, field by field
+    assert made == gate and json.loads(to_json(made)) == record
+    with pytest.raises(TypeError):
+        GateReport.of(**record, agreemnet=1.0)  # a misspelt number is an error, not an extra key
+
+
+def test_the_export_report_refuses_a_key_that_its_gate_also_holds():
+    """The gate's numbers sit at the top level of export_report.json beside the export's own keys: a gate key named
+    like one of those would overwrite it (or be overwritten), so building the report refuses it."""
+    from bertkit.models.export_gate import GateReport, export_report
+
+    gate = GateReport.of(statistic="agreement", threshold=0.99, rows=4, passed=True, agreement=1.0)
+    report = export_report({"model": "m", "kind": "classifier"}, gate, {"forced": False})
+    assert report == {"model": "m", "kind": "classifier", "statistic": "agreement", "threshold": 0.99, "rows": 4,
+                      "passed": True, "agreement": 1.0, "forced": False}
+    with pytest.raises(ValueError, match="rows"):
+        export_report({"model": "m", "rows": 9}, gate, {})
 
 
 def test_an_export_folder_holds_only_the_formats_files_and_nothing_was_deleted_in_it(tiny_bert_dir, tmp_path,

@@ -33,7 +33,7 @@ from bertkit.families.registry import cached_family
 from bertkit.features.settings import Pooling, PoolingOptions
 from bertkit.io import atomic, trail
 from bertkit.models.card import export_card_facts, write_model_card
-from bertkit.models.export_gate import GateOptions, GateReport, refusal_message
+from bertkit.models.export_gate import GateOptions, GateReport, export_report, refusal_message
 from bertkit.models.metadata import read_as_saved
 from bertkit.models.preflight import check_inputs
 from bertkit.options import (
@@ -175,7 +175,7 @@ def run(cfg: ExportConfig, progress: bool = False) -> ExportResult:
         raise
     run.commit()
     return ExportResult(cfg.model, exporter.kind, cfg.out or "", cfg.quantized, report["backend"], dataset.source,
-                        dataset.fingerprint, GateReport.from_json(gate), report["forced"],
+                        dataset.fingerprint, gate, report["forced"],
                         os.path.getsize(Path(cfg.out or "").expanduser() / onnx.MODEL_FILE))
 
 
@@ -184,7 +184,7 @@ OPTION_OF = {"max_drop": "tagger and answerer", "min_agreement": "classifier, ta
 
 
 def _gated_report(cfg: ExportConfig, exporter: Exporter, staged: Path, model: Any, tokenizer: Any, dataset: Any,
-                  spec: Pooling | None, reading: Reading) -> tuple[dict[str, Any], dict[str, Any]]:
+                  spec: Pooling | None, reading: Reading) -> tuple[dict[str, Any], GateReport]:
     """(the export report, its gate's part): the export in `staged` through its gate (a UserError when it fails
     without --force)."""
     from bertkit.io.trail import package_versions
@@ -192,12 +192,13 @@ def _gated_report(cfg: ExportConfig, exporter: Exporter, staged: Path, model: An
 
     exported = onnx.load_export(staged, exporter.kind)
     gate = exporter.gate(cfg, model, exported, tokenizer, dataset, spec, reading)
-    report = {"model": cfg.model, "kind": exporter.kind, "quantized": cfg.quantized, "backend": exported.backend,
-              "data": dataset.source, "data_fingerprint": dataset.fingerprint, **gate,
-              "forced": bool(cfg.gate.force and not gate["passed"]), "config": config_dict(cfg),
-              "versions": {k: v for k, v in package_versions().items()
-                           if k in ("bertkit", "torch", "transformers", "onnxruntime", "onnx")}}
+    report = export_report(
+        {"model": cfg.model, "kind": exporter.kind, "quantized": cfg.quantized, "backend": exported.backend,
+         "data": dataset.source, "data_fingerprint": dataset.fingerprint}, gate,
+        {"forced": bool(cfg.gate.force and not gate.passed), "config": config_dict(cfg),
+         "versions": {k: v for k, v in package_versions().items()
+                      if k in ("bertkit", "torch", "transformers", "onnxruntime", "onnx")}})
     del exported  # the session holds model.onnx open
-    if not gate["passed"] and not cfg.gate.force:
-        raise UserError(refusal_message(report, cfg))
+    if not gate.passed and not cfg.gate.force:
+        raise UserError(refusal_message(gate, cfg))
     return report, gate

@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 from bertkit.encoding.reading import Reading
 from bertkit.errors import UserError
 from bertkit.io import atomic, trail
+from bertkit.models.export_gate import GateReport
 from bertkit.models.folders import resolve_model_name
 from bertkit.options import all_fields, build, replaced, value
 from bertkit.training.options import DistillOptions, FinetuneOptions
@@ -61,7 +62,7 @@ class Exporter:
         return None
 
     def gate(self, cfg: Any, model: Any, exported: Any, tokenizer: Any, dataset: Any, spec: Any,
-             reading: Reading) -> dict[str, Any]:
+             reading: Reading) -> GateReport:
         """The gate's statistics and whether it passed."""
         raise NotImplementedError
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from bertkit.errors import UserError
 from bertkit.families.exports import Exporter, run_config, run_dev_set
 from bertkit.features.settings import Pooling
+from bertkit.models.export_gate import GateReport
 from bertkit.scoring.table import SHAPE
 
 if TYPE_CHECKING:
@@ -33,7 +34,7 @@ class ClassifierExport(RowsExport):
     what = "a classifier (its graph ends in the trained head)"
 
     def gate(self, cfg: Any, model: Any, exported: Any, tokenizer: Any, dataset: Any, spec: Any,
-             reading: Reading) -> dict[str, Any]:
+             reading: Reading) -> GateReport:
         return classifier_gate(model, exported, tokenizer, dataset, cfg, reading)
 
 
@@ -52,7 +53,7 @@ class FeaturesExport(RowsExport):
         return spec
 
     def gate(self, cfg: Any, model: Any, exported: Any, tokenizer: Any, dataset: Any, spec: Any,
-             reading: Reading) -> dict[str, Any]:
+             reading: Reading) -> GateReport:
         return features_gate(model, exported, tokenizer, dataset, cfg, spec, reading)
 
     def features_fn(self, model: Any, spec: Pooling) -> Any:
@@ -121,7 +122,7 @@ def _task(model: Any) -> str:
 
 
 def classifier_gate(model: Any, exported: Any, tokenizer: Any, dataset: TextDataset, cfg: Any,
-                    reading: Reading) -> dict:
+                    reading: Reading) -> GateReport:
     """Label agreement with fp32, the headline metric before/after (labelled rows), the largest logit difference."""
     import numpy as np
 
@@ -157,11 +158,11 @@ def classifier_gate(model: Any, exported: Any, tokenizer: Any, dataset: TextData
         metric = SHAPE[task].headline
         result.update(metric=metric, metric_fp32=score_outputs(before, y).get(metric),
                       metric_export=score_outputs(after, y).get(metric))
-    return result
+    return GateReport.of(**result)
 
 
 def features_gate(model: Any, exported: Any, tokenizer: Any, dataset: TextDataset, cfg: Any,
-                  spec: Pooling, reading: Reading) -> dict[str, Any]:
+                  spec: Pooling, reading: Reading) -> GateReport:
     """Per-row cosine similarity of the export's and the PyTorch fp32 features (mean, min) and the largest
     absolute difference; the mean is gated."""
     import numpy as np
@@ -175,7 +176,7 @@ def features_gate(model: Any, exported: Any, tokenizer: Any, dataset: TextDatase
     norms = np.linalg.norm(reference, axis=1) * np.linalg.norm(features, axis=1)
     cosine = (reference * features).sum(axis=1) / np.maximum(norms, 1e-12)
     mean = float(cosine.mean()) if len(cosine) else 1.0
-    return {"statistic": "mean_cosine", "threshold": cfg.gate.min_cosine, "rows": len(dataset),
-            "mean_cosine": mean, "min_cosine": float(cosine.min()) if len(cosine) else 1.0,
-            "max_abs_diff": float(np.abs(reference - features).max()) if len(cosine) else 0.0,
-            "passed": mean >= cfg.gate.min_cosine}
+    return GateReport.of(statistic="mean_cosine", threshold=cfg.gate.min_cosine, rows=len(dataset),
+                         mean_cosine=mean, min_cosine=float(cosine.min()) if len(cosine) else 1.0,
+                         max_abs_diff=float(np.abs(reference - features).max()) if len(cosine) else 0.0,
+                         passed=mean >= cfg.gate.min_cosine)

@@ -14,6 +14,7 @@ from bertkit.encoding.reading import Reading
 from bertkit.errors import UserError, raise_if_problems
 from bertkit.families.exports import Exporter, run_dev_set
 from bertkit.features.settings import Pooling
+from bertkit.models.export_gate import GateReport
 from bertkit.models.metadata import saved_question_answering, saved_reading
 from bertkit.scoring.answers import AnswerSettings
 
@@ -45,7 +46,7 @@ class AnswererExport(Exporter):
         return export_reading(cfg).as_reading()
 
     def gate(self, cfg: Any, model: Any, exported: Any, tokenizer: Any, dataset: Any, spec: Any,
-             reading: Reading) -> dict[str, Any]:
+             reading: Reading) -> GateReport:
         from bertkit.scoring import answer_gate
 
         return answer_gate.export_answer_gate(cfg.model or "", model, exported, tokenizer, export_reading(cfg), dataset,

@@ -22,6 +22,7 @@ from bertkit.families.exports import Exporter, run_dev_set
 from bertkit.families.results import Evaluation, Predictions, TimedData, written_chunks
 from bertkit.features.settings import Pooling
 from bertkit.models.compute import Compute
+from bertkit.models.export_gate import GateReport
 from bertkit.models.folders import OFFLINE_NAME
 from bertkit.models.metadata import read_as_saved, read_model_info
 from bertkit.options import config_dict
@@ -221,7 +222,7 @@ class TaggerExport(Exporter):
         return list(tag_gate.gold_tag_notes(cfg.model, model, tokenizer, reading, dataset))
 
     def gate(self, cfg: Any, model: Any, exported: Any, tokenizer: Any, dataset: Any, spec: Any,
-             reading: Reading) -> dict[str, Any]:
+             reading: Reading) -> GateReport:
         from bertkit.scoring import tag_gate
 
         return tag_gate.export_tagger_gate(cfg.model or "", model, exported, tokenizer, reading, dataset,

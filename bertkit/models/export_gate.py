@@ -1,6 +1,7 @@
 """The export gate: its thresholds as the options group of `bertkit export` (`GateOptions`), its report, typed
-(`bertkit export` returns it, `cli/show.py` reads its attributes; it writes back the object export_report.json holds),
-and the refusal message with the digits that show a number below its threshold. Beside `models.onnx`, whose export
+(every kind's gate makes one, `bertkit export` returns it, `cli/show.py` reads its attributes; it writes back the
+object export_report.json holds, where `export_report` puts its numbers beside the export's own keys), and the
+refusal message with the digits that show a number below its threshold. Beside `models.onnx`, whose export
 folder holds the report."""
 
 from __future__ import annotations
@@ -59,6 +60,12 @@ class GateReport(JsonRecord):
     threshold: float
     rows: int
     passed: bool
+    task: str | None = None
+    """What the gated model does: a classifier's task (single_label, ...), "tags" or "spans"."""
+    scheme: str | None = None
+    """A tagger's tag scheme."""
+    rules: str | None = None
+    """A question-answering model's scoring rules (the corpus's SQuAD version)."""
     agreement: float | None = None
     disagreeing_rows: int | None = None
     max_abs_logit_diff: float | None = None
@@ -80,12 +87,31 @@ class GateReport(JsonRecord):
     mean_cosine: float | None = None
     min_cosine: float | None = None
     max_abs_diff: float | None = None
+    metric_fp32_strict: float | None = None
+    """A tagger's gate on gold entity tags: strict seqeval F1 beside conlleval's `metric_fp32`."""
+    metric_export_strict: float | None = None
     record: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def of(cls, **values: Any) -> GateReport:
+        """The report a gate made: exactly the `values` it names (a name that is not a field is a TypeError), and
+        written back as they are (export_report.json holds those keys, None ones included)."""
+        return cls(**values, record=dict(values))
 
     @classmethod
     def from_json(cls, record: dict[str, Any]) -> GateReport:
         known = {k: record[k] for k in cls.__dataclass_fields__ if k in record and k != "record"}
         return cls(**known, record=record)
+
+
+def export_report(head: dict[str, Any], gate: GateReport, tail: dict[str, Any]) -> dict[str, Any]:
+    """export_report.json's object: the export's own keys (`head`, `tail`) around the gate's, which sit at its top
+    level (the layout readers know); a key of both would let one overwrite the other, so it is refused."""
+    gated = gate.to_json()
+    clash = sorted((head.keys() | tail.keys()) & gated.keys())
+    if clash:
+        raise ValueError(f"the export report and its gate both hold {clash}")
+    return {**head, **gated, **tail}
 
 
 def below(value: float, threshold: float) -> str:
@@ -98,24 +124,24 @@ def below(value: float, threshold: float) -> str:
     return repr(value)
 
 
-def refusal_message(report: dict[str, Any], cfg: Any) -> str:
+def refusal_message(gate: GateReport, cfg: Any) -> str:
     """The gate's refusal (`cfg`: the ExportConfig): the numbers (with the digits that show them below the
     threshold), that nothing was written, and the fixes."""
     what = f"The {'int8 ' if cfg.quantized else ''}ONNX export of {cfg.model}"
-    if report.get("words") is not None or report.get("task") == "spans":
-        numbers = (_tagger_numbers if report.get("words") is not None else _answer_numbers)(report, cfg)
+    if gate.words is not None or gate.task == "spans":
+        numbers = (_tagger_numbers if gate.words is not None else _answer_numbers)(gate, cfg)
         lower = "--min-agreement (or raise --max-drop)"
-    elif report["statistic"] == "agreement":
-        share = below(report["agreement"], cfg.gate.min_agreement)
-        numbers = (f"predicts the PyTorch fp32 model's label on a share {share} of {report['rows']} gate rows "
-                   f"({report['disagreeing_rows']} disagree), below --min-agreement {cfg.gate.min_agreement!r}; "
-                   f"largest logit difference {report['max_abs_logit_diff']:.3g}")
-        if report.get("metric"):
-            numbers += f"; {report['metric']} {_number(report['metric_fp32'])} -> {_number(report['metric_export'])}"
+    elif gate.statistic == "agreement":
+        share = below(gate.agreement, cfg.gate.min_agreement)
+        numbers = (f"predicts the PyTorch fp32 model's label on a share {share} of {gate.rows} gate rows "
+                   f"({gate.disagreeing_rows} disagree), below --min-agreement {cfg.gate.min_agreement!r}; "
+                   f"largest logit difference {gate.max_abs_logit_diff:.3g}")
+        if gate.metric:
+            numbers += f"; {gate.metric} {_number(gate.metric_fp32)} -> {_number(gate.metric_export)}"
         lower = "--min-agreement"
     else:
-        numbers = (f"has features with mean cosine similarity {below(report['mean_cosine'], cfg.gate.min_cosine)} "
-                   f"(lowest row {report['min_cosine']:.6g}) to the PyTorch fp32 features on {report['rows']} gate "
+        numbers = (f"has features with mean cosine similarity {below(gate.mean_cosine, cfg.gate.min_cosine)} "
+                   f"(lowest row {gate.min_cosine:.6g}) to the PyTorch fp32 features on {gate.rows} gate "
                    f"rows, below --min-cosine {cfg.gate.min_cosine!r}")
         lower = "--min-cosine"
     fix = ("Export with --quantize none (fp32 ONNX, which matches PyTorch), " if cfg.quantized else
@@ -124,39 +150,39 @@ def refusal_message(report: dict[str, Any], cfg: Any) -> str:
             f"loss is acceptable, or pass --force to keep it anyway (its export_report.json then says forced).")
 
 
-def _tagger_numbers(report: dict[str, Any], cfg: Any) -> str:
+def _tagger_numbers(gate: GateReport, cfg: Any) -> str:
     """A tagger's gate numbers: what failed first (the tag agreement below --min-agreement, the score's drop above
     --max-drop), then the rest."""
-    share = below(report["agreement"], cfg.gate.min_agreement)
-    numbers = _failed(report, cfg, f"tags a share {share} of {report['words']} words ({report['rows']} gate "
-                      f"sentences) as the PyTorch fp32 model does", f"{report['metric']} {{}} on the gold tags", "")
-    if report.get("entity_agreement") is not None:
-        numbers += f"; its entities agree with the fp32 model's at F1 {report['entity_agreement']:.4f}"
-    return numbers + f"; largest logit difference {report['max_abs_logit_diff']:.3g}"
+    share = below(gate.agreement, cfg.gate.min_agreement)
+    numbers = _failed(gate, cfg, f"tags a share {share} of {gate.words} words ({gate.rows} gate "
+                      f"sentences) as the PyTorch fp32 model does", f"{gate.metric} {{}} on the gold tags", "")
+    if gate.entity_agreement is not None:
+        numbers += f"; its entities agree with the fp32 model's at F1 {gate.entity_agreement:.4f}"
+    return numbers + f"; largest logit difference {gate.max_abs_logit_diff:.3g}"
 
 
-def _answer_numbers(report: dict[str, Any], cfg: Any) -> str:
+def _answer_numbers(gate: GateReport, cfg: Any) -> str:
     """A question-answering model's gate numbers: what failed (the answer agreement below --min-agreement, the F1's
     drop above --max-drop), then the rest."""
-    share = below(report["agreement"], cfg.gate.min_agreement)
-    numbers = _failed(report, cfg, f"answers a share {share} of {report['rows']} gate questions with the PyTorch fp32 "
-                      f"model's answer text ({report['disagreeing_rows']} differ)", "F1 {} on the gold answers",
+    share = below(gate.agreement, cfg.gate.min_agreement)
+    numbers = _failed(gate, cfg, f"answers a share {share} of {gate.rows} gate questions with the PyTorch fp32 "
+                      f"model's answer text ({gate.disagreeing_rows} differ)", "F1 {} on the gold answers",
                       " (as shares: 0.01 is one point)")
-    return numbers + (f"; its answers overlap the fp32 model's at F1 {report['answer_f1_agreement']:.4f}; "
-                      f"largest logit difference {report['max_abs_logit_diff']:.3g}")
+    return numbers + (f"; its answers overlap the fp32 model's at F1 {gate.answer_f1_agreement:.4f}; "
+                      f"largest logit difference {gate.max_abs_logit_diff:.3g}")
 
 
-def _failed(report: dict[str, Any], cfg: Any, agreed: str, scored: str, unit: str) -> str:
+def _failed(gate: GateReport, cfg: Any, agreed: str, scored: str, unit: str) -> str:
     """Which of a gate's two tests failed: the model `agreed` with the fp32 model's outputs on a share below
     --min-agreement; it `scored` (a format for its score) with a drop (`unit` says how to read it) above
     --max-drop."""
     failed = []
-    if report["agreement"] < cfg.gate.min_agreement:
+    if gate.agreement < cfg.gate.min_agreement:
         failed.append(f"{agreed}, below --min-agreement {cfg.gate.min_agreement!r}")
-    drop = report.get("metric_drop")
+    drop = gate.metric_drop
     if drop is not None and drop > cfg.gate.max_drop:
-        failed.append(f"scores {scored.format(_number(report['metric_export']))} against the fp32 model's "
-                      f"{_number(report['metric_fp32'])}, a drop of {drop:.4f}{unit}, above --max-drop "
+        failed.append(f"scores {scored.format(_number(gate.metric_export))} against the fp32 model's "
+                      f"{_number(gate.metric_fp32)}, a drop of {drop:.4f}{unit}, above --max-drop "
                       f"{cfg.gate.max_drop!r}")
     return " and ".join(failed)
 

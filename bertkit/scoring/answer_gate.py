@@ -24,6 +24,7 @@ from bertkit.data.squad_splits import GateQuestions
 from bertkit.encoding.qa_windows import QAReading, qa_windows
 from bertkit.models.answerer import SavedAnswerer, answer_logits
 from bertkit.models.compute import Compute
+from bertkit.models.export_gate import GateReport
 from bertkit.models.onnx import OnnxModel, export_compute
 from bertkit.models.onnx_answerer import saved_answerer
 from bertkit.scoring.answer_objective import scored_answers
@@ -38,7 +39,7 @@ CHUNK_QUESTIONS = 256
 
 def export_answer_gate(model_dir: str, model: Any, exported: OnnxModel, tokenizer: Any, reading: QAReading,
                        data: GateQuestions, settings: AnswerSettings, *, batch_size: int, min_agreement: float,
-                       max_drop: float) -> dict[str, Any]:
+                       max_drop: float) -> GateReport:
     """`answer_gate` of the export's session `exported` against the PyTorch fp32 model `model` saved in `model_dir`,
     both reading questions as `reading` says, `batch_size` windows per batch, answers read as `settings` say."""
     source = saved_answerer(model_dir, model, tokenizer, reading, FP32)
@@ -47,7 +48,7 @@ def export_answer_gate(model_dir: str, model: Any, exported: OnnxModel, tokenize
 
 
 def answer_gate(source: SavedAnswerer, exported: SavedAnswerer, data: GateQuestions, settings: AnswerSettings,
-                batch_size: int, min_agreement: float, max_drop: float) -> dict[str, Any]:
+                batch_size: int, min_agreement: float, max_drop: float) -> GateReport:
     """The export against the PyTorch fp32 model on the gate questions (see the module docstring); `passed` when
     the answer agreement is at least `min_agreement` and the F1 drop at most `max_drop`."""
     reference: list[PredictedAnswer] = []
@@ -67,11 +68,11 @@ def answer_gate(source: SavedAnswerer, exported: SavedAnswerer, data: GateQuesti
     before = scored_answers(data.questions, reference, rules, settings, 0, 0).f1 / 100
     after = scored_answers(data.questions, answers, rules, settings, 0, 0).f1 / 100
     drop = before - after
-    return {"statistic": "agreement", "threshold": min_agreement, "rows": len(data), "task": "spans", "rules": rules,
-            "agreement": agreement, "disagreeing_rows": int((~same).sum()),
-            "answer_f1_agreement": float(np.mean(soft)) if soft else 1.0, "max_abs_logit_diff": largest,
-            "metric": "f1", "metric_fp32": before, "metric_export": after, "metric_drop": drop, "max_drop": max_drop,
-            "passed": bool(agreement >= min_agreement and drop <= max_drop)}
+    return GateReport.of(statistic="agreement", threshold=min_agreement, rows=len(data), task="spans", rules=rules,
+                         agreement=agreement, disagreeing_rows=int((~same).sum()),
+                         answer_f1_agreement=float(np.mean(soft)) if soft else 1.0, max_abs_logit_diff=largest,
+                         metric="f1", metric_fp32=before, metric_export=after, metric_drop=drop, max_drop=max_drop,
+                         passed=bool(agreement >= min_agreement and drop <= max_drop))
 
 
 def compared_chunk(source: SavedAnswerer, exported: SavedAnswerer, questions: Sequence[Question],

@@ -23,6 +23,7 @@ import numpy as np
 from bertkit.data.gate_sentences import GateSentences
 from bertkit.encoding.reading import Reading
 from bertkit.models.compute import Compute
+from bertkit.models.export_gate import GateReport
 from bertkit.models.onnx import OnnxModel, export_compute
 from bertkit.models.onnx_tagger import saved_tagger
 from bertkit.scoring.entities import score_tags
@@ -42,7 +43,7 @@ def gold_tag_notes(model_dir: str, model: Any, tokenizer: Any, reading: Reading,
 
 def export_tagger_gate(model_dir: str, model: Any, exported: OnnxModel, tokenizer: Any, reading: Reading,
                        data: GateSentences, *, batch_size: int, min_agreement: float,
-                       max_drop: float) -> dict[str, Any]:
+                       max_drop: float) -> GateReport:
     """`tagger_gate` of the export's session `exported` against the PyTorch fp32 tagger `model` saved in
     `model_dir`, both reading words as `reading` says, `batch_size` windows per batch."""
     source = saved_tagger(model_dir, model, tokenizer, reading, FP32)
@@ -51,7 +52,7 @@ def export_tagger_gate(model_dir: str, model: Any, exported: OnnxModel, tokenize
 
 
 def tagger_gate(source: TagReader, exported: TagReader, data: GateSentences, min_agreement: float,
-                max_drop: float) -> dict[str, Any]:
+                max_drop: float) -> GateReport:
     """The export against the PyTorch fp32 model on the gate sentences (see the module docstring): tag agreement,
     words that disagree, entity agreement, the largest logit difference, both scores on gold tags (checked against
     the model's scheme beforehand: `scoring.tag_outputs.check_gold_scheme`) and the drop between them; `passed`
@@ -78,7 +79,7 @@ def tagger_gate(source: TagReader, exported: TagReader, data: GateSentences, min
     if data.gold is not None:
         result.update(gold_drop([list(s) for s in data.gold], reference, tags, scheme, max_drop))
         result["passed"] = result["passed"] and (result["metric_drop"] is None or result["metric_drop"] <= max_drop)
-    return result
+    return GateReport.of(**result)
 
 
 def _entity_agreement(entities: Any) -> float:
