@@ -19,6 +19,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -37,10 +38,23 @@ SIDES = {"pos": [], "ner": ["--data", str(SHARED / "uner_ewt" / "train.iob2"),
 """The recipe reads UPOS; the NER side is the same recipe on the entity tagging of the same text."""
 
 
+KEPT = ("metrics.json", "config.json", "probe_layers.png")
+"""What a side's results folder keeps of its run (the run itself is written to a fresh scratch folder)."""
+
+
 def run_side(name: str, extra: list[str], out: Path) -> dict[str, Any]:
-    """One `bertkit probe` run in a fresh process; its wall seconds, peak RSS and metrics.json."""
-    if out.exists():
-        shutil.rmtree(out)  # this script's own output folder from an earlier run of it
+    """One `bertkit probe` run in a fresh process, written to a scratch folder of its own (one run writes a folder:
+    an earlier run's results are never the run's --out), its `KEPT` files then copied into `out`; its wall seconds,
+    peak RSS and metrics.json."""
+    with tempfile.TemporaryDirectory(prefix="bench-pos-vs-ner-") as scratch:
+        run = _probe_run(name, extra, Path(scratch) / name)
+        out.mkdir(parents=True, exist_ok=True)
+        for file in KEPT:
+            shutil.copyfile(Path(scratch) / name / file, out / file)
+    return run
+
+
+def _probe_run(name: str, extra: list[str], out: Path) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     rss_file = out.parent / f"{name}.maxrss"  # GNU time's %M: the child's peak resident set, KiB
     timer = ["/usr/bin/time", "-f", "%M", "-o", str(rss_file)] if Path("/usr/bin/time").exists() else []
