@@ -385,6 +385,21 @@ def distill_bars(report: dict, path: Path) -> Path:
     return save_figure(fig, path)
 
 
+TICK_CHARS = 24
+"""The longest tick label of a sweep's figure: a longer value (a model path) keeps its end, where paths differ."""
+
+
+def tick_labels(values: Sequence[object], width: int = TICK_CHARS) -> list[str]:
+    """A sweep option's values as tick labels: numbers to 3 significant digits, text as it is up to `width`
+    characters and cut to its last ones after an ellipsis beyond (a 250-character path would leave no room for the
+    axes); where two cut labels read the same, each label is prefixed with its position."""
+    full = [f"{v:.3g}" if isinstance(v, float) else str(v) for v in values]
+    cut = [text if len(text) <= width else "…" + text[-(width - 1):] for text in full]
+    if len(set(cut)) < len(set(full)):
+        return [f"{i + 1}: {text}" for i, text in enumerate(cut)]
+    return cut
+
+
 def sweep_figure(rows: Sequence[dict], params: Sequence[str], metric: str, path: Path, title: str) -> Path:
     """A sweep's trials: the best dev metric against each searched option (dots: trials, x: pruned, line: the mean
     per value), and for a two-option grid a heat map of the mean over the seeds."""
@@ -404,7 +419,7 @@ def sweep_figure(rows: Sequence[dict], params: Sequence[str], metric: str, path:
         means = [np.mean([r["best"] for r in rows if (r[name] if name else None) == k and r["best"] is not None] or
                          [np.nan]) for k in keys]
         ax.plot(range(len(keys)), means, color="C3", label="mean")
-        ax.set_xticks(range(len(keys)), [f"{k:.3g}" if isinstance(k, float) else str(k) for k in keys])
+        ax.set_xticks(range(len(keys)), tick_labels(keys))
         ax.set_xlabel(f"--{name}" if name else "")
         ax.set_ylabel(f"best dev {metric}")
         ax.legend(fontsize="small")
@@ -429,8 +444,8 @@ def _sweep_heatmap(ax, rows: Sequence[dict], names: Sequence[str], metric: str) 
         for j in range(len(xs)):
             if np.isfinite(cells[i, j]):
                 ax.text(j, i, f"{cells[i, j]:.3f}", ha="center", va="center", color="white", fontsize="small")
-    ax.set_xticks(range(len(xs)), [f"{v:.3g}" if isinstance(v, float) else str(v) for v in xs])
-    ax.set_yticks(range(len(ys)), [f"{v:.3g}" if isinstance(v, float) else str(v) for v in ys])
+    ax.set_xticks(range(len(xs)), tick_labels(xs))
+    ax.set_yticks(range(len(ys)), tick_labels(ys))
     ax.set_xlabel(f"--{names[1]}")
     ax.set_ylabel(f"--{names[0]}")
     ax.set_title(f"mean best dev {metric}")

@@ -423,6 +423,29 @@ def test_trial_folder_names_stay_short_enough_for_any_file_system():
     assert re.fullmatch(r"001_model=[\w-]*checkpoint-[0-9a-f]{8}_seed=42", one), one
 
 
+def test_a_sweeps_figure_cuts_long_values_to_their_ends_and_keeps_them_apart(tmp_path):
+    """Model paths as a sweep's values: each tick keeps the path's end after an ellipsis, so the figure's axes have
+    room (matplotlib warned "Tight layout not applied" and drew a squashed figure); two values that would read the
+    same are numbered; numbers keep 3 significant digits."""
+    import warnings
+
+    from bertkit.plots import TICK_CHARS, sweep_figure, tick_labels
+
+    long_a, long_b = "/runs/a/" + "x" * 120 + "/model-one", "/runs/b/" + "x" * 120 + "/model-one"  # same end
+    assert tick_labels([0.00123456, 2, "bert"]) == ["0.00123", "2", "bert"]
+    cut = tick_labels(["/short", long_a])
+    assert cut[0] == "/short" and cut[1].startswith("…") and cut[1].endswith("/model-one")
+    assert len(cut[1]) == TICK_CHARS
+    same_end = tick_labels([long_a, long_b])
+    assert same_end[0].startswith("1: …") and same_end[1].startswith("2: …")
+    rows = [{"model": m, "lr": lr, "status": "complete", "best": 0.5 + i / 10}
+            for i, (m, lr) in enumerate([(long_a, 1e-5), (long_b, 1e-5), (long_a, 3e-5), (long_b, 3e-5)])]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "Tight layout not applied"
+        path = sweep_figure(rows, ["model", "lr"], "accuracy", tmp_path / "sweep.png", "a sweep of two model paths")
+    assert path.stat().st_size > 0
+
+
 def test_a_long_existing_path_value_runs_and_an_impossible_one_is_refused(tiny_bert_dir, toy_files, tmp_path):
     """A 250-character model path of the grid: its trial folder gets a bounded name (no OSError after trial 0); a
     path with a 300-character name cannot be opened: refused before anything is made, no traceback."""
