@@ -386,18 +386,15 @@ def distill_bars(report: dict, path: Path) -> Path:
 
 
 TICK_CHARS = 24
-"""The longest tick label of a sweep's figure: a longer value (a model path) keeps its end, where paths differ."""
+"""The longest tick label of a sweep's figure (a 250-character model path left no room for the axes)."""
 
 
 def tick_labels(values: Sequence[object], width: int = TICK_CHARS) -> list[str]:
-    """A sweep option's values as tick labels: numbers to 3 significant digits, text as it is up to `width`
-    characters and cut to its last ones after an ellipsis beyond (a 250-character path would leave no room for the
-    axes); where two cut labels read the same, each label is prefixed with its position."""
+    """Sweep values as ticks: numbers to 3 digits, longer text cut to its end (where paths differ) after an
+    ellipsis; where two cut labels read the same, each label gets its position."""
     full = [f"{v:.3g}" if isinstance(v, float) else str(v) for v in values]
     cut = [text if len(text) <= width else "…" + text[-(width - 1):] for text in full]
-    if len(set(cut)) < len(set(full)):
-        return [f"{i + 1}: {text}" for i, text in enumerate(cut)]
-    return cut
+    return [f"{i + 1}: {text}" for i, text in enumerate(cut)] if len(set(cut)) < len(set(full)) else cut
 
 
 def sweep_figure(rows: Sequence[dict], params: Sequence[str], metric: str, path: Path, title: str) -> Path:
