@@ -6,6 +6,7 @@ import atexit
 import json
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -32,12 +33,11 @@ if WORKER is not None:
     _workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     _cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)  # usable
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, _cores // _workers)))
-if "BERTKIT_CACHE_DIR" not in os.environ or WORKER is not None:  # never the user's ~/.cache: a fresh one per session
-    import tempfile
-
-    os.environ["BERTKIT_CACHE_DIR"] = tempfile.mkdtemp(prefix=f"bertkit-test-cache-{WORKER or 'main'}-")
-    # ...and gone when this process ends: left behind, every run's caches would pile up on a machine that runs CI.
-    atexit.register(shutil.rmtree, os.environ["BERTKIT_CACHE_DIR"], ignore_errors=True)
+# Every process of the suite has a fresh bertkit cache, whatever BERTKIT_CACHE_DIR the shell has: never the user's
+# cache (its results are not the tests' to find, nor theirs to fill), one or all processes alike.
+os.environ["BERTKIT_CACHE_DIR"] = tempfile.mkdtemp(prefix=f"bertkit-test-cache-{WORKER or 'main'}-")
+# ...and gone when this process ends: left behind, every run's caches would pile up on a machine that runs CI.
+atexit.register(shutil.rmtree, os.environ["BERTKIT_CACHE_DIR"], ignore_errors=True)
 os.environ["HF_HOME"] = os.path.join(os.environ["BERTKIT_CACHE_DIR"], "hf-home")
 
 ROOT = Path(__file__).resolve().parent.parent
