@@ -18,11 +18,12 @@ def test_the_suite_never_uses_the_shells_bertkit_cache(tmp_path):
     users.mkdir()
     probe = tmp_path / "test_where.py"
     probe.write_text("import os\n\ndef test_where():\n    print('CACHE=' + os.environ['BERTKIT_CACHE_DIR'])\n")
+    shell = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}  # not an xdist worker's variables
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:xdist", "--rootdir", str(ROOT),
                            "-c", str(ROOT / "pyproject.toml"), "--confcutdir", str(ROOT / "tests"),
                            "-p", "tests.conftest", str(probe)],
-                          cwd=ROOT, env={**os.environ, "BERTKIT_CACHE_DIR": str(users)}, capture_output=True,
-                          text=True, timeout=300)
+                          cwd=ROOT, env={**shell, "BERTKIT_CACHE_DIR": str(users)}, capture_output=True, text=True,
+                          timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     seen = next(line.split("=", 1)[1] for line in done.stdout.splitlines() if line.startswith("CACHE="))
     assert seen != str(users) and Path(seen).name.startswith("bertkit-test-cache-main-")
