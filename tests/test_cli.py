@@ -193,3 +193,28 @@ def test_finetune_summary_names_its_best_metric_once(capsys):
 def test_finetune_summary_says_how_many_dev_rows_the_best_score_is_on(capsys):
     line = _finetune_summary_line(capsys, {"n": 872, "accuracy": 0.9, "f1": 0.8})
     assert "at step 4 on 872 dev rows (f1 0.80" in line, line
+
+
+NUMPY_BLAS_THREADS = (
+    "import json, os, bertkit.cli, numpy\n"
+    "from threadpoolctl import threadpool_info\n"
+    "pools = [p['num_threads'] for p in threadpool_info() if p['internal_api'] == 'openblas']\n"
+    "print(json.dumps([os.environ['OPENBLAS_NUM_THREADS'], pools]))\n"
+)
+
+
+def blas_threads(env: dict[str, str]) -> list:
+    """(OPENBLAS_NUM_THREADS, each loaded OpenBLAS's threads) in a fresh process that imported the CLI."""
+    done = subprocess.run([sys.executable, "-c", NUMPY_BLAS_THREADS], capture_output=True, text=True, env=env,
+                          check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_the_cli_gives_numpys_blas_one_thread_unless_the_user_set_it():
+    """A command's process: torch's pool owns the cores; OpenBLAS's spinning threads would take them
+    (bertkit/cli/__init__.py)."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    setting, pools = blas_threads(env)
+    assert setting == "1" and set(pools) <= {1}  # every OpenBLAS loaded (numpy's) runs one thread
+    env["OPENBLAS_NUM_THREADS"] = "3"
+    assert blas_threads(env)[0] == "3"
