@@ -7,7 +7,7 @@ a pool of its own, whose threads spin for a while after each call. The probe's s
 Measured here: the fits of `bertkit probe --recipe alammar-sst2-probe-offline` (SST-2, 6,920 training sentences,
 MiniLM [CLS] and mean pooling x 7 hidden states at C = 1, then the best cell's C by 5-fold CV over 9 values), the
 features extracted once, then `search.sweep_layers` run on them in a fresh process per run, its `fit_probe` calls timed
-(bench_probe_engine.py's sentence child), with `OPENBLAS_NUM_THREADS` unset (OpenBLAS's default: a thread per core)
+(bench_probe_engine.py's sentence child, `sweep_child`), with `OPENBLAS_NUM_THREADS` unset (OpenBLAS's default: a thread per core)
 and with it at 1, the two alternating. `OMP_WAIT_POLICY` is left as the user's shell has it (unset: OpenMP's
 default), unlike bench_probe_engine.py, which sets it PASSIVE for both of its trees.
 
@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import bench_memory  # noqa: E402
-from bench_probe_engine import SENTENCE_CHILD, sentence_features  # noqa: E402
+from bench_probe_engine import sentence_features, sweep_child  # noqa: E402
 
 from bertkit.io.atomic import write_json_atomic  # noqa: E402
 from bertkit.io.trail import machine_info, package_versions  # noqa: E402
@@ -48,11 +47,9 @@ def sweep_fits(features: Path, work: Path, openblas: str | None) -> dict[str, An
     if openblas is not None:
         env["OPENBLAS_NUM_THREADS"] = openblas
     load = os.getloadavg()
-    done = subprocess.run([sys.executable, "-c", SENTENCE_CHILD, str(features)], env=env, capture_output=True,
-                          text=True, check=False, cwd=str(work))
-    if done.returncode != 0:
-        return {"exit_code": done.returncode, "log_tail": done.stderr[-2000:]}
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = sweep_child(features, work, env)
+    if "exit_code" in result:
+        return result
     return {"fit_seconds": round(result["fit_seconds"], 3), "best": result["best"],
             "load_before": [round(x, 2) for x in load]}
 

@@ -255,16 +255,24 @@ def sentence_features(work: Path) -> tuple[Path, dict[str, Any]]:
         "train": len(inputs.y_train), "dev": len(inputs.y_dev)}}
 
 
+def sweep_child(features: Path, work: Path, env: dict[str, str]) -> dict[str, Any]:
+    """One sweep of `SENTENCE_CHILD` on `features` in a fresh process with `env` (its PYTHONPATH the tree): what it
+    printed, or its exit code and the tail of its log."""
+    done = subprocess.run([sys.executable, "-c", SENTENCE_CHILD, str(features)], env=env, capture_output=True,
+                          text=True, check=False, cwd=str(work))
+    if done.returncode != 0:
+        return {"exit_code": done.returncode, "log_tail": done.stderr[-2000:]}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def sentence_run(src: Path, features: Path, work: Path, name: str) -> dict[str, Any]:
     """Each tree's sweep (14 cells at C = 1, then the best cell's 5-fold CV over the C grid) on the same features."""
     env = {**os.environ, **bench_memory.CHILD_ENV, **PASSIVE, "PYTHONPATH": str(src),
            "BERTKIT_CACHE_DIR": str(work / "c")}
     load_before = os.getloadavg()
-    done = subprocess.run([sys.executable, "-c", SENTENCE_CHILD, str(features)], env=env, capture_output=True,
-                          text=True, check=False, cwd=str(work))
-    if done.returncode != 0:
-        return {"exit_code": done.returncode, "log_tail": done.stderr[-2000:]}
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = sweep_child(features, work, env)
+    if "exit_code" in result:
+        return result
     print(f"[{name}] fits {result['fit_seconds']:.1f} s", file=sys.stderr, flush=True)
     return {**result, "load_before": [round(x, 2) for x in load_before],
             "load_after": [round(x, 2) for x in os.getloadavg()]}
